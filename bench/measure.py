@@ -1,0 +1,177 @@
+"""Run ONE (system, workload) measurement and print its JSON result.
+
+    <venv>/bin/python bench/measure.py --system torch --workload images --data bench/data/small \
+        [--mode perf|determinism] [--config '{"num_workers": 2}']
+
+The result is the last stdout line that starts with "@@RESULT ". Everything
+else (library chatter) is ignored by the driver. Exit code 0 even for
+"not supported" results; non-zero only on crashes (the driver then records
+"failed: <last stderr line>").
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common as C  # noqa: E402
+
+
+class NotSupported(Exception):
+    """Raised by an adapter for a workload the system cannot do (yet)."""
+
+
+def _emit(obj) -> None:
+    sys.stdout.write("@@RESULT " + json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def timed_epoch(make_iter, n_rows: int, bytes_on_disk: int, cap_s: float, start: float | None = None):
+    """Iterate one epoch; returns metrics. `start` (if given) is when loader construction began,
+    so time-to-first-batch includes set-up (ray.init, HF Arrow conversion, ...)."""
+    cpu0 = C.tree_cpu_seconds()
+    t0 = start if start is not None else C.now()
+    it = make_iter()
+    samples = batches = 0
+    ttfb = None
+    partial = False
+    try:
+        for b in it:
+            if ttfb is None:
+                ttfb = C.now() - t0
+            samples += C.batch_len(b)
+            batches += 1
+            if C.now() - t0 > cap_s:
+                partial = True
+                break
+    finally:
+        close = getattr(it, "close", None)
+        if close:
+            close()
+    dt = C.now() - t0
+    cpu = C.tree_cpu_seconds() - cpu0
+    frac = samples / n_rows if n_rows else 0
+    return {
+        "samples": samples, "batches": batches, "seconds": dt, "partial": partial,
+        "samples_per_s": samples / dt if dt > 0 else None,
+        "mb_per_s": bytes_on_disk * frac / dt / 1e6 if dt > 0 else None,
+        "ttfb_s": ttfb, "cpu_s": cpu, "cpu_s_per_1k": cpu / samples * 1000 if samples else None,
+    }
+
+
+def stall_run(make_iter, step_ms: float, warm: int, max_steps: int, max_s: float):
+    """Simulated trainer: each step sleeps `step_ms` (a GPU step leaves the CPU free);
+    stall fraction = time blocked in next(loader) / total loop time (after `warm` batches)."""
+    it = iter(make_iter())
+    try:
+        for _ in range(warm):
+            next(it)
+        wait = 0.0
+        steps = 0
+        t0 = C.now()
+        while steps < max_steps and C.now() - t0 < max_s:
+            t = C.now()
+            try:
+                next(it)
+            except StopIteration:
+                break
+            wait += C.now() - t
+            steps += 1
+            if step_ms:
+                time.sleep(step_ms / 1000.0)
+        total = C.now() - t0
+    finally:
+        close = getattr(it, "close", None)
+        if close:
+            close()
+    return {"step_ms": step_ms, "steps": steps, "wait_s": wait, "total_s": total,
+            "stall_fraction": wait / total if total > 0 else None}
+
+
+def versions():
+    out = {"python": platform.python_version()}
+    for m in ("numpy", "pyarrow", "torch", "PIL", "petastorm", "datasets", "ray", "pqloader", "pandas"):
+        mod = sys.modules.get(m)
+        if mod is not None:
+            out[m] = getattr(mod, "__version__", "?")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--system", required=True)
+    ap.add_argument("--workload", required=True, choices=C.WORKLOADS)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--mode", default="perf", choices=["perf", "determinism"])
+    ap.add_argument("--config", default="{}")
+    ap.add_argument("--epoch-cap-s", type=float, default=120)
+    ap.add_argument("--stall-steps", default="5,20,50")
+    ap.add_argument("--stall-max-steps", type=int, default=60)
+    ap.add_argument("--stall-max-s", type=float, default=6)
+    ap.add_argument("--seed", type=int, default=42)
+    a = ap.parse_args()
+    cfg = json.loads(a.config)
+    manifest = C.load_manifest(a.data, a.workload)
+    res = {"system": a.system, "workload": a.workload, "mode": a.mode, "config": cfg, "status": "ok"}
+    adapter = None
+    try:
+        mod = importlib.import_module("systems." + a.system.split(":")[0])
+        t_start = C.now()
+        try:
+            adapter = mod.Adapter(a.workload, a.data, manifest, cfg)
+            res["description"] = adapter.describe()
+            if a.mode == "determinism":
+                h = hashlib.sha256()
+                ids = []
+                n = 0
+                for b in adapter.epoch(0, shuffle=True, seed=a.seed):
+                    C.hash_batch(h, b)
+                    n += C.batch_len(b)
+                    if isinstance(b, dict) and "i1" in b:
+                        ids.append(C._to_numpy(b["i1"]).astype("int64"))
+                res["determinism"] = {"order_hash": h.hexdigest()[:16], "samples": n, "seed": a.seed}
+                if ids:
+                    import numpy as np
+
+                    res["determinism"]["content_hash"] = hashlib.sha256(np.sort(np.concatenate(ids)).tobytes()).hexdigest()[:16]
+            else:
+                rows, nbytes = manifest["rows"], manifest["bytes"]
+                res["epoch1"] = timed_epoch(lambda: adapter.epoch(0), rows, nbytes, a.epoch_cap_s, start=t_start)
+                res["epoch2"] = timed_epoch(lambda: adapter.epoch(1), rows, nbytes, a.epoch_cap_s)
+                res["stall"] = []
+                for i, s in enumerate(float(x) for x in a.stall_steps.split(",") if x):
+                    res["stall"].append(stall_run(lambda: adapter.epoch(2 + i), s, warm=2,
+                                                  max_steps=a.stall_max_steps, max_s=a.stall_max_s))
+                e1 = res["epoch1"]
+                if e1["samples_per_s"]:
+                    res["breakeven_step_ms"] = manifest["batch_size"] / e1["samples_per_s"] * 1000
+            res["extra"] = adapter.extra() if hasattr(adapter, "extra") else {}
+        finally:
+            if adapter is not None and hasattr(adapter, "close"):
+                adapter.close()
+    except NotSupported as e:
+        res["status"] = "unsupported"
+        res["reason"] = str(e)
+    except Exception as e:  # noqa: BLE001 - recorded as a failed row
+        # pqloader's UnsupportedType / InvalidData for ragged lists = "not supported yet"
+        if type(e).__name__ in ("UnsupportedType", "InvalidData") and a.system.startswith("pqloader"):
+            res["status"] = "unsupported"
+            res["reason"] = f"not supported yet ({type(e).__name__}: {str(e)[:200]})"
+        else:
+            traceback.print_exc()
+            res["status"] = "failed"
+            res["reason"] = f"{type(e).__name__}: {str(e)[:300]}"
+    res["versions"] = versions()
+    _emit(res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+#include "pqloader/dataset/dataset.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <thread>
+
+#include <arrow/io/interfaces.h>
+#include <arrow/util/key_value_metadata.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+
+#include "pqloader/decode/convert.h"
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+bool HasGlob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Split "a/b/c" into components.
+std::vector<std::string> Components(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) out.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Hidden files (".x", "_SUCCESS", "_metadata") anywhere below the root are skipped,
+// as Spark and pyarrow do.
+bool IsHidden(const std::vector<std::string>& rel_components) {
+  for (const auto& c : rel_components) {
+    if (!c.empty() && (c[0] == '.' || c[0] == '_')) return true;
+  }
+  return false;
+}
+
+std::string RelativeTo(const std::string& root, const std::string& path) {
+  if (root.empty()) return path;
+  if (path.compare(0, root.size(), root) == 0) {
+    std::string rel = path.substr(root.size());
+    while (!rel.empty() && rel[0] == '/') rel.erase(0, 1);
+    return rel;
+  }
+  return path;
+}
+
+// Add the files under `root` (matching `pattern` if not empty) to `out`, sorted.
+arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root,
+                       const std::string& pattern, const std::string& source,
+                       std::vector<FoundFile>* out) {
+  arrow::fs::FileSelector selector;
+  selector.base_dir = root;
+  selector.recursive = true;
+  selector.allow_not_found = false;
+  auto listed = fs->GetFileInfo(selector);
+  if (!listed.ok()) {
+    return MakeError(ErrorKind::kNotFound, "cannot list '", source, "': ",
+                     listed.status().message());
+  }
+  std::vector<arrow::fs::FileInfo> infos = std::move(listed).ValueUnsafe();
+  std::sort(infos.begin(), infos.end(),
+            [](const auto& a, const auto& b) { return a.path() < b.path(); });
+  for (const auto& info : infos) {
+    if (info.type() != arrow::fs::FileType::File) continue;
+    const std::string rel = RelativeTo(root, info.path());
+    const auto comps = Components(rel);
+    if (IsHidden(comps)) continue;
+    if (!pattern.empty() && fnmatch(pattern.c_str(), info.path().c_str(), FNM_PATHNAME) != 0) {
+      continue;
+    }
+    FoundFile f{fs, info.path(), info.path(), info.size(), {}};
+    for (size_t i = 0; i + 1 < comps.size(); ++i) {
+      const auto eq = comps[i].find('=');
+      if (eq != std::string::npos && eq > 0) {
+        f.partitions.emplace_back(comps[i].substr(0, eq), comps[i].substr(eq + 1));
+      }
+    }
+    out->push_back(std::move(f));
+  }
+  return arrow::Status::OK();
+}
+
+bool ParseInt64(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// Collect the leaf column indices below a schema field.
+void CollectLeaves(const parquet::arrow::SchemaField& field, std::vector<int>* out) {
+  if (field.column_index >= 0) out->push_back(field.column_index);
+  for (const auto& child : field.children) CollectLeaves(child, out);
+}
+
+// Read the footer of `file` and derive its Arrow schema.
+arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
+                         parquet::arrow::SchemaManifest* manifest) {
+  if (file->size == 0) {
+    return MakeError(ErrorKind::kInvalidData, "'", file->display,
+                     "' is not a Parquet file: it is empty");
+  }
+  auto input = file->fs->OpenInputFile(file->path);
+  if (!input.ok()) {
+    return WithContext(input.status(), "cannot open '" + file->display + "'");
+  }
+  try {
+    file->metadata = parquet::ReadMetaData(*input);
+  } catch (const std::exception& e) {
+    return MakeError(ErrorKind::kInvalidData, "'", file->display,
+                     "' is not a readable Parquet file (truncated, corrupt footer, or another "
+                     "format): ", e.what());
+  }
+  parquet::ArrowReaderProperties props;
+  auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
+                                              file->metadata->key_value_metadata(), schema);
+  if (st.ok()) {
+    st = parquet::arrow::SchemaManifest::Make(file->metadata->schema(),
+                                              file->metadata->key_value_metadata(), props,
+                                              manifest);
+  }
+  if (!st.ok()) {
+    return MakeError(ErrorKind::kInvalidData, "'", file->display,
+                     "': cannot derive an Arrow schema from its Parquet schema: ", st.message());
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources) {
+  if (sources.empty()) return MakeError(ErrorKind::kNotFound, "no source given");
+  std::vector<FoundFile> out;
+  for (const std::string& source : sources) {
+    std::string path;
+    auto fs_result = arrow::fs::FileSystemFromUriOrPath(source, &path);
+    if (!fs_result.ok()) {
+      return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
+                       "': ", fs_result.status().message());
+    }
+    auto fs = *fs_result;
+    const size_t before = out.size();
+    if (HasGlob(path)) {
+      // List from the deepest directory without wildcards, then match the whole path.
+      const size_t glob = path.find_first_of("*?[");
+      const size_t slash = path.rfind('/', glob);
+      const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
+      auto info = fs->GetFileInfo(root.empty() ? "/" : root);
+      if (!info.ok() || info->type() != arrow::fs::FileType::Directory) {
+        return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
+                         root, "' does not exist");
+      }
+      ARROW_RETURN_NOT_OK(ListTree(fs, root.empty() ? "/" : root, path, source, &out));
+      if (out.size() == before) {
+        return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files");
+      }
+      for (size_t i = before; i < out.size(); ++i) out[i].display = out[i].path;
+      continue;
+    }
+    auto info = fs->GetFileInfo(path);
+    if (!info.ok()) {
+      return MakeError(ErrorKind::kNotFound, "cannot access '", source,
+                       "': ", info.status().message());
+    }
+    switch (info->type()) {
+      case arrow::fs::FileType::NotFound:
+        return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
+      case arrow::fs::FileType::Directory:
+        ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, &out));
+        if (out.size() == before) {
+          return MakeError(ErrorKind::kNotFound, "directory '", source,
+                           "' contains no data files");
+        }
+        break;
+      default:
+        out.push_back(FoundFile{fs, path, source, info->size(), {}});
+    }
+  }
+  return out;
+}
+
+arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& sources,
+                                                      const DatasetOptions& options) {
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources));
+  std::shared_ptr<Dataset> ds(new Dataset());
+
+  // Partition keys: every file must have the same keys, in the same order.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : found[0].partitions) keys.push_back(k);
+  for (const auto& f : found) {
+    std::vector<std::string> k2;
+    for (const auto& [k, v] : f.partitions) k2.push_back(k);
+    if (k2 != keys) {
+      return MakeError(ErrorKind::kSchemaMismatch, "files '", found[0].display, "' and '",
+                       f.display, "' lie under different partition keys");
+    }
+  }
+
+  // Read every footer, in parallel.
+  const auto n = static_cast<int64_t>(found.size());
+  ds->files_.resize(n);
+  std::vector<std::shared_ptr<arrow::Schema>> schemas(n);
+  std::vector<parquet::arrow::SchemaManifest> manifests(n);
+  std::vector<arrow::Status> statuses(n);
+  for (int64_t i = 0; i < n; ++i) {
+    DataFile& f = ds->files_[i];
+    f.fs = found[i].fs;
+    f.path = found[i].path;
+    f.display = found[i].display;
+    f.size = found[i].size;
+    for (const auto& [k, v] : found[i].partitions) f.partition_values.push_back(v);
+  }
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < n; i = next++) {
+      statuses[i] = ReadFooter(&ds->files_[i], &schemas[i], &manifests[i]);
+    }
+  };
+  const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, options.metadata_threads));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const auto& st : statuses) ARROW_RETURN_NOT_OK(st);
+
+  // Selected columns, checked against the first file, then every other file.
+  std::vector<std::string> names = options.columns;
+  if (names.empty()) {
+    for (const auto& field : schemas[0]->fields()) names.push_back(field->name());
+    for (const auto& k : keys) {
+      if (schemas[0]->GetFieldIndex(k) < 0) names.push_back(k);
+    }
+  }
+  for (const std::string& name : names) {
+    const int key = static_cast<int>(std::find(keys.begin(), keys.end(), name) - keys.begin());
+    const int field0 = schemas[0]->GetFieldIndex(name);
+    if (field0 < 0 && key == static_cast<int>(keys.size())) {
+      std::string available;
+      for (const auto& field : schemas[0]->fields()) available += " '" + field->name() + "'";
+      for (const auto& k : keys) available += " '" + k + "'";
+      return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
+                       ds->files_[0].display, "'; available columns:", available);
+    }
+    if (field0 >= 0 && key != static_cast<int>(keys.size())) {
+      return MakeError(ErrorKind::kSchemaMismatch, "column '", name,
+                       "' is both a column of '", ds->files_[0].display,
+                       "' and a partition key of its path");
+    }
+    if (field0 < 0) {
+      // A partition column: int64 if every value is an integer, else string.
+      bool all_int = true;
+      for (const auto& f : ds->files_) {
+        int64_t v;
+        all_int = all_int && ParseInt64(f.partition_values[key], &v);
+      }
+      ColumnSpec spec;
+      spec.name = name;
+      spec.is_partition = true;
+      spec.kind = all_int ? ColumnKind::kTensor : ColumnKind::kString;
+      spec.dtype = DType::kInt64;
+      spec.arrow_type = all_int ? "int64" : "string";
+      ds->specs_.push_back(spec);
+      ds->partition_index_.push_back(key);
+      continue;
+    }
+    const auto& field = schemas[0]->field(field0);
+    ARROW_ASSIGN_OR_RAISE(auto spec, SpecForField(*field));
+    for (int64_t i = 0; i < n; ++i) {
+      const int fi = schemas[i]->GetFieldIndex(name);
+      if (fi < 0) {
+        return MakeError(ErrorKind::kSchemaMismatch, "column '", name, "' is in '",
+                         ds->files_[0].display, "' (", field->type()->ToString(),
+                         ") but missing from '", ds->files_[i].display, "'");
+      }
+      const auto& other = schemas[i]->field(fi)->type();
+      if (!other->Equals(*field->type())) {
+        return MakeError(ErrorKind::kSchemaMismatch, "column '", name, "' has type ",
+                         field->type()->ToString(), " in '", ds->files_[0].display,
+                         "' but type ", other->ToString(), " in '", ds->files_[i].display, "'");
+      }
+      ds->files_[i].field_indices.push_back(fi);
+      CollectLeaves(manifests[i].schema_fields[fi], &ds->files_[i].leaf_indices);
+    }
+    ds->specs_.push_back(spec);
+    ds->partition_index_.push_back(-1);
+  }
+  ds->partition_keys_ = keys;
+
+  // Splits: every row group of every file, with the bytes of the selected columns.
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& md = *ds->files_[i].metadata;
+    try {
+    for (int rg = 0; rg < md.num_row_groups(); ++rg) {
+      auto rg_md = md.RowGroup(rg);
+      Split s;
+      s.file = static_cast<int32_t>(i);
+      s.row_group = rg;
+      s.num_rows = rg_md->num_rows();
+      for (int leaf : ds->files_[i].leaf_indices) {
+        auto chunk = rg_md->ColumnChunk(leaf);
+        s.compressed_bytes += chunk->total_compressed_size();
+        s.uncompressed_bytes += chunk->total_uncompressed_size();
+      }
+      ds->splits_.push_back(s);
+    }
+    } catch (const std::exception& e) {
+      return MakeError(ErrorKind::kInvalidData, "'", ds->files_[i].display,
+                       "' has corrupt row group metadata: ", e.what());
+    }
+  }
+  return ds;
+}
+
+int64_t Dataset::num_rows() const {
+  int64_t total = 0;
+  for (const auto& s : splits_) total += s.num_rows;
+  return total;
+}
+
+std::vector<int64_t> Dataset::SplitRows() const {
+  std::vector<int64_t> rows;
+  rows.reserve(splits_.size());
+  for (const auto& s : splits_) rows.push_back(s.num_rows);
+  return rows;
+}
+
+}  // namespace pqloader

@@ -1,0 +1,97 @@
+// Dataset: an ordered list of Parquet files, their validated schema and their splits.
+//
+// Sources are paths, directories (recursive), glob patterns, explicit lists or URIs that
+// Arrow's filesystem layer resolves (file://, and s3:// where the build supports it).
+// Order is canonical: sorted by path within a directory or glob, the caller's order
+// across sources. Opening reads every footer once (in parallel) and checks, up front,
+// that the selected columns exist, have one type in every file, and can become
+// tensors. A split is one row group. Thread-safety: immutable after Open().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/filesystem/filesystem.h>
+#include <arrow/result.h>
+#include <parquet/metadata.h>
+
+#include "pqloader/tensor/batch.h"
+
+namespace pqloader {
+
+struct DatasetOptions {
+  /// Columns to read, in output order; file columns or hive partition keys.
+  /// Default: empty, meaning every file column followed by every partition key.
+  std::vector<std::string> columns;
+  /// Threads that read footers while opening. Default: 8.
+  int metadata_threads = 8;
+};
+
+/// One Parquet file of the dataset.
+struct DataFile {
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+  std::string path;     ///< Path within `fs`.
+  std::string display;  ///< How errors name the file (the URI or path the user gave).
+  int64_t size = 0;
+  std::shared_ptr<parquet::FileMetaData> metadata;
+  /// Top-level field index in this file of each selected file column (specs order).
+  std::vector<int> field_indices;
+  /// Leaf (Parquet column) indices of the selected file columns.
+  std::vector<int> leaf_indices;
+  /// Value of each partition key of the dataset, as written in the path.
+  std::vector<std::string> partition_values;
+};
+
+/// One row group.
+struct Split {
+  int32_t file = 0;
+  int32_t row_group = 0;
+  int64_t num_rows = 0;
+  int64_t compressed_bytes = 0;    ///< Of the selected columns' chunks.
+  int64_t uncompressed_bytes = 0;  ///< Of the selected columns' chunks.
+};
+
+class Dataset {
+ public:
+  /// Discover, open and validate the files of `sources`.
+  static arrow::Result<std::shared_ptr<Dataset>> Open(const std::vector<std::string>& sources,
+                                                      const DatasetOptions& options);
+
+  const std::vector<DataFile>& files() const { return files_; }
+  const std::vector<Split>& splits() const { return splits_; }
+  /// Output columns, in output order.
+  const std::vector<ColumnSpec>& specs() const { return specs_; }
+  /// For each output column, its index among partition keys, or -1 for a file column.
+  const std::vector<int>& partition_index() const { return partition_index_; }
+  /// For each partition key: whether its values are all integers (then int64).
+  const std::vector<std::string>& partition_keys() const { return partition_keys_; }
+  int64_t num_rows() const;
+  /// Rows of each split, in split order.
+  std::vector<int64_t> SplitRows() const;
+
+ private:
+  Dataset() = default;
+
+  std::vector<DataFile> files_;
+  std::vector<Split> splits_;
+  std::vector<ColumnSpec> specs_;
+  std::vector<int> partition_index_;
+  std::vector<std::string> partition_keys_;
+};
+
+/// A file found while expanding sources, before its footer is read.
+struct FoundFile {
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+  std::string path;
+  std::string display;
+  int64_t size = 0;
+  /// (key, value) pairs of `key=value` directories between the source root and the file.
+  std::vector<std::pair<std::string, std::string>> partitions;
+};
+
+/// Expand `sources` into files, in canonical order, without opening them.
+arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources);
+
+}  // namespace pqloader

@@ -1,0 +1,399 @@
+#include "pqloader/decode/convert.h"
+
+#include <cstring>
+
+#include <arrow/array.h>
+#include <arrow/buffer_builder.h>
+#include <arrow/util/bit_util.h>
+#include <arrow/util/float16.h>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+// Return the tensor element type stored by a fixed-width Arrow type, if any.
+bool ElementType(const arrow::DataType& type, DType* out) {
+  switch (type.id()) {
+    case arrow::Type::BOOL: *out = DType::kBool; return true;
+    case arrow::Type::INT8: *out = DType::kInt8; return true;
+    case arrow::Type::INT16: *out = DType::kInt16; return true;
+    case arrow::Type::INT32: case arrow::Type::DATE32: case arrow::Type::TIME32:
+      *out = DType::kInt32; return true;
+    case arrow::Type::INT64: case arrow::Type::DATE64: case arrow::Type::TIME64:
+    case arrow::Type::TIMESTAMP: case arrow::Type::DURATION:
+      *out = DType::kInt64; return true;
+    case arrow::Type::UINT8: *out = DType::kUInt8; return true;
+    case arrow::Type::UINT16: *out = DType::kUInt16; return true;
+    case arrow::Type::UINT32: *out = DType::kUInt32; return true;
+    case arrow::Type::UINT64: *out = DType::kUInt64; return true;
+    case arrow::Type::HALF_FLOAT: *out = DType::kFloat16; return true;
+    case arrow::Type::FLOAT: *out = DType::kFloat32; return true;
+    case arrow::Type::DOUBLE: *out = DType::kFloat64; return true;
+    default: return false;
+  }
+}
+
+bool IsVarBinary(arrow::Type::type id, ColumnKind* kind) {
+  switch (id) {
+    case arrow::Type::STRING: case arrow::Type::LARGE_STRING:
+      *kind = ColumnKind::kString; return true;
+    case arrow::Type::BINARY: case arrow::Type::LARGE_BINARY: case arrow::Type::FIXED_SIZE_BINARY:
+      *kind = ColumnKind::kBytes; return true;
+    default: return false;
+  }
+}
+
+// Write `fill` as one element of `dtype` at `out`.
+void WriteFill(const NullFill& fill, DType dtype, uint8_t* out) {
+  const double f = fill.is_float ? fill.float_value : static_cast<double>(fill.int_value);
+  const int64_t i = fill.is_float ? static_cast<int64_t>(fill.float_value) : fill.int_value;
+  auto put = [out](auto v) { std::memcpy(out, &v, sizeof(v)); };
+  switch (dtype) {
+    case DType::kBool: put(static_cast<uint8_t>(i != 0 || f != 0)); break;
+    case DType::kInt8: put(static_cast<int8_t>(i)); break;
+    case DType::kInt16: put(static_cast<int16_t>(i)); break;
+    case DType::kInt32: put(static_cast<int32_t>(i)); break;
+    case DType::kInt64: put(i); break;
+    case DType::kUInt8: put(static_cast<uint8_t>(i)); break;
+    case DType::kUInt16: put(static_cast<uint16_t>(i)); break;
+    case DType::kUInt32: put(static_cast<uint32_t>(i)); break;
+    case DType::kUInt64: put(static_cast<uint64_t>(i)); break;
+    case DType::kFloat16: put(arrow::util::Float16::FromDouble(f).bits()); break;
+    case DType::kFloat32: put(static_cast<float>(f)); break;
+    case DType::kFloat64: put(f); break;
+  }
+}
+
+arrow::Status NullError(const ColumnSpec& spec, int64_t nulls) {
+  return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
+                   ") has ", nulls,
+                   " null value(s); pass fill_null= to replace nulls, or select other columns");
+}
+
+// Converts the chunks of one tensor column, appending elements to `out_`.
+class TensorWriter {
+ public:
+  TensorWriter(const ColumnSpec& spec, const NullFill& fill, arrow::MemoryPool* pool)
+      : spec_(spec), fill_(fill), pool_(pool), out_(pool), elem_(DTypeSize(spec.dtype)) {}
+
+  // Append all rows of `arr`, whose rows have dims shape_[level...].
+  arrow::Status Append(const arrow::Array& arr, size_t level) {
+    const int64_t n = arr.length();
+    switch (arr.type_id()) {
+      case arrow::Type::FIXED_SIZE_LIST: {
+        const auto& list = static_cast<const arrow::FixedSizeListArray&>(arr);
+        const int64_t size = list.list_type()->list_size();
+        auto child = list.values()->Slice(list.value_offset(0), n * size);
+        const int64_t start = out_.length();
+        ARROW_RETURN_NOT_OK(Append(*child, level + 1));
+        if (arr.null_count() > 0) {
+          if (!fill_.enabled) return NullError(spec_, arr.null_count());
+          const int64_t row_elems = (out_.length() - start) / elem_ / std::max<int64_t>(n, 1);
+          for (int64_t r = 0; r < n; ++r) {
+            if (!arr.IsNull(r)) continue;
+            for (int64_t e = 0; e < row_elems; ++e) {
+              WriteFill(fill_, spec_.dtype, out_.mutable_data() + start + (r * row_elems + e) * elem_);
+            }
+          }
+        }
+        return arrow::Status::OK();
+      }
+      case arrow::Type::LIST:
+        return AppendList<arrow::ListArray>(arr, level);
+      case arrow::Type::LARGE_LIST:
+        return AppendList<arrow::LargeListArray>(arr, level);
+      case arrow::Type::DICTIONARY:
+        return AppendDictionary(static_cast<const arrow::DictionaryArray&>(arr), level);
+      default:
+        return AppendPrimitive(arr);
+    }
+  }
+
+  arrow::Result<ColumnData> Finish(int64_t num_rows) {
+    ColumnData data;
+    data.row_shape = shape_;
+    int64_t row_elems = 1;
+    for (int64_t d : shape_) {
+      if (d < 0) d = 0;  // a list column with no rows
+      row_elems *= d;
+    }
+    data.row_bytes = row_elems * elem_;
+    for (auto& d : data.row_shape) d = d < 0 ? 0 : d;
+    if (zero_copy_ != nullptr && out_.length() == 0) {
+      data.data = zero_copy_;
+    } else {
+      ARROW_ASSIGN_OR_RAISE(data.data, out_.Finish());
+    }
+    if (data.data->size() != num_rows * data.row_bytes) {
+      return arrow::Status::Invalid("column '", spec_.name, "': decoded ", data.data->size(),
+                                    " bytes for ", num_rows, " rows of ", data.row_bytes);
+    }
+    return data;
+  }
+
+  // Use `buffer` as the whole output if it is the only chunk and needs no conversion.
+  bool TryZeroCopy(const arrow::ChunkedArray& array) {
+    if (array.num_chunks() != 1 || spec_.dtype == DType::kBool) return false;
+    const arrow::Array* a = array.chunk(0).get();
+    int64_t begin = 0, count = a->length();
+    if (a->null_count() != 0) return false;
+    // Descend through fixed-size lists with no nulls to the primitive values.
+    while (a->type_id() == arrow::Type::FIXED_SIZE_LIST) {
+      const auto& list = static_cast<const arrow::FixedSizeListArray&>(*a);
+      const int64_t size = list.list_type()->list_size();
+      begin = (list.offset() + begin) * size;
+      count *= size;
+      a = list.values().get();
+      if (a->null_count() != 0) return false;
+    }
+    DType t;
+    if (!ElementType(*a->type(), &t) || t != spec_.dtype) return false;
+    const auto& values = a->data()->buffers[1];
+    if (values == nullptr) return false;
+    zero_copy_ = arrow::SliceBuffer(values, (a->offset() + begin) * elem_, count * elem_);
+    return true;
+  }
+
+ private:
+  template <typename ListT>
+  arrow::Status AppendList(const arrow::Array& arr, size_t level) {
+    const auto& list = static_cast<const ListT&>(arr);
+    const int64_t n = arr.length();
+    if (arr.null_count() > 0) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (", spec_.arrow_type,
+                       ") has ", arr.null_count(),
+                       " null list(s); a list column needs one length in every row");
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t len = list.value_length(r);
+      if (shape_[level] < 0) {
+        shape_[level] = len;
+      } else if (shape_[level] != len) {
+        return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (",
+                         spec_.arrow_type, "): rows have different lengths (", shape_[level],
+                         " and ", len,
+                         "); a list column becomes a tensor only if every row has one length");
+      }
+    }
+    if (n == 0) return arrow::Status::OK();
+    const int64_t begin = list.value_offset(0);
+    auto child = list.values()->Slice(begin, list.value_offset(n) - begin);
+    return Append(*child, level + 1);
+  }
+
+  arrow::Status AppendDictionary(const arrow::DictionaryArray& arr, size_t level) {
+    // Convert the dictionary once, then copy one entry per row.
+    TensorWriter dict_writer(spec_, fill_, pool_);
+    dict_writer.shape_.assign(shape_.begin() + level, shape_.end());
+    ARROW_RETURN_NOT_OK(dict_writer.Append(*arr.dictionary(), 0));
+    ARROW_ASSIGN_OR_RAISE(auto dict, dict_writer.Finish(arr.dictionary()->length()));
+    const int64_t entry = dict.row_bytes;
+    if (arr.null_count() > 0 && !fill_.enabled) return NullError(spec_, arr.null_count());
+    ARROW_RETURN_NOT_OK(out_.Reserve(arr.length() * entry));
+    for (int64_t r = 0; r < arr.length(); ++r) {
+      uint8_t* dst = out_.mutable_data() + out_.length();
+      if (arr.IsNull(r)) {
+        for (int64_t e = 0; e < entry / elem_; ++e) WriteFill(fill_, spec_.dtype, dst + e * elem_);
+      } else {
+        const int64_t idx = arr.GetValueIndex(r);
+        if (idx < 0 || idx >= arr.dictionary()->length()) {
+          return MakeError(ErrorKind::kInvalidData, "column '", spec_.name,
+                           "': dictionary index ", idx, " out of range");
+        }
+        std::memcpy(dst, dict.data->data() + idx * entry, entry);
+      }
+      out_.UnsafeAdvance(entry);
+    }
+    return arrow::Status::OK();
+  }
+
+  arrow::Status AppendPrimitive(const arrow::Array& arr) {
+    DType t;
+    if (!ElementType(*arr.type(), &t) || t != spec_.dtype) {
+      return MakeError(ErrorKind::kUnsupportedType, "column '", spec_.name, "': unexpected ",
+                       arr.type()->ToString(), " values for ", spec_.arrow_type);
+    }
+    const int64_t n = arr.length();
+    if (n == 0) return arrow::Status::OK();
+    if (arr.null_count() > 0 && !fill_.enabled) return NullError(spec_, arr.null_count());
+    ARROW_RETURN_NOT_OK(out_.Reserve(n * elem_));
+    uint8_t* dst = out_.mutable_data() + out_.length();
+    if (t == DType::kBool) {
+      const uint8_t* bits = arr.data()->buffers[1]->data();
+      for (int64_t r = 0; r < n; ++r) {
+        dst[r] = arrow::bit_util::GetBit(bits, arr.offset() + r) ? 1 : 0;
+      }
+    } else {
+      std::memcpy(dst, arr.data()->buffers[1]->data() + arr.offset() * elem_, n * elem_);
+    }
+    if (arr.null_count() > 0) {
+      for (int64_t r = 0; r < n; ++r) {
+        if (arr.IsNull(r)) WriteFill(fill_, t, dst + r * elem_);
+      }
+    }
+    out_.UnsafeAdvance(n * elem_);
+    return arrow::Status::OK();
+  }
+
+  const ColumnSpec& spec_;
+  const NullFill& fill_;
+  arrow::MemoryPool* pool_;
+  arrow::BufferBuilder out_;
+  const int64_t elem_;
+  std::shared_ptr<arrow::Buffer> zero_copy_;
+
+ public:
+  std::vector<int64_t> shape_;
+};
+
+template <typename ArrayT>
+void AppendVarRows(const ArrayT& a, const NullFill& fill, arrow::BufferBuilder* data,
+                   std::vector<int64_t>* offsets) {
+  for (int64_t r = 0; r < a.length(); ++r) {
+    if (a.IsNull(r)) {
+      (void)data->Append(fill.bytes_value.data(), fill.bytes_value.size());
+    } else {
+      auto v = a.GetView(r);
+      (void)data->Append(v.data(), v.size());
+    }
+    offsets->push_back(data->length());
+  }
+}
+
+arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
+                                           const arrow::ChunkedArray& array,
+                                           const NullFill& fill, arrow::MemoryPool* pool) {
+  ColumnData out;
+  // Fast path: one chunk of string/binary without nulls keeps its value bytes.
+  if (array.num_chunks() == 1 && array.null_count() == 0) {
+    const arrow::Array& a = *array.chunk(0);
+    if (a.type_id() == arrow::Type::STRING || a.type_id() == arrow::Type::BINARY) {
+      const auto& b = static_cast<const arrow::BinaryArray&>(a);
+      ARROW_ASSIGN_OR_RAISE(auto offsets,
+                            arrow::AllocateBuffer((a.length() + 1) * sizeof(int64_t), pool));
+      auto* dst = reinterpret_cast<int64_t*>(offsets->mutable_data());
+      const int32_t* src = b.raw_value_offsets();
+      for (int64_t i = 0; i <= a.length(); ++i) dst[i] = src[i];
+      out.offsets = std::move(offsets);
+      out.data = b.value_data() ? b.value_data() : std::make_shared<arrow::Buffer>(nullptr, 0);
+      return out;
+    }
+  }
+  if (array.null_count() > 0 && !fill.enabled) return NullError(spec, array.null_count());
+  arrow::BufferBuilder data(pool);
+  std::vector<int64_t> offsets{0};
+  offsets.reserve(array.length() + 1);
+  for (const auto& chunk : array.chunks()) {
+    const arrow::Array* a = chunk.get();
+    std::shared_ptr<arrow::Array> decoded;
+    if (a->type_id() == arrow::Type::DICTIONARY) {
+      const auto& dict = static_cast<const arrow::DictionaryArray&>(*a);
+      // Expand through the dictionary row by row.
+      const arrow::Array& values = *dict.dictionary();
+      for (int64_t r = 0; r < dict.length(); ++r) {
+        std::string_view v;
+        if (dict.IsNull(r)) {
+          v = fill.bytes_value;
+        } else {
+          const int64_t idx = dict.GetValueIndex(r);
+          if (idx < 0 || idx >= values.length()) {
+            return MakeError(ErrorKind::kInvalidData, "column '", spec.name,
+                             "': dictionary index ", idx, " out of range");
+          }
+          if (values.IsNull(idx)) {
+            if (!fill.enabled) return NullError(spec, 1);
+            v = fill.bytes_value;
+          } else if (values.type_id() == arrow::Type::LARGE_STRING ||
+                     values.type_id() == arrow::Type::LARGE_BINARY) {
+            v = static_cast<const arrow::LargeBinaryArray&>(values).GetView(idx);
+          } else if (values.type_id() == arrow::Type::FIXED_SIZE_BINARY) {
+            v = static_cast<const arrow::FixedSizeBinaryArray&>(values).GetView(idx);
+          } else {
+            v = static_cast<const arrow::BinaryArray&>(values).GetView(idx);
+          }
+        }
+        ARROW_RETURN_NOT_OK(data.Append(v.data(), v.size()));
+        offsets.push_back(data.length());
+      }
+      continue;
+    }
+    switch (a->type_id()) {
+      case arrow::Type::STRING: case arrow::Type::BINARY:
+        AppendVarRows(static_cast<const arrow::BinaryArray&>(*a), fill, &data, &offsets);
+        break;
+      case arrow::Type::LARGE_STRING: case arrow::Type::LARGE_BINARY:
+        AppendVarRows(static_cast<const arrow::LargeBinaryArray&>(*a), fill, &data, &offsets);
+        break;
+      case arrow::Type::FIXED_SIZE_BINARY:
+        AppendVarRows(static_cast<const arrow::FixedSizeBinaryArray&>(*a), fill, &data,
+                      &offsets);
+        break;
+      default:
+        return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "': unexpected ",
+                         a->type()->ToString(), " values");
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(out.data, data.Finish());
+  ARROW_ASSIGN_OR_RAISE(auto off, arrow::AllocateBuffer(offsets.size() * sizeof(int64_t), pool));
+  std::memcpy(off->mutable_data(), offsets.data(), offsets.size() * sizeof(int64_t));
+  out.offsets = std::move(off);
+  return out;
+}
+
+}  // namespace
+
+arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
+  ColumnSpec spec;
+  spec.name = field.name();
+  spec.arrow_type = field.type()->ToString();
+  const arrow::DataType* t = field.type().get();
+  if (t->id() == arrow::Type::DICTIONARY) {
+    t = static_cast<const arrow::DictionaryType*>(t)->value_type().get();
+  }
+  if (IsVarBinary(t->id(), &spec.kind)) return spec;
+  spec.kind = ColumnKind::kTensor;
+  while (true) {
+    if (t->id() == arrow::Type::FIXED_SIZE_LIST) {
+      const auto* list = static_cast<const arrow::FixedSizeListType*>(t);
+      spec.row_shape.push_back(list->list_size());
+      t = list->value_type().get();
+    } else if ((t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST)) {
+      spec.row_shape.push_back(-1);
+      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+    } else {
+      break;
+    }
+  }
+  // A list of variable-length lists cannot be a tensor: only the outermost dim may vary.
+  for (size_t i = 1; i < spec.row_shape.size(); ++i) {
+    if (spec.row_shape[i] < 0) {
+      return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' has type ",
+                       spec.arrow_type,
+                       ", which is not supported: only the outermost list may have variable "
+                       "length; select other columns with columns=[...]");
+    }
+  }
+  if (!ElementType(*t, &spec.dtype)) {
+    return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' has type ",
+                     spec.arrow_type,
+                     ", which is not supported (numeric, bool, temporal, string, binary, and "
+                     "fixed-size or uniform lists of numbers are); select other columns with "
+                     "columns=[...]");
+  }
+  return spec;
+}
+
+arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
+                                        const NullFill& fill, arrow::MemoryPool* pool) {
+  if (spec.kind != ColumnKind::kTensor) return ConvertVarBinary(spec, array, fill, pool);
+  TensorWriter writer(spec, fill, pool);
+  writer.shape_ = spec.row_shape;
+  if (!writer.TryZeroCopy(array)) {
+    for (const auto& chunk : array.chunks()) ARROW_RETURN_NOT_OK(writer.Append(*chunk, 0));
+  }
+  return writer.Finish(array.length());
+}
+
+}  // namespace pqloader

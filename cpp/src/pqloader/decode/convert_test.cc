@@ -1,0 +1,116 @@
+#include "pqloader/decode/convert.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <arrow/api.h>
+#include <arrow/json/from_string.h>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+std::shared_ptr<arrow::ChunkedArray> FromJson(const std::shared_ptr<arrow::DataType>& type,
+                                              const std::string& json) {
+  auto array = arrow::json::ArrayFromJSONString(type, json).ValueOrDie();
+  return std::make_shared<arrow::ChunkedArray>(array);
+}
+
+template <typename T>
+std::vector<T> Values(const ColumnData& c) {
+  std::vector<T> out(c.data->size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), c.data->data(), c.data->size());
+  return out;
+}
+
+ColumnData Convert(const std::shared_ptr<arrow::DataType>& type, const std::string& json,
+                   NullFill fill = {}) {
+  auto spec = SpecForField(*arrow::field("c", type)).ValueOrDie();
+  auto r = ConvertColumn(spec, *FromJson(type, json), fill, arrow::default_memory_pool());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ValueOrDie();
+}
+
+}  // namespace
+
+TEST(Convert, PrimitiveColumnsAreZeroCopy) {
+  auto chunked = FromJson(arrow::int32(), "[1, 2, 3, 4]");
+  auto sliced = chunked->Slice(1, 2);
+  auto spec = SpecForField(*arrow::field("c", arrow::int32())).ValueOrDie();
+  auto c = ConvertColumn(spec, *sliced, {}, arrow::default_memory_pool()).ValueOrDie();
+  EXPECT_EQ(Values<int32_t>(c), (std::vector<int32_t>{2, 3}));
+  const auto* base = chunked->chunk(0)->data()->buffers[1]->data();
+  EXPECT_EQ(c.data->data(), base + sizeof(int32_t));
+}
+
+TEST(Convert, BoolBecomesOneBytePerValue) {
+  auto c = Convert(arrow::boolean(), "[true, false, true]");
+  EXPECT_EQ(Values<uint8_t>(c), (std::vector<uint8_t>{1, 0, 1}));
+}
+
+TEST(Convert, FixedSizeListsBecomeRowsOfAShape) {
+  auto type = arrow::fixed_size_list(arrow::fixed_size_list(arrow::float32(), 2), 3);
+  auto c = Convert(type, "[[[1,2],[3,4],[5,6]], [[7,8],[9,10],[11,12]]]");
+  EXPECT_EQ(c.row_shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(c.row_bytes, 24);
+  EXPECT_EQ(Values<float>(c).back(), 12.0f);
+}
+
+TEST(Convert, UniformListsBecomeTensorsAndRaggedListsAreRefused) {
+  auto c = Convert(arrow::list(arrow::int16()), "[[1,2,3],[4,5,6]]");
+  EXPECT_EQ(c.row_shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(Values<int16_t>(c), (std::vector<int16_t>{1, 2, 3, 4, 5, 6}));
+  auto spec = SpecForField(*arrow::field("tok", arrow::list(arrow::int16()))).ValueOrDie();
+  auto r = ConvertColumn(spec, *FromJson(arrow::list(arrow::int16()), "[[1,2],[3]]"), {},
+                         arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'tok'"), std::string::npos);
+  EXPECT_NE(r.status().message().find("different lengths"), std::string::npos);
+}
+
+TEST(Convert, NullsAreAnErrorUnlessFilled) {
+  auto spec = SpecForField(*arrow::field("v", arrow::float64())).ValueOrDie();
+  auto arr = FromJson(arrow::float64(), "[1.5, null, 3]");
+  auto r = ConvertColumn(spec, *arr, {}, arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("null"), std::string::npos);
+  EXPECT_EQ(GetErrorDetail(r.status())->kind(), ErrorKind::kInvalidData);
+  NullFill fill;
+  fill.enabled = true;
+  fill.is_float = true;
+  fill.float_value = -1;
+  auto c = Convert(arrow::float64(), "[1.5, null, 3]", fill);
+  EXPECT_EQ(Values<double>(c), (std::vector<double>{1.5, -1, 3}));
+}
+
+TEST(Convert, DictionariesAreDecoded) {
+  auto dict_type = arrow::dictionary(arrow::int8(), arrow::utf8());
+  auto indices = arrow::json::ArrayFromJSONString(arrow::int8(), "[1, 0, 1]").ValueOrDie();
+  auto dict = arrow::json::ArrayFromJSONString(arrow::utf8(), R"(["a", "bc"])").ValueOrDie();
+  auto arr = arrow::DictionaryArray::FromArrays(dict_type, indices, dict).ValueOrDie();
+  auto spec = SpecForField(*arrow::field("s", dict_type)).ValueOrDie();
+  EXPECT_EQ(spec.kind, ColumnKind::kString);
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(arr), {}, arrow::default_memory_pool())
+               .ValueOrDie();
+  auto offsets = Values<int64_t>(ColumnData{c.offsets, nullptr, {}, 0});
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 2, 3, 5}));
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(c.data->data()), 5), "bcabc");
+}
+
+TEST(Convert, UnsupportedTypesNameTheColumnAndType) {
+  for (const auto& type :
+       {arrow::struct_({arrow::field("a", arrow::int32())}), arrow::map(arrow::utf8(), arrow::int32()),
+        arrow::list(arrow::list(arrow::int32())), arrow::decimal128(10, 2),
+        arrow::list(arrow::utf8())}) {
+    auto r = SpecForField(*arrow::field("bad", type));
+    ASSERT_FALSE(r.ok()) << type->ToString();
+    EXPECT_EQ(GetErrorDetail(r.status())->kind(), ErrorKind::kUnsupportedType);
+    EXPECT_NE(r.status().message().find("'bad'"), std::string::npos);
+    EXPECT_NE(r.status().message().find(type->ToString()), std::string::npos);
+  }
+}
+
+}  // namespace pqloader

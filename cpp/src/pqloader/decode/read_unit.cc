@@ -1,0 +1,116 @@
+#include "pqloader/decode/read_unit.h"
+
+#include <cstring>
+
+#include <arrow/chunked_array.h>
+#include <arrow/io/caching.h>
+#include <arrow/io/interfaces.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+#include <parquet/properties.h>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+// A column made of one partition value repeated `rows` times.
+arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::string& value,
+                                          int64_t rows, arrow::MemoryPool* pool) {
+  ColumnData out;
+  if (spec.kind == ColumnKind::kTensor) {
+    const int64_t v = std::stoll(value);
+    ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(rows * sizeof(int64_t), pool));
+    auto* p = reinterpret_cast<int64_t*>(data->mutable_data());
+    for (int64_t i = 0; i < rows; ++i) p[i] = v;
+    out.data = std::move(data);
+    out.row_bytes = sizeof(int64_t);
+    return out;
+  }
+  // Strings: `rows` copies of the value.
+  const auto len = static_cast<int64_t>(value.size());
+  ARROW_ASSIGN_OR_RAISE(auto offsets, arrow::AllocateBuffer((rows + 1) * sizeof(int64_t), pool));
+  ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(len * rows, pool));
+  auto* o = reinterpret_cast<int64_t*>(offsets->mutable_data());
+  o[0] = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    if (len > 0) std::memcpy(data->mutable_data() + i * len, value.data(), len);
+    o[i + 1] = (i + 1) * len;
+  }
+  out.data = std::move(data);
+  out.offsets = std::move(offsets);
+  return out;
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<const DecodedUnit>> ReadUnit(const Dataset& dataset,
+                                                           const Unit& unit,
+                                                           const ReadOptions& options,
+                                                           arrow::MemoryPool* pool) {
+  const Split& split = dataset.splits()[unit.split];
+  const DataFile& file = dataset.files()[split.file];
+  const std::string where =
+      "'" + file.display + "', row group " + std::to_string(split.row_group);
+  auto decoded = std::make_shared<DecodedUnit>();
+  decoded->num_rows = unit.num_rows();
+
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  const auto& specs = dataset.specs();
+  if (!file.leaf_indices.empty()) {
+    auto input = file.fs->OpenInputFile(file.path);
+    if (!input.ok()) return WithContext(input.status(), "cannot open " + where);
+    parquet::ReaderProperties props(pool);
+    props.set_page_checksum_verification(options.verify_checksums);
+    parquet::ArrowReaderProperties arrow_props;
+    arrow_props.set_use_threads(false);
+    arrow_props.set_pre_buffer(false);  // PreBuffer is called below, for this row group only
+    try {
+      auto pq = parquet::ParquetFileReader::Open(*input, props, file.metadata);
+      pq->PreBuffer({split.row_group}, file.leaf_indices, arrow::io::default_io_context(),
+                    arrow::io::CacheOptions::Defaults());
+      auto made = parquet::arrow::FileReader::Make(pool, std::move(pq), arrow_props);
+      if (!made.ok()) return WithContext(made.status(), "cannot read " + where);
+      reader = std::move(made).ValueUnsafe();
+    } catch (const std::exception& e) {
+      return MakeError(ErrorKind::kInvalidData, "cannot read ", where, ": ", e.what());
+    }
+  }
+
+  auto row_group = reader ? reader->RowGroup(split.row_group) : nullptr;
+  size_t file_column = 0;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const int key = dataset.partition_index()[c];
+    if (key >= 0) {
+      ARROW_ASSIGN_OR_RAISE(auto col, PartitionColumn(specs[c], file.partition_values[key],
+                                                      unit.num_rows(), pool));
+      decoded->columns.push_back(std::move(col));
+      continue;
+    }
+    const std::string col_where = where + ", column '" + specs[c].name + "'";
+    std::shared_ptr<arrow::ChunkedArray> chunked;
+    arrow::Status st;
+    try {
+      st = row_group->Column(file.field_indices[file_column++])->Read(&chunked);
+    } catch (const std::exception& e) {
+      st = arrow::Status::IOError(e.what());
+    }
+    if (!st.ok()) {
+      return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
+                       " (corrupt or truncated data): ", st.message());
+    }
+    if (chunked->length() != split.num_rows) {
+      return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",
+                       chunked->length(), " rows, the footer says ", split.num_rows);
+    }
+    auto slice = chunked->Slice(unit.row_begin, unit.num_rows());
+    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool);
+    if (!converted.ok()) return WithContext(converted.status(), "in " + where);
+    decoded->columns.push_back(std::move(converted).ValueUnsafe());
+  }
+  return std::shared_ptr<const DecodedUnit>(std::move(decoded));
+}
+
+}  // namespace pqloader

@@ -1,0 +1,53 @@
+// Error kinds carried on arrow::Status, so bindings can raise precise exceptions.
+//
+// Engine functions return arrow::Status; when the kind of failure matters to the
+// user (a missing path, a schema mismatch ...) the status carries an ErrorDetail.
+// Thread-safety: immutable values.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <arrow/status.h>
+
+namespace pqloader {
+
+enum class ErrorKind {
+  kNotFound,         ///< A path, file, glob or directory has no Parquet data.
+  kInvalidData,      ///< Not Parquet, truncated, corrupt, or values the loader refuses.
+  kSchemaMismatch,   ///< Files disagree on a selected column.
+  kUnsupportedType,  ///< A selected column's type cannot become a tensor.
+  kColumnNotFound,   ///< A selected column does not exist.
+};
+
+class ErrorDetail : public arrow::StatusDetail {
+ public:
+  explicit ErrorDetail(ErrorKind kind) : kind_(kind) {}
+  const char* type_id() const override { return "pqloader::ErrorDetail"; }
+  std::string ToString() const override;
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+/// Return the kind carried by `status`, or nullptr if it carries none.
+const ErrorDetail* GetErrorDetail(const arrow::Status& status);
+
+/// Build an error status of `kind` whose message is the concatenation of `args`.
+template <typename... Args>
+arrow::Status MakeError(ErrorKind kind, Args&&... args) {
+  const arrow::StatusCode code =
+      kind == ErrorKind::kUnsupportedType  ? arrow::StatusCode::TypeError
+      : kind == ErrorKind::kColumnNotFound ? arrow::StatusCode::KeyError
+      : kind == ErrorKind::kNotFound       ? arrow::StatusCode::IOError
+                                           : arrow::StatusCode::Invalid;
+  return arrow::Status::FromDetailAndArgs(code, std::make_shared<ErrorDetail>(kind),
+                                          std::forward<Args>(args)...);
+}
+
+/// Prefix the message of a failed status with `context`, keeping its code and detail.
+arrow::Status WithContext(const arrow::Status& status, const std::string& context);
+
+}  // namespace pqloader

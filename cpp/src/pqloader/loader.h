@@ -1,0 +1,118 @@
+// Loader: streams batches of tensors from Parquet, in an order fixed by the EpochPlan.
+//
+// Wires the stages together: Dataset (files, schema, splits) → EpochPlan (order) →
+// OrderedPipeline workers that ReadUnit (fetch + decode + convert) and AssembleBatch
+// (gather rows into pooled buffers) → the consumer, in sequence order. The batches are
+// a pure function of (data, options, seed, epoch, rank, world_size); see
+// docs/determinism.md. Thread-safety: one consumer thread calls StartEpoch/Next;
+// stats() too.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <arrow/memory_pool.h>
+#include <arrow/result.h>
+
+#include "pqloader/dataset/dataset.h"
+#include "pqloader/decode/convert.h"
+#include "pqloader/decode/read_unit.h"
+#include "pqloader/exec/ordered_pipeline.h"
+#include "pqloader/plan/epoch_plan.h"
+#include "pqloader/tensor/batch.h"
+
+namespace pqloader {
+
+struct LoaderOptions {
+  /// Which columns to read. See DatasetOptions.
+  DatasetOptions dataset;
+  /// Order, batching and sharding. See PlanOptions.
+  PlanOptions plan;
+  /// Null replacement for every column not in `fills`. Default: nulls are an error.
+  NullFill default_fill;
+  /// Null replacement per column name.
+  std::map<std::string, NullFill> fills;
+  /// Verify Parquet page checksums where present. Default: false.
+  bool verify_checksums = false;
+  /// Worker threads. Default: 0, meaning one per hardware thread.
+  int num_workers = 0;
+  /// Soft bound on decoded, unconsumed bytes. Default: 256 MiB.
+  int64_t max_inflight_bytes = int64_t{256} << 20;
+  /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker.
+  int64_t prefetch_batches = 0;
+  /// Test hook: random sleep of up to this many µs before each task. Default: 0.
+  int64_t debug_max_delay_us = 0;
+};
+
+/// Counters since the loader was made, over all epochs.
+struct LoaderStats {
+  int64_t rows = 0;               ///< Rows handed to the consumer.
+  int64_t batches = 0;            ///< Batches handed to the consumer.
+  int64_t units_read = 0;         ///< Row-group slices read and decoded.
+  int64_t bytes_read = 0;         ///< Compressed Parquet bytes of the chunks read.
+  int64_t bytes_decoded = 0;      ///< Bytes of decoded tensor columns produced.
+  double read_seconds = 0;        ///< Worker time reading + decoding (all threads).
+  double assemble_seconds = 0;    ///< Worker time assembling batches (all threads).
+  double wait_seconds = 0;        ///< Consumer time blocked in Next().
+  double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
+  int64_t peak_inflight_bytes = 0;
+};
+
+class Loader {
+ public:
+  /// Open `sources` and check options. No data is read until StartEpoch.
+  static arrow::Result<std::unique_ptr<Loader>> Make(const std::vector<std::string>& sources,
+                                                     const LoaderOptions& options);
+  ~Loader();
+
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  const Dataset& dataset() const { return *dataset_; }
+  const std::vector<ColumnSpec>& specs() const { return dataset_->specs(); }
+  const LoaderOptions& options() const { return options_; }
+  /// Plan of epoch 0 (the counts are the same in every epoch).
+  const EpochPlan& first_plan() const { return first_plan_; }
+  int64_t num_batches() const { return first_plan_.num_batches(); }
+  int64_t num_rows() const { return first_plan_.num_rows(); }
+
+  /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units
+  /// read only by earlier batches are never read. Stops any epoch in progress.
+  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
+  /// Return the next batch of the current epoch, or nullptr after its last batch.
+  /// After an error, iteration of this epoch is over: the same error is returned again.
+  arrow::Result<std::shared_ptr<Batch>> Next();
+  /// Stop the epoch in progress, if any, and join its workers.
+  void Stop();
+
+  LoaderStats stats() const;
+
+ private:
+  using Pipeline = OrderedPipeline<DecodedUnit, Batch>;
+  class PermutationCache;
+
+  Loader() = default;
+
+  LoaderOptions options_;
+  std::shared_ptr<Dataset> dataset_;
+  ReadOptions read_options_;
+  EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);
+  std::shared_ptr<const EpochPlan> plan_;
+  std::shared_ptr<PermutationCache> perms_;
+  std::unique_ptr<Pipeline> pipeline_;
+  arrow::MemoryPool* pool_ = arrow::default_memory_pool();
+
+  std::atomic<int64_t> bytes_read_{0};
+  std::atomic<int64_t> bytes_decoded_{0};
+  mutable std::mutex stats_mu_;
+  LoaderStats stats_;  // GUARDED_BY(stats_mu_); pipeline counters folded in at epoch end
+  int64_t start_ns_ = -1;
+};
+
+}  // namespace pqloader

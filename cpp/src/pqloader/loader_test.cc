@@ -1,0 +1,158 @@
+#include "pqloader/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "pqloader/error.h"
+#include "pqloader/test_util.h"
+
+namespace pqloader {
+
+namespace {
+
+// Write three files with uneven row groups; ids run 0..N-1 in natural order.
+std::string MakeDataset(int64_t* total) {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteIdFile(dir + "/a.parquet", {5, 3, 11}, 0);
+  testing::WriteIdFile(dir + "/b.parquet", {4}, 19);
+  testing::WriteIdFile(dir + "/c.parquet", {2, 6, 1, 9}, 23);
+  *total = 41;
+  return dir;
+}
+
+// All ids of one epoch, in delivery order, with the batch sizes.
+std::vector<int64_t> Epoch(Loader* loader, int64_t epoch, std::vector<int64_t>* sizes = nullptr,
+                           int64_t first_batch = 0) {
+  EXPECT_TRUE(loader->StartEpoch(epoch, first_batch).ok());
+  std::vector<int64_t> ids;
+  while (true) {
+    auto r = loader->Next();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok() || *r == nullptr) break;
+    const Batch& b = **r;
+    const auto* p = reinterpret_cast<const int64_t*>(b.columns[0].data->data());
+    ids.insert(ids.end(), p, p + b.num_rows);
+    const auto* x = reinterpret_cast<const float*>(b.columns[1].data->data());
+    for (int64_t i = 0; i < b.num_rows; ++i) EXPECT_EQ(x[i], static_cast<float>(p[i]) / 2);
+    if (sizes) sizes->push_back(b.num_rows);
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST(Loader, ReadsEveryRowInNaturalOrder) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.plan.batch_size = 4;
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  std::vector<int64_t> sizes;
+  auto ids = Epoch(loader.get(), 0, &sizes);
+  std::vector<int64_t> expect(total);
+  std::iota(expect.begin(), expect.end(), 0);
+  EXPECT_EQ(ids, expect);
+  EXPECT_EQ(static_cast<int64_t>(sizes.size()), loader->num_batches());
+  EXPECT_EQ(sizes.back(), 1);
+  EXPECT_EQ(loader->stats().rows, total);
+}
+
+TEST(Loader, ShuffledOrderIsIndependentOfThreadsAndDelays) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  std::vector<int64_t> reference;
+  for (int workers : {1, 2, 4, 8}) {
+    for (int64_t delay : {0, 500}) {
+      LoaderOptions o;
+      o.plan.batch_size = 3;
+      o.plan.shuffle = true;
+      o.plan.seed = 99;
+      o.plan.shuffle_window = 2;
+      o.num_workers = workers;
+      o.debug_max_delay_us = delay;
+      auto loader = Loader::Make({dir}, o).ValueOrDie();
+      auto ids = Epoch(loader.get(), 1);
+      if (reference.empty()) reference = ids;
+      EXPECT_EQ(ids, reference) << workers << " workers, delay " << delay;
+    }
+  }
+  auto sorted = reference;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> expect(total);
+  std::iota(expect.begin(), expect.end(), 0);
+  EXPECT_EQ(sorted, expect);
+}
+
+TEST(Loader, ResumingAtABatchEqualsTheUninterruptedTail) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.plan.batch_size = 4;
+  o.plan.shuffle = true;
+  o.plan.seed = 3;
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  auto full = Epoch(loader.get(), 2);
+  for (int64_t b = 0; b <= loader->num_batches(); ++b) {
+    auto tail = Epoch(loader.get(), 2, nullptr, b);
+    EXPECT_EQ(tail, std::vector<int64_t>(full.begin() + std::min<int64_t>(b * 4, total), full.end()));
+  }
+}
+
+TEST(Loader, CorruptFileErrorsNameTheFile) {
+  const auto dir = testing::MakeTempDir();
+  std::ofstream(dir + "/bad.parquet") << "this is not parquet at all";
+  auto r = Loader::Make({dir + "/bad.parquet"}, LoaderOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bad.parquet"), std::string::npos);
+  EXPECT_EQ(GetErrorDetail(r.status())->kind(), ErrorKind::kInvalidData);
+}
+
+TEST(Loader, MissingPathAndColumnAreReported) {
+  auto r = Loader::Make({"/nonexistent/dir/x.parquet"}, LoaderOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(GetErrorDetail(r.status())->kind(), ErrorKind::kNotFound);
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.dataset.columns = {"id", "nope"};
+  auto c = Loader::Make({dir}, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(GetErrorDetail(c.status())->kind(), ErrorKind::kColumnNotFound);
+  EXPECT_NE(c.status().message().find("'nope'"), std::string::npos);
+}
+
+TEST(Loader, CorruptPageSurfacesAtTheConsumerWithFileAndRowGroup) {
+  const auto dir = testing::MakeTempDir();
+  testing::WriteIdFile(dir + "/f.parquet", {50, 50, 50}, 0);
+  // Overwrite the data pages of the middle of the file, keeping the footer intact.
+  const auto size = std::filesystem::file_size(dir + "/f.parquet");
+  {
+    std::fstream f(dir + "/f.parquet", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 3));
+    std::string junk(size / 4, '\xff');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  LoaderOptions o;
+  o.plan.batch_size = 10;
+  o.num_workers = 4;
+  auto loader = Loader::Make({dir}, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  arrow::Status error;
+  for (int i = 0; i < 100 && error.ok(); ++i) {
+    auto r = (*loader)->Next();
+    if (!r.ok()) error = r.status();
+    else if (*r == nullptr) break;
+  }
+  ASSERT_FALSE(error.ok()) << "corruption went unnoticed";
+  EXPECT_NE(error.message().find("f.parquet"), std::string::npos) << error.ToString();
+  EXPECT_NE(error.message().find("row group"), std::string::npos) << error.ToString();
+  EXPECT_FALSE((*loader)->Next().ok());
+}
+
+}  // namespace pqloader

@@ -1,0 +1,145 @@
+#include "pqloader/plan/epoch_plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "pqloader/random/philox.h"
+
+namespace pqloader {
+
+namespace {
+
+// Fisher-Yates shuffle driven by a counter-based stream: the result depends only on
+// (seed, purpose, ids, n).
+template <typename T>
+void Shuffle(std::vector<T>* v, CounterRng rng) {
+  for (int64_t i = static_cast<int64_t>(v->size()) - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(i) + 1));
+    std::swap((*v)[i], (*v)[j]);
+  }
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::string ValidatePlanOptions(const PlanOptions& o) {
+  if (o.batch_size <= 0) return "batch_size must be positive, got " + std::to_string(o.batch_size);
+  if (o.shuffle_window <= 0) {
+    return "shuffle_window must be positive, got " + std::to_string(o.shuffle_window);
+  }
+  if (o.world_size <= 0) return "world_size must be positive, got " + std::to_string(o.world_size);
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    return "rank must be in [0, world_size=" + std::to_string(o.world_size) + "), got " +
+           std::to_string(o.rank);
+  }
+  return "";
+}
+
+EpochPlan EpochPlan::Make(const std::vector<int64_t>& split_rows, const PlanOptions& options,
+                          int64_t epoch) {
+  EpochPlan plan;
+  plan.options_ = options;
+  plan.epoch_ = epoch;
+
+  // 1. The epoch's global order of splits.
+  const auto num_splits = static_cast<int64_t>(split_rows.size());
+  plan.split_order_.resize(num_splits);
+  std::iota(plan.split_order_.begin(), plan.split_order_.end(), 0);
+  if (options.shuffle) {
+    Shuffle(&plan.split_order_, CounterRng(options.seed, RngPurpose::kSplitOrder,
+                                           static_cast<uint32_t>(epoch), 0));
+  }
+  const int64_t total = std::accumulate(split_rows.begin(), split_rows.end(), int64_t{0});
+
+  // 2. Equal, contiguous shares of the (truncated or padded) global row stream.
+  const int64_t world = options.world_size;
+  int64_t per_rank = 0;
+  if (options.shard_policy == ShardPolicy::kDrop) {
+    per_rank = total / world;
+    plan.dropped_rows_ = total - per_rank * world;
+  } else {
+    per_rank = total == 0 ? 0 : CeilDiv(total, world);
+    plan.padded_rows_ = per_rank * world - total;
+  }
+  plan.num_rows_ = per_rank;
+
+  // 3. Units: the pieces of splits that cover [begin, end) of the stream. Positions past
+  // `total` (padding) wrap around to the stream's beginning.
+  int64_t begin = options.rank * per_rank;
+  const int64_t end = begin + per_rank;
+  while (begin < end && total > 0) {
+    const int64_t lap_begin = begin - begin % total;  // start of this lap over the data
+    const int64_t lap_end = std::min(end, lap_begin + total);
+    int64_t split_start = lap_begin;
+    for (int64_t s : plan.split_order_) {
+      const int64_t split_end = split_start + split_rows[s];
+      const int64_t lo = std::max(begin, split_start);
+      const int64_t hi = std::min(lap_end, split_end);
+      if (lo < hi) plan.units_.push_back(Unit{s, lo - split_start, hi - split_start});
+      split_start = split_end;
+      if (split_start >= lap_end) break;
+    }
+    begin = lap_end;
+  }
+
+  plan.unit_first_row_.assign(1, 0);
+  for (const Unit& u : plan.units_) {
+    plan.unit_first_row_.push_back(plan.unit_first_row_.back() + u.num_rows());
+  }
+
+  // 4. Shuffle windows of `shuffle_window` consecutive units. Without shuffling, every
+  // unit is its own window so a batch waits only for the units it reads.
+  const int64_t window = options.shuffle ? options.shuffle_window : 1;
+  const auto num_units = static_cast<int64_t>(plan.units_.size());
+  plan.window_first_row_.assign(1, 0);
+  for (int64_t u = 0; u < num_units; u += window) {
+    plan.window_first_row_.push_back(plan.unit_first_row_[std::min(u + window, num_units)]);
+  }
+
+  plan.num_batches_ = options.drop_last ? per_rank / options.batch_size
+                                        : CeilDiv(per_rank, options.batch_size);
+  return plan;
+}
+
+int64_t EpochPlan::drop_last_rows() const {
+  return num_rows_ - std::min(num_rows_, num_batches_ * options_.batch_size);
+}
+
+std::pair<int64_t, int64_t> EpochPlan::BatchRowRange(int64_t b) const {
+  const int64_t first = b * options_.batch_size;
+  return {first, std::min(first + options_.batch_size, num_rows_)};
+}
+
+int64_t EpochPlan::WindowOfRow(int64_t pos) const {
+  auto it = std::upper_bound(window_first_row_.begin(), window_first_row_.end(), pos);
+  return static_cast<int64_t>(it - window_first_row_.begin()) - 1;
+}
+
+std::pair<int64_t, int64_t> EpochPlan::BatchUnitRange(int64_t b) const {
+  const auto [first, last] = BatchRowRange(b);
+  const int64_t window = options_.shuffle ? options_.shuffle_window : 1;
+  const auto num_units = static_cast<int64_t>(units_.size());
+  const int64_t lo = WindowOfRow(first) * window;
+  const int64_t hi = std::min((WindowOfRow(last - 1) + 1) * window, num_units);
+  return {lo, hi};
+}
+
+std::vector<uint32_t> EpochPlan::WindowPermutation(int64_t w) const {
+  if (!options_.shuffle) return {};
+  const int64_t n = window_first_row_[w + 1] - window_first_row_[w];
+  std::vector<uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0u);
+  Shuffle(&perm, CounterRng(options_.seed, RngPurpose::kWindowRows,
+                            static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w)));
+  return perm;
+}
+
+int64_t EpochPlan::UnitOfWindowOffset(int64_t w, int64_t offset) const {
+  const int64_t pos = window_first_row_[w] + offset;
+  auto it = std::upper_bound(unit_first_row_.begin(), unit_first_row_.end(), pos);
+  return static_cast<int64_t>(it - unit_first_row_.begin()) - 1;
+}
+
+}  // namespace pqloader

@@ -1,0 +1,137 @@
+// EpochPlan: the order in which one rank reads samples in one epoch.
+//
+// The plan is a pure function of (rows per split, PlanOptions, epoch): no I/O, no
+// clocks, no thread ids. It is the single source of truth for order, sharding and
+// resume. Thread-safety: immutable after Make(); all const methods may be called
+// concurrently.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pqloader {
+
+/// How ranks are made equal in size when the row count does not divide evenly.
+enum class ShardPolicy {
+  kDrop,  ///< Drop the last N % world_size rows of the epoch's global order.
+  kPad,   ///< Append the first rows of the epoch's global order until it divides.
+};
+
+/// Options that decide the order of samples. Every field affects the output.
+struct PlanOptions {
+  /// Rows per batch. Default: 256.
+  int64_t batch_size = 256;
+  /// Whether to drop the last, incomplete batch of the epoch. Default: false.
+  bool drop_last = false;
+  /// Whether to shuffle splits and rows. Default: false (natural order).
+  bool shuffle = false;
+  /// Seed of every random choice. Default: 0.
+  uint64_t seed = 0;
+  /// Number of consecutive units whose rows are permuted together when shuffling.
+  /// Memory grows with it (a whole window is decoded before its first batch).
+  /// Default: 4.
+  int64_t shuffle_window = 4;
+  /// This process's rank, in [0, world_size). Default: 0.
+  int64_t rank = 0;
+  /// Number of ranks that share the dataset. Default: 1.
+  int64_t world_size = 1;
+  /// How ranks are equalised. Default: kDrop.
+  ShardPolicy shard_policy = ShardPolicy::kDrop;
+};
+
+/// Return an empty string if `options` are valid, else what is wrong.
+std::string ValidatePlanOptions(const PlanOptions& options);
+
+/// A contiguous row range of one split, read as one piece of work.
+struct Unit {
+  int64_t split = 0;
+  int64_t row_begin = 0;  ///< First row, relative to the split.
+  int64_t row_end = 0;    ///< One past the last row, relative to the split.
+  int64_t num_rows() const { return row_end - row_begin; }
+  bool operator==(const Unit&) const = default;
+};
+
+/// Where one sample of a batch comes from: row `row` (relative to the unit) of unit
+/// `unit` (an index into EpochPlan::units()).
+struct RowRef {
+  int64_t unit;
+  int64_t row;
+};
+
+class EpochPlan {
+ public:
+  /// Build the plan of `epoch` for a dataset whose split i has split_rows[i] rows.
+  /// `options` must be valid (see ValidatePlanOptions).
+  static EpochPlan Make(const std::vector<int64_t>& split_rows, const PlanOptions& options,
+                        int64_t epoch);
+
+  const PlanOptions& options() const { return options_; }
+  int64_t epoch() const { return epoch_; }
+  /// Units this rank reads, in order.
+  const std::vector<Unit>& units() const { return units_; }
+  /// Order of splits for the whole epoch (all ranks).
+  const std::vector<int64_t>& split_order() const { return split_order_; }
+  /// Rows this rank yields in the epoch (after the shard policy, before drop_last).
+  int64_t num_rows() const { return num_rows_; }
+  int64_t num_batches() const { return num_batches_; }
+  /// Rows of the dataset dropped (kDrop) or repeated (kPad) this epoch, all ranks.
+  int64_t dropped_rows() const { return dropped_rows_; }
+  int64_t padded_rows() const { return padded_rows_; }
+  /// Rows of this rank discarded by drop_last.
+  int64_t drop_last_rows() const;
+
+  /// Return [first, last) positions of batch b in this rank's sample stream.
+  std::pair<int64_t, int64_t> BatchRowRange(int64_t b) const;
+  /// Return [lo, hi): the units that must be decoded to assemble batch b.
+  /// Both bounds are non-decreasing in b.
+  std::pair<int64_t, int64_t> BatchUnitRange(int64_t b) const;
+
+  int64_t num_windows() const { return static_cast<int64_t>(window_first_row_.size()) - 1; }
+  /// Return the row permutation of window w (empty when not shuffling: identity).
+  std::vector<uint32_t> WindowPermutation(int64_t w) const;
+  /// Return the window holding stream position `pos`.
+  int64_t WindowOfRow(int64_t pos) const;
+
+  /// Append the sources of positions [first, last) to `out`. `perm_of_window(w)`
+  /// must return WindowPermutation(w) (callers may cache it).
+  template <typename PermFn>
+  void ResolveRows(int64_t first, int64_t last, PermFn&& perm_of_window,
+                   std::vector<RowRef>* out) const;
+
+ private:
+  EpochPlan() = default;
+  int64_t UnitOfWindowOffset(int64_t w, int64_t offset) const;
+
+  PlanOptions options_;
+  int64_t epoch_ = 0;
+  std::vector<int64_t> split_order_;
+  std::vector<Unit> units_;
+  std::vector<int64_t> unit_first_row_;    // prefix sums of unit rows; size units+1
+  std::vector<int64_t> window_first_row_;  // prefix sums of window rows; size windows+1
+  int64_t num_rows_ = 0;
+  int64_t num_batches_ = 0;
+  int64_t dropped_rows_ = 0;
+  int64_t padded_rows_ = 0;
+};
+
+template <typename PermFn>
+void EpochPlan::ResolveRows(int64_t first, int64_t last, PermFn&& perm_of_window,
+                            std::vector<RowRef>* out) const {
+  int64_t pos = first;
+  while (pos < last) {
+    const int64_t w = WindowOfRow(pos);
+    const int64_t w_begin = window_first_row_[w];
+    const int64_t w_end = std::min(window_first_row_[w + 1], last);
+    const auto& perm = perm_of_window(w);
+    for (; pos < w_end; ++pos) {
+      int64_t offset = pos - w_begin;
+      if (!perm.empty()) offset = perm[offset];
+      const int64_t u = UnitOfWindowOffset(w, offset);
+      out->push_back(RowRef{u, w_begin + offset - unit_first_row_[u]});
+    }
+  }
+}
+
+}  // namespace pqloader

@@ -1,0 +1,165 @@
+#include "pqloader/plan/epoch_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+namespace pqloader {
+
+namespace {
+
+// Global ids of the samples of `plan`, in order; split s row r has id prefix[s] + r.
+std::vector<int64_t> Ids(const EpochPlan& plan, const std::vector<int64_t>& split_rows) {
+  std::vector<int64_t> prefix(split_rows.size() + 1, 0);
+  std::partial_sum(split_rows.begin(), split_rows.end(), prefix.begin() + 1);
+  std::vector<RowRef> rows;
+  plan.ResolveRows(0, plan.num_rows(),
+                   [&](int64_t w) { return plan.WindowPermutation(w); }, &rows);
+  std::vector<int64_t> ids;
+  for (const RowRef& r : rows) {
+    const Unit& u = plan.units()[r.unit];
+    ids.push_back(prefix[u.split] + u.row_begin + r.row);
+  }
+  return ids;
+}
+
+const std::vector<int64_t> kUneven = {5, 3, 0, 4, 2, 6, 1, 9, 7};  // 37 rows
+
+}  // namespace
+
+TEST(EpochPlan, NaturalOrderWithoutShuffle) {
+  PlanOptions o;
+  o.batch_size = 4;
+  auto plan = EpochPlan::Make(kUneven, o, 3);
+  auto ids = Ids(plan, kUneven);
+  std::vector<int64_t> expect(37);
+  std::iota(expect.begin(), expect.end(), 0);
+  EXPECT_EQ(ids, expect);
+  EXPECT_EQ(plan.num_batches(), 10);
+  EXPECT_EQ(plan.BatchRowRange(9), std::make_pair(int64_t{36}, int64_t{37}));
+}
+
+TEST(EpochPlan, ShuffleIsAPermutationThatChangesWithEpochAndSeed) {
+  PlanOptions o;
+  o.shuffle = true;
+  o.seed = 11;
+  o.shuffle_window = 3;
+  auto e0 = Ids(EpochPlan::Make(kUneven, o, 0), kUneven);
+  auto e1 = Ids(EpochPlan::Make(kUneven, o, 1), kUneven);
+  o.seed = 12;
+  auto s2 = Ids(EpochPlan::Make(kUneven, o, 0), kUneven);
+  auto sorted = e0;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int64_t> all(37);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(sorted, all);
+  EXPECT_NE(e0, e1);
+  EXPECT_NE(e0, s2);
+  o.seed = 11;
+  EXPECT_EQ(Ids(EpochPlan::Make(kUneven, o, 0), kUneven), e0);
+}
+
+TEST(EpochPlan, BatchUnitRangesAreMonotoneAndCoverTheirRows) {
+  PlanOptions o;
+  o.shuffle = true;
+  o.seed = 5;
+  o.shuffle_window = 2;
+  o.batch_size = 3;
+  auto plan = EpochPlan::Make(kUneven, o, 0);
+  std::pair<int64_t, int64_t> prev{0, 0};
+  for (int64_t b = 0; b < plan.num_batches(); ++b) {
+    auto range = plan.BatchUnitRange(b);
+    EXPECT_GE(range.first, prev.first);
+    EXPECT_GE(range.second, prev.second);
+    auto [first, last] = plan.BatchRowRange(b);
+    std::vector<RowRef> rows;
+    plan.ResolveRows(first, last, [&](int64_t w) { return plan.WindowPermutation(w); }, &rows);
+    for (const RowRef& r : rows) {
+      EXPECT_GE(r.unit, range.first);
+      EXPECT_LT(r.unit, range.second);
+      EXPECT_LT(r.row, plan.units()[r.unit].num_rows());
+    }
+    prev = range;
+  }
+}
+
+TEST(EpochPlan, ShardsAreEqualDisjointAndComplete) {
+  for (bool shuffle : {false, true}) {
+    for (auto policy : {ShardPolicy::kDrop, ShardPolicy::kPad}) {
+      for (int64_t world = 1; world <= 5; ++world) {
+        std::map<int64_t, int> seen;
+        int64_t per_rank = -1;
+        for (int64_t rank = 0; rank < world; ++rank) {
+          PlanOptions o;
+          o.shuffle = shuffle;
+          o.seed = 3;
+          o.rank = rank;
+          o.world_size = world;
+          o.shard_policy = policy;
+          o.batch_size = 4;
+          auto plan = EpochPlan::Make(kUneven, o, 2);
+          auto ids = Ids(plan, kUneven);
+          if (per_rank < 0) per_rank = static_cast<int64_t>(ids.size());
+          EXPECT_EQ(static_cast<int64_t>(ids.size()), per_rank);
+          for (int64_t id : ids) ++seen[id];
+        }
+        const int64_t total = 37;
+        if (policy == ShardPolicy::kDrop) {
+          EXPECT_EQ(per_rank, total / world);
+          EXPECT_EQ(static_cast<int64_t>(seen.size()), per_rank * world);  // disjoint
+          for (auto& [id, n] : seen) EXPECT_EQ(n, 1);
+          EXPECT_LT(total - static_cast<int64_t>(seen.size()), world);
+        } else {
+          EXPECT_EQ(per_rank, (total + world - 1) / world);
+          EXPECT_EQ(static_cast<int64_t>(seen.size()), total);  // complete
+          int64_t repeats = 0;
+          for (auto& [id, n] : seen) repeats += n - 1;
+          EXPECT_EQ(repeats, per_rank * world - total);
+        }
+      }
+    }
+  }
+}
+
+TEST(EpochPlan, PaddingWrapsWhenRanksOutnumberRows) {
+  PlanOptions o;
+  o.world_size = 5;
+  o.rank = 4;
+  o.shard_policy = ShardPolicy::kPad;
+  auto plan = EpochPlan::Make({2}, o, 0);
+  EXPECT_EQ(plan.num_rows(), 1);
+  EXPECT_EQ(plan.padded_rows(), 3);
+  EXPECT_EQ(Ids(plan, {2}), std::vector<int64_t>({0}));
+}
+
+TEST(EpochPlan, DropLastDropsOnlyTheIncompleteBatch) {
+  PlanOptions o;
+  o.batch_size = 10;
+  o.drop_last = true;
+  auto plan = EpochPlan::Make(kUneven, o, 0);
+  EXPECT_EQ(plan.num_batches(), 3);
+  EXPECT_EQ(plan.drop_last_rows(), 7);
+}
+
+TEST(EpochPlan, EmptyDatasetHasNoBatches) {
+  PlanOptions o;
+  auto plan = EpochPlan::Make({}, o, 0);
+  EXPECT_EQ(plan.num_batches(), 0);
+  EXPECT_TRUE(plan.units().empty());
+}
+
+TEST(EpochPlan, ValidationNamesTheBadOption) {
+  PlanOptions o;
+  o.rank = 3;
+  o.world_size = 2;
+  EXPECT_NE(ValidatePlanOptions(o).find("rank"), std::string::npos);
+  o = PlanOptions{};
+  o.batch_size = 0;
+  EXPECT_NE(ValidatePlanOptions(o).find("batch_size"), std::string::npos);
+  EXPECT_EQ(ValidatePlanOptions(PlanOptions{}), "");
+}
+
+}  // namespace pqloader

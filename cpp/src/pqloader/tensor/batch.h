@@ -1,0 +1,100 @@
+// Tensors, decoded columns and batches.
+//
+// A DecodedUnit holds the columns of one unit (a row range of one split) in the
+// layout the batch wants: fixed-shape rows packed contiguously, or variable-length
+// bytes with int64 offsets. A Batch holds `num_rows` rows of each column in freshly
+// allocated, 64-byte aligned buffers from an Arrow memory pool; its buffers are
+// reference counted, so they can be exported zero-copy (NumPy, DLPack) and go back
+// to the pool when the last reference is dropped.
+// Thread-safety: immutable once built; shareable across threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/buffer.h>
+#include <arrow/memory_pool.h>
+#include <arrow/result.h>
+
+#include "pqloader/plan/epoch_plan.h"
+
+namespace pqloader {
+
+/// Element type of a tensor column. Names follow NumPy.
+enum class DType : uint8_t {
+  kBool, kInt8, kInt16, kInt32, kInt64, kUInt8, kUInt16, kUInt32, kUInt64,
+  kFloat16, kFloat32, kFloat64,
+};
+
+/// Return the size of one element in bytes.
+int64_t DTypeSize(DType dtype);
+/// Return the NumPy name of `dtype`, e.g. "float32".
+const char* DTypeName(DType dtype);
+
+enum class ColumnKind {
+  kTensor,  ///< Fixed-shape rows of `dtype`.
+  kBytes,   ///< Variable-length binary rows.
+  kString,  ///< Variable-length UTF-8 rows.
+};
+
+/// The static description of one output column.
+struct ColumnSpec {
+  std::string name;
+  ColumnKind kind = ColumnKind::kTensor;
+  DType dtype = DType::kUInt8;
+  /// Shape of one row; -1 for a dimension known only once data is decoded (lists).
+  std::vector<int64_t> row_shape;
+  /// The column's Arrow type as read from Parquet, e.g. "timestamp[us, tz=UTC]".
+  std::string arrow_type;
+  /// True for a column made from hive partition directories (`key=value`).
+  bool is_partition = false;
+};
+
+/// One column of one decoded unit.
+struct ColumnData {
+  /// kTensor: num_rows * row_bytes bytes. Variable length: the bytes that offsets index.
+  std::shared_ptr<arrow::Buffer> data;
+  /// Variable length only: num_rows + 1 int64 offsets into data (need not start at 0).
+  std::shared_ptr<arrow::Buffer> offsets;
+  /// kTensor only: actual shape of one row, and its size in bytes.
+  std::vector<int64_t> row_shape;
+  int64_t row_bytes = 0;
+};
+
+/// The decoded columns of one unit, in ColumnSpec order.
+struct DecodedUnit {
+  int64_t num_rows = 0;
+  std::vector<ColumnData> columns;
+  /// Bytes held by the column buffers.
+  int64_t ByteSize() const;
+};
+
+/// One column of a batch.
+struct BatchColumn {
+  ColumnKind kind = ColumnKind::kTensor;
+  DType dtype = DType::kUInt8;
+  /// kTensor: {num_rows, row_shape...}. Variable length: {num_rows}.
+  std::vector<int64_t> shape;
+  std::shared_ptr<arrow::Buffer> data;
+  /// Variable length only: num_rows + 1 int64 offsets into data, starting at 0.
+  std::shared_ptr<arrow::Buffer> offsets;
+};
+
+struct Batch {
+  int64_t epoch = 0;
+  int64_t index = 0;  ///< Position of the batch in its epoch.
+  int64_t num_rows = 0;
+  std::vector<BatchColumn> columns;  ///< In ColumnSpec order.
+  int64_t ByteSize() const;
+};
+
+/// Gather `rows` (RowRef::unit indexes `units` after subtracting `unit_base`) into a
+/// new batch. Fails if one column's row shape differs between units.
+arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
+    const std::vector<ColumnSpec>& specs,
+    const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
+    const std::vector<RowRef>& rows, arrow::MemoryPool* pool);
+
+}  // namespace pqloader

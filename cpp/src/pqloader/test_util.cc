@@ -1,0 +1,58 @@
+#include "pqloader/test_util.h"
+
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <parquet/arrow/writer.h>
+
+namespace pqloader::testing {
+
+namespace {
+
+struct TempDirs {
+  std::vector<std::string> dirs;
+  ~TempDirs() {
+    for (const auto& d : dirs) std::filesystem::remove_all(d);
+  }
+};
+
+}  // namespace
+
+std::string MakeTempDir() {
+  static TempDirs all;
+  char tmpl[] = "/tmp/pqloader_test_XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  all.dirs.emplace_back(tmpl);
+  return tmpl;
+}
+
+void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups,
+                 int64_t start_id) {
+  auto schema = arrow::schema({arrow::field("id", arrow::int64(), false),
+                               arrow::field("x", arrow::float32(), false)});
+  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
+  auto writer = parquet::arrow::FileWriter::Open(*schema, arrow::default_memory_pool(), out)
+                    .ValueOrDie();
+  int64_t id = start_id;
+  for (int64_t rows : row_groups) {
+    arrow::Int64Builder ids;
+    arrow::FloatBuilder xs;
+    for (int64_t i = 0; i < rows; ++i, ++id) {
+      (void)ids.Append(id);
+      (void)xs.Append(static_cast<float>(id) / 2);
+    }
+    auto batch = arrow::RecordBatch::Make(schema, rows,
+                                          {ids.Finish().ValueOrDie(), xs.Finish().ValueOrDie()});
+    if (!writer->NewBufferedRowGroup().ok() || !writer->WriteRecordBatch(*batch).ok()) {
+      throw std::runtime_error("cannot write " + path);
+    }
+  }
+  if (!writer->Close().ok() || !out->Close().ok()) throw std::runtime_error("close " + path);
+}
+
+}  // namespace pqloader::testing

@@ -1,0 +1,18 @@
+// Helpers shared by the C++ tests: temporary directories and small Parquet files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pqloader::testing {
+
+/// Return a fresh, empty temporary directory (removed at exit).
+std::string MakeTempDir();
+
+/// Write a Parquet file with columns id (int64, start_id, start_id + 1, ...) and
+/// x (float32, id / 2), with one row group per entry of `row_groups` (its row count).
+void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups,
+                 int64_t start_id);
+
+}  // namespace pqloader::testing

@@ -1,0 +1,373 @@
+"""Conformance against Apache's parquet-testing corpus (shared, read-only).
+
+* ``data/``: every file pyarrow can read is, column by column, either read
+  with values equal to pyarrow's (converted per the pqloader type rules) or
+  refused cleanly (UnsupportedTypeError naming the column and its type, or
+  InvalidDataError for nulls / ragged lists naming the column).
+* ``bad_data/``: every file yields a clean ``pqloader.Error``; run in a
+  subprocess with a timeout so a crash or hang fails one test instead of
+  killing pytest.
+* Files with deliberately corrupt page checksums are refused when
+  ``verify_checksums=True``.
+
+Reads of ``data/`` happen in-process, but only after a subprocess has read
+every file once without crashing (see ``crash_report``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import (
+    assert_column_equal,
+    classify_type,
+    collect,
+    column_null_count,
+    subprocess_env,
+    to_expected,
+    type_keyword,
+    uniform_list_length,
+)
+
+CONF = Path(__file__).resolve().parents[2].parent / "shared/conformance/parquet-testing"
+if not CONF.is_dir():
+    pytest.skip(f"conformance corpus not found at {CONF}", allow_module_level=True)
+
+import pqloader  # noqa: E402  (after the skip so a missing corpus is reported first)
+
+DATA_FILES = sorted(p for p in (CONF / "data").rglob("*.parquet") if p.is_file())
+BAD_FILES = sorted(p for p in (CONF / "bad_data").rglob("*.parquet") if p.is_file())
+
+
+def rel(p: Path) -> str:
+    return p.relative_to(CONF).as_posix()
+
+
+def is_corrupt_checksum_file(p: Path) -> bool:
+    n = p.name.lower()
+    return "checksum" in n and "corrupt" in n
+
+
+CHECKSUM_FILES = [p for p in DATA_FILES if "checksum" in p.name.lower() or "crc" in p.name.lower()]
+CORRUPT_CHECKSUM_FILES = [p for p in CHECKSUM_FILES if is_corrupt_checksum_file(p)]
+VALID_CHECKSUM_FILES = [p for p in CHECKSUM_FILES if not is_corrupt_checksum_file(p)]
+
+
+def test_index_describes_the_corpus_layout():
+    index = (CONF / "INDEX.md").read_text()
+    assert "data/" in index and "bad_data/" in index
+    assert len(DATA_FILES) >= 40, "conformance corpus looks incomplete"
+    assert len(BAD_FILES) >= 5
+    assert CORRUPT_CHECKSUM_FILES, "expected files with deliberately corrupt checksums"
+
+
+# ---------------------------------------------------------------------------
+# crash guard: read everything once in a child process
+# ---------------------------------------------------------------------------
+
+_CRASH_SCRIPT = textwrap.dedent(
+    r"""
+    import sys
+    import pyarrow.parquet as pq
+    import pqloader
+
+    def drain(path, **kw):
+        try:
+            for _ in pqloader.Loader(path, **kw):
+                pass
+        except BaseException:
+            pass
+
+    for path in sys.argv[1:]:
+        print("START", path, flush=True)
+        drain(path, num_workers=2)
+        try:
+            names = pq.read_schema(path).names
+        except Exception:
+            names = []
+        for c in names:
+            drain(path, columns=[c], num_workers=2)
+        if "checksum" in path or "crc" in path:
+            drain(path, num_workers=2, verify_checksums=True)
+        try:
+            pqloader.inspect(path)
+        except BaseException:
+            pass
+        print("DONE", path, flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def crash_report() -> dict:
+    """{path: reason} for data files on which pqloader crashed or hung in a child process."""
+    bad: dict = {}
+    remaining = [str(p) for p in DATA_FILES]
+    while remaining:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", _CRASH_SCRIPT, *remaining],
+                capture_output=True,
+                text=True,
+                timeout=150,
+                env=subprocess_env(),
+            )
+            out, err, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err, rc = "timeout (hang?)", None
+        done = {line[5:] for line in out.splitlines() if line.startswith("DONE ")}
+        started = [line[6:] for line in out.splitlines() if line.startswith("START ")]
+        if rc == 0 and all(p in done for p in remaining):
+            break
+        culprit = next((p for p in started if p not in done), None)
+        if culprit is None:  # died before starting anything: blame all, stop
+            for p in remaining:
+                bad[p] = f"child exited with {rc} before reading: {err[-2000:]}"
+            break
+        bad[culprit] = f"child died (returncode {rc}) while reading it: {err[-2000:]}"
+        remaining = [p for p in remaining[remaining.index(culprit) + 1 :]]
+    return bad
+
+
+# ---------------------------------------------------------------------------
+# data/: column-by-column equality with pyarrow
+# ---------------------------------------------------------------------------
+
+
+def _expected_outcome(path: Path, name: str):
+    """(outcome, payload) for one top-level column.
+
+    outcome: 'values' (payload: expected values), 'nulls', 'ragged',
+    'unsupported' (payload: arrow type), 'maybe' (payload: (arrow type,
+    expected values or None, has_nulls)), 'pyarrow_fails'.
+    """
+    try:
+        table = pq.read_table(str(path), columns=[name])
+    except Exception:
+        return "pyarrow_fails", None
+    col = table.column(0)
+    kind = classify_type(col.type)
+    if kind == "unsupported":
+        return "unsupported", col.type
+    has_nulls = column_null_count(col) > 0
+    if kind == "maybe":
+        try:
+            exp = None if has_nulls else to_expected(col)
+        except Exception:
+            exp = None
+        return "maybe", (col.type, exp, has_nulls)
+    if kind == "list":
+        if has_nulls:
+            return "ragged", None  # nulls and/or ragged: InvalidDataError either way
+        if uniform_list_length(col) is None:
+            return "ragged", None
+    if has_nulls:
+        return "nulls", None
+    return "values", to_expected(col)
+
+
+def _check_column(path: Path, name: str) -> None:
+    outcome, payload = _expected_outcome(path, name)
+    where = f"{rel(path)}:{name}"
+
+    def read():
+        return collect(pqloader.Loader(str(path), columns=[name], batch_size=1000))
+
+    if outcome == "pyarrow_fails":
+        try:
+            read()
+        except pqloader.Error:
+            pass
+        return
+    if outcome == "values":
+        got = read()
+        if len(payload) == 0:
+            assert got == {} or len(got[name]) == 0, where
+            return
+        assert list(got) == [name], where
+        assert_column_equal(got[name], payload, where)
+        return
+    if outcome == "unsupported":
+        with pytest.raises(pqloader.UnsupportedTypeError) as ei:
+            pqloader.Loader(str(path), columns=[name])
+        msg = str(ei.value)
+        assert name in msg, f"{where}: error does not name the column: {msg}"
+        assert type_keyword(payload) in msg.lower(), f"{where}: error does not name the type {payload}: {msg}"
+        return
+    if outcome in ("nulls", "ragged"):
+        with pytest.raises(pqloader.InvalidDataError) as ei:
+            read()
+        msg = str(ei.value)
+        assert name in msg, f"{where}: error does not name the column: {msg}"
+        if outcome == "nulls":
+            assert "null" in msg.lower(), f"{where}: error does not mention nulls: {msg}"
+        return
+    assert outcome == "maybe"
+    arrow_type, expected, has_nulls = payload
+    try:
+        got = read()
+    except pqloader.UnsupportedTypeError as e:
+        assert name in str(e), f"{where}: {e}"
+        return
+    except pqloader.InvalidDataError as e:
+        assert has_nulls, f"{where}: {arrow_type} column without nulls refused as invalid: {e}"
+        assert name in str(e), f"{where}: {e}"
+        return
+    assert not has_nulls, f"{where}: {arrow_type} column with nulls was read without error"
+    if expected is not None and len(expected):
+        assert_column_equal(got[name], expected, where)
+
+
+@pytest.mark.parametrize("path", DATA_FILES, ids=rel)
+def test_data_file_each_column_equals_pyarrow_or_is_refused_cleanly(path, crash_report):
+    if str(path) in crash_report:
+        pytest.fail(f"pqloader crashed or hung on {rel(path)}: {crash_report[str(path)]}")
+    try:
+        names = pq.read_schema(str(path)).names
+    except Exception:
+        names = None
+    if names is None:
+        # pyarrow cannot open it: pqloader must fail with its own error type
+        with pytest.raises(pqloader.Error):
+            collect(pqloader.Loader(str(path)))
+        return
+    for name in names:
+        _check_column(path, name)
+
+
+@pytest.mark.parametrize("path", DATA_FILES, ids=rel)
+def test_data_file_with_default_columns_equals_pyarrow_or_names_a_refused_column(path, crash_report):
+    if str(path) in crash_report:
+        pytest.fail(f"pqloader crashed or hung on {rel(path)}: {crash_report[str(path)]}")
+    try:
+        names = pq.read_schema(str(path)).names
+    except Exception:
+        pytest.skip("pyarrow cannot open this file (covered by the per-column test)")
+    outcomes = {n: _expected_outcome(path, n) for n in names}
+    must_refuse = [
+        n for n, (o, p) in outcomes.items() if o in ("unsupported", "nulls", "ragged") or (o == "maybe" and p[2])
+    ]
+    may_refuse = must_refuse + [n for n, (o, p) in outcomes.items() if o in ("maybe", "pyarrow_fails")]
+    try:
+        got = collect(pqloader.Loader(str(path), batch_size=777))
+    except (pqloader.UnsupportedTypeError, pqloader.InvalidDataError) as e:
+        assert may_refuse, f"{rel(path)}: refused although every column is readable: {e!r}"
+        assert any(n in str(e) for n in may_refuse), f"{rel(path)}: error names none of {may_refuse}: {e}"
+        return
+    assert not must_refuse, f"{rel(path)}: read without error although {must_refuse} must be refused"
+    for n, (o, p) in outcomes.items():
+        exp = p if o == "values" else (p[1] if o == "maybe" else None)
+        if exp is None or len(exp) == 0:
+            continue
+        assert_column_equal(got[n], exp, f"{rel(path)}:{n}")
+    assert list(got) == [n for n in names if n in got], f"{rel(path)}: columns not in schema order"
+
+
+# ---------------------------------------------------------------------------
+# page checksums
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CORRUPT_CHECKSUM_FILES, ids=rel)
+def test_corrupt_page_checksum_is_refused_when_verification_is_on(path, crash_report):
+    if str(path) in crash_report:
+        pytest.fail(f"pqloader crashed or hung on {rel(path)}: {crash_report[str(path)]}")
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        collect(pqloader.Loader(str(path), verify_checksums=True))
+    assert path.name in str(ei.value)
+
+
+@pytest.mark.parametrize("path", VALID_CHECKSUM_FILES, ids=rel)
+def test_valid_page_checksums_pass_verification_with_equal_values(path, crash_report):
+    if str(path) in crash_report:
+        pytest.fail(f"pqloader crashed or hung on {rel(path)}: {crash_report[str(path)]}")
+    expected = pq.read_table(str(path), page_checksum_verification=True)
+    got = collect(pqloader.Loader(str(path), verify_checksums=True, batch_size=500))
+    for name in expected.column_names:
+        assert_column_equal(got[name], to_expected(expected.column(name)), f"{rel(path)}:{name}")
+
+
+# ---------------------------------------------------------------------------
+# bad_data/: clean errors, in a subprocess
+# ---------------------------------------------------------------------------
+
+_BAD_SCRIPT = textwrap.dedent(
+    r"""
+    import json, sys
+    import pqloader
+
+    path, workers = sys.argv[1], int(sys.argv[2])
+    res = {}
+    try:
+        pqloader.inspect(path)
+        res["inspect"] = "ok"
+    except pqloader.Error as e:
+        res["inspect"] = "error"
+    except BaseException as e:
+        res["inspect"] = "foreign " + type(e).__module__ + "." + type(e).__qualname__ + ": " + str(e)
+    try:
+        rows = 0
+        for b in pqloader.Loader(path, num_workers=workers, batch_size=1000):
+            rows += len(next(iter(b.values())))
+        res["read"] = "ok"
+        res["rows"] = rows
+    except pqloader.Error as e:
+        res["read"] = "error"
+        res["type"] = type(e).__name__
+        res["invalid_data"] = isinstance(e, pqloader.InvalidDataError)
+        res["msg"] = str(e)
+    except BaseException as e:
+        res["read"] = "foreign " + type(e).__module__ + "." + type(e).__qualname__ + ": " + str(e)
+    print("RESULT " + json.dumps(res), flush=True)
+    """
+)
+
+
+def _pyarrow_reads(path: Path) -> bool:
+    try:
+        pq.read_table(str(path))
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+@pytest.mark.parametrize("path", BAD_FILES, ids=rel)
+def test_bad_data_file_raises_a_clean_pqloader_error_without_crash_or_hang(path, workers):
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _BAD_SCRIPT, str(path), str(workers)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=subprocess_env(),
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"pqloader hung on {rel(path)} (no result within 60 s)")
+    assert proc.returncode == 0, f"child crashed with return code {proc.returncode}: {proc.stderr[-3000:]}"
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, proc.stdout + proc.stderr
+    res = json.loads(line[-1][len("RESULT ") :])
+    assert not res["inspect"].startswith("foreign"), f"inspect leaked a non-pqloader exception: {res['inspect']}"
+    assert not res["read"].startswith("foreign"), f"reading leaked a non-pqloader exception: {res['read']}"
+    if res["read"] == "ok":
+        # Only acceptable where pyarrow itself accepts the file (ARROW-GH-43605 decodes
+        # to all zeros in Arrow 25); then the values must at least equal pyarrow's.
+        assert _pyarrow_reads(path), f"{rel(path)} was read without error ({res.get('rows')} rows)"
+        expected = pq.read_table(str(path))
+        got = collect(pqloader.Loader(str(path), batch_size=1000))
+        for name in expected.column_names:
+            if classify_type(expected.schema.field(name).type) in ("scalar", "fsl"):
+                assert_column_equal(got[name], to_expected(expected.column(name)), f"{rel(path)}:{name}")
+        return
+    if res["invalid_data"]:
+        assert path.name in res["msg"], f"InvalidDataError does not name the file: {res['msg']}"

@@ -1,0 +1,368 @@
+"""Error behaviour: clean, typed exceptions that name the culprit; no hangs."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import collect, id_table, run_with_timeout, write_dataset, write_parquet
+
+
+def read_all(source, **kwargs):
+    """Construct and exhaust a loader (errors may come from either step)."""
+    return collect(pqloader.Loader(source, **kwargs))
+
+
+# ---------------------------------------------------------------------------
+# exception hierarchy
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,builtin",
+    [
+        ("DataNotFoundError", FileNotFoundError),
+        ("InvalidDataError", ValueError),
+        ("SchemaMismatchError", ValueError),
+        ("ColumnNotFoundError", KeyError),
+        ("UnsupportedTypeError", TypeError),
+        ("IOError", OSError),
+    ],
+)
+def test_exception_classes_subclass_pqloader_error_and_the_builtin(name, builtin):
+    cls = getattr(pqloader, name)
+    assert issubclass(cls, pqloader.Error)
+    assert issubclass(cls, builtin)
+    assert issubclass(pqloader.Error, Exception)
+
+
+def test_schema_mismatch_error_is_an_invalid_data_error():
+    assert issubclass(pqloader.SchemaMismatchError, pqloader.InvalidDataError)
+
+
+# ---------------------------------------------------------------------------
+# missing data
+# ---------------------------------------------------------------------------
+
+
+def test_missing_path_raises_data_not_found_naming_the_path(tmp_path):
+    missing = tmp_path / "does-not-exist.parquet"
+    with pytest.raises(pqloader.DataNotFoundError) as ei:
+        read_all(str(missing))
+    assert isinstance(ei.value, FileNotFoundError)
+    assert "does-not-exist.parquet" in str(ei.value)
+
+
+def test_missing_path_in_a_list_raises_data_not_found(tmp_path):
+    good = write_parquet(tmp_path / "good.parquet", id_table(5))
+    with pytest.raises(pqloader.DataNotFoundError, match="nope.parquet"):
+        read_all([str(good), str(tmp_path / "nope.parquet")])
+
+
+def test_empty_directory_raises_data_not_found(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(pqloader.DataNotFoundError):
+        read_all(str(tmp_path / "empty"))
+
+
+def test_directory_with_only_hidden_files_raises_data_not_found(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "_ignored.parquet", id_table(5))
+    write_parquet(d / ".ignored.parquet", id_table(5))
+    (d / "_SUCCESS").write_bytes(b"")
+    with pytest.raises(pqloader.DataNotFoundError):
+        read_all(str(d))
+
+
+def test_glob_matching_nothing_raises_data_not_found(tmp_path):
+    write_parquet(tmp_path / "a.parquet", id_table(5))
+    with pytest.raises(pqloader.DataNotFoundError):
+        read_all(str(tmp_path / "*.nothing"))
+
+
+def test_inspect_of_missing_path_raises_data_not_found(tmp_path):
+    with pytest.raises(pqloader.DataNotFoundError):
+        pqloader.inspect(str(tmp_path / "missing"))
+
+
+# ---------------------------------------------------------------------------
+# broken files
+# ---------------------------------------------------------------------------
+
+
+def _good_bytes(tmp_path, **kw) -> bytes:
+    p = write_parquet(tmp_path / "src" / "good.parquet", id_table(500), [200, 300], **kw)
+    return p.read_bytes()
+
+
+def _footer_span(data: bytes) -> tuple[int, int]:
+    """(start, end) of the thrift FileMetaData in a parquet file's bytes."""
+    assert data[-4:] == b"PAR1"
+    (footer_len,) = struct.unpack("<i", data[-8:-4])
+    end = len(data) - 8
+    return end - footer_len, end
+
+
+def test_non_parquet_file_raises_invalid_data_naming_the_file(tmp_path):
+    p = tmp_path / "notes.parquet"
+    p.write_text("this is not a parquet file\n" * 20)
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        read_all(str(p))
+    assert "notes.parquet" in str(ei.value)
+    assert isinstance(ei.value, ValueError)
+
+
+def test_empty_file_raises_invalid_data(tmp_path):
+    p = tmp_path / "zero.parquet"
+    p.write_bytes(b"")
+    with pytest.raises(pqloader.InvalidDataError, match="zero.parquet"):
+        read_all(str(p))
+
+
+@pytest.mark.parametrize("keep", ["half", "all_but_3", "all_but_9", "just_magic"])
+def test_truncated_file_raises_invalid_data_naming_the_file(tmp_path, keep):
+    data = _good_bytes(tmp_path)
+    cut = {"half": len(data) // 2, "all_but_3": len(data) - 3, "all_but_9": len(data) - 9, "just_magic": 4}[keep]
+    p = tmp_path / "trunc.parquet"
+    p.write_bytes(data[:cut])
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        read_all(str(p))
+    assert "trunc.parquet" in str(ei.value)
+
+
+def test_truncated_file_among_good_files_raises_naming_the_bad_one(tmp_path):
+    d = tmp_path / "d"
+    write_dataset(d, [[50], [50], [50]])
+    data = (d / "part-001.parquet").read_bytes()
+    (d / "part-001.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        read_all(str(d), batch_size=16)
+    assert "part-001.parquet" in str(ei.value)
+
+
+@pytest.mark.parametrize("how", ["garbage_metadata", "huge_length", "bad_magic"])
+def test_corrupt_footer_raises_invalid_data_naming_the_file(tmp_path, how):
+    data = bytearray(_good_bytes(tmp_path))
+    start, end = _footer_span(bytes(data))
+    if how == "garbage_metadata":
+        data[start:end] = b"\xff" * (end - start)
+    elif how == "huge_length":
+        data[-8:-4] = struct.pack("<i", len(data) * 10)
+    else:
+        data[-4:] = b"PARX"
+    p = tmp_path / "badfooter.parquet"
+    p.write_bytes(bytes(data))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        read_all(str(p))
+    assert "badfooter.parquet" in str(ei.value)
+
+
+def _corrupt_column_chunk(src: Path, dst: Path, column: int, row_group: int = 0) -> None:
+    """Flip 16 bytes in the middle of one column chunk."""
+    md = pq.ParquetFile(str(src)).metadata
+    col = md.row_group(row_group).column(column)
+    start = col.dictionary_page_offset or col.data_page_offset
+    mid = start + col.total_compressed_size // 2
+    data = bytearray(src.read_bytes())
+    for i in range(mid, mid + 16):
+        data[i] ^= 0xFF
+    dst.write_bytes(bytes(data))
+
+
+def _gzip_table(n: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "id": pa.array(np.arange(n, dtype=np.int64)),
+            "payload": pa.array(rng.standard_normal(n)),
+        }
+    )
+
+
+def test_corrupt_compressed_page_raises_invalid_data_naming_file_and_column(tmp_path):
+    src = write_parquet(tmp_path / "src.parquet", _gzip_table(2000), [1000, 1000], compression="gzip", use_dictionary=False)
+    bad = tmp_path / "pagecorrupt.parquet"
+    _corrupt_column_chunk(src, bad, column=1, row_group=1)
+    with pytest.raises(Exception):  # precondition: the corruption is detectable at all
+        pq.read_table(str(bad))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        read_all(str(bad), batch_size=100)
+    msg = str(ei.value)
+    assert "pagecorrupt.parquet" in msg
+    assert "payload" in msg
+
+
+def test_corrupt_page_error_surfaces_after_good_batches_and_iteration_then_stops(tmp_path):
+    d = tmp_path / "d"
+    for i in range(3):
+        write_parquet(d / f"f{i}.parquet", _gzip_table(600, seed=i), [300, 300], compression="gzip", use_dictionary=False)
+    good = d / "f3.src"
+    write_parquet(good, _gzip_table(600, seed=9), [300, 300], compression="gzip", use_dictionary=False)
+    _corrupt_column_chunk(good, d / "f3.parquet", column=1, row_group=1)
+    good.unlink()
+
+    loader = pqloader.Loader(str(d), batch_size=50, num_workers=4, _debug_delay_us=500)
+    it = iter(loader)
+
+    def consume_until_error():
+        n = 0
+        try:
+            for _ in it:
+                n += 1
+        except pqloader.InvalidDataError as e:
+            return n, e
+        return n, None
+
+    n_good, err = run_with_timeout(consume_until_error, timeout=60)
+    assert err is not None, "corrupt page was not reported"
+    assert "f3.parquet" in str(err)
+    assert n_good >= 1  # the error is raised at the consumer's next(), not at construction
+
+    def next_again():
+        try:
+            next(it)
+        except StopIteration:
+            return "stop"
+        except pqloader.Error:
+            return "error"
+        return "batch"
+
+    assert run_with_timeout(next_again, timeout=30) in ("stop", "error")
+    assert run_with_timeout(next_again, timeout=30) in ("stop", "error")
+
+
+@pytest.mark.parametrize("num_workers", [1, 4])
+def test_error_in_worker_does_not_hang_with_small_inflight_budget(tmp_path, num_workers):
+    d = tmp_path / "d"
+    write_dataset(d, [[100, 100]] * 4)
+    bad = d / "part-004.parquet"
+    bad.write_bytes(b"garbage" * 100)
+
+    def run():
+        with pytest.raises(pqloader.InvalidDataError, match="part-004"):
+            collect(pqloader.Loader(str(d), batch_size=8, num_workers=num_workers, max_inflight_bytes=4096))
+
+    run_with_timeout(run, timeout=60)
+
+
+def test_breaking_out_of_iteration_early_does_not_hang(tmp_path):
+    d = tmp_path / "d"
+    write_dataset(d, [[200, 200]] * 5)
+
+    def run():
+        for _ in range(5):
+            loader = pqloader.Loader(str(d), batch_size=10, num_workers=4, max_inflight_bytes=8192)
+            for b in itertools.islice(iter(loader), 2):
+                pass
+            del loader
+        return True
+
+    assert run_with_timeout(run, timeout=60)
+
+
+# ---------------------------------------------------------------------------
+# columns and types
+# ---------------------------------------------------------------------------
+
+
+def _unsupported_table() -> pa.Table:
+    n = 4
+    return pa.table(
+        {
+            "id": pa.array(np.arange(n, dtype=np.int64)),
+            "st": pa.array([{"a": i, "b": float(i)} for i in range(n)]),
+            "mp": pa.array([[("k", i)] for i in range(n)], type=pa.map_(pa.string(), pa.int64())),
+            "lol": pa.array([[[i], [i, i]] for i in range(n)], type=pa.list_(pa.list_(pa.int32()))),
+            "dec": pa.array([1, 2, 3, 4], type=pa.int64()).cast(pa.decimal128(10, 2)),
+            "lstr": pa.array([["a", "b"]] * n, type=pa.list_(pa.string())),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "column,keyword", [("st", "struct"), ("mp", "map"), ("lol", "list"), ("dec", "decimal"), ("lstr", "string")]
+)
+def test_unsupported_column_type_raises_at_construction_naming_column_and_type(tmp_path, column, keyword):
+    p = write_parquet(tmp_path / "u.parquet", _unsupported_table())
+    with pytest.raises(pqloader.UnsupportedTypeError) as ei:
+        pqloader.Loader(str(p), columns=["id", column])
+    msg = str(ei.value)
+    assert column in msg
+    assert keyword in msg.lower()
+    assert isinstance(ei.value, TypeError)
+
+
+def test_unsupported_column_among_default_columns_raises_at_construction(tmp_path):
+    p = write_parquet(tmp_path / "u.parquet", _unsupported_table())
+    with pytest.raises(pqloader.UnsupportedTypeError):
+        pqloader.Loader(str(p))
+
+
+def test_file_with_unsupported_columns_reads_fine_when_they_are_not_selected(tmp_path):
+    p = write_parquet(tmp_path / "u.parquet", _unsupported_table())
+    got = read_all(str(p), columns=["id"])
+    assert list(got) == ["id"]
+    assert got["id"].tolist() == [0, 1, 2, 3]
+
+
+def test_nonexistent_column_raises_column_not_found_naming_it(tmp_path):
+    p = write_parquet(tmp_path / "a.parquet", id_table(10))
+    with pytest.raises(pqloader.ColumnNotFoundError) as ei:
+        read_all(str(p), columns=["id", "no_such_column"])
+    assert isinstance(ei.value, KeyError)
+    assert "no_such_column" in str(ei.value)
+
+
+# ---------------------------------------------------------------------------
+# schema mismatch
+# ---------------------------------------------------------------------------
+
+
+def test_type_mismatch_between_files_names_both_files_column_and_types(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "first.parquet", pa.table({"id": pa.array([1, 2], pa.int64()), "value_col": pa.array([1.0, 2.0], pa.float64())}))
+    write_parquet(d / "second.parquet", pa.table({"id": pa.array([3, 4], pa.int64()), "value_col": pa.array([1, 2], pa.int32())}))
+    with pytest.raises(pqloader.SchemaMismatchError) as ei:
+        read_all(str(d))
+    msg = str(ei.value)
+    assert "first.parquet" in msg and "second.parquet" in msg
+    assert "value_col" in msg
+    assert "double" in msg or "float64" in msg
+    assert "int32" in msg
+    assert isinstance(ei.value, pqloader.InvalidDataError)
+
+
+def test_type_mismatch_in_an_unselected_column_is_not_an_error(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "first.parquet", pa.table({"id": pa.array([1, 2], pa.int64()), "value_col": pa.array([1.0, 2.0], pa.float64())}))
+    write_parquet(d / "second.parquet", pa.table({"id": pa.array([3, 4], pa.int64()), "value_col": pa.array([1, 2], pa.int32())}))
+    assert read_all(str(d), columns=["id"])["id"].tolist() == [1, 2, 3, 4]
+
+
+def test_column_missing_from_one_file_is_a_schema_mismatch(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "first.parquet", pa.table({"id": pa.array([1, 2], pa.int64()), "extra_col": pa.array([1, 2], pa.int16())}))
+    write_parquet(d / "second.parquet", pa.table({"id": pa.array([3, 4], pa.int64())}))
+    with pytest.raises(pqloader.SchemaMismatchError) as ei:
+        read_all(str(d))
+    msg = str(ei.value)
+    assert "extra_col" in msg
+    assert "first.parquet" in msg and "second.parquet" in msg
+
+
+def test_fixed_size_list_size_mismatch_is_a_schema_mismatch(tmp_path):
+    d = tmp_path / "d"
+    a = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(6, np.float32)), 3)
+    b = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(8, np.float32)), 4)
+    write_parquet(d / "first.parquet", pa.table({"emb": a}))
+    write_parquet(d / "second.parquet", pa.table({"emb": b}))
+    with pytest.raises(pqloader.SchemaMismatchError, match="emb"):
+        read_all(str(d))

@@ -1,0 +1,585 @@
+"""Values read by pqloader equal pyarrow.parquet.read_table (natural order)."""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import (
+    assert_batch_sizes,
+    assert_batch_streams_equal,
+    assert_column_equal,
+    assert_columns_equal,
+    batch_len,
+    collect,
+    concat_batches,
+    id_table,
+    ids_of,
+    random_layout,
+    read_expected,
+    table_to_expected,
+    to_expected,
+    write_dataset,
+    write_parquet,
+)
+
+# ---------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------
+
+
+def all_types_table(n: int, start: int, seed: int) -> pa.Table:
+    """Every type the contract lists as supported, no nulls."""
+    rng = np.random.default_rng(seed * 1_000_003 + start)
+    ids = np.arange(start, start + n, dtype=np.int64)
+
+    def ints(dtype):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+    words = np.array(["alpha", "beta", "", "gamma", "δέλτα", "e\x00f", "x" * 40])
+    strs = [f"{words[i % len(words)]}-{int(v)}" for i, v in enumerate(ids)]
+    blobs = [bytes(rng.integers(0, 256, int(rng.integers(0, 12)), dtype=np.uint8)) for _ in range(n)]
+    f64 = rng.standard_normal(n)
+    f64[::17] = np.nan
+    f64[5::23] = -0.0
+    f64[7::29] = np.inf
+    f32 = rng.standard_normal(n).astype(np.float32)
+    f32[3::19] = np.nan
+    f16 = (rng.standard_normal(n) * 100).astype(np.float16)
+    f16[2::31] = np.nan
+    fsl_vals = rng.standard_normal(n * 3).astype(np.float32)
+    fsl2_vals = rng.integers(-(2**15), 2**15, n * 6, dtype=np.int16)
+    lst_vals = rng.standard_normal(n * 4).astype(np.float32)
+    llst_vals = rng.integers(-(2**62), 2**62, 2 * n, dtype=np.int64)
+    ts = rng.integers(0, 2_000_000_000_000_000, n, dtype=np.int64)
+    return pa.table(
+        {
+            "id": pa.array(ids),
+            "i8": pa.array(ints(np.int8)),
+            "i16": pa.array(ints(np.int16)),
+            "i32": pa.array(ints(np.int32)),
+            "i64": pa.array(ints(np.int64)),
+            "u8": pa.array(ints(np.uint8)),
+            "u16": pa.array(ints(np.uint16)),
+            "u32": pa.array(ints(np.uint32)),
+            "u64": pa.array(ints(np.uint64)),
+            "f16": pa.array(f16),
+            "f32": pa.array(f32),
+            "f64": pa.array(f64),
+            "flag": pa.array(rng.integers(0, 2, n).astype(bool)),
+            "s": pa.array(strs, type=pa.string()),
+            "ls": pa.array(strs[::-1], type=pa.large_string()),
+            "b": pa.array(blobs, type=pa.binary()),
+            "lb": pa.array(blobs[::-1], type=pa.large_binary()),
+            "dict_s": pa.array([str(words[i % 4]) for i in range(n)], type=pa.string()).dictionary_encode(),
+            "ts_us_utc": pa.array(ts // 1000, type=pa.timestamp("us", tz="UTC")),
+            "ts_ms_ny": pa.array(ts // 1_000_000, type=pa.timestamp("ms", tz="America/New_York")),
+            "ts_ns": pa.array(ts, type=pa.timestamp("ns")),
+            "d32": pa.array(rng.integers(-10_000, 30_000, n, dtype=np.int32), type=pa.date32()),
+            "d64": pa.array(rng.integers(-10_000, 30_000, n, dtype=np.int64) * 86_400_000, type=pa.date64()),
+            "t32": pa.array(rng.integers(0, 86_400_000, n, dtype=np.int32), type=pa.time32("ms")),
+            "t64": pa.array(rng.integers(0, 86_400_000_000, n, dtype=np.int64), type=pa.time64("us")),
+            "t64ns": pa.array(rng.integers(0, 86_400_000_000_000, n, dtype=np.int64), type=pa.time64("ns")),
+            "dur": pa.array(rng.integers(-(10**12), 10**12, n, dtype=np.int64), type=pa.duration("us")),
+            "fsl": pa.FixedSizeListArray.from_arrays(pa.array(fsl_vals), 3),
+            "fsl2": pa.FixedSizeListArray.from_arrays(pa.FixedSizeListArray.from_arrays(pa.array(fsl2_vals), 2), 3),
+            "lst": pa.ListArray.from_arrays(pa.array(np.arange(0, 4 * n + 1, 4, dtype=np.int32)), pa.array(lst_vals)),
+            "llst": pa.LargeListArray.from_arrays(
+                pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int64)), pa.array(llst_vals, type=pa.int64())
+            ),
+        }
+    )
+
+
+EXPECTED_INFO = {
+    # name: (dtype, per-row shape)
+    "id": ("int64", ()),
+    "i8": ("int8", ()),
+    "i16": ("int16", ()),
+    "i32": ("int32", ()),
+    "i64": ("int64", ()),
+    "u8": ("uint8", ()),
+    "u16": ("uint16", ()),
+    "u32": ("uint32", ()),
+    "u64": ("uint64", ()),
+    "f16": ("float16", ()),
+    "f32": ("float32", ()),
+    "f64": ("float64", ()),
+    "flag": ("bool", ()),
+    "s": ("str", ()),
+    "ls": ("str", ()),
+    "b": ("bytes", ()),
+    "lb": ("bytes", ()),
+    "dict_s": ("str", ()),
+    "ts_us_utc": ("int64", ()),
+    "ts_ms_ny": ("int64", ()),
+    "ts_ns": ("int64", ()),
+    "d32": ("int32", ()),
+    "t32": ("int32", ()),
+    "t64": ("int64", ()),
+    "t64ns": ("int64", ()),
+    "dur": ("int64", ()),
+    "fsl": ("float32", (3,)),
+    "fsl2": ("int16", (3, 2)),
+    "lst": ("float32", (4,)),
+    "llst": ("int64", (2,)),
+}
+
+TYPES_LAYOUT = [[300, 7, 450], [1], [512], [129, 129, 3], [640, 200]]  # 2371 rows, uneven row groups
+
+
+@pytest.fixture(scope="module")
+def types_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("types")
+    paths = write_dataset(root, TYPES_LAYOUT, all_types_table, seed=3)
+    return root, paths
+
+
+@pytest.fixture(scope="module")
+def types_expected(types_dataset):
+    _, paths = types_dataset
+    return table_to_expected(read_expected(paths))
+
+
+def _expected_batches(expected: dict, batch_size: int, drop_last: bool = False) -> list[dict]:
+    n = len(next(iter(expected.values())))
+    out = []
+    for s in range(0, n, batch_size):
+        e = min(s + batch_size, n)
+        if drop_last and e - s < batch_size:
+            break
+        out.append({k: v[s:e] for k, v in expected.items()})
+    return out
+
+
+# ---------------------------------------------------------------------------
+# values
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", [97, 256, 5000])
+def test_every_supported_type_reads_equal_to_pyarrow_in_natural_order(types_dataset, types_expected, batch_size):
+    root, _ = types_dataset
+    loader = pqloader.Loader(str(root), batch_size=batch_size)
+    batches = list(loader)
+    n = len(types_expected["id"])
+    assert_batch_sizes(batches, batch_size, n)
+    assert_columns_equal(concat_batches(batches), types_expected)
+
+
+def test_batches_match_pyarrow_batch_by_batch_across_row_group_and_file_boundaries(types_dataset, types_expected):
+    root, _ = types_dataset
+    batches = list(pqloader.Loader(str(root), batch_size=131, num_workers=3))
+    assert_batch_streams_equal(batches, _expected_batches(types_expected, 131))
+
+
+def test_batch_values_have_documented_python_types(types_dataset):
+    root, _ = types_dataset
+    batch = next(iter(pqloader.Loader(str(root), batch_size=10)))
+    assert isinstance(batch, dict)
+    for name, (dtype, shape) in EXPECTED_INFO.items():
+        col = batch[name]
+        if dtype in ("str", "bytes"):
+            assert isinstance(col, list), name
+            assert all(type(x) is (str if dtype == "str" else bytes) for x in col), name
+        else:
+            assert isinstance(col, np.ndarray), name
+            assert col.dtype == np.dtype(dtype), name
+            assert col.shape == (10, *shape), name
+    assert batch["flag"].dtype == np.bool_
+
+
+def test_column_info_reports_numpy_dtype_row_shape_and_arrow_type(types_dataset):
+    root, paths = types_dataset
+    loader = pqloader.Loader(str(root))
+    info = loader.column_info
+    schema = pq.read_schema(str(paths[0]))
+    assert set(info) == set(schema.names)
+    for name, (dtype, shape) in EXPECTED_INFO.items():
+        assert info[name]["dtype"] == dtype, name
+        assert tuple(info[name]["shape"]) == shape, name
+    for name in ["i8", "u64", "f16", "s", "lb", "ts_us_utc", "ts_ms_ny", "t32", "dur", "fsl", "fsl2", "lst", "llst"]:
+        assert info[name]["arrow_type"] == str(schema.field(name).type), name
+
+
+@pytest.mark.parametrize(
+    "columns", [["id"], ["s", "id"], ["fsl2", "dict_s", "f16"], ["lst", "b", "ts_ms_ny", "flag"]]
+)
+def test_projection_returns_exactly_the_selected_columns(types_dataset, types_expected, columns):
+    root, _ = types_dataset
+    got = collect(pqloader.Loader(str(root), columns=columns, batch_size=200))
+    assert_columns_equal(got, {c: types_expected[c] for c in columns}, ordered=False)
+
+
+def test_many_small_files_with_random_row_group_sizes_read_in_natural_order(tmp_path):
+    rng = np.random.default_rng(11)
+    layout = random_layout(rng, num_files=23, rg_min=1, rg_max=90, max_rgs=4)
+    paths = write_dataset(tmp_path / "d", layout)
+    n = sum(map(sum, layout))
+    got = collect(pqloader.Loader(str(tmp_path / "d"), batch_size=64, num_workers=4))
+    np.testing.assert_array_equal(got["id"], np.arange(n, dtype=np.int64))
+    assert_columns_equal(got, table_to_expected(read_expected(paths)))
+
+
+def test_a_file_with_zero_rows_contributes_nothing(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "a.parquet", id_table(10, 0))
+    write_parquet(d / "b.parquet", id_table(0, 10), [0])
+    write_parquet(d / "c.parquet", id_table(5, 10))
+    got = collect(pqloader.Loader(str(d), batch_size=4))
+    np.testing.assert_array_equal(got["id"], np.arange(15, dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------
+# sources
+# ---------------------------------------------------------------------------
+
+
+def test_single_file_path_source(tmp_path):
+    p = write_parquet(tmp_path / "one.parquet", id_table(100), [30, 70])
+    got = collect(pqloader.Loader(str(p), batch_size=33))
+    assert_columns_equal(got, table_to_expected(pq.read_table(str(p))))
+
+
+def test_file_url_source_reads_the_same_as_the_path(tmp_path):
+    p = write_parquet(tmp_path / "one.parquet", id_table(100), [30, 70])
+    got = collect(pqloader.Loader(p.resolve().as_uri(), batch_size=33))
+    assert p.resolve().as_uri().startswith("file://")
+    assert_columns_equal(got, table_to_expected(pq.read_table(str(p))))
+
+
+def test_file_url_directory_source(tmp_path):
+    paths = write_dataset(tmp_path / "d", [[10], [5, 5]])
+    got = collect(pqloader.Loader((tmp_path / "d").resolve().as_uri(), batch_size=7))
+    assert_columns_equal(got, table_to_expected(read_expected(paths)))
+
+
+def test_glob_source_matches_sorted_files_only(tmp_path):
+    d = tmp_path / "d"
+    write_dataset(d, [[10], [11], [12]], name="b-{i}.parquet")
+    # not matched by the glob
+    write_parquet(d / "a-0.other", id_table(5, 1000))
+    write_parquet(d / "zz.parquet.bak", id_table(5, 2000))
+    pattern = str(d / "*.parquet")
+    expected_paths = sorted(glob.glob(pattern))
+    assert len(expected_paths) == 3
+    got = collect(pqloader.Loader(pattern, batch_size=8))
+    assert_columns_equal(got, table_to_expected(read_expected(expected_paths)))
+
+
+def test_glob_is_sorted_by_path_not_by_creation_order(tmp_path):
+    d = tmp_path / "d"
+    # written in reverse name order, ids increase with write order
+    write_parquet(d / "c.parquet", id_table(3, 0))
+    write_parquet(d / "a.parquet", id_table(3, 3))
+    write_parquet(d / "b.parquet", id_table(3, 6))
+    got = collect(pqloader.Loader(str(d / "*.parquet"), batch_size=4))
+    assert got["id"].tolist() == [3, 4, 5, 6, 7, 8, 0, 1, 2]
+
+
+def test_explicit_list_of_paths_keeps_the_given_order(tmp_path):
+    paths = write_dataset(tmp_path / "d", [[4], [3, 2], [6]])
+    order = [paths[2], paths[0], paths[1]]
+    got = collect(pqloader.Loader([str(p) for p in order], batch_size=5))
+    assert_columns_equal(got, table_to_expected(read_expected(order)))
+    assert got["id"].tolist() == [9, 10, 11, 12, 13, 14, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_directory_is_recursive_sorted_and_skips_hidden_and_underscore_names(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "b" / "x.parquet", id_table(4, 4))
+    write_parquet(d / "a" / "y.parquet", id_table(4, 0))
+    write_parquet(d / "a" / "z" / "deep.parquet", id_table(2, 8))  # a/z/deep sorts after a/y
+    write_parquet(d / "c.parquet", id_table(3, 10))
+    # skipped:
+    write_parquet(d / ".hidden.parquet", id_table(5, 100))
+    write_parquet(d / "_tmp.parquet", id_table(5, 200))
+    write_parquet(d / "_temporary" / "p.parquet", id_table(5, 300))
+    write_parquet(d / ".staging" / "p.parquet", id_table(5, 400))
+    (d / "_SUCCESS").write_bytes(b"")
+    got = collect(pqloader.Loader(str(d), batch_size=6))
+    # sorted by path: a/y, a/z/deep, b/x, c
+    assert got["id"].tolist() == [0, 1, 2, 3, 8, 9, 4, 5, 6, 7, 10, 11, 12]
+
+
+def test_hive_partition_columns_are_int64_when_all_values_are_integers_else_str(tmp_path):
+    d = tmp_path / "d"
+    parts = [("2021", "eu"), ("2021", "us"), ("2022", "eu"), ("10", "apac")]
+    sizes = [5, 7, 3, 4]
+    start = 0
+    entries = []
+    for (year, region), n in zip(parts, sizes):
+        p = d / f"year={year}" / f"region={region}" / "data.parquet"
+        write_parquet(p, id_table(n, start), [n])
+        entries.append((str(p), year, region, n))
+        start += n
+    entries.sort(key=lambda e: e[0])  # files sorted by path: year=10 < year=2021 < year=2022
+    loader = pqloader.Loader(str(d), batch_size=6)
+    got = collect(loader)
+    exp_ids = np.concatenate([pq.read_table(e[0])["id"].to_numpy() for e in entries])
+    np.testing.assert_array_equal(got["id"], exp_ids)
+    exp_year = np.concatenate([np.full(e[3], int(e[1]), dtype=np.int64) for e in entries])
+    assert_column_equal(got["year"], exp_year, "year")
+    exp_region = [e[2] for e in entries for _ in range(e[3])]
+    assert_column_equal(got["region"], exp_region, "region")
+    assert loader.column_info["year"]["dtype"] == "int64"
+    assert loader.column_info["region"]["dtype"] == "str"
+
+
+def test_hive_partition_column_with_one_non_integer_value_is_str(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "k=1" / "a.parquet", id_table(2, 0))
+    write_parquet(d / "k=2" / "a.parquet", id_table(2, 2))
+    write_parquet(d / "k=x3" / "a.parquet", id_table(2, 4))
+    loader = pqloader.Loader(str(d), batch_size=4)
+    got = collect(loader)
+    assert got["k"] == ["1", "1", "2", "2", "x3", "x3"]
+    assert loader.column_info["k"]["dtype"] == "str"
+
+
+def test_hive_partition_column_can_be_projected(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(d / "shard=3" / "a.parquet", id_table(3, 0))
+    write_parquet(d / "shard=7" / "a.parquet", id_table(2, 3))
+    got = collect(pqloader.Loader(str(d), columns=["shard", "id"], batch_size=2))
+    assert sorted(got) == ["id", "shard"]
+    assert got["shard"].tolist() == [3, 3, 3, 7, 7]
+    assert got["id"].tolist() == [0, 1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------------------
+# batching, epochs, len
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_ds(tmp_path):
+    layout = [[13, 40], [7], [25, 1, 14]]  # 100 rows
+    write_dataset(tmp_path / "d", layout)
+    return str(tmp_path / "d"), 100
+
+
+@pytest.mark.parametrize("batch_size,drop_last", [(7, False), (7, True), (10, False), (10, True), (100, True), (101, True), (1, False)])
+def test_batch_sizes_and_drop_last(small_ds, batch_size, drop_last):
+    src, n = small_ds
+    loader = pqloader.Loader(src, batch_size=batch_size, drop_last=drop_last)
+    batches = list(loader)
+    assert_batch_sizes(batches, batch_size, n, drop_last)
+    kept = len(batches) * batch_size if drop_last else n
+    assert ids_of(batches) == list(range(min(kept, n)))
+    assert len(loader) == len(batches)
+    assert loader.num_rows == n
+
+
+def test_num_epochs_yields_that_many_natural_order_epochs(small_ds):
+    src, n = small_ds
+    loader = pqloader.Loader(src, batch_size=30, num_epochs=3)
+    assert len(loader) == 4
+    batches = list(loader)
+    assert [batch_len(b) for b in batches] == [30, 30, 30, 10] * 3
+    assert ids_of(batches) == list(range(n)) * 3
+    assert loader.epoch == 3
+
+
+def test_each_new_iter_continues_the_epoch_count(small_ds):
+    src, n = small_ds
+    loader = pqloader.Loader(src, batch_size=32, num_epochs=1, shuffle=True, seed=5)
+    assert loader.epoch == 0
+    e0 = list(loader)
+    assert loader.epoch == 1
+    e1 = list(loader)
+    assert loader.epoch == 2
+    both = list(pqloader.Loader(src, batch_size=32, num_epochs=2, shuffle=True, seed=5))
+    assert_batch_streams_equal(e0 + e1, both)
+    assert ids_of(e0) != ids_of(e1)
+
+
+def test_num_epochs_none_is_endless(small_ds):
+    src, n = small_ds
+    loader = pqloader.Loader(src, batch_size=25, num_epochs=None)
+    first = list(itertools.islice(iter(loader), 4 * 7 + 2))
+    assert ids_of(first) == (list(range(n)) * 8)[: 25 * 30]
+
+
+def test_len_is_batches_per_epoch(small_ds):
+    src, n = small_ds
+    for bs in (1, 3, 7, 99, 100, 101, 1000):
+        assert len(pqloader.Loader(src, batch_size=bs)) == math.ceil(n / bs)
+        assert len(pqloader.Loader(src, batch_size=bs, drop_last=True)) == n // bs
+        assert len(pqloader.Loader(src, batch_size=bs, num_epochs=5)) == math.ceil(n / bs)
+
+
+def test_num_rows_is_rows_per_epoch(small_ds):
+    src, n = small_ds
+    assert pqloader.Loader(src).num_rows == n
+    assert pqloader.Loader(src, drop_last=True, batch_size=33).num_rows == n
+
+
+# ---------------------------------------------------------------------------
+# memory
+# ---------------------------------------------------------------------------
+
+
+def test_numeric_batch_arrays_do_not_own_a_copy(types_dataset):
+    root, _ = types_dataset
+    for batch in itertools.islice(iter(pqloader.Loader(str(root), batch_size=500, columns=["id", "f32", "fsl2"])), 3):
+        for name in ("id", "f32", "fsl2"):
+            arr = batch[name]
+            assert arr.base is not None or not arr.flags.owndata, name
+
+
+def test_batch_arrays_can_be_handed_to_torch_via_dlpack(types_dataset, types_expected):
+    torch = pytest.importorskip("torch")
+    root, _ = types_dataset
+    batch = next(iter(pqloader.Loader(str(root), batch_size=64, columns=["i64", "f32", "fsl"])))
+    for name in ("i64", "f32", "fsl"):
+        t = torch.from_dlpack(batch[name])
+        np.testing.assert_array_equal(t.numpy(), types_expected[name][:64])
+
+
+def test_batches_stay_valid_after_later_batches_are_produced(types_dataset, types_expected):
+    root, _ = types_dataset
+    batches = list(pqloader.Loader(str(root), batch_size=100, columns=["id", "f64", "fsl2", "s"], num_workers=4))
+    got = concat_batches(batches)  # batches are only read after the whole epoch was produced
+    assert_columns_equal(got, {c: types_expected[c] for c in ["id", "f64", "fsl2", "s"]}, ordered=False)
+
+
+# ---------------------------------------------------------------------------
+# nulls
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nulls_ds(tmp_path):
+    d = tmp_path / "d"
+    write_parquet(
+        d / "a.parquet",
+        pa.table(
+            {
+                "id": pa.array(np.arange(6, dtype=np.int64)),
+                "x": pa.array([1.5, None, 3.5, 4.5, 5.5, 6.5], type=pa.float64()),
+                "cnt": pa.array([1, 2, 3, None, 5, None], type=pa.int32()),
+                "label": pa.array(["a", "b", None, "d", "e", "f"], type=pa.string()),
+            }
+        ),
+        [3, 3],
+    )
+    return d
+
+
+def test_nulls_raise_invalid_data_error_naming_column_and_file(nulls_ds):
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        collect(pqloader.Loader(str(nulls_ds), columns=["id", "cnt"], batch_size=4))
+    msg = str(ei.value)
+    assert "cnt" in msg and "a.parquet" in msg
+    assert isinstance(ei.value, ValueError)
+    assert "null" in msg.lower()
+
+
+def test_nulls_in_a_string_column_raise_invalid_data_error(nulls_ds):
+    with pytest.raises(pqloader.InvalidDataError, match="label"):
+        collect(pqloader.Loader(str(nulls_ds), columns=["label"], batch_size=4))
+
+
+def test_unselected_columns_with_nulls_do_not_matter(nulls_ds):
+    got = collect(pqloader.Loader(str(nulls_ds), columns=["id"], batch_size=4))
+    assert got["id"].tolist() == list(range(6))
+
+
+def test_scalar_fill_null_fills_every_numeric_column(nulls_ds):
+    got = collect(pqloader.Loader(str(nulls_ds), columns=["id", "x", "cnt"], batch_size=4, fill_null=-1))
+    assert_column_equal(got["x"], np.array([1.5, -1.0, 3.5, 4.5, 5.5, 6.5]), "x")
+    assert_column_equal(got["cnt"], np.array([1, 2, 3, -1, 5, -1], dtype=np.int32), "cnt")
+    assert_column_equal(got["id"], np.arange(6, dtype=np.int64), "id")
+
+
+def test_per_column_fill_null_dict(nulls_ds):
+    got = collect(
+        pqloader.Loader(str(nulls_ds), batch_size=5, fill_null={"x": 0.25, "cnt": 9, "label": "<missing>"})
+    )
+    assert_column_equal(got["x"], np.array([1.5, 0.25, 3.5, 4.5, 5.5, 6.5]), "x")
+    assert_column_equal(got["cnt"], np.array([1, 2, 3, 9, 5, 9], dtype=np.int32), "cnt")
+    assert got["label"] == ["a", "b", "<missing>", "d", "e", "f"]
+
+
+def test_fill_null_dict_without_an_entry_for_a_null_column_still_raises(nulls_ds):
+    with pytest.raises(pqloader.InvalidDataError, match="cnt"):
+        collect(pqloader.Loader(str(nulls_ds), columns=["x", "cnt"], batch_size=4, fill_null={"x": 0.0}))
+
+
+# ---------------------------------------------------------------------------
+# lists
+# ---------------------------------------------------------------------------
+
+
+def test_list_column_with_non_uniform_lengths_raises_naming_the_column(tmp_path):
+    t = pa.table(
+        {
+            "id": pa.array(np.arange(6, dtype=np.int64)),
+            "ragged": pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0], [8.0, 9.0], [1.0, 2.0]], type=pa.list_(pa.float32())),
+        }
+    )
+    p = write_parquet(tmp_path / "r.parquet", t, [3, 3])
+    with pytest.raises(pqloader.Error) as ei:
+        collect(pqloader.Loader(str(p), batch_size=2))
+    assert "ragged" in str(ei.value)
+    # without the ragged column the file reads fine
+    assert collect(pqloader.Loader(str(p), columns=["id"]))["id"].tolist() == list(range(6))
+
+
+def test_uniform_list_column_reads_as_2d_array(tmp_path):
+    vals = np.arange(30, dtype=np.float64).reshape(10, 3)
+    t = pa.table({"l": pa.array(vals.tolist(), type=pa.list_(pa.float64()))})
+    p = write_parquet(tmp_path / "l.parquet", t, [4, 6])
+    got = collect(pqloader.Loader(str(p), batch_size=3))
+    assert_column_equal(got["l"], vals, "l")
+
+
+# ---------------------------------------------------------------------------
+# inspect, stats
+# ---------------------------------------------------------------------------
+
+
+def test_inspect_reports_files_rows_row_groups_sizes_compression_and_schema(tmp_path):
+    d = tmp_path / "d"
+    p0 = write_parquet(d / "a.parquet", id_table(30, 0), [10, 20], compression="snappy")
+    p1 = write_parquet(d / "b.parquet", id_table(7, 30), [7], compression="zstd")
+    info = pqloader.inspect(str(d))
+    json.dumps(info)  # plain data
+    assert info["num_files"] == 2
+    assert info["num_rows"] == 37
+    assert info["num_row_groups"] == 3
+    files = info["files"]
+    assert [Path(f["path"]).name for f in files] == ["a.parquet", "b.parquet"]
+    assert [f["num_rows"] for f in files] == [30, 7]
+    assert [f["num_row_groups"] for f in files] == [2, 1]
+    assert [f["size_bytes"] for f in files] == [os.path.getsize(p0), os.path.getsize(p1)]
+    assert "snappy" in str(files[0]["compression"]).lower()
+    assert "zstd" in str(files[1]["compression"]).lower()
+    schema = pq.read_schema(str(p0))
+    assert info["schema"] == {f.name: str(f.type) for f in schema}
+
+
+def test_stats_count_rows_batches_and_report_timings(small_ds):
+    src, n = small_ds
+    loader = pqloader.Loader(src, batch_size=30, num_epochs=2)
+    batches = list(loader)
+    st = loader.stats()
+    json.dumps(st)
+    assert st["rows"] == 2 * n
+    assert st["batches"] == len(batches) == 8
+    assert st["bytes_read"] > 0
+    for key in ("decode_seconds", "assemble_seconds", "wait_seconds", "wall_seconds", "time_to_first_batch_seconds"):
+        assert isinstance(st[key], (int, float)) and st[key] >= 0, key
+    assert st["time_to_first_batch_seconds"] <= st["wall_seconds"]
