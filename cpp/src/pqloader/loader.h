@@ -80,6 +80,9 @@ class Loader {
   /// Plan of epoch 0 (the counts are the same in every epoch).
   const EpochPlan& first_plan() const { return first_plan_; }
   int64_t num_batches() const { return first_plan_.num_batches(); }
+  /// Replace the seed (e.g. with one restored from a checkpoint). Takes effect at the
+  /// next StartEpoch.
+  void set_seed(uint64_t seed) { options_.plan.seed = seed; }
   int64_t num_rows() const { return first_plan_.num_rows(); }
 
   /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units

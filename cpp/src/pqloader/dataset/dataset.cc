@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <arrow/io/interfaces.h>
+#include <arrow/util/compression.h>
 #include <arrow/util/key_value_metadata.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
@@ -332,6 +333,64 @@ std::vector<int64_t> Dataset::SplitRows() const {
   rows.reserve(splits_.size());
   for (const auto& s : splits_) rows.push_back(s.num_rows);
   return rows;
+}
+
+}  // namespace pqloader
+
+namespace pqloader {
+
+namespace {
+
+std::string LoadsAs(const arrow::Result<ColumnSpec>& spec) {
+  if (!spec.ok()) return "unsupported";
+  if (spec->kind == ColumnKind::kString) return "list[str]";
+  if (spec->kind == ColumnKind::kBytes) return "list[bytes]";
+  std::string shape = "(batch";
+  for (int64_t d : spec->row_shape) shape += d < 0 ? ", n" : ", " + std::to_string(d);
+  return std::string(DTypeName(spec->dtype)) + shape + ")";
+}
+
+}  // namespace
+
+arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources) {
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources));
+  DatasetSummary out;
+  for (size_t i = 0; i < found.size(); ++i) {
+    DataFile file;
+    file.fs = found[i].fs;
+    file.path = found[i].path;
+    file.display = found[i].display;
+    file.size = found[i].size;
+    std::shared_ptr<arrow::Schema> schema;
+    parquet::arrow::SchemaManifest manifest;
+    ARROW_RETURN_NOT_OK(ReadFooter(&file, &schema, &manifest));
+    FileSummary s;
+    s.path = file.display;
+    s.size = file.size;
+    s.num_rows = file.metadata->num_rows();
+    s.num_row_groups = file.metadata->num_row_groups();
+    s.created_by = file.metadata->created_by();
+    s.compression = "none";
+    try {
+      if (s.num_row_groups > 0 && file.metadata->num_columns() > 0) {
+        s.compression = arrow::util::Codec::GetCodecAsString(
+            file.metadata->RowGroup(0)->ColumnChunk(0)->compression());
+      }
+    } catch (const std::exception& e) {
+      s.compression = "unknown";
+    }
+    out.files.push_back(s);
+    if (i == 0) {
+      for (const auto& field : schema->fields()) {
+        out.columns.push_back({field->name(), field->type()->ToString(),
+                               LoadsAs(SpecForField(*field))});
+      }
+      for (const auto& [k, v] : found[0].partitions) {
+        out.columns.push_back({k, "partition", "int64 or str"});
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace pqloader

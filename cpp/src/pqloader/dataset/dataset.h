@@ -95,3 +95,33 @@ struct FoundFile {
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources);
 
 }  // namespace pqloader
+
+namespace pqloader {
+
+/// What `pqloader inspect` shows of one file.
+struct FileSummary {
+  std::string path;
+  int64_t size = 0;
+  int64_t num_rows = 0;
+  int num_row_groups = 0;
+  std::string compression;  ///< Codec of the first column chunk, e.g. "snappy".
+  std::string created_by;
+};
+
+/// What `pqloader inspect` shows of a dataset.
+struct DatasetSummary {
+  std::vector<FileSummary> files;
+  /// (name, Arrow type, what it becomes or why it is refused) per top-level column
+  /// of the first file, then the partition keys.
+  struct Column {
+    std::string name;
+    std::string arrow_type;
+    std::string loads_as;
+  };
+  std::vector<Column> columns;
+};
+
+/// Summarise `sources` without reading data pages.
+arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources);
+
+}  // namespace pqloader

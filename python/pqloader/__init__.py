@@ -1,0 +1,35 @@
+"""pqloader: stream Parquet datasets into deep-learning training, fast and deterministically.
+
+The engine is C++ (``pqloader._core``); this package checks arguments and wires it up.
+
+Example:
+    >>> import pqloader
+    >>> for batch in pqloader.Loader("data/train", batch_size=512, shuffle=True, seed=1):
+    ...     features = batch["features"]  # numpy.ndarray, no copy
+"""
+
+from pqloader._errors import (
+    ColumnNotFoundError,
+    DataNotFoundError,
+    Error,
+    InvalidDataError,
+    IOError,
+    SchemaMismatchError,
+    UnsupportedTypeError,
+)
+from pqloader._loader import Loader, inspect
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Loader",
+    "inspect",
+    "Error",
+    "IOError",
+    "DataNotFoundError",
+    "InvalidDataError",
+    "SchemaMismatchError",
+    "UnsupportedTypeError",
+    "ColumnNotFoundError",
+    "__version__",
+]

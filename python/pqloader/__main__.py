@@ -1,0 +1,5 @@
+import sys
+
+from pqloader.cli import main
+
+sys.exit(main())

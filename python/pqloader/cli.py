@@ -1,0 +1,116 @@
+"""The `pqloader` command line: inspect datasets and measure loading speed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from typing import Sequence
+
+import pqloader
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    info = pqloader.inspect(args.path)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{info['num_files']} file(s), {info['num_row_groups']} row group(s), {info['num_rows']} rows, "
+          f"{_human(sum(f['size_bytes'] for f in info['files']))}")
+    print("\ncolumns:")
+    width = max((len(c) for c in info["schema"]), default=4)
+    for name, arrow_type in info["schema"].items():
+        print(f"  {name:<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
+    print("\nfiles:")
+    shown = info["files"] if args.all_files else info["files"][:20]
+    for f in shown:
+        print(f"  {f['path']}  rows={f['num_rows']}  row_groups={f['num_row_groups']}  "
+              f"size={_human(f['size_bytes'])}  compression={f['compression']}")
+    if len(shown) < len(info["files"]):
+        print(f"  ... {len(info['files']) - len(shown)} more (--all-files)")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    columns = args.columns.split(",") if args.columns else None
+    start = time.perf_counter()
+    loader = pqloader.Loader(args.path, columns=columns, batch_size=args.batch_size,
+                             num_workers=args.num_workers, shuffle=args.shuffle,
+                             seed=args.seed, num_epochs=args.epochs)
+    rows = 0
+    first_batch = None
+    for batch in loader:
+        if first_batch is None:
+            first_batch = time.perf_counter() - start
+        rows += len(next(iter(batch.values()))) if batch else 0
+    elapsed = time.perf_counter() - start
+    s = loader.stats()
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result = {
+        "rows": rows,
+        "epochs": args.epochs,
+        "seconds": elapsed,
+        "rows_per_second": rows / elapsed if elapsed > 0 else 0.0,
+        "read_mb_per_second": s["bytes_read"] / elapsed / 1e6 if elapsed > 0 else 0.0,
+        "decoded_mb_per_second": s["bytes_decoded"] / elapsed / 1e6 if elapsed > 0 else 0.0,
+        "time_to_first_batch_seconds": first_batch,
+        "peak_rss_bytes": peak_rss,
+        "wait_fraction": s["wait_fraction"],
+        "num_workers": args.num_workers,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"rows: {rows} in {elapsed:.3f} s over {args.epochs} epoch(s)")
+    print(f"rows/s: {result['rows_per_second']:,.0f}")
+    print(f"MB/s: {result['read_mb_per_second']:.1f} read (compressed Parquet), "
+          f"{result['decoded_mb_per_second']:.1f} decoded")
+    print(f"time to first batch: {(first_batch or 0) * 1000:.1f} ms")
+    print(f"peak RSS: {_human(peak_rss)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pqloader", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="show files, row groups and schema")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--all-files", action="store_true", help="list every file")
+    p.set_defaults(func=_inspect)
+    b = sub.add_parser("bench", help="stream a dataset and report throughput")
+    b.add_argument("path")
+    b.add_argument("--columns", help="comma-separated column names")
+    b.add_argument("--batch-size", type=int, default=1024)
+    b.add_argument("--num-workers", type=int, default=None)
+    b.add_argument("--epochs", type=int, default=1)
+    b.add_argument("--shuffle", action="store_true")
+    b.add_argument("--seed", type=int, default=None)
+    b.add_argument("--json", action="store_true", help="print JSON")
+    b.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (pqloader.Error, ValueError, TypeError, OSError) as e:
+        print(f"pqloader: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,343 @@
+// nanobind glue: argument conversion, GIL release around engine work, error mapping.
+// Nothing per-row happens here except building Python str/bytes objects for string
+// columns, which needs the GIL by nature.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "pqloader/api.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace pqloader {
+namespace {
+
+// A failed arrow::Status on its way to becoming a Python exception.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(const arrow::Status& status)
+      : std::runtime_error(status.message()), status_(status) {}
+  const arrow::Status& status() const { return status_; }
+
+ private:
+  arrow::Status status_;
+};
+
+void Check(const arrow::Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+
+template <typename T>
+T Check(arrow::Result<T> result) {
+  if (!result.ok()) throw StatusError(result.status());
+  return std::move(result).ValueUnsafe();
+}
+
+// The exception classes of pqloader._errors, looked up once.
+nb::handle ErrorClass(const char* name) {
+  nb::object errors = nb::module_::import_("pqloader._errors");
+  nb::object cls = errors.attr(name);
+  return cls.release();  // kept for the life of the process
+}
+
+void RaisePython(const StatusError& e) {
+  static const nb::handle kNotFound = ErrorClass("DataNotFoundError");
+  static const nb::handle kInvalid = ErrorClass("InvalidDataError");
+  static const nb::handle kMismatch = ErrorClass("SchemaMismatchError");
+  static const nb::handle kUnsupported = ErrorClass("UnsupportedTypeError");
+  static const nb::handle kColumn = ErrorClass("ColumnNotFoundError");
+  static const nb::handle kIO = ErrorClass("IOError");
+  static const nb::handle kBase = ErrorClass("Error");
+  const arrow::Status& st = e.status();
+  nb::handle cls = kBase;
+  if (const ErrorDetail* d = GetErrorDetail(st)) {
+    switch (d->kind()) {
+      case ErrorKind::kNotFound: cls = kNotFound; break;
+      case ErrorKind::kInvalidData: cls = kInvalid; break;
+      case ErrorKind::kSchemaMismatch: cls = kMismatch; break;
+      case ErrorKind::kUnsupportedType: cls = kUnsupported; break;
+      case ErrorKind::kColumnNotFound: cls = kColumn; break;
+    }
+  } else if (st.IsIOError()) {
+    cls = kIO;
+  } else if (st.IsInvalid()) {
+    cls = kInvalid;
+  } else if (st.IsTypeError() || st.IsNotImplemented()) {
+    cls = kUnsupported;
+  } else if (st.IsKeyError()) {
+    cls = kColumn;
+  } else if (st.IsOutOfMemory()) {
+    cls = PyExc_MemoryError;
+  }
+  PyErr_SetString(cls.ptr(), st.message().c_str());
+}
+
+NullFill ToFill(nb::handle value) {
+  NullFill fill;
+  fill.enabled = true;
+  if (nb::isinstance<nb::bool_>(value) || nb::isinstance<nb::int_>(value)) {
+    fill.int_value = nb::cast<int64_t>(value);
+  } else if (nb::isinstance<nb::float_>(value)) {
+    fill.is_float = true;
+    fill.float_value = nb::cast<double>(value);
+  } else if (nb::isinstance<nb::str>(value)) {
+    fill.bytes_value = nb::cast<std::string>(value);
+  } else if (nb::isinstance<nb::bytes>(value)) {
+    nb::bytes b = nb::borrow<nb::bytes>(value);
+    fill.bytes_value.assign(b.c_str(), b.size());
+  } else {
+    throw nb::type_error("fill_null values must be int, float, str or bytes");
+  }
+  return fill;
+}
+
+template <typename T>
+T Get(const nb::dict& d, const char* key, T fallback) {
+  if (!d.contains(key) || d[key].is_none()) return fallback;
+  return nb::cast<T>(d[key]);
+}
+
+LoaderOptions ToOptions(const nb::dict& d) {
+  LoaderOptions o;
+  if (d.contains("columns") && !d["columns"].is_none()) {
+    o.dataset.columns = nb::cast<std::vector<std::string>>(d["columns"]);
+  }
+  o.plan.batch_size = Get<int64_t>(d, "batch_size", o.plan.batch_size);
+  o.plan.drop_last = Get<bool>(d, "drop_last", o.plan.drop_last);
+  o.plan.shuffle = Get<bool>(d, "shuffle", o.plan.shuffle);
+  o.plan.seed = Get<uint64_t>(d, "seed", o.plan.seed);
+  o.plan.shuffle_window = Get<int64_t>(d, "shuffle_window", o.plan.shuffle_window);
+  o.plan.rank = Get<int64_t>(d, "rank", o.plan.rank);
+  o.plan.world_size = Get<int64_t>(d, "world_size", o.plan.world_size);
+  const std::string policy = Get<std::string>(d, "shard_policy", "drop");
+  o.plan.shard_policy = policy == "pad" ? ShardPolicy::kPad : ShardPolicy::kDrop;
+  o.num_workers = Get<int>(d, "num_workers", o.num_workers);
+  o.max_inflight_bytes = Get<int64_t>(d, "max_inflight_bytes", o.max_inflight_bytes);
+  o.prefetch_batches = Get<int64_t>(d, "prefetch_batches", o.prefetch_batches);
+  o.verify_checksums = Get<bool>(d, "verify_checksums", o.verify_checksums);
+  o.debug_max_delay_us = Get<int64_t>(d, "debug_delay_us", o.debug_max_delay_us);
+  if (d.contains("fill_default") && !d["fill_default"].is_none()) {
+    o.default_fill = ToFill(d["fill_default"]);
+  }
+  if (d.contains("fills") && !d["fills"].is_none()) {
+    for (auto [k, v] : nb::borrow<nb::dict>(d["fills"])) {
+      o.fills[nb::cast<std::string>(k)] = ToFill(v);
+    }
+  }
+  return o;
+}
+
+nb::dlpack::dtype ToDLPack(DType t) {
+  using nb::dlpack::dtype_code;
+  auto make = [](dtype_code code, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  };
+  switch (t) {
+    case DType::kBool: return make(dtype_code::Bool, 8);
+    case DType::kInt8: return make(dtype_code::Int, 8);
+    case DType::kInt16: return make(dtype_code::Int, 16);
+    case DType::kInt32: return make(dtype_code::Int, 32);
+    case DType::kInt64: return make(dtype_code::Int, 64);
+    case DType::kUInt8: return make(dtype_code::UInt, 8);
+    case DType::kUInt16: return make(dtype_code::UInt, 16);
+    case DType::kUInt32: return make(dtype_code::UInt, 32);
+    case DType::kUInt64: return make(dtype_code::UInt, 64);
+    case DType::kFloat16: return make(dtype_code::Float, 16);
+    case DType::kFloat32: return make(dtype_code::Float, 32);
+    case DType::kFloat64: return make(dtype_code::Float, 64);
+  }
+  return make(dtype_code::UInt, 8);
+}
+
+// Wrap a column buffer as a NumPy array that keeps the buffer alive (no copy).
+nb::object TensorToNumpy(const BatchColumn& c) {
+  auto* owner = new std::shared_ptr<arrow::Buffer>(c.data);
+  nb::capsule capsule(owner, [](void* p) noexcept {
+    delete static_cast<std::shared_ptr<arrow::Buffer>*>(p);
+  });
+  std::vector<size_t> shape(c.shape.begin(), c.shape.end());
+  void* data = const_cast<uint8_t*>(c.data->data());
+  nb::ndarray<nb::numpy> array(data, shape.size(), shape.data(), capsule, nullptr,
+                               ToDLPack(c.dtype), nb::device::cpu::value);
+  return array.cast();
+}
+
+nb::object VarToList(const BatchColumn& c) {
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  const char* base = reinterpret_cast<const char*>(c.data->data());
+  const int64_t n = c.shape[0];
+  nb::list out;
+  for (int64_t i = 0; i < n; ++i) {
+    const char* p = base + off[i];
+    const Py_ssize_t len = off[i + 1] - off[i];
+    PyObject* item = c.kind == ColumnKind::kString ? PyUnicode_DecodeUTF8(p, len, "strict")
+                                                   : PyBytes_FromStringAndSize(p, len);
+    if (item == nullptr) throw nb::python_error();
+    out.append(nb::steal(item));
+  }
+  return out;
+}
+
+class PyLoader {
+ public:
+  PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
+    LoaderOptions o = ToOptions(options);
+    nb::gil_scoped_release release;
+    loader_ = Check(Loader::Make(sources, o));
+  }
+
+  void StartEpoch(int64_t epoch, int64_t first_batch) {
+    nb::gil_scoped_release release;
+    Check(loader_->StartEpoch(epoch, first_batch));
+  }
+
+  nb::object Next() {
+    std::shared_ptr<Batch> batch;
+    {
+      nb::gil_scoped_release release;
+      batch = Check(loader_->Next());
+    }
+    if (batch == nullptr) return nb::none();
+    nb::dict out;
+    const auto& specs = loader_->specs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const BatchColumn& c = batch->columns[i];
+      out[specs[i].name.c_str()] =
+          c.kind == ColumnKind::kTensor ? TensorToNumpy(c) : VarToList(c);
+    }
+    return out;
+  }
+
+  void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
+
+  void Stop() {
+    nb::gil_scoped_release release;
+    loader_->Stop();
+  }
+
+  nb::dict Stats() const {
+    const LoaderStats s = loader_->stats();
+    nb::dict d;
+    d["rows"] = s.rows;
+    d["batches"] = s.batches;
+    d["units_read"] = s.units_read;
+    d["bytes_read"] = s.bytes_read;
+    d["bytes_decoded"] = s.bytes_decoded;
+    d["read_seconds"] = s.read_seconds;
+    d["decode_seconds"] = s.read_seconds;
+    d["assemble_seconds"] = s.assemble_seconds;
+    d["wait_seconds"] = s.wait_seconds;
+    d["time_to_first_batch_seconds"] =
+        s.time_to_first_batch_seconds < 0 ? nb::none() : nb::cast(s.time_to_first_batch_seconds);
+    d["peak_inflight_bytes"] = s.peak_inflight_bytes;
+    return d;
+  }
+
+  nb::list ColumnInfo() const {
+    nb::list out;
+    for (const auto& spec : loader_->specs()) {
+      nb::dict d;
+      d["name"] = spec.name;
+      d["dtype"] = spec.kind == ColumnKind::kTensor ? DTypeName(spec.dtype)
+                   : spec.kind == ColumnKind::kString ? "str" : "bytes";
+      nb::list shape;
+      for (int64_t dim : spec.row_shape) shape.append(dim);
+      d["shape"] = nb::tuple(shape);
+      d["arrow_type"] = spec.arrow_type;
+      d["partition"] = spec.is_partition;
+      out.append(d);
+    }
+    return out;
+  }
+
+  nb::dict PlanInfo() const {
+    const EpochPlan& p = loader_->first_plan();
+    nb::dict d;
+    d["num_batches"] = p.num_batches();
+    d["num_rows"] = p.num_rows();
+    d["dataset_rows"] = loader_->dataset().num_rows();
+    d["dropped"] = p.dropped_rows();
+    d["padded"] = p.padded_rows();
+    d["drop_last_rows"] = p.drop_last_rows();
+    d["num_files"] = loader_->dataset().files().size();
+    d["num_row_groups"] = loader_->dataset().splits().size();
+    nb::list files;
+    for (const auto& f : loader_->dataset().files()) {
+      files.append(nb::make_tuple(f.display, f.size, f.metadata->num_rows()));
+    }
+    d["files"] = files;
+    return d;
+  }
+
+ private:
+  std::unique_ptr<Loader> loader_;
+};
+
+nb::dict Inspect(const std::vector<std::string>& sources) {
+  DatasetSummary summary;
+  {
+    nb::gil_scoped_release release;
+    summary = Check(InspectDataset(sources));
+  }
+  nb::dict out;
+  nb::list files;
+  int64_t rows = 0, groups = 0;
+  for (const auto& f : summary.files) {
+    nb::dict d;
+    d["path"] = f.path;
+    d["num_rows"] = f.num_rows;
+    d["num_row_groups"] = f.num_row_groups;
+    d["size_bytes"] = f.size;
+    d["compression"] = f.compression;
+    d["created_by"] = f.created_by;
+    files.append(d);
+    rows += f.num_rows;
+    groups += f.num_row_groups;
+  }
+  nb::dict schema, loads_as;
+  for (const auto& c : summary.columns) {
+    schema[c.name.c_str()] = c.arrow_type;
+    loads_as[c.name.c_str()] = c.loads_as;
+  }
+  out["files"] = files;
+  out["schema"] = schema;
+  out["loads_as"] = loads_as;
+  out["num_rows"] = rows;
+  out["num_row_groups"] = groups;
+  out["num_files"] = summary.files.size();
+  return out;
+}
+
+}  // namespace
+}  // namespace pqloader
+
+NB_MODULE(_core, m) {
+  using pqloader::PyLoader;
+  m.doc() = "pqloader engine (C++). Use the public API in `pqloader`.";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const pqloader::StatusError& e) {
+      pqloader::RaisePython(e);
+    }
+  });
+  nb::class_<PyLoader>(m, "_Loader")
+      .def(nb::init<const std::vector<std::string>&, const nb::dict&>(), "sources"_a,
+           "options"_a)
+      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
+      .def("next", &PyLoader::Next)
+      .def("stop", &PyLoader::Stop)
+      .def("set_seed", &PyLoader::SetSeed, "seed"_a)
+      .def("stats", &PyLoader::Stats)
+      .def("column_info", &PyLoader::ColumnInfo)
+      .def("plan_info", &PyLoader::PlanInfo);
+  m.def("inspect", &pqloader::Inspect, "sources"_a);
+  m.def("draw_seed", &pqloader::DrawFreshSeed);
+}
