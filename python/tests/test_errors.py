@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import os
 import struct
@@ -281,7 +282,7 @@ def _unsupported_table() -> pa.Table:
             "st": pa.array([{"a": i, "b": float(i)} for i in range(n)]),
             "mp": pa.array([[("k", i)] for i in range(n)], type=pa.map_(pa.string(), pa.int64())),
             "lol": pa.array([[[i], [i, i]] for i in range(n)], type=pa.list_(pa.list_(pa.int32()))),
-            "dec": pa.array([1, 2, 3, 4], type=pa.int64()).cast(pa.decimal128(10, 2)),
+            "dec": pa.array([decimal.Decimal(f"{i}.25") for i in range(n)], type=pa.decimal128(10, 2)),
             "lstr": pa.array([["a", "b"]] * n, type=pa.list_(pa.string())),
         }
     )

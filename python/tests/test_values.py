@@ -208,7 +208,11 @@ def test_column_info_reports_numpy_dtype_row_shape_and_arrow_type(types_dataset)
     assert set(info) == set(schema.names)
     for name, (dtype, shape) in EXPECTED_INFO.items():
         assert info[name]["dtype"] == dtype, name
-        assert tuple(info[name]["shape"]) == shape, name
+        if name in ("lst", "llst"):
+            # a list's length is only known once data is read: the schema says -1
+            assert tuple(info[name]["shape"]) == (-1,), name
+        else:
+            assert tuple(info[name]["shape"]) == shape, name
     for name in ["i8", "u64", "f16", "s", "lb", "ts_us_utc", "ts_ms_ny", "t32", "dur", "fsl", "fsl2", "lst", "llst"]:
         assert info[name]["arrow_type"] == str(schema.field(name).type), name
 
@@ -339,13 +343,14 @@ def test_hive_partition_columns_are_int64_when_all_values_are_integers_else_str(
 
 def test_hive_partition_column_with_one_non_integer_value_is_str(tmp_path):
     d = tmp_path / "d"
-    write_parquet(d / "k=1" / "a.parquet", id_table(2, 0))
-    write_parquet(d / "k=2" / "a.parquet", id_table(2, 2))
-    write_parquet(d / "k=x3" / "a.parquet", id_table(2, 4))
+    write_parquet(d / "bucket=1" / "a.parquet", id_table(2, 0))
+    write_parquet(d / "bucket=2" / "a.parquet", id_table(2, 2))
+    write_parquet(d / "bucket=x3" / "a.parquet", id_table(2, 4))
     loader = pqloader.Loader(str(d), batch_size=4)
     got = collect(loader)
-    assert got["k"] == ["1", "1", "2", "2", "x3", "x3"]
-    assert loader.column_info["k"]["dtype"] == "str"
+    assert_column_equal(got["bucket"], ["1", "1", "2", "2", "x3", "x3"], "bucket")
+    assert got["id"].tolist() == list(range(6))
+    assert loader.column_info["bucket"]["dtype"] == "str"
 
 
 def test_hive_partition_column_can_be_projected(tmp_path):

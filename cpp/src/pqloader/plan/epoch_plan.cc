@@ -53,35 +53,28 @@ EpochPlan EpochPlan::Make(const std::vector<int64_t>& split_rows, const PlanOpti
   }
   const int64_t total = std::accumulate(split_rows.begin(), split_rows.end(), int64_t{0});
 
-  // 2. Equal, contiguous shares of the (truncated or padded) global row stream.
+  // 2. Contiguous shares of the epoch's row stream whose sizes differ by at most one;
+  // then the policy equalises them: kDrop drops the last row of the larger shares,
+  // kPad repeats the first row of the smaller ones (a rank never reads another's rows,
+  // except when ranks outnumber rows and an empty share borrows row rank % total).
   const int64_t world = options.world_size;
-  int64_t per_rank = 0;
+  const int64_t base = total / world;
+  const int64_t rem = total % world;
+  const int64_t begin = options.rank * base + std::min(options.rank, rem);
+  const int64_t count = base + (options.rank < rem ? 1 : 0);
   if (options.shard_policy == ShardPolicy::kDrop) {
-    per_rank = total / world;
-    plan.dropped_rows_ = total - per_rank * world;
+    plan.num_rows_ = base;
+    plan.dropped_rows_ = rem;
+    plan.AppendStreamRange(split_rows, begin, begin + base);
   } else {
-    per_rank = total == 0 ? 0 : CeilDiv(total, world);
-    plan.padded_rows_ = per_rank * world - total;
-  }
-  plan.num_rows_ = per_rank;
-
-  // 3. Units: the pieces of splits that cover [begin, end) of the stream. Positions past
-  // `total` (padding) wrap around to the stream's beginning.
-  int64_t begin = options.rank * per_rank;
-  const int64_t end = begin + per_rank;
-  while (begin < end && total > 0) {
-    const int64_t lap_begin = begin - begin % total;  // start of this lap over the data
-    const int64_t lap_end = std::min(end, lap_begin + total);
-    int64_t split_start = lap_begin;
-    for (int64_t s : plan.split_order_) {
-      const int64_t split_end = split_start + split_rows[s];
-      const int64_t lo = std::max(begin, split_start);
-      const int64_t hi = std::min(lap_end, split_end);
-      if (lo < hi) plan.units_.push_back(Unit{s, lo - split_start, hi - split_start});
-      split_start = split_end;
-      if (split_start >= lap_end) break;
+    const int64_t target = base + (rem > 0 ? 1 : 0);
+    plan.num_rows_ = target;
+    plan.padded_rows_ = target * world - total;
+    plan.AppendStreamRange(split_rows, begin, begin + count);
+    if (count < target) {
+      const int64_t from = count > 0 ? begin : options.rank % total;
+      plan.AppendStreamRange(split_rows, from, from + (target - count));
     }
-    begin = lap_end;
   }
 
   plan.unit_first_row_.assign(1, 0);
@@ -98,9 +91,22 @@ EpochPlan EpochPlan::Make(const std::vector<int64_t>& split_rows, const PlanOpti
     plan.window_first_row_.push_back(plan.unit_first_row_[std::min(u + window, num_units)]);
   }
 
-  plan.num_batches_ = options.drop_last ? per_rank / options.batch_size
-                                        : CeilDiv(per_rank, options.batch_size);
+  plan.num_batches_ = options.drop_last ? plan.num_rows_ / options.batch_size
+                                        : CeilDiv(plan.num_rows_, options.batch_size);
   return plan;
+}
+
+void EpochPlan::AppendStreamRange(const std::vector<int64_t>& split_rows, int64_t begin,
+                                  int64_t end) {
+  int64_t split_start = 0;
+  for (int64_t s : split_order_) {
+    if (split_start >= end) break;
+    const int64_t split_end = split_start + split_rows[s];
+    const int64_t lo = std::max(begin, split_start);
+    const int64_t hi = std::min(end, split_end);
+    if (lo < hi) units_.push_back(Unit{s, lo - split_start, hi - split_start});
+    split_start = split_end;
+  }
 }
 
 int64_t EpochPlan::drop_last_rows() const {

@@ -15,8 +15,8 @@ namespace pqloader {
 
 /// How ranks are made equal in size when the row count does not divide evenly.
 enum class ShardPolicy {
-  kDrop,  ///< Drop the last N % world_size rows of the epoch's global order.
-  kPad,   ///< Append the first rows of the epoch's global order until it divides.
+  kDrop,  ///< Ranks with one row more than others drop their last row.
+  kPad,   ///< Ranks with one row fewer than others repeat their first row.
 };
 
 /// Options that decide the order of samples. Every field affects the output.
@@ -76,7 +76,7 @@ class EpochPlan {
   /// Rows this rank yields in the epoch (after the shard policy, before drop_last).
   int64_t num_rows() const { return num_rows_; }
   int64_t num_batches() const { return num_batches_; }
-  /// Rows of the dataset dropped (kDrop) or repeated (kPad) this epoch, all ranks.
+  /// Rows dropped (kDrop) or repeated (kPad) this epoch, summed over all ranks.
   int64_t dropped_rows() const { return dropped_rows_; }
   int64_t padded_rows() const { return padded_rows_; }
   /// Rows of this rank discarded by drop_last.
@@ -102,6 +102,8 @@ class EpochPlan {
 
  private:
   EpochPlan() = default;
+  // Append units covering positions [begin, end) of the epoch's row stream.
+  void AppendStreamRange(const std::vector<int64_t>& split_rows, int64_t begin, int64_t end);
   int64_t UnitOfWindowOffset(int64_t w, int64_t offset) const;
 
   PlanOptions options_;

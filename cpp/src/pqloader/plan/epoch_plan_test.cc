@@ -124,7 +124,20 @@ TEST(EpochPlan, ShardsAreEqualDisjointAndComplete) {
   }
 }
 
-TEST(EpochPlan, PaddingWrapsWhenRanksOutnumberRows) {
+TEST(EpochPlan, PaddingRepeatsTheRanksOwnFirstRow) {
+  PlanOptions o;
+  o.world_size = 3;
+  o.shard_policy = ShardPolicy::kPad;
+  const std::vector<std::vector<int64_t>> expect = {{0, 1, 2}, {3, 4, 3}, {5, 6, 5}};
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    o.rank = rank;
+    auto plan = EpochPlan::Make({3, 4}, o, 0);
+    EXPECT_EQ(Ids(plan, {3, 4}), expect[rank]) << "rank " << rank;
+    EXPECT_EQ(plan.padded_rows(), 2);
+  }
+}
+
+TEST(EpochPlan, PaddingBorrowsARowWhenRanksOutnumberRows) {
   PlanOptions o;
   o.world_size = 5;
   o.rank = 4;
