@@ -5,10 +5,11 @@ Run: .venv/bin/python bench/shuffle_quality.py [--row-groups 64 --rows-per-group
 For a dataset of R row groups × G rows with an `id` column (0..N-1 in natural order),
 reports per window size:
 - displacement: mean |position - natural position| / N (a uniform permutation: ~0.333);
-- rank corr. natural: Spearman correlation of delivery position with natural position
-  (uniform: ~0);
-- rank corr. epochs: Spearman correlation between the positions of each row in
+- rank corr. natural: |Spearman correlation| of delivery position with natural
+  position (uniform: ~0);
+- rank corr. epochs: |Spearman correlation| between the positions of each row in
   epoch 0 and epoch 1 (uniform: ~0);
+Each value is the mean over seeds 1..5.
 - row groups per batch: mean distinct row groups among a batch's rows (uniform: close
   to min(batch_size, R) for large groups).
 """
@@ -32,8 +33,11 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def epoch_ids(path: str, window: int, epoch: int, batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    loader = pqloader.Loader(path, batch_size=batch_size, shuffle=True, seed=1234, shuffle_window=window)
+SEEDS = (1, 2, 3, 4, 5)
+
+
+def epoch_ids(path: str, window: int, epoch: int, batch_size: int, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    loader = pqloader.Loader(path, batch_size=batch_size, shuffle=True, seed=seed, shuffle_window=window)
     loader.load_state_dict({**loader.state_dict(), "epoch": epoch, "batch": 0})
     batches = [b["id"] for b in loader]
     return np.concatenate(batches), batches
@@ -53,23 +57,26 @@ def main() -> None:
         print("| shuffle_window | displacement | rank corr. natural | rank corr. epochs | row groups per batch |")
         print("|---:|---:|---:|---:|---:|")
         windows = sorted({1, 2, 4, 8, 16, args.row_groups})
+        natural = np.arange(n)
         for w in windows:
-            e0, batches = epoch_ids(path, w, 0, args.batch_size)
-            e1, _ = epoch_ids(path, w, 1, args.batch_size)
-            pos0 = np.empty(n, dtype=np.int64)
-            pos0[e0] = np.arange(n)
-            pos1 = np.empty(n, dtype=np.int64)
-            pos1[e1] = np.arange(n)
-            natural = np.arange(n)
-            displacement = float(np.mean(np.abs(pos0 - natural))) / n
-            groups = np.mean([len(np.unique(b // args.rows_per_group)) for b in batches])
-            print(f"| {w} | {displacement:.3f} | {spearman(pos0, natural):+.3f} | "
-                  f"{spearman(pos0, pos1):+.3f} | {groups:.1f} |")
+            rows = []
+            for seed in SEEDS:
+                e0, batches = epoch_ids(path, w, 0, args.batch_size, seed)
+                e1, _ = epoch_ids(path, w, 1, args.batch_size, seed)
+                pos0 = np.empty(n, dtype=np.int64)
+                pos0[e0] = natural
+                pos1 = np.empty(n, dtype=np.int64)
+                pos1[e1] = natural
+                rows.append((float(np.mean(np.abs(pos0 - natural))) / n, abs(spearman(pos0, natural)),
+                             abs(spearman(pos0, pos1)),
+                             np.mean([len(np.unique(b // args.rows_per_group)) for b in batches])))
+            d, cn, ce, g = np.mean(rows, axis=0)
+            print(f"| {w} | {d:.3f} | {cn:.3f} | {ce:.3f} | {g:.1f} |")
         rng = np.random.default_rng(0)
         perm = rng.permutation(n)
         print(f"| uniform (reference) | {np.mean(np.abs(np.argsort(perm) - np.arange(n))) / n:.3f} | "
-              f"{spearman(np.argsort(perm), np.arange(n)):+.3f} | "
-              f"{spearman(np.argsort(perm), np.argsort(rng.permutation(n))):+.3f} | "
+              f"{abs(spearman(np.argsort(perm), np.arange(n))):.3f} | "
+              f"{abs(spearman(np.argsort(perm), np.argsort(rng.permutation(n)))):.3f} | "
               f"{np.mean([len(np.unique(perm[i:i + args.batch_size] // args.rows_per_group)) for i in range(0, n, args.batch_size)]):.1f} |")
 
 
