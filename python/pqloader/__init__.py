@@ -17,6 +17,7 @@ from pqloader._errors import (
     SchemaMismatchError,
     UnsupportedTypeError,
 )
+from pqloader import transforms
 from pqloader._loader import Loader, inspect
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader",
     "inspect",
+    "transforms",
     "Error",
     "IOError",
     "DataNotFoundError",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
+import threading
 import time
-from typing import Any, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
 from pqloader import _core
 from pqloader._errors import InvalidDataError
@@ -17,7 +19,8 @@ _STATE_VERSION = 1
 # loader that agrees on all of them.
 _DATA_OPTIONS = (
     "sources", "files", "columns", "batch_size", "drop_last", "shuffle", "seed",
-    "shuffle_window", "rank", "world_size", "shard_policy", "fill_null",
+    "shuffle_window", "rank", "world_size", "shard_policy", "fill_null", "transforms",
+    "on_decode_error",
 )
 
 
@@ -32,6 +35,71 @@ def _normalize_sources(source: Source) -> list[str]:
         s = os.fspath(item)
         out.append(s if "://" in s else os.path.abspath(os.path.expanduser(s)))
     return out
+
+
+def _transform_specs(transforms: Any) -> dict[str, list[tuple[str, dict[str, Any]]]] | None:
+    """Turn {column: [pqloader.transforms.Op, ...]} into what the engine takes."""
+    from pqloader.transforms import Op
+
+    if transforms is None:
+        return None
+    if not isinstance(transforms, Mapping):
+        raise TypeError("transforms must be a dict {column: [ops]} or a callable (dict -> dict)")
+    out = {}
+    for column, ops in transforms.items():
+        if isinstance(ops, Op):
+            ops = [ops]
+        specs = []
+        for op in ops:
+            if not isinstance(op, Op):
+                raise TypeError(f"transforms[{column!r}] must hold pqloader.transforms ops, got {op!r}")
+            specs.append(op._spec())
+        out[str(column)] = specs
+    return out
+
+
+_END = object()
+
+
+def _threaded_map(fn: Callable[[dict], dict], items: Iterable[dict], depth: int) -> Iterator[dict]:
+    """Apply `fn` to `items` in one background thread, keeping order; errors re-raise here.
+
+    The engine releases the GIL while it works, so this thread overlaps with the
+    consumer whenever `fn` spends time in code that releases the GIL too (NumPy, torch);
+    pure-Python work in `fn` competes with the training loop for the GIL.
+    """
+    out: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for item in items:
+                result = fn(item)
+                while not stop.is_set():
+                    try:
+                        out.put((True, result), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            out.put((True, _END))
+        except BaseException as e:  # surfaces at the consumer
+            out.put((False, e))
+
+    thread = threading.Thread(target=run, name="pqloader-batch-transform", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, value = out.get()
+            if not ok:
+                raise value
+            if value is _END:
+                return
+            yield value
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _env_int(name: str) -> int | None:
@@ -103,6 +171,14 @@ class Loader:
         max_inflight_bytes: Soft bound on decoded data held ahead of the consumer.
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
+        transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
+            in the C++ workers; or a callable (dict -> dict), as for ``batch_transform``.
+        batch_transform: A Python callable applied to every batch, in order, in one
+            background thread. It holds the GIL while it runs Python code.
+        on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
+            image) raises, naming file, row group, row and column. ``"skip"``: the row is
+            dropped from its batch (batches may be smaller; every rank still gets the
+            same number of batches) and counted in ``stats()["skipped_rows"]``.
 
     Raises:
         pqloader.DataNotFoundError: The source holds no files.
@@ -136,6 +212,9 @@ class Loader:
         max_inflight_bytes: int = 256 << 20,
         prefetch_batches: int | None = None,
         verify_checksums: bool = False,
+        transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None,
+        batch_transform: Callable[[dict], dict] | None = None,
+        on_decode_error: str = "raise",
         _debug_delay_us: int = 0,
     ) -> None:
         sources = _normalize_sources(source)
@@ -166,6 +245,15 @@ class Loader:
             seed = _core.draw_seed() if shuffle else 0
         else:
             _check_int("seed", seed, 0)
+        if callable(transforms) and not isinstance(transforms, Mapping):
+            if batch_transform is not None:
+                raise ValueError("give the per-batch callable once: transforms= or batch_transform=")
+            transforms, batch_transform = None, transforms
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError("batch_transform must be callable (dict -> dict)")
+        if on_decode_error not in ("raise", "skip"):
+            raise ValueError(f"on_decode_error must be 'raise' or 'skip', got {on_decode_error!r}")
+        op_specs = _transform_specs(transforms)
         fills = None
         fill_default = None
         if isinstance(fill_null, Mapping):
@@ -190,10 +278,13 @@ class Loader:
             "debug_delay_us": _debug_delay_us,
             "fill_default": fill_default,
             "fills": fills,
+            "transforms": op_specs,
+            "on_decode_error": on_decode_error,
         }
         self._sources = sources
         self._fill_null = fill_null
         self._num_epochs = num_epochs
+        self._batch_transform = batch_transform
         self._core = _core._Loader(sources, self._options)
         self._plan = self._core.plan_info()
         self._columns = self._core.column_info()
@@ -201,6 +292,8 @@ class Loader:
         self._batch = 0  # index in that epoch of the next batch
         self._generation = 0
         self._first_iter_time: float | None = None
+        self._active_end: int | None = None  # end epoch of the iteration in progress
+        self._resume_end: int | None = None  # end epoch restored by load_state_dict
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -220,9 +313,14 @@ class Loader:
 
     @property
     def column_info(self) -> dict[str, dict[str, Any]]:
-        """Per output column: NumPy dtype (or "str"/"bytes"), per-row shape, Arrow type."""
+        """Per output column: NumPy dtype (or "str"/"bytes"), per-row shape, Arrow type.
+
+        Columns made by transforms have dtype and shape None: they are known once data
+        is transformed. A list column's variable dimension is -1.
+        """
         return {
-            c["name"]: {"dtype": c["dtype"], "shape": tuple(c["shape"]),
+            c["name"]: {"dtype": c["dtype"],
+                        "shape": None if c["dtype"] is None else tuple(c["shape"]),
                         "arrow_type": c["arrow_type"], "partition": c["partition"]}
             for c in self._columns
         }
@@ -246,27 +344,42 @@ class Loader:
     def _run(self, generation: int) -> Iterator[dict[str, Any]]:
         if self._first_iter_time is None:
             self._first_iter_time = time.perf_counter()
-        epochs = itertools.count() if self._num_epochs is None else range(self._num_epochs)
         num_batches = len(self)
+        if self._batch >= num_batches:  # positioned after an epoch's last batch
+            self._epoch += 1
+            self._batch = 0
+        # The epoch this iteration stops before: restored from a state, or num_epochs on.
+        if self._resume_end is not None:
+            end, self._resume_end = self._resume_end, None
+        else:
+            end = None if self._num_epochs is None else self._epoch + self._num_epochs
+        self._active_end = end
+        finished = False
         try:
-            for _ in epochs:
-                if self._batch >= num_batches:  # a state taken after an epoch's last batch
-                    self._epoch += 1
-                    self._batch = 0
+            while end is None or self._epoch < end:
                 self._core.start_epoch(self._epoch, self._batch)
-                while True:
-                    batch = self._core.next()
+                batches = self._core_batches() if self._batch_transform is None else _threaded_map(
+                    self._batch_transform, self._core_batches(), self._options["prefetch_batches"] or 2)
+                for batch in batches:
                     if generation != self._generation:
                         raise RuntimeError("this loader was iterated again; the older iterator stopped")
-                    if batch is None:
-                        break
                     self._batch += 1
                     yield batch
                 self._epoch += 1
                 self._batch = 0
+            finished = True
         finally:
             if generation == self._generation:
                 self._core.stop()
+                if finished:
+                    self._active_end = None
+
+    def _core_batches(self) -> Iterator[dict[str, Any]]:
+        while True:
+            batch = self._core.next()
+            if batch is None:
+                return
+            yield batch
 
     # -- statistics ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -302,6 +415,8 @@ class Loader:
             "world_size": o["world_size"],
             "shard_policy": o["shard_policy"],
             "fill_null": repr(self._fill_null),
+            "transforms": self._core.transform_fingerprint(),
+            "on_decode_error": o["on_decode_error"],
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -310,12 +425,18 @@ class Loader:
             "version": _STATE_VERSION,
             "epoch": self._epoch,
             "batch": self._batch,
+            # Where the interrupted `for batch in loader` would have stopped, so that a
+            # resumed iteration yields exactly the rest of it (None: no iteration active).
+            "iteration_end": self._active_end,
             "seed": self.seed,
             "options": self._fingerprint(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.
+
+        The next ``iter(loader)`` yields the rest of the interrupted iteration (up to the
+        epoch where it would have stopped); later iterations run ``num_epochs`` each.
 
         A loader built with ``seed=None`` adopts the state's seed. Every other
         data-affecting option must match.
@@ -343,6 +464,9 @@ class Loader:
         self._generation += 1  # any running iterator stops
         self._core.stop()
         self._epoch, self._batch = epoch, batch
+        end = state.get("iteration_end")
+        self._resume_end = None if end is None else int(end)
+        self._active_end = None
 
     def _seed_was_drawn(self) -> bool:
         return getattr(self, "_drawn_seed", False)

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "pqloader/api.h"
+#include "pqloader/transform/op.h"
+#include "pqloader/transform/pipeline.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -104,6 +106,23 @@ T Get(const nb::dict& d, const char* key, T fallback) {
   return nb::cast<T>(d[key]);
 }
 
+// An op given as (name, {param: number | [numbers] | str}).
+std::shared_ptr<const Op> ToOp(nb::handle op) {
+  auto spec = nb::borrow<nb::tuple>(op);
+  OpParams params;
+  for (auto [k, v] : nb::borrow<nb::dict>(spec[1])) {
+    const std::string key = nb::cast<std::string>(k);
+    if (nb::isinstance<nb::str>(v)) {
+      params.strings[key] = nb::cast<std::string>(v);
+    } else if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+      params.lists[key] = nb::cast<std::vector<double>>(v);
+    } else {
+      params.numbers[key] = nb::cast<double>(v);
+    }
+  }
+  return Check(MakeOp(nb::cast<std::string>(spec[0]), params));
+}
+
 LoaderOptions ToOptions(const nb::dict& d) {
   LoaderOptions o;
   if (d.contains("columns") && !d["columns"].is_none()) {
@@ -130,6 +149,16 @@ LoaderOptions ToOptions(const nb::dict& d) {
     for (auto [k, v] : nb::borrow<nb::dict>(d["fills"])) {
       o.fills[nb::cast<std::string>(k)] = ToFill(v);
     }
+  }
+  // transforms: {column: [(op name, {param: value})]}
+  if (d.contains("transforms") && !d["transforms"].is_none()) {
+    for (auto [column, ops] : nb::borrow<nb::dict>(d["transforms"])) {
+      auto& list = o.transforms[nb::cast<std::string>(column)];
+      for (nb::handle op : nb::borrow<nb::list>(ops)) list.push_back(ToOp(op));
+    }
+  }
+  if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
+    o.on_decode_error = DecodeErrorPolicy::kSkip;
   }
   return o;
 }
@@ -216,6 +245,7 @@ class PyLoader {
   }
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
+  const Loader& loader() const { return *loader_; }
 
   void Stop() {
     nb::gil_scoped_release release;
@@ -237,6 +267,7 @@ class PyLoader {
     d["time_to_first_batch_seconds"] =
         s.time_to_first_batch_seconds < 0 ? nb::none() : nb::cast(s.time_to_first_batch_seconds);
     d["peak_inflight_bytes"] = s.peak_inflight_bytes;
+    d["skipped_rows"] = s.skipped_rows;
     return d;
   }
 
@@ -245,8 +276,12 @@ class PyLoader {
     for (const auto& spec : loader_->specs()) {
       nb::dict d;
       d["name"] = spec.name;
-      d["dtype"] = spec.kind == ColumnKind::kTensor ? DTypeName(spec.dtype)
-                   : spec.kind == ColumnKind::kString ? "str" : "bytes";
+      if (spec.transformed) {  // dtype and shape are known once data is transformed
+        d["dtype"] = nb::none();
+      } else {
+        d["dtype"] = spec.kind == ColumnKind::kTensor ? DTypeName(spec.dtype)
+                     : spec.kind == ColumnKind::kString ? "str" : "bytes";
+      }
       nb::list shape;
       for (int64_t dim : spec.row_shape) shape.append(dim);
       d["shape"] = nb::tuple(shape);
@@ -337,7 +372,34 @@ NB_MODULE(_core, m) {
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
       .def("stats", &PyLoader::Stats)
       .def("column_info", &PyLoader::ColumnInfo)
-      .def("plan_info", &PyLoader::PlanInfo);
+      .def("plan_info", &PyLoader::PlanInfo)
+      .def("transform_fingerprint",
+           [](const PyLoader& l) { return l.loader().transforms().Fingerprint(); });
   m.def("inspect", &pqloader::Inspect, "sources"_a);
   m.def("draw_seed", &pqloader::DrawFreshSeed);
+  // Test helper: the crop a RandomResizedCrop at `op_index` draws for one sample.
+  m.def("_random_resized_crop_params",
+        [](uint64_t seed, int64_t epoch, int64_t sample, int op_index, int64_t height,
+           int64_t width, std::vector<double> scale, std::vector<double> ratio) {
+          auto rng = pqloader::CounterRng::ForSample(seed, epoch, sample, op_index);
+          auto box = pqloader::RandomResizedCropParams(height, width, scale[0], scale[1],
+                                                       ratio[0], ratio[1], &rng);
+          return nb::make_tuple(box.top, box.left, box.height, box.width);
+        });
+  // Test helper: apply a list of ops to one sample given as bytes or an ndarray.
+  m.def("_apply_ops", [](nb::list ops, nb::bytes data, uint64_t seed, int64_t epoch,
+                         int64_t sample) {
+    pqloader::SampleTensor s;
+    s.dtype = pqloader::DType::kUInt8;
+    s.shape = {static_cast<int64_t>(data.size())};
+    s.data = arrow::Buffer::FromString(std::string(data.c_str(), data.size()));
+    pqloader::SampleContext ctx{seed, epoch, sample};
+    int index = 0;
+    for (nb::handle op : ops) s = pqloader::Check(pqloader::ToOp(op)->Apply(s, ctx, index++));
+    pqloader::BatchColumn c;
+    c.dtype = s.dtype;
+    c.shape = s.shape;
+    c.data = s.data;
+    return pqloader::TensorToNumpy(c);
+  });
 }

@@ -1,6 +1,7 @@
 #include "pqloader/loader.h"
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "pqloader/error.h"
@@ -71,6 +72,13 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
                                                                      : options.default_fill);
   }
   loader->read_options_.verify_checksums = options.verify_checksums;
+  ARROW_ASSIGN_OR_RAISE(loader->transforms_,
+                        TransformPlan::Make(loader->dataset_->specs(), options.transforms,
+                                            options.on_decode_error));
+  for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
+    loader->read_options_.allow_ragged.push_back(
+        loader->transforms_.transforms_column(static_cast<int>(c)));
+  }
   loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
   return loader;
 }
@@ -112,6 +120,16 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
       -> arrow::Result<std::shared_ptr<const DecodedUnit>> {
     const Unit& unit = plan->units()[u];
     ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_));
+    if (!transforms_.empty()) {
+      const Split& split = dataset_->splits()[unit.split];
+      ARROW_RETURN_NOT_OK(transforms_.ApplyPrefix(
+          decoded.get(), dataset_->specs(), [&](int64_t r) {
+            return "'" + dataset_->files()[split.file].display + "', row group " +
+                   std::to_string(split.row_group) + ", row " +
+                   std::to_string(unit.row_begin + r);
+          }));
+      skipped_rows_ += decoded->skipped_rows;
+    }
     *bytes = decoded->ByteSize();
     bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
     bytes_decoded_ += *bytes;
@@ -132,7 +150,13 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
       held.push_back(perms->Get(w));
       return *held.back();
     }, &rows);
-    auto batch = AssembleBatch(specs(), units, lo, rows, pool_);
+    std::vector<std::vector<SampleTensor>> samples;
+    std::vector<std::vector<int64_t>> lengths;
+    if (!transforms_.empty()) {
+      ARROW_RETURN_NOT_OK(TransformRows(*plan, units, lo, &rows, &samples, &lengths));
+    }
+    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_);
+    if (batch.ok() && !transforms_.empty()) batch = AddLengthColumns(std::move(*batch), lengths);
     if (!batch.ok()) {
       std::string files;
       for (size_t i = 0; i < units.size(); ++i) {
@@ -174,6 +198,83 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next() {
   return batch;
 }
 
+arrow::Status Loader::TransformRows(const EpochPlan& plan,
+                                    const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+                                    int64_t unit_base, std::vector<RowRef>* rows,
+                                    std::vector<std::vector<SampleTensor>>* samples,
+                                    std::vector<std::vector<int64_t>>* lengths) {
+  const auto& specs = dataset_->specs();
+  samples->assign(specs.size(), {});
+  lengths->assign(specs.size(), {});
+  std::vector<RowRef> kept;
+  kept.reserve(rows->size());
+  SampleContext ctx;
+  ctx.seed = plan.options().seed;
+  ctx.epoch = plan.epoch();
+  for (const RowRef& r : *rows) {
+    const DecodedUnit& unit = *units[r.unit - unit_base];
+    if (!unit.row_ok.empty() && !unit.row_ok[r.row]) continue;  // skipped while decoding
+    const Unit& u = plan.units()[r.unit];
+    ctx.sample_index = dataset_->split_first_row(u.split) + u.row_begin + r.row;
+    bool ok = true;
+    std::vector<std::pair<SampleTensor, int64_t>> outs;
+    for (size_t c = 0; c < specs.size() && ok; ++c) {
+      if (!transforms_.transforms_column(static_cast<int>(c))) continue;
+      int64_t length = -1;
+      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, &length);
+      if (!s.ok()) {
+        if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
+          ok = false;
+          ++skipped_rows_;
+          break;
+        }
+        const Split& split = dataset_->splits()[u.split];
+        return arrow::Status(s.status().code(),
+                             "'" + dataset_->files()[split.file].display + "', row group " +
+                                 std::to_string(split.row_group) + ", row " +
+                                 std::to_string(u.row_begin + r.row) + ", column '" +
+                                 specs[c].name + "': " + s.status().message(),
+                             s.status().detail());
+      }
+      outs.emplace_back(std::move(s).ValueUnsafe(), length);
+    }
+    if (!ok) continue;
+    kept.push_back(r);
+    size_t k = 0;
+    for (size_t c = 0; c < specs.size(); ++c) {
+      if (!transforms_.transforms_column(static_cast<int>(c))) continue;
+      (*samples)[c].push_back(std::move(outs[k].first));
+      (*lengths)[c].push_back(outs[k].second);
+      ++k;
+    }
+  }
+  *rows = std::move(kept);
+  return arrow::Status::OK();
+}
+
+arrow::Result<std::shared_ptr<Batch>> Loader::AddLengthColumns(
+    std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths) {
+  std::vector<BatchColumn> columns;
+  for (const auto& [src, is_length] : transforms_.output_sources()) {
+    if (!is_length) {
+      columns.push_back(batch->columns[src]);
+      continue;
+    }
+    BatchColumn c;
+    c.kind = ColumnKind::kTensor;
+    c.dtype = DType::kInt64;
+    c.shape = {batch->num_rows};
+    ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(batch->num_rows * sizeof(int64_t), pool_));
+    if (batch->num_rows > 0) {
+      std::memcpy(data->mutable_data(), lengths[src].data(), batch->num_rows * sizeof(int64_t));
+    }
+    c.data = std::move(data);
+    columns.push_back(std::move(c));
+  }
+  batch->columns = std::move(columns);
+  return batch;
+}
+
 LoaderStats Loader::stats() const {
   LoaderStats s;
   {
@@ -190,6 +291,7 @@ LoaderStats Loader::stats() const {
   }
   s.bytes_read = bytes_read_.load();
   s.bytes_decoded = bytes_decoded_.load();
+  s.skipped_rows = skipped_rows_.load();
   return s;
 }
 

@@ -26,6 +26,7 @@
 #include "pqloader/exec/ordered_pipeline.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/transform/pipeline.h"
 
 namespace pqloader {
 
@@ -48,6 +49,10 @@ struct LoaderOptions {
   int64_t prefetch_batches = 0;
   /// Test hook: random sleep of up to this many µs before each task. Default: 0.
   int64_t debug_max_delay_us = 0;
+  /// Per-column transform ops, applied in order (see transform/op.h). Default: none.
+  std::map<std::string, std::vector<std::shared_ptr<const Op>>> transforms;
+  /// What a failing transform does. Default: kRaise.
+  DecodeErrorPolicy on_decode_error = DecodeErrorPolicy::kRaise;
 };
 
 /// Counters since the loader was made, over all epochs.
@@ -62,6 +67,7 @@ struct LoaderStats {
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
+  int64_t skipped_rows = 0;       ///< Rows dropped by on_decode_error = kSkip.
 };
 
 class Loader {
@@ -75,7 +81,9 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   const Dataset& dataset() const { return *dataset_; }
-  const std::vector<ColumnSpec>& specs() const { return dataset_->specs(); }
+  /// Output columns, in batch order (transformed columns, then any "_length" columns).
+  const std::vector<ColumnSpec>& specs() const { return transforms_.output_specs(); }
+  const TransformPlan& transforms() const { return transforms_; }
   const LoaderOptions& options() const { return options_; }
   /// Plan of epoch 0 (the counts are the same in every epoch).
   const EpochPlan& first_plan() const { return first_plan_; }
@@ -101,10 +109,21 @@ class Loader {
   class PermutationCache;
 
   Loader() = default;
+  // Run the random (per-sample) transforms of a batch's rows; drop rows that failed
+  // under DecodeErrorPolicy::kSkip.
+  arrow::Status TransformRows(const EpochPlan& plan,
+                              const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+                              int64_t unit_base, std::vector<RowRef>* rows,
+                              std::vector<std::vector<SampleTensor>>* samples,
+                              std::vector<std::vector<int64_t>>* lengths);
+  // Reorder a batch's columns into output order, adding "<name>_length" columns.
+  arrow::Result<std::shared_ptr<Batch>> AddLengthColumns(
+      std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths);
 
   LoaderOptions options_;
   std::shared_ptr<Dataset> dataset_;
   ReadOptions read_options_;
+  TransformPlan transforms_;
   EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);
   std::shared_ptr<const EpochPlan> plan_;
   std::shared_ptr<PermutationCache> perms_;
@@ -113,6 +132,7 @@ class Loader {
 
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};
+  std::atomic<int64_t> skipped_rows_{0};
   mutable std::mutex stats_mu_;
   LoaderStats stats_;  // GUARDED_BY(stats_mu_); pipeline counters folded in at epoch end
   int64_t start_ns_ = -1;

@@ -319,6 +319,11 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
                        "' has corrupt row group metadata: ", e.what());
     }
   }
+  int64_t first = 0;
+  for (const auto& s : ds->splits_) {
+    ds->split_first_row_.push_back(first);
+    first += s.num_rows;
+  }
   return ds;
 }
 

@@ -68,6 +68,8 @@ class Dataset {
   /// For each partition key: whether its values are all integers (then int64).
   const std::vector<std::string>& partition_keys() const { return partition_keys_; }
   int64_t num_rows() const;
+  /// Global index of the first row of split i (rows numbered across files in order).
+  int64_t split_first_row(int64_t i) const { return split_first_row_[i]; }
   /// Rows of each split, in split order.
   std::vector<int64_t> SplitRows() const;
 
@@ -76,6 +78,7 @@ class Dataset {
 
   std::vector<DataFile> files_;
   std::vector<Split> splits_;
+  std::vector<int64_t> split_first_row_;
   std::vector<ColumnSpec> specs_;
   std::vector<int> partition_index_;
   std::vector<std::string> partition_keys_;

@@ -112,6 +112,7 @@ class TensorWriter {
   }
 
   arrow::Result<ColumnData> Finish(int64_t num_rows) {
+    if (ragged_) return FinishRagged(num_rows);
     ColumnData data;
     data.row_shape = shape_;
     int64_t row_elems = 1;
@@ -157,6 +158,25 @@ class TensorWriter {
   }
 
  private:
+  arrow::Result<ColumnData> FinishRagged(int64_t num_rows) {
+    ColumnData data;
+    data.row_shape = shape_;
+    int64_t inner = elem_;
+    for (size_t i = 1; i < shape_.size(); ++i) inner *= shape_[i] < 0 ? 0 : shape_[i];
+    if (static_cast<int64_t>(row_elements_.size()) != num_rows) {
+      return arrow::Status::Invalid("column '", spec_.name, "': ", row_elements_.size(),
+                                    " list lengths for ", num_rows, " rows");
+    }
+    ARROW_ASSIGN_OR_RAISE(auto offsets,
+                          arrow::AllocateBuffer((num_rows + 1) * sizeof(int64_t), pool_));
+    auto* off = reinterpret_cast<int64_t*>(offsets->mutable_data());
+    off[0] = 0;
+    for (int64_t r = 0; r < num_rows; ++r) off[r + 1] = off[r] + row_elements_[r] * inner;
+    data.offsets = std::move(offsets);
+    ARROW_ASSIGN_OR_RAISE(data.data, out_.Finish());
+    return data;
+  }
+
   template <typename ListT>
   arrow::Status AppendList(const arrow::Array& arr, size_t level) {
     const auto& list = static_cast<const ListT&>(arr);
@@ -168,6 +188,10 @@ class TensorWriter {
     }
     for (int64_t r = 0; r < n; ++r) {
       const int64_t len = list.value_length(r);
+      if (ragged_ && level == 0) {
+        row_elements_.push_back(len);
+        continue;
+      }
       if (shape_[level] < 0) {
         shape_[level] = len;
       } else if (shape_[level] != len) {
@@ -243,9 +267,11 @@ class TensorWriter {
   arrow::BufferBuilder out_;
   const int64_t elem_;
   std::shared_ptr<arrow::Buffer> zero_copy_;
+  std::vector<int64_t> row_elements_;  // ragged: elements per row
 
  public:
   std::vector<int64_t> shape_;
+  bool ragged_ = false;
 };
 
 template <typename ArrayT>
@@ -386,11 +412,13 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
 }
 
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
-                                        const NullFill& fill, arrow::MemoryPool* pool) {
+                                        const NullFill& fill, arrow::MemoryPool* pool,
+                                        bool allow_ragged) {
   if (spec.kind != ColumnKind::kTensor) return ConvertVarBinary(spec, array, fill, pool);
   TensorWriter writer(spec, fill, pool);
   writer.shape_ = spec.row_shape;
-  if (!writer.TryZeroCopy(array)) {
+  writer.ragged_ = allow_ragged && !spec.row_shape.empty() && spec.row_shape[0] < 0;
+  if (writer.ragged_ || !writer.TryZeroCopy(array)) {
     for (const auto& chunk : array.chunks()) ARROW_RETURN_NOT_OK(writer.Append(*chunk, 0));
   }
   return writer.Finish(array.length());

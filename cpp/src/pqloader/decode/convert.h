@@ -34,8 +34,11 @@ struct NullFill {
 /// error naming the column and its type.
 arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field);
 
-/// Convert every row of `array` to the layout of `spec`.
+/// Convert every row of `array` to the layout of `spec`. With `allow_ragged`, list rows
+/// may differ in length (the result then has per-row byte offsets; transforms such as
+/// PadOrTruncate make them uniform).
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
-                                        const NullFill& fill, arrow::MemoryPool* pool);
+                                        const NullFill& fill, arrow::MemoryPool* pool,
+                                        bool allow_ragged = false);
 
 }  // namespace pqloader

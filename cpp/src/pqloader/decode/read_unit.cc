@@ -46,7 +46,7 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
 
 }  // namespace
 
-arrow::Result<std::shared_ptr<const DecodedUnit>> ReadUnit(const Dataset& dataset,
+arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            const Unit& unit,
                                                            const ReadOptions& options,
                                                            arrow::MemoryPool* pool) {
@@ -106,11 +106,12 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> ReadUnit(const Dataset& datase
                        chunked->length(), " rows, the footer says ", split.num_rows);
     }
     auto slice = chunked->Slice(unit.row_begin, unit.num_rows());
-    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool);
+    const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
+    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged);
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
   }
-  return std::shared_ptr<const DecodedUnit>(std::move(decoded));
+  return decoded;
 }
 
 }  // namespace pqloader

@@ -21,11 +21,13 @@ struct ReadOptions {
   std::vector<NullFill> fills;
   /// Verify page CRC checksums where the writer stored them. Default: false.
   bool verify_checksums = false;
+  /// Per output column: whether list rows may differ in length (transforms follow).
+  std::vector<bool> allow_ragged;
 };
 
 /// Read rows [unit.row_begin, unit.row_end) of split `unit.split` and convert them.
 /// Errors name the file, the row group and, where known, the column.
-arrow::Result<std::shared_ptr<const DecodedUnit>> ReadUnit(const Dataset& dataset,
+arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            const Unit& unit,
                                                            const ReadOptions& options,
                                                            arrow::MemoryPool* pool);

@@ -16,7 +16,7 @@ void Philox4x32_10(uint32_t counter[4], const uint32_t key[2]) {
 
 uint32_t CounterRng::NextU32() {
   if (used_ == 4) {
-    block_[0] = block_index_++;
+    block_[0] = block_base_ | block_index_++;
     block_[1] = purpose_;
     block_[2] = id_a_;
     block_[3] = id_b_;

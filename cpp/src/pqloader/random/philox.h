@@ -15,7 +15,7 @@ namespace pqloader {
 enum class RngPurpose : uint32_t {
   kSplitOrder = 1,  ///< Permutation of splits in an epoch (id_a = epoch).
   kWindowRows = 2,  ///< Row permutation of one shuffle window (id_a = epoch, id_b = window).
-  kAugment = 3,     ///< Per-sample augmentation draws (reserved).
+  kAugment = 3,     ///< Per-sample augmentation draws (see CounterRng::ForSample).
 };
 
 /// Apply Philox4x32 with 10 rounds to `counter` under `key`, in place.
@@ -30,6 +30,22 @@ class CounterRng {
         purpose_(static_cast<uint32_t>(purpose)),
         id_a_(id_a),
         id_b_(id_b) {}
+
+  /// Return the stream of augmentation op `op` (its position in the column's pipeline)
+  /// for the sample with global index `sample` in `epoch`. Counter layout: word 0 holds
+  /// the op (bits 20..27) and the block index (bits 0..19), word 1 the purpose (bits
+  /// 0..7) and the epoch (bits 8..31), words 2..3 the sample index.
+  static CounterRng ForSample(uint64_t seed, int64_t epoch, int64_t sample, int op) {
+    CounterRng rng(seed, RngPurpose::kAugment, static_cast<uint32_t>(sample),
+                   static_cast<uint32_t>(static_cast<uint64_t>(sample) >> 32));
+    rng.purpose_ = static_cast<uint32_t>(RngPurpose::kAugment) |
+                   (static_cast<uint32_t>(epoch) << 8);
+    rng.block_base_ = (static_cast<uint32_t>(op) & 0xff) << 20;
+    return rng;
+  }
+
+  /// Return a uniform double in [0, 1) with 53 random bits.
+  double UniformDouble() { return static_cast<double>(NextU64() >> 11) * 0x1.0p-53; }
 
   /// Return the next 32 random bits.
   uint32_t NextU32();
@@ -48,6 +64,7 @@ class CounterRng {
   uint32_t purpose_;
   uint32_t id_a_;
   uint32_t id_b_;
+  uint32_t block_base_ = 0;   // high bits of counter word 0 (ForSample streams)
   uint32_t block_index_ = 0;  // counter word 0: which 4-word block
   uint32_t block_[4] = {0, 0, 0, 0};
   int used_ = 4;  // words of block_ already handed out

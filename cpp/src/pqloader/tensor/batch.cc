@@ -35,11 +35,18 @@ const char* DTypeName(DType dtype) {
   return "?";
 }
 
+int64_t SampleTensor::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 int64_t DecodedUnit::ByteSize() const {
   int64_t n = 0;
   for (const auto& c : columns) {
     if (c.data) n += c.data->size();
     if (c.offsets) n += c.offsets->size();
+    for (const auto& s : c.samples) n += s.data ? s.data->size() : 0;
   }
   return n;
 }
@@ -87,7 +94,8 @@ void GatherFixed(const std::vector<std::shared_ptr<const DecodedUnit>>& units,
 arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
-    const std::vector<RowRef>& rows, arrow::MemoryPool* pool) {
+    const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
+    arrow::MemoryPool* pool) {
   auto batch = std::make_shared<Batch>();
   const auto n = static_cast<int64_t>(rows.size());
   batch->num_rows = n;
@@ -95,6 +103,33 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     BatchColumn out;
     out.kind = specs[col].kind;
     out.dtype = specs[col].dtype;
+    if (col < samples.size() && !samples[col].empty()) {
+      // Transformed samples: one dtype and shape for the whole batch, or an error.
+      const std::vector<SampleTensor>& rows_of = samples[col];
+      const SampleTensor& first = rows_of[0];
+      for (const SampleTensor& s : rows_of) {
+        if (s.shape != first.shape || s.dtype != first.dtype) {
+          return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
+                           "': transformed samples of one batch differ, ", DTypeName(first.dtype),
+                           ShapeString(first.shape), " and ", DTypeName(s.dtype),
+                           ShapeString(s.shape),
+                           "; add Resize/CenterCrop, RandomResizedCrop or PadOrTruncate so every "
+                           "sample has one shape");
+        }
+      }
+      const int64_t bytes = first.num_elements() * DTypeSize(first.dtype);
+      ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(n * bytes, pool));
+      for (int64_t i = 0; i < n; ++i) {
+        if (bytes > 0) std::memcpy(data->mutable_data() + i * bytes, rows_of[i].data->data(), bytes);
+      }
+      out.kind = ColumnKind::kTensor;
+      out.dtype = first.dtype;
+      out.shape.push_back(n);
+      out.shape.insert(out.shape.end(), first.shape.begin(), first.shape.end());
+      out.data = std::move(data);
+      batch->columns.push_back(std::move(out));
+      continue;
+    }
     if (specs[col].kind == ColumnKind::kTensor) {
       const std::vector<int64_t>* shape = nullptr;
       int64_t row_bytes = 0;

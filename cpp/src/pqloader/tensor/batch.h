@@ -50,23 +50,49 @@ struct ColumnSpec {
   std::string arrow_type;
   /// True for a column made from hive partition directories (`key=value`).
   bool is_partition = false;
+  /// True when transforms produce the column (dtype and row shape known only then).
+  bool transformed = false;
+};
+
+/// One sample of one column: an n-d tensor with its own shape (see transform/op.h).
+struct SampleTensor {
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  /// Bytes of the sample (shape product × DTypeSize), C order; may view a larger buffer.
+  std::shared_ptr<arrow::Buffer> data;
+  /// Image layout: true once ToCHW ran (channels first), else channels last.
+  bool channels_first = false;
+
+  int64_t num_elements() const;
 };
 
 /// One column of one decoded unit.
 struct ColumnData {
-  /// kTensor: num_rows * row_bytes bytes. Variable length: the bytes that offsets index.
+  /// kTensor: num_rows * row_bytes bytes (or, ragged, the bytes `offsets` index).
+  /// Variable length: the bytes that offsets index.
   std::shared_ptr<arrow::Buffer> data;
-  /// Variable length only: num_rows + 1 int64 offsets into data (need not start at 0).
+  /// Variable length, and ragged lists: num_rows + 1 int64 byte offsets into data
+  /// (need not start at 0). A ragged list row has shape {len, row_shape[1:]...}.
   std::shared_ptr<arrow::Buffer> offsets;
-  /// kTensor only: actual shape of one row, and its size in bytes.
+  /// kTensor only: actual shape of one row (row_shape[0] == -1 when ragged), and its
+  /// size in bytes (0 when ragged).
   std::vector<int64_t> row_shape;
   int64_t row_bytes = 0;
+  /// Per-row samples made by deterministic transforms; when not empty, they replace
+  /// the fields above.
+  std::vector<SampleTensor> samples;
+  /// Per-row valid length recorded by PadOrTruncate when it ran before the cache point.
+  std::vector<int64_t> lengths;
 };
 
 /// The decoded columns of one unit, in ColumnSpec order.
 struct DecodedUnit {
   int64_t num_rows = 0;
   std::vector<ColumnData> columns;
+  /// Per row: 0 when a transform failed and on_decode_error="skip" dropped the row.
+  /// Empty when every row is valid.
+  std::vector<uint8_t> row_ok;
+  int64_t skipped_rows = 0;
   /// Bytes held by the column buffers.
   int64_t ByteSize() const;
 };
@@ -91,10 +117,13 @@ struct Batch {
 };
 
 /// Gather `rows` (RowRef::unit indexes `units` after subtracting `unit_base`) into a
-/// new batch. Fails if one column's row shape differs between units.
+/// new batch. A column c with `samples[c]` non-empty takes row i from samples[c][i]
+/// instead (the output of transforms); `samples` may be empty. Fails if one column's
+/// rows have different shapes (or dtypes).
 arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
-    const std::vector<RowRef>& rows, arrow::MemoryPool* pool);
+    const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
+    arrow::MemoryPool* pool);
 
 }  // namespace pqloader

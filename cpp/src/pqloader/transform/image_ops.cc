@@ -1,0 +1,556 @@
+// Geometric and numeric image ops, with torchvision semantics.
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include <arrow/util/float16.h>
+
+#include "pqloader/error.h"
+#include "pqloader/transform/op.h"
+
+namespace pqloader {
+
+namespace {
+
+constexpr int kMaxCropAttempts = 10;  // torchvision RandomResizedCrop
+
+// Python's round(): half to even.
+int64_t RoundHalfEven(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
+
+struct ImageDims {
+  int64_t h = 0, w = 0, c = 1;
+};
+
+arrow::Result<ImageDims> Dims(const SampleTensor& s, const char* op) {
+  ImageDims d;
+  if (s.shape.size() == 2) {
+    d.h = s.shape[0];
+    d.w = s.shape[1];
+  } else if (s.shape.size() == 3) {
+    if (s.channels_first) {
+      d.c = s.shape[0]; d.h = s.shape[1]; d.w = s.shape[2];
+    } else {
+      d.h = s.shape[0]; d.w = s.shape[1]; d.c = s.shape[2];
+    }
+  } else {
+    return arrow::Status::Invalid(op, " needs an image (HWC, CHW or HW), got shape ",
+                                  ShapeToString(s.shape));
+  }
+  return d;
+}
+
+std::vector<int64_t> ImageShape(const SampleTensor& like, int64_t h, int64_t w, int64_t c) {
+  if (like.shape.size() == 2) return {h, w};
+  return like.channels_first ? std::vector<int64_t>{c, h, w} : std::vector<int64_t>{h, w, c};
+}
+
+// Filter weights of one output pixel along one axis (PIL's precompute_coeffs, bilinear).
+struct AxisWeights {
+  std::vector<int64_t> first;      // first input index per output index
+  std::vector<int64_t> count;      // number of taps per output index
+  std::vector<double> weights;     // count[i] taps per output index, `stride` apart
+  int64_t stride = 0;
+};
+
+AxisWeights ComputeWeights(int64_t in_begin, int64_t in_len, int64_t in_size, int64_t out_size) {
+  AxisWeights a;
+  const double scale = static_cast<double>(in_len) / static_cast<double>(out_size);
+  const double filter_scale = std::max(scale, 1.0);
+  const double support = 1.0 * filter_scale;  // bilinear support is 1
+  a.stride = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  a.first.resize(out_size);
+  a.count.resize(out_size);
+  a.weights.assign(out_size * a.stride, 0.0);
+  for (int64_t i = 0; i < out_size; ++i) {
+    const double center = in_begin + (i + 0.5) * scale;
+    int64_t xmin = static_cast<int64_t>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int64_t xmax = static_cast<int64_t>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    const int64_t n = xmax - xmin;
+    double total = 0;
+    double* w = &a.weights[i * a.stride];
+    for (int64_t x = 0; x < n; ++x) {
+      const double t = (x + xmin - center + 0.5) / filter_scale;
+      const double v = std::abs(t) < 1.0 ? 1.0 - std::abs(t) : 0.0;
+      w[x] = v;
+      total += v;
+    }
+    if (total != 0) {
+      for (int64_t x = 0; x < n; ++x) w[x] /= total;
+    }
+    a.first[i] = xmin;
+    a.count[i] = n;
+  }
+  return a;
+}
+
+template <typename T>
+T Store(double v);
+template <>
+uint8_t Store<uint8_t>(double v) {
+  v = std::floor(v + 0.5);
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+template <>
+float Store<float>(double v) {
+  return static_cast<float>(v);
+}
+
+// Resample the `box` of HWC `src` (row pitch src_w*c) to out_h × out_w: width first,
+// then height, as PIL does (torchvision's antialiased resize follows the same scheme).
+// Filter taps are clamped to the box, so this equals cropping first, then resizing.
+template <typename T>
+void ResampleHWC(const T* src, int64_t src_w, int64_t c, const CropBox& box, int64_t out_h,
+                 int64_t out_w, T* dst) {
+  const AxisWeights wx = ComputeWeights(0, box.width, box.width, out_w);
+  const AxisWeights wy = ComputeWeights(0, box.height, box.height, out_h);
+  std::vector<T> tmp(box.height * out_w * c);
+  for (int64_t y = 0; y < box.height; ++y) {
+    const T* row = src + ((box.top + y) * src_w + box.left) * c;
+    T* out = &tmp[y * out_w * c];
+    for (int64_t i = 0; i < out_w; ++i) {
+      const double* w = &wx.weights[i * wx.stride];
+      const T* px = row + wx.first[i] * c;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        double acc = 0;
+        for (int64_t k = 0; k < wx.count[i]; ++k) acc += w[k] * px[k * c + ch];
+        out[i * c + ch] = Store<T>(acc);
+      }
+    }
+  }
+  for (int64_t j = 0; j < out_h; ++j) {
+    const double* w = &wy.weights[j * wy.stride];
+    const T* base = &tmp[wy.first[j] * out_w * c];
+    T* out = dst + j * out_w * c;
+    for (int64_t i = 0; i < out_w * c; ++i) {
+      double acc = 0;
+      for (int64_t k = 0; k < wy.count[j]; ++k) acc += w[k] * base[k * out_w * c + i];
+      out[i] = Store<T>(acc);
+    }
+  }
+}
+
+// Copy the `box` of an image into a new image of the box's size; pixels outside the
+// source are zero (torchvision pads a center crop larger than the image with zeros).
+arrow::Result<SampleTensor> Crop(const SampleTensor& in, const ImageDims& d, const CropBox& box) {
+  const int64_t elem = DTypeSize(in.dtype);
+  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, ImageShape(in, box.height, box.width, d.c),
+                                                 in.channels_first));
+  uint8_t* dst = out.data->mutable_data();
+  std::memset(dst, 0, out.data->size());
+  const uint8_t* src = in.data->data();
+  const int64_t planes = in.channels_first ? d.c : 1;
+  const int64_t px = in.channels_first ? elem : elem * d.c;  // bytes per pixel in a plane
+  for (int64_t p = 0; p < planes; ++p) {
+    const uint8_t* sp = src + p * d.h * d.w * px;
+    uint8_t* dp = dst + p * box.height * box.width * px;
+    for (int64_t y = 0; y < box.height; ++y) {
+      const int64_t sy = box.top + y;
+      if (sy < 0 || sy >= d.h) continue;
+      const int64_t x0 = std::max<int64_t>(0, -box.left);
+      const int64_t x1 = std::min<int64_t>(box.width, d.w - box.left);
+      if (x1 <= x0) continue;
+      std::memcpy(dp + (y * box.width + x0) * px, sp + (sy * d.w + box.left + x0) * px,
+                  (x1 - x0) * px);
+    }
+  }
+  return out;
+}
+
+std::string Join(const std::vector<double>& v) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
+  out << "]";
+  return out.str();
+}
+
+class ResizeOp : public Op {
+ public:
+  explicit ResizeOp(int64_t size) : size_(size) {}
+  std::string ToString() const override { return "Resize(size=" + std::to_string(size_) + ")"; }
+  int64_t size() const { return size_; }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
+    // torchvision: the shorter side becomes `size`, the longer keeps the aspect (truncated).
+    int64_t oh, ow;
+    if (d.w <= d.h) {
+      ow = size_;
+      oh = static_cast<int64_t>(static_cast<double>(size_) * d.h / d.w);
+    } else {
+      oh = size_;
+      ow = static_cast<int64_t>(static_cast<double>(size_) * d.w / d.h);
+    }
+    return ResizeImage(in, CropBox{0, 0, d.h, d.w}, oh, ow);
+  }
+
+ private:
+  int64_t size_;
+};
+
+class CenterCropOp : public Op {
+ public:
+  CenterCropOp(int64_t h, int64_t w) : h_(h), w_(w) {}
+  std::string ToString() const override {
+    return "CenterCrop(size=[" + std::to_string(h_) + ", " + std::to_string(w_) + "])";
+  }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "CenterCrop"));
+    CropBox box;
+    box.height = h_;
+    box.width = w_;
+    box.top = h_ > d.h ? -((h_ - d.h) / 2) : RoundHalfEven((d.h - h_) / 2.0);
+    box.left = w_ > d.w ? -((w_ - d.w) / 2) : RoundHalfEven((d.w - w_) / 2.0);
+    return Crop(in, d, box);
+  }
+
+ private:
+  int64_t h_, w_;
+};
+
+class RandomResizedCropOp : public Op {
+ public:
+  RandomResizedCropOp(int64_t h, int64_t w, std::vector<double> scale, std::vector<double> ratio)
+      : h_(h), w_(w), scale_(std::move(scale)), ratio_(std::move(ratio)) {}
+  std::string ToString() const override {
+    return "RandomResizedCrop(size=[" + std::to_string(h_) + ", " + std::to_string(w_) +
+           "], scale=" + Join(scale_) + ", ratio=" + Join(ratio_) + ")";
+  }
+  bool is_random() const override { return true; }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext& ctx,
+                                    int op_index) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "RandomResizedCrop"));
+    auto rng = CounterRng::ForSample(ctx.seed, ctx.epoch, ctx.sample_index, op_index);
+    const CropBox box =
+        RandomResizedCropParams(d.h, d.w, scale_[0], scale_[1], ratio_[0], ratio_[1], &rng);
+    return ResizeImage(in, box, h_, w_);
+  }
+
+ private:
+  int64_t h_, w_;
+  std::vector<double> scale_, ratio_;
+};
+
+class RandomHorizontalFlipOp : public Op {
+ public:
+  explicit RandomHorizontalFlipOp(double p) : p_(p) {}
+  std::string ToString() const override {
+    std::ostringstream out;
+    out << "RandomHorizontalFlip(p=" << p_ << ")";
+    return out.str();
+  }
+  bool is_random() const override { return true; }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext& ctx,
+                                    int op_index) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "RandomHorizontalFlip"));
+    auto rng = CounterRng::ForSample(ctx.seed, ctx.epoch, ctx.sample_index, op_index);
+    if (!(rng.UniformDouble() < p_)) return in;
+    ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, in.shape, in.channels_first));
+    const int64_t elem = DTypeSize(in.dtype);
+    const int64_t px = in.channels_first ? elem : elem * d.c;
+    const int64_t rows = in.channels_first ? d.c * d.h : d.h;
+    const uint8_t* src = in.data->data();
+    uint8_t* dst = out.data->mutable_data();
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* s = src + r * d.w * px;
+      uint8_t* o = dst + r * d.w * px;
+      for (int64_t x = 0; x < d.w; ++x) std::memcpy(o + x * px, s + (d.w - 1 - x) * px, px);
+    }
+    return out;
+  }
+
+ private:
+  double p_;
+};
+
+template <typename T>
+double Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return static_cast<double>(v);
+}
+
+double LoadAny(DType t, const uint8_t* p) {
+  switch (t) {
+    case DType::kBool: case DType::kUInt8: return Load<uint8_t>(p);
+    case DType::kInt8: return Load<int8_t>(p);
+    case DType::kInt16: return Load<int16_t>(p);
+    case DType::kUInt16: return Load<uint16_t>(p);
+    case DType::kInt32: return Load<int32_t>(p);
+    case DType::kUInt32: return Load<uint32_t>(p);
+    case DType::kInt64: return Load<int64_t>(p);
+    case DType::kUInt64: return Load<uint64_t>(p);
+    case DType::kFloat16: {
+      uint16_t bits;
+      std::memcpy(&bits, p, 2);
+      return arrow::util::Float16::FromBits(bits).ToDouble();
+    }
+    case DType::kFloat32: return Load<float>(p);
+    case DType::kFloat64: return Load<double>(p);
+  }
+  return 0;
+}
+
+void StoreAny(DType t, double v, uint8_t* p) {
+  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
+  switch (t) {
+    case DType::kBool: put(static_cast<uint8_t>(v != 0)); break;
+    case DType::kUInt8: put(static_cast<uint8_t>(v)); break;
+    case DType::kInt8: put(static_cast<int8_t>(v)); break;
+    case DType::kInt16: put(static_cast<int16_t>(v)); break;
+    case DType::kUInt16: put(static_cast<uint16_t>(v)); break;
+    case DType::kInt32: put(static_cast<int32_t>(v)); break;
+    case DType::kUInt32: put(static_cast<uint32_t>(v)); break;
+    case DType::kInt64: put(static_cast<int64_t>(v)); break;
+    case DType::kUInt64: put(static_cast<uint64_t>(v)); break;
+    case DType::kFloat16: put(arrow::util::Float16::FromDouble(v).bits()); break;
+    case DType::kFloat32: put(static_cast<float>(v)); break;
+    case DType::kFloat64: put(v); break;
+  }
+}
+
+class NormalizeOp : public Op {
+ public:
+  NormalizeOp(std::vector<double> mean, std::vector<double> std)
+      : mean_(std::move(mean)), std_(std::move(std)) {}
+  std::string ToString() const override {
+    return "Normalize(mean=" + Join(mean_) + ", std=" + Join(std_) + ")";
+  }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Normalize"));
+    if (static_cast<int64_t>(mean_.size()) != d.c && mean_.size() != 1) {
+      return arrow::Status::Invalid("Normalize has ", mean_.size(), " means for an image with ",
+                                    d.c, " channels");
+    }
+    // uint8 pixels are scaled to [0, 1] first, as torchvision's ToTensor does.
+    const double scale = in.dtype == DType::kUInt8 ? 1.0 / 255.0 : 1.0;
+    ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kFloat32, in.shape, in.channels_first));
+    const int64_t n = in.num_elements();
+    const int64_t elem = DTypeSize(in.dtype);
+    const uint8_t* src = in.data->data();
+    auto* dst = reinterpret_cast<float*>(out.data->mutable_data());
+    const int64_t plane = d.h * d.w;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = mean_.size() == 1 ? 0 : (in.channels_first ? i / plane : i % d.c);
+      const double v = in.dtype == DType::kUInt8 ? src[i] : LoadAny(in.dtype, src + i * elem);
+      dst[i] = static_cast<float>((v * scale - mean_[c]) / std_[c]);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<double> mean_, std_;
+};
+
+class ToCHWOp : public Op {
+ public:
+  std::string ToString() const override { return "ToCHW()"; }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "ToCHW"));
+    if (in.channels_first) return in;
+    const int64_t elem = DTypeSize(in.dtype);
+    ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, {d.c, d.h, d.w}, true));
+    const uint8_t* src = in.data->data();
+    uint8_t* dst = out.data->mutable_data();
+    const int64_t plane = d.h * d.w;
+    for (int64_t p = 0; p < plane; ++p) {
+      for (int64_t c = 0; c < d.c; ++c) {
+        std::memcpy(dst + (c * plane + p) * elem, src + (p * d.c + c) * elem, elem);
+      }
+    }
+    return out;
+  }
+};
+
+class CastOp : public Op {
+ public:
+  explicit CastOp(DType to) : to_(to) {}
+  std::string ToString() const override { return std::string("Cast(") + DTypeName(to_) + ")"; }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    if (in.dtype == to_) return in;
+    ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(to_, in.shape, in.channels_first));
+    const int64_t n = in.num_elements();
+    const int64_t ei = DTypeSize(in.dtype), eo = DTypeSize(to_);
+    for (int64_t i = 0; i < n; ++i) {
+      StoreAny(to_, LoadAny(in.dtype, in.data->data() + i * ei), out.data->mutable_data() + i * eo);
+    }
+    return out;
+  }
+
+ private:
+  DType to_;
+};
+
+class PadOrTruncateOp : public Op {
+ public:
+  PadOrTruncateOp(int64_t length, double pad) : length_(length), pad_(pad) {}
+  std::string ToString() const override {
+    std::ostringstream out;
+    out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_ << ")";
+    return out.str();
+  }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    if (in.shape.empty()) {
+      return arrow::Status::Invalid("PadOrTruncate needs a list (1-D or more), got a scalar");
+    }
+    std::vector<int64_t> shape = in.shape;
+    shape[0] = length_;
+    ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, shape));
+    const int64_t elem = DTypeSize(in.dtype);
+    int64_t inner = 1;
+    for (size_t i = 1; i < shape.size(); ++i) inner *= shape[i];
+    const int64_t keep = std::min(in.shape[0], length_);
+    uint8_t* dst = out.data->mutable_data();
+    if (keep > 0) std::memcpy(dst, in.data->data(), keep * inner * elem);
+    for (int64_t i = keep * inner; i < length_ * inner; ++i) StoreAny(in.dtype, pad_, dst + i * elem);
+    return out;
+  }
+
+ private:
+  int64_t length_;
+  double pad_;
+};
+
+arrow::Result<DType> ParseDType(const std::string& name) {
+  static const std::pair<const char*, DType> kNames[] = {
+      {"bool", DType::kBool}, {"int8", DType::kInt8}, {"int16", DType::kInt16},
+      {"int32", DType::kInt32}, {"int64", DType::kInt64}, {"uint8", DType::kUInt8},
+      {"uint16", DType::kUInt16}, {"uint32", DType::kUInt32}, {"uint64", DType::kUInt64},
+      {"float16", DType::kFloat16}, {"float32", DType::kFloat32}, {"float64", DType::kFloat64}};
+  for (const auto& [n, t] : kNames) {
+    if (name == n) return t;
+  }
+  return arrow::Status::Invalid("unknown dtype '", name, "'");
+}
+
+// Decoders live in their own files.
+}  // namespace
+
+arrow::Result<std::shared_ptr<const Op>> MakeDecodeImage(const OpParams& params);
+arrow::Result<std::shared_ptr<const Op>> MakeDecodeNdarray(const OpParams& params, bool compressed);
+
+CropBox RandomResizedCropParams(int64_t height, int64_t width, double scale_lo, double scale_hi,
+                                double ratio_lo, double ratio_hi, CounterRng* rng) {
+  const double area = static_cast<double>(height) * width;
+  const double log_lo = std::log(ratio_lo), log_hi = std::log(ratio_hi);
+  for (int attempt = 0; attempt < kMaxCropAttempts; ++attempt) {
+    const double target = area * (scale_lo + (scale_hi - scale_lo) * rng->UniformDouble());
+    const double aspect = std::exp(log_lo + (log_hi - log_lo) * rng->UniformDouble());
+    const int64_t w = RoundHalfEven(std::sqrt(target * aspect));
+    const int64_t h = RoundHalfEven(std::sqrt(target / aspect));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const auto top = static_cast<int64_t>(rng->Uniform(static_cast<uint64_t>(height - h + 1)));
+      const auto left = static_cast<int64_t>(rng->Uniform(static_cast<uint64_t>(width - w + 1)));
+      return CropBox{top, left, h, w};
+    }
+  }
+  // Fallback: a central crop with the ratio clamped into range.
+  const double in_ratio = static_cast<double>(width) / height;
+  int64_t w = width, h = height;
+  if (in_ratio < ratio_lo) {
+    h = RoundHalfEven(w / ratio_lo);
+  } else if (in_ratio > ratio_hi) {
+    w = RoundHalfEven(h * ratio_hi);
+  }
+  return CropBox{(height - h) / 2, (width - w) / 2, h, w};
+}
+
+arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& box, int64_t out_h,
+                                        int64_t out_w) {
+  ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
+  if (out_h <= 0 || out_w <= 0) return arrow::Status::Invalid("cannot resize to an empty image");
+  if (in.channels_first) {
+    return arrow::Status::Invalid("resize an image before ToCHW (it expects HWC)");
+  }
+  if (in.dtype != DType::kUInt8 && in.dtype != DType::kFloat32) {
+    return arrow::Status::Invalid("Resize supports uint8 and float32 images, got ",
+                                  DTypeName(in.dtype));
+  }
+  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, ImageShape(in, out_h, out_w, d.c)));
+  if (in.dtype == DType::kUInt8) {
+    ResampleHWC<uint8_t>(in.data->data(), d.w, d.c, box, out_h, out_w,
+                         out.data->mutable_data());
+  } else {
+    ResampleHWC<float>(reinterpret_cast<const float*>(in.data->data()), d.w, d.c, box, out_h,
+                       out_w, reinterpret_cast<float*>(out.data->mutable_data()));
+  }
+  return out;
+}
+
+arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const OpParams& p) {
+  auto size2 = [&](const char* what) -> arrow::Result<std::pair<int64_t, int64_t>> {
+    auto v = p.List("size", {});
+    if (v.size() == 1) v.push_back(v[0]);
+    if (v.size() != 2 || v[0] <= 0 || v[1] <= 0) {
+      return arrow::Status::Invalid(what, " needs size=N or size=(height, width) > 0");
+    }
+    return std::make_pair(static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]));
+  };
+  if (name == "DecodeImage") return MakeDecodeImage(p);
+  if (name == "DecodeNdarray") return MakeDecodeNdarray(p, false);
+  if (name == "DecodeCompressedNdarray") return MakeDecodeNdarray(p, true);
+  if (name == "Resize") {
+    const double size = p.Number("size", 0);
+    if (size <= 0) return arrow::Status::Invalid("Resize needs size > 0 (the shorter side)");
+    return std::make_shared<ResizeOp>(static_cast<int64_t>(size));
+  }
+  if (name == "CenterCrop") {
+    ARROW_ASSIGN_OR_RAISE(auto s, size2("CenterCrop"));
+    return std::make_shared<CenterCropOp>(s.first, s.second);
+  }
+  if (name == "RandomResizedCrop") {
+    ARROW_ASSIGN_OR_RAISE(auto s, size2("RandomResizedCrop"));
+    auto scale = p.List("scale", {0.08, 1.0});
+    auto ratio = p.List("ratio", {3.0 / 4.0, 4.0 / 3.0});
+    if (scale.size() != 2 || ratio.size() != 2 || scale[0] > scale[1] || ratio[0] > ratio[1] ||
+        scale[0] <= 0 || ratio[0] <= 0) {
+      return arrow::Status::Invalid("RandomResizedCrop needs scale=(lo, hi) and ratio=(lo, hi), "
+                                    "0 < lo <= hi");
+    }
+    return std::make_shared<RandomResizedCropOp>(s.first, s.second, scale, ratio);
+  }
+  if (name == "RandomHorizontalFlip") {
+    const double prob = p.Number("p", 0.5);
+    if (prob < 0 || prob > 1) return arrow::Status::Invalid("RandomHorizontalFlip needs 0 <= p <= 1");
+    return std::make_shared<RandomHorizontalFlipOp>(prob);
+  }
+  if (name == "Normalize") {
+    auto mean = p.List("mean", {});
+    auto std = p.List("std", {});
+    if (mean.empty() || mean.size() != std.size()) {
+      return arrow::Status::Invalid("Normalize needs mean and std of one length");
+    }
+    for (double s : std) {
+      if (s == 0) return arrow::Status::Invalid("Normalize std must not be 0");
+    }
+    return std::make_shared<NormalizeOp>(mean, std);
+  }
+  if (name == "ToCHW") return std::make_shared<ToCHWOp>();
+  if (name == "Cast") {
+    ARROW_ASSIGN_OR_RAISE(auto t, ParseDType(p.String("dtype", "")));
+    return std::make_shared<CastOp>(t);
+  }
+  if (name == "PadOrTruncate") {
+    const double length = p.Number("length", 0);
+    if (length <= 0) return arrow::Status::Invalid("PadOrTruncate needs length > 0");
+    return std::make_shared<PadOrTruncateOp>(static_cast<int64_t>(length), p.Number("pad", 0));
+  }
+  return arrow::Status::Invalid("unknown transform '", name, "'");
+}
+
+// Used by the pipeline to let DecodeImage scale large JPEGs down when a Resize follows.
+int64_t ResizeTarget(const Op& op) {
+  auto* r = dynamic_cast<const ResizeOp*>(&op);
+  return r == nullptr ? 0 : r->size();
+}
+
+bool IsPadOrTruncate(const Op& op) { return dynamic_cast<const PadOrTruncateOp*>(&op) != nullptr; }
+
+}  // namespace pqloader

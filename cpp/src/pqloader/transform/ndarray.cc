@@ -1,0 +1,195 @@
+// DecodeNdarray (.npy bytes) and DecodeCompressedNdarray (.npz: a zip with one .npy,
+// deflated or stored) to tensors in C order and native byte order.
+#include <zlib.h>
+
+#include <cstring>
+#include <regex>
+
+#include "pqloader/error.h"
+#include "pqloader/transform/op.h"
+
+namespace pqloader {
+
+namespace {
+
+struct NpyHeader {
+  DType dtype = DType::kUInt8;
+  bool swap = false;  // big-endian data
+  bool fortran = false;
+  std::vector<int64_t> shape;
+  int64_t data_offset = 0;
+};
+
+arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
+  static const uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (n < 10 || std::memcmp(p, kMagic, 6) != 0) {
+    return arrow::Status::Invalid("not a .npy array (bad magic)");
+  }
+  const int major = p[6];
+  int64_t header_len = 0, start = 0;
+  if (major == 1) {
+    header_len = p[8] | (p[9] << 8);
+    start = 10;
+  } else if (major == 2 || major == 3) {
+    if (n < 12) return arrow::Status::Invalid("truncated .npy header");
+    header_len = static_cast<int64_t>(p[8]) | (static_cast<int64_t>(p[9]) << 8) |
+                 (static_cast<int64_t>(p[10]) << 16) | (static_cast<int64_t>(p[11]) << 24);
+    start = 12;
+  } else {
+    return arrow::Status::Invalid("unsupported .npy version ", major);
+  }
+  if (start + header_len > n) return arrow::Status::Invalid("truncated .npy header");
+  const std::string header(reinterpret_cast<const char*>(p + start), header_len);
+  NpyHeader h;
+  h.data_offset = start + header_len;
+  std::smatch m;
+  static const std::regex kDescr(R"('descr'\s*:\s*'([<>|=])([a-z])(\d+)')");
+  static const std::regex kFortran(R"('fortran_order'\s*:\s*(True|False))");
+  static const std::regex kShape(R"('shape'\s*:\s*\(([^)]*)\))");
+  if (!std::regex_search(header, m, kDescr)) {
+    return arrow::Status::Invalid("unsupported .npy dtype in header ", header);
+  }
+  const char order = m[1].str()[0], kind = m[2].str()[0];
+  const int size = std::stoi(m[3].str());
+  h.swap = order == '>' && size > 1;
+  struct Kind {
+    char kind;
+    int size;
+    DType dtype;
+  };
+  static const Kind kKinds[] = {
+      {'b', 1, DType::kBool},    {'i', 1, DType::kInt8},     {'i', 2, DType::kInt16},
+      {'i', 4, DType::kInt32},   {'i', 8, DType::kInt64},    {'u', 1, DType::kUInt8},
+      {'u', 2, DType::kUInt16},  {'u', 4, DType::kUInt32},   {'u', 8, DType::kUInt64},
+      {'f', 2, DType::kFloat16}, {'f', 4, DType::kFloat32},  {'f', 8, DType::kFloat64}};
+  bool found = false;
+  for (const auto& k : kKinds) {
+    if (k.kind == kind && k.size == size) {
+      h.dtype = k.dtype;
+      found = true;
+    }
+  }
+  if (!found) {
+    return arrow::Status::Invalid("unsupported .npy dtype '", m[0].str().substr(10),
+                                  "' (numeric and bool only)");
+  }
+  if (!std::regex_search(header, m, kFortran)) return arrow::Status::Invalid("bad .npy header");
+  h.fortran = m[1] == "True";
+  if (!std::regex_search(header, m, kShape)) return arrow::Status::Invalid("bad .npy header");
+  const std::string dims = m[1];
+  static const std::regex kInt(R"(\d+)");
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kInt); it != std::sregex_iterator();
+       ++it) {
+    h.shape.push_back(std::stoll(it->str()));
+  }
+  return h;
+}
+
+arrow::Result<SampleTensor> DecodeNpy(const uint8_t* p, int64_t n) {
+  ARROW_ASSIGN_OR_RAISE(auto h, ParseNpyHeader(p, n));
+  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(h.dtype, h.shape));
+  const int64_t elem = DTypeSize(h.dtype);
+  const int64_t count = out.num_elements();
+  if (h.data_offset + count * elem > n) {
+    return arrow::Status::Invalid(".npy data is truncated: ", n - h.data_offset, " bytes for ",
+                                  count, " elements of ", elem);
+  }
+  const uint8_t* src = p + h.data_offset;
+  uint8_t* dst = out.data->mutable_data();
+  if (!h.fortran || h.shape.size() < 2) {
+    if (count > 0) std::memcpy(dst, src, count * elem);
+  } else {
+    // Fortran order: element (i0, i1, ...) is at sum(i_k * prod(shape[:k])).
+    const size_t nd = h.shape.size();
+    std::vector<int64_t> idx(nd, 0);
+    for (int64_t c = 0; c < count; ++c) {
+      int64_t f = 0, stride = 1;
+      for (size_t k = 0; k < nd; ++k) {
+        f += idx[k] * stride;
+        stride *= h.shape[k];
+      }
+      std::memcpy(dst + c * elem, src + f * elem, elem);
+      for (size_t k = nd; k-- > 0;) {  // advance the C-order index
+        if (++idx[k] < h.shape[k]) break;
+        idx[k] = 0;
+      }
+    }
+  }
+  if (h.swap) {
+    for (int64_t i = 0; i < count; ++i) std::reverse(dst + i * elem, dst + (i + 1) * elem);
+  }
+  return out;
+}
+
+uint32_t Le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t(p[3]) << 24); }
+uint16_t Le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// Return the bytes of the first member of a zip archive (local header; deflate or stored).
+arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) {
+  if (n < 30 || Le32(p) != 0x04034b50) return arrow::Status::Invalid("not a .npz (zip) archive");
+  const uint16_t method = Le16(p + 8);
+  const uint32_t compressed = Le32(p + 18);
+  const int64_t offset = 30 + Le16(p + 26) + Le16(p + 28);
+  if (offset > n) return arrow::Status::Invalid("truncated .npz archive");
+  std::vector<uint8_t> out;
+  if (method == 0) {
+    if (compressed == 0xFFFFFFFFu || offset + compressed > n) {
+      return arrow::Status::Invalid("unsupported or truncated stored .npz member");
+    }
+    out.assign(p + offset, p + offset + compressed);
+    return out;
+  }
+  if (method != 8) return arrow::Status::Invalid("unsupported .npz compression method ", method);
+  z_stream z;
+  std::memset(&z, 0, sizeof(z));
+  if (inflateInit2(&z, -MAX_WBITS) != Z_OK) return arrow::Status::OutOfMemory("inflateInit failed");
+  z.next_in = const_cast<Bytef*>(p + offset);
+  z.avail_in = static_cast<uInt>(n - offset);
+  out.resize(std::max<int64_t>(4096, (n - offset) * 4));
+  int rc = Z_OK;
+  while (true) {
+    z.next_out = out.data() + z.total_out;
+    z.avail_out = static_cast<uInt>(out.size() - z.total_out);
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK && rc != Z_BUF_ERROR) break;
+    if (z.avail_out == 0) {
+      out.resize(out.size() * 2);
+    } else if (rc == Z_BUF_ERROR || z.avail_in == 0) {
+      break;  // no progress possible: truncated input
+    }
+  }
+  const auto total = z.total_out;
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END) return arrow::Status::Invalid("corrupt or truncated .npz data");
+  out.resize(total);
+  return out;
+}
+
+class DecodeNdarrayOp : public Op {
+ public:
+  explicit DecodeNdarrayOp(bool compressed) : compressed_(compressed) {}
+  std::string ToString() const override {
+    return compressed_ ? "DecodeCompressedNdarray()" : "DecodeNdarray()";
+  }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
+                                    int) const override {
+    if (in.dtype != DType::kUInt8 || in.shape.size() != 1) {
+      return arrow::Status::Invalid(ToString(), " needs encoded bytes (a binary column)");
+    }
+    if (!compressed_) return DecodeNpy(in.data->data(), in.shape[0]);
+    ARROW_ASSIGN_OR_RAISE(auto member, FirstZipMember(in.data->data(), in.shape[0]));
+    return DecodeNpy(member.data(), static_cast<int64_t>(member.size()));
+  }
+
+ private:
+  bool compressed_;
+};
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<const Op>> MakeDecodeNdarray(const OpParams&, bool compressed) {
+  return std::make_shared<DecodeNdarrayOp>(compressed);
+}
+
+}  // namespace pqloader

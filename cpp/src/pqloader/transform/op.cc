@@ -1,0 +1,49 @@
+#include "pqloader/transform/op.h"
+
+#include <sstream>
+
+namespace pqloader {
+
+double OpParams::Number(const std::string& key, double fallback) const {
+  auto it = numbers.find(key);
+  if (it != numbers.end()) return it->second;
+  auto lit = lists.find(key);
+  if (lit != lists.end() && lit->second.size() == 1) return lit->second[0];
+  return fallback;
+}
+
+std::vector<double> OpParams::List(const std::string& key, std::vector<double> fallback) const {
+  auto it = lists.find(key);
+  if (it != lists.end()) return it->second;
+  auto nit = numbers.find(key);
+  if (nit != numbers.end()) return {nit->second};
+  return fallback;
+}
+
+std::string OpParams::String(const std::string& key, const std::string& fallback) const {
+  auto it = strings.find(key);
+  return it == strings.end() ? fallback : it->second;
+}
+
+arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> shape,
+                                           bool channels_first) {
+  SampleTensor s;
+  s.dtype = dtype;
+  s.shape = std::move(shape);
+  s.channels_first = channels_first;
+  for (int64_t d : s.shape) {
+    if (d < 0) return arrow::Status::Invalid("negative dimension in ", ShapeToString(s.shape));
+  }
+  ARROW_ASSIGN_OR_RAISE(s.data, arrow::AllocateBuffer(s.num_elements() * DTypeSize(dtype)));
+  return s;
+}
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << (shape.size() == 1 ? ",)" : ")");
+  return out.str();
+}
+
+}  // namespace pqloader

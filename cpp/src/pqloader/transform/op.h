@@ -1,0 +1,78 @@
+// Per-sample transform ops (image decoding and augmentation, ndarray codecs, padding).
+//
+// An Op maps one sample tensor to another. Deterministic ops are pure functions of the
+// sample; random ops draw only from CounterRng::ForSample(seed, epoch, sample index, op
+// position), so a sample gets the same augmentation whichever thread runs it and at
+// whatever time. Ops know nothing of files, order or threads.
+// Thread-safety: an Op is immutable after construction and may be applied concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/buffer.h>
+#include <arrow/result.h>
+
+#include "pqloader/random/philox.h"
+#include "pqloader/tensor/batch.h"
+
+namespace pqloader {
+
+/// Where a sample is in the epoch: the key of every random draw.
+struct SampleContext {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t sample_index = 0;  ///< Global index of the row in the dataset.
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  /// Name and parameters, e.g. "Resize(size=256)"; also the op's cache fingerprint.
+  virtual std::string ToString() const = 0;
+  /// Whether the op draws random numbers (it then runs after the cache point).
+  virtual bool is_random() const { return false; }
+  /// Transform `in`. `op_index` is the op's position in its column's pipeline.
+  virtual arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext& ctx,
+                                            int op_index) const = 0;
+};
+
+/// Parameters of an op as given by the user (Python keyword arguments).
+struct OpParams {
+  std::map<std::string, double> numbers;
+  std::map<std::string, std::vector<double>> lists;
+  std::map<std::string, std::string> strings;
+
+  double Number(const std::string& key, double fallback) const;
+  std::vector<double> List(const std::string& key, std::vector<double> fallback) const;
+  std::string String(const std::string& key, const std::string& fallback) const;
+};
+
+/// Make the op called `name` (DecodeImage, Resize, CenterCrop, RandomResizedCrop,
+/// RandomHorizontalFlip, Normalize, ToCHW, Cast, DecodeNdarray,
+/// DecodeCompressedNdarray, PadOrTruncate). Fails on an unknown name or bad parameters.
+arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const OpParams& params);
+
+/// Allocate an uninitialised sample of `dtype` and `shape`.
+arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> shape,
+                                           bool channels_first = false);
+
+/// Return "(a, b, c)".
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+// Image ops, exposed for tests and for the random-crop parameters.
+struct CropBox {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+/// torchvision's RandomResizedCrop.get_params, drawing from `rng`.
+CropBox RandomResizedCropParams(int64_t height, int64_t width, double scale_lo, double scale_hi,
+                                double ratio_lo, double ratio_hi, CounterRng* rng);
+/// Resize an HWC uint8 or float32 image to (out_h, out_w), bilinear with antialias
+/// (PIL / torchvision semantics), after cropping to `box`.
+arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& box,
+                                        int64_t out_h, int64_t out_w);
+
+}  // namespace pqloader

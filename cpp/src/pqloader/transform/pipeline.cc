@@ -1,0 +1,141 @@
+#include "pqloader/transform/pipeline.h"
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+int64_t ResizeTarget(const Op& op);  // image_ops.cc
+bool IsPadOrTruncate(const Op& op);  // image_ops.cc
+
+SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
+  if (!data.samples.empty()) return data.samples[row];
+  SampleTensor s;
+  if (data.offsets != nullptr) {
+    const auto* off = reinterpret_cast<const int64_t*>(data.offsets->data());
+    const int64_t begin = off[row], len = off[row + 1] - off[row];
+    s.data = arrow::SliceBuffer(data.data, begin, len);
+    if (spec.kind != ColumnKind::kTensor) {  // encoded bytes
+      s.dtype = DType::kUInt8;
+      s.shape = {len};
+    } else {  // a ragged list row
+      s.dtype = spec.dtype;
+      s.shape = data.row_shape;
+      int64_t inner = DTypeSize(spec.dtype);
+      for (size_t i = 1; i < s.shape.size(); ++i) inner *= s.shape[i];
+      s.shape[0] = inner == 0 ? 0 : len / inner;
+    }
+    return s;
+  }
+  s.dtype = spec.dtype;
+  s.shape = data.row_shape;
+  s.data = arrow::SliceBuffer(data.data, row * data.row_bytes, data.row_bytes);
+  return s;
+}
+
+arrow::Result<TransformPlan> TransformPlan::Make(
+    const std::vector<ColumnSpec>& specs,
+    const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
+    DecodeErrorPolicy policy) {
+  TransformPlan plan;
+  plan.policy_ = policy;
+  for (const auto& [name, ops] : transforms) {
+    int col = -1;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].name == name) col = static_cast<int>(i);
+    }
+    if (col < 0) {
+      return MakeError(ErrorKind::kColumnNotFound, "transforms name column '", name,
+                       "', which is not among the selected columns");
+    }
+    if (ops.empty()) continue;
+    Column c;
+    c.ops = ops;
+    c.first_random = ops.size();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i]->is_random() && c.first_random == ops.size()) c.first_random = i;
+      if (IsPadOrTruncate(*ops[i])) {
+        if (c.pad_index >= 0) {
+          return arrow::Status::Invalid("column '", name, "' has more than one PadOrTruncate");
+        }
+        c.pad_index = static_cast<int>(i);
+      }
+    }
+    // Let DecodeImage shrink large JPEGs (DCT scaling) when a Resize follows directly:
+    // decoding to at least twice the target keeps the result within tolerance of a
+    // full-size decode followed by the same Resize.
+    for (size_t i = 0; i + 1 < ops.size(); ++i) {
+      const int64_t target = ResizeTarget(*ops[i + 1]);
+      if (target > 0 && ops[i]->ToString() == "DecodeImage(mode=rgb)") {
+        OpParams p;
+        p.numbers["min_short_side"] = 2.0 * target;
+        ARROW_ASSIGN_OR_RAISE(c.ops[i], MakeOp("DecodeImage", p));
+      } else if (target > 0 && ops[i]->ToString() == "DecodeImage(mode=gray)") {
+        OpParams p;
+        p.numbers["min_short_side"] = 2.0 * target;
+        p.strings["mode"] = "gray";
+        ARROW_ASSIGN_OR_RAISE(c.ops[i], MakeOp("DecodeImage", p));
+      }
+    }
+    plan.columns_[col] = std::move(c);
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ColumnSpec spec = specs[i];
+    auto it = plan.columns_.find(static_cast<int>(i));
+    if (it != plan.columns_.end()) {
+      spec.kind = ColumnKind::kTensor;
+      spec.row_shape.clear();  // known once data is transformed
+      spec.transformed = true;
+    }
+    plan.output_specs_.push_back(spec);
+    plan.output_sources_.emplace_back(static_cast<int>(i), false);
+    if (it != plan.columns_.end() && it->second.pad_index >= 0) {
+      ColumnSpec len;
+      len.name = spec.name + "_length";
+      len.kind = ColumnKind::kTensor;
+      len.dtype = DType::kInt64;
+      len.arrow_type = "int64";
+      plan.output_specs_.push_back(len);
+      plan.output_sources_.emplace_back(static_cast<int>(i), true);
+    }
+  }
+  return plan;
+}
+
+std::string TransformPlan::Fingerprint() const {
+  std::string out;
+  for (const auto& [col, c] : columns_) {
+    out += std::to_string(col) + ":";
+    for (const auto& op : c.ops) out += op->ToString() + ";";
+    out += "|";
+  }
+  return out;
+}
+
+arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin, size_t end,
+                                                  SampleTensor s, const SampleContext& ctx,
+                                                  int64_t* length) const {
+  for (size_t i = begin; i < end; ++i) {
+    auto r = c.ops[i]->Apply(s, ctx, static_cast<int>(i));
+    if (!r.ok()) {
+      return arrow::Status(r.status().code(), c.ops[i]->ToString() + ": " + r.status().message(),
+                           r.status().detail());
+    }
+    if (static_cast<int>(i) == c.pad_index) {
+      *length = std::min(s.shape.empty() ? 0 : s.shape[0], r->shape.empty() ? 0 : r->shape[0]);
+    }
+    s = std::move(r).ValueUnsafe();
+  }
+  return s;
+}
+
+arrow::Result<SampleTensor> TransformPlan::ApplySuffix(int col, const ColumnSpec& spec,
+                                                       const DecodedUnit& unit, int64_t row,
+                                                       const SampleContext& ctx,
+                                                       int64_t* length) const {
+  const Column& c = columns_.at(col);
+  const ColumnData& data = unit.columns[col];
+  *length = data.lengths.empty() ? -1 : data.lengths[row];
+  return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, data, row), ctx, length);
+}
+
+}  // namespace pqloader

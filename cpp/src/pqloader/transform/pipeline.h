@@ -1,0 +1,119 @@
+// Column transform pipelines: which ops run before the cache point, which after.
+//
+// Each column's ops are split at the first random op: the deterministic prefix runs
+// once per unit in ReadUnit's worker task (its output is what a cache would keep), the
+// suffix runs per sample while a batch is assembled, keyed by (seed, epoch, global
+// sample index, op position). Thread-safety: immutable after Make(); Apply* may run
+// concurrently.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pqloader/tensor/batch.h"
+#include "pqloader/transform/op.h"
+
+namespace pqloader {
+
+/// How a failing transform is handled.
+enum class DecodeErrorPolicy {
+  kRaise,  ///< The error reaches the consumer, naming file, row group, row and column.
+  kSkip,   ///< The row is dropped from its batch and counted.
+};
+
+class TransformPlan {
+ public:
+  /// Build the plan for columns `specs` from per-column op lists (column name → ops).
+  static arrow::Result<TransformPlan> Make(
+      const std::vector<ColumnSpec>& specs,
+      const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
+      DecodeErrorPolicy policy);
+
+  bool empty() const { return columns_.empty(); }
+  DecodeErrorPolicy policy() const { return policy_; }
+  /// Output columns: the input specs (transformed ones become tensors), each followed by
+  /// "<name>_length" (int64) when its pipeline has PadOrTruncate.
+  const std::vector<ColumnSpec>& output_specs() const { return output_specs_; }
+  /// For each output column: the input column it comes from, and whether it is a length.
+  const std::vector<std::pair<int, bool>>& output_sources() const { return output_sources_; }
+  /// A stable description of every op, for cache keys and state fingerprints.
+  std::string Fingerprint() const;
+
+  /// Run the deterministic prefixes on every row of `unit`. `where(row)` names the row
+  /// for error messages.
+  template <typename WhereFn>
+  arrow::Status ApplyPrefix(DecodedUnit* unit, const std::vector<ColumnSpec>& specs,
+                            WhereFn&& where) const;
+
+  /// Run the suffixes of column `col` on one row and return its output sample and, if
+  /// the pipeline pads, its valid length (else -1).
+  arrow::Result<SampleTensor> ApplySuffix(int col, const ColumnSpec& spec,
+                                          const DecodedUnit& unit, int64_t row,
+                                          const SampleContext& ctx, int64_t* length) const;
+
+  /// Whether column `col` (input index) has transforms.
+  bool transforms_column(int col) const { return columns_.count(col) > 0; }
+
+ private:
+  struct Column {
+    std::vector<std::shared_ptr<const Op>> ops;
+    size_t first_random = 0;  // ops [0, first_random) run before the cache point
+    int pad_index = -1;       // position of PadOrTruncate, if any
+  };
+
+  arrow::Result<SampleTensor> RunOps(const Column& c, size_t begin, size_t end, SampleTensor s,
+                                     const SampleContext& ctx, int64_t* length) const;
+
+  std::map<int, Column> columns_;
+  DecodeErrorPolicy policy_ = DecodeErrorPolicy::kRaise;
+  std::vector<ColumnSpec> output_specs_;
+  std::vector<std::pair<int, bool>> output_sources_;
+};
+
+/// View row `row` of a decoded column as a sample (no copy).
+SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row);
+
+template <typename WhereFn>
+arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<ColumnSpec>& specs,
+                                         WhereFn&& where) const {
+  const SampleContext no_randomness;  // deterministic ops draw nothing
+  for (const auto& [col, c] : columns_) {
+    if (c.first_random == 0) continue;
+    ColumnData& data = unit->columns[col];
+    std::vector<SampleTensor> out(unit->num_rows);
+    std::vector<int64_t> lengths;
+    if (c.pad_index >= 0 && static_cast<size_t>(c.pad_index) < c.first_random) {
+      lengths.assign(unit->num_rows, -1);
+    }
+    for (int64_t r = 0; r < unit->num_rows; ++r) {
+      if (!unit->row_ok.empty() && !unit->row_ok[r]) continue;
+      int64_t length = -1;
+      auto result = RunOps(c, 0, c.first_random, RowSample(specs[col], data, r), no_randomness,
+                           &length);
+      if (!result.ok()) {
+        if (policy_ == DecodeErrorPolicy::kSkip) {
+          if (unit->row_ok.empty()) unit->row_ok.assign(unit->num_rows, 1);
+          unit->row_ok[r] = 0;
+          ++unit->skipped_rows;
+          continue;
+        }
+        return arrow::Status(result.status().code(),
+                             where(r) + ", column '" + specs[col].name + "': " +
+                                 result.status().message(),
+                             result.status().detail());
+      }
+      out[r] = std::move(result).ValueUnsafe();
+      if (!lengths.empty()) lengths[r] = length;
+    }
+    data.samples = std::move(out);
+    data.lengths = std::move(lengths);
+    // The encoded input is no longer needed.
+    data.data.reset();
+    data.offsets.reset();
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace pqloader

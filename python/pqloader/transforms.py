@@ -1,0 +1,171 @@
+"""Per-sample transforms that run in the C++ worker threads.
+
+Give them to the loader per column::
+
+    from pqloader import transforms as T
+    pqloader.Loader(src, transforms={
+        "image": [T.DecodeImage(), T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                  T.Normalize(mean, std), T.ToCHW()],
+        "features": [T.DecodeNdarray()],
+        "tokens": [T.PadOrTruncate(512, pad=0)],   # adds a "tokens_length" column
+    })
+
+Each column's ops are split at the first random op: the deterministic prefix runs once
+per row group in the decode task (what a cache would keep), the rest runs per sample
+while a batch is assembled. Random ops draw from a counter-based generator keyed by
+(seed, epoch, global sample index, op position), so a sample gets the same augmentation
+whatever the thread count or resume point, and a new one every epoch. Semantics follow
+torchvision's functional ops on HWC uint8 images.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+class Op:
+    """A transform op: its C++ name and parameters."""
+
+    name: str = ""
+    random: bool = False
+
+    def __init__(self, **params: Any) -> None:
+        self.params = {k: v for k, v in params.items() if v is not None}
+
+    def _spec(self) -> tuple[str, dict[str, Any]]:
+        return self.name, self.params
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Op) and self._spec() == other._spec()
+
+
+def _size(size: int | Sequence[int]) -> list[int]:
+    if isinstance(size, int):
+        return [size, size]
+    size = [int(s) for s in size]
+    if len(size) == 1:
+        return size * 2
+    if len(size) != 2:
+        raise ValueError(f"size must be an int or (height, width), got {size!r}")
+    return size
+
+
+class DecodeImage(Op):
+    """Decode JPEG (libjpeg-turbo) or PNG (libpng) bytes to uint8 HWC.
+
+    Args:
+        mode: "rgb" (3 channels) or "gray" (1 channel, PIL's "L" weights).
+
+    Large JPEGs are decoded straight to a smaller size (DCT scaling) when a Resize
+    follows directly, keeping at least twice the Resize target.
+    """
+
+    name = "DecodeImage"
+
+    def __init__(self, mode: str = "rgb") -> None:
+        if mode not in ("rgb", "gray"):
+            raise ValueError(f"mode must be 'rgb' or 'gray', got {mode!r}")
+        super().__init__(mode=mode)
+
+
+class Resize(Op):
+    """Resize so the shorter side is `size` (bilinear, antialiased; torchvision semantics)."""
+
+    name = "Resize"
+
+    def __init__(self, size: int) -> None:
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"size must be a positive int (the shorter side), got {size!r}")
+        super().__init__(size=size)
+
+
+class CenterCrop(Op):
+    """Crop the center (height, width); pads with zeros when the image is smaller."""
+
+    name = "CenterCrop"
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        super().__init__(size=_size(size))
+
+
+class RandomResizedCrop(Op):
+    """Crop a random area and aspect ratio, then resize to `size` (torchvision semantics)."""
+
+    name = "RandomResizedCrop"
+    random = True
+
+    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
+        super().__init__(size=_size(size), scale=[float(s) for s in scale],
+                         ratio=[float(r) for r in ratio])
+
+
+class RandomHorizontalFlip(Op):
+    """Flip left-right with probability `p`."""
+
+    name = "RandomHorizontalFlip"
+    random = True
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__(p=float(p))
+
+
+class Normalize(Op):
+    """(x - mean) / std per channel, as float32; uint8 input is first scaled to [0, 1]."""
+
+    name = "Normalize"
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__(mean=[float(m) for m in mean], std=[float(s) for s in std])
+
+
+class ToCHW(Op):
+    """Move channels first: HWC → CHW (HW → 1HW)."""
+
+    name = "ToCHW"
+
+
+class Cast(Op):
+    """Convert values to `dtype` (a NumPy dtype name such as "float32")."""
+
+    name = "Cast"
+
+    def __init__(self, dtype: Any) -> None:
+        import numpy as np
+
+        super().__init__(dtype=np.dtype(dtype).name)
+
+
+class DecodeNdarray(Op):
+    """Decode `.npy` bytes (Petastorm's NdarrayCodec layout): any numeric dtype, C or
+    Fortran order, either byte order, 0-d included."""
+
+    name = "DecodeNdarray"
+
+
+class DecodeCompressedNdarray(Op):
+    """Decode `.npz` bytes holding one array (Petastorm's CompressedNdarrayCodec)."""
+
+    name = "DecodeCompressedNdarray"
+
+
+class PadOrTruncate(Op):
+    """Make a variable-length list exactly `length` long; adds a "<column>_length" column
+    with each row's valid length."""
+
+    name = "PadOrTruncate"
+
+    def __init__(self, length: int, pad: float = 0) -> None:
+        if not isinstance(length, int) or length <= 0:
+            raise ValueError(f"length must be a positive int, got {length!r}")
+        super().__init__(length=length, pad=pad)
+
+
+__all__ = [
+    "Op", "DecodeImage", "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip",
+    "Normalize", "ToCHW", "Cast", "DecodeNdarray", "DecodeCompressedNdarray", "PadOrTruncate",
+]

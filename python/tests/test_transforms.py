@@ -1,0 +1,443 @@
+"""C++ transforms: decoding, geometry and augmentation against reference implementations.
+
+References: PIL for decoding (PNG exactly, JPEG within a tolerance), and torch's
+antialiased bilinear interpolation for resizing (what torchvision.transforms.v2.functional
+.resize calls for tensors; torchvision's own wheel here is built for CUDA and cannot load
+with the CPU torch, so the tests call torch directly and mirror torchvision's crop logic).
+Images are real photographs shipped with scikit-image.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from pqloader import _core
+from pqloader import transforms as T
+
+Image = pytest.importorskip("PIL.Image")
+skdata = pytest.importorskip("skimage.data")
+torch = pytest.importorskip("torch")
+
+# Documented tolerances (docs/design.md, "Transforms").
+JPEG_MAX_DIFF = 2        # vs PIL's decode, per pixel value
+RESIZE_MAX_DIFF = 1      # vs torch's antialiased bilinear, rounded to uint8
+DCT_MEAN_DIFF = 1.0      # DCT-scaled decode + Resize vs full decode + Resize (mean |diff|)
+
+
+def photos() -> dict[str, np.ndarray]:
+    return {"astronaut": skdata.astronaut(), "chelsea": skdata.chelsea(), "coffee": skdata.coffee(),
+            "rocket": skdata.rocket(), "camera": skdata.camera()}
+
+
+def encode(a: np.ndarray, fmt: str, **kw) -> bytes:
+    b = io.BytesIO()
+    Image.fromarray(a).save(b, format=fmt, **kw)
+    return b.getvalue()
+
+
+def apply(ops, data: bytes, seed=0, epoch=0, sample=0) -> np.ndarray:
+    return _core._apply_ops([op._spec() for op in ops], data, seed, epoch, sample)
+
+
+def torch_resize(a: np.ndarray, h: int, w: int) -> np.ndarray:
+    """torchvision v2 functional resize of a uint8 HWC image (antialias=True)."""
+    t = torch.from_numpy(np.array(a, dtype=np.float32)).permute(2, 0, 1)[None]
+    r = torch.nn.functional.interpolate(t, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+    return r.round().clamp(0, 255).to(torch.uint8)[0].permute(1, 2, 0).numpy()
+
+
+def torchvision_center_crop(a: np.ndarray, th: int, tw: int) -> np.ndarray:
+    """torchvision.transforms.v2.functional.center_crop on HWC (pads with zeros)."""
+    h, w = a.shape[:2]
+    if th > h or tw > w:
+        pl, pt = (tw - w) // 2 if tw > w else 0, (th - h) // 2 if th > h else 0
+        pr, pb = (tw - w + 1) // 2 if tw > w else 0, (th - h + 1) // 2 if th > h else 0
+        a = np.pad(a, ((pt, pb), (pl, pr), (0, 0)))
+        h, w = a.shape[:2]
+    top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+    return a[top:top + th, left:left + tw]
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "rocket", "camera"])
+def test_png_decode_equals_pil_exactly(name):
+    img = photos()[name]
+    data = encode(img, "PNG")
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    np.testing.assert_array_equal(apply([T.DecodeImage()], data), ref)
+    gray = np.asarray(Image.open(io.BytesIO(data)).convert("L"))
+    np.testing.assert_array_equal(apply([T.DecodeImage("gray")], data)[..., 0], gray)
+
+
+@pytest.mark.parametrize("mode", ["P", "RGBA", "LA", "I;16"])
+def test_png_variants_decode_like_pil(mode):
+    img = Image.fromarray(skdata.chelsea())
+    if mode == "I;16":
+        variant = Image.fromarray((np.asarray(img.convert("L")).astype(np.uint16) * 257))
+    elif mode == "RGBA":
+        rgba = np.dstack([np.asarray(img), np.linspace(0, 255, img.size[0] * img.size[1]).astype(np.uint8).reshape(img.size[1], img.size[0])])
+        variant = Image.fromarray(rgba, "RGBA")
+    else:
+        variant = img.convert(mode)
+    data = encode(np.asarray(variant) if mode != "P" else np.asarray(img), "PNG") if mode != "P" else None
+    if mode == "P":
+        b = io.BytesIO()
+        variant.save(b, format="PNG")
+        data = b.getvalue()
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    got = apply([T.DecodeImage()], data)
+    if mode == "I;16":
+        # PIL maps 16-bit gray to 8 bits by the high byte too, via mode "I": compare to that.
+        ref16 = np.asarray(Image.open(io.BytesIO(data)))
+        np.testing.assert_array_equal(got[..., 0], (ref16 >> 8).astype(np.uint8))
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "camera"])
+@pytest.mark.parametrize("quality", [75, 90])
+def test_jpeg_decode_matches_pil_within_tolerance(name, quality):
+    img = photos()[name]
+    data = encode(img, "JPEG", quality=quality)
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(int)
+    got = apply([T.DecodeImage()], data).astype(int)
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
+
+
+def test_large_jpeg_is_dct_scaled_before_resize_within_tolerance():
+    big = np.asarray(Image.fromarray(skdata.astronaut()).resize((2048, 1536), Image.BICUBIC))
+    data = encode(big, "JPEG", quality=90)
+    full = torch_resize(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")), 256, 341)
+    # Through the loader, DecodeImage followed by Resize decodes at reduced size.
+    scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": 512}), ("Resize", {"size": 256})],
+                              data, 0, 0, 0)
+    assert scaled.shape == full.shape == (256, 341, 3)
+    diff = np.abs(scaled.astype(int) - full.astype(int))
+    assert diff.mean() < DCT_MEAN_DIFF
+    unscaled = apply([T.DecodeImage(), T.Resize(256)], data)
+    assert np.abs(unscaled.astype(int) - full.astype(int)).max() <= RESIZE_MAX_DIFF
+
+
+# -- geometry -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "rocket"])
+@pytest.mark.parametrize("size", [64, 223, 300, 700])
+def test_resize_matches_torchvision_within_one(name, size):
+    img = photos()[name]
+    if img.ndim == 2:
+        img = np.dstack([img] * 3)
+    data = encode(img, "PNG")
+    got = apply([T.DecodeImage(), T.Resize(size)], data)
+    h, w = img.shape[:2]
+    eh, ew = (int(size * h / w), size) if w <= h else (size, int(size * w / h))
+    assert got.shape == (eh, ew, 3)
+    assert np.abs(got.astype(int) - torch_resize(img, eh, ew).astype(int)).max() <= RESIZE_MAX_DIFF
+
+
+@pytest.mark.parametrize("size", [(100, 100), (224, 300), (401, 10), (600, 700), (299, 450)])
+def test_center_crop_equals_torchvision_exactly(size):
+    img = skdata.chelsea()  # 300 x 451
+    got = apply([T.DecodeImage(), T.CenterCrop(size)], encode(img, "PNG"))
+    np.testing.assert_array_equal(got, torchvision_center_crop(img, *size))
+
+
+def test_random_resized_crop_equals_crop_then_resize_with_its_parameters():
+    img = skdata.coffee()
+    data = encode(img, "PNG")
+    for sample in range(20):
+        top, left, h, w = _core._random_resized_crop_params(11, 2, sample, 1, img.shape[0], img.shape[1],
+                                                             [0.08, 1.0], [3 / 4, 4 / 3])
+        got = apply([T.DecodeImage(), T.RandomResizedCrop(96)], data, seed=11, epoch=2, sample=sample)
+        ref = torch_resize(img[top:top + h, left:left + w], 96, 96)
+        assert np.abs(got.astype(int) - ref.astype(int)).max() <= RESIZE_MAX_DIFF
+
+
+def test_random_resized_crop_parameters_respect_scale_and_ratio():
+    H, W = 375, 500
+    areas, ratios = [], []
+    for sample in range(2000):
+        top, left, h, w = _core._random_resized_crop_params(5, 0, sample, 0, H, W, [0.08, 1.0], [3 / 4, 4 / 3])
+        assert 0 <= top and top + h <= H and 0 <= left and left + w <= W
+        areas.append(h * w / (H * W))
+        ratios.append(w / h)
+    areas, ratios = np.array(areas), np.array(ratios)
+    # Rounding to whole pixels moves the bounds slightly.
+    assert areas.min() >= 0.07 and areas.max() <= 1.0
+    assert ratios.min() >= 0.74 and ratios.max() <= 1.34
+    # Same distribution as torchvision's get_params (re-implemented with NumPy draws).
+    rng = np.random.default_rng(0)
+    ref = []
+    for _ in range(20000):
+        for _attempt in range(10):
+            target = H * W * rng.uniform(0.08, 1.0)
+            aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+            w, h = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+            if 0 < w <= W and 0 < h <= H:
+                ref.append(h * w / (H * W))
+                break
+    assert abs(areas.mean() - np.mean(ref)) < 0.02
+    assert abs(np.median(areas) - np.median(ref)) < 0.03
+    # An impossible ratio range falls back to torchvision's central crop.
+    top, left, h, w = _core._random_resized_crop_params(5, 0, 0, 0, 100, 400, [0.9, 1.0], [0.1, 0.2])
+    assert (h, w) == (100, 20) and (top, left) == (0, 190)
+
+
+def test_flip_normalize_and_to_chw_match_numpy():
+    img = skdata.astronaut()
+    data = encode(img, "PNG")
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    got = apply([T.DecodeImage(), T.Normalize(mean, std), T.ToCHW()], data)
+    ref = ((img.astype(np.float32) / 255 - np.float32(mean)) / np.float32(std)).transpose(2, 0, 1)
+    assert got.dtype == np.float32 and got.shape == (3, 512, 512)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)
+    flips = [apply([T.DecodeImage(), T.RandomHorizontalFlip(p=0.5)], data, seed=1, sample=s) for s in range(16)]
+    flipped = [np.array_equal(f, img[:, ::-1]) for f in flips]
+    unflipped = [np.array_equal(f, img) for f in flips]
+    assert all(a or b for a, b in zip(flipped, unflipped))
+    assert 0 < sum(flipped) < 16
+    np.testing.assert_array_equal(apply([T.DecodeImage(), T.Cast("int16")], data), img.astype(np.int16))
+
+
+# -- ndarray codecs -------------------------------------------------------------------------
+
+NDARRAYS = [
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)),
+    np.arange(6, dtype=">i4").reshape(2, 3),
+    np.array([1.5, -2.25], dtype=">f8"),
+    np.array(7, dtype=np.int16),
+    np.array([[True, False], [False, True]]),
+    np.arange(10, dtype=np.uint16),
+    np.random.default_rng(0).standard_normal((5, 2)).astype(np.float16),
+    np.zeros((0, 3), dtype=np.uint8),
+    np.asfortranarray(np.random.default_rng(1).integers(0, 100, (2, 3, 4)).astype(np.uint32)),
+]
+
+
+@pytest.mark.parametrize("index", range(len(NDARRAYS)))
+def test_npy_round_trip_equals_numpy_load(index):
+    a = NDARRAYS[index]
+    b = io.BytesIO()
+    np.save(b, a)
+    got = apply([T.DecodeNdarray()], b.getvalue())
+    ref = np.load(io.BytesIO(b.getvalue()))
+    assert got.shape == ref.shape and got.dtype == ref.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("index", range(len(NDARRAYS)))
+def test_npz_compressed_round_trip_equals_numpy_load(index):
+    a = NDARRAYS[index]
+    b = io.BytesIO()
+    np.savez_compressed(b, a)
+    got = apply([T.DecodeCompressedNdarray()], b.getvalue())
+    ref = np.load(io.BytesIO(b.getvalue()))["arr_0"]
+    np.testing.assert_array_equal(got, ref)
+    assert got.shape == ref.shape
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x93NUMPY", b"junk" * 10, b"PK\x03\x04" + b"\0" * 40])
+def test_corrupt_ndarray_bytes_raise(blob):
+    with pytest.raises(pqloader.InvalidDataError):
+        apply([T.DecodeCompressedNdarray() if blob.startswith(b"PK") else T.DecodeNdarray()], blob)
+
+
+def test_truncated_npy_raises():
+    b = io.BytesIO()
+    np.save(b, np.arange(100, dtype=np.float64))
+    with pytest.raises(pqloader.InvalidDataError, match="truncated"):
+        apply([T.DecodeNdarray()], b.getvalue()[:-8])
+
+
+# -- through the loader ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def image_ds(tmp_path_factory):
+    """Real photos, cropped to uneven sizes, as JPEG; .npy arrays; ragged token lists."""
+    rng = np.random.default_rng(42)
+    pics = list(photos().values())
+    images, arrays, tokens = [], [], []
+    for i in range(60):
+        p = pics[i % len(pics)]
+        if p.ndim == 2:
+            p = np.dstack([p] * 3)
+        h, w = int(rng.integers(120, p.shape[0])), int(rng.integers(120, p.shape[1]))
+        images.append(encode(np.ascontiguousarray(p[:h, :w]), "JPEG", quality=90))
+        b = io.BytesIO()
+        np.save(b, rng.standard_normal((2, 3)).astype(np.float32))
+        arrays.append(b.getvalue())
+        tokens.append(rng.integers(0, 1000, int(rng.integers(1, 12))).astype(np.int32).tolist())
+    path = tmp_path_factory.mktemp("images") / "images.parquet"
+    pq.write_table(pa.table({"id": np.arange(60, dtype=np.int64), "image": images, "arr": arrays,
+                             "tok": pa.array(tokens, pa.list_(pa.int32()))}), path, row_group_size=9)
+    return str(path), images, arrays, tokens
+
+
+def augment():
+    return {"image": [T.DecodeImage(), T.RandomResizedCrop(48), T.RandomHorizontalFlip(),
+                      T.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]), T.ToCHW()],
+            "arr": [T.DecodeNdarray()], "tok": [T.PadOrTruncate(8, pad=-1)]}
+
+
+def run(path, **kw):
+    return list(pqloader.Loader(path, **kw))
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_transformed_batches_have_expected_columns_and_values(image_ds):
+    path, images, arrays, tokens = image_ds
+    batches = run(path, batch_size=16, transforms=augment())
+    b = batches[0]
+    assert list(b) == ["id", "image", "arr", "tok", "tok_length"]
+    assert b["image"].shape == (16, 3, 48, 48) and b["image"].dtype == np.float32
+    for i, row in enumerate(b["id"]):
+        np.testing.assert_array_equal(b["arr"][i], np.load(io.BytesIO(arrays[row])))
+        t = tokens[row]
+        assert b["tok_length"][i] == min(len(t), 8)
+        np.testing.assert_array_equal(b["tok"][i], (t + [-1] * 8)[:8])
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_augmentations_are_independent_of_workers_and_timing(image_ds, workers):
+    path = image_ds[0]
+    ref = run(path, batch_size=10, shuffle=True, seed=5, transforms=augment(), num_workers=1)
+    got = run(path, batch_size=10, shuffle=True, seed=5, transforms=augment(), num_workers=workers,
+              _debug_delay_us=2000)
+    assert_same(ref, got)
+
+
+def test_augmentations_follow_the_sample_not_its_position(image_ds):
+    path = image_ds[0]
+    plain = run(path, batch_size=60, shuffle=False, seed=5, transforms=augment())[0]
+    shuffled = run(path, batch_size=60, shuffle=True, seed=5, transforms=augment())[0]
+    order = np.argsort(shuffled["id"])
+    np.testing.assert_array_equal(shuffled["image"][order], plain["image"])
+
+
+def test_augmentations_differ_across_epochs_and_seeds(image_ds):
+    path = image_ds[0]
+    two = run(path, batch_size=60, seed=5, transforms=augment(), num_epochs=2)
+    assert not np.array_equal(two[0]["image"], two[1]["image"])
+    other = run(path, batch_size=60, seed=6, transforms=augment())
+    assert not np.array_equal(two[0]["image"], other[0]["image"])
+    np.testing.assert_array_equal(two[0]["arr"], other[0]["arr"])  # deterministic ops agree
+
+
+def test_augmentations_resume_exactly(image_ds):
+    path = image_ds[0]
+    kw = dict(batch_size=7, shuffle=True, seed=9, transforms=augment(), num_epochs=2)
+    full = run(path, **kw)
+    for k in (0, 3, 9, 13):
+        loader = pqloader.Loader(path, **kw)
+        it = iter(loader)
+        for _ in range(k):
+            next(it)
+        state = json.loads(json.dumps(loader.state_dict()))
+        fresh = pqloader.Loader(path, **kw)
+        fresh.load_state_dict(state)
+        assert_same(list(fresh), full[k:])
+
+
+def test_state_with_other_transforms_is_refused(image_ds):
+    path = image_ds[0]
+    state = pqloader.Loader(path, transforms=augment()).state_dict()
+    other = augment()
+    other["image"][1] = T.RandomResizedCrop(64)
+    with pytest.raises(ValueError, match="transforms"):
+        pqloader.Loader(path, transforms=other).load_state_dict(state)
+
+
+def test_images_of_different_sizes_without_resize_raise_naming_the_column(image_ds):
+    path = image_ds[0]
+    loader = pqloader.Loader(path, batch_size=8, columns=["image"], transforms={"image": [T.DecodeImage()]})
+    with pytest.raises(pqloader.InvalidDataError, match="'image'.*differ"):
+        list(loader)
+
+
+def test_ragged_lists_without_pad_raise(image_ds):
+    with pytest.raises(pqloader.InvalidDataError, match="'tok'"):
+        list(pqloader.Loader(image_ds[0], columns=["tok"]))
+
+
+@pytest.fixture()
+def corrupt_ds(tmp_path):
+    img = encode(skdata.chelsea()[:100, :100], "JPEG", quality=90)
+    images = [img] * 20
+    images[13] = img[: len(img) // 3]          # truncated
+    images[17] = b"definitely not an image"   # garbage
+    path = tmp_path / "corrupt.parquet"
+    pq.write_table(pa.table({"id": np.arange(20, dtype=np.int64), "image": images}), path, row_group_size=6)
+    return str(path)
+
+
+def test_corrupt_image_error_names_file_row_group_row_and_column(corrupt_ds):
+    loader = pqloader.Loader(corrupt_ds, batch_size=4, transforms={"image": [T.DecodeImage(), T.Resize(32)]})
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        list(loader)
+    msg = str(e.value)
+    assert "corrupt.parquet" in msg and "row group 2" in msg and "row 1" in msg and "'image'" in msg
+
+
+def test_skip_policy_drops_bad_samples_counts_them_and_keeps_batch_counts(corrupt_ds):
+    tf = {"image": [T.DecodeImage(), T.CenterCrop(64), T.RandomHorizontalFlip()]}
+    counts = []
+    for rank in range(2):
+        loader = pqloader.Loader(corrupt_ds, batch_size=4, transforms=tf, on_decode_error="skip",
+                                 rank=rank, world_size=2)
+        batches = list(loader)
+        counts.append(len(batches))
+        ids = np.concatenate([b["id"] for b in batches])
+        assert 13 not in ids and 17 not in ids
+        assert all(b["image"].shape[1:] == (64, 64, 3) for b in batches if len(b["id"]))
+        expected_skips = sum(i in (13, 17) for i in range(rank * 10, rank * 10 + 10))
+        assert loader.stats()["skipped_rows"] == expected_skips
+        assert len(ids) == 10 - expected_skips
+    assert counts[0] == counts[1] == 3
+
+
+def test_batch_transform_callable_runs_in_order_and_raises_at_the_consumer(image_ds):
+    path = image_ds[0]
+
+    def add_sum(batch):
+        batch["id_plus"] = batch["id"] + 1000
+        return batch
+
+    batches = run(path, batch_size=7, shuffle=True, seed=1, columns=["id"], transforms=add_sum, num_workers=2)
+    ref = run(path, batch_size=7, shuffle=True, seed=1, columns=["id"])
+    for b, r in zip(batches, ref):
+        np.testing.assert_array_equal(b["id_plus"], r["id"] + 1000)
+
+    def boom(batch):
+        if batch["id"].min() > 20:
+            raise RuntimeError("boom in batch transform")
+        return batch
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run(path, batch_size=7, columns=["id"], batch_transform=boom)
+
+
+def test_unknown_transform_parameters_are_refused():
+    with pytest.raises(ValueError):
+        T.Resize(0)
+    with pytest.raises(ValueError):
+        T.DecodeImage(mode="cmyk")
+    with pytest.raises(TypeError):
+        pqloader.Loader.__init__  # noqa: B018 - keep linters quiet
+        pqloader.Loader("x", transforms={"a": ["not an op"]})
