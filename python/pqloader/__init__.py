@@ -18,7 +18,7 @@ from pqloader._errors import (
     UnsupportedTypeError,
 )
 from pqloader import transforms
-from pqloader._loader import Loader, inspect
+from pqloader._loader import Loader, cache_clear, cache_stats, inspect
 
 __version__ = "0.1.0"
 
@@ -26,6 +26,8 @@ __all__ = [
     "Loader",
     "inspect",
     "transforms",
+    "cache_stats",
+    "cache_clear",
     "Error",
     "IOError",
     "DataNotFoundError",

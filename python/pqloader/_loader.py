@@ -6,6 +6,7 @@ import itertools
 import os
 import queue
 import threading
+import warnings
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
@@ -175,6 +176,16 @@ class Loader:
             in the C++ workers; or a callable (dict -> dict), as for ``batch_transform``.
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
+        cache_dir: Keep decoded, deterministically transformed row groups in this
+            directory (shared by processes, kept across runs; see docs/cache_format.md),
+            or ``":memory:"`` for this process only. Hits skip reading, decoding and
+            those transforms; batches are bit-identical either way. If the directory is
+            unusable or the disk fills up, a warning is issued and loading goes on uncached.
+        cache_size_limit: Bytes the cache may hold (default: no limit).
+        cache_policy: ``"keep"`` (default: fill until full, then stop inserting — best
+            for reshuffled scans larger than the cache) or ``"lru"``.
+        cache_shards: Fan-out directories, each with its own lock and
+            ``cache_size_limit / cache_shards`` bytes.
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
@@ -215,6 +226,10 @@ class Loader:
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None,
         batch_transform: Callable[[dict], dict] | None = None,
         on_decode_error: str = "raise",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size_limit: int | None = None,
+        cache_policy: str = "keep",
+        cache_shards: int = 8,
         _debug_delay_us: int = 0,
     ) -> None:
         sources = _normalize_sources(source)
@@ -254,6 +269,15 @@ class Loader:
         if on_decode_error not in ("raise", "skip"):
             raise ValueError(f"on_decode_error must be 'raise' or 'skip', got {on_decode_error!r}")
         op_specs = _transform_specs(transforms)
+        if cache_policy not in ("keep", "lru"):
+            raise ValueError(f"cache_policy must be 'keep' or 'lru', got {cache_policy!r}")
+        if cache_size_limit is not None:
+            _check_int("cache_size_limit", cache_size_limit, 1)
+        _check_int("cache_shards", cache_shards, 1)
+        if cache_dir is not None:
+            cache_dir = os.fspath(cache_dir)
+            if cache_dir != ":memory:":
+                cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
         fills = None
         fill_default = None
         if isinstance(fill_null, Mapping):
@@ -280,6 +304,10 @@ class Loader:
             "fills": fills,
             "transforms": op_specs,
             "on_decode_error": on_decode_error,
+            "cache_dir": cache_dir,
+            "cache_size_limit": cache_size_limit,
+            "cache_policy": cache_policy,
+            "cache_shards": cache_shards,
         }
         self._sources = sources
         self._fill_null = fill_null
@@ -375,8 +403,13 @@ class Loader:
                     self._active_end = None
 
     def _core_batches(self) -> Iterator[dict[str, Any]]:
+        caching = self._options["cache_dir"] is not None
         while True:
             batch = self._core.next()
+            if caching:
+                warning = self._core.take_warning()
+                if warning:
+                    warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=3)
             if batch is None:
                 return
             yield batch
@@ -389,6 +422,8 @@ class Loader:
             rows, batches, units_read (row-group slices), bytes_read (compressed
             Parquet bytes), bytes_decoded, decode_seconds and assemble_seconds (worker
             time, all threads), wait_seconds (time the consumer was blocked in next()),
+            skipped_rows, cache_hits / cache_misses / cache_bytes_saved and other cache_*
+            counters,
             wall_seconds (since the first iteration), wait_fraction, and
             time_to_first_batch_seconds.
         """
@@ -483,6 +518,17 @@ def _jsonish(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonish(v) for v in value]
     return value
+
+
+def cache_stats(cache_dir: str | os.PathLike[str]) -> dict[str, int]:
+    """Entries, bytes and temp files of a cache directory, plus hit/miss counts recorded
+    by loaders that used it."""
+    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir))))
+
+
+def cache_clear(cache_dir: str | os.PathLike[str]) -> None:
+    """Delete every entry of a cache directory (never anything else)."""
+    _core.cache_clear(os.path.abspath(os.fspath(cache_dir)))
 
 
 def inspect(source: Source) -> dict[str, Any]:

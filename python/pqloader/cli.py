@@ -46,7 +46,7 @@ def _bench(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     loader = pqloader.Loader(args.path, columns=columns, batch_size=args.batch_size,
                              num_workers=args.num_workers, shuffle=args.shuffle,
-                             seed=args.seed, num_epochs=args.epochs)
+                             seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir)
     rows = 0
     first_batch = None
     for batch in loader:
@@ -80,6 +80,25 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    if args.action == "clear":
+        pqloader.cache_clear(args.dir)
+        print(f"cleared {args.dir}")
+        return 0
+    s = pqloader.cache_stats(args.dir)
+    if args.json:
+        print(json.dumps(s))
+        return 0
+    print(f"entries: {s['entries']}")
+    print(f"bytes: {s['bytes']} ({_human(s['bytes'])})")
+    if s.get("temp_files"):
+        print(f"temp files (writes in progress or interrupted): {s['temp_files']}")
+    for key in ("hits", "misses", "inserts", "evictions", "corrupt", "write_errors"):
+        if key in s:
+            print(f"{key}: {s[key]}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pqloader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -97,7 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--shuffle", action="store_true")
     b.add_argument("--seed", type=int, default=None)
     b.add_argument("--json", action="store_true", help="print JSON")
+    b.add_argument("--cache-dir", help="use (and fill) this cache directory")
     b.set_defaults(func=_bench)
+    c = sub.add_parser("cache", help="inspect or clear a cache directory")
+    c.add_argument("action", choices=["stats", "clear"])
+    c.add_argument("dir")
+    c.add_argument("--json", action="store_true", help="print JSON")
+    c.set_defaults(func=_cache)
     return parser
 
 

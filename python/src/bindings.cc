@@ -157,6 +157,11 @@ LoaderOptions ToOptions(const nb::dict& d) {
       for (nb::handle op : nb::borrow<nb::list>(ops)) list.push_back(ToOp(op));
     }
   }
+  o.cache.dir = Get<std::string>(d, "cache_dir", "");
+  o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
+  o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru
+                                                                         : CachePolicy::kKeep;
+  o.cache.shards = Get<int>(d, "cache_shards", o.cache.shards);
   if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
     o.on_decode_error = DecodeErrorPolicy::kSkip;
   }
@@ -245,6 +250,7 @@ class PyLoader {
   }
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
+  std::string TakeWarning() { return loader_->TakeWarning(); }
   const Loader& loader() const { return *loader_; }
 
   void Stop() {
@@ -268,6 +274,15 @@ class PyLoader {
         s.time_to_first_batch_seconds < 0 ? nb::none() : nb::cast(s.time_to_first_batch_seconds);
     d["peak_inflight_bytes"] = s.peak_inflight_bytes;
     d["skipped_rows"] = s.skipped_rows;
+    d["cache_hits"] = s.cache.hits;
+    d["cache_misses"] = s.cache.misses;
+    d["cache_inserts"] = s.cache.inserts;
+    d["cache_bytes_written"] = s.cache.bytes_written;
+    d["cache_bytes_saved"] = s.cache_bytes_saved;
+    d["cache_skipped_full"] = s.cache.skipped_full;
+    d["cache_evictions"] = s.cache.evictions;
+    d["cache_corrupt"] = s.cache.corrupt;
+    d["cache_write_errors"] = s.cache.write_errors;
     return d;
   }
 
@@ -370,6 +385,7 @@ NB_MODULE(_core, m) {
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
+      .def("take_warning", &PyLoader::TakeWarning)
       .def("stats", &PyLoader::Stats)
       .def("column_info", &PyLoader::ColumnInfo)
       .def("plan_info", &PyLoader::PlanInfo)
@@ -377,6 +393,16 @@ NB_MODULE(_core, m) {
            [](const PyLoader& l) { return l.loader().transforms().Fingerprint(); });
   m.def("inspect", &pqloader::Inspect, "sources"_a);
   m.def("draw_seed", &pqloader::DrawFreshSeed);
+  m.def("cache_stats", [](const std::string& dir) {
+    auto s = pqloader::Check(pqloader::InspectCacheDir(dir));
+    nb::dict d;
+    d["entries"] = s.entries;
+    d["bytes"] = s.bytes;
+    d["temp_files"] = s.temp_files;
+    for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
+    return d;
+  });
+  m.def("cache_clear", [](const std::string& dir) { pqloader::Check(pqloader::ClearCacheDir(dir)); });
   // Test helper: the crop a RandomResizedCrop at `op_index` draws for one sample.
   m.def("_random_resized_crop_params",
         [](uint64_t seed, int64_t epoch, int64_t sample, int op_index, int64_t height,

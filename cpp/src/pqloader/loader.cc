@@ -1,9 +1,11 @@
 #include "pqloader/loader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "pqloader/cache/entry_format.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -80,12 +82,43 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
         loader->transforms_.transforms_column(static_cast<int>(c)));
   }
   loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
+  if (!options.cache.dir.empty()) {
+    loader->cache_ = SplitCache::Open(options.cache);
+    // Everything that changes a cached split's content is part of its key.
+    std::string id = "pqloader-cache-v" + std::to_string(kCacheFormatVersion);
+    for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
+      const ColumnSpec& spec = loader->dataset_->specs()[c];
+      const NullFill& f = loader->read_options_.fills[c];
+      id += "|col=" + spec.name + ":" + spec.arrow_type + ":fill=" +
+            (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
+                             std::to_string(f.float_value) + "," + f.bytes_value
+                       : "none") +
+            ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]);
+    }
+    id += "|prefix=" + loader->transforms_.PrefixFingerprint();
+    id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
+    loader->cache_identity_ = id;
+  }
   return loader;
 }
 
 Loader::~Loader() { Stop(); }
 
 void Loader::Stop() {
+  if (cache_ != nullptr) {
+    const CacheCounters now = cache_->counters();
+    CacheCounters delta;
+    delta.hits = now.hits - recorded_.hits;
+    delta.misses = now.misses - recorded_.misses;
+    delta.inserts = now.inserts - recorded_.inserts;
+    delta.evictions = now.evictions - recorded_.evictions;
+    delta.corrupt = now.corrupt - recorded_.corrupt;
+    delta.write_errors = now.write_errors - recorded_.write_errors;
+    if (delta.hits || delta.misses || delta.inserts || delta.corrupt || delta.write_errors) {
+      RecordCacheCounters(options_.cache.dir, delta);
+    }
+    recorded_ = now;
+  }
   if (pipeline_ == nullptr) return;
   pipeline_->Shutdown();
   const PipelineCounters c = pipeline_->counters();
@@ -116,24 +149,8 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   Pipeline::Work work;
   work.num_batches = plan->num_batches();
   work.batch_units = [plan](int64_t b) { return plan->BatchUnitRange(b); };
-  work.run_unit = [this, plan](int64_t u, int64_t* bytes)
-      -> arrow::Result<std::shared_ptr<const DecodedUnit>> {
-    const Unit& unit = plan->units()[u];
-    ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_));
-    if (!transforms_.empty()) {
-      const Split& split = dataset_->splits()[unit.split];
-      ARROW_RETURN_NOT_OK(transforms_.ApplyPrefix(
-          decoded.get(), dataset_->specs(), [&](int64_t r) {
-            return "'" + dataset_->files()[split.file].display + "', row group " +
-                   std::to_string(split.row_group) + ", row " +
-                   std::to_string(unit.row_begin + r);
-          }));
-      skipped_rows_ += decoded->skipped_rows;
-    }
-    *bytes = decoded->ByteSize();
-    bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
-    bytes_decoded_ += *bytes;
-    return decoded;
+  work.run_unit = [this, plan](int64_t u, int64_t* bytes) {
+    return ProduceUnit(plan->units()[u], bytes);
   };
   auto perms = perms_;
   work.run_batch = [this, plan, perms, epoch](
@@ -197,6 +214,82 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next() {
   stats_.batches += 1;
   return batch;
 }
+
+arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(const Unit& unit) {
+  ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_));
+  bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
+  if (!transforms_.empty()) {
+    const Split& split = dataset_->splits()[unit.split];
+    ARROW_RETURN_NOT_OK(transforms_.ApplyPrefix(
+        decoded.get(), dataset_->specs(), [&](int64_t r) {
+          return "'" + dataset_->files()[split.file].display + "', row group " +
+                 std::to_string(split.row_group) + ", row " + std::to_string(unit.row_begin + r);
+        }));
+  }
+  return decoded;
+}
+
+namespace {
+
+// Rows [begin, end) of `full`, sharing its buffers.
+std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const DecodedUnit>& full,
+                                             int64_t begin, int64_t end) {
+  if (begin == 0 && end == full->num_rows) return full;
+  auto out = std::make_shared<DecodedUnit>();
+  out->num_rows = end - begin;
+  if (!full->row_ok.empty()) {
+    out->row_ok.assign(full->row_ok.begin() + begin, full->row_ok.begin() + end);
+    out->skipped_rows = std::count(out->row_ok.begin(), out->row_ok.end(), 0);
+  }
+  for (const ColumnData& c : full->columns) {
+    ColumnData s;
+    s.row_shape = c.row_shape;
+    s.row_bytes = c.row_bytes;
+    if (!c.samples.empty()) {
+      s.samples.assign(c.samples.begin() + begin, c.samples.begin() + end);
+    } else if (c.offsets != nullptr) {
+      s.data = c.data;  // offsets index into it
+      s.offsets = arrow::SliceBuffer(c.offsets, begin * 8, (end - begin + 1) * 8);
+    } else if (c.data != nullptr) {
+      s.data = arrow::SliceBuffer(c.data, begin * c.row_bytes, (end - begin) * c.row_bytes);
+    }
+    if (!c.lengths.empty()) s.lengths.assign(c.lengths.begin() + begin, c.lengths.begin() + end);
+    out->columns.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(const Unit& unit,
+                                                                      int64_t* bytes) {
+  std::shared_ptr<const DecodedUnit> decoded;
+  if (cache_ == nullptr) {
+    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit));
+  } else {
+    // The cache holds whole splits, so every rank and every epoch shares one entry.
+    const Split& split = dataset_->splits()[unit.split];
+    const DataFile& file = dataset_->files()[split.file];
+    const std::string key =
+        CacheKey(cache_identity_ + "|file=" + file.path + "|size=" + std::to_string(file.size) +
+                 "|mtime=" + std::to_string(file.mtime_ns) +
+                 "|row_group=" + std::to_string(split.row_group));
+    std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
+    if (full != nullptr && full->num_rows == split.num_rows) {
+      cache_bytes_saved_ += split.compressed_bytes;
+    } else {
+      ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows}));
+      cache_->Put(key, full);
+    }
+    decoded = SliceRows(full, unit.row_begin, unit.row_end);
+  }
+  skipped_rows_ += decoded->skipped_rows;
+  *bytes = decoded->ByteSize();
+  bytes_decoded_ += *bytes;
+  return decoded;
+}
+
+std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }
 
 arrow::Status Loader::TransformRows(const EpochPlan& plan,
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
@@ -292,6 +385,8 @@ LoaderStats Loader::stats() const {
   s.bytes_read = bytes_read_.load();
   s.bytes_decoded = bytes_decoded_.load();
   s.skipped_rows = skipped_rows_.load();
+  if (cache_ != nullptr) s.cache = cache_->counters();
+  s.cache_bytes_saved = cache_bytes_saved_.load();
   return s;
 }
 

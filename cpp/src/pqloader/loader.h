@@ -20,6 +20,7 @@
 #include <arrow/memory_pool.h>
 #include <arrow/result.h>
 
+#include "pqloader/cache/split_cache.h"
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/decode/convert.h"
 #include "pqloader/decode/read_unit.h"
@@ -53,6 +54,9 @@ struct LoaderOptions {
   std::map<std::string, std::vector<std::shared_ptr<const Op>>> transforms;
   /// What a failing transform does. Default: kRaise.
   DecodeErrorPolicy on_decode_error = DecodeErrorPolicy::kRaise;
+  /// Cache of decoded + deterministically transformed splits; off when cache.dir is
+  /// empty. Default: off.
+  CacheOptions cache;
 };
 
 /// Counters since the loader was made, over all epochs.
@@ -68,6 +72,8 @@ struct LoaderStats {
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
   int64_t skipped_rows = 0;       ///< Rows dropped by on_decode_error = kSkip.
+  CacheCounters cache;            ///< Of this loader's cache (zeros without one).
+  int64_t cache_bytes_saved = 0;  ///< Compressed Parquet bytes not read thanks to hits.
 };
 
 class Loader {
@@ -103,6 +109,8 @@ class Loader {
   void Stop();
 
   LoaderStats stats() const;
+  /// Return (and forget) a warning for the user (e.g. the cache stopped working), or "".
+  std::string TakeWarning();
 
  private:
   using Pipeline = OrderedPipeline<DecodedUnit, Batch>;
@@ -116,6 +124,10 @@ class Loader {
                               int64_t unit_base, std::vector<RowRef>* rows,
                               std::vector<std::vector<SampleTensor>>* samples,
                               std::vector<std::vector<int64_t>>* lengths);
+  // Read (or fetch from the cache) unit u of `plan`, with its deterministic transforms.
+  arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(const Unit& unit, int64_t* bytes);
+  // Read a whole split and run the deterministic transforms.
+  arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(const Unit& unit);
   // Reorder a batch's columns into output order, adding "<name>_length" columns.
   arrow::Result<std::shared_ptr<Batch>> AddLengthColumns(
       std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths);
@@ -133,6 +145,10 @@ class Loader {
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};
   std::atomic<int64_t> skipped_rows_{0};
+  std::atomic<int64_t> cache_bytes_saved_{0};
+  std::shared_ptr<SplitCache> cache_;
+  std::string cache_identity_;   // what every cache key of this loader shares
+  CacheCounters recorded_;       // counters already added to the cache dir's records
   mutable std::mutex stats_mu_;
   LoaderStats stats_;  // GUARDED_BY(stats_mu_); pipeline counters folded in at epoch end
   int64_t start_ns_ = -1;

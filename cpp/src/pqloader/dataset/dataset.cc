@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <charconv>
 #include <thread>
 
@@ -21,6 +22,12 @@
 namespace pqloader {
 
 namespace {
+
+int64_t MtimeNs(const arrow::fs::FileInfo& info) {
+  if (info.mtime() == arrow::fs::kNoTime) return 0;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(info.mtime().time_since_epoch())
+      .count();
+}
 
 bool HasGlob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -80,7 +87,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
     if (!pattern.empty() && fnmatch(pattern.c_str(), info.path().c_str(), FNM_PATHNAME) != 0) {
       continue;
     }
-    FoundFile f{fs, info.path(), info.path(), info.size(), {}};
+    FoundFile f{fs, info.path(), info.path(), info.size(), MtimeNs(info), {}};
     for (size_t i = 0; i + 1 < comps.size(); ++i) {
       const auto eq = comps[i].find('=');
       if (eq != std::string::npos && eq > 0) {
@@ -184,7 +191,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
         }
         break;
       default:
-        out.push_back(FoundFile{fs, path, source, info->size(), {}});
+        out.push_back(FoundFile{fs, path, source, info->size(), MtimeNs(*info), {}});
     }
   }
   return out;
@@ -219,6 +226,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     f.path = found[i].path;
     f.display = found[i].display;
     f.size = found[i].size;
+    f.mtime_ns = found[i].mtime_ns;
     for (const auto& [k, v] : found[i].partitions) f.partition_values.push_back(v);
   }
   std::atomic<int64_t> next{0};

@@ -35,6 +35,7 @@ struct DataFile {
   std::string path;     ///< Path within `fs`.
   std::string display;  ///< How errors name the file (the URI or path the user gave).
   int64_t size = 0;
+  int64_t mtime_ns = 0;  ///< Modification time (0 if the filesystem has none).
   std::shared_ptr<parquet::FileMetaData> metadata;
   /// Top-level field index in this file of each selected file column (specs order).
   std::vector<int> field_indices;
@@ -90,6 +91,7 @@ struct FoundFile {
   std::string path;
   std::string display;
   int64_t size = 0;
+  int64_t mtime_ns = 0;
   /// (key, value) pairs of `key=value` directories between the source root and the file.
   std::vector<std::pair<std::string, std::string>> partitions;
 };

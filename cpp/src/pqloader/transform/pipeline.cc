@@ -111,6 +111,16 @@ std::string TransformPlan::Fingerprint() const {
   return out;
 }
 
+std::string TransformPlan::PrefixFingerprint() const {
+  std::string out;
+  for (const auto& [col, c] : columns_) {
+    out += std::to_string(col) + ":";
+    for (size_t i = 0; i < c.first_random; ++i) out += c.ops[i]->ToString() + ";";
+    out += "|";
+  }
+  return out;
+}
+
 arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin, size_t end,
                                                   SampleTensor s, const SampleContext& ctx,
                                                   int64_t* length) const {

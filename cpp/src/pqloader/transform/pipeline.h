@@ -38,8 +38,10 @@ class TransformPlan {
   const std::vector<ColumnSpec>& output_specs() const { return output_specs_; }
   /// For each output column: the input column it comes from, and whether it is a length.
   const std::vector<std::pair<int, bool>>& output_sources() const { return output_sources_; }
-  /// A stable description of every op, for cache keys and state fingerprints.
+  /// A stable description of every op, for state fingerprints.
   std::string Fingerprint() const;
+  /// A stable description of the ops before the cache point, for cache keys.
+  std::string PrefixFingerprint() const;
 
   /// Run the deterministic prefixes on every row of `unit`. `where(row)` names the row
   /// for error messages.

@@ -1,0 +1,245 @@
+#include "pqloader/cache/entry_format.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace pqloader {
+
+namespace {
+
+constexpr char kMagic[8] = {'P', 'Q', 'L', 'C', 'A', 'C', 'H', 'E'};
+constexpr char kEndMagic[8] = {'P', 'Q', 'L', 'C', 'E', 'N', 'D', '\0'};
+constexpr int64_t kHeaderBytes = 24;   // magic, version, reserved, meta length
+constexpr int64_t kTrailerBytes = 24;  // checksum, file length, end magic
+constexpr int64_t kAlignment = 64;
+
+int64_t AlignUp(int64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Collects the metadata words and the buffers they reference.
+struct Layout {
+  std::vector<int64_t> meta;
+  std::vector<std::shared_ptr<arrow::Buffer>> buffers;
+  std::vector<size_t> ref_slots;  // index in meta of each buffer's offset word
+
+  void Ref(const std::shared_ptr<arrow::Buffer>& b) {
+    if (b == nullptr) {
+      meta.push_back(-1);
+      meta.push_back(0);
+      return;
+    }
+    ref_slots.push_back(meta.size());
+    buffers.push_back(b);
+    meta.push_back(0);  // offset, patched once the layout is known
+    meta.push_back(b->size());
+  }
+  void Shape(const std::vector<int64_t>& shape) {
+    meta.push_back(static_cast<int64_t>(shape.size()));
+    meta.insert(meta.end(), shape.begin(), shape.end());
+  }
+};
+
+std::shared_ptr<arrow::Buffer> VectorBuffer(const void* data, int64_t size) {
+  return arrow::Buffer::FromString(std::string(static_cast<const char*>(data), size));
+}
+
+arrow::Status WriteAll(int fd, const void* data, int64_t size, XXH64_state_t* hash) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (hash != nullptr) XXH64_update(hash, p, static_cast<size_t>(size));
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, static_cast<size_t>(size));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return arrow::Status::IOError("cache write failed: ", std::strerror(errno));
+    }
+    p += n;
+    size -= n;
+  }
+  return arrow::Status::OK();
+}
+
+// Reads metadata words with bounds checks.
+class MetaReader {
+ public:
+  MetaReader(const int64_t* words, int64_t count, int64_t file_size)
+      : words_(words), count_(count), file_size_(file_size) {}
+
+  arrow::Result<int64_t> Next() {
+    if (pos_ >= count_) return arrow::Status::Invalid("cache entry metadata is truncated");
+    return words_[pos_++];
+  }
+  arrow::Result<int64_t> NextCount(int64_t max) {
+    ARROW_ASSIGN_OR_RAISE(int64_t v, Next());
+    if (v < 0 || v > max) return arrow::Status::Invalid("cache entry has a bad count ", v);
+    return v;
+  }
+  arrow::Result<std::vector<int64_t>> NextShape() {
+    ARROW_ASSIGN_OR_RAISE(int64_t nd, NextCount(32));
+    std::vector<int64_t> shape(nd);
+    for (auto& d : shape) {
+      ARROW_ASSIGN_OR_RAISE(d, Next());
+    }
+    return shape;
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> NextRef(const std::shared_ptr<arrow::Buffer>& file) {
+    ARROW_ASSIGN_OR_RAISE(int64_t offset, Next());
+    ARROW_ASSIGN_OR_RAISE(int64_t length, Next());
+    if (offset == -1) return std::shared_ptr<arrow::Buffer>();
+    if (offset < 0 || length < 0 || offset + length > file_size_ - kTrailerBytes) {
+      return arrow::Status::Invalid("cache entry references bytes outside the file");
+    }
+    return arrow::SliceBuffer(file, offset, length);
+  }
+
+ private:
+  const int64_t* words_;
+  int64_t count_;
+  int64_t file_size_;
+  int64_t pos_ = 0;
+};
+
+}  // namespace
+
+arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit) {
+  Layout l;
+  l.meta.push_back(unit.num_rows);
+  l.meta.push_back(unit.skipped_rows);
+  l.Ref(unit.row_ok.empty() ? nullptr : VectorBuffer(unit.row_ok.data(), unit.row_ok.size()));
+  l.meta.push_back(static_cast<int64_t>(unit.columns.size()));
+  for (const ColumnData& c : unit.columns) {
+    l.meta.push_back(c.row_bytes);
+    l.Shape(c.row_shape);
+    l.Ref(c.data);
+    l.Ref(c.offsets);
+    l.Ref(c.lengths.empty() ? nullptr
+                            : VectorBuffer(c.lengths.data(), c.lengths.size() * sizeof(int64_t)));
+    l.meta.push_back(static_cast<int64_t>(c.samples.size()));
+    for (const SampleTensor& s : c.samples) {
+      l.meta.push_back(static_cast<int64_t>(s.dtype));
+      l.meta.push_back(s.channels_first ? 1 : 0);
+      l.Shape(s.shape);
+      l.Ref(s.data);
+    }
+  }
+  // Lay out the buffers after the metadata, each 64-byte aligned.
+  const int64_t meta_bytes = static_cast<int64_t>(l.meta.size() * sizeof(int64_t));
+  int64_t offset = AlignUp(kHeaderBytes + meta_bytes);
+  std::vector<int64_t> offsets;
+  for (size_t i = 0; i < l.buffers.size(); ++i) {
+    offsets.push_back(offset);
+    l.meta[l.ref_slots[i]] = offset;
+    offset = AlignUp(offset + l.buffers[i]->size());
+  }
+  const int64_t total = offset + kTrailerBytes;
+
+  XXH64_state_t* hash = XXH64_createState();
+  XXH64_reset(hash, 0);
+  auto finish = [&](arrow::Status st) -> arrow::Result<int64_t> {
+    XXH64_freeState(hash);
+    if (!st.ok()) return st;
+    return total;
+  };
+  static const uint8_t kZeros[kAlignment] = {0};
+  uint8_t header[kHeaderBytes];
+  std::memcpy(header, kMagic, 8);
+  const uint32_t version = kCacheFormatVersion, reserved = 0;
+  std::memcpy(header + 8, &version, 4);
+  std::memcpy(header + 12, &reserved, 4);
+  std::memcpy(header + 16, &meta_bytes, 8);
+  arrow::Status st = WriteAll(fd, header, kHeaderBytes, hash);
+  if (st.ok()) st = WriteAll(fd, l.meta.data(), meta_bytes, hash);
+  int64_t written = kHeaderBytes + meta_bytes;
+  for (size_t i = 0; st.ok() && i < l.buffers.size(); ++i) {
+    st = WriteAll(fd, kZeros, offsets[i] - written, hash);
+    if (st.ok()) st = WriteAll(fd, l.buffers[i]->data(), l.buffers[i]->size(), hash);
+    written = offsets[i] + l.buffers[i]->size();
+  }
+  if (st.ok()) st = WriteAll(fd, kZeros, offset - written, hash);
+  if (!st.ok()) return finish(st);
+  uint8_t trailer[kTrailerBytes];
+  const uint64_t checksum = XXH64_digest(hash);
+  std::memcpy(trailer, &checksum, 8);
+  std::memcpy(trailer + 8, &total, 8);
+  std::memcpy(trailer + 16, kEndMagic, 8);
+  return finish(WriteAll(fd, trailer, kTrailerBytes, nullptr));
+}
+
+arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
+    const std::shared_ptr<arrow::Buffer>& file) {
+  const int64_t size = file->size();
+  const uint8_t* p = file->data();
+  if (size < kHeaderBytes + kTrailerBytes || std::memcmp(p, kMagic, 8) != 0 ||
+      std::memcmp(p + size - 8, kEndMagic, 8) != 0) {
+    return arrow::Status::Invalid("not a complete cache entry (bad magic or truncated)");
+  }
+  uint32_t version;
+  int64_t meta_bytes, length;
+  uint64_t checksum;
+  std::memcpy(&version, p + 8, 4);
+  std::memcpy(&meta_bytes, p + 16, 8);
+  std::memcpy(&checksum, p + size - kTrailerBytes, 8);
+  std::memcpy(&length, p + size - 16, 8);
+  if (version != kCacheFormatVersion) {
+    return arrow::Status::Invalid("cache entry has format version ", version);
+  }
+  if (length != size || meta_bytes < 0 || meta_bytes % 8 != 0 ||
+      kHeaderBytes + meta_bytes > size - kTrailerBytes) {
+    return arrow::Status::Invalid("cache entry length does not match its file");
+  }
+  if (XXH64(p, static_cast<size_t>(size - kTrailerBytes), 0) != checksum) {
+    return arrow::Status::Invalid("cache entry checksum mismatch");
+  }
+  std::vector<int64_t> words(meta_bytes / 8);
+  std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
+  MetaReader m(words.data(), static_cast<int64_t>(words.size()), size);
+  auto unit = std::make_shared<DecodedUnit>();
+  ARROW_ASSIGN_OR_RAISE(unit->num_rows, m.NextCount(int64_t{1} << 40));
+  ARROW_ASSIGN_OR_RAISE(unit->skipped_rows, m.NextCount(unit->num_rows));
+  ARROW_ASSIGN_OR_RAISE(auto row_ok, m.NextRef(file));
+  if (row_ok != nullptr) {
+    if (row_ok->size() != unit->num_rows) return arrow::Status::Invalid("bad row mask size");
+    unit->row_ok.assign(row_ok->data(), row_ok->data() + row_ok->size());
+  }
+  ARROW_ASSIGN_OR_RAISE(int64_t num_columns, m.NextCount(1 << 20));
+  for (int64_t i = 0; i < num_columns; ++i) {
+    ColumnData c;
+    ARROW_ASSIGN_OR_RAISE(c.row_bytes, m.Next());
+    ARROW_ASSIGN_OR_RAISE(c.row_shape, m.NextShape());
+    ARROW_ASSIGN_OR_RAISE(c.data, m.NextRef(file));
+    ARROW_ASSIGN_OR_RAISE(c.offsets, m.NextRef(file));
+    ARROW_ASSIGN_OR_RAISE(auto lengths, m.NextRef(file));
+    if (lengths != nullptr) {
+      if (lengths->size() != unit->num_rows * static_cast<int64_t>(sizeof(int64_t))) {
+        return arrow::Status::Invalid("bad lengths size");
+      }
+      c.lengths.resize(unit->num_rows);
+      std::memcpy(c.lengths.data(), lengths->data(), lengths->size());
+    }
+    if (c.offsets != nullptr && c.offsets->size() != (unit->num_rows + 1) * 8) {
+      return arrow::Status::Invalid("bad offsets size");
+    }
+    if (c.offsets == nullptr && c.data != nullptr && c.data->size() != unit->num_rows * c.row_bytes) {
+      return arrow::Status::Invalid("bad data size");
+    }
+    ARROW_ASSIGN_OR_RAISE(int64_t num_samples, m.NextCount(unit->num_rows));
+    c.samples.resize(num_samples);
+    for (auto& s : c.samples) {
+      ARROW_ASSIGN_OR_RAISE(int64_t dtype, m.NextCount(static_cast<int64_t>(DType::kFloat64)));
+      s.dtype = static_cast<DType>(dtype);
+      ARROW_ASSIGN_OR_RAISE(int64_t chw, m.NextCount(1));
+      s.channels_first = chw == 1;
+      ARROW_ASSIGN_OR_RAISE(s.shape, m.NextShape());
+      ARROW_ASSIGN_OR_RAISE(s.data, m.NextRef(file));
+      if (s.data != nullptr && s.data->size() != s.num_elements() * DTypeSize(s.dtype)) {
+        return arrow::Status::Invalid("bad sample size");
+      }
+    }
+    unit->columns.push_back(std::move(c));
+  }
+  return unit;
+}
+
+}  // namespace pqloader

@@ -1,0 +1,422 @@
+#include "pqloader/cache/split_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <arrow/io/file.h>
+
+#include "pqloader/cache/entry_format.h"
+
+namespace pqloader {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kEntrySuffix[] = ".pqc";
+constexpr char kTempPrefix[] = ".tmp-";
+constexpr auto kStaleTempAge = std::chrono::minutes(10);
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// An exclusive flock on a lock file, released on destruction.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0) {
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  bool ok() const { return fd_ >= 0; }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+int64_t ReadUsage(const std::string& path) {
+  std::ifstream in(path);
+  int64_t v = 0;
+  if (in >> v && v >= 0) return v;
+  return -1;
+}
+
+void WriteUsage(const std::string& path, int64_t v) {
+  const std::string tmp = path + ".new";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << v << "\n";
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+struct EntryFile {
+  std::string path;
+  int64_t size;
+  std::filesystem::file_time_type mtime;
+};
+
+// Entries of one shard; stale temp files (writers killed mid-write) are removed.
+std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr) {
+  std::vector<EntryFile> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(shard, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code ec2;
+    if (name.rfind(kTempPrefix, 0) == 0) {
+      if (temp_files) ++*temp_files;
+      const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
+      if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
+      continue;
+    }
+    if (name.size() < 4 || name.compare(name.size() - 4, 4, kEntrySuffix) != 0) continue;
+    const auto size = e.file_size(ec2);
+    if (ec2) continue;
+    out.push_back({e.path().string(), static_cast<int64_t>(size), e.last_write_time(ec2)});
+  }
+  return out;
+}
+
+class DiskCache : public SplitCache {
+ public:
+  explicit DiskCache(const CacheOptions& options) : options_(options) {
+    options_.shards = std::clamp(options_.shards, 1, 256);
+    std::error_code ec;
+    for (int i = 0; i < options_.shards; ++i) {
+      fs::create_directories(ShardDir(i), ec);
+      if (ec) {
+        broken_ = true;
+        Warn("cache directory '" + options_.dir + "' is not usable (" + ec.message() +
+             "); continuing without the cache");
+        return;
+      }
+    }
+  }
+
+  std::shared_ptr<const DecodedUnit> Get(const std::string& key) override {
+    if (broken_) {
+      ++misses_;
+      return nullptr;
+    }
+    const std::string path = EntryPath(key);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      ++misses_;
+      return nullptr;
+    }
+    auto file = arrow::io::MemoryMappedFile::Open(path, arrow::io::FileMode::READ);
+    ::close(fd);
+    std::shared_ptr<DecodedUnit> unit;
+    if (file.ok()) {
+      auto size = (*file)->GetSize();
+      auto buffer = size.ok() ? (*file)->ReadAt(0, *size) : arrow::Result<std::shared_ptr<arrow::Buffer>>(size.status());
+      if (buffer.ok()) {
+        auto parsed = ReadCacheEntry(*buffer);
+        if (parsed.ok()) unit = *parsed;
+      }
+    }
+    if (unit == nullptr) {
+      // Corrupt or truncated (e.g. bytes damaged on disk): drop it; it will be refetched.
+      ++corrupt_;
+      ++misses_;
+      Remove(key, path);
+      return nullptr;
+    }
+    if (options_.policy == CachePolicy::kLru) {
+      ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
+    }
+    ++hits_;
+    return unit;
+  }
+
+  void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
+    if (broken_) {
+      ++write_errors_;
+      return;
+    }
+    const int shard = Shard(key);
+    const std::string final_path = EntryPath(key);
+    std::ostringstream tmp_name;
+    tmp_name << ShardDir(shard) << "/" << kTempPrefix << ::getpid() << "-"
+             << std::hash<std::thread::id>{}(std::this_thread::get_id()) << "-" << key;
+    const std::string tmp = tmp_name.str();
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      Failed(Errno("cannot create a cache file in '" + ShardDir(shard) + "'"));
+      return;
+    }
+    auto written = WriteCacheEntry(fd, *unit);
+    bool ok = written.ok();
+    std::string error = ok ? "" : written.status().message();
+    if (ok && options_.fsync && ::fsync(fd) != 0) {
+      ok = false;
+      error = Errno("fsync");
+    }
+    if (::close(fd) != 0 && ok) {
+      ok = false;
+      error = Errno("close");
+    }
+    if (!ok) {
+      ::unlink(tmp.c_str());
+      Failed("cannot write cache entry in '" + options_.dir + "': " + error);
+      return;
+    }
+    const int64_t size = *written;
+    FileLock lock(ShardDir(shard) + "/.lock");
+    if (!lock.ok()) {
+      ::unlink(tmp.c_str());
+      Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
+      return;
+    }
+    struct stat st;
+    if (::stat(final_path.c_str(), &st) == 0) {  // another writer published it first
+      ::unlink(tmp.c_str());
+      return;
+    }
+    const std::string usage_path = ShardDir(shard) + "/.usage";
+    int64_t usage = ReadUsage(usage_path);
+    if (usage < 0) {  // missing or damaged: recount
+      usage = 0;
+      for (const auto& e : ListShard(ShardDir(shard))) usage += e.size;
+    }
+    if (options_.size_limit > 0) {
+      const int64_t budget = options_.size_limit / options_.shards;
+      if (usage + size > budget && options_.policy == CachePolicy::kLru) {
+        auto entries = ListShard(ShardDir(shard));
+        std::sort(entries.begin(), entries.end(),
+                  [](const auto& a, const auto& b) { return a.mtime < b.mtime; });
+        for (const auto& e : entries) {
+          if (usage + size <= budget) break;
+          if (::unlink(e.path.c_str()) == 0) {
+            usage -= e.size;
+            ++evictions_;
+          }
+        }
+      }
+      if (usage + size > budget) {
+        ::unlink(tmp.c_str());
+        ++skipped_full_;
+        WriteUsage(usage_path, std::max<int64_t>(usage, 0));
+        return;
+      }
+    }
+    if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+      ::unlink(tmp.c_str());
+      Failed(Errno("cannot publish cache entry '" + final_path + "'"));
+      return;
+    }
+    WriteUsage(usage_path, usage + size);
+    ++inserts_;
+    bytes_written_ += size;
+  }
+
+ private:
+  int Shard(const std::string& key) const {
+    return static_cast<int>(std::stoul(key.substr(0, 2), nullptr, 16) % options_.shards);
+  }
+  std::string ShardDir(int shard) const {
+    char name[16];
+    std::snprintf(name, sizeof(name), "shard-%02x", shard);
+    return options_.dir + "/" + name;
+  }
+  std::string EntryPath(const std::string& key) const {
+    return ShardDir(Shard(key)) + "/" + key + kEntrySuffix;
+  }
+  void Remove(const std::string& key, const std::string& path) {
+    const int shard = Shard(key);
+    FileLock lock(ShardDir(shard) + "/.lock");
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return;
+    if (::unlink(path.c_str()) == 0) {
+      const std::string usage_path = ShardDir(shard) + "/.usage";
+      const int64_t usage = ReadUsage(usage_path);
+      if (usage >= 0) WriteUsage(usage_path, std::max<int64_t>(0, usage - st.st_size));
+    }
+  }
+  void Failed(const std::string& message) {
+    ++write_errors_;
+    Warn(message + "; continuing without caching this data");
+  }
+
+  CacheOptions options_;
+  bool broken_ = false;
+};
+
+class MemoryCache : public SplitCache {
+ public:
+  explicit MemoryCache(const CacheOptions& options) : options_(options) {}
+
+  std::shared_ptr<const DecodedUnit> Get(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end()) {
+      ++misses_;
+      return nullptr;
+    }
+    lru_.splice(lru_.end(), lru_, it->second);  // most recently used last
+    ++hits_;
+    return it->second->unit;
+  }
+
+  void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
+    const int64_t size = unit->ByteSize();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.count(key)) return;
+    if (options_.size_limit > 0 && used_ + size > options_.size_limit) {
+      if (options_.policy == CachePolicy::kLru) {
+        while (!lru_.empty() && used_ + size > options_.size_limit) {
+          used_ -= lru_.front().size;
+          index_.erase(lru_.front().key);
+          lru_.pop_front();
+          ++evictions_;
+        }
+      }
+      if (used_ + size > options_.size_limit) {
+        ++skipped_full_;
+        return;
+      }
+    }
+    lru_.push_back({key, unit, size});
+    index_[key] = std::prev(lru_.end());
+    used_ += size;
+    ++inserts_;
+    bytes_written_ += size;
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const DecodedUnit> unit;
+    int64_t size;
+  };
+  CacheOptions options_;
+  std::mutex mu_;
+  std::list<Entry> lru_;                                           // GUARDED_BY(mu_)
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // GUARDED_BY(mu_)
+  int64_t used_ = 0;                                               // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+std::shared_ptr<SplitCache> SplitCache::Open(const CacheOptions& options) {
+  if (options.dir == ":memory:") return std::make_shared<MemoryCache>(options);
+  return std::make_shared<DiskCache>(options);
+}
+
+CacheCounters SplitCache::counters() const {
+  CacheCounters c;
+  c.hits = hits_;
+  c.misses = misses_;
+  c.inserts = inserts_;
+  c.bytes_written = bytes_written_;
+  c.skipped_full = skipped_full_;
+  c.evictions = evictions_;
+  c.corrupt = corrupt_;
+  c.write_errors = write_errors_;
+  return c;
+}
+
+std::string SplitCache::TakeWarning() {
+  std::lock_guard<std::mutex> lock(warn_mu_);
+  std::string w;
+  w.swap(warning_);
+  return w;
+}
+
+void SplitCache::Warn(const std::string& message) {
+  std::lock_guard<std::mutex> lock(warn_mu_);
+  if (warned_) return;  // one warning per cache object is enough
+  warned_ = true;
+  warning_ = message;
+}
+
+std::string CacheKey(const std::string& identity) {
+  const XXH128_hash_t h = XXH3_128bits(identity.data(), identity.size());
+  char out[33];
+  std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return out;
+}
+
+arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return arrow::Status::IOError("'", dir, "' is not a cache directory");
+  }
+  CacheDirStats s;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_directory() || e.path().filename().string().rfind("shard-", 0) != 0) continue;
+    for (const auto& entry : ListShard(e.path().string(), &s.temp_files)) {
+      ++s.entries;
+      s.bytes += entry.size;
+    }
+  }
+  std::ifstream in(dir + "/records");
+  std::string name;
+  int64_t value;
+  while (in >> name >> value) s.recorded[name] = value;
+  return s;
+}
+
+arrow::Status ClearCacheDir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return arrow::Status::IOError("'", dir, "' is not a cache directory");
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("shard-", 0) == 0 || name == "records" || name == ".records.lock") {
+      fs::remove_all(e.path(), ec);
+      if (ec) return arrow::Status::IOError("cannot remove '", e.path().string(), "': ", ec.message());
+    }
+  }
+  return arrow::Status::OK();
+}
+
+void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
+  if (dir == ":memory:") return;
+  FileLock lock(dir + "/.records.lock");
+  if (!lock.ok()) return;
+  std::map<std::string, int64_t> r;
+  {
+    std::ifstream in(dir + "/records");
+    std::string name;
+    int64_t value;
+    while (in >> name >> value) r[name] = value;
+  }
+  r["hits"] += c.hits;
+  r["misses"] += c.misses;
+  r["inserts"] += c.inserts;
+  r["evictions"] += c.evictions;
+  r["corrupt"] += c.corrupt;
+  r["write_errors"] += c.write_errors;
+  const std::string tmp = dir + "/records.new";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& [k, v] : r) out << k << " " << v << "\n";
+    if (!out) return;
+  }
+  std::rename(tmp.c_str(), (dir + "/records").c_str());
+}
+
+}  // namespace pqloader

@@ -1,0 +1,285 @@
+"""The fanout cache: identical output on hit and miss, correct keys, safety under
+concurrency, crashes, corruption, full disks and unwritable directories."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from pqloader import transforms as T
+
+
+def write(path: Path, n: int = 300, rg: int = 37, offset: int = 0) -> str:
+    rng = np.random.default_rng(offset)
+    blobs = []
+    for i in range(n):
+        b = io.BytesIO()
+        np.save(b, rng.standard_normal((4, 2)).astype(np.float32) + offset)
+        blobs.append(b.getvalue())
+    pq.write_table(pa.table({
+        "id": np.arange(offset, offset + n, dtype=np.int64),
+        "x": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(n * 3).astype(np.float32)), 3),
+        "s": [f"row-{i}" for i in range(offset, offset + n)],
+        "arr": blobs,
+        "tok": pa.array([list(range(i % 7)) for i in range(n)], pa.list_(pa.int32())),
+    }), path, row_group_size=rg)
+    return str(path)
+
+
+TRANSFORMS = {"arr": [T.DecodeNdarray(), T.Cast("float64")], "tok": [T.PadOrTruncate(5, pad=-1)]}
+
+
+def epochs(path, cache_dir=None, n=3, **kw):
+    kw.setdefault("batch_size", 32)
+    kw.setdefault("shuffle", True)
+    kw.setdefault("seed", 4)
+    kw.setdefault("transforms", TRANSFORMS)
+    loader = pqloader.Loader(path, num_epochs=n, cache_dir=cache_dir, **kw)
+    return list(loader), loader.stats()
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert list(x) == list(y)
+        for k in x:
+            if isinstance(x[k], list):
+                assert x[k] == y[k]
+            else:
+                np.testing.assert_array_equal(x[k], y[k])
+                assert x[k].dtype == y[k].dtype
+
+
+@pytest.fixture()
+def data(tmp_path):
+    return write(tmp_path / "d.parquet")
+
+
+@pytest.mark.parametrize("cache", ["disk", ":memory:"])
+def test_hit_and_miss_give_identical_batches_over_shuffled_epochs(data, tmp_path, cache):
+    cache_dir = str(tmp_path / "cache") if cache == "disk" else cache
+    plain, _ = epochs(data)
+    cached, stats = epochs(data, cache_dir)
+    assert_same(plain, cached)
+    splits = 9  # ceil(300 / 37)
+    assert stats["cache_misses"] == splits and stats["cache_hits"] == 2 * splits
+    assert stats["cache_bytes_saved"] > 0
+    if cache == "disk":
+        # A second run (new process state) is served entirely from disk.
+        again, stats2 = epochs(data, cache_dir)
+        assert_same(plain, again)
+        assert stats2["cache_misses"] == 0 and stats2["cache_hits"] == 3 * splits
+        assert stats2["bytes_read"] == 0
+
+
+def test_sharded_ranks_share_whole_split_entries(data, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    for rank in range(3):
+        plain, _ = epochs(data, None, n=1, rank=rank, world_size=3)
+        cached, _ = epochs(data, cache_dir, n=1, rank=rank, world_size=3)
+        assert_same(plain, cached)
+    assert pqloader.cache_stats(cache_dir)["entries"] == 9
+
+
+def test_changed_columns_or_transforms_never_return_old_entries(data, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    epochs(data, cache_dir, n=1)
+    _, s = epochs(data, cache_dir, n=1, columns=["id", "arr", "tok"])
+    assert s["cache_hits"] == 0
+    other = {"arr": [T.DecodeNdarray()], "tok": [T.PadOrTruncate(5, pad=-1)]}
+    batches, s = epochs(data, cache_dir, n=1, transforms=other)
+    assert s["cache_hits"] == 0
+    assert batches[0]["arr"].dtype == np.float32
+    # Random ops are after the cache point: changing them keeps the entries valid.
+    randomized = {"arr": [T.DecodeNdarray(), T.Cast("float64")], "tok": [T.PadOrTruncate(5, pad=-1)]}
+    _, s = epochs(data, cache_dir, n=1, transforms=randomized)
+    assert s["cache_misses"] == 0
+
+
+def test_rewritten_source_file_never_returns_old_entries(tmp_path):
+    path = tmp_path / "d.parquet"
+    write(path, offset=0)
+    cache_dir = str(tmp_path / "cache")
+    epochs(str(path), cache_dir, n=1)
+    write(path, offset=1000)  # same path, new content
+    fresh, _ = epochs(str(path), None, n=1)
+    cached, s = epochs(str(path), cache_dir, n=1)
+    assert s["cache_hits"] == 0
+    assert_same(fresh, cached)
+    assert cached[0]["id"].min() >= 1000
+
+
+def test_corrupt_entries_are_detected_dropped_and_refetched(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    plain, _ = epochs(data, None, n=1)
+    epochs(data, str(cache_dir), n=1)
+    entries = sorted(cache_dir.glob("shard-*/*.pqc"))
+    assert len(entries) == 9
+    # Flip a byte in the middle of one, truncate another, empty a third.
+    raw = bytearray(entries[0].read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    entries[0].write_bytes(bytes(raw))
+    entries[1].write_bytes(entries[1].read_bytes()[:-100])
+    entries[2].write_bytes(b"")
+    cached, s = epochs(data, str(cache_dir), n=1)
+    assert_same(plain, cached)
+    assert s["cache_corrupt"] == 3 and s["cache_misses"] == 3
+    _, s = epochs(data, str(cache_dir), n=1)
+    assert s["cache_corrupt"] == 0 and s["cache_hits"] == 9  # rewritten
+
+
+def test_keep_policy_stops_inserting_and_lru_evicts_within_the_limit(data, tmp_path):
+    probe = tmp_path / "probe"
+    epochs(data, str(probe), n=1)
+    total = pqloader.cache_stats(str(probe))["bytes"]
+    limit = total // 2
+    plain, _ = epochs(data, None)
+    for policy in ("keep", "lru"):
+        cache_dir = tmp_path / policy
+        cached, s = epochs(data, str(cache_dir), cache_size_limit=limit, cache_policy=policy, cache_shards=1)
+        assert_same(plain, cached)
+        stats = pqloader.cache_stats(str(cache_dir))
+        assert 0 < stats["bytes"] <= limit
+        if policy == "keep":
+            assert s["cache_skipped_full"] > 0 and s["cache_evictions"] == 0
+        else:
+            assert s["cache_evictions"] > 0
+
+
+def test_cache_stats_and_clear_cli(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    epochs(data, str(cache_dir), n=2)
+    out = subprocess.run([sys.executable, "-m", "pqloader", "cache", "stats", str(cache_dir)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "entries: 9" in out and "hits: 9" in out and "misses: 9" in out
+    subprocess.run([sys.executable, "-m", "pqloader", "cache", "clear", str(cache_dir)], check=True)
+    assert pqloader.cache_stats(str(cache_dir))["entries"] == 0
+    assert Path(data).exists()  # the cache never touches the source
+
+
+def test_unwritable_cache_dir_warns_and_loads_uncached(data):
+    plain, _ = epochs(data, None, n=1)
+    with pytest.warns(RuntimeWarning, match="cache"):
+        cached, s = epochs(data, "/proc/pqloader-cache-cannot-exist", n=1)
+    assert_same(plain, cached)
+    assert s["cache_write_errors"] > 0
+
+
+def test_full_disk_warns_and_loads_uncached(data, tmp_path):
+    """A cache on a 64 KiB tmpfs (or, where mounting is not allowed, a file size limit)."""
+    plain, _ = epochs(data, None, n=2)
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                             capture_output=True).returncode == 0
+    try:
+        if mounted:
+            with pytest.warns(RuntimeWarning, match="cache"):
+                cached, s = epochs(data, str(mount / "cache"), n=2)
+            assert_same(plain, cached)
+            assert s["cache_write_errors"] > 0
+        else:
+            code = textwrap.dedent(f"""
+                import resource, signal, warnings, pqloader, numpy as np
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    loader = pqloader.Loader({data!r}, batch_size=32, cache_dir={str(mount)!r}, num_epochs=2)
+                    n = sum(len(b["id"]) for b in loader)
+                assert n == 600, n
+                assert loader.stats()["cache_write_errors"] > 0
+                assert any("cache" in str(x.message) for x in w)
+                print("ok")
+            """)
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+            assert out.stdout.strip() == "ok", out.stderr
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(mount)])
+
+
+READER = textwrap.dedent("""
+    import hashlib, sys, pqloader
+    from pqloader import transforms as T
+    path, cache, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    loader = pqloader.Loader(path, columns=["id", "x", "s", "arr"], batch_size=32, shuffle=True, seed=4,
+                             num_epochs=3, cache_dir=cache,
+                             cache_size_limit=limit or None, cache_shards=2,
+                             transforms={"arr": [T.DecodeNdarray(), T.Cast("float64")]})
+    h = hashlib.sha256()
+    for b in loader:
+        for k in sorted(b):
+            v = b[k]
+            h.update(v.tobytes() if hasattr(v, "tobytes") else "|".join(v).encode())
+    s = loader.stats()
+    print(h.hexdigest(), s["cache_corrupt"], s["cache_hits"])
+""")
+
+
+def test_two_processes_fill_and_read_one_cache_at_once(data, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    script = tmp_path / "reader.py"
+    script.write_text(READER)
+    probe = tmp_path / "probe"
+    ref = subprocess.run([sys.executable, str(script), data, str(probe), "0"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    limit = pqloader.cache_stats(str(probe))["bytes"] * 2 // 3
+    procs = [subprocess.Popen([sys.executable, str(script), data, cache_dir, str(limit)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        digest, corrupt, _hits = out.split()
+        assert digest == ref[0] and corrupt == "0"
+    stats = pqloader.cache_stats(cache_dir)
+    assert 0 < stats["bytes"] <= limit
+
+
+WRITER = textwrap.dedent("""
+    import sys, pqloader
+    from pqloader import transforms as T
+    path, cache = sys.argv[1], sys.argv[2]
+    while True:  # keep inserting (the same entries the reader reads) until killed
+        pqloader.cache_clear(cache)
+        for b in pqloader.Loader(path, columns=["id", "x", "s", "arr"], batch_size=64, cache_dir=cache,
+                                 cache_shards=2, transforms={"arr": [T.DecodeNdarray(), T.Cast("float64")]}):
+            pass
+""")
+
+
+def test_writer_killed_mid_write_never_leaves_a_readable_partial_entry(data, tmp_path):
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    reader = tmp_path / "reader.py"
+    reader.write_text(READER)
+    ref = subprocess.run([sys.executable, str(reader), data, str(tmp_path / "ref"), "0"],
+                         capture_output=True, text=True, check=True).stdout.split()[0]
+    rng = np.random.default_rng(0)
+    found_entries = 0
+    for _ in range(8):
+        p = subprocess.Popen([sys.executable, str(script), data, str(cache_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3 + rng.uniform(0, 0.7))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        found_entries += pqloader.cache_stats(str(cache_dir))["entries"]
+        out = subprocess.run([sys.executable, str(reader), data, str(cache_dir), "0"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert out[0] == ref
+        assert out[1] == "0"  # nothing half-written was ever visible as an entry
+    assert found_entries > 0  # the killed writers did publish entries the readers used
