@@ -144,6 +144,15 @@ def test_resize_matches_torchvision_within_one(name, size):
     assert np.abs(got.astype(int) - torch_resize(img, eh, ew).astype(int)).max() <= RESIZE_MAX_DIFF
 
 
+@pytest.mark.parametrize("name", ["astronaut", "chelsea", "rocket"])
+@pytest.mark.parametrize("size", [32, 223, 256, 900])
+def test_resize_equals_pil_bilinear_exactly(name, size):
+    img = photos()[name]
+    got = apply([T.DecodeImage(), T.Resize(size)], encode(img, "PNG"))
+    ref = np.asarray(Image.fromarray(img).resize((got.shape[1], got.shape[0]), Image.BILINEAR))
+    np.testing.assert_array_equal(got, ref)
+
+
 @pytest.mark.parametrize("size", [(100, 100), (224, 300), (401, 10), (600, 700), (299, 450)])
 def test_center_crop_equals_torchvision_exactly(size):
     img = skdata.chelsea()  # 300 x 451

@@ -85,49 +85,112 @@ AxisWeights ComputeWeights(int64_t in_begin, int64_t in_len, int64_t in_size, in
   return a;
 }
 
-template <typename T>
-T Store(double v);
-template <>
-uint8_t Store<uint8_t>(double v) {
-  v = std::floor(v + 0.5);
-  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
-}
-template <>
-float Store<float>(double v) {
-  return static_cast<float>(v);
-}
-
 // Resample the `box` of HWC `src` (row pitch src_w*c) to out_h × out_w: width first,
 // then height, as PIL does (torchvision's antialiased resize follows the same scheme).
 // Filter taps are clamped to the box, so this equals cropping first, then resizing.
-template <typename T>
-void ResampleHWC(const T* src, int64_t src_w, int64_t c, const CropBox& box, int64_t out_h,
-                 int64_t out_w, T* dst) {
+// Float images accumulate in double.
+void ResampleFloat(const float* src, int64_t src_w, int64_t c, const CropBox& box, int64_t out_h,
+                   int64_t out_w, float* dst) {
   const AxisWeights wx = ComputeWeights(0, box.width, box.width, out_w);
   const AxisWeights wy = ComputeWeights(0, box.height, box.height, out_h);
-  std::vector<T> tmp(box.height * out_w * c);
+  std::vector<float> tmp(box.height * out_w * c);
   for (int64_t y = 0; y < box.height; ++y) {
-    const T* row = src + ((box.top + y) * src_w + box.left) * c;
-    T* out = &tmp[y * out_w * c];
+    const float* row = src + ((box.top + y) * src_w + box.left) * c;
     for (int64_t i = 0; i < out_w; ++i) {
       const double* w = &wx.weights[i * wx.stride];
-      const T* px = row + wx.first[i] * c;
+      const float* px = row + wx.first[i] * c;
       for (int64_t ch = 0; ch < c; ++ch) {
         double acc = 0;
         for (int64_t k = 0; k < wx.count[i]; ++k) acc += w[k] * px[k * c + ch];
-        out[i * c + ch] = Store<T>(acc);
+        tmp[(y * out_w + i) * c + ch] = static_cast<float>(acc);
       }
     }
   }
+  const int64_t row_len = out_w * c;
+  std::vector<double> acc(row_len);
   for (int64_t j = 0; j < out_h; ++j) {
-    const double* w = &wy.weights[j * wy.stride];
-    const T* base = &tmp[wy.first[j] * out_w * c];
-    T* out = dst + j * out_w * c;
-    for (int64_t i = 0; i < out_w * c; ++i) {
-      double acc = 0;
-      for (int64_t k = 0; k < wy.count[j]; ++k) acc += w[k] * base[k * out_w * c + i];
-      out[i] = Store<T>(acc);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < wy.count[j]; ++k) {
+      const double w = wy.weights[j * wy.stride + k];
+      const float* r = &tmp[(wy.first[j] + k) * row_len];
+      for (int64_t i = 0; i < row_len; ++i) acc[i] += w * r[i];
     }
+    for (int64_t i = 0; i < row_len; ++i) dst[j * row_len + i] = static_cast<float>(acc[i]);
+  }
+}
+
+// uint8 images use PIL's fixed-point arithmetic: weights scaled by 2^22, rounded sums,
+// results clipped to [0, 255], an 8-bit image between the two passes.
+constexpr int kPrecisionBits = 22;
+
+std::vector<int32_t> FixedPoint(const AxisWeights& a) {
+  std::vector<int32_t> out(a.weights.size());
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    const double v = a.weights[i] * (1 << kPrecisionBits);
+    out[i] = static_cast<int32_t>(v < 0 ? v - 0.5 : v + 0.5);
+  }
+  return out;
+}
+
+inline uint8_t Clip8(int32_t v) {
+  v >>= kPrecisionBits;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+template <int C>
+void HorizontalPass(const uint8_t* src, int64_t src_w, const CropBox& box, const AxisWeights& wx,
+                    const std::vector<int32_t>& coef, int64_t out_w, uint8_t* tmp) {
+  for (int64_t y = 0; y < box.height; ++y) {
+    const uint8_t* row = src + ((box.top + y) * src_w + box.left) * C;
+    uint8_t* out = tmp + y * out_w * C;
+    for (int64_t i = 0; i < out_w; ++i) {
+      const int32_t* w = &coef[i * wx.stride];
+      const uint8_t* px = row + wx.first[i] * C;
+      int32_t acc[C];
+      for (int ch = 0; ch < C; ++ch) acc[ch] = 1 << (kPrecisionBits - 1);
+      for (int64_t k = 0; k < wx.count[i]; ++k) {
+        for (int ch = 0; ch < C; ++ch) acc[ch] += px[k * C + ch] * w[k];
+      }
+      for (int ch = 0; ch < C; ++ch) out[i * C + ch] = Clip8(acc[ch]);
+    }
+  }
+}
+
+void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box, int64_t out_h,
+                int64_t out_w, uint8_t* dst) {
+  const AxisWeights wx = ComputeWeights(0, box.width, box.width, out_w);
+  const AxisWeights wy = ComputeWeights(0, box.height, box.height, out_h);
+  const std::vector<int32_t> cx = FixedPoint(wx), cy = FixedPoint(wy);
+  std::vector<uint8_t> tmp(box.height * out_w * c);
+  switch (c) {
+    case 1: HorizontalPass<1>(src, src_w, box, wx, cx, out_w, tmp.data()); break;
+    case 3: HorizontalPass<3>(src, src_w, box, wx, cx, out_w, tmp.data()); break;
+    case 4: HorizontalPass<4>(src, src_w, box, wx, cx, out_w, tmp.data()); break;
+    default:
+      for (int64_t y = 0; y < box.height; ++y) {
+        for (int64_t i = 0; i < out_w; ++i) {
+          for (int64_t ch = 0; ch < c; ++ch) {
+            int32_t acc = 1 << (kPrecisionBits - 1);
+            for (int64_t k = 0; k < wx.count[i]; ++k) {
+              acc += src[((box.top + y) * src_w + box.left + wx.first[i] + k) * c + ch] *
+                     cx[i * wx.stride + k];
+            }
+            tmp[(y * out_w + i) * c + ch] = Clip8(acc);
+          }
+        }
+      }
+  }
+  const int64_t row_len = out_w * c;
+  std::vector<int32_t> acc(row_len);
+  for (int64_t j = 0; j < out_h; ++j) {
+    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+    for (int64_t k = 0; k < wy.count[j]; ++k) {
+      const int32_t w = cy[j * wy.stride + k];
+      const uint8_t* r = &tmp[(wy.first[j] + k) * row_len];
+      for (int64_t i = 0; i < row_len; ++i) acc[i] += r[i] * w;  // vectorised
+    }
+    uint8_t* out = dst + j * row_len;
+    for (int64_t i = 0; i < row_len; ++i) out[i] = Clip8(acc[i]);
   }
 }
 
@@ -329,15 +392,24 @@ class NormalizeOp : public Op {
     // uint8 pixels are scaled to [0, 1] first, as torchvision's ToTensor does.
     const double scale = in.dtype == DType::kUInt8 ? 1.0 / 255.0 : 1.0;
     ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kFloat32, in.shape, in.channels_first));
-    const int64_t n = in.num_elements();
     const int64_t elem = DTypeSize(in.dtype);
     const uint8_t* src = in.data->data();
     auto* dst = reinterpret_cast<float*>(out.data->mutable_data());
     const int64_t plane = d.h * d.w;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t c = mean_.size() == 1 ? 0 : (in.channels_first ? i / plane : i % d.c);
-      const double v = in.dtype == DType::kUInt8 ? src[i] : LoadAny(in.dtype, src + i * elem);
-      dst[i] = static_cast<float>((v * scale - mean_[c]) / std_[c]);
+    // out = v * mul[c] + add[c], with mul = scale / std and add = -mean / std.
+    std::vector<float> mul(d.c), add(d.c);
+    for (int64_t c = 0; c < d.c; ++c) {
+      const size_t k = mean_.size() == 1 ? 0 : static_cast<size_t>(c);
+      mul[c] = static_cast<float>(scale / std_[k]);
+      add[c] = static_cast<float>(-mean_[k] / std_[k]);
+    }
+    for (int64_t p = 0; p < plane; ++p) {
+      for (int64_t c = 0; c < d.c; ++c) {
+        const int64_t i = in.channels_first ? c * plane + p : p * d.c + c;
+        const float v = in.dtype == DType::kUInt8 ? static_cast<float>(src[i])
+                                                  : static_cast<float>(LoadAny(in.dtype, src + i * elem));
+        dst[i] = v * mul[c] + add[c];
+      }
     }
     return out;
   }
@@ -345,6 +417,17 @@ class NormalizeOp : public Op {
  private:
   std::vector<double> mean_, std_;
 };
+
+// HWC → CHW for elements of type T.
+template <typename T>
+void Transpose(const uint8_t* src_bytes, int64_t plane, int64_t channels, uint8_t* dst_bytes) {
+  const T* src = reinterpret_cast<const T*>(src_bytes);
+  T* dst = reinterpret_cast<T*>(dst_bytes);
+  for (int64_t c = 0; c < channels; ++c) {
+    T* out = dst + c * plane;
+    for (int64_t p = 0; p < plane; ++p) out[p] = src[p * channels + c];
+  }
+}
 
 class ToCHWOp : public Op {
  public:
@@ -355,13 +438,12 @@ class ToCHWOp : public Op {
     if (in.channels_first) return in;
     const int64_t elem = DTypeSize(in.dtype);
     ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, {d.c, d.h, d.w}, true));
-    const uint8_t* src = in.data->data();
-    uint8_t* dst = out.data->mutable_data();
     const int64_t plane = d.h * d.w;
-    for (int64_t p = 0; p < plane; ++p) {
-      for (int64_t c = 0; c < d.c; ++c) {
-        std::memcpy(dst + (c * plane + p) * elem, src + (p * d.c + c) * elem, elem);
-      }
+    switch (elem) {
+      case 1: Transpose<uint8_t>(in.data->data(), plane, d.c, out.data->mutable_data()); break;
+      case 2: Transpose<uint16_t>(in.data->data(), plane, d.c, out.data->mutable_data()); break;
+      case 4: Transpose<uint32_t>(in.data->data(), plane, d.c, out.data->mutable_data()); break;
+      default: Transpose<uint64_t>(in.data->data(), plane, d.c, out.data->mutable_data()); break;
     }
     return out;
   }
@@ -475,11 +557,10 @@ arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& b
   }
   ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, ImageShape(in, out_h, out_w, d.c)));
   if (in.dtype == DType::kUInt8) {
-    ResampleHWC<uint8_t>(in.data->data(), d.w, d.c, box, out_h, out_w,
-                         out.data->mutable_data());
+    ResampleU8(in.data->data(), d.w, d.c, box, out_h, out_w, out.data->mutable_data());
   } else {
-    ResampleHWC<float>(reinterpret_cast<const float*>(in.data->data()), d.w, d.c, box, out_h,
-                       out_w, reinterpret_cast<float*>(out.data->mutable_data()));
+    ResampleFloat(reinterpret_cast<const float*>(in.data->data()), d.w, d.c, box, out_h, out_w,
+                  reinterpret_cast<float*>(out.data->mutable_data()));
   }
   return out;
 }
