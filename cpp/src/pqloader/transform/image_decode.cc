@@ -15,6 +15,9 @@ namespace {
 
 enum class ImageMode { kRGB, kGray };
 
+// Refuse images whose decoded size would exceed this (a corrupt or hostile header).
+constexpr int64_t kMaxImageBytes = int64_t{1} << 31;
+
 bool IsJpeg(const uint8_t* p, int64_t n) { return n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF; }
 bool IsPng(const uint8_t* p, int64_t n) {
   static const uint8_t kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
@@ -71,6 +74,9 @@ arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageM
   }
   const int64_t w = TJSCALED(width, chosen), hgt = TJSCALED(height, chosen);
   const int64_t channels = mode == ImageMode::kGray ? 1 : 3;
+  if (w * hgt * channels > kMaxImageBytes) {
+    return arrow::Status::Invalid("JPEG image of ", width, "x", height, " is too large");
+  }
   ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kUInt8, {hgt, w, channels}));
   if (tjDecompress2(h, data, static_cast<unsigned long>(size), out.data->mutable_data(),
                     static_cast<int>(w), 0, static_cast<int>(hgt),
@@ -140,6 +146,7 @@ arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMo
   const int64_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int64_t channels = png_get_channels(png, info);
   if (channels != (direct_gray ? 1 : 3)) png_error(png, "unexpected channel count");
+  if (w * h * channels > kMaxImageBytes) png_error(png, "image too large");
   rgb.resize(static_cast<size_t>(w * h * channels));
   rows.resize(static_cast<size_t>(h));
   for (int64_t y = 0; y < h; ++y) rows[y] = rgb.data() + y * w * channels;

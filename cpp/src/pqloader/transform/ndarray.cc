@@ -2,6 +2,7 @@
 // deflated or stored) to tensors in C order and native byte order.
 #include <zlib.h>
 
+#include <charconv>
 #include <cstring>
 #include <regex>
 
@@ -80,20 +81,32 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
   static const std::regex kInt(R"(\d+)");
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kInt); it != std::sregex_iterator();
        ++it) {
-    h.shape.push_back(std::stoll(it->str()));
+    const std::string digits = it->str();
+    int64_t d = 0;
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d);
+    if (ec != std::errc()) return arrow::Status::Invalid("bad .npy shape in header ", header);
+    h.shape.push_back(d);
   }
   return h;
 }
 
 arrow::Result<SampleTensor> DecodeNpy(const uint8_t* p, int64_t n) {
   ARROW_ASSIGN_OR_RAISE(auto h, ParseNpyHeader(p, n));
-  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(h.dtype, h.shape));
   const int64_t elem = DTypeSize(h.dtype);
-  const int64_t count = out.num_elements();
+  // Check the header's shape against the bytes present before allocating anything.
+  int64_t count = 1;
+  for (int64_t d : h.shape) {
+    if (d != 0 && count > (n / elem) / d) {
+      return arrow::Status::Invalid(".npy data is truncated: shape ", ShapeToString(h.shape),
+                                    " needs more than the ", n, " bytes present");
+    }
+    count *= d;
+  }
   if (h.data_offset + count * elem > n) {
     return arrow::Status::Invalid(".npy data is truncated: ", n - h.data_offset, " bytes for ",
                                   count, " elements of ", elem);
   }
+  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(h.dtype, h.shape));
   const uint8_t* src = p + h.data_offset;
   uint8_t* dst = out.data->mutable_data();
   if (!h.fortran || h.shape.size() < 2) {
@@ -101,7 +114,8 @@ arrow::Result<SampleTensor> DecodeNpy(const uint8_t* p, int64_t n) {
   } else {
     // Fortran order: element (i0, i1, ...) is at sum(i_k * prod(shape[:k])).
     const size_t nd = h.shape.size();
-    std::vector<int64_t> idx(nd, 0);
+    std::vector<int64_t> idx = h.shape;  // (a copy: gcc 12 misreports idx(nd, 0))
+    std::fill(idx.begin(), idx.end(), 0);
     for (int64_t c = 0; c < count; ++c) {
       int64_t f = 0, stride = 1;
       for (size_t k = 0; k < nd; ++k) {

@@ -1,0 +1,178 @@
+#include "pqloader/cache/entry_format.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "pqloader/cache/split_cache.h"
+#include "pqloader/test_util.h"
+#include "pqloader/transform/op.h"
+
+namespace pqloader {
+
+namespace {
+
+std::shared_ptr<arrow::Buffer> Bytes(const std::string& s) { return arrow::Buffer::FromString(s); }
+
+// A unit with every kind of column: fixed tensor, offsets + bytes, samples, lengths, mask.
+std::shared_ptr<DecodedUnit> SampleUnit() {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = 3;
+  u->row_ok = {1, 0, 1};
+  u->skipped_rows = 1;
+  ColumnData fixed;
+  fixed.row_shape = {2};
+  fixed.row_bytes = 8;
+  fixed.data = Bytes(std::string(24, 'a'));
+  ColumnData var;
+  var.data = Bytes("xxhelloworld");
+  const int64_t off[] = {2, 7, 7, 12};
+  var.offsets = Bytes(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
+  ColumnData samples;
+  for (int i = 0; i < 3; ++i) {
+    SampleTensor s;
+    if (i != 1) {
+      s.dtype = DType::kFloat32;
+      s.shape = {2, 2};
+      s.channels_first = i == 2;
+      s.data = Bytes(std::string(16, static_cast<char>('0' + i)));
+    }
+    samples.samples.push_back(s);
+  }
+  samples.lengths = {4, -1, 2};
+  u->columns = {fixed, var, samples};
+  return u;
+}
+
+std::string WriteToFile(const DecodedUnit& u) {
+  const std::string path = testing::MakeTempDir() + "/entry.pqc";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  EXPECT_GE(fd, 0);
+  auto written = WriteCacheEntry(fd, u);
+  EXPECT_TRUE(written.ok()) << written.status().ToString();
+  ::close(fd);
+  return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::string out;
+  char buf[4096];
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
+TEST(CacheEntry, RoundTripsEveryColumnKind) {
+  auto u = SampleUnit();
+  const std::string bytes = ReadFile(WriteToFile(*u));
+  auto back = ReadCacheEntry(Bytes(bytes));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const DecodedUnit& b = **back;
+  EXPECT_EQ(b.num_rows, 3);
+  EXPECT_EQ(b.row_ok, u->row_ok);
+  EXPECT_EQ(b.skipped_rows, 1);
+  ASSERT_EQ(b.columns.size(), 3u);
+  EXPECT_EQ(b.columns[0].data->ToString(), u->columns[0].data->ToString());
+  EXPECT_EQ(b.columns[0].row_shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(b.columns[1].data->ToString(), "xxhelloworld");
+  EXPECT_EQ(b.columns[1].offsets->ToString(), u->columns[1].offsets->ToString());
+  ASSERT_EQ(b.columns[2].samples.size(), 3u);
+  EXPECT_EQ(b.columns[2].samples[0].data->ToString(), std::string(16, '0'));
+  EXPECT_EQ(b.columns[2].samples[1].data, nullptr);
+  EXPECT_TRUE(b.columns[2].samples[2].channels_first);
+  EXPECT_EQ(b.columns[2].lengths, (std::vector<int64_t>{4, -1, 2}));
+  // Buffers are views of the file's bytes, 64-byte aligned within it.
+  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
+  EXPECT_EQ((b.columns[0].data->data() - base) % 64, 0);
+}
+
+TEST(CacheEntry, EveryTruncationAndByteFlipIsRejected) {
+  const std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
+  for (size_t n = 0; n < bytes.size(); n += 7) {
+    EXPECT_FALSE(ReadCacheEntry(Bytes(bytes.substr(0, n))).ok()) << "truncated to " << n;
+  }
+  std::mt19937 rng(1);
+  for (int i = 0; i < 500; ++i) {
+    std::string damaged = bytes;
+    damaged[rng() % damaged.size()] ^= static_cast<char>(1 + rng() % 255);
+    EXPECT_FALSE(ReadCacheEntry(Bytes(damaged)).ok()) << "flip " << i;
+  }
+}
+
+TEST(SplitCache, DiskCachePublishesAndServesEntries) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 2;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("some split");
+  EXPECT_EQ(key.size(), 32u);
+  EXPECT_EQ(cache->Get(key), nullptr);
+  cache->Put(key, SampleUnit());
+  auto hit = cache->Get(key);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(hit->columns[1].data->ToString(), "xxhelloworld");
+  auto c = cache->counters();
+  EXPECT_EQ(c.misses, 1);
+  EXPECT_EQ(c.hits, 1);
+  EXPECT_EQ(c.inserts, 1);
+  auto stats = InspectCacheDir(o.dir).ValueOrDie();
+  EXPECT_EQ(stats.entries, 1);
+  ASSERT_TRUE(ClearCacheDir(o.dir).ok());
+  EXPECT_EQ(cache->Get(key), nullptr);
+}
+
+TEST(SplitCache, KeepPolicyRefusesInsertsBeyondTheLimit) {
+  CacheOptions o;
+  o.dir = ":memory:";
+  o.size_limit = SampleUnit()->ByteSize() + 10;
+  auto cache = SplitCache::Open(o);
+  cache->Put("a", SampleUnit());
+  cache->Put("b", SampleUnit());
+  EXPECT_NE(cache->Get("a"), nullptr);
+  EXPECT_EQ(cache->Get("b"), nullptr);
+  EXPECT_EQ(cache->counters().skipped_full, 1);
+  o.policy = CachePolicy::kLru;
+  auto lru = SplitCache::Open(o);
+  lru->Put("a", SampleUnit());
+  lru->Put("b", SampleUnit());
+  EXPECT_EQ(lru->Get("a"), nullptr);
+  EXPECT_NE(lru->Get("b"), nullptr);
+  EXPECT_EQ(lru->counters().evictions, 1);
+}
+
+TEST(Ndarray, MutatedNpyBytesNeverCrash) {
+  // np.save(np.arange(6, dtype='<i4').reshape(2, 3)) header + data, built by hand.
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }";
+  header.resize(118, ' ');
+  header += '\n';
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  npy += static_cast<char>(header.size() & 0xff);
+  npy += static_cast<char>(header.size() >> 8);
+  npy += header;
+  for (int32_t i = 0; i < 6; ++i) npy.append(reinterpret_cast<const char*>(&i), 4);
+  auto op = MakeOp("DecodeNdarray", {}).ValueOrDie();
+  SampleTensor in;
+  in.data = Bytes(npy);
+  in.shape = {static_cast<int64_t>(npy.size())};
+  auto ok = op->Apply(in, SampleContext{}, 0);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->shape, (std::vector<int64_t>{2, 3}));
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string m = npy.substr(0, rng() % (npy.size() + 1));
+    if (!m.empty() && rng() % 2) m[rng() % m.size()] = static_cast<char>(rng());
+    in.data = Bytes(m);
+    in.shape = {static_cast<int64_t>(m.size())};
+    (void)op->Apply(in, SampleContext{}, 0);  // must not crash; errors are fine
+  }
+}
+
+}  // namespace pqloader
