@@ -4,7 +4,6 @@
 
 #include <charconv>
 #include <cstring>
-#include <regex>
 
 #include "pqloader/error.h"
 #include "pqloader/transform/op.h"
@@ -43,15 +42,33 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
   const std::string header(reinterpret_cast<const char*>(p + start), header_len);
   NpyHeader h;
   h.data_offset = start + header_len;
-  std::smatch m;
-  static const std::regex kDescr(R"('descr'\s*:\s*'([<>|=])([a-z])(\d+)')");
-  static const std::regex kFortran(R"('fortran_order'\s*:\s*(True|False))");
-  static const std::regex kShape(R"('shape'\s*:\s*\(([^)]*)\))");
-  if (!std::regex_search(header, m, kDescr)) {
+  // The header is a Python dict literal; find each key and read the value after it.
+  auto value_after = [&header](const char* key) -> std::string {
+    const size_t k = header.find(key);
+    if (k == std::string::npos) return "";
+    size_t v = header.find(':', k + std::strlen(key));
+    if (v == std::string::npos) return "";
+    ++v;
+    while (v < header.size() && header[v] == ' ') ++v;
+    return header.substr(v);
+  };
+  const std::string descr = value_after("'descr'");
+  if (descr.size() < 5 || descr[0] != '\'') {
     return arrow::Status::Invalid("unsupported .npy dtype in header ", header);
   }
-  const char order = m[1].str()[0], kind = m[2].str()[0];
-  const int size = std::stoi(m[3].str());
+  const size_t close = descr.find('\'', 1);
+  const std::string code = descr.substr(1, close == std::string::npos ? 0 : close - 1);
+  if (code.size() < 3 || std::string("<>|=").find(code[0]) == std::string::npos) {
+    return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+  }
+  const char order = code[0], kind = code[1];
+  int size = 0;
+  {
+    auto [ptr, ec] = std::from_chars(code.data() + 2, code.data() + code.size(), size);
+    if (ec != std::errc() || ptr != code.data() + code.size()) {
+      return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+    }
+  }
   h.swap = order == '>' && size > 1;
   struct Kind {
     char kind;
@@ -71,21 +88,30 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
     }
   }
   if (!found) {
-    return arrow::Status::Invalid("unsupported .npy dtype '", m[0].str().substr(10),
-                                  "' (numeric and bool only)");
+    return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
   }
-  if (!std::regex_search(header, m, kFortran)) return arrow::Status::Invalid("bad .npy header");
-  h.fortran = m[1] == "True";
-  if (!std::regex_search(header, m, kShape)) return arrow::Status::Invalid("bad .npy header");
-  const std::string dims = m[1];
-  static const std::regex kInt(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kInt); it != std::sregex_iterator();
-       ++it) {
-    const std::string digits = it->str();
+  const std::string fortran = value_after("'fortran_order'");
+  if (fortran.rfind("True", 0) == 0) {
+    h.fortran = true;
+  } else if (fortran.rfind("False", 0) != 0) {
+    return arrow::Status::Invalid("bad .npy header ", header);
+  }
+  const std::string shape = value_after("'shape'");
+  const size_t end = shape.find(')');
+  if (shape.empty() || shape[0] != '(' || end == std::string::npos) {
+    return arrow::Status::Invalid("bad .npy header ", header);
+  }
+  size_t i = 1;
+  while (i < end) {
+    if (shape[i] == ' ' || shape[i] == ',') {
+      ++i;
+      continue;
+    }
     int64_t d = 0;
-    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), d);
-    if (ec != std::errc()) return arrow::Status::Invalid("bad .npy shape in header ", header);
+    auto [ptr, ec] = std::from_chars(shape.data() + i, shape.data() + end, d);
+    if (ec != std::errc() || d < 0) return arrow::Status::Invalid("bad .npy shape in ", header);
     h.shape.push_back(d);
+    i = static_cast<size_t>(ptr - shape.data());
   }
   return h;
 }
