@@ -3,6 +3,8 @@
 #include <chrono>
 #include <thread>
 
+#include <arrow/util/thread_pool.h>
+
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -47,6 +49,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (options.max_inflight_bytes <= 0) {
     return arrow::Status::Invalid("max_inflight_bytes must be positive");
   }
+  if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
   std::unique_ptr<Loader> loader(new Loader());
   loader->options_ = options;
   if (loader->options_.num_workers <= 0) {
@@ -56,6 +59,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (loader->options_.prefetch_batches <= 0) {
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);
   }
+  if (loader->options_.readahead <= 0) loader->options_.readahead = options.io_threads;
+  ARROW_ASSIGN_OR_RAISE(loader->io_pool_, arrow::internal::ThreadPool::Make(options.io_threads));
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, options.dataset));
   for (const auto& [name, fill] : options.fills) {
     bool found = false;
@@ -80,6 +85,7 @@ Loader::~Loader() { Stop(); }
 void Loader::Stop() {
   if (pipeline_ == nullptr) return;
   pipeline_->Shutdown();
+  readahead_.reset();  // requests still in flight finish on io_pool_, unread
   const PipelineCounters c = pipeline_->counters();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -104,14 +110,29 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   if (start_ns_ < 0) start_ns_ = NowNs();
   plan_ = plan;
   perms_ = std::make_shared<PermutationCache>(plan);
+  if (first_batch < plan->num_batches()) {
+    arrow::io::IOContext io(pool_, io_pool_.get());
+    readahead_ = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
+        plan->BatchUnitRange(first_batch).first,
+        plan->BatchUnitRange(plan->num_batches() - 1).second,
+        [this, plan, io](int64_t u) {
+          return FetchUnit(*dataset_, plan->units()[u], read_options_, pool_, io);
+        },
+        [this, plan](int64_t u) {
+          return dataset_->splits()[plan->units()[u].split].compressed_bytes;
+        },
+        ReadAheadOptions{options_.readahead, options_.max_inflight_bytes});
+  }
 
   Pipeline::Work work;
   work.num_batches = plan->num_batches();
   work.batch_units = [plan](int64_t b) { return plan->BatchUnitRange(b); };
-  work.run_unit = [this, plan](int64_t u, int64_t* bytes)
+  work.run_unit = [this, plan, readahead = readahead_](int64_t u, int64_t* bytes)
       -> arrow::Result<std::shared_ptr<const DecodedUnit>> {
     const Unit& unit = plan->units()[u];
-    ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_));
+    ARROW_ASSIGN_OR_RAISE(auto fetched, readahead->Take(u));
+    ARROW_ASSIGN_OR_RAISE(auto decoded,
+                          ReadUnit(*dataset_, unit, read_options_, pool_, fetched.get()));
     *bytes = decoded->ByteSize();
     bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
     bytes_decoded_ += *bytes;
