@@ -188,6 +188,7 @@ def test_s3_inspect_lists_the_objects_as_urls(store):
         f"s3://data/ds/part-00{i}.parquet" for i in range(3)]
     assert info["num_rows"] == 140 and info["num_row_groups"] == 6
     assert [f["size_bytes"] for f in info["files"]] == [p.stat().st_size for p in store.paths]
+    assert pqloader.inspect("s3://data", storage_options=store.options)["files"] == info["files"]
 
 
 def test_s3_projection_and_shuffled_shards_equal_local_reads(store):
@@ -208,6 +209,13 @@ def test_s3_stream_does_not_depend_on_io_threads_or_readahead(store):
     ]
     assert_batch_streams_equal(streams[0], streams[1])
     assert_batch_streams_equal(streams[0], streams[2])
+
+
+def test_pyarrow_retry_strategy_is_accepted_as_its_max_attempts(store):
+    from pyarrow.fs import AwsStandardS3RetryStrategy
+
+    options = {**store.options, "retry_strategy": AwsStandardS3RetryStrategy(max_attempts=5)}
+    assert pqloader.inspect("s3://data/ds", storage_options=options)["num_rows"] == 140
 
 
 def test_aws_endpoint_url_sets_the_endpoint(store, monkeypatch):
