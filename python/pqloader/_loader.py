@@ -103,6 +103,34 @@ def _threaded_map(fn: Callable[[dict], dict], items: Iterable[dict], depth: int)
         thread.join()
 
 
+def _storage_options(options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Storage options as text for the engine, which checks the keys and values.
+
+    A ``retry_strategy`` given as a pyarrow ``S3RetryStrategy`` becomes its
+    ``max_attempts`` (pqloader's backoff is used either way).
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"storage_options must be a dict, got {type(options).__name__}")
+    out = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"storage_options keys must be str, got {key!r}")
+        if key == "retry_strategy" and hasattr(value, "max_attempts"):
+            key, value = "retry_max_attempts", value.max_attempts
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            out[key] = str(value)
+        else:
+            raise TypeError(f"storage_options[{key!r}] must be str, bool, int or float, "
+                            f"got {type(value).__name__}")
+    return out
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     if value is None or value == "":
@@ -147,8 +175,9 @@ class Loader:
 
     Args:
         source: A file, a directory (read recursively; names starting with ``.`` or
-            ``_`` are skipped), a glob pattern, a ``file://`` URI, or a list of these.
-            Directory and glob matches are sorted by path; list order is kept.
+            ``_`` are skipped), a glob pattern, a ``file://`` or ``s3://bucket/prefix``
+            URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
+            of these. Directory and glob matches are sorted by path; list order is kept.
         columns: Columns to read (file columns or hive partition keys), in output
             order. ``None`` reads every column.
         batch_size: Rows per batch; batches span row-group and file boundaries.
@@ -190,9 +219,21 @@ class Loader:
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
             same number of batches) and counted in ``stats()["skipped_rows"]``.
+        storage_options: Options of ``s3://`` sources, named as the arguments of
+            ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
+            ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
+            ``connect_timeout``, ``request_timeout``, ``tls_ca_file_path``,
+            ``force_virtual_addressing``; retries: ``retry_max_attempts`` (default 3),
+            ``retry_base_delay``, ``retry_max_delay`` (seconds). Unset ones come from the
+            standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
+        io_threads: Concurrent reads from storage (requests in flight), apart from the
+            CPU workers.
+        readahead: Row groups fetched ahead of decoding, in plan order (default:
+            ``io_threads``); their compressed bytes stay within ``max_inflight_bytes``.
 
     Raises:
-        pqloader.DataNotFoundError: The source holds no files.
+        pqloader.DataNotFoundError: The source holds no files (or bucket, key).
+        pqloader.IOError: Storage failed (network, timeout, permission), naming the URL.
         pqloader.InvalidDataError: A file is not readable Parquet.
         pqloader.SchemaMismatchError: Files disagree on a selected column.
         pqloader.ColumnNotFoundError: A selected column does not exist.
@@ -230,9 +271,16 @@ class Loader:
         cache_size_limit: int | None = None,
         cache_policy: str = "keep",
         cache_shards: int = 8,
+        storage_options: Mapping[str, Any] | None = None,
+        io_threads: int = 16,
+        readahead: int | None = None,
         _debug_delay_us: int = 0,
     ) -> None:
         sources = _normalize_sources(source)
+        storage = _storage_options(storage_options)
+        _check_int("io_threads", io_threads, 1)
+        if readahead is not None:
+            _check_int("readahead", readahead, 1)
         if columns is not None:
             if isinstance(columns, str):
                 raise TypeError("columns must be a list of names, not a str")
@@ -300,6 +348,9 @@ class Loader:
             "prefetch_batches": prefetch_batches,
             "verify_checksums": bool(verify_checksums),
             "debug_delay_us": _debug_delay_us,
+            "storage_options": storage,
+            "io_threads": io_threads,
+            "readahead": readahead,
             "fill_default": fill_default,
             "fills": fills,
             "transforms": op_specs,
@@ -531,11 +582,12 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> None:
     _core.cache_clear(os.path.abspath(os.fspath(cache_dir)))
 
 
-def inspect(source: Source) -> dict[str, Any]:
+def inspect(source: Source, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Describe a dataset without reading its data pages.
 
     Args:
         source: As for :class:`Loader`.
+        storage_options: As for :class:`Loader`.
 
     Returns:
         A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
@@ -546,4 +598,4 @@ def inspect(source: Source) -> dict[str, Any]:
         >>> pqloader.inspect("data/train")["num_rows"]
         1000000
     """
-    return _core.inspect(_normalize_sources(source))
+    return _core.inspect(_normalize_sources(source), _storage_options(storage_options))

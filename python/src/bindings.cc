@@ -4,6 +4,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -66,6 +67,7 @@ void RaisePython(const StatusError& e) {
       case ErrorKind::kSchemaMismatch: cls = kMismatch; break;
       case ErrorKind::kUnsupportedType: cls = kUnsupported; break;
       case ErrorKind::kColumnNotFound: cls = kColumn; break;
+      case ErrorKind::kIO: cls = kIO; break;
     }
   } else if (st.IsIOError()) {
     cls = kIO;
@@ -142,6 +144,10 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.prefetch_batches = Get<int64_t>(d, "prefetch_batches", o.prefetch_batches);
   o.verify_checksums = Get<bool>(d, "verify_checksums", o.verify_checksums);
   o.debug_max_delay_us = Get<int64_t>(d, "debug_delay_us", o.debug_max_delay_us);
+  o.io_threads = Get<int>(d, "io_threads", o.io_threads);
+  o.readahead = Get<int64_t>(d, "readahead", o.readahead);
+  o.dataset.storage.values =
+      Get<std::map<std::string, std::string>>(d, "storage_options", {});
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
   }
@@ -330,11 +336,12 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
 };
 
-nb::dict Inspect(const std::vector<std::string>& sources) {
+nb::dict Inspect(const std::vector<std::string>& sources,
+                 const std::map<std::string, std::string>& storage_options) {
   DatasetSummary summary;
   {
     nb::gil_scoped_release release;
-    summary = Check(InspectDataset(sources));
+    summary = Check(InspectDataset(sources, StorageOptions{storage_options}));
   }
   nb::dict out;
   nb::list files;
@@ -391,7 +398,13 @@ NB_MODULE(_core, m) {
       .def("plan_info", &PyLoader::PlanInfo)
       .def("transform_fingerprint",
            [](const PyLoader& l) { return l.loader().transforms().Fingerprint(); });
-  m.def("inspect", &pqloader::Inspect, "sources"_a);
+  m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
+  // S3 must be shut down before the interpreter's static destructors run.
+  m.def("_finalize_s3", [] {
+    nb::gil_scoped_release release;
+    pqloader::Check(pqloader::FinalizeS3());
+  });
+  nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
   m.def("draw_seed", &pqloader::DrawFreshSeed);
   m.def("cache_stats", [](const std::string& dir) {
     auto s = pqloader::Check(pqloader::InspectCacheDir(dir));

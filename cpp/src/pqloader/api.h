@@ -15,6 +15,7 @@
 
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/error.h"
+#include "pqloader/io/filesystem.h"
 #include "pqloader/loader.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/random/philox.h"

@@ -9,6 +9,7 @@ std::string ErrorDetail::ToString() const {
     case ErrorKind::kSchemaMismatch: return "schema mismatch";
     case ErrorKind::kUnsupportedType: return "unsupported type";
     case ErrorKind::kColumnNotFound: return "column not found";
+    case ErrorKind::kIO: return "storage error";
   }
   return "error";
 }

@@ -19,6 +19,7 @@ enum class ErrorKind {
   kSchemaMismatch,   ///< Files disagree on a selected column.
   kUnsupportedType,  ///< A selected column's type cannot become a tensor.
   kColumnNotFound,   ///< A selected column does not exist.
+  kIO,               ///< Storage failed: network, timeout, permission, credentials.
 };
 
 class ErrorDetail : public arrow::StatusDetail {
@@ -41,7 +42,7 @@ arrow::Status MakeError(ErrorKind kind, Args&&... args) {
   const arrow::StatusCode code =
       kind == ErrorKind::kUnsupportedType  ? arrow::StatusCode::TypeError
       : kind == ErrorKind::kColumnNotFound ? arrow::StatusCode::KeyError
-      : kind == ErrorKind::kNotFound       ? arrow::StatusCode::IOError
+      : kind == ErrorKind::kNotFound || kind == ErrorKind::kIO ? arrow::StatusCode::IOError
                                            : arrow::StatusCode::Invalid;
   return arrow::Status::FromDetailAndArgs(code, std::make_shared<ErrorDetail>(kind),
                                           std::forward<Args>(args)...);

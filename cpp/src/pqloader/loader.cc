@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include <arrow/util/thread_pool.h>
+
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/error.h"
 
@@ -50,6 +52,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (options.max_inflight_bytes <= 0) {
     return arrow::Status::Invalid("max_inflight_bytes must be positive");
   }
+  if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
   std::unique_ptr<Loader> loader(new Loader());
   loader->options_ = options;
   if (loader->options_.num_workers <= 0) {
@@ -59,6 +62,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (loader->options_.prefetch_batches <= 0) {
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);
   }
+  if (loader->options_.readahead <= 0) loader->options_.readahead = options.io_threads;
+  ARROW_ASSIGN_OR_RAISE(loader->io_pool_, arrow::internal::ThreadPool::Make(options.io_threads));
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, options.dataset));
   for (const auto& [name, fill] : options.fills) {
     bool found = false;
@@ -121,6 +126,7 @@ void Loader::Stop() {
   }
   if (pipeline_ == nullptr) return;
   pipeline_->Shutdown();
+  readahead_.reset();  // requests still in flight finish on io_pool_, unread
   const PipelineCounters c = pipeline_->counters();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -145,12 +151,29 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   if (start_ns_ < 0) start_ns_ = NowNs();
   plan_ = plan;
   perms_ = std::make_shared<PermutationCache>(plan);
+  if (first_batch < plan->num_batches()) {
+    arrow::io::IOContext io(pool_, io_pool_.get());
+    readahead_ = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
+        plan->BatchUnitRange(first_batch).first,
+        plan->BatchUnitRange(plan->num_batches() - 1).second,
+        [this, plan, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
+          const Unit& unit = plan->units()[u];
+          // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
+          // fetched when needed).
+          if (cache_ != nullptr && cache_->Contains(CacheKeyOf(unit.split))) return nullptr;
+          return FetchUnit(*dataset_, unit, read_options_, pool_, io);
+        },
+        [this, plan](int64_t u) {
+          return dataset_->splits()[plan->units()[u].split].compressed_bytes;
+        },
+        ReadAheadOptions{options_.readahead, options_.max_inflight_bytes});
+  }
 
   Pipeline::Work work;
   work.num_batches = plan->num_batches();
   work.batch_units = [plan](int64_t b) { return plan->BatchUnitRange(b); };
-  work.run_unit = [this, plan](int64_t u, int64_t* bytes) {
-    return ProduceUnit(plan->units()[u], bytes);
+  work.run_unit = [this, plan, readahead = readahead_](int64_t u, int64_t* bytes) {
+    return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
   };
   auto perms = perms_;
   work.run_batch = [this, plan, perms, epoch](
@@ -215,8 +238,14 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next() {
   return batch;
 }
 
-arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(const Unit& unit) {
-  ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_));
+arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched) {
+  ARROW_ASSIGN_OR_RAISE(auto f, std::move(fetched));
+  if (f == nullptr) {  // not fetched ahead: fetch now
+    ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
+                                       arrow::io::IOContext(pool_, io_pool_.get())));
+  }
+  ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_, f.get()));
   bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
   if (!transforms_.empty()) {
     const Split& split = dataset_->splits()[unit.split];
@@ -227,6 +256,14 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(const Unit& unit)
         }));
   }
   return decoded;
+}
+
+std::string Loader::CacheKeyOf(int64_t split_index) const {
+  const Split& split = dataset_->splits()[split_index];
+  const DataFile& file = dataset_->files()[split.file];
+  return CacheKey(cache_identity_ + "|file=" + file.display + "|size=" + std::to_string(file.size) +
+                  "|mtime=" + std::to_string(file.mtime_ns) +
+                  "|row_group=" + std::to_string(split.row_group));
 }
 
 namespace {
@@ -261,24 +298,21 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 
 }  // namespace
 
-arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(const Unit& unit,
-                                                                      int64_t* bytes) {
+arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
-    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit));
+    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched)));
   } else {
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
-    const DataFile& file = dataset_->files()[split.file];
-    const std::string key =
-        CacheKey(cache_identity_ + "|file=" + file.path + "|size=" + std::to_string(file.size) +
-                 "|mtime=" + std::to_string(file.mtime_ns) +
-                 "|row_group=" + std::to_string(split.row_group));
+    const std::string key = CacheKeyOf(unit.split);
     std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
     if (full != nullptr && full->num_rows == split.num_rows) {
       cache_bytes_saved_ += split.compressed_bytes;
     } else {
-      ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows}));
+      ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
+                                             std::move(fetched)));
       cache_->Put(key, full);
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);

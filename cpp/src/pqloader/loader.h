@@ -25,6 +25,7 @@
 #include "pqloader/decode/convert.h"
 #include "pqloader/decode/read_unit.h"
 #include "pqloader/exec/ordered_pipeline.h"
+#include "pqloader/exec/readahead.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/transform/pipeline.h"
@@ -48,6 +49,13 @@ struct LoaderOptions {
   int64_t max_inflight_bytes = int64_t{256} << 20;
   /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker.
   int64_t prefetch_batches = 0;
+  /// Threads that read from storage (so, requests in flight), apart from the workers.
+  /// Default: 16.
+  int io_threads = 16;
+  /// Row groups whose column chunks are requested ahead of decoding, in plan order, at
+  /// most; their compressed bytes stay within max_inflight_bytes. Default: 0, meaning
+  /// io_threads.
+  int64_t readahead = 0;
   /// Test hook: random sleep of up to this many µs before each task. Default: 0.
   int64_t debug_max_delay_us = 0;
   /// Per-column transform ops, applied in order (see transform/op.h). Default: none.
@@ -124,10 +132,16 @@ class Loader {
                               int64_t unit_base, std::vector<RowRef>* rows,
                               std::vector<std::vector<SampleTensor>>* samples,
                               std::vector<std::vector<int64_t>>* lengths);
-  // Read (or fetch from the cache) unit u of `plan`, with its deterministic transforms.
-  arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(const Unit& unit, int64_t* bytes);
-  // Read a whole split and run the deterministic transforms.
-  arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(const Unit& unit);
+  // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
+  // transforms.
+  arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
+      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes);
+  // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
+  // transforms.
+  arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
+      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched);
+  // The cache key of a split.
+  std::string CacheKeyOf(int64_t split) const;
   // Reorder a batch's columns into output order, adding "<name>_length" columns.
   arrow::Result<std::shared_ptr<Batch>> AddLengthColumns(
       std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths);
@@ -141,6 +155,8 @@ class Loader {
   std::shared_ptr<PermutationCache> perms_;
   std::unique_ptr<Pipeline> pipeline_;
   arrow::MemoryPool* pool_ = arrow::default_memory_pool();
+  std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
+  std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead_;  // of this epoch
 
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};

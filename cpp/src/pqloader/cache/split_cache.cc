@@ -149,6 +149,11 @@ class DiskCache : public SplitCache {
     return unit;
   }
 
+  bool Contains(const std::string& key) override {
+    struct stat st;
+    return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
+  }
+
   void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
     if (broken_) {
       ++write_errors_;
@@ -276,6 +281,11 @@ class MemoryCache : public SplitCache {
     lru_.splice(lru_.end(), lru_, it->second);  // most recently used last
     ++hits_;
     return it->second->unit;
+  }
+
+  bool Contains(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return index_.count(key) > 0;
   }
 
   void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {

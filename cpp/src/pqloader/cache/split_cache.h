@@ -64,6 +64,8 @@ class SplitCache {
   /// Return the entry for `key`, or nullptr on a miss (including a corrupt entry,
   /// which is dropped).
   virtual std::shared_ptr<const DecodedUnit> Get(const std::string& key) = 0;
+  /// Return whether an entry for `key` exists (without verifying it).
+  virtual bool Contains(const std::string& key) = 0;
   /// Insert `unit` under `key`, best effort.
   virtual void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) = 0;
 

@@ -66,14 +66,14 @@ std::string RelativeTo(const std::string& root, const std::string& path) {
 // Add the files under `root` (matching `pattern` if not empty) to `out`, sorted.
 arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root,
                        const std::string& pattern, const std::string& source,
-                       std::vector<FoundFile>* out) {
+                       const std::string& prefix, std::vector<FoundFile>* out) {
   arrow::fs::FileSelector selector;
   selector.base_dir = root;
   selector.recursive = true;
   selector.allow_not_found = false;
   auto listed = fs->GetFileInfo(selector);
   if (!listed.ok()) {
-    return MakeError(ErrorKind::kNotFound, "cannot list '", source, "': ",
+    return MakeError(ErrorKind::kIO, "cannot list '", source, "': ",
                      listed.status().message());
   }
   std::vector<arrow::fs::FileInfo> infos = std::move(listed).ValueUnsafe();
@@ -87,7 +87,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
     if (!pattern.empty() && fnmatch(pattern.c_str(), info.path().c_str(), FNM_PATHNAME) != 0) {
       continue;
     }
-    FoundFile f{fs, info.path(), info.path(), info.size(), MtimeNs(info), {}};
+    FoundFile f{fs, info.path(), prefix + info.path(), info.size(), MtimeNs(info), {}};
     for (size_t i = 0; i + 1 < comps.size(); ++i) {
       const auto eq = comps[i].find('=');
       if (eq != std::string::npos && eq > 0) {
@@ -118,13 +118,22 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
   }
-  auto input = file->fs->OpenInputFile(file->path);
+  arrow::fs::FileInfo info(file->path, arrow::fs::FileType::File);
+  info.set_size(file->size);  // known from listing: no extra request for it
+  auto input = file->fs->OpenInputFile(info);
   if (!input.ok()) {
-    return WithContext(input.status(), "cannot open '" + file->display + "'");
+    return MakeError(ErrorKind::kIO, "cannot open '", file->display, "': ",
+                     input.status().message());
   }
   try {
     file->metadata = parquet::ReadMetaData(*input);
   } catch (const std::exception& e) {
+    // A read error is the storage's; anything else means bytes that are not Parquet.
+    const auto* status_error = dynamic_cast<const parquet::ParquetStatusException*>(&e);
+    if (status_error != nullptr && status_error->status().IsIOError()) {
+      return MakeError(ErrorKind::kIO, "cannot read the footer of '", file->display,
+                       "': ", status_error->status().message());
+    }
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a readable Parquet file (truncated, corrupt footer, or another "
                      "format): ", e.what());
@@ -146,17 +155,16 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
 
 }  // namespace
 
-arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources) {
+arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
+                                                    const StorageOptions& storage) {
+  ARROW_ASSIGN_OR_RAISE(auto resolver, FileSystemResolver::Make(storage));
   if (sources.empty()) return MakeError(ErrorKind::kNotFound, "no source given");
   std::vector<FoundFile> out;
   for (const std::string& source : sources) {
-    std::string path;
-    auto fs_result = arrow::fs::FileSystemFromUriOrPath(source, &path);
-    if (!fs_result.ok()) {
-      return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
-                       "': ", fs_result.status().message());
-    }
-    auto fs = *fs_result;
+    ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source));
+    const auto& fs = resolved.fs;
+    const std::string& path = resolved.path;
+    const std::string& prefix = resolved.prefix;
     const size_t before = out.size();
     if (HasGlob(path)) {
       // List from the deepest directory without wildcards, then match the whole path.
@@ -164,27 +172,31 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       const size_t slash = path.rfind('/', glob);
       const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
       auto info = fs->GetFileInfo(root.empty() ? "/" : root);
-      if (!info.ok() || info->type() != arrow::fs::FileType::Directory) {
-        return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
-                         root, "' does not exist");
+      if (!info.ok()) {
+        return MakeError(ErrorKind::kIO, "cannot access '", source,
+                         "': ", info.status().message());
       }
-      ARROW_RETURN_NOT_OK(ListTree(fs, root.empty() ? "/" : root, path, source, &out));
+      if (info->type() != arrow::fs::FileType::Directory) {
+        return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
+                         prefix + root, "' does not exist");
+      }
+      ARROW_RETURN_NOT_OK(
+          ListTree(fs, root.empty() ? "/" : root, path, source, prefix, &out));
       if (out.size() == before) {
         return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files");
       }
-      for (size_t i = before; i < out.size(); ++i) out[i].display = out[i].path;
       continue;
     }
     auto info = fs->GetFileInfo(path);
     if (!info.ok()) {
-      return MakeError(ErrorKind::kNotFound, "cannot access '", source,
+      return MakeError(ErrorKind::kIO, "cannot access '", source,
                        "': ", info.status().message());
     }
     switch (info->type()) {
       case arrow::fs::FileType::NotFound:
         return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
       case arrow::fs::FileType::Directory:
-        ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, &out));
+        ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, prefix, &out));
         if (out.size() == before) {
           return MakeError(ErrorKind::kNotFound, "directory '", source,
                            "' contains no data files");
@@ -199,7 +211,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
 
 arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& sources,
                                                       const DatasetOptions& options) {
-  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources));
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage));
   std::shared_ptr<Dataset> ds(new Dataset());
 
   // Partition keys: every file must have the same keys, in the same order.
@@ -365,8 +377,9 @@ std::string LoadsAs(const arrow::Result<ColumnSpec>& spec) {
 
 }  // namespace
 
-arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources) {
-  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources));
+arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
+                                             const StorageOptions& storage) {
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, storage));
   DatasetSummary out;
   for (size_t i = 0; i < found.size(); ++i) {
     DataFile file;

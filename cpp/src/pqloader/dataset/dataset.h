@@ -1,7 +1,8 @@
 // Dataset: an ordered list of Parquet files, their validated schema and their splits.
 //
 // Sources are paths, directories (recursive), glob patterns, explicit lists or URIs that
-// Arrow's filesystem layer resolves (file://, and s3:// where the build supports it).
+// Arrow's filesystem layer resolves (file://, s3://, and gs:// or hdfs:// where the build
+// supports them; see io/filesystem.h).
 // Order is canonical: sorted by path within a directory or glob, the caller's order
 // across sources. Opening reads every footer once (in parallel) and checks, up front,
 // that the selected columns exist, have one type in every file, and can become
@@ -17,6 +18,7 @@
 #include <arrow/result.h>
 #include <parquet/metadata.h>
 
+#include "pqloader/io/filesystem.h"
 #include "pqloader/tensor/batch.h"
 
 namespace pqloader {
@@ -27,6 +29,8 @@ struct DatasetOptions {
   std::vector<std::string> columns;
   /// Threads that read footers while opening. Default: 8.
   int metadata_threads = 8;
+  /// Options of s3:// sources. Default: none (the standard AWS sources).
+  StorageOptions storage;
 };
 
 /// One Parquet file of the dataset.
@@ -97,7 +101,8 @@ struct FoundFile {
 };
 
 /// Expand `sources` into files, in canonical order, without opening them.
-arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources);
+arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
+                                                    const StorageOptions& storage = {});
 
 }  // namespace pqloader
 
@@ -127,6 +132,7 @@ struct DatasetSummary {
 };
 
 /// Summarise `sources` without reading data pages.
-arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources);
+arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
+                                             const StorageOptions& storage = {});
 
 }  // namespace pqloader

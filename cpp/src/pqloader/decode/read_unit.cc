@@ -3,7 +3,9 @@
 #include <cstring>
 
 #include <arrow/chunked_array.h>
+#include <arrow/filesystem/filesystem.h>
 #include <arrow/io/caching.h>
+#include <arrow/util/future.h>
 #include <arrow/io/interfaces.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/exception.h>
@@ -46,37 +48,67 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
 
 }  // namespace
 
+arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, const Unit& unit,
+                                                      const ReadOptions& options,
+                                                      arrow::MemoryPool* pool,
+                                                      const arrow::io::IOContext& io) {
+  const Split& split = dataset.splits()[unit.split];
+  const DataFile& file = dataset.files()[split.file];
+  auto fetched = std::make_shared<FetchedUnit>();
+  if (file.leaf_indices.empty()) return fetched;
+  const std::string where =
+      "'" + file.display + "', row group " + std::to_string(split.row_group);
+  arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
+  info.set_size(file.size);  // known since Dataset::Open: no request for it
+  auto input = file.fs->OpenInputFile(info);
+  if (!input.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot open ", where, ": ", input.status().message());
+  }
+  parquet::ReaderProperties props(pool);
+  props.set_page_checksum_verification(options.verify_checksums);
+  parquet::ArrowReaderProperties arrow_props;
+  arrow_props.set_use_threads(false);
+  arrow_props.set_pre_buffer(false);  // PreBuffer is called below, for this row group only
+  try {
+    auto pq = parquet::ParquetFileReader::Open(*input, props, file.metadata);
+    pq->PreBuffer({split.row_group}, file.leaf_indices, io, arrow::io::CacheOptions::Defaults());
+    auto made = parquet::arrow::FileReader::Make(pool, std::move(pq), arrow_props);
+    if (!made.ok()) return WithContext(made.status(), "cannot read " + where);
+    fetched->reader = std::move(made).ValueUnsafe();
+  } catch (const std::exception& e) {
+    return MakeError(ErrorKind::kInvalidData, "cannot read ", where, ": ", e.what());
+  }
+  return fetched;
+}
+
 arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            const Unit& unit,
                                                            const ReadOptions& options,
                                                            arrow::MemoryPool* pool) {
+  ARROW_ASSIGN_OR_RAISE(auto fetched,
+                        FetchUnit(dataset, unit, options, pool, arrow::io::default_io_context()));
+  return ReadUnit(dataset, unit, options, pool, fetched.get());
+}
+
+arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
+                                                           const Unit& unit,
+                                                           const ReadOptions& options,
+                                                           arrow::MemoryPool* pool,
+                                                           FetchedUnit* fetched) {
   const Split& split = dataset.splits()[unit.split];
   const DataFile& file = dataset.files()[split.file];
   const std::string where =
       "'" + file.display + "', row group " + std::to_string(split.row_group);
   auto decoded = std::make_shared<DecodedUnit>();
   decoded->num_rows = unit.num_rows();
-
-  std::unique_ptr<parquet::arrow::FileReader> reader;
   const auto& specs = dataset.specs();
-  if (!file.leaf_indices.empty()) {
-    auto input = file.fs->OpenInputFile(file.path);
-    if (!input.ok()) return WithContext(input.status(), "cannot open " + where);
-    parquet::ReaderProperties props(pool);
-    props.set_page_checksum_verification(options.verify_checksums);
-    parquet::ArrowReaderProperties arrow_props;
-    arrow_props.set_use_threads(false);
-    arrow_props.set_pre_buffer(false);  // PreBuffer is called below, for this row group only
-    try {
-      auto pq = parquet::ParquetFileReader::Open(*input, props, file.metadata);
-      pq->PreBuffer({split.row_group}, file.leaf_indices, arrow::io::default_io_context(),
-                    arrow::io::CacheOptions::Defaults());
-      auto made = parquet::arrow::FileReader::Make(pool, std::move(pq), arrow_props);
-      if (!made.ok()) return WithContext(made.status(), "cannot read " + where);
-      reader = std::move(made).ValueUnsafe();
-    } catch (const std::exception& e) {
-      return MakeError(ErrorKind::kInvalidData, "cannot read ", where, ": ", e.what());
-    }
+  parquet::arrow::FileReader* reader = fetched->reader.get();
+  if (reader != nullptr) {
+    // Wait for the bytes: a failure here is the storage's, not the data's.
+    auto st = reader->parquet_reader()
+                  ->WhenBuffered({split.row_group}, file.leaf_indices)
+                  .status();
+    if (!st.ok()) return MakeError(ErrorKind::kIO, "cannot read ", where, ": ", st.message());
   }
 
   auto row_group = reader ? reader->RowGroup(split.row_group) : nullptr;

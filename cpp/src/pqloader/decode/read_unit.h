@@ -1,14 +1,19 @@
-// Reading one unit (a row range of one row group) into tensor columns.
+// Reading one unit (a row range of one row group) into tensor columns, in two steps:
+// FetchUnit opens the file and requests the coalesced byte ranges of the row group's
+// selected column chunks (Parquet pre-buffering) without waiting; ReadUnit waits for
+// them and decodes. Fetching ahead of decoding keeps many requests in flight.
 //
-// Thread-safety: ReadUnit may be called concurrently; each call opens its own reader
-// over the dataset's immutable metadata.
+// Thread-safety: FetchUnit and ReadUnit may be called concurrently for different
+// units; each fetch has its own reader over the dataset's immutable metadata.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include <arrow/io/interfaces.h>
 #include <arrow/memory_pool.h>
 #include <arrow/result.h>
+#include <parquet/arrow/reader.h>
 
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/decode/convert.h"
@@ -25,8 +30,30 @@ struct ReadOptions {
   std::vector<bool> allow_ragged;
 };
 
-/// Read rows [unit.row_begin, unit.row_end) of split `unit.split` and convert them.
-/// Errors name the file, the row group and, where known, the column.
+/// A unit whose column chunks are being fetched.
+struct FetchedUnit {
+  /// Reader with the row group's selected column chunks pre-buffered; null when only
+  /// partition columns are selected.
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+};
+
+/// Start fetching the selected column chunks of `unit`'s row group on `io`'s executor,
+/// without waiting for them.
+arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, const Unit& unit,
+                                                      const ReadOptions& options,
+                                                      arrow::MemoryPool* pool,
+                                                      const arrow::io::IOContext& io);
+
+/// Read rows [unit.row_begin, unit.row_end) of split `unit.split` from `fetched` (waiting
+/// for its bytes) and convert them. Errors name the file, the row group and, where
+/// known, the column; a storage failure is ErrorKind::kIO, bad bytes kInvalidData.
+arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
+                                                           const Unit& unit,
+                                                           const ReadOptions& options,
+                                                           arrow::MemoryPool* pool,
+                                                           FetchedUnit* fetched);
+
+/// Fetch and read `unit` (FetchUnit on Arrow's default I/O context, then ReadUnit).
 arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            const Unit& unit,
                                                            const ReadOptions& options,

@@ -1,0 +1,105 @@
+"""A TCP proxy on loopback that adds latency and caps bandwidth, like a slow link.
+
+    python bench/throttle_proxy.py --listen 127.0.0.1:9001 --target 127.0.0.1:9000 \\
+        --rtt-ms 20 --rate-mbps 40
+
+Every byte is delayed by half the round-trip time in each direction, and all bytes in
+one direction (over all connections) share one link of ``--rate-mbps`` MB/s (10^6
+bytes), served first come, first served. Without ``--rtt-ms``/``--rate-mbps`` it just
+forwards (the tests use it so to take an endpoint down and bring it back). It writes
+its port to ``--ready-file`` once listening, and runs until killed. Standard library
+only; refuses targets off loopback.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import time
+
+CHUNK = 64 * 1024
+QUEUE_CHUNKS = 16  # per direction and connection: backpressure on the reader
+
+
+class Link:
+    """One direction of the link: a delay, then a shared serial line of a given rate."""
+
+    def __init__(self, delay_s: float, rate_bps: float | None) -> None:
+        self.delay_s = delay_s
+        self.rate_bps = rate_bps
+        self.free_at = 0.0  # when the line has sent everything queued so far
+
+    async def send(self, arrived: float, data: bytes, writer: asyncio.StreamWriter) -> None:
+        now = time.monotonic()
+        start = max(now, arrived + self.delay_s)
+        if self.rate_bps:
+            start = max(start, self.free_at)
+            self.free_at = start + len(data) / self.rate_bps
+            start = self.free_at  # the last byte is out when the line has sent it
+        if start > now:
+            await asyncio.sleep(start - now)
+        writer.write(data)
+        await writer.drain()
+
+
+async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: Link) -> None:
+    queue: asyncio.Queue = asyncio.Queue(QUEUE_CHUNKS)
+
+    async def read() -> None:
+        try:
+            while data := await reader.read(CHUNK):
+                await queue.put((time.monotonic(), data))
+        except (ConnectionError, OSError):
+            pass
+        await queue.put(None)
+
+    reading = asyncio.ensure_future(read())
+    try:
+        while (item := await queue.get()) is not None:
+            await link.send(item[0], item[1], writer)
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        reading.cancel()
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
+    p.add_argument("--target", required=True, help="HOST:PORT of the server")
+    p.add_argument("--rtt-ms", type=float, default=0.0, help="round-trip latency added")
+    p.add_argument("--rate-mbps", type=float, default=0.0, help="MB/s per direction; 0: no cap")
+    p.add_argument("--ready-file", help="write the listening port here once ready")
+    args = p.parse_args()
+    lhost, lport = args.listen.rsplit(":", 1)
+    thost, tport = args.target.rsplit(":", 1)
+    for host in (lhost, thost):
+        if not ipaddress.ip_address(host).is_loopback:
+            raise SystemExit(f"{host} is not a loopback address")
+    rate = args.rate_mbps * 1e6 if args.rate_mbps > 0 else None
+    up = Link(args.rtt_ms / 2000, rate)
+    down = Link(args.rtt_ms / 2000, rate)
+
+    async def handle(creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        try:
+            sreader, swriter = await asyncio.open_connection(thost, int(tport))
+        except OSError:
+            cwriter.close()
+            return
+        await asyncio.gather(pump(creader, swriter, up), pump(sreader, cwriter, down))
+        for w in (swriter, cwriter):
+            w.close()
+
+    server = await asyncio.start_server(handle, lhost, int(lport), reuse_address=True)
+    port = server.sockets[0].getsockname()[1]
+    if args.ready_file:
+        with open(args.ready_file, "w") as f:
+            f.write(str(port))
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

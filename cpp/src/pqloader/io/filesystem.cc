@@ -1,0 +1,227 @@
+#include "pqloader/io/filesystem.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+constexpr char kS3Prefix[] = "s3://";
+constexpr int64_t kDefaultRetryMaxAttempts = 3;
+constexpr double kDefaultRetryBaseDelaySeconds = 0.2;
+constexpr double kDefaultRetryMaxDelaySeconds = 5.0;
+
+const std::set<std::string>& KnownKeys() {
+  static const std::set<std::string> keys = {
+      "endpoint_override", "scheme",           "region",
+      "access_key",        "secret_key",       "session_token",
+      "anonymous",         "connect_timeout",  "request_timeout",
+      "tls_ca_file_path",  "force_virtual_addressing",
+      "retry_max_attempts", "retry_base_delay", "retry_max_delay"};
+  return keys;
+}
+
+// Retry what the AWS SDK marks retryable (network errors, timeouts, 5xx, throttling)
+// with exponential backoff: the n-th retry waits min(max_delay, base_delay * 2^(n-1)).
+class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
+ public:
+  BackoffRetryStrategy(int64_t max_attempts, double base_delay_s, double max_delay_s)
+      : max_attempts_(max_attempts), base_ms_(base_delay_s * 1e3), max_ms_(max_delay_s * 1e3) {}
+
+  bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
+    return error.should_retry && attempted_retries + 1 < max_attempts_;
+  }
+
+  int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail& error,
+                                        int64_t attempted_retries) override {
+    const double ms = base_ms_ * std::ldexp(1.0, static_cast<int>(std::min<int64_t>(
+                                                     attempted_retries, 30)));
+    return static_cast<int64_t>(std::min(ms, max_ms_));
+  }
+
+ private:
+  int64_t max_attempts_;
+  double base_ms_;
+  double max_ms_;
+};
+
+arrow::Status BadValue(const std::string& key, const std::string& value, const char* want) {
+  return arrow::Status::Invalid("storage_options['", key, "'] = '", value, "' is not ", want);
+}
+
+arrow::Result<bool> ParseBool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  return BadValue(key, v, "a boolean");
+}
+
+arrow::Result<double> ParseSeconds(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(d) || d < 0) {
+    return BadValue(key, v, "a number of seconds >= 0");
+  }
+  return d;
+}
+
+arrow::Result<int64_t> ParsePositiveInt(const std::string& key, const std::string& v) {
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size() || out < 1) {
+    return BadValue(key, v, "an integer >= 1");
+  }
+  return out;
+}
+
+std::string Get(const StorageOptions& s, const std::string& key) {
+  auto it = s.values.find(key);
+  return it == s.values.end() ? std::string() : it->second;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+}  // namespace
+
+arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage) {
+  for (const auto& [key, value] : storage.values) {
+    if (KnownKeys().count(key) == 0) {
+      std::string known;
+      for (const auto& k : KnownKeys()) known += (known.empty() ? "" : ", ") + k;
+      return arrow::Status::Invalid("unknown storage option '", key, "'; known: ", known);
+    }
+  }
+  const std::string access_key = Get(storage, "access_key");
+  const std::string secret_key = Get(storage, "secret_key");
+  if (access_key.empty() != secret_key.empty()) {
+    return arrow::Status::Invalid(
+        "storage_options: give both access_key and secret_key, or neither");
+  }
+  bool anonymous = false;
+  if (storage.values.count("anonymous")) {
+    ARROW_ASSIGN_OR_RAISE(anonymous, ParseBool("anonymous", Get(storage, "anonymous")));
+  }
+  if (anonymous && !access_key.empty()) {
+    return arrow::Status::Invalid(
+        "storage_options: anonymous=True cannot be combined with access_key/secret_key");
+  }
+  if (!Get(storage, "session_token").empty() && access_key.empty()) {
+    return arrow::Status::Invalid("storage_options: session_token needs access_key/secret_key");
+  }
+  arrow::fs::S3Options o;  // credentials are configured last, once all else parsed
+  o.region = Get(storage, "region");
+
+  // Endpoint: the option, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL ("http://host:port").
+  std::string endpoint = Get(storage, "endpoint_override");
+  std::string scheme;
+  if (endpoint.empty()) {
+    endpoint = Env("AWS_ENDPOINT_URL_S3");
+    if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  }
+  if (const size_t sep = endpoint.find("://"); sep != std::string::npos) {
+    scheme = endpoint.substr(0, sep);
+    endpoint = endpoint.substr(sep + 3);
+  }
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  o.endpoint_override = endpoint;
+  if (storage.values.count("scheme")) scheme = Get(storage, "scheme");
+  if (!scheme.empty()) {
+    if (scheme != "http" && scheme != "https") {
+      return BadValue("scheme", scheme, "'http' or 'https'");
+    }
+    o.scheme = scheme;
+  }
+  if (storage.values.count("connect_timeout")) {
+    ARROW_ASSIGN_OR_RAISE(o.connect_timeout,
+                          ParseSeconds("connect_timeout", Get(storage, "connect_timeout")));
+  }
+  if (storage.values.count("request_timeout")) {
+    ARROW_ASSIGN_OR_RAISE(o.request_timeout,
+                          ParseSeconds("request_timeout", Get(storage, "request_timeout")));
+  }
+  o.tls_ca_file_path = Get(storage, "tls_ca_file_path");
+  if (storage.values.count("force_virtual_addressing")) {
+    ARROW_ASSIGN_OR_RAISE(o.force_virtual_addressing,
+                          ParseBool("force_virtual_addressing",
+                                    Get(storage, "force_virtual_addressing")));
+  }
+
+  int64_t attempts = kDefaultRetryMaxAttempts;
+  double base = kDefaultRetryBaseDelaySeconds, max = kDefaultRetryMaxDelaySeconds;
+  if (storage.values.count("retry_max_attempts")) {
+    ARROW_ASSIGN_OR_RAISE(attempts, ParsePositiveInt("retry_max_attempts",
+                                                     Get(storage, "retry_max_attempts")));
+  }
+  if (storage.values.count("retry_base_delay")) {
+    ARROW_ASSIGN_OR_RAISE(base, ParseSeconds("retry_base_delay", Get(storage, "retry_base_delay")));
+  }
+  if (storage.values.count("retry_max_delay")) {
+    ARROW_ASSIGN_OR_RAISE(max, ParseSeconds("retry_max_delay", Get(storage, "retry_max_delay")));
+  }
+  o.retry_strategy = std::make_shared<BackoffRetryStrategy>(attempts, base, max);
+
+  // The credential providers are AWS SDK objects: the SDK must be initialised first.
+  ARROW_RETURN_NOT_OK(arrow::fs::EnsureS3Initialized());
+  if (anonymous) {
+    o.ConfigureAnonymousCredentials();
+  } else if (!access_key.empty()) {
+    o.ConfigureAccessKey(access_key, secret_key, Get(storage, "session_token"));
+  } else {
+    o.ConfigureDefaultCredentials();  // environment, profile, ... (the AWS chain)
+  }
+  return o;
+}
+
+arrow::Result<std::unique_ptr<FileSystemResolver>> FileSystemResolver::Make(
+    const StorageOptions& storage) {
+  std::unique_ptr<FileSystemResolver> r(new FileSystemResolver());
+  r->storage_ = storage;
+  // Check the options now, whatever the sources; without options, S3 is left alone
+  // until an s3:// source needs it.
+  if (!storage.values.empty()) ARROW_RETURN_NOT_OK(MakeS3Options(storage).status());
+  return r;
+}
+
+arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& source) {
+  if (source.compare(0, sizeof(kS3Prefix) - 1, kS3Prefix) == 0) {
+    if (s3_ == nullptr) {
+      ARROW_ASSIGN_OR_RAISE(auto options, MakeS3Options(storage_));
+      auto made = arrow::fs::S3FileSystem::Make(options);
+      if (made.ok()) s3_ = *made;
+      const auto& st = made.status();
+      if (!st.ok()) {
+        return MakeError(ErrorKind::kIO, "cannot use '", source, "': ", st.message());
+      }
+    }
+    std::string path = source.substr(sizeof(kS3Prefix) - 1);
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    if (path.empty() || path[0] == '/') {
+      return MakeError(ErrorKind::kNotFound, "'", source, "' names no bucket");
+    }
+    return ResolvedSource{s3_, path, kS3Prefix};
+  }
+  ResolvedSource out;
+  auto fs = arrow::fs::FileSystemFromUriOrPath(source, &out.path);
+  if (!fs.ok()) {
+    return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
+                     "': ", fs.status().message());
+  }
+  out.fs = *fs;
+  const size_t sep = source.find("://");
+  if (sep != std::string::npos && source.compare(0, sep, "file") != 0) {
+    out.prefix = source.substr(0, sep + 3);
+  }
+  return out;
+}
+
+arrow::Status FinalizeS3() { return arrow::fs::EnsureS3Finalized(); }
+
+}  // namespace pqloader

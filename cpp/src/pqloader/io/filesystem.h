@@ -1,0 +1,68 @@
+// Filesystem resolution: from a source (a local path or a URI) and storage options to
+// an Arrow filesystem and a path within it.
+//
+// `s3://bucket/key` sources get one arrow::fs::S3FileSystem per resolver, configured by
+// StorageOptions (whose keys are the argument names of pyarrow.fs.S3FileSystem) and the
+// standard AWS sources (environment, profile) for whatever the options leave unset;
+// `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` set the endpoint when the options do not.
+// Every other source goes to arrow::fs::FileSystemFromUriOrPath (local paths, file://,
+// and gs:// or hdfs:// where the Arrow build supports them, configured by their URI).
+// Thread-safety: a resolver is used by one thread; the filesystems it returns are
+// thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <arrow/filesystem/filesystem.h>
+#include <arrow/filesystem/s3fs.h>
+#include <arrow/result.h>
+
+namespace pqloader {
+
+/// Storage options of s3:// sources: key → value as text ("true"/"false" for flags,
+/// decimal numbers for numbers). Keys:
+///   endpoint_override, scheme, region, access_key, secret_key, session_token,
+///   anonymous, connect_timeout, request_timeout (seconds), tls_ca_file_path,
+///   force_virtual_addressing, and the retry policy: retry_max_attempts (attempts in
+///   all, >= 1; default 3), retry_base_delay and retry_max_delay (seconds; the n-th
+///   retry waits min(max, base * 2^(n-1)); defaults 0.2 and 5).
+/// Unknown keys are an error, whatever the sources.
+struct StorageOptions {
+  std::map<std::string, std::string> values;
+};
+
+/// Build the options of an S3FileSystem from `storage` and the environment, initialising
+/// S3 (see FinalizeS3). Fails (Invalid) on an unknown key or a value that does not
+/// parse, naming it.
+arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage);
+
+/// A source resolved to a filesystem.
+struct ResolvedSource {
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+  std::string path;    ///< Path within `fs` ("bucket/key" for S3).
+  std::string prefix;  ///< Prepended to a path to name it to the user ("s3://"), or "".
+};
+
+class FileSystemResolver {
+ public:
+  /// Check `storage` (initialising S3 if it is not empty) and make a resolver. No
+  /// connection is made.
+  static arrow::Result<std::unique_ptr<FileSystemResolver>> Make(const StorageOptions& storage);
+
+  /// Resolve `source`. S3 is initialised on first use (and finalised by FinalizeS3).
+  arrow::Result<ResolvedSource> Resolve(const std::string& source);
+
+ private:
+  FileSystemResolver() = default;
+
+  StorageOptions storage_;
+  std::shared_ptr<arrow::fs::FileSystem> s3_;  // made on first s3:// source
+};
+
+/// Shut S3 down if it was initialised, so that the process exits cleanly. Call once,
+/// at exit, after which s3:// sources fail. Idempotent.
+arrow::Status FinalizeS3();
+
+}  // namespace pqloader

@@ -1,0 +1,117 @@
+#include "pqloader/io/filesystem.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace pqloader {
+
+namespace {
+
+StorageOptions Opts(std::map<std::string, std::string> v) { return StorageOptions{std::move(v)}; }
+
+// Sets an environment variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() { if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+}  // namespace
+
+TEST(MakeS3Options, MapsTheKeysOfPyarrowS3FileSystem) {
+  ScopedEnv e1("AWS_ENDPOINT_URL", nullptr), e2("AWS_ENDPOINT_URL_S3", nullptr);
+  auto o = MakeS3Options(Opts({{"endpoint_override", "127.0.0.1:9000"}, {"scheme", "http"},
+                               {"region", "eu-west-3"}, {"access_key", "AK"},
+                               {"secret_key", "SK"}, {"connect_timeout", "1.5"},
+                               {"request_timeout", "4"}}));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->endpoint_override, "127.0.0.1:9000");
+  EXPECT_EQ(o->scheme, "http");
+  EXPECT_EQ(o->region, "eu-west-3");
+  EXPECT_EQ(o->GetAccessKey(), "AK");
+  EXPECT_EQ(o->GetSecretKey(), "SK");
+  EXPECT_EQ(o->connect_timeout, 1.5);
+  EXPECT_EQ(o->request_timeout, 4.0);
+  EXPECT_NE(o->retry_strategy, nullptr);
+}
+
+TEST(MakeS3Options, EndpointComesFromTheEnvironmentUnlessGiven) {
+  ScopedEnv e1("AWS_ENDPOINT_URL", "http://127.0.0.1:1234/"), e2("AWS_ENDPOINT_URL_S3", nullptr);
+  auto o = MakeS3Options(Opts({}));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->endpoint_override, "127.0.0.1:1234");
+  EXPECT_EQ(o->scheme, "http");
+  ScopedEnv e3("AWS_ENDPOINT_URL_S3", "https://127.0.0.1:99");
+  EXPECT_EQ(MakeS3Options(Opts({}))->endpoint_override, "127.0.0.1:99");
+  EXPECT_EQ(MakeS3Options(Opts({}))->scheme, "https");
+  EXPECT_EQ(MakeS3Options(Opts({{"endpoint_override", "h:1"}}))->endpoint_override, "h:1");
+}
+
+TEST(MakeS3Options, RefusesUnknownKeysAndBadValuesNamingThem) {
+  auto unknown = MakeS3Options(Opts({{"endpoint", "x"}}));
+  ASSERT_TRUE(unknown.status().IsInvalid());
+  EXPECT_NE(unknown.status().message().find("'endpoint'"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("endpoint_override"), std::string::npos);
+  for (const auto& [k, v] : std::map<std::string, std::string>{
+           {"anonymous", "maybe"}, {"connect_timeout", "-1"}, {"retry_max_attempts", "0"},
+           {"scheme", "ftp"}, {"request_timeout", "soon"}}) {
+    auto bad = MakeS3Options(Opts({{k, v}}));
+    ASSERT_TRUE(bad.status().IsInvalid()) << k;
+    EXPECT_NE(bad.status().message().find(k), std::string::npos) << bad.status();
+  }
+  EXPECT_FALSE(MakeS3Options(Opts({{"access_key", "AK"}})).ok());  // no secret key
+  EXPECT_FALSE(
+      MakeS3Options(Opts({{"anonymous", "true"}, {"access_key", "A"}, {"secret_key", "S"}}))
+          .ok());
+}
+
+TEST(MakeS3Options, RetriesRetryableErrorsWithExponentialBackoff) {
+  auto o = MakeS3Options(Opts({{"retry_max_attempts", "4"}, {"retry_base_delay", "0.1"},
+                               {"retry_max_delay", "0.3"}}));
+  ASSERT_TRUE(o.ok()) << o.status();
+  auto& r = *o->retry_strategy;
+  arrow::fs::S3RetryStrategy::AWSErrorDetail transient{0, "connection refused", "", true};
+  arrow::fs::S3RetryStrategy::AWSErrorDetail permanent{0, "access denied", "", false};
+  EXPECT_TRUE(r.ShouldRetry(transient, 0));
+  EXPECT_TRUE(r.ShouldRetry(transient, 2));
+  EXPECT_FALSE(r.ShouldRetry(transient, 3));  // 4 attempts in all
+  EXPECT_FALSE(r.ShouldRetry(permanent, 0));
+  EXPECT_EQ(r.CalculateDelayBeforeNextRetry(transient, 0), 100);
+  EXPECT_EQ(r.CalculateDelayBeforeNextRetry(transient, 1), 200);
+  EXPECT_EQ(r.CalculateDelayBeforeNextRetry(transient, 2), 300);  // capped
+}
+
+TEST(FileSystemResolver, LocalPathsAndFileUrisKeepTheirPathAsName) {
+  auto r = FileSystemResolver::Make(StorageOptions{});
+  ASSERT_TRUE(r.ok());
+  auto local = (*r)->Resolve("/tmp");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->path, "/tmp");
+  EXPECT_EQ(local->prefix, "");
+  auto uri = (*r)->Resolve("file:///tmp");
+  ASSERT_TRUE(uri.ok()) << uri.status();
+  EXPECT_EQ(uri->prefix, "");
+}
+
+}  // namespace pqloader
+
+namespace {
+
+// S3 initialised by a test must be finalised before the process exits.
+class FinalizeS3AtExit : public ::testing::Environment {
+ public:
+  void TearDown() override { ASSERT_TRUE(pqloader::FinalizeS3().ok()); }
+};
+
+const auto* const kFinalize = ::testing::AddGlobalTestEnvironment(new FinalizeS3AtExit);
+
+}  // namespace

@@ -1,0 +1,335 @@
+"""s3:// sources against a real S3-compatible server process on loopback (moto).
+
+The module's server runs with IAM authentication on, so wrong credentials are refused
+as on AWS. Tests that take the server down start their own. Every request goes to
+127.0.0.1; the instance metadata service is disabled so no credential or region lookup
+leaves the machine.
+"""
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import boto3
+import pytest
+
+import pqloader
+from conftest import (
+    REPO_ROOT,
+    assert_batch_streams_equal,
+    assert_columns_equal,
+    collect,
+    run_with_timeout,
+    subprocess_env,
+    write_dataset,
+)
+
+HOST = "127.0.0.1"
+REGION = "us-east-1"
+LAYOUT = [[30, 20], [25], [40, 10, 15]]  # row groups per file: 140 rows
+# Calls made before authentication is enforced: create_user, create_access_key, put_user_policy.
+SETUP_CALLS = 3
+ALLOW_ALL = '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until something accepts connections on `port` (a bare connect: no request)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection((HOST, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {HOST}:{port} after {timeout}s")
+
+
+def aws_env() -> dict:
+    """The environment of a process that must not reach anything but loopback."""
+    env = subprocess_env()
+    for k in list(env):
+        if k.startswith("AWS_"):
+            del env[k]
+    env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
+               AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _aws_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    for k, v in aws_env().items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+
+
+class Moto:
+    """A moto S3 server process on loopback; with `auth`, IAM credentials are checked."""
+
+    def __init__(self, port: int | None = None, auth: bool = False) -> None:
+        self.port = port or free_port()
+        env = aws_env()
+        if auth:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(SETUP_CALLS)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc)
+        self.url = f"http://{HOST}:{self.port}"
+        self.keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        if auth:
+            iam = boto3.client("iam", endpoint_url=self.url, region_name=REGION, **self.keys)
+            iam.create_user(UserName="loader")
+            key = iam.create_access_key(UserName="loader")["AccessKey"]
+            iam.put_user_policy(UserName="loader", PolicyName="all", PolicyDocument=ALLOW_ALL)
+            self.keys = {"aws_access_key_id": key["AccessKeyId"],
+                         "aws_secret_access_key": key["SecretAccessKey"]}
+
+    def client(self):
+        return boto3.client("s3", endpoint_url=self.url, region_name=REGION, **self.keys)
+
+    def upload(self, bucket: str, prefix: str, paths) -> None:
+        s3 = self.client()
+        s3.create_bucket(Bucket=bucket)
+        for p in paths:
+            s3.put_object(Bucket=bucket, Key=f"{prefix}/{Path(p).name}", Body=Path(p).read_bytes())
+
+    def options(self, port: int | None = None, **extra) -> dict:
+        return {"endpoint_override": f"{HOST}:{port or self.port}", "scheme": "http",
+                "region": REGION, "access_key": self.keys["aws_access_key_id"],
+                "secret_key": self.keys["aws_secret_access_key"], **extra}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+class Proxy:
+    """bench/throttle_proxy.py forwarding `port` (or a free one) to `target`."""
+
+    def __init__(self, target: int, port: int = 0, tmp: Path | None = None) -> None:
+        ready = Path(tmp or "/tmp") / f"proxy-{os.getpid()}-{time.monotonic_ns()}.port"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "bench" / "throttle_proxy.py"),
+             "--listen", f"{HOST}:{port}", "--target", f"{HOST}:{target}",
+             "--ready-file", str(ready)], env=aws_env())
+        deadline = time.monotonic() + 30
+        while not ready.exists() or not ready.read_text():
+            assert self.proc.poll() is None and time.monotonic() < deadline, "proxy did not start"
+            time.sleep(0.02)
+        self.port = int(ready.read_text())
+        ready.unlink()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A server with authentication, bucket `data` holding `ds/` (3 files), and the files."""
+    local = tmp_path_factory.mktemp("s3data") / "ds"
+    paths = write_dataset(local, LAYOUT)
+    server = Moto(auth=True)
+    try:
+        server.upload("data", "ds", paths)
+        yield SimpleNamespace(server=server, local=local, paths=paths,
+                              options=server.options())
+    finally:
+        server.stop()
+
+
+def s3_and_local(store, s3_source, local_source, **kwargs):
+    remote = collect(pqloader.Loader(s3_source, storage_options=store.options, **kwargs))
+    local = collect(pqloader.Loader(local_source, **kwargs))
+    return remote, local
+
+
+def test_s3_directory_reads_the_same_values_as_the_local_copy(store):
+    remote, local = s3_and_local(store, "s3://data/ds/", str(store.local), batch_size=16)
+    assert len(remote["id"]) == 140
+    assert_columns_equal(remote, local)
+
+
+def test_s3_glob_and_explicit_list_keep_their_orders(store):
+    remote, local = s3_and_local(store, "s3://data/ds/part-00[02].parquet",
+                                 [str(store.paths[0]), str(store.paths[2])], batch_size=7)
+    assert_columns_equal(remote, local)
+    listed = ["s3://data/ds/part-002.parquet", "s3://data/ds/part-000.parquet"]
+    remote, local = s3_and_local(store, listed, [str(store.paths[2]), str(store.paths[0])],
+                                 batch_size=7)
+    assert_columns_equal(remote, local)
+    assert remote["id"][0] == 75  # the first row of part-002
+
+
+def test_s3_inspect_lists_the_objects_as_urls(store):
+    info = pqloader.inspect("s3://data/ds", storage_options=store.options)
+    assert [f["path"] for f in info["files"]] == [
+        f"s3://data/ds/part-00{i}.parquet" for i in range(3)]
+    assert info["num_rows"] == 140 and info["num_row_groups"] == 6
+    assert [f["size_bytes"] for f in info["files"]] == [p.stat().st_size for p in store.paths]
+    assert pqloader.inspect("s3://data", storage_options=store.options)["files"] == info["files"]
+
+
+def test_s3_projection_and_shuffled_shards_equal_local_reads(store):
+    for rank in range(3):
+        kwargs = dict(columns=["x", "s", "id"], batch_size=9, shuffle=True, seed=11,
+                      rank=rank, world_size=3, num_workers=2, io_threads=3)
+        remote = list(pqloader.Loader("s3://data/ds", storage_options=store.options, **kwargs))
+        local = list(pqloader.Loader(str(store.local), **kwargs))
+        assert list(remote[0]) == ["x", "s", "id"]
+        assert_batch_streams_equal(remote, local)
+
+
+def test_s3_stream_does_not_depend_on_io_threads_or_readahead(store):
+    streams = [
+        list(pqloader.Loader("s3://data/ds", storage_options=store.options, batch_size=8,
+                             shuffle=True, seed=3, io_threads=io, readahead=ra, num_epochs=2))
+        for io, ra in ((1, 1), (8, 2), (16, None))
+    ]
+    assert_batch_streams_equal(streams[0], streams[1])
+    assert_batch_streams_equal(streams[0], streams[2])
+
+
+def test_pyarrow_retry_strategy_is_accepted_as_its_max_attempts(store):
+    from pyarrow.fs import AwsStandardS3RetryStrategy
+
+    options = {**store.options, "retry_strategy": AwsStandardS3RetryStrategy(max_attempts=5)}
+    assert pqloader.inspect("s3://data/ds", storage_options=options)["num_rows"] == 140
+
+
+def test_aws_endpoint_url_sets_the_endpoint(store, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", store.server.url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", store.server.keys["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", store.server.keys["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    assert pqloader.inspect("s3://data/ds")["num_rows"] == 140  # credentials from env too
+
+
+def test_wrong_credentials_raise_io_error_naming_the_url(store):
+    for bad in ({"access_key": "AKIANOTAKEY", "secret_key": "nope"},
+                {"secret_key": "not-the-secret"}):
+        with pytest.raises(pqloader.IOError, match=r"s3://data/ds.*ACCESS_DENIED") as e:
+            pqloader.Loader("s3://data/ds", storage_options={**store.options, **bad})
+        assert not isinstance(e.value, pqloader.DataNotFoundError)
+
+
+def test_missing_key_and_bucket_raise_data_not_found_naming_the_url(store):
+    with pytest.raises(pqloader.DataNotFoundError, match="s3://data/ds/nope.parquet"):
+        pqloader.Loader("s3://data/ds/nope.parquet", storage_options=store.options)
+    with pytest.raises(pqloader.DataNotFoundError, match="s3://no-such-bucket/ds"):
+        pqloader.Loader("s3://no-such-bucket/ds", storage_options=store.options)
+    with pytest.raises(pqloader.DataNotFoundError, match="matches no files"):
+        pqloader.Loader("s3://data/ds/*.csv", storage_options=store.options)
+
+
+def test_unreachable_endpoint_raises_io_error_without_hanging(store):
+    options = {**store.options, "endpoint_override": f"{HOST}:{free_port()}",
+               "retry_max_attempts": 2, "retry_base_delay": 0.05}
+    with pytest.raises(pqloader.IOError, match=r"s3://data/ds.*NETWORK_CONNECTION"):
+        run_with_timeout(lambda: pqloader.Loader("s3://data/ds", storage_options=options), 60)
+
+
+def test_storage_options_are_checked():
+    with pytest.raises(ValueError, match="unknown storage option 'endpoint'.*endpoint_override"):
+        pqloader.Loader("s3://data/ds", storage_options={"endpoint": "x"})
+    with pytest.raises(ValueError, match="retry_max_attempts"):
+        pqloader.inspect("s3://data/ds", storage_options={"retry_max_attempts": 0})
+    with pytest.raises(ValueError, match="anonymous"):
+        pqloader.inspect("s3://data/ds", storage_options={"anonymous": "perhaps"})
+    with pytest.raises(TypeError, match="storage_options"):
+        pqloader.Loader("s3://data/ds", storage_options={"region": ["us"]})
+
+
+def big_dataset(tmp_path):
+    """40 row groups of 50 rows: enough that a throttled loader is mid-epoch for a while."""
+    return write_dataset(tmp_path / "big", [[50] * 10 for _ in range(4)])
+
+
+# One unit fetched and decoded at a time, at most a batch ahead: most of the epoch is
+# still to be read when the server goes away.
+SLOW = dict(batch_size=50, num_workers=1, io_threads=1, readahead=1, prefetch_batches=1,
+            max_inflight_bytes=1, shuffle=True, seed=5)
+
+
+def test_server_killed_mid_epoch_raises_io_error_at_the_consumer(tmp_path):
+    paths = big_dataset(tmp_path)
+    server = Moto()
+    try:
+        server.upload("data", "big", paths)
+        options = server.options(retry_max_attempts=2, retry_base_delay=0.05,
+                                 connect_timeout=1, request_timeout=2)
+        loader = pqloader.Loader("s3://data/big", storage_options=options, **SLOW)
+        it = iter(loader)
+        first = [next(it), next(it)]
+        server.stop()
+        with pytest.raises(pqloader.IOError, match=r"s3://data/big/part-00\d\.parquet', row group"):
+            run_with_timeout(lambda: list(it), 60)
+        assert len(first[0]["id"]) == 50
+    finally:
+        server.stop()
+
+
+def test_server_restarted_mid_epoch_completes_the_epoch_with_retries(tmp_path):
+    """The endpoint goes down (connections reset, then refused) and comes back with the
+    same objects; with retries covering the gap the epoch equals an uninterrupted one."""
+    paths = big_dataset(tmp_path)
+    expected = list(pqloader.Loader(str(tmp_path / "big"), **SLOW))
+    first, proxy, second = Moto(), None, None
+    try:
+        first.upload("data", "big", paths)
+        proxy = Proxy(first.port, tmp=tmp_path)
+        options = first.options(port=proxy.port, retry_max_attempts=100, retry_base_delay=0.05,
+                                retry_max_delay=0.5, connect_timeout=1, request_timeout=5)
+        loader = pqloader.Loader("s3://data/big", storage_options=options, **SLOW)
+        it = iter(loader)
+        got = [next(it), next(it)]
+        port = proxy.port
+        proxy.stop()
+        first.stop()
+        second = Moto()  # a new server process; its objects put back before it is reachable
+        second.upload("data", "big", paths)
+        proxy = Proxy(second.port, port=port, tmp=tmp_path)
+        got += run_with_timeout(lambda: list(it), 120)
+        assert_batch_streams_equal(got, expected)
+    finally:
+        for p in (proxy, first, second):
+            if p is not None:
+                p.stop()
+
+
+def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
+    script = textwrap.dedent(f"""
+        import pqloader
+        loader = pqloader.Loader("s3://data/ds", storage_options={store.options!r},
+                                 batch_size=4, num_workers=2)
+        it = iter(loader)
+        next(it)
+        print("read one batch")
+    """)
+    env = aws_env()
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "read one batch" in done.stdout
