@@ -217,6 +217,11 @@ class PyLoader {
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
 
+  // Forget the engine without destroying it; called in a forked child only. The
+  // engine's worker threads do not exist there and its mutexes may be held by them, so
+  // neither Stop() nor the destructor may run. The child's copy of its memory leaks.
+  void AbandonAfterFork() { (void)loader_.release(); }
+
   void Stop() {
     nb::gil_scoped_release release;
     loader_->Stop();
@@ -335,6 +340,7 @@ NB_MODULE(_core, m) {
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
+      .def("abandon_after_fork", &PyLoader::AbandonAfterFork)
       .def("stats", &PyLoader::Stats)
       .def("column_info", &PyLoader::ColumnInfo)
       .def("plan_info", &PyLoader::PlanInfo);
