@@ -9,11 +9,16 @@ without being destroyed and a fresh one is opened on first use; iterators starte
 before the fork refuse to continue. The position (epoch, batch), seed and options carry
 over, so ``iter(loader)`` in the child continues where the parent's consumer was.
 
+At interpreter exit every live engine is stopped and freed (an atexit handler), before
+the extension module is torn down: a loader still referenced then, e.g. by a suspended
+iterator in a spawned DataLoader worker, would otherwise outlive it.
+
 Nothing here imports torch: it is looked up in ``sys.modules`` only.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import weakref
@@ -53,6 +58,29 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _ClosedCore:
+    """Stands in for an engine released at interpreter exit."""
+
+    def stop(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("the Python interpreter is shutting down; pqloader's engine was released")
+
+
+def _release_at_exit() -> None:
+    """Stop and free every engine while the interpreter is still whole.
+
+    Loaders still referenced at exit (e.g. from a suspended iterator in a spawned
+    DataLoader worker) would otherwise outlive the extension module's teardown.
+    """
+    for loader in list(_live):
+        loader._core = _ClosedCore()
+
+
+atexit.register(_release_at_exit)
 
 
 def check_not_in_dataloader_worker(loader: Any) -> None:

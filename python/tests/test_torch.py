@@ -313,6 +313,23 @@ def test_iterable_dataset_shards_across_dataloader_workers(ds, rank, world_size)
     assert ids_of(epochs[0]) != ids_of(epochs[1]), "set_epoch did not change the order"
 
 
+def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
+    code = textwrap.dedent(f"""
+        import torch.utils.data, pqloader, pqloader.torch
+        if __name__ == "__main__":
+            loader = pqloader.Loader({ds!r}, batch_size={BS}, shuffle=True, seed=3)
+            dl = torch.utils.data.DataLoader(pqloader.torch.IterableDataset(loader), batch_size=None,
+                                             num_workers=2, multiprocessing_context="spawn")
+            ids = sorted(int(i) for b in dl for i in b["id"])
+            print("rows", len(ids), "complete", ids == list(range({N})))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+    assert f"rows {N} complete True" in proc.stdout, proc.stdout + proc.stderr
+    assert "leaked" not in proc.stderr, proc.stderr  # engines released before the extension's teardown
+
+
 def test_iterable_dataset_without_workers_iterates_the_loader_itself(ds):
     loader = pqloader.Loader(ds, **kw(num_epochs=1, output="torch"))
     dataset = pqloader.torch.IterableDataset(loader)
