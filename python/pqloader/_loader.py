@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import queue
 import threading
@@ -10,7 +9,7 @@ import warnings
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
 
-from pqloader import _core
+from pqloader import _core, _process
 from pqloader._errors import InvalidDataError
 
 Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
@@ -166,7 +165,7 @@ def _default_rank_world() -> tuple[int, int]:
 
 
 class Loader:
-    """Stream batches of NumPy arrays from Parquet files, deterministically.
+    """Stream batches of NumPy arrays (or torch tensors) from Parquet files, deterministically.
 
     Every per-row step (read, decode, convert, shuffle, gather) runs in C++ worker
     threads with the GIL released. The batches are a pure function of the data, the
@@ -230,6 +229,14 @@ class Loader:
             CPU workers.
         readahead: Row groups fetched ahead of decoding, in plan order (default:
             ``io_threads``); their compressed bytes stay within ``max_inflight_bytes``.
+        output: ``"numpy"`` or ``"torch"``: numeric columns as ``torch.Tensor`` sharing
+            the engine's memory (DLPack, no copy). torch is imported only then.
+        pin_memory: Stage torch batches in pinned host memory. Default (``None``): when
+            ``device`` is a CUDA device. Ignored, with a warning, without CUDA.
+        device: Hand torch batches out on this device (e.g. ``"cuda:0"``), copied on a
+            side CUDA stream ahead of use. Default: CPU, zero-copy.
+        device_prefetch: Batches pinned/copied ahead of the consumer (with
+            ``pin_memory`` or ``device``).
 
     Raises:
         pqloader.DataNotFoundError: The source holds no files (or bucket, key).
@@ -274,8 +281,13 @@ class Loader:
         storage_options: Mapping[str, Any] | None = None,
         io_threads: int = 16,
         readahead: int | None = None,
+        output: str = "numpy",
+        pin_memory: bool | None = None,
+        device: Any = None,
+        device_prefetch: int = 2,
         _debug_delay_us: int = 0,
     ) -> None:
+        self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}
         sources = _normalize_sources(source)
         storage = _storage_options(storage_options)
         _check_int("io_threads", io_threads, 1)
@@ -296,6 +308,7 @@ class Loader:
             _check_int("prefetch_batches", prefetch_batches, 1)
         if shard_policy not in ("drop", "pad"):
             raise ValueError(f"shard_policy must be 'drop' or 'pad', got {shard_policy!r}")
+        self._output = _make_output(output, pin_memory, device, device_prefetch)
         default_rank, default_world = _default_rank_world()
         rank = default_rank if rank is None else rank
         world_size = default_world if world_size is None else world_size
@@ -373,6 +386,9 @@ class Loader:
         self._first_iter_time: float | None = None
         self._active_end: int | None = None  # end epoch of the iteration in progress
         self._resume_end: int | None = None  # end epoch restored by load_state_dict
+        self._next_seconds = 0.0  # consumer time inside next()
+        self._worker_shard = False  # made by pqloader.torch.IterableDataset for one worker
+        _process.track(self)
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -417,53 +433,92 @@ class Loader:
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        _process.check_not_in_dataloader_worker(self)
         self._generation += 1
-        return self._run(self._generation)
+        end: list[int] = []
+        items = self._read(self._generation, end)
+        if self._batch_transform is not None:
+            fn = self._batch_transform
+            items = _threaded_map(lambda item: (item[0], item[1], fn(item[2])), items,
+                                  self._options["prefetch_batches"] or 2)
+        if self._output is not None:
+            items = self._output.wrap(items)
+        return self._hand_out(self._generation, items, end)
 
-    def _run(self, generation: int) -> Iterator[dict[str, Any]]:
+    def _read(self, generation: int, end: list[int]) -> Iterator[tuple[int, int, Any]]:
+        """Yield (epoch, index, batch) from the position on; may run ahead of the consumer."""
         if self._first_iter_time is None:
             self._first_iter_time = time.perf_counter()
         num_batches = len(self)
-        if self._batch >= num_batches:  # positioned after an epoch's last batch
-            self._epoch += 1
-            self._batch = 0
+        epoch, index = self._epoch, self._batch
+        if index >= num_batches:  # positioned after an epoch's last batch
+            epoch, index = epoch + 1, 0
         # The epoch this iteration stops before: restored from a state, or num_epochs on.
         if self._resume_end is not None:
-            end, self._resume_end = self._resume_end, None
+            stop, self._resume_end = self._resume_end, None
         else:
-            end = None if self._num_epochs is None else self._epoch + self._num_epochs
-        self._active_end = end
-        finished = False
+            stop = None if self._num_epochs is None else epoch + self._num_epochs
+        self._active_end = stop
+        caching = self._options["cache_dir"] is not None
         try:
-            while end is None or self._epoch < end:
-                self._core.start_epoch(self._epoch, self._batch)
-                batches = self._core_batches() if self._batch_transform is None else _threaded_map(
-                    self._batch_transform, self._core_batches(), self._options["prefetch_batches"] or 2)
-                for batch in batches:
+            while stop is None or epoch < stop:
+                self._core.start_epoch(epoch, index)
+                while True:
+                    if generation != self._generation:  # never take a newer iterator's batch
+                        raise RuntimeError(_STALE)
+                    batch = self._core.next()
                     if generation != self._generation:
-                        raise RuntimeError("this loader was iterated again; the older iterator stopped")
-                    self._batch += 1
-                    yield batch
-                self._epoch += 1
-                self._batch = 0
-            finished = True
+                        raise RuntimeError(_STALE)
+                    if caching:
+                        warning = self._core.take_warning()
+                        if warning:
+                            warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=2)
+                    if batch is None:
+                        break
+                    yield epoch, index, batch
+                    index += 1
+                epoch, index = epoch + 1, 0
+            end[:] = [epoch, index]
         finally:
             if generation == self._generation:
                 self._core.stop()
-                if finished:
-                    self._active_end = None
 
-    def _core_batches(self) -> Iterator[dict[str, Any]]:
-        caching = self._options["cache_dir"] is not None
-        while True:
-            batch = self._core.next()
-            if caching:
-                warning = self._core.take_warning()
-                if warning:
-                    warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=3)
-            if batch is None:
-                return
-            yield batch
+    def _hand_out(self, generation: int, items: Iterator[tuple[int, int, Any]],
+                  end: list[int]) -> Iterator[dict[str, Any]]:
+        """Yield batches; the position (what state_dict() saves) moves only here."""
+        try:
+            t0 = time.perf_counter()
+            for epoch, index, batch in items:
+                if generation != self._generation:
+                    raise RuntimeError(_STALE)
+                self._epoch, self._batch = epoch, index + 1
+                self._next_seconds += time.perf_counter() - t0
+                yield batch
+                t0 = time.perf_counter()
+            self._next_seconds += time.perf_counter() - t0
+            if end and generation == self._generation:
+                self._epoch, self._batch = end
+                self._active_end = None  # the iteration is complete
+        finally:
+            items.close()  # type: ignore[attr-defined]
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError(
+            "pqloader.Loader is iterable, not indexable: it yields whole batches and replaces "
+            "torch.utils.data.DataLoader (iterate it directly). To use a DataLoader anyway, give it "
+            "pqloader.torch.IterableDataset(loader) with batch_size=None.")
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a pqloader.Loader cannot be pickled (it owns C++ threads); for DataLoader worker "
+            "processes use pqloader.torch.IterableDataset(loader), which rebuilds it in each worker")
+
+    def _rebuild_kwargs(self) -> dict[str, Any]:
+        """Arguments that make an equivalent loader (seed, rank and world size resolved)."""
+        kw = dict(self._init_kwargs)
+        kw.update(source=self._sources, seed=self.seed, rank=self._options["rank"],
+                  world_size=self._options["world_size"])
+        return kw
 
     # -- statistics ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -472,14 +527,17 @@ class Loader:
         Returns:
             rows, batches, units_read (row-group slices), bytes_read (compressed
             Parquet bytes), bytes_decoded, decode_seconds and assemble_seconds (worker
-            time, all threads), wait_seconds (time the consumer was blocked in next()),
-            skipped_rows, cache_hits / cache_misses / cache_bytes_saved and other cache_*
-            counters,
-            wall_seconds (since the first iteration), wait_fraction, and
-            time_to_first_batch_seconds.
+            time, all threads), wait_seconds (time the consumer spent inside next():
+            waiting for the engine, converting, staging to the device), of which
+            engine_wait_seconds blocked on the engine, wall_seconds (since the first
+            iteration), wait_fraction (wait_seconds / wall_seconds: the data stall),
+            time_to_first_batch_seconds, skipped_rows, and cache_hits / cache_misses /
+            cache_bytes_saved and the other cache_* counters.
         """
         s = dict(self._core.stats())
         wall = 0.0 if self._first_iter_time is None else time.perf_counter() - self._first_iter_time
+        s["engine_wait_seconds"] = s["wait_seconds"]
+        s["wait_seconds"] = max(self._next_seconds, s["wait_seconds"])
         s["wall_seconds"] = wall
         s["wait_fraction"] = s["wait_seconds"] / wall if wall > 0 else 0.0
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"]})
@@ -562,6 +620,29 @@ class Loader:
         return (f"pqloader.Loader({len(self._sources)} source(s), {self._plan['num_files']} files, "
                 f"{self._plan['dataset_rows']} rows, batch_size={o['batch_size']}, "
                 f"shuffle={o['shuffle']}, seed={o['seed']}, rank={o['rank']}/{o['world_size']})")
+
+
+_STALE = ("this loader was iterated again, loaded a state, or this process was forked; "
+          "the older iterator stopped")
+
+
+def _make_output(output: str, pin_memory: bool | None, device: Any, device_prefetch: int) -> Any:
+    """Check the output options; return None for NumPy, else a _torch.TorchOutput."""
+    if output not in ("numpy", "torch"):
+        raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
+    _check_int("device_prefetch", device_prefetch, 1)
+    if output == "numpy":
+        if pin_memory or device is not None:
+            raise ValueError("pin_memory and device need output='torch'")
+        return None
+    try:
+        from pqloader import _torch
+    except ImportError as e:
+        if e.name is not None and e.name.split(".")[0] == "torch":
+            raise ImportError("output='torch' needs PyTorch, which is not installed: "
+                              "pip install torch (or pip install 'pqloader[torch]')", name="torch") from e
+        raise
+    return _torch.TorchOutput(pin_memory, device, device_prefetch)
 
 
 def _jsonish(value: Any) -> Any:

@@ -259,6 +259,11 @@ class PyLoader {
   std::string TakeWarning() { return loader_->TakeWarning(); }
   const Loader& loader() const { return *loader_; }
 
+  // Forget the engine without destroying it; called in a forked child only. The
+  // engine's worker threads do not exist there and its mutexes may be held by them, so
+  // neither Stop() nor the destructor may run. The child's copy of its memory leaks.
+  void AbandonAfterFork() { (void)loader_.release(); }
+
   void Stop() {
     nb::gil_scoped_release release;
     loader_->Stop();
@@ -393,6 +398,7 @@ NB_MODULE(_core, m) {
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
       .def("take_warning", &PyLoader::TakeWarning)
+      .def("abandon_after_fork", &PyLoader::AbandonAfterFork)
       .def("stats", &PyLoader::Stats)
       .def("column_info", &PyLoader::ColumnInfo)
       .def("plan_info", &PyLoader::PlanInfo)

@@ -1,0 +1,139 @@
+"""torch.distributed: ranks from the process group, disjoint equal shards, crash and resume.
+
+Three CPU processes form a gloo group. Each builds a Loader *without* rank or
+world_size, so they come from the initialised group. Every step does an all_reduce, so
+a rank with fewer batches than the others would hang the group (the subprocess timeout
+turns that into a failure). A first run checkpoints each rank's ``state_dict()`` with
+``torch.save`` and crashes a few steps later; a second run restores and finishes. The
+restored streams must equal what uninterrupted loaders yield.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed  # noqa: E402
+
+import pqloader  # noqa: E402
+from conftest import ids_of, subprocess_env, write_dataset  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+WORLD = 3
+LAYOUT = [[101, 60], [7], [150, 33], [80, 71]]  # 502 rows: not a multiple of WORLD
+N = sum(map(sum, LAYOUT))
+BS = 16
+EPOCHS = 2
+SEED = 4242
+OPTIONS = dict(batch_size=BS, shuffle=True, seed=SEED, num_epochs=1, shuffle_window=2, num_workers=2)
+
+RANK_SCRIPT = textwrap.dedent("""
+    import datetime, json, os, sys
+    import torch, torch.distributed as dist
+    import pqloader
+
+    role, data, out, port, rank, world, ckpt_step, epochs = sys.argv[1:9]
+    rank, world, ckpt_step, epochs = int(rank), int(world), int(ckpt_step), int(epochs)
+    options = json.loads(sys.argv[9])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    loader = pqloader.Loader(data, output="torch", **options)  # rank/world_size from the group
+    info = loader.shard_info
+    assert (info["rank"], info["world_size"]) == (rank, world), info
+    ckpt_path = os.path.join(out, f"ckpt-{rank}.pt")
+    seen, step = [], 0
+    if role == "resume":
+        ckpt = torch.load(ckpt_path, weights_only=True)
+        loader.load_state_dict(ckpt["loader"])
+        seen, step = ckpt["seen"], ckpt["step"]
+    for epoch in range(loader.epoch, epochs):  # the usual loop; a restored loader is mid-epoch
+        for batch in loader:  # one epoch (num_epochs=1)
+            total = torch.tensor([batch["id"].numel(), 1])
+            dist.all_reduce(total)  # every rank must take part in every step
+            seen.append(batch["id"].tolist())
+            step += 1
+            if role == "run" and step == ckpt_step:
+                torch.save({"loader": loader.state_dict(), "seen": seen, "step": step}, ckpt_path)
+            if role == "run" and step == ckpt_step + 3:
+                os._exit(17)  # crash: the steps after the checkpoint are lost
+    dist.barrier()
+    with open(os.path.join(out, f"result-{rank}.json"), "w") as f:
+        json.dump({"seen": seen, "steps": step}, f)
+    dist.destroy_process_group()
+""")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(tmp_path, role: str, data: str, ckpt_step: int, options: dict) -> list[int]:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    port = free_port()
+    env = subprocess_env()  # no RANK / WORLD_SIZE: the loader must ask the process group
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    procs = [
+        subprocess.Popen([sys.executable, str(script), role, data, str(tmp_path), str(port), str(r), str(WORLD),
+                          str(ckpt_step), str(EPOCHS), json.dumps(options)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for r in range(WORLD)
+    ]
+    codes, logs = [], []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=180)
+            codes.append(p.returncode)
+            logs.append(out)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{role}: a rank hung (all ranks killed)")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return codes, logs
+
+
+@pytest.mark.parametrize("shard_policy", ["drop"])
+def test_gloo_ranks_are_disjoint_complete_equal_and_resume_exactly_after_a_crash(tmp_path, shard_policy):
+    data = tmp_path / "data"
+    write_dataset(data, LAYOUT)
+    options = dict(OPTIONS, shard_policy=shard_policy)
+    per_epoch = len(pqloader.Loader(str(data), rank=0, world_size=WORLD, **options))
+    ckpt_step = per_epoch + 2  # mid-way through epoch 1
+
+    codes, logs = run_ranks(tmp_path, "run", str(data), ckpt_step, options)
+    assert codes == [17] * WORLD, "\n".join(logs)  # every rank crashed as planned
+    codes, logs = run_ranks(tmp_path, "resume", str(data), ckpt_step, options)
+    assert codes == [0] * WORLD, "\n".join(logs)
+    results = [json.loads((tmp_path / f"result-{r}.json").read_text()) for r in range(WORLD)]
+
+    # equal batch counts: every rank took the same number of steps
+    assert [r["steps"] for r in results] == [EPOCHS * per_epoch] * WORLD
+    # the restored run equals uninterrupted loaders of each rank, batch for batch
+    for rank, result in enumerate(results):
+        ref = pqloader.Loader(str(data), rank=rank, world_size=WORLD, **dict(options, num_epochs=EPOCHS))
+        assert result["seen"] == [b["id"].tolist() for b in ref], f"rank {rank} did not resume exactly"
+    # per epoch: ranks disjoint, together the dataset less fewer than WORLD dropped rows
+    for epoch in range(EPOCHS):
+        shares = [set(ids_of([{"id": ids} for ids in r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch]]))
+                  for r in results]
+        for a in range(WORLD):
+            for b in range(a + 1, WORLD):
+                assert not shares[a] & shares[b], f"epoch {epoch}: ranks {a} and {b} share rows"
+        union = set().union(*shares)
+        assert union <= set(range(N)) and N - len(union) < WORLD
+        assert sum(len(s) for s in shares) == len(union)
+    assert results[0]["seen"][:per_epoch] != results[0]["seen"][per_epoch:], "epochs repeat the same order"

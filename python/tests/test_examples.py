@@ -1,0 +1,47 @@
+"""The training examples run end to end (tiny settings) and report speed and data stall."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, subprocess_env
+
+pytest.importorskip("torch")
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def run(args, timeout=240):
+    env = subprocess_env()
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=str(REPO_ROOT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_tabular_example_trains_and_reports_samples_per_second_and_stall(tmp_path):
+    out = run([EXAMPLES / "train_tabular.py", "--data", tmp_path, "--rows", 3000, "--features", 16,
+               "--epochs", 2, "--batch-size", 256, "--device", "cpu"])
+    epochs = re.findall(r"epoch (\d): loss ([\d.]+) .* ([\d,]+) samples/s  data stall ([\d.]+)%", out)
+    assert [e[0] for e in epochs] == ["0", "1"], out
+    assert all(float(e[2].replace(",", "")) > 0 for e in epochs), out
+    assert "overall:" in out and "data stall" in out
+
+
+def test_ddp_example_runs_under_torchrun_with_two_gloo_ranks(tmp_path):
+    out = run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
+               "--data", tmp_path / "data", "--checkpoint-dir", tmp_path / "ckpt", "--rows", 2000,
+               "--features", 16, "--epochs", 1, "--batch-size", 128])
+    assert "2 ranks, backend gloo" in out and re.search(r"epoch 0: .* samples/s .* data stall", out), out
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["rank0.pt", "rank1.pt"]
+
+
+def test_image_classifier_example_trains_a_resnet18(tmp_path):
+    pytest.importorskip("PIL")
+    out = run([EXAMPLES / "train_image_classifier.py", "--data", tmp_path, "--images", 48, "--epochs", 1,
+               "--batch-size", 16, "--device", "cpu"])
+    assert re.search(r"epoch 0: .* samples/s  data stall [\d.]+%  decode", out), out

@@ -1,0 +1,415 @@
+"""PyTorch output: zero-copy tensors, device staging, checkpoints, DataLoader workers, fork."""
+
+from __future__ import annotations
+
+import gc
+import io
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.utils.data  # noqa: E402
+
+import pqloader  # noqa: E402
+import pqloader.torch  # noqa: E402
+from conftest import (  # noqa: E402
+    assert_batch_streams_equal,
+    ids_of,
+    run_with_timeout,
+    subprocess_env,
+    write_dataset,
+)
+from test_values import all_types_table  # noqa: E402
+
+LAYOUT = [[120, 80], [37], [200, 3, 60], [100]]  # 600 rows, 7 row groups
+N = sum(map(sum, LAYOUT))
+BS = 32
+PER_EPOCH = -(-N // BS)
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("torch")
+    write_dataset(root, LAYOUT)
+    return str(root)
+
+
+def as_numpy(batch: dict) -> dict:
+    """A torch batch back as NumPy (a copy for CUDA tensors), lists unchanged."""
+    return {k: v.cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def kw(**over):
+    base = dict(batch_size=BS, shuffle=True, seed=11, num_epochs=2, shuffle_window=2)
+    base.update(over)
+    return base
+
+
+# ---------------------------------------------------------------------------
+# zero-copy tensors
+# ---------------------------------------------------------------------------
+
+
+def test_torch_batches_equal_numpy_batches_for_every_supported_type(tmp_path):
+    write_dataset(tmp_path, [[50, 13], [40]], make_table=all_types_table)
+    ref = list(pqloader.Loader(str(tmp_path), batch_size=17, shuffle=True, seed=3))
+    got = list(pqloader.Loader(str(tmp_path), batch_size=17, shuffle=True, seed=3, output="torch"))
+    for batch in got:
+        for name, value in batch.items():
+            if isinstance(ref[0][name], np.ndarray):
+                assert isinstance(value, torch.Tensor) and value.device.type == "cpu", name
+            else:
+                assert isinstance(value, list), name
+    assert_batch_streams_equal([as_numpy(b) for b in got], ref)
+
+
+def test_torch_tensors_share_the_engine_buffer_and_keep_it_alive(ds):
+    batch = next(iter(pqloader.Loader(ds, batch_size=BS, columns=["id", "x", "v"])))
+    expected = {k: v.copy() for k, v in batch.items()}
+    pointers = {k: v.__array_interface__["data"][0] for k, v in batch.items()}
+    tensors = pqloader.torch.batch_to_torch(batch)
+    for name, t in tensors.items():
+        assert t.data_ptr() == pointers[name], f"{name} was copied"
+        assert tuple(t.shape) == expected[name].shape
+    del batch
+    gc.collect()
+    for _ in range(3):  # churn the allocator; freed memory would be overwritten
+        list(pqloader.Loader(ds, batch_size=BS, columns=["id", "x", "v"]))
+    for name, t in tensors.items():
+        np.testing.assert_array_equal(t.numpy(), expected[name], err_msg=name)
+
+
+def test_numpy_users_never_import_torch(ds):
+    code = textwrap.dedent(f"""
+        import sys, pqloader
+        for batch in pqloader.Loader({ds!r}, batch_size=64, shuffle=True, seed=1):
+            pass
+        pqloader.Loader({ds!r}).state_dict()
+        assert "torch" not in sys.modules, "importing or using pqloader imported torch"
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_torch_output_without_torch_installed_is_a_clear_error(ds):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None  # what Python sees when torch is not installed
+        import pqloader
+        list(pqloader.Loader({ds!r}))  # NumPy output still works
+        try:
+            pqloader.Loader({ds!r}, output="torch")
+        except ImportError as e:
+            print("ERROR:", e)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "ERROR:" in proc.stdout and "pip install torch" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    "options,exc,word",
+    [
+        (dict(output="jax"), ValueError, "output"),
+        (dict(device="cpu"), ValueError, "output='torch'"),
+        (dict(pin_memory=True), ValueError, "output='torch'"),
+        (dict(output="torch", device_prefetch=0), ValueError, "device_prefetch"),
+    ],
+)
+def test_invalid_output_options_are_refused(ds, options, exc, word):
+    with pytest.raises(exc, match=word):
+        pqloader.Loader(ds, **options)
+
+
+# ---------------------------------------------------------------------------
+# pinned memory and device staging
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(CUDA, reason="checks the fallback of a machine without CUDA")
+def test_cuda_device_without_cuda_is_a_clear_error(ds):
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        pqloader.Loader(ds, output="torch", device="cuda")
+
+
+@pytest.mark.skipif(CUDA, reason="checks the fallback of a machine without CUDA")
+def test_pin_memory_without_cuda_warns_once_and_yields_cpu_tensors(ds):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = pqloader.Loader(ds, **kw(output="torch", pin_memory=True))
+        got = list(loader)
+    pin_warnings = [w for w in caught if "pin_memory" in str(w.message)]
+    assert len(pin_warnings) == 1, [str(w.message) for w in caught]
+    assert all(not b["id"].is_pinned() and b["id"].device.type == "cpu" for b in got)
+    assert_batch_streams_equal([as_numpy(b) for b in got], list(pqloader.Loader(ds, **kw())))
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_device_staging_runs_exactly_device_prefetch_batches_ahead(ds, depth):
+    loader = pqloader.Loader(ds, **kw(output="torch", device="cpu", device_prefetch=depth, num_epochs=1))
+    it = iter(loader)
+    for k in range(1, 6):
+        next(it)
+        assert loader.state_dict()["batch"] == k  # the position counts handed-out batches only
+        assert loader.stats()["batches"] == k + depth  # ... while the engine is `depth` ahead
+    rest = list(it)
+    assert 5 + len(rest) == PER_EPOCH
+    assert loader.stats()["batches"] == PER_EPOCH
+
+
+@pytest.mark.parametrize("k", [0, 3, PER_EPOCH - 1, PER_EPOCH, PER_EPOCH + 2])
+def test_resume_from_a_state_taken_while_batches_are_staged_ahead(ds, k):
+    ref = [as_numpy(b) for b in pqloader.Loader(ds, **kw(output="torch"))]
+    loader = pqloader.Loader(ds, **kw(output="torch", device="cpu", device_prefetch=3))
+    it = iter(loader)
+    head = [as_numpy(next(it)) for _ in range(k)]
+    assert_batch_streams_equal(head, ref[:k])
+    buf = io.BytesIO()
+    torch.save({"loader": loader.state_dict(), "step": k}, buf)
+    buf.seek(0)
+    ckpt = torch.load(buf, weights_only=True)  # plain data: loads under the safe default
+    fresh = pqloader.Loader(ds, **kw(output="torch", device="cpu", device_prefetch=3))
+    fresh.load_state_dict(ckpt["loader"])
+    rest = [as_numpy(b) for b in fresh]
+    assert_batch_streams_equal(rest[: len(ref) - k], ref[k:])
+
+
+def test_loader_is_a_torch_distributed_checkpoint_stateful(ds):
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    assert isinstance(pqloader.Loader(ds, output="torch"), Stateful)
+    assert isinstance(pqloader.Loader(ds), Stateful)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("pin", [True, False])
+def test_cuda_batches_equal_cpu_batches_and_are_ready_on_the_current_stream(ds, pin):
+    ref = list(pqloader.Loader(ds, **kw()))
+    loader = pqloader.Loader(ds, **kw(output="torch", device="cuda", pin_memory=pin, device_prefetch=2))
+    got = []
+    for batch in loader:
+        assert batch["id"].is_cuda and batch["x"].is_cuda
+        # Compute on the current stream right away: it must see the copied values.
+        got.append({k: (v * 1).cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+    torch.cuda.synchronize()
+    assert_batch_streams_equal(got, ref)
+
+
+# ---------------------------------------------------------------------------
+# the data-stall metric
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+def test_stats_report_consumer_wait_and_its_fraction_of_wall_time(ds, output):
+    nap = 0.01
+    loader = pqloader.Loader(ds, batch_size=BS, output=output, _debug_delay_us=500)
+    count = 0
+    for _ in loader:
+        time.sleep(nap)  # "compute": time outside next(), so not a stall
+        count += 1
+    st = loader.stats()
+    assert st["batches"] == count == PER_EPOCH
+    assert 0 < st["engine_wait_seconds"] <= st["wait_seconds"]
+    assert st["wait_seconds"] + count * nap <= st["wall_seconds"]
+    assert st["wait_fraction"] == pytest.approx(st["wait_seconds"] / st["wall_seconds"], rel=0.05)
+    assert 0 < st["wait_fraction"] < 1
+
+
+# ---------------------------------------------------------------------------
+# torch.utils.data.DataLoader
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fast_worker_shutdown(monkeypatch):
+    """DataLoader workers whose dataset raised exit only at their next status check
+    (every 5 s by default); check often so these tests stay fast."""
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
+    monkeypatch.setattr(torch.utils.data._utils.worker, "MP_STATUS_CHECK_INTERVAL", 0.1)
+
+
+def _raises_from_dataloader(dl, exc, match):
+    it = iter(dl)
+    with pytest.raises(exc, match=match):
+        run_with_timeout(lambda: list(it), timeout=60)
+    del it  # shuts its workers down now, while the check interval is short
+    gc.collect()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataloader_over_a_plain_loader_is_refused_with_a_clear_error(ds, num_workers, fast_worker_shutdown):
+    dl = torch.utils.data.DataLoader(pqloader.Loader(ds, batch_size=BS), batch_size=None,
+                                     num_workers=num_workers)
+    _raises_from_dataloader(dl, TypeError, "IterableDataset")
+
+
+class _UserDataset(torch.utils.data.IterableDataset):
+    """What a user might write: a plain Loader inside their own IterableDataset."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        return iter(self.loader)
+
+
+def test_plain_loader_inside_several_dataloader_workers_is_refused(ds, fast_worker_shutdown):
+    dl = torch.utils.data.DataLoader(_UserDataset(pqloader.Loader(ds, batch_size=BS)), batch_size=None,
+                                     num_workers=2)
+    _raises_from_dataloader(dl, RuntimeError, "every worker")
+
+
+def test_plain_loader_inside_one_dataloader_worker_yields_its_stream(ds):
+    dl = torch.utils.data.DataLoader(_UserDataset(pqloader.Loader(ds, **kw(num_epochs=1))),
+                                     batch_size=None, num_workers=1)
+    got = [{k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in b.items()}
+           for b in run_with_timeout(lambda: list(dl), timeout=60)]
+    assert_batch_streams_equal(got, list(pqloader.Loader(ds, **kw(num_epochs=1))))
+
+
+def _interleave(streams):
+    out = []
+    for group in zip(*streams):
+        out.extend(group)
+    assert all(len(s) == len(streams[0]) for s in streams)
+    return out
+
+
+@pytest.mark.parametrize("rank,world_size", [(0, 1), (1, 2)])
+def test_iterable_dataset_shards_across_dataloader_workers(ds, rank, world_size):
+    workers = 2
+    loader = pqloader.Loader(ds, **kw(num_epochs=1, rank=rank, world_size=world_size, shard_policy="pad"))
+    dataset = pqloader.torch.IterableDataset(loader)
+    dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    epochs = []
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        epochs.append([{k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in b.items()}
+                       for b in run_with_timeout(lambda: list(dl), timeout=60)])
+    for epoch, got in enumerate(epochs):
+        shards = []
+        for w in range(workers):
+            shard = pqloader.Loader(ds, **kw(num_epochs=1, rank=rank * workers + w,
+                                             world_size=world_size * workers, shard_policy="pad"))
+            shard.load_state_dict({**shard.state_dict(), "epoch": epoch, "batch": 0})
+            shards.append(list(shard))
+        assert_batch_streams_equal(got, _interleave(shards))  # DataLoader takes workers in turn
+        if world_size == 1:  # the workers together read every row once, plus the pad repeats
+            padded = pqloader.Loader(ds, **kw(rank=0, world_size=workers, shard_policy="pad")).shard_info["padded"]
+            assert sorted(set(ids_of(got))) == list(range(N))
+            assert len(ids_of(got)) == N + padded
+    assert ids_of(epochs[0]) != ids_of(epochs[1]), "set_epoch did not change the order"
+
+
+def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
+    code = textwrap.dedent(f"""
+        import torch.utils.data, pqloader, pqloader.torch
+        if __name__ == "__main__":
+            loader = pqloader.Loader({ds!r}, batch_size={BS}, shuffle=True, seed=3)
+            dl = torch.utils.data.DataLoader(pqloader.torch.IterableDataset(loader), batch_size=None,
+                                             num_workers=2, multiprocessing_context="spawn")
+            ids = sorted(int(i) for b in dl for i in b["id"])
+            print("rows", len(ids), "complete", ids == list(range({N})))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+    assert f"rows {N} complete True" in proc.stdout, proc.stdout + proc.stderr
+    assert "leaked" not in proc.stderr, proc.stderr  # engines released before the extension's teardown
+
+
+def test_iterable_dataset_without_workers_iterates_the_loader_itself(ds):
+    loader = pqloader.Loader(ds, **kw(num_epochs=1, output="torch"))
+    dataset = pqloader.torch.IterableDataset(loader)
+    dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)
+    it = iter(dl)
+    head = [as_numpy(next(it)) for _ in range(4)]
+    state = dataset.state_dict()
+    assert state == loader.state_dict() and state["batch"] == 4
+    ref = list(pqloader.Loader(ds, **kw(num_epochs=1)))
+    assert_batch_streams_equal(head + [as_numpy(b) for b in it], ref)
+
+
+# ---------------------------------------------------------------------------
+# fork
+# ---------------------------------------------------------------------------
+
+
+def _child_after_fork(ds, position, result):
+    """Runs in a forked child while the parent's epoch is in flight."""
+    try:
+        loader = _child_after_fork.loader
+        old = _child_after_fork.iterator
+        try:
+            next(old)
+            result.put("the pre-fork iterator kept going")
+            return
+        except RuntimeError as e:
+            assert "forked" in str(e), e
+        assert (loader.epoch, loader.state_dict()["batch"]) == position
+        got = list(loader)  # continues from the parent's consumer position, on a fresh engine
+        ref = list(pqloader.Loader(ds, **kw(num_epochs=3)))
+        k = position[0] * PER_EPOCH + position[1]
+        assert len(got) == 2 * PER_EPOCH - position[1]  # the rest of this epoch, and one more
+        assert_batch_streams_equal(got, ref[k:k + len(got)])
+        result.put("ok")
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        result.put(f"{type(e).__name__}: {e}")
+
+
+def test_fork_while_an_epoch_is_in_flight_never_deadlocks(ds):
+    ctx = multiprocessing.get_context("fork")
+    ref = list(pqloader.Loader(ds, **kw()))
+    loader = pqloader.Loader(ds, **kw(num_workers=4, prefetch_batches=2, _debug_delay_us=3000))
+    it = iter(loader)
+    got = []
+    for fork_at in (1, 7, PER_EPOCH + 2):
+        while len(got) < fork_at:
+            got.append(next(it))  # workers are busy decoding ahead (with injected delays)
+        _child_after_fork.loader, _child_after_fork.iterator = loader, it
+        result = ctx.Queue()
+        child = ctx.Process(target=_child_after_fork, args=(ds, (loader.epoch, loader.state_dict()["batch"]), result))
+        child.start()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            pytest.fail(f"forked child hung (fork after {fork_at} batches)")
+        assert child.exitcode == 0
+        assert result.get(timeout=10) == "ok"
+    got.extend(run_with_timeout(lambda: list(it), timeout=60))  # the parent is unaffected
+    assert_batch_streams_equal(got, ref)
+
+
+def test_forked_child_may_drop_an_inherited_loader_mid_epoch(ds):
+    """The child's interpreter frees the loader and the iterator: their engine must not be touched."""
+    code = textwrap.dedent(f"""
+        import gc, os, sys, pqloader
+        loader = pqloader.Loader({ds!r}, batch_size=16, num_workers=4, _debug_delay_us=3000)
+        it = iter(loader)
+        next(it)
+        pid = os.fork()
+        if pid == 0:
+            del it, loader
+            gc.collect()
+            sys.exit(0)  # full interpreter shutdown in the child
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+        print("parent rows", 16 + sum(len(b["id"]) for b in it))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr
+    assert f"child exit 0\nparent rows {N}\n" in proc.stdout, proc.stdout + proc.stderr
