@@ -8,14 +8,11 @@ of 10 classes (a colour and a stripe direction per class, plus noise) in a binar
 column `image` and an int64 `label`. pqloader streams the rows, shuffled; the model is
 torchvision's ResNet-18 (a same-architecture copy below is used where torchvision does
 not import, e.g. a CUDA torchvision wheel beside a CPU-only torch). Each epoch prints
-samples/s, the data stall (time waiting in the loader's next()) and the time spent
-decoding JPEGs in Python.
+samples/s and the data stall (time waiting in the loader's next()).
 
-TODO(transforms): JPEG decoding and augmentation belong in pqloader's C++ transform
-stage (``Loader(..., transforms=[...])``, being written). Until it lands this example
-decodes with PIL, per image, in the training process (`decode_batch`): per-row Python
-work, reported separately as "decode". On a CPU the model dominates; on a GPU this
-decode is what would limit samples/s.
+JPEG decoding and augmentation (random resized crop, flip, normalisation, CHW) run in
+pqloader's C++ workers (``transforms=``), keyed per sample, so the training process
+receives ready float32 tensors.
 """
 
 from __future__ import annotations
@@ -34,6 +31,7 @@ from PIL import Image
 from torch import nn
 
 import pqloader
+from pqloader import transforms as T
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_CLASSES = 10
@@ -68,12 +66,6 @@ def make_dataset(path: Path, images: int, files: int = 4, seed: int = 2026) -> N
         table = pa.table({"image": pa.array(blobs, type=pa.binary()), "label": pa.array(labels, type=pa.int64())})
         pq.write_table(table, path / f"part-{f:03d}.parquet", row_group_size=256)
     marker.write_text(f"{images}/{files}")
-
-
-def decode_batch(blobs: list[bytes]) -> torch.Tensor:
-    """JPEG bytes -> (B, 3, H, W) uint8. TODO(transforms): replace with pqloader's C++ decode."""
-    arrays = [np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in blobs]
-    return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
 
 
 def resnet18(num_classes: int) -> nn.Module:
@@ -126,26 +118,23 @@ def main() -> None:
         torch.set_num_threads(max(1, cores // 2))
         workers = max(1, cores - cores // 2)
     make_dataset(args.data, args.images)
+    augment = [T.DecodeImage(), T.RandomResizedCrop(SIZE, scale=(0.5, 1.0)), T.RandomHorizontalFlip(),
+               T.Normalize(MEAN.flatten().tolist(), STD.flatten().tolist()), T.ToCHW()]
     loader = pqloader.Loader(args.data, columns=["image", "label"], batch_size=args.batch_size, shuffle=True,
-                             seed=7, num_workers=workers, output="torch",
+                             seed=7, num_workers=workers, output="torch", transforms={"image": augment},
                              device=device if device.type != "cpu" else None)
     model = resnet18(NUM_CLASSES).to(device).to(memory_format=torch.channels_last)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
-    mean, std = MEAN.to(device), STD.to(device)
     print(f"{loader!r}\n{len(loader)} batches/epoch, device {device}, torch {torch.__version__}")
 
     for epoch in range(args.epochs):
         before = loader.stats()
         start = time.perf_counter()
         seen = correct = 0
-        loss_sum = decode_seconds = 0.0
+        loss_sum = 0.0
         for batch in loader:
-            t0 = time.perf_counter()
-            images = decode_batch(batch["image"])  # TODO(transforms): C++ decode in the loader
-            decode_seconds += time.perf_counter() - t0
-            x = ((images.to(device, non_blocking=True).float() / 255 - mean) / std).contiguous(
-                memory_format=torch.channels_last)
+            x = batch["image"].to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
             y = batch["label"]
             logits = model(x)
             loss = loss_fn(logits, y)
@@ -158,8 +147,7 @@ def main() -> None:
         seconds = time.perf_counter() - start
         stall = (loader.stats()["wait_seconds"] - before["wait_seconds"]) / seconds
         print(f"epoch {epoch}: loss {loss_sum / seen:.4f}  accuracy {correct / seen:.3f}  "
-              f"{seen / seconds:,.0f} samples/s  data stall {stall:.1%}  "
-              f"decode (Python, TODO) {decode_seconds / seconds:.1%}")
+              f"{seen / seconds:,.0f} samples/s  data stall {stall:.1%}")
 
 
 if __name__ == "__main__":

@@ -44,4 +44,4 @@ def test_image_classifier_example_trains_a_resnet18(tmp_path):
     pytest.importorskip("PIL")
     out = run([EXAMPLES / "train_image_classifier.py", "--data", tmp_path, "--images", 48, "--epochs", 1,
                "--batch-size", 16, "--device", "cpu"])
-    assert re.search(r"epoch 0: .* samples/s  data stall [\d.]+%  decode", out), out
+    assert re.search(r"epoch 0: .* samples/s  data stall [\d.]+%", out), out
