@@ -7,8 +7,10 @@ bench/throttle_proxy.py, which adds a round-trip latency and caps the bandwidth 
 everything that crosses it (a shared link, both directions). Each run opens a fresh
 Loader (footers fetched) and reads one epoch with 2 CPU workers; io_threads varies.
 pyarrow.parquet.read_table over the same link (pre-buffered, threaded) is shown for
-reference. Prints a markdown table: median over --repeats of the epoch time, MB/s of
-compressed Parquet read, and that as a fraction of the link's limit.
+reference. Two more rows use cache_dir: a first run that fills the local-disk cache
+through the slow link, and a second run (a new Loader, as after a restart) served from
+it. Prints a markdown table: median over --repeats of the epoch time, MB/s of compressed
+Parquet delivered, and that as a fraction of the link's limit.
 Only loopback is used; the AWS instance metadata service is disabled.
 """
 from __future__ import annotations
@@ -147,6 +149,31 @@ def main() -> None:
                 mbps = nbytes / epoch_s / 1e6
                 print(f"| {name} | {open_s:.2f} | {epoch_s:.2f} | {mbps:.1f} | "
                       f"{nbytes / epoch_s / rate:.2f} |", flush=True)
+
+            # The local-disk cache: a first run fills it through the slow link, a second
+            # run (a new Loader, as after a restart) reads footers and row groups locally.
+            def run_cached(cache_dir: str) -> tuple[float, float, int, int, int]:
+                t0 = time.perf_counter()
+                loader = pqloader.Loader(source, storage_options=options, batch_size=4096,
+                                         num_workers=2, io_threads=many, cache_dir=cache_dir)
+                t1 = time.perf_counter()
+                rows = sum(len(b["label"]) for b in loader)
+                t2 = time.perf_counter()
+                s = loader.stats()
+                return t1 - t0, t2 - t1, s["bytes_read"], rows, s["cache_hits"]
+
+            firsts, seconds = [], []
+            for r in range(args.repeats):
+                cache_dir = str(Path(tmp) / f"cache-{r}")
+                firsts.append(run_cached(cache_dir))
+                seconds.append(run_cached(cache_dir))
+            for name, results in ((f"pqloader, io_threads={many}, cache_dir, first run (fills it)", firsts),
+                                  (f"pqloader, io_threads={many}, cache_dir, second run (warm)", seconds)):
+                open_s = statistics.median(r[0] for r in results)
+                epoch_s = statistics.median(r[1] for r in results)
+                eff = total / epoch_s / 1e6  # dataset MB delivered per second
+                print(f"| {name} (cache hits {results[0][4]}, read {results[0][2] / 1e6:.1f} MB from S3) | "
+                      f"{open_s:.2f} | {epoch_s:.2f} | {eff:.1f} | {total / epoch_s / rate:.2f} |", flush=True)
         finally:
             for proc in procs:
                 proc.kill()

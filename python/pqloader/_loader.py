@@ -540,7 +540,8 @@ class Loader:
         s["wait_seconds"] = max(self._next_seconds, s["wait_seconds"])
         s["wall_seconds"] = wall
         s["wait_fraction"] = s["wait_seconds"] / wall if wall > 0 else 0.0
-        s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"]})
+        s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
+                  "footers_from_cache": self._plan["footers_from_cache"]})
         return s
 
     # -- checkpointing ---------------------------------------------------------------

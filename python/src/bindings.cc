@@ -329,6 +329,7 @@ class PyLoader {
     d["drop_last_rows"] = p.drop_last_rows();
     d["num_files"] = loader_->dataset().files().size();
     d["num_row_groups"] = loader_->dataset().splits().size();
+    d["footers_from_cache"] = loader_->dataset().footers_from_cache();
     nb::list files;
     for (const auto& f : loader_->dataset().files()) {
       files.append(nb::make_tuple(f.display, f.size, f.metadata->num_rows()));

@@ -283,3 +283,23 @@ def test_writer_killed_mid_write_never_leaves_a_readable_partial_entry(data, tmp
         assert out[0] == ref
         assert out[1] == "0"  # nothing half-written was ever visible as an entry
     assert found_entries > 0  # the killed writers did publish entries the readers used
+
+
+def test_footers_are_kept_in_the_cache_dir_across_runs(tmp_path):
+    paths = [write(tmp_path / f"f{i}.parquet", n=50, rg=20, offset=100 * i) for i in range(3)]
+    cache_dir = str(tmp_path / "cache")
+    first = pqloader.Loader(paths, batch_size=16, cache_dir=cache_dir, columns=["id"])
+    assert first.stats()["footers_from_cache"] == 0
+    second = pqloader.Loader(paths, batch_size=16, cache_dir=cache_dir, columns=["id"])
+    assert second.stats()["footers_from_cache"] == 3
+    assert [b["id"].tolist() for b in first] == [b["id"].tolist() for b in second]
+    # A rewritten file gets its new footer, not the old one.
+    write(tmp_path / "f1.parquet", n=70, rg=20, offset=500)
+    third = pqloader.Loader(paths, batch_size=16, cache_dir=cache_dir, columns=["id"])
+    assert third.stats()["footers_from_cache"] == 2
+    assert third.num_rows == 170
+    # A damaged footer file is ignored (read from the source again).
+    for f in (tmp_path / "cache" / "footers").iterdir():
+        f.write_bytes(f.read_bytes()[:-3] + b"xyz")
+    fourth = pqloader.Loader(paths, batch_size=16, cache_dir=cache_dir, columns=["id"])
+    assert fourth.stats()["footers_from_cache"] == 0 and fourth.num_rows == 170

@@ -64,7 +64,11 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   if (loader->options_.readahead <= 0) loader->options_.readahead = options.io_threads;
   ARROW_ASSIGN_OR_RAISE(loader->io_pool_, arrow::internal::ThreadPool::Make(options.io_threads));
-  ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, options.dataset));
+  DatasetOptions dataset_options = options.dataset;
+  if (!options.cache.dir.empty() && options.cache.dir != ":memory:") {
+    dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
+  }
+  ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
   for (const auto& [name, fill] : options.fills) {
     bool found = false;
     for (const auto& spec : loader->dataset_->specs()) found = found || spec.name == name;

@@ -395,7 +395,8 @@ arrow::Status ClearCacheDir(const std::string& dir) {
   }
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("shard-", 0) == 0 || name == "records" || name == ".records.lock") {
+    if (name.rfind("shard-", 0) == 0 || name == "footers" || name == "records" ||
+        name == ".records.lock") {
       fs::remove_all(e.path(), ec);
       if (ec) return arrow::Status::IOError("cannot remove '", e.path().string(), "': ", ec.message());
     }

@@ -16,6 +16,7 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include "pqloader/cache/footer_cache.h"
 #include "pqloader/decode/convert.h"
 #include "pqloader/error.h"
 
@@ -112,12 +113,44 @@ void CollectLeaves(const parquet::arrow::SchemaField& field, std::vector<int>* o
 }
 
 // Read the footer of `file` and derive its Arrow schema.
+arrow::Status ReadFooterFromSource(DataFile* file);
+
+// Read the footer of `file` (from the footer cache when there is one) and derive its
+// Arrow schema.
 arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
-                         parquet::arrow::SchemaManifest* manifest) {
+                         parquet::arrow::SchemaManifest* manifest,
+                         const std::string& footer_cache = "", bool* from_cache = nullptr) {
   if (file->size == 0) {
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
   }
+  if (!footer_cache.empty()) {
+    file->metadata = LoadFooter(footer_cache, file->display, file->size, file->mtime_ns);
+    if (file->metadata != nullptr && from_cache != nullptr) *from_cache = true;
+  }
+  if (file->metadata == nullptr) {
+    ARROW_RETURN_NOT_OK(ReadFooterFromSource(file));
+    if (!footer_cache.empty()) {
+      StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, *file->metadata);
+    }
+  }
+  parquet::ArrowReaderProperties props;
+  auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
+                                              file->metadata->key_value_metadata(), schema);
+  if (st.ok()) {
+    st = parquet::arrow::SchemaManifest::Make(file->metadata->schema(),
+                                              file->metadata->key_value_metadata(), props,
+                                              manifest);
+  }
+  if (!st.ok()) {
+    return MakeError(ErrorKind::kInvalidData, "'", file->display,
+                     "': cannot derive an Arrow schema from its Parquet schema: ", st.message());
+  }
+  return arrow::Status::OK();
+}
+
+// Read the footer of `file` from its storage.
+arrow::Status ReadFooterFromSource(DataFile* file) {
   arrow::fs::FileInfo info(file->path, arrow::fs::FileType::File);
   info.set_size(file->size);  // known from listing: no extra request for it
   auto input = file->fs->OpenInputFile(info);
@@ -137,18 +170,6 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a readable Parquet file (truncated, corrupt footer, or another "
                      "format): ", e.what());
-  }
-  parquet::ArrowReaderProperties props;
-  auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
-                                              file->metadata->key_value_metadata(), schema);
-  if (st.ok()) {
-    st = parquet::arrow::SchemaManifest::Make(file->metadata->schema(),
-                                              file->metadata->key_value_metadata(), props,
-                                              manifest);
-  }
-  if (!st.ok()) {
-    return MakeError(ErrorKind::kInvalidData, "'", file->display,
-                     "': cannot derive an Arrow schema from its Parquet schema: ", st.message());
   }
   return arrow::Status::OK();
 }
@@ -242,9 +263,13 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     for (const auto& [k, v] : found[i].partitions) f.partition_values.push_back(v);
   }
   std::atomic<int64_t> next{0};
+  std::atomic<int64_t> footers_cached{0};
   auto work = [&] {
     for (int64_t i = next++; i < n; i = next++) {
-      statuses[i] = ReadFooter(&ds->files_[i], &schemas[i], &manifests[i]);
+      bool cached = false;
+      statuses[i] = ReadFooter(&ds->files_[i], &schemas[i], &manifests[i],
+                               options.footer_cache_dir, &cached);
+      if (cached) ++footers_cached;
     }
   };
   const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, options.metadata_threads));
@@ -253,6 +278,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   work();
   for (auto& t : pool) t.join();
   for (const auto& st : statuses) ARROW_RETURN_NOT_OK(st);
+  ds->footers_from_cache_ = footers_cached.load();
 
   // Selected columns, checked against the first file, then every other file.
   std::vector<std::string> names = options.columns;

@@ -31,6 +31,9 @@ struct DatasetOptions {
   int metadata_threads = 8;
   /// Options of s3:// sources. Default: none (the standard AWS sources).
   StorageOptions storage;
+  /// Directory where footers are kept between runs (see cache/footer_cache.h).
+  /// Default: empty (footers are read from the source every run).
+  std::string footer_cache_dir;
 };
 
 /// One Parquet file of the dataset.
@@ -73,6 +76,8 @@ class Dataset {
   /// For each partition key: whether its values are all integers (then int64).
   const std::vector<std::string>& partition_keys() const { return partition_keys_; }
   int64_t num_rows() const;
+  /// Footers that came from the footer cache instead of the source.
+  int64_t footers_from_cache() const { return footers_from_cache_; }
   /// Global index of the first row of split i (rows numbered across files in order).
   int64_t split_first_row(int64_t i) const { return split_first_row_[i]; }
   /// Rows of each split, in split order.
@@ -84,6 +89,7 @@ class Dataset {
   std::vector<DataFile> files_;
   std::vector<Split> splits_;
   std::vector<int64_t> split_first_row_;
+  int64_t footers_from_cache_ = 0;
   std::vector<ColumnSpec> specs_;
   std::vector<int> partition_index_;
   std::vector<std::string> partition_keys_;

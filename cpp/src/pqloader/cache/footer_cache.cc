@@ -1,0 +1,80 @@
+#include "pqloader/cache/footer_cache.h"
+
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <arrow/io/memory.h>
+
+#include "pqloader/cache/split_cache.h"
+
+namespace pqloader {
+
+namespace {
+
+std::string FooterPath(const std::string& dir, const std::string& file, int64_t size,
+                       int64_t mtime_ns) {
+  const std::string key = CacheKey("footer-v1|" + file + "|size=" + std::to_string(size) +
+                                   "|mtime=" + std::to_string(mtime_ns));
+  return dir + "/footers/" + key + ".thrift";
+}
+
+}  // namespace
+
+std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
+                                                  const std::string& file, int64_t size,
+                                                  int64_t mtime_ns) {
+  std::ifstream in(FooterPath(cache_dir, file, size, mtime_ns), std::ios::binary);
+  if (!in) return nullptr;
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() <= 8) return nullptr;
+  uint64_t checksum;
+  std::memcpy(&checksum, bytes.data() + bytes.size() - 8, 8);
+  const size_t len = bytes.size() - 8;
+  if (XXH64(bytes.data(), len, 0) != checksum) return nullptr;  // damaged: refetch
+  try {
+    uint32_t n = static_cast<uint32_t>(len);
+    return parquet::FileMetaData::Make(bytes.data(), &n);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
+                 int64_t mtime_ns, const parquet::FileMetaData& metadata) {
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir + "/footers", ec);
+  if (ec) return;
+  auto sink = arrow::io::BufferOutputStream::Create();
+  if (!sink.ok()) return;
+  try {
+    metadata.WriteTo(sink->get());
+  } catch (const std::exception&) {
+    return;
+  }
+  auto buffer = (*sink)->Finish();
+  if (!buffer.ok()) return;
+  const uint64_t checksum = XXH64((*buffer)->data(), static_cast<size_t>((*buffer)->size()), 0);
+  const std::string path = FooterPath(cache_dir, file, size, mtime_ns);
+  std::ostringstream tmp;
+  tmp << path << ".tmp-" << ::getpid() << "-" << std::hash<std::thread::id>{}(std::this_thread::get_id());
+  {
+    std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>((*buffer)->data()), (*buffer)->size());
+    out.write(reinterpret_cast<const char*>(&checksum), 8);
+    if (!out) {
+      out.close();
+      std::remove(tmp.str().c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.str().c_str(), path.c_str()) != 0) std::remove(tmp.str().c_str());
+}
+
+}  // namespace pqloader
