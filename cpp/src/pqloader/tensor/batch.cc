@@ -35,6 +35,14 @@ const char* DTypeName(DType dtype) {
   return "?";
 }
 
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << "(";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << (shape.size() == 1 ? ",)" : ")");
+  return out.str();
+}
+
 int64_t SampleTensor::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -62,13 +70,6 @@ int64_t Batch::ByteSize() const {
 
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << "(";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << (shape.size() == 1 ? ",)" : ")");
-  return out.str();
-}
 
 // Copy fixed-size rows, one memcpy per run of consecutive rows of one unit.
 void GatherFixed(const std::vector<std::shared_ptr<const DecodedUnit>>& units,
@@ -111,8 +112,8 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
         if (s.shape != first.shape || s.dtype != first.dtype) {
           return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
                            "': transformed samples of one batch differ, ", DTypeName(first.dtype),
-                           ShapeString(first.shape), " and ", DTypeName(s.dtype),
-                           ShapeString(s.shape),
+                           ShapeToString(first.shape), " and ", DTypeName(s.dtype),
+                           ShapeToString(s.shape),
                            "; add Resize/CenterCrop, RandomResizedCrop or PadOrTruncate so every "
                            "sample has one shape");
         }
@@ -140,8 +141,8 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
           row_bytes = c.row_bytes;
         } else if (c.row_shape != *shape) {
           return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
-                           "': rows of one batch have different shapes, ", ShapeString(*shape),
-                           " and ", ShapeString(c.row_shape),
+                           "': rows of one batch have different shapes, ", ShapeToString(*shape),
+                           " and ", ShapeToString(c.row_shape),
                            "; a list column must have one length in every row");
         }
       }

@@ -32,6 +32,8 @@ enum class DType : uint8_t {
 int64_t DTypeSize(DType dtype);
 /// Return the NumPy name of `dtype`, e.g. "float32".
 const char* DTypeName(DType dtype);
+/// Return a shape as Python writes it: "(a, b)", "(a,)", "()".
+std::string ShapeToString(const std::vector<int64_t>& shape);
 
 enum class ColumnKind {
   kTensor,  ///< Fixed-shape rows of `dtype`.

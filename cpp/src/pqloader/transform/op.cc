@@ -1,6 +1,5 @@
 #include "pqloader/transform/op.h"
 
-#include <sstream>
 
 namespace pqloader {
 
@@ -38,12 +37,5 @@ arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> sha
   return s;
 }
 
-std::string ShapeToString(const std::vector<int64_t>& shape) {
-  std::ostringstream out;
-  out << "(";
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << (shape.size() == 1 ? ",)" : ")");
-  return out.str();
-}
 
 }  // namespace pqloader

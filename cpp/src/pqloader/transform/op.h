@@ -60,9 +60,6 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
 arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> shape,
                                            bool channels_first = false);
 
-/// Return "(a, b, c)".
-std::string ShapeToString(const std::vector<int64_t>& shape);
-
 // Image ops, exposed for tests and for the random-crop parameters.
 struct CropBox {
   int64_t top = 0, left = 0, height = 0, width = 0;
