@@ -377,10 +377,14 @@ void StoreAny(DType t, double v, uint8_t* p) {
 
 class NormalizeOp : public Op {
  public:
-  NormalizeOp(std::vector<double> mean, std::vector<double> std)
-      : mean_(std::move(mean)), std_(std::move(std)) {}
+  NormalizeOp(std::vector<double> mean, std::vector<double> std, bool to_chw)
+      : mean_(std::move(mean)), std_(std::move(std)), to_chw_(to_chw) {}
   std::string ToString() const override {
-    return "Normalize(mean=" + Join(mean_) + ", std=" + Join(std_) + ")";
+    return "Normalize(mean=" + Join(mean_) + ", std=" + Join(std_) + ")" +
+           (to_chw_ ? "; ToCHW()" : "");
+  }
+  std::shared_ptr<const Op> WithChannelsFirstOutput() const {
+    return std::make_shared<NormalizeOp>(mean_, std_, true);
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
@@ -391,7 +395,13 @@ class NormalizeOp : public Op {
     }
     // uint8 pixels are scaled to [0, 1] first, as torchvision's ToTensor does.
     const double scale = in.dtype == DType::kUInt8 ? 1.0 / 255.0 : 1.0;
-    ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kFloat32, in.shape, in.channels_first));
+    // Fused with a following ToCHW: write channels-first directly (one pass, one buffer).
+    const bool chw_out = in.channels_first || (to_chw_ && in.shape.size() == 3);
+    ARROW_ASSIGN_OR_RAISE(
+        auto out, AllocateSample(DType::kFloat32,
+                                 chw_out && !in.channels_first ? std::vector<int64_t>{d.c, d.h, d.w}
+                                                               : in.shape,
+                                 chw_out));
     const int64_t elem = DTypeSize(in.dtype);
     const uint8_t* src = in.data->data();
     auto* dst = reinterpret_cast<float*>(out.data->mutable_data());
@@ -406,9 +416,10 @@ class NormalizeOp : public Op {
     for (int64_t p = 0; p < plane; ++p) {
       for (int64_t c = 0; c < d.c; ++c) {
         const int64_t i = in.channels_first ? c * plane + p : p * d.c + c;
+        const int64_t o = chw_out ? c * plane + p : i;
         const float v = in.dtype == DType::kUInt8 ? static_cast<float>(src[i])
                                                   : static_cast<float>(LoadAny(in.dtype, src + i * elem));
-        dst[i] = v * mul[c] + add[c];
+        dst[o] = v * mul[c] + add[c];
       }
     }
     return out;
@@ -416,6 +427,7 @@ class NormalizeOp : public Op {
 
  private:
   std::vector<double> mean_, std_;
+  bool to_chw_;
 };
 
 // HWC → CHW for elements of type T.
@@ -611,7 +623,7 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
     for (double s : std) {
       if (s == 0) return arrow::Status::Invalid("Normalize std must not be 0");
     }
-    return std::make_shared<NormalizeOp>(mean, std);
+    return std::make_shared<NormalizeOp>(mean, std, p.Number("to_chw", 0) != 0);
   }
   if (name == "ToCHW") return std::make_shared<ToCHWOp>();
   if (name == "Cast") {
@@ -633,5 +645,12 @@ int64_t ResizeTarget(const Op& op) {
 }
 
 bool IsPadOrTruncate(const Op& op) { return dynamic_cast<const PadOrTruncateOp*>(&op) != nullptr; }
+
+// Used by the pipeline to fuse Normalize + ToCHW into one pass.
+std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next) {
+  auto* n = dynamic_cast<const NormalizeOp*>(&normalize);
+  if (n == nullptr || dynamic_cast<const ToCHWOp*>(&next) == nullptr) return nullptr;
+  return n->WithChannelsFirstOutput();
+}
 
 }  // namespace pqloader

@@ -6,6 +6,7 @@ namespace pqloader {
 
 int64_t ResizeTarget(const Op& op);  // image_ops.cc
 bool IsPadOrTruncate(const Op& op);  // image_ops.cc
+std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next);  // image_ops.cc
 
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
   if (!data.samples.empty()) return data.samples[row];
@@ -49,11 +50,18 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     }
     if (ops.empty()) continue;
     Column c;
-    c.ops = ops;
-    c.first_random = ops.size();
+    // Normalize directly followed by ToCHW becomes one op writing channels-first (same
+    // values, one pass over the image instead of two).
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (ops[i]->is_random() && c.first_random == ops.size()) c.first_random = i;
-      if (IsPadOrTruncate(*ops[i])) {
+      auto fused = i + 1 < ops.size() ? FuseNormalizeToCHW(*ops[i], *ops[i + 1]) : nullptr;
+      c.ops.push_back(fused ? fused : ops[i]);
+      c.positions.push_back(static_cast<int>(i));  // random draws keep the user's numbering
+      if (fused) ++i;
+    }
+    c.first_random = c.ops.size();
+    for (size_t i = 0; i < c.ops.size(); ++i) {
+      if (c.ops[i]->is_random() && c.first_random == c.ops.size()) c.first_random = i;
+      if (IsPadOrTruncate(*c.ops[i])) {
         if (c.pad_index >= 0) {
           return arrow::Status::Invalid("column '", name, "' has more than one PadOrTruncate");
         }
@@ -63,13 +71,13 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     // Let DecodeImage shrink large JPEGs (DCT scaling) when a Resize follows directly:
     // decoding to at least twice the target keeps the result within tolerance of a
     // full-size decode followed by the same Resize.
-    for (size_t i = 0; i + 1 < ops.size(); ++i) {
-      const int64_t target = ResizeTarget(*ops[i + 1]);
-      if (target > 0 && ops[i]->ToString() == "DecodeImage(mode=rgb)") {
+    for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
+      const int64_t target = ResizeTarget(*c.ops[i + 1]);
+      if (target > 0 && c.ops[i]->ToString() == "DecodeImage(mode=rgb)") {
         OpParams p;
         p.numbers["min_short_side"] = 2.0 * target;
         ARROW_ASSIGN_OR_RAISE(c.ops[i], MakeOp("DecodeImage", p));
-      } else if (target > 0 && ops[i]->ToString() == "DecodeImage(mode=gray)") {
+      } else if (target > 0 && c.ops[i]->ToString() == "DecodeImage(mode=gray)") {
         OpParams p;
         p.numbers["min_short_side"] = 2.0 * target;
         p.strings["mode"] = "gray";
@@ -125,7 +133,7 @@ arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin,
                                                   SampleTensor s, const SampleContext& ctx,
                                                   int64_t* length) const {
   for (size_t i = begin; i < end; ++i) {
-    auto r = c.ops[i]->Apply(s, ctx, static_cast<int>(i));
+    auto r = c.ops[i]->Apply(s, ctx, c.positions[i]);
     if (!r.ok()) {
       return arrow::Status(r.status().code(), c.ops[i]->ToString() + ": " + r.status().message(),
                            r.status().detail());

@@ -61,6 +61,7 @@ class TransformPlan {
  private:
   struct Column {
     std::vector<std::shared_ptr<const Op>> ops;
+    std::vector<int> positions;  // each op's index in the user's list (RNG key)
     size_t first_random = 0;  // ops [0, first_random) run before the cache point
     int pad_index = -1;       // position of PadOrTruncate, if any
   };
