@@ -13,6 +13,7 @@ BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: all deps build test test-cpp test-python demo sanitize bench clean
+BENCH_SCALE ?= small
 
 all: build
 
@@ -65,6 +66,12 @@ sanitize: deps
 # --- demo ----------------------------------------------------------------------------
 demo: build
 	$(PY) examples/demo.py
+
+# --- benchmarks (not part of `make test`) --------------------------------------------
+# Side-by-side suite against Petastorm, torch DataLoader, HF datasets and Ray Data; writes
+# docs/benchmarks.md. BENCH_SCALE=small|medium|large, BENCH_ARGS="--tune --systems ...".
+bench: build
+	bash bench/run.sh --scale $(BENCH_SCALE) $(BENCH_ARGS)
 
 clean:
 	rm -rf build

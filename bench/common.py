@@ -6,7 +6,6 @@ for the image workload).
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -15,7 +14,8 @@ import time
 import numpy as np
 
 # ---------------------------------------------------------------- workloads
-IMAGE_SIZE = 224  # every system decodes + resizes JPEGs to 224x224x3 uint8
+IMAGE_SIZE = 224  # every system decodes, resizes (shorter side 256) and center-crops JPEGs to 224x224x3 uint8
+RESIZE_SHORT = 256
 
 WORKLOADS = ("tabular", "images", "ndarray", "tokens")
 
@@ -107,14 +107,21 @@ def _pil():
 
 
 def decode_image(data) -> np.ndarray:
-    """The per-sample image work every system does: full JPEG decode (no
-    Image.draft DCT shortcut) with Pillow's libjpeg-turbo, RGB, bilinear
-    resize to 224x224 -> uint8 HWC array."""
+    """The per-sample image work every system does (torchvision's eval transform on PIL):
+    full JPEG decode (no Image.draft DCT shortcut) with Pillow's libjpeg-turbo, RGB,
+    Resize(256) bilinear on the shorter side, CenterCrop(224) -> uint8 HWC array.
+    Bit-exact with pqloader's [DecodeImage(), Resize(256), CenterCrop(224)]."""
     Image = _pil()
     with Image.open(io.BytesIO(data)) as im:
         im = im.convert("RGB")
-        im = im.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BILINEAR)
-        return np.asarray(im)
+        w, h = im.size
+        if w <= h:
+            ow, oh = RESIZE_SHORT, int(RESIZE_SHORT * h / w)
+        else:
+            oh, ow = RESIZE_SHORT, int(RESIZE_SHORT * w / h)
+        im = im.resize((ow, oh), Image.BILINEAR)
+        top, left = int(round((oh - IMAGE_SIZE) / 2.0)), int(round((ow - IMAGE_SIZE) / 2.0))
+        return np.asarray(im.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE)))
 
 
 def decode_images(blobs) -> np.ndarray:

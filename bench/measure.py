@@ -25,6 +25,10 @@ sys.path.insert(0, HERE)
 import common as C  # noqa: E402
 
 
+# pqloader raises these for ragged list<int32> columns it cannot turn into tensors yet
+PQLOADER_UNSUPPORTED = ("UnsupportedType", "UnsupportedTypeError", "InvalidData", "InvalidDataError")
+
+
 class NotSupported(Exception):
     """Raised by an adapter for a workload the system cannot do (yet)."""
 
@@ -61,39 +65,58 @@ def timed_epoch(make_iter, n_rows: int, bytes_on_disk: int, cap_s: float, start:
     frac = samples / n_rows if n_rows else 0
     return {
         "samples": samples, "batches": batches, "seconds": dt, "partial": partial,
+        "short": (not partial) and samples != n_rows,  # an epoch that ended early (a loader bug)
         "samples_per_s": samples / dt if dt > 0 else None,
         "mb_per_s": bytes_on_disk * frac / dt / 1e6 if dt > 0 else None,
         "ttfb_s": ttfb, "cpu_s": cpu, "cpu_s_per_1k": cpu / samples * 1000 if samples else None,
     }
 
 
-def stall_run(make_iter, step_ms: float, warm: int, max_steps: int, max_s: float):
-    """Simulated trainer: each step sleeps `step_ms` (a GPU step leaves the CPU free);
-    stall fraction = time blocked in next(loader) / total loop time (after `warm` batches)."""
-    it = iter(make_iter())
+def stall_sweep(adapter, steps_ms, warm: int, max_steps: int, max_s: float, first_epoch: int = 2):
+    """Simulated trainer on ONE continuous stream of batches (epochs chained, so an epoch boundary
+    costs what it costs in training). For each step time in turn: each step sleeps `step_ms` (a GPU
+    step leaves the CPU free); stall fraction = time blocked in next(loader) / loop time.
+    The first `warm` batches are not measured."""
+    state = {"epoch": first_epoch}
+
+    def stream():
+        while True:
+            it = adapter.epoch(state["epoch"])
+            state["epoch"] += 1
+            n = 0
+            try:
+                for b in it:
+                    n += 1
+                    yield b
+            finally:
+                close = getattr(it, "close", None)
+                if close:
+                    close()
+            if n == 0:
+                return
+
+    gen = stream()
+    out = []
     try:
         for _ in range(warm):
-            next(it)
-        wait = 0.0
-        steps = 0
-        t0 = C.now()
-        while steps < max_steps and C.now() - t0 < max_s:
-            t = C.now()
-            try:
-                next(it)
-            except StopIteration:
-                break
-            wait += C.now() - t
-            steps += 1
-            if step_ms:
-                time.sleep(step_ms / 1000.0)
-        total = C.now() - t0
+            next(gen)
+        for step_ms in steps_ms:
+            wait = 0.0
+            steps = 0
+            t0 = C.now()
+            while steps < max_steps and C.now() - t0 < max_s:
+                t = C.now()
+                next(gen)
+                wait += C.now() - t
+                steps += 1
+                if step_ms:
+                    time.sleep(step_ms / 1000.0)
+            total = C.now() - t0
+            out.append({"step_ms": step_ms, "steps": steps, "wait_s": wait, "total_s": total,
+                        "stall_fraction": wait / total if total > 0 else None})
     finally:
-        close = getattr(it, "close", None)
-        if close:
-            close()
-    return {"step_ms": step_ms, "steps": steps, "wait_s": wait, "total_s": total,
-            "stall_fraction": wait / total if total > 0 else None}
+        gen.close()
+    return out
 
 
 def versions():
@@ -117,11 +140,13 @@ def main():
     ap.add_argument("--stall-max-steps", type=int, default=60)
     ap.add_argument("--stall-max-s", type=float, default=6)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--quick", action="store_true", help="epoch 1 only (used by --tune)")
     a = ap.parse_args()
     cfg = json.loads(a.config)
     manifest = C.load_manifest(a.data, a.workload)
     res = {"system": a.system, "workload": a.workload, "mode": a.mode, "config": cfg, "status": "ok"}
     adapter = None
+    done = False
     try:
         mod = importlib.import_module("systems." + a.system.split(":")[0])
         t_start = C.now()
@@ -138,6 +163,9 @@ def main():
                     if isinstance(b, dict) and "i1" in b:
                         ids.append(C._to_numpy(b["i1"]).astype("int64"))
                 res["determinism"] = {"order_hash": h.hexdigest()[:16], "samples": n, "seed": a.seed}
+                if n != manifest["rows"]:
+                    res["status"] = "failed"
+                    res["reason"] = f"shuffled epoch yielded {n} of {manifest['rows']} samples"
                 if ids:
                     import numpy as np
 
@@ -145,32 +173,46 @@ def main():
             else:
                 rows, nbytes = manifest["rows"], manifest["bytes"]
                 res["epoch1"] = timed_epoch(lambda: adapter.epoch(0), rows, nbytes, a.epoch_cap_s, start=t_start)
-                res["epoch2"] = timed_epoch(lambda: adapter.epoch(1), rows, nbytes, a.epoch_cap_s)
-                res["stall"] = []
-                for i, s in enumerate(float(x) for x in a.stall_steps.split(",") if x):
-                    res["stall"].append(stall_run(lambda: adapter.epoch(2 + i), s, warm=2,
-                                                  max_steps=a.stall_max_steps, max_s=a.stall_max_s))
+                res["epoch2"] = None if a.quick else timed_epoch(lambda: adapter.epoch(1), rows, nbytes, a.epoch_cap_s)
+                steps = [] if a.quick else [float(x) for x in a.stall_steps.split(",") if x]
+                res["stall"] = stall_sweep(adapter, steps, warm=2, max_steps=a.stall_max_steps,
+                                           max_s=a.stall_max_s) if steps else []
                 e1 = res["epoch1"]
+                if not e1["samples"]:
+                    res["status"] = "failed"
+                    res["reason"] = "epoch 1 yielded no batches"
                 if e1["samples_per_s"]:
                     res["breakeven_step_ms"] = manifest["batch_size"] / e1["samples_per_s"] * 1000
             res["extra"] = adapter.extra() if hasattr(adapter, "extra") else {}
+            done = True
         finally:
+            res["versions"] = versions()
+            if done:
+                _emit(res)  # before close(): some systems die noisily while shutting down
+                res["_emitted"] = True
             if adapter is not None and hasattr(adapter, "close"):
-                adapter.close()
+                try:
+                    adapter.close()
+                except Exception:  # noqa: BLE001
+                    traceback.print_exc()
     except NotSupported as e:
         res["status"] = "unsupported"
         res["reason"] = str(e)
     except Exception as e:  # noqa: BLE001 - recorded as a failed row
         # pqloader's UnsupportedType / InvalidData for ragged lists = "not supported yet"
-        if type(e).__name__ in ("UnsupportedType", "InvalidData") and a.system.startswith("pqloader"):
+        if type(e).__name__ in PQLOADER_UNSUPPORTED and a.system.startswith("pqloader") and a.workload == "tokens":
             res["status"] = "unsupported"
             res["reason"] = f"not supported yet ({type(e).__name__}: {str(e)[:200]})"
         else:
             traceback.print_exc()
             res["status"] = "failed"
             res["reason"] = f"{type(e).__name__}: {str(e)[:300]}"
-    res["versions"] = versions()
-    _emit(res)
+    if not res.get("_emitted"):
+        res["versions"] = versions()
+        _emit(res)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown (lingering reader/prefetch threads)
 
 
 if __name__ == "__main__":

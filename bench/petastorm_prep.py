@@ -46,7 +46,6 @@ def unischema_for(workload: str) -> Unischema:
 
 
 def prepare(data_dir: str, workload: str) -> str:
-    src = os.path.join(data_dir, workload)
     dst = os.path.join(data_dir, workload + ".petastorm")
     meta = os.path.join(dst, "_common_metadata")
     files = C.parquet_files(data_dir, workload)

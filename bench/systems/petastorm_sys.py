@@ -7,8 +7,9 @@ config:
   cache:  true -> cache_type='local-disk' (epoch 1 fills it, epoch 2 reads it)
   workers_count, pool ('thread' | 'process')
 Images are decoded in a TransformSpec with the shared PIL decoder (224x224).
-Variable-length tokens cannot go through BatchedDataLoader (it stacks fixed
-shapes), so they use petastorm.pytorch.DataLoader with a padding collate_fn.
+make_batch_reader cannot return variable-length lists ("Length of all values
+in column 'tokens' are expected to be the same"), so its TransformSpec pads
+them to TOKENS_MAX_LEN (the row reader pads per batch in a collate_fn).
 """
 from __future__ import annotations
 
@@ -46,6 +47,14 @@ def _batch_npy(df):
     return df
 
 
+def _batch_pad_tokens(df):
+    """make_batch_reader only yields equal-length lists: pad to the global maximum (the Petastorm way)."""
+    lens = df["tokens"].map(len).to_numpy()
+    df["tokens"] = [np.pad(np.asarray(t, dtype=np.int32), (0, C.TOKENS_MAX_LEN - len(t))) for t in df["tokens"]]
+    df["lengths"] = lens.astype(np.int64)
+    return df
+
+
 def _row_image(row):
     row["image"] = C.decode_image(row["image"])
     return row
@@ -74,11 +83,12 @@ class Adapter:
         if self.workload == "ndarray" and self.kind == "batch":
             d += "; TransformSpec np.load"
         if self.workload == "tokens":
-            d += "; padding collate_fn"
+            d += ("; TransformSpec pads to %d (ragged lists unsupported by make_batch_reader)" % C.TOKENS_MAX_LEN
+                  if self.kind == "batch" else "; padding collate_fn")
         return d
 
     def _batched_loader(self):
-        return self.kind == "batch" and self.workload != "tokens"
+        return self.kind == "batch"
 
     def _reader(self, shuffle, seed):
         kw = dict(reader_pool_type=self.pool, workers_count=self.workers, num_epochs=1,
@@ -93,6 +103,9 @@ class Adapter:
             elif self.workload == "ndarray":
                 kw["transform_spec"] = TransformSpec(_batch_npy, edit_fields=[
                     ("array", np.float32, C.NDARRAY_SHAPE, False)])
+            elif self.workload == "tokens":
+                kw["transform_spec"] = TransformSpec(_batch_pad_tokens, edit_fields=[
+                    ("tokens", np.int32, (C.TOKENS_MAX_LEN,), False), ("lengths", np.int64, (), False)])
             return make_batch_reader(self.files, schema_fields=self.columns, **kw)
         if self.workload == "images":
             kw["transform_spec"] = TransformSpec(_row_image, edit_fields=[

@@ -1,14 +1,20 @@
 """pqloader (the system under test), run with /work/main/.venv's python.
 
-Images: pqloader has no decode transforms yet, so the consumer decodes the
-`image` bytes with PIL in a thread pool of os.cpu_count() threads (PIL
-releases the GIL while decoding/resizing). Once pqloader grows transforms,
-set IMAGE_TRANSFORMS below (or pass {"native_decode": true} in the config)
-and the consumer-side decode is skipped.
+config:
+  native: false -> raw columns; the consumer decodes: images with PIL in a thread pool of
+                   os.cpu_count() threads (PIL releases the GIL), .npy blobs with np.load;
+                   ragged tokens are not supported without a transform (pqloader raises)
+  native: true  -> pqloader's C++ per-sample transforms (NATIVE_TRANSFORMS below): the same work,
+                   bit-exact with common.decode_image for images, done in pqloader's workers
+  cache:  true  -> cache_dir=<tmp>: epoch 1 fills pqloader's decoded-sample cache, epoch 2 reads it
+  num_workers   -> Loader(num_workers=...)
+One Loader object serves all epochs of a measurement (iterating it again starts the next epoch).
 """
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,46 +23,61 @@ import pqloader
 import common as C
 
 
-def native_image_transforms():
-    """Hook for pqloader's future decode path; return the `transforms=` argument or None."""
-    tr = getattr(pqloader, "transforms", None)
-    if tr is None:
-        return None
-    # TODO(pqloader transforms): e.g. return {"image": tr.DecodeJpeg(size=(C.IMAGE_SIZE, C.IMAGE_SIZE))}
-    return None
+def native_transforms(workload):
+    """pqloader's own decode path for each workload (None: nothing to decode)."""
+    from pqloader import transforms as T
+
+    return {
+        "images": {"image": [T.DecodeImage(), T.Resize(C.RESIZE_SHORT), T.CenterCrop(C.IMAGE_SIZE)]},
+        "ndarray": {"array": [T.DecodeNdarray()]},
+        "tokens": {"tokens": [T.PadOrTruncate(C.TOKENS_MAX_LEN)]},
+    }.get(workload)
 
 
 class Adapter:
     def __init__(self, workload, data_dir, manifest, cfg):
         self.workload, self.cfg = workload, cfg
         self.source = os.path.join(data_dir, workload)
-        if cfg.get("source") == "files":
-            self.source = C.parquet_files(data_dir, workload)
         self.columns = C.columns_for(workload)
         self.bs = manifest["batch_size"]
         self.nw = cfg.get("num_workers")
-        self.transforms = native_image_transforms() if (workload == "images" and cfg.get("native_decode")) else None
-        self.pool = ThreadPoolExecutor(os.cpu_count() or 1) if workload == "images" and self.transforms is None else None
-        self._stats = []
+        self.transforms = native_transforms(workload) if cfg.get("native") else None
+        self.cache_dir = tempfile.mkdtemp(prefix="pql-cache-", dir=cfg.get("tmp")) if cfg.get("cache") else None
+        ncpu = os.cpu_count() or 1
+        self.pool = ThreadPoolExecutor(ncpu) if workload == "images" and self.transforms is None else None
+        self._loaders = {}
 
     def describe(self):
-        d = f"pqloader.Loader(batch_size={self.bs}, num_workers={self.nw}, shuffle=False)"
-        if self.workload == "images":
-            d += (" + native transforms" if self.transforms is not None else
-                  f" + PIL decode in consumer ThreadPool({os.cpu_count()}) (no transforms yet)")
+        d = f"pqloader.Loader(batch_size={self.bs}, num_workers={self.nw}"
+        if self.transforms is not None:
+            ops = ", ".join(f"{k}: [{', '.join(type(t).__name__ for t in v)}]" for k, v in self.transforms.items())
+            d += f", transforms={{{ops}}}"
+        if self.cache_dir:
+            d += ", cache_dir=<tmp>"
+        d += ")"
+        if self.workload == "images" and self.transforms is None:
+            d += f" + PIL decode in consumer ThreadPool({os.cpu_count()}) (no pqloader transforms)"
+        elif self.workload == "ndarray" and self.transforms is None:
+            d += " + np.load in consumer"
         return d
 
     def _loader(self, shuffle, seed):
-        kw = dict(columns=self.columns, batch_size=self.bs, num_workers=self.nw, shuffle=shuffle, seed=seed,
-                  num_epochs=1, drop_last=False)
-        if self.transforms is not None:
-            kw["transforms"] = self.transforms
-        return pqloader.Loader(self.source, **kw)
+        key = (bool(shuffle), seed)
+        if key not in self._loaders:
+            kw = dict(columns=self.columns, batch_size=self.bs, num_workers=self.nw, shuffle=shuffle, seed=seed,
+                      num_epochs=1, drop_last=False)
+            if self.transforms is not None:
+                kw["transforms"] = self.transforms
+            if self.cache_dir:
+                kw["cache_dir"] = self.cache_dir
+            self._loaders[key] = pqloader.Loader(self.source, **kw)
+        return self._loaders[key]
 
     def _decode_images(self, blobs):
         n = len(blobs)
         out = np.empty((n, C.IMAGE_SIZE, C.IMAGE_SIZE, 3), dtype=np.uint8)
-        k = max(1, (n + (os.cpu_count() or 1) - 1) // (os.cpu_count() or 1))
+        ncpu = os.cpu_count() or 1
+        k = max(1, -(-n // ncpu))
 
         def work(lo):
             for i in range(lo, min(n, lo + k)):
@@ -67,9 +88,9 @@ class Adapter:
 
     def epoch(self, e, shuffle=False, seed=None):
         loader = self._loader(shuffle, seed)
-        try:
-            for b in loader:
-                if self.workload == "images" and self.transforms is None:
+        for b in loader:
+            if self.transforms is None:
+                if self.workload == "images":
                     b["image"] = self._decode_images(b["image"])
                 elif self.workload == "ndarray":
                     a = b["array"]
@@ -79,16 +100,20 @@ class Adapter:
                     t = b["tokens"]
                     if not (isinstance(t, np.ndarray) and t.ndim == 2):
                         b["tokens"], b["lengths"] = C.pad_sequences(t)
-                yield b
-        finally:
-            try:
-                self._stats.append(loader.stats())
-            except Exception:  # noqa: BLE001
-                pass
+            yield b
 
     def extra(self):
-        return {"pqloader_stats": self._stats[:2]}
+        out = {}
+        for (shuffle, seed), ld in self._loaders.items():
+            try:
+                out[f"stats(shuffle={shuffle})"] = ld.stats()
+            except Exception as e:  # noqa: BLE001
+                out["stats_error"] = repr(e)
+        return out
 
     def close(self):
         if self.pool:
             self.pool.shutdown()
+        self._loaders.clear()
+        if self.cache_dir:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)

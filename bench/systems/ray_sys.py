@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 
-import numpy as np
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -83,7 +82,9 @@ class Adapter:
         try:
             yield from it
         finally:
-            del it
+            close = getattr(it, "close", None)
+            if close:
+                close()  # stops the prefetch thread of an abandoned epoch
 
     def close(self):
         ray.shutdown()
