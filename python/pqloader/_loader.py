@@ -592,7 +592,7 @@ class Loader:
         if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
             raise InvalidDataError(f"not a pqloader state (version {_STATE_VERSION}): {state!r:.200}")
         theirs = dict(state["options"])
-        if self._options["shuffle"] and self._seed_was_drawn():
+        if self._drawn_seed:
             self._options["seed"] = int(state["seed"])
             self._core.set_seed(int(state["seed"]))
         mine = self._fingerprint()
@@ -612,9 +612,6 @@ class Loader:
         end = state.get("iteration_end")
         self._resume_end = None if end is None else int(end)
         self._active_end = None
-
-    def _seed_was_drawn(self) -> bool:
-        return getattr(self, "_drawn_seed", False)
 
     def __repr__(self) -> str:
         o = self._options

@@ -19,6 +19,15 @@ int64_t NowNs() {
              std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Add one epoch's pipeline counters to `stats`.
+void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
+  stats->read_seconds += c.unit_ns * 1e-9;
+  stats->assemble_seconds += c.batch_ns * 1e-9;
+  stats->wait_seconds += c.wait_ns * 1e-9;
+  stats->units_read += c.units_done;
+  stats->peak_inflight_bytes = std::max(stats->peak_inflight_bytes, c.peak_inflight_bytes);
+}
+
 }  // namespace
 
 // Window permutations, computed once per window by whichever worker needs one first.
@@ -131,14 +140,9 @@ void Loader::Stop() {
   if (pipeline_ == nullptr) return;
   pipeline_->Shutdown();
   readahead_.reset();  // requests still in flight finish on io_pool_, unread
-  const PipelineCounters c = pipeline_->counters();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.read_seconds += c.unit_ns * 1e-9;
-    stats_.assemble_seconds += c.batch_ns * 1e-9;
-    stats_.wait_seconds += c.wait_ns * 1e-9;
-    stats_.units_read += c.units_done;
-    stats_.peak_inflight_bytes = std::max(stats_.peak_inflight_bytes, c.peak_inflight_bytes);
+    AddCounters(pipeline_->counters(), &stats_);
   }
   pipeline_.reset();
 }
@@ -412,14 +416,7 @@ LoaderStats Loader::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  if (pipeline_ != nullptr) {
-    const PipelineCounters c = pipeline_->counters();
-    s.read_seconds += c.unit_ns * 1e-9;
-    s.assemble_seconds += c.batch_ns * 1e-9;
-    s.wait_seconds += c.wait_ns * 1e-9;
-    s.units_read += c.units_done;
-    s.peak_inflight_bytes = std::max(s.peak_inflight_bytes, c.peak_inflight_bytes);
-  }
+  if (pipeline_ != nullptr) AddCounters(pipeline_->counters(), &s);
   s.bytes_read = bytes_read_.load();
   s.bytes_decoded = bytes_decoded_.load();
   s.skipped_rows = skipped_rows_.load();

@@ -84,15 +84,6 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
 arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            const Unit& unit,
                                                            const ReadOptions& options,
-                                                           arrow::MemoryPool* pool) {
-  ARROW_ASSIGN_OR_RAISE(auto fetched,
-                        FetchUnit(dataset, unit, options, pool, arrow::io::default_io_context()));
-  return ReadUnit(dataset, unit, options, pool, fetched.get());
-}
-
-arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
-                                                           const Unit& unit,
-                                                           const ReadOptions& options,
                                                            arrow::MemoryPool* pool,
                                                            FetchedUnit* fetched) {
   const Split& split = dataset.splits()[unit.split];

@@ -53,10 +53,4 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            arrow::MemoryPool* pool,
                                                            FetchedUnit* fetched);
 
-/// Fetch and read `unit` (FetchUnit on Arrow's default I/O context, then ReadUnit).
-arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
-                                                           const Unit& unit,
-                                                           const ReadOptions& options,
-                                                           arrow::MemoryPool* pool);
-
 }  // namespace pqloader

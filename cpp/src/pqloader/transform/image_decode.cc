@@ -192,12 +192,22 @@ class DecodeImageOp : public Op {
     return arrow::Status::Invalid("not a JPEG or PNG image (", n, " bytes)");
   }
 
+  std::shared_ptr<const Op> WithMinShortSide(int64_t min_short_side) const {
+    return std::make_shared<DecodeImageOp>(mode_, min_short_side);
+  }
+
  private:
   ImageMode mode_;
   int64_t min_short_side_;
 };
 
 }  // namespace
+
+std::shared_ptr<const Op> WithMinShortSide(const Op& op, int64_t min_short_side) {
+  auto* decode = dynamic_cast<const DecodeImageOp*>(&op);
+  if (decode == nullptr) return nullptr;
+  return decode->WithMinShortSide(min_short_side);
+}
 
 arrow::Result<std::shared_ptr<const Op>> MakeDecodeImage(const OpParams& params) {
   const std::string mode = params.String("mode", "rgb");

@@ -6,6 +6,8 @@ namespace pqloader {
 
 int64_t ResizeTarget(const Op& op);  // image_ops.cc
 bool IsPadOrTruncate(const Op& op);  // image_ops.cc
+// image_decode.cc: a DecodeImage that may DCT-scale to `min_short_side`, or nullptr.
+std::shared_ptr<const Op> WithMinShortSide(const Op& op, int64_t min_short_side);
 std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next);  // image_ops.cc
 
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
@@ -73,16 +75,8 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     // full-size decode followed by the same Resize.
     for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
       const int64_t target = ResizeTarget(*c.ops[i + 1]);
-      if (target > 0 && c.ops[i]->ToString() == "DecodeImage(mode=rgb)") {
-        OpParams p;
-        p.numbers["min_short_side"] = 2.0 * target;
-        ARROW_ASSIGN_OR_RAISE(c.ops[i], MakeOp("DecodeImage", p));
-      } else if (target > 0 && c.ops[i]->ToString() == "DecodeImage(mode=gray)") {
-        OpParams p;
-        p.numbers["min_short_side"] = 2.0 * target;
-        p.strings["mode"] = "gray";
-        ARROW_ASSIGN_OR_RAISE(c.ops[i], MakeOp("DecodeImage", p));
-      }
+      if (target <= 0) continue;
+      if (auto scaled = WithMinShortSide(*c.ops[i], 2 * target)) c.ops[i] = scaled;
     }
     plan.columns_[col] = std::move(c);
   }
