@@ -14,6 +14,10 @@ namespace pqloader {
 
 namespace {
 
+// Columns with rows of at most this many bytes are gathered row-major when shuffling
+// (see WithRowMajor); larger rows are gathered well column by column.
+constexpr int64_t kRowMajorMaxRowBytes = 64;
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -23,6 +27,7 @@ int64_t NowNs() {
 void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
   stats->read_seconds += c.unit_ns * 1e-9;
   stats->assemble_seconds += c.batch_ns * 1e-9;
+  stats->batches_by_consumer += c.batches_by_consumer;
   stats->wait_seconds += c.wait_ns * 1e-9;
   stats->units_read += c.units_done;
   stats->peak_inflight_bytes = std::max(stats->peak_inflight_bytes, c.peak_inflight_bytes);
@@ -73,6 +78,9 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   if (loader->options_.readahead <= 0) loader->options_.readahead = options.io_threads;
   ARROW_ASSIGN_OR_RAISE(loader->io_pool_, arrow::internal::ThreadPool::Make(options.io_threads));
+  // Freed blocks are kept for reuse up to half the in-flight budget (see buffer_pool.h).
+  loader->pool_reservation_ =
+      std::make_unique<PoolCacheReservation>(options.max_inflight_bytes / 2);
   DatasetOptions dataset_options = options.dataset;
   if (!options.cache.dir.empty() && options.cache.dir != ":memory:") {
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
@@ -122,7 +130,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
 
 Loader::~Loader() { Stop(); }
 
-void Loader::Stop() {
+std::shared_ptr<Loader::Pipeline> Loader::DetachLocked() {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
     CacheCounters delta;
@@ -137,18 +145,25 @@ void Loader::Stop() {
     }
     recorded_ = now;
   }
-  if (pipeline_ == nullptr) return;
-  pipeline_->Shutdown();
   readahead_.reset();  // requests still in flight finish on io_pool_, unread
+  return std::move(pipeline_);
+}
+
+void Loader::Stop() {
+  std::shared_ptr<Pipeline> pipeline;
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    AddCounters(pipeline_->counters(), &stats_);
+    std::lock_guard<std::mutex> lock(mu_);
+    pipeline = DetachLocked();
   }
-  pipeline_.reset();
+  if (pipeline == nullptr) return;
+  pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  AddCounters(pipeline->counters(), &stats_);
 }
 
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   Stop();
+  std::lock_guard<std::mutex> lock(mu_);
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
   auto plan = std::make_shared<const EpochPlan>(
       EpochPlan::Make(dataset_->SplitRows(), options_.plan, epoch));
@@ -157,8 +172,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
                                   plan->num_batches(), " batches");
   }
   if (start_ns_ < 0) start_ns_ = NowNs();
-  plan_ = plan;
-  perms_ = std::make_shared<PermutationCache>(plan);
+  auto perms = std::make_shared<PermutationCache>(plan);
   if (first_batch < plan->num_batches()) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     readahead_ = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
@@ -180,10 +194,19 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   Pipeline::Work work;
   work.num_batches = plan->num_batches();
   work.batch_units = [plan](int64_t b) { return plan->BatchUnitRange(b); };
+  work.unit_bytes = [this, plan](int64_t u) {
+    // The footer's uncompressed size of the selected chunks, pro rata; the pipeline
+    // scales it by what decoding actually produced so far.
+    const Unit& unit = plan->units()[u];
+    const Split& split = dataset_->splits()[unit.split];
+    if (split.num_rows <= 0) return int64_t{0};
+    return static_cast<int64_t>(static_cast<double>(split.uncompressed_bytes) *
+                                static_cast<double>(unit.num_rows()) /
+                                static_cast<double>(split.num_rows));
+  };
   work.run_unit = [this, plan, readahead = readahead_](int64_t u, int64_t* bytes) {
     return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
   };
-  auto perms = perms_;
   work.run_batch = [this, plan, perms, epoch](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
@@ -217,7 +240,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
     }
     (*batch)->epoch = epoch;
     (*batch)->index = b;
-    *bytes = (*batch)->ByteSize();
+    *bytes = (*batch)->owned_bytes;
     return batch;
   };
 
@@ -226,14 +249,30 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   popts.max_inflight_bytes = options_.max_inflight_bytes;
   popts.max_prefetch_batches = options_.prefetch_batches;
   popts.debug_max_delay_us = options_.debug_max_delay_us;
-  pipeline_ = std::make_unique<Pipeline>(std::move(work), popts, first_batch);
+  pipeline_ = std::make_shared<Pipeline>(std::move(work), popts, first_batch);
   return arrow::Status::OK();
 }
 
-arrow::Result<std::shared_ptr<Batch>> Loader::Next() {
-  if (pipeline_ == nullptr) return std::shared_ptr<Batch>();
-  ARROW_ASSIGN_OR_RAISE(auto batch, pipeline_->Next());
+arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds timeout,
+                                                   bool* timed_out) {
+  if (timed_out != nullptr) *timed_out = false;
+  std::shared_ptr<Pipeline> pipeline;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pipeline = pipeline_;
+  }
+  if (pipeline == nullptr) return std::shared_ptr<Batch>();
+  bool waited_out = false;
+  ARROW_ASSIGN_OR_RAISE(auto batch, pipeline->Next(timeout, &waited_out));
+  if (waited_out) {
+    if (timed_out != nullptr) *timed_out = true;
+    return batch;
+  }
   if (batch == nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pipeline_ != pipeline) return batch;  // already stopped (or replaced)
+    }
     Stop();
     return batch;
   }
@@ -325,6 +364,9 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
+  if (options_.plan.shuffle) {
+    ARROW_ASSIGN_OR_RAISE(decoded, WithRowMajor(decoded, kRowMajorMaxRowBytes, pool_));
+  }
   skipped_rows_ += decoded->skipped_rows;
   *bytes = decoded->ByteSize();
   bytes_decoded_ += *bytes;
@@ -404,6 +446,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::AddLengthColumns(
       std::memcpy(data->mutable_data(), lengths[src].data(), batch->num_rows * sizeof(int64_t));
     }
     c.data = std::move(data);
+    batch->owned_bytes += batch->num_rows * static_cast<int64_t>(sizeof(int64_t));
     columns.push_back(std::move(c));
   }
   batch->columns = std::move(columns);
@@ -416,7 +459,12 @@ LoaderStats Loader::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  if (pipeline_ != nullptr) AddCounters(pipeline_->counters(), &s);
+  std::shared_ptr<Pipeline> pipeline;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pipeline = pipeline_;
+  }
+  if (pipeline != nullptr) AddCounters(pipeline->counters(), &s);
   s.bytes_read = bytes_read_.load();
   s.bytes_decoded = bytes_decoded_.load();
   s.skipped_rows = skipped_rows_.load();

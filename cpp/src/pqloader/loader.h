@@ -4,11 +4,13 @@
 // OrderedPipeline workers that ReadUnit (fetch + decode + convert) and AssembleBatch
 // (gather rows into pooled buffers) → the consumer, in sequence order. The batches are
 // a pure function of (data, options, seed, epoch, rank, world_size); see
-// docs/determinism.md. Thread-safety: one consumer thread calls StartEpoch/Next;
-// stats() too.
+// docs/determinism.md. Thread-safety: every method may be called from any thread;
+// Next() is for one consumer at a time, and Stop() from another thread wakes it (it then
+// returns Cancelled).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "pqloader/exec/readahead.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/transform/pipeline.h"
 
 namespace pqloader {
@@ -45,7 +48,9 @@ struct LoaderOptions {
   bool verify_checksums = false;
   /// Worker threads. Default: 0, meaning one per hardware thread.
   int num_workers = 0;
-  /// Soft bound on decoded, unconsumed bytes. Default: 256 MiB.
+  /// Bound on decoded, unconsumed bytes: row groups are decoded ahead of the consumer
+  /// while their estimated size fits (see exec/ordered_pipeline.h for the floor).
+  /// Default: 256 MiB.
   int64_t max_inflight_bytes = int64_t{256} << 20;
   /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker.
   int64_t prefetch_batches = 0;
@@ -75,7 +80,8 @@ struct LoaderStats {
   int64_t bytes_read = 0;         ///< Compressed Parquet bytes of the chunks read.
   int64_t bytes_decoded = 0;      ///< Bytes of decoded tensor columns produced.
   double read_seconds = 0;        ///< Worker time reading + decoding (all threads).
-  double assemble_seconds = 0;    ///< Worker time assembling batches (all threads).
+  double assemble_seconds = 0;    ///< Time assembling batches (all threads).
+  int64_t batches_by_consumer = 0;  ///< Batches Next() assembled on the caller's thread.
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
@@ -104,7 +110,10 @@ class Loader {
   int64_t num_batches() const { return first_plan_.num_batches(); }
   /// Replace the seed (e.g. with one restored from a checkpoint). Takes effect at the
   /// next StartEpoch.
-  void set_seed(uint64_t seed) { options_.plan.seed = seed; }
+  void set_seed(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    options_.plan.seed = seed;
+  }
   int64_t num_rows() const { return first_plan_.num_rows(); }
 
   /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units
@@ -112,7 +121,11 @@ class Loader {
   arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
   /// After an error, iteration of this epoch is over: the same error is returned again.
-  arrow::Result<std::shared_ptr<Batch>> Next();
+  /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
+  /// a caller can check for signals and call again). Cancelled if Stop() ran meanwhile.
+  arrow::Result<std::shared_ptr<Batch>> Next(
+      std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
+      bool* timed_out = nullptr);
   /// Stop the epoch in progress, if any, and join its workers.
   void Stop();
 
@@ -122,6 +135,8 @@ class Loader {
 
  private:
   using Pipeline = OrderedPipeline<DecodedUnit, Batch>;
+  // Requires mu_: detach the epoch in progress; the caller shuts it down.
+  std::shared_ptr<Pipeline> DetachLocked();
   class PermutationCache;
 
   Loader() = default;
@@ -146,17 +161,19 @@ class Loader {
   arrow::Result<std::shared_ptr<Batch>> AddLengthColumns(
       std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths);
 
-  LoaderOptions options_;
+  LoaderOptions options_;  // seed GUARDED_BY(mu_); the rest immutable after Make()
   std::shared_ptr<Dataset> dataset_;
   ReadOptions read_options_;
   TransformPlan transforms_;
   EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);
-  std::shared_ptr<const EpochPlan> plan_;
-  std::shared_ptr<PermutationCache> perms_;
-  std::unique_ptr<Pipeline> pipeline_;
-  arrow::MemoryPool* pool_ = arrow::default_memory_pool();
+  // Serialises StartEpoch/Stop and guards the epoch in progress; never held while
+  // Next() waits, so Stop() can wake it.
+  mutable std::mutex mu_;
+  std::shared_ptr<Pipeline> pipeline_;  // GUARDED_BY(mu_)
+  std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead_;  // GUARDED_BY(mu_)
+  RecyclingPool* pool_ = RecyclingPool::Global();
+  std::unique_ptr<PoolCacheReservation> pool_reservation_;
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
-  std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead_;  // of this epoch
 
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};
@@ -164,7 +181,7 @@ class Loader {
   std::atomic<int64_t> cache_bytes_saved_{0};
   std::shared_ptr<SplitCache> cache_;
   std::string cache_identity_;   // what every cache key of this loader shares
-  CacheCounters recorded_;       // counters already added to the cache dir's records
+  CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
   mutable std::mutex stats_mu_;
   LoaderStats stats_;  // GUARDED_BY(stats_mu_); pipeline counters folded in at epoch end
   int64_t start_ns_ = -1;

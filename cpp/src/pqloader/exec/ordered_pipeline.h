@@ -7,15 +7,25 @@
 // without holding the lock, and deposit the result in a slot keyed by its number.
 // The consumer takes batches strictly in order, so the output never depends on the
 // number of threads or on timing. A unit is freed once every batch that reads it is
-// assembled. Memory is bounded: units are decoded only up to the units needed by
-// `max_prefetch_batches` batches ahead of the consumer, and beyond the units the
-// consumer needs right now only while the in-flight bytes stay under
-// `max_inflight_bytes`.
+// assembled.
+//
+// Look-ahead is counted in bytes, not batches: a unit is claimed as soon as its
+// estimated size (Work::unit_bytes, scaled by the largest actual/estimate ratio seen
+// so far) fits, with everything decoded and not yet consumed, within
+// `max_inflight_bytes`. So with large row groups the next ones are decoded while the
+// current one is consumed, by as many workers as there are. The floor: the units of
+// the batch the consumer waits for are always claimed, whatever the budget, and
+// `max_prefetch_batches` batches may be assembled ahead of it.
+//
+// The consumer helps: when the batch it waits for has its inputs ready but no worker
+// has claimed it (all are decoding ahead), Next() assembles it on the calling thread
+// instead of waiting for a worker to finish a long decode.
 //
 // A failed unit fails exactly the batches that read it; the consumer sees the error
 // when it reaches the first such batch, and the pipeline stops (no hang).
 //
-// Thread-safety: Next() is called by one consumer thread; everything else is internal.
+// Thread-safety: Next() may be called by one consumer thread at a time; Shutdown() may
+// be called from any thread, also while Next() waits (Next() then returns Cancelled).
 // This header knows nothing of Parquet.
 #pragma once
 
@@ -41,8 +51,8 @@ namespace pqloader {
 struct PipelineOptions {
   /// Worker threads. Default: 1.
   int num_threads = 1;
-  /// Soft bound on decoded-but-unconsumed bytes (units plus assembled batches).
-  /// The units the consumer needs next are always allowed. Default: 256 MiB.
+  /// Bound on decoded-but-unconsumed bytes (units plus assembled batches), apart from
+  /// the floor (see the header comment). Default: 256 MiB.
   int64_t max_inflight_bytes = int64_t{256} << 20;
   /// Batches assembled ahead of the consumer, at most. Default: 4.
   int64_t max_prefetch_batches = 4;
@@ -51,14 +61,16 @@ struct PipelineOptions {
   int64_t debug_max_delay_us = 0;
 };
 
-/// Nanoseconds spent per stage; totals over all workers.
+/// Nanoseconds spent per stage; totals over all workers (and the consumer).
 struct PipelineCounters {
   int64_t unit_ns = 0;
   int64_t batch_ns = 0;
-  int64_t wait_ns = 0;  ///< Consumer time blocked in Next().
+  int64_t wait_ns = 0;  ///< Consumer time blocked in Next() (not assembling).
   int64_t units_done = 0;
   int64_t batches_done = 0;
+  int64_t batches_by_consumer = 0;  ///< Batches Next() assembled itself.
   int64_t peak_inflight_bytes = 0;
+  int64_t inflight_bytes = 0;  ///< Now: reserved or decoded, not yet consumed.
 };
 
 template <typename UnitT, typename BatchT>
@@ -71,9 +83,13 @@ class OrderedPipeline {
     int64_t num_batches = 0;
     /// [lo, hi) units read by batch b; non-decreasing in b.
     std::function<std::pair<int64_t, int64_t>(int64_t)> batch_units;
+    /// Estimated bytes of unit u once produced (reserved when it is claimed). Optional:
+    /// without it, units are estimated from the sizes of the units already produced.
+    std::function<int64_t(int64_t)> unit_bytes;
     /// Produce unit u and its size in bytes.
     std::function<arrow::Result<UnitPtr>(int64_t, int64_t*)> run_unit;
-    /// Assemble batch b from units [lo, hi) (units[i] is unit lo + i) and report its size.
+    /// Assemble batch b from units [lo, hi) (units[i] is unit lo + i) and report the
+    /// bytes it holds beyond its units.
     std::function<arrow::Result<BatchPtr>(int64_t, const std::vector<UnitPtr>&, int64_t*)>
         run_batch;
   };
@@ -92,6 +108,7 @@ class OrderedPipeline {
         for (int64_t u = lo; u < hi; ++u) ++refs_[u - next_unit_];
       }
       unit_base_ = next_unit_;
+      needed_end_ = work_.batch_units(first_batch).second;
     }
     const int n = std::max(1, options_.num_threads);
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
@@ -99,37 +116,65 @@ class OrderedPipeline {
 
   ~OrderedPipeline() { Shutdown(); }
 
-  /// Stop claiming work and join the workers (tasks already running finish first).
-  /// Idempotent. Next() must not be called afterwards.
+  /// Stop claiming work, wake a waiting Next(), and join the workers (tasks already
+  /// running finish first). Idempotent; may be called from any thread but a worker.
   void Shutdown() {
+    std::vector<std::thread> threads;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
+      threads.swap(threads_);
     }
     cv_.notify_all();
-    for (auto& t : threads_) t.join();
-    threads_.clear();
+    for (auto& t : threads) t.join();
   }
 
   OrderedPipeline(const OrderedPipeline&) = delete;
   OrderedPipeline& operator=(const OrderedPipeline&) = delete;
 
   /// Return the next batch in order, nullptr after the last one, or the error of a
-  /// failed task (then again on every later call).
-  arrow::Result<BatchPtr> Next() {
+  /// failed task (then again on every later call). Cancelled after Shutdown(). With a
+  /// `timeout`, return nullptr and set *timed_out when no batch came in time (the
+  /// caller may check for signals and call again).
+  arrow::Result<BatchPtr> Next(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
+                               bool* timed_out = nullptr) {
+    if (timed_out != nullptr) *timed_out = false;
     std::unique_lock<std::mutex> lock(mu_);
     if (!sticky_error_.ok()) return sticky_error_;
     if (consumed_ >= work_.num_batches) return BatchPtr{};
     const auto t0 = std::chrono::steady_clock::now();
-    cv_.wait(lock, [&] { return batches_.count(consumed_) > 0; });
-    counters_.wait_ns += Nanos(t0);
+    const bool bounded = timeout != std::chrono::nanoseconds::max();
+    const auto deadline = bounded ? t0 + timeout : std::chrono::steady_clock::time_point::max();
+    int64_t helped_ns = 0;
+    while (batches_.count(consumed_) == 0) {
+      if (stop_) return arrow::Status::Cancelled("the pipeline was stopped");
+      if (next_batch_ == consumed_ && CanClaimBatch()) {
+        helped_ns += RunBatch(lock, /*by_consumer=*/true);
+        continue;
+      }
+      if (bounded) {
+        if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+            batches_.count(consumed_) == 0 && !stop_) {
+          counters_.wait_ns += Nanos(t0) - helped_ns;
+          if (timed_out != nullptr) *timed_out = true;
+          return BatchPtr{};
+        }
+      } else {
+        cv_.wait(lock);
+      }
+    }
+    counters_.wait_ns += Nanos(t0) - helped_ns;
     auto node = batches_.extract(consumed_);
     ++consumed_;
+    if (consumed_ < work_.num_batches) {
+      needed_end_ = std::max(needed_end_, work_.batch_units(consumed_).second);
+    }
     inflight_bytes_ -= node.mapped().bytes;
     cv_.notify_all();
     if (!node.mapped().result.ok()) {
       sticky_error_ = node.mapped().result.status();
       stop_ = true;
+      cv_.notify_all();
       return sticky_error_;
     }
     return std::move(node.mapped().result).ValueUnsafe();
@@ -137,7 +182,9 @@ class OrderedPipeline {
 
   PipelineCounters counters() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return counters_;
+    PipelineCounters c = counters_;
+    c.inflight_bytes = inflight_bytes_;
+    return c;
   }
 
  private:
@@ -145,7 +192,7 @@ class OrderedPipeline {
     bool done = false;
     arrow::Status status;
     UnitPtr value;
-    int64_t bytes = 0;
+    int64_t bytes = 0;  // reserved while running, actual once done
   };
   struct BatchSlot {
     arrow::Result<BatchPtr> result;
@@ -172,21 +219,27 @@ class OrderedPipeline {
     return all_done;
   }
 
+  // Requires mu_.
   bool CanClaimBatch() const {
-    if (next_batch_ >= work_.num_batches) return false;
+    if (stop_ || next_batch_ >= work_.num_batches) return false;
     if (next_batch_ >= consumed_ + options_.max_prefetch_batches) return false;
     auto [lo, hi] = work_.batch_units(next_batch_);
     return InputsReady(lo, hi);
   }
 
+  // Requires mu_. The estimated bytes of unit u.
+  int64_t Estimate(int64_t u) const {
+    if (!work_.unit_bytes) return units_done_ > 0 ? max_unit_bytes_ : 0;
+    const double e = static_cast<double>(work_.unit_bytes(u)) * std::max(1.0, ratio_);
+    return static_cast<int64_t>(e);
+  }
+
+  // Requires mu_.
   bool CanClaimUnit() const {
-    if (next_unit_ >= end_unit_ || unit_failed_) return false;
+    if (stop_ || next_unit_ >= end_unit_ || unit_failed_) return false;
     if (consumed_ >= work_.num_batches) return false;
-    if (next_unit_ < work_.batch_units(consumed_).second) return true;  // needed now
-    const int64_t horizon =
-        std::min(consumed_ + options_.max_prefetch_batches, work_.num_batches) - 1;
-    return next_unit_ < work_.batch_units(horizon).second &&
-           inflight_bytes_ < options_.max_inflight_bytes;
+    if (next_unit_ < needed_end_) return true;  // the consumer needs it now: the floor
+    return inflight_bytes_ + Estimate(next_unit_) <= options_.max_inflight_bytes;
   }
 
   // Run fn, turning any C++ exception that escapes it into an error status.
@@ -213,71 +266,99 @@ class OrderedPipeline {
     counters_.peak_inflight_bytes = std::max(counters_.peak_inflight_bytes, inflight_bytes_);
   }
 
+  // Requires mu_ held by `lock` and CanClaimBatch(). Claim batch next_batch_, run it
+  // without the lock, deposit it. Returns the nanoseconds it took.
+  int64_t RunBatch(std::unique_lock<std::mutex>& lock, bool by_consumer) {
+    const int64_t b = next_batch_++;
+    auto [lo, hi] = work_.batch_units(b);
+    std::vector<UnitPtr> inputs;
+    arrow::Status failed;
+    for (int64_t u = lo; u < hi; ++u) {
+      auto it = units_.find(u);
+      if (it == units_.end() || !it->second.done) continue;  // after a failed unit
+      if (!it->second.status.ok() && failed.ok()) failed = it->second.status;
+      inputs.push_back(it->second.value);
+    }
+    lock.unlock();
+    BatchSlot out;
+    int64_t ns = 0;
+    if (!failed.ok()) {
+      out.result = failed;
+    } else {
+      if (!by_consumer) MaybeDelay();
+      const auto t0 = std::chrono::steady_clock::now();
+      out.result = Guard([&] { return work_.run_batch(b, inputs, &out.bytes); });
+      ns = Nanos(t0);
+    }
+    inputs.clear();
+    lock.lock();
+    counters_.batch_ns += ns;
+    ++counters_.batches_done;
+    if (by_consumer) ++counters_.batches_by_consumer;
+    AddInflight(out.bytes);
+    batches_.emplace(b, std::move(out));
+    for (int64_t u = lo; u < hi; ++u) {
+      if (--refs_[u - unit_base_] == 0) {
+        auto it = units_.find(u);
+        if (it != units_.end() && it->second.done) {  // a running one frees itself
+          inflight_bytes_ -= it->second.bytes;
+          units_.erase(it);
+        }
+      }
+    }
+    cv_.notify_all();
+    return ns;
+  }
+
+  // Requires mu_ held by `lock` and CanClaimUnit().
+  void RunUnit(std::unique_lock<std::mutex>& lock) {
+    const int64_t u = next_unit_++;
+    const int64_t reserved = Estimate(u);
+    const int64_t estimate = work_.unit_bytes ? work_.unit_bytes(u) : 0;
+    AddInflight(reserved);
+    units_[u].bytes = reserved;
+    lock.unlock();
+    MaybeDelay();
+    UnitSlot slot;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto result = Guard([&] { return work_.run_unit(u, &slot.bytes); });
+    const int64_t ns = Nanos(t0);
+    if (result.ok()) {
+      slot.value = std::move(result).ValueUnsafe();
+    } else {
+      slot.status = result.status();
+      slot.bytes = 0;
+    }
+    slot.done = true;
+    lock.lock();
+    counters_.unit_ns += ns;
+    ++counters_.units_done;
+    ++units_done_;
+    if (!slot.status.ok()) unit_failed_ = true;
+    if (slot.status.ok() && estimate > 0) {
+      ratio_ = std::max(ratio_, static_cast<double>(slot.bytes) / static_cast<double>(estimate));
+    }
+    max_unit_bytes_ = std::max(max_unit_bytes_, slot.bytes);
+    inflight_bytes_ -= reserved;
+    AddInflight(slot.bytes);
+    if (refs_[u - unit_base_] == 0) {  // no batch reads it any more (stopped early)
+      inflight_bytes_ -= slot.bytes;
+      units_.erase(u);
+    } else {
+      units_[u] = std::move(slot);
+    }
+    cv_.notify_all();
+  }
+
   void WorkerLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       cv_.wait(lock, [&] { return stop_ || CanClaimBatch() || CanClaimUnit(); });
       if (stop_) return;
       if (CanClaimBatch()) {
-        const int64_t b = next_batch_++;
-        auto [lo, hi] = work_.batch_units(b);
-        std::vector<UnitPtr> inputs;
-        arrow::Status failed;
-        for (int64_t u = lo; u < hi; ++u) {
-          auto it = units_.find(u);
-          if (it == units_.end() || !it->second.done) continue;  // after a failed unit
-          if (!it->second.status.ok() && failed.ok()) failed = it->second.status;
-          inputs.push_back(it->second.value);
-        }
-        lock.unlock();
-        BatchSlot out;
-        int64_t ns = 0;
-        if (!failed.ok()) {
-          out.result = failed;
-        } else {
-          MaybeDelay();
-          const auto t0 = std::chrono::steady_clock::now();
-          out.result = Guard([&] { return work_.run_batch(b, inputs, &out.bytes); });
-          ns = Nanos(t0);
-        }
-        inputs.clear();
-        lock.lock();
-        counters_.batch_ns += ns;
-        ++counters_.batches_done;
-        AddInflight(out.bytes);
-        batches_.emplace(b, std::move(out));
-        for (int64_t u = lo; u < hi; ++u) {
-          if (--refs_[u - unit_base_] == 0) {
-            auto it = units_.find(u);
-            if (it != units_.end()) {
-              inflight_bytes_ -= it->second.bytes;
-              units_.erase(it);
-            }
-          }
-        }
-        cv_.notify_all();
+        RunBatch(lock, /*by_consumer=*/false);
       } else {
-        const int64_t u = next_unit_++;
-        lock.unlock();
-        MaybeDelay();
-        UnitSlot slot;
-        const auto t0 = std::chrono::steady_clock::now();
-        auto result = Guard([&] { return work_.run_unit(u, &slot.bytes); });
-        const int64_t ns = Nanos(t0);
-        if (result.ok()) {
-          slot.value = std::move(result).ValueUnsafe();
-        } else {
-          slot.status = result.status();
-          slot.bytes = 0;
-        }
-        slot.done = true;
-        lock.lock();
-        counters_.unit_ns += ns;
-        ++counters_.units_done;
-        if (!slot.status.ok()) unit_failed_ = true;
-        AddInflight(slot.bytes);
-        units_[u] = std::move(slot);
-        cv_.notify_all();
+        RunUnit(lock);
       }
     }
   }
@@ -292,15 +373,19 @@ class OrderedPipeline {
   int64_t next_unit_ = 0;             // GUARDED_BY(mu_)
   int64_t end_unit_ = 0;              // GUARDED_BY(mu_)
   int64_t unit_base_ = 0;             // GUARDED_BY(mu_)
+  int64_t needed_end_ = 0;            // GUARDED_BY(mu_); units the consumer needs now
   int64_t next_batch_ = 0;            // GUARDED_BY(mu_)
   int64_t consumed_ = 0;              // GUARDED_BY(mu_)
   int64_t inflight_bytes_ = 0;        // GUARDED_BY(mu_)
+  int64_t units_done_ = 0;            // GUARDED_BY(mu_)
+  int64_t max_unit_bytes_ = 0;        // GUARDED_BY(mu_)
+  double ratio_ = 1.0;                // GUARDED_BY(mu_); largest actual / estimated bytes
   std::vector<int32_t> refs_;         // GUARDED_BY(mu_); batches still to read unit u
   std::map<int64_t, UnitSlot> units_;    // GUARDED_BY(mu_)
   std::map<int64_t, BatchSlot> batches_;  // GUARDED_BY(mu_)
   arrow::Status sticky_error_;        // GUARDED_BY(mu_)
   PipelineCounters counters_;         // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace pqloader

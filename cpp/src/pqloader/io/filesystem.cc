@@ -7,6 +7,7 @@
 #include <set>
 
 #include "pqloader/error.h"
+#include "pqloader/tensor/buffer_pool.h"
 
 namespace pqloader {
 
@@ -180,6 +181,14 @@ arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage)
   return o;
 }
 
+namespace {
+
+// Reads land in recycled blocks: column chunks are read again every epoch, and fresh
+// pages cost page faults and zeroing (see tensor/buffer_pool.h).
+arrow::io::IOContext IoContext() { return arrow::io::IOContext(RecyclingPool::Global()); }
+
+}  // namespace
+
 arrow::Result<std::unique_ptr<FileSystemResolver>> FileSystemResolver::Make(
     const StorageOptions& storage) {
   std::unique_ptr<FileSystemResolver> r(new FileSystemResolver());
@@ -194,7 +203,7 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
   if (source.compare(0, sizeof(kS3Prefix) - 1, kS3Prefix) == 0) {
     if (s3_ == nullptr) {
       ARROW_ASSIGN_OR_RAISE(auto options, MakeS3Options(storage_));
-      auto made = arrow::fs::S3FileSystem::Make(options);
+      auto made = arrow::fs::S3FileSystem::Make(options, IoContext());
       if (made.ok()) s3_ = *made;
       const auto& st = made.status();
       if (!st.ok()) {
@@ -209,7 +218,7 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
     return ResolvedSource{s3_, path, kS3Prefix};
   }
   ResolvedSource out;
-  auto fs = arrow::fs::FileSystemFromUriOrPath(source, &out.path);
+  auto fs = arrow::fs::FileSystemFromUriOrPath(source, IoContext(), &out.path);
   if (!fs.ok()) {
     return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
                      "': ", fs.status().message());

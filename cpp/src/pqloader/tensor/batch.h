@@ -2,10 +2,10 @@
 //
 // A DecodedUnit holds the columns of one unit (a row range of one split) in the
 // layout the batch wants: fixed-shape rows packed contiguously, or variable-length
-// bytes with int64 offsets. A Batch holds `num_rows` rows of each column in freshly
-// allocated, 64-byte aligned buffers from an Arrow memory pool; its buffers are
-// reference counted, so they can be exported zero-copy (NumPy, DLPack) and go back
-// to the pool when the last reference is dropped.
+// bytes with int64 offsets. A Batch holds `num_rows` rows of each column in 64-byte
+// aligned buffers (slices of one block from a memory pool, or of a unit's buffers);
+// its buffers are reference counted, so they can be exported zero-copy (NumPy, DLPack)
+// and go back to the pool when the last reference is dropped.
 // Thread-safety: immutable once built; shareable across threads.
 #pragma once
 
@@ -87,10 +87,20 @@ struct ColumnData {
   std::vector<int64_t> lengths;
 };
 
+/// Small fixed-size columns of a unit stored row by row (see WithRowMajor): row r of
+/// column c is at data + r * stride + offset[c].
+struct RowMajorBlock {
+  std::shared_ptr<arrow::Buffer> data;
+  int64_t stride = 0;
+  std::vector<int64_t> offset;  ///< Per column; -1 for a column not in the block.
+};
+
 /// The decoded columns of one unit, in ColumnSpec order.
 struct DecodedUnit {
   int64_t num_rows = 0;
   std::vector<ColumnData> columns;
+  /// When set, the columns it holds have no `data` of their own.
+  std::shared_ptr<const RowMajorBlock> row_major;
   /// Per row: 0 when a transform failed and on_decode_error="skip" dropped the row.
   /// Empty when every row is valid.
   std::vector<uint8_t> row_ok;
@@ -115,13 +125,29 @@ struct Batch {
   int64_t index = 0;  ///< Position of the batch in its epoch.
   int64_t num_rows = 0;
   std::vector<BatchColumn> columns;  ///< In ColumnSpec order.
+  /// Bytes allocated for this batch (columns that view a unit's buffers are not counted).
+  int64_t owned_bytes = 0;
   int64_t ByteSize() const;
 };
+
+/// Return `unit` with its small fixed-size columns (rows of at most `max_row_bytes`)
+/// moved into one row-major block, if it has at least two such columns; else `unit`.
+/// A shuffled batch then reads each sample's values from one place (a few cache lines)
+/// instead of one cache line per column: the gather of a window larger than the CPU
+/// caches is bound by cache misses, not by bytes.
+arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
+    const std::shared_ptr<const DecodedUnit>& unit, int64_t max_row_bytes,
+    arrow::MemoryPool* pool);
 
 /// Gather `rows` (RowRef::unit indexes `units` after subtracting `unit_base`) into a
 /// new batch. A column c with `samples[c]` non-empty takes row i from samples[c][i]
 /// instead (the output of transforms); `samples` may be empty. Fails if one column's
-/// rows have different shapes (or dtypes).
+/// rows have different shapes (or dtypes); shapes are compared once per unit.
+///
+/// Copied columns share one block from `pool`, 64-byte aligned each; when every row
+/// comes from one run of consecutive rows of one unit (natural order), fixed-size
+/// columns are slices of the unit's buffers instead (no copy). Shuffled rows are
+/// gathered with a typed load/store per row for 1/2/4/8/16-byte rows.
 arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,

@@ -1,7 +1,13 @@
 #include "pqloader/transform/op.h"
 
+#include "pqloader/tensor/buffer_pool.h"
 
 namespace pqloader {
+
+namespace {
+// Largest sample an op may allocate (a corrupt header must not ask for more).
+constexpr int64_t kMaxSampleBytes = int64_t{1} << 34;
+}  // namespace
 
 double OpParams::Number(const std::string& key, double fallback) const {
   auto it = numbers.find(key);
@@ -33,7 +39,14 @@ arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> sha
   for (int64_t d : s.shape) {
     if (d < 0) return arrow::Status::Invalid("negative dimension in ", ShapeToString(s.shape));
   }
-  ARROW_ASSIGN_OR_RAISE(s.data, arrow::AllocateBuffer(s.num_elements() * DTypeSize(dtype)));
+  int64_t bytes = DTypeSize(dtype);
+  for (int64_t d : s.shape) {
+    if (d > 0 && bytes > kMaxSampleBytes / d) {
+      return arrow::Status::Invalid("a sample of shape ", ShapeToString(s.shape), " is too large");
+    }
+    bytes *= d;
+  }
+  ARROW_ASSIGN_OR_RAISE(s.data, arrow::AllocateBuffer(bytes, RecyclingPool::Global()));
   return s;
 }
 

@@ -1,0 +1,349 @@
+"""bench-quick: pqloader against its ceilings, every figure measured in this one run.
+
+    make bench-quick                 # = .venv/bin/python bench/quick.py
+    .venv/bin/python bench/quick.py --only tabular,cache --repeats 3
+
+Use it before and after every change on the hot path: each row is a ratio to a ceiling
+measured side by side on the same files and cores, so the ratios (not the absolute
+rates) are what compare across machines and runs. Rows:
+
+* tabular (80 float32 + 21 int64 columns, 64k-row row groups, snappy, batch 1024):
+  pqloader shuffled and unshuffled vs a 2-thread pool decoding whole row groups with
+  pyarrow (read_row_group + to_numpy per column), and a cold-page-cache shuffled epoch
+  (files evicted with posix_fadvise(DONTNEED) first) vs the same pool, also cold.
+* cache: epochs served from a warm `cache_dir`, shuffled and not, vs a single-thread
+  `np.copyto` of the same decoded bytes; and shuffled hits vs the shuffled uncached epoch.
+* tokens (list<int32>, log-normal lengths, batch 256): PadOrTruncate(1024) vs the
+  values+offsets ceiling (the 2-thread pool reading the column and taking its values
+  and offsets as NumPy arrays).
+* images (500x375 JPEGs cut from scikit-image photographs, batch 64): the eval pipeline
+  DecodeImage, Resize(256), CenterCrop(224), Normalize, ToCHW vs libjpeg-turbo's
+  decode-only rate on all cores (Pillow, which bundles libjpeg-turbo, one thread per core;
+  its decoder releases the GIL).
+
+Data is generated once into bench/data/quick/ (seeded; reused while the spec matches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import io
+import json
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import pqloader
+from pqloader import transforms as T
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "bench" / "data" / "quick"
+CORES = os.cpu_count() or 1
+
+SPEC = {
+    "tabular": dict(rows=1_000_000, files=4, row_group=65_536, f32=80, i64=21, batch=1024),
+    "tokens": dict(rows=240_000, files=2, row_group=40_000, batch=256, max_len=1024),
+    "images": dict(rows=1_200, files=2, row_group=200, batch=64),
+    "version": 1,
+}
+
+
+# ----------------------------------------------------------------------------- data
+def _write_files(name: str, make_table, files: int, rows: int, row_group: int) -> Path:
+    out = DATA / name
+    manifest = DATA / f"{name}.manifest.json"
+    spec = {"spec": SPEC[name], "version": SPEC["version"]}
+    if manifest.exists() and json.loads(manifest.read_text()) == spec:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    per_file = rows // files
+    for f in range(files):
+        rng = np.random.default_rng([SPEC["version"], hash(name) % 1000, f])
+        table = make_table(rng, per_file)
+        pq.write_table(table, out / f"part-{f:03d}.parquet", row_group_size=row_group,
+                       compression="snappy")
+    manifest.write_text(json.dumps(spec))
+    return out
+
+
+def tabular_data() -> Path:
+    s = SPEC["tabular"]
+
+    def make(rng, n):
+        cols = {f"f{i:02d}": rng.standard_normal(n, dtype=np.float32) for i in range(s["f32"])}
+        cols.update({f"i{i:02d}": rng.integers(0, 1 << 40, n) for i in range(s["i64"])})
+        return pa.table(cols)
+
+    return _write_files("tabular", make, s["files"], s["rows"], s["row_group"])
+
+
+def tokens_data() -> Path:
+    s = SPEC["tokens"]
+
+    def make(rng, n):
+        lengths = np.clip(rng.lognormal(4.6, 0.8, n).astype(np.int64), 8, s["max_len"])
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        values = rng.integers(0, 32_000, int(offsets[-1]), dtype=np.int32)
+        return pa.table({"tokens": pa.ListArray.from_arrays(offsets, values),
+                         "label": rng.integers(0, 2, n)})
+
+    return _write_files("tokens", make, s["files"], s["rows"], s["row_group"])
+
+
+def images_data() -> Path:
+    s = SPEC["images"]
+    from PIL import Image
+    import skimage.data as sd
+
+    photos = [sd.astronaut(), sd.chelsea(), sd.coffee(), sd.rocket()]
+
+    def make(rng, n):
+        blobs = []
+        for i in range(n):
+            p = Image.fromarray(photos[int(rng.integers(len(photos)))])
+            zoom = max(500 / p.width, 375 / p.height) * rng.uniform(1.0, 1.6)
+            p = p.resize((max(500, int(p.width * zoom)), max(375, int(p.height * zoom))),
+                         Image.BICUBIC)
+            x, y = int(rng.integers(0, p.width - 499)), int(rng.integers(0, p.height - 374))
+            p = p.crop((x, y, x + 500, y + 375))
+            b = io.BytesIO()
+            p.save(b, format="JPEG", quality=90)
+            blobs.append(b.getvalue())
+        return pa.table({"image": pa.array(blobs, pa.binary()), "label": rng.integers(0, 1000, n)})
+
+    return _write_files("images", make, s["files"], s["rows"], s["row_group"])
+
+
+def files_of(d: Path) -> list[Path]:
+    return sorted(d.glob("*.parquet"))
+
+
+def evict(d: Path) -> None:
+    """Drop the files' pages from the page cache (posix_fadvise DONTNEED)."""
+    for f in files_of(d):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+# ------------------------------------------------------------------------ ceilings
+def pool_decode(d: Path, columns=None, per_column=None) -> int:
+    """Decode every row group with a pool of one thread per core; return rows."""
+    jobs = [(f, g) for f in files_of(d) for g in range(pq.ParquetFile(f).num_row_groups)]
+
+    def one(job):
+        f, g = job
+        t = pq.ParquetFile(f).read_row_group(g, columns=columns, use_threads=False)
+        for c in t.columns:
+            (per_column or (lambda a: a.to_numpy()))(c.combine_chunks())
+        return t.num_rows
+
+    with ThreadPoolExecutor(CORES) as ex:
+        return sum(ex.map(one, jobs))
+
+
+def values_offsets(a: pa.Array):
+    return a.values.to_numpy(), a.offsets.to_numpy()
+
+
+def copy_rate(nbytes: int) -> float:
+    """Single-thread np.copyto of `nbytes`, in batch-sized pieces; bytes/s."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # fault the pages in
+    best = 1e9
+    for _ in range(3):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return nbytes / best
+
+
+def jpeg_decode_rate(d: Path) -> float:
+    from PIL import Image
+
+    blobs = [b for f in files_of(d) for b in pq.read_table(f, columns=["image"]).column(0).to_pylist()]
+
+    def dec(chunk):
+        for b in chunk:
+            with Image.open(io.BytesIO(b)) as im:
+                im.load()
+
+    chunks = [blobs[i::CORES] for i in range(CORES)]
+    dec(blobs[:8])
+    best = 1e9
+    for _ in range(2):
+        t = time.perf_counter()
+        with ThreadPoolExecutor(CORES) as ex:
+            list(ex.map(dec, chunks))
+        best = min(best, time.perf_counter() - t)
+    return len(blobs) / best
+
+
+# --------------------------------------------------------------------- measurement
+def timed(fn, repeats: int) -> float:
+    """Best wall time of `fn()` over `repeats` runs."""
+    best = 1e9
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def epoch(loader: pqloader.Loader) -> int:
+    rows = 0
+    for b in loader:
+        rows += len(next(iter(b.values())))
+    return rows
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, str, float, float, str]] = []
+
+    def add(self, what: str, rate: float, unit: str, ceiling: float, goal: float | None,
+            ceiling_name: str) -> None:
+        ratio = rate / ceiling
+        self.rows.append((what, rate, unit, ratio, goal if goal is not None else float("nan"),
+                          ceiling_name))
+        ok = "" if goal is None else ("  ok" if ratio >= goal else "  BELOW GOAL")
+        print(f"  {what:<38} {rate:>12,.0f} {unit:<7} {ratio:6.2f}x {ceiling_name}{ok}",
+              flush=True)
+
+    def markdown(self) -> str:
+        out = ["| row | rate | ratio | goal | ceiling |", "|---|---:|---:|---:|---|"]
+        for what, rate, unit, ratio, goal, ceiling in self.rows:
+            g = "" if goal != goal else f"≥ {goal:.2f}"
+            out.append(f"| {what} | {rate:,.0f} {unit} | {ratio:.2f}× | {g} | {ceiling} |")
+        return "\n".join(out)
+
+
+def run_tabular(table: Table, repeats: int, workers: int) -> None:
+    d = tabular_data()
+    s = SPEC["tabular"]
+    rows = s["rows"] // s["files"] * s["files"]
+    ceiling = rows / timed(lambda: pool_decode(d), repeats)
+    table.add("ceiling: row groups, pyarrow pool", ceiling, "rows/s", ceiling, None,
+              f"{CORES}-thread row-group decode")
+    common = dict(batch_size=s["batch"], num_workers=workers)
+    for shuffle in (True, False):
+        loader = pqloader.Loader(str(d), shuffle=shuffle, seed=1, **common)
+        rate = rows / timed(lambda: epoch(loader), repeats)
+        table.add(f"tabular {'shuffled' if shuffle else 'unshuffled'}", rate, "rows/s", ceiling,
+                  0.8, f"{CORES}-thread row-group decode")
+        if shuffle:
+            shuffled = rate
+        else:
+            table.add("tabular shuffled / unshuffled", shuffled, "rows/s", rate, 0.9,
+                      "pqloader unshuffled")
+
+    def cold(fn):
+        def run():
+            evict(d)
+            fn()
+        return run
+
+    cold_ceiling = rows / timed(cold(lambda: pool_decode(d)), 1)
+    loader = pqloader.Loader(str(d), shuffle=True, seed=1, **common)
+    cold_rate = rows / timed(cold(lambda: epoch(loader)), 1)
+    table.add("tabular shuffled, cold page cache", cold_rate, "rows/s", cold_ceiling, None,
+              "row-group decode, cold")
+
+
+def run_cache(table: Table, repeats: int, workers: int, tmp: Path) -> None:
+    d = tabular_data()
+    s = SPEC["tabular"]
+    rows = s["rows"] // s["files"] * s["files"]
+    cache = tmp / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    common = dict(batch_size=s["batch"], num_workers=workers, num_epochs=1)
+    fill = pqloader.Loader(str(d), cache_dir=str(cache), **common)
+    epoch(fill)  # fill the cache
+    decoded = fill.stats()["bytes_decoded"]
+    copy = copy_rate(decoded) / (decoded / rows)
+    uncached = pqloader.Loader(str(d), shuffle=True, seed=1, **common)
+    uncached_rate = rows / timed(lambda: epoch(uncached), repeats)
+    for shuffle in (False, True):
+        loader = pqloader.Loader(str(d), cache_dir=str(cache), shuffle=shuffle, seed=1, **common)
+        rate = rows / timed(lambda: epoch(loader), repeats)
+        assert loader.stats()["cache_misses"] == 0, loader.stats()
+        name = "shuffled" if shuffle else "unshuffled"
+        table.add(f"cache hits, {name}", rate, "rows/s", copy, 0.25 if shuffle else None,
+                  "1-thread np.copyto of the bytes")
+        if shuffle:
+            table.add("cache hits shuffled / uncached shuffled", rate, "rows/s", uncached_rate,
+                      3.0, "shuffled epoch, no cache")
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+def run_tokens(table: Table, repeats: int, workers: int) -> None:
+    d = tokens_data()
+    s = SPEC["tokens"]
+    rows = s["rows"] // s["files"] * s["files"]
+    ceiling = rows / timed(lambda: pool_decode(d, ["tokens"], values_offsets), repeats)
+    loader = pqloader.Loader(str(d), columns=["tokens"], batch_size=s["batch"],
+                             num_workers=workers,
+                             transforms={"tokens": [T.PadOrTruncate(s["max_len"])]})
+    rate = rows / timed(lambda: epoch(loader), repeats)
+    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", ceiling, 0.8,
+              "values+offsets, pyarrow pool")
+
+
+def run_images(table: Table, repeats: int, workers: int) -> None:
+    d = images_data()
+    s = SPEC["images"]
+    rows = s["rows"] // s["files"] * s["files"]
+    ceiling = jpeg_decode_rate(d)
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    ops = [T.DecodeImage(), T.Resize(256), T.CenterCrop(224), T.Normalize(mean, std), T.ToCHW()]
+    loader = pqloader.Loader(str(d), columns=["image", "label"], batch_size=s["batch"],
+                             num_workers=workers, transforms={"image": ops})
+    rate = rows / timed(lambda: epoch(loader), repeats)
+    table.add("images eval pipeline", rate, "img/s", ceiling, 0.7,
+              "libjpeg-turbo decode only")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="tabular,cache,tokens,images")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=CORES)
+    ap.add_argument("--markdown", help="also write the table as Markdown to this file")
+    a = ap.parse_args()
+    tmp = DATA / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    print(f"bench-quick: {CORES} cores, num_workers={a.workers}, best of {a.repeats}", flush=True)
+    table = Table()
+    for part in a.only.split(","):
+        if part == "tabular":
+            run_tabular(table, a.repeats, a.workers)
+        elif part == "cache":
+            run_cache(table, a.repeats, a.workers, tmp)
+        elif part == "tokens":
+            run_tokens(table, a.repeats, a.workers)
+        elif part == "images":
+            run_images(table, a.repeats, a.workers)
+        else:
+            sys.exit(f"unknown part {part!r}")
+    print(f"bench-quick: {time.perf_counter() - t0:.0f} s", flush=True)
+    if a.markdown:
+        Path(a.markdown).write_text(table.markdown() + "\n")
+
+
+if __name__ == "__main__":
+    main()

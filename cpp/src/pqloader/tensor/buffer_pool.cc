@@ -1,0 +1,192 @@
+#include "pqloader/tensor/buffer_pool.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+namespace pqloader {
+
+namespace {
+
+// Blocks are allocated with this alignment so that any recycled block serves any
+// request of its class (Arrow asks for 64 bytes by default).
+constexpr int64_t kBlockAlignment = 64;
+// Cache limit of the global pool before any loader reserves more.
+constexpr int64_t kDefaultCacheLimit = int64_t{32} << 20;
+
+}  // namespace
+
+RecyclingPool::RecyclingPool(arrow::MemoryPool* base, int64_t cache_limit)
+    : base_(base), cache_limit_(cache_limit) {}
+
+RecyclingPool::~RecyclingPool() { ReleaseUnused(); }
+
+RecyclingPool* RecyclingPool::Global() {
+  static RecyclingPool* pool = [] {
+    auto* p = new RecyclingPool(arrow::default_memory_pool(), kDefaultCacheLimit);
+    // Hold the lock across fork() so the child never inherits it locked by a thread
+    // that does not exist there.
+    pthread_atfork([] { Global()->mu_.lock(); }, [] { Global()->mu_.unlock(); },
+                   [] { Global()->mu_.unlock(); });
+    return p;
+  }();
+  return pool;
+}
+
+int RecyclingPool::SizeClass(int64_t size) {
+  const int e = 63 - std::countl_zero(static_cast<uint64_t>(size));
+  const int64_t base = int64_t{1} << e;
+  const int64_t step = base / kSubClasses;
+  const int64_t k = (size - base + step - 1) / step;  // 0..kSubClasses
+  return e * kSubClasses + static_cast<int>(k);       // k == kSubClasses: next power
+}
+
+int64_t RecyclingPool::BlockCapacity(int64_t size) {
+  if (size < kMinRecycledBytes) return size;
+  const int c = SizeClass(size);
+  const int e = c / kSubClasses, k = c % kSubClasses;
+  const int64_t base = int64_t{1} << e;
+  return base + k * (base / kSubClasses);
+}
+
+bool RecyclingPool::Recycles(int64_t size, int64_t alignment) {
+  return size >= kMinRecycledBytes && alignment <= kBlockAlignment &&
+         size <= (int64_t{1} << 56);
+}
+
+arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t** out) {
+  if (!Recycles(size, alignment)) {
+    ARROW_RETURN_NOT_OK(base_->Allocate(size, alignment, out));
+  } else {
+    const int c = SizeClass(size);
+    const int64_t capacity = BlockCapacity(size);
+    uint8_t* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_[c].empty()) {
+        block = free_[c].back();
+        free_[c].pop_back();
+        cached_bytes_ -= capacity;
+        ++recycled_;
+      }
+    }
+    if (block == nullptr) ARROW_RETURN_NOT_OK(base_->Allocate(capacity, kBlockAlignment, &block));
+    *out = block;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  bytes_allocated_ += size;
+  max_memory_ = std::max(max_memory_, bytes_allocated_);
+  total_allocated_ += size;
+  ++num_allocations_;
+  return arrow::Status::OK();
+}
+
+arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int64_t alignment,
+                                        uint8_t** ptr) {
+  const bool old_r = Recycles(old_size, alignment), new_r = Recycles(new_size, alignment);
+  if (!old_r && !new_r) {
+    ARROW_RETURN_NOT_OK(base_->Reallocate(old_size, new_size, alignment, ptr));
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_allocated_ += new_size - old_size;
+    max_memory_ = std::max(max_memory_, bytes_allocated_);
+    if (new_size > old_size) total_allocated_ += new_size - old_size;
+    return arrow::Status::OK();
+  }
+  if (old_r && new_r && SizeClass(old_size) == SizeClass(new_size)) {
+    std::lock_guard<std::mutex> lock(mu_);  // the block already has room
+    bytes_allocated_ += new_size - old_size;
+    max_memory_ = std::max(max_memory_, bytes_allocated_);
+    if (new_size > old_size) total_allocated_ += new_size - old_size;
+    return arrow::Status::OK();
+  }
+  uint8_t* fresh = nullptr;
+  ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &fresh));
+  std::memcpy(fresh, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
+  Free(*ptr, old_size, alignment);
+  *ptr = fresh;
+  return arrow::Status::OK();
+}
+
+void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
+  if (!Recycles(size, alignment)) {
+    base_->Free(buffer, size, alignment);
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_allocated_ -= size;
+    return;
+  }
+  const int64_t capacity = BlockCapacity(size);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_allocated_ -= size;
+    if (cached_bytes_ + capacity <= cache_limit_) {
+      free_[SizeClass(size)].push_back(buffer);
+      cached_bytes_ += capacity;
+      return;
+    }
+  }
+  base_->Free(buffer, capacity, kBlockAlignment);
+}
+
+void RecyclingPool::TrimLocked() {
+  // Drop the largest blocks first: fewest frees for the most bytes.
+  for (int c = kNumClasses - 1; c >= 0 && cached_bytes_ > cache_limit_; --c) {
+    const int e = c / kSubClasses, k = c % kSubClasses;
+    if (e >= 63) continue;
+    const int64_t capacity = (int64_t{1} << e) + k * ((int64_t{1} << e) / kSubClasses);
+    while (!free_[c].empty() && cached_bytes_ > cache_limit_) {
+      base_->Free(free_[c].back(), capacity, kBlockAlignment);
+      free_[c].pop_back();
+      cached_bytes_ -= capacity;
+    }
+  }
+}
+
+void RecyclingPool::ReleaseUnused() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t limit = cache_limit_;
+  cache_limit_ = 0;
+  TrimLocked();
+  cache_limit_ = limit;
+}
+
+void RecyclingPool::AdjustCacheLimit(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_limit_ = std::max<int64_t>(0, cache_limit_ + bytes);
+  TrimLocked();
+}
+
+int64_t RecyclingPool::bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_allocated_;
+}
+int64_t RecyclingPool::max_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return max_memory_;
+}
+int64_t RecyclingPool::total_bytes_allocated() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_allocated_;
+}
+int64_t RecyclingPool::num_allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return num_allocations_;
+}
+int64_t RecyclingPool::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_bytes_;
+}
+int64_t RecyclingPool::cache_limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cache_limit_;
+}
+int64_t RecyclingPool::recycled_allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recycled_;
+}
+std::string RecyclingPool::backend_name() const {
+  return "pqloader-recycling(" + base_->backend_name() + ")";
+}
+
+}  // namespace pqloader
