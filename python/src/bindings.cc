@@ -278,8 +278,10 @@ class PyLoader {
     d["bytes_read"] = s.bytes_read;
     d["bytes_decoded"] = s.bytes_decoded;
     d["read_seconds"] = s.read_seconds;
-    d["decode_seconds"] = s.read_seconds;
+    d["decode_seconds"] = s.decode_seconds;
+    d["transform_seconds"] = s.transform_seconds;
     d["assemble_seconds"] = s.assemble_seconds;
+    d["unit_seconds"] = s.unit_seconds;
     d["wait_seconds"] = s.wait_seconds;
     d["time_to_first_batch_seconds"] =
         s.time_to_first_batch_seconds < 0 ? nb::none() : nb::cast(s.time_to_first_batch_seconds);
@@ -294,6 +296,10 @@ class PyLoader {
     d["cache_evictions"] = s.cache.evictions;
     d["cache_corrupt"] = s.cache.corrupt;
     d["cache_write_errors"] = s.cache.write_errors;
+    d["batches_by_consumer"] = s.batches_by_consumer;
+    d["pool_allocations"] = s.pool_allocations;
+    d["pool_recycled"] = s.pool_recycled;
+    d["pool_cached_bytes"] = s.pool_cached_bytes;
     return d;
   }
 

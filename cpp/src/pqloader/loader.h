@@ -48,9 +48,11 @@ struct LoaderOptions {
   bool verify_checksums = false;
   /// Worker threads. Default: 0, meaning one per hardware thread.
   int num_workers = 0;
-  /// Bound on decoded, unconsumed bytes: row groups are decoded ahead of the consumer
-  /// while their estimated size fits (see exec/ordered_pipeline.h for the floor).
-  /// Default: 256 MiB.
+  /// Bound on the bytes held ahead of the consumer: a quarter for fetched column chunks
+  /// not yet decoded (read-ahead), the rest for decoded row groups and assembled
+  /// batches, which are decoded ahead while their estimated size fits. The floor (held
+  /// whatever the bound) is the row groups of the batch the consumer waits for plus one
+  /// batch per worker; see exec/ordered_pipeline.h. Default: 256 MiB.
   int64_t max_inflight_bytes = int64_t{256} << 20;
   /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker.
   int64_t prefetch_batches = 0;
@@ -79,8 +81,12 @@ struct LoaderStats {
   int64_t units_read = 0;         ///< Row-group slices read and decoded.
   int64_t bytes_read = 0;         ///< Compressed Parquet bytes of the chunks read.
   int64_t bytes_decoded = 0;      ///< Bytes of decoded tensor columns produced.
-  double read_seconds = 0;        ///< Worker time reading + decoding (all threads).
-  double assemble_seconds = 0;    ///< Time assembling batches (all threads).
+  // Time per stage, summed over all threads (workers and the consumer):
+  double read_seconds = 0;       ///< Waiting for storage bytes (fetches not done ahead).
+  double decode_seconds = 0;     ///< Parquet decoding and conversion to tensor columns.
+  double transform_seconds = 0;  ///< Transforms, per unit and per sample.
+  double assemble_seconds = 0;   ///< Gathering rows into batches.
+  double unit_seconds = 0;       ///< Producing units: reading, decoding, caching, transforms.
   int64_t batches_by_consumer = 0;  ///< Batches Next() assembled on the caller's thread.
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
@@ -88,6 +94,11 @@ struct LoaderStats {
   int64_t skipped_rows = 0;       ///< Rows dropped by on_decode_error = kSkip.
   CacheCounters cache;            ///< Of this loader's cache (zeros without one).
   int64_t cache_bytes_saved = 0;  ///< Compressed Parquet bytes not read thanks to hits.
+  /// The process-wide buffer pool (all loaders): allocations of recyclable size, how
+  /// many of them reused a freed block, and the free bytes it keeps now.
+  int64_t pool_allocations = 0;
+  int64_t pool_recycled = 0;
+  int64_t pool_cached_bytes = 0;
 };
 
 class Loader {
@@ -175,6 +186,7 @@ class Loader {
   std::unique_ptr<PoolCacheReservation> pool_reservation_;
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
+  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, gather_ns_{0};
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};
   std::atomic<int64_t> skipped_rows_{0};

@@ -81,6 +81,19 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   return fetched;
 }
 
+arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit* fetched) {
+  parquet::arrow::FileReader* reader = fetched->reader.get();
+  if (reader == nullptr) return arrow::Status::OK();
+  const Split& split = dataset.splits()[unit.split];
+  const DataFile& file = dataset.files()[split.file];
+  auto st = reader->parquet_reader()->WhenBuffered({split.row_group}, file.leaf_indices).status();
+  if (!st.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot read '", file.display, "', row group ",
+                     split.row_group, ": ", st.message());
+  }
+  return arrow::Status::OK();
+}
+
 arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                                                            const Unit& unit,
                                                            const ReadOptions& options,
@@ -94,13 +107,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
   decoded->num_rows = unit.num_rows();
   const auto& specs = dataset.specs();
   parquet::arrow::FileReader* reader = fetched->reader.get();
-  if (reader != nullptr) {
-    // Wait for the bytes: a failure here is the storage's, not the data's.
-    auto st = reader->parquet_reader()
-                  ->WhenBuffered({split.row_group}, file.leaf_indices)
-                  .status();
-    if (!st.ok()) return MakeError(ErrorKind::kIO, "cannot read ", where, ": ", st.message());
-  }
+  ARROW_RETURN_NOT_OK(WaitForBytes(dataset, unit, fetched));  // a storage failure: kIO
 
   auto row_group = reader ? reader->RowGroup(split.row_group) : nullptr;
   size_t file_column = 0;

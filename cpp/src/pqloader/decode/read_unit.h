@@ -44,6 +44,10 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
                                                       arrow::MemoryPool* pool,
                                                       const arrow::io::IOContext& io);
 
+/// Wait until `fetched`'s bytes have arrived. A failure is the storage's: ErrorKind::kIO,
+/// naming the file and row group.
+arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit* fetched);
+
 /// Read rows [unit.row_begin, unit.row_end) of split `unit.split` from `fetched` (waiting
 /// for its bytes) and convert them. Errors name the file, the row group and, where
 /// known, the column; a storage failure is ErrorKind::kIO, bad bytes kInvalidData.

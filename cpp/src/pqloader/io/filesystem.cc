@@ -224,6 +224,11 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
                      "': ", fs.status().message());
   }
   out.fs = *fs;
+  if (out.fs->type_name() == "local") {
+    // Arrow makes local filesystems for plain paths with the default IOContext.
+    out.fs = std::make_shared<arrow::fs::LocalFileSystem>(
+        arrow::fs::LocalFileSystemOptions::Defaults(), IoContext());
+  }
   const size_t sep = source.find("://");
   if (sep != std::string::npos && source.compare(0, sep, "file") != 0) {
     out.prefix = source.substr(0, sep + 3);

@@ -43,12 +43,15 @@ int RecyclingPool::SizeClass(int64_t size) {
   return e * kSubClasses + static_cast<int>(k);       // k == kSubClasses: next power
 }
 
-int64_t RecyclingPool::BlockCapacity(int64_t size) {
-  if (size < kMinRecycledBytes) return size;
-  const int c = SizeClass(size);
+int64_t RecyclingPool::ClassCapacity(int c) {
   const int e = c / kSubClasses, k = c % kSubClasses;
   const int64_t base = int64_t{1} << e;
   return base + k * (base / kSubClasses);
+}
+
+int64_t RecyclingPool::BlockCapacity(int64_t size) {
+  if (size < kMinRecycledBytes) return size;
+  return ClassCapacity(SizeClass(size));
 }
 
 bool RecyclingPool::Recycles(int64_t size, int64_t alignment) {
@@ -65,8 +68,9 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     uint8_t* block = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      ++recyclable_;
       if (!free_[c].empty()) {
-        block = free_[c].back();
+        block = free_[c].back().first;  // the most recently freed: warmest in the caches
         free_[c].pop_back();
         cached_bytes_ -= capacity;
         ++recycled_;
@@ -120,8 +124,9 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     bytes_allocated_ -= size;
-    if (cached_bytes_ + capacity <= cache_limit_) {
-      free_[SizeClass(size)].push_back(buffer);
+    if (capacity <= cache_limit_) {
+      TrimLocked(capacity);
+      free_[SizeClass(size)].emplace_back(buffer, free_seq_++);
       cached_bytes_ += capacity;
       return;
     }
@@ -129,17 +134,19 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
   base_->Free(buffer, capacity, kBlockAlignment);
 }
 
-void RecyclingPool::TrimLocked() {
-  // Drop the largest blocks first: fewest frees for the most bytes.
-  for (int c = kNumClasses - 1; c >= 0 && cached_bytes_ > cache_limit_; --c) {
-    const int e = c / kSubClasses, k = c % kSubClasses;
-    if (e >= 63) continue;
-    const int64_t capacity = (int64_t{1} << e) + k * ((int64_t{1} << e) / kSubClasses);
-    while (!free_[c].empty() && cached_bytes_ > cache_limit_) {
-      base_->Free(free_[c].back(), capacity, kBlockAlignment);
-      free_[c].pop_back();
-      cached_bytes_ -= capacity;
+void RecyclingPool::TrimLocked(int64_t incoming) {
+  while (cached_bytes_ + incoming > cache_limit_ && cached_bytes_ > 0) {
+    int oldest = -1;
+    for (int c = 0; c < kNumClasses; ++c) {
+      if (!free_[c].empty() &&
+          (oldest < 0 || free_[c].front().second < free_[oldest].front().second)) {
+        oldest = c;
+      }
     }
+    const int64_t capacity = ClassCapacity(oldest);
+    base_->Free(free_[oldest].front().first, capacity, kBlockAlignment);
+    free_[oldest].pop_front();
+    cached_bytes_ -= capacity;
   }
 }
 
@@ -180,6 +187,10 @@ int64_t RecyclingPool::cached_bytes() const {
 int64_t RecyclingPool::cache_limit() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cache_limit_;
+}
+int64_t RecyclingPool::recyclable_allocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recyclable_;
 }
 int64_t RecyclingPool::recycled_allocations() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -8,9 +8,11 @@
 // straight to the underlying pool. A batch buffer handed to NumPy or torch returns here
 // when the last view is dropped (its capsule / DLPack deleter frees the arrow::Buffer).
 //
-// The free lists hold at most `cache_limit()` bytes; the rest goes back to the
-// underlying pool. The limit is the sum of the reservations of live users (each Loader
-// reserves half its max_inflight_bytes), so memory held while idle is bounded too.
+// The free lists hold at most `cache_limit()` bytes: when a freed block does not fit,
+// the blocks freed longest ago (of any size) go back to the underlying pool first, so
+// the cache follows the sizes the work allocates now. The limit is the sum of the
+// reservations of live users (each Loader reserves its max_inflight_bytes: the blocks
+// an epoch frees are the ones it allocates next), so memory held idle is bounded too.
 //
 // There is one process-wide pool (Global()): buffers may outlive the loader that made
 // them (a NumPy view kept by the user), so the pool must outlive every loader.
@@ -20,9 +22,10 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
-#include <vector>
+#include <utility>
 
 #include <arrow/memory_pool.h>
 
@@ -57,7 +60,8 @@ class RecyclingPool : public arrow::MemoryPool {
   /// Free bytes kept for reuse now, and at most.
   int64_t cached_bytes() const;
   int64_t cache_limit() const;
-  /// Allocations served from the free lists.
+  /// Allocations of a recyclable size, and those served from the free lists.
+  int64_t recyclable_allocations() const;
   int64_t recycled_allocations() const;
 
   /// Raise the cache limit by `bytes` (a loader starting), or lower it (negative: one
@@ -75,8 +79,9 @@ class RecyclingPool : public arrow::MemoryPool {
   static constexpr int kNumClasses = 64 * kSubClasses;
   static int SizeClass(int64_t size);
   static bool Recycles(int64_t size, int64_t alignment);
-  // Requires mu_: release cached blocks until the cache is within its limit.
-  void TrimLocked();
+  // Requires mu_: release the oldest cached blocks until `incoming` more bytes fit.
+  void TrimLocked(int64_t incoming = 0);
+  static int64_t ClassCapacity(int c);
 
   arrow::MemoryPool* base_;
   mutable std::mutex mu_;
@@ -86,8 +91,11 @@ class RecyclingPool : public arrow::MemoryPool {
   int64_t max_memory_ = 0;                                // GUARDED_BY(mu_)
   int64_t total_allocated_ = 0;                           // GUARDED_BY(mu_)
   int64_t num_allocations_ = 0;                           // GUARDED_BY(mu_)
+  int64_t recyclable_ = 0;                                // GUARDED_BY(mu_)
   int64_t recycled_ = 0;                                  // GUARDED_BY(mu_)
-  std::array<std::vector<uint8_t*>, kNumClasses> free_;   // GUARDED_BY(mu_)
+  int64_t free_seq_ = 0;                                  // GUARDED_BY(mu_)
+  // Per size class: (block, sequence number of its free), oldest first.
+  std::array<std::deque<std::pair<uint8_t*, int64_t>>, kNumClasses> free_;  // GUARDED_BY(mu_)
 };
 
 /// Reserve `bytes` of the global pool's cache for the lifetime of this object.
