@@ -347,6 +347,11 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
     out->row_ok.assign(full->row_ok.begin() + begin, full->row_ok.begin() + end);
     out->skipped_rows = std::count(out->row_ok.begin(), out->row_ok.end(), 0);
   }
+  if (full->row_major != nullptr) {
+    auto rm = std::make_shared<RowMajorBlock>(*full->row_major);
+    rm->data = arrow::SliceBuffer(rm->data, begin * rm->stride, (end - begin) * rm->stride);
+    out->row_major = std::move(rm);
+  }
   for (const ColumnData& c : full->columns) {
     ColumnData s;
     s.row_shape = c.row_shape;
@@ -379,24 +384,36 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const int64_t t0 = NowNs();
     std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
     read_ns_ += NowNs() - t0;
-    if (full != nullptr && full->num_rows == split.num_rows) {
+    if (full != nullptr && full->num_rows == split.num_rows &&
+        CheckUnitLayout(*full, dataset_->specs()).ok()) {
       cache_bytes_saved_ += split.compressed_bytes;
     } else {
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
                                              std::move(fetched)));
+      // Shuffled loaders keep entries row-major: hits are then gathered as they are.
+      if (options_.plan.shuffle) {
+        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full)));
+      }
       cache_->Put(key, full);
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
   if (options_.plan.shuffle) {
-    const int64_t t0 = NowNs();
-    ARROW_ASSIGN_OR_RAISE(decoded, WithRowMajor(decoded, kRowMajorMaxRowBytes, pool_));
-    gather_ns_ += NowNs() - t0;
+    ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded)));
   }
   skipped_rows_ += decoded->skipped_rows;
   *bytes = decoded->ByteSize();
   bytes_decoded_ += *bytes;
   return decoded;
+}
+
+arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
+    std::shared_ptr<const DecodedUnit> unit) {
+  if (unit->row_major != nullptr) return unit;
+  const int64_t t0 = NowNs();
+  auto out = WithRowMajor(unit, kRowMajorMaxRowBytes, pool_);
+  gather_ns_ += NowNs() - t0;
+  return out;
 }
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }

@@ -166,6 +166,9 @@ class Loader {
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched);
+  // `unit` with its small fixed-size columns row-major (see WithRowMajor).
+  arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(
+      std::shared_ptr<const DecodedUnit> unit);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
   // Reorder a batch's columns into output order, adding "<name>_length" columns.

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -13,9 +14,11 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'Q', 'L', 'C', 'A', 'C', 'H', 'E'};
 constexpr char kEndMagic[8] = {'P', 'Q', 'L', 'C', 'E', 'N', 'D', '\0'};
-constexpr int64_t kHeaderBytes = 24;   // magic, version, reserved, meta length
-constexpr int64_t kTrailerBytes = 24;  // checksum, file length, end magic
+constexpr int64_t kKeyBytes = 32;      // the entry's own key (CacheKey: 32 hex digits)
+constexpr int64_t kHeaderBytes = 24 + kKeyBytes;  // magic, version, reserved, meta length, key
+constexpr int64_t kTrailerBytes = kCacheEntryTrailerBytes;  // checksum, file length, end magic
 constexpr int64_t kAlignment = 64;
+constexpr int64_t kMaxBytes = int64_t{1} << 40;  // of any one buffer or sample
 
 int64_t AlignUp(int64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -46,9 +49,9 @@ std::shared_ptr<arrow::Buffer> VectorBuffer(const void* data, int64_t size) {
   return arrow::Buffer::FromString(std::string(static_cast<const char*>(data), size));
 }
 
-arrow::Status WriteAll(int fd, const void* data, int64_t size, XXH64_state_t* hash) {
+arrow::Status WriteAll(int fd, const void* data, int64_t size, XXH3_state_t* hash) {
   const auto* p = static_cast<const uint8_t*>(data);
-  if (hash != nullptr) XXH64_update(hash, p, static_cast<size_t>(size));
+  if (hash != nullptr) XXH3_64bits_update(hash, p, static_cast<size_t>(size));
   while (size > 0) {
     const ssize_t n = ::write(fd, p, static_cast<size_t>(size));
     if (n < 0) {
@@ -81,6 +84,7 @@ class MetaReader {
     std::vector<int64_t> shape(nd);
     for (auto& d : shape) {
       ARROW_ASSIGN_OR_RAISE(d, Next());
+      if (d < -1 || d > kMaxBytes) return arrow::Status::Invalid("cache entry has a bad shape");
     }
     return shape;
   }
@@ -88,7 +92,8 @@ class MetaReader {
     ARROW_ASSIGN_OR_RAISE(int64_t offset, Next());
     ARROW_ASSIGN_OR_RAISE(int64_t length, Next());
     if (offset == -1) return std::shared_ptr<arrow::Buffer>();
-    if (offset < 0 || length < 0 || offset + length > file_size_ - kTrailerBytes) {
+    if (offset < 0 || length < 0 || offset > file_size_ - kTrailerBytes ||
+        length > file_size_ - kTrailerBytes - offset) {
       return arrow::Status::Invalid("cache entry references bytes outside the file");
     }
     return arrow::SliceBuffer(file, offset, length);
@@ -103,7 +108,11 @@ class MetaReader {
 
 }  // namespace
 
-arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit) {
+arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
+                                       const DecodedUnit& unit) {
+  if (static_cast<int64_t>(key.size()) != kKeyBytes) {
+    return arrow::Status::Invalid("cache keys have ", kKeyBytes, " characters, got '", key, "'");
+  }
   Layout l;
   l.meta.push_back(unit.num_rows);
   l.meta.push_back(unit.skipped_rows);
@@ -124,6 +133,11 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit) {
       l.Ref(s.data);
     }
   }
+  // The row-major block of small fixed-size columns (see WithRowMajor), if any.
+  const RowMajorBlock* rm = unit.row_major.get();
+  l.Ref(rm ? rm->data : nullptr);
+  l.meta.push_back(rm ? rm->stride : 0);
+  for (size_t c = 0; c < unit.columns.size(); ++c) l.meta.push_back(rm ? rm->offset[c] : -1);
   // Lay out the buffers after the metadata, each 64-byte aligned.
   const int64_t meta_bytes = static_cast<int64_t>(l.meta.size() * sizeof(int64_t));
   int64_t offset = AlignUp(kHeaderBytes + meta_bytes);
@@ -135,10 +149,10 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit) {
   }
   const int64_t total = offset + kTrailerBytes;
 
-  XXH64_state_t* hash = XXH64_createState();
-  XXH64_reset(hash, 0);
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
   auto finish = [&](arrow::Status st) -> arrow::Result<int64_t> {
-    XXH64_freeState(hash);
+    XXH3_freeState(hash);
     if (!st.ok()) return st;
     return total;
   };
@@ -149,6 +163,7 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit) {
   std::memcpy(header + 8, &version, 4);
   std::memcpy(header + 12, &reserved, 4);
   std::memcpy(header + 16, &meta_bytes, 8);
+  std::memcpy(header + 24, key.data(), kKeyBytes);
   arrow::Status st = WriteAll(fd, header, kHeaderBytes, hash);
   if (st.ok()) st = WriteAll(fd, l.meta.data(), meta_bytes, hash);
   int64_t written = kHeaderBytes + meta_bytes;
@@ -160,15 +175,23 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit) {
   if (st.ok()) st = WriteAll(fd, kZeros, offset - written, hash);
   if (!st.ok()) return finish(st);
   uint8_t trailer[kTrailerBytes];
-  const uint64_t checksum = XXH64_digest(hash);
+  const uint64_t checksum = XXH3_64bits_digest(hash);
   std::memcpy(trailer, &checksum, 8);
   std::memcpy(trailer + 8, &total, 8);
   std::memcpy(trailer + 16, kEndMagic, 8);
   return finish(WriteAll(fd, trailer, kTrailerBytes, nullptr));
 }
 
+bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash) {
+  if (size < kTrailerBytes) return false;
+  uint64_t stored;
+  std::memcpy(&stored, entry + size - kTrailerBytes, 8);
+  return stored == hash;
+}
+
 arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
-    const std::shared_ptr<arrow::Buffer>& file) {
+    const std::shared_ptr<arrow::Buffer>& file, const std::string& key,
+    bool checksum_verified) {
   const int64_t size = file->size();
   const uint8_t* p = file->data();
   if (size < kHeaderBytes + kTrailerBytes || std::memcmp(p, kMagic, 8) != 0 ||
@@ -189,8 +212,12 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
       kHeaderBytes + meta_bytes > size - kTrailerBytes) {
     return arrow::Status::Invalid("cache entry length does not match its file");
   }
-  if (XXH64(p, static_cast<size_t>(size - kTrailerBytes), 0) != checksum) {
+  if (!checksum_verified && XXH3_64bits(p, static_cast<size_t>(size - kTrailerBytes)) != checksum) {
     return arrow::Status::Invalid("cache entry checksum mismatch");
+  }
+  if (std::memcmp(p + 24, key.data(), std::min<size_t>(key.size(), kKeyBytes)) != 0 ||
+      static_cast<int64_t>(key.size()) != kKeyBytes) {
+    return arrow::Status::Invalid("cache entry belongs to another key");
   }
   std::vector<int64_t> words(meta_bytes / 8);
   std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
@@ -206,7 +233,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
   ARROW_ASSIGN_OR_RAISE(int64_t num_columns, m.NextCount(1 << 20));
   for (int64_t i = 0; i < num_columns; ++i) {
     ColumnData c;
-    ARROW_ASSIGN_OR_RAISE(c.row_bytes, m.Next());
+    ARROW_ASSIGN_OR_RAISE(c.row_bytes, m.NextCount(kMaxBytes));
     ARROW_ASSIGN_OR_RAISE(c.row_shape, m.NextShape());
     ARROW_ASSIGN_OR_RAISE(c.data, m.NextRef(file));
     ARROW_ASSIGN_OR_RAISE(c.offsets, m.NextRef(file));
@@ -218,13 +245,27 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
       c.lengths.resize(unit->num_rows);
       std::memcpy(c.lengths.data(), lengths->data(), lengths->size());
     }
-    if (c.offsets != nullptr && c.offsets->size() != (unit->num_rows + 1) * 8) {
-      return arrow::Status::Invalid("bad offsets size");
+    if (c.offsets != nullptr) {
+      if (c.offsets->size() != (unit->num_rows + 1) * 8 || c.data == nullptr) {
+        return arrow::Status::Invalid("bad offsets size");
+      }
+      // Offsets index into data: non-decreasing and inside it (need not start at 0).
+      const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+      if (off[0] < 0 || off[unit->num_rows] > c.data->size()) {
+        return arrow::Status::Invalid("offsets outside the data");
+      }
+      for (int64_t r = 0; r < unit->num_rows; ++r) {
+        if (off[r + 1] < off[r]) return arrow::Status::Invalid("decreasing offsets");
+      }
     }
     if (c.offsets == nullptr && c.data != nullptr && c.data->size() != unit->num_rows * c.row_bytes) {
       return arrow::Status::Invalid("bad data size");
     }
     ARROW_ASSIGN_OR_RAISE(int64_t num_samples, m.NextCount(unit->num_rows));
+    if (num_samples != 0 && num_samples != unit->num_rows) {
+      return arrow::Status::Invalid("cache entry has ", num_samples, " samples for ",
+                                    unit->num_rows, " rows");
+    }
     c.samples.resize(num_samples);
     for (auto& s : c.samples) {
       ARROW_ASSIGN_OR_RAISE(int64_t dtype, m.NextCount(static_cast<int64_t>(DType::kFloat64)));
@@ -232,12 +273,48 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
       ARROW_ASSIGN_OR_RAISE(int64_t chw, m.NextCount(1));
       s.channels_first = chw == 1;
       ARROW_ASSIGN_OR_RAISE(s.shape, m.NextShape());
+      int64_t elements = 1;
+      for (int64_t d : s.shape) {
+        if (d < 0 || (d > 0 && elements > kMaxBytes / d)) {
+          return arrow::Status::Invalid("bad sample shape");
+        }
+        elements *= d;
+      }
       ARROW_ASSIGN_OR_RAISE(s.data, m.NextRef(file));
       if (s.data != nullptr && s.data->size() != s.num_elements() * DTypeSize(s.dtype)) {
         return arrow::Status::Invalid("bad sample size");
       }
     }
     unit->columns.push_back(std::move(c));
+  }
+  ARROW_ASSIGN_OR_RAISE(auto rm_data, m.NextRef(file));
+  ARROW_ASSIGN_OR_RAISE(int64_t stride, m.NextCount(int64_t{1} << 30));
+  auto rm = std::make_shared<RowMajorBlock>();
+  rm->stride = stride;
+  rm->data = rm_data;
+  for (int64_t i = 0; i < num_columns; ++i) {
+    ARROW_ASSIGN_OR_RAISE(int64_t offset, m.Next());
+    rm->offset.push_back(offset);
+    if (offset < 0) continue;
+    const ColumnData& c = unit->columns[i];
+    if (rm_data == nullptr || offset + c.row_bytes > stride || c.row_bytes <= 0 ||
+        c.data != nullptr || c.offsets != nullptr || !c.samples.empty()) {
+      return arrow::Status::Invalid("bad row-major layout");
+    }
+  }
+  if (rm_data != nullptr) {
+    if (rm_data->size() != unit->num_rows * stride) {
+      return arrow::Status::Invalid("bad row-major size");
+    }
+    unit->row_major = std::move(rm);
+  }
+  for (int64_t i = 0; i < num_columns && unit->num_rows > 0; ++i) {
+    const ColumnData& c = unit->columns[i];
+    const bool in_block = unit->row_major != nullptr && unit->row_major->offset[i] >= 0;
+    if (c.samples.empty() && c.offsets == nullptr && c.row_bytes > 0 && c.data == nullptr &&
+        !in_block) {
+      return arrow::Status::Invalid("cache entry column ", i, " has no data");
+    }
   }
   return unit;
 }

@@ -14,15 +14,27 @@
 
 namespace pqloader {
 
-constexpr uint32_t kCacheFormatVersion = 1;
+constexpr uint32_t kCacheFormatVersion = 2;
 
-/// Write `unit` as a complete entry to the open file descriptor `fd` (from offset 0).
-/// Returns the number of bytes written.
-arrow::Result<int64_t> WriteCacheEntry(int fd, const DecodedUnit& unit);
+/// Write `unit` as a complete entry for `key` (a CacheKey, 32 characters) to the open
+/// file descriptor `fd` (from offset 0). Returns the number of bytes written.
+arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key, const DecodedUnit& unit);
 
-/// Parse an entry held in `file` (typically memory-mapped): verify magic, length and
-/// checksum, then build a DecodedUnit whose buffers are slices of `file` (no copy).
-/// Any inconsistency is an Invalid status (the caller drops the entry).
-arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(const std::shared_ptr<arrow::Buffer>& file);
+/// Parse an entry held in `file`: verify magic, length, checksum (unless
+/// `checksum_verified`: the caller hashed the bytes while reading them, see
+/// EntryChecksum) and that it is the entry of `key`, then build a DecodedUnit whose
+/// buffers are slices of `file` (no copy). Any inconsistency is an Invalid status (the
+/// caller drops the entry).
+arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
+    const std::shared_ptr<arrow::Buffer>& file, const std::string& key,
+    bool checksum_verified = false);
+
+/// Bytes at the end of an entry that its checksum does not cover.
+constexpr int64_t kCacheEntryTrailerBytes = 24;
+
+/// The checksum stored in an entry whose first `covered` bytes hash to `hash`
+/// (XXH3-64 with seed 0 of bytes [0, size - kCacheEntryTrailerBytes)), and the stored
+/// value: true when they match.
+bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash);
 
 }  // namespace pqloader

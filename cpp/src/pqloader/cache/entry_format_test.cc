@@ -48,11 +48,13 @@ std::shared_ptr<DecodedUnit> SampleUnit() {
   return u;
 }
 
-std::string WriteToFile(const DecodedUnit& u) {
+const std::string kKey = CacheKey("split 0");
+
+std::string WriteToFile(const DecodedUnit& u, const std::string& key = kKey) {
   const std::string path = testing::MakeTempDir() + "/entry.pqc";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   EXPECT_GE(fd, 0);
-  auto written = WriteCacheEntry(fd, u);
+  auto written = WriteCacheEntry(fd, key, u);
   EXPECT_TRUE(written.ok()) << written.status().ToString();
   ::close(fd);
   return path;
@@ -73,7 +75,8 @@ std::string ReadFile(const std::string& path) {
 TEST(CacheEntry, RoundTripsEveryColumnKind) {
   auto u = SampleUnit();
   const std::string bytes = ReadFile(WriteToFile(*u));
-  auto back = ReadCacheEntry(Bytes(bytes));
+  const auto file = Bytes(bytes);
+  auto back = ReadCacheEntry(file, kKey);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   const DecodedUnit& b = **back;
   EXPECT_EQ(b.num_rows, 3);
@@ -90,21 +93,69 @@ TEST(CacheEntry, RoundTripsEveryColumnKind) {
   EXPECT_TRUE(b.columns[2].samples[2].channels_first);
   EXPECT_EQ(b.columns[2].lengths, (std::vector<int64_t>{4, -1, 2}));
   // Buffers are views of the file's bytes, 64-byte aligned within it.
-  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
+  const uint8_t* base = file->data();
   EXPECT_EQ((b.columns[0].data->data() - base) % 64, 0);
 }
 
 TEST(CacheEntry, EveryTruncationAndByteFlipIsRejected) {
   const std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
   for (size_t n = 0; n < bytes.size(); n += 7) {
-    EXPECT_FALSE(ReadCacheEntry(Bytes(bytes.substr(0, n))).ok()) << "truncated to " << n;
+    EXPECT_FALSE(ReadCacheEntry(Bytes(bytes.substr(0, n)), kKey).ok()) << "truncated to " << n;
   }
   std::mt19937 rng(1);
   for (int i = 0; i < 500; ++i) {
     std::string damaged = bytes;
     damaged[rng() % damaged.size()] ^= static_cast<char>(1 + rng() % 255);
-    EXPECT_FALSE(ReadCacheEntry(Bytes(damaged)).ok()) << "flip " << i;
+    EXPECT_FALSE(ReadCacheEntry(Bytes(damaged), kKey).ok()) << "flip " << i;
   }
+}
+
+TEST(CacheEntry, AnEntryIsOnlyServedForItsOwnKey) {
+  // Two valid entries swapped on disk (or copied by hand) must not serve wrong data.
+  const std::string bytes = ReadFile(WriteToFile(*SampleUnit(), kKey));
+  EXPECT_TRUE(ReadCacheEntry(Bytes(bytes), kKey).ok());
+  auto other = ReadCacheEntry(Bytes(bytes), CacheKey("split 1"));
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("another key"), std::string::npos);
+}
+
+TEST(CacheEntry, RoundTripsARowMajorBlock) {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = 3;
+  for (int c = 0; c < 3; ++c) {
+    ColumnData d;
+    d.row_bytes = c == 0 ? 8 : 4;
+    std::string v;
+    for (int r = 0; r < 3; ++r) v += std::string(d.row_bytes, static_cast<char>('a' + 3 * c + r));
+    d.data = Bytes(v);
+    u->columns.push_back(d);
+  }
+  auto rm = WithRowMajor(u, 64, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_NE(rm->row_major, nullptr);
+  EXPECT_EQ(rm->row_major->stride, 16);
+  const std::string bytes = ReadFile(WriteToFile(*rm));
+  auto back = ReadCacheEntry(Bytes(bytes), kKey);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_NE((*back)->row_major, nullptr);
+  EXPECT_EQ((*back)->row_major->offset, rm->row_major->offset);
+  EXPECT_EQ((*back)->row_major->data->ToString(), rm->row_major->data->ToString());
+  // Row 1: column 0 (8 bytes) then columns 1 and 2 (4 bytes each).
+  EXPECT_EQ((*back)->row_major->data->ToString().substr(16, 16),
+            std::string(8, 'b') + std::string(4, 'e') + std::string(4, 'h'));
+  for (int c = 0; c < 3; ++c) EXPECT_EQ((*back)->columns[c].data, nullptr);
+}
+
+TEST(CacheEntry, OffsetsOutsideTheDataAreRejectedEvenWithAValidChecksum) {
+  // A hostile writer can compute checksums: the layout itself is checked too.
+  auto u = SampleUnit();
+  const int64_t off[] = {2, 7, 100, 12};
+  u->columns[1].offsets = Bytes(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
+  auto back = ReadCacheEntry(Bytes(ReadFile(WriteToFile(*u))), kKey);
+  EXPECT_FALSE(back.ok());
+  const int64_t decreasing[] = {2, 7, 5, 12};
+  u->columns[1].offsets =
+      Bytes(std::string(reinterpret_cast<const char*>(decreasing), sizeof(decreasing)));
+  EXPECT_FALSE(ReadCacheEntry(Bytes(ReadFile(WriteToFile(*u))), kKey).ok());
 }
 
 TEST(SplitCache, DiskCachePublishesAndServesEntries) {

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include <arrow/io/file.h>
 
 #include "pqloader/cache/entry_format.h"
+#include "pqloader/tensor/buffer_pool.h"
 
 namespace pqloader {
 
@@ -30,6 +30,8 @@ namespace {
 constexpr char kEntrySuffix[] = ".pqc";
 constexpr char kTempPrefix[] = ".tmp-";
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
+// Entries are read and hashed in pieces of this size (each stays in L2 between the two).
+constexpr int64_t kReadPieceBytes = 512 << 10;
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -97,6 +99,39 @@ std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files =
   return out;
 }
 
+// Read a whole entry file into a pooled buffer, checking its checksum on the way.
+arrow::Result<std::shared_ptr<arrow::Buffer>> ReadVerified(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return arrow::Status::IOError(Errno("fstat"));
+  const int64_t size = st.st_size;
+  if (size < kCacheEntryTrailerBytes) return arrow::Status::Invalid("cache entry too short");
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer,
+                        arrow::AllocateBuffer(size, RecyclingPool::Global()));
+  uint8_t* out = buffer->mutable_data();
+  const int64_t covered = size - kCacheEntryTrailerBytes;
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  int64_t done = 0;
+  while (done < size) {
+    const int64_t want = std::min<int64_t>(kReadPieceBytes, size - done);
+    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(want), done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      XXH3_freeState(hash);
+      return arrow::Status::Invalid("cache entry shorter than its size (truncated?)");
+    }
+    const int64_t hashed_end = std::min<int64_t>(done + n, covered);
+    if (hashed_end > done) XXH3_64bits_update(hash, out + done, static_cast<size_t>(hashed_end - done));
+    done += n;
+  }
+  const uint64_t digest = XXH3_64bits_digest(hash);
+  XXH3_freeState(hash);
+  if (!EntryChecksumMatches(out, size, digest)) {
+    return arrow::Status::Invalid("cache entry checksum mismatch");
+  }
+  return buffer;
+}
+
 class DiskCache : public SplitCache {
  public:
   explicit DiskCache(const CacheOptions& options) : options_(options) {
@@ -124,16 +159,14 @@ class DiskCache : public SplitCache {
       ++misses_;
       return nullptr;
     }
-    auto file = arrow::io::MemoryMappedFile::Open(path, arrow::io::FileMode::READ);
-    ::close(fd);
+    // Read into a recycled buffer (not mmap: a file truncated while mapped would raise
+    // SIGBUS), hashing each piece while it is still in the CPU caches.
     std::shared_ptr<DecodedUnit> unit;
-    if (file.ok()) {
-      auto size = (*file)->GetSize();
-      auto buffer = size.ok() ? (*file)->ReadAt(0, *size) : arrow::Result<std::shared_ptr<arrow::Buffer>>(size.status());
-      if (buffer.ok()) {
-        auto parsed = ReadCacheEntry(*buffer);
-        if (parsed.ok()) unit = *parsed;
-      }
+    auto buffer = ReadVerified(fd);
+    ::close(fd);
+    if (buffer.ok()) {
+      auto parsed = ReadCacheEntry(*buffer, key, /*checksum_verified=*/true);
+      if (parsed.ok()) unit = *parsed;
     }
     if (unit == nullptr) {
       // Corrupt or truncated (e.g. bytes damaged on disk): drop it; it will be refetched.
@@ -170,7 +203,7 @@ class DiskCache : public SplitCache {
       Failed(Errno("cannot create a cache file in '" + ShardDir(shard) + "'"));
       return;
     }
-    auto written = WriteCacheEntry(fd, *unit);
+    auto written = WriteCacheEntry(fd, key, *unit);
     bool ok = written.ok();
     std::string error = ok ? "" : written.status().message();
     if (ok && options_.fsync && ::fsync(fd) != 0) {

@@ -162,6 +162,9 @@ void GatherFixed(const std::vector<const uint8_t*>& bases, const RowSources& src
 // Rows per tile of a row-major gather: a tile of rows is copied to a buffer that stays
 // in L1, then read column by column.
 constexpr int64_t kTileBytes = 16 << 10;
+// Rows per tile when a unit is made row-major: long enough runs of each column for the
+// hardware prefetchers, while the tile being written stays in L2.
+constexpr int64_t kTransposeTileBytes = 256 << 10;
 
 template <typename T>
 void CopyStrided(const uint8_t* src, int64_t src_stride, int64_t n, uint8_t* dst,
@@ -190,6 +193,44 @@ void CopyStridedAny(int64_t width, const uint8_t* src, int64_t src_stride, int64
 enum class Plan { kSamples, kZeroCopy, kFixed, kRowMajor, kVar };
 
 }  // namespace
+
+arrow::Status CheckUnitLayout(const DecodedUnit& unit, const std::vector<ColumnSpec>& specs) {
+  if (unit.columns.size() != specs.size()) {
+    return arrow::Status::Invalid("unit has ", unit.columns.size(), " columns, expected ",
+                                  specs.size());
+  }
+  if (!unit.row_ok.empty() && static_cast<int64_t>(unit.row_ok.size()) != unit.num_rows) {
+    return arrow::Status::Invalid("bad row mask");
+  }
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const ColumnData& d = unit.columns[c];
+    if (!d.samples.empty()) {
+      if (static_cast<int64_t>(d.samples.size()) != unit.num_rows) {
+        return arrow::Status::Invalid("column '", specs[c].name, "': bad sample count");
+      }
+      continue;
+    }
+    if (d.offsets != nullptr) continue;  // checked against data when read
+    if (specs[c].kind != ColumnKind::kTensor) {
+      return arrow::Status::Invalid("column '", specs[c].name, "' has no offsets");
+    }
+    int64_t bytes = DTypeSize(specs[c].dtype);
+    for (int64_t dim : d.row_shape) {
+      if (dim < 0 || (dim > 0 && bytes > (int64_t{1} << 40) / dim)) {
+        return arrow::Status::Invalid("column '", specs[c].name, "': bad row shape");
+      }
+      bytes *= dim;
+    }
+    const bool in_block = unit.row_major != nullptr && unit.row_major->offset[c] >= 0;
+    const int64_t have = in_block ? unit.num_rows * bytes
+                                  : (d.data != nullptr ? d.data->size() : 0);
+    if (bytes != d.row_bytes || have != unit.num_rows * bytes) {
+      return arrow::Status::Invalid("column '", specs[c].name, "': ", d.row_bytes,
+                                    "-byte rows do not match the column's type and shape");
+    }
+  }
+  return arrow::Status::OK();
+}
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
     const std::shared_ptr<const DecodedUnit>& unit, int64_t max_row_bytes,
@@ -220,7 +261,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
   uint8_t* dst = block->data->mutable_data();
   // Tiles of rows, so that the rows being written stay in L1 while each column's
   // values stream in.
-  const int64_t tile = std::clamp<int64_t>(kTileBytes / block->stride, 8, 256);
+  const int64_t tile = std::clamp<int64_t>(kTransposeTileBytes / block->stride, 8, 4096);
   for (int64_t r0 = 0; r0 < rows; r0 += tile) {
     const int64_t n = std::min(tile, rows - r0);
     for (int c : cols) {

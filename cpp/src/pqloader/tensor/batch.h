@@ -130,6 +130,11 @@ struct Batch {
   int64_t ByteSize() const;
 };
 
+/// Check that `unit` (e.g. read from a cache entry) has the layout `specs` describe, so
+/// that gathers stay inside its buffers: one column per spec; fixed-size rows of
+/// product(row_shape) x dtype size bytes; offsets for variable-length columns.
+arrow::Status CheckUnitLayout(const DecodedUnit& unit, const std::vector<ColumnSpec>& specs);
+
 /// Return `unit` with its small fixed-size columns (rows of at most `max_row_bytes`)
 /// moved into one row-major block, if it has at least two such columns; else `unit`.
 /// A shuffled batch then reads each sample's values from one place (a few cache lines)
