@@ -105,7 +105,7 @@ def _check_columns(columns: Any) -> tuple[str, ...] | None:
         if not isinstance(c, str):
             raise TypeError(f"columns must hold str names, got {type(c).__name__} {c!r}")
         if c in seen:
-            raise ValueError(f"columns names {c!r} twice: each column may be selected once")
+            raise ValueError(f"columns lists {c!r} twice: each column may be selected once")
         seen.add(c)
     return tuple(str(c) for c in names)
 
@@ -213,7 +213,7 @@ class LoaderOptions:
     cache_size_limit: int | None = None
     cache_policy: str = "keep"
     cache_shards: int = 8
-    storage_options: Mapping[str, Any] | None = None
+    storage_options: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)  # may hold secrets
     io_threads: int = 16
     readahead: int | None = None
     output: str = "numpy"

@@ -315,3 +315,9 @@ def test_set_epoch_refuses_a_bad_epoch_and_keeps_the_position(ds, epoch, exc):
     with pytest.raises(exc, match="epoch"):
         loader.set_epoch(epoch)
     assert loader.state_dict() == before
+
+
+def test_loader_options_repr_never_shows_storage_credentials(ds):
+    loader = pqloader.Loader(ds, storage_options={"access_key": "AKIA-test", "secret_key": "hunter2-secret"})
+    assert loader.options.storage_options["secret_key"] == "hunter2-secret"
+    assert "hunter2-secret" not in repr(loader.options) and "hunter2-secret" not in repr(loader)
