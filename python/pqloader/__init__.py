@@ -18,12 +18,15 @@ from pqloader._errors import (
     UnsupportedTypeError,
 )
 from pqloader import transforms
-from pqloader._loader import Loader, cache_clear, cache_stats, inspect
+from pqloader._inspect import cache_clear, cache_stats, inspect
+from pqloader._loader import Loader
+from pqloader._options import LoaderOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Loader",
+    "LoaderOptions",
     "inspect",
     "transforms",
     "cache_stats",

@@ -1,167 +1,22 @@
-"""The public Loader: argument checks and epoch bookkeeping over the C++ engine."""
+"""The public Loader: a façade that wires options, engine, iteration and checkpoints.
+
+The parts live in private modules: ``_options`` (every argument, its default and its
+checks; the engine's option format), ``_env`` (sources, storage options, rank and world
+size), ``_process`` (the engine across fork and exit), ``_iteration`` (epochs, the
+batch_transform thread, the hand-out that moves the position) and ``_state``
+(checkpoints). torch is imported only for ``output="torch"`` (``_torch``).
+"""
 
 from __future__ import annotations
 
 import os
-import queue
-import threading
-import warnings
-import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pqloader import _core, _process
-from pqloader._errors import InvalidDataError
+from pqloader import _core, _env, _iteration, _process, _state
+from pqloader._env import Source
+from pqloader._options import LoaderOptions, check_fill_types, check_int
 
-Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
-
-_STATE_VERSION = 1
-# Options that change which rows land in which batch. A state can only be loaded into a
-# loader that agrees on all of them.
-_DATA_OPTIONS = (
-    "sources", "files", "columns", "batch_size", "drop_last", "shuffle", "seed",
-    "shuffle_window", "rank", "world_size", "shard_policy", "fill_null", "transforms",
-    "on_decode_error",
-)
-
-
-def _normalize_sources(source: Source) -> list[str]:
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    if not items:
-        raise ValueError("source is empty: give a path, a directory, a glob or a list of them")
-    out = []
-    for item in items:
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(f"source entries must be str or os.PathLike, got {type(item).__name__}")
-        s = os.fspath(item)
-        out.append(s if "://" in s else os.path.abspath(os.path.expanduser(s)))
-    return out
-
-
-def _transform_specs(transforms: Any) -> dict[str, list[tuple[str, dict[str, Any]]]] | None:
-    """Turn {column: [pqloader.transforms.Op, ...]} into what the engine takes."""
-    from pqloader.transforms import Op
-
-    if transforms is None:
-        return None
-    if not isinstance(transforms, Mapping):
-        raise TypeError("transforms must be a dict {column: [ops]} or a callable (dict -> dict)")
-    out = {}
-    for column, ops in transforms.items():
-        if isinstance(ops, Op):
-            ops = [ops]
-        specs = []
-        for op in ops:
-            if not isinstance(op, Op):
-                raise TypeError(f"transforms[{column!r}] must hold pqloader.transforms ops, got {op!r}")
-            specs.append(op._spec())
-        out[str(column)] = specs
-    return out
-
-
-_END = object()
-
-
-def _threaded_map(fn: Callable[[dict], dict], items: Iterable[dict], depth: int) -> Iterator[dict]:
-    """Apply `fn` to `items` in one background thread, keeping order; errors re-raise here.
-
-    The engine releases the GIL while it works, so this thread overlaps with the
-    consumer whenever `fn` spends time in code that releases the GIL too (NumPy, torch);
-    pure-Python work in `fn` competes with the training loop for the GIL.
-    """
-    out: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            for item in items:
-                result = fn(item)
-                while not stop.is_set():
-                    try:
-                        out.put((True, result), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            out.put((True, _END))
-        except BaseException as e:  # surfaces at the consumer
-            out.put((False, e))
-
-    thread = threading.Thread(target=run, name="pqloader-batch-transform", daemon=True)
-    thread.start()
-    try:
-        while True:
-            ok, value = out.get()
-            if not ok:
-                raise value
-            if value is _END:
-                return
-            yield value
-    finally:
-        stop.set()
-        thread.join()
-
-
-def _storage_options(options: Mapping[str, Any] | None) -> dict[str, str]:
-    """Storage options as text for the engine, which checks the keys and values.
-
-    A ``retry_strategy`` given as a pyarrow ``S3RetryStrategy`` becomes its
-    ``max_attempts`` (pqloader's backoff is used either way).
-    """
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise TypeError(f"storage_options must be a dict, got {type(options).__name__}")
-    out = {}
-    for key, value in options.items():
-        if not isinstance(key, str):
-            raise TypeError(f"storage_options keys must be str, got {key!r}")
-        if key == "retry_strategy" and hasattr(value, "max_attempts"):
-            key, value = "retry_max_attempts", value.max_attempts
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            out[key] = "true" if value else "false"
-        elif isinstance(value, (str, int, float)):
-            out[key] = str(value)
-        else:
-            raise TypeError(f"storage_options[{key!r}] must be str, bool, int or float, "
-                            f"got {type(value).__name__}")
-    return out
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _check_fill(value: Any) -> Any:
-    if value is not None and not isinstance(value, (int, float, str, bytes)):
-        raise TypeError(f"fill_null values must be int, float, str or bytes, got {type(value).__name__}")
-    return value
-
-
-def _default_rank_world() -> tuple[int, int]:
-    """Rank and world size of an initialised torch.distributed group, else RANK/WORLD_SIZE."""
-    import sys
-
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return _env_int("RANK") or 0, _env_int("WORLD_SIZE") or 1
+_D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 
 
 class Loader:
@@ -178,9 +33,9 @@ class Loader:
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path; list order is kept.
         columns: Columns to read (file columns or hive partition keys), in output
-            order. ``None`` reads every column.
+            order, each once. ``None`` reads every column.
         batch_size: Rows per batch; batches span row-group and file boundaries.
-        num_workers: C++ worker threads. ``None`` uses one per CPU.
+        num_workers: C++ worker threads (at most 1024). ``None`` uses one per CPU.
         shuffle: Shuffle the order of row groups each epoch and rows within windows of
             ``shuffle_window`` consecutive row groups.
         seed: Seed of the shuffle. ``None`` with ``shuffle=True`` draws a fresh seed,
@@ -195,8 +50,9 @@ class Loader:
         world_size: Number of ranks. Default: as for ``rank``, from ``WORLD_SIZE``, else 1.
         shard_policy: ``"drop"`` drops the last ``N % world_size`` rows of each epoch's
             order; ``"pad"`` repeats its first rows, so every rank gets the same count.
-        fill_null: ``None`` makes nulls an error; a scalar replaces nulls in every column;
-            a dict maps column names to their replacement.
+        fill_null: ``None`` makes nulls an error; a scalar replaces nulls in every column
+            (so it must suit all of them: a number for numeric columns, str or bytes for
+            string and binary ones); a dict maps column names to their replacement.
         max_inflight_bytes: Soft bound on decoded data held ahead of the consumer.
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
@@ -239,6 +95,10 @@ class Loader:
             ``pin_memory`` or ``device``).
 
     Raises:
+        TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a
+            ``fill_null`` value does not suit its column's type.
+        ValueError: An argument is out of range or not among the accepted values; the
+            message names it and what is accepted.
         pqloader.DataNotFoundError: The source holds no files (or bucket, key).
         pqloader.IOError: Storage failed (network, timeout, permission), naming the URL.
         pqloader.InvalidDataError: A file is not readable Parquet.
@@ -255,151 +115,81 @@ class Loader:
     def __init__(
         self,
         source: Source,
-        columns: Sequence[str] | None = None,
-        batch_size: int = 256,
-        num_workers: int | None = None,
-        shuffle: bool = False,
-        seed: int | None = None,
-        num_epochs: int | None = 1,
-        drop_last: bool = False,
+        columns: Sequence[str] | None = _D.columns,
+        batch_size: int = _D.batch_size,
+        num_workers: int | None = _D.num_workers,
+        shuffle: bool = _D.shuffle,
+        seed: int | None = _D.seed,
+        num_epochs: int | None = _D.num_epochs,
+        drop_last: bool = _D.drop_last,
         *,
-        shuffle_window: int = 4,
-        rank: int | None = None,
-        world_size: int | None = None,
-        shard_policy: str = "drop",
-        fill_null: Any = None,
-        max_inflight_bytes: int = 256 << 20,
-        prefetch_batches: int | None = None,
-        verify_checksums: bool = False,
-        transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None,
-        batch_transform: Callable[[dict], dict] | None = None,
-        on_decode_error: str = "raise",
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_size_limit: int | None = None,
-        cache_policy: str = "keep",
-        cache_shards: int = 8,
-        storage_options: Mapping[str, Any] | None = None,
-        io_threads: int = 16,
-        readahead: int | None = None,
-        output: str = "numpy",
-        pin_memory: bool | None = None,
-        device: Any = None,
-        device_prefetch: int = 2,
-        _debug_delay_us: int = 0,
+        shuffle_window: int = _D.shuffle_window,
+        rank: int | None = _D.rank,
+        world_size: int | None = _D.world_size,
+        shard_policy: str = _D.shard_policy,
+        fill_null: Any = _D.fill_null,
+        max_inflight_bytes: int = _D.max_inflight_bytes,
+        prefetch_batches: int | None = _D.prefetch_batches,
+        verify_checksums: bool = _D.verify_checksums,
+        transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
+        batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
+        on_decode_error: str = _D.on_decode_error,
+        cache_dir: str | os.PathLike[str] | None = _D.cache_dir,
+        cache_size_limit: int | None = _D.cache_size_limit,
+        cache_policy: str = _D.cache_policy,
+        cache_shards: int = _D.cache_shards,
+        storage_options: Mapping[str, Any] | None = _D.storage_options,
+        io_threads: int = _D.io_threads,
+        readahead: int | None = _D.readahead,
+        output: str = _D.output,
+        pin_memory: bool | None = _D.pin_memory,
+        device: Any = _D.device,
+        device_prefetch: int = _D.device_prefetch,
+        _debug_delay_us: int = _D._debug_delay_us,
     ) -> None:
-        self._init_kwargs = {k: v for k, v in locals().items() if k != "self"}
-        sources = _normalize_sources(source)
-        storage = _storage_options(storage_options)
-        _check_int("io_threads", io_threads, 1)
-        if readahead is not None:
-            _check_int("readahead", readahead, 1)
-        if columns is not None:
-            if isinstance(columns, str):
-                raise TypeError("columns must be a list of names, not a str")
-            columns = [str(c) for c in columns]
-        _check_int("batch_size", batch_size, 1)
-        if num_workers is not None:
-            _check_int("num_workers", num_workers, 1)
-        if num_epochs is not None:
-            _check_int("num_epochs", num_epochs, 0)
-        _check_int("shuffle_window", shuffle_window, 1)
-        _check_int("max_inflight_bytes", max_inflight_bytes, 1)
-        if prefetch_batches is not None:
-            _check_int("prefetch_batches", prefetch_batches, 1)
-        if shard_policy not in ("drop", "pad"):
-            raise ValueError(f"shard_policy must be 'drop' or 'pad', got {shard_policy!r}")
-        self._output = _make_output(output, pin_memory, device, device_prefetch)
-        default_rank, default_world = _default_rank_world()
-        rank = default_rank if rank is None else rank
-        world_size = default_world if world_size is None else world_size
-        _check_int("world_size", world_size, 1)
-        _check_int("rank", rank, 0)
-        if rank >= world_size:
-            raise ValueError(f"rank must be < world_size={world_size}, got {rank}")
-        self._drawn_seed = seed is None and bool(shuffle)
-        if seed is None:
-            seed = _core.draw_seed() if shuffle else 0
-        else:
-            _check_int("seed", seed, 0)
-        if callable(transforms) and not isinstance(transforms, Mapping):
-            if batch_transform is not None:
-                raise ValueError("give the per-batch callable once: transforms= or batch_transform=")
-            transforms, batch_transform = None, transforms
-        if batch_transform is not None and not callable(batch_transform):
-            raise TypeError("batch_transform must be callable (dict -> dict)")
-        if on_decode_error not in ("raise", "skip"):
-            raise ValueError(f"on_decode_error must be 'raise' or 'skip', got {on_decode_error!r}")
-        op_specs = _transform_specs(transforms)
-        if cache_policy not in ("keep", "lru"):
-            raise ValueError(f"cache_policy must be 'keep' or 'lru', got {cache_policy!r}")
-        if cache_size_limit is not None:
-            _check_int("cache_size_limit", cache_size_limit, 1)
-        _check_int("cache_shards", cache_shards, 1)
-        if cache_dir is not None:
-            cache_dir = os.fspath(cache_dir)
-            if cache_dir != ":memory:":
-                cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
-        fills = None
-        fill_default = None
-        if isinstance(fill_null, Mapping):
-            fills = {str(k): _check_fill(v) for k, v in fill_null.items()}
-        else:
-            fill_default = _check_fill(fill_null)
-
-        self._options = {
-            "columns": columns,
-            "batch_size": batch_size,
-            "drop_last": bool(drop_last),
-            "shuffle": bool(shuffle),
-            "seed": seed,
-            "shuffle_window": shuffle_window,
-            "rank": rank,
-            "world_size": world_size,
-            "shard_policy": shard_policy,
-            "num_workers": num_workers,
-            "max_inflight_bytes": max_inflight_bytes,
-            "prefetch_batches": prefetch_batches,
-            "verify_checksums": bool(verify_checksums),
-            "debug_delay_us": _debug_delay_us,
-            "storage_options": storage,
-            "io_threads": io_threads,
-            "readahead": readahead,
-            "fill_default": fill_default,
-            "fills": fills,
-            "transforms": op_specs,
-            "on_decode_error": on_decode_error,
-            "cache_dir": cache_dir,
-            "cache_size_limit": cache_size_limit,
-            "cache_policy": cache_policy,
-            "cache_shards": cache_shards,
+        arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
+        sources = _env.normalize_sources(source)
+        options = LoaderOptions(**arguments)
+        self._seed_drawn = options.seed is None and options.shuffle
+        options = options.resolve(_core.draw_seed)
+        self._output = _make_output(options)
+        self._cursor = _iteration.Cursor()
+        self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
+        self._columns = {
+            c["name"]: {"dtype": c["dtype"], "shape": None if c["dtype"] is None else tuple(c["shape"]),
+                        "arrow_type": c["arrow_type"], "partition": c["partition"]}
+            for c in self._engine.column_info()
         }
+        check_fill_types(options.fill_null, self._columns)  # before any data is read
         self._sources = sources
-        self._fill_null = fill_null
-        self._num_epochs = num_epochs
-        self._batch_transform = batch_transform
-        self._core = _core._Loader(sources, self._options)
-        self._plan = self._core.plan_info()
-        self._columns = self._core.column_info()
-        self._epoch = 0  # epoch of the next batch
-        self._batch = 0  # index in that epoch of the next batch
-        self._generation = 0
-        self._first_iter_time: float | None = None
-        self._active_end: int | None = None  # end epoch of the iteration in progress
-        self._resume_end: int | None = None  # end epoch restored by load_state_dict
-        self._next_seconds = 0.0  # consumer time inside next()
-        self._worker_shard = False  # made by pqloader.torch.IterableDataset for one worker
-        _process.track(self)
+        self._options = options
+        self._plan = self._engine.plan_info()
+        self._clock = _iteration.ConsumerClock()
 
     # -- properties ------------------------------------------------------------------
     @property
     def seed(self) -> int:
         """The seed of every random choice (drawn when shuffling without one)."""
-        return self._options["seed"]
+        return self._options.seed
 
     @property
     def epoch(self) -> int:
         """The epoch of the next batch."""
-        return self._epoch
+        return self._cursor.epoch
+
+    @property
+    def sources(self) -> list[str]:
+        """The sources, as opened: absolute local paths and URIs."""
+        return list(self._sources)
+
+    @property
+    def options(self) -> LoaderOptions:
+        """Every argument but ``source``, checked, with seed, rank and world size settled.
+
+        ``Loader(loader.sources, **loader.options.to_kwargs())`` makes a loader that
+        yields the same batches.
+        """
+        return self._options
 
     @property
     def num_rows(self) -> int:
@@ -413,17 +203,12 @@ class Loader:
         Columns made by transforms have dtype and shape None: they are known once data
         is transformed. A list column's variable dimension is -1.
         """
-        return {
-            c["name"]: {"dtype": c["dtype"],
-                        "shape": None if c["dtype"] is None else tuple(c["shape"]),
-                        "arrow_type": c["arrow_type"], "partition": c["partition"]}
-            for c in self._columns
-        }
+        return {name: dict(info) for name, info in self._columns.items()}
 
     @property
     def shard_info(self) -> dict[str, int]:
         """Rows dropped or repeated per epoch (all ranks) to equalise ranks."""
-        return {"rank": self._options["rank"], "world_size": self._options["world_size"],
+        return {"rank": self._options.rank, "world_size": self._options.world_size,
                 "dropped": self._plan["dropped"], "padded": self._plan["padded"],
                 "drop_last_rows": self._plan["drop_last_rows"]}
 
@@ -434,73 +219,32 @@ class Loader:
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self)
-        self._generation += 1
+        generation = self._cursor.invalidate()  # an older iterator stops
         end: list[int] = []
-        items = self._read(self._generation, end)
-        if self._batch_transform is not None:
-            fn = self._batch_transform
-            items = _threaded_map(lambda item: (item[0], item[1], fn(item[2])), items,
-                                  self._options["prefetch_batches"] or 2)
+        o = self._options
+        items = _iteration.read_batches(self._engine, self._cursor, generation, num_batches=len(self),
+                                        num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
+                                        end=end)
+        if o.batch_transform is not None:
+            items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2)
         if self._output is not None:
             items = self._output.wrap(items)
-        return self._hand_out(self._generation, items, end)
+        return _iteration.hand_out(self._cursor, generation, items, end, self._clock)
 
-    def _read(self, generation: int, end: list[int]) -> Iterator[tuple[int, int, Any]]:
-        """Yield (epoch, index, batch) from the position on; may run ahead of the consumer."""
-        if self._first_iter_time is None:
-            self._first_iter_time = time.perf_counter()
-        num_batches = len(self)
-        epoch, index = self._epoch, self._batch
-        if index >= num_batches:  # positioned after an epoch's last batch
-            epoch, index = epoch + 1, 0
-        # The epoch this iteration stops before: restored from a state, or num_epochs on.
-        if self._resume_end is not None:
-            stop, self._resume_end = self._resume_end, None
-        else:
-            stop = None if self._num_epochs is None else epoch + self._num_epochs
-        self._active_end = stop
-        caching = self._options["cache_dir"] is not None
-        try:
-            while stop is None or epoch < stop:
-                self._core.start_epoch(epoch, index)
-                while True:
-                    if generation != self._generation:  # never take a newer iterator's batch
-                        raise RuntimeError(_STALE)
-                    batch = self._core.next()
-                    if generation != self._generation:
-                        raise RuntimeError(_STALE)
-                    if caching:
-                        warning = self._core.take_warning()
-                        if warning:
-                            warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=2)
-                    if batch is None:
-                        break
-                    yield epoch, index, batch
-                    index += 1
-                epoch, index = epoch + 1, 0
-            end[:] = [epoch, index]
-        finally:
-            if generation == self._generation:
-                self._core.stop()
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the first batch of `epoch`.
 
-    def _hand_out(self, generation: int, items: Iterator[tuple[int, int, Any]],
-                  end: list[int]) -> Iterator[dict[str, Any]]:
-        """Yield batches; the position (what state_dict() saves) moves only here."""
-        try:
-            t0 = time.perf_counter()
-            for epoch, index, batch in items:
-                if generation != self._generation:
-                    raise RuntimeError(_STALE)
-                self._epoch, self._batch = epoch, index + 1
-                self._next_seconds += time.perf_counter() - t0
-                yield batch
-                t0 = time.perf_counter()
-            self._next_seconds += time.perf_counter() - t0
-            if end and generation == self._generation:
-                self._epoch, self._batch = end
-                self._active_end = None  # the iteration is complete
-        finally:
-            items.close()  # type: ignore[attr-defined]
+        Running iterators stop. Like ``DistributedSampler.set_epoch``; not needed when
+        one loader runs all epochs (each iteration continues the epoch count).
+
+        Args:
+            epoch: The epoch, at least 0.
+
+        Raises:
+            TypeError, ValueError: `epoch` is not an int >= 0.
+        """
+        self._cursor.seek(check_int("epoch", epoch, 0), 0)
+        self._engine.stop()
 
     def __getitem__(self, index: Any) -> Any:
         raise TypeError(
@@ -513,69 +257,35 @@ class Loader:
             "a pqloader.Loader cannot be pickled (it owns C++ threads); for DataLoader worker "
             "processes use pqloader.torch.IterableDataset(loader), which rebuilds it in each worker")
 
-    def _rebuild_kwargs(self) -> dict[str, Any]:
-        """Arguments that make an equivalent loader (seed, rank and world size resolved)."""
-        kw = dict(self._init_kwargs)
-        kw.update(source=self._sources, seed=self.seed, rank=self._options["rank"],
-                  world_size=self._options["world_size"])
-        return kw
-
     # -- statistics ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters since the loader was made.
 
         Returns:
             rows, batches, units_read (row-group slices), bytes_read (compressed
-            Parquet bytes), bytes_decoded, decode_seconds and assemble_seconds (worker
-            time, all threads), wait_seconds (time the consumer spent inside next():
-            waiting for the engine, converting, staging to the device), of which
-            engine_wait_seconds blocked on the engine, wall_seconds (since the first
-            iteration), wait_fraction (wait_seconds / wall_seconds: the data stall),
-            time_to_first_batch_seconds, skipped_rows, and cache_hits / cache_misses /
-            cache_bytes_saved and the other cache_* counters.
+            Parquet bytes), bytes_decoded, read_seconds, decode_seconds and
+            assemble_seconds (worker time, all threads), wait_seconds (time the
+            consumer spent inside next(): waiting for the engine, converting, staging
+            to the device), of which engine_wait_seconds blocked on the engine,
+            wall_seconds (since the first iteration), wait_fraction (wait_seconds /
+            wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
+            and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
+            counters.
         """
-        s = dict(self._core.stats())
-        wall = 0.0 if self._first_iter_time is None else time.perf_counter() - self._first_iter_time
-        s["engine_wait_seconds"] = s["wait_seconds"]
-        s["wait_seconds"] = max(self._next_seconds, s["wait_seconds"])
-        s["wall_seconds"] = wall
-        s["wait_fraction"] = s["wait_seconds"] / wall if wall > 0 else 0.0
+        s = self._clock.stats(self._engine.stats())
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
                   "footers_from_cache": self._plan["footers_from_cache"]})
         return s
 
     # -- checkpointing ---------------------------------------------------------------
-    def _fingerprint(self) -> dict[str, Any]:
-        o = self._options
-        return {
-            "sources": self._sources,
-            "files": [[path, size] for path, size, _ in self._plan["files"]],
-            "columns": [c["name"] for c in self._columns],
-            "batch_size": o["batch_size"],
-            "drop_last": o["drop_last"],
-            "shuffle": o["shuffle"],
-            "seed": o["seed"],
-            "shuffle_window": o["shuffle_window"],
-            "rank": o["rank"],
-            "world_size": o["world_size"],
-            "shard_policy": o["shard_policy"],
-            "fill_null": repr(self._fill_null),
-            "transforms": self._core.transform_fingerprint(),
-            "on_decode_error": o["on_decode_error"],
-        }
+    def _fingerprint(self, seed: int) -> dict[str, Any]:
+        return _state.fingerprint(self._sources, self._plan["files"], list(self._columns),
+                                  self._options, self._engine.transform_fingerprint(), seed)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the position after the last batch handed out, as a JSON-safe dict."""
-        return {
-            "version": _STATE_VERSION,
-            "epoch": self._epoch,
-            "batch": self._batch,
-            # Where the interrupted `for batch in loader` would have stopped, so that a
-            # resumed iteration yields exactly the rest of it (None: no iteration active).
-            "iteration_end": self._active_end,
-            "seed": self.seed,
-            "options": self._fingerprint(),
-        }
+        c = self._cursor
+        return _state.make_state(c.epoch, c.batch, c.active_end, self.seed, self._fingerprint(self.seed))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.
@@ -584,54 +294,31 @@ class Loader:
         epoch where it would have stopped); later iterations run ``num_epochs`` each.
 
         A loader built with ``seed=None`` adopts the state's seed. Every other
-        data-affecting option must match.
+        data-affecting option must match. The state is checked completely first: a
+        refused state leaves the loader (seed, position, running iterators) unchanged.
 
         Raises:
-            ValueError: The state is malformed or was taken with other options.
+            pqloader.InvalidDataError: The state is malformed (the message names the bad
+                field) or was taken with other options (it names them).
         """
-        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
-            raise InvalidDataError(f"not a pqloader state (version {_STATE_VERSION}): {state!r:.200}")
-        theirs = dict(state["options"])
-        if self._drawn_seed:
-            self._options["seed"] = int(state["seed"])
-            self._core.set_seed(int(state["seed"]))
-        mine = self._fingerprint()
-        diffs = [
-            f"{k}: state has {theirs.get(k)!r}, loader has {mine.get(k)!r}"
-            for k in _DATA_OPTIONS
-            if _jsonish(theirs.get(k)) != _jsonish(mine.get(k))
-        ]
-        if diffs:
-            raise InvalidDataError("cannot load a state taken with different options: " + "; ".join(diffs))
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if epoch < 0 or not 0 <= batch <= len(self):
-            raise InvalidDataError(f"state position (epoch {epoch}, batch {batch}) is out of range")
-        self._generation += 1  # any running iterator stops
-        self._core.stop()
-        self._epoch, self._batch = epoch, batch
-        end = state.get("iteration_end")
-        self._resume_end = None if end is None else int(end)
-        self._active_end = None
+        restored = _state.parse_state(state, num_batches=len(self), seed=self.seed,
+                                      adopt_seed=self._seed_drawn, fingerprint_for=self._fingerprint)
+        if restored.seed != self.seed:
+            self._options = self._options.replace(seed=restored.seed)
+            self._engine.set_seed(restored.seed)
+        self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end)  # iterators stop
+        self._engine.stop()
 
     def __repr__(self) -> str:
         o = self._options
         return (f"pqloader.Loader({len(self._sources)} source(s), {self._plan['num_files']} files, "
-                f"{self._plan['dataset_rows']} rows, batch_size={o['batch_size']}, "
-                f"shuffle={o['shuffle']}, seed={o['seed']}, rank={o['rank']}/{o['world_size']})")
+                f"{self._plan['dataset_rows']} rows, batch_size={o.batch_size}, "
+                f"shuffle={o.shuffle}, seed={o.seed}, rank={o.rank}/{o.world_size})")
 
 
-_STALE = ("this loader was iterated again, loaded a state, or this process was forked; "
-          "the older iterator stopped")
-
-
-def _make_output(output: str, pin_memory: bool | None, device: Any, device_prefetch: int) -> Any:
-    """Check the output options; return None for NumPy, else a _torch.TorchOutput."""
-    if output not in ("numpy", "torch"):
-        raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
-    _check_int("device_prefetch", device_prefetch, 1)
-    if output == "numpy":
-        if pin_memory or device is not None:
-            raise ValueError("pin_memory and device need output='torch'")
+def _make_output(options: LoaderOptions) -> Any:
+    """Return None for NumPy output, else a ``_torch.TorchOutput`` (importing torch)."""
+    if options.output == "numpy":
         return None
     try:
         from pqloader import _torch
@@ -640,41 +327,4 @@ def _make_output(output: str, pin_memory: bool | None, device: Any, device_prefe
             raise ImportError("output='torch' needs PyTorch, which is not installed: "
                               "pip install torch (or pip install 'pqloader[torch]')", name="torch") from e
         raise
-    return _torch.TorchOutput(pin_memory, device, device_prefetch)
-
-
-def _jsonish(value: Any) -> Any:
-    """Normalise tuples to lists so values compare equal after a JSON round trip."""
-    if isinstance(value, (list, tuple)):
-        return [_jsonish(v) for v in value]
-    return value
-
-
-def cache_stats(cache_dir: str | os.PathLike[str]) -> dict[str, int]:
-    """Entries, bytes and temp files of a cache directory, plus hit/miss counts recorded
-    by loaders that used it."""
-    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir))))
-
-
-def cache_clear(cache_dir: str | os.PathLike[str]) -> None:
-    """Delete every entry of a cache directory (never anything else)."""
-    _core.cache_clear(os.path.abspath(os.fspath(cache_dir)))
-
-
-def inspect(source: Source, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Describe a dataset without reading its data pages.
-
-    Args:
-        source: As for :class:`Loader`.
-        storage_options: As for :class:`Loader`.
-
-    Returns:
-        A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
-        created_by), ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the
-        loader yields, or "unsupported"), ``num_rows``, ``num_row_groups``, ``num_files``.
-
-    Example:
-        >>> pqloader.inspect("data/train")["num_rows"]
-        1000000
-    """
-    return _core.inspect(_normalize_sources(source), _storage_options(storage_options))
+    return _torch.TorchOutput(options.pin_memory, options.device, options.device_prefetch)

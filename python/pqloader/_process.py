@@ -1,13 +1,14 @@
-"""Loaders across process boundaries: fork safety and DataLoader worker processes.
+"""Engines across process boundaries: fork safety, interpreter exit, DataLoader workers.
 
-A Loader owns C++ worker threads. ``fork()`` copies the process but only the calling
-thread: in the child the engine's workers do not exist, and a mutex one of them held at
-the instant of the fork stays locked forever. Touching the inherited engine there
-(``next()``, ``stop()``, even its destructor, which joins the workers) could hang. So
-an at-fork handler marks every live Loader in the child: its engine is abandoned
-without being destroyed and a fresh one is opened on first use; iterators started
-before the fork refuse to continue. The position (epoch, batch), seed and options carry
-over, so ``iter(loader)`` in the child continues where the parent's consumer was.
+A Loader owns C++ worker threads through its :class:`Engine`. ``fork()`` copies the
+process but only the calling thread: in the child the engine's workers do not exist,
+and a mutex one of them held at the instant of the fork stays locked forever. Touching
+the inherited engine there (``next()``, ``stop()``, even its destructor, which joins the
+workers) could hang. So an at-fork handler marks every live Engine in the child: its
+C++ engine is abandoned without being destroyed, a fresh one is opened on first use,
+and the owner's ``on_fork`` callback runs (the Loader uses it to stop iterators started
+before the fork). The position (epoch, batch), seed and options are the Loader's, so
+``iter(loader)`` in the child continues where the parent's consumer was.
 
 At interpreter exit every live engine is stopped and freed (an atexit handler), before
 the extension module is torn down: a loader still referenced then, e.g. by a suspended
@@ -22,42 +23,12 @@ import atexit
 import os
 import sys
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from pqloader import _core
 
-_live: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def track(loader: Any) -> None:
-    """Register a Loader whose engine must be replaced in forked children."""
-    _live.add(loader)
-
-
-class _ReopenedCore:
-    """Stands in for a Loader's engine in a forked child; opens a fresh one on first use."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def __getattr__(self, name: str) -> Any:
-        loader = self._loader
-        core = _core._Loader(loader._sources, loader._options)
-        loader._core = core
-        return getattr(core, name)
-
-
-def _after_fork_in_child() -> None:
-    for loader in list(_live):
-        core = loader.__dict__.get("_core")
-        if isinstance(core, _core._Loader):
-            core.abandon_after_fork()
-        loader._core = _ReopenedCore(loader)
-        loader._generation += 1  # iterators made before the fork stop
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_live: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_per_worker: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 class _ClosedCore:
@@ -70,17 +41,112 @@ class _ClosedCore:
         raise RuntimeError("the Python interpreter is shutting down; pqloader's engine was released")
 
 
+class Engine:
+    """The C++ engine of one Loader, replaced in forked children and released at exit.
+
+    Thread-safety: as the engine's, one consumer thread at a time.
+
+    Args:
+        sources: Normalised sources (see ``_env.normalize_sources``).
+        options: The engine's option dict (``LoaderOptions.to_engine()``).
+        on_fork: Called in a forked child, after the engine was abandoned.
+
+    Raises:
+        pqloader.Error: The engine refused to open the sources (see ``Loader``).
+    """
+
+    def __init__(self, sources: list[str], options: dict[str, Any],
+                 on_fork: Callable[[], None] | None = None) -> None:
+        self._sources = list(sources)
+        self._options = dict(options)
+        self._on_fork = on_fork
+        self._core: Any = _core._Loader(self._sources, self._options)
+        _live.add(self)
+
+    def _engine(self) -> Any:
+        if self._core is None:  # abandoned in a forked child: open a fresh one
+            self._core = _core._Loader(self._sources, self._options)
+        return self._core
+
+    # -- what the Loader uses -----------------------------------------------------------
+    def start_epoch(self, epoch: int, first_batch: int) -> None:
+        """Start delivering batches `first_batch`, `first_batch` + 1, ... of `epoch`."""
+        self._engine().start_epoch(epoch, first_batch)
+
+    def next(self) -> dict[str, Any] | None:
+        """Return the next batch of the epoch, or None at its end."""
+        return self._engine().next()
+
+    def stop(self) -> None:
+        """Stop the workers; the next ``start_epoch`` starts afresh."""
+        if self._core is not None:
+            self._core.stop()
+
+    def take_warning(self) -> str:
+        """Return (and clear) the engine's pending cache warning, or ''."""
+        return self._engine().take_warning()
+
+    def set_seed(self, seed: int) -> None:
+        """Replace the seed, also for an engine reopened after a fork."""
+        self._options["seed"] = seed
+        self._engine().set_seed(seed)
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters (see ``Loader.stats``)."""
+        return dict(self._engine().stats())
+
+    def column_info(self) -> list[dict[str, Any]]:
+        """Per output column: name, dtype, shape, arrow_type, partition."""
+        return list(self._engine().column_info())
+
+    def plan_info(self) -> dict[str, Any]:
+        """Counts of the epoch plan and the dataset's files."""
+        return dict(self._engine().plan_info())
+
+    def transform_fingerprint(self) -> str:
+        """A fingerprint of the transforms (part of a state's options)."""
+        return self._engine().transform_fingerprint()
+
+    # -- process boundaries -------------------------------------------------------------
+    def _after_fork_in_child(self) -> None:
+        if isinstance(self._core, _core._Loader):
+            self._core.abandon_after_fork()
+        self._core = None
+        if self._on_fork is not None:
+            self._on_fork()
+
+    def _release(self) -> None:
+        self._core = _ClosedCore()
+
+
+def _after_fork_in_child() -> None:
+    for engine in list(_live):
+        engine._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _release_at_exit() -> None:
     """Stop and free every engine while the interpreter is still whole.
 
     Loaders still referenced at exit (e.g. from a suspended iterator in a spawned
     DataLoader worker) would otherwise outlive the extension module's teardown.
     """
-    for loader in list(_live):
-        loader._core = _ClosedCore()
+    for engine in list(_live):
+        engine._release()
 
 
 atexit.register(_release_at_exit)
+
+
+def mark_sharded_per_worker(loader: Any) -> None:
+    """Record that `loader` reads one DataLoader worker's shard (pqloader.torch does this).
+
+    Such a loader may run in a worker process of a DataLoader with several workers.
+    """
+    _per_worker.add(loader)
 
 
 def check_not_in_dataloader_worker(loader: Any) -> None:
@@ -89,12 +155,16 @@ def check_not_in_dataloader_worker(loader: Any) -> None:
     Every worker would iterate the same copy and yield the same batches, so a
     ``DataLoader(num_workers=N)`` over it would repeat each batch N times.
 
+    Args:
+        loader: The loader about to be iterated.
+
     Raises:
         RuntimeError: Called in a ``torch.utils.data`` worker process of a DataLoader
-            with ``num_workers > 1`` for a loader that is not sharded per worker.
+            with ``num_workers > 1`` for a loader not marked with
+            :func:`mark_sharded_per_worker`.
     """
     data = sys.modules.get("torch.utils.data")
-    if data is None or getattr(loader, "_worker_shard", False):
+    if data is None or loader in _per_worker:
         return
     info = data.get_worker_info()
     if info is not None and info.num_workers > 1:

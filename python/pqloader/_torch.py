@@ -1,7 +1,8 @@
 """PyTorch output: zero-copy tensors, pinned staging and copies to a device ahead of use.
 
 Imported only when a Loader asks for ``output="torch"`` (or ``pin_memory``/``device``),
-or through the public ``pqloader.torch`` module, so NumPy users never import torch.
+or through the public ``pqloader.torch`` module, so NumPy users never import torch. It
+knows nothing of the Loader: ``_loader`` imports it, never the other way round.
 
 Per batch, and only in Python-level wiring: each numeric column is wrapped with
 ``torch.from_dlpack`` (the tensor shares the C++ buffer, which it keeps alive); string
@@ -16,16 +17,13 @@ and the compute never reads a tensor before its copy is complete.
 from __future__ import annotations
 
 import collections
-import os
 import warnings
 from typing import Any, Iterator
 
 import numpy as np
 import torch
-import torch.utils.data
 
-# (epoch, index in epoch, batch) as produced by Loader._read.
-Item = tuple[int, int, dict[str, Any]]
+from pqloader._iteration import Item
 
 
 def batch_to_torch(batch: dict[str, Any]) -> dict[str, Any]:
@@ -127,97 +125,3 @@ class TorchOutput:
                     # caching allocator, so it is not reused before `current` is done with it.
                     v.record_stream(current)
         return batch
-
-
-class IterableDataset(torch.utils.data.IterableDataset):
-    """A Loader as a ``torch.utils.data.IterableDataset`` that shards per DataLoader worker.
-
-    pqloader needs no worker processes: iterate the Loader itself. This wrapper exists for
-    code that insists on a ``DataLoader``. Use ``batch_size=None`` (items are whole
-    batches). With ``num_workers=0`` it iterates the wrapped loader itself (state_dict and
-    device staging work as usual). With ``num_workers=W > 0``, worker ``i`` of rank ``r``
-    reads shard ``r * W + i`` of ``world_size * W``, with the loader's seed and
-    options; each worker gets the same number of batches (the loader's ``shard_policy``),
-    DataLoader interleaves them in worker order, so the stream is deterministic and each
-    epoch covers the data once. Workers hand out CPU batches: use DataLoader's
-    ``pin_memory=True`` and move them to the GPU yourself. Worker processes are made
-    anew for each DataLoader iteration unless ``persistent_workers=True``; like
-    ``DistributedSampler``, call ``set_epoch(e)`` before each epoch so they start at
-    epoch ``e`` (persistent workers continue their own epoch count). Resuming from a
-    state is not supported across workers.
-
-    Args:
-        loader: The loader to wrap; its options, seed, rank and world size are used.
-
-    Example:
-        >>> ds = pqloader.torch.IterableDataset(pqloader.Loader("data/", batch_size=512, seed=1))
-        >>> dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
-        >>> for epoch in range(3):
-        ...     ds.set_epoch(epoch)
-        ...     for batch in dl: ...
-    """
-
-    def __init__(self, loader: Any) -> None:
-        from pqloader._loader import Loader
-
-        if not isinstance(loader, Loader):
-            raise TypeError(f"IterableDataset wraps a pqloader.Loader, got {type(loader).__name__}")
-        self._loader: Any = loader
-        self._kwargs = loader._rebuild_kwargs()
-        self._epoch = loader.epoch
-        self._epoch_set = False
-        self._worker_loader: Any = None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at `epoch` (call it in the main process)."""
-        self._epoch = int(epoch)
-        self._epoch_set = True
-
-    def state_dict(self) -> dict[str, Any]:
-        """The wrapped loader's state (only meaningful with ``num_workers=0``)."""
-        return self._main_loader().state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._main_loader().load_state_dict(state)
-        self._epoch = self._main_loader().epoch
-
-    def _main_loader(self) -> Any:
-        from pqloader._loader import Loader
-
-        if self._loader is None:  # unpickled (spawned worker context) and then used directly
-            self._loader = Loader(**self._kwargs)
-        return self._loader
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            loader = self._main_loader()
-            if self._epoch_set and loader.epoch != self._epoch:
-                loader._epoch, loader._batch = self._epoch, 0
-            self._epoch_set = False
-            return iter(loader)
-        if self._worker_loader is None:
-            self._worker_loader = self._make_worker_loader(info)
-        return iter(self._worker_loader)
-
-    def _make_worker_loader(self, info: Any) -> Any:
-        from pqloader._loader import Loader
-
-        kw = dict(self._kwargs)
-        workers = info.num_workers
-        kw["rank"] = kw["rank"] * workers + info.id
-        kw["world_size"] = kw["world_size"] * workers
-        threads = kw.get("num_workers") or os.cpu_count() or 1
-        kw["num_workers"] = max(1, threads // workers)
-        kw["device"] = None
-        kw["pin_memory"] = False
-        loader = Loader(**kw)
-        loader._worker_shard = True
-        loader._epoch, loader._batch = self._epoch, 0
-        return loader
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_loader"] = None  # the engine cannot be pickled; spawned workers rebuild it
-        state["_worker_loader"] = None
-        return state

@@ -13,6 +13,7 @@ Example:
     >>> dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
 """
 
-from pqloader._torch import IterableDataset, batch_to_torch
+from pqloader._torch import batch_to_torch
+from pqloader._torch_dataset import IterableDataset
 
 __all__ = ["IterableDataset", "batch_to_torch"]

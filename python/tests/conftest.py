@@ -18,7 +18,21 @@ import pyarrow.parquet as pq
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFORMANCE_DIR = REPO_ROOT.parent / "shared" / "conformance" / "parquet-testing"
+
+
+def find_conformance_dir() -> Path | None:
+    """Where Apache's parquet-testing corpus is, or None.
+
+    Looked for, in order: ``$PQLOADER_CONFORMANCE_DIR``; ``python/tests/data/parquet-testing``
+    in this checkout; ``shared/conformance/parquet-testing`` beside this checkout or any
+    directory above it (so git worktrees nested deeper find it too).
+    """
+    env = os.environ.get("PQLOADER_CONFORMANCE_DIR")
+    if env:
+        return Path(env)
+    candidates = [REPO_ROOT / "python" / "tests" / "data" / "parquet-testing"]
+    candidates += [up / "shared" / "conformance" / "parquet-testing" for up in REPO_ROOT.parents]
+    return next((c for c in candidates if (c / "data").is_dir()), None)
 
 
 # ---------------------------------------------------------------------------
@@ -134,20 +148,19 @@ def _is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
-def _fsl_numeric(t: pa.DataType) -> bool:
-    while pa.types.is_fixed_size_list(t):
-        t = t.value_type
-    return _is_numeric(t)
+def _is_tensor_element(t: pa.DataType) -> bool:
+    """Whether list elements of type ``t`` become one numeric/bool array (README type table)."""
+    return _is_numeric(t) or pa.types.is_boolean(t) or any(pred(t) for pred in _INT_LIKE_BITS)
 
 
 def classify_type(t: pa.DataType) -> str:
-    """How the contract treats an Arrow type.
+    """How the contract (README, "What a batch holds") treats an Arrow type.
 
-    'scalar'       → 1-D numpy array or list[str]/list[bytes]
-    'fsl'          → N-D numpy array
+    'scalar'       → 1-D numpy array or list[str]/list[bytes] (fixed_size_binary: bytes)
+    'fsl'          → N-D numpy array (elements: number, bool or temporal)
     'list'         → (B, L) numpy array if all rows have one length, else an error
-    'maybe'        → the contract does not say (loader may read or refuse it)
-    'unsupported'  → UnsupportedTypeError
+    'unsupported'  → UnsupportedTypeError (structs, maps, decimals, null, lists of
+                     anything but numbers, bools and temporals)
     """
     if pa.types.is_dictionary(t):
         return classify_type(t.value_type)
@@ -156,33 +169,18 @@ def classify_type(t: pa.DataType) -> str:
         or pa.types.is_floating(t)
         or pa.types.is_boolean(t)
         or t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+        or pa.types.is_fixed_size_binary(t)
         or any(pred(t) for pred in _INT_LIKE_BITS)
     ):
         return "scalar"
     if pa.types.is_fixed_size_list(t):
-        return "fsl" if _fsl_numeric(t) else ("unsupported" if _contains_unsupported(t) else "maybe")
+        inner = t
+        while pa.types.is_fixed_size_list(inner):
+            inner = inner.value_type
+        return "fsl" if _is_tensor_element(inner) else "unsupported"
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return "list" if _is_numeric(t.value_type) else ("unsupported" if _contains_unsupported(t.value_type) or _is_listlike(t.value_type) else "maybe")
-    if pa.types.is_fixed_size_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
-        return "maybe"
+        return "list" if _is_tensor_element(t.value_type) else "unsupported"
     return "unsupported"
-
-
-def _is_listlike(t):
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t)
-
-
-def _contains_unsupported(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    return (
-        pa.types.is_struct(t)
-        or pa.types.is_map(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_null(t)
-    )
 
 
 def type_keyword(t: pa.DataType) -> str:
@@ -361,7 +359,7 @@ def assert_batch_sizes(batches: Sequence[dict], batch_size: int, total_rows: int
 
 
 # ---------------------------------------------------------------------------
-# hang guard (pytest-timeout is not installed)
+# hang guard (per operation; pytest-timeout in pyproject.toml is the global backstop)
 # ---------------------------------------------------------------------------
 
 

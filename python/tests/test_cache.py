@@ -102,10 +102,35 @@ def test_changed_columns_or_transforms_never_return_old_entries(data, tmp_path):
     batches, s = epochs(data, cache_dir, n=1, transforms=other)
     assert s["cache_hits"] == 0
     assert batches[0]["arr"].dtype == np.float32
-    # Random ops are after the cache point: changing them keeps the entries valid.
-    randomized = {"arr": [T.DecodeNdarray(), T.Cast("float64")], "tok": [T.PadOrTruncate(5, pad=-1)]}
-    _, s = epochs(data, cache_dir, n=1, transforms=randomized)
-    assert s["cache_misses"] == 0
+
+
+def test_changing_only_random_ops_reuses_entries_and_changes_the_output(data, tmp_path):
+    # Random ops run after the cache point: loaders whose ops differ only in their random
+    # suffix share the entries of the deterministic prefix, yet yield different batches.
+    cache_dir = str(tmp_path / "cache")
+    plain, s = epochs(data, cache_dir, n=1)
+    assert s["cache_misses"] == 9 and s["cache_hits"] == 0
+
+    def with_flip(p):
+        return {"arr": [*TRANSFORMS["arr"], T.RandomHorizontalFlip(p=p)], "tok": TRANSFORMS["tok"]}
+
+    flipped, s = epochs(data, cache_dir, n=1, transforms=with_flip(1.0))
+    assert s["cache_misses"] == 0 and s["cache_hits"] == 9
+    assert len(flipped) == len(plain)
+    for a, b in zip(plain, flipped):
+        np.testing.assert_array_equal(a["id"], b["id"])
+        np.testing.assert_array_equal(b["arr"], a["arr"][:, :, ::-1])  # every (4, 2) sample mirrored
+        np.testing.assert_array_equal(a["tok"], b["tok"])
+    assert not np.array_equal(plain[0]["arr"], flipped[0]["arr"])
+
+    some, s = epochs(data, cache_dir, n=1, transforms=with_flip(0.5))
+    assert s["cache_misses"] == 0 and s["cache_hits"] == 9
+    assert len(some) == len(plain)
+    mirrored = np.concatenate([[np.array_equal(x, y[:, ::-1]) for x, y in zip(b["arr"], a["arr"])]
+                               for a, b in zip(plain, some)])
+    kept = np.concatenate([[np.array_equal(x, y) for x, y in zip(b["arr"], a["arr"])]
+                           for a, b in zip(plain, some)])
+    assert np.all(mirrored | kept) and mirrored.any() and kept.any()
 
 
 def test_rewritten_source_file_never_returns_old_entries(tmp_path):

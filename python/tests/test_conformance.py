@@ -1,12 +1,18 @@
-"""Conformance against Apache's parquet-testing corpus (shared, read-only).
+"""Conformance against Apache's parquet-testing corpus.
 
-* ``data/``: every file pyarrow can read is, column by column, either read
-  with values equal to pyarrow's (converted per the pqloader type rules) or
-  refused cleanly (UnsupportedTypeError naming the column and its type, or
-  InvalidDataError for nulls / ragged lists naming the column).
-* ``bad_data/``: every file yields a clean ``pqloader.Error``; run in a
-  subprocess with a timeout so a crash or hang fails one test instead of
-  killing pytest.
+The corpus is not part of the repository (see ``conftest.find_conformance_dir`` for
+where it is looked for). Without it this module is skipped, unless
+``PQLOADER_REQUIRE_CONFORMANCE=1`` (CI), where a missing corpus is an error.
+
+* ``data/``: every column of every file has exactly one expected outcome, from its
+  type (README, "What a batch holds") and its data: read with values equal to
+  pyarrow's (converted per the pqloader type rules), or refused cleanly
+  (UnsupportedTypeError naming the column and its type, or InvalidDataError for
+  nulls / ragged lists naming the column). A column pyarrow cannot read must be
+  refused with a pqloader.Error.
+* ``bad_data/``: every file pyarrow refuses yields a clean ``pqloader.Error``, every
+  file pyarrow reads is read with equal values; run in a subprocess with a timeout
+  so a crash or hang fails one test instead of killing pytest.
 * Files with deliberately corrupt page checksums are refused when
   ``verify_checksums=True``.
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,15 +39,21 @@ from conftest import (
     classify_type,
     collect,
     column_null_count,
+    find_conformance_dir,
     subprocess_env,
     to_expected,
     type_keyword,
     uniform_list_length,
 )
 
-CONF = Path(__file__).resolve().parents[2].parent / "shared/conformance/parquet-testing"
-if not CONF.is_dir():
-    pytest.skip(f"conformance corpus not found at {CONF}", allow_module_level=True)
+CONF = find_conformance_dir()
+if CONF is None or not (CONF / "data").is_dir():
+    where = ("$PQLOADER_CONFORMANCE_DIR, python/tests/data/parquet-testing or "
+             "shared/conformance/parquet-testing above the checkout")
+    if os.environ.get("PQLOADER_REQUIRE_CONFORMANCE") == "1":
+        raise RuntimeError(f"PQLOADER_REQUIRE_CONFORMANCE=1 but no parquet-testing corpus in {where}")
+    pytest.skip(f"parquet-testing corpus not found ({where}); "
+                "get it from https://github.com/apache/parquet-testing", allow_module_level=True)
 
 import pqloader  # noqa: E402  (after the skip so a missing corpus is reported first)
 
@@ -149,8 +162,7 @@ def _expected_outcome(path: Path, name: str):
     """(outcome, payload) for one top-level column.
 
     outcome: 'values' (payload: expected values), 'nulls', 'ragged',
-    'unsupported' (payload: arrow type), 'maybe' (payload: (arrow type,
-    expected values or None, has_nulls)), 'pyarrow_fails'.
+    'unsupported' (payload: arrow type), 'pyarrow_fails'.
     """
     field_type = pq.read_schema(str(path)).field(name).type
     if classify_type(field_type) == "unsupported":
@@ -162,12 +174,6 @@ def _expected_outcome(path: Path, name: str):
     col = table.column(0)
     kind = classify_type(col.type)
     has_nulls = column_null_count(col) > 0
-    if kind == "maybe":
-        try:
-            exp = None if has_nulls else to_expected(col)
-        except Exception:
-            exp = None
-        return "maybe", (col.type, exp, has_nulls)
     if kind == "list":
         if has_nulls:
             return "ragged", None  # nulls and/or ragged: InvalidDataError either way
@@ -186,10 +192,8 @@ def _check_column(path: Path, name: str) -> None:
         return collect(pqloader.Loader(str(path), columns=[name], batch_size=1000))
 
     if outcome == "pyarrow_fails":
-        try:
+        with pytest.raises(pqloader.Error):
             read()
-        except pqloader.Error:
-            pass
         return
     if outcome == "values":
         got = read()
@@ -214,20 +218,7 @@ def _check_column(path: Path, name: str) -> None:
         if outcome == "nulls":
             assert "null" in msg.lower(), f"{where}: error does not mention nulls: {msg}"
         return
-    assert outcome == "maybe"
-    arrow_type, expected, has_nulls = payload
-    try:
-        got = read()
-    except pqloader.UnsupportedTypeError as e:
-        assert name in str(e), f"{where}: {e}"
-        return
-    except pqloader.InvalidDataError as e:
-        assert has_nulls, f"{where}: {arrow_type} column without nulls refused as invalid: {e}"
-        assert name in str(e), f"{where}: {e}"
-        return
-    assert not has_nulls, f"{where}: {arrow_type} column with nulls was read without error"
-    if expected is not None and len(expected):
-        assert_column_equal(got[name], expected, where)
+    raise AssertionError(f"{where}: unknown outcome {outcome!r}")
 
 
 @pytest.mark.parametrize("path", DATA_FILES, ids=rel)
@@ -254,24 +245,22 @@ def test_data_file_with_default_columns_equals_pyarrow_or_names_a_refused_column
     try:
         names = pq.read_schema(str(path)).names
     except Exception:
-        pytest.skip("pyarrow cannot open this file (covered by the per-column test)")
-    outcomes = {n: _expected_outcome(path, n) for n in names}
-    must_refuse = [
-        n for n, (o, p) in outcomes.items() if o in ("unsupported", "nulls", "ragged") or (o == "maybe" and p[2])
-    ]
-    may_refuse = must_refuse + [n for n, (o, p) in outcomes.items() if o in ("maybe", "pyarrow_fails")]
-    try:
-        got = collect(pqloader.Loader(str(path), batch_size=777))
-    except (pqloader.UnsupportedTypeError, pqloader.InvalidDataError) as e:
-        assert may_refuse, f"{rel(path)}: refused although every column is readable: {e!r}"
-        assert any(n in str(e) for n in may_refuse), f"{rel(path)}: error names none of {may_refuse}: {e}"
+        with pytest.raises(pqloader.Error):  # pyarrow cannot open it
+            collect(pqloader.Loader(str(path), batch_size=777))
         return
-    assert not must_refuse, f"{rel(path)}: read without error although {must_refuse} must be refused"
+    outcomes = {n: _expected_outcome(path, n) for n in names}
+    refused = [n for n, (o, _) in outcomes.items() if o in ("unsupported", "nulls", "ragged", "pyarrow_fails")]
+    if refused:
+        with pytest.raises(pqloader.Error) as ei:
+            collect(pqloader.Loader(str(path), batch_size=777))
+        assert any(n in str(ei.value) for n in refused), f"{rel(path)}: error names none of {refused}: {ei.value}"
+        return
+    got = collect(pqloader.Loader(str(path), batch_size=777))
     for n, (o, p) in outcomes.items():
-        exp = p if o == "values" else (p[1] if o == "maybe" else None)
-        if exp is None or len(exp) == 0:
+        assert o == "values", (n, o)
+        if len(p) == 0:
             continue
-        assert_column_equal(got[n], exp, f"{rel(path)}:{n}")
+        assert_column_equal(got[n], p, f"{rel(path)}:{n}")
     assert list(got) == [n for n in names if n in got], f"{rel(path)}: columns not in schema order"
 
 
@@ -378,15 +367,16 @@ def test_bad_data_file_raises_a_clean_pqloader_error_without_crash_or_hang(path,
     assert not res["inspect"].startswith("foreign"), f"inspect leaked a non-pqloader exception: {res['inspect']}"
     assert not res["read"].startswith("foreign"), f"reading leaked a non-pqloader exception: {res['read']}"
     assert not res["foreign_columns"], f"single-column reads leaked non-pqloader exceptions: {res['foreign_columns']}"
-    if res["read"] == "ok":
-        # Only acceptable where pyarrow itself accepts the file (ARROW-GH-43605 decodes
-        # to all zeros in Arrow 25); then the values must at least equal pyarrow's.
-        assert _pyarrow_reads(path), f"{rel(path)} was read without error ({res.get('rows')} rows)"
+    if _pyarrow_reads(path):
+        # pyarrow accepts a few of these (ARROW-GH-43605 decodes to all zeros in Arrow 25):
+        # then pqloader reads it too, with values equal to pyarrow's.
+        assert res["read"] == "ok", f"{rel(path)}: pyarrow reads it, pqloader refused it: {res}"
         expected = pq.read_table(str(path))
         got = collect(pqloader.Loader(str(path), batch_size=1000))
         for name in expected.column_names:
             if classify_type(expected.schema.field(name).type) in ("scalar", "fsl"):
                 assert_column_equal(got[name], to_expected(expected.column(name)), f"{rel(path)}:{name}")
         return
+    assert res["read"] == "error", f"{rel(path)}: pyarrow refuses it, pqloader read it: {res}"
     if res["invalid_data"]:
         assert path.name in res["msg"], f"InvalidDataError does not name the file: {res['msg']}"

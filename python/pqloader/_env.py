@@ -1,0 +1,148 @@
+"""What a Loader takes from its surroundings: sources, storage options, rank and world size.
+
+Everything here turns user input or the process environment into the plain values the
+engine takes (absolute paths, text options, integers) and refuses what the engine would
+misread. Nothing here imports torch: an initialised ``torch.distributed`` group is looked
+up in ``sys.modules`` only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import Any, Mapping, Sequence, Union
+
+Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+_FILE_SCHEME = "file://"
+
+
+def normalize_sources(source: Source) -> list[str]:
+    """Turn a source argument into the list of absolute paths and URIs the engine opens.
+
+    Local paths are made absolute (``~`` expanded); URIs (``s3://...``) are kept as
+    given. A local path that exists must be a regular file or a directory: the engine
+    would block forever opening a FIFO and cannot read a device.
+
+    Args:
+        source: A path, URI or glob, or a sequence of them.
+
+    Returns:
+        One entry per item of `source`, in its order.
+
+    Raises:
+        TypeError: An item is neither ``str`` nor ``os.PathLike``.
+        ValueError: `source` is empty, an item is the empty string, or an existing local
+            path is neither a regular file nor a directory.
+    """
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not items:
+        raise ValueError("source is empty: give a path, a directory, a glob or a list of them")
+    out = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"source entries must be str or os.PathLike, got {type(item).__name__}")
+        s = os.fspath(item)
+        if not isinstance(s, str):
+            raise TypeError(f"source entries must be text paths, got {type(s).__name__} {s!r}")
+        if s == "":
+            raise ValueError("source '' is empty: give a path, a directory, a glob or a URI "
+                             "(use '.' for the current directory)")
+        if "://" in s and not s.startswith(_FILE_SCHEME):
+            out.append(s)
+            continue
+        local = s[len(_FILE_SCHEME):] if s.startswith(_FILE_SCHEME) else s
+        _check_local_kind(os.path.expanduser(local))
+        out.append(s if s.startswith(_FILE_SCHEME) else os.path.abspath(os.path.expanduser(s)))
+    return out
+
+
+def _check_local_kind(path: str) -> None:
+    """Refuse an existing local path that is neither a regular file nor a directory."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # missing, or a glob pattern: the engine reports what it finds
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        raise ValueError(f"source {path!r} is {kind}; give Parquet files, directories or globs "
+                         "of regular files")
+
+
+def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Storage options as text for the engine, which checks the keys and values.
+
+    A ``retry_strategy`` given as a pyarrow ``S3RetryStrategy`` becomes its
+    ``max_attempts`` (pqloader's backoff is used either way). Entries whose value is
+    ``None`` are dropped. Normalising the result again returns it unchanged.
+
+    Args:
+        options: ``{name: value}`` as for ``pyarrow.fs.S3FileSystem``, or None.
+
+    Returns:
+        ``{name: text}``; bools become ``"true"``/``"false"``.
+
+    Raises:
+        TypeError: `options` is not a mapping, a key is not str, or a value is not
+            str, bool, int or float.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"storage_options must be a dict, got {type(options).__name__}")
+    out = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise TypeError(f"storage_options keys must be str, got {key!r}")
+        if key == "retry_strategy" and hasattr(value, "max_attempts"):
+            key, value = "retry_max_attempts", value.max_attempts
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            out[key] = str(value)
+        else:
+            raise TypeError(f"storage_options[{key!r}] must be str, bool, int or float, "
+                            f"got {type(value).__name__}")
+    return out
+
+
+def env_int(name: str) -> int | None:
+    """Read an integer environment variable.
+
+    Args:
+        name: The variable, e.g. ``"RANK"``.
+
+    Returns:
+        Its value, or None when it is unset or empty.
+
+    Raises:
+        ValueError: It is set to something other than an integer.
+    """
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def default_rank_world() -> tuple[int, int]:
+    """Rank and world size of an initialised torch.distributed group, else RANK/WORLD_SIZE.
+
+    Returns:
+        ``(rank, world_size)``; ``(0, 1)`` when neither source says otherwise.
+
+    Raises:
+        ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    rank, world = env_int("RANK"), env_int("WORLD_SIZE")
+    return (0 if rank is None else rank), (1 if world is None else world)

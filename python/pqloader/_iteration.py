@@ -1,0 +1,232 @@
+"""Iteration: epochs from the engine, the optional batch_transform thread, the hand-out.
+
+An ``iter(loader)`` is a chain of generators over items ``(epoch, index, batch)``:
+
+1. :func:`read_batches` takes batches from the engine, epoch after epoch, possibly
+   ahead of the consumer;
+2. :func:`threaded_map` (with a ``batch_transform``) applies it in one background
+   thread, in order;
+3. the output adapter (torch conversion, device staging) may hold a few batches;
+4. :func:`hand_out` yields them to the consumer and is the only place the
+   :class:`Cursor` moves, so ``state_dict()`` always names the batch after the last
+   one the training loop received.
+
+Every iterator carries the cursor's generation when it was made; a newer iterator, a
+``load_state_dict`` or a fork bumps it, and the older iterator then stops before it
+could take a batch that belongs to the newer one.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import warnings
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+# (epoch, index of the batch in its epoch, batch)
+Item = tuple[int, int, Any]
+
+STALE = ("this loader was iterated again, loaded a state, or this process was forked; "
+         "the older iterator stopped")
+
+# The consumer-side clock (the engine has its own); a module attribute so tests can
+# replace it with a clock they control.
+clock: Callable[[], float] = time.perf_counter
+
+
+class Cursor:
+    """The consumer's position and the generation of the current iterator.
+
+    ``epoch`` and ``batch`` name the next batch to hand out (``batch`` may equal the
+    number of batches per epoch: then the next one is batch 0 of the next epoch).
+    ``active_end`` is the epoch before which the running iteration stops (None when no
+    iteration is active); ``resume_end`` is one restored by ``load_state_dict`` for the
+    next iteration.
+    """
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.batch = 0
+        self.generation = 0
+        self.active_end: int | None = None
+        self.resume_end: int | None = None
+
+    def invalidate(self) -> int:
+        """Stop every iterator made so far; return the new generation."""
+        self.generation += 1
+        return self.generation
+
+    def seek(self, epoch: int, batch: int, iteration_end: int | None = None) -> None:
+        """Make batch `batch` of `epoch` the next one, stopping running iterators.
+
+        Args:
+            epoch: Epoch of the next batch.
+            batch: Its index in that epoch.
+            iteration_end: The epoch the next iteration stops before; None: run
+                ``num_epochs`` from `epoch`.
+        """
+        self.invalidate()
+        self.epoch, self.batch = epoch, batch
+        self.resume_end = iteration_end
+        self.active_end = None
+
+
+class ConsumerClock:
+    """Time the consumer spends inside ``next()``, and since the first iteration."""
+
+    def __init__(self) -> None:
+        self.first_iteration: float | None = None
+        self.next_seconds = 0.0
+
+    def start(self) -> None:
+        """Note the start of the first iteration (later calls do nothing)."""
+        if self.first_iteration is None:
+            self.first_iteration = clock()
+
+    def wall_seconds(self) -> float:
+        """Seconds since the first iteration started (0 before it)."""
+        return 0.0 if self.first_iteration is None else clock() - self.first_iteration
+
+    def stats(self, engine_stats: Mapping[str, Any]) -> dict[str, Any]:
+        """The engine's counters plus the consumer's wait, wall time and stall fraction."""
+        s = dict(engine_stats)
+        wall = self.wall_seconds()
+        s["engine_wait_seconds"] = s["wait_seconds"]
+        s["wait_seconds"] = max(self.next_seconds, s["wait_seconds"])
+        s["wall_seconds"] = wall
+        s["wait_fraction"] = s["wait_seconds"] / wall if wall > 0 else 0.0
+        return s
+
+
+def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: int,
+                 num_epochs: int | None, warn_cache: bool, end: list[int]) -> Iterator[Item]:
+    """Yield (epoch, index, batch) from the cursor on; may run ahead of the consumer.
+
+    Args:
+        engine: The loader's ``_process.Engine``.
+        cursor: The loader's cursor; read here, moved only by :func:`hand_out`.
+        generation: The cursor generation of this iterator.
+        num_batches: Batches per epoch.
+        num_epochs: Epochs per iteration (None: forever) unless the cursor holds a
+            restored end.
+        warn_cache: Turn the engine's cache warnings into ``RuntimeWarning``.
+        end: Receives ``[epoch, batch]`` of the position after the last batch when the
+            iteration completes.
+
+    Raises:
+        RuntimeError: A newer iterator, a ``load_state_dict`` or a fork made this one stale.
+    """
+    epoch, index = cursor.epoch, cursor.batch
+    if index >= num_batches:  # positioned after an epoch's last batch
+        epoch, index = epoch + 1, 0
+    # The epoch this iteration stops before: restored from a state, or num_epochs on.
+    if cursor.resume_end is not None:
+        stop, cursor.resume_end = cursor.resume_end, None
+    else:
+        stop = None if num_epochs is None else epoch + num_epochs
+    cursor.active_end = stop
+    try:
+        while stop is None or epoch < stop:
+            engine.start_epoch(epoch, index)
+            while True:
+                if generation != cursor.generation:  # never take a newer iterator's batch
+                    raise RuntimeError(STALE)
+                batch = engine.next()
+                if generation != cursor.generation:
+                    raise RuntimeError(STALE)
+                if warn_cache:
+                    warning = engine.take_warning()
+                    if warning:
+                        warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=2)
+                if batch is None:
+                    break
+                yield epoch, index, batch
+                index += 1
+            epoch, index = epoch + 1, 0
+        end[:] = [epoch, index]
+    finally:
+        if generation == cursor.generation:
+            engine.stop()
+
+
+def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[int],
+             timer: ConsumerClock) -> Iterator[Any]:
+    """Yield the batches of `items`; the cursor moves only here.
+
+    Args:
+        cursor: The loader's cursor.
+        generation: The cursor generation of this iterator.
+        items: The (possibly transformed and converted) output of :func:`read_batches`.
+        end: As filled by :func:`read_batches` when the iteration completes.
+        timer: Counts the time the consumer spends waiting inside ``next()``.
+
+    Raises:
+        RuntimeError: This iterator became stale.
+    """
+    timer.start()
+    try:
+        t0 = clock()
+        for epoch, index, batch in items:
+            if generation != cursor.generation:
+                raise RuntimeError(STALE)
+            cursor.epoch, cursor.batch = epoch, index + 1
+            timer.next_seconds += clock() - t0
+            yield batch
+            t0 = clock()
+        timer.next_seconds += clock() - t0
+        if end and generation == cursor.generation:
+            cursor.epoch, cursor.batch = end
+            cursor.active_end = None  # the iteration is complete
+    finally:
+        items.close()  # type: ignore[attr-defined]
+
+
+_END = object()
+
+
+def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) -> Iterator[Item]:
+    """Apply `fn` to the batch of each item in one background thread, keeping order.
+
+    Errors raised by `fn` or by `items` re-raise in the consumer. The engine releases
+    the GIL while it works, so this thread overlaps with the consumer whenever `fn`
+    spends time in code that releases the GIL too (NumPy, torch); pure-Python work in
+    `fn` competes with the training loop for the GIL.
+
+    Args:
+        fn: The batch transform (dict -> dict).
+        items: (epoch, index, batch) items.
+        depth: Transformed items held ahead of the consumer (at least 1).
+    """
+    out: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for epoch, index, batch in items:
+                result = (epoch, index, fn(batch))
+                while not stop.is_set():
+                    try:
+                        out.put((True, result), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            out.put((True, _END))
+        except BaseException as e:  # surfaces at the consumer
+            out.put((False, e))
+
+    thread = threading.Thread(target=run, name="pqloader-batch-transform", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, value = out.get()
+            if not ok:
+                raise value
+            if value is _END:
+                return
+            yield value
+    finally:
+        stop.set()
+        thread.join()

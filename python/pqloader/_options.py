@@ -1,0 +1,435 @@
+"""Every Loader argument in one place: defaults, checks, and the engine's option format.
+
+:class:`LoaderOptions` is the single definition of the Loader's arguments. Building one
+checks every argument (type, range, accepted values) and normalises it; a value that
+would be misread by the C++ engine (a number that overflows its integer type, a
+string where a bool is meant) is refused here with an error naming the argument, the
+value and what is accepted. :meth:`LoaderOptions.to_engine` produces the dict that
+``_core._Loader(sources, options)`` reads (see ``ToOptions`` in python/src/bindings.cc).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from pqloader import _env
+
+# Upper bounds that keep every value inside the engine's integer types (int for thread
+# counts, int64 for sizes and counts, uint64 for the seed) with room for arithmetic.
+MAX_THREADS = 1024  # num_workers, io_threads
+MAX_COUNT = 2**62  # batch sizes, windows, byte counts, epochs, ranks
+SEED_LIMIT = 2**64  # seeds are uint64
+MAX_CACHE_SHARDS = 256  # the cache picks a shard from one byte of the entry key
+
+_SHARD_POLICIES = ("drop", "pad")
+_DECODE_ERROR_POLICIES = ("raise", "skip")
+_CACHE_POLICIES = ("keep", "lru")
+_OUTPUTS = ("numpy", "torch")
+_INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
+
+
+def check_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT,
+              limit_hint: str = "") -> int:
+    """Check that `value` is an int (not a bool) in ``[minimum, maximum]``.
+
+    Args:
+        name: The argument's name, for the message.
+        value: What was given.
+        minimum: The smallest accepted value.
+        maximum: The largest accepted value.
+        limit_hint: Why the maximum is what it is, appended to the message.
+
+    Returns:
+        `value`, as a plain int.
+
+    Raises:
+        TypeError: `value` is not an int.
+        ValueError: `value` is out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be in [{minimum}, {maximum}]{limit_hint}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: Any, allow_none: bool = False) -> bool | None:
+    """Check that `value` is a bool (``None`` too where `allow_none`).
+
+    Raises:
+        TypeError: `value` is anything else, e.g. the string ``'no'`` or the int 1.
+    """
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, (bool, np.bool_)):
+        accepted = "True, False or None" if allow_none else "True or False"
+        raise TypeError(f"{name} must be {accepted}, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """Check that `value` is one of `choices`.
+
+    Raises:
+        ValueError: It is not.
+    """
+    if not isinstance(value, str) or value not in choices:
+        accepted = " or ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be {accepted}, got {value!r}")
+    return value
+
+
+def _optional_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT,
+                  limit_hint: str = "") -> int | None:
+    return None if value is None else check_int(name, value, minimum, maximum, limit_hint)
+
+
+def _check_columns(columns: Any) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, (str, bytes)):
+        raise TypeError(f"columns must be a list of names, not a {type(columns).__name__} ({columns!r})")
+    try:
+        names = list(columns)
+    except TypeError:
+        raise TypeError(f"columns must be a list of names or None, got {type(columns).__name__}") from None
+    if not names:
+        raise ValueError("columns=[] selects no column: give at least one name, or None for every column")
+    seen: set[str] = set()
+    for c in names:
+        if not isinstance(c, str):
+            raise TypeError(f"columns must hold str names, got {type(c).__name__} {c!r}")
+        if c in seen:
+            raise ValueError(f"columns lists {c!r} twice: each column may be selected once")
+        seen.add(c)
+    return tuple(str(c) for c in names)
+
+
+def _check_fill_value(where: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        value = int(value)
+        if not _INT64_MIN <= value < _INT64_LIMIT:
+            raise ValueError(f"{where} must fit in int64, got {value}")
+        return value
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, (str, bytes)):
+        return value
+    raise TypeError(f"{where} must be int, float, str or bytes, got {type(value).__name__} {value!r}")
+
+
+def _check_fill_null(fill_null: Any) -> Any:
+    if isinstance(fill_null, Mapping):
+        out = {}
+        for k, v in fill_null.items():
+            if not isinstance(k, str):
+                raise TypeError(f"fill_null keys must be column names (str), got {type(k).__name__} {k!r}")
+            out[k] = _check_fill_value(f"fill_null[{k!r}]", v)
+        return out
+    return _check_fill_value("fill_null", fill_null)
+
+
+def _check_transforms(transforms: Any) -> Any:
+    from pqloader.transforms import Op
+
+    if transforms is None or callable(transforms) and not isinstance(transforms, Mapping):
+        return transforms
+    if not isinstance(transforms, Mapping):
+        raise TypeError("transforms must be a dict {column: [ops]} or a callable (dict -> dict), "
+                        f"got {type(transforms).__name__}")
+    out = {}
+    for column, ops in transforms.items():
+        if not isinstance(column, str):
+            raise TypeError(f"transforms keys must be column names (str), got {column!r}")
+        if isinstance(ops, Op):
+            ops = [ops]
+        elif isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
+            raise TypeError(f"transforms[{column!r}] must be a list of pqloader.transforms ops, got {ops!r}")
+        for op in ops:
+            if not isinstance(op, Op):
+                raise TypeError(f"transforms[{column!r}] must hold pqloader.transforms ops, got {op!r}")
+        out[column] = tuple(ops)
+    return out
+
+
+def _check_cache_dir(cache_dir: Any) -> str | None:
+    if cache_dir is None:
+        return None
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"cache_dir must be a path, ':memory:' or None, got {type(cache_dir).__name__}")
+    path = os.fspath(cache_dir)
+    if not isinstance(path, str) or path == "":
+        raise ValueError(f"cache_dir must be a directory path, ':memory:' or None, got {path!r}")
+    return path if path == ":memory:" else os.path.abspath(os.path.expanduser(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderOptions:
+    """The arguments of :class:`pqloader.Loader` (all but ``source``), checked.
+
+    The field names and defaults are those of ``Loader``'s keyword arguments, which
+    take their defaults from here; see its docstring for what each one means. Building
+    an instance checks and normalises every field (``columns`` becomes a tuple,
+    ``cache_dir`` an absolute path, ``storage_options`` text, a callable
+    ``transforms`` moves to ``batch_transform``).
+
+    ``seed``, ``rank`` and ``world_size`` may be None (drawn or discovered); the
+    engine needs them settled: see :meth:`resolve`.
+
+    Raises:
+        TypeError: An argument has the wrong type (e.g. ``shuffle='no'``).
+        ValueError: An argument has a value outside what is accepted; the message
+            names the argument and the accepted values.
+    """
+
+    columns: Sequence[str] | None = None
+    batch_size: int = 256
+    num_workers: int | None = None
+    shuffle: bool = False
+    seed: int | None = None
+    num_epochs: int | None = 1
+    drop_last: bool = False
+    shuffle_window: int = 4
+    rank: int | None = None
+    world_size: int | None = None
+    shard_policy: str = "drop"
+    fill_null: Any = None
+    max_inflight_bytes: int = 256 << 20
+    prefetch_batches: int | None = None
+    verify_checksums: bool = False
+    transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None
+    batch_transform: Callable[[dict], dict] | None = None
+    on_decode_error: str = "raise"
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_size_limit: int | None = None
+    cache_policy: str = "keep"
+    cache_shards: int = 8
+    storage_options: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)  # may hold secrets
+    io_threads: int = 16
+    readahead: int | None = None
+    output: str = "numpy"
+    pin_memory: bool | None = None
+    device: Any = None
+    device_prefetch: int = 2
+    _debug_delay_us: int = 0
+
+    def __post_init__(self) -> None:
+        threads_hint = f" (at most {MAX_THREADS} threads)"
+        shards_hint = f" (at most {MAX_CACHE_SHARDS} shards)"
+        transforms, batch_transform = self.transforms, self.batch_transform
+        if callable(transforms) and not isinstance(transforms, Mapping):
+            if batch_transform is not None:
+                raise ValueError("give the per-batch callable once: transforms= or batch_transform=")
+            transforms, batch_transform = None, transforms
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"batch_transform must be callable (dict -> dict), got {type(batch_transform).__name__}")
+        checked = dict(
+            columns=_check_columns(self.columns),
+            batch_size=check_int("batch_size", self.batch_size, 1),
+            num_workers=_optional_int("num_workers", self.num_workers, 1, MAX_THREADS, threads_hint),
+            shuffle=check_bool("shuffle", self.shuffle),
+            seed=_optional_int("seed", self.seed, 0, SEED_LIMIT - 1),
+            num_epochs=_optional_int("num_epochs", self.num_epochs, 0),
+            drop_last=check_bool("drop_last", self.drop_last),
+            shuffle_window=check_int("shuffle_window", self.shuffle_window, 1),
+            rank=_optional_int("rank", self.rank, 0),
+            world_size=_optional_int("world_size", self.world_size, 1),
+            shard_policy=check_choice("shard_policy", self.shard_policy, _SHARD_POLICIES),
+            fill_null=_check_fill_null(self.fill_null),
+            max_inflight_bytes=check_int("max_inflight_bytes", self.max_inflight_bytes, 1),
+            prefetch_batches=_optional_int("prefetch_batches", self.prefetch_batches, 1),
+            verify_checksums=check_bool("verify_checksums", self.verify_checksums),
+            transforms=_check_transforms(transforms),
+            batch_transform=batch_transform,
+            on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
+            cache_dir=_check_cache_dir(self.cache_dir),
+            cache_size_limit=_optional_int("cache_size_limit", self.cache_size_limit, 1),
+            cache_policy=check_choice("cache_policy", self.cache_policy, _CACHE_POLICIES),
+            cache_shards=check_int("cache_shards", self.cache_shards, 1, MAX_CACHE_SHARDS, shards_hint),
+            storage_options=_env.normalize_storage_options(self.storage_options),
+            io_threads=check_int("io_threads", self.io_threads, 1, MAX_THREADS, threads_hint),
+            readahead=_optional_int("readahead", self.readahead, 1),
+            output=check_choice("output", self.output, _OUTPUTS),
+            pin_memory=check_bool("pin_memory", self.pin_memory, allow_none=True),
+            device_prefetch=check_int("device_prefetch", self.device_prefetch, 1),
+            _debug_delay_us=check_int("_debug_delay_us", self._debug_delay_us, 0),
+        )
+        if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
+            raise ValueError("pin_memory and device need output='torch'")
+        rank, world = checked["rank"], checked["world_size"]
+        if rank is not None and world is not None and rank >= world:
+            raise ValueError(f"rank must be in [0, world_size={world}), got {rank}")
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    # -- derived values ----------------------------------------------------------------
+    @property
+    def resolved(self) -> bool:
+        """Whether seed, rank and world size are settled (see :meth:`resolve`)."""
+        return self.seed is not None and self.rank is not None and self.world_size is not None
+
+    def resolve(self, draw_seed: Callable[[], int]) -> LoaderOptions:
+        """Settle what the user left open.
+
+        Rank and world size come from an initialised ``torch.distributed`` group, else
+        ``RANK``/``WORLD_SIZE``; a missing seed is drawn with `draw_seed` when shuffling
+        (0 otherwise, where it only keys random transforms).
+
+        Args:
+            draw_seed: Returns a fresh random seed.
+
+        Returns:
+            A copy with ``seed``, ``rank`` and ``world_size`` set (checked again).
+
+        Raises:
+            ValueError: The environment gives a bad rank or world size.
+        """
+        rank, world = self.rank, self.world_size
+        if rank is None or world is None:
+            default_rank, default_world = _env.default_rank_world()
+            rank = default_rank if rank is None else rank
+            world = default_world if world is None else world
+        seed = self.seed
+        if seed is None:
+            seed = draw_seed() if self.shuffle else 0
+        return self.replace(seed=seed, rank=rank, world_size=world)
+
+    def replace(self, **changes: Any) -> LoaderOptions:
+        """Return a copy with `changes` applied and checked.
+
+        Raises:
+            TypeError, ValueError: As for the constructor.
+        """
+        return dataclasses.replace(self, **changes)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``Loader`` that rebuild these options."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_engine(self) -> dict[str, Any]:
+        """The option dict ``_core._Loader(sources, options)`` reads.
+
+        Raises:
+            ValueError: Seed, rank or world size are not settled yet (call
+                :meth:`resolve` first).
+        """
+        if not self.resolved:
+            raise ValueError("LoaderOptions.to_engine needs seed, rank and world_size; call resolve() first")
+        fills, fill_default = None, None
+        if isinstance(self.fill_null, Mapping):
+            fills = dict(self.fill_null)
+        else:
+            fill_default = self.fill_null
+        transforms = None
+        if self.transforms is not None:
+            transforms = {column: [op._spec() for op in ops] for column, ops in self.transforms.items()}
+        return {
+            "columns": None if self.columns is None else list(self.columns),
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "shuffle_window": self.shuffle_window,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "shard_policy": self.shard_policy,
+            "num_workers": self.num_workers,
+            "max_inflight_bytes": self.max_inflight_bytes,
+            "prefetch_batches": self.prefetch_batches,
+            "verify_checksums": self.verify_checksums,
+            "debug_delay_us": self._debug_delay_us,
+            "storage_options": dict(self.storage_options),
+            "io_threads": self.io_threads,
+            "readahead": self.readahead,
+            "fill_default": fill_default,
+            "fills": fills,
+            "transforms": transforms,
+            "on_decode_error": self.on_decode_error,
+            "cache_dir": self.cache_dir,
+            "cache_size_limit": self.cache_size_limit,
+            "cache_policy": self.cache_policy,
+            "cache_shards": self.cache_shards,
+        }
+
+
+_TEXT_TYPES = ("string", "large_string", "utf8", "large_utf8")
+_BYTES_TYPES = ("binary", "large_binary", "fixed_size_binary")
+
+
+def _column_kind(info: Mapping[str, Any]) -> tuple[str, str | None]:
+    """('number' | 'str' | 'bytes', NumPy dtype or None) of one column_info entry."""
+    dtype = info.get("dtype")
+    if dtype in ("str", "bytes"):
+        return dtype, None
+    if dtype is not None:
+        return "number", dtype
+    # Made by transforms: the fill applies to the stored column, so go by its Arrow type.
+    arrow_type = str(info.get("arrow_type", ""))
+    if arrow_type.startswith("dictionary<values="):
+        arrow_type = arrow_type[len("dictionary<values="):]
+    if arrow_type.startswith(_TEXT_TYPES):
+        return "str", None
+    if arrow_type.startswith(_BYTES_TYPES):
+        return "bytes", None
+    return "number", None
+
+
+def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -> None:
+    """Check that each column's null replacement suits the column's type.
+
+    A scalar ``fill_null`` applies to every column, so it must suit all of them; a
+    dict only to the columns it names. Numeric columns take int, float or bool (an
+    integer column only whole numbers in its dtype's range); string and bytes columns
+    take str or bytes.
+
+    Args:
+        fill_null: The checked ``LoaderOptions.fill_null``.
+        columns: ``Loader.column_info``: ``{name: {"dtype", "arrow_type", ...}}``.
+
+    Raises:
+        TypeError: A fill of the wrong kind, naming the column, its type and the value.
+        ValueError: A numeric fill the column's dtype cannot hold.
+    """
+    if fill_null is None:
+        return
+    if isinstance(fill_null, Mapping):
+        pairs = [(name, value, f"fill_null[{name!r}]") for name, value in fill_null.items()
+                 if name in columns]
+    else:
+        pairs = [(name, fill_null, "fill_null") for name in columns]
+    pairs = [(name, value, where) for name, value, where in pairs if value is not None]
+    scalar_hint = ("; a scalar fill_null applies to every column, a dict {column: value} only "
+                   "to the ones it names")
+    for name, value, where in pairs:  # kinds first, so a wrong kind is a TypeError
+        kind, dtype = _column_kind(columns[name])
+        type_name = dtype or columns[name].get("arrow_type")
+        hint = scalar_hint if where == "fill_null" else ""
+        if kind == "number" and isinstance(value, (str, bytes)):
+            raise TypeError(f"{where}={value!r} is {type(value).__name__}, but column {name!r} is "
+                            f"numeric ({type_name}): give an int or float{hint}")
+        if kind != "number" and not isinstance(value, (str, bytes)):
+            raise TypeError(f"{where}={value!r} is {type(value).__name__}, but column {name!r} holds "
+                            f"{kind} ({type_name}): give a str or bytes{hint}")
+    for name, value, where in pairs:
+        kind, dtype = _column_kind(columns[name])
+        if kind == "number" and dtype is not None:
+            _check_numeric_fill(where, name, value, np.dtype(dtype))
+
+
+def _check_numeric_fill(where: str, name: str, value: Any, dtype: np.dtype) -> None:
+    if dtype.kind in "iu":
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{where}={value!r} is not a whole number, but column {name!r} is {dtype}")
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{where}={value!r} does not fit column {name!r} ({dtype}: "
+                             f"[{info.min}, {info.max}])")

@@ -1,0 +1,323 @@
+"""Bad arguments are refused with an error naming the argument and what is accepted.
+
+Every case here used to be misread by the engine (a crash, ``std::bad_cast``, a hang, a
+silently wrong value) or accepted by Python although meaningless. A refused
+``load_state_dict`` must leave the loader exactly as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import os
+import stat
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import pqloader
+from conftest import assert_batch_streams_equal, run_with_timeout, write_dataset, write_parquet
+
+LAYOUT = [[40, 25], [35]]  # 100 rows, 3 row groups
+BS = 16
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arguments")
+    write_dataset(root, LAYOUT)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def typed_ds(tmp_path_factory):
+    """One column per kind a fill value must suit, each with a null."""
+    path = tmp_path_factory.mktemp("typed") / "t.parquet"
+    write_parquet(path, pa.table({
+        "f64": pa.array([1.5, None, 3.5], pa.float64()),
+        "i32": pa.array([1, None, 3], pa.int32()),
+        "u8": pa.array([1, None, 3], pa.uint8()),
+        "text": pa.array(["a", None, "c"], pa.string()),
+        "blob": pa.array([b"a", None, b"c"], pa.binary()),
+    }), [3])
+    return str(path)
+
+
+# ---------------------------------------------------------------------------
+# constructor arguments
+# ---------------------------------------------------------------------------
+
+BAD_ARGUMENTS = [
+    # (keyword arguments, exception, words the message must contain)
+    (dict(num_workers=10**6), ValueError, ["num_workers", "1024"]),
+    (dict(num_workers=0), ValueError, ["num_workers"]),
+    (dict(io_threads=2**31), ValueError, ["io_threads", "1024"]),
+    (dict(batch_size=2**63), ValueError, ["batch_size", str(2**62)]),
+    (dict(batch_size=1.5), TypeError, ["batch_size", "int"]),
+    (dict(shuffle_window=2**63), ValueError, ["shuffle_window"]),
+    (dict(max_inflight_bytes=2**64), ValueError, ["max_inflight_bytes"]),
+    (dict(seed=2**64), ValueError, ["seed", str(2**64 - 1)]),
+    (dict(seed=-1), ValueError, ["seed"]),
+    (dict(seed="7"), TypeError, ["seed"]),
+    (dict(num_epochs=2**63), ValueError, ["num_epochs"]),
+    (dict(num_epochs=-1), ValueError, ["num_epochs"]),
+    (dict(rank=2, world_size=2), ValueError, ["rank", "world_size"]),
+    (dict(world_size=2**63), ValueError, ["world_size"]),
+    (dict(cache_shards=1000), ValueError, ["cache_shards", "256"]),
+    (dict(readahead=0), ValueError, ["readahead"]),
+    (dict(prefetch_batches=2**63), ValueError, ["prefetch_batches"]),
+    (dict(_debug_delay_us=-1), ValueError, ["_debug_delay_us"]),
+    (dict(columns=[]), ValueError, ["columns", "None"]),
+    (dict(columns=["id", "x", "id"]), ValueError, ["columns", "'id'", "twice"]),
+    (dict(columns="id"), TypeError, ["columns", "list"]),
+    (dict(columns=["id", 3]), TypeError, ["columns", "str"]),
+    (dict(shuffle="no"), TypeError, ["shuffle", "True or False", "'no'"]),
+    (dict(shuffle=1), TypeError, ["shuffle", "True or False"]),
+    (dict(drop_last="yes"), TypeError, ["drop_last", "True or False"]),
+    (dict(verify_checksums=0), TypeError, ["verify_checksums", "True or False"]),
+    (dict(output="torch", pin_memory="yes"), TypeError, ["pin_memory"]),
+    (dict(shard_policy="even"), ValueError, ["shard_policy", "'drop' or 'pad'"]),
+    (dict(on_decode_error="ignore"), ValueError, ["on_decode_error", "'raise' or 'skip'"]),
+    (dict(cache_policy="fifo"), ValueError, ["cache_policy", "'keep' or 'lru'"]),
+    (dict(cache_dir=""), ValueError, ["cache_dir"]),
+    (dict(fill_null=2**64), ValueError, ["fill_null", "int64"]),
+    (dict(fill_null={"x": [0]}), TypeError, ["fill_null['x']", "list"]),
+    (dict(fill_null={1: 0}), TypeError, ["fill_null", "str"]),
+    (dict(transforms={"s": "not a list of ops"}), TypeError, ["transforms['s']"]),
+    (dict(batch_transform=3), TypeError, ["batch_transform", "callable"]),
+]
+
+
+@pytest.mark.parametrize("kwargs,exc,words", BAD_ARGUMENTS,
+                         ids=[",".join(f"{k}={v!r:.20}" for k, v in c[0].items()) for c in BAD_ARGUMENTS])
+def test_bad_argument_is_refused_naming_it_and_the_accepted_values(ds, kwargs, exc, words):
+    with pytest.raises(exc) as ei:
+        pqloader.Loader(ds, **kwargs)
+    msg = str(ei.value)
+    for word in words:
+        assert word in msg, f"{word!r} not in {msg!r}"
+
+
+@pytest.mark.parametrize("kwargs", [dict(num_workers=1024), dict(io_threads=1024), dict(cache_shards=256),
+                                    dict(seed=2**64 - 1, shuffle=True), dict(batch_size=2**62)],
+                         ids=lambda kw: ",".join(kw))
+def test_largest_accepted_values_build_a_loader_that_reads_every_row(ds, kwargs):
+    loader = pqloader.Loader(ds, columns=["id"], **kwargs)
+    ids = sorted(int(i) for b in loader for i in b["id"])
+    assert ids == list(range(100))
+
+
+def test_every_loader_argument_is_a_loader_options_field_with_the_same_default():
+    from pqloader._options import LoaderOptions
+
+    params = list(inspect.signature(pqloader.Loader).parameters.values())[1:]  # after source
+    fields = {f.name: f.default for f in LoaderOptions.__dataclass_fields__.values()}
+    assert [p.name for p in params] == list(fields)
+    for p in params:
+        assert p.default == fields[p.name], p.name
+
+
+def test_rank_from_the_environment_must_be_an_integer(ds, monkeypatch):
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(ValueError, match="RANK"):
+        pqloader.Loader(ds)
+
+
+# ---------------------------------------------------------------------------
+# sources
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["", [""], ["{ds}", ""], []], ids=["empty", "list-of-empty", "one-empty", "no-entries"])
+def test_empty_source_is_refused_instead_of_reading_the_current_directory(ds, source):
+    source = [s.format(ds=ds) for s in source] if isinstance(source, list) else source
+    with pytest.raises(ValueError, match="source"):
+        pqloader.Loader(source)
+
+
+def test_fifo_source_is_refused_instead_of_blocking(tmp_path):
+    fifo = tmp_path / "pipe.parquet"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError) as ei:
+        run_with_timeout(lambda: pqloader.Loader(str(fifo)), timeout=30)
+    assert str(fifo) in str(ei.value) and "FIFO" in str(ei.value)
+    with pytest.raises(ValueError, match="FIFO"):
+        run_with_timeout(lambda: pqloader.Loader("file://" + str(fifo)), timeout=30)
+    with pytest.raises(ValueError, match="FIFO"):
+        run_with_timeout(lambda: pqloader.inspect(str(fifo)), timeout=30)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null") or not stat.S_ISCHR(os.stat("/dev/null").st_mode),
+                    reason="needs /dev/null as a character device")
+def test_character_device_source_is_refused():
+    with pytest.raises(ValueError, match="character device"):
+        pqloader.Loader("/dev/null")
+
+
+# ---------------------------------------------------------------------------
+# fill_null against the column types
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fill,exc,words",
+    [
+        ({"f64": "zero"}, TypeError, ["'f64'", "float64", "'zero'"]),
+        ({"i32": b"0"}, TypeError, ["'i32'", "int32", "b'0'"]),
+        ({"text": 0}, TypeError, ["'text'", "str", "0"]),
+        ({"blob": 1.5}, TypeError, ["'blob'", "bytes", "1.5"]),
+        ({"i32": 0.5}, ValueError, ["'i32'", "int32", "0.5"]),
+        ({"i32": float("nan")}, ValueError, ["'i32'", "nan"]),
+        ({"u8": -1}, ValueError, ["'u8'", "uint8", "-1"]),
+        ({"i32": 2**40}, ValueError, ["'i32'", "int32", str(2**40)]),
+        (-1, TypeError, ["'text'", "-1", "dict"]),  # a scalar applies to every column
+        ("n/a", TypeError, ["'f64'", "'n/a'", "dict"]),
+    ],
+    ids=["str-for-float", "bytes-for-int", "int-for-str", "float-for-bytes", "fraction-for-int",
+         "nan-for-int", "negative-for-uint8", "overflow-int32", "scalar-int-for-str", "scalar-str-for-float"],
+)
+def test_fill_null_of_the_wrong_kind_is_refused_before_reading(typed_ds, fill, exc, words):
+    with pytest.raises(exc) as ei:
+        pqloader.Loader(typed_ds, fill_null=fill)
+    msg = str(ei.value)
+    for word in words:
+        assert word in msg, f"{word!r} not in {msg!r}"
+
+
+def test_fill_null_of_the_right_kind_fills_every_column(typed_ds):
+    loader = pqloader.Loader(typed_ds, fill_null={"f64": -1, "i32": 7.0, "u8": 255, "text": "?", "blob": "?"})
+    (batch,) = list(loader)
+    np.testing.assert_array_equal(batch["f64"], np.array([1.5, -1.0, 3.5]))
+    np.testing.assert_array_equal(batch["i32"], np.array([1, 7, 3], np.int32))
+    np.testing.assert_array_equal(batch["u8"], np.array([1, 255, 3], np.uint8))
+    assert batch["text"] == ["a", "?", "c"]
+    assert batch["blob"] == [b"a", b"?", b"c"]
+
+
+# ---------------------------------------------------------------------------
+# load_state_dict
+# ---------------------------------------------------------------------------
+
+
+def _loader(ds, **over):
+    kw = dict(batch_size=BS, shuffle=True, seed=5, num_epochs=2, shuffle_window=2)
+    kw.update(over)
+    return pqloader.Loader(ds, **kw)
+
+
+def _state(ds, k=3, **over):
+    loader = _loader(ds, **over)
+    it = iter(loader)
+    for _ in range(k):
+        next(it)
+    return json.loads(json.dumps(loader.state_dict()))
+
+
+def _with(state, path, value):
+    """A deep copy of `state` with state[path[0]][path[1]]... set to `value` (DELETE removes it)."""
+    out = copy.deepcopy(state)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    if value is DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return out
+
+
+DELETE = object()
+BAD_STATES = [
+    # (path into the state, value, word the message must contain)
+    (("epoch",), -1, "epoch"),
+    (("epoch",), 1.0, "epoch"),
+    (("epoch",), "1", "epoch"),
+    (("epoch",), True, "epoch"),
+    (("epoch",), DELETE, "epoch"),
+    (("batch",), 1.5, "batch"),
+    (("batch",), -1, "batch"),
+    (("batch",), 10**6, "batch"),
+    (("batch",), None, "batch"),
+    (("iteration_end",), -5, "iteration_end"),
+    (("iteration_end",), 0, "iteration_end"),  # before the state's own epoch 1
+    (("iteration_end",), "2", "iteration_end"),
+    (("seed",), -1, "seed"),
+    (("seed",), 2**64, "seed"),
+    (("seed",), "5", "seed"),
+    (("seed",), DELETE, "seed"),
+    (("version",), 2, "version"),
+    (("version",), True, "version"),
+    (("options",), None, "options"),
+    (("options",), [], "options"),
+    (("options",), DELETE, "options"),
+    (("options", "files"), DELETE, "files"),
+    (("options", "batch_size"), BS + 1, "batch_size"),
+]
+
+
+@pytest.mark.parametrize("path,value,word", BAD_STATES,
+                         ids=[f"{'.'.join(p)}={'DELETE' if v is DELETE else repr(v)}" for p, v, _ in BAD_STATES])
+def test_malformed_state_is_refused_naming_the_field_and_leaves_the_loader_unchanged(ds, path, value, word):
+    good = _state(ds, k=len(_loader(ds)) + 2)  # epoch 1
+    bad = _with(good, path, value)
+    ref = list(_loader(ds))
+    loader = _loader(ds)
+    it = iter(loader)
+    head = [next(it) for _ in range(4)]
+    before = loader.state_dict()
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        loader.load_state_dict(bad)
+    assert word in str(ei.value), str(ei.value)
+    assert isinstance(ei.value, ValueError)
+    assert loader.state_dict() == before
+    assert_batch_streams_equal(head + list(it), ref)  # the running iterator was not stopped
+
+
+@pytest.mark.parametrize("state", [None, [], "state", 3, {}], ids=["None", "list", "str", "int", "empty-dict"])
+def test_non_state_is_refused_as_invalid_data(ds, state):
+    loader = _loader(ds)
+    with pytest.raises(pqloader.InvalidDataError, match="not a pqloader state"):
+        loader.load_state_dict(state)
+
+
+@pytest.mark.parametrize("bad", ["seed", "options"], ids=["bad-seed", "other-options"])
+def test_refused_state_does_not_replace_a_drawn_seed(ds, bad):
+    loader = _loader(ds, seed=None)
+    drawn = loader.seed
+    ref = list(_loader(ds, seed=drawn))
+    state = _state(ds, seed=drawn ^ 1)
+    if bad == "seed":
+        state["seed"] = -3
+    else:
+        state["options"]["batch_size"] = BS * 2
+    with pytest.raises(pqloader.InvalidDataError):
+        loader.load_state_dict(state)
+    assert loader.seed == drawn
+    assert loader.state_dict()["seed"] == drawn
+    assert_batch_streams_equal(list(loader), ref)
+
+
+def test_accepted_state_adopts_the_seed_for_a_drawn_seed_loader(ds):
+    state = _state(ds, k=5, seed=123)
+    loader = _loader(ds, seed=None)
+    loader.load_state_dict(state)
+    assert loader.seed == 123
+    assert_batch_streams_equal(list(loader), list(_loader(ds, seed=123))[5:])
+
+
+@pytest.mark.parametrize("epoch,exc", [(-1, ValueError), (1.5, TypeError), ("1", TypeError)])
+def test_set_epoch_refuses_a_bad_epoch_and_keeps_the_position(ds, epoch, exc):
+    loader = _loader(ds)
+    list(loader)
+    before = loader.state_dict()
+    with pytest.raises(exc, match="epoch"):
+        loader.set_epoch(epoch)
+    assert loader.state_dict() == before
+
+
+def test_loader_options_repr_never_shows_storage_credentials(ds):
+    loader = pqloader.Loader(ds, storage_options={"access_key": "AKIA-test", "secret_key": "hunter2-secret"})
+    assert loader.options.storage_options["secret_key"] == "hunter2-secret"
+    assert "hunter2-secret" not in repr(loader.options) and "hunter2-secret" not in repr(loader)
