@@ -229,13 +229,14 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
     std::vector<std::vector<int64_t>> lengths;
     int64_t t0 = NowNs();
     if (!transforms_.empty()) {
-      auto st = TransformRows(*plan, units, lo, &rows, &samples, &lengths);
+      auto st = TransformRows(*plan, units, lo, &rows, &samples);
       const int64_t t1 = NowNs();
       transform_ns_ += t1 - t0;
       t0 = t1;
       ARROW_RETURN_NOT_OK(st);
     }
-    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_);
+    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
+                               transforms_.collate(), &lengths);
     gather_ns_ += NowNs() - t0;
     if (batch.ok() && !transforms_.empty()) batch = AddLengthColumns(std::move(*batch), lengths);
     if (!batch.ok()) {
@@ -364,7 +365,6 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
     } else if (c.data != nullptr) {
       s.data = arrow::SliceBuffer(c.data, begin * c.row_bytes, (end - begin) * c.row_bytes);
     }
-    if (!c.lengths.empty()) s.lengths.assign(c.lengths.begin() + begin, c.lengths.begin() + end);
     out->columns.push_back(std::move(s));
   }
   return out;
@@ -421,11 +421,9 @@ std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std:
 arrow::Status Loader::TransformRows(const EpochPlan& plan,
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                                     int64_t unit_base, std::vector<RowRef>* rows,
-                                    std::vector<std::vector<SampleTensor>>* samples,
-                                    std::vector<std::vector<int64_t>>* lengths) {
+                                    std::vector<std::vector<SampleTensor>>* samples) {
   const auto& specs = dataset_->specs();
   samples->assign(specs.size(), {});
-  lengths->assign(specs.size(), {});
   std::vector<RowRef> kept;
   kept.reserve(rows->size());
   SampleContext ctx;
@@ -437,11 +435,10 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
     const Unit& u = plan.units()[r.unit];
     ctx.sample_index = dataset_->split_first_row(u.split) + u.row_begin + r.row;
     bool ok = true;
-    std::vector<std::pair<SampleTensor, int64_t>> outs;
+    std::vector<SampleTensor> outs;
     for (size_t c = 0; c < specs.size() && ok; ++c) {
-      if (!transforms_.transforms_column(static_cast<int>(c))) continue;
-      int64_t length = -1;
-      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, &length);
+      if (!transforms_.has_suffix(static_cast<int>(c))) continue;
+      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx);
       if (!s.ok()) {
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;
@@ -456,16 +453,13 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
                                  specs[c].name + "': " + s.status().message(),
                              s.status().detail());
       }
-      outs.emplace_back(std::move(s).ValueUnsafe(), length);
+      outs.push_back(std::move(s).ValueUnsafe());
     }
     if (!ok) continue;
     kept.push_back(r);
     size_t k = 0;
     for (size_t c = 0; c < specs.size(); ++c) {
-      if (!transforms_.transforms_column(static_cast<int>(c))) continue;
-      (*samples)[c].push_back(std::move(outs[k].first));
-      (*lengths)[c].push_back(outs[k].second);
-      ++k;
+      if (transforms_.has_suffix(static_cast<int>(c))) (*samples)[c].push_back(std::move(outs[k++]));
     }
   }
   *rows = std::move(kept);

@@ -151,13 +151,13 @@ class Loader {
   class PermutationCache;
 
   Loader() = default;
-  // Run the random (per-sample) transforms of a batch's rows; drop rows that failed
-  // under DecodeErrorPolicy::kSkip.
+  // Run the per-sample transforms (after the cache point) of a batch's rows; drop rows
+  // that failed under DecodeErrorPolicy::kSkip. Columns without such transforms get
+  // no samples: the gather reads their units directly.
   arrow::Status TransformRows(const EpochPlan& plan,
                               const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                               int64_t unit_base, std::vector<RowRef>* rows,
-                              std::vector<std::vector<SampleTensor>>* samples,
-                              std::vector<std::vector<int64_t>>* lengths);
+                              std::vector<std::vector<SampleTensor>>* samples);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
   // transforms.
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(

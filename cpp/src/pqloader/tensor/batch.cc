@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include <arrow/util/float16.h>
+
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -35,6 +37,55 @@ const char* DTypeName(DType dtype) {
     case DType::kFloat64: return "float64";
   }
   return "?";
+}
+
+namespace {
+template <typename T>
+double Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return static_cast<double>(v);
+}
+
+}  // namespace
+
+double LoadScalar(DType t, const uint8_t* p) {
+  switch (t) {
+    case DType::kBool: case DType::kUInt8: return Load<uint8_t>(p);
+    case DType::kInt8: return Load<int8_t>(p);
+    case DType::kInt16: return Load<int16_t>(p);
+    case DType::kUInt16: return Load<uint16_t>(p);
+    case DType::kInt32: return Load<int32_t>(p);
+    case DType::kUInt32: return Load<uint32_t>(p);
+    case DType::kInt64: return Load<int64_t>(p);
+    case DType::kUInt64: return Load<uint64_t>(p);
+    case DType::kFloat16: {
+      uint16_t bits;
+      std::memcpy(&bits, p, 2);
+      return arrow::util::Float16::FromBits(bits).ToDouble();
+    }
+    case DType::kFloat32: return Load<float>(p);
+    case DType::kFloat64: return Load<double>(p);
+  }
+  return 0;
+}
+
+void StoreScalar(DType t, double v, uint8_t* p) {
+  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
+  switch (t) {
+    case DType::kBool: put(static_cast<uint8_t>(v != 0)); break;
+    case DType::kUInt8: put(static_cast<uint8_t>(v)); break;
+    case DType::kInt8: put(static_cast<int8_t>(v)); break;
+    case DType::kInt16: put(static_cast<int16_t>(v)); break;
+    case DType::kUInt16: put(static_cast<uint16_t>(v)); break;
+    case DType::kInt32: put(static_cast<int32_t>(v)); break;
+    case DType::kUInt32: put(static_cast<uint32_t>(v)); break;
+    case DType::kInt64: put(static_cast<int64_t>(v)); break;
+    case DType::kUInt64: put(static_cast<uint64_t>(v)); break;
+    case DType::kFloat16: put(arrow::util::Float16::FromDouble(v).bits()); break;
+    case DType::kFloat32: put(static_cast<float>(v)); break;
+    case DType::kFloat64: put(v); break;
+  }
 }
 
 std::string ShapeToString(const std::vector<int64_t>& shape) {
@@ -190,7 +241,13 @@ void CopyStridedAny(int64_t width, const uint8_t* src, int64_t src_stride, int64
 }
 
 // How one output column is made.
-enum class Plan { kSamples, kZeroCopy, kFixed, kRowMajor, kVar };
+enum class Plan { kSamples, kUnitSamples, kZeroCopy, kFixed, kRowMajor, kVar, kPad };
+
+// Where row i of a padded column is: its bytes and its first dimension.
+struct RowSpan {
+  const uint8_t* data;
+  int64_t length;
+};
 
 }  // namespace
 
@@ -280,7 +337,8 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-    arrow::MemoryPool* pool) {
+    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate,
+    std::vector<std::vector<int64_t>>* lengths) {
   auto batch = std::make_shared<Batch>();
   const auto n = static_cast<int64_t>(rows.size());
   batch->num_rows = n;
@@ -293,15 +351,80 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
   std::vector<Plan> plans(num_columns);
   std::vector<int64_t> data_bytes(num_columns, 0), row_bytes(num_columns, 0);
   batch->columns.resize(num_columns);
+  if (lengths != nullptr) lengths->assign(num_columns, {});
   for (size_t col = 0; col < num_columns; ++col) {
     BatchColumn& out = batch->columns[col];
     out.kind = specs[col].kind;
     out.dtype = specs[col].dtype;
     out.shape = {n};
-    if (col < samples.size() && !samples[col].empty()) {
+    const bool has_samples = col < samples.size() && !samples[col].empty();
+    // Per-row samples made before the cache point (deterministic transforms).
+    const bool unit_samples =
+        !has_samples && !src.used_units.empty() && !units[src.used_units[0]]->columns[col].samples.empty();
+    if (unit_samples) {
+      for (uint32_t u : src.used_units) {
+        if (units[u]->columns[col].samples.size() != static_cast<size_t>(units[u]->num_rows)) {
+          return arrow::Status::Invalid("column '", specs[col].name,
+                                        "': units of one batch have different layouts");
+        }
+      }
+    }
+    auto sample_of = [&](int64_t i) -> const SampleTensor& {
+      return has_samples ? samples[col][i] : units[src.unit[i]]->columns[col].samples[src.row[i]];
+    };
+    if (col < collate.size() && collate[col].pad_length > 0) {
+      // Rows of any first dimension, one dtype and one inner shape (checked per sample,
+      // or per unit); row_bytes holds the bytes of one element of the first dimension.
+      DType dtype = specs[col].dtype;
+      const std::vector<int64_t>* inner = nullptr;
+      auto check = [&](DType t, const std::vector<int64_t>& shape) -> arrow::Status {
+        if (shape.empty() ||
+            (!has_samples && !unit_samples && specs[col].kind != ColumnKind::kTensor)) {
+          return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
+                           "': PadOrTruncate needs a list (1-D or more) per row, got ",
+                           shape.empty() ? "a scalar" : "bytes");
+        }
+        if (inner == nullptr) {
+          dtype = t;
+          inner = &shape;
+        } else if (t != dtype || !std::equal(shape.begin() + 1, shape.end(), inner->begin() + 1,
+                                             inner->end())) {
+          return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
+                           "': rows of one batch differ beyond their first dimension, ",
+                           DTypeName(dtype), ShapeToString(*inner), " and ", DTypeName(t),
+                           ShapeToString(shape));
+        }
+        return arrow::Status::OK();
+      };
+      if (has_samples || unit_samples) {
+        for (int64_t i = 0; i < n; ++i) {
+          ARROW_RETURN_NOT_OK(check(sample_of(i).dtype, sample_of(i).shape));
+        }
+      } else {
+        for (uint32_t u : src.used_units) {
+          ARROW_RETURN_NOT_OK(check(specs[col].dtype, units[u]->columns[col].row_shape));
+        }
+      }
+      int64_t element = DTypeSize(dtype);
+      out.shape.push_back(collate[col].pad_length);
+      if (inner != nullptr) {
+        for (size_t d = 1; d < inner->size(); ++d) {
+          element *= (*inner)[d];
+          out.shape.push_back((*inner)[d]);
+        }
+      }
+      plans[col] = Plan::kPad;
+      out.kind = ColumnKind::kTensor;
+      out.dtype = dtype;
+      row_bytes[col] = element;
+      data_bytes[col] = n * collate[col].pad_length * element;
+      continue;
+    }
+    if (has_samples || unit_samples) {
       // Transformed samples: one dtype and shape for the whole batch, or an error.
-      const SampleTensor& first = samples[col][0];
-      for (const SampleTensor& s : samples[col]) {
+      const SampleTensor& first = sample_of(0);
+      for (int64_t i = 0; i < n; ++i) {
+        const SampleTensor& s = sample_of(i);
         if (s.shape != first.shape || s.dtype != first.dtype) {
           return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
                            "': transformed samples of one batch differ, ", DTypeName(first.dtype),
@@ -311,7 +434,7 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
                            "sample has one shape");
         }
       }
-      plans[col] = Plan::kSamples;
+      plans[col] = has_samples ? Plan::kSamples : Plan::kUnitSamples;
       out.kind = ColumnKind::kTensor;
       out.dtype = first.dtype;
       out.shape.insert(out.shape.end(), first.shape.begin(), first.shape.end());
@@ -414,17 +537,67 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
   for (size_t col = 0; col < num_columns; ++col) {
     BatchColumn& out = batch->columns[col];
     switch (plans[col]) {
-      case Plan::kSamples: {
+      case Plan::kSamples:
+      case Plan::kUnitSamples: {
         uint8_t* dst = base + data_at[col];
         const int64_t bytes = row_bytes[col];
         for (int64_t i = 0; i < n && bytes > 0; ++i) {
-          std::memcpy(dst + i * bytes, samples[col][i].data->data(), bytes);
+          const SampleTensor& smp = plans[col] == Plan::kSamples
+                                        ? samples[col][i]
+                                        : units[src.unit[i]]->columns[col].samples[src.row[i]];
+          std::memcpy(dst + i * bytes, smp.data->data(), bytes);
         }
         out.data = arrow::SliceBuffer(block, data_at[col], data_bytes[col]);
         break;
       }
       case Plan::kRowMajor:
         break;  // filled above
+      case Plan::kPad: {
+        const int64_t length = collate[col].pad_length, element = row_bytes[col];
+        const int64_t out_row = length * element;
+        // A row of padding to copy the tail of each row from.
+        std::vector<uint8_t> padding(static_cast<size_t>(out_row));
+        const int64_t elem = DTypeSize(out.dtype);
+        if (collate[col].pad_value == 0) {
+          std::fill(padding.begin(), padding.end(), 0);
+        } else {
+          for (int64_t k = 0; k < out_row / elem; ++k) {
+            StoreScalar(out.dtype, collate[col].pad_value, padding.data() + k * elem);
+          }
+        }
+        const bool has_samples = col < samples.size() && !samples[col].empty();
+        auto span = [&](int64_t i) -> RowSpan {
+          const DecodedUnit& unit = *units[src.unit[i]];
+          const ColumnData& c = unit.columns[col];
+          const int64_t r = src.row[i];
+          if (has_samples || !c.samples.empty()) {
+            const SampleTensor& smp = has_samples ? samples[col][i] : c.samples[r];
+            return {smp.data ? smp.data->data() : nullptr, smp.shape[0]};
+          }
+          if (c.offsets != nullptr) {
+            const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+            const int64_t bytes = off[r + 1] - off[r];
+            return {c.data->data() + off[r], element > 0 ? bytes / element : 0};
+          }
+          const RowMajorBlock* rm = unit.row_major.get();
+          if (rm != nullptr && rm->offset[col] >= 0) {
+            return {rm->data->data() + r * rm->stride + rm->offset[col], c.row_shape[0]};
+          }
+          return {c.data->data() + r * c.row_bytes, c.row_shape[0]};
+        };
+        uint8_t* dst = base + data_at[col];
+        std::vector<int64_t>* valid = lengths != nullptr ? &(*lengths)[col] : nullptr;
+        if (valid != nullptr) valid->resize(n);
+        for (int64_t i = 0; i < n; ++i, dst += out_row) {
+          const RowSpan row = span(i);
+          const int64_t keep = std::min(row.length, length) * element;
+          if (keep > 0) std::memcpy(dst, row.data, keep);
+          if (keep < out_row) std::memcpy(dst + keep, padding.data() + keep, out_row - keep);
+          if (valid != nullptr) (*valid)[i] = std::min(row.length, length);
+        }
+        out.data = arrow::SliceBuffer(block, data_at[col], data_bytes[col]);
+        break;
+      }
       case Plan::kZeroCopy: {
         const auto& r = src.runs[0];
         const ColumnData& c = units[r.unit]->columns[col];

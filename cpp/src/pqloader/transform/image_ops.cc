@@ -329,52 +329,6 @@ class RandomHorizontalFlipOp : public Op {
   double p_;
 };
 
-template <typename T>
-double Load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return static_cast<double>(v);
-}
-
-double LoadAny(DType t, const uint8_t* p) {
-  switch (t) {
-    case DType::kBool: case DType::kUInt8: return Load<uint8_t>(p);
-    case DType::kInt8: return Load<int8_t>(p);
-    case DType::kInt16: return Load<int16_t>(p);
-    case DType::kUInt16: return Load<uint16_t>(p);
-    case DType::kInt32: return Load<int32_t>(p);
-    case DType::kUInt32: return Load<uint32_t>(p);
-    case DType::kInt64: return Load<int64_t>(p);
-    case DType::kUInt64: return Load<uint64_t>(p);
-    case DType::kFloat16: {
-      uint16_t bits;
-      std::memcpy(&bits, p, 2);
-      return arrow::util::Float16::FromBits(bits).ToDouble();
-    }
-    case DType::kFloat32: return Load<float>(p);
-    case DType::kFloat64: return Load<double>(p);
-  }
-  return 0;
-}
-
-void StoreAny(DType t, double v, uint8_t* p) {
-  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-  switch (t) {
-    case DType::kBool: put(static_cast<uint8_t>(v != 0)); break;
-    case DType::kUInt8: put(static_cast<uint8_t>(v)); break;
-    case DType::kInt8: put(static_cast<int8_t>(v)); break;
-    case DType::kInt16: put(static_cast<int16_t>(v)); break;
-    case DType::kUInt16: put(static_cast<uint16_t>(v)); break;
-    case DType::kInt32: put(static_cast<int32_t>(v)); break;
-    case DType::kUInt32: put(static_cast<uint32_t>(v)); break;
-    case DType::kInt64: put(static_cast<int64_t>(v)); break;
-    case DType::kUInt64: put(static_cast<uint64_t>(v)); break;
-    case DType::kFloat16: put(arrow::util::Float16::FromDouble(v).bits()); break;
-    case DType::kFloat32: put(static_cast<float>(v)); break;
-    case DType::kFloat64: put(v); break;
-  }
-}
-
 class NormalizeOp : public Op {
  public:
   NormalizeOp(std::vector<double> mean, std::vector<double> std, bool to_chw)
@@ -418,7 +372,7 @@ class NormalizeOp : public Op {
         const int64_t i = in.channels_first ? c * plane + p : p * d.c + c;
         const int64_t o = chw_out ? c * plane + p : i;
         const float v = in.dtype == DType::kUInt8 ? static_cast<float>(src[i])
-                                                  : static_cast<float>(LoadAny(in.dtype, src + i * elem));
+                                                  : static_cast<float>(LoadScalar(in.dtype, src + i * elem));
         dst[o] = v * mul[c] + add[c];
       }
     }
@@ -472,7 +426,7 @@ class CastOp : public Op {
     const int64_t n = in.num_elements();
     const int64_t ei = DTypeSize(in.dtype), eo = DTypeSize(to_);
     for (int64_t i = 0; i < n; ++i) {
-      StoreAny(to_, LoadAny(in.dtype, in.data->data() + i * ei), out.data->mutable_data() + i * eo);
+      StoreScalar(to_, LoadScalar(in.dtype, in.data->data() + i * ei), out.data->mutable_data() + i * eo);
     }
     return out;
   }
@@ -484,6 +438,8 @@ class CastOp : public Op {
 class PadOrTruncateOp : public Op {
  public:
   PadOrTruncateOp(int64_t length, double pad) : length_(length), pad_(pad) {}
+  int64_t length() const { return length_; }
+  double pad() const { return pad_; }
   std::string ToString() const override {
     std::ostringstream out;
     out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_ << ")";
@@ -503,7 +459,7 @@ class PadOrTruncateOp : public Op {
     const int64_t keep = std::min(in.shape[0], length_);
     uint8_t* dst = out.data->mutable_data();
     if (keep > 0) std::memcpy(dst, in.data->data(), keep * inner * elem);
-    for (int64_t i = keep * inner; i < length_ * inner; ++i) StoreAny(in.dtype, pad_, dst + i * elem);
+    for (int64_t i = keep * inner; i < length_ * inner; ++i) StoreScalar(in.dtype, pad_, dst + i * elem);
     return out;
   }
 
@@ -644,7 +600,13 @@ int64_t ResizeTarget(const Op& op) {
   return r == nullptr ? 0 : r->size();
 }
 
-bool IsPadOrTruncate(const Op& op) { return dynamic_cast<const PadOrTruncateOp*>(&op) != nullptr; }
+bool PadOrTruncateParams(const Op& op, ColumnCollate* collate) {
+  const auto* pad = dynamic_cast<const PadOrTruncateOp*>(&op);
+  if (pad == nullptr) return false;
+  collate->pad_length = pad->length();
+  collate->pad_value = pad->pad();
+  return true;
+}
 
 // Used by the pipeline to fuse Normalize + ToCHW into one pass.
 std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next) {
