@@ -106,7 +106,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   loader->read_options_.verify_checksums = options.verify_checksums;
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
-                                            options.on_decode_error));
+                                            options.on_decode_error,
+                                            /*cache_point=*/!options.cache.dir.empty()));
   for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
     loader->read_options_.allow_ragged.push_back(
         loader->transforms_.transforms_column(static_cast<int>(c)));

@@ -68,6 +68,12 @@ struct SampleTensor {
   std::shared_ptr<arrow::Buffer> data;
   /// Image layout: true once ToCHW ran (channels first), else channels last.
   bool channels_first = false;
+  /// Set by a DCT-scaled DecodeImage: the height and width of the image at full size
+  /// and the scale it was decoded at (e.g. 0.75). A following Resize sizes its output
+  /// by the full size and maps pixels by the exact scale (the decoder rounds the scaled
+  /// size up), so scaling changes neither the output shape nor the alignment. 0 otherwise.
+  int64_t full_height = 0, full_width = 0;
+  double decode_scale = 0;
 
   int64_t num_elements() const;
 };

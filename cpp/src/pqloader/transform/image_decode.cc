@@ -78,6 +78,11 @@ arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageM
     return arrow::Status::Invalid("JPEG image of ", width, "x", height, " is too large");
   }
   ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kUInt8, {hgt, w, channels}));
+  if (chosen.num != chosen.denom) {
+    out.full_height = height;
+    out.full_width = width;
+    out.decode_scale = static_cast<double>(chosen.num) / chosen.denom;
+  }
   if (tjDecompress2(h, data, static_cast<unsigned long>(size), out.data->mutable_data(),
                     static_cast<int>(w), 0, static_cast<int>(hgt),
                     mode == ImageMode::kGray ? TJPF_GRAY : TJPF_RGB, 0) != 0) {

@@ -10,6 +10,8 @@ bool PadOrTruncateParams(const Op& op, ColumnCollate* collate);
 // image_decode.cc: a DecodeImage that may DCT-scale to `min_short_side`, or nullptr.
 std::shared_ptr<const Op> WithMinShortSide(const Op& op, int64_t min_short_side);
 std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next);  // image_ops.cc
+std::shared_ptr<const Op> FuseResizeCenterCrop(const std::shared_ptr<const Op>& resize,
+                                               const std::shared_ptr<const Op>& next);
 
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
   if (!data.samples.empty()) return data.samples[row];
@@ -39,7 +41,7 @@ SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t r
 arrow::Result<TransformPlan> TransformPlan::Make(
     const std::vector<ColumnSpec>& specs,
     const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
-    DecodeErrorPolicy policy) {
+    DecodeErrorPolicy policy, bool cache_point) {
   TransformPlan plan;
   plan.policy_ = policy;
   for (const auto& [name, ops] : transforms) {
@@ -54,9 +56,14 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     if (ops.empty()) continue;
     Column c;
     // Normalize directly followed by ToCHW becomes one op writing channels-first (same
-    // values, one pass over the image instead of two).
+    // values, one pass over the image instead of two); Resize directly followed by
+    // CenterCrop computes only the cropped pixels.
     for (size_t i = 0; i < ops.size(); ++i) {
-      auto fused = i + 1 < ops.size() ? FuseNormalizeToCHW(*ops[i], *ops[i + 1]) : nullptr;
+      std::shared_ptr<const Op> fused;
+      if (i + 1 < ops.size()) {
+        fused = FuseNormalizeToCHW(*ops[i], *ops[i + 1]);
+        if (!fused) fused = FuseResizeCenterCrop(ops[i], ops[i + 1]);
+      }
       c.ops.push_back(fused ? fused : ops[i]);
       c.positions.push_back(static_cast<int>(i));  // random draws keep the user's numbering
       if (fused) ++i;
@@ -76,17 +83,18 @@ arrow::Result<TransformPlan> TransformPlan::Make(
       plan.collate_.resize(specs.size());
       plan.collate_[col] = collate;
     }
-    c.first_random = c.ops.size();
-    for (size_t i = 0; i < c.ops.size(); ++i) {
-      if (c.ops[i]->is_random() && c.first_random == c.ops.size()) c.first_random = i;
+    c.first_random = cache_point ? c.ops.size() : 0;
+    for (size_t i = 0; i < c.first_random; ++i) {
+      if (c.ops[i]->is_random()) c.first_random = i;
     }
-    // Let DecodeImage shrink large JPEGs (DCT scaling) when a Resize follows directly:
-    // decoding to at least twice the target keeps the result within tolerance of a
-    // full-size decode followed by the same Resize.
+    // Let DecodeImage shrink JPEGs (DCT scaling) when a Resize follows directly: to the
+    // smallest scale whose shorter side still reaches the target (as PIL's draft mode),
+    // which keeps the result within the documented tolerance of a full-size decode
+    // followed by the same Resize (docs/design.md, "Transforms").
     for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
       const int64_t target = ResizeTarget(*c.ops[i + 1]);
       if (target <= 0) continue;
-      if (auto scaled = WithMinShortSide(*c.ops[i], 2 * target)) c.ops[i] = scaled;
+      if (auto scaled = WithMinShortSide(*c.ops[i], target)) c.ops[i] = scaled;
     }
     plan.columns_[col] = std::move(c);
   }

@@ -28,10 +28,13 @@ enum class DecodeErrorPolicy {
 class TransformPlan {
  public:
   /// Build the plan for columns `specs` from per-column op lists (column name → ops).
+  /// Without a `cache_point` (no cache to fill), every op runs per sample while its
+  /// batch is assembled: nothing is held per unit that a cache would not keep, and each
+  /// sample goes from decode to batch while it is in the CPU caches.
   static arrow::Result<TransformPlan> Make(
       const std::vector<ColumnSpec>& specs,
       const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
-      DecodeErrorPolicy policy);
+      DecodeErrorPolicy policy, bool cache_point = true);
 
   bool empty() const { return columns_.empty(); }
   DecodeErrorPolicy policy() const { return policy_; }
