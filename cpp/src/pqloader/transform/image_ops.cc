@@ -155,6 +155,27 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// The vector kernels of both passes, compiled for AVX2 too and picked at load time
+// (the baseline x86-64 target has no 32-bit vector multiply).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PQLOADER_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PQLOADER_VECTOR_CLONES
+#endif
+
+// acc[j] += src[j] * w for j < n.
+PQLOADER_VECTOR_CLONES void MulAdd(int32_t* acc, const uint8_t* src, int64_t n, int32_t w) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += src[j] * w;
+}
+
+// out[j] = Clip8(acc[j]) for j < n.
+PQLOADER_VECTOR_CLONES void ClipTo8(const int32_t* acc, int64_t n, uint8_t* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t v = acc[j] >> kPrecisionBits;
+    out[j] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  }
+}
+
 // Rows [y0, y1) of the box, output columns [x0, x1), into tmp (row pitch (x1 - x0) * C).
 template <int C>
 void HorizontalPass(const uint8_t* src, int64_t src_w, const CropBox& box, const AxisWeights& wx,
@@ -176,6 +197,94 @@ void HorizontalPass(const uint8_t* src, int64_t src_w, const CropBox& box, const
   }
 }
 
+// Copy a `rows` x `cols` block of pixels of `c` bytes, from row pitch src_pitch to a
+// layout where pixel (r, k) goes to dst + k * dst_col_pitch + r * c (a transpose).
+template <int C>
+void TransposePixels(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                     uint8_t* dst, int64_t dst_col_pitch) {
+  constexpr int64_t kTile = 16;  // columns per pass: 16 output streams, one input stream
+  for (int64_t k0 = 0; k0 < cols; k0 += kTile) {
+    const int64_t k1 = std::min(cols, k0 + kTile);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* in = src + r * src_pitch + k0 * C;
+      for (int64_t k = k0; k < k1; ++k, in += C) {
+        std::memcpy(dst + k * dst_col_pitch + r * C, in, C);
+      }
+    }
+  }
+}
+
+// 3-byte pixels moved as 4-byte words where the extra byte is rewritten afterwards: in
+// dst, pixel (r, k)'s fourth byte is pixel (r + 1, k)'s first, written later (r grows
+// in the outer loop); the last pixel of a row and of a column move 3 bytes.
+void TransposePixels3(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                      uint8_t* dst, int64_t dst_col_pitch) {
+  constexpr int64_t kTile = 16;
+  for (int64_t k0 = 0; k0 < cols; k0 += kTile) {
+    const int64_t k1 = std::min(cols, k0 + kTile);
+    const int64_t k_wide = std::min(k1, cols - 1);  // columns [k0, k_wide) may read 4 bytes
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* in = src + r * src_pitch;
+      uint8_t* out = dst + r * 3;
+      if (r + 1 < rows) {
+        int64_t k = k0;
+        for (; k < k_wide; ++k) std::memcpy(out + k * dst_col_pitch, in + k * 3, 4);
+        for (; k < k1; ++k) std::memcpy(out + k * dst_col_pitch, in + k * 3, 3);
+      } else {
+        for (int64_t k = k0; k < k1; ++k) std::memcpy(out + k * dst_col_pitch, in + k * 3, 3);
+      }
+    }
+  }
+}
+
+void TransposePixels(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                     int64_t c, uint8_t* dst, int64_t dst_col_pitch) {
+  switch (c) {
+    case 1: return TransposePixels<1>(src, src_pitch, rows, cols, dst, dst_col_pitch);
+    case 3: return TransposePixels3(src, src_pitch, rows, cols, dst, dst_col_pitch);
+    case 4: return TransposePixels<4>(src, src_pitch, rows, cols, dst, dst_col_pitch);
+    default:
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < cols; ++k) {
+          std::memcpy(dst + k * dst_col_pitch + r * c, src + r * src_pitch + k * c,
+                      static_cast<size_t>(c));
+        }
+      }
+  }
+}
+
+// The horizontal pass of rows [y0, y1) of the box for output columns [x0, x1), into tmp
+// (row pitch (x1 - x0) * c): the same integer sums as HorizontalPass, computed on the
+// transposed block so that each output column is a vector sum of whole input columns
+// (vectorised like the vertical pass) instead of a gather per pixel.
+void HorizontalPassTransposed(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box,
+                              const AxisWeights& wx, const std::vector<int32_t>& coef,
+                              int64_t x0, int64_t x1, int64_t y0, int64_t y1, uint8_t* tmp) {
+  int64_t c0 = wx.first[x0], c1 = c0;
+  for (int64_t i = x0; i < x1; ++i) {
+    c0 = std::min(c0, wx.first[i]);
+    c1 = std::max(c1, wx.first[i] + wx.count[i]);
+  }
+  const int64_t rows = y1 - y0, col_len = rows * c;
+  thread_local std::vector<uint8_t> in_t, out_t;
+  thread_local std::vector<int32_t> acc;
+  in_t.resize(static_cast<size_t>((c1 - c0) * col_len));
+  out_t.resize(static_cast<size_t>((x1 - x0) * col_len));
+  acc.resize(static_cast<size_t>(col_len));
+  TransposePixels(src + ((box.top + y0) * src_w + box.left + c0) * c, src_w * c, rows, c1 - c0, c,
+                  in_t.data(), col_len);
+  for (int64_t i = x0; i < x1; ++i) {
+    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+    for (int64_t k = 0; k < wx.count[i]; ++k) {
+      MulAdd(acc.data(), in_t.data() + (wx.first[i] + k - c0) * col_len, col_len,
+             coef[i * wx.stride + k]);
+    }
+    ClipTo8(acc.data(), col_len, out_t.data() + (i - x0) * col_len);
+  }
+  // Back to rows: output column i of row y is at out_t + (i - x0) * col_len + (y - y0) * c.
+  TransposePixels(out_t.data(), col_len, x1 - x0, rows, c, tmp, (x1 - x0) * c);
+}
+
 void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box,
                 double extent_h, double extent_w, int64_t out_h, int64_t out_w,
                 const CropBox& win, uint8_t* dst) {
@@ -186,34 +295,14 @@ void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box
   const int64_t x0 = win.left, x1 = win.left + win.width;
   const int64_t row_len = win.width * c;
   std::vector<uint8_t> tmp((y1 - y0) * row_len);
-  switch (c) {
-    case 1: HorizontalPass<1>(src, src_w, box, wx, cx, x0, x1, y0, y1, tmp.data()); break;
-    case 3: HorizontalPass<3>(src, src_w, box, wx, cx, x0, x1, y0, y1, tmp.data()); break;
-    case 4: HorizontalPass<4>(src, src_w, box, wx, cx, x0, x1, y0, y1, tmp.data()); break;
-    default:
-      for (int64_t y = y0; y < y1; ++y) {
-        for (int64_t i = x0; i < x1; ++i) {
-          for (int64_t ch = 0; ch < c; ++ch) {
-            int32_t acc = 1 << (kPrecisionBits - 1);
-            for (int64_t k = 0; k < wx.count[i]; ++k) {
-              acc += src[((box.top + y) * src_w + box.left + wx.first[i] + k) * c + ch] *
-                     cx[i * wx.stride + k];
-            }
-            tmp[(y - y0) * row_len + (i - x0) * c + ch] = Clip8(acc);
-          }
-        }
-      }
-  }
+  HorizontalPassTransposed(src, src_w, c, box, wx, cx, x0, x1, y0, y1, tmp.data());
   std::vector<int32_t> acc(row_len);
   for (int64_t j = win.top; j < win.top + win.height; ++j) {
     std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
     for (int64_t k = 0; k < wy.count[j]; ++k) {
-      const int32_t w = cy[j * wy.stride + k];
-      const uint8_t* r = &tmp[(wy.first[j] + k - y0) * row_len];
-      for (int64_t i = 0; i < row_len; ++i) acc[i] += r[i] * w;  // vectorised
+      MulAdd(acc.data(), &tmp[(wy.first[j] + k - y0) * row_len], row_len, cy[j * wy.stride + k]);
     }
-    uint8_t* out = dst + (j - win.top) * row_len;
-    for (int64_t i = 0; i < row_len; ++i) out[i] = Clip8(acc[i]);
+    ClipTo8(acc.data(), row_len, dst + (j - win.top) * row_len);
   }
 }
 
@@ -397,6 +486,21 @@ class RandomHorizontalFlipOp : public Op {
   double p_;
 };
 
+// uint8 HWC with 3 channels to float planes: dst[c * plane + p] = src[3p + c] * mul[c] +
+// add[c] (the same float operations as the general loop).
+PQLOADER_VECTOR_CLONES void NormalizeHwc3ToChw(const uint8_t* src, int64_t plane,
+                                               const float* mul, const float* add, float* dst) {
+  const float m0 = mul[0], m1 = mul[1], m2 = mul[2], a0 = add[0], a1 = add[1], a2 = add[2];
+  float* d0 = dst;
+  float* d1 = dst + plane;
+  float* d2 = dst + 2 * plane;
+  for (int64_t p = 0; p < plane; ++p) {
+    d0[p] = static_cast<float>(src[3 * p]) * m0 + a0;
+    d1[p] = static_cast<float>(src[3 * p + 1]) * m1 + a1;
+    d2[p] = static_cast<float>(src[3 * p + 2]) * m2 + a2;
+  }
+}
+
 class NormalizeOp : public Op {
  public:
   NormalizeOp(std::vector<double> mean, std::vector<double> std, bool to_chw)
@@ -434,6 +538,10 @@ class NormalizeOp : public Op {
       const size_t k = mean_.size() == 1 ? 0 : static_cast<size_t>(c);
       mul[c] = static_cast<float>(scale / std_[k]);
       add[c] = static_cast<float>(-mean_[k] / std_[k]);
+    }
+    if (in.dtype == DType::kUInt8 && !in.channels_first && chw_out && d.c == 3) {
+      NormalizeHwc3ToChw(src, plane, mul.data(), add.data(), dst);
+      return out;
     }
     for (int64_t p = 0; p < plane; ++p) {
       for (int64_t c = 0; c < d.c; ++c) {
