@@ -128,7 +128,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
     cursor.active_end = stop
     try:
         while stop is None or epoch < stop:
-            engine.start_epoch(epoch, index)
+            engine.start_epoch(epoch, index, stop is None or epoch + 1 < stop)
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)

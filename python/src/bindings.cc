@@ -233,9 +233,9 @@ class PyLoader {
     loader_ = Check(Loader::Make(sources, o));
   }
 
-  void StartEpoch(int64_t epoch, int64_t first_batch) {
+  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
     nb::gil_scoped_release release;
-    Check(loader_->StartEpoch(epoch, first_batch));
+    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch));
   }
 
   nb::object Next() {
@@ -400,7 +400,8 @@ NB_MODULE(_core, m) {
   nb::class_<PyLoader>(m, "_Loader")
       .def(nb::init<const std::vector<std::string>&, const nb::dict&>(), "sources"_a,
            "options"_a)
-      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
+      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0,
+           "then_next_epoch"_a = false)
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)

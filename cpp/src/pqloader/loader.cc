@@ -21,6 +21,9 @@ constexpr int64_t kRowMajorMaxRowBytes = 64;
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
 int64_t ReadAheadBudget(int64_t max_inflight_bytes) { return max_inflight_bytes / 4; }
+int64_t PipelineBudget(int64_t max_inflight_bytes) {
+  return max_inflight_bytes - ReadAheadBudget(max_inflight_bytes);
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -135,7 +138,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
 
 Loader::~Loader() { Stop(); }
 
-std::shared_ptr<Loader::Pipeline> Loader::DetachLocked() {
+void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
     CacheCounters delta;
@@ -150,37 +153,73 @@ std::shared_ptr<Loader::Pipeline> Loader::DetachLocked() {
     }
     recorded_ = now;
   }
-  readahead_.reset();  // requests still in flight finish on io_pool_, unread
-  return std::move(pipeline_);
+  // Requests still in flight finish on io_pool_, unread.
+  if (current_.pipeline != nullptr) runs->push_back(std::move(current_));
+  if (next_.pipeline != nullptr) runs->push_back(std::move(next_));
+  current_ = EpochRun{};
+  next_ = EpochRun{};
+}
+
+void Loader::ShutDown(std::vector<EpochRun> runs) {
+  for (EpochRun& run : runs) {
+    run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    AddCounters(run.pipeline->counters(), &stats_);
+  }
 }
 
 void Loader::Stop() {
-  std::shared_ptr<Pipeline> pipeline;
+  std::vector<EpochRun> runs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipeline = DetachLocked();
+    DetachLocked(&runs);
   }
-  if (pipeline == nullptr) return;
-  pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  AddCounters(pipeline->counters(), &stats_);
+  ShutDown(std::move(runs));
 }
 
-arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
-  Stop();
-  std::lock_guard<std::mutex> lock(mu_);
+arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
+  std::vector<EpochRun> old;
+  arrow::Status st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (start_ns_ < 0) start_ns_ = NowNs();
+    EpochRun ahead = std::move(next_);
+    next_ = EpochRun{};
+    DetachLocked(&old);
+    then_next_epoch_ = then_next_epoch;
+    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0) {
+      // Started while the previous epoch ended: it now gets the whole budget.
+      ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
+      current_ = std::move(ahead);
+    } else {
+      if (ahead.pipeline != nullptr) old.push_back(std::move(ahead));
+      auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes);
+      if (run.ok()) {
+        current_ = std::move(run).ValueUnsafe();
+      } else {
+        st = run.status();
+      }
+    }
+  }
+  ShutDown(std::move(old));
+  return st;
+}
+
+arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_batch,
+                                                int64_t budget) {
   auto plan = std::make_shared<const EpochPlan>(
       EpochPlan::Make(dataset_->SplitRows(), options_.plan, epoch));
   if (first_batch < 0 || first_batch > plan->num_batches()) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
                                   plan->num_batches(), " batches");
   }
-  if (start_ns_ < 0) start_ns_ = NowNs();
+  EpochRun run;
+  run.epoch = epoch;
   auto perms = std::make_shared<PermutationCache>(plan);
   if (first_batch < plan->num_batches()) {
     arrow::io::IOContext io(pool_, io_pool_.get());
-    readahead_ = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
+    run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
         plan->BatchUnitRange(first_batch).first,
         plan->BatchUnitRange(plan->num_batches() - 1).second,
         [this, plan, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
@@ -193,7 +232,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
         [this, plan](int64_t u) {
           return dataset_->splits()[plan->units()[u].split].compressed_bytes;
         },
-        ReadAheadOptions{options_.readahead, ReadAheadBudget(options_.max_inflight_bytes)});
+        ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
   }
 
   Pipeline::Work work;
@@ -209,7 +248,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, plan, readahead = readahead_](int64_t u, int64_t* bytes) {
+  work.run_unit = [this, plan, readahead = run.readahead](int64_t u, int64_t* bytes) {
     return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
   };
   work.run_batch = [this, plan, perms, epoch](
@@ -258,12 +297,11 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
 
   PipelineOptions popts;
   popts.num_threads = options_.num_workers;
-  popts.max_inflight_bytes =
-      options_.max_inflight_bytes - ReadAheadBudget(options_.max_inflight_bytes);
+  popts.max_inflight_bytes = budget - ReadAheadBudget(budget);
   popts.max_prefetch_batches = options_.prefetch_batches;
   popts.debug_max_delay_us = options_.debug_max_delay_us;
-  pipeline_ = std::make_shared<Pipeline>(std::move(work), popts, first_batch);
-  return arrow::Status::OK();
+  run.pipeline = std::make_shared<Pipeline>(std::move(work), popts, first_batch);
+  return run;
 }
 
 arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds timeout,
@@ -272,7 +310,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   std::shared_ptr<Pipeline> pipeline;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipeline = pipeline_;
+    pipeline = current_.pipeline;
   }
   if (pipeline == nullptr) return std::shared_ptr<Batch>();
   bool waited_out = false;
@@ -282,13 +320,18 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
     return batch;
   }
   if (batch == nullptr) {
+    // The epoch is over; a run started ahead for the next one stays for StartEpoch.
+    std::shared_ptr<Pipeline> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (pipeline_ != pipeline) return batch;  // already stopped (or replaced)
+      if (current_.pipeline != pipeline) return batch;  // already stopped (or replaced)
+      done = std::move(current_.pipeline);
+      current_ = EpochRun{};
     }
-    Stop();
+    ShutDown({EpochRun{0, std::move(done), nullptr}});
     return batch;
   }
+  MaybeStartNextEpoch(*pipeline);
   std::lock_guard<std::mutex> lock(stats_mu_);
   if (stats_.time_to_first_batch_seconds < 0) {
     stats_.time_to_first_batch_seconds = (NowNs() - start_ns_) * 1e-9;
@@ -296,6 +339,19 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   stats_.rows += batch->num_rows;
   stats_.batches += 1;
   return batch;
+}
+
+void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!then_next_epoch_ || next_.pipeline != nullptr || current_.pipeline.get() != &pipeline ||
+      !pipeline.all_units_claimed()) {
+    return;
+  }
+  // Every unit of this epoch is claimed: what is left is its last row groups and
+  // batches. The next epoch starts reading and decoding with half the budget (it gets
+  // all of it when StartEpoch adopts it), so the boundary costs about one batch.
+  auto run = MakeRun(current_.epoch + 1, 0, options_.max_inflight_bytes / 2);
+  if (run.ok()) next_ = std::move(run).ValueUnsafe();
 }
 
 arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
@@ -497,12 +553,14 @@ LoaderStats Loader::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  std::shared_ptr<Pipeline> pipeline;
+  std::vector<std::shared_ptr<Pipeline>> pipelines;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipeline = pipeline_;
+    pipelines = {current_.pipeline, next_.pipeline};
   }
-  if (pipeline != nullptr) AddCounters(pipeline->counters(), &s);
+  for (const auto& p : pipelines) {
+    if (p != nullptr) AddCounters(p->counters(), &s);
+  }
   s.read_seconds = read_ns_.load() * 1e-9;
   s.decode_seconds = decode_ns_.load() * 1e-9;
   s.transform_seconds = transform_ns_.load() * 1e-9;

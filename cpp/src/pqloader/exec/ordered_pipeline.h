@@ -180,6 +180,22 @@ class OrderedPipeline {
     return std::move(node.mapped().result).ValueUnsafe();
   }
 
+  /// Raise (or lower) the in-flight bound, e.g. when a run started ahead becomes the
+  /// current one.
+  void set_max_inflight_bytes(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      options_.max_inflight_bytes = bytes;
+    }
+    cv_.notify_all();
+  }
+
+  /// Whether every unit has been claimed (what is left is running units and batches).
+  bool all_units_claimed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_unit_ >= end_unit_;
+  }
+
   PipelineCounters counters() const {
     std::lock_guard<std::mutex> lock(mu_);
     PipelineCounters c = counters_;
