@@ -192,6 +192,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
       current_ = std::move(ahead);
+      ++epochs_started_ahead_;
     } else {
       if (ahead.pipeline != nullptr) old.push_back(std::move(ahead));
       auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes);
@@ -561,6 +562,7 @@ LoaderStats Loader::stats() const {
   for (const auto& p : pipelines) {
     if (p != nullptr) AddCounters(p->counters(), &s);
   }
+  s.epochs_started_ahead = epochs_started_ahead_.load();
   s.read_seconds = read_ns_.load() * 1e-9;
   s.decode_seconds = decode_ns_.load() * 1e-9;
   s.transform_seconds = transform_ns_.load() * 1e-9;

@@ -88,6 +88,7 @@ struct LoaderStats {
   double assemble_seconds = 0;   ///< Gathering rows into batches.
   double unit_seconds = 0;       ///< Producing units: reading, decoding, caching, transforms.
   int64_t batches_by_consumer = 0;  ///< Batches Next() assembled on the caller's thread.
+  int64_t epochs_started_ahead = 0;  ///< Epochs begun while the previous one ended.
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
@@ -206,6 +207,7 @@ class Loader {
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, gather_ns_{0};
+  std::atomic<int64_t> epochs_started_ahead_{0};
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};
   std::atomic<int64_t> skipped_rows_{0};
