@@ -345,11 +345,11 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
 void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!then_next_epoch_ || next_.pipeline != nullptr || current_.pipeline.get() != &pipeline ||
-      !pipeline.all_units_claimed()) {
+      !pipeline.all_units_done()) {
     return;
   }
-  // Every unit of this epoch is claimed: what is left is its last row groups and
-  // batches. The next epoch starts reading and decoding with half the budget (it gets
+  // Every unit of this epoch is produced (and in the cache, if there is one, so the next
+  // epoch does not decode a split again): what is left is its last batches. The next epoch starts reading and decoding with half the budget (it gets
   // all of it when StartEpoch adopts it), so the boundary costs about one batch.
   auto run = MakeRun(current_.epoch + 1, 0, options_.max_inflight_bytes / 2);
   if (run.ok()) next_ = std::move(run).ValueUnsafe();

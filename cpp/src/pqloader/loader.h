@@ -162,7 +162,7 @@ class Loader {
   void DetachLocked(std::vector<EpochRun>* runs);
   // Shut `runs` down and add their counters to the stats.
   void ShutDown(std::vector<EpochRun> runs);
-  // Start the next epoch's run once `pipeline` (the current one) has claimed all units.
+  // Start the next epoch's run once `pipeline` (the current one) has produced all units.
   void MaybeStartNextEpoch(const Pipeline& pipeline);
   class PermutationCache;
 

@@ -190,10 +190,10 @@ class OrderedPipeline {
     cv_.notify_all();
   }
 
-  /// Whether every unit has been claimed (what is left is running units and batches).
-  bool all_units_claimed() const {
+  /// Whether every unit has been produced (what is left is batches).
+  bool all_units_done() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return next_unit_ >= end_unit_;
+    return next_unit_ >= end_unit_ && units_running_ == 0;
   }
 
   PipelineCounters counters() const {
@@ -333,6 +333,7 @@ class OrderedPipeline {
     const int64_t estimate = work_.unit_bytes ? work_.unit_bytes(u) : 0;
     AddInflight(reserved);
     units_[u].bytes = reserved;
+    ++units_running_;
     lock.unlock();
     MaybeDelay();
     UnitSlot slot;
@@ -350,6 +351,7 @@ class OrderedPipeline {
     counters_.unit_ns += ns;
     ++counters_.units_done;
     ++units_done_;
+    --units_running_;
     if (!slot.status.ok()) unit_failed_ = true;
     if (slot.status.ok() && estimate > 0) {
       ratio_ = std::max(ratio_, static_cast<double>(slot.bytes) / static_cast<double>(estimate));
@@ -394,6 +396,7 @@ class OrderedPipeline {
   int64_t consumed_ = 0;              // GUARDED_BY(mu_)
   int64_t inflight_bytes_ = 0;        // GUARDED_BY(mu_)
   int64_t units_done_ = 0;            // GUARDED_BY(mu_)
+  int64_t units_running_ = 0;         // GUARDED_BY(mu_)
   int64_t max_unit_bytes_ = 0;        // GUARDED_BY(mu_)
   double ratio_ = 1.0;                // GUARDED_BY(mu_); largest actual / estimated bytes
   std::vector<int32_t> refs_;         // GUARDED_BY(mu_); batches still to read unit u
