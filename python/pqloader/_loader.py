@@ -53,7 +53,13 @@ class Loader:
         fill_null: ``None`` makes nulls an error; a scalar replaces nulls in every column
             (so it must suit all of them: a number for numeric columns, str or bytes for
             string and binary ones); a dict maps column names to their replacement.
-        max_inflight_bytes: Soft bound on decoded data held ahead of the consumer.
+        max_inflight_bytes: Bound on the data held ahead of the consumer: a quarter for
+            column chunks read ahead, the rest for decoded row groups and batches, which
+            every worker decodes ahead as far as it allows. Peak memory above the
+            process's baseline is about this + the row groups of the batch the consumer
+            waits for (one shuffle window) + one row group read ahead + ~3x a row group
+            per worker decoding one + up to this + 32 MiB of freed buffers kept for reuse
+            (tested in ``python/tests/test_memory.py``).
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
         transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
@@ -84,7 +90,8 @@ class Loader:
         io_threads: Concurrent reads from storage (requests in flight), apart from the
             CPU workers.
         readahead: Row groups fetched ahead of decoding, in plan order (default:
-            ``io_threads``); their compressed bytes stay within ``max_inflight_bytes``.
+            ``io_threads``); their compressed bytes stay within a quarter of
+            ``max_inflight_bytes`` (one row group is always allowed).
         output: ``"numpy"`` or ``"torch"``: numeric columns as ``torch.Tensor`` sharing
             the engine's memory (DLPack, no copy). torch is imported only then.
         pin_memory: Stage torch batches in pinned host memory. Default (``None``): when

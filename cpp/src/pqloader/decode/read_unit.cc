@@ -1,13 +1,16 @@
 #include "pqloader/decode/read_unit.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <arrow/chunked_array.h>
+#include <arrow/record_batch.h>
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/io/caching.h>
 #include <arrow/util/future.h>
 #include <arrow/io/interfaces.h>
 #include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 #include <parquet/properties.h>
@@ -44,6 +47,43 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
   out.data = std::move(data);
   out.offsets = std::move(offsets);
   return out;
+}
+
+// Leaf (Parquet column) indices of a field of the Arrow schema.
+void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
+  if (f.column_index >= 0) out->push_back(f.column_index);
+  for (const auto& child : f.children) LeavesOf(child, out);
+}
+
+// Leaf values (repetition/definition levels) decoded at once, at most, for a list
+// column: reading a whole row group of a list column materialises two int16 levels
+// per value (8192 rows x 4096 uint8 values: 134 MB of levels for 32 MB of data).
+constexpr int64_t kNestedSliceValues = int64_t{1} << 20;
+
+// Read list column `field` of `split`'s row group in slices of rows, so that its
+// levels stay small; the result has one chunk per slice.
+arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
+                                 const Split& split, int field,
+                                 std::shared_ptr<arrow::ChunkedArray>* out) {
+  std::vector<int> leaves;
+  LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  int64_t values = 0;
+  auto rg = file.metadata->RowGroup(split.row_group);
+  for (int leaf : leaves) values = std::max(values, rg->ColumnChunk(leaf)->num_values());
+  const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.num_rows));
+  reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));
+  ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
+  arrow::ArrayVector chunks;
+  while (true) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
+    if (batch == nullptr) break;
+    if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
+    chunks.push_back(batch->column(0));
+  }
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(
+                                  std::move(chunks), reader->manifest().schema_fields[field].field->type()));
+  return arrow::Status::OK();
 }
 
 }  // namespace
@@ -122,8 +162,13 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     const std::string col_where = where + ", column '" + specs[c].name + "'";
     std::shared_ptr<arrow::ChunkedArray> chunked;
     arrow::Status st;
+    const int field = file.field_indices[file_column++];
     try {
-      st = row_group->Column(file.field_indices[file_column++])->Read(&chunked);
+      if (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) {
+        st = ReadNestedInSlices(reader, file, split, field, &chunked);
+      } else {
+        st = row_group->Column(field)->Read(&chunked);
+      }
     } catch (const std::exception& e) {
       st = arrow::Status::IOError(e.what());
     }
