@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -225,6 +226,9 @@ nb::object VarToList(const BatchColumn& c) {
   return out;
 }
 
+// How often a waiting next() checks for signals (Ctrl-C).
+constexpr std::chrono::milliseconds kSignalPoll{100};
+
 class PyLoader {
  public:
   PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
@@ -240,9 +244,16 @@ class PyLoader {
 
   nb::object Next() {
     std::shared_ptr<Batch> batch;
-    {
-      nb::gil_scoped_release release;
-      batch = Check(loader_->Next());
+    while (true) {
+      bool timed_out = false;
+      {
+        nb::gil_scoped_release release;
+        batch = Check(loader_->Next(kSignalPoll, &timed_out));
+      }
+      if (!timed_out) break;
+      // Waiting for a batch: let Ctrl-C (and other signal handlers) run now, not when
+      // the batch arrives. The epoch stays where it is; the caller may stop or go on.
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (batch == nullptr) return nb::none();
     nb::dict out;

@@ -270,11 +270,13 @@ class OrderedPipeline {
     }
   }
 
+  // Test hook: sleep a random time, waking early if the pipeline stops.
   void MaybeDelay() {
     if (options_.debug_max_delay_us <= 0) return;
     thread_local std::mt19937_64 gen{std::random_device{}()};
     std::uniform_int_distribution<int64_t> dist(0, options_.debug_max_delay_us);
-    std::this_thread::sleep_for(std::chrono::microseconds(dist(gen)));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::microseconds(dist(gen)), [&] { return stop_; });
   }
 
   void AddInflight(int64_t bytes) {
