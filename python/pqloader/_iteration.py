@@ -132,7 +132,13 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
-                batch = engine.next()
+                try:
+                    batch = engine.next()
+                except Exception:
+                    # A newer iterator or load_state_dict stopped the engine under us.
+                    if generation != cursor.generation:
+                        raise RuntimeError(STALE) from None
+                    raise
                 if generation != cursor.generation:
                     raise RuntimeError(STALE)
                 if warn_cache:
