@@ -292,7 +292,9 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """Return the position after the last batch handed out, as a JSON-safe dict."""
         c = self._cursor
-        return _state.make_state(c.epoch, c.batch, c.active_end, self.seed, self._fingerprint(self.seed))
+        with c.lock:  # one consistent position, whichever thread is iterating
+            epoch, batch, end = c.epoch, c.batch, c.active_end
+        return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.
