@@ -64,6 +64,10 @@ class Loader:
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
         transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
             in the C++ workers; or a callable (dict -> dict), as for ``batch_transform``.
+        lists: How list columns whose rows differ in length are batched, by column:
+            ``"ragged"`` (all values + ``<column>_offsets``) or :class:`pqloader.Pad`
+            (``[batch, L]`` + ``<column>_length``; fixed L or each batch's longest row).
+            Default: every row of a batch must have one length.
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
@@ -139,6 +143,7 @@ class Loader:
         prefetch_batches: int | None = _D.prefetch_batches,
         verify_checksums: bool = _D.verify_checksums,
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
+        lists: Mapping[str, Any] | None = _D.lists,
         batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
         on_decode_error: str = _D.on_decode_error,
         cache_dir: str | os.PathLike[str] | None = _D.cache_dir,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _env
+from pqloader import _env, _lists
 
 # Upper bounds that keep every value inside the engine's integer types (int for thread
 # counts, int64 for sizes and counts, uint64 for the seed) with room for arithmetic.
@@ -207,6 +207,7 @@ class LoaderOptions:
     prefetch_batches: int | None = None
     verify_checksums: bool = False
     transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None
+    lists: Mapping[str, Any] | None = None
     batch_transform: Callable[[dict], dict] | None = None
     on_decode_error: str = "raise"
     cache_dir: str | os.PathLike[str] | None = None
@@ -249,6 +250,7 @@ class LoaderOptions:
             prefetch_batches=_optional_int("prefetch_batches", self.prefetch_batches, 1),
             verify_checksums=check_bool("verify_checksums", self.verify_checksums),
             transforms=_check_transforms(transforms),
+            lists=_lists.check_lists(self.lists),
             batch_transform=batch_transform,
             on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
             cache_dir=_check_cache_dir(self.cache_dir),
@@ -353,6 +355,7 @@ class LoaderOptions:
             "fill_default": fill_default,
             "fills": fills,
             "transforms": transforms,
+            "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
             "on_decode_error": self.on_decode_error,
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,

@@ -164,6 +164,23 @@ LoaderOptions ToOptions(const nb::dict& d) {
       for (nb::handle op : nb::borrow<nb::list>(ops)) list.push_back(ToOp(op));
     }
   }
+  // lists: {column: {"mode": "pad" | "ragged", "length", "max_length", "multiple_of",
+  // "value", "side", "truncation"}} (checked in Python).
+  if (d.contains("lists") && !d["lists"].is_none()) {
+    for (auto [column, spec] : nb::borrow<nb::dict>(d["lists"])) {
+      nb::dict c = nb::borrow<nb::dict>(spec);
+      ColumnCollate collate;
+      const std::string mode = Get<std::string>(c, "mode", "ragged");
+      collate.mode = mode == "pad" ? ColumnCollate::Mode::kPad : ColumnCollate::Mode::kRagged;
+      collate.length = Get<int64_t>(c, "length", 0);
+      collate.max_length = Get<int64_t>(c, "max_length", 0);
+      collate.multiple_of = Get<int64_t>(c, "multiple_of", 1);
+      collate.pad_value = Get<double>(c, "value", 0.0);
+      collate.pad_left = Get<std::string>(c, "side", "right") == "left";
+      collate.truncate_left = Get<std::string>(c, "truncation", "right") == "left";
+      o.lists[nb::cast<std::string>(column)] = collate;
+    }
+  }
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
   o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru

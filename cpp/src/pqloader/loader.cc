@@ -110,7 +110,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
                                             options.on_decode_error,
-                                            /*cache_point=*/!options.cache.dir.empty()));
+                                            /*cache_point=*/!options.cache.dir.empty(),
+                                            options.lists));
   for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
     loader->read_options_.allow_ragged.push_back(
         loader->transforms_.transforms_column(static_cast<int>(c)));
@@ -267,7 +268,6 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
       return *held.back();
     }, &rows);
     std::vector<std::vector<SampleTensor>> samples;
-    std::vector<std::vector<int64_t>> lengths;
     int64_t t0 = NowNs();
     if (!transforms_.empty()) {
       auto st = TransformRows(*plan, units, lo, &rows, &samples);
@@ -277,9 +277,9 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
       ARROW_RETURN_NOT_OK(st);
     }
     auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                               transforms_.collate(), &lengths);
+                               transforms_.collate());
     gather_ns_ += NowNs() - t0;
-    if (batch.ok() && !transforms_.empty()) batch = AddLengthColumns(std::move(*batch), lengths);
+    if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
     if (!batch.ok()) {
       std::string files;
       for (size_t i = 0; i < units.size(); ++i) {
@@ -524,24 +524,26 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
   return arrow::Status::OK();
 }
 
-arrow::Result<std::shared_ptr<Batch>> Loader::AddLengthColumns(
-    std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths) {
+arrow::Result<std::shared_ptr<Batch>> Loader::SplitParts(std::shared_ptr<Batch> batch) {
+  using Part = TransformPlan::Part;
   std::vector<BatchColumn> columns;
-  for (const auto& [src, is_length] : transforms_.output_sources()) {
-    if (!is_length) {
-      columns.push_back(batch->columns[src]);
+  for (const auto& [src, part] : transforms_.output_sources()) {
+    const BatchColumn& in = batch->columns[src];
+    if (part == Part::kValues) {
+      BatchColumn values = in;
+      if (values.kind == ColumnKind::kTensor) {  // companions go to their own columns
+        values.offsets.reset();
+        values.lengths.reset();
+      }
+      columns.push_back(std::move(values));
       continue;
     }
     BatchColumn c;
     c.kind = ColumnKind::kTensor;
     c.dtype = DType::kInt64;
-    c.shape = {batch->num_rows};
-    ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(batch->num_rows * sizeof(int64_t), pool_));
-    if (batch->num_rows > 0) {
-      std::memcpy(data->mutable_data(), lengths[src].data(), batch->num_rows * sizeof(int64_t));
-    }
-    c.data = std::move(data);
-    batch->owned_bytes += batch->num_rows * static_cast<int64_t>(sizeof(int64_t));
+    c.data = part == Part::kLength ? in.lengths : in.offsets;
+    if (c.data == nullptr) return arrow::Status::UnknownError("no ", part == Part::kLength ? "lengths" : "offsets");
+    c.shape = {c.data->size() / static_cast<int64_t>(sizeof(int64_t))};
     columns.push_back(std::move(c));
   }
   batch->columns = std::move(columns);

@@ -67,6 +67,10 @@ struct LoaderOptions {
   int64_t debug_max_delay_us = 0;
   /// Per-column transform ops, applied in order (see transform/op.h). Default: none.
   std::map<std::string, std::vector<std::shared_ptr<const Op>>> transforms;
+  /// How list columns whose rows differ in length are batched, by column name:
+  /// ragged (values + "<name>_offsets") or padded (+ "<name>_length"); see
+  /// ColumnCollate. Default: none (every row of a batch must have one length).
+  std::map<std::string, ColumnCollate> lists;
   /// What a failing transform does. Default: kRaise.
   DecodeErrorPolicy on_decode_error = DecodeErrorPolicy::kRaise;
   /// Cache of decoded + deterministically transformed splits; off when cache.dir is
@@ -187,9 +191,9 @@ class Loader {
       std::shared_ptr<const DecodedUnit> unit);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
-  // Reorder a batch's columns into output order, adding "<name>_length" columns.
-  arrow::Result<std::shared_ptr<Batch>> AddLengthColumns(
-      std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths);
+  // Put a batch's columns in output order, the lengths of padded columns and the
+  // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
+  arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
 
   LoaderOptions options_;  // seed GUARDED_BY(mu_); the rest immutable after Make()
   std::shared_ptr<Dataset> dataset_;
