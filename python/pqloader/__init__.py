@@ -19,7 +19,7 @@ from pqloader._errors import (
 )
 from pqloader import transforms
 from pqloader._inspect import cache_clear, cache_stats, inspect
-from pqloader._lists import Pad, Ragged
+from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
 from pqloader._options import LoaderOptions
 
@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader",
     "LoaderOptions",
+    "Pack",
     "Pad",
     "Ragged",
     "inspect",

@@ -115,7 +115,7 @@ class ConsumerClock:
         return s
 
 
-def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: int,
+def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: Callable[[int], int],
                  num_epochs: int | None, warn_cache: bool, end: list[int]) -> Iterator[Item]:
     """Yield (epoch, index, batch) from the cursor on; may run ahead of the consumer.
 
@@ -123,7 +123,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
         engine: The loader's ``_process.Engine``.
         cursor: The loader's cursor; read here, moved only by :func:`hand_out`.
         generation: The cursor generation of this iterator.
-        num_batches: Batches per epoch.
+        num_batches: Batches of an epoch (epoch -> count).
         num_epochs: Epochs per iteration (None: forever) unless the cursor holds a
             restored end.
         warn_cache: Turn the engine's cache warnings into ``RuntimeWarning``.
@@ -135,7 +135,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
     """
     with cursor.lock:
         epoch, index = cursor.epoch, cursor.batch
-    if index >= num_batches:  # positioned after an epoch's last batch
+    if index >= num_batches(epoch):  # positioned after an epoch's last batch
         epoch, index = epoch + 1, 0
     # The epoch this iteration stops before: restored from a state, or num_epochs on.
     if cursor.resume_end is not None:

@@ -103,3 +103,72 @@ def check_lists(lists: Any) -> dict[str, Ragged | Pad] | None:
                             f"pqloader.Pad(...), got {choice!r}")
         out[column] = choice
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Pack:
+    """Pack documents (the rows of a list column of tokens) into blocks of exactly
+    ``seq_len`` tokens, as language-model pre-training consumes them.
+
+    The documents, in the epoch's (shuffled) order, each followed by ``eos`` when given,
+    are concatenated and cut into blocks; a batch is ``batch_size`` blocks. A document
+    longer than what is left of a block continues in the next one (or, with
+    ``truncate=True``, documents longer than a block keep only a block's worth). Each
+    batch holds ``[blocks, seq_len]`` arrays: the tokens (under the column's name),
+    ``position_ids`` (a token's index in its document; a continued document goes on
+    counting), ``document_ids`` (the segment's index in its block, -1 on padding),
+    ``loss_mask`` (False on padding), the int32 ``cu_seqlens`` of the segments over the
+    flattened batch (FlashAttention's variable-length API), and per-token copies of the
+    other selected columns (numbers, one per document).
+
+    The blocks are a pure function of the data, options, seed, epoch and rank: the same
+    for any ``num_workers``, resumable at any batch, and every rank gets the same number
+    of blocks (``shard_policy="drop"`` drops the extra ones, ``"pad"`` adds blocks of
+    padding). Only the end of a rank's last block is padding (``drop_last=True`` drops
+    it). Before the first epoch the lengths of all documents are read (one pass over the
+    token column).
+
+    Args:
+        column: The list column of tokens.
+        seq_len: Tokens per block.
+        eos: A separator token appended after every document (None: none).
+        truncate: Documents longer than a block keep only its first tokens.
+        pad: The token of padding.
+
+    Example:
+        >>> pqloader.Loader(src, columns=["tokens"], batch_size=8, shuffle=True, seed=1,
+        ...                 pack=pqloader.Pack("tokens", seq_len=2048, eos=2))
+    """
+
+    column: str
+    seq_len: int
+    eos: int | None = None
+    truncate: bool = False
+    pad: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise TypeError(f"Pack(column=...) must be a column name, got {self.column!r}")
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 0 < self.seq_len < 2**31:
+            raise ValueError(f"Pack(seq_len=...) must be a positive int below 2**31, got {self.seq_len!r}")
+        for name in ("eos", "pad"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise TypeError(f"Pack({name}=...) must be an int, got {v!r}")
+        if not isinstance(self.truncate, bool):
+            raise TypeError(f"Pack(truncate=...) must be a bool, got {self.truncate!r}")
+
+    def _engine(self) -> dict[str, Any]:
+        return {"column": self.column, "seq_len": self.seq_len, "eos": self.eos,
+                "truncate": self.truncate, "pad": float(self.pad)}
+
+
+def check_pack(pack: Any) -> Pack | None:
+    """Check ``Loader(pack=...)``.
+
+    Raises:
+        TypeError: Not a :class:`Pack`.
+    """
+    if pack is not None and not isinstance(pack, Pack):
+        raise TypeError(f"pack must be a pqloader.Pack(column, seq_len, ...), got {pack!r}")
+    return pack

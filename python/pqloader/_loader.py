@@ -68,6 +68,8 @@ class Loader:
             ``"ragged"`` (all values + ``<column>_offsets``) or :class:`pqloader.Pad`
             (``[batch, L]`` + ``<column>_length``; fixed L or each batch's longest row).
             Default: every row of a batch must have one length.
+        pack: A :class:`pqloader.Pack`: batches of fixed-length blocks of tokens packed
+            from a list column's documents (``batch_size`` blocks per batch).
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
@@ -144,6 +146,7 @@ class Loader:
         verify_checksums: bool = _D.verify_checksums,
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
         lists: Mapping[str, Any] | None = _D.lists,
+        pack: Any = _D.pack,
         batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
         on_decode_error: str = _D.on_decode_error,
         cache_dir: str | os.PathLike[str] | None = _D.cache_dir,
@@ -225,8 +228,9 @@ class Loader:
                 "drop_last_rows": self._plan["drop_last_rows"]}
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
-        return self._plan["num_batches"]
+        """Batches per epoch for this rank (of the current epoch: with ``pack`` and several
+        ranks, the equalised number of blocks can differ between epochs)."""
+        return self._engine.num_batches(self._cursor.epoch)
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -234,7 +238,8 @@ class Loader:
         generation = self._cursor.invalidate()  # an older iterator stops
         end: list[int] = []
         o = self._options
-        items = _iteration.read_batches(self._engine, self._cursor, generation, num_batches=len(self),
+        items = _iteration.read_batches(self._engine, self._cursor, generation,
+                                        num_batches=self._engine.num_batches,
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
                                         end=end)
         if o.batch_transform is not None:
@@ -315,7 +320,7 @@ class Loader:
             pqloader.InvalidDataError: The state is malformed (the message names the bad
                 field) or was taken with other options (it names them).
         """
-        restored = _state.parse_state(state, num_batches=len(self), seed=self.seed,
+        restored = _state.parse_state(state, num_batches=self._engine.num_batches, seed=self.seed,
                                       adopt_seed=self._seed_drawn, fingerprint_for=self._fingerprint)
         if restored.seed != self.seed:
             self._options = self._options.replace(seed=restored.seed)

@@ -208,6 +208,7 @@ class LoaderOptions:
     verify_checksums: bool = False
     transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None
     lists: Mapping[str, Any] | None = None
+    pack: Any = None
     batch_transform: Callable[[dict], dict] | None = None
     on_decode_error: str = "raise"
     cache_dir: str | os.PathLike[str] | None = None
@@ -251,6 +252,7 @@ class LoaderOptions:
             verify_checksums=check_bool("verify_checksums", self.verify_checksums),
             transforms=_check_transforms(transforms),
             lists=_lists.check_lists(self.lists),
+            pack=_lists.check_pack(self.pack),
             batch_transform=batch_transform,
             on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
             cache_dir=_check_cache_dir(self.cache_dir),
@@ -356,6 +358,7 @@ class LoaderOptions:
             "fills": fills,
             "transforms": transforms,
             "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
+            "pack": None if self.pack is None else self.pack._engine(),
             "on_decode_error": self.on_decode_error,
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,

@@ -111,6 +111,10 @@ class Engine:
         """A fingerprint of the transforms (part of a state's options)."""
         return self._engine().transform_fingerprint()
 
+    def num_batches(self, epoch: int) -> int:
+        """Batches of `epoch` for this rank."""
+        return self._engine().num_batches(epoch)
+
     # -- process boundaries -------------------------------------------------------------
     def _after_fork_in_child(self) -> None:
         if isinstance(self._core, _core._Loader):

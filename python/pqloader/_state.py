@@ -112,13 +112,13 @@ def _jsonish(value: Any) -> Any:
     return value
 
 
-def parse_state(state: Any, *, num_batches: int, seed: int, adopt_seed: bool,
+def parse_state(state: Any, *, num_batches: Callable[[int], int], seed: int, adopt_seed: bool,
                 fingerprint_for: Callable[[int], dict[str, Any]]) -> Restored:
     """Check a state completely, without changing anything.
 
     Args:
         state: What ``state_dict()`` returned, possibly after a JSON round trip.
-        num_batches: Batches per epoch of the loader that loads it.
+        num_batches: Batches of an epoch (epoch -> count) of the loader that loads it.
         seed: The loader's seed.
         adopt_seed: Take the state's seed (a loader whose seed was drawn); otherwise
             the seeds must agree.
@@ -138,7 +138,7 @@ def parse_state(state: Any, *, num_batches: int, seed: int, adopt_seed: bool,
         raise InvalidDataError(f"not a pqloader state: state['version'] must be {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")
     epoch = _field_int(state, "epoch", 0, MAX_COUNT)
-    batch = _field_int(state, "batch", 0, num_batches)
+    batch = _field_int(state, "batch", 0, num_batches(epoch))
     end = _field_int(state, "iteration_end", epoch, MAX_COUNT, optional=True)
     state_seed = _field_int(state, "seed", 0, SEED_LIMIT - 1)
     theirs = state.get("options")

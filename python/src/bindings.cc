@@ -181,6 +181,16 @@ LoaderOptions ToOptions(const nb::dict& d) {
       o.lists[nb::cast<std::string>(column)] = collate;
     }
   }
+  // pack: {"column", "seq_len", "eos" (None: no separator), "truncate", "pad"}.
+  if (d.contains("pack") && !d["pack"].is_none()) {
+    nb::dict p = nb::borrow<nb::dict>(d["pack"]);
+    o.pack_column = Get<std::string>(p, "column", "");
+    o.pack.seq_len = Get<int64_t>(p, "seq_len", 0);
+    o.pack.has_eos = p.contains("eos") && !p["eos"].is_none();
+    o.pack.eos = Get<int64_t>(p, "eos", 0);
+    o.pack.truncate = Get<bool>(p, "truncate", false);
+    o.pack.pad_value = Get<double>(p, "pad", 0.0);
+  }
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
   o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru
@@ -440,7 +450,19 @@ NB_MODULE(_core, m) {
       .def("column_info", &PyLoader::ColumnInfo)
       .def("plan_info", &PyLoader::PlanInfo)
       .def("transform_fingerprint",
-           [](const PyLoader& l) { return l.loader().transforms().Fingerprint(); });
+           [](const PyLoader& l) {
+             // Packing changes batches as transforms do; it rides in this field so that
+             // states of loaders without it keep their form.
+             std::string f = l.loader().transforms().Fingerprint();
+             if (!l.loader().options().pack_column.empty()) {
+               f += "|" + l.loader().options().pack.ToString();
+             }
+             return f;
+           })
+      .def("num_batches", [](const PyLoader& l, int64_t epoch) {
+        nb::gil_scoped_release release;
+        return l.loader().num_batches(epoch);
+      }, "epoch"_a);
   m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {

@@ -117,6 +117,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
         loader->transforms_.transforms_column(static_cast<int>(c)));
   }
   loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
+  if (!options.pack_column.empty()) ARROW_RETURN_NOT_OK(loader->SetUpPacking());
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
     // Everything that changes a cached split's content is part of its key.
@@ -212,18 +213,37 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                                 int64_t budget) {
   auto plan = std::make_shared<const EpochPlan>(
       EpochPlan::Make(dataset_->SplitRows(), options_.plan, epoch));
-  if (first_batch < 0 || first_batch > plan->num_batches()) {
+  // Which stream positions each batch holds: rows of the plan, or with packing the
+  // documents that fill its blocks.
+  std::shared_ptr<const PackPlan> pack;
+  int64_t num_batches = plan->num_batches(), num_blocks = 0;
+  if (lengths_ != nullptr) {
+    pack = std::make_shared<const PackPlan>(
+        PackPlan::Make(*plan, *lengths_, options_.pack, options_.plan.drop_last));
+    num_blocks = EqualBlocks(epoch);
+    num_batches = BatchesOfBlocks(num_blocks);
+  }
+  const int64_t batch_size = options_.plan.batch_size;
+  auto positions = [plan, pack, num_blocks, batch_size](int64_t b) -> std::pair<int64_t, int64_t> {
+    if (pack == nullptr) return plan->BatchRowRange(b);
+    const auto span = pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
+    return {span.first, span.last};
+  };
+  auto units_of = [plan, positions](int64_t b) {
+    const auto [first, last] = positions(b);
+    return plan->PositionUnitRange(first, last);
+  };
+  if (first_batch < 0 || first_batch > num_batches) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
-                                  plan->num_batches(), " batches");
+                                  num_batches, " batches");
   }
   EpochRun run;
   run.epoch = epoch;
   auto perms = std::make_shared<PermutationCache>(plan);
-  if (first_batch < plan->num_batches()) {
+  if (first_batch < num_batches) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
-        plan->BatchUnitRange(first_batch).first,
-        plan->BatchUnitRange(plan->num_batches() - 1).second,
+        units_of(first_batch).first, units_of(num_batches - 1).second,
         [this, plan, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
           const Unit& unit = plan->units()[u];
           // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
@@ -238,8 +258,8 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   }
 
   Pipeline::Work work;
-  work.num_batches = plan->num_batches();
-  work.batch_units = [plan](int64_t b) { return plan->BatchUnitRange(b); };
+  work.num_batches = num_batches;
+  work.batch_units = units_of;
   work.unit_bytes = [this, plan](int64_t u) {
     // The footer's uncompressed size of the selected chunks, pro rata; the pipeline
     // scales it by what decoding actually produced so far.
@@ -253,11 +273,11 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   work.run_unit = [this, plan, readahead = run.readahead](int64_t u, int64_t* bytes) {
     return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
   };
-  work.run_batch = [this, plan, perms, epoch](
+  work.run_batch = [this, plan, perms, epoch, pack, positions, units_of, num_blocks, batch_size](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
-    const auto [first, last] = plan->BatchRowRange(b);
-    const int64_t lo = plan->BatchUnitRange(b).first;
+    const auto [first, last] = positions(b);
+    const int64_t lo = units_of(b).first;
     std::vector<std::shared_ptr<const std::vector<uint32_t>>> held;
     static const std::vector<uint32_t> kIdentity;
     std::vector<RowRef> rows;
@@ -276,10 +296,17 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
       t0 = t1;
       ARROW_RETURN_NOT_OK(st);
     }
-    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                               transforms_.collate());
+    arrow::Result<std::shared_ptr<Batch>> batch;
+    if (pack != nullptr) {
+      batch = PackBatch(dataset_->specs(), options_.pack, *pack, b * batch_size,
+                        std::min((b + 1) * batch_size, num_blocks), units, lo, rows,
+                        pack_companions_, pool_);
+    } else {
+      batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
+                            transforms_.collate());
+      if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
+    }
     gather_ns_ += NowNs() - t0;
-    if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
     if (!batch.ok()) {
       std::string files;
       for (size_t i = 0; i < units.size(); ++i) {
@@ -472,6 +499,88 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
   auto out = WithRowMajor(unit, kRowMajorMaxRowBytes, pool_);
   gather_ns_ += NowNs() - t0;
   return out;
+}
+
+int64_t Loader::EqualBlocks(int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(blocks_mu_);
+  auto it = blocks_by_epoch_.find(epoch);
+  if (it != blocks_by_epoch_.end()) return it->second;
+  const int64_t blocks = PackPlan::EqualBlocks(dataset_->SplitRows(), options_.plan, epoch,
+                                               *lengths_, options_.pack);
+  if (blocks_by_epoch_.size() > 16) blocks_by_epoch_.clear();
+  blocks_by_epoch_[epoch] = blocks;
+  return blocks;
+}
+
+int64_t Loader::BatchesOfBlocks(int64_t blocks) const {
+  const int64_t b = options_.plan.batch_size;
+  return options_.plan.drop_last ? blocks / b : (blocks + b - 1) / b;
+}
+
+int64_t Loader::num_batches(int64_t epoch) const {
+  if (lengths_ == nullptr) return first_plan_.num_batches();
+  return BatchesOfBlocks(EqualBlocks(epoch));
+}
+
+const std::vector<ColumnSpec>& Loader::specs() const {
+  return lengths_ != nullptr ? packed_specs_ : transforms_.output_specs();
+}
+
+arrow::Status Loader::SetUpPacking() {
+  const auto& specs = dataset_->specs();
+  PackOptions& pack = options_.pack;
+  pack.column = -1;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (specs[c].name == options_.pack_column) pack.column = static_cast<int>(c);
+  }
+  if (pack.column < 0) {
+    return MakeError(ErrorKind::kColumnNotFound, "pack names column '", options_.pack_column,
+                     "', which is not among the selected columns");
+  }
+  const ColumnSpec& tokens = specs[pack.column];
+  if (tokens.kind != ColumnKind::kTensor || tokens.row_shape.size() != 1 ||
+      dataset_->partition_index()[pack.column] >= 0) {
+    return MakeError(ErrorKind::kUnsupportedType, "pack: column '", tokens.name, "' (",
+                     tokens.arrow_type, ") is not a list of numbers");
+  }
+  if (pack.seq_len <= 0) return arrow::Status::Invalid("pack needs seq_len > 0");
+  if (!options_.transforms.empty() || !options_.lists.empty()) {
+    return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
+  }
+  packed_specs_ = {tokens};
+  packed_specs_[0].row_shape = {pack.seq_len};
+  for (const auto& [name, dtype] : std::vector<std::pair<std::string, DType>>{
+           {"position_ids", DType::kInt64}, {"document_ids", DType::kInt64},
+           {"loss_mask", DType::kBool}, {"cu_seqlens", DType::kInt32}}) {
+    ColumnSpec s;
+    s.name = name;
+    s.dtype = dtype;
+    s.arrow_type = DTypeName(dtype);
+    if (name != "cu_seqlens") s.row_shape = {pack.seq_len};
+    packed_specs_.push_back(s);
+  }
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (static_cast<int>(c) == pack.column) continue;
+    for (const auto& out : packed_specs_) {
+      if (out.name == specs[c].name) {
+        return arrow::Status::Invalid("pack: column '", specs[c].name,
+                                      "' has the name of one of packing's outputs; rename it");
+      }
+    }
+    if (specs[c].kind != ColumnKind::kTensor || !specs[c].row_shape.empty()) {
+      return MakeError(ErrorKind::kUnsupportedType, "pack: column '", specs[c].name, "' (",
+                       specs[c].arrow_type, ") cannot follow packed tokens; with pack, the other "
+                       "selected columns must be numbers (one per document, copied per token)");
+    }
+    pack_companions_.push_back(static_cast<int>(c));
+    ColumnSpec s = specs[c];
+    s.row_shape = {pack.seq_len};
+    packed_specs_.push_back(s);
+  }
+  read_options_.allow_ragged[pack.column] = true;
+  ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
+                                                        options_.num_workers, pool_));
+  return arrow::Status::OK();
 }
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }

@@ -28,6 +28,9 @@
 #include "pqloader/decode/read_unit.h"
 #include "pqloader/exec/ordered_pipeline.h"
 #include "pqloader/exec/readahead.h"
+#include "pqloader/pack/document_lengths.h"
+#include "pqloader/pack/pack_plan.h"
+#include "pqloader/pack/packer.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
@@ -71,6 +74,12 @@ struct LoaderOptions {
   /// ragged (values + "<name>_offsets") or padded (+ "<name>_length"); see
   /// ColumnCollate. Default: none (every row of a batch must have one length).
   std::map<std::string, ColumnCollate> lists;
+  /// Pack the documents (rows) of this list column into blocks of tokens
+  /// (pack/pack_plan.h); the other selected columns must be numbers, copied per token.
+  /// Default: empty, no packing.
+  std::string pack_column;
+  /// How to pack (seq_len, separator, truncation); `column` is set from pack_column.
+  PackOptions pack;
   /// What a failing transform does. Default: kRaise.
   DecodeErrorPolicy on_decode_error = DecodeErrorPolicy::kRaise;
   /// Cache of decoded + deterministically transformed splits; off when cache.dir is
@@ -118,12 +127,15 @@ class Loader {
 
   const Dataset& dataset() const { return *dataset_; }
   /// Output columns, in batch order (transformed columns, then any "_length" columns).
-  const std::vector<ColumnSpec>& specs() const { return transforms_.output_specs(); }
+  const std::vector<ColumnSpec>& specs() const;
   const TransformPlan& transforms() const { return transforms_; }
   const LoaderOptions& options() const { return options_; }
   /// Plan of epoch 0 (the counts are the same in every epoch).
   const EpochPlan& first_plan() const { return first_plan_; }
-  int64_t num_batches() const { return first_plan_.num_batches(); }
+  int64_t num_batches() const { return num_batches(0); }
+  /// Batches of `epoch` (with packing, the count may differ between epochs when there
+  /// are several ranks: it is the equalised number of blocks over the batch size).
+  int64_t num_batches(int64_t epoch) const;
   /// Replace the seed (e.g. with one restored from a checkpoint). Takes effect at the
   /// next StartEpoch.
   void set_seed(uint64_t seed) {
@@ -186,6 +198,11 @@ class Loader {
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched);
+  // Check the packing options, read the documents' lengths, make the output specs.
+  arrow::Status SetUpPacking();
+  // Blocks every rank gets in `epoch` (cached), and the batches they make.
+  int64_t EqualBlocks(int64_t epoch) const;
+  int64_t BatchesOfBlocks(int64_t blocks) const;
   // `unit` with its small fixed-size columns row-major (see WithRowMajor).
   arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(
       std::shared_ptr<const DecodedUnit> unit);
@@ -200,6 +217,12 @@ class Loader {
   ReadOptions read_options_;
   TransformPlan transforms_;
   EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);
+  // Packing (when options_.pack_column is set).
+  std::shared_ptr<const DocumentLengths> lengths_;
+  std::vector<ColumnSpec> packed_specs_;
+  std::vector<int> pack_companions_;
+  mutable std::mutex blocks_mu_;
+  mutable std::map<int64_t, int64_t> blocks_by_epoch_;  // GUARDED_BY(blocks_mu_)
   // Serialises StartEpoch/Stop and guards the epochs in progress; never held while
   // Next() waits, so Stop() can wake it.
   mutable std::mutex mu_;
