@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from pqloader import _errors
 from pqloader.petastorm import _schema_io
-from pqloader.petastorm.errors import PetastormMetadataError
+from pqloader.petastorm.errors import PetastormMetadataError, UntrustedSchemaError
 from pqloader.petastorm.unischema import Unischema, UnischemaField
 
 # fsspec/s3fs argument names (what Petastorm's storage_options take) → pqloader's.
@@ -110,6 +110,7 @@ class PetastormDataset:
     storage: dict[str, Any]
     fs: Any = field(repr=False, default=None)
     fs_paths: list[str] = field(default_factory=list, repr=False)
+    meta_dir: str = ""  # where _common_metadata is (or would be), in `fs`
 
     @property
     def is_petastorm(self) -> bool:
@@ -194,7 +195,10 @@ def open_dataset(url_or_urls: str | Sequence[str], storage: Mapping[str, Any]) -
             metadata = dict(pq.read_schema(fh).metadata or {})
     unischema = None
     if _schema_io.UNISCHEMA_KEY in metadata:
-        unischema = _schema_io.load_unischema(metadata[_schema_io.UNISCHEMA_KEY])
+        try:
+            unischema = _schema_io.load_unischema(metadata[_schema_io.UNISCHEMA_KEY])
+        except UntrustedSchemaError as e:
+            raise UntrustedSchemaError(f"'{prefix + meta_path}': {e}") from None
     counts: dict[str, int] = {}
     if _schema_io.ROW_GROUPS_PER_FILE_KEY in metadata:
         try:
@@ -209,7 +213,7 @@ def open_dataset(url_or_urls: str | Sequence[str], storage: Mapping[str, Any]) -
     # A single directory keeps hive partition keys (key=value/ directories) for the engine.
     sources = [prefix + root] if len(urls) == 1 else [f.name for f in files]
     return PetastormDataset(sources=sources, files=files, metadata=metadata, unischema=unischema,
-                            storage=dict(storage), fs=fs, fs_paths=fs_paths)
+                            storage=dict(storage), fs=fs, fs_paths=fs_paths, meta_dir=meta_dir)
 
 
 def infer_unischema(ds: PetastormDataset, column_info: Mapping[str, Mapping[str, Any]]) -> Unischema:

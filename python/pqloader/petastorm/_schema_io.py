@@ -111,6 +111,9 @@ class _DType(_Stub):
 
     kind = "numpy.dtype"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.resolve()  # refuse object and structured dtypes as soon as they appear
+
     def resolve(self) -> np.dtype:
         spec = self.args[0] if self.args else None
         if not isinstance(spec, str) or not re.fullmatch(r"[<>|=]?[?bBhHiIlLqQefdgFDGSUaMm]\d*(\[\w+\])?", spec):
