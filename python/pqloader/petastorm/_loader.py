@@ -79,7 +79,7 @@ def Loader(dataset_url: str | Sequence[str], columns: Sequence[str] | None = Non
                 batch[n] = v.astype(dtype)
         return batch if batch_transform is None else batch_transform(batch)
 
-    needs_fix = bool(squeeze or any(True for _ in casts)) or batch_transform is not None
+    needs_fix = bool(squeeze or casts) or batch_transform is not None
     return pqloader.Loader(ds.sources, columns=names, transforms=ops or None,
                            storage_options=ds.storage or None,
                            batch_transform=fix if needs_fix else None, **kwargs)
