@@ -106,6 +106,10 @@ class Loader:
             side CUDA stream ahead of use. Default: CPU, zero-copy.
         device_prefetch: Batches pinned/copied ahead of the consumer (with
             ``pin_memory`` or ``device``).
+        row_groups: Read only these row groups: ``{file: [indices]}``, a file named as in
+            ``source`` (an explicit file path or URL); listed row groups are read in file
+            order, files not listed whole. Samples are numbered (for random transforms)
+            among the selected rows. Default: every row group.
 
     Raises:
         TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a
@@ -160,6 +164,7 @@ class Loader:
         pin_memory: bool | None = _D.pin_memory,
         device: Any = _D.device,
         device_prefetch: int = _D.device_prefetch,
+        row_groups: Mapping[str, Sequence[int]] | None = _D.row_groups,
         _debug_delay_us: int = _D._debug_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}

@@ -161,6 +161,24 @@ def _check_transforms(transforms: Any) -> Any:
     return out
 
 
+def _check_row_groups(row_groups: Any) -> dict[str, tuple[int, ...]] | None:
+    if row_groups is None:
+        return None
+    if not isinstance(row_groups, Mapping):
+        raise TypeError("row_groups must be a dict {file: [row-group indices]} or None, "
+                        f"got {type(row_groups).__name__}")
+    out = {}
+    for path, groups in row_groups.items():
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"row_groups keys must be file paths or URLs, got {type(path).__name__} {path!r}")
+        if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+            raise TypeError(f"row_groups[{path!r}] must be a list of row-group indices, got {groups!r}")
+        key = _env.normalize_sources([path])[0]
+        out[key] = tuple(sorted({check_int(f"row_groups[{path!r}] entries", g, 0, 2**31 - 1)
+                                 for g in groups}))
+    return out
+
+
 def _check_cache_dir(cache_dir: Any) -> str | None:
     if cache_dir is None:
         return None
@@ -222,6 +240,7 @@ class LoaderOptions:
     pin_memory: bool | None = None
     device: Any = None
     device_prefetch: int = 2
+    row_groups: Mapping[str, Sequence[int]] | None = None
     _debug_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -265,6 +284,7 @@ class LoaderOptions:
             output=check_choice("output", self.output, _OUTPUTS),
             pin_memory=check_bool("pin_memory", self.pin_memory, allow_none=True),
             device_prefetch=check_int("device_prefetch", self.device_prefetch, 1),
+            row_groups=_check_row_groups(self.row_groups),
             _debug_delay_us=check_int("_debug_delay_us", self._debug_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -364,6 +384,8 @@ class LoaderOptions:
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,
             "cache_shards": self.cache_shards,
+            "row_groups": {} if self.row_groups is None else
+                          {path: list(groups) for path, groups in self.row_groups.items()},
         }
 
 

@@ -47,7 +47,10 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
     """
     return {
         "sources": list(sources),
-        "files": [[path, size] for path, size, *_ in files],
+        # A row-group selection joins its file's entry (states without one are unchanged).
+        "files": [[path, size] + ([list(options.row_groups[path])]
+                                  if options.row_groups and path in options.row_groups else [])
+                  for path, size, *_ in files],
         "columns": list(columns),
         "batch_size": options.batch_size,
         "drop_last": options.drop_last,

@@ -149,6 +149,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.readahead = Get<int64_t>(d, "readahead", o.readahead);
   o.dataset.storage.values =
       Get<std::map<std::string, std::string>>(d, "storage_options", {});
+  o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
   }

@@ -343,11 +343,29 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   }
   ds->partition_keys_ = keys;
 
-  // Splits: every row group of every file, with the bytes of the selected columns.
+  // Splits: every row group of every file (or those options.row_groups selects), with
+  // the bytes of the selected columns.
+  int64_t files_selected = 0;
   for (int64_t i = 0; i < n; ++i) {
     const auto& md = *ds->files_[i].metadata;
+    std::vector<int> selected;
+    const auto listed = options.row_groups.find(ds->files_[i].display);
+    if (listed == options.row_groups.end()) {
+      for (int rg = 0; rg < md.num_row_groups(); ++rg) selected.push_back(rg);
+    } else {
+      ++files_selected;
+      selected = listed->second;
+      std::sort(selected.begin(), selected.end());
+      selected.erase(std::unique(selected.begin(), selected.end()), selected.end());
+      if (!selected.empty() && (selected.front() < 0 || selected.back() >= md.num_row_groups())) {
+        return MakeError(ErrorKind::kInvalidData, "row_groups selects row group ",
+                         selected.front() < 0 ? selected.front() : selected.back(), " of '",
+                         ds->files_[i].display, "', which has ", md.num_row_groups(),
+                         " row groups (indices from 0)");
+      }
+    }
     try {
-    for (int rg = 0; rg < md.num_row_groups(); ++rg) {
+    for (int rg : selected) {
       auto rg_md = md.RowGroup(rg);
       Split s;
       s.file = static_cast<int32_t>(i);
@@ -363,6 +381,17 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     } catch (const std::exception& e) {
       return MakeError(ErrorKind::kInvalidData, "'", ds->files_[i].display,
                        "' has corrupt row group metadata: ", e.what());
+    }
+  }
+  if (files_selected != static_cast<int64_t>(options.row_groups.size())) {
+    for (const auto& [name, groups] : options.row_groups) {
+      bool found = false;
+      for (const auto& f : ds->files_) found = found || f.display == name;
+      if (!found) {
+        return MakeError(ErrorKind::kNotFound, "row_groups names '", name,
+                         "', which is not a file of the dataset (files are named as given, "
+                         "e.g. '", ds->files_[0].display, "')");
+      }
     }
   }
   int64_t first = 0;
