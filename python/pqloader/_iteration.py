@@ -42,7 +42,9 @@ class Cursor:
     number of batches per epoch: then the next one is batch 0 of the next epoch).
     ``active_end`` is the epoch before which the running iteration stops (None when no
     iteration is active); ``resume_end`` is one restored by ``load_state_dict`` for the
-    next iteration.
+    next iteration. ``elastic`` (with ``elastic_epoch``) is what an earlier world had
+    consumed of that epoch when this one resumed it with another world size or batch
+    size (see ``_state``): that epoch is then the rest, and ``batch`` counts its batches.
     """
 
     def __init__(self) -> None:
@@ -51,6 +53,8 @@ class Cursor:
         self.generation = 0
         self.active_end: int | None = None
         self.resume_end: int | None = None
+        self.elastic: dict[str, Any] | None = None
+        self.elastic_epoch = -1
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
         self.lock = threading.Lock()
@@ -72,7 +76,8 @@ class Cursor:
                 raise RuntimeError(STALE)
             self.epoch, self.batch = epoch, batch
 
-    def seek(self, epoch: int, batch: int, iteration_end: int | None = None) -> None:
+    def seek(self, epoch: int, batch: int, iteration_end: int | None = None,
+             elastic: dict[str, Any] | None = None) -> None:
         """Make batch `batch` of `epoch` the next one, stopping running iterators.
 
         Args:
@@ -80,12 +85,18 @@ class Cursor:
             batch: Its index in that epoch.
             iteration_end: The epoch the next iteration stops before; None: run
                 ``num_epochs`` from `epoch`.
+            elastic: `epoch` is the rest after what this earlier world consumed.
         """
         with self.lock:
             self.generation += 1
             self.epoch, self.batch = epoch, batch
             self.resume_end = iteration_end
             self.active_end = None
+            self.elastic, self.elastic_epoch = elastic, epoch
+
+    def elastic_for(self, epoch: int) -> dict[str, Any] | None:
+        """The elastic base of `epoch` (None: an ordinary epoch)."""
+        return self.elastic if epoch == self.elastic_epoch else None
 
 
 class ConsumerClock:
@@ -115,15 +126,14 @@ class ConsumerClock:
         return s
 
 
-def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: Callable[[int], int],
-                 num_epochs: int | None, warn_cache: bool, end: list[int]) -> Iterator[Item]:
+def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: int | None,
+                 warn_cache: bool, end: list[int]) -> Iterator[Item]:
     """Yield (epoch, index, batch) from the cursor on; may run ahead of the consumer.
 
     Args:
         engine: The loader's ``_process.Engine``.
         cursor: The loader's cursor; read here, moved only by :func:`hand_out`.
         generation: The cursor generation of this iterator.
-        num_batches: Batches of an epoch (epoch -> count).
         num_epochs: Epochs per iteration (None: forever) unless the cursor holds a
             restored end.
         warn_cache: Turn the engine's cache warnings into ``RuntimeWarning``.
@@ -135,7 +145,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: C
     """
     with cursor.lock:
         epoch, index = cursor.epoch, cursor.batch
-    if index >= num_batches(epoch):  # positioned after an epoch's last batch
+    if index >= engine.num_batches(epoch, cursor.elastic_for(epoch)):  # after an epoch's end
         epoch, index = epoch + 1, 0
     # The epoch this iteration stops before: restored from a state, or num_epochs on.
     if cursor.resume_end is not None:
@@ -145,7 +155,8 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: C
     cursor.active_end = stop
     try:
         while stop is None or epoch < stop:
-            engine.start_epoch(epoch, index, stop is None or epoch + 1 < stop)
+            engine.start_epoch(epoch, index, stop is None or epoch + 1 < stop,
+                               cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)

@@ -235,7 +235,8 @@ class Loader:
     def __len__(self) -> int:
         """Batches per epoch for this rank (of the current epoch: with ``pack`` and several
         ranks, the equalised number of blocks can differ between epochs)."""
-        return self._engine.num_batches(self._cursor.epoch)
+        c = self._cursor
+        return self._engine.num_batches(c.epoch, c.elastic_for(c.epoch))
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -244,7 +245,6 @@ class Loader:
         end: list[int] = []
         o = self._options
         items = _iteration.read_batches(self._engine, self._cursor, generation,
-                                        num_batches=self._engine.num_batches,
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
                                         end=end)
         if o.batch_transform is not None:
@@ -308,8 +308,8 @@ class Loader:
         """Return the position after the last batch handed out, as a JSON-safe dict."""
         c = self._cursor
         with c.lock:  # one consistent position, whichever thread is iterating
-            epoch, batch, end = c.epoch, c.batch, c.active_end
-        return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed))
+            epoch, batch, end, elastic = c.epoch, c.batch, c.active_end, c.elastic_for(c.epoch)
+        return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed), elastic)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.
@@ -330,7 +330,8 @@ class Loader:
         if restored.seed != self.seed:
             self._options = self._options.replace(seed=restored.seed)
             self._engine.set_seed(restored.seed)
-        self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end)  # iterators stop
+        self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end,
+                          restored.elastic)  # iterators stop
         self._engine.stop()
 
     def __repr__(self) -> str:

@@ -254,6 +254,20 @@ nb::object VarToList(const BatchColumn& c) {
   return out;
 }
 
+// An elastic base from Python: None, or {"world_size": n, "batch_size": b,
+// "batches": [k per old rank], "base": an earlier one or None} (see pqloader._state).
+std::shared_ptr<const ElasticBase> ToElasticBase(const nb::object& obj, int depth = 0) {
+  if (obj.is_none()) return nullptr;
+  if (depth > 64) throw nb::value_error("elastic: resumed more than 64 times within one epoch");
+  nb::dict d = nb::cast<nb::dict>(obj);
+  auto base = std::make_shared<ElasticBase>();
+  base->world_size = nb::cast<int64_t>(d["world_size"]);
+  base->batch_size = nb::cast<int64_t>(d["batch_size"]);
+  base->batches = nb::cast<std::vector<int64_t>>(d["batches"]);
+  if (d.contains("base")) base->base = ToElasticBase(d["base"], depth + 1);
+  return base;
+}
+
 // How often a waiting next() checks for signals (Ctrl-C).
 constexpr std::chrono::milliseconds kSignalPoll{100};
 
@@ -265,9 +279,18 @@ class PyLoader {
     loader_ = Check(Loader::Make(sources, o));
   }
 
-  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
+  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
+                  const nb::object& elastic) {
+    auto base = ToElasticBase(elastic);
     nb::gil_scoped_release release;
-    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch));
+    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base)));
+  }
+
+  int64_t NumBatches(int64_t epoch, const nb::object& elastic) const {
+    auto base = ToElasticBase(elastic);
+    nb::gil_scoped_release release;
+    if (base == nullptr) return loader_->num_batches(epoch);
+    return Check(loader_->num_batches(epoch, *base));
   }
 
   nb::object Next() {
@@ -441,7 +464,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<const std::vector<std::string>&, const nb::dict&>(), "sources"_a,
            "options"_a)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0,
-           "then_next_epoch"_a = false)
+           "then_next_epoch"_a = false, "elastic"_a = nb::none())
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
@@ -460,10 +483,7 @@ NB_MODULE(_core, m) {
              }
              return f;
            })
-      .def("num_batches", [](const PyLoader& l, int64_t epoch) {
-        nb::gil_scoped_release release;
-        return l.loader().num_batches(epoch);
-      }, "epoch"_a);
+      .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());
   m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {

@@ -41,30 +41,6 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 
 }  // namespace
 
-// Window permutations, computed once per window by whichever worker needs one first.
-class Loader::PermutationCache {
- public:
-  explicit PermutationCache(std::shared_ptr<const EpochPlan> plan) : plan_(std::move(plan)) {}
-
-  std::shared_ptr<const std::vector<uint32_t>> Get(int64_t w) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = perms_.find(w);
-      if (it != perms_.end()) return it->second;
-    }
-    auto perm = std::make_shared<const std::vector<uint32_t>>(plan_->WindowPermutation(w));
-    std::lock_guard<std::mutex> lock(mu_);
-    // Batches are claimed in order, so windows far behind are no longer needed.
-    perms_.erase(perms_.begin(), perms_.lower_bound(w - 2));
-    return perms_.emplace(w, std::move(perm)).first->second;
-  }
-
- private:
-  std::shared_ptr<const EpochPlan> plan_;
-  std::mutex mu_;
-  std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_;  // GUARDED_BY(mu_)
-};
-
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
                                                     const LoaderOptions& options) {
   const std::string invalid = ValidatePlanOptions(options.plan);
@@ -179,7 +155,8 @@ void Loader::Stop() {
   ShutDown(std::move(runs));
 }
 
-arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
+arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
+                                 std::shared_ptr<const ElasticBase> elastic) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
   std::vector<EpochRun> old;
   arrow::Status st;
@@ -190,14 +167,15 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     next_ = EpochRun{};
     DetachLocked(&old);
     then_next_epoch_ = then_next_epoch;
-    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0) {
+    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0 &&
+        elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
       current_ = std::move(ahead);
       ++epochs_started_ahead_;
     } else {
       if (ahead.pipeline != nullptr) old.push_back(std::move(ahead));
-      auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes);
+      auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes, std::move(elastic));
       if (run.ok()) {
         current_ = std::move(run).ValueUnsafe();
       } else {
@@ -209,29 +187,49 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   return st;
 }
 
+arrow::Result<std::shared_ptr<const RowOrder>> Loader::OrderOf(
+    const PlanOptions& plan, int64_t epoch, const ElasticBase* elastic) const {
+  if (elastic == nullptr) {
+    return std::make_shared<PlanOrder>(
+        std::make_shared<const EpochPlan>(EpochPlan::Make(dataset_->SplitRows(), plan, epoch)));
+  }
+  if (lengths_ != nullptr) {
+    return arrow::Status::NotImplemented(
+        "resuming a packed loader (pack=...) with another world size or batch size");
+  }
+  const std::string invalid = ValidateElasticBase(*elastic, dataset_->SplitRows(), plan, epoch);
+  if (!invalid.empty()) return arrow::Status::Invalid("elastic resume: ", invalid);
+  return MakeRemainderOrder(dataset_->SplitRows(), plan, epoch, *elastic);
+}
+
 arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_batch,
-                                                int64_t budget) {
-  auto plan = std::make_shared<const EpochPlan>(
-      EpochPlan::Make(dataset_->SplitRows(), options_.plan, epoch));
-  // Which stream positions each batch holds: rows of the plan, or with packing the
+                                                int64_t budget,
+                                                std::shared_ptr<const ElasticBase> elastic) {
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
+                        OrderOf(options_.plan, epoch, elastic.get()));
+  const uint64_t seed = options_.plan.seed;
+  const int64_t batch_size = options_.plan.batch_size, num_rows = order->num_rows();
+  // Which stream positions each batch holds: rows of the order, or with packing the
   // documents that fill its blocks.
   std::shared_ptr<const PackPlan> pack;
-  int64_t num_batches = plan->num_batches(), num_blocks = 0;
+  int64_t num_batches = options_.plan.drop_last ? num_rows / batch_size
+                                                : (num_rows + batch_size - 1) / batch_size;
+  int64_t num_blocks = 0;
   if (lengths_ != nullptr) {
+    const auto& plan = static_cast<const PlanOrder&>(*order).plan();
     pack = std::make_shared<const PackPlan>(
-        PackPlan::Make(*plan, *lengths_, options_.pack, options_.plan.drop_last));
+        PackPlan::Make(plan, *lengths_, options_.pack, options_.plan.drop_last));
     num_blocks = EqualBlocks(epoch);
     num_batches = BatchesOfBlocks(num_blocks);
   }
-  const int64_t batch_size = options_.plan.batch_size;
-  auto positions = [plan, pack, num_blocks, batch_size](int64_t b) -> std::pair<int64_t, int64_t> {
-    if (pack == nullptr) return plan->BatchRowRange(b);
+  auto positions = [pack, num_blocks, batch_size, num_rows](int64_t b) -> std::pair<int64_t, int64_t> {
+    if (pack == nullptr) return {b * batch_size, std::min((b + 1) * batch_size, num_rows)};
     const auto span = pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
     return {span.first, span.last};
   };
-  auto units_of = [plan, positions](int64_t b) {
+  auto units_of = [order, positions](int64_t b) {
     const auto [first, last] = positions(b);
-    return plan->PositionUnitRange(first, last);
+    return order->PositionUnitRange(first, last);
   };
   if (first_batch < 0 || first_batch > num_batches) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
@@ -239,20 +237,19 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   }
   EpochRun run;
   run.epoch = epoch;
-  auto perms = std::make_shared<PermutationCache>(plan);
   if (first_batch < num_batches) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
         units_of(first_batch).first, units_of(num_batches - 1).second,
-        [this, plan, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
-          const Unit& unit = plan->units()[u];
+        [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
+          const Unit& unit = order->units()[u];
           // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
           // fetched when needed).
           if (cache_ != nullptr && cache_->Contains(CacheKeyOf(unit.split))) return nullptr;
           return FetchUnit(*dataset_, unit, read_options_, pool_, io);
         },
-        [this, plan](int64_t u) {
-          return dataset_->splits()[plan->units()[u].split].compressed_bytes;
+        [this, order](int64_t u) {
+          return dataset_->splits()[order->units()[u].split].compressed_bytes;
         },
         ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
   }
@@ -260,37 +257,31 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   Pipeline::Work work;
   work.num_batches = num_batches;
   work.batch_units = units_of;
-  work.unit_bytes = [this, plan](int64_t u) {
+  work.unit_bytes = [this, order](int64_t u) {
     // The footer's uncompressed size of the selected chunks, pro rata; the pipeline
     // scales it by what decoding actually produced so far.
-    const Unit& unit = plan->units()[u];
+    const Unit& unit = order->units()[u];
     const Split& split = dataset_->splits()[unit.split];
     if (split.num_rows <= 0) return int64_t{0};
     return static_cast<int64_t>(static_cast<double>(split.uncompressed_bytes) *
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, plan, readahead = run.readahead](int64_t u, int64_t* bytes) {
-    return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
+  work.run_unit = [this, order, readahead = run.readahead](int64_t u, int64_t* bytes) {
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes);
   };
-  work.run_batch = [this, plan, perms, epoch, pack, positions, units_of, num_blocks, batch_size](
+  work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
     const auto [first, last] = positions(b);
     const int64_t lo = units_of(b).first;
-    std::vector<std::shared_ptr<const std::vector<uint32_t>>> held;
-    static const std::vector<uint32_t> kIdentity;
     std::vector<RowRef> rows;
     rows.reserve(last - first);
-    plan->ResolveRows(first, last, [&](int64_t w) -> const std::vector<uint32_t>& {
-      if (!plan->options().shuffle) return kIdentity;
-      held.push_back(perms->Get(w));
-      return *held.back();
-    }, &rows);
+    order->Resolve(first, last, &rows);
     std::vector<std::vector<SampleTensor>> samples;
     int64_t t0 = NowNs();
     if (!transforms_.empty()) {
-      auto st = TransformRows(*plan, units, lo, &rows, &samples);
+      auto st = TransformRows(*order, seed, epoch, units, lo, &rows, &samples);
       const int64_t t1 = NowNs();
       transform_ns_ += t1 - t0;
       t0 = t1;
@@ -310,7 +301,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     if (!batch.ok()) {
       std::string files;
       for (size_t i = 0; i < units.size(); ++i) {
-        const Split& s = dataset_->splits()[plan->units()[lo + i].split];
+        const Split& s = dataset_->splits()[order->units()[lo + i].split];
         files += (i ? ", '" : "'") + dataset_->files()[s.file].display + "' row group " +
                  std::to_string(s.row_group);
       }
@@ -517,6 +508,17 @@ int64_t Loader::BatchesOfBlocks(int64_t blocks) const {
   return options_.plan.drop_last ? blocks / b : (blocks + b - 1) / b;
 }
 
+arrow::Result<int64_t> Loader::num_batches(int64_t epoch, const ElasticBase& elastic) const {
+  PlanOptions plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    plan = options_.plan;
+  }
+  ARROW_ASSIGN_OR_RAISE(auto order, OrderOf(plan, epoch, &elastic));
+  const int64_t n = order->num_rows(), b = plan.batch_size;
+  return plan.drop_last ? n / b : (n + b - 1) / b;
+}
+
 int64_t Loader::num_batches(int64_t epoch) const {
   if (lengths_ == nullptr) return first_plan_.num_batches();
   return BatchesOfBlocks(EqualBlocks(epoch));
@@ -585,7 +587,7 @@ arrow::Status Loader::SetUpPacking() {
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }
 
-arrow::Status Loader::TransformRows(const EpochPlan& plan,
+arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                                     int64_t unit_base, std::vector<RowRef>* rows,
                                     std::vector<std::vector<SampleTensor>>* samples) {
@@ -594,12 +596,12 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
   std::vector<RowRef> kept;
   kept.reserve(rows->size());
   SampleContext ctx;
-  ctx.seed = plan.options().seed;
-  ctx.epoch = plan.epoch();
+  ctx.seed = seed;
+  ctx.epoch = epoch;
   for (const RowRef& r : *rows) {
     const DecodedUnit& unit = *units[r.unit - unit_base];
     if (!unit.row_ok.empty() && !unit.row_ok[r.row]) continue;  // skipped while decoding
-    const Unit& u = plan.units()[r.unit];
+    const Unit& u = order.units()[r.unit];
     ctx.sample_index = dataset_->split_first_row(u.split) + u.row_begin + r.row;
     bool ok = true;
     std::vector<SampleTensor> outs;

@@ -32,6 +32,7 @@
 #include "pqloader/pack/pack_plan.h"
 #include "pqloader/pack/packer.h"
 #include "pqloader/plan/epoch_plan.h"
+#include "pqloader/plan/row_order.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/transform/pipeline.h"
@@ -136,6 +137,9 @@ class Loader {
   /// Batches of `epoch` (with packing, the count may differ between epochs when there
   /// are several ranks: it is the equalised number of blocks over the batch size).
   int64_t num_batches(int64_t epoch) const;
+  /// Batches of the rest of `epoch` after what an earlier world consumed (see
+  /// StartEpoch); an error if `elastic` does not fit the dataset and options.
+  arrow::Result<int64_t> num_batches(int64_t epoch, const ElasticBase& elastic) const;
   /// Replace the seed (e.g. with one restored from a checkpoint). Takes effect at the
   /// next StartEpoch.
   void set_seed(uint64_t seed) {
@@ -149,7 +153,11 @@ class Loader {
   /// `then_next_epoch`, the caller will read epoch + 1 from its first batch next: its
   /// first row groups are read and decoded while this epoch ends (with half the memory
   /// bound until it starts), so the boundary costs about one batch, not a fill.
-  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false);
+  /// With `elastic` (resuming a checkpoint of another world size or batch size), the
+  /// epoch is the rest of `epoch` after what that world consumed (see
+  /// MakeRemainderOrder), and first_batch counts batches of that rest. Not with packing.
+  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false,
+                           std::shared_ptr<const ElasticBase> elastic = nullptr);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
   /// After an error, iteration of this epoch is over: the same error is returned again.
   /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
@@ -172,21 +180,25 @@ class Loader {
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
   };
-  // Make the run of batches first_batch... of `epoch`, holding at most `budget` bytes.
-  arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget);
+  // Make the run of batches first_batch... of `epoch` (the rest after `elastic`, if
+  // given), holding at most `budget` bytes.
+  arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget,
+                                  std::shared_ptr<const ElasticBase> elastic = nullptr);
+  // The order of `epoch` under `plan` (the rest after `elastic`, if given).
+  arrow::Result<std::shared_ptr<const RowOrder>> OrderOf(const PlanOptions& plan, int64_t epoch,
+                                                         const ElasticBase* elastic) const;
   // Requires mu_: move the runs in progress to `runs`, for ShutDown outside the lock.
   void DetachLocked(std::vector<EpochRun>* runs);
   // Shut `runs` down and add their counters to the stats.
   void ShutDown(std::vector<EpochRun> runs);
   // Start the next epoch's run once `pipeline` (the current one) has produced all units.
   void MaybeStartNextEpoch(const Pipeline& pipeline);
-  class PermutationCache;
 
   Loader() = default;
   // Run the per-sample transforms (after the cache point) of a batch's rows; drop rows
   // that failed under DecodeErrorPolicy::kSkip. Columns without such transforms get
   // no samples: the gather reads their units directly.
-  arrow::Status TransformRows(const EpochPlan& plan,
+  arrow::Status TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                               const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                               int64_t unit_base, std::vector<RowRef>* rows,
                               std::vector<std::vector<SampleTensor>>* samples);
