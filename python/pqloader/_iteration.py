@@ -55,6 +55,7 @@ class Cursor:
         self.resume_end: int | None = None
         self.elastic: dict[str, Any] | None = None
         self.elastic_epoch = -1
+        self.running = 0  # iterations between their first and last engine call
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
         self.lock = threading.Lock()
@@ -153,10 +154,16 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
     else:
         stop = None if num_epochs is None else epoch + num_epochs
     cursor.active_end = stop
+    cursor.running += 1
+    completed = False
     try:
         while stop is None or epoch < stop:
-            engine.start_epoch(epoch, index, stop is None or epoch + 1 < stop,
-                               cursor.elastic_for(epoch))
+            # The next epoch starts reading while this one ends. With one epoch per
+            # iteration (num_epochs=1: one `for` loop per epoch), also after this
+            # iteration's last: the loop usually iterates again; if it does not, that
+            # read-ahead (at most half of max_inflight_bytes) is dropped unused.
+            then_next = stop is None or epoch + 1 < stop or num_epochs == 1
+            engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
@@ -179,8 +186,12 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                 index += 1
             epoch, index = epoch + 1, 0
         end[:] = [epoch, index]
+        completed = True
     finally:
-        if generation == cursor.generation:
+        cursor.running -= 1
+        # An abandoned iteration stops the workers; a completed one keeps the next
+        # epoch's read-ahead for the next iteration (start_epoch drops it if unused).
+        if generation == cursor.generation and not completed:
             engine.stop()
 
 

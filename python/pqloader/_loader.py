@@ -266,7 +266,8 @@ class Loader:
             TypeError, ValueError: `epoch` is not an int >= 0.
         """
         self._cursor.seek(check_int("epoch", epoch, 0), 0)
-        self._engine.stop()
+        if self._cursor.running:  # wake an iterator blocked in another thread
+            self._engine.stop()
 
     def __getitem__(self, index: Any) -> Any:
         raise TypeError(
@@ -292,7 +293,11 @@ class Loader:
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
-            counters.
+            counters. The next epoch is read while one ends (also between two
+            ``for`` loops with ``num_epochs=1``): epochs_started_ahead counts those
+            begun so, and their work counts only once their epoch begins;
+            units_dropped_ahead counts units read ahead for an epoch that did not
+            follow (``set_epoch`` to another, or the end of training).
         """
         s = self._clock.stats(self._engine.stats())
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],

@@ -360,6 +360,7 @@ class PyLoader {
     d["cache_write_errors"] = s.cache.write_errors;
     d["batches_by_consumer"] = s.batches_by_consumer;
     d["epochs_started_ahead"] = s.epochs_started_ahead;
+    d["units_dropped_ahead"] = s.units_dropped_ahead;
     d["pool_allocations"] = s.pool_allocations;
     d["pool_recycled"] = s.pool_recycled;
     d["pool_cached_bytes"] = s.pool_cached_bytes;

@@ -138,11 +138,29 @@ void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   next_ = EpochRun{};
 }
 
+void Loader::Work::AddTo(LoaderStats* stats) const {
+  stats->read_seconds += read_ns.load() * 1e-9;
+  stats->decode_seconds += decode_ns.load() * 1e-9;
+  stats->transform_seconds += transform_ns.load() * 1e-9;
+  stats->assemble_seconds += gather_ns.load() * 1e-9;
+  stats->bytes_read += bytes_read.load();
+  stats->bytes_decoded += bytes_decoded.load();
+  stats->skipped_rows += skipped_rows.load();
+  stats->cache.hits += cache_hits.load();
+  stats->cache.misses += cache_misses.load();
+  stats->cache_bytes_saved += cache_bytes_saved.load();
+}
+
 void Loader::ShutDown(std::vector<EpochRun> runs) {
   for (EpochRun& run : runs) {
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
     std::lock_guard<std::mutex> lock(stats_mu_);
-    AddCounters(run.pipeline->counters(), &stats_);
+    if (run.adopted) {
+      AddCounters(run.pipeline->counters(), &stats_);
+      run.work->AddTo(&stats_);
+    } else {
+      stats_.units_dropped_ahead += run.pipeline->counters().units_done;
+    }
   }
 }
 
@@ -171,6 +189,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
         elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
+      ahead.adopted = true;
       current_ = std::move(ahead);
       ++epochs_started_ahead_;
     } else {
@@ -237,6 +256,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   }
   EpochRun run;
   run.epoch = epoch;
+  run.work = std::make_shared<Work>();
   if (first_batch < num_batches) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
@@ -267,10 +287,12 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, order, readahead = run.readahead](int64_t u, int64_t* bytes) {
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes);
+  work.run_unit = [this, order, readahead = run.readahead, counters = run.work](int64_t u,
+                                                                              int64_t* bytes) {
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get());
   };
-  work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size](
+  work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
+                    counters = run.work](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
     const auto [first, last] = positions(b);
@@ -281,9 +303,9 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     std::vector<std::vector<SampleTensor>> samples;
     int64_t t0 = NowNs();
     if (!transforms_.empty()) {
-      auto st = TransformRows(*order, seed, epoch, units, lo, &rows, &samples);
+      auto st = TransformRows(*order, seed, epoch, units, lo, &rows, &samples, counters.get());
       const int64_t t1 = NowNs();
-      transform_ns_ += t1 - t0;
+      counters->transform_ns += t1 - t0;
       t0 = t1;
       ARROW_RETURN_NOT_OK(st);
     }
@@ -297,7 +319,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                             transforms_.collate());
       if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
     }
-    gather_ns_ += NowNs() - t0;
+    counters->gather_ns += NowNs() - t0;
     if (!batch.ok()) {
       std::string files;
       for (size_t i = 0; i < units.size(); ++i) {
@@ -340,14 +362,16 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   }
   if (batch == nullptr) {
     // The epoch is over; a run started ahead for the next one stays for StartEpoch.
-    std::shared_ptr<Pipeline> done;
+    EpochRun done;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (current_.pipeline != pipeline) return batch;  // already stopped (or replaced)
-      done = std::move(current_.pipeline);
+      done = std::move(current_);
       current_ = EpochRun{};
     }
-    ShutDown({EpochRun{0, std::move(done), nullptr}});
+    std::vector<EpochRun> runs;
+    runs.push_back(std::move(done));
+    ShutDown(std::move(runs));
     return batch;
   }
   MaybeStartNextEpoch(*pipeline);
@@ -370,11 +394,14 @@ void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   // epoch does not decode a split again): what is left is its last batches. The next epoch starts reading and decoding with half the budget (it gets
   // all of it when StartEpoch adopts it), so the boundary costs about one batch.
   auto run = MakeRun(current_.epoch + 1, 0, options_.max_inflight_bytes / 2);
-  if (run.ok()) next_ = std::move(run).ValueUnsafe();
+  if (run.ok()) {
+    next_ = std::move(run).ValueUnsafe();
+    next_.adopted = false;
+  }
 }
 
 arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
-    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched) {
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work) {
   ARROW_ASSIGN_OR_RAISE(auto f, std::move(fetched));
   if (f == nullptr) {  // not fetched ahead: fetch now
     ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
@@ -383,17 +410,17 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
   const int64_t t0 = NowNs();
   ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get()));
   const int64_t t1 = NowNs();
-  read_ns_ += t1 - t0;
+  work->read_ns += t1 - t0;
   ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_, f.get()));
   const int64_t t2 = NowNs();
-  decode_ns_ += t2 - t1;
-  bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
+  work->decode_ns += t2 - t1;
+  work->bytes_read += dataset_->splits()[unit.split].compressed_bytes;
   if (!transforms_.empty()) {
     struct AddOnExit {
       std::atomic<int64_t>* to;
       int64_t since;
       ~AddOnExit() { *to += NowNs() - since; }
-    } timer{&transform_ns_, t2};
+    } timer{&work->transform_ns, t2};
     const Split& split = dataset_->splits()[unit.split];
     ARROW_RETURN_NOT_OK(transforms_.ApplyPrefix(
         decoded.get(), dataset_->specs(), [&](int64_t r) {
@@ -449,46 +476,49 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
-    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes) {
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
+    Work* work) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
-    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched)));
+    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
   } else {
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
     const std::string key = CacheKeyOf(unit.split);
     const int64_t t0 = NowNs();
     std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
-    read_ns_ += NowNs() - t0;
+    work->read_ns += NowNs() - t0;
     if (full != nullptr && full->num_rows == split.num_rows &&
         CheckUnitLayout(*full, dataset_->specs()).ok()) {
-      cache_bytes_saved_ += split.compressed_bytes;
+      work->cache_bytes_saved += split.compressed_bytes;
+      ++work->cache_hits;
     } else {
+      ++work->cache_misses;
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
-                                             std::move(fetched)));
+                                             std::move(fetched), work));
       // Shuffled loaders keep entries row-major: hits are then gathered as they are.
       if (options_.plan.shuffle) {
-        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full)));
+        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
       }
       cache_->Put(key, full);
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
   if (options_.plan.shuffle) {
-    ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded)));
+    ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
-  skipped_rows_ += decoded->skipped_rows;
+  work->skipped_rows += decoded->skipped_rows;
   *bytes = decoded->ByteSize();
-  bytes_decoded_ += *bytes;
+  work->bytes_decoded += *bytes;
   return decoded;
 }
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
-    std::shared_ptr<const DecodedUnit> unit) {
+    std::shared_ptr<const DecodedUnit> unit, Work* work) {
   if (unit->row_major != nullptr) return unit;
   const int64_t t0 = NowNs();
   auto out = WithRowMajor(unit, kRowMajorMaxRowBytes, pool_);
-  gather_ns_ += NowNs() - t0;
+  work->gather_ns += NowNs() - t0;
   return out;
 }
 
@@ -590,7 +620,8 @@ std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std:
 arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                                     int64_t unit_base, std::vector<RowRef>* rows,
-                                    std::vector<std::vector<SampleTensor>>* samples) {
+                                    std::vector<std::vector<SampleTensor>>* samples,
+                                    Work* work) {
   const auto& specs = dataset_->specs();
   samples->assign(specs.size(), {});
   std::vector<RowRef> kept;
@@ -611,7 +642,7 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
       if (!s.ok()) {
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;
-          ++skipped_rows_;
+          ++work->skipped_rows;
           break;
         }
         const Split& split = dataset_->splits()[u.split];
@@ -667,24 +698,26 @@ LoaderStats Loader::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  std::vector<std::shared_ptr<Pipeline>> pipelines;
+  // The epoch in progress counts; one started ahead only once the consumer begins it.
+  std::shared_ptr<Pipeline> pipeline;
+  std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipelines = {current_.pipeline, next_.pipeline};
+    pipeline = current_.pipeline;
+    work = current_.work;
   }
-  for (const auto& p : pipelines) {
-    if (p != nullptr) AddCounters(p->counters(), &s);
+  if (pipeline != nullptr) {
+    AddCounters(pipeline->counters(), &s);
+    work->AddTo(&s);
   }
   s.epochs_started_ahead = epochs_started_ahead_.load();
-  s.read_seconds = read_ns_.load() * 1e-9;
-  s.decode_seconds = decode_ns_.load() * 1e-9;
-  s.transform_seconds = transform_ns_.load() * 1e-9;
-  s.assemble_seconds = gather_ns_.load() * 1e-9;
-  s.bytes_read = bytes_read_.load();
-  s.bytes_decoded = bytes_decoded_.load();
-  s.skipped_rows = skipped_rows_.load();
-  if (cache_ != nullptr) s.cache = cache_->counters();
-  s.cache_bytes_saved = cache_bytes_saved_.load();
+  if (cache_ != nullptr) {
+    const CacheCounters c = cache_->counters();
+    const int64_t hits = s.cache.hits, misses = s.cache.misses;
+    s.cache = c;
+    s.cache.hits = hits;
+    s.cache.misses = misses;
+  }
   s.pool_allocations = pool_->recyclable_allocations();
   s.pool_recycled = pool_->recycled_allocations();
   s.pool_cached_bytes = pool_->cached_bytes();

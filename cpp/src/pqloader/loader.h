@@ -103,11 +103,17 @@ struct LoaderStats {
   double unit_seconds = 0;       ///< Producing units: reading, decoding, caching, transforms.
   int64_t batches_by_consumer = 0;  ///< Batches Next() assembled on the caller's thread.
   int64_t epochs_started_ahead = 0;  ///< Epochs begun while the previous one ended.
+  /// Units an epoch started ahead had produced when it was dropped unused (the next
+  /// StartEpoch was another epoch, or none came). Work of an epoch started ahead counts
+  /// in the other counters only once the consumer starts that epoch.
+  int64_t units_dropped_ahead = 0;
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
   int64_t skipped_rows = 0;       ///< Rows dropped by on_decode_error = kSkip.
-  CacheCounters cache;            ///< Of this loader's cache (zeros without one).
+  /// Of this loader's cache (zeros without one): hits and misses of this loader's
+  /// epochs; the rest (inserts, evictions, ...) of the cache object, this process.
+  CacheCounters cache;
   int64_t cache_bytes_saved = 0;  ///< Compressed Parquet bytes not read thanks to hits.
   /// The process-wide buffer pool (all loaders): allocations of recyclable size, how
   /// many of them reused a freed block, and the free bytes it keeps now.
@@ -174,11 +180,21 @@ class Loader {
 
  private:
   using Pipeline = OrderedPipeline<DecodedUnit, Batch>;
-  // The pipeline of one epoch and its read-ahead.
+  // Work done for one epoch run, counted in stats() once the run is adopted (the
+  // consumer started its epoch), so that a run started ahead never changes them early.
+  struct Work {
+    std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, gather_ns{0};
+    std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, skipped_rows{0};
+    std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes_saved{0};
+    void AddTo(LoaderStats* stats) const;
+  };
+  // The pipeline of one epoch, its read-ahead and its work.
   struct EpochRun {
     int64_t epoch = 0;
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
+    std::shared_ptr<Work> work;
+    bool adopted = true;  // false while started ahead and not yet begun by the consumer
   };
   // Make the run of batches first_batch... of `epoch` (the rest after `elastic`, if
   // given), holding at most `budget` bytes.
@@ -201,15 +217,16 @@ class Loader {
   arrow::Status TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                               const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                               int64_t unit_base, std::vector<RowRef>* rows,
-                              std::vector<std::vector<SampleTensor>>* samples);
+                              std::vector<std::vector<SampleTensor>>* samples, Work* work);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
   // transforms.
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
-      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes);
+      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
+      Work* work);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
-      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched);
+      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work);
   // Check the packing options, read the documents' lengths, make the output specs.
   arrow::Status SetUpPacking();
   // Blocks every rank gets in `epoch` (cached), and the batches they make.
@@ -217,7 +234,7 @@ class Loader {
   int64_t BatchesOfBlocks(int64_t blocks) const;
   // `unit` with its small fixed-size columns row-major (see WithRowMajor).
   arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(
-      std::shared_ptr<const DecodedUnit> unit);
+      std::shared_ptr<const DecodedUnit> unit, Work* work);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
   // Put a batch's columns in output order, the lengths of padded columns and the
@@ -245,17 +262,12 @@ class Loader {
   std::unique_ptr<PoolCacheReservation> pool_reservation_;
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
-  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, gather_ns_{0};
   std::atomic<int64_t> epochs_started_ahead_{0};
-  std::atomic<int64_t> bytes_read_{0};
-  std::atomic<int64_t> bytes_decoded_{0};
-  std::atomic<int64_t> skipped_rows_{0};
-  std::atomic<int64_t> cache_bytes_saved_{0};
   std::shared_ptr<SplitCache> cache_;
   std::string cache_identity_;   // what every cache key of this loader shares
   CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
   mutable std::mutex stats_mu_;
-  LoaderStats stats_;  // GUARDED_BY(stats_mu_); pipeline counters folded in at epoch end
+  LoaderStats stats_;  // GUARDED_BY(stats_mu_); adopted runs' counters folded in at their end
   int64_t start_ns_ = -1;
 };
 
