@@ -133,7 +133,7 @@ void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   }
   // Requests still in flight finish on io_pool_, unread.
   if (current_.pipeline != nullptr) runs->push_back(std::move(current_));
-  if (next_.pipeline != nullptr) runs->push_back(std::move(next_));
+  if (next_.active()) runs->push_back(std::move(next_));
   current_ = EpochRun{};
   next_ = EpochRun{};
 }
@@ -151,8 +151,20 @@ void Loader::Work::AddTo(LoaderStats* stats) const {
   stats->cache_bytes_saved += cache_bytes_saved.load();
 }
 
+void Loader::EpochRun::StartPipeline(int64_t budget) {
+  if (pending == nullptr) {
+    if (pipeline != nullptr) pipeline->set_max_inflight_bytes(budget);
+    return;
+  }
+  pending->options.max_inflight_bytes = budget;
+  pipeline = std::make_shared<Pipeline>(std::move(pending->work), pending->options,
+                                        pending->first_batch);
+  pending.reset();
+}
+
 void Loader::ShutDown(std::vector<EpochRun> runs) {
   for (EpochRun& run : runs) {
+    if (run.pipeline == nullptr) continue;  // it only read ahead; reads finish unread
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
     std::lock_guard<std::mutex> lock(stats_mu_);
     if (run.adopted) {
@@ -185,15 +197,14 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     next_ = EpochRun{};
     DetachLocked(&old);
     then_next_epoch_ = then_next_epoch;
-    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0 &&
-        elastic == nullptr) {
+    if (ahead.active() && ahead.epoch == epoch && first_batch == 0 && elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
-      ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
+      ahead.StartPipeline(PipelineBudget(options_.max_inflight_bytes));
       ahead.adopted = true;
       current_ = std::move(ahead);
       ++epochs_started_ahead_;
     } else {
-      if (ahead.pipeline != nullptr) old.push_back(std::move(ahead));
+      if (ahead.active()) old.push_back(std::move(ahead));
       auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes, std::move(elastic));
       if (run.ok()) {
         current_ = std::move(run).ValueUnsafe();
@@ -223,7 +234,8 @@ arrow::Result<std::shared_ptr<const RowOrder>> Loader::OrderOf(
 
 arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_batch,
                                                 int64_t budget,
-                                                std::shared_ptr<const ElasticBase> elastic) {
+                                                std::shared_ptr<const ElasticBase> elastic,
+                                                bool read_only) {
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
                         OrderOf(options_.plan, epoch, elastic.get()));
   const uint64_t seed = options_.plan.seed;
@@ -341,7 +353,13 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   popts.max_inflight_bytes = budget - ReadAheadBudget(budget);
   popts.max_prefetch_batches = options_.prefetch_batches;
   popts.debug_max_delay_us = options_.debug_max_delay_us;
-  run.pipeline = std::make_shared<Pipeline>(std::move(work), popts, first_batch);
+  run.pending = std::make_shared<EpochRun::Pending>(
+      EpochRun::Pending{std::move(work), popts, first_batch});
+  if (read_only) {
+    if (run.readahead != nullptr) run.readahead->Prime();
+  } else {
+    run.StartPipeline(popts.max_inflight_bytes);
+  }
   return run;
 }
 
@@ -386,18 +404,39 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
 
 void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!then_next_epoch_ || next_.pipeline != nullptr || current_.pipeline.get() != &pipeline ||
-      !pipeline.all_units_done()) {
+  if (!then_next_epoch_ || current_.pipeline.get() != &pipeline) return;
+  // The two epochs share the memory bound: the next one may decode into what this one
+  // does not hold (its last units wait for their batches), until StartEpoch adopts it
+  // and gives it all; so the boundary costs about one batch, not a fill.
+  const int64_t half = options_.max_inflight_bytes / 2;
+  const int64_t left = std::max<int64_t>(
+      0, PipelineBudget(options_.max_inflight_bytes) - pipeline.counters().inflight_bytes);
+  if (next_.pipeline != nullptr) {
+    next_.pipeline->set_max_inflight_bytes(left);
     return;
   }
-  // Every unit of this epoch is produced (and in the cache, if there is one, so the next
-  // epoch does not decode a split again): what is left is its last batches. The next epoch starts reading and decoding with half the budget (it gets
-  // all of it when StartEpoch adopts it), so the boundary costs about one batch.
-  auto run = MakeRun(current_.epoch + 1, 0, options_.max_inflight_bytes / 2);
-  if (run.ok()) {
-    next_ = std::move(run).ValueUnsafe();
-    next_.adopted = false;
+  if (pipeline.all_units_done()) {
+    // What is left of this epoch is batches: the next one starts decoding.
+    if (!next_.active()) {
+      auto run = MakeRun(current_.epoch + 1, 0, half);
+      if (!run.ok()) return;  // its error surfaces when the epoch starts
+      next_ = std::move(run).ValueUnsafe();
+      next_.adopted = false;
+    }
+    next_.StartPipeline(left);
+    return;
   }
+  // Every read of this epoch has started: the next epoch's first reads keep the link
+  // busy (decoding waits for the line above). With a cache, not before every unit is
+  // produced and in it, so the next epoch does not fetch a split being fetched now.
+  if (next_.active() || cache_ != nullptr || current_.readahead == nullptr ||
+      !current_.readahead->all_started()) {
+    return;
+  }
+  auto run = MakeRun(current_.epoch + 1, 0, half, nullptr, /*read_only=*/true);
+  if (!run.ok()) return;
+  next_ = std::move(run).ValueUnsafe();
+  next_.adopted = false;
 }
 
 arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(

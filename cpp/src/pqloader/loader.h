@@ -188,18 +188,32 @@ class Loader {
     std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes_saved{0};
     void AddTo(LoaderStats* stats) const;
   };
-  // The pipeline of one epoch, its read-ahead and its work.
+  // The pipeline of one epoch, its read-ahead and its work. A run started ahead may
+  // only read at first: its pipeline (decoding) starts once the current epoch has
+  // produced every unit, from `pending`.
   struct EpochRun {
     int64_t epoch = 0;
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
     std::shared_ptr<Work> work;
     bool adopted = true;  // false while started ahead and not yet begun by the consumer
+    struct Pending {
+      Pipeline::Work work;
+      PipelineOptions options;
+      int64_t first_batch = 0;
+    };
+    std::shared_ptr<Pending> pending;
+    bool active() const { return pipeline != nullptr || readahead != nullptr; }
+    // Start the pipeline (if pending) with `budget` bytes for it.
+    void StartPipeline(int64_t budget);
   };
   // Make the run of batches first_batch... of `epoch` (the rest after `elastic`, if
   // given), holding at most `budget` bytes.
+  // With `read_only`, the pipeline is left pending (see EpochRun) and the read-ahead
+  // primed.
   arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget,
-                                  std::shared_ptr<const ElasticBase> elastic = nullptr);
+                                  std::shared_ptr<const ElasticBase> elastic = nullptr,
+                                  bool read_only = false);
   // The order of `epoch` under `plan` (the rest after `elastic`, if given).
   arrow::Result<std::shared_ptr<const RowOrder>> OrderOf(const PlanOptions& plan, int64_t epoch,
                                                          const ElasticBase* elastic) const;

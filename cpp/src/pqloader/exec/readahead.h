@@ -62,6 +62,22 @@ class ReadAhead {
     return out;
   }
 
+  /// Start items from the first not started while the window and cost bounds allow
+  /// (at least one), without taking any.
+  void Prime() {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (next_ < end_ && static_cast<int64_t>(held_.size()) < options_.window &&
+           (held_.empty() || held_cost_ + cost_(next_) <= options_.max_cost)) {
+      StartNext();
+    }
+  }
+
+  /// Whether every item has been started.
+  bool all_started() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_ >= end_;
+  }
+
   /// Items started so far (taken or not).
   int64_t started() const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -48,6 +48,16 @@ TEST(ReadAhead, CostBoundLimitsTheWindowButAlwaysAllowsOneItem) {
   EXPECT_EQ(big.started, (std::vector<int64_t>{0, 1}));  // one item over the bound
 }
 
+TEST(ReadAhead, AllStartedOnceTheLastItemIsStartedNotTaken) {
+  Recorder r;
+  auto ra = r.Make(0, 4, ReadAheadOptions{2});
+  EXPECT_FALSE(ra.all_started());
+  ASSERT_TRUE(ra.Take(0).ok());  // starts 1, 2
+  EXPECT_FALSE(ra.all_started());
+  ASSERT_TRUE(ra.Take(1).ok());  // starts 3
+  EXPECT_TRUE(ra.all_started());
+}
+
 TEST(ReadAhead, ItemsNeverGoPastTheEnd) {
   Recorder r;
   auto ra = r.Make(0, 3, ReadAheadOptions{16});
