@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build test test-cpp test-python demo sanitize bench bench-quick clean
+.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize bench bench-quick clean
 BENCH_SCALE ?= small
 
 all: build
@@ -35,14 +35,37 @@ $(VENV)/.deps-stamp: requirements-dev.txt $(VENV)/.apt-stamp
 deps: $(VENV)/.deps-stamp
 
 # --- build ---------------------------------------------------------------------------
-# One CMake build (build/py) makes the extension, libpqloader and the C++ tests; pip
-# installs the package into the virtualenv.
-$(VENV)/.build-stamp: $(VENV)/.deps-stamp $(SOURCES)
-	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps \
-	  -C cmake.define.PQLOADER_BUILD_TESTS=ON .
+# One CMake build (build/py) makes the extension, libpqloader and the C++ tests. pip packs
+# the extension into a wheel, auditwheel repairs it (copies Arrow/Parquet C++ in under
+# mangled sonames; fails unless the wheel meets WHEEL_PLAT) and that wheel, the one
+# `make wheel` ships, is what the virtualenv gets: every Python test runs the artifact.
+WHEEL_DIR := build/wheel
+WHEEL_PLAT := manylinux_2_35_x86_64
+$(VENV)/.build-stamp: $(VENV)/.deps-stamp $(SOURCES) python/src/exports.map packaging/graft_libs.py
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)/raw $(WHEEL_DIR)/repaired
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip wheel -q --no-build-isolation --no-deps \
+	  -C cmake.define.PQLOADER_BUILD_TESTS=ON -C cmake.define.PQLOADER_BUNDLE_ARROW=OFF \
+	  -w $(WHEEL_DIR)/raw .
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+	  LD_LIBRARY_PATH="$$($(PY) -c 'import pyarrow; print(pyarrow.get_library_dirs()[0])')" \
+	  $(VENV)/bin/auditwheel repair --plat $(WHEEL_PLAT) -w $(WHEEL_DIR)/repaired $(WHEEL_DIR)/raw/pqloader-*.whl
+	w=$$(cd $(WHEEL_DIR)/repaired && ls pqloader-*.whl) && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" \
+	  $(PY) packaging/graft_libs.py $(WHEEL_DIR)/repaired/$$w $(WHEEL_DIR)/$$w
+	$(PY) -m pip install -q --no-deps --force-reinstall $(WHEEL_DIR)/pqloader-*.whl
 	@touch $@
 
 build: $(VENV)/.build-stamp
+
+# The manylinux wheel (dist/) and the sdist; `pip install dist/pqloader-*.whl` needs no
+# Debian package and no pyarrow.
+wheel: build
+	@mkdir -p dist && rm -f dist/pqloader-*.whl && cp $(WHEEL_DIR)/pqloader-*.whl dist/
+	@ls -l dist/pqloader-*.whl
+
+sdist: deps
+	@mkdir -p dist && rm -f dist/pqloader-*.tar.gz
+	$(PY) -m build --sdist --no-isolation -o dist . >/dev/null
+	@ls -l dist/pqloader-*.tar.gz
 
 # --- tests ---------------------------------------------------------------------------
 test-cpp: build
@@ -51,7 +74,20 @@ test-cpp: build
 test-python: build
 	$(PY) -m pytest -q -p no:cacheprovider python/tests
 
-test: test-cpp test-python
+# The wheel as users get it: installed into three fresh virtualenvs (created once per
+# requirements file, stamped), smoke suite with LD_LIBRARY_PATH empty, ldd, import time,
+# manylinux policy, sdist (python/tests_wheel).
+WHEEL_VENVS := build/wheel-venvs
+WHEEL_ENVS := arrow14 arrow-newest no-arrow
+$(WHEEL_VENVS)/%/.stamp: python/tests_wheel/requirements-%.txt
+	rm -rf $(WHEEL_VENVS)/$* && $(PYTHON) -m venv $(WHEEL_VENVS)/$*
+	$(WHEEL_VENVS)/$*/bin/python -m pip install -q --disable-pip-version-check --no-deps -r $<
+	@touch $@
+
+test-wheel: build $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
+	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel
+
+test: test-cpp test-python test-wheel
 
 # ASan+UBSan and TSan builds of the C++ tests (slow; not part of `make test`).
 sanitize: deps

@@ -1,6 +1,7 @@
 # Arrow C++ and Parquet C++: a system installation if CMake finds one, else the headers
 # and shared libraries bundled in the pyarrow wheel (same C++ ABI as the wheel).
-# Defines the interface target pqloader::arrow and PQLOADER_ARROW_LIBDIR (for RPATH).
+# Defines the interface target pqloader::arrow, PQLOADER_ARROW_LIBDIR (for RPATH) and
+# PQLOADER_ARROW_LIBS (the shared libraries to bundle, when they come from pyarrow).
 
 find_package(Arrow CONFIG QUIET)
 find_package(Parquet CONFIG QUIET)
@@ -11,6 +12,7 @@ if(Arrow_FOUND AND Parquet_FOUND AND NOT PQLOADER_FORCE_PYARROW)
   message(STATUS "pqloader: using system Arrow ${Arrow_VERSION}")
   target_link_libraries(pqloader_arrow INTERFACE Arrow::arrow_shared Parquet::parquet_shared)
   set(PQLOADER_ARROW_LIBDIR "")
+  set(PQLOADER_ARROW_LIBS "")
 else()
   find_package(Python 3.9 REQUIRED COMPONENTS Interpreter)
   execute_process(
@@ -18,8 +20,10 @@ else()
       "import pyarrow as pa; print(pa.get_include()); print(pa.get_library_dirs()[0]); print(pa.cpp_build_info.so_version); print(pa.__version__)"
     OUTPUT_VARIABLE _pa_out RESULT_VARIABLE _pa_rc OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT _pa_rc EQUAL 0)
-    message(FATAL_ERROR "pqloader: no system Arrow found and `import pyarrow` failed with "
-                        "${Python_EXECUTABLE}; install pyarrow (see requirements.txt)")
+    message(FATAL_ERROR "pqloader: no system Arrow C++ found and `import pyarrow` failed with "
+                        "${Python_EXECUTABLE}; the build needs pyarrow==25.0.1 (its Arrow C++ "
+                        "headers and libraries): pip install pyarrow==25.0.1, or build with pip's "
+                        "default build isolation, which installs it")
   endif()
   string(REPLACE "\n" ";" _pa_out "${_pa_out}")
   list(GET _pa_out 0 _pa_include)
@@ -28,7 +32,7 @@ else()
   list(GET _pa_out 3 _pa_version)
   message(STATUS "pqloader: using Arrow C++ from pyarrow ${_pa_version} in ${_pa_libdir}")
   target_include_directories(pqloader_arrow SYSTEM INTERFACE "${_pa_include}")
-  target_link_libraries(pqloader_arrow INTERFACE
-    "${_pa_libdir}/libparquet.so.${_pa_so}" "${_pa_libdir}/libarrow.so.${_pa_so}")
+  set(PQLOADER_ARROW_LIBS "${_pa_libdir}/libparquet.so.${_pa_so}" "${_pa_libdir}/libarrow.so.${_pa_so}")
+  target_link_libraries(pqloader_arrow INTERFACE ${PQLOADER_ARROW_LIBS})
   set(PQLOADER_ARROW_LIBDIR "${_pa_libdir}")
 endif()

@@ -18,6 +18,7 @@ from pqloader._errors import (
     UnsupportedTypeError,
 )
 from pqloader import transforms
+from pqloader._arrow import ArrowSchema
 from pqloader._inspect import cache_clear, cache_stats, inspect
 from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
@@ -27,6 +28,7 @@ from pqloader._state import merge_states
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrowSchema",
     "Loader",
     "LoaderOptions",
     "Pack",

@@ -13,6 +13,7 @@ import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pqloader import _core, _env, _iteration, _process, _state
+from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
 from pqloader._options import LoaderOptions, check_fill_types, check_int
 
@@ -224,6 +225,15 @@ class Loader:
         is transformed. A list column's variable dimension is -1.
         """
         return {name: dict(info) for name, info in self._columns.items()}
+
+    @property
+    def arrow_schema(self) -> ArrowSchema:
+        """The output columns' Arrow schema (as stored in the first file; partition keys
+        int64 or string), exported through the Arrow PyCapsule protocol: ``pa.schema(
+        loader.arrow_schema)``, ``loader.arrow_schema.to_pyarrow()``, or any other Arrow
+        library. Works with any pyarrow >= 14 installed, whatever Arrow pqloader carries.
+        """
+        return ArrowSchema(self._engine.arrow_schema_capsule)
 
     @property
     def shard_info(self) -> dict[str, int]:

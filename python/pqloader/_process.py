@@ -105,6 +105,10 @@ class Engine:
         """Per output column: name, dtype, shape, arrow_type, partition."""
         return list(self._engine().column_info())
 
+    def arrow_schema_capsule(self) -> Any:
+        """The output columns' Arrow schema, as a PyCapsule "arrow_schema"."""
+        return self._engine().arrow_schema_capsule()
+
     def plan_info(self) -> dict[str, Any]:
         """Counts of the epoch plan and the dataset's files."""
         return dict(self._engine().plan_info())

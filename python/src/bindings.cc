@@ -8,6 +8,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <arrow/c/abi.h>
+#include <arrow/c/bridge.h>
+
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -293,6 +296,19 @@ class PyLoader {
     return Check(loader_->num_batches(epoch, *base));
   }
 
+  /// Return the output columns' Arrow schema as a PyCapsule "arrow_schema" (the Arrow
+  /// PyCapsule protocol): any Arrow implementation of any version imports it.
+  nb::capsule ArrowSchemaCapsule() const {
+    auto c_schema = std::make_unique<struct ArrowSchema>();
+    Check(arrow::ExportSchema(*loader_->dataset().schema(), c_schema.get()));
+    // A consumer that imports the schema moves it out and leaves `release` null.
+    return nb::capsule(c_schema.release(), "arrow_schema", [](void* p) noexcept {
+      auto* schema = static_cast<struct ArrowSchema*>(p);
+      if (schema->release != nullptr) schema->release(schema);
+      delete schema;
+    });
+  }
+
   nb::object Next() {
     std::shared_ptr<Batch> batch;
     while (true) {
@@ -473,6 +489,7 @@ NB_MODULE(_core, m) {
       .def("abandon_after_fork", &PyLoader::AbandonAfterFork)
       .def("stats", &PyLoader::Stats)
       .def("column_info", &PyLoader::ColumnInfo)
+      .def("arrow_schema_capsule", &PyLoader::ArrowSchemaCapsule)
       .def("plan_info", &PyLoader::PlanInfo)
       .def("transform_fingerprint",
            [](const PyLoader& l) {

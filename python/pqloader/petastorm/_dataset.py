@@ -158,8 +158,13 @@ def open_dataset(url_or_urls: str | Sequence[str], storage: Mapping[str, Any]) -
         pqloader.DataNotFoundError: Nothing there, or no Parquet file.
         UntrustedSchemaError: The pickled Unischema is refused (see ``_schema_io``).
     """
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ImportError("pqloader.petastorm reads Petastorm's metadata with pyarrow, which is "
+                          "not installed: pip install 'pqloader[petastorm]' (any pyarrow >= 14; "
+                          "pqloader.Loader itself needs none)") from e
 
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     if not urls:

@@ -288,6 +288,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
       if (schemas[0]->GetFieldIndex(k) < 0) names.push_back(k);
     }
   }
+  arrow::FieldVector fields;
   for (const std::string& name : names) {
     const int key = static_cast<int>(std::find(keys.begin(), keys.end(), name) - keys.begin());
     const int field0 = schemas[0]->GetFieldIndex(name);
@@ -318,6 +319,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
       spec.arrow_type = all_int ? "int64" : "string";
       ds->specs_.push_back(spec);
       ds->partition_index_.push_back(key);
+      fields.push_back(arrow::field(name, all_int ? arrow::int64() : arrow::utf8(), false));
       continue;
     }
     const auto& field = schemas[0]->field(field0);
@@ -340,8 +342,10 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     }
     ds->specs_.push_back(spec);
     ds->partition_index_.push_back(-1);
+    fields.push_back(field);
   }
   ds->partition_keys_ = keys;
+  ds->schema_ = arrow::schema(std::move(fields));
 
   // Splits: every row group of every file (or those options.row_groups selects), with
   // the bytes of the selected columns.

@@ -17,6 +17,7 @@
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/result.h>
+#include <arrow/type.h>
 #include <parquet/metadata.h>
 
 #include "pqloader/io/filesystem.h"
@@ -78,6 +79,9 @@ class Dataset {
   const std::vector<Split>& splits() const { return splits_; }
   /// Output columns, in output order.
   const std::vector<ColumnSpec>& specs() const { return specs_; }
+  /// The Arrow schema of the output columns, in output order, as read from the first
+  /// file (partition keys: int64 or utf8, not null).
+  const std::shared_ptr<arrow::Schema>& schema() const { return schema_; }
   /// For each output column, its index among partition keys, or -1 for a file column.
   const std::vector<int>& partition_index() const { return partition_index_; }
   /// For each partition key: whether its values are all integers (then int64).
@@ -98,6 +102,7 @@ class Dataset {
   std::vector<int64_t> split_first_row_;
   int64_t footers_from_cache_ = 0;
   std::vector<ColumnSpec> specs_;
+  std::shared_ptr<arrow::Schema> schema_;
   std::vector<int> partition_index_;
   std::vector<std::string> partition_keys_;
 };

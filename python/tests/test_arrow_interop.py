@@ -1,0 +1,76 @@
+"""Arrow objects leave pqloader only through the Arrow PyCapsule protocol.
+
+pqloader's Arrow C++ is its own (the wheel carries it, renamed), so what it hands to
+pyarrow must be C Data Interface structs, never pyarrow objects. Here pyarrow 25 (the
+development environment's) imports them; python/tests_wheel does the same with pyarrow
+14 and 26 in the installed wheel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+
+
+def _capsule_name(capsule) -> bytes:
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return get_name(capsule)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    table = pa.table({
+        "id": pa.array(np.arange(6), pa.int64()),
+        "when": pa.array(np.arange(6), pa.timestamp("ms", tz="UTC")),
+        "name": pa.array([f"n{i}" for i in range(6)], pa.large_string()),
+        "vec": pa.array([[float(i)] * 3 for i in range(6)], pa.list_(pa.float32(), 3)),
+    })
+    for split in ("a", "b"):
+        d = tmp_path / f"year=2024" / f"split={split}"
+        d.mkdir(parents=True)
+        pq.write_table(table, d / "part.parquet", row_group_size=3)
+    return tmp_path, table.schema
+
+
+def test_arrow_schema_is_the_files_schema_then_partition_keys(dataset):
+    root, file_schema = dataset
+    got = pa.schema(pqloader.Loader(str(root), batch_size=4).arrow_schema)
+    expected = pa.schema(list(file_schema) + [pa.field("year", pa.int64(), nullable=False),
+                                              pa.field("split", pa.string(), nullable=False)])
+    assert got.names == expected.names
+    assert got.types == expected.types  # large_string and the time zone kept, not rewritten
+    assert [f.nullable for f in got] == [f.nullable for f in expected]
+
+
+def test_arrow_schema_follows_the_selected_columns_in_order(dataset):
+    root, _ = dataset
+    loader = pqloader.Loader(str(root), batch_size=4, columns=["split", "vec", "id"])
+    schema = loader.arrow_schema.to_pyarrow()
+    assert schema.names == ["split", "vec", "id"]
+    assert schema.types == [pa.string(), pa.list_(pa.float32(), 3), pa.int64()]
+    assert list(loader.column_info) == schema.names
+
+
+def test_each_export_is_a_fresh_capsule_that_frees_itself_unconsumed(dataset):
+    root, _ = dataset
+    schema = pqloader.Loader(str(root), batch_size=4).arrow_schema
+    first, second = schema.__arrow_c_schema__(), schema.__arrow_c_schema__()
+    assert first is not second
+    assert _capsule_name(first) == _capsule_name(second) == b"arrow_schema"
+    del first  # never imported: its destructor releases the C struct (ASan would tell)
+    assert pa.Schema._import_from_c_capsule(second).names[0] == "id"
+
+
+def test_pqloader_does_not_import_pyarrow_by_itself():
+    code = ("import sys, pqloader; "
+            "assert 'pyarrow' not in sys.modules, sorted(m for m in sys.modules if 'arrow' in m)")
+    import subprocess
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,293 @@
+"""The manylinux wheel, installed into fresh virtualenvs, as a user would get it.
+
+`make test-wheel` (part of `make test`) builds the wheel (`make build` makes and repairs
+it), creates the three environments of python/tests_wheel/requirements-*.txt once
+(stamped), installs the wheel into each, and runs this file with the development
+.venv's pytest. Each environment runs smoke.py with LD_LIBRARY_PATH empty, twice where
+pyarrow is installed (pyarrow imported before pqloader, and after), against datasets
+and an S3 server (moto, loopback) that this harness makes.
+
+Environments: arrow14 (pyarrow 14.0.2 + NumPy 1.26.4 + Petastorm 0.13.1), arrow-newest
+(pyarrow 26.0.1 + NumPy 2.4.6), no-arrow (no pyarrow, NumPy 2.0.2); each has torch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+import pqloader
+from pqloader import transforms as T
+
+REPO = Path(__file__).resolve().parents[2]
+VENVS = Path(os.environ.get("PQLOADER_WHEEL_VENVS", REPO / "build" / "wheel-venvs"))
+WHEEL_DIR = Path(os.environ.get("PQLOADER_WHEEL_DIR", REPO / "build" / "wheel"))
+ENVS = ["arrow14", "arrow-newest", "no-arrow"]
+WITH_PYARROW = {"arrow14": "14.0.2", "arrow-newest": "26.0.1", "no-arrow": None}
+NUMPY = {"arrow14": "1.26.4", "arrow-newest": "2.4.6", "no-arrow": "2.0.2"}
+WHEEL_PLATFORM = "manylinux_2_35_x86_64"
+# What the extension may resolve from the system: glibc, libstdc++, libgcc (the manylinux
+# policy's own libraries). Everything else must come from the wheel's pqloader.libs/.
+SYSTEM_LIBS = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1",
+               "ld-linux-x86-64.so.2", "libpthread.so.0", "librt.so.1", "libdl.so.2"}
+CARRIED = ["libarrow", "libparquet", "libturbojpeg", "libpng16", "libz", "libxxhash"]
+IMPORT_SECONDS_MAX = 0.5
+HOST = "127.0.0.1"
+N_TAB = 150
+
+
+def the_wheel() -> Path:
+    wheels = sorted(WHEEL_DIR.glob("pqloader-*.whl"))
+    assert len(wheels) == 1, f"expected one wheel in {WHEEL_DIR} (run `make build`), found {wheels}"
+    return wheels[0]
+
+
+def venv_python(env: str) -> Path:
+    py = VENVS / env / "bin" / "python"
+    assert py.exists(), f"{py} missing: `make test-wheel` creates the environments"
+    return py
+
+
+def clean_env(tmp: Path) -> dict[str, str]:
+    """A user's environment: no LD_LIBRARY_PATH, no PYTHONPATH, no AWS settings, nothing of
+    the development .venv on PATH."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp), "LD_LIBRARY_PATH": "",
+            "LANG": "C.UTF-8", "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
+
+
+def site_packages(env: str) -> Path:
+    return next((VENVS / env / "lib").glob("python3*/site-packages"))
+
+
+# -- fixtures ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def installed() -> dict[str, Path]:
+    """The wheel, installed (no dependencies: the environment pins them) into each env."""
+    wheel = the_wheel()
+    for env in ENVS:
+        py = venv_python(env)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+                        str(wheel)], check=True, stdout=subprocess.DEVNULL)
+    return {env: venv_python(env) for env in ENVS}
+
+
+def _image(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([xx * 255 // w, yy * 255 // h, (xx + yy) * 127 // (h + w)], axis=-1)
+    return np.clip(base + rng.integers(0, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="session")
+def data(tmp_path_factory) -> Path:
+    """Datasets and what every environment must read from them (made with the development
+    build of the same sources and with PIL)."""
+    root = tmp_path_factory.mktemp("wheel-data")
+    rng = np.random.default_rng(11)
+    (root / "tab").mkdir()
+    ids = np.arange(N_TAB, dtype=np.int64)
+    for k, (lo, hi) in enumerate([(0, 40), (40, 95), (95, N_TAB)]):
+        part = ids[lo:hi]
+        table = pa.table({
+            "id": part, "x": (part * 0.5).astype(np.float32),
+            "name": [f"row{i}" for i in part],
+            "vec": pa.array(list(rng.normal(size=(len(part), 3))), pa.list_(pa.float64(), 3))})
+        pq.write_table(table, root / "tab" / f"part-{k}.parquet", row_group_size=20)
+    (root / "img").mkdir()
+    jpegs, pngs, jpeg_pil, png_pil = [], [], [], []
+    for i in range(10):
+        img = _image(rng, 30, 40)
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="JPEG", quality=90)
+        jpegs.append(buf.getvalue())
+        jpeg_pil.append(np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")))
+        buf = io.BytesIO()
+        Image.fromarray(img[:27, :33]).save(buf, format="PNG")
+        pngs.append(buf.getvalue())
+        png_pil.append(img[:27, :33])
+    pq.write_table(pa.table({"id": np.arange(10, dtype=np.int64), "jpeg": jpegs, "png": pngs}),
+                   root / "img" / "images.parquet", row_group_size=4)
+    shutil.copytree(REPO / "python" / "tests" / "petastorm" / "fixtures" / "codecs",
+                    root / "petastorm_codecs")
+    # Values the wheel must reproduce exactly: the development build's, from the same sources.
+    order = np.concatenate([b["id"] for b in pqloader.Loader(
+        str(root / "tab"), batch_size=7, shuffle=True, seed=7, num_workers=2)])
+    pipeline = np.concatenate([b["jpeg"] for b in pqloader.Loader(
+        str(root / "img"), batch_size=4, shuffle=True, seed=3, transforms={
+            "jpeg": [T.DecodeImage(), T.Resize(16), T.CenterCrop(16), T.RandomHorizontalFlip(),
+                     T.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]), T.ToCHW()]})])
+    np.savez(root / "expected.npz", tab_ids=ids, order_seed7=order, jpeg_pil=np.stack(jpeg_pil),
+             png_pil=np.stack(png_pil), jpeg_pipeline=pipeline)
+    return root
+
+
+@pytest.fixture(scope="session")
+def s3(data, tmp_path_factory):
+    """A moto S3 server on loopback (run by the development .venv) holding tab/."""
+    import boto3
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "AWS_EC2_METADATA_DISABLED": "true"}
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "moto exited"
+        try:
+            socket.create_connection((HOST, port), timeout=0.5).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "moto did not start"
+            time.sleep(0.05)
+    client = boto3.client("s3", endpoint_url=f"http://{HOST}:{port}", region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket="wheel")
+    for p in sorted((data / "tab").iterdir()):
+        client.put_object(Bucket="wheel", Key=f"tab/{p.name}", Body=p.read_bytes())
+    yield {"url": "s3://wheel/tab", "storage_options": {
+        "endpoint_override": f"{HOST}:{port}", "scheme": "http", "region": "us-east-1",
+        "access_key": "testing", "secret_key": "testing"}}
+    proc.kill()
+    proc.wait(30)
+
+
+_results: dict[tuple[str, bool], dict] = {}
+
+
+def smoke(env: str, pyarrow_first: bool, installed, data, s3, tmp_path_factory) -> dict:
+    """smoke.py's results in `env` (run once per env and import order)."""
+    key = (env, pyarrow_first)
+    if key not in _results:
+        tmp = tmp_path_factory.mktemp(f"smoke-{env}")
+        spec = tmp / "spec.json"
+        spec.write_text(json.dumps({"data": str(data), "s3": s3}))
+        cmd = [str(installed[env]), str(Path(__file__).parent / "smoke.py"), str(spec)]
+        if pyarrow_first:
+            cmd.append("--pyarrow-first")
+        proc = subprocess.run(cmd, env=clean_env(tmp), cwd=tmp, capture_output=True, text=True,
+                              timeout=600)
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("SMOKE-RESULTS ")), None)
+        assert proc.returncode == 0 and line, (
+            f"smoke.py in {env} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        _results[key] = json.loads(line[len("SMOKE-RESULTS "):])
+    return _results[key]
+
+
+CHECKS = ["check_import_is_lean", "check_load_and_shuffle", "check_jpeg_png_transforms",
+          "check_cache", "check_torch_output", "check_s3", "check_arrow_schema",
+          "check_pyarrow_in_same_process", "check_petastorm_side_by_side"]
+RUNS = [(env, False) for env in ENVS] + [(env, True) for env in ENVS if WITH_PYARROW[env]]
+
+
+# -- tests ------------------------------------------------------------------------------
+@pytest.mark.parametrize("env,pyarrow_first", RUNS,
+                         ids=[f"{e}-{'pyarrow-first' if f else 'pqloader-first'}" for e, f in RUNS])
+@pytest.mark.parametrize("check", CHECKS)
+def test_smoke_suite_passes_in_each_environment(check, env, pyarrow_first, installed, data, s3,
+                                                tmp_path_factory):
+    results = smoke(env, pyarrow_first, installed, data, s3, tmp_path_factory)
+    assert results["numpy"] == NUMPY[env]
+    assert results["pyarrow"] == WITH_PYARROW[env]
+    assert results[check] == "ok", f"{check} in {env}:\n{results[check]}"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_extension_resolves_only_system_runtime_and_its_own_libraries(env, installed):
+    sp = site_packages(env)
+    ext = next((sp / "pqloader").glob("_core*.so"))
+    out = subprocess.run(["ldd", str(ext)], env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": ""},
+                         capture_output=True, text=True, check=True).stdout
+    own, system = [], []
+    for line in out.splitlines():
+        parts = line.split()
+        name = parts[0]
+        assert "not found" not in line, line
+        if len(parts) >= 3 and parts[1] == "=>":
+            path = Path(os.path.realpath(parts[2]))
+            if path.parent == (sp / "pqloader.libs").resolve():
+                own.append(name)
+                continue
+        assert os.path.basename(name) in SYSTEM_LIBS, f"{name} comes from the system:\n{out}"
+        system.append(os.path.basename(name))
+    for lib in CARRIED:
+        assert any(n.startswith(lib + "-") for n in own), f"{lib} is not carried:\n{out}"
+    # Mangled sonames: never the plain ones that pyarrow's own libraries have.
+    assert not any(re.fullmatch(r"lib(arrow|parquet)\.so\.\d+", n) for n in own)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_import_takes_at_most_half_a_second(env, installed, tmp_path):
+    code = "import time; t = time.perf_counter(); import pqloader; print(time.perf_counter() - t)"
+    times = []
+    for _ in range(3):
+        out = subprocess.run([str(installed[env]), "-c", code], env=clean_env(tmp_path),
+                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+        times.append(float(out))
+    assert min(times) <= IMPORT_SECONDS_MAX, f"import pqloader took {times} s in {env}"
+
+
+def test_wheel_meets_its_manylinux_policy_and_needs_no_pyarrow():
+    wheel = the_wheel()
+    assert wheel.name.endswith(f"-{WHEEL_PLATFORM}.whl"), wheel.name
+    venv_bin = Path(sys.executable).parent
+    out = subprocess.run([str(venv_bin / "auditwheel"), "show", str(wheel)], capture_output=True,
+                         text=True, check=True, env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"})
+    text = " ".join(out.stdout.split())
+    assert f'consistent with the following platform tag: "{WHEEL_PLATFORM}"' in text, out.stdout
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        names = z.namelist()
+    requires = [l for l in meta.splitlines() if l.startswith("Requires-Dist:")]
+    hard = [r for r in requires if "extra ==" not in r]
+    assert hard == ["Requires-Dist: numpy>=1.26"], requires
+    assert any("pyarrow" in r and 'extra == "arrow"' in r for r in requires), requires
+    libs = [n for n in names if n.startswith("pqloader.libs/")]
+    for lib in CARRIED:
+        assert any(n.startswith(f"pqloader.libs/{lib}-") for n in libs), libs
+
+
+def test_sdist_configure_lists_every_missing_library(tmp_path):
+    """The sdist holds what a build needs, and a machine without the -dev packages gets one
+    message naming all of them (CMake is told to ignore the system prefixes)."""
+    venv_bin = Path(sys.executable).parent
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path),
+                    str(REPO)], check=True, capture_output=True)
+    sdist = next(tmp_path.glob("pqloader-*.tar.gz"))
+    with tarfile.open(sdist) as t:
+        names = t.getnames()
+        t.extractall(tmp_path, filter="data")
+    src = tmp_path / sdist.name[: -len(".tar.gz")]
+    for needed in ["CMakeLists.txt", "cmake/ThirdParty.cmake", "python/src/bindings.cc",
+                   "python/src/exports.map", "cpp/src/pqloader/loader.cc"]:
+        assert f"{src.name}/{needed}" in names, needed
+    assert not any("/build/" in n or "/.venv/" in n for n in names)
+    proc = subprocess.run(
+        [str(venv_bin / "cmake"), "-S", str(src), "-B", str(tmp_path / "b"), "-G", "Ninja",
+         f"-DCMAKE_MAKE_PROGRAM={venv_bin / 'ninja'}", f"-DPython_EXECUTABLE={sys.executable}",
+         "-DPQLOADER_BUILD_PYTHON=ON", "-DPQLOADER_BUILD_TESTS=OFF",
+         "-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local;/"],
+        capture_output=True, text=True)
+    assert proc.returncode != 0
+    message = " ".join(proc.stderr.split())
+    assert "pqloader cannot be built from source" in message, proc.stderr
+    for lib in ["Random123", "libjpeg-turbo", "libpng", "zlib", "xxHash"]:
+        assert f"- {lib}" in message, f"{lib} not named:\n{proc.stderr}"
+    assert "apt-get install" in message
