@@ -77,12 +77,19 @@ test-python: build
 # The wheel as users get it: installed into three fresh virtualenvs (created once per
 # requirements file, stamped), smoke suite with LD_LIBRARY_PATH empty, ldd, import time,
 # manylinux policy, sdist (python/tests_wheel).
+# Environment "petastorm" is Petastorm's own (bench/requirements-petastorm.txt: pyarrow
+# 14.0.2, NumPy 1.26.4, Petastorm 0.13.1, pyspark, OpenCV).
 WHEEL_VENVS := build/wheel-venvs
-WHEEL_ENVS := arrow14 arrow-newest no-arrow
+WHEEL_ENVS := petastorm arrow-newest no-arrow
+define wheel_venv
+	rm -rf $(WHEEL_VENVS)/$(1) && $(PYTHON) -m venv $(WHEEL_VENVS)/$(1)
+	$(WHEEL_VENVS)/$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r $(2)
+	@touch $(WHEEL_VENVS)/$(1)/.stamp
+endef
+$(WHEEL_VENVS)/petastorm/.stamp: bench/requirements-petastorm.txt
+	$(call wheel_venv,petastorm,$<)
 $(WHEEL_VENVS)/%/.stamp: python/tests_wheel/requirements-%.txt
-	rm -rf $(WHEEL_VENVS)/$* && $(PYTHON) -m venv $(WHEEL_VENVS)/$*
-	$(WHEEL_VENVS)/$*/bin/python -m pip install -q --disable-pip-version-check --no-deps -r $<
-	@touch $@
+	$(call wheel_venv,$*,$<)
 
 test-wheel: build $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
 	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel

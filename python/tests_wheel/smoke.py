@@ -1,7 +1,7 @@
 """Smoke suite run by the installed wheel in a fresh virtualenv (python/tests_wheel).
 
-Runs inside one of the wheel test environments (pyarrow 14 + NumPy 1.26 next to
-Petastorm, the newest pyarrow + NumPy 2, no pyarrow), never in the development .venv:
+Runs inside one of the wheel test environments (Petastorm's own: pyarrow 14 + NumPy
+1.26; the newest pyarrow + NumPy 2; no pyarrow), never in the development .venv:
 it imports nothing of the repository, only the installed `pqloader`. The harness
 (test_wheel.py) writes the datasets and the expected values, serves the S3 bucket, and
 reads the JSON this prints: {check: "ok" | traceback}.
@@ -193,7 +193,9 @@ def check_petastorm_side_by_side():
     import petastorm
     from pqloader.petastorm import make_reader as pq_make_reader
     url = "file://" + os.path.join(DATA, "petastorm_codecs")
-    fields = ["id", "name", "u8", "f32", "flag", "matrix"]
+    # Images too: Petastorm decodes them with OpenCV (its own libjpeg/libpng in the
+    # process), pqloader with the libraries its wheel carries.
+    fields = ["id", "name", "u8", "f32", "flag", "matrix", "image_png", "gray_png", "image_jpeg"]
     with petastorm.make_reader(url, schema_fields=fields, reader_pool_type="dummy",
                                shuffle_row_groups=False) as reader:
         theirs = {row.id: row for row in reader}

@@ -7,8 +7,9 @@ it), creates the three environments of python/tests_wheel/requirements-*.txt onc
 pyarrow is installed (pyarrow imported before pqloader, and after), against datasets
 and an S3 server (moto, loopback) that this harness makes.
 
-Environments: arrow14 (pyarrow 14.0.2 + NumPy 1.26.4 + Petastorm 0.13.1), arrow-newest
-(pyarrow 26.0.1 + NumPy 2.4.6), no-arrow (no pyarrow, NumPy 2.0.2); each has torch.
+Environments: petastorm (Petastorm 0.13.1's own, bench/requirements-petastorm.txt: pyarrow
+14.0.2 + NumPy 1.26.4 + pyspark + OpenCV), arrow-newest (pyarrow 26.0.1 + NumPy 2.4.6),
+no-arrow (no pyarrow, NumPy 2.0.2); each has torch.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from pqloader import transforms as T
 REPO = Path(__file__).resolve().parents[2]
 VENVS = Path(os.environ.get("PQLOADER_WHEEL_VENVS", REPO / "build" / "wheel-venvs"))
 WHEEL_DIR = Path(os.environ.get("PQLOADER_WHEEL_DIR", REPO / "build" / "wheel"))
-ENVS = ["arrow14", "arrow-newest", "no-arrow"]
-WITH_PYARROW = {"arrow14": "14.0.2", "arrow-newest": "26.0.1", "no-arrow": None}
-NUMPY = {"arrow14": "1.26.4", "arrow-newest": "2.4.6", "no-arrow": "2.0.2"}
+ENVS = ["petastorm", "arrow-newest", "no-arrow"]
+WITH_PYARROW = {"petastorm": "14.0.2", "arrow-newest": "26.0.1", "no-arrow": None}
+NUMPY = {"petastorm": "1.26.4", "arrow-newest": "2.4.6", "no-arrow": "2.0.2"}
 WHEEL_PLATFORM = "manylinux_2_35_x86_64"
 # What the extension may resolve from the system: glibc, libstdc++, libgcc (the manylinux
 # policy's own libraries). Everything else must come from the wheel's pqloader.libs/.
