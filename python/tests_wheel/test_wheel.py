@@ -265,13 +265,52 @@ def test_wheel_meets_its_manylinux_policy_and_needs_no_pyarrow():
         assert any(n.startswith(f"pqloader.libs/{lib}-") for n in libs), libs
 
 
-def test_sdist_configure_lists_every_missing_library(tmp_path):
+@pytest.fixture(scope="session")
+def sdist(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sdist")
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(out),
+                    str(REPO)], check=True, capture_output=True)
+    return next(out.glob("pqloader-*.tar.gz"))
+
+
+def test_sdist_builds_from_source_and_passes_the_smoke_suite_without_pyarrow(
+        sdist, installed, data, s3, tmp_path_factory, tmp_path):
+    """pip builds the sdist as a user's pip would (build isolation: it fetches the build
+    requirements, pyarrow 25.0.1 among them, for Arrow's headers); the result carries
+    libarrow/libparquet beside the extension and runs where no pyarrow is installed."""
+    wheels = tmp_path / "wheels"
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+    env["CMAKE_BUILD_PARALLEL_LEVEL"] = "2"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
+                           str(sdist)], env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    wheel = next(wheels.glob("pqloader-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert "pqloader/libarrow.so.2500" in names and "pqloader/libparquet.so.2500" in names
+    site = tmp_path / "site"
+    subprocess.run([str(installed["no-arrow"]), "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True, stdout=subprocess.DEVNULL)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"data": str(data), "s3": s3}))
+    run_env = clean_env(tmp_path) | {"PYTHONPATH": str(site)}
+    proc = subprocess.run([str(installed["no-arrow"]), str(Path(__file__).parent / "smoke.py"), str(spec)],
+                          env=run_env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("SMOKE-RESULTS ")), None)
+    assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = json.loads(line[len("SMOKE-RESULTS "):])
+    assert results["pyarrow"] is None
+    failed = {c: results[c] for c in CHECKS if results[c] != "ok"}
+    assert not failed, failed
+    origin = subprocess.run([str(installed["no-arrow"]), "-c", "import pqloader; print(pqloader.__file__)"],
+                            env=run_env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert origin.startswith(str(site)), origin  # the from-source build ran, not the wheel
+
+
+def test_sdist_configure_lists_every_missing_library(sdist, tmp_path):
     """The sdist holds what a build needs, and a machine without the -dev packages gets one
     message naming all of them (CMake is told to ignore the system prefixes)."""
     venv_bin = Path(sys.executable).parent
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path),
-                    str(REPO)], check=True, capture_output=True)
-    sdist = next(tmp_path.glob("pqloader-*.tar.gz"))
     with tarfile.open(sdist) as t:
         names = t.getnames()
         t.extractall(tmp_path, filter="data")
