@@ -8,6 +8,7 @@ Example:
     ...     features = batch["features"]  # numpy.ndarray, no copy
 """
 
+from pqloader import _native  # loads the extension first (RTLD_DEEPBIND beside a global Arrow)
 from pqloader._errors import (
     ColumnNotFoundError,
     DataNotFoundError,

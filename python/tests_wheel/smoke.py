@@ -6,10 +6,12 @@ it imports nothing of the repository, only the installed `pqloader`. The harness
 (test_wheel.py) writes the datasets and the expected values, serves the S3 bucket, and
 reads the JSON this prints: {check: "ok" | traceback}.
 
-Usage: python smoke.py SPEC_JSON [--pyarrow-first]
+Usage: python smoke.py SPEC_JSON [--pyarrow-first | --pyarrow-global]
   SPEC_JSON: {"data": dir, "s3": {"url": ..., "storage_options": {...}}}
   --pyarrow-first: import pyarrow (parquet, fs, compute) and petastorm, where installed,
   before pqloader, so the process holds pyarrow's Arrow before pqloader's.
+  --pyarrow-global: the same with pyarrow loaded RTLD_GLOBAL (its Arrow symbols in the
+  global scope, ahead of pqloader's).
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ import tempfile
 import time
 import traceback
 
-PYARROW_FIRST = "--pyarrow-first" in sys.argv
+PYARROW_GLOBAL = "--pyarrow-global" in sys.argv
+PYARROW_FIRST = "--pyarrow-first" in sys.argv or PYARROW_GLOBAL
+if PYARROW_GLOBAL:  # pyarrow's Arrow in the global scope: pqloader must load with DEEPBIND
+    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL)
 if PYARROW_FIRST:
     import pyarrow  # noqa: F401
     import pyarrow.compute  # noqa: F401
@@ -33,6 +38,9 @@ if PYARROW_FIRST:
         import petastorm  # noqa: F401
     except ImportError:
         pass
+
+if PYARROW_GLOBAL:
+    sys.setdlopenflags(os.RTLD_NOW)
 
 _t0 = time.perf_counter()
 import pqloader  # noqa: E402
@@ -58,7 +66,9 @@ def _ids(loader) -> np.ndarray:
 
 
 def check_import_is_lean():
-    """pqloader imports neither pyarrow nor torch."""
+    """pqloader imports neither pyarrow nor torch, and uses RTLD_DEEPBIND only beside an
+    Arrow loaded RTLD_GLOBAL."""
+    assert pqloader._native.LOADED_WITH_DEEPBIND == PYARROW_GLOBAL
     if not PYARROW_FIRST:
         assert "pyarrow" not in sys.modules, "import pqloader imported pyarrow"
     assert "torch" not in sys.modules, "import pqloader imported torch"

@@ -170,19 +170,19 @@ def s3(data, tmp_path_factory):
     proc.wait(30)
 
 
-_results: dict[tuple[str, bool], dict] = {}
+_results: dict[tuple[str, str], dict] = {}
 
 
-def smoke(env: str, pyarrow_first: bool, installed, data, s3, tmp_path_factory) -> dict:
+def smoke(env: str, order: str, installed, data, s3, tmp_path_factory) -> dict:
     """smoke.py's results in `env` (run once per env and import order)."""
-    key = (env, pyarrow_first)
+    key = (env, order)
     if key not in _results:
         tmp = tmp_path_factory.mktemp(f"smoke-{env}")
         spec = tmp / "spec.json"
         spec.write_text(json.dumps({"data": str(data), "s3": s3}))
         cmd = [str(installed[env]), str(Path(__file__).parent / "smoke.py"), str(spec)]
-        if pyarrow_first:
-            cmd.append("--pyarrow-first")
+        if order != "pqloader-first":
+            cmd.append(f"--{order}")
         proc = subprocess.run(cmd, env=clean_env(tmp), cwd=tmp, capture_output=True, text=True,
                               timeout=600)
         line = next((l for l in proc.stdout.splitlines() if l.startswith("SMOKE-RESULTS ")), None)
@@ -195,16 +195,17 @@ def smoke(env: str, pyarrow_first: bool, installed, data, s3, tmp_path_factory) 
 CHECKS = ["check_import_is_lean", "check_load_and_shuffle", "check_jpeg_png_transforms",
           "check_cache", "check_torch_output", "check_s3", "check_arrow_schema",
           "check_pyarrow_in_same_process", "check_petastorm_side_by_side"]
-RUNS = [(env, False) for env in ENVS] + [(env, True) for env in ENVS if WITH_PYARROW[env]]
+# pqloader imported first; pyarrow (and Petastorm) first; pyarrow first and RTLD_GLOBAL.
+RUNS = [(env, "pqloader-first") for env in ENVS] + [
+    (env, order) for order in ("pyarrow-first", "pyarrow-global") for env in ENVS if WITH_PYARROW[env]]
 
 
 # -- tests ------------------------------------------------------------------------------
-@pytest.mark.parametrize("env,pyarrow_first", RUNS,
-                         ids=[f"{e}-{'pyarrow-first' if f else 'pqloader-first'}" for e, f in RUNS])
+@pytest.mark.parametrize("env,order", RUNS, ids=[f"{e}-{o}" for e, o in RUNS])
 @pytest.mark.parametrize("check", CHECKS)
-def test_smoke_suite_passes_in_each_environment(check, env, pyarrow_first, installed, data, s3,
+def test_smoke_suite_passes_in_each_environment(check, env, order, installed, data, s3,
                                                 tmp_path_factory):
-    results = smoke(env, pyarrow_first, installed, data, s3, tmp_path_factory)
+    results = smoke(env, order, installed, data, s3, tmp_path_factory)
     assert results["numpy"] == NUMPY[env]
     assert results["pyarrow"] == WITH_PYARROW[env]
     assert results[check] == "ok", f"{check} in {env}:\n{results[check]}"
