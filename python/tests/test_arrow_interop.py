@@ -74,3 +74,21 @@ def test_pqloader_does_not_import_pyarrow_by_itself():
             "assert 'pyarrow' not in sys.modules, sorted(m for m in sys.modules if 'arrow' in m)")
     import subprocess
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_pyarrow_s3_filesystem_becomes_only_the_options_it_sets():
+    import pyarrow.fs as pafs
+    from pqloader.petastorm._dataset import storage_options_from
+    fs = pafs.S3FileSystem(endpoint_override="127.0.0.1:9", scheme="http", region="us-east-1",
+                           access_key="a", secret_key="b")
+    options = storage_options_from(None, fs)
+    assert {k: options[k] for k in ("endpoint_override", "scheme", "region", "access_key",
+                                    "secret_key")} == {
+        "endpoint_override": "127.0.0.1:9", "scheme": "http", "region": "us-east-1",
+        "access_key": "a", "secret_key": "b"}
+    # pyarrow's -1 means "unset"; pqloader refuses negative timeouts.
+    assert "connect_timeout" not in options and "request_timeout" not in options
+    assert pqloader._env.normalize_storage_options(options)["scheme"] == "http"
+    fs = pafs.S3FileSystem(region="us-east-1", connect_timeout=2.5, request_timeout=0)
+    options = storage_options_from(None, fs)
+    assert options["connect_timeout"] == 2.5 and options["request_timeout"] == 0

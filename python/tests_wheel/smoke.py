@@ -196,6 +196,33 @@ def check_pyarrow_in_same_process():
     assert pa.array(ids).sum().as_py() == int(EXPECTED["tab_ids"].sum())
 
 
+def check_pyarrow_objects_in():
+    """pyarrow objects handed to pqloader (a retry strategy, a filesystem for
+    pqloader.petastorm) work whatever the pyarrow version: they are read in Python."""
+    if not _has("pyarrow"):
+        return
+    import pyarrow.fs as pafs
+    from pqloader.petastorm import make_reader as pq_make_reader
+    s3 = SPEC["s3"]
+    o = s3["storage_options"]
+    retry = pafs.AwsStandardS3RetryStrategy(max_attempts=2)
+    ids = _ids(pqloader.Loader(s3["url"], batch_size=9, storage_options={**o, "retry_strategy": retry}))
+    assert sorted(ids.tolist()) == list(range(len(EXPECTED["tab_ids"])))
+    fs = pafs.S3FileSystem(endpoint_override=o["endpoint_override"], scheme=o["scheme"],
+                           region=o["region"], access_key=o["access_key"], secret_key=o["secret_key"])
+    fields = ["id", "name", "u8", "matrix"]
+    with pq_make_reader(s3["petastorm_url"], filesystem=fs, schema_fields=fields,
+                        shuffle_row_groups=False) as reader:
+        remote = {row.id: row for row in reader}
+    with pq_make_reader("file://" + os.path.join(DATA, "petastorm_codecs"), schema_fields=fields,
+                        shuffle_row_groups=False) as reader:
+        local = {row.id: row for row in reader}
+    assert remote.keys() == local.keys() and len(local) > 0
+    for i, row in local.items():
+        for f in fields:
+            np.testing.assert_array_equal(np.asarray(getattr(row, f)), np.asarray(getattr(remote[i], f)))
+
+
 def check_petastorm_side_by_side():
     """Petastorm's own make_reader and pqloader.petastorm's, in one process, agree."""
     if not _has("petastorm"):
@@ -219,7 +246,7 @@ def check_petastorm_side_by_side():
 
 CHECKS = [check_import_is_lean, check_load_and_shuffle, check_jpeg_png_transforms, check_cache,
           check_torch_output, check_s3, check_arrow_schema, check_pyarrow_in_same_process,
-          check_petastorm_side_by_side]
+          check_pyarrow_objects_in, check_petastorm_side_by_side]
 
 
 def main() -> int:

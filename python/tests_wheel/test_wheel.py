@@ -141,7 +141,8 @@ def data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def s3(data, tmp_path_factory):
-    """A moto S3 server on loopback (run by the development .venv) holding tab/."""
+    """A moto S3 server on loopback (run by the development .venv) holding tab/ and the
+    Petastorm dataset."""
     import boto3
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -163,7 +164,9 @@ def s3(data, tmp_path_factory):
     client.create_bucket(Bucket="wheel")
     for p in sorted((data / "tab").iterdir()):
         client.put_object(Bucket="wheel", Key=f"tab/{p.name}", Body=p.read_bytes())
-    yield {"url": "s3://wheel/tab", "storage_options": {
+    for p in sorted((data / "petastorm_codecs").iterdir()):
+        client.put_object(Bucket="wheel", Key=f"petastorm_codecs/{p.name}", Body=p.read_bytes())
+    yield {"url": "s3://wheel/tab", "petastorm_url": "s3://wheel/petastorm_codecs", "storage_options": {
         "endpoint_override": f"{HOST}:{port}", "scheme": "http", "region": "us-east-1",
         "access_key": "testing", "secret_key": "testing"}}
     proc.kill()
@@ -194,7 +197,7 @@ def smoke(env: str, order: str, installed, data, s3, tmp_path_factory) -> dict:
 
 CHECKS = ["check_import_is_lean", "check_load_and_shuffle", "check_jpeg_png_transforms",
           "check_cache", "check_torch_output", "check_s3", "check_arrow_schema",
-          "check_pyarrow_in_same_process", "check_petastorm_side_by_side"]
+          "check_pyarrow_in_same_process", "check_pyarrow_objects_in", "check_petastorm_side_by_side"]
 # pqloader imported first; pyarrow (and Petastorm) first; pyarrow first and RTLD_GLOBAL.
 RUNS = [(env, "pqloader-first") for env in ENVS] + [
     (env, order) for order in ("pyarrow-first", "pyarrow-global") for env in ENVS if WITH_PYARROW[env]]

@@ -45,7 +45,9 @@ def storage_options_from(storage_options: Mapping[str, Any] | None, filesystem: 
         if isinstance(filesystem, pafs.S3FileSystem):
             _, args = filesystem.__reduce__()
             kwargs = args[0] if args and isinstance(args[0], dict) else {}
-            out.update({k: v for k, v in kwargs.items() if k in _PQLOADER_KEYS and v not in (None, "")})
+            # pyarrow writes what was left unset as None, "" or a timeout of -1.
+            out.update({k: v for k, v in kwargs.items() if k in _PQLOADER_KEYS and v not in (None, "")
+                        and not (k.endswith("_timeout") and isinstance(v, (int, float)) and v < 0)})
         elif not isinstance(filesystem, pafs.LocalFileSystem):
             raise TypeError(f"filesystem={type(filesystem).__name__}: pqloader reads through its own "
                             "Arrow filesystems; give a pyarrow LocalFileSystem or S3FileSystem, or "
