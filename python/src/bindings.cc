@@ -428,7 +428,20 @@ NB_MODULE(_core, m) {
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
     return d;
   });
-  m.def("cache_clear", [](const std::string& dir) { pqloader::Check(pqloader::ClearCacheDir(dir)); });
+  m.def("cache_clear", [](const std::string& dir) {
+    pqloader::CacheClearReport r;
+    {
+      nb::gil_scoped_release release;
+      r = pqloader::Check(pqloader::ClearCacheDir(dir));
+    }
+    nb::dict d;
+    d["entries"] = r.entries;
+    d["bytes"] = r.bytes;
+    d["other_files"] = r.other_files;
+    d["foreign"] = r.foreign;
+    d["foreign_count"] = r.foreign_count;
+    return d;
+  });
   // Test helper: the crop a RandomResizedCrop at `op_index` draws for one sample.
   m.def("_random_resized_crop_params",
         [](uint64_t seed, int64_t epoch, int64_t sample, int op_index, int64_t height,

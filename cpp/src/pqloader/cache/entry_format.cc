@@ -16,6 +16,7 @@ constexpr char kMagic[8] = {'P', 'Q', 'L', 'C', 'A', 'C', 'H', 'E'};
 constexpr char kEndMagic[8] = {'P', 'Q', 'L', 'C', 'E', 'N', 'D', '\0'};
 constexpr int64_t kKeyBytes = 32;      // the entry's own key (CacheKey: 32 hex digits)
 constexpr int64_t kHeaderBytes = 24 + kKeyBytes;  // magic, version, reserved, meta length, key
+static_assert(kHeaderBytes == kCacheEntryHeaderBytes);
 constexpr int64_t kTrailerBytes = kCacheEntryTrailerBytes;  // checksum, file length, end magic
 constexpr int64_t kAlignment = 64;
 constexpr int64_t kMaxBytes = int64_t{1} << 40;  // of any one buffer or sample
@@ -180,6 +181,16 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
   std::memcpy(trailer + 8, &total, 8);
   std::memcpy(trailer + 16, kEndMagic, 8);
   return finish(WriteAll(fd, trailer, kTrailerBytes, nullptr));
+}
+
+bool IsCacheEntryHeader(const uint8_t* head, int64_t n, const std::string& key) {
+  if (n < kHeaderBytes || std::memcmp(head, kMagic, 8) != 0) return false;
+  uint32_t version;
+  std::memcpy(&version, head + 8, 4);
+  if (version == 0) return false;
+  if (version < 2) return true;  // format 1 entries did not store their key
+  return static_cast<int64_t>(key.size()) == kKeyBytes &&
+         std::memcmp(head + 24, key.data(), kKeyBytes) == 0;
 }
 
 bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash) {

@@ -22,4 +22,12 @@ std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
 void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
                  int64_t mtime_ns, const parquet::FileMetaData& metadata);
 
+/// Return whether the file at `path` is a footer file whose checksum verifies.
+bool IsFooterFile(const std::string& path);
+
+/// Return the XXH3-128 hash (32 hex digits) of `metadata` serialized as Thrift, or ""
+/// if it cannot be serialized. Part of every split cache key, so that a file rewritten
+/// with the same size and modification time but another footer misses.
+std::string FooterHash(const parquet::FileMetaData& metadata);
+
 }  // namespace pqloader
