@@ -81,6 +81,7 @@ def test_clear_deletes_a_real_cache_and_leaves_foreign_files_alone(tmp_path):
     foreign[1].write_text("x")
     foreign[2].parent.mkdir(exist_ok=True)
     foreign[2].write_bytes(b"PQLCACHE not really an entry" + bytes(64))
+    foreign[3].parent.mkdir(exist_ok=True)
     foreign[3].write_text("x")
     foreign[4].write_text("a,b\n")
     foreign[5].symlink_to(outside, target_is_directory=True)
@@ -131,3 +132,31 @@ def test_cache_made_before_markers_existed_is_marked_when_it_holds_only_cache_fi
     fill(data, cache)
     assert (cache / MARKER).exists()
     assert pqloader.cache_clear(cache)["entries"] == 3
+
+
+# -- item 7: the footer's hash is part of every key ----------------------------------------
+
+
+def fixed_size_file(path: Path, offset: int) -> None:
+    """100 int64 ids, uncompressed and plain: the file's size does not depend on values."""
+    pq.write_table(pa.table({"id": np.arange(offset, offset + 100, dtype=np.int64)}), path,
+                   row_group_size=25, compression="NONE", use_dictionary=False)
+
+
+def test_file_rewritten_with_same_size_and_mtime_is_not_served_from_stale_entries(tmp_path):
+    path = tmp_path / "d.parquet"
+    fixed_size_file(path, 0)
+    st = path.stat()
+    cache = tmp_path / "cache"
+    first = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
+    assert [int(i) for b in first for i in b["id"]] == list(range(100))
+    assert first.stats()["cache_inserts"] == 4
+    fixed_size_file(path, 1000)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    second = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
+    assert [int(i) for b in second for i in b["id"]] == list(range(1000, 1100))
+    assert second.stats()["cache_hits"] == 0
+    third = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
+    assert [int(i) for b in third for i in b["id"]] == list(range(1000, 1100))
+    assert third.stats()["cache_hits"] == 4  # the new entries are used

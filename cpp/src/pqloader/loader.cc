@@ -331,7 +331,7 @@ std::string Loader::CacheKeyOf(int64_t split_index) const {
   const Split& split = dataset_->splits()[split_index];
   const DataFile& file = dataset_->files()[split.file];
   return CacheKey(cache_identity_ + "|file=" + file.display + "|size=" + std::to_string(file.size) +
-                  "|mtime=" + std::to_string(file.mtime_ns) +
+                  "|mtime=" + std::to_string(file.mtime_ns) + "|footer=" + file.footer_hash +
                   "|row_group=" + std::to_string(split.row_group));
 }
 

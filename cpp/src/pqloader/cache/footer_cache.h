@@ -1,8 +1,9 @@
 // Parquet footers kept on local disk next to the split cache, so a remote dataset's
-// footers are fetched once, not once per run. One file per footer under
-// CACHE_DIR/footers/: the Thrift-serialized FileMetaData followed by its XXH64 (8
-// bytes); published by rename. Keyed by (file, size, modification time), so a rewritten
-// file never gets an old footer. Thread-safety: functions may be called concurrently.
+// footers are fetched once, not once per run (local files' footers are read from the
+// file: as cheap, and never stale). One file per footer under CACHE_DIR/footers/: the
+// Thrift-serialized FileMetaData followed by its XXH64 (8 bytes); published by rename.
+// Keyed by (file, size, modification time); see docs/cache_format.md for what that
+// cannot see. Thread-safety: functions may be called concurrently.
 #pragma once
 
 #include <cstdint>

@@ -124,16 +124,19 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
   }
-  if (!footer_cache.empty()) {
+  // Local footers are read from the file (as cheap as a cached copy, and never stale).
+  const bool use_cache = !footer_cache.empty() && file->fs->type_name() != "local";
+  if (use_cache) {
     file->metadata = LoadFooter(footer_cache, file->display, file->size, file->mtime_ns);
     if (file->metadata != nullptr && from_cache != nullptr) *from_cache = true;
   }
   if (file->metadata == nullptr) {
     ARROW_RETURN_NOT_OK(ReadFooterFromSource(file));
-    if (!footer_cache.empty()) {
+    if (use_cache) {
       StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, *file->metadata);
     }
   }
+  file->footer_hash = FooterHash(*file->metadata);
   parquet::ArrowReaderProperties props;
   auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
                                               file->metadata->key_value_metadata(), schema);

@@ -31,7 +31,9 @@ struct DatasetOptions {
   int metadata_threads = 8;
   /// Options of s3:// sources. Default: none (the standard AWS sources).
   StorageOptions storage;
-  /// Directory where footers are kept between runs (see cache/footer_cache.h).
+  /// Directory where footers of remote (non-local) files are kept between runs (see
+  /// cache/footer_cache.h). Local files' footers are always read from the file: that
+  /// is as cheap as reading a cached copy, and never stale.
   /// Default: empty (footers are read from the source every run).
   std::string footer_cache_dir;
 };
@@ -44,6 +46,10 @@ struct DataFile {
   int64_t size = 0;
   int64_t mtime_ns = 0;  ///< Modification time (0 if the filesystem has none).
   std::shared_ptr<parquet::FileMetaData> metadata;
+  /// Hash of the footer (see FooterHash): with path, size and mtime, the file's identity
+  /// in cache keys, so a file rewritten with the same size and mtime is not served
+  /// from stale entries.
+  std::string footer_hash;
   /// Top-level field index in this file of each selected file column (specs order).
   std::vector<int> field_indices;
   /// Leaf (Parquet column) indices of the selected file columns.
