@@ -5,7 +5,12 @@ data (issue 12, items 1, 3, 5 and the .npz bound)."""
 from __future__ import annotations
 
 import io
+import re
+import struct
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pqloader
+from conftest import subprocess_env
 from pqloader import _core
 from pqloader import transforms as T
 
@@ -77,3 +83,120 @@ def test_failed_jpeg_header_raises_naming_file_row_and_column(tmp_path):
     with pytest.raises(pqloader.InvalidDataError,
                        match=r"bad\.parquet', row group 0, row 0, column 'image'.*JPEG"):
         list(loader)
+
+
+# -- item 3: corrupt footer counts fail fast, before any work proportional to them -----------
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def patch_counts(src: Path, dst: Path, old: int, new: int, which=None) -> int:
+    """Rewrite i64 fields of the footer that hold `old` and follow their predecessor
+    (Thrift compact header 0x16) as `new`: occurrences `which` (indexes in footer order),
+    or all. Footer order for the test file: FileMetaData.num_rows, then per column chunk
+    ColumnMetaData.num_values ('id', 's'), then RowGroup.num_rows."""
+    data = src.read_bytes()
+    (flen,) = struct.unpack("<i", data[-8:-4])
+    start = len(data) - 8 - flen
+    footer = data[start:-8]
+    pat, rep = b"\x16" + varint(old << 1), b"\x16" + varint(new << 1)
+    parts = footer.split(pat)
+    which = range(len(parts) - 1) if which is None else which
+    out = parts[0]
+    for i, part in enumerate(parts[1:]):
+        out += (rep if i in which else pat) + part
+    dst.write_bytes(data[:start] + out + struct.pack("<i", len(out)) + b"PAR1")
+    return len(parts) - 1
+
+
+@pytest.fixture()
+def small_file(tmp_path) -> Path:
+    path = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": np.arange(600, dtype=np.int64),
+                             "s": [f"s{i}" for i in range(600)]}), path)
+    return path
+
+
+@pytest.mark.parametrize("which,match", [
+    ([1], r"row group 0, column 'id' holds 5000 values for 600 rows"),
+    ([2], r"row group 0, column 's' holds 5000 values for 600 rows"),
+    ([0, 3], r"row group 0, column 'id' holds 600 values for 5000 rows"),
+])
+def test_inconsistent_footer_counts_are_refused_at_construction(small_file, which, match):
+    bad = small_file.with_name("bad.parquet")
+    assert patch_counts(small_file, bad, 600, 5000, which) == 4
+    with pytest.raises(pqloader.InvalidDataError, match=r"bad\.parquet' has a corrupt footer: " + match):
+        pqloader.Loader(str(bad))
+
+
+def test_file_level_row_count_is_not_trusted_over_the_row_groups(small_file):
+    """Readers go by the row groups (some old writers left the file's count 0)."""
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 5000, [0])
+    assert [int(i) for b in pqloader.Loader(str(bad), batch_size=256) for i in b["id"]] == list(range(600))
+    patch_counts(small_file, bad, 600, 5000, [1, 2, 3])  # row group and chunks agree on 5000
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"bad\.parquet', row group 0, column 'id': read 600 rows, the footer says 5000"):
+        list(pqloader.Loader(str(bad)))
+
+
+def test_row_count_beyond_any_row_group_is_refused_at_construction(small_file):
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 31_600_000_000)  # consistent everywhere
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"bad\.parquet' has a corrupt footer: row group 0 claims 31600000000 rows"):
+        pqloader.Loader(str(bad), batch_size=64)
+    assert pqloader.inspect(str(bad))["num_rows"] == 31_600_000_000  # inspect shows the claim
+
+
+RSS_PROBE = """
+import resource, sys, pqloader
+try:
+    for _ in pqloader.Loader(sys.argv[1], batch_size=1 << 20, num_workers=1):
+        pass
+    print("ok")
+except pqloader.InvalidDataError as e:
+    print("error:", e)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_consistent_but_false_row_count_fails_when_read_without_memory_for_the_claim(small_file):
+    """2^31 - 1 rows claimed everywhere in a 600-row file: the counts agree, so the data
+    decides; it is read in bounded batches (reading a column in one piece reserves
+    memory for every claimed row: +280 MB peak RSS here before the fix)."""
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 2**31 - 1)
+    runs = {}
+    for name in ("good", "bad"):
+        done = subprocess.run([sys.executable, "-c", RSS_PROBE, str(small_file.with_name(f"{name}.parquet"))],
+                              capture_output=True, text=True, timeout=120, env=subprocess_env())
+        assert done.returncode == 0, done.stderr
+        message, rss_kb = done.stdout.strip().rsplit("\n", 1)
+        runs[name] = (message, int(rss_kb))
+    assert runs["good"][0] == "ok"
+    assert re.fullmatch(r"error: cannot decode '.*bad\.parquet', row group 0, column 'id': "
+                        r"read 600 rows, the footer says 2147483647", runs["bad"][0])
+    assert runs["bad"][1] < runs["good"][1] + 64 * 1024, runs
+
+
+def test_long_rle_runs_beyond_the_plausible_row_density_still_read_exactly(tmp_path):
+    """A constant column: far more rows than bytes, the batched read path."""
+    path = tmp_path / "rle.parquet"
+    n = 400_000
+    table = pa.table({"c": np.full(n, -3, dtype=np.int64), "k": np.full(n, 7, dtype=np.int32)})
+    pq.write_table(table, path, row_group_size=n)
+    md = pq.ParquetFile(path).metadata.row_group(0)
+    assert n > 65536 + 8 * sum(md.column(i).total_uncompressed_size for i in range(2))
+    rows = 0
+    for b in pqloader.Loader(str(path), batch_size=100_000):
+        assert (b["c"] == -3).all() and (b["k"] == 7).all()
+        rows += len(b["k"])
+    assert rows == n

@@ -58,6 +58,11 @@ struct DataFile {
   std::vector<std::string> partition_values;
 };
 
+/// The most rows one row group may have (row positions within a shuffle window are
+/// 32-bit; writers cap row groups far lower). A footer claiming more is refused as
+/// corrupt.
+constexpr int64_t kMaxRowGroupRows = (int64_t{1} << 31) - 1;
+
 /// One row group.
 struct Split {
   int32_t file = 0;

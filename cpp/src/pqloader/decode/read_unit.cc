@@ -3,11 +3,13 @@
 #include <cstring>
 
 #include <arrow/chunked_array.h>
+#include <arrow/record_batch.h>
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/io/caching.h>
 #include <arrow/util/future.h>
 #include <arrow/io/interfaces.h>
 #include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 #include <parquet/properties.h>
@@ -44,6 +46,46 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
   out.data = std::move(data);
   out.offsets = std::move(offsets);
   return out;
+}
+
+// A row group claiming more rows than this many per byte of its selected (uncompressed)
+// column chunks, plus kOneShotMinRows, is read in batches of kBoundedBatchRows rows, so
+// that a corrupt footer's count costs nothing until data backs it: reading a column in
+// one piece reserves memory for every row the footer claims. Real data rarely comes near
+// (a bit-packed boolean column has 8 rows per byte); when it does (long RLE runs), the
+// batched read is correct, just a little slower.
+constexpr int64_t kPlausibleRowsPerByte = 8;
+constexpr int64_t kOneShotMinRows = int64_t{1} << 16;
+constexpr int64_t kBoundedBatchRows = int64_t{1} << 16;
+
+void CollectLeaves(const parquet::arrow::SchemaField& field, std::vector<int>* out) {
+  if (field.column_index >= 0) out->push_back(field.column_index);
+  for (const auto& child : field.children) CollectLeaves(child, out);
+}
+
+// Read top-level field `field` of row group `row_group` in batches of kBoundedBatchRows,
+// stopping once more than `claimed_rows` rows arrived or the data ends.
+arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_group, int field,
+                                int64_t claimed_rows,
+                                std::shared_ptr<arrow::ChunkedArray>* out) {
+  const auto& schema_field = reader->manifest().schema_fields.at(field);
+  std::vector<int> leaves;
+  CollectLeaves(schema_field, &leaves);
+  reader->set_batch_size(kBoundedBatchRows);
+  ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({row_group}, leaves));
+  arrow::ArrayVector chunks;
+  int64_t rows = 0;
+  while (rows <= claimed_rows) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
+    if (batch == nullptr) break;
+    if (batch->num_columns() != 1) return arrow::Status::Invalid("unexpected column count");
+    rows += batch->num_rows();
+    chunks.push_back(batch->column(0));
+  }
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks),
+                                                        schema_field.field->type()));
+  return arrow::Status::OK();
 }
 
 }  // namespace
@@ -122,8 +164,13 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     const std::string col_where = where + ", column '" + specs[c].name + "'";
     std::shared_ptr<arrow::ChunkedArray> chunked;
     arrow::Status st;
+    const int field = file.field_indices[file_column++];
     try {
-      st = row_group->Column(file.field_indices[file_column++])->Read(&chunked);
+      if (split.num_rows <= kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
+        st = row_group->Column(field)->Read(&chunked);
+      } else {
+        st = ReadColumnBounded(reader, split.row_group, field, split.num_rows, &chunked);
+      }
     } catch (const std::exception& e) {
       st = arrow::Status::IOError(e.what());
     }
