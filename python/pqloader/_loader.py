@@ -74,6 +74,10 @@ class Loader:
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
             same number of batches) and counted in ``stats()["skipped_rows"]``.
+        strings: ``"str"`` (default): string columns come out as lists of ``str``; a
+            value that is not valid UTF-8 raises ``pqloader.InvalidDataError`` naming
+            file, row group, row and column. ``"bytes"``: they come out as lists of
+            ``bytes``, unchecked (for data whose text may not be UTF-8).
         storage_options: Options of ``s3://`` sources, named as the arguments of
             ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
             ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
@@ -134,6 +138,7 @@ class Loader:
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
         batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
         on_decode_error: str = _D.on_decode_error,
+        strings: str = _D.strings,
         cache_dir: str | os.PathLike[str] | None = _D.cache_dir,
         cache_size_limit: int | None = _D.cache_size_limit,
         cache_policy: str = _D.cache_policy,

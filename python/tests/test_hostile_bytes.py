@@ -200,3 +200,101 @@ def test_long_rle_runs_beyond_the_plausible_row_density_still_read_exactly(tmp_p
         assert (b["c"] == -3).all() and (b["k"] == 7).all()
         rows += len(b["k"])
     assert rows == n
+
+
+# -- item 5: invalid UTF-8 in values, headers and names -------------------------------------
+
+
+def raw_strings(values: list[bytes | None]) -> pa.Array:
+    """A pa.string() array holding exactly these bytes (pyarrow would refuse invalid UTF-8)."""
+    offsets = np.cumsum([0] + [len(v or b"") for v in values]).astype(np.int32)
+    validity = None
+    if any(v is None for v in values):
+        validity = pa.py_buffer(np.packbits([v is not None for v in values], bitorder="little").tobytes())
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [validity, pa.py_buffer(offsets.tobytes()),
+                                  pa.py_buffer(b"".join(v or b"" for v in values))])
+
+
+GOOD_TEXT = ["ok", "größe", "日本語", "", "emoji 🙂"]
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+@pytest.mark.parametrize("bad,shown", [
+    (b"ab\xff", r"ab\\xff"),
+    (b"\xed\xa0\x80", r"\\xed\\xa0\\x80"),  # an encoded surrogate
+    (b"caf\xc3", r"caf\\xc3"),               # truncated sequence at the end of a value
+])
+def test_invalid_utf8_string_raises_naming_file_row_group_row_and_column(tmp_path, dictionary, bad, shown):
+    values = [t.encode() for t in GOOD_TEXT] * 3
+    values[12] = bad  # row group 1 (rows 8..15), its row 4
+    path = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"id": np.arange(15), "s": raw_strings(values)}), path, row_group_size=8,
+                   use_dictionary=dictionary)
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        list(pqloader.Loader(str(path), batch_size=4))
+    assert re.search(r"text\.parquet', row group 1: column 's', row 4: a string value is not "
+                     r"valid UTF-8 \(b'" + shown + r"'\); .*strings=\"bytes\"", str(e.value)), str(e.value)
+    got = [v for b in pqloader.Loader(str(path), batch_size=4, strings="bytes") for v in b["s"]]
+    assert got == values
+
+
+def test_values_that_split_one_character_between_them_are_each_invalid(tmp_path):
+    """b"a\\xc3" + b"\\xa9b" is valid UTF-8 as a whole; each value is not."""
+    path = tmp_path / "split.parquet"
+    pq.write_table(pa.table({"s": raw_strings([b"ok", b"a\xc3", b"\xa9b"])}), path, use_dictionary=False)
+    with pytest.raises(pqloader.InvalidDataError, match=r"column 's', row 1: .*b'a\\xc3'"):
+        list(pqloader.Loader(str(path)))
+
+
+def test_valid_text_with_nulls_filled_round_trips(tmp_path):
+    path = tmp_path / "ok.parquet"
+    values = [t.encode() for t in GOOD_TEXT] + [None]
+    pq.write_table(pa.table({"s": raw_strings(values)}), path)
+    got = [v for b in pqloader.Loader(str(path), fill_null="∅") for v in b["s"]]
+    assert got == GOOD_TEXT + ["∅"]
+    assert pqloader.Loader(str(path), strings="bytes").column_info["s"]["dtype"] == "bytes"
+
+
+def test_entries_cached_as_bytes_are_not_served_to_a_str_loader(tmp_path):
+    path = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"s": raw_strings([b"ok", b"\xff"])}), path)
+    cache = str(tmp_path / "cache")
+    assert [v for b in pqloader.Loader(str(path), strings="bytes", cache_dir=cache) for v in b["s"]] == [b"ok", b"\xff"]
+    with pytest.raises(pqloader.InvalidDataError, match="not valid UTF-8"):
+        list(pqloader.Loader(str(path), cache_dir=cache))
+
+
+def test_strings_option_is_checked():
+    with pytest.raises(ValueError, match="strings"):
+        pqloader.Loader("x.parquet", strings="latin-1")
+
+
+def test_invalid_utf8_column_name_raises_naming_the_file_and_escaping_the_name(tmp_path):
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "colA": [3, 4]}), good, store_schema=False)
+    data = good.read_bytes()
+    assert data.count(b"colA") == 2  # schema element and column chunk path
+    bad = tmp_path / "names.parquet"
+    bad.write_bytes(data.replace(b"colA", b"col\xff"))
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"names\.parquet' has a column named b'col\\xff', which is not valid UTF-8"):
+        pqloader.Loader(str(bad))
+    assert [int(i) for b in pqloader.Loader(str(bad), columns=["id"]) for i in b["id"]] == [1, 2]
+    with pytest.raises(pqloader.ColumnNotFoundError, match=r"available columns: 'id' 'col\\xff'"):
+        pqloader.Loader(str(bad), columns=["nope"])
+    assert list(pqloader.inspect(str(bad))["schema"]) == ["id", "col\\xff"]
+
+
+def test_npy_header_with_invalid_utf8_is_quoted_in_a_pqloader_error(tmp_path):
+    b = io.BytesIO()
+    np.save(b, np.arange(4, dtype=np.int32))
+    blob = b.getvalue().replace(b"'<i4'", b"'\xff\xfei4'")
+    path = tmp_path / "npy.parquet"
+    pq.write_table(pa.table({"arr": [blob]}), path)
+    loader = pqloader.Loader(str(path), transforms={"arr": [T.DecodeNdarray()]})
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"npy\.parquet', row group 0, row 0, column 'arr': DecodeNdarray\(\): "
+                             r"unsupported \.npy dtype "
+                             r"'\\xff\\xfei4'"):
+        list(loader)

@@ -127,6 +127,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     }
     id += "|prefix=" + loader->transforms_.PrefixFingerprint();
     id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
+    // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
+    if (options.dataset.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
   }
   return loader;

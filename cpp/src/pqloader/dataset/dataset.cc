@@ -360,12 +360,18 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     }
   }
   for (const std::string& name : names) {
+    if (!IsValidUtf8(name)) {
+      return MakeError(ErrorKind::kInvalidData, "'", ds->files_[0].display, "' has a column named b'",
+                       Printable(name), "', which is not valid UTF-8; select other columns with "
+                       "columns=[...]");
+    }
     const int key = static_cast<int>(std::find(keys.begin(), keys.end(), name) - keys.begin());
     const int field0 = schemas[0]->GetFieldIndex(name);
     if (field0 < 0 && key == static_cast<int>(keys.size())) {
       std::string available;
-      for (const auto& field : schemas[0]->fields()) available += " '" + field->name() + "'";
-      for (const auto& k : keys) available += " '" + k + "'";
+      auto quoted = [](const std::string& n) { return IsValidUtf8(n) ? n : Printable(n); };
+      for (const auto& field : schemas[0]->fields()) available += " '" + quoted(field->name()) + "'";
+      for (const auto& k : keys) available += " '" + quoted(k) + "'";
       return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
                        ds->files_[0].display, "'; available columns:", available);
     }
@@ -381,6 +387,13 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
         int64_t v;
         all_int = all_int && ParseInt64(f.partition_values[key], &v);
       }
+      for (const auto& f : ds->files_) {
+        if (!IsValidUtf8(f.partition_values[key])) {
+          return MakeError(ErrorKind::kInvalidData, "the path of '", Printable(f.display),
+                           "' gives partition key '", name, "' a value that is not valid "
+                           "UTF-8 (b'", Printable(f.partition_values[key]), "')");
+        }
+      }
       ColumnSpec spec;
       spec.name = name;
       spec.is_partition = true;
@@ -393,6 +406,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     }
     const auto& field = schemas[0]->field(field0);
     ARROW_ASSIGN_OR_RAISE(auto spec, SpecForField(*field));
+    if (options.strings_as_bytes && spec.kind == ColumnKind::kString) spec.kind = ColumnKind::kBytes;
     for (int64_t i = 0; i < n; ++i) {
       const int fi = schemas[i]->GetFieldIndex(name);
       if (fi < 0) {

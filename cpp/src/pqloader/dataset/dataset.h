@@ -31,6 +31,9 @@ struct DatasetOptions {
   int metadata_threads = 8;
   /// Options of s3:// sources. Default: none (the standard AWS sources).
   StorageOptions storage;
+  /// Read string columns as bytes: no UTF-8 check, values come out as bytes objects.
+  /// Default: false (strings are checked and come out as str).
+  bool strings_as_bytes = false;
   /// Directory where footers of remote (non-local) files are kept between runs (see
   /// cache/footer_cache.h). Local files' footers are always read from the file: that
   /// is as cheap as reading a cached copy, and never stale.

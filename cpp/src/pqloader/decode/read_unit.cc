@@ -184,7 +184,8 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     }
     auto slice = chunked->Slice(unit.row_begin, unit.num_rows());
     const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
-    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged);
+    auto converted =
+        ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged, unit.row_begin);
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
   }

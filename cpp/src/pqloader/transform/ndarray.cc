@@ -54,19 +54,21 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
   };
   const std::string descr = value_after("'descr'");
   if (descr.size() < 5 || descr[0] != '\'') {
-    return arrow::Status::Invalid("unsupported .npy dtype in header ", header);
+    return arrow::Status::Invalid("unsupported .npy dtype in header ", Printable(header));
   }
   const size_t close = descr.find('\'', 1);
   const std::string code = descr.substr(1, close == std::string::npos ? 0 : close - 1);
   if (code.size() < 3 || std::string("<>|=").find(code[0]) == std::string::npos) {
-    return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+    return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
+                                  "' (numeric and bool only)");
   }
   const char order = code[0], kind = code[1];
   int size = 0;
   {
     auto [ptr, ec] = std::from_chars(code.data() + 2, code.data() + code.size(), size);
     if (ec != std::errc() || ptr != code.data() + code.size()) {
-      return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+      return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
+                                  "' (numeric and bool only)");
     }
   }
   h.swap = order == '>' && size > 1;
@@ -88,18 +90,19 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
     }
   }
   if (!found) {
-    return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+    return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
+                                  "' (numeric and bool only)");
   }
   const std::string fortran = value_after("'fortran_order'");
   if (fortran.rfind("True", 0) == 0) {
     h.fortran = true;
   } else if (fortran.rfind("False", 0) != 0) {
-    return arrow::Status::Invalid("bad .npy header ", header);
+    return arrow::Status::Invalid("bad .npy header ", Printable(header));
   }
   const std::string shape = value_after("'shape'");
   const size_t end = shape.find(')');
   if (shape.empty() || shape[0] != '(' || end == std::string::npos) {
-    return arrow::Status::Invalid("bad .npy header ", header);
+    return arrow::Status::Invalid("bad .npy header ", Printable(header));
   }
   size_t i = 1;
   while (i < end) {
@@ -109,7 +112,7 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
     }
     int64_t d = 0;
     auto [ptr, ec] = std::from_chars(shape.data() + i, shape.data() + end, d);
-    if (ec != std::errc() || d < 0) return arrow::Status::Invalid("bad .npy shape in ", header);
+    if (ec != std::errc() || d < 0) return arrow::Status::Invalid("bad .npy shape in ", Printable(header));
     h.shape.push_back(d);
     i = static_cast<size_t>(ptr - shape.data());
   }
