@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -157,14 +158,15 @@ def test_row_count_beyond_any_row_group_is_refused_at_construction(small_file):
 
 
 RSS_PROBE = """
-import resource, sys, pqloader
+import sys, pqloader
 try:
     for _ in pqloader.Loader(sys.argv[1], batch_size=1 << 20, num_workers=1):
         pass
     print("ok")
 except pqloader.InvalidDataError as e:
     print("error:", e)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# VmHWM: this process's own peak RSS (ru_maxrss would include the parent's at fork)
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 """
 
 
@@ -298,3 +300,79 @@ def test_npy_header_with_invalid_utf8_is_quoted_in_a_pqloader_error(tmp_path):
                              r"unsupported \.npy dtype "
                              r"'\\xff\\xfei4'"):
         list(loader)
+
+
+# -- .npz: decompression stops where the .npy header says the data ends ----------------------
+
+
+def npz_bomb(header_shape: tuple, dtype: str, payload_bytes: int) -> bytes:
+    """A one-member zip whose .npy declares `header_shape` but whose deflated stream holds
+    `payload_bytes` bytes of zeros after the header (about 1000:1)."""
+    b = io.BytesIO()
+    np.lib.format.write_array_header_1_0(b, {"descr": dtype, "fortran_order": False,
+                                             "shape": header_shape})
+    header = b"\x93NUMPY\x01\x00" + b.getvalue()[8:]
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = comp.compress(header)
+    chunk = bytes(1 << 20)
+    for _ in range(payload_bytes >> 20):
+        body += comp.compress(chunk)
+    body += comp.flush()
+    name = b"arr_0.npy"
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(body), 0xFFFFFFFF,
+                        len(name), 0)
+    return local + name + body
+
+
+BOMB_PROBE = """
+import sys
+from pqloader import _core, transforms as T
+blob = open(sys.argv[1], "rb").read()
+try:
+    a = _core._apply_ops([T.DecodeCompressedNdarray()._spec()], blob, 0, 0, 0)
+    print("shape", a.shape)
+except Exception as e:
+    print(type(e).__name__, e)
+# VmHWM: this process's own peak RSS (ru_maxrss would include the parent's at fork)
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+"""
+
+
+def probe(tmp_path: Path, blob: bytes) -> tuple[str, int]:
+    path = tmp_path / "blob.npz"
+    path.write_bytes(blob)
+    done = subprocess.run([sys.executable, "-c", BOMB_PROBE, str(path)], capture_output=True,
+                          text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    message, rss_kb = done.stdout.strip().rsplit("\n", 1)
+    return message, int(rss_kb)
+
+
+def test_npz_bomb_inflates_only_the_declared_array(tmp_path):
+    """512 MiB of zeros behind a header that declares 4 int32s: the array is decoded from
+    its first bytes, and peak RSS does not grow with the payload (it grew by 512+ MiB)."""
+    small = io.BytesIO()
+    np.savez_compressed(small, np.zeros(4, dtype=np.int32))
+    base_message, base_rss = probe(tmp_path, small.getvalue())
+    assert base_message == "shape (4,)"
+    message, rss = probe(tmp_path, npz_bomb((4,), "<i4", 512 << 20))
+    assert message == "shape (4,)"
+    assert rss < base_rss + 64 * 1024, (rss, base_rss)
+
+
+def test_npz_declaring_a_huge_array_is_refused_before_inflating_it(tmp_path):
+    message, _ = probe(tmp_path, npz_bomb((1 << 40,), "<f8", 1 << 20))
+    assert message.startswith("InvalidDataError .npy array in .npz archive is too large: shape "
+                              "(1099511627776,) needs more than 2147483648 bytes"), message
+    message, rss = probe(tmp_path, npz_bomb((1 << 28,), "<f8", 1 << 20))  # 2 GiB declared, 1 MiB there
+    assert message.startswith("InvalidDataError .npy data is truncated"), message
+    assert rss < 256 * 1024
+
+
+def test_npz_with_a_header_longer_than_the_limit_is_refused():
+    body = b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 30)
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    deflated = comp.compress(body) + comp.flush()
+    blob = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(deflated), 0, 0, 0) + deflated
+    with pytest.raises(pqloader.InvalidDataError, match=r"\.npy header of 1073741824 bytes"):
+        _core._apply_ops([T.DecodeCompressedNdarray()._spec()], blob, 0, 0, 0)
