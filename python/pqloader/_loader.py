@@ -82,9 +82,13 @@ class Loader:
             ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
             ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
             ``connect_timeout``, ``request_timeout``, ``tls_ca_file_path``,
-            ``force_virtual_addressing``; retries: ``retry_max_attempts`` (default 3),
-            ``retry_base_delay``, ``retry_max_delay`` (seconds). Unset ones come from the
-            standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
+            ``force_virtual_addressing``; retries: ``retry_budget`` (seconds after a
+            request's first failure within which retries may start; default 60),
+            ``retry_max_attempts`` (default: no limit but the budget),
+            ``retry_base_delay``, ``retry_max_delay`` (seconds; default 0.2, 5: retry n
+            waits a random time in [d/2, d], d = min(max, base * 2**n)). Each attempt
+            fails after ``request_timeout`` seconds without data (default 3). Unset ones
+            come from the standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
         io_threads: Concurrent reads from storage (requests in flight), apart from the
             CPU workers.
         readahead: Row groups fetched ahead of decoding, in plan order (default:
