@@ -241,3 +241,154 @@ def test_server_killed_mid_epoch_raises_io_error_then_a_new_epoch_after_restart_
         server.stop()
         if second is not None:
             second.stop()
+
+
+# -- cache: full disk, killed writers, damaged entries ------------------------------------
+
+
+def blob_dataset(root: Path, rows: int = 96, row_bytes: int = 4096, rg: int = 8) -> str:
+    """`rows` rows of `row_bytes` random bytes (incompressible) in row groups of `rg`."""
+    rng = np.random.default_rng(3)
+    path = root / "blobs.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": np.arange(rows, dtype=np.int64),
+                             "b": pa.FixedSizeListArray.from_arrays(
+                                 pa.array(rng.integers(0, 255, rows * row_bytes, dtype=np.uint8)), row_bytes)}),
+                   path, row_group_size=rg, compression="NONE")
+    return str(path)
+
+
+def read(data: str, cache_dir: str | None, **kw):
+    loader = pqloader.Loader(data, batch_size=10, shuffle=True, seed=8, cache_dir=cache_dir, **kw)
+    return list(loader), loader.stats()
+
+
+FULL_DISK = textwrap.dedent("""
+    import json, resource, signal, sys, warnings, pqloader
+    data, cache, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if limit:  # no tmpfs: a file size limit makes writes fail with EFBIG instead
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        loader = pqloader.Loader(data, batch_size=10, shuffle=True, seed=8, cache_dir=cache, num_epochs=2)
+        ids = [int(i) for b in loader for i in b["id"]]
+        sums = [int(b["b"].astype("int64").sum()) for b in pqloader.Loader(
+            data, batch_size=10, shuffle=True, seed=8, cache_dir=cache)]
+    print(json.dumps({"ids": ids, "sums": sums, "stats": loader.stats(),
+                      "warnings": [str(x.message) for x in w]}))
+""")
+
+
+def test_full_disk_keeps_loading_identical_data_and_never_leaves_a_partial_entry(tmp_path):
+    """The cache on a 192 KiB tmpfs (or, where mounting is not allowed, under a 64 KiB file
+    size limit): some entries fit, the next write fails mid-entry with ENOSPC (EFBIG)."""
+    import json
+
+    data = blob_dataset(tmp_path / "data")  # 12 entries of about 33 KiB
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)],
+                             capture_output=True).returncode == 0
+    try:
+        cache = mount / "cache"
+        done = subprocess.run([sys.executable, "-c", FULL_DISK, data, str(cache), "0" if mounted else "65536"],
+                              capture_output=True, text=True, timeout=120, env=subprocess_env())
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        plain = list(pqloader.Loader(data, batch_size=10, shuffle=True, seed=8, num_epochs=2))
+        assert out["ids"] == [int(i) for b in plain for i in b["id"]]
+        assert out["sums"] == [int(b["b"].astype("int64").sum()) for b in plain[:len(out["sums"])]]
+        s = out["stats"]
+        assert s["cache_write_errors"] > 0 and s["cache_inserts"] > 0 and s["cache_corrupt"] == 0
+        assert any("cache" in w and "continuing without caching" in w for w in out["warnings"])
+        if mounted:  # a failed write removes its temp file; what was published verifies
+            names = [p.name for p in cache.rglob("*") if p.is_file()]
+            assert not [n for n in names if n.startswith(".tmp-")], names
+            with pytest.warns(RuntimeWarning, match="No space left on device"):
+                again, st = read(data, str(cache))  # what did not fit fails to fit again
+            assert_batch_streams_equal(again, list(pqloader.Loader(data, batch_size=10, shuffle=True, seed=8)))
+            assert st["cache_corrupt"] == 0 and st["cache_hits"] == pqloader.cache_stats(cache)["entries"] > 0
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(mount)])
+
+
+WRITER = textwrap.dedent("""
+    import sys, pqloader
+    data, cache = sys.argv[1], sys.argv[2]
+    while True:
+        pqloader.cache_clear(cache)
+        for _ in pqloader.Loader(data, batch_size=64, cache_dir=cache, num_workers=2):
+            pass
+""")
+
+
+def test_cache_writers_killed_mid_write_leave_only_temp_files_and_readers_get_identical_data(tmp_path):
+    """Writers of 8 MiB entries are SIGKILLed the moment a temp file appears (so, while
+    writing it), six times: a temp file is left, never an entry; readers afterwards get
+    batches identical to an uncached run with no corrupt entry; `cache clear` removes
+    the temp files."""
+    data = blob_dataset(tmp_path / "data", rows=64, row_bytes=1 << 20, rg=8)
+    reference, _ = read(data, None)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    killed_mid_write = 0
+    for _ in range(6):
+        p = subprocess.Popen([sys.executable, "-c", WRITER, data, str(cache)], env=subprocess_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                temps = [e.name for shard in os.scandir(cache) if shard.is_dir()
+                         for e in os.scandir(shard.path) if e.name.startswith(".tmp-")]
+                if temps:
+                    p.send_signal(signal.SIGKILL)
+                    killed_mid_write += 1
+                    break
+        except FileNotFoundError:
+            pass  # a shard listed while the writer cleared it
+        finally:
+            p.kill()
+            p.wait()
+        got, stats = read(data, str(cache))
+        assert_batch_streams_equal(got, reference)
+        assert stats["cache_corrupt"] == 0
+    assert killed_mid_write >= 5
+    left = pqloader.cache_stats(cache)["temp_files"]
+    assert left >= 1  # what the killed writers were writing
+    report = pqloader.cache_clear(cache)
+    assert report["foreign_count"] == 0 and report["other_files"] >= left
+    assert pqloader.cache_stats(cache)["temp_files"] == 0
+
+
+def test_damaged_and_swapped_entries_are_detected_dropped_and_rewritten(tmp_path):
+    data = blob_dataset(tmp_path / "data")
+    reference, _ = read(data, None)
+    cache = tmp_path / "cache"
+    read(data, str(cache))
+    entries = sorted(cache.glob("shard-*/*.pqc"))
+    assert len(entries) == 12
+    size = entries[0].stat().st_size
+
+    def flip(p: Path, at: int) -> None:
+        b = bytearray(p.read_bytes())
+        b[at] ^= 0x40
+        p.write_bytes(bytes(b))
+
+    flip(entries[0], size // 2)                                         # a data byte
+    flip(entries[1], 30)                                                # the stored key
+    entries[2].write_bytes(entries[2].read_bytes()[: size // 2])        # truncated
+    entries[3].write_bytes(b"")                                         # emptied
+    entries[4].write_bytes(entries[4].read_bytes() + b"garbage")        # grown
+    a, b = entries[5].read_bytes(), entries[6].read_bytes()             # swapped: both valid
+    entries[5].write_bytes(b)
+    entries[6].write_bytes(a)
+    damaged = 7
+    got, stats = read(data, str(cache))
+    assert_batch_streams_equal(got, reference)
+    assert stats["cache_corrupt"] == damaged
+    assert stats["cache_hits"] == 12 - damaged and stats["cache_inserts"] == damaged
+    again, stats = read(data, str(cache))  # rewritten: all hits now
+    assert_batch_streams_equal(again, reference)
+    assert stats["cache_corrupt"] == 0 and stats["cache_hits"] == 12
