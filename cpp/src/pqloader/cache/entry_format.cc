@@ -97,6 +97,11 @@ class MetaReader {
         length > file_size_ - kTrailerBytes - offset) {
       return arrow::Status::Invalid("cache entry references bytes outside the file");
     }
+    // The writer aligns every buffer; typed reads of a misaligned one would be undefined
+    // behaviour (found by fuzz_cache_entry).
+    if (offset % kAlignment != 0) {
+      return arrow::Status::Invalid("cache entry references a misaligned buffer");
+    }
     return arrow::SliceBuffer(file, offset, length);
   }
 
@@ -231,7 +236,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     return arrow::Status::Invalid("cache entry belongs to another key");
   }
   std::vector<int64_t> words(meta_bytes / 8);
-  std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
+  if (meta_bytes > 0) std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
   MetaReader m(words.data(), static_cast<int64_t>(words.size()), size);
   auto unit = std::make_shared<DecodedUnit>();
   ARROW_ASSIGN_OR_RAISE(unit->num_rows, m.NextCount(int64_t{1} << 40));
@@ -254,7 +259,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
         return arrow::Status::Invalid("bad lengths size");
       }
       c.lengths.resize(unit->num_rows);
-      std::memcpy(c.lengths.data(), lengths->data(), lengths->size());
+      if (unit->num_rows > 0) std::memcpy(c.lengths.data(), lengths->data(), lengths->size());
     }
     if (c.offsets != nullptr) {
       if (c.offsets->size() != (unit->num_rows + 1) * 8 || c.data == nullptr) {
@@ -269,7 +274,10 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
         if (off[r + 1] < off[r]) return arrow::Status::Invalid("decreasing offsets");
       }
     }
-    if (c.offsets == nullptr && c.data != nullptr && c.data->size() != unit->num_rows * c.row_bytes) {
+    int64_t data_bytes = 0;
+    if (c.offsets == nullptr && c.data != nullptr &&
+        (__builtin_mul_overflow(unit->num_rows, c.row_bytes, &data_bytes) ||
+         c.data->size() != data_bytes)) {
       return arrow::Status::Invalid("bad data size");
     }
     ARROW_ASSIGN_OR_RAISE(int64_t num_samples, m.NextCount(unit->num_rows));
@@ -308,13 +316,14 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     rm->offset.push_back(offset);
     if (offset < 0) continue;
     const ColumnData& c = unit->columns[i];
-    if (rm_data == nullptr || offset + c.row_bytes > stride || c.row_bytes <= 0 ||
-        c.data != nullptr || c.offsets != nullptr || !c.samples.empty()) {
+    if (rm_data == nullptr || offset > stride || c.row_bytes > stride - offset ||
+        c.row_bytes <= 0 || c.data != nullptr || c.offsets != nullptr || !c.samples.empty()) {
       return arrow::Status::Invalid("bad row-major layout");
     }
   }
   if (rm_data != nullptr) {
-    if (rm_data->size() != unit->num_rows * stride) {
+    int64_t rm_bytes = 0;
+    if (__builtin_mul_overflow(unit->num_rows, stride, &rm_bytes) || rm_data->size() != rm_bytes) {
       return arrow::Status::Invalid("bad row-major size");
     }
     unit->row_major = std::move(rm);

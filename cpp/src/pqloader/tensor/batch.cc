@@ -210,9 +210,25 @@ arrow::Status CheckUnitLayout(const DecodedUnit& unit, const std::vector<ColumnS
       }
       continue;
     }
-    if (d.offsets != nullptr) continue;  // checked against data when read
+    const std::vector<int64_t>& want = specs[c].row_shape;
+    if (d.offsets != nullptr) {  // offsets were checked against the data when read
+      if (specs[c].kind == ColumnKind::kTensor && (want.empty() || want[0] >= 0)) {
+        return arrow::Status::Invalid("column '", specs[c].name,
+                                      "' has variable-length rows but a fixed shape");
+      }
+      continue;
+    }
     if (specs[c].kind != ColumnKind::kTensor) {
       return arrow::Status::Invalid("column '", specs[c].name, "' has no offsets");
+    }
+    bool same_shape = d.row_shape.size() == want.size();
+    for (size_t i = 0; same_shape && i < want.size(); ++i) {
+      same_shape = want[i] < 0 || want[i] == d.row_shape[i];
+    }
+    if (!same_shape) {
+      return arrow::Status::Invalid("column '", specs[c].name, "': rows of shape ",
+                                    ShapeToString(d.row_shape), " for a column of shape ",
+                                    ShapeToString(want));
     }
     int64_t bytes = DTypeSize(specs[c].dtype);
     for (int64_t dim : d.row_shape) {
@@ -323,6 +339,11 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
       const std::vector<int64_t>* shape = nullptr;
       for (uint32_t u : src.used_units) {
         const ColumnData& c = units[u]->columns[col];
+        if (c.offsets != nullptr) {  // ragged rows reach a batch only through transforms
+          return MakeError(ErrorKind::kInvalidData, "column '", specs[col].name,
+                           "': rows of different lengths; a list column must have one length "
+                           "in every row");
+        }
         if (shape == nullptr) {
           shape = &c.row_shape;
           row_bytes[col] = c.row_bytes;
