@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build test test-cpp test-python demo sanitize fuzz fuzz-build bench clean
+.PHONY: all deps build test test-cpp test-python demo sanitize sanitize-cpp sanitize-python fuzz fuzz-build bench clean
 BENCH_SCALE ?= small
 
 all: build
@@ -66,8 +66,11 @@ test-python: build
 test: test-cpp test-python
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SHORT_SECONDS)
 
-# ASan+UBSan and TSan builds of the C++ tests (slow; not part of `make test`).
-sanitize: deps
+# ASan+UBSan and TSan builds of the C++ tests, then the Python tests of the transform and
+# cache paths against an ASan+UBSan build of the extension (slow; not part of `make test`).
+sanitize: deps sanitize-cpp sanitize-python
+
+sanitize-cpp: deps
 	for s in address thread; do \
 	  $(VENV)/bin/cmake -S . -B build/sanitize-$$s -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_SANITIZE=$$s -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja && \
@@ -75,6 +78,27 @@ sanitize: deps
 	  (cd build/sanitize-$$s && TSAN_OPTIONS="suppressions=$(CURDIR)/cpp/tsan.supp halt_on_error=1" \
 	    ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(VENV)/bin/ctest -j$(JOBS) --output-on-failure) || exit 1; \
 	done
+
+# The extension built with -fsanitize=address,undefined into build/sanitize-py, staged
+# beside the package's Python files, and run by the main virtualenv's interpreter with
+# libasan preloaded (CPython itself is not instrumented), and libstdc++ with it so that
+# ASan finds the C++ runtime's __cxa_throw (python does not link it). Leak checks are off: the
+# interpreter's own allocations would drown ours. Subprocesses inherit the setup.
+SANITIZE_PY_DIR := build/sanitize-py
+SANITIZE_PY_TESTS ?= python/tests/test_transforms.py python/tests/test_cache.py \
+  python/tests/test_cache_safety.py python/tests/test_hostile_bytes.py python/tests/test_faults.py
+sanitize-python: deps
+	$(VENV)/bin/cmake -S . -B $(SANITIZE_PY_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_SANITIZE=address -DPQLOADER_BUILD_PYTHON=ON \
+	  -DPQLOADER_BUILD_TESTS=OFF -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
+	$(VENV)/bin/cmake --build $(SANITIZE_PY_DIR) -j$(JOBS) --target _core
+	rm -rf $(SANITIZE_PY_DIR)/stage && mkdir -p $(SANITIZE_PY_DIR)/stage/pqloader
+	cp python/pqloader/*.py $(SANITIZE_PY_DIR)/stage/pqloader/
+	cp $(SANITIZE_PY_DIR)/python/src/_core*.so $(SANITIZE_PY_DIR)/stage/pqloader/
+	PYTHONPATH=$(CURDIR)/$(SANITIZE_PY_DIR)/stage \
+	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  PQLOADER_EXPECT_SANITIZED=1 $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_PY_TESTS)
 
 # --- fuzzing (libFuzzer + ASan + UBSan; see docs/reliability.md) -----------------------
 # `make fuzz` builds the drivers of cpp/fuzz with clang, writes seed corpora from the test
