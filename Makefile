@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build test test-cpp test-python demo sanitize sanitize-cpp sanitize-python fuzz fuzz-build bench clean
+.PHONY: all deps build test test-cpp test-python demo sanitize sanitize-cpp sanitize-python fuzz fuzz-build bench bench-quick clean
 BENCH_SCALE ?= small
 
 all: build
@@ -147,6 +147,12 @@ demo: build
 # docs/benchmarks.md. BENCH_SCALE=small|medium|large, BENCH_ARGS="--tune --systems ...".
 bench: build
 	bash bench/run.sh --scale $(BENCH_SCALE) $(BENCH_ARGS)
+
+# pqloader against its ceilings, every ratio measured in one run (< 3 minutes): shuffled
+# and unshuffled tabular, cache hits, tokens, images. Use before and after every change
+# on the hot path. BENCH_QUICK_ARGS="--only tabular,cache --repeats 3".
+bench-quick: build
+	$(PY) bench/quick.py $(BENCH_QUICK_ARGS)
 
 clean:
 	rm -rf build

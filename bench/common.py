@@ -296,3 +296,16 @@ def tree_memory_mb(root: int) -> tuple[float, float]:
 
 def now() -> float:
     return time.perf_counter()
+
+
+def evict_page_cache(directory: str) -> None:
+    """Drop the pages of every file below `directory` from the page cache
+    (posix_fadvise DONTNEED after fsync), so the next read comes from the disk."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)

@@ -72,7 +72,8 @@ def timed_epoch(make_iter, n_rows: int, bytes_on_disk: int, cap_s: float, start:
     }
 
 
-def stall_sweep(adapter, steps_ms, warm: int, max_steps: int, max_s: float, first_epoch: int = 2):
+def stall_sweep(adapter, steps_ms, warm: int, max_steps: int, max_s: float, first_epoch: int = 4,
+                shuffled=None):
     """Simulated trainer on ONE continuous stream of batches (epochs chained, so an epoch boundary
     costs what it costs in training). For each step time in turn: each step sleeps `step_ms` (a GPU
     step leaves the CPU free); stall fraction = time blocked in next(loader) / loop time.
@@ -81,7 +82,7 @@ def stall_sweep(adapter, steps_ms, warm: int, max_steps: int, max_s: float, firs
 
     def stream():
         while True:
-            it = adapter.epoch(state["epoch"])
+            it = adapter.epoch(state["epoch"], **(shuffled or {}))
             state["epoch"] += 1
             n = 0
             try:
@@ -141,6 +142,8 @@ def main():
     ap.add_argument("--stall-max-s", type=float, default=6)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="epoch 1 only (used by --tune)")
+    ap.add_argument("--cold", action="store_true",
+                    help="also a shuffled epoch after dropping the files from the page cache")
     a = ap.parse_args()
     cfg = json.loads(a.config)
     manifest = C.load_manifest(a.data, a.workload)
@@ -171,12 +174,23 @@ def main():
 
                     res["determinism"]["content_hash"] = hashlib.sha256(np.sort(np.concatenate(ids)).tobytes()).hexdigest()[:16]
             else:
+                # Training shuffles: epochs 1 and 2 are shuffled (each system's own shuffle);
+                # one natural-order epoch is measured beside them, and with --cold a shuffled
+                # epoch whose files were first dropped from the page cache.
                 rows, nbytes = manifest["rows"], manifest["bytes"]
-                res["epoch1"] = timed_epoch(lambda: adapter.epoch(0), rows, nbytes, a.epoch_cap_s, start=t_start)
-                res["epoch2"] = None if a.quick else timed_epoch(lambda: adapter.epoch(1), rows, nbytes, a.epoch_cap_s)
+                shuffled = dict(shuffle=True, seed=a.seed)
+                res["epoch1"] = timed_epoch(lambda: adapter.epoch(0, **shuffled), rows, nbytes, a.epoch_cap_s,
+                                            start=t_start)
+                res["shuffle"] = True
+                if not a.quick:
+                    res["epoch2"] = timed_epoch(lambda: adapter.epoch(1, **shuffled), rows, nbytes, a.epoch_cap_s)
+                    res["unshuffled"] = timed_epoch(lambda: adapter.epoch(2), rows, nbytes, a.epoch_cap_s)
+                    if a.cold:
+                        C.evict_page_cache(os.path.join(a.data, a.workload))
+                        res["cold"] = timed_epoch(lambda: adapter.epoch(3, **shuffled), rows, nbytes, a.epoch_cap_s)
                 steps = [] if a.quick else [float(x) for x in a.stall_steps.split(",") if x]
                 res["stall"] = stall_sweep(adapter, steps, warm=2, max_steps=a.stall_max_steps,
-                                           max_s=a.stall_max_s) if steps else []
+                                           max_s=a.stall_max_s, shuffled=shuffled) if steps else []
                 e1 = res["epoch1"]
                 if not e1["samples"]:
                     res["status"] = "failed"

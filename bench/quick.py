@@ -211,6 +211,30 @@ def epoch(loader: pqloader.Loader) -> int:
     return rows
 
 
+def epoch_times(loader: pqloader.Loader, epochs: int) -> list[float]:
+    """Seconds of each of `epochs` consecutive epochs of one iteration, as training runs
+    them (the loader starts the next epoch while one ends)."""
+    per_epoch = len(loader)
+    times, n, t = [], 0, time.perf_counter()
+    for _ in loader:
+        n += 1
+        if n % per_epoch == 0:
+            now = time.perf_counter()
+            times.append(now - t)
+            t = now
+            if len(times) == epochs:
+                break
+    return times
+
+
+def steady(loader_factory, repeats: int) -> float:
+    """Best epoch time of a continuous iteration (the first epoch, which also fills
+    caches and starts the pipeline, left out)."""
+    loader = loader_factory()
+    times = epoch_times(loader, repeats + 1)
+    return min(times[1:])
+
+
 class Table:
     def __init__(self) -> None:
         self.rows: list[tuple[str, float, str, float, float, str]] = []
@@ -241,8 +265,8 @@ def run_tabular(table: Table, repeats: int, workers: int) -> None:
               f"{CORES}-thread row-group decode")
     common = dict(batch_size=s["batch"], num_workers=workers)
     for shuffle in (True, False):
-        loader = pqloader.Loader(str(d), shuffle=shuffle, seed=1, **common)
-        rate = rows / timed(lambda: epoch(loader), repeats)
+        rate = rows / steady(lambda: pqloader.Loader(str(d), shuffle=shuffle, seed=1,
+                                                     num_epochs=None, **common), repeats)
         table.add(f"tabular {'shuffled' if shuffle else 'unshuffled'}", rate, "rows/s", ceiling,
                   0.8, f"{CORES}-thread row-group decode")
         if shuffle:
@@ -269,19 +293,20 @@ def run_cache(table: Table, repeats: int, workers: int, tmp: Path) -> None:
     d = tabular_data()
     s = SPEC["tabular"]
     rows = s["rows"] // s["files"] * s["files"]
-    common = dict(batch_size=s["batch"], num_workers=workers, num_epochs=1)
-    uncached = pqloader.Loader(str(d), shuffle=True, seed=1, **common)
-    uncached_rate = rows / timed(lambda: epoch(uncached), repeats)
+    common = dict(batch_size=s["batch"], num_workers=workers, num_epochs=None)
+    uncached_rate = rows / steady(lambda: pqloader.Loader(str(d), shuffle=True, seed=1, **common),
+                                  repeats)
     for shuffle in (False, True):
         name = "shuffled" if shuffle else "unshuffled"
         cache = tmp / f"cache-{name}"
         shutil.rmtree(cache, ignore_errors=True)
         loader = pqloader.Loader(str(d), cache_dir=str(cache), shuffle=shuffle, seed=1, **common)
-        fill_rate = rows / timed(lambda: epoch(loader), 1)
-        decoded = loader.stats()["bytes_decoded"]
+        times = epoch_times(loader, repeats + 1)  # epoch 1 fills the cache
+        fill_rate, rate = rows / times[0], rows / min(times[1:])
+        decoded = loader.stats()["bytes_decoded"] // (repeats + 1)
         copy = copy_rate(decoded) / (decoded / rows)
-        rate = rows / timed(lambda: epoch(loader), repeats)
         assert loader.stats()["cache_hits"] >= repeats * loader.stats()["cache_misses"], loader.stats()
+        del loader
         table.add(f"cache hits, {name}", rate, "rows/s", copy, 0.25 if shuffle else None,
                   "1-thread np.copyto of the bytes")
         if shuffle:

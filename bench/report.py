@@ -95,10 +95,14 @@ def main():
       f"per-measurement logs: `bench/results/{scale}/logs/`.")
     P("")
     P("Every (system, workload) measurement runs in its own subprocess with that system's virtualenv, on the "
-      "same Parquet files and the same cores. Throughput runs read the whole dataset once per epoch in file "
-      "order (no shuffling); epoch 2 is a second pass with whatever the system caches. Time to first batch "
+      "same Parquet files and the same cores. Throughput runs read the whole dataset once per epoch, **shuffled** "
+      "(as training reads it; each system's own shuffle: pqloader's row-group order + rows within a window, "
+      "Petastorm's and Ray's row-group/file order, the torch DataLoader's row-group order, HF's full permutation); "
+      "epoch 2 is a second shuffled pass with whatever the system caches; *unshuffled* is one epoch in file "
+      "order, and *cold* (tabular) a shuffled epoch after the files were dropped from the page cache "
+      "(posix_fadvise DONTNEED). Time to first batch "
       "(TTFB) starts before the loader is constructed (it includes `ray.init`, the HF Arrow conversion, "
-      "worker start-up). The page cache is warmed before every measurement, so no run reads from disk.")
+      "worker start-up). The page cache is warmed before every measurement, so no run but *cold* reads from disk.")
     P("")
     P("**Ratios.** `× pqloader` = samples/s of the row ÷ samples/s of the pqloader reference row on the same "
       "workload (pqloader-native, i.e. pqloader's own C++ decode transforms, where it ran; plain pqloader otherwise); "
@@ -249,9 +253,10 @@ def main():
           f"Epoch ceiling {f(c.get('epoch_ceiling_samples_per_s'))}/s ({c.get('epoch_ceiling_basis', '–')}); "
           f"cached ceiling {f(c.get('cached_ceiling_samples_per_s'))}/s.")
         P("")
-        P("| system | samples/s | MB/s | × pqloader | % ceiling | TTFB s | peak PSS MiB (RSS) | CPU s / 1k | "
-          "epoch 2 samples/s | e2 × pqloader | e2 % cached ceiling | bg CPU |")
-        P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        P("| system | samples/s (shuffled) | MB/s | × pqloader | % ceiling | unshuffled samples/s | cold samples/s | "
+          "TTFB s | peak PSS MiB (RSS) | CPU s / 1k | epoch 2 samples/s | e2 × pqloader | e2 % cached ceiling | "
+          "bg CPU |")
+        P("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         pq_r = by.get((ref_id(w), w)) or {}
         pq1 = get(pq_r, "epoch1", "samples_per_s") if pq_r.get("status") == "ok" else None
         pq2 = get(pq_r, "epoch2", "samples_per_s") if pq_r.get("status") == "ok" else None
@@ -264,7 +269,7 @@ def main():
             if s["id"] == ref_id(w):
                 name = f"**{name}** (reference)"
             if r.get("status") != "ok":
-                P(f"| {name} | {status_text(r, 160)} |  |  |  |  |  |  |  |  |  |  |")
+                P(f"| {name} | {status_text(r, 160)} |  |  |  |  |  |  |  |  |  |  |  |  |")
                 continue
             e1, e2 = r.get("epoch1") or {}, r.get("epoch2") or {}
             part = " (partial)" if e1.get("partial") else (f" (short: {e1.get('samples')})" if e1.get("short") else "")
@@ -272,6 +277,7 @@ def main():
             P(f"| {name} | {f(e1.get('samples_per_s'))}{part} | {f(e1.get('mb_per_s'), 1)} | "
               f"{f(ratio(e1.get('samples_per_s'), pq1), 2)} | "
               f"{f(ratio(e1.get('samples_per_s'), c.get('epoch_ceiling_samples_per_s')), pct=True)} | "
+              f"{f(get(r, 'unshuffled', 'samples_per_s'))} | {f(get(r, 'cold', 'samples_per_s'))} | "
               f"{f(e1.get('ttfb_s'), 2)} | {f(r.get('peak_pss_mb'))} ({f(r.get('peak_rss_mb'))}) | "
               f"{g3(e1.get('cpu_s_per_1k'))} | {f(e2.get('samples_per_s'))}{part2} | "
               f"{f(ratio(e2.get('samples_per_s'), pq2), 2)} | "
@@ -497,7 +503,7 @@ def main():
     for v, pk in (m.get("packages") or {}).items():
         P(f"| {v} | {get(m, 'python', v)} | " + ", ".join(f"{k} {ver}" for k, ver in sorted(pk.items())) + " |")
     P("")
-    P("Venvs: `main` = `/work/main/.venv` (pqloader; Pillow comes from `bench/.venvs/pqloader-extras` on "
+    P("Venvs: `main` = `.venv` (pqloader; Pillow comes from `bench/.venvs/pqloader-extras` on "
       "PYTHONPATH); `peers` = torch / HF datasets / Ray; `petastorm` = Petastorm with pyarrow < 15 and NumPy < 2; "
       "`tools` = generators, ceilings, plots. Exact pins: `bench/requirements-*.txt`.")
     P("")
@@ -534,8 +540,11 @@ def main():
       "libjpeg-turbo ceiling, the disk cache against pre-decoded Parquet, and S3 over a throttled "
       "link: `docs/benchmarks_pipeline_storage.md`. Shuffle quality: `docs/determinism.md`.")
     P("")
+    # Paths relative to the repository root: the report must not name this checkout.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = "\n".join(L).replace(root + "/", "").replace(root, ".")
     with open(a.out, "w") as fh:
-        fh.write("\n".join(L))
+        fh.write(text)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""pqloader (the system under test), run with /work/main/.venv's python.
+"""pqloader (the system under test), run with the project .venv's python.
 
 config:
   native: false -> raw columns; the consumer decodes: images with PIL in a thread pool of
@@ -46,6 +46,7 @@ class Adapter:
         ncpu = os.cpu_count() or 1
         self.pool = ThreadPoolExecutor(ncpu) if workload == "images" and self.transforms is None else None
         self._loaders = {}
+        self._iters = {}
 
     def describe(self):
         d = f"pqloader.Loader(batch_size={self.bs}, num_workers={self.nw}"
@@ -64,14 +65,18 @@ class Adapter:
     def _loader(self, shuffle, seed):
         key = (bool(shuffle), seed)
         if key not in self._loaders:
+            # One endless iteration per (shuffle, seed), as a training loop runs it: each
+            # epoch() call takes one epoch's batches from it, so the loader starts the next
+            # epoch while one ends.
             kw = dict(columns=self.columns, batch_size=self.bs, num_workers=self.nw, shuffle=shuffle, seed=seed,
-                      num_epochs=1, drop_last=False)
+                      num_epochs=None, drop_last=False)
             if self.transforms is not None:
                 kw["transforms"] = self.transforms
             if self.cache_dir:
                 kw["cache_dir"] = self.cache_dir
             self._loaders[key] = pqloader.Loader(self.source, **kw)
-        return self._loaders[key]
+            self._iters[key] = iter(self._loaders[key])
+        return self._loaders[key], self._iters[key]
 
     def _decode_images(self, blobs):
         n = len(blobs)
@@ -87,8 +92,9 @@ class Adapter:
         return out
 
     def epoch(self, e, shuffle=False, seed=None):
-        loader = self._loader(shuffle, seed)
-        for b in loader:
+        loader, stream = self._loader(shuffle, seed)
+        for _ in range(len(loader)):
+            b = next(stream)
             if self.transforms is None:
                 if self.workload == "images":
                     b["image"] = self._decode_images(b["image"])
@@ -114,6 +120,7 @@ class Adapter:
     def close(self):
         if self.pool:
             self.pool.shutdown()
+        self._iters.clear()
         self._loaders.clear()
         if self.cache_dir:
             shutil.rmtree(self.cache_dir, ignore_errors=True)

@@ -51,11 +51,26 @@ class Cursor:
         self.generation = 0
         self.active_end: int | None = None
         self.resume_end: int | None = None
+        # Makes "still current? then move" one step for an iterator in another thread,
+        # so a new iteration never starts from a position the old one then moves past.
+        self.lock = threading.Lock()
 
     def invalidate(self) -> int:
         """Stop every iterator made so far; return the new generation."""
-        self.generation += 1
-        return self.generation
+        with self.lock:
+            self.generation += 1
+            return self.generation
+
+    def advance(self, generation: int, epoch: int, batch: int) -> None:
+        """Move to (epoch, batch) for the iterator of `generation`, if it is current.
+
+        Raises:
+            RuntimeError: The iterator became stale.
+        """
+        with self.lock:
+            if generation != self.generation:
+                raise RuntimeError(STALE)
+            self.epoch, self.batch = epoch, batch
 
     def seek(self, epoch: int, batch: int, iteration_end: int | None = None) -> None:
         """Make batch `batch` of `epoch` the next one, stopping running iterators.
@@ -66,10 +81,11 @@ class Cursor:
             iteration_end: The epoch the next iteration stops before; None: run
                 ``num_epochs`` from `epoch`.
         """
-        self.invalidate()
-        self.epoch, self.batch = epoch, batch
-        self.resume_end = iteration_end
-        self.active_end = None
+        with self.lock:
+            self.generation += 1
+            self.epoch, self.batch = epoch, batch
+            self.resume_end = iteration_end
+            self.active_end = None
 
 
 class ConsumerClock:
@@ -117,7 +133,8 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
     Raises:
         RuntimeError: A newer iterator, a ``load_state_dict`` or a fork made this one stale.
     """
-    epoch, index = cursor.epoch, cursor.batch
+    with cursor.lock:
+        epoch, index = cursor.epoch, cursor.batch
     if index >= num_batches:  # positioned after an epoch's last batch
         epoch, index = epoch + 1, 0
     # The epoch this iteration stops before: restored from a state, or num_epochs on.
@@ -128,11 +145,17 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
     cursor.active_end = stop
     try:
         while stop is None or epoch < stop:
-            engine.start_epoch(epoch, index)
+            engine.start_epoch(epoch, index, stop is None or epoch + 1 < stop)
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
-                batch = engine.next()
+                try:
+                    batch = engine.next()
+                except Exception:
+                    # A newer iterator or load_state_dict stopped the engine under us.
+                    if generation != cursor.generation:
+                        raise RuntimeError(STALE) from None
+                    raise
                 if generation != cursor.generation:
                     raise RuntimeError(STALE)
                 if warn_cache:
@@ -168,16 +191,16 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
     try:
         t0 = clock()
         for epoch, index, batch in items:
-            if generation != cursor.generation:
-                raise RuntimeError(STALE)
-            cursor.epoch, cursor.batch = epoch, index + 1
+            cursor.advance(generation, epoch, index + 1)
             timer.next_seconds += clock() - t0
             yield batch
             t0 = clock()
         timer.next_seconds += clock() - t0
-        if end and generation == cursor.generation:
-            cursor.epoch, cursor.batch = end
-            cursor.active_end = None  # the iteration is complete
+        if end:
+            with cursor.lock:
+                if generation == cursor.generation:
+                    cursor.epoch, cursor.batch = end
+                    cursor.active_end = None  # the iteration is complete
     finally:
         items.close()  # type: ignore[attr-defined]
 

@@ -53,7 +53,13 @@ class Loader:
         fill_null: ``None`` makes nulls an error; a scalar replaces nulls in every column
             (so it must suit all of them: a number for numeric columns, str or bytes for
             string and binary ones); a dict maps column names to their replacement.
-        max_inflight_bytes: Soft bound on decoded data held ahead of the consumer.
+        max_inflight_bytes: Bound on the data held ahead of the consumer: a quarter for
+            column chunks read ahead, the rest for decoded row groups and batches, which
+            every worker decodes ahead as far as it allows. Peak memory above the
+            process's baseline is about this + the row groups of the batch the consumer
+            waits for (one shuffle window) + one row group read ahead + ~3x a row group
+            per worker decoding one + up to this + 32 MiB of freed buffers kept for reuse
+            (tested in ``python/tests/test_memory.py``).
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
         transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
@@ -92,7 +98,8 @@ class Loader:
         io_threads: Concurrent reads from storage (requests in flight), apart from the
             CPU workers.
         readahead: Row groups fetched ahead of decoding, in plan order (default:
-            ``io_threads``); their compressed bytes stay within ``max_inflight_bytes``.
+            ``io_threads``); their compressed bytes stay within a quarter of
+            ``max_inflight_bytes`` (one row group is always allowed).
         output: ``"numpy"`` or ``"torch"``: numeric columns as ``torch.Tensor`` sharing
             the engine's memory (DLPack, no copy). torch is imported only then.
         pin_memory: Stage torch batches in pinned host memory. Default (``None``): when
@@ -294,7 +301,9 @@ class Loader:
     def state_dict(self) -> dict[str, Any]:
         """Return the position after the last batch handed out, as a JSON-safe dict."""
         c = self._cursor
-        return _state.make_state(c.epoch, c.batch, c.active_end, self.seed, self._fingerprint(self.seed))
+        with c.lock:  # one consistent position, whichever thread is iterating
+            epoch, batch, end = c.epoch, c.batch, c.active_end
+        return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.

@@ -69,9 +69,13 @@ class Engine:
         return self._core
 
     # -- what the Loader uses -----------------------------------------------------------
-    def start_epoch(self, epoch: int, first_batch: int) -> None:
-        """Start delivering batches `first_batch`, `first_batch` + 1, ... of `epoch`."""
-        self._engine().start_epoch(epoch, first_batch)
+    def start_epoch(self, epoch: int, first_batch: int, then_next_epoch: bool = False) -> None:
+        """Start delivering batches `first_batch`, `first_batch` + 1, ... of `epoch`.
+
+        With `then_next_epoch`, epoch + 1 follows from its first batch: the engine starts
+        it while this one ends.
+        """
+        self._engine().start_epoch(epoch, first_batch, then_next_epoch)
 
     def next(self) -> dict[str, Any] | None:
         """Return the next batch of the epoch, or None at its end."""

@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -255,6 +256,9 @@ nb::object VarToList(const BatchColumn& c) {
   return out;
 }
 
+// How often a waiting next() checks for signals (Ctrl-C).
+constexpr std::chrono::milliseconds kSignalPoll{100};
+
 class PyLoader {
  public:
   PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
@@ -263,16 +267,23 @@ class PyLoader {
     loader_ = Check(Loader::Make(sources, o));
   }
 
-  void StartEpoch(int64_t epoch, int64_t first_batch) {
+  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
     nb::gil_scoped_release release;
-    Check(loader_->StartEpoch(epoch, first_batch));
+    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch));
   }
 
   nb::object Next() {
     std::shared_ptr<Batch> batch;
-    {
-      nb::gil_scoped_release release;
-      batch = Check(loader_->Next());
+    while (true) {
+      bool timed_out = false;
+      {
+        nb::gil_scoped_release release;
+        batch = Check(loader_->Next(kSignalPoll, &timed_out));
+      }
+      if (!timed_out) break;
+      // Waiting for a batch: let Ctrl-C (and other signal handlers) run now, not when
+      // the batch arrives. The epoch stays where it is; the caller may stop or go on.
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (batch == nullptr) return nb::none();
     nb::dict out;
@@ -327,6 +338,7 @@ class PyLoader {
     d["cache_corrupt"] = s.cache.corrupt;
     d["cache_write_errors"] = s.cache.write_errors;
     d["batches_by_consumer"] = s.batches_by_consumer;
+    d["epochs_started_ahead"] = s.epochs_started_ahead;
     d["pool_allocations"] = s.pool_allocations;
     d["pool_recycled"] = s.pool_recycled;
     d["pool_cached_bytes"] = s.pool_cached_bytes;
@@ -430,7 +442,8 @@ NB_MODULE(_core, m) {
   nb::class_<PyLoader>(m, "_Loader")
       .def(nb::init<const std::vector<std::string>&, const nb::dict&>(), "sources"_a,
            "options"_a)
-      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
+      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0,
+           "then_next_epoch"_a = false)
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)

@@ -128,6 +128,27 @@ def test_large_jpeg_is_dct_scaled_before_resize_within_tolerance():
     assert np.abs(unscaled.astype(int) - full.astype(int)).max() <= RESIZE_MAX_DIFF
 
 
+@pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "rocket"])
+@pytest.mark.parametrize("size", [(500, 375), (1024, 768), (1000, 750), (1601, 1201)])
+def test_jpegs_decode_scaled_to_the_resize_target_within_tolerance(name, size, tmp_path):
+    # The loader decodes at the smallest DCT scale (1/2, 1/4, 1/8) whose shorter side
+    # reaches the Resize target (1000x750 -> 1/2 for 256; 500x375 is not scaled); the
+    # output shape must not change (the scaled size is rounded up) and the pixels stay
+    # within the documented tolerance.
+    img = np.asarray(Image.fromarray(photos()[name]).resize(size, Image.BICUBIC))
+    data = encode(img, "JPEG", quality=90)
+    full = apply([T.DecodeImage(), T.Resize(256)], data)
+    scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": 256}),
+                               ("Resize", {"size": 256})], data, 0, 0, 0)
+    assert scaled.shape == full.shape
+    assert np.abs(scaled.astype(int) - full.astype(int)).mean() < DCT_MEAN_DIFF
+    # And that is what the loader does with DecodeImage followed by Resize.
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"image": pa.array([data], pa.binary())}), path)
+    batch = next(iter(pqloader.Loader(str(path), transforms={"image": [T.DecodeImage(), T.Resize(256)]})))
+    np.testing.assert_array_equal(batch["image"][0], scaled)
+
+
 # -- geometry -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "rocket"])

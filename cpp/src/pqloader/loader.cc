@@ -21,6 +21,9 @@ constexpr int64_t kRowMajorMaxRowBytes = 64;
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
 int64_t ReadAheadBudget(int64_t max_inflight_bytes) { return max_inflight_bytes / 4; }
+int64_t PipelineBudget(int64_t max_inflight_bytes) {
+  return max_inflight_bytes - ReadAheadBudget(max_inflight_bytes);
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -106,7 +109,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   loader->read_options_.verify_checksums = options.verify_checksums;
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
-                                            options.on_decode_error));
+                                            options.on_decode_error,
+                                            /*cache_point=*/!options.cache.dir.empty()));
   for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
     loader->read_options_.allow_ragged.push_back(
         loader->transforms_.transforms_column(static_cast<int>(c)));
@@ -136,7 +140,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
 
 Loader::~Loader() { Stop(); }
 
-std::shared_ptr<Loader::Pipeline> Loader::DetachLocked() {
+void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
     CacheCounters delta;
@@ -151,37 +155,74 @@ std::shared_ptr<Loader::Pipeline> Loader::DetachLocked() {
     }
     recorded_ = now;
   }
-  readahead_.reset();  // requests still in flight finish on io_pool_, unread
-  return std::move(pipeline_);
+  // Requests still in flight finish on io_pool_, unread.
+  if (current_.pipeline != nullptr) runs->push_back(std::move(current_));
+  if (next_.pipeline != nullptr) runs->push_back(std::move(next_));
+  current_ = EpochRun{};
+  next_ = EpochRun{};
+}
+
+void Loader::ShutDown(std::vector<EpochRun> runs) {
+  for (EpochRun& run : runs) {
+    run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    AddCounters(run.pipeline->counters(), &stats_);
+  }
 }
 
 void Loader::Stop() {
-  std::shared_ptr<Pipeline> pipeline;
+  std::vector<EpochRun> runs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipeline = DetachLocked();
+    DetachLocked(&runs);
   }
-  if (pipeline == nullptr) return;
-  pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  AddCounters(pipeline->counters(), &stats_);
+  ShutDown(std::move(runs));
 }
 
-arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
-  Stop();
-  std::lock_guard<std::mutex> lock(mu_);
+arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
+  std::vector<EpochRun> old;
+  arrow::Status st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (start_ns_ < 0) start_ns_ = NowNs();
+    EpochRun ahead = std::move(next_);
+    next_ = EpochRun{};
+    DetachLocked(&old);
+    then_next_epoch_ = then_next_epoch;
+    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0) {
+      // Started while the previous epoch ended: it now gets the whole budget.
+      ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
+      current_ = std::move(ahead);
+      ++epochs_started_ahead_;
+    } else {
+      if (ahead.pipeline != nullptr) old.push_back(std::move(ahead));
+      auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes);
+      if (run.ok()) {
+        current_ = std::move(run).ValueUnsafe();
+      } else {
+        st = run.status();
+      }
+    }
+  }
+  ShutDown(std::move(old));
+  return st;
+}
+
+arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_batch,
+                                                int64_t budget) {
   auto plan = std::make_shared<const EpochPlan>(
       EpochPlan::Make(dataset_->SplitRows(), options_.plan, epoch));
   if (first_batch < 0 || first_batch > plan->num_batches()) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
                                   plan->num_batches(), " batches");
   }
-  if (start_ns_ < 0) start_ns_ = NowNs();
+  EpochRun run;
+  run.epoch = epoch;
   auto perms = std::make_shared<PermutationCache>(plan);
   if (first_batch < plan->num_batches()) {
     arrow::io::IOContext io(pool_, io_pool_.get());
-    readahead_ = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
+    run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
         plan->BatchUnitRange(first_batch).first,
         plan->BatchUnitRange(plan->num_batches() - 1).second,
         [this, plan, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
@@ -194,7 +235,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
         [this, plan](int64_t u) {
           return dataset_->splits()[plan->units()[u].split].compressed_bytes;
         },
-        ReadAheadOptions{options_.readahead, ReadAheadBudget(options_.max_inflight_bytes)});
+        ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
   }
 
   Pipeline::Work work;
@@ -210,7 +251,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, plan, readahead = readahead_](int64_t u, int64_t* bytes) {
+  work.run_unit = [this, plan, readahead = run.readahead](int64_t u, int64_t* bytes) {
     return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
   };
   work.run_batch = [this, plan, perms, epoch](
@@ -231,13 +272,14 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
     std::vector<std::vector<int64_t>> lengths;
     int64_t t0 = NowNs();
     if (!transforms_.empty()) {
-      auto st = TransformRows(*plan, units, lo, &rows, &samples, &lengths);
+      auto st = TransformRows(*plan, units, lo, &rows, &samples);
       const int64_t t1 = NowNs();
       transform_ns_ += t1 - t0;
       t0 = t1;
       ARROW_RETURN_NOT_OK(st);
     }
-    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_);
+    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
+                               transforms_.collate(), &lengths);
     gather_ns_ += NowNs() - t0;
     if (batch.ok() && !transforms_.empty()) batch = AddLengthColumns(std::move(*batch), lengths);
     if (!batch.ok()) {
@@ -258,12 +300,11 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
 
   PipelineOptions popts;
   popts.num_threads = options_.num_workers;
-  popts.max_inflight_bytes =
-      options_.max_inflight_bytes - ReadAheadBudget(options_.max_inflight_bytes);
+  popts.max_inflight_bytes = budget - ReadAheadBudget(budget);
   popts.max_prefetch_batches = options_.prefetch_batches;
   popts.debug_max_delay_us = options_.debug_max_delay_us;
-  pipeline_ = std::make_shared<Pipeline>(std::move(work), popts, first_batch);
-  return arrow::Status::OK();
+  run.pipeline = std::make_shared<Pipeline>(std::move(work), popts, first_batch);
+  return run;
 }
 
 arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds timeout,
@@ -272,7 +313,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   std::shared_ptr<Pipeline> pipeline;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipeline = pipeline_;
+    pipeline = current_.pipeline;
   }
   if (pipeline == nullptr) return std::shared_ptr<Batch>();
   bool waited_out = false;
@@ -282,13 +323,18 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
     return batch;
   }
   if (batch == nullptr) {
+    // The epoch is over; a run started ahead for the next one stays for StartEpoch.
+    std::shared_ptr<Pipeline> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (pipeline_ != pipeline) return batch;  // already stopped (or replaced)
+      if (current_.pipeline != pipeline) return batch;  // already stopped (or replaced)
+      done = std::move(current_.pipeline);
+      current_ = EpochRun{};
     }
-    Stop();
+    ShutDown({EpochRun{0, std::move(done), nullptr}});
     return batch;
   }
+  MaybeStartNextEpoch(*pipeline);
   std::lock_guard<std::mutex> lock(stats_mu_);
   if (stats_.time_to_first_batch_seconds < 0) {
     stats_.time_to_first_batch_seconds = (NowNs() - start_ns_) * 1e-9;
@@ -296,6 +342,19 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   stats_.rows += batch->num_rows;
   stats_.batches += 1;
   return batch;
+}
+
+void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!then_next_epoch_ || next_.pipeline != nullptr || current_.pipeline.get() != &pipeline ||
+      !pipeline.all_units_done()) {
+    return;
+  }
+  // Every unit of this epoch is produced (and in the cache, if there is one, so the next
+  // epoch does not decode a split again): what is left is its last batches. The next epoch starts reading and decoding with half the budget (it gets
+  // all of it when StartEpoch adopts it), so the boundary costs about one batch.
+  auto run = MakeRun(current_.epoch + 1, 0, options_.max_inflight_bytes / 2);
+  if (run.ok()) next_ = std::move(run).ValueUnsafe();
 }
 
 arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
@@ -366,7 +425,6 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
     } else if (c.data != nullptr) {
       s.data = arrow::SliceBuffer(c.data, begin * c.row_bytes, (end - begin) * c.row_bytes);
     }
-    if (!c.lengths.empty()) s.lengths.assign(c.lengths.begin() + begin, c.lengths.begin() + end);
     out->columns.push_back(std::move(s));
   }
   return out;
@@ -423,11 +481,9 @@ std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std:
 arrow::Status Loader::TransformRows(const EpochPlan& plan,
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                                     int64_t unit_base, std::vector<RowRef>* rows,
-                                    std::vector<std::vector<SampleTensor>>* samples,
-                                    std::vector<std::vector<int64_t>>* lengths) {
+                                    std::vector<std::vector<SampleTensor>>* samples) {
   const auto& specs = dataset_->specs();
   samples->assign(specs.size(), {});
-  lengths->assign(specs.size(), {});
   std::vector<RowRef> kept;
   kept.reserve(rows->size());
   SampleContext ctx;
@@ -439,11 +495,10 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
     const Unit& u = plan.units()[r.unit];
     ctx.sample_index = dataset_->split_first_row(u.split) + u.row_begin + r.row;
     bool ok = true;
-    std::vector<std::pair<SampleTensor, int64_t>> outs;
+    std::vector<SampleTensor> outs;
     for (size_t c = 0; c < specs.size() && ok; ++c) {
-      if (!transforms_.transforms_column(static_cast<int>(c))) continue;
-      int64_t length = -1;
-      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, &length);
+      if (!transforms_.has_suffix(static_cast<int>(c))) continue;
+      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx);
       if (!s.ok()) {
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;
@@ -458,16 +513,13 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
                                  specs[c].name + "': " + s.status().message(),
                              s.status().detail());
       }
-      outs.emplace_back(std::move(s).ValueUnsafe(), length);
+      outs.push_back(std::move(s).ValueUnsafe());
     }
     if (!ok) continue;
     kept.push_back(r);
     size_t k = 0;
     for (size_t c = 0; c < specs.size(); ++c) {
-      if (!transforms_.transforms_column(static_cast<int>(c))) continue;
-      (*samples)[c].push_back(std::move(outs[k].first));
-      (*lengths)[c].push_back(outs[k].second);
-      ++k;
+      if (transforms_.has_suffix(static_cast<int>(c))) (*samples)[c].push_back(std::move(outs[k++]));
     }
   }
   *rows = std::move(kept);
@@ -504,12 +556,15 @@ LoaderStats Loader::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  std::shared_ptr<Pipeline> pipeline;
+  std::vector<std::shared_ptr<Pipeline>> pipelines;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipeline = pipeline_;
+    pipelines = {current_.pipeline, next_.pipeline};
   }
-  if (pipeline != nullptr) AddCounters(pipeline->counters(), &s);
+  for (const auto& p : pipelines) {
+    if (p != nullptr) AddCounters(p->counters(), &s);
+  }
+  s.epochs_started_ahead = epochs_started_ahead_.load();
   s.read_seconds = read_ns_.load() * 1e-9;
   s.decode_seconds = decode_ns_.load() * 1e-9;
   s.transform_seconds = transform_ns_.load() * 1e-9;

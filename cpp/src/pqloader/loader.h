@@ -88,6 +88,7 @@ struct LoaderStats {
   double assemble_seconds = 0;   ///< Gathering rows into batches.
   double unit_seconds = 0;       ///< Producing units: reading, decoding, caching, transforms.
   int64_t batches_by_consumer = 0;  ///< Batches Next() assembled on the caller's thread.
+  int64_t epochs_started_ahead = 0;  ///< Epochs begun while the previous one ended.
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
@@ -128,8 +129,11 @@ class Loader {
   int64_t num_rows() const { return first_plan_.num_rows(); }
 
   /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units
-  /// read only by earlier batches are never read. Stops any epoch in progress.
-  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
+  /// read only by earlier batches are never read. Stops any epoch in progress. With
+  /// `then_next_epoch`, the caller will read epoch + 1 from its first batch next: its
+  /// first row groups are read and decoded while this epoch ends (with half the memory
+  /// bound until it starts), so the boundary costs about one batch, not a fill.
+  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
   /// After an error, iteration of this epoch is over: the same error is returned again.
   /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
@@ -146,18 +150,30 @@ class Loader {
 
  private:
   using Pipeline = OrderedPipeline<DecodedUnit, Batch>;
-  // Requires mu_: detach the epoch in progress; the caller shuts it down.
-  std::shared_ptr<Pipeline> DetachLocked();
+  // The pipeline of one epoch and its read-ahead.
+  struct EpochRun {
+    int64_t epoch = 0;
+    std::shared_ptr<Pipeline> pipeline;
+    std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
+  };
+  // Make the run of batches first_batch... of `epoch`, holding at most `budget` bytes.
+  arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget);
+  // Requires mu_: move the runs in progress to `runs`, for ShutDown outside the lock.
+  void DetachLocked(std::vector<EpochRun>* runs);
+  // Shut `runs` down and add their counters to the stats.
+  void ShutDown(std::vector<EpochRun> runs);
+  // Start the next epoch's run once `pipeline` (the current one) has produced all units.
+  void MaybeStartNextEpoch(const Pipeline& pipeline);
   class PermutationCache;
 
   Loader() = default;
-  // Run the random (per-sample) transforms of a batch's rows; drop rows that failed
-  // under DecodeErrorPolicy::kSkip.
+  // Run the per-sample transforms (after the cache point) of a batch's rows; drop rows
+  // that failed under DecodeErrorPolicy::kSkip. Columns without such transforms get
+  // no samples: the gather reads their units directly.
   arrow::Status TransformRows(const EpochPlan& plan,
                               const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                               int64_t unit_base, std::vector<RowRef>* rows,
-                              std::vector<std::vector<SampleTensor>>* samples,
-                              std::vector<std::vector<int64_t>>* lengths);
+                              std::vector<std::vector<SampleTensor>>* samples);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
   // transforms.
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
@@ -180,16 +196,18 @@ class Loader {
   ReadOptions read_options_;
   TransformPlan transforms_;
   EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);
-  // Serialises StartEpoch/Stop and guards the epoch in progress; never held while
+  // Serialises StartEpoch/Stop and guards the epochs in progress; never held while
   // Next() waits, so Stop() can wake it.
   mutable std::mutex mu_;
-  std::shared_ptr<Pipeline> pipeline_;  // GUARDED_BY(mu_)
-  std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead_;  // GUARDED_BY(mu_)
+  EpochRun current_;              // GUARDED_BY(mu_)
+  EpochRun next_;                 // GUARDED_BY(mu_); started ahead for epoch + 1
+  bool then_next_epoch_ = false;  // GUARDED_BY(mu_)
   RecyclingPool* pool_ = RecyclingPool::Global();
   std::unique_ptr<PoolCacheReservation> pool_reservation_;
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, gather_ns_{0};
+  std::atomic<int64_t> epochs_started_ahead_{0};
   std::atomic<int64_t> bytes_read_{0};
   std::atomic<int64_t> bytes_decoded_{0};
   std::atomic<int64_t> skipped_rows_{0};

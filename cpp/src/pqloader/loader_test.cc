@@ -44,7 +44,46 @@ std::vector<int64_t> Epoch(Loader* loader, int64_t epoch, std::vector<int64_t>* 
   return ids;
 }
 
+// Every batch of `epoch` from a StartEpoch already made (ids in order).
+std::vector<int64_t> Drain(Loader* loader) {
+  std::vector<int64_t> ids;
+  while (true) {
+    auto r = loader->Next();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok() || *r == nullptr) break;
+    const auto* p = reinterpret_cast<const int64_t*>((*r)->columns[0].data->data());
+    ids.insert(ids.end(), p, p + (*r)->num_rows);
+  }
+  return ids;
+}
+
 }  // namespace
+
+TEST(Loader, TheNextEpochStartedAheadDeliversTheSameBatches) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.plan.batch_size = 3;
+  o.plan.shuffle = true;
+  o.plan.shuffle_window = 2;
+  o.plan.seed = 11;
+  o.num_workers = 3;
+  o.debug_max_delay_us = 200;
+  auto fresh = Loader::Make({dir}, o).ValueOrDie();
+  const auto e1 = Epoch(fresh.get(), 1);
+  const auto e2 = Epoch(fresh.get(), 2);
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  ASSERT_TRUE(loader->StartEpoch(0, 0, /*then_next_epoch=*/true).ok());
+  Drain(loader.get());
+  ASSERT_TRUE(loader->StartEpoch(1, 0, true).ok());  // adopts the run started ahead
+  EXPECT_EQ(loader->stats().epochs_started_ahead, 1);
+  EXPECT_EQ(Drain(loader.get()), e1);
+  // Started ahead for epoch 2, but the caller asks for epoch 2 from batch 4: a fresh run.
+  ASSERT_TRUE(loader->StartEpoch(2, 4).ok());
+  const auto tail = Drain(loader.get());
+  EXPECT_EQ(tail, std::vector<int64_t>(e2.begin() + 12, e2.end()));
+  EXPECT_EQ(loader->stats().epochs_started_ahead, 1);
+}
 
 TEST(Loader, ReadsEveryRowInNaturalOrder) {
   int64_t total;

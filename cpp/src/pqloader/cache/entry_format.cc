@@ -129,8 +129,6 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
     l.Shape(c.row_shape);
     l.Ref(c.data);
     l.Ref(c.offsets);
-    l.Ref(c.lengths.empty() ? nullptr
-                            : VectorBuffer(c.lengths.data(), c.lengths.size() * sizeof(int64_t)));
     l.meta.push_back(static_cast<int64_t>(c.samples.size()));
     for (const SampleTensor& s : c.samples) {
       l.meta.push_back(static_cast<int64_t>(s.dtype));
@@ -253,14 +251,6 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     ARROW_ASSIGN_OR_RAISE(c.row_shape, m.NextShape());
     ARROW_ASSIGN_OR_RAISE(c.data, m.NextRef(file));
     ARROW_ASSIGN_OR_RAISE(c.offsets, m.NextRef(file));
-    ARROW_ASSIGN_OR_RAISE(auto lengths, m.NextRef(file));
-    if (lengths != nullptr) {
-      if (lengths->size() != unit->num_rows * static_cast<int64_t>(sizeof(int64_t))) {
-        return arrow::Status::Invalid("bad lengths size");
-      }
-      c.lengths.resize(unit->num_rows);
-      if (unit->num_rows > 0) std::memcpy(c.lengths.data(), lengths->data(), lengths->size());
-    }
     if (c.offsets != nullptr) {
       if (c.offsets->size() != (unit->num_rows + 1) * 8 || c.data == nullptr) {
         return arrow::Status::Invalid("bad offsets size");

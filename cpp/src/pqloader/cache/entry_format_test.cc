@@ -43,7 +43,6 @@ std::shared_ptr<DecodedUnit> SampleUnit() {
     }
     samples.samples.push_back(s);
   }
-  samples.lengths = {4, -1, 2};
   u->columns = {fixed, var, samples};
   return u;
 }
@@ -91,7 +90,6 @@ TEST(CacheEntry, RoundTripsEveryColumnKind) {
   EXPECT_EQ(b.columns[2].samples[0].data->ToString(), std::string(16, '0'));
   EXPECT_EQ(b.columns[2].samples[1].data, nullptr);
   EXPECT_TRUE(b.columns[2].samples[2].channels_first);
-  EXPECT_EQ(b.columns[2].lengths, (std::vector<int64_t>{4, -1, 2}));
   // Buffers are views of the file's bytes, 64-byte aligned within it.
   const uint8_t* base = file->data();
   EXPECT_EQ((b.columns[0].data->data() - base) % 64, 0);

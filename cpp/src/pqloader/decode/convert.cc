@@ -394,6 +394,46 @@ arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64
   return arrow::Status::OK();
 }
 
+// A ragged list column whose Arrow buffers can be used as they are (one chunk, no
+// nulls, numeric values): its values buffer, and byte offsets computed from the list
+// offsets. Returns false when the layout does not allow it.
+template <typename ListT>
+bool RaggedAsIs(const ColumnSpec& spec, const arrow::Array& arr, arrow::MemoryPool* pool,
+                ColumnData* out) {
+  const auto& list = static_cast<const ListT&>(arr);
+  const int64_t n = list.length();
+  if (list.null_count() != 0) return false;
+  const int64_t first = n > 0 ? list.value_offset(0) : 0;
+  const int64_t last = n > 0 ? list.value_offset(n) : 0;
+  const arrow::Array* child = list.values().get();
+  int64_t begin = first, count = last - first, inner = 1;
+  while (child->type_id() == arrow::Type::FIXED_SIZE_LIST) {
+    if (child->null_count() != 0) return false;
+    const auto& fsl = static_cast<const arrow::FixedSizeListArray&>(*child);
+    const int64_t size = fsl.list_type()->list_size();
+    begin = (fsl.offset() + begin) * size;
+    count *= size;
+    inner *= size;
+    child = fsl.values().get();
+  }
+  DType t;
+  if (child->null_count() != 0 || !ElementType(*child->type(), &t) || t != spec.dtype ||
+      t == DType::kBool || child->data()->buffers.size() < 2 || child->data()->buffers[1] == nullptr) {
+    return false;
+  }
+  const int64_t elem = DTypeSize(t);
+  auto offsets = arrow::AllocateBuffer((n + 1) * static_cast<int64_t>(sizeof(int64_t)), pool);
+  if (!offsets.ok()) return false;
+  auto* off = reinterpret_cast<int64_t*>((*offsets)->mutable_data());
+  for (int64_t i = 0; i <= n; ++i) off[i] = (list.value_offset(i) - first) * inner * elem;
+  out->row_shape = spec.row_shape;
+  out->row_bytes = 0;
+  out->data = arrow::SliceBuffer(child->data()->buffers[1], (child->offset() + begin) * elem,
+                                 count * elem);
+  out->offsets = std::move(offsets).ValueUnsafe();
+  return true;
+}
+
 }  // namespace
 
 arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
@@ -450,6 +490,15 @@ arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::Chu
   TensorWriter writer(spec, fill, pool);
   writer.shape_ = spec.row_shape;
   writer.ragged_ = allow_ragged && !spec.row_shape.empty() && spec.row_shape[0] < 0;
+  if (writer.ragged_ && array.num_chunks() == 1) {
+    ColumnData out;
+    const arrow::Array& a = *array.chunk(0);
+    if ((a.type_id() == arrow::Type::LIST && RaggedAsIs<arrow::ListArray>(spec, a, pool, &out)) ||
+        (a.type_id() == arrow::Type::LARGE_LIST &&
+         RaggedAsIs<arrow::LargeListArray>(spec, a, pool, &out))) {
+      return out;
+    }
+  }
   if (writer.ragged_ || !writer.TryZeroCopy(array)) {
     for (const auto& chunk : array.chunks()) ARROW_RETURN_NOT_OK(writer.Append(*chunk, 0));
   }

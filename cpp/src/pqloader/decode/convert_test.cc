@@ -71,6 +71,40 @@ TEST(Convert, UniformListsBecomeTensorsAndRaggedListsAreRefused) {
   EXPECT_NE(r.status().message().find("different lengths"), std::string::npos);
 }
 
+TEST(Convert, RaggedListsForTransformsUseArrowsValuesAsTheyAre) {
+  for (const auto& type : {arrow::list(arrow::int32()), arrow::large_list(arrow::int32())}) {
+    auto chunked = FromJson(type, "[[9], [1,2,3], [], [4,5]]");
+    auto sliced = chunked->Slice(1, 3);  // a unit that starts mid row group
+    auto spec = SpecForField(*arrow::field("tok", type)).ValueOrDie();
+    auto c = ConvertColumn(spec, *sliced, {}, arrow::default_memory_pool(), /*allow_ragged=*/true)
+                 .ValueOrDie();
+    EXPECT_EQ(c.row_shape, (std::vector<int64_t>{-1}));
+    EXPECT_EQ(Values<int32_t>(c), (std::vector<int32_t>{1, 2, 3, 4, 5}));
+    ColumnData offsets_only;
+    offsets_only.data = c.offsets;
+    EXPECT_EQ(Values<int64_t>(offsets_only), (std::vector<int64_t>{0, 12, 12, 20}));
+    const auto& values = *chunked->chunk(0)->data()->child_data[0]->buffers[1];
+    EXPECT_EQ(c.data->data(), values.data() + sizeof(int32_t)) << "not zero-copy";
+  }
+  // Lists of fixed-size lists keep their inner shape; offsets count whole inner rows.
+  auto type = arrow::list(arrow::fixed_size_list(arrow::float32(), 2));
+  auto spec = SpecForField(*arrow::field("pts", type)).ValueOrDie();
+  auto c = ConvertColumn(spec, *FromJson(type, "[[[1,2],[3,4]], [[5,6]]]"), {},
+                         arrow::default_memory_pool(), true)
+               .ValueOrDie();
+  EXPECT_EQ(c.row_shape, (std::vector<int64_t>{-1, 2}));
+  EXPECT_EQ(Values<float>(c), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  ColumnData offsets_only;
+  offsets_only.data = c.offsets;
+  EXPECT_EQ(Values<int64_t>(offsets_only), (std::vector<int64_t>{0, 16, 24}));
+  // Null values cannot be used as they are: the copying path refuses them by name.
+  auto nulls = ConvertColumn(SpecForField(*arrow::field("tok", arrow::list(arrow::int32()))).ValueOrDie(),
+                             *FromJson(arrow::list(arrow::int32()), "[[1, null]]"), {},
+                             arrow::default_memory_pool(), true);
+  ASSERT_FALSE(nulls.ok());
+  EXPECT_NE(nulls.status().message().find("null"), std::string::npos);
+}
+
 TEST(Convert, NullsAreAnErrorUnlessFilled) {
   auto spec = SpecForField(*arrow::field("v", arrow::float64())).ValueOrDie();
   auto arr = FromJson(arrow::float64(), "[1.5, null, 3]");

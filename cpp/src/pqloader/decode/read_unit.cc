@@ -1,5 +1,6 @@
 #include "pqloader/decode/read_unit.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <arrow/chunked_array.h>
@@ -48,6 +49,43 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
   return out;
 }
 
+// Leaf (Parquet column) indices of a field of the Arrow schema.
+void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
+  if (f.column_index >= 0) out->push_back(f.column_index);
+  for (const auto& child : f.children) LeavesOf(child, out);
+}
+
+// Leaf values (repetition/definition levels) decoded at once, at most, for a list
+// column: reading a whole row group of a list column materialises two int16 levels
+// per value (8192 rows x 4096 uint8 values: 134 MB of levels for 32 MB of data).
+constexpr int64_t kNestedSliceValues = int64_t{1} << 20;
+
+// Read list column `field` of `split`'s row group in slices of rows, so that its
+// levels stay small; the result has one chunk per slice.
+arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
+                                 const Split& split, int field,
+                                 std::shared_ptr<arrow::ChunkedArray>* out) {
+  std::vector<int> leaves;
+  LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  int64_t values = 0;
+  auto rg = file.metadata->RowGroup(split.row_group);
+  for (int leaf : leaves) values = std::max(values, rg->ColumnChunk(leaf)->num_values());
+  const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.num_rows));
+  reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));
+  ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
+  arrow::ArrayVector chunks;
+  while (true) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
+    if (batch == nullptr) break;
+    if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
+    chunks.push_back(batch->column(0));
+  }
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(
+                                  std::move(chunks), reader->manifest().schema_fields[field].field->type()));
+  return arrow::Status::OK();
+}
+
 // A row group claiming more rows than this many per byte of its selected (uncompressed)
 // column chunks, plus kOneShotMinRows, is read in batches of kBoundedBatchRows rows, so
 // that a corrupt footer's count costs nothing until data backs it: reading a column in
@@ -58,11 +96,6 @@ constexpr int64_t kPlausibleRowsPerByte = 8;
 constexpr int64_t kOneShotMinRows = int64_t{1} << 16;
 constexpr int64_t kBoundedBatchRows = int64_t{1} << 16;
 
-void CollectLeaves(const parquet::arrow::SchemaField& field, std::vector<int>* out) {
-  if (field.column_index >= 0) out->push_back(field.column_index);
-  for (const auto& child : field.children) CollectLeaves(child, out);
-}
-
 // Read top-level field `field` of row group `row_group` in batches of kBoundedBatchRows,
 // stopping once more than `claimed_rows` rows arrived or the data ends.
 arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_group, int field,
@@ -70,7 +103,7 @@ arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_grou
                                 std::shared_ptr<arrow::ChunkedArray>* out) {
   const auto& schema_field = reader->manifest().schema_fields.at(field);
   std::vector<int> leaves;
-  CollectLeaves(schema_field, &leaves);
+  LeavesOf(schema_field, &leaves);
   reader->set_batch_size(kBoundedBatchRows);
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({row_group}, leaves));
   arrow::ArrayVector chunks;
@@ -166,7 +199,10 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     arrow::Status st;
     const int field = file.field_indices[file_column++];
     try {
-      if (split.num_rows <= kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
+      if (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) {
+        st = ReadNestedInSlices(reader, file, split, field, &chunked);
+      } else if (split.num_rows <=
+                 kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
         st = row_group->Column(field)->Read(&chunked);
       } else {
         st = ReadColumnBounded(reader, split.row_group, field, split.num_rows, &chunked);

@@ -180,6 +180,22 @@ class OrderedPipeline {
     return std::move(node.mapped().result).ValueUnsafe();
   }
 
+  /// Raise (or lower) the in-flight bound, e.g. when a run started ahead becomes the
+  /// current one.
+  void set_max_inflight_bytes(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      options_.max_inflight_bytes = bytes;
+    }
+    cv_.notify_all();
+  }
+
+  /// Whether every unit has been produced (what is left is batches).
+  bool all_units_done() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_unit_ >= end_unit_ && units_running_ == 0;
+  }
+
   PipelineCounters counters() const {
     std::lock_guard<std::mutex> lock(mu_);
     PipelineCounters c = counters_;
@@ -254,11 +270,13 @@ class OrderedPipeline {
     }
   }
 
+  // Test hook: sleep a random time, waking early if the pipeline stops.
   void MaybeDelay() {
     if (options_.debug_max_delay_us <= 0) return;
     thread_local std::mt19937_64 gen{std::random_device{}()};
     std::uniform_int_distribution<int64_t> dist(0, options_.debug_max_delay_us);
-    std::this_thread::sleep_for(std::chrono::microseconds(dist(gen)));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::microseconds(dist(gen)), [&] { return stop_; });
   }
 
   void AddInflight(int64_t bytes) {
@@ -317,6 +335,7 @@ class OrderedPipeline {
     const int64_t estimate = work_.unit_bytes ? work_.unit_bytes(u) : 0;
     AddInflight(reserved);
     units_[u].bytes = reserved;
+    ++units_running_;
     lock.unlock();
     MaybeDelay();
     UnitSlot slot;
@@ -334,6 +353,7 @@ class OrderedPipeline {
     counters_.unit_ns += ns;
     ++counters_.units_done;
     ++units_done_;
+    --units_running_;
     if (!slot.status.ok()) unit_failed_ = true;
     if (slot.status.ok() && estimate > 0) {
       ratio_ = std::max(ratio_, static_cast<double>(slot.bytes) / static_cast<double>(estimate));
@@ -378,6 +398,7 @@ class OrderedPipeline {
   int64_t consumed_ = 0;              // GUARDED_BY(mu_)
   int64_t inflight_bytes_ = 0;        // GUARDED_BY(mu_)
   int64_t units_done_ = 0;            // GUARDED_BY(mu_)
+  int64_t units_running_ = 0;         // GUARDED_BY(mu_)
   int64_t max_unit_bytes_ = 0;        // GUARDED_BY(mu_)
   double ratio_ = 1.0;                // GUARDED_BY(mu_); largest actual / estimated bytes
   std::vector<int32_t> refs_;         // GUARDED_BY(mu_); batches still to read unit u

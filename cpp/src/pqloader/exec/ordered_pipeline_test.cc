@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
 
 namespace pqloader {
 
@@ -86,18 +89,106 @@ TEST(OrderedPipeline, AFailedUnitFailsTheFirstBatchThatReadsItAndStops) {
   EXPECT_FALSE(p.Next().ok());  // sticky, no hang
 }
 
-TEST(OrderedPipeline, PrefetchIsBounded) {
+// Poll `pred` until it holds or `seconds` pass; return whether it held. (A wait for
+// progress with a deadline, not a sleep followed by a check.)
+template <typename Pred>
+bool Eventually(Pred pred, double seconds = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
+// Batch b reads unit b only; units are 100 bytes (and say so), batches 10.
+Pipeline::Work OneUnitPerBatch(int64_t batches, std::atomic<int64_t>* units_run) {
+  Pipeline::Work w = MakeWork(batches, units_run);
+  w.batch_units = [](int64_t b) { return std::make_pair(b, b + 1); };
+  w.unit_bytes = [](int64_t) { return int64_t{100}; };
+  return w;
+}
+
+TEST(OrderedPipeline, LooksAheadByBytesNotByBatches) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
-  o.num_threads = 4;
-  o.max_prefetch_batches = 2;
-  o.max_inflight_bytes = 1;  // only what the consumer needs now
-  Pipeline p(MakeWork(100, &runs), o, 0);
-  ASSERT_TRUE(p.Next().ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // Units of batch 0 and 1 (the prefetch horizon) at most, plus what batch 1 needs now.
-  EXPECT_LE(runs.load(), 4);
-  EXPECT_LE(p.counters().peak_inflight_bytes, 4 * 100 + 2 * 10);
+  o.num_threads = 3;
+  o.max_prefetch_batches = 1;
+  o.max_inflight_bytes = 1000;
+  Pipeline p(OneUnitPerBatch(100, &runs), o, 0);
+  ASSERT_TRUE(p.Next().ok());  // the consumer now holds batch 0 and asks for nothing
+  // Counted in batches (one ahead), two or three units would be decoded; by bytes, as
+  // many as fit in 1000: batch 1 (10 bytes) plus 9 units.
+  EXPECT_TRUE(Eventually([&] { return runs.load() >= 10; })) << runs.load();
+  const auto c = p.counters();
+  EXPECT_LE(c.inflight_bytes, 1000);
+  EXPECT_LE(c.peak_inflight_bytes, 1000 + 100 + 10);  // the floor: one unit, one batch
+  EXPECT_LE(runs.load(), 11);
+}
+
+TEST(OrderedPipeline, ConsumedBatchesGiveTheirBytesBack) {
+  std::atomic<int64_t> runs{0};
+  PipelineOptions o;
+  o.num_threads = 2;
+  o.max_inflight_bytes = 350;
+  Pipeline p(OneUnitPerBatch(200, &runs), o, 0);
+  for (int64_t b = 0; b < 200; ++b) {
+    auto r = p.Next();
+    ASSERT_TRUE(r.ok());
+    ASSERT_NE(*r, nullptr);
+    EXPECT_EQ(**r, (std::vector<int64_t>{b * 10}));
+  }
+  EXPECT_EQ(*p.Next(), nullptr);
+  EXPECT_EQ(p.counters().inflight_bytes, 0);  // a leak would show, and stall the look-ahead
+  EXPECT_LE(p.counters().peak_inflight_bytes, 350 + 100 + 10);
+  EXPECT_EQ(runs.load(), 200);
+}
+
+TEST(OrderedPipeline, ShutdownFromAnotherThreadWakesAWaitingNext) {
+  std::atomic<bool> release{false};
+  std::atomic<int64_t> runs{0};
+  Pipeline::Work w = MakeWork(4, &runs);
+  w.run_unit = [&](int64_t u, int64_t* bytes) -> arrow::Result<std::shared_ptr<const int64_t>> {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    *bytes = 1;
+    return std::make_shared<const int64_t>(u);
+  };
+  PipelineOptions o;
+  o.num_threads = 2;
+  Pipeline p(std::move(w), o, 0);
+  auto next = std::async(std::launch::async, [&] { return p.Next(); });
+  EXPECT_EQ(next.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  auto stopper = std::async(std::launch::async, [&] { p.Shutdown(); });
+  ASSERT_EQ(next.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "Next() did not wake on Shutdown()";
+  auto r = next.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsCancelled()) << r.status().ToString();
+  release = true;  // the running units finish; Shutdown joins the workers
+  stopper.get();
+}
+
+TEST(OrderedPipeline, NextWithATimeoutReturnsWhenNoBatchCame) {
+  std::atomic<bool> release{false};
+  std::atomic<int64_t> runs{0};
+  Pipeline::Work w = MakeWork(2, &runs);
+  w.run_unit = [&](int64_t u, int64_t* bytes) -> arrow::Result<std::shared_ptr<const int64_t>> {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    *bytes = 1;
+    return std::make_shared<const int64_t>(u * 10);
+  };
+  Pipeline p(std::move(w), PipelineOptions{}, 0);
+  bool timed_out = false;
+  auto r = p.Next(std::chrono::milliseconds(20), &timed_out);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, nullptr);
+  EXPECT_TRUE(timed_out);
+  release = true;
+  r = p.Next(std::chrono::seconds(10), &timed_out);  // the same batch, now ready
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(timed_out);
+  ASSERT_NE(*r, nullptr);
+  EXPECT_EQ(**r, (std::vector<int64_t>{0, 10}));
 }
 
 TEST(OrderedPipeline, ExceptionsInTasksBecomeErrors) {

@@ -32,6 +32,10 @@ enum class DType : uint8_t {
 int64_t DTypeSize(DType dtype);
 /// Return the NumPy name of `dtype`, e.g. "float32".
 const char* DTypeName(DType dtype);
+/// Read one element of `dtype` at `p` as a double.
+double LoadScalar(DType dtype, const uint8_t* p);
+/// Write `v` as one element of `dtype` at `p` (C casts: truncation toward zero).
+void StoreScalar(DType dtype, double v, uint8_t* p);
 /// Return a shape as Python writes it: "(a, b)", "(a,)", "()".
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
@@ -64,6 +68,12 @@ struct SampleTensor {
   std::shared_ptr<arrow::Buffer> data;
   /// Image layout: true once ToCHW ran (channels first), else channels last.
   bool channels_first = false;
+  /// Set by a DCT-scaled DecodeImage: the height and width of the image at full size
+  /// and the scale it was decoded at (e.g. 0.75). A following Resize sizes its output
+  /// by the full size and maps pixels by the exact scale (the decoder rounds the scaled
+  /// size up), so scaling changes neither the output shape nor the alignment. 0 otherwise.
+  int64_t full_height = 0, full_width = 0;
+  double decode_scale = 0;
 
   int64_t num_elements() const;
 };
@@ -83,8 +93,6 @@ struct ColumnData {
   /// Per-row samples made by deterministic transforms; when not empty, they replace
   /// the fields above.
   std::vector<SampleTensor> samples;
-  /// Per-row valid length recorded by PadOrTruncate when it ran before the cache point.
-  std::vector<int64_t> lengths;
 };
 
 /// Small fixed-size columns of a unit stored row by row (see WithRowMajor): row r of
@@ -144,6 +152,14 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
     const std::shared_ptr<const DecodedUnit>& unit, int64_t max_row_bytes,
     arrow::MemoryPool* pool);
 
+/// How a column's rows become a batch column, beyond being gathered as they are.
+struct ColumnCollate {
+  /// Pad (with `pad_value`) or truncate every row's first dimension to this length,
+  /// writing straight into the batch (PadOrTruncate). Default: 0, no padding.
+  int64_t pad_length = 0;
+  double pad_value = 0;
+};
+
 /// Gather `rows` (RowRef::unit indexes `units` after subtracting `unit_base`) into a
 /// new batch. A column c with `samples[c]` non-empty takes row i from samples[c][i]
 /// instead (the output of transforms); `samples` may be empty. Fails if one column's
@@ -153,10 +169,14 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
 /// comes from one run of consecutive rows of one unit (natural order), fixed-size
 /// columns are slices of the unit's buffers instead (no copy). Shuffled rows are
 /// gathered with a typed load/store per row for 1/2/4/8/16-byte rows.
+///
+/// A column with `collate[c].pad_length > 0` (collate may be empty: none) becomes
+/// [n, pad_length, inner...]; each row's valid length goes to (*lengths)[c].
 arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-    arrow::MemoryPool* pool);
+    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate = {},
+    std::vector<std::vector<int64_t>>* lengths = nullptr);
 
 }  // namespace pqloader

@@ -52,9 +52,11 @@ struct AxisWeights {
   int64_t stride = 0;
 };
 
-AxisWeights ComputeWeights(int64_t in_begin, int64_t in_len, int64_t in_size, int64_t out_size) {
+// `in_len` may be fractional: the exact extent of a DCT-scaled image, whose last pixel
+// is only partly inside the picture.
+AxisWeights ComputeWeights(double in_begin, double in_len, int64_t in_size, int64_t out_size) {
   AxisWeights a;
-  const double scale = static_cast<double>(in_len) / static_cast<double>(out_size);
+  const double scale = in_len / static_cast<double>(out_size);
   const double filter_scale = std::max(scale, 1.0);
   const double support = 1.0 * filter_scale;  // bilinear support is 1
   a.stride = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
@@ -85,37 +87,53 @@ AxisWeights ComputeWeights(int64_t in_begin, int64_t in_len, int64_t in_size, in
   return a;
 }
 
-// Resample the `box` of HWC `src` (row pitch src_w*c) to out_h × out_w: width first,
-// then height, as PIL does (torchvision's antialiased resize follows the same scheme).
-// Filter taps are clamped to the box, so this equals cropping first, then resizing.
+// The rows [y0, y1) of the horizontal pass that the vertical pass reads for output
+// rows [top, top + height).
+std::pair<int64_t, int64_t> RowsNeeded(const AxisWeights& wy, int64_t top, int64_t height) {
+  int64_t y0 = wy.first[top], y1 = y0;
+  for (int64_t j = top; j < top + height; ++j) {
+    y0 = std::min(y0, wy.first[j]);
+    y1 = std::max(y1, wy.first[j] + wy.count[j]);
+  }
+  return {y0, y1};
+}
+
+// Resample the `box` of HWC `src` (row pitch src_w*c) to out_h × out_w, and write the
+// window `win` of that output (all of it by default) to dst: width first, then height,
+// as PIL does (torchvision's antialiased resize follows the same scheme). Filter taps
+// are clamped to the box, so this equals cropping first, then resizing; each output
+// pixel depends only on its own position, so a window equals resizing, then cropping.
 // Float images accumulate in double.
-void ResampleFloat(const float* src, int64_t src_w, int64_t c, const CropBox& box, int64_t out_h,
-                   int64_t out_w, float* dst) {
-  const AxisWeights wx = ComputeWeights(0, box.width, box.width, out_w);
-  const AxisWeights wy = ComputeWeights(0, box.height, box.height, out_h);
-  std::vector<float> tmp(box.height * out_w * c);
-  for (int64_t y = 0; y < box.height; ++y) {
+void ResampleFloat(const float* src, int64_t src_w, int64_t c, const CropBox& box,
+                   double extent_h, double extent_w, int64_t out_h, int64_t out_w,
+                   const CropBox& win, float* dst) {
+  const AxisWeights wx = ComputeWeights(0, extent_w, box.width, out_w);
+  const AxisWeights wy = ComputeWeights(0, extent_h, box.height, out_h);
+  const auto [y0, y1] = RowsNeeded(wy, win.top, win.height);
+  const int64_t row_len = win.width * c;
+  std::vector<float> tmp((y1 - y0) * row_len);
+  for (int64_t y = y0; y < y1; ++y) {
     const float* row = src + ((box.top + y) * src_w + box.left) * c;
-    for (int64_t i = 0; i < out_w; ++i) {
+    for (int64_t i = win.left; i < win.left + win.width; ++i) {
       const double* w = &wx.weights[i * wx.stride];
       const float* px = row + wx.first[i] * c;
       for (int64_t ch = 0; ch < c; ++ch) {
         double acc = 0;
         for (int64_t k = 0; k < wx.count[i]; ++k) acc += w[k] * px[k * c + ch];
-        tmp[(y * out_w + i) * c + ch] = static_cast<float>(acc);
+        tmp[(y - y0) * row_len + (i - win.left) * c + ch] = static_cast<float>(acc);
       }
     }
   }
-  const int64_t row_len = out_w * c;
   std::vector<double> acc(row_len);
-  for (int64_t j = 0; j < out_h; ++j) {
+  for (int64_t j = win.top; j < win.top + win.height; ++j) {
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t k = 0; k < wy.count[j]; ++k) {
       const double w = wy.weights[j * wy.stride + k];
-      const float* r = &tmp[(wy.first[j] + k) * row_len];
+      const float* r = &tmp[(wy.first[j] + k - y0) * row_len];
       for (int64_t i = 0; i < row_len; ++i) acc[i] += w * r[i];
     }
-    for (int64_t i = 0; i < row_len; ++i) dst[j * row_len + i] = static_cast<float>(acc[i]);
+    float* out = dst + (j - win.top) * row_len;
+    for (int64_t i = 0; i < row_len; ++i) out[i] = static_cast<float>(acc[i]);
   }
 }
 
@@ -137,13 +155,36 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// The vector kernels of both passes, compiled for AVX2 too and picked at load time
+// (the baseline x86-64 target has no 32-bit vector multiply).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PQLOADER_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PQLOADER_VECTOR_CLONES
+#endif
+
+// acc[j] += src[j] * w for j < n.
+PQLOADER_VECTOR_CLONES void MulAdd(int32_t* acc, const uint8_t* src, int64_t n, int32_t w) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += src[j] * w;
+}
+
+// out[j] = Clip8(acc[j]) for j < n.
+PQLOADER_VECTOR_CLONES void ClipTo8(const int32_t* acc, int64_t n, uint8_t* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t v = acc[j] >> kPrecisionBits;
+    out[j] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+  }
+}
+
+// Rows [y0, y1) of the box, output columns [x0, x1), into tmp (row pitch (x1 - x0) * C).
 template <int C>
 void HorizontalPass(const uint8_t* src, int64_t src_w, const CropBox& box, const AxisWeights& wx,
-                    const std::vector<int32_t>& coef, int64_t out_w, uint8_t* tmp) {
-  for (int64_t y = 0; y < box.height; ++y) {
+                    const std::vector<int32_t>& coef, int64_t x0, int64_t x1, int64_t y0,
+                    int64_t y1, uint8_t* tmp) {
+  for (int64_t y = y0; y < y1; ++y) {
     const uint8_t* row = src + ((box.top + y) * src_w + box.left) * C;
-    uint8_t* out = tmp + y * out_w * C;
-    for (int64_t i = 0; i < out_w; ++i) {
+    uint8_t* out = tmp + (y - y0) * (x1 - x0) * C;
+    for (int64_t i = x0; i < x1; ++i, out += C) {
       const int32_t* w = &coef[i * wx.stride];
       const uint8_t* px = row + wx.first[i] * C;
       int32_t acc[C];
@@ -151,46 +192,117 @@ void HorizontalPass(const uint8_t* src, int64_t src_w, const CropBox& box, const
       for (int64_t k = 0; k < wx.count[i]; ++k) {
         for (int ch = 0; ch < C; ++ch) acc[ch] += px[k * C + ch] * w[k];
       }
-      for (int ch = 0; ch < C; ++ch) out[i * C + ch] = Clip8(acc[ch]);
+      for (int ch = 0; ch < C; ++ch) out[ch] = Clip8(acc[ch]);
     }
   }
 }
 
-void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box, int64_t out_h,
-                int64_t out_w, uint8_t* dst) {
-  const AxisWeights wx = ComputeWeights(0, box.width, box.width, out_w);
-  const AxisWeights wy = ComputeWeights(0, box.height, box.height, out_h);
-  const std::vector<int32_t> cx = FixedPoint(wx), cy = FixedPoint(wy);
-  std::vector<uint8_t> tmp(box.height * out_w * c);
+// Copy a `rows` x `cols` block of pixels of `c` bytes, from row pitch src_pitch to a
+// layout where pixel (r, k) goes to dst + k * dst_col_pitch + r * c (a transpose).
+template <int C>
+void TransposePixels(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                     uint8_t* dst, int64_t dst_col_pitch) {
+  constexpr int64_t kTile = 16;  // columns per pass: 16 output streams, one input stream
+  for (int64_t k0 = 0; k0 < cols; k0 += kTile) {
+    const int64_t k1 = std::min(cols, k0 + kTile);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* in = src + r * src_pitch + k0 * C;
+      for (int64_t k = k0; k < k1; ++k, in += C) {
+        std::memcpy(dst + k * dst_col_pitch + r * C, in, C);
+      }
+    }
+  }
+}
+
+// 3-byte pixels moved as 4-byte words where the extra byte is rewritten afterwards: in
+// dst, pixel (r, k)'s fourth byte is pixel (r + 1, k)'s first, written later (r grows
+// in the outer loop); the last pixel of a row and of a column move 3 bytes.
+void TransposePixels3(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                      uint8_t* dst, int64_t dst_col_pitch) {
+  constexpr int64_t kTile = 16;
+  for (int64_t k0 = 0; k0 < cols; k0 += kTile) {
+    const int64_t k1 = std::min(cols, k0 + kTile);
+    const int64_t k_wide = std::min(k1, cols - 1);  // columns [k0, k_wide) may read 4 bytes
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* in = src + r * src_pitch;
+      uint8_t* out = dst + r * 3;
+      if (r + 1 < rows) {
+        int64_t k = k0;
+        for (; k < k_wide; ++k) std::memcpy(out + k * dst_col_pitch, in + k * 3, 4);
+        for (; k < k1; ++k) std::memcpy(out + k * dst_col_pitch, in + k * 3, 3);
+      } else {
+        for (int64_t k = k0; k < k1; ++k) std::memcpy(out + k * dst_col_pitch, in + k * 3, 3);
+      }
+    }
+  }
+}
+
+void TransposePixels(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                     int64_t c, uint8_t* dst, int64_t dst_col_pitch) {
   switch (c) {
-    case 1: HorizontalPass<1>(src, src_w, box, wx, cx, out_w, tmp.data()); break;
-    case 3: HorizontalPass<3>(src, src_w, box, wx, cx, out_w, tmp.data()); break;
-    case 4: HorizontalPass<4>(src, src_w, box, wx, cx, out_w, tmp.data()); break;
+    case 1: return TransposePixels<1>(src, src_pitch, rows, cols, dst, dst_col_pitch);
+    case 3: return TransposePixels3(src, src_pitch, rows, cols, dst, dst_col_pitch);
+    case 4: return TransposePixels<4>(src, src_pitch, rows, cols, dst, dst_col_pitch);
     default:
-      for (int64_t y = 0; y < box.height; ++y) {
-        for (int64_t i = 0; i < out_w; ++i) {
-          for (int64_t ch = 0; ch < c; ++ch) {
-            int32_t acc = 1 << (kPrecisionBits - 1);
-            for (int64_t k = 0; k < wx.count[i]; ++k) {
-              acc += src[((box.top + y) * src_w + box.left + wx.first[i] + k) * c + ch] *
-                     cx[i * wx.stride + k];
-            }
-            tmp[(y * out_w + i) * c + ch] = Clip8(acc);
-          }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t k = 0; k < cols; ++k) {
+          std::memcpy(dst + k * dst_col_pitch + r * c, src + r * src_pitch + k * c,
+                      static_cast<size_t>(c));
         }
       }
   }
-  const int64_t row_len = out_w * c;
+}
+
+// The horizontal pass of rows [y0, y1) of the box for output columns [x0, x1), into tmp
+// (row pitch (x1 - x0) * c): the same integer sums as HorizontalPass, computed on the
+// transposed block so that each output column is a vector sum of whole input columns
+// (vectorised like the vertical pass) instead of a gather per pixel.
+void HorizontalPassTransposed(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box,
+                              const AxisWeights& wx, const std::vector<int32_t>& coef,
+                              int64_t x0, int64_t x1, int64_t y0, int64_t y1, uint8_t* tmp) {
+  int64_t c0 = wx.first[x0], c1 = c0;
+  for (int64_t i = x0; i < x1; ++i) {
+    c0 = std::min(c0, wx.first[i]);
+    c1 = std::max(c1, wx.first[i] + wx.count[i]);
+  }
+  const int64_t rows = y1 - y0, col_len = rows * c;
+  thread_local std::vector<uint8_t> in_t, out_t;
+  thread_local std::vector<int32_t> acc;
+  in_t.resize(static_cast<size_t>((c1 - c0) * col_len));
+  out_t.resize(static_cast<size_t>((x1 - x0) * col_len));
+  acc.resize(static_cast<size_t>(col_len));
+  TransposePixels(src + ((box.top + y0) * src_w + box.left + c0) * c, src_w * c, rows, c1 - c0, c,
+                  in_t.data(), col_len);
+  for (int64_t i = x0; i < x1; ++i) {
+    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+    for (int64_t k = 0; k < wx.count[i]; ++k) {
+      MulAdd(acc.data(), in_t.data() + (wx.first[i] + k - c0) * col_len, col_len,
+             coef[i * wx.stride + k]);
+    }
+    ClipTo8(acc.data(), col_len, out_t.data() + (i - x0) * col_len);
+  }
+  // Back to rows: output column i of row y is at out_t + (i - x0) * col_len + (y - y0) * c.
+  TransposePixels(out_t.data(), col_len, x1 - x0, rows, c, tmp, (x1 - x0) * c);
+}
+
+void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box,
+                double extent_h, double extent_w, int64_t out_h, int64_t out_w,
+                const CropBox& win, uint8_t* dst) {
+  const AxisWeights wx = ComputeWeights(0, extent_w, box.width, out_w);
+  const AxisWeights wy = ComputeWeights(0, extent_h, box.height, out_h);
+  const std::vector<int32_t> cx = FixedPoint(wx), cy = FixedPoint(wy);
+  const auto [y0, y1] = RowsNeeded(wy, win.top, win.height);
+  const int64_t x0 = win.left, x1 = win.left + win.width;
+  const int64_t row_len = win.width * c;
+  std::vector<uint8_t> tmp((y1 - y0) * row_len);
+  HorizontalPassTransposed(src, src_w, c, box, wx, cx, x0, x1, y0, y1, tmp.data());
   std::vector<int32_t> acc(row_len);
-  for (int64_t j = 0; j < out_h; ++j) {
+  for (int64_t j = win.top; j < win.top + win.height; ++j) {
     std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
     for (int64_t k = 0; k < wy.count[j]; ++k) {
-      const int32_t w = cy[j * wy.stride + k];
-      const uint8_t* r = &tmp[(wy.first[j] + k) * row_len];
-      for (int64_t i = 0; i < row_len; ++i) acc[i] += r[i] * w;  // vectorised
+      MulAdd(acc.data(), &tmp[(wy.first[j] + k - y0) * row_len], row_len, cy[j * wy.stride + k]);
     }
-    uint8_t* out = dst + j * row_len;
-    for (int64_t i = 0; i < row_len; ++i) out[i] = Clip8(acc[i]);
+    ClipTo8(acc.data(), row_len, dst + (j - win.top) * row_len);
   }
 }
 
@@ -237,21 +349,43 @@ class ResizeOp : public Op {
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
-    // torchvision: the shorter side becomes `size`, the longer keeps the aspect (truncated).
+    // torchvision: the shorter side becomes `size`, the longer keeps the aspect (truncated),
+    // of the full-size image when the decoder scaled it down.
+    const int64_t h = in.full_height > 0 ? in.full_height : d.h;
+    const int64_t w = in.full_width > 0 ? in.full_width : d.w;
     int64_t oh, ow;
-    if (d.w <= d.h) {
+    if (w <= h) {
       ow = size_;
-      oh = static_cast<int64_t>(static_cast<double>(size_) * d.h / d.w);
+      oh = static_cast<int64_t>(static_cast<double>(size_) * h / w);
     } else {
       oh = size_;
-      ow = static_cast<int64_t>(static_cast<double>(size_) * d.w / d.h);
+      ow = static_cast<int64_t>(static_cast<double>(size_) * w / h);
     }
     return ResizeImage(in, CropBox{0, 0, d.h, d.w}, oh, ow);
+  }
+
+  /// The output size of Apply for `in`: (height, width).
+  arrow::Result<std::pair<int64_t, int64_t>> OutputSize(const SampleTensor& in) const {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
+    const int64_t h = in.full_height > 0 ? in.full_height : d.h;
+    const int64_t w = in.full_width > 0 ? in.full_width : d.w;
+    if (w <= h) return std::make_pair(static_cast<int64_t>(static_cast<double>(size_) * h / w), size_);
+    return std::make_pair(size_, static_cast<int64_t>(static_cast<double>(size_) * w / h));
   }
 
  private:
   int64_t size_;
 };
+
+// The box CenterCrop takes of an h x w image (beyond the image where it is larger).
+CropBox CenterBox(int64_t crop_h, int64_t crop_w, int64_t h, int64_t w) {
+  CropBox box;
+  box.height = crop_h;
+  box.width = crop_w;
+  box.top = crop_h > h ? -((crop_h - h) / 2) : RoundHalfEven((h - crop_h) / 2.0);
+  box.left = crop_w > w ? -((crop_w - w) / 2) : RoundHalfEven((w - crop_w) / 2.0);
+  return box;
+}
 
 class CenterCropOp : public Op {
  public:
@@ -262,16 +396,39 @@ class CenterCropOp : public Op {
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "CenterCrop"));
-    CropBox box;
-    box.height = h_;
-    box.width = w_;
-    box.top = h_ > d.h ? -((h_ - d.h) / 2) : RoundHalfEven((d.h - h_) / 2.0);
-    box.left = w_ > d.w ? -((w_ - d.w) / 2) : RoundHalfEven((d.w - w_) / 2.0);
-    return Crop(in, d, box);
+    return Crop(in, d, CenterBox(h_, w_, d.h, d.w));
   }
+  int64_t height() const { return h_; }
+  int64_t width() const { return w_; }
 
  private:
   int64_t h_, w_;
+};
+
+// Resize directly followed by CenterCrop: only the pixels of the crop are computed
+// (the same values; each output pixel of a resize depends only on its position).
+class ResizeCenterCropOp : public Op {
+ public:
+  ResizeCenterCropOp(std::shared_ptr<const ResizeOp> resize, std::shared_ptr<const CenterCropOp> crop)
+      : resize_(std::move(resize)), crop_(std::move(crop)) {}
+  // The two ops' texts, so fingerprints (states, cache keys) equal the unfused ones'.
+  std::string ToString() const override { return resize_->ToString() + ";" + crop_->ToString(); }
+  int64_t size() const { return resize_->size(); }
+  arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext& ctx,
+                                    int op_index) const override {
+    ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
+    ARROW_ASSIGN_OR_RAISE(auto size, resize_->OutputSize(in));
+    const CropBox win = CenterBox(crop_->height(), crop_->width(), size.first, size.second);
+    if (win.top < 0 || win.left < 0) {  // the crop pads: resize, then crop
+      ARROW_ASSIGN_OR_RAISE(auto resized, resize_->Apply(in, ctx, op_index));
+      return crop_->Apply(resized, ctx, op_index);
+    }
+    return ResizeImage(in, CropBox{0, 0, d.h, d.w}, size.first, size.second, &win);
+  }
+
+ private:
+  std::shared_ptr<const ResizeOp> resize_;
+  std::shared_ptr<const CenterCropOp> crop_;
 };
 
 class RandomResizedCropOp : public Op {
@@ -329,49 +486,18 @@ class RandomHorizontalFlipOp : public Op {
   double p_;
 };
 
-template <typename T>
-double Load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return static_cast<double>(v);
-}
-
-double LoadAny(DType t, const uint8_t* p) {
-  switch (t) {
-    case DType::kBool: case DType::kUInt8: return Load<uint8_t>(p);
-    case DType::kInt8: return Load<int8_t>(p);
-    case DType::kInt16: return Load<int16_t>(p);
-    case DType::kUInt16: return Load<uint16_t>(p);
-    case DType::kInt32: return Load<int32_t>(p);
-    case DType::kUInt32: return Load<uint32_t>(p);
-    case DType::kInt64: return Load<int64_t>(p);
-    case DType::kUInt64: return Load<uint64_t>(p);
-    case DType::kFloat16: {
-      uint16_t bits;
-      std::memcpy(&bits, p, 2);
-      return arrow::util::Float16::FromBits(bits).ToDouble();
-    }
-    case DType::kFloat32: return Load<float>(p);
-    case DType::kFloat64: return Load<double>(p);
-  }
-  return 0;
-}
-
-void StoreAny(DType t, double v, uint8_t* p) {
-  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
-  switch (t) {
-    case DType::kBool: put(static_cast<uint8_t>(v != 0)); break;
-    case DType::kUInt8: put(static_cast<uint8_t>(v)); break;
-    case DType::kInt8: put(static_cast<int8_t>(v)); break;
-    case DType::kInt16: put(static_cast<int16_t>(v)); break;
-    case DType::kUInt16: put(static_cast<uint16_t>(v)); break;
-    case DType::kInt32: put(static_cast<int32_t>(v)); break;
-    case DType::kUInt32: put(static_cast<uint32_t>(v)); break;
-    case DType::kInt64: put(static_cast<int64_t>(v)); break;
-    case DType::kUInt64: put(static_cast<uint64_t>(v)); break;
-    case DType::kFloat16: put(arrow::util::Float16::FromDouble(v).bits()); break;
-    case DType::kFloat32: put(static_cast<float>(v)); break;
-    case DType::kFloat64: put(v); break;
+// uint8 HWC with 3 channels to float planes: dst[c * plane + p] = src[3p + c] * mul[c] +
+// add[c] (the same float operations as the general loop).
+PQLOADER_VECTOR_CLONES void NormalizeHwc3ToChw(const uint8_t* src, int64_t plane,
+                                               const float* mul, const float* add, float* dst) {
+  const float m0 = mul[0], m1 = mul[1], m2 = mul[2], a0 = add[0], a1 = add[1], a2 = add[2];
+  float* d0 = dst;
+  float* d1 = dst + plane;
+  float* d2 = dst + 2 * plane;
+  for (int64_t p = 0; p < plane; ++p) {
+    d0[p] = static_cast<float>(src[3 * p]) * m0 + a0;
+    d1[p] = static_cast<float>(src[3 * p + 1]) * m1 + a1;
+    d2[p] = static_cast<float>(src[3 * p + 2]) * m2 + a2;
   }
 }
 
@@ -413,12 +539,16 @@ class NormalizeOp : public Op {
       mul[c] = static_cast<float>(scale / std_[k]);
       add[c] = static_cast<float>(-mean_[k] / std_[k]);
     }
+    if (in.dtype == DType::kUInt8 && !in.channels_first && chw_out && d.c == 3) {
+      NormalizeHwc3ToChw(src, plane, mul.data(), add.data(), dst);
+      return out;
+    }
     for (int64_t p = 0; p < plane; ++p) {
       for (int64_t c = 0; c < d.c; ++c) {
         const int64_t i = in.channels_first ? c * plane + p : p * d.c + c;
         const int64_t o = chw_out ? c * plane + p : i;
         const float v = in.dtype == DType::kUInt8 ? static_cast<float>(src[i])
-                                                  : static_cast<float>(LoadAny(in.dtype, src + i * elem));
+                                                  : static_cast<float>(LoadScalar(in.dtype, src + i * elem));
         dst[o] = v * mul[c] + add[c];
       }
     }
@@ -472,7 +602,7 @@ class CastOp : public Op {
     const int64_t n = in.num_elements();
     const int64_t ei = DTypeSize(in.dtype), eo = DTypeSize(to_);
     for (int64_t i = 0; i < n; ++i) {
-      StoreAny(to_, LoadAny(in.dtype, in.data->data() + i * ei), out.data->mutable_data() + i * eo);
+      StoreScalar(to_, LoadScalar(in.dtype, in.data->data() + i * ei), out.data->mutable_data() + i * eo);
     }
     return out;
   }
@@ -484,6 +614,8 @@ class CastOp : public Op {
 class PadOrTruncateOp : public Op {
  public:
   PadOrTruncateOp(int64_t length, double pad) : length_(length), pad_(pad) {}
+  int64_t length() const { return length_; }
+  double pad() const { return pad_; }
   std::string ToString() const override {
     std::ostringstream out;
     out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_ << ")";
@@ -503,7 +635,7 @@ class PadOrTruncateOp : public Op {
     const int64_t keep = std::min(in.shape[0], length_);
     uint8_t* dst = out.data->mutable_data();
     if (keep > 0) std::memcpy(dst, in.data->data(), keep * inner * elem);
-    for (int64_t i = keep * inner; i < length_ * inner; ++i) StoreAny(in.dtype, pad_, dst + i * elem);
+    for (int64_t i = keep * inner; i < length_ * inner; ++i) StoreScalar(in.dtype, pad_, dst + i * elem);
     return out;
   }
 
@@ -557,7 +689,7 @@ CropBox RandomResizedCropParams(int64_t height, int64_t width, double scale_lo, 
 }
 
 arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& box, int64_t out_h,
-                                        int64_t out_w) {
+                                        int64_t out_w, const CropBox* window) {
   ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
   if (out_h <= 0 || out_w <= 0) return arrow::Status::Invalid("cannot resize to an empty image");
   if (in.channels_first) {
@@ -567,12 +699,27 @@ arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& b
     return arrow::Status::Invalid("Resize supports uint8 and float32 images, got ",
                                   DTypeName(in.dtype));
   }
-  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(in.dtype, ImageShape(in, out_h, out_w, d.c)));
+  const CropBox win = window != nullptr ? *window : CropBox{0, 0, out_h, out_w};
+  if (win.top < 0 || win.left < 0 || win.height <= 0 || win.width <= 0 ||
+      win.top + win.height > out_h || win.left + win.width > out_w) {
+    return arrow::Status::Invalid("resize window outside the resized image");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto out,
+                        AllocateSample(in.dtype, ImageShape(in, win.height, win.width, d.c)));
+  // A whole DCT-scaled image spans full size x scale pixels, a little less than its
+  // rounded-up pixel count.
+  const bool whole = box.top == 0 && box.left == 0 && box.height == d.h && box.width == d.w;
+  double extent_h = static_cast<double>(box.height), extent_w = static_cast<double>(box.width);
+  if (whole && in.decode_scale > 0) {
+    extent_h = std::min(extent_h, static_cast<double>(in.full_height) * in.decode_scale);
+    extent_w = std::min(extent_w, static_cast<double>(in.full_width) * in.decode_scale);
+  }
   if (in.dtype == DType::kUInt8) {
-    ResampleU8(in.data->data(), d.w, d.c, box, out_h, out_w, out.data->mutable_data());
+    ResampleU8(in.data->data(), d.w, d.c, box, extent_h, extent_w, out_h, out_w, win,
+               out.data->mutable_data());
   } else {
-    ResampleFloat(reinterpret_cast<const float*>(in.data->data()), d.w, d.c, box, out_h, out_w,
-                  reinterpret_cast<float*>(out.data->mutable_data()));
+    ResampleFloat(reinterpret_cast<const float*>(in.data->data()), d.w, d.c, box, extent_h,
+                  extent_w, out_h, out_w, win, reinterpret_cast<float*>(out.data->mutable_data()));
   }
   return out;
 }
@@ -640,11 +787,26 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
 
 // Used by the pipeline to let DecodeImage scale large JPEGs down when a Resize follows.
 int64_t ResizeTarget(const Op& op) {
-  auto* r = dynamic_cast<const ResizeOp*>(&op);
-  return r == nullptr ? 0 : r->size();
+  if (auto* r = dynamic_cast<const ResizeOp*>(&op)) return r->size();
+  if (auto* r = dynamic_cast<const ResizeCenterCropOp*>(&op)) return r->size();
+  return 0;
 }
 
-bool IsPadOrTruncate(const Op& op) { return dynamic_cast<const PadOrTruncateOp*>(&op) != nullptr; }
+std::shared_ptr<const Op> FuseResizeCenterCrop(const std::shared_ptr<const Op>& resize,
+                                               const std::shared_ptr<const Op>& next) {
+  auto r = std::dynamic_pointer_cast<const ResizeOp>(resize);
+  auto c = std::dynamic_pointer_cast<const CenterCropOp>(next);
+  if (r == nullptr || c == nullptr) return nullptr;
+  return std::make_shared<ResizeCenterCropOp>(std::move(r), std::move(c));
+}
+
+bool PadOrTruncateParams(const Op& op, ColumnCollate* collate) {
+  const auto* pad = dynamic_cast<const PadOrTruncateOp*>(&op);
+  if (pad == nullptr) return false;
+  collate->pad_length = pad->length();
+  collate->pad_value = pad->pad();
+  return true;
+}
 
 // Used by the pipeline to fuse Normalize + ToCHW into one pass.
 std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next) {

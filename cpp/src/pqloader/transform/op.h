@@ -68,8 +68,10 @@ struct CropBox {
 CropBox RandomResizedCropParams(int64_t height, int64_t width, double scale_lo, double scale_hi,
                                 double ratio_lo, double ratio_hi, CounterRng* rng);
 /// Resize an HWC uint8 or float32 image to (out_h, out_w), bilinear with antialias
-/// (PIL / torchvision semantics), after cropping to `box`.
+/// (PIL / torchvision semantics), after cropping to `box`; return only the `window` of
+/// the result (in its coordinates) when given: the same pixels, computed for the window.
 arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& box,
-                                        int64_t out_h, int64_t out_w);
+                                        int64_t out_h, int64_t out_w,
+                                        const CropBox* window = nullptr);
 
 }  // namespace pqloader

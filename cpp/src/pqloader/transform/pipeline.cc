@@ -5,10 +5,13 @@
 namespace pqloader {
 
 int64_t ResizeTarget(const Op& op);  // image_ops.cc
-bool IsPadOrTruncate(const Op& op);  // image_ops.cc
+// image_ops.cc: whether `op` is PadOrTruncate, and then its parameters.
+bool PadOrTruncateParams(const Op& op, ColumnCollate* collate);
 // image_decode.cc: a DecodeImage that may DCT-scale to `min_short_side`, or nullptr.
 std::shared_ptr<const Op> WithMinShortSide(const Op& op, int64_t min_short_side);
 std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next);  // image_ops.cc
+std::shared_ptr<const Op> FuseResizeCenterCrop(const std::shared_ptr<const Op>& resize,
+                                               const std::shared_ptr<const Op>& next);
 
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
   if (!data.samples.empty()) return data.samples[row];
@@ -38,7 +41,7 @@ SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t r
 arrow::Result<TransformPlan> TransformPlan::Make(
     const std::vector<ColumnSpec>& specs,
     const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
-    DecodeErrorPolicy policy) {
+    DecodeErrorPolicy policy, bool cache_point) {
   TransformPlan plan;
   plan.policy_ = policy;
   for (const auto& [name, ops] : transforms) {
@@ -53,30 +56,45 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     if (ops.empty()) continue;
     Column c;
     // Normalize directly followed by ToCHW becomes one op writing channels-first (same
-    // values, one pass over the image instead of two).
+    // values, one pass over the image instead of two); Resize directly followed by
+    // CenterCrop computes only the cropped pixels.
     for (size_t i = 0; i < ops.size(); ++i) {
-      auto fused = i + 1 < ops.size() ? FuseNormalizeToCHW(*ops[i], *ops[i + 1]) : nullptr;
+      std::shared_ptr<const Op> fused;
+      if (i + 1 < ops.size()) {
+        fused = FuseNormalizeToCHW(*ops[i], *ops[i + 1]);
+        if (!fused) fused = FuseResizeCenterCrop(ops[i], ops[i + 1]);
+      }
       c.ops.push_back(fused ? fused : ops[i]);
       c.positions.push_back(static_cast<int>(i));  // random draws keep the user's numbering
       if (fused) ++i;
     }
-    c.first_random = c.ops.size();
+    // A final PadOrTruncate is the column's collate step (done during the gather).
+    ColumnCollate collate;
     for (size_t i = 0; i < c.ops.size(); ++i) {
-      if (c.ops[i]->is_random() && c.first_random == c.ops.size()) c.first_random = i;
-      if (IsPadOrTruncate(*c.ops[i])) {
-        if (c.pad_index >= 0) {
-          return arrow::Status::Invalid("column '", name, "' has more than one PadOrTruncate");
-        }
-        c.pad_index = static_cast<int>(i);
+      if (!PadOrTruncateParams(*c.ops[i], &collate)) continue;
+      if (i + 1 != c.ops.size()) {
+        return arrow::Status::Invalid("column '", name,
+                                      "': PadOrTruncate must be the last op of its column (it "
+                                      "lays out the batch); move the ops after it before it");
       }
+      c.collate = c.ops[i]->ToString();
+      c.ops.pop_back();
+      c.positions.pop_back();
+      plan.collate_.resize(specs.size());
+      plan.collate_[col] = collate;
     }
-    // Let DecodeImage shrink large JPEGs (DCT scaling) when a Resize follows directly:
-    // decoding to at least twice the target keeps the result within tolerance of a
-    // full-size decode followed by the same Resize.
+    c.first_random = cache_point ? c.ops.size() : 0;
+    for (size_t i = 0; i < c.first_random; ++i) {
+      if (c.ops[i]->is_random()) c.first_random = i;
+    }
+    // Let DecodeImage shrink JPEGs (DCT scaling) when a Resize follows directly: to the
+    // smallest scale whose shorter side still reaches the target (as PIL's draft mode),
+    // which keeps the result within the documented tolerance of a full-size decode
+    // followed by the same Resize (docs/design.md, "Transforms").
     for (size_t i = 0; i + 1 < c.ops.size(); ++i) {
       const int64_t target = ResizeTarget(*c.ops[i + 1]);
       if (target <= 0) continue;
-      if (auto scaled = WithMinShortSide(*c.ops[i], 2 * target)) c.ops[i] = scaled;
+      if (auto scaled = WithMinShortSide(*c.ops[i], target)) c.ops[i] = scaled;
     }
     plan.columns_[col] = std::move(c);
   }
@@ -90,7 +108,7 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     }
     plan.output_specs_.push_back(spec);
     plan.output_sources_.emplace_back(static_cast<int>(i), false);
-    if (it != plan.columns_.end() && it->second.pad_index >= 0) {
+    if (it != plan.columns_.end() && !it->second.collate.empty()) {
       ColumnSpec len;
       len.name = spec.name + "_length";
       len.kind = ColumnKind::kTensor;
@@ -108,7 +126,7 @@ std::string TransformPlan::Fingerprint() const {
   for (const auto& [col, c] : columns_) {
     out += std::to_string(col) + ":";
     for (const auto& op : c.ops) out += op->ToString() + ";";
-    out += "|";
+    out += c.collate + "|";
   }
   return out;
 }
@@ -124,16 +142,12 @@ std::string TransformPlan::PrefixFingerprint() const {
 }
 
 arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin, size_t end,
-                                                  SampleTensor s, const SampleContext& ctx,
-                                                  int64_t* length) const {
+                                                  SampleTensor s, const SampleContext& ctx) const {
   for (size_t i = begin; i < end; ++i) {
     auto r = c.ops[i]->Apply(s, ctx, c.positions[i]);
     if (!r.ok()) {
       return arrow::Status(r.status().code(), c.ops[i]->ToString() + ": " + r.status().message(),
                            r.status().detail());
-    }
-    if (static_cast<int>(i) == c.pad_index) {
-      *length = std::min(s.shape.empty() ? 0 : s.shape[0], r->shape.empty() ? 0 : r->shape[0]);
     }
     s = std::move(r).ValueUnsafe();
   }
@@ -142,12 +156,14 @@ arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin,
 
 arrow::Result<SampleTensor> TransformPlan::ApplySuffix(int col, const ColumnSpec& spec,
                                                        const DecodedUnit& unit, int64_t row,
-                                                       const SampleContext& ctx,
-                                                       int64_t* length) const {
+                                                       const SampleContext& ctx) const {
   const Column& c = columns_.at(col);
-  const ColumnData& data = unit.columns[col];
-  *length = data.lengths.empty() ? -1 : data.lengths[row];
-  return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, data, row), ctx, length);
+  return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit.columns[col], row), ctx);
+}
+
+bool TransformPlan::has_suffix(int col) const {
+  auto it = columns_.find(col);
+  return it != columns_.end() && it->second.first_random < it->second.ops.size();
 }
 
 }  // namespace pqloader

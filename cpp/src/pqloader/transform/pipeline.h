@@ -3,7 +3,9 @@
 // Each column's ops are split at the first random op: the deterministic prefix runs
 // once per unit in ReadUnit's worker task (its output is what a cache would keep), the
 // suffix runs per sample while a batch is assembled, keyed by (seed, epoch, global
-// sample index, op position). Thread-safety: immutable after Make(); Apply* may run
+// sample index, op position). A final PadOrTruncate is not an op of either: it is the
+// column's collate step, done while the batch is gathered (straight into the batch,
+// no per-sample buffer). Thread-safety: immutable after Make(); Apply* may run
 // concurrently.
 #pragma once
 
@@ -26,15 +28,18 @@ enum class DecodeErrorPolicy {
 class TransformPlan {
  public:
   /// Build the plan for columns `specs` from per-column op lists (column name → ops).
+  /// Without a `cache_point` (no cache to fill), every op runs per sample while its
+  /// batch is assembled: nothing is held per unit that a cache would not keep, and each
+  /// sample goes from decode to batch while it is in the CPU caches.
   static arrow::Result<TransformPlan> Make(
       const std::vector<ColumnSpec>& specs,
       const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
-      DecodeErrorPolicy policy);
+      DecodeErrorPolicy policy, bool cache_point = true);
 
   bool empty() const { return columns_.empty(); }
   DecodeErrorPolicy policy() const { return policy_; }
   /// Output columns: the input specs (transformed ones become tensors), each followed by
-  /// "<name>_length" (int64) when its pipeline has PadOrTruncate.
+  /// "<name>_length" (int64) when its pipeline ends in PadOrTruncate.
   const std::vector<ColumnSpec>& output_specs() const { return output_specs_; }
   /// For each output column: the input column it comes from, and whether it is a length.
   const std::vector<std::pair<int, bool>>& output_sources() const { return output_sources_; }
@@ -49,27 +54,31 @@ class TransformPlan {
   arrow::Status ApplyPrefix(DecodedUnit* unit, const std::vector<ColumnSpec>& specs,
                             WhereFn&& where) const;
 
-  /// Run the suffixes of column `col` on one row and return its output sample and, if
-  /// the pipeline pads, its valid length (else -1).
+  /// Run the suffix of column `col` on one row and return its output sample.
   arrow::Result<SampleTensor> ApplySuffix(int col, const ColumnSpec& spec,
                                           const DecodedUnit& unit, int64_t row,
-                                          const SampleContext& ctx, int64_t* length) const;
+                                          const SampleContext& ctx) const;
 
-  /// Whether column `col` (input index) has transforms.
+  /// Whether column `col` (input index) has transforms (ops or a collate step).
   bool transforms_column(int col) const { return columns_.count(col) > 0; }
+  /// Whether column `col` has ops after the cache point (run per sample).
+  bool has_suffix(int col) const;
+  /// How each input column is collated (pad_length 0: gathered as it is).
+  const std::vector<ColumnCollate>& collate() const { return collate_; }
 
  private:
   struct Column {
     std::vector<std::shared_ptr<const Op>> ops;
     std::vector<int> positions;  // each op's index in the user's list (RNG key)
     size_t first_random = 0;  // ops [0, first_random) run before the cache point
-    int pad_index = -1;       // position of PadOrTruncate, if any
+    std::string collate;      // the final PadOrTruncate's text, if any
   };
 
   arrow::Result<SampleTensor> RunOps(const Column& c, size_t begin, size_t end, SampleTensor s,
-                                     const SampleContext& ctx, int64_t* length) const;
+                                     const SampleContext& ctx) const;
 
   std::map<int, Column> columns_;
+  std::vector<ColumnCollate> collate_;
   DecodeErrorPolicy policy_ = DecodeErrorPolicy::kRaise;
   std::vector<ColumnSpec> output_specs_;
   std::vector<std::pair<int, bool>> output_sources_;
@@ -86,15 +95,9 @@ arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<Co
     if (c.first_random == 0) continue;
     ColumnData& data = unit->columns[col];
     std::vector<SampleTensor> out(unit->num_rows);
-    std::vector<int64_t> lengths;
-    if (c.pad_index >= 0 && static_cast<size_t>(c.pad_index) < c.first_random) {
-      lengths.assign(unit->num_rows, -1);
-    }
     for (int64_t r = 0; r < unit->num_rows; ++r) {
       if (!unit->row_ok.empty() && !unit->row_ok[r]) continue;
-      int64_t length = -1;
-      auto result = RunOps(c, 0, c.first_random, RowSample(specs[col], data, r), no_randomness,
-                           &length);
+      auto result = RunOps(c, 0, c.first_random, RowSample(specs[col], data, r), no_randomness);
       if (!result.ok()) {
         if (policy_ == DecodeErrorPolicy::kSkip) {
           if (unit->row_ok.empty()) unit->row_ok.assign(unit->num_rows, 1);
@@ -108,10 +111,8 @@ arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<Co
                              result.status().detail());
       }
       out[r] = std::move(result).ValueUnsafe();
-      if (!lengths.empty()) lengths[r] = length;
     }
     data.samples = std::move(out);
-    data.lengths = std::move(lengths);
     // The encoded input is no longer needed.
     data.data.reset();
     data.offsets.reset();

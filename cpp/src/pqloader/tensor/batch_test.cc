@@ -1,0 +1,150 @@
+#include "pqloader/tensor/batch.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+
+namespace pqloader {
+
+namespace {
+
+// A unit whose column c holds rows of `widths[c]` bytes; byte j of row r of column c
+// is a function of (unit, row, column, j), so any misplaced byte shows.
+uint8_t ByteOf(int unit, int64_t row, size_t col, int64_t j) {
+  return static_cast<uint8_t>(unit * 97 + row * 31 + col * 7 + j);
+}
+
+std::shared_ptr<const DecodedUnit> MakeUnit(int unit, int64_t rows, const std::vector<int64_t>& widths) {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = rows;
+  for (size_t c = 0; c < widths.size(); ++c) {
+    ColumnData d;
+    d.row_bytes = widths[c];
+    d.row_shape = {widths[c]};
+    std::string bytes(rows * widths[c], '\0');
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < widths[c]; ++j) bytes[r * widths[c] + j] = ByteOf(unit, r, c, j);
+    }
+    d.data = arrow::Buffer::FromString(bytes);
+    u->columns.push_back(d);
+  }
+  return u;
+}
+
+std::vector<ColumnSpec> Specs(const std::vector<int64_t>& widths) {
+  std::vector<ColumnSpec> specs;
+  for (int64_t w : widths) {
+    ColumnSpec s;
+    s.dtype = DType::kUInt8;
+    s.row_shape = {w};
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+void ExpectRows(const Batch& batch, const std::vector<RowRef>& rows,
+                const std::vector<int64_t>& widths, int64_t unit_base) {
+  ASSERT_EQ(batch.num_rows, static_cast<int64_t>(rows.size()));
+  for (size_t c = 0; c < widths.size(); ++c) {
+    const uint8_t* p = batch.columns[c].data->data();
+    ASSERT_EQ(batch.columns[c].data->size(), static_cast<int64_t>(rows.size()) * widths[c]);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (int64_t j = 0; j < widths[c]; ++j) {
+        ASSERT_EQ(p[i * widths[c] + j],
+                  ByteOf(static_cast<int>(rows[i].unit - unit_base), rows[i].row, c, j))
+            << "column " << c << " row " << i;
+      }
+    }
+  }
+}
+
+const std::vector<int64_t> kWidths = {1, 2, 4, 8, 16, 12, 40, 100};
+
+}  // namespace
+
+TEST(AssembleBatch, EveryGatherPathPutsEveryByteInPlace) {
+  // Shuffled rows of three units (typed gathers per width, memcpy per row for others),
+  // natural order across a unit boundary (a memcpy per run), and the same from
+  // row-major units.
+  std::vector<std::shared_ptr<const DecodedUnit>> units, row_major;
+  for (int u = 0; u < 3; ++u) {
+    units.push_back(MakeUnit(u, 50, kWidths));
+    row_major.push_back(WithRowMajor(units.back(), 64, arrow::default_memory_pool()).ValueOrDie());
+    ASSERT_NE(row_major.back()->row_major, nullptr);
+  }
+  std::vector<RowRef> shuffled;
+  for (int64_t u = 0; u < 3; ++u) {
+    for (int64_t r = 0; r < 50; ++r) shuffled.push_back(RowRef{10 + u, r});
+  }
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(3));
+  shuffled.resize(64);
+  std::vector<RowRef> natural;
+  for (int64_t r = 30; r < 50; ++r) natural.push_back(RowRef{10, r});
+  for (int64_t r = 0; r < 20; ++r) natural.push_back(RowRef{11, r});
+  for (const auto* us : {&units, &row_major}) {
+    for (const auto* rows : {&shuffled, &natural}) {
+      auto b = AssembleBatch(Specs(kWidths), *us, 10, *rows, {}, arrow::default_memory_pool());
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ExpectRows(**b, *rows, kWidths, 10);
+      EXPECT_GT((*b)->owned_bytes, 0);
+    }
+  }
+}
+
+TEST(AssembleBatch, ABatchFromOneRunOfOneUnitIsASliceOfIt) {
+  auto unit = MakeUnit(0, 50, kWidths);
+  std::vector<RowRef> rows;
+  for (int64_t r = 7; r < 27; ++r) rows.push_back(RowRef{0, r});
+  auto b = AssembleBatch(Specs(kWidths), {unit}, 0, rows, {}, arrow::default_memory_pool())
+               .ValueOrDie();
+  ExpectRows(*b, rows, kWidths, 0);
+  for (size_t c = 0; c < kWidths.size(); ++c) {
+    EXPECT_EQ(b->columns[c].data->data(), unit->columns[c].data->data() + 7 * kWidths[c]);
+  }
+  EXPECT_EQ(b->owned_bytes, 0);
+}
+
+TEST(AssembleBatch, RowShapesAreCheckedPerUnit) {
+  auto a = MakeUnit(0, 4, {4});
+  auto b = MakeUnit(1, 4, {8});
+  auto r = AssembleBatch(Specs({4}), {a, b}, 0, {{0, 0}, {1, 0}}, {}, arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("different shapes"), std::string::npos);
+}
+
+TEST(AssembleBatch, StringOffsetsOfAUnitNeedNotStartAtZero) {
+  // A unit that starts mid row group keeps the row group's offsets (they start at 5 here).
+  auto unit = std::make_shared<DecodedUnit>();
+  unit->num_rows = 3;
+  ColumnData s;
+  s.data = arrow::Buffer::FromString("xxxxxonetwothree");
+  const int64_t off[] = {5, 8, 11, 16};
+  s.offsets = arrow::Buffer::FromString(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
+  unit->columns.push_back(s);
+  ColumnSpec spec;
+  spec.kind = ColumnKind::kString;
+  auto b = AssembleBatch({spec}, {unit}, 0, {{0, 2}, {0, 0}, {0, 1}}, {},
+                         arrow::default_memory_pool())
+               .ValueOrDie();
+  const auto* o = reinterpret_cast<const int64_t*>(b->columns[0].offsets->data());
+  const char* d = reinterpret_cast<const char*>(b->columns[0].data->data());
+  EXPECT_EQ(std::vector<int64_t>(o, o + 4), (std::vector<int64_t>{0, 5, 8, 11}));
+  EXPECT_EQ(std::string(d, 11), "threeonetwo");
+}
+
+TEST(WithRowMajor, KeepsLargeAndVariableColumnsAsTheyAre) {
+  auto unit = std::make_shared<DecodedUnit>(*MakeUnit(0, 5, {4, 8, 100}));
+  auto rm = WithRowMajor(unit, 64, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_NE(rm->row_major, nullptr);
+  EXPECT_EQ(rm->row_major->stride, 16);
+  EXPECT_EQ(rm->row_major->offset, (std::vector<int64_t>{8, 0, -1}));  // widest first
+  EXPECT_EQ(rm->columns[0].data, nullptr);
+  EXPECT_EQ(rm->columns[2].data, unit->columns[2].data);  // 100-byte rows stay
+  // One small column alone is not worth a block.
+  auto single = MakeUnit(0, 5, {4, 100});
+  EXPECT_EQ(WithRowMajor(single, 64, arrow::default_memory_pool()).ValueOrDie(), single);
+}
+
+}  // namespace pqloader

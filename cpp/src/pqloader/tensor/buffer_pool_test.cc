@@ -1,0 +1,97 @@
+#include "pqloader/tensor/buffer_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <arrow/buffer.h>
+
+namespace pqloader {
+
+namespace {
+
+constexpr int64_t kBig = RecyclingPool::kMinRecycledBytes * 4;
+
+}  // namespace
+
+TEST(RecyclingPool, AFreedBlockServesTheNextRequestOfItsSizeClass) {
+  RecyclingPool pool(arrow::default_memory_pool(), int64_t{64} << 20);
+  uint8_t* a = nullptr;
+  ASSERT_TRUE(pool.Allocate(kBig, 64, &a).ok());
+  std::memset(a, 1, kBig);
+  pool.Free(a, kBig, 64);
+  EXPECT_EQ(pool.cached_bytes(), RecyclingPool::BlockCapacity(kBig));
+  uint8_t* b = nullptr;
+  // A slightly smaller request of the same class gets the same block.
+  ASSERT_TRUE(pool.Allocate(kBig - 100, 64, &b).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(pool.recycled_allocations(), 1);
+  EXPECT_EQ(pool.recyclable_allocations(), 2);
+  EXPECT_EQ(pool.cached_bytes(), 0);
+  EXPECT_EQ(pool.bytes_allocated(), kBig - 100);
+  pool.Free(b, kBig - 100, 64);
+  EXPECT_EQ(pool.bytes_allocated(), 0);
+}
+
+TEST(RecyclingPool, SizeClassesWasteAtMostAnEighth) {
+  for (int64_t size = RecyclingPool::kMinRecycledBytes; size < (int64_t{1} << 32); size = size * 5 / 3) {
+    const int64_t cap = RecyclingPool::BlockCapacity(size);
+    EXPECT_GE(cap, size);
+    EXPECT_LE(cap, size + size / 8 + 1) << size;
+  }
+  EXPECT_EQ(RecyclingPool::BlockCapacity(100), 100);  // not recycled: exact
+}
+
+TEST(RecyclingPool, KeepsAtMostItsLimitAndEvictsTheOldestFirst) {
+  const int64_t cap = RecyclingPool::BlockCapacity(kBig);
+  RecyclingPool pool(arrow::default_memory_pool(), 2 * cap);
+  uint8_t* blocks[3];
+  for (auto& p : blocks) ASSERT_TRUE(pool.Allocate(kBig, 64, &p).ok());
+  for (auto& p : blocks) pool.Free(p, kBig, 64);  // the first freed is evicted
+  EXPECT_EQ(pool.cached_bytes(), 2 * cap);
+  uint8_t* x = nullptr;
+  uint8_t* y = nullptr;
+  ASSERT_TRUE(pool.Allocate(kBig, 64, &x).ok());
+  ASSERT_TRUE(pool.Allocate(kBig, 64, &y).ok());
+  EXPECT_EQ(x, blocks[2]);  // the most recently freed first
+  EXPECT_EQ(y, blocks[1]);
+  pool.Free(x, kBig, 64);
+  pool.Free(y, kBig, 64);
+  pool.AdjustCacheLimit(-cap);  // a loader ending: the cache shrinks at once
+  EXPECT_EQ(pool.cached_bytes(), cap);
+  pool.ReleaseUnused();
+  EXPECT_EQ(pool.cached_bytes(), 0);
+}
+
+TEST(RecyclingPool, ReallocateKeepsTheContents) {
+  RecyclingPool pool(arrow::default_memory_pool(), int64_t{64} << 20);
+  uint8_t* p = nullptr;
+  ASSERT_TRUE(pool.Allocate(1000, 64, &p).ok());  // small: the underlying pool's
+  std::memset(p, 7, 1000);
+  ASSERT_TRUE(pool.Reallocate(1000, kBig - 1000, 64, &p).ok());  // into a recycled class
+  EXPECT_EQ(p[999], 7);
+  uint8_t* same = p;
+  ASSERT_EQ(RecyclingPool::BlockCapacity(kBig - 1000), RecyclingPool::BlockCapacity(kBig));
+  ASSERT_TRUE(pool.Reallocate(kBig - 1000, kBig, 64, &p).ok());  // room in the block
+  EXPECT_EQ(p, same);
+  ASSERT_TRUE(pool.Reallocate(kBig, 4 * kBig, 64, &p).ok());
+  EXPECT_EQ(p[999], 7);
+  EXPECT_EQ(pool.bytes_allocated(), 4 * kBig);
+  pool.Free(p, 4 * kBig, 64);
+  EXPECT_EQ(pool.bytes_allocated(), 0);
+}
+
+TEST(RecyclingPool, BuffersMadeFromItReturnTheirMemoryWhenDropped) {
+  RecyclingPool* pool = RecyclingPool::Global();
+  auto before = pool->recycled_allocations();
+  const uint8_t* first = nullptr;
+  {
+    auto b = arrow::AllocateBuffer(kBig, pool).ValueOrDie();
+    first = b->data();
+  }  // as when NumPy drops a batch: the arrow::Buffer frees into the pool
+  auto again = arrow::AllocateBuffer(kBig, pool).ValueOrDie();
+  EXPECT_EQ(again->data(), first);
+  EXPECT_EQ(pool->recycled_allocations(), before + 1);
+}
+
+}  // namespace pqloader
