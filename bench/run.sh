@@ -9,4 +9,10 @@ cd "$ROOT"
 bash bench/setup_venvs.sh
 PY="$ROOT/.venv/bin/python"
 [ -x "$PY" ] || { echo "[bench] $PY missing: pqloader rows will fail; driver uses python3" >&2; PY=python3; }
-exec nice -n "${BENCH_NICE:-0}" "$PY" bench/run.py "$@"
+nice -n "${BENCH_NICE:-0}" "$PY" bench/run.py "$@"
+# Side by side on one Petastorm dataset (image + ndarray codecs): Petastorm's make_reader +
+# DataLoader vs pqloader.petastorm's, import changed -> docs/benchmarks_petastorm.md.
+# Skipped with --report-only or BENCH_PETASTORM_COMPAT=0.
+case " $* " in *" --report-only "*) exit 0 ;; esac
+[ "${BENCH_PETASTORM_COMPAT:-1}" = 0 ] && exit 0
+exec nice -n "${BENCH_NICE:-0}" "$PY" bench/petastorm_compat.py

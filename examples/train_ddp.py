@@ -2,14 +2,20 @@
 
     .venv/bin/torchrun --nproc_per_node=2 examples/train_ddp.py            # CPU, gloo
     .venv/bin/torchrun --nproc_per_node=2 examples/train_ddp.py --resume   # continue from the checkpoint
+    .venv/bin/torchrun --nproc_per_node=3 examples/train_ddp.py --resume   # ... on 3 ranks (elastic)
 
 Each process builds the same Loader; rank and world size come from the initialised
 process group, so each rank reads its own disjoint share of the rows (the engine reads
 only that share's row groups) and every rank gets the same number of batches, so no
-rank waits forever on a gradient all_reduce at the end of an epoch. At each epoch end
-every rank saves its loader's state_dict() next to the model (torch.save);
-``--resume`` continues exactly there. Rank 0 prints samples/s over all ranks and the
-worst rank's data stall.
+rank waits forever on a gradient all_reduce at the end of an epoch.
+
+Every ``--checkpoint-every`` steps (and at each epoch end) the ranks merge their loader
+positions (pqloader.torch.gather_state_dict) and rank 0 saves them with the model and
+optimizer. ``--resume`` continues exactly after the last saved step, mid-epoch too, and
+on another number of ranks: the rest of the epoch is then the samples no rank had
+consumed, dealt equally to the new ranks (elastic resume; later epochs are ordinary).
+``--stop-after-steps`` stops early, as a preemption would. Rank 0 prints samples/s over
+all ranks and the worst rank's data stall.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import pqloader
+import pqloader.torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_tabular import ROOT, make_dataset, make_model  # noqa: E402
@@ -41,6 +48,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=512, help="per rank")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
+    parser.add_argument("--stop-after-steps", type=int, default=None, help="stop after this many steps")
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -66,20 +75,46 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
 
-    ckpt_path = args.checkpoint_dir / f"rank{rank}.pt"
+    ckpt_path = args.checkpoint_dir / "checkpoint.pt"
+    step = 0
     if args.resume:
         ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
         model.module.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        loader.load_state_dict(ckpt["loader"])
+        loader.load_state_dict(ckpt["loader"])  # any world size: elastic if it changed
+        step = ckpt["step"]
+        saved = ckpt["loader"]
+        if rank == 0:
+            old_world, old_bs = saved["options"]["world_size"], saved["options"]["batch_size"]
+            how = ("elastic: the rest of the epoch dealt to " + str(world) + " ranks"
+                   if (old_world, old_bs) != (world, args.batch_size) else "exact")
+            print(f"resumed from step {step}: epoch {saved['epoch']}, batch {saved['batch']} of a "
+                  f"{old_world}-rank run (batch size {old_bs}); {how}; {len(loader)} batches left "
+                  f"in epoch {loader.epoch} per rank")
+        if loader.epoch >= args.epochs:
+            if rank == 0:
+                print(f"nothing to do: the checkpoint is at epoch {loader.epoch} and --epochs is "
+                      f"{args.epochs}; pass a larger --epochs to train on", file=sys.stderr)
+            dist.destroy_process_group()
+            sys.exit(2)
     if rank == 0:
         print(f"{world} ranks, backend {dist.get_backend()}, {len(loader)} batches/epoch/rank, "
               f"rows dropped to equalise ranks: {loader.shard_info['dropped']}, starting at epoch {loader.epoch}")
+
+    def save_checkpoint() -> None:
+        state = pqloader.torch.gather_state_dict(loader)  # a collective: every rank calls it
+        if rank == 0:
+            args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            tmp = ckpt_path.with_suffix(".tmp")
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "loader": state, "step": step}, tmp)
+            os.replace(tmp, ckpt_path)  # a crash never leaves half a checkpoint
 
     for epoch in range(loader.epoch, args.epochs):
         before = loader.stats()
         start = time.perf_counter()
         seen, loss_sum = 0, 0.0
+        stopped = False
         for batch in loader:
             x = torch.stack([batch[c] for c in columns], dim=1)
             y = batch["label"]
@@ -89,19 +124,28 @@ def main() -> None:
             optimizer.step()
             seen += len(y)
             loss_sum += loss.item() * len(y)
+            step += 1
+            if step % args.checkpoint_every == 0:
+                save_checkpoint()
+            if args.stop_after_steps is not None and step >= args.stop_after_steps:
+                stopped = True
+                break
         seconds = time.perf_counter() - start
         stall = (loader.stats()["wait_seconds"] - before["wait_seconds"]) / seconds
         totals = torch.tensor([seen, loss_sum, seconds], dtype=torch.float64, device=device)
         worst = torch.tensor([stall, seconds], dtype=torch.float64, device=device)
         dist.all_reduce(totals)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                    "loader": loader.state_dict()}, ckpt_path)
         if rank == 0:
-            print(f"epoch {epoch}: loss {totals[1].item() / totals[0].item():.4f}  "
+            print(f"epoch {epoch}: loss {totals[1].item() / max(totals[0].item(), 1):.4f}  "
                   f"{totals[0].item() / worst[1].item():,.0f} samples/s (all ranks)  "
-                  f"data stall {worst[0].item():.1%} (worst rank)")
+                  f"data stall {worst[0].item():.1%} (worst rank)  [{int(totals[0].item())} samples]")
+        if stopped:
+            if rank == 0:
+                print(f"stopped after step {step} (last checkpoint: step "
+                      f"{step - step % args.checkpoint_every})")
+            break
+        save_checkpoint()
     dist.destroy_process_group()
 
 

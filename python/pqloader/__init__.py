@@ -19,15 +19,21 @@ from pqloader._errors import (
 )
 from pqloader import transforms
 from pqloader._inspect import cache_clear, cache_stats, inspect
+from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
 from pqloader._options import LoaderOptions
+from pqloader._state import merge_states
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Loader",
     "LoaderOptions",
+    "Pack",
+    "Pad",
+    "Ragged",
     "inspect",
+    "merge_states",
     "transforms",
     "cache_stats",
     "cache_clear",

@@ -42,7 +42,9 @@ class Cursor:
     number of batches per epoch: then the next one is batch 0 of the next epoch).
     ``active_end`` is the epoch before which the running iteration stops (None when no
     iteration is active); ``resume_end`` is one restored by ``load_state_dict`` for the
-    next iteration.
+    next iteration. ``elastic`` (with ``elastic_epoch``) is what an earlier world had
+    consumed of that epoch when this one resumed it with another world size or batch
+    size (see ``_state``): that epoch is then the rest, and ``batch`` counts its batches.
     """
 
     def __init__(self) -> None:
@@ -51,6 +53,9 @@ class Cursor:
         self.generation = 0
         self.active_end: int | None = None
         self.resume_end: int | None = None
+        self.elastic: dict[str, Any] | None = None
+        self.elastic_epoch = -1
+        self.running = 0  # iterations between their first and last engine call
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
         self.lock = threading.Lock()
@@ -72,7 +77,8 @@ class Cursor:
                 raise RuntimeError(STALE)
             self.epoch, self.batch = epoch, batch
 
-    def seek(self, epoch: int, batch: int, iteration_end: int | None = None) -> None:
+    def seek(self, epoch: int, batch: int, iteration_end: int | None = None,
+             elastic: dict[str, Any] | None = None) -> None:
         """Make batch `batch` of `epoch` the next one, stopping running iterators.
 
         Args:
@@ -80,12 +86,18 @@ class Cursor:
             batch: Its index in that epoch.
             iteration_end: The epoch the next iteration stops before; None: run
                 ``num_epochs`` from `epoch`.
+            elastic: `epoch` is the rest after what this earlier world consumed.
         """
         with self.lock:
             self.generation += 1
             self.epoch, self.batch = epoch, batch
             self.resume_end = iteration_end
             self.active_end = None
+            self.elastic, self.elastic_epoch = elastic, epoch
+
+    def elastic_for(self, epoch: int) -> dict[str, Any] | None:
+        """The elastic base of `epoch` (None: an ordinary epoch)."""
+        return self.elastic if epoch == self.elastic_epoch else None
 
 
 class ConsumerClock:
@@ -115,15 +127,14 @@ class ConsumerClock:
         return s
 
 
-def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: int,
-                 num_epochs: int | None, warn_cache: bool, end: list[int]) -> Iterator[Item]:
+def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: int | None,
+                 warn_cache: bool, end: list[int]) -> Iterator[Item]:
     """Yield (epoch, index, batch) from the cursor on; may run ahead of the consumer.
 
     Args:
         engine: The loader's ``_process.Engine``.
         cursor: The loader's cursor; read here, moved only by :func:`hand_out`.
         generation: The cursor generation of this iterator.
-        num_batches: Batches per epoch.
         num_epochs: Epochs per iteration (None: forever) unless the cursor holds a
             restored end.
         warn_cache: Turn the engine's cache warnings into ``RuntimeWarning``.
@@ -135,7 +146,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
     """
     with cursor.lock:
         epoch, index = cursor.epoch, cursor.batch
-    if index >= num_batches:  # positioned after an epoch's last batch
+    if index >= engine.num_batches(epoch, cursor.elastic_for(epoch)):  # after an epoch's end
         epoch, index = epoch + 1, 0
     # The epoch this iteration stops before: restored from a state, or num_epochs on.
     if cursor.resume_end is not None:
@@ -143,9 +154,16 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
     else:
         stop = None if num_epochs is None else epoch + num_epochs
     cursor.active_end = stop
+    cursor.running += 1
+    completed = False
     try:
         while stop is None or epoch < stop:
-            engine.start_epoch(epoch, index, stop is None or epoch + 1 < stop)
+            # The next epoch starts reading while this one ends. With one epoch per
+            # iteration (num_epochs=1: one `for` loop per epoch), also after this
+            # iteration's last: the loop usually iterates again; if it does not, that
+            # read-ahead (at most half of max_inflight_bytes) is dropped unused.
+            then_next = stop is None or epoch + 1 < stop or num_epochs == 1
+            engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
@@ -168,8 +186,12 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_batches: i
                 index += 1
             epoch, index = epoch + 1, 0
         end[:] = [epoch, index]
+        completed = True
     finally:
-        if generation == cursor.generation:
+        cursor.running -= 1
+        # An abandoned iteration stops the workers; a completed one keeps the next
+        # epoch's read-ahead for the next iteration (start_epoch drops it if unused).
+        if generation == cursor.generation and not completed:
             engine.stop()
 
 

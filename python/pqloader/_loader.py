@@ -64,6 +64,12 @@ class Loader:
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
         transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
             in the C++ workers; or a callable (dict -> dict), as for ``batch_transform``.
+        lists: How list columns whose rows differ in length are batched, by column:
+            ``"ragged"`` (all values + ``<column>_offsets``) or :class:`pqloader.Pad`
+            (``[batch, L]`` + ``<column>_length``; fixed L or each batch's longest row).
+            Default: every row of a batch must have one length.
+        pack: A :class:`pqloader.Pack`: batches of fixed-length blocks of tokens packed
+            from a list column's documents (``batch_size`` blocks per batch).
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
@@ -108,6 +114,10 @@ class Loader:
             side CUDA stream ahead of use. Default: CPU, zero-copy.
         device_prefetch: Batches pinned/copied ahead of the consumer (with
             ``pin_memory`` or ``device``).
+        row_groups: Read only these row groups: ``{file: [indices]}``, a file named as in
+            ``source`` (an explicit file path or URL); listed row groups are read in file
+            order, files not listed whole. Samples are numbered (for random transforms)
+            among the selected rows. Default: every row group.
 
     Raises:
         TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a
@@ -147,6 +157,8 @@ class Loader:
         prefetch_batches: int | None = _D.prefetch_batches,
         verify_checksums: bool = _D.verify_checksums,
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
+        lists: Mapping[str, Any] | None = _D.lists,
+        pack: Any = _D.pack,
         batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
         on_decode_error: str = _D.on_decode_error,
         strings: str = _D.strings,
@@ -161,6 +173,7 @@ class Loader:
         pin_memory: bool | None = _D.pin_memory,
         device: Any = _D.device,
         device_prefetch: int = _D.device_prefetch,
+        row_groups: Mapping[str, Sequence[int]] | None = _D.row_groups,
         _debug_delay_us: int = _D._debug_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
@@ -229,8 +242,10 @@ class Loader:
                 "drop_last_rows": self._plan["drop_last_rows"]}
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
-        return self._plan["num_batches"]
+        """Batches per epoch for this rank (of the current epoch: with ``pack`` and several
+        ranks, the equalised number of blocks can differ between epochs)."""
+        c = self._cursor
+        return self._engine.num_batches(c.epoch, c.elastic_for(c.epoch))
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -238,7 +253,7 @@ class Loader:
         generation = self._cursor.invalidate()  # an older iterator stops
         end: list[int] = []
         o = self._options
-        items = _iteration.read_batches(self._engine, self._cursor, generation, num_batches=len(self),
+        items = _iteration.read_batches(self._engine, self._cursor, generation,
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
                                         end=end)
         if o.batch_transform is not None:
@@ -260,7 +275,8 @@ class Loader:
             TypeError, ValueError: `epoch` is not an int >= 0.
         """
         self._cursor.seek(check_int("epoch", epoch, 0), 0)
-        self._engine.stop()
+        if self._cursor.running:  # wake an iterator blocked in another thread
+            self._engine.stop()
 
     def __getitem__(self, index: Any) -> Any:
         raise TypeError(
@@ -286,7 +302,11 @@ class Loader:
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
-            counters.
+            counters. The next epoch is read while one ends (also between two
+            ``for`` loops with ``num_epochs=1``): epochs_started_ahead counts those
+            begun so, and their work counts only once their epoch begins;
+            units_dropped_ahead counts units read ahead for an epoch that did not
+            follow (``set_epoch`` to another, or the end of training).
         """
         s = self._clock.stats(self._engine.stats())
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
@@ -302,8 +322,8 @@ class Loader:
         """Return the position after the last batch handed out, as a JSON-safe dict."""
         c = self._cursor
         with c.lock:  # one consistent position, whichever thread is iterating
-            epoch, batch, end = c.epoch, c.batch, c.active_end
-        return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed))
+            epoch, batch, end, elastic = c.epoch, c.batch, c.active_end, c.elastic_for(c.epoch)
+        return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed), elastic)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.
@@ -319,12 +339,13 @@ class Loader:
             pqloader.InvalidDataError: The state is malformed (the message names the bad
                 field) or was taken with other options (it names them).
         """
-        restored = _state.parse_state(state, num_batches=len(self), seed=self.seed,
+        restored = _state.parse_state(state, num_batches=self._engine.num_batches, seed=self.seed,
                                       adopt_seed=self._seed_drawn, fingerprint_for=self._fingerprint)
         if restored.seed != self.seed:
             self._options = self._options.replace(seed=restored.seed)
             self._engine.set_seed(restored.seed)
-        self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end)  # iterators stop
+        self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end,
+                          restored.elastic)  # iterators stop
         self._engine.stop()
 
     def __repr__(self) -> str:

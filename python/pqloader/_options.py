@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _env
+from pqloader import _env, _lists
 
 # Upper bounds that keep every value inside the engine's integer types (int for thread
 # counts, int64 for sizes and counts, uint64 for the seed) with room for arithmetic.
@@ -162,6 +162,24 @@ def _check_transforms(transforms: Any) -> Any:
     return out
 
 
+def _check_row_groups(row_groups: Any) -> dict[str, tuple[int, ...]] | None:
+    if row_groups is None:
+        return None
+    if not isinstance(row_groups, Mapping):
+        raise TypeError("row_groups must be a dict {file: [row-group indices]} or None, "
+                        f"got {type(row_groups).__name__}")
+    out = {}
+    for path, groups in row_groups.items():
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"row_groups keys must be file paths or URLs, got {type(path).__name__} {path!r}")
+        if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence):
+            raise TypeError(f"row_groups[{path!r}] must be a list of row-group indices, got {groups!r}")
+        key = _env.normalize_sources([path])[0]
+        out[key] = tuple(sorted({check_int(f"row_groups[{path!r}] entries", g, 0, 2**31 - 1)
+                                 for g in groups}))
+    return out
+
+
 def _check_cache_dir(cache_dir: Any) -> str | None:
     if cache_dir is None:
         return None
@@ -208,6 +226,8 @@ class LoaderOptions:
     prefetch_batches: int | None = None
     verify_checksums: bool = False
     transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None
+    lists: Mapping[str, Any] | None = None
+    pack: Any = None
     batch_transform: Callable[[dict], dict] | None = None
     on_decode_error: str = "raise"
     strings: str = "str"
@@ -222,6 +242,7 @@ class LoaderOptions:
     pin_memory: bool | None = None
     device: Any = None
     device_prefetch: int = 2
+    row_groups: Mapping[str, Sequence[int]] | None = None
     _debug_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -251,6 +272,8 @@ class LoaderOptions:
             prefetch_batches=_optional_int("prefetch_batches", self.prefetch_batches, 1),
             verify_checksums=check_bool("verify_checksums", self.verify_checksums),
             transforms=_check_transforms(transforms),
+            lists=_lists.check_lists(self.lists),
+            pack=_lists.check_pack(self.pack),
             batch_transform=batch_transform,
             on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
             strings=check_choice("strings", self.strings, _STRINGS),
@@ -264,6 +287,7 @@ class LoaderOptions:
             output=check_choice("output", self.output, _OUTPUTS),
             pin_memory=check_bool("pin_memory", self.pin_memory, allow_none=True),
             device_prefetch=check_int("device_prefetch", self.device_prefetch, 1),
+            row_groups=_check_row_groups(self.row_groups),
             _debug_delay_us=check_int("_debug_delay_us", self._debug_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -356,12 +380,16 @@ class LoaderOptions:
             "fill_default": fill_default,
             "fills": fills,
             "transforms": transforms,
+            "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
+            "pack": None if self.pack is None else self.pack._engine(),
             "on_decode_error": self.on_decode_error,
             "strings_as_bytes": self.strings == "bytes",
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,
             "cache_shards": self.cache_shards,
+            "row_groups": {} if self.row_groups is None else
+                          {path: list(groups) for path, groups in self.row_groups.items()},
         }
 
 

@@ -69,13 +69,15 @@ class Engine:
         return self._core
 
     # -- what the Loader uses -----------------------------------------------------------
-    def start_epoch(self, epoch: int, first_batch: int, then_next_epoch: bool = False) -> None:
+    def start_epoch(self, epoch: int, first_batch: int, then_next_epoch: bool = False,
+                    elastic: dict[str, Any] | None = None) -> None:
         """Start delivering batches `first_batch`, `first_batch` + 1, ... of `epoch`.
 
         With `then_next_epoch`, epoch + 1 follows from its first batch: the engine starts
-        it while this one ends.
+        it while this one ends. With `elastic` (see ``_state``), `epoch` is the rest of
+        the epoch after what an earlier world consumed.
         """
-        self._engine().start_epoch(epoch, first_batch, then_next_epoch)
+        self._engine().start_epoch(epoch, first_batch, then_next_epoch, elastic)
 
     def next(self) -> dict[str, Any] | None:
         """Return the next batch of the epoch, or None at its end."""
@@ -110,6 +112,10 @@ class Engine:
     def transform_fingerprint(self) -> str:
         """A fingerprint of the transforms (part of a state's options)."""
         return self._engine().transform_fingerprint()
+
+    def num_batches(self, epoch: int, elastic: dict[str, Any] | None = None) -> int:
+        """Batches of `epoch` for this rank (of its rest after `elastic`, if given)."""
+        return self._engine().num_batches(epoch, elastic)
 
     # -- process boundaries -------------------------------------------------------------
     def _after_fork_in_child(self) -> None:

@@ -3,21 +3,32 @@
 A state is plain JSON-safe data::
 
     {"version": 1, "epoch": e, "batch": b, "iteration_end": end or None, "seed": s,
-     "options": {fingerprint of the data-affecting options}}
+     "options": {fingerprint of the data-affecting options},
+     "elastic": None or {"world_size": n, "batch_size": b, "batches": [k, ...],
+                         "base": an earlier one or None},
+     "rank_batches": [k per rank] (only in states merged by merge_states)}
 
 ``(epoch, batch)`` names the next batch to hand out; ``iteration_end`` the epoch the
 interrupted iteration would have stopped before. A state loads only into a loader
 that agrees on every data-affecting option (:data:`DATA_OPTIONS`), so the resumed
 stream is the rest of the original one. :func:`parse_state` checks everything before
 the loader changes anything: a refused state leaves the loader as it was.
+
+Elastic resume: ``rank``, ``world_size`` and ``batch_size`` may differ
+(:data:`RESIZABLE`). Ranks train in lockstep, so a single rank's state says every old
+rank had consumed ``batch`` batches (a merged state says it per rank). If the world
+size or batch size changed, the rest of the epoch is what the old ranks had not
+consumed, dealt to the new ranks in equal shares (``elastic``: the old world and its
+counts; ``batch`` then counts batches of that rest). The plan being a pure function,
+this is all a state needs, whatever the dataset's size; later epochs are ordinary.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from pqloader._errors import InvalidDataError
+from pqloader._errors import Error, InvalidDataError
 from pqloader._options import MAX_COUNT, SEED_LIMIT, LoaderOptions
 
 STATE_VERSION = 1
@@ -28,6 +39,8 @@ DATA_OPTIONS = (
     "shuffle_window", "rank", "world_size", "shard_policy", "fill_null", "transforms",
     "on_decode_error",
 )
+# Data options a state may differ in: the rest of the epoch is then dealt anew.
+RESIZABLE = ("rank", "world_size", "batch_size")
 
 
 def fingerprint(sources: list[str], files: list[Any], columns: list[str], options: LoaderOptions,
@@ -47,7 +60,10 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
     """
     return {
         "sources": list(sources),
-        "files": [[path, size] for path, size, *_ in files],
+        # A row-group selection joins its file's entry (states without one are unchanged).
+        "files": [[path, size] + ([list(options.row_groups[path])]
+                                  if options.row_groups and path in options.row_groups else [])
+                  for path, size, *_ in files],
         "columns": list(columns),
         "batch_size": options.batch_size,
         "drop_last": options.drop_last,
@@ -64,9 +80,9 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
 
 
 def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,
-               options: Mapping[str, Any]) -> dict[str, Any]:
+               options: Mapping[str, Any], elastic: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble a state (see the module docstring)."""
-    return {
+    state = {
         "version": STATE_VERSION,
         "epoch": epoch,
         "batch": batch,
@@ -76,6 +92,9 @@ def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,
         "seed": seed,
         "options": dict(options),
     }
+    if elastic is not None:
+        state["elastic"] = _jsonish(dict(elastic))
+    return state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,22 +105,23 @@ class Restored:
     batch: int
     iteration_end: int | None
     seed: int
+    elastic: dict[str, Any] | None = None
 
 
 def _field_int(state: Mapping[str, Any], key: str, minimum: int, maximum: int,
-               optional: bool = False) -> int | None:
+               optional: bool = False, where: str = "state") -> int | None:
     if key not in state:
         if optional:
             return None
-        raise InvalidDataError(f"not a pqloader state: state[{key!r}] is missing")
+        raise InvalidDataError(f"not a pqloader state: {where}[{key!r}] is missing")
     value = state[key]
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidDataError(f"state[{key!r}] must be an int in [{minimum}, {maximum}], "
+        raise InvalidDataError(f"{where}[{key!r}] must be an int in [{minimum}, {maximum}], "
                                f"got {type(value).__name__} {value!r:.100}")
     if not minimum <= value <= maximum:
-        raise InvalidDataError(f"state[{key!r}] must be in [{minimum}, {maximum}], got {value}")
+        raise InvalidDataError(f"{where}[{key!r}] must be in [{minimum}, {maximum}], got {value}")
     return value
 
 
@@ -109,16 +129,88 @@ def _jsonish(value: Any) -> Any:
     """Normalise tuples to lists so values compare equal after a JSON round trip."""
     if isinstance(value, (list, tuple)):
         return [_jsonish(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _jsonish(v) for k, v in value.items()}
     return value
 
 
-def parse_state(state: Any, *, num_batches: int, seed: int, adopt_seed: bool,
+def _check_counts(value: Any, what: str, size: int) -> list[int]:
+    if (not isinstance(value, (list, tuple)) or len(value) != size
+            or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_COUNT
+                   for k in value)):
+        raise InvalidDataError(f"{what} must be a list of {size} ints >= 0, got {value!r:.200}")
+    return list(value)
+
+
+def _check_elastic(value: Any, depth: int = 0) -> dict[str, Any] | None:
+    """Check the shape of state['elastic'] (the engine checks it against the data)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or depth > 64:
+        raise InvalidDataError(f"state['elastic'] must be None or a dict of world_size, batch_size, "
+                               f"batches and base, got {value!r:.200}")
+    world = _field_int(value, "world_size", 1, MAX_COUNT, where="state['elastic']")
+    batch_size = _field_int(value, "batch_size", 1, MAX_COUNT, where="state['elastic']")
+    assert world is not None and batch_size is not None
+    return {"world_size": world, "batch_size": batch_size,
+            "batches": _check_counts(value.get("batches"), "state['elastic']['batches']", world),
+            "base": _check_elastic(value.get("base"), depth + 1)}
+
+
+def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge the states of every rank of one job, taken at the same step, into one.
+
+    Ranks normally train in lockstep, so any rank's state describes all of them and
+    this is not needed; a merged state also records each rank's own count, for ranks
+    that stopped at different batches (and for ``torch.distributed.checkpoint``, which
+    keeps one copy of values that all ranks save under the same key). The merged state
+    loads on any world size (see :meth:`pqloader.Loader.load_state_dict`).
+
+    Args:
+        states: One ``state_dict()`` per rank of the old world, in any order.
+
+    Returns:
+        A state with ``rank_batches``: each old rank's next batch.
+
+    Raises:
+        pqloader.InvalidDataError: A rank is missing or repeated, or the states differ
+            in anything but rank and position.
+    """
+    states = list(states)
+    if not states or not all(isinstance(s, Mapping) for s in states):
+        raise InvalidDataError("merge_states needs a non-empty list of pqloader states")
+    for s in states:
+        if s.get("version") != STATE_VERSION or not isinstance(s.get("options"), Mapping):
+            raise InvalidDataError(f"not a pqloader state: {s!r:.200}")
+    world = states[0]["options"].get("world_size")
+    ranks = sorted(s["options"].get("rank") for s in states)
+    if ranks != list(range(world if isinstance(world, int) else -1)):
+        raise InvalidDataError(f"merge_states needs one state per rank 0..{world}-1, got ranks {ranks}")
+    by_rank = sorted(states, key=lambda s: s["options"]["rank"])
+    first = by_rank[0]
+
+    def same(s: Mapping[str, Any]) -> Any:
+        options = {k: v for k, v in s["options"].items() if k != "rank"}
+        return _jsonish([s.get("epoch"), s.get("iteration_end"), s.get("seed"), options,
+                         s.get("elastic")])
+
+    for s in by_rank[1:]:
+        if same(s) != same(first):
+            raise InvalidDataError(f"rank {s['options']['rank']}'s state differs from rank 0's in "
+                                   "more than its position (epoch, seed, options or elastic base)")
+    merged = _jsonish(dict(first))
+    merged["rank_batches"] = [s.get("batch") for s in by_rank]
+    return merged
+
+
+def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int, adopt_seed: bool,
                 fingerprint_for: Callable[[int], dict[str, Any]]) -> Restored:
     """Check a state completely, without changing anything.
 
     Args:
         state: What ``state_dict()`` returned, possibly after a JSON round trip.
-        num_batches: Batches per epoch of the loader that loads it.
+        num_batches: Batches of an epoch of the loader that loads it ((epoch, elastic
+            base or None) -> count; raises if the base does not fit its data).
         seed: The loader's seed.
         adopt_seed: Take the state's seed (a loader whose seed was drawn); otherwise
             the seeds must agree.
@@ -138,9 +230,10 @@ def parse_state(state: Any, *, num_batches: int, seed: int, adopt_seed: bool,
         raise InvalidDataError(f"not a pqloader state: state['version'] must be {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")
     epoch = _field_int(state, "epoch", 0, MAX_COUNT)
-    batch = _field_int(state, "batch", 0, num_batches)
+    assert epoch is not None
     end = _field_int(state, "iteration_end", epoch, MAX_COUNT, optional=True)
     state_seed = _field_int(state, "seed", 0, SEED_LIMIT - 1)
+    assert state_seed is not None
     theirs = state.get("options")
     if not isinstance(theirs, Mapping):
         raise InvalidDataError(f"state['options'] must be a dict of the loader's data options, "
@@ -153,10 +246,33 @@ def parse_state(state: Any, *, num_batches: int, seed: int, adopt_seed: bool,
     diffs = [
         f"{k}: state has {theirs[k]!r:.200}, loader has {mine[k]!r:.200}"
         for k in DATA_OPTIONS
-        if _jsonish(theirs[k]) != _jsonish(mine[k])
+        if k not in RESIZABLE and _jsonish(theirs[k]) != _jsonish(mine[k])
     ]
     if state_seed != new_seed and _jsonish(theirs["seed"]) == _jsonish(mine["seed"]):
         diffs.append(f"seed: state has {state_seed}, loader has {new_seed}")
     if diffs:
         raise InvalidDataError("cannot load a state taken with different options: " + "; ".join(diffs))
-    return Restored(epoch=epoch, batch=batch, iteration_end=end, seed=new_seed)
+    old_world = _field_int(theirs, "world_size", 1, MAX_COUNT, where="state['options']")
+    old_batch_size = _field_int(theirs, "batch_size", 1, MAX_COUNT, where="state['options']")
+    assert old_world is not None and old_batch_size is not None
+    base = _check_elastic(state.get("elastic"))
+    resized = old_world != mine["world_size"] or old_batch_size != mine["batch_size"]
+    if "rank_batches" in state:
+        counts = _check_counts(state["rank_batches"], "state['rank_batches']", old_world)
+        _field_int(state, "batch", 0, MAX_COUNT)
+    else:  # ranks train in lockstep
+        batch = _field_int(state, "batch", 0, MAX_COUNT if resized else num_batches(epoch, base))
+        assert batch is not None
+        counts = [batch] * old_world
+    if not resized:  # each rank continues its own stream
+        batch = _field_int({"batch": counts[mine["rank"]]}, "batch", 0, num_batches(epoch, base))
+        assert batch is not None
+        return Restored(epoch=epoch, batch=batch, iteration_end=end, seed=new_seed, elastic=base)
+    # The engine checks the counts against what each old rank had (recursively).
+    elastic = {"world_size": old_world, "batch_size": old_batch_size, "batches": counts, "base": base}
+    try:
+        num_batches(epoch, elastic)
+    except Error as e:
+        raise InvalidDataError(f"cannot resume this state with world_size={mine['world_size']}, "
+                               f"batch_size={mine['batch_size']}: {e}") from None
+    return Restored(epoch=epoch, batch=0, iteration_end=end, seed=new_seed, elastic=elastic)

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import torch.utils.data
 
-from pqloader import _process
+from pqloader import _process, _state
 from pqloader._loader import Loader
 from pqloader._options import MAX_THREADS, LoaderOptions
 
@@ -28,6 +28,29 @@ class _LoaderRecipe:
 
     def build(self, **changes: Any) -> Loader:
         return Loader(self.sources, **self.options.replace(**changes).to_kwargs())
+
+
+@dataclasses.dataclass
+class _Position:
+    """Where the DataLoader is in an epoch read by worker loaders (main process).
+
+    The workers' loaders are shards ``rank * W + w`` of ``world_size * W``. DataLoader
+    takes their batches in turn, so after ``before + yielded`` batches worker ``w`` had
+    handed out ``ceil((before + yielded - w) / W)``; ``base`` is the elastic base of
+    the epoch (None: an ordinary one) and ``shift`` the old worker that DataLoader's
+    worker 0 continues (so that the turns continue where they were).
+    """
+
+    epoch: int
+    workers: int
+    base: dict[str, Any] | None = None
+    before: int = 0
+    yielded: int = 0
+    complete: bool = False
+
+    def counts(self) -> list[int]:
+        n = self.before + self.yielded
+        return [max(0, -(-(n - w) // self.workers)) for w in range(self.workers)]
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
@@ -44,8 +67,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
     ``pin_memory=True`` and move them to the GPU yourself. Worker processes are made
     anew for each DataLoader iteration unless ``persistent_workers=True``; like
     ``DistributedSampler``, call ``set_epoch(e)`` before each epoch so they start at
-    epoch ``e`` (persistent workers continue their own epoch count). Resuming from a
-    state is not supported across workers.
+    epoch ``e`` (persistent workers continue their own epoch count).
+
+    Checkpoints: iterate it with :class:`pqloader.torch.DataLoader` (a
+    ``torch.utils.data.DataLoader`` that counts the batches it hands out) and use that
+    DataLoader's ``state_dict()``/``load_state_dict()``: the resumed stream is exactly
+    the rest of the interrupted one, also with another number of workers, ranks or
+    batch size (elastic resume, see docs/determinism.md).
 
     Args:
         loader: The loader to wrap; its options, seed, rank and world size are used.
@@ -55,7 +83,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     Example:
         >>> ds = pqloader.torch.IterableDataset(pqloader.Loader("data/", batch_size=512, seed=1))
-        >>> dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+        >>> dl = pqloader.torch.DataLoader(ds, num_workers=2)
         >>> for epoch in range(3):
         ...     ds.set_epoch(epoch)
         ...     for batch in dl: ...
@@ -69,35 +97,128 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch = loader.epoch
         self._epoch_set = False
         self._worker_loader: Loader | None = None
+        # Main process: a state loaded for the next iteration, and the position of the
+        # current one (with workers). Sent to the workers: the state and the shift.
+        self._pending: dict[str, Any] | None = None
+        self._position: _Position | None = None
+        self._worker_state: dict[str, Any] | None = None
+        self._worker_shift = 0
+        self._worker_epochs = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at `epoch` (call it in the main process)."""
+        """Start the next iteration at `epoch` (call it in the main process).
+
+        A state loaded for this same epoch stays; one for another epoch is dropped.
+        """
         self._epoch = int(epoch)
         self._epoch_set = True
+        if self._pending is not None and self._pending["epoch"] != self._epoch:
+            self._pending = None
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped loader's state (only meaningful with ``num_workers=0``)."""
-        return self._main_loader().state_dict()
+        """The position after the last batch handed out.
+
+        With worker processes, only :class:`pqloader.torch.DataLoader` knows it (it
+        counts the batches); without, it is the wrapped loader's state.
+        """
+        if self._position is None:
+            if self._pending is not None:
+                return dict(self._pending)
+            return self._main_loader().state_dict()
+        return self._worker_level_state(self._position)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load a state into the wrapped loader (only meaningful with ``num_workers=0``)."""
+        """Resume from a state at the next iteration (see :meth:`state_dict`).
+
+        It is checked here against the wrapped loader (with the worker layout it was
+        taken with); the workers load it when they start.
+
+        Raises:
+            pqloader.InvalidDataError: The state is malformed or was taken with other
+                data options.
+        """
         loader = self._main_loader()
-        loader.load_state_dict(state)
+        loader.load_state_dict(state)  # checks it; the worker loaders load it again
         self._epoch = loader.epoch
+        self._epoch_set = True
+        self._pending = dict(state)
+        self._position = None
 
     def _main_loader(self) -> Loader:
         if self._loader is None:  # unpickled (spawned worker context) and then used directly
             self._loader = self._recipe.build()
         return self._loader
 
+    # -- main process, driven by pqloader.torch.DataLoader ----------------------------
+    def _begin(self, workers: int, persistent_again: bool) -> None:
+        """Fix the epoch, resume state and worker shift before DataLoader starts workers."""
+        if workers == 0:
+            self._position = None
+            if self._pending is not None:
+                self._pending = None  # loaded into the main loader already
+            return
+        if persistent_again and self._position is not None:
+            # Persistent workers continue with the next epoch on their own.
+            self._position = _Position(self._position.epoch + 1, workers)
+            return
+        epoch = self._epoch
+        state, self._pending = self._pending, None
+        position = _Position(epoch, workers)
+        self._worker_state, self._worker_shift = None, 0
+        if state is not None and state["epoch"] == epoch:
+            position = self._resumed_position(state, workers)
+            self._worker_state = state
+            self._worker_shift = position.before % workers
+        self._position = position
+
+    def _resumed_position(self, state: dict[str, Any], workers: int) -> _Position:
+        """Where the workers start when they load `state` (as ``_state.parse_state`` does)."""
+        o = self._recipe.options
+        theirs = state["options"]
+        world = o.world_size * workers
+        counts = state.get("rank_batches") or [state["batch"]] * theirs["world_size"]
+        if theirs["world_size"] == world and theirs["batch_size"] == o.batch_size:
+            mine = counts[o.rank * workers:(o.rank + 1) * workers]
+            return _Position(state["epoch"], workers, base=state.get("elastic"), before=sum(mine))
+        base = {"world_size": theirs["world_size"], "batch_size": theirs["batch_size"],
+                "batches": list(counts), "base": state.get("elastic")}
+        return _Position(state["epoch"], workers, base=base)
+
+    def _worker_level_state(self, p: _Position) -> dict[str, Any]:
+        """A state of the worker loaders' world (rank * W + w of world_size * W)."""
+        o = self._recipe.options
+        if p.complete:
+            p = _Position(p.epoch + 1, p.workers)
+        template = self._main_loader().state_dict()
+        state = _state.make_state(p.epoch, p.counts()[0], None, template["seed"],
+                                  dict(template["options"], rank=0,
+                                       world_size=o.world_size * p.workers), p.base)
+        state["rank_batches"] = p.counts() * o.world_size  # ranks run in lockstep
+        return state
+
+    def _yielded(self) -> None:
+        if self._position is not None:
+            self._position.yielded += 1
+
+    def _completed(self) -> None:
+        if self._position is not None:
+            self._position.complete = True
+
+    # -- worker processes -------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = torch.utils.data.get_worker_info()
         if info is None:
             loader = self._main_loader()
-            if self._epoch_set and loader.epoch != self._epoch:
+            if self._epoch_set and loader.epoch != self._epoch and self._pending is None:
                 loader.set_epoch(self._epoch)
             self._epoch_set = False
+            self._pending = None
             return iter(loader)
+        if self._worker_loader is not None and self._worker_shift:
+            # A resumed epoch is over: later ones are ordinary (persistent workers).
+            epoch = self._worker_loader.epoch
+            self._worker_loader, self._worker_state, self._worker_shift = None, None, 0
+            self._epoch = epoch
         if self._worker_loader is None:
             self._worker_loader = self._make_worker_loader(info)
         return iter(self._worker_loader)
@@ -106,14 +227,74 @@ class IterableDataset(torch.utils.data.IterableDataset):
         o = self._recipe.options
         workers = info.num_workers
         threads = min(o.num_workers or os.cpu_count() or 1, MAX_THREADS)
-        loader = self._recipe.build(rank=o.rank * workers + info.id, world_size=o.world_size * workers,
+        slot = (info.id + self._worker_shift) % workers
+        loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,
                                     num_workers=max(1, threads // workers), device=None, pin_memory=False)
         _process.mark_sharded_per_worker(loader)
-        loader.set_epoch(self._epoch)
+        if self._worker_state is not None:
+            loader.load_state_dict(self._worker_state)
+        else:
+            loader.set_epoch(self._epoch)
         return loader
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_loader"] = None  # the engine cannot be pickled; spawned workers rebuild it
         state["_worker_loader"] = None
+        state["_position"] = None
         return state
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """``torch.utils.data.DataLoader`` over a :class:`IterableDataset`, with checkpoints.
+
+    It counts the batches it hands out, so ``state_dict()`` names the position after the
+    last one even with worker processes, and ``load_state_dict()`` resumes exactly there:
+    the same workers (their number unchanged) continue their own streams, in the same
+    turns; another number of workers, ranks or another batch size gets the rest of the
+    epoch dealt anew (elastic resume). ``batch_size`` must stay None (items are whole
+    batches); every other argument is DataLoader's.
+
+    Args:
+        dataset: A :class:`pqloader.torch.IterableDataset`.
+        **kwargs: ``torch.utils.data.DataLoader`` arguments.
+
+    Raises:
+        TypeError: `dataset` is not a pqloader IterableDataset.
+        ValueError: ``batch_size`` is not None.
+    """
+
+    def __init__(self, dataset: IterableDataset, **kwargs: Any) -> None:
+        if not isinstance(dataset, IterableDataset):
+            raise TypeError(f"pqloader.torch.DataLoader needs a pqloader.torch.IterableDataset, "
+                            f"got {type(dataset).__name__}")
+        if kwargs.setdefault("batch_size", None) is not None:
+            raise ValueError("pqloader.torch.DataLoader: batch_size must be None (the loader batches)")
+        super().__init__(dataset, **kwargs)
+        self._iterated = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        ds = self.dataset
+        assert isinstance(ds, IterableDataset)
+        ds._begin(self.num_workers, self.persistent_workers and self._iterated)
+        self._iterated = True
+        batches = super().__iter__()
+
+        def count() -> Iterator[dict[str, Any]]:
+            for batch in batches:
+                ds._yielded()
+                yield batch
+            ds._completed()
+
+        return count()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed out (a pqloader state)."""
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume at the next iteration from a state of ``state_dict()`` (or a Loader's).
+
+        Call ``set_epoch`` with the state's epoch (or not at all) before iterating.
+        """
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

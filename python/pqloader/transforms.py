@@ -155,14 +155,31 @@ class DecodeCompressedNdarray(Op):
 
 class PadOrTruncate(Op):
     """Make a variable-length list exactly `length` long; adds a "<column>_length" column
-    with each row's valid length."""
+    with each row's valid length. It must be the column's last op: it is written
+    straight into the batch (for padding to each batch's longest row instead, use
+    ``Loader(lists={column: pqloader.Pad(...)})``).
+
+    Args:
+        length: The length of every row.
+        pad: The value of padding elements.
+        side: ``"right"`` puts padding after the values, ``"left"`` before them.
+        truncation: ``"right"`` keeps a long row's first values, ``"left"`` its last.
+    """
 
     name = "PadOrTruncate"
 
-    def __init__(self, length: int, pad: float = 0) -> None:
+    def __init__(self, length: int, pad: float = 0, side: str = "right", truncation: str = "right") -> None:
         if not isinstance(length, int) or length <= 0:
             raise ValueError(f"length must be a positive int, got {length!r}")
-        super().__init__(length=length, pad=pad)
+        for arg, v in (("side", side), ("truncation", truncation)):
+            if v not in ("left", "right"):
+                raise ValueError(f"{arg} must be 'left' or 'right', got {v!r}")
+        params: dict = {"length": length, "pad": pad}
+        if side != "right":  # defaults left out, so fingerprints of existing pipelines stay
+            params["side"] = side
+        if truncation != "right":
+            params["truncation"] = truncation
+        super().__init__(**params)
 
 
 __all__ = [

@@ -169,6 +169,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.dataset.storage.values =
       Get<std::map<std::string, std::string>>(d, "storage_options", {});
   o.dataset.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
+  o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
   }
@@ -183,6 +184,33 @@ LoaderOptions ToOptions(const nb::dict& d) {
       auto& list = o.transforms[nb::cast<std::string>(column)];
       for (nb::handle op : nb::borrow<nb::list>(ops)) list.push_back(ToOp(op));
     }
+  }
+  // lists: {column: {"mode": "pad" | "ragged", "length", "max_length", "multiple_of",
+  // "value", "side", "truncation"}} (checked in Python).
+  if (d.contains("lists") && !d["lists"].is_none()) {
+    for (auto [column, spec] : nb::borrow<nb::dict>(d["lists"])) {
+      nb::dict c = nb::borrow<nb::dict>(spec);
+      ColumnCollate collate;
+      const std::string mode = Get<std::string>(c, "mode", "ragged");
+      collate.mode = mode == "pad" ? ColumnCollate::Mode::kPad : ColumnCollate::Mode::kRagged;
+      collate.length = Get<int64_t>(c, "length", 0);
+      collate.max_length = Get<int64_t>(c, "max_length", 0);
+      collate.multiple_of = Get<int64_t>(c, "multiple_of", 1);
+      collate.pad_value = Get<double>(c, "value", 0.0);
+      collate.pad_left = Get<std::string>(c, "side", "right") == "left";
+      collate.truncate_left = Get<std::string>(c, "truncation", "right") == "left";
+      o.lists[nb::cast<std::string>(column)] = collate;
+    }
+  }
+  // pack: {"column", "seq_len", "eos" (None: no separator), "truncate", "pad"}.
+  if (d.contains("pack") && !d["pack"].is_none()) {
+    nb::dict p = nb::borrow<nb::dict>(d["pack"]);
+    o.pack_column = Get<std::string>(p, "column", "");
+    o.pack.seq_len = Get<int64_t>(p, "seq_len", 0);
+    o.pack.has_eos = p.contains("eos") && !p["eos"].is_none();
+    o.pack.eos = Get<int64_t>(p, "eos", 0);
+    o.pack.truncate = Get<bool>(p, "truncate", false);
+    o.pack.pad_value = Get<double>(p, "pad", 0.0);
   }
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
@@ -256,6 +284,20 @@ nb::object VarToList(const BatchColumn& c) {
   return out;
 }
 
+// An elastic base from Python: None, or {"world_size": n, "batch_size": b,
+// "batches": [k per old rank], "base": an earlier one or None} (see pqloader._state).
+std::shared_ptr<const ElasticBase> ToElasticBase(const nb::object& obj, int depth = 0) {
+  if (obj.is_none()) return nullptr;
+  if (depth > 64) throw nb::value_error("elastic: resumed more than 64 times within one epoch");
+  nb::dict d = nb::cast<nb::dict>(obj);
+  auto base = std::make_shared<ElasticBase>();
+  base->world_size = nb::cast<int64_t>(d["world_size"]);
+  base->batch_size = nb::cast<int64_t>(d["batch_size"]);
+  base->batches = nb::cast<std::vector<int64_t>>(d["batches"]);
+  if (d.contains("base")) base->base = ToElasticBase(d["base"], depth + 1);
+  return base;
+}
+
 // How often a waiting next() checks for signals (Ctrl-C).
 constexpr std::chrono::milliseconds kSignalPoll{100};
 
@@ -267,9 +309,18 @@ class PyLoader {
     loader_ = Check(Loader::Make(sources, o));
   }
 
-  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
+  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
+                  const nb::object& elastic) {
+    auto base = ToElasticBase(elastic);
     nb::gil_scoped_release release;
-    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch));
+    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base)));
+  }
+
+  int64_t NumBatches(int64_t epoch, const nb::object& elastic) const {
+    auto base = ToElasticBase(elastic);
+    nb::gil_scoped_release release;
+    if (base == nullptr) return loader_->num_batches(epoch);
+    return Check(loader_->num_batches(epoch, *base));
   }
 
   nb::object Next() {
@@ -339,6 +390,7 @@ class PyLoader {
     d["cache_write_errors"] = s.cache.write_errors;
     d["batches_by_consumer"] = s.batches_by_consumer;
     d["epochs_started_ahead"] = s.epochs_started_ahead;
+    d["units_dropped_ahead"] = s.units_dropped_ahead;
     d["pool_allocations"] = s.pool_allocations;
     d["pool_recycled"] = s.pool_recycled;
     d["pool_cached_bytes"] = s.pool_cached_bytes;
@@ -443,7 +495,7 @@ NB_MODULE(_core, m) {
       .def(nb::init<const std::vector<std::string>&, const nb::dict&>(), "sources"_a,
            "options"_a)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0,
-           "then_next_epoch"_a = false)
+           "then_next_epoch"_a = false, "elastic"_a = nb::none())
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
@@ -453,7 +505,16 @@ NB_MODULE(_core, m) {
       .def("column_info", &PyLoader::ColumnInfo)
       .def("plan_info", &PyLoader::PlanInfo)
       .def("transform_fingerprint",
-           [](const PyLoader& l) { return l.loader().transforms().Fingerprint(); });
+           [](const PyLoader& l) {
+             // Packing changes batches as transforms do; it rides in this field so that
+             // states of loaders without it keep their form.
+             std::string f = l.loader().transforms().Fingerprint();
+             if (!l.loader().options().pack_column.empty()) {
+               f += "|" + l.loader().options().pack.ToString();
+             }
+             return f;
+           })
+      .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());
   m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {

@@ -253,7 +253,11 @@ BAD_STATES = [
     (("options",), [], "options"),
     (("options",), DELETE, "options"),
     (("options", "files"), DELETE, "files"),
-    (("options", "batch_size"), BS + 1, "batch_size"),
+    (("options", "batch_size"), 0, "batch_size"),  # another batch size is an elastic resume
+    (("options", "world_size"), "2", "world_size"),
+    (("options", "shuffle_window"), 99, "shuffle_window"),
+    (("elastic",), {"world_size": 2, "batch_size": 4, "batches": [1]}, "batches"),
+    (("rank_batches",), [1, 2], "rank_batches"),
 ]
 
 
@@ -291,7 +295,7 @@ def test_refused_state_does_not_replace_a_drawn_seed(ds, bad):
     if bad == "seed":
         state["seed"] = -3
     else:
-        state["options"]["batch_size"] = BS * 2
+        state["options"]["shuffle_window"] = 7
     with pytest.raises(pqloader.InvalidDataError):
         loader.load_state_dict(state)
     assert loader.seed == drawn

@@ -37,7 +37,29 @@ def test_ddp_example_runs_under_torchrun_with_two_gloo_ranks(tmp_path):
                "--data", tmp_path / "data", "--checkpoint-dir", tmp_path / "ckpt", "--rows", 2000,
                "--features", 16, "--epochs", 1, "--batch-size", 128])
     assert "2 ranks, backend gloo" in out and re.search(r"epoch 0: .* samples/s .* data stall", out), out
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["rank0.pt", "rank1.pt"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checkpoint.pt"]
+
+
+def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_ranks(tmp_path):
+    common = ["--data", tmp_path / "data", "--checkpoint-dir", tmp_path / "ckpt", "--rows", 2000,
+              "--features", 8, "--batch-size", 50, "--epochs", 2, "--checkpoint-every", 4]
+    torchrun = ["-m", "torch.distributed.run", "--standalone"]
+    out = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py", *common, "--stop-after-steps", 9])
+    assert "stopped after step 9 (last checkpoint: step 8)" in out, out
+    first = int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1))
+    assert first == 9 * 2 * 50
+    # 3 ranks resume epoch 0 after step 8: 2000 - 2 * 8 * 50 = 1200 samples left, 400 per rank.
+    out = run([*torchrun, "--nproc_per_node=3", EXAMPLES / "train_ddp.py", *common, "--resume"])
+    assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); elastic" in out, out
+    assert "8 batches left in epoch 0 per rank" in out, out
+    assert int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1)) == 1200
+    assert re.search(r"epoch 1: .*\[(\d+) samples\]", out), out  # then an ordinary 3-rank epoch
+    # The run is finished: resuming again says so instead of silently doing nothing.
+    env = subprocess_env()
+    proc = subprocess.run([sys.executable, *map(str, [*torchrun, "--nproc_per_node=1",
+                                                       EXAMPLES / "train_ddp.py", *common, "--resume"])],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=str(REPO_ROOT))
+    assert proc.returncode != 0 and "nothing to do" in proc.stdout + proc.stderr
 
 
 def test_image_classifier_example_trains_a_resnet18(tmp_path):

@@ -41,30 +41,6 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 
 }  // namespace
 
-// Window permutations, computed once per window by whichever worker needs one first.
-class Loader::PermutationCache {
- public:
-  explicit PermutationCache(std::shared_ptr<const EpochPlan> plan) : plan_(std::move(plan)) {}
-
-  std::shared_ptr<const std::vector<uint32_t>> Get(int64_t w) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = perms_.find(w);
-      if (it != perms_.end()) return it->second;
-    }
-    auto perm = std::make_shared<const std::vector<uint32_t>>(plan_->WindowPermutation(w));
-    std::lock_guard<std::mutex> lock(mu_);
-    // Batches are claimed in order, so windows far behind are no longer needed.
-    perms_.erase(perms_.begin(), perms_.lower_bound(w - 2));
-    return perms_.emplace(w, std::move(perm)).first->second;
-  }
-
- private:
-  std::shared_ptr<const EpochPlan> plan_;
-  std::mutex mu_;
-  std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_;  // GUARDED_BY(mu_)
-};
-
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
                                                     const LoaderOptions& options) {
   const std::string invalid = ValidatePlanOptions(options.plan);
@@ -110,12 +86,14 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
                                             options.on_decode_error,
-                                            /*cache_point=*/!options.cache.dir.empty()));
+                                            /*cache_point=*/!options.cache.dir.empty(),
+                                            options.lists));
   for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
     loader->read_options_.allow_ragged.push_back(
         loader->transforms_.transforms_column(static_cast<int>(c)));
   }
   loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
+  if (!options.pack_column.empty()) ARROW_RETURN_NOT_OK(loader->SetUpPacking());
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
     // Everything that changes a cached split's content is part of its key.
@@ -162,11 +140,29 @@ void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   next_ = EpochRun{};
 }
 
+void Loader::Work::AddTo(LoaderStats* stats) const {
+  stats->read_seconds += read_ns.load() * 1e-9;
+  stats->decode_seconds += decode_ns.load() * 1e-9;
+  stats->transform_seconds += transform_ns.load() * 1e-9;
+  stats->assemble_seconds += gather_ns.load() * 1e-9;
+  stats->bytes_read += bytes_read.load();
+  stats->bytes_decoded += bytes_decoded.load();
+  stats->skipped_rows += skipped_rows.load();
+  stats->cache.hits += cache_hits.load();
+  stats->cache.misses += cache_misses.load();
+  stats->cache_bytes_saved += cache_bytes_saved.load();
+}
+
 void Loader::ShutDown(std::vector<EpochRun> runs) {
   for (EpochRun& run : runs) {
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
     std::lock_guard<std::mutex> lock(stats_mu_);
-    AddCounters(run.pipeline->counters(), &stats_);
+    if (run.adopted) {
+      AddCounters(run.pipeline->counters(), &stats_);
+      run.work->AddTo(&stats_);
+    } else {
+      stats_.units_dropped_ahead += run.pipeline->counters().units_done;
+    }
   }
 }
 
@@ -179,7 +175,8 @@ void Loader::Stop() {
   ShutDown(std::move(runs));
 }
 
-arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch) {
+arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
+                                 std::shared_ptr<const ElasticBase> elastic) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
   std::vector<EpochRun> old;
   arrow::Status st;
@@ -190,14 +187,16 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     next_ = EpochRun{};
     DetachLocked(&old);
     then_next_epoch_ = then_next_epoch;
-    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0) {
+    if (ahead.pipeline != nullptr && ahead.epoch == epoch && first_batch == 0 &&
+        elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.pipeline->set_max_inflight_bytes(PipelineBudget(options_.max_inflight_bytes));
+      ahead.adopted = true;
       current_ = std::move(ahead);
       ++epochs_started_ahead_;
     } else {
       if (ahead.pipeline != nullptr) old.push_back(std::move(ahead));
-      auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes);
+      auto run = MakeRun(epoch, first_batch, options_.max_inflight_bytes, std::move(elastic));
       if (run.ok()) {
         current_ = std::move(run).ValueUnsafe();
       } else {
@@ -209,83 +208,124 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   return st;
 }
 
+arrow::Result<std::shared_ptr<const RowOrder>> Loader::OrderOf(
+    const PlanOptions& plan, int64_t epoch, const ElasticBase* elastic) const {
+  if (elastic == nullptr) {
+    return std::make_shared<PlanOrder>(
+        std::make_shared<const EpochPlan>(EpochPlan::Make(dataset_->SplitRows(), plan, epoch)));
+  }
+  if (lengths_ != nullptr) {
+    return arrow::Status::NotImplemented(
+        "resuming a packed loader (pack=...) with another world size or batch size");
+  }
+  const std::string invalid = ValidateElasticBase(*elastic, dataset_->SplitRows(), plan, epoch);
+  if (!invalid.empty()) return arrow::Status::Invalid("elastic resume: ", invalid);
+  return MakeRemainderOrder(dataset_->SplitRows(), plan, epoch, *elastic);
+}
+
 arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_batch,
-                                                int64_t budget) {
-  auto plan = std::make_shared<const EpochPlan>(
-      EpochPlan::Make(dataset_->SplitRows(), options_.plan, epoch));
-  if (first_batch < 0 || first_batch > plan->num_batches()) {
+                                                int64_t budget,
+                                                std::shared_ptr<const ElasticBase> elastic) {
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
+                        OrderOf(options_.plan, epoch, elastic.get()));
+  const uint64_t seed = options_.plan.seed;
+  const int64_t batch_size = options_.plan.batch_size, num_rows = order->num_rows();
+  // Which stream positions each batch holds: rows of the order, or with packing the
+  // documents that fill its blocks.
+  std::shared_ptr<const PackPlan> pack;
+  int64_t num_batches = options_.plan.drop_last ? num_rows / batch_size
+                                                : (num_rows + batch_size - 1) / batch_size;
+  int64_t num_blocks = 0;
+  if (lengths_ != nullptr) {
+    const auto& plan = static_cast<const PlanOrder&>(*order).plan();
+    pack = std::make_shared<const PackPlan>(
+        PackPlan::Make(plan, *lengths_, options_.pack, options_.plan.drop_last));
+    num_blocks = EqualBlocks(epoch);
+    num_batches = BatchesOfBlocks(num_blocks);
+  }
+  auto positions = [pack, num_blocks, batch_size, num_rows](int64_t b) -> std::pair<int64_t, int64_t> {
+    if (pack == nullptr) return {b * batch_size, std::min((b + 1) * batch_size, num_rows)};
+    const auto span = pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
+    return {span.first, span.last};
+  };
+  auto units_of = [order, positions](int64_t b) {
+    const auto [first, last] = positions(b);
+    return order->PositionUnitRange(first, last);
+  };
+  if (first_batch < 0 || first_batch > num_batches) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
-                                  plan->num_batches(), " batches");
+                                  num_batches, " batches");
   }
   EpochRun run;
   run.epoch = epoch;
-  auto perms = std::make_shared<PermutationCache>(plan);
-  if (first_batch < plan->num_batches()) {
+  run.work = std::make_shared<Work>();
+  if (first_batch < num_batches) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
-        plan->BatchUnitRange(first_batch).first,
-        plan->BatchUnitRange(plan->num_batches() - 1).second,
-        [this, plan, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
-          const Unit& unit = plan->units()[u];
+        units_of(first_batch).first, units_of(num_batches - 1).second,
+        [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
+          const Unit& unit = order->units()[u];
           // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
           // fetched when needed).
           if (cache_ != nullptr && cache_->Contains(CacheKeyOf(unit.split))) return nullptr;
           return FetchUnit(*dataset_, unit, read_options_, pool_, io);
         },
-        [this, plan](int64_t u) {
-          return dataset_->splits()[plan->units()[u].split].compressed_bytes;
+        [this, order](int64_t u) {
+          return dataset_->splits()[order->units()[u].split].compressed_bytes;
         },
         ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
   }
 
   Pipeline::Work work;
-  work.num_batches = plan->num_batches();
-  work.batch_units = [plan](int64_t b) { return plan->BatchUnitRange(b); };
-  work.unit_bytes = [this, plan](int64_t u) {
+  work.num_batches = num_batches;
+  work.batch_units = units_of;
+  work.unit_bytes = [this, order](int64_t u) {
     // The footer's uncompressed size of the selected chunks, pro rata; the pipeline
     // scales it by what decoding actually produced so far.
-    const Unit& unit = plan->units()[u];
+    const Unit& unit = order->units()[u];
     const Split& split = dataset_->splits()[unit.split];
     if (split.num_rows <= 0) return int64_t{0};
     return static_cast<int64_t>(static_cast<double>(split.uncompressed_bytes) *
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, plan, readahead = run.readahead](int64_t u, int64_t* bytes) {
-    return ProduceUnit(plan->units()[u], readahead->Take(u), bytes);
+  work.run_unit = [this, order, readahead = run.readahead, counters = run.work](int64_t u,
+                                                                              int64_t* bytes) {
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get());
   };
-  work.run_batch = [this, plan, perms, epoch](
+  work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
+                    counters = run.work](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
-    const auto [first, last] = plan->BatchRowRange(b);
-    const int64_t lo = plan->BatchUnitRange(b).first;
-    std::vector<std::shared_ptr<const std::vector<uint32_t>>> held;
-    static const std::vector<uint32_t> kIdentity;
+    const auto [first, last] = positions(b);
+    const int64_t lo = units_of(b).first;
     std::vector<RowRef> rows;
     rows.reserve(last - first);
-    plan->ResolveRows(first, last, [&](int64_t w) -> const std::vector<uint32_t>& {
-      if (!plan->options().shuffle) return kIdentity;
-      held.push_back(perms->Get(w));
-      return *held.back();
-    }, &rows);
+    order->Resolve(first, last, &rows);
     std::vector<std::vector<SampleTensor>> samples;
-    std::vector<std::vector<int64_t>> lengths;
     int64_t t0 = NowNs();
     if (!transforms_.empty()) {
-      auto st = TransformRows(*plan, units, lo, &rows, &samples);
+      auto st = TransformRows(*order, seed, epoch, units, lo, &rows, &samples, counters.get());
       const int64_t t1 = NowNs();
-      transform_ns_ += t1 - t0;
+      counters->transform_ns += t1 - t0;
       t0 = t1;
       ARROW_RETURN_NOT_OK(st);
     }
-    auto batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                               transforms_.collate(), &lengths);
-    gather_ns_ += NowNs() - t0;
-    if (batch.ok() && !transforms_.empty()) batch = AddLengthColumns(std::move(*batch), lengths);
+    arrow::Result<std::shared_ptr<Batch>> batch;
+    if (pack != nullptr) {
+      batch = PackBatch(dataset_->specs(), options_.pack, *pack, b * batch_size,
+                        std::min((b + 1) * batch_size, num_blocks), units, lo, rows,
+                        pack_companions_, pool_);
+    } else {
+      batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
+                            transforms_.collate());
+      if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
+    }
+    counters->gather_ns += NowNs() - t0;
     if (!batch.ok()) {
       std::string files;
       for (size_t i = 0; i < units.size(); ++i) {
-        const Split& s = dataset_->splits()[plan->units()[lo + i].split];
+        const Split& s = dataset_->splits()[order->units()[lo + i].split];
         files += (i ? ", '" : "'") + dataset_->files()[s.file].display + "' row group " +
                  std::to_string(s.row_group);
       }
@@ -324,14 +364,16 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   }
   if (batch == nullptr) {
     // The epoch is over; a run started ahead for the next one stays for StartEpoch.
-    std::shared_ptr<Pipeline> done;
+    EpochRun done;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (current_.pipeline != pipeline) return batch;  // already stopped (or replaced)
-      done = std::move(current_.pipeline);
+      done = std::move(current_);
       current_ = EpochRun{};
     }
-    ShutDown({EpochRun{0, std::move(done), nullptr}});
+    std::vector<EpochRun> runs;
+    runs.push_back(std::move(done));
+    ShutDown(std::move(runs));
     return batch;
   }
   MaybeStartNextEpoch(*pipeline);
@@ -354,11 +396,14 @@ void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   // epoch does not decode a split again): what is left is its last batches. The next epoch starts reading and decoding with half the budget (it gets
   // all of it when StartEpoch adopts it), so the boundary costs about one batch.
   auto run = MakeRun(current_.epoch + 1, 0, options_.max_inflight_bytes / 2);
-  if (run.ok()) next_ = std::move(run).ValueUnsafe();
+  if (run.ok()) {
+    next_ = std::move(run).ValueUnsafe();
+    next_.adopted = false;
+  }
 }
 
 arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
-    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched) {
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work) {
   ARROW_ASSIGN_OR_RAISE(auto f, std::move(fetched));
   if (f == nullptr) {  // not fetched ahead: fetch now
     ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
@@ -367,17 +412,17 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
   const int64_t t0 = NowNs();
   ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get()));
   const int64_t t1 = NowNs();
-  read_ns_ += t1 - t0;
+  work->read_ns += t1 - t0;
   ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_, f.get()));
   const int64_t t2 = NowNs();
-  decode_ns_ += t2 - t1;
-  bytes_read_ += dataset_->splits()[unit.split].compressed_bytes;
+  work->decode_ns += t2 - t1;
+  work->bytes_read += dataset_->splits()[unit.split].compressed_bytes;
   if (!transforms_.empty()) {
     struct AddOnExit {
       std::atomic<int64_t>* to;
       int64_t since;
       ~AddOnExit() { *to += NowNs() - since; }
-    } timer{&transform_ns_, t2};
+    } timer{&work->transform_ns, t2};
     const Split& split = dataset_->splits()[unit.split];
     ARROW_RETURN_NOT_OK(transforms_.ApplyPrefix(
         decoded.get(), dataset_->specs(), [&](int64_t r) {
@@ -433,66 +478,163 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
-    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes) {
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
+    Work* work) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
-    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched)));
+    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
   } else {
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
     const std::string key = CacheKeyOf(unit.split);
     const int64_t t0 = NowNs();
     std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
-    read_ns_ += NowNs() - t0;
+    work->read_ns += NowNs() - t0;
     if (full != nullptr && full->num_rows == split.num_rows &&
         CheckUnitLayout(*full, dataset_->specs()).ok()) {
-      cache_bytes_saved_ += split.compressed_bytes;
+      work->cache_bytes_saved += split.compressed_bytes;
+      ++work->cache_hits;
     } else {
+      ++work->cache_misses;
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
-                                             std::move(fetched)));
+                                             std::move(fetched), work));
       // Shuffled loaders keep entries row-major: hits are then gathered as they are.
       if (options_.plan.shuffle) {
-        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full)));
+        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
       }
       cache_->Put(key, full);
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
   if (options_.plan.shuffle) {
-    ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded)));
+    ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
-  skipped_rows_ += decoded->skipped_rows;
+  work->skipped_rows += decoded->skipped_rows;
   *bytes = decoded->ByteSize();
-  bytes_decoded_ += *bytes;
+  work->bytes_decoded += *bytes;
   return decoded;
 }
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
-    std::shared_ptr<const DecodedUnit> unit) {
+    std::shared_ptr<const DecodedUnit> unit, Work* work) {
   if (unit->row_major != nullptr) return unit;
   const int64_t t0 = NowNs();
   auto out = WithRowMajor(unit, kRowMajorMaxRowBytes, pool_);
-  gather_ns_ += NowNs() - t0;
+  work->gather_ns += NowNs() - t0;
   return out;
+}
+
+int64_t Loader::EqualBlocks(int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(blocks_mu_);
+  auto it = blocks_by_epoch_.find(epoch);
+  if (it != blocks_by_epoch_.end()) return it->second;
+  const int64_t blocks = PackPlan::EqualBlocks(dataset_->SplitRows(), options_.plan, epoch,
+                                               *lengths_, options_.pack);
+  if (blocks_by_epoch_.size() > 16) blocks_by_epoch_.clear();
+  blocks_by_epoch_[epoch] = blocks;
+  return blocks;
+}
+
+int64_t Loader::BatchesOfBlocks(int64_t blocks) const {
+  const int64_t b = options_.plan.batch_size;
+  return options_.plan.drop_last ? blocks / b : (blocks + b - 1) / b;
+}
+
+arrow::Result<int64_t> Loader::num_batches(int64_t epoch, const ElasticBase& elastic) const {
+  PlanOptions plan;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    plan = options_.plan;
+  }
+  ARROW_ASSIGN_OR_RAISE(auto order, OrderOf(plan, epoch, &elastic));
+  const int64_t n = order->num_rows(), b = plan.batch_size;
+  return plan.drop_last ? n / b : (n + b - 1) / b;
+}
+
+int64_t Loader::num_batches(int64_t epoch) const {
+  if (lengths_ == nullptr) return first_plan_.num_batches();
+  return BatchesOfBlocks(EqualBlocks(epoch));
+}
+
+const std::vector<ColumnSpec>& Loader::specs() const {
+  return lengths_ != nullptr ? packed_specs_ : transforms_.output_specs();
+}
+
+arrow::Status Loader::SetUpPacking() {
+  const auto& specs = dataset_->specs();
+  PackOptions& pack = options_.pack;
+  pack.column = -1;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (specs[c].name == options_.pack_column) pack.column = static_cast<int>(c);
+  }
+  if (pack.column < 0) {
+    return MakeError(ErrorKind::kColumnNotFound, "pack names column '", options_.pack_column,
+                     "', which is not among the selected columns");
+  }
+  const ColumnSpec& tokens = specs[pack.column];
+  if (tokens.kind != ColumnKind::kTensor || tokens.row_shape.size() != 1 ||
+      dataset_->partition_index()[pack.column] >= 0) {
+    return MakeError(ErrorKind::kUnsupportedType, "pack: column '", tokens.name, "' (",
+                     tokens.arrow_type, ") is not a list of numbers");
+  }
+  if (pack.seq_len <= 0) return arrow::Status::Invalid("pack needs seq_len > 0");
+  if (!options_.transforms.empty() || !options_.lists.empty()) {
+    return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
+  }
+  packed_specs_ = {tokens};
+  packed_specs_[0].row_shape = {pack.seq_len};
+  for (const auto& [name, dtype] : std::vector<std::pair<std::string, DType>>{
+           {"position_ids", DType::kInt64}, {"document_ids", DType::kInt64},
+           {"loss_mask", DType::kBool}, {"cu_seqlens", DType::kInt32}}) {
+    ColumnSpec s;
+    s.name = name;
+    s.dtype = dtype;
+    s.arrow_type = DTypeName(dtype);
+    if (name != "cu_seqlens") s.row_shape = {pack.seq_len};
+    packed_specs_.push_back(s);
+  }
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (static_cast<int>(c) == pack.column) continue;
+    for (const auto& out : packed_specs_) {
+      if (out.name == specs[c].name) {
+        return arrow::Status::Invalid("pack: column '", specs[c].name,
+                                      "' has the name of one of packing's outputs; rename it");
+      }
+    }
+    if (specs[c].kind != ColumnKind::kTensor || !specs[c].row_shape.empty()) {
+      return MakeError(ErrorKind::kUnsupportedType, "pack: column '", specs[c].name, "' (",
+                       specs[c].arrow_type, ") cannot follow packed tokens; with pack, the other "
+                       "selected columns must be numbers (one per document, copied per token)");
+    }
+    pack_companions_.push_back(static_cast<int>(c));
+    ColumnSpec s = specs[c];
+    s.row_shape = {pack.seq_len};
+    packed_specs_.push_back(s);
+  }
+  read_options_.allow_ragged[pack.column] = true;
+  ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
+                                                        options_.num_workers, pool_));
+  return arrow::Status::OK();
 }
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }
 
-arrow::Status Loader::TransformRows(const EpochPlan& plan,
+arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                                     int64_t unit_base, std::vector<RowRef>* rows,
-                                    std::vector<std::vector<SampleTensor>>* samples) {
+                                    std::vector<std::vector<SampleTensor>>* samples,
+                                    Work* work) {
   const auto& specs = dataset_->specs();
   samples->assign(specs.size(), {});
   std::vector<RowRef> kept;
   kept.reserve(rows->size());
   SampleContext ctx;
-  ctx.seed = plan.options().seed;
-  ctx.epoch = plan.epoch();
+  ctx.seed = seed;
+  ctx.epoch = epoch;
   for (const RowRef& r : *rows) {
     const DecodedUnit& unit = *units[r.unit - unit_base];
     if (!unit.row_ok.empty() && !unit.row_ok[r.row]) continue;  // skipped while decoding
-    const Unit& u = plan.units()[r.unit];
+    const Unit& u = order.units()[r.unit];
     ctx.sample_index = dataset_->split_first_row(u.split) + u.row_begin + r.row;
     bool ok = true;
     std::vector<SampleTensor> outs;
@@ -502,7 +644,7 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
       if (!s.ok()) {
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;
-          ++skipped_rows_;
+          ++work->skipped_rows;
           break;
         }
         const Split& split = dataset_->splits()[u.split];
@@ -526,24 +668,26 @@ arrow::Status Loader::TransformRows(const EpochPlan& plan,
   return arrow::Status::OK();
 }
 
-arrow::Result<std::shared_ptr<Batch>> Loader::AddLengthColumns(
-    std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths) {
+arrow::Result<std::shared_ptr<Batch>> Loader::SplitParts(std::shared_ptr<Batch> batch) {
+  using Part = TransformPlan::Part;
   std::vector<BatchColumn> columns;
-  for (const auto& [src, is_length] : transforms_.output_sources()) {
-    if (!is_length) {
-      columns.push_back(batch->columns[src]);
+  for (const auto& [src, part] : transforms_.output_sources()) {
+    const BatchColumn& in = batch->columns[src];
+    if (part == Part::kValues) {
+      BatchColumn values = in;
+      if (values.kind == ColumnKind::kTensor) {  // companions go to their own columns
+        values.offsets.reset();
+        values.lengths.reset();
+      }
+      columns.push_back(std::move(values));
       continue;
     }
     BatchColumn c;
     c.kind = ColumnKind::kTensor;
     c.dtype = DType::kInt64;
-    c.shape = {batch->num_rows};
-    ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(batch->num_rows * sizeof(int64_t), pool_));
-    if (batch->num_rows > 0) {
-      std::memcpy(data->mutable_data(), lengths[src].data(), batch->num_rows * sizeof(int64_t));
-    }
-    c.data = std::move(data);
-    batch->owned_bytes += batch->num_rows * static_cast<int64_t>(sizeof(int64_t));
+    c.data = part == Part::kLength ? in.lengths : in.offsets;
+    if (c.data == nullptr) return arrow::Status::UnknownError("no ", part == Part::kLength ? "lengths" : "offsets");
+    c.shape = {c.data->size() / static_cast<int64_t>(sizeof(int64_t))};
     columns.push_back(std::move(c));
   }
   batch->columns = std::move(columns);
@@ -556,24 +700,26 @@ LoaderStats Loader::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  std::vector<std::shared_ptr<Pipeline>> pipelines;
+  // The epoch in progress counts; one started ahead only once the consumer begins it.
+  std::shared_ptr<Pipeline> pipeline;
+  std::shared_ptr<Work> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pipelines = {current_.pipeline, next_.pipeline};
+    pipeline = current_.pipeline;
+    work = current_.work;
   }
-  for (const auto& p : pipelines) {
-    if (p != nullptr) AddCounters(p->counters(), &s);
+  if (pipeline != nullptr) {
+    AddCounters(pipeline->counters(), &s);
+    work->AddTo(&s);
   }
   s.epochs_started_ahead = epochs_started_ahead_.load();
-  s.read_seconds = read_ns_.load() * 1e-9;
-  s.decode_seconds = decode_ns_.load() * 1e-9;
-  s.transform_seconds = transform_ns_.load() * 1e-9;
-  s.assemble_seconds = gather_ns_.load() * 1e-9;
-  s.bytes_read = bytes_read_.load();
-  s.bytes_decoded = bytes_decoded_.load();
-  s.skipped_rows = skipped_rows_.load();
-  if (cache_ != nullptr) s.cache = cache_->counters();
-  s.cache_bytes_saved = cache_bytes_saved_.load();
+  if (cache_ != nullptr) {
+    const CacheCounters c = cache_->counters();
+    const int64_t hits = s.cache.hits, misses = s.cache.misses;
+    s.cache = c;
+    s.cache.hits = hits;
+    s.cache.misses = misses;
+  }
   s.pool_allocations = pool_->recyclable_allocations();
   s.pool_recycled = pool_->recycled_allocations();
   s.pool_cached_bytes = pool_->cached_bytes();

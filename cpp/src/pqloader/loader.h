@@ -28,7 +28,11 @@
 #include "pqloader/decode/read_unit.h"
 #include "pqloader/exec/ordered_pipeline.h"
 #include "pqloader/exec/readahead.h"
+#include "pqloader/pack/document_lengths.h"
+#include "pqloader/pack/pack_plan.h"
+#include "pqloader/pack/packer.h"
 #include "pqloader/plan/epoch_plan.h"
+#include "pqloader/plan/row_order.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/transform/pipeline.h"
@@ -67,6 +71,16 @@ struct LoaderOptions {
   int64_t debug_max_delay_us = 0;
   /// Per-column transform ops, applied in order (see transform/op.h). Default: none.
   std::map<std::string, std::vector<std::shared_ptr<const Op>>> transforms;
+  /// How list columns whose rows differ in length are batched, by column name:
+  /// ragged (values + "<name>_offsets") or padded (+ "<name>_length"); see
+  /// ColumnCollate. Default: none (every row of a batch must have one length).
+  std::map<std::string, ColumnCollate> lists;
+  /// Pack the documents (rows) of this list column into blocks of tokens
+  /// (pack/pack_plan.h); the other selected columns must be numbers, copied per token.
+  /// Default: empty, no packing.
+  std::string pack_column;
+  /// How to pack (seq_len, separator, truncation); `column` is set from pack_column.
+  PackOptions pack;
   /// What a failing transform does. Default: kRaise.
   DecodeErrorPolicy on_decode_error = DecodeErrorPolicy::kRaise;
   /// Cache of decoded + deterministically transformed splits; off when cache.dir is
@@ -89,11 +103,17 @@ struct LoaderStats {
   double unit_seconds = 0;       ///< Producing units: reading, decoding, caching, transforms.
   int64_t batches_by_consumer = 0;  ///< Batches Next() assembled on the caller's thread.
   int64_t epochs_started_ahead = 0;  ///< Epochs begun while the previous one ended.
+  /// Units an epoch started ahead had produced when it was dropped unused (the next
+  /// StartEpoch was another epoch, or none came). Work of an epoch started ahead counts
+  /// in the other counters only once the consumer starts that epoch.
+  int64_t units_dropped_ahead = 0;
   double wait_seconds = 0;        ///< Consumer time blocked in Next().
   double time_to_first_batch_seconds = -1;  ///< From the first StartEpoch.
   int64_t peak_inflight_bytes = 0;
   int64_t skipped_rows = 0;       ///< Rows dropped by on_decode_error = kSkip.
-  CacheCounters cache;            ///< Of this loader's cache (zeros without one).
+  /// Of this loader's cache (zeros without one): hits and misses of this loader's
+  /// epochs; the rest (inserts, evictions, ...) of the cache object, this process.
+  CacheCounters cache;
   int64_t cache_bytes_saved = 0;  ///< Compressed Parquet bytes not read thanks to hits.
   /// The process-wide buffer pool (all loaders): allocations of recyclable size, how
   /// many of them reused a freed block, and the free bytes it keeps now.
@@ -114,12 +134,18 @@ class Loader {
 
   const Dataset& dataset() const { return *dataset_; }
   /// Output columns, in batch order (transformed columns, then any "_length" columns).
-  const std::vector<ColumnSpec>& specs() const { return transforms_.output_specs(); }
+  const std::vector<ColumnSpec>& specs() const;
   const TransformPlan& transforms() const { return transforms_; }
   const LoaderOptions& options() const { return options_; }
   /// Plan of epoch 0 (the counts are the same in every epoch).
   const EpochPlan& first_plan() const { return first_plan_; }
-  int64_t num_batches() const { return first_plan_.num_batches(); }
+  int64_t num_batches() const { return num_batches(0); }
+  /// Batches of `epoch` (with packing, the count may differ between epochs when there
+  /// are several ranks: it is the equalised number of blocks over the batch size).
+  int64_t num_batches(int64_t epoch) const;
+  /// Batches of the rest of `epoch` after what an earlier world consumed (see
+  /// StartEpoch); an error if `elastic` does not fit the dataset and options.
+  arrow::Result<int64_t> num_batches(int64_t epoch, const ElasticBase& elastic) const;
   /// Replace the seed (e.g. with one restored from a checkpoint). Takes effect at the
   /// next StartEpoch.
   void set_seed(uint64_t seed) {
@@ -133,7 +159,11 @@ class Loader {
   /// `then_next_epoch`, the caller will read epoch + 1 from its first batch next: its
   /// first row groups are read and decoded while this epoch ends (with half the memory
   /// bound until it starts), so the boundary costs about one batch, not a fill.
-  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false);
+  /// With `elastic` (resuming a checkpoint of another world size or batch size), the
+  /// epoch is the rest of `epoch` after what that world consumed (see
+  /// MakeRemainderOrder), and first_batch counts batches of that rest. Not with packing.
+  arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false,
+                           std::shared_ptr<const ElasticBase> elastic = nullptr);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
   /// After an error, iteration of this epoch is over: the same error is returned again.
   /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
@@ -150,52 +180,78 @@ class Loader {
 
  private:
   using Pipeline = OrderedPipeline<DecodedUnit, Batch>;
-  // The pipeline of one epoch and its read-ahead.
+  // Work done for one epoch run, counted in stats() once the run is adopted (the
+  // consumer started its epoch), so that a run started ahead never changes them early.
+  struct Work {
+    std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, gather_ns{0};
+    std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, skipped_rows{0};
+    std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes_saved{0};
+    void AddTo(LoaderStats* stats) const;
+  };
+  // The pipeline of one epoch, its read-ahead and its work.
   struct EpochRun {
     int64_t epoch = 0;
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
+    std::shared_ptr<Work> work;
+    bool adopted = true;  // false while started ahead and not yet begun by the consumer
   };
-  // Make the run of batches first_batch... of `epoch`, holding at most `budget` bytes.
-  arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget);
+  // Make the run of batches first_batch... of `epoch` (the rest after `elastic`, if
+  // given), holding at most `budget` bytes.
+  arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget,
+                                  std::shared_ptr<const ElasticBase> elastic = nullptr);
+  // The order of `epoch` under `plan` (the rest after `elastic`, if given).
+  arrow::Result<std::shared_ptr<const RowOrder>> OrderOf(const PlanOptions& plan, int64_t epoch,
+                                                         const ElasticBase* elastic) const;
   // Requires mu_: move the runs in progress to `runs`, for ShutDown outside the lock.
   void DetachLocked(std::vector<EpochRun>* runs);
   // Shut `runs` down and add their counters to the stats.
   void ShutDown(std::vector<EpochRun> runs);
   // Start the next epoch's run once `pipeline` (the current one) has produced all units.
   void MaybeStartNextEpoch(const Pipeline& pipeline);
-  class PermutationCache;
 
   Loader() = default;
   // Run the per-sample transforms (after the cache point) of a batch's rows; drop rows
   // that failed under DecodeErrorPolicy::kSkip. Columns without such transforms get
   // no samples: the gather reads their units directly.
-  arrow::Status TransformRows(const EpochPlan& plan,
+  arrow::Status TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                               const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                               int64_t unit_base, std::vector<RowRef>* rows,
-                              std::vector<std::vector<SampleTensor>>* samples);
+                              std::vector<std::vector<SampleTensor>>* samples, Work* work);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
   // transforms.
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
-      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes);
+      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
+      Work* work);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
-      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched);
+      const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work);
+  // Check the packing options, read the documents' lengths, make the output specs.
+  arrow::Status SetUpPacking();
+  // Blocks every rank gets in `epoch` (cached), and the batches they make.
+  int64_t EqualBlocks(int64_t epoch) const;
+  int64_t BatchesOfBlocks(int64_t blocks) const;
   // `unit` with its small fixed-size columns row-major (see WithRowMajor).
   arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(
-      std::shared_ptr<const DecodedUnit> unit);
+      std::shared_ptr<const DecodedUnit> unit, Work* work);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
-  // Reorder a batch's columns into output order, adding "<name>_length" columns.
-  arrow::Result<std::shared_ptr<Batch>> AddLengthColumns(
-      std::shared_ptr<Batch> batch, const std::vector<std::vector<int64_t>>& lengths);
+  // Put a batch's columns in output order, the lengths of padded columns and the
+  // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
+  arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
 
   LoaderOptions options_;  // seed GUARDED_BY(mu_); the rest immutable after Make()
   std::shared_ptr<Dataset> dataset_;
   ReadOptions read_options_;
   TransformPlan transforms_;
   EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);
+  // Packing (when options_.pack_column is set).
+  std::shared_ptr<const DocumentLengths> lengths_;
+  std::vector<ColumnSpec> packed_specs_;
+  std::vector<int> pack_companions_;
+  mutable std::mutex blocks_mu_;
+  mutable std::map<int64_t, int64_t> blocks_by_epoch_;  // GUARDED_BY(blocks_mu_)
   // Serialises StartEpoch/Stop and guards the epochs in progress; never held while
   // Next() waits, so Stop() can wake it.
   mutable std::mutex mu_;
@@ -206,17 +262,12 @@ class Loader {
   std::unique_ptr<PoolCacheReservation> pool_reservation_;
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
-  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, gather_ns_{0};
   std::atomic<int64_t> epochs_started_ahead_{0};
-  std::atomic<int64_t> bytes_read_{0};
-  std::atomic<int64_t> bytes_decoded_{0};
-  std::atomic<int64_t> skipped_rows_{0};
-  std::atomic<int64_t> cache_bytes_saved_{0};
   std::shared_ptr<SplitCache> cache_;
   std::string cache_identity_;   // what every cache key of this loader shares
   CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
   mutable std::mutex stats_mu_;
-  LoaderStats stats_;  // GUARDED_BY(stats_mu_); pipeline counters folded in at epoch end
+  LoaderStats stats_;  // GUARDED_BY(stats_mu_); adopted runs' counters folded in at their end
   int64_t start_ns_ = -1;
 };
 

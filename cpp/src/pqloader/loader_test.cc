@@ -101,6 +101,40 @@ TEST(Loader, ReadsEveryRowInNaturalOrder) {
   EXPECT_EQ(loader->stats().rows, total);
 }
 
+TEST(Loader, RowGroupSelectionReadsOnlyTheListedRowGroups) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.plan.batch_size = 4;
+  // a.parquet: rows 0-4 | 5-7 | 8-18; c.parquet: 23-24 | 25-30 | 31 | 32-40.
+  o.dataset.row_groups = {{dir + "/a.parquet", {2, 0}}, {dir + "/c.parquet", {3, 1, 3}}};
+  auto loader = Loader::Make({dir + "/a.parquet", dir + "/b.parquet", dir + "/c.parquet"}, o)
+                    .ValueOrDie();
+  std::vector<int64_t> expected;
+  for (int64_t i : {0, 1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 25,
+                    26, 27, 28, 29, 30, 32, 33, 34, 35, 36, 37, 38, 39, 40}) {
+    expected.push_back(i);
+  }
+  EXPECT_EQ(Epoch(loader.get(), 0), expected);
+  EXPECT_EQ(loader->dataset().splits().size(), 5u);
+
+  o.dataset.row_groups = {{dir + "/b.parquet", {1}}};
+  auto out_of_range = Loader::Make({dir + "/b.parquet"}, o);
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("b.parquet', which has 1 row groups"),
+            std::string::npos)
+      << out_of_range.status().message();
+  o.dataset.row_groups = {{dir + "/nope.parquet", {0}}};
+  auto unknown = Loader::Make({dir + "/b.parquet"}, o);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("nope.parquet', which is not a file"),
+            std::string::npos);
+  o.dataset.row_groups = {{dir + "/b.parquet", {}}};  // nothing at all: an empty epoch
+  auto none = Loader::Make({dir + "/b.parquet"}, o).ValueOrDie();
+  EXPECT_TRUE(Epoch(none.get(), 0).empty());
+  EXPECT_EQ(none->num_batches(), 0);
+}
+
 TEST(Loader, ShuffledOrderIsIndependentOfThreadsAndDelays) {
   int64_t total;
   const auto dir = MakeDataset(&total);

@@ -184,12 +184,14 @@ constexpr int64_t kMinPageBytes = 16;
 // The most values one page can hold (PageHeader's num_values is an i32).
 constexpr int64_t kMaxPageValues = std::numeric_limits<int32_t>::max();
 
-// The splits (row groups) of `file`, after checking its footer's counts and sizes:
-// row counts are not negative and fit in what the engine indexes; each
-// selected column chunk lies inside the file, holds as many values as its row group has
-// rows (at least as many for repeated columns), and no more than its bytes can hold.
+// The splits of `file`'s row groups `row_groups` (valid indices), after checking their
+// footer counts and sizes: row counts are not negative and fit in what the engine
+// indexes; each selected column chunk lies inside the file, holds as many values as its
+// row group has rows (at least as many for repeated columns), and no more than its bytes
+// can hold.
 // Every check is O(row groups x columns), whatever the counts claim.
-arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t index) {
+arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t index,
+                                                  const std::vector<int>& row_groups) {
   const auto& md = *file.metadata;
   auto corrupt = [&](auto&&... parts) {
     return MakeError(ErrorKind::kInvalidData, "'", file.display, "' has a corrupt footer: ",
@@ -199,7 +201,7 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
   try {
     // The file-level row count is not checked against the row groups': readers go by
     // the row groups, and some old writers (parquet-rs 0.3) left it 0.
-    for (int rg = 0; rg < md.num_row_groups(); ++rg) {
+    for (int rg : row_groups) {
       auto rg_md = md.RowGroup(rg);
       Split s;
       s.file = index;
@@ -428,12 +430,32 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   }
   ds->partition_keys_ = keys;
 
-  // Splits: every row group of every file, with the bytes of the selected columns; the
-  // footer's counts and sizes are checked against each other and the file first, so
-  // that nothing is planned (or allocated) from a corrupt count.
+  // Splits: every row group of every file (or those options.row_groups selects), with
+  // the bytes of the selected columns; the footer's counts and sizes are checked against
+  // each other and the file first, so that nothing is planned (or allocated) from a
+  // corrupt count.
+  int64_t files_selected = 0;
   int64_t first = 0;
   for (int64_t i = 0; i < n; ++i) {
-    ARROW_ASSIGN_OR_RAISE(auto splits, ValidatedSplits(ds->files_[i], static_cast<int32_t>(i)));
+    const auto& md = *ds->files_[i].metadata;
+    std::vector<int> selected;
+    const auto listed = options.row_groups.find(ds->files_[i].display);
+    if (listed == options.row_groups.end()) {
+      for (int rg = 0; rg < md.num_row_groups(); ++rg) selected.push_back(rg);
+    } else {
+      ++files_selected;
+      selected = listed->second;
+      std::sort(selected.begin(), selected.end());
+      selected.erase(std::unique(selected.begin(), selected.end()), selected.end());
+      if (!selected.empty() && (selected.front() < 0 || selected.back() >= md.num_row_groups())) {
+        return MakeError(ErrorKind::kInvalidData, "row_groups selects row group ",
+                         selected.front() < 0 ? selected.front() : selected.back(), " of '",
+                         ds->files_[i].display, "', which has ", md.num_row_groups(),
+                         " row groups (indices from 0)");
+      }
+    }
+    ARROW_ASSIGN_OR_RAISE(auto splits,
+                          ValidatedSplits(ds->files_[i], static_cast<int32_t>(i), selected));
     for (const Split& s : splits) {
       if (s.num_rows > std::numeric_limits<int64_t>::max() - first) {
         return MakeError(ErrorKind::kInvalidData, "'", ds->files_[i].display,
@@ -442,6 +464,17 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
       ds->split_first_row_.push_back(first);
       first += s.num_rows;
       ds->splits_.push_back(s);
+    }
+  }
+  if (files_selected != static_cast<int64_t>(options.row_groups.size())) {
+    for (const auto& [name, groups] : options.row_groups) {
+      bool found = false;
+      for (const auto& f : ds->files_) found = found || f.display == name;
+      if (!found) {
+        return MakeError(ErrorKind::kNotFound, "row_groups names '", name,
+                         "', which is not a file of the dataset (files are named as given, "
+                         "e.g. '", ds->files_[0].display, "')");
+      }
     }
   }
   return ds;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,12 @@ struct DatasetOptions {
   /// is as cheap as reading a cached copy, and never stale.
   /// Default: empty (footers are read from the source every run).
   std::string footer_cache_dir;
+  /// Row groups to read, per file: file name (as DataFile::display names it: the source
+  /// string for a file given explicitly) -> row-group indices. Listed row groups are read
+  /// in file order, each once; a file that is not listed is read whole, one listed with
+  /// no index not at all. Every name must be a file of the dataset. Default: empty
+  /// (every row group of every file).
+  std::map<std::string, std::vector<int>> row_groups;
 };
 
 /// One Parquet file of the dataset.

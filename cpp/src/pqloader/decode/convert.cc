@@ -198,7 +198,8 @@ class TensorWriter {
         return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (",
                          spec_.arrow_type, "): rows have different lengths (", shape_[level],
                          " and ", len,
-                         "); a list column becomes a tensor only if every row has one length");
+                         "); a list column becomes a tensor only if every row has one length: pass "
+                         "lists={'", spec_.name, "': 'ragged'} or pqloader.Pad(...) to batch it");
       }
     }
     if (n == 0) return arrow::Status::OK();

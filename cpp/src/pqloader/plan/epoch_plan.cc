@@ -125,8 +125,13 @@ int64_t EpochPlan::WindowOfRow(int64_t pos) const {
 
 std::pair<int64_t, int64_t> EpochPlan::BatchUnitRange(int64_t b) const {
   const auto [first, last] = BatchRowRange(b);
+  return PositionUnitRange(first, last);
+}
+
+std::pair<int64_t, int64_t> EpochPlan::PositionUnitRange(int64_t first, int64_t last) const {
   const int64_t window = options_.shuffle ? options_.shuffle_window : 1;
   const auto num_units = static_cast<int64_t>(units_.size());
+  if (first >= last) return {num_units, num_units};  // nothing to read (e.g. padding at the end)
   const int64_t lo = WindowOfRow(first) * window;
   const int64_t hi = std::min((WindowOfRow(last - 1) + 1) * window, num_units);
   return {lo, hi};

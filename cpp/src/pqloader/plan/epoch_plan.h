@@ -87,8 +87,15 @@ class EpochPlan {
   /// Return [lo, hi): the units that must be decoded to assemble batch b.
   /// Both bounds are non-decreasing in b.
   std::pair<int64_t, int64_t> BatchUnitRange(int64_t b) const;
+  /// Return [lo, hi): the units that must be decoded to resolve stream positions
+  /// [first, last) (whole shuffle windows).
+  std::pair<int64_t, int64_t> PositionUnitRange(int64_t first, int64_t last) const;
 
   int64_t num_windows() const { return static_cast<int64_t>(window_first_row_.size()) - 1; }
+  /// Return [first, last): the stream positions of window w.
+  std::pair<int64_t, int64_t> WindowRowRange(int64_t w) const {
+    return {window_first_row_[w], window_first_row_[w + 1]};
+  }
   /// Return the row permutation of window w (empty when not shuffling: identity).
   std::vector<uint32_t> WindowPermutation(int64_t w) const;
   /// Return the window holding stream position `pos`.

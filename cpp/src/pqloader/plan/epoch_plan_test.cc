@@ -86,6 +86,52 @@ TEST(EpochPlan, BatchUnitRangesAreMonotoneAndCoverTheirRows) {
   }
 }
 
+TEST(EpochPlan, ABatchNeedsExactlyTheUnitsOfItsRowsWindows) {
+  // Not one unit more: a window one too wide would hold a row group in memory for
+  // nothing (the output would not change, so only this test sees it).
+  for (bool shuffle : {false, true}) {
+    for (int64_t window : {1, 2, 3}) {
+      PlanOptions o;
+      o.shuffle = shuffle;
+      o.seed = 9;
+      o.shuffle_window = window;
+      o.batch_size = 4;
+      auto plan = EpochPlan::Make(kUneven, o, 1);
+      const int64_t w = shuffle ? window : 1;
+      const auto num_units = static_cast<int64_t>(plan.units().size());
+      for (int64_t b = 0; b < plan.num_batches(); ++b) {
+        auto [first, last] = plan.BatchRowRange(b);
+        std::vector<RowRef> rows;
+        plan.ResolveRows(first, last, [&](int64_t x) { return plan.WindowPermutation(x); }, &rows);
+        int64_t lo = num_units, hi = 0;
+        for (const RowRef& r : rows) {
+          lo = std::min(lo, r.unit / w * w);
+          hi = std::max(hi, std::min(num_units, (r.unit / w + 1) * w));
+        }
+        EXPECT_EQ(plan.BatchUnitRange(b), std::make_pair(lo, hi))
+            << "shuffle " << shuffle << " window " << window << " batch " << b;
+      }
+    }
+  }
+}
+
+TEST(EpochPlan, SeedsDifferingOnlyInTheirHighWordShuffleDifferently) {
+  // A key made of the seed's low 32 bits only would give drawn 64-bit seeds that share
+  // them the same order.
+  PlanOptions o;
+  o.shuffle = true;
+  o.shuffle_window = 3;
+  o.seed = 0x0000000100000007ull;
+  const auto a = Ids(EpochPlan::Make(kUneven, o, 0), kUneven);
+  o.seed = 0x0000000200000007ull;
+  const auto b = Ids(EpochPlan::Make(kUneven, o, 0), kUneven);
+  o.seed = 7;
+  const auto c = Ids(EpochPlan::Make(kUneven, o, 0), kUneven);
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(b, c);
+}
+
 TEST(EpochPlan, ShardsAreEqualDisjointAndComplete) {
   for (bool shuffle : {false, true}) {
     for (auto policy : {ShardPolicy::kDrop, ShardPolicy::kPad}) {

@@ -47,6 +47,18 @@ TEST(CounterRng, DifferentIdentitiesGiveDifferentStreams) {
   EXPECT_EQ(firsts.size(), 16u);
 }
 
+TEST(CounterRng, EveryBitOfTheSeedAndIdsMatters) {
+  // Seeds that differ only in their high word (as drawn 64-bit seeds may), and sample
+  // streams of samples that differ only in their high word, are different streams.
+  std::set<uint64_t> firsts;
+  for (uint64_t seed : {7ull, 7ull | (1ull << 32), 7ull | (1ull << 63)}) {
+    firsts.insert(CounterRng(seed, RngPurpose::kWindowRows, 0, 0).NextU64());
+    firsts.insert(CounterRng::ForSample(seed, 0, 5, 0).NextU64());
+    firsts.insert(CounterRng::ForSample(seed, 0, 5 + (int64_t{1} << 32), 0).NextU64());
+  }
+  EXPECT_EQ(firsts.size(), 9u);
+}
+
 TEST(CounterRng, UniformStaysInRangeAndCoversIt) {
   CounterRng r(7, RngPurpose::kSplitOrder, 0, 0);
   std::vector<int> counts(10, 0);

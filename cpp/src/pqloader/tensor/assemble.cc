@@ -184,7 +184,8 @@ enum class Plan {
   kFixed,        // fixed-size rows gathered column by column
   kRowMajor,     // fixed-size rows gathered from the units' row-major blocks
   kVar,          // variable-length rows: offsets + bytes
-  kPad,          // rows padded or truncated to a fixed first dimension (PadOrTruncate)
+  kPad,          // rows padded or truncated to one first dimension (+ lengths)
+  kRagged,       // rows of any first dimension one after another (+ row offsets)
 };
 
 // Where row i of a padded column is: its bytes and its first dimension.
@@ -204,14 +205,13 @@ class Assembler {
       : specs_(specs), units_(units), samples_(samples), collate_(collate),
         src_(rows, unit_base, units.size()), n_(static_cast<int64_t>(rows.size())),
         plans_(specs.size()), row_bytes_(specs.size(), 0), data_bytes_(specs.size(), 0),
-        data_at_(specs.size(), 0), offsets_at_(specs.size(), 0) {}
+        data_at_(specs.size(), 0), offsets_at_(specs.size(), 0), pad_to_(specs.size(), 0),
+        zero_copy_ragged_(specs.size(), false) {}
 
-  arrow::Result<std::shared_ptr<Batch>> Run(arrow::MemoryPool* pool,
-                                            std::vector<std::vector<int64_t>>* lengths) {
+  arrow::Result<std::shared_ptr<Batch>> Run(arrow::MemoryPool* pool) {
     batch_ = std::make_shared<Batch>();
     batch_->num_rows = n_;
     batch_->columns.resize(specs_.size());
-    if (lengths != nullptr) lengths->assign(specs_.size(), {});
     for (size_t col = 0; col < specs_.size(); ++col) ARROW_RETURN_NOT_OK(PlanColumn(col));
     ARROW_RETURN_NOT_OK(Allocate(pool));
     FillRowMajor();
@@ -222,7 +222,8 @@ class Assembler {
         case Plan::kFixed: FillFixed(col); break;
         case Plan::kRowMajor: break;  // by FillRowMajor, all such columns at once
         case Plan::kVar: FillVar(col); break;
-        case Plan::kPad: FillPad(col, lengths != nullptr ? &(*lengths)[col] : nullptr); break;
+        case Plan::kPad: FillPad(col); break;
+        case Plan::kRagged: FillRagged(col); break;
       }
     }
     return batch_;
@@ -259,7 +260,8 @@ class Assembler {
         }
       }
     }
-    if (col < collate_.size() && collate_[col].pad_length > 0) return PlanPad(col, unit_samples);
+    const auto mode = col < collate_.size() ? collate_[col].mode : ColumnCollate::Mode::kAsIs;
+    if (mode != ColumnCollate::Mode::kAsIs) return PlanCollated(col, unit_samples, mode);
     if (HasSamples(col) || unit_samples) return PlanSamples(col, unit_samples);
     if (specs_[col].kind == ColumnKind::kTensor) return PlanFixed(col);
     plans_[col] = Plan::kVar;
@@ -272,9 +274,9 @@ class Assembler {
     return arrow::Status::OK();
   }
 
-  // Rows of any first dimension, one dtype and one inner shape (checked per sample, or
-  // per unit); row_bytes holds the bytes of one element of the first dimension.
-  arrow::Status PlanPad(size_t col, bool unit_samples) {
+  // Rows of any first dimension, one dtype and one inner shape (checked per sample,
+  // or per unit); row_bytes holds the bytes of one element of the first dimension.
+  arrow::Status PlanCollated(size_t col, bool unit_samples, ColumnCollate::Mode mode) {
     BatchColumn& out = batch_->columns[col];
     const bool samples = HasSamples(col) || unit_samples;
     DType dtype = specs_[col].dtype;
@@ -282,7 +284,7 @@ class Assembler {
     auto check = [&](DType t, const std::vector<int64_t>& shape) -> arrow::Status {
       if (shape.empty() || (!samples && specs_[col].kind != ColumnKind::kTensor)) {
         return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name,
-                         "': PadOrTruncate needs a list (1-D or more) per row, got ",
+                         "': padding or ragged output needs a list (1-D or more) per row, got ",
                          shape.empty() ? "a scalar" : "bytes");
       }
       if (inner == nullptr) {
@@ -307,18 +309,43 @@ class Assembler {
       }
     }
     int64_t element = DTypeSize(dtype);
-    out.shape.push_back(collate_[col].pad_length);
+    std::vector<int64_t> inner_dims;
     if (inner != nullptr) {
       for (size_t d = 1; d < inner->size(); ++d) {
         element *= (*inner)[d];
-        out.shape.push_back((*inner)[d]);
+        inner_dims.push_back((*inner)[d]);
       }
     }
-    plans_[col] = Plan::kPad;
     out.kind = ColumnKind::kTensor;
     out.dtype = dtype;
     row_bytes_[col] = element;
-    data_bytes_[col] = n_ * collate_[col].pad_length * element;
+    const ColumnCollate& c = collate_[col];
+    if (mode == ColumnCollate::Mode::kRagged) {
+      plans_[col] = Plan::kRagged;
+      int64_t total = 0;
+      for (int64_t i = 0; i < n_; ++i) total += SpanOf(col, i).length;
+      out.shape = {total};
+      out.shape.insert(out.shape.end(), inner_dims.begin(), inner_dims.end());
+      // One run of one unit's ragged rows: their values are contiguous there.
+      const ColumnData* first =
+          src_.used_units.empty() ? nullptr : &units_[src_.used_units[0]]->columns[col];
+      zero_copy_ragged_[col] =
+          src_.runs.size() == 1 && !samples && first != nullptr && first->offsets != nullptr;
+      data_bytes_[col] = zero_copy_ragged_[col] ? 0 : total * element;
+      return arrow::Status::OK();
+    }
+    plans_[col] = Plan::kPad;
+    int64_t length = c.length;
+    if (length <= 0) {  // the longest row of the batch, capped, rounded up
+      for (int64_t i = 0; i < n_; ++i) length = std::max(length, SpanOf(col, i).length);
+      if (c.max_length > 0) length = std::min(length, c.max_length);
+      const int64_t m = std::max<int64_t>(1, c.multiple_of);
+      length = (length + m - 1) / m * m;
+    }
+    pad_to_[col] = length;
+    out.shape = {n_, length};
+    out.shape.insert(out.shape.end(), inner_dims.begin(), inner_dims.end());
+    data_bytes_[col] = n_ * length * element;
     return arrow::Status::OK();
   }
 
@@ -364,7 +391,8 @@ class Assembler {
         return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name,
                          "': rows of one batch have different shapes, ", ShapeToString(*shape),
                          " and ", ShapeToString(c.row_shape),
-                         "; a list column must have one length in every row");
+                         "; a list column must have one length in every row, or be batched "
+                         "ragged or padded (lists=)");
       }
     }
     if (shape != nullptr) {
@@ -396,9 +424,12 @@ class Assembler {
       if (plans_[col] == Plan::kZeroCopy) continue;
       data_at_[col] = bytes;
       bytes = AlignUp(bytes + data_bytes_[col]);
-      if (plans_[col] == Plan::kVar) {
+      if (plans_[col] == Plan::kVar || plans_[col] == Plan::kRagged) {  // + offsets
         offsets_at_[col] = bytes;
         bytes = AlignUp(bytes + (n_ + 1) * static_cast<int64_t>(sizeof(int64_t)));
+      } else if (plans_[col] == Plan::kPad) {  // + lengths
+        offsets_at_[col] = bytes;
+        bytes = AlignUp(bytes + n_ * static_cast<int64_t>(sizeof(int64_t)));
       }
     }
     ARROW_ASSIGN_OR_RAISE(block_, arrow::AllocateBuffer(bytes, pool));
@@ -504,28 +535,62 @@ class Assembler {
     return {c.data->data() + r * c.row_bytes, c.row_shape[0]};
   }
 
-  // Each row's kept elements, then the tail of a prebuilt padding row.
-  void FillPad(size_t col, std::vector<int64_t>* valid) {
+  // Each row's kept elements (its first or last ones), and padding before or after them
+  // copied from a prebuilt padding row.
+  void FillPad(size_t col) {
     const BatchColumn& out = batch_->columns[col];
-    const int64_t length = collate_[col].pad_length, element = row_bytes_[col];
+    const ColumnCollate& c = collate_[col];
+    const int64_t length = pad_to_[col], element = row_bytes_[col];
     const int64_t out_row = length * element;
     std::vector<uint8_t> padding(static_cast<size_t>(out_row), 0);
     const int64_t elem = DTypeSize(out.dtype);
-    if (collate_[col].pad_value != 0) {
+    if (c.pad_value != 0) {
       for (int64_t k = 0; k < out_row / elem; ++k) {
-        StoreScalar(out.dtype, collate_[col].pad_value, padding.data() + k * elem);
+        StoreScalar(out.dtype, c.pad_value, padding.data() + k * elem);
       }
     }
     uint8_t* dst = base_ + data_at_[col];
-    if (valid != nullptr) valid->resize(n_);
+    auto* valid = reinterpret_cast<int64_t*>(base_ + offsets_at_[col]);
+    // A row keeps at most max_length values even when rounding made the batch longer.
+    const int64_t keep_at_most = c.length <= 0 && c.max_length > 0 ? std::min(length, c.max_length)
+                                                                    : length;
     for (int64_t i = 0; i < n_; ++i, dst += out_row) {
       const RowSpan row = SpanOf(col, i);
-      const int64_t kept = std::min(row.length, length);
-      if (kept > 0) std::memcpy(dst, row.data, kept * element);
-      if (kept < length) std::memcpy(dst + kept * element, padding.data() + kept * element, out_row - kept * element);
-      if (valid != nullptr) (*valid)[i] = kept;
+      const int64_t kept = std::min(row.length, keep_at_most);
+      const int64_t kept_bytes = kept * element, pad_bytes = out_row - kept_bytes;
+      const uint8_t* from = row.data + (c.truncate_left ? (row.length - kept) * element : 0);
+      uint8_t* values = dst + (c.pad_left ? pad_bytes : 0);
+      if (kept_bytes > 0) std::memcpy(values, from, kept_bytes);
+      if (pad_bytes > 0) std::memcpy(c.pad_left ? dst : dst + kept_bytes, padding.data(), pad_bytes);
+      valid[i] = kept;
     }
     batch_->columns[col].data = DataSlice(col);
+    batch_->columns[col].lengths =
+        arrow::SliceBuffer(block_, offsets_at_[col], n_ * static_cast<int64_t>(sizeof(int64_t)));
+  }
+
+  // Rows one after another, and their offsets along the first dimension.
+  void FillRagged(size_t col) {
+    const int64_t element = row_bytes_[col];
+    auto* off = reinterpret_cast<int64_t*>(base_ + offsets_at_[col]);
+    off[0] = 0;
+    for (int64_t i = 0; i < n_; ++i) off[i + 1] = off[i] + SpanOf(col, i).length;
+    BatchColumn& out = batch_->columns[col];
+    out.offsets =
+        arrow::SliceBuffer(block_, offsets_at_[col], (n_ + 1) * static_cast<int64_t>(sizeof(int64_t)));
+    if (zero_copy_ragged_[col]) {
+      const auto& r = src_.runs[0];
+      const ColumnData& c = units_[r.unit]->columns[col];
+      const auto* s = reinterpret_cast<const int64_t*>(c.offsets->data());
+      out.data = arrow::SliceBuffer(c.data, s[r.row], s[r.row + r.count] - s[r.row]);
+      return;
+    }
+    uint8_t* dst = base_ + data_at_[col];
+    for (int64_t i = 0; i < n_; ++i) {
+      const RowSpan row = SpanOf(col, i);
+      if (row.length > 0) std::memcpy(dst + off[i] * element, row.data, row.length * element);
+    }
+    out.data = DataSlice(col);
   }
 
   const std::vector<ColumnSpec>& specs_;
@@ -536,6 +601,8 @@ class Assembler {
   const int64_t n_;
   std::vector<Plan> plans_;
   std::vector<int64_t> row_bytes_, data_bytes_, data_at_, offsets_at_;
+  std::vector<int64_t> pad_to_;          // kPad: the first dimension of this batch
+  std::vector<bool> zero_copy_ragged_;   // kRagged: values are a slice of one unit
   std::shared_ptr<Batch> batch_;
   std::shared_ptr<arrow::Buffer> block_;
   uint8_t* base_ = nullptr;
@@ -547,9 +614,8 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate,
-    std::vector<std::vector<int64_t>>* lengths) {
-  return Assembler(specs, units, unit_base, rows, samples, collate).Run(pool, lengths);
+    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate) {
+  return Assembler(specs, units, unit_base, rows, samples, collate).Run(pool);
 }
 
 }  // namespace pqloader

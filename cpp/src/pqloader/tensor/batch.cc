@@ -96,6 +96,21 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
+std::string ColumnCollate::ToString() const {
+  std::ostringstream out;
+  switch (mode) {
+    case Mode::kAsIs: return "as_is";
+    case Mode::kRagged: return "ragged";
+    case Mode::kPad:
+      out << "pad(length=" << length << ", max_length=" << max_length
+          << ", multiple_of=" << multiple_of << ", value=" << pad_value
+          << ", side=" << (pad_left ? "left" : "right")
+          << ", truncation=" << (truncate_left ? "left" : "right") << ")";
+      return out.str();
+  }
+  return "?";
+}
+
 int64_t SampleTensor::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

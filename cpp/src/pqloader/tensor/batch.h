@@ -121,11 +121,16 @@ struct DecodedUnit {
 struct BatchColumn {
   ColumnKind kind = ColumnKind::kTensor;
   DType dtype = DType::kUInt8;
-  /// kTensor: {num_rows, row_shape...}. Variable length: {num_rows}.
+  /// kTensor: {num_rows, row_shape...}; a ragged tensor column: {total first-dimension
+  /// elements, inner...}. Variable length: {num_rows}.
   std::vector<int64_t> shape;
   std::shared_ptr<arrow::Buffer> data;
-  /// Variable length only: num_rows + 1 int64 offsets into data, starting at 0.
+  /// Variable length: num_rows + 1 int64 byte offsets into data, starting at 0.
+  /// A ragged tensor column: num_rows + 1 int64 offsets of its rows along the first
+  /// dimension (row i is elements [offsets[i], offsets[i + 1]) of data).
   std::shared_ptr<arrow::Buffer> offsets;
+  /// A padded column: each row's valid length (int64, num_rows).
+  std::shared_ptr<arrow::Buffer> lengths;
 };
 
 struct Batch {
@@ -152,12 +157,30 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
     const std::shared_ptr<const DecodedUnit>& unit, int64_t max_row_bytes,
     arrow::MemoryPool* pool);
 
-/// How a column's rows become a batch column, beyond being gathered as they are.
+/// How the rows of a list (or transformed) column whose first dimension varies become
+/// one batch column.
 struct ColumnCollate {
-  /// Pad (with `pad_value`) or truncate every row's first dimension to this length,
-  /// writing straight into the batch (PadOrTruncate). Default: 0, no padding.
-  int64_t pad_length = 0;
+  enum class Mode : uint8_t {
+    kAsIs,    ///< Every row must have one shape: [n, row_shape...].
+    kPad,     ///< Padded or truncated to one first dimension: [n, L, inner...] + lengths.
+    kRagged,  ///< Rows one after another: [total, inner...] + n + 1 row offsets.
+  };
+  Mode mode = Mode::kAsIs;
+  /// kPad: every row's first dimension; 0 for the longest row of the batch (after
+  /// max_length), rounded up to a multiple of multiple_of. Default: 0.
+  int64_t length = 0;
+  /// kPad with length 0: rows longer than this are truncated. Default: 0, no limit.
+  int64_t max_length = 0;
+  /// kPad with length 0: the batch's length is a multiple of this. Default: 1.
+  int64_t multiple_of = 1;
+  /// kPad: the value of padding elements. Default: 0.
   double pad_value = 0;
+  /// kPad: padding goes before the values (left), else after. Default: false.
+  bool pad_left = false;
+  /// kPad: a row too long keeps its last elements (left truncation), else its first.
+  bool truncate_left = false;
+  /// A stable description, for fingerprints.
+  std::string ToString() const;
 };
 
 /// Gather `rows` (RowRef::unit indexes `units` after subtracting `unit_base`) into a
@@ -170,13 +193,14 @@ struct ColumnCollate {
 /// columns are slices of the unit's buffers instead (no copy). Shuffled rows are
 /// gathered with a typed load/store per row for 1/2/4/8/16-byte rows.
 ///
-/// A column with `collate[c].pad_length > 0` (collate may be empty: none) becomes
-/// [n, pad_length, inner...]; each row's valid length goes to (*lengths)[c].
+/// A column with a `collate` mode (collate may be empty: all kAsIs) takes rows of any
+/// first dimension and one inner shape: kPad writes them straight into [n, L, inner...]
+/// (and BatchColumn::lengths); kRagged one after another (and BatchColumn::offsets),
+/// as a slice of the unit when the rows are one run of one unit.
 arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate = {},
-    std::vector<std::vector<int64_t>>* lengths = nullptr);
+    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate = {});
 
 }  // namespace pqloader

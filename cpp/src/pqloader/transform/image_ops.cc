@@ -616,12 +616,18 @@ class CastOp : public Op {
 
 class PadOrTruncateOp : public Op {
  public:
-  PadOrTruncateOp(int64_t length, double pad) : length_(length), pad_(pad) {}
+  PadOrTruncateOp(int64_t length, double pad, bool pad_left, bool truncate_left)
+      : length_(length), pad_(pad), pad_left_(pad_left), truncate_left_(truncate_left) {}
   int64_t length() const { return length_; }
   double pad() const { return pad_; }
+  bool pad_left() const { return pad_left_; }
+  bool truncate_left() const { return truncate_left_; }
   std::string ToString() const override {
     std::ostringstream out;
-    out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_ << ")";
+    out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_;
+    if (pad_left_) out << ", side=left";
+    if (truncate_left_) out << ", truncation=left";
+    out << ")";
     return out.str();
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
@@ -636,15 +642,20 @@ class PadOrTruncateOp : public Op {
     int64_t inner = 1;
     for (size_t i = 1; i < shape.size(); ++i) inner *= shape[i];
     const int64_t keep = std::min(in.shape[0], length_);
+    const int64_t skip = truncate_left_ ? in.shape[0] - keep : 0;  // rows dropped in front
+    const int64_t at = pad_left_ ? length_ - keep : 0;             // where the rows go
     uint8_t* dst = out.data->mutable_data();
-    if (keep > 0) std::memcpy(dst, in.data->data(), keep * inner * elem);
-    for (int64_t i = keep * inner; i < length_ * inner; ++i) StoreScalar(in.dtype, pad_, dst + i * elem);
+    for (int64_t i = 0; i < length_ * inner; ++i) StoreScalar(in.dtype, pad_, dst + i * elem);
+    if (keep > 0) {
+      std::memcpy(dst + at * inner * elem, in.data->data() + skip * inner * elem, keep * inner * elem);
+    }
     return out;
   }
 
  private:
   int64_t length_;
   double pad_;
+  bool pad_left_, truncate_left_;
 };
 
 arrow::Result<DType> ParseDType(const std::string& name) {
@@ -783,7 +794,14 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
   if (name == "PadOrTruncate") {
     const double length = p.Number("length", 0);
     if (length <= 0) return arrow::Status::Invalid("PadOrTruncate needs length > 0");
-    return std::make_shared<PadOrTruncateOp>(static_cast<int64_t>(length), p.Number("pad", 0));
+    const std::string side = p.String("side", "right"), truncation = p.String("truncation", "right");
+    for (const auto& [what, v] : {std::make_pair("side", side), std::make_pair("truncation", truncation)}) {
+      if (v != "left" && v != "right") {
+        return arrow::Status::Invalid("PadOrTruncate ", what, " must be 'left' or 'right', got '", v, "'");
+      }
+    }
+    return std::make_shared<PadOrTruncateOp>(static_cast<int64_t>(length), p.Number("pad", 0),
+                                             side == "left", truncation == "left");
   }
   return arrow::Status::Invalid("unknown transform '", name, "'");
 }
@@ -806,8 +824,11 @@ std::shared_ptr<const Op> FuseResizeCenterCrop(const std::shared_ptr<const Op>& 
 bool PadOrTruncateParams(const Op& op, ColumnCollate* collate) {
   const auto* pad = dynamic_cast<const PadOrTruncateOp*>(&op);
   if (pad == nullptr) return false;
-  collate->pad_length = pad->length();
+  collate->mode = ColumnCollate::Mode::kPad;
+  collate->length = pad->length();
   collate->pad_value = pad->pad();
+  collate->pad_left = pad->pad_left();
+  collate->truncate_left = pad->truncate_left();
   return true;
 }
 

@@ -41,8 +41,32 @@ SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t r
 arrow::Result<TransformPlan> TransformPlan::Make(
     const std::vector<ColumnSpec>& specs,
     const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
-    DecodeErrorPolicy policy, bool cache_point) {
+    DecodeErrorPolicy policy, bool cache_point, const std::map<std::string, ColumnCollate>& lists) {
   TransformPlan plan;
+  plan.collate_.resize(specs.size());
+  auto index_of = [&](const std::string& name) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].name == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  for (const auto& [name, collate] : lists) {
+    const int col = index_of(name);
+    if (col < 0) {
+      return MakeError(ErrorKind::kColumnNotFound, "lists names column '", name,
+                       "', which is not among the selected columns");
+    }
+    if (collate.mode == ColumnCollate::Mode::kAsIs) continue;
+    if (specs[col].kind != ColumnKind::kTensor || specs[col].row_shape.empty()) {
+      if (transforms.count(name) == 0) {
+        return MakeError(ErrorKind::kUnsupportedType, "lists: column '", name, "' (",
+                         specs[col].arrow_type, ") is not a list of numbers; only list "
+                         "columns (or transformed columns) can be padded or ragged");
+      }
+    }
+    plan.collate_[col] = collate;
+    plan.columns_[col].collate = "lists=" + collate.ToString();
+  }
   plan.policy_ = policy;
   for (const auto& [name, ops] : transforms) {
     int col = -1;
@@ -54,7 +78,7 @@ arrow::Result<TransformPlan> TransformPlan::Make(
                        "', which is not among the selected columns");
     }
     if (ops.empty()) continue;
-    Column c;
+    Column c = plan.columns_[col];  // keeps a collate chosen by `lists`
     // Normalize directly followed by ToCHW becomes one op writing channels-first (same
     // values, one pass over the image instead of two); Resize directly followed by
     // CenterCrop computes only the cropped pixels.
@@ -77,10 +101,13 @@ arrow::Result<TransformPlan> TransformPlan::Make(
                                       "': PadOrTruncate must be the last op of its column (it "
                                       "lays out the batch); move the ops after it before it");
       }
+      if (!c.collate.empty()) {
+        return arrow::Status::Invalid("column '", name, "': give its padding once, by "
+                                      "PadOrTruncate or by lists=, not both");
+      }
       c.collate = c.ops[i]->ToString();
       c.ops.pop_back();
       c.positions.pop_back();
-      plan.collate_.resize(specs.size());
       plan.collate_[col] = collate;
     }
     c.first_random = cache_point ? c.ops.size() : 0;
@@ -101,22 +128,26 @@ arrow::Result<TransformPlan> TransformPlan::Make(
   for (size_t i = 0; i < specs.size(); ++i) {
     ColumnSpec spec = specs[i];
     auto it = plan.columns_.find(static_cast<int>(i));
-    if (it != plan.columns_.end()) {
+    if (it != plan.columns_.end() && !it->second.ops.empty()) {
       spec.kind = ColumnKind::kTensor;
       spec.row_shape.clear();  // known once data is transformed
       spec.transformed = true;
     }
-    plan.output_specs_.push_back(spec);
-    plan.output_sources_.emplace_back(static_cast<int>(i), false);
-    if (it != plan.columns_.end() && !it->second.collate.empty()) {
-      ColumnSpec len;
-      len.name = spec.name + "_length";
-      len.kind = ColumnKind::kTensor;
-      len.dtype = DType::kInt64;
-      len.arrow_type = "int64";
-      plan.output_specs_.push_back(len);
-      plan.output_sources_.emplace_back(static_cast<int>(i), true);
+    const auto mode = plan.collate_[i].mode;
+    if (mode == ColumnCollate::Mode::kPad && !spec.row_shape.empty()) {
+      spec.row_shape[0] = plan.collate_[i].length > 0 ? plan.collate_[i].length : -1;
     }
+    plan.output_specs_.push_back(spec);
+    plan.output_sources_.emplace_back(static_cast<int>(i), Part::kValues);
+    if (mode == ColumnCollate::Mode::kAsIs) continue;
+    ColumnSpec extra;
+    extra.name = spec.name + (mode == ColumnCollate::Mode::kPad ? "_length" : "_offsets");
+    extra.kind = ColumnKind::kTensor;
+    extra.dtype = DType::kInt64;
+    extra.arrow_type = "int64";
+    plan.output_specs_.push_back(extra);
+    plan.output_sources_.emplace_back(
+        static_cast<int>(i), mode == ColumnCollate::Mode::kPad ? Part::kLength : Part::kOffsets);
   }
   return plan;
 }

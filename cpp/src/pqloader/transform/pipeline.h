@@ -31,18 +31,28 @@ class TransformPlan {
   /// Without a `cache_point` (no cache to fill), every op runs per sample while its
   /// batch is assembled: nothing is held per unit that a cache would not keep, and each
   /// sample goes from decode to batch while it is in the CPU caches.
+  /// `lists` chooses how a column's rows of varying first dimension are collated
+  /// (ragged, padded; a final PadOrTruncate op is the same as a fixed-length pad).
   static arrow::Result<TransformPlan> Make(
       const std::vector<ColumnSpec>& specs,
       const std::map<std::string, std::vector<std::shared_ptr<const Op>>>& transforms,
-      DecodeErrorPolicy policy, bool cache_point = true);
+      DecodeErrorPolicy policy, bool cache_point = true,
+      const std::map<std::string, ColumnCollate>& lists = {});
+
+  /// What an output column holds of its input column.
+  enum class Part : uint8_t {
+    kValues,   ///< The column itself.
+    kLength,   ///< "<name>_length": each row's valid length (padded columns).
+    kOffsets,  ///< "<name>_offsets": row offsets along the first dimension (ragged).
+  };
 
   bool empty() const { return columns_.empty(); }
   DecodeErrorPolicy policy() const { return policy_; }
   /// Output columns: the input specs (transformed ones become tensors), each followed by
-  /// "<name>_length" (int64) when its pipeline ends in PadOrTruncate.
+  /// "<name>_length" (int64) when it is padded, or "<name>_offsets" when ragged.
   const std::vector<ColumnSpec>& output_specs() const { return output_specs_; }
-  /// For each output column: the input column it comes from, and whether it is a length.
-  const std::vector<std::pair<int, bool>>& output_sources() const { return output_sources_; }
+  /// For each output column: the input column it comes from, and which part of it.
+  const std::vector<std::pair<int, Part>>& output_sources() const { return output_sources_; }
   /// A stable description of every op, for state fingerprints.
   std::string Fingerprint() const;
   /// A stable description of the ops before the cache point, for cache keys.
@@ -59,11 +69,12 @@ class TransformPlan {
                                           const DecodedUnit& unit, int64_t row,
                                           const SampleContext& ctx) const;
 
-  /// Whether column `col` (input index) has transforms (ops or a collate step).
+  /// Whether column `col` (input index) has transforms (ops or a collate step): its
+  /// list rows may then differ in length when decoded.
   bool transforms_column(int col) const { return columns_.count(col) > 0; }
   /// Whether column `col` has ops after the cache point (run per sample).
   bool has_suffix(int col) const;
-  /// How each input column is collated (pad_length 0: gathered as it is).
+  /// How each input column is collated (may be empty: all as they are).
   const std::vector<ColumnCollate>& collate() const { return collate_; }
 
  private:
@@ -71,7 +82,7 @@ class TransformPlan {
     std::vector<std::shared_ptr<const Op>> ops;
     std::vector<int> positions;  // each op's index in the user's list (RNG key)
     size_t first_random = 0;  // ops [0, first_random) run before the cache point
-    std::string collate;      // the final PadOrTruncate's text, if any
+    std::string collate;      // how its rows are collated, if not as they are (fingerprints)
   };
 
   arrow::Result<SampleTensor> RunOps(const Column& c, size_t begin, size_t end, SampleTensor s,
@@ -81,7 +92,7 @@ class TransformPlan {
   std::vector<ColumnCollate> collate_;
   DecodeErrorPolicy policy_ = DecodeErrorPolicy::kRaise;
   std::vector<ColumnSpec> output_specs_;
-  std::vector<std::pair<int, bool>> output_sources_;
+  std::vector<std::pair<int, Part>> output_sources_;
 };
 
 /// View row `row` of a decoded column as a sample (no copy).

@@ -76,10 +76,13 @@ TEST(TransformPlan, AFinalPadOrTruncateIsTheColumnsCollateStep) {
                   .ValueOrDie();
   ASSERT_EQ(plan.output_specs().size(), 2u);
   EXPECT_EQ(plan.output_specs()[1].name, "tok_length");
-  EXPECT_TRUE(plan.output_specs()[0].transformed);
+  // No op changes the values: dtype known, and the padded row shape.
+  EXPECT_FALSE(plan.output_specs()[0].transformed);
+  EXPECT_EQ(plan.output_specs()[0].row_shape, (std::vector<int64_t>{4}));
   EXPECT_FALSE(plan.has_suffix(0));
   ASSERT_EQ(plan.collate().size(), 1u);
-  EXPECT_EQ(plan.collate()[0].pad_length, 4);
+  EXPECT_EQ(plan.collate()[0].mode, ColumnCollate::Mode::kPad);
+  EXPECT_EQ(plan.collate()[0].length, 4);
   EXPECT_EQ(plan.collate()[0].pad_value, -1);
   // It changes batches, not what the cache keeps.
   EXPECT_NE(plan.Fingerprint().find("PadOrTruncate"), std::string::npos);
@@ -97,15 +100,16 @@ TEST(TransformPlan, AFinalPadOrTruncateIsTheColumnsCollateStep) {
   unit->columns.push_back(c);
   ASSERT_TRUE(plan.ApplyPrefix(unit.get(), {ListSpec()}, [](int64_t) { return std::string(); }).ok());
   EXPECT_TRUE(unit->columns[0].samples.empty());  // nothing ran before the cache point
-  std::vector<std::vector<int64_t>> lengths;
   auto batch = AssembleBatch({ListSpec()}, {unit}, 0, {{0, 1}, {0, 0}}, {},
-                             arrow::default_memory_pool(), plan.collate(), &lengths)
+                             arrow::default_memory_pool(), plan.collate())
                    .ValueOrDie();
+  const auto* len = reinterpret_cast<const int64_t*>(batch->columns[0].lengths->data());
+  const std::vector<int64_t> lengths0(len, len + 2);
   EXPECT_EQ(batch->columns[0].shape, (std::vector<int64_t>{2, 4}));
   int32_t got[8];
   std::memcpy(got, batch->columns[0].data->data(), sizeof(got));
   EXPECT_EQ(std::vector<int32_t>(got, got + 8), (std::vector<int32_t>{6, -1, -1, -1, 1, 2, 3, 4}));
-  EXPECT_EQ(lengths[0], (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(lengths0, (std::vector<int64_t>{1, 4}));
 }
 
 TEST(TransformPlan, PadOrTruncateMustBeLast) {

@@ -1,0 +1,132 @@
+#include "pqloader/pack/document_lengths.h"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <thread>
+
+#include <arrow/array.h>
+#include <arrow/record_batch.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+// Rows decoded at once: their values and levels are the only memory the pass holds.
+constexpr int64_t kRowsPerSlice = 8192;
+
+void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
+  if (f.column_index >= 0) out->push_back(f.column_index);
+  for (const auto& child : f.children) LeavesOf(child, out);
+}
+
+// Append the row lengths of `field` in `split`'s row group to `out`.
+arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
+                        arrow::MemoryPool* pool, std::vector<int32_t>* out) {
+  const Split& split = dataset.splits()[split_index];
+  const DataFile& file = dataset.files()[split.file];
+  arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
+  info.set_size(file.size);
+  ARROW_ASSIGN_OR_RAISE(auto input, file.fs->OpenInputFile(info));
+  parquet::ArrowReaderProperties props;
+  props.set_use_threads(false);
+  props.set_batch_size(kRowsPerSlice);
+  auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.metadata);
+  ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::FileReader::Make(pool, std::move(pq), props));
+  std::vector<int> leaves;
+  LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
+  out->reserve(static_cast<size_t>(split.num_rows));
+  while (true) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
+    if (batch == nullptr) break;
+    const arrow::Array& a = *batch->column(0);
+    if (a.null_count() != 0) {
+      return arrow::Status::Invalid(a.null_count(), " null list(s)");
+    }
+    for (int64_t r = 0; r < a.length(); ++r) {
+      int64_t n = 0;
+      if (a.type_id() == arrow::Type::LIST) {
+        n = static_cast<const arrow::ListArray&>(a).value_length(r);
+      } else if (a.type_id() == arrow::Type::LARGE_LIST) {
+        n = static_cast<const arrow::LargeListArray&>(a).value_length(r);
+      } else if (a.type_id() == arrow::Type::FIXED_SIZE_LIST) {
+        n = static_cast<const arrow::FixedSizeListArray&>(a).list_type()->list_size();
+      } else {
+        return arrow::Status::Invalid("not a list column (", a.type()->ToString(), ")");
+      }
+      if (n > std::numeric_limits<int32_t>::max()) return arrow::Status::Invalid("a list of ", n, " values");
+      out->push_back(static_cast<int32_t>(n));
+    }
+  }
+  if (static_cast<int64_t>(out->size()) != split.num_rows) {
+    return arrow::Status::Invalid("read ", out->size(), " rows, the footer says ", split.num_rows);
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
+    const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool) {
+  // The column's position among the file columns (partition keys have none).
+  int file_column = 0;
+  for (int c = 0; c < column; ++c) file_column += dataset.partition_index()[c] < 0 ? 1 : 0;
+  if (dataset.partition_index()[column] >= 0) {
+    return arrow::Status::Invalid("column '", dataset.specs()[column].name,
+                                  "' is a partition key, not a list column");
+  }
+  const auto num_splits = static_cast<int64_t>(dataset.splits().size());
+  std::vector<std::vector<int32_t>> per_split(num_splits);
+  std::vector<arrow::Status> status(num_splits);
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t s = next++; s < num_splits; s = next++) {
+      const Split& split = dataset.splits()[s];
+      const DataFile& file = dataset.files()[split.file];
+      arrow::Status st;
+      try {
+        st = ReadSplit(dataset, s, file.field_indices[file_column], pool, &per_split[s]);
+      } catch (const std::exception& e) {
+        st = arrow::Status::IOError(e.what());
+      }
+      if (!st.ok()) {
+        status[s] = MakeError(ErrorKind::kInvalidData, "cannot read the lengths of column '",
+                              dataset.specs()[column].name, "' in '", file.display,
+                              "', row group ", split.row_group, ": ", st.message());
+      }
+    }
+  };
+  std::vector<std::thread> pool_threads;
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(num_splits)));
+  for (int i = 0; i < n; ++i) pool_threads.emplace_back(work);
+  for (auto& t : pool_threads) t.join();
+  for (const auto& st : status) ARROW_RETURN_NOT_OK(st);
+  auto out = std::make_shared<DocumentLengths>();
+  out->first_.reserve(num_splits + 1);
+  for (auto& v : per_split) {
+    out->first_.push_back(static_cast<int64_t>(out->lengths_.size()));
+    out->lengths_.insert(out->lengths_.end(), v.begin(), v.end());
+    std::vector<int32_t>().swap(v);
+  }
+  out->first_.push_back(static_cast<int64_t>(out->lengths_.size()));
+  out->prefix_.resize(out->lengths_.size() + 1);
+  out->prefix_[0] = 0;
+  for (size_t i = 0; i < out->lengths_.size(); ++i) {
+    out->prefix_[i + 1] = out->prefix_[i] + out->lengths_[i];
+  }
+  return std::shared_ptr<const DocumentLengths>(std::move(out));
+}
+
+int64_t DocumentLengths::Sum(int64_t split, int64_t begin, int64_t end) const {
+  return prefix_[first_[split] + end] - prefix_[first_[split] + begin];
+}
+
+}  // namespace pqloader

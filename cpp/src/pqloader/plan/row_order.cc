@@ -1,0 +1,168 @@
+#include "pqloader/plan/row_order.h"
+
+#include <algorithm>
+#include <string>
+
+namespace pqloader {
+
+std::shared_ptr<const std::vector<uint32_t>> PlanOrder::Permutation(int64_t w) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = perms_.find(w);
+    if (it != perms_.end()) return it->second;
+  }
+  auto perm = std::make_shared<const std::vector<uint32_t>>(plan_->WindowPermutation(w));
+  std::lock_guard<std::mutex> lock(mu_);
+  // Batches are made in about increasing order: windows far behind are not needed again.
+  perms_.erase(perms_.begin(), perms_.lower_bound(w - 2));
+  return perms_.emplace(w, std::move(perm)).first->second;
+}
+
+void PlanOrder::Resolve(int64_t first, int64_t last, std::vector<RowRef>* out) const {
+  static const std::vector<uint32_t> kIdentity;
+  std::vector<std::shared_ptr<const std::vector<uint32_t>>> held;
+  plan_->ResolveRows(first, last, [&](int64_t w) -> const std::vector<uint32_t>& {
+    if (!plan_->options().shuffle) return kIdentity;
+    held.push_back(Permutation(w));
+    return *held.back();
+  }, out);
+}
+
+namespace {
+
+// Positions [first, last) of `child`, placed at [start, start + last - first) of this
+// order, reading child units [lo, hi) as this order's units [unit_offset, ...).
+struct Segment {
+  std::shared_ptr<const RowOrder> child;
+  int64_t first, last, start;
+  int64_t lo, hi, unit_offset;
+};
+
+class RemainderOrder : public RowOrder {
+ public:
+  void Add(std::shared_ptr<const RowOrder> child, int64_t first, int64_t last) {
+    if (first >= last) return;
+    Segment s{std::move(child), first, last, num_rows_, 0, 0, static_cast<int64_t>(units_.size())};
+    std::tie(s.lo, s.hi) = s.child->PositionUnitRange(first, last);
+    units_.insert(units_.end(), s.child->units().begin() + s.lo, s.child->units().begin() + s.hi);
+    num_rows_ += last - first;
+    segments_.push_back(std::move(s));
+  }
+
+  int64_t num_rows() const override { return num_rows_; }
+  const std::vector<Unit>& units() const override { return units_; }
+
+  void Resolve(int64_t first, int64_t last, std::vector<RowRef>* out) const override {
+    std::vector<RowRef> part;
+    for (const Segment& s : segments_) {
+      const int64_t a = std::max(first, s.start), b = std::min(last, s.start + s.last - s.first);
+      if (a >= b) continue;
+      part.clear();
+      s.child->Resolve(s.first + (a - s.start), s.first + (b - s.start), &part);
+      for (RowRef r : part) out->push_back(RowRef{s.unit_offset + (r.unit - s.lo), r.row});
+    }
+  }
+
+  std::pair<int64_t, int64_t> PositionUnitRange(int64_t first, int64_t last) const override {
+    const auto n = static_cast<int64_t>(units_.size());
+    int64_t lo = n, hi = n;
+    bool found = false;
+    for (const Segment& s : segments_) {
+      const int64_t a = std::max(first, s.start), b = std::min(last, s.start + s.last - s.first);
+      if (a >= b) continue;
+      const auto [clo, chi] = s.child->PositionUnitRange(s.first + (a - s.start), s.first + (b - s.start));
+      if (!found) lo = s.unit_offset + (clo - s.lo);
+      hi = s.unit_offset + (chi - s.lo);
+      found = true;
+    }
+    return {lo, hi};
+  }
+
+ private:
+  std::vector<Segment> segments_;
+  std::vector<Unit> units_;
+  int64_t num_rows_ = 0;
+};
+
+// The order of `rank` of `world` in the world `base` describes (itself possibly a
+// remainder of an earlier one).
+std::shared_ptr<const RowOrder> OrderOf(const std::vector<int64_t>& split_rows,
+                                        const PlanOptions& options, int64_t epoch,
+                                        const std::shared_ptr<const ElasticBase>& base) {
+  if (base == nullptr) {
+    return std::make_shared<PlanOrder>(
+        std::make_shared<const EpochPlan>(EpochPlan::Make(split_rows, options, epoch)));
+  }
+  return MakeRemainderOrder(split_rows, options, epoch, *base);
+}
+
+}  // namespace
+
+std::string ValidateElasticBase(const ElasticBase& base, const std::vector<int64_t>& split_rows,
+                                const PlanOptions& options, int64_t epoch) {
+  if (base.world_size <= 0 || base.batch_size <= 0) {
+    return "world_size and batch_size must be positive";
+  }
+  if (static_cast<int64_t>(base.batches.size()) != base.world_size) {
+    return "one consumed batch count per old rank is needed (" + std::to_string(base.world_size) +
+           "), got " + std::to_string(base.batches.size());
+  }
+  if (base.base != nullptr) {
+    std::string inner = ValidateElasticBase(*base.base, split_rows, options, epoch);
+    if (!inner.empty()) return inner;
+  }
+  for (int64_t r = 0; r < base.world_size; ++r) {
+    PlanOptions old = options;
+    old.rank = r;
+    old.world_size = base.world_size;
+    old.batch_size = base.batch_size;
+    const int64_t n = OrderOf(split_rows, old, epoch, base.base)->num_rows();
+    const int64_t batches = options.drop_last ? n / base.batch_size
+                                              : (n + base.batch_size - 1) / base.batch_size;
+    if (base.batches[r] < 0 || base.batches[r] > batches) {
+      return "rank " + std::to_string(r) + " of " + std::to_string(base.world_size) +
+             " consumed " + std::to_string(base.batches[r]) + " batches of epoch " +
+             std::to_string(epoch) + ", which has " + std::to_string(batches) + " for it";
+    }
+  }
+  return "";
+}
+
+std::shared_ptr<const RowOrder> MakeRemainderOrder(const std::vector<int64_t>& split_rows,
+                                                   const PlanOptions& options, int64_t epoch,
+                                                   const ElasticBase& base) {
+  // 1. What each old rank had left: its positions from its consumed batches on, up to
+  // its end (or, with drop_last, the end of its last full batch).
+  auto all = std::make_shared<RemainderOrder>();
+  for (int64_t r = 0; r < base.world_size; ++r) {
+    PlanOptions old = options;
+    old.rank = r;
+    old.world_size = base.world_size;
+    old.batch_size = base.batch_size;
+    auto child = OrderOf(split_rows, old, epoch, base.base);
+    const int64_t n = child->num_rows();
+    const int64_t end = options.drop_last ? n / base.batch_size * base.batch_size : n;
+    const int64_t from = std::min(end, base.batches[r] * base.batch_size);
+    all->Add(child, from, end);
+  }
+  // 2. Contiguous shares of it, equalised as rows are (EpochPlan): kDrop drops the last
+  // position of the larger shares, kPad repeats the first one of the smaller.
+  const int64_t total = all->num_rows(), world = options.world_size;
+  const int64_t each = total / world, rem = total % world;
+  const int64_t begin = options.rank * each + std::min(options.rank, rem);
+  const int64_t count = each + (options.rank < rem ? 1 : 0);
+  auto mine = std::make_shared<RemainderOrder>();
+  if (options.shard_policy == ShardPolicy::kDrop) {
+    mine->Add(all, begin, begin + each);
+  } else {
+    const int64_t target = each + (rem > 0 ? 1 : 0);
+    mine->Add(all, begin, begin + count);
+    if (count < target && total > 0) {
+      const int64_t from = count > 0 ? begin : options.rank % total;
+      mine->Add(all, from, from + (target - count));
+    }
+  }
+  return mine;
+}
+
+}  // namespace pqloader

@@ -1,0 +1,174 @@
+"""How list columns whose rows differ in length are batched (``Loader(lists=...)``).
+
+A column of ``list<number>`` (token ids, variable-length features) has rows of
+different lengths; a batch then needs a layout:
+
+* ``"ragged"`` (:class:`Ragged`): the rows one after another — ``batch[col]`` holds every
+  value of the batch and ``batch[col + "_offsets"]`` the ``batch_size + 1`` row
+  boundaries (row i is ``values[offsets[i]:offsets[i + 1]]``; torch:
+  ``torch.nested.nested_tensor_from_jagged(values, offsets)``). Zero-copy from Arrow's
+  buffers when the batch's rows are consecutive in one row group.
+* :class:`Pad`: ``[batch_size, L]`` with ``batch[col + "_length"]``, where L is a fixed
+  ``length`` or the longest row of the batch (capped by ``max_length``, rounded up to
+  ``multiple_of``); padding and truncation on either side.
+
+Without a choice, every row of a batch must have one length (a column of uniform lists
+is a ``[batch_size, n]`` tensor), as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+_SIDES = ("left", "right")
+
+
+@dataclasses.dataclass(frozen=True)
+class Ragged:
+    """Rows one after another, with ``<column>_offsets`` (see the module docstring)."""
+
+    def _engine(self) -> dict[str, Any]:
+        return {"mode": "ragged"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pad:
+    """Pad or truncate every row to one length, with ``<column>_length``.
+
+    Args:
+        length: Every row's length; None for the longest row of each batch (dynamic
+            padding: batches of short rows stay small).
+        max_length: With ``length=None``, rows longer than this are truncated.
+        multiple_of: With ``length=None``, the batch's length is rounded up to a
+            multiple of this (e.g. 8 or 64 for tensor cores).
+        value: The padding value.
+        side: Where padding goes: ``"right"`` (after the values) or ``"left"``.
+        truncation: Which end of a too-long row is cut: ``"right"`` keeps its first
+            values, ``"left"`` its last ones.
+
+    Example:
+        >>> pqloader.Loader(src, lists={"tokens": pqloader.Pad(max_length=2048, multiple_of=64)})
+    """
+
+    length: int | None = None
+    max_length: int | None = None
+    multiple_of: int = 1
+    value: float = 0
+    side: str = "right"
+    truncation: str = "right"
+
+    def __post_init__(self) -> None:
+        for name in ("length", "max_length"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"Pad({name}=...) must be a positive int or None, got {v!r}")
+        if isinstance(self.multiple_of, bool) or not isinstance(self.multiple_of, int) or self.multiple_of < 1:
+            raise ValueError(f"Pad(multiple_of=...) must be a positive int, got {self.multiple_of!r}")
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
+            raise TypeError(f"Pad(value=...) must be a number, got {self.value!r}")
+        for name in ("side", "truncation"):
+            if getattr(self, name) not in _SIDES:
+                raise ValueError(f"Pad({name}=...) must be 'left' or 'right', got {getattr(self, name)!r}")
+        if self.length is not None and (self.max_length is not None or self.multiple_of != 1):
+            raise ValueError("Pad: give a fixed length, or max_length/multiple_of for the batch's "
+                             "longest row, not both")
+
+    def _engine(self) -> dict[str, Any]:
+        return {"mode": "pad", "length": self.length or 0, "max_length": self.max_length or 0,
+                "multiple_of": self.multiple_of, "value": float(self.value), "side": self.side,
+                "truncation": self.truncation}
+
+
+def check_lists(lists: Any) -> dict[str, Ragged | Pad] | None:
+    """Check ``Loader(lists=...)``: {column: "ragged" | Ragged() | Pad(...)}.
+
+    Raises:
+        TypeError: Not a dict of those.
+    """
+    if lists is None:
+        return None
+    if not isinstance(lists, Mapping):
+        raise TypeError(f"lists must be a dict {{column: 'ragged' | pqloader.Pad(...)}}, got {type(lists).__name__}")
+    out: dict[str, Ragged | Pad] = {}
+    for column, choice in lists.items():
+        if not isinstance(column, str):
+            raise TypeError(f"lists keys must be column names (str), got {column!r}")
+        if choice == "ragged":
+            choice = Ragged()
+        elif choice == "pad":
+            choice = Pad()
+        if not isinstance(choice, (Ragged, Pad)):
+            raise TypeError(f"lists[{column!r}] must be 'ragged', 'pad', pqloader.Ragged() or "
+                            f"pqloader.Pad(...), got {choice!r}")
+        out[column] = choice
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Pack:
+    """Pack documents (the rows of a list column of tokens) into blocks of exactly
+    ``seq_len`` tokens, as language-model pre-training consumes them.
+
+    The documents, in the epoch's (shuffled) order, each followed by ``eos`` when given,
+    are concatenated and cut into blocks; a batch is ``batch_size`` blocks. A document
+    longer than what is left of a block continues in the next one (or, with
+    ``truncate=True``, documents longer than a block keep only a block's worth). Each
+    batch holds ``[blocks, seq_len]`` arrays: the tokens (under the column's name),
+    ``position_ids`` (a token's index in its document; a continued document goes on
+    counting), ``document_ids`` (the segment's index in its block, -1 on padding),
+    ``loss_mask`` (False on padding), the int32 ``cu_seqlens`` of the segments over the
+    flattened batch (FlashAttention's variable-length API), and per-token copies of the
+    other selected columns (numbers, one per document).
+
+    The blocks are a pure function of the data, options, seed, epoch and rank: the same
+    for any ``num_workers``, resumable at any batch, and every rank gets the same number
+    of blocks (``shard_policy="drop"`` drops the extra ones, ``"pad"`` adds blocks of
+    padding). Only the end of a rank's last block is padding (``drop_last=True`` drops
+    it). Before the first epoch the lengths of all documents are read (one pass over the
+    token column).
+
+    Args:
+        column: The list column of tokens.
+        seq_len: Tokens per block.
+        eos: A separator token appended after every document (None: none).
+        truncate: Documents longer than a block keep only its first tokens.
+        pad: The token of padding.
+
+    Example:
+        >>> pqloader.Loader(src, columns=["tokens"], batch_size=8, shuffle=True, seed=1,
+        ...                 pack=pqloader.Pack("tokens", seq_len=2048, eos=2))
+    """
+
+    column: str
+    seq_len: int
+    eos: int | None = None
+    truncate: bool = False
+    pad: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise TypeError(f"Pack(column=...) must be a column name, got {self.column!r}")
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 0 < self.seq_len < 2**31:
+            raise ValueError(f"Pack(seq_len=...) must be a positive int below 2**31, got {self.seq_len!r}")
+        for name in ("eos", "pad"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise TypeError(f"Pack({name}=...) must be an int, got {v!r}")
+        if not isinstance(self.truncate, bool):
+            raise TypeError(f"Pack(truncate=...) must be a bool, got {self.truncate!r}")
+
+    def _engine(self) -> dict[str, Any]:
+        return {"column": self.column, "seq_len": self.seq_len, "eos": self.eos,
+                "truncate": self.truncate, "pad": float(self.pad)}
+
+
+def check_pack(pack: Any) -> Pack | None:
+    """Check ``Loader(pack=...)``.
+
+    Raises:
+        TypeError: Not a :class:`Pack`.
+    """
+    if pack is not None and not isinstance(pack, Pack):
+        raise TypeError(f"pack must be a pqloader.Pack(column, seq_len, ...), got {pack!r}")
+    return pack

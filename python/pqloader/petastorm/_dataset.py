@@ -1,0 +1,236 @@
+"""Open a Petastorm dataset: its files, its metadata, and where the engine reads them.
+
+Files are listed once with pyarrow's filesystems (names starting with ``.`` or ``_`` are
+skipped, as Petastorm and the engine skip them) and sorted by path, which is both
+Petastorm's piece order and the engine's canonical order. ``_common_metadata`` gives the
+Unischema (read by the restricted reader), the row groups per file (so piece numbers,
+which ``rowgroup_selector`` indexes use, need no footer reads) and the row-group indexes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pqloader import _errors
+from pqloader.petastorm import _schema_io
+from pqloader.petastorm.errors import PetastormMetadataError, UntrustedSchemaError
+from pqloader.petastorm.unischema import Unischema, UnischemaField
+
+# fsspec/s3fs argument names (what Petastorm's storage_options take) → pqloader's.
+_S3FS_KEYS = {"key": "access_key", "secret": "secret_key", "token": "session_token",
+              "anon": "anonymous", "region_name": "region"}
+_PQLOADER_KEYS = {"endpoint_override", "scheme", "region", "access_key", "secret_key",
+                  "session_token", "anonymous", "connect_timeout", "request_timeout",
+                  "tls_ca_file_path", "force_virtual_addressing", "retry_max_attempts",
+                  "retry_base_delay", "retry_max_delay"}
+
+
+def storage_options_from(storage_options: Mapping[str, Any] | None, filesystem: Any) -> dict[str, Any]:
+    """pqloader storage options from Petastorm's ``storage_options`` (fsspec/s3fs names) or
+    a pyarrow ``filesystem``.
+
+    Raises:
+        ValueError: An option has no pqloader equivalent (the message lists those that do).
+        TypeError: `filesystem` is not a pyarrow LocalFileSystem or S3FileSystem.
+    """
+    out: dict[str, Any] = {}
+    if filesystem is not None:
+        import pyarrow.fs as pafs
+
+        if isinstance(filesystem, pafs.S3FileSystem):
+            _, args = filesystem.__reduce__()
+            kwargs = args[0] if args and isinstance(args[0], dict) else {}
+            out.update({k: v for k, v in kwargs.items() if k in _PQLOADER_KEYS and v not in (None, "")})
+        elif not isinstance(filesystem, pafs.LocalFileSystem):
+            raise TypeError(f"filesystem={type(filesystem).__name__}: pqloader reads through its own "
+                            "Arrow filesystems; give a pyarrow LocalFileSystem or S3FileSystem, or "
+                            "storage_options (endpoint_override, access_key, ...) instead")
+        return out
+    for key, value in (storage_options or {}).items():
+        if key in _PQLOADER_KEYS:
+            out[key] = value
+        elif key in _S3FS_KEYS:
+            out[_S3FS_KEYS[key]] = value
+        elif key in ("client_kwargs", "endpoint_url"):
+            kw = value if key == "client_kwargs" else {"endpoint_url": value}
+            if "endpoint_url" in kw:
+                parsed = urllib.parse.urlparse(kw["endpoint_url"])
+                out["endpoint_override"] = parsed.netloc or parsed.path
+                if parsed.scheme:
+                    out["scheme"] = parsed.scheme
+            if "region_name" in kw:
+                out["region"] = kw["region_name"]
+        else:
+            raise ValueError(f"storage_options[{key!r}] has no pqloader equivalent; accepted: "
+                             f"{sorted(_PQLOADER_KEYS | set(_S3FS_KEYS) | {'client_kwargs', 'endpoint_url'})}")
+    return out
+
+
+def _pyarrow_fs(url: str, storage: Mapping[str, Any]) -> tuple[Any, str, str]:
+    """(pyarrow filesystem, path in it, prefix the engine puts before such paths)."""
+    import pyarrow.fs as pafs
+
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme in ("", "file"):
+        path = parsed.path if parsed.scheme else url
+        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path)), ""
+    if parsed.scheme in ("s3", "s3a", "s3n"):
+        kw = {k: v for k, v in storage.items() if not k.startswith("retry_")}
+        return pafs.S3FileSystem(**kw), parsed.netloc + parsed.path, "s3://"
+    fs, path = pafs.FileSystem.from_uri(url)
+    return fs, path, parsed.scheme + "://"
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith((".", "_")) for part in rel.split("/"))
+
+
+@dataclass
+class DataFile:
+    """One Parquet file: its engine name, its path relative to the dataset, its row groups."""
+
+    name: str
+    relative: str
+    num_row_groups: int | None
+
+
+@dataclass
+class PetastormDataset:
+    """What ``make_reader`` / ``make_batch_reader`` know before reading any data."""
+
+    sources: list[str]
+    files: list[DataFile]
+    metadata: dict[bytes, bytes]
+    unischema: Unischema | None
+    storage: dict[str, Any]
+    fs: Any = field(repr=False, default=None)
+    fs_paths: list[str] = field(default_factory=list, repr=False)
+    meta_dir: str = ""  # where _common_metadata is (or would be), in `fs`
+
+    @property
+    def is_petastorm(self) -> bool:
+        return self.unischema is not None
+
+    def pieces(self) -> list[tuple[int, int]]:
+        """(file index, row group) of every row group, in Petastorm's piece order.
+
+        Uses the row-group counts stored in ``_common_metadata`` when there are; reads a
+        file's footer otherwise.
+        """
+        out = []
+        for i, f in enumerate(self.files):
+            if f.num_row_groups is None:
+                f.num_row_groups = self.footer(i).num_row_groups
+            out.extend((i, rg) for rg in range(f.num_row_groups))
+        return out
+
+    def footer(self, i: int) -> Any:
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(self.fs_paths[i]) as fh:
+            return pq.ParquetFile(fh).metadata
+
+    def read_row_group(self, i: int, rg: int, columns: Sequence[str]) -> Any:
+        """Columns of one row group as a pyarrow Table (for predicates)."""
+        import pyarrow.parquet as pq
+
+        with self.fs.open_input_file(self.fs_paths[i]) as fh:
+            return pq.ParquetFile(fh).read_row_group(rg, columns=list(columns))
+
+    def indexes(self) -> dict[str, Any]:
+        """The row-group indexes (``build_rowgroup_index``), read by the restricted reader."""
+        data = self.metadata.get(_schema_io.ROWGROUPS_INDEX_KEY)
+        if data is None:
+            raise ValueError("Row groups index is not available in the dataset metadata file. "
+                             "Build one with petastorm.etl.rowgroup_indexing.build_rowgroup_index")
+        return _schema_io.load_indexes(data)
+
+
+def open_dataset(url_or_urls: str | Sequence[str], storage: Mapping[str, Any]) -> PetastormDataset:
+    """List the files of a dataset URL (or take a list of file URLs) and read its metadata.
+
+    Raises:
+        pqloader.DataNotFoundError: Nothing there, or no Parquet file.
+        UntrustedSchemaError: The pickled Unischema is refused (see ``_schema_io``).
+    """
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
+    if not urls:
+        raise ValueError("dataset url list must be non-empty.")
+    urls = [os.fspath(u).rstrip("/") for u in urls]
+    fs, root, prefix = _pyarrow_fs(urls[0], storage)
+    fs_paths: list[str] = []
+    if len(urls) == 1:
+        info = fs.get_file_info(root)
+        if info.type == pafs.FileType.NotFound:
+            raise _errors.DataNotFoundError(f"dataset '{urls[0]}' does not exist")
+        if info.type == pafs.FileType.Directory:
+            listed = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+            for entry in sorted(listed, key=lambda e: e.path):
+                rel = posixpath.relpath(entry.path, root)
+                if entry.type == pafs.FileType.File and not _hidden(rel):
+                    fs_paths.append(entry.path)
+            meta_dir = root
+        else:
+            fs_paths = [root]
+            meta_dir = posixpath.dirname(root)
+    else:
+        for u in urls:
+            fs_paths.append(_pyarrow_fs(u, storage)[1])
+        meta_dir = posixpath.commonpath([posixpath.dirname(p) for p in fs_paths])
+    if not fs_paths:
+        raise _errors.DataNotFoundError(f"dataset '{urls[0]}' contains no data files")
+
+    metadata: dict[bytes, bytes] = {}
+    meta_path = posixpath.join(meta_dir, "_common_metadata")
+    if fs.get_file_info(meta_path).type == pafs.FileType.File:
+        with fs.open_input_file(meta_path) as fh:
+            metadata = dict(pq.read_schema(fh).metadata or {})
+    unischema = None
+    if _schema_io.UNISCHEMA_KEY in metadata:
+        try:
+            unischema = _schema_io.load_unischema(metadata[_schema_io.UNISCHEMA_KEY])
+        except UntrustedSchemaError as e:
+            raise UntrustedSchemaError(f"'{prefix + meta_path}': {e}") from None
+    counts: dict[str, int] = {}
+    if _schema_io.ROW_GROUPS_PER_FILE_KEY in metadata:
+        try:
+            counts = json.loads(metadata[_schema_io.ROW_GROUPS_PER_FILE_KEY].decode())
+        except ValueError as e:
+            raise PetastormMetadataError(f"'{meta_path}': unreadable row groups per file ({e})") from None
+    files = []
+    for p in fs_paths:
+        rel = posixpath.relpath(p, meta_dir)
+        n = counts.get(rel)
+        files.append(DataFile(name=prefix + p, relative=rel, num_row_groups=int(n) if n is not None else None))
+    # A single directory keeps hive partition keys (key=value/ directories) for the engine.
+    sources = [prefix + root] if len(urls) == 1 else [f.name for f in files]
+    return PetastormDataset(sources=sources, files=files, metadata=metadata, unischema=unischema,
+                            storage=dict(storage), fs=fs, fs_paths=fs_paths, meta_dir=meta_dir)
+
+
+def infer_unischema(ds: PetastormDataset, column_info: Mapping[str, Mapping[str, Any]]) -> Unischema:
+    """A Unischema of plain columns (no codecs) from the engine's column info."""
+    import numpy as np
+
+    fields = []
+    for name, info in column_info.items():
+        dtype = info.get("dtype")
+        if dtype == "str":
+            numpy_type = np.str_
+        elif dtype == "bytes":
+            numpy_type = np.bytes_
+        elif dtype is None:
+            numpy_type = None
+        else:
+            numpy_type = np.dtype(dtype).type
+        shape = tuple(None if d == -1 else d for d in (info.get("shape") or ()))
+        fields.append(UnischemaField(name, numpy_type, shape, None, False))
+    return Unischema("inferred_schema", fields)

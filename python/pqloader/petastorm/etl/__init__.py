@@ -1,0 +1,1 @@
+"""Writing Petastorm datasets: ``materialize_dataset`` (see :mod:`.dataset_metadata`)."""

@@ -1,0 +1,650 @@
+"""``make_reader`` / ``make_batch_reader`` with Petastorm's parameters, on pqloader's engine.
+
+A :class:`Reader` is a recipe for a :class:`pqloader.Loader`: the dataset's files, the
+columns to load (the schema view plus predicate fields), the C++ ops that decode each
+codec, a row-group selection (``rowgroup_selector``, and row groups where the predicate
+keeps nothing), and the Loader options Petastorm's parameters map to. Iterating it
+yields rows as namedtuples (``make_reader``) or batches as namedtuples of arrays
+(``make_batch_reader``); ``pqloader.petastorm.pytorch.DataLoader`` asks it for whole
+batches of the size it wants instead, with no per-row Python.
+
+Per batch, in order, in the Loader's batch_transform thread: gray images lose their
+channel axis, scalars take their field's NumPy type, strings become ``np.str_`` arrays,
+the predicate filters rows, ``TransformSpec.func`` runs (per row for ``make_reader``, on a
+pandas DataFrame for ``make_batch_reader``), removed and selected fields apply.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from decimal import Decimal
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from pqloader import _errors
+from pqloader.petastorm import _dataset
+from pqloader.petastorm.codecs import CompressedImageCodec
+from pqloader.petastorm.predicates import batch_mask
+from pqloader.petastorm.transform import TransformSpec, transform_schema
+from pqloader.petastorm.unischema import Unischema, UnischemaField, is_numpy_scalar_type
+
+LOCAL_DISK_CACHE = "local-disk"
+NULL_CACHE = "null"
+ROWS_PER_READ = 128        # make_reader: rows decoded per engine batch
+BATCH_READER_ROWS = 1024   # make_batch_reader: rows per yielded batch
+
+_warned: set[str] = set()
+
+
+def _warn_once(function: str, name: str, advice: str) -> None:
+    """Warn, once per process and parameter, that a parameter is not mapped."""
+    if name in _warned:
+        return
+    _warned.add(name)
+    warnings.warn(f"pqloader.petastorm.{function}({name}=...) has no pqloader equivalent and is "
+                  f"ignored: {advice}", UserWarning, stacklevel=4)
+
+
+# Petastorm parameters without an equivalent: (is it set to something else than the
+# default?, what to do instead).
+_UNMAPPED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "reader_pool_type": (lambda v: v not in ("thread", "dummy"),
+                         "pqloader decodes in C++ threads without the GIL, so processes are not "
+                         "needed; workers_count sets the threads"),
+    "pyarrow_serialize": (bool, "nothing is serialized between workers"),
+    "shuffle_row_drop_partitions": (lambda v: v != 1,
+                                    "use DataLoader(shuffling_queue_capacity=...) or "
+                                    "loader_options={'shuffle_window': k} (rows of k row groups "
+                                    "are shuffled together, each row group read once)"),
+    "shard_seed": (lambda v: v is not None,
+                   "shards are equal row ranges of each epoch's order, which follows seed"),
+    "cache_row_size_estimate": (lambda v: v is not None,
+                                "not needed: the cache keeps whole decoded row groups at their size"),
+    "cache_extra_settings": (bool, "use loader_options={'cache_policy': 'lru', 'cache_shards': n}"),
+    "hdfs_driver": (lambda v: v != "libhdfs3",
+                    "hdfs:// URLs are opened by Arrow's HDFS filesystem (libhdfs)"),
+    "zmq_copy_buffers": (lambda v: v is not True, "there are no worker processes"),
+    "convert_early_to_numpy": (bool, "batches are NumPy arrays from the start"),
+}
+
+
+def _check_unmapped(function: str, given: Mapping[str, Any]) -> None:
+    for name, (is_set, advice) in _UNMAPPED.items():
+        if name in given and is_set(given[name]):
+            _warn_once(function, name, advice)
+
+
+class _FiltersPredicate:
+    """pyarrow-style DNF ``filters`` ([(col, op, value)] or [[...], [...]]) as a row predicate."""
+
+    _OPS = {"=": np.equal, "==": np.equal, "!=": np.not_equal, "<": np.less, ">": np.greater,
+            "<=": np.less_equal, ">=": np.greater_equal}
+
+    def __init__(self, filters: Sequence[Any]) -> None:
+        if not filters:
+            raise ValueError("filters must be a non-empty list of (column, op, value) tuples")
+        groups = [filters] if isinstance(filters[0], tuple) else list(filters)
+        self._groups = [[tuple(t) for t in g] for g in groups]
+        for group in self._groups:
+            for t in group:
+                if len(t) != 3 or (t[1] not in self._OPS and t[1] not in ("in", "not in")):
+                    raise ValueError(f"filter {t!r} is not (column, op, value) with op one of "
+                                     f"{sorted(self._OPS) + ['in', 'not in']}")
+
+    def get_fields(self) -> set[str]:
+        return {t[0] for g in self._groups for t in g}
+
+    def mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        out = None
+        for group in self._groups:
+            m = None
+            for col, op, value in group:
+                data = np.asarray(columns[col])
+                if op in ("in", "not in"):
+                    hit = np.isin(data, list(value))
+                    hit = hit if op == "in" else ~hit
+                else:
+                    hit = self._OPS[op](data, value)
+                m = hit if m is None else m & hit
+            out = m if out is None else out | m
+        return np.asarray(out, dtype=bool)
+
+    def do_include(self, values: Mapping[str, Any]) -> bool:
+        return bool(self.mask({k: [v] for k, v in values.items()})[0])
+
+
+def _take(column: Any, mask: np.ndarray) -> Any:
+    if isinstance(column, np.ndarray):
+        return column[mask]
+    return [v for v, keep in zip(column, mask) if keep]
+
+
+def _stack(values: list, field: UnischemaField | None) -> Any:
+    """Rows' values of one field back into a column: an array when they stack, else a list."""
+    if not values:
+        dtype = None
+        if field is not None and isinstance(field.numpy_dtype, type) and issubclass(field.numpy_dtype, np.generic):
+            dtype = field.numpy_dtype
+        shape = tuple(d or 0 for d in (field.shape if field is not None else ()))
+        return np.empty((0,) + shape, dtype=dtype)
+    if all(isinstance(v, str) for v in values):
+        return np.array(values, dtype=np.str_)
+    first = values[0]
+    if isinstance(first, (np.ndarray, np.generic, int, float, bool)) and not isinstance(first, Decimal):
+        arrays = [np.asarray(v) for v in values]
+        if all(a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays) and \
+                arrays[0].dtype.kind not in "OSU":
+            return np.stack(arrays)
+    return values
+
+
+class Reader:
+    """Rows or batches of a Petastorm dataset, read by a pqloader Loader.
+
+    Made by :func:`make_reader` / :func:`make_batch_reader`; iterate it, or hand it to
+    ``pqloader.petastorm.pytorch.DataLoader``. Attributes follow Petastorm's Reader:
+    ``schema`` (the output Unischema), ``batched_output``, ``last_row_consumed``,
+    ``num_epochs``; ``seed`` is the shuffle seed (drawn when None was given).
+    """
+
+    def __init__(self, ds: _dataset.PetastormDataset, storage_schema: Unischema, *, batched: bool,
+                 decode_codecs: bool, predicate: Any, rowgroup_selector: Any, transform_spec: TransformSpec | None,
+                 loader_kwargs: dict[str, Any], num_epochs: int | None) -> None:
+        from pqloader import Loader
+
+        self.dataset = ds
+        self.is_batched_reader = batched
+        self.num_epochs = num_epochs
+        self._storage_schema = storage_schema
+        self._predicate = predicate
+        self._transform_spec = transform_spec
+        self.schema = transform_schema(storage_schema, transform_spec) if transform_spec else storage_schema
+        self.ngram = None
+        names = list(storage_schema.fields)
+        self._predicate_only: list[str] = []
+        if predicate is not None:
+            fields = sorted(predicate.get_fields())
+            if not fields:
+                raise ValueError("At least one field name must be returned by predicate's get_field() method")
+            self._predicate_only = [f for f in fields if f not in names]
+        self._columns = names + self._predicate_only
+        self._transforms: dict[str, list] = {}
+        self._squeeze: set[str] = set()
+        self._casts: dict[str, Any] = {}
+        all_fields = self._all_fields()
+        for name in self._columns:
+            field = all_fields.get(name)
+            if field is None:
+                continue
+            if decode_codecs and field.codec is not None:
+                ops = field.codec.engine_ops(field)
+                if ops:
+                    self._transforms[name] = ops
+                if isinstance(field.codec, CompressedImageCodec) and len(field.shape) == 2:
+                    self._squeeze.add(name)
+            if (field.codec is None or not self._transforms.get(name)) and field.shape == () and \
+                    is_numpy_scalar_type(field.numpy_dtype) and field.numpy_dtype is not Decimal and \
+                    np.dtype(field.numpy_dtype).kind in "biuf":
+                self._casts[name] = np.dtype(field.numpy_dtype)
+        self._row_groups = self._select_row_groups(rowgroup_selector)
+        options = dict(loader_kwargs)
+        options.setdefault("batch_size", BATCH_READER_ROWS if batched else ROWS_PER_READ)
+        self._loader = Loader(self.dataset.sources, columns=self._columns,
+                              transforms=self._transforms or None, row_groups=self._row_groups,
+                              storage_options=ds.storage or None, num_epochs=num_epochs,
+                              batch_transform=self._process, **options)
+        self._loaders = [self._loader]
+        self._iterator: Iterator[Any] | None = None
+        self.last_row_consumed = False
+        self.stopped = False
+
+    # -- set-up ------------------------------------------------------------------------
+    def _all_fields(self) -> dict[str, UnischemaField]:
+        fields = dict(self._storage_schema.fields)
+        if self.dataset.unischema is not None:
+            for name in self._predicate_only:
+                if name in self.dataset.unischema.fields:
+                    fields[name] = self.dataset.unischema.fields[name]
+        return fields
+
+    def _select_row_groups(self, selector: Any) -> dict[str, list[int]] | None:
+        """Row groups to read: those the selector picks, less those the predicate empties.
+
+        The predicate's pre-pass reads only the predicate columns (pyarrow, one row group
+        at a time), decodes them with the fields' codecs and evaluates the predicate on
+        the whole row group; rows of the row groups kept are filtered again per batch.
+        """
+        if selector is None and self._predicate is None:
+            return None
+        pieces = self.dataset.pieces()
+        keep = set(range(len(pieces)))
+        if selector is not None:
+            from pqloader.petastorm.selectors import RowGroupSelectorBase
+
+            if not isinstance(selector, RowGroupSelectorBase) and not hasattr(selector, "select_row_groups"):
+                raise ValueError("rowgroup_selector parameter is expected to be derived from RowGroupSelectorBase")
+            indexes = self.dataset.indexes()
+            missing = set(selector.get_index_names()) - set(indexes)
+            if missing:
+                raise ValueError(f"Some of required indexes {sorted(missing)} are not available in {sorted(indexes)}")
+            keep &= {int(i) for i in selector.select_row_groups(indexes)}
+        if self._predicate is not None:
+            keep = {p for p in keep if self._piece_matches(*pieces[p])}
+        selected: dict[str, list[int]] = {f.name: [] for f in self.dataset.files}
+        for p in sorted(keep):
+            i, rg = pieces[p]
+            selected[self.dataset.files[i].name].append(rg)
+        if not keep:
+            warnings.warn("No matching data is available for loading after rowgroup selector "
+                          "and predicate were applied.")
+        return selected
+
+    def _piece_matches(self, i: int, rg: int) -> bool:
+        fields = sorted(self._predicate.get_fields())
+        try:
+            table = self.dataset.read_row_group(i, rg, fields)
+        except (KeyError, ValueError):  # e.g. a partition key: decided per batch only
+            return True
+        all_fields = self._all_fields()
+        columns: dict[str, Any] = {}
+        for name in fields:
+            values = table.column(name).to_pylist()
+            field = all_fields.get(name)
+            if field is not None and field.codec is not None and self._transforms.get(name) is not None:
+                values = [None if v is None else field.codec.decode(field, v) for v in values]
+                columns[name] = _stack(values, field)
+            else:
+                columns[name] = self._fix(name, _stack(values, field) if values else np.empty(0))
+        return bool(batch_mask(self._predicate, columns, table.num_rows).any())
+
+    # -- per batch ----------------------------------------------------------------------
+    def _fix(self, name: str, column: Any) -> Any:
+        if name in self._squeeze and isinstance(column, np.ndarray) and column.ndim == 4 and column.shape[-1] == 1:
+            column = column.reshape(column.shape[:-1])
+        elif name in self._casts and isinstance(column, np.ndarray) and column.dtype != self._casts[name]:
+            column = column.astype(self._casts[name])
+        elif isinstance(column, list) and column and isinstance(column[0], str):
+            column = np.array(column, dtype=np.str_)
+        return column
+
+    def _process(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Engine batch → output columns (see the module docstring)."""
+        columns = {name: self._fix(name, batch[name]) for name in self._columns}
+        n = len(next(iter(columns.values()))) if columns else 0
+        if self._predicate is not None:
+            mask = batch_mask(self._predicate, columns, n)
+            if not mask.all():
+                columns = {k: _take(v, mask) for k, v in columns.items()}
+        for name in self._predicate_only:
+            del columns[name]
+        spec = self._transform_spec
+        if spec is not None:
+            columns = self._transform_batch(columns) if self.is_batched_reader else self._transform_rows(columns)
+        return columns
+
+    def _transform_rows(self, columns: dict[str, Any]) -> dict[str, Any]:
+        spec = self._transform_spec
+        n = len(next(iter(columns.values()))) if columns else 0
+        rows = []
+        for i in range(n):
+            row = {k: (v[i].copy() if isinstance(v, np.ndarray) and v.ndim > 1 else v[i]) for k, v in columns.items()}
+            if spec.func is not None:
+                row = spec.func(row)
+            for name in spec.removed_fields:
+                row.pop(name, None)
+            rows.append(row)
+        fields = self.schema.fields
+        return {name: _stack([r[name] for r in rows], fields[name]) for name in fields}
+
+    def _transform_batch(self, columns: dict[str, Any]) -> dict[str, Any]:
+        import pandas as pd
+
+        spec = self._transform_spec
+        frame = pd.DataFrame({k: (list(v) if isinstance(v, np.ndarray) and v.ndim > 1 else v)
+                              for k, v in columns.items()})
+        if spec.func is not None:
+            frame = spec.func(frame)
+        for name in set(frame.columns) & set(spec.removed_fields):
+            del frame[name]
+        fields = self.schema.fields
+        missing = set(fields) - set(frame.columns)
+        if missing:
+            raise ValueError(f"Transformed result columns ({','.join(frame.columns)}) do not match "
+                             f"required schema columns({','.join(fields)})")
+        out = {}
+        for name, field in fields.items():
+            values = frame[name].to_numpy()
+            if values.dtype == object:
+                values = _stack(list(values), field)
+            out[name] = values
+        return out
+
+    # -- loaders ----------------------------------------------------------------------
+    def _rows_per_row_group(self) -> float:
+        plan = self._loader._plan
+        return max(1.0, plan["dataset_rows"] / max(1, plan["num_row_groups"]))
+
+    def loader_for(self, batch_size: int, shuffling_queue_capacity: int = 0, num_epochs: Any = ...) -> Any:
+        """A Loader of this reader's data in batches of `batch_size` (for the DataLoaders).
+
+        ``shuffling_queue_capacity`` > 0 shuffles rows across enough row groups to hold
+        that many rows (``shuffle_window``), with the reader's seed.
+        """
+        from pqloader import Loader
+
+        changes: dict[str, Any] = {"batch_size": batch_size}
+        if shuffling_queue_capacity > 0:
+            changes["shuffle"] = True
+            changes["shuffle_window"] = max(self._loader.options.shuffle_window if self._loader.options.shuffle else 1,
+                                            math.ceil(shuffling_queue_capacity / self._rows_per_row_group()))
+        if num_epochs is not ...:
+            changes["num_epochs"] = num_epochs
+        loader = Loader(self._loader.sources, **self._loader.options.replace(**changes).to_kwargs())
+        self._loaders.append(loader)
+        return loader
+
+    @property
+    def loader(self) -> Any:
+        """The pqloader Loader behind plain iteration."""
+        return self._loader
+
+    @property
+    def seed(self) -> int:
+        return self._loader.seed
+
+    @property
+    def batched_output(self) -> bool:
+        return self.is_batched_reader
+
+    @property
+    def diagnostics(self) -> dict[str, Any]:
+        return self._loader.stats()
+
+    # -- iteration ----------------------------------------------------------------------
+    def _items(self) -> Iterator[Any]:
+        schema = self.schema
+        names = list(schema.fields)
+        make = schema._get_namedtuple()
+        wrap = {n: f.numpy_dtype for n, f in schema.fields.items() if f.numpy_dtype in (np.bytes_,)}
+        for columns in self._loader:
+            if self.is_batched_reader:
+                yield make(**{n: columns[n] for n in names})
+                continue
+            cols = [columns[n] for n in names]
+            n_rows = len(cols[0]) if cols else 0
+            for i in range(n_rows):
+                values = [c[i] for c in cols]
+                if wrap:
+                    values = [wrap[n](v) if n in wrap else v for n, v in zip(names, values)]
+                yield make(*values)
+
+    def __iter__(self) -> Reader:
+        return self
+
+    def __next__(self) -> Any:
+        if self.stopped:
+            raise RuntimeError("Trying to read a sample after a reader created by make_reader/make_batch_reader "
+                               "has stopped. This may happen if the make_reader/make_batch_reader context "
+                               "manager has exited but you try to fetch a sample from it anyway")
+        if self._iterator is None:
+            self._iterator = self._items()
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self.last_row_consumed = True
+            raise
+
+    next = __next__
+
+    def reset(self) -> None:
+        """Read again from the start (the next epochs, in a new order when shuffling).
+
+        Raises:
+            NotImplementedError: Called before the last row was read (as Petastorm).
+        """
+        if not self.last_row_consumed:
+            raise NotImplementedError("Currently do not support resetting a reader while in the middle of "
+                                      "iteration. You can call reset only after all samples were consumed.")
+        self.last_row_consumed = False
+        self._iterator = None
+
+    def stop(self) -> None:
+        """Stop reading (the engine's threads stop)."""
+        if self._iterator is not None:
+            self._iterator.close()  # type: ignore[attr-defined]
+        self.stopped = True
+
+    def join(self) -> None:
+        """Nothing to join: stop() already stopped the engine's threads."""
+
+    def cleanup_cache(self) -> None:
+        """Kept for Petastorm compatibility: pqloader's cache is meant to outlive a reader
+        (``pqloader cache clear DIR`` empties it)."""
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        self.join()
+
+
+# -- construction -----------------------------------------------------------------------
+def _loader_kwargs(function: str, *, workers_count: int, reader_pool_type: str, results_queue_size: int,
+                   seed: int | None, shuffle_rows: bool, shuffle_row_groups: bool, cur_shard: int | None,
+                   shard_count: int | None, cache_type: str | None, cache_location: str | None,
+                   cache_size_limit: int | None, loader_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    if reader_pool_type not in ("thread", "process", "dummy"):
+        raise ValueError(f"Unknown reader_pool_type: {reader_pool_type}")
+    kw: dict[str, Any] = {}
+    kw["num_workers"] = 1 if reader_pool_type == "dummy" else max(1, min(int(workers_count), os.cpu_count() or 1))
+    if results_queue_size:
+        kw["prefetch_batches"] = max(1, int(results_queue_size))
+    kw["shuffle"] = bool(shuffle_row_groups or shuffle_rows)
+    kw["shuffle_window"] = 1  # rows permuted within each row group, row groups in a new order
+    kw["seed"] = seed
+    if cur_shard is not None or shard_count is not None:
+        if not isinstance(cur_shard, int) or not isinstance(shard_count, int) or not shard_count:
+            raise ValueError("partition and num_partitions must be ints and both specified to use partitioning")
+        kw["rank"], kw["world_size"] = cur_shard, shard_count
+    else:
+        kw["rank"], kw["world_size"] = 0, 1
+    if cache_type is None or cache_type == NULL_CACHE:
+        pass
+    elif cache_type == LOCAL_DISK_CACHE:
+        if not cache_location:
+            raise ValueError("cache_type='local-disk' needs cache_location (a directory)")
+        kw["cache_dir"] = cache_location
+        kw["cache_size_limit"] = cache_size_limit
+    else:
+        raise ValueError(f"Unknown cache_type: {cache_type}")
+    kw.update(loader_options or {})
+    return kw
+
+
+def _storage_view(stored: Unischema, schema_fields: Any, ds: _dataset.PetastormDataset) -> Unischema:
+    from collections.abc import Iterable
+
+    if schema_fields is None:
+        return stored
+    if type(schema_fields).__name__ == "NGram":
+        raise NotImplementedError("NGram schema_fields are not supported by pqloader.petastorm: read the "
+                                  "fields and build sequences in a TransformSpec or the training loop")
+    if not isinstance(schema_fields, Iterable) or isinstance(schema_fields, str):
+        raise ValueError("Fields must be either None, an iterable collection of Unischema fields or an NGram object.")
+    view = stored.create_schema_view(list(schema_fields))
+    if not view.fields:
+        raise RuntimeError(f"No fields matching the criteria '{schema_fields}' were found in the dataset "
+                           f"{ds.sources[0]}.")
+    return view
+
+
+def make_reader(dataset_url: str | Sequence[str], schema_fields: Any = None, reader_pool_type: str = "thread",
+                workers_count: int = 10, pyarrow_serialize: bool = False, results_queue_size: int = 50,
+                seed: int | None = None, shuffle_rows: bool = False, shuffle_row_groups: bool = True,
+                shuffle_row_drop_partitions: int = 1, predicate: Any = None, rowgroup_selector: Any = None,
+                num_epochs: int | None = 1, cur_shard: int | None = None, shard_count: int | None = None,
+                shard_seed: int | None = None, cache_type: str | None = NULL_CACHE,
+                cache_location: str | None = None, cache_size_limit: int | None = None,
+                cache_row_size_estimate: int | None = None, cache_extra_settings: dict | None = None,
+                hdfs_driver: str = "libhdfs3", transform_spec: TransformSpec | None = None,
+                filters: Any = None, storage_options: dict | None = None, zmq_copy_buffers: bool = True,
+                filesystem: Any = None, convert_early_to_numpy: bool = False,
+                loader_options: Mapping[str, Any] | None = None) -> Reader:
+    """Read a Petastorm dataset row by row, decoding its codecs in pqloader's C++ workers.
+
+    Petastorm's ``make_reader`` with the same parameters; each maps onto the Loader:
+    ``workers_count`` → ``num_workers`` (at most one per core), ``results_queue_size`` →
+    ``prefetch_batches``, ``shuffle_row_groups``/``shuffle_rows`` → ``shuffle`` (row
+    groups in a new order each epoch, rows permuted within each), ``seed`` → ``seed``,
+    ``cur_shard``/``shard_count`` → ``rank``/``world_size`` (equal row shares of each
+    epoch), ``cache_type='local-disk'``/``cache_location``/``cache_size_limit`` →
+    ``cache_dir``/``cache_size_limit``, ``storage_options`` (s3fs names) or a pyarrow
+    ``filesystem`` → ``storage_options``. ``predicate``, ``rowgroup_selector``,
+    ``filters`` and ``transform_spec`` are applied as in Petastorm (see the module
+    docstring). Parameters with no equivalent warn once and are ignored.
+    ``loader_options`` passes further :class:`pqloader.Loader` arguments.
+
+    Returns:
+        A :class:`Reader`: iterate it for namedtuple rows, or give it to
+        ``pqloader.petastorm.pytorch.DataLoader``.
+
+    Raises:
+        UntrustedSchemaError: The dataset's pickled Unischema was refused.
+        PetastormMetadataError: The dataset has no Unischema (use make_batch_reader).
+    """
+    given = dict(locals())
+    _check_unmapped("make_reader", given)
+    storage = _dataset.storage_options_from(storage_options, filesystem)
+    ds = _dataset.open_dataset(dataset_url, storage)
+    if ds.unischema is None:
+        from pqloader.petastorm.errors import PetastormMetadataError
+
+        raise PetastormMetadataError(
+            f"make_reader has failed: '{ds.sources[0]}' has no Petastorm Unischema in _common_metadata. "
+            "If you were trying to open a Parquet store that was not created using Petastorm "
+            "materialize_dataset, use make_batch_reader to read it.")
+    view = _storage_view(ds.unischema, schema_fields, ds)
+    predicate = _combine(predicate, filters)
+    kw = _loader_kwargs("make_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
+                        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+                        shuffle_row_groups=shuffle_row_groups, cur_shard=cur_shard, shard_count=shard_count,
+                        cache_type=cache_type, cache_location=cache_location, cache_size_limit=cache_size_limit,
+                        loader_options=loader_options)
+    return Reader(ds, view, batched=False, decode_codecs=True, predicate=predicate,
+                  rowgroup_selector=rowgroup_selector, transform_spec=transform_spec, loader_kwargs=kw,
+                  num_epochs=num_epochs)
+
+
+def make_batch_reader(dataset_url_or_urls: str | Sequence[str], schema_fields: Any = None,
+                      reader_pool_type: str = "thread", workers_count: int = 10, results_queue_size: int = 50,
+                      seed: int | None = None, shuffle_rows: bool = False, shuffle_row_groups: bool = True,
+                      shuffle_row_drop_partitions: int = 1, predicate: Any = None, rowgroup_selector: Any = None,
+                      num_epochs: int | None = 1, cur_shard: int | None = None, shard_count: int | None = None,
+                      shard_seed: int | None = None, cache_type: str | None = NULL_CACHE,
+                      cache_location: str | None = None, cache_size_limit: int | None = None,
+                      cache_row_size_estimate: int | None = None, cache_extra_settings: dict | None = None,
+                      hdfs_driver: str = "libhdfs3", transform_spec: TransformSpec | None = None,
+                      filters: Any = None, storage_options: dict | None = None, zmq_copy_buffers: bool = True,
+                      filesystem: Any = None, convert_early_to_numpy: bool = False,
+                      loader_options: Mapping[str, Any] | None = None) -> Reader:
+    """Read batches of a plain Parquet store (columns as they are stored), like Petastorm's.
+
+    Parameters map as for :func:`make_reader`. ``schema_fields`` are regex patterns (or
+    field names) matched against whole column names. Each item is a namedtuple of arrays
+    (strings as ``np.str_`` arrays) of up to 1,024 rows, batches crossing row-group
+    boundaries (Petastorm yields one batch per row group). The predicate gets each batch
+    as a pandas DataFrame of its fields (Petastorm's contract), and ``TransformSpec.func``
+    a DataFrame of the batch. Codecs are not applied, as in Petastorm.
+    """
+    given = dict(locals())
+    _check_unmapped("make_batch_reader", given)
+    from pqloader import inspect
+
+    storage = _dataset.storage_options_from(storage_options, filesystem)
+    ds = _dataset.open_dataset(dataset_url_or_urls, storage)
+    if ds.unischema is not None:
+        warnings.warn("Please use make_reader (instead of 'make_batch_dataset' function to read this dataset. "
+                      "You may get unexpected results. Currently make_batch_reader supports reading only "
+                      "Parquet stores that contain standard Parquet data types and do not require petastorm "
+                      "decoding.")
+    info = inspect(ds.sources, storage_options=ds.storage or None)
+    stored = _infer_schema(ds, info)
+    view = _storage_view(stored, schema_fields, ds)
+    if predicate is not None and not hasattr(predicate, "mask"):
+        predicate = _DataFramePredicate(predicate)
+    predicate = _combine(predicate, filters)
+    kw = _loader_kwargs("make_batch_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
+                        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+                        shuffle_row_groups=shuffle_row_groups, cur_shard=cur_shard, shard_count=shard_count,
+                        cache_type=cache_type, cache_location=cache_location, cache_size_limit=cache_size_limit,
+                        loader_options=loader_options)
+    return Reader(ds, view, batched=True, decode_codecs=False, predicate=predicate,
+                  rowgroup_selector=rowgroup_selector, transform_spec=transform_spec, loader_kwargs=kw,
+                  num_epochs=num_epochs)
+
+
+class _DataFramePredicate:
+    """A user predicate of make_batch_reader: do_include(DataFrame) -> boolean Series."""
+
+    def __init__(self, predicate: Any) -> None:
+        self._predicate = predicate
+
+    def get_fields(self) -> set[str]:
+        return set(self._predicate.get_fields())
+
+    def mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        import pandas as pd
+
+        frame = pd.DataFrame({k: (list(v) if isinstance(v, np.ndarray) and v.ndim > 1 else v)
+                              for k, v in columns.items() if k in self.get_fields()})
+        return np.asarray(self._predicate.do_include(frame), dtype=bool)
+
+
+class _BothPredicates:
+    def __init__(self, a: Any, b: Any) -> None:
+        self._a, self._b = a, b
+
+    def get_fields(self) -> set[str]:
+        return set(self._a.get_fields()) | set(self._b.get_fields())
+
+    def mask(self, columns: Mapping[str, Any]) -> np.ndarray:
+        n = len(next(iter(columns.values())))
+        return batch_mask(self._a, columns, n) & batch_mask(self._b, columns, n)
+
+
+def _combine(predicate: Any, filters: Any) -> Any:
+    if filters is None:
+        return predicate
+    f = _FiltersPredicate(filters)
+    return f if predicate is None else _BothPredicates(predicate, f)
+
+
+def _infer_schema(ds: _dataset.PetastormDataset, info: Mapping[str, Any]) -> Unischema:
+    """A codec-less Unischema of the columns the engine can load (others are skipped, with a
+    warning, as Petastorm skips unsupported columns)."""
+    import re
+
+    fields = []
+    for name, loads_as in info["loads_as"].items():
+        m = re.fullmatch(r"(\w+)\(batch((?:, *\w+)*)\)", loads_as)
+        if loads_as == "list[str]":
+            fields.append(UnischemaField(name, np.str_, (), None, True))
+        elif loads_as == "list[bytes]":
+            fields.append(UnischemaField(name, np.bytes_, (), None, True))
+        elif m:
+            dims = [d.strip() for d in m.group(2).split(",") if d.strip()]
+            shape = tuple(int(d) if d.isdigit() else None for d in dims)
+            fields.append(UnischemaField(name, np.dtype(m.group(1)).type, shape, None, True))
+        else:
+            warnings.warn(f"Column {name!r} has an unsupported field {info['schema'].get(name)!r} "
+                          f"({loads_as}). Ignoring...")
+    if not fields:
+        raise _errors.UnsupportedTypeError(f"no column of '{ds.sources[0]}' can be loaded")
+    return Unischema("inferred_schema", fields)
+
+
+__all__ = ["make_reader", "make_batch_reader", "Reader"]

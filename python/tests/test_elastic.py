@@ -1,0 +1,412 @@
+"""Elastic resume: a state taken on N ranks resumes on M ranks (and another batch size).
+
+The rest of the interrupted epoch must be exactly the samples no old rank had consumed
+(none repeated, none skipped; with shard_policy="drop" at most M - 1 dropped to equalise
+the new ranks), dealt so every new rank gets the same number of batches, and the
+resumed stream must be a pure function of the state; later epochs are ordinary M-rank
+epochs. Also: merged per-rank states, and exact resume of DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pqloader
+from conftest import ids_of, run_with_timeout, subprocess_env, write_dataset
+
+LAYOUT = [[37, 50, 11], [64, 29], [40, 3, 58, 41]]  # 333 rows, 9 row groups
+N = sum(map(sum, LAYOUT))
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("elastic")
+    write_dataset(root, LAYOUT)
+    return str(root)
+
+
+def make(ds, world, rank, batch_size=8, **kw):
+    kw.setdefault("shuffle", True)
+    kw.setdefault("seed", 11)
+    kw.setdefault("shuffle_window", 2)
+    kw.setdefault("num_epochs", None)
+    return pqloader.Loader(ds, columns=["id", "x"], batch_size=batch_size, rank=rank,
+                           world_size=world, **kw)
+
+
+def take(loader, n):
+    """The next n batches (ids), then the loader's state."""
+    it = iter(loader)
+    out = [next(it)["id"].copy() for _ in range(n)]
+    state = loader.state_dict()
+    it.close()
+    return out, state
+
+
+def rest_of_epoch(loader):
+    """Every batch until the epoch ends (the cursor moves to the next one)."""
+    epoch = loader.epoch
+    out = []
+    it = iter(loader)
+    for batch in it:
+        if loader.epoch != epoch:  # the cursor moved into the next epoch with this batch
+            break
+        out.append(batch["id"].copy())
+    it.close()
+    return out
+
+
+def by_epoch(loader, n):
+    """The batches of the next n epochs, split by the epoch the cursor is in on receipt."""
+    first = loader.epoch
+    out = [[] for _ in range(n)]
+    it = iter(loader)
+    for batch in it:
+        e = loader.epoch - first
+        if e >= n:
+            break
+        out[e].append(batch["id"].copy())
+    it.close()
+    return out
+
+
+def epoch_ids(ds, world, epoch, batch_size=8, **kw):
+    """Every sample the ranks of an uninterrupted world hand out in `epoch`."""
+    ids = []
+    for r in range(world):
+        loader = make(ds, world, r, batch_size, **kw)
+        loader.set_epoch(epoch)
+        ids += [int(i) for b in rest_of_epoch(loader) for i in b]
+    return ids
+
+
+CASES = [(4, 2), (2, 3), (3, 1), (1, 4)]
+
+
+@pytest.mark.parametrize("old,new", CASES)
+@pytest.mark.parametrize("cut", ["start", "one", "middle", "last", "end"])
+def test_resume_on_another_world_size_hands_out_the_rest_of_the_epoch_exactly_once(ds, old, new, cut):
+    per_rank = len(make(ds, old, 0))
+    k = {"start": 0, "one": 1, "middle": per_rank // 2, "last": per_rank - 1, "end": per_rank}[cut]
+    consumed, states = [], []
+    for r in range(old):
+        batches, state = take(make(ds, old, r), k)
+        consumed += [int(i) for b in batches for i in b]
+        states.append(json.loads(json.dumps(state)))  # states survive JSON
+    expected = epoch_ids(ds, old, 0)
+
+    rest, counts = [], []
+    for r in range(new):
+        loader = make(ds, new, r)
+        loader.load_state_dict(states[0])  # lockstep: any rank's state describes all
+        assert loader.epoch == 0
+        announced = len(loader)
+        batches = rest_of_epoch(loader)
+        counts.append(len(batches))
+        assert len(batches) == announced
+        rest += [int(i) for b in batches for i in b]
+        # Every batch but an epoch's last is full.
+        assert all(len(b) == 8 for b in batches[:-1])
+
+    assert len(set(counts)) == 1, f"new ranks got different batch counts {counts}"
+    got = consumed + rest
+    assert len(got) == len(set(got)), "a sample was handed out twice"
+    assert set(got) <= set(expected)
+    assert len(expected) - len(got) < new  # only what equalising the new ranks drops
+    if k == per_rank:
+        assert rest == []
+
+
+def test_resumed_stream_is_deterministic_and_later_epochs_are_ordinary(ds):
+    _, state = take(make(ds, 4, 1), 5)
+
+    def resumed(r):
+        loader = make(ds, 3, r)
+        loader.load_state_dict(state)
+        first, second = by_epoch(loader, 2)
+        return first, second, loader.state_dict()
+
+    for r in range(3):
+        a, b = resumed(r), resumed(r)
+        assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0])) and len(a[0]) == len(b[0])
+        fresh = make(ds, 3, r)
+        fresh.set_epoch(1)
+        ordinary = rest_of_epoch(fresh)
+        assert [x.tolist() for x in a[1]] == [x.tolist() for x in ordinary]
+        assert "elastic" not in a[2]  # past the resumed epoch, states are ordinary again
+
+
+def test_batch_size_may_change_too(ds):
+    consumed, state = [], None
+    for r in range(2):
+        batches, state = take(make(ds, 2, r, batch_size=8), 6)
+        consumed += [int(i) for b in batches for i in b]
+    rest = []
+    for r in range(3):
+        loader = make(ds, 3, r, batch_size=5)
+        loader.load_state_dict(state)
+        batches = rest_of_epoch(loader)
+        assert all(len(b) == 5 for b in batches[:-1])
+        rest += [int(i) for b in batches for i in b]
+    got = consumed + rest
+    assert len(got) == len(set(got))
+    expected = epoch_ids(ds, 2, 0)
+    assert set(got) <= set(expected) and len(expected) - len(got) < 3
+
+
+def test_nested_resizes_within_one_epoch(ds):
+    """4 ranks -> 3 ranks (which checkpoint mid-remainder) -> 2 ranks."""
+    consumed = []
+    for r in range(4):
+        batches, state4 = take(make(ds, 4, r), 3)
+        consumed += [int(i) for b in batches for i in b]
+    for r in range(3):
+        loader = make(ds, 3, r, batch_size=6)
+        loader.load_state_dict(state4)
+        batches, state3 = take(loader, 4)
+        consumed += [int(i) for b in batches for i in b]
+    assert state3["elastic"]["world_size"] == 4 and state3["batch"] == 4
+    state3 = json.loads(json.dumps(state3))
+    rest = []
+    for r in range(2):
+        loader = make(ds, 2, r)
+        loader.load_state_dict(state3)
+        rest += [int(i) for b in rest_of_epoch(loader) for i in b]
+    got = consumed + rest
+    assert len(got) == len(set(got)), "a sample was handed out twice"
+    assert N - len(got) < 3 + 2  # each equalisation drops fewer than its world size
+
+
+def test_same_world_resume_continues_each_ranks_own_stream(ds):
+    """Another rank's state (lockstep) or a merged one: the rest equals the uninterrupted run."""
+    for r in range(3):
+        whole = rest_of_epoch(make(ds, 3, r))
+        _, state0 = take(make(ds, 3, 0), 4)
+        loader = make(ds, 3, r)
+        loader.load_state_dict(state0)
+        assert [b.tolist() for b in rest_of_epoch(loader)] == [b.tolist() for b in whole[4:]]
+
+
+def test_merged_states_of_ranks_that_stopped_at_different_batches(ds):
+    consumed, states = [], []
+    for r, k in enumerate([5, 3, 4]):
+        batches, state = take(make(ds, 3, r), k)
+        consumed.append([int(i) for b in batches for i in b])
+        states.append(state)
+    merged = pqloader.merge_states(list(reversed(states)))
+    assert merged["rank_batches"] == [5, 3, 4]
+    # Same world: each rank continues its own stream.
+    for r in range(3):
+        loader = make(ds, 3, r)
+        loader.load_state_dict(merged)
+        whole = rest_of_epoch(make(ds, 3, r))
+        assert [b.tolist() for b in rest_of_epoch(loader)] == [b.tolist() for b in whole[[5, 3, 4][r]:]]
+    # Another world: the rest, exactly once, equal counts.
+    rest, counts = [], []
+    for r in range(2):
+        loader = make(ds, 2, r)
+        loader.load_state_dict(merged)
+        batches = rest_of_epoch(loader)
+        counts.append(len(batches))
+        rest += [int(i) for b in batches for i in b]
+    got = sum(consumed, []) + rest
+    assert len(set(counts)) == 1
+    assert len(got) == len(set(got))
+    assert len(epoch_ids(ds, 3, 0)) - len(got) < 2
+
+
+def test_pad_policy_repeats_rather_than_drops(ds):
+    for r in range(2):
+        _, state = take(make(ds, 2, r, shard_policy="pad"), 7)
+    seen, counts = [], []
+    for r in range(3):
+        loader = make(ds, 3, r, shard_policy="pad")
+        loader.load_state_dict(state)
+        batches = rest_of_epoch(loader)
+        counts.append(len(batches))
+        seen += [int(i) for b in batches for i in b]
+    assert len(set(counts)) == 1
+    consumed = []
+    for r in range(2):
+        batches, _ = take(make(ds, 2, r, shard_policy="pad"), 7)
+        consumed += [int(i) for b in batches for i in b]
+    assert set(seen) | set(consumed) == set(range(N))  # nothing skipped
+    assert len(seen) - len(set(seen)) < 3  # at most world - 1 repeats
+
+
+def test_unshuffled_and_drop_last(ds):
+    consumed = []
+    for r in range(2):
+        batches, state = take(make(ds, 2, r, shuffle=False, drop_last=True), 9)
+        consumed += [int(i) for b in batches for i in b]
+    rest = []
+    for r in range(4):
+        loader = make(ds, 4, r, shuffle=False, drop_last=True)
+        loader.load_state_dict(state)
+        batches = rest_of_epoch(loader)
+        assert all(len(b) == 8 for b in batches)
+        rest += [int(i) for b in batches for i in b]
+    got = consumed + rest
+    assert len(got) == len(set(got))
+    expected = epoch_ids(ds, 2, 0, shuffle=False, drop_last=True)
+    assert set(got) <= set(expected)
+
+
+def test_refusals(ds):
+    _, state = take(make(ds, 2, 0), 3)
+    with pytest.raises(pqloader.InvalidDataError, match="shuffle_window"):
+        make(ds, 3, 0, shuffle_window=3).load_state_dict(state)
+    bad = dict(state, rank_batches=[3, 99])
+    with pytest.raises(pqloader.InvalidDataError, match="consumed 99 batches"):
+        make(ds, 3, 0).load_state_dict(bad)
+    with pytest.raises(pqloader.InvalidDataError, match="rank_batches"):
+        make(ds, 3, 0).load_state_dict(dict(state, rank_batches=[1]))
+    with pytest.raises(pqloader.InvalidDataError, match="elastic"):
+        make(ds, 3, 0).load_state_dict(dict(state, elastic={"world_size": 2}))
+    with pytest.raises(pqloader.InvalidDataError, match="one state per rank"):
+        pqloader.merge_states([state])
+    loader = make(ds, 3, 0)
+    before = loader.state_dict()
+    with pytest.raises(pqloader.InvalidDataError):
+        loader.load_state_dict(bad)
+    assert loader.state_dict() == before  # a refused state changes nothing
+
+
+def test_packed_loaders_refuse_a_resize(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    docs = [list(range(i % 7 + 1)) for i in range(200)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=50)
+
+    def packed(world, rank):
+        return pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1, rank=rank,
+                               world_size=world, pack=pqloader.Pack("tokens", seq_len=16, eos=0))
+
+    loader = packed(2, 0)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    it.close()
+    with pytest.raises(pqloader.InvalidDataError, match="pack"):
+        packed(3, 0).load_state_dict(state)
+
+
+# -- DataLoader workers -------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+import pqloader.torch  # noqa: E402
+
+
+def dl_ids(batches):
+    return [int(i) for b in batches for i in b["id"]]
+
+
+pytestmark_workers = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+
+def run_dataloader(ds, workers, take_n=None, state=None, world=1, rank=0, batch_size=8):
+    loader = make(ds, world, rank, batch_size, num_epochs=1)
+    dataset = pqloader.torch.IterableDataset(loader)
+    dl = pqloader.torch.DataLoader(dataset, num_workers=workers)
+    if state is not None:
+        dl.load_state_dict(state)
+    out = []
+
+    def go():
+        for batch in dl:
+            out.append({"id": batch["id"].numpy().copy()})
+            if take_n is not None and len(out) == take_n:
+                break
+        return dl.state_dict()
+
+    state_after = run_with_timeout(go, timeout=120)
+    return out, state_after
+
+
+@pytestmark_workers
+@pytest.mark.parametrize("workers,cut", [(2, 5), (3, 7), (0, 4)])
+def test_dataloader_workers_resume_exactly(ds, workers, cut):
+    whole, _ = run_dataloader(ds, workers)
+    head, state = run_dataloader(ds, workers, take_n=cut)
+    assert dl_ids(head) == dl_ids(whole[:cut])
+    state = json.loads(json.dumps(state))
+    tail, end_state = run_dataloader(ds, workers, state=state)
+    assert [b["id"].tolist() for b in tail] == [b["id"].tolist() for b in whole[cut:]]
+    assert end_state["epoch"] == 1 and end_state.get("rank_batches", [0])[0] == 0
+
+
+@pytestmark_workers
+@pytest.mark.parametrize("old,new", [(2, 3), (3, 0), (0, 2)])
+def test_dataloader_resume_with_another_number_of_workers(ds, old, new):
+    head, state = run_dataloader(ds, old, take_n=6)
+    tail, _ = run_dataloader(ds, new, state=state)
+    got = dl_ids(head) + dl_ids(tail)
+    assert len(got) == len(set(got))
+    assert N - len(got) < max(old, 1) + max(new, 1)  # what equalising each world drops
+    again, _ = run_dataloader(ds, new, state=state)
+    assert dl_ids(again) == dl_ids(tail)  # deterministic
+
+
+def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
+    """2 gloo ranks save a merged state with torch.distributed.checkpoint; 3 ranks resume."""
+    script = tmp_path / "dcp.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, sys
+        import torch.distributed as dist, torch.distributed.checkpoint as dcp
+        import torch.multiprocessing as mp
+        import pqloader, pqloader.torch
+
+        def loader(rank, world):
+            return pqloader.Loader({ds!r}, columns=["id"], batch_size=8, shuffle=True, seed=11,
+                                   shuffle_window=2, rank=rank, world_size=world, num_epochs=1)
+
+        def save(rank, world, out):
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+            dist.init_process_group("gloo", rank=rank, world_size=world)
+            l = loader(rank, world)
+            it = iter(l)
+            ids = [int(i) for _ in range(3 + rank) for i in next(it)["id"]]  # ranks out of step
+            merged = pqloader.torch.gather_state_dict(l)
+            assert merged["rank_batches"] == [3, 4], merged
+            dcp.save({{"loader": pqloader.torch.Checkpoint(l)}}, checkpoint_id=out)
+            with open(f"{{out}}.ids{{rank}}", "w") as f:
+                json.dump(ids, f)
+            dist.destroy_process_group()
+
+        def load(rank, world, out):
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(int(sys.argv[2]) + 1))
+            dist.init_process_group("gloo", rank=rank, world_size=world)
+            l = loader(rank, world)
+            dcp.load({{"loader": pqloader.torch.Checkpoint(l)}}, checkpoint_id=out)
+            with open(f"{{out}}.rest{{rank}}", "w") as f:
+                json.dump([int(i) for b in l for i in b["id"]], f)
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            out = sys.argv[1]
+            mp.spawn(save, args=(2, out), nprocs=2)
+            mp.spawn(load, args=(3, out), nprocs=3)
+    """))
+    out = tmp_path / "ckpt"
+    port = 29500 + (hash(str(tmp_path)) % 1000) * 2
+    proc = subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True,
+                          text=True, timeout=300, env=subprocess_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    def read(name):
+        with open(f"{out}.{name}") as f:
+            return json.load(f)
+
+    consumed = sum((read(f"ids{r}") for r in range(2)), [])
+    rests = [read(f"rest{r}") for r in range(3)]
+    assert len(consumed) == (3 + 4) * 8
+    assert len({len(r) for r in rests}) == 1  # equal shares
+    got = consumed + sum(rests, [])
+    assert len(got) == len(set(got))
+    assert N - len(got) < 3

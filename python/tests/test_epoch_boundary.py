@@ -1,0 +1,78 @@
+"""The next epoch is read while one ends, also with one `for` loop per epoch.
+
+Speed is not asserted here (bench/epoch_boundary.py measures the gap on a throttled
+link); these tests check that the read-ahead is used when the loop continues with the
+next epoch, dropped when it does not, and never changes a batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pqloader
+from conftest import assert_batch_streams_equal, write_dataset
+
+LAYOUT = [[40, 40, 40], [40, 40]]
+
+
+def make(root, **kw):
+    kw.setdefault("num_epochs", 1)
+    return pqloader.Loader(str(root), batch_size=16, shuffle=True, seed=5, num_workers=2, **kw)
+
+
+def test_one_for_loop_per_epoch_starts_each_next_epoch_ahead(tmp_path):
+    write_dataset(tmp_path, LAYOUT)
+    loader = make(tmp_path)
+    got = []
+    for _ in range(3):
+        got += list(loader)
+    assert loader.stats()["epochs_started_ahead"] == 2
+    assert_batch_streams_equal(got, list(make(tmp_path, num_epochs=3)))
+
+
+def test_set_epoch_to_the_next_epoch_keeps_the_read_ahead(tmp_path):
+    write_dataset(tmp_path, LAYOUT)
+    loader = make(tmp_path)
+    got = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)  # as with DistributedSampler
+        got += list(loader)
+    assert loader.stats()["epochs_started_ahead"] == 2
+    assert_batch_streams_equal(got, list(make(tmp_path, num_epochs=3)))
+
+
+def test_an_unused_read_ahead_is_dropped(tmp_path):
+    write_dataset(tmp_path, LAYOUT)
+    loader = make(tmp_path)
+    list(loader)  # epoch 0; epoch 1 starts ahead
+    loader.set_epoch(5)
+    got = list(loader)
+    assert loader.stats()["epochs_started_ahead"] == 0
+    ref = make(tmp_path)
+    ref.set_epoch(5)
+    assert_batch_streams_equal(got, list(ref))
+    # A break mid-epoch stops the workers; the next iteration resumes after the break.
+    loader = make(tmp_path)
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    it.close()
+    assert_batch_streams_equal(head + list(loader), list(make(tmp_path)))
+
+
+def test_work_started_ahead_counts_only_once_its_epoch_begins(tmp_path):
+    write_dataset(tmp_path, LAYOUT)
+    loader = make(tmp_path)
+    list(loader)  # epoch 0; epoch 1 is read ahead meanwhile
+    time.sleep(0.3)  # let the read-ahead produce what it may
+    first = loader.stats()
+    assert first["units_read"] == 5 and first["bytes_read"] > 0
+    list(loader)  # epoch 1, begun ahead
+    time.sleep(0.3)
+    second = loader.stats()
+    assert second["units_read"] == 10 and second["bytes_read"] == 2 * first["bytes_read"]
+    assert second["epochs_started_ahead"] == 1
+    loader.set_epoch(7)  # the read-ahead of epoch 2 is dropped
+    list(loader)
+    third = loader.stats()
+    assert third["units_read"] == 15 and third["bytes_read"] == 3 * first["bytes_read"]
+    assert 0 <= third["units_dropped_ahead"] <= 5

@@ -1,0 +1,186 @@
+"""Sequence packing (issue 16): blocks of exactly seq_len tokens from documents.
+
+Blocks are compared with a NumPy reference that packs the documents in the order an
+unpacked loader with the same options yields them (the plan is shared), for shuffled
+and natural order, separators, truncation, 1/2 workers, every rank of world sizes 1-4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+
+N = 240
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    rng = np.random.default_rng(11)
+    lengths = np.concatenate([[0, 45], rng.integers(1, 40, N - 2)])  # an empty and a long one
+    rows = [rng.integers(1, 30000, n).astype(np.int32) for n in lengths]
+    path = tmp_path_factory.mktemp("pack") / "docs.parquet"
+    table = pa.table({"tokens": pa.array(rows, pa.list_(pa.int32())), "id": np.arange(N),
+                      "weight": rng.random(N).astype(np.float32)})
+    pq.write_table(table, path, row_group_size=37)
+    return str(path), rows, table.column("weight").to_numpy()
+
+
+def doc_order(path, **kw):
+    """Row ids in the order the (unpacked) plan gives them to this rank."""
+    loader = pqloader.Loader(path, columns=["id"], batch_size=1000, **kw)
+    return [i for b in loader for i in b["id"].tolist()]
+
+
+def stream_of(order, rows, L, eos, truncate):
+    toks, ids, pos = [], [], []
+    for d in order:
+        t = rows[d]
+        if truncate:
+            t = t[:L - (1 if eos is not None else 0)]
+        t = list(t) + ([eos] if eos is not None else [])
+        toks += t
+        ids += [d] * len(t)
+        pos += list(range(len(t)))
+    return toks, ids, pos
+
+
+def blocks_of(n_tokens, L, drop_last):
+    return n_tokens // L + (0 if drop_last or n_tokens % L == 0 else 1)
+
+
+def reference(path, rows, weights, L, eos, truncate, drop_last, pad_policy, **kw):
+    """Expected blocks for this rank: tokens, position_ids, document_ids, loss_mask, weight, id."""
+    world = kw.get("world_size", 1)
+    counts = []
+    for r in range(world):
+        o = doc_order(path, **{**kw, "rank": r})
+        counts.append(blocks_of(len(stream_of(o, rows, L, eos, truncate)[0]), L, drop_last))
+    nb = max(counts) if pad_policy == "pad" else min(counts)
+    toks, ids, pos = stream_of(doc_order(path, **kw), rows, L, eos, truncate)
+    out = {k: np.zeros((nb, L), t) for k, t in
+           (("tokens", np.int32), ("position_ids", np.int64), ("document_ids", np.int64),
+            ("loss_mask", bool), ("weight", np.float32), ("doc", np.int64))}
+    out["tokens"][:] = -5  # the pad token of these tests
+    out["document_ids"][:] = -1
+    out["doc"][:] = -1
+    for b in range(nb):
+        seg, prev = -1, None
+        for j in range(L):
+            k = b * L + j
+            if k >= len(toks):
+                break
+            d = ids[k]
+            if d != prev or j == 0:
+                seg += 1
+                prev = d
+            out["tokens"][b, j] = toks[k]
+            out["position_ids"][b, j] = pos[k]
+            out["document_ids"][b, j] = seg
+            out["loss_mask"][b, j] = True
+            out["weight"][b, j] = weights[d]
+            out["doc"][b, j] = d
+    return out
+
+
+def packed(path, L, eos, truncate, batch_size=3, **kw):
+    loader = pqloader.Loader(path, columns=["tokens", "weight"], batch_size=batch_size,
+                             pack=pqloader.Pack("tokens", seq_len=L, eos=eos, truncate=truncate, pad=-5), **kw)
+    got = {k: [] for k in ("tokens", "position_ids", "document_ids", "loss_mask", "weight")}
+    cus = []
+    for b in loader:
+        for k in got:
+            got[k].append(b[k])
+        cus.append(b["cu_seqlens"])
+    return {k: np.concatenate(v) if v else np.zeros((0, L)) for k, v in got.items()}, cus, len(loader)
+
+
+def check_cu_seqlens(cus, doc_ids_batches, L):
+    for cu, d in zip(cus, doc_ids_batches):
+        flat = d.reshape(-1)
+        starts = [0] + [i for i in range(1, len(flat)) if i % L == 0 or flat[i] != flat[i - 1]]
+        assert cu.dtype == np.int32
+        assert cu.tolist() == starts + [len(flat)]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("eos,truncate", [(None, False), (7, False), (7, True), (None, True)])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_blocks_equal_a_numpy_reference(docs, shuffle, eos, truncate, workers):
+    path, rows, weights = docs
+    L = 32
+    kw = dict(shuffle=shuffle, seed=3, shuffle_window=2, num_workers=workers)
+    got, cus, num_batches = packed(path, L, eos, truncate, **kw)
+    want = reference(path, rows, weights, L, eos, truncate, False, "drop", shuffle=shuffle, seed=3,
+                     shuffle_window=2)
+    for k in ("tokens", "position_ids", "document_ids", "loss_mask", "weight"):
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert num_batches == -(-len(want["tokens"]) // 3)
+    per_batch = [got["document_ids"][i:i + 3] for i in range(0, len(got["document_ids"]), 3)]
+    check_cu_seqlens(cus, per_batch, L)
+
+
+def test_every_token_of_the_epoch_appears_exactly_once(docs):
+    path, rows, _ = docs
+    loader = pqloader.Loader(path, columns=["tokens", "id"], batch_size=4, shuffle=True, seed=8,
+                             pack=pqloader.Pack("tokens", seq_len=50))
+    seen = []
+    for b in loader:
+        m = b["loss_mask"]
+        seen += list(zip(b["id"][m].tolist(), b["position_ids"][m].tolist(), b["tokens"][m].tolist()))
+    want = [(d, p, int(t)) for d, r in enumerate(rows) for p, t in enumerate(r)]
+    assert sorted(seen) == sorted(want)  # split documents included, none twice
+
+
+def test_resume_at_every_batch_gives_the_rest_exactly(docs):
+    path, _, _ = docs
+    kw = dict(columns=["tokens"], batch_size=2, shuffle=True, seed=5,
+              pack=pqloader.Pack("tokens", seq_len=40, eos=1))
+    full = [b["tokens"].tolist() for b in pqloader.Loader(path, **kw)]
+    for k in range(len(full) + 1):
+        loader = pqloader.Loader(path, **kw)
+        it = iter(loader)
+        head = [next(it)["tokens"].tolist() for _ in range(k)]
+        state = loader.state_dict()
+        resumed = pqloader.Loader(path, **kw)
+        resumed.load_state_dict(state)
+        assert head + [b["tokens"].tolist() for b in resumed] == full, k
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("policy", ["drop", "pad"])
+def test_every_rank_gets_the_same_number_of_blocks(docs, world, policy):
+    path, rows, weights = docs
+    L = 30
+    counts, tokens = [], []
+    for rank in range(world):
+        kw = dict(shuffle=True, seed=2, rank=rank, world_size=world, shard_policy=policy)
+        got, _, n = packed(path, L, None, False, batch_size=5, **kw)
+        want = reference(path, rows, weights, L, None, False, False, policy, shuffle=True, seed=2,
+                         rank=rank, world_size=world, shard_policy=policy)
+        np.testing.assert_array_equal(got["tokens"], want["tokens"])
+        counts.append((n, len(got["tokens"])))
+        tokens.append(int(got["loss_mask"].sum()))
+    assert len(set(counts)) == 1, counts
+    total = sum(len(r) for r in rows)
+    if policy == "pad" and world == 1:
+        assert tokens[0] == total
+
+
+def test_packing_is_refused_for_other_columns(docs, tmp_path):
+    path, _, _ = docs
+    with pytest.raises(pqloader.UnsupportedTypeError, match="'id'"):
+        pqloader.Loader(path, columns=["id"], pack=pqloader.Pack("id", seq_len=8))
+    with pytest.raises(pqloader.ColumnNotFoundError, match="nope"):
+        pqloader.Loader(path, pack=pqloader.Pack("nope", seq_len=8))
+    with pytest.raises(ValueError, match="seq_len"):
+        pqloader.Pack("tokens", seq_len=0)
+    with pytest.raises(TypeError, match="pack"):
+        pqloader.Loader(path, pack={"column": "tokens"})
+    table = pa.table({"tokens": pa.array([[1, 2]], pa.list_(pa.int32())), "label": pa.array(["a"])})
+    pq.write_table(table, tmp_path / "s.parquet")
+    with pytest.raises(pqloader.UnsupportedTypeError, match="'label'"):
+        pqloader.Loader(str(tmp_path / "s.parquet"), pack=pqloader.Pack("tokens", seq_len=8))

@@ -1,0 +1,576 @@
+"""pqloader.petastorm against what real Petastorm 0.13.1 decodes from the same datasets.
+
+The datasets under python/tests/petastorm/fixtures were written by Petastorm's
+materialize_dataset under pyspark, and the expected values were recorded by Petastorm's
+own readers (python/tests/petastorm/make_fixtures.py, in bench/.venvs/petastorm); these
+tests never import petastorm.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from pqloader import transforms as T
+from pqloader.petastorm import (Loader, TransformSpec, UntrustedSchemaError, make_batch_reader, make_reader,
+                                PetastormMetadataError)
+from pqloader.petastorm import _dataset, _schema_io, reader as reader_module
+from pqloader.petastorm.predicates import (in_intersection, in_lambda, in_negate, in_pseudorandom_split,
+                                           in_reduce, in_set)
+from pqloader.petastorm.selectors import IntersectIndexSelector, SingleIndexSelector, UnionIndexSelector
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "petastorm", "fixtures")
+CODECS = os.path.join(FIXTURES, "codecs")
+PLAIN = os.path.join(FIXTURES, "plain")
+N_ROWS = 40
+NATURAL = dict(shuffle_row_groups=False, workers_count=2)
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return np.load(os.path.join(FIXTURES, "codecs_expected.npz"))
+
+
+@pytest.fixture(scope="module")
+def plain_expected():
+    return np.load(os.path.join(FIXTURES, "plain_expected.npz"))
+
+
+def _ids(**kwargs) -> list[int]:
+    with make_reader(CODECS, **kwargs) as reader:
+        return [int(r.id) for r in reader]
+
+
+def _copy_dataset(tmp_path, metadata_update: dict[bytes, bytes]) -> str:
+    """The codecs dataset with its _common_metadata changed (Parquet files copied)."""
+    dst = tmp_path / "ds"
+    shutil.copytree(CODECS, dst)
+    meta = dst / "_common_metadata"
+    schema = pq.read_schema(meta)
+    md = dict(schema.metadata)
+    md.update(metadata_update)
+    pq.write_metadata(schema.with_metadata(md), meta)
+    return str(dst)
+
+
+# -- the restricted Unischema reader --------------------------------------------------
+def test_unischema_is_rebuilt_from_petastorms_pickle_as_plain_objects():
+    data = open(os.path.join(FIXTURES, "unischema.pickle"), "rb").read()
+    schema = _schema_io.load_unischema(data)
+    assert schema._name == "FixtureSchema"
+    f = schema.fields
+    assert list(f)[:3] == ["id", "id64", "label"]
+    assert f["id"].numpy_dtype is np.int32 and f["id"].shape == () and not f["id"].nullable
+    assert str(f["id"].codec) == "ScalarCodec(IntegerType())"
+    assert str(f["image_jpeg"].codec) == "CompressedImageCodec('jpeg', 90)"
+    assert f["gray_png"].shape == (16, 24)
+    assert f["volume"].shape == (None, 3, 2) and str(f["volume"].codec) == "NdarrayCodec()"
+    assert str(f["packed"].codec) == "CompressedNdarrayCodec()"
+    assert f["name"].numpy_dtype is np.str_
+    assert schema.matrix is f["matrix"]  # fields as attributes, as Petastorm's
+
+
+def test_written_unischema_reads_back_equal():
+    data = open(os.path.join(FIXTURES, "unischema.pickle"), "rb").read()
+    schema = _schema_io.load_unischema(data)
+    written = _schema_io.dumps_unischema(schema)
+    assert b"petastorm.unischema" in written  # Petastorm's class names, so Petastorm reads it
+    again = _schema_io.load_unischema(written)
+    assert again == schema
+    assert [str(x.codec) for x in again.fields.values()] == [str(x.codec) for x in schema.fields.values()]
+
+
+class _RunsCommand:
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+class _CommandWriter(_schema_io._Writer):
+    """Writes a genuine Unischema pickle, except that one value becomes os.system(command)."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+
+    def value(self, v):
+        if v is _CommandWriter:
+            self.glob("posix", "system")
+            self.value((self.command,))
+            self.write(pickle.REDUCE)
+        else:
+            super().value(v)
+
+
+def _nested_payload(command: str) -> bytes:
+    genuine = _schema_io.load_unischema(open(os.path.join(FIXTURES, "unischema.pickle"), "rb").read())
+    genuine.fields["image_png"].codec._quality = _CommandWriter  # the command, as a codec parameter
+    w = _CommandWriter(command)
+    w.write(pickle.PROTO + bytes([2]))
+    w.value(genuine)
+    w.write(pickle.STOP)
+    genuine.fields["image_png"].codec._quality = 80
+    return w.out.getvalue()
+
+
+def _hostile_payloads(marker: str) -> dict[str, bytes]:
+    cmd = f"touch {marker}"
+    return {
+        "top-level os.system": pickle.dumps(_RunsCommand(cmd)),
+        "builtins.eval": pickle.dumps(_EvalReduce(f"__import__('os').system({cmd!r})")),
+        "nested in a field": _nested_payload(cmd),
+        "persistent id": _persistent_id_payload(),
+    }
+
+
+def _persistent_id_payload() -> bytes:
+    class WithPid(pickle.Pickler):
+        def persistent_id(self, obj):
+            return "os.system" if obj == "marker" else None
+
+    out = io.BytesIO()
+    WithPid(out, protocol=4).dump({"_name": "marker"})
+    return out.getvalue()
+
+
+class _EvalReduce:
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def __reduce__(self):
+        return eval, (self.code,)
+
+
+@pytest.mark.parametrize("case", ["top-level os.system", "builtins.eval"])
+def test_the_hostile_pickles_would_run_a_command_if_unpickled(tmp_path, case):
+    # The payloads are real: a plain pickle.loads runs the command.
+    marker = tmp_path / "ran"
+    payload = _hostile_payloads(str(marker))[case]
+    subprocess.run([sys.executable, "-c", f"import pickle; pickle.loads({payload!r})"], check=True)
+    assert marker.exists()
+
+
+def test_the_nested_hostile_pickle_runs_its_command_when_the_classes_are_importable(tmp_path):
+    # With stand-ins for petastorm's modules importable, plain pickle.loads gets as far
+    # as the codec's state and runs the command hidden there.
+    marker = tmp_path / "ran"
+    payload = _nested_payload(f"touch {marker}")
+    fake = tmp_path / "fake"
+    (fake / "petastorm").mkdir(parents=True)
+    (fake / "petastorm" / "__init__.py").write_text("")
+    (fake / "petastorm" / "unischema.py").write_text(
+        "from collections import namedtuple\nclass Unischema: pass\n"
+        "UnischemaField = namedtuple('UnischemaField', 'name numpy_dtype shape codec nullable')\n")
+    (fake / "petastorm" / "codecs.py").write_text(
+        "".join(f"class {c}: pass\n" for c in ("ScalarCodec", "NdarrayCodec", "CompressedNdarrayCodec",
+                                               "CompressedImageCodec")))
+    (fake / "pyspark" / "sql").mkdir(parents=True)
+    (fake / "pyspark" / "__init__.py").write_text("")
+    (fake / "pyspark" / "sql" / "__init__.py").write_text("")
+    (fake / "pyspark" / "sql" / "types.py").write_text(
+        "".join(f"class {t}: pass\n" for t in ("IntegerType", "LongType", "ByteType", "ShortType", "FloatType",
+                                               "DoubleType", "BooleanType", "StringType")))
+    subprocess.run([sys.executable, "-c", f"import sys, pickle; sys.path.insert(0, {str(fake)!r}); "
+                    f"pickle.loads({payload!r})"], check=True)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("case", ["top-level os.system", "builtins.eval", "nested in a field", "persistent id"])
+def test_hostile_unischema_is_refused_and_runs_nothing(tmp_path, case):
+    marker = tmp_path / "pwned"
+    payload = _hostile_payloads(str(marker))[case]
+    with pytest.raises(UntrustedSchemaError) as e:
+        _schema_io.load_unischema(payload)
+    assert "not trusted" in str(e.value)
+    assert not marker.exists()
+    url = _copy_dataset(tmp_path, {_schema_io.UNISCHEMA_KEY: payload})
+    with pytest.raises(UntrustedSchemaError, match="not trusted"):
+        make_reader(url)
+    assert not marker.exists()
+    assert isinstance(e.value, pqloader.InvalidDataError)
+
+
+def test_hostile_refusal_names_the_global():
+    with pytest.raises(UntrustedSchemaError, match=r"posix\.system|os\.system"):
+        _schema_io.load_unischema(pickle.dumps(_RunsCommand("true")))
+
+
+def test_object_dtypes_and_other_factories_are_refused():
+    with pytest.raises(UntrustedSchemaError):  # numpy.dtype('O') could carry objects
+        _schema_io.loads(pickle.dumps(np.dtype(object)))
+    with pytest.raises(UntrustedSchemaError):
+        _schema_io.loads(pickle.dumps(io.BytesIO))
+    with pytest.raises(UntrustedSchemaError, match="not a Unischema"):
+        _schema_io.load_unischema(pickle.dumps({"a": 1}))
+
+
+def test_hostile_rowgroup_index_is_refused_before_anything_is_read(tmp_path):
+    marker = tmp_path / "pwned"
+    url = _copy_dataset(tmp_path, {_schema_io.ROWGROUPS_INDEX_KEY: pickle.dumps(_RunsCommand(f"touch {marker}"))})
+    with pytest.raises(UntrustedSchemaError):
+        make_reader(url, rowgroup_selector=SingleIndexSelector("label_index", [1]))
+    assert not marker.exists()
+
+
+def test_stored_row_group_counts_number_the_pieces_without_footers():
+    ds = _dataset.open_dataset(CODECS, {})
+    assert all(f.num_row_groups == 5 for f in ds.files)  # from _common_metadata's JSON
+    assert len(ds.pieces()) == 15
+
+
+# -- values equal Petastorm's ---------------------------------------------------------
+def test_make_reader_decodes_every_codec_like_petastorm(expected):
+    with make_reader(CODECS, **NATURAL) as reader:
+        rows = [r._asdict() for r in reader]
+    assert len(rows) == N_ROWS
+    for name in rows[0]:
+        want = expected[f"field/{name}"]
+        got = np.array([r[name] for r in rows]) if isinstance(rows[0][name], str) else \
+            np.stack([np.asarray(r[name]) for r in rows])
+        assert got.dtype == want.dtype, name
+        assert got.shape == want.shape, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_rows_are_namedtuples_with_petastorms_value_types():
+    with make_reader(CODECS, schema_fields=["id", "name", "gray_png", "u8", "flag"], **NATURAL) as reader:
+        row = next(reader)
+    assert type(row).__name__ == "FixtureSchema_view_view"
+    assert row._fields == ("id", "u8", "flag", "name", "gray_png")  # schema order
+    assert isinstance(row.id, np.int32) and isinstance(row.u8, np.uint8) and isinstance(row.flag, np.bool_)
+    assert isinstance(row.name, np.str_) and row.gray_png.shape == (16, 24)
+
+
+def test_schema_fields_take_unischema_fields_and_regex_patterns():
+    with make_reader(CODECS, **NATURAL) as full:
+        schema = full.schema
+    with make_reader(CODECS, schema_fields=[schema.id, "image_.*", "f[0-9]+"], **NATURAL) as reader:
+        row = next(reader)
+    assert set(row._fields) == {"id", "image_png", "image_jpeg", "f32", "f64"}
+    with pytest.raises(ValueError, match="does not belong"):
+        make_reader(CODECS, schema_fields=[pqloader.petastorm.unischema.UnischemaField(
+            "nope", np.int32, (), None, False)])
+
+
+def test_make_reader_refuses_a_plain_parquet_store():
+    with pytest.raises(PetastormMetadataError, match="make_batch_reader"):
+        make_reader(PLAIN)
+
+
+def test_make_batch_reader_returns_petastorms_columns(plain_expected):
+    with make_batch_reader("file://" + PLAIN, **NATURAL) as reader:
+        batches = [b._asdict() for b in reader]
+    assert reader.batched_output
+    for name in batches[0]:
+        got = np.concatenate([b[name] for b in batches])
+        want = plain_expected[f"field/{name}"]
+        assert str(got.dtype) == str(want.dtype), name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_make_batch_reader_schema_fields_patterns_and_dataframe_transform(plain_expected):
+    def scale(df):
+        df["score"] = df["score"] * 10
+        return df
+
+    spec = TransformSpec(scale, removed_fields=["word"])
+    with make_batch_reader(PLAIN, schema_fields=["id", "sc.*", "word"], transform_spec=spec, **NATURAL) as reader:
+        batches = [b._asdict() for b in reader]
+    assert set(batches[0]) == {"id", "score"}
+    np.testing.assert_array_equal(np.concatenate([b["score"] for b in batches]),
+                                  plain_expected["field/score"] * 10)
+
+
+# -- predicates, selectors, transforms ----------------------------------------------
+PREDICATES = {
+    "in_set": lambda: in_set([1, 2, 3, 17, 40], "label"),
+    "in_set_ids": lambda: in_set({3, 5, 8, 13, 21, 34}, "id"),
+    "in_lambda": lambda: in_lambda(["f64", "flag"], lambda f, b: f > 20 and not b),
+    "in_lambda_state": lambda: in_lambda(["id"], lambda i, s: i % s == 1, 4),
+    "in_intersection": lambda: in_intersection([3, 10], "tags"),
+    "in_reduce_all": lambda: in_reduce([in_set([0, 1], "label"), in_lambda(["id"], lambda i: i > 10)], all),
+    "in_reduce_any": lambda: in_reduce([in_set([0], "label"), in_lambda(["id"], lambda i: i > 40)], any),
+    "in_pseudorandom_split_0": lambda: in_pseudorandom_split([0.3, 0.7], 0, "name"),
+    "in_pseudorandom_split_1": lambda: in_pseudorandom_split([0.3, 0.7], 1, "id"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PREDICATES))
+def test_predicates_keep_the_rows_petastorm_keeps(expected, name):
+    assert _ids(predicate=PREDICATES[name](), **NATURAL) == expected[f"pred/{name}"].tolist()
+
+
+def test_predicate_fields_outside_the_schema_view_are_read_but_not_returned(expected):
+    with make_reader(CODECS, schema_fields=["id"], predicate=in_set([2], "label"), **NATURAL) as reader:
+        rows = list(reader)
+    assert rows[0]._fields == ("id",)
+    assert [int(r.id) for r in rows] == [i for i in range(N_ROWS) if i % 5 == 2]
+
+
+def test_negated_predicate_keeps_the_complement():
+    kept = set(_ids(predicate=in_set([1, 2], "label"), **NATURAL))
+    dropped = set(_ids(predicate=in_negate(in_set([1, 2], "label")), **NATURAL))
+    assert kept.isdisjoint(dropped) and kept | dropped == set(range(N_ROWS))
+
+
+def test_a_selective_predicate_skips_row_groups_without_a_match():
+    # ids 3 and 5 lie in the first file's second row group (rows 3-5): only it is read.
+    with make_reader(CODECS, schema_fields=["id", "image_png"], predicate=in_set({3, 5}, "id"), **NATURAL) as r:
+        assert [int(x.id) for x in r] == [3, 5]
+        assert r.loader.stats()["units_read"] == 1
+
+
+def test_rowgroup_selector_reads_the_row_groups_petastorm_reads(expected):
+    assert _ids(rowgroup_selector=SingleIndexSelector("label_index", [2, 4]), **NATURAL) == \
+        expected["selector/label_2_4"].tolist()
+
+
+def test_rowgroup_selectors_intersect_and_unite():
+    a, b = SingleIndexSelector("label_index", [0]), SingleIndexSelector("label_index", [3])
+    both = set(_ids(rowgroup_selector=IntersectIndexSelector([a, b]), **NATURAL))
+    either = set(_ids(rowgroup_selector=UnionIndexSelector([a, b]), **NATURAL))
+    only_a = set(_ids(rowgroup_selector=a, **NATURAL))
+    assert both < only_a <= either
+    with pytest.raises(ValueError, match="not available"):
+        make_reader(CODECS, rowgroup_selector=SingleIndexSelector("nope", [1]))
+
+
+def test_transform_spec_runs_per_row_with_edit_and_removed_fields(expected):
+    def double_matrix(r):
+        r["matrix"] = r["matrix"] * 2
+        r["ratio"] = np.float64(r["id"]) / 7
+        return r
+
+    spec = TransformSpec(double_matrix, edit_fields=[("ratio", np.float64, (), False)],
+                         removed_fields=["image_png", "image_jpeg", "gray_png", "name"])
+    with make_reader(CODECS, schema_fields=["id", "matrix", "name", "image_png", "image_jpeg", "gray_png"],
+                     transform_spec=spec, **NATURAL) as reader:
+        rows = [r._asdict() for r in reader]
+        assert list(reader.schema.fields) == ["id", "matrix", "ratio"]
+    assert sorted(rows[0]) == expected["transform/fields"].tolist()
+    for name in rows[0]:
+        np.testing.assert_array_equal(np.stack([np.asarray(r[name]) for r in rows]), expected[f"transform/{name}"])
+
+
+def test_filters_act_as_a_row_predicate():
+    assert _ids(filters=[("label", "in", [1, 3]), ("id", ">", 20)], **NATURAL) == \
+        [i for i in range(N_ROWS) if i % 5 in (1, 3) and i > 20]
+
+
+# -- order, shards, epochs, cache ----------------------------------------------------
+def test_shuffled_order_is_a_function_of_the_seed_not_of_the_workers():
+    a = _ids(seed=7, workers_count=1)
+    b = _ids(seed=7, workers_count=4)
+    c = _ids(seed=8, workers_count=2)
+    assert a == b and a != c
+    assert sorted(a) == list(range(N_ROWS)) and a != list(range(N_ROWS))
+
+
+def test_unseeded_shuffle_draws_a_seed_that_replays_the_order():
+    with make_reader(CODECS, schema_fields=["id"]) as reader:
+        first = [int(r.id) for r in reader]
+        seed = reader.seed
+    assert _ids(seed=seed) == first
+
+
+def test_shards_are_disjoint_equal_and_cover_the_dataset():
+    shards = [_ids(cur_shard=k, shard_count=3, seed=1) for k in range(3)]
+    assert len({len(s) for s in shards}) == 1
+    assert set().union(*map(set, shards)) <= set(range(N_ROWS))
+    assert sum(len(s) for s in shards) == N_ROWS - N_ROWS % 3
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(shards) for b in shards[i + 1:])
+    with pytest.raises(ValueError, match="both specified"):
+        make_reader(CODECS, cur_shard=1)
+
+
+def test_num_epochs_repeats_in_new_orders_and_reset_reads_again():
+    with make_reader(CODECS, schema_fields=["id"], seed=3, num_epochs=2) as reader:
+        ids = [int(r.id) for r in reader]
+        assert len(ids) == 2 * N_ROWS and ids[:N_ROWS] != ids[N_ROWS:]
+        assert sorted(ids[N_ROWS:]) == list(range(N_ROWS))
+        reader.reset()
+        assert len([r for r in reader]) == 2 * N_ROWS
+
+
+def test_reset_in_the_middle_is_refused_and_a_stopped_reader_raises():
+    reader = make_reader(CODECS, schema_fields=["id"])
+    next(reader)
+    with pytest.raises(NotImplementedError):
+        reader.reset()
+    reader.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        next(reader)
+
+
+def test_local_disk_cache_serves_the_second_reader_with_equal_values(tmp_path, expected):
+    kw = dict(schema_fields=["id", "image_jpeg", "matrix"], cache_type="local-disk",
+              cache_location=str(tmp_path / "cache"), cache_size_limit=1 << 30, **NATURAL)
+    with make_reader(CODECS, **kw) as first:
+        rows1 = list(first)
+    with make_reader(CODECS, **kw) as second:
+        rows2 = list(second)
+        assert second.loader.stats()["cache_hits"] > 0
+    for a, b in zip(rows1, rows2):
+        np.testing.assert_array_equal(a.image_jpeg, b.image_jpeg)
+    np.testing.assert_array_equal(np.stack([r.image_jpeg for r in rows2]), expected["field/image_jpeg"])
+    with pytest.raises(ValueError, match="Unknown cache_type"):
+        make_reader(CODECS, cache_type="memcached")
+
+
+def test_unmapped_parameters_warn_once_naming_the_alternative():
+    reader_module._warned.clear()
+    with pytest.warns(UserWarning, match="shuffling_queue_capacity|shuffle_window"):
+        make_reader(CODECS, shuffle_row_drop_partitions=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_reader(CODECS, shuffle_row_drop_partitions=2)  # once per process
+    with pytest.warns(UserWarning, match="workers_count"):
+        make_reader(CODECS, reader_pool_type="process")
+    with pytest.raises(NotImplementedError, match="NGram"):
+        make_reader(CODECS, schema_fields=type("NGram", (), {})())
+
+
+def test_file_urls_and_url_lists_read_the_same_rows():
+    files = sorted(f for f in os.listdir(CODECS) if f.endswith(".parquet"))
+    with make_reader(["file://" + os.path.join(CODECS, f) for f in files], schema_fields=["id"],
+                     **NATURAL) as reader:
+        assert [int(r.id) for r in reader] == list(range(N_ROWS))
+
+
+def test_storage_options_map_from_s3fs_names():
+    opts = _dataset.storage_options_from({"key": "AK", "secret": "SK", "client_kwargs": {
+        "endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}, None)
+    assert opts == {"access_key": "AK", "secret_key": "SK", "endpoint_override": "127.0.0.1:9000",
+                    "scheme": "http", "region": "eu-west-1"}
+    with pytest.raises(ValueError, match="no pqloader equivalent"):
+        _dataset.storage_options_from({"use_ssl": False}, None)
+    import pyarrow.fs as pafs
+
+    fs = pafs.S3FileSystem(access_key="A", secret_key="B", endpoint_override="localhost:1", scheme="http")
+    got = _dataset.storage_options_from(None, fs)
+    assert got["access_key"] == "A" and got["endpoint_override"] == "localhost:1" and got["scheme"] == "http"
+
+
+# -- the pqloader Loader over a Petastorm dataset -------------------------------------
+def test_loader_applies_codecs_and_user_ops_follow(expected):
+    loader = Loader(CODECS, columns=["id", "gray_png", "image_png", "packed"], batch_size=40,
+                    transforms={"image_png": [T.CenterCrop(8)]})
+    batch = next(iter(loader))
+    assert batch["gray_png"].shape == (40, 16, 24)
+    np.testing.assert_array_equal(batch["gray_png"], expected["field/gray_png"])
+    np.testing.assert_array_equal(batch["packed"], expected["field/packed"])
+    np.testing.assert_array_equal(batch["image_png"], expected["field/image_png"][:, 4:12, 8:16])
+
+
+def test_loader_row_groups_reads_only_the_listed_row_groups(tmp_path):
+    files = sorted(os.path.join(CODECS, f) for f in os.listdir(CODECS) if f.endswith(".parquet"))
+    loader = pqloader.Loader(files, columns=["id"], batch_size=100,
+                             row_groups={os.path.relpath(files[0]): [3, 1], files[2]: []})
+    ids = next(iter(loader))["id"].tolist()
+    assert ids == [3, 4, 5, 9, 10, 11] + list(range(13, 26))
+    assert loader.stats()["units_read"] == 7
+    state = loader.state_dict()
+    other = pqloader.Loader(files, columns=["id"], batch_size=100)
+    with pytest.raises(pqloader.InvalidDataError):
+        other.load_state_dict(state)  # another selection is another dataset
+    with pytest.raises(pqloader.InvalidDataError, match="has 5 row groups"):
+        pqloader.Loader(files, row_groups={files[1]: [5]})
+    with pytest.raises(pqloader.DataNotFoundError, match="not a file of the dataset"):
+        pqloader.Loader(files, row_groups={str(tmp_path / "x.parquet"): [0]})
+    with pytest.raises(TypeError):
+        pqloader.Loader(files, row_groups={files[0]: "0"})
+
+
+# -- pytorch loaders ------------------------------------------------------------------
+TORCH_FIELDS = ["id", "u8", "flag", "f32", "name", "matrix", "gray_png"]
+
+
+def test_dataloader_batches_equal_petastorms(expected):
+    import torch
+    from pqloader.petastorm.pytorch import DataLoader
+
+    with DataLoader(make_reader(CODECS, schema_fields=TORCH_FIELDS, **NATURAL), batch_size=10) as loader:
+        batches = list(loader)
+    assert len(batches) == int(expected["torch/num_batches"])
+    for name, value in batches[0].items():
+        want_type = str(expected[f"torch_dtype/{name}"])
+        if isinstance(value, torch.Tensor):
+            assert str(value.dtype) == want_type, name
+            np.testing.assert_array_equal(torch.cat([b[name] for b in batches]).numpy(), expected[f"torch/{name}"])
+        else:
+            assert type(value).__name__ == want_type, name
+            assert [x for b in batches for x in b[name]] == expected[f"torch/{name}"].tolist()
+
+
+def test_dataloader_with_a_custom_collate_gets_row_dicts():
+    from pqloader.petastorm.pytorch import DataLoader
+
+    seen = []
+
+    def collate(rows):
+        seen.append(sorted(rows[0]))
+        return [int(r["id"]) for r in rows]
+
+    with DataLoader(make_reader(CODECS, schema_fields=["id", "flag"], **NATURAL), batch_size=7,
+                    collate_fn=collate) as loader:
+        batches = list(loader)
+    assert batches == [list(range(i, min(i + 7, N_ROWS))) for i in range(0, N_ROWS, 7)]
+    assert seen[0] == ["flag", "id"]
+
+
+def test_dataloader_after_a_predicate_still_gives_full_batches():
+    from pqloader.petastorm.pytorch import DataLoader
+
+    with DataLoader(make_reader(CODECS, schema_fields=["id"], predicate=in_set([0, 1, 2], "label"), **NATURAL),
+                    batch_size=5) as loader:
+        sizes = [len(b["id"]) for b in loader]
+    assert sizes == [5, 5, 5, 5, 4]
+
+
+def test_shuffling_queue_capacity_shuffles_across_row_groups_reproducibly():
+    from pqloader.petastorm.pytorch import DataLoader
+
+    def run(seed):
+        with DataLoader(make_reader(CODECS, schema_fields=["id"], seed=seed, shuffle_row_groups=False),
+                        batch_size=8, shuffling_queue_capacity=20) as loader:
+            return [int(i) for b in loader for i in b["id"]]
+
+    a, b, c = run(5), run(5), run(6)
+    assert a == b and a != c and sorted(a) == list(range(N_ROWS))
+    # Rows of different row groups (3 rows each) meet within a batch.
+    assert len({i // 3 for i in a[:8]}) > 3
+
+
+def test_batched_dataloader_applies_transform_fn_per_column(plain_expected):
+    import torch
+    from pqloader.petastorm.pytorch import BatchedDataLoader
+
+    with BatchedDataLoader(make_batch_reader(PLAIN, schema_fields=["id", "vec"], **NATURAL), batch_size=16) as loader:
+        batches = list(loader)
+    assert [len(b["id"]) for b in batches] == [16, 16, 8]
+    np.testing.assert_array_equal(torch.cat([b["vec"] for b in batches]).numpy(), plain_expected["field/vec"])
+    with BatchedDataLoader(make_batch_reader(PLAIN, schema_fields=["id"], **NATURAL), batch_size=16,
+                           transform_fn=lambda c: torch.as_tensor(c) * 2) as loader:
+        assert next(iter(loader))["id"].tolist() == [2 * i for i in range(16)]
+
+
+def test_dataloader_refuses_a_second_pass_while_one_runs():
+    from pqloader.petastorm.pytorch import DataLoader
+
+    loader = DataLoader(make_reader(CODECS, schema_fields=["id"]), batch_size=4)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(RuntimeError, match="full pass"):
+        next(iter(loader))
