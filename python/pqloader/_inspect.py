@@ -22,13 +22,33 @@ def cache_stats(cache_dir: str | os.PathLike[str]) -> dict[str, int]:
     return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir))))
 
 
-def cache_clear(cache_dir: str | os.PathLike[str]) -> None:
-    """Delete every entry of a cache directory (never anything else).
+def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Delete the entries of a cache directory, and only what pqloader provably wrote.
+
+    A cache directory carries a ``PQLOADER_CACHE`` marker file, written when a loader
+    creates it (or finds it empty). Deleted: entry files whose header is an entry's
+    (magic and own key), footers whose checksum verifies, temp files, shard locks and
+    records. Anything else (files of other programs, directories pqloader did not make,
+    symbolic links) is left alone and listed in ``foreign``. The directory and its
+    marker stay.
 
     Args:
         cache_dir: A directory given as ``cache_dir`` to loaders.
+
+    Returns:
+        ``entries`` and ``bytes`` deleted, ``other_files`` (footers, temp files, locks,
+        records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``.
+
+    Raises:
+        pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
+            not a pqloader cache); nothing was deleted.
+        pqloader.IOError: `cache_dir` is not a directory, or a file could not be deleted.
+
+    Example:
+        >>> pqloader.cache_clear("/tmp/pqcache")["entries"]
+        12
     """
-    _core.cache_clear(os.path.abspath(os.fspath(cache_dir)))
+    return dict(_core.cache_clear(os.path.abspath(os.fspath(cache_dir))))
 
 
 def inspect(source: Source, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -82,8 +82,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     if args.action == "clear":
-        pqloader.cache_clear(args.dir)
-        print(f"cleared {args.dir}")
+        r = pqloader.cache_clear(args.dir)
+        if args.json:
+            print(json.dumps(r))
+            return 0
+        print(f"cleared {args.dir}: {r['entries']} entries ({_human(r['bytes'])}), "
+              f"{r['other_files']} other pqloader files")
+        if r["foreign_count"]:
+            print(f"left alone, not pqloader's: {r['foreign_count']} path(s)")
+            for path in r["foreign"]:
+                print(f"  {path}")
+            if r["foreign_count"] > len(r["foreign"]):
+                print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
         return 0
     s = pqloader.cache_stats(args.dir)
     if args.json:

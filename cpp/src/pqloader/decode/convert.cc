@@ -369,6 +369,32 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
   return out;
 }
 
+// Check that every value of a string column is valid UTF-8 (Python str needs it; a
+// bare UnicodeDecodeError at the consumer would name nothing). One pass over the value
+// bytes, then one look at each value's first byte: a concatenation of values is valid
+// and every value starts on a character boundary iff every value is valid.
+arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64_t rows,
+                              int64_t row_offset) {
+  if (rows == 0) return arrow::Status::OK();
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  const char* data = reinterpret_cast<const char*>(c.data->data());
+  const int64_t begin = off[0], end = off[rows];
+  bool ok = IsValidUtf8(std::string_view(data + begin, end - begin));
+  for (int64_t r = 1; ok && r < rows; ++r) {
+    ok = off[r] >= end || (static_cast<unsigned char>(data[off[r]]) & 0xC0) != 0x80;
+  }
+  if (ok) return arrow::Status::OK();
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::string_view v(data + off[r], off[r + 1] - off[r]);
+    if (!IsValidUtf8(v)) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "', row ",
+                       row_offset + r, ": a string value is not valid UTF-8 (b'", Printable(v),
+                       "'); to read the column's values as bytes, pass strings=\"bytes\"");
+    }
+  }
+  return arrow::Status::OK();
+}
+
 // A ragged list column whose Arrow buffers can be used as they are (one chunk, no
 // nulls, numeric values): its values buffer, and byte offsets computed from the list
 // offsets. Returns false when the layout does not allow it.
@@ -454,8 +480,14 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
 
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
-                                        bool allow_ragged) {
-  if (spec.kind != ColumnKind::kTensor) return ConvertVarBinary(spec, array, fill, pool);
+                                        bool allow_ragged, int64_t row_offset) {
+  if (spec.kind != ColumnKind::kTensor) {
+    ARROW_ASSIGN_OR_RAISE(auto out, ConvertVarBinary(spec, array, fill, pool));
+    if (spec.kind == ColumnKind::kString) {
+      ARROW_RETURN_NOT_OK(ValidateStrings(spec, out, array.length(), row_offset));
+    }
+    return out;
+  }
   TensorWriter writer(spec, fill, pool);
   writer.shape_ = spec.row_shape;
   writer.ragged_ = allow_ragged && !spec.row_shape.empty() && spec.row_shape[0] < 0;
