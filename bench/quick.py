@@ -13,9 +13,11 @@ rates) are what compare across machines and runs. Rows:
   (files evicted with posix_fadvise(DONTNEED) first) vs the same pool, also cold.
 * cache: epochs served from a warm `cache_dir`, shuffled and not, vs a single-thread
   `np.copyto` of the same decoded bytes; and shuffled hits vs the shuffled uncached epoch.
-* tokens (list<int32>, log-normal lengths, batch 256): PadOrTruncate(1024) vs the
-  values+offsets ceiling (the 2-thread pool reading the column and taking its values
-  and offsets as NumPy arrays).
+* tokens (list<int32>, log-normal lengths, batch 256): PadOrTruncate(1024), ragged
+  output (lists="ragged"), dynamic padding (Pad(multiple_of=8)) in seq/s, and packed
+  blocks (Pack(seq_len=1024), 32 blocks a batch) in tokens/s, vs the values+offsets
+  ceiling (a pool of one thread per core reading the column and taking its values and
+  offsets as NumPy arrays).
 * images (500x375 JPEGs cut from scikit-image photographs, batch 64): the eval pipeline
   DecodeImage, Resize(256), CenterCrop(224), Normalize, ToCHW vs libjpeg-turbo's
   decode-only rate on all cores (Pillow, which bundles libjpeg-turbo, one thread per core;
@@ -322,11 +324,29 @@ def run_tokens(table: Table, repeats: int, workers: int) -> None:
     s = SPEC["tokens"]
     rows = s["rows"] // s["files"] * s["files"]
     ceiling = rows / timed(lambda: pool_decode(d, ["tokens"], values_offsets), repeats)
-    loader = pqloader.Loader(str(d), columns=["tokens"], batch_size=s["batch"],
-                             num_workers=workers,
-                             transforms={"tokens": [T.PadOrTruncate(s["max_len"])]})
+    tokens = sum(len(pq.read_table(f, columns=["tokens"]).column(0).combine_chunks().values)
+                 for f in files_of(d))
+    common = dict(columns=["tokens"], num_workers=workers)
+    loader = pqloader.Loader(str(d), batch_size=s["batch"],
+                             transforms={"tokens": [T.PadOrTruncate(s["max_len"])]}, **common)
     rate = rows / timed(lambda: epoch(loader), repeats)
-    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", ceiling, 0.8,
+    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", ceiling, None,
+              "values+offsets, pyarrow pool")
+    loader = pqloader.Loader(str(d), batch_size=s["batch"], lists={"tokens": "ragged"}, **common)
+    rate = rows / timed(lambda: epoch(loader), repeats)
+    table.add("tokens ragged (values + offsets)", rate, "seq/s", ceiling, 0.8,
+              "values+offsets, pyarrow pool")
+    loader = pqloader.Loader(str(d), batch_size=s["batch"],
+                             lists={"tokens": pqloader.Pad(multiple_of=8)}, **common)
+    rate = rows / timed(lambda: epoch(loader), repeats)
+    table.add("tokens Pad(multiple_of=8)", rate, "seq/s", ceiling, None,
+              "values+offsets, pyarrow pool")
+    # Packed: blocks of 1024 tokens, 32 a batch (about the tokens of 256 sequences);
+    # compared in tokens/s. Reading the lengths (one pass) happens in the constructor.
+    loader = pqloader.Loader(str(d), batch_size=32, pack=pqloader.Pack("tokens", s["max_len"]),
+                             **common)
+    rate = tokens / timed(lambda: epoch(loader), repeats)
+    table.add("tokens Pack(seq_len=1024)", rate, "tok/s", ceiling * tokens / rows, 0.6,
               "values+offsets, pyarrow pool")
 
 
