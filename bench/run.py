@@ -77,8 +77,8 @@ SYSTEMS = [
     dict(id="pqloader-pack", label="pqloader Pack(seq_len=1024)", venv="main", module="pqloader_sys",
          workloads=("tokens",), config={"num_workers": None, "pack": 1024, "pack_blocks": 32},
          tune=[{"num_workers": None}, {"num_workers": 1}, {"num_workers": 2}, {"num_workers": 4}],
-         notes="Loader(pack=Pack('tokens', seq_len=1024), batch_size=32 blocks): tokens, position_ids, "
-               "document_ids, loss_mask, cu_seqlens, label per token; the lengths pass runs in the constructor"),
+         notes="Loader(columns=['tokens'], pack=Pack('tokens', seq_len=1024), batch_size=32 blocks): tokens, "
+               "position_ids, document_ids, loss_mask, cu_seqlens; the lengths pass runs in the constructor"),
     dict(id="petastorm-batch", label="Petastorm make_batch_reader", venv="petastorm", module="petastorm_sys",
          config={"reader": "batch", "pool": "thread", "workers_count": 2},
          tune=[{"pool": "thread", "workers_count": 2}, {"pool": "thread", "workers_count": 4},

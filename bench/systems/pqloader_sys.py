@@ -12,8 +12,8 @@ config:
   lists: "ragged" -> Loader(lists={"tokens": "ragged"}): values + tokens_offsets
   lists: "pad8"   -> Loader(lists={"tokens": Pad(multiple_of=8)}): [B, L] + tokens_length, L the
                      batch's longest row rounded up to a multiple of 8
-  pack: N         -> Loader(pack=Pack("tokens", seq_len=N), batch_size=pack_blocks): blocks of
-                     N tokens with position_ids, document_ids, loss_mask, cu_seqlens, label per token
+  pack: N         -> Loader(columns=["tokens"], pack=Pack("tokens", seq_len=N), batch_size=pack_blocks):
+                     blocks of N tokens with position_ids, document_ids, loss_mask, cu_seqlens
 One Loader object serves all epochs of a measurement (iterating it again starts the next epoch).
 """
 from __future__ import annotations
@@ -58,6 +58,9 @@ class Adapter:
         if cfg.get("pack"):
             self.pack = pqloader.Pack("tokens", seq_len=int(cfg["pack"]))
             self.bs = int(cfg.get("pack_blocks", C.PACK_BLOCKS))
+            # A block has no per-row label (pre-training packs tokens alone; Grain's packed row
+            # drops it too): selected, it would be copied per token.
+            self.columns = ["tokens"]
         self.cache_dir = tempfile.mkdtemp(prefix="pql-cache-", dir=cfg.get("tmp")) if cfg.get("cache") else None
         ncpu = os.cpu_count() or 1
         self.pool = ThreadPoolExecutor(ncpu) if workload == "images" and self.transforms is None else None

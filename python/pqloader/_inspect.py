@@ -69,6 +69,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     """
     sources = _env.normalize_sources(source)
     options = _env.normalize_storage_options(storage_options)
+    _check_lengths(lengths)
     info = _core.inspect(sources, options)
     columns = _length_columns(lengths, info["ragged"])
     if columns:
@@ -79,22 +80,29 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             if m and stats["rows"] and stats["min"] == stats["max"]:
                 inner = f", {m.group(2)}" if m.group(2) else ""
                 info["loads_as"][name] = (f"{m.group(1)}(batch, {stats['max']}{inner}) (every row "
-                                          f"has {stats['max']} values)")
+                                          f"has length {stats['max']})")
     elif lengths is not False:
         info["lengths"] = {}
     return info
 
 
-def _length_columns(lengths: Any, ragged: list[str]) -> list[str]:
-    """The columns ``inspect(lengths=...)`` reads the lengths of."""
+def _check_lengths(lengths: Any) -> None:
+    """Check the type of ``inspect(lengths=...)`` before any I/O."""
     if isinstance(lengths, bool):
-        return list(ragged) if lengths else []
+        return
     if isinstance(lengths, str) or not isinstance(lengths, Sequence):
         raise TypeError(f"lengths must be a bool or a list of column names, got {lengths!r}")
-    out = []
     for name in lengths:
         if not isinstance(name, str):
             raise TypeError(f"lengths must name columns (str), got {name!r}")
+
+
+def _length_columns(lengths: bool | Sequence[str], ragged: list[str]) -> list[str]:
+    """The columns ``inspect(lengths=...)`` reads the lengths of."""
+    if isinstance(lengths, bool):
+        return list(ragged) if lengths else []
+    out = []
+    for name in lengths:
         if name not in ragged:
             raise ValueError(f"lengths: {name!r} is not a ragged list column; the ragged ones are "
                              f"{ragged}")
