@@ -8,12 +8,15 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "pqloader/api.h"
+#include "pqloader/pack/document_lengths.h"
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
 
@@ -465,16 +468,54 @@ nb::dict Inspect(const std::vector<std::string>& sources,
     groups += f.num_row_groups;
   }
   nb::dict schema, loads_as;
+  nb::list ragged;
   for (const auto& c : summary.columns) {
     schema[Text(c.name)] = Text(c.arrow_type);
     loads_as[Text(c.name)] = c.loads_as;
+    if (c.ragged) ragged.append(Text(c.name));
   }
   out["files"] = files;
   out["schema"] = schema;
   out["loads_as"] = loads_as;
+  out["ragged"] = ragged;
   out["num_rows"] = rows;
   out["num_row_groups"] = groups;
   out["num_files"] = summary.files.size();
+  return out;
+}
+
+// The row lengths of list columns `columns` of `sources`: one pass over each column
+// (DocumentLengths, as packing reads them), summarized per column.
+nb::dict ListLengths(const std::vector<std::string>& sources,
+                     const std::map<std::string, std::string>& storage_options,
+                     const std::vector<std::string>& columns) {
+  std::vector<LengthStats> stats;
+  {
+    nb::gil_scoped_release release;
+    DatasetOptions options;
+    options.columns = columns;
+    options.storage = StorageOptions{storage_options};
+    auto dataset = Check(Dataset::Open(sources, options));
+    const int threads = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t c = 0; c < columns.size(); ++c) {
+      auto lengths = Check(DocumentLengths::Read(*dataset, static_cast<int>(c), threads,
+                                                 arrow::default_memory_pool()));
+      stats.push_back(SummarizeLengths(lengths->lengths()));
+    }
+  }
+  nb::dict out;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const LengthStats& s = stats[c];
+    nb::dict d;
+    d["rows"] = s.rows;
+    d["total"] = s.total;
+    d["min"] = s.min;
+    d["median"] = s.median;
+    d["p99"] = s.p99;
+    d["max"] = s.max;
+    d["mean"] = s.rows > 0 ? static_cast<double>(s.total) / static_cast<double>(s.rows) : 0.0;
+    out[columns[c].c_str()] = d;
+  }
   return out;
 }
 
@@ -516,6 +557,7 @@ NB_MODULE(_core, m) {
            })
       .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());
   m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
+  m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {
     nb::gil_scoped_release release;

@@ -499,10 +499,27 @@ namespace pqloader {
 
 namespace {
 
+bool IsRagged(const arrow::Result<ColumnSpec>& spec) {
+  return spec.ok() && spec->kind == ColumnKind::kTensor && !spec->row_shape.empty() &&
+         spec->row_shape[0] < 0;
+}
+
 std::string LoadsAs(const arrow::Result<ColumnSpec>& spec) {
   if (!spec.ok()) return "unsupported";
   if (spec->kind == ColumnKind::kString) return "list[str]";
   if (spec->kind == ColumnKind::kBytes) return "list[bytes]";
+  if (IsRagged(spec)) {
+    // Rows of n values each, n varying: what the loader can make of them.
+    std::string inner;
+    for (size_t i = 1; i < spec->row_shape.size(); ++i) {
+      inner += (i == 1 ? " (n, " : ", ") + std::to_string(spec->row_shape[i]);
+    }
+    if (!inner.empty()) inner += ")";
+    // Packing concatenates lists of numbers (tokens) only.
+    return "ragged " + std::string(DTypeName(spec->dtype)) + inner +
+           ": lists='ragged' (values + offsets) or Pad()" +
+           (inner.empty() ? ", or pack=Pack()" : "");
+  }
   std::string shape = "(batch";
   for (int64_t d : spec->row_shape) shape += d < 0 ? ", n" : ", " + std::to_string(d);
   return std::string(DTypeName(spec->dtype)) + shape + ")";
@@ -541,11 +558,12 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
     out.files.push_back(s);
     if (i == 0) {
       for (const auto& field : schema->fields()) {
-        out.columns.push_back({field->name(), field->type()->ToString(),
-                               LoadsAs(SpecForField(*field))});
+        auto spec = SpecForField(*field);
+        out.columns.push_back(
+            {field->name(), field->type()->ToString(), LoadsAs(spec), IsRagged(spec)});
       }
       for (const auto& [k, v] : found[0].partitions) {
-        out.columns.push_back({k, "partition", "int64 or str"});
+        out.columns.push_back({k, "partition", "int64 or str", false});
       }
     }
   }

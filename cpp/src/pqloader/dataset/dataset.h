@@ -154,6 +154,9 @@ struct DatasetSummary {
     std::string name;
     std::string arrow_type;
     std::string loads_as;
+    /// A list column whose rows may differ in length (a batch of it needs
+    /// Loader(lists=...) or pack=, unless every row has one length).
+    bool ragged = false;
   };
   std::vector<Column> columns;
 };

@@ -134,6 +134,20 @@ class TensorWriter {
     return data;
   }
 
+  // Reserve the output bytes of all chunks of `array` at once, so that appending them
+  // neither regrows the buffer (a new block and a copy of everything so far, each time)
+  // nor shrinks it at Finish (one more of each). Layouts whose size is not known
+  // beforehand (dictionaries) are left to grow.
+  arrow::Status ReserveFor(const arrow::ChunkedArray& array) {
+    int64_t elements = 0;
+    for (const auto& chunk : array.chunks()) {
+      const int64_t n = LeafElements(*chunk);
+      if (n < 0) return arrow::Status::OK();
+      elements += n;
+    }
+    return out_.Reserve(elements * elem_);
+  }
+
   // Use `buffer` as the whole output if it is the only chunk and needs no conversion.
   bool TryZeroCopy(const arrow::ChunkedArray& array) {
     if (array.num_chunks() != 1 || spec_.dtype == DType::kBool) return false;
@@ -175,6 +189,35 @@ class TensorWriter {
     data.offsets = std::move(offsets);
     ARROW_ASSIGN_OR_RAISE(data.data, out_.Finish());
     return data;
+  }
+
+  // The elements Append writes for `arr`, or -1 when that is not known from its layout.
+  static int64_t LeafElements(const arrow::Array& arr) {
+    const int64_t n = arr.length();
+    switch (arr.type_id()) {
+      case arrow::Type::FIXED_SIZE_LIST: {
+        const auto& list = static_cast<const arrow::FixedSizeListArray&>(arr);
+        const int64_t size = list.list_type()->list_size();
+        return n == 0 ? 0 : LeafElements(*list.values()->Slice(list.value_offset(0), n * size));
+      }
+      case arrow::Type::LIST:
+        return ListLeafElements<arrow::ListArray>(arr);
+      case arrow::Type::LARGE_LIST:
+        return ListLeafElements<arrow::LargeListArray>(arr);
+      case arrow::Type::DICTIONARY:
+        return -1;
+      default:
+        return n;
+    }
+  }
+
+  template <typename ListT>
+  static int64_t ListLeafElements(const arrow::Array& arr) {
+    const auto& list = static_cast<const ListT&>(arr);
+    const int64_t n = list.length();
+    if (n == 0) return 0;
+    const int64_t begin = list.value_offset(0);
+    return LeafElements(*list.values()->Slice(begin, list.value_offset(n) - begin));
   }
 
   template <typename ListT>
@@ -501,6 +544,7 @@ arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::Chu
     }
   }
   if (writer.ragged_ || !writer.TryZeroCopy(array)) {
+    ARROW_RETURN_NOT_OK(writer.ReserveFor(array));
     for (const auto& chunk : array.chunks()) ARROW_RETURN_NOT_OK(writer.Append(*chunk, 0));
   }
   return writer.Finish(array.length());
