@@ -29,6 +29,7 @@ _SHARD_POLICIES = ("drop", "pad")
 _DECODE_ERROR_POLICIES = ("raise", "skip")
 _CACHE_POLICIES = ("keep", "lru")
 _OUTPUTS = ("numpy", "torch")
+_STRINGS = ("str", "bytes")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
 
 
@@ -229,6 +230,7 @@ class LoaderOptions:
     pack: Any = None
     batch_transform: Callable[[dict], dict] | None = None
     on_decode_error: str = "raise"
+    strings: str = "str"
     cache_dir: str | os.PathLike[str] | None = None
     cache_size_limit: int | None = None
     cache_policy: str = "keep"
@@ -274,6 +276,7 @@ class LoaderOptions:
             pack=_lists.check_pack(self.pack),
             batch_transform=batch_transform,
             on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
+            strings=check_choice("strings", self.strings, _STRINGS),
             cache_dir=_check_cache_dir(self.cache_dir),
             cache_size_limit=_optional_int("cache_size_limit", self.cache_size_limit, 1),
             cache_policy=check_choice("cache_policy", self.cache_policy, _CACHE_POLICIES),
@@ -380,6 +383,7 @@ class LoaderOptions:
             "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
             "pack": None if self.pack is None else self.pack._engine(),
             "on_decode_error": self.on_decode_error,
+            "strings_as_bytes": self.strings == "bytes",
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,

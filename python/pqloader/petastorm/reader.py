@@ -631,6 +631,11 @@ def _infer_schema(ds: _dataset.PetastormDataset, info: Mapping[str, Any]) -> Uni
     fields = []
     for name, loads_as in info["loads_as"].items():
         m = re.fullmatch(r"(\w+)\(batch((?:, *\w+)*)\)", loads_as)
+        # A ragged list column: "ragged int32: ..." or "ragged float32 (n, 3): ..."
+        ragged = re.match(r"ragged (\w+)(?: \(n((?:, *\d+)*)\))?:", loads_as)
+        if ragged:
+            m = re.fullmatch(r"(\w+)\(batch((?:, *\w+)*)\)",
+                             f"{ragged.group(1)}(batch, n{ragged.group(2) or ''})")
         if loads_as == "list[str]":
             fields.append(UnischemaField(name, np.str_, (), None, True))
         elif loads_as == "list[bytes]":

@@ -134,6 +134,20 @@ class TensorWriter {
     return data;
   }
 
+  // Reserve the output bytes of all chunks of `array` at once, so that appending them
+  // neither regrows the buffer (a new block and a copy of everything so far, each time)
+  // nor shrinks it at Finish (one more of each). Layouts whose size is not known
+  // beforehand (dictionaries) are left to grow.
+  arrow::Status ReserveFor(const arrow::ChunkedArray& array) {
+    int64_t elements = 0;
+    for (const auto& chunk : array.chunks()) {
+      const int64_t n = LeafElements(*chunk);
+      if (n < 0) return arrow::Status::OK();
+      elements += n;
+    }
+    return out_.Reserve(elements * elem_);
+  }
+
   // Use `buffer` as the whole output if it is the only chunk and needs no conversion.
   bool TryZeroCopy(const arrow::ChunkedArray& array) {
     if (array.num_chunks() != 1 || spec_.dtype == DType::kBool) return false;
@@ -175,6 +189,35 @@ class TensorWriter {
     data.offsets = std::move(offsets);
     ARROW_ASSIGN_OR_RAISE(data.data, out_.Finish());
     return data;
+  }
+
+  // The elements Append writes for `arr`, or -1 when that is not known from its layout.
+  static int64_t LeafElements(const arrow::Array& arr) {
+    const int64_t n = arr.length();
+    switch (arr.type_id()) {
+      case arrow::Type::FIXED_SIZE_LIST: {
+        const auto& list = static_cast<const arrow::FixedSizeListArray&>(arr);
+        const int64_t size = list.list_type()->list_size();
+        return n == 0 ? 0 : LeafElements(*list.values()->Slice(list.value_offset(0), n * size));
+      }
+      case arrow::Type::LIST:
+        return ListLeafElements<arrow::ListArray>(arr);
+      case arrow::Type::LARGE_LIST:
+        return ListLeafElements<arrow::LargeListArray>(arr);
+      case arrow::Type::DICTIONARY:
+        return -1;
+      default:
+        return n;
+    }
+  }
+
+  template <typename ListT>
+  static int64_t ListLeafElements(const arrow::Array& arr) {
+    const auto& list = static_cast<const ListT&>(arr);
+    const int64_t n = list.length();
+    if (n == 0) return 0;
+    const int64_t begin = list.value_offset(0);
+    return LeafElements(*list.values()->Slice(begin, list.value_offset(n) - begin));
   }
 
   template <typename ListT>
@@ -369,6 +412,32 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
   return out;
 }
 
+// Check that every value of a string column is valid UTF-8 (Python str needs it; a
+// bare UnicodeDecodeError at the consumer would name nothing). One pass over the value
+// bytes, then one look at each value's first byte: a concatenation of values is valid
+// and every value starts on a character boundary iff every value is valid.
+arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64_t rows,
+                              int64_t row_offset) {
+  if (rows == 0) return arrow::Status::OK();
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  const char* data = reinterpret_cast<const char*>(c.data->data());
+  const int64_t begin = off[0], end = off[rows];
+  bool ok = IsValidUtf8(std::string_view(data + begin, end - begin));
+  for (int64_t r = 1; ok && r < rows; ++r) {
+    ok = off[r] >= end || (static_cast<unsigned char>(data[off[r]]) & 0xC0) != 0x80;
+  }
+  if (ok) return arrow::Status::OK();
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::string_view v(data + off[r], off[r + 1] - off[r]);
+    if (!IsValidUtf8(v)) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "', row ",
+                       row_offset + r, ": a string value is not valid UTF-8 (b'", Printable(v),
+                       "'); to read the column's values as bytes, pass strings=\"bytes\"");
+    }
+  }
+  return arrow::Status::OK();
+}
+
 // A ragged list column whose Arrow buffers can be used as they are (one chunk, no
 // nulls, numeric values): its values buffer, and byte offsets computed from the list
 // offsets. Returns false when the layout does not allow it.
@@ -454,8 +523,14 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
 
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
-                                        bool allow_ragged) {
-  if (spec.kind != ColumnKind::kTensor) return ConvertVarBinary(spec, array, fill, pool);
+                                        bool allow_ragged, int64_t row_offset) {
+  if (spec.kind != ColumnKind::kTensor) {
+    ARROW_ASSIGN_OR_RAISE(auto out, ConvertVarBinary(spec, array, fill, pool));
+    if (spec.kind == ColumnKind::kString) {
+      ARROW_RETURN_NOT_OK(ValidateStrings(spec, out, array.length(), row_offset));
+    }
+    return out;
+  }
   TensorWriter writer(spec, fill, pool);
   writer.shape_ = spec.row_shape;
   writer.ragged_ = allow_ragged && !spec.row_shape.empty() && spec.row_shape[0] < 0;
@@ -469,6 +544,7 @@ arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::Chu
     }
   }
   if (writer.ragged_ || !writer.TryZeroCopy(array)) {
+    ARROW_RETURN_NOT_OK(writer.ReserveFor(array));
     for (const auto& chunk : array.chunks()) ARROW_RETURN_NOT_OK(writer.Append(*chunk, 0));
   }
   return writer.Finish(array.length());

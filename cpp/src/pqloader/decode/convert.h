@@ -36,9 +36,11 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field);
 
 /// Convert every row of `array` to the layout of `spec`. With `allow_ragged`, list rows
 /// may differ in length (the result then has per-row byte offsets; transforms such as
-/// PadOrTruncate make them uniform).
+/// PadOrTruncate make them uniform). String columns (ColumnKind::kString) must hold
+/// valid UTF-8: an invalid value is a kInvalidData error naming the column and its row
+/// (`row_offset` + its index in `array`).
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
-                                        bool allow_ragged = false);
+                                        bool allow_ragged = false, int64_t row_offset = 0);
 
 }  // namespace pqloader

@@ -105,6 +105,41 @@ TEST(Convert, RaggedListsForTransformsUseArrowsValuesAsTheyAre) {
   EXPECT_NE(nulls.status().message().find("null"), std::string::npos);
 }
 
+TEST(Convert, ListsInSeveralChunksAreCopiedOnceIntoOneBufferOfTheirSize) {
+  // A list column is decoded in slices (one chunk each); joining them must not regrow
+  // the output (each regrowth is a new block and a copy of everything so far).
+  for (bool ragged : {true, false}) {
+    auto type = arrow::list(arrow::int32());
+    arrow::ArrayVector chunks;
+    std::vector<int32_t> want;
+    int32_t next = 0;
+    for (int k = 0; k < 5; ++k) {
+      arrow::ListBuilder builder(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+      auto* values = static_cast<arrow::Int32Builder*>(builder.value_builder());
+      for (int r = 0; r < 40; ++r) {
+        ASSERT_TRUE(builder.Append().ok());
+        const int n = ragged ? (r * 7 + k) % 50 : 25;
+        for (int i = 0; i < n; ++i) ASSERT_TRUE(values->Append(next++).ok());
+      }
+      // Sliced, as a unit that starts inside a chunk: its values do not start at 0.
+      auto chunk = builder.Finish().ValueOrDie()->Slice(3, 30);
+      const auto& list = static_cast<const arrow::ListArray&>(*chunk);
+      for (int64_t i = list.value_offset(0); i < list.value_offset(30); ++i) {
+        want.push_back(static_cast<const arrow::Int32Array&>(*list.values()).Value(i));
+      }
+      chunks.push_back(chunk);
+    }
+    auto spec = SpecForField(*arrow::field("tok", type)).ValueOrDie();
+    arrow::ProxyMemoryPool pool(arrow::default_memory_pool());
+    auto c = ConvertColumn(spec, arrow::ChunkedArray(chunks), {}, &pool, ragged).ValueOrDie();
+    EXPECT_EQ(Values<int32_t>(c), want);
+    const int64_t values = static_cast<int64_t>(want.size() * sizeof(int32_t));
+    const int64_t offsets = ragged ? (5 * 30 + 1) * static_cast<int64_t>(sizeof(int64_t)) : 0;
+    constexpr int64_t kRounding = 64;  // Arrow rounds buffer capacities up to 64 bytes
+    EXPECT_LE(pool.total_bytes_allocated(), values + offsets + 2 * kRounding) << "ragged=" << ragged;
+  }
+}
+
 TEST(Convert, NullsAreAnErrorUnlessFilled) {
   auto spec = SpecForField(*arrow::field("v", arrow::float64())).ValueOrDie();
   auto arr = FromJson(arrow::float64(), "[1.5, null, 3]");

@@ -129,4 +129,33 @@ int64_t DocumentLengths::Sum(int64_t split, int64_t begin, int64_t end) const {
   return prefix_[first_[split] + end] - prefix_[first_[split] + begin];
 }
 
+namespace {
+
+// The lower order statistic for the quantile numerator / denominator of `values` (a copy
+// of the lengths, which nth_element reorders).
+int32_t LowerQuantile(std::vector<int32_t>* values, int64_t numerator, int64_t denominator) {
+  const auto n = static_cast<int64_t>(values->size());
+  const int64_t index = (n - 1) * numerator / denominator;  // floor(q * (n - 1)), exact
+  std::nth_element(values->begin(), values->begin() + index, values->end());
+  return (*values)[index];
+}
+
+constexpr int64_t kPercent = 100;
+
+}  // namespace
+
+LengthStats SummarizeLengths(const std::vector<int32_t>& lengths) {
+  LengthStats s;
+  s.rows = static_cast<int64_t>(lengths.size());
+  if (lengths.empty()) return s;
+  const auto [lo, hi] = std::minmax_element(lengths.begin(), lengths.end());
+  s.min = *lo;
+  s.max = *hi;
+  for (int32_t n : lengths) s.total += n;
+  std::vector<int32_t> work = lengths;
+  s.median = LowerQuantile(&work, 50, kPercent);
+  s.p99 = LowerQuantile(&work, 99, kPercent);
+  return s;
+}
+
 }  // namespace pqloader
