@@ -397,6 +397,7 @@ class PyLoader {
     d["pool_allocations"] = s.pool_allocations;
     d["pool_recycled"] = s.pool_recycled;
     d["pool_cached_bytes"] = s.pool_cached_bytes;
+    d["pool_fresh_bytes"] = s.pool_fresh_bytes;
     return d;
   }
 

@@ -94,6 +94,11 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
   if (!options.pack_column.empty()) ARROW_RETURN_NOT_OK(loader->SetUpPacking());
+  loader->window_gather_ = options.plan.shuffle && loader->transforms_.empty() &&
+                           options.lists.empty() && loader->lengths_ == nullptr;
+  for (const auto& spec : loader->dataset_->specs()) {
+    loader->window_gather_ = loader->window_gather_ && spec.kind == ColumnKind::kTensor;
+  }
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
     // Everything that changes a cached split's content is part of its key.
@@ -167,6 +172,7 @@ void Loader::EpochRun::StartPipeline(int64_t budget) {
 void Loader::ShutDown(std::vector<EpochRun> runs) {
   for (EpochRun& run : runs) {
     if (run.pipeline == nullptr) continue;  // it only read ahead; reads finish unread
+    if (run.windows != nullptr) run.windows->Cancel();  // wakes workers waiting on a window
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
     std::lock_guard<std::mutex> lock(stats_mu_);
     if (run.adopted) {
@@ -260,10 +266,39 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     const auto span = pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
     return {span.first, span.last};
   };
-  auto units_of = [order, positions](int64_t b) {
+  std::function<std::pair<int64_t, int64_t>(int64_t)> units_of = [order, positions](int64_t b) {
     const auto [first, last] = positions(b);
     return order->PositionUnitRange(first, last);
   };
+  // Shuffled windows gathered whole: the first batch of this run that reads a window
+  // gathers it (and so reads its units); the window's other batches take slices.
+  const auto* plan_order = dynamic_cast<const PlanOrder*>(order.get());
+  std::shared_ptr<WindowStore> windows;
+  std::function<std::pair<int64_t, int64_t>(int64_t)> windows_made_by;
+  if (window_gather_ && plan_order != nullptr && pack == nullptr && first_batch < num_batches) {
+    const EpochPlan* plan = &plan_order->plan();
+    std::map<int64_t, int64_t> uses;
+    for (int64_t b = first_batch; b < num_batches; ++b) {
+      const auto [first, last] = positions(b);
+      for (int64_t w = plan->WindowOfRow(first); w <= plan->WindowOfRow(last - 1); ++w) ++uses[w];
+    }
+    windows = std::make_shared<WindowStore>(std::move(uses));
+    windows_made_by = [order, plan, positions, first_batch](int64_t b) -> std::pair<int64_t, int64_t> {
+      const auto [first, last] = positions(b);
+      const int64_t wa = plan->WindowOfRow(first), wb = plan->WindowOfRow(last - 1);
+      const bool makes_wa = b == first_batch || plan->WindowRowRange(wa).first >= first;
+      return {makes_wa ? wa : wa + 1, wb};
+    };
+    units_of = [order, plan, positions, windows_made_by](int64_t b) -> std::pair<int64_t, int64_t> {
+      const auto [wa, wb] = windows_made_by(b);
+      if (wa <= wb) {
+        return plan->PositionUnitRange(plan->WindowRowRange(wa).first, plan->WindowRowRange(wb).second);
+      }
+      const int64_t end = plan->PositionUnitRange(plan->WindowRowRange(wb).first,
+                                                  plan->WindowRowRange(wb).second).second;
+      return {end, end};  // reads no unit: the window's gather exists
+    };
+  }
   if (first_batch < 0 || first_batch > num_batches) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
                                   num_batches, " batches");
@@ -271,6 +306,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   EpochRun run;
   run.epoch = epoch;
   run.work = std::make_shared<Work>();
+  run.windows = windows;
   if (first_batch < num_batches) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
@@ -306,11 +342,25 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get());
   };
   work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
-                    counters = run.work](
+                    counters = run.work, windows, windows_made_by](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
     const auto [first, last] = positions(b);
     const int64_t lo = units_of(b).first;
+    if (windows != nullptr) {
+      const int64_t t0 = NowNs();
+      auto batch = WindowedBatch(static_cast<const PlanOrder&>(*order).plan(), *windows,
+                                 windows_made_by(b), first, last, units, lo);
+      counters->gather_ns += NowNs() - t0;
+      if (!batch.ok()) {
+        return WithContext(batch.status(), "batch " + std::to_string(b) + " of epoch " +
+                                               std::to_string(epoch));
+      }
+      (*batch)->epoch = epoch;
+      (*batch)->index = b;
+      *bytes = (*batch)->ByteSize();
+      return batch;
+    }
     std::vector<RowRef> rows;
     rows.reserve(last - first);
     order->Resolve(first, last, &rows);
@@ -537,15 +587,16 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       ++work->cache_misses;
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
                                              std::move(fetched), work));
-      // Shuffled loaders keep entries row-major: hits are then gathered as they are.
-      if (options_.plan.shuffle) {
+      // Shuffled loaders keep entries row-major: hits are then gathered as they are
+      // (unless windows are gathered whole, which reads columns).
+      if (options_.plan.shuffle && !window_gather_) {
         ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
       }
       cache_->Put(key, full);
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
-  if (options_.plan.shuffle) {
+  if (options_.plan.shuffle && !window_gather_) {
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
   work->skipped_rows += decoded->skipped_rows;
@@ -707,6 +758,46 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
   return arrow::Status::OK();
 }
 
+arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
+    const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made, int64_t first,
+    int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+    int64_t unit_base) {
+  const int64_t wa = plan.WindowOfRow(first), wb = plan.WindowOfRow(last - 1);
+  std::vector<std::shared_ptr<WindowGather>> gathers;
+  std::vector<int64_t> starts;
+  arrow::Status st;
+  for (int64_t w = wa; w <= wb && st.ok(); ++w) {
+    const auto [w_first, w_last] = plan.WindowRowRange(w);
+    std::function<arrow::Result<std::shared_ptr<WindowGather>>()> make;
+    if (w >= made.first && w <= made.second) {
+      make = [&, w_first = w_first, w_last = w_last]() -> arrow::Result<std::shared_ptr<WindowGather>> {
+        const auto [u_lo, u_hi] = plan.PositionUnitRange(w_first, w_last);
+        std::vector<RowRef> rows;
+        rows.reserve(w_last - w_first);
+        const std::vector<uint32_t> perm = plan.WindowPermutation(w);
+        plan.ResolveRows(w_first, w_last,
+                         [&](int64_t) -> const std::vector<uint32_t>& { return perm; }, &rows);
+        for (RowRef& r : rows) r.unit -= u_lo;
+        std::vector<std::shared_ptr<const DecodedUnit>> mine(units.begin() + (u_lo - unit_base),
+                                                             units.begin() + (u_hi - unit_base));
+        return WindowGather::Make(dataset_->specs(), std::move(mine), rows, pool_);
+      };
+    }
+    auto gather = windows.Get(w, make);
+    if (gather.ok()) {
+      gathers.push_back(*gather);
+      starts.push_back(w_first);
+    } else {
+      st = gather.status();
+    }
+  }
+  arrow::Result<std::shared_ptr<Batch>> batch =
+      st.ok() ? WindowBatch(dataset_->specs(), gathers, starts, first, last, pool_)
+              : arrow::Result<std::shared_ptr<Batch>>(st);
+  for (int64_t w = wa; w <= wb; ++w) windows.Release(w);
+  return batch;
+}
+
 arrow::Result<std::shared_ptr<Batch>> Loader::SplitParts(std::shared_ptr<Batch> batch) {
   using Part = TransformPlan::Part;
   std::vector<BatchColumn> columns;
@@ -762,6 +853,7 @@ LoaderStats Loader::stats() const {
   s.pool_allocations = pool_->recyclable_allocations();
   s.pool_recycled = pool_->recycled_allocations();
   s.pool_cached_bytes = pool_->cached_bytes();
+  s.pool_fresh_bytes = pool_->fresh_bytes();
   return s;
 }
 

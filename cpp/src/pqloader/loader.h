@@ -35,6 +35,7 @@
 #include "pqloader/plan/row_order.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/tensor/window_gather.h"
 #include "pqloader/transform/pipeline.h"
 
 namespace pqloader {
@@ -120,6 +121,7 @@ struct LoaderStats {
   int64_t pool_allocations = 0;
   int64_t pool_recycled = 0;
   int64_t pool_cached_bytes = 0;
+  int64_t pool_fresh_bytes = 0;  ///< Bytes of new blocks the pool had to allocate.
 };
 
 class Loader {
@@ -196,6 +198,7 @@ class Loader {
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
     std::shared_ptr<Work> work;
+    std::shared_ptr<WindowStore> windows;  // shuffled windows gathered whole, if so
     bool adopted = true;  // false while started ahead and not yet begun by the consumer
     struct Pending {
       Pipeline::Work work;
@@ -251,6 +254,13 @@ class Loader {
       std::shared_ptr<const DecodedUnit> unit, Work* work);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
+  // Batch rows [first, last) of a shuffled epoch from whole-window gathers: those of the
+  // windows [made.first, made.second] are made here from `units` (units[i] is unit
+  // unit_base + i of the plan), the others are taken from `windows`.
+  arrow::Result<std::shared_ptr<Batch>> WindowedBatch(
+      const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made,
+      int64_t first, int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+      int64_t unit_base);
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
   arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
@@ -277,6 +287,9 @@ class Loader {
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
   std::atomic<int64_t> epochs_started_ahead_{0};
+  // Shuffled epochs gather each window whole (tensor/window_gather.h): every column is
+  // fixed-width and nothing runs per sample.
+  bool window_gather_ = false;
   std::shared_ptr<SplitCache> cache_;
   std::string cache_identity_;   // what every cache key of this loader shares
   CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
