@@ -76,9 +76,6 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
 
 arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
     const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool) {
-  // The column's position among the file columns (partition keys have none).
-  int file_column = 0;
-  for (int c = 0; c < column; ++c) file_column += dataset.partition_index()[c] < 0 ? 1 : 0;
   if (dataset.partition_index()[column] >= 0) {
     return arrow::Status::Invalid("column '", dataset.specs()[column].name,
                                   "' is a partition key, not a list column");
@@ -93,7 +90,12 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       const DataFile& file = dataset.files()[split.file];
       arrow::Status st;
       try {
-        st = ReadSplit(dataset, s, file.field_indices[file_column], pool, &per_split[s]);
+        const ColumnSource& src = file.columns[column];
+        if (src.field < 0 || !src.path.empty()) {
+          st = arrow::Status::Invalid("the column is absent from this file or below a struct");
+        } else {
+          st = ReadSplit(dataset, s, src.field, pool, &per_split[s]);
+        }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
       }

@@ -40,10 +40,19 @@ void StoreScalar(DType dtype, double v, uint8_t* p);
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
 enum class ColumnKind {
-  kTensor,  ///< Fixed-shape rows of `dtype`.
-  kBytes,   ///< Variable-length binary rows.
-  kString,  ///< Variable-length UTF-8 rows.
+  kTensor,      ///< Fixed-shape rows of `dtype`.
+  kBytes,       ///< Variable-length binary rows.
+  kString,      ///< Variable-length UTF-8 rows.
+  kStringList,  ///< A list of UTF-8 strings per row, encoded (see EncodeStringList).
+  kBytesList,   ///< A list of binary values per row, encoded (see EncodeStringList).
 };
+
+/// Whether rows of `kind` are variable-length bytes (offsets + data) in units and batches.
+inline bool IsVarLength(ColumnKind kind) { return kind != ColumnKind::kTensor; }
+/// Whether rows of `kind` are lists of strings or bytes.
+inline bool IsStringList(ColumnKind kind) {
+  return kind == ColumnKind::kStringList || kind == ColumnKind::kBytesList;
+}
 
 /// The static description of one output column.
 struct ColumnSpec {
@@ -58,6 +67,9 @@ struct ColumnSpec {
   bool is_partition = false;
   /// True when transforms produce the column (dtype and row shape known only then).
   bool transformed = false;
+  /// For a "<name>_valid" column: the index (in the same spec list) of the column whose
+  /// rows it marks valid (bool, true where the value is not null). -1 otherwise.
+  int mask_of = -1;
 };
 
 /// One sample of one column: an n-d tensor with its own shape (see transform/op.h).
