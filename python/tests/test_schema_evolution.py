@@ -66,7 +66,7 @@ def test_hive_values_are_url_decoded_and_null_partitions_are_null(tmp_path):
         pqloader.Loader(str(root))  # a null key without a policy is refused when made
 
 
-def test_files_that_are_not_parquet_are_skipped_and_listed(tmp_path):
+def test_files_that_are_not_parquet_are_skipped_and_listed(tmp_path, capsys):
     d = tmp_path / "d"
     write_parquet(d / "part-0.parquet", pa.table({"x": pa.array([1, 2])}))
     write_parquet(d / "part-1", pa.table({"x": pa.array([3])}))  # Parquet without an extension
@@ -78,6 +78,10 @@ def test_files_that_are_not_parquet_are_skipped_and_listed(tmp_path):
     info = pqloader.inspect(str(d))
     assert sorted(s["path"].rsplit("/", 1)[1] for s in info["skipped"]) == ["README.md", "manifest.json"]
     assert info["num_files"] == 2
+    from pqloader import cli
+
+    assert cli.main(["inspect", str(d)]) == 0
+    assert "skipped (not Parquet)" in capsys.readouterr().out
 
 
 def test_a_corrupt_file_named_parquet_is_still_an_error(tmp_path):
