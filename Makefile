@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build test test-cpp test-python demo sanitize bench bench-quick clean
+.PHONY: all deps build test test-cpp test-python demo sanitize sanitize-cpp sanitize-python fuzz fuzz-build bench bench-quick clean
 BENCH_SCALE ?= small
 
 all: build
@@ -34,6 +34,17 @@ $(VENV)/.deps-stamp: requirements-dev.txt $(VENV)/.apt-stamp
 
 deps: $(VENV)/.deps-stamp
 
+# clang and its libFuzzer/sanitizer runtimes, for `make fuzz` only.
+FUZZ_APT_PACKAGES := clang-14 libclang-rt-14-dev
+$(VENV)/.apt-fuzz-stamp: $(VENV)/.apt-stamp
+	@missing=""; for p in $(FUZZ_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@touch $@
+
 # --- build ---------------------------------------------------------------------------
 # One CMake build (build/py) makes the extension, libpqloader and the C++ tests; pip
 # installs the package into the virtualenv.
@@ -51,16 +62,81 @@ test-cpp: build
 test-python: build
 	$(PY) -m pytest -q -p no:cacheprovider python/tests
 
+# Every C++ and Python test, then a short fuzz run (FUZZ_SECONDS per driver, under 2 min).
 test: test-cpp test-python
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SHORT_SECONDS)
 
-# ASan+UBSan and TSan builds of the C++ tests (slow; not part of `make test`).
-sanitize: deps
+# ASan+UBSan and TSan builds of the C++ tests, then the Python tests of the transform and
+# cache paths against an ASan+UBSan build of the extension (slow; not part of `make test`).
+sanitize: deps sanitize-cpp sanitize-python
+
+sanitize-cpp: deps
 	for s in address thread; do \
 	  $(VENV)/bin/cmake -S . -B build/sanitize-$$s -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_SANITIZE=$$s -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja && \
 	  $(VENV)/bin/cmake --build build/sanitize-$$s -j$(JOBS) && \
 	  (cd build/sanitize-$$s && TSAN_OPTIONS="suppressions=$(CURDIR)/cpp/tsan.supp halt_on_error=1" \
 	    ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(VENV)/bin/ctest -j$(JOBS) --output-on-failure) || exit 1; \
+	done
+
+# The extension built with -fsanitize=address,undefined into build/sanitize-py, staged
+# beside the package's Python files, and run by the main virtualenv's interpreter with
+# libasan preloaded (CPython itself is not instrumented), and libstdc++ with it so that
+# ASan finds the C++ runtime's __cxa_throw (python does not link it). Leak checks are off: the
+# interpreter's own allocations would drown ours. Subprocesses inherit the setup.
+SANITIZE_PY_DIR := build/sanitize-py
+SANITIZE_PY_TESTS ?= python/tests/test_transforms.py python/tests/test_cache.py \
+  python/tests/test_cache_safety.py python/tests/test_hostile_bytes.py python/tests/test_faults.py
+sanitize-python: deps
+	$(VENV)/bin/cmake -S . -B $(SANITIZE_PY_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_SANITIZE=address -DPQLOADER_BUILD_PYTHON=ON \
+	  -DPQLOADER_BUILD_TESTS=OFF -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
+	$(VENV)/bin/cmake --build $(SANITIZE_PY_DIR) -j$(JOBS) --target _core
+	rm -rf $(SANITIZE_PY_DIR)/stage && mkdir -p $(SANITIZE_PY_DIR)/stage/pqloader
+	cp python/pqloader/*.py $(SANITIZE_PY_DIR)/stage/pqloader/
+	cp $(SANITIZE_PY_DIR)/python/src/_core*.so $(SANITIZE_PY_DIR)/stage/pqloader/
+	PYTHONPATH=$(CURDIR)/$(SANITIZE_PY_DIR)/stage \
+	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  PQLOADER_EXPECT_SANITIZED=1 $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_PY_TESTS)
+
+# --- fuzzing (libFuzzer + ASan + UBSan; see docs/reliability.md) -----------------------
+# `make fuzz` builds the drivers of cpp/fuzz with clang, writes seed corpora from the test
+# environment (cpp/fuzz/make_corpus.py) and runs each driver for FUZZ_SECONDS, keeping
+# what it learns in build/fuzz/corpus/. A crash stops the run, with its input in
+# build/fuzz/artifacts/. Long run: make fuzz FUZZ_SECONDS=3600. Warnings are not errors
+# here (clang warns where the gcc build, which has -Werror, does not).
+FUZZ_DIR := build/fuzz
+FUZZ_TARGETS := fuzz_parquet fuzz_cache_entry fuzz_ndarray fuzz_image
+FUZZ_SECONDS ?= 300
+FUZZ_SHORT_SECONDS ?= 25
+# Images and .npy arrays may legitimately allocate up to 2 GiB (the decoders' bound).
+FUZZ_FLAGS ?= -timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=2400 -max_len=65536 -print_final_stats=1
+FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)
+
+$(FUZZ_DIR)/.build-stamp: $(VENV)/.apt-fuzz-stamp $(VENV)/.deps-stamp $(FUZZ_SOURCES)
+	$(VENV)/bin/cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_FUZZ=ON \
+	  -DPQLOADER_BUILD_TESTS=OFF -DPQLOADER_WERROR=OFF -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
+	$(VENV)/bin/cmake --build $(FUZZ_DIR) -j$(JOBS)
+	@touch $@
+
+$(FUZZ_DIR)/seeds/.stamp: cpp/fuzz/make_corpus.py $(VENV)/.build-stamp
+	$(PY) cpp/fuzz/make_corpus.py $(FUZZ_DIR)/seeds
+	@touch $@
+
+fuzz-build: $(FUZZ_DIR)/.build-stamp
+
+fuzz: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
+	@mkdir -p $(FUZZ_DIR)/artifacts
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$t; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_DIR)/cpp/fuzz/$$t $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t- $(FUZZ_DIR)/corpus/$$t $(FUZZ_DIR)/seeds/$$t \
+	    > $(FUZZ_DIR)/$$t.log 2>&1 \
+	    || { tail -40 $(FUZZ_DIR)/$$t.log; echo "fuzz: $$t failed; input in $(FUZZ_DIR)/artifacts/"; exit 1; }; \
+	  grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t.log | tr '\n' ' '; echo; \
 	done
 
 # --- demo ----------------------------------------------------------------------------

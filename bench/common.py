@@ -50,6 +50,10 @@ N_INT_COLS = 4
 NDARRAY_SHAPE = (64, 64)  # float32, stored as np.save bytes (Petastorm NdarrayCodec layout)
 TOKENS_MAX_LEN = 1024
 TOKENS_VOCAB = 32_000
+# Packed outputs of the tokens workload: blocks of PACK_SEQ_LEN tokens, PACK_BLOCKS a batch
+# (about the tokens of 256 log-normal sequences, so batches hold as much data as the others').
+PACK_SEQ_LEN = 1024
+PACK_BLOCKS = 32
 
 
 def columns_for(workload: str) -> list[str]:
@@ -218,14 +222,40 @@ def hash_batch(h, batch) -> None:
                 h.update(x.tobytes() if isinstance(x, np.ndarray) else bytes(x) if isinstance(x, (bytes, bytearray, memoryview)) else repr(x).encode())
 
 
+def is_packed(batch) -> bool:
+    """A batch of packed token blocks (tokens, position_ids, ..., loss_mask)."""
+    return isinstance(batch, dict) and "position_ids" in batch and "loss_mask" in batch
+
+
 def batch_len(batch) -> int:
+    """Rows of a batch (of a ragged token batch: its `tokens_offsets` minus one). Packed
+    blocks have no rows of their own: measure.py counts their tokens (batch_tokens) and
+    converts them to documents with the dataset's mean length."""
     if isinstance(batch, dict):
+        if "tokens_offsets" in batch:
+            return len(batch["tokens_offsets"]) - 1
         v = next(iter(batch.values()))
     else:
         v = batch
     if hasattr(v, "shape"):
         return int(v.shape[0])
     return len(v)
+
+
+def batch_tokens(batch) -> int | None:
+    """Tokens (not padding) of a batch of the tokens workload; None for other batches."""
+    if not isinstance(batch, dict) or "tokens" not in batch:
+        return None
+    if "tokens_offsets" in batch:
+        o = batch["tokens_offsets"]
+        return int(o[-1] - o[0])
+    if "loss_mask" in batch:
+        return int(_to_numpy(batch["loss_mask"]).sum())
+    for key in ("lengths", "tokens_length"):
+        if key in batch:
+            return int(_to_numpy(batch[key]).sum())
+    t = _to_numpy(batch["tokens"])
+    return int(t.size) if hasattr(t, "size") else None
 
 
 def label_column(batch):

@@ -25,7 +25,7 @@ sys.path.insert(0, HERE)
 import common as C  # noqa: E402
 
 
-# pqloader raises these for ragged list<int32> columns it cannot turn into tensors yet
+# pqloader raises these for ragged list<int32> columns read without lists= or pack=
 PQLOADER_UNSUPPORTED = ("UnsupportedType", "UnsupportedTypeError", "InvalidData", "InvalidDataError")
 
 
@@ -38,20 +38,32 @@ def _emit(obj) -> None:
     sys.stdout.flush()
 
 
-def timed_epoch(make_iter, n_rows: int, bytes_on_disk: int, cap_s: float, start: float | None = None):
+def timed_epoch(make_iter, n_rows: int, bytes_on_disk: int, cap_s: float, start: float | None = None,
+                mean_tokens: float | None = None):
     """Iterate one epoch; returns metrics. `start` (if given) is when loader construction began,
-    so time-to-first-batch includes set-up (ray.init, HF Arrow conversion, ...)."""
+    so time-to-first-batch includes set-up (ray.init, HF Arrow conversion, ...).
+    Token batches also count their tokens (padding excluded); packed blocks count as the
+    documents their tokens amount to (tokens / `mean_tokens`, the dataset's mean length),
+    so a packed epoch that delivers every token counts every row once."""
     cpu0 = C.tree_cpu_seconds()
     t0 = start if start is not None else C.now()
     it = make_iter()
     samples = batches = 0
+    packed_tokens = 0
+    tokens = None
     ttfb = None
     partial = False
     try:
         for b in it:
             if ttfb is None:
                 ttfb = C.now() - t0
-            samples += C.batch_len(b)
+            n = C.batch_tokens(b)
+            if n is not None:
+                tokens = (tokens or 0) + n
+            if mean_tokens and C.is_packed(b):
+                packed_tokens += n
+            else:
+                samples += C.batch_len(b)
             batches += 1
             if C.now() - t0 > cap_s:
                 partial = True
@@ -61,12 +73,15 @@ def timed_epoch(make_iter, n_rows: int, bytes_on_disk: int, cap_s: float, start:
         if close:
             close()
     dt = C.now() - t0
+    if packed_tokens:
+        samples += round(packed_tokens / mean_tokens)
     cpu = C.tree_cpu_seconds() - cpu0
     frac = samples / n_rows if n_rows else 0
     return {
         "samples": samples, "batches": batches, "seconds": dt, "partial": partial,
         "short": (not partial) and samples != n_rows,  # an epoch that ended early (a loader bug)
         "samples_per_s": samples / dt if dt > 0 else None,
+        "tokens": tokens, "tokens_per_s": tokens / dt if tokens is not None and dt > 0 else None,
         "mb_per_s": bytes_on_disk * frac / dt / 1e6 if dt > 0 else None,
         "ttfb_s": ttfb, "cpu_s": cpu, "cpu_s_per_1k": cpu / samples * 1000 if samples else None,
     }
@@ -178,16 +193,20 @@ def main():
                 # one natural-order epoch is measured beside them, and with --cold a shuffled
                 # epoch whose files were first dropped from the page cache.
                 rows, nbytes = manifest["rows"], manifest["bytes"]
+                mean = manifest.get("mean_tokens")
                 shuffled = dict(shuffle=True, seed=a.seed)
                 res["epoch1"] = timed_epoch(lambda: adapter.epoch(0, **shuffled), rows, nbytes, a.epoch_cap_s,
-                                            start=t_start)
+                                            start=t_start, mean_tokens=mean)
                 res["shuffle"] = True
                 if not a.quick:
-                    res["epoch2"] = timed_epoch(lambda: adapter.epoch(1, **shuffled), rows, nbytes, a.epoch_cap_s)
-                    res["unshuffled"] = timed_epoch(lambda: adapter.epoch(2), rows, nbytes, a.epoch_cap_s)
+                    res["epoch2"] = timed_epoch(lambda: adapter.epoch(1, **shuffled), rows, nbytes, a.epoch_cap_s,
+                                                mean_tokens=mean)
+                    res["unshuffled"] = timed_epoch(lambda: adapter.epoch(2), rows, nbytes, a.epoch_cap_s,
+                                                    mean_tokens=mean)
                     if a.cold:
                         C.evict_page_cache(os.path.join(a.data, a.workload))
-                        res["cold"] = timed_epoch(lambda: adapter.epoch(3, **shuffled), rows, nbytes, a.epoch_cap_s)
+                        res["cold"] = timed_epoch(lambda: adapter.epoch(3, **shuffled), rows, nbytes, a.epoch_cap_s,
+                                                  mean_tokens=mean)
                 steps = [] if a.quick else [float(x) for x in a.stall_steps.split(",") if x]
                 res["stall"] = stall_sweep(adapter, steps, warm=2, max_steps=a.stall_max_steps,
                                            max_s=a.stall_max_s, shuffled=shuffled) if steps else []
@@ -195,8 +214,9 @@ def main():
                 if not e1["samples"]:
                     res["status"] = "failed"
                     res["reason"] = "epoch 1 yielded no batches"
-                if e1["samples_per_s"]:
-                    res["breakeven_step_ms"] = manifest["batch_size"] / e1["samples_per_s"] * 1000
+                if e1["batches"]:
+                    # seconds per batch (packed token batches hold blocks, not batch_size rows)
+                    res["breakeven_step_ms"] = e1["seconds"] / e1["batches"] * 1000
             res["extra"] = adapter.extra() if hasattr(adapter, "extra") else {}
             done = True
         finally:
@@ -216,7 +236,8 @@ def main():
         # pqloader's UnsupportedType / InvalidData for ragged lists = "not supported yet"
         if type(e).__name__ in PQLOADER_UNSUPPORTED and a.system.startswith("pqloader") and a.workload == "tokens":
             res["status"] = "unsupported"
-            res["reason"] = f"not supported yet ({type(e).__name__}: {str(e)[:200]})"
+            res["reason"] = (f"ragged lists need a layout: lists= or pack= (rows pqloader-ragged, -pad, -pack) "
+                             f"({type(e).__name__}: {str(e)[:160]})")
         else:
             traceback.print_exc()
             res["status"] = "failed"

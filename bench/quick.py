@@ -15,7 +15,10 @@ rates) are what compare across machines and runs. Rows:
   `np.copyto` of the same decoded bytes; and shuffled hits vs the shuffled uncached epoch.
 * tokens (list<int32>, log-normal lengths, batch 256): PadOrTruncate(1024) vs the
   values+offsets ceiling (the 2-thread pool reading the column and taking its values
-  and offsets as NumPy arrays).
+  and offsets as NumPy arrays); and the language-model layouts, shuffled — ragged
+  (lists="ragged"), dynamic padding (Pad(multiple_of=8)) in seq/s, packed blocks
+  (Pack(seq_len=1024), 32 blocks a batch) in tokens/s — against pyarrow's read_table of
+  the same files on all cores, in paired rounds (median of the per-round ratios).
 * images (500x375 JPEGs cut from scikit-image photographs, batch 64): the eval pipeline
   DecodeImage, Resize(256), CenterCrop(224), Normalize, ToCHW vs libjpeg-turbo's
   decode-only rate on all cores (Pillow, which bundles libjpeg-turbo, one thread per core;
@@ -32,6 +35,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -322,12 +326,37 @@ def run_tokens(table: Table, repeats: int, workers: int) -> None:
     s = SPEC["tokens"]
     rows = s["rows"] // s["files"] * s["files"]
     ceiling = rows / timed(lambda: pool_decode(d, ["tokens"], values_offsets), repeats)
-    loader = pqloader.Loader(str(d), columns=["tokens"], batch_size=s["batch"],
-                             num_workers=workers,
-                             transforms={"tokens": [T.PadOrTruncate(s["max_len"])]})
+    tokens = sum(len(pq.read_table(f, columns=["tokens"]).column(0).combine_chunks().values)
+                 for f in files_of(d))
+    common = dict(columns=["tokens"], num_workers=workers)
+    loader = pqloader.Loader(str(d), batch_size=s["batch"],
+                             transforms={"tokens": [T.PadOrTruncate(s["max_len"])]}, **common)
     rate = rows / timed(lambda: epoch(loader), repeats)
-    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", ceiling, 0.8,
+    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", ceiling, None,
               "values+offsets, pyarrow pool")
+    # The language-model layouts, shuffled, against pyarrow's read_table of the same files
+    # (all cores: the values + offsets decode) in paired rounds: each round times one
+    # read_table, then one epoch of the layout (the loader made once, so packing's lengths
+    # pass is not in it; nothing runs ahead while read_table does); the row is the median
+    # of the per-round ratios, so load that comes and goes hits both sides alike.
+    layouts = [
+        ("tokens ragged, shuffled", "seq/s", 0.8, dict(batch_size=s["batch"], lists={"tokens": "ragged"})),
+        ("tokens Pad(multiple_of=8), shuffled", "seq/s", None,
+         dict(batch_size=s["batch"], lists={"tokens": pqloader.Pad(multiple_of=8)})),
+        # 32 blocks of 1024 tokens a batch (about the tokens of 256 sequences), in tokens/s.
+        ("tokens Pack(seq_len=1024), shuffled", "tok/s", 0.6,
+         dict(batch_size=32, pack=pqloader.Pack("tokens", s["max_len"]))),
+    ]
+    for what, unit, goal, kw in layouts:
+        loader = pqloader.Loader(str(d), shuffle=True, seed=1, **common, **kw)
+        epoch(loader)  # start-up left out
+        rounds = []
+        for _ in range(max(5, repeats)):
+            ceiling_s = timed(lambda: pq.read_table(d), 1)
+            rounds.append((ceiling_s, timed(lambda: epoch(loader), 1)))
+        ratio = statistics.median(c / t for c, t in rounds)
+        rate = (tokens if unit == "tok/s" else rows) / statistics.median(t for _, t in rounds)
+        table.add(what, rate, unit, rate / ratio, goal, "read_table all cores, paired rounds")
 
 
 def run_images(table: Table, repeats: int, workers: int) -> None:

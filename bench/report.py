@@ -60,6 +60,79 @@ def g3(x):
     return "–" if x is None else f"{x:.3g}"
 
 
+# What each system hands the trainer on the tokens workload.
+LM_LAYOUT = {
+    "pqloader": "(refused: ragged rows need lists= or pack=)",
+    "pqloader-native": "PadOrTruncate(1024): [B, 1024]",
+    "pqloader-native-cache": "PadOrTruncate(1024): [B, 1024]",
+    "pqloader-ragged": "values + offsets",
+    "pqloader-pad": "Pad(multiple_of=8): [B, longest ↑8]",
+    "pqloader-pack": "packed blocks [32, 1024]",
+    "petastorm-batch": "padded to 1024",
+    "petastorm-batch-cache": "padded to 1024",
+    "petastorm-row": "padded to the longest",
+    "torch-nw0": "padded to the longest",
+    "torch-nw2": "padded to the longest",
+    "hf-datasets": "padded to the longest (vectorised from Arrow)",
+    "hf-datasets-collate": "padded to the longest (pad_sequence collator)",
+    "grain-pad": "padded to the longest (batch_fn)",
+    "grain-pack": "packed blocks [32, 1024] (ConcatThenSplit)",
+    "ray-data": "padded to the longest",
+}
+
+
+def lm_section(P, doc, by, c):
+    """The tokens workload in tokens/s, and the goals of issue 16 as ratios of this run."""
+    ceil_tok = c.get("epoch_ceiling_tokens_per_s")
+    ceil_seq = c.get("epoch_ceiling_samples_per_s")
+    P("#### Language-model layouts, in tokens/s")
+    P("")
+    P("Tokens = values of the rows delivered (padding not counted). Packed rows count as samples the "
+      "documents their tokens amount to (tokens ÷ the mean length), so their samples/s above compares with "
+      "the others'. Ceiling: the values + offsets decode (`read_table` on all cores) × the mean length "
+      f"= {f(ceil_tok)} tokens/s.")
+    P("")
+    P("| system | layout | tokens/s (shuffled) | % ceiling | epoch 2 tokens/s | e2 % ceiling | unshuffled tokens/s |")
+    P("|---|---|---:|---:|---:|---:|---:|")
+    for s in doc["systems"]:
+        r = by.get((s["id"], "tokens"))
+        if not r or r.get("status") != "ok":
+            continue
+        t1, t2 = get(r, "epoch1", "tokens_per_s"), get(r, "epoch2", "tokens_per_s")
+        P(f"| {s['label']} | {LM_LAYOUT.get(s['id'], '')} | {f(t1)} | {f(ratio(t1, ceil_tok), pct=True)} | "
+          f"{f(t2)} | {f(ratio(t2, ceil_tok), pct=True)} | {f(get(r, 'unshuffled', 'tokens_per_s'))} |")
+    P("")
+
+    def rate(sid, key, epoch):
+        r = by.get((sid, "tokens"))
+        return get(r, epoch, key) if r and r.get("status") == "ok" else None
+
+    goals = [
+        ("ragged ÷ values + offsets ceiling (seq/s)", "pqloader-ragged", "samples_per_s", None, ceil_seq, 0.8),
+        ("Pad(multiple_of=8) ÷ HF datasets + pad_sequence collator (seq/s)", "pqloader-pad", "samples_per_s",
+         "hf-datasets-collate", None, 2.0),
+        ("Pad(multiple_of=8) ÷ HF datasets, vectorised slices (seq/s; for reference)", "pqloader-pad",
+         "samples_per_s", "hf-datasets", None, None),
+        ("packed ÷ values + offsets ceiling (tokens/s)", "pqloader-pack", "tokens_per_s", None, ceil_tok, 0.6),
+        ("packed ÷ Grain ConcatThenSplit (tokens/s; for reference)", "pqloader-pack", "tokens_per_s",
+         "grain-pack", None, None),
+    ]
+    P("Goals of issue 16 as ratios measured in this run (epoch 1 includes the loader's construction and, for "
+      "packing, the pass that reads every document's length; epoch 2 is the next shuffled epoch of the same "
+      "loader):")
+    P("")
+    P("| ratio | epoch 1 | epoch 2 | goal |")
+    P("|---|---:|---:|---:|")
+    for name, sid, key, peer, ceiling, goal in goals:
+        vals = []
+        for epoch in ("epoch1", "epoch2"):
+            den = ceiling if peer is None else rate(peer, key, epoch)
+            vals.append(ratio(rate(sid, key, epoch), den))
+        met = "" if goal is None or vals[0] is None else (" ✓" if vals[0] >= goal else " ✗")
+        P(f"| {name} | {f(vals[0], 2)} | {f(vals[1], 2)} | {'≥ ' + f(goal, 1) + met if goal else '–'} |")
+    P("")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", required=True)
@@ -284,6 +357,8 @@ def main():
               f"{f(ratio(e2.get('samples_per_s'), c.get('cached_ceiling_samples_per_s')), pct=True)} | "
               f"{f(r.get('foreign_cpu_frac'), pct=True)} |")
         P("")
+        if w == "tokens":
+            lm_section(P, doc, by, c)
         if pq1:
             P(f"Same rows as ratios to the reference row ({ref_id(w)}; >1 = more than it; for TTFB, memory and "
               "CPU lower is better):")
@@ -312,7 +387,7 @@ def main():
               "counts), 2 warm-up batches, then for each step time in turn up to "
               f"{st.get('stall_max_steps')} steps or {st.get('stall_max_s')} s; each step sleeps the step time "
               "(a GPU step leaves the CPU free); stall = time blocked in `next(loader)` ÷ loop time. "
-              "Break-even = batch size ÷ epoch-1 samples/s: the step time below which the loader starves the trainer.")
+              "Break-even = epoch-1 seconds ÷ batches: the step time below which the loader starves the trainer.")
             P("")
             P("| system | " + " | ".join(f"stall @ {s_:g} ms" for s_ in steps) + " | break-even step ms |")
             P("|---|" + "---:|" * (len(steps) + 1))
@@ -416,7 +491,9 @@ def main():
       "function everywhere (Pillow full decode, Resize(256) bilinear, CenterCrop(224) → uint8 HWC; pqloader's "
       "native ops produce identical pixels); tokens are right-padded per batch to int32 [N, L] + lengths, except "
       "Petastorm `make_batch_reader` (cannot return ragged lists) and pqloader-native (`PadOrTruncate`), which "
-      "pad to 1024.")
+      "pad to 1024, and the language-model layouts (see *Language-model layouts* under tokens): pqloader-ragged "
+      "(values + offsets), pqloader-pad (longest row rounded up to 8), HF datasets + collator (int64, "
+      "`pad_sequence`), and the packed rows pqloader-pack and grain-pack (32 blocks of 1024 tokens a batch).")
     P("")
     P("| system | documented fast path used | base config | per-workload overrides | tuning candidates |")
     P("|---|---|---|---|---|")

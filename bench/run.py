@@ -62,6 +62,23 @@ SYSTEMS = [
          workloads=("images", "ndarray", "tokens"), config={"num_workers": None, "native": True, "cache": True},
          inherit="pqloader-native",
          notes="as above with cache_dir (epoch 1 fills pqloader's decoded-sample cache, epoch 2 reads it)"),
+    # Language-model outputs of the tokens workload (issue 16): no transform, the list column
+    # itself as values + offsets, padded to the batch's longest row, or packed into blocks.
+    dict(id="pqloader-ragged", label="pqloader lists='ragged'", venv="main", module="pqloader_sys",
+         workloads=("tokens",), config={"num_workers": None, "lists": "ragged"},
+         tune=[{"num_workers": None}, {"num_workers": 1}, {"num_workers": 2}, {"num_workers": 4}],
+         notes="Loader(lists={'tokens': 'ragged'}): values + tokens_offsets (zero-copy where a batch's rows "
+               "are consecutive)"),
+    dict(id="pqloader-pad", label="pqloader Pad(multiple_of=8)", venv="main", module="pqloader_sys",
+         workloads=("tokens",), config={"num_workers": None, "lists": "pad8"},
+         tune=[{"num_workers": None}, {"num_workers": 1}, {"num_workers": 2}, {"num_workers": 4}],
+         notes="Loader(lists={'tokens': Pad(multiple_of=8)}): [B, L] + tokens_length, L = the batch's longest "
+               "row rounded up to a multiple of 8"),
+    dict(id="pqloader-pack", label="pqloader Pack(seq_len=1024)", venv="main", module="pqloader_sys",
+         workloads=("tokens",), config={"num_workers": None, "pack": 1024, "pack_blocks": 32},
+         tune=[{"num_workers": None}, {"num_workers": 1}, {"num_workers": 2}, {"num_workers": 4}],
+         notes="Loader(columns=['tokens'], pack=Pack('tokens', seq_len=1024), batch_size=32 blocks): tokens, "
+               "position_ids, document_ids, loss_mask, cu_seqlens; the lengths pass runs in the constructor"),
     dict(id="petastorm-batch", label="Petastorm make_batch_reader", venv="petastorm", module="petastorm_sys",
          config={"reader": "batch", "pool": "thread", "workers_count": 2},
          tune=[{"pool": "thread", "workers_count": 2}, {"pool": "thread", "workers_count": 4},
@@ -84,6 +101,19 @@ SYSTEMS = [
          per_workload={"tabular": {"num_workers": 0}, "tokens": {"num_workers": 0}},
          tune=[{"num_workers": 0}, {"num_workers": 2}],
          notes="load_dataset('parquet') -> Arrow cache; with_format('arrow') slices via torch DataLoader"),
+    dict(id="hf-datasets-collate", label="HF datasets + pad_sequence collator", venv="peers", module="hf_sys",
+         workloads=("tokens",), config={"num_workers": 0, "num_proc": 2, "collate": "pad_sequence"},
+         tune=[{"num_workers": 0}, {"num_workers": 2}],
+         notes="load_dataset('parquet') -> with_format('torch') -> DataLoader(batch_size, shuffle, "
+               "collate_fn=pad_sequence + lengths): the usual Hugging Face way (int64 tokens)"),
+    dict(id="grain-pad", label="Grain + pad batch_fn", venv="peers", module="grain_sys", workloads=("tokens",),
+         config={"output": "pad", "num_workers": 0}, tune=[{"num_workers": 0}, {"num_workers": 2}],
+         notes="grain.experimental.ParquetIterDataset -> .batch(batch_fn=pad to the longest row)"),
+    dict(id="grain-pack", label="Grain ConcatThenSplit(1024)", venv="peers", module="grain_sys",
+         workloads=("tokens",), config={"output": "pack", "num_workers": 2, "pack": 1024, "pack_blocks": 32},
+         tune=[{"num_workers": 0}, {"num_workers": 2}],
+         notes="grain.experimental.ParquetIterDataset -> ConcatThenSplitIterDataset(length_struct={'tokens': 1024}) "
+               "-> .batch(32) -> mp_prefetch"),
     dict(id="ray-data", label="Ray Data", venv="peers", module="ray_sys", config={},
          notes="ray.init(num_cpus=all); read_parquet -> map_batches(decode) -> iter_torch_batches"),
 ]

@@ -21,6 +21,7 @@ all ranks and the worst rank's data stall.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -95,7 +96,7 @@ def main() -> None:
             if rank == 0:
                 print(f"nothing to do: the checkpoint is at epoch {loader.epoch} and --epochs is "
                       f"{args.epochs}; pass a larger --epochs to train on", file=sys.stderr)
-            dist.destroy_process_group()
+            shut_down()
             sys.exit(2)
     if rank == 0:
         print(f"{world} ranks, backend {dist.get_backend()}, {len(loader)} batches/epoch/rank, "
@@ -146,6 +147,20 @@ def main() -> None:
                       f"{step - step % args.checkpoint_every})")
             break
         save_checkpoint()
+    del model, optimizer
+    shut_down()
+
+
+def shut_down() -> None:
+    """Leave the process group cleanly.
+
+    DDP's reducer holds the process group in reference cycles; if they are collected
+    only while the interpreter exits, gloo's worker threads destroy their last work
+    items then and torch aborts the process ("terminate called without an active
+    exception"). Collect them while Python still runs, after every rank is done.
+    """
+    dist.barrier()
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -6,6 +6,10 @@ first batch include that conversion, as on first use); epochs then read
 the memory-mapped Arrow table. Batches: contiguous slices in Arrow format
 (`with_format("arrow")`, the zero-copy fast path) fetched through a
 torch DataLoader with `num_workers` processes, which also do the decode.
+
+config collate: "pad_sequence" (tokens) -> the usual way instead: `with_format("torch")`,
+a torch DataLoader(batch_size, shuffle) over the rows and a collator that pads them with
+`torch.nn.utils.rnn.pad_sequence` (longest row of the batch) + lengths.
 """
 from __future__ import annotations
 
@@ -53,6 +57,14 @@ class _SliceView(Dataset):
         return C.arrow_to_batch(self.ds[key], self.workload)
 
 
+def pad_collate(rows):
+    """The collator a Hugging Face user writes for token rows of different lengths."""
+    tokens = [r["tokens"] for r in rows]
+    return {"tokens": torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True, padding_value=0),
+            "lengths": torch.tensor([len(t) for t in tokens]),
+            "label": torch.stack([r["label"] for r in rows])}
+
+
 class Adapter:
     def __init__(self, workload, data_dir, manifest, cfg):
         self.workload, self.cfg = workload, cfg
@@ -65,6 +77,10 @@ class Adapter:
         torch.set_num_threads(1)
 
     def describe(self):
+        if self.cfg.get("collate"):
+            return (f"load_dataset('parquet', num_proc={self.num_proc}) -> Arrow cache; with_format('torch'); "
+                    f"torch DataLoader(batch_size={self.bs}, shuffle, num_workers={self.nw}, "
+                    "collate_fn=pad_sequence(batch_first=True) + lengths)")
         return (f"load_dataset('parquet', num_proc={self.num_proc}) -> Arrow cache; with_format('arrow') "
                 f"contiguous slices of {self.bs} via torch DataLoader(num_workers={self.nw})")
 
@@ -75,7 +91,22 @@ class Adapter:
             self.ds = ds.with_format("arrow")
         return self.ds
 
+    def _collated_epoch(self, e, shuffle, seed):
+        ds = self._dataset().with_format("torch")
+        g = torch.Generator()
+        g.manual_seed((seed or 0) + e)
+        dl = DataLoader(ds, batch_size=self.bs, shuffle=shuffle, generator=g, collate_fn=pad_collate,
+                        num_workers=self.nw, prefetch_factor=2 if self.nw else None)
+        it = iter(dl)
+        try:
+            yield from it
+        finally:
+            del it
+
     def epoch(self, e, shuffle=False, seed=None):
+        if self.cfg.get("collate"):
+            yield from self._collated_epoch(e, shuffle, seed)
+            return
         ds = self._dataset()
         nb = (len(ds) + self.bs - 1) // self.bs
         order = np.arange(nb)

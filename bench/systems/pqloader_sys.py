@@ -8,6 +8,12 @@ config:
                    bit-exact with common.decode_image for images, done in pqloader's workers
   cache:  true  -> cache_dir=<tmp>: epoch 1 fills pqloader's decoded-sample cache, epoch 2 reads it
   num_workers   -> Loader(num_workers=...)
+  tokens only (language-model outputs, issue 16):
+  lists: "ragged" -> Loader(lists={"tokens": "ragged"}): values + tokens_offsets
+  lists: "pad8"   -> Loader(lists={"tokens": Pad(multiple_of=8)}): [B, L] + tokens_length, L the
+                     batch's longest row rounded up to a multiple of 8
+  pack: N         -> Loader(columns=["tokens"], pack=Pack("tokens", seq_len=N), batch_size=pack_blocks):
+                     blocks of N tokens with position_ids, document_ids, loss_mask, cu_seqlens
 One Loader object serves all epochs of a measurement (iterating it again starts the next epoch).
 """
 from __future__ import annotations
@@ -42,6 +48,19 @@ class Adapter:
         self.bs = manifest["batch_size"]
         self.nw = cfg.get("num_workers")
         self.transforms = native_transforms(workload) if cfg.get("native") else None
+        self.lists = self.pack = None
+        if cfg.get("lists") == "ragged":
+            self.lists = {"tokens": "ragged"}
+        elif cfg.get("lists") == "pad8":
+            self.lists = {"tokens": pqloader.Pad(multiple_of=8)}
+        elif cfg.get("lists") is not None:
+            raise ValueError(f"unknown lists config {cfg['lists']!r}")
+        if cfg.get("pack"):
+            self.pack = pqloader.Pack("tokens", seq_len=int(cfg["pack"]))
+            self.bs = int(cfg.get("pack_blocks", C.PACK_BLOCKS))
+            # A block has no per-row label (pre-training packs tokens alone; Grain's packed row
+            # drops it too): selected, it would be copied per token.
+            self.columns = ["tokens"]
         self.cache_dir = tempfile.mkdtemp(prefix="pql-cache-", dir=cfg.get("tmp")) if cfg.get("cache") else None
         ncpu = os.cpu_count() or 1
         self.pool = ThreadPoolExecutor(ncpu) if workload == "images" and self.transforms is None else None
@@ -55,6 +74,10 @@ class Adapter:
             d += f", transforms={{{ops}}}"
         if self.cache_dir:
             d += ", cache_dir=<tmp>"
+        if self.lists:
+            d += f", lists={{'tokens': {self.lists['tokens']!r}}}"
+        if self.pack:
+            d += f", pack={self.pack!r}"
         d += ")"
         if self.workload == "images" and self.transforms is None:
             d += f" + PIL decode in consumer ThreadPool({os.cpu_count()}) (no pqloader transforms)"
@@ -72,6 +95,10 @@ class Adapter:
                       num_epochs=None, drop_last=False)
             if self.transforms is not None:
                 kw["transforms"] = self.transforms
+            if self.lists is not None:
+                kw["lists"] = self.lists
+            if self.pack is not None:
+                kw["pack"] = self.pack
             if self.cache_dir:
                 kw["cache_dir"] = self.cache_dir
             self._loaders[key] = pqloader.Loader(self.source, **kw)
@@ -102,7 +129,7 @@ class Adapter:
                     a = b["array"]
                     if not isinstance(a, np.ndarray) or a.dtype == object:  # list[bytes] of .npy blobs
                         b["array"] = C.decode_npys(a)
-                elif self.workload == "tokens":
+                elif self.workload == "tokens" and self.lists is None and self.pack is None:
                     t = b["tokens"]
                     if not (isinstance(t, np.ndarray) and t.ndim == 2):
                         b["tokens"], b["lengths"] = C.pad_sequences(t)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+import re
+from typing import Any, Mapping, Sequence
 
 from pqloader import _core, _env
 from pqloader._env import Source
@@ -22,33 +23,112 @@ def cache_stats(cache_dir: str | os.PathLike[str]) -> dict[str, int]:
     return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir))))
 
 
-def cache_clear(cache_dir: str | os.PathLike[str]) -> None:
-    """Delete every entry of a cache directory (never anything else).
+def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Delete the entries of a cache directory, and only what pqloader provably wrote.
+
+    A cache directory carries a ``PQLOADER_CACHE`` marker file, written when a loader
+    creates it (or finds it empty). Deleted: entry files whose header is an entry's
+    (magic and own key), footers whose checksum verifies, temp files, shard locks and
+    records. Anything else (files of other programs, directories pqloader did not make,
+    symbolic links) is left alone and listed in ``foreign``. The directory and its
+    marker stay.
 
     Args:
         cache_dir: A directory given as ``cache_dir`` to loaders.
+
+    Returns:
+        ``entries`` and ``bytes`` deleted, ``other_files`` (footers, temp files, locks,
+        records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``.
+
+    Raises:
+        pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
+            not a pqloader cache); nothing was deleted.
+        pqloader.IOError: `cache_dir` is not a directory, or a file could not be deleted.
+
+    Example:
+        >>> pqloader.cache_clear("/tmp/pqcache")["entries"]
+        12
     """
-    _core.cache_clear(os.path.abspath(os.fspath(cache_dir)))
+    return dict(_core.cache_clear(os.path.abspath(os.fspath(cache_dir))))
 
 
-def inspect(source: Source, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Describe a dataset without reading its data pages.
+def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
+            lengths: bool | Sequence[str] = False) -> dict[str, Any]:
+    """Describe a dataset without reading its data pages (unless ``lengths`` asks for them).
 
     Args:
         source: As for :class:`pqloader.Loader`.
         storage_options: As for :class:`pqloader.Loader`.
+        lengths: Also read the row lengths of the ragged list columns (``True``: all of
+            them; or a list of their names) and report their statistics. This reads every
+            value of those columns once (Parquet stores lengths only as repetition levels),
+            in parallel over row groups: one pass over each column, not a footer read.
 
     Returns:
         A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
         created_by), ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the
-        loader yields, or "unsupported"), ``num_rows``, ``num_row_groups``, ``num_files``.
+        loader yields, or "unsupported: <why>"; then notes, each after ``"; "``: nulls
+        the footers count, a pandas index column), ``ragged`` (the list columns whose rows may
+        differ in length: they need ``Loader(lists=...)`` or ``pack=``), ``num_rows``,
+        ``num_row_groups``, ``num_files``; with ``lengths``, also ``lengths``: column ->
+        ``rows``, ``total`` (values of all rows), ``min``, ``median``, ``p99``, ``max``
+        (row lengths in values; the median and p99 are the lower order statistics, i.e.
+        lengths that occur) and ``mean``. A ragged column whose rows all turn out to have
+        one length ``n`` loads as ``dtype(batch, n)`` without ``lists=``; its ``loads_as``
+        then says so.
 
     Raises:
-        TypeError, ValueError: `source` or `storage_options` is malformed.
+        TypeError, ValueError: `source`, `storage_options` or `lengths` is malformed, or
+            `lengths` names a column that is not a ragged list column.
         pqloader.Error: As for :class:`pqloader.Loader`.
 
     Example:
         >>> pqloader.inspect("data/train")["num_rows"]
         1000000
+        >>> pqloader.inspect("data/tokens", lengths=True)["lengths"]["tokens"]["p99"]
+        812
     """
-    return _core.inspect(_env.normalize_sources(source), _env.normalize_storage_options(storage_options))
+    sources = _env.normalize_sources(source)
+    options = _env.normalize_storage_options(storage_options)
+    _check_lengths(lengths)
+    info = _core.inspect(sources, options)
+    columns = _length_columns(lengths, info["ragged"])
+    if columns:
+        info["lengths"] = _core.list_lengths(sources, options, columns)
+        for name, stats in info["lengths"].items():
+            # "ragged int32: ..." or "ragged float32 (n, 3): ..." (from the engine), then
+            # notes, each after "; " (nulls, ...): kept
+            description, sep, notes = info["loads_as"][name].partition("; ")
+            m = re.match(r"ragged (\w+)(?: \(n, ([\d, ]+)\))?:", description)
+            if m and stats["rows"] and stats["min"] == stats["max"]:
+                inner = f", {m.group(2)}" if m.group(2) else ""
+                info["loads_as"][name] = (f"{m.group(1)}(batch, {stats['max']}{inner}) (every row "
+                                          f"has length {stats['max']})") + sep + notes
+    elif lengths is not False:
+        info["lengths"] = {}
+    return info
+
+
+def _check_lengths(lengths: Any) -> None:
+    """Check the type of ``inspect(lengths=...)`` before any I/O."""
+    if isinstance(lengths, bool):
+        return
+    if isinstance(lengths, str) or not isinstance(lengths, Sequence):
+        raise TypeError(f"lengths must be a bool or a list of column names, got {lengths!r}")
+    for name in lengths:
+        if not isinstance(name, str):
+            raise TypeError(f"lengths must name columns (str), got {name!r}")
+
+
+def _length_columns(lengths: bool | Sequence[str], ragged: list[str]) -> list[str]:
+    """The columns ``inspect(lengths=...)`` reads the lengths of."""
+    if isinstance(lengths, bool):
+        return list(ragged) if lengths else []
+    out = []
+    for name in lengths:
+        if name not in ragged:
+            raise ValueError(f"lengths: {name!r} is not a ragged list column; the ragged ones are "
+                             f"{ragged}")
+        if name not in out:
+            out.append(name)
+    return out

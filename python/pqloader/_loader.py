@@ -97,13 +97,22 @@ class Loader:
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
             same number of batches) and counted in ``stats()["skipped_rows"]``.
+        strings: ``"str"`` (default): string columns come out as lists of ``str``
+            (``list<string>`` columns as lists of lists of ``str``); a value that is not
+            valid UTF-8 raises ``pqloader.InvalidDataError`` naming file, row group, row
+            and column. ``"bytes"``: they come out as ``bytes`` (lists of lists of
+            ``bytes``), unchecked (for data whose text may not be UTF-8).
         storage_options: Options of ``s3://`` sources, named as the arguments of
             ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
             ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
             ``connect_timeout``, ``request_timeout``, ``tls_ca_file_path``,
-            ``force_virtual_addressing``; retries: ``retry_max_attempts`` (default 3),
-            ``retry_base_delay``, ``retry_max_delay`` (seconds). Unset ones come from the
-            standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
+            ``force_virtual_addressing``; retries: ``retry_budget`` (seconds after a
+            request's first failure within which retries may start; default 60),
+            ``retry_max_attempts`` (default: no limit but the budget),
+            ``retry_base_delay``, ``retry_max_delay`` (seconds; default 0.2, 5: retry n
+            waits a random time in [d/2, d], d = min(max, base * 2**n)). Each attempt
+            fails after ``request_timeout`` seconds without data (default 3). Unset ones
+            come from the standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
         io_threads: Concurrent reads from storage (requests in flight), apart from the
             CPU workers.
         readahead: Row groups fetched ahead of decoding, in plan order (default:
@@ -164,6 +173,7 @@ class Loader:
         pack: Any = _D.pack,
         batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
         on_decode_error: str = _D.on_decode_error,
+        strings: str = _D.strings,
         cache_dir: str | os.PathLike[str] | None = _D.cache_dir,
         cache_size_limit: int | None = _D.cache_size_limit,
         cache_policy: str = _D.cache_policy,

@@ -30,6 +30,7 @@ _DECODE_ERROR_POLICIES = ("raise", "skip")
 _CACHE_POLICIES = ("keep", "lru")
 _OUTPUTS = ("numpy", "torch")
 _DECIMALS = ("float64", "int64")
+_STRINGS = ("str", "bytes")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
 
 
@@ -253,6 +254,7 @@ class LoaderOptions:
     pack: Any = None
     batch_transform: Callable[[dict], dict] | None = None
     on_decode_error: str = "raise"
+    strings: str = "str"
     cache_dir: str | os.PathLike[str] | None = None
     cache_size_limit: int | None = None
     cache_policy: str = "keep"
@@ -301,6 +303,7 @@ class LoaderOptions:
             pack=_lists.check_pack(self.pack),
             batch_transform=batch_transform,
             on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
+            strings=check_choice("strings", self.strings, _STRINGS),
             cache_dir=_check_cache_dir(self.cache_dir),
             cache_size_limit=_optional_int("cache_size_limit", self.cache_size_limit, 1),
             cache_policy=check_choice("cache_policy", self.cache_policy, _CACHE_POLICIES),
@@ -411,6 +414,7 @@ class LoaderOptions:
             "pack": None if self.pack is None else self.pack._engine(),
             "on_decode_error": self.on_decode_error,
             "defer_checks": True,  # the Loader checks fill_null first, then the footers
+            "strings_as_bytes": self.strings == "bytes",
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,

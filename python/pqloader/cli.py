@@ -21,7 +21,7 @@ def _human(n: float) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    info = pqloader.inspect(args.path)
+    info = pqloader.inspect(args.path, lengths=args.lengths)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -31,6 +31,14 @@ def _inspect(args: argparse.Namespace) -> int:
     width = max((len(c) for c in info["schema"]), default=4)
     for name, arrow_type in info["schema"].items():
         print(f"  {name:<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
+    if "lengths" in info:
+        print("\nrow lengths (list elements per row):")
+        for name, s in info["lengths"].items():
+            print(f"  {name:<{width}}  rows={s['rows']}  min={s['min']}  median={s['median']}  "
+                  f"p99={s['p99']}  max={s['max']}  mean={s['mean']:.1f}  total={s['total']}")
+    elif info["ragged"]:
+        print(f"\nragged: {', '.join(info['ragged'])} (--lengths reads their row lengths: "
+              "min/median/p99/max; one pass over each column)")
     print("\nfiles:")
     shown = info["files"] if args.all_files else info["files"][:20]
     for f in shown:
@@ -86,8 +94,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     if args.action == "clear":
-        pqloader.cache_clear(args.dir)
-        print(f"cleared {args.dir}")
+        r = pqloader.cache_clear(args.dir)
+        if args.json:
+            print(json.dumps(r))
+            return 0
+        print(f"cleared {args.dir}: {r['entries']} entries ({_human(r['bytes'])}), "
+              f"{r['other_files']} other pqloader files")
+        if r["foreign_count"]:
+            print(f"left alone, not pqloader's: {r['foreign_count']} path(s)")
+            for path in r["foreign"]:
+                print(f"  {path}")
+            if r["foreign_count"] > len(r["foreign"]):
+                print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
         return 0
     s = pqloader.cache_stats(args.dir)
     if args.json:
@@ -110,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--all-files", action="store_true", help="list every file")
+    p.add_argument("--lengths", action="store_true",
+                   help="read the row lengths of ragged list columns and show min/median/p99/max "
+                        "(one pass over each such column)")
     p.set_defaults(func=_inspect)
     b = sub.add_parser("bench", help="stream a dataset and report throughput")
     b.add_argument("path")

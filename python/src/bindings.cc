@@ -8,17 +8,20 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <arrow/io/memory.h>
 #include <arrow/ipc/dictionary.h>
 #include <arrow/ipc/reader.h>
 
 #include "pqloader/api.h"
+#include "pqloader/pack/document_lengths.h"
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
 
@@ -86,7 +89,26 @@ void RaisePython(const StatusError& e) {
   } else if (st.IsOutOfMemory()) {
     cls = PyExc_MemoryError;
   }
-  PyErr_SetString(cls.ptr(), st.message().c_str());
+  // Messages quote data (values, headers, names) that need not be UTF-8: never let that
+  // turn the error into a UnicodeDecodeError.
+  PyObject* message = PyUnicode_DecodeUTF8(st.message().data(),
+                                           static_cast<Py_ssize_t>(st.message().size()),
+                                           "backslashreplace");
+  if (message == nullptr) {
+    PyErr_Clear();
+    message = PyUnicode_FromString("(unprintable error message)");
+  }
+  PyErr_SetObject(cls.ptr(), message);
+  Py_XDECREF(message);
+}
+
+// Text from the engine (a column name, an Arrow type, a path) as str, whatever its bytes:
+// invalid UTF-8 is backslash-escaped.
+nb::str Text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()),
+                                     "backslashreplace");
+  if (o == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(o);
 }
 
 NullFill ToFill(nb::handle value) {
@@ -173,6 +195,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.readahead = Get<int64_t>(d, "readahead", o.readahead);
   o.dataset.storage.values =
       Get<std::map<std::string, std::string>>(d, "storage_options", {});
+  o.dataset.columns.spec.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
   o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
@@ -275,6 +298,15 @@ nb::object StringListRow(const uint8_t* row, int64_t size, bool text) {
     if (at + len > size) break;
     const char* p = reinterpret_cast<const char*>(row + at);
     PyObject* item = text ? PyUnicode_DecodeUTF8(p, len, "strict") : PyBytes_FromStringAndSize(p, len);
+    if (item == nullptr && text && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+      // Values are checked while decoding (with the file, row group and column named);
+      // this is a backstop.
+      PyErr_Clear();
+      throw StatusError(MakeError(ErrorKind::kInvalidData, "a list of strings holds a value "
+                                  "that is not valid UTF-8 (b'",
+                                  Printable(std::string_view(p, len)),
+                                  "'); pass strings=\"bytes\" to read such columns as bytes"));
+    }
     if (item == nullptr) throw nb::python_error();
     out.append(nb::steal(item));
     at += len;
@@ -299,6 +331,16 @@ nb::object VarToList(const BatchColumn& c) {
     const Py_ssize_t len = off[i + 1] - off[i];
     PyObject* item = c.kind == ColumnKind::kString ? PyUnicode_DecodeUTF8(p, len, "strict")
                                                    : PyBytes_FromStringAndSize(p, len);
+    if (item == nullptr && c.kind == ColumnKind::kString &&
+        PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+      // Values are checked while decoding (with the file, row group and column named);
+      // this is a backstop.
+      PyErr_Clear();
+      throw StatusError(MakeError(ErrorKind::kInvalidData, "row ", i,
+                                  " of the batch holds a string that is not valid UTF-8 (b'",
+                                  Printable(std::string_view(p, len)),
+                                  "'); pass strings=\"bytes\" to read such columns as bytes"));
+    }
     if (item == nullptr) throw nb::python_error();
     out.append(nb::steal(item));
   }
@@ -426,7 +468,7 @@ class PyLoader {
     nb::list out;
     for (const auto& spec : loader_->specs()) {
       nb::dict d;
-      d["name"] = spec.name;
+      d["name"] = Text(spec.name);
       if (spec.transformed) {  // dtype and shape are known once data is transformed
         d["dtype"] = nb::none();
       } else {
@@ -438,7 +480,7 @@ class PyLoader {
       for (int64_t dim : spec.row_shape) shape.append(dim);
       if (IsStringList(spec.kind)) shape.append(-1);  // a list of str/bytes per row
       d["shape"] = nb::tuple(shape);
-      d["arrow_type"] = spec.arrow_type;
+      d["arrow_type"] = Text(spec.arrow_type);
       d["partition"] = spec.is_partition;
       d["mask"] = spec.mask_of >= 0;
       out.append(d);
@@ -498,9 +540,11 @@ nb::dict Inspect(const std::vector<std::string>& sources,
     groups += f.num_row_groups;
   }
   nb::dict schema, loads_as;
+  nb::list ragged;
   for (const auto& c : summary.columns) {
-    schema[c.name.c_str()] = c.arrow_type;
-    loads_as[c.name.c_str()] = c.loads_as;
+    schema[Text(c.name)] = Text(c.arrow_type);
+    loads_as[Text(c.name)] = Text(c.loads_as);
+    if (c.ragged) ragged.append(Text(c.name));
   }
   nb::list skipped;
   for (const auto& f : summary.skipped) {
@@ -513,9 +557,45 @@ nb::dict Inspect(const std::vector<std::string>& sources,
   out["skipped"] = skipped;
   out["schema"] = schema;
   out["loads_as"] = loads_as;
+  out["ragged"] = ragged;
   out["num_rows"] = rows;
   out["num_row_groups"] = groups;
   out["num_files"] = summary.files.size();
+  return out;
+}
+
+// The row lengths of list columns `columns` of `sources`: one pass over each column
+// (DocumentLengths, as packing reads them), summarized per column.
+nb::dict ListLengths(const std::vector<std::string>& sources,
+                     const std::map<std::string, std::string>& storage_options,
+                     const std::vector<std::string>& columns) {
+  std::vector<LengthStats> stats;
+  {
+    nb::gil_scoped_release release;
+    DatasetOptions options;
+    options.columns.columns = columns;
+    options.storage = StorageOptions{storage_options};
+    auto dataset = Check(Dataset::Open(sources, options));
+    const int threads = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t c = 0; c < columns.size(); ++c) {
+      auto lengths = Check(DocumentLengths::Read(*dataset, static_cast<int>(c), threads,
+                                                 arrow::default_memory_pool()));
+      stats.push_back(SummarizeLengths(lengths->lengths()));
+    }
+  }
+  nb::dict out;
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const LengthStats& s = stats[c];
+    nb::dict d;
+    d["rows"] = s.rows;
+    d["total"] = s.total;
+    d["min"] = s.min;
+    d["median"] = s.median;
+    d["p99"] = s.p99;
+    d["max"] = s.max;
+    d["mean"] = s.rows > 0 ? static_cast<double>(s.total) / static_cast<double>(s.rows) : 0.0;
+    out[columns[c].c_str()] = d;
+  }
   return out;
 }
 
@@ -558,6 +638,7 @@ NB_MODULE(_core, m) {
            })
       .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());
   m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
+  m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {
     nb::gil_scoped_release release;
@@ -574,7 +655,20 @@ NB_MODULE(_core, m) {
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
     return d;
   });
-  m.def("cache_clear", [](const std::string& dir) { pqloader::Check(pqloader::ClearCacheDir(dir)); });
+  m.def("cache_clear", [](const std::string& dir) {
+    pqloader::CacheClearReport r;
+    {
+      nb::gil_scoped_release release;
+      r = pqloader::Check(pqloader::ClearCacheDir(dir));
+    }
+    nb::dict d;
+    d["entries"] = r.entries;
+    d["bytes"] = r.bytes;
+    d["other_files"] = r.other_files;
+    d["foreign"] = r.foreign;
+    d["foreign_count"] = r.foreign_count;
+    return d;
+  });
   // Test helper: the crop a RandomResizedCrop at `op_index` draws for one sample.
   m.def("_random_resized_crop_params",
         [](uint64_t seed, int64_t epoch, int64_t sample, int op_index, int64_t height,

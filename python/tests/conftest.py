@@ -40,6 +40,15 @@ def find_conformance_dir() -> Path | None:
 # ---------------------------------------------------------------------------
 
 
+def pytest_configure(config):
+    """Under `make sanitize-python`, make sure the sanitized extension is the one tested."""
+    if os.environ.get("PQLOADER_EXPECT_SANITIZED"):
+        from pqloader import _core
+
+        if "sanitize-py" not in _core.__file__:
+            raise pytest.UsageError(f"expected the ASan build of pqloader._core, got {_core.__file__}")
+
+
 @pytest.fixture(autouse=True)
 def _no_distributed_env(monkeypatch):
     """RANK / WORLD_SIZE from the outer environment must not leak into tests."""

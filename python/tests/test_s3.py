@@ -318,6 +318,27 @@ def test_server_restarted_mid_epoch_completes_the_epoch_with_retries(tmp_path):
                 p.stop()
 
 
+def test_s3_footers_are_kept_in_the_cache_dir_across_runs(store, tmp_path):
+    cache_dir = str(tmp_path / "cache")
+    kw = dict(storage_options=store.options, batch_size=16, cache_dir=cache_dir, columns=["id"])
+    first = pqloader.Loader("s3://data/ds", **kw)
+    assert first.stats()["footers_from_cache"] == 0
+    first_ids = [b["id"].tolist() for b in first]
+    second = pqloader.Loader("s3://data/ds", **kw)
+    assert second.stats()["footers_from_cache"] == 3
+    assert [b["id"].tolist() for b in second] == first_ids
+    # Footers from the cache give the same split cache keys as footers from the source.
+    assert second.stats()["cache_hits"] == 6 and second.stats()["cache_misses"] == 0
+    # A damaged footer file is ignored (read from the source again).
+    for f in (tmp_path / "cache" / "footers").iterdir():
+        f.write_bytes(f.read_bytes()[:-3] + b"xyz")
+    third = pqloader.Loader("s3://data/ds", **kw)
+    assert third.stats()["footers_from_cache"] == 0 and third.num_rows == 140
+    report = pqloader.cache_clear(cache_dir)
+    assert report["entries"] == 6 and report["foreign_count"] == 0
+    assert not (tmp_path / "cache" / "footers").exists()
+
+
 def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
     script = textwrap.dedent(f"""
         import pqloader

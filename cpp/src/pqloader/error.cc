@@ -1,5 +1,10 @@
 #include "pqloader/error.h"
 
+#include <arrow/util/utf8.h>
+
+#include <algorithm>
+#include <cstdio>
+
 namespace pqloader {
 
 std::string ErrorDetail::ToString() const {
@@ -25,6 +30,35 @@ const ErrorDetail* GetErrorDetail(const arrow::Status& status) {
 arrow::Status WithContext(const arrow::Status& status, const std::string& context) {
   if (status.ok()) return status;
   return arrow::Status(status.code(), context + ": " + status.message(), status.detail());
+}
+
+std::string Printable(std::string_view bytes, size_t max_bytes) {
+  std::string out;
+  const size_t n = std::min(bytes.size(), max_bytes);
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (bytes.size() > n) out += "...";
+  return out;
+}
+
+bool IsValidUtf8(std::string_view bytes) {
+  static const bool initialized = [] {
+    arrow::util::InitializeUTF8();
+    return true;
+  }();
+  (void)initialized;
+  return arrow::util::ValidateUTF8(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                   static_cast<int64_t>(bytes.size()));
 }
 
 }  // namespace pqloader

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <arrow/status.h>
@@ -50,5 +51,13 @@ arrow::Status MakeError(ErrorKind kind, Args&&... args) {
 
 /// Prefix the message of a failed status with `context`, keeping its code and detail.
 arrow::Status WithContext(const arrow::Status& status, const std::string& context);
+
+/// Return `bytes` as printable ASCII for an error message: printable ASCII as is, a
+/// backslash doubled, every other byte as \xNN; cut after `max_bytes` bytes ("...").
+/// Use it to quote data (headers, values, names) that may not be valid UTF-8.
+std::string Printable(std::string_view bytes, size_t max_bytes = 80);
+
+/// Return whether `bytes` is valid UTF-8.
+bool IsValidUtf8(std::string_view bytes);
 
 }  // namespace pqloader

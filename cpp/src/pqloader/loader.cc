@@ -101,6 +101,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     }
     id += "|prefix=" + loader->transforms_.PrefixFingerprint();
     id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
+    // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
+    if (options.dataset.columns.spec.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
   }
   return loader;
@@ -478,7 +480,7 @@ std::string Loader::CacheKeyOf(int64_t split_index) const {
   const Split& split = dataset_->splits()[split_index];
   const DataFile& file = dataset_->files()[split.file];
   return CacheKey(cache_identity_ + "|file=" + file.display + "|size=" + std::to_string(file.size) +
-                  "|mtime=" + std::to_string(file.mtime_ns) +
+                  "|mtime=" + std::to_string(file.mtime_ns) + "|footer=" + file.footer_hash +
                   "|row_group=" + std::to_string(split.row_group));
 }
 

@@ -16,6 +16,7 @@ constexpr char kMagic[8] = {'P', 'Q', 'L', 'C', 'A', 'C', 'H', 'E'};
 constexpr char kEndMagic[8] = {'P', 'Q', 'L', 'C', 'E', 'N', 'D', '\0'};
 constexpr int64_t kKeyBytes = 32;      // the entry's own key (CacheKey: 32 hex digits)
 constexpr int64_t kHeaderBytes = 24 + kKeyBytes;  // magic, version, reserved, meta length, key
+static_assert(kHeaderBytes == kCacheEntryHeaderBytes);
 constexpr int64_t kTrailerBytes = kCacheEntryTrailerBytes;  // checksum, file length, end magic
 constexpr int64_t kAlignment = 64;
 constexpr int64_t kMaxBytes = int64_t{1} << 40;  // of any one buffer or sample
@@ -95,6 +96,11 @@ class MetaReader {
     if (offset < 0 || length < 0 || offset > file_size_ - kTrailerBytes ||
         length > file_size_ - kTrailerBytes - offset) {
       return arrow::Status::Invalid("cache entry references bytes outside the file");
+    }
+    // The writer aligns every buffer; typed reads of a misaligned one would be undefined
+    // behaviour (found by fuzz_cache_entry).
+    if (offset % kAlignment != 0) {
+      return arrow::Status::Invalid("cache entry references a misaligned buffer");
     }
     return arrow::SliceBuffer(file, offset, length);
   }
@@ -180,6 +186,16 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
   return finish(WriteAll(fd, trailer, kTrailerBytes, nullptr));
 }
 
+bool IsCacheEntryHeader(const uint8_t* head, int64_t n, const std::string& key) {
+  if (n < kHeaderBytes || std::memcmp(head, kMagic, 8) != 0) return false;
+  uint32_t version;
+  std::memcpy(&version, head + 8, 4);
+  if (version == 0) return false;
+  if (version < 2) return true;  // format 1 entries did not store their key
+  return static_cast<int64_t>(key.size()) == kKeyBytes &&
+         std::memcmp(head + 24, key.data(), kKeyBytes) == 0;
+}
+
 bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash) {
   if (size < kTrailerBytes) return false;
   uint64_t stored;
@@ -218,7 +234,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     return arrow::Status::Invalid("cache entry belongs to another key");
   }
   std::vector<int64_t> words(meta_bytes / 8);
-  std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
+  if (meta_bytes > 0) std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
   MetaReader m(words.data(), static_cast<int64_t>(words.size()), size);
   auto unit = std::make_shared<DecodedUnit>();
   ARROW_ASSIGN_OR_RAISE(unit->num_rows, m.NextCount(int64_t{1} << 40));
@@ -248,7 +264,10 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
         if (off[r + 1] < off[r]) return arrow::Status::Invalid("decreasing offsets");
       }
     }
-    if (c.offsets == nullptr && c.data != nullptr && c.data->size() != unit->num_rows * c.row_bytes) {
+    int64_t data_bytes = 0;
+    if (c.offsets == nullptr && c.data != nullptr &&
+        (__builtin_mul_overflow(unit->num_rows, c.row_bytes, &data_bytes) ||
+         c.data->size() != data_bytes)) {
       return arrow::Status::Invalid("bad data size");
     }
     ARROW_ASSIGN_OR_RAISE(int64_t num_samples, m.NextCount(unit->num_rows));
@@ -287,13 +306,14 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     rm->offset.push_back(offset);
     if (offset < 0) continue;
     const ColumnData& c = unit->columns[i];
-    if (rm_data == nullptr || offset + c.row_bytes > stride || c.row_bytes <= 0 ||
-        c.data != nullptr || c.offsets != nullptr || !c.samples.empty()) {
+    if (rm_data == nullptr || offset > stride || c.row_bytes > stride - offset ||
+        c.row_bytes <= 0 || c.data != nullptr || c.offsets != nullptr || !c.samples.empty()) {
       return arrow::Status::Invalid("bad row-major layout");
     }
   }
   if (rm_data != nullptr) {
-    if (rm_data->size() != unit->num_rows * stride) {
+    int64_t rm_bytes = 0;
+    if (__builtin_mul_overflow(unit->num_rows, stride, &rm_bytes) || rm_data->size() != rm_bytes) {
       return arrow::Status::Invalid("bad row-major size");
     }
     unit->row_major = std::move(rm);

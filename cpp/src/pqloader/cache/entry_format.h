@@ -29,6 +29,15 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     const std::shared_ptr<arrow::Buffer>& file, const std::string& key,
     bool checksum_verified = false);
 
+/// Bytes of an entry's fixed header (magic, version, reserved, metadata length, key).
+constexpr int64_t kCacheEntryHeaderBytes = 56;
+
+/// Return whether the first `n` bytes of a file (at least kCacheEntryHeaderBytes of
+/// them, else false) are the header of a cache entry for `key`: the magic, and for
+/// format 2 and later, the key stored in the header. Used to prove that a file is an
+/// entry before deleting it.
+bool IsCacheEntryHeader(const uint8_t* head, int64_t n, const std::string& key);
+
 /// Bytes at the end of an entry that its checksum does not cover.
 constexpr int64_t kCacheEntryTrailerBytes = 24;
 

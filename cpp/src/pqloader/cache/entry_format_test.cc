@@ -156,6 +156,91 @@ TEST(CacheEntry, OffsetsOutsideTheDataAreRejectedEvenWithAValidChecksum) {
   EXPECT_FALSE(ReadCacheEntry(Bytes(ReadFile(WriteToFile(*u))), kKey).ok());
 }
 
+TEST(CacheEntry, MisalignedBuffersAreRejectedEvenWithAValidChecksum) {
+  // Regression (fuzz_cache_entry): an entry whose ref points one byte past an aligned
+  // offset made the reader load int64 offsets from a misaligned address.
+  std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
+  ASSERT_TRUE(ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true).ok());
+  constexpr int64_t kRowOkOffsetWord = kCacheEntryHeaderBytes + 2 * 8;  // after num_rows, skipped
+  int64_t offset;
+  std::memcpy(&offset, bytes.data() + kRowOkOffsetWord, 8);
+  ASSERT_EQ(offset % 64, 0);
+  offset += 1;
+  std::memcpy(&bytes[kRowOkOffsetWord], &offset, 8);
+  auto back = ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("misaligned"), std::string::npos);
+}
+
+TEST(CacheEntry, AnEntryWithoutMetadataIsRejected) {
+  // Regression (fuzz_cache_entry): metadata length 0 made the reader memcpy into the
+  // null data() of an empty vector (undefined behaviour, caught by UBSan).
+  std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
+  std::string empty = bytes.substr(0, kCacheEntryHeaderBytes) + bytes.substr(bytes.size() - 24);
+  const int64_t zero = 0, total = static_cast<int64_t>(empty.size());
+  std::memcpy(&empty[16], &zero, 8);                   // metadata length
+  std::memcpy(&empty[empty.size() - 16], &total, 8);   // file length
+  auto back = ReadCacheEntry(Bytes(empty), kKey, /*checksum_verified=*/true);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("metadata is truncated"), std::string::npos)
+      << back.status().ToString();
+}
+
+TEST(CacheEntry, SizesThatOverflowAreRejected) {
+  // Regression (fuzz_cache_entry): num_rows x row_bytes, each within its own bound,
+  // overflowed int64 in the size check (undefined behaviour, caught by UBSan).
+  DecodedUnit u;
+  u.num_rows = 3;
+  ColumnData fixed;
+  fixed.row_shape = {2};
+  fixed.row_bytes = 8;
+  fixed.data = Bytes(std::string(24, 'a'));
+  u.columns = {fixed};
+  std::string bytes = ReadFile(WriteToFile(u));
+  ASSERT_TRUE(ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true).ok());
+  // Metadata words: num_rows, skipped_rows, ref(row_ok) x2, num_columns, row_bytes, ...
+  const int64_t huge = int64_t{1} << 40;
+  std::memcpy(&bytes[kCacheEntryHeaderBytes + 0 * 8], &huge, 8);
+  std::memcpy(&bytes[kCacheEntryHeaderBytes + 5 * 8], &huge, 8);
+  auto back = ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("bad data size"), std::string::npos)
+      << back.status().ToString();
+}
+
+TEST(CacheEntry, ColumnsThatDoNotMatchTheSpecsAreNeverGathered) {
+  // Regression (fuzz_cache_entry): an entry whose float32[3] column had offsets (and a
+  // 16 MB row size) passed the layout check, and the gather read far outside its data.
+  ColumnSpec spec;
+  spec.name = "x";
+  spec.dtype = DType::kFloat32;
+  spec.row_shape = {3};
+  auto unit = std::make_shared<DecodedUnit>();
+  unit->num_rows = 2;
+  ColumnData ragged;
+  ragged.row_shape = {3};
+  ragged.row_bytes = 16777740;
+  ragged.data = Bytes(std::string(36, 'x'));
+  const int64_t off[] = {0, 12, 24};
+  ragged.offsets = Bytes(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
+  unit->columns = {ragged};
+  EXPECT_FALSE(CheckUnitLayout(*unit, {spec}).ok());
+  const std::vector<RowRef> rows = {{0, 1}, {0, 0}};
+  auto batch = AssembleBatch({spec}, {unit}, 0, rows, {}, arrow::default_memory_pool());
+  ASSERT_FALSE(batch.ok());
+  EXPECT_NE(batch.status().message().find("different lengths"), std::string::npos);
+  // A fixed column of another shape than the spec's.
+  ColumnData wide;
+  wide.row_shape = {4};
+  wide.row_bytes = 16;
+  wide.data = Bytes(std::string(32, 'y'));
+  unit->columns = {wide};
+  auto st = CheckUnitLayout(*unit, {spec});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rows of shape (4,) for a column of shape (3,)"), std::string::npos)
+      << st.ToString();
+}
+
 TEST(SplitCache, DiskCachePublishesAndServesEntries) {
   CacheOptions o;
   o.dir = testing::MakeTempDir() + "/cache";

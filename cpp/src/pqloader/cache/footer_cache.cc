@@ -25,21 +25,52 @@ std::string FooterPath(const std::string& dir, const std::string& file, int64_t 
   return dir + "/footers/" + key + ".thrift";
 }
 
+// The bytes of a footer file at `path` without its checksum, or false if it does not
+// verify.
+bool ReadFooterFile(const std::string& path, std::string* bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  bytes->assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes->size() <= 8) return false;
+  uint64_t checksum;
+  std::memcpy(&checksum, bytes->data() + bytes->size() - 8, 8);
+  bytes->resize(bytes->size() - 8);
+  return XXH64(bytes->data(), bytes->size(), 0) == checksum;
+}
+
+arrow::Result<std::shared_ptr<arrow::Buffer>> Serialize(const parquet::FileMetaData& metadata) {
+  ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
+  try {
+    metadata.WriteTo(sink.get());
+  } catch (const std::exception& e) {
+    return arrow::Status::Invalid("cannot serialize a footer: ", e.what());
+  }
+  return sink->Finish();
+}
+
 }  // namespace
+
+bool IsFooterFile(const std::string& path) {
+  std::string bytes;
+  return ReadFooterFile(path, &bytes);
+}
+
+std::string FooterHash(const parquet::FileMetaData& metadata) {
+  auto buffer = Serialize(metadata);
+  if (!buffer.ok()) return "";
+  return CacheKey(std::string(reinterpret_cast<const char*>((*buffer)->data()),
+                              static_cast<size_t>((*buffer)->size())));
+}
 
 std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
                                                   const std::string& file, int64_t size,
                                                   int64_t mtime_ns) {
-  std::ifstream in(FooterPath(cache_dir, file, size, mtime_ns), std::ios::binary);
-  if (!in) return nullptr;
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() <= 8) return nullptr;
-  uint64_t checksum;
-  std::memcpy(&checksum, bytes.data() + bytes.size() - 8, 8);
-  const size_t len = bytes.size() - 8;
-  if (XXH64(bytes.data(), len, 0) != checksum) return nullptr;  // damaged: refetch
+  std::string bytes;
+  if (!ReadFooterFile(FooterPath(cache_dir, file, size, mtime_ns), &bytes)) {
+    return nullptr;  // missing or damaged: read from the source
+  }
   try {
-    uint32_t n = static_cast<uint32_t>(len);
+    uint32_t n = static_cast<uint32_t>(bytes.size());
     return parquet::FileMetaData::Make(bytes.data(), &n);
   } catch (const std::exception&) {
     return nullptr;
@@ -49,16 +80,12 @@ std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
 void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
                  int64_t mtime_ns, const parquet::FileMetaData& metadata) {
   std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  if (ec) return;
+  MarkCacheDir(cache_dir);
   std::filesystem::create_directories(cache_dir + "/footers", ec);
   if (ec) return;
-  auto sink = arrow::io::BufferOutputStream::Create();
-  if (!sink.ok()) return;
-  try {
-    metadata.WriteTo(sink->get());
-  } catch (const std::exception&) {
-    return;
-  }
-  auto buffer = (*sink)->Finish();
+  auto buffer = Serialize(metadata);
   if (!buffer.ok()) return;
   const uint64_t checksum = XXH64((*buffer)->data(), static_cast<size_t>((*buffer)->size()), 0);
   const std::string path = FooterPath(cache_dir, file, size, mtime_ns);

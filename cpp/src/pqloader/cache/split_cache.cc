@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -17,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-
 #include "pqloader/cache/entry_format.h"
+#include "pqloader/cache/footer_cache.h"
 #include "pqloader/tensor/buffer_pool.h"
 
 namespace pqloader {
@@ -72,26 +73,103 @@ void WriteUsage(const std::string& path, int64_t v) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+bool IsHex(const std::string& s, size_t begin, size_t count) {
+  if (begin + count > s.size()) return false;
+  for (size_t i = begin; i < begin + count; ++i) {
+    if (!std::isxdigit(static_cast<unsigned char>(s[i])) || std::isupper(static_cast<unsigned char>(s[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsDigits(const std::string& s, size_t begin, size_t end) {
+  if (begin >= end || end > s.size()) return false;
+  for (size_t i = begin; i < end; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
+constexpr size_t kKeyChars = 32;
+
+// "<key>.pqc": an entry file name; sets *key.
+bool IsEntryName(const std::string& name, std::string* key) {
+  if (name.size() != kKeyChars + 4 || !IsHex(name, 0, kKeyChars) ||
+      name.compare(kKeyChars, 4, kEntrySuffix) != 0) {
+    return false;
+  }
+  *key = name.substr(0, kKeyChars);
+  return true;
+}
+
+// ".tmp-<pid>-<thread>-<key>": an entry being written (see DiskCache::Put).
+bool IsTempName(const std::string& name) {
+  const size_t prefix = sizeof(kTempPrefix) - 1;
+  if (name.rfind(kTempPrefix, 0) != 0 || name.size() < prefix + 4 + kKeyChars) return false;
+  const size_t key = name.size() - kKeyChars;
+  if (!IsHex(name, key, kKeyChars) || name[key - 1] != '-') return false;
+  const size_t dash = name.find('-', prefix);
+  return dash != std::string::npos && dash < key - 1 && IsDigits(name, prefix, dash) &&
+         IsDigits(name, dash + 1, key - 1);
+}
+
+// "shard-NN": a fan-out directory (two lowercase hex digits).
+bool IsShardName(const std::string& name) {
+  return name.size() == 8 && name.rfind("shard-", 0) == 0 && IsHex(name, 6, 2);
+}
+
+// Files of a shard directory other than entries and temp files.
+bool IsShardFileName(const std::string& name) {
+  return name == ".lock" || name == ".usage" || name == ".usage.new";
+}
+
+// Files at the top of a cache directory, other than shards and footers/.
+bool IsTopFileName(const std::string& name) {
+  return name == "records" || name == "records.new" || name == ".records.lock" ||
+         name == kCacheMarkerName ||
+         name.rfind(std::string(kCacheMarkerName) + ".tmp-", 0) == 0;
+}
+
+// "<key>.thrift" or "<key>.thrift.tmp-<pid>-<thread>" (see footer_cache.cc).
+bool IsFooterName(const std::string& name, bool* temp) {
+  if (name.size() < kKeyChars + 7 || !IsHex(name, 0, kKeyChars) ||
+      name.compare(kKeyChars, 7, ".thrift") != 0) {
+    return false;
+  }
+  *temp = name.size() > kKeyChars + 7;
+  if (!*temp) return true;
+  const std::string rest = name.substr(kKeyChars + 7);
+  if (rest.rfind(".tmp-", 0) != 0) return false;
+  const size_t dash = rest.find('-', 5);
+  return dash != std::string::npos && IsDigits(rest, 5, dash) &&
+         IsDigits(rest, dash + 1, rest.size());
+}
+
 struct EntryFile {
   std::string path;
   int64_t size;
   std::filesystem::file_time_type mtime;
 };
 
-// Entries of one shard; stale temp files (writers killed mid-write) are removed.
-std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr) {
+// Entries of one shard. With `remove_stale`, temp files of writers killed mid-write
+// (older than kStaleTempAge) are removed.
+std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr,
+                                 bool remove_stale = true) {
   std::vector<EntryFile> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(shard, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code ec2;
-    if (name.rfind(kTempPrefix, 0) == 0) {
+    if (!e.is_regular_file(ec2) || e.is_symlink(ec2)) continue;
+    if (IsTempName(name)) {
       if (temp_files) ++*temp_files;
       const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
-      if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
+      if (remove_stale && !ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
       continue;
     }
-    if (name.size() < 4 || name.compare(name.size() - 4, 4, kEntrySuffix) != 0) continue;
+    std::string key;
+    if (!IsEntryName(name, &key)) continue;
     const auto size = e.file_size(ec2);
     if (ec2) continue;
     out.push_back({e.path().string(), static_cast<int64_t>(size), e.last_write_time(ec2)});
@@ -137,14 +215,13 @@ class DiskCache : public SplitCache {
   explicit DiskCache(const CacheOptions& options) : options_(options) {
     options_.shards = std::clamp(options_.shards, 1, 256);
     std::error_code ec;
-    for (int i = 0; i < options_.shards; ++i) {
-      fs::create_directories(ShardDir(i), ec);
-      if (ec) {
-        broken_ = true;
-        Warn("cache directory '" + options_.dir + "' is not usable (" + ec.message() +
-             "); continuing without the cache");
-        return;
-      }
+    fs::create_directories(options_.dir, ec);
+    if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
+    for (int i = 0; i < options_.shards && !ec; ++i) fs::create_directories(ShardDir(i), ec);
+    if (ec) {
+      broken_ = true;
+      Warn("cache directory '" + options_.dir + "' is not usable (" + ec.message() +
+           "); continuing without the cache");
     }
   }
 
@@ -401,6 +478,56 @@ std::string CacheKey(const std::string& identity) {
   return out;
 }
 
+bool IsMarkedCacheDir(const std::string& dir) {
+  std::ifstream in(dir + "/" + kCacheMarkerName);
+  std::string first;
+  return in && std::getline(in, first) && first == kCacheMarkerFirstLine;
+}
+
+bool MarkCacheDir(const std::string& dir) {
+  if (IsMarkedCacheDir(dir)) return true;
+  // Only a directory holding nothing but what a cache holds is marked: never a
+  // directory of the user's files given as cache_dir by mistake.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code ec2;
+    const bool is_dir = e.is_directory(ec2) && !e.is_symlink(ec2);
+    if (IsTopFileName(name) && e.is_regular_file(ec2) && !e.is_symlink(ec2)) continue;
+    if (!is_dir || (!IsShardName(name) && name != "footers")) return false;
+    for (const auto& f : fs::directory_iterator(e.path(), ec2)) {
+      const std::string fname = f.path().filename().string();
+      std::string key;
+      bool temp = false;
+      const bool ours = name == "footers"
+                            ? IsFooterName(fname, &temp)
+                            : IsEntryName(fname, &key) || IsTempName(fname) || IsShardFileName(fname);
+      if (!ours) return false;
+    }
+    if (ec2) return false;
+  }
+  if (ec) return false;
+  std::ostringstream tmp;
+  tmp << dir << "/" << kCacheMarkerName << ".tmp-" << ::getpid() << "-"
+      << std::hash<std::thread::id>{}(std::this_thread::get_id());
+  {
+    std::ofstream out(tmp.str(), std::ios::trunc);
+    out << kCacheMarkerFirstLine << "\nformat " << kCacheFormatVersion
+        << "\nThis directory is a pqloader cache (docs/cache_format.md); "
+           "`pqloader cache clear DIR` deletes its entries.\n";
+    if (!out) {
+      out.close();
+      std::remove(tmp.str().c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.str().c_str(), (dir + "/" + kCacheMarkerName).c_str()) != 0) {
+    std::remove(tmp.str().c_str());
+    return false;
+  }
+  return true;
+}
+
 arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -408,8 +535,11 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
   }
   CacheDirStats s;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (!e.is_directory() || e.path().filename().string().rfind("shard-", 0) != 0) continue;
-    for (const auto& entry : ListShard(e.path().string(), &s.temp_files)) {
+    std::error_code ec2;
+    if (!IsShardName(e.path().filename().string()) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
+      continue;
+    }
+    for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false)) {
       ++s.entries;
       s.bytes += entry.size;
     }
@@ -421,20 +551,126 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
   return s;
 }
 
-arrow::Status ClearCacheDir(const std::string& dir) {
+namespace {
+
+// Whether the regular file `path` starts with the header of the entry for `key`.
+bool IsEntryFile(const std::string& path, const std::string& key) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  uint8_t head[kCacheEntryHeaderBytes];
+  ssize_t n;
+  do {
+    n = ::pread(fd, head, sizeof(head), 0);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  return n == static_cast<ssize_t>(sizeof(head)) && IsCacheEntryHeader(head, n, key);
+}
+
+class Clearer {
+ public:
+  explicit Clearer(CacheClearReport* report) : report_(report) {}
+
+  void Foreign(const fs::path& p) {
+    if (report_->foreign_count++ < kMaxReportedForeign) report_->foreign.push_back(p.string());
+  }
+  arrow::Status Remove(const fs::path& p) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    if (ec) return arrow::Status::IOError("cannot remove '", p.string(), "': ", ec.message());
+    return arrow::Status::OK();
+  }
+  // Remove `dir` if it is empty now; a directory with foreign files stays.
+  void RemoveIfEmpty(const fs::path& dir) {
+    std::error_code ec;
+    if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
+  }
+
+  arrow::Status ClearShard(const fs::path& shard) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(shard, ec)) {
+      const std::string name = e.path().filename().string();
+      std::error_code ec2;
+      const auto st = e.symlink_status(ec2);
+      std::string key;
+      if (ec2 || !fs::is_regular_file(st)) {
+        Foreign(e.path());
+      } else if (IsEntryName(name, &key) && IsEntryFile(e.path().string(), key)) {
+        const auto size = e.file_size(ec2);
+        ARROW_RETURN_NOT_OK(Remove(e.path()));
+        ++report_->entries;
+        report_->bytes += ec2 ? 0 : static_cast<int64_t>(size);
+      } else if (IsTempName(name) || IsShardFileName(name)) {
+        ARROW_RETURN_NOT_OK(Remove(e.path()));
+        ++report_->other_files;
+      } else {
+        Foreign(e.path());
+      }
+    }
+    if (ec) return arrow::Status::IOError("cannot list '", shard.string(), "': ", ec.message());
+    RemoveIfEmpty(shard);
+    return arrow::Status::OK();
+  }
+
+  arrow::Status ClearFooters(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      std::error_code ec2;
+      const auto st = e.symlink_status(ec2);
+      bool temp = false;
+      if (!ec2 && fs::is_regular_file(st) && IsFooterName(e.path().filename().string(), &temp) &&
+          (temp || IsFooterFile(e.path().string()))) {
+        ARROW_RETURN_NOT_OK(Remove(e.path()));
+        ++report_->other_files;
+      } else {
+        Foreign(e.path());
+      }
+    }
+    if (ec) return arrow::Status::IOError("cannot list '", dir.string(), "': ", ec.message());
+    RemoveIfEmpty(dir);
+    return arrow::Status::OK();
+  }
+
+ private:
+  CacheClearReport* report_;
+};
+
+}  // namespace
+
+arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    return arrow::Status::IOError("'", dir, "' is not a cache directory");
+    return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
   }
+  CacheClearReport report;
+  if (!IsMarkedCacheDir(dir)) {
+    if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to clear
+    return arrow::Status::Invalid(
+        "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,
+        " marker file, so nothing in it can be proven to be pqloader's; nothing was deleted "
+        "(pqloader marks a cache directory when it creates it or finds it empty)");
+  }
+  Clearer clearer(&report);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("shard-", 0) == 0 || name == "footers" || name == "records" ||
-        name == ".records.lock") {
-      fs::remove_all(e.path(), ec);
-      if (ec) return arrow::Status::IOError("cannot remove '", e.path().string(), "': ", ec.message());
+    std::error_code ec2;
+    const auto st = e.symlink_status(ec2);
+    if (ec2) {
+      clearer.Foreign(e.path());
+    } else if (name == kCacheMarkerName) {
+      continue;  // the directory stays a cache
+    } else if (IsShardName(name) && fs::is_directory(st)) {
+      ARROW_RETURN_NOT_OK(clearer.ClearShard(e.path()));
+    } else if (name == "footers" && fs::is_directory(st)) {
+      ARROW_RETURN_NOT_OK(clearer.ClearFooters(e.path()));
+    } else if (IsTopFileName(name) && fs::is_regular_file(st)) {
+      ARROW_RETURN_NOT_OK(clearer.Remove(e.path()));
+      ++report.other_files;
+    } else {
+      clearer.Foreign(e.path());
     }
   }
-  return arrow::Status::OK();
+  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  return report;
 }
 
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <arrow/result.h>
 
@@ -88,6 +89,18 @@ class SplitCache {
 /// Return the cache key (32 hex digits) of a split from the strings that identify it.
 std::string CacheKey(const std::string& identity);
 
+/// Name of the marker file at the top of every cache directory. Its first line is
+/// kCacheMarkerFirstLine; `pqloader cache clear` refuses a directory without it.
+constexpr char kCacheMarkerName[] = "PQLOADER_CACHE";
+constexpr char kCacheMarkerFirstLine[] = "pqloader cache";
+
+/// Mark `dir` as a cache directory (write its marker file) unless it is marked already
+/// or holds something pqloader did not write (then it stays unmarked, and `cache clear`
+/// refuses it). Best effort; returns whether `dir` is marked afterwards.
+bool MarkCacheDir(const std::string& dir);
+/// Return whether `dir` has a cache marker file.
+bool IsMarkedCacheDir(const std::string& dir);
+
 /// What `pqloader cache stats` reports of a directory.
 struct CacheDirStats {
   int64_t entries = 0;
@@ -96,8 +109,25 @@ struct CacheDirStats {
   std::map<std::string, int64_t> recorded;  ///< hits/misses... recorded by loaders
 };
 arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir);
-/// Delete every entry, temp file and record of a cache directory (not the directory).
-arrow::Status ClearCacheDir(const std::string& dir);
+/// What ClearCacheDir did.
+struct CacheClearReport {
+  int64_t entries = 0;       ///< Entries deleted.
+  int64_t bytes = 0;         ///< Bytes of the entries deleted.
+  int64_t other_files = 0;   ///< Footers, temp files, locks and records deleted.
+  /// Paths below the directory that were left alone because nothing proves pqloader
+  /// wrote them (at most kMaxReportedForeign are listed; foreign_count counts all).
+  std::vector<std::string> foreign;
+  int64_t foreign_count = 0;
+};
+constexpr int64_t kMaxReportedForeign = 10;
+/// Delete what pqloader provably wrote in the cache directory `dir`: entry files whose
+/// header is an entry's (magic and own key), footers whose checksum verifies, temp files
+/// by their name pattern, shard locks and usage files, records; then the shard and
+/// footer directories if they are empty. Never follows symbolic links, never descends
+/// into a directory it did not create, never deletes the directory itself or its marker.
+/// Fails, deleting nothing, if `dir` is not a directory or (unless it is empty) has no
+/// cache marker file.
+arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir);
 /// Add `counters` to the records kept in `dir` (for `pqloader cache stats`).
 void RecordCacheCounters(const std::string& dir, const CacheCounters& counters);
 

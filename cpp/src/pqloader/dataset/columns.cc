@@ -98,6 +98,7 @@ class Resolver {
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
       if (key >= 0 && !IsTopField(name)) {
+        ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
         AddPartition(name, key);
         continue;
       }
@@ -106,9 +107,11 @@ class Resolver {
       ARROW_RETURN_NOT_OK(Expand(leaf, &leaves));
       for (const Leaf& l : leaves) {
         if (!seen.insert(l.name()).second) {
-          return arrow::Status::Invalid("column '", l.name(), "' is selected twice (columns=",
-                                        "names it, or a struct that holds it, more than once)");
+          return arrow::Status::Invalid("column '", Quoted(l.name()), "' is selected twice (",
+                                        "columns= names it, or a struct that holds it, more "
+                                        "than once)");
         }
+        ARROW_RETURN_NOT_OK(CheckNameUtf8(l));
         ARROW_RETURN_NOT_OK(AddLeaf(l));
       }
     }
@@ -117,6 +120,46 @@ class Resolver {
   }
 
  private:
+  // Selected names and partition values become Python str: they must be valid UTF-8
+  // (an unselected column's name may be anything).
+  arrow::Status CheckNameUtf8(const Leaf& leaf) const {
+    const std::string name = leaf.name();
+    if (IsValidUtf8(name)) return arrow::Status::OK();
+    std::string where = files_.empty() ? std::string("the declared schema") : files_[0].display;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      bool nullable = false;
+      if (TypeIn(static_cast<int>(f), leaf, &nullable) != nullptr) {
+        where = files_[f].display;
+        break;
+      }
+    }
+    return MakeError(ErrorKind::kInvalidData, "'", where, "' has a column named b'",
+                     Printable(name), "', which is not valid UTF-8; select other columns with "
+                     "columns=[...]");
+  }
+
+  arrow::Status CheckPartitionUtf8(int key) const {
+    const PartitionKey& k = keys_[key];
+    if (!IsValidUtf8(k.name)) {
+      return MakeError(ErrorKind::kInvalidData, "the path of '", Printable(files_[0].display),
+                       "' has a partition key named b'", Printable(k.name),
+                       "', which is not valid UTF-8; select other columns with columns=[...]");
+    }
+    for (size_t f = 0; f < k.values.size(); ++f) {
+      if (!k.null[f] && !IsValidUtf8(k.values[f])) {
+        return MakeError(ErrorKind::kInvalidData, "the path of '", Printable(files_[f].display),
+                         "' gives partition key '", k.name, "' a value that is not valid "
+                         "UTF-8 (b'", Printable(k.values[f]), "')");
+      }
+    }
+    return arrow::Status::OK();
+  }
+
+  // A name as error messages quote it: escaped where it is not valid UTF-8.
+  static std::string Quoted(const std::string& name) {
+    return IsValidUtf8(name) ? name : Printable(name);
+  }
+
   int KeyIndex(const std::string& name) const {
     for (size_t k = 0; k < keys_.size(); ++k) {
       if (keys_[k].name == name) return static_cast<int>(k);
@@ -195,10 +238,12 @@ class Resolver {
     std::string available;
     const auto& schema = options_.schema != nullptr ? options_.schema : files_[0].schema;
     for (const auto& field : schema->fields()) {
-      available += " '" + field->name() + "'";
-      if (field->type()->id() == arrow::Type::STRUCT) available += " (a struct: '" + field->name() + ".<field>')";
+      available += " '" + Quoted(field->name()) + "'";
+      if (field->type()->id() == arrow::Type::STRUCT) {
+        available += " (a struct: '" + Quoted(field->name()) + ".<field>')";
+      }
     }
-    for (const auto& k : keys_) available += " '" + k.name + "'";
+    for (const auto& k : keys_) available += " '" + Quoted(k.name) + "'";
     return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
                      files_[0].display, "'", files_.size() > 1 ? " or any other file" : "",
                      "; available columns:", available);

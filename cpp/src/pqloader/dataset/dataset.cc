@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <charconv>
+#include <limits>
 #include <thread>
 
 #include <arrow/io/interfaces.h>
@@ -110,16 +111,19 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
   }
-  if (!footer_cache.empty()) {
+  // Local footers are read from the file (as cheap as a cached copy, and never stale).
+  const bool use_cache = !footer_cache.empty() && file->fs->type_name() != "local";
+  if (use_cache) {
     file->metadata = LoadFooter(footer_cache, file->display, file->size, file->mtime_ns);
     if (file->metadata != nullptr && from_cache != nullptr) *from_cache = true;
   }
   if (file->metadata == nullptr) {
     ARROW_RETURN_NOT_OK(ReadFooterFromSource(file));
-    if (!footer_cache.empty()) {
+    if (use_cache) {
       StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, *file->metadata);
     }
   }
+  file->footer_hash = FooterHash(*file->metadata);
   parquet::ArrowReaderProperties props;
   auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
                                               file->metadata->key_value_metadata(), schema);
@@ -158,6 +162,75 @@ arrow::Status ReadFooterFromSource(DataFile* file) {
                      "format): ", e.what());
   }
   return arrow::Status::OK();
+}
+
+// The smallest a Parquet page can be: a Thrift PageHeader with its required fields (type,
+// sizes, and a DataPageHeader's num_values and encodings) takes more than this.
+constexpr int64_t kMinPageBytes = 16;
+// The most values one page can hold (PageHeader's num_values is an i32).
+constexpr int64_t kMaxPageValues = std::numeric_limits<int32_t>::max();
+
+// The splits of `file`'s row groups `row_groups` (valid indices), after checking their
+// footer counts and sizes: row counts are not negative and fit in what the engine
+// indexes; each selected column chunk lies inside the file, holds as many values as its
+// row group has rows (at least as many for repeated columns), and no more than its bytes
+// can hold.
+// Every check is O(row groups x columns), whatever the counts claim.
+arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t index,
+                                                  const std::vector<int>& row_groups) {
+  const auto& md = *file.metadata;
+  auto corrupt = [&](auto&&... parts) {
+    return MakeError(ErrorKind::kInvalidData, "'", file.display, "' has a corrupt footer: ",
+                     std::forward<decltype(parts)>(parts)...);
+  };
+  std::vector<Split> out;
+  try {
+    // The file-level row count is not checked against the row groups': readers go by
+    // the row groups, and some old writers (parquet-rs 0.3) left it 0.
+    for (int rg : row_groups) {
+      auto rg_md = md.RowGroup(rg);
+      Split s;
+      s.file = index;
+      s.row_group = rg;
+      s.num_rows = rg_md->num_rows();
+      if (s.num_rows < 0) return corrupt("row group ", rg, " claims ", s.num_rows, " rows");
+      if (s.num_rows > kMaxRowGroupRows) {
+        return corrupt("row group ", rg, " claims ", s.num_rows,
+                       " rows, more than one row group can hold here (", kMaxRowGroupRows, ")");
+      }
+      for (int leaf : file.leaf_indices) {
+        auto chunk = rg_md->ColumnChunk(leaf);
+        const std::string column = md.schema()->Column(leaf)->path()->ToDotString();
+        const int64_t values = chunk->num_values();
+        const int64_t bytes = chunk->total_compressed_size();
+        const bool repeated = md.schema()->Column(leaf)->max_repetition_level() > 0;
+        if (values < 0 || (!repeated && values != s.num_rows) || (repeated && values < s.num_rows)) {
+          return corrupt("row group ", rg, ", column '", column, "' holds ", values,
+                         " values for ", s.num_rows, " rows");
+        }
+        int64_t start = chunk->data_page_offset();
+        if (chunk->has_dictionary_page() && chunk->dictionary_page_offset() > 0 &&
+            chunk->dictionary_page_offset() < start) {
+          start = chunk->dictionary_page_offset();
+        }
+        if (start < 0 || bytes < 0 || start > file.size || bytes > file.size - start) {
+          return corrupt("row group ", rg, ", column '", column, "' spans bytes [", start, ", ",
+                         start, " + ", bytes, ") of a file of ", file.size, " bytes");
+        }
+        if (values > 0 && (bytes / kMinPageBytes + 1) < (values + kMaxPageValues - 1) / kMaxPageValues) {
+          return corrupt("row group ", rg, ", column '", column, "' claims ", values,
+                         " values in ", bytes, " bytes");
+        }
+        s.compressed_bytes += bytes;
+        s.uncompressed_bytes += std::max<int64_t>(0, chunk->total_uncompressed_size());
+      }
+      out.push_back(s);
+    }
+  } catch (const std::exception& e) {
+    return MakeError(ErrorKind::kInvalidData, "'", file.display,
+                     "' has corrupt row group metadata: ", e.what());
+  }
+  return out;
 }
 
 }  // namespace
@@ -381,8 +454,11 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   for (const auto& k : keys) ds->partition_keys_.push_back(k.name);
 
   // Splits: every row group of every file (or those options.row_groups selects), with
-  // the bytes of the selected columns.
+  // the bytes of the selected columns; the footer's counts and sizes are checked against
+  // each other and the file first, so that nothing is planned (or allocated) from a
+  // corrupt count.
   int64_t files_selected = 0;
+  int64_t first = 0;
   for (int64_t i = 0; i < n; ++i) {
     const auto& md = *ds->files_[i].metadata;
     std::vector<int> selected;
@@ -401,23 +477,16 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
                          " row groups (indices from 0)");
       }
     }
-    try {
-    for (int rg : selected) {
-      auto rg_md = md.RowGroup(rg);
-      Split s;
-      s.file = static_cast<int32_t>(i);
-      s.row_group = rg;
-      s.num_rows = rg_md->num_rows();
-      for (int leaf : ds->files_[i].leaf_indices) {
-        auto chunk = rg_md->ColumnChunk(leaf);
-        s.compressed_bytes += chunk->total_compressed_size();
-        s.uncompressed_bytes += chunk->total_uncompressed_size();
+    ARROW_ASSIGN_OR_RAISE(auto splits,
+                          ValidatedSplits(ds->files_[i], static_cast<int32_t>(i), selected));
+    for (const Split& s : splits) {
+      if (s.num_rows > std::numeric_limits<int64_t>::max() - first) {
+        return MakeError(ErrorKind::kInvalidData, "'", ds->files_[i].display,
+                         "': the dataset's row count overflows (corrupt footer?)");
       }
+      ds->split_first_row_.push_back(first);
+      first += s.num_rows;
       ds->splits_.push_back(s);
-    }
-    } catch (const std::exception& e) {
-      return MakeError(ErrorKind::kInvalidData, "'", ds->files_[i].display,
-                       "' has corrupt row group metadata: ", e.what());
     }
   }
   if (files_selected != static_cast<int64_t>(options.row_groups.size())) {
@@ -430,11 +499,6 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
                          "e.g. '", ds->files_[0].display, "')");
       }
     }
-  }
-  int64_t first = 0;
-  for (const auto& s : ds->splits_) {
-    ds->split_first_row_.push_back(first);
-    first += s.num_rows;
   }
   return ds;
 }
@@ -458,6 +522,14 @@ namespace pqloader {
 
 namespace {
 
+// A list column whose rows may differ in length: a batch of it needs Loader(lists=...)
+// or pack= (unless every row turns out to have one length).
+bool IsRagged(const ColumnSpec& spec) {
+  return spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() && spec.row_shape[0] < 0;
+}
+
+// What a column becomes in a batch. The text of ragged columns ("ragged <dtype>[ (n,
+// ...)]: ...") is parsed by pqloader.inspect(lengths=...) and pqloader.petastorm: keep it.
 std::string LoadsAs(const ColumnSpec& spec) {
   switch (spec.kind) {
     case ColumnKind::kString: return "list[str]";
@@ -465,6 +537,18 @@ std::string LoadsAs(const ColumnSpec& spec) {
     case ColumnKind::kStringList: return "list[list[str]]";
     case ColumnKind::kBytesList: return "list[list[bytes]]";
     case ColumnKind::kTensor: break;
+  }
+  if (IsRagged(spec)) {
+    // Rows of n values each, n varying: what the loader can make of them.
+    std::string inner;
+    for (size_t i = 1; i < spec.row_shape.size(); ++i) {
+      inner += (i == 1 ? " (n, " : ", ") + std::to_string(spec.row_shape[i]);
+    }
+    if (!inner.empty()) inner += ")";
+    // Packing concatenates lists of numbers (tokens) only.
+    return "ragged " + std::string(DTypeName(spec.dtype)) + inner +
+           ": lists='ragged' (values + offsets) or Pad()" +
+           (inner.empty() ? ", or pack=Pack()" : "");
   }
   std::string shape = "(batch";
   for (int64_t d : spec.row_shape) shape += d < 0 ? ", n" : ", " + std::to_string(d);
@@ -543,20 +627,19 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
       files[i].partition_values = opened.files[i].partition_values;
       files[i].partition_null = opened.files[i].partition_null;
     }
+    // Notes follow the description, each after "; " (parsers read what precedes them).
     for (size_t c = 0; c < resolved->specs.size(); ++c) {
       const ColumnSpec& spec = resolved->specs[c];
       std::string loads_as = LoadsAs(spec);
       const int key = resolved->partition_index[c];
+      const bool ragged = key < 0 && IsRagged(spec);
       if (key >= 0) {
         loads_as = spec.kind == ColumnKind::kTensor ? "int64(batch)" : "list[str]";
         loads_as += " (partition key)";
-      } else if (spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() &&
-                 spec.row_shape[0] < 0) {
+      } else if (ragged) {
         const auto layout = ListLayoutFromFooters(files, splits, static_cast<int>(c));
         if (layout.lengths == ListLayout::Lengths::kRagged) {
-          loads_as = std::string(DTypeName(spec.dtype)) +
-                     " ragged (rows differ in length: pass lists={'" + spec.name +
-                     "': 'ragged'} or pqloader.Pad(...))";
+          loads_as += "; rows differ in length (the footers show it)";
         }
       }
       const auto nulls = NullsFromFooters(files, splits, static_cast<int>(c), key);
@@ -566,14 +649,14 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
         if (n < 0) unknown = true;
         else total += n;
       }
-      if (total > 0) loads_as += ", " + std::to_string(total) + " null(s): needs fill_null or null_mask";
-      else if (unknown) loads_as += ", nulls unknown (no statistics)";
-      if (is_index) loads_as += " (pandas index: left out unless selected)";
+      if (total > 0) loads_as += "; " + std::to_string(total) + " null(s): needs fill_null or null_mask";
+      else if (unknown) loads_as += "; nulls unknown (no statistics)";
+      if (is_index) loads_as += "; pandas index: left out unless selected";
       out.columns.push_back({spec.name,
                              key >= 0 ? "partition"
                                       : (resolved->types[c] ? resolved->types[c]->ToString()
                                                             : spec.arrow_type),
-                             loads_as});
+                             loads_as, ragged});
     }
   }
   return out;

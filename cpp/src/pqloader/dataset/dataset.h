@@ -37,7 +37,9 @@ struct DatasetOptions {
   int metadata_threads = 8;
   /// Options of s3:// sources. Default: none (the standard AWS sources).
   StorageOptions storage;
-  /// Directory where footers are kept between runs (see cache/footer_cache.h).
+  /// Directory where footers of remote (non-local) files are kept between runs (see
+  /// cache/footer_cache.h). Local files' footers are always read from the file: that
+  /// is as cheap as reading a cached copy, and never stale.
   /// Default: empty (footers are read from the source every run).
   std::string footer_cache_dir;
   /// Row groups to read, per file: file name (as DataFile::display names it: the source
@@ -56,6 +58,10 @@ struct DataFile {
   int64_t size = 0;
   int64_t mtime_ns = 0;  ///< Modification time (0 if the filesystem has none).
   std::shared_ptr<parquet::FileMetaData> metadata;
+  /// Hash of the footer (see FooterHash): with path, size and mtime, the file's identity
+  /// in cache keys, so a file rewritten with the same size and mtime is not served
+  /// from stale entries.
+  std::string footer_hash;
   /// Where each output column (specs order) is in this file.
   std::vector<ColumnSource> columns;
   /// Leaf (Parquet column) indices of the selected file columns, sorted, each once.
@@ -71,6 +77,11 @@ struct SkippedFile {
   std::string path;
   std::string reason;
 };
+
+/// The most rows one row group may have (row positions within a shuffle window are
+/// 32-bit; writers cap row groups far lower). A footer claiming more is refused as
+/// corrupt.
+constexpr int64_t kMaxRowGroupRows = (int64_t{1} << 31) - 1;
 
 /// One row group.
 struct Split {
@@ -167,6 +178,9 @@ struct DatasetSummary {
     std::string name;
     std::string arrow_type;
     std::string loads_as;
+    /// A list column whose rows may differ in length (a batch of it needs
+    /// Loader(lists=...) or pack=, unless every row has one length).
+    bool ragged = false;
   };
   std::vector<Column> columns;
 };

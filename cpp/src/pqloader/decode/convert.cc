@@ -272,6 +272,20 @@ class TensorWriter {
     return data;
   }
 
+  // Reserve the output bytes of all chunks of `array` at once, so that appending them
+  // neither regrows the buffer (a new block and a copy of everything so far, each time)
+  // nor shrinks it at Finish (one more of each). Layouts whose size is not known
+  // beforehand (dictionaries) are left to grow.
+  arrow::Status ReserveFor(const arrow::ChunkedArray& array) {
+    int64_t elements = 0;
+    for (const auto& chunk : array.chunks()) {
+      const int64_t n = LeafElements(*chunk);
+      if (n < 0) return arrow::Status::OK();
+      elements += n;
+    }
+    return out_.Reserve(elements * elem_);
+  }
+
   // Use `buffer` as the whole output if it is the only chunk and needs no conversion.
   bool TryZeroCopy(const arrow::ChunkedArray& array) {
     if (array.num_chunks() != 1 || spec_.dtype == DType::kBool) return false;
@@ -313,6 +327,35 @@ class TensorWriter {
     data.offsets = std::move(offsets);
     ARROW_ASSIGN_OR_RAISE(data.data, out_.Finish());
     return data;
+  }
+
+  // The elements Append writes for `arr`, or -1 when that is not known from its layout.
+  static int64_t LeafElements(const arrow::Array& arr) {
+    const int64_t n = arr.length();
+    switch (arr.type_id()) {
+      case arrow::Type::FIXED_SIZE_LIST: {
+        const auto& list = static_cast<const arrow::FixedSizeListArray&>(arr);
+        const int64_t size = list.list_type()->list_size();
+        return n == 0 ? 0 : LeafElements(*list.values()->Slice(list.value_offset(0), n * size));
+      }
+      case arrow::Type::LIST:
+        return ListLeafElements<arrow::ListArray>(arr);
+      case arrow::Type::LARGE_LIST:
+        return ListLeafElements<arrow::LargeListArray>(arr);
+      case arrow::Type::DICTIONARY:
+        return -1;
+      default:
+        return n;
+    }
+  }
+
+  template <typename ListT>
+  static int64_t ListLeafElements(const arrow::Array& arr) {
+    const auto& list = static_cast<const ListT&>(arr);
+    const int64_t n = list.length();
+    if (n == 0) return 0;
+    const int64_t begin = list.value_offset(0);
+    return LeafElements(*list.values()->Slice(begin, list.value_offset(n) - begin));
   }
 
   template <typename ListT>
@@ -552,11 +595,38 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
   return out;
 }
 
+// Check that every value of a string column is valid UTF-8 (Python str needs it; a
+// bare UnicodeDecodeError at the consumer would name nothing). One pass over the value
+// bytes, then one look at each value's first byte: a concatenation of values is valid
+// and every value starts on a character boundary iff every value is valid.
+arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64_t rows,
+                              int64_t row_offset) {
+  if (rows == 0) return arrow::Status::OK();
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  const char* data = reinterpret_cast<const char*>(c.data->data());
+  const int64_t begin = off[0], end = off[rows];
+  bool ok = IsValidUtf8(std::string_view(data + begin, end - begin));
+  for (int64_t r = 1; ok && r < rows; ++r) {
+    ok = off[r] >= end || (static_cast<unsigned char>(data[off[r]]) & 0xC0) != 0x80;
+  }
+  if (ok) return arrow::Status::OK();
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::string_view v(data + off[r], off[r + 1] - off[r]);
+    if (!IsValidUtf8(v)) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "', row ",
+                       row_offset + r, ": a string value is not valid UTF-8 (b'", Printable(v),
+                       "'); to read the column's values as bytes, pass strings=\"bytes\"");
+    }
+  }
+  return arrow::Status::OK();
+}
+
 // Append the values [begin, begin + count) of string/binary array `values` (any layout,
-// or a dictionary of one) as one kStringList row.
+// or a dictionary of one) as one kStringList row: row `row` of the column. The values
+// of a kStringList (not kBytesList) column must be valid UTF-8, as ValidateStrings.
 arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& values,
                                   int64_t begin, int64_t count, const NullFill& fill,
-                                  arrow::BufferBuilder* data) {
+                                  int64_t row, arrow::BufferBuilder* data) {
   const arrow::Array* dict_values = nullptr;
   const arrow::DictionaryArray* dict = nullptr;
   if (values.type_id() == arrow::Type::DICTIONARY) {
@@ -602,8 +672,15 @@ arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& va
     const auto len = static_cast<uint32_t>(v.size());
     ARROW_RETURN_NOT_OK(data->Append(&len, sizeof(len)));
   }
+  const bool check_utf8 = spec.kind == ColumnKind::kStringList;
   for (int64_t i = 0; i < count; ++i) {
     ARROW_RETURN_NOT_OK(item(begin + i, &v));
+    if (check_utf8 && !IsValidUtf8(v)) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "', row ", row,
+                       ", list item ", i, ": a string value is not valid UTF-8 (b'",
+                       Printable(v), "'); to read the column's values as bytes, pass "
+                       "strings=\"bytes\"");
+    }
     ARROW_RETURN_NOT_OK(data->Append(v.data(), v.size()));
   }
   return arrow::Status::OK();
@@ -611,13 +688,15 @@ arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& va
 
 // Rows of a list<string|binary> column as kStringList rows (see EncodeStringList). A
 // null row is an empty list when there is a fill, else an error; a null value inside
-// a list is the fill.
+// a list is the fill. Rows are numbered from `row_offset` in error messages.
 arrow::Result<ColumnData> ConvertStringList(const ColumnSpec& spec,
                                             const arrow::ChunkedArray& array,
-                                            const NullFill& fill, arrow::MemoryPool* pool) {
+                                            const NullFill& fill, arrow::MemoryPool* pool,
+                                            int64_t row_offset) {
   arrow::BufferBuilder data(pool);
   std::vector<int64_t> offsets{0};
   offsets.reserve(array.length() + 1);
+  int64_t chunk_first_row = row_offset;
   for (const auto& chunk : array.chunks()) {
     const arrow::Array& a = *chunk;
     for (int64_t r = 0; r < a.length(); ++r) {
@@ -652,10 +731,12 @@ arrow::Result<ColumnData> ConvertStringList(const ColumnSpec& spec,
             return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name,
                              "': unexpected ", a.type()->ToString(), " values");
         }
-        ARROW_RETURN_NOT_OK(AppendStringListRow(spec, *values, begin, count, fill, &data));
+        ARROW_RETURN_NOT_OK(AppendStringListRow(spec, *values, begin, count, fill,
+                                                chunk_first_row + r, &data));
       }
       offsets.push_back(data.length());
     }
+    chunk_first_row += a.length();
   }
   ColumnData out;
   ARROW_ASSIGN_OR_RAISE(out.data, data.Finish());
@@ -720,12 +801,17 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field, const SpecOpti
     return refuse("every value is null in every file (pandas and pyarrow write an all-None "
                   "column so), so there is nothing to load; leave it out with columns=[...]");
   }
-  if (IsVarBinary(t->id(), &spec.kind)) return spec;
+  if (IsVarBinary(t->id(), &spec.kind)) {
+    if (options.strings_as_bytes) spec.kind = ColumnKind::kBytes;
+    return spec;
+  }
   if (IsListLike(t->id())) {
     const auto& value = ValueType(*static_cast<const arrow::BaseListType*>(t)->value_type());
     ColumnKind kind;
     if (IsVarBinary(value.id(), &kind)) {
-      spec.kind = kind == ColumnKind::kString ? ColumnKind::kStringList : ColumnKind::kBytesList;
+      spec.kind = kind == ColumnKind::kString && !options.strings_as_bytes
+                      ? ColumnKind::kStringList
+                      : ColumnKind::kBytesList;
       return spec;
     }
   }
@@ -909,9 +995,15 @@ std::vector<std::string> DecodeStringList(const uint8_t* row, int64_t size) {
 
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
-                                        bool allow_ragged) {
-  if (IsStringList(spec.kind)) return ConvertStringList(spec, array, fill, pool);
-  if (spec.kind != ColumnKind::kTensor) return ConvertVarBinary(spec, array, fill, pool);
+                                        bool allow_ragged, int64_t row_offset) {
+  if (IsStringList(spec.kind)) return ConvertStringList(spec, array, fill, pool, row_offset);
+  if (spec.kind != ColumnKind::kTensor) {
+    ARROW_ASSIGN_OR_RAISE(auto out, ConvertVarBinary(spec, array, fill, pool));
+    if (spec.kind == ColumnKind::kString) {
+      ARROW_RETURN_NOT_OK(ValidateStrings(spec, out, array.length(), row_offset));
+    }
+    return out;
+  }
   TensorWriter writer(spec, fill, pool);
   writer.shape_ = spec.row_shape;
   writer.ragged_ = allow_ragged && !spec.row_shape.empty() && spec.row_shape[0] < 0;
@@ -925,6 +1017,7 @@ arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::Chu
     }
   }
   if (writer.ragged_ || !writer.TryZeroCopy(array)) {
+    ARROW_RETURN_NOT_OK(writer.ReserveFor(array));
     for (const auto& chunk : array.chunks()) ARROW_RETURN_NOT_OK(writer.Append(*chunk, 0));
   }
   return writer.Finish(array.length());

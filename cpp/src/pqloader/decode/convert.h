@@ -38,6 +38,10 @@ struct SpecOptions {
   /// Decimals become the exact unscaled integer (value x 10^scale) as int64, for
   /// precision <= 18; else float64 (the nearest double, as pyarrow's cast). Default: false.
   bool decimals_as_int64 = false;
+  /// String columns become bytes columns (kString -> kBytes, kStringList -> kBytesList):
+  /// no UTF-8 check, values come out as bytes objects. Default: false (strings are
+  /// checked and come out as str).
+  bool strings_as_bytes = false;
 };
 
 /// Return how a column of type `field` becomes a batch column, or a kUnsupportedType
@@ -65,9 +69,11 @@ std::vector<std::string> DecodeStringList(const uint8_t* row, int64_t size);
 
 /// Convert every row of `array` to the layout of `spec`. With `allow_ragged`, list rows
 /// may differ in length (the result then has per-row byte offsets; transforms such as
-/// PadOrTruncate make them uniform).
+/// PadOrTruncate make them uniform). String columns (ColumnKind::kString) and the values
+/// of string lists (kStringList) must be valid UTF-8: an invalid value is a kInvalidData
+/// error naming the column and its row (`row_offset` + its index in `array`).
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
-                                        bool allow_ragged = false);
+                                        bool allow_ragged = false, int64_t row_offset = 0);
 
 }  // namespace pqloader

@@ -107,6 +107,41 @@ TEST(Convert, RaggedListsForTransformsUseArrowsValuesAsTheyAre) {
   EXPECT_NE(nulls.status().message().find("null"), std::string::npos);
 }
 
+TEST(Convert, ListsInSeveralChunksAreCopiedOnceIntoOneBufferOfTheirSize) {
+  // A list column is decoded in slices (one chunk each); joining them must not regrow
+  // the output (each regrowth is a new block and a copy of everything so far).
+  for (bool ragged : {true, false}) {
+    auto type = arrow::list(arrow::int32());
+    arrow::ArrayVector chunks;
+    std::vector<int32_t> want;
+    int32_t next = 0;
+    for (int k = 0; k < 5; ++k) {
+      arrow::ListBuilder builder(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+      auto* values = static_cast<arrow::Int32Builder*>(builder.value_builder());
+      for (int r = 0; r < 40; ++r) {
+        ASSERT_TRUE(builder.Append().ok());
+        const int n = ragged ? (r * 7 + k) % 50 : 25;
+        for (int i = 0; i < n; ++i) ASSERT_TRUE(values->Append(next++).ok());
+      }
+      // Sliced, as a unit that starts inside a chunk: its values do not start at 0.
+      auto chunk = builder.Finish().ValueOrDie()->Slice(3, 30);
+      const auto& list = static_cast<const arrow::ListArray&>(*chunk);
+      for (int64_t i = list.value_offset(0); i < list.value_offset(30); ++i) {
+        want.push_back(static_cast<const arrow::Int32Array&>(*list.values()).Value(i));
+      }
+      chunks.push_back(chunk);
+    }
+    auto spec = SpecForField(*arrow::field("tok", type)).ValueOrDie();
+    arrow::ProxyMemoryPool pool(arrow::default_memory_pool());
+    auto c = ConvertColumn(spec, arrow::ChunkedArray(chunks), {}, &pool, ragged).ValueOrDie();
+    EXPECT_EQ(Values<int32_t>(c), want);
+    const int64_t values = static_cast<int64_t>(want.size() * sizeof(int32_t));
+    const int64_t offsets = ragged ? (5 * 30 + 1) * static_cast<int64_t>(sizeof(int64_t)) : 0;
+    constexpr int64_t kRounding = 64;  // Arrow rounds buffer capacities up to 64 bytes
+    EXPECT_LE(pool.total_bytes_allocated(), values + offsets + 2 * kRounding) << "ragged=" << ragged;
+  }
+}
+
 TEST(Convert, NullsAreAnErrorUnlessFilled) {
   auto spec = SpecForField(*arrow::field("v", arrow::float64())).ValueOrDie();
   auto arr = FromJson(arrow::float64(), "[1.5, null, 3]");
@@ -201,6 +236,36 @@ TEST(Convert, ListsOfStringsEncodeEveryValue) {
   EXPECT_EQ(row(0), (std::vector<std::string>{"ab", ""}));
   EXPECT_EQ(row(1), std::vector<std::string>{});
   EXPECT_EQ(row(2), std::vector<std::string>{"?"});
+}
+
+TEST(Convert, StringListValuesMustBeUtf8UnlessReadAsBytes) {
+  arrow::ListBuilder lb(arrow::default_memory_pool(), std::make_shared<arrow::StringBuilder>());
+  auto* sb = static_cast<arrow::StringBuilder*>(lb.value_builder());
+  ASSERT_TRUE(lb.Append().ok());
+  ASSERT_TRUE(sb->Append("ok").ok());
+  ASSERT_TRUE(lb.Append().ok());
+  ASSERT_TRUE(sb->Append("fine").ok());
+  ASSERT_TRUE(sb->Append(std::string("b\xc3", 2)).ok());  // a truncated sequence
+  auto arr = lb.Finish().ValueOrDie();
+  auto spec = SpecForField(*arrow::field("w", arr->type())).ValueOrDie();
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool(),
+                         /*allow_ragged=*/false, /*row_offset=*/40);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("column 'w', row 41, list item 1: a string value is not "
+                                      "valid UTF-8 (b'b\\xc3')"),
+            std::string::npos)
+      << r.status().message();
+  SpecOptions as_bytes;
+  as_bytes.strings_as_bytes = true;
+  auto bspec = SpecForField(*arrow::field("w", arr->type()), as_bytes).ValueOrDie();
+  EXPECT_EQ(bspec.kind, ColumnKind::kBytesList);
+  EXPECT_EQ(SpecForField(*arrow::field("s", arrow::utf8()), as_bytes).ValueOrDie().kind,
+            ColumnKind::kBytes);
+  auto c = ConvertColumn(bspec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool())
+               .ValueOrDie();
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  EXPECT_EQ(DecodeStringList(c.data->data() + off[1], off[2] - off[1]),
+            (std::vector<std::string>{"fine", std::string("b\xc3", 2)}));
 }
 
 TEST(Convert, WiderTypesConvertExactlyAndOthersDoNot) {

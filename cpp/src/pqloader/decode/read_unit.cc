@@ -103,6 +103,41 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
   return arrow::Status::OK();
 }
 
+// A row group claiming more rows than this many per byte of its selected (uncompressed)
+// column chunks, plus kOneShotMinRows, is read in batches of kBoundedBatchRows rows, so
+// that a corrupt footer's count costs nothing until data backs it: reading a column in
+// one piece reserves memory for every row the footer claims. Real data rarely comes near
+// (a bit-packed boolean column has 8 rows per byte); when it does (long RLE runs), the
+// batched read is correct, just a little slower.
+constexpr int64_t kPlausibleRowsPerByte = 8;
+constexpr int64_t kOneShotMinRows = int64_t{1} << 16;
+constexpr int64_t kBoundedBatchRows = int64_t{1} << 16;
+
+// Read top-level field `field` of row group `row_group` in batches of kBoundedBatchRows,
+// stopping once more than `claimed_rows` rows arrived or the data ends.
+arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_group, int field,
+                                int64_t claimed_rows,
+                                std::shared_ptr<arrow::ChunkedArray>* out) {
+  const auto& schema_field = reader->manifest().schema_fields.at(field);
+  std::vector<int> leaves;
+  LeavesOf(schema_field, &leaves);
+  reader->set_batch_size(kBoundedBatchRows);
+  ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({row_group}, leaves));
+  arrow::ArrayVector chunks;
+  int64_t rows = 0;
+  while (rows <= claimed_rows) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
+    if (batch == nullptr) break;
+    if (batch->num_columns() != 1) return arrow::Status::Invalid("unexpected column count");
+    rows += batch->num_rows();
+    chunks.push_back(batch->column(0));
+  }
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks),
+                                                        schema_field.field->type()));
+  return arrow::Status::OK();
+}
+
 }  // namespace
 
 arrow::Status SetUpFills(const Dataset& dataset, const NullFill& default_fill,
@@ -250,8 +285,11 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
             (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) ||
             IsStringList(specs[c].kind)) {
           st = ReadNestedInSlices(reader, file, split, src, pool, &chunked);
-        } else {
+        } else if (split.num_rows <=
+                   kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
           st = row_group->Column(src.field)->Read(&chunked);
+        } else {
+          st = ReadColumnBounded(reader, split.row_group, src.field, split.num_rows, &chunked);
         }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
@@ -267,7 +305,8 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       slice = chunked->Slice(unit.row_begin, unit.num_rows());
     }
     const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
-    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged);
+    auto converted =
+        ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged, unit.row_begin);
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
     if (masked) {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <set>
 
 #include "pqloader/error.h"
@@ -14,9 +16,6 @@ namespace pqloader {
 namespace {
 
 constexpr char kS3Prefix[] = "s3://";
-constexpr int64_t kDefaultRetryMaxAttempts = 3;
-constexpr double kDefaultRetryBaseDelaySeconds = 0.2;
-constexpr double kDefaultRetryMaxDelaySeconds = 5.0;
 
 const std::set<std::string>& KnownKeys() {
   static const std::set<std::string> keys = {
@@ -24,32 +23,45 @@ const std::set<std::string>& KnownKeys() {
       "access_key",        "secret_key",       "session_token",
       "anonymous",         "connect_timeout",  "request_timeout",
       "tls_ca_file_path",  "force_virtual_addressing",
-      "retry_max_attempts", "retry_base_delay", "retry_max_delay"};
+      "retry_max_attempts", "retry_base_delay", "retry_max_delay", "retry_budget"};
   return keys;
 }
 
-// Retry what the AWS SDK marks retryable (network errors, timeouts, 5xx, throttling)
-// with exponential backoff: the n-th retry waits min(max_delay, base_delay * 2^(n-1)).
+// RetryPolicy in the AWS client. The SDK retries a request synchronously on the thread
+// that made it (ShouldRetry, then CalculateDelayBeforeNextRetry, then sleep), so the
+// time of the request's first failure and the drawn delay are kept per thread.
 class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
  public:
-  BackoffRetryStrategy(int64_t max_attempts, double base_delay_s, double max_delay_s)
-      : max_attempts_(max_attempts), base_ms_(base_delay_s * 1e3), max_ms_(max_delay_s * 1e3) {}
+  explicit BackoffRetryStrategy(const RetryPolicy& policy) : policy_(policy) {}
 
   bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
-    return error.should_retry && attempted_retries + 1 < max_attempts_;
+    if (!error.should_retry) return false;
+    State& s = state();
+    const auto now = std::chrono::steady_clock::now();
+    if (attempted_retries == 0) s.first_failure = now;
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    s.delay_s = RetryDelaySeconds(policy_, attempted_retries,
+                                  std::uniform_real_distribution<double>(0, 1)(rng));
+    const double elapsed = std::chrono::duration<double>(now - s.first_failure).count();
+    return MayRetry(policy_, attempted_retries, elapsed, s.delay_s);
   }
 
   int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail& error,
                                         int64_t attempted_retries) override {
-    const double ms = base_ms_ * std::ldexp(1.0, static_cast<int>(std::min<int64_t>(
-                                                     attempted_retries, 30)));
-    return static_cast<int64_t>(std::min(ms, max_ms_));
+    return static_cast<int64_t>(state().delay_s * 1e3);
   }
 
  private:
-  int64_t max_attempts_;
-  double base_ms_;
-  double max_ms_;
+  struct State {
+    std::chrono::steady_clock::time_point first_failure;
+    double delay_s = 0;
+  };
+  static State& state() {
+    thread_local State s;
+    return s;
+  }
+
+  RetryPolicy policy_;
 };
 
 arrow::Status BadValue(const std::string& key, const std::string& value, const char* want) {
@@ -91,6 +103,17 @@ std::string Env(const char* name) {
 }
 
 }  // namespace
+
+double RetryDelaySeconds(const RetryPolicy& policy, int64_t retry, double u) {
+  const double cap = policy.base_delay_s * std::ldexp(1.0, static_cast<int>(std::clamp<int64_t>(
+                                                               retry, 0, 60)));
+  return std::min(cap, policy.max_delay_s) * (1 + std::clamp(u, 0.0, 1.0)) / 2;
+}
+
+bool MayRetry(const RetryPolicy& policy, int64_t retry, double elapsed_s, double delay_s) {
+  if (policy.max_attempts > 0 && retry + 1 >= policy.max_attempts) return false;
+  return elapsed_s + delay_s <= policy.budget_s;
+}
 
 arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage) {
   for (const auto& [key, value] : storage.values) {
@@ -155,19 +178,23 @@ arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage)
                                     Get(storage, "force_virtual_addressing")));
   }
 
-  int64_t attempts = kDefaultRetryMaxAttempts;
-  double base = kDefaultRetryBaseDelaySeconds, max = kDefaultRetryMaxDelaySeconds;
+  RetryPolicy retry;
   if (storage.values.count("retry_max_attempts")) {
-    ARROW_ASSIGN_OR_RAISE(attempts, ParsePositiveInt("retry_max_attempts",
-                                                     Get(storage, "retry_max_attempts")));
+    ARROW_ASSIGN_OR_RAISE(retry.max_attempts, ParsePositiveInt("retry_max_attempts",
+                                                               Get(storage, "retry_max_attempts")));
   }
   if (storage.values.count("retry_base_delay")) {
-    ARROW_ASSIGN_OR_RAISE(base, ParseSeconds("retry_base_delay", Get(storage, "retry_base_delay")));
+    ARROW_ASSIGN_OR_RAISE(retry.base_delay_s,
+                          ParseSeconds("retry_base_delay", Get(storage, "retry_base_delay")));
   }
   if (storage.values.count("retry_max_delay")) {
-    ARROW_ASSIGN_OR_RAISE(max, ParseSeconds("retry_max_delay", Get(storage, "retry_max_delay")));
+    ARROW_ASSIGN_OR_RAISE(retry.max_delay_s,
+                          ParseSeconds("retry_max_delay", Get(storage, "retry_max_delay")));
   }
-  o.retry_strategy = std::make_shared<BackoffRetryStrategy>(attempts, base, max);
+  if (storage.values.count("retry_budget")) {
+    ARROW_ASSIGN_OR_RAISE(retry.budget_s, ParseSeconds("retry_budget", Get(storage, "retry_budget")));
+  }
+  o.retry_strategy = std::make_shared<BackoffRetryStrategy>(retry);
 
   // The credential providers are AWS SDK objects: the SDK must be initialised first.
   ARROW_RETURN_NOT_OK(arrow::fs::EnsureS3Initialized());

@@ -25,14 +25,43 @@ namespace pqloader {
 /// Storage options of s3:// sources: key → value as text ("true"/"false" for flags,
 /// decimal numbers for numbers). Keys:
 ///   endpoint_override, scheme, region, access_key, secret_key, session_token,
-///   anonymous, connect_timeout, request_timeout (seconds), tls_ca_file_path,
-///   force_virtual_addressing, and the retry policy: retry_max_attempts (attempts in
-///   all, >= 1; default 3), retry_base_delay and retry_max_delay (seconds; the n-th
-///   retry waits min(max, base * 2^(n-1)); defaults 0.2 and 5).
+///   anonymous, connect_timeout (seconds to connect; default the AWS SDK's 1 s),
+///   request_timeout (seconds an attempt may go without receiving a byte before it
+///   fails; default the AWS SDK's 3 s), tls_ca_file_path, force_virtual_addressing, and
+///   the retry policy (see RetryPolicy): retry_budget (seconds; default 60),
+///   retry_max_attempts (attempts in all, >= 1; default: no limit but the budget),
+///   retry_base_delay and retry_max_delay (seconds; defaults 0.2 and 5).
 /// Unknown keys are an error, whatever the sources.
 struct StorageOptions {
   std::map<std::string, std::string> values;
 };
+
+/// How a failed object-store request is retried. Only what the AWS SDK marks retryable
+/// is (network errors, timeouts, 5xx, throttling); errors such as a missing key or a
+/// denied access fail at once. Retry n (0-based) waits a jittered delay in
+/// [d/2, d] with d = min(max_delay, base_delay * 2^n) ("equal jitter", so clients
+/// that failed together do not retry together). No retry starts more than budget
+/// seconds after the request's first failure: a request fails for good within about
+/// budget + one attempt (at most request_timeout of silence) after it first failed.
+struct RetryPolicy {
+  /// Attempts in all, the first included; 0 means no limit but the budget. Default: 0.
+  int64_t max_attempts = 0;
+  /// Seconds. Default: 0.2.
+  double base_delay_s = 0.2;
+  /// Seconds. Default: 5.
+  double max_delay_s = 5;
+  /// Seconds after a request's first failure within which retries may start. Rides out
+  /// tens of seconds of throttling or a server restart. Default: 60.
+  double budget_s = 60;
+};
+
+/// Return the delay before retry `retry` (0-based) under `policy`, with the jitter draw
+/// `u` in [0, 1): min(max, base * 2^retry) * (1 + u) / 2.
+double RetryDelaySeconds(const RetryPolicy& policy, int64_t retry, double u);
+
+/// Return whether retry `retry` (0-based) may be made `elapsed_s` seconds after the
+/// request's first failure, after waiting `delay_s`.
+bool MayRetry(const RetryPolicy& policy, int64_t retry, double elapsed_s, double delay_s);
 
 /// Build the options of an S3FileSystem from `storage` and the environment, initialising
 /// S3 (see FinalizeS3). Fails (Invalid) on an unknown key or a value that does not

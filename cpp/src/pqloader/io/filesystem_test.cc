@@ -81,13 +81,17 @@ TEST(MakeS3Options, RetriesRetryableErrorsWithExponentialBackoff) {
   auto& r = *o->retry_strategy;
   arrow::fs::S3RetryStrategy::AWSErrorDetail transient{0, "connection refused", "", true};
   arrow::fs::S3RetryStrategy::AWSErrorDetail permanent{0, "access denied", "", false};
-  EXPECT_TRUE(r.ShouldRetry(transient, 0));
-  EXPECT_TRUE(r.ShouldRetry(transient, 2));
-  EXPECT_FALSE(r.ShouldRetry(transient, 3));  // 4 attempts in all
   EXPECT_FALSE(r.ShouldRetry(permanent, 0));
-  EXPECT_EQ(r.CalculateDelayBeforeNextRetry(transient, 0), 100);
-  EXPECT_EQ(r.CalculateDelayBeforeNextRetry(transient, 1), 200);
-  EXPECT_EQ(r.CalculateDelayBeforeNextRetry(transient, 2), 300);  // capped
+  // The client asks ShouldRetry, then the delay of that retry: min(max, base * 2^n),
+  // jittered into [d/2, d].
+  const int64_t full_ms[] = {100, 200, 300};  // capped at 0.3 s
+  for (int64_t n = 0; n < 3; ++n) {
+    EXPECT_TRUE(r.ShouldRetry(transient, n));
+    const int64_t ms = r.CalculateDelayBeforeNextRetry(transient, n);
+    EXPECT_GE(ms, full_ms[n] / 2 - 1) << n;
+    EXPECT_LE(ms, full_ms[n]) << n;
+  }
+  EXPECT_FALSE(r.ShouldRetry(transient, 3));  // 4 attempts in all
 }
 
 TEST(FileSystemResolver, LocalPathsAndFileUrisKeepTheirPathAsName) {
@@ -115,3 +119,59 @@ class FinalizeS3AtExit : public ::testing::Environment {
 const auto* const kFinalize = ::testing::AddGlobalTestEnvironment(new FinalizeS3AtExit);
 
 }  // namespace
+
+namespace pqloader {
+
+TEST(RetryPolicy, DefaultsRideOutTensOfSecondsThenStop) {
+  const RetryPolicy p;  // the defaults every s3:// loader gets
+  // Sleep as the AWS client would, with the worst and the best jitter draws.
+  for (double u : {0.0, 0.999}) {
+    double elapsed = 0;
+    int64_t retries = 0;
+    while (true) {
+      const double delay = RetryDelaySeconds(p, retries, u);
+      if (!MayRetry(p, retries, elapsed, delay)) break;
+      elapsed += delay;
+      ++retries;
+      ASSERT_LT(retries, 1000);
+    }
+    EXPECT_GE(elapsed, 55.0) << "u=" << u;  // retries keep coming for most of a minute
+    EXPECT_LE(elapsed, 60.0) << "u=" << u;  // and never start after the budget
+    EXPECT_GE(retries, 12) << "u=" << u;
+  }
+}
+
+TEST(RetryPolicy, DelaysGrowExponentiallyWithEqualJitterUpToTheCap) {
+  const RetryPolicy p;
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 0, 0.0), 0.1);
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 0, 1.0), 0.2);
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 3, 1.0), 1.6);
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 3, 0.5), 1.2);
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 10, 1.0), 5.0);
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 10, 0.0), 2.5);
+  EXPECT_DOUBLE_EQ(RetryDelaySeconds(p, 1000, 1.0), 5.0);  // no overflow
+}
+
+TEST(RetryPolicy, AttemptsAndBudgetBothBound) {
+  RetryPolicy p;
+  p.max_attempts = 3;  // the first attempt and two retries
+  EXPECT_TRUE(MayRetry(p, 0, 0, 0.1));
+  EXPECT_TRUE(MayRetry(p, 1, 0, 0.1));
+  EXPECT_FALSE(MayRetry(p, 2, 0, 0.1));
+  p.max_attempts = 0;
+  p.budget_s = 0;  // no retries at all
+  EXPECT_FALSE(MayRetry(p, 0, 0, 0.1));
+  p.budget_s = 10;
+  EXPECT_TRUE(MayRetry(p, 50, 9.0, 1.0));
+  EXPECT_FALSE(MayRetry(p, 50, 9.5, 1.0));
+}
+
+TEST(MakeS3Options, RetryBudgetIsCheckedAndAccepted) {
+  EXPECT_TRUE(MakeS3Options(Opts({{"retry_budget", "0"}})).ok());
+  EXPECT_TRUE(MakeS3Options(Opts({{"retry_budget", "120.5"}})).ok());
+  auto bad = MakeS3Options(Opts({{"retry_budget", "-1"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("retry_budget"), std::string::npos);
+}
+
+}  // namespace pqloader

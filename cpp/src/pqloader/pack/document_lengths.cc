@@ -12,6 +12,7 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -26,8 +27,9 @@ void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
   for (const auto& child : f.children) LeavesOf(child, out);
 }
 
-// Append the row lengths of `field` in `split`'s row group to `out`.
-arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
+// Append the row lengths of column `src` (a top-level field, or a path below one) in
+// `split`'s row group to `out`.
+arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const ColumnSource& src,
                         arrow::MemoryPool* pool, std::vector<int32_t>* out) {
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
@@ -39,15 +41,17 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
   props.set_batch_size(kRowsPerSlice);
   auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.metadata);
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::FileReader::Make(pool, std::move(pq), props));
-  std::vector<int> leaves;
-  LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  std::vector<int> leaves = src.leaves;
+  if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[src.field], &leaves);
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
   out->reserve(static_cast<size_t>(split.num_rows));
   while (true) {
     std::shared_ptr<arrow::RecordBatch> batch;
     ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
     if (batch == nullptr) break;
-    const arrow::Array& a = *batch->column(0);
+    if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
+    ARROW_ASSIGN_OR_RAISE(auto column, ExtractPath(batch->column(0), src.path, pool));
+    const arrow::Array& a = *column;
     if (a.null_count() != 0) {
       return arrow::Status::Invalid(a.null_count(), " null list(s)");
     }
@@ -91,10 +95,10 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       arrow::Status st;
       try {
         const ColumnSource& src = file.columns[column];
-        if (src.field < 0 || !src.path.empty()) {
-          st = arrow::Status::Invalid("the column is absent from this file or below a struct");
+        if (src.field < 0) {
+          st = arrow::Status::Invalid("the file lacks the column (its rows are null)");
         } else {
-          st = ReadSplit(dataset, s, src.field, pool, &per_split[s]);
+          st = ReadSplit(dataset, s, src, pool, &per_split[s]);
         }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
@@ -129,6 +133,35 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
 
 int64_t DocumentLengths::Sum(int64_t split, int64_t begin, int64_t end) const {
   return prefix_[first_[split] + end] - prefix_[first_[split] + begin];
+}
+
+namespace {
+
+// The lower order statistic for the quantile numerator / denominator of `values` (a copy
+// of the lengths, which nth_element reorders).
+int32_t LowerQuantile(std::vector<int32_t>* values, int64_t numerator, int64_t denominator) {
+  const auto n = static_cast<int64_t>(values->size());
+  const int64_t index = (n - 1) * numerator / denominator;  // floor(q * (n - 1)), exact
+  std::nth_element(values->begin(), values->begin() + index, values->end());
+  return (*values)[index];
+}
+
+constexpr int64_t kPercent = 100;
+
+}  // namespace
+
+LengthStats SummarizeLengths(const std::vector<int32_t>& lengths) {
+  LengthStats s;
+  s.rows = static_cast<int64_t>(lengths.size());
+  if (lengths.empty()) return s;
+  const auto [lo, hi] = std::minmax_element(lengths.begin(), lengths.end());
+  s.min = *lo;
+  s.max = *hi;
+  for (int32_t n : lengths) s.total += n;
+  std::vector<int32_t> work = lengths;
+  s.median = LowerQuantile(&work, 50, kPercent);
+  s.p99 = LowerQuantile(&work, 99, kPercent);
+  return s;
 }
 
 }  // namespace pqloader

@@ -4,8 +4,9 @@
 // each rank gets, are known before any block is made.
 //
 // Reading them is one pass over that column alone (its values are decoded, as Parquet
-// stores lengths only as repetition levels), in parallel over row groups.
-// Thread-safety: immutable after Read(); shareable.
+// stores lengths only as repetition levels), in parallel over row groups. The same pass
+// gives `pqloader inspect --lengths` its statistics (SummarizeLengths).
+// Thread-safety: immutable after Read(); shareable. SummarizeLengths is a pure function.
 #pragma once
 
 #include <cstdint>
@@ -39,5 +40,24 @@ class DocumentLengths {
   std::vector<int64_t> first_;    // index in lengths_ of each split's first row
   std::vector<int64_t> prefix_;   // prefix sums of lengths_, size + 1
 };
+
+/// What `pqloader inspect --lengths` shows of a list column: its rows' lengths.
+struct LengthStats {
+  /// Rows (documents) summarized.
+  int64_t rows = 0;
+  /// Values of all rows together (tokens of a token column).
+  int64_t total = 0;
+  /// Shortest and longest row, in values; 0 without rows.
+  int32_t min = 0;
+  int32_t max = 0;
+  /// The median and the 99th percentile of the lengths, each a length that occurs: the
+  /// lower order statistic, at index floor(q * (rows - 1)) of the sorted lengths (NumPy's
+  /// percentile(method="lower"), Arrow's quantile(interpolation="lower")). 0 without rows.
+  int32_t median = 0;
+  int32_t p99 = 0;
+};
+
+/// Summarize the row lengths `lengths` (in any order).
+LengthStats SummarizeLengths(const std::vector<int32_t>& lengths);
 
 }  // namespace pqloader

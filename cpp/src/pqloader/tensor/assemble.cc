@@ -379,6 +379,11 @@ class Assembler {
     const std::vector<int64_t>* shape = nullptr;
     for (uint32_t u : src_.used_units) {
       const ColumnData& c = units_[u]->columns[col];
+      if (c.offsets != nullptr) {  // ragged rows are gathered only by PadOrTruncate
+        return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name,
+                         "': rows of different lengths; a list column must have one length "
+                         "in every row");
+      }
       if (shape == nullptr) {
         shape = &c.row_shape;
         row_bytes_[col] = c.row_bytes;

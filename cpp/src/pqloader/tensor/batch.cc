@@ -152,7 +152,25 @@ arrow::Status CheckUnitLayout(const DecodedUnit& unit, const std::vector<ColumnS
       }
       continue;
     }
-    if (d.offsets != nullptr) continue;  // checked against data when read
+    // The unit's row shape must be the spec's where the spec fixes it (an entry is
+    // hostile input; the gathers size their copies from it).
+    const std::vector<int64_t>& want = specs[c].row_shape;
+    bool same_shape = d.row_shape.size() == want.size();
+    for (size_t i = 0; same_shape && i < want.size(); ++i) {
+      same_shape = want[i] < 0 || want[i] == d.row_shape[i];
+    }
+    if (!same_shape && specs[c].kind == ColumnKind::kTensor) {
+      return arrow::Status::Invalid("column '", specs[c].name, "': rows of shape ",
+                                    ShapeToString(d.row_shape), " for a column of shape ",
+                                    ShapeToString(want));
+    }
+    if (d.offsets != nullptr) {  // offsets were checked against the data when read
+      if (specs[c].kind == ColumnKind::kTensor && (want.empty() || want[0] >= 0)) {
+        return arrow::Status::Invalid("column '", specs[c].name,
+                                      "' has variable-length rows but a fixed shape");
+      }
+      continue;
+    }
     if (specs[c].kind != ColumnKind::kTensor) {
       return arrow::Status::Invalid("column '", specs[c].name, "' has no offsets");
     }

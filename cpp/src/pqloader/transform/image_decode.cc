@@ -4,6 +4,7 @@
 
 #include <csetjmp>
 #include <cstring>
+#include <vector>
 #include <sstream>
 
 #include "pqloader/error.h"
@@ -32,28 +33,64 @@ void RgbToGray(const uint8_t* rgb, int64_t pixels, uint8_t* gray) {
   }
 }
 
-// One TurboJPEG decompressor per thread, created on first use.
+// One TurboJPEG decompressor per thread, created on first use. After any failure the
+// decompressor is replaced: TurboJPEG 2.x leaves it mid-header when
+// tjDecompressHeader3 fails (libjpeg's global_state stays DSTATE_INHEADER with the failed
+// image's markers and component table), and the next image would be parsed on top of
+// that state — a heap overflow when it has more components (issue 12, item 1).
 class TjHandle {
  public:
   TjHandle() : h_(tjInitDecompress()) {}
   ~TjHandle() {
     if (h_) tjDestroy(h_);
   }
-  tjhandle get() const { return h_; }
+  TjHandle(const TjHandle&) = delete;
+  TjHandle& operator=(const TjHandle&) = delete;
+  tjhandle get() {
+    if (h_ == nullptr) h_ = tjInitDecompress();
+    return h_;
+  }
+  /// Destroy the decompressor; the next get() makes a fresh one.
+  void Reset() {
+    if (h_) tjDestroy(h_);
+    h_ = nullptr;
+  }
 
  private:
   tjhandle h_;
 };
 
+TjHandle& ThreadJpegDecoder() {
+  thread_local TjHandle handle;
+  return handle;
+}
+
+// Decode with the decompressor `h`; set *dirty when TurboJPEG reported an error or a
+// warning (the decompressor must then not be reused).
+arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
+                                           ImageMode mode, int64_t min_short_side, bool* dirty);
+
 arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageMode mode,
                                        int64_t min_short_side) {
-  thread_local TjHandle handle;
+  TjHandle& handle = ThreadJpegDecoder();
   tjhandle h = handle.get();
   if (h == nullptr) return arrow::Status::OutOfMemory("cannot create a JPEG decoder");
+  bool dirty = false;
+  auto out = DecodeJpegWith(h, data, size, mode, min_short_side, &dirty);
+  if (dirty || !out.ok()) handle.Reset();
+  return out;
+}
+
+arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
+                                           ImageMode mode, int64_t min_short_side, bool* dirty) {
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &width, &height, &subsamp,
                           &colorspace) != 0) {
+    *dirty = true;
     return arrow::Status::Invalid("corrupt JPEG header: ", tjGetErrorStr2(h));
+  }
+  if (width <= 0 || height <= 0) {
+    return arrow::Status::Invalid("corrupt JPEG header: image of ", width, "x", height);
   }
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
     return arrow::Status::Invalid("CMYK JPEG images are not supported");
@@ -88,6 +125,7 @@ arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageM
   if (tjDecompress2(h, data, static_cast<unsigned long>(size), out.data->mutable_data(),
                     static_cast<int>(w), 0, static_cast<int>(hgt),
                     mode == ImageMode::kGray ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
+    *dirty = true;
     const bool warning = tjGetErrorCode(h) == TJERR_WARNING;
     const std::string msg = tjGetErrorStr2(h);
     // Warnings about extraneous bytes are harmless (PIL accepts them); a premature end
@@ -124,53 +162,81 @@ void PngRead(png_structp png, png_bytep out, png_size_t n) {
   src->pos += static_cast<int64_t>(n);
 }
 
+// The state of one PNG decode. Everything the setjmp'd part writes lives here, behind a
+// pointer, and not in that function's locals: after png_error's longjmp, non-volatile
+// locals modified since setjmp have indeterminate values.
+struct PngDecode {
+  PngErrorState error;
+  PngSource source{nullptr, 0, 0};
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  bool direct_gray = false;
+  int64_t width = 0, height = 0, channels = 0;
+  std::vector<uint8_t> pixels;
+  std::vector<png_bytep> rows;
+
+  PngDecode() = default;
+  PngDecode(const PngDecode&) = delete;
+  PngDecode& operator=(const PngDecode&) = delete;
+  ~PngDecode() {
+    if (png != nullptr) png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+  }
+};
+
+// Run libpng on d->source; false after a libpng error (its message in d->error). libpng
+// may longjmp back here from any call below, so this function creates no object with a
+// destructor and reads nothing it wrote before a call that may jump.
+bool RunPng(PngDecode* d, ImageMode mode) {
+  if (setjmp(d->error.jump)) return false;
+  png_set_read_fn(d->png, &d->source, PngRead);
+  png_read_info(d->png, d->info);
+  const int color = png_get_color_type(d->png, d->info);
+  const bool gray_source = (color & PNG_COLOR_MASK_COLOR) == 0;
+  png_set_expand(d->png);
+  png_set_strip_16(d->png);
+  png_set_strip_alpha(d->png);
+  d->direct_gray = gray_source && mode == ImageMode::kGray;
+  if (!d->direct_gray) png_set_gray_to_rgb(d->png);
+  png_read_update_info(d->png, d->info);
+  d->width = png_get_image_width(d->png, d->info);
+  d->height = png_get_image_height(d->png, d->info);
+  d->channels = png_get_channels(d->png, d->info);
+  if (d->channels != (d->direct_gray ? 1 : 3)) png_error(d->png, "unexpected channel count");
+  if (d->width <= 0 || d->height <= 0) png_error(d->png, "image has no pixels");
+  if (d->width * d->height * d->channels > kMaxImageBytes) png_error(d->png, "image too large");
+  d->pixels.resize(static_cast<size_t>(d->width * d->height * d->channels));
+  d->rows.resize(static_cast<size_t>(d->height));
+  for (int64_t y = 0; y < d->height; ++y) {
+    d->rows[y] = d->pixels.data() + y * d->width * d->channels;
+  }
+  png_read_image(d->png, d->rows.data());
+  png_read_end(d->png, nullptr);
+  return true;
+}
+
 // Decode to 8-bit RGB (or gray) the way PIL's Image.convert("RGB"/"L") sees the file:
 // palettes expanded, 16-bit samples reduced to their high byte, alpha dropped (not
 // composited), no gamma correction.
 arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMode mode) {
-  PngErrorState state;
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &state, PngError, PngWarning);
-  if (png == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
-  png_infop info = png_create_info_struct(png);
-  PngSource src{data, size, 0};
+  PngDecode d;
+  d.source = PngSource{data, size, 0};
+  d.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &d.error, PngError, PngWarning);
+  if (d.png == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
+  d.info = png_create_info_struct(d.png);
+  if (d.info == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
+  if (!RunPng(&d, mode)) return arrow::Status::Invalid("corrupt PNG data: ", d.error.message);
+  const int64_t w = d.width, h = d.height;
   SampleTensor out;
-  std::vector<uint8_t> rgb;
-  std::vector<png_bytep> rows;
-  if (setjmp(state.jump)) {
-    png_destroy_read_struct(&png, &info, nullptr);
-    return arrow::Status::Invalid("corrupt PNG data: ", state.message);
-  }
-  png_set_read_fn(png, &src, PngRead);
-  png_read_info(png, info);
-  const int color = png_get_color_type(png, info);
-  const bool gray_source = (color & PNG_COLOR_MASK_COLOR) == 0;
-  png_set_expand(png);
-  png_set_strip_16(png);
-  png_set_strip_alpha(png);
-  const bool direct_gray = gray_source && mode == ImageMode::kGray;
-  if (!direct_gray) png_set_gray_to_rgb(png);
-  png_read_update_info(png, info);
-  const int64_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-  const int64_t channels = png_get_channels(png, info);
-  if (channels != (direct_gray ? 1 : 3)) png_error(png, "unexpected channel count");
-  if (w * h * channels > kMaxImageBytes) png_error(png, "image too large");
-  rgb.resize(static_cast<size_t>(w * h * channels));
-  rows.resize(static_cast<size_t>(h));
-  for (int64_t y = 0; y < h; ++y) rows[y] = rgb.data() + y * w * channels;
-  png_read_image(png, rows.data());
-  png_read_end(png, nullptr);
-  png_destroy_read_struct(&png, &info, nullptr);
-
   if (mode == ImageMode::kGray) {
     ARROW_ASSIGN_OR_RAISE(out, AllocateSample(DType::kUInt8, {h, w, 1}));
-    if (direct_gray) {
-      std::memcpy(out.data->mutable_data(), rgb.data(), rgb.size());
+    if (d.direct_gray) {
+      std::memcpy(out.data->mutable_data(), d.pixels.data(), d.pixels.size());
     } else {
-      RgbToGray(rgb.data(), w * h, out.data->mutable_data());
+      RgbToGray(d.pixels.data(), w * h, out.data->mutable_data());
     }
   } else {
     ARROW_ASSIGN_OR_RAISE(out, AllocateSample(DType::kUInt8, {h, w, 3}));
-    std::memcpy(out.data->mutable_data(), rgb.data(), rgb.size());
+    std::memcpy(out.data->mutable_data(), d.pixels.data(), d.pixels.size());
   }
   return out;
 }

@@ -2,8 +2,11 @@
 // deflated or stored) to tensors in C order and native byte order.
 #include <zlib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "pqloader/error.h"
 #include "pqloader/transform/op.h"
@@ -54,19 +57,21 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
   };
   const std::string descr = value_after("'descr'");
   if (descr.size() < 5 || descr[0] != '\'') {
-    return arrow::Status::Invalid("unsupported .npy dtype in header ", header);
+    return arrow::Status::Invalid("unsupported .npy dtype in header ", Printable(header));
   }
   const size_t close = descr.find('\'', 1);
   const std::string code = descr.substr(1, close == std::string::npos ? 0 : close - 1);
   if (code.size() < 3 || std::string("<>|=").find(code[0]) == std::string::npos) {
-    return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+    return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
+                                  "' (numeric and bool only)");
   }
   const char order = code[0], kind = code[1];
   int size = 0;
   {
     auto [ptr, ec] = std::from_chars(code.data() + 2, code.data() + code.size(), size);
     if (ec != std::errc() || ptr != code.data() + code.size()) {
-      return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+      return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
+                                  "' (numeric and bool only)");
     }
   }
   h.swap = order == '>' && size > 1;
@@ -88,18 +93,19 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
     }
   }
   if (!found) {
-    return arrow::Status::Invalid("unsupported .npy dtype '", code, "' (numeric and bool only)");
+    return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
+                                  "' (numeric and bool only)");
   }
   const std::string fortran = value_after("'fortran_order'");
   if (fortran.rfind("True", 0) == 0) {
     h.fortran = true;
   } else if (fortran.rfind("False", 0) != 0) {
-    return arrow::Status::Invalid("bad .npy header ", header);
+    return arrow::Status::Invalid("bad .npy header ", Printable(header));
   }
   const std::string shape = value_after("'shape'");
   const size_t end = shape.find(')');
   if (shape.empty() || shape[0] != '(' || end == std::string::npos) {
-    return arrow::Status::Invalid("bad .npy header ", header);
+    return arrow::Status::Invalid("bad .npy header ", Printable(header));
   }
   size_t i = 1;
   while (i < end) {
@@ -109,25 +115,33 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
     }
     int64_t d = 0;
     auto [ptr, ec] = std::from_chars(shape.data() + i, shape.data() + end, d);
-    if (ec != std::errc() || d < 0) return arrow::Status::Invalid("bad .npy shape in ", header);
+    if (ec != std::errc() || d < 0) return arrow::Status::Invalid("bad .npy shape in ", Printable(header));
     h.shape.push_back(d);
     i = static_cast<size_t>(ptr - shape.data());
   }
   return h;
 }
 
+// The element count of `h`'s shape, or an error if its data would exceed `max_bytes`.
+arrow::Result<int64_t> NpyCount(const NpyHeader& h, int64_t max_bytes, const char* what) {
+  const int64_t elem = DTypeSize(h.dtype);
+  int64_t count = 1;
+  for (int64_t d : h.shape) {
+    if (d != 0 && count > (max_bytes / elem) / d) {
+      return arrow::Status::Invalid(what, ": shape ", ShapeToString(h.shape), " needs more than ",
+                                    max_bytes, " bytes");
+    }
+    count *= d;
+  }
+  return count;
+}
+
 arrow::Result<SampleTensor> DecodeNpy(const uint8_t* p, int64_t n) {
   ARROW_ASSIGN_OR_RAISE(auto h, ParseNpyHeader(p, n));
   const int64_t elem = DTypeSize(h.dtype);
   // Check the header's shape against the bytes present before allocating anything.
-  int64_t count = 1;
-  for (int64_t d : h.shape) {
-    if (d != 0 && count > (n / elem) / d) {
-      return arrow::Status::Invalid(".npy data is truncated: shape ", ShapeToString(h.shape),
-                                    " needs more than the ", n, " bytes present");
-    }
-    count *= d;
-  }
+  ARROW_ASSIGN_OR_RAISE(const int64_t count,
+                        NpyCount(h, n, ".npy data is truncated (fewer bytes than its header says)"));
   if (h.data_offset + count * elem > n) {
     return arrow::Status::Invalid(".npy data is truncated: ", n - h.data_offset, " bytes for ",
                                   count, " elements of ", elem);
@@ -164,7 +178,62 @@ arrow::Result<SampleTensor> DecodeNpy(const uint8_t* p, int64_t n) {
 uint32_t Le32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t(p[3]) << 24); }
 uint16_t Le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
-// Return the bytes of the first member of a zip archive (local header; deflate or stored).
+// Decompressed .npz members are read only as far as their .npy header says, and never
+// beyond these bounds: a small archive may inflate to any size (a "zip bomb").
+constexpr int64_t kMaxNpyHeaderBytes = int64_t{1} << 20;
+constexpr int64_t kMaxNdarrayBytes = int64_t{1} << 31;
+constexpr int64_t kNpyPreambleBytes = 12;  // magic, version, header length (v2/v3)
+constexpr int64_t kInflateStep = int64_t{1} << 16;
+
+// Inflates a raw deflate stream into `out`, a little at a time.
+class Inflater {
+ public:
+  Inflater() { std::memset(&z_, 0, sizeof(z_)); }
+  ~Inflater() {
+    if (initialized_) inflateEnd(&z_);
+  }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+
+  arrow::Status Init(const uint8_t* p, int64_t n) {
+    if (inflateInit2(&z_, -MAX_WBITS) != Z_OK) return arrow::Status::OutOfMemory("inflateInit failed");
+    initialized_ = true;
+    z_.next_in = const_cast<Bytef*>(p);
+    z_.avail_in = static_cast<uInt>(std::min<int64_t>(n, std::numeric_limits<uInt>::max()));
+    return arrow::Status::OK();
+  }
+
+  /// Inflate until `out` holds `target` bytes or the stream ends (then ended() is true).
+  /// `out` grows geometrically with what actually comes out, not to `target` at once.
+  arrow::Status InflateTo(std::vector<uint8_t>* out, int64_t target) {
+    while (static_cast<int64_t>(out->size()) < target && !ended_) {
+      const auto before = static_cast<int64_t>(out->size());
+      const int64_t want = std::min<int64_t>(target, std::max<int64_t>(2 * before, kInflateStep));
+      out->resize(static_cast<size_t>(want));
+      z_.next_out = out->data() + before;
+      z_.avail_out = static_cast<uInt>(want - before);
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      out->resize(static_cast<size_t>(want - z_.avail_out));
+      if (rc == Z_STREAM_END) {
+        ended_ = true;
+      } else if (rc == Z_BUF_ERROR) {
+        return arrow::Status::Invalid("truncated .npz data");  // input used up
+      } else if (rc != Z_OK) {
+        return arrow::Status::Invalid("corrupt .npz data");
+      }
+    }
+    return arrow::Status::OK();
+  }
+  bool ended() const { return ended_; }
+
+ private:
+  z_stream z_;
+  bool initialized_ = false;
+  bool ended_ = false;
+};
+
+// Return the .npy bytes of the first member of a zip archive (local header; deflate or
+// stored), inflating only the header and the data it declares.
 arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) {
   if (n < 30 || Le32(p) != 0x04034b50) return arrow::Status::Invalid("not a .npz (zip) archive");
   const uint16_t method = Le16(p + 8);
@@ -180,30 +249,28 @@ arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) 
     return out;
   }
   if (method != 8) return arrow::Status::Invalid("unsupported .npz compression method ", method);
-  z_stream z;
-  std::memset(&z, 0, sizeof(z));
-  if (inflateInit2(&z, -MAX_WBITS) != Z_OK) return arrow::Status::OutOfMemory("inflateInit failed");
-  z.next_in = const_cast<Bytef*>(p + offset);
-  z.avail_in = static_cast<uInt>(n - offset);
-  out.resize(std::max<int64_t>(4096, (n - offset) * 4));
-  int rc = Z_OK;
-  while (true) {
-    z.next_out = out.data() + z.total_out;
-    z.avail_out = static_cast<uInt>(out.size() - z.total_out);
-    rc = inflate(&z, Z_NO_FLUSH);
-    if (rc == Z_STREAM_END) break;
-    if (rc != Z_OK && rc != Z_BUF_ERROR) break;
-    if (z.avail_out == 0) {
-      out.resize(out.size() * 2);
-    } else if (rc == Z_BUF_ERROR || z.avail_in == 0) {
-      break;  // no progress possible: truncated input
-    }
+  Inflater z;
+  ARROW_RETURN_NOT_OK(z.Init(p + offset, n - offset));
+  // The preamble gives the header's length, the header the data's.
+  ARROW_RETURN_NOT_OK(z.InflateTo(&out, kNpyPreambleBytes));
+  const int64_t header_start = !out.empty() && out[0] == 0x93 && out.size() > 6 && out[6] == 1
+                                   ? 10 : kNpyPreambleBytes;
+  if (static_cast<int64_t>(out.size()) < header_start) {
+    return arrow::Status::Invalid("truncated .npy in .npz archive");
   }
-  const auto total = z.total_out;
-  inflateEnd(&z);
-  if (rc != Z_STREAM_END) return arrow::Status::Invalid("corrupt or truncated .npz data");
-  out.resize(total);
-  return out;
+  const int64_t header_len = header_start == 10 ? Le16(out.data() + 8) : Le32(out.data() + 8);
+  if (header_len > kMaxNpyHeaderBytes) {
+    return arrow::Status::Invalid(".npy header of ", header_len, " bytes in .npz archive (at most ",
+                                  kMaxNpyHeaderBytes, ")");
+  }
+  const int64_t header_end = header_start + header_len;
+  ARROW_RETURN_NOT_OK(z.InflateTo(&out, header_end));
+  ARROW_ASSIGN_OR_RAISE(auto h, ParseNpyHeader(out.data(), static_cast<int64_t>(out.size())));
+  ARROW_ASSIGN_OR_RAISE(
+      const int64_t count,
+      NpyCount(h, kMaxNdarrayBytes, ".npy array in .npz archive is too large"));
+  ARROW_RETURN_NOT_OK(z.InflateTo(&out, h.data_offset + count * DTypeSize(h.dtype)));
+  return out;  // if the stream ended early, DecodeNpy reports the truncation
 }
 
 class DecodeNdarrayOp : public Op {

@@ -1,0 +1,217 @@
+// DecodeImage on hostile bytes: a failed decode must leave the thread able to decode
+// the next image exactly (issue 12, item 1: a JPEG whose header fails, then a valid
+// JPEG on the same thread, corrupted the heap).
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <gtest/gtest.h>
+
+#include <csetjmp>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pqloader/transform/op.h"
+
+namespace pqloader {
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// A deterministic test pattern of w x h pixels with `channels` channels.
+Bytes Pattern(int w, int h, int channels) {
+  Bytes out(static_cast<size_t>(w) * h * channels);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>((i * 37) ^ (i >> 3));
+  return out;
+}
+
+Bytes EncodeJpeg(int w, int h, bool gray) {
+  tjhandle h_enc = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  Bytes pixels = Pattern(w, h, gray ? 1 : 3);
+  const int rc = tjCompress2(h_enc, pixels.data(), w, 0, h, gray ? TJPF_GRAY : TJPF_RGB, &buf,
+                             &size, gray ? TJSAMP_GRAY : TJSAMP_420, 90, 0);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(h_enc);
+  Bytes out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(h_enc);
+  return out;
+}
+
+struct PngSink {
+  Bytes bytes;
+  std::jmp_buf jump;
+};
+
+Bytes EncodePng(int w, int h, bool gray) {
+  PngSink sink;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  Bytes pixels = Pattern(w, h, gray ? 1 : 3);
+  std::vector<png_bytep> rows(h);
+  for (int y = 0; y < h; ++y) rows[y] = pixels.data() + static_cast<size_t>(y) * w * (gray ? 1 : 3);
+  png_set_write_fn(
+      png, &sink,
+      [](png_structp p, png_bytep data, png_size_t n) {
+        auto* s = static_cast<PngSink*>(png_get_io_ptr(p));
+        s->bytes.insert(s->bytes.end(), data, data + n);
+      },
+      nullptr);
+  png_set_IHDR(png, info, w, h, 8, gray ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  png_write_image(png, rows.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return sink.bytes;
+}
+
+SampleTensor AsSample(const Bytes& b) {
+  SampleTensor s;
+  s.dtype = DType::kUInt8;
+  s.shape = {static_cast<int64_t>(b.size())};
+  s.data = arrow::Buffer::FromString(std::string(b.begin(), b.end()));
+  return s;
+}
+
+arrow::Result<SampleTensor> Decode(const Bytes& b, const std::string& mode = "rgb") {
+  OpParams p;
+  p.strings["mode"] = mode;
+  auto op = MakeOp("DecodeImage", p).ValueOrDie();
+  return op->Apply(AsSample(b), SampleContext{}, 0);
+}
+
+// The decoded pixels and shape, for comparison.
+std::pair<std::vector<int64_t>, std::string> Pixels(const SampleTensor& s) {
+  return {s.shape, std::string(reinterpret_cast<const char*>(s.data->data()), s.data->size())};
+}
+
+// The result of decoding `b` on a thread that has decoded nothing else.
+std::pair<std::vector<int64_t>, std::string> FreshDecode(const Bytes& b,
+                                                         const std::string& mode = "rgb") {
+  std::pair<std::vector<int64_t>, std::string> out;
+  std::thread t([&] {
+    auto r = Decode(b, mode);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    out = Pixels(*r);
+  });
+  t.join();
+  return out;
+}
+
+size_t FindMarker(const Bytes& b, uint8_t marker) {
+  for (size_t i = 2; i + 1 < b.size(); ++i) {
+    if (b[i] == 0xFF && b[i + 1] == marker) return i;
+  }
+  return b.size();
+}
+
+// JPEGs whose header fails after part of it was read: the failed image's frame (SOF,
+// one component) stays in a reused decompressor.
+std::vector<Bytes> CorruptGrayJpegs() {
+  const Bytes gray = EncodeJpeg(16, 12, /*gray=*/true);
+  const size_t sos = FindMarker(gray, 0xDA);
+  const size_t sof = FindMarker(gray, 0xC0);
+  EXPECT_LT(sos, gray.size());
+  EXPECT_LT(sof, gray.size());
+  std::vector<Bytes> out;
+  out.emplace_back(gray.begin(), gray.begin() + sos);  // ends before SOS: no image
+  Bytes no_sos = gray;
+  no_sos[sos + 1] = 0xD9;  // SOS replaced by EOI
+  out.push_back(no_sos);
+  out.emplace_back(gray.begin(), gray.begin() + sof + 6);  // ends inside SOF
+  Bytes bad_sof = gray;
+  bad_sof[sof + 9] = 0;  // component count 0
+  out.push_back(bad_sof);
+  return out;
+}
+
+}  // namespace
+
+TEST(DecodeImage, FailedJpegHeaderDoesNotPoisonTheNextJpegOnTheThread) {
+  const Bytes rgb = EncodeJpeg(24, 20, /*gray=*/false);
+  const auto expected = FreshDecode(rgb);
+  ASSERT_EQ(expected.first, (std::vector<int64_t>{20, 24, 3}));
+  for (const Bytes& bad : CorruptGrayJpegs()) {
+    std::thread t([&] {
+      auto failed = Decode(bad);
+      ASSERT_FALSE(failed.ok());
+      EXPECT_NE(failed.status().message().find("JPEG"), std::string::npos)
+          << failed.status().ToString();
+      auto next = Decode(rgb);  // the same thread, so the same decompressor
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      EXPECT_EQ(Pixels(*next), expected);
+      auto gray = Decode(rgb, "gray");
+      ASSERT_TRUE(gray.ok()) << gray.status().ToString();
+      EXPECT_EQ(gray->shape, (std::vector<int64_t>{20, 24, 1}));
+    });
+    t.join();
+  }
+}
+
+TEST(DecodeImage, FailedPngDoesNotPoisonTheNextPng) {
+  const Bytes png = EncodePng(9, 7, /*gray=*/false);
+  const auto expected = FreshDecode(png);
+  std::vector<Bytes> bad;
+  bad.emplace_back(png.begin(), png.begin() + png.size() / 2);  // truncated
+  Bytes bad_crc = png;
+  bad_crc[20] ^= 0x55;  // inside IHDR: its CRC fails
+  bad.push_back(bad_crc);
+  Bytes huge = png;
+  huge[16] = 0x7F;  // width 2^30 and more: refused before any allocation
+  bad.push_back(huge);
+  std::thread t([&] {
+    for (const Bytes& b : bad) {
+      auto failed = Decode(b);
+      ASSERT_FALSE(failed.ok());
+      EXPECT_NE(failed.status().message().find("PNG"), std::string::npos);
+      auto next = Decode(png);
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      EXPECT_EQ(Pixels(*next), expected);
+    }
+  });
+  t.join();
+}
+
+// Random damage (truncation, flipped bytes) to JPEG and PNG images of several layouts,
+// interleaved with valid images on one thread: every valid image decodes exactly as on
+// a fresh thread, and no damaged one crashes the process.
+TEST(DecodeImage, CorruptAndValidImagesInterleavedOnOneThread) {
+  const std::vector<Bytes> valid = {EncodeJpeg(24, 20, false), EncodeJpeg(16, 12, true),
+                                    EncodeJpeg(33, 7, false), EncodePng(9, 7, false),
+                                    EncodePng(5, 11, true)};
+  std::vector<std::pair<std::vector<int64_t>, std::string>> expected;
+  for (const Bytes& b : valid) expected.push_back(FreshDecode(b));
+  std::thread t([&] {
+    std::mt19937_64 rng(12);
+    int failures = 0;
+    for (int i = 0; i < 600; ++i) {
+      const size_t k = rng() % valid.size();
+      Bytes b = valid[k];
+      switch (rng() % 3) {
+        case 0:
+          b.resize(rng() % b.size());
+          break;
+        case 1:
+          for (int j = 0; j < 4; ++j) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+          break;
+        default: {
+          auto r = Decode(b);
+          ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+          ASSERT_EQ(Pixels(*r), expected[k]) << "image " << k << " at step " << i;
+          continue;
+        }
+      }
+      auto r = Decode(b);  // may fail or succeed; it must not crash
+      if (!r.ok()) ++failures;
+    }
+    EXPECT_GT(failures, 50);
+  });
+  t.join();
+}
+
+}  // namespace pqloader

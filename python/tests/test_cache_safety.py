@@ -1,0 +1,162 @@
+"""`pqloader cache clear` deletes only what it can prove is pqloader's (issue 12, item 2),
+and a rewritten source file is never served from stale entries (item 7)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import subprocess_env
+
+MARKER = "PQLOADER_CACHE"
+
+
+def write(path: Path, n: int = 120, rg: int = 40, offset: int = 0) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": np.arange(offset, offset + n, dtype=np.int64),
+                             "x": np.arange(n, dtype=np.float32) + offset}), path,
+                   row_group_size=rg)
+    return str(path)
+
+
+def fill(data: str, cache_dir: Path) -> list[int]:
+    loader = pqloader.Loader(data, batch_size=32, cache_dir=str(cache_dir))
+    return [int(i) for b in loader for i in b["id"]]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pqloader", *args], capture_output=True,
+                          text=True, env=subprocess_env(), timeout=120)
+
+
+def test_clear_refuses_a_directory_that_is_not_a_cache_and_deletes_nothing(tmp_path):
+    user = tmp_path / "experiments"
+    kept = [Path(write(user / "shard-00" / "part-0.parquet")), user / "records", user / "footers" / "a"]
+    kept[1].write_text("my records\n")
+    kept[2].parent.mkdir()
+    kept[2].write_text("mine")
+    with pytest.raises(pqloader.InvalidDataError, match=r"experiments' is not a pqloader cache.*"
+                                                        r"PQLOADER_CACHE.*nothing was deleted"):
+        pqloader.cache_clear(user)
+    done = cli("cache", "clear", str(user))
+    assert done.returncode == 1
+    assert "is not a pqloader cache directory" in done.stderr and "cleared" not in done.stdout
+    assert all(p.exists() for p in kept)
+    assert pq.read_table(kept[0]).num_rows == 120
+
+
+def test_clear_of_an_empty_directory_succeeds_and_of_a_missing_one_fails(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert pqloader.cache_clear(tmp_path / "empty")["entries"] == 0
+    with pytest.raises(pqloader.IOError, match="not a directory"):
+        pqloader.cache_clear(tmp_path / "missing")
+
+
+def test_clear_deletes_a_real_cache_and_leaves_foreign_files_alone(tmp_path):
+    data = write(tmp_path / "data" / "d.parquet")
+    cache = tmp_path / "cache"
+    expected = fill(data, cache)
+    assert (cache / MARKER).read_text().splitlines()[:2] == ["pqloader cache", "format 2"]
+    entries = pqloader.cache_stats(cache)["entries"]
+    assert entries == 3
+    # Things pqloader did not write, placed inside the cache afterwards.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    foreign = [Path(write(cache / "shard-00" / "part-0.parquet")),
+               cache / "shard-00" / "notes" / "todo.txt",
+               cache / "shard-01" / ("0" * 32 + ".pqc"),  # an entry's name, not its header
+               cache / "footers" / "readme.txt",
+               cache / "mydata.csv",
+               cache / "shard-0f"]  # a symbolic link to a directory of the user's
+    foreign[1].parent.mkdir(parents=True)
+    foreign[1].write_text("x")
+    foreign[2].parent.mkdir(exist_ok=True)
+    foreign[2].write_bytes(b"PQLCACHE not really an entry" + bytes(64))
+    foreign[3].parent.mkdir(exist_ok=True)
+    foreign[3].write_text("x")
+    foreign[4].write_text("a,b\n")
+    foreign[5].symlink_to(outside, target_is_directory=True)
+    report = pqloader.cache_clear(cache)
+    assert report["entries"] == entries and report["bytes"] > 0
+    assert report["other_files"] >= 1  # footers, locks, usage files, records
+    assert report["foreign_count"] == len(foreign)
+    assert sorted(report["foreign"]) == sorted(
+        str(p if p.name != "todo.txt" else p.parent) for p in foreign)
+    assert all(os.path.lexists(p) for p in foreign)
+    assert (outside / "precious.txt").read_text() == "keep me"
+    assert pq.read_table(foreign[0]).num_rows == 120
+    assert pqloader.cache_stats(cache)["entries"] == 1  # stats go by name: the impostor
+    assert (cache / MARKER).exists()
+    assert not any(p.name.endswith(".thrift") for p in (cache / "footers").iterdir())
+    assert fill(data, cache) == expected  # still a working cache
+    assert pqloader.cache_stats(cache)["entries"] == entries + 1
+
+
+def test_cli_clear_reports_what_it_deleted_and_left(tmp_path):
+    data = write(tmp_path / "d.parquet")
+    cache = tmp_path / "cache"
+    fill(data, cache)
+    (cache / "mine.txt").write_text("x")
+    done = cli("cache", "clear", str(cache))
+    assert done.returncode == 0, done.stderr
+    assert "3 entries" in done.stdout and "left alone, not pqloader's: 1" in done.stdout
+    assert "mine.txt" in done.stdout and (cache / "mine.txt").exists()
+
+
+def test_a_directory_of_user_files_given_as_cache_dir_is_used_but_never_marked(tmp_path):
+    data = write(tmp_path / "d.parquet")
+    user = tmp_path / "home"
+    user.mkdir()
+    (user / "thesis.tex").write_text("keep")
+    assert fill(data, user) == list(range(120))
+    assert not (user / MARKER).exists()
+    with pytest.raises(pqloader.InvalidDataError, match="not a pqloader cache"):
+        pqloader.cache_clear(user)
+    assert (user / "thesis.tex").read_text() == "keep"
+
+
+def test_cache_made_before_markers_existed_is_marked_when_it_holds_only_cache_files(tmp_path):
+    data = write(tmp_path / "d.parquet")
+    cache = tmp_path / "cache"
+    fill(data, cache)
+    (cache / MARKER).unlink()  # as left by a version without markers
+    fill(data, cache)
+    assert (cache / MARKER).exists()
+    assert pqloader.cache_clear(cache)["entries"] == 3
+
+
+# -- item 7: the footer's hash is part of every key ----------------------------------------
+
+
+def fixed_size_file(path: Path, offset: int) -> None:
+    """100 int64 ids, uncompressed and plain: the file's size does not depend on values."""
+    pq.write_table(pa.table({"id": np.arange(offset, offset + 100, dtype=np.int64)}), path,
+                   row_group_size=25, compression="NONE", use_dictionary=False)
+
+
+def test_file_rewritten_with_same_size_and_mtime_is_not_served_from_stale_entries(tmp_path):
+    path = tmp_path / "d.parquet"
+    fixed_size_file(path, 0)
+    st = path.stat()
+    cache = tmp_path / "cache"
+    first = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
+    assert [int(i) for b in first for i in b["id"]] == list(range(100))
+    assert first.stats()["cache_inserts"] == 4
+    fixed_size_file(path, 1000)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    second = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
+    assert [int(i) for b in second for i in b["id"]] == list(range(1000, 1100))
+    assert second.stats()["cache_hits"] == 0
+    third = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
+    assert [int(i) for b in third for i in b["id"]] == list(range(1000, 1100))
+    assert third.stats()["cache_hits"] == 4  # the new entries are used

@@ -1,0 +1,429 @@
+"""Hostile bytes in data files: every one ends in a pqloader error naming where it is (or a
+documented skip), never in a crash, a hang, work proportional to a claimed size, or wrong
+data (issue 12, items 1, 3, 5 and the .npz bound)."""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import subprocess_env
+from pqloader import _core
+from pqloader import transforms as T
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def encode(a: np.ndarray, fmt: str, **kw) -> bytes:
+    b = io.BytesIO()
+    Image.fromarray(a).save(b, format=fmt, **kw)
+    return b.getvalue()
+
+
+def pattern(h: int, w: int, channels: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, (h, w, channels), dtype=np.uint8)
+    return a[:, :, 0] if channels == 1 else a
+
+
+def jpeg_missing_sos() -> bytes:
+    """A grayscale JPEG cut before its SOS marker: TurboJPEG fails with "missing SOS
+    marker" after reading the frame header (one component)."""
+    gray = encode(pattern(12, 16, 1, 0), "JPEG", quality=90)
+    return gray[: gray.index(b"\xff\xda")]
+
+
+# -- item 1: a failed JPEG header must not poison the thread's decoder -----------------------
+
+
+def test_failed_jpeg_header_then_valid_jpegs_on_one_worker_are_skipped_and_decoded_exactly(tmp_path):
+    valid = [encode(pattern(20, 24, 3, s), "JPEG", quality=90) for s in range(6)]
+    bad = jpeg_missing_sos()
+    images, ids_ok = [], []
+    for i in range(24):  # bad, good, bad, good, ...: every good image follows a bad one
+        if i % 2 == 0:
+            images.append(bad)
+        else:
+            images.append(valid[i % 6])
+            ids_ok.append(i)
+    path = tmp_path / "mixed.parquet"
+    pq.write_table(pa.table({"id": np.arange(24, dtype=np.int64), "image": images}), path,
+                   row_group_size=8)
+    expected = {i: _core._apply_ops([T.DecodeImage()._spec()], images[i], 0, 0, 0)
+                for i in ids_ok}
+    assert all(e.shape == (20, 24, 3) for e in expected.values())
+    for _ in range(2):  # a second loader in the same process works too
+        loader = pqloader.Loader(str(path), batch_size=5, num_workers=1, on_decode_error="skip",
+                                 transforms={"image": [T.DecodeImage()]})
+        got = {}
+        for batch in loader:
+            for row, img in zip(batch["id"], batch["image"]):
+                got[int(row)] = img
+        assert sorted(got) == ids_ok
+        for i in ids_ok:
+            np.testing.assert_array_equal(got[i], expected[i])
+        assert loader.stats()["skipped_rows"] == 12
+
+
+def test_failed_jpeg_header_raises_naming_file_row_and_column(tmp_path):
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"image": [jpeg_missing_sos()]}), path)
+    loader = pqloader.Loader(str(path), transforms={"image": [T.DecodeImage()]})
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"bad\.parquet', row group 0, row 0, column 'image'.*JPEG"):
+        list(loader)
+
+
+# -- item 3: corrupt footer counts fail fast, before any work proportional to them -----------
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def patch_counts(src: Path, dst: Path, old: int, new: int, which=None) -> int:
+    """Rewrite i64 fields of the footer that hold `old` and follow their predecessor
+    (Thrift compact header 0x16) as `new`: occurrences `which` (indexes in footer order),
+    or all. Footer order for the test file: FileMetaData.num_rows, then per column chunk
+    ColumnMetaData.num_values ('id', 's'), then RowGroup.num_rows."""
+    data = src.read_bytes()
+    (flen,) = struct.unpack("<i", data[-8:-4])
+    start = len(data) - 8 - flen
+    footer = data[start:-8]
+    pat, rep = b"\x16" + varint(old << 1), b"\x16" + varint(new << 1)
+    parts = footer.split(pat)
+    which = range(len(parts) - 1) if which is None else which
+    out = parts[0]
+    for i, part in enumerate(parts[1:]):
+        out += (rep if i in which else pat) + part
+    dst.write_bytes(data[:start] + out + struct.pack("<i", len(out)) + b"PAR1")
+    return len(parts) - 1
+
+
+@pytest.fixture()
+def small_file(tmp_path) -> Path:
+    path = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": np.arange(600, dtype=np.int64),
+                             "s": [f"s{i}" for i in range(600)]}), path)
+    return path
+
+
+@pytest.mark.parametrize("which,match", [
+    ([1], r"row group 0, column 'id' holds 5000 values for 600 rows"),
+    ([2], r"row group 0, column 's' holds 5000 values for 600 rows"),
+    ([0, 3], r"row group 0, column 'id' holds 600 values for 5000 rows"),
+])
+def test_inconsistent_footer_counts_are_refused_at_construction(small_file, which, match):
+    bad = small_file.with_name("bad.parquet")
+    assert patch_counts(small_file, bad, 600, 5000, which) == 4
+    with pytest.raises(pqloader.InvalidDataError, match=r"bad\.parquet' has a corrupt footer: " + match):
+        pqloader.Loader(str(bad))
+
+
+def test_file_level_row_count_is_not_trusted_over_the_row_groups(small_file):
+    """Readers go by the row groups (some old writers left the file's count 0)."""
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 5000, [0])
+    assert [int(i) for b in pqloader.Loader(str(bad), batch_size=256) for i in b["id"]] == list(range(600))
+    patch_counts(small_file, bad, 600, 5000, [1, 2, 3])  # row group and chunks agree on 5000
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"bad\.parquet', row group 0, column 'id': read 600 rows, the footer says 5000"):
+        list(pqloader.Loader(str(bad)))
+
+
+def test_row_count_beyond_any_row_group_is_refused_at_construction(small_file):
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 31_600_000_000)  # consistent everywhere
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"bad\.parquet' has a corrupt footer: row group 0 claims 31600000000 rows"):
+        pqloader.Loader(str(bad), batch_size=64)
+    assert pqloader.inspect(str(bad))["num_rows"] == 31_600_000_000  # inspect shows the claim
+
+
+RSS_PROBE = """
+import sys, pqloader
+try:
+    for _ in pqloader.Loader(sys.argv[1], batch_size=1 << 20, num_workers=1):
+        pass
+    print("ok")
+except pqloader.InvalidDataError as e:
+    print("error:", e)
+# VmHWM: this process's own peak RSS (ru_maxrss would include the parent's at fork)
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+"""
+
+
+def test_consistent_but_false_row_count_fails_when_read_without_memory_for_the_claim(small_file):
+    """2^31 - 1 rows claimed everywhere in a 600-row file: the counts agree, so the data
+    decides; it is read in bounded batches (reading a column in one piece reserves
+    memory for every claimed row: +280 MB peak RSS here before the fix)."""
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 2**31 - 1)
+    runs = {}
+    for name in ("good", "bad"):
+        done = subprocess.run([sys.executable, "-c", RSS_PROBE, str(small_file.with_name(f"{name}.parquet"))],
+                              capture_output=True, text=True, timeout=120, env=subprocess_env())
+        assert done.returncode == 0, done.stderr
+        message, rss_kb = done.stdout.strip().rsplit("\n", 1)
+        runs[name] = (message, int(rss_kb))
+    assert runs["good"][0] == "ok"
+    assert re.fullmatch(r"error: cannot decode '.*bad\.parquet', row group 0, column 'id': "
+                        r"read 600 rows, the footer says 2147483647", runs["bad"][0])
+    assert runs["bad"][1] < runs["good"][1] + 64 * 1024, runs
+
+
+def test_long_rle_runs_beyond_the_plausible_row_density_still_read_exactly(tmp_path):
+    """A constant column: far more rows than bytes, the batched read path."""
+    path = tmp_path / "rle.parquet"
+    n = 400_000
+    table = pa.table({"c": np.full(n, -3, dtype=np.int64), "k": np.full(n, 7, dtype=np.int32)})
+    pq.write_table(table, path, row_group_size=n)
+    md = pq.ParquetFile(path).metadata.row_group(0)
+    assert n > 65536 + 8 * sum(md.column(i).total_uncompressed_size for i in range(2))
+    rows = 0
+    for b in pqloader.Loader(str(path), batch_size=100_000):
+        assert (b["c"] == -3).all() and (b["k"] == 7).all()
+        rows += len(b["k"])
+    assert rows == n
+
+
+# -- item 5: invalid UTF-8 in values, headers and names -------------------------------------
+
+
+def raw_strings(values: list[bytes | None]) -> pa.Array:
+    """A pa.string() array holding exactly these bytes (pyarrow would refuse invalid UTF-8)."""
+    offsets = np.cumsum([0] + [len(v or b"") for v in values]).astype(np.int32)
+    validity = None
+    if any(v is None for v in values):
+        validity = pa.py_buffer(np.packbits([v is not None for v in values], bitorder="little").tobytes())
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [validity, pa.py_buffer(offsets.tobytes()),
+                                  pa.py_buffer(b"".join(v or b"" for v in values))])
+
+
+GOOD_TEXT = ["ok", "größe", "日本語", "", "emoji 🙂"]
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+@pytest.mark.parametrize("bad,shown", [
+    (b"ab\xff", r"ab\\xff"),
+    (b"\xed\xa0\x80", r"\\xed\\xa0\\x80"),  # an encoded surrogate
+    (b"caf\xc3", r"caf\\xc3"),               # truncated sequence at the end of a value
+])
+def test_invalid_utf8_string_raises_naming_file_row_group_row_and_column(tmp_path, dictionary, bad, shown):
+    values = [t.encode() for t in GOOD_TEXT] * 3
+    values[12] = bad  # row group 1 (rows 8..15), its row 4
+    path = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"id": np.arange(15), "s": raw_strings(values)}), path, row_group_size=8,
+                   use_dictionary=dictionary)
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        list(pqloader.Loader(str(path), batch_size=4))
+    assert re.search(r"text\.parquet', row group 1: column 's', row 4: a string value is not "
+                     r"valid UTF-8 \(b'" + shown + r"'\); .*strings=\"bytes\"", str(e.value)), str(e.value)
+    got = [v for b in pqloader.Loader(str(path), batch_size=4, strings="bytes") for v in b["s"]]
+    assert got == values
+
+
+def test_values_that_split_one_character_between_them_are_each_invalid(tmp_path):
+    """b"a\\xc3" + b"\\xa9b" is valid UTF-8 as a whole; each value is not."""
+    path = tmp_path / "split.parquet"
+    pq.write_table(pa.table({"s": raw_strings([b"ok", b"a\xc3", b"\xa9b"])}), path, use_dictionary=False)
+    with pytest.raises(pqloader.InvalidDataError, match=r"column 's', row 1: .*b'a\\xc3'"):
+        list(pqloader.Loader(str(path)))
+
+
+def test_valid_text_with_nulls_filled_round_trips(tmp_path):
+    path = tmp_path / "ok.parquet"
+    values = [t.encode() for t in GOOD_TEXT] + [None]
+    pq.write_table(pa.table({"s": raw_strings(values)}), path)
+    got = [v for b in pqloader.Loader(str(path), fill_null="∅") for v in b["s"]]
+    assert got == GOOD_TEXT + ["∅"]
+    # (nulls without a fill are refused when the Loader is made: issue 15)
+    assert pqloader.Loader(str(path), strings="bytes", fill_null=b"").column_info["s"]["dtype"] == "bytes"
+
+
+def test_entries_cached_as_bytes_are_not_served_to_a_str_loader(tmp_path):
+    path = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"s": raw_strings([b"ok", b"\xff"])}), path)
+    cache = str(tmp_path / "cache")
+    assert [v for b in pqloader.Loader(str(path), strings="bytes", cache_dir=cache) for v in b["s"]] == [b"ok", b"\xff"]
+    with pytest.raises(pqloader.InvalidDataError, match="not valid UTF-8"):
+        list(pqloader.Loader(str(path), cache_dir=cache))
+
+
+def test_strings_option_is_checked():
+    with pytest.raises(ValueError, match="strings"):
+        pqloader.Loader("x.parquet", strings="latin-1")
+
+
+def test_invalid_utf8_column_name_raises_naming_the_file_and_escaping_the_name(tmp_path):
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "colA": [3, 4]}), good, store_schema=False)
+    data = good.read_bytes()
+    assert data.count(b"colA") == 2  # schema element and column chunk path
+    bad = tmp_path / "names.parquet"
+    bad.write_bytes(data.replace(b"colA", b"col\xff"))
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"names\.parquet' has a column named b'col\\xff', which is not valid UTF-8"):
+        pqloader.Loader(str(bad))
+    assert [int(i) for b in pqloader.Loader(str(bad), columns=["id"]) for i in b["id"]] == [1, 2]
+    with pytest.raises(pqloader.ColumnNotFoundError, match=r"available columns: 'id' 'col\\xff'"):
+        pqloader.Loader(str(bad), columns=["nope"])
+    assert list(pqloader.inspect(str(bad))["schema"]) == ["id", "col\\xff"]
+
+
+def test_npy_header_with_invalid_utf8_is_quoted_in_a_pqloader_error(tmp_path):
+    b = io.BytesIO()
+    np.save(b, np.arange(4, dtype=np.int32))
+    blob = b.getvalue().replace(b"'<i4'", b"'\xff\xfei4'")
+    path = tmp_path / "npy.parquet"
+    pq.write_table(pa.table({"arr": [blob]}), path)
+    loader = pqloader.Loader(str(path), transforms={"arr": [T.DecodeNdarray()]})
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"npy\.parquet', row group 0, row 0, column 'arr': DecodeNdarray\(\): "
+                             r"unsupported \.npy dtype "
+                             r"'\\xff\\xfei4'"):
+        list(loader)
+
+
+# -- .npz: decompression stops where the .npy header says the data ends ----------------------
+
+
+def npz_bomb(header_shape: tuple, dtype: str, payload_bytes: int) -> bytes:
+    """A one-member zip whose .npy declares `header_shape` but whose deflated stream holds
+    `payload_bytes` bytes of zeros after the header (about 1000:1)."""
+    b = io.BytesIO()
+    np.lib.format.write_array_header_1_0(b, {"descr": dtype, "fortran_order": False,
+                                             "shape": header_shape})
+    header = b"\x93NUMPY\x01\x00" + b.getvalue()[8:]
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = comp.compress(header)
+    chunk = bytes(1 << 20)
+    for _ in range(payload_bytes >> 20):
+        body += comp.compress(chunk)
+    body += comp.flush()
+    name = b"arr_0.npy"
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(body), 0xFFFFFFFF,
+                        len(name), 0)
+    return local + name + body
+
+
+BOMB_PROBE = """
+import sys
+from pqloader import _core, transforms as T
+blob = open(sys.argv[1], "rb").read()
+try:
+    a = _core._apply_ops([T.DecodeCompressedNdarray()._spec()], blob, 0, 0, 0)
+    print("shape", a.shape)
+except Exception as e:
+    print(type(e).__name__, e)
+# VmHWM: this process's own peak RSS (ru_maxrss would include the parent's at fork)
+print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
+"""
+
+
+def probe(tmp_path: Path, blob: bytes) -> tuple[str, int]:
+    path = tmp_path / "blob.npz"
+    path.write_bytes(blob)
+    done = subprocess.run([sys.executable, "-c", BOMB_PROBE, str(path)], capture_output=True,
+                          text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    message, rss_kb = done.stdout.strip().rsplit("\n", 1)
+    return message, int(rss_kb)
+
+
+def test_npz_bomb_inflates_only_the_declared_array(tmp_path):
+    """512 MiB of zeros behind a header that declares 4 int32s: the array is decoded from
+    its first bytes, and peak RSS does not grow with the payload (it grew by 512+ MiB)."""
+    small = io.BytesIO()
+    np.savez_compressed(small, np.zeros(4, dtype=np.int32))
+    base_message, base_rss = probe(tmp_path, small.getvalue())
+    assert base_message == "shape (4,)"
+    message, rss = probe(tmp_path, npz_bomb((4,), "<i4", 512 << 20))
+    assert message == "shape (4,)"
+    assert rss < base_rss + 64 * 1024, (rss, base_rss)
+
+
+def test_npz_declaring_a_huge_array_is_refused_before_inflating_it(tmp_path):
+    message, _ = probe(tmp_path, npz_bomb((1 << 40,), "<f8", 1 << 20))
+    assert message.startswith("InvalidDataError .npy array in .npz archive is too large: shape "
+                              "(1099511627776,) needs more than 2147483648 bytes"), message
+    message, rss = probe(tmp_path, npz_bomb((1 << 28,), "<f8", 1 << 20))  # 2 GiB declared, 1 MiB there
+    assert message.startswith("InvalidDataError .npy data is truncated"), message
+    assert rss < 256 * 1024
+
+
+def test_npz_with_a_header_longer_than_the_limit_is_refused():
+    body = b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 30)
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    deflated = comp.compress(body) + comp.flush()
+    blob = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(deflated), 0, 0, 0) + deflated
+    with pytest.raises(pqloader.InvalidDataError, match=r"\.npy header of 1073741824 bytes"):
+        _core._apply_ops([T.DecodeCompressedNdarray()._spec()], blob, 0, 0, 0)
+
+
+# -- invalid UTF-8 where issue 15's columns reach it: lists of strings, decoded hive values ---
+
+
+def test_invalid_utf8_in_a_list_of_strings_raises_naming_file_row_group_row_and_column(tmp_path):
+    values = [b"ok", "größe".encode(), b"ab\xff", b"", b"x"]
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 2, 4, 5], pa.int32()), raw_strings(values))
+    path = tmp_path / "words.parquet"
+    pq.write_table(pa.table({"id": np.arange(4), "w": lists}), path, row_group_size=2)
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        list(pqloader.Loader(str(path), batch_size=4))
+    assert re.search(r"words\.parquet', row group 1: column 'w', row 0, list item 0: a string "
+                     r"value is not valid UTF-8 \(b'ab\\xff'\); .*strings=\"bytes\"", str(e.value)), str(e.value)
+    loader = pqloader.Loader(str(path), batch_size=4, strings="bytes")
+    assert loader.column_info["w"]["dtype"] == "bytes"
+    got = [v for b in loader for v in b["w"]]
+    assert got == [[b"ok", "größe".encode()], [], [b"ab\xff", b""], [b"x"]]
+    # valid lists are str, and their bytes cache entries are not served to a str loader
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"w": pa.array([["a", "ß"], []], pa.list_(pa.string()))}), good)
+    cache = str(tmp_path / "cache")
+    assert [v for b in pqloader.Loader(str(good), cache_dir=cache, strings="bytes") for v in b["w"]] == \
+        [[b"a", "ß".encode()], []]
+    assert [v for b in pqloader.Loader(str(good), cache_dir=cache) for v in b["w"]] == [["a", "ß"], []]
+
+
+def test_partition_value_that_decodes_to_invalid_utf8_is_refused_when_selected(tmp_path):
+    for value in ("ok", "bad%FF"):
+        d = tmp_path / "d" / f"k={value}"
+        d.mkdir(parents=True)
+        pq.write_table(pa.table({"x": [1, 2]}), d / "part.parquet")
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"gives partition key 'k' a value that is not valid UTF-8 \(b'bad\\xff'\)"):
+        pqloader.Loader(str(tmp_path / "d"))
+    assert sorted(int(x) for b in pqloader.Loader(str(tmp_path / "d"), columns=["x"]) for x in b["x"]) == [1, 1, 2, 2]
+
+
+def test_invalid_utf8_struct_field_name_is_refused_when_selected(tmp_path):
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "s": pa.array([{"fldA": 1, "ok": 2}] * 2)}), good,
+                   store_schema=False)
+    data = good.read_bytes()
+    bad = tmp_path / "nested.parquet"
+    bad.write_bytes(data.replace(b"fldA", b"fld\xff"))
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"nested\.parquet' has a column named b's\.fld\\xff', which is not valid UTF-8"):
+        pqloader.Loader(str(bad))
+    assert [int(v) for b in pqloader.Loader(str(bad), columns=["id", "s.ok"]) for v in b["s.ok"]] == [2, 2]
+    assert "not valid UTF-8" in pqloader.inspect(str(bad))["loads_as"]["s"]
