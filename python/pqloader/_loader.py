@@ -96,7 +96,10 @@ class Loader:
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
-            same number of batches) and counted in ``stats()["skipped_rows"]``.
+            same number of batches) and counted in ``stats()["skipped_rows"]``. A batch
+            whose rows were all skipped comes with 0 rows: array columns empty, with the
+            dtype and row shape the column's ops give (0 for sizes that depend on the
+            data, e.g. an image's before a crop); string columns empty lists.
         strings: ``"str"`` (default): string columns come out as lists of ``str``
             (``list<string>`` columns as lists of lists of ``str``); a value that is not
             valid UTF-8 raises ``pqloader.InvalidDataError`` naming file, row group, row

@@ -334,7 +334,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                         pack_companions_, pool_);
     } else {
       batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                            transforms_.collate());
+                            transforms_.collate(), transforms_.signatures());
       if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
     }
     counters->gather_ns += NowNs() - t0;

@@ -254,6 +254,16 @@ class DecodeImageOp : public Op {
     out << ")";
     return out.str();
   }
+  SampleSignature OutputSignature(const SampleSignature&) const override {
+    SampleSignature out;
+    out.dtype = DType::kUInt8;
+    if (mode_ == ImageMode::kGray && !keepdims_) {
+      out.shape = std::vector<int64_t>{-1, -1};
+    } else {
+      out.shape = std::vector<int64_t>{-1, -1, mode_ == ImageMode::kGray ? 1 : 3};
+    }
+    return out;
+  }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     if (in.dtype != DType::kUInt8 || in.shape.size() != 1) {
