@@ -67,7 +67,8 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     Returns:
         A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
         created_by), ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the
-        loader yields, or "unsupported"), ``ragged`` (the list columns whose rows may
+        loader yields, or "unsupported: <why>"; then notes, each after ``"; "``: nulls
+        the footers count, a pandas index column), ``ragged`` (the list columns whose rows may
         differ in length: they need ``Loader(lists=...)`` or ``pack=``), ``num_rows``,
         ``num_row_groups``, ``num_files``; with ``lengths``, also ``lengths``: column ->
         ``rows``, ``total`` (values of all rows), ``min``, ``median``, ``p99``, ``max``
@@ -95,12 +96,14 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     if columns:
         info["lengths"] = _core.list_lengths(sources, options, columns)
         for name, stats in info["lengths"].items():
-            # "ragged int32: ..." or "ragged float32 (n, 3): ..." (from the engine)
-            m = re.match(r"ragged (\w+)(?: \(n, ([\d, ]+)\))?:", info["loads_as"][name])
+            # "ragged int32: ..." or "ragged float32 (n, 3): ..." (from the engine), then
+            # notes, each after "; " (nulls, ...): kept
+            description, sep, notes = info["loads_as"][name].partition("; ")
+            m = re.match(r"ragged (\w+)(?: \(n, ([\d, ]+)\))?:", description)
             if m and stats["rows"] and stats["min"] == stats["max"]:
                 inner = f", {m.group(2)}" if m.group(2) else ""
                 info["loads_as"][name] = (f"{m.group(1)}(batch, {stats['max']}{inner}) (every row "
-                                          f"has length {stats['max']})")
+                                          f"has length {stats['max']})") + sep + notes
     elif lengths is not False:
         info["lengths"] = {}
     return info

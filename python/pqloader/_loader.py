@@ -33,7 +33,9 @@ class Loader:
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path; list order is kept.
         columns: Columns to read (file columns or hive partition keys), in output
-            order, each once. ``None`` reads every column.
+            order, each once. A struct's field by dotted path (``"image.bytes"``); a whole
+            struct is its fields (``"image.bytes"``, ``"image.path"``). ``None`` reads
+            every column of every file (pandas index columns left out).
         batch_size: Rows per batch; batches span row-group and file boundaries.
         num_workers: C++ worker threads (at most 1024). ``None`` uses one per CPU.
         shuffle: Shuffle the order of row groups each epoch and rows within windows of
@@ -50,9 +52,18 @@ class Loader:
         world_size: Number of ranks. Default: as for ``rank``, from ``WORLD_SIZE``, else 1.
         shard_policy: ``"drop"`` drops the last ``N % world_size`` rows of each epoch's
             order; ``"pad"`` repeats its first rows, so every rank gets the same count.
-        fill_null: ``None`` makes nulls an error; a scalar replaces nulls in every column
-            (so it must suit all of them: a number for numeric columns, str or bytes for
-            string and binary ones); a dict maps column names to their replacement.
+        fill_null: ``None`` makes nulls an error (found from the footers' statistics when
+            the loader is made, where the writer stored them); a scalar replaces nulls in
+            every column (so it must suit all of them: a number for numeric columns, str or
+            bytes for string and binary ones); a dict maps column names to their replacement.
+        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that
+            can hold nulls (true where the value is not null); a list of names, after
+            those only. Nulls of such columns become ``fill_null``, or 0 / ``""``.
+        decimals: ``"float64"`` (default: the nearest double, as pyarrow's cast) or
+            ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
+        schema: A ``pyarrow.Schema`` to load the files as: each file's columns must
+            convert to its types without loss (integers to floats too), columns it lacks
+            are null. Default: the files' schemas unified (safe widening only).
         max_inflight_bytes: Bound on the data held ahead of the consumer: a quarter for
             column chunks read ahead, the rest for decoded row groups and batches, which
             every worker decodes ahead as far as it allows. Peak memory above the
@@ -85,11 +96,15 @@ class Loader:
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
-            same number of batches) and counted in ``stats()["skipped_rows"]``.
-        strings: ``"str"`` (default): string columns come out as lists of ``str``; a
-            value that is not valid UTF-8 raises ``pqloader.InvalidDataError`` naming
-            file, row group, row and column. ``"bytes"``: they come out as lists of
-            ``bytes``, unchecked (for data whose text may not be UTF-8).
+            same number of batches) and counted in ``stats()["skipped_rows"]``. A batch
+            whose rows were all skipped comes with 0 rows: array columns empty, with the
+            dtype and row shape the column's ops give (0 for sizes that depend on the
+            data, e.g. an image's before a crop); string columns empty lists.
+        strings: ``"str"`` (default): string columns come out as lists of ``str``
+            (``list<string>`` columns as lists of lists of ``str``); a value that is not
+            valid UTF-8 raises ``pqloader.InvalidDataError`` naming file, row group, row
+            and column. ``"bytes"``: they come out as ``bytes`` (lists of lists of
+            ``bytes``), unchecked (for data whose text may not be UTF-8).
         storage_options: Options of ``s3://`` sources, named as the arguments of
             ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
             ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
@@ -174,6 +189,9 @@ class Loader:
         device: Any = _D.device,
         device_prefetch: int = _D.device_prefetch,
         row_groups: Mapping[str, Sequence[int]] | None = _D.row_groups,
+        null_mask: bool | Sequence[str] | None = _D.null_mask,
+        decimals: str = _D.decimals,
+        schema: Any = _D.schema,
         _debug_delay_us: int = _D._debug_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
@@ -186,10 +204,11 @@ class Loader:
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
         self._columns = {
             c["name"]: {"dtype": c["dtype"], "shape": None if c["dtype"] is None else tuple(c["shape"]),
-                        "arrow_type": c["arrow_type"], "partition": c["partition"]}
+                        "arrow_type": c["arrow_type"], "partition": c["partition"], "mask": c["mask"]}
             for c in self._engine.column_info()
         }
         check_fill_types(options.fill_null, self._columns)  # before any data is read
+        self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
         self._sources = sources
         self._options = options
         self._plan = self._engine.plan_info()
@@ -219,6 +238,11 @@ class Loader:
         yields the same batches.
         """
         return self._options
+
+    @property
+    def skipped_files(self) -> list[tuple[str, str]]:
+        """Files found under the sources that are not Parquet, with why: (path, reason)."""
+        return [tuple(f) for f in self._plan["skipped_files"]]
 
     @property
     def num_rows(self) -> int:

@@ -29,6 +29,7 @@ _SHARD_POLICIES = ("drop", "pad")
 _DECODE_ERROR_POLICIES = ("raise", "skip")
 _CACHE_POLICIES = ("keep", "lru")
 _OUTPUTS = ("numpy", "torch")
+_DECIMALS = ("float64", "int64")
 _STRINGS = ("str", "bytes")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
 
@@ -139,6 +140,29 @@ def _check_fill_null(fill_null: Any) -> Any:
     return _check_fill_value("fill_null", fill_null)
 
 
+def _check_null_mask(null_mask: Any) -> bool | tuple[str, ...] | None:
+    if null_mask is None or isinstance(null_mask, (bool, np.bool_)):
+        return None if null_mask is None or not null_mask else True
+    if isinstance(null_mask, (str, bytes)) or not isinstance(null_mask, (Sequence, set, frozenset)):
+        raise TypeError("null_mask must be True, False, None or a list of column names, "
+                        f"got {type(null_mask).__name__} {null_mask!r}")
+    names = tuple(null_mask)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"null_mask must hold column names (str), got {type(n).__name__} {n!r}")
+    return names or None
+
+
+def _check_schema(schema: Any) -> Any:
+    if schema is None:
+        return None
+    import pyarrow as pa
+
+    if not isinstance(schema, pa.Schema):
+        raise TypeError(f"schema must be a pyarrow.Schema or None, got {type(schema).__name__}")
+    return schema
+
+
 def _check_transforms(transforms: Any) -> Any:
     from pqloader.transforms import Op
 
@@ -243,6 +267,9 @@ class LoaderOptions:
     device: Any = None
     device_prefetch: int = 2
     row_groups: Mapping[str, Sequence[int]] | None = None
+    null_mask: bool | Sequence[str] | None = None
+    decimals: str = "float64"
+    schema: Any = None
     _debug_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -288,6 +315,9 @@ class LoaderOptions:
             pin_memory=check_bool("pin_memory", self.pin_memory, allow_none=True),
             device_prefetch=check_int("device_prefetch", self.device_prefetch, 1),
             row_groups=_check_row_groups(self.row_groups),
+            null_mask=_check_null_mask(self.null_mask),
+            decimals=check_choice("decimals", self.decimals, _DECIMALS),
+            schema=_check_schema(self.schema),
             _debug_delay_us=check_int("_debug_delay_us", self._debug_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -383,11 +413,16 @@ class LoaderOptions:
             "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
             "pack": None if self.pack is None else self.pack._engine(),
             "on_decode_error": self.on_decode_error,
+            "defer_checks": True,  # the Loader checks fill_null first, then the footers
             "strings_as_bytes": self.strings == "bytes",
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,
             "cache_shards": self.cache_shards,
+            "null_mask": None if self.null_mask is None else
+                         (True if self.null_mask is True else list(self.null_mask)),
+            "decimals": self.decimals,
+            "schema": None if self.schema is None else self.schema.serialize().to_pybytes(),
             "row_groups": {} if self.row_groups is None else
                           {path: list(groups) for path, groups in self.row_groups.items()},
         }
@@ -433,6 +468,7 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
     """
     if fill_null is None:
         return
+    columns = {name: info for name, info in columns.items() if not info.get("mask")}  # never null
     if isinstance(fill_null, Mapping):
         pairs = [(name, value, f"fill_null[{name!r}]") for name, value in fill_null.items()
                  if name in columns]

@@ -105,6 +105,10 @@ class Engine:
         """Per output column: name, dtype, shape, arrow_type, partition."""
         return list(self._engine().column_info())
 
+    def check_before_first_batch(self) -> None:
+        """Refuse what the footers show would fail later (nulls, ragged lists, fills)."""
+        self._engine().check_before_first_batch()
+
     def plan_info(self) -> dict[str, Any]:
         """Counts of the epoch plan and the dataset's files."""
         return dict(self._engine().plan_info())

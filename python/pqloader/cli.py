@@ -46,6 +46,10 @@ def _inspect(args: argparse.Namespace) -> int:
               f"size={_human(f['size_bytes'])}  compression={f['compression']}")
     if len(shown) < len(info["files"]):
         print(f"  ... {len(info['files']) - len(shown)} more (--all-files)")
+    if info.get("skipped"):
+        print("\nskipped (not Parquet):")
+        for f in info["skipped"]:
+            print(f"  {f['path']}  ({f['reason']})")
     return 0
 
 

@@ -10,10 +10,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <arrow/io/memory.h>
+#include <arrow/ipc/dictionary.h>
+#include <arrow/ipc/reader.h>
 
 #include "pqloader/api.h"
 #include "pqloader/pack/document_lengths.h"
@@ -116,9 +121,11 @@ NullFill ToFill(nb::handle value) {
     fill.float_value = nb::cast<double>(value);
   } else if (nb::isinstance<nb::str>(value)) {
     fill.bytes_value = nb::cast<std::string>(value);
+    fill.is_bytes = true;
   } else if (nb::isinstance<nb::bytes>(value)) {
     nb::bytes b = nb::borrow<nb::bytes>(value);
     fill.bytes_value.assign(b.c_str(), b.size());
+    fill.is_bytes = true;
   } else {
     throw nb::type_error("fill_null values must be int, float, str or bytes");
   }
@@ -151,7 +158,24 @@ std::shared_ptr<const Op> ToOp(nb::handle op) {
 LoaderOptions ToOptions(const nb::dict& d) {
   LoaderOptions o;
   if (d.contains("columns") && !d["columns"].is_none()) {
-    o.dataset.columns = nb::cast<std::vector<std::string>>(d["columns"]);
+    o.dataset.columns.columns = nb::cast<std::vector<std::string>>(d["columns"]);
+  }
+  // null_mask: True (every column that can hold nulls) or a list of column names.
+  if (d.contains("null_mask") && !d["null_mask"].is_none()) {
+    if (nb::isinstance<nb::bool_>(d["null_mask"])) {
+      o.dataset.columns.null_mask_all = nb::cast<bool>(d["null_mask"]);
+    } else {
+      o.dataset.columns.null_mask_columns = nb::cast<std::vector<std::string>>(d["null_mask"]);
+    }
+  }
+  o.dataset.columns.spec.decimals_as_int64 = Get<std::string>(d, "decimals", "float64") == "int64";
+  // schema: a declared schema as Arrow IPC bytes (pyarrow.Schema.serialize()).
+  if (d.contains("schema") && !d["schema"].is_none()) {
+    nb::bytes b = nb::cast<nb::bytes>(d["schema"]);
+    auto buffer = arrow::Buffer::FromString(std::string(b.c_str(), b.size()));
+    arrow::io::BufferReader reader(buffer);
+    arrow::ipc::DictionaryMemo memo;
+    o.dataset.columns.schema = Check(arrow::ipc::ReadSchema(&reader, &memo));
   }
   o.plan.batch_size = Get<int64_t>(d, "batch_size", o.plan.batch_size);
   o.plan.drop_last = Get<bool>(d, "drop_last", o.plan.drop_last);
@@ -171,7 +195,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.readahead = Get<int64_t>(d, "readahead", o.readahead);
   o.dataset.storage.values =
       Get<std::map<std::string, std::string>>(d, "storage_options", {});
-  o.dataset.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
+  o.dataset.columns.spec.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
   o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
@@ -215,6 +239,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
     o.pack.truncate = Get<bool>(p, "truncate", false);
     o.pack.pad_value = Get<double>(p, "pad", 0.0);
   }
+  o.defer_checks = Get<bool>(d, "defer_checks", false);
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
   o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru
@@ -261,11 +286,46 @@ nb::object TensorToNumpy(const BatchColumn& c) {
   return array.cast();
 }
 
+// A kStringList/kBytesList row (see EncodeStringList in decode/convert.h) as a list.
+nb::object StringListRow(const uint8_t* row, int64_t size, bool text) {
+  uint32_t count = 0;
+  if (size >= 4) std::memcpy(&count, row, 4);
+  nb::list out;
+  int64_t at = 4 + 4 * static_cast<int64_t>(count);
+  for (uint32_t k = 0; k < count && at <= size; ++k) {
+    uint32_t len = 0;
+    std::memcpy(&len, row + 4 + 4 * static_cast<int64_t>(k), 4);
+    if (at + len > size) break;
+    const char* p = reinterpret_cast<const char*>(row + at);
+    PyObject* item = text ? PyUnicode_DecodeUTF8(p, len, "strict") : PyBytes_FromStringAndSize(p, len);
+    if (item == nullptr && text && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+      // Values are checked while decoding (with the file, row group and column named);
+      // this is a backstop.
+      PyErr_Clear();
+      throw StatusError(MakeError(ErrorKind::kInvalidData, "a list of strings holds a value "
+                                  "that is not valid UTF-8 (b'",
+                                  Printable(std::string_view(p, len)),
+                                  "'); pass strings=\"bytes\" to read such columns as bytes"));
+    }
+    if (item == nullptr) throw nb::python_error();
+    out.append(nb::steal(item));
+    at += len;
+  }
+  return out;
+}
+
 nb::object VarToList(const BatchColumn& c) {
   const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
   const char* base = reinterpret_cast<const char*>(c.data->data());
   const int64_t n = c.shape[0];
   nb::list out;
+  if (IsStringList(c.kind)) {
+    for (int64_t i = 0; i < n; ++i) {
+      out.append(StringListRow(reinterpret_cast<const uint8_t*>(base + off[i]), off[i + 1] - off[i],
+                               c.kind == ColumnKind::kStringList));
+    }
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const char* p = base + off[i];
     const Py_ssize_t len = off[i + 1] - off[i];
@@ -351,6 +411,10 @@ class PyLoader {
   }
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
+  void CheckBeforeFirstBatch() {
+    nb::gil_scoped_release release;
+    Check(loader_->CheckBeforeFirstBatch());
+  }
   std::string TakeWarning() { return loader_->TakeWarning(); }
   const Loader& loader() const { return *loader_; }
 
@@ -410,13 +474,16 @@ class PyLoader {
         d["dtype"] = nb::none();
       } else {
         d["dtype"] = spec.kind == ColumnKind::kTensor ? DTypeName(spec.dtype)
-                     : spec.kind == ColumnKind::kString ? "str" : "bytes";
+                     : spec.kind == ColumnKind::kString || spec.kind == ColumnKind::kStringList
+                         ? "str" : "bytes";
       }
       nb::list shape;
       for (int64_t dim : spec.row_shape) shape.append(dim);
+      if (IsStringList(spec.kind)) shape.append(-1);  // a list of str/bytes per row
       d["shape"] = nb::tuple(shape);
       d["arrow_type"] = Text(spec.arrow_type);
       d["partition"] = spec.is_partition;
+      d["mask"] = spec.mask_of >= 0;
       out.append(d);
     }
     return out;
@@ -434,6 +501,11 @@ class PyLoader {
     d["num_files"] = loader_->dataset().files().size();
     d["num_row_groups"] = loader_->dataset().splits().size();
     d["footers_from_cache"] = loader_->dataset().footers_from_cache();
+    nb::list skipped;
+    for (const auto& f : loader_->dataset().skipped_files()) {
+      skipped.append(nb::make_tuple(f.path, f.reason));
+    }
+    d["skipped_files"] = skipped;
     nb::list files;
     for (const auto& f : loader_->dataset().files()) {
       files.append(nb::make_tuple(f.display, f.size, f.metadata->num_rows()));
@@ -472,10 +544,18 @@ nb::dict Inspect(const std::vector<std::string>& sources,
   nb::list ragged;
   for (const auto& c : summary.columns) {
     schema[Text(c.name)] = Text(c.arrow_type);
-    loads_as[Text(c.name)] = c.loads_as;
+    loads_as[Text(c.name)] = Text(c.loads_as);
     if (c.ragged) ragged.append(Text(c.name));
   }
+  nb::list skipped;
+  for (const auto& f : summary.skipped) {
+    nb::dict d;
+    d["path"] = f.path;
+    d["reason"] = f.reason;
+    skipped.append(d);
+  }
   out["files"] = files;
+  out["skipped"] = skipped;
   out["schema"] = schema;
   out["loads_as"] = loads_as;
   out["ragged"] = ragged;
@@ -494,7 +574,7 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
   {
     nb::gil_scoped_release release;
     DatasetOptions options;
-    options.columns = columns;
+    options.columns.columns = columns;
     options.storage = StorageOptions{storage_options};
     auto dataset = Check(Dataset::Open(sources, options));
     const int threads = std::max(1u, std::thread::hardware_concurrency());
@@ -541,6 +621,7 @@ NB_MODULE(_core, m) {
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
+      .def("check_before_first_batch", &PyLoader::CheckBeforeFirstBatch)
       .def("take_warning", &PyLoader::TakeWarning)
       .def("abandon_after_fork", &PyLoader::AbandonAfterFork)
       .def("stats", &PyLoader::Stats)

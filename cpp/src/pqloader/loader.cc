@@ -8,6 +8,7 @@
 #include <arrow/util/thread_pool.h>
 
 #include "pqloader/cache/entry_format.h"
+#include "pqloader/dataset/footer_checks.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -69,19 +70,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
   }
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
-  for (const auto& [name, fill] : options.fills) {
-    bool found = false;
-    for (const auto& spec : loader->dataset_->specs()) found = found || spec.name == name;
-    if (!found) {
-      return MakeError(ErrorKind::kColumnNotFound, "fill_null names column '", name,
-                       "', which is not among the selected columns");
-    }
-  }
-  for (const auto& spec : loader->dataset_->specs()) {
-    auto it = options.fills.find(spec.name);
-    loader->read_options_.fills.push_back(it != options.fills.end() ? it->second
-                                                                     : options.default_fill);
-  }
+  ARROW_RETURN_NOT_OK(SetUpFills(*loader->dataset_, options.default_fill, options.fills,
+                                 &loader->read_options_));
   loader->read_options_.verify_checksums = options.verify_checksums;
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
@@ -99,6 +89,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   for (const auto& spec : loader->dataset_->specs()) {
     loader->window_gather_ = loader->window_gather_ && spec.kind == ColumnKind::kTensor;
   }
+  if (!options.defer_checks) ARROW_RETURN_NOT_OK(loader->CheckBeforeFirstBatch());
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
     // Everything that changes a cached split's content is part of its key.
@@ -110,15 +101,28 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
             (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
                              std::to_string(f.float_value) + "," + f.bytes_value
                        : "none") +
-            ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]);
+            ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
+            ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);
     }
     id += "|prefix=" + loader->transforms_.PrefixFingerprint();
     id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
     // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
-    if (options.dataset.strings_as_bytes) id += "|strings=bytes";
+    if (options.dataset.columns.spec.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
   }
   return loader;
+}
+
+arrow::Status Loader::CheckBeforeFirstBatch() const {
+  ARROW_RETURN_NOT_OK(CheckFills(*dataset_, options_.fills, read_options_));
+  // Nulls without a fill or mask, ragged lists without a way to batch them: refused now
+  // where the footers tell, not when the row group is reached.
+  std::vector<bool> null_policy, ragged_ok;
+  for (size_t c = 0; c < dataset_->specs().size(); ++c) {
+    null_policy.push_back(read_options_.fills[c].enabled);
+    ragged_ok.push_back(read_options_.allow_ragged[c]);
+  }
+  return CheckColumnsFromFooters(*dataset_, null_policy, ragged_ok);
 }
 
 Loader::~Loader() { Stop(); }
@@ -380,7 +384,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                         pack_companions_, pool_);
     } else {
       batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                            transforms_.collate());
+                            transforms_.collate(), transforms_.signatures());
       if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
     }
     counters->gather_ns += NowNs() - t0;

@@ -87,6 +87,9 @@ struct LoaderOptions {
   /// Cache of decoded + deterministically transformed splits; off when cache.dir is
   /// empty. Default: off.
   CacheOptions cache;
+  /// Leave CheckBeforeFirstBatch to the caller (who checks its arguments first).
+  /// Default: false (Make runs it).
+  bool defer_checks = false;
 };
 
 /// Counters since the loader was made, over all epochs.
@@ -135,6 +138,11 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   const Dataset& dataset() const { return *dataset_; }
+  /// Refuse what the footers show would fail later: fills that do not suit their
+  /// columns, nulls without a fill or mask, list columns whose rows differ in length
+  /// with no way to batch them, partition keys stored in the files that disagree with
+  /// their paths (see dataset/footer_checks.h). Make runs it unless defer_checks.
+  arrow::Status CheckBeforeFirstBatch() const;
   /// Output columns, in batch order (transformed columns, then any "_length" columns).
   const std::vector<ColumnSpec>& specs() const;
   const TransformPlan& transforms() const { return transforms_; }

@@ -192,7 +192,7 @@ TEST(Loader, MissingPathAndColumnAreReported) {
   int64_t total;
   const auto dir = MakeDataset(&total);
   LoaderOptions o;
-  o.dataset.columns = {"id", "nope"};
+  o.dataset.columns.columns = {"id", "nope"};
   auto c = Loader::Make({dir}, o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(GetErrorDetail(c.status())->kind(), ErrorKind::kColumnNotFound);
