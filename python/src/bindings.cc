@@ -217,8 +217,8 @@ LoaderOptions ToOptions(const nb::dict& d) {
   }
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
-  o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru
-                                                                         : CachePolicy::kKeep;
+  const std::string cache_policy = Get<std::string>(d, "cache_policy", "keep");
+  o.cache.policy = cache_policy == "lru" ? CachePolicy::kLru : CachePolicy::kKeep;
   o.cache.shards = Get<int>(d, "cache_shards", o.cache.shards);
   if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
     o.on_decode_error = DecodeErrorPolicy::kSkip;
@@ -387,7 +387,11 @@ class PyLoader {
     d["cache_inserts"] = s.cache.inserts;
     d["cache_bytes_written"] = s.cache.bytes_written;
     d["cache_bytes_saved"] = s.cache_bytes_saved;
-    d["cache_skipped_full"] = s.cache.skipped_full;
+    d["cache_skipped_full"] = s.cache.refused_room();  // before the reasons were told apart
+    d["cache_refused_full"] = s.cache.refused_full;
+    d["cache_refused_too_large"] = s.cache.refused_too_large;
+    d["cache_refused_stale"] = s.cache.refused_stale;
+    d["cache_evicted_stale"] = s.cache.evicted_stale;
     d["cache_evictions"] = s.cache.evictions;
     d["cache_corrupt"] = s.cache.corrupt;
     d["cache_write_errors"] = s.cache.write_errors;
@@ -565,15 +569,39 @@ NB_MODULE(_core, m) {
   });
   nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
   m.def("draw_seed", &pqloader::DrawFreshSeed);
-  m.def("cache_stats", [](const std::string& dir) {
-    auto s = pqloader::Check(pqloader::InspectCacheDir(dir));
+  m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::CacheDirStats s;
+    {
+      nb::gil_scoped_release release;
+      s = pqloader::Check(pqloader::InspectCache(
+          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
+    }
     nb::dict d;
     d["entries"] = s.entries;
     d["bytes"] = s.bytes;
     d["temp_files"] = s.temp_files;
+    d["stale_entries"] = s.stale_entries;
+    d["stale_bytes"] = s.stale_bytes;
+    d["unverified_entries"] = s.unverified_entries;
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
     return d;
-  });
+  }, "dir"_a, "dataset"_a, "storage_options"_a);
+  m.def("cache_prune", [](const std::string& dir, const std::vector<std::string>& dataset,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::CachePruneReport r;
+    {
+      nb::gil_scoped_release release;
+      r = pqloader::Check(pqloader::PruneCache(
+          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
+    }
+    nb::dict d;
+    d["entries"] = r.entries;
+    d["bytes"] = r.bytes;
+    d["kept"] = r.kept;
+    d["unverified_entries"] = r.unverified_entries;
+    return d;
+  }, "dir"_a, "dataset"_a, "storage_options"_a);
   m.def("cache_clear", [](const std::string& dir) {
     pqloader::CacheClearReport r;
     {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <arrow/util/thread_pool.h>
 
@@ -40,6 +42,36 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 }
 
 }  // namespace
+
+// What the cache knows of this loader: the keys of its splits (computed on first use)
+// and the versions of its files, to tell stale entries.
+class Loader::CacheView : public CacheSchedule {
+ public:
+  explicit CacheView(const Loader* loader) : loader_(loader) {
+    for (size_t f = 0; f < loader->dataset_->files().size(); ++f) {
+      file_of_path_[loader->dataset_->files()[f].display] = f;
+    }
+  }
+  bool Owns(const std::string& key) const override {
+    std::call_once(keys_once_, [this] {
+      const auto n = static_cast<int64_t>(loader_->dataset_->splits().size());
+      for (int64_t s = 0; s < n; ++s) split_of_key_[loader_->CacheKeyOf(s)] = s;
+    });
+    return split_of_key_.count(key) > 0;
+  }
+  bool IsStale(const SourceIdentity& source) const override {
+    auto it = file_of_path_.find(source.path);
+    if (it == file_of_path_.end()) return false;  // not a file of this loader
+    const DataFile& f = loader_->dataset_->files()[it->second];
+    return !source.SameFileVersion(SourceIdentity{f.display, f.size, f.mtime_ns, f.footer_hash, 0});
+  }
+
+ private:
+  const Loader* loader_;  // owns the cache, which owns this
+  std::unordered_map<std::string, size_t> file_of_path_;
+  mutable std::once_flag keys_once_;
+  mutable std::unordered_map<std::string, int64_t> split_of_key_;  // set once by keys_once_
+};
 
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
                                                     const LoaderOptions& options) {
@@ -112,25 +144,19 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
     if (options.dataset.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
+    loader->cache_->set_schedule(std::make_shared<CacheView>(loader.get()));
   }
   return loader;
 }
+
 
 Loader::~Loader() { Stop(); }
 
 void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
-    CacheCounters delta;
-    delta.hits = now.hits - recorded_.hits;
-    delta.misses = now.misses - recorded_.misses;
-    delta.inserts = now.inserts - recorded_.inserts;
-    delta.evictions = now.evictions - recorded_.evictions;
-    delta.corrupt = now.corrupt - recorded_.corrupt;
-    delta.write_errors = now.write_errors - recorded_.write_errors;
-    if (delta.hits || delta.misses || delta.inserts || delta.corrupt || delta.write_errors) {
-      RecordCacheCounters(options_.cache.dir, delta);
-    }
+    const CacheCounters delta = CountersSince(now, recorded_);
+    if (delta.any()) RecordCacheCounters(options_.cache.dir, delta);
     recorded_ = now;
   }
   // Requests still in flight finish on io_pool_, unread.
@@ -472,6 +498,27 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
   return decoded;
 }
 
+SourceIdentity Loader::SourceOf(int64_t split_index) const {
+  const Split& split = dataset_->splits()[split_index];
+  const DataFile& file = dataset_->files()[split.file];
+  return SourceIdentity{file.display, file.size, file.mtime_ns, file.footer_hash, split.row_group};
+}
+
+bool Loader::SourceChanged(int64_t split_index) const {
+  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
+  // A local file costs a stat; asking an object store would cost a request per insert.
+  if (file.fs == nullptr || file.fs->type_name() != "local") return false;
+  auto info = file.fs->GetFileInfo(file.path);
+  if (!info.ok()) return false;  // its next read will say what is wrong
+  if (info->type() != arrow::fs::FileType::File || info->size() != file.size) return true;
+  const int64_t mtime_ns =
+      info->mtime() == arrow::fs::kNoTime
+          ? 0
+          : std::chrono::duration_cast<std::chrono::nanoseconds>(info->mtime().time_since_epoch())
+                .count();
+  return mtime_ns != file.mtime_ns;
+}
+
 std::string Loader::CacheKeyOf(int64_t split_index) const {
   const Split& split = dataset_->splits()[split_index];
   const DataFile& file = dataset_->files()[split.file];
@@ -541,7 +588,12 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       if (options_.plan.shuffle) {
         ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
       }
-      cache_->Put(key, full);
+      // An entry of a file that changed while it was read would serve no current key.
+      if (SourceChanged(unit.split)) {
+        cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
+      } else {
+        cache_->Put(key, full, SourceOf(unit.split));
+      }
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }

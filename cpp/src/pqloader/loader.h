@@ -251,6 +251,11 @@ class Loader {
       std::shared_ptr<const DecodedUnit> unit, Work* work);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
+  // Where a split's rows come from (stored in its cache entry).
+  SourceIdentity SourceOf(int64_t split) const;
+  // Whether the file of a split has changed since the loader opened it (local files).
+  bool SourceChanged(int64_t split) const;
+  class CacheView;
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
   arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <numeric>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -148,9 +150,53 @@ bool IsFooterName(const std::string& name, bool* temp) {
 
 struct EntryFile {
   std::string path;
+  std::string key;
   int64_t size;
   std::filesystem::file_time_type mtime;
 };
+
+// The header of the entry file at `path` (not following a symbolic link).
+arrow::Result<CacheEntryHeader> ReadEntryHead(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return arrow::Status::IOError(Errno("cannot open '" + path + "'"));
+  std::vector<uint8_t> head(kMaxCacheEntryHeadBytes);
+  int64_t n = 0;
+  while (n < kMaxCacheEntryHeadBytes) {
+    const ssize_t r = ::pread(fd, head.data() + n, static_cast<size_t>(kMaxCacheEntryHeadBytes - n), n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += r;
+  }
+  ::close(fd);
+  return ParseCacheEntryHeader(head.data(), n);
+}
+
+std::string HumanBytes(int64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char out[32];
+  if (u == 0) {
+    std::snprintf(out, sizeof(out), "%lld B", static_cast<long long>(n));
+  } else {
+    std::snprintf(out, sizeof(out), "%.1f %s", v, units[u]);
+  }
+  return out;
+}
+
+const char* PolicyName(CachePolicy policy) {
+  switch (policy) {
+    case CachePolicy::kKeep:
+      return "keep";
+    case CachePolicy::kLru:
+      return "lru";
+  }
+  return "?";
+}
 
 // Entries of one shard. With `remove_stale`, temp files of writers killed mid-write
 // (older than kStaleTempAge) are removed.
@@ -172,7 +218,7 @@ std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files =
     if (!IsEntryName(name, &key)) continue;
     const auto size = e.file_size(ec2);
     if (ec2) continue;
-    out.push_back({e.path().string(), static_cast<int64_t>(size), e.last_write_time(ec2)});
+    out.push_back({e.path().string(), key, static_cast<int64_t>(size), e.last_write_time(ec2)});
   }
   return out;
 }
@@ -214,14 +260,15 @@ class DiskCache : public SplitCache {
  public:
   explicit DiskCache(const CacheOptions& options) : options_(options) {
     options_.shards = std::clamp(options_.shards, 1, 256);
+    full_scan_usage_.assign(options_.shards, -1);
     std::error_code ec;
     fs::create_directories(options_.dir, ec);
     if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
     for (int i = 0; i < options_.shards && !ec; ++i) fs::create_directories(ShardDir(i), ec);
     if (ec) {
       broken_ = true;
-      Warn("cache directory '" + options_.dir + "' is not usable (" + ec.message() +
-           "); continuing without the cache");
+      Warn(WarningKind::kWriteFailure, "cache directory '" + options_.dir + "' is not usable (" +
+                                           ec.message() + "); continuing without the cache");
     }
   }
 
@@ -264,10 +311,11 @@ class DiskCache : public SplitCache {
     return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
   }
 
-  void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
+  CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
+                   const SourceIdentity& source) override {
     if (broken_) {
       ++write_errors_;
-      return;
+      return CacheRefusal::kNone;
     }
     const int shard = Shard(key);
     const std::string final_path = EntryPath(key);
@@ -278,9 +326,9 @@ class DiskCache : public SplitCache {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
       Failed(Errno("cannot create a cache file in '" + ShardDir(shard) + "'"));
-      return;
+      return CacheRefusal::kNone;
     }
-    auto written = WriteCacheEntry(fd, key, *unit);
+    auto written = WriteCacheEntry(fd, key, source, *unit);
     bool ok = written.ok();
     std::string error = ok ? "" : written.status().message();
     if (ok && options_.fsync && ::fsync(fd) != 0) {
@@ -294,58 +342,118 @@ class DiskCache : public SplitCache {
     if (!ok) {
       ::unlink(tmp.c_str());
       Failed("cannot write cache entry in '" + options_.dir + "': " + error);
-      return;
+      return CacheRefusal::kNone;
     }
     const int64_t size = *written;
-    FileLock lock(ShardDir(shard) + "/.lock");
-    if (!lock.ok()) {
-      ::unlink(tmp.c_str());
-      Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
-      return;
-    }
-    struct stat st;
-    if (::stat(final_path.c_str(), &st) == 0) {  // another writer published it first
-      ::unlink(tmp.c_str());
-      return;
-    }
-    const std::string usage_path = ShardDir(shard) + "/.usage";
-    int64_t usage = ReadUsage(usage_path);
-    if (usage < 0) {  // missing or damaged: recount
-      usage = 0;
-      for (const auto& e : ListShard(ShardDir(shard))) usage += e.size;
-    }
-    if (options_.size_limit > 0) {
-      const int64_t budget = options_.size_limit / options_.shards;
-      if (usage + size > budget && options_.policy == CachePolicy::kLru) {
-        auto entries = ListShard(ShardDir(shard));
-        std::sort(entries.begin(), entries.end(),
-                  [](const auto& a, const auto& b) { return a.mtime < b.mtime; });
-        for (const auto& e : entries) {
-          if (usage + size <= budget) break;
-          if (::unlink(e.path.c_str()) == 0) {
-            usage -= e.size;
-            ++evictions_;
-          }
-        }
-      }
-      if (usage + size > budget) {
+    CacheRefusal refusal = CacheRefusal::kNone;
+    {
+      FileLock lock(ShardDir(shard) + "/.lock");
+      if (!lock.ok()) {
         ::unlink(tmp.c_str());
-        ++skipped_full_;
-        WriteUsage(usage_path, std::max<int64_t>(usage, 0));
-        return;
+        Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
+        return CacheRefusal::kNone;
+      }
+      struct stat st;
+      if (::stat(final_path.c_str(), &st) == 0) {  // another writer published it first
+        ::unlink(tmp.c_str());
+        return CacheRefusal::kNone;
+      }
+      const std::string usage_path = ShardDir(shard) + "/.usage";
+      int64_t usage = ReadUsage(usage_path);
+      if (usage < 0) {  // missing or damaged: recount
+        usage = 0;
+        for (const auto& e : ListShard(ShardDir(shard))) usage += e.size;
+      }
+      if (options_.size_limit > 0 && usage + size > budget()) {
+        refusal = MakeRoom(shard, size, &usage);
+      }
+      if (refusal == CacheRefusal::kNone && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+        ::unlink(tmp.c_str());
+        WriteUsage(usage_path, usage);
+        Failed(Errno("cannot publish cache entry '" + final_path + "'"));
+        return CacheRefusal::kNone;
+      }
+      if (refusal != CacheRefusal::kNone) {
+        ::unlink(tmp.c_str());
+        WriteUsage(usage_path, usage);
+      } else {
+        WriteUsage(usage_path, usage + size);
       }
     }
-    if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-      ::unlink(tmp.c_str());
-      Failed(Errno("cannot publish cache entry '" + final_path + "'"));
-      return;
+    if (refusal != CacheRefusal::kNone) {
+      CountRefusal(refusal, source, size);
+      return refusal;
     }
-    WriteUsage(usage_path, usage + size);
     ++inserts_;
     bytes_written_ += size;
+    return CacheRefusal::kNone;
+  }
+
+ protected:
+  std::string Describe() const override {
+    std::string d = "cache '" + options_.dir + "' (cache_size_limit " +
+                    HumanBytes(options_.size_limit);
+    if (options_.shards > 1) {
+      d += ": " + std::to_string(options_.shards) + " shards of " + HumanBytes(budget());
+    }
+    return d + ", policy '" + PolicyName(options_.policy) + "')";
   }
 
  private:
+  int64_t budget() const { return options_.size_limit / options_.shards; }
+
+  // Requires the shard's lock, with *usage + size over the shard's budget: delete what
+  // the policy evicts (stale entries first) and return whether the entry may go in.
+  CacheRefusal MakeRoom(int shard, int64_t size, int64_t* usage) {
+    std::vector<EntryFile> files;
+    std::vector<HeldEntry> held;
+    // Under kKeep a listing only finds stale entries; it is skipped while the shard's
+    // usage is what it was when the last one found none.
+    bool list = size <= budget();
+    if (list && options_.policy == CachePolicy::kKeep) {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      list = full_scan_usage_[shard] != *usage;
+    }
+    if (list) {
+      files = ListShard(ShardDir(shard));
+      *usage = 0;  // the listing is the truth (.usage may have drifted)
+      for (const auto& f : files) {
+        held.push_back(HeldEntry{f.size, static_cast<int64_t>(f.mtime.time_since_epoch().count()),
+                                 IsStaleEntry(f)});
+        *usage += f.size;
+      }
+    }
+    const Admission a = Admit(options_.policy, held, *usage, budget(), size);
+    for (size_t i : a.evict) {
+      if (::unlink(files[i].path.c_str()) != 0) continue;
+      *usage -= files[i].size;
+      ++evictions_;
+      if (held[i].stale) ++evicted_stale_;
+    }
+    if (a.refusal != CacheRefusal::kNone && options_.policy == CachePolicy::kKeep) {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      full_scan_usage_[shard] = *usage;
+    }
+    return a.refusal;
+  }
+
+  // Whether the entry `f` is stale for this cache's owner (see CacheSchedule). Entries of
+  // an older format are stale: no reader of this version asks for their keys.
+  bool IsStaleEntry(const EntryFile& f) {
+    if (schedule_ == nullptr || schedule_->Owns(f.key)) return false;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      auto it = stale_memo_.find(f.key);
+      if (it != stale_memo_.end()) return it->second;
+    }
+    auto head = ReadEntryHead(f.path);
+    if (!head.ok()) return false;  // unreadable: not known to be stale
+    const bool stale = head->version < 3 || (head->source && schedule_->IsStale(*head->source));
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    stale_memo_[f.key] = stale;
+    return stale;
+  }
+
   int Shard(const std::string& key) const {
     return static_cast<int>(std::stoul(key.substr(0, 2), nullptr, 16) % options_.shards);
   }
@@ -370,11 +478,17 @@ class DiskCache : public SplitCache {
   }
   void Failed(const std::string& message) {
     ++write_errors_;
-    Warn(message + "; continuing without caching this data");
+    Warn(WarningKind::kWriteFailure, message + "; continuing without caching this data");
   }
 
   CacheOptions options_;
   bool broken_ = false;
+  std::mutex memo_mu_;
+  // Per key of an entry this cache's owner does not read: whether it is stale (an
+  // entry's key and content never change, so neither does the answer).
+  std::unordered_map<std::string, bool> stale_memo_;  // GUARDED_BY(memo_mu_)
+  // Per shard: its usage when a kKeep listing last found it full with nothing to delete.
+  std::vector<int64_t> full_scan_usage_;               // GUARDED_BY(memo_mu_)
 };
 
 class MemoryCache : public SplitCache {
@@ -398,29 +512,47 @@ class MemoryCache : public SplitCache {
     return index_.count(key) > 0;
   }
 
-  void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
+  CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
+                   const SourceIdentity& source) override {
     const int64_t size = unit->ByteSize();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (index_.count(key)) return;
-    if (options_.size_limit > 0 && used_ + size > options_.size_limit) {
-      if (options_.policy == CachePolicy::kLru) {
-        while (!lru_.empty() && used_ + size > options_.size_limit) {
-          used_ -= lru_.front().size;
-          index_.erase(lru_.front().key);
-          lru_.pop_front();
+    CacheRefusal refusal = CacheRefusal::kNone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (index_.count(key)) return CacheRefusal::kNone;
+      if (options_.size_limit > 0 && used_ + size > options_.size_limit) {
+        // Entries of this process are never stale: its loader's files are fixed.
+        std::vector<std::list<Entry>::iterator> entries;
+        std::vector<HeldEntry> held;
+        int64_t order = 0;
+        for (auto it = lru_.begin(); it != lru_.end(); ++it) {  // least recently used first
+          entries.push_back(it);
+          held.push_back(HeldEntry{it->size, order++, false});
+        }
+        const Admission a = Admit(options_.policy, held, used_, options_.size_limit, size);
+        for (size_t i : a.evict) {
+          used_ -= entries[i]->size;
+          index_.erase(entries[i]->key);
+          lru_.erase(entries[i]);
           ++evictions_;
         }
+        refusal = a.refusal;
       }
-      if (used_ + size > options_.size_limit) {
-        ++skipped_full_;
-        return;
+      if (refusal == CacheRefusal::kNone) {
+        lru_.push_back({key, unit, size});
+        index_[key] = std::prev(lru_.end());
+        used_ += size;
+        ++inserts_;
+        bytes_written_ += size;
       }
     }
-    lru_.push_back({key, unit, size});
-    index_[key] = std::prev(lru_.end());
-    used_ += size;
-    ++inserts_;
-    bytes_written_ += size;
+    if (refusal != CacheRefusal::kNone) CountRefusal(refusal, source, size);
+    return refusal;
+  }
+
+ protected:
+  std::string Describe() const override {
+    return "in-memory cache (cache_size_limit " + HumanBytes(options_.size_limit) + ", policy '" +
+           PolicyName(options_.policy) + "')";
   }
 
  private:
@@ -449,8 +581,11 @@ CacheCounters SplitCache::counters() const {
   c.misses = misses_;
   c.inserts = inserts_;
   c.bytes_written = bytes_written_;
-  c.skipped_full = skipped_full_;
+  c.refused_full = refused_full_;
+  c.refused_too_large = refused_too_large_;
+  c.refused_stale = refused_stale_;
   c.evictions = evictions_;
+  c.evicted_stale = evicted_stale_;
   c.corrupt = corrupt_;
   c.write_errors = write_errors_;
   return c;
@@ -458,16 +593,90 @@ CacheCounters SplitCache::counters() const {
 
 std::string SplitCache::TakeWarning() {
   std::lock_guard<std::mutex> lock(warn_mu_);
-  std::string w;
-  w.swap(warning_);
+  if (warnings_.empty()) return "";
+  std::string w = std::move(warnings_.front());
+  warnings_.erase(warnings_.begin());
   return w;
 }
 
-void SplitCache::Warn(const std::string& message) {
+void SplitCache::Warn(WarningKind kind, const std::string& message) {
   std::lock_guard<std::mutex> lock(warn_mu_);
-  if (warned_) return;  // one warning per cache object is enough
-  warned_ = true;
-  warning_ = message;
+  bool& warned = warned_[static_cast<int>(kind)];
+  if (warned) return;  // one warning of each kind per cache object is enough
+  warned = true;
+  warnings_.push_back(message);
+}
+
+void SplitCache::Refuse(CacheRefusal reason, const SourceIdentity& source) {
+  CountRefusal(reason, source, 0);
+}
+
+void SplitCache::CountRefusal(CacheRefusal reason, const SourceIdentity& source, int64_t size) {
+  const std::string entry = "row group " + std::to_string(source.row_group) + " of '" +
+                            source.path + "'";
+  switch (reason) {
+    case CacheRefusal::kNone:
+      return;
+    case CacheRefusal::kFull:
+      ++refused_full_;
+      Warn(WarningKind::kFull,
+           Describe() + " is full: row groups that do not fit are not cached, so every epoch "
+           "reads them from the source again (stats()['cache_refused_full'] counts them). Raise "
+           "cache_size_limit, or use cache_policy='plan' to keep the row groups needed soonest; "
+           "`pqloader cache stats DIR` shows what the cache holds and how much of it is stale");
+      return;
+    case CacheRefusal::kTooLarge:
+      ++refused_too_large_;
+      Warn(WarningKind::kTooLarge,
+           entry + " decodes to " + HumanBytes(size) + ", more than one shard of " + Describe() +
+               " may hold: it is never cached (stats()['cache_refused_too_large']). Raise "
+               "cache_size_limit or lower cache_shards");
+      return;
+    case CacheRefusal::kStale:
+      ++refused_stale_;
+      Warn(WarningKind::kStale,
+           "'" + source.path + "' changed while the loader read it (its size or modification "
+           "time differ from when the loader opened it): its row groups are not cached "
+           "(stats()['cache_refused_stale']), and what was read may mix both versions. Make a "
+           "new Loader to read the file as it is now; `pqloader cache prune DIR` deletes "
+           "entries of old versions");
+      return;
+  }
+}
+
+Admission Admit(CachePolicy policy, const std::vector<HeldEntry>& held, int64_t usage,
+                int64_t budget, int64_t size) {
+  Admission a;
+  if (budget <= 0 || usage + size <= budget) return a;
+  if (size > budget) {
+    a.refusal = CacheRefusal::kTooLarge;
+    return a;
+  }
+  // Stale entries go first, all of them: no reader asks for them.
+  int64_t used = usage;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].stale) continue;
+    a.evict.push_back(i);
+    used -= held[i].size;
+  }
+  if (used + size <= budget) return a;
+  if (policy == CachePolicy::kKeep) {
+    a.refusal = CacheRefusal::kFull;
+    return a;
+  }
+  std::vector<size_t> live;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].stale) live.push_back(i);
+  }
+  std::stable_sort(live.begin(), live.end(),
+                   [&](size_t x, size_t y) { return held[x].last_use < held[y].last_use; });
+  for (size_t i : live) {
+    if (used + size <= budget) break;
+    a.evict.push_back(i);
+    used -= held[i].size;
+  }
+  if (used + size > budget) a.refusal = CacheRefusal::kFull;
+  return a;
 }
 
 std::string CacheKey(const std::string& identity) {
@@ -528,7 +737,21 @@ bool MarkCacheDir(const std::string& dir) {
   return true;
 }
 
-arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
+namespace {
+
+// The state of the entry at `path` (its header read) under `checker`.
+SourceState EntryState(const std::string& path, const std::string& key,
+                       const SourceChecker& checker, bool* is_entry) {
+  auto head = ReadEntryHead(path);
+  *is_entry = head.ok() && (head->version < 2 || head->key == key);
+  if (!*is_entry) return SourceState::kUnknown;
+  if (head->version < 3 || !head->source) return SourceState::kStale;  // an older format
+  return checker(*head->source);
+}
+
+}  // namespace
+
+arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const SourceChecker& checker) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory");
@@ -542,6 +765,21 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
     for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false)) {
       ++s.entries;
       s.bytes += entry.size;
+      if (!checker) continue;
+      bool is_entry = false;
+      const SourceState state = EntryState(entry.path, entry.key, checker, &is_entry);
+      if (!is_entry) continue;  // named like an entry, but not one
+      switch (state) {
+        case SourceState::kStale:
+          ++s.stale_entries;
+          s.stale_bytes += entry.size;
+          break;
+        case SourceState::kUnknown:
+          ++s.unverified_entries;
+          break;
+        case SourceState::kCurrent:
+          break;
+      }
     }
   }
   std::ifstream in(dir + "/records");
@@ -549,6 +787,53 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
   int64_t value;
   while (in >> name >> value) s.recorded[name] = value;
   return s;
+}
+
+arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
+                                              const SourceChecker& checker) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
+  }
+  CachePruneReport report;
+  if (!IsMarkedCacheDir(dir)) {
+    if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to prune
+    return arrow::Status::Invalid(
+        "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,
+        " marker file, so nothing in it can be proven to be pqloader's; nothing was deleted");
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code ec2;
+    const auto st = e.symlink_status(ec2);
+    if (ec2 || !IsShardName(e.path().filename().string()) || !fs::is_directory(st)) continue;
+    const std::string shard = e.path().string();
+    for (const auto& entry : ListShard(shard, nullptr, /*remove_stale=*/false)) {
+      std::error_code ec3;
+      if (!fs::is_regular_file(fs::symlink_status(entry.path, ec3)) || ec3) continue;
+      bool is_entry = false;
+      const SourceState state = EntryState(entry.path, entry.key, checker, &is_entry);
+      if (!is_entry) continue;  // not provably an entry: left alone
+      if (state != SourceState::kStale) {
+        ++report.kept;
+        if (state == SourceState::kUnknown) ++report.unverified_entries;
+        continue;
+      }
+      // Under the shard's lock, as writers delete, so that .usage stays right.
+      FileLock lock(shard + "/.lock");
+      struct stat sb;
+      if (!lock.ok() || ::lstat(entry.path.c_str(), &sb) != 0) continue;
+      if (::unlink(entry.path.c_str()) != 0) {
+        return arrow::Status::IOError(Errno("cannot remove '" + entry.path + "'"));
+      }
+      ++report.entries;
+      report.bytes += sb.st_size;
+      const std::string usage_path = shard + "/.usage";
+      const int64_t usage = ReadUsage(usage_path);
+      if (usage >= 0) WriteUsage(usage_path, std::max<int64_t>(0, usage - sb.st_size));
+    }
+  }
+  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  return report;
 }
 
 namespace {
@@ -673,6 +958,27 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir) {
   return report;
 }
 
+CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then) {
+  CacheCounters d;
+  d.hits = now.hits - then.hits;
+  d.misses = now.misses - then.misses;
+  d.inserts = now.inserts - then.inserts;
+  d.bytes_written = now.bytes_written - then.bytes_written;
+  d.refused_full = now.refused_full - then.refused_full;
+  d.refused_too_large = now.refused_too_large - then.refused_too_large;
+  d.refused_stale = now.refused_stale - then.refused_stale;
+  d.evictions = now.evictions - then.evictions;
+  d.evicted_stale = now.evicted_stale - then.evicted_stale;
+  d.corrupt = now.corrupt - then.corrupt;
+  d.write_errors = now.write_errors - then.write_errors;
+  return d;
+}
+
+bool CacheCounters::any() const {
+  return hits || misses || inserts || refused_full || refused_too_large || refused_stale ||
+         evictions || corrupt || write_errors;
+}
+
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return;
   FileLock lock(dir + "/.records.lock");
@@ -690,6 +996,15 @@ void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   r["evictions"] += c.evictions;
   r["corrupt"] += c.corrupt;
   r["write_errors"] += c.write_errors;
+  // Refusals and stale evictions: written once they happened (older records lack them).
+  const std::pair<const char*, int64_t> optional[] = {
+      {"refused_full", c.refused_full},
+      {"refused_too_large", c.refused_too_large},
+      {"refused_stale", c.refused_stale},
+      {"evicted_stale", c.evicted_stale}};
+  for (const auto& [name, value] : optional) {
+    if (value != 0 || r.count(name)) r[name] += value;
+  }
   const std::string tmp = dir + "/records.new";
   {
     std::ofstream out(tmp, std::ios::trunc);
