@@ -76,10 +76,17 @@ class Loader:
             directory (shared by processes, kept across runs; see docs/cache_format.md),
             or ``":memory:"`` for this process only. Hits skip reading, decoding and
             those transforms; batches are bit-identical either way. If the directory is
-            unusable or the disk fills up, a warning is issued and loading goes on uncached.
+            unusable or the disk fills up, a warning is issued and loading goes on uncached;
+            the first insert the size limit refuses gives one warning too.
         cache_size_limit: Bytes the cache may hold (default: no limit).
-        cache_policy: ``"keep"`` (default: fill until full, then stop inserting — best
-            for reshuffled scans larger than the cache) or ``"lru"``.
+        cache_policy: What happens when the cache is full. ``"keep"`` (default): fill,
+            then stop inserting (never thrashes on reshuffled scans larger than the cache).
+            ``"lru"``: evict the least recently used. ``"plan"``: evict the row groups the
+            plans of this epoch and the next (every rank's, in lockstep) read furthest in
+            the future, and do not insert one read later than all the cache holds
+            (Belady's rule; the most hits on reshuffled epochs, see docs/performance.md).
+            Entries of source files that changed since are deleted first under every
+            policy.
         cache_shards: Fan-out directories, each with its own lock and
             ``cache_size_limit / cache_shards`` bytes.
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt

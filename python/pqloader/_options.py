@@ -27,7 +27,7 @@ MAX_CACHE_SHARDS = 256  # the cache picks a shard from one byte of the entry key
 
 _SHARD_POLICIES = ("drop", "pad")
 _DECODE_ERROR_POLICIES = ("raise", "skip")
-_CACHE_POLICIES = ("keep", "lru")
+_CACHE_POLICIES = ("keep", "lru", "plan")
 _OUTPUTS = ("numpy", "torch")
 _STRINGS = ("str", "bytes")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63

@@ -218,7 +218,9 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
   const std::string cache_policy = Get<std::string>(d, "cache_policy", "keep");
-  o.cache.policy = cache_policy == "lru" ? CachePolicy::kLru : CachePolicy::kKeep;
+  o.cache.policy = cache_policy == "lru"    ? CachePolicy::kLru
+                   : cache_policy == "plan" ? CachePolicy::kPlan
+                                            : CachePolicy::kKeep;
   o.cache.shards = Get<int>(d, "cache_shards", o.cache.shards);
   if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
     o.on_decode_error = DecodeErrorPolicy::kSkip;
@@ -390,6 +392,7 @@ class PyLoader {
     d["cache_skipped_full"] = s.cache.refused_room();  // before the reasons were told apart
     d["cache_refused_full"] = s.cache.refused_full;
     d["cache_refused_too_large"] = s.cache.refused_too_large;
+    d["cache_refused_later"] = s.cache.refused_later;
     d["cache_refused_stale"] = s.cache.refused_stale;
     d["cache_evicted_stale"] = s.cache.evicted_stale;
     d["cache_evictions"] = s.cache.evictions;

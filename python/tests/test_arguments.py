@@ -80,7 +80,7 @@ BAD_ARGUMENTS = [
     (dict(output="torch", pin_memory="yes"), TypeError, ["pin_memory"]),
     (dict(shard_policy="even"), ValueError, ["shard_policy", "'drop' or 'pad'"]),
     (dict(on_decode_error="ignore"), ValueError, ["on_decode_error", "'raise' or 'skip'"]),
-    (dict(cache_policy="fifo"), ValueError, ["cache_policy", "'keep' or 'lru'"]),
+    (dict(cache_policy="fifo"), ValueError, ["cache_policy", "'keep' or 'lru' or 'plan'"]),
     (dict(cache_dir=""), ValueError, ["cache_dir"]),
     (dict(fill_null=2**64), ValueError, ["fill_null", "int64"]),
     (dict(fill_null={"x": [0]}), TypeError, ["fill_null['x']", "list"]),

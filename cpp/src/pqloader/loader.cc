@@ -11,6 +11,7 @@
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/error.h"
+#include "pqloader/plan/split_uses.h"
 
 namespace pqloader {
 
@@ -43,34 +44,70 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 
 }  // namespace
 
-// What the cache knows of this loader: the keys of its splits (computed on first use)
-// and the versions of its files, to tell stale entries.
+// What the cache knows of this loader: the keys of its splits (computed on first use),
+// when the plans of the current and the next epoch read them (for CachePolicy::kPlan, on
+// the clock of plan/split_uses.h), and the versions of its files, to tell stale entries.
 class Loader::CacheView : public CacheSchedule {
  public:
-  explicit CacheView(const Loader* loader) : loader_(loader) {
+  explicit CacheView(const Loader* loader)
+      : loader_(loader), split_rows_(loader->dataset_->SplitRows()), plan_(loader->options_.plan) {
     for (size_t f = 0; f < loader->dataset_->files().size(); ++f) {
       file_of_path_[loader->dataset_->files()[f].display] = f;
     }
   }
-  bool Owns(const std::string& key) const override {
-    std::call_once(keys_once_, [this] {
-      const auto n = static_cast<int64_t>(loader_->dataset_->splits().size());
-      for (int64_t s = 0; s < n; ++s) split_of_key_[loader_->CacheKeyOf(s)] = s;
-    });
-    return split_of_key_.count(key) > 0;
-  }
+  bool Owns(const std::string& key) const override { return SplitOf(key) >= 0; }
   bool IsStale(const SourceIdentity& source) const override {
     auto it = file_of_path_.find(source.path);
     if (it == file_of_path_.end()) return false;  // not a file of this loader
     const DataFile& f = loader_->dataset_->files()[it->second];
     return !source.SameFileVersion(SourceIdentity{f.display, f.size, f.mtime_ns, f.footer_hash, 0});
   }
+  double NextUse(const std::string& key, double now) const override {
+    const int64_t split = SplitOf(key);
+    if (split < 0 || !(now >= 0)) return kNeverUsed;
+    const auto epoch = static_cast<int64_t>(now);
+    for (int64_t e = epoch; e <= epoch + 1; ++e) {  // the plans of this epoch and the next
+      const double t = UsesOf(e)->NextRead(split, now);
+      if (t != kNeverRead) return t;
+    }
+    return kNeverUsed;
+  }
+  /// Follow the plan options of the epochs being read (the seed may change).
+  void set_plan(const PlanOptions& plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plan.seed == plan_.seed) return;  // the rest is fixed at Make()
+    plan_ = plan;
+    uses_.clear();
+  }
 
  private:
+  int64_t SplitOf(const std::string& key) const {
+    std::call_once(keys_once_, [this] {
+      const auto n = static_cast<int64_t>(loader_->dataset_->splits().size());
+      for (int64_t s = 0; s < n; ++s) split_of_key_[loader_->CacheKeyOf(s)] = s;
+    });
+    auto it = split_of_key_.find(key);
+    return it == split_of_key_.end() ? -1 : it->second;
+  }
+  std::shared_ptr<const EpochSplitUses> UsesOf(int64_t epoch) const {
+    constexpr size_t kEpochsKept = 4;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = uses_.find(epoch);
+    if (it != uses_.end()) return it->second;
+    if (uses_.size() >= kEpochsKept) uses_.erase(uses_.begin());
+    auto uses = std::make_shared<const EpochSplitUses>(EpochSplitUses::Make(split_rows_, plan_, epoch));
+    uses_[epoch] = uses;
+    return uses;
+  }
+
   const Loader* loader_;  // owns the cache, which owns this
+  const std::vector<int64_t> split_rows_;
   std::unordered_map<std::string, size_t> file_of_path_;
   mutable std::once_flag keys_once_;
   mutable std::unordered_map<std::string, int64_t> split_of_key_;  // set once by keys_once_
+  mutable std::mutex mu_;
+  PlanOptions plan_;                                                       // GUARDED_BY(mu_)
+  mutable std::map<int64_t, std::shared_ptr<const EpochSplitUses>> uses_;  // GUARDED_BY(mu_)
 };
 
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
@@ -144,7 +181,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
     if (options.dataset.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
-    loader->cache_->set_schedule(std::make_shared<CacheView>(loader.get()));
+    loader->cache_view_ = std::make_shared<CacheView>(loader.get());
+    loader->cache_->set_schedule(loader->cache_view_);
   }
   return loader;
 }
@@ -267,6 +305,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
                         OrderOf(options_.plan, epoch, elastic.get()));
   const uint64_t seed = options_.plan.seed;
+  if (cache_view_ != nullptr) cache_view_->set_plan(options_.plan);
   const int64_t batch_size = options_.plan.batch_size, num_rows = order->num_rows();
   // Which stream positions each batch holds: rows of the order, or with packing the
   // documents that fill its blocks.
@@ -327,9 +366,12 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, order, readahead = run.readahead, counters = run.work](int64_t u,
-                                                                              int64_t* bytes) {
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get());
+  work.run_unit = [this, order, epoch, readahead = run.readahead, counters = run.work](
+                      int64_t u, int64_t* bytes) {
+    // When the plan reads this unit, on the cache schedule's clock (see CacheView).
+    const double now = static_cast<double>(epoch) +
+                       static_cast<double>(u) / static_cast<double>(order->units().size());
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now);
   };
   work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
                     counters = run.work](
@@ -565,7 +607,7 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-    Work* work) {
+    Work* work, double now) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
     ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
@@ -592,7 +634,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       if (SourceChanged(unit.split)) {
         cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
       } else {
-        cache_->Put(key, full, SourceOf(unit.split));
+        cache_->Put(key, full, SourceOf(unit.split), now);
       }
     }
     decoded = SliceRows(full, unit.row_begin, unit.row_end);

@@ -233,10 +233,10 @@ class Loader {
                               int64_t unit_base, std::vector<RowRef>* rows,
                               std::vector<std::vector<SampleTensor>>* samples, Work* work);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
-  // transforms.
+  // transforms; `now` is when the plan reads it (the cache's clock, see CacheView).
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-      Work* work);
+      Work* work, double now);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
@@ -283,6 +283,7 @@ class Loader {
 
   std::atomic<int64_t> epochs_started_ahead_{0};
   std::shared_ptr<SplitCache> cache_;
+  std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader
   std::string cache_identity_;   // what every cache key of this loader shares
   CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
   mutable std::mutex stats_mu_;

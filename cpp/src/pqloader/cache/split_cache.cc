@@ -194,6 +194,8 @@ const char* PolicyName(CachePolicy policy) {
       return "keep";
     case CachePolicy::kLru:
       return "lru";
+    case CachePolicy::kPlan:
+      return "plan";
   }
   return "?";
 }
@@ -312,7 +314,7 @@ class DiskCache : public SplitCache {
   }
 
   CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
-                   const SourceIdentity& source) override {
+                   const SourceIdentity& source, double now = 0) override {
     if (broken_) {
       ++write_errors_;
       return CacheRefusal::kNone;
@@ -365,7 +367,7 @@ class DiskCache : public SplitCache {
         for (const auto& e : ListShard(ShardDir(shard))) usage += e.size;
       }
       if (options_.size_limit > 0 && usage + size > budget()) {
-        refusal = MakeRoom(shard, size, &usage);
+        refusal = MakeRoom(shard, key, size, now, &usage);
       }
       if (refusal == CacheRefusal::kNone && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
         ::unlink(tmp.c_str());
@@ -404,7 +406,9 @@ class DiskCache : public SplitCache {
 
   // Requires the shard's lock, with *usage + size over the shard's budget: delete what
   // the policy evicts (stale entries first) and return whether the entry may go in.
-  CacheRefusal MakeRoom(int shard, int64_t size, int64_t* usage) {
+  CacheRefusal MakeRoom(int shard, const std::string& key, int64_t size, double now,
+                        int64_t* usage) {
+    const bool plan = options_.policy == CachePolicy::kPlan && schedule_ != nullptr;
     std::vector<EntryFile> files;
     std::vector<HeldEntry> held;
     // Under kKeep a listing only finds stale entries; it is skipped while the shard's
@@ -419,11 +423,13 @@ class DiskCache : public SplitCache {
       *usage = 0;  // the listing is the truth (.usage may have drifted)
       for (const auto& f : files) {
         held.push_back(HeldEntry{f.size, static_cast<int64_t>(f.mtime.time_since_epoch().count()),
-                                 IsStaleEntry(f)});
+                                 IsStaleEntry(f),
+                                 plan ? schedule_->NextUse(f.key, now) : kNeverUsed});
         *usage += f.size;
       }
     }
-    const Admission a = Admit(options_.policy, held, *usage, budget(), size);
+    const double next_use = plan ? schedule_->NextUse(key, now) : kNeverUsed;
+    const Admission a = Admit(options_.policy, held, *usage, budget(), size, next_use);
     for (size_t i : a.evict) {
       if (::unlink(files[i].path.c_str()) != 0) continue;
       *usage -= files[i].size;
@@ -513,8 +519,9 @@ class MemoryCache : public SplitCache {
   }
 
   CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
-                   const SourceIdentity& source) override {
+                   const SourceIdentity& source, double now = 0) override {
     const int64_t size = unit->ByteSize();
+    const bool plan = options_.policy == CachePolicy::kPlan && schedule_ != nullptr;
     CacheRefusal refusal = CacheRefusal::kNone;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -526,9 +533,11 @@ class MemoryCache : public SplitCache {
         int64_t order = 0;
         for (auto it = lru_.begin(); it != lru_.end(); ++it) {  // least recently used first
           entries.push_back(it);
-          held.push_back(HeldEntry{it->size, order++, false});
+          held.push_back(HeldEntry{it->size, order++, false,
+                                   plan ? schedule_->NextUse(it->key, now) : kNeverUsed});
         }
-        const Admission a = Admit(options_.policy, held, used_, options_.size_limit, size);
+        const Admission a = Admit(options_.policy, held, used_, options_.size_limit, size,
+                                  plan ? schedule_->NextUse(key, now) : kNeverUsed);
         for (size_t i : a.evict) {
           used_ -= entries[i]->size;
           index_.erase(entries[i]->key);
@@ -583,6 +592,7 @@ CacheCounters SplitCache::counters() const {
   c.bytes_written = bytes_written_;
   c.refused_full = refused_full_;
   c.refused_too_large = refused_too_large_;
+  c.refused_later = refused_later_;
   c.refused_stale = refused_stale_;
   c.evictions = evictions_;
   c.evicted_stale = evicted_stale_;
@@ -632,6 +642,14 @@ void SplitCache::CountRefusal(CacheRefusal reason, const SourceIdentity& source,
                " may hold: it is never cached (stats()['cache_refused_too_large']). Raise "
                "cache_size_limit or lower cache_shards");
       return;
+    case CacheRefusal::kLater:
+      ++refused_later_;
+      Warn(WarningKind::kLater,
+           Describe() + " is full: it keeps the row groups the plans of this epoch and the "
+           "next read soonest, and does not cache those read later than all it holds "
+           "(stats()['cache_refused_later'] counts them); they are read from the source "
+           "again. Raise cache_size_limit to hold more");
+      return;
     case CacheRefusal::kStale:
       ++refused_stale_;
       Warn(WarningKind::kStale,
@@ -645,7 +663,7 @@ void SplitCache::CountRefusal(CacheRefusal reason, const SourceIdentity& source,
 }
 
 Admission Admit(CachePolicy policy, const std::vector<HeldEntry>& held, int64_t usage,
-                int64_t budget, int64_t size) {
+                int64_t budget, int64_t size, double next_use) {
   Admission a;
   if (budget <= 0 || usage + size <= budget) return a;
   if (size > budget) {
@@ -667,6 +685,28 @@ Admission Admit(CachePolicy policy, const std::vector<HeldEntry>& held, int64_t 
   std::vector<size_t> live;
   for (size_t i = 0; i < held.size(); ++i) {
     if (!held[i].stale) live.push_back(i);
+  }
+  if (policy == CachePolicy::kPlan) {
+    // Belady: the entries read furthest in the future go first, but only those read
+    // later than the newcomer; if they do not make room, it is the one to leave out.
+    std::stable_sort(live.begin(), live.end(), [&](size_t x, size_t y) {
+      return held[x].next_use > held[y].next_use;
+    });
+    // With entries of different sizes, making room may take several: each one read again
+    // is a hit given up for the newcomer's one, so more than one such is a bad trade.
+    const size_t stale = a.evict.size();
+    int64_t read_again = 0;
+    for (size_t i : live) {
+      if (used + size <= budget || held[i].next_use <= next_use) break;
+      a.evict.push_back(i);
+      used -= held[i].size;
+      read_again += held[i].next_use != kNeverUsed;
+    }
+    if (used + size > budget || read_again > 1) {
+      a.evict.resize(stale);  // the stale entries still go
+      a.refusal = CacheRefusal::kLater;
+    }
+    return a;
   }
   std::stable_sort(live.begin(), live.end(),
                    [&](size_t x, size_t y) { return held[x].last_use < held[y].last_use; });
@@ -966,6 +1006,7 @@ CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then)
   d.bytes_written = now.bytes_written - then.bytes_written;
   d.refused_full = now.refused_full - then.refused_full;
   d.refused_too_large = now.refused_too_large - then.refused_too_large;
+  d.refused_later = now.refused_later - then.refused_later;
   d.refused_stale = now.refused_stale - then.refused_stale;
   d.evictions = now.evictions - then.evictions;
   d.evicted_stale = now.evicted_stale - then.evicted_stale;
@@ -975,7 +1016,8 @@ CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then)
 }
 
 bool CacheCounters::any() const {
-  return hits || misses || inserts || refused_full || refused_too_large || refused_stale ||
+  return hits || misses || inserts || refused_full || refused_too_large || refused_later ||
+         refused_stale ||
          evictions || corrupt || write_errors;
 }
 
@@ -1000,6 +1042,7 @@ void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   const std::pair<const char*, int64_t> optional[] = {
       {"refused_full", c.refused_full},
       {"refused_too_large", c.refused_too_large},
+      {"refused_later", c.refused_later},
       {"refused_stale", c.refused_stale},
       {"evicted_stale", c.evicted_stale}};
   for (const auto& [name, value] : optional) {

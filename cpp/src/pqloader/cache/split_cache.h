@@ -9,7 +9,7 @@
 // insert the budget refuses is counted by reason (CacheRefusal) and reported once.
 // The owner of a cache may tell it about its future reads and its sources (a
 // CacheSchedule): then entries of files that changed (stale entries) are deleted first
-// when the budget is full. Thread-safety: all methods may be called concurrently.
+// when the budget is full, and CachePolicy::kPlan keeps the entries read soonest. Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <atomic>
@@ -36,13 +36,22 @@ namespace pqloader {
 enum class CachePolicy {
   kKeep,  ///< Insert until the budget is full, then stop inserting (no eviction).
   kLru,   ///< Evict the least recently used entries to make room.
+  /// Belady's rule on the owner's schedule (CacheSchedule::NextUse): evict the entries
+  /// read furthest in the future (never read again: furthest of all) while each is read
+  /// later than the entry to insert; if that does not make room, refuse the entry
+  /// (CacheRefusal::kLater): everything held is needed sooner.
+  kPlan,
 };
+
+/// The time of a read that never comes (CacheSchedule::NextUse): after every other.
+constexpr double kNeverUsed = std::numeric_limits<double>::infinity();
 
 /// Why an insert was not made.
 enum class CacheRefusal {
   kNone,      ///< It was made.
   kFull,      ///< The budget is held by entries the policy keeps (kKeep: any entry).
   kTooLarge,  ///< The entry is larger than a shard's budget: it never fits.
+  kLater,     ///< kPlan: every entry held is read sooner than this one.
   kStale,     ///< Its source file changed while it was read (entry of no current file).
 };
 
@@ -67,24 +76,29 @@ struct CacheCounters {
   int64_t bytes_written = 0;
   int64_t refused_full = 0;       ///< Inserts refused: CacheRefusal::kFull.
   int64_t refused_too_large = 0;  ///< Inserts refused: CacheRefusal::kTooLarge.
+  int64_t refused_later = 0;      ///< Inserts refused: CacheRefusal::kLater.
   int64_t refused_stale = 0;      ///< Inserts refused: CacheRefusal::kStale.
   int64_t evictions = 0;          ///< Entries deleted to make room (stale ones included).
   int64_t evicted_stale = 0;      ///< Of evictions: stale entries.
   int64_t corrupt = 0;        ///< Entries that failed verification and were dropped.
   int64_t write_errors = 0;   ///< Inserts that failed (disk full, permissions ...).
   /// Inserts refused for want of room (all reasons but kStale).
-  int64_t refused_room() const { return refused_full + refused_too_large; }
+  int64_t refused_room() const { return refused_full + refused_too_large + refused_later; }
   /// Whether any counter but bytes_written is not zero.
   bool any() const;
 };
 /// Return `now` minus `then`, counter by counter.
 CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then);
 
-/// What the owner of a cache (a loader) knows of its sources. Thread-safety: methods
-/// are called concurrently, from any thread.
+/// What the owner of a cache (a loader) knows of its reads and its sources.
+/// Thread-safety: methods are called concurrently, from any thread.
 class CacheSchedule {
  public:
   virtual ~CacheSchedule() = default;
+  /// Return the time of the first read of `key` strictly after `now`, on the owner's
+  /// clock (the loader's: epoch + position / units, see plan/split_uses.h), or
+  /// kNeverUsed, also for keys the owner does not read.
+  virtual double NextUse(const std::string& key, double now) const = 0;
   /// Return whether `key` is the key of an entry the owner reads (so, not stale).
   virtual bool Owns(const std::string& key) const = 0;
   /// Return whether an entry decoded from `source` is stale: its file is one the owner
@@ -106,9 +120,10 @@ class SplitCache {
   virtual bool Contains(const std::string& key) = 0;
   /// Insert `unit`, decoded from `source`, under `key`, best effort; return why not if
   /// it was not inserted (kNone also when another writer inserted it first, or it
-  /// failed: see counters().write_errors).
+  /// failed: see counters().write_errors). `now` is the time of this read on the
+  /// schedule's clock (kPlan).
   virtual CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
-                           const SourceIdentity& source) = 0;
+                           const SourceIdentity& source, double now = 0) = 0;
   /// Count an insert of `source`'s row group that its owner refused (CacheRefusal::kStale:
   /// the file changed while it was read), and warn once.
   void Refuse(CacheRefusal reason, const SourceIdentity& source);
@@ -125,7 +140,7 @@ class SplitCache {
   std::string TakeWarning();
 
  protected:
-  enum class WarningKind { kWriteFailure, kFull, kTooLarge, kStale, kCount };
+  enum class WarningKind { kWriteFailure, kFull, kTooLarge, kLater, kStale, kCount };
   /// Queue `message` unless a warning of `kind` was issued before.
   void Warn(WarningKind kind, const std::string& message);
   /// Count a refusal (not kNone) and warn about it once per reason; `source` is the
@@ -136,7 +151,7 @@ class SplitCache {
 
   std::shared_ptr<const CacheSchedule> schedule_;
   std::atomic<int64_t> hits_{0}, misses_{0}, inserts_{0}, bytes_written_{0}, refused_full_{0},
-      refused_too_large_{0}, refused_stale_{0}, evictions_{0}, evicted_stale_{0}, corrupt_{0},
+      refused_too_large_{0}, refused_later_{0}, refused_stale_{0}, evictions_{0}, evicted_stale_{0}, corrupt_{0},
       write_errors_{0};
 
  private:
@@ -153,6 +168,8 @@ struct HeldEntry {
   /// Its source changed (see CacheSchedule::IsStale), or it has an older format: no
   /// reader of this version asks for it.
   bool stale = false;
+  /// When it is read next (kPlan; see CacheSchedule::NextUse).
+  double next_use = kNeverUsed;
 };
 
 /// How an insert goes.
@@ -164,11 +181,12 @@ struct Admission {
   std::vector<size_t> evict;
 };
 
-/// Decide how an entry of `size` bytes enters a cache (or shard) of `budget` bytes
-/// (0: no limit) that holds `held`, `usage` bytes in all, under `policy`: stale entries
-/// go first, then kLru evicts the least recently used, kKeep nothing. Pure.
+/// Decide how an entry of `size` bytes, read next at `next_use`, enters a cache (or
+/// shard) of `budget` bytes (0: no limit) that holds `held`, `usage` bytes in all, under
+/// `policy`: stale entries go first, then kLru evicts the least recently used, kPlan
+/// the entries read furthest in the future (see CachePolicy::kPlan), kKeep nothing. Pure.
 Admission Admit(CachePolicy policy, const std::vector<HeldEntry>& held, int64_t usage,
-                int64_t budget, int64_t size);
+                int64_t budget, int64_t size, double next_use = kNeverUsed);
 
 /// Return the cache key (32 hex digits) of a split from the strings that identify it.
 std::string CacheKey(const std::string& identity);

@@ -35,6 +35,7 @@ class FakeSchedule : public CacheSchedule {
  public:
   std::set<std::string> owned;
   std::map<std::string, int64_t> versions;  // path -> current version
+  double NextUse(const std::string&, double) const override { return kNeverUsed; }
   bool Owns(const std::string& key) const override { return owned.count(key) > 0; }
   bool IsStale(const SourceIdentity& source) const override {
     auto it = versions.find(source.path);
