@@ -572,6 +572,25 @@ NB_MODULE(_core, m) {
   });
   nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
   m.def("draw_seed", &pqloader::DrawFreshSeed);
+  // Bench and test helper: the split of each unit rank `rank` reads in `epoch`, in order
+  // (bench/cache_policies.py replays it to compute the offline optimum of a cache).
+  m.def("_epoch_unit_splits", [](const std::vector<int64_t>& split_rows, int64_t batch_size,
+                                 bool shuffle, uint64_t seed, int64_t shuffle_window,
+                                 int64_t rank, int64_t world_size, int64_t epoch) {
+    pqloader::PlanOptions o;
+    o.batch_size = batch_size;
+    o.shuffle = shuffle;
+    o.seed = seed;
+    o.shuffle_window = shuffle_window;
+    o.rank = rank;
+    o.world_size = world_size;
+    const std::string invalid = pqloader::ValidatePlanOptions(o);
+    if (!invalid.empty()) throw nb::value_error(invalid.c_str());
+    const pqloader::EpochPlan plan = pqloader::EpochPlan::Make(split_rows, o, epoch);
+    std::vector<int64_t> out;
+    for (const auto& u : plan.units()) out.push_back(u.split);
+    return out;
+  });
   m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
                           const std::map<std::string, std::string>& storage_options) {
     pqloader::CacheDirStats s;
