@@ -89,6 +89,11 @@ class Loader:
             policy.
         cache_shards: Fan-out directories, each with its own lock and
             ``cache_size_limit / cache_shards`` bytes.
+        cache_wait_timeout: Processes sharing a cache directory (the ranks of a node)
+            fetch each row group once: one claims it before fetching, and the others wait
+            for its entry instead of fetching it too, at most this many seconds (then
+            they fetch it themselves; a claim this old, or of a dead process, is
+            broken). ``0``: no coordination. Default: 30.
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
@@ -173,6 +178,7 @@ class Loader:
         cache_size_limit: int | None = _D.cache_size_limit,
         cache_policy: str = _D.cache_policy,
         cache_shards: int = _D.cache_shards,
+        cache_wait_timeout: float = _D.cache_wait_timeout,
         storage_options: Mapping[str, Any] | None = _D.storage_options,
         io_threads: int = _D.io_threads,
         readahead: int | None = _D.readahead,
@@ -309,7 +315,13 @@ class Loader:
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
-            counters. The next epoch is read while one ends (also between two
+            counters: inserts refused by reason (cache_refused_full, _later,
+            _too_large, _stale; cache_skipped_full is their sum but _stale),
+            cache_evictions (of which cache_evicted_stale), cache_waits /
+            cache_wait_seconds / cache_wait_timeouts (waits for another process's
+            fetch). bytes_fetched: compressed bytes of the row groups requested from
+            storage since the loader was made, decoded or not (what it cost the
+            storage; read-ahead included). The next epoch is read while one ends (also between two
             ``for`` loops with ``num_epochs=1``): epochs_started_ahead counts those
             begun so, and their work counts only once their epoch begins;
             units_dropped_ahead counts units read ahead for an epoch that did not

@@ -85,6 +85,21 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
+def _check_seconds(name: str, value: Any, maximum: float = 7 * 24 * 3600.0) -> float:
+    """Check a duration in seconds: a real number in [0, maximum].
+
+    Raises:
+        TypeError: It is not a number (bool included).
+        ValueError: It is negative, not finite or above `maximum`.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if not (0 <= seconds <= maximum):
+        raise ValueError(f"{name} must be between 0 and {maximum:g} seconds, got {value!r}")
+    return seconds
+
+
 def _optional_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT,
                   limit_hint: str = "") -> int | None:
     return None if value is None else check_int(name, value, minimum, maximum, limit_hint)
@@ -235,6 +250,7 @@ class LoaderOptions:
     cache_size_limit: int | None = None
     cache_policy: str = "keep"
     cache_shards: int = 8
+    cache_wait_timeout: float = 30.0
     storage_options: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)  # may hold secrets
     io_threads: int = 16
     readahead: int | None = None
@@ -281,6 +297,7 @@ class LoaderOptions:
             cache_size_limit=_optional_int("cache_size_limit", self.cache_size_limit, 1),
             cache_policy=check_choice("cache_policy", self.cache_policy, _CACHE_POLICIES),
             cache_shards=check_int("cache_shards", self.cache_shards, 1, MAX_CACHE_SHARDS, shards_hint),
+            cache_wait_timeout=_check_seconds("cache_wait_timeout", self.cache_wait_timeout),
             storage_options=_env.normalize_storage_options(self.storage_options),
             io_threads=check_int("io_threads", self.io_threads, 1, MAX_THREADS, threads_hint),
             readahead=_optional_int("readahead", self.readahead, 1),
@@ -388,6 +405,7 @@ class LoaderOptions:
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,
             "cache_shards": self.cache_shards,
+            "cache_wait_timeout_ms": int(round(self.cache_wait_timeout * 1000)),
             "row_groups": {} if self.row_groups is None else
                           {path: list(groups) for path, groups in self.row_groups.items()},
         }

@@ -222,6 +222,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
                    : cache_policy == "plan" ? CachePolicy::kPlan
                                             : CachePolicy::kKeep;
   o.cache.shards = Get<int>(d, "cache_shards", o.cache.shards);
+  o.cache.wait_timeout_ms = Get<int64_t>(d, "cache_wait_timeout_ms", o.cache.wait_timeout_ms);
   if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
     o.on_decode_error = DecodeErrorPolicy::kSkip;
   }
@@ -373,6 +374,7 @@ class PyLoader {
     d["batches"] = s.batches;
     d["units_read"] = s.units_read;
     d["bytes_read"] = s.bytes_read;
+    d["bytes_fetched"] = s.bytes_fetched;
     d["bytes_decoded"] = s.bytes_decoded;
     d["read_seconds"] = s.read_seconds;
     d["decode_seconds"] = s.decode_seconds;
@@ -398,6 +400,9 @@ class PyLoader {
     d["cache_evictions"] = s.cache.evictions;
     d["cache_corrupt"] = s.cache.corrupt;
     d["cache_write_errors"] = s.cache.write_errors;
+    d["cache_waits"] = s.cache.waits;
+    d["cache_wait_timeouts"] = s.cache.wait_timeouts;
+    d["cache_wait_seconds"] = s.cache.wait_ns * 1e-9;
     d["batches_by_consumer"] = s.batches_by_consumer;
     d["epochs_started_ahead"] = s.epochs_started_ahead;
     d["units_dropped_ahead"] = s.units_dropped_ahead;
@@ -603,6 +608,7 @@ NB_MODULE(_core, m) {
     d["entries"] = s.entries;
     d["bytes"] = s.bytes;
     d["temp_files"] = s.temp_files;
+    d["fetch_markers"] = s.fetch_markers;
     d["stale_entries"] = s.stale_entries;
     d["stale_bytes"] = s.stale_bytes;
     d["unverified_entries"] = s.unverified_entries;

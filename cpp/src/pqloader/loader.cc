@@ -230,6 +230,9 @@ void Loader::EpochRun::StartPipeline(int64_t budget) {
 
 void Loader::ShutDown(std::vector<EpochRun> runs) {
   for (EpochRun& run : runs) {
+    if (run.work != nullptr) run.work->stopping = true;  // ends waits for other processes
+  }
+  for (EpochRun& run : runs) {
     if (run.pipeline == nullptr) continue;  // it only read ahead; reads finish unread
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -342,10 +345,21 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
         units_of(first_batch).first, units_of(num_batches - 1).second,
         [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
           const Unit& unit = order->units()[u];
-          // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
-          // fetched when needed).
-          if (cache_ != nullptr && cache_->Contains(CacheKeyOf(unit.split))) return nullptr;
-          return FetchUnit(*dataset_, unit, read_options_, pool_, io);
+          std::shared_ptr<FetchClaim> claim;
+          if (cache_ != nullptr) {
+            const std::string key = CacheKeyOf(unit.split);
+            // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
+            // fetched when needed), nor does one another process is fetching (claimed:
+            // ProduceUnit waits for its entry). Claims are taken in plan order, so the
+            // process that claims a split first is the one that reads it first.
+            if (cache_->Contains(key)) return nullptr;
+            claim = cache_->TryClaim(key);
+            if (claim == nullptr) return nullptr;
+          }
+          ARROW_ASSIGN_OR_RAISE(auto f, FetchUnit(*dataset_, unit, read_options_, pool_, io));
+          bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
+          f->hold = std::move(claim);  // released once the entry is published (or dropped)
+          return f;
         },
         [this, order](int64_t u) {
           return dataset_->splits()[order->units()[u].split].compressed_bytes;
@@ -515,6 +529,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
   if (f == nullptr) {  // not fetched ahead: fetch now
     ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
                                        arrow::io::IOContext(pool_, io_pool_.get())));
+    bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
   }
   const int64_t t0 = NowNs();
   ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get()));
@@ -615,11 +630,41 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
     const std::string key = CacheKeyOf(unit.split);
-    const int64_t t0 = NowNs();
-    std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
-    work->read_ns += NowNs() - t0;
-    if (full != nullptr && full->num_rows == split.num_rows &&
-        CheckUnitLayout(*full, dataset_->specs()).ok()) {
+    auto lookup = [&]() -> std::shared_ptr<const DecodedUnit> {
+      const int64_t t0 = NowNs();
+      std::shared_ptr<const DecodedUnit> hit = cache_->Get(key);
+      work->read_ns += NowNs() - t0;
+      if (hit != nullptr && hit->num_rows == split.num_rows &&
+          CheckUnitLayout(*hit, dataset_->specs()).ok()) {
+        return hit;
+      }
+      return nullptr;
+    };
+    std::shared_ptr<const DecodedUnit> full = lookup();
+    // The claim to fetch this split (see SplitCache::TryClaim), held until its entry is
+    // published, so that other processes wait for it rather than fetch it too.
+    std::shared_ptr<void> claim;
+    if (full == nullptr && fetched.ok() && *fetched != nullptr) {
+      claim = (*fetched)->hold;  // taken when its fetch started
+    } else if (full == nullptr && fetched.ok()) {
+      // Not fetched ahead: the cache held it then (and evicted it since), or another
+      // process was fetching it. Wait for that process, or claim it and fetch it now.
+      constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
+      for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
+        claim = cache_->TryClaim(key);
+        if (claim != nullptr) break;
+        const int64_t t0 = NowNs();
+        const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);
+        work->read_ns += NowNs() - t0;
+        if (waited == FetchWait::kCancelled) {
+          return arrow::Status::Cancelled("the loader stopped while waiting for another "
+                                          "process to fetch a row group");
+        }
+        if (waited == FetchWait::kCached) full = lookup();
+        if (waited == FetchWait::kTimedOut) break;  // fetch it without a claim
+      }
+    }
+    if (full != nullptr) {
       work->cache_bytes_saved += split.compressed_bytes;
       ++work->cache_hits;
     } else {
@@ -637,6 +682,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
         cache_->Put(key, full, SourceOf(unit.split), now);
       }
     }
+    claim.reset();  // after the entry is published: waiters find it
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
   if (options_.plan.shuffle) {
@@ -846,6 +892,7 @@ LoaderStats Loader::stats() const {
     work->AddTo(&s);
   }
   s.epochs_started_ahead = epochs_started_ahead_.load();
+  s.bytes_fetched = bytes_fetched_.load();
   if (cache_ != nullptr) {
     const CacheCounters c = cache_->counters();
     const int64_t hits = s.cache.hits, misses = s.cache.misses;

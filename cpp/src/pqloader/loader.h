@@ -94,6 +94,10 @@ struct LoaderStats {
   int64_t batches = 0;            ///< Batches handed to the consumer.
   int64_t units_read = 0;         ///< Row-group slices read and decoded.
   int64_t bytes_read = 0;         ///< Compressed Parquet bytes of the chunks read.
+  /// Compressed bytes of the row groups whose chunks were requested from storage, by
+  /// this loader since it was made, whether they were decoded or not (read ahead for an
+  /// epoch that was dropped, or found in the cache meanwhile): what it cost the storage.
+  int64_t bytes_fetched = 0;
   int64_t bytes_decoded = 0;      ///< Bytes of decoded tensor columns produced.
   // Time per stage, summed over all threads (workers and the consumer):
   double read_seconds = 0;       ///< Waiting for storage bytes (fetches not done ahead).
@@ -186,6 +190,8 @@ class Loader {
     std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, gather_ns{0};
     std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, skipped_rows{0};
     std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes_saved{0};
+    /// Raised when the run is shut down: ends waits for other processes' fetches.
+    std::atomic<bool> stopping{false};
     void AddTo(LoaderStats* stats) const;
   };
   // The pipeline of one epoch, its read-ahead and its work. A run started ahead may
@@ -282,6 +288,7 @@ class Loader {
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
   std::atomic<int64_t> epochs_started_ahead_{0};
+  std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;
   std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader
   std::string cache_identity_;   // what every cache key of this loader shares

@@ -1,6 +1,7 @@
 #include "pqloader/cache/split_cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +33,10 @@ namespace {
 
 constexpr char kEntrySuffix[] = ".pqc";
 constexpr char kTempPrefix[] = ".tmp-";
+constexpr char kMarkerSuffix[] = ".fetch";
+constexpr char kMarkerFirstLine[] = "pqloader fetch";
+// Polling of a split another process is fetching: from 1 ms, doubling, to this.
+constexpr auto kMaxWaitPoll = std::chrono::milliseconds(20);
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
 // Entries are read and hashed in pieces of this size (each stays in L2 between the two).
 constexpr int64_t kReadPieceBytes = 512 << 10;
@@ -114,6 +119,17 @@ bool IsTempName(const std::string& name) {
   const size_t dash = name.find('-', prefix);
   return dash != std::string::npos && dash < key - 1 && IsDigits(name, prefix, dash) &&
          IsDigits(name, dash + 1, key - 1);
+}
+
+// "<key>.fetch": the in-progress marker of a split being fetched; sets *key.
+bool IsMarkerName(const std::string& name, std::string* key) {
+  constexpr size_t suffix = sizeof(kMarkerSuffix) - 1;
+  if (name.size() != kKeyChars + suffix || !IsHex(name, 0, kKeyChars) ||
+      name.compare(kKeyChars, suffix, kMarkerSuffix) != 0) {
+    return false;
+  }
+  *key = name.substr(0, kKeyChars);
+  return true;
 }
 
 // "shard-NN": a fan-out directory (two lowercase hex digits).
@@ -203,20 +219,24 @@ const char* PolicyName(CachePolicy policy) {
 // Entries of one shard. With `remove_stale`, temp files of writers killed mid-write
 // (older than kStaleTempAge) are removed.
 std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr,
-                                 bool remove_stale = true) {
+                                 bool remove_stale = true, int64_t* markers = nullptr) {
   std::vector<EntryFile> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(shard, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code ec2;
     if (!e.is_regular_file(ec2) || e.is_symlink(ec2)) continue;
+    std::string key;
     if (IsTempName(name)) {
       if (temp_files) ++*temp_files;
       const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
       if (remove_stale && !ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
       continue;
     }
-    std::string key;
+    if (IsMarkerName(name, &key)) {
+      if (markers) ++*markers;
+      continue;
+    }
     if (!IsEntryName(name, &key)) continue;
     const auto size = e.file_size(ec2);
     if (ec2) continue;
@@ -257,6 +277,86 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadVerified(int fd) {
   }
   return buffer;
 }
+
+// An in-progress marker as read from its file.
+struct Marker {
+  int64_t pid = 0;
+  std::string host;
+  std::string token;
+  std::chrono::system_clock::time_point written;
+};
+
+std::string HostName() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+// Read the marker at `path`; false if there is none (or it is being written).
+bool ReadMarker(const std::string& path, Marker* m) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  } while (n < 0 && errno == EINTR);
+  struct stat st;
+  const bool stated = ::fstat(fd, &st) == 0;
+  ::close(fd);
+  if (n < 0 || !stated) return false;
+  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  std::string first, field;
+  std::getline(in, first);
+  if (first != kMarkerFirstLine) {
+    // Being written (created empty, then filled): treat as live and fresh.
+    m->pid = 0;
+  }
+  while (in >> field) {
+    if (field == "pid") in >> m->pid;
+    else if (field == "host") in >> m->host;
+    else if (field == "token") in >> m->token;
+  }
+  m->written = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  return true;
+}
+
+// A claim that holds nothing (no coordination).
+class NoClaim : public FetchClaim {};
+
+// The claims of one disk cache object, shared with the claims themselves (a claim may be
+// released after its cache object is gone).
+struct ClaimBook {
+  std::mutex mu;
+  std::unordered_map<std::string, std::weak_ptr<FetchClaim>> claims;  // GUARDED_BY(mu)
+  int64_t next_token = 0;                                               // GUARDED_BY(mu)
+};
+
+// A claim of this process: its marker is deleted on destruction (if it is still ours).
+class DiskClaim : public FetchClaim {
+ public:
+  DiskClaim(std::shared_ptr<ClaimBook> book, std::string key, std::string marker,
+            std::string lock, std::string token)
+      : book_(std::move(book)), key_(std::move(key)), marker_(std::move(marker)),
+        lock_(std::move(lock)), token_(std::move(token)) {}
+  ~DiskClaim() override {
+    {
+      // Under the shard lock, as a breaker deletes: never another process's marker.
+      FileLock lock(lock_);
+      Marker m;
+      if (lock.ok() && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
+    }
+    std::lock_guard<std::mutex> lock(book_->mu);
+    auto it = book_->claims.find(key_);
+    if (it != book_->claims.end() && it->second.expired()) book_->claims.erase(it);
+  }
+
+ private:
+  std::shared_ptr<ClaimBook> book_;
+  std::string key_, marker_, lock_, token_;
+};
 
 class DiskCache : public SplitCache {
  public:
@@ -311,6 +411,81 @@ class DiskCache : public SplitCache {
   bool Contains(const std::string& key) override {
     struct stat st;
     return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
+  }
+
+  std::shared_ptr<FetchClaim> TryClaim(const std::string& key) override {
+    if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
+    const std::string marker = MarkerPath(key);
+    const std::string lock = ShardDir(Shard(key)) + "/.lock";
+    std::lock_guard<std::mutex> guard(book_->mu);
+    if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        std::ostringstream token;
+        token << ::getpid() << "-" << ++book_->next_token << "-"
+              << std::chrono::steady_clock::now().time_since_epoch().count();
+        std::ostringstream text;
+        text << kMarkerFirstLine << "\npid " << ::getpid() << "\nhost " << host_ << "\ntoken "
+             << token.str() << "\n";
+        const std::string body = text.str();
+        const bool written = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+        ::close(fd);
+        if (!written) {  // full disk ...: fetch without coordinating
+          ::unlink(marker.c_str());
+          return std::make_shared<NoClaim>();
+        }
+        auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str());
+        book_->claims[key] = claim;
+        return claim;
+      }
+      // Cannot create markers (unwritable directory ...): fetch without coordinating.
+      if (errno != EEXIST) return std::make_shared<NoClaim>();
+      if (!BreakIfAbandoned(marker, lock)) return nullptr;  // another process fetches it
+    }
+    return nullptr;
+  }
+
+  FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) override {
+    if (broken_ || options_.wait_timeout_ms <= 0) return FetchWait::kFree;
+    const std::string marker = MarkerPath(key);
+    const std::string lock = ShardDir(Shard(key)) + "/.lock";
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto timeout = std::chrono::milliseconds(options_.wait_timeout_ms);
+    auto poll = std::chrono::milliseconds(1);
+    FetchWait out;
+    while (true) {
+      Marker m;
+      if (!ReadMarker(marker, &m)) {  // released: published, refused or failed
+        out = Contains(key) ? FetchWait::kCached : FetchWait::kFree;
+        break;
+      }
+      if (Contains(key)) {  // published, marker not yet deleted
+        out = FetchWait::kCached;
+        break;
+      }
+      bool too_old = false;
+      if (BreakIfAbandoned(marker, lock, &too_old)) {
+        out = FetchWait::kFree;  // its holder died or gave no sign for the wait timeout
+        if (too_old) ++wait_timeouts_;
+        break;
+      }
+      if (cancel != nullptr && cancel->load()) {
+        out = FetchWait::kCancelled;
+        break;
+      }
+      if (std::chrono::steady_clock::now() - t0 >= timeout) {
+        out = FetchWait::kTimedOut;
+        ++wait_timeouts_;
+        break;
+      }
+      std::this_thread::sleep_for(poll);
+      poll = std::min<std::chrono::milliseconds>(poll * 2, kMaxWaitPoll);
+    }
+    ++waits_;
+    wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - t0).count();
+    return out;
   }
 
   CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
@@ -471,6 +646,36 @@ class DiskCache : public SplitCache {
   std::string EntryPath(const std::string& key) const {
     return ShardDir(Shard(key)) + "/" + key + kEntrySuffix;
   }
+  std::string MarkerPath(const std::string& key) const {
+    return ShardDir(Shard(key)) + "/" + key + kMarkerSuffix;
+  }
+  // Whether the marker `m` is abandoned: its process is dead (same host) or it is older
+  // than the wait timeout (then *too_old is set).
+  bool Abandoned(const Marker& m, bool* too_old) const {
+    if (m.pid > 0 && m.host == host_ && ::kill(static_cast<pid_t>(m.pid), 0) != 0 &&
+        errno == ESRCH) {
+      return true;
+    }
+    *too_old = std::chrono::system_clock::now() - m.written >
+               std::chrono::milliseconds(options_.wait_timeout_ms);
+    return *too_old;
+  }
+  // Delete the marker at `path` if it is abandoned (true), or if it is gone already.
+  bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
+                        bool* too_old = nullptr) {
+    bool old = false;
+    Marker m;
+    if (!ReadMarker(path, &m)) return true;
+    if (!Abandoned(m, &old)) return false;
+    FileLock lock(lock_path);  // owners release under it too: never a fresh marker
+    Marker again;
+    if (!ReadMarker(path, &again)) return true;
+    if (again.token != m.token || again.written != m.written || !Abandoned(again, &old)) {
+      return false;
+    }
+    if (too_old != nullptr) *too_old = old;
+    return ::unlink(path.c_str()) == 0 || errno == ENOENT;
+  }
   void Remove(const std::string& key, const std::string& path) {
     const int shard = Shard(key);
     FileLock lock(ShardDir(shard) + "/.lock");
@@ -489,6 +694,8 @@ class DiskCache : public SplitCache {
 
   CacheOptions options_;
   bool broken_ = false;
+  const std::string host_ = HostName();
+  std::shared_ptr<ClaimBook> book_ = std::make_shared<ClaimBook>();
   std::mutex memo_mu_;
   // Per key of an entry this cache's owner does not read: whether it is stale (an
   // entry's key and content never change, so neither does the answer).
@@ -516,6 +723,14 @@ class MemoryCache : public SplitCache {
   bool Contains(const std::string& key) override {
     std::lock_guard<std::mutex> lock(mu_);
     return index_.count(key) > 0;
+  }
+
+  // One process: nothing to coordinate.
+  std::shared_ptr<FetchClaim> TryClaim(const std::string&) override {
+    return std::make_shared<NoClaim>();
+  }
+  FetchWait WaitForFetch(const std::string&, const std::atomic<bool>*) override {
+    return FetchWait::kFree;
   }
 
   CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
@@ -598,6 +813,9 @@ CacheCounters SplitCache::counters() const {
   c.evicted_stale = evicted_stale_;
   c.corrupt = corrupt_;
   c.write_errors = write_errors_;
+  c.waits = waits_;
+  c.wait_timeouts = wait_timeouts_;
+  c.wait_ns = wait_ns_;
   return c;
 }
 
@@ -750,7 +968,8 @@ bool MarkCacheDir(const std::string& dir) {
       bool temp = false;
       const bool ours = name == "footers"
                             ? IsFooterName(fname, &temp)
-                            : IsEntryName(fname, &key) || IsTempName(fname) || IsShardFileName(fname);
+                            : IsEntryName(fname, &key) || IsTempName(fname) ||
+                                  IsShardFileName(fname) || IsMarkerName(fname, &key);
       if (!ours) return false;
     }
     if (ec2) return false;
@@ -802,7 +1021,8 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
     if (!IsShardName(e.path().filename().string()) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
       continue;
     }
-    for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false)) {
+    for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false,
+                                       &s.fetch_markers)) {
       ++s.entries;
       s.bytes += entry.size;
       if (!checker) continue;
@@ -891,6 +1111,13 @@ bool IsEntryFile(const std::string& path, const std::string& key) {
   return n == static_cast<ssize_t>(sizeof(head)) && IsCacheEntryHeader(head, n, key);
 }
 
+// Whether the regular file `path` is an in-progress marker (by its first line).
+bool IsMarkerFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  return in && std::getline(in, first) && first == kMarkerFirstLine;
+}
+
 class Clearer {
  public:
   explicit Clearer(CacheClearReport* report) : report_(report) {}
@@ -924,7 +1151,8 @@ class Clearer {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->entries;
         report_->bytes += ec2 ? 0 : static_cast<int64_t>(size);
-      } else if (IsTempName(name) || IsShardFileName(name)) {
+      } else if (IsTempName(name) || IsShardFileName(name) ||
+                 (IsMarkerName(name, &key) && IsMarkerFile(e.path().string()))) {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->other_files;
       } else {
@@ -1012,12 +1240,15 @@ CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then)
   d.evicted_stale = now.evicted_stale - then.evicted_stale;
   d.corrupt = now.corrupt - then.corrupt;
   d.write_errors = now.write_errors - then.write_errors;
+  d.waits = now.waits - then.waits;
+  d.wait_timeouts = now.wait_timeouts - then.wait_timeouts;
+  d.wait_ns = now.wait_ns - then.wait_ns;
   return d;
 }
 
 bool CacheCounters::any() const {
   return hits || misses || inserts || refused_full || refused_too_large || refused_later ||
-         refused_stale ||
+         refused_stale || waits ||
          evictions || corrupt || write_errors;
 }
 
@@ -1043,6 +1274,8 @@ void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
       {"refused_full", c.refused_full},
       {"refused_too_large", c.refused_too_large},
       {"refused_later", c.refused_later},
+      {"waits", c.waits},
+      {"wait_timeouts", c.wait_timeouts},
       {"refused_stale", c.refused_stale},
       {"evicted_stale", c.evicted_stale}};
   for (const auto& [name, value] : optional) {

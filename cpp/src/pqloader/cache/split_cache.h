@@ -9,7 +9,13 @@
 // insert the budget refuses is counted by reason (CacheRefusal) and reported once.
 // The owner of a cache may tell it about its future reads and its sources (a
 // CacheSchedule): then entries of files that changed (stale entries) are deleted first
-// when the budget is full, and CachePolicy::kPlan keeps the entries read soonest. Thread-safety: all methods may be called concurrently.
+// when the budget is full, and CachePolicy::kPlan keeps the entries read soonest.
+//
+// Processes sharing a disk cache fetch each split once: before fetching a split it does
+// not hold, a process claims it with an in-progress marker (`<key>.fetch`, created with
+// O_CREAT | O_EXCL, holding its pid, host and time); another process that needs the split
+// meanwhile waits for the entry (WaitForFetch) instead of fetching it too. A marker of a
+// dead process (same host), or older than the wait timeout, is broken. Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <atomic>
@@ -66,6 +72,26 @@ struct CacheOptions {
   int shards = 8;
   /// fsync entries before publishing them (durable across power loss). Default: false.
   bool fsync = false;
+  /// How long a process waits for a split another process claimed (it is fetching it)
+  /// before fetching it too, in milliseconds; also the age after which a claim is
+  /// deemed abandoned. 0: no claims (each process fetches what it misses). Disk only.
+  /// Default: 30 s.
+  int64_t wait_timeout_ms = 30000;
+};
+
+/// The right to fetch a split and insert its entry, held by this process: its marker file
+/// is deleted when the last reference goes (after the entry is published, or dropped).
+class FetchClaim {
+ public:
+  virtual ~FetchClaim() = default;
+};
+
+/// How a wait for another process's fetch ended.
+enum class FetchWait {
+  kCached,     ///< The entry is in the cache now.
+  kFree,       ///< No process claims the split any more (it may not have inserted it).
+  kTimedOut,   ///< The wait outlived the wait timeout (the claim is still held).
+  kCancelled,  ///< The caller's cancel flag was raised.
 };
 
 /// Counters of one cache object (this process).
@@ -82,6 +108,9 @@ struct CacheCounters {
   int64_t evicted_stale = 0;      ///< Of evictions: stale entries.
   int64_t corrupt = 0;        ///< Entries that failed verification and were dropped.
   int64_t write_errors = 0;   ///< Inserts that failed (disk full, permissions ...).
+  int64_t waits = 0;          ///< Reads that waited for another process's fetch.
+  int64_t wait_timeouts = 0;  ///< Of waits: ended by a claim older than the wait timeout.
+  int64_t wait_ns = 0;        ///< Time spent in those waits.
   /// Inserts refused for want of room (all reasons but kStale).
   int64_t refused_room() const { return refused_full + refused_too_large + refused_later; }
   /// Whether any counter but bytes_written is not zero.
@@ -128,6 +157,16 @@ class SplitCache {
   /// the file changed while it was read), and warn once.
   void Refuse(CacheRefusal reason, const SourceIdentity& source);
 
+  /// Claim `key` before fetching its split: return a claim, or nullptr if another
+  /// process holds one (it is fetching the split; see WaitForFetch). Claims of one cache
+  /// object are shared: claiming a key this object holds returns the same claim. Without
+  /// coordination (memory cache, wait_timeout_ms 0, unusable directory) every claim
+  /// succeeds and holds nothing.
+  virtual std::shared_ptr<FetchClaim> TryClaim(const std::string& key) = 0;
+  /// Wait, polling, until `key` is cached or no other process claims it, at most the
+  /// wait timeout; give up at once when `*cancel` becomes true.
+  virtual FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) = 0;
+
   /// Tell the cache about its owner's sources (and, with kPlan, its reads). Set once,
   /// before the first Put.
   void set_schedule(std::shared_ptr<const CacheSchedule> schedule) {
@@ -152,7 +191,7 @@ class SplitCache {
   std::shared_ptr<const CacheSchedule> schedule_;
   std::atomic<int64_t> hits_{0}, misses_{0}, inserts_{0}, bytes_written_{0}, refused_full_{0},
       refused_too_large_{0}, refused_later_{0}, refused_stale_{0}, evictions_{0}, evicted_stale_{0}, corrupt_{0},
-      write_errors_{0};
+      write_errors_{0}, waits_{0}, wait_timeouts_{0}, wait_ns_{0};
 
  private:
   std::mutex warn_mu_;
@@ -218,6 +257,7 @@ struct CacheDirStats {
   int64_t entries = 0;
   int64_t bytes = 0;
   int64_t temp_files = 0;
+  int64_t fetch_markers = 0;  ///< Splits being fetched now (or claims left by a crash).
   /// With a checker: entries (and their bytes) whose source is stale, and entries whose
   /// source could not be checked; entries of an older format count as stale.
   int64_t stale_entries = 0;

@@ -2,9 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "pqloader/test_util.h"
 
@@ -238,6 +246,168 @@ TEST(SplitCache, PruneRefusesADirectoryThatIsNotACache) {
   const SourceChecker all_stale = [](const SourceIdentity&) { return SourceState::kStale; };
   EXPECT_FALSE(PruneCacheDir(dir, all_stale).ok());
   EXPECT_TRUE(fs::exists(dir + "/mine.txt"));
+}
+
+namespace {
+
+// The path of the in-progress marker of `key` in a one-shard cache at `dir`.
+std::string MarkerOf(const std::string& dir, const std::string& key) {
+  return dir + "/shard-00/" + key + ".fetch";
+}
+
+CacheOptions OneShard(const std::string& dir, int64_t wait_timeout_ms = 30000) {
+  CacheOptions o;
+  o.dir = dir;
+  o.shards = 1;
+  o.wait_timeout_ms = wait_timeout_ms;
+  return o;
+}
+
+std::string ThisHost() {
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+TEST(FetchClaims, OneProcessAtATimeClaimsASplit) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  // Two cache objects on one directory stand for two processes.
+  auto a = SplitCache::Open(OneShard(dir));
+  auto b = SplitCache::Open(OneShard(dir));
+  const std::string key = CacheKey("split 1");
+  auto claim = a->TryClaim(key);
+  ASSERT_NE(claim, nullptr);
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));
+  EXPECT_EQ(b->TryClaim(key), nullptr);
+  auto same = a->TryClaim(key);
+  EXPECT_EQ(same, claim);  // shared within one cache object
+  EXPECT_EQ(InspectCacheDir(dir).ValueOrDie().fetch_markers, 1);
+  claim.reset();
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));  // the second reference holds it
+  same.reset();
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  EXPECT_NE(b->TryClaim(key), nullptr);
+}
+
+TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto a = SplitCache::Open(OneShard(dir));
+  auto b = SplitCache::Open(OneShard(dir, 300));
+  const std::string key = CacheKey("split 2");
+  // Published: the holder inserts, then releases.
+  auto claim = a->TryClaim(key);
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    a->Put(key, UnitOfBytes(10), SourceOf("/f", 1));
+    claim.reset();
+  });
+  EXPECT_EQ(b->WaitForFetch(key, nullptr), FetchWait::kCached);
+  holder.join();
+  EXPECT_NE(b->Get(key), nullptr);
+  // Dropped without an entry (e.g. refused by the budget): the waiter may claim it.
+  const std::string other = CacheKey("split 3");
+  claim = a->TryClaim(other);
+  std::thread dropper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    claim.reset();
+  });
+  EXPECT_EQ(b->WaitForFetch(other, nullptr), FetchWait::kFree);
+  dropper.join();
+  // Held past the waiter's timeout (300 ms): the claim is deemed abandoned and broken.
+  claim = a->TryClaim(other);
+  ASSERT_TRUE(fs::exists(MarkerOf(dir, other)));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(b->WaitForFetch(other, nullptr), FetchWait::kFree);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, other)));
+  auto taken_over = b->TryClaim(other);
+  ASSERT_NE(taken_over, nullptr);
+  claim.reset();  // the slow holder lets go: the new holder's marker stays
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, other)));
+  // Cancelled from another thread, long before the timeout.
+  auto patient = SplitCache::Open(OneShard(dir, 60000));
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel = true;
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(patient->WaitForFetch(other, &cancel), FetchWait::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(5));
+  canceller.join();
+  const CacheCounters c = b->counters();
+  EXPECT_EQ(c.waits, 3);
+  EXPECT_EQ(c.wait_timeouts, 1);
+  EXPECT_GT(c.wait_ns, 300'000'000);
+}
+
+TEST(FetchClaims, MarkersOfDeadProcessesOrOlderThanTheTimeoutAreBroken) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto cache = SplitCache::Open(OneShard(dir, 2000));
+  // A process that has exited: its pid is free (reaped).
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = CacheKey("dead");
+  std::ofstream(MarkerOf(dir, dead)) << "pqloader fetch\npid " << child << "\nhost " << ThisHost()
+                                     << "\ntoken x\n";
+  EXPECT_NE(cache->TryClaim(dead), nullptr);
+  // A live process (this one) whose marker is older than the timeout.
+  const std::string old = CacheKey("old");
+  std::ofstream(MarkerOf(dir, old)) << "pqloader fetch\npid " << ::getpid() << "\nhost "
+                                    << ThisHost() << "\ntoken y\n";
+  EXPECT_EQ(cache->TryClaim(old), nullptr);  // fresh: held
+  struct timespec times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, MarkerOf(dir, old).c_str(), times, 0), 0);
+  EXPECT_EQ(cache->WaitForFetch(old, nullptr), FetchWait::kFree);  // broken by the waiter
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, old)));
+  // A dead pid on another host may be alive there: only its age breaks it.
+  const std::string remote = CacheKey("remote");
+  std::ofstream(MarkerOf(dir, remote)) << "pqloader fetch\npid " << child
+                                       << "\nhost another-host\ntoken z\n";
+  EXPECT_EQ(cache->TryClaim(remote), nullptr);
+}
+
+TEST(FetchClaims, AClaimOutlivesItsCacheAndClearRemovesLeftMarkers) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  const std::string key = CacheKey("k");
+  std::shared_ptr<FetchClaim> claim;
+  {
+    auto cache = SplitCache::Open(OneShard(dir));
+    claim = cache->TryClaim(key);
+  }
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));
+  claim.reset();
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  // A marker left by a crash is the cache's: clear deletes it, and the directory may be
+  // marked as a cache with it in place.
+  auto cache = SplitCache::Open(OneShard(dir));
+  claim = cache->TryClaim(key);
+  std::ofstream(MarkerOf(dir, CacheKey("crashed"))) << "pqloader fetch\npid 1\n";
+  fs::remove(dir + "/PQLOADER_CACHE");
+  EXPECT_TRUE(MarkCacheDir(dir));
+  auto report = ClearCacheDir(dir).ValueOrDie();
+  EXPECT_EQ(report.foreign_count, 0);
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, CacheKey("crashed"))));
+  claim.reset();  // its marker is gone already: nothing to delete, no error
+}
+
+TEST(FetchClaims, NoClaimsWithoutCoordination) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto a = SplitCache::Open(OneShard(dir, 0));
+  auto b = SplitCache::Open(OneShard(dir, 0));
+  const std::string key = CacheKey("k");
+  auto claim = a->TryClaim(key);
+  EXPECT_NE(claim, nullptr);
+  EXPECT_NE(b->TryClaim(key), nullptr);
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  CacheOptions memory;
+  memory.dir = ":memory:";
+  EXPECT_NE(SplitCache::Open(memory)->TryClaim(key), nullptr);
+  EXPECT_EQ(b->WaitForFetch(key, nullptr), FetchWait::kFree);
 }
 
 }  // namespace pqloader
