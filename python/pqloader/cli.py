@@ -129,8 +129,11 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"unverified entries (source not checked): {s['unverified_entries']}")
     if s.get("temp_files"):
         print(f"temp files (writes in progress or interrupted): {s['temp_files']}")
+    if s.get("fetch_markers"):
+        print(f"row groups being fetched (in-progress markers): {s['fetch_markers']}")
     for key in ("hits", "misses", "inserts", "evictions", "evicted_stale", "refused_full",
-                "refused_later", "refused_too_large", "refused_stale", "corrupt", "write_errors"):
+                "refused_later", "refused_too_large", "refused_stale", "waits", "wait_timeouts",
+                "corrupt", "write_errors"):
         if key in s:
             print(f"{key}: {s[key]}")
     return 0
