@@ -10,17 +10,77 @@ from pqloader import _core, _env
 from pqloader._env import Source
 
 
-def cache_stats(cache_dir: str | os.PathLike[str]) -> dict[str, int]:
-    """Describe a cache directory.
+def _dataset_sources(dataset: Source | None) -> list[str]:
+    return [] if dataset is None else _env.normalize_sources(dataset)
+
+
+def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Describe a cache directory, stale entries included.
+
+    An entry is *stale* when the file it was decoded from has changed since (size,
+    modification time or footer) or is gone: no loader asks for it again, it only takes
+    room (``pqloader cache prune`` deletes such entries; a loader whose cache is full
+    deletes those of its own files first). Each entry's header names its source file;
+    every distinct file is checked once, as a Loader would open it now.
 
     Args:
         cache_dir: A directory given as ``cache_dir`` to loaders.
+        dataset: Check only the entries of this dataset's files (as a Loader's
+            ``source``); an entry of a file that was under one of its directories and is
+            gone is stale, and entries of other files count as unverified. Default: each
+            entry's own local file is looked up (a stat, and a footer read when size and
+            mtime still match); entries of remote files count as unverified (checking
+            them costs requests: give their dataset, e.g. ``"s3://bucket/train"``).
+        storage_options: As for :class:`pqloader.Loader`, for remote sources.
 
     Returns:
-        Entries, bytes and temp files, plus the hit/miss counts recorded by loaders
-        that used it.
+        ``entries``, ``bytes``, ``temp_files``; ``stale_entries`` and ``stale_bytes``;
+        ``unverified_entries`` (sources that could not be checked); plus the counts
+        recorded by loaders that used it (``hits``, ``misses``, ``inserts``,
+        ``evictions``, ``refused_full``, ``refused_later``, ... where they happened).
+
+    Raises:
+        pqloader.IOError: `cache_dir` is not a directory, or `dataset` cannot be listed.
+
+    Example:
+        >>> pqloader.cache_stats("/tmp/pqcache")["stale_entries"]
+        0
     """
-    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir))))
+    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir)), _dataset_sources(dataset),
+                                  _env.normalize_storage_options(storage_options)))
+
+
+def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Delete the stale entries of a cache directory (see :func:`cache_stats`).
+
+    Only files proven to be entries (as :func:`cache_clear` proves them) whose source is
+    stale are deleted, each under its shard's lock, so loaders may use the directory
+    meanwhile. Entries whose source cannot be checked (unreachable storage, or outside
+    `dataset`) are kept.
+
+    Args:
+        cache_dir: A directory given as ``cache_dir`` to loaders.
+        dataset: As for :func:`cache_stats`.
+        storage_options: As for :class:`pqloader.Loader`, for remote sources.
+
+    Returns:
+        ``entries`` and ``bytes`` deleted, ``kept`` (entries left) and, of those,
+        ``unverified_entries``.
+
+    Raises:
+        pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
+            not a pqloader cache); nothing was deleted.
+        pqloader.IOError: `cache_dir` is not a directory, `dataset` cannot be listed, or
+            an entry could not be deleted.
+
+    Example:
+        >>> pqloader.cache_prune("/tmp/pqcache", dataset="data/train")["entries"]
+        3
+    """
+    return dict(_core.cache_prune(os.path.abspath(os.fspath(cache_dir)), _dataset_sources(dataset),
+                                  _env.normalize_storage_options(storage_options)))
 
 
 def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:

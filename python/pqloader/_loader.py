@@ -87,12 +87,24 @@ class Loader:
             directory (shared by processes, kept across runs; see docs/cache_format.md),
             or ``":memory:"`` for this process only. Hits skip reading, decoding and
             those transforms; batches are bit-identical either way. If the directory is
-            unusable or the disk fills up, a warning is issued and loading goes on uncached.
+            unusable or the disk fills up, a warning is issued and loading goes on uncached;
+            the first insert the size limit refuses gives one warning too.
         cache_size_limit: Bytes the cache may hold (default: no limit).
-        cache_policy: ``"keep"`` (default: fill until full, then stop inserting — best
-            for reshuffled scans larger than the cache) or ``"lru"``.
+        cache_policy: What happens when the cache is full. ``"keep"`` (default): fill,
+            then stop inserting (never thrashes on reshuffled scans larger than the cache).
+            ``"lru"``: evict the least recently used. ``"plan"``: evict the row groups the
+            plans of this epoch and the next (every rank's, in lockstep) read furthest in
+            the future, and do not insert one read later than all the cache holds
+            (Belady's rule; the most hits on reshuffled epochs, see docs/performance.md).
+            Entries of source files that changed since are deleted first under every
+            policy.
         cache_shards: Fan-out directories, each with its own lock and
             ``cache_size_limit / cache_shards`` bytes.
+        cache_wait_timeout: Processes sharing a cache directory (the ranks of a node)
+            fetch each row group once: one claims it before fetching, and the others wait
+            for its entry instead of fetching it too, at most this many seconds (then
+            they fetch it themselves; a claim this old, or of a dead process, is
+            broken). ``0``: no coordination. Default: 30.
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
@@ -181,6 +193,7 @@ class Loader:
         cache_size_limit: int | None = _D.cache_size_limit,
         cache_policy: str = _D.cache_policy,
         cache_shards: int = _D.cache_shards,
+        cache_wait_timeout: float = _D.cache_wait_timeout,
         storage_options: Mapping[str, Any] | None = _D.storage_options,
         io_threads: int = _D.io_threads,
         readahead: int | None = _D.readahead,
@@ -326,7 +339,13 @@ class Loader:
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
-            counters. The next epoch is read while one ends (also between two
+            counters: inserts refused by reason (cache_refused_full, _later,
+            _too_large, _stale; cache_skipped_full is their sum but _stale),
+            cache_evictions (of which cache_evicted_stale), cache_waits /
+            cache_wait_seconds / cache_wait_timeouts (waits for another process's
+            fetch). bytes_fetched: compressed bytes of the row groups requested from
+            storage since the loader was made, decoded or not (what it cost the
+            storage; read-ahead included). The next epoch is read while one ends (also between two
             ``for`` loops with ``num_epochs=1``): epochs_started_ahead counts those
             begun so, and their work counts only once their epoch begins;
             units_dropped_ahead counts units read ahead for an epoch that did not

@@ -27,7 +27,7 @@ MAX_CACHE_SHARDS = 256  # the cache picks a shard from one byte of the entry key
 
 _SHARD_POLICIES = ("drop", "pad")
 _DECODE_ERROR_POLICIES = ("raise", "skip")
-_CACHE_POLICIES = ("keep", "lru")
+_CACHE_POLICIES = ("keep", "lru", "plan")
 _OUTPUTS = ("numpy", "torch")
 _DECIMALS = ("float64", "int64")
 _STRINGS = ("str", "bytes")
@@ -84,6 +84,21 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
         accepted = " or ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be {accepted}, got {value!r}")
     return value
+
+
+def _check_seconds(name: str, value: Any, maximum: float = 7 * 24 * 3600.0) -> float:
+    """Check a duration in seconds: a real number in [0, maximum].
+
+    Raises:
+        TypeError: It is not a number (bool included).
+        ValueError: It is negative, not finite or above `maximum`.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if not (0 <= seconds <= maximum):
+        raise ValueError(f"{name} must be between 0 and {maximum:g} seconds, got {value!r}")
+    return seconds
 
 
 def _optional_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT,
@@ -259,6 +274,7 @@ class LoaderOptions:
     cache_size_limit: int | None = None
     cache_policy: str = "keep"
     cache_shards: int = 8
+    cache_wait_timeout: float = 30.0
     storage_options: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)  # may hold secrets
     io_threads: int = 16
     readahead: int | None = None
@@ -308,6 +324,7 @@ class LoaderOptions:
             cache_size_limit=_optional_int("cache_size_limit", self.cache_size_limit, 1),
             cache_policy=check_choice("cache_policy", self.cache_policy, _CACHE_POLICIES),
             cache_shards=check_int("cache_shards", self.cache_shards, 1, MAX_CACHE_SHARDS, shards_hint),
+            cache_wait_timeout=_check_seconds("cache_wait_timeout", self.cache_wait_timeout),
             storage_options=_env.normalize_storage_options(self.storage_options),
             io_threads=check_int("io_threads", self.io_threads, 1, MAX_THREADS, threads_hint),
             readahead=_optional_int("readahead", self.readahead, 1),
@@ -423,6 +440,7 @@ class LoaderOptions:
                          (True if self.null_mask is True else list(self.null_mask)),
             "decimals": self.decimals,
             "schema": None if self.schema is None else self.schema.serialize().to_pybytes(),
+            "cache_wait_timeout_ms": int(round(self.cache_wait_timeout * 1000)),
             "row_groups": {} if self.row_groups is None else
                           {path: list(groups) for path, groups in self.row_groups.items()},
         }

@@ -242,9 +242,12 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.defer_checks = Get<bool>(d, "defer_checks", false);
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
-  o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru
-                                                                         : CachePolicy::kKeep;
+  const std::string cache_policy = Get<std::string>(d, "cache_policy", "keep");
+  o.cache.policy = cache_policy == "lru"    ? CachePolicy::kLru
+                   : cache_policy == "plan" ? CachePolicy::kPlan
+                                            : CachePolicy::kKeep;
   o.cache.shards = Get<int>(d, "cache_shards", o.cache.shards);
+  o.cache.wait_timeout_ms = Get<int64_t>(d, "cache_wait_timeout_ms", o.cache.wait_timeout_ms);
   if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
     o.on_decode_error = DecodeErrorPolicy::kSkip;
   }
@@ -435,6 +438,7 @@ class PyLoader {
     d["batches"] = s.batches;
     d["units_read"] = s.units_read;
     d["bytes_read"] = s.bytes_read;
+    d["bytes_fetched"] = s.bytes_fetched;
     d["bytes_decoded"] = s.bytes_decoded;
     d["read_seconds"] = s.read_seconds;
     d["decode_seconds"] = s.decode_seconds;
@@ -451,10 +455,18 @@ class PyLoader {
     d["cache_inserts"] = s.cache.inserts;
     d["cache_bytes_written"] = s.cache.bytes_written;
     d["cache_bytes_saved"] = s.cache_bytes_saved;
-    d["cache_skipped_full"] = s.cache.skipped_full;
+    d["cache_skipped_full"] = s.cache.refused_room();  // before the reasons were told apart
+    d["cache_refused_full"] = s.cache.refused_full;
+    d["cache_refused_too_large"] = s.cache.refused_too_large;
+    d["cache_refused_later"] = s.cache.refused_later;
+    d["cache_refused_stale"] = s.cache.refused_stale;
+    d["cache_evicted_stale"] = s.cache.evicted_stale;
     d["cache_evictions"] = s.cache.evictions;
     d["cache_corrupt"] = s.cache.corrupt;
     d["cache_write_errors"] = s.cache.write_errors;
+    d["cache_waits"] = s.cache.waits;
+    d["cache_wait_timeouts"] = s.cache.wait_timeouts;
+    d["cache_wait_seconds"] = s.cache.wait_ns * 1e-9;
     d["batches_by_consumer"] = s.batches_by_consumer;
     d["epochs_started_ahead"] = s.epochs_started_ahead;
     d["units_dropped_ahead"] = s.units_dropped_ahead;
@@ -647,15 +659,59 @@ NB_MODULE(_core, m) {
   });
   nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
   m.def("draw_seed", &pqloader::DrawFreshSeed);
-  m.def("cache_stats", [](const std::string& dir) {
-    auto s = pqloader::Check(pqloader::InspectCacheDir(dir));
+  // Bench and test helper: the split of each unit rank `rank` reads in `epoch`, in order
+  // (bench/cache_policies.py replays it to compute the offline optimum of a cache).
+  m.def("_epoch_unit_splits", [](const std::vector<int64_t>& split_rows, int64_t batch_size,
+                                 bool shuffle, uint64_t seed, int64_t shuffle_window,
+                                 int64_t rank, int64_t world_size, int64_t epoch) {
+    pqloader::PlanOptions o;
+    o.batch_size = batch_size;
+    o.shuffle = shuffle;
+    o.seed = seed;
+    o.shuffle_window = shuffle_window;
+    o.rank = rank;
+    o.world_size = world_size;
+    const std::string invalid = pqloader::ValidatePlanOptions(o);
+    if (!invalid.empty()) throw nb::value_error(invalid.c_str());
+    const pqloader::EpochPlan plan = pqloader::EpochPlan::Make(split_rows, o, epoch);
+    std::vector<int64_t> out;
+    for (const auto& u : plan.units()) out.push_back(u.split);
+    return out;
+  });
+  m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::CacheDirStats s;
+    {
+      nb::gil_scoped_release release;
+      s = pqloader::Check(pqloader::InspectCache(
+          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
+    }
     nb::dict d;
     d["entries"] = s.entries;
     d["bytes"] = s.bytes;
     d["temp_files"] = s.temp_files;
+    d["fetch_markers"] = s.fetch_markers;
+    d["stale_entries"] = s.stale_entries;
+    d["stale_bytes"] = s.stale_bytes;
+    d["unverified_entries"] = s.unverified_entries;
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
     return d;
-  });
+  }, "dir"_a, "dataset"_a, "storage_options"_a);
+  m.def("cache_prune", [](const std::string& dir, const std::vector<std::string>& dataset,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::CachePruneReport r;
+    {
+      nb::gil_scoped_release release;
+      r = pqloader::Check(pqloader::PruneCache(
+          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
+    }
+    nb::dict d;
+    d["entries"] = r.entries;
+    d["bytes"] = r.bytes;
+    d["kept"] = r.kept;
+    d["unverified_entries"] = r.unverified_entries;
+    return d;
+  }, "dir"_a, "dataset"_a, "storage_options"_a);
   m.def("cache_clear", [](const std::string& dir) {
     pqloader::CacheClearReport r;
     {

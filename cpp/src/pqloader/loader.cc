@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <arrow/util/thread_pool.h>
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/error.h"
+#include "pqloader/plan/split_uses.h"
 
 namespace pqloader {
 
@@ -41,6 +44,72 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 }
 
 }  // namespace
+
+// What the cache knows of this loader: the keys of its splits (computed on first use),
+// when the plans of the current and the next epoch read them (for CachePolicy::kPlan, on
+// the clock of plan/split_uses.h), and the versions of its files, to tell stale entries.
+class Loader::CacheView : public CacheSchedule {
+ public:
+  explicit CacheView(const Loader* loader)
+      : loader_(loader), split_rows_(loader->dataset_->SplitRows()), plan_(loader->options_.plan) {
+    for (size_t f = 0; f < loader->dataset_->files().size(); ++f) {
+      file_of_path_[loader->dataset_->files()[f].display] = f;
+    }
+  }
+  bool Owns(const std::string& key) const override { return SplitOf(key) >= 0; }
+  bool IsStale(const SourceIdentity& source) const override {
+    auto it = file_of_path_.find(source.path);
+    if (it == file_of_path_.end()) return false;  // not a file of this loader
+    const DataFile& f = loader_->dataset_->files()[it->second];
+    return !source.SameFileVersion(SourceIdentity{f.display, f.size, f.mtime_ns, f.footer_hash, 0});
+  }
+  double NextUse(const std::string& key, double now) const override {
+    const int64_t split = SplitOf(key);
+    if (split < 0 || !(now >= 0)) return kNeverUsed;
+    const auto epoch = static_cast<int64_t>(now);
+    for (int64_t e = epoch; e <= epoch + 1; ++e) {  // the plans of this epoch and the next
+      const double t = UsesOf(e)->NextRead(split, now);
+      if (t != kNeverRead) return t;
+    }
+    return kNeverUsed;
+  }
+  /// Follow the plan options of the epochs being read (the seed may change).
+  void set_plan(const PlanOptions& plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plan.seed == plan_.seed) return;  // the rest is fixed at Make()
+    plan_ = plan;
+    uses_.clear();
+  }
+
+ private:
+  int64_t SplitOf(const std::string& key) const {
+    std::call_once(keys_once_, [this] {
+      const auto n = static_cast<int64_t>(loader_->dataset_->splits().size());
+      for (int64_t s = 0; s < n; ++s) split_of_key_[loader_->CacheKeyOf(s)] = s;
+    });
+    auto it = split_of_key_.find(key);
+    return it == split_of_key_.end() ? -1 : it->second;
+  }
+  std::shared_ptr<const EpochSplitUses> UsesOf(int64_t epoch) const {
+    constexpr size_t kEpochsKept = 4;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = uses_.find(epoch);
+    if (it != uses_.end()) return it->second;
+    if (uses_.size() >= kEpochsKept) uses_.erase(uses_.begin());
+    auto uses = std::make_shared<const EpochSplitUses>(EpochSplitUses::Make(split_rows_, plan_, epoch));
+    uses_[epoch] = uses;
+    return uses;
+  }
+
+  const Loader* loader_;  // owns the cache, which owns this
+  const std::vector<int64_t> split_rows_;
+  std::unordered_map<std::string, size_t> file_of_path_;
+  mutable std::once_flag keys_once_;
+  mutable std::unordered_map<std::string, int64_t> split_of_key_;  // set once by keys_once_
+  mutable std::mutex mu_;
+  PlanOptions plan_;                                                       // GUARDED_BY(mu_)
+  mutable std::map<int64_t, std::shared_ptr<const EpochSplitUses>> uses_;  // GUARDED_BY(mu_)
+};
 
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
                                                     const LoaderOptions& options) {
@@ -109,6 +178,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
     if (options.dataset.columns.spec.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
+    loader->cache_view_ = std::make_shared<CacheView>(loader.get());
+    loader->cache_->set_schedule(loader->cache_view_);
   }
   return loader;
 }
@@ -130,16 +201,8 @@ Loader::~Loader() { Stop(); }
 void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
-    CacheCounters delta;
-    delta.hits = now.hits - recorded_.hits;
-    delta.misses = now.misses - recorded_.misses;
-    delta.inserts = now.inserts - recorded_.inserts;
-    delta.evictions = now.evictions - recorded_.evictions;
-    delta.corrupt = now.corrupt - recorded_.corrupt;
-    delta.write_errors = now.write_errors - recorded_.write_errors;
-    if (delta.hits || delta.misses || delta.inserts || delta.corrupt || delta.write_errors) {
-      RecordCacheCounters(options_.cache.dir, delta);
-    }
+    const CacheCounters delta = CountersSince(now, recorded_);
+    if (delta.any()) RecordCacheCounters(options_.cache.dir, delta);
     recorded_ = now;
   }
   // Requests still in flight finish on io_pool_, unread.
@@ -174,6 +237,9 @@ void Loader::EpochRun::StartPipeline(int64_t budget) {
 }
 
 void Loader::ShutDown(std::vector<EpochRun> runs) {
+  for (EpochRun& run : runs) {
+    if (run.work != nullptr) run.work->stopping = true;  // ends waits for other processes
+  }
   for (EpochRun& run : runs) {
     if (run.pipeline == nullptr) continue;  // it only read ahead; reads finish unread
     if (run.windows != nullptr) run.windows->Cancel();  // wakes workers waiting on a window
@@ -251,6 +317,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
                         OrderOf(options_.plan, epoch, elastic.get()));
   const uint64_t seed = options_.plan.seed;
+  if (cache_view_ != nullptr) cache_view_->set_plan(options_.plan);
   const int64_t batch_size = options_.plan.batch_size, num_rows = order->num_rows();
   // Which stream positions each batch holds: rows of the order, or with packing the
   // documents that fill its blocks.
@@ -317,10 +384,21 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
         units_of(first_batch).first, units_of(num_batches - 1).second,
         [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
           const Unit& unit = order->units()[u];
-          // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
-          // fetched when needed).
-          if (cache_ != nullptr && cache_->Contains(CacheKeyOf(unit.split))) return nullptr;
-          return FetchUnit(*dataset_, unit, read_options_, pool_, io);
+          std::shared_ptr<FetchClaim> claim;
+          if (cache_ != nullptr) {
+            const std::string key = CacheKeyOf(unit.split);
+            // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
+            // fetched when needed), nor does one another process is fetching (claimed:
+            // ProduceUnit waits for its entry). Claims are taken in plan order, so the
+            // process that claims a split first is the one that reads it first.
+            if (cache_->Contains(key)) return nullptr;
+            claim = cache_->TryClaim(key);
+            if (claim == nullptr) return nullptr;
+          }
+          ARROW_ASSIGN_OR_RAISE(auto f, FetchUnit(*dataset_, unit, read_options_, pool_, io));
+          bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
+          f->hold = std::move(claim);  // released once the entry is published (or dropped)
+          return f;
         },
         [this, order](int64_t u) {
           return dataset_->splits()[order->units()[u].split].compressed_bytes;
@@ -341,9 +419,12 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, order, readahead = run.readahead, counters = run.work](int64_t u,
-                                                                              int64_t* bytes) {
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get());
+  work.run_unit = [this, order, epoch, readahead = run.readahead, counters = run.work](
+                      int64_t u, int64_t* bytes) {
+    // When the plan reads this unit, on the cache schedule's clock (see CacheView).
+    const double now = static_cast<double>(epoch) +
+                       static_cast<double>(u) / static_cast<double>(order->units().size());
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now);
   };
   work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
                     counters = run.work, windows, windows_made_by](
@@ -501,6 +582,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
   if (f == nullptr) {  // not fetched ahead: fetch now
     ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
                                        arrow::io::IOContext(pool_, io_pool_.get())));
+    bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
   }
   const int64_t t0 = NowNs();
   ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get()));
@@ -524,6 +606,27 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
         }));
   }
   return decoded;
+}
+
+SourceIdentity Loader::SourceOf(int64_t split_index) const {
+  const Split& split = dataset_->splits()[split_index];
+  const DataFile& file = dataset_->files()[split.file];
+  return SourceIdentity{file.display, file.size, file.mtime_ns, file.footer_hash, split.row_group};
+}
+
+bool Loader::SourceChanged(int64_t split_index) const {
+  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
+  // A local file costs a stat; asking an object store would cost a request per insert.
+  if (file.fs == nullptr || file.fs->type_name() != "local") return false;
+  auto info = file.fs->GetFileInfo(file.path);
+  if (!info.ok()) return false;  // its next read will say what is wrong
+  if (info->type() != arrow::fs::FileType::File || info->size() != file.size) return true;
+  const int64_t mtime_ns =
+      info->mtime() == arrow::fs::kNoTime
+          ? 0
+          : std::chrono::duration_cast<std::chrono::nanoseconds>(info->mtime().time_since_epoch())
+                .count();
+  return mtime_ns != file.mtime_ns;
 }
 
 std::string Loader::CacheKeyOf(int64_t split_index) const {
@@ -572,7 +675,7 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-    Work* work) {
+    Work* work, double now) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
     ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
@@ -580,11 +683,41 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
     const std::string key = CacheKeyOf(unit.split);
-    const int64_t t0 = NowNs();
-    std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
-    work->read_ns += NowNs() - t0;
-    if (full != nullptr && full->num_rows == split.num_rows &&
-        CheckUnitLayout(*full, dataset_->specs()).ok()) {
+    auto lookup = [&]() -> std::shared_ptr<const DecodedUnit> {
+      const int64_t t0 = NowNs();
+      std::shared_ptr<const DecodedUnit> hit = cache_->Get(key);
+      work->read_ns += NowNs() - t0;
+      if (hit != nullptr && hit->num_rows == split.num_rows &&
+          CheckUnitLayout(*hit, dataset_->specs()).ok()) {
+        return hit;
+      }
+      return nullptr;
+    };
+    std::shared_ptr<const DecodedUnit> full = lookup();
+    // The claim to fetch this split (see SplitCache::TryClaim), held until its entry is
+    // published, so that other processes wait for it rather than fetch it too.
+    std::shared_ptr<void> claim;
+    if (full == nullptr && fetched.ok() && *fetched != nullptr) {
+      claim = (*fetched)->hold;  // taken when its fetch started
+    } else if (full == nullptr && fetched.ok()) {
+      // Not fetched ahead: the cache held it then (and evicted it since), or another
+      // process was fetching it. Wait for that process, or claim it and fetch it now.
+      constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
+      for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
+        claim = cache_->TryClaim(key);
+        if (claim != nullptr) break;
+        const int64_t t0 = NowNs();
+        const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);
+        work->read_ns += NowNs() - t0;
+        if (waited == FetchWait::kCancelled) {
+          return arrow::Status::Cancelled("the loader stopped while waiting for another "
+                                          "process to fetch a row group");
+        }
+        if (waited == FetchWait::kCached) full = lookup();
+        if (waited == FetchWait::kTimedOut) break;  // fetch it without a claim
+      }
+    }
+    if (full != nullptr) {
       work->cache_bytes_saved += split.compressed_bytes;
       ++work->cache_hits;
     } else {
@@ -596,8 +729,14 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       if (options_.plan.shuffle && !window_gather_) {
         ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
       }
-      cache_->Put(key, full);
+      // An entry of a file that changed while it was read would serve no current key.
+      if (SourceChanged(unit.split)) {
+        cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
+      } else {
+        cache_->Put(key, full, SourceOf(unit.split), now);
+      }
     }
+    claim.reset();  // after the entry is published: waiters find it
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
   if (options_.plan.shuffle && !window_gather_) {
@@ -847,6 +986,7 @@ LoaderStats Loader::stats() const {
     work->AddTo(&s);
   }
   s.epochs_started_ahead = epochs_started_ahead_.load();
+  s.bytes_fetched = bytes_fetched_.load();
   if (cache_ != nullptr) {
     const CacheCounters c = cache_->counters();
     const int64_t hits = s.cache.hits, misses = s.cache.misses;

@@ -98,6 +98,10 @@ struct LoaderStats {
   int64_t batches = 0;            ///< Batches handed to the consumer.
   int64_t units_read = 0;         ///< Row-group slices read and decoded.
   int64_t bytes_read = 0;         ///< Compressed Parquet bytes of the chunks read.
+  /// Compressed bytes of the row groups whose chunks were requested from storage, by
+  /// this loader since it was made, whether they were decoded or not (read ahead for an
+  /// epoch that was dropped, or found in the cache meanwhile): what it cost the storage.
+  int64_t bytes_fetched = 0;
   int64_t bytes_decoded = 0;      ///< Bytes of decoded tensor columns produced.
   // Time per stage, summed over all threads (workers and the consumer):
   double read_seconds = 0;       ///< Waiting for storage bytes (fetches not done ahead).
@@ -196,6 +200,8 @@ class Loader {
     std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, gather_ns{0};
     std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, skipped_rows{0};
     std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes_saved{0};
+    /// Raised when the run is shut down: ends waits for other processes' fetches.
+    std::atomic<bool> stopping{false};
     void AddTo(LoaderStats* stats) const;
   };
   // The pipeline of one epoch, its read-ahead and its work. A run started ahead may
@@ -244,10 +250,10 @@ class Loader {
                               int64_t unit_base, std::vector<RowRef>* rows,
                               std::vector<std::vector<SampleTensor>>* samples, Work* work);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
-  // transforms.
+  // transforms; `now` is when the plan reads it (the cache's clock, see CacheView).
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-      Work* work);
+      Work* work, double now);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
@@ -269,6 +275,11 @@ class Loader {
       const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made,
       int64_t first, int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
       int64_t unit_base);
+  // Where a split's rows come from (stored in its cache entry).
+  SourceIdentity SourceOf(int64_t split) const;
+  // Whether the file of a split has changed since the loader opened it (local files).
+  bool SourceChanged(int64_t split) const;
+  class CacheView;
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
   arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
@@ -298,7 +309,9 @@ class Loader {
   // Shuffled epochs gather each window whole (tensor/window_gather.h): every column is
   // fixed-width and nothing runs per sample.
   bool window_gather_ = false;
+  std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;
+  std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader
   std::string cache_identity_;   // what every cache key of this loader shares
   CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
   mutable std::mutex stats_mu_;

@@ -289,6 +289,20 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
   return out;
 }
 
+arrow::Result<std::string> ReadFooterHash(const FoundFile& found,
+                                          const std::string& footer_cache_dir) {
+  DataFile file;
+  file.fs = found.fs;
+  file.path = found.path;
+  file.display = found.display;
+  file.size = found.size;
+  file.mtime_ns = found.mtime_ns;
+  std::shared_ptr<arrow::Schema> schema;
+  parquet::arrow::SchemaManifest manifest;
+  ARROW_RETURN_NOT_OK(ReadFooter(&file, &schema, &manifest, footer_cache_dir));
+  return file.footer_hash;
+}
+
 namespace {
 
 // Whether a file found by listing, without a Parquet extension, is Parquet: "PAR1" at

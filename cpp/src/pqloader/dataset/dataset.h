@@ -152,6 +152,11 @@ struct FoundFile {
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
                                                     const StorageOptions& storage = {});
 
+/// The hash of `file`'s footer as Dataset::Open computes it (DataFile::footer_hash):
+/// read from the file, or for a remote file from `footer_cache_dir` when it holds it.
+arrow::Result<std::string> ReadFooterHash(const FoundFile& file,
+                                          const std::string& footer_cache_dir = "");
+
 }  // namespace pqloader
 
 namespace pqloader {

@@ -49,6 +49,8 @@ struct FetchedUnit {
   /// Reader with the row group's selected column chunks pre-buffered; null when only
   /// partition columns are selected.
   std::unique_ptr<parquet::arrow::FileReader> reader;
+  /// Kept alive as long as the fetched unit (the loader keeps its cache claim here).
+  std::shared_ptr<void> hold;
 };
 
 /// Start fetching the selected column chunks of `unit`'s row group on `io`'s executor,
