@@ -130,7 +130,8 @@ sanitize-cpp: deps
 # interpreter's own allocations would drown ours. Subprocesses inherit the setup.
 SANITIZE_PY_DIR := build/sanitize-py
 SANITIZE_PY_TESTS ?= python/tests/test_transforms.py python/tests/test_cache.py \
-  python/tests/test_cache_safety.py python/tests/test_hostile_bytes.py python/tests/test_faults.py
+  python/tests/test_cache_safety.py python/tests/test_cache_stale.py python/tests/test_cache_plan.py \
+  python/tests/test_cache_node_fetch.py python/tests/test_hostile_bytes.py python/tests/test_faults.py
 sanitize-python: deps
 	$(VENV)/bin/cmake -S . -B $(SANITIZE_PY_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_SANITIZE=address -DPQLOADER_BUILD_PYTHON=ON \

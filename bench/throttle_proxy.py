@@ -7,14 +7,18 @@ Every byte is delayed by half the round-trip time in each direction, and all byt
 one direction (over all connections) share one link of ``--rate-mbps`` MB/s (10^6
 bytes), served first come, first served. Without ``--rtt-ms``/``--rate-mbps`` it just
 forwards (the tests use it so to take an endpoint down and bring it back). It writes
-its port to ``--ready-file`` once listening, and runs until killed. Standard library
-only; refuses targets off loopback.
+its port to ``--ready-file`` once listening, and runs until killed. With ``--count-file``
+it keeps the bytes forwarded each way there (JSON ``{"to_server": n, "to_client": n}``,
+rewritten every 0.1 s while they change): what a server served, measured outside the
+clients. Standard library only; refuses targets off loopback.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import ipaddress
+import json
+import os
 import time
 
 CHUNK = 64 * 1024
@@ -28,6 +32,7 @@ class Link:
         self.delay_s = delay_s
         self.rate_bps = rate_bps
         self.free_at = 0.0  # when the line has sent everything queued so far
+        self.bytes = 0  # forwarded so far
 
     async def send(self, arrived: float, data: bytes, writer: asyncio.StreamWriter) -> None:
         now = time.monotonic()
@@ -39,6 +44,7 @@ class Link:
         if start > now:
             await asyncio.sleep(start - now)
         writer.write(data)
+        self.bytes += len(data)
         await writer.drain()
 
 
@@ -53,7 +59,7 @@ async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link:
             pass
         await queue.put(None)
 
-    reading = asyncio.ensure_future(read())
+    reading = asyncio.ensure_future(read())  # referenced here until the pump ends
     try:
         while (item := await queue.get()) is not None:
             await link.send(item[0], item[1], writer)
@@ -72,6 +78,7 @@ async def main() -> None:
     p.add_argument("--rtt-ms", type=float, default=0.0, help="round-trip latency added")
     p.add_argument("--rate-mbps", type=float, default=0.0, help="MB/s per direction; 0: no cap")
     p.add_argument("--ready-file", help="write the listening port here once ready")
+    p.add_argument("--count-file", help="keep the bytes forwarded each way here (JSON)")
     args = p.parse_args()
     lhost, lport = args.listen.rsplit(":", 1)
     thost, tport = args.target.rsplit(":", 1)
@@ -82,23 +89,48 @@ async def main() -> None:
     up = Link(args.rtt_ms / 2000, rate)
     down = Link(args.rtt_ms / 2000, rate)
 
+    # asyncio holds tasks weakly: a connection's task, waiting on its pumps, could be
+    # collected mid-connection when clients drop connections.
+    live: set[asyncio.Task] = set()
+
     async def handle(creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        live.add(task)
         try:
-            sreader, swriter = await asyncio.open_connection(thost, int(tport))
-        except OSError:
-            cwriter.close()
-            return
-        await asyncio.gather(pump(creader, swriter, up), pump(sreader, cwriter, down))
-        for w in (swriter, cwriter):
-            w.close()
+            try:
+                sreader, swriter = await asyncio.open_connection(thost, int(tport))
+            except OSError:
+                cwriter.close()
+                return
+            await asyncio.gather(pump(creader, swriter, up), pump(sreader, cwriter, down))
+            for w in (swriter, cwriter):
+                w.close()
+        finally:
+            live.discard(task)
 
     server = await asyncio.start_server(handle, lhost, int(lport), reuse_address=True)
     port = server.sockets[0].getsockname()[1]
     if args.ready_file:
         with open(args.ready_file, "w") as f:
             f.write(str(port))
+    if args.count_file:
+        live.add(asyncio.ensure_future(count(args.count_file, up, down)))
     async with server:
         await server.serve_forever()
+
+
+async def count(path: str, up: Link, down: Link) -> None:
+    """Rewrite `path` with the bytes forwarded each way whenever they change."""
+    last = None
+    while True:
+        now = (up.bytes, down.bytes)
+        if now != last:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"to_server": now[0], "to_client": now[1]}, f)
+            os.replace(tmp, path)
+            last = now
+        await asyncio.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pqloader._errors import (
 )
 from pqloader import transforms
 from pqloader._arrow import ArrowSchema
-from pqloader._inspect import cache_clear, cache_stats, inspect
+from pqloader._inspect import cache_clear, cache_prune, cache_stats, inspect
 from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
 from pqloader._options import LoaderOptions
@@ -40,6 +40,7 @@ __all__ = [
     "transforms",
     "cache_stats",
     "cache_clear",
+    "cache_prune",
     "Error",
     "IOError",
     "DataNotFoundError",

@@ -10,17 +10,77 @@ from pqloader import _core, _env
 from pqloader._env import Source
 
 
-def cache_stats(cache_dir: str | os.PathLike[str]) -> dict[str, int]:
-    """Describe a cache directory.
+def _dataset_sources(dataset: Source | None) -> list[str]:
+    return [] if dataset is None else _env.normalize_sources(dataset)
+
+
+def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Describe a cache directory, stale entries included.
+
+    An entry is *stale* when the file it was decoded from has changed since (size,
+    modification time or footer) or is gone: no loader asks for it again, it only takes
+    room (``pqloader cache prune`` deletes such entries; a loader whose cache is full
+    deletes those of its own files first). Each entry's header names its source file;
+    every distinct file is checked once, as a Loader would open it now.
 
     Args:
         cache_dir: A directory given as ``cache_dir`` to loaders.
+        dataset: Check only the entries of this dataset's files (as a Loader's
+            ``source``); an entry of a file that was under one of its directories and is
+            gone is stale, and entries of other files count as unverified. Default: each
+            entry's own local file is looked up (a stat, and a footer read when size and
+            mtime still match); entries of remote files count as unverified (checking
+            them costs requests: give their dataset, e.g. ``"s3://bucket/train"``).
+        storage_options: As for :class:`pqloader.Loader`, for remote sources.
 
     Returns:
-        Entries, bytes and temp files, plus the hit/miss counts recorded by loaders
-        that used it.
+        ``entries``, ``bytes``, ``temp_files``; ``stale_entries`` and ``stale_bytes``;
+        ``unverified_entries`` (sources that could not be checked); plus the counts
+        recorded by loaders that used it (``hits``, ``misses``, ``inserts``,
+        ``evictions``, ``refused_full``, ``refused_later``, ... where they happened).
+
+    Raises:
+        pqloader.IOError: `cache_dir` is not a directory, or `dataset` cannot be listed.
+
+    Example:
+        >>> pqloader.cache_stats("/tmp/pqcache")["stale_entries"]
+        0
     """
-    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir))))
+    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir)), _dataset_sources(dataset),
+                                  _env.normalize_storage_options(storage_options)))
+
+
+def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Delete the stale entries of a cache directory (see :func:`cache_stats`).
+
+    Only files proven to be entries (as :func:`cache_clear` proves them) whose source is
+    stale are deleted, each under its shard's lock, so loaders may use the directory
+    meanwhile. Entries whose source cannot be checked (unreachable storage, or outside
+    `dataset`) are kept.
+
+    Args:
+        cache_dir: A directory given as ``cache_dir`` to loaders.
+        dataset: As for :func:`cache_stats`.
+        storage_options: As for :class:`pqloader.Loader`, for remote sources.
+
+    Returns:
+        ``entries`` and ``bytes`` deleted, ``kept`` (entries left) and, of those,
+        ``unverified_entries``.
+
+    Raises:
+        pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
+            not a pqloader cache); nothing was deleted.
+        pqloader.IOError: `cache_dir` is not a directory, `dataset` cannot be listed, or
+            an entry could not be deleted.
+
+    Example:
+        >>> pqloader.cache_prune("/tmp/pqcache", dataset="data/train")["entries"]
+        3
+    """
+    return dict(_core.cache_prune(os.path.abspath(os.fspath(cache_dir)), _dataset_sources(dataset),
+                                  _env.normalize_storage_options(storage_options)))
 
 
 def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -67,7 +127,8 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     Returns:
         A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
         created_by), ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the
-        loader yields, or "unsupported"), ``ragged`` (the list columns whose rows may
+        loader yields, or "unsupported: <why>"; then notes, each after ``"; "``: nulls
+        the footers count, a pandas index column), ``ragged`` (the list columns whose rows may
         differ in length: they need ``Loader(lists=...)`` or ``pack=``), ``num_rows``,
         ``num_row_groups``, ``num_files``; with ``lengths``, also ``lengths``: column ->
         ``rows``, ``total`` (values of all rows), ``min``, ``median``, ``p99``, ``max``
@@ -95,12 +156,14 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     if columns:
         info["lengths"] = _core.list_lengths(sources, options, columns)
         for name, stats in info["lengths"].items():
-            # "ragged int32: ..." or "ragged float32 (n, 3): ..." (from the engine)
-            m = re.match(r"ragged (\w+)(?: \(n, ([\d, ]+)\))?:", info["loads_as"][name])
+            # "ragged int32: ..." or "ragged float32 (n, 3): ..." (from the engine), then
+            # notes, each after "; " (nulls, ...): kept
+            description, sep, notes = info["loads_as"][name].partition("; ")
+            m = re.match(r"ragged (\w+)(?: \(n, ([\d, ]+)\))?:", description)
             if m and stats["rows"] and stats["min"] == stats["max"]:
                 inner = f", {m.group(2)}" if m.group(2) else ""
                 info["loads_as"][name] = (f"{m.group(1)}(batch, {stats['max']}{inner}) (every row "
-                                          f"has length {stats['max']})")
+                                          f"has length {stats['max']})") + sep + notes
     elif lengths is not False:
         info["lengths"] = {}
     return info

@@ -34,7 +34,9 @@ class Loader:
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path; list order is kept.
         columns: Columns to read (file columns or hive partition keys), in output
-            order, each once. ``None`` reads every column.
+            order, each once. A struct's field by dotted path (``"image.bytes"``); a whole
+            struct is its fields (``"image.bytes"``, ``"image.path"``). ``None`` reads
+            every column of every file (pandas index columns left out).
         batch_size: Rows per batch; batches span row-group and file boundaries.
         num_workers: C++ worker threads (at most 1024). ``None`` uses one per CPU.
         shuffle: Shuffle the order of row groups each epoch and rows within windows of
@@ -51,9 +53,19 @@ class Loader:
         world_size: Number of ranks. Default: as for ``rank``, from ``WORLD_SIZE``, else 1.
         shard_policy: ``"drop"`` drops the last ``N % world_size`` rows of each epoch's
             order; ``"pad"`` repeats its first rows, so every rank gets the same count.
-        fill_null: ``None`` makes nulls an error; a scalar replaces nulls in every column
-            (so it must suit all of them: a number for numeric columns, str or bytes for
-            string and binary ones); a dict maps column names to their replacement.
+        fill_null: ``None`` makes nulls an error (found from the footers' statistics when
+            the loader is made, where the writer stored them); a scalar replaces nulls in
+            every column (so it must suit all of them: a number for numeric columns, str or
+            bytes for string and binary ones); a dict maps column names to their replacement.
+        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that
+            can hold nulls (true where the value is not null); a list of names, after
+            those only. Nulls of such columns become ``fill_null``, or 0 / ``""``.
+        decimals: ``"float64"`` (default: the nearest double, as pyarrow's cast) or
+            ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
+        schema: A ``pyarrow.Schema`` (any pyarrow >= 14) or any Arrow schema with
+            ``__arrow_c_schema__`` to load the files as: each file's columns must
+            convert to its types without loss (integers to floats too), columns it lacks
+            are null. Default: the files' schemas unified (safe widening only).
         max_inflight_bytes: Bound on the data held ahead of the consumer: a quarter for
             column chunks read ahead, the rest for decoded row groups and batches, which
             every worker decodes ahead as far as it allows. Peak memory above the
@@ -77,20 +89,36 @@ class Loader:
             directory (shared by processes, kept across runs; see docs/cache_format.md),
             or ``":memory:"`` for this process only. Hits skip reading, decoding and
             those transforms; batches are bit-identical either way. If the directory is
-            unusable or the disk fills up, a warning is issued and loading goes on uncached.
+            unusable or the disk fills up, a warning is issued and loading goes on uncached;
+            the first insert the size limit refuses gives one warning too.
         cache_size_limit: Bytes the cache may hold (default: no limit).
-        cache_policy: ``"keep"`` (default: fill until full, then stop inserting — best
-            for reshuffled scans larger than the cache) or ``"lru"``.
+        cache_policy: What happens when the cache is full. ``"keep"`` (default): fill,
+            then stop inserting (never thrashes on reshuffled scans larger than the cache).
+            ``"lru"``: evict the least recently used. ``"plan"``: evict the row groups the
+            plans of this epoch and the next (every rank's, in lockstep) read furthest in
+            the future, and do not insert one read later than all the cache holds
+            (Belady's rule; the most hits on reshuffled epochs, see docs/performance.md).
+            Entries of source files that changed since are deleted first under every
+            policy.
         cache_shards: Fan-out directories, each with its own lock and
             ``cache_size_limit / cache_shards`` bytes.
+        cache_wait_timeout: Processes sharing a cache directory (the ranks of a node)
+            fetch each row group once: one claims it before fetching, and the others wait
+            for its entry instead of fetching it too, at most this many seconds (then
+            they fetch it themselves; a claim this old, or of a dead process, is
+            broken). ``0``: no coordination. Default: 30.
         on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
             image) raises, naming file, row group, row and column. ``"skip"``: the row is
             dropped from its batch (batches may be smaller; every rank still gets the
-            same number of batches) and counted in ``stats()["skipped_rows"]``.
-        strings: ``"str"`` (default): string columns come out as lists of ``str``; a
-            value that is not valid UTF-8 raises ``pqloader.InvalidDataError`` naming
-            file, row group, row and column. ``"bytes"``: they come out as lists of
-            ``bytes``, unchecked (for data whose text may not be UTF-8).
+            same number of batches) and counted in ``stats()["skipped_rows"]``. A batch
+            whose rows were all skipped comes with 0 rows: array columns empty, with the
+            dtype and row shape the column's ops give (0 for sizes that depend on the
+            data, e.g. an image's before a crop); string columns empty lists.
+        strings: ``"str"`` (default): string columns come out as lists of ``str``
+            (``list<string>`` columns as lists of lists of ``str``); a value that is not
+            valid UTF-8 raises ``pqloader.InvalidDataError`` naming file, row group, row
+            and column. ``"bytes"``: they come out as ``bytes`` (lists of lists of
+            ``bytes``), unchecked (for data whose text may not be UTF-8).
         storage_options: Options of ``s3://`` sources, named as the arguments of
             ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
             ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
@@ -167,6 +195,7 @@ class Loader:
         cache_size_limit: int | None = _D.cache_size_limit,
         cache_policy: str = _D.cache_policy,
         cache_shards: int = _D.cache_shards,
+        cache_wait_timeout: float = _D.cache_wait_timeout,
         storage_options: Mapping[str, Any] | None = _D.storage_options,
         io_threads: int = _D.io_threads,
         readahead: int | None = _D.readahead,
@@ -175,6 +204,9 @@ class Loader:
         device: Any = _D.device,
         device_prefetch: int = _D.device_prefetch,
         row_groups: Mapping[str, Sequence[int]] | None = _D.row_groups,
+        null_mask: bool | Sequence[str] | None = _D.null_mask,
+        decimals: str = _D.decimals,
+        schema: Any = _D.schema,
         _debug_delay_us: int = _D._debug_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
@@ -187,10 +219,11 @@ class Loader:
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
         self._columns = {
             c["name"]: {"dtype": c["dtype"], "shape": None if c["dtype"] is None else tuple(c["shape"]),
-                        "arrow_type": c["arrow_type"], "partition": c["partition"]}
+                        "arrow_type": c["arrow_type"], "partition": c["partition"], "mask": c["mask"]}
             for c in self._engine.column_info()
         }
         check_fill_types(options.fill_null, self._columns)  # before any data is read
+        self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
         self._sources = sources
         self._options = options
         self._plan = self._engine.plan_info()
@@ -222,6 +255,11 @@ class Loader:
         return self._options
 
     @property
+    def skipped_files(self) -> list[tuple[str, str]]:
+        """Files found under the sources that are not Parquet, with why: (path, reason)."""
+        return [tuple(f) for f in self._plan["skipped_files"]]
+
+    @property
     def num_rows(self) -> int:
         """Rows per epoch for this rank (after the shard policy, before drop_last)."""
         return self._plan["num_rows"]
@@ -237,8 +275,9 @@ class Loader:
 
     @property
     def arrow_schema(self) -> ArrowSchema:
-        """The output columns' Arrow schema (as stored in the first file; partition keys
-        int64 or string), exported through the Arrow PyCapsule protocol: ``pa.schema(
+        """The output columns' Arrow schema (the files' types unified, or the declared
+        ``schema``; struct fields by dotted path; partition keys int64 or string;
+        ``_valid`` masks bool), exported through the Arrow PyCapsule protocol: ``pa.schema(
         loader.arrow_schema)``, ``loader.arrow_schema.to_pyarrow()``, or any other Arrow
         library. Works with any pyarrow >= 14 installed, whatever Arrow pqloader carries.
         """
@@ -312,7 +351,13 @@ class Loader:
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
-            counters. The next epoch is read while one ends (also between two
+            counters: inserts refused by reason (cache_refused_full, _later,
+            _too_large, _stale; cache_skipped_full is their sum but _stale),
+            cache_evictions (of which cache_evicted_stale), cache_waits /
+            cache_wait_seconds / cache_wait_timeouts (waits for another process's
+            fetch). bytes_fetched: compressed bytes of the row groups requested from
+            storage since the loader was made, decoded or not (what it cost the
+            storage; read-ahead included). The next epoch is read while one ends (also between two
             ``for`` loops with ``num_epochs=1``): epochs_started_ahead counts those
             begun so, and their work counts only once their epoch begins;
             units_dropped_ahead counts units read ahead for an epoch that did not

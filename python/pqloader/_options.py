@@ -27,8 +27,9 @@ MAX_CACHE_SHARDS = 256  # the cache picks a shard from one byte of the entry key
 
 _SHARD_POLICIES = ("drop", "pad")
 _DECODE_ERROR_POLICIES = ("raise", "skip")
-_CACHE_POLICIES = ("keep", "lru")
+_CACHE_POLICIES = ("keep", "lru", "plan")
 _OUTPUTS = ("numpy", "torch")
+_DECIMALS = ("float64", "int64")
 _STRINGS = ("str", "bytes")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
 
@@ -85,6 +86,21 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
+def _check_seconds(name: str, value: Any, maximum: float = 7 * 24 * 3600.0) -> float:
+    """Check a duration in seconds: a real number in [0, maximum].
+
+    Raises:
+        TypeError: It is not a number (bool included).
+        ValueError: It is negative, not finite or above `maximum`.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    seconds = float(value)
+    if not (0 <= seconds <= maximum):
+        raise ValueError(f"{name} must be between 0 and {maximum:g} seconds, got {value!r}")
+    return seconds
+
+
 def _optional_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT,
                   limit_hint: str = "") -> int | None:
     return None if value is None else check_int(name, value, minimum, maximum, limit_hint)
@@ -137,6 +153,44 @@ def _check_fill_null(fill_null: Any) -> Any:
             out[k] = _check_fill_value(f"fill_null[{k!r}]", v)
         return out
     return _check_fill_value("fill_null", fill_null)
+
+
+def _check_null_mask(null_mask: Any) -> bool | tuple[str, ...] | None:
+    if null_mask is None or isinstance(null_mask, (bool, np.bool_)):
+        return None if null_mask is None or not null_mask else True
+    if isinstance(null_mask, (str, bytes)) or not isinstance(null_mask, (Sequence, set, frozenset)):
+        raise TypeError("null_mask must be True, False, None or a list of column names, "
+                        f"got {type(null_mask).__name__} {null_mask!r}")
+    names = tuple(null_mask)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"null_mask must hold column names (str), got {type(n).__name__} {n!r}")
+    return names or None
+
+
+def _check_schema(schema: Any) -> Any:
+    if schema is None:
+        return None
+    if type(schema).__module__.partition(".")[0] == "pyarrow":
+        import pyarrow as pa  # already imported: the object comes from it
+
+        if not isinstance(schema, pa.Schema):
+            raise TypeError(f"schema must be a pyarrow.Schema or None, got {type(schema).__name__}")
+    elif not hasattr(type(schema), "__arrow_c_schema__"):
+        raise TypeError("schema must be a pyarrow.Schema, another Arrow schema (with "
+                        f"__arrow_c_schema__) or None, got {type(schema).__name__}")
+    return schema
+
+
+def _schema_ipc(schema: Any) -> bytes:
+    """The declared schema as Arrow IPC bytes, read through the Arrow PyCapsule protocol
+    (pyarrow is never imported here; any pyarrow >= 14 or other Arrow library works)."""
+    from pqloader import _core
+
+    export = getattr(schema, "__arrow_c_schema__", None)
+    if export is None:  # a pyarrow without the PyCapsule protocol
+        return bytes(schema.serialize())
+    return _core._schema_ipc(export())
 
 
 def _check_transforms(transforms: Any) -> Any:
@@ -235,6 +289,7 @@ class LoaderOptions:
     cache_size_limit: int | None = None
     cache_policy: str = "keep"
     cache_shards: int = 8
+    cache_wait_timeout: float = 30.0
     storage_options: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)  # may hold secrets
     io_threads: int = 16
     readahead: int | None = None
@@ -243,6 +298,9 @@ class LoaderOptions:
     device: Any = None
     device_prefetch: int = 2
     row_groups: Mapping[str, Sequence[int]] | None = None
+    null_mask: bool | Sequence[str] | None = None
+    decimals: str = "float64"
+    schema: Any = None
     _debug_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -281,6 +339,7 @@ class LoaderOptions:
             cache_size_limit=_optional_int("cache_size_limit", self.cache_size_limit, 1),
             cache_policy=check_choice("cache_policy", self.cache_policy, _CACHE_POLICIES),
             cache_shards=check_int("cache_shards", self.cache_shards, 1, MAX_CACHE_SHARDS, shards_hint),
+            cache_wait_timeout=_check_seconds("cache_wait_timeout", self.cache_wait_timeout),
             storage_options=_env.normalize_storage_options(self.storage_options),
             io_threads=check_int("io_threads", self.io_threads, 1, MAX_THREADS, threads_hint),
             readahead=_optional_int("readahead", self.readahead, 1),
@@ -288,6 +347,9 @@ class LoaderOptions:
             pin_memory=check_bool("pin_memory", self.pin_memory, allow_none=True),
             device_prefetch=check_int("device_prefetch", self.device_prefetch, 1),
             row_groups=_check_row_groups(self.row_groups),
+            null_mask=_check_null_mask(self.null_mask),
+            decimals=check_choice("decimals", self.decimals, _DECIMALS),
+            schema=_check_schema(self.schema),
             _debug_delay_us=check_int("_debug_delay_us", self._debug_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -383,11 +445,17 @@ class LoaderOptions:
             "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
             "pack": None if self.pack is None else self.pack._engine(),
             "on_decode_error": self.on_decode_error,
+            "defer_checks": True,  # the Loader checks fill_null first, then the footers
             "strings_as_bytes": self.strings == "bytes",
             "cache_dir": self.cache_dir,
             "cache_size_limit": self.cache_size_limit,
             "cache_policy": self.cache_policy,
             "cache_shards": self.cache_shards,
+            "null_mask": None if self.null_mask is None else
+                         (True if self.null_mask is True else list(self.null_mask)),
+            "decimals": self.decimals,
+            "schema": None if self.schema is None else _schema_ipc(self.schema),
+            "cache_wait_timeout_ms": int(round(self.cache_wait_timeout * 1000)),
             "row_groups": {} if self.row_groups is None else
                           {path: list(groups) for path, groups in self.row_groups.items()},
         }
@@ -433,6 +501,7 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
     """
     if fill_null is None:
         return
+    columns = {name: info for name, info in columns.items() if not info.get("mask")}  # never null
     if isinstance(fill_null, Mapping):
         pairs = [(name, value, f"fill_null[{name!r}]") for name, value in fill_null.items()
                  if name in columns]

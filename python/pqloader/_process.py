@@ -109,6 +109,10 @@ class Engine:
         """The output columns' Arrow schema, as a PyCapsule "arrow_schema"."""
         return self._engine().arrow_schema_capsule()
 
+    def check_before_first_batch(self) -> None:
+        """Refuse what the footers show would fail later (nulls, ragged lists, fills)."""
+        self._engine().check_before_first_batch()
+
     def plan_info(self) -> dict[str, Any]:
         """Counts of the epoch plan and the dataset's files."""
         return dict(self._engine().plan_info())

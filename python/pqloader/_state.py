@@ -64,7 +64,11 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         "files": [[path, size] + ([list(options.row_groups[path])]
                                   if options.row_groups and path in options.row_groups else [])
                   for path, size, *_ in files],
-        "columns": list(columns),
+        # Options that change how columns load ride with their names, so that states of
+        # loaders without them keep their form.
+        "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
+                   + ([f"@schema={options.schema.to_string(show_schema_metadata=False)}"]
+                      if options.schema is not None else []),
         "batch_size": options.batch_size,
         "drop_last": options.drop_last,
         "shuffle": options.shuffle,

@@ -46,6 +46,10 @@ def _inspect(args: argparse.Namespace) -> int:
               f"size={_human(f['size_bytes'])}  compression={f['compression']}")
     if len(shown) < len(info["files"]):
         print(f"  ... {len(info['files']) - len(shown)} more (--all-files)")
+    if info.get("skipped"):
+        print("\nskipped (not Parquet):")
+        for f in info["skipped"]:
+            print(f"  {f['path']}  ({f['reason']})")
     return 0
 
 
@@ -90,6 +94,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _cache(args: argparse.Namespace) -> int:
     if args.action == "clear":
+        if args.dataset:
+            raise ValueError("--dataset is for `cache stats` and `cache prune`; `cache clear` "
+                             "deletes every entry")
         r = pqloader.cache_clear(args.dir)
         if args.json:
             print(json.dumps(r))
@@ -103,15 +110,34 @@ def _cache(args: argparse.Namespace) -> int:
             if r["foreign_count"] > len(r["foreign"]):
                 print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
         return 0
-    s = pqloader.cache_stats(args.dir)
+    if args.action == "prune":
+        r = pqloader.cache_prune(args.dir, dataset=args.dataset)
+        if args.json:
+            print(json.dumps(r))
+            return 0
+        print(f"pruned {args.dir}: {r['entries']} stale entries deleted, {_human(r['bytes'])} "
+              f"freed; {r['kept']} kept")
+        if r["unverified_entries"]:
+            print(f"kept unverified (source not checked: unreachable, or not in --dataset): "
+                  f"{r['unverified_entries']}")
+        return 0
+    s = pqloader.cache_stats(args.dir, dataset=args.dataset)
     if args.json:
         print(json.dumps(s))
         return 0
     print(f"entries: {s['entries']}")
     print(f"bytes: {s['bytes']} ({_human(s['bytes'])})")
+    print(f"stale entries (source changed or gone; `pqloader cache prune` deletes them): "
+          f"{s['stale_entries']} ({_human(s['stale_bytes'])})")
+    if s.get("unverified_entries"):
+        print(f"unverified entries (source not checked): {s['unverified_entries']}")
     if s.get("temp_files"):
         print(f"temp files (writes in progress or interrupted): {s['temp_files']}")
-    for key in ("hits", "misses", "inserts", "evictions", "corrupt", "write_errors"):
+    if s.get("fetch_markers"):
+        print(f"row groups being fetched (in-progress markers): {s['fetch_markers']}")
+    for key in ("hits", "misses", "inserts", "evictions", "evicted_stale", "refused_full",
+                "refused_later", "refused_too_large", "refused_stale", "waits", "wait_timeouts",
+                "corrupt", "write_errors"):
         if key in s:
             print(f"{key}: {s[key]}")
     return 0
@@ -139,9 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print JSON")
     b.add_argument("--cache-dir", help="use (and fill) this cache directory")
     b.set_defaults(func=_bench)
-    c = sub.add_parser("cache", help="inspect or clear a cache directory")
-    c.add_argument("action", choices=["stats", "clear"])
+    c = sub.add_parser("cache", help="inspect, prune or clear a cache directory",
+                       description="stats: entries, bytes, stale entries and what loaders recorded; "
+                                   "prune: delete stale entries (their source file changed or is "
+                                   "gone); clear: delete every entry")
+    c.add_argument("action", choices=["stats", "prune", "clear"])
     c.add_argument("dir")
+    c.add_argument("--dataset", help="stats/prune: check only the entries of this dataset's files "
+                                     "(a path, directory, glob or URL, as given to a Loader)")
     c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=_cache)
     return parser

@@ -59,6 +59,9 @@ class DecodeImage(Op):
 
     Args:
         mode: "rgb" (3 channels) or "gray" (1 channel, PIL's "L" weights).
+        keepdims: With ``mode="gray"``, keep the channel axis: ``(H, W, 1)`` (default),
+            or give ``(H, W)`` as PIL's "L" and Petastorm's codec do (False). The
+            image ops after it take either.
 
     Large JPEGs are decoded straight to a smaller size (DCT scaling) when a Resize
     follows directly, keeping at least twice the Resize target.
@@ -66,10 +69,15 @@ class DecodeImage(Op):
 
     name = "DecodeImage"
 
-    def __init__(self, mode: str = "rgb") -> None:
+    def __init__(self, mode: str = "rgb", keepdims: bool = True) -> None:
         if mode not in ("rgb", "gray"):
             raise ValueError(f"mode must be 'rgb' or 'gray', got {mode!r}")
-        super().__init__(mode=mode)
+        if not isinstance(keepdims, bool):
+            raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
+        if keepdims:
+            super().__init__(mode=mode)
+        else:
+            super().__init__(mode=mode, keepdims=0)
 
 
 class Resize(Op):

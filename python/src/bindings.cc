@@ -13,10 +13,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <arrow/io/memory.h>
+#include <arrow/ipc/dictionary.h>
+#include <arrow/ipc/reader.h>
+#include <arrow/ipc/writer.h>
 
 #include "pqloader/api.h"
 #include "pqloader/pack/document_lengths.h"
@@ -119,9 +125,11 @@ NullFill ToFill(nb::handle value) {
     fill.float_value = nb::cast<double>(value);
   } else if (nb::isinstance<nb::str>(value)) {
     fill.bytes_value = nb::cast<std::string>(value);
+    fill.is_bytes = true;
   } else if (nb::isinstance<nb::bytes>(value)) {
     nb::bytes b = nb::borrow<nb::bytes>(value);
     fill.bytes_value.assign(b.c_str(), b.size());
+    fill.is_bytes = true;
   } else {
     throw nb::type_error("fill_null values must be int, float, str or bytes");
   }
@@ -154,7 +162,24 @@ std::shared_ptr<const Op> ToOp(nb::handle op) {
 LoaderOptions ToOptions(const nb::dict& d) {
   LoaderOptions o;
   if (d.contains("columns") && !d["columns"].is_none()) {
-    o.dataset.columns = nb::cast<std::vector<std::string>>(d["columns"]);
+    o.dataset.columns.columns = nb::cast<std::vector<std::string>>(d["columns"]);
+  }
+  // null_mask: True (every column that can hold nulls) or a list of column names.
+  if (d.contains("null_mask") && !d["null_mask"].is_none()) {
+    if (nb::isinstance<nb::bool_>(d["null_mask"])) {
+      o.dataset.columns.null_mask_all = nb::cast<bool>(d["null_mask"]);
+    } else {
+      o.dataset.columns.null_mask_columns = nb::cast<std::vector<std::string>>(d["null_mask"]);
+    }
+  }
+  o.dataset.columns.spec.decimals_as_int64 = Get<std::string>(d, "decimals", "float64") == "int64";
+  // schema: a declared schema as Arrow IPC bytes (pyarrow.Schema.serialize()).
+  if (d.contains("schema") && !d["schema"].is_none()) {
+    nb::bytes b = nb::cast<nb::bytes>(d["schema"]);
+    auto buffer = arrow::Buffer::FromString(std::string(b.c_str(), b.size()));
+    arrow::io::BufferReader reader(buffer);
+    arrow::ipc::DictionaryMemo memo;
+    o.dataset.columns.schema = Check(arrow::ipc::ReadSchema(&reader, &memo));
   }
   o.plan.batch_size = Get<int64_t>(d, "batch_size", o.plan.batch_size);
   o.plan.drop_last = Get<bool>(d, "drop_last", o.plan.drop_last);
@@ -174,7 +199,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.readahead = Get<int64_t>(d, "readahead", o.readahead);
   o.dataset.storage.values =
       Get<std::map<std::string, std::string>>(d, "storage_options", {});
-  o.dataset.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
+  o.dataset.columns.spec.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
   o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
@@ -218,11 +243,15 @@ LoaderOptions ToOptions(const nb::dict& d) {
     o.pack.truncate = Get<bool>(p, "truncate", false);
     o.pack.pad_value = Get<double>(p, "pad", 0.0);
   }
+  o.defer_checks = Get<bool>(d, "defer_checks", false);
   o.cache.dir = Get<std::string>(d, "cache_dir", "");
   o.cache.size_limit = Get<int64_t>(d, "cache_size_limit", 0);
-  o.cache.policy = Get<std::string>(d, "cache_policy", "keep") == "lru" ? CachePolicy::kLru
-                                                                         : CachePolicy::kKeep;
+  const std::string cache_policy = Get<std::string>(d, "cache_policy", "keep");
+  o.cache.policy = cache_policy == "lru"    ? CachePolicy::kLru
+                   : cache_policy == "plan" ? CachePolicy::kPlan
+                                            : CachePolicy::kKeep;
   o.cache.shards = Get<int>(d, "cache_shards", o.cache.shards);
+  o.cache.wait_timeout_ms = Get<int64_t>(d, "cache_wait_timeout_ms", o.cache.wait_timeout_ms);
   if (Get<std::string>(d, "on_decode_error", "raise") == "skip") {
     o.on_decode_error = DecodeErrorPolicy::kSkip;
   }
@@ -264,11 +293,46 @@ nb::object TensorToNumpy(const BatchColumn& c) {
   return array.cast();
 }
 
+// A kStringList/kBytesList row (see EncodeStringList in decode/convert.h) as a list.
+nb::object StringListRow(const uint8_t* row, int64_t size, bool text) {
+  uint32_t count = 0;
+  if (size >= 4) std::memcpy(&count, row, 4);
+  nb::list out;
+  int64_t at = 4 + 4 * static_cast<int64_t>(count);
+  for (uint32_t k = 0; k < count && at <= size; ++k) {
+    uint32_t len = 0;
+    std::memcpy(&len, row + 4 + 4 * static_cast<int64_t>(k), 4);
+    if (at + len > size) break;
+    const char* p = reinterpret_cast<const char*>(row + at);
+    PyObject* item = text ? PyUnicode_DecodeUTF8(p, len, "strict") : PyBytes_FromStringAndSize(p, len);
+    if (item == nullptr && text && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+      // Values are checked while decoding (with the file, row group and column named);
+      // this is a backstop.
+      PyErr_Clear();
+      throw StatusError(MakeError(ErrorKind::kInvalidData, "a list of strings holds a value "
+                                  "that is not valid UTF-8 (b'",
+                                  Printable(std::string_view(p, len)),
+                                  "'); pass strings=\"bytes\" to read such columns as bytes"));
+    }
+    if (item == nullptr) throw nb::python_error();
+    out.append(nb::steal(item));
+    at += len;
+  }
+  return out;
+}
+
 nb::object VarToList(const BatchColumn& c) {
   const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
   const char* base = reinterpret_cast<const char*>(c.data->data());
   const int64_t n = c.shape[0];
   nb::list out;
+  if (IsStringList(c.kind)) {
+    for (int64_t i = 0; i < n; ++i) {
+      out.append(StringListRow(reinterpret_cast<const uint8_t*>(base + off[i]), off[i + 1] - off[i],
+                               c.kind == ColumnKind::kStringList));
+    }
+    return out;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const char* p = base + off[i];
     const Py_ssize_t len = off[i + 1] - off[i];
@@ -367,6 +431,10 @@ class PyLoader {
   }
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
+  void CheckBeforeFirstBatch() {
+    nb::gil_scoped_release release;
+    Check(loader_->CheckBeforeFirstBatch());
+  }
   std::string TakeWarning() { return loader_->TakeWarning(); }
   const Loader& loader() const { return *loader_; }
 
@@ -387,6 +455,7 @@ class PyLoader {
     d["batches"] = s.batches;
     d["units_read"] = s.units_read;
     d["bytes_read"] = s.bytes_read;
+    d["bytes_fetched"] = s.bytes_fetched;
     d["bytes_decoded"] = s.bytes_decoded;
     d["read_seconds"] = s.read_seconds;
     d["decode_seconds"] = s.decode_seconds;
@@ -403,16 +472,25 @@ class PyLoader {
     d["cache_inserts"] = s.cache.inserts;
     d["cache_bytes_written"] = s.cache.bytes_written;
     d["cache_bytes_saved"] = s.cache_bytes_saved;
-    d["cache_skipped_full"] = s.cache.skipped_full;
+    d["cache_skipped_full"] = s.cache.refused_room();  // before the reasons were told apart
+    d["cache_refused_full"] = s.cache.refused_full;
+    d["cache_refused_too_large"] = s.cache.refused_too_large;
+    d["cache_refused_later"] = s.cache.refused_later;
+    d["cache_refused_stale"] = s.cache.refused_stale;
+    d["cache_evicted_stale"] = s.cache.evicted_stale;
     d["cache_evictions"] = s.cache.evictions;
     d["cache_corrupt"] = s.cache.corrupt;
     d["cache_write_errors"] = s.cache.write_errors;
+    d["cache_waits"] = s.cache.waits;
+    d["cache_wait_timeouts"] = s.cache.wait_timeouts;
+    d["cache_wait_seconds"] = s.cache.wait_ns * 1e-9;
     d["batches_by_consumer"] = s.batches_by_consumer;
     d["epochs_started_ahead"] = s.epochs_started_ahead;
     d["units_dropped_ahead"] = s.units_dropped_ahead;
     d["pool_allocations"] = s.pool_allocations;
     d["pool_recycled"] = s.pool_recycled;
     d["pool_cached_bytes"] = s.pool_cached_bytes;
+    d["pool_fresh_bytes"] = s.pool_fresh_bytes;
     return d;
   }
 
@@ -425,13 +503,16 @@ class PyLoader {
         d["dtype"] = nb::none();
       } else {
         d["dtype"] = spec.kind == ColumnKind::kTensor ? DTypeName(spec.dtype)
-                     : spec.kind == ColumnKind::kString ? "str" : "bytes";
+                     : spec.kind == ColumnKind::kString || spec.kind == ColumnKind::kStringList
+                         ? "str" : "bytes";
       }
       nb::list shape;
       for (int64_t dim : spec.row_shape) shape.append(dim);
+      if (IsStringList(spec.kind)) shape.append(-1);  // a list of str/bytes per row
       d["shape"] = nb::tuple(shape);
       d["arrow_type"] = Text(spec.arrow_type);
       d["partition"] = spec.is_partition;
+      d["mask"] = spec.mask_of >= 0;
       out.append(d);
     }
     return out;
@@ -449,6 +530,11 @@ class PyLoader {
     d["num_files"] = loader_->dataset().files().size();
     d["num_row_groups"] = loader_->dataset().splits().size();
     d["footers_from_cache"] = loader_->dataset().footers_from_cache();
+    nb::list skipped;
+    for (const auto& f : loader_->dataset().skipped_files()) {
+      skipped.append(nb::make_tuple(f.path, f.reason));
+    }
+    d["skipped_files"] = skipped;
     nb::list files;
     for (const auto& f : loader_->dataset().files()) {
       files.append(nb::make_tuple(f.display, f.size, f.metadata->num_rows()));
@@ -487,10 +573,18 @@ nb::dict Inspect(const std::vector<std::string>& sources,
   nb::list ragged;
   for (const auto& c : summary.columns) {
     schema[Text(c.name)] = Text(c.arrow_type);
-    loads_as[Text(c.name)] = c.loads_as;
+    loads_as[Text(c.name)] = Text(c.loads_as);
     if (c.ragged) ragged.append(Text(c.name));
   }
+  nb::list skipped;
+  for (const auto& f : summary.skipped) {
+    nb::dict d;
+    d["path"] = f.path;
+    d["reason"] = f.reason;
+    skipped.append(d);
+  }
   out["files"] = files;
+  out["skipped"] = skipped;
   out["schema"] = schema;
   out["loads_as"] = loads_as;
   out["ragged"] = ragged;
@@ -509,7 +603,7 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
   {
     nb::gil_scoped_release release;
     DatasetOptions options;
-    options.columns = columns;
+    options.columns.columns = columns;
     options.storage = StorageOptions{storage_options};
     auto dataset = Check(Dataset::Open(sources, options));
     const int threads = std::max(1u, std::thread::hardware_concurrency());
@@ -556,6 +650,7 @@ NB_MODULE(_core, m) {
       .def("next", &PyLoader::Next)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
+      .def("check_before_first_batch", &PyLoader::CheckBeforeFirstBatch)
       .def("take_warning", &PyLoader::TakeWarning)
       .def("abandon_after_fork", &PyLoader::AbandonAfterFork)
       .def("stats", &PyLoader::Stats)
@@ -582,15 +677,80 @@ NB_MODULE(_core, m) {
   });
   nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
   m.def("draw_seed", &pqloader::DrawFreshSeed);
-  m.def("cache_stats", [](const std::string& dir) {
-    auto s = pqloader::Check(pqloader::InspectCacheDir(dir));
+  // A schema handed in through the Arrow PyCapsule protocol (`__arrow_c_schema__` of any
+  // Arrow implementation, any version) as Arrow IPC bytes, which the option dict carries
+  // (bytes survive a fork and a reopen; a capsule imports once).
+  m.def("_schema_ipc", [](nb::handle capsule) {
+    void* p = PyCapsule_GetPointer(capsule.ptr(), "arrow_schema");
+    if (p == nullptr) {
+      PyErr_Clear();
+      throw nb::type_error("schema.__arrow_c_schema__() did not return a PyCapsule named "
+                           "\"arrow_schema\"");
+    }
+    auto* c_schema = static_cast<struct ArrowSchema*>(p);
+    if (c_schema->release == nullptr) throw nb::value_error("the schema capsule was consumed");
+    auto schema = arrow::ImportSchema(c_schema);  // moves the struct out, releases it
+    if (!schema.ok()) {
+      throw nb::type_error(("schema must be an Arrow schema (a struct of fields): " +
+                            schema.status().message()).c_str());
+    }
+    auto buffer = pqloader::Check(arrow::ipc::SerializeSchema(**schema));
+    return nb::bytes(reinterpret_cast<const char*>(buffer->data()),
+                     static_cast<size_t>(buffer->size()));
+  });
+  // Bench and test helper: the split of each unit rank `rank` reads in `epoch`, in order
+  // (bench/cache_policies.py replays it to compute the offline optimum of a cache).
+  m.def("_epoch_unit_splits", [](const std::vector<int64_t>& split_rows, int64_t batch_size,
+                                 bool shuffle, uint64_t seed, int64_t shuffle_window,
+                                 int64_t rank, int64_t world_size, int64_t epoch) {
+    pqloader::PlanOptions o;
+    o.batch_size = batch_size;
+    o.shuffle = shuffle;
+    o.seed = seed;
+    o.shuffle_window = shuffle_window;
+    o.rank = rank;
+    o.world_size = world_size;
+    const std::string invalid = pqloader::ValidatePlanOptions(o);
+    if (!invalid.empty()) throw nb::value_error(invalid.c_str());
+    const pqloader::EpochPlan plan = pqloader::EpochPlan::Make(split_rows, o, epoch);
+    std::vector<int64_t> out;
+    for (const auto& u : plan.units()) out.push_back(u.split);
+    return out;
+  });
+  m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::CacheDirStats s;
+    {
+      nb::gil_scoped_release release;
+      s = pqloader::Check(pqloader::InspectCache(
+          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
+    }
     nb::dict d;
     d["entries"] = s.entries;
     d["bytes"] = s.bytes;
     d["temp_files"] = s.temp_files;
+    d["fetch_markers"] = s.fetch_markers;
+    d["stale_entries"] = s.stale_entries;
+    d["stale_bytes"] = s.stale_bytes;
+    d["unverified_entries"] = s.unverified_entries;
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
     return d;
-  });
+  }, "dir"_a, "dataset"_a, "storage_options"_a);
+  m.def("cache_prune", [](const std::string& dir, const std::vector<std::string>& dataset,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::CachePruneReport r;
+    {
+      nb::gil_scoped_release release;
+      r = pqloader::Check(pqloader::PruneCache(
+          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
+    }
+    nb::dict d;
+    d["entries"] = r.entries;
+    d["bytes"] = r.bytes;
+    d["kept"] = r.kept;
+    d["unverified_entries"] = r.unverified_entries;
+    return d;
+  }, "dir"_a, "dataset"_a, "storage_options"_a);
   m.def("cache_clear", [](const std::string& dir) {
     pqloader::CacheClearReport r;
     {

@@ -153,6 +153,14 @@ _INT_LIKE_BITS = {
 }
 
 
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t)
+            or pa.types.is_fixed_size_binary(t))
+
+
 def _is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t)
 
@@ -173,6 +181,12 @@ def classify_type(t: pa.DataType) -> str:
     """
     if pa.types.is_dictionary(t):
         return classify_type(t.value_type)
+    if pa.types.is_struct(t):
+        return "struct"  # its leaves, by dotted path
+    if pa.types.is_decimal(t) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return "scalar"  # decimals as float64 (pyarrow's cast), views as str / bytes
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_text(t.value_type):
+        return "strlist"  # list of lists of str / bytes
     if (
         pa.types.is_integer(t)
         or pa.types.is_floating(t)
@@ -242,6 +256,12 @@ def to_expected(col) -> np.ndarray | list:
             return np.asarray(arr.cast(pa.int64() if bits == 64 else pa.int32()).to_numpy(zero_copy_only=False))
     if pa.types.is_boolean(t):
         return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.bool_)
+    if pa.types.is_decimal(t):
+        return arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return arr.to_pylist()
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_text(t.value_type):
+        return arr.to_pylist()
     if _is_numeric(t):
         out = arr.to_numpy(zero_copy_only=False)
         assert out.dtype == np.dtype(t.to_pandas_dtype()), (out.dtype, t)

@@ -69,6 +69,43 @@ def test_each_export_is_a_fresh_capsule_that_frees_itself_unconsumed(dataset):
     assert pa.Schema._import_from_c_capsule(second).names[0] == "id"
 
 
+def test_arrow_schema_is_the_unified_schema_with_struct_leaves_and_masks(tmp_path):
+    pq.write_table(pa.table({"v": pa.array([1, 2], pa.int32()),
+                             "s": pa.array([{"a": 1.0}, {"a": 2.0}])}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"v": pa.array([3, None], pa.int64()),
+                             "s": pa.array([{"a": 3.0}, {"a": 4.0}])}), tmp_path / "b.parquet")
+    loader = pqloader.Loader(str(tmp_path), batch_size=2, columns=["v", "s.a"], null_mask=["v"],
+                             fill_null=0)
+    got = loader.arrow_schema.to_pyarrow()
+    assert got.names == ["v", "v_valid", "s.a"] == list(loader.column_info)
+    assert got.types == [pa.int64(), pa.bool_(), pa.float64()]
+    assert [f.nullable for f in got] == [True, False, True]
+
+
+def test_a_declared_schema_is_taken_through_the_capsule_protocol(tmp_path):
+    """Any object with __arrow_c_schema__ declares the schema (here pqloader's own
+    export, then pyarrow's): nothing of pyarrow is needed to read it."""
+    pq.write_table(pa.table({"v": pa.array([1, 2, 3], pa.int64()), "w": [1.0, 2.0, 3.0]}),
+                   tmp_path / "a.parquet")
+    declared = pqloader.Loader(str(tmp_path), batch_size=3, columns=["w"]).arrow_schema
+    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=3, schema=declared)))
+    assert list(batch) == ["w"]
+    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=3,
+                                      schema=pa.schema([("v", pa.float64())]))))
+    assert batch["v"].dtype == np.float64 and batch["v"].tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(TypeError, match="pyarrow.Schema"):
+        pqloader.Loader(str(tmp_path), batch_size=3, schema=pa.field("v", pa.float64()))
+    with pytest.raises(TypeError, match="__arrow_c_schema__"):
+        pqloader.Loader(str(tmp_path), batch_size=3, schema={"v": "float64"})
+
+    class NotAStruct:
+        def __arrow_c_schema__(self):
+            return pa.int64().__arrow_c_schema__()
+
+    with pytest.raises(TypeError, match="struct"):
+        pqloader.Loader(str(tmp_path), batch_size=3, schema=NotAStruct())
+
+
 def test_pqloader_does_not_import_pyarrow_by_itself():
     code = ("import sys, pqloader; "
             "assert 'pyarrow' not in sys.modules, sorted(m for m in sys.modules if 'arrow' in m)")

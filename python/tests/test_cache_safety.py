@@ -64,7 +64,7 @@ def test_clear_deletes_a_real_cache_and_leaves_foreign_files_alone(tmp_path):
     data = write(tmp_path / "data" / "d.parquet")
     cache = tmp_path / "cache"
     expected = fill(data, cache)
-    assert (cache / MARKER).read_text().splitlines()[:2] == ["pqloader cache", "format 2"]
+    assert (cache / MARKER).read_text().splitlines()[:2] == ["pqloader cache", "format 3"]
     entries = pqloader.cache_stats(cache)["entries"]
     assert entries == 3
     # Things pqloader did not write, placed inside the cache afterwards.

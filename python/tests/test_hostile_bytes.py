@@ -255,7 +255,8 @@ def test_valid_text_with_nulls_filled_round_trips(tmp_path):
     pq.write_table(pa.table({"s": raw_strings(values)}), path)
     got = [v for b in pqloader.Loader(str(path), fill_null="∅") for v in b["s"]]
     assert got == GOOD_TEXT + ["∅"]
-    assert pqloader.Loader(str(path), strings="bytes").column_info["s"]["dtype"] == "bytes"
+    # (nulls without a fill are refused when the Loader is made: issue 15)
+    assert pqloader.Loader(str(path), strings="bytes", fill_null=b"").column_info["s"]["dtype"] == "bytes"
 
 
 def test_entries_cached_as_bytes_are_not_served_to_a_str_loader(tmp_path):
@@ -376,3 +377,53 @@ def test_npz_with_a_header_longer_than_the_limit_is_refused():
     blob = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(deflated), 0, 0, 0) + deflated
     with pytest.raises(pqloader.InvalidDataError, match=r"\.npy header of 1073741824 bytes"):
         _core._apply_ops([T.DecodeCompressedNdarray()._spec()], blob, 0, 0, 0)
+
+
+# -- invalid UTF-8 where issue 15's columns reach it: lists of strings, decoded hive values ---
+
+
+def test_invalid_utf8_in_a_list_of_strings_raises_naming_file_row_group_row_and_column(tmp_path):
+    values = [b"ok", "größe".encode(), b"ab\xff", b"", b"x"]
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 2, 4, 5], pa.int32()), raw_strings(values))
+    path = tmp_path / "words.parquet"
+    pq.write_table(pa.table({"id": np.arange(4), "w": lists}), path, row_group_size=2)
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        list(pqloader.Loader(str(path), batch_size=4))
+    assert re.search(r"words\.parquet', row group 1: column 'w', row 0, list item 0: a string "
+                     r"value is not valid UTF-8 \(b'ab\\xff'\); .*strings=\"bytes\"", str(e.value)), str(e.value)
+    loader = pqloader.Loader(str(path), batch_size=4, strings="bytes")
+    assert loader.column_info["w"]["dtype"] == "bytes"
+    got = [v for b in loader for v in b["w"]]
+    assert got == [[b"ok", "größe".encode()], [], [b"ab\xff", b""], [b"x"]]
+    # valid lists are str, and their bytes cache entries are not served to a str loader
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"w": pa.array([["a", "ß"], []], pa.list_(pa.string()))}), good)
+    cache = str(tmp_path / "cache")
+    assert [v for b in pqloader.Loader(str(good), cache_dir=cache, strings="bytes") for v in b["w"]] == \
+        [[b"a", "ß".encode()], []]
+    assert [v for b in pqloader.Loader(str(good), cache_dir=cache) for v in b["w"]] == [["a", "ß"], []]
+
+
+def test_partition_value_that_decodes_to_invalid_utf8_is_refused_when_selected(tmp_path):
+    for value in ("ok", "bad%FF"):
+        d = tmp_path / "d" / f"k={value}"
+        d.mkdir(parents=True)
+        pq.write_table(pa.table({"x": [1, 2]}), d / "part.parquet")
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"gives partition key 'k' a value that is not valid UTF-8 \(b'bad\\xff'\)"):
+        pqloader.Loader(str(tmp_path / "d"))
+    assert sorted(int(x) for b in pqloader.Loader(str(tmp_path / "d"), columns=["x"]) for x in b["x"]) == [1, 1, 2, 2]
+
+
+def test_invalid_utf8_struct_field_name_is_refused_when_selected(tmp_path):
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "s": pa.array([{"fldA": 1, "ok": 2}] * 2)}), good,
+                   store_schema=False)
+    data = good.read_bytes()
+    bad = tmp_path / "nested.parquet"
+    bad.write_bytes(data.replace(b"fldA", b"fld\xff"))
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"nested\.parquet' has a column named b's\.fld\\xff', which is not valid UTF-8"):
+        pqloader.Loader(str(bad))
+    assert [int(v) for b in pqloader.Loader(str(bad), columns=["id", "s.ok"]) for v in b["s.ok"]] == [2, 2]
+    assert "not valid UTF-8" in pqloader.inspect(str(bad))["loads_as"]["s"]

@@ -150,3 +150,65 @@ def test_cli_inspect_names_ragged_columns_and_reads_no_lengths_by_default(lm_dat
     assert "--lengths" in r.stdout
     tokens_line = next(l for l in r.stdout.splitlines() if l.strip().startswith("tokens "))
     assert "ragged int32" in tokens_line and "(batch, n)" not in tokens_line
+
+
+# -- with issue 15's columns: notes after the description, list fields below structs --------
+
+
+def test_ragged_description_keeps_its_wording_with_notes_after_it(tmp_path):
+    """Nulls the footers count follow the description after "; ": what inspect(lengths=...)
+    and pqloader.petastorm parse stays the same, and the notes survive a rewrite."""
+    p = tmp_path / "n.parquet"
+    pq.write_table(pa.table({
+        "tok": pa.array([[1, None, 3], [4], []], pa.list_(pa.int32())),
+        "pair": pa.array([[1, 2], [3, None], [5, 6]], pa.list_(pa.int64())),
+        "id": pa.array([1, None, 3], pa.int64()),
+    }), p)
+    info = pqloader.inspect(str(p))
+    assert info["ragged"] == ["tok", "pair"]
+    assert info["loads_as"]["tok"] == ("ragged int32: lists='ragged' (values + offsets) or Pad(), "
+                                       "or pack=Pack(); rows differ in length (the footers show it); "
+                                       "1 null(s): needs fill_null or null_mask")
+    assert info["loads_as"]["id"] == "int64(batch); 1 null(s): needs fill_null or null_mask"
+    info = pqloader.inspect(str(p), lengths=True)
+    assert info["lengths"]["pair"]["max"] == 2
+    assert info["loads_as"]["pair"] == ("int64(batch, 2) (every row has length 2); "
+                                        "1 null(s): needs fill_null or null_mask")
+    assert info["loads_as"]["tok"].startswith("ragged int32:")
+
+
+def test_petastorm_infers_fields_whose_description_has_notes(tmp_path):
+    """make_batch_reader's schema inference reads the description before the notes."""
+    from pqloader.petastorm import reader as reader_module
+
+    d = tmp_path / "plain"
+    d.mkdir()
+    pq.write_table(pa.table({
+        "id": pa.array(np.arange(6), pa.int64()),
+        "tok": pa.array([[1], [2, 3], [], [4], [5, 6, 7], [8]], pa.list_(pa.int32())),
+    }), d / "part-0.parquet")
+    info = pqloader.inspect(str(d))
+    assert "; rows differ in length" in info["loads_as"]["tok"]
+    info["loads_as"]["id"] += "; nulls unknown (no statistics)"  # as without statistics
+    info["loads_as"]["word"] = "list[str]; pandas index: left out unless selected"
+    schema = reader_module._infer_schema(None, info)
+    fields = schema.fields
+    assert set(fields) == {"id", "tok", "word"}
+    assert fields["id"].numpy_dtype == np.int64 and fields["id"].shape == ()
+    assert fields["tok"].numpy_dtype == np.int32 and fields["tok"].shape == (None,)
+    assert fields["word"].numpy_dtype == np.str_
+
+
+def test_lengths_of_a_list_field_below_a_struct(tmp_path):
+    p = tmp_path / "s.parquet"
+    pq.write_table(pa.table({
+        "id": pa.array([1, 2, 3], pa.int64()),
+        "meta": pa.array([{"ids": [1, 2, 3], "n": 1}, {"ids": [4], "n": 2}, {"ids": [], "n": 3}],
+                         pa.struct([("ids", pa.list_(pa.int64())), ("n", pa.int32())])),
+    }), p)
+    info = pqloader.inspect(str(p), lengths=True)
+    assert info["ragged"] == ["meta.ids"]
+    assert info["loads_as"]["meta.ids"].startswith("ragged int64:")
+    assert info["loads_as"]["meta.n"] == "int32(batch)"
+    assert {k: info["lengths"]["meta.ids"][k] for k in ("rows", "total", "min", "max")} == \
+        {"rows": 3, "total": 4, "min": 0, "max": 3}

@@ -142,6 +142,8 @@ def test_lists_are_refused_for_other_columns_and_twice(tokens, tmp_path):
         pqloader.Pad(multiple_of=0)
     with pytest.raises(ValueError, match="not both"):
         pqloader.Pad(length=8, max_length=4)
-    # Without a choice, rows of different lengths in a batch stay an error naming the way out.
-    with pytest.raises(pqloader.InvalidDataError, match="different lengths"):
-        list(pqloader.Loader(path, batch_size=64))
+    # Without a choice, rows of different lengths are refused when the loader is made
+    # (from the footers), naming the way out.
+    with pytest.raises(pqloader.InvalidDataError, match="differ in length.*lists=") as ei:
+        pqloader.Loader(path, batch_size=64)
+    assert "'tok'" in str(ei.value)

@@ -339,6 +339,31 @@ def test_s3_footers_are_kept_in_the_cache_dir_across_runs(store, tmp_path):
     assert not (tmp_path / "cache" / "footers").exists()
 
 
+def test_s3_stale_entries_are_told_by_stats_and_deleted_by_prune(store, tmp_path):
+    # Its own prefix: the module's other tests read ds/.
+    paths = write_dataset(tmp_path / "src", [[20, 20], [30]])
+    store.server.upload("data", "stale", paths)
+    cache_dir = str(tmp_path / "cache")
+    kw = dict(storage_options=store.options, batch_size=16, cache_dir=cache_dir)
+    assert sum(len(b["id"]) for b in pqloader.Loader("s3://data/stale", **kw)) == 70
+    scoped = dict(dataset="s3://data/stale", storage_options=store.options)
+    s = pqloader.cache_stats(cache_dir, **scoped)
+    assert s["entries"] == 3 and s["stale_entries"] == 0 and s["unverified_entries"] == 0
+    # Without a dataset, remote sources are not looked up: kept, unverified.
+    assert pqloader.cache_prune(cache_dir)["unverified_entries"] == 3
+    time.sleep(1.1)  # S3 modification times have one-second resolution
+    write_dataset(tmp_path / "src2", [[35, 35]])
+    s3 = store.server.client()
+    s3.put_object(Bucket="data", Key="stale/part-000.parquet",
+                  Body=(tmp_path / "src2" / "part-000.parquet").read_bytes())
+    s3.delete_object(Bucket="data", Key="stale/part-001.parquet")
+    s = pqloader.cache_stats(cache_dir, **scoped)
+    assert s["stale_entries"] == 3 and s["stale_bytes"] == s["bytes"]
+    report = pqloader.cache_prune(cache_dir, **scoped)
+    assert report["entries"] == 3 and report["kept"] == 0
+    assert pqloader.cache_stats(cache_dir)["entries"] == 0
+
+
 def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
     script = textwrap.dedent(f"""
         import pqloader

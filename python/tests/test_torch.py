@@ -333,7 +333,10 @@ def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
                           env=subprocess_env())
     assert proc.returncode == 0, proc.stderr
     assert f"rows {N} complete True" in proc.stdout, proc.stdout + proc.stderr
-    assert "leaked" not in proc.stderr, proc.stderr  # engines released before the extension's teardown
+    # Engines released before the extension's teardown (nanobind reports leaked instances).
+    # Not multiprocessing's resource_tracker, which may find the DataLoader's own semaphore
+    # already unlinked when spawned workers exit under load ("1 leaked semaphore objects").
+    assert "nanobind: leaked" not in proc.stderr, proc.stderr
 
 
 def test_iterable_dataset_without_workers_iterates_the_loader_itself(ds):

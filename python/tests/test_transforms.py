@@ -442,6 +442,50 @@ def test_skip_policy_drops_bad_samples_counts_them_and_keeps_batch_counts(corrup
     assert counts[0] == counts[1] == 3
 
 
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+def test_batch_whose_rows_are_all_skipped_has_empty_arrays_of_each_columns_dtype_and_shape(
+        tmp_path, cached, output):
+    """Rows 4-7 (all of batch 1) hold corrupt images: the batch still comes (batch counts do
+    not depend on the data, so ranks stay in step), with 0 rows in arrays of the dtype and
+    row shape the ops give (0 where the shape depends on the data), never a list."""
+    img = encode(skdata.chelsea()[:40, :50], "PNG")
+    images = [img] * 4 + [b"not an image"] * 4 + [img] * 2
+    arrays = []
+    for i in range(10):
+        b = io.BytesIO()
+        np.save(b, np.arange(i % 3 + 1, dtype=np.int16))
+        arrays.append(b.getvalue())
+    path = tmp_path / "mostly_bad.parquet"
+    pq.write_table(pa.table({"id": np.arange(10, dtype=np.int64), "image": images, "raw": images,
+                             "arr": arrays, "tok": [[1, 2]] * 10, "s": ["x"] * 10}),
+                   path, row_group_size=5)
+    tf = {"image": [T.DecodeImage(), T.CenterCrop(16), T.Normalize([0.5] * 3, [0.2] * 3), T.ToCHW()],
+          "raw": [T.DecodeImage()],
+          "arr": [T.DecodeNdarray(), T.Cast("float32"), T.PadOrTruncate(4)]}
+    loader = pqloader.Loader(str(path), batch_size=4, transforms=tf, on_decode_error="skip",
+                             lists={"tok": "ragged"}, output=output,
+                             cache_dir=str(tmp_path / "cache") if cached else None)
+    batches = list(loader)
+    assert [len(b["id"]) for b in batches] == [4, 0, 2]
+    assert loader.stats()["skipped_rows"] == 4
+    as_numpy = (lambda v: v.numpy()) if output == "torch" else (lambda v: v)
+    full, empty = batches[0], batches[1]
+    expected = {"id": (np.int64, (0,)), "image": (np.float32, (0, 3, 16, 16)),
+                "raw": (np.uint8, (0, 0, 0, 3)), "arr": (np.float32, (0, 4)),
+                "arr_length": (np.int64, (0,)), "tok": (np.int64, (0,)),
+                "tok_offsets": (np.int64, (1,))}
+    assert set(empty) == set(expected) | {"s"}
+    for name, (dtype, shape) in expected.items():
+        got = as_numpy(empty[name])
+        assert isinstance(got, np.ndarray), (name, type(empty[name]))
+        assert (got.dtype, got.shape) == (np.dtype(dtype), shape), name
+        # the same dtype and rank as a batch with rows
+        assert as_numpy(full[name]).dtype == got.dtype and as_numpy(full[name]).ndim == got.ndim, name
+    assert empty["s"] == []  # strings are lists in every batch
+    assert as_numpy(empty["tok_offsets"]).tolist() == [0]
+
+
 def test_batch_transform_callable_runs_in_order_and_raises_at_the_consumer(image_ds):
     path = image_ds[0]
 

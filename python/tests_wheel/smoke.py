@@ -168,6 +168,22 @@ def check_arrow_schema():
         assert pa.schema(schema).equals(got)  # the protocol itself (pa.schema takes it from 15)
 
 
+def check_declared_schema():
+    """schema= takes any Arrow schema through __arrow_c_schema__: pqloader's own (no
+    pyarrow needed) and, where installed, a pyarrow.Schema of that pyarrow's version."""
+    mine = pqloader.Loader(TAB, batch_size=5, columns=["id", "x"]).arrow_schema
+    ids = _ids(pqloader.Loader(TAB, batch_size=7, schema=mine))
+    np.testing.assert_array_equal(ids, np.arange(len(EXPECTED["tab_ids"])))
+    if not _has("pyarrow"):
+        assert "pyarrow" not in sys.modules
+        return
+    import pyarrow as pa
+    batches = list(pqloader.Loader(TAB, batch_size=7, schema=pa.schema([("id", pa.float64())])))
+    assert list(batches[0]) == ["id"] and batches[0]["id"].dtype == np.float64
+    np.testing.assert_array_equal(np.concatenate([b["id"] for b in batches]),
+                                  np.arange(len(EXPECTED["tab_ids"]), dtype=np.float64))
+
+
 def check_pyarrow_in_same_process():
     """pyarrow (another Arrow C++) works beside pqloader's, on the same files and server."""
     if not _has("pyarrow"):
@@ -245,7 +261,8 @@ def check_petastorm_side_by_side():
 
 
 CHECKS = [check_import_is_lean, check_load_and_shuffle, check_jpeg_png_transforms, check_cache,
-          check_torch_output, check_s3, check_arrow_schema, check_pyarrow_in_same_process,
+          check_torch_output, check_s3, check_arrow_schema, check_declared_schema,
+          check_pyarrow_in_same_process,
           check_pyarrow_objects_in, check_petastorm_side_by_side]
 
 

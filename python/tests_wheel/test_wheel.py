@@ -196,7 +196,7 @@ def smoke(env: str, order: str, installed, data, s3, tmp_path_factory) -> dict:
 
 
 CHECKS = ["check_import_is_lean", "check_load_and_shuffle", "check_jpeg_png_transforms",
-          "check_cache", "check_torch_output", "check_s3", "check_arrow_schema",
+          "check_cache", "check_torch_output", "check_s3", "check_arrow_schema", "check_declared_schema",
           "check_pyarrow_in_same_process", "check_pyarrow_objects_in", "check_petastorm_side_by_side"]
 # pqloader imported first; pyarrow (and Petastorm) first; pyarrow first and RTLD_GLOBAL.
 RUNS = [(env, "pqloader-first") for env in ENVS] + [

@@ -13,6 +13,7 @@
 //   }
 #pragma once
 
+#include "pqloader/cache_admin.h"
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/error.h"
 #include "pqloader/io/filesystem.h"

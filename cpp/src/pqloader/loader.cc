@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include <arrow/util/thread_pool.h>
 
 #include "pqloader/cache/entry_format.h"
+#include "pqloader/dataset/footer_checks.h"
 #include "pqloader/error.h"
+#include "pqloader/plan/split_uses.h"
 
 namespace pqloader {
 
@@ -41,6 +45,72 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 
 }  // namespace
 
+// What the cache knows of this loader: the keys of its splits (computed on first use),
+// when the plans of the current and the next epoch read them (for CachePolicy::kPlan, on
+// the clock of plan/split_uses.h), and the versions of its files, to tell stale entries.
+class Loader::CacheView : public CacheSchedule {
+ public:
+  explicit CacheView(const Loader* loader)
+      : loader_(loader), split_rows_(loader->dataset_->SplitRows()), plan_(loader->options_.plan) {
+    for (size_t f = 0; f < loader->dataset_->files().size(); ++f) {
+      file_of_path_[loader->dataset_->files()[f].display] = f;
+    }
+  }
+  bool Owns(const std::string& key) const override { return SplitOf(key) >= 0; }
+  bool IsStale(const SourceIdentity& source) const override {
+    auto it = file_of_path_.find(source.path);
+    if (it == file_of_path_.end()) return false;  // not a file of this loader
+    const DataFile& f = loader_->dataset_->files()[it->second];
+    return !source.SameFileVersion(SourceIdentity{f.display, f.size, f.mtime_ns, f.footer_hash, 0});
+  }
+  double NextUse(const std::string& key, double now) const override {
+    const int64_t split = SplitOf(key);
+    if (split < 0 || !(now >= 0)) return kNeverUsed;
+    const auto epoch = static_cast<int64_t>(now);
+    for (int64_t e = epoch; e <= epoch + 1; ++e) {  // the plans of this epoch and the next
+      const double t = UsesOf(e)->NextRead(split, now);
+      if (t != kNeverRead) return t;
+    }
+    return kNeverUsed;
+  }
+  /// Follow the plan options of the epochs being read (the seed may change).
+  void set_plan(const PlanOptions& plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plan.seed == plan_.seed) return;  // the rest is fixed at Make()
+    plan_ = plan;
+    uses_.clear();
+  }
+
+ private:
+  int64_t SplitOf(const std::string& key) const {
+    std::call_once(keys_once_, [this] {
+      const auto n = static_cast<int64_t>(loader_->dataset_->splits().size());
+      for (int64_t s = 0; s < n; ++s) split_of_key_[loader_->CacheKeyOf(s)] = s;
+    });
+    auto it = split_of_key_.find(key);
+    return it == split_of_key_.end() ? -1 : it->second;
+  }
+  std::shared_ptr<const EpochSplitUses> UsesOf(int64_t epoch) const {
+    constexpr size_t kEpochsKept = 4;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = uses_.find(epoch);
+    if (it != uses_.end()) return it->second;
+    if (uses_.size() >= kEpochsKept) uses_.erase(uses_.begin());
+    auto uses = std::make_shared<const EpochSplitUses>(EpochSplitUses::Make(split_rows_, plan_, epoch));
+    uses_[epoch] = uses;
+    return uses;
+  }
+
+  const Loader* loader_;  // owns the cache, which owns this
+  const std::vector<int64_t> split_rows_;
+  std::unordered_map<std::string, size_t> file_of_path_;
+  mutable std::once_flag keys_once_;
+  mutable std::unordered_map<std::string, int64_t> split_of_key_;  // set once by keys_once_
+  mutable std::mutex mu_;
+  PlanOptions plan_;                                                       // GUARDED_BY(mu_)
+  mutable std::map<int64_t, std::shared_ptr<const EpochSplitUses>> uses_;  // GUARDED_BY(mu_)
+};
+
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
                                                     const LoaderOptions& options) {
   const std::string invalid = ValidatePlanOptions(options.plan);
@@ -69,19 +139,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
   }
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
-  for (const auto& [name, fill] : options.fills) {
-    bool found = false;
-    for (const auto& spec : loader->dataset_->specs()) found = found || spec.name == name;
-    if (!found) {
-      return MakeError(ErrorKind::kColumnNotFound, "fill_null names column '", name,
-                       "', which is not among the selected columns");
-    }
-  }
-  for (const auto& spec : loader->dataset_->specs()) {
-    auto it = options.fills.find(spec.name);
-    loader->read_options_.fills.push_back(it != options.fills.end() ? it->second
-                                                                     : options.default_fill);
-  }
+  ARROW_RETURN_NOT_OK(SetUpFills(*loader->dataset_, options.default_fill, options.fills,
+                                 &loader->read_options_));
   loader->read_options_.verify_checksums = options.verify_checksums;
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
@@ -94,6 +153,12 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
   if (!options.pack_column.empty()) ARROW_RETURN_NOT_OK(loader->SetUpPacking());
+  loader->window_gather_ = options.plan.shuffle && loader->transforms_.empty() &&
+                           options.lists.empty() && loader->lengths_ == nullptr;
+  for (const auto& spec : loader->dataset_->specs()) {
+    loader->window_gather_ = loader->window_gather_ && spec.kind == ColumnKind::kTensor;
+  }
+  if (!options.defer_checks) ARROW_RETURN_NOT_OK(loader->CheckBeforeFirstBatch());
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
     // Everything that changes a cached split's content is part of its key.
@@ -105,15 +170,30 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
             (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
                              std::to_string(f.float_value) + "," + f.bytes_value
                        : "none") +
-            ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]);
+            ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
+            ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);
     }
     id += "|prefix=" + loader->transforms_.PrefixFingerprint();
     id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
     // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
-    if (options.dataset.strings_as_bytes) id += "|strings=bytes";
+    if (options.dataset.columns.spec.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;
+    loader->cache_view_ = std::make_shared<CacheView>(loader.get());
+    loader->cache_->set_schedule(loader->cache_view_);
   }
   return loader;
+}
+
+arrow::Status Loader::CheckBeforeFirstBatch() const {
+  ARROW_RETURN_NOT_OK(CheckFills(*dataset_, options_.fills, read_options_));
+  // Nulls without a fill or mask, ragged lists without a way to batch them: refused now
+  // where the footers tell, not when the row group is reached.
+  std::vector<bool> null_policy, ragged_ok;
+  for (size_t c = 0; c < dataset_->specs().size(); ++c) {
+    null_policy.push_back(read_options_.fills[c].enabled);
+    ragged_ok.push_back(read_options_.allow_ragged[c]);
+  }
+  return CheckColumnsFromFooters(*dataset_, null_policy, ragged_ok);
 }
 
 Loader::~Loader() { Stop(); }
@@ -121,16 +201,8 @@ Loader::~Loader() { Stop(); }
 void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
-    CacheCounters delta;
-    delta.hits = now.hits - recorded_.hits;
-    delta.misses = now.misses - recorded_.misses;
-    delta.inserts = now.inserts - recorded_.inserts;
-    delta.evictions = now.evictions - recorded_.evictions;
-    delta.corrupt = now.corrupt - recorded_.corrupt;
-    delta.write_errors = now.write_errors - recorded_.write_errors;
-    if (delta.hits || delta.misses || delta.inserts || delta.corrupt || delta.write_errors) {
-      RecordCacheCounters(options_.cache.dir, delta);
-    }
+    const CacheCounters delta = CountersSince(now, recorded_);
+    if (delta.any()) RecordCacheCounters(options_.cache.dir, delta);
     recorded_ = now;
   }
   // Requests still in flight finish on io_pool_, unread.
@@ -166,7 +238,11 @@ void Loader::EpochRun::StartPipeline(int64_t budget) {
 
 void Loader::ShutDown(std::vector<EpochRun> runs) {
   for (EpochRun& run : runs) {
+    if (run.work != nullptr) run.work->stopping = true;  // ends waits for other processes
+  }
+  for (EpochRun& run : runs) {
     if (run.pipeline == nullptr) continue;  // it only read ahead; reads finish unread
+    if (run.windows != nullptr) run.windows->Cancel();  // wakes workers waiting on a window
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
     std::lock_guard<std::mutex> lock(stats_mu_);
     if (run.adopted) {
@@ -241,6 +317,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
                         OrderOf(options_.plan, epoch, elastic.get()));
   const uint64_t seed = options_.plan.seed;
+  if (cache_view_ != nullptr) cache_view_->set_plan(options_.plan);
   const int64_t batch_size = options_.plan.batch_size, num_rows = order->num_rows();
   // Which stream positions each batch holds: rows of the order, or with packing the
   // documents that fill its blocks.
@@ -260,10 +337,39 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     const auto span = pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
     return {span.first, span.last};
   };
-  auto units_of = [order, positions](int64_t b) {
+  std::function<std::pair<int64_t, int64_t>(int64_t)> units_of = [order, positions](int64_t b) {
     const auto [first, last] = positions(b);
     return order->PositionUnitRange(first, last);
   };
+  // Shuffled windows gathered whole: the first batch of this run that reads a window
+  // gathers it (and so reads its units); the window's other batches take slices.
+  const auto* plan_order = dynamic_cast<const PlanOrder*>(order.get());
+  std::shared_ptr<WindowStore> windows;
+  std::function<std::pair<int64_t, int64_t>(int64_t)> windows_made_by;
+  if (window_gather_ && plan_order != nullptr && pack == nullptr && first_batch < num_batches) {
+    const EpochPlan* plan = &plan_order->plan();
+    std::map<int64_t, int64_t> uses;
+    for (int64_t b = first_batch; b < num_batches; ++b) {
+      const auto [first, last] = positions(b);
+      for (int64_t w = plan->WindowOfRow(first); w <= plan->WindowOfRow(last - 1); ++w) ++uses[w];
+    }
+    windows = std::make_shared<WindowStore>(std::move(uses));
+    windows_made_by = [order, plan, positions, first_batch](int64_t b) -> std::pair<int64_t, int64_t> {
+      const auto [first, last] = positions(b);
+      const int64_t wa = plan->WindowOfRow(first), wb = plan->WindowOfRow(last - 1);
+      const bool makes_wa = b == first_batch || plan->WindowRowRange(wa).first >= first;
+      return {makes_wa ? wa : wa + 1, wb};
+    };
+    units_of = [order, plan, positions, windows_made_by](int64_t b) -> std::pair<int64_t, int64_t> {
+      const auto [wa, wb] = windows_made_by(b);
+      if (wa <= wb) {
+        return plan->PositionUnitRange(plan->WindowRowRange(wa).first, plan->WindowRowRange(wb).second);
+      }
+      const int64_t end = plan->PositionUnitRange(plan->WindowRowRange(wb).first,
+                                                  plan->WindowRowRange(wb).second).second;
+      return {end, end};  // reads no unit: the window's gather exists
+    };
+  }
   if (first_batch < 0 || first_batch > num_batches) {
     return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
                                   num_batches, " batches");
@@ -271,16 +377,28 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   EpochRun run;
   run.epoch = epoch;
   run.work = std::make_shared<Work>();
+  run.windows = windows;
   if (first_batch < num_batches) {
     arrow::io::IOContext io(pool_, io_pool_.get());
     run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
         units_of(first_batch).first, units_of(num_batches - 1).second,
         [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
           const Unit& unit = order->units()[u];
-          // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
-          // fetched when needed).
-          if (cache_ != nullptr && cache_->Contains(CacheKeyOf(unit.split))) return nullptr;
-          return FetchUnit(*dataset_, unit, read_options_, pool_, io);
+          std::shared_ptr<FetchClaim> claim;
+          if (cache_ != nullptr) {
+            const std::string key = CacheKeyOf(unit.split);
+            // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
+            // fetched when needed), nor does one another process is fetching (claimed:
+            // ProduceUnit waits for its entry). Claims are taken in plan order, so the
+            // process that claims a split first is the one that reads it first.
+            if (cache_->Contains(key)) return nullptr;
+            claim = cache_->TryClaim(key);
+            if (claim == nullptr) return nullptr;
+          }
+          ARROW_ASSIGN_OR_RAISE(auto f, FetchUnit(*dataset_, unit, read_options_, pool_, io));
+          bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
+          f->hold = std::move(claim);  // released once the entry is published (or dropped)
+          return f;
         },
         [this, order](int64_t u) {
           return dataset_->splits()[order->units()[u].split].compressed_bytes;
@@ -301,16 +419,33 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, order, readahead = run.readahead, counters = run.work](int64_t u,
-                                                                              int64_t* bytes) {
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get());
+  work.run_unit = [this, order, epoch, readahead = run.readahead, counters = run.work](
+                      int64_t u, int64_t* bytes) {
+    // When the plan reads this unit, on the cache schedule's clock (see CacheView).
+    const double now = static_cast<double>(epoch) +
+                       static_cast<double>(u) / static_cast<double>(order->units().size());
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now);
   };
   work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
-                    counters = run.work](
+                    counters = run.work, windows, windows_made_by](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
     const auto [first, last] = positions(b);
     const int64_t lo = units_of(b).first;
+    if (windows != nullptr) {
+      const int64_t t0 = NowNs();
+      auto batch = WindowedBatch(static_cast<const PlanOrder&>(*order).plan(), *windows,
+                                 windows_made_by(b), first, last, units, lo);
+      counters->gather_ns += NowNs() - t0;
+      if (!batch.ok()) {
+        return WithContext(batch.status(), "batch " + std::to_string(b) + " of epoch " +
+                                               std::to_string(epoch));
+      }
+      (*batch)->epoch = epoch;
+      (*batch)->index = b;
+      *bytes = (*batch)->ByteSize();
+      return batch;
+    }
     std::vector<RowRef> rows;
     rows.reserve(last - first);
     order->Resolve(first, last, &rows);
@@ -330,7 +465,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                         pack_companions_, pool_);
     } else {
       batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                            transforms_.collate());
+                            transforms_.collate(), transforms_.signatures());
       if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
     }
     counters->gather_ns += NowNs() - t0;
@@ -447,6 +582,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
   if (f == nullptr) {  // not fetched ahead: fetch now
     ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
                                        arrow::io::IOContext(pool_, io_pool_.get())));
+    bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
   }
   const int64_t t0 = NowNs();
   ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get()));
@@ -470,6 +606,27 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
         }));
   }
   return decoded;
+}
+
+SourceIdentity Loader::SourceOf(int64_t split_index) const {
+  const Split& split = dataset_->splits()[split_index];
+  const DataFile& file = dataset_->files()[split.file];
+  return SourceIdentity{file.display, file.size, file.mtime_ns, file.footer_hash, split.row_group};
+}
+
+bool Loader::SourceChanged(int64_t split_index) const {
+  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
+  // A local file costs a stat; asking an object store would cost a request per insert.
+  if (file.fs == nullptr || file.fs->type_name() != "local") return false;
+  auto info = file.fs->GetFileInfo(file.path);
+  if (!info.ok()) return false;  // its next read will say what is wrong
+  if (info->type() != arrow::fs::FileType::File || info->size() != file.size) return true;
+  const int64_t mtime_ns =
+      info->mtime() == arrow::fs::kNoTime
+          ? 0
+          : std::chrono::duration_cast<std::chrono::nanoseconds>(info->mtime().time_since_epoch())
+                .count();
+  return mtime_ns != file.mtime_ns;
 }
 
 std::string Loader::CacheKeyOf(int64_t split_index) const {
@@ -518,7 +675,7 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-    Work* work) {
+    Work* work, double now) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
     ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
@@ -526,26 +683,63 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
     const std::string key = CacheKeyOf(unit.split);
-    const int64_t t0 = NowNs();
-    std::shared_ptr<const DecodedUnit> full = cache_->Get(key);
-    work->read_ns += NowNs() - t0;
-    if (full != nullptr && full->num_rows == split.num_rows &&
-        CheckUnitLayout(*full, dataset_->specs()).ok()) {
+    auto lookup = [&]() -> std::shared_ptr<const DecodedUnit> {
+      const int64_t t0 = NowNs();
+      std::shared_ptr<const DecodedUnit> hit = cache_->Get(key);
+      work->read_ns += NowNs() - t0;
+      if (hit != nullptr && hit->num_rows == split.num_rows &&
+          CheckUnitLayout(*hit, dataset_->specs()).ok()) {
+        return hit;
+      }
+      return nullptr;
+    };
+    std::shared_ptr<const DecodedUnit> full = lookup();
+    // The claim to fetch this split (see SplitCache::TryClaim), held until its entry is
+    // published, so that other processes wait for it rather than fetch it too.
+    std::shared_ptr<void> claim;
+    if (full == nullptr && fetched.ok() && *fetched != nullptr) {
+      claim = (*fetched)->hold;  // taken when its fetch started
+    } else if (full == nullptr && fetched.ok()) {
+      // Not fetched ahead: the cache held it then (and evicted it since), or another
+      // process was fetching it. Wait for that process, or claim it and fetch it now.
+      constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
+      for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
+        claim = cache_->TryClaim(key);
+        if (claim != nullptr) break;
+        const int64_t t0 = NowNs();
+        const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);
+        work->read_ns += NowNs() - t0;
+        if (waited == FetchWait::kCancelled) {
+          return arrow::Status::Cancelled("the loader stopped while waiting for another "
+                                          "process to fetch a row group");
+        }
+        if (waited == FetchWait::kCached) full = lookup();
+        if (waited == FetchWait::kTimedOut) break;  // fetch it without a claim
+      }
+    }
+    if (full != nullptr) {
       work->cache_bytes_saved += split.compressed_bytes;
       ++work->cache_hits;
     } else {
       ++work->cache_misses;
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
                                              std::move(fetched), work));
-      // Shuffled loaders keep entries row-major: hits are then gathered as they are.
-      if (options_.plan.shuffle) {
+      // Shuffled loaders keep entries row-major: hits are then gathered as they are
+      // (unless windows are gathered whole, which reads columns).
+      if (options_.plan.shuffle && !window_gather_) {
         ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
       }
-      cache_->Put(key, full);
+      // An entry of a file that changed while it was read would serve no current key.
+      if (SourceChanged(unit.split)) {
+        cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
+      } else {
+        cache_->Put(key, full, SourceOf(unit.split), now);
+      }
     }
+    claim.reset();  // after the entry is published: waiters find it
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
   }
-  if (options_.plan.shuffle) {
+  if (options_.plan.shuffle && !window_gather_) {
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
   work->skipped_rows += decoded->skipped_rows;
@@ -707,6 +901,46 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
   return arrow::Status::OK();
 }
 
+arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
+    const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made, int64_t first,
+    int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+    int64_t unit_base) {
+  const int64_t wa = plan.WindowOfRow(first), wb = plan.WindowOfRow(last - 1);
+  std::vector<std::shared_ptr<WindowGather>> gathers;
+  std::vector<int64_t> starts;
+  arrow::Status st;
+  for (int64_t w = wa; w <= wb && st.ok(); ++w) {
+    const auto [w_first, w_last] = plan.WindowRowRange(w);
+    std::function<arrow::Result<std::shared_ptr<WindowGather>>()> make;
+    if (w >= made.first && w <= made.second) {
+      make = [&, w_first = w_first, w_last = w_last]() -> arrow::Result<std::shared_ptr<WindowGather>> {
+        const auto [u_lo, u_hi] = plan.PositionUnitRange(w_first, w_last);
+        std::vector<RowRef> rows;
+        rows.reserve(w_last - w_first);
+        const std::vector<uint32_t> perm = plan.WindowPermutation(w);
+        plan.ResolveRows(w_first, w_last,
+                         [&](int64_t) -> const std::vector<uint32_t>& { return perm; }, &rows);
+        for (RowRef& r : rows) r.unit -= u_lo;
+        std::vector<std::shared_ptr<const DecodedUnit>> mine(units.begin() + (u_lo - unit_base),
+                                                             units.begin() + (u_hi - unit_base));
+        return WindowGather::Make(dataset_->specs(), std::move(mine), rows, pool_);
+      };
+    }
+    auto gather = windows.Get(w, make);
+    if (gather.ok()) {
+      gathers.push_back(*gather);
+      starts.push_back(w_first);
+    } else {
+      st = gather.status();
+    }
+  }
+  arrow::Result<std::shared_ptr<Batch>> batch =
+      st.ok() ? WindowBatch(dataset_->specs(), gathers, starts, first, last, pool_)
+              : arrow::Result<std::shared_ptr<Batch>>(st);
+  for (int64_t w = wa; w <= wb; ++w) windows.Release(w);
+  return batch;
+}
+
 arrow::Result<std::shared_ptr<Batch>> Loader::SplitParts(std::shared_ptr<Batch> batch) {
   using Part = TransformPlan::Part;
   std::vector<BatchColumn> columns;
@@ -752,6 +986,7 @@ LoaderStats Loader::stats() const {
     work->AddTo(&s);
   }
   s.epochs_started_ahead = epochs_started_ahead_.load();
+  s.bytes_fetched = bytes_fetched_.load();
   if (cache_ != nullptr) {
     const CacheCounters c = cache_->counters();
     const int64_t hits = s.cache.hits, misses = s.cache.misses;
@@ -762,6 +997,7 @@ LoaderStats Loader::stats() const {
   s.pool_allocations = pool_->recyclable_allocations();
   s.pool_recycled = pool_->recycled_allocations();
   s.pool_cached_bytes = pool_->cached_bytes();
+  s.pool_fresh_bytes = pool_->fresh_bytes();
   return s;
 }
 

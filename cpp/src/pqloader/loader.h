@@ -35,6 +35,7 @@
 #include "pqloader/plan/row_order.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/tensor/window_gather.h"
 #include "pqloader/transform/pipeline.h"
 
 namespace pqloader {
@@ -86,6 +87,9 @@ struct LoaderOptions {
   /// Cache of decoded + deterministically transformed splits; off when cache.dir is
   /// empty. Default: off.
   CacheOptions cache;
+  /// Leave CheckBeforeFirstBatch to the caller (who checks its arguments first).
+  /// Default: false (Make runs it).
+  bool defer_checks = false;
 };
 
 /// Counters since the loader was made, over all epochs.
@@ -94,6 +98,10 @@ struct LoaderStats {
   int64_t batches = 0;            ///< Batches handed to the consumer.
   int64_t units_read = 0;         ///< Row-group slices read and decoded.
   int64_t bytes_read = 0;         ///< Compressed Parquet bytes of the chunks read.
+  /// Compressed bytes of the row groups whose chunks were requested from storage, by
+  /// this loader since it was made, whether they were decoded or not (read ahead for an
+  /// epoch that was dropped, or found in the cache meanwhile): what it cost the storage.
+  int64_t bytes_fetched = 0;
   int64_t bytes_decoded = 0;      ///< Bytes of decoded tensor columns produced.
   // Time per stage, summed over all threads (workers and the consumer):
   double read_seconds = 0;       ///< Waiting for storage bytes (fetches not done ahead).
@@ -120,6 +128,7 @@ struct LoaderStats {
   int64_t pool_allocations = 0;
   int64_t pool_recycled = 0;
   int64_t pool_cached_bytes = 0;
+  int64_t pool_fresh_bytes = 0;  ///< Bytes of new blocks the pool had to allocate.
 };
 
 class Loader {
@@ -133,6 +142,11 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   const Dataset& dataset() const { return *dataset_; }
+  /// Refuse what the footers show would fail later: fills that do not suit their
+  /// columns, nulls without a fill or mask, list columns whose rows differ in length
+  /// with no way to batch them, partition keys stored in the files that disagree with
+  /// their paths (see dataset/footer_checks.h). Make runs it unless defer_checks.
+  arrow::Status CheckBeforeFirstBatch() const;
   /// Output columns, in batch order (transformed columns, then any "_length" columns).
   const std::vector<ColumnSpec>& specs() const;
   const TransformPlan& transforms() const { return transforms_; }
@@ -186,6 +200,8 @@ class Loader {
     std::atomic<int64_t> read_ns{0}, decode_ns{0}, transform_ns{0}, gather_ns{0};
     std::atomic<int64_t> bytes_read{0}, bytes_decoded{0}, skipped_rows{0};
     std::atomic<int64_t> cache_hits{0}, cache_misses{0}, cache_bytes_saved{0};
+    /// Raised when the run is shut down: ends waits for other processes' fetches.
+    std::atomic<bool> stopping{false};
     void AddTo(LoaderStats* stats) const;
   };
   // The pipeline of one epoch, its read-ahead and its work. A run started ahead may
@@ -196,6 +212,7 @@ class Loader {
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
     std::shared_ptr<Work> work;
+    std::shared_ptr<WindowStore> windows;  // shuffled windows gathered whole, if so
     bool adopted = true;  // false while started ahead and not yet begun by the consumer
     struct Pending {
       Pipeline::Work work;
@@ -233,10 +250,10 @@ class Loader {
                               int64_t unit_base, std::vector<RowRef>* rows,
                               std::vector<std::vector<SampleTensor>>* samples, Work* work);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
-  // transforms.
+  // transforms; `now` is when the plan reads it (the cache's clock, see CacheView).
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-      Work* work);
+      Work* work, double now);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
@@ -251,6 +268,18 @@ class Loader {
       std::shared_ptr<const DecodedUnit> unit, Work* work);
   // The cache key of a split.
   std::string CacheKeyOf(int64_t split) const;
+  // Batch rows [first, last) of a shuffled epoch from whole-window gathers: those of the
+  // windows [made.first, made.second] are made here from `units` (units[i] is unit
+  // unit_base + i of the plan), the others are taken from `windows`.
+  arrow::Result<std::shared_ptr<Batch>> WindowedBatch(
+      const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made,
+      int64_t first, int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+      int64_t unit_base);
+  // Where a split's rows come from (stored in its cache entry).
+  SourceIdentity SourceOf(int64_t split) const;
+  // Whether the file of a split has changed since the loader opened it (local files).
+  bool SourceChanged(int64_t split) const;
+  class CacheView;
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
   arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
@@ -277,7 +306,12 @@ class Loader {
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
 
   std::atomic<int64_t> epochs_started_ahead_{0};
+  // Shuffled epochs gather each window whole (tensor/window_gather.h): every column is
+  // fixed-width and nothing runs per sample.
+  bool window_gather_ = false;
+  std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;
+  std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader
   std::string cache_identity_;   // what every cache key of this loader shares
   CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
   mutable std::mutex stats_mu_;

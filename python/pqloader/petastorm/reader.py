@@ -629,7 +629,8 @@ def _infer_schema(ds: _dataset.PetastormDataset, info: Mapping[str, Any]) -> Uni
     import re
 
     fields = []
-    for name, loads_as in info["loads_as"].items():
+    for name, described in info["loads_as"].items():
+        loads_as = described.split("; ", 1)[0]  # the notes after "; " (nulls, ...) aside
         m = re.fullmatch(r"(\w+)\(batch((?:, *\w+)*)\)", loads_as)
         # A ragged list column: "ragged int32: ..." or "ragged float32 (n, 3): ..."
         ragged = re.match(r"ragged (\w+)(?: \(n((?:, *\d+)*)\))?:", loads_as)
@@ -646,7 +647,7 @@ def _infer_schema(ds: _dataset.PetastormDataset, info: Mapping[str, Any]) -> Uni
             fields.append(UnischemaField(name, np.dtype(m.group(1)).type, shape, None, True))
         else:
             warnings.warn(f"Column {name!r} has an unsupported field {info['schema'].get(name)!r} "
-                          f"({loads_as}). Ignoring...")
+                          f"({described}). Ignoring...")
     if not fields:
         raise _errors.UnsupportedTypeError(f"no column of '{ds.sources[0]}' can be loaded")
     return Unischema("inferred_schema", fields)

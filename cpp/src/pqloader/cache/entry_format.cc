@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <vector>
 
@@ -22,6 +23,23 @@ constexpr int64_t kAlignment = 64;
 constexpr int64_t kMaxBytes = int64_t{1} << 40;  // of any one buffer or sample
 
 int64_t AlignUp(int64_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
+int64_t AlignUp8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// Format 3: after the fixed header, an i64 source identity length S, the identity's
+// S bytes and zero padding to a multiple of 8; the metadata follows.
+constexpr int64_t kSourceLengthBytes = 8;
+constexpr char kSourceFirstLine[] = "pqloader-source 1\n";
+
+// Offset of the metadata in an entry of `version` whose source identity has `source_bytes`.
+int64_t MetaOffset(uint32_t version, int64_t source_bytes) {
+  return version < 3 ? kHeaderBytes : kHeaderBytes + kSourceLengthBytes + AlignUp8(source_bytes);
+}
+
+bool ParseDecimal(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
 
 // Collects the metadata words and the buffers they reference.
 struct Layout {
@@ -115,10 +133,17 @@ class MetaReader {
 }  // namespace
 
 arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
-                                       const DecodedUnit& unit) {
+                                       const SourceIdentity& source, const DecodedUnit& unit) {
   if (static_cast<int64_t>(key.size()) != kKeyBytes) {
     return arrow::Status::Invalid("cache keys have ", kKeyBytes, " characters, got '", key, "'");
   }
+  const std::string source_text = source.Serialize();
+  const auto source_bytes = static_cast<int64_t>(source_text.size());
+  if (source_bytes > kMaxSourceIdentityBytes) {
+    return arrow::Status::Invalid("the source identity of a cache entry is longer than ",
+                                  kMaxSourceIdentityBytes, " bytes (path '", source.path, "')");
+  }
+  const int64_t meta_offset = MetaOffset(kCacheFormatVersion, source_bytes);
   Layout l;
   l.meta.push_back(unit.num_rows);
   l.meta.push_back(unit.skipped_rows);
@@ -144,7 +169,7 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
   for (size_t c = 0; c < unit.columns.size(); ++c) l.meta.push_back(rm ? rm->offset[c] : -1);
   // Lay out the buffers after the metadata, each 64-byte aligned.
   const int64_t meta_bytes = static_cast<int64_t>(l.meta.size() * sizeof(int64_t));
-  int64_t offset = AlignUp(kHeaderBytes + meta_bytes);
+  int64_t offset = AlignUp(meta_offset + meta_bytes);
   std::vector<int64_t> offsets;
   for (size_t i = 0; i < l.buffers.size(); ++i) {
     offsets.push_back(offset);
@@ -169,8 +194,13 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
   std::memcpy(header + 16, &meta_bytes, 8);
   std::memcpy(header + 24, key.data(), kKeyBytes);
   arrow::Status st = WriteAll(fd, header, kHeaderBytes, hash);
+  if (st.ok()) st = WriteAll(fd, &source_bytes, kSourceLengthBytes, hash);
+  if (st.ok()) st = WriteAll(fd, source_text.data(), source_bytes, hash);
+  if (st.ok()) {
+    st = WriteAll(fd, kZeros, meta_offset - kHeaderBytes - kSourceLengthBytes - source_bytes, hash);
+  }
   if (st.ok()) st = WriteAll(fd, l.meta.data(), meta_bytes, hash);
-  int64_t written = kHeaderBytes + meta_bytes;
+  int64_t written = meta_offset + meta_bytes;
   for (size_t i = 0; st.ok() && i < l.buffers.size(); ++i) {
     st = WriteAll(fd, kZeros, offsets[i] - written, hash);
     if (st.ok()) st = WriteAll(fd, l.buffers[i]->data(), l.buffers[i]->size(), hash);
@@ -194,6 +224,65 @@ bool IsCacheEntryHeader(const uint8_t* head, int64_t n, const std::string& key) 
   if (version < 2) return true;  // format 1 entries did not store their key
   return static_cast<int64_t>(key.size()) == kKeyBytes &&
          std::memcmp(head + 24, key.data(), kKeyBytes) == 0;
+}
+
+std::string SourceIdentity::Serialize() const {
+  // The path last: it runs to the end of the text (it may hold any byte but NUL).
+  return std::string(kSourceFirstLine) + "size " + std::to_string(size) + "\nmtime_ns " +
+         std::to_string(mtime_ns) + "\nfooter " + footer_hash + "\nrow_group " +
+         std::to_string(row_group) + "\npath " + path;
+}
+
+arrow::Result<SourceIdentity> SourceIdentity::Parse(const std::string& text) {
+  auto bad = [] { return arrow::Status::Invalid("malformed source identity in a cache entry"); };
+  if (text.rfind(kSourceFirstLine, 0) != 0) return bad();
+  SourceIdentity out;
+  size_t pos = sizeof(kSourceFirstLine) - 1;
+  auto field = [&](const char* name, std::string* value) {
+    const std::string prefix = std::string(name) + " ";
+    if (text.compare(pos, prefix.size(), prefix) != 0) return false;
+    const size_t start = pos + prefix.size();
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) return false;
+    *value = text.substr(start, end - start);
+    pos = end + 1;
+    return true;
+  };
+  std::string size, mtime, row_group;
+  if (!field("size", &size) || !field("mtime_ns", &mtime) || !field("footer", &out.footer_hash) ||
+      !field("row_group", &row_group) || !ParseDecimal(size, &out.size) ||
+      !ParseDecimal(mtime, &out.mtime_ns) || !ParseDecimal(row_group, &out.row_group) ||
+      text.compare(pos, 5, "path ") != 0) {
+    return bad();
+  }
+  out.path = text.substr(pos + 5);
+  if (out.path.empty() || out.path.find('\0') != std::string::npos) return bad();
+  return out;
+}
+
+arrow::Result<CacheEntryHeader> ParseCacheEntryHeader(const uint8_t* head, int64_t n) {
+  if (n < kHeaderBytes || std::memcmp(head, kMagic, 8) != 0) {
+    return arrow::Status::Invalid("not a cache entry (no entry header)");
+  }
+  CacheEntryHeader h;
+  std::memcpy(&h.version, head + 8, 4);
+  if (h.version == 0) return arrow::Status::Invalid("not a cache entry (version 0)");
+  if (h.version >= 2) h.key.assign(reinterpret_cast<const char*>(head) + 24, kKeyBytes);
+  if (h.version >= 3) {
+    int64_t source_bytes = -1;
+    if (n >= kHeaderBytes + kSourceLengthBytes) {
+      std::memcpy(&source_bytes, head + kHeaderBytes, kSourceLengthBytes);
+    }
+    if (source_bytes < 0 || source_bytes > kMaxSourceIdentityBytes ||
+        n < kHeaderBytes + kSourceLengthBytes + source_bytes) {
+      return arrow::Status::Invalid("cache entry header has no complete source identity");
+    }
+    ARROW_ASSIGN_OR_RAISE(
+        h.source, SourceIdentity::Parse(std::string(
+                      reinterpret_cast<const char*>(head) + kHeaderBytes + kSourceLengthBytes,
+                      static_cast<size_t>(source_bytes))));
+  }
+  return h;
 }
 
 bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash) {
@@ -222,8 +311,16 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
   if (version != kCacheFormatVersion) {
     return arrow::Status::Invalid("cache entry has format version ", version);
   }
+  int64_t source_bytes = -1;
+  if (size >= kHeaderBytes + kSourceLengthBytes) {
+    std::memcpy(&source_bytes, p + kHeaderBytes, kSourceLengthBytes);
+  }
+  if (source_bytes < 0 || source_bytes > kMaxSourceIdentityBytes) {
+    return arrow::Status::Invalid("cache entry has a bad source identity length");
+  }
+  const int64_t meta_offset = MetaOffset(version, source_bytes);
   if (length != size || meta_bytes < 0 || meta_bytes % 8 != 0 ||
-      kHeaderBytes + meta_bytes > size - kTrailerBytes) {
+      meta_offset + meta_bytes > size - kTrailerBytes) {
     return arrow::Status::Invalid("cache entry length does not match its file");
   }
   if (!checksum_verified && XXH3_64bits(p, static_cast<size_t>(size - kTrailerBytes)) != checksum) {
@@ -234,7 +331,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     return arrow::Status::Invalid("cache entry belongs to another key");
   }
   std::vector<int64_t> words(meta_bytes / 8);
-  if (meta_bytes > 0) std::memcpy(words.data(), p + kHeaderBytes, meta_bytes);
+  if (meta_bytes > 0) std::memcpy(words.data(), p + meta_offset, meta_bytes);
   MetaReader m(words.data(), static_cast<int64_t>(words.size()), size);
   auto unit = std::make_shared<DecodedUnit>();
   ARROW_ASSIGN_OR_RAISE(unit->num_rows, m.NextCount(int64_t{1} << 40));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <arrow/buffer.h>
@@ -14,11 +15,39 @@
 
 namespace pqloader {
 
-constexpr uint32_t kCacheFormatVersion = 2;
+constexpr uint32_t kCacheFormatVersion = 3;
 
-/// Write `unit` as a complete entry for `key` (a CacheKey, 32 characters) to the open
-/// file descriptor `fd` (from offset 0). Returns the number of bytes written.
-arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key, const DecodedUnit& unit);
+/// Where an entry's rows come from: a row group of a file, and that file's identity
+/// (size, modification time, footer hash) when it was read. Stored in the entry's header
+/// (format 3), so that `pqloader cache stats|prune` can tell entries whose file has
+/// changed since (stale: no loader asks for their key any more) without a loader.
+struct SourceIdentity {
+  std::string path;         ///< The file as loaders name it (DataFile::display).
+  int64_t size = 0;         ///< Bytes.
+  int64_t mtime_ns = 0;     ///< Modification time, ns since the epoch (0: unknown).
+  std::string footer_hash;  ///< FooterHash of the file's footer.
+  int64_t row_group = 0;
+
+  /// Return whether `other` describes the same version of the same file (the row
+  /// group aside).
+  bool SameFileVersion(const SourceIdentity& other) const {
+    return path == other.path && size == other.size && mtime_ns == other.mtime_ns &&
+           footer_hash == other.footer_hash;
+  }
+  /// Return the text stored in entry headers (docs/cache_format.md, "Source identity").
+  std::string Serialize() const;
+  /// Parse what Serialize wrote; Invalid if `text` is not such a text.
+  static arrow::Result<SourceIdentity> Parse(const std::string& text);
+};
+
+/// The most bytes a serialized SourceIdentity may take in an entry header.
+constexpr int64_t kMaxSourceIdentityBytes = 16 << 10;
+
+/// Write `unit` as a complete entry for `key` (a CacheKey, 32 characters) whose rows come
+/// from `source` to the open file descriptor `fd` (from offset 0). Returns the number of
+/// bytes written.
+arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
+                                       const SourceIdentity& source, const DecodedUnit& unit);
 
 /// Parse an entry held in `file`: verify magic, length, checksum (unless
 /// `checksum_verified`: the caller hashed the bytes while reading them, see
@@ -31,6 +60,20 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
 
 /// Bytes of an entry's fixed header (magic, version, reserved, metadata length, key).
 constexpr int64_t kCacheEntryHeaderBytes = 56;
+
+/// What the head of an entry file says.
+struct CacheEntryHeader {
+  uint32_t version = 0;
+  std::string key;  ///< Empty before format 2.
+  /// The entry's source; absent before format 3.
+  std::optional<SourceIdentity> source;
+};
+/// Bytes of an entry's head that hold its header and any source identity, at most.
+constexpr int64_t kMaxCacheEntryHeadBytes = kCacheEntryHeaderBytes + 8 + kMaxSourceIdentityBytes;
+/// Parse the first `n` bytes of an entry file (up to kMaxCacheEntryHeadBytes of them, or
+/// the whole file if shorter). Invalid unless they start with an entry header; a format 3
+/// header whose source identity is cut off or malformed is Invalid too.
+arrow::Result<CacheEntryHeader> ParseCacheEntryHeader(const uint8_t* head, int64_t n);
 
 /// Return whether the first `n` bytes of a file (at least kCacheEntryHeaderBytes of
 /// them, else false) are the header of a cache entry for `key`: the magic, and for

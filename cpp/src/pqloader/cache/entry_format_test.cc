@@ -49,11 +49,17 @@ std::shared_ptr<DecodedUnit> SampleUnit() {
 
 const std::string kKey = CacheKey("split 0");
 
-std::string WriteToFile(const DecodedUnit& u, const std::string& key = kKey) {
+SourceIdentity SampleSource() {
+  return SourceIdentity{"/data/train/part-0.parquet", 12345, 1700000000123456789,
+                        "0123456789abcdef0123456789abcdef", 7};
+}
+
+std::string WriteToFile(const DecodedUnit& u, const std::string& key = kKey,
+                        const SourceIdentity& source = SampleSource()) {
   const std::string path = testing::MakeTempDir() + "/entry.pqc";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   EXPECT_GE(fd, 0);
-  auto written = WriteCacheEntry(fd, key, u);
+  auto written = WriteCacheEntry(fd, key, source, u);
   EXPECT_TRUE(written.ok()) << written.status().ToString();
   ::close(fd);
   return path;
@@ -69,7 +75,55 @@ std::string ReadFile(const std::string& path) {
   return out;
 }
 
+// Offset of the metadata words in a format 3 entry: after the header, the source
+// identity's length and its bytes padded to 8.
+int64_t MetaStart(const std::string& bytes) {
+  int64_t source_bytes;
+  std::memcpy(&source_bytes, bytes.data() + kCacheEntryHeaderBytes, 8);
+  return kCacheEntryHeaderBytes + 8 + (source_bytes + 7) / 8 * 8;
+}
+
 }  // namespace
+
+TEST(CacheEntry, HeaderNamesTheEntrysSource) {
+  const std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
+  auto head = ParseCacheEntryHeader(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                    static_cast<int64_t>(bytes.size()));
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->version, kCacheFormatVersion);
+  EXPECT_EQ(head->key, kKey);
+  ASSERT_TRUE(head->source.has_value());
+  const SourceIdentity want = SampleSource();
+  EXPECT_TRUE(head->source->SameFileVersion(want));
+  EXPECT_EQ(head->source->row_group, 7);
+  // A head cut inside the source identity is refused, not misread.
+  EXPECT_FALSE(ParseCacheEntryHeader(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                     kCacheEntryHeaderBytes + 20).ok());
+  EXPECT_TRUE(IsCacheEntryHeader(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                 kCacheEntryHeaderBytes, kKey));
+}
+
+TEST(CacheEntry, SourceIdentityRoundTripsAnyPath) {
+  for (const std::string path : {"/a b/c\nd.parquet", "s3://bucket/key with spaces/x.parquet",
+                                 "relative/path.parquet", "/p\xc3\xa9/\n"}) {
+    SourceIdentity s{path, 1, -5, "", 0};
+    auto back = SourceIdentity::Parse(s.Serialize());
+    ASSERT_TRUE(back.ok()) << path;
+    EXPECT_TRUE(back->SameFileVersion(s));
+  }
+  EXPECT_FALSE(SourceIdentity::Parse("").ok());
+  EXPECT_FALSE(SourceIdentity::Parse("pqloader-source 1\nsize x\n").ok());
+  SourceIdentity s = SampleSource();
+  SourceIdentity other = s;
+  other.mtime_ns += 1;
+  EXPECT_FALSE(s.SameFileVersion(other));
+  other = s;
+  other.footer_hash[0] = 'f';
+  EXPECT_FALSE(s.SameFileVersion(other));
+  other = s;
+  other.row_group = 3;  // another row group of the same file version
+  EXPECT_TRUE(s.SameFileVersion(other));
+}
 
 TEST(CacheEntry, RoundTripsEveryColumnKind) {
   auto u = SampleUnit();
@@ -161,7 +215,7 @@ TEST(CacheEntry, MisalignedBuffersAreRejectedEvenWithAValidChecksum) {
   // offset made the reader load int64 offsets from a misaligned address.
   std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
   ASSERT_TRUE(ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true).ok());
-  constexpr int64_t kRowOkOffsetWord = kCacheEntryHeaderBytes + 2 * 8;  // after num_rows, skipped
+  const int64_t kRowOkOffsetWord = MetaStart(bytes) + 2 * 8;  // after num_rows, skipped
   int64_t offset;
   std::memcpy(&offset, bytes.data() + kRowOkOffsetWord, 8);
   ASSERT_EQ(offset % 64, 0);
@@ -176,7 +230,7 @@ TEST(CacheEntry, AnEntryWithoutMetadataIsRejected) {
   // Regression (fuzz_cache_entry): metadata length 0 made the reader memcpy into the
   // null data() of an empty vector (undefined behaviour, caught by UBSan).
   std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
-  std::string empty = bytes.substr(0, kCacheEntryHeaderBytes) + bytes.substr(bytes.size() - 24);
+  std::string empty = bytes.substr(0, MetaStart(bytes)) + bytes.substr(bytes.size() - 24);
   const int64_t zero = 0, total = static_cast<int64_t>(empty.size());
   std::memcpy(&empty[16], &zero, 8);                   // metadata length
   std::memcpy(&empty[empty.size() - 16], &total, 8);   // file length
@@ -200,8 +254,8 @@ TEST(CacheEntry, SizesThatOverflowAreRejected) {
   ASSERT_TRUE(ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true).ok());
   // Metadata words: num_rows, skipped_rows, ref(row_ok) x2, num_columns, row_bytes, ...
   const int64_t huge = int64_t{1} << 40;
-  std::memcpy(&bytes[kCacheEntryHeaderBytes + 0 * 8], &huge, 8);
-  std::memcpy(&bytes[kCacheEntryHeaderBytes + 5 * 8], &huge, 8);
+  std::memcpy(&bytes[MetaStart(bytes) + 0 * 8], &huge, 8);
+  std::memcpy(&bytes[MetaStart(bytes) + 5 * 8], &huge, 8);
   auto back = ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true);
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.status().message().find("bad data size"), std::string::npos)
@@ -239,47 +293,6 @@ TEST(CacheEntry, ColumnsThatDoNotMatchTheSpecsAreNeverGathered) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("rows of shape (4,) for a column of shape (3,)"), std::string::npos)
       << st.ToString();
-}
-
-TEST(SplitCache, DiskCachePublishesAndServesEntries) {
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 2;
-  auto cache = SplitCache::Open(o);
-  const std::string key = CacheKey("some split");
-  EXPECT_EQ(key.size(), 32u);
-  EXPECT_EQ(cache->Get(key), nullptr);
-  cache->Put(key, SampleUnit());
-  auto hit = cache->Get(key);
-  ASSERT_NE(hit, nullptr);
-  EXPECT_EQ(hit->columns[1].data->ToString(), "xxhelloworld");
-  auto c = cache->counters();
-  EXPECT_EQ(c.misses, 1);
-  EXPECT_EQ(c.hits, 1);
-  EXPECT_EQ(c.inserts, 1);
-  auto stats = InspectCacheDir(o.dir).ValueOrDie();
-  EXPECT_EQ(stats.entries, 1);
-  ASSERT_TRUE(ClearCacheDir(o.dir).ok());
-  EXPECT_EQ(cache->Get(key), nullptr);
-}
-
-TEST(SplitCache, KeepPolicyRefusesInsertsBeyondTheLimit) {
-  CacheOptions o;
-  o.dir = ":memory:";
-  o.size_limit = SampleUnit()->ByteSize() + 10;
-  auto cache = SplitCache::Open(o);
-  cache->Put("a", SampleUnit());
-  cache->Put("b", SampleUnit());
-  EXPECT_NE(cache->Get("a"), nullptr);
-  EXPECT_EQ(cache->Get("b"), nullptr);
-  EXPECT_EQ(cache->counters().skipped_full, 1);
-  o.policy = CachePolicy::kLru;
-  auto lru = SplitCache::Open(o);
-  lru->Put("a", SampleUnit());
-  lru->Put("b", SampleUnit());
-  EXPECT_EQ(lru->Get("a"), nullptr);
-  EXPECT_NE(lru->Get("b"), nullptr);
-  EXPECT_EQ(lru->counters().evictions, 1);
 }
 
 TEST(Ndarray, MutatedNpyBytesNeverCrash) {

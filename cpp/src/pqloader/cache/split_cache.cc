@@ -1,6 +1,7 @@
 #include "pqloader/cache/split_cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <numeric>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +33,10 @@ namespace {
 
 constexpr char kEntrySuffix[] = ".pqc";
 constexpr char kTempPrefix[] = ".tmp-";
+constexpr char kMarkerSuffix[] = ".fetch";
+constexpr char kMarkerFirstLine[] = "pqloader fetch";
+// Polling of a split another process is fetching: from 1 ms, doubling, to this.
+constexpr auto kMaxWaitPoll = std::chrono::milliseconds(20);
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
 // Entries are read and hashed in pieces of this size (each stays in L2 between the two).
 constexpr int64_t kReadPieceBytes = 512 << 10;
@@ -114,6 +121,17 @@ bool IsTempName(const std::string& name) {
          IsDigits(name, dash + 1, key - 1);
 }
 
+// "<key>.fetch": the in-progress marker of a split being fetched; sets *key.
+bool IsMarkerName(const std::string& name, std::string* key) {
+  constexpr size_t suffix = sizeof(kMarkerSuffix) - 1;
+  if (name.size() != kKeyChars + suffix || !IsHex(name, 0, kKeyChars) ||
+      name.compare(kKeyChars, suffix, kMarkerSuffix) != 0) {
+    return false;
+  }
+  *key = name.substr(0, kKeyChars);
+  return true;
+}
+
 // "shard-NN": a fan-out directory (two lowercase hex digits).
 bool IsShardName(const std::string& name) {
   return name.size() == 8 && name.rfind("shard-", 0) == 0 && IsHex(name, 6, 2);
@@ -148,31 +166,81 @@ bool IsFooterName(const std::string& name, bool* temp) {
 
 struct EntryFile {
   std::string path;
+  std::string key;
   int64_t size;
   std::filesystem::file_time_type mtime;
 };
 
+// The header of the entry file at `path` (not following a symbolic link).
+arrow::Result<CacheEntryHeader> ReadEntryHead(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return arrow::Status::IOError(Errno("cannot open '" + path + "'"));
+  std::vector<uint8_t> head(kMaxCacheEntryHeadBytes);
+  int64_t n = 0;
+  while (n < kMaxCacheEntryHeadBytes) {
+    const ssize_t r = ::pread(fd, head.data() + n, static_cast<size_t>(kMaxCacheEntryHeadBytes - n), n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += r;
+  }
+  ::close(fd);
+  return ParseCacheEntryHeader(head.data(), n);
+}
+
+std::string HumanBytes(int64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char out[32];
+  if (u == 0) {
+    std::snprintf(out, sizeof(out), "%lld B", static_cast<long long>(n));
+  } else {
+    std::snprintf(out, sizeof(out), "%.1f %s", v, units[u]);
+  }
+  return out;
+}
+
+const char* PolicyName(CachePolicy policy) {
+  switch (policy) {
+    case CachePolicy::kKeep:
+      return "keep";
+    case CachePolicy::kLru:
+      return "lru";
+    case CachePolicy::kPlan:
+      return "plan";
+  }
+  return "?";
+}
+
 // Entries of one shard. With `remove_stale`, temp files of writers killed mid-write
 // (older than kStaleTempAge) are removed.
 std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr,
-                                 bool remove_stale = true) {
+                                 bool remove_stale = true, int64_t* markers = nullptr) {
   std::vector<EntryFile> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(shard, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code ec2;
     if (!e.is_regular_file(ec2) || e.is_symlink(ec2)) continue;
+    std::string key;
     if (IsTempName(name)) {
       if (temp_files) ++*temp_files;
       const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
       if (remove_stale && !ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
       continue;
     }
-    std::string key;
+    if (IsMarkerName(name, &key)) {
+      if (markers) ++*markers;
+      continue;
+    }
     if (!IsEntryName(name, &key)) continue;
     const auto size = e.file_size(ec2);
     if (ec2) continue;
-    out.push_back({e.path().string(), static_cast<int64_t>(size), e.last_write_time(ec2)});
+    out.push_back({e.path().string(), key, static_cast<int64_t>(size), e.last_write_time(ec2)});
   }
   return out;
 }
@@ -210,18 +278,99 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadVerified(int fd) {
   return buffer;
 }
 
+// An in-progress marker as read from its file.
+struct Marker {
+  int64_t pid = 0;
+  std::string host;
+  std::string token;
+  std::chrono::system_clock::time_point written;
+};
+
+std::string HostName() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+// Read the marker at `path`; false if there is none (or it is being written).
+bool ReadMarker(const std::string& path, Marker* m) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  } while (n < 0 && errno == EINTR);
+  struct stat st;
+  const bool stated = ::fstat(fd, &st) == 0;
+  ::close(fd);
+  if (n < 0 || !stated) return false;
+  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  std::string first, field;
+  std::getline(in, first);
+  if (first != kMarkerFirstLine) {
+    // Being written (created empty, then filled): treat as live and fresh.
+    m->pid = 0;
+  }
+  while (in >> field) {
+    if (field == "pid") in >> m->pid;
+    else if (field == "host") in >> m->host;
+    else if (field == "token") in >> m->token;
+  }
+  m->written = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  return true;
+}
+
+// A claim that holds nothing (no coordination).
+class NoClaim : public FetchClaim {};
+
+// The claims of one disk cache object, shared with the claims themselves (a claim may be
+// released after its cache object is gone).
+struct ClaimBook {
+  std::mutex mu;
+  std::unordered_map<std::string, std::weak_ptr<FetchClaim>> claims;  // GUARDED_BY(mu)
+  int64_t next_token = 0;                                               // GUARDED_BY(mu)
+};
+
+// A claim of this process: its marker is deleted on destruction (if it is still ours).
+class DiskClaim : public FetchClaim {
+ public:
+  DiskClaim(std::shared_ptr<ClaimBook> book, std::string key, std::string marker,
+            std::string lock, std::string token)
+      : book_(std::move(book)), key_(std::move(key)), marker_(std::move(marker)),
+        lock_(std::move(lock)), token_(std::move(token)) {}
+  ~DiskClaim() override {
+    {
+      // Under the shard lock, as a breaker deletes: never another process's marker.
+      FileLock lock(lock_);
+      Marker m;
+      if (lock.ok() && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
+    }
+    std::lock_guard<std::mutex> lock(book_->mu);
+    auto it = book_->claims.find(key_);
+    if (it != book_->claims.end() && it->second.expired()) book_->claims.erase(it);
+  }
+
+ private:
+  std::shared_ptr<ClaimBook> book_;
+  std::string key_, marker_, lock_, token_;
+};
+
 class DiskCache : public SplitCache {
  public:
   explicit DiskCache(const CacheOptions& options) : options_(options) {
     options_.shards = std::clamp(options_.shards, 1, 256);
+    full_scan_usage_.assign(options_.shards, -1);
     std::error_code ec;
     fs::create_directories(options_.dir, ec);
     if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
     for (int i = 0; i < options_.shards && !ec; ++i) fs::create_directories(ShardDir(i), ec);
     if (ec) {
       broken_ = true;
-      Warn("cache directory '" + options_.dir + "' is not usable (" + ec.message() +
-           "); continuing without the cache");
+      Warn(WarningKind::kWriteFailure, "cache directory '" + options_.dir + "' is not usable (" +
+                                           ec.message() + "); continuing without the cache");
     }
   }
 
@@ -264,10 +413,86 @@ class DiskCache : public SplitCache {
     return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
   }
 
-  void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string& key) override {
+    if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
+    const std::string marker = MarkerPath(key);
+    const std::string lock = ShardDir(Shard(key)) + "/.lock";
+    std::lock_guard<std::mutex> guard(book_->mu);
+    if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        std::ostringstream token;
+        token << ::getpid() << "-" << ++book_->next_token << "-"
+              << std::chrono::steady_clock::now().time_since_epoch().count();
+        std::ostringstream text;
+        text << kMarkerFirstLine << "\npid " << ::getpid() << "\nhost " << host_ << "\ntoken "
+             << token.str() << "\n";
+        const std::string body = text.str();
+        const bool written = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+        ::close(fd);
+        if (!written) {  // full disk ...: fetch without coordinating
+          ::unlink(marker.c_str());
+          return std::make_shared<NoClaim>();
+        }
+        auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str());
+        book_->claims[key] = claim;
+        return claim;
+      }
+      // Cannot create markers (unwritable directory ...): fetch without coordinating.
+      if (errno != EEXIST) return std::make_shared<NoClaim>();
+      if (!BreakIfAbandoned(marker, lock)) return nullptr;  // another process fetches it
+    }
+    return nullptr;
+  }
+
+  FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) override {
+    if (broken_ || options_.wait_timeout_ms <= 0) return FetchWait::kFree;
+    const std::string marker = MarkerPath(key);
+    const std::string lock = ShardDir(Shard(key)) + "/.lock";
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto timeout = std::chrono::milliseconds(options_.wait_timeout_ms);
+    auto poll = std::chrono::milliseconds(1);
+    FetchWait out;
+    while (true) {
+      Marker m;
+      if (!ReadMarker(marker, &m)) {  // released: published, refused or failed
+        out = Contains(key) ? FetchWait::kCached : FetchWait::kFree;
+        break;
+      }
+      if (Contains(key)) {  // published, marker not yet deleted
+        out = FetchWait::kCached;
+        break;
+      }
+      bool too_old = false;
+      if (BreakIfAbandoned(marker, lock, &too_old)) {
+        out = FetchWait::kFree;  // its holder died or gave no sign for the wait timeout
+        if (too_old) ++wait_timeouts_;
+        break;
+      }
+      if (cancel != nullptr && cancel->load()) {
+        out = FetchWait::kCancelled;
+        break;
+      }
+      if (std::chrono::steady_clock::now() - t0 >= timeout) {
+        out = FetchWait::kTimedOut;
+        ++wait_timeouts_;
+        break;
+      }
+      std::this_thread::sleep_for(poll);
+      poll = std::min<std::chrono::milliseconds>(poll * 2, kMaxWaitPoll);
+    }
+    ++waits_;
+    wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+
+  CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
+                   const SourceIdentity& source, double now = 0) override {
     if (broken_) {
       ++write_errors_;
-      return;
+      return CacheRefusal::kNone;
     }
     const int shard = Shard(key);
     const std::string final_path = EntryPath(key);
@@ -278,9 +503,9 @@ class DiskCache : public SplitCache {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
       Failed(Errno("cannot create a cache file in '" + ShardDir(shard) + "'"));
-      return;
+      return CacheRefusal::kNone;
     }
-    auto written = WriteCacheEntry(fd, key, *unit);
+    auto written = WriteCacheEntry(fd, key, source, *unit);
     bool ok = written.ok();
     std::string error = ok ? "" : written.status().message();
     if (ok && options_.fsync && ::fsync(fd) != 0) {
@@ -294,58 +519,122 @@ class DiskCache : public SplitCache {
     if (!ok) {
       ::unlink(tmp.c_str());
       Failed("cannot write cache entry in '" + options_.dir + "': " + error);
-      return;
+      return CacheRefusal::kNone;
     }
     const int64_t size = *written;
-    FileLock lock(ShardDir(shard) + "/.lock");
-    if (!lock.ok()) {
-      ::unlink(tmp.c_str());
-      Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
-      return;
-    }
-    struct stat st;
-    if (::stat(final_path.c_str(), &st) == 0) {  // another writer published it first
-      ::unlink(tmp.c_str());
-      return;
-    }
-    const std::string usage_path = ShardDir(shard) + "/.usage";
-    int64_t usage = ReadUsage(usage_path);
-    if (usage < 0) {  // missing or damaged: recount
-      usage = 0;
-      for (const auto& e : ListShard(ShardDir(shard))) usage += e.size;
-    }
-    if (options_.size_limit > 0) {
-      const int64_t budget = options_.size_limit / options_.shards;
-      if (usage + size > budget && options_.policy == CachePolicy::kLru) {
-        auto entries = ListShard(ShardDir(shard));
-        std::sort(entries.begin(), entries.end(),
-                  [](const auto& a, const auto& b) { return a.mtime < b.mtime; });
-        for (const auto& e : entries) {
-          if (usage + size <= budget) break;
-          if (::unlink(e.path.c_str()) == 0) {
-            usage -= e.size;
-            ++evictions_;
-          }
-        }
-      }
-      if (usage + size > budget) {
+    CacheRefusal refusal = CacheRefusal::kNone;
+    {
+      FileLock lock(ShardDir(shard) + "/.lock");
+      if (!lock.ok()) {
         ::unlink(tmp.c_str());
-        ++skipped_full_;
-        WriteUsage(usage_path, std::max<int64_t>(usage, 0));
-        return;
+        Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
+        return CacheRefusal::kNone;
+      }
+      struct stat st;
+      if (::stat(final_path.c_str(), &st) == 0) {  // another writer published it first
+        ::unlink(tmp.c_str());
+        return CacheRefusal::kNone;
+      }
+      const std::string usage_path = ShardDir(shard) + "/.usage";
+      int64_t usage = ReadUsage(usage_path);
+      if (usage < 0) {  // missing or damaged: recount
+        usage = 0;
+        for (const auto& e : ListShard(ShardDir(shard))) usage += e.size;
+      }
+      if (options_.size_limit > 0 && usage + size > budget()) {
+        refusal = MakeRoom(shard, key, size, now, &usage);
+      }
+      if (refusal == CacheRefusal::kNone && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+        ::unlink(tmp.c_str());
+        WriteUsage(usage_path, usage);
+        Failed(Errno("cannot publish cache entry '" + final_path + "'"));
+        return CacheRefusal::kNone;
+      }
+      if (refusal != CacheRefusal::kNone) {
+        ::unlink(tmp.c_str());
+        WriteUsage(usage_path, usage);
+      } else {
+        WriteUsage(usage_path, usage + size);
       }
     }
-    if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-      ::unlink(tmp.c_str());
-      Failed(Errno("cannot publish cache entry '" + final_path + "'"));
-      return;
+    if (refusal != CacheRefusal::kNone) {
+      CountRefusal(refusal, source, size);
+      return refusal;
     }
-    WriteUsage(usage_path, usage + size);
     ++inserts_;
     bytes_written_ += size;
+    return CacheRefusal::kNone;
+  }
+
+ protected:
+  std::string Describe() const override {
+    std::string d = "cache '" + options_.dir + "' (cache_size_limit " +
+                    HumanBytes(options_.size_limit);
+    if (options_.shards > 1) {
+      d += ": " + std::to_string(options_.shards) + " shards of " + HumanBytes(budget());
+    }
+    return d + ", policy '" + PolicyName(options_.policy) + "')";
   }
 
  private:
+  int64_t budget() const { return options_.size_limit / options_.shards; }
+
+  // Requires the shard's lock, with *usage + size over the shard's budget: delete what
+  // the policy evicts (stale entries first) and return whether the entry may go in.
+  CacheRefusal MakeRoom(int shard, const std::string& key, int64_t size, double now,
+                        int64_t* usage) {
+    const bool plan = options_.policy == CachePolicy::kPlan && schedule_ != nullptr;
+    std::vector<EntryFile> files;
+    std::vector<HeldEntry> held;
+    // Under kKeep a listing only finds stale entries; it is skipped while the shard's
+    // usage is what it was when the last one found none.
+    bool list = size <= budget();
+    if (list && options_.policy == CachePolicy::kKeep) {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      list = full_scan_usage_[shard] != *usage;
+    }
+    if (list) {
+      files = ListShard(ShardDir(shard));
+      *usage = 0;  // the listing is the truth (.usage may have drifted)
+      for (const auto& f : files) {
+        held.push_back(HeldEntry{f.size, static_cast<int64_t>(f.mtime.time_since_epoch().count()),
+                                 IsStaleEntry(f),
+                                 plan ? schedule_->NextUse(f.key, now) : kNeverUsed});
+        *usage += f.size;
+      }
+    }
+    const double next_use = plan ? schedule_->NextUse(key, now) : kNeverUsed;
+    const Admission a = Admit(options_.policy, held, *usage, budget(), size, next_use);
+    for (size_t i : a.evict) {
+      if (::unlink(files[i].path.c_str()) != 0) continue;
+      *usage -= files[i].size;
+      ++evictions_;
+      if (held[i].stale) ++evicted_stale_;
+    }
+    if (a.refusal != CacheRefusal::kNone && options_.policy == CachePolicy::kKeep) {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      full_scan_usage_[shard] = *usage;
+    }
+    return a.refusal;
+  }
+
+  // Whether the entry `f` is stale for this cache's owner (see CacheSchedule). Entries of
+  // an older format are stale: no reader of this version asks for their keys.
+  bool IsStaleEntry(const EntryFile& f) {
+    if (schedule_ == nullptr || schedule_->Owns(f.key)) return false;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      auto it = stale_memo_.find(f.key);
+      if (it != stale_memo_.end()) return it->second;
+    }
+    auto head = ReadEntryHead(f.path);
+    if (!head.ok()) return false;  // unreadable: not known to be stale
+    const bool stale = head->version < 3 || (head->source && schedule_->IsStale(*head->source));
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    stale_memo_[f.key] = stale;
+    return stale;
+  }
+
   int Shard(const std::string& key) const {
     return static_cast<int>(std::stoul(key.substr(0, 2), nullptr, 16) % options_.shards);
   }
@@ -356,6 +645,36 @@ class DiskCache : public SplitCache {
   }
   std::string EntryPath(const std::string& key) const {
     return ShardDir(Shard(key)) + "/" + key + kEntrySuffix;
+  }
+  std::string MarkerPath(const std::string& key) const {
+    return ShardDir(Shard(key)) + "/" + key + kMarkerSuffix;
+  }
+  // Whether the marker `m` is abandoned: its process is dead (same host) or it is older
+  // than the wait timeout (then *too_old is set).
+  bool Abandoned(const Marker& m, bool* too_old) const {
+    if (m.pid > 0 && m.host == host_ && ::kill(static_cast<pid_t>(m.pid), 0) != 0 &&
+        errno == ESRCH) {
+      return true;
+    }
+    *too_old = std::chrono::system_clock::now() - m.written >
+               std::chrono::milliseconds(options_.wait_timeout_ms);
+    return *too_old;
+  }
+  // Delete the marker at `path` if it is abandoned (true), or if it is gone already.
+  bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
+                        bool* too_old = nullptr) {
+    bool old = false;
+    Marker m;
+    if (!ReadMarker(path, &m)) return true;
+    if (!Abandoned(m, &old)) return false;
+    FileLock lock(lock_path);  // owners release under it too: never a fresh marker
+    Marker again;
+    if (!ReadMarker(path, &again)) return true;
+    if (again.token != m.token || again.written != m.written || !Abandoned(again, &old)) {
+      return false;
+    }
+    if (too_old != nullptr) *too_old = old;
+    return ::unlink(path.c_str()) == 0 || errno == ENOENT;
   }
   void Remove(const std::string& key, const std::string& path) {
     const int shard = Shard(key);
@@ -370,11 +689,19 @@ class DiskCache : public SplitCache {
   }
   void Failed(const std::string& message) {
     ++write_errors_;
-    Warn(message + "; continuing without caching this data");
+    Warn(WarningKind::kWriteFailure, message + "; continuing without caching this data");
   }
 
   CacheOptions options_;
   bool broken_ = false;
+  const std::string host_ = HostName();
+  std::shared_ptr<ClaimBook> book_ = std::make_shared<ClaimBook>();
+  std::mutex memo_mu_;
+  // Per key of an entry this cache's owner does not read: whether it is stale (an
+  // entry's key and content never change, so neither does the answer).
+  std::unordered_map<std::string, bool> stale_memo_;  // GUARDED_BY(memo_mu_)
+  // Per shard: its usage when a kKeep listing last found it full with nothing to delete.
+  std::vector<int64_t> full_scan_usage_;               // GUARDED_BY(memo_mu_)
 };
 
 class MemoryCache : public SplitCache {
@@ -398,29 +725,58 @@ class MemoryCache : public SplitCache {
     return index_.count(key) > 0;
   }
 
-  void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) override {
+  // One process: nothing to coordinate.
+  std::shared_ptr<FetchClaim> TryClaim(const std::string&) override {
+    return std::make_shared<NoClaim>();
+  }
+  FetchWait WaitForFetch(const std::string&, const std::atomic<bool>*) override {
+    return FetchWait::kFree;
+  }
+
+  CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
+                   const SourceIdentity& source, double now = 0) override {
     const int64_t size = unit->ByteSize();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (index_.count(key)) return;
-    if (options_.size_limit > 0 && used_ + size > options_.size_limit) {
-      if (options_.policy == CachePolicy::kLru) {
-        while (!lru_.empty() && used_ + size > options_.size_limit) {
-          used_ -= lru_.front().size;
-          index_.erase(lru_.front().key);
-          lru_.pop_front();
+    const bool plan = options_.policy == CachePolicy::kPlan && schedule_ != nullptr;
+    CacheRefusal refusal = CacheRefusal::kNone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (index_.count(key)) return CacheRefusal::kNone;
+      if (options_.size_limit > 0 && used_ + size > options_.size_limit) {
+        // Entries of this process are never stale: its loader's files are fixed.
+        std::vector<std::list<Entry>::iterator> entries;
+        std::vector<HeldEntry> held;
+        int64_t order = 0;
+        for (auto it = lru_.begin(); it != lru_.end(); ++it) {  // least recently used first
+          entries.push_back(it);
+          held.push_back(HeldEntry{it->size, order++, false,
+                                   plan ? schedule_->NextUse(it->key, now) : kNeverUsed});
+        }
+        const Admission a = Admit(options_.policy, held, used_, options_.size_limit, size,
+                                  plan ? schedule_->NextUse(key, now) : kNeverUsed);
+        for (size_t i : a.evict) {
+          used_ -= entries[i]->size;
+          index_.erase(entries[i]->key);
+          lru_.erase(entries[i]);
           ++evictions_;
         }
+        refusal = a.refusal;
       }
-      if (used_ + size > options_.size_limit) {
-        ++skipped_full_;
-        return;
+      if (refusal == CacheRefusal::kNone) {
+        lru_.push_back({key, unit, size});
+        index_[key] = std::prev(lru_.end());
+        used_ += size;
+        ++inserts_;
+        bytes_written_ += size;
       }
     }
-    lru_.push_back({key, unit, size});
-    index_[key] = std::prev(lru_.end());
-    used_ += size;
-    ++inserts_;
-    bytes_written_ += size;
+    if (refusal != CacheRefusal::kNone) CountRefusal(refusal, source, size);
+    return refusal;
+  }
+
+ protected:
+  std::string Describe() const override {
+    return "in-memory cache (cache_size_limit " + HumanBytes(options_.size_limit) + ", policy '" +
+           PolicyName(options_.policy) + "')";
   }
 
  private:
@@ -449,25 +805,136 @@ CacheCounters SplitCache::counters() const {
   c.misses = misses_;
   c.inserts = inserts_;
   c.bytes_written = bytes_written_;
-  c.skipped_full = skipped_full_;
+  c.refused_full = refused_full_;
+  c.refused_too_large = refused_too_large_;
+  c.refused_later = refused_later_;
+  c.refused_stale = refused_stale_;
   c.evictions = evictions_;
+  c.evicted_stale = evicted_stale_;
   c.corrupt = corrupt_;
   c.write_errors = write_errors_;
+  c.waits = waits_;
+  c.wait_timeouts = wait_timeouts_;
+  c.wait_ns = wait_ns_;
   return c;
 }
 
 std::string SplitCache::TakeWarning() {
   std::lock_guard<std::mutex> lock(warn_mu_);
-  std::string w;
-  w.swap(warning_);
+  if (warnings_.empty()) return "";
+  std::string w = std::move(warnings_.front());
+  warnings_.erase(warnings_.begin());
   return w;
 }
 
-void SplitCache::Warn(const std::string& message) {
+void SplitCache::Warn(WarningKind kind, const std::string& message) {
   std::lock_guard<std::mutex> lock(warn_mu_);
-  if (warned_) return;  // one warning per cache object is enough
-  warned_ = true;
-  warning_ = message;
+  bool& warned = warned_[static_cast<int>(kind)];
+  if (warned) return;  // one warning of each kind per cache object is enough
+  warned = true;
+  warnings_.push_back(message);
+}
+
+void SplitCache::Refuse(CacheRefusal reason, const SourceIdentity& source) {
+  CountRefusal(reason, source, 0);
+}
+
+void SplitCache::CountRefusal(CacheRefusal reason, const SourceIdentity& source, int64_t size) {
+  const std::string entry = "row group " + std::to_string(source.row_group) + " of '" +
+                            source.path + "'";
+  switch (reason) {
+    case CacheRefusal::kNone:
+      return;
+    case CacheRefusal::kFull:
+      ++refused_full_;
+      Warn(WarningKind::kFull,
+           Describe() + " is full: row groups that do not fit are not cached, so every epoch "
+           "reads them from the source again (stats()['cache_refused_full'] counts them). Raise "
+           "cache_size_limit, or use cache_policy='plan' to keep the row groups needed soonest; "
+           "`pqloader cache stats DIR` shows what the cache holds and how much of it is stale");
+      return;
+    case CacheRefusal::kTooLarge:
+      ++refused_too_large_;
+      Warn(WarningKind::kTooLarge,
+           entry + " decodes to " + HumanBytes(size) + ", more than one shard of " + Describe() +
+               " may hold: it is never cached (stats()['cache_refused_too_large']). Raise "
+               "cache_size_limit or lower cache_shards");
+      return;
+    case CacheRefusal::kLater:
+      ++refused_later_;
+      Warn(WarningKind::kLater,
+           Describe() + " is full: it keeps the row groups the plans of this epoch and the "
+           "next read soonest, and does not cache those read later than all it holds "
+           "(stats()['cache_refused_later'] counts them); they are read from the source "
+           "again. Raise cache_size_limit to hold more");
+      return;
+    case CacheRefusal::kStale:
+      ++refused_stale_;
+      Warn(WarningKind::kStale,
+           "'" + source.path + "' changed while the loader read it (its size or modification "
+           "time differ from when the loader opened it): its row groups are not cached "
+           "(stats()['cache_refused_stale']), and what was read may mix both versions. Make a "
+           "new Loader to read the file as it is now; `pqloader cache prune DIR` deletes "
+           "entries of old versions");
+      return;
+  }
+}
+
+Admission Admit(CachePolicy policy, const std::vector<HeldEntry>& held, int64_t usage,
+                int64_t budget, int64_t size, double next_use) {
+  Admission a;
+  if (budget <= 0 || usage + size <= budget) return a;
+  if (size > budget) {
+    a.refusal = CacheRefusal::kTooLarge;
+    return a;
+  }
+  // Stale entries go first, all of them: no reader asks for them.
+  int64_t used = usage;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].stale) continue;
+    a.evict.push_back(i);
+    used -= held[i].size;
+  }
+  if (used + size <= budget) return a;
+  if (policy == CachePolicy::kKeep) {
+    a.refusal = CacheRefusal::kFull;
+    return a;
+  }
+  std::vector<size_t> live;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].stale) live.push_back(i);
+  }
+  if (policy == CachePolicy::kPlan) {
+    // Belady: the entries read furthest in the future go first, but only those read
+    // later than the newcomer; if they do not make room, it is the one to leave out.
+    std::stable_sort(live.begin(), live.end(), [&](size_t x, size_t y) {
+      return held[x].next_use > held[y].next_use;
+    });
+    // With entries of different sizes, making room may take several: each one read again
+    // is a hit given up for the newcomer's one, so more than one such is a bad trade.
+    const size_t stale = a.evict.size();
+    int64_t read_again = 0;
+    for (size_t i : live) {
+      if (used + size <= budget || held[i].next_use <= next_use) break;
+      a.evict.push_back(i);
+      used -= held[i].size;
+      read_again += held[i].next_use != kNeverUsed;
+    }
+    if (used + size > budget || read_again > 1) {
+      a.evict.resize(stale);  // the stale entries still go
+      a.refusal = CacheRefusal::kLater;
+    }
+    return a;
+  }
+  std::stable_sort(live.begin(), live.end(),
+                   [&](size_t x, size_t y) { return held[x].last_use < held[y].last_use; });
+  for (size_t i : live) {
+    if (used + size <= budget) break;
+    a.evict.push_back(i);
+    used -= held[i].size;
+  }
+  if (used + size > budget) a.refusal = CacheRefusal::kFull;
+  return a;
 }
 
 std::string CacheKey(const std::string& identity) {
@@ -501,7 +968,8 @@ bool MarkCacheDir(const std::string& dir) {
       bool temp = false;
       const bool ours = name == "footers"
                             ? IsFooterName(fname, &temp)
-                            : IsEntryName(fname, &key) || IsTempName(fname) || IsShardFileName(fname);
+                            : IsEntryName(fname, &key) || IsTempName(fname) ||
+                                  IsShardFileName(fname) || IsMarkerName(fname, &key);
       if (!ours) return false;
     }
     if (ec2) return false;
@@ -528,7 +996,21 @@ bool MarkCacheDir(const std::string& dir) {
   return true;
 }
 
-arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
+namespace {
+
+// The state of the entry at `path` (its header read) under `checker`.
+SourceState EntryState(const std::string& path, const std::string& key,
+                       const SourceChecker& checker, bool* is_entry) {
+  auto head = ReadEntryHead(path);
+  *is_entry = head.ok() && (head->version < 2 || head->key == key);
+  if (!*is_entry) return SourceState::kUnknown;
+  if (head->version < 3 || !head->source) return SourceState::kStale;  // an older format
+  return checker(*head->source);
+}
+
+}  // namespace
+
+arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const SourceChecker& checker) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory");
@@ -539,9 +1021,25 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
     if (!IsShardName(e.path().filename().string()) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
       continue;
     }
-    for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false)) {
+    for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false,
+                                       &s.fetch_markers)) {
       ++s.entries;
       s.bytes += entry.size;
+      if (!checker) continue;
+      bool is_entry = false;
+      const SourceState state = EntryState(entry.path, entry.key, checker, &is_entry);
+      if (!is_entry) continue;  // named like an entry, but not one
+      switch (state) {
+        case SourceState::kStale:
+          ++s.stale_entries;
+          s.stale_bytes += entry.size;
+          break;
+        case SourceState::kUnknown:
+          ++s.unverified_entries;
+          break;
+        case SourceState::kCurrent:
+          break;
+      }
     }
   }
   std::ifstream in(dir + "/records");
@@ -549,6 +1047,53 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir) {
   int64_t value;
   while (in >> name >> value) s.recorded[name] = value;
   return s;
+}
+
+arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
+                                              const SourceChecker& checker) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
+  }
+  CachePruneReport report;
+  if (!IsMarkedCacheDir(dir)) {
+    if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to prune
+    return arrow::Status::Invalid(
+        "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,
+        " marker file, so nothing in it can be proven to be pqloader's; nothing was deleted");
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code ec2;
+    const auto st = e.symlink_status(ec2);
+    if (ec2 || !IsShardName(e.path().filename().string()) || !fs::is_directory(st)) continue;
+    const std::string shard = e.path().string();
+    for (const auto& entry : ListShard(shard, nullptr, /*remove_stale=*/false)) {
+      std::error_code ec3;
+      if (!fs::is_regular_file(fs::symlink_status(entry.path, ec3)) || ec3) continue;
+      bool is_entry = false;
+      const SourceState state = EntryState(entry.path, entry.key, checker, &is_entry);
+      if (!is_entry) continue;  // not provably an entry: left alone
+      if (state != SourceState::kStale) {
+        ++report.kept;
+        if (state == SourceState::kUnknown) ++report.unverified_entries;
+        continue;
+      }
+      // Under the shard's lock, as writers delete, so that .usage stays right.
+      FileLock lock(shard + "/.lock");
+      struct stat sb;
+      if (!lock.ok() || ::lstat(entry.path.c_str(), &sb) != 0) continue;
+      if (::unlink(entry.path.c_str()) != 0) {
+        return arrow::Status::IOError(Errno("cannot remove '" + entry.path + "'"));
+      }
+      ++report.entries;
+      report.bytes += sb.st_size;
+      const std::string usage_path = shard + "/.usage";
+      const int64_t usage = ReadUsage(usage_path);
+      if (usage >= 0) WriteUsage(usage_path, std::max<int64_t>(0, usage - sb.st_size));
+    }
+  }
+  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  return report;
 }
 
 namespace {
@@ -564,6 +1109,13 @@ bool IsEntryFile(const std::string& path, const std::string& key) {
   } while (n < 0 && errno == EINTR);
   ::close(fd);
   return n == static_cast<ssize_t>(sizeof(head)) && IsCacheEntryHeader(head, n, key);
+}
+
+// Whether the regular file `path` is an in-progress marker (by its first line).
+bool IsMarkerFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  return in && std::getline(in, first) && first == kMarkerFirstLine;
 }
 
 class Clearer {
@@ -599,7 +1151,8 @@ class Clearer {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->entries;
         report_->bytes += ec2 ? 0 : static_cast<int64_t>(size);
-      } else if (IsTempName(name) || IsShardFileName(name)) {
+      } else if (IsTempName(name) || IsShardFileName(name) ||
+                 (IsMarkerName(name, &key) && IsMarkerFile(e.path().string()))) {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->other_files;
       } else {
@@ -673,6 +1226,32 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir) {
   return report;
 }
 
+CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then) {
+  CacheCounters d;
+  d.hits = now.hits - then.hits;
+  d.misses = now.misses - then.misses;
+  d.inserts = now.inserts - then.inserts;
+  d.bytes_written = now.bytes_written - then.bytes_written;
+  d.refused_full = now.refused_full - then.refused_full;
+  d.refused_too_large = now.refused_too_large - then.refused_too_large;
+  d.refused_later = now.refused_later - then.refused_later;
+  d.refused_stale = now.refused_stale - then.refused_stale;
+  d.evictions = now.evictions - then.evictions;
+  d.evicted_stale = now.evicted_stale - then.evicted_stale;
+  d.corrupt = now.corrupt - then.corrupt;
+  d.write_errors = now.write_errors - then.write_errors;
+  d.waits = now.waits - then.waits;
+  d.wait_timeouts = now.wait_timeouts - then.wait_timeouts;
+  d.wait_ns = now.wait_ns - then.wait_ns;
+  return d;
+}
+
+bool CacheCounters::any() const {
+  return hits || misses || inserts || refused_full || refused_too_large || refused_later ||
+         refused_stale || waits ||
+         evictions || corrupt || write_errors;
+}
+
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return;
   FileLock lock(dir + "/.records.lock");
@@ -690,6 +1269,18 @@ void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   r["evictions"] += c.evictions;
   r["corrupt"] += c.corrupt;
   r["write_errors"] += c.write_errors;
+  // Refusals and stale evictions: written once they happened (older records lack them).
+  const std::pair<const char*, int64_t> optional[] = {
+      {"refused_full", c.refused_full},
+      {"refused_too_large", c.refused_too_large},
+      {"refused_later", c.refused_later},
+      {"waits", c.waits},
+      {"wait_timeouts", c.wait_timeouts},
+      {"refused_stale", c.refused_stale},
+      {"evicted_stale", c.evicted_stale}};
+  for (const auto& [name, value] : optional) {
+    if (value != 0 || r.count(name)) r[name] += value;
+  }
   const std::string tmp = dir + "/records.new";
   {
     std::ofstream out(tmp, std::ios::trunc);

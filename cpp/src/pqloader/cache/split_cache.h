@@ -5,12 +5,23 @@
 // so writers in different threads and processes rarely contend, and readers never
 // lock: entries are published by rename, read through mmap, and verified by checksum.
 // A MemoryCache keeps entries in this process. Both are best effort: a failed insert
-// (full disk, unwritable directory) is counted and the loader carries on uncached.
-// Thread-safety: all methods may be called concurrently.
+// (full disk, unwritable directory) is counted and the loader carries on uncached; an
+// insert the budget refuses is counted by reason (CacheRefusal) and reported once.
+// The owner of a cache may tell it about its future reads and its sources (a
+// CacheSchedule): then entries of files that changed (stale entries) are deleted first
+// when the budget is full, and CachePolicy::kPlan keeps the entries read soonest.
+//
+// Processes sharing a disk cache fetch each split once: before fetching a split it does
+// not hold, a process claims it with an in-progress marker (`<key>.fetch`, created with
+// O_CREAT | O_EXCL, holding its pid, host and time); another process that needs the split
+// meanwhile waits for the entry (WaitForFetch) instead of fetching it too. A marker of a
+// dead process (same host), or older than the wait timeout, is broken. Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <list>
 #include <map>
 #include <memory>
@@ -21,13 +32,33 @@
 
 #include <arrow/result.h>
 
+#include "pqloader/cache/entry_format.h"
 #include "pqloader/tensor/batch.h"
 
 namespace pqloader {
 
+/// What happens when the budget is full. Under every policy, stale entries (see
+/// CacheSchedule::IsStale) are deleted first: no loader reads them again.
 enum class CachePolicy {
   kKeep,  ///< Insert until the budget is full, then stop inserting (no eviction).
   kLru,   ///< Evict the least recently used entries to make room.
+  /// Belady's rule on the owner's schedule (CacheSchedule::NextUse): evict the entries
+  /// read furthest in the future (never read again: furthest of all) while each is read
+  /// later than the entry to insert; if that does not make room, refuse the entry
+  /// (CacheRefusal::kLater): everything held is needed sooner.
+  kPlan,
+};
+
+/// The time of a read that never comes (CacheSchedule::NextUse): after every other.
+constexpr double kNeverUsed = std::numeric_limits<double>::infinity();
+
+/// Why an insert was not made.
+enum class CacheRefusal {
+  kNone,      ///< It was made.
+  kFull,      ///< The budget is held by entries the policy keeps (kKeep: any entry).
+  kTooLarge,  ///< The entry is larger than a shard's budget: it never fits.
+  kLater,     ///< kPlan: every entry held is read sooner than this one.
+  kStale,     ///< Its source file changed while it was read (entry of no current file).
 };
 
 struct CacheOptions {
@@ -41,6 +72,26 @@ struct CacheOptions {
   int shards = 8;
   /// fsync entries before publishing them (durable across power loss). Default: false.
   bool fsync = false;
+  /// How long a process waits for a split another process claimed (it is fetching it)
+  /// before fetching it too, in milliseconds; also the age after which a claim is
+  /// deemed abandoned. 0: no claims (each process fetches what it misses). Disk only.
+  /// Default: 30 s.
+  int64_t wait_timeout_ms = 30000;
+};
+
+/// The right to fetch a split and insert its entry, held by this process: its marker file
+/// is deleted when the last reference goes (after the entry is published, or dropped).
+class FetchClaim {
+ public:
+  virtual ~FetchClaim() = default;
+};
+
+/// How a wait for another process's fetch ended.
+enum class FetchWait {
+  kCached,     ///< The entry is in the cache now.
+  kFree,       ///< No process claims the split any more (it may not have inserted it).
+  kTimedOut,   ///< The wait outlived the wait timeout (the claim is still held).
+  kCancelled,  ///< The caller's cancel flag was raised.
 };
 
 /// Counters of one cache object (this process).
@@ -49,10 +100,39 @@ struct CacheCounters {
   int64_t misses = 0;
   int64_t inserts = 0;
   int64_t bytes_written = 0;
-  int64_t skipped_full = 0;   ///< Inserts refused by the kKeep budget.
-  int64_t evictions = 0;
+  int64_t refused_full = 0;       ///< Inserts refused: CacheRefusal::kFull.
+  int64_t refused_too_large = 0;  ///< Inserts refused: CacheRefusal::kTooLarge.
+  int64_t refused_later = 0;      ///< Inserts refused: CacheRefusal::kLater.
+  int64_t refused_stale = 0;      ///< Inserts refused: CacheRefusal::kStale.
+  int64_t evictions = 0;          ///< Entries deleted to make room (stale ones included).
+  int64_t evicted_stale = 0;      ///< Of evictions: stale entries.
   int64_t corrupt = 0;        ///< Entries that failed verification and were dropped.
   int64_t write_errors = 0;   ///< Inserts that failed (disk full, permissions ...).
+  int64_t waits = 0;          ///< Reads that waited for another process's fetch.
+  int64_t wait_timeouts = 0;  ///< Of waits: ended by a claim older than the wait timeout.
+  int64_t wait_ns = 0;        ///< Time spent in those waits.
+  /// Inserts refused for want of room (all reasons but kStale).
+  int64_t refused_room() const { return refused_full + refused_too_large + refused_later; }
+  /// Whether any counter but bytes_written is not zero.
+  bool any() const;
+};
+/// Return `now` minus `then`, counter by counter.
+CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then);
+
+/// What the owner of a cache (a loader) knows of its reads and its sources.
+/// Thread-safety: methods are called concurrently, from any thread.
+class CacheSchedule {
+ public:
+  virtual ~CacheSchedule() = default;
+  /// Return the time of the first read of `key` strictly after `now`, on the owner's
+  /// clock (the loader's: epoch + position / units, see plan/split_uses.h), or
+  /// kNeverUsed, also for keys the owner does not read.
+  virtual double NextUse(const std::string& key, double now) const = 0;
+  /// Return whether `key` is the key of an entry the owner reads (so, not stale).
+  virtual bool Owns(const std::string& key) const = 0;
+  /// Return whether an entry decoded from `source` is stale: its file is one the owner
+  /// reads, and the file has changed since (other size, mtime or footer).
+  virtual bool IsStale(const SourceIdentity& source) const = 0;
 };
 
 class SplitCache {
@@ -67,24 +147,85 @@ class SplitCache {
   virtual std::shared_ptr<const DecodedUnit> Get(const std::string& key) = 0;
   /// Return whether an entry for `key` exists (without verifying it).
   virtual bool Contains(const std::string& key) = 0;
-  /// Insert `unit` under `key`, best effort.
-  virtual void Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit) = 0;
+  /// Insert `unit`, decoded from `source`, under `key`, best effort; return why not if
+  /// it was not inserted (kNone also when another writer inserted it first, or it
+  /// failed: see counters().write_errors). `now` is the time of this read on the
+  /// schedule's clock (kPlan).
+  virtual CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
+                           const SourceIdentity& source, double now = 0) = 0;
+  /// Count an insert of `source`'s row group that its owner refused (CacheRefusal::kStale:
+  /// the file changed while it was read), and warn once.
+  void Refuse(CacheRefusal reason, const SourceIdentity& source);
+
+  /// Claim `key` before fetching its split: return a claim, or nullptr if another
+  /// process holds one (it is fetching the split; see WaitForFetch). Claims of one cache
+  /// object are shared: claiming a key this object holds returns the same claim. Without
+  /// coordination (memory cache, wait_timeout_ms 0, unusable directory) every claim
+  /// succeeds and holds nothing.
+  virtual std::shared_ptr<FetchClaim> TryClaim(const std::string& key) = 0;
+  /// Wait, polling, until `key` is cached or no other process claims it, at most the
+  /// wait timeout; give up at once when `*cancel` becomes true.
+  virtual FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) = 0;
+
+  /// Tell the cache about its owner's sources (and, with kPlan, its reads). Set once,
+  /// before the first Put.
+  void set_schedule(std::shared_ptr<const CacheSchedule> schedule) {
+    schedule_ = std::move(schedule);
+  }
 
   CacheCounters counters() const;
-  /// Return (and forget) the first warning not yet reported, or an empty string.
+  /// Return (and forget) the oldest warning not yet reported, or an empty string. Each
+  /// kind of warning (write failure; each refusal reason) is issued once per cache object.
   std::string TakeWarning();
 
  protected:
-  void Warn(const std::string& message);
+  enum class WarningKind { kWriteFailure, kFull, kTooLarge, kLater, kStale, kCount };
+  /// Queue `message` unless a warning of `kind` was issued before.
+  void Warn(WarningKind kind, const std::string& message);
+  /// Count a refusal (not kNone) and warn about it once per reason; `source` is the
+  /// refused entry's, `size` its bytes.
+  void CountRefusal(CacheRefusal reason, const SourceIdentity& source, int64_t size);
+  /// Describe the cache for refusal messages ("cache '<dir>' (limit ..., policy ...)").
+  virtual std::string Describe() const = 0;
 
-  std::atomic<int64_t> hits_{0}, misses_{0}, inserts_{0}, bytes_written_{0}, skipped_full_{0},
-      evictions_{0}, corrupt_{0}, write_errors_{0};
+  std::shared_ptr<const CacheSchedule> schedule_;
+  std::atomic<int64_t> hits_{0}, misses_{0}, inserts_{0}, bytes_written_{0}, refused_full_{0},
+      refused_too_large_{0}, refused_later_{0}, refused_stale_{0}, evictions_{0}, evicted_stale_{0}, corrupt_{0},
+      write_errors_{0}, waits_{0}, wait_timeouts_{0}, wait_ns_{0};
 
  private:
   std::mutex warn_mu_;
-  std::string warning_;       // GUARDED_BY(warn_mu_)
-  bool warned_ = false;       // GUARDED_BY(warn_mu_)
+  std::vector<std::string> warnings_;                                 // GUARDED_BY(warn_mu_)
+  bool warned_[static_cast<int>(WarningKind::kCount)] = {};           // GUARDED_BY(warn_mu_)
 };
+
+/// An entry a cache holds, as its policy sees it.
+struct HeldEntry {
+  int64_t size = 0;
+  /// Larger is more recent (kLru: evicted oldest first).
+  int64_t last_use = 0;
+  /// Its source changed (see CacheSchedule::IsStale), or it has an older format: no
+  /// reader of this version asks for it.
+  bool stale = false;
+  /// When it is read next (kPlan; see CacheSchedule::NextUse).
+  double next_use = kNeverUsed;
+};
+
+/// How an insert goes.
+struct Admission {
+  /// kNone: insert it (after deleting `evict`); otherwise refuse it (`evict` is still
+  /// deleted: only stale entries then).
+  CacheRefusal refusal = CacheRefusal::kNone;
+  /// Indices into `held` of the entries to delete, in order.
+  std::vector<size_t> evict;
+};
+
+/// Decide how an entry of `size` bytes, read next at `next_use`, enters a cache (or
+/// shard) of `budget` bytes (0: no limit) that holds `held`, `usage` bytes in all, under
+/// `policy`: stale entries go first, then kLru evicts the least recently used, kPlan
+/// the entries read furthest in the future (see CachePolicy::kPlan), kKeep nothing. Pure.
+Admission Admit(CachePolicy policy, const std::vector<HeldEntry>& held, int64_t usage,
+                int64_t budget, int64_t size, double next_use = kNeverUsed);
 
 /// Return the cache key (32 hex digits) of a split from the strings that identify it.
 std::string CacheKey(const std::string& identity);
@@ -101,14 +242,45 @@ bool MarkCacheDir(const std::string& dir);
 /// Return whether `dir` has a cache marker file.
 bool IsMarkedCacheDir(const std::string& dir);
 
+/// Whether an entry's source file is still the one it was decoded from.
+enum class SourceState {
+  kCurrent,  ///< The file is unchanged: the entry can be read.
+  kStale,    ///< The file changed or is gone (or the entry has an older format).
+  kUnknown,  ///< The file could not be checked (unreachable storage, not asked about).
+};
+/// Tell the state of an entry's source (see cache_admin.h for the checker loaders'
+/// sources get). Called from one thread.
+using SourceChecker = std::function<SourceState(const SourceIdentity&)>;
+
 /// What `pqloader cache stats` reports of a directory.
 struct CacheDirStats {
   int64_t entries = 0;
   int64_t bytes = 0;
   int64_t temp_files = 0;
+  int64_t fetch_markers = 0;  ///< Splits being fetched now (or claims left by a crash).
+  /// With a checker: entries (and their bytes) whose source is stale, and entries whose
+  /// source could not be checked; entries of an older format count as stale.
+  int64_t stale_entries = 0;
+  int64_t stale_bytes = 0;
+  int64_t unverified_entries = 0;
   std::map<std::string, int64_t> recorded;  ///< hits/misses... recorded by loaders
 };
-arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir);
+/// Describe the cache directory `dir`; with `checker`, also read every entry's header
+/// and count stale entries.
+arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir,
+                                             const SourceChecker& checker = nullptr);
+/// What PruneCacheDir did.
+struct CachePruneReport {
+  int64_t entries = 0;             ///< Stale entries deleted.
+  int64_t bytes = 0;               ///< Their bytes.
+  int64_t kept = 0;                ///< Entries left: current or unverified.
+  int64_t unverified_entries = 0;  ///< Of kept: sources that could not be checked.
+};
+/// Delete the stale entries of the cache directory `dir` (`checker` says which), each
+/// under its shard's lock, and only files proven to be entries (as ClearCacheDir).
+/// Fails, deleting nothing, if `dir` is not a marked cache directory (an empty one is
+/// left as it is).
+arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir, const SourceChecker& checker);
 /// What ClearCacheDir did.
 struct CacheClearReport {
   int64_t entries = 0;       ///< Entries deleted.

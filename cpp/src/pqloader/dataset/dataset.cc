@@ -18,6 +18,7 @@
 #include <parquet/file_reader.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/dataset/footer_checks.h"
 #include "pqloader/decode/convert.h"
 #include "pqloader/error.h"
 
@@ -89,28 +90,13 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
     if (!pattern.empty() && fnmatch(pattern.c_str(), info.path().c_str(), FNM_PATHNAME) != 0) {
       continue;
     }
-    FoundFile f{fs, info.path(), prefix + info.path(), info.size(), MtimeNs(info), {}};
+    FoundFile f{fs, info.path(), prefix + info.path(), info.size(), MtimeNs(info), {}, true};
     for (size_t i = 0; i + 1 < comps.size(); ++i) {
-      const auto eq = comps[i].find('=');
-      if (eq != std::string::npos && eq > 0) {
-        f.partitions.emplace_back(comps[i].substr(0, eq), comps[i].substr(eq + 1));
-      }
+      if (auto segment = ParseHiveSegment(comps[i])) f.partitions.push_back(std::move(*segment));
     }
     out->push_back(std::move(f));
   }
   return arrow::Status::OK();
-}
-
-bool ParseInt64(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-// Collect the leaf column indices below a schema field.
-void CollectLeaves(const parquet::arrow::SchemaField& field, std::vector<int>* out) {
-  if (field.column_index >= 0) out->push_back(field.column_index);
-  for (const auto& child : field.children) CollectLeaves(child, out);
 }
 
 // Read the footer of `file` and derive its Arrow schema.
@@ -297,142 +283,201 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
         }
         break;
       default:
-        out.push_back(FoundFile{fs, path, source, info->size(), MtimeNs(*info), {}});
+        out.push_back(FoundFile{fs, path, source, info->size(), MtimeNs(*info), {}, false});
     }
   }
   return out;
 }
 
-arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& sources,
-                                                      const DatasetOptions& options) {
-  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage));
-  std::shared_ptr<Dataset> ds(new Dataset());
+arrow::Result<std::string> ReadFooterHash(const FoundFile& found,
+                                          const std::string& footer_cache_dir) {
+  DataFile file;
+  file.fs = found.fs;
+  file.path = found.path;
+  file.display = found.display;
+  file.size = found.size;
+  file.mtime_ns = found.mtime_ns;
+  std::shared_ptr<arrow::Schema> schema;
+  parquet::arrow::SchemaManifest manifest;
+  ARROW_RETURN_NOT_OK(ReadFooter(&file, &schema, &manifest, footer_cache_dir));
+  return file.footer_hash;
+}
 
-  // Partition keys: every file must have the same keys, in the same order.
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : found[0].partitions) keys.push_back(k);
-  for (const auto& f : found) {
-    std::vector<std::string> k2;
-    for (const auto& [k, v] : f.partitions) k2.push_back(k);
-    if (k2 != keys) {
-      return MakeError(ErrorKind::kSchemaMismatch, "files '", found[0].display, "' and '",
-                       f.display, "' lie under different partition keys");
-    }
+namespace {
+
+// Whether a file found by listing, without a Parquet extension, is Parquet: "PAR1" at
+// both ends (what every Parquet writer puts there).
+arrow::Result<bool> HasMagic(const DataFile& file) {
+  constexpr int64_t kMagic = 4;
+  if (file.size < 3 * kMagic) return false;
+  arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
+  info.set_size(file.size);
+  auto input = file.fs->OpenInputFile(info);
+  if (!input.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot open '", file.display, "': ",
+                     input.status().message());
   }
+  auto head = (*input)->ReadAt(0, kMagic);
+  auto tail = (*input)->ReadAt(file.size - kMagic, kMagic);
+  if (!head.ok() || !tail.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot read '", file.display, "': ",
+                     (head.ok() ? tail.status() : head.status()).message());
+  }
+  return HasParquetMagic((*head)->ToString(), (*tail)->ToString());
+}
 
-  // Read every footer, in parallel.
+// The footers of `found`, read in parallel. Files found by listing that are not Parquet
+// (by extension and magic bytes) are left out and listed in `skipped`.
+struct OpenedFiles {
+  std::vector<FoundFile> found;
+  std::vector<DataFile> files;
+  std::vector<std::shared_ptr<arrow::Schema>> schemas;
+  std::vector<parquet::arrow::SchemaManifest> manifests;
+  std::vector<SkippedFile> skipped;
+  int64_t from_cache = 0;
+};
+
+arrow::Result<OpenedFiles> ReadFooters(std::vector<FoundFile> found, int max_threads,
+                                       const std::string& footer_cache) {
   const auto n = static_cast<int64_t>(found.size());
-  ds->files_.resize(n);
+  std::vector<DataFile> files(n);
   std::vector<std::shared_ptr<arrow::Schema>> schemas(n);
   std::vector<parquet::arrow::SchemaManifest> manifests(n);
   std::vector<arrow::Status> statuses(n);
+  std::vector<uint8_t> skip(n, 0);
   for (int64_t i = 0; i < n; ++i) {
-    DataFile& f = ds->files_[i];
+    DataFile& f = files[i];
     f.fs = found[i].fs;
     f.path = found[i].path;
     f.display = found[i].display;
     f.size = found[i].size;
     f.mtime_ns = found[i].mtime_ns;
-    for (const auto& [k, v] : found[i].partitions) f.partition_values.push_back(v);
+    for (const auto& p : found[i].partitions) {
+      f.partition_values.push_back(p.value);
+      f.partition_null.push_back(p.is_null ? 1 : 0);
+    }
   }
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0};
   auto work = [&] {
     for (int64_t i = next++; i < n; i = next++) {
+      if (found[i].listed && !HasParquetExtension(found[i].path)) {
+        auto magic = HasMagic(files[i]);
+        if (!magic.ok()) {
+          statuses[i] = magic.status();
+          continue;
+        }
+        if (!*magic) {
+          skip[i] = 1;
+          continue;
+        }
+      }
       bool cached = false;
-      statuses[i] = ReadFooter(&ds->files_[i], &schemas[i], &manifests[i],
-                               options.footer_cache_dir, &cached);
+      statuses[i] = ReadFooter(&files[i], &schemas[i], &manifests[i], footer_cache, &cached);
       if (cached) ++footers_cached;
     }
   };
-  const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, options.metadata_threads));
+  const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, max_threads));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
   for (const auto& st : statuses) ARROW_RETURN_NOT_OK(st);
-  ds->footers_from_cache_ = footers_cached.load();
-
-  // Selected columns, checked against the first file, then every other file.
-  std::vector<std::string> names = options.columns;
-  if (names.empty()) {
-    for (const auto& field : schemas[0]->fields()) names.push_back(field->name());
-    for (const auto& k : keys) {
-      if (schemas[0]->GetFieldIndex(k) < 0) names.push_back(k);
-    }
-  }
-  arrow::FieldVector fields;
-  for (const std::string& name : names) {
-    if (!IsValidUtf8(name)) {
-      return MakeError(ErrorKind::kInvalidData, "'", ds->files_[0].display, "' has a column named b'",
-                       Printable(name), "', which is not valid UTF-8; select other columns with "
-                       "columns=[...]");
-    }
-    const int key = static_cast<int>(std::find(keys.begin(), keys.end(), name) - keys.begin());
-    const int field0 = schemas[0]->GetFieldIndex(name);
-    if (field0 < 0 && key == static_cast<int>(keys.size())) {
-      std::string available;
-      auto quoted = [](const std::string& n) { return IsValidUtf8(n) ? n : Printable(n); };
-      for (const auto& field : schemas[0]->fields()) available += " '" + quoted(field->name()) + "'";
-      for (const auto& k : keys) available += " '" + quoted(k) + "'";
-      return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
-                       ds->files_[0].display, "'; available columns:", available);
-    }
-    if (field0 >= 0 && key != static_cast<int>(keys.size())) {
-      return MakeError(ErrorKind::kSchemaMismatch, "column '", name,
-                       "' is both a column of '", ds->files_[0].display,
-                       "' and a partition key of its path");
-    }
-    if (field0 < 0) {
-      // A partition column: int64 if every value is an integer, else string.
-      bool all_int = true;
-      for (const auto& f : ds->files_) {
-        int64_t v;
-        all_int = all_int && ParseInt64(f.partition_values[key], &v);
-      }
-      for (const auto& f : ds->files_) {
-        if (!IsValidUtf8(f.partition_values[key])) {
-          return MakeError(ErrorKind::kInvalidData, "the path of '", Printable(f.display),
-                           "' gives partition key '", name, "' a value that is not valid "
-                           "UTF-8 (b'", Printable(f.partition_values[key]), "')");
-        }
-      }
-      ColumnSpec spec;
-      spec.name = name;
-      spec.is_partition = true;
-      spec.kind = all_int ? ColumnKind::kTensor : ColumnKind::kString;
-      spec.dtype = DType::kInt64;
-      spec.arrow_type = all_int ? "int64" : "string";
-      ds->specs_.push_back(spec);
-      ds->partition_index_.push_back(key);
-      fields.push_back(arrow::field(name, all_int ? arrow::int64() : arrow::utf8(), false));
+  OpenedFiles out;
+  out.from_cache = footers_cached.load();
+  for (int64_t i = 0; i < n; ++i) {
+    if (skip[i]) {
+      out.skipped.push_back({files[i].display, files[i].size < 12
+                                                   ? "not Parquet (too short)"
+                                                   : "not Parquet (no .parquet extension, no "
+                                                     "PAR1 magic bytes)"});
       continue;
     }
-    const auto& field = schemas[0]->field(field0);
-    ARROW_ASSIGN_OR_RAISE(auto spec, SpecForField(*field));
-    if (options.strings_as_bytes && spec.kind == ColumnKind::kString) spec.kind = ColumnKind::kBytes;
-    for (int64_t i = 0; i < n; ++i) {
-      const int fi = schemas[i]->GetFieldIndex(name);
-      if (fi < 0) {
-        return MakeError(ErrorKind::kSchemaMismatch, "column '", name, "' is in '",
-                         ds->files_[0].display, "' (", field->type()->ToString(),
-                         ") but missing from '", ds->files_[i].display, "'");
-      }
-      const auto& other = schemas[i]->field(fi)->type();
-      if (!other->Equals(*field->type())) {
-        return MakeError(ErrorKind::kSchemaMismatch, "column '", name, "' has type ",
-                         field->type()->ToString(), " in '", ds->files_[0].display,
-                         "' but type ", other->ToString(), " in '", ds->files_[i].display, "'");
-      }
-      ds->files_[i].field_indices.push_back(fi);
-      CollectLeaves(manifests[i].schema_fields[fi], &ds->files_[i].leaf_indices);
-    }
-    ds->specs_.push_back(spec);
-    ds->partition_index_.push_back(-1);
-    fields.push_back(field);
+    out.found.push_back(std::move(found[i]));
+    out.files.push_back(std::move(files[i]));
+    out.schemas.push_back(std::move(schemas[i]));
+    out.manifests.push_back(std::move(manifests[i]));
   }
-  ds->partition_keys_ = keys;
+  if (out.files.empty()) {
+    std::string names;
+    for (size_t i = 0; i < out.skipped.size() && i < 5; ++i) {
+      names += (i ? ", '" : "'") + out.skipped[i].path + "'";
+    }
+    return MakeError(ErrorKind::kNotFound, "no Parquet files found: every file found (", names,
+                     out.skipped.size() > 5 ? ", ..." : "", ") is not Parquet");
+  }
+  return out;
+}
+
+// The partition keys of `found`: every file must lie under the same keys, in order.
+arrow::Result<std::vector<PartitionKey>> PartitionKeysOf(const std::vector<FoundFile>& found) {
+  std::vector<PartitionKey> keys;
+  for (const auto& p : found[0].partitions) keys.push_back(PartitionKey{p.key, {}, {}});
+  for (const auto& f : found) {
+    bool same = f.partitions.size() == keys.size();
+    for (size_t k = 0; same && k < keys.size(); ++k) same = f.partitions[k].key == keys[k].name;
+    if (!same) {
+      return MakeError(ErrorKind::kSchemaMismatch, "files '", found[0].display, "' and '",
+                       f.display, "' lie under different partition keys");
+    }
+    for (size_t k = 0; k < keys.size(); ++k) {
+      keys[k].values.push_back(f.partitions[k].value);
+      keys[k].null.push_back(f.partitions[k].is_null ? 1 : 0);
+    }
+  }
+  return keys;
+}
+
+std::vector<FileColumns> FileColumnsOf(const OpenedFiles& opened) {
+  std::vector<FileColumns> out;
+  for (size_t i = 0; i < opened.files.size(); ++i) {
+    out.push_back(FileColumns{opened.files[i].display, opened.schemas[i], &opened.manifests[i],
+                              opened.schemas[i]->metadata()});
+  }
+  return out;
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& sources,
+                                                      const DatasetOptions& options) {
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage));
+  std::shared_ptr<Dataset> ds(new Dataset());
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), options.metadata_threads,
+                                                 options.footer_cache_dir));
+  ds->footers_from_cache_ = opened.from_cache;
+  ds->skipped_ = opened.skipped;
+  ARROW_ASSIGN_OR_RAISE(auto keys, PartitionKeysOf(opened.found));
+  ARROW_ASSIGN_OR_RAISE(auto resolved,
+                        ResolveColumns(FileColumnsOf(opened), keys, options.columns));
+  const auto n = static_cast<int64_t>(opened.files.size());
+  ds->files_ = std::move(opened.files);
+  for (int64_t i = 0; i < n; ++i) {
+    DataFile& f = ds->files_[i];
+    f.columns = std::move(resolved.sources[i]);
+    for (const auto& c : f.columns) {
+      f.leaf_indices.insert(f.leaf_indices.end(), c.leaves.begin(), c.leaves.end());
+    }
+    std::sort(f.leaf_indices.begin(), f.leaf_indices.end());
+    f.leaf_indices.erase(std::unique(f.leaf_indices.begin(), f.leaf_indices.end()),
+                         f.leaf_indices.end());
+  }
+  ds->specs_ = std::move(resolved.specs);
+  ds->partition_index_ = std::move(resolved.partition_index);
+  ds->column_types_ = std::move(resolved.types);
+  arrow::FieldVector fields;
+  for (size_t c = 0; c < ds->specs_.size(); ++c) {
+    const ColumnSpec& spec = ds->specs_[c];
+    std::shared_ptr<arrow::DataType> type = ds->column_types_[c];
+    if (type == nullptr) {
+      type = spec.mask_of >= 0                        ? arrow::boolean()
+             : spec.kind == ColumnKind::kTensor       ? arrow::int64()
+                                                      : arrow::utf8();
+    }
+    fields.push_back(arrow::field(spec.name, std::move(type), resolved.nullable[c]));
+  }
   ds->schema_ = arrow::schema(std::move(fields));
+  for (const auto& k : keys) ds->partition_keys_.push_back(k.name);
 
   // Splits: every row group of every file (or those options.row_groups selects), with
   // the bytes of the selected columns; the footer's counts and sizes are checked against
@@ -503,30 +548,37 @@ namespace pqloader {
 
 namespace {
 
-bool IsRagged(const arrow::Result<ColumnSpec>& spec) {
-  return spec.ok() && spec->kind == ColumnKind::kTensor && !spec->row_shape.empty() &&
-         spec->row_shape[0] < 0;
+// A list column whose rows may differ in length: a batch of it needs Loader(lists=...)
+// or pack= (unless every row turns out to have one length).
+bool IsRagged(const ColumnSpec& spec) {
+  return spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() && spec.row_shape[0] < 0;
 }
 
-std::string LoadsAs(const arrow::Result<ColumnSpec>& spec) {
-  if (!spec.ok()) return "unsupported";
-  if (spec->kind == ColumnKind::kString) return "list[str]";
-  if (spec->kind == ColumnKind::kBytes) return "list[bytes]";
+// What a column becomes in a batch. The text of ragged columns ("ragged <dtype>[ (n,
+// ...)]: ...") is parsed by pqloader.inspect(lengths=...) and pqloader.petastorm: keep it.
+std::string LoadsAs(const ColumnSpec& spec) {
+  switch (spec.kind) {
+    case ColumnKind::kString: return "list[str]";
+    case ColumnKind::kBytes: return "list[bytes]";
+    case ColumnKind::kStringList: return "list[list[str]]";
+    case ColumnKind::kBytesList: return "list[list[bytes]]";
+    case ColumnKind::kTensor: break;
+  }
   if (IsRagged(spec)) {
     // Rows of n values each, n varying: what the loader can make of them.
     std::string inner;
-    for (size_t i = 1; i < spec->row_shape.size(); ++i) {
-      inner += (i == 1 ? " (n, " : ", ") + std::to_string(spec->row_shape[i]);
+    for (size_t i = 1; i < spec.row_shape.size(); ++i) {
+      inner += (i == 1 ? " (n, " : ", ") + std::to_string(spec.row_shape[i]);
     }
     if (!inner.empty()) inner += ")";
     // Packing concatenates lists of numbers (tokens) only.
-    return "ragged " + std::string(DTypeName(spec->dtype)) + inner +
+    return "ragged " + std::string(DTypeName(spec.dtype)) + inner +
            ": lists='ragged' (values + offsets) or Pad()" +
            (inner.empty() ? ", or pack=Pack()" : "");
   }
   std::string shape = "(batch";
-  for (int64_t d : spec->row_shape) shape += d < 0 ? ", n" : ", " + std::to_string(d);
-  return std::string(DTypeName(spec->dtype)) + shape + ")";
+  for (int64_t d : spec.row_shape) shape += d < 0 ? ", n" : ", " + std::to_string(d);
+  return std::string(DTypeName(spec.dtype)) + shape + ")";
 }
 
 }  // namespace
@@ -534,16 +586,12 @@ std::string LoadsAs(const arrow::Result<ColumnSpec>& spec) {
 arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
                                              const StorageOptions& storage) {
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, storage));
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, ""));
   DatasetSummary out;
-  for (size_t i = 0; i < found.size(); ++i) {
-    DataFile file;
-    file.fs = found[i].fs;
-    file.path = found[i].path;
-    file.display = found[i].display;
-    file.size = found[i].size;
-    std::shared_ptr<arrow::Schema> schema;
-    parquet::arrow::SchemaManifest manifest;
-    ARROW_RETURN_NOT_OK(ReadFooter(&file, &schema, &manifest));
+  out.skipped = opened.skipped;
+  std::vector<Split> splits;
+  for (size_t i = 0; i < opened.files.size(); ++i) {
+    const DataFile& file = opened.files[i];
     FileSummary s;
     s.path = file.display;
     s.size = file.size;
@@ -556,19 +604,85 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
         s.compression = arrow::util::Codec::GetCodecAsString(
             file.metadata->RowGroup(0)->ColumnChunk(0)->compression());
       }
+      for (int rg = 0; rg < s.num_row_groups; ++rg) {
+        splits.push_back(Split{static_cast<int32_t>(i), rg,
+                               file.metadata->RowGroup(rg)->num_rows(), 0, 0});
+      }
     } catch (const std::exception& e) {
       s.compression = "unknown";
     }
     out.files.push_back(s);
-    if (i == 0) {
-      for (const auto& field : schema->fields()) {
-        auto spec = SpecForField(*field);
-        out.columns.push_back(
-            {field->name(), field->type()->ToString(), LoadsAs(spec), IsRagged(spec)});
+  }
+  // Each column as the Loader would resolve it when selected alone.
+  ARROW_ASSIGN_OR_RAISE(auto keys, PartitionKeysOf(opened.found));
+  const auto file_columns = FileColumnsOf(opened);
+  std::vector<std::string> names, index;
+  for (size_t i = 0; i < opened.files.size(); ++i) {
+    for (const auto& field : opened.schemas[i]->fields()) {
+      if (std::find(names.begin(), names.end(), field->name()) == names.end()) {
+        names.push_back(field->name());
       }
-      for (const auto& [k, v] : found[0].partitions) {
-        out.columns.push_back({k, "partition", "int64 or str", false});
+    }
+    for (auto& n : PandasIndexColumns(opened.schemas[i]->metadata().get())) index.push_back(n);
+  }
+  for (const auto& k : keys) {
+    if (std::find(names.begin(), names.end(), k.name) == names.end()) names.push_back(k.name);
+  }
+  for (const auto& name : names) {
+    ColumnsOptions options;
+    options.columns = {name};
+    auto resolved = ResolveColumns(file_columns, keys, options);
+    std::string first_type;
+    for (const auto& schema : opened.schemas) {
+      if (auto f = schema->GetFieldByName(name)) {
+        first_type = f->type()->ToString();
+        break;
       }
+    }
+    if (!resolved.ok()) {
+      out.columns.push_back({name, first_type.empty() ? "partition" : first_type,
+                             "unsupported: " + resolved.status().message()});
+      continue;
+    }
+    const bool is_index = std::find(index.begin(), index.end(), name) != index.end();
+    std::vector<DataFile> files(opened.files.size());
+    for (size_t i = 0; i < files.size(); ++i) {
+      files[i].display = opened.files[i].display;
+      files[i].metadata = opened.files[i].metadata;
+      files[i].columns = resolved->sources[i];
+      files[i].partition_values = opened.files[i].partition_values;
+      files[i].partition_null = opened.files[i].partition_null;
+    }
+    // Notes follow the description, each after "; " (parsers read what precedes them).
+    for (size_t c = 0; c < resolved->specs.size(); ++c) {
+      const ColumnSpec& spec = resolved->specs[c];
+      std::string loads_as = LoadsAs(spec);
+      const int key = resolved->partition_index[c];
+      const bool ragged = key < 0 && IsRagged(spec);
+      if (key >= 0) {
+        loads_as = spec.kind == ColumnKind::kTensor ? "int64(batch)" : "list[str]";
+        loads_as += " (partition key)";
+      } else if (ragged) {
+        const auto layout = ListLayoutFromFooters(files, splits, static_cast<int>(c));
+        if (layout.lengths == ListLayout::Lengths::kRagged) {
+          loads_as += "; rows differ in length (the footers show it)";
+        }
+      }
+      const auto nulls = NullsFromFooters(files, splits, static_cast<int>(c), key);
+      int64_t total = 0;
+      bool unknown = false;
+      for (int64_t n : nulls) {
+        if (n < 0) unknown = true;
+        else total += n;
+      }
+      if (total > 0) loads_as += "; " + std::to_string(total) + " null(s): needs fill_null or null_mask";
+      else if (unknown) loads_as += "; nulls unknown (no statistics)";
+      if (is_index) loads_as += "; pandas index: left out unless selected";
+      out.columns.push_back({spec.name,
+                             key >= 0 ? "partition"
+                                      : (resolved->types[c] ? resolved->types[c]->ToString()
+                                                            : spec.arrow_type),
+                             loads_as, ragged});
     }
   }
   return out;

@@ -4,9 +4,13 @@
 // Arrow's filesystem layer resolves (file://, s3://, and gs:// or hdfs:// where the build
 // supports them; see io/filesystem.h).
 // Order is canonical: sorted by path within a directory or glob, the caller's order
-// across sources. Opening reads every footer once (in parallel) and checks, up front,
-// that the selected columns exist, have one type in every file, and can become
-// tensors. A split is one row group. Thread-safety: immutable after Open().
+// across sources. Files found in a directory or by a glob that are not Parquet (no
+// .parquet/.parq/.pq extension and no "PAR1" magic at both ends: README.md,
+// manifest.json) are skipped and listed (skipped_files()); a file named explicitly, or
+// one with a Parquet extension, must be Parquet. Opening reads every footer once (in
+// parallel) and resolves the columns (see columns.h: unified types, absent columns,
+// struct leaves) up front. A split is one row group. Thread-safety: immutable after
+// Open().
 #pragma once
 
 #include <cstdint>
@@ -20,22 +24,20 @@
 #include <arrow/type.h>
 #include <parquet/metadata.h>
 
+#include "pqloader/dataset/columns.h"
+#include "pqloader/dataset/hive.h"
 #include "pqloader/io/filesystem.h"
 #include "pqloader/tensor/batch.h"
 
 namespace pqloader {
 
 struct DatasetOptions {
-  /// Columns to read, in output order; file columns or hive partition keys.
-  /// Default: empty, meaning every file column followed by every partition key.
-  std::vector<std::string> columns;
+  /// Columns to read, their types, null masks; see ColumnsOptions.
+  ColumnsOptions columns;
   /// Threads that read footers while opening. Default: 8.
   int metadata_threads = 8;
   /// Options of s3:// sources. Default: none (the standard AWS sources).
   StorageOptions storage;
-  /// Read string columns as bytes: no UTF-8 check, values come out as bytes objects.
-  /// Default: false (strings are checked and come out as str).
-  bool strings_as_bytes = false;
   /// Directory where footers of remote (non-local) files are kept between runs (see
   /// cache/footer_cache.h). Local files' footers are always read from the file: that
   /// is as cheap as reading a cached copy, and never stale.
@@ -61,12 +63,20 @@ struct DataFile {
   /// in cache keys, so a file rewritten with the same size and mtime is not served
   /// from stale entries.
   std::string footer_hash;
-  /// Top-level field index in this file of each selected file column (specs order).
-  std::vector<int> field_indices;
-  /// Leaf (Parquet column) indices of the selected file columns.
+  /// Where each output column (specs order) is in this file.
+  std::vector<ColumnSource> columns;
+  /// Leaf (Parquet column) indices of the selected file columns, sorted, each once.
   std::vector<int> leaf_indices;
-  /// Value of each partition key of the dataset, as written in the path.
+  /// Value of each partition key of the dataset, decoded from the path, and whether it
+  /// is null (__HIVE_DEFAULT_PARTITION__).
   std::vector<std::string> partition_values;
+  std::vector<uint8_t> partition_null;
+};
+
+/// A file found under a source that is not Parquet, and why it was skipped.
+struct SkippedFile {
+  std::string path;
+  std::string reason;
 };
 
 /// The most rows one row group may have (row positions within a shuffle window are
@@ -93,13 +103,19 @@ class Dataset {
   const std::vector<Split>& splits() const { return splits_; }
   /// Output columns, in output order.
   const std::vector<ColumnSpec>& specs() const { return specs_; }
-  /// The Arrow schema of the output columns, in output order, as read from the first
-  /// file (partition keys: int64 or utf8, not null).
+  /// The Arrow schema of the output columns, in output order: unified (or declared)
+  /// types, partition keys int64 or utf8, masks bool; nullable where a column can hold nulls.
   const std::shared_ptr<arrow::Schema>& schema() const { return schema_; }
   /// For each output column, its index among partition keys, or -1 for a file column.
   const std::vector<int>& partition_index() const { return partition_index_; }
-  /// For each partition key: whether its values are all integers (then int64).
+  /// The partition keys of the paths.
   const std::vector<std::string>& partition_keys() const { return partition_keys_; }
+  /// Per output column: its unified Arrow type (null for partition keys and masks).
+  const std::vector<std::shared_ptr<arrow::DataType>>& column_types() const {
+    return column_types_;
+  }
+  /// Files found in directories or by globs that are not Parquet, in path order.
+  const std::vector<SkippedFile>& skipped_files() const { return skipped_; }
   int64_t num_rows() const;
   /// Footers that came from the footer cache instead of the source.
   int64_t footers_from_cache() const { return footers_from_cache_; }
@@ -119,6 +135,8 @@ class Dataset {
   std::shared_ptr<arrow::Schema> schema_;
   std::vector<int> partition_index_;
   std::vector<std::string> partition_keys_;
+  std::vector<std::shared_ptr<arrow::DataType>> column_types_;
+  std::vector<SkippedFile> skipped_;
 };
 
 /// A file found while expanding sources, before its footer is read.
@@ -128,13 +146,21 @@ struct FoundFile {
   std::string display;
   int64_t size = 0;
   int64_t mtime_ns = 0;
-  /// (key, value) pairs of `key=value` directories between the source root and the file.
-  std::vector<std::pair<std::string, std::string>> partitions;
+  /// `key=value` directories between the source root and the file, decoded.
+  std::vector<HiveSegment> partitions;
+  /// Found by listing a directory or matching a glob (not named explicitly): then it
+  /// is skipped if it is not Parquet.
+  bool listed = false;
 };
 
 /// Expand `sources` into files, in canonical order, without opening them.
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
                                                     const StorageOptions& storage = {});
+
+/// The hash of `file`'s footer as Dataset::Open computes it (DataFile::footer_hash):
+/// read from the file, or for a remote file from `footer_cache_dir` when it holds it.
+arrow::Result<std::string> ReadFooterHash(const FoundFile& file,
+                                          const std::string& footer_cache_dir = "");
 
 }  // namespace pqloader
 
@@ -153,8 +179,11 @@ struct FileSummary {
 /// What `pqloader inspect` shows of a dataset.
 struct DatasetSummary {
   std::vector<FileSummary> files;
-  /// (name, Arrow type, what it becomes or why it is refused) per top-level column
-  /// of the first file, then the partition keys.
+  /// Files skipped as not Parquet.
+  std::vector<SkippedFile> skipped;
+  /// (name, Arrow type, what it becomes or why it is refused) per column as the Loader
+  /// would see it with every column selected (struct leaves by dotted path, types
+  /// unified over the files), then the partition keys.
   struct Column {
     std::string name;
     std::string arrow_type;

@@ -1,10 +1,13 @@
 #include "pqloader/decode/convert.h"
 
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include <arrow/array.h>
 #include <arrow/buffer_builder.h>
 #include <arrow/util/bit_util.h>
+#include <arrow/util/decimal.h>
 #include <arrow/util/float16.h>
 
 #include "pqloader/error.h"
@@ -37,12 +40,147 @@ bool ElementType(const arrow::DataType& type, DType* out) {
 
 bool IsVarBinary(arrow::Type::type id, ColumnKind* kind) {
   switch (id) {
-    case arrow::Type::STRING: case arrow::Type::LARGE_STRING:
+    case arrow::Type::STRING: case arrow::Type::LARGE_STRING: case arrow::Type::STRING_VIEW:
       *kind = ColumnKind::kString; return true;
     case arrow::Type::BINARY: case arrow::Type::LARGE_BINARY: case arrow::Type::FIXED_SIZE_BINARY:
+    case arrow::Type::BINARY_VIEW:
       *kind = ColumnKind::kBytes; return true;
     default: return false;
   }
+}
+
+bool IsDecimal(arrow::Type::type id) {
+  return id == arrow::Type::DECIMAL32 || id == arrow::Type::DECIMAL64 ||
+         id == arrow::Type::DECIMAL128 || id == arrow::Type::DECIMAL256;
+}
+
+bool IsListLike(arrow::Type::type id) {
+  return id == arrow::Type::LIST || id == arrow::Type::LARGE_LIST ||
+         id == arrow::Type::FIXED_SIZE_LIST;
+}
+
+const arrow::DataType& ValueType(const arrow::DataType& t) {
+  if (t.id() == arrow::Type::DICTIONARY) {
+    return *static_cast<const arrow::DictionaryType&>(t).value_type();
+  }
+  return t;
+}
+
+// The value of row `i` of a string or binary array of any layout.
+std::string_view ViewOf(const arrow::Array& a, int64_t i) {
+  switch (a.type_id()) {
+    case arrow::Type::LARGE_STRING: case arrow::Type::LARGE_BINARY:
+      return static_cast<const arrow::LargeBinaryArray&>(a).GetView(i);
+    case arrow::Type::FIXED_SIZE_BINARY:
+      return static_cast<const arrow::FixedSizeBinaryArray&>(a).GetView(i);
+    case arrow::Type::STRING_VIEW: case arrow::Type::BINARY_VIEW:
+      return static_cast<const arrow::BinaryViewArray&>(a).GetView(i);
+    default:
+      return static_cast<const arrow::BinaryArray&>(a).GetView(i);
+  }
+}
+
+template <typename Out>
+void StoreAs(DType dtype, Out v, uint8_t* p) {
+  switch (dtype) {
+    case DType::kBool: { uint8_t x = v != 0; std::memcpy(p, &x, 1); break; }
+    case DType::kInt8: { auto x = static_cast<int8_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kInt16: { auto x = static_cast<int16_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kInt32: { auto x = static_cast<int32_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kInt64: { auto x = static_cast<int64_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kUInt8: { auto x = static_cast<uint8_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kUInt16: { auto x = static_cast<uint16_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kUInt32: { auto x = static_cast<uint32_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kUInt64: { auto x = static_cast<uint64_t>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kFloat16: {
+      const uint16_t x = arrow::util::Float16::FromDouble(static_cast<double>(v)).bits();
+      std::memcpy(p, &x, sizeof(x));
+      break;
+    }
+    case DType::kFloat32: { auto x = static_cast<float>(v); std::memcpy(p, &x, sizeof(x)); break; }
+    case DType::kFloat64: { auto x = static_cast<double>(v); std::memcpy(p, &x, sizeof(x)); break; }
+  }
+}
+
+template <typename In>
+void ConvertLoop(const In* in, int64_t n, DType dst, uint8_t* out) {
+  const int64_t width = DTypeSize(dst);
+  for (int64_t r = 0; r < n; ++r) StoreAs(dst, in[r], out + r * width);
+}
+
+template <typename DecimalT>
+arrow::Status ConvertDecimals(const arrow::Array& arr, DType dst, const std::string& column,
+                              uint8_t* out) {
+  const auto& type = static_cast<const arrow::DecimalType&>(*arr.type());
+  const int32_t scale = type.scale();
+  const auto& fixed = static_cast<const arrow::FixedSizeBinaryArray&>(arr);
+  const int64_t width = DTypeSize(dst);
+  for (int64_t r = 0; r < arr.length(); ++r) {
+    if (arr.IsNull(r)) continue;  // filled by the caller
+    const DecimalT v(fixed.GetValue(r));
+    if (dst == DType::kFloat64) {
+      const double d = v.ToDouble(scale);
+      std::memcpy(out + r * width, &d, sizeof(d));
+    } else {
+      int64_t as_int;
+      bool fits = true;
+      if constexpr (std::is_same_v<DecimalT, arrow::Decimal256> ||
+                    std::is_same_v<DecimalT, arrow::Decimal128>) {
+        as_int = static_cast<int64_t>(v.little_endian_array()[0]);
+        fits = DecimalT(as_int) == v;
+      } else {
+        as_int = static_cast<int64_t>(v.value());
+      }
+      if (!fits) {
+        return MakeError(ErrorKind::kInvalidData, "column '", column, "': decimal value ",
+                         v.ToString(scale), " does not fit in int64 as an unscaled integer");
+      }
+      std::memcpy(out + r * width, &as_int, sizeof(as_int));
+    }
+  }
+  return arrow::Status::OK();
+}
+
+// Convert the n values of primitive or decimal `arr` to `dst` (a widening or a decimal
+// conversion the dataset allowed: see ConvertsTo). Null slots are left for the fill.
+arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::string& column,
+                              uint8_t* out) {
+  const int64_t n = arr.length();
+  const uint8_t* raw = arr.data()->buffers.size() > 1 && arr.data()->buffers[1] != nullptr
+                           ? arr.data()->buffers[1]->data()
+                           : nullptr;
+  auto values = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return reinterpret_cast<const T*>(raw) + arr.offset();
+  };
+  switch (arr.type_id()) {
+    case arrow::Type::INT8: ConvertLoop(values((int8_t*)nullptr), n, dst, out); break;
+    case arrow::Type::INT16: ConvertLoop(values((int16_t*)nullptr), n, dst, out); break;
+    case arrow::Type::INT32: ConvertLoop(values((int32_t*)nullptr), n, dst, out); break;
+    case arrow::Type::INT64: ConvertLoop(values((int64_t*)nullptr), n, dst, out); break;
+    case arrow::Type::UINT8: ConvertLoop(values((uint8_t*)nullptr), n, dst, out); break;
+    case arrow::Type::UINT16: ConvertLoop(values((uint16_t*)nullptr), n, dst, out); break;
+    case arrow::Type::UINT32: ConvertLoop(values((uint32_t*)nullptr), n, dst, out); break;
+    case arrow::Type::UINT64: ConvertLoop(values((uint64_t*)nullptr), n, dst, out); break;
+    case arrow::Type::FLOAT: ConvertLoop(values((float*)nullptr), n, dst, out); break;
+    case arrow::Type::DOUBLE: ConvertLoop(values((double*)nullptr), n, dst, out); break;
+    case arrow::Type::HALF_FLOAT: {
+      const uint16_t* bits = values((uint16_t*)nullptr);
+      const int64_t width = DTypeSize(dst);
+      for (int64_t r = 0; r < n; ++r) {
+        StoreAs(dst, arrow::util::Float16::FromBits(bits[r]).ToDouble(), out + r * width);
+      }
+      break;
+    }
+    case arrow::Type::DECIMAL32: return ConvertDecimals<arrow::Decimal32>(arr, dst, column, out);
+    case arrow::Type::DECIMAL64: return ConvertDecimals<arrow::Decimal64>(arr, dst, column, out);
+    case arrow::Type::DECIMAL128: return ConvertDecimals<arrow::Decimal128>(arr, dst, column, out);
+    case arrow::Type::DECIMAL256: return ConvertDecimals<arrow::Decimal256>(arr, dst, column, out);
+    default:
+      return MakeError(ErrorKind::kUnsupportedType, "column '", column, "': cannot convert ",
+                       arr.type()->ToString(), " values to ", DTypeName(dst));
+  }
+  return arrow::Status::OK();
 }
 
 // Write `fill` as one element of `dtype` at `out`.
@@ -224,31 +362,74 @@ class TensorWriter {
   arrow::Status AppendList(const arrow::Array& arr, size_t level) {
     const auto& list = static_cast<const ListT&>(arr);
     const int64_t n = arr.length();
-    if (arr.null_count() > 0) {
-      return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (", spec_.arrow_type,
-                       ") has ", arr.null_count(),
-                       " null list(s); a list column needs one length in every row");
-    }
+    if (arr.null_count() > 0) return AppendListWithNulls(list, level);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t len = list.value_length(r);
       if (ragged_ && level == 0) {
         row_elements_.push_back(len);
         continue;
       }
-      if (shape_[level] < 0) {
-        shape_[level] = len;
-      } else if (shape_[level] != len) {
-        return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (",
-                         spec_.arrow_type, "): rows have different lengths (", shape_[level],
-                         " and ", len,
-                         "); a list column becomes a tensor only if every row has one length: pass "
-                         "lists={'", spec_.name, "': 'ragged'} or pqloader.Pad(...) to batch it");
-      }
+      ARROW_RETURN_NOT_OK(CheckLength(level, len));
     }
     if (n == 0) return arrow::Status::OK();
     const int64_t begin = list.value_offset(0);
     auto child = list.values()->Slice(begin, list.value_offset(n) - begin);
     return Append(*child, level + 1);
+  }
+
+  arrow::Status CheckLength(size_t level, int64_t len) {
+    if (shape_[level] < 0) {
+      shape_[level] = len;
+    } else if (shape_[level] != len) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (",
+                       spec_.arrow_type, "): rows have different lengths (", shape_[level],
+                       " and ", len,
+                       "); a list column becomes a tensor only if every row has one length: pass "
+                       "lists={'", spec_.name, "': 'ragged'} or pqloader.Pad(...) to batch it");
+    }
+    return arrow::Status::OK();
+  }
+
+  // A list array with null lists (rows): with a fill, a null list is an empty list when
+  // rows may differ in length (ragged), else a list of fill values as long as the
+  // other rows. Row by row: only chunks with nulls pay for it.
+  template <typename ListT>
+  arrow::Status AppendListWithNulls(const ListT& list, size_t level) {
+    const int64_t n = list.length();
+    if (!fill_.enabled) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (", spec_.arrow_type,
+                       ") has ", list.null_count(),
+                       " null list(s); pass fill_null= or null_mask= to load them (a null list "
+                       "becomes fill values), or select other columns");
+    }
+    const bool ragged_rows = ragged_ && level == 0;
+    if (!ragged_rows) {
+      for (int64_t r = 0; r < n; ++r) {
+        if (!list.IsNull(r)) ARROW_RETURN_NOT_OK(CheckLength(level, list.value_length(r)));
+      }
+      if (shape_[level] < 0) shape_[level] = 0;
+    }
+    int64_t inner = 1;  // elements below this level per list element
+    for (size_t i = level + 1; i < shape_.size(); ++i) inner *= std::max<int64_t>(shape_[i], 0);
+    for (int64_t r = 0; r < n; ++r) {
+      if (list.IsNull(r)) {
+        if (ragged_rows) {
+          row_elements_.push_back(0);
+          continue;
+        }
+        const int64_t elems = shape_[level] * inner;
+        ARROW_RETURN_NOT_OK(out_.Reserve(elems * elem_));
+        for (int64_t e = 0; e < elems; ++e) {
+          WriteFill(fill_, spec_.dtype, out_.mutable_data() + out_.length());
+          out_.UnsafeAdvance(elem_);
+        }
+        continue;
+      }
+      if (ragged_rows) row_elements_.push_back(list.value_length(r));
+      auto child = list.values()->Slice(list.value_offset(r), list.value_length(r));
+      ARROW_RETURN_NOT_OK(Append(*child, level + 1));
+    }
+    return arrow::Status::OK();
   }
 
   arrow::Status AppendDictionary(const arrow::DictionaryArray& arr, size_t level) {
@@ -279,7 +460,8 @@ class TensorWriter {
 
   arrow::Status AppendPrimitive(const arrow::Array& arr) {
     DType t;
-    if (!ElementType(*arr.type(), &t) || t != spec_.dtype) {
+    const bool same = ElementType(*arr.type(), &t) && t == spec_.dtype;
+    if (!same && arr.type_id() == arrow::Type::BOOL) {
       return MakeError(ErrorKind::kUnsupportedType, "column '", spec_.name, "': unexpected ",
                        arr.type()->ToString(), " values for ", spec_.arrow_type);
     }
@@ -288,7 +470,10 @@ class TensorWriter {
     if (arr.null_count() > 0 && !fill_.enabled) return NullError(spec_, arr.null_count());
     ARROW_RETURN_NOT_OK(out_.Reserve(n * elem_));
     uint8_t* dst = out_.mutable_data() + out_.length();
-    if (t == DType::kBool) {
+    if (!same) {  // a wider type than this file's, or a decimal
+      t = spec_.dtype;
+      ARROW_RETURN_NOT_OK(ConvertElements(arr, t, spec_.name, dst));
+    } else if (t == DType::kBool) {
       const uint8_t* bits = arr.data()->buffers[1]->data();
       for (int64_t r = 0; r < n; ++r) {
         dst[r] = arrow::bit_util::GetBit(bits, arr.offset() + r) ? 1 : 0;
@@ -375,13 +560,8 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
           if (values.IsNull(idx)) {
             if (!fill.enabled) return NullError(spec, 1);
             v = fill.bytes_value;
-          } else if (values.type_id() == arrow::Type::LARGE_STRING ||
-                     values.type_id() == arrow::Type::LARGE_BINARY) {
-            v = static_cast<const arrow::LargeBinaryArray&>(values).GetView(idx);
-          } else if (values.type_id() == arrow::Type::FIXED_SIZE_BINARY) {
-            v = static_cast<const arrow::FixedSizeBinaryArray&>(values).GetView(idx);
           } else {
-            v = static_cast<const arrow::BinaryArray&>(values).GetView(idx);
+            v = ViewOf(values, idx);
           }
         }
         ARROW_RETURN_NOT_OK(data.Append(v.data(), v.size()));
@@ -399,6 +579,9 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
       case arrow::Type::FIXED_SIZE_BINARY:
         AppendVarRows(static_cast<const arrow::FixedSizeBinaryArray&>(*a), fill, &data,
                       &offsets);
+        break;
+      case arrow::Type::STRING_VIEW: case arrow::Type::BINARY_VIEW:
+        AppendVarRows(static_cast<const arrow::BinaryViewArray&>(*a), fill, &data, &offsets);
         break;
       default:
         return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "': unexpected ",
@@ -436,6 +619,131 @@ arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64
     }
   }
   return arrow::Status::OK();
+}
+
+// Append the values [begin, begin + count) of string/binary array `values` (any layout,
+// or a dictionary of one) as one kStringList row: row `row` of the column. The values
+// of a kStringList (not kBytesList) column must be valid UTF-8, as ValidateStrings.
+arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& values,
+                                  int64_t begin, int64_t count, const NullFill& fill,
+                                  int64_t row, arrow::BufferBuilder* data) {
+  const arrow::Array* dict_values = nullptr;
+  const arrow::DictionaryArray* dict = nullptr;
+  if (values.type_id() == arrow::Type::DICTIONARY) {
+    dict = static_cast<const arrow::DictionaryArray*>(&values);
+    dict_values = dict->dictionary().get();
+  }
+  auto item = [&](int64_t i, std::string_view* v) -> arrow::Status {
+    if (values.IsNull(i)) {
+      if (!fill.enabled) return NullError(spec, 1);
+      *v = fill.bytes_value;
+      return arrow::Status::OK();
+    }
+    if (dict == nullptr) {
+      *v = ViewOf(values, i);
+      return arrow::Status::OK();
+    }
+    const int64_t idx = dict->GetValueIndex(i);
+    if (idx < 0 || idx >= dict_values->length()) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "': dictionary index ",
+                       idx, " out of range");
+    }
+    if (dict_values->IsNull(idx)) {
+      if (!fill.enabled) return NullError(spec, 1);
+      *v = fill.bytes_value;
+    } else {
+      *v = ViewOf(*dict_values, idx);
+    }
+    return arrow::Status::OK();
+  };
+  if (count > std::numeric_limits<uint32_t>::max()) {
+    return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "': a row of ", count,
+                     " strings");
+  }
+  const auto n = static_cast<uint32_t>(count);
+  ARROW_RETURN_NOT_OK(data->Append(&n, sizeof(n)));
+  std::string_view v;
+  for (int64_t i = 0; i < count; ++i) {
+    ARROW_RETURN_NOT_OK(item(begin + i, &v));
+    if (v.size() > std::numeric_limits<uint32_t>::max()) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "': a value of ",
+                       v.size(), " bytes");
+    }
+    const auto len = static_cast<uint32_t>(v.size());
+    ARROW_RETURN_NOT_OK(data->Append(&len, sizeof(len)));
+  }
+  const bool check_utf8 = spec.kind == ColumnKind::kStringList;
+  for (int64_t i = 0; i < count; ++i) {
+    ARROW_RETURN_NOT_OK(item(begin + i, &v));
+    if (check_utf8 && !IsValidUtf8(v)) {
+      return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "', row ", row,
+                       ", list item ", i, ": a string value is not valid UTF-8 (b'",
+                       Printable(v), "'); to read the column's values as bytes, pass "
+                       "strings=\"bytes\"");
+    }
+    ARROW_RETURN_NOT_OK(data->Append(v.data(), v.size()));
+  }
+  return arrow::Status::OK();
+}
+
+// Rows of a list<string|binary> column as kStringList rows (see EncodeStringList). A
+// null row is an empty list when there is a fill, else an error; a null value inside
+// a list is the fill. Rows are numbered from `row_offset` in error messages.
+arrow::Result<ColumnData> ConvertStringList(const ColumnSpec& spec,
+                                            const arrow::ChunkedArray& array,
+                                            const NullFill& fill, arrow::MemoryPool* pool,
+                                            int64_t row_offset) {
+  arrow::BufferBuilder data(pool);
+  std::vector<int64_t> offsets{0};
+  offsets.reserve(array.length() + 1);
+  int64_t chunk_first_row = row_offset;
+  for (const auto& chunk : array.chunks()) {
+    const arrow::Array& a = *chunk;
+    for (int64_t r = 0; r < a.length(); ++r) {
+      if (a.IsNull(r)) {
+        if (!fill.enabled) {
+          return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (",
+                           spec.arrow_type, ") has null list(s); pass fill_null= or "
+                           "null_mask= to load them (a null list becomes an empty list)");
+        }
+        const uint32_t zero = 0;
+        ARROW_RETURN_NOT_OK(data.Append(&zero, sizeof(zero)));
+      } else {
+        int64_t begin = 0, count = 0;
+        const arrow::Array* values = nullptr;
+        switch (a.type_id()) {
+          case arrow::Type::LIST: {
+            const auto& l = static_cast<const arrow::ListArray&>(a);
+            begin = l.value_offset(r), count = l.value_length(r), values = l.values().get();
+            break;
+          }
+          case arrow::Type::LARGE_LIST: {
+            const auto& l = static_cast<const arrow::LargeListArray&>(a);
+            begin = l.value_offset(r), count = l.value_length(r), values = l.values().get();
+            break;
+          }
+          case arrow::Type::FIXED_SIZE_LIST: {
+            const auto& l = static_cast<const arrow::FixedSizeListArray&>(a);
+            begin = l.value_offset(r), count = l.value_length(r), values = l.values().get();
+            break;
+          }
+          default:
+            return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name,
+                             "': unexpected ", a.type()->ToString(), " values");
+        }
+        ARROW_RETURN_NOT_OK(AppendStringListRow(spec, *values, begin, count, fill,
+                                                chunk_first_row + r, &data));
+      }
+      offsets.push_back(data.length());
+    }
+    chunk_first_row += a.length();
+  }
+  ColumnData out;
+  ARROW_ASSIGN_OR_RAISE(out.data, data.Finish());
+  ARROW_ASSIGN_OR_RAISE(auto off, arrow::AllocateBuffer(offsets.size() * sizeof(int64_t), pool));
+  std::memcpy(off->mutable_data(), offsets.data(), offsets.size() * sizeof(int64_t));
+  out.offsets = std::move(off);
+  return out;
 }
 
 // A ragged list column whose Arrow buffers can be used as they are (one chunk, no
@@ -480,15 +788,33 @@ bool RaggedAsIs(const ColumnSpec& spec, const arrow::Array& arr, arrow::MemoryPo
 
 }  // namespace
 
-arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
+arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field, const SpecOptions& options) {
   ColumnSpec spec;
   spec.name = field.name();
   spec.arrow_type = field.type()->ToString();
-  const arrow::DataType* t = field.type().get();
-  if (t->id() == arrow::Type::DICTIONARY) {
-    t = static_cast<const arrow::DictionaryType*>(t)->value_type().get();
+  const arrow::DataType* t = &ValueType(*field.type());
+  auto refuse = [&](const std::string& why) {
+    return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' has type ",
+                     spec.arrow_type, ", which is not supported: ", why);
+  };
+  if (t->id() == arrow::Type::NA) {
+    return refuse("every value is null in every file (pandas and pyarrow write an all-None "
+                  "column so), so there is nothing to load; leave it out with columns=[...]");
   }
-  if (IsVarBinary(t->id(), &spec.kind)) return spec;
+  if (IsVarBinary(t->id(), &spec.kind)) {
+    if (options.strings_as_bytes) spec.kind = ColumnKind::kBytes;
+    return spec;
+  }
+  if (IsListLike(t->id())) {
+    const auto& value = ValueType(*static_cast<const arrow::BaseListType*>(t)->value_type());
+    ColumnKind kind;
+    if (IsVarBinary(value.id(), &kind)) {
+      spec.kind = kind == ColumnKind::kString && !options.strings_as_bytes
+                      ? ColumnKind::kStringList
+                      : ColumnKind::kBytesList;
+      return spec;
+    }
+  }
   spec.kind = ColumnKind::kTensor;
   while (true) {
     if (t->id() == arrow::Type::FIXED_SIZE_LIST) {
@@ -505,25 +831,172 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field) {
   // A list of variable-length lists cannot be a tensor: only the outermost dim may vary.
   for (size_t i = 1; i < spec.row_shape.size(); ++i) {
     if (spec.row_shape[i] < 0) {
-      return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' has type ",
-                       spec.arrow_type,
-                       ", which is not supported: only the outermost list may have variable "
-                       "length; select other columns with columns=[...]");
+      return refuse("only the outermost list may have variable length (a list of lists "
+                    "needs one length per inner list: write it as fixed_size_list); select "
+                    "other columns with columns=[...]");
     }
   }
+  if (IsDecimal(t->id())) {
+    const auto& dec = static_cast<const arrow::DecimalType&>(*t);
+    if (options.decimals_as_int64 && dec.precision() > 18) {
+      return refuse("decimals='int64' needs a precision of at most 18 (an unscaled value "
+                    "fits in int64); load it as float64 (decimals='float64'), or select "
+                    "other columns");
+    }
+    spec.dtype = options.decimals_as_int64 ? DType::kInt64 : DType::kFloat64;
+    return spec;
+  }
+  if (t->id() == arrow::Type::STRUCT || t->id() == arrow::Type::MAP) {
+    return refuse(
+        "a list of structs or a map has no tensor layout; select one of its fields by dotted "
+        "path ('" + spec.name + ".field', or '" + spec.name + ".key' / '" + spec.name +
+        ".value' of a map): each gives a list per row");
+  }
   if (!ElementType(*t, &spec.dtype)) {
-    return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' has type ",
-                     spec.arrow_type,
-                     ", which is not supported (numeric, bool, temporal, string, binary, and "
-                     "fixed-size or uniform lists of numbers are); select other columns with "
-                     "columns=[...]");
+    return refuse("numeric, bool, temporal, decimal, string, binary, lists of strings, and "
+                  "fixed-size or uniform lists of numbers are; select other columns with "
+                  "columns=[...]");
   }
   return spec;
+}
+
+namespace {
+
+int IntegerBits(arrow::Type::type id, bool* is_signed) {
+  switch (id) {
+    case arrow::Type::INT8: *is_signed = true; return 8;
+    case arrow::Type::INT16: *is_signed = true; return 16;
+    case arrow::Type::INT32: *is_signed = true; return 32;
+    case arrow::Type::INT64: *is_signed = true; return 64;
+    case arrow::Type::UINT8: *is_signed = false; return 8;
+    case arrow::Type::UINT16: *is_signed = false; return 16;
+    case arrow::Type::UINT32: *is_signed = false; return 32;
+    case arrow::Type::UINT64: *is_signed = false; return 64;
+    default: return 0;
+  }
+}
+
+int FloatBits(arrow::Type::type id) {
+  switch (id) {
+    case arrow::Type::HALF_FLOAT: return 16;
+    case arrow::Type::FLOAT: return 32;
+    case arrow::Type::DOUBLE: return 64;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+bool ConvertsTo(const arrow::DataType& from_type, const arrow::DataType& to_type, bool declared) {
+  const arrow::DataType& from = ValueType(from_type);
+  const arrow::DataType& to = ValueType(to_type);
+  if (from.id() == arrow::Type::NA) return true;
+  if (from.Equals(to)) return true;
+  ColumnKind a, b;
+  if (IsVarBinary(from.id(), &a) && IsVarBinary(to.id(), &b)) {
+    if (a != b) return false;
+    // A fixed-size binary converts to variable-length binary, not to another size.
+    return to.id() != arrow::Type::FIXED_SIZE_BINARY;
+  }
+  bool from_signed = false, to_signed = false;
+  const int from_int = IntegerBits(from.id(), &from_signed);
+  const int to_int = IntegerBits(to.id(), &to_signed);
+  const int to_float = FloatBits(to.id());
+  if (from_int > 0 && to_int > 0) {
+    if (from_signed == to_signed) return to_int >= from_int;
+    return !from_signed && to_signed && to_int > from_int;
+  }
+  // Integers become floats only when declared: a column that is an integer in one file
+  // and a float in another is usually a sign of something else (pandas' NaN for null).
+  if (from_int > 0 && to_float > 0) return declared;
+  if (FloatBits(from.id()) > 0 && to_float > 0) return to_float >= FloatBits(from.id());
+  if (IsDecimal(from.id()) && IsDecimal(to.id())) {
+    const auto& f = static_cast<const arrow::DecimalType&>(from);
+    const auto& t = static_cast<const arrow::DecimalType&>(to);
+    return t.scale() >= f.scale() && t.precision() - t.scale() >= f.precision() - f.scale();
+  }
+  if (IsDecimal(from.id()) && to_float == 64) return declared;
+  if (IsListLike(from.id()) && IsListLike(to.id())) {
+    if (to.id() == arrow::Type::FIXED_SIZE_LIST &&
+        (from.id() != arrow::Type::FIXED_SIZE_LIST ||
+         static_cast<const arrow::FixedSizeListType&>(from).list_size() !=
+             static_cast<const arrow::FixedSizeListType&>(to).list_size())) {
+      return false;
+    }
+    return ConvertsTo(*static_cast<const arrow::BaseListType&>(from).value_type(),
+                      *static_cast<const arrow::BaseListType&>(to).value_type(), declared);
+  }
+  return false;
+}
+
+std::shared_ptr<arrow::DataType> CommonType(const std::shared_ptr<arrow::DataType>& a,
+                                            const std::shared_ptr<arrow::DataType>& b) {
+  if (ConvertsTo(*a, *b)) return b;
+  if (ConvertsTo(*b, *a)) return a;
+  const arrow::DataType& x = ValueType(*a);
+  const arrow::DataType& y = ValueType(*b);
+  // Strings of two layouts: the large one; an unsigned and a signed integer: a signed
+  // one wide enough for both; two decimals of one scale: the larger precision.
+  ColumnKind kx, ky;
+  if (IsVarBinary(x.id(), &kx) && IsVarBinary(y.id(), &ky) && kx == ky) {
+    return kx == ColumnKind::kString ? arrow::large_utf8() : arrow::large_binary();
+  }
+  bool sx = false, sy = false;
+  const int bx = IntegerBits(x.id(), &sx), by = IntegerBits(y.id(), &sy);
+  if (bx > 0 && by > 0 && sx != sy) {
+    const int unsigned_bits = sx ? by : bx, signed_bits = sx ? bx : by;
+    const int bits = std::max(signed_bits, 2 * unsigned_bits);
+    if (bits <= 64) {
+      return bits == 16 ? arrow::int16() : bits == 32 ? arrow::int32() : arrow::int64();
+    }
+    return nullptr;
+  }
+  if (IsDecimal(x.id()) && IsDecimal(y.id())) {
+    const auto& dx = static_cast<const arrow::DecimalType&>(x);
+    const auto& dy = static_cast<const arrow::DecimalType&>(y);
+    const int32_t scale = std::max(dx.scale(), dy.scale());
+    const int32_t digits = std::max(dx.precision() - dx.scale(), dy.precision() - dy.scale());
+    if (digits + scale <= 38) return arrow::decimal128(digits + scale, scale);
+    if (digits + scale <= 76) return arrow::decimal256(digits + scale, scale);
+    return nullptr;
+  }
+  if (IsListLike(x.id()) && IsListLike(y.id())) {
+    auto value = CommonType(static_cast<const arrow::BaseListType&>(x).value_type(),
+                            static_cast<const arrow::BaseListType&>(y).value_type());
+    if (value == nullptr) return nullptr;
+    if (x.id() == arrow::Type::FIXED_SIZE_LIST && y.id() == arrow::Type::FIXED_SIZE_LIST) {
+      const int32_t n = static_cast<const arrow::FixedSizeListType&>(x).list_size();
+      if (n != static_cast<const arrow::FixedSizeListType&>(y).list_size()) return nullptr;
+      return arrow::fixed_size_list(value, n);
+    }
+    if (x.id() == arrow::Type::LARGE_LIST || y.id() == arrow::Type::LARGE_LIST) {
+      return arrow::large_list(value);
+    }
+    return arrow::list(value);
+  }
+  return nullptr;
+}
+
+std::vector<std::string> DecodeStringList(const uint8_t* row, int64_t size) {
+  std::vector<std::string> out;
+  if (size < 4) return out;
+  uint32_t n = 0;
+  std::memcpy(&n, row, 4);
+  int64_t at = 4 + 4 * static_cast<int64_t>(n);
+  for (uint32_t i = 0; i < n && at <= size; ++i) {
+    uint32_t len = 0;
+    std::memcpy(&len, row + 4 + 4 * i, 4);
+    if (at + len > size) break;
+    out.emplace_back(reinterpret_cast<const char*>(row + at), len);
+    at += len;
+  }
+  return out;
 }
 
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
                                         bool allow_ragged, int64_t row_offset) {
+  if (IsStringList(spec.kind)) return ConvertStringList(spec, array, fill, pool, row_offset);
   if (spec.kind != ColumnKind::kTensor) {
     ARROW_ASSIGN_OR_RAISE(auto out, ConvertVarBinary(spec, array, fill, pool));
     if (spec.kind == ColumnKind::kString) {

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include <arrow/api.h>
+#include <arrow/builder.h>
+#include <arrow/util/decimal.h>
 #include <arrow/json/from_string.h>
 
 #include "pqloader/error.h"
@@ -174,14 +176,127 @@ TEST(Convert, DictionariesAreDecoded) {
 TEST(Convert, UnsupportedTypesNameTheColumnAndType) {
   for (const auto& type :
        {arrow::struct_({arrow::field("a", arrow::int32())}), arrow::map(arrow::utf8(), arrow::int32()),
-        arrow::list(arrow::list(arrow::int32())), arrow::decimal128(10, 2),
-        arrow::list(arrow::utf8())}) {
+        arrow::list(arrow::list(arrow::int32())), arrow::null(),
+        arrow::list(arrow::struct_({arrow::field("a", arrow::int32())}))}) {
     auto r = SpecForField(*arrow::field("bad", type));
     ASSERT_FALSE(r.ok()) << type->ToString();
     EXPECT_EQ(GetErrorDetail(r.status())->kind(), ErrorKind::kUnsupportedType);
     EXPECT_NE(r.status().message().find("'bad'"), std::string::npos);
     EXPECT_NE(r.status().message().find(type->ToString()), std::string::npos);
   }
+}
+
+TEST(Convert, DecimalsBecomeFloat64OrExactUnscaledInt64) {
+  arrow::Decimal128Builder b(arrow::decimal128(10, 2));
+  ASSERT_TRUE(b.Append(arrow::Decimal128("12.34")).ok());
+  ASSERT_TRUE(b.Append(arrow::Decimal128("-0.05")).ok());
+  ASSERT_TRUE(b.AppendNull().ok());
+  auto arr = b.Finish().ValueOrDie();
+  auto spec = SpecForField(*arrow::field("d", arr->type())).ValueOrDie();
+  EXPECT_EQ(spec.dtype, DType::kFloat64);
+  NullFill fill;
+  fill.enabled = true;
+  fill.int_value = 7;
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(arr), fill, arrow::default_memory_pool()).ValueOrDie();
+  const auto* d = reinterpret_cast<const double*>(c.data->data());
+  EXPECT_EQ(d[0], 12.34);
+  EXPECT_EQ(d[1], -0.05);
+  EXPECT_EQ(d[2], 7.0);
+  SpecOptions as_int;
+  as_int.decimals_as_int64 = true;
+  auto ispec = SpecForField(*arrow::field("d", arr->type()), as_int).ValueOrDie();
+  EXPECT_EQ(ispec.dtype, DType::kInt64);
+  auto ic = ConvertColumn(ispec, arrow::ChunkedArray(arr), fill, arrow::default_memory_pool()).ValueOrDie();
+  const auto* i = reinterpret_cast<const int64_t*>(ic.data->data());
+  EXPECT_EQ(i[0], 1234);
+  EXPECT_EQ(i[1], -5);
+  EXPECT_FALSE(SpecForField(*arrow::field("d", arrow::decimal128(19, 2)), as_int).ok());
+}
+
+TEST(Convert, ListsOfStringsEncodeEveryValue) {
+  arrow::ListBuilder lb(arrow::default_memory_pool(), std::make_shared<arrow::StringBuilder>());
+  auto* sb = static_cast<arrow::StringBuilder*>(lb.value_builder());
+  ASSERT_TRUE(lb.Append().ok());
+  ASSERT_TRUE(sb->Append("ab").ok());
+  ASSERT_TRUE(sb->Append("").ok());
+  ASSERT_TRUE(lb.Append().ok());  // empty list
+  ASSERT_TRUE(lb.Append().ok());
+  ASSERT_TRUE(sb->AppendNull().ok());
+  auto arr = lb.Finish().ValueOrDie();
+  auto spec = SpecForField(*arrow::field("w", arr->type())).ValueOrDie();
+  EXPECT_EQ(spec.kind, ColumnKind::kStringList);
+  EXPECT_FALSE(ConvertColumn(spec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool()).ok());
+  NullFill fill;
+  fill.enabled = true;
+  fill.is_bytes = true;
+  fill.bytes_value = "?";
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(arr), fill, arrow::default_memory_pool()).ValueOrDie();
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  auto row = [&](int r) { return DecodeStringList(c.data->data() + off[r], off[r + 1] - off[r]); };
+  EXPECT_EQ(row(0), (std::vector<std::string>{"ab", ""}));
+  EXPECT_EQ(row(1), std::vector<std::string>{});
+  EXPECT_EQ(row(2), std::vector<std::string>{"?"});
+}
+
+TEST(Convert, StringListValuesMustBeUtf8UnlessReadAsBytes) {
+  arrow::ListBuilder lb(arrow::default_memory_pool(), std::make_shared<arrow::StringBuilder>());
+  auto* sb = static_cast<arrow::StringBuilder*>(lb.value_builder());
+  ASSERT_TRUE(lb.Append().ok());
+  ASSERT_TRUE(sb->Append("ok").ok());
+  ASSERT_TRUE(lb.Append().ok());
+  ASSERT_TRUE(sb->Append("fine").ok());
+  ASSERT_TRUE(sb->Append(std::string("b\xc3", 2)).ok());  // a truncated sequence
+  auto arr = lb.Finish().ValueOrDie();
+  auto spec = SpecForField(*arrow::field("w", arr->type())).ValueOrDie();
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool(),
+                         /*allow_ragged=*/false, /*row_offset=*/40);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("column 'w', row 41, list item 1: a string value is not "
+                                      "valid UTF-8 (b'b\\xc3')"),
+            std::string::npos)
+      << r.status().message();
+  SpecOptions as_bytes;
+  as_bytes.strings_as_bytes = true;
+  auto bspec = SpecForField(*arrow::field("w", arr->type()), as_bytes).ValueOrDie();
+  EXPECT_EQ(bspec.kind, ColumnKind::kBytesList);
+  EXPECT_EQ(SpecForField(*arrow::field("s", arrow::utf8()), as_bytes).ValueOrDie().kind,
+            ColumnKind::kBytes);
+  auto c = ConvertColumn(bspec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool())
+               .ValueOrDie();
+  const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
+  EXPECT_EQ(DecodeStringList(c.data->data() + off[1], off[2] - off[1]),
+            (std::vector<std::string>{"fine", std::string("b\xc3", 2)}));
+}
+
+TEST(Convert, WiderTypesConvertExactlyAndOthersDoNot) {
+  EXPECT_TRUE(ConvertsTo(*arrow::int32(), *arrow::int64()));
+  EXPECT_TRUE(ConvertsTo(*arrow::uint16(), *arrow::int32()));
+  EXPECT_FALSE(ConvertsTo(*arrow::uint32(), *arrow::int32()));
+  EXPECT_FALSE(ConvertsTo(*arrow::int64(), *arrow::int32()));
+  EXPECT_TRUE(ConvertsTo(*arrow::float32(), *arrow::float64()));
+  EXPECT_FALSE(ConvertsTo(*arrow::int64(), *arrow::float64()));
+  EXPECT_TRUE(ConvertsTo(*arrow::int64(), *arrow::float64(), /*declared=*/true));
+  EXPECT_TRUE(ConvertsTo(*arrow::utf8(), *arrow::large_utf8()));
+  EXPECT_TRUE(ConvertsTo(*arrow::utf8_view(), *arrow::utf8()));
+  EXPECT_FALSE(ConvertsTo(*arrow::utf8(), *arrow::binary()));
+  EXPECT_TRUE(ConvertsTo(*arrow::null(), *arrow::list(arrow::int8())));
+  EXPECT_TRUE(ConvertsTo(*arrow::list(arrow::int16()), *arrow::large_list(arrow::int64())));
+  EXPECT_TRUE(CommonType(arrow::int32(), arrow::int64())->Equals(*arrow::int64()));
+  EXPECT_TRUE(CommonType(arrow::uint32(), arrow::int8())->Equals(*arrow::int64()));
+  EXPECT_TRUE(CommonType(arrow::utf8(), arrow::large_utf8())->Equals(*arrow::large_utf8()));
+  EXPECT_EQ(CommonType(arrow::int64(), arrow::float64()), nullptr);
+  EXPECT_EQ(CommonType(arrow::utf8(), arrow::int64()), nullptr);
+  EXPECT_EQ(CommonType(arrow::timestamp(arrow::TimeUnit::MILLI), arrow::timestamp(arrow::TimeUnit::MICRO)),
+            nullptr);
+  // A file's int32 values into the unified int64 column.
+  auto spec = SpecForField(*arrow::field("x", arrow::int64())).ValueOrDie();
+  arrow::Int32Builder b;
+  ASSERT_TRUE(b.AppendValues({-3, 2147483647}).ok());
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(b.Finish().ValueOrDie()), NullFill{},
+                         arrow::default_memory_pool()).ValueOrDie();
+  const auto* v = reinterpret_cast<const int64_t*>(c.data->data());
+  EXPECT_EQ(v[0], -3);
+  EXPECT_EQ(v[1], 2147483647);
 }
 
 }  // namespace pqloader

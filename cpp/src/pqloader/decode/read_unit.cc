@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <arrow/array/util.h>
 #include <arrow/chunked_array.h>
 #include <arrow/record_batch.h>
 #include <arrow/filesystem/filesystem.h>
@@ -15,18 +16,27 @@
 #include <parquet/file_reader.h>
 #include <parquet/properties.h>
 
+#include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
 
 namespace {
 
-// A column made of one partition value repeated `rows` times.
-arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::string& value,
-                                          int64_t rows, arrow::MemoryPool* pool) {
+// A column made of one partition value repeated `rows` times (the fill when it is null).
+arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::string& path_value,
+                                          bool is_null, const NullFill& fill, int64_t rows,
+                                          arrow::MemoryPool* pool) {
   ColumnData out;
+  if (is_null && !fill.enabled) {
+    return MakeError(ErrorKind::kInvalidData, "partition key '", spec.name,
+                     "' is null (__HIVE_DEFAULT_PARTITION__); pass fill_null= or null_mask=");
+  }
+  const std::string value = is_null ? fill.bytes_value : path_value;
   if (spec.kind == ColumnKind::kTensor) {
-    const int64_t v = std::stoll(value);
+    const int64_t v = is_null ? (fill.is_float ? static_cast<int64_t>(fill.float_value)
+                                               : fill.int_value)
+                              : std::stoll(value);
     ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(rows * sizeof(int64_t), pool));
     auto* p = reinterpret_cast<int64_t*>(data->mutable_data());
     for (int64_t i = 0; i < rows; ++i) p[i] = v;
@@ -60,13 +70,16 @@ void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
 // per value (8192 rows x 4096 uint8 values: 134 MB of levels for 32 MB of data).
 constexpr int64_t kNestedSliceValues = int64_t{1} << 20;
 
-// Read list column `field` of `split`'s row group in slices of rows, so that its
-// levels stay small; the result has one chunk per slice.
+// Read column `src` (a top-level field, or a path below one) of `split`'s row group in
+// slices of rows, so that the levels of list columns stay small; the result has one
+// chunk per slice.
 arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
-                                 const Split& split, int field,
+                                 const Split& split, const ColumnSource& src,
+                                 arrow::MemoryPool* pool,
                                  std::shared_ptr<arrow::ChunkedArray>* out) {
-  std::vector<int> leaves;
-  LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  const int field = src.field;
+  std::vector<int> leaves = src.leaves;
+  if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[field], &leaves);
   int64_t values = 0;
   auto rg = file.metadata->RowGroup(split.row_group);
   for (int leaf : leaves) values = std::max(values, rg->ColumnChunk(leaf)->num_values());
@@ -79,10 +92,14 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
     ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
     if (batch == nullptr) break;
     if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
-    chunks.push_back(batch->column(0));
+    ARROW_ASSIGN_OR_RAISE(auto values, ExtractPath(batch->column(0), src.path, pool));
+    chunks.push_back(std::move(values));
   }
-  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(
-                                  std::move(chunks), reader->manifest().schema_fields[field].field->type()));
+  if (chunks.empty()) {
+    ARROW_ASSIGN_OR_RAISE(auto empty, arrow::MakeEmptyArray(src.type, pool));
+    chunks.push_back(std::move(empty));
+  }
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks), chunks[0]->type()));
   return arrow::Status::OK();
 }
 
@@ -122,6 +139,57 @@ arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_grou
 }
 
 }  // namespace
+
+arrow::Status SetUpFills(const Dataset& dataset, const NullFill& default_fill,
+                         const std::map<std::string, NullFill>& fills, ReadOptions* out) {
+  const auto& specs = dataset.specs();
+  for (const auto& [name, fill] : fills) {
+    bool found = false;
+    for (const auto& spec : specs) found = found || (spec.name == name && spec.mask_of < 0);
+    if (!found) {
+      return MakeError(ErrorKind::kColumnNotFound, "fill_null names column '", name,
+                       "', which is not among the selected columns");
+    }
+  }
+  out->fills.clear();
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const auto it = fills.find(specs[c].name);
+    const bool named = it != fills.end();
+    NullFill fill = named ? it->second : default_fill;
+    const bool masked = c + 1 < specs.size() && specs[c + 1].mask_of == static_cast<int>(c);
+    if (specs[c].mask_of >= 0) fill = NullFill{};
+    if (masked && !fill.enabled) {
+      fill = NullFill{};
+      fill.enabled = true;
+      fill.is_bytes = specs[c].kind != ColumnKind::kTensor;
+    }
+    out->fills.push_back(fill);
+  }
+  return arrow::Status::OK();
+}
+
+arrow::Status CheckFills(const Dataset& dataset, const std::map<std::string, NullFill>& fills,
+                         const ReadOptions& options) {
+  const auto& specs = dataset.specs();
+  for (size_t c = 0; c < specs.size() && c < options.fills.size(); ++c) {
+    const NullFill& fill = options.fills[c];
+    if (!fill.enabled || specs[c].mask_of >= 0) continue;
+    const bool named = fills.count(specs[c].name) > 0;
+    const bool text = specs[c].kind != ColumnKind::kTensor;
+    if (text == fill.is_bytes) continue;
+    const std::string value =
+        fill.is_bytes ? "'" + fill.bytes_value + "'"
+                      : (fill.is_float ? std::to_string(fill.float_value)
+                                       : std::to_string(fill.int_value));
+    return arrow::Status::TypeError(
+        named ? "fill_null['" + specs[c].name + "']" : std::string("fill_null"), "=", value,
+        " is ", fill.is_bytes ? "a str/bytes" : "a number", ", but column '", specs[c].name,
+        "' (", specs[c].arrow_type, ") holds ",
+        text ? "strings or bytes: give a str or bytes" : "numbers: give an int or float",
+        named ? "" : "; a scalar fill_null applies to every column, a dict only to those it names");
+  }
+  return arrow::Status::OK();
+}
 
 arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, const Unit& unit,
                                                       const ReadOptions& options,
@@ -185,45 +253,66 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
   ARROW_RETURN_NOT_OK(WaitForBytes(dataset, unit, fetched));  // a storage failure: kIO
 
   auto row_group = reader ? reader->RowGroup(split.row_group) : nullptr;
-  size_t file_column = 0;
+  const auto& types = dataset.column_types();
   for (size_t c = 0; c < specs.size(); ++c) {
+    if (specs[c].mask_of >= 0) continue;  // made with its column, below
+    const bool masked = c + 1 < specs.size() && specs[c + 1].mask_of == static_cast<int>(c);
     const int key = dataset.partition_index()[c];
     if (key >= 0) {
+      const bool is_null = file.partition_null[key] != 0;
       ARROW_ASSIGN_OR_RAISE(auto col, PartitionColumn(specs[c], file.partition_values[key],
+                                                      is_null, options.fills[c],
                                                       unit.num_rows(), pool));
       decoded->columns.push_back(std::move(col));
+      if (masked) {
+        ARROW_ASSIGN_OR_RAISE(auto valid, ConstantValidity(unit.num_rows(), !is_null, pool));
+        decoded->columns.push_back(std::move(valid));
+      }
       continue;
     }
     const std::string col_where = where + ", column '" + specs[c].name + "'";
-    std::shared_ptr<arrow::ChunkedArray> chunked;
-    arrow::Status st;
-    const int field = file.field_indices[file_column++];
-    try {
-      if (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) {
-        st = ReadNestedInSlices(reader, file, split, field, &chunked);
-      } else if (split.num_rows <=
-                 kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
-        st = row_group->Column(field)->Read(&chunked);
-      } else {
-        st = ReadColumnBounded(reader, split.row_group, field, split.num_rows, &chunked);
+    const ColumnSource& src = file.columns[c];
+    std::shared_ptr<arrow::ChunkedArray> slice;
+    if (src.field < 0 || src.type->id() == arrow::Type::NA) {
+      // The file lacks the column (or holds only nulls of type null): null rows.
+      ARROW_ASSIGN_OR_RAISE(auto nulls, arrow::MakeArrayOfNull(types[c], unit.num_rows(), pool));
+      slice = std::make_shared<arrow::ChunkedArray>(arrow::ArrayVector{nulls});
+    } else {
+      std::shared_ptr<arrow::ChunkedArray> chunked;
+      arrow::Status st;
+      try {
+        if (!src.path.empty() ||
+            (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) ||
+            IsStringList(specs[c].kind)) {
+          st = ReadNestedInSlices(reader, file, split, src, pool, &chunked);
+        } else if (split.num_rows <=
+                   kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
+          st = row_group->Column(src.field)->Read(&chunked);
+        } else {
+          st = ReadColumnBounded(reader, split.row_group, src.field, split.num_rows, &chunked);
+        }
+      } catch (const std::exception& e) {
+        st = arrow::Status::IOError(e.what());
       }
-    } catch (const std::exception& e) {
-      st = arrow::Status::IOError(e.what());
+      if (!st.ok()) {
+        return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
+                         " (corrupt or truncated data): ", st.message());
+      }
+      if (chunked->length() != split.num_rows) {
+        return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",
+                         chunked->length(), " rows, the footer says ", split.num_rows);
+      }
+      slice = chunked->Slice(unit.row_begin, unit.num_rows());
     }
-    if (!st.ok()) {
-      return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
-                       " (corrupt or truncated data): ", st.message());
-    }
-    if (chunked->length() != split.num_rows) {
-      return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",
-                       chunked->length(), " rows, the footer says ", split.num_rows);
-    }
-    auto slice = chunked->Slice(unit.row_begin, unit.num_rows());
     const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
     auto converted =
         ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged, unit.row_begin);
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
+    if (masked) {
+      ARROW_ASSIGN_OR_RAISE(auto valid, ValidityColumn(*slice, pool));
+      decoded->columns.push_back(std::move(valid));
+    }
   }
   return decoded;
 }

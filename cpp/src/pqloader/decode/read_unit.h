@@ -7,7 +7,9 @@
 // units; each fetch has its own reader over the dataset's immutable metadata.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <arrow/io/interfaces.h>
@@ -30,11 +32,25 @@ struct ReadOptions {
   std::vector<bool> allow_ragged;
 };
 
+/// Set `out->fills` for the columns of `dataset`: the per-column fill or the default
+/// one; a column with a null mask gets zeros (or "") where it has no fill. `fills` must
+/// name selected columns (kColumnNotFound).
+arrow::Status SetUpFills(const Dataset& dataset, const NullFill& default_fill,
+                         const std::map<std::string, NullFill>& fills, ReadOptions* out);
+
+/// Check that each fill of `options` suits its column: str/bytes for strings and bytes
+/// (lists of them too), a number for numbers; a TypeError naming the column otherwise.
+/// `fills` are the per-column fills the user gave (to name them in the message).
+arrow::Status CheckFills(const Dataset& dataset, const std::map<std::string, NullFill>& fills,
+                         const ReadOptions& options);
+
 /// A unit whose column chunks are being fetched.
 struct FetchedUnit {
   /// Reader with the row group's selected column chunks pre-buffered; null when only
   /// partition columns are selected.
   std::unique_ptr<parquet::arrow::FileReader> reader;
+  /// Kept alive as long as the fetched unit (the loader keeps its cache claim here).
+  std::shared_ptr<void> hold;
 };
 
 /// Start fetching the selected column chunks of `unit`'s row group on `io`'s executor,

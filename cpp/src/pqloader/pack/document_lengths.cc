@@ -12,6 +12,7 @@
 #include <parquet/exception.h>
 #include <parquet/file_reader.h>
 
+#include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -26,8 +27,9 @@ void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
   for (const auto& child : f.children) LeavesOf(child, out);
 }
 
-// Append the row lengths of `field` in `split`'s row group to `out`.
-arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
+// Append the row lengths of column `src` (a top-level field, or a path below one) in
+// `split`'s row group to `out`.
+arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const ColumnSource& src,
                         arrow::MemoryPool* pool, std::vector<int32_t>* out) {
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
@@ -39,15 +41,17 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
   props.set_batch_size(kRowsPerSlice);
   auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.metadata);
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::FileReader::Make(pool, std::move(pq), props));
-  std::vector<int> leaves;
-  LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  std::vector<int> leaves = src.leaves;
+  if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[src.field], &leaves);
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
   out->reserve(static_cast<size_t>(split.num_rows));
   while (true) {
     std::shared_ptr<arrow::RecordBatch> batch;
     ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
     if (batch == nullptr) break;
-    const arrow::Array& a = *batch->column(0);
+    if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
+    ARROW_ASSIGN_OR_RAISE(auto column, ExtractPath(batch->column(0), src.path, pool));
+    const arrow::Array& a = *column;
     if (a.null_count() != 0) {
       return arrow::Status::Invalid(a.null_count(), " null list(s)");
     }
@@ -76,9 +80,6 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int field,
 
 arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
     const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool) {
-  // The column's position among the file columns (partition keys have none).
-  int file_column = 0;
-  for (int c = 0; c < column; ++c) file_column += dataset.partition_index()[c] < 0 ? 1 : 0;
   if (dataset.partition_index()[column] >= 0) {
     return arrow::Status::Invalid("column '", dataset.specs()[column].name,
                                   "' is a partition key, not a list column");
@@ -93,7 +94,12 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       const DataFile& file = dataset.files()[split.file];
       arrow::Status st;
       try {
-        st = ReadSplit(dataset, s, file.field_indices[file_column], pool, &per_split[s]);
+        const ColumnSource& src = file.columns[column];
+        if (src.field < 0) {
+          st = arrow::Status::Invalid("the file lacks the column (its rows are null)");
+        } else {
+          st = ReadSplit(dataset, s, src, pool, &per_split[s]);
+        }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
       }

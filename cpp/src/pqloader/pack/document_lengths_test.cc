@@ -91,7 +91,7 @@ TEST(DocumentLengths, ReadsEveryRowOfEveryRowGroupInOrder) {
   WriteTokens(dir + "/a.parquet", a, 3);
   WriteTokens(dir + "/b.parquet", b, 3);
   DatasetOptions options;
-  options.columns = {"tokens"};
+  options.columns.columns = {"tokens"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
   ASSERT_EQ(dataset->splits().size(), 4u);
   auto lengths = DocumentLengths::Read(*dataset, 0, 2, arrow::default_memory_pool());
@@ -112,7 +112,7 @@ TEST(DocumentLengths, RefusesAColumnThatIsNotAList) {
   const std::string dir = testing::MakeTempDir();
   WriteTokens(dir + "/a.parquet", {1, 2}, 2);
   DatasetOptions options;
-  options.columns = {"id"};
+  options.columns.columns = {"id"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
   auto lengths = DocumentLengths::Read(*dataset, 0, 1, arrow::default_memory_pool());
   ASSERT_FALSE(lengths.ok());

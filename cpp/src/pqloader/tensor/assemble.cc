@@ -201,8 +201,10 @@ class Assembler {
   Assembler(const std::vector<ColumnSpec>& specs,
             const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
             const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-            const std::vector<ColumnCollate>& collate)
+            const std::vector<ColumnCollate>& collate,
+            const std::vector<std::optional<SampleSignature>>& signatures)
       : specs_(specs), units_(units), samples_(samples), collate_(collate),
+        signatures_(signatures),
         src_(rows, unit_base, units.size()), n_(static_cast<int64_t>(rows.size())),
         plans_(specs.size()), row_bytes_(specs.size(), 0), data_bytes_(specs.size(), 0),
         data_at_(specs.size(), 0), offsets_at_(specs.size(), 0), pad_to_(specs.size(), 0),
@@ -261,6 +263,9 @@ class Assembler {
       }
     }
     const auto mode = col < collate_.size() ? collate_[col].mode : ColumnCollate::Mode::kAsIs;
+    if (n_ == 0 && col < signatures_.size() && signatures_[col].has_value()) {
+      return PlanEmpty(col, mode, *signatures_[col]);
+    }
     if (mode != ColumnCollate::Mode::kAsIs) return PlanCollated(col, unit_samples, mode);
     if (HasSamples(col) || unit_samples) return PlanSamples(col, unit_samples);
     if (specs_[col].kind == ColumnKind::kTensor) return PlanFixed(col);
@@ -271,6 +276,39 @@ class Assembler {
       total += off[r.row + r.count] - off[r.row];
     }
     data_bytes_[col] = total;
+    return arrow::Status::OK();
+  }
+
+  // No rows (every row of the batch skipped): an empty tensor of the column's signature,
+  // whether or not any row would have been bytes before its transforms.
+  arrow::Status PlanEmpty(size_t col, ColumnCollate::Mode mode, const SampleSignature& sig) {
+    BatchColumn& out = batch_->columns[col];
+    out.kind = ColumnKind::kTensor;
+    out.dtype = sig.dtype.value_or(DType::kUInt8);
+    std::vector<int64_t> row;  // dimensions that depend on the data are 0
+    if (sig.shape.has_value()) {
+      for (int64_t d : *sig.shape) row.push_back(std::max<int64_t>(d, 0));
+    }
+    if (mode != ColumnCollate::Mode::kAsIs && !row.empty()) row.erase(row.begin());
+    int64_t element = DTypeSize(out.dtype);
+    for (int64_t d : row) element *= d;
+    row_bytes_[col] = element;
+    out.shape = {0};
+    switch (mode) {
+      case ColumnCollate::Mode::kAsIs:
+        plans_[col] = Plan::kSamples;  // FillSamples: no rows to copy
+        break;
+      case ColumnCollate::Mode::kRagged:
+        plans_[col] = Plan::kRagged;
+        break;
+      case ColumnCollate::Mode::kPad:
+        plans_[col] = Plan::kPad;
+        pad_to_[col] = std::max<int64_t>(collate_[col].length, 0);
+        out.shape.push_back(pad_to_[col]);
+        break;
+    }
+    out.shape.insert(out.shape.end(), row.begin(), row.end());
+    data_bytes_[col] = 0;
     return arrow::Status::OK();
   }
 
@@ -597,6 +635,7 @@ class Assembler {
   const std::vector<std::shared_ptr<const DecodedUnit>>& units_;
   const std::vector<std::vector<SampleTensor>>& samples_;
   const std::vector<ColumnCollate>& collate_;
+  const std::vector<std::optional<SampleSignature>>& signatures_;
   const RowSources src_;
   const int64_t n_;
   std::vector<Plan> plans_;
@@ -614,8 +653,9 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate) {
-  return Assembler(specs, units, unit_base, rows, samples, collate).Run(pool);
+    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate,
+    const std::vector<std::optional<SampleSignature>>& signatures) {
+  return Assembler(specs, units, unit_base, rows, samples, collate, signatures).Run(pool);
 }
 
 }  // namespace pqloader

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,10 +41,19 @@ void StoreScalar(DType dtype, double v, uint8_t* p);
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
 enum class ColumnKind {
-  kTensor,  ///< Fixed-shape rows of `dtype`.
-  kBytes,   ///< Variable-length binary rows.
-  kString,  ///< Variable-length UTF-8 rows.
+  kTensor,      ///< Fixed-shape rows of `dtype`.
+  kBytes,       ///< Variable-length binary rows.
+  kString,      ///< Variable-length UTF-8 rows.
+  kStringList,  ///< A list of UTF-8 strings per row, encoded (see EncodeStringList).
+  kBytesList,   ///< A list of binary values per row, encoded (see EncodeStringList).
 };
+
+/// Whether rows of `kind` are variable-length bytes (offsets + data) in units and batches.
+inline bool IsVarLength(ColumnKind kind) { return kind != ColumnKind::kTensor; }
+/// Whether rows of `kind` are lists of strings or bytes.
+inline bool IsStringList(ColumnKind kind) {
+  return kind == ColumnKind::kStringList || kind == ColumnKind::kBytesList;
+}
 
 /// The static description of one output column.
 struct ColumnSpec {
@@ -58,6 +68,9 @@ struct ColumnSpec {
   bool is_partition = false;
   /// True when transforms produce the column (dtype and row shape known only then).
   bool transformed = false;
+  /// For a "<name>_valid" column: the index (in the same spec list) of the column whose
+  /// rows it marks valid (bool, true where the value is not null). -1 otherwise.
+  int mask_of = -1;
 };
 
 /// One sample of one column: an n-d tensor with its own shape (see transform/op.h).
@@ -76,6 +89,20 @@ struct SampleTensor {
   double decode_scale = 0;
 
   int64_t num_elements() const;
+};
+
+/// What the rows of one column are known to be before any data is seen: the output of
+/// its transforms (see Op::OutputSignature), or its spec. A batch without rows (every
+/// row skipped by on_decode_error="skip") gives a tensor column as an empty tensor of
+/// this dtype and row shape.
+struct SampleSignature {
+  /// Unset where it depends on the data (DecodeNdarray without a Cast).
+  std::optional<DType> dtype;
+  /// Unset where even the rank depends on the data; a dimension is -1 where it does
+  /// (an image's height and width before a crop).
+  std::optional<std::vector<int64_t>> shape;
+  /// Image layout, as SampleTensor::channels_first.
+  bool channels_first = false;
 };
 
 /// One column of one decoded unit.
@@ -197,10 +224,16 @@ struct ColumnCollate {
 /// first dimension and one inner shape: kPad writes them straight into [n, L, inner...]
 /// (and BatchColumn::lengths); kRagged one after another (and BatchColumn::offsets),
 /// as a slice of the unit when the rows are one run of one unit.
+///
+/// Without rows (every row of the batch skipped), a column with a `signatures` entry is
+/// an empty tensor of its dtype (uint8 where unknown) and row shape (0 for dimensions
+/// that depend on the data; no row dimensions where the rank does): [0, row...], padded
+/// [0, length, inner...], ragged [0, inner...]. Other columns are as for any batch.
 arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
-    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate = {});
+    arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate = {},
+    const std::vector<std::optional<SampleSignature>>& signatures = {});
 
 }  // namespace pqloader

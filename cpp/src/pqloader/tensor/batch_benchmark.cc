@@ -3,12 +3,14 @@
 // rows x (80 float32 + 21 int64) columns (125 MB, larger than the CPU caches), as a
 // shuffled epoch of a wide table reads it.
 //
-//   build/py/cpp/src/pqloader/batch_benchmark --benchmark_min_time=1s
+//   build/py/cpp/src/pqloader/batch_benchmark --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <cstring>
+#include <immintrin.h>
 
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
@@ -101,6 +103,102 @@ void BM_WithRowMajor(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kRows);
   state.SetBytesProcessed(state.iterations() * kRows * (kFloatColumns * 4 + kIntColumns * 8));
 }
+
+// A whole window gathered column after column into window-ordered arrays (what a
+// window-level gather would do): each column's source (4 x 64k values) stays in L2/L3.
+template <typename T>
+void GatherColumn(const std::vector<const T*>& src, const uint32_t* unit, const uint32_t* row,
+                  int64_t n, T* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = src[unit[i]][row[i]];
+}
+
+void BM_GatherWindowByColumn(benchmark::State& state) {
+  const Window w(false);
+  const int64_t n = kRows * kUnits;
+  std::vector<uint32_t> unit(n), row(n);
+  for (int64_t i = 0; i < n; ++i) {
+    unit[i] = static_cast<uint32_t>(w.order[i].unit);
+    row[i] = static_cast<uint32_t>(w.order[i].row);
+  }
+  std::vector<std::vector<uint8_t>> out(kFloatColumns + kIntColumns);
+  for (int c = 0; c < kFloatColumns + kIntColumns; ++c) out[c].resize(n * (c < kFloatColumns ? 4 : 8));
+  for (auto _ : state) {
+    for (int c = 0; c < kFloatColumns + kIntColumns; ++c) {
+      if (c < kFloatColumns) {
+        std::vector<const uint32_t*> src;
+        for (const auto& u : w.units) src.push_back(reinterpret_cast<const uint32_t*>(u->columns[c].data->data()));
+        GatherColumn(src, unit.data(), row.data(), n, reinterpret_cast<uint32_t*>(out[c].data()));
+      } else {
+        std::vector<const uint64_t*> src;
+        for (const auto& u : w.units) src.push_back(reinterpret_cast<const uint64_t*>(u->columns[c].data->data()));
+        GatherColumn(src, unit.data(), row.data(), n, reinterpret_cast<uint64_t*>(out[c].data()));
+      }
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * (kFloatColumns * 4 + kIntColumns * 8));
+}
+BENCHMARK(BM_GatherWindowByColumn)->Unit(benchmark::kMillisecond);
+
+__attribute__((target("avx2"))) void Gather32Avx2(const uint32_t* src, const int32_t* idx, int64_t n,
+                                                  uint32_t* out) {
+  int64_t i = 0;
+  for (const int64_t end = n - n % 8; i < end; i += 8) {
+    const __m256i ix = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + i));
+    const __m256i v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(src), ix, 4);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+  }
+  for (; i < n; ++i) out[i] = src[idx[i]];
+}
+__attribute__((target("avx2"))) void Gather64Avx2(const uint64_t* src, const int32_t* idx, int64_t n,
+                                                  uint64_t* out) {
+  int64_t i = 0;
+  for (const int64_t end = n - n % 4; i < end; i += 4) {
+    const __m128i ix = _mm_loadu_si128(reinterpret_cast<const __m128i*>(idx + i));
+    const __m256i v = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(src), ix, 8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+  }
+  for (; i < n; ++i) out[i] = src[idx[i]];
+}
+
+// The window's column made contiguous first (sequential copies), then gathered with
+// 32-bit indices, scalar or AVX2.
+void WindowConcatGather(benchmark::State& state, bool avx2) {
+  const Window w(false);
+  const int64_t n = kRows * kUnits;
+  std::vector<int32_t> idx(n);
+  for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(w.order[i].unit * kRows + w.order[i].row);
+  std::vector<uint8_t> concat(n * 8);
+  std::vector<std::vector<uint8_t>> out(kFloatColumns + kIntColumns);
+  for (int c = 0; c < kFloatColumns + kIntColumns; ++c) out[c].resize(n * (c < kFloatColumns ? 4 : 8));
+  for (auto _ : state) {
+    for (int c = 0; c < kFloatColumns + kIntColumns; ++c) {
+      const int64_t width = c < kFloatColumns ? 4 : 8;
+      for (int u = 0; u < kUnits; ++u) {
+        std::memcpy(concat.data() + u * kRows * width, w.units[u]->columns[c].data->data(), kRows * width);
+      }
+      if (width == 4) {
+        const auto* src = reinterpret_cast<const uint32_t*>(concat.data());
+        auto* dst = reinterpret_cast<uint32_t*>(out[c].data());
+        if (avx2) Gather32Avx2(src, idx.data(), n, dst);
+        else for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
+      } else {
+        const auto* src = reinterpret_cast<const uint64_t*>(concat.data());
+        auto* dst = reinterpret_cast<uint64_t*>(out[c].data());
+        if (avx2) Gather64Avx2(src, idx.data(), n, dst);
+        else for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
+      }
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * (kFloatColumns * 4 + kIntColumns * 8));
+}
+void BM_WindowConcatGatherScalar(benchmark::State& s) { WindowConcatGather(s, false); }
+void BM_WindowConcatGatherAvx2(benchmark::State& s) { WindowConcatGather(s, true); }
+BENCHMARK(BM_WindowConcatGatherScalar)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WindowConcatGatherAvx2)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_GatherNaturalOrder);
 BENCHMARK(BM_GatherShuffledColumns);

@@ -76,7 +76,11 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
         ++recycled_;
       }
     }
-    if (block == nullptr) ARROW_RETURN_NOT_OK(base_->Allocate(capacity, kBlockAlignment, &block));
+    if (block == nullptr) {
+      ARROW_RETURN_NOT_OK(base_->Allocate(capacity, kBlockAlignment, &block));
+      std::lock_guard<std::mutex> lock(mu_);
+      fresh_bytes_ += capacity;
+    }
     *out = block;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -192,6 +196,11 @@ int64_t RecyclingPool::recyclable_allocations() const {
   std::lock_guard<std::mutex> lock(mu_);
   return recyclable_;
 }
+int64_t RecyclingPool::fresh_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fresh_bytes_;
+}
+
 int64_t RecyclingPool::recycled_allocations() const {
   std::lock_guard<std::mutex> lock(mu_);
   return recycled_;

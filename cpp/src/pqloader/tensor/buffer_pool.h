@@ -63,6 +63,8 @@ class RecyclingPool : public arrow::MemoryPool {
   /// Allocations of a recyclable size, and those served from the free lists.
   int64_t recyclable_allocations() const;
   int64_t recycled_allocations() const;
+  /// Bytes of recyclable-size blocks taken from the underlying pool (fresh pages).
+  int64_t fresh_bytes() const;
 
   /// Raise the cache limit by `bytes` (a loader starting), or lower it (negative: one
   /// ending; excess cached blocks are released).
@@ -93,6 +95,7 @@ class RecyclingPool : public arrow::MemoryPool {
   int64_t num_allocations_ = 0;                           // GUARDED_BY(mu_)
   int64_t recyclable_ = 0;                                // GUARDED_BY(mu_)
   int64_t recycled_ = 0;                                  // GUARDED_BY(mu_)
+  int64_t fresh_bytes_ = 0;                               // GUARDED_BY(mu_)
   int64_t free_seq_ = 0;                                  // GUARDED_BY(mu_)
   // Per size class: (block, sequence number of its free), oldest first.
   std::array<std::deque<std::pair<uint8_t*, int64_t>>, kNumClasses> free_;  // GUARDED_BY(mu_)

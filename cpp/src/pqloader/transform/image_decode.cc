@@ -243,15 +243,26 @@ arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMo
 
 class DecodeImageOp : public Op {
  public:
-  DecodeImageOp(ImageMode mode, int64_t min_short_side)
-      : mode_(mode), min_short_side_(min_short_side) {}
+  DecodeImageOp(ImageMode mode, int64_t min_short_side, bool keepdims = true)
+      : mode_(mode), min_short_side_(min_short_side), keepdims_(keepdims) {}
   std::string ToString() const override {
     // min_short_side changes pixels, so it is part of the fingerprint.
     std::ostringstream out;
     out << "DecodeImage(mode=" << (mode_ == ImageMode::kGray ? "gray" : "rgb");
     if (min_short_side_ > 0) out << ", min_short_side=" << min_short_side_;
+    if (!keepdims_) out << ", keepdims=false";
     out << ")";
     return out.str();
+  }
+  SampleSignature OutputSignature(const SampleSignature&) const override {
+    SampleSignature out;
+    out.dtype = DType::kUInt8;
+    if (mode_ == ImageMode::kGray && !keepdims_) {
+      out.shape = std::vector<int64_t>{-1, -1};
+    } else {
+      out.shape = std::vector<int64_t>{-1, -1, mode_ == ImageMode::kGray ? 1 : 3};
+    }
+    return out;
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
@@ -260,18 +271,27 @@ class DecodeImageOp : public Op {
     }
     const uint8_t* p = in.data->data();
     const int64_t n = in.shape[0];
-    if (IsJpeg(p, n)) return DecodeJpeg(p, n, mode_, min_short_side_);
-    if (IsPng(p, n)) return DecodePng(p, n, mode_);
-    return arrow::Status::Invalid("not a JPEG or PNG image (", n, " bytes)");
+    arrow::Result<SampleTensor> out;
+    if (IsJpeg(p, n)) {
+      out = DecodeJpeg(p, n, mode_, min_short_side_);
+    } else if (IsPng(p, n)) {
+      out = DecodePng(p, n, mode_);
+    } else {
+      return arrow::Status::Invalid("not a JPEG or PNG image (", n, " bytes)");
+    }
+    // Gray without its channel axis: (H, W), as Petastorm's codec and PIL's "L" give.
+    if (out.ok() && mode_ == ImageMode::kGray && !keepdims_) out->shape.resize(2);
+    return out;
   }
 
   std::shared_ptr<const Op> WithMinShortSide(int64_t min_short_side) const {
-    return std::make_shared<DecodeImageOp>(mode_, min_short_side);
+    return std::make_shared<DecodeImageOp>(mode_, min_short_side, keepdims_);
   }
 
  private:
   ImageMode mode_;
   int64_t min_short_side_;
+  bool keepdims_;
 };
 
 }  // namespace
@@ -288,7 +308,8 @@ arrow::Result<std::shared_ptr<const Op>> MakeDecodeImage(const OpParams& params)
     return arrow::Status::Invalid("DecodeImage mode must be 'rgb' or 'gray', got '", mode, "'");
   }
   return std::make_shared<DecodeImageOp>(mode == "gray" ? ImageMode::kGray : ImageMode::kRGB,
-                                         static_cast<int64_t>(params.Number("min_short_side", 0)));
+                                         static_cast<int64_t>(params.Number("min_short_side", 0)),
+                                         params.Number("keepdims", 1) != 0);
 }
 
 }  // namespace pqloader

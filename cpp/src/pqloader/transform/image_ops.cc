@@ -44,6 +44,27 @@ std::vector<int64_t> ImageShape(const SampleTensor& like, int64_t h, int64_t w, 
   return like.channels_first ? std::vector<int64_t>{c, h, w} : std::vector<int64_t>{h, w, c};
 }
 
+// Where the height is in the shape of an image (HW, HWC or CHW) described by `s`, the
+// width following it; -1 if `s` is not known to be an image.
+int HeightAxis(const SampleSignature& s) {
+  if (!s.shape.has_value() || (s.shape->size() != 2 && s.shape->size() != 3)) return -1;
+  return s.shape->size() == 3 && s.channels_first ? 1 : 0;
+}
+
+// The signature of an image op's output of `h` x `w` pixels (-1: depends on the data)
+// for input `in`: its dtype, rank and channel axis; no shape unless `in` is an image.
+SampleSignature ImageSignature(const SampleSignature& in, int64_t h, int64_t w) {
+  SampleSignature out = in;
+  const int at = HeightAxis(in);
+  if (at < 0) {
+    out.shape.reset();
+    return out;
+  }
+  (*out.shape)[at] = h;
+  (*out.shape)[at + 1] = w;
+  return out;
+}
+
 // Filter weights of one output pixel along one axis (PIL's precompute_coeffs, bilinear).
 struct AxisWeights {
   std::vector<int64_t> first;      // first input index per output index
@@ -367,6 +388,22 @@ class ResizeOp : public Op {
     return ResizeImage(in, CropBox{0, 0, d.h, d.w}, oh, ow);
   }
 
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    const int at = HeightAxis(in);
+    int64_t oh = -1, ow = -1;
+    if (at >= 0 && (*in.shape)[at] > 0 && (*in.shape)[at + 1] > 0) {
+      const int64_t h = (*in.shape)[at], w = (*in.shape)[at + 1];  // as Apply does
+      if (w <= h) {
+        ow = size_;
+        oh = static_cast<int64_t>(static_cast<double>(size_) * h / w);
+      } else {
+        oh = size_;
+        ow = static_cast<int64_t>(static_cast<double>(size_) * w / h);
+      }
+    }
+    return ImageSignature(in, oh, ow);
+  }
+
   /// The output size of Apply for `in`: (height, width).
   arrow::Result<std::pair<int64_t, int64_t>> OutputSize(const SampleTensor& in) const {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
@@ -401,6 +438,9 @@ class CenterCropOp : public Op {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "CenterCrop"));
     return Crop(in, d, CenterBox(h_, w_, d.h, d.w));
   }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    return ImageSignature(in, h_, w_);
+  }
   int64_t height() const { return h_; }
   int64_t width() const { return w_; }
 
@@ -428,6 +468,9 @@ class ResizeCenterCropOp : public Op {
     }
     return ResizeImage(in, CropBox{0, 0, d.h, d.w}, size.first, size.second, &win);
   }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    return crop_->OutputSignature(resize_->OutputSignature(in));
+  }
 
  private:
   std::shared_ptr<const ResizeOp> resize_;
@@ -451,6 +494,9 @@ class RandomResizedCropOp : public Op {
         RandomResizedCropParams(d.h, d.w, scale_[0], scale_[1], ratio_[0], ratio_[1], &rng);
     return ResizeImage(in, box, h_, w_);
   }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    return ImageSignature(in, h_, w_);
+  }
 
  private:
   int64_t h_, w_;
@@ -466,6 +512,7 @@ class RandomHorizontalFlipOp : public Op {
     return out.str();
   }
   bool is_random() const override { return true; }
+  SampleSignature OutputSignature(const SampleSignature& in) const override { return in; }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext& ctx,
                                     int op_index) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "RandomHorizontalFlip"));
@@ -514,6 +561,16 @@ class NormalizeOp : public Op {
   }
   std::shared_ptr<const Op> WithChannelsFirstOutput() const {
     return std::make_shared<NormalizeOp>(mean_, std_, true);
+  }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    SampleSignature out = in;
+    out.dtype = DType::kFloat32;
+    if (to_chw_ && !in.channels_first && in.shape.has_value() && in.shape->size() == 3) {
+      const auto& s = *in.shape;
+      out.shape = std::vector<int64_t>{s[2], s[0], s[1]};
+      out.channels_first = true;
+    }
+    return out;
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
@@ -577,6 +634,19 @@ void Transpose(const uint8_t* src_bytes, int64_t plane, int64_t channels, uint8_
 class ToCHWOp : public Op {
  public:
   std::string ToString() const override { return "ToCHW()"; }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    if (in.channels_first) return in;
+    SampleSignature out = in;
+    out.channels_first = true;
+    const int at = HeightAxis(in);
+    if (at < 0) {
+      out.shape.reset();
+    } else {
+      const auto& s = *in.shape;
+      out.shape = std::vector<int64_t>{s.size() == 3 ? s[2] : 1, s[0], s[1]};
+    }
+    return out;
+  }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "ToCHW"));
@@ -598,6 +668,11 @@ class CastOp : public Op {
  public:
   explicit CastOp(DType to) : to_(to) {}
   std::string ToString() const override { return std::string("Cast(") + DTypeName(to_) + ")"; }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    SampleSignature out = in;
+    out.dtype = to_;
+    return out;
+  }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     if (in.dtype == to_) return in;
@@ -629,6 +704,11 @@ class PadOrTruncateOp : public Op {
     if (truncate_left_) out << ", truncation=left";
     out << ")";
     return out.str();
+  }
+  SampleSignature OutputSignature(const SampleSignature& in) const override {
+    SampleSignature out = in;
+    if (out.shape.has_value() && !out.shape->empty()) (*out.shape)[0] = length_;
+    return out;
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {

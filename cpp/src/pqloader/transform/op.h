@@ -38,6 +38,9 @@ class Op {
   /// Transform `in`. `op_index` is the op's position in its column's pipeline.
   virtual arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext& ctx,
                                             int op_index) const = 0;
+  /// Return what Apply makes of samples described by `in`, as far as it is known before
+  /// any data (the dtype and row shape of a batch without rows). Default: nothing.
+  virtual SampleSignature OutputSignature(const SampleSignature& /*in*/) const { return {}; }
 };
 
 /// Parameters of an op as given by the user (Python keyword arguments).

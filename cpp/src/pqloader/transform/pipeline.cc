@@ -13,6 +13,30 @@ std::shared_ptr<const Op> FuseNormalizeToCHW(const Op& normalize, const Op& next
 std::shared_ptr<const Op> FuseResizeCenterCrop(const std::shared_ptr<const Op>& resize,
                                                const std::shared_ptr<const Op>& next);
 
+namespace {
+
+// What the rows of column `spec` are before any data, after `ops` (if any): see
+// TransformPlan::signatures().
+std::optional<SampleSignature> SignatureOf(const ColumnSpec& spec,
+                                           const std::vector<std::shared_ptr<const Op>>* ops) {
+  SampleSignature s;
+  if (spec.kind == ColumnKind::kTensor) {
+    s.dtype = spec.dtype;
+    s.shape = spec.row_shape;
+  } else {  // ops see a row's encoded bytes (RowSample)
+    s.dtype = DType::kUInt8;
+    s.shape = std::vector<int64_t>{-1};
+  }
+  if (ops == nullptr || ops->empty()) {
+    if (spec.kind != ColumnKind::kTensor) return std::nullopt;
+    return s;
+  }
+  for (const auto& op : *ops) s = op->OutputSignature(s);
+  return s;
+}
+
+}  // namespace
+
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
   if (!data.samples.empty()) return data.samples[row];
   SampleTensor s;
@@ -139,6 +163,9 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     }
     plan.output_specs_.push_back(spec);
     plan.output_sources_.emplace_back(static_cast<int>(i), Part::kValues);
+    plan.signatures_.push_back(SignatureOf(specs[i], it != plan.columns_.end()
+                                                         ? &it->second.ops
+                                                         : nullptr));
     if (mode == ColumnCollate::Mode::kAsIs) continue;
     ColumnSpec extra;
     extra.name = spec.name + (mode == ColumnCollate::Mode::kPad ? "_length" : "_offsets");

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ class TransformPlan {
   bool has_suffix(int col) const;
   /// How each input column is collated (may be empty: all as they are).
   const std::vector<ColumnCollate>& collate() const { return collate_; }
+  /// What each input column's rows are before any data (see SampleSignature): its ops'
+  /// output for a transformed column, its spec for another tensor column, unset for
+  /// string and bytes columns (they stay lists). For AssembleBatch.
+  const std::vector<std::optional<SampleSignature>>& signatures() const { return signatures_; }
 
  private:
   struct Column {
@@ -90,6 +95,7 @@ class TransformPlan {
 
   std::map<int, Column> columns_;
   std::vector<ColumnCollate> collate_;
+  std::vector<std::optional<SampleSignature>> signatures_;
   DecodeErrorPolicy policy_ = DecodeErrorPolicy::kRaise;
   std::vector<ColumnSpec> output_specs_;
   std::vector<std::pair<int, Part>> output_sources_;

@@ -112,6 +112,128 @@ TEST(TransformPlan, AFinalPadOrTruncateIsTheColumnsCollateStep) {
   EXPECT_EQ(lengths0, (std::vector<int64_t>{1, 4}));
 }
 
+ColumnSpec BytesSpec(const std::string& name) {
+  ColumnSpec s;
+  s.name = name;
+  s.kind = ColumnKind::kBytes;
+  return s;
+}
+
+TEST(TransformPlan, SignaturesFollowTheOpsWithoutData) {
+  OpParams crop;
+  crop.lists["size"] = {32, 48};
+  OpParams resize;
+  resize.numbers["size"] = 24;
+  OpParams norm;
+  norm.lists["mean"] = {0.5};
+  norm.lists["std"] = {0.5};
+  OpParams gray;
+  gray.strings["mode"] = "gray";
+  gray.numbers["keepdims"] = 0;
+  OpParams cast;
+  cast.strings["dtype"] = "float16";
+  OpParams flip;
+  ColumnSpec id;
+  id.name = "id";
+  id.dtype = DType::kInt64;
+  auto plan = TransformPlan::Make(
+                  {BytesSpec("a"), BytesSpec("b"), BytesSpec("c"), BytesSpec("d"),
+                   BytesSpec("e"), BytesSpec("f"), id, BytesSpec("s")},
+                  {{"a", {Make("DecodeImage")}},
+                   // Normalize + ToCHW are fused; CenterCrop then Resize is computable
+                   {"b", {Make("DecodeImage"), Make("CenterCrop", crop), Make("Resize", resize),
+                          Make("RandomHorizontalFlip", flip), Make("Normalize", norm),
+                          Make("ToCHW")}},
+                   {"c", {Make("DecodeImage", gray), Make("Resize", resize)}},
+                   {"d", {Make("DecodeNdarray")}},
+                   {"e", {Make("DecodeNdarray"), Make("Cast", cast)}},
+                   {"f", {Make("DecodeImage"), Make("ToCHW"), Make("CenterCrop", crop)}}},
+                  DecodeErrorPolicy::kSkip)
+                  .ValueOrDie();
+  const auto& sig = plan.signatures();
+  ASSERT_EQ(sig.size(), 8u);
+  using Shape = std::vector<int64_t>;
+  ASSERT_TRUE(sig[0].has_value());
+  EXPECT_EQ(sig[0]->dtype, DType::kUInt8);
+  EXPECT_EQ(sig[0]->shape, (Shape{-1, -1, 3}));  // the image's size depends on the data
+  EXPECT_EQ(sig[1]->dtype, DType::kFloat32);
+  EXPECT_EQ(sig[1]->shape, (Shape{3, 24, 36}));  // 32 x 48 resized to a shorter side of 24
+  EXPECT_TRUE(sig[1]->channels_first);
+  EXPECT_EQ(sig[2]->shape, (Shape{-1, -1}));
+  ASSERT_TRUE(sig[3].has_value());
+  EXPECT_FALSE(sig[3]->dtype.has_value());  // what a .npy holds is in its header
+  EXPECT_FALSE(sig[3]->shape.has_value());
+  EXPECT_EQ(sig[4]->dtype, DType::kFloat16);
+  EXPECT_FALSE(sig[4]->shape.has_value());
+  EXPECT_EQ(sig[5]->shape, (Shape{3, 32, 48}));
+  ASSERT_TRUE(sig[6].has_value());  // untransformed tensor column: its spec
+  EXPECT_EQ(sig[6]->dtype, DType::kInt64);
+  EXPECT_EQ(sig[6]->shape, Shape{});
+  EXPECT_FALSE(sig[7].has_value());  // untransformed bytes stay a list
+
+  // What the ops make of real samples has the signature's shape.
+  SampleTensor image;
+  image.dtype = DType::kUInt8;
+  image.shape = {50, 70, 3};
+  image.data = arrow::Buffer::FromString(std::string(50 * 70 * 3, '\x7f'));
+  SampleTensor out = image;
+  for (const auto& op : {Make("CenterCrop", crop), Make("Resize", resize),
+                         Make("Normalize", norm), Make("ToCHW")}) {
+    out = op->Apply(out, SampleContext{}, 0).ValueOrDie();
+  }
+  EXPECT_EQ(out.shape, *sig[1]->shape);
+  EXPECT_EQ(out.dtype, *sig[1]->dtype);
+}
+
+TEST(AssembleBatch, ABatchWithoutRowsHasTheSignaturesDtypeAndShape) {
+  OpParams crop;
+  crop.lists["size"] = {4, 6};
+  OpParams pad;
+  pad.numbers["length"] = 5;
+  OpParams cast;
+  cast.strings["dtype"] = "float32";
+  ColumnSpec tok = ListSpec();
+  ColumnSpec vec = ListSpec();
+  vec.name = "vec";
+  vec.row_shape = {-1, 3};
+  ColumnCollate ragged;
+  ragged.mode = ColumnCollate::Mode::kRagged;
+  const std::vector<ColumnSpec> specs = {BytesSpec("img"), tok, vec, BytesSpec("s"),
+                                         BytesSpec("npy")};
+  auto plan = TransformPlan::Make(specs,
+                                  {{"img", {Make("DecodeImage"), Make("CenterCrop", crop)}},
+                                   {"tok", {Make("Cast", cast), Make("PadOrTruncate", pad)}},
+                                   {"npy", {Make("DecodeNdarray")}}},
+                                  DecodeErrorPolicy::kSkip, true, {{"vec", ragged}})
+                  .ValueOrDie();
+  auto unit = std::make_shared<DecodedUnit>();  // every row skipped: none is gathered
+  unit->num_rows = 0;
+  unit->columns.resize(specs.size());
+  auto batch = AssembleBatch(specs, {unit}, 0, {}, {}, arrow::default_memory_pool(),
+                             plan.collate(), plan.signatures())
+                   .ValueOrDie();
+  const auto& c = batch->columns;
+  ASSERT_EQ(c.size(), 5u);
+  using Shape = std::vector<int64_t>;
+  EXPECT_EQ(c[0].kind, ColumnKind::kTensor);
+  EXPECT_EQ(c[0].dtype, DType::kUInt8);
+  EXPECT_EQ(c[0].shape, (Shape{0, 4, 6, 3}));
+  EXPECT_EQ(c[1].dtype, DType::kFloat32);
+  EXPECT_EQ(c[1].shape, (Shape{0, 5}));  // padded to the fixed length
+  ASSERT_NE(c[1].lengths, nullptr);
+  EXPECT_EQ(c[1].lengths->size(), 0);
+  EXPECT_EQ(c[2].dtype, DType::kInt32);
+  EXPECT_EQ(c[2].shape, (Shape{0, 3}));  // no values, rows of 3
+  ASSERT_NE(c[2].offsets, nullptr);
+  ASSERT_EQ(c[2].offsets->size(), 8);  // one offset: 0
+  EXPECT_EQ(reinterpret_cast<const int64_t*>(c[2].offsets->data())[0], 0);
+  EXPECT_EQ(c[3].kind, ColumnKind::kBytes);  // strings and bytes stay lists
+  EXPECT_EQ(c[3].shape, (Shape{0}));
+  EXPECT_EQ(c[4].kind, ColumnKind::kTensor);  // dtype and rank unknown: uint8 (0,)
+  EXPECT_EQ(c[4].dtype, DType::kUInt8);
+  EXPECT_EQ(c[4].shape, (Shape{0}));
+}
+
 TEST(TransformPlan, PadOrTruncateMustBeLast) {
   OpParams pad;
   pad.numbers["length"] = 4;

@@ -1,0 +1,413 @@
+#include "pqloader/cache/split_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "pqloader/test_util.h"
+
+namespace pqloader {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<DecodedUnit> UnitOfBytes(int64_t n, char fill = 'a') {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = 1;
+  ColumnData c;
+  c.row_shape = {n};
+  c.row_bytes = n;
+  c.data = arrow::Buffer::FromString(std::string(static_cast<size_t>(n), fill));
+  u->columns = {c};
+  return u;
+}
+
+SourceIdentity SourceOf(const std::string& path, int64_t version, int64_t row_group = 0) {
+  return SourceIdentity{path, 1000 + version, version, "hash" + std::to_string(version),
+                        row_group};
+}
+
+// A schedule for tests: owns the keys it is given; a file is at the version it is given.
+class FakeSchedule : public CacheSchedule {
+ public:
+  std::set<std::string> owned;
+  std::map<std::string, int64_t> versions;  // path -> current version
+  double NextUse(const std::string&, double) const override { return kNeverUsed; }
+  bool Owns(const std::string& key) const override { return owned.count(key) > 0; }
+  bool IsStale(const SourceIdentity& source) const override {
+    auto it = versions.find(source.path);
+    return it != versions.end() && !source.SameFileVersion(SourceOf(source.path, it->second));
+  }
+};
+
+int64_t EntryFiles(const std::string& dir) {
+  int64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    n += e.path().extension() == ".pqc";
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST(SplitCache, DiskCachePublishesAndServesEntries) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 2;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("some split");
+  EXPECT_EQ(key.size(), 32u);
+  EXPECT_EQ(cache->Get(key), nullptr);
+  EXPECT_EQ(cache->Put(key, UnitOfBytes(5), SourceOf("/f", 1)), CacheRefusal::kNone);
+  auto hit = cache->Get(key);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(hit->columns[0].data->ToString(), "aaaaa");
+  auto c = cache->counters();
+  EXPECT_EQ(c.misses, 1);
+  EXPECT_EQ(c.hits, 1);
+  EXPECT_EQ(c.inserts, 1);
+  auto stats = InspectCacheDir(o.dir).ValueOrDie();
+  EXPECT_EQ(stats.entries, 1);
+  ASSERT_TRUE(ClearCacheDir(o.dir).ok());
+  EXPECT_EQ(cache->Get(key), nullptr);
+}
+
+TEST(SplitCache, KeepRefusesInsertsBeyondTheLimitAndSaysSoOnce) {
+  for (const std::string& dir : {std::string(":memory:"), testing::MakeTempDir() + "/c"}) {
+    CacheOptions o;
+    o.dir = dir;
+    o.shards = 1;
+    o.size_limit = dir == ":memory:" ? 150 : 1500;  // one entry fits
+    const int64_t bytes = dir == ":memory:" ? 100 : 1000;
+    auto cache = SplitCache::Open(o);
+    EXPECT_EQ(cache->Put(CacheKey("a"), UnitOfBytes(bytes), SourceOf("/f", 1, 0)),
+              CacheRefusal::kNone);
+    EXPECT_EQ(cache->TakeWarning(), "");
+    EXPECT_EQ(cache->Put(CacheKey("b"), UnitOfBytes(bytes), SourceOf("/f", 1, 1)),
+              CacheRefusal::kFull);
+    EXPECT_EQ(cache->Put(CacheKey("c"), UnitOfBytes(bytes), SourceOf("/f", 1, 2)),
+              CacheRefusal::kFull);
+    EXPECT_NE(cache->Get(CacheKey("a")), nullptr);
+    EXPECT_EQ(cache->Get(CacheKey("b")), nullptr);
+    EXPECT_EQ(cache->counters().refused_full, 2);
+    const std::string warning = cache->TakeWarning();
+    EXPECT_NE(warning.find("is full"), std::string::npos) << warning;
+    EXPECT_NE(warning.find("cache_policy='plan'"), std::string::npos) << warning;
+    EXPECT_EQ(cache->TakeWarning(), "");  // once per cache object
+    // Another reason warns once more.
+    EXPECT_EQ(cache->Put(CacheKey("d"), UnitOfBytes(bytes * 2), SourceOf("/f", 1, 3)),
+              CacheRefusal::kTooLarge);
+    EXPECT_EQ(cache->counters().refused_too_large, 1);
+    EXPECT_NE(cache->TakeWarning().find("row group 3 of '/f'"), std::string::npos);
+    cache->Refuse(CacheRefusal::kStale, SourceOf("/g", 2));
+    EXPECT_EQ(cache->counters().refused_stale, 1);
+    EXPECT_NE(cache->TakeWarning().find("'/g' changed while the loader read it"),
+              std::string::npos);
+  }
+}
+
+TEST(SplitCache, LruEvictsTheLeastRecentlyUsed) {
+  CacheOptions o;
+  o.dir = ":memory:";
+  o.size_limit = 250;
+  o.policy = CachePolicy::kLru;
+  auto lru = SplitCache::Open(o);
+  lru->Put("a", UnitOfBytes(100), SourceOf("/f", 1));
+  lru->Put("b", UnitOfBytes(100), SourceOf("/f", 1));
+  EXPECT_NE(lru->Get("a"), nullptr);  // b is now the least recently used
+  lru->Put("c", UnitOfBytes(100), SourceOf("/f", 1));
+  EXPECT_NE(lru->Get("a"), nullptr);
+  EXPECT_EQ(lru->Get("b"), nullptr);
+  EXPECT_NE(lru->Get("c"), nullptr);
+  EXPECT_EQ(lru->counters().evictions, 1);
+}
+
+TEST(CacheAdmission, StaleEntriesGoFirstUnderEveryPolicy) {
+  // Held: 3 entries of 10 bytes, the middle one stale; budget 30, insert 10.
+  const std::vector<HeldEntry> held = {{10, 1, false}, {10, 2, true}, {10, 3, false}};
+  for (CachePolicy p : {CachePolicy::kKeep, CachePolicy::kLru}) {
+    const Admission a = Admit(p, held, 30, 30, 10);
+    EXPECT_EQ(a.refusal, CacheRefusal::kNone);
+    EXPECT_EQ(a.evict, std::vector<size_t>{1});
+  }
+  // Not enough room even without the stale entry: keep refuses (still dropping the
+  // stale one), lru evicts the oldest live entry too.
+  const Admission keep = Admit(CachePolicy::kKeep, held, 30, 30, 20);
+  EXPECT_EQ(keep.refusal, CacheRefusal::kFull);
+  EXPECT_EQ(keep.evict, std::vector<size_t>{1});
+  const Admission lru = Admit(CachePolicy::kLru, held, 30, 30, 20);
+  EXPECT_EQ(lru.refusal, CacheRefusal::kNone);
+  EXPECT_EQ(lru.evict, (std::vector<size_t>{1, 0}));
+  // Room to spare, no limit, or larger than the budget.
+  EXPECT_TRUE(Admit(CachePolicy::kKeep, held, 30, 100, 10).evict.empty());
+  EXPECT_EQ(Admit(CachePolicy::kKeep, held, 30, 0, 10).refusal, CacheRefusal::kNone);
+  EXPECT_EQ(Admit(CachePolicy::kLru, held, 30, 30, 31).refusal, CacheRefusal::kTooLarge);
+}
+
+TEST(SplitCache, AFullDiskCacheDeletesStaleEntriesOfItsOwnersFilesFirst) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions o;
+  o.dir = dir;
+  o.shards = 1;
+  o.size_limit = 4500;  // three entries of ~1.4 KB
+  // A first owner fills the cache from version 1 of /f (and one entry of /other).
+  {
+    auto cache = SplitCache::Open(o);
+    cache->Put(CacheKey("f1-0"), UnitOfBytes(1000), SourceOf("/f", 1, 0));
+    cache->Put(CacheKey("f1-1"), UnitOfBytes(1000), SourceOf("/f", 1, 1));
+    cache->Put(CacheKey("o-0"), UnitOfBytes(1000), SourceOf("/other", 1, 0));
+    EXPECT_EQ(cache->counters().inserts, 3);
+  }
+  // /f is now at version 2: its old entries are stale for a loader that reads /f.
+  auto schedule = std::make_shared<FakeSchedule>();
+  schedule->owned = {CacheKey("f2-0"), CacheKey("f2-1")};
+  schedule->versions = {{"/f", 2}};
+  auto cache = SplitCache::Open(o);
+  cache->set_schedule(schedule);
+  EXPECT_EQ(cache->Put(CacheKey("f2-0"), UnitOfBytes(1000), SourceOf("/f", 2, 0)),
+            CacheRefusal::kNone);
+  const CacheCounters c = cache->counters();
+  EXPECT_EQ(c.inserts, 1);
+  EXPECT_EQ(c.evictions, 2);  // both stale entries, not the entry of /other
+  EXPECT_EQ(c.evicted_stale, 2);
+  EXPECT_NE(cache->Get(CacheKey("o-0")), nullptr);
+  EXPECT_EQ(cache->Get(CacheKey("f1-0")), nullptr);
+  EXPECT_EQ(EntryFiles(dir), 2);
+  // Full again, nothing stale: keep refuses.
+  EXPECT_EQ(cache->Put(CacheKey("f2-1"), UnitOfBytes(1000), SourceOf("/f", 2, 1)),
+            CacheRefusal::kNone);
+  EXPECT_EQ(cache->Put(CacheKey("x"), UnitOfBytes(1000), SourceOf("/f", 2, 2)),
+            CacheRefusal::kFull);
+}
+
+TEST(SplitCache, StatsAndPruneTellStaleEntriesByTheirHeaders) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions o;
+  o.dir = dir;
+  o.shards = 4;
+  {
+    auto cache = SplitCache::Open(o);
+    for (int rg = 0; rg < 3; ++rg) {
+      cache->Put(CacheKey("old" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 1, rg));
+      cache->Put(CacheKey("new" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 2, rg));
+    }
+    cache->Put(CacheKey("gone"), UnitOfBytes(100), SourceOf("/gone", 1));
+    cache->Put(CacheKey("remote"), UnitOfBytes(100), SourceOf("s3://b/k", 1));
+  }
+  std::ofstream(dir + "/shard-00/notes.txt") << "not an entry";
+  // A file named like an entry without an entry's header is never deleted.
+  const std::string fake = dir + "/shard-01/" + CacheKey("fake") + ".pqc";
+  std::ofstream(fake) << std::string(200, 'x');
+  const SourceChecker checker = [](const SourceIdentity& s) {
+    if (s.path == "/gone") return SourceState::kStale;
+    if (s.path != "/f") return SourceState::kUnknown;
+    return s.SameFileVersion(SourceOf("/f", 2)) ? SourceState::kCurrent : SourceState::kStale;
+  };
+  auto stats = InspectCacheDir(dir, checker).ValueOrDie();
+  EXPECT_EQ(stats.entries, 9);  // by name, the fake included
+  EXPECT_EQ(stats.stale_entries, 4);
+  EXPECT_EQ(stats.unverified_entries, 1);
+  EXPECT_GT(stats.stale_bytes, 400);
+  auto report = PruneCacheDir(dir, checker).ValueOrDie();
+  EXPECT_EQ(report.entries, 4);
+  EXPECT_EQ(report.bytes, stats.stale_bytes);
+  EXPECT_EQ(report.kept, 4);
+  EXPECT_EQ(report.unverified_entries, 1);
+  EXPECT_TRUE(fs::exists(fake));
+  EXPECT_TRUE(fs::exists(dir + "/shard-00/notes.txt"));
+  EXPECT_EQ(EntryFiles(dir), 5);
+  auto cache = SplitCache::Open(o);
+  EXPECT_NE(cache->Get(CacheKey("new1")), nullptr);
+  EXPECT_EQ(cache->Get(CacheKey("old1")), nullptr);
+  // The shards' usage files follow the deletions: 4 live entries of one shard budget.
+  int64_t usage = 0;
+  for (int s = 0; s < 4; ++s) {
+    std::ifstream in(dir + "/shard-0" + std::to_string(s) + "/.usage");
+    int64_t v = 0;
+    if (in >> v) usage += v;
+  }
+  EXPECT_EQ(usage, InspectCacheDir(dir).ValueOrDie().bytes - 200);  // the fake is not counted
+}
+
+TEST(SplitCache, PruneRefusesADirectoryThatIsNotACache) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/mine.txt") << "user data";
+  const SourceChecker all_stale = [](const SourceIdentity&) { return SourceState::kStale; };
+  EXPECT_FALSE(PruneCacheDir(dir, all_stale).ok());
+  EXPECT_TRUE(fs::exists(dir + "/mine.txt"));
+}
+
+namespace {
+
+// The path of the in-progress marker of `key` in a one-shard cache at `dir`.
+std::string MarkerOf(const std::string& dir, const std::string& key) {
+  return dir + "/shard-00/" + key + ".fetch";
+}
+
+CacheOptions OneShard(const std::string& dir, int64_t wait_timeout_ms = 30000) {
+  CacheOptions o;
+  o.dir = dir;
+  o.shards = 1;
+  o.wait_timeout_ms = wait_timeout_ms;
+  return o;
+}
+
+std::string ThisHost() {
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+TEST(FetchClaims, OneProcessAtATimeClaimsASplit) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  // Two cache objects on one directory stand for two processes.
+  auto a = SplitCache::Open(OneShard(dir));
+  auto b = SplitCache::Open(OneShard(dir));
+  const std::string key = CacheKey("split 1");
+  auto claim = a->TryClaim(key);
+  ASSERT_NE(claim, nullptr);
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));
+  EXPECT_EQ(b->TryClaim(key), nullptr);
+  auto same = a->TryClaim(key);
+  EXPECT_EQ(same, claim);  // shared within one cache object
+  EXPECT_EQ(InspectCacheDir(dir).ValueOrDie().fetch_markers, 1);
+  claim.reset();
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));  // the second reference holds it
+  same.reset();
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  EXPECT_NE(b->TryClaim(key), nullptr);
+}
+
+TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto a = SplitCache::Open(OneShard(dir));
+  auto b = SplitCache::Open(OneShard(dir, 300));
+  const std::string key = CacheKey("split 2");
+  // Published: the holder inserts, then releases.
+  auto claim = a->TryClaim(key);
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    a->Put(key, UnitOfBytes(10), SourceOf("/f", 1));
+    claim.reset();
+  });
+  EXPECT_EQ(b->WaitForFetch(key, nullptr), FetchWait::kCached);
+  holder.join();
+  EXPECT_NE(b->Get(key), nullptr);
+  // Dropped without an entry (e.g. refused by the budget): the waiter may claim it.
+  const std::string other = CacheKey("split 3");
+  claim = a->TryClaim(other);
+  std::thread dropper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    claim.reset();
+  });
+  EXPECT_EQ(b->WaitForFetch(other, nullptr), FetchWait::kFree);
+  dropper.join();
+  // Held past the waiter's timeout (300 ms): the claim is deemed abandoned and broken.
+  claim = a->TryClaim(other);
+  ASSERT_TRUE(fs::exists(MarkerOf(dir, other)));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(b->WaitForFetch(other, nullptr), FetchWait::kFree);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, other)));
+  auto taken_over = b->TryClaim(other);
+  ASSERT_NE(taken_over, nullptr);
+  claim.reset();  // the slow holder lets go: the new holder's marker stays
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, other)));
+  // Cancelled from another thread, long before the timeout.
+  auto patient = SplitCache::Open(OneShard(dir, 60000));
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel = true;
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(patient->WaitForFetch(other, &cancel), FetchWait::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(5));
+  canceller.join();
+  const CacheCounters c = b->counters();
+  EXPECT_EQ(c.waits, 3);
+  EXPECT_EQ(c.wait_timeouts, 1);
+  EXPECT_GT(c.wait_ns, 300'000'000);
+}
+
+TEST(FetchClaims, MarkersOfDeadProcessesOrOlderThanTheTimeoutAreBroken) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto cache = SplitCache::Open(OneShard(dir, 2000));
+  // A process that has exited: its pid is free (reaped).
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string dead = CacheKey("dead");
+  std::ofstream(MarkerOf(dir, dead)) << "pqloader fetch\npid " << child << "\nhost " << ThisHost()
+                                     << "\ntoken x\n";
+  EXPECT_NE(cache->TryClaim(dead), nullptr);
+  // A live process (this one) whose marker is older than the timeout.
+  const std::string old = CacheKey("old");
+  std::ofstream(MarkerOf(dir, old)) << "pqloader fetch\npid " << ::getpid() << "\nhost "
+                                    << ThisHost() << "\ntoken y\n";
+  EXPECT_EQ(cache->TryClaim(old), nullptr);  // fresh: held
+  struct timespec times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, MarkerOf(dir, old).c_str(), times, 0), 0);
+  EXPECT_EQ(cache->WaitForFetch(old, nullptr), FetchWait::kFree);  // broken by the waiter
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, old)));
+  // A dead pid on another host may be alive there: only its age breaks it.
+  const std::string remote = CacheKey("remote");
+  std::ofstream(MarkerOf(dir, remote)) << "pqloader fetch\npid " << child
+                                       << "\nhost another-host\ntoken z\n";
+  EXPECT_EQ(cache->TryClaim(remote), nullptr);
+}
+
+TEST(FetchClaims, AClaimOutlivesItsCacheAndClearRemovesLeftMarkers) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  const std::string key = CacheKey("k");
+  std::shared_ptr<FetchClaim> claim;
+  {
+    auto cache = SplitCache::Open(OneShard(dir));
+    claim = cache->TryClaim(key);
+  }
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));
+  claim.reset();
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  // A marker left by a crash is the cache's: clear deletes it, and the directory may be
+  // marked as a cache with it in place.
+  auto cache = SplitCache::Open(OneShard(dir));
+  claim = cache->TryClaim(key);
+  std::ofstream(MarkerOf(dir, CacheKey("crashed"))) << "pqloader fetch\npid 1\n";
+  fs::remove(dir + "/PQLOADER_CACHE");
+  EXPECT_TRUE(MarkCacheDir(dir));
+  auto report = ClearCacheDir(dir).ValueOrDie();
+  EXPECT_EQ(report.foreign_count, 0);
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, CacheKey("crashed"))));
+  claim.reset();  // its marker is gone already: nothing to delete, no error
+}
+
+TEST(FetchClaims, NoClaimsWithoutCoordination) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto a = SplitCache::Open(OneShard(dir, 0));
+  auto b = SplitCache::Open(OneShard(dir, 0));
+  const std::string key = CacheKey("k");
+  auto claim = a->TryClaim(key);
+  EXPECT_NE(claim, nullptr);
+  EXPECT_NE(b->TryClaim(key), nullptr);
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  CacheOptions memory;
+  memory.dir = ":memory:";
+  EXPECT_NE(SplitCache::Open(memory)->TryClaim(key), nullptr);
+  EXPECT_EQ(b->WaitForFetch(key, nullptr), FetchWait::kFree);
+}
+
+}  // namespace pqloader

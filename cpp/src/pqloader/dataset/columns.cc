@@ -1,0 +1,522 @@
+#include "pqloader/dataset/columns.h"
+
+#include <algorithm>
+#include <map>
+#include <charconv>
+#include <set>
+
+#include <arrow/type_traits.h>
+#include <arrow/util/key_value_metadata.h>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+// The struct a step of a dotted path goes into: the type itself, or the values of a
+// list (or map) of structs. Null when the step cannot go below `type`.
+const arrow::StructType* StructBelow(const arrow::DataType& type, bool* through_list) {
+  *through_list = false;
+  const arrow::DataType* t = &type;
+  if (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
+      t->id() == arrow::Type::FIXED_SIZE_LIST || t->id() == arrow::Type::MAP) {
+    *through_list = true;
+    t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+  }
+  return t->id() == arrow::Type::STRUCT ? static_cast<const arrow::StructType*>(t) : nullptr;
+}
+
+// The type of `path` below `type` (a list step makes the result a list of it), and
+// whether a null can appear on the way. Null when the path does not exist.
+std::shared_ptr<arrow::DataType> TypeAt(std::shared_ptr<arrow::DataType> type,
+                                        const std::vector<std::string>& path, bool* nullable) {
+  for (const std::string& name : path) {
+    bool through_list = false;
+    const arrow::StructType* st = StructBelow(*type, &through_list);
+    if (st == nullptr) return nullptr;
+    const int i = st->GetFieldIndex(name);
+    if (i < 0) return nullptr;
+    *nullable = *nullable || st->field(i)->nullable();
+    auto child = st->field(i)->type();
+    if (through_list) {
+      type = type->id() == arrow::Type::LARGE_LIST ? arrow::large_list(child) : arrow::list(child);
+    } else {
+      type = child;
+    }
+  }
+  return type;
+}
+
+// The Parquet leaves below `path` of manifest field `field`.
+bool LeavesAt(const parquet::arrow::SchemaField& field, const std::vector<std::string>& path,
+              size_t step, std::vector<int>* out) {
+  if (step == path.size()) {
+    std::vector<const parquet::arrow::SchemaField*> stack{&field};
+    while (!stack.empty()) {
+      const auto* f = stack.back();
+      stack.pop_back();
+      if (f->column_index >= 0) out->push_back(f->column_index);
+      for (auto it = f->children.rbegin(); it != f->children.rend(); ++it) stack.push_back(&*it);
+    }
+    return true;
+  }
+  const parquet::arrow::SchemaField* node = &field;
+  if (node->field->type()->id() != arrow::Type::STRUCT) {  // a list or map of structs
+    if (node->children.size() != 1) return false;
+    node = &node->children[0];
+  }
+  for (const auto& child : node->children) {
+    if (child.field->name() == path[step]) return LeavesAt(child, path, step + 1, out);
+  }
+  return false;
+}
+
+std::string Join(const std::string& top, const std::vector<std::string>& path) {
+  std::string out = top;
+  for (const auto& p : path) out += "." + p;
+  return out;
+}
+
+// One output column before specs: its top-level field name and the path below it.
+struct Leaf {
+  std::string top;
+  std::vector<std::string> path;
+  std::string name() const { return Join(top, path); }
+};
+
+class Resolver {
+ public:
+  Resolver(const std::vector<FileColumns>& files, const std::vector<PartitionKey>& keys,
+           const ColumnsOptions& options)
+      : files_(files), keys_(keys), options_(options) {}
+
+  arrow::Result<ResolvedColumns> Run() {
+    std::vector<std::string> names = options_.columns;
+    if (names.empty()) names = DefaultNames();
+    std::set<std::string> seen;
+    for (const std::string& name : names) {
+      const int key = KeyIndex(name);
+      if (key >= 0 && !IsTopField(name)) {
+        ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
+        AddPartition(name, key);
+        continue;
+      }
+      ARROW_ASSIGN_OR_RAISE(auto leaf, Locate(name));
+      std::vector<Leaf> leaves;
+      ARROW_RETURN_NOT_OK(Expand(leaf, &leaves));
+      for (const Leaf& l : leaves) {
+        if (!seen.insert(l.name()).second) {
+          return arrow::Status::Invalid("column '", Quoted(l.name()), "' is selected twice (",
+                                        "columns= names it, or a struct that holds it, more "
+                                        "than once)");
+        }
+        ARROW_RETURN_NOT_OK(CheckNameUtf8(l));
+        ARROW_RETURN_NOT_OK(AddLeaf(l));
+      }
+    }
+    ARROW_RETURN_NOT_OK(AddMasks());
+    return std::move(out_);
+  }
+
+ private:
+  // Selected names and partition values become Python str: they must be valid UTF-8
+  // (an unselected column's name may be anything).
+  arrow::Status CheckNameUtf8(const Leaf& leaf) const {
+    const std::string name = leaf.name();
+    if (IsValidUtf8(name)) return arrow::Status::OK();
+    std::string where = files_.empty() ? std::string("the declared schema") : files_[0].display;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      bool nullable = false;
+      if (TypeIn(static_cast<int>(f), leaf, &nullable) != nullptr) {
+        where = files_[f].display;
+        break;
+      }
+    }
+    return MakeError(ErrorKind::kInvalidData, "'", where, "' has a column named b'",
+                     Printable(name), "', which is not valid UTF-8; select other columns with "
+                     "columns=[...]");
+  }
+
+  arrow::Status CheckPartitionUtf8(int key) const {
+    const PartitionKey& k = keys_[key];
+    if (!IsValidUtf8(k.name)) {
+      return MakeError(ErrorKind::kInvalidData, "the path of '", Printable(files_[0].display),
+                       "' has a partition key named b'", Printable(k.name),
+                       "', which is not valid UTF-8; select other columns with columns=[...]");
+    }
+    for (size_t f = 0; f < k.values.size(); ++f) {
+      if (!k.null[f] && !IsValidUtf8(k.values[f])) {
+        return MakeError(ErrorKind::kInvalidData, "the path of '", Printable(files_[f].display),
+                         "' gives partition key '", k.name, "' a value that is not valid "
+                         "UTF-8 (b'", Printable(k.values[f]), "')");
+      }
+    }
+    return arrow::Status::OK();
+  }
+
+  // A name as error messages quote it: escaped where it is not valid UTF-8.
+  static std::string Quoted(const std::string& name) {
+    return IsValidUtf8(name) ? name : Printable(name);
+  }
+
+  int KeyIndex(const std::string& name) const {
+    for (size_t k = 0; k < keys_.size(); ++k) {
+      if (keys_[k].name == name) return static_cast<int>(k);
+    }
+    return -1;
+  }
+
+  bool IsTopField(const std::string& name) const {
+    if (options_.schema != nullptr) return options_.schema->GetFieldIndex(name) >= 0;
+    for (const auto& f : files_) {
+      if (f.schema->GetFieldIndex(name) >= 0) return true;
+    }
+    return false;
+  }
+
+  // Every column of every file in order of first appearance (or the declared schema's),
+  // without pandas index columns, then the partition keys that are not file columns.
+  std::vector<std::string> DefaultNames() const {
+    std::vector<std::string> names;
+    std::set<std::string> seen;
+    std::set<std::string> index;
+    for (const auto& f : files_) {
+      for (auto& n : PandasIndexColumns(f.metadata.get())) index.insert(std::move(n));
+    }
+    auto add = [&](const std::string& n) {
+      if (index.count(n) == 0 && seen.insert(n).second) names.push_back(n);
+    };
+    if (options_.schema != nullptr) {
+      for (const auto& field : options_.schema->fields()) add(field->name());
+    } else {
+      for (const auto& f : files_) {
+        for (const auto& field : f.schema->fields()) add(field->name());
+      }
+    }
+    for (const auto& k : keys_) {
+      if (seen.insert(k.name).second) names.push_back(k.name);
+    }
+    return names;
+  }
+
+  // The type of (top, path) in file i (or declared), null where absent.
+  std::shared_ptr<arrow::DataType> TypeIn(int file, const Leaf& leaf, bool* nullable) const {
+    std::shared_ptr<arrow::Field> field;
+    if (file < 0) {
+      field = options_.schema->GetFieldByName(leaf.top);
+    } else {
+      field = files_[file].schema->GetFieldByName(leaf.top);
+    }
+    if (field == nullptr) return nullptr;
+    *nullable = field->nullable();
+    return TypeAt(field->type(), leaf.path, nullable);
+  }
+
+  // Find `name` as a top-level field, or as a dotted path below one (the longest
+  // top-level name that prefixes it).
+  arrow::Result<Leaf> Locate(const std::string& name) const {
+    if (IsTopField(name)) return Leaf{name, {}};
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
+      parts.push_back(name.substr(start, dot - start));
+      start = dot + 1;
+    }
+    parts.push_back(name.substr(start));
+    for (size_t k = parts.size() - 1; k >= 1; --k) {
+      std::string top = parts[0];
+      for (size_t i = 1; i < k; ++i) top += "." + parts[i];
+      if (!IsTopField(top)) continue;
+      Leaf leaf{top, std::vector<std::string>(parts.begin() + k, parts.end())};
+      for (int f = options_.schema != nullptr ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
+        bool nullable = false;
+        if (TypeIn(f, leaf, &nullable) != nullptr) return leaf;
+        if (f < 0) break;  // declared: the schema decides
+      }
+    }
+    std::string available;
+    const auto& schema = options_.schema != nullptr ? options_.schema : files_[0].schema;
+    for (const auto& field : schema->fields()) {
+      available += " '" + Quoted(field->name()) + "'";
+      if (field->type()->id() == arrow::Type::STRUCT) {
+        available += " (a struct: '" + Quoted(field->name()) + ".<field>')";
+      }
+    }
+    for (const auto& k : keys_) available += " '" + Quoted(k.name) + "'";
+    return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
+                     files_[0].display, "'", files_.size() > 1 ? " or any other file" : "",
+                     "; available columns:", available);
+  }
+
+  // A struct becomes its leaves (the union of its fields over the files, in order of
+  // first appearance); anything else is one leaf.
+  arrow::Status Expand(const Leaf& leaf, std::vector<Leaf>* out) const {
+    std::vector<std::string> children;
+    int struct_file = -2, other_file = -2;
+    std::shared_ptr<arrow::DataType> struct_type, other_type;
+    const int first = options_.schema != nullptr ? -1 : 0;
+    const int last = options_.schema != nullptr ? 0 : static_cast<int>(files_.size());
+    for (int f = first; f < last; ++f) {
+      bool nullable = false;
+      auto type = TypeIn(f, leaf, &nullable);
+      if (type == nullptr || type->id() == arrow::Type::NA) continue;
+      if (type->id() == arrow::Type::STRUCT) {
+        if (struct_file == -2) struct_file = f, struct_type = type;
+        for (const auto& child : type->fields()) {
+          if (std::find(children.begin(), children.end(), child->name()) == children.end()) {
+            children.push_back(child->name());
+          }
+        }
+      } else if (other_file == -2) {
+        other_file = f, other_type = type;
+      }
+    }
+    if (struct_file != -2 && other_file != -2) {
+      return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is a struct (",
+                       struct_type->ToString(), ") in '", FileName(struct_file), "' but ",
+                       other_type->ToString(), " in '", FileName(other_file), "'");
+    }
+    if (struct_file == -2) {
+      out->push_back(leaf);
+      return arrow::Status::OK();
+    }
+    for (const auto& child : children) {
+      Leaf sub = leaf;
+      sub.path.push_back(child);
+      ARROW_RETURN_NOT_OK(Expand(sub, out));
+    }
+    return arrow::Status::OK();
+  }
+
+  std::string FileName(int f) const { return f < 0 ? "the declared schema" : files_[f].display; }
+
+  void AddPartition(const std::string& name, int key) {
+    bool all_int = true, any_null = false;
+    const auto& k = keys_[key];
+    for (size_t f = 0; f < k.values.size(); ++f) {
+      if (k.null[f]) {
+        any_null = true;
+        continue;
+      }
+      const std::string& v = k.values[f];
+      int64_t parsed = 0;
+      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+      all_int = all_int && !v.empty() && ec == std::errc() && ptr == v.data() + v.size();
+    }
+    ColumnSpec spec;
+    spec.name = name;
+    spec.is_partition = true;
+    spec.kind = all_int ? ColumnKind::kTensor : ColumnKind::kString;
+    spec.dtype = DType::kInt64;
+    spec.arrow_type = all_int ? "int64" : "string";
+    Push(spec, key, nullptr, std::vector<ColumnSource>(files_.size()), any_null);
+  }
+
+  arrow::Status AddLeaf(const Leaf& leaf) {
+    std::vector<ColumnSource> sources(files_.size());
+    std::shared_ptr<arrow::DataType> unified;
+    int unified_from = -1;  // the file whose type `unified` last took
+    bool nullable = false;
+    const bool declared = options_.schema != nullptr;
+    if (declared) {
+      bool n = false;
+      unified = TypeIn(-1, leaf, &n);
+      nullable = n;
+    }
+    for (size_t f = 0; f < files_.size(); ++f) {
+      bool n = false;
+      auto type = TypeIn(static_cast<int>(f), leaf, &n);
+      ColumnSource& src = sources[f];
+      if (type == nullptr) {
+        nullable = true;  // absent: null in this file's rows
+        continue;
+      }
+      nullable = nullable || n;
+      src.field = files_[f].schema->GetFieldIndex(leaf.top);
+      src.path = leaf.path;
+      src.type = type;
+      if (!LeavesAt(files_[f].manifest->schema_fields[src.field], leaf.path, 0, &src.leaves)) {
+        return MakeError(ErrorKind::kInvalidData, "'", files_[f].display, "': column '",
+                         leaf.name(), "' has no Parquet leaves");
+      }
+      if (declared) {
+        if (!ConvertsTo(*type, *unified, /*declared=*/true)) {
+          return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
+                           type->ToString(), " in '", files_[f].display,
+                           "', which does not convert to the declared ", unified->ToString(),
+                           " without loss");
+        }
+        continue;
+      }
+      if (unified == nullptr) {
+        unified = type;
+        unified_from = static_cast<int>(f);
+        continue;
+      }
+      auto common = CommonType(unified, type);
+      if (common == nullptr) {
+        return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' has type ",
+                         unified->ToString(), " in '", files_[unified_from].display,
+                         "' but type ", type->ToString(), " in '", files_[f].display,
+                         "', and neither converts to the other without loss; declare the type "
+                         "to load it as with schema=, or select other columns");
+      }
+      if (!common->Equals(*unified)) unified_from = static_cast<int>(f);
+      unified = common;
+    }
+    if (options_.spec.decimals_as_int64 && unified != nullptr &&
+        arrow::is_decimal(unified->id())) {
+      const int32_t scale = static_cast<const arrow::DecimalType&>(*unified).scale();
+      for (size_t f = 0; f < files_.size(); ++f) {
+        const auto& t = sources[f].type;
+        if (t != nullptr && arrow::is_decimal(t->id()) &&
+            static_cast<const arrow::DecimalType&>(*t).scale() != scale) {
+          return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
+                           t->ToString(), " in '", files_[f].display, "' but ",
+                           unified->ToString(), " elsewhere: decimals='int64' needs one scale "
+                           "(unscaled integers of two scales are different numbers)");
+        }
+      }
+    }
+    ARROW_ASSIGN_OR_RAISE(auto spec,
+                          SpecForField(*arrow::field(leaf.name(), unified), options_.spec));
+    Push(spec, -1, unified, std::move(sources), nullable);
+    return arrow::Status::OK();
+  }
+
+  void Push(const ColumnSpec& spec, int key, std::shared_ptr<arrow::DataType> type,
+            std::vector<ColumnSource> sources, bool nullable) {
+    out_.specs.push_back(spec);
+    out_.partition_index.push_back(key);
+    out_.types.push_back(std::move(type));
+    out_.nullable.push_back(nullable);
+    out_.sources.resize(files_.size());
+    for (size_t f = 0; f < files_.size(); ++f) out_.sources[f].push_back(std::move(sources[f]));
+    nullable_.push_back(nullable);
+  }
+
+  // Insert "<name>_valid" after each column that asks for one.
+  arrow::Status AddMasks() {
+    std::set<std::string> wanted(options_.null_mask_columns.begin(),
+                                 options_.null_mask_columns.end());
+    std::set<std::string> matched;
+    ResolvedColumns with;
+    with.sources.resize(files_.size());
+    std::set<std::string> names;
+    for (const auto& s : out_.specs) names.insert(s.name);
+    for (size_t c = 0; c < out_.specs.size(); ++c) {
+      const std::string& name = out_.specs[c].name;
+      // A struct's name asks for every leaf below it.
+      bool asked = false;
+      for (const auto& w : wanted) {
+        if (name == w || name.compare(0, w.size() + 1, w + ".") == 0) {
+          asked = true;
+          matched.insert(w);
+        }
+      }
+      auto copy = [&](size_t from) {
+        with.specs.push_back(out_.specs[from]);
+        with.partition_index.push_back(out_.partition_index[from]);
+        with.types.push_back(out_.types[from]);
+        with.nullable.push_back(out_.nullable[from]);
+        for (size_t f = 0; f < files_.size(); ++f) with.sources[f].push_back(out_.sources[f][from]);
+      };
+      copy(c);
+      if (!(asked || (options_.null_mask_all && nullable_[c]))) continue;
+      ColumnSpec mask;
+      mask.name = name + "_valid";
+      if (names.count(mask.name) > 0) {
+        return arrow::Status::Invalid("null_mask would add column '", mask.name,
+                                      "', but the dataset has a column of that name");
+      }
+      mask.kind = ColumnKind::kTensor;
+      mask.dtype = DType::kBool;
+      mask.arrow_type = "bool";
+      mask.mask_of = static_cast<int>(with.specs.size()) - 1;
+      with.specs.push_back(mask);
+      with.partition_index.push_back(-1);
+      with.types.push_back(nullptr);
+      with.nullable.push_back(false);
+      for (size_t f = 0; f < files_.size(); ++f) with.sources[f].push_back(ColumnSource{});
+    }
+    for (const auto& w : wanted) {
+      if (matched.count(w) == 0) {
+        return MakeError(ErrorKind::kColumnNotFound, "null_mask names column '", w,
+                         "', which is not among the selected columns");
+      }
+    }
+    out_ = std::move(with);
+    return arrow::Status::OK();
+  }
+
+  const std::vector<FileColumns>& files_;
+  const std::vector<PartitionKey>& keys_;
+  const ColumnsOptions& options_;
+  ResolvedColumns out_;
+  std::vector<bool> nullable_;
+};
+
+// Skip a JSON value starting at s[i] (a string, object, array or scalar).
+size_t SkipJsonValue(const std::string& s, size_t i) {
+  if (i >= s.size()) return i;
+  if (s[i] == '"') {
+    for (++i; i < s.size() && s[i] != '"'; ++i) {
+      if (s[i] == '\\') ++i;
+    }
+    return i + 1;
+  }
+  if (s[i] == '{' || s[i] == '[') {
+    int depth = 0;
+    for (; i < s.size(); ++i) {
+      if (s[i] == '"') {
+        i = SkipJsonValue(s, i) - 1;
+      } else if (s[i] == '{' || s[i] == '[') {
+        ++depth;
+      } else if (s[i] == '}' || s[i] == ']') {
+        if (--depth == 0) return i + 1;
+      }
+    }
+    return i;
+  }
+  while (i < s.size() && s[i] != ',' && s[i] != ']' && s[i] != '}') ++i;
+  return i;
+}
+
+}  // namespace
+
+std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata) {
+  std::vector<std::string> out;
+  if (metadata == nullptr) return out;
+  const int i = metadata->FindKey("pandas");
+  if (i < 0) return out;
+  const std::string& json = metadata->value(i);
+  size_t at = json.find("\"index_columns\"");
+  if (at == std::string::npos) return out;
+  at = json.find('[', at);
+  if (at == std::string::npos) return out;
+  ++at;
+  while (at < json.size()) {
+    while (at < json.size() && (json[at] == ' ' || json[at] == ',' || json[at] == '\n')) ++at;
+    if (at >= json.size() || json[at] == ']') break;
+    const size_t end = SkipJsonValue(json, at);
+    if (json[at] == '"' && end > at + 1) {
+      std::string name;
+      for (size_t k = at + 1; k + 1 < end; ++k) {
+        if (json[k] == '\\' && k + 2 < end) ++k;  // names with escapes: the escaped char
+        name += json[k];
+      }
+      out.push_back(name);
+    }
+    at = end;
+  }
+  return out;
+}
+
+arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& files,
+                                              const std::vector<PartitionKey>& keys,
+                                              const ColumnsOptions& options) {
+  return Resolver(files, keys, options).Run();
+}
+
+}  // namespace pqloader

@@ -1,0 +1,95 @@
+// Column resolution: which output columns a dataset has, their one (unified) type, and
+// where each one is in every file.
+//
+// Files of one dataset may differ, as Arrow's dataset layer allows: a column absent from
+// a file is null in that file's rows; types unify by safe widening (int32 and int64 →
+// int64, float32 and float64 → float64, string and large_string → large_string, null →
+// anything; see CommonType); a declared schema fixes them instead. A struct column is its
+// leaf columns, named by dotted path ("image.bytes"); a dotted path through a list of
+// structs (or a map) is a list of that field. Anything else is an error naming the
+// column, both files and both types. Thread-safety: pure functions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/result.h>
+#include <arrow/type.h>
+#include <parquet/arrow/schema.h>
+
+#include "pqloader/decode/convert.h"
+#include "pqloader/tensor/batch.h"
+
+namespace pqloader {
+
+/// Where one selected column is in one file.
+struct ColumnSource {
+  /// Top-level field of the file; -1 when the file lacks the column (its rows are null).
+  int field = -1;
+  /// Field names below it (struct fields, or fields of the structs of a list or map).
+  std::vector<std::string> path;
+  /// Parquet leaf columns to read.
+  std::vector<int> leaves;
+  /// The column's type in this file (null when absent).
+  std::shared_ptr<arrow::DataType> type;
+};
+
+/// What column resolution needs of one file.
+struct FileColumns {
+  std::string display;
+  std::shared_ptr<arrow::Schema> schema;
+  const parquet::arrow::SchemaManifest* manifest = nullptr;
+  /// The Arrow schema's metadata (pandas metadata lives there), if any.
+  std::shared_ptr<const arrow::KeyValueMetadata> metadata;
+};
+
+struct ColumnsOptions {
+  /// Columns to read, in output order: top-level names, dotted paths or partition keys.
+  /// Default: empty, meaning every column of every file (in order of first appearance,
+  /// pandas index columns left out), then the partition keys.
+  std::vector<std::string> columns;
+  /// The declared schema: its fields' types replace unification (each file's type must
+  /// convert to the declared one), and without `columns`, its fields are the columns.
+  /// Default: none.
+  std::shared_ptr<arrow::Schema> schema;
+  /// See SpecOptions.
+  SpecOptions spec;
+  /// Add "<name>_valid" after every column that can hold nulls. Default: false.
+  bool null_mask_all = false;
+  /// Add "<name>_valid" after these columns (a struct's name means all its leaves).
+  std::vector<std::string> null_mask_columns;
+};
+
+/// A partition key of the dataset's paths.
+struct PartitionKey {
+  std::string name;
+  /// Per file: its value and whether it is null (Hive's __HIVE_DEFAULT_PARTITION__).
+  std::vector<std::string> values;
+  std::vector<uint8_t> null;
+};
+
+struct ResolvedColumns {
+  /// Output columns, in output order ("<name>_valid" masks after their columns).
+  std::vector<ColumnSpec> specs;
+  /// Per output column: its index among the partition keys, or -1.
+  std::vector<int> partition_index;
+  /// Per output column: its unified type (null for partition keys and masks).
+  std::vector<std::shared_ptr<arrow::DataType>> types;
+  /// Per output column: whether it can hold nulls (masks: false).
+  std::vector<bool> nullable;
+  /// [file][output column]: where the column is in the file (field -1 for partition
+  /// keys, masks and columns the file lacks).
+  std::vector<std::vector<ColumnSource>> sources;
+};
+
+/// Resolve the output columns of `files` (with hive `keys`).
+arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& files,
+                                              const std::vector<PartitionKey>& keys,
+                                              const ColumnsOptions& options);
+
+/// Names of the pandas index columns a file's pandas metadata lists (stored columns
+/// only, not RangeIndexes).
+std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata);
+
+}  // namespace pqloader

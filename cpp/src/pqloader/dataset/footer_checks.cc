@@ -1,0 +1,263 @@
+#include "pqloader/dataset/footer_checks.h"
+
+#include <map>
+
+#include <arrow/scalar.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/metadata.h>
+#include <parquet/schema.h>
+#include <parquet/size_statistics.h>
+#include <parquet/statistics.h>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+// Definition levels of a leaf whose first repeated ancestor is its only one: below
+// `row` a row is null (an optional node above the list is undefined), `row` is an
+// empty list, from `row + 1` up to max an element (max: a value, below: a null one).
+struct Levels {
+  int16_t max_def = 0, max_rep = 0;
+  int16_t row = 0;  // optional nodes above the first repeated node
+};
+
+Levels LevelsOf(const parquet::ColumnDescriptor& descr) {
+  Levels l;
+  l.max_def = descr.max_definition_level();
+  l.max_rep = descr.max_repetition_level();
+  std::vector<const parquet::schema::Node*> chain;
+  for (const parquet::schema::Node* n = descr.schema_node().get(); n != nullptr; n = n->parent()) {
+    chain.push_back(n);
+  }
+  // chain: leaf ... root; walk root-first, the root itself is not a level.
+  for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it) {
+    if ((*it)->is_repeated()) break;
+    if ((*it)->is_optional()) ++l.row;
+  }
+  return l;
+}
+
+// Nulls (rows and list elements) of one column chunk; -1 when the footer cannot tell.
+int64_t ChunkNulls(const parquet::ColumnChunkMetaData& chunk, const Levels& levels) {
+  if (levels.max_def == 0) return 0;
+  auto size_stats = chunk.size_statistics();
+  const std::vector<int64_t>* hist =
+      size_stats != nullptr && static_cast<int>(size_stats->definition_level_histogram.size()) ==
+                                   levels.max_def + 1
+          ? &size_stats->definition_level_histogram
+          : nullptr;
+  auto stats = chunk.is_stats_set() ? chunk.statistics() : nullptr;
+  if (levels.max_rep == 0) {
+    if (stats != nullptr && stats->HasNullCount()) return stats->null_count();
+    if (hist != nullptr) {
+      int64_t n = 0;
+      for (int d = 0; d < levels.max_def; ++d) n += (*hist)[d];
+      return n;
+    }
+    return -1;
+  }
+  // A list: null rows and null elements, not empty lists (which statistics count too).
+  if (stats != nullptr && stats->HasNullCount() && stats->null_count() == 0) return 0;
+  if (hist == nullptr || levels.max_rep != 1) return -1;
+  int64_t n = 0;
+  for (int d = 0; d < levels.max_def; ++d) {
+    if (d != levels.row) n += (*hist)[d];
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<int64_t> NullsFromFooters(const std::vector<DataFile>& files,
+                                      const std::vector<Split>& splits, int column,
+                                      int partition_key) {
+  std::vector<int64_t> out(files.size(), 0);
+  for (const Split& s : splits) {
+    const DataFile& f = files[s.file];
+    int64_t& n = out[s.file];
+    if (n < 0) continue;
+    if (partition_key >= 0) {
+      if (f.partition_null[partition_key]) n += s.num_rows;
+      continue;
+    }
+    const ColumnSource& src = f.columns[column];
+    if (src.field < 0 || src.type == nullptr || src.type->id() == arrow::Type::NA) {
+      n += s.num_rows;  // the file lacks the column: every row is null
+      continue;
+    }
+    if (src.leaves.size() != 1) {
+      n = -1;
+      continue;
+    }
+    try {
+      auto rg = f.metadata->RowGroup(s.row_group);
+      auto chunk = rg->ColumnChunk(src.leaves[0]);
+      const int64_t c = ChunkNulls(*chunk, LevelsOf(*f.metadata->schema()->Column(src.leaves[0])));
+      n = c < 0 ? -1 : n + c;
+    } catch (const std::exception&) {
+      n = -1;  // a corrupt footer is reported when the row group is read
+    }
+  }
+  return out;
+}
+
+ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
+                                 const std::vector<Split>& splits, int column) {
+  ListLayout out;
+  int64_t per_row = -1;
+  std::string first_where;
+  bool unknown = false;
+  for (const Split& s : splits) {
+    const DataFile& f = files[s.file];
+    const ColumnSource& src = f.columns[column];
+    if (src.field < 0 || src.leaves.size() != 1 || s.num_rows == 0) continue;
+    const std::string where =
+        "'" + f.display + "' row group " + std::to_string(s.row_group);
+    int64_t rows = s.num_rows, values = -1, empty = 0;
+    try {
+      auto chunk = f.metadata->RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
+      const Levels levels = LevelsOf(*f.metadata->schema()->Column(src.leaves[0]));
+      auto size_stats = chunk->size_statistics();
+      auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
+      const auto* hist = size_stats != nullptr ? &size_stats->definition_level_histogram : nullptr;
+      if (levels.max_rep == 1 && hist != nullptr &&
+          static_cast<int>(hist->size()) == levels.max_def + 1) {
+        values = 0;
+        for (int d = 0; d <= levels.max_def; ++d) {
+          if (d < levels.row) rows -= (*hist)[d];  // null rows take the length of the others
+          else if (d == levels.row) empty += (*hist)[d];
+          else values += (*hist)[d];
+        }
+      } else if (stats != nullptr && stats->HasNullCount() && stats->null_count() == 0) {
+        values = chunk->num_values();  // no null and no empty list: one level per value
+      }
+    } catch (const std::exception&) {
+      values = -1;
+    }
+    if (values < 0) {
+      unknown = true;
+      continue;
+    }
+    const int64_t filled = rows - empty;  // rows with at least one value
+    if (empty > 0 && filled > 0) {
+      out.lengths = ListLayout::Lengths::kRagged;
+      out.evidence = where + " has " + std::to_string(empty) + " empty list(s) beside " +
+                     std::to_string(filled) + " non-empty one(s)";
+      return out;
+    }
+    if (filled <= 0) continue;
+    if (values % filled != 0) {
+      out.lengths = ListLayout::Lengths::kRagged;
+      out.evidence = where + " holds " + std::to_string(values) + " values in " +
+                     std::to_string(filled) + " rows, not one length per row";
+      return out;
+    }
+    const int64_t length = values / filled;
+    if (per_row < 0) {
+      per_row = length;
+      first_where = where;
+    } else if (per_row != length) {
+      out.lengths = ListLayout::Lengths::kRagged;
+      out.evidence = "rows of " + first_where + " hold " + std::to_string(per_row) +
+                     " values each, rows of " + where + " " + std::to_string(length);
+      return out;
+    }
+  }
+  if (!unknown && per_row >= 0) {
+    out.lengths = ListLayout::Lengths::kUniform;
+    out.values_per_row = per_row;
+  }
+  return out;
+}
+
+namespace {
+
+// A partition key that the files store too: their statistics must agree with the path.
+arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
+  for (const Split& s : ds.splits()) {
+    const DataFile& f = ds.files()[s.file];
+    const ColumnSource& src = f.columns[column];
+    if (src.field < 0 || src.leaves.size() != 1 || f.partition_null[key]) continue;
+    std::shared_ptr<arrow::Scalar> min, max;
+    try {
+      auto chunk = f.metadata->RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
+      auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
+      if (stats == nullptr || !stats->HasMinMax()) continue;
+      if (!parquet::arrow::StatisticsAsScalars(*stats, &min, &max).ok()) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    const std::string& path_value = f.partition_values[key];
+    if (min->ToString() != path_value || max->ToString() != path_value) {
+      return MakeError(ErrorKind::kSchemaMismatch, "partition key '", ds.specs()[column].name,
+                       "' is '", path_value, "' in the path of '", f.display,
+                       "', but the file stores values from ", min->ToString(), " to ",
+                       max->ToString(), " in that column (row group ", s.row_group, ")");
+    }
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
+arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>& null_policy,
+                                      const std::vector<bool>& ragged_ok) {
+  const auto& specs = ds.specs();
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const ColumnSpec& spec = specs[c];
+    if (spec.mask_of >= 0) continue;
+    const int key = ds.partition_index()[c];
+    if (key < 0) {
+      const auto& keys = ds.partition_keys();
+      const auto it = std::find(keys.begin(), keys.end(), spec.name);
+      if (it != keys.end()) {
+        ARROW_RETURN_NOT_OK(CheckStoredKey(ds, static_cast<int>(c),
+                                           static_cast<int>(it - keys.begin())));
+      }
+    }
+    if (!null_policy[c]) {
+      const auto nulls = NullsFromFooters(ds.files(), ds.splits(), static_cast<int>(c), key);
+      std::string where;
+      int64_t total = 0, files = 0;
+      for (size_t f = 0; f < nulls.size(); ++f) {
+        if (nulls[f] <= 0) continue;
+        total += nulls[f];
+        if (++files <= 3) {
+          where += (files > 1 ? ", " : "") + std::to_string(nulls[f]) + " in '" +
+                   ds.files()[f].display + "'" +
+                   (ds.files()[f].columns.empty() || key >= 0 ||
+                            ds.files()[f].columns[c].field >= 0
+                        ? ""
+                        : " (which lacks the column)");
+        }
+      }
+      if (files > 3) where += ", and " + std::to_string(files - 3) + " more file(s)";
+      if (total > 0) {
+        const bool text = spec.kind != ColumnKind::kTensor;
+        return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
+                         ") has ", total, " null value(s): ", where,
+                         "; pass fill_null={'", spec.name, "': ", text ? "''" : "0",
+                         "} to replace them, null_mask=['", spec.name, "'] to add a '",
+                         spec.name, "_valid' column beside it (nulls become ",
+                         text ? "''" : "0", "), or select other columns");
+      }
+    }
+    if (spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() && spec.row_shape[0] < 0 &&
+        key < 0 && !ragged_ok[c]) {
+      const ListLayout layout = ListLayoutFromFooters(ds.files(), ds.splits(), static_cast<int>(c));
+      if (layout.lengths == ListLayout::Lengths::kRagged) {
+        return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
+                         ") is a list whose rows differ in length (", layout.evidence,
+                         "); a batch needs one length per column: pass lists={'", spec.name,
+                         "': 'ragged'} (values + offsets) or lists={'", spec.name,
+                         "': pqloader.Pad(...)} (padded + lengths), or a transform such as "
+                         "PadOrTruncate");
+      }
+    }
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace pqloader

@@ -1,0 +1,39 @@
+// Hive-style partition directories (`key=value/`) and how files are told to be Parquet.
+//
+// Partition values are decoded as pyarrow's HivePartitioning does by default
+// (segment_encoding="uri"): the value is percent-decoded ("New%20York" → "New York"; '+'
+// stays), the key is not; Hive's __HIVE_DEFAULT_PARTITION__ (Spark's value for a null
+// key) is null. Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pqloader {
+
+/// The value Hive and Spark write for a null partition key.
+inline constexpr std::string_view kHiveNullValue = "__HIVE_DEFAULT_PARTITION__";
+
+/// A `key=value` path component, decoded.
+struct HiveSegment {
+  std::string key;
+  std::string value;  ///< Percent-decoded; empty when null.
+  bool is_null = false;
+};
+
+/// Parse one path component; nullopt if it is not `key=value` (with a non-empty key).
+std::optional<HiveSegment> ParseHiveSegment(std::string_view component);
+
+/// Percent-decode `s` ("%20" → ' '); a '%' not followed by two hex digits stays as is.
+std::string UriUnescape(std::string_view s);
+
+/// Whether a file name says Parquet by its extension (.parquet, .parq, .pq; any case).
+bool HasParquetExtension(std::string_view path);
+
+/// Whether `head` and `tail` (the first and last 4 bytes of a file) are Parquet's magic
+/// "PAR1" (or "PARE", an encrypted footer).
+bool HasParquetMagic(std::string_view head, std::string_view tail);
+
+}  // namespace pqloader

@@ -1,0 +1,327 @@
+#include "pqloader/tensor/window_gather.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+// out[i] = src[index[i]] for values of T; AVX2 gathers where the CPU has them.
+template <typename T>
+void GatherScalar(const T* src, const int32_t* index, int64_t n, T* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = src[index[i]];
+}
+
+__attribute__((target("avx2"))) void Gather32Avx2(const uint32_t* src, const int32_t* index,
+                                                  int64_t n, uint32_t* out) {
+  int64_t i = 0;
+  for (const int64_t end = n - n % 8; i < end; i += 8) {
+    const __m256i ix = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + i));
+    const __m256i v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(src), ix, 4);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+  }
+  for (; i < n; ++i) out[i] = src[index[i]];
+}
+
+__attribute__((target("avx2"))) void Gather64Avx2(const uint64_t* src, const int32_t* index,
+                                                  int64_t n, uint64_t* out) {
+  int64_t i = 0;
+  for (const int64_t end = n - n % 4; i < end; i += 4) {
+    const __m128i ix = _mm_loadu_si128(reinterpret_cast<const __m128i*>(index + i));
+    const __m256i v = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(src), ix, 8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+  }
+  for (; i < n; ++i) out[i] = src[index[i]];
+}
+
+int64_t AlignUp(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Columns of rows up to this wide are gathered through a contiguous copy of the
+// window's column, of at most kMaxScratchBytes (per thread).
+constexpr int64_t kNarrowBytes = 16;
+constexpr int64_t kMaxScratchBytes = int64_t{16} << 20;
+
+bool HasAvx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
+// out row i = src row index[i], rows of `width` bytes.
+void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t n, uint8_t* out) {
+  switch (width) {
+    case 1: return GatherScalar(src, index, n, out);
+    case 2:
+      return GatherScalar(reinterpret_cast<const uint16_t*>(src), index, n,
+                          reinterpret_cast<uint16_t*>(out));
+    case 4:
+      if (HasAvx2()) {
+        return Gather32Avx2(reinterpret_cast<const uint32_t*>(src), index, n,
+                            reinterpret_cast<uint32_t*>(out));
+      }
+      return GatherScalar(reinterpret_cast<const uint32_t*>(src), index, n,
+                          reinterpret_cast<uint32_t*>(out));
+    case 8:
+      if (HasAvx2()) {
+        return Gather64Avx2(reinterpret_cast<const uint64_t*>(src), index, n,
+                            reinterpret_cast<uint64_t*>(out));
+      }
+      return GatherScalar(reinterpret_cast<const uint64_t*>(src), index, n,
+                          reinterpret_cast<uint64_t*>(out));
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(out + i * width, src + static_cast<int64_t>(index[i]) * width,
+                    static_cast<size_t>(width));
+      }
+  }
+}
+
+// The window's values of column c, next to each other (unit after unit), in `scratch`;
+// a unit whose column is in its row-major block is copied out of it.
+void ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>& units, size_t c,
+                  int64_t width, uint8_t* scratch) {
+  int64_t at = 0;
+  for (const auto& unit : units) {
+    const ColumnData& d = unit->columns[c];
+    const int64_t bytes = unit->num_rows * width;
+    if (d.data != nullptr) {
+      std::memcpy(scratch + at, d.data->data(), static_cast<size_t>(bytes));
+    } else {
+      const RowMajorBlock& rm = *unit->row_major;
+      const uint8_t* src = rm.data->data() + rm.offset[c];
+      for (int64_t r = 0; r < unit->num_rows; ++r) {
+        std::memcpy(scratch + at + r * width, src + r * rm.stride, static_cast<size_t>(width));
+      }
+    }
+    at += bytes;
+  }
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
+    const std::vector<ColumnSpec>& specs, std::vector<std::shared_ptr<const DecodedUnit>> units,
+    const std::vector<RowRef>& rows, arrow::MemoryPool* pool) {
+  std::vector<int64_t> unit_first(units.size() + 1, 0);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const DecodedUnit& unit = *units[u];
+    if (!unit.row_ok.empty() || unit.columns.size() != specs.size()) {
+      return arrow::Status::Invalid("a unit of a shuffle window cannot be gathered whole");
+    }
+    unit_first[u + 1] = unit_first[u] + unit.num_rows;
+  }
+  if (unit_first.back() > std::numeric_limits<int32_t>::max()) {
+    return arrow::Status::Invalid("a shuffle window of more than 2^31 rows");
+  }
+  std::vector<int64_t> row_bytes(specs.size(), 0);
+  std::vector<std::vector<int64_t>> row_shapes(specs.size());
+  for (size_t c = 0; c < specs.size(); ++c) {
+    bool first = true;
+    for (const auto& unit : units) {
+      const ColumnData& d = unit->columns[c];
+      if (d.offsets != nullptr) {
+        return MakeError(ErrorKind::kInvalidData, "column '", specs[c].name,
+                         "': rows of different lengths; a list column must have one length "
+                         "in every row, or be batched ragged or padded (lists=)");
+      }
+      const bool columnar = d.data != nullptr && d.data->size() >= unit->num_rows * d.row_bytes;
+      const bool in_block = unit->row_major != nullptr && unit->row_major->offset[c] >= 0;
+      if (!d.samples.empty() || d.row_bytes <= 0 || (!columnar && !in_block)) {
+        return arrow::Status::Invalid("column '", specs[c].name,
+                                      "' cannot be gathered whole in a shuffle window");
+      }
+      if (first) {
+        row_bytes[c] = d.row_bytes;
+        row_shapes[c] = d.row_shape;
+        first = false;
+      } else if (d.row_shape != row_shapes[c]) {
+        return MakeError(ErrorKind::kInvalidData, "column '", specs[c].name,
+                         "': rows of one shuffle window have different shapes, ",
+                         ShapeToString(row_shapes[c]), " and ", ShapeToString(d.row_shape),
+                         "; a list column must have one length in every row, or be batched "
+                         "ragged or padded (lists=)");
+      }
+    }
+  }
+  std::vector<int32_t> index(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    index[i] = static_cast<int32_t>(unit_first[rows[i].unit] + rows[i].row);
+  }
+  return std::make_shared<WindowGather>(std::move(units), std::move(index), std::move(row_bytes),
+                                        std::move(row_shapes), pool);
+}
+
+WindowGather::WindowGather(std::vector<std::shared_ptr<const DecodedUnit>> units,
+                           std::vector<int32_t> index, std::vector<int64_t> row_bytes,
+                           std::vector<std::vector<int64_t>> row_shapes, arrow::MemoryPool* pool)
+    : units_(std::move(units)), index_(std::move(index)), row_bytes_(std::move(row_bytes)),
+      row_shapes_(std::move(row_shapes)), pool_(pool), out_(row_bytes_.size()) {}
+
+arrow::Status WindowGather::GatherColumn(size_t c) {
+  const int64_t width = row_bytes_[c];
+  std::vector<int64_t> unit_first(units_.size() + 1, 0);
+  for (size_t u = 0; u < units_.size(); ++u) unit_first[u + 1] = unit_first[u] + units_[u]->num_rows;
+  const int64_t rows = unit_first.back();
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> out,
+                        arrow::AllocateBuffer(num_rows() * width, pool_));
+  uint8_t* dst = out->mutable_data();
+  if (width <= kNarrowBytes && rows * width <= kMaxScratchBytes) {
+    // Narrow values: the window's column next to each other, then one gather.
+    thread_local std::vector<uint8_t> scratch;
+    if (static_cast<int64_t>(scratch.size()) < rows * width) {
+      scratch.resize(static_cast<size_t>(rows * width));
+    }
+    ConcatColumn(units_, c, width, scratch.data());
+    GatherRows(width, scratch.data(), index_.data(), num_rows(), dst);
+  } else {
+    // Wide rows (each a memcpy of its own) or a huge window: straight from the units.
+    for (int64_t i = 0; i < num_rows(); ++i) {
+      const int64_t at = index_[i];
+      const size_t u = static_cast<size_t>(
+          std::upper_bound(unit_first.begin(), unit_first.end(), at) - unit_first.begin() - 1);
+      const DecodedUnit& unit = *units_[u];
+      const int64_t r = at - unit_first[u];
+      const ColumnData& d = unit.columns[c];
+      const uint8_t* src = d.data != nullptr
+                               ? d.data->data() + r * width
+                               : unit.row_major->data->data() + r * unit.row_major->stride +
+                                     unit.row_major->offset[c];
+      std::memcpy(dst + i * width, src, static_cast<size_t>(width));
+    }
+  }
+  out_[c] = std::move(out);
+  return arrow::Status::OK();
+}
+
+arrow::Status WindowGather::Run() {
+  for (size_t c = next_++; c < out_.size(); c = next_++) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) break;
+    }
+    arrow::Status st = GatherColumn(c);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok() && status_.ok()) status_ = st;
+    if (++done_ == out_.size()) {
+      units_.clear();  // every column gathered: the units' memory can go
+      cv_.notify_all();
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return cancelled_ || done_ == out_.size(); });
+  if (!status_.ok()) return status_;
+  if (done_ < out_.size()) return arrow::Status::Cancelled("the epoch was stopped");
+  return arrow::Status::OK();
+}
+
+void WindowGather::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  cv_.notify_all();
+}
+
+int64_t WindowGather::bytes() const {
+  int64_t total = 0;
+  for (size_t c = 0; c < row_bytes_.size(); ++c) total += num_rows() * row_bytes_[c];
+  return total;
+}
+
+arrow::Result<std::shared_ptr<WindowGather>> WindowStore::Get(
+    int64_t w, const std::function<arrow::Result<std::shared_ptr<WindowGather>>()>& make) {
+  std::shared_ptr<WindowGather> gather;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (make != nullptr && made_.count(w) == 0) {
+      lock.unlock();
+      auto made = make();
+      lock.lock();
+      made_.emplace(w, made);
+      cv_.notify_all();
+    }
+    cv_.wait(lock, [&] { return cancelled_ || made_.count(w) > 0; });
+    if (cancelled_) return arrow::Status::Cancelled("the epoch was stopped");
+    const auto& made = made_.at(w);  // copied, not moved: other batches take it too
+    if (!made.ok()) return made.status();
+    gather = *made;
+  }
+  ARROW_RETURN_NOT_OK(gather->Run());
+  return gather;
+}
+
+arrow::Result<std::shared_ptr<Batch>> WindowBatch(
+    const std::vector<ColumnSpec>& specs, const std::vector<std::shared_ptr<WindowGather>>& windows,
+    const std::vector<int64_t>& starts, int64_t first, int64_t last, arrow::MemoryPool* pool) {
+  auto batch = std::make_shared<Batch>();
+  const int64_t n = last - first;
+  batch->num_rows = n;
+  batch->columns.resize(specs.size());
+  std::shared_ptr<arrow::Buffer> block;
+  int64_t block_bytes = 0;
+  if (windows.size() > 1) {  // the batch spans windows: one block for all copied columns
+    for (size_t c = 0; c < specs.size(); ++c) block_bytes += AlignUp(n * windows[0]->row_bytes(c));
+    ARROW_ASSIGN_OR_RAISE(block, arrow::AllocateBuffer(block_bytes, pool));
+    batch->owned_bytes = block_bytes;
+  }
+  int64_t at = 0;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    BatchColumn& out = batch->columns[c];
+    out.kind = specs[c].kind;
+    out.dtype = specs[c].dtype;
+    out.shape = {n};
+    const auto& shape = windows[0]->row_shape(c);
+    out.shape.insert(out.shape.end(), shape.begin(), shape.end());
+    const int64_t width = windows[0]->row_bytes(c);
+    if (windows.size() == 1) {
+      out.data = arrow::SliceBuffer(windows[0]->column(c), (first - starts[0]) * width, n * width);
+      continue;
+    }
+    uint8_t* dst = block->mutable_data() + at;
+    for (size_t k = 0; k < windows.size(); ++k) {
+      if (windows[k]->row_shape(c) != shape) {
+        return MakeError(ErrorKind::kInvalidData, "column '", specs[c].name,
+                         "': rows of one batch have different shapes, ", ShapeToString(shape),
+                         " and ", ShapeToString(windows[k]->row_shape(c)),
+                         "; a list column must have one length in every row, or be batched "
+                         "ragged or padded (lists=)");
+      }
+      const int64_t begin = std::max(first, starts[k]);
+      const int64_t end = std::min(last, starts[k] + windows[k]->num_rows());
+      if (end <= begin) continue;
+      std::memcpy(dst + (begin - first) * width,
+                  windows[k]->column(c)->data() + (begin - starts[k]) * width,
+                  static_cast<size_t>((end - begin) * width));
+    }
+    out.data = arrow::SliceBuffer(block, at, n * width);
+    at += AlignUp(n * width);
+  }
+  return batch;
+}
+
+void WindowStore::Release(int64_t w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = uses_.find(w);
+  if (it != uses_.end() && --it->second <= 0) {
+    uses_.erase(it);
+    made_.erase(w);
+  }
+}
+
+void WindowStore::Cancel() {
+  std::vector<std::shared_ptr<WindowGather>> running;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    for (auto& [w, g] : made_) {
+      if (g.ok()) running.push_back(*g);
+    }
+    cv_.notify_all();
+  }
+  for (auto& g : running) g->Cancel();
+}
+
+}  // namespace pqloader

@@ -1,0 +1,190 @@
+#include "pqloader/tensor/window_gather.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+#include <random>
+#include <thread>
+
+namespace pqloader {
+
+namespace {
+
+uint8_t ByteOf(int unit, int64_t row, size_t col, int64_t j) {
+  return static_cast<uint8_t>(unit * 97 + row * 31 + col * 7 + j);
+}
+
+std::shared_ptr<const DecodedUnit> MakeUnit(int unit, int64_t rows,
+                                            const std::vector<int64_t>& widths) {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = rows;
+  for (size_t c = 0; c < widths.size(); ++c) {
+    ColumnData d;
+    d.row_bytes = widths[c];
+    d.row_shape = {widths[c]};
+    std::string bytes(rows * widths[c], '\0');
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < widths[c]; ++j) bytes[r * widths[c] + j] = ByteOf(unit, r, c, j);
+    }
+    d.data = arrow::Buffer::FromString(bytes);
+    u->columns.push_back(d);
+  }
+  return u;
+}
+
+std::vector<ColumnSpec> Specs(const std::vector<int64_t>& widths) {
+  std::vector<ColumnSpec> specs;
+  for (size_t c = 0; c < widths.size(); ++c) {
+    ColumnSpec s;
+    s.name = std::to_string(c);
+    s.dtype = DType::kUInt8;
+    s.row_shape = {widths[c]};
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+// Every value width the gather has a path for: 1/2/4/8/16 bytes (typed gathers, AVX2 for
+// 4 and 8), other narrow widths, and rows wider than the scratch path takes.
+const std::vector<int64_t> kWidths = {1, 2, 4, 8, 16, 12, 40, 100};
+
+// The rows of `units` (unit u's rows after unit u-1's) in a seeded random order.
+std::vector<RowRef> Shuffled(const std::vector<int64_t>& rows_per_unit, uint32_t seed) {
+  std::vector<RowRef> rows;
+  for (size_t u = 0; u < rows_per_unit.size(); ++u) {
+    for (int64_t r = 0; r < rows_per_unit[u]; ++r) rows.push_back(RowRef{static_cast<int64_t>(u), r});
+  }
+  std::shuffle(rows.begin(), rows.end(), std::mt19937(seed));
+  return rows;
+}
+
+}  // namespace
+
+TEST(WindowGather, BatchesCutFromWindowsEqualBatchesGatheredOneByOne) {
+  // Two windows of three units each (uneven unit sizes; the second window's units are
+  // row-major blocks, as a unit from the cache or the decoder can be), gathered by two
+  // threads at once; then every batch of the stream, including those that span both
+  // windows, is compared byte by byte with AssembleBatch of the same rows.
+  const std::vector<int64_t> sizes = {37, 50, 13};
+  std::vector<std::shared_ptr<const DecodedUnit>> w0, w1;
+  for (int u = 0; u < 3; ++u) {
+    w0.push_back(MakeUnit(u, sizes[u], kWidths));
+    w1.push_back(WithRowMajor(MakeUnit(3 + u, sizes[u], kWidths), 64, arrow::default_memory_pool())
+                     .ValueOrDie());
+  }
+  ASSERT_NE(w1[0]->row_major, nullptr);
+  const std::vector<RowRef> r0 = Shuffled(sizes, 1), r1 = Shuffled(sizes, 2);
+  auto specs = Specs(kWidths);
+  auto g0 = WindowGather::Make(specs, w0, r0, arrow::default_memory_pool()).ValueOrDie();
+  auto g1 = WindowGather::Make(specs, w1, r1, arrow::default_memory_pool()).ValueOrDie();
+  for (const auto& g : {g0, g1}) {
+    arrow::Status a, b;
+    std::thread t([&] { a = g->Run(); });
+    b = g->Run();
+    t.join();
+    ASSERT_TRUE(a.ok()) << a.ToString();
+    ASSERT_TRUE(b.ok()) << b.ToString();
+    EXPECT_EQ(g->num_rows(), 100);
+  }
+  // Once gathered, a window no longer holds its units.
+  EXPECT_EQ(w0[0].use_count(), 1);
+  EXPECT_EQ(g0->bytes(), 100 * std::accumulate(kWidths.begin(), kWidths.end(), int64_t{0}));
+
+  // The stream: window 0's rows (units 0..2), then window 1's (units 3..5), compared
+  // with batches gathered from the same bytes, columnar (AssembleBatch takes one layout).
+  std::vector<std::shared_ptr<const DecodedUnit>> all = w0;
+  for (int u = 0; u < 3; ++u) all.push_back(MakeUnit(3 + u, sizes[u], kWidths));
+  std::vector<RowRef> stream = r0;
+  for (const RowRef& r : r1) stream.push_back(RowRef{r.unit + 3, r.row});
+  const std::vector<int64_t> starts = {0, 100};
+  for (int64_t batch : {1, 7, 32, 100}) {
+    for (int64_t first = 0; first < 200; first += batch) {
+      const int64_t last = std::min<int64_t>(200, first + batch);
+      std::vector<std::shared_ptr<WindowGather>> windows;
+      std::vector<int64_t> window_starts;
+      for (size_t k = 0; k < 2; ++k) {
+        if (first < starts[k] + 100 && last > starts[k]) {
+          windows.push_back(k == 0 ? g0 : g1);
+          window_starts.push_back(starts[k]);
+        }
+      }
+      auto got = WindowBatch(specs, windows, window_starts, first, last,
+                             arrow::default_memory_pool());
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      std::vector<RowRef> rows(stream.begin() + first, stream.begin() + last);
+      auto want = AssembleBatch(specs, all, 0, rows, {}, arrow::default_memory_pool()).ValueOrDie();
+      ASSERT_EQ((*got)->num_rows, last - first);
+      for (size_t c = 0; c < kWidths.size(); ++c) {
+        const auto& gc = (*got)->columns[c];
+        const auto& wc = want->columns[c];
+        EXPECT_EQ(gc.shape, wc.shape) << "column " << c;
+        ASSERT_EQ(gc.data->size(), wc.data->size());
+        ASSERT_TRUE(gc.data->Equals(*wc.data))
+            << "batch " << batch << " first " << first << " column " << c;
+      }
+      // A batch inside one window is a slice of it: nothing copied.
+      EXPECT_EQ((*got)->owned_bytes == 0, windows.size() == 1);
+    }
+  }
+}
+
+TEST(WindowGather, RefusesRaggedAndReshapedColumns) {
+  auto a = MakeUnit(0, 4, {4});
+  auto b = MakeUnit(1, 4, {8});
+  auto r = WindowGather::Make(Specs({4}), {a, b}, {{0, 0}, {1, 0}}, arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("different shapes"), std::string::npos);
+
+  auto ragged = std::make_shared<DecodedUnit>(*MakeUnit(0, 3, {4}));
+  const int64_t off[] = {0, 4, 4, 12};
+  ragged->columns[0].offsets =
+      arrow::Buffer::FromString(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
+  auto rr = WindowGather::Make(Specs({4}), {ragged}, {{0, 0}}, arrow::default_memory_pool());
+  ASSERT_FALSE(rr.ok());
+  EXPECT_NE(rr.status().message().find("rows of different lengths"), std::string::npos);
+}
+
+TEST(WindowStore, MakesEachWindowOnceSharesItAndWakesWaitersOnCancel) {
+  auto unit = MakeUnit(0, 64, kWidths);
+  auto specs = Specs(kWidths);
+  std::vector<RowRef> rows = Shuffled({64}, 5);
+  std::atomic<int> made{0};
+  auto make = [&]() -> arrow::Result<std::shared_ptr<WindowGather>> {
+    ++made;
+    return WindowGather::Make(specs, {unit}, rows, arrow::default_memory_pool());
+  };
+  WindowStore store(std::map<int64_t, int64_t>{{0, 3}});
+  // The batch that has the units makes it; two others wait for it.
+  std::vector<std::shared_ptr<WindowGather>> got(3);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < 3; ++i) {
+    threads.emplace_back([&, i] { got[i] = store.Get(0, nullptr).ValueOrDie(); });
+  }
+  got[0] = store.Get(0, make).ValueOrDie();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(made.load(), 1);
+  EXPECT_EQ(got[1], got[0]);
+  EXPECT_EQ(got[2], got[0]);
+  for (int i = 0; i < 3; ++i) store.Release(0);
+
+  // A batch waiting for a window whose maker never comes is woken by Cancel().
+  WindowStore stopped(std::map<int64_t, int64_t>{{1, 1}});
+  arrow::Status waited;
+  std::thread waiter([&] { waited = stopped.Get(1, nullptr).status(); });
+  stopped.Cancel();
+  waiter.join();
+  EXPECT_TRUE(waited.IsCancelled()) << waited.ToString();
+}
+
+TEST(WindowStore, AFailedMakeIsEveryBatchsError) {
+  WindowStore store(std::map<int64_t, int64_t>{{0, 2}});
+  auto fail = []() -> arrow::Result<std::shared_ptr<WindowGather>> {
+    return arrow::Status::Invalid("no");
+  };
+  EXPECT_EQ(store.Get(0, fail).status().message(), "no");
+  EXPECT_EQ(store.Get(0, nullptr).status().message(), "no");
+}
+
+}  // namespace pqloader

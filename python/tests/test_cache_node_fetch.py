@@ -1,0 +1,219 @@
+"""One fetch per node (issue 18): processes sharing a cache directory fetch each row group
+once. A process claims a row group with an in-progress marker before fetching it; another
+one that needs it meanwhile waits for its entry (bounded, cancellable) instead."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import subprocess_env
+
+WORKER = r"""
+import hashlib, json, sys, pqloader
+source, cache_dir, rank, world, epochs, wait, options = (
+    sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+    float(sys.argv[6]), json.loads(sys.argv[7]))
+loader = pqloader.Loader(source, batch_size=100, shuffle=True, seed=3, num_epochs=epochs,
+                         rank=rank, world_size=world, num_workers=1, cache_dir=cache_dir or None,
+                         cache_wait_timeout=wait, storage_options=options or None)
+h = hashlib.sha256()
+for b in loader:
+    h.update(b["id"].tobytes())
+    h.update(b["x"].tobytes())
+s = loader.stats()
+print(json.dumps({"hash": h.hexdigest(), **{k: s[k] for k in (
+    "bytes_fetched", "cache_hits", "cache_misses", "cache_waits", "cache_wait_timeouts")}}))
+"""
+
+
+def write(root: Path, files: int = 3, groups: int = 6, seed: int = 0) -> list[Path]:
+    """Row groups of uneven sizes, so rank shares split row groups."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    paths, start = [], 0
+    for i in range(files):
+        sizes = [int(s) for s in rng.integers(150, 260, groups)]
+        n = sum(sizes)
+        table = pa.table({"id": np.arange(start, start + n, dtype=np.int64),
+                          "x": rng.standard_normal((n, 8)).astype(np.float32).tolist()})
+        path = root / f"part-{i}.parquet"
+        with pq.ParquetWriter(path, table.schema) as w:
+            offset = 0
+            for s in sizes:
+                w.write_table(table.slice(offset, s))
+                offset += s
+        paths.append(path)
+        start += n
+    return paths
+
+
+def row_group_bytes(paths) -> int:
+    total = 0
+    for p in paths:
+        md = pq.ParquetFile(p).metadata
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            total += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+    return total
+
+
+def ranks(source: str, cache_dir: str, world: int, epochs: int, wait: float = 30.0,
+          options: dict | None = None) -> list[dict]:
+    """Run `world` ranks at once, as processes; return their reports in rank order."""
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, source, cache_dir, str(r), str(world),
+                               str(epochs), str(wait), json.dumps(options or {})],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=subprocess_env()) for r in range(world)]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        assert p.returncode == 0, stderr
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def test_ranks_sharing_a_cache_fetch_each_row_group_about_once(tmp_path):
+    paths = write(tmp_path / "data")
+    source = str(tmp_path / "data")
+    world, epochs = 3, 3
+    uncached = ranks(source, "", world, epochs)
+    shared = ranks(source, str(tmp_path / "cache"), world, epochs)
+    # The cache never changes what a rank reads.
+    assert [r["hash"] for r in shared] == [r["hash"] for r in uncached]
+    total = row_group_bytes(paths)
+    fetched = sum(r["bytes_fetched"] for r in shared)
+    assert total <= fetched <= 1.1 * total, (fetched, total)
+    assert sum(r["bytes_fetched"] for r in uncached) > 2.5 * total
+    assert sum(r["cache_hits"] for r in shared) > 0
+
+
+def test_s3_ranks_sharing_a_cache_fetch_each_row_group_about_once(tmp_path):
+    from test_s3 import Moto, aws_env
+
+    paths = write(tmp_path / "data", seed=1)
+    server = Moto()
+    saved = dict(os.environ)
+    try:
+        os.environ.update({k: v for k, v in aws_env().items() if k.startswith("AWS_")})
+        server.upload("data", "ds", paths)
+        options = server.options()
+        shared = ranks("s3://data/ds", str(tmp_path / "cache"), 3, 2, options=options)
+        uncached = ranks("s3://data/ds", "", 3, 2, options=options)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
+    assert [r["hash"] for r in shared] == [r["hash"] for r in uncached]
+    total = row_group_bytes(paths)
+    fetched = sum(r["bytes_fetched"] for r in shared)
+    assert total <= fetched <= 1.1 * total, (fetched, total)
+
+
+def entry_keys(source: str, tmp_path: Path) -> list[str]:
+    """The cache keys of a loader's row groups (as `loader` below makes them)."""
+    probe = tmp_path / "probe"
+    list(loader(source, probe))
+    return sorted(p.name[:-4] for p in probe.glob("shard-*/*.pqc"))
+
+
+def loader(source, cache_dir, **kw) -> pqloader.Loader:
+    return pqloader.Loader(source, batch_size=100, cache_dir=str(cache_dir), cache_shards=1,
+                           num_workers=1, **kw)
+
+
+def claim_all(cache_dir: Path, keys: list[str], pid: int, host: str | None = None) -> None:
+    """Write an in-progress marker of process `pid` for every key (docs/cache_format.md)."""
+    shard = cache_dir / "shard-00"
+    shard.mkdir(parents=True, exist_ok=True)
+    for key in keys:
+        (shard / f"{key}.fetch").write_text(
+            f"pqloader fetch\npid {pid}\nhost {host or socket.gethostname()}\ntoken t{pid}\n")
+
+
+def test_claims_of_a_dead_process_are_broken_at_once(tmp_path):
+    source = str(write(tmp_path / "data", files=1)[0])
+    keys = entry_keys(source, tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    cache = tmp_path / "cache"
+    claim_all(cache, keys, dead.pid)
+    t0 = time.monotonic()
+    ld = loader(source, cache, cache_wait_timeout=60)
+    assert len([b for b in ld]) > 0
+    assert time.monotonic() - t0 < 30
+    s = ld.stats()
+    assert s["cache_inserts"] == len(keys) and s["cache_wait_timeouts"] == 0
+    assert not list(cache.glob("shard-*/*.fetch"))
+
+
+def test_a_claim_held_too_long_is_taken_over_after_the_wait_timeout(tmp_path):
+    source = str(write(tmp_path / "data", files=1, groups=2)[0])
+    keys = entry_keys(source, tmp_path)
+    cache = tmp_path / "cache"
+    claim_all(cache, keys, os.getpid())  # a live process that never inserts
+    t0 = time.monotonic()
+    ld = loader(source, cache, cache_wait_timeout=0.5)
+    rows = sum(len(b["id"]) for b in ld)
+    assert rows == pq.ParquetFile(source).metadata.num_rows
+    assert 0.5 <= time.monotonic() - t0 < 30
+    s = ld.stats()
+    assert s["cache_waits"] >= 1 and s["cache_wait_timeouts"] >= 1
+    assert s["cache_inserts"] == len(keys)
+
+
+def test_a_wait_for_another_process_ends_when_the_loader_stops(tmp_path):
+    source = str(write(tmp_path / "data", files=1, groups=2)[0])
+    keys = entry_keys(source, tmp_path)
+    cache = tmp_path / "cache"
+    claim_all(cache, keys, os.getpid())
+    ld = loader(source, cache, cache_wait_timeout=600)
+    done = threading.Event()
+    errors = []
+
+    def consume():
+        try:
+            for _ in ld:
+                pass
+        except Exception as e:  # the newer iterator below makes this one stale
+            errors.append(e)
+        done.set()
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    time.sleep(0.5)
+    assert not done.is_set()  # waiting for the (never finishing) claim holder
+    t0 = time.monotonic()
+    ld.load_state_dict(ld.state_dict())  # stops the epoch in progress (joins its workers)
+    assert time.monotonic() - t0 < 10, "the waiting worker did not notice the stop"
+    assert done.wait(10)
+    thread.join()
+    assert errors and isinstance(errors[0], RuntimeError)  # that iterator is stale now
+    assert list(cache.glob("shard-*/*.fetch"))  # the other process's claims are untouched
+    for marker in cache.glob("shard-*/*.fetch"):  # it finishes: the next iterator goes on
+        marker.unlink()
+    assert sum(len(b["id"]) for b in ld) == pq.ParquetFile(source).metadata.num_rows
+
+
+def test_stats_and_clear_know_in_progress_markers(tmp_path):
+    source = str(write(tmp_path / "data", files=1, groups=2)[0])
+    keys = entry_keys(source, tmp_path)
+    cache = tmp_path / "cache"
+    list(loader(source, cache))
+    claim_all(cache, keys[:1], 1)
+    assert pqloader.cache_stats(cache)["fetch_markers"] == 1
+    report = pqloader.cache_clear(cache)
+    assert report["foreign_count"] == 0 and not list(cache.glob("shard-*/*.fetch"))
