@@ -143,8 +143,15 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The version of the code running: ``pqloader.__version__`` (pyproject's version;
+    the installed distribution's metadata can lag behind a source checkout)."""
+    return pqloader.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pqloader", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pqloader {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="show files, row groups and schema")
     p.add_argument("path")

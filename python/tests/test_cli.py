@@ -93,3 +93,17 @@ def test_bench_with_unknown_column_exits_1_with_a_one_line_message(cli_ds, tmp_p
     d, _ = cli_ds
     r = cli("bench", d, "--columns", "id,nonexistent_col", cwd=tmp_path)
     _assert_clean_failure(r, "nonexistent_col")
+
+
+def test_version_prints_the_package_version(tmp_path):
+    r = cli("--version", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"pqloader {pqloader.__version__}"
+
+
+def test_version_matches_pyproject():
+    import pathlib
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+    assert tomllib.loads(pyproject.read_text())["project"]["version"] == pqloader.__version__
