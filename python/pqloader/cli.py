@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -185,15 +186,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# Exit status when stdout's reader went away (``pqloader inspect X | head``): 128 + SIGPIPE,
+# what a shell reports for a command that SIGPIPE ended (``cat``, ``grep``), so
+# ``set -o pipefail`` scripts see the same as with those tools. Nothing is printed.
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of what is still
+    buffered does not fail again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        raise
     except (pqloader.Error, ValueError, TypeError, OSError) as e:
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            rc = _run(argv)
+        finally:  # also for argparse's exits (--help, --version): their text is buffered
+            sys.stdout.flush()
+        return rc
+    except BrokenPipeError:  # stdout's reader closed early: a quiet exit, as `cat` does
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -107,3 +107,51 @@ def test_version_matches_pyproject():
 
     pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
     assert tomllib.loads(pyproject.read_text())["project"]["version"] == pqloader.__version__
+
+
+def _cli_into_closed_pipe(*args, cwd):
+    """Run the CLI with stdout a pipe whose reader is already gone (deterministic EPIPE on
+    the first write, unlike racing a reader that closes early)."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "pqloader", *map(str, args)], stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=str(cwd),
+                              env=subprocess_env())
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args", [("inspect", "{d}"), ("inspect", "{d}", "--json"),
+                                  ("bench", "{d}", "--batch-size", "512"),
+                                  ("cache", "stats", "{tmp}")])
+def test_closed_stdout_exits_quietly_with_141(cli_ds, tmp_path, args):
+    d, _ = cli_ds
+    args = [a.format(d=d, tmp=tmp_path) for a in args]
+    r = _cli_into_closed_pipe(*args, cwd=tmp_path)
+    assert r.stderr == "", r.stderr
+    assert r.returncode == 141
+
+
+def test_version_into_closed_pipe_is_quiet(tmp_path):
+    r = _cli_into_closed_pipe("--version", cwd=tmp_path)
+    assert r.stderr == "", r.stderr
+    assert r.returncode in (0, 141)  # argparse ignores errors writing its own messages
+
+
+def test_reader_closing_early_ends_quietly(tmp_path):
+    # `pqloader inspect X --all-files --json | head -n 1`
+    write_dataset(tmp_path / "many", [[3]] * 500)  # ~110 KB of JSON: more than a pipe holds
+    head = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.readline())"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    r = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(tmp_path / "many"),
+                        "--all-files", "--json"], stdout=head.stdin, stderr=subprocess.PIPE,
+                       text=True, timeout=120, cwd=str(tmp_path), env=subprocess_env())
+    head.stdin.close()
+    first = head.stdout.read()
+    head.wait(timeout=60)
+    assert first.strip() == "{"
+    assert r.stderr == "", r.stderr
+    assert r.returncode == 141
