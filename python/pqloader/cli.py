@@ -11,6 +11,7 @@ import time
 from typing import Sequence
 
 import pqloader
+from pqloader._stats_table import stage_seconds
 
 
 def _human(n: float) -> str:
@@ -80,6 +81,8 @@ def _bench(args: argparse.Namespace) -> int:
         "peak_rss_bytes": peak_rss,
         "wait_fraction": s["wait_fraction"],
         "num_workers": args.num_workers,
+        "stages_seconds": stage_seconds(s),
+        "diagnosis": pqloader.diagnose(s),
     }
     if args.json:
         print(json.dumps(result))
@@ -90,6 +93,8 @@ def _bench(args: argparse.Namespace) -> int:
           f"{result['decoded_mb_per_second']:.1f} decoded")
     print(f"time to first batch: {(first_batch or 0) * 1000:.1f} ms")
     print(f"peak RSS: {_human(peak_rss)}")
+    print()
+    print(pqloader.format_stats(s))
     return 0
 
 

@@ -155,3 +155,24 @@ def test_reader_closing_early_ends_quietly(tmp_path):
     assert first.strip() == "{"
     assert r.stderr == "", r.stderr
     assert r.returncode == 141
+
+
+def test_bench_prints_the_stage_table_and_a_diagnosis(cli_ds, tmp_path):
+    d, _ = cli_ds
+    r = cli("bench", d, "--batch-size", "256", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stages = [line.split()[0] for line in r.stdout.splitlines()
+              if line.split() and line.split()[0] in ("read", "decode", "transform", "gather", "wait")]
+    assert stages == ["read", "decode", "transform", "gather", "wait"]
+    assert re.search(r"^diagnosis: \S", r.stdout, re.M)
+
+
+def test_bench_json_has_stages_and_diagnosis(cli_ds, tmp_path):
+    import json
+
+    d, _ = cli_ds
+    r = cli("bench", d, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["stages_seconds"]) == {"read", "decode", "transform", "gather", "wait"}
+    assert out["diagnosis"]
