@@ -11,6 +11,7 @@ import time
 from typing import Sequence
 
 import pqloader
+from pqloader._cli_progress import Progress, enabled_for
 from pqloader._stats_table import stage_seconds
 
 
@@ -22,8 +23,15 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
+    """Progress on stderr: drawn only on a terminal and without --quiet."""
+    return Progress(label, enabled=enabled_for(sys.stderr, args.quiet), **kw)
+
+
 def _inspect(args: argparse.Namespace) -> int:
-    info = pqloader.inspect(args.path, lengths=args.lengths)
+    what = "footers and row lengths" if args.lengths else "footers"
+    with _progress(args, f"inspect {args.path}: reading {what}", ticker=True):
+        info = pqloader.inspect(args.path, lengths=args.lengths)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -63,10 +71,20 @@ def _bench(args: argparse.Namespace) -> int:
                              seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir)
     rows = 0
     first_batch = None
-    for batch in loader:
-        if first_batch is None:
-            first_batch = time.perf_counter() - start
-        rows += len(next(iter(batch.values()))) if batch else 0
+    try:
+        per_epoch = len(loader)
+    except (pqloader.Error, TypeError, ValueError):
+        per_epoch = None
+    total = per_epoch * args.epochs if per_epoch is not None else None
+    with _progress(args, "bench", total=total, unit="batches") as progress:
+        for batch in loader:
+            if first_batch is None:
+                first_batch = time.perf_counter() - start
+            rows += len(next(iter(batch.values()))) if batch else 0
+            if progress.enabled:
+                epoch = min(progress.count // per_epoch + 1, args.epochs) if per_epoch else None
+                progress.update(1, f"epoch {epoch}/{args.epochs}  {rows:,} rows" if epoch
+                                else f"{rows:,} rows")
     elapsed = time.perf_counter() - start
     s = loader.stats()
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -99,6 +117,11 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    with _progress(args, f"cache {args.action} {args.dir}", ticker=True):
+        return _cache_run(args)
+
+
+def _cache_run(args: argparse.Namespace) -> int:
     if args.action == "clear":
         if args.dataset:
             raise ValueError("--dataset is for `cache stats` and `cache prune`; `cache clear` "
@@ -158,8 +181,11 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pqloader", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pqloader {_version()}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress line on stderr (drawn only when stderr is a terminal)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="show files, row groups and schema")
+    p = sub.add_parser("inspect", help="show files, row groups and schema", parents=[common])
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--all-files", action="store_true", help="list every file")
@@ -167,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the row lengths of ragged list columns and show min/median/p99/max "
                         "(one pass over each such column)")
     p.set_defaults(func=_inspect)
-    b = sub.add_parser("bench", help="stream a dataset and report throughput")
+    b = sub.add_parser("bench", help="stream a dataset and report throughput",
+                       parents=[common])
     b.add_argument("path")
     b.add_argument("--columns", help="comma-separated column names")
     b.add_argument("--batch-size", type=int, default=1024)
@@ -178,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print JSON")
     b.add_argument("--cache-dir", help="use (and fill) this cache directory")
     b.set_defaults(func=_bench)
-    c = sub.add_parser("cache", help="inspect, prune or clear a cache directory",
+    c = sub.add_parser("cache", help="inspect, prune or clear a cache directory", parents=[common],
                        description="stats: entries, bytes, stale entries and what loaders recorded; "
                                    "prune: delete stale entries (their source file changed or is "
                                    "gone); clear: delete every entry")
