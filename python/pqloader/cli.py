@@ -11,6 +11,7 @@ import time
 from typing import Sequence
 
 import pqloader
+from pqloader._cli_args import parse_storage_options, parse_transforms
 from pqloader._cli_progress import Progress, enabled_for
 from pqloader._stats_table import stage_seconds
 
@@ -31,7 +32,8 @@ def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
 def _inspect(args: argparse.Namespace) -> int:
     what = "footers and row lengths" if args.lengths else "footers"
     with _progress(args, f"inspect {args.path}: reading {what}", ticker=True):
-        info = pqloader.inspect(args.path, lengths=args.lengths)
+        info = pqloader.inspect(args.path, lengths=args.lengths,
+                                storage_options=parse_storage_options(args.storage_option))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -65,10 +67,15 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     columns = args.columns.split(",") if args.columns else None
+    transforms = parse_transforms(args.transform)
+    storage_options = parse_storage_options(args.storage_option)
+    tuning = {k: v for k, v in (("io_threads", args.io_threads), ("readahead", args.readahead))
+              if v is not None}
     start = time.perf_counter()
     loader = pqloader.Loader(args.path, columns=columns, batch_size=args.batch_size,
                              num_workers=args.num_workers, shuffle=args.shuffle,
-                             seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir)
+                             seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir,
+                             transforms=transforms, storage_options=storage_options, **tuning)
     rows = 0
     first_batch = None
     try:
@@ -140,7 +147,8 @@ def _cache_run(args: argparse.Namespace) -> int:
                 print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
         return 0
     if args.action == "prune":
-        r = pqloader.cache_prune(args.dir, dataset=args.dataset)
+        r = pqloader.cache_prune(args.dir, dataset=args.dataset,
+                                 storage_options=parse_storage_options(args.storage_option))
         if args.json:
             print(json.dumps(r))
             return 0
@@ -150,7 +158,8 @@ def _cache_run(args: argparse.Namespace) -> int:
             print(f"kept unverified (source not checked: unreachable, or not in --dataset): "
                   f"{r['unverified_entries']}")
         return 0
-    s = pqloader.cache_stats(args.dir, dataset=args.dataset)
+    s = pqloader.cache_stats(args.dir, dataset=args.dataset,
+                             storage_options=parse_storage_options(args.storage_option))
     if args.json:
         print(json.dumps(s))
         return 0
@@ -184,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true",
                         help="no progress line on stderr (drawn only when stderr is a terminal)")
+    common.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                        help="a storage option of s3:// sources (as Loader's storage_options: "
+                             "region, endpoint_override, anonymous, ...); repeat for more")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="show files, row groups and schema", parents=[common])
     p.add_argument("path")
@@ -204,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=None)
     b.add_argument("--json", action="store_true", help="print JSON")
     b.add_argument("--cache-dir", help="use (and fill) this cache directory")
+    b.add_argument("--transform", action="append", metavar="COLUMN=OPS",
+                   help="pqloader.transforms ops of a column, written as in Python, e.g. "
+                        "'image=DecodeImage(), Resize(256), CenterCrop(224)'; repeat for more "
+                        "columns")
+    b.add_argument("--io-threads", type=int, help="Loader's io_threads (default 16)")
+    b.add_argument("--readahead", type=int, help="Loader's readahead (row groups)")
     b.set_defaults(func=_bench)
     c = sub.add_parser("cache", help="inspect, prune or clear a cache directory", parents=[common],
                        description="stats: entries, bytes, stale entries and what loaders recorded; "

@@ -176,3 +176,62 @@ def test_bench_json_has_stages_and_diagnosis(cli_ds, tmp_path):
     out = json.loads(r.stdout)
     assert set(out["stages_seconds"]) == {"read", "decode", "transform", "gather", "wait"}
     assert out["diagnosis"]
+
+
+def test_transform_spec_parses_ops_as_written_in_python():
+    from pqloader import transforms as T
+    from pqloader._cli_args import parse_storage_options, parse_transforms
+
+    assert parse_transforms(["image=DecodeImage(), Resize(256), CenterCrop(size=224), ToCHW",
+                             "x = Cast('float32')"]) == {
+        "image": [T.DecodeImage(), T.Resize(256), T.CenterCrop(size=224), T.ToCHW()],
+        "x": [T.Cast("float32")]}
+    assert parse_transforms(["a.b=Normalize(mean=[0.5], std=(0.25,))"]) == {
+        "a.b": [T.Normalize([0.5], [0.25])]}
+    assert parse_transforms(None) is None
+    assert parse_storage_options(["region=us-east-1", "endpoint_override=h:9000=x"]) == {
+        "region": "us-east-1", "endpoint_override": "h:9000=x"}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("Cast('float32')", "COLUMN="), ("x=", "COLUMN="), ("x=Bogus()", "unknown op 'Bogus'"),
+    ("x=Cast(open('f'))", "literals"), ("x=Cast(", "not a list of ops"),
+    ("x=os.system('true')", "Name(args)"), ("x=Cast(1, 2, 3)", "Cast"),
+])
+def test_bad_transform_specs_are_refused(spec, message):
+    from pqloader._cli_args import parse_transforms
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_transforms([spec])
+
+
+def test_bench_runs_the_given_transforms(cli_ds, tmp_path):
+    import json
+
+    d, _ = cli_ds
+    plain = json.loads(cli("bench", d, "--columns", "x", "--json", cwd=tmp_path).stdout)
+    r = cli("bench", d, "--columns", "x", "--transform", "x=Cast('float64')", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert plain["stages_seconds"]["transform"] == 0
+    assert json.loads(r.stdout)["stages_seconds"]["transform"] > 0
+
+
+def test_bench_with_an_unknown_transform_exits_1_with_a_one_line_message(cli_ds, tmp_path):
+    d, _ = cli_ds
+    _assert_clean_failure(cli("bench", d, "--transform", "x=Bogus()", cwd=tmp_path), "Bogus")
+
+
+@pytest.mark.parametrize("command", ["inspect", "bench"])
+def test_storage_options_reach_the_loader(cli_ds, tmp_path, command):
+    d, _ = cli_ds
+    r = cli(command, d, "--storage-option", "region=us-east-1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    _assert_clean_failure(cli(command, d, "--storage-option", "bogus_key=1", cwd=tmp_path),
+                          "bogus_key")
+
+
+def test_bench_takes_io_threads_and_readahead(cli_ds, tmp_path):
+    d, _ = cli_ds
+    r = cli("bench", d, "--io-threads", "2", "--readahead", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    _assert_clean_failure(cli("bench", d, "--io-threads", "0", cwd=tmp_path), "io_threads")
