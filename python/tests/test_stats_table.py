@@ -79,11 +79,13 @@ def test_stats_table_of_a_real_run(tmp_path):
     n = sum(len(b["id"]) for b in loader)
     assert n == 3000
     s = loader.stats()
-    table = loader.stats_table()
+    table = pqloader.format_stats(s)  # wall_seconds moves on: one snapshot for both checks
+    assert loader.stats_table().splitlines()[0] == table.splitlines()[0]
+    assert len(loader.stats_table().splitlines()) == len(table.splitlines())
     rows = _rows(table)
     assert float(rows["decode"][0]) == pytest.approx(s["decode_seconds"], abs=1e-3)
     assert float(rows["wait"][0]) == pytest.approx(s["wait_seconds"], abs=1e-3)
-    assert sum(int(rows[k][1]) for k in ("read", "decode", "transform", "gather")) in (99, 100, 101)
+    assert abs(sum(int(rows[k][1]) for k in ("read", "decode", "transform", "gather")) - 100) <= 2
     verdict = table.splitlines()[-1]
     assert re.match(r"diagnosis: (training|hand-out|storage|CPU|gather|mixed|loader)", verdict)
     assert verdict == "diagnosis: " + _stats_table.diagnose(s)
