@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
+import select
 import sys
 import time
 from typing import Sequence
@@ -253,12 +255,26 @@ def _silence_stdout() -> None:
         pass
 
 
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it),
+    so a BrokenPipeError from elsewhere (a socket) is still reported as an error."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return True  # cannot tell: stdout is the likely one
+
+
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except BrokenPipeError:
-        raise
+    except BrokenPipeError as e:
+        if _stdout_reader_gone():
+            raise
+        print(f"pqloader: error: {e}", file=sys.stderr)
+        return 1
     except (pqloader.Error, ValueError, TypeError, OSError) as e:
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1

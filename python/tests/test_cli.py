@@ -235,3 +235,15 @@ def test_bench_takes_io_threads_and_readahead(cli_ds, tmp_path):
     r = cli("bench", d, "--io-threads", "2", "--readahead", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     _assert_clean_failure(cli("bench", d, "--io-threads", "0", cwd=tmp_path), "io_threads")
+
+
+def test_a_broken_pipe_elsewhere_is_still_an_error(monkeypatch, capfd, cli_ds):
+    from pqloader import cli as cli_module
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe (a socket, not stdout)")
+
+    monkeypatch.setattr(cli_module, "_inspect", broken)
+    d, _ = cli_ds
+    assert cli_module.main(["inspect", str(d)]) == 1
+    assert "pqloader: error: " in capfd.readouterr().err
