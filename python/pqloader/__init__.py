@@ -25,6 +25,7 @@ from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
 from pqloader._options import LoaderOptions
 from pqloader._state import merge_states
+from pqloader._stats_table import diagnose, format_stats
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,8 @@ __all__ = [
     "Ragged",
     "inspect",
     "merge_states",
+    "format_stats",
+    "diagnose",
     "transforms",
     "cache_stats",
     "cache_clear",

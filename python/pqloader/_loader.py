@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pqloader import _core, _env, _iteration, _process, _state
+from pqloader import _core, _env, _iteration, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
 from pqloader._options import LoaderOptions, check_fill_types, check_int
@@ -367,6 +367,11 @@ class Loader:
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
                   "footers_from_cache": self._plan["footers_from_cache"]})
         return s
+
+    def stats_table(self) -> str:
+        """:meth:`stats` as a per-stage table (read, decode, transform, gather, wait:
+        seconds and share) and a one-line diagnosis; see :func:`pqloader.format_stats`."""
+        return _stats_table.format_stats(self.stats())
 
     # -- checkpointing ---------------------------------------------------------------
     def _fingerprint(self, seed: int) -> dict[str, Any]:

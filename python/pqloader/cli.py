@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import resource
+import select
 import sys
 import time
 from typing import Sequence
 
 import pqloader
+from pqloader._cli_args import parse_storage_options, parse_transforms
+from pqloader._cli_progress import Progress, enabled_for
+from pqloader._stats_table import stage_seconds
 
 
 def _human(n: float) -> str:
@@ -20,8 +26,16 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
+    """Progress on stderr: drawn only on a terminal and without --quiet."""
+    return Progress(label, enabled=enabled_for(sys.stderr, args.quiet), **kw)
+
+
 def _inspect(args: argparse.Namespace) -> int:
-    info = pqloader.inspect(args.path, lengths=args.lengths)
+    what = "footers and row lengths" if args.lengths else "footers"
+    with _progress(args, f"inspect {args.path}: reading {what}", ticker=True):
+        info = pqloader.inspect(args.path, lengths=args.lengths,
+                                storage_options=parse_storage_options(args.storage_option))
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -55,16 +69,31 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     columns = args.columns.split(",") if args.columns else None
+    transforms = parse_transforms(args.transform)
+    storage_options = parse_storage_options(args.storage_option)
+    tuning = {k: v for k, v in (("io_threads", args.io_threads), ("readahead", args.readahead))
+              if v is not None}
     start = time.perf_counter()
     loader = pqloader.Loader(args.path, columns=columns, batch_size=args.batch_size,
                              num_workers=args.num_workers, shuffle=args.shuffle,
-                             seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir)
+                             seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir,
+                             transforms=transforms, storage_options=storage_options, **tuning)
     rows = 0
     first_batch = None
-    for batch in loader:
-        if first_batch is None:
-            first_batch = time.perf_counter() - start
-        rows += len(next(iter(batch.values()))) if batch else 0
+    try:
+        per_epoch = len(loader)
+    except (pqloader.Error, TypeError, ValueError):
+        per_epoch = None
+    total = per_epoch * args.epochs if per_epoch is not None else None
+    with _progress(args, "bench", total=total, unit="batches") as progress:
+        for batch in loader:
+            if first_batch is None:
+                first_batch = time.perf_counter() - start
+            rows += len(next(iter(batch.values()))) if batch else 0
+            if progress.enabled:
+                epoch = min(progress.count // per_epoch + 1, args.epochs) if per_epoch else None
+                progress.update(1, f"epoch {epoch}/{args.epochs}  {rows:,} rows" if epoch
+                                else f"{rows:,} rows")
     elapsed = time.perf_counter() - start
     s = loader.stats()
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -79,6 +108,8 @@ def _bench(args: argparse.Namespace) -> int:
         "peak_rss_bytes": peak_rss,
         "wait_fraction": s["wait_fraction"],
         "num_workers": args.num_workers,
+        "stages_seconds": stage_seconds(s),
+        "diagnosis": pqloader.diagnose(s),
     }
     if args.json:
         print(json.dumps(result))
@@ -89,10 +120,17 @@ def _bench(args: argparse.Namespace) -> int:
           f"{result['decoded_mb_per_second']:.1f} decoded")
     print(f"time to first batch: {(first_batch or 0) * 1000:.1f} ms")
     print(f"peak RSS: {_human(peak_rss)}")
+    print()
+    print(pqloader.format_stats(s))
     return 0
 
 
 def _cache(args: argparse.Namespace) -> int:
+    with _progress(args, f"cache {args.action} {args.dir}", ticker=True):
+        return _cache_run(args)
+
+
+def _cache_run(args: argparse.Namespace) -> int:
     if args.action == "clear":
         if args.dataset:
             raise ValueError("--dataset is for `cache stats` and `cache prune`; `cache clear` "
@@ -111,7 +149,8 @@ def _cache(args: argparse.Namespace) -> int:
                 print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
         return 0
     if args.action == "prune":
-        r = pqloader.cache_prune(args.dir, dataset=args.dataset)
+        r = pqloader.cache_prune(args.dir, dataset=args.dataset,
+                                 storage_options=parse_storage_options(args.storage_option))
         if args.json:
             print(json.dumps(r))
             return 0
@@ -121,7 +160,8 @@ def _cache(args: argparse.Namespace) -> int:
             print(f"kept unverified (source not checked: unreachable, or not in --dataset): "
                   f"{r['unverified_entries']}")
         return 0
-    s = pqloader.cache_stats(args.dir, dataset=args.dataset)
+    s = pqloader.cache_stats(args.dir, dataset=args.dataset,
+                             storage_options=parse_storage_options(args.storage_option))
     if args.json:
         print(json.dumps(s))
         return 0
@@ -143,10 +183,23 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The version of the code running: ``pqloader.__version__`` (pyproject's version;
+    the installed distribution's metadata can lag behind a source checkout)."""
+    return pqloader.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pqloader", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"pqloader {_version()}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress line on stderr (drawn only when stderr is a terminal)")
+    common.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
+                        help="a storage option of s3:// sources (as Loader's storage_options: "
+                             "region, endpoint_override, anonymous, ...); repeat for more")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="show files, row groups and schema")
+    p = sub.add_parser("inspect", help="show files, row groups and schema", parents=[common])
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--all-files", action="store_true", help="list every file")
@@ -154,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the row lengths of ragged list columns and show min/median/p99/max "
                         "(one pass over each such column)")
     p.set_defaults(func=_inspect)
-    b = sub.add_parser("bench", help="stream a dataset and report throughput")
+    b = sub.add_parser("bench", help="stream a dataset and report throughput",
+                       parents=[common])
     b.add_argument("path")
     b.add_argument("--columns", help="comma-separated column names")
     b.add_argument("--batch-size", type=int, default=1024)
@@ -164,8 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=None)
     b.add_argument("--json", action="store_true", help="print JSON")
     b.add_argument("--cache-dir", help="use (and fill) this cache directory")
+    b.add_argument("--transform", action="append", metavar="COLUMN=OPS",
+                   help="pqloader.transforms ops of a column, written as in Python, e.g. "
+                        "'image=DecodeImage(), Resize(256), CenterCrop(224)'; repeat for more "
+                        "columns")
+    b.add_argument("--io-threads", type=int, help="Loader's io_threads (default 16)")
+    b.add_argument("--readahead", type=int, help="Loader's readahead (row groups)")
     b.set_defaults(func=_bench)
-    c = sub.add_parser("cache", help="inspect, prune or clear a cache directory",
+    c = sub.add_parser("cache", help="inspect, prune or clear a cache directory", parents=[common],
                        description="stats: entries, bytes, stale entries and what loaders recorded; "
                                    "prune: delete stale entries (their source file changed or is "
                                    "gone); clear: delete every entry")
@@ -178,15 +238,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# Exit status when stdout's reader went away (``pqloader inspect X | head``): 128 + SIGPIPE,
+# what a shell reports for a command that SIGPIPE ended (``cat``, ``grep``), so
+# ``set -o pipefail`` scripts see the same as with those tools. Nothing is printed.
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of what is still
+    buffered does not fail again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it),
+    so a BrokenPipeError from elsewhere (a socket) is still reported as an error."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return True  # cannot tell: stdout is the likely one
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError as e:
+        if _stdout_reader_gone():
+            raise
+        print(f"pqloader: error: {e}", file=sys.stderr)
+        return 1
     except (pqloader.Error, ValueError, TypeError, OSError) as e:
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            rc = _run(argv)
+        finally:  # also for argparse's exits (--help, --version): their text is buffered
+            sys.stdout.flush()
+        return rc
+    except BrokenPipeError:  # stdout's reader closed early: a quiet exit, as `cat` does
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

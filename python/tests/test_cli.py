@@ -93,3 +93,157 @@ def test_bench_with_unknown_column_exits_1_with_a_one_line_message(cli_ds, tmp_p
     d, _ = cli_ds
     r = cli("bench", d, "--columns", "id,nonexistent_col", cwd=tmp_path)
     _assert_clean_failure(r, "nonexistent_col")
+
+
+def test_version_prints_the_package_version(tmp_path):
+    r = cli("--version", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"pqloader {pqloader.__version__}"
+
+
+def test_version_matches_pyproject():
+    import pathlib
+    import tomllib
+
+    pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+    assert tomllib.loads(pyproject.read_text())["project"]["version"] == pqloader.__version__
+
+
+def _cli_into_closed_pipe(*args, cwd):
+    """Run the CLI with stdout a pipe whose reader is already gone (deterministic EPIPE on
+    the first write, unlike racing a reader that closes early)."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "pqloader", *map(str, args)], stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=str(cwd),
+                              env=subprocess_env())
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args", [("inspect", "{d}"), ("inspect", "{d}", "--json"),
+                                  ("bench", "{d}", "--batch-size", "512"),
+                                  ("cache", "stats", "{tmp}")])
+def test_closed_stdout_exits_quietly_with_141(cli_ds, tmp_path, args):
+    d, _ = cli_ds
+    args = [a.format(d=d, tmp=tmp_path) for a in args]
+    r = _cli_into_closed_pipe(*args, cwd=tmp_path)
+    assert r.stderr == "", r.stderr
+    assert r.returncode == 141
+
+
+def test_version_into_closed_pipe_is_quiet(tmp_path):
+    r = _cli_into_closed_pipe("--version", cwd=tmp_path)
+    assert r.stderr == "", r.stderr
+    assert r.returncode in (0, 141)  # argparse ignores errors writing its own messages
+
+
+def test_reader_closing_early_ends_quietly(tmp_path):
+    # `pqloader inspect X --all-files --json | head -n 1`
+    write_dataset(tmp_path / "many", [[3]] * 500)  # ~110 KB of JSON: more than a pipe holds
+    head = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.readline())"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    r = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(tmp_path / "many"),
+                        "--all-files", "--json"], stdout=head.stdin, stderr=subprocess.PIPE,
+                       text=True, timeout=120, cwd=str(tmp_path), env=subprocess_env())
+    head.stdin.close()
+    first = head.stdout.read()
+    head.wait(timeout=60)
+    assert first.strip() == "{"
+    assert r.stderr == "", r.stderr
+    assert r.returncode == 141
+
+
+def test_bench_prints_the_stage_table_and_a_diagnosis(cli_ds, tmp_path):
+    d, _ = cli_ds
+    r = cli("bench", d, "--batch-size", "256", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stages = [line.split()[0] for line in r.stdout.splitlines()
+              if line.split() and line.split()[0] in ("read", "decode", "transform", "gather", "wait")]
+    assert stages == ["read", "decode", "transform", "gather", "wait"]
+    assert re.search(r"^diagnosis: \S", r.stdout, re.M)
+
+
+def test_bench_json_has_stages_and_diagnosis(cli_ds, tmp_path):
+    import json
+
+    d, _ = cli_ds
+    r = cli("bench", d, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["stages_seconds"]) == {"read", "decode", "transform", "gather", "wait"}
+    assert out["diagnosis"]
+
+
+def test_transform_spec_parses_ops_as_written_in_python():
+    from pqloader import transforms as T
+    from pqloader._cli_args import parse_storage_options, parse_transforms
+
+    assert parse_transforms(["image=DecodeImage(), Resize(256), CenterCrop(size=224), ToCHW",
+                             "x = Cast('float32')"]) == {
+        "image": [T.DecodeImage(), T.Resize(256), T.CenterCrop(size=224), T.ToCHW()],
+        "x": [T.Cast("float32")]}
+    assert parse_transforms(["a.b=Normalize(mean=[0.5], std=(0.25,))"]) == {
+        "a.b": [T.Normalize([0.5], [0.25])]}
+    assert parse_transforms(None) is None
+    assert parse_storage_options(["region=us-east-1", "endpoint_override=h:9000=x"]) == {
+        "region": "us-east-1", "endpoint_override": "h:9000=x"}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("Cast('float32')", "COLUMN="), ("x=", "COLUMN="), ("x=Bogus()", "unknown op 'Bogus'"),
+    ("x=Cast(open('f'))", "literals"), ("x=Cast(", "not a list of ops"),
+    ("x=os.system('true')", "Name(args)"), ("x=Cast(1, 2, 3)", "Cast"),
+])
+def test_bad_transform_specs_are_refused(spec, message):
+    from pqloader._cli_args import parse_transforms
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_transforms([spec])
+
+
+def test_bench_runs_the_given_transforms(cli_ds, tmp_path):
+    import json
+
+    d, _ = cli_ds
+    plain = json.loads(cli("bench", d, "--columns", "x", "--json", cwd=tmp_path).stdout)
+    r = cli("bench", d, "--columns", "x", "--transform", "x=Cast('float64')", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert plain["stages_seconds"]["transform"] == 0
+    assert json.loads(r.stdout)["stages_seconds"]["transform"] > 0
+
+
+def test_bench_with_an_unknown_transform_exits_1_with_a_one_line_message(cli_ds, tmp_path):
+    d, _ = cli_ds
+    _assert_clean_failure(cli("bench", d, "--transform", "x=Bogus()", cwd=tmp_path), "Bogus")
+
+
+@pytest.mark.parametrize("command", ["inspect", "bench"])
+def test_storage_options_reach_the_loader(cli_ds, tmp_path, command):
+    d, _ = cli_ds
+    r = cli(command, d, "--storage-option", "region=us-east-1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    _assert_clean_failure(cli(command, d, "--storage-option", "bogus_key=1", cwd=tmp_path),
+                          "bogus_key")
+
+
+def test_bench_takes_io_threads_and_readahead(cli_ds, tmp_path):
+    d, _ = cli_ds
+    r = cli("bench", d, "--io-threads", "2", "--readahead", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    _assert_clean_failure(cli("bench", d, "--io-threads", "0", cwd=tmp_path), "io_threads")
+
+
+def test_a_broken_pipe_elsewhere_is_still_an_error(monkeypatch, capfd, cli_ds):
+    from pqloader import cli as cli_module
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe (a socket, not stdout)")
+
+    monkeypatch.setattr(cli_module, "_inspect", broken)
+    d, _ = cli_ds
+    assert cli_module.main(["inspect", str(d)]) == 1
+    assert "pqloader: error: " in capfd.readouterr().err

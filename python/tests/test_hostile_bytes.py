@@ -427,3 +427,31 @@ def test_invalid_utf8_struct_field_name_is_refused_when_selected(tmp_path):
         pqloader.Loader(str(bad))
     assert [int(v) for b in pqloader.Loader(str(bad), columns=["id", "s.ok"]) for v in b["s.ok"]] == [2, 2]
     assert "not valid UTF-8" in pqloader.inspect(str(bad))["loads_as"]["s"]
+
+
+# A footer that Parquet C++ parses but cannot serialize again (found by `make fuzz`:
+# FileMetaData::WriteTo dereferenced a null inside it). The footer hash of the cache key
+# was computed by re-serializing the footer, so merely opening the file crashed the
+# process (SIGSEGV); it now hashes the footer's bytes as the file holds them.
+FOOTER_PROBE = r"""
+import sys, pqloader
+try:
+    loader = pqloader.Loader(sys.argv[1], batch_size=7, fill_null=0)
+    rows = sum(len(next(iter(b.values()))) for b in loader)
+    print("rows", rows)
+except pqloader.Error as e:
+    print("error", type(e).__name__, e)
+"""
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_footer_that_parses_but_does_not_reserialize_is_no_crash(tmp_path, cache):
+    path = Path(__file__).parent / "data" / "footer_that_does_not_reserialize.parquet"
+    args = [sys.executable, "-c", FOOTER_PROBE, str(path)]
+    if cache:  # the footer cache stores the bytes read, not a re-serialization
+        args[2] = FOOTER_PROBE.replace("fill_null=0", f"fill_null=0, cache_dir={str(tmp_path)!r}")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.startswith(("rows", "error")), done.stdout + done.stderr
+    if done.stdout.startswith("error"):
+        assert "footer_that_does_not_reserialize.parquet" in done.stdout

@@ -20,7 +20,7 @@ namespace {
 
 std::string FooterPath(const std::string& dir, const std::string& file, int64_t size,
                        int64_t mtime_ns) {
-  const std::string key = CacheKey("footer-v1|" + file + "|size=" + std::to_string(size) +
+  const std::string key = CacheKey("footer-v2|" + file + "|size=" + std::to_string(size) +
                                    "|mtime=" + std::to_string(mtime_ns));
   return dir + "/footers/" + key + ".thrift";
 }
@@ -38,16 +38,6 @@ bool ReadFooterFile(const std::string& path, std::string* bytes) {
   return XXH64(bytes->data(), bytes->size(), 0) == checksum;
 }
 
-arrow::Result<std::shared_ptr<arrow::Buffer>> Serialize(const parquet::FileMetaData& metadata) {
-  ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
-  try {
-    metadata.WriteTo(sink.get());
-  } catch (const std::exception& e) {
-    return arrow::Status::Invalid("cannot serialize a footer: ", e.what());
-  }
-  return sink->Finish();
-}
-
 }  // namespace
 
 bool IsFooterFile(const std::string& path) {
@@ -55,17 +45,12 @@ bool IsFooterFile(const std::string& path) {
   return ReadFooterFile(path, &bytes);
 }
 
-std::string FooterHash(const parquet::FileMetaData& metadata) {
-  auto buffer = Serialize(metadata);
-  if (!buffer.ok()) return "";
-  return CacheKey(std::string(reinterpret_cast<const char*>((*buffer)->data()),
-                              static_cast<size_t>((*buffer)->size())));
-}
+std::string FooterHash(const std::string& footer) { return CacheKey(footer); }
 
 std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
                                                   const std::string& file, int64_t size,
-                                                  int64_t mtime_ns) {
-  std::string bytes;
+                                                  int64_t mtime_ns, std::string* footer) {
+  std::string& bytes = *footer;
   if (!ReadFooterFile(FooterPath(cache_dir, file, size, mtime_ns), &bytes)) {
     return nullptr;  // missing or damaged: read from the source
   }
@@ -78,22 +63,20 @@ std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
 }
 
 void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
-                 int64_t mtime_ns, const parquet::FileMetaData& metadata) {
+                 int64_t mtime_ns, const std::string& footer) {
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
   if (ec) return;
   MarkCacheDir(cache_dir);
   std::filesystem::create_directories(cache_dir + "/footers", ec);
   if (ec) return;
-  auto buffer = Serialize(metadata);
-  if (!buffer.ok()) return;
-  const uint64_t checksum = XXH64((*buffer)->data(), static_cast<size_t>((*buffer)->size()), 0);
+  const uint64_t checksum = XXH64(footer.data(), footer.size(), 0);
   const std::string path = FooterPath(cache_dir, file, size, mtime_ns);
   std::ostringstream tmp;
   tmp << path << ".tmp-" << ::getpid() << "-" << std::hash<std::thread::id>{}(std::this_thread::get_id());
   {
     std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>((*buffer)->data()), (*buffer)->size());
+    out.write(footer.data(), static_cast<std::streamsize>(footer.size()));
     out.write(reinterpret_cast<const char*>(&checksum), 8);
     if (!out) {
       out.close();

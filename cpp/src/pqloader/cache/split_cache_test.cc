@@ -316,11 +316,13 @@ TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) 
   EXPECT_EQ(b->WaitForFetch(other, nullptr), FetchWait::kFree);
   dropper.join();
   // Held past the waiter's timeout (300 ms): the claim is deemed abandoned and broken.
+  // Its age comes from the marker's mtime, which the kernel stamps from a coarse clock
+  // (a tick behind): the wait may end a few ms short of 300 ms after the claim.
+  const auto t0 = std::chrono::steady_clock::now();
   claim = a->TryClaim(other);
   ASSERT_TRUE(fs::exists(MarkerOf(dir, other)));
-  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(b->WaitForFetch(other, nullptr), FetchWait::kFree);
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
   EXPECT_FALSE(fs::exists(MarkerOf(dir, other)));
   auto taken_over = b->TryClaim(other);
   ASSERT_NE(taken_over, nullptr);
@@ -340,7 +342,7 @@ TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) 
   const CacheCounters c = b->counters();
   EXPECT_EQ(c.waits, 3);
   EXPECT_EQ(c.wait_timeouts, 1);
-  EXPECT_GT(c.wait_ns, 300'000'000);
+  EXPECT_GT(c.wait_ns, 250'000'000);
 }
 
 TEST(FetchClaims, MarkersOfDeadProcessesOrOlderThanTheTimeoutAreBroken) {

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <charconv>
@@ -100,7 +101,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
 }
 
 // Read the footer of `file` and derive its Arrow schema.
-arrow::Status ReadFooterFromSource(DataFile* file);
+arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer);
 
 // Read the footer of `file` (from the footer cache when there is one) and derive its
 // Arrow schema.
@@ -113,17 +114,16 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
   }
   // Local footers are read from the file (as cheap as a cached copy, and never stale).
   const bool use_cache = !footer_cache.empty() && file->fs->type_name() != "local";
+  std::string footer;
   if (use_cache) {
-    file->metadata = LoadFooter(footer_cache, file->display, file->size, file->mtime_ns);
+    file->metadata = LoadFooter(footer_cache, file->display, file->size, file->mtime_ns, &footer);
     if (file->metadata != nullptr && from_cache != nullptr) *from_cache = true;
   }
   if (file->metadata == nullptr) {
-    ARROW_RETURN_NOT_OK(ReadFooterFromSource(file));
-    if (use_cache) {
-      StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, *file->metadata);
-    }
+    ARROW_RETURN_NOT_OK(ReadFooterFromSource(file, &footer));
+    if (use_cache) StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
   }
-  file->footer_hash = FooterHash(*file->metadata);
+  file->footer_hash = FooterHash(footer);
   parquet::ArrowReaderProperties props;
   auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
                                               file->metadata->key_value_metadata(), schema);
@@ -139,8 +139,10 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
   return arrow::Status::OK();
 }
 
-// Read the footer of `file` from its storage.
-arrow::Status ReadFooterFromSource(DataFile* file) {
+// Read the footer of `file` from its storage: its bytes as the file holds them into
+// `*footer` (what FooterHash hashes), parsed into file->metadata. Like Parquet's own
+// reader, one read of the file's last 64 KiB, and a second one only for a larger footer.
+arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer) {
   arrow::fs::FileInfo info(file->path, arrow::fs::FileType::File);
   info.set_size(file->size);  // known from listing: no extra request for it
   auto input = file->fs->OpenInputFile(info);
@@ -148,19 +150,48 @@ arrow::Status ReadFooterFromSource(DataFile* file) {
     return MakeError(ErrorKind::kIO, "cannot open '", file->display, "': ",
                      input.status().message());
   }
-  try {
-    file->metadata = parquet::ReadMetaData(*input);
-  } catch (const std::exception& e) {
-    // A read error is the storage's; anything else means bytes that are not Parquet.
-    const auto* status_error = dynamic_cast<const parquet::ParquetStatusException*>(&e);
-    if (status_error != nullptr && status_error->status().IsIOError()) {
-      return MakeError(ErrorKind::kIO, "cannot read the footer of '", file->display,
-                       "': ", status_error->status().message());
-    }
+  auto not_parquet = [&](const std::string& why) {
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a readable Parquet file (truncated, corrupt footer, or another "
-                     "format): ", e.what());
+                     "format): ", why);
+  };
+  auto read = [&](int64_t offset, int64_t length) -> arrow::Result<std::string> {
+    auto bytes = (*input)->ReadAt(offset, length);
+    if (!bytes.ok()) {
+      return MakeError(ErrorKind::kIO, "cannot read the footer of '", file->display, "': ",
+                       bytes.status().message());
+    }
+    if ((*bytes)->size() != length) {
+      return MakeError(ErrorKind::kIO, "cannot read the footer of '", file->display,
+                       "': the file is shorter than its listed size");
+    }
+    return (*bytes)->ToString();
+  };
+  constexpr int64_t kTail = 64 << 10;
+  if (file->size < 12) return not_parquet("smaller than Parquet's magic bytes and footer length");
+  const int64_t tail_length = std::min(file->size, kTail);
+  ARROW_ASSIGN_OR_RAISE(std::string tail, read(file->size - tail_length, tail_length));
+  const std::string magic = tail.substr(tail.size() - 4);
+  if (magic == "PARE") return not_parquet("encrypted footers are not supported");
+  if (magic != "PAR1") return not_parquet("no 'PAR1' magic bytes at its end");
+  uint32_t length = 0;
+  std::memcpy(&length, tail.data() + tail.size() - 8, 4);
+  if (static_cast<int64_t>(length) + 12 > file->size) {
+    return not_parquet("its footer length (" + std::to_string(length) +
+                       " bytes) is larger than the file");
   }
+  if (static_cast<int64_t>(length) + 8 <= tail_length) {
+    *footer = tail.substr(tail.size() - 8 - length, length);
+  } else {
+    ARROW_ASSIGN_OR_RAISE(*footer, read(file->size - 8 - length, length));
+  }
+  try {
+    uint32_t n = length;
+    file->metadata = parquet::FileMetaData::Make(footer->data(), &n);
+  } catch (const std::exception& e) {
+    return not_parquet(e.what());
+  }
+  if (file->metadata == nullptr) return not_parquet("its footer does not parse");
   return arrow::Status::OK();
 }
 

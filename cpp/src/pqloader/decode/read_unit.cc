@@ -99,7 +99,10 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
     ARROW_ASSIGN_OR_RAISE(auto empty, arrow::MakeEmptyArray(src.type, pool));
     chunks.push_back(std::move(empty));
   }
-  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks), chunks[0]->type()));
+  // The type first: the order in which arguments are evaluated is unspecified, and the
+  // vector may be moved from before chunks[0] is read (clang does; make fuzz's UBSan saw it).
+  const std::shared_ptr<arrow::DataType> type = chunks[0]->type();
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks), type));
   return arrow::Status::OK();
 }
 

@@ -116,6 +116,15 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   if (w * hgt * channels > kMaxImageBytes) {
     return arrow::Status::Invalid("JPEG image of ", width, "x", height, " is too large");
   }
+  // A progressive JPEG's decoder holds every DCT coefficient of the full-size image
+  // (2 bytes per sample of each component in the file), whatever the scaling: a header
+  // claiming 65444x64223 made libjpeg-turbo take 6+ GB (make fuzz). The header does not
+  // say whether the file is progressive, so the full size is bounded for all.
+  const int64_t file_components = colorspace == TJCS_GRAY ? 1 : 3;
+  if (int64_t{width} * height * file_components * 2 > kMaxImageBytes) {
+    return arrow::Status::Invalid("JPEG image of ", width, "x", height,
+                                  " is too large (its full-size coefficients exceed 2 GiB)");
+  }
   ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kUInt8, {hgt, w, channels}));
   if (chosen.num != chosen.denom) {
     out.full_height = height;

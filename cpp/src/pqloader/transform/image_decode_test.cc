@@ -153,6 +153,37 @@ TEST(DecodeImage, FailedJpegHeaderDoesNotPoisonTheNextJpegOnTheThread) {
   }
 }
 
+TEST(DecodeImage, AHugeProgressiveJpegIsRefusedWhateverTheScaling) {
+  // A progressive JPEG whose header claims 65444x64223: DCT scaling to 1/8 would give an
+  // output under the 2 GiB cap, but the decoder would first hold the full-size image's
+  // coefficients (12+ GB; make fuzz). Refused from the header, before any allocation.
+  tjhandle enc = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  Bytes pixels = Pattern(16, 16, 3);
+  ASSERT_EQ(tjCompress2(enc, pixels.data(), 16, 0, 16, TJPF_RGB, &buf, &size, TJSAMP_444, 90,
+                        TJFLAG_PROGRESSIVE),
+            0);
+  Bytes jpeg(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(enc);
+  bool patched = false;
+  for (size_t i = 0; i + 9 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC2) {  // SOF2: length(2) precision(1) h(2) w(2)
+      jpeg[i + 5] = 0xFA, jpeg[i + 6] = 0xDF, jpeg[i + 7] = 0xFF, jpeg[i + 8] = 0xA4;
+      patched = true;
+      break;
+    }
+  }
+  ASSERT_TRUE(patched);
+  OpParams p;
+  p.numbers["min_short_side"] = 8;
+  auto op = MakeOp("DecodeImage", p).ValueOrDie();
+  auto out = op->Apply(AsSample(jpeg), SampleContext{}, 0);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("too large"), std::string::npos) << out.status().ToString();
+}
+
 TEST(DecodeImage, FailedPngDoesNotPoisonTheNextPng) {
   const Bytes png = EncodePng(9, 7, /*gray=*/false);
   const auto expected = FreshDecode(png);

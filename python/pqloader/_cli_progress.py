@@ -1,0 +1,132 @@
+"""A minimal one-line progress indicator for the command line (no dependency).
+
+It draws on stderr only when stderr is a terminal (and ``TERM`` is not ``dumb``) and the
+command was not given ``--quiet``: piped or redirected output, logs and tests see nothing.
+The line is redrawn at most every ``interval`` seconds and erased when the work ends, so
+what the command prints on stdout is the same with or without it.
+
+``ticker=True`` also redraws from a background thread (elapsed time keeps moving) for
+calls into the engine that release the GIL (the cache commands); ``inspect`` holds the
+GIL while it reads footers, so its line shows what is being done, drawn once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import IO, Any
+
+
+def enabled_for(stream: IO[str] | None, quiet: bool = False) -> bool:
+    """Whether progress should be drawn on `stream`: a TTY, not ``--quiet``, not TERM=dumb."""
+    if quiet or stream is None or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class Progress:
+    """``label  n/total unit  rate/s  elapsed`` on one line, redrawn in place.
+
+    Args:
+        label: What is being done.
+        total: Expected count, or None (shows the count alone).
+        unit: Name of what is counted (``"batches"``).
+        stream: Where to draw (default ``sys.stderr``).
+        enabled: Draw at all; default :func:`enabled_for` (stream).
+        interval: Least seconds between redraws.
+        ticker: Redraw from a background thread every `interval` too.
+    """
+
+    def __init__(self, label: str, total: int | None = None, unit: str = "", *,
+                 stream: IO[str] | None = None, enabled: bool | None = None,
+                 interval: float = 0.1, ticker: bool = False) -> None:
+        self.label, self.total, self.unit = label, total, unit
+        self.stream = sys.stderr if stream is None else stream
+        self.enabled = enabled_for(self.stream) if enabled is None else enabled
+        self.interval = interval
+        self.count = 0
+        self.extra = ""
+        self._start = time.monotonic()
+        self._last_draw = float("-inf")
+        self._width = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.enabled:
+            self._draw()
+            if ticker:
+                self._thread = threading.Thread(target=self._tick, name="pqloader-progress",
+                                                daemon=True)
+                self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._draw()
+
+    def text(self) -> str:
+        """The line as it would be drawn now."""
+        elapsed = time.monotonic() - self._start
+        parts = [self.label]
+        if self.total is not None:
+            parts.append(f"{self.count}/{self.total} {self.unit}".rstrip())
+        elif self.count:
+            parts.append(f"{self.count} {self.unit}".rstrip())
+        if self.count and elapsed > 0:
+            parts.append(f"{self.count / elapsed:,.0f} {self.unit or 'items'}/s")
+        if self.extra:
+            parts.append(self.extra)
+        parts.append(f"{elapsed:.1f} s")
+        return "  ".join(parts)
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._stop.is_set() and not force:
+                return
+            if not force and now - self._last_draw < self.interval:
+                return
+            self._last_draw = now
+            line = self.text()
+            pad = " " * max(self._width - len(line), 0)
+            self._width = len(line)
+            try:
+                self.stream.write("\r" + line + pad)
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.enabled = False
+                self._stop.set()
+
+    def update(self, n: int = 1, extra: str | None = None) -> None:
+        """Count `n` more; `extra` replaces the free text shown after the rate."""
+        if not self.enabled:
+            return
+        self.count += n
+        if extra is not None:
+            self.extra = extra
+        self._draw()
+
+    def close(self) -> None:
+        """Stop redrawing and erase the line."""
+        if not self.enabled:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            try:
+                self.stream.write("\r" + " " * self._width + "\r")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+        self.enabled = False
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,119 @@
+"""The CLI's progress line: on stderr, only on a terminal, never with --quiet."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import subprocess_env, write_dataset
+from pqloader._cli_progress import Progress, enabled_for
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_off_when_the_stream_is_not_a_terminal():
+    out = io.StringIO()
+    with Progress("work", total=3, unit="batches", stream=out) as p:
+        assert not p.enabled
+        p.update(3)
+    assert out.getvalue() == ""
+
+
+def test_on_a_terminal_draws_counts_and_erases_the_line():
+    out = _Tty()
+    with Progress("work", total=3, unit="batches", stream=out, interval=0) as p:
+        p.update(2, "epoch 1/1")
+        assert "\rwork  2/3 batches" in out.getvalue()
+        assert "epoch 1/1" in out.getvalue()
+    assert out.getvalue().endswith("\r")  # erased: blanks, then back to the start
+    width = max(len(line) for line in out.getvalue().split("\r"))
+    assert out.getvalue().endswith("\r" + " " * width + "\r")
+
+
+def test_quiet_and_dumb_terminals_turn_it_off(monkeypatch):
+    assert enabled_for(_Tty())
+    assert not enabled_for(_Tty(), quiet=True)
+    monkeypatch.setenv("TERM", "dumb")
+    assert not enabled_for(_Tty())
+
+
+def test_redraws_are_throttled():
+    out = _Tty()
+    p = Progress("work", total=1000, stream=out, interval=3600)
+    for _ in range(1000):
+        p.update()
+    p.close()
+    assert out.getvalue().count("\rwork") == 1  # the first draw only
+
+
+@pytest.fixture
+def ds(tmp_path):
+    write_dataset(tmp_path / "data", [[1000, 234], [777]])
+    return tmp_path / "data"
+
+
+def _run(args, cwd, stderr_tty: bool):
+    """Run the CLI; stdout a pipe, stderr a pipe or a pseudo-terminal. (stdout, stderr, rc)"""
+    cmd = [sys.executable, "-m", "pqloader", *map(str, args)]
+    if not stderr_tty:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=str(cwd),
+                           env=subprocess_env())
+        return r.stdout, r.stderr, r.returncode
+    import pty
+
+    master, slave = pty.openpty()
+    env = subprocess_env()
+    env.pop("TERM", None)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True, cwd=str(cwd),
+                         env=env)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = p.stdout.read()
+    rc = p.wait(timeout=120)
+    os.close(master)
+    return out, err.decode(), rc
+
+
+@pytest.mark.parametrize("args", [("inspect", "{d}"), ("bench", "{d}", "--batch-size", "100"),
+                                  ("cache", "stats", "{tmp}/cache")])
+def test_not_a_terminal_no_progress_and_stdout_unchanged(ds, tmp_path, args):
+    (tmp_path / "cache").mkdir()
+    args = [a.format(d=ds, tmp=tmp_path) for a in args]
+    out, err, rc = _run(args, tmp_path, stderr_tty=False)
+    assert rc == 0 and err == ""
+    quiet_out, quiet_err, rc = _run([*args, "--quiet"], tmp_path, stderr_tty=False)
+    assert rc == 0 and quiet_err == ""
+    if args[0] != "bench":  # bench's numbers are timings
+        assert out == quiet_out
+    else:
+        assert out.splitlines()[0].split()[:2] == quiet_out.splitlines()[0].split()[:2]
+
+
+@pytest.mark.parametrize("args, shows", [(("bench", "{d}", "--batch-size", "100", "--epochs", "2"),
+                                          "/42 batches"),  # 21 a epoch (1234 + 777 rows, batch 100)
+                                         (("inspect", "{d}"), "reading footers"),
+                                         (("cache", "stats", "{tmp}/cache"), "cache stats")])
+def test_on_a_terminal_progress_goes_to_stderr_only(ds, tmp_path, args, shows):
+    (tmp_path / "cache").mkdir()
+    args = [a.format(d=ds, tmp=tmp_path) for a in args]
+    out, err, rc = _run(args, tmp_path, stderr_tty=True)
+    assert rc == 0, err
+    assert shows in err
+    assert "\r" not in out and shows not in out
+    _, quiet_err, rc = _run([*args, "-q"], tmp_path, stderr_tty=True)
+    assert rc == 0 and quiet_err == ""
