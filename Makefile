@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-build bench bench-quick clean
+.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build bench bench-quick clean
 BENCH_SCALE ?= small
 
 all: build
@@ -105,10 +105,11 @@ $(WHEEL_VENVS)/%/.stamp: python/tests_wheel/requirements-%.txt
 test-wheel: build $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
 	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel
 
-# Every C++ and Python test, the installed wheel's tests, then a short fuzz run
-# (FUZZ_SECONDS per driver, under 2 min).
+# Every C++ and Python test, the installed wheel's tests, then the fuzz drivers over
+# their seeds, the inputs of every crash found so far (cpp/fuzz/regressions/) and a
+# fixed-seed run (under 2 min).
 test: test-cpp test-python test-wheel
-	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SHORT_SECONDS)
+	$(MAKE) --no-print-directory fuzz-regress
 
 # ASan+UBSan and TSan builds of the C++ tests, then the Python tests of the transform and
 # cache paths against an ASan+UBSan build of the extension (slow; not part of `make test`).
@@ -154,7 +155,13 @@ sanitize-python: deps
 FUZZ_DIR := build/fuzz
 FUZZ_TARGETS := fuzz_parquet fuzz_cache_entry fuzz_ndarray fuzz_image
 FUZZ_SECONDS ?= 300
-FUZZ_SHORT_SECONDS ?= 25
+# fuzz-regress (make test): each driver runs a fixed number of inputs from a fixed seed,
+# starting from a fresh corpus (seeds + regressions), so that its outcome is the same on
+# every run of the same code; the time cap only cuts the same sequence shorter on a slow
+# machine. Runs are sized for about 20 s per driver on 2 cores.
+FUZZ_REGRESS_SEED ?= 1
+FUZZ_REGRESS_CAP_SECONDS ?= 40
+FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:2000000 fuzz_ndarray:1500000 fuzz_image:80000
 # Images and .npy arrays may legitimately allocate up to 2 GiB (the decoders' bound).
 FUZZ_FLAGS ?= -timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=2400 -max_len=65536 -print_final_stats=1
 FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)
@@ -182,6 +189,20 @@ fuzz: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 	    > $(FUZZ_DIR)/$$t.log 2>&1 \
 	    || { tail -40 $(FUZZ_DIR)/$$t.log; echo "fuzz: $$t failed; input in $(FUZZ_DIR)/artifacts/"; exit 1; }; \
 	  grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t.log | tr '\n' ' '; echo; \
+	done
+
+fuzz-regress: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
+	@mkdir -p $(FUZZ_DIR)/artifacts
+	@for tr in $(FUZZ_REGRESS_RUNS); do t=$${tr%%:*}; n=$${tr##*:}; \
+	  rm -rf $(FUZZ_DIR)/regress-corpus/$$t; mkdir -p $(FUZZ_DIR)/regress-corpus/$$t; \
+	  echo "fuzz-regress: $$t, $$n runs from seed $(FUZZ_REGRESS_SEED)"; \
+	  $(FUZZ_DIR)/cpp/fuzz/$$t $(FUZZ_FLAGS) -seed=$(FUZZ_REGRESS_SEED) -runs=$$n \
+	    -max_total_time=$(FUZZ_REGRESS_CAP_SECONDS) \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t- $(FUZZ_DIR)/regress-corpus/$$t \
+	    $(FUZZ_DIR)/seeds/$$t cpp/fuzz/regressions/$$t \
+	    > $(FUZZ_DIR)/$$t-regress.log 2>&1 \
+	    || { tail -40 $(FUZZ_DIR)/$$t-regress.log; echo "fuzz-regress: $$t failed; input in $(FUZZ_DIR)/artifacts/"; exit 1; }; \
+	  grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t-regress.log | tr '\n' ' '; echo; \
 	done
 
 # --- demo ----------------------------------------------------------------------------

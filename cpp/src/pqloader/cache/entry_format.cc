@@ -319,8 +319,10 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     return arrow::Status::Invalid("cache entry has a bad source identity length");
   }
   const int64_t meta_offset = MetaOffset(version, source_bytes);
+  // meta_bytes is checked against the room left, never added to an offset: a claimed
+  // size near INT64_MAX must not overflow the check.
   if (length != size || meta_bytes < 0 || meta_bytes % 8 != 0 ||
-      meta_offset + meta_bytes > size - kTrailerBytes) {
+      meta_offset > size - kTrailerBytes || meta_bytes > size - kTrailerBytes - meta_offset) {
     return arrow::Status::Invalid("cache entry length does not match its file");
   }
   if (!checksum_verified && XXH3_64bits(p, static_cast<size_t>(size - kTrailerBytes)) != checksum) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "pqloader/cache/split_cache.h"
@@ -259,6 +260,23 @@ TEST(CacheEntry, SizesThatOverflowAreRejected) {
   auto back = ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true);
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.status().message().find("bad data size"), std::string::npos)
+      << back.status().ToString();
+}
+
+TEST(CacheEntry, AMetadataSizeNearTheInt64LimitIsRejected) {
+  // Regression (fuzz_cache_entry in a clean-clone CI run): a header claiming
+  // INT64_MAX - 7 metadata bytes overflowed the bounds check (undefined behaviour); in
+  // a release build the sum wrapped negative, passed, and the reader tried to allocate
+  // 2^60 words.
+  DecodedUnit u;
+  u.num_rows = 1;
+  std::string bytes = ReadFile(WriteToFile(u));
+  ASSERT_TRUE(ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true).ok());
+  const int64_t huge = std::numeric_limits<int64_t>::max() - 7;
+  std::memcpy(&bytes[16], &huge, 8);  // the header's metadata size
+  auto back = ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.status().message().find("does not match its file"), std::string::npos)
       << back.status().ToString();
 }
 
