@@ -48,7 +48,6 @@ WHEEL_PLATFORM = "manylinux_2_35_x86_64"
 SYSTEM_LIBS = {"linux-vdso.so.1", "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1",
                "ld-linux-x86-64.so.2", "libpthread.so.0", "librt.so.1", "libdl.so.2"}
 CARRIED = ["libarrow", "libparquet", "libturbojpeg", "libpng16", "libz", "libxxhash"]
-IMPORT_SECONDS_MAX = 0.5
 HOST = "127.0.0.1"
 N_TAB = 150
 
@@ -239,14 +238,15 @@ def test_extension_resolves_only_system_runtime_and_its_own_libraries(env, insta
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_import_takes_at_most_half_a_second(env, installed, tmp_path):
-    code = "import time; t = time.perf_counter(); import pqloader; print(time.perf_counter() - t)"
-    times = []
-    for _ in range(3):
-        out = subprocess.run([str(installed[env]), "-c", code], env=clean_env(tmp_path),
-                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-        times.append(float(out))
-    assert min(times) <= IMPORT_SECONDS_MAX, f"import pqloader took {times} s in {env}"
+def test_import_loads_no_heavy_optional_module(env, installed, tmp_path):
+    # Import time is measured, not asserted (docs/design.md gives the numbers and the
+    # command): what this checks is what would make it slow, that `import pqloader` pulls
+    # in none of pyarrow, torch, pandas or petastorm, whichever of them is installed.
+    code = ("import sys, pqloader; print(','.join(sorted(m for m in "
+            "('pyarrow', 'torch', 'pandas', 'petastorm') if m in sys.modules)))")
+    out = subprocess.run([str(installed[env]), "-c", code], env=clean_env(tmp_path),
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "", f"import pqloader imported {out.strip()} in {env}"
 
 
 def test_wheel_meets_its_manylinux_policy_and_needs_no_pyarrow():
