@@ -498,8 +498,10 @@ std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metad
   ++at;
   while (at < json.size()) {
     while (at < json.size() && (json[at] == ' ' || json[at] == ',' || json[at] == '\n')) ++at;
-    if (at >= json.size() || json[at] == ']') break;
+    if (at >= json.size() || json[at] == ']' || json[at] == '}') break;
     const size_t end = SkipJsonValue(json, at);
+    // Malformed JSON (the metadata is the file's, untrusted): stop where no value starts.
+    if (end <= at) break;
     if (json[at] == '"' && end > at + 1) {
       std::string name;
       for (size_t k = at + 1; k + 1 < end; ++k) {
