@@ -218,8 +218,9 @@ class Loader:
         self._cursor = _iteration.Cursor()
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
         self._columns = {
-            c["name"]: {"dtype": c["dtype"], "shape": None if c["dtype"] is None else tuple(c["shape"]),
-                        "arrow_type": c["arrow_type"], "partition": c["partition"], "mask": c["mask"]}
+            c["name"]: {"dtype": c["dtype"], "shape": None if c["shape"] is None else tuple(c["shape"]),
+                        "arrow_type": c["arrow_type"], "partition": c["partition"], "mask": c["mask"],
+                        "transformed": c["transformed"]}
             for c in self._engine.column_info()
         }
         check_fill_types(options.fill_null, self._columns)  # before any data is read
@@ -268,8 +269,13 @@ class Loader:
     def column_info(self) -> dict[str, dict[str, Any]]:
         """Per output column: NumPy dtype (or "str"/"bytes"), per-row shape, Arrow type.
 
-        Columns made by transforms have dtype and shape None: they are known once data
-        is transformed. A list column's variable dimension is -1.
+        A list column's variable dimension is -1. A column with transforms
+        (``"transformed": True``) has the dtype and shape its ops declare before any data:
+        e.g. ``DecodeImage(), RandomResizedCrop(224), Normalize(...), ToCHW()`` gives
+        float32 ``(3, 224, 224)``; a dimension that depends on the data is -1 (an image's
+        height and width without a crop or resize to a fixed size), and dtype or shape is
+        None where even that depends on the data (``DecodeNdarray()`` without ``Cast``).
+        ``arrow_type`` stays the stored column's.
         """
         return {name: dict(info) for name, info in self._columns.items()}
 

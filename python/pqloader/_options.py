@@ -468,10 +468,11 @@ _BYTES_TYPES = ("binary", "large_binary", "fixed_size_binary")
 def _column_kind(info: Mapping[str, Any]) -> tuple[str, str | None]:
     """('number' | 'str' | 'bytes', NumPy dtype or None) of one column_info entry."""
     dtype = info.get("dtype")
-    if dtype in ("str", "bytes"):
-        return dtype, None
-    if dtype is not None:
-        return "number", dtype
+    if not info.get("transformed"):
+        if dtype in ("str", "bytes"):
+            return dtype, None
+        if dtype is not None:
+            return "number", dtype
     # Made by transforms: the fill applies to the stored column, so go by its Arrow type.
     arrow_type = str(info.get("arrow_type", ""))
     if arrow_type.startswith("dictionary<values="):

@@ -496,20 +496,39 @@ class PyLoader {
 
   nb::list ColumnInfo() const {
     nb::list out;
-    for (const auto& spec : loader_->specs()) {
+    const auto& signatures = loader_->transforms().signatures();
+    for (size_t c = 0; c < loader_->specs().size(); ++c) {
+      const ColumnSpec& spec = loader_->specs()[c];
       nb::dict d;
       d["name"] = Text(spec.name);
-      if (spec.transformed) {  // dtype and shape are known once data is transformed
-        d["dtype"] = nb::none();
+      d["transformed"] = spec.transformed;
+      if (spec.transformed) {
+        // What the ops declare before any data (Op::OutputSignature): None where it
+        // depends on the data (DecodeNdarray without Cast), -1 for a data-dependent
+        // dimension (an image's height and width before a crop).
+        const std::optional<SampleSignature> sig =
+            c < signatures.size() ? signatures[c] : std::nullopt;
+        if (sig.has_value() && sig->dtype.has_value()) {
+          d["dtype"] = DTypeName(*sig->dtype);
+        } else {
+          d["dtype"] = nb::none();
+        }
+        if (sig.has_value() && sig->shape.has_value()) {
+          nb::list shape;
+          for (int64_t dim : *sig->shape) shape.append(dim);
+          d["shape"] = nb::tuple(shape);
+        } else {
+          d["shape"] = nb::none();
+        }
       } else {
         d["dtype"] = spec.kind == ColumnKind::kTensor ? DTypeName(spec.dtype)
                      : spec.kind == ColumnKind::kString || spec.kind == ColumnKind::kStringList
                          ? "str" : "bytes";
+        nb::list shape;
+        for (int64_t dim : spec.row_shape) shape.append(dim);
+        if (IsStringList(spec.kind)) shape.append(-1);  // a list of str/bytes per row
+        d["shape"] = nb::tuple(shape);
       }
-      nb::list shape;
-      for (int64_t dim : spec.row_shape) shape.append(dim);
-      if (IsStringList(spec.kind)) shape.append(-1);  // a list of str/bytes per row
-      d["shape"] = nb::tuple(shape);
       d["arrow_type"] = Text(spec.arrow_type);
       d["partition"] = spec.is_partition;
       d["mask"] = spec.mask_of >= 0;

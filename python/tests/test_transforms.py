@@ -344,6 +344,25 @@ def test_transformed_batches_have_expected_columns_and_values(image_ds):
         np.testing.assert_array_equal(b["tok"][i], (t + [-1] * 8)[:8])
 
 
+def test_column_info_of_transformed_columns_is_what_their_batches_hold(image_ds):
+    path = image_ds[0]
+    loader = pqloader.Loader(path, batch_size=16, transforms=augment())
+    info = loader.column_info
+    b = next(iter(loader))
+    for name in ("image", "tok", "id"):  # declared before any data, checked against it
+        assert np.dtype(info[name]["dtype"]) == b[name].dtype, name
+        assert info[name]["shape"] == b[name].shape[1:], name
+    assert info["image"]["transformed"] and not info["id"]["transformed"]
+    assert info["image"]["arrow_type"] == "binary"  # the stored column's
+    # DecodeNdarray without Cast: the dtype and rank come with the data.
+    assert info["arr"]["dtype"] is None and info["arr"]["shape"] is None
+    # Without a fixed-size crop or resize, an image's height and width depend on it.
+    decoded = pqloader.Loader(path, batch_size=1, columns=["image"], transforms={"image": [T.DecodeImage()]})
+    assert decoded.column_info["image"]["dtype"] == "uint8"
+    assert decoded.column_info["image"]["shape"] == (-1, -1, 3)
+    assert next(iter(decoded))["image"][0].shape[2] == 3
+
+
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_augmentations_are_independent_of_workers_and_timing(image_ds, workers):
     path = image_ds[0]
