@@ -132,11 +132,31 @@ def env_int(name: str) -> int | None:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _ray_train_rank_world() -> tuple[int, int] | None:
+    """Rank and world size of the Ray Train worker this runs in, if it is one.
+
+    Only where the training function has imported ``ray.train`` already (pqloader never
+    imports Ray); outside a worker ``get_context()`` raises, which means "not Ray Train".
+    """
+    train = sys.modules.get("ray.train")
+    if train is None or not hasattr(train, "get_context"):
+        return None
+    try:
+        context = train.get_context()
+        return int(context.get_world_rank()), int(context.get_world_size())
+    except Exception:  # noqa: BLE001 - the driver, or a process Ray Train did not launch
+        return None
+
+
 def default_rank_world() -> tuple[int, int]:
-    """Rank and world size of an initialised torch.distributed group, else RANK/WORLD_SIZE.
+    """Rank and world size of this training process.
+
+    In order: an initialised torch.distributed group (torchrun, Ray Train's
+    ``TorchTrainer``, Lightning, Accelerate), a Ray Train worker's context (any Ray Train
+    trainer), else the ``RANK``/``WORLD_SIZE`` environment variables.
 
     Returns:
-        ``(rank, world_size)``; ``(0, 1)`` when neither source says otherwise.
+        ``(rank, world_size)``; ``(0, 1)`` when no source says otherwise.
 
     Raises:
         ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer.
@@ -144,5 +164,8 @@ def default_rank_world() -> tuple[int, int]:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
+    ray_train = _ray_train_rank_world()
+    if ray_train is not None:
+        return ray_train
     rank, world = env_int("RANK"), env_int("WORLD_SIZE")
     return (0 if rank is None else rank), (1 if world is None else world)

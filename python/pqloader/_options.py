@@ -380,7 +380,8 @@ class LoaderOptions:
             A copy with ``seed``, ``rank`` and ``world_size`` set (checked again).
 
         Raises:
-            ValueError: The environment gives a bad rank or world size.
+            ValueError: The environment gives a bad rank or world size, or a shuffled
+                loader of several ranks has no seed.
         """
         rank, world = self.rank, self.world_size
         if rank is None or world is None:
@@ -388,6 +389,12 @@ class LoaderOptions:
             rank = default_rank if rank is None else rank
             world = default_world if world is None else world
         seed = self.seed
+        if seed is None and self.shuffle and world > 1:
+            # Each rank would draw its own seed: their shards would overlap and miss rows.
+            raise ValueError(f"shuffle=True with world_size={world} needs an explicit seed: every "
+                             f"rank must shuffle the same way for the shards to be disjoint "
+                             f"(each rank drawing its own seed would duplicate and miss rows); "
+                             f"pass the same seed=... on every rank")
         if seed is None:
             seed = draw_seed() if self.shuffle else 0
         return self.replace(seed=seed, rank=rank, world_size=world)

@@ -327,3 +327,11 @@ def test_loader_options_repr_never_shows_storage_credentials(ds):
     loader = pqloader.Loader(ds, storage_options={"access_key": "AKIA-test", "secret_key": "hunter2-secret"})
     assert loader.options.storage_options["secret_key"] == "hunter2-secret"
     assert "hunter2-secret" not in repr(loader.options) and "hunter2-secret" not in repr(loader)
+
+
+def test_a_shuffled_loader_of_several_ranks_needs_a_seed(ds):
+    # Each rank drawing its own seed would shuffle differently: overlapping shards.
+    with pytest.raises(ValueError, match="needs an explicit seed"):
+        pqloader.Loader(ds, batch_size=4, shuffle=True, seed=None, rank=1, world_size=2)
+    pqloader.Loader(ds, batch_size=4, shuffle=True, seed=None, rank=0, world_size=1)
+    pqloader.Loader(ds, batch_size=4, shuffle=False, seed=None, rank=1, world_size=2)

@@ -395,6 +395,14 @@ def test_shards_are_disjoint_equal_and_cover_the_dataset():
         make_reader(CODECS, cur_shard=1)
 
 
+def test_shards_without_a_seed_are_disjoint_as_petastorms_are():
+    # Petastorm's shards are disjoint whatever each process draws; so are these (every
+    # shard of an unseeded sharded reader shares seed 0).
+    shards = [_ids(cur_shard=k, shard_count=3) for k in range(3)]
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(shards) for b in shards[i + 1:])
+    assert sum(len(s) for s in shards) == N_ROWS - N_ROWS % 3
+
+
 def test_num_epochs_repeats_in_new_orders_and_reset_reads_again():
     with make_reader(CODECS, schema_fields=["id"], seed=3, num_epochs=2) as reader:
         ids = [int(r.id) for r in reader]

@@ -450,6 +450,11 @@ def _loader_kwargs(function: str, *, workers_count: int, reader_pool_type: str, 
         if not isinstance(cur_shard, int) or not isinstance(shard_count, int) or not shard_count:
             raise ValueError("partition and num_partitions must be ints and both specified to use partitioning")
         kw["rank"], kw["world_size"] = cur_shard, shard_count
+        if seed is None and kw["shuffle"] and shard_count > 1:
+            # Petastorm deals row groups to shards by index, so its shards are disjoint
+            # whatever each process draws; here a shard is a range of one shuffled order,
+            # which every shard must share: without a seed given, seed 0.
+            kw["seed"] = 0
     else:
         kw["rank"], kw["world_size"] = 0, 1
     if cache_type is None or cache_type == NULL_CACHE:

@@ -1,0 +1,107 @@
+"""pqloader inside Ray Train workers on a local Ray cluster of 2 workers (Ray schedules,
+pqloader loads; no Ray Data in the path).
+
+Each test is one subprocess (its own Ray cluster, ~20 s to start on 2 cores). Each worker
+builds a Loader without rank/world_size; what it read is compared with Loaders built here
+with the rank and world size given explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pqloader
+from conftest import REPO_ROOT, subprocess_env
+
+pytest.importorskip("ray.train")
+pytest.importorskip("torch")
+
+WORKERS = 2
+
+
+def run(args, tmp_path, timeout=300):
+    env = subprocess_env()
+    env["OMP_NUM_THREADS"] = "1"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def expected_ids(data, epoch, rank, **kw):
+    loader = pqloader.Loader(str(data), rank=rank, world_size=WORKERS, columns=["id"], **kw)
+    loader.set_epoch(epoch)
+    return np.concatenate([b["id"] for b in loader]).tolist()
+
+
+def test_torch_trainer_example_gives_each_worker_its_shard_each_epoch(tmp_path):
+    data, ids = tmp_path / "data", tmp_path / "ids"
+    ids.mkdir()
+    out = run([REPO_ROOT / "examples" / "train_ray.py", "--data", data, "--rows", 6000,
+               "--features", 8, "--epochs", 2, "--batch-size", 128, "--workers", WORKERS,
+               "--ids-dir", ids, "--storage", tmp_path / "results"], tmp_path)
+    assert f"ray train: {WORKERS} workers x 2 epochs finished" in out, out
+    for epoch in range(2):
+        got = [json.loads((ids / f"epoch{epoch}-rank{r}.json").read_text()) for r in range(WORKERS)]
+        assert [(g["rank"], g["world_size"]) for g in got] == [(r, WORKERS) for r in range(WORKERS)]
+        assert got[0]["batches"] == got[1]["batches"] > 0  # no worker waits on an all_reduce
+        # Exactly the rows (and order) of Loaders given rank and world size explicitly:
+        # disjoint shards that together are the dataset once.
+        for r in range(WORKERS):
+            assert got[r]["ids"] == expected_ids(data, epoch, r, batch_size=128, shuffle=True, seed=7)
+        assert sorted(got[0]["ids"] + got[1]["ids"]) == list(range(6000))
+
+
+def test_any_ray_train_trainer_gives_rank_and_world_from_its_context(tmp_path):
+    # DataParallelTrainer initialises no torch process group: the rank and world size
+    # come from ray.train.get_context().
+    data = tmp_path / "data"
+    data.mkdir()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"id": np.arange(1000)}), data / "part.parquet", row_group_size=100)
+    script = tmp_path / "plain.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        import ray, ray.train
+        from ray.train import ScalingConfig, RunConfig
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+        def loop():
+            import torch.distributed as dist
+            import pqloader
+            loader = pqloader.Loader({str(data)!r}, batch_size=64, shuffle=True, seed=3)
+            ids = [int(i) for b in loader for i in b["id"]]
+            rank = ray.train.get_context().get_world_rank()
+            with open({str(tmp_path)!r} + f"/plain-rank{{rank}}.json", "w") as f:
+                json.dump({{"rank": loader.options.rank, "world_size": loader.options.world_size,
+                           "torch_group": dist.is_available() and dist.is_initialized(), "ids": ids}}, f)
+
+        ray.init(num_cpus={WORKERS}, include_dashboard=False, log_to_driver=False)
+        DataParallelTrainer(loop, scaling_config=ScalingConfig(num_workers={WORKERS}),
+                            run_config=RunConfig(storage_path={str(tmp_path / "results")!r})).fit()
+        ray.shutdown()
+        print("done")
+    """))
+    assert "done" in run([script], tmp_path)
+    got = [json.loads((tmp_path / f"plain-rank{r}.json").read_text()) for r in range(WORKERS)]
+    assert [(g["rank"], g["world_size"], g["torch_group"]) for g in got] == [
+        (r, WORKERS, False) for r in range(WORKERS)]
+    for r in range(WORKERS):
+        assert got[r]["ids"] == expected_ids(data, 0, r, batch_size=64, shuffle=True, seed=3)
+
+
+def test_outside_ray_train_the_rank_comes_from_the_environment(monkeypatch):
+    import ray.train  # imported, but this process is no Ray Train worker
+    assert ray.train is not None
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    from pqloader import _env
+    assert _env.default_rank_world() == (1, 3)
