@@ -72,10 +72,11 @@ int64_t PackPlan::EqualBlocks(const std::vector<int64_t>& split_rows, const Plan
                               int64_t epoch, const DocumentLengths& lengths,
                               const PackOptions& pack) {
   int64_t fewest = -1, most = 0;
+  const auto order = EpochOrder::Make(split_rows, options, epoch);  // shared by every rank
   for (int64_t r = 0; r < options.world_size; ++r) {
     PlanOptions o = options;
     o.rank = r;
-    const int64_t blocks = BlocksOf(RankTokens(EpochPlan::Make(split_rows, o, epoch), lengths, pack),
+    const int64_t blocks = BlocksOf(RankTokens(EpochPlan::Make(o, epoch, order), lengths, pack),
                                     pack.seq_len, options.drop_last);
     fewest = fewest < 0 ? blocks : std::min(fewest, blocks);
     most = std::max(most, blocks);

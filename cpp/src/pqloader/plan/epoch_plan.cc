@@ -37,21 +37,55 @@ std::string ValidatePlanOptions(const PlanOptions& o) {
   return "";
 }
 
+namespace {
+
+std::shared_ptr<EpochOrder> SplitOrder(int64_t num_splits, const PlanOptions& options,
+                                       int64_t epoch) {
+  auto order = std::make_shared<EpochOrder>();
+  order->split_order.resize(num_splits);
+  std::iota(order->split_order.begin(), order->split_order.end(), 0);
+  if (options.shuffle) {
+    Shuffle(&order->split_order, CounterRng(options.seed, RngPurpose::kSplitOrder,
+                                            static_cast<uint32_t>(epoch), 0));
+  }
+  return order;
+}
+
+}  // namespace
+
+std::shared_ptr<const EpochOrder> EpochOrder::Make(const std::vector<int64_t>& split_rows,
+                                                   const PlanOptions& options, int64_t epoch) {
+  auto order = SplitOrder(static_cast<int64_t>(split_rows.size()), options, epoch);
+  order->stream_start.reserve(split_rows.size() + 1);
+  order->stream_start.push_back(0);
+  for (int64_t s : order->split_order) {
+    order->stream_start.push_back(order->stream_start.back() + split_rows[s]);
+  }
+  return order;
+}
+
 EpochPlan EpochPlan::Make(const std::vector<int64_t>& split_rows, const PlanOptions& options,
                           int64_t epoch) {
+  return MakeFrom(&split_rows, options, epoch,
+                  SplitOrder(static_cast<int64_t>(split_rows.size()), options, epoch));
+}
+
+EpochPlan EpochPlan::Make(const PlanOptions& options, int64_t epoch,
+                          std::shared_ptr<const EpochOrder> order) {
+  return MakeFrom(nullptr, options, epoch, std::move(order));
+}
+
+EpochPlan EpochPlan::MakeFrom(const std::vector<int64_t>* split_rows, const PlanOptions& options,
+                              int64_t epoch, std::shared_ptr<const EpochOrder> order) {
   EpochPlan plan;
   plan.options_ = options;
   plan.epoch_ = epoch;
 
-  // 1. The epoch's global order of splits.
-  const auto num_splits = static_cast<int64_t>(split_rows.size());
-  plan.split_order_.resize(num_splits);
-  std::iota(plan.split_order_.begin(), plan.split_order_.end(), 0);
-  if (options.shuffle) {
-    Shuffle(&plan.split_order_, CounterRng(options.seed, RngPurpose::kSplitOrder,
-                                           static_cast<uint32_t>(epoch), 0));
-  }
-  const int64_t total = std::accumulate(split_rows.begin(), split_rows.end(), int64_t{0});
+  // 1. The epoch's global order of splits (shared by every rank).
+  plan.order_ = std::move(order);
+  const int64_t total =
+      split_rows != nullptr ? std::accumulate(split_rows->begin(), split_rows->end(), int64_t{0})
+                            : plan.order_->stream_start.back();
 
   // 2. Contiguous shares of the epoch's row stream whose sizes differ by at most one;
   // then the policy equalises them: kDrop drops the last row of the larger shares,
@@ -96,17 +130,39 @@ EpochPlan EpochPlan::Make(const std::vector<int64_t>& split_rows, const PlanOpti
   return plan;
 }
 
-void EpochPlan::AppendStreamRange(const std::vector<int64_t>& split_rows, int64_t begin,
+void EpochPlan::AppendStreamRange(const std::vector<int64_t>* split_rows, int64_t begin,
                                   int64_t end) {
-  int64_t split_start = 0;
-  for (int64_t s : split_order_) {
-    if (split_start >= end) break;
-    const int64_t split_end = split_start + split_rows[s];
-    const int64_t lo = std::max(begin, split_start);
-    const int64_t hi = std::min(end, split_end);
-    if (lo < hi) units_.push_back(Unit{s, lo - split_start, hi - split_start});
-    split_start = split_end;
+  const std::vector<int64_t>& order = order_->split_order;
+  const std::vector<int64_t>& start = order_->stream_start;
+  if (start.empty()) {  // walk the order from the start
+    int64_t split_start = 0;
+    for (int64_t s : order) {
+      if (split_start >= end) break;
+      const int64_t split_end = split_start + (*split_rows)[s];
+      const int64_t lo = std::max(begin, split_start);
+      const int64_t hi = std::min(end, split_end);
+      if (lo < hi) units_.push_back(Unit{s, lo - split_start, hi - split_start});
+      split_start = split_end;
+    }
+    return;
   }
+  // The last split that starts at or before `begin`; then every split until `end`.
+  auto i = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), begin) - start.begin());
+  i = i == 0 ? 0 : i - 1;
+  for (; i < order.size() && start[i] < end; ++i) {
+    const int64_t lo = std::max(begin, start[i]);
+    const int64_t hi = std::min(end, start[i + 1]);
+    if (lo < hi) units_.push_back(Unit{order[i], lo - start[i], hi - start[i]});
+  }
+}
+
+int64_t EpochPlan::MemoryBytes() const {
+  // The epoch's order is shared by every rank's plan (counted here in full).
+  return static_cast<int64_t>((order_->split_order.capacity() + order_->stream_start.capacity()) *
+                                  sizeof(int64_t) +
+                              units_.capacity() * sizeof(Unit) +
+                              unit_first_row_.capacity() * sizeof(int64_t) +
+                              window_first_row_.capacity() * sizeof(int64_t));
 }
 
 int64_t EpochPlan::drop_last_rows() const {

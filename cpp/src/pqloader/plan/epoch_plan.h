@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,19 +61,38 @@ struct RowRef {
   int64_t row;
 };
 
+/// The epoch's global order of splits, shared by the plans of every rank: it depends on
+/// (split rows, seed, shuffle, epoch) only. Immutable once made.
+struct EpochOrder {
+  /// Splits in the order the epoch's row stream visits them.
+  std::vector<int64_t> split_order;
+  /// stream_start[i]: the stream position of split_order[i]'s first row; size splits + 1
+  /// (empty in the order a single plan makes for itself: it walks the order instead).
+  std::vector<int64_t> stream_start;
+
+  /// The order with stream_start, for plans of many ranks to share.
+  static std::shared_ptr<const EpochOrder> Make(const std::vector<int64_t>& split_rows,
+                                                const PlanOptions& options, int64_t epoch);
+};
+
 class EpochPlan {
  public:
   /// Build the plan of `epoch` for a dataset whose split i has split_rows[i] rows.
   /// `options` must be valid (see ValidatePlanOptions).
   static EpochPlan Make(const std::vector<int64_t>& split_rows, const PlanOptions& options,
                         int64_t epoch);
+  /// The same, with the epoch's order already made (EpochOrder::Make with the same
+  /// split rows, options and epoch): what plans of many ranks share. O(log splits + the
+  /// rank's units) instead of O(splits).
+  static EpochPlan Make(const PlanOptions& options, int64_t epoch,
+                        std::shared_ptr<const EpochOrder> order);
 
   const PlanOptions& options() const { return options_; }
   int64_t epoch() const { return epoch_; }
   /// Units this rank reads, in order.
   const std::vector<Unit>& units() const { return units_; }
   /// Order of splits for the whole epoch (all ranks).
-  const std::vector<int64_t>& split_order() const { return split_order_; }
+  const std::vector<int64_t>& split_order() const { return order_->split_order; }
   /// Rows this rank yields in the epoch (after the shard policy, before drop_last).
   int64_t num_rows() const { return num_rows_; }
   int64_t num_batches() const { return num_batches_; }
@@ -90,6 +110,9 @@ class EpochPlan {
   /// Return [lo, hi): the units that must be decoded to resolve stream positions
   /// [first, last) (whole shuffle windows).
   std::pair<int64_t, int64_t> PositionUnitRange(int64_t first, int64_t last) const;
+
+  /// Bytes the plan holds (its vectors' capacities), for the planning-cost benchmark.
+  int64_t MemoryBytes() const;
 
   int64_t num_windows() const { return static_cast<int64_t>(window_first_row_.size()) - 1; }
   /// Return [first, last): the stream positions of window w.
@@ -109,13 +132,17 @@ class EpochPlan {
 
  private:
   EpochPlan() = default;
-  // Append units covering positions [begin, end) of the epoch's row stream.
-  void AppendStreamRange(const std::vector<int64_t>& split_rows, int64_t begin, int64_t end);
+  static EpochPlan MakeFrom(const std::vector<int64_t>* split_rows, const PlanOptions& options,
+                            int64_t epoch, std::shared_ptr<const EpochOrder> order);
+  // Append units covering positions [begin, end) of the epoch's row stream: a binary
+  // search in the order's stream_start, or (without it) a walk of the order from the
+  // start, summing `split_rows`.
+  void AppendStreamRange(const std::vector<int64_t>* split_rows, int64_t begin, int64_t end);
   int64_t UnitOfWindowOffset(int64_t w, int64_t offset) const;
 
   PlanOptions options_;
   int64_t epoch_ = 0;
-  std::vector<int64_t> split_order_;
+  std::shared_ptr<const EpochOrder> order_;
   std::vector<Unit> units_;
   std::vector<int64_t> unit_first_row_;    // prefix sums of unit rows; size units+1
   std::vector<int64_t> window_first_row_;  // prefix sums of window rows; size windows+1

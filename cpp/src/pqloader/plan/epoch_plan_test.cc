@@ -170,6 +170,45 @@ TEST(EpochPlan, ShardsAreEqualDisjointAndComplete) {
   }
 }
 
+TEST(EpochPlan, RanksCutTheEpochsSplitOrderIntoConsecutiveUnits) {
+  // With kDrop and no rank dropping anything (rows a multiple of the world), the ranks'
+  // units, in rank order, are the epoch's split order cut at the shares' bounds: a plan
+  // made from a shared EpochOrder (what EpochSplitUses does for every rank) finds its
+  // units by binary search; this walks the order from the start, as a reference.
+  const std::vector<int64_t> rows = {5, 3, 0, 4, 2, 6, 0, 1, 9, 7, 0, 2};  // 39 rows
+  for (bool shuffle : {false, true}) {
+    for (int64_t world : {1, 3, 13, 39}) {
+      PlanOptions o;
+      o.shuffle = shuffle;
+      o.seed = 11;
+      o.world_size = world;
+      const auto order = EpochOrder::Make(rows, o, 4);
+      std::vector<Unit> got;
+      for (int64_t rank = 0; rank < world; ++rank) {
+        o.rank = rank;
+        const EpochPlan shared = EpochPlan::Make(o, 4, order);
+        const EpochPlan own = EpochPlan::Make(rows, o, 4);
+        EXPECT_EQ(shared.units(), own.units());
+        const int64_t share = 39 / world;
+        for (const Unit& u : shared.units()) got.push_back(u);
+        // Cut the rank's share out of the order, walking it from the start.
+        std::vector<Unit> want;
+        int64_t start = 0;
+        for (int64_t s : order->split_order) {
+          const int64_t lo = std::max(rank * share, start);
+          const int64_t hi = std::min((rank + 1) * share, start + rows[s]);
+          if (lo < hi) want.push_back(Unit{s, lo - start, hi - start});
+          start += rows[s];
+        }
+        EXPECT_EQ(shared.units(), want) << "world " << world << " rank " << rank;
+      }
+      int64_t covered = 0;
+      for (const Unit& u : got) covered += u.num_rows();
+      EXPECT_EQ(covered, 39);
+    }
+  }
+}
+
 TEST(EpochPlan, PaddingRepeatsTheRanksOwnFirstRow) {
   PlanOptions o;
   o.world_size = 3;

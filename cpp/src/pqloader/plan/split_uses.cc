@@ -10,10 +10,12 @@ EpochSplitUses EpochSplitUses::Make(const std::vector<int64_t>& split_rows,
   out.epoch_ = epoch;
   const auto num_splits = static_cast<int64_t>(split_rows.size());
   std::vector<std::pair<int64_t, double>> reads;  // (split, time)
+  // One order for every rank's plan: O(splits + ranks x log splits), not ranks x splits.
+  const auto order = EpochOrder::Make(split_rows, options, epoch);
   for (int64_t r = 0; r < options.world_size; ++r) {
     PlanOptions o = options;
     o.rank = r;
-    const EpochPlan plan = EpochPlan::Make(split_rows, o, epoch);
+    const EpochPlan plan = EpochPlan::Make(o, epoch, order);
     const auto n = static_cast<double>(plan.units().size());
     for (size_t p = 0; p < plan.units().size(); ++p) {
       reads.emplace_back(plan.units()[p].split, static_cast<double>(epoch) + static_cast<double>(p) / n);

@@ -1,0 +1,56 @@
+// The planning cost of one rank at scale: 10^6 row groups of 1,000 rows (10^9 rows),
+// 1,024 ranks, shuffled. EpochPlan::Make is what every rank does per epoch;
+// EpochSplitUses::Make is what cache_policy="plan" adds (every rank's reads of the
+// epoch, for the eviction order). The counter "plan_bytes" is the memory the rank's
+// plan holds (its vectors' capacities).
+//
+//   build/py/cpp/src/pqloader/plan_benchmark
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "pqloader/plan/epoch_plan.h"
+#include "pqloader/plan/split_uses.h"
+
+namespace pqloader {
+namespace {
+
+constexpr int64_t kSplits = 1'000'000;
+constexpr int64_t kRowsPerSplit = 1'000;
+constexpr int64_t kRanks = 1'024;
+
+PlanOptions Options(int64_t rank) {
+  PlanOptions o;
+  o.batch_size = 256;
+  o.shuffle = true;
+  o.seed = 1;
+  o.world_size = kRanks;
+  o.rank = rank;
+  return o;
+}
+
+void BM_EpochPlanOneRank(benchmark::State& state) {
+  const std::vector<int64_t> rows(kSplits, kRowsPerSplit);
+  int64_t epoch = 0;
+  for (auto _ : state) {
+    EpochPlan plan = EpochPlan::Make(rows, Options(kRanks / 2), epoch++);
+    benchmark::DoNotOptimize(plan.num_batches());
+    state.counters["plan_bytes"] = static_cast<double>(plan.MemoryBytes());
+  }
+}
+BENCHMARK(BM_EpochPlanOneRank)->Unit(benchmark::kMillisecond);
+
+void BM_SplitUsesAllRanks(benchmark::State& state) {
+  const std::vector<int64_t> rows(kSplits, kRowsPerSplit);
+  int64_t epoch = 0;
+  for (auto _ : state) {
+    EpochSplitUses uses = EpochSplitUses::Make(rows, Options(0), epoch++);
+    benchmark::DoNotOptimize(uses.NextRead(7, -1.0));
+  }
+}
+BENCHMARK(BM_SplitUsesAllRanks)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+}  // namespace pqloader
+
+BENCHMARK_MAIN();
