@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build bench bench-quick clean
+.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick clean
 BENCH_SCALE ?= small
 
 all: build
@@ -105,10 +105,11 @@ $(WHEEL_VENVS)/%/.stamp: python/tests_wheel/requirements-%.txt
 test-wheel: build $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
 	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel
 
-# Every C++ and Python test, the installed wheel's tests, then the fuzz drivers over
-# their seeds, the inputs of every crash found so far (cpp/fuzz/regressions/) and a
-# fixed-seed run (under 2 min).
+# Every C++ and Python test, the installed wheel's tests, the thread-safety analysis
+# (lint, ~30 s), then the fuzz drivers over their seeds, the inputs of every crash found
+# so far (cpp/fuzz/regressions/) and a fixed-seed run (under 2 min).
 test: test-cpp test-python test-wheel
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory fuzz-regress
 
 # ASan+UBSan and TSan builds of the C++ tests, then the Python tests of the transform and
@@ -204,6 +205,21 @@ fuzz-regress: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 	    || { tail -40 $(FUZZ_DIR)/$$t-regress.log; echo "fuzz-regress: $$t failed; input in $(FUZZ_DIR)/artifacts/"; exit 1; }; \
 	  grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t-regress.log | tr '\n' ' '; echo; \
 	done
+
+# --- lint ----------------------------------------------------------------------------
+# clang's thread-safety analysis over the library (and the extension): every member
+# marked PQ_GUARDED_BY(mu) is touched only with mu held, every PQ_REQUIRES function is
+# called only so (cpp/src/pqloader/util/thread_annotations.h). Compiles at -O0 with
+# clang-14; warnings other than thread-safety ones are not errors here (the gcc build,
+# which has -Werror, is the judge of those).
+LINT_DIR := build/lint
+lint: $(VENV)/.apt-fuzz-stamp $(VENV)/.deps-stamp
+	$(VENV)/bin/cmake -S . -B $(LINT_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_THREAD_SAFETY=ON \
+	  -DPQLOADER_BUILD_TESTS=OFF -DPQLOADER_BUILD_PYTHON=ON -DPQLOADER_WERROR=OFF \
+	  -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
+	$(VENV)/bin/cmake --build $(LINT_DIR) -j$(JOBS) --target pqloader _core
+	@echo "lint: thread-safety analysis clean"
 
 # --- demo ----------------------------------------------------------------------------
 demo: build

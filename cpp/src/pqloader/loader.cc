@@ -13,6 +13,7 @@
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/error.h"
 #include "pqloader/plan/split_uses.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -75,7 +76,7 @@ class Loader::CacheView : public CacheSchedule {
   }
   /// Follow the plan options of the epochs being read (the seed may change).
   void set_plan(const PlanOptions& plan) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (plan.seed == plan_.seed) return;  // the rest is fixed at Make()
     plan_ = plan;
     uses_.clear();
@@ -92,7 +93,7 @@ class Loader::CacheView : public CacheSchedule {
   }
   std::shared_ptr<const EpochSplitUses> UsesOf(int64_t epoch) const {
     constexpr size_t kEpochsKept = 4;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = uses_.find(epoch);
     if (it != uses_.end()) return it->second;
     if (uses_.size() >= kEpochsKept) uses_.erase(uses_.begin());
@@ -106,9 +107,9 @@ class Loader::CacheView : public CacheSchedule {
   std::unordered_map<std::string, size_t> file_of_path_;
   mutable std::once_flag keys_once_;
   mutable std::unordered_map<std::string, int64_t> split_of_key_;  // set once by keys_once_
-  mutable std::mutex mu_;
-  PlanOptions plan_;                                                       // GUARDED_BY(mu_)
-  mutable std::map<int64_t, std::shared_ptr<const EpochSplitUses>> uses_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  PlanOptions plan_ PQ_GUARDED_BY(mu_);
+  mutable std::map<int64_t, std::shared_ptr<const EpochSplitUses>> uses_ PQ_GUARDED_BY(mu_);
 };
 
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
@@ -244,7 +245,7 @@ void Loader::ShutDown(std::vector<EpochRun> runs) {
     if (run.pipeline == nullptr) continue;  // it only read ahead; reads finish unread
     if (run.windows != nullptr) run.windows->Cancel();  // wakes workers waiting on a window
     run.pipeline->Shutdown();  // wakes a Next() waiting on it in another thread
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     if (run.adopted) {
       AddCounters(run.pipeline->counters(), &stats_);
       run.work->AddTo(&stats_);
@@ -257,7 +258,7 @@ void Loader::ShutDown(std::vector<EpochRun> runs) {
 void Loader::Stop() {
   std::vector<EpochRun> runs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     DetachLocked(&runs);
   }
   ShutDown(std::move(runs));
@@ -269,7 +270,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   std::vector<EpochRun> old;
   arrow::Status st;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (start_ns_ < 0) start_ns_ = NowNs();
     EpochRun ahead = std::move(next_);
     next_ = EpochRun{};
@@ -505,7 +506,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   if (timed_out != nullptr) *timed_out = false;
   std::shared_ptr<Pipeline> pipeline;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pipeline = current_.pipeline;
   }
   if (pipeline == nullptr) return std::shared_ptr<Batch>();
@@ -519,7 +520,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
     // The epoch is over; a run started ahead for the next one stays for StartEpoch.
     EpochRun done;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (current_.pipeline != pipeline) return batch;  // already stopped (or replaced)
       done = std::move(current_);
       current_ = EpochRun{};
@@ -530,7 +531,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
     return batch;
   }
   MaybeStartNextEpoch(*pipeline);
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   if (stats_.time_to_first_batch_seconds < 0) {
     stats_.time_to_first_batch_seconds = (NowNs() - start_ns_) * 1e-9;
   }
@@ -540,7 +541,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
 }
 
 void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!then_next_epoch_ || current_.pipeline.get() != &pipeline) return;
   // The two epochs share the memory bound: the next one may decode into what this one
   // does not hold (its last units wait for their batches), until StartEpoch adopts it
@@ -758,7 +759,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
 }
 
 int64_t Loader::EqualBlocks(int64_t epoch) const {
-  std::lock_guard<std::mutex> lock(blocks_mu_);
+  MutexLock lock(blocks_mu_);
   auto it = blocks_by_epoch_.find(epoch);
   if (it != blocks_by_epoch_.end()) return it->second;
   const int64_t blocks = PackPlan::EqualBlocks(dataset_->SplitRows(), options_.plan, epoch,
@@ -776,7 +777,7 @@ int64_t Loader::BatchesOfBlocks(int64_t blocks) const {
 arrow::Result<int64_t> Loader::num_batches(int64_t epoch, const ElasticBase& elastic) const {
   PlanOptions plan;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     plan = options_.plan;
   }
   ARROW_ASSIGN_OR_RAISE(auto order, OrderOf(plan, epoch, &elastic));
@@ -970,14 +971,14 @@ arrow::Result<std::shared_ptr<Batch>> Loader::SplitParts(std::shared_ptr<Batch> 
 LoaderStats Loader::stats() const {
   LoaderStats s;
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     s = stats_;
   }
   // The epoch in progress counts; one started ahead only once the consumer begins it.
   std::shared_ptr<Pipeline> pipeline;
   std::shared_ptr<Work> work;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     pipeline = current_.pipeline;
     work = current_.work;
   }

@@ -37,6 +37,7 @@
 #include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/tensor/window_gather.h"
 #include "pqloader/transform/pipeline.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -163,7 +164,7 @@ class Loader {
   /// Replace the seed (e.g. with one restored from a checkpoint). Takes effect at the
   /// next StartEpoch.
   void set_seed(uint64_t seed) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     options_.plan.seed = seed;
   }
   int64_t num_rows() const { return first_plan_.num_rows(); }
@@ -234,8 +235,8 @@ class Loader {
   // The order of `epoch` under `plan` (the rest after `elastic`, if given).
   arrow::Result<std::shared_ptr<const RowOrder>> OrderOf(const PlanOptions& plan, int64_t epoch,
                                                          const ElasticBase* elastic) const;
-  // Requires mu_: move the runs in progress to `runs`, for ShutDown outside the lock.
-  void DetachLocked(std::vector<EpochRun>* runs);
+  // Move the runs in progress to `runs`, for ShutDown outside the lock.
+  void DetachLocked(std::vector<EpochRun>* runs) PQ_REQUIRES(mu_);
   // Shut `runs` down and add their counters to the stats.
   void ShutDown(std::vector<EpochRun> runs);
   // Start the next epoch's run once `pipeline` (the current one) has produced all units.
@@ -293,14 +294,14 @@ class Loader {
   std::shared_ptr<const DocumentLengths> lengths_;
   std::vector<ColumnSpec> packed_specs_;
   std::vector<int> pack_companions_;
-  mutable std::mutex blocks_mu_;
-  mutable std::map<int64_t, int64_t> blocks_by_epoch_;  // GUARDED_BY(blocks_mu_)
+  mutable Mutex blocks_mu_;
+  mutable std::map<int64_t, int64_t> blocks_by_epoch_ PQ_GUARDED_BY(blocks_mu_);
   // Serialises StartEpoch/Stop and guards the epochs in progress; never held while
   // Next() waits, so Stop() can wake it.
-  mutable std::mutex mu_;
-  EpochRun current_;              // GUARDED_BY(mu_)
-  EpochRun next_;                 // GUARDED_BY(mu_); started ahead for epoch + 1
-  bool then_next_epoch_ = false;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  EpochRun current_ PQ_GUARDED_BY(mu_);
+  EpochRun next_ PQ_GUARDED_BY(mu_);  // started ahead for epoch + 1
+  bool then_next_epoch_ PQ_GUARDED_BY(mu_) = false;
   RecyclingPool* pool_ = RecyclingPool::Global();
   std::unique_ptr<PoolCacheReservation> pool_reservation_;
   std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
@@ -313,9 +314,9 @@ class Loader {
   std::shared_ptr<SplitCache> cache_;
   std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader
   std::string cache_identity_;   // what every cache key of this loader shares
-  CacheCounters recorded_;       // GUARDED_BY(mu_); counters already in the dir's records
-  mutable std::mutex stats_mu_;
-  LoaderStats stats_;  // GUARDED_BY(stats_mu_); adopted runs' counters folded in at their end
+  CacheCounters recorded_ PQ_GUARDED_BY(mu_);  // counters already in the dir's records
+  mutable Mutex stats_mu_;
+  LoaderStats stats_ PQ_GUARDED_BY(stats_mu_);  // adopted runs' counters folded in at their end
   int64_t start_ns_ = -1;
 };
 

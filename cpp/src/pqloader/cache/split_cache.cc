@@ -24,6 +24,7 @@
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/cache/footer_cache.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -329,9 +330,9 @@ class NoClaim : public FetchClaim {};
 // The claims of one disk cache object, shared with the claims themselves (a claim may be
 // released after its cache object is gone).
 struct ClaimBook {
-  std::mutex mu;
-  std::unordered_map<std::string, std::weak_ptr<FetchClaim>> claims;  // GUARDED_BY(mu)
-  int64_t next_token = 0;                                               // GUARDED_BY(mu)
+  Mutex mu;
+  std::unordered_map<std::string, std::weak_ptr<FetchClaim>> claims PQ_GUARDED_BY(mu);
+  int64_t next_token PQ_GUARDED_BY(mu) = 0;
 };
 
 // A claim of this process: its marker is deleted on destruction (if it is still ours).
@@ -348,7 +349,7 @@ class DiskClaim : public FetchClaim {
       Marker m;
       if (lock.ok() && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
     }
-    std::lock_guard<std::mutex> lock(book_->mu);
+    MutexLock lock(book_->mu);
     auto it = book_->claims.find(key_);
     if (it != book_->claims.end() && it->second.expired()) book_->claims.erase(it);
   }
@@ -417,7 +418,7 @@ class DiskCache : public SplitCache {
     if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
     const std::string marker = MarkerPath(key);
     const std::string lock = ShardDir(Shard(key)) + "/.lock";
-    std::lock_guard<std::mutex> guard(book_->mu);
+    MutexLock guard(book_->mu);
     if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
     for (int attempt = 0; attempt < 2; ++attempt) {
       const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -590,7 +591,7 @@ class DiskCache : public SplitCache {
     // usage is what it was when the last one found none.
     bool list = size <= budget();
     if (list && options_.policy == CachePolicy::kKeep) {
-      std::lock_guard<std::mutex> lock(memo_mu_);
+      MutexLock lock(memo_mu_);
       list = full_scan_usage_[shard] != *usage;
     }
     if (list) {
@@ -612,7 +613,7 @@ class DiskCache : public SplitCache {
       if (held[i].stale) ++evicted_stale_;
     }
     if (a.refusal != CacheRefusal::kNone && options_.policy == CachePolicy::kKeep) {
-      std::lock_guard<std::mutex> lock(memo_mu_);
+      MutexLock lock(memo_mu_);
       full_scan_usage_[shard] = *usage;
     }
     return a.refusal;
@@ -623,14 +624,14 @@ class DiskCache : public SplitCache {
   bool IsStaleEntry(const EntryFile& f) {
     if (schedule_ == nullptr || schedule_->Owns(f.key)) return false;
     {
-      std::lock_guard<std::mutex> lock(memo_mu_);
+      MutexLock lock(memo_mu_);
       auto it = stale_memo_.find(f.key);
       if (it != stale_memo_.end()) return it->second;
     }
     auto head = ReadEntryHead(f.path);
     if (!head.ok()) return false;  // unreadable: not known to be stale
     const bool stale = head->version < 3 || (head->source && schedule_->IsStale(*head->source));
-    std::lock_guard<std::mutex> lock(memo_mu_);
+    MutexLock lock(memo_mu_);
     stale_memo_[f.key] = stale;
     return stale;
   }
@@ -696,12 +697,12 @@ class DiskCache : public SplitCache {
   bool broken_ = false;
   const std::string host_ = HostName();
   std::shared_ptr<ClaimBook> book_ = std::make_shared<ClaimBook>();
-  std::mutex memo_mu_;
+  Mutex memo_mu_;
   // Per key of an entry this cache's owner does not read: whether it is stale (an
   // entry's key and content never change, so neither does the answer).
-  std::unordered_map<std::string, bool> stale_memo_;  // GUARDED_BY(memo_mu_)
+  std::unordered_map<std::string, bool> stale_memo_ PQ_GUARDED_BY(memo_mu_);
   // Per shard: its usage when a kKeep listing last found it full with nothing to delete.
-  std::vector<int64_t> full_scan_usage_;               // GUARDED_BY(memo_mu_)
+  std::vector<int64_t> full_scan_usage_ PQ_GUARDED_BY(memo_mu_);
 };
 
 class MemoryCache : public SplitCache {
@@ -709,7 +710,7 @@ class MemoryCache : public SplitCache {
   explicit MemoryCache(const CacheOptions& options) : options_(options) {}
 
   std::shared_ptr<const DecodedUnit> Get(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = index_.find(key);
     if (it == index_.end()) {
       ++misses_;
@@ -721,7 +722,7 @@ class MemoryCache : public SplitCache {
   }
 
   bool Contains(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return index_.count(key) > 0;
   }
 
@@ -739,7 +740,7 @@ class MemoryCache : public SplitCache {
     const bool plan = options_.policy == CachePolicy::kPlan && schedule_ != nullptr;
     CacheRefusal refusal = CacheRefusal::kNone;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (index_.count(key)) return CacheRefusal::kNone;
       if (options_.size_limit > 0 && used_ + size > options_.size_limit) {
         // Entries of this process are never stale: its loader's files are fixed.
@@ -786,10 +787,10 @@ class MemoryCache : public SplitCache {
     int64_t size;
   };
   CacheOptions options_;
-  std::mutex mu_;
-  std::list<Entry> lru_;                                           // GUARDED_BY(mu_)
-  std::unordered_map<std::string, std::list<Entry>::iterator> index_;  // GUARDED_BY(mu_)
-  int64_t used_ = 0;                                               // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::list<Entry> lru_ PQ_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_ PQ_GUARDED_BY(mu_);
+  int64_t used_ PQ_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
@@ -820,7 +821,7 @@ CacheCounters SplitCache::counters() const {
 }
 
 std::string SplitCache::TakeWarning() {
-  std::lock_guard<std::mutex> lock(warn_mu_);
+  MutexLock lock(warn_mu_);
   if (warnings_.empty()) return "";
   std::string w = std::move(warnings_.front());
   warnings_.erase(warnings_.begin());
@@ -828,7 +829,7 @@ std::string SplitCache::TakeWarning() {
 }
 
 void SplitCache::Warn(WarningKind kind, const std::string& message) {
-  std::lock_guard<std::mutex> lock(warn_mu_);
+  MutexLock lock(warn_mu_);
   bool& warned = warned_[static_cast<int>(kind)];
   if (warned) return;  // one warning of each kind per cache object is enough
   warned = true;

@@ -34,6 +34,7 @@
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -194,9 +195,9 @@ class SplitCache {
       write_errors_{0}, waits_{0}, wait_timeouts_{0}, wait_ns_{0};
 
  private:
-  std::mutex warn_mu_;
-  std::vector<std::string> warnings_;                                 // GUARDED_BY(warn_mu_)
-  bool warned_[static_cast<int>(WarningKind::kCount)] = {};           // GUARDED_BY(warn_mu_)
+  Mutex warn_mu_;
+  std::vector<std::string> warnings_ PQ_GUARDED_BY(warn_mu_);
+  bool warned_[static_cast<int>(WarningKind::kCount)] PQ_GUARDED_BY(warn_mu_) = {};
 };
 
 /// An entry a cache holds, as its policy sees it.

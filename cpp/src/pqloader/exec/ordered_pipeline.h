@@ -46,6 +46,8 @@
 #include <arrow/result.h>
 #include <arrow/status.h>
 
+#include "pqloader/util/thread_annotations.h"
+
 namespace pqloader {
 
 struct PipelineOptions {
@@ -96,9 +98,12 @@ class OrderedPipeline {
 
   /// Start workers that produce batches first_batch, first_batch + 1, ... of `work`.
   OrderedPipeline(Work work, const PipelineOptions& options, int64_t first_batch)
-      : work_(std::move(work)), options_(options), next_batch_(first_batch),
+      : work_(std::move(work)),
+        max_prefetch_batches_(std::max<int64_t>(1, options.max_prefetch_batches)),
+        debug_max_delay_us_(options.debug_max_delay_us),
+        max_inflight_bytes_(options.max_inflight_bytes),
+        next_batch_(first_batch),
         consumed_(first_batch) {
-    if (options_.max_prefetch_batches < 1) options_.max_prefetch_batches = 1;
     if (first_batch < work_.num_batches) {
       next_unit_ = work_.batch_units(first_batch).first;
       end_unit_ = work_.batch_units(work_.num_batches - 1).second;
@@ -110,7 +115,7 @@ class OrderedPipeline {
       unit_base_ = next_unit_;
       needed_end_ = work_.batch_units(first_batch).second;
     }
-    const int n = std::max(1, options_.num_threads);
+    const int n = std::max(1, options.num_threads);
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   }
 
@@ -121,7 +126,7 @@ class OrderedPipeline {
   void Shutdown() {
     std::vector<std::thread> threads;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
       threads.swap(threads_);
     }
@@ -139,7 +144,7 @@ class OrderedPipeline {
   arrow::Result<BatchPtr> Next(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
                                bool* timed_out = nullptr) {
     if (timed_out != nullptr) *timed_out = false;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!sticky_error_.ok()) return sticky_error_;
     if (consumed_ >= work_.num_batches) return BatchPtr{};
     const auto t0 = std::chrono::steady_clock::now();
@@ -149,18 +154,18 @@ class OrderedPipeline {
     while (batches_.count(consumed_) == 0) {
       if (stop_) return arrow::Status::Cancelled("the pipeline was stopped");
       if (next_batch_ == consumed_ && CanClaimBatch()) {
-        helped_ns += RunBatch(lock, /*by_consumer=*/true);
+        helped_ns += RunBatch(/*by_consumer=*/true);
         continue;
       }
       if (bounded) {
-        if (cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+        if (lock.WaitUntil(cv_, deadline) == std::cv_status::timeout &&
             batches_.count(consumed_) == 0 && !stop_) {
           counters_.wait_ns += Nanos(t0) - helped_ns;
           if (timed_out != nullptr) *timed_out = true;
           return BatchPtr{};
         }
       } else {
-        cv_.wait(lock);
+        lock.Wait(cv_);
       }
     }
     counters_.wait_ns += Nanos(t0) - helped_ns;
@@ -184,20 +189,20 @@ class OrderedPipeline {
   /// current one.
   void set_max_inflight_bytes(int64_t bytes) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      options_.max_inflight_bytes = bytes;
+      MutexLock lock(mu_);
+      max_inflight_bytes_ = bytes;
     }
     cv_.notify_all();
   }
 
   /// Whether every unit has been produced (what is left is batches).
   bool all_units_done() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return next_unit_ >= end_unit_ && units_running_ == 0;
   }
 
   PipelineCounters counters() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     PipelineCounters c = counters_;
     c.inflight_bytes = inflight_bytes_;
     return c;
@@ -220,9 +225,9 @@ class OrderedPipeline {
                std::chrono::steady_clock::now() - t0).count();
   }
 
-  // Requires mu_. True when every unit of [lo, hi) is done, or one of them failed
+  // True when every unit of [lo, hi) is done, or one of them failed
   // (later units are then never claimed, and the batch fails at once).
-  bool InputsReady(int64_t lo, int64_t hi) const {
+  bool InputsReady(int64_t lo, int64_t hi) const PQ_REQUIRES(mu_) {
     bool all_done = true;
     for (int64_t u = lo; u < hi; ++u) {
       auto it = units_.find(u);
@@ -235,27 +240,25 @@ class OrderedPipeline {
     return all_done;
   }
 
-  // Requires mu_.
-  bool CanClaimBatch() const {
+  bool CanClaimBatch() const PQ_REQUIRES(mu_) {
     if (stop_ || next_batch_ >= work_.num_batches) return false;
-    if (next_batch_ >= consumed_ + options_.max_prefetch_batches) return false;
+    if (next_batch_ >= consumed_ + max_prefetch_batches_) return false;
     auto [lo, hi] = work_.batch_units(next_batch_);
     return InputsReady(lo, hi);
   }
 
-  // Requires mu_. The estimated bytes of unit u.
-  int64_t Estimate(int64_t u) const {
+  // The estimated bytes of unit u.
+  int64_t Estimate(int64_t u) const PQ_REQUIRES(mu_) {
     if (!work_.unit_bytes) return units_done_ > 0 ? max_unit_bytes_ : 0;
     const double e = static_cast<double>(work_.unit_bytes(u)) * std::max(1.0, ratio_);
     return static_cast<int64_t>(e);
   }
 
-  // Requires mu_.
-  bool CanClaimUnit() const {
+  bool CanClaimUnit() const PQ_REQUIRES(mu_) {
     if (stop_ || next_unit_ >= end_unit_ || unit_failed_) return false;
     if (consumed_ >= work_.num_batches) return false;
     if (next_unit_ < needed_end_) return true;  // the consumer needs it now: the floor
-    return inflight_bytes_ + Estimate(next_unit_) <= options_.max_inflight_bytes;
+    return inflight_bytes_ + Estimate(next_unit_) <= max_inflight_bytes_;
   }
 
   // Run fn, turning any C++ exception that escapes it into an error status.
@@ -272,21 +275,24 @@ class OrderedPipeline {
 
   // Test hook: sleep a random time, waking early if the pipeline stops.
   void MaybeDelay() {
-    if (options_.debug_max_delay_us <= 0) return;
+    if (debug_max_delay_us_ <= 0) return;
     thread_local std::mt19937_64 gen{std::random_device{}()};
-    std::uniform_int_distribution<int64_t> dist(0, options_.debug_max_delay_us);
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::microseconds(dist(gen)), [&] { return stop_; });
+    std::uniform_int_distribution<int64_t> dist(0, debug_max_delay_us_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(dist(gen));
+    MutexLock lock(mu_);
+    while (!stop_ && lock.WaitUntil(cv_, deadline) == std::cv_status::no_timeout) {
+    }
   }
 
-  void AddInflight(int64_t bytes) {
+  void AddInflight(int64_t bytes) PQ_REQUIRES(mu_) {
     inflight_bytes_ += bytes;
     counters_.peak_inflight_bytes = std::max(counters_.peak_inflight_bytes, inflight_bytes_);
   }
 
-  // Requires mu_ held by `lock` and CanClaimBatch(). Claim batch next_batch_, run it
-  // without the lock, deposit it. Returns the nanoseconds it took.
-  int64_t RunBatch(std::unique_lock<std::mutex>& lock, bool by_consumer) {
+  // Requires CanClaimBatch(). Claim batch next_batch_, run it without the lock,
+  // deposit it. Returns the nanoseconds it took.
+  int64_t RunBatch(bool by_consumer) PQ_REQUIRES(mu_) {
     const int64_t b = next_batch_++;
     auto [lo, hi] = work_.batch_units(b);
     std::vector<UnitPtr> inputs;
@@ -297,7 +303,7 @@ class OrderedPipeline {
       if (!it->second.status.ok() && failed.ok()) failed = it->second.status;
       inputs.push_back(it->second.value);
     }
-    lock.unlock();
+    mu_.Unlock();  // the caller's MutexLock still owns mu_ once it is retaken
     BatchSlot out;
     int64_t ns = 0;
     if (!failed.ok()) {
@@ -309,7 +315,7 @@ class OrderedPipeline {
       ns = Nanos(t0);
     }
     inputs.clear();
-    lock.lock();
+    mu_.Lock();
     counters_.batch_ns += ns;
     ++counters_.batches_done;
     if (by_consumer) ++counters_.batches_by_consumer;
@@ -328,15 +334,15 @@ class OrderedPipeline {
     return ns;
   }
 
-  // Requires mu_ held by `lock` and CanClaimUnit().
-  void RunUnit(std::unique_lock<std::mutex>& lock) {
+  // Requires CanClaimUnit().
+  void RunUnit() PQ_REQUIRES(mu_) {
     const int64_t u = next_unit_++;
     const int64_t reserved = Estimate(u);
     const int64_t estimate = work_.unit_bytes ? work_.unit_bytes(u) : 0;
     AddInflight(reserved);
     units_[u].bytes = reserved;
     ++units_running_;
-    lock.unlock();
+    mu_.Unlock();  // the caller's MutexLock still owns mu_ once it is retaken
     MaybeDelay();
     UnitSlot slot;
     const auto t0 = std::chrono::steady_clock::now();
@@ -349,7 +355,7 @@ class OrderedPipeline {
       slot.bytes = 0;
     }
     slot.done = true;
-    lock.lock();
+    mu_.Lock();
     counters_.unit_ns += ns;
     ++counters_.units_done;
     ++units_done_;
@@ -371,42 +377,44 @@ class OrderedPipeline {
   }
 
   void WorkerLoop() {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || CanClaimBatch() || CanClaimUnit(); });
+      while (!stop_ && !CanClaimBatch() && !CanClaimUnit()) lock.Wait(cv_);
       if (stop_) return;
       if (CanClaimBatch()) {
-        RunBatch(lock, /*by_consumer=*/false);
+        RunBatch(/*by_consumer=*/false);
       } else {
-        RunUnit(lock);
+        RunUnit();
       }
     }
   }
 
   Work work_;
-  PipelineOptions options_;
+  const int64_t max_prefetch_batches_;  // at least 1
+  const int64_t debug_max_delay_us_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                 // GUARDED_BY(mu_)
-  bool unit_failed_ = false;          // GUARDED_BY(mu_)
-  int64_t next_unit_ = 0;             // GUARDED_BY(mu_)
-  int64_t end_unit_ = 0;              // GUARDED_BY(mu_)
-  int64_t unit_base_ = 0;             // GUARDED_BY(mu_)
-  int64_t needed_end_ = 0;            // GUARDED_BY(mu_); units the consumer needs now
-  int64_t next_batch_ = 0;            // GUARDED_BY(mu_)
-  int64_t consumed_ = 0;              // GUARDED_BY(mu_)
-  int64_t inflight_bytes_ = 0;        // GUARDED_BY(mu_)
-  int64_t units_done_ = 0;            // GUARDED_BY(mu_)
-  int64_t units_running_ = 0;         // GUARDED_BY(mu_)
-  int64_t max_unit_bytes_ = 0;        // GUARDED_BY(mu_)
-  double ratio_ = 1.0;                // GUARDED_BY(mu_); largest actual / estimated bytes
-  std::vector<int32_t> refs_;         // GUARDED_BY(mu_); batches still to read unit u
-  std::map<int64_t, UnitSlot> units_;    // GUARDED_BY(mu_)
-  std::map<int64_t, BatchSlot> batches_;  // GUARDED_BY(mu_)
-  arrow::Status sticky_error_;        // GUARDED_BY(mu_)
-  PipelineCounters counters_;         // GUARDED_BY(mu_)
-  std::vector<std::thread> threads_;  // GUARDED_BY(mu_)
+  int64_t max_inflight_bytes_ PQ_GUARDED_BY(mu_);
+  bool stop_ PQ_GUARDED_BY(mu_) = false;
+  bool unit_failed_ PQ_GUARDED_BY(mu_) = false;
+  int64_t next_unit_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t end_unit_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t unit_base_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t needed_end_ PQ_GUARDED_BY(mu_) = 0;  // units the consumer needs now
+  int64_t next_batch_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t consumed_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t inflight_bytes_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t units_done_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t units_running_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t max_unit_bytes_ PQ_GUARDED_BY(mu_) = 0;
+  double ratio_ PQ_GUARDED_BY(mu_) = 1.0;  // largest actual / estimated bytes
+  std::vector<int32_t> refs_ PQ_GUARDED_BY(mu_);  // batches still to read unit u
+  std::map<int64_t, UnitSlot> units_ PQ_GUARDED_BY(mu_);
+  std::map<int64_t, BatchSlot> batches_ PQ_GUARDED_BY(mu_);
+  arrow::Status sticky_error_ PQ_GUARDED_BY(mu_);
+  PipelineCounters counters_ PQ_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ PQ_GUARDED_BY(mu_);
 };
 
 }  // namespace pqloader

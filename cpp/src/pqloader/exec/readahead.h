@@ -20,6 +20,7 @@
 
 #include <arrow/result.h>
 #include <arrow/status.h>
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -46,7 +47,7 @@ class ReadAhead {
 
   /// Return item i's started work (starting it now if needed), and start more ahead.
   arrow::Result<T> Take(int64_t i) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (next_ <= i && next_ < end_) StartNext();
     auto it = held_.find(i);
     if (it == held_.end()) {
@@ -65,7 +66,7 @@ class ReadAhead {
   /// Start items from the first not started while the window and cost bounds allow
   /// (at least one), without taking any.
   void Prime() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (next_ < end_ && static_cast<int64_t>(held_.size()) < options_.window &&
            (held_.empty() || held_cost_ + cost_(next_) <= options_.max_cost)) {
       StartNext();
@@ -74,19 +75,18 @@ class ReadAhead {
 
   /// Whether every item has been started.
   bool all_started() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return next_ >= end_;
   }
 
   /// Items started so far (taken or not).
   int64_t started() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return started_;
   }
 
  private:
-  // Requires mu_.
-  void StartNext() {
+  void StartNext() PQ_REQUIRES(mu_) {
     const int64_t i = next_++;
     const int64_t c = cost_(i);
     held_cost_ += c;
@@ -94,15 +94,15 @@ class ReadAhead {
     held_.emplace(i, std::make_pair(start_(i), c));
   }
 
-  mutable std::mutex mu_;
-  int64_t next_;                                          // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  int64_t next_ PQ_GUARDED_BY(mu_);
   const int64_t end_;
   StartFn start_;
   CostFn cost_;
   const ReadAheadOptions options_;
-  int64_t held_cost_ = 0;                                 // GUARDED_BY(mu_)
-  int64_t started_ = 0;                                   // GUARDED_BY(mu_)
-  std::map<int64_t, std::pair<arrow::Result<T>, int64_t>> held_;  // GUARDED_BY(mu_)
+  int64_t held_cost_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t started_ PQ_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, std::pair<arrow::Result<T>, int64_t>> held_ PQ_GUARDED_BY(mu_);
 };
 
 }  // namespace pqloader

@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <string>
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
 std::shared_ptr<const std::vector<uint32_t>> PlanOrder::Permutation(int64_t w) const {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = perms_.find(w);
     if (it != perms_.end()) return it->second;
   }
   auto perm = std::make_shared<const std::vector<uint32_t>>(plan_->WindowPermutation(w));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Batches are made in about increasing order: windows far behind are not needed again.
   perms_.erase(perms_.begin(), perms_.lower_bound(w - 2));
   return perms_.emplace(w, std::move(perm)).first->second;

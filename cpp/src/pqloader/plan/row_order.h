@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "pqloader/plan/epoch_plan.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -50,8 +51,8 @@ class PlanOrder : public RowOrder {
   std::shared_ptr<const std::vector<uint32_t>> Permutation(int64_t w) const;
 
   std::shared_ptr<const EpochPlan> plan_;
-  mutable std::mutex mu_;
-  mutable std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable std::map<int64_t, std::shared_ptr<const std::vector<uint32_t>>> perms_ PQ_GUARDED_BY(mu_);
 };
 
 /// What the ranks of an earlier world had consumed of an epoch when it was stopped.

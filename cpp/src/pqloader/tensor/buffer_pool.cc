@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -28,12 +29,16 @@ RecyclingPool* RecyclingPool::Global() {
     auto* p = new RecyclingPool(arrow::default_memory_pool(), kDefaultCacheLimit);
     // Hold the lock across fork() so the child never inherits it locked by a thread
     // that does not exist there.
-    pthread_atfork([] { Global()->mu_.lock(); }, [] { Global()->mu_.unlock(); },
-                   [] { Global()->mu_.unlock(); });
+    pthread_atfork(&RecyclingPool::LockForFork, &RecyclingPool::UnlockAfterFork,
+                   &RecyclingPool::UnlockAfterFork);
     return p;
   }();
   return pool;
 }
+
+// Taken in one fork handler and released in another: outside what the analysis follows.
+void RecyclingPool::LockForFork() PQ_NO_THREAD_SAFETY_ANALYSIS { Global()->mu_.Lock(); }
+void RecyclingPool::UnlockAfterFork() PQ_NO_THREAD_SAFETY_ANALYSIS { Global()->mu_.Unlock(); }
 
 int RecyclingPool::SizeClass(int64_t size) {
   const int e = 63 - std::countl_zero(static_cast<uint64_t>(size));
@@ -67,7 +72,7 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     const int64_t capacity = BlockCapacity(size);
     uint8_t* block = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ++recyclable_;
       if (!free_[c].empty()) {
         block = free_[c].back().first;  // the most recently freed: warmest in the caches
@@ -78,12 +83,12 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     }
     if (block == nullptr) {
       ARROW_RETURN_NOT_OK(base_->Allocate(capacity, kBlockAlignment, &block));
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       fresh_bytes_ += capacity;
     }
     *out = block;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   bytes_allocated_ += size;
   max_memory_ = std::max(max_memory_, bytes_allocated_);
   total_allocated_ += size;
@@ -96,14 +101,14 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
   const bool old_r = Recycles(old_size, alignment), new_r = Recycles(new_size, alignment);
   if (!old_r && !new_r) {
     ARROW_RETURN_NOT_OK(base_->Reallocate(old_size, new_size, alignment, ptr));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     bytes_allocated_ += new_size - old_size;
     max_memory_ = std::max(max_memory_, bytes_allocated_);
     if (new_size > old_size) total_allocated_ += new_size - old_size;
     return arrow::Status::OK();
   }
   if (old_r && new_r && SizeClass(old_size) == SizeClass(new_size)) {
-    std::lock_guard<std::mutex> lock(mu_);  // the block already has room
+    MutexLock lock(mu_);  // the block already has room
     bytes_allocated_ += new_size - old_size;
     max_memory_ = std::max(max_memory_, bytes_allocated_);
     if (new_size > old_size) total_allocated_ += new_size - old_size;
@@ -120,13 +125,13 @@ arrow::Status RecyclingPool::Reallocate(int64_t old_size, int64_t new_size, int6
 void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
   if (!Recycles(size, alignment)) {
     base_->Free(buffer, size, alignment);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     bytes_allocated_ -= size;
     return;
   }
   const int64_t capacity = BlockCapacity(size);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     bytes_allocated_ -= size;
     if (capacity <= cache_limit_) {
       TrimLocked(capacity);
@@ -155,7 +160,7 @@ void RecyclingPool::TrimLocked(int64_t incoming) {
 }
 
 void RecyclingPool::ReleaseUnused() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const int64_t limit = cache_limit_;
   cache_limit_ = 0;
   TrimLocked();
@@ -163,46 +168,46 @@ void RecyclingPool::ReleaseUnused() {
 }
 
 void RecyclingPool::AdjustCacheLimit(int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   cache_limit_ = std::max<int64_t>(0, cache_limit_ + bytes);
   TrimLocked();
 }
 
 int64_t RecyclingPool::bytes_allocated() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return bytes_allocated_;
 }
 int64_t RecyclingPool::max_memory() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return max_memory_;
 }
 int64_t RecyclingPool::total_bytes_allocated() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return total_allocated_;
 }
 int64_t RecyclingPool::num_allocations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return num_allocations_;
 }
 int64_t RecyclingPool::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return cached_bytes_;
 }
 int64_t RecyclingPool::cache_limit() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return cache_limit_;
 }
 int64_t RecyclingPool::recyclable_allocations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return recyclable_;
 }
 int64_t RecyclingPool::fresh_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return fresh_bytes_;
 }
 
 int64_t RecyclingPool::recycled_allocations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return recycled_;
 }
 std::string RecyclingPool::backend_name() const {

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include <arrow/memory_pool.h>
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -79,26 +80,28 @@ class RecyclingPool : public arrow::MemoryPool {
  private:
   static constexpr int kSubClasses = 8;  // per power of two: at most 12.5 % slack
   static constexpr int kNumClasses = 64 * kSubClasses;
+  static void LockForFork();
+  static void UnlockAfterFork();
   static int SizeClass(int64_t size);
   static bool Recycles(int64_t size, int64_t alignment);
-  // Requires mu_: release the oldest cached blocks until `incoming` more bytes fit.
-  void TrimLocked(int64_t incoming = 0);
+  // Release the oldest cached blocks until `incoming` more bytes fit.
+  void TrimLocked(int64_t incoming = 0) PQ_REQUIRES(mu_);
   static int64_t ClassCapacity(int c);
 
   arrow::MemoryPool* base_;
-  mutable std::mutex mu_;
-  int64_t cache_limit_;                                   // GUARDED_BY(mu_)
-  int64_t cached_bytes_ = 0;                              // GUARDED_BY(mu_)
-  int64_t bytes_allocated_ = 0;                           // GUARDED_BY(mu_)
-  int64_t max_memory_ = 0;                                // GUARDED_BY(mu_)
-  int64_t total_allocated_ = 0;                           // GUARDED_BY(mu_)
-  int64_t num_allocations_ = 0;                           // GUARDED_BY(mu_)
-  int64_t recyclable_ = 0;                                // GUARDED_BY(mu_)
-  int64_t recycled_ = 0;                                  // GUARDED_BY(mu_)
-  int64_t fresh_bytes_ = 0;                               // GUARDED_BY(mu_)
-  int64_t free_seq_ = 0;                                  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  int64_t cache_limit_ PQ_GUARDED_BY(mu_);
+  int64_t cached_bytes_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t bytes_allocated_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t max_memory_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t total_allocated_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t num_allocations_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t recyclable_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t recycled_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t fresh_bytes_ PQ_GUARDED_BY(mu_) = 0;
+  int64_t free_seq_ PQ_GUARDED_BY(mu_) = 0;
   // Per size class: (block, sequence number of its free), oldest first.
-  std::array<std::deque<std::pair<uint8_t*, int64_t>>, kNumClasses> free_;  // GUARDED_BY(mu_)
+  std::array<std::deque<std::pair<uint8_t*, int64_t>>, kNumClasses> free_ PQ_GUARDED_BY(mu_);
 };
 
 /// Reserve `bytes` of the global pool's cache for the lifetime of this object.

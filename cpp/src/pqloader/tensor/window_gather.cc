@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "pqloader/error.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -201,26 +202,26 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
 arrow::Status WindowGather::Run() {
   for (size_t c = next_++; c < out_.size(); c = next_++) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (cancelled_) break;
     }
     arrow::Status st = GatherColumn(c);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!st.ok() && status_.ok()) status_ = st;
     if (++done_ == out_.size()) {
       units_.clear();  // every column gathered: the units' memory can go
       cv_.notify_all();
     }
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return cancelled_ || done_ == out_.size(); });
+  MutexLock lock(mu_);
+  while (!cancelled_ && done_ < out_.size()) lock.Wait(cv_);
   if (!status_.ok()) return status_;
   if (done_ < out_.size()) return arrow::Status::Cancelled("the epoch was stopped");
   return arrow::Status::OK();
 }
 
 void WindowGather::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   cancelled_ = true;
   cv_.notify_all();
 }
@@ -235,15 +236,15 @@ arrow::Result<std::shared_ptr<WindowGather>> WindowStore::Get(
     int64_t w, const std::function<arrow::Result<std::shared_ptr<WindowGather>>()>& make) {
   std::shared_ptr<WindowGather> gather;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (make != nullptr && made_.count(w) == 0) {
-      lock.unlock();
+      lock.Unlock();
       auto made = make();
-      lock.lock();
+      lock.Lock();
       made_.emplace(w, made);
       cv_.notify_all();
     }
-    cv_.wait(lock, [&] { return cancelled_ || made_.count(w) > 0; });
+    while (!cancelled_ && made_.count(w) == 0) lock.Wait(cv_);
     if (cancelled_) return arrow::Status::Cancelled("the epoch was stopped");
     const auto& made = made_.at(w);  // copied, not moved: other batches take it too
     if (!made.ok()) return made.status();
@@ -303,7 +304,7 @@ arrow::Result<std::shared_ptr<Batch>> WindowBatch(
 }
 
 void WindowStore::Release(int64_t w) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = uses_.find(w);
   if (it != uses_.end() && --it->second <= 0) {
     uses_.erase(it);
@@ -314,7 +315,7 @@ void WindowStore::Release(int64_t w) {
 void WindowStore::Cancel() {
   std::vector<std::shared_ptr<WindowGather>> running;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     cancelled_ = true;
     for (auto& [w, g] : made_) {
       if (g.ok()) running.push_back(*g);

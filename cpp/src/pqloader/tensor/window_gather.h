@@ -33,6 +33,7 @@
 #include <arrow/status.h>
 
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -77,11 +78,11 @@ class WindowGather {
   arrow::MemoryPool* pool_;
   std::vector<std::shared_ptr<arrow::Buffer>> out_;  // each written by one thread, then read
   std::atomic<size_t> next_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  size_t done_ = 0;         // GUARDED_BY(mu_)
-  arrow::Status status_;    // GUARDED_BY(mu_)
-  bool cancelled_ = false;  // GUARDED_BY(mu_)
+  size_t done_ PQ_GUARDED_BY(mu_) = 0;
+  arrow::Status status_ PQ_GUARDED_BY(mu_);
+  bool cancelled_ PQ_GUARDED_BY(mu_) = false;
 };
 
 /// Rows [first, last) of the epoch's stream as a batch whose columns are slices of
@@ -111,11 +112,11 @@ class WindowStore {
   void Cancel();
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::map<int64_t, int64_t> uses_;                                    // GUARDED_BY(mu_)
-  std::map<int64_t, arrow::Result<std::shared_ptr<WindowGather>>> made_;  // GUARDED_BY(mu_)
-  bool cancelled_ = false;                                             // GUARDED_BY(mu_)
+  std::map<int64_t, int64_t> uses_ PQ_GUARDED_BY(mu_);
+  std::map<int64_t, arrow::Result<std::shared_ptr<WindowGather>>> made_ PQ_GUARDED_BY(mu_);
+  bool cancelled_ PQ_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace pqloader
