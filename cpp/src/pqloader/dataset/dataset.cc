@@ -481,10 +481,17 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   ARROW_ASSIGN_OR_RAISE(auto keys, PartitionKeysOf(opened.found));
   ARROW_ASSIGN_OR_RAISE(auto resolved,
                         ResolveColumns(FileColumnsOf(opened), keys, options.columns));
-  const auto n = static_cast<int64_t>(opened.files.size());
   ds->files_ = std::move(opened.files);
-  for (int64_t i = 0; i < n; ++i) {
-    DataFile& f = ds->files_[i];
+  std::vector<std::string> key_names;
+  for (const auto& k : keys) key_names.push_back(k.name);
+  ds->SetColumns(std::move(resolved), key_names);
+  ARROW_RETURN_NOT_OK(ds->ListSplits(options));
+  return ds;
+}
+
+void Dataset::SetColumns(ResolvedColumns resolved, const std::vector<std::string>& partition_keys) {
+  for (size_t i = 0; i < files_.size(); ++i) {
+    DataFile& f = files_[i];
     f.columns = std::move(resolved.sources[i]);
     for (const auto& c : f.columns) {
       f.leaf_indices.insert(f.leaf_indices.end(), c.leaves.begin(), c.leaves.end());
@@ -493,13 +500,13 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     f.leaf_indices.erase(std::unique(f.leaf_indices.begin(), f.leaf_indices.end()),
                          f.leaf_indices.end());
   }
-  ds->specs_ = std::move(resolved.specs);
-  ds->partition_index_ = std::move(resolved.partition_index);
-  ds->column_types_ = std::move(resolved.types);
+  specs_ = std::move(resolved.specs);
+  partition_index_ = std::move(resolved.partition_index);
+  column_types_ = std::move(resolved.types);
   arrow::FieldVector fields;
-  for (size_t c = 0; c < ds->specs_.size(); ++c) {
-    const ColumnSpec& spec = ds->specs_[c];
-    std::shared_ptr<arrow::DataType> type = ds->column_types_[c];
+  for (size_t c = 0; c < specs_.size(); ++c) {
+    const ColumnSpec& spec = specs_[c];
+    std::shared_ptr<arrow::DataType> type = column_types_[c];
     if (type == nullptr) {
       type = spec.mask_of >= 0                        ? arrow::boolean()
              : spec.kind == ColumnKind::kTensor       ? arrow::int64()
@@ -507,57 +514,73 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     }
     fields.push_back(arrow::field(spec.name, std::move(type), resolved.nullable[c]));
   }
-  ds->schema_ = arrow::schema(std::move(fields));
-  for (const auto& k : keys) ds->partition_keys_.push_back(k.name);
+  schema_ = arrow::schema(std::move(fields));
+  partition_keys_ = partition_keys;
+}
 
-  // Splits: every row group of every file (or those options.row_groups selects), with
-  // the bytes of the selected columns; the footer's counts and sizes are checked against
-  // each other and the file first, so that nothing is planned (or allocated) from a
-  // corrupt count.
+namespace {
+
+// The row groups of `file` that `row_groups` selects (all when it does not name the
+// file), sorted and unique; *listed tells whether it named the file.
+arrow::Result<std::vector<int>> SelectedRowGroups(
+    const DataFile& file, const std::map<std::string, std::vector<int>>& row_groups,
+    bool* listed) {
+  const int num = file.metadata->num_row_groups();
+  std::vector<int> selected;
+  const auto it = row_groups.find(file.display);
+  *listed = it != row_groups.end();
+  if (!*listed) {
+    for (int rg = 0; rg < num; ++rg) selected.push_back(rg);
+    return selected;
+  }
+  selected = it->second;
+  std::sort(selected.begin(), selected.end());
+  selected.erase(std::unique(selected.begin(), selected.end()), selected.end());
+  if (!selected.empty() && (selected.front() < 0 || selected.back() >= num)) {
+    return MakeError(ErrorKind::kInvalidData, "row_groups selects row group ",
+                     selected.front() < 0 ? selected.front() : selected.back(), " of '",
+                     file.display, "', which has ", num, " row groups (indices from 0)");
+  }
+  return selected;
+}
+
+}  // namespace
+
+// Splits: every row group of every file (or those options.row_groups selects), with the
+// bytes of the selected columns; the footer's counts and sizes are checked against each
+// other and the file first, so that nothing is planned (or allocated) from a corrupt count.
+arrow::Status Dataset::ListSplits(const DatasetOptions& options) {
   int64_t files_selected = 0;
   int64_t first = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& md = *ds->files_[i].metadata;
-    std::vector<int> selected;
-    const auto listed = options.row_groups.find(ds->files_[i].display);
-    if (listed == options.row_groups.end()) {
-      for (int rg = 0; rg < md.num_row_groups(); ++rg) selected.push_back(rg);
-    } else {
-      ++files_selected;
-      selected = listed->second;
-      std::sort(selected.begin(), selected.end());
-      selected.erase(std::unique(selected.begin(), selected.end()), selected.end());
-      if (!selected.empty() && (selected.front() < 0 || selected.back() >= md.num_row_groups())) {
-        return MakeError(ErrorKind::kInvalidData, "row_groups selects row group ",
-                         selected.front() < 0 ? selected.front() : selected.back(), " of '",
-                         ds->files_[i].display, "', which has ", md.num_row_groups(),
-                         " row groups (indices from 0)");
-      }
-    }
+  for (size_t i = 0; i < files_.size(); ++i) {
+    bool listed = false;
+    ARROW_ASSIGN_OR_RAISE(auto selected, SelectedRowGroups(files_[i], options.row_groups, &listed));
+    files_selected += listed ? 1 : 0;
     ARROW_ASSIGN_OR_RAISE(auto splits,
-                          ValidatedSplits(ds->files_[i], static_cast<int32_t>(i), selected));
+                          ValidatedSplits(files_[i], static_cast<int32_t>(i), selected));
     for (const Split& s : splits) {
       if (s.num_rows > std::numeric_limits<int64_t>::max() - first) {
-        return MakeError(ErrorKind::kInvalidData, "'", ds->files_[i].display,
+        return MakeError(ErrorKind::kInvalidData, "'", files_[i].display,
                          "': the dataset's row count overflows (corrupt footer?)");
       }
-      ds->split_first_row_.push_back(first);
+      split_first_row_.push_back(first);
       first += s.num_rows;
-      ds->splits_.push_back(s);
+      splits_.push_back(s);
     }
   }
-  if (files_selected != static_cast<int64_t>(options.row_groups.size())) {
-    for (const auto& [name, groups] : options.row_groups) {
-      bool found = false;
-      for (const auto& f : ds->files_) found = found || f.display == name;
-      if (!found) {
-        return MakeError(ErrorKind::kNotFound, "row_groups names '", name,
-                         "', which is not a file of the dataset (files are named as given, "
-                         "e.g. '", ds->files_[0].display, "')");
-      }
+  if (files_selected == static_cast<int64_t>(options.row_groups.size())) {
+    return arrow::Status::OK();
+  }
+  for (const auto& [name, groups] : options.row_groups) {
+    bool found = false;
+    for (const auto& f : files_) found = found || f.display == name;
+    if (!found) {
+      return MakeError(ErrorKind::kNotFound, "row_groups names '", name,
+                       "', which is not a file of the dataset (files are named as given, "
+                       "e.g. '", files_[0].display, "')");
     }
   }
-  return ds;
+  return arrow::Status::OK();
 }
 
 int64_t Dataset::num_rows() const {

@@ -126,6 +126,10 @@ class Dataset {
 
  private:
   Dataset() = default;
+  // Open()'s steps: give each file its resolved columns and the schema; list the splits
+  // (checked against the footers and files) and their first rows.
+  void SetColumns(ResolvedColumns resolved, const std::vector<std::string>& partition_keys);
+  arrow::Status ListSplits(const DatasetOptions& options);
 
   std::vector<DataFile> files_;
   std::vector<Split> splits_;

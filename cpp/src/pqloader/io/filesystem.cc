@@ -115,7 +115,9 @@ bool MayRetry(const RetryPolicy& policy, int64_t retry, double elapsed_s, double
   return elapsed_s + delay_s <= policy.budget_s;
 }
 
-arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage) {
+namespace {
+
+arrow::Status CheckKnownKeys(const StorageOptions& storage) {
   for (const auto& [key, value] : storage.values) {
     if (KnownKeys().count(key) == 0) {
       std::string known;
@@ -123,27 +125,20 @@ arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage)
       return arrow::Status::Invalid("unknown storage option '", key, "'; known: ", known);
     }
   }
-  const std::string access_key = Get(storage, "access_key");
-  const std::string secret_key = Get(storage, "secret_key");
-  if (access_key.empty() != secret_key.empty()) {
-    return arrow::Status::Invalid(
-        "storage_options: give both access_key and secret_key, or neither");
-  }
-  bool anonymous = false;
-  if (storage.values.count("anonymous")) {
-    ARROW_ASSIGN_OR_RAISE(anonymous, ParseBool("anonymous", Get(storage, "anonymous")));
-  }
-  if (anonymous && !access_key.empty()) {
-    return arrow::Status::Invalid(
-        "storage_options: anonymous=True cannot be combined with access_key/secret_key");
-  }
-  if (!Get(storage, "session_token").empty() && access_key.empty()) {
-    return arrow::Status::Invalid("storage_options: session_token needs access_key/secret_key");
-  }
-  arrow::fs::S3Options o;  // credentials are configured last, once all else parsed
-  o.region = Get(storage, "region");
+  return arrow::Status::OK();
+}
 
-  // Endpoint: the option, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL ("http://host:port").
+// *out = parse(key, value) when `key` is given; left as it is otherwise.
+template <typename T, typename Parse>
+arrow::Status ParseIfSet(const StorageOptions& storage, const char* key, Parse parse, T* out) {
+  if (storage.values.count(key) == 0) return arrow::Status::OK();
+  ARROW_ASSIGN_OR_RAISE(*out, parse(key, Get(storage, key)));
+  return arrow::Status::OK();
+}
+
+// Endpoint and scheme: the options, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL
+// ("http://host:port").
+arrow::Status SetEndpoint(const StorageOptions& storage, arrow::fs::S3Options* o) {
   std::string endpoint = Get(storage, "endpoint_override");
   std::string scheme;
   if (endpoint.empty()) {
@@ -155,45 +150,55 @@ arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage)
     endpoint = endpoint.substr(sep + 3);
   }
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  o.endpoint_override = endpoint;
+  o->endpoint_override = endpoint;
   if (storage.values.count("scheme")) scheme = Get(storage, "scheme");
   if (!scheme.empty()) {
     if (scheme != "http" && scheme != "https") {
       return BadValue("scheme", scheme, "'http' or 'https'");
     }
-    o.scheme = scheme;
+    o->scheme = scheme;
   }
-  if (storage.values.count("connect_timeout")) {
-    ARROW_ASSIGN_OR_RAISE(o.connect_timeout,
-                          ParseSeconds("connect_timeout", Get(storage, "connect_timeout")));
-  }
-  if (storage.values.count("request_timeout")) {
-    ARROW_ASSIGN_OR_RAISE(o.request_timeout,
-                          ParseSeconds("request_timeout", Get(storage, "request_timeout")));
-  }
-  o.tls_ca_file_path = Get(storage, "tls_ca_file_path");
-  if (storage.values.count("force_virtual_addressing")) {
-    ARROW_ASSIGN_OR_RAISE(o.force_virtual_addressing,
-                          ParseBool("force_virtual_addressing",
-                                    Get(storage, "force_virtual_addressing")));
-  }
+  return arrow::Status::OK();
+}
 
+arrow::Result<RetryPolicy> ParseRetryPolicy(const StorageOptions& storage) {
   RetryPolicy retry;
-  if (storage.values.count("retry_max_attempts")) {
-    ARROW_ASSIGN_OR_RAISE(retry.max_attempts, ParsePositiveInt("retry_max_attempts",
-                                                               Get(storage, "retry_max_attempts")));
+  ARROW_RETURN_NOT_OK(
+      ParseIfSet(storage, "retry_max_attempts", ParsePositiveInt, &retry.max_attempts));
+  ARROW_RETURN_NOT_OK(ParseIfSet(storage, "retry_base_delay", ParseSeconds, &retry.base_delay_s));
+  ARROW_RETURN_NOT_OK(ParseIfSet(storage, "retry_max_delay", ParseSeconds, &retry.max_delay_s));
+  ARROW_RETURN_NOT_OK(ParseIfSet(storage, "retry_budget", ParseSeconds, &retry.budget_s));
+  return retry;
+}
+
+}  // namespace
+
+arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage) {
+  ARROW_RETURN_NOT_OK(CheckKnownKeys(storage));
+  const std::string access_key = Get(storage, "access_key");
+  const std::string secret_key = Get(storage, "secret_key");
+  if (access_key.empty() != secret_key.empty()) {
+    return arrow::Status::Invalid(
+        "storage_options: give both access_key and secret_key, or neither");
   }
-  if (storage.values.count("retry_base_delay")) {
-    ARROW_ASSIGN_OR_RAISE(retry.base_delay_s,
-                          ParseSeconds("retry_base_delay", Get(storage, "retry_base_delay")));
+  bool anonymous = false;
+  ARROW_RETURN_NOT_OK(ParseIfSet(storage, "anonymous", ParseBool, &anonymous));
+  if (anonymous && !access_key.empty()) {
+    return arrow::Status::Invalid(
+        "storage_options: anonymous=True cannot be combined with access_key/secret_key");
   }
-  if (storage.values.count("retry_max_delay")) {
-    ARROW_ASSIGN_OR_RAISE(retry.max_delay_s,
-                          ParseSeconds("retry_max_delay", Get(storage, "retry_max_delay")));
+  if (!Get(storage, "session_token").empty() && access_key.empty()) {
+    return arrow::Status::Invalid("storage_options: session_token needs access_key/secret_key");
   }
-  if (storage.values.count("retry_budget")) {
-    ARROW_ASSIGN_OR_RAISE(retry.budget_s, ParseSeconds("retry_budget", Get(storage, "retry_budget")));
-  }
+  arrow::fs::S3Options o;  // credentials are configured last, once all else parsed
+  o.region = Get(storage, "region");
+  ARROW_RETURN_NOT_OK(SetEndpoint(storage, &o));
+  ARROW_RETURN_NOT_OK(ParseIfSet(storage, "connect_timeout", ParseSeconds, &o.connect_timeout));
+  ARROW_RETURN_NOT_OK(ParseIfSet(storage, "request_timeout", ParseSeconds, &o.request_timeout));
+  o.tls_ca_file_path = Get(storage, "tls_ca_file_path");
+  ARROW_RETURN_NOT_OK(
+      ParseIfSet(storage, "force_virtual_addressing", ParseBool, &o.force_virtual_addressing));
+  ARROW_ASSIGN_OR_RAISE(auto retry, ParseRetryPolicy(storage));
   o.retry_strategy = std::make_shared<BackoffRetryStrategy>(retry);
 
   // The credential providers are AWS SDK objects: the SDK must be initialised first.

@@ -23,58 +23,58 @@ struct NpyHeader {
   int64_t data_offset = 0;
 };
 
-arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
+// The header's Python dict literal: the text after `key` and its ':' ("" if absent).
+std::string NpyValueAfter(const std::string& header, const char* key) {
+  const size_t k = header.find(key);
+  if (k == std::string::npos) return "";
+  size_t v = header.find(':', k + std::strlen(key));
+  if (v == std::string::npos) return "";
+  ++v;
+  while (v < header.size() && header[v] == ' ') ++v;
+  return header.substr(v);
+}
+
+// The magic and version of a .npy preamble: where the header text starts and its length.
+arrow::Status ParseNpyPreamble(const uint8_t* p, int64_t n, int64_t* start, int64_t* header_len) {
   static const uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (n < 10 || std::memcmp(p, kMagic, 6) != 0) {
     return arrow::Status::Invalid("not a .npy array (bad magic)");
   }
   const int major = p[6];
-  int64_t header_len = 0, start = 0;
   if (major == 1) {
-    header_len = p[8] | (p[9] << 8);
-    start = 10;
+    *header_len = p[8] | (p[9] << 8);
+    *start = 10;
   } else if (major == 2 || major == 3) {
     if (n < 12) return arrow::Status::Invalid("truncated .npy header");
-    header_len = static_cast<int64_t>(p[8]) | (static_cast<int64_t>(p[9]) << 8) |
-                 (static_cast<int64_t>(p[10]) << 16) | (static_cast<int64_t>(p[11]) << 24);
-    start = 12;
+    *header_len = static_cast<int64_t>(p[8]) | (static_cast<int64_t>(p[9]) << 8) |
+                  (static_cast<int64_t>(p[10]) << 16) | (static_cast<int64_t>(p[11]) << 24);
+    *start = 12;
   } else {
     return arrow::Status::Invalid("unsupported .npy version ", major);
   }
-  if (start + header_len > n) return arrow::Status::Invalid("truncated .npy header");
-  const std::string header(reinterpret_cast<const char*>(p + start), header_len);
-  NpyHeader h;
-  h.data_offset = start + header_len;
-  // The header is a Python dict literal; find each key and read the value after it.
-  auto value_after = [&header](const char* key) -> std::string {
-    const size_t k = header.find(key);
-    if (k == std::string::npos) return "";
-    size_t v = header.find(':', k + std::strlen(key));
-    if (v == std::string::npos) return "";
-    ++v;
-    while (v < header.size() && header[v] == ' ') ++v;
-    return header.substr(v);
-  };
-  const std::string descr = value_after("'descr'");
+  if (*start + *header_len > n) return arrow::Status::Invalid("truncated .npy header");
+  return arrow::Status::OK();
+}
+
+// 'descr' of the header: the dtype and whether its bytes must be swapped.
+arrow::Status ParseNpyDtype(const std::string& header, NpyHeader* h) {
+  const std::string descr = NpyValueAfter(header, "'descr'");
   if (descr.size() < 5 || descr[0] != '\'') {
     return arrow::Status::Invalid("unsupported .npy dtype in header ", Printable(header));
   }
   const size_t close = descr.find('\'', 1);
   const std::string code = descr.substr(1, close == std::string::npos ? 0 : close - 1);
-  if (code.size() < 3 || std::string("<>|=").find(code[0]) == std::string::npos) {
+  auto unsupported = [&code] {
     return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
                                   "' (numeric and bool only)");
+  };
+  if (code.size() < 3 || std::string("<>|=").find(code[0]) == std::string::npos) {
+    return unsupported();
   }
   const char order = code[0], kind = code[1];
   int size = 0;
-  {
-    auto [ptr, ec] = std::from_chars(code.data() + 2, code.data() + code.size(), size);
-    if (ec != std::errc() || ptr != code.data() + code.size()) {
-      return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
-                                  "' (numeric and bool only)");
-    }
-  }
-  h.swap = order == '>' && size > 1;
+  auto [ptr, ec] = std::from_chars(code.data() + 2, code.data() + code.size(), size);
+  if (ec != std::errc() || ptr != code.data() + code.size()) return unsupported();
   struct Kind {
     char kind;
     int size;
@@ -85,24 +85,19 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
       {'i', 4, DType::kInt32},   {'i', 8, DType::kInt64},    {'u', 1, DType::kUInt8},
       {'u', 2, DType::kUInt16},  {'u', 4, DType::kUInt32},   {'u', 8, DType::kUInt64},
       {'f', 2, DType::kFloat16}, {'f', 4, DType::kFloat32},  {'f', 8, DType::kFloat64}};
-  bool found = false;
   for (const auto& k : kKinds) {
     if (k.kind == kind && k.size == size) {
-      h.dtype = k.dtype;
-      found = true;
+      h->dtype = k.dtype;
+      h->swap = order == '>' && size > 1;
+      return arrow::Status::OK();
     }
   }
-  if (!found) {
-    return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
-                                  "' (numeric and bool only)");
-  }
-  const std::string fortran = value_after("'fortran_order'");
-  if (fortran.rfind("True", 0) == 0) {
-    h.fortran = true;
-  } else if (fortran.rfind("False", 0) != 0) {
-    return arrow::Status::Invalid("bad .npy header ", Printable(header));
-  }
-  const std::string shape = value_after("'shape'");
+  return unsupported();
+}
+
+// 'shape' of the header: a tuple of non-negative integers.
+arrow::Status ParseNpyShape(const std::string& header, std::vector<int64_t>* out) {
+  const std::string shape = NpyValueAfter(header, "'shape'");
   const size_t end = shape.find(')');
   if (shape.empty() || shape[0] != '(' || end == std::string::npos) {
     return arrow::Status::Invalid("bad .npy header ", Printable(header));
@@ -115,10 +110,29 @@ arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
     }
     int64_t d = 0;
     auto [ptr, ec] = std::from_chars(shape.data() + i, shape.data() + end, d);
-    if (ec != std::errc() || d < 0) return arrow::Status::Invalid("bad .npy shape in ", Printable(header));
-    h.shape.push_back(d);
+    if (ec != std::errc() || d < 0) {
+      return arrow::Status::Invalid("bad .npy shape in ", Printable(header));
+    }
+    out->push_back(d);
     i = static_cast<size_t>(ptr - shape.data());
   }
+  return arrow::Status::OK();
+}
+
+arrow::Result<NpyHeader> ParseNpyHeader(const uint8_t* p, int64_t n) {
+  int64_t start = 0, header_len = 0;
+  ARROW_RETURN_NOT_OK(ParseNpyPreamble(p, n, &start, &header_len));
+  const std::string header(reinterpret_cast<const char*>(p + start), header_len);
+  NpyHeader h;
+  h.data_offset = start + header_len;
+  ARROW_RETURN_NOT_OK(ParseNpyDtype(header, &h));
+  const std::string fortran = NpyValueAfter(header, "'fortran_order'");
+  if (fortran.rfind("True", 0) == 0) {
+    h.fortran = true;
+  } else if (fortran.rfind("False", 0) != 0) {
+    return arrow::Status::Invalid("bad .npy header ", Printable(header));
+  }
+  ARROW_RETURN_NOT_OK(ParseNpyShape(header, &h.shape));
   return h;
 }
 
