@@ -311,106 +311,194 @@ arrow::Result<std::shared_ptr<const RowOrder>> Loader::OrderOf(
   return MakeRemainderOrder(dataset_->SplitRows(), plan, epoch, *elastic);
 }
 
+// How a run of an epoch is laid out: its order, the stream positions each batch holds
+// (rows of the order, or with packing the documents that fill its blocks), and the units
+// each batch reads. With shuffled windows gathered whole, the first batch of the run
+// that reads a window gathers it (and so reads its units); the window's other batches
+// take slices.
+struct Loader::RunLayout {
+  int64_t epoch = 0;
+  int64_t first_batch = 0;
+  uint64_t seed = 0;
+  std::shared_ptr<const RowOrder> order;
+  std::shared_ptr<const PackPlan> pack;  // with packing
+  int64_t batch_size = 1, num_rows = 0, num_batches = 0, num_blocks = 0;
+  const EpochPlan* plan = nullptr;       // with whole-window gathers: order's plan
+  std::shared_ptr<WindowStore> windows;  // with whole-window gathers
+
+  std::pair<int64_t, int64_t> Positions(int64_t b) const {
+    if (pack == nullptr) return {b * batch_size, std::min((b + 1) * batch_size, num_rows)};
+    const auto span =
+        pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
+    return {span.first, span.last};
+  }
+  // The windows [first, second] that batch b gathers (none when first > second).
+  std::pair<int64_t, int64_t> WindowsMadeBy(int64_t b) const {
+    const auto [first, last] = Positions(b);
+    const int64_t wa = plan->WindowOfRow(first), wb = plan->WindowOfRow(last - 1);
+    const bool makes_wa = b == first_batch || plan->WindowRowRange(wa).first >= first;
+    return {makes_wa ? wa : wa + 1, wb};
+  }
+  std::pair<int64_t, int64_t> UnitsOf(int64_t b) const {
+    if (windows == nullptr) {
+      const auto [first, last] = Positions(b);
+      return order->PositionUnitRange(first, last);
+    }
+    const auto [wa, wb] = WindowsMadeBy(b);
+    if (wa <= wb) {
+      return plan->PositionUnitRange(plan->WindowRowRange(wa).first,
+                                     plan->WindowRowRange(wb).second);
+    }
+    const int64_t end = plan->PositionUnitRange(plan->WindowRowRange(wb).first,
+                                                plan->WindowRowRange(wb).second).second;
+    return {end, end};  // reads no unit: the window's gather exists
+  }
+};
+
+arrow::Result<std::shared_ptr<const Loader::RunLayout>> Loader::LayOutRun(
+    int64_t epoch, int64_t first_batch, const ElasticBase* elastic) const {
+  auto layout = std::make_shared<RunLayout>();
+  ARROW_ASSIGN_OR_RAISE(layout->order, OrderOf(options_.plan, epoch, elastic));
+  layout->epoch = epoch;
+  layout->first_batch = first_batch;
+  layout->seed = options_.plan.seed;
+  layout->batch_size = options_.plan.batch_size;
+  layout->num_rows = layout->order->num_rows();
+  const int64_t batch_size = layout->batch_size, num_rows = layout->num_rows;
+  layout->num_batches = options_.plan.drop_last ? num_rows / batch_size
+                                                : (num_rows + batch_size - 1) / batch_size;
+  if (lengths_ != nullptr) {
+    const auto& plan = static_cast<const PlanOrder&>(*layout->order).plan();
+    layout->pack = std::make_shared<const PackPlan>(
+        PackPlan::Make(plan, *lengths_, options_.pack, options_.plan.drop_last));
+    layout->num_blocks = EqualBlocks(epoch);
+    layout->num_batches = BatchesOfBlocks(layout->num_blocks);
+  }
+  const int64_t num_batches = layout->num_batches;
+  if (first_batch < 0 || first_batch > num_batches) {
+    return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch,
+                                  ", which has ", num_batches, " batches");
+  }
+  const auto* plan_order = dynamic_cast<const PlanOrder*>(layout->order.get());
+  if (window_gather_ && plan_order != nullptr && layout->pack == nullptr &&
+      first_batch < num_batches) {
+    const EpochPlan* plan = &plan_order->plan();
+    std::map<int64_t, int64_t> uses;  // batches of the run reading each window
+    for (int64_t b = first_batch; b < num_batches; ++b) {
+      const auto [first, last] = layout->Positions(b);
+      for (int64_t w = plan->WindowOfRow(first); w <= plan->WindowOfRow(last - 1); ++w) ++uses[w];
+    }
+    layout->plan = plan;
+    layout->windows = std::make_shared<WindowStore>(std::move(uses));
+  }
+  return layout;
+}
+
+std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> Loader::MakeReadAhead(
+    const RunLayout& layout, int64_t budget) {
+  arrow::io::IOContext io(pool_, io_pool_.get());
+  std::shared_ptr<const RowOrder> order = layout.order;
+  return std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
+      layout.UnitsOf(layout.first_batch).first, layout.UnitsOf(layout.num_batches - 1).second,
+      [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
+        const Unit& unit = order->units()[u];
+        std::shared_ptr<FetchClaim> claim;
+        if (cache_ != nullptr) {
+          const std::string key = CacheKeyOf(unit.split);
+          // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
+          // fetched when needed), nor does one another process is fetching (claimed:
+          // ProduceUnit waits for its entry). Claims are taken in plan order, so the
+          // process that claims a split first is the one that reads it first.
+          if (cache_->Contains(key)) return nullptr;
+          claim = cache_->TryClaim(key);
+          if (claim == nullptr) return nullptr;
+        }
+        ARROW_ASSIGN_OR_RAISE(auto f, FetchUnit(*dataset_, unit, read_options_, pool_, io));
+        bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
+        f->hold = std::move(claim);  // released once the entry is published (or dropped)
+        return f;
+      },
+      [this, order](int64_t u) {
+        return dataset_->splits()[order->units()[u].split].compressed_bytes;
+      },
+      ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
+}
+
+arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
+    const RunLayout& layout, int64_t b,
+    const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t* bytes,
+    Work* counters) {
+  const RowOrder& order = *layout.order;
+  const int64_t epoch = layout.epoch;
+  const auto [first, last] = layout.Positions(b);
+  const int64_t lo = layout.UnitsOf(b).first;
+  auto where = [&] { return "batch " + std::to_string(b) + " of epoch " + std::to_string(epoch); };
+  if (layout.windows != nullptr) {
+    const int64_t t0 = NowNs();
+    auto batch = WindowedBatch(*layout.plan, *layout.windows, layout.WindowsMadeBy(b), first,
+                               last, units, lo);
+    counters->gather_ns += NowNs() - t0;
+    if (!batch.ok()) return WithContext(batch.status(), where());
+    (*batch)->epoch = epoch;
+    (*batch)->index = b;
+    *bytes = (*batch)->ByteSize();
+    return batch;
+  }
+  std::vector<RowRef> rows;
+  rows.reserve(last - first);
+  order.Resolve(first, last, &rows);
+  std::vector<std::vector<SampleTensor>> samples;
+  int64_t t0 = NowNs();
+  if (!transforms_.empty()) {
+    auto st = TransformRows(order, layout.seed, epoch, units, lo, &rows, &samples, counters);
+    const int64_t t1 = NowNs();
+    counters->transform_ns += t1 - t0;
+    t0 = t1;
+    ARROW_RETURN_NOT_OK(st);
+  }
+  arrow::Result<std::shared_ptr<Batch>> batch;
+  if (layout.pack != nullptr) {
+    batch = PackBatch(dataset_->specs(), options_.pack, *layout.pack, b * layout.batch_size,
+                      std::min((b + 1) * layout.batch_size, layout.num_blocks), units, lo, rows,
+                      pack_companions_, pool_);
+  } else {
+    batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
+                          transforms_.collate(), transforms_.signatures());
+    if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
+  }
+  counters->gather_ns += NowNs() - t0;
+  if (!batch.ok()) {
+    std::string files;
+    for (size_t i = 0; i < units.size(); ++i) {
+      const Split& s = dataset_->splits()[order.units()[lo + i].split];
+      files += (i ? ", '" : "'") + dataset_->files()[s.file].display + "' row group " +
+               std::to_string(s.row_group);
+    }
+    return WithContext(batch.status(), where() + " (from " + files + ")");
+  }
+  (*batch)->epoch = epoch;
+  (*batch)->index = b;
+  *bytes = (*batch)->owned_bytes;
+  return batch;
+}
+
 arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_batch,
                                                 int64_t budget,
                                                 std::shared_ptr<const ElasticBase> elastic,
                                                 bool read_only) {
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RowOrder> order,
-                        OrderOf(options_.plan, epoch, elastic.get()));
-  const uint64_t seed = options_.plan.seed;
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RunLayout> layout,
+                        LayOutRun(epoch, first_batch, elastic.get()));
   if (cache_view_ != nullptr) cache_view_->set_plan(options_.plan);
-  const int64_t batch_size = options_.plan.batch_size, num_rows = order->num_rows();
-  // Which stream positions each batch holds: rows of the order, or with packing the
-  // documents that fill its blocks.
-  std::shared_ptr<const PackPlan> pack;
-  int64_t num_batches = options_.plan.drop_last ? num_rows / batch_size
-                                                : (num_rows + batch_size - 1) / batch_size;
-  int64_t num_blocks = 0;
-  if (lengths_ != nullptr) {
-    const auto& plan = static_cast<const PlanOrder&>(*order).plan();
-    pack = std::make_shared<const PackPlan>(
-        PackPlan::Make(plan, *lengths_, options_.pack, options_.plan.drop_last));
-    num_blocks = EqualBlocks(epoch);
-    num_batches = BatchesOfBlocks(num_blocks);
-  }
-  auto positions = [pack, num_blocks, batch_size, num_rows](int64_t b) -> std::pair<int64_t, int64_t> {
-    if (pack == nullptr) return {b * batch_size, std::min((b + 1) * batch_size, num_rows)};
-    const auto span = pack->BlocksSpan(b * batch_size, std::min((b + 1) * batch_size, num_blocks));
-    return {span.first, span.last};
-  };
-  std::function<std::pair<int64_t, int64_t>(int64_t)> units_of = [order, positions](int64_t b) {
-    const auto [first, last] = positions(b);
-    return order->PositionUnitRange(first, last);
-  };
-  // Shuffled windows gathered whole: the first batch of this run that reads a window
-  // gathers it (and so reads its units); the window's other batches take slices.
-  const auto* plan_order = dynamic_cast<const PlanOrder*>(order.get());
-  std::shared_ptr<WindowStore> windows;
-  std::function<std::pair<int64_t, int64_t>(int64_t)> windows_made_by;
-  if (window_gather_ && plan_order != nullptr && pack == nullptr && first_batch < num_batches) {
-    const EpochPlan* plan = &plan_order->plan();
-    std::map<int64_t, int64_t> uses;
-    for (int64_t b = first_batch; b < num_batches; ++b) {
-      const auto [first, last] = positions(b);
-      for (int64_t w = plan->WindowOfRow(first); w <= plan->WindowOfRow(last - 1); ++w) ++uses[w];
-    }
-    windows = std::make_shared<WindowStore>(std::move(uses));
-    windows_made_by = [order, plan, positions, first_batch](int64_t b) -> std::pair<int64_t, int64_t> {
-      const auto [first, last] = positions(b);
-      const int64_t wa = plan->WindowOfRow(first), wb = plan->WindowOfRow(last - 1);
-      const bool makes_wa = b == first_batch || plan->WindowRowRange(wa).first >= first;
-      return {makes_wa ? wa : wa + 1, wb};
-    };
-    units_of = [order, plan, positions, windows_made_by](int64_t b) -> std::pair<int64_t, int64_t> {
-      const auto [wa, wb] = windows_made_by(b);
-      if (wa <= wb) {
-        return plan->PositionUnitRange(plan->WindowRowRange(wa).first, plan->WindowRowRange(wb).second);
-      }
-      const int64_t end = plan->PositionUnitRange(plan->WindowRowRange(wb).first,
-                                                  plan->WindowRowRange(wb).second).second;
-      return {end, end};  // reads no unit: the window's gather exists
-    };
-  }
-  if (first_batch < 0 || first_batch > num_batches) {
-    return arrow::Status::Invalid("batch ", first_batch, " is outside epoch ", epoch, ", which has ",
-                                  num_batches, " batches");
-  }
   EpochRun run;
   run.epoch = epoch;
   run.work = std::make_shared<Work>();
-  run.windows = windows;
-  if (first_batch < num_batches) {
-    arrow::io::IOContext io(pool_, io_pool_.get());
-    run.readahead = std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
-        units_of(first_batch).first, units_of(num_batches - 1).second,
-        [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
-          const Unit& unit = order->units()[u];
-          std::shared_ptr<FetchClaim> claim;
-          if (cache_ != nullptr) {
-            const std::string key = CacheKeyOf(unit.split);
-            // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
-            // fetched when needed), nor does one another process is fetching (claimed:
-            // ProduceUnit waits for its entry). Claims are taken in plan order, so the
-            // process that claims a split first is the one that reads it first.
-            if (cache_->Contains(key)) return nullptr;
-            claim = cache_->TryClaim(key);
-            if (claim == nullptr) return nullptr;
-          }
-          ARROW_ASSIGN_OR_RAISE(auto f, FetchUnit(*dataset_, unit, read_options_, pool_, io));
-          bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
-          f->hold = std::move(claim);  // released once the entry is published (or dropped)
-          return f;
-        },
-        [this, order](int64_t u) {
-          return dataset_->splits()[order->units()[u].split].compressed_bytes;
-        },
-        ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
-  }
+  run.windows = layout->windows;
+  if (first_batch < layout->num_batches) run.readahead = MakeReadAhead(*layout, budget);
 
   Pipeline::Work work;
-  work.num_batches = num_batches;
-  work.batch_units = units_of;
-  work.unit_bytes = [this, order](int64_t u) {
+  work.num_batches = layout->num_batches;
+  work.batch_units = [layout](int64_t b) { return layout->UnitsOf(b); };
+  work.unit_bytes = [this, order = layout->order](int64_t u) {
     // The footer's uncompressed size of the selected chunks, pro rata; the pipeline
     // scales it by what decoding actually produced so far.
     const Unit& unit = order->units()[u];
@@ -420,71 +508,16 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(unit.num_rows()) /
                                 static_cast<double>(split.num_rows));
   };
-  work.run_unit = [this, order, epoch, readahead = run.readahead, counters = run.work](
-                      int64_t u, int64_t* bytes) {
+  work.run_unit = [this, order = layout->order, epoch, readahead = run.readahead,
+                   counters = run.work](int64_t u, int64_t* bytes) {
     // When the plan reads this unit, on the cache schedule's clock (see CacheView).
     const double now = static_cast<double>(epoch) +
                        static_cast<double>(u) / static_cast<double>(order->units().size());
     return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now);
   };
-  work.run_batch = [this, order, seed, epoch, pack, positions, units_of, num_blocks, batch_size,
-                    counters = run.work, windows, windows_made_by](
+  work.run_batch = [this, layout, counters = run.work](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
-                       int64_t* bytes) -> arrow::Result<std::shared_ptr<Batch>> {
-    const auto [first, last] = positions(b);
-    const int64_t lo = units_of(b).first;
-    if (windows != nullptr) {
-      const int64_t t0 = NowNs();
-      auto batch = WindowedBatch(static_cast<const PlanOrder&>(*order).plan(), *windows,
-                                 windows_made_by(b), first, last, units, lo);
-      counters->gather_ns += NowNs() - t0;
-      if (!batch.ok()) {
-        return WithContext(batch.status(), "batch " + std::to_string(b) + " of epoch " +
-                                               std::to_string(epoch));
-      }
-      (*batch)->epoch = epoch;
-      (*batch)->index = b;
-      *bytes = (*batch)->ByteSize();
-      return batch;
-    }
-    std::vector<RowRef> rows;
-    rows.reserve(last - first);
-    order->Resolve(first, last, &rows);
-    std::vector<std::vector<SampleTensor>> samples;
-    int64_t t0 = NowNs();
-    if (!transforms_.empty()) {
-      auto st = TransformRows(*order, seed, epoch, units, lo, &rows, &samples, counters.get());
-      const int64_t t1 = NowNs();
-      counters->transform_ns += t1 - t0;
-      t0 = t1;
-      ARROW_RETURN_NOT_OK(st);
-    }
-    arrow::Result<std::shared_ptr<Batch>> batch;
-    if (pack != nullptr) {
-      batch = PackBatch(dataset_->specs(), options_.pack, *pack, b * batch_size,
-                        std::min((b + 1) * batch_size, num_blocks), units, lo, rows,
-                        pack_companions_, pool_);
-    } else {
-      batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
-                            transforms_.collate(), transforms_.signatures());
-      if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
-    }
-    counters->gather_ns += NowNs() - t0;
-    if (!batch.ok()) {
-      std::string files;
-      for (size_t i = 0; i < units.size(); ++i) {
-        const Split& s = dataset_->splits()[order->units()[lo + i].split];
-        files += (i ? ", '" : "'") + dataset_->files()[s.file].display + "' row group " +
-                 std::to_string(s.row_group);
-      }
-      return WithContext(batch.status(), "batch " + std::to_string(b) + " of epoch " +
-                                             std::to_string(epoch) + " (from " + files + ")");
-    }
-    (*batch)->epoch = epoch;
-    (*batch)->index = b;
-    *bytes = (*batch)->owned_bytes;
-    return batch;
-  };
+                       int64_t* bytes) { return MakeBatch(*layout, b, units, bytes, counters.get()); };
 
   PipelineOptions popts;
   popts.num_threads = options_.num_workers;

@@ -232,6 +232,16 @@ class Loader {
   arrow::Result<EpochRun> MakeRun(int64_t epoch, int64_t first_batch, int64_t budget,
                                   std::shared_ptr<const ElasticBase> elastic = nullptr,
                                   bool read_only = false);
+  // MakeRun's steps: which positions and units each batch of the run reads; the
+  // read-ahead of its units; batch b from its units.
+  struct RunLayout;
+  arrow::Result<std::shared_ptr<const RunLayout>> LayOutRun(int64_t epoch, int64_t first_batch,
+                                                            const ElasticBase* elastic) const;
+  std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> MakeReadAhead(
+      const RunLayout& layout, int64_t budget);
+  arrow::Result<std::shared_ptr<Batch>> MakeBatch(
+      const RunLayout& layout, int64_t b,
+      const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t* bytes, Work* work);
   // The order of `epoch` under `plan` (the rest after `elastic`, if given).
   arrow::Result<std::shared_ptr<const RowOrder>> OrderOf(const PlanOptions& plan, int64_t epoch,
                                                          const ElasticBase* elastic) const;
