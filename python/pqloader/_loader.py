@@ -207,7 +207,7 @@ class Loader:
         null_mask: bool | Sequence[str] | None = _D.null_mask,
         decimals: str = _D.decimals,
         schema: Any = _D.schema,
-        _debug_delay_us: int = _D._debug_delay_us,
+        _debug_max_delay_us: int = _D._debug_max_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
         sources = _env.normalize_sources(source)

@@ -301,7 +301,7 @@ class LoaderOptions:
     null_mask: bool | Sequence[str] | None = None
     decimals: str = "float64"
     schema: Any = None
-    _debug_delay_us: int = 0
+    _debug_max_delay_us: int = 0
 
     def __post_init__(self) -> None:
         threads_hint = f" (at most {MAX_THREADS} threads)"
@@ -350,7 +350,7 @@ class LoaderOptions:
             null_mask=_check_null_mask(self.null_mask),
             decimals=check_choice("decimals", self.decimals, _DECIMALS),
             schema=_check_schema(self.schema),
-            _debug_delay_us=check_int("_debug_delay_us", self._debug_delay_us, 0),
+            _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
             raise ValueError("pin_memory and device need output='torch'")
@@ -442,7 +442,7 @@ class LoaderOptions:
             "max_inflight_bytes": self.max_inflight_bytes,
             "prefetch_batches": self.prefetch_batches,
             "verify_checksums": self.verify_checksums,
-            "debug_delay_us": self._debug_delay_us,
+            "debug_max_delay_us": self._debug_max_delay_us,
             "storage_options": dict(self.storage_options),
             "io_threads": self.io_threads,
             "readahead": self.readahead,

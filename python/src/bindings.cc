@@ -194,7 +194,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.max_inflight_bytes = Get<int64_t>(d, "max_inflight_bytes", o.max_inflight_bytes);
   o.prefetch_batches = Get<int64_t>(d, "prefetch_batches", o.prefetch_batches);
   o.verify_checksums = Get<bool>(d, "verify_checksums", o.verify_checksums);
-  o.debug_max_delay_us = Get<int64_t>(d, "debug_delay_us", o.debug_max_delay_us);
+  o.debug_max_delay_us = Get<int64_t>(d, "debug_max_delay_us", o.debug_max_delay_us);
   o.io_threads = Get<int>(d, "io_threads", o.io_threads);
   o.readahead = Get<int64_t>(d, "readahead", o.readahead);
   o.dataset.storage.values =

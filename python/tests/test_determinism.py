@@ -62,7 +62,7 @@ def test_order_is_independent_of_num_workers_and_task_timing(ds, reference_strea
     ref = reference_streams[shuffle]
     for _ in range(3):
         got = run(
-            ds, shuffle=shuffle, seed=1234, num_epochs=2, num_workers=num_workers, shuffle_window=3, _debug_delay_us=delay_us
+            ds, shuffle=shuffle, seed=1234, num_epochs=2, num_workers=num_workers, shuffle_window=3, _debug_max_delay_us=delay_us
         )
         assert_batch_streams_equal(got, ref)
 
@@ -77,7 +77,7 @@ def test_order_is_independent_of_max_inflight_bytes(ds, reference_streams, max_i
         num_workers=4,
         shuffle_window=3,
         max_inflight_bytes=max_inflight_bytes,
-        _debug_delay_us=300,
+        _debug_max_delay_us=300,
     )
     assert_batch_streams_equal(got, reference_streams[True])
 
@@ -372,7 +372,7 @@ def _resume_kw(**over):
 def _check_resume(src, k, **over):
     kw = _resume_kw(**over)
     full = list(pqloader.Loader(src, num_workers=2, **kw))
-    interrupted = pqloader.Loader(src, num_workers=4, _debug_delay_us=200, **kw)
+    interrupted = pqloader.Loader(src, num_workers=4, _debug_max_delay_us=200, **kw)
     it = iter(interrupted)
     head = [next(it) for _ in range(k)]
     assert_batch_streams_equal(head, full[:k])

@@ -210,7 +210,7 @@ def test_corrupt_page_error_surfaces_after_good_batches_and_iteration_then_stops
     _corrupt_column_chunk(good, d / "f3.parquet", column=1, row_group=1)
     good.unlink()
 
-    loader = pqloader.Loader(str(d), batch_size=50, num_workers=4, _debug_delay_us=500)
+    loader = pqloader.Loader(str(d), batch_size=50, num_workers=4, _debug_max_delay_us=500)
     it = iter(loader)
 
     def consume_until_error():

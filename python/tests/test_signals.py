@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 CHILD = r"""
 import os, signal, sys, threading, time
 import pqloader
-loader = pqloader.Loader(sys.argv[1], batch_size=10, num_workers=2, _debug_delay_us=60_000_000)
+loader = pqloader.Loader(sys.argv[1], batch_size=10, num_workers=2, _debug_max_delay_us=60_000_000)
 threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 t0 = time.monotonic()
 try:

@@ -87,7 +87,7 @@ def test_load_state_dict_from_another_thread_stops_the_running_iteration(ds, tra
 
     def scenario():
         loader = pqloader.Loader(ds, batch_size=64, shuffle=True, seed=3, num_workers=2,
-                                 batch_transform=transform, _debug_delay_us=2000)
+                                 batch_transform=transform, _debug_max_delay_us=2000)
         state = loader.state_dict()
         seen, errors = [], []
 
@@ -144,7 +144,7 @@ def test_a_new_iteration_stops_the_one_running_in_another_thread(ds):
 
     def scenario():
         loader = pqloader.Loader(ds, batch_size=64, shuffle=True, seed=3, num_workers=2,
-                                 _debug_delay_us=2000)
+                                 _debug_max_delay_us=2000)
         errors = []
         first = iter(loader)
         taken = [next(first)["id"].tolist()]

@@ -220,7 +220,7 @@ def test_stats_count_time_inside_next_as_wait_and_time_outside_only_as_wall(ds, 
     hour = 3600.0
     offset = [0.0]
     monkeypatch.setattr(pqloader._iteration, "clock", lambda: time.perf_counter() + offset[0])
-    loader = pqloader.Loader(ds, batch_size=BS, output=output, _debug_delay_us=500)
+    loader = pqloader.Loader(ds, batch_size=BS, output=output, _debug_max_delay_us=500)
     count = 0
     for _ in loader:
         offset[0] += hour  # "compute": time outside next(), so not a stall
@@ -381,7 +381,7 @@ def _child_after_fork(ds, position, result):
 def test_fork_while_an_epoch_is_in_flight_never_deadlocks(ds):
     ctx = multiprocessing.get_context("fork")
     ref = list(pqloader.Loader(ds, **kw()))
-    loader = pqloader.Loader(ds, **kw(num_workers=4, prefetch_batches=2, _debug_delay_us=3000))
+    loader = pqloader.Loader(ds, **kw(num_workers=4, prefetch_batches=2, _debug_max_delay_us=3000))
     it = iter(loader)
     got = []
     for fork_at in (1, 7, PER_EPOCH + 2):
@@ -406,7 +406,7 @@ def test_forked_child_may_drop_an_inherited_loader_mid_epoch(ds):
     """The child's interpreter frees the loader and the iterator: their engine must not be touched."""
     code = textwrap.dedent(f"""
         import gc, os, sys, pqloader
-        loader = pqloader.Loader({ds!r}, batch_size=16, num_workers=4, _debug_delay_us=3000)
+        loader = pqloader.Loader({ds!r}, batch_size=16, num_workers=4, _debug_max_delay_us=3000)
         it = iter(loader)
         next(it)
         pid = os.fork()

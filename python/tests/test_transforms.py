@@ -368,7 +368,7 @@ def test_augmentations_are_independent_of_workers_and_timing(image_ds, workers):
     path = image_ds[0]
     ref = run(path, batch_size=10, shuffle=True, seed=5, transforms=augment(), num_workers=1)
     got = run(path, batch_size=10, shuffle=True, seed=5, transforms=augment(), num_workers=workers,
-              _debug_delay_us=2000)
+              _debug_max_delay_us=2000)
     assert_same(ref, got)
 
 

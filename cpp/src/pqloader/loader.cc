@@ -520,7 +520,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                        int64_t* bytes) { return MakeBatch(*layout, b, units, bytes, counters.get()); };
 
   PipelineOptions popts;
-  popts.num_threads = options_.num_workers;
+  popts.num_workers = options_.num_workers;
   popts.max_inflight_bytes = budget - ReadAheadBudget(budget);
   popts.max_prefetch_batches = options_.prefetch_batches;
   popts.debug_max_delay_us = options_.debug_max_delay_us;

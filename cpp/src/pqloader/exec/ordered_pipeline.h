@@ -52,7 +52,7 @@ namespace pqloader {
 
 struct PipelineOptions {
   /// Worker threads. Default: 1.
-  int num_threads = 1;
+  int num_workers = 1;
   /// Bound on decoded-but-unconsumed bytes (units plus assembled batches), apart from
   /// the floor (see the header comment). Default: 256 MiB.
   int64_t max_inflight_bytes = int64_t{256} << 20;
@@ -115,7 +115,7 @@ class OrderedPipeline {
       unit_base_ = next_unit_;
       needed_end_ = work_.batch_units(first_batch).second;
     }
-    const int n = std::max(1, options.num_threads);
+    const int n = std::max(1, options.num_workers);
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
   }
 

@@ -41,7 +41,7 @@ TEST(OrderedPipeline, DeliversInOrderWhateverTheThreadsAndDelays) {
   for (int threads : {1, 2, 4, 8}) {
     std::atomic<int64_t> runs{0};
     PipelineOptions o;
-    o.num_threads = threads;
+    o.num_workers = threads;
     o.debug_max_delay_us = 300;
     Pipeline p(MakeWork(50, &runs), o, 0);
     for (int64_t b = 0; b < 50; ++b) {
@@ -60,7 +60,7 @@ TEST(OrderedPipeline, DeliversInOrderWhateverTheThreadsAndDelays) {
 TEST(OrderedPipeline, StartsMidwayWithoutReadingEarlierUnits) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
-  o.num_threads = 3;
+  o.num_workers = 3;
   Pipeline p(MakeWork(20, &runs), o, 15);
   auto r = p.Next();
   ASSERT_TRUE(r.ok());
@@ -76,7 +76,7 @@ TEST(OrderedPipeline, StartsMidwayWithoutReadingEarlierUnits) {
 TEST(OrderedPipeline, AFailedUnitFailsTheFirstBatchThatReadsItAndStops) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
-  o.num_threads = 4;
+  o.num_workers = 4;
   o.debug_max_delay_us = 200;
   Pipeline p(MakeWork(30, &runs, /*fail_unit=*/7), o, 0);
   for (int64_t b = 0; b < 6; ++b) {
@@ -112,7 +112,7 @@ Pipeline::Work OneUnitPerBatch(int64_t batches, std::atomic<int64_t>* units_run)
 TEST(OrderedPipeline, LooksAheadByBytesNotByBatches) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
-  o.num_threads = 3;
+  o.num_workers = 3;
   o.max_prefetch_batches = 1;
   o.max_inflight_bytes = 1000;
   Pipeline p(OneUnitPerBatch(100, &runs), o, 0);
@@ -129,7 +129,7 @@ TEST(OrderedPipeline, LooksAheadByBytesNotByBatches) {
 TEST(OrderedPipeline, ConsumedBatchesGiveTheirBytesBack) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
-  o.num_threads = 2;
+  o.num_workers = 2;
   o.max_inflight_bytes = 350;
   Pipeline p(OneUnitPerBatch(200, &runs), o, 0);
   for (int64_t b = 0; b < 200; ++b) {
@@ -154,7 +154,7 @@ TEST(OrderedPipeline, ShutdownFromAnotherThreadWakesAWaitingNext) {
     return std::make_shared<const int64_t>(u);
   };
   PipelineOptions o;
-  o.num_threads = 2;
+  o.num_workers = 2;
   Pipeline p(std::move(w), o, 0);
   auto next = std::async(std::launch::async, [&] { return p.Next(); });
   EXPECT_EQ(next.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
