@@ -367,3 +367,20 @@ def test_fixed_size_list_size_mismatch_is_a_schema_mismatch(tmp_path):
     write_parquet(d / "second.parquet", pa.table({"emb": b}))
     with pytest.raises(pqloader.SchemaMismatchError, match="emb"):
         read_all(str(d))
+
+
+def test_a_valid_encoding_arrow_cannot_decode_is_not_called_corrupt(tmp_path):
+    # Dictionary strings stored with DELTA_BYTE_ARRAY: valid Parquet that Arrow C++ 25
+    # does not decode into a dictionary (pyarrow refuses it too). The error names the
+    # column and says what is missing, not "corrupt or truncated".
+    strings = pa.array([f"s{i % 7}" for i in range(100)]).dictionary_encode()
+    path = tmp_path / "delta_dict.parquet"
+    pq.write_table(pa.table({"s": strings}), path, use_dictionary=False,
+                   column_encoding={"s": "DELTA_BYTE_ARRAY"})
+    with pytest.raises(Exception):
+        pq.read_table(path)
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        collect(pqloader.Loader(str(path), columns=["s"], batch_size=10))
+    message = str(e.value)
+    assert "'s'" in message and "delta_dict.parquet" in message
+    assert "does not implement" in message and "corrupt" not in message

@@ -297,6 +297,13 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
       }
+      // A valid file Arrow C++ cannot decode (e.g. a dictionary column stored with a delta
+      // encoding): Parquet C++'s ParquetException::NYI, which reaches us as an IOError.
+      if (st.IsNotImplemented() || st.message().rfind("Not yet implemented", 0) == 0) {
+        return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
+                         ": Arrow C++ does not implement its encoding for this column type: ",
+                         st.message());
+      }
       if (!st.ok()) {
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
                          " (corrupt or truncated data): ", st.message());
