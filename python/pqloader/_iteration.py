@@ -6,7 +6,8 @@ An ``iter(loader)`` is a chain of generators over items ``(epoch, index, batch)`
    ahead of the consumer;
 2. :func:`threaded_map` (with a ``batch_transform``) applies it in one background
    thread, in order;
-3. the output adapter (torch conversion, device staging) may hold a few batches;
+3. the output adapter (:func:`make_output`: torch conversion, device staging) may hold
+   a few batches;
 4. :func:`hand_out` yields them to the consumer and is the only place the
    :class:`Cursor` moves, so ``state_dict()`` always names the batch after the last
    one the training loop received.
@@ -22,7 +23,10 @@ import queue
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+
+if TYPE_CHECKING:
+    from pqloader._options import LoaderOptions
 
 # (epoch, index of the batch in its epoch, batch)
 Item = tuple[int, int, Any]
@@ -275,3 +279,17 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) ->
     finally:
         stop.set()
         thread.join()
+
+
+def make_output(options: LoaderOptions) -> Any:
+    """Return None for NumPy output, else a ``_torch.TorchOutput`` (importing torch)."""
+    if options.output == "numpy":
+        return None
+    try:
+        from pqloader import _torch
+    except ImportError as e:
+        if e.name is not None and e.name.split(".")[0] == "torch":
+            raise ImportError("output='torch' needs PyTorch, which is not installed: "
+                              "pip install torch (or pip install 'pqloader[torch]')", name="torch") from e
+        raise
+    return _torch.TorchOutput(options.pin_memory, options.device, options.device_prefetch)

@@ -1,10 +1,11 @@
 """The public Loader: a façade that wires options, engine, iteration and checkpoints.
 
-The parts live in private modules: ``_options`` (every argument, its default and its
-checks; the engine's option format), ``_env`` (sources, storage options, rank and world
+The parts live in private modules: ``_options`` (every argument, its default, what it
+means — ``ARGUMENT_DOCS``, filled into this class's docstring — and its checks; the
+engine's option format), ``_env`` (sources, storage options, rank and world
 size), ``_process`` (the engine across fork and exit), ``_iteration`` (epochs, the
 batch_transform thread, the hand-out that moves the position) and ``_state``
-(checkpoints). torch is imported only for ``output="torch"`` (``_torch``).
+(checkpoints). torch is imported only for ``output="torch"`` (``_iteration.make_output``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from pqloader import _core, _env, _iteration, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
-from pqloader._options import LoaderOptions, check_fill_types, check_int
+from pqloader._options import ARGUMENT_DOCS, LoaderOptions, check_fill_types, check_int
 
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 
@@ -33,121 +34,7 @@ class Loader:
             ``_`` are skipped), a glob pattern, a ``file://`` or ``s3://bucket/prefix``
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path; list order is kept.
-        columns: Columns to read (file columns or hive partition keys), in output
-            order, each once. A struct's field by dotted path (``"image.bytes"``); a whole
-            struct is its fields (``"image.bytes"``, ``"image.path"``). ``None`` reads
-            every column of every file (pandas index columns left out).
-        batch_size: Rows per batch; batches span row-group and file boundaries.
-        num_workers: C++ worker threads (at most 1024). ``None`` uses one per CPU.
-        shuffle: Shuffle the order of row groups each epoch and rows within windows of
-            ``shuffle_window`` consecutive row groups.
-        seed: Seed of the shuffle. ``None`` with ``shuffle=True`` draws a fresh seed,
-            exposed as ``loader.seed`` and recorded in ``state_dict()``.
-        num_epochs: Epochs run by each ``iter(loader)``; ``None`` runs forever. Each new
-            iteration continues the epoch count, so every epoch has a new order.
-        drop_last: Drop the last, incomplete batch of each epoch.
-        shuffle_window: Row groups whose rows are shuffled together. Larger windows
-            shuffle better and hold more decoded data in memory.
-        rank: This process's rank. Default: from an initialised ``torch.distributed``
-            group, else the ``RANK`` environment variable, else 0.
-        world_size: Number of ranks. Default: as for ``rank``, from ``WORLD_SIZE``, else 1.
-        shard_policy: ``"drop"`` drops the last ``N % world_size`` rows of each epoch's
-            order; ``"pad"`` repeats its first rows, so every rank gets the same count.
-        fill_null: ``None`` makes nulls an error (found from the footers' statistics when
-            the loader is made, where the writer stored them); a scalar replaces nulls in
-            every column (so it must suit all of them: a number for numeric columns, str or
-            bytes for string and binary ones); a dict maps column names to their replacement.
-        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that
-            can hold nulls (true where the value is not null); a list of names, after
-            those only. Nulls of such columns become ``fill_null``, or 0 / ``""``.
-        decimals: ``"float64"`` (default: the nearest double, as pyarrow's cast) or
-            ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
-        schema: A ``pyarrow.Schema`` (any pyarrow >= 14) or any Arrow schema with
-            ``__arrow_c_schema__`` to load the files as: each file's columns must
-            convert to its types without loss (integers to floats too), columns it lacks
-            are null. Default: the files' schemas unified (safe widening only).
-        max_inflight_bytes: Bound on the data held ahead of the consumer: a quarter for
-            column chunks read ahead, the rest for decoded row groups and batches, which
-            every worker decodes ahead as far as it allows. Peak memory above the
-            process's baseline is about this + the row groups of the batch the consumer
-            waits for (one shuffle window) + one row group read ahead + ~3x a row group
-            per worker decoding one + up to this + 32 MiB of freed buffers kept for reuse
-            (tested in ``python/tests/test_memory.py``).
-        prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
-        verify_checksums: Verify Parquet page CRCs where the writer stored them.
-        transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
-            in the C++ workers; or a callable (dict -> dict), as for ``batch_transform``.
-        lists: How list columns whose rows differ in length are batched, by column:
-            ``"ragged"`` (all values + ``<column>_offsets``) or :class:`pqloader.Pad`
-            (``[batch, L]`` + ``<column>_length``; fixed L or each batch's longest row).
-            Default: every row of a batch must have one length.
-        pack: A :class:`pqloader.Pack`: batches of fixed-length blocks of tokens packed
-            from a list column's documents (``batch_size`` blocks per batch).
-        batch_transform: A Python callable applied to every batch, in order, in one
-            background thread. It holds the GIL while it runs Python code.
-        cache_dir: Keep decoded, deterministically transformed row groups in this
-            directory (shared by processes, kept across runs; see docs/cache_format.md),
-            or ``":memory:"`` for this process only. Hits skip reading, decoding and
-            those transforms; batches are bit-identical either way. If the directory is
-            unusable or the disk fills up, a warning is issued and loading goes on uncached;
-            the first insert the size limit refuses gives one warning too.
-        cache_size_limit: Bytes the cache may hold (default: no limit).
-        cache_policy: What happens when the cache is full. ``"keep"`` (default): fill,
-            then stop inserting (never thrashes on reshuffled scans larger than the cache).
-            ``"lru"``: evict the least recently used. ``"plan"``: evict the row groups the
-            plans of this epoch and the next (every rank's, in lockstep) read furthest in
-            the future, and do not insert one read later than all the cache holds
-            (Belady's rule; the most hits on reshuffled epochs, see docs/performance.md).
-            Entries of source files that changed since are deleted first under every
-            policy.
-        cache_shards: Fan-out directories, each with its own lock and
-            ``cache_size_limit / cache_shards`` bytes.
-        cache_wait_timeout: Processes sharing a cache directory (the ranks of a node)
-            fetch each row group once: one claims it before fetching, and the others wait
-            for its entry instead of fetching it too, at most this many seconds (then
-            they fetch it themselves; a claim this old, or of a dead process, is
-            broken). ``0``: no coordination. Default: 30.
-        on_decode_error: ``"raise"`` (default): a failing transform (e.g. a corrupt
-            image) raises, naming file, row group, row and column. ``"skip"``: the row is
-            dropped from its batch (batches may be smaller; every rank still gets the
-            same number of batches) and counted in ``stats()["skipped_rows"]``. A batch
-            whose rows were all skipped comes with 0 rows: array columns empty, with the
-            dtype and row shape the column's ops give (0 for sizes that depend on the
-            data, e.g. an image's before a crop); string columns empty lists.
-        strings: ``"str"`` (default): string columns come out as lists of ``str``
-            (``list<string>`` columns as lists of lists of ``str``); a value that is not
-            valid UTF-8 raises ``pqloader.InvalidDataError`` naming file, row group, row
-            and column. ``"bytes"``: they come out as ``bytes`` (lists of lists of
-            ``bytes``), unchecked (for data whose text may not be UTF-8).
-        storage_options: Options of ``s3://`` sources, named as the arguments of
-            ``pyarrow.fs.S3FileSystem``: ``endpoint_override``, ``scheme``, ``region``,
-            ``access_key``, ``secret_key``, ``session_token``, ``anonymous``,
-            ``connect_timeout``, ``request_timeout``, ``tls_ca_file_path``,
-            ``force_virtual_addressing``; retries: ``retry_budget`` (seconds after a
-            request's first failure within which retries may start; default 60),
-            ``retry_max_attempts`` (default: no limit but the budget),
-            ``retry_base_delay``, ``retry_max_delay`` (seconds; default 0.2, 5: retry n
-            waits a random time in [d/2, d], d = min(max, base * 2**n)). Each attempt
-            fails after ``request_timeout`` seconds without data (default 3). Unset ones
-            come from the standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
-        io_threads: Concurrent reads from storage (requests in flight), apart from the
-            CPU workers.
-        readahead: Row groups fetched ahead of decoding, in plan order (default:
-            ``io_threads``); their compressed bytes stay within a quarter of
-            ``max_inflight_bytes`` (one row group is always allowed).
-        output: ``"numpy"`` or ``"torch"``: numeric columns as ``torch.Tensor`` sharing
-            the engine's memory (DLPack, no copy). torch is imported only then.
-        pin_memory: Stage torch batches in pinned host memory. Default (``None``): when
-            ``device`` is a CUDA device. Ignored, with a warning, without CUDA.
-        device: Hand torch batches out on this device (e.g. ``"cuda:0"``), copied on a
-            side CUDA stream ahead of use. Default: CPU, zero-copy.
-        device_prefetch: Batches pinned/copied ahead of the consumer (with
-            ``pin_memory`` or ``device``).
-        row_groups: Read only these row groups: ``{file: [indices]}``, a file named as in
-            ``source`` (an explicit file path or URL); listed row groups are read in file
-            order, files not listed whole. Samples are numbered (for random transforms)
-            among the selected rows. Default: every row group.
-
+        {arguments}
     Raises:
         TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a
             ``fill_null`` value does not suit its column's type.
@@ -214,7 +101,7 @@ class Loader:
         options = LoaderOptions(**arguments)
         self._seed_drawn = options.seed is None and options.shuffle
         options = options.resolve(_core.draw_seed)
-        self._output = _make_output(options)
+        self._output = _iteration.make_output(options)
         self._cursor = _iteration.Cursor()
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
         self._columns = {
@@ -421,15 +308,6 @@ class Loader:
                 f"shuffle={o.shuffle}, seed={o.seed}, rank={o.rank}/{o.world_size})")
 
 
-def _make_output(options: LoaderOptions) -> Any:
-    """Return None for NumPy output, else a ``_torch.TorchOutput`` (importing torch)."""
-    if options.output == "numpy":
-        return None
-    try:
-        from pqloader import _torch
-    except ImportError as e:
-        if e.name is not None and e.name.split(".")[0] == "torch":
-            raise ImportError("output='torch' needs PyTorch, which is not installed: "
-                              "pip install torch (or pip install 'pqloader[torch]')", name="torch") from e
-        raise
-    return _torch.TorchOutput(options.pin_memory, options.device, options.device_prefetch)
+if Loader.__doc__ is not None:  # None under python -OO
+    Loader.__doc__ = Loader.__doc__.replace("        {arguments}\n", ARGUMENT_DOCS)
+
