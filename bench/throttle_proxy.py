@@ -33,6 +33,8 @@ class Link:
         self.rate_bps = rate_bps
         self.free_at = 0.0  # when the line has sent everything queued so far
         self.bytes = 0  # forwarded so far
+        self.requests = 0  # HTTP requests forwarded (to the server: one Host header each)
+        self._tail = b""
 
     async def send(self, arrived: float, data: bytes, writer: asyncio.StreamWriter) -> None:
         now = time.monotonic()
@@ -45,6 +47,11 @@ class Link:
             await asyncio.sleep(start - now)
         writer.write(data)
         self.bytes += len(data)
+        # Requests: each has one Host header. The tail of the last chunk is kept so that
+        # a header split across chunks counts once.
+        window = (self._tail + data).lower()
+        self.requests += window.count(b"\r\nhost:") - self._tail.lower().count(b"\r\nhost:")
+        self._tail = data[-8:]
         await writer.drain()
 
 
@@ -120,14 +127,15 @@ async def main() -> None:
 
 
 async def count(path: str, up: Link, down: Link) -> None:
-    """Rewrite `path` with the bytes forwarded each way whenever they change."""
+    """Rewrite `path` with the bytes forwarded each way and the requests forwarded to the
+    server whenever they change."""
     last = None
     while True:
-        now = (up.bytes, down.bytes)
+        now = (up.bytes, down.bytes, up.requests)
         if now != last:
             tmp = f"{path}.tmp"
             with open(tmp, "w") as f:
-                json.dump({"to_server": now[0], "to_client": now[1]}, f)
+                json.dump({"to_server": now[0], "to_client": now[1], "requests": now[2]}, f)
             os.replace(tmp, path)
             last = now
         await asyncio.sleep(0.1)

@@ -20,7 +20,7 @@ from pqloader._errors import (
 )
 from pqloader import transforms
 from pqloader._arrow import ArrowSchema
-from pqloader._inspect import cache_clear, cache_prune, cache_stats, inspect
+from pqloader._inspect import cache_clear, cache_prune, cache_stats, inspect, write_index
 from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
 from pqloader._options import LoaderOptions
@@ -37,6 +37,7 @@ __all__ = [
     "Pad",
     "Ragged",
     "inspect",
+    "write_index",
     "merge_states",
     "format_stats",
     "diagnose",

@@ -169,6 +169,37 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     return info
 
 
+def write_index(source: str | os.PathLike[str],
+                storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write a summary of the Parquet files below directory `source`, so that loaders
+    take every file's row-group layout from one object instead of each file's footer.
+
+    Two files are written at the directory's root, each to a temporary name and moved into
+    place: ``_metadata`` (the summary pyarrow, Dask and Spark write and read: the row
+    groups of every file, each naming its file) and ``_pqloader_index`` (each file's size,
+    modification time and footer hash when indexed). A loader uses the summary for every
+    file it holds whose listed size and time are unchanged, and reads the footers of the
+    others (written or rewritten since); ``stats()["footers_from_summary"]`` counts the
+    former. Run it again after changing the dataset.
+
+    Args:
+        source: A local directory or ``s3://bucket/prefix``.
+        storage_options: As for :class:`pqloader.Loader`.
+
+    Returns:
+        ``metadata_path``, ``files``, ``row_groups``, ``rows`` and ``bytes`` (of ``_metadata``).
+
+    Raises:
+        ValueError: `source` is not a directory.
+        pqloader.SchemaMismatchError: The files' Parquet schemas differ (a summary holds one).
+        pqloader.Error: As for :class:`pqloader.Loader` (unreadable files, storage).
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a directory path or URI, got {type(source).__name__}")
+    sources = _env.normalize_sources(source)
+    return _core.write_index(sources[0], _env.normalize_storage_options(storage_options))
+
+
 def _check_lengths(lengths: Any) -> None:
     """Check the type of ``inspect(lengths=...)`` before any I/O."""
     if isinstance(lengths, bool):

@@ -94,6 +94,7 @@ class Loader:
         null_mask: bool | Sequence[str] | None = _D.null_mask,
         decimals: str = _D.decimals,
         schema: Any = _D.schema,
+        use_summary: bool = _D.use_summary,
         _debug_max_delay_us: int = _D._debug_max_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
@@ -255,10 +256,14 @@ class Loader:
             begun so, and their work counts only once their epoch begins;
             units_dropped_ahead counts units read ahead for an epoch that did not
             follow (``set_epoch`` to another, or the end of training).
+            footers_from_cache / footers_from_summary: files whose footers came from
+            the footer cache / whose row-group layout came from a summary (``_metadata``)
+            instead of their own footers.
         """
         s = self._clock.stats(self._engine.stats())
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
-                  "footers_from_cache": self._plan["footers_from_cache"]})
+                  "footers_from_cache": self._plan["footers_from_cache"],
+                  "footers_from_summary": self._plan["footers_from_summary"]})
         return s
 
     def stats_table(self) -> str:

@@ -363,6 +363,12 @@ ARGUMENT_DOCS = """\
             ``source`` (an explicit file path or URL); listed row groups are read in file
             order, files not listed whole. Samples are numbered (for random transforms)
             among the selected rows. Default: every row group.
+        use_summary: Take the row-group layout of a directory's files from its summary
+            (``_metadata`` at its root, as written by :func:`pqloader.write_index`,
+            pyarrow, Dask or Spark) instead of reading every file's footer: one request
+            instead of one per file. Files written or rewritten since the index (by size
+            and modification time, where ``_pqloader_index`` records them) have their
+            footers read. ``False``: read every footer, ignoring any summary.
 
 """
 
@@ -427,6 +433,7 @@ class LoaderOptions:
     null_mask: bool | Sequence[str] | None = None
     decimals: str = "float64"
     schema: Any = None
+    use_summary: bool = True
     _debug_max_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -476,6 +483,7 @@ class LoaderOptions:
             null_mask=_check_null_mask(self.null_mask),
             decimals=check_choice("decimals", self.decimals, _DECIMALS),
             schema=_check_schema(self.schema),
+            use_summary=check_bool("use_summary", self.use_summary),
             _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -591,6 +599,7 @@ class LoaderOptions:
             "cache_wait_timeout_ms": int(round(self.cache_wait_timeout * 1000)),
             "row_groups": {} if self.row_groups is None else
                           {path: list(groups) for path, groups in self.row_groups.items()},
+            "use_summary": self.use_summary,
         }
 
 

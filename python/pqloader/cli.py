@@ -67,6 +67,18 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index(args: argparse.Namespace) -> int:
+    with _progress(args, f"index {args.path}: reading footers", ticker=True):
+        r = pqloader.write_index(args.path,
+                                 storage_options=parse_storage_options(args.storage_option))
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"wrote {r['metadata_path']} ({_human(r['bytes'])}): {r['files']} file(s), "
+          f"{r['row_groups']} row group(s), {r['rows']} rows; and _pqloader_index beside it")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     columns = args.columns.split(",") if args.columns else None
     transforms = parse_transforms(args.transform)
@@ -207,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the row lengths of ragged list columns and show min/median/p99/max "
                         "(one pass over each such column)")
     p.set_defaults(func=_inspect)
+    x = sub.add_parser("index", parents=[common],
+                       help="write a summary (_metadata) of a directory's files, so loaders "
+                            "read one object instead of every footer")
+    x.add_argument("path", help="a local directory or s3://bucket/prefix")
+    x.add_argument("--json", action="store_true", help="print JSON")
+    x.set_defaults(func=_index)
     b = sub.add_parser("bench", help="stream a dataset and report throughput",
                        parents=[common])
     b.add_argument("path")

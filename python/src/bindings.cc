@@ -201,6 +201,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
       Get<std::map<std::string, std::string>>(d, "storage_options", {});
   o.dataset.columns.spec.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
   o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
+  o.dataset.use_summary = Get<bool>(d, "use_summary", o.dataset.use_summary);
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
   }
@@ -549,6 +550,7 @@ class PyLoader {
     d["num_files"] = loader_->dataset().files().size();
     d["num_row_groups"] = loader_->dataset().splits().size();
     d["footers_from_cache"] = loader_->dataset().footers_from_cache();
+    d["footers_from_summary"] = loader_->dataset().footers_from_summary();
     nb::list skipped;
     for (const auto& f : loader_->dataset().skipped_files()) {
       skipped.append(nb::make_tuple(f.path, f.reason));
@@ -736,6 +738,22 @@ NB_MODULE(_core, m) {
     for (const auto& u : plan.units()) out.push_back(u.split);
     return out;
   });
+  m.def("write_index", [](const std::string& source,
+                          const std::map<std::string, std::string>& storage_options) {
+    pqloader::IndexResult r;
+    {
+      nb::gil_scoped_release release;
+      r = pqloader::Check(
+          pqloader::WriteDatasetIndex(source, pqloader::StorageOptions{storage_options}));
+    }
+    nb::dict d;
+    d["metadata_path"] = r.metadata_path;
+    d["files"] = r.files;
+    d["row_groups"] = r.row_groups;
+    d["rows"] = r.rows;
+    d["bytes"] = r.bytes;
+    return d;
+  }, "source"_a, "storage_options"_a);
   m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
                           const std::map<std::string, std::string>& storage_options) {
     pqloader::CacheDirStats s;

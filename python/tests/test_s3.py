@@ -379,3 +379,21 @@ def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "read one batch" in done.stdout
+
+
+def test_s3_index_then_loaders_read_the_summary_instead_of_the_footers(store):
+    # A prefix of its own: the other tests keep reading ds/ without a summary.
+    store.server.upload("data", "indexed", store.paths)
+    source = "s3://data/indexed"
+    before = collect(pqloader.Loader(source, storage_options=store.options, batch_size=16,
+                                     shuffle=True, seed=2))
+    r = pqloader.write_index(source, storage_options=store.options)
+    assert r["metadata_path"] == "s3://data/indexed/_metadata" and r["files"] == len(store.paths)
+    keys = {o["Key"] for o in store.server.client().list_objects_v2(
+        Bucket="data", Prefix="indexed/")["Contents"]}
+    assert {"indexed/_metadata", "indexed/_pqloader_index"} <= keys
+    assert not [k for k in keys if ".tmp-" in k]
+    loader = pqloader.Loader(source, storage_options=store.options, batch_size=16, shuffle=True,
+                             seed=2)
+    assert_columns_equal(collect(loader), before)
+    assert loader.stats()["footers_from_summary"] == len(store.paths)

@@ -67,10 +67,15 @@ std::string RelativeTo(const std::string& root, const std::string& path) {
   return path;
 }
 
-// Add the files under `root` (matching `pattern` if not empty) to `out`, sorted.
+// Add the files under `root` (matching `pattern` if not empty) to `out`, sorted. With
+// `summaries` and no pattern, a summary at the root (`_metadata`, see summary.h) is
+// added there and the files found point to it.
 arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root,
                        const std::string& pattern, const std::string& source,
-                       const std::string& prefix, std::vector<FoundFile>* out) {
+                       const std::string& prefix, std::vector<FoundFile>* out,
+                       std::vector<SummaryRef>* summaries) {
+  const size_t before = out->size();
+  SummaryRef summary{fs, root, "", -1, false, 0};
   arrow::fs::FileSelector selector;
   selector.base_dir = root;
   selector.recursive = true;
@@ -87,6 +92,15 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
     if (info.type() != arrow::fs::FileType::File) continue;
     const std::string rel = RelativeTo(root, info.path());
     const auto comps = Components(rel);
+    if (summaries != nullptr && pattern.empty() && comps.size() == 1) {
+      if (rel == "_metadata") {
+        summary.size = info.size();
+        summary.display = prefix + info.path();
+      } else if (rel == "_pqloader_index") {
+        summary.has_index = true;
+        summary.index_size = info.size();
+      }
+    }
     if (IsHidden(comps)) continue;
     if (!pattern.empty() && fnmatch(pattern.c_str(), info.path().c_str(), FNM_PATHNAME) != 0) {
       continue;
@@ -97,11 +111,18 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
     }
     out->push_back(std::move(f));
   }
+  if (summary.size >= 0) {
+    summaries->push_back(summary);
+    const int index = static_cast<int>(summaries->size()) - 1;
+    for (size_t i = before; i < out->size(); ++i) (*out)[i].summary = index;
+  }
   return arrow::Status::OK();
 }
 
 // Read the footer of `file` and derive its Arrow schema.
 arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer);
+arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>* schema,
+                           parquet::arrow::SchemaManifest* manifest);
 
 // Read the footer of `file` (from the footer cache when there is one) and derive its
 // Arrow schema.
@@ -124,16 +145,22 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     if (use_cache) StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
   }
   file->footer_hash = FooterHash(footer);
+  return DeriveSchema(*file, schema, manifest);
+}
+
+// The Arrow schema of `file`'s metadata.
+arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>* schema,
+                           parquet::arrow::SchemaManifest* manifest) {
   parquet::ArrowReaderProperties props;
-  auto st = parquet::arrow::FromParquetSchema(file->metadata->schema(), props,
-                                              file->metadata->key_value_metadata(), schema);
+  auto st = parquet::arrow::FromParquetSchema(file.metadata->schema(), props,
+                                              file.metadata->key_value_metadata(), schema);
   if (st.ok()) {
-    st = parquet::arrow::SchemaManifest::Make(file->metadata->schema(),
-                                              file->metadata->key_value_metadata(), props,
+    st = parquet::arrow::SchemaManifest::Make(file.metadata->schema(),
+                                              file.metadata->key_value_metadata(), props,
                                               manifest);
   }
   if (!st.ok()) {
-    return MakeError(ErrorKind::kInvalidData, "'", file->display,
+    return MakeError(ErrorKind::kInvalidData, "'", file.display,
                      "': cannot derive an Arrow schema from its Parquet schema: ", st.message());
   }
   return arrow::Status::OK();
@@ -267,7 +294,8 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
 }  // namespace
 
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
-                                                    const StorageOptions& storage) {
+                                                    const StorageOptions& storage,
+                                                    std::vector<SummaryRef>* summaries) {
   ARROW_ASSIGN_OR_RAISE(auto resolver, FileSystemResolver::Make(storage));
   if (sources.empty()) return MakeError(ErrorKind::kNotFound, "no source given");
   std::vector<FoundFile> out;
@@ -292,7 +320,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
                          prefix + root, "' does not exist");
       }
       ARROW_RETURN_NOT_OK(
-          ListTree(fs, root.empty() ? "/" : root, path, source, prefix, &out));
+          ListTree(fs, root.empty() ? "/" : root, path, source, prefix, &out, nullptr));
       if (out.size() == before) {
         return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files");
       }
@@ -307,7 +335,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       case arrow::fs::FileType::NotFound:
         return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
       case arrow::fs::FileType::Directory:
-        ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, prefix, &out));
+        ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, prefix, &out, summaries));
         if (out.size() == before) {
           return MakeError(ErrorKind::kNotFound, "directory '", source,
                            "' contains no data files");
@@ -366,10 +394,14 @@ struct OpenedFiles {
   std::vector<parquet::arrow::SchemaManifest> manifests;
   std::vector<SkippedFile> skipped;
   int64_t from_cache = 0;
+  int64_t from_summary = 0;
 };
 
-arrow::Result<OpenedFiles> ReadFooters(std::vector<FoundFile> found, int max_threads,
-                                       const std::string& footer_cache) {
+// Read the footers of `found`, or take them from the summaries of their directories
+// (FoundFile::summary indexes `summaries`; an empty one is not used).
+arrow::Result<OpenedFiles> ReadFooters(
+    std::vector<FoundFile> found, int max_threads, const std::string& footer_cache,
+    const std::vector<std::shared_ptr<DatasetSummaryFile>>& summaries = {}) {
   const auto n = static_cast<int64_t>(found.size());
   std::vector<DataFile> files(n);
   std::vector<std::shared_ptr<arrow::Schema>> schemas(n);
@@ -389,9 +421,20 @@ arrow::Result<OpenedFiles> ReadFooters(std::vector<FoundFile> found, int max_thr
     }
   }
   std::atomic<int64_t> next{0};
-  std::atomic<int64_t> footers_cached{0};
+  std::atomic<int64_t> footers_cached{0}, from_summary{0};
   auto work = [&] {
     for (int64_t i = next++; i < n; i = next++) {
+      const int s = found[i].summary;
+      if (s >= 0 && static_cast<size_t>(s) < summaries.size() && summaries[s] != nullptr) {
+        const auto* entry = summaries[s]->Find(found[i].path, found[i].size, found[i].mtime_ns);
+        if (entry != nullptr) {
+          files[i].metadata = entry->metadata;
+          files[i].footer_hash = entry->footer_hash;
+          statuses[i] = DeriveSchema(files[i], &schemas[i], &manifests[i]);
+          ++from_summary;
+          continue;
+        }
+      }
       if (found[i].listed && !HasParquetExtension(found[i].path)) {
         auto magic = HasMagic(files[i]);
         if (!magic.ok()) {
@@ -416,6 +459,7 @@ arrow::Result<OpenedFiles> ReadFooters(std::vector<FoundFile> found, int max_thr
   for (const auto& st : statuses) ARROW_RETURN_NOT_OK(st);
   OpenedFiles out;
   out.from_cache = footers_cached.load();
+  out.from_summary = from_summary.load();
   for (int64_t i = 0; i < n; ++i) {
     if (skip[i]) {
       out.skipped.push_back({files[i].display, files[i].size < 12
@@ -470,13 +514,27 @@ std::vector<FileColumns> FileColumnsOf(const OpenedFiles& opened) {
 
 }  // namespace
 
+arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
+                                                     int max_threads) {
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), max_threads, ""));
+  return std::move(opened.files);
+}
+
 arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& sources,
                                                       const DatasetOptions& options) {
-  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage));
+  std::vector<SummaryRef> summary_refs;
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage,
+                                                  options.use_summary ? &summary_refs : nullptr));
+  std::vector<std::shared_ptr<DatasetSummaryFile>> summaries;
+  for (const auto& ref : summary_refs) {
+    ARROW_ASSIGN_OR_RAISE(auto summary, ReadSummary(ref));
+    summaries.push_back(std::move(summary));
+  }
   std::shared_ptr<Dataset> ds(new Dataset());
   ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), options.metadata_threads,
-                                                 options.footer_cache_dir));
+                                                 options.footer_cache_dir, summaries));
   ds->footers_from_cache_ = opened.from_cache;
+  ds->footers_from_summary_ = opened.from_summary;
   ds->skipped_ = opened.skipped;
   ARROW_ASSIGN_OR_RAISE(auto keys, PartitionKeysOf(opened.found));
   ARROW_ASSIGN_OR_RAISE(auto resolved,

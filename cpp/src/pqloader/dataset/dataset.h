@@ -26,6 +26,7 @@
 
 #include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/hive.h"
+#include "pqloader/dataset/summary.h"
 #include "pqloader/io/filesystem.h"
 #include "pqloader/tensor/batch.h"
 
@@ -49,6 +50,9 @@ struct DatasetOptions {
   /// no index not at all. Every name must be a file of the dataset. Default: empty
   /// (every row group of every file).
   std::map<std::string, std::vector<int>> row_groups;
+  /// Take the row-group layout of files from a directory's summary (`_metadata`, see
+  /// dataset/summary.h) instead of their footers. Default: true.
+  bool use_summary = true;
 };
 
 /// One Parquet file of the dataset.
@@ -119,6 +123,9 @@ class Dataset {
   int64_t num_rows() const;
   /// Footers that came from the footer cache instead of the source.
   int64_t footers_from_cache() const { return footers_from_cache_; }
+  /// Files whose row-group layout came from a summary (`_metadata`) instead of their
+  /// footers.
+  int64_t footers_from_summary() const { return footers_from_summary_; }
   /// Global index of the first row of split i (rows numbered across files in order).
   int64_t split_first_row(int64_t i) const { return split_first_row_[i]; }
   /// Rows of each split, in split order.
@@ -135,6 +142,7 @@ class Dataset {
   std::vector<Split> splits_;
   std::vector<int64_t> split_first_row_;
   int64_t footers_from_cache_ = 0;
+  int64_t footers_from_summary_ = 0;
   std::vector<ColumnSpec> specs_;
   std::shared_ptr<arrow::Schema> schema_;
   std::vector<int> partition_index_;
@@ -155,11 +163,20 @@ struct FoundFile {
   /// Found by listing a directory or matching a glob (not named explicitly): then it
   /// is skipped if it is not Parquet.
   bool listed = false;
+  /// Index (in DiscoverFiles' `summaries`) of the summary of its directory, or -1.
+  int summary = -1;
 };
 
-/// Expand `sources` into files, in canonical order, without opening them.
+/// Expand `sources` into files, in canonical order, without opening them. With
+/// `summaries`, the summaries (`_metadata`) found at the roots of directory sources are
+/// added there and their files point to them (FoundFile::summary).
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
-                                                    const StorageOptions& storage = {});
+                                                    const StorageOptions& storage = {},
+                                                    std::vector<SummaryRef>* summaries = nullptr);
+
+/// Read the footers of `found` (files that are not Parquet left out), without summaries.
+arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
+                                                     int max_threads);
 
 /// The hash of `file`'s footer as Dataset::Open computes it (DataFile::footer_hash):
 /// read from the file, or for a remote file from `footer_cache_dir` when it holds it.

@@ -1,0 +1,292 @@
+#include "pqloader/dataset/summary.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <exception>
+#include <sstream>
+
+#include <arrow/io/interfaces.h>
+#include <parquet/exception.h>
+#include <parquet/file_writer.h>
+
+#include "pqloader/cache/footer_cache.h"
+#include "pqloader/dataset/dataset.h"
+#include "pqloader/error.h"
+
+namespace pqloader {
+
+namespace {
+
+constexpr const char* kIndexHeader = "pqloader-index 1";
+
+arrow::Result<std::string> ReadWhole(const std::shared_ptr<arrow::fs::FileSystem>& fs,
+                                     const std::string& path, int64_t size,
+                                     const std::string& display) {
+  arrow::fs::FileInfo info(path, arrow::fs::FileType::File);
+  info.set_size(size);
+  auto input = fs->OpenInputFile(info);
+  if (!input.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot open '", display, "': ", input.status().message());
+  }
+  auto bytes = (*input)->ReadAt(0, size);
+  if (!bytes.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot read '", display, "': ", bytes.status().message());
+  }
+  if ((*bytes)->size() != size) {
+    return MakeError(ErrorKind::kIO, "cannot read '", display,
+                     "': the file is shorter than its listed size");
+  }
+  return (*bytes)->ToString();
+}
+
+// A relative path of the summary's own making: '/'-separated, no '.' or '..' parts.
+bool IsPlainRelative(const std::string& p) {
+  if (p.empty() || p[0] == '/') return false;
+  size_t start = 0;
+  while (start <= p.size()) {
+    const size_t end = std::min(p.find('/', start), p.size());
+    const std::string part = p.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+// `path` relative to directory `root`, or "" when it is not below it.
+std::string Below(const std::string& root, const std::string& path) {
+  if (path.compare(0, root.size(), root) != 0) return "";
+  std::string rel = path.substr(root.size());
+  if (!root.empty() && root.back() != '/' && !rel.empty() && rel[0] != '/') return "";
+  while (!rel.empty() && rel[0] == '/') rel.erase(0, 1);
+  return rel;
+}
+
+std::string Join(const std::string& root, const std::string& rel) {
+  if (root.empty()) return rel;
+  return root.back() == '/' ? root + rel : root + "/" + rel;
+}
+
+struct Identity {
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string footer_hash;
+};
+
+// `_pqloader_index`: header line, then "size\tmtime_ns\thash\tpath" per file.
+arrow::Result<std::map<std::string, Identity>> ParseIndex(const std::string& text,
+                                                          const std::string& display) {
+  auto bad = [&](const std::string& why) {
+    return MakeError(ErrorKind::kInvalidData, "'", display,
+                     "' (a dataset index) is not readable: ", why,
+                     "; rewrite it with `pqloader index`, delete it, or pass use_summary=False");
+  };
+  std::map<std::string, Identity> out;
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kIndexHeader) {
+    return bad("it does not start with '" + std::string(kIndexHeader) + "'");
+  }
+  int64_t number = 1;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    const size_t t1 = line.find('\t'), t2 = line.find('\t', t1 + 1),
+                 t3 = line.find('\t', t2 + 1);
+    if (t1 == std::string::npos || t2 == std::string::npos || t3 == std::string::npos) {
+      return bad("line " + std::to_string(number) + " has fewer than 4 fields");
+    }
+    Identity id;
+    auto num = [&](size_t from, size_t to, int64_t* v) {
+      auto [ptr, ec] = std::from_chars(line.data() + from, line.data() + to, *v);
+      return ec == std::errc() && ptr == line.data() + to && *v >= 0;
+    };
+    if (!num(0, t1, &id.size) || !num(t1 + 1, t2, &id.mtime_ns)) {
+      return bad("line " + std::to_string(number) + " has a bad size or time");
+    }
+    id.footer_hash = line.substr(t2 + 1, t3 - t2 - 1);
+    const std::string path = line.substr(t3 + 1);
+    if (!IsPlainRelative(path)) return bad("line " + std::to_string(number) + " has a bad path");
+    out[path] = std::move(id);
+  }
+  return out;
+}
+
+}  // namespace
+
+const DatasetSummaryFile::Entry* DatasetSummaryFile::Find(const std::string& path, int64_t size,
+                                                          int64_t mtime_ns) const {
+  const auto it = files.find(Below(root, path));
+  if (it == files.end()) return nullptr;
+  const Entry& e = it->second;
+  if (e.has_identity && (e.size != size || (e.mtime_ns != 0 && mtime_ns != 0 &&
+                                            e.mtime_ns != mtime_ns))) {
+    return nullptr;  // changed since it was indexed: its own footer is read
+  }
+  return &e;
+}
+
+arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef& ref) {
+  auto bad = [&](const std::string& why) {
+    return MakeError(ErrorKind::kInvalidData, "'", ref.display,
+                     "' (a dataset summary) is not readable: ", why,
+                     "; rewrite it with `pqloader index`, delete it, or pass use_summary=False");
+  };
+  const std::string path = Join(ref.root, "_metadata");
+  ARROW_ASSIGN_OR_RAISE(std::string bytes, ReadWhole(ref.fs, path, ref.size, ref.display));
+  if (bytes.size() < 12 || bytes.compare(bytes.size() - 4, 4, "PAR1") != 0 ||
+      bytes.compare(0, 4, "PAR1") != 0) {
+    return bad("no 'PAR1' magic bytes at both ends");
+  }
+  uint32_t length = 0;
+  std::memcpy(&length, bytes.data() + bytes.size() - 8, 4);
+  if (length == 0 || length > bytes.size() - 12) return bad("bad footer length");
+  std::shared_ptr<parquet::FileMetaData> md;
+  auto summary = std::make_shared<DatasetSummaryFile>();
+  summary->root = ref.root;
+  summary->display = ref.display;
+  std::map<std::string, std::vector<int>> groups;
+  try {
+    uint32_t len = length;
+    md = parquet::FileMetaData::Make(bytes.data() + bytes.size() - 8 - length, &len);
+    for (int rg = 0; rg < md->num_row_groups(); ++rg) {
+      auto group = md->RowGroup(rg);
+      if (group->num_columns() <= 0) return bad("row group " + std::to_string(rg) + " has no columns");
+      const std::string file = group->ColumnChunk(0)->file_path();
+      for (int c = 1; c < group->num_columns(); ++c) {
+        if (group->ColumnChunk(c)->file_path() != file) {
+          return bad("row group " + std::to_string(rg) + " names several files");
+        }
+      }
+      if (!IsPlainRelative(file)) {
+        return bad("row group " + std::to_string(rg) + " names no file, or not a relative path ('" +
+                   file + "')");
+      }
+      groups[file].push_back(rg);
+    }
+  } catch (const std::exception& e) {
+    return bad(e.what());
+  }
+  std::map<std::string, Identity> identities;
+  if (ref.has_index) {
+    const std::string index_display =
+        ref.display.substr(0, ref.display.size() - std::strlen("_metadata")) + "_pqloader_index";
+    ARROW_ASSIGN_OR_RAISE(std::string text, ReadWhole(ref.fs, Join(ref.root, "_pqloader_index"),
+                                                      ref.index_size, index_display));
+    ARROW_ASSIGN_OR_RAISE(identities, ParseIndex(text, index_display));
+  }
+  // Without an index, a file's cache identity is its place in this summary.
+  const std::string summary_hash = FooterHash(bytes);
+  for (auto& [file, rgs] : groups) {
+    DatasetSummaryFile::Entry e;
+    try {
+      e.metadata = md->Subset(rgs);
+    } catch (const std::exception& ex) {
+      return bad(ex.what());
+    }
+    const auto id = identities.find(file);
+    if (id != identities.end()) {
+      e.has_identity = true;
+      e.size = id->second.size;
+      e.mtime_ns = id->second.mtime_ns;
+      e.footer_hash = id->second.footer_hash;
+    } else if (ref.has_index) {
+      continue;  // in _metadata but not in the index: written since; read its footer
+    } else {
+      e.footer_hash = FooterHash(summary_hash + "\n" + file);
+    }
+    summary->files.emplace(file, std::move(e));
+  }
+  return summary;
+}
+
+arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
+                                             const StorageOptions& storage, int metadata_threads) {
+  ARROW_ASSIGN_OR_RAISE(auto resolver, FileSystemResolver::Make(storage));
+  ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source));
+  const auto fs = resolved.fs;
+  std::string root = resolved.path;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  const std::string display_root = resolved.prefix + root;
+  auto info = fs->GetFileInfo(root);
+  if (!info.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot access '", source, "': ", info.status().message());
+  }
+  if (info->type() != arrow::fs::FileType::Directory) {
+    return arrow::Status::Invalid("pqloader index takes a directory; '", source,
+                                  "' is not one");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles({source}, storage));
+  ARROW_ASSIGN_OR_RAISE(auto files, ReadFileFooters(std::move(found), metadata_threads));
+  IndexResult result;
+  std::shared_ptr<parquet::FileMetaData> combined;
+  std::string index = std::string(kIndexHeader) + "\n";
+  try {
+    for (const auto& f : files) {
+      const std::string rel = Below(root, f.path);
+      if (rel.find_first_of("\t\n") != std::string::npos || !IsPlainRelative(rel)) {
+        return arrow::Status::Invalid("cannot index '", f.display,
+                                      "': its path has a tab, a newline or an empty part");
+      }
+      if (combined != nullptr && !f.metadata->schema()->Equals(*combined->schema())) {
+        return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
+                         f.display, "' has another Parquet schema than '", files[0].display,
+                         "' (a summary holds one schema)");
+      }
+      std::vector<int> all(f.metadata->num_row_groups());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+      auto sub = f.metadata->Subset(all);
+      sub->set_file_path(rel);
+      if (combined == nullptr) {
+        combined = sub;
+      } else {
+        combined->AppendRowGroups(*sub);
+      }
+      index += std::to_string(f.size) + "\t" + std::to_string(f.mtime_ns) + "\t" +
+               f.footer_hash + "\t" + rel + "\n";
+      ++result.files;
+      result.row_groups += f.metadata->num_row_groups();
+      result.rows += f.metadata->num_rows();
+    }
+  } catch (const std::exception& e) {
+    return MakeError(ErrorKind::kInvalidData, "cannot index '", source, "': ", e.what());
+  }
+  // Each file to a temporary name first, then moved into place: a reader sees the old
+  // summary or the new one. The index goes first: with a new index and the old
+  // _metadata, files whose identity changed are read from their footers.
+  const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
+  auto write = [&](const std::string& name, auto&& fill) -> arrow::Status {
+    const std::string final_path = Join(root, name), tmp = final_path + tmp_suffix;
+    auto out = fs->OpenOutputStream(tmp);
+    if (!out.ok()) {
+      return MakeError(ErrorKind::kIO, "cannot write '", Join(display_root, name), "': ",
+                       out.status().message());
+    }
+    arrow::Status st = fill(out->get());
+    if (st.ok()) st = (*out)->Close();
+    if (st.ok()) st = fs->Move(tmp, final_path);
+    if (!st.ok()) {
+      (void)fs->DeleteFile(tmp);
+      return MakeError(ErrorKind::kIO, "cannot write '", Join(display_root, name), "': ",
+                       st.message());
+    }
+    return arrow::Status::OK();
+  };
+  ARROW_RETURN_NOT_OK(write("_pqloader_index", [&](arrow::io::OutputStream* out) {
+    return out->Write(index.data(), static_cast<int64_t>(index.size()));
+  }));
+  ARROW_RETURN_NOT_OK(write("_metadata", [&](arrow::io::OutputStream* out) -> arrow::Status {
+    try {
+      parquet::WriteMetaDataFile(*combined, out);
+      ARROW_ASSIGN_OR_RAISE(result.bytes, out->Tell());
+    } catch (const std::exception& e) {
+      return arrow::Status::IOError(e.what());
+    }
+    return arrow::Status::OK();
+  }));
+  result.metadata_path = Join(display_root, "_metadata");
+  return result;
+}
+
+}  // namespace pqloader

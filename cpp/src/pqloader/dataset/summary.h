@@ -1,0 +1,86 @@
+// Dataset summaries: the row-group layout of every file of a directory in one file, so
+// that opening a dataset of many files reads one object instead of every footer.
+//
+// `_metadata` at a directory's root is the summary pyarrow (`pq.write_metadata` with a
+// metadata collector), Dask and Spark write: one Parquet footer holding the row groups
+// of every file, each column chunk naming its file (`file_path`, relative to the root).
+// `pqloader index` writes it (WriteDatasetIndex) together with `_pqloader_index`, the
+// identity of each file when it was indexed (size, modification time, footer hash):
+//
+//   pqloader-index 1
+//   <size>\t<mtime_ns>\t<footer hash>\t<relative path>
+//   ...
+//
+// A file found by listing is taken from the summary when the summary holds its row
+// groups and, where `_pqloader_index` exists, its listed size and modification time are
+// those indexed; otherwise (a file written or rewritten since) its own footer is read.
+// Without `_pqloader_index` (a summary from another writer) a file the summary holds is
+// trusted by its path, as pyarrow and Dask trust it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <arrow/filesystem/filesystem.h>
+#include <arrow/result.h>
+#include <parquet/metadata.h>
+
+#include "pqloader/io/filesystem.h"
+
+namespace pqloader {
+
+/// The summary of one directory, as read by ReadSummary.
+struct DatasetSummaryFile {
+  std::string root;     ///< The directory (path within its filesystem).
+  std::string display;  ///< How errors name `_metadata`.
+  /// Per file path relative to `root` ('/'-separated, as `file_path` spells it): its row
+  /// groups' metadata and the footer hash its cache entries are keyed by.
+  struct Entry {
+    std::shared_ptr<parquet::FileMetaData> metadata;
+    std::string footer_hash;
+    bool has_identity = false;  ///< Indexed size and mtime known (`_pqloader_index`).
+    int64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+  std::map<std::string, Entry> files;
+
+  /// The entry of the file at `path` (within the filesystem) listed with `size` and
+  /// `mtime_ns`, or nullptr when the summary does not hold it or it changed since it was
+  /// indexed.
+  const Entry* Find(const std::string& path, int64_t size, int64_t mtime_ns) const;
+};
+
+/// Where a summary was found while listing a directory.
+struct SummaryRef {
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+  std::string root;     ///< The directory.
+  std::string display;  ///< The source's spelling of `<root>/_metadata`.
+  int64_t size = 0;     ///< Of `_metadata`, from the listing.
+  bool has_index = false;  ///< `_pqloader_index` was listed beside it.
+  int64_t index_size = 0;
+};
+
+/// Read and split `ref`'s `_metadata` (and `_pqloader_index`) by file. An unreadable or
+/// inconsistent summary is an InvalidDataError naming it.
+arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef& ref);
+
+/// What WriteDatasetIndex did.
+struct IndexResult {
+  std::string metadata_path;  ///< As the source names it.
+  int64_t files = 0;
+  int64_t row_groups = 0;
+  int64_t rows = 0;
+  int64_t bytes = 0;  ///< Of `_metadata`.
+};
+
+/// Write `_metadata` and `_pqloader_index` for the Parquet files below directory
+/// `source` (local or s3://), replacing any there: each is written to a temporary name
+/// and moved into place. Every file must have the same Parquet schema (a summary has
+/// one); files are read with `metadata_threads` threads.
+arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
+                                             const StorageOptions& storage,
+                                             int metadata_threads = 8);
+
+}  // namespace pqloader

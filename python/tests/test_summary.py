@@ -1,0 +1,196 @@
+"""Dataset summaries (``_metadata``): the row-group layout of every file in one object.
+
+A loader takes a file's layout from its directory's summary instead of its footer when
+the summary holds the file and (with ``_pqloader_index``) the file's listed size and
+time are those indexed. Checked against the same loader with ``use_summary=False``
+(every footer read) and against pyarrow; that footers are really not read is shown by
+files whose footers are damaged after indexing (with the data pages intact).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import collect, subprocess_env
+
+
+def _write_dataset(root, files=6, rows=500, partitioned=True):
+    """`files` Parquet files (two row groups each) under hive partitions, and pyarrow's
+    own summary of them (``pq.write_metadata`` with a metadata collector)."""
+    collector = []
+    for i in range(files):
+        rng = np.random.default_rng(i)
+        table = pa.table({"x": rng.standard_normal(rows).astype(np.float32),
+                          "y": np.arange(i * rows, (i + 1) * rows, dtype=np.int64)})
+        rel = f"part={i % 2}/f{i:02d}.parquet" if partitioned else f"f{i:02d}.parquet"
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path, row_group_size=rows // 2, metadata_collector=collector)
+        collector[-1].set_file_path(rel)
+    return collector, table.schema
+
+
+def _values(loader):
+    return collect(loader)
+
+
+def _equal(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def _damage_footers(root):
+    """Overwrite each file's footer bytes (keeping its size) and its time: a loader that
+    reads a footer fails, one that does not reads the data pages as before."""
+    for path in sorted(root.rglob("*.parquet")):
+        data = bytearray(path.read_bytes())
+        length = int.from_bytes(data[-8:-4], "little")
+        data[-8 - length:-8] = b"\x00" * length
+        stat = path.stat()
+        path.write_bytes(bytes(data))
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same identity as indexed
+
+
+def test_pyarrows_summary_replaces_every_footer_read(tmp_path):
+    collector, schema = _write_dataset(tmp_path)
+    pq.write_metadata(schema, tmp_path / "_metadata", metadata_collector=collector)
+    with_summary = pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=3)
+    without = pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=3, use_summary=False)
+    _equal(_values(with_summary), _values(without))
+    assert with_summary.stats()["footers_from_summary"] == 6
+    assert without.stats()["footers_from_summary"] == 0
+    expected = pq.read_table(tmp_path, columns=["x", "y"]).sort_by("y")
+    got = _values(pqloader.Loader(str(tmp_path), batch_size=1000))
+    order = np.argsort(got["y"])
+    np.testing.assert_array_equal(got["y"][order], expected["y"].to_numpy())
+    np.testing.assert_array_equal(got["x"][order], expected["x"].to_numpy())
+    # The footers are not read at all: damaged ones do not matter with the summary.
+    reference = _values(pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=3))
+    _damage_footers(tmp_path)
+    _equal(_values(pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=3)), reference)
+    with pytest.raises(pqloader.InvalidDataError):
+        pqloader.Loader(str(tmp_path), batch_size=64, use_summary=False)
+
+
+def test_write_index_writes_a_summary_pyarrow_reads_and_loaders_use(tmp_path):
+    _write_dataset(tmp_path)
+    before = _values(pqloader.Loader(str(tmp_path), batch_size=50, shuffle=True, seed=1))
+    r = pqloader.write_index(str(tmp_path))
+    assert (r["files"], r["row_groups"], r["rows"]) == (6, 12, 3000)
+    assert r["metadata_path"] == str(tmp_path / "_metadata")
+    assert r["bytes"] == (tmp_path / "_metadata").stat().st_size
+    md = pq.read_metadata(tmp_path / "_metadata")
+    assert (md.num_rows, md.num_row_groups) == (3000, 12)
+    assert {md.row_group(i).column(0).file_path for i in range(12)} == {
+        str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.parquet")}
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    loader = pqloader.Loader(str(tmp_path), batch_size=50, shuffle=True, seed=1)
+    _equal(_values(loader), before)
+    assert loader.stats()["footers_from_summary"] == 6
+    # The index records each file's identity; footers damaged afterwards (same size and
+    # time) are not read.
+    _damage_footers(tmp_path)
+    _equal(_values(pqloader.Loader(str(tmp_path), batch_size=50, shuffle=True, seed=1)), before)
+
+
+def test_cache_entries_are_shared_with_and_without_the_index(tmp_path):
+    data = tmp_path / "data"
+    _write_dataset(data)
+    cache = tmp_path / "cache"
+    first = pqloader.Loader(str(data), batch_size=100, cache_dir=str(cache))
+    reference = _values(first)
+    assert first.stats()["cache_misses"] > 0
+    pqloader.write_index(str(data))
+    second = pqloader.Loader(str(data), batch_size=100, cache_dir=str(cache))
+    _equal(_values(second), reference)
+    s = second.stats()
+    assert s["footers_from_summary"] == 6
+    assert s["cache_misses"] == 0 and s["cache_hits"] == 12  # same keys: the footer hashes
+
+
+def test_a_file_changed_or_added_since_the_index_is_read_from_its_footer(tmp_path):
+    _write_dataset(tmp_path)
+    pqloader.write_index(str(tmp_path))
+    changed = tmp_path / "part=0" / "f00.parquet"
+    pq.write_table(pa.table({"x": np.ones(700, np.float32), "y": np.arange(700, dtype=np.int64)}),
+                   changed, row_group_size=100)
+    added = tmp_path / "part=1" / "f99.parquet"
+    pq.write_table(pa.table({"x": np.zeros(30, np.float32), "y": -np.arange(1, 31, dtype=np.int64)}),
+                   added)
+    loader = pqloader.Loader(str(tmp_path), batch_size=64)
+    got = _values(loader)
+    assert loader.stats()["footers_from_summary"] == 5
+    _equal(got, _values(pqloader.Loader(str(tmp_path), batch_size=64, use_summary=False)))
+    assert len(got["y"]) == 5 * 500 + 700 + 30
+
+
+def test_a_deleted_file_is_not_read_and_a_foreign_summary_is_trusted_by_path(tmp_path):
+    collector, schema = _write_dataset(tmp_path, partitioned=False)
+    pq.write_metadata(schema, tmp_path / "_metadata", metadata_collector=collector)
+    (tmp_path / "f03.parquet").unlink()
+    loader = pqloader.Loader(str(tmp_path), batch_size=100)
+    got = _values(loader)
+    assert loader.stats()["footers_from_summary"] == 5
+    assert len(got["y"]) == 5 * 500 and not np.isin(np.arange(1500, 2000), got["y"]).any()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "absolute_path", "no_file_path"])
+def test_an_unreadable_summary_is_a_clear_error_naming_it(tmp_path, damage):
+    collector, schema = _write_dataset(tmp_path, files=2)
+    summary = tmp_path / "_metadata"
+    if damage == "garbage":
+        summary.write_bytes(b"PAR1" + os.urandom(200) + b"PAR1")
+    elif damage == "truncated":
+        pq.write_metadata(schema, summary, metadata_collector=collector)
+        summary.write_bytes(summary.read_bytes()[:-20])
+    else:
+        for c in collector:
+            c.set_file_path("/etc/passwd" if damage == "absolute_path" else "")
+        pq.write_metadata(schema, summary, metadata_collector=collector)
+    code = ("import pqloader, sys\n"
+            "try:\n"
+            f"    pqloader.Loader({str(tmp_path)!r}, batch_size=10)\n"
+            "except pqloader.InvalidDataError as e:\n"
+            "    print('ERR', e)\n"
+            "    sys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=subprocess_env())
+    assert r.returncode == 3, r.stderr
+    assert str(summary) in r.stdout and "use_summary=False" in r.stdout
+    loader = pqloader.Loader(str(tmp_path), batch_size=100, use_summary=False)
+    assert len(_values(loader)["y"]) == 1000
+
+
+def test_write_index_refuses_files_with_different_schemas_and_files(tmp_path):
+    pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"a": [1.5]}), tmp_path / "b.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match="b.parquet"):
+        pqloader.write_index(str(tmp_path))
+    assert not (tmp_path / "_metadata").exists() and not (tmp_path / "_pqloader_index").exists()
+    with pytest.raises(ValueError, match="directory"):
+        pqloader.write_index(str(tmp_path / "a.parquet"))
+
+
+def test_cli_index_then_inspect(tmp_path):
+    _write_dataset(tmp_path, files=3)
+    r = subprocess.run([sys.executable, "-m", "pqloader", "index", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, env=subprocess_env())
+    assert r.returncode == 0, r.stderr
+    assert "3 file(s), 6 row group(s), 1500 rows" in r.stdout
+    assert pq.read_metadata(tmp_path / "_metadata").num_rows == 1500
+    lines = (tmp_path / "_pqloader_index").read_text().splitlines()
+    assert lines[0] == "pqloader-index 1" and len(lines) == 4
+    for line in lines[1:]:
+        size, mtime_ns, footer_hash, rel = line.split("\t")
+        stat = (tmp_path / rel).stat()
+        assert int(size) == stat.st_size and int(mtime_ns) == stat.st_mtime_ns
+        assert len(footer_hash) == 32
