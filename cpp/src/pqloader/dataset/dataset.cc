@@ -391,7 +391,8 @@ struct OpenedFiles {
   std::vector<FoundFile> found;
   std::vector<DataFile> files;
   std::vector<std::shared_ptr<arrow::Schema>> schemas;
-  std::vector<parquet::arrow::SchemaManifest> manifests;
+  // Shared by the files of one summary (one schema, derived once).
+  std::vector<std::shared_ptr<const parquet::arrow::SchemaManifest>> manifests;
   std::vector<SkippedFile> skipped;
   int64_t from_cache = 0;
   int64_t from_summary = 0;
@@ -405,7 +406,7 @@ arrow::Result<OpenedFiles> ReadFooters(
   const auto n = static_cast<int64_t>(found.size());
   std::vector<DataFile> files(n);
   std::vector<std::shared_ptr<arrow::Schema>> schemas(n);
-  std::vector<parquet::arrow::SchemaManifest> manifests(n);
+  std::vector<std::shared_ptr<const parquet::arrow::SchemaManifest>> manifests(n);
   std::vector<arrow::Status> statuses(n);
   std::vector<uint8_t> skip(n, 0);
   for (int64_t i = 0; i < n; ++i) {
@@ -430,7 +431,8 @@ arrow::Result<OpenedFiles> ReadFooters(
         if (entry != nullptr) {
           files[i].metadata = entry->metadata;
           files[i].footer_hash = entry->footer_hash;
-          statuses[i] = DeriveSchema(files[i], &schemas[i], &manifests[i]);
+          schemas[i] = summaries[s]->arrow_schema;
+          manifests[i] = summaries[s]->manifest;
           ++from_summary;
           continue;
         }
@@ -447,7 +449,9 @@ arrow::Result<OpenedFiles> ReadFooters(
         }
       }
       bool cached = false;
-      statuses[i] = ReadFooter(&files[i], &schemas[i], &manifests[i], footer_cache, &cached);
+      auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
+      statuses[i] = ReadFooter(&files[i], &schemas[i], manifest.get(), footer_cache, &cached);
+      manifests[i] = std::move(manifest);
       if (cached) ++footers_cached;
     }
   };
@@ -506,7 +510,7 @@ arrow::Result<std::vector<PartitionKey>> PartitionKeysOf(const std::vector<Found
 std::vector<FileColumns> FileColumnsOf(const OpenedFiles& opened) {
   std::vector<FileColumns> out;
   for (size_t i = 0; i < opened.files.size(); ++i) {
-    out.push_back(FileColumns{opened.files[i].display, opened.schemas[i], &opened.manifests[i],
+    out.push_back(FileColumns{opened.files[i].display, opened.schemas[i], opened.manifests[i].get(),
                               opened.schemas[i]->metadata()});
   }
   return out;
@@ -528,6 +532,13 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   std::vector<std::shared_ptr<DatasetSummaryFile>> summaries;
   for (const auto& ref : summary_refs) {
     ARROW_ASSIGN_OR_RAISE(auto summary, ReadSummary(ref));
+    // One schema for all its files: derived once (per file it was half the open time).
+    DataFile whole;
+    whole.metadata = summary->metadata;
+    whole.display = summary->display;
+    auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
+    ARROW_RETURN_NOT_OK(DeriveSchema(whole, &summary->arrow_schema, manifest.get()));
+    summary->manifest = std::move(manifest);
     summaries.push_back(std::move(summary));
   }
   std::shared_ptr<Dataset> ds(new Dataset());

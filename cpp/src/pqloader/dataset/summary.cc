@@ -176,6 +176,7 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
                                                       ref.index_size, index_display));
     ARROW_ASSIGN_OR_RAISE(identities, ParseIndex(text, index_display));
   }
+  summary->metadata = md;
   // Without an index, a file's cache identity is its place in this summary.
   const std::string summary_hash = FooterHash(bytes);
   for (auto& [file, rgs] : groups) {

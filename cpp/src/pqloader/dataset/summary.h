@@ -25,6 +25,7 @@
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/result.h>
+#include <parquet/arrow/schema.h>
 #include <parquet/metadata.h>
 
 #include "pqloader/io/filesystem.h"
@@ -45,6 +46,11 @@ struct DatasetSummaryFile {
     int64_t mtime_ns = 0;
   };
   std::map<std::string, Entry> files;
+  /// The whole summary, and its Arrow schema and manifest (every file's: a summary has one
+  /// schema), derived by Dataset::Open.
+  std::shared_ptr<parquet::FileMetaData> metadata;
+  std::shared_ptr<arrow::Schema> arrow_schema;
+  std::shared_ptr<const parquet::arrow::SchemaManifest> manifest;
 
   /// The entry of the file at `path` (within the filesystem) listed with `size` and
   /// `mtime_ns`, or nullptr when the summary does not hold it or it changed since it was
