@@ -6,7 +6,8 @@ Starts a moto S3 server on loopback behind bench/throttle_proxy.py (which counts
 requests it forwards), uploads ``N`` small Parquet files (1 row group, 100 rows, 3
 columns) per dataset size, writes their summary with ``pqloader index``, and then, for
 each size, summary on/off and world size, runs one fresh process that makes rank 0's
-Loader and takes its first batch. Reported: the requests that process sent to storage
+Loader and takes its first batch (``use_summary`` True: list, then the summary; "only": the
+index is the listing; False: every footer). Reported: the requests that process sent to storage
 (listing, summary, footers, data of the first batch), the seconds to construct the
 Loader and to the first batch. With a summary the requests should not depend on the
 number of files beyond the listing (one LIST per 1,000 objects), nor on the ranks.
@@ -37,7 +38,7 @@ RANK = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import pqloader
-source, options, world, summary = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+source, options, world, summary = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 t1 = time.perf_counter()
 loader = pqloader.Loader(source, storage_options=options, batch_size=64, shuffle=True, seed=1,
                          rank=0, world_size=world, num_workers=2, use_summary=summary)
@@ -48,6 +49,9 @@ print(json.dumps({"construct_s": t2 - t1, "first_batch_s": t3 - t1,
                   "footers_from_summary": loader.stats()["footers_from_summary"],
                   "rows": loader.num_rows}))
 """
+
+
+MODES = {True: "summary (listed)", "only": "summary, no listing ('only')", False: "every footer"}
 
 
 def small_file(i: int) -> bytes:
@@ -122,14 +126,14 @@ def main() -> int:
                 pqloader.write_index(f"s3://bench/{prefix}", storage_options=options)
                 index_s = time.perf_counter() - t0
                 print(f"{n} files: uploaded in {up_s:.1f} s, indexed in {index_s:.1f} s", flush=True)
-                for summary in (True, False):
+                for summary in (True, "only", False):
                     if not summary and n > args.no_summary_max:
                         continue
                     for world in args.ranks:
                         before = requests_now(count_file)
                         r = subprocess.run([sys.executable, "-c", RANK, f"s3://bench/{prefix}",
                                             json.dumps(options), str(world),
-                                            "1" if summary else "0"],
+                                            json.dumps(summary)],
                                            capture_output=True, text=True, timeout=1800)
                         if r.returncode != 0:
                             raise SystemExit(f"the rank failed: {r.stderr[-2000:]}")
@@ -137,7 +141,7 @@ def main() -> int:
                         out.update(files=n, summary=summary, world=world,
                                    requests=requests_now(count_file) - before, index_s=index_s)
                         rows.append(out)
-                        print(f"  {'summary' if summary else 'footers'}  world {world:4d}: "
+                        print(f"  {MODES[summary]:<28}  world {world:4d}: "
                               f"{out['requests']:6d} requests, construct {out['construct_s']:.2f} s, "
                               f"first batch {out['first_batch_s']:.2f} s "
                               f"(files from summary: {out['footers_from_summary']})", flush=True)
@@ -148,7 +152,7 @@ def main() -> int:
     table = ["| files | layout from | world size | requests of rank 0 | Loader() s | first batch s |",
              "|---:|---|---:|---:|---:|---:|"]
     for r in rows:
-        table.append(f"| {r['files']:,} | {'summary' if r['summary'] else 'every footer'} | "
+        table.append(f"| {r['files']:,} | {MODES[r['summary']]} | "
                      f"{r['world']} | {r['requests']:,} | {r['construct_s']:.2f} | "
                      f"{r['first_batch_s']:.2f} |")
     text = "\n".join(table)

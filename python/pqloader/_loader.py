@@ -94,7 +94,7 @@ class Loader:
         null_mask: bool | Sequence[str] | None = _D.null_mask,
         decimals: str = _D.decimals,
         schema: Any = _D.schema,
-        use_summary: bool = _D.use_summary,
+        use_summary: bool | str = _D.use_summary,
         _debug_max_delay_us: int = _D._debug_max_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}

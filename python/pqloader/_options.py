@@ -234,6 +234,13 @@ def _check_row_groups(row_groups: Any) -> dict[str, tuple[int, ...]] | None:
     return out
 
 
+def _check_use_summary(value: Any) -> bool | str:
+    if isinstance(value, bool) or value == "only":
+        return value
+    raise (TypeError if not isinstance(value, str) else ValueError)(
+        f"use_summary must be True, False or 'only', got {value!r}")
+
+
 def _check_cache_dir(cache_dir: Any) -> str | None:
     if cache_dir is None:
         return None
@@ -369,6 +376,10 @@ ARGUMENT_DOCS = """\
             instead of one per file. Files written or rewritten since the index (by size
             and modification time, where ``_pqloader_index`` records them) have their
             footers read. ``False``: read every footer, ignoring any summary.
+            ``"only"``: take the files from ``_pqloader_index`` instead of listing the
+            directory (no LIST requests: for 10^5 files and more); files added since the
+            index are not seen, and each file's footer is checked against the index when
+            this process first reads it (a changed file raises ``InvalidDataError``).
 
 """
 
@@ -433,7 +444,7 @@ class LoaderOptions:
     null_mask: bool | Sequence[str] | None = None
     decimals: str = "float64"
     schema: Any = None
-    use_summary: bool = True
+    use_summary: bool | str = True
     _debug_max_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -483,7 +494,7 @@ class LoaderOptions:
             null_mask=_check_null_mask(self.null_mask),
             decimals=check_choice("decimals", self.decimals, _DECIMALS),
             schema=_check_schema(self.schema),
-            use_summary=check_bool("use_summary", self.use_summary),
+            use_summary=_check_use_summary(self.use_summary),
             _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -599,7 +610,8 @@ class LoaderOptions:
             "cache_wait_timeout_ms": int(round(self.cache_wait_timeout * 1000)),
             "row_groups": {} if self.row_groups is None else
                           {path: list(groups) for path, groups in self.row_groups.items()},
-            "use_summary": self.use_summary,
+            "use_summary": self.use_summary is not False,
+            "summary_only": self.use_summary == "only",
         }
 
 

@@ -202,6 +202,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
   o.dataset.columns.spec.strings_as_bytes = Get<bool>(d, "strings_as_bytes", false);
   o.dataset.row_groups = Get<std::map<std::string, std::vector<int>>>(d, "row_groups", {});
   o.dataset.use_summary = Get<bool>(d, "use_summary", o.dataset.use_summary);
+  o.dataset.summary_only = Get<bool>(d, "summary_only", o.dataset.summary_only);
   if (d.contains("fill_default") && !d["fill_default"].is_none()) {
     o.default_fill = ToFill(d["fill_default"]);
   }

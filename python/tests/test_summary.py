@@ -194,3 +194,42 @@ def test_cli_index_then_inspect(tmp_path):
         stat = (tmp_path / rel).stat()
         assert int(size) == stat.st_size and int(mtime_ns) == stat.st_mtime_ns
         assert len(footer_hash) == 32
+
+
+def test_summary_only_takes_the_files_from_the_index_without_listing(tmp_path):
+    _write_dataset(tmp_path)
+    pqloader.write_index(str(tmp_path))
+    listed = _values(pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=4))
+    only = pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=4, use_summary="only")
+    _equal(_values(only), listed)
+    assert only.stats()["footers_from_summary"] == 6
+    assert only.column_info["part"]["partition"]  # hive keys from the indexed paths
+    # Files added since the index are not seen (the index is the listing).
+    pq.write_table(pa.table({"x": np.zeros(10, np.float32), "y": np.arange(10, dtype=np.int64)}),
+                   tmp_path / "part=0" / "new.parquet")
+    _equal(_values(pqloader.Loader(str(tmp_path), batch_size=64, shuffle=True, seed=4,
+                                   use_summary="only")), listed)
+
+
+def test_summary_only_refuses_a_file_changed_since_the_index_when_it_reads_it(tmp_path):
+    _write_dataset(tmp_path, partitioned=False)
+    pqloader.write_index(str(tmp_path))
+    changed = tmp_path / "f02.parquet"
+    table = pq.read_table(changed)
+    pq.write_table(table, changed, row_group_size=250, compression="zstd")  # same rows, new bytes
+    loader = pqloader.Loader(str(tmp_path), batch_size=100, use_summary="only")
+    with pytest.raises(pqloader.InvalidDataError, match="f02.parquet' changed since it was indexed"):
+        collect(loader)
+    # Listing mode notices the change from the listed size and reads the new footer.
+    loader = pqloader.Loader(str(tmp_path), batch_size=100)
+    assert len(_values(loader)["y"]) == 3000 and loader.stats()["footers_from_summary"] == 5
+
+
+def test_summary_only_needs_the_index_and_checks_its_argument(tmp_path):
+    _write_dataset(tmp_path, files=2)
+    with pytest.raises(pqloader.DataNotFoundError, match="_metadata"):
+        pqloader.Loader(str(tmp_path), batch_size=10, use_summary="only")
+    with pytest.raises(ValueError, match="use_summary"):
+        pqloader.Loader(str(tmp_path), batch_size=10, use_summary="yes")
+    with pytest.raises(TypeError, match="use_summary"):
+        pqloader.Loader(str(tmp_path), batch_size=10, use_summary=1)

@@ -119,6 +119,38 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   return arrow::Status::OK();
 }
 
+// The files of directory `root` as its `_pqloader_index` lists them (no listing), with
+// its summary added to `summaries`.
+arrow::Status ListFromIndex(const std::shared_ptr<arrow::fs::FileSystem>& fs,
+                            const std::string& root, const std::string& prefix,
+                            std::vector<FoundFile>* out, std::vector<SummaryRef>* summaries) {
+  const std::string metadata = JoinPath(root, "_metadata");
+  auto info = fs->GetFileInfo(metadata);
+  if (!info.ok()) {
+    return MakeError(ErrorKind::kIO, "cannot access '", prefix + metadata, "': ",
+                     info.status().message());
+  }
+  if (info->type() != arrow::fs::FileType::File) {
+    return MakeError(ErrorKind::kNotFound, "'", prefix + metadata,
+                     "' does not exist: use_summary='only' needs the summary `pqloader index` "
+                     "writes");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto indexed,
+                        ReadIndexFile(fs, root, -1, prefix + JoinPath(root, "_pqloader_index")));
+  summaries->push_back(SummaryRef{fs, root, prefix + metadata, info->size(), true, -1});
+  const int index = static_cast<int>(summaries->size()) - 1;
+  for (const auto& f : indexed) {
+    const std::string path = JoinPath(root, f.path);
+    FoundFile found{fs, path, prefix + path, f.size, f.mtime_ns, {}, true, index, true};
+    const auto comps = Components(f.path);
+    for (size_t i = 0; i + 1 < comps.size(); ++i) {
+      if (auto segment = ParseHiveSegment(comps[i])) found.partitions.push_back(std::move(*segment));
+    }
+    out->push_back(std::move(found));
+  }
+  return arrow::Status::OK();
+}
+
 // Read the footer of `file` and derive its Arrow schema.
 arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer);
 arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>* schema,
@@ -295,7 +327,8 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
 
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
                                                     const StorageOptions& storage,
-                                                    std::vector<SummaryRef>* summaries) {
+                                                    std::vector<SummaryRef>* summaries,
+                                                    bool summary_only) {
   ARROW_ASSIGN_OR_RAISE(auto resolver, FileSystemResolver::Make(storage));
   if (sources.empty()) return MakeError(ErrorKind::kNotFound, "no source given");
   std::vector<FoundFile> out;
@@ -335,7 +368,11 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       case arrow::fs::FileType::NotFound:
         return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
       case arrow::fs::FileType::Directory:
-        ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, prefix, &out, summaries));
+        if (summary_only && summaries != nullptr) {
+          ARROW_RETURN_NOT_OK(ListFromIndex(fs, path, prefix, &out, summaries));
+        } else {
+          ARROW_RETURN_NOT_OK(ListTree(fs, path, "", source, prefix, &out, summaries));
+        }
         if (out.size() == before) {
           return MakeError(ErrorKind::kNotFound, "directory '", source,
                            "' contains no data files");
@@ -346,6 +383,36 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
     }
   }
   return out;
+}
+
+arrow::Status CheckFooterUnchanged(const DataFile& file) {
+  if (file.footer_check == nullptr) return arrow::Status::OK();
+  FooterCheck& check = *file.footer_check;
+  MutexLock lock(check.mu);  // the first reader checks; the others wait for its answer
+  if (check.done) return check.status;
+  DataFile copy;
+  copy.fs = file.fs;
+  copy.path = file.path;
+  copy.display = file.display;
+  copy.size = file.size;
+  std::string footer;
+  const arrow::Status read = ReadFooterFromSource(&copy, &footer);
+  // Read at the indexed size: a file now shorter, or longer (no footer where the index
+  // puts it), or with another footer, changed.
+  const bool shorter = read.message().find("shorter than its listed size") != std::string::npos;
+  if ((read.ok() && FooterHash(footer) != file.footer_hash) || shorter ||
+      read.message().find("not a readable Parquet file") != std::string::npos) {
+    check.status = MakeError(ErrorKind::kInvalidData, "'", file.display,
+                             "' changed since it was indexed (its footer is not the one in "
+                             "_pqloader_index",
+                             read.ok() ? "" : ": " + read.message(),
+                             "): run `pqloader index` again, or load with use_summary=True "
+                             "to list the files");
+  } else {
+    check.status = read;
+  }
+  check.done = true;
+  return check.status;
 }
 
 arrow::Result<std::string> ReadFooterHash(const FoundFile& found,
@@ -431,6 +498,7 @@ arrow::Result<OpenedFiles> ReadFooters(
         if (entry != nullptr) {
           files[i].metadata = entry->metadata;
           files[i].footer_hash = entry->footer_hash;
+          if (found[i].from_index) files[i].footer_check = std::make_shared<FooterCheck>();
           schemas[i] = summaries[s]->arrow_schema;
           manifests[i] = summaries[s]->manifest;
           ++from_summary;
@@ -528,7 +596,8 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
                                                       const DatasetOptions& options) {
   std::vector<SummaryRef> summary_refs;
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage,
-                                                  options.use_summary ? &summary_refs : nullptr));
+                                                  options.use_summary ? &summary_refs : nullptr,
+                                                  options.summary_only));
   std::vector<std::shared_ptr<DatasetSummaryFile>> summaries;
   for (const auto& ref : summary_refs) {
     ARROW_ASSIGN_OR_RAISE(auto summary, ReadSummary(ref));

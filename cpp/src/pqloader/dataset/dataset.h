@@ -29,6 +29,7 @@
 #include "pqloader/dataset/summary.h"
 #include "pqloader/io/filesystem.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -53,6 +54,18 @@ struct DatasetOptions {
   /// Take the row-group layout of files from a directory's summary (`_metadata`, see
   /// dataset/summary.h) instead of their footers. Default: true.
   bool use_summary = true;
+  /// With use_summary: take a directory's files from its `_pqloader_index` instead of
+  /// listing it (no LIST requests; files added since the index are not seen), and check
+  /// each file's footer against the index when it is first read (a changed file is an
+  /// error). Default: false.
+  bool summary_only = false;
+};
+
+/// Whether a file's footer still is the one indexed (checked once, on first read).
+struct FooterCheck {
+  Mutex mu;
+  bool done PQ_GUARDED_BY(mu) = false;
+  arrow::Status status PQ_GUARDED_BY(mu);
 };
 
 /// One Parquet file of the dataset.
@@ -75,6 +88,9 @@ struct DataFile {
   /// is null (__HIVE_DEFAULT_PARTITION__).
   std::vector<std::string> partition_values;
   std::vector<uint8_t> partition_null;
+  /// Set for a file taken from an index without listing (DatasetOptions::summary_only):
+  /// its footer is compared with footer_hash before its first row group is read.
+  std::shared_ptr<FooterCheck> footer_check;
 };
 
 /// A file found under a source that is not Parquet, and why it was skipped.
@@ -165,6 +181,8 @@ struct FoundFile {
   bool listed = false;
   /// Index (in DiscoverFiles' `summaries`) of the summary of its directory, or -1.
   int summary = -1;
+  /// Found in an index, not by listing: its footer is checked when it is first read.
+  bool from_index = false;
 };
 
 /// Expand `sources` into files, in canonical order, without opening them. With
@@ -172,7 +190,12 @@ struct FoundFile {
 /// added there and their files point to them (FoundFile::summary).
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
                                                     const StorageOptions& storage = {},
-                                                    std::vector<SummaryRef>* summaries = nullptr);
+                                                    std::vector<SummaryRef>* summaries = nullptr,
+                                                    bool summary_only = false);
+
+/// Check once that `file`'s footer is still the one its index recorded (footer_check);
+/// an InvalidDataError naming the file if it changed. No-op without footer_check.
+arrow::Status CheckFooterUnchanged(const DataFile& file);
 
 /// Read the footers of `found` (files that are not Parquet left out), without summaries.
 arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,

@@ -68,21 +68,15 @@ std::string Join(const std::string& root, const std::string& rel) {
   return root.back() == '/' ? root + rel : root + "/" + rel;
 }
 
-struct Identity {
-  int64_t size = 0;
-  int64_t mtime_ns = 0;
-  std::string footer_hash;
-};
-
 // `_pqloader_index`: header line, then "size\tmtime_ns\thash\tpath" per file.
-arrow::Result<std::map<std::string, Identity>> ParseIndex(const std::string& text,
-                                                          const std::string& display) {
+arrow::Result<std::vector<IndexedFile>> ParseIndex(const std::string& text,
+                                                   const std::string& display) {
   auto bad = [&](const std::string& why) {
     return MakeError(ErrorKind::kInvalidData, "'", display,
                      "' (a dataset index) is not readable: ", why,
                      "; rewrite it with `pqloader index`, delete it, or pass use_summary=False");
   };
-  std::map<std::string, Identity> out;
+  std::vector<IndexedFile> out;
   std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line) || line != kIndexHeader) {
@@ -97,7 +91,7 @@ arrow::Result<std::map<std::string, Identity>> ParseIndex(const std::string& tex
     if (t1 == std::string::npos || t2 == std::string::npos || t3 == std::string::npos) {
       return bad("line " + std::to_string(number) + " has fewer than 4 fields");
     }
-    Identity id;
+    IndexedFile id;
     auto num = [&](size_t from, size_t to, int64_t* v) {
       auto [ptr, ec] = std::from_chars(line.data() + from, line.data() + to, *v);
       return ec == std::errc() && ptr == line.data() + to && *v >= 0;
@@ -106,14 +100,38 @@ arrow::Result<std::map<std::string, Identity>> ParseIndex(const std::string& tex
       return bad("line " + std::to_string(number) + " has a bad size or time");
     }
     id.footer_hash = line.substr(t2 + 1, t3 - t2 - 1);
-    const std::string path = line.substr(t3 + 1);
-    if (!IsPlainRelative(path)) return bad("line " + std::to_string(number) + " has a bad path");
-    out[path] = std::move(id);
+    id.path = line.substr(t3 + 1);
+    if (!IsPlainRelative(id.path)) {
+      return bad("line " + std::to_string(number) + " has a bad path");
+    }
+    out.push_back(std::move(id));
   }
   return out;
 }
 
 }  // namespace
+
+std::string JoinPath(const std::string& root, const std::string& rel) { return Join(root, rel); }
+
+arrow::Result<std::vector<IndexedFile>> ReadIndexFile(
+    const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
+    const std::string& display) {
+  const std::string path = Join(root, "_pqloader_index");
+  if (size < 0) {
+    auto info = fs->GetFileInfo(path);
+    if (!info.ok()) {
+      return MakeError(ErrorKind::kIO, "cannot access '", display, "': ", info.status().message());
+    }
+    if (info->type() != arrow::fs::FileType::File) {
+      return MakeError(ErrorKind::kNotFound, "'", display,
+                       "' does not exist: use_summary='only' lists the files from the index "
+                       "`pqloader index` writes");
+    }
+    size = info->size();
+  }
+  ARROW_ASSIGN_OR_RAISE(std::string text, ReadWhole(fs, path, size, display));
+  return ParseIndex(text, display);
+}
 
 const DatasetSummaryFile::Entry* DatasetSummaryFile::Find(const std::string& path, int64_t size,
                                                           int64_t mtime_ns) const {
@@ -168,13 +186,13 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
   } catch (const std::exception& e) {
     return bad(e.what());
   }
-  std::map<std::string, Identity> identities;
+  std::map<std::string, IndexedFile> identities;
   if (ref.has_index) {
     const std::string index_display =
         ref.display.substr(0, ref.display.size() - std::strlen("_metadata")) + "_pqloader_index";
-    ARROW_ASSIGN_OR_RAISE(std::string text, ReadWhole(ref.fs, Join(ref.root, "_pqloader_index"),
-                                                      ref.index_size, index_display));
-    ARROW_ASSIGN_OR_RAISE(identities, ParseIndex(text, index_display));
+    ARROW_ASSIGN_OR_RAISE(auto indexed,
+                          ReadIndexFile(ref.fs, ref.root, ref.index_size, index_display));
+    for (auto& f : indexed) identities[f.path] = std::move(f);
   }
   summary->metadata = md;
   // Without an index, a file's cache identity is its place in this summary.

@@ -68,6 +68,23 @@ struct SummaryRef {
   int64_t index_size = 0;
 };
 
+/// One line of `_pqloader_index`.
+struct IndexedFile {
+  std::string path;  ///< Relative to the directory, '/'-separated.
+  int64_t size = 0;
+  int64_t mtime_ns = 0;
+  std::string footer_hash;
+};
+
+/// Read `_pqloader_index` of directory `root` (`size` bytes; -1: ask the filesystem),
+/// in the order written (path order). `display` names it in errors.
+arrow::Result<std::vector<IndexedFile>> ReadIndexFile(
+    const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
+    const std::string& display);
+
+/// `rel` below directory `root`, as a path within the filesystem.
+std::string JoinPath(const std::string& root, const std::string& rel);
+
 /// Read and split `ref`'s `_metadata` (and `_pqloader_index`) by file. An unreadable or
 /// inconsistent summary is an InvalidDataError naming it.
 arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef& ref);
