@@ -171,12 +171,9 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
     for (int rg = 0; rg < md->num_row_groups(); ++rg) {
       auto group = md->RowGroup(rg);
       if (group->num_columns() <= 0) return bad("row group " + std::to_string(rg) + " has no columns");
+      // A row group's file is its first column chunk's, as pyarrow and Dask read it (every
+      // chunk's offsets are then checked against that file's size before any read).
       const std::string file = group->ColumnChunk(0)->file_path();
-      for (int c = 1; c < group->num_columns(); ++c) {
-        if (group->ColumnChunk(c)->file_path() != file) {
-          return bad("row group " + std::to_string(rg) + " names several files");
-        }
-      }
       if (!IsPlainRelative(file)) {
         return bad("row group " + std::to_string(rg) + " names no file, or not a relative path ('" +
                    file + "')");
