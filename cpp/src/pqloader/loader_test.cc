@@ -241,7 +241,9 @@ TEST(Loader, RanksSharingACacheInThreadsGetTheirUncachedBatches) {
   int64_t total;
   const auto dir = MakeDataset(&total);
   const std::string cache_dir = testing::MakeTempDir() + "/cache";
+  constexpr int64_t kEpochs = 4;
   for (CachePolicy policy : {CachePolicy::kPlan, CachePolicy::kLru, CachePolicy::kKeep}) {
+    SCOPED_TRACE("policy " + std::to_string(static_cast<int>(policy)));
     std::vector<std::vector<int64_t>> want(2), got(2);
     std::vector<std::unique_ptr<Loader>> cached;
     for (int64_t rank = 0; rank < 2; ++rank) {
@@ -255,7 +257,7 @@ TEST(Loader, RanksSharingACacheInThreadsGetTheirUncachedBatches) {
       o.num_workers = 3;
       o.debug_max_delay_us = 300;
       auto plain = Loader::Make({dir}, o).ValueOrDie();
-      for (int64_t e = 0; e < 3; ++e) {
+      for (int64_t e = 0; e < kEpochs; ++e) {
         const auto ids = Epoch(plain.get(), e);
         want[rank].insert(want[rank].end(), ids.begin(), ids.end());
       }
@@ -268,7 +270,7 @@ TEST(Loader, RanksSharingACacheInThreadsGetTheirUncachedBatches) {
     std::vector<std::thread> threads;
     for (int64_t rank = 0; rank < 2; ++rank) {
       threads.emplace_back([&, rank] {
-        for (int64_t e = 0; e < 3; ++e) {
+        for (int64_t e = 0; e < kEpochs; ++e) {
           const auto ids = Epoch(cached[rank].get(), e);
           got[rank].insert(got[rank].end(), ids.begin(), ids.end());
         }
@@ -276,14 +278,20 @@ TEST(Loader, RanksSharingACacheInThreadsGetTheirUncachedBatches) {
     }
     for (auto& t : threads) t.join();
     EXPECT_EQ(got, want);
-    int64_t hits = 0, evictions = 0;
+    // The cache was used and was full: hits, and entries traded for room (evicted) or
+    // refused for it. Which, depends on timing: the plan policy refuses an insert read
+    // later than all it holds instead of evicting, and the two ranks race for room (this
+    // asked for evictions > 0 under every policy before, and failed ~1 run in 6 for plan).
+    int64_t hits = 0, evictions = 0, refused = 0;
     for (const auto& l : cached) {
       hits += l->stats().cache.hits;
       evictions += l->stats().cache.evictions;
+      refused += l->stats().cache.refused_room();
     }
     EXPECT_GT(hits, 0);
-    if (policy != CachePolicy::kKeep) {
-      EXPECT_GT(evictions, 0);
+    EXPECT_GT(evictions + refused, 0);
+    if (policy == CachePolicy::kKeep) {
+      EXPECT_EQ(evictions, 0);
     }
     std::filesystem::remove_all(cache_dir);
   }
