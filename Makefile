@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick clean
+.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick mutants mutants-cpp mutants-py clean
 BENCH_SCALE ?= small
 
 all: build
@@ -146,6 +146,24 @@ sanitize-python: deps
 	  LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  PQLOADER_EXPECT_SANITIZED=1 $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_PY_TESTS)
+
+# --- mutation testing (docs/testing.md; not part of `make test`) -----------------------
+# mutants-cpp: hand-made C++ mutants of the plan, pipeline, cache, Philox and batch code
+# (tools/mutants/cpp_mutants.py), each built in a scratch copy of the sources
+# (build/mutants) and run against every C++ test; fails below a 90 % kill rate.
+# mutants-py: a seeded sample of AST mutants of the Python layer, each run against the
+# tests mapped to its module, on a staged copy of python/pqloader with the extension built
+# from this checkout into build/mutants/py (tools/mutants/py_mutants.py).
+# Reports: build/mutants/cpp-report.md, build/mutants/py-report.md.
+MUTANTS_CPP_ARGS ?=
+MUTANTS_PY_ARGS ?=
+mutants: mutants-cpp mutants-py
+
+mutants-cpp: deps
+	JOBS=$(JOBS) $(PY) tools/mutants/cpp_mutants.py $(MUTANTS_CPP_ARGS)
+
+mutants-py: deps
+	JOBS=$(JOBS) $(PY) tools/mutants/py_mutants.py $(MUTANTS_PY_ARGS)
 
 # --- fuzzing (libFuzzer + ASan + UBSan; see docs/reliability.md) -----------------------
 # `make fuzz` builds the drivers of cpp/fuzz with clang, writes seed corpora from the test

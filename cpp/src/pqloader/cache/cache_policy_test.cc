@@ -124,6 +124,21 @@ TEST(CachePolicy, PlanEvictsTheEntryReadFurthestInTheFuture) {
   a = Admit(CachePolicy::kPlan, soon, 20, 20, 20, 3.0);
   EXPECT_EQ(a.refusal, CacheRefusal::kLater);
   EXPECT_TRUE(a.evict.empty());
+  // Both are read later, but both are read again: two hits given up for one is a bad
+  // trade, so the newcomer is refused. (Two never read again may both go.)
+  const std::vector<HeldEntry> later = {{10, 0, false, 5.0}, {10, 0, false, 4.0}};
+  a = Admit(CachePolicy::kPlan, later, 20, 20, 20, 3.0);
+  EXPECT_EQ(a.refusal, CacheRefusal::kLater);
+  EXPECT_TRUE(a.evict.empty());
+  const std::vector<HeldEntry> unread = {{10, 0, false, kNeverUsed}, {10, 0, false, kNeverUsed}};
+  a = Admit(CachePolicy::kPlan, unread, 20, 20, 20, 3.0);
+  EXPECT_EQ(a.refusal, CacheRefusal::kNone);
+  EXPECT_EQ(a.evict.size(), 2u);
+  // An entry read at the same time as the newcomer is worth as much: it stays.
+  const std::vector<HeldEntry> tie = {{10, 0, false, 3.0}};
+  a = Admit(CachePolicy::kPlan, tie, 10, 10, 10, 3.0);
+  EXPECT_EQ(a.refusal, CacheRefusal::kLater);
+  EXPECT_TRUE(a.evict.empty());
   // Stale entries go first, even before entries never read again.
   const std::vector<HeldEntry> with_stale = {
       {10, 0, false, kNeverUsed}, {10, 0, true, 1.0}, {10, 0, false, 4.0}};

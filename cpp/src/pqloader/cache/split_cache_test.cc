@@ -133,6 +133,66 @@ TEST(SplitCache, LruEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(lru->counters().evictions, 1);
 }
 
+namespace {
+
+int64_t EntryBytes(const std::string& dir) {
+  int64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".pqc") n += static_cast<int64_t>(e.file_size());
+  }
+  return n;
+}
+
+int64_t RecordedUsage(const std::string& dir) {
+  std::ifstream in(dir + "/shard-00/.usage");
+  int64_t v = -1;
+  in >> v;
+  return v;
+}
+
+}  // namespace
+
+TEST(SplitCache, AShardsRecordedUsageIsTheSizeOfItsEntries) {
+  // .usage decides when a writer must make room: it must follow every publish, eviction
+  // and drop of a corrupt entry (too low, the cache outgrows its limit; too high, it
+  // lists the shard on every write).
+  const std::string probe = testing::MakeTempDir() + "/probe";
+  {
+    CacheOptions o;
+    o.dir = probe;
+    SplitCache::Open(o)->Put(CacheKey("probe"), UnitOfBytes(1000), SourceOf("/f", 1));
+  }
+  const int64_t entry = EntryBytes(probe);
+  ASSERT_GT(entry, 1000);
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  o.policy = CachePolicy::kLru;
+  o.size_limit = 2 * entry + entry / 2;  // two entries fit
+  auto cache = SplitCache::Open(o);
+  for (const char* name : {"a", "b", "c", "d"}) {
+    EXPECT_EQ(cache->Put(CacheKey(name), UnitOfBytes(1000), SourceOf("/f", 1)), CacheRefusal::kNone);
+    EXPECT_EQ(RecordedUsage(o.dir), EntryBytes(o.dir)) << "after putting " << name;
+  }
+  EXPECT_EQ(cache->counters().evictions, 2);
+  EXPECT_EQ(EntryBytes(o.dir), 2 * entry);
+  // Damage d's data (same size): the read drops it.
+  std::string d_path;
+  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
+    if (e.path().filename() == CacheKey("d") + ".pqc") d_path = e.path().string();
+  }
+  ASSERT_FALSE(d_path.empty());
+  {
+    std::fstream f(d_path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(entry - 100);
+    f.put('!');
+  }
+  EXPECT_EQ(cache->Get(CacheKey("d")), nullptr);
+  EXPECT_EQ(cache->counters().corrupt, 1);
+  EXPECT_EQ(EntryBytes(o.dir), entry);
+  EXPECT_EQ(RecordedUsage(o.dir), entry);
+}
+
 TEST(CacheAdmission, StaleEntriesGoFirstUnderEveryPolicy) {
   // Held: 3 entries of 10 bytes, the middle one stale; budget 30, insert 10.
   const std::vector<HeldEntry> held = {{10, 1, false}, {10, 2, true}, {10, 3, false}};
@@ -189,6 +249,35 @@ TEST(SplitCache, AFullDiskCacheDeletesStaleEntriesOfItsOwnersFilesFirst) {
             CacheRefusal::kNone);
   EXPECT_EQ(cache->Put(CacheKey("x"), UnitOfBytes(1000), SourceOf("/f", 2, 2)),
             CacheRefusal::kFull);
+}
+
+TEST(SplitCache, AFullDiskCacheDeletesEntriesOfOlderFormatsFirst) {
+  // An entry of format 2 (no source identity) is never read by this version: stale.
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions o;
+  o.dir = dir;
+  o.shards = 1;
+  o.size_limit = 3000;  // two entries of ~1.4 KB
+  {
+    auto cache = SplitCache::Open(o);
+    cache->Put(CacheKey("old"), UnitOfBytes(1000), SourceOf("/other", 1, 0));
+    cache->Put(CacheKey("kept"), UnitOfBytes(1000), SourceOf("/other", 1, 1));
+  }
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() != CacheKey("old") + ".pqc") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t version = 2;
+    f.seekp(8);  // after the magic
+    f.write(reinterpret_cast<const char*>(&version), sizeof(version));
+  }
+  auto schedule = std::make_shared<FakeSchedule>();
+  schedule->owned = {CacheKey("new")};
+  auto cache = SplitCache::Open(o);
+  cache->set_schedule(schedule);
+  EXPECT_EQ(cache->Put(CacheKey("new"), UnitOfBytes(1000), SourceOf("/f", 1)), CacheRefusal::kNone);
+  EXPECT_EQ(cache->counters().evicted_stale, 1);
+  EXPECT_TRUE(cache->Contains(CacheKey("kept")));
+  EXPECT_FALSE(cache->Contains(CacheKey("old")));
 }
 
 TEST(SplitCache, StatsAndPruneTellStaleEntriesByTheirHeaders) {

@@ -86,7 +86,26 @@ TEST(OrderedPipeline, AFailedUnitFailsTheFirstBatchThatReadsItAndStops) {
   auto failed = p.Next();  // batch 6 reads units 6 and 7
   ASSERT_FALSE(failed.ok());
   EXPECT_NE(failed.status().message().find("unit 7 failed"), std::string::npos);
-  EXPECT_FALSE(p.Next().ok());  // sticky, no hang
+  for (int i = 0; i < 2; ++i) {  // sticky: the same error again, no hang
+    auto again = p.Next();
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.status().ToString(), failed.status().ToString());
+  }
+}
+
+TEST(OrderedPipeline, NoUnitIsStartedAfterOneFailed) {
+  // One worker, no budget beyond the floor (units 0 and 1 of batch 0): unit 0 fails, the
+  // batch fails at once, and unit 1, which could only feed failed batches, never runs.
+  std::atomic<int64_t> runs{0};
+  PipelineOptions o;
+  o.num_workers = 1;
+  o.max_inflight_bytes = 1;
+  Pipeline p(MakeWork(10, &runs, /*fail_unit=*/0), o, 0);
+  auto r = p.Next();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unit 0 failed"), std::string::npos);
+  p.Shutdown();
+  EXPECT_EQ(runs.load(), 1);
 }
 
 // Poll `pred` until it holds or `seconds` pass; return whether it held. (A wait for
@@ -126,6 +145,26 @@ TEST(OrderedPipeline, LooksAheadByBytesNotByBatches) {
   EXPECT_LE(runs.load(), 11);
 }
 
+TEST(OrderedPipeline, EstimatesAreScaledByTheLargestActualToEstimateRatio) {
+  // Units estimated at 1 byte turn out to be 100: after the first one, the estimates are
+  // scaled by 100, so look-ahead stops at the budget instead of overshooting it. One
+  // worker, so that the end state does not depend on timing: the consumer holds batch 0's
+  // successor (max_prefetch_batches 1) and units 2..10 fill 10 + 9 x 100 bytes of 1000.
+  std::atomic<int64_t> runs{0};
+  Pipeline::Work w = OneUnitPerBatch(100, &runs);
+  w.unit_bytes = [](int64_t) { return int64_t{1}; };
+  PipelineOptions o;
+  o.num_workers = 1;
+  o.max_prefetch_batches = 1;
+  o.max_inflight_bytes = 1000;
+  Pipeline p(std::move(w), o, 0);
+  ASSERT_TRUE(p.Next().ok());
+  ASSERT_TRUE(Eventually([&] { return runs.load() >= 11; })) << runs.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // an overshoot would come now
+  EXPECT_EQ(runs.load(), 11);
+  EXPECT_LE(p.counters().peak_inflight_bytes, 1000);
+}
+
 TEST(OrderedPipeline, ConsumedBatchesGiveTheirBytesBack) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
@@ -142,6 +181,42 @@ TEST(OrderedPipeline, ConsumedBatchesGiveTheirBytesBack) {
   EXPECT_EQ(p.counters().inflight_bytes, 0);  // a leak would show, and stall the look-ahead
   EXPECT_LE(p.counters().peak_inflight_bytes, 350 + 100 + 10);
   EXPECT_EQ(runs.load(), 200);
+}
+
+TEST(OrderedPipeline, ABudgetSmallerThanAUnitStillReadsTheUnitsTheConsumerNeeds) {
+  // The floor moves with the consumer: each batch's unit is claimed when that batch is
+  // next, whatever the budget (here less than one unit).
+  std::atomic<int64_t> runs{0};
+  PipelineOptions o;
+  o.num_workers = 2;
+  o.max_inflight_bytes = 50;
+  Pipeline p(OneUnitPerBatch(20, &runs), o, 0);
+  for (int64_t b = 0; b < 20; ++b) {
+    bool timed_out = false;
+    auto r = p.Next(std::chrono::seconds(10), &timed_out);
+    ASSERT_FALSE(timed_out) << "batch " << b << " never came";
+    ASSERT_TRUE(r.ok());
+    ASSERT_NE(*r, nullptr);
+    EXPECT_EQ(**r, (std::vector<int64_t>{b * 10}));
+  }
+  EXPECT_EQ(runs.load(), 20);
+}
+
+TEST(OrderedPipeline, AssemblesAtMostMaxPrefetchBatchesAhead) {
+  std::atomic<int64_t> runs{0};
+  PipelineOptions o;
+  o.num_workers = 2;
+  o.max_prefetch_batches = 2;
+  Pipeline p(OneUnitPerBatch(10, &runs), o, 0);
+  // Every unit fits the budget, so once all are decoded only the prefetch bound holds
+  // batches back.
+  ASSERT_TRUE(Eventually([&] { return p.all_units_done() && p.counters().batches_done >= 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a third would come now
+  EXPECT_EQ(p.counters().batches_done, 2);
+  ASSERT_TRUE(p.Next().ok());
+  ASSERT_TRUE(Eventually([&] { return p.counters().batches_done >= 3; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(p.counters().batches_done, 3);
 }
 
 TEST(OrderedPipeline, ShutdownFromAnotherThreadWakesAWaitingNext) {

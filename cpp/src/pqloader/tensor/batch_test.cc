@@ -134,6 +134,96 @@ TEST(AssembleBatch, StringOffsetsOfAUnitNeedNotStartAtZero) {
   EXPECT_EQ(std::string(d, 11), "threeonetwo");
 }
 
+TEST(AssembleBatch, RowMajorGathersLongerThanATileKeepEveryTile) {
+  // A shuffled batch of 400 rows from row-major units: more rows than one tile of the
+  // row-major gather (16 KiB of rows, here 186), so each tile lands at its own rows.
+  std::vector<std::shared_ptr<const DecodedUnit>> units;
+  std::vector<RowRef> rows;
+  for (int u = 0; u < 3; ++u) {
+    units.push_back(WithRowMajor(MakeUnit(u, 200, kWidths), 64, arrow::default_memory_pool()).ValueOrDie());
+    ASSERT_NE(units.back()->row_major, nullptr);
+    for (int64_t r = 0; r < 200; ++r) rows.push_back(RowRef{u, r});
+  }
+  std::shuffle(rows.begin(), rows.end(), std::mt19937(8));
+  rows.resize(400);
+  auto b = AssembleBatch(Specs(kWidths), units, 0, rows, {}, arrow::default_memory_pool());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ExpectRows(**b, rows, kWidths, 0);
+}
+
+TEST(AssembleBatch, PaddingToAMultipleRoundsTheLongestRowUp) {
+  // Rows of 3, 5 and 1 values padded with multiple_of 4: length 8, nothing truncated.
+  auto unit = MakeUnit(0, 3, {1});
+  std::vector<SampleTensor> samples;
+  for (int64_t n : {3, 5, 1}) {
+    SampleTensor t;
+    t.dtype = DType::kUInt8;
+    t.shape = {n};
+    t.data = arrow::Buffer::FromString(std::string(static_cast<size_t>(n), static_cast<char>('0' + n)));
+    samples.push_back(t);
+  }
+  ColumnSpec spec;
+  spec.dtype = DType::kUInt8;
+  spec.row_shape = {-1};
+  ColumnCollate pad;
+  pad.mode = ColumnCollate::Mode::kPad;
+  pad.multiple_of = 4;
+  pad.pad_value = 9;
+  auto b = AssembleBatch({spec}, {unit}, 0, {{0, 0}, {0, 1}, {0, 2}}, {samples},
+                         arrow::default_memory_pool(), {pad});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const BatchColumn& c = (*b)->columns[0];
+  EXPECT_EQ(c.shape, (std::vector<int64_t>{3, 8}));
+  ASSERT_NE(c.lengths, nullptr);
+  const auto* lengths = reinterpret_cast<const int64_t*>(c.lengths->data());
+  EXPECT_EQ(std::vector<int64_t>(lengths, lengths + 3), (std::vector<int64_t>{3, 5, 1}));
+  EXPECT_EQ(c.data->ToString(), std::string("333\x09\x09\x09\x09\x09"
+                                            "55555\x09\x09\x09"
+                                            "1\x09\x09\x09\x09\x09\x09\x09", 24));
+}
+
+TEST(Scalars, EveryDTypeRoundTripsAndSignedTypesKeepTheirSign) {
+  struct Case {
+    DType dtype;
+    double value;
+  };
+  const Case cases[] = {{DType::kInt8, -3},     {DType::kInt16, -300},  {DType::kInt32, -70000},
+                        {DType::kInt64, -5e12}, {DType::kUInt8, 200},   {DType::kUInt16, 60000},
+                        {DType::kUInt32, 4e9},  {DType::kUInt64, 1e19}, {DType::kFloat16, -1.5},
+                        {DType::kFloat32, -2.25}, {DType::kFloat64, -1e-300}, {DType::kBool, 1}};
+  for (const auto& c : cases) {
+    uint8_t bytes[8] = {0};
+    StoreScalar(c.dtype, c.value, bytes);
+    EXPECT_EQ(LoadScalar(c.dtype, bytes), c.value) << DTypeName(c.dtype);
+  }
+  const uint8_t all_ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  EXPECT_EQ(LoadScalar(DType::kInt8, all_ones), -1);
+  EXPECT_EQ(LoadScalar(DType::kUInt8, all_ones), 255);
+}
+
+TEST(DecodedUnit, ByteSizeCountsDataOffsetsSamplesAndTheRowMajorBlock) {
+  auto unit = std::make_shared<DecodedUnit>(*MakeUnit(0, 4, {4, 8}));
+  auto rm = WithRowMajor(unit, 64, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_NE(rm->row_major, nullptr);
+  EXPECT_EQ(rm->ByteSize(), 4 * 16);  // the block: two columns, stride 16
+  DecodedUnit u;
+  u.num_rows = 3;
+  ColumnData s;
+  s.data = arrow::Buffer::FromString("onetwothree");
+  const int64_t off[] = {0, 3, 6, 11};
+  s.offsets = arrow::Buffer::FromString(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
+  u.columns.push_back(s);
+  ColumnData t;
+  for (int i = 0; i < 3; ++i) {
+    SampleTensor x;
+    x.shape = {5};
+    x.data = arrow::Buffer::FromString("abcde");
+    t.samples.push_back(x);
+  }
+  u.columns.push_back(t);
+  EXPECT_EQ(u.ByteSize(), 11 + 32 + 15);
+}
+
 TEST(WithRowMajor, KeepsLargeAndVariableColumnsAsTheyAre) {
   auto unit = std::make_shared<DecodedUnit>(*MakeUnit(0, 5, {4, 8, 100}));
   auto rm = WithRowMajor(unit, 64, arrow::default_memory_pool()).ValueOrDie();

@@ -63,6 +63,25 @@ TEST(RecyclingPool, KeepsAtMostItsLimitAndEvictsTheOldestFirst) {
   EXPECT_EQ(pool.cached_bytes(), 0);
 }
 
+TEST(RecyclingPool, EvictsTheOldestBlockAcrossSizeClasses) {
+  const int64_t small = kBig, large = 2 * kBig;
+  const int64_t cs = RecyclingPool::BlockCapacity(small), cl = RecyclingPool::BlockCapacity(large);
+  ASSERT_LT(cs, cl);
+  RecyclingPool pool(arrow::default_memory_pool(), cs + cl);
+  uint8_t *s1 = nullptr, *l1 = nullptr, *s2 = nullptr;
+  ASSERT_TRUE(pool.Allocate(small, 64, &s1).ok());
+  ASSERT_TRUE(pool.Allocate(large, 64, &l1).ok());
+  ASSERT_TRUE(pool.Allocate(small, 64, &s2).ok());
+  pool.Free(s1, small, 64);  // oldest
+  pool.Free(l1, large, 64);
+  pool.Free(s2, small, 64);  // over the limit: s1 goes, not the newer large block
+  EXPECT_EQ(pool.cached_bytes(), cs + cl);
+  uint8_t* again = nullptr;
+  ASSERT_TRUE(pool.Allocate(large, 64, &again).ok());
+  EXPECT_EQ(again, l1);
+  pool.Free(again, large, 64);
+}
+
 TEST(RecyclingPool, ReallocateKeepsTheContents) {
   RecyclingPool pool(arrow::default_memory_pool(), int64_t{64} << 20);
   uint8_t* p = nullptr;
@@ -74,8 +93,11 @@ TEST(RecyclingPool, ReallocateKeepsTheContents) {
   ASSERT_EQ(RecyclingPool::BlockCapacity(kBig - 1000), RecyclingPool::BlockCapacity(kBig));
   ASSERT_TRUE(pool.Reallocate(kBig - 1000, kBig, 64, &p).ok());  // room in the block
   EXPECT_EQ(p, same);
-  ASSERT_TRUE(pool.Reallocate(kBig, 4 * kBig, 64, &p).ok());
+  const int64_t fresh = pool.fresh_bytes();
+  ASSERT_TRUE(pool.Reallocate(kBig, 4 * kBig, 64, &p).ok());  // past the block's class
   EXPECT_EQ(p[999], 7);
+  EXPECT_NE(p, same);  // a block never grows past its capacity: moved to a larger one
+  EXPECT_EQ(pool.fresh_bytes() - fresh, RecyclingPool::BlockCapacity(4 * kBig));
   EXPECT_EQ(pool.bytes_allocated(), 4 * kBig);
   pool.Free(p, 4 * kBig, 64);
   EXPECT_EQ(pool.bytes_allocated(), 0);

@@ -167,7 +167,13 @@ TEST(WindowStore, MakesEachWindowOnceSharesItAndWakesWaitersOnCancel) {
   EXPECT_EQ(made.load(), 1);
   EXPECT_EQ(got[1], got[0]);
   EXPECT_EQ(got[2], got[0]);
-  for (int i = 0; i < 3; ++i) store.Release(0);
+  // The store lets go of the window with its last batch (its memory is a whole window).
+  std::weak_ptr<WindowGather> window = got[0];
+  got.clear();
+  for (int i = 0; i < 2; ++i) store.Release(0);
+  EXPECT_FALSE(window.expired());  // one batch still to read it
+  store.Release(0);
+  EXPECT_TRUE(window.expired());
 
   // A batch waiting for a window whose maker never comes is woken by Cancel().
   WindowStore stopped(std::map<int64_t, int64_t>{{1, 1}});
