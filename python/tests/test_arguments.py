@@ -84,6 +84,14 @@ BAD_ARGUMENTS = [
     (dict(cache_dir=""), ValueError, ["cache_dir"]),
     (dict(cache_wait_timeout=-1), ValueError, ["cache_wait_timeout", "between 0"]),
     (dict(cache_wait_timeout=True), TypeError, ["cache_wait_timeout", "seconds"]),
+    (dict(cache_wait_timeout=7 * 24 * 3600 + 1), ValueError, ["cache_wait_timeout", "604800"]),
+    (dict(cache_size_limit=0), ValueError, ["cache_size_limit"]),
+    (dict(prefetch_batches=0), ValueError, ["prefetch_batches"]),
+    (dict(cache_shards=0), ValueError, ["cache_shards"]),
+    (dict(world_size=0), ValueError, ["world_size", "[1,"]),
+    (dict(null_mask=["id", 3]), TypeError, ["null_mask", "str"]),
+    (dict(row_groups={3: [0]}), TypeError, ["row_groups", "keys"]),
+    (dict(storage_options={1: "x"}), TypeError, ["storage_options", "str"]),
     (dict(fill_null=2**64), ValueError, ["fill_null", "int64"]),
     (dict(fill_null={"x": [0]}), TypeError, ["fill_null['x']", "list"]),
     (dict(fill_null={1: 0}), TypeError, ["fill_null", "str"]),
@@ -109,6 +117,24 @@ def test_largest_accepted_values_build_a_loader_that_reads_every_row(ds, kwargs)
     loader = pqloader.Loader(ds, columns=["id"], **kwargs)
     ids = sorted(int(i) for b in loader for i in b["id"])
     assert ids == list(range(100))
+
+
+@pytest.mark.parametrize("kwargs", [dict(prefetch_batches=1), dict(cache_shards=1), dict(readahead=1),
+                                    dict(io_threads=1), dict(max_inflight_bytes=1), dict(world_size=1),
+                                    dict(cache_wait_timeout=0), dict(cache_wait_timeout=7 * 24 * 3600)],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_smallest_accepted_values_build_a_loader_that_reads_every_row(ds, kwargs):
+    loader = pqloader.Loader(ds, columns=["id"], **kwargs)
+    ids = sorted(int(i) for b in loader for i in b["id"])
+    assert ids == list(range(100))
+
+
+def test_null_mask_false_adds_no_mask_and_true_adds_one(typed_ds):
+    def keys(**kw):
+        return set(next(iter(pqloader.Loader(typed_ds, columns=["f64"], fill_null=0.0, **kw))))
+
+    assert keys() == keys(null_mask=False) == keys(null_mask=None) == {"f64"}
+    assert keys(null_mask=True) == {"f64", "f64_valid"}
 
 
 def test_every_loader_argument_is_a_loader_options_field_with_the_same_default():
@@ -260,6 +286,7 @@ BAD_STATES = [
     (("options", "shuffle_window"), 99, "shuffle_window"),
     (("elastic",), {"world_size": 2, "batch_size": 4, "batches": [1]}, "batches"),
     (("rank_batches",), [1, 2], "rank_batches"),
+    (("elastic",), {"world_size": 2, "batch_size": 4, "batches": [1, -1]}, "batches"),
 ]
 
 

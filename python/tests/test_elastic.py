@@ -271,6 +271,10 @@ def test_refusals(ds):
         make(ds, 3, 0).load_state_dict(dict(state, elastic={"world_size": 2}))
     with pytest.raises(pqloader.InvalidDataError, match="one state per rank"):
         pqloader.merge_states([state])
+    for not_a_state in [{k: v for k, v in state.items() if k != "version"},
+                        {k: v for k, v in state.items() if k != "options"}]:
+        with pytest.raises(pqloader.InvalidDataError, match="not a pqloader state"):
+            pqloader.merge_states([not_a_state])
     loader = make(ds, 3, 0)
     before = loader.state_dict()
     with pytest.raises(pqloader.InvalidDataError):
