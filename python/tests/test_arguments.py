@@ -92,6 +92,11 @@ BAD_ARGUMENTS = [
     (dict(null_mask=["id", 3]), TypeError, ["null_mask", "str"]),
     (dict(row_groups={3: [0]}), TypeError, ["row_groups", "keys"]),
     (dict(storage_options={1: "x"}), TypeError, ["storage_options", "str"]),
+    (dict(null_mask="id"), TypeError, ["null_mask", "list of column names"]),
+    (dict(io_threads=0), ValueError, ["io_threads"]),
+    (dict(shuffle_window=0), ValueError, ["shuffle_window"]),
+    (dict(device_prefetch=0), ValueError, ["device_prefetch"]),
+    (dict(pin_memory=True), ValueError, ["pin_memory", "output='torch'"]),
     (dict(fill_null=2**64), ValueError, ["fill_null", "int64"]),
     (dict(fill_null={"x": [0]}), TypeError, ["fill_null['x']", "list"]),
     (dict(fill_null={1: 0}), TypeError, ["fill_null", "str"]),
@@ -121,12 +126,29 @@ def test_largest_accepted_values_build_a_loader_that_reads_every_row(ds, kwargs)
 
 @pytest.mark.parametrize("kwargs", [dict(prefetch_batches=1), dict(cache_shards=1), dict(readahead=1),
                                     dict(io_threads=1), dict(max_inflight_bytes=1), dict(world_size=1),
-                                    dict(cache_wait_timeout=0), dict(cache_wait_timeout=7 * 24 * 3600)],
+                                    dict(cache_wait_timeout=0), dict(cache_wait_timeout=7 * 24 * 3600),
+                                    dict(fill_null=-(2**63)), dict(fill_null=2**63 - 1)],
                          ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_smallest_accepted_values_build_a_loader_that_reads_every_row(ds, kwargs):
     loader = pqloader.Loader(ds, columns=["id"], **kwargs)
     ids = sorted(int(i) for b in loader for i in b["id"])
     assert ids == list(range(100))
+
+
+def test_a_declared_schemas_metadata_does_not_change_the_state(ds):
+    # The state records the schema without its metadata: a state taken with one loads into
+    # a loader whose schema differs only there (and resumes its stream).
+    schema = pa.schema([("id", pa.int64())])
+    kw = dict(columns=["id"])
+    ref = list(_loader(ds, schema=schema.with_metadata({"a": "1"}), **kw))
+    state = _state(ds, schema=schema.with_metadata({"a": "1"}), **kw)
+    loader = _loader(ds, schema=schema.with_metadata({"a": "2"}), **kw)
+    loader.load_state_dict(state)
+    assert_batch_streams_equal(list(loader), ref[3:])
+
+
+def test_zero_epochs_is_accepted_and_reads_nothing(ds):
+    assert list(pqloader.Loader(ds, num_epochs=0)) == []
 
 
 def test_null_mask_false_adds_no_mask_and_true_adds_one(typed_ds):

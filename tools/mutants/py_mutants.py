@@ -37,18 +37,20 @@ REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "python" / "pqloader"
 MODULES = ("_options.py", "_state.py", "_iteration.py", "_env.py")
 # Tests run per mutated module: fast files that exercise it (each run stops at the
-# first failure; at most about 15 s when none fails). Slow tests are left out:
+# first failure; at most about 12 s when none fails). Slow tests are left out:
 # test_distributed.py (gloo ranks, 14 s), test_elastic's distributed checkpoint (19 s),
-# test_cache.py (10 s), test_s3.py (80 s).
+# test_cache.py (10 s), test_s3.py (80 s), test_ray_train.py, test_torch.py.
 _ELASTIC = ["python/tests/test_elastic.py",
             "--deselect=python/tests/test_elastic.py::test_gather_state_dict_and_distributed_checkpoint"]
 TESTS = {
     "_options.py": ["python/tests/test_arguments.py", "python/tests/test_errors.py",
                     "python/tests/test_determinism.py", "python/tests/test_values.py",
-                    "python/tests/test_schema_evolution.py", "python/tests/test_arrow_interop.py"],
+                    "python/tests/test_schema_evolution.py", "python/tests/test_arrow_interop.py",
+                    "python/tests/test_summary.py"],
     "_state.py": ["python/tests/test_arguments.py", "python/tests/test_determinism.py", *_ELASTIC],
     "_iteration.py": ["python/tests/test_epoch_boundary.py", "python/tests/test_threads.py",
-                      "python/tests/test_determinism.py", *_ELASTIC],
+                      "python/tests/test_determinism.py", "python/tests/test_values.py",
+                      "python/tests/test_cache_plan.py", *_ELASTIC],
     "_env.py": ["python/tests/test_arguments.py", "python/tests/test_determinism.py"],
 }
 
