@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from s3_bench import HOST, free_port, wait_for_port, write_data  # noqa: E402
+from s3_bench import HOST, free_port, wait_for_port, write_data, isolate_aws_env  # noqa: E402
 
 
 def run(source: str, options: dict, epochs: list[int], batch_size: int, workers: int,
@@ -66,11 +66,7 @@ def main() -> None:
     p.add_argument("--step-ms", type=float, default=0.0, help="simulated training step per batch")
     args = p.parse_args()
 
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        del os.environ[k]
-    os.environ.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
-                      AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY="bench")
+    isolate_aws_env()
     import boto3
 
     procs = []

@@ -29,6 +29,16 @@ HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
 
 
+def isolate_aws_env() -> None:
+    """Point the AWS SDKs at the loopback server's test credentials only: no instance
+    metadata service, no profile or credentials file, no AWS_* variables of the caller."""
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        del os.environ[k]
+    os.environ.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
+                      AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_ACCESS_KEY_ID="bench",
+                      AWS_SECRET_ACCESS_KEY="bench")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -74,11 +84,7 @@ def main() -> None:
     p.add_argument("--rows-per-group", type=int, default=10_000)
     args = p.parse_args()
 
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        del os.environ[k]
-    os.environ.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
-                      AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY="bench")
+    isolate_aws_env()
     import boto3
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "performance.md"
 BEGIN, END = "<!-- startup_files:begin -->", "<!-- startup_files:end -->"
 sys.path.insert(0, str(HERE))
-from s3_bench import HOST, free_port, wait_for_port  # noqa: E402
+from s3_bench import HOST, free_port, wait_for_port, isolate_aws_env  # noqa: E402
 
 RANK = r"""
 import json, sys, time
@@ -79,11 +79,7 @@ def main() -> int:
     p.add_argument("--write-doc", action="store_true", help="update docs/performance.md")
     args = p.parse_args()
 
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        del os.environ[k]
-    os.environ.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=os.devnull,
-                      AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_ACCESS_KEY_ID="bench",
-                      AWS_SECRET_ACCESS_KEY="bench")
+    isolate_aws_env()
     import boto3
     import pqloader
 
