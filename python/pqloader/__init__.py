@@ -9,6 +9,7 @@ Example:
 """
 
 from pqloader import _native  # loads the extension first (RTLD_DEEPBIND beside a global Arrow)
+from pqloader._filter import Predicate, parse_filter
 from pqloader._errors import (
     ColumnNotFoundError,
     DataNotFoundError,
@@ -34,6 +35,8 @@ __all__ = [
     "Loader",
     "LoaderOptions",
     "Pack",
+    "Predicate",
+    "parse_filter",
     "Pad",
     "Ragged",
     "inspect",

@@ -95,6 +95,7 @@ class Loader:
         decimals: str = _D.decimals,
         schema: Any = _D.schema,
         use_summary: bool | str = _D.use_summary,
+        filter: Any = _D.filter,
         _debug_max_delay_us: int = _D._debug_max_delay_us,
     ) -> None:
         arguments = {k: v for k, v in locals().items() if k not in ("self", "source")}
@@ -258,9 +259,18 @@ class Loader:
             follow (``set_epoch`` to another, or the end of training).
             footers_from_cache / footers_from_summary: files whose footers came from
             the footer cache / whose row-group layout came from a summary (``_metadata``)
-            instead of their own footers.
+            instead of their own footers. With a ``filter``: filter_files,
+            filter_files_pruned (by partition keys), filter_row_groups,
+            filter_row_groups_pruned_partition / _pruned_statistics / _pruned_mask,
+            filter_row_groups_all_rows (kept whole by statistics), filter_row_groups_masked
+            (read for a row mask), filter_rows / filter_rows_kept, filter_bytes /
+            filter_bytes_pruned (compressed bytes of the selected columns, and of those in
+            pruned row groups), filter_mask_bytes_read (read by the mask pass),
+            filter_from_store (the selection came from ``cache_dir``).
         """
         s = self._clock.stats(self._engine.stats())
+        if self._options.filter is not None:
+            s.update({f"filter_{k}": v for k, v in self._plan["filter"].items()})
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
                   "footers_from_cache": self._plan["footers_from_cache"],
                   "footers_from_summary": self._plan["footers_from_summary"]})

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _env, _lists
+from pqloader import _env, _filter, _lists
 
 # Upper bounds that keep every value inside the engine's integer types (int for thread
 # counts, int64 for sizes and counts, uint64 for the seed) with room for arithmetic.
@@ -280,7 +280,17 @@ ARGUMENT_DOCS = """\
             the loader is made, where the writer stored them); a scalar replaces nulls in
             every column (so it must suit all of them: a number for numeric columns, str or
             bytes for string and binary ones); a dict maps column names to their replacement.
-        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that
+        filter: Which rows to load: a pyarrow compute expression
+            (``pc.field("lang") == "en"``, ``pc.field("ts") >= t``, ``.isin([...])``), a
+            string in Python syntax (``"lang == 'en' and year >= 2020"``), a
+            :class:`pqloader.Predicate` (a Python function on whole record batches), or a
+            list of these (all must hold). Pushed down in C++: hive partition keys prune
+            files, row-group statistics prune row groups, the rest get a row mask from
+            the filter's columns (read once, in parallel, before the first epoch; kept in
+            ``cache_dir`` when there is one). Rows whose filter value is null are
+            dropped, as pyarrow's ``dataset.to_table(filter=...)``. The epoch, shards,
+            resume and random transforms are over the kept rows. Default: every row.
+        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that ``<column>_valid`` column after every column that
             can hold nulls (true where the value is not null); a list of names, after
             those only. Nulls of such columns become ``fill_null``, or 0 / ``""``.
         decimals: ``"float64"`` (default: the nearest double, as pyarrow's cast) or
@@ -445,6 +455,7 @@ class LoaderOptions:
     decimals: str = "float64"
     schema: Any = None
     use_summary: bool | str = True
+    filter: Any = None
     _debug_max_delay_us: int = 0
 
     def __post_init__(self) -> None:
@@ -495,6 +506,7 @@ class LoaderOptions:
             decimals=check_choice("decimals", self.decimals, _DECIMALS),
             schema=_check_schema(self.schema),
             use_summary=_check_use_summary(self.use_summary),
+            filter=_filter.check_filter(self.filter),
             _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
@@ -612,6 +624,7 @@ class LoaderOptions:
                           {path: list(groups) for path, groups in self.row_groups.items()},
             "use_summary": self.use_summary is not False,
             "summary_only": self.use_summary == "only",
+            **_filter.to_engine(self.filter),
         }
 
 

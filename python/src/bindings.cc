@@ -159,8 +159,59 @@ std::shared_ptr<const Op> ToOp(nb::handle op) {
   return Check(MakeOp(nb::cast<std::string>(spec[0]), params));
 }
 
+// A Python predicate (pqloader._filter.call_predicate's wrapper) as a BatchPredicate:
+// it is called from the mask pass's threads, each taking the GIL for the call; the
+// batch crosses by the Arrow C data interface (no copy), the result comes back so too.
+BatchPredicate ToPredicate(nb::handle callable) {
+  std::shared_ptr<nb::object> fn(new nb::object(nb::borrow(callable)), [](nb::object* p) {
+    nb::gil_scoped_acquire gil;  // the last copy may go on a thread without the GIL
+    delete p;
+  });
+  return [fn](const std::shared_ptr<arrow::RecordBatch>& batch)
+             -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    auto c_schema = std::make_unique<struct ArrowSchema>();
+    auto c_array = std::make_unique<struct ArrowArray>();
+    ARROW_RETURN_NOT_OK(arrow::ExportRecordBatch(*batch, c_array.get(), c_schema.get()));
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::capsule schema(c_schema.release(), "arrow_schema", [](void* p) noexcept {
+        auto* s = static_cast<struct ArrowSchema*>(p);
+        if (s->release != nullptr) s->release(s);
+        delete s;
+      });
+      nb::capsule array(c_array.release(), "arrow_array", [](void* p) noexcept {
+        auto* a = static_cast<struct ArrowArray*>(p);
+        if (a->release != nullptr) a->release(a);
+        delete a;
+      });
+      nb::tuple result = nb::cast<nb::tuple>((*fn)(schema, array));
+      auto* rs = static_cast<struct ArrowSchema*>(PyCapsule_GetPointer(result[0].ptr(), "arrow_schema"));
+      auto* ra = static_cast<struct ArrowArray*>(PyCapsule_GetPointer(result[1].ptr(), "arrow_array"));
+      if (rs == nullptr || ra == nullptr) throw nb::python_error();
+      return arrow::ImportArray(ra, rs);
+    } catch (nb::python_error& e) {
+      // Type and message, not the traceback (which shows the engine's frames).
+      std::string type = nb::cast<std::string>(e.type().attr("__name__"));
+      std::string message = nb::cast<std::string>(nb::str(e.value()));
+      return arrow::Status::ExecutionError("the filter's predicate raised ", type, ": ", message);
+    } catch (const std::exception& e) {
+      return arrow::Status::ExecutionError("the filter's predicate failed: ", e.what());
+    }
+  };
+}
+
 LoaderOptions ToOptions(const nb::dict& d) {
   LoaderOptions o;
+  // filter: an expression as arrow::compute::Serialize bytes; predicate: (columns, call).
+  if (d.contains("filter") && !d["filter"].is_none()) {
+    nb::bytes b = nb::cast<nb::bytes>(d["filter"]);
+    o.filter.serialized_expression.assign(b.c_str(), b.size());
+  }
+  if (d.contains("predicate") && !d["predicate"].is_none()) {
+    nb::tuple p = nb::cast<nb::tuple>(d["predicate"]);
+    o.filter.predicate_columns = nb::cast<std::vector<std::string>>(p[0]);
+    o.filter.predicate = ToPredicate(p[1]);
+  }
   if (d.contains("columns") && !d["columns"].is_none()) {
     o.dataset.columns.columns = nb::cast<std::vector<std::string>>(d["columns"]);
   }
@@ -552,6 +603,23 @@ class PyLoader {
     d["num_row_groups"] = loader_->dataset().splits().size();
     d["footers_from_cache"] = loader_->dataset().footers_from_cache();
     d["footers_from_summary"] = loader_->dataset().footers_from_summary();
+    const FilterStats& f = loader_->filter_stats();
+    nb::dict filter;
+    filter["files"] = f.files;
+    filter["files_pruned"] = f.files_pruned;
+    filter["row_groups"] = f.row_groups;
+    filter["row_groups_pruned_partition"] = f.row_groups_pruned_partition;
+    filter["row_groups_pruned_statistics"] = f.row_groups_pruned_statistics;
+    filter["row_groups_all_rows"] = f.row_groups_all_rows;
+    filter["row_groups_masked"] = f.row_groups_masked;
+    filter["row_groups_pruned_mask"] = f.row_groups_pruned_mask;
+    filter["rows"] = f.rows;
+    filter["rows_kept"] = f.rows_kept;
+    filter["bytes"] = f.bytes;
+    filter["bytes_pruned"] = f.bytes_pruned;
+    filter["mask_bytes_read"] = f.mask_bytes_read;
+    filter["from_store"] = f.from_store;
+    d["filter"] = filter;
     nb::list skipped;
     for (const auto& f : loader_->dataset().skipped_files()) {
       skipped.append(nb::make_tuple(f.path, f.reason));
@@ -687,6 +755,12 @@ NB_MODULE(_core, m) {
              if (!l.loader().options().pack_column.empty()) {
                f += "|" + l.loader().options().pack.ToString();
              }
+             // So do filters (by their expression; a predicate by the columns it reads).
+             const pqloader::FilterOptions& filter = l.loader().options().filter;
+             if (!filter.serialized_expression.empty()) {
+               f += "|filter=" + pqloader::DescribeExpression(filter.serialized_expression);
+             }
+             for (const auto& c : filter.predicate_columns) f += "|predicate:" + c;
              return f;
            })
       .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());

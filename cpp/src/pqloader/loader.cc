@@ -140,6 +140,14 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
   }
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
+  if (options.filter.enabled()) {
+    FilterOptions filter = options.filter;
+    filter.threads = loader->options_.num_workers;
+    if (options.cache.dir != ":memory:") filter.store_dir = options.cache.dir;
+    ARROW_ASSIGN_OR_RAISE(auto selection, EvaluateFilter(*loader->dataset_, filter));
+    ApplySelection(selection, loader->dataset_.get());
+    loader->filter_stats_ = selection.stats;
+  }
   ARROW_RETURN_NOT_OK(SetUpFills(*loader->dataset_, options.default_fill, options.fills,
                                  &loader->read_options_));
   loader->read_options_.verify_checksums = options.verify_checksums;
@@ -668,7 +676,8 @@ std::string Loader::CacheKeyOf(int64_t split_index) const {
   const DataFile& file = dataset_->files()[split.file];
   return CacheKey(cache_identity_ + "|file=" + file.display + "|size=" + std::to_string(file.size) +
                   "|mtime=" + std::to_string(file.mtime_ns) + "|footer=" + file.footer_hash +
-                  "|row_group=" + std::to_string(split.row_group));
+                  "|row_group=" + std::to_string(split.row_group) +
+                  "|rows=" + SelectionFingerprint(split));
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #include "pqloader/decode/read_unit.h"
 #include "pqloader/exec/ordered_pipeline.h"
 #include "pqloader/exec/readahead.h"
+#include "pqloader/filter/row_filter.h"
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/pack/pack_plan.h"
 #include "pqloader/pack/packer.h"
@@ -44,6 +45,11 @@ namespace pqloader {
 struct LoaderOptions {
   /// Which columns to read. See DatasetOptions.
   DatasetOptions dataset;
+  /// Which rows: a filter expression and/or predicate, pushed down to partitions,
+  /// row-group statistics and row masks before the plan is made (filter/row_filter.h).
+  /// The selection is kept in cache.dir when there is one (threads and store_dir are
+  /// set by the loader). Default: none (every row).
+  FilterOptions filter;
   /// Order, batching and sharding. See PlanOptions.
   PlanOptions plan;
   /// Null replacement for every column not in `fills`. Default: nulls are an error.
@@ -151,6 +157,8 @@ class Loader {
   /// Output columns, in batch order (transformed columns, then any "_length" columns).
   const std::vector<ColumnSpec>& specs() const;
   const TransformPlan& transforms() const { return transforms_; }
+  /// What the filter pruned and read (zeros without a filter).
+  const FilterStats& filter_stats() const { return filter_stats_; }
   const LoaderOptions& options() const { return options_; }
   /// Plan of epoch 0 (the counts are the same in every epoch).
   const EpochPlan& first_plan() const { return first_plan_; }
@@ -297,6 +305,7 @@ class Loader {
 
   LoaderOptions options_;  // seed GUARDED_BY(mu_); the rest immutable after Make()
   std::shared_ptr<Dataset> dataset_;
+  FilterStats filter_stats_;
   ReadOptions read_options_;
   TransformPlan transforms_;
   EpochPlan first_plan_ = EpochPlan::Make({}, PlanOptions{}, 0);

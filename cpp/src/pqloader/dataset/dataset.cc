@@ -283,6 +283,7 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
       s.file = index;
       s.row_group = rg;
       s.num_rows = rg_md->num_rows();
+      s.file_rows = s.num_rows;
       if (s.num_rows < 0) return corrupt("row group ", rg, " claims ", s.num_rows, " rows");
       if (s.num_rows > kMaxRowGroupRows) {
         return corrupt("row group ", rg, " claims ", s.num_rows,
@@ -727,6 +728,16 @@ int64_t Dataset::num_rows() const {
   return total;
 }
 
+void Dataset::RestrictSplits(std::vector<Split> splits) {
+  splits_ = std::move(splits);
+  split_first_row_.clear();
+  int64_t first = 0;
+  for (const Split& s : splits_) {
+    split_first_row_.push_back(first);
+    first += s.num_rows;
+  }
+}
+
 std::vector<int64_t> Dataset::SplitRows() const {
   std::vector<int64_t> rows;
   rows.reserve(splits_.size());
@@ -797,8 +808,8 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
             file.metadata->RowGroup(0)->ColumnChunk(0)->compression());
       }
       for (int rg = 0; rg < s.num_row_groups; ++rg) {
-        splits.push_back(Split{static_cast<int32_t>(i), rg,
-                               file.metadata->RowGroup(rg)->num_rows(), 0, 0});
+        const int64_t rows = file.metadata->RowGroup(rg)->num_rows();
+        splits.push_back(Split{static_cast<int32_t>(i), rg, rows, 0, 0, rows, nullptr});
       }
     } catch (const std::exception& e) {
       s.compression = "unknown";

@@ -104,13 +104,19 @@ struct SkippedFile {
 /// corrupt.
 constexpr int64_t kMaxRowGroupRows = (int64_t{1} << 31) - 1;
 
-/// One row group.
+/// One row group (or the rows of it a filter keeps, see filter/row_filter.h).
 struct Split {
   int32_t file = 0;
   int32_t row_group = 0;
+  /// Rows the loader reads: the row group's, or those the filter kept.
   int64_t num_rows = 0;
   int64_t compressed_bytes = 0;    ///< Of the selected columns' chunks.
   int64_t uncompressed_bytes = 0;  ///< Of the selected columns' chunks.
+  /// Rows of the row group in the file (its footer's count).
+  int64_t file_rows = 0;
+  /// The rows a filter kept (ascending indices within the row group, num_rows of
+  /// them); null when every row is read.
+  std::shared_ptr<const std::vector<int32_t>> rows;
 };
 
 class Dataset {
@@ -146,6 +152,9 @@ class Dataset {
   int64_t split_first_row(int64_t i) const { return split_first_row_[i]; }
   /// Rows of each split, in split order.
   std::vector<int64_t> SplitRows() const;
+  /// Replace the splits with `splits` (a filter's selection of them, see
+  /// filter/row_filter.h). Only while the dataset is not yet shared.
+  void RestrictSplits(std::vector<Split> splits);
 
  private:
   Dataset() = default;

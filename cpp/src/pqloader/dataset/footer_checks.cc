@@ -78,13 +78,17 @@ std::vector<int64_t> NullsFromFooters(const std::vector<DataFile>& files,
     const DataFile& f = files[s.file];
     int64_t& n = out[s.file];
     if (n < 0) continue;
+    if (s.rows != nullptr) {
+      n = -1;  // a filter kept some rows: their nulls are known once read
+      continue;
+    }
     if (partition_key >= 0) {
-      if (f.partition_null[partition_key]) n += s.num_rows;
+      if (f.partition_null[partition_key]) n += s.file_rows;
       continue;
     }
     const ColumnSource& src = f.columns[column];
     if (src.field < 0 || src.type == nullptr || src.type->id() == arrow::Type::NA) {
-      n += s.num_rows;  // the file lacks the column: every row is null
+      n += s.file_rows;  // the file lacks the column: every row is null
       continue;
     }
     if (src.leaves.size() != 1) {
@@ -112,10 +116,10 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
   for (const Split& s : splits) {
     const DataFile& f = files[s.file];
     const ColumnSource& src = f.columns[column];
-    if (src.field < 0 || src.leaves.size() != 1 || s.num_rows == 0) continue;
+    if (src.field < 0 || src.leaves.size() != 1 || s.file_rows == 0) continue;
     const std::string where =
         "'" + f.display + "' row group " + std::to_string(s.row_group);
-    int64_t rows = s.num_rows, values = -1, empty = 0;
+    int64_t rows = s.file_rows, values = -1, empty = 0;
     try {
       auto chunk = f.metadata->RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
       const Levels levels = LevelsOf(*f.metadata->schema()->Column(src.leaves[0]));

@@ -5,6 +5,9 @@
 
 #include <arrow/array/util.h>
 #include <arrow/chunked_array.h>
+#include <arrow/compute/api_vector.h>
+#include <arrow/compute/exec.h>
+#include <arrow/datum.h>
 #include <arrow/record_batch.h>
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/io/caching.h>
@@ -83,7 +86,7 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
   int64_t values = 0;
   auto rg = file.metadata->RowGroup(split.row_group);
   for (int leaf : leaves) values = std::max(values, rg->ColumnChunk(leaf)->num_values());
-  const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.num_rows));
+  const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.file_rows));
   reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
   arrow::ArrayVector chunks;
@@ -139,6 +142,38 @@ arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_grou
   ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks),
                                                         schema_field.field->type()));
   return arrow::Status::OK();
+}
+
+}  // namespace
+
+namespace {
+
+// The unit's rows of a row group's column: a slice, or with a filter's selection the
+// rows it kept (a slice still where they are contiguous).
+arrow::Result<std::shared_ptr<arrow::ChunkedArray>> SelectRows(
+    const std::shared_ptr<arrow::ChunkedArray>& column, const Split& split, const Unit& unit,
+    arrow::MemoryPool* pool) {
+  if (split.rows == nullptr) return column->Slice(unit.row_begin, unit.num_rows());
+  const int32_t* rows = split.rows->data();
+  const int64_t first = rows[unit.row_begin];
+  if (unit.num_rows() == 0 || rows[unit.row_end - 1] - first == unit.num_rows() - 1) {
+    return column->Slice(first, unit.num_rows());
+  }
+  auto indices = std::make_shared<arrow::Int32Array>(
+      unit.num_rows(),
+      std::make_shared<arrow::Buffer>(reinterpret_cast<const uint8_t*>(rows + unit.row_begin),
+                                      unit.num_rows() * sizeof(int32_t)));
+  arrow::compute::ExecContext ctx(pool);
+  ARROW_ASSIGN_OR_RAISE(auto taken,
+                        arrow::compute::Take(arrow::Datum(column), arrow::Datum(indices),
+                                             arrow::compute::TakeOptions::NoBoundsCheck(), &ctx));
+  return taken.chunked_array();
+}
+
+// The row of the file's row group that row `row` of the split is (for messages).
+int64_t FileRow(const Split& split, int64_t row) {
+  if (split.rows == nullptr || row >= static_cast<int64_t>(split.rows->size())) return row;
+  return (*split.rows)[row];
 }
 
 }  // namespace
@@ -289,11 +324,11 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
             (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) ||
             IsStringList(specs[c].kind)) {
           st = ReadNestedInSlices(reader, file, split, src, pool, &chunked);
-        } else if (split.num_rows <=
+        } else if (split.file_rows <=
                    kOneShotMinRows + kPlausibleRowsPerByte * split.uncompressed_bytes) {
           st = row_group->Column(src.field)->Read(&chunked);
         } else {
-          st = ReadColumnBounded(reader, split.row_group, src.field, split.num_rows, &chunked);
+          st = ReadColumnBounded(reader, split.row_group, src.field, split.file_rows, &chunked);
         }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
@@ -309,15 +344,15 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
                          " (corrupt or truncated data): ", st.message());
       }
-      if (chunked->length() != split.num_rows) {
+      if (chunked->length() != split.file_rows) {
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",
-                         chunked->length(), " rows, the footer says ", split.num_rows);
+                         chunked->length(), " rows, the footer says ", split.file_rows);
       }
-      slice = chunked->Slice(unit.row_begin, unit.num_rows());
+      ARROW_ASSIGN_OR_RAISE(slice, SelectRows(chunked, split, unit, pool));
     }
     const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
-    auto converted =
-        ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged, unit.row_begin);
+    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged,
+                                   FileRow(split, unit.row_begin));
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
     if (masked) {

@@ -44,7 +44,7 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const Colum
   std::vector<int> leaves = src.leaves;
   if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[src.field], &leaves);
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
-  out->reserve(static_cast<size_t>(split.num_rows));
+  out->reserve(static_cast<size_t>(split.file_rows));
   while (true) {
     std::shared_ptr<arrow::RecordBatch> batch;
     ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
@@ -70,8 +70,14 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const Colum
       out->push_back(static_cast<int32_t>(n));
     }
   }
-  if (static_cast<int64_t>(out->size()) != split.num_rows) {
-    return arrow::Status::Invalid("read ", out->size(), " rows, the footer says ", split.num_rows);
+  if (static_cast<int64_t>(out->size()) != split.file_rows) {
+    return arrow::Status::Invalid("read ", out->size(), " rows, the footer says ", split.file_rows);
+  }
+  if (split.rows != nullptr) {  // a filter kept these rows only
+    std::vector<int32_t> kept;
+    kept.reserve(split.rows->size());
+    for (int32_t r : *split.rows) kept.push_back((*out)[r]);
+    *out = std::move(kept);
   }
   return arrow::Status::OK();
 }

@@ -1,0 +1,743 @@
+#include "pqloader/filter/row_filter.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <arrow/array.h>
+#include <arrow/array/concatenate.h>
+#include <arrow/buffer.h>
+#include <arrow/compute/api_scalar.h>
+#include <arrow/compute/exec.h>
+#include <arrow/compute/initialize.h>
+#include <arrow/scalar.h>
+#include <arrow/table.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/arrow/schema.h>
+#include <parquet/file_reader.h>
+#include <parquet/statistics.h>
+
+#include "pqloader/cache/footer_cache.h"
+#include "pqloader/error.h"
+#include "pqloader/util/thread_annotations.h"
+
+namespace pqloader {
+namespace cp = arrow::compute;
+
+namespace {
+
+arrow::Status InitializeCompute() {
+  // Registers the compute kernels (comparisons, is_in, ...) of libarrow_compute; once.
+  static const arrow::Status status = cp::Initialize();
+  return status;
+}
+
+arrow::Result<cp::Expression> ReadExpression(const std::string& serialized) {
+  ARROW_RETURN_NOT_OK(InitializeCompute());
+  auto expr = cp::Deserialize(arrow::Buffer::FromString(serialized));
+  if (!expr.ok()) {
+    return arrow::Status::Invalid("filter: cannot read the expression: ",
+                                  expr.status().message());
+  }
+  return std::move(expr).ValueUnsafe();
+}
+
+bool IsLiteralTrue(const cp::Expression& e) {
+  const arrow::Datum* d = e.literal();
+  if (d == nullptr || !d->is_scalar() || !d->scalar()->is_valid) return false;
+  const auto* b = dynamic_cast<const arrow::BooleanScalar*>(d->scalar().get());
+  return b != nullptr && b->value;
+}
+
+// Where one column the filter names is in one file.
+struct FileField {
+  std::shared_ptr<arrow::Field> field;  // the file's own field, null if absent
+  std::vector<int> leaves;              // its Parquet leaf columns
+};
+
+void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
+  if (f.column_index >= 0) out->push_back(f.column_index);
+  for (const auto& child : f.children) LeavesOf(child, out);
+}
+
+// The filter's columns as one file has them, and the expression bound to them.
+struct FileView {
+  std::vector<FileField> fields;           // per name
+  std::shared_ptr<arrow::Schema> schema;   // binding schema (per name, file's or fallback type)
+  cp::Expression bound;                    // the expression, bound to `schema`
+  std::shared_ptr<arrow::Schema> predicate_schema;
+};
+
+// What the evaluation shares across threads.
+class Evaluator {
+ public:
+  Evaluator(const Dataset& dataset, const FilterOptions& options)
+      : dataset_(dataset), options_(options) {}
+
+  arrow::Status Prepare() {
+    if (!options_.serialized_expression.empty()) {
+      ARROW_ASSIGN_OR_RAISE(expr_, ReadExpression(options_.serialized_expression));
+      for (const arrow::FieldRef& ref : cp::FieldsInExpression(expr_)) {
+        if (ref.name() == nullptr) {
+          return arrow::Status::Invalid("filter: ", ref.ToString(),
+                                        " is not a column name; filters name top-level "
+                                        "columns and partition keys");
+        }
+        AddName(*ref.name());
+      }
+    } else {
+      ARROW_RETURN_NOT_OK(InitializeCompute());
+      expr_ = cp::literal(true);
+    }
+    for (const auto& name : options_.predicate_columns) AddName(name);
+    if (options_.predicate != nullptr && options_.predicate_columns.empty()) {
+      return arrow::Status::Invalid("filter: a predicate needs the columns it reads");
+    }
+    // Partition keys: int64 where every value is an integer, else utf8 (as the Dataset
+    // decodes them).
+    const auto& keys = dataset_.partition_keys();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      bool all_int = true;
+      for (const auto& f : dataset_.files()) {
+        if (f.partition_null[k]) continue;
+        const std::string& v = f.partition_values[k];
+        int64_t parsed = 0;
+        auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+        all_int = all_int && !v.empty() && ec == std::errc() && ptr == v.data() + v.size();
+      }
+      key_types_[keys[k]] = all_int ? arrow::int64() : arrow::utf8();
+      key_index_[keys[k]] = static_cast<int>(k);
+    }
+    // Each name's type where a file lacks it: the first file's that has it.
+    views_.resize(dataset_.files().size());
+    for (size_t f = 0; f < dataset_.files().size(); ++f) {
+      ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
+      for (const auto& name : names_) {
+        if (fallback_.count(name) || key_types_.count(name)) continue;
+        for (const auto& sf : manifest->schema_fields) {
+          if (sf.field->name() == name) fallback_[name] = sf.field->type();
+        }
+      }
+    }
+    for (const auto& name : names_) {
+      if (!fallback_.count(name) && !key_types_.count(name)) {
+        return MakeError(ErrorKind::kColumnNotFound, "filter names column '", name,
+                         "', which is neither a column of any file nor a partition key");
+      }
+    }
+    return arrow::Status::OK();
+  }
+
+  // Stages 1 and 2 for file f: each split's stage, and the expressions left for masks.
+  arrow::Status PruneFile(size_t f, const std::vector<int64_t>& splits, RowSelection* out,
+                          std::vector<std::pair<int64_t, cp::Expression>>* to_mask) {
+    const DataFile& file = dataset_.files()[f];
+    ARROW_ASSIGN_OR_RAISE(const FileView* view, ViewOf(f));
+    cp::Expression by_keys = view->bound;
+    std::vector<cp::Expression> known;
+    for (const auto& [name, k] : key_index_) {
+      if (!view->schema->GetFieldByName(name)) continue;
+      if (file.partition_null[k]) {
+        known.push_back(cp::is_null(cp::field_ref(name)));
+      } else if (key_types_.at(name)->id() == arrow::Type::INT64) {
+        known.push_back(cp::equal(cp::field_ref(name),
+                                  cp::literal(static_cast<int64_t>(std::stoll(file.partition_values[k])))));
+      } else {
+        known.push_back(cp::equal(cp::field_ref(name), cp::literal(file.partition_values[k])));
+      }
+    }
+    if (!known.empty()) {
+      ARROW_ASSIGN_OR_RAISE(auto guarantee, cp::and_(known).Bind(*view->schema));
+      ARROW_ASSIGN_OR_RAISE(by_keys, cp::SimplifyWithGuarantee(by_keys, guarantee));
+    }
+    if (!by_keys.IsSatisfiable()) {
+      for (int64_t s : splits) out->stage[s] = RowSelection::Stage::kPartition;
+      return arrow::Status::OK();
+    }
+    for (int64_t s : splits) {
+      const Split& split = dataset_.splits()[s];
+      ARROW_ASSIGN_OR_RAISE(auto simplified, WithStatistics(file, split, *view, by_keys));
+      if (!simplified.IsSatisfiable()) {
+        out->stage[s] = RowSelection::Stage::kStatistics;
+      } else if (IsLiteralTrue(simplified) && options_.predicate == nullptr) {
+        out->stage[s] = RowSelection::Stage::kAll;
+      } else {
+        to_mask->emplace_back(s, std::move(simplified));
+      }
+    }
+    return arrow::Status::OK();
+  }
+
+  // Stage 3 for split s: the kept rows, or null when none is kept.
+  arrow::Result<std::shared_ptr<const std::vector<int32_t>>> Mask(int64_t s,
+                                                                   const cp::Expression& expr,
+                                                                   int64_t* bytes_read) {
+    const Split& split = dataset_.splits()[s];
+    const DataFile& file = dataset_.files()[split.file];
+    const std::string where =
+        "'" + file.display + "', row group " + std::to_string(split.row_group);
+    ARROW_ASSIGN_OR_RAISE(const FileView* view, ViewOf(split.file));
+    const int64_t n = split.file_rows;
+    std::vector<uint8_t> keep(static_cast<size_t>(n), 1);
+    std::map<std::string, std::shared_ptr<arrow::Array>> columns;
+    ARROW_RETURN_NOT_OK(ReadColumns(file, split, *view, where, &columns, bytes_read));
+    if (!IsLiteralTrue(expr)) {
+      arrow::ArrayVector values;
+      for (const auto& field : view->schema->fields()) values.push_back(columns[field->name()]);
+      auto batch = arrow::RecordBatch::Make(view->schema, n, values);
+      auto result = cp::ExecuteScalarExpression(expr, cp::ExecBatch(*batch));
+      if (!result.ok()) {
+        return WithContext(result.status(), "cannot evaluate the filter on " + where);
+      }
+      ARROW_RETURN_NOT_OK(AndInto(*result, n, &keep, where, "the filter"));
+    }
+    if (options_.predicate != nullptr) {
+      arrow::ArrayVector values;
+      for (const auto& name : options_.predicate_columns) values.push_back(columns[name]);
+      auto batch = arrow::RecordBatch::Make(view->predicate_schema, n, values);
+      auto result = options_.predicate(batch);
+      if (!result.ok()) return WithContext(result.status(), "predicate failed on " + where);
+      ARROW_RETURN_NOT_OK(AndInto(arrow::Datum(*result), n, &keep, where, "the predicate"));
+    }
+    auto rows = std::make_shared<std::vector<int32_t>>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (keep[i]) rows->push_back(static_cast<int32_t>(i));
+    }
+    if (rows->empty()) return nullptr;
+    return rows;
+  }
+
+ private:
+  void AddName(const std::string& name) {
+    if (std::find(names_.begin(), names_.end(), name) == names_.end()) names_.push_back(name);
+  }
+
+  arrow::Result<std::shared_ptr<parquet::arrow::SchemaManifest>> ManifestOf(size_t f) {
+    const DataFile& file = dataset_.files()[f];
+    const parquet::SchemaDescriptor* descr = file.metadata->schema();
+    MutexLock lock(mu_);
+    // Files of one dataset mostly share a schema: derive each distinct one once.
+    for (const auto& [d, m] : manifests_) {
+      if (d == descr || d->Equals(*descr)) return m;
+    }
+    auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
+    auto st = parquet::arrow::SchemaManifest::Make(descr, file.metadata->key_value_metadata(),
+                                                   parquet::ArrowReaderProperties(),
+                                                   manifest.get());
+    if (!st.ok()) {
+      return MakeError(ErrorKind::kInvalidData, "'", file.display,
+                       "': cannot derive an Arrow schema from its Parquet schema: ",
+                       st.message());
+    }
+    manifests_.emplace_back(descr, manifest);
+    return manifest;
+  }
+
+  arrow::Result<const FileView*> ViewOf(size_t f) {
+    {
+      MutexLock lock(mu_);
+      if (views_[f] != nullptr) return views_[f].get();
+    }
+    ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
+    auto view = std::make_shared<FileView>();
+    arrow::FieldVector fields;
+    for (const auto& name : names_) {
+      FileField ff;
+      if (!key_types_.count(name)) {
+        for (const auto& sf : manifest->schema_fields) {
+          if (sf.field->name() != name) continue;
+          ff.field = sf.field;
+          LeavesOf(sf, &ff.leaves);
+        }
+      }
+      auto type = ff.field ? ff.field->type()
+                  : key_types_.count(name) ? key_types_.at(name)
+                                           : fallback_.at(name);
+      fields.push_back(arrow::field(name, type));
+      view->fields.push_back(std::move(ff));
+    }
+    view->schema = arrow::schema(fields);
+    arrow::FieldVector pfields;
+    for (const auto& name : options_.predicate_columns) {
+      pfields.push_back(view->schema->GetFieldByName(name));
+    }
+    view->predicate_schema = arrow::schema(pfields);
+    const std::string key = view->schema->ToString();
+    MutexLock lock(mu_);
+    auto it = bound_.find(key);
+    if (it == bound_.end()) {
+      auto bound = expr_.Bind(*view->schema);
+      if (!bound.ok()) {
+        return arrow::Status::Invalid("filter ", expr_.ToString(), " does not apply to the "
+                                      "columns of '", dataset_.files()[f].display, "' (",
+                                      view->schema->ToString(/*show_metadata=*/false),
+                                      "): ", bound.status().message());
+      }
+      if (bound->type()->id() != arrow::Type::BOOL) {
+        return arrow::Status::TypeError("filter ", expr_.ToString(),
+                                        " is not a condition: it gives ",
+                                        bound->type()->ToString(), ", not bool");
+      }
+      it = bound_.emplace(key, *bound).first;
+    }
+    view->bound = it->second;
+    views_[f] = view;
+    return view.get();
+  }
+
+  // `expr` simplified with what `split`'s statistics guarantee of each filter column.
+  arrow::Result<cp::Expression> WithStatistics(const DataFile& file, const Split& split,
+                                               const FileView& view, cp::Expression expr) {
+    std::vector<cp::Expression> known;
+    try {
+      auto rg = file.metadata->RowGroup(split.row_group);
+      for (size_t i = 0; i < names_.size(); ++i) {
+        const FileField& ff = view.fields[i];
+        if (ff.field == nullptr) {
+          if (!key_types_.count(names_[i])) {
+            known.push_back(cp::is_null(cp::field_ref(names_[i])));  // absent: all null
+          }
+          continue;
+        }
+        if (ff.leaves.size() != 1) continue;  // nested: no statistics used
+        auto chunk = rg->ColumnChunk(ff.leaves[0]);
+        if (chunk == nullptr || !chunk->is_stats_set()) continue;
+        auto stats = chunk->statistics();
+        if (stats == nullptr) continue;
+        auto guarantee = StatisticsGuarantee(*ff.field, *stats);
+        if (guarantee) known.push_back(std::move(*guarantee));
+      }
+    } catch (const std::exception& e) {
+      return MakeError(ErrorKind::kInvalidData, "'", file.display, "', row group ",
+                       split.row_group, ": corrupt statistics: ", e.what());
+    }
+    if (known.empty()) return expr;
+    auto guarantee = cp::and_(known).Bind(*view.schema);
+    if (!guarantee.ok()) return expr;  // statistics of a type the filter cannot use
+    auto simplified = cp::SimplifyWithGuarantee(expr, *guarantee);
+    if (!simplified.ok()) return expr;
+    return std::move(simplified).ValueUnsafe();
+  }
+
+  // What a column chunk's statistics guarantee, as Arrow's Parquet datasets read them.
+  static std::optional<cp::Expression> StatisticsGuarantee(const arrow::Field& field,
+                                                           const parquet::Statistics& stats) {
+    auto ref = cp::field_ref(field.name());
+    if (stats.HasNullCount() && stats.num_values() == 0 && stats.null_count() > 0) {
+      return cp::is_null(ref);
+    }
+    if (!stats.HasMinMax()) return std::nullopt;
+    std::shared_ptr<arrow::Scalar> min, max;
+    if (!parquet::arrow::StatisticsAsScalars(stats, &min, &max).ok()) return std::nullopt;
+    auto cmin = min->CastTo(field.type());
+    auto cmax = max->CastTo(field.type());
+    if (!cmin.ok() || !cmax.ok()) return std::nullopt;
+    min = *cmin;
+    max = *cmax;
+    for (const auto& s : {min, max}) {  // NaN bounds say nothing
+      if (auto* d = dynamic_cast<const arrow::DoubleScalar*>(s.get()); d && d->value != d->value) {
+        return std::nullopt;
+      }
+      if (auto* d = dynamic_cast<const arrow::FloatScalar*>(s.get()); d && d->value != d->value) {
+        return std::nullopt;
+      }
+    }
+    cp::Expression in_range =
+        min->Equals(*max) ? cp::equal(ref, cp::literal(min))
+                          : cp::and_(cp::greater_equal(ref, cp::literal(min)),
+                                     cp::less_equal(ref, cp::literal(max)));
+    if (!stats.HasNullCount() || stats.null_count() != 0) {
+      return cp::or_(std::move(in_range), cp::is_null(ref));
+    }
+    return in_range;
+  }
+
+  // The filter's (and the predicate's) columns of one row group.
+  arrow::Status ReadColumns(const DataFile& file, const Split& split, const FileView& view,
+                            const std::string& where,
+                            std::map<std::string, std::shared_ptr<arrow::Array>>* out,
+                            int64_t* bytes_read) {
+    std::vector<int> leaves;
+    for (const auto& ff : view.fields) leaves.insert(leaves.end(), ff.leaves.begin(), ff.leaves.end());
+    std::sort(leaves.begin(), leaves.end());
+    leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
+    std::shared_ptr<arrow::Table> table;
+    const int64_t n = split.file_rows;
+    if (!leaves.empty()) {
+      ARROW_RETURN_NOT_OK(CheckFooterUnchanged(file));
+      arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
+      info.set_size(file.size);
+      auto input = file.fs->OpenInputFile(info);
+      if (!input.ok()) {
+        return MakeError(ErrorKind::kIO, "cannot open ", where, ": ", input.status().message());
+      }
+      try {
+        auto pq = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
+                                                   file.metadata);
+        parquet::ArrowReaderProperties props;
+        props.set_use_threads(false);
+        std::unique_ptr<parquet::arrow::FileReader> reader;
+        auto made = parquet::arrow::FileReader::Make(arrow::default_memory_pool(), std::move(pq),
+                                                     props);
+        if (!made.ok()) return WithContext(made.status(), "cannot read " + where);
+        reader = std::move(made).ValueUnsafe();
+        auto read = reader->ReadRowGroup(split.row_group, leaves);
+        auto st = read.status();
+        if (st.ok()) table = std::move(read).ValueUnsafe();
+        if (!st.ok()) {
+          return MakeError(st.IsIOError() && st.message().find("corrupt") == std::string::npos
+                               ? ErrorKind::kIO
+                               : ErrorKind::kInvalidData,
+                           "cannot read the filter's columns of ", where, ": ", st.message());
+        }
+        auto rg = file.metadata->RowGroup(split.row_group);
+        for (int leaf : leaves) *bytes_read += rg->ColumnChunk(leaf)->total_compressed_size();
+      } catch (const std::exception& e) {
+        return MakeError(ErrorKind::kInvalidData, "cannot read the filter's columns of ", where,
+                         ": ", e.what());
+      }
+      if (table->num_rows() != n) {
+        return MakeError(ErrorKind::kInvalidData, "cannot read the filter's columns of ", where,
+                         ": read ", table->num_rows(), " rows, the footer says ", n);
+      }
+    }
+    for (size_t i = 0; i < names_.size(); ++i) {
+      const std::string& name = names_[i];
+      const auto& type = view.schema->field(static_cast<int>(i))->type();
+      std::shared_ptr<arrow::Array> array;
+      if (view.fields[i].field != nullptr) {
+        auto chunked = table->GetColumnByName(name);
+        if (chunked == nullptr) {
+          return MakeError(ErrorKind::kInvalidData, "cannot read column '", name, "' of ", where);
+        }
+        ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
+      } else if (auto k = key_index_.find(name); k != key_index_.end()) {
+        if (file.partition_null[k->second]) {
+          ARROW_ASSIGN_OR_RAISE(array, arrow::MakeArrayOfNull(type, n));
+        } else {
+          std::shared_ptr<arrow::Scalar> value =
+              type->id() == arrow::Type::INT64
+                  ? arrow::MakeScalar(int64_t{std::stoll(file.partition_values[k->second])})
+                  : arrow::MakeScalar(file.partition_values[k->second]);
+          ARROW_ASSIGN_OR_RAISE(array, arrow::MakeArrayFromScalar(*value, n));
+        }
+      } else {
+        ARROW_ASSIGN_OR_RAISE(array, arrow::MakeArrayOfNull(type, n));  // file lacks it
+      }
+      (*out)[name] = std::move(array);
+    }
+    return arrow::Status::OK();
+  }
+
+  static arrow::Status AndInto(const arrow::Datum& result, int64_t n, std::vector<uint8_t>* keep,
+                               const std::string& where, const char* what) {
+    if (result.is_scalar()) {
+      const auto& s = *result.scalar();
+      const bool pass = s.is_valid && s.type->id() == arrow::Type::BOOL &&
+                        static_cast<const arrow::BooleanScalar&>(s).value;
+      if (!pass) std::fill(keep->begin(), keep->end(), 0);
+      return arrow::Status::OK();
+    }
+    if (!result.is_array() || result.type()->id() != arrow::Type::BOOL ||
+        result.length() != n) {
+      return arrow::Status::Invalid(what, " gave ",
+                                    result.is_array() ? result.type()->ToString() : "no array",
+                                    " of length ", result.length(), " for ", where, " (", n,
+                                    " rows): it must give one bool per row");
+    }
+    arrow::BooleanArray mask(result.array());
+    for (int64_t i = 0; i < n; ++i) {
+      if (!mask.IsValid(i) || !mask.Value(i)) (*keep)[i] = 0;
+    }
+    return arrow::Status::OK();
+  }
+
+  const Dataset& dataset_;
+  const FilterOptions& options_;
+  cp::Expression expr_;
+  std::vector<std::string> names_;
+  std::map<std::string, std::shared_ptr<arrow::DataType>> key_types_, fallback_;
+  std::map<std::string, int> key_index_;
+  Mutex mu_;
+  std::vector<std::pair<const parquet::SchemaDescriptor*,
+                        std::shared_ptr<parquet::arrow::SchemaManifest>>>
+      manifests_ PQ_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<FileView>> views_ PQ_GUARDED_BY(mu_);
+  std::map<std::string, cp::Expression> bound_ PQ_GUARDED_BY(mu_);
+};
+
+// Run fn(i) for i in [0, n) on `threads` threads; the first error wins.
+arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Status(int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  Mutex mu;
+  arrow::Status first;
+  auto work = [&] {
+    for (int64_t i = next++; i < n && !failed; i = next++) {
+      auto st = fn(i);
+      if (!st.ok()) {
+        MutexLock lock(mu);
+        if (!failed.exchange(true)) first = st;
+      }
+    }
+  };
+  const int t = static_cast<int>(std::clamp<int64_t>(n, 1, std::max(1, threads)));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < t; ++i) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  MutexLock lock(mu);
+  return first;
+}
+
+// --- the stored selection --------------------------------------------------------------
+
+constexpr char kStoreMagic[8] = {'P', 'Q', 'S', 'E', 'L', '0', '0', '1'};
+
+std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
+  std::string id = "filter-v1|" + options.serialized_expression;
+  for (const auto& f : dataset.files()) {
+    id.append("|").append(f.display).append(":").append(std::to_string(f.size)).append(":");
+    id.append(std::to_string(f.mtime_ns)).append(":").append(f.footer_hash);
+  }
+  for (const auto& s : dataset.splits()) {
+    id.append("|").append(std::to_string(s.file)).append(".").append(std::to_string(s.row_group));
+  }
+  return FooterHash(id);
+}
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+template <typename T>
+bool Take(const std::string& in, size_t* pos, T* v) {
+  if (in.size() < *pos + sizeof(T)) return false;
+  std::memcpy(v, in.data() + *pos, sizeof(T));
+  *pos += sizeof(T);
+  return true;
+}
+
+std::vector<int64_t*> StatFields(FilterStats* s) {
+  return {&s->files, &s->files_pruned, &s->row_groups, &s->row_groups_pruned_partition,
+          &s->row_groups_pruned_statistics, &s->row_groups_all_rows, &s->row_groups_masked,
+          &s->row_groups_pruned_mask, &s->rows, &s->rows_kept, &s->bytes, &s->bytes_pruned,
+          &s->mask_bytes_read};
+}
+
+std::string Serialize(RowSelection sel) {
+  std::string out(kStoreMagic, sizeof kStoreMagic);
+  Put<int64_t>(&out, static_cast<int64_t>(sel.stage.size()));
+  for (size_t i = 0; i < sel.stage.size(); ++i) {
+    Put<uint8_t>(&out, static_cast<uint8_t>(sel.stage[i]));
+    const auto& rows = sel.rows[i];
+    Put<int64_t>(&out, rows ? static_cast<int64_t>(rows->size()) : 0);
+    if (rows) out.append(reinterpret_cast<const char*>(rows->data()), rows->size() * 4);
+  }
+  for (int64_t* v : StatFields(&sel.stats)) Put<int64_t>(&out, *v);
+  out += FooterHash(out);
+  return out;
+}
+
+std::optional<RowSelection> Deserialize(const std::string& in, const Dataset& dataset) {
+  constexpr size_t kHash = 32;
+  if (in.size() < sizeof kStoreMagic + kHash ||
+      std::memcmp(in.data(), kStoreMagic, sizeof kStoreMagic) != 0 ||
+      FooterHash(in.substr(0, in.size() - kHash)) != in.substr(in.size() - kHash)) {
+    return std::nullopt;
+  }
+  const std::string body = in.substr(0, in.size() - kHash);
+  size_t pos = sizeof kStoreMagic;
+  int64_t n = 0;
+  if (!Take(body, &pos, &n) || n != static_cast<int64_t>(dataset.splits().size())) {
+    return std::nullopt;
+  }
+  RowSelection sel;
+  sel.stage.resize(n);
+  sel.rows.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint8_t stage = 0;
+    int64_t count = 0;
+    if (!Take(body, &pos, &stage) || stage > 4 || !Take(body, &pos, &count) || count < 0 ||
+        count > dataset.splits()[i].file_rows || body.size() < pos + count * 4) {
+      return std::nullopt;
+    }
+    sel.stage[i] = static_cast<RowSelection::Stage>(stage);
+    if (sel.stage[i] == RowSelection::Stage::kMasked) {
+      auto rows = std::make_shared<std::vector<int32_t>>(count);
+      std::memcpy(rows->data(), body.data() + pos, count * 4);
+      sel.rows[i] = std::move(rows);
+    }
+    pos += count * 4;
+  }
+  for (int64_t* v : StatFields(&sel.stats)) {
+    if (!Take(body, &pos, v)) return std::nullopt;
+  }
+  return sel;
+}
+
+std::string StorePath(const std::string& dir, const std::string& key) {
+  return (std::filesystem::path(dir) / "filters" / (key + ".sel")).string();
+}
+
+std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& dataset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Deserialize(ss.str(), dataset);
+}
+
+void Store(const std::string& path, const RowSelection& sel) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const std::string bytes = Serialize(sel);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return;  // not kept: the next run evaluates again
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+}  // namespace
+
+arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterOptions& options) {
+  const bool storable = !options.store_dir.empty() && options.predicate == nullptr &&
+                        !options.serialized_expression.empty();
+  std::string store_path;
+  if (storable) {
+    store_path = StorePath(options.store_dir, StoreKey(dataset, options));
+    if (auto stored = LoadStored(store_path, dataset)) {
+      stored->stats.from_store = true;
+      return std::move(*stored);
+    }
+  }
+  Evaluator evaluator(dataset, options);
+  ARROW_RETURN_NOT_OK(evaluator.Prepare());
+  const auto& splits = dataset.splits();
+  RowSelection sel;
+  sel.stage.assign(splits.size(), RowSelection::Stage::kAll);
+  sel.rows.resize(splits.size());
+  std::vector<std::vector<int64_t>> by_file(dataset.files().size());
+  for (size_t s = 0; s < splits.size(); ++s) by_file[splits[s].file].push_back(s);
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Stages 1 and 2 (footers only), in parallel over files.
+  std::vector<std::vector<std::pair<int64_t, cp::Expression>>> masks(by_file.size());
+  ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(by_file.size()), threads, [&](int64_t f) {
+    if (by_file[f].empty()) return arrow::Status::OK();
+    return evaluator.PruneFile(static_cast<size_t>(f), by_file[f], &sel, &masks[f]);
+  }));
+  std::vector<std::pair<int64_t, cp::Expression>> to_mask;
+  for (auto& m : masks) {
+    for (auto& e : m) to_mask.push_back(std::move(e));
+  }
+  // Stage 3: row masks, in parallel over row groups.
+  std::atomic<int64_t> mask_bytes{0};
+  ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(to_mask.size()), threads, [&](int64_t i) {
+    int64_t bytes = 0;
+    const int64_t s = to_mask[i].first;
+    auto rows = evaluator.Mask(s, to_mask[i].second, &bytes);
+    mask_bytes += bytes;
+    if (!rows.ok()) return rows.status();
+    if (*rows == nullptr) {
+      sel.stage[s] = RowSelection::Stage::kMask;
+    } else if (static_cast<int64_t>((*rows)->size()) == splits[s].file_rows) {
+      sel.stage[s] = RowSelection::Stage::kAll;
+    } else {
+      sel.stage[s] = RowSelection::Stage::kMasked;
+      sel.rows[s] = std::move(rows).ValueUnsafe();
+    }
+    return arrow::Status::OK();
+  }));
+  FilterStats& st = sel.stats;
+  st.files = static_cast<int64_t>(dataset.files().size());
+  st.row_groups = static_cast<int64_t>(splits.size());
+  st.row_groups_masked = static_cast<int64_t>(to_mask.size());
+  st.mask_bytes_read = mask_bytes;
+  for (size_t f = 0; f < by_file.size(); ++f) {
+    bool pruned = !by_file[f].empty();
+    for (int64_t s : by_file[f]) pruned = pruned && sel.stage[s] == RowSelection::Stage::kPartition;
+    st.files_pruned += pruned ? 1 : 0;
+  }
+  for (size_t s = 0; s < splits.size(); ++s) {
+    st.rows += splits[s].file_rows;
+    st.bytes += splits[s].compressed_bytes;
+    switch (sel.stage[s]) {
+      case RowSelection::Stage::kAll:
+        st.rows_kept += splits[s].file_rows;
+        st.row_groups_all_rows += 1;
+        break;
+      case RowSelection::Stage::kMasked:
+        st.rows_kept += static_cast<int64_t>(sel.rows[s]->size());
+        break;
+      case RowSelection::Stage::kPartition:
+        st.row_groups_pruned_partition += 1;
+        st.bytes_pruned += splits[s].compressed_bytes;
+        break;
+      case RowSelection::Stage::kStatistics:
+        st.row_groups_pruned_statistics += 1;
+        st.bytes_pruned += splits[s].compressed_bytes;
+        break;
+      case RowSelection::Stage::kMask:
+        st.row_groups_pruned_mask += 1;
+        st.bytes_pruned += splits[s].compressed_bytes;
+        break;
+    }
+  }
+  // Kept whole after a mask pass counts as masked, not as decided by statistics.
+  for (const auto& [s, e] : to_mask) {
+    if (sel.stage[s] == RowSelection::Stage::kAll) st.row_groups_all_rows -= 1;
+  }
+  if (storable) Store(store_path, sel);
+  return sel;
+}
+
+void ApplySelection(const RowSelection& selection, Dataset* dataset) {
+  std::vector<Split> kept;
+  const auto& splits = dataset->splits();
+  for (size_t s = 0; s < splits.size(); ++s) {
+    Split split = splits[s];
+    switch (selection.stage[s]) {
+      case RowSelection::Stage::kAll:
+        kept.push_back(split);
+        break;
+      case RowSelection::Stage::kMasked:
+        split.rows = selection.rows[s];
+        split.num_rows = static_cast<int64_t>(split.rows->size());
+        kept.push_back(split);
+        break;
+      default:
+        break;
+    }
+  }
+  dataset->RestrictSplits(std::move(kept));
+}
+
+std::string SelectionFingerprint(const Split& split) {
+  if (split.rows == nullptr) return "";
+  return FooterHash(std::string(reinterpret_cast<const char*>(split.rows->data()),
+                                split.rows->size() * sizeof(int32_t)));
+}
+
+std::string DescribeExpression(const std::string& serialized_expression) {
+  auto expr = ReadExpression(serialized_expression);
+  return expr.ok() ? expr->ToString() : "";
+}
+
+}  // namespace pqloader

@@ -1,0 +1,207 @@
+#include "pqloader/filter/row_filter.h"
+
+#include <filesystem>
+
+#include <arrow/api.h>
+#include <arrow/compute/api.h>
+#include <arrow/compute/expression.h>
+#include <gtest/gtest.h>
+
+#include "pqloader/error.h"
+#include "pqloader/loader.h"
+#include "pqloader/test_util.h"
+
+namespace pqloader {
+namespace {
+
+namespace cp = arrow::compute;
+
+std::string Serialized(const cp::Expression& e) {
+  return cp::Serialize(e).ValueOrDie()->ToString();
+}
+
+// Two files of three 100-row row groups: ids 0..299 and 300..599 (statistics written).
+std::string TwoFiles() {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteIdFile(dir + "/a.parquet", {100, 100, 100}, 0);
+  testing::WriteIdFile(dir + "/b.parquet", {100, 100, 100}, 300);
+  return dir;
+}
+
+std::vector<int64_t> Ids(Loader* loader, int64_t epoch) {
+  EXPECT_TRUE(loader->StartEpoch(epoch).ok());
+  std::vector<int64_t> ids;
+  while (true) {
+    auto r = loader->Next();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok() || *r == nullptr) break;
+    const auto* p = reinterpret_cast<const int64_t*>((*r)->columns[0].data->data());
+    ids.insert(ids.end(), p, p + (*r)->num_rows);
+    const auto* x = reinterpret_cast<const float*>((*r)->columns[1].data->data());
+    for (int64_t i = 0; i < (*r)->num_rows; ++i) EXPECT_EQ(x[i], static_cast<float>(p[i]) / 2);
+  }
+  return ids;
+}
+
+TEST(RowFilter, StatisticsPruneRowGroupsAndMasksSelectRows) {
+  const std::string dir = TwoFiles();
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression = Serialized(
+      cp::and_(cp::greater_equal(cp::field_ref("id"), cp::literal(int64_t{150})),
+               cp::less(cp::field_ref("id"), cp::literal(int64_t{420}))));
+  auto sel = EvaluateFilter(*ds, options).ValueOrDie();
+  using S = RowSelection::Stage;
+  EXPECT_EQ(sel.stage, (std::vector<S>{S::kStatistics, S::kMasked, S::kAll, S::kAll, S::kMasked,
+                                       S::kStatistics}));
+  EXPECT_EQ(sel.rows[1]->size(), 50u);
+  EXPECT_EQ(sel.rows[1]->front(), 50);
+  EXPECT_EQ(sel.rows[4]->size(), 20u);
+  EXPECT_EQ(sel.stats.row_groups_pruned_statistics, 2);
+  EXPECT_EQ(sel.stats.row_groups_masked, 2);
+  EXPECT_EQ(sel.stats.row_groups_all_rows, 2);
+  EXPECT_EQ(sel.stats.rows, 600);
+  EXPECT_EQ(sel.stats.rows_kept, 270);
+  EXPECT_GT(sel.stats.bytes_pruned, 0);
+  EXPECT_GT(sel.stats.mask_bytes_read, 0);
+}
+
+TEST(RowFilter, LoaderDeliversExactlyTheKeptRowsInEveryOrder) {
+  const std::string dir = TwoFiles();
+  LoaderOptions o;
+  o.plan.batch_size = 32;
+  o.num_workers = 3;
+  // Rows 150..419 that are not multiples of 7: every split kind (pruned, masked
+  // scattered, whole).
+  o.filter.serialized_expression = Serialized(cp::and_(
+      {cp::greater_equal(cp::field_ref("id"), cp::literal(int64_t{150})),
+       cp::less(cp::field_ref("id"), cp::literal(int64_t{420})),
+       cp::equal(cp::call("divide", {cp::field_ref("id"), cp::literal(int64_t{7})}),
+                     cp::call("divide", {cp::call("add", {cp::field_ref("id"),
+                                                          cp::literal(int64_t{1})}),
+                                         cp::literal(int64_t{7})}))}));
+  std::vector<int64_t> expected;
+  for (int64_t id = 150; id < 420; ++id) {
+    if ((id + 1) % 7 != 0) expected.push_back(id);
+  }
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  EXPECT_EQ(loader->num_rows(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(Ids(loader.get(), 0), expected);
+  // Shuffled: the same multiset, the same order for any worker count.
+  o.plan.shuffle = true;
+  o.plan.seed = 9;
+  auto shuffled = Loader::Make({dir}, o).ValueOrDie();
+  auto ids = Ids(shuffled.get(), 1);
+  o.num_workers = 1;
+  auto one = Loader::Make({dir}, o).ValueOrDie();
+  EXPECT_EQ(Ids(one.get(), 1), ids);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, expected);
+}
+
+TEST(RowFilter, PartitionKeysPruneFiles) {
+  const std::string dir = testing::MakeTempDir();
+  std::filesystem::create_directories(dir + "/part=1");
+  std::filesystem::create_directories(dir + "/part=2");
+  testing::WriteIdFile(dir + "/part=1/a.parquet", {10, 10}, 0);
+  testing::WriteIdFile(dir + "/part=2/b.parquet", {10}, 20);
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression =
+      Serialized(cp::equal(cp::field_ref("part"), cp::literal(int64_t{2})));
+  auto sel = EvaluateFilter(*ds, options).ValueOrDie();
+  EXPECT_EQ(sel.stats.files_pruned, 1);
+  EXPECT_EQ(sel.stats.row_groups_pruned_partition, 2);
+  EXPECT_EQ(sel.stats.rows_kept, 10);
+  EXPECT_EQ(sel.stats.mask_bytes_read, 0);  // decided from the path alone
+}
+
+TEST(RowFilter, SelectionIsStoredAndReusedButNotAfterTheFilesChange) {
+  const std::string dir = TwoFiles();
+  const std::string store = testing::MakeTempDir();
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression =
+      Serialized(cp::equal(cp::call("bit_wise_and", {cp::field_ref("id"),
+                                                     cp::literal(int64_t{1})}),
+                           cp::literal(int64_t{0})));
+  options.store_dir = store;
+  auto first = EvaluateFilter(*ds, options).ValueOrDie();
+  EXPECT_FALSE(first.stats.from_store);
+  auto second = EvaluateFilter(*ds, options).ValueOrDie();
+  EXPECT_TRUE(second.stats.from_store);
+  EXPECT_EQ(second.stage, first.stage);
+  for (size_t s = 0; s < first.rows.size(); ++s) {
+    ASSERT_EQ(first.rows[s] == nullptr, second.rows[s] == nullptr);
+    if (first.rows[s]) {
+      EXPECT_EQ(*first.rows[s], *second.rows[s]);
+    }
+  }
+  EXPECT_EQ(second.stats.rows_kept, 300);
+  // A damaged stored selection is not used.
+  for (const auto& e : std::filesystem::directory_iterator(store + "/filters")) {
+    std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) - 1);
+  }
+  EXPECT_FALSE(EvaluateFilter(*ds, options).ValueOrDie().stats.from_store);
+  // Another file content: another key.
+  testing::WriteIdFile(dir + "/b.parquet", {100, 100, 100}, 301);
+  auto changed = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  auto third = EvaluateFilter(*changed, options).ValueOrDie();
+  EXPECT_FALSE(third.stats.from_store);
+}
+
+TEST(RowFilter, PredicateRunsOnWholeBatchesAndAndsWithTheExpression) {
+  const std::string dir = TwoFiles();
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression =
+      Serialized(cp::less(cp::field_ref("id"), cp::literal(int64_t{100})));
+  std::atomic<int> calls{0};
+  options.predicate_columns = {"x"};
+  options.predicate = [&](const std::shared_ptr<arrow::RecordBatch>& batch)
+      -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    ++calls;
+    EXPECT_EQ(batch->num_columns(), 1);
+    EXPECT_EQ(batch->schema()->field(0)->name(), "x");
+    return cp::CallFunction("less", {batch->column(0), arrow::MakeScalar(10.0f)})
+        .ValueOrDie()
+        .make_array();
+  };
+  auto sel = EvaluateFilter(*ds, options).ValueOrDie();
+  EXPECT_EQ(sel.stats.rows_kept, 20);  // x = id / 2 < 10
+  EXPECT_EQ(calls.load(), 1);          // one row group left by statistics
+}
+
+TEST(RowFilter, ErrorsNameTheColumnOrTheProblem) {
+  const std::string dir = TwoFiles();
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression =
+      Serialized(cp::equal(cp::field_ref("lang"), cp::literal("en")));
+  auto st = EvaluateFilter(*ds, options).status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'lang'"), std::string::npos) << st.message();
+  ASSERT_NE(GetErrorDetail(st), nullptr);
+  EXPECT_EQ(GetErrorDetail(st)->kind(), ErrorKind::kColumnNotFound);
+  options.serialized_expression = Serialized(cp::field_ref("id"));
+  st = EvaluateFilter(*ds, options).status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not a condition"), std::string::npos) << st.message();
+  options.serialized_expression = "garbage";
+  EXPECT_FALSE(EvaluateFilter(*ds, options).ok());
+}
+
+TEST(RowFilter, NothingKeptGivesAnEmptyEpoch) {
+  const std::string dir = TwoFiles();
+  LoaderOptions o;
+  o.filter.serialized_expression =
+      Serialized(cp::greater(cp::field_ref("id"), cp::literal(int64_t{10000})));
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  EXPECT_EQ(loader->num_rows(), 0);
+  EXPECT_TRUE(Ids(loader.get(), 0).empty());
+  EXPECT_EQ(loader->filter_stats().row_groups_pruned_statistics, 6);
+  EXPECT_EQ(loader->filter_stats().mask_bytes_read, 0);
+}
+
+}  // namespace
+}  // namespace pqloader

@@ -1,0 +1,210 @@
+"""Row filters: ``Loader(filter=...)``.
+
+A filter is a pyarrow compute expression (``pc.field("lang") == "en"``), a string in a
+small Python-like syntax (``"lang == 'en' and ts >= 5"``, the CLI's ``--filter``), a
+:class:`Predicate` (a Python function on whole Arrow record batches), or a list of these
+(all must hold). The engine pushes it down in C++ (``cpp/src/pqloader/filter/``): hive
+partition keys prune files, row-group statistics prune row groups, the remaining row
+groups are read (the filter's columns only) for a row mask, once, before the first epoch.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Callable, Sequence
+
+
+class Predicate:
+    """A row filter in Python, run on whole record batches (Petastorm's ``in_lambda``).
+
+    Args:
+        columns: The columns ``fn`` reads (top-level columns or partition keys).
+        fn: Called with a ``pyarrow.RecordBatch`` of those columns (one row group),
+            returns one bool per row (a pyarrow or NumPy array, or a list); null
+            counts as False. Called from the engine's threads, one call at a time (it
+            holds the GIL), once per row group that statistics do not decide.
+
+    Cost: one Python call per row group, on vectorised batches (not per row); with an
+    expression as well, the expression prunes first. Its selection is not kept in
+    ``cache_dir`` (a function has no identity to key it by): it runs on every start.
+    """
+
+    def __init__(self, columns: Sequence[str], fn: Callable[[Any], Any]) -> None:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise TypeError(f"Predicate columns must be a list of column names, got {columns!r}")
+        if not columns:
+            raise ValueError("Predicate needs the columns it reads")
+        if not callable(fn):
+            raise TypeError(f"Predicate fn must be callable, got {type(fn).__name__}")
+        self.columns = list(dict.fromkeys(columns))
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"Predicate({self.columns!r}, {getattr(self.fn, '__name__', self.fn)!r})"
+
+
+def _compute() -> Any:
+    try:
+        import pyarrow.compute as pc
+    except ImportError as e:  # pragma: no cover - filters are built with pyarrow
+        raise ImportError("filters are pyarrow compute expressions: pip install pyarrow") from e
+    return pc
+
+
+_COMPARE = {ast.Eq: "__eq__", ast.NotEq: "__ne__", ast.Lt: "__lt__", ast.LtE: "__le__",
+            ast.Gt: "__gt__", ast.GtE: "__ge__"}
+
+
+def parse_filter(text: str) -> Any:
+    """Parse ``text`` into a pyarrow compute expression.
+
+    The syntax is Python's for comparisons (``==``, ``!=``, ``<``, ``<=``, ``>``,
+    ``>=``, chained too), ``in`` / ``not in`` a list, ``and``, ``or``, ``not``,
+    ``is None`` / ``is not None``; names are columns, literals are numbers, strings,
+    True/False. E.g. ``"lang == 'en' and 2020 <= year < 2024"``.
+
+    Raises:
+        ValueError: ``text`` is not such an expression (with what is not accepted).
+    """
+    pc = _compute()
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"filter {text!r} is not an expression: {e.msg}") from None
+
+    def literal(node: ast.AST) -> Any:
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is neither a column nor a literal") from None
+
+    def term(node: ast.AST) -> Any:
+        if isinstance(node, ast.Name):
+            return pc.field(node.id)
+        return pc.scalar(literal(node))
+
+    def convert(node: ast.AST) -> Any:
+        if isinstance(node, ast.BoolOp):
+            parts = [convert(v) for v in node.values]
+            out = parts[0]
+            for p in parts[1:]:
+                out = (out & p) if isinstance(node.op, ast.And) else (out | p)
+            return out
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return ~convert(node.operand)
+        if isinstance(node, ast.Compare):
+            out, left = None, node.left
+            for op, right in zip(node.ops, node.comparators):
+                if isinstance(op, (ast.In, ast.NotIn)):
+                    values = literal(right)
+                    if not isinstance(values, (list, tuple, set)):
+                        raise ValueError(f"filter {text!r}: 'in' needs a list of values")
+                    e = term(left).isin(list(values))
+                    e = ~e if isinstance(op, ast.NotIn) else e
+                elif isinstance(op, (ast.Is, ast.IsNot)):
+                    if not (isinstance(right, ast.Constant) and right.value is None):
+                        raise ValueError(f"filter {text!r}: 'is' is only for 'is None'")
+                    e = term(left).is_null()
+                    e = ~e if isinstance(op, ast.IsNot) else e
+                elif type(op) in _COMPARE:
+                    e = getattr(term(left), _COMPARE[type(op)])(term(right))
+                else:  # pragma: no cover - every ast.cmpop is handled above
+                    raise ValueError(f"filter {text!r}: {type(op).__name__} is not accepted")
+                out = e if out is None else (out & e)
+                left = right
+            return out
+        if isinstance(node, ast.Name):
+            return pc.field(node.id)  # a bool column
+        raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is not a comparison, "
+                         "'in', 'is None', and/or/not")
+
+    return convert(tree.body)
+
+
+def check_filter(value: Any) -> Any:
+    """Check a ``filter=`` argument; return it normalised (strings parsed).
+
+    Returns:
+        None, an expression, a :class:`Predicate`, or a tuple of them (all must hold).
+
+    Raises:
+        TypeError: not an expression, string, Predicate or list of them.
+        ValueError: a string that does not parse.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return None
+        parts = tuple(check_filter(v) for v in value)
+        flat: list[Any] = []
+        for p in parts:
+            flat.extend(p if isinstance(p, tuple) else [p])
+        return tuple(p for p in flat if p is not None)
+    if isinstance(value, str):
+        return parse_filter(value)
+    if isinstance(value, Predicate):
+        return value
+    if type(value).__name__ == "Expression" and type(value).__module__.startswith("pyarrow"):
+        return value
+    if callable(value):
+        raise TypeError("filter= takes a function as pqloader.Predicate(columns, fn), naming the "
+                        "columns it reads")
+    raise TypeError("filter must be a pyarrow.compute expression, a string such as "
+                    f"\"lang == 'en'\", a pqloader.Predicate or a list of them, got {type(value).__name__}")
+
+
+def _parts(value: Any) -> tuple[list[Any], list[Predicate]]:
+    items = value if isinstance(value, tuple) else (value,)
+    exprs = [v for v in items if v is not None and not isinstance(v, Predicate)]
+    preds = [v for v in items if isinstance(v, Predicate)]
+    return exprs, preds
+
+
+def _call(predicates: list[Predicate]) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """The engine's callable: (schema capsule, array capsule) -> (schema, array) capsules."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def call(schema_capsule: Any, array_capsule: Any) -> tuple[Any, Any]:
+        batch = pa.RecordBatch._import_from_c_capsule(schema_capsule, array_capsule)
+        keep = None
+        for p in predicates:
+            result = p.fn(batch.select(p.columns))
+            if isinstance(result, pa.ChunkedArray):
+                result = result.combine_chunks()
+            if not isinstance(result, pa.Array):
+                result = pa.array(np.asarray(result, dtype=bool))
+            if result.type != pa.bool_():
+                raise TypeError(f"{p!r} returned {result.type}, not bool")
+            if len(result) != batch.num_rows:
+                raise ValueError(f"{p!r} returned {len(result)} values for {batch.num_rows} rows")
+            keep = result if keep is None else pc.and_kleene(keep, result)
+        return keep.__arrow_c_array__()
+
+    return call
+
+
+def to_engine(value: Any) -> dict[str, Any]:
+    """The engine's ``filter`` (serialized expression) and ``predicate`` options."""
+    if value is None:
+        return {"filter": None, "predicate": None}
+    exprs, preds = _parts(value)
+    out: dict[str, Any] = {"filter": None, "predicate": None}
+    if exprs:
+        e = exprs[0]
+        for x in exprs[1:]:
+            e = e & x
+        # What pyarrow pickles: arrow::compute::Serialize's bytes, read by the engine's Arrow.
+        out["filter"] = e.__reduce__()[1][0].to_pybytes()
+    if preds:
+        columns = list(dict.fromkeys(c for p in preds for c in p.columns))
+        out["predicate"] = (columns, _call(preds))
+    return out
+
+
+def describe(value: Any) -> str:
+    """The filter as text (for messages and ``inspect``)."""
+    exprs, preds = _parts(value)
+    return " and ".join([str(e) for e in exprs] + [repr(p) for p in preds])

@@ -1,0 +1,239 @@
+"""Loader(filter=...): rows chosen by pyarrow expressions, strings and Python predicates,
+pushed down to partition keys, row-group statistics and row masks; held to pyarrow's
+``dataset.to_table(filter=...)`` as a multiset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+
+ROWS_PER_FILE = 2000
+ROW_GROUP = 250
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Hive-partitioned by lang; ts sorted within each file (statistics prune on it);
+    score has nulls; label small ints."""
+    root = tmp_path_factory.mktemp("filtered")
+    rng = np.random.default_rng(5)
+    next_id = 0
+    for lang in ("de", "en", "fr"):
+        for part in range(2):
+            n = ROWS_PER_FILE
+            ids = np.arange(next_id, next_id + n, dtype=np.int64)
+            next_id += n
+            score = rng.random(n)
+            table = pa.table({
+                "id": ids,
+                "ts": np.arange(n, dtype=np.int64) + part * n,
+                "label": rng.integers(0, 5, n).astype(np.int64),
+                "score": pa.array(score, mask=rng.random(n) < 0.1),
+                "x": rng.random(n).astype(np.float32),
+                "tag": pa.array([f"t{i % 7}" for i in range(n)]),
+            })
+            d = root / f"lang={lang}"
+            d.mkdir(exist_ok=True)
+            pq.write_table(table, d / f"part-{part}.parquet", row_group_size=ROW_GROUP)
+    return root
+
+
+def expected_ids(root, expression):
+    table = pads.dataset(root, partitioning="hive").to_table(filter=expression, columns=["id"])
+    return np.sort(table["id"].to_numpy())
+
+
+def loaded_ids(root, flt, **kwargs):
+    kwargs.setdefault("batch_size", 64)
+    loader = pqloader.Loader(str(root), columns=["id"], filter=flt, num_epochs=1, **kwargs)
+    ids = [b["id"] for b in loader]
+    return (np.sort(np.concatenate(ids)) if ids else np.zeros(0, np.int64)), loader
+
+
+FILTERS = [
+    pc.field("lang") == "en",
+    (pc.field("ts") >= 600) & (pc.field("ts") < 900),
+    pc.field("label").isin([1, 3]),
+    (pc.field("lang") != "de") & (pc.field("ts") < 300) & (pc.field("x") > 0.5),
+    pc.field("score") > 0.5,  # nulls dropped
+    pc.field("score").is_null(),
+    (pc.field("tag") == "t3") | (pc.field("label") == 0),
+    pc.field("ts") > 10**9,  # nothing
+]
+
+
+@pytest.mark.parametrize("index", range(len(FILTERS)))
+def test_filtered_rows_equal_pyarrow_dataset_filter(data, index):
+    expression = FILTERS[index]
+    got, loader = loaded_ids(data, expression)
+    want = expected_ids(data, expression)
+    np.testing.assert_array_equal(got, want)
+    assert loader.num_rows == len(want)
+    s = loader.stats()
+    assert s["filter_rows"] == 6 * ROWS_PER_FILE
+    assert s["filter_rows_kept"] == len(want)
+
+
+def test_each_stage_prunes_what_it_can_and_counts_it(data):
+    _, by_key = loaded_ids(data, pc.field("lang") == "fr")
+    s = by_key.stats()
+    assert s["filter_files"] == 6 and s["filter_files_pruned"] == 4
+    assert s["filter_row_groups_pruned_partition"] == 4 * ROWS_PER_FILE // ROW_GROUP
+    assert s["filter_row_groups_masked"] == 0 and s["filter_mask_bytes_read"] == 0
+    assert s["bytes_read"] <= s["filter_bytes"] - s["filter_bytes_pruned"]
+
+    _, by_stats = loaded_ids(data, (pc.field("ts") >= 500) & (pc.field("ts") < 750))
+    s = by_stats.stats()
+    # ts 500..749 lies in row groups 2 (500..749) of part 0 in each of 3 languages: whole.
+    assert s["filter_row_groups_all_rows"] == 3
+    assert s["filter_row_groups_pruned_statistics"] == 6 * ROWS_PER_FILE // ROW_GROUP - 3
+    assert s["filter_row_groups_masked"] == 0
+    assert s["units_read"] >= 3 and s["bytes_read"] < s["filter_bytes"] / 10
+
+    _, masked = loaded_ids(data, pc.field("label") == 2)
+    s = masked.stats()
+    assert s["filter_row_groups_masked"] == 6 * ROWS_PER_FILE // ROW_GROUP
+    assert s["filter_mask_bytes_read"] > 0
+
+
+def test_string_filters_parse_to_the_same_rows(data):
+    for text, expression in [
+        ("lang == 'en' and 100 <= ts < 700", (pc.field("lang") == "en") & (pc.field("ts") >= 100)
+         & (pc.field("ts") < 700)),
+        ("label in [0, 4] or score is None", pc.field("label").isin([0, 4]) | pc.field("score").is_null()),
+        ("not (x > 0.25) and tag != 't1'", ~(pc.field("x") > 0.25) & (pc.field("tag") != "t1")),
+        ("label not in (1, 2)", ~pc.field("label").isin([1, 2])),
+    ]:
+        got, _ = loaded_ids(data, text)
+        np.testing.assert_array_equal(got, expected_ids(data, expression), err_msg=text)
+    for bad in ("lang ==", "foo(3)", "x in 3", "a is 3", "x + 1"):
+        with pytest.raises(ValueError, match="filter"):
+            pqloader.parse_filter(bad)
+
+
+def test_predicates_run_on_whole_batches_and_and_with_expressions(data):
+    seen = []
+
+    def big_x(batch):
+        seen.append(batch.num_rows)
+        assert batch.schema.names == ["x"]
+        return pc.greater(batch["x"], 0.75)
+
+    predicate = pqloader.Predicate(["x"], big_x)
+    got, loader = loaded_ids(data, [pc.field("lang") == "en", predicate])
+    np.testing.assert_array_equal(
+        got, expected_ids(data, (pc.field("lang") == "en") & (pc.field("x") > 0.75)))
+    # One call per row group the expression left (en only), each with all its rows.
+    assert seen == [ROW_GROUP] * (2 * ROWS_PER_FILE // ROW_GROUP)
+    # numpy results and lists are accepted too.
+    got2, _ = loaded_ids(data, pqloader.Predicate(["label", "lang"],
+                                                  lambda b: (b["label"].to_numpy() == 1)
+                                                  & (np.asarray(b["lang"]) == "fr")))
+    np.testing.assert_array_equal(
+        got2, expected_ids(data, (pc.field("label") == 1) & (pc.field("lang") == "fr")))
+
+
+def test_predicate_errors_name_the_row_group(data):
+    def broken(batch):
+        raise ZeroDivisionError("boom")
+
+    with pytest.raises(pqloader.Error, match=r"predicate raised .*ZeroDivisionError.*boom"):
+        pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], broken))
+    with pytest.raises(pqloader.Error, match=r"row group \d+"):
+        pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], lambda b: [True]))
+    with pytest.raises(TypeError, match="Predicate"):
+        pqloader.Loader(str(data), filter=lambda b: True)
+    with pytest.raises(TypeError, match="filter must be"):
+        pqloader.Loader(str(data), filter=42)
+    with pytest.raises(pqloader.ColumnNotFoundError, match="'nope'"):
+        pqloader.Loader(str(data), filter=pc.field("nope") == 1)
+    with pytest.raises(pqloader.Error, match="not a condition"):
+        pqloader.Loader(str(data), filter=pc.field("ts"))
+
+
+def batches(loader):
+    return [b["id"].copy() for b in loader]
+
+
+def test_filtered_epochs_are_deterministic_across_threads_and_resume(data):
+    flt = (pc.field("label") != 2) & (pc.field("lang") != "fr")
+    kwargs = dict(columns=["id"], batch_size=50, shuffle=True, seed=3, filter=flt, num_epochs=1)
+    one = batches(pqloader.Loader(str(data), num_workers=1, **kwargs))
+    three = batches(pqloader.Loader(str(data), num_workers=3, _debug_max_delay_us=300, **kwargs))
+    assert len(one) == len(three)
+    for a, b in zip(one, three):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(np.sort(np.concatenate(one)), expected_ids(data, flt))
+    # Resume mid-epoch equals the uninterrupted tail.
+    loader = pqloader.Loader(str(data), **kwargs)
+    it = iter(loader)
+    for _ in range(7):
+        next(it)
+    state = loader.state_dict()
+    resumed = pqloader.Loader(str(data), **kwargs)
+    resumed.load_state_dict(state)
+    tail = batches(resumed)
+    assert len(tail) == len(one) - 7
+    for a, b in zip(tail, one[7:]):
+        np.testing.assert_array_equal(a, b)
+    # A state of another filter is refused.
+    other = pqloader.Loader(str(data), **{**kwargs, "filter": pc.field("label") != 3})
+    with pytest.raises(pqloader.InvalidDataError, match="different options"):
+        other.load_state_dict(state)
+
+
+def test_ranks_share_the_filtered_rows_equally(data):
+    flt = pc.field("label").isin([0, 1])
+    got = []
+    lengths = set()
+    for rank in range(3):
+        loader = pqloader.Loader(str(data), columns=["id"], batch_size=40, filter=flt, rank=rank,
+                                 world_size=3, shuffle=True, seed=1, num_epochs=1, drop_last=True)
+        b = batches(loader)
+        lengths.add(len(b))
+        got.append(np.concatenate(b))
+    assert len(lengths) == 1
+    allids = np.concatenate(got)
+    assert len(np.unique(allids)) == len(allids)
+    assert set(allids) <= set(expected_ids(data, flt))
+
+
+def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
+    flt = pc.field("x") < 0.3
+    kwargs = dict(columns=["id", "x"], batch_size=100, filter=flt, cache_dir=str(tmp_path),
+                  num_epochs=1)
+    first = pqloader.Loader(str(data), **kwargs)
+    a = batches(first)
+    assert first.stats()["filter_from_store"] is False
+    assert list((tmp_path / "filters").glob("*.sel"))
+    second = pqloader.Loader(str(data), **kwargs)
+    assert second.stats()["filter_from_store"] is True
+    b = batches(second)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    # The cached decoded row groups hold the filtered rows: another filter misses them.
+    other = pqloader.Loader(str(data), **{**kwargs, "filter": pc.field("x") >= 0.3})
+    ids = np.sort(np.concatenate(batches(other)))
+    np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") >= 0.3))
+
+
+def test_filter_round_trips_through_options(data):
+    loader = pqloader.Loader(str(data), filter="label == 4", columns=["id"])
+    again = pqloader.Loader(loader.sources, **loader.options.to_kwargs())
+    assert again.num_rows == loader.num_rows == len(expected_ids(data, pc.field("label") == 4))
+
+
+def test_filter_on_columns_not_loaded_and_on_a_file_lacking_the_column(tmp_path):
+    pq.write_table(pa.table({"id": np.arange(10), "flag": [True, False] * 5}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": np.arange(10, 20)}), tmp_path / "b.parquet")  # no flag: null
+    got, _ = loaded_ids(tmp_path, pc.field("flag"))
+    np.testing.assert_array_equal(got, np.arange(0, 10, 2))
+    got, _ = loaded_ids(tmp_path, pc.field("flag").is_null())
+    np.testing.assert_array_equal(got, np.arange(10, 20))
