@@ -24,6 +24,7 @@ from pqloader._arrow import ArrowSchema
 from pqloader._inspect import cache_clear, cache_prune, cache_stats, inspect, write_index
 from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
+from pqloader._mix import Mixture, mix
 from pqloader._options import LoaderOptions
 from pqloader._state import merge_states
 from pqloader._stats_table import diagnose, format_stats
@@ -33,6 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArrowSchema",
     "Loader",
+    "Mixture",
+    "mix",
     "LoaderOptions",
     "Pack",
     "Predicate",

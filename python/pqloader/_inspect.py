@@ -113,7 +113,7 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
-            lengths: bool | Sequence[str] = False) -> dict[str, Any]:
+            lengths: bool | Sequence[str] = False, filter: Any = None) -> dict[str, Any]:
     """Describe a dataset without reading its data pages (unless ``lengths`` asks for them).
 
     Args:
@@ -166,7 +166,24 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
                                           f"has length {stats['max']})") + sep + notes
     elif lengths is not False:
         info["lengths"] = {}
+    if filter is not None:
+        info["filter"] = _filter_stages(sources, options, filter, info)
     return info
+
+
+def _filter_stages(sources: list[str], storage_options: dict[str, str], flt: Any,
+                   info: Mapping[str, Any]) -> dict[str, Any]:
+    """What each stage of `flt` prunes: an engine opened on one loadable column."""
+    from pqloader import _filter, _process
+    from pqloader._options import LoaderOptions
+
+    loadable = [c for c, how in info["loads_as"].items() if not how.startswith("unsupported")]
+    options = LoaderOptions(columns=loadable[:1] or None, filter=flt, storage_options=storage_options,
+                            seed=0, rank=0, world_size=1)
+    engine = _process.Engine(sources, options.to_engine())
+    out = dict(engine.plan_info()["filter"])
+    out["expression"] = _filter.describe(options.filter)
+    return out
 
 
 def write_index(source: str | os.PathLike[str],

@@ -35,7 +35,8 @@ def _inspect(args: argparse.Namespace) -> int:
     what = "footers and row lengths" if args.lengths else "footers"
     with _progress(args, f"inspect {args.path}: reading {what}", ticker=True):
         info = pqloader.inspect(args.path, lengths=args.lengths,
-                                storage_options=parse_storage_options(args.storage_option))
+                                storage_options=parse_storage_options(args.storage_option),
+                                filter=args.filter)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -60,11 +61,26 @@ def _inspect(args: argparse.Namespace) -> int:
               f"size={_human(f['size_bytes'])}  compression={f['compression']}")
     if len(shown) < len(info["files"]):
         print(f"  ... {len(info['files']) - len(shown)} more (--all-files)")
+    if "filter" in info:
+        _print_filter(info["filter"])
     if info.get("skipped"):
         print("\nskipped (not Parquet):")
         for f in info["skipped"]:
             print(f"  {f['path']}  ({f['reason']})")
     return 0
+
+
+def _print_filter(f: dict) -> None:
+    print(f"\nfilter: {f['expression']}")
+    print(f"  partition keys: {f['files_pruned']} of {f['files']} file(s) pruned "
+          f"({f['row_groups_pruned_partition']} row group(s))")
+    print(f"  statistics:     {f['row_groups_pruned_statistics']} row group(s) pruned, "
+          f"{f['row_groups_all_rows']} kept whole")
+    print(f"  row masks:      {f['row_groups_masked']} row group(s) read "
+          f"({_human(f['mask_bytes_read'])} of filter columns), {f['row_groups_pruned_mask']} pruned")
+    share = f["bytes_pruned"] / f["bytes"] if f["bytes"] else 0.0
+    print(f"  kept: {f['rows_kept']} of {f['rows']} rows; {share:.0%} of the loaded columns' bytes "
+          f"not read{' (selection from the cache)' if f['from_store'] else ''}")
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -218,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths", action="store_true",
                    help="read the row lengths of ragged list columns and show min/median/p99/max "
                         "(one pass over each such column)")
+    p.add_argument("--filter", metavar="EXPR",
+                   help="show what this row filter prunes at each stage (partition keys, "
+                        "row-group statistics, row masks), e.g. \"lang == 'en' and year >= 2020\"")
     p.set_defaults(func=_inspect)
     x = sub.add_parser("index", parents=[common],
                        help="write a summary (_metadata) of a directory's files, so loaders "

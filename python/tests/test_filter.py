@@ -237,3 +237,18 @@ def test_filter_on_columns_not_loaded_and_on_a_file_lacking_the_column(tmp_path)
     np.testing.assert_array_equal(got, np.arange(0, 10, 2))
     got, _ = loaded_ids(tmp_path, pc.field("flag").is_null())
     np.testing.assert_array_equal(got, np.arange(10, 20))
+
+
+def test_inspect_shows_what_each_stage_prunes(data):
+    import subprocess
+    import sys
+
+    info = pqloader.inspect(str(data), filter="lang == 'fr' and ts < 250")
+    f = info["filter"]
+    assert f["files_pruned"] == 4 and f["row_groups_pruned_statistics"] == 2 * ROWS_PER_FILE // ROW_GROUP - 1
+    assert f["row_groups_all_rows"] == 1 and f["rows_kept"] == 250
+    assert "lang" in f["expression"]
+    out = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(data), "--filter",
+                          "label == 1 and lang != 'de'"], capture_output=True, text=True, check=True).stdout
+    assert "partition keys: 2 of 6 file(s) pruned" in out
+    assert f"row masks:      {4 * ROWS_PER_FILE // ROW_GROUP} row group(s) read" in out

@@ -16,6 +16,7 @@ enum class RngPurpose : uint32_t {
   kSplitOrder = 1,  ///< Permutation of splits in an epoch (id_a = epoch).
   kWindowRows = 2,  ///< Row permutation of one shuffle window (id_a = epoch, id_b = window).
   kAugment = 3,     ///< Per-sample augmentation draws (see CounterRng::ForSample).
+  kMixture = 4,     ///< Which source a mixture's position draws from (mix/mix_draws.h).
 };
 
 /// Apply Philox4x32 with 10 rounds to `counter` under `key`, in place.

@@ -1,0 +1,126 @@
+#include "pqloader/mix/mix_draws.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "pqloader/random/philox.h"
+
+namespace pqloader {
+
+std::vector<double> CumulativeWeights(const std::vector<double>& weights) {
+  double total = 0;
+  for (double w : weights) total += w;
+  std::vector<double> out;
+  double running = 0;
+  for (double w : weights) {
+    running += w;
+    out.push_back(running / total);
+  }
+  if (!out.empty()) out.back() = 1.0;
+  return out;
+}
+
+int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
+               const std::vector<double>& cumulative) {
+  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  uint32_t counter[4] = {static_cast<uint32_t>(position),
+                         static_cast<uint32_t>(static_cast<uint64_t>(position) >> 32),
+                         static_cast<uint32_t>(RngPurpose::kMixture),
+                         static_cast<uint32_t>(epoch)};
+  Philox4x32_10(counter, key);
+  const uint64_t bits = (static_cast<uint64_t>(counter[0]) << 32) | counter[1];
+  const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
+  const int n = static_cast<int>(cumulative.size());
+  for (int i = 0; i < n - 1; ++i) {
+    if (u < cumulative[i]) return i;
+  }
+  return n - 1;
+}
+
+void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
+                 const std::vector<double>& cumulative, int32_t* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = DrawSource(seed, epoch, start + i, cumulative);
+}
+
+std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
+                                const std::vector<double>& cumulative) {
+  std::vector<int64_t> counts(cumulative.size(), 0);
+  for (int64_t p = 0; p < end; ++p) ++counts[DrawSource(seed, epoch, p, cumulative)];
+  return counts;
+}
+
+int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
+                                  const std::vector<double>& cumulative,
+                                  const std::vector<int64_t>& rows, bool until_all,
+                                  int64_t limit) {
+  std::vector<int64_t> counts(rows.size(), 0);
+  int64_t unfinished = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] <= 0 && !until_all) return 0;
+    if (rows[i] > 0) ++unfinished;
+  }
+  if (until_all && unfinished == 0) return 0;
+  for (int64_t p = 0; p < limit; ++p) {
+    const int s = DrawSource(seed, epoch, p, cumulative);
+    if (!until_all && counts[s] == rows[s]) return p;
+    if (++counts[s] == rows[s] && until_all && --unfinished == 0) return p + 1;
+  }
+  return limit;
+}
+
+InterleavePlan InterleavePlan::Make(const std::vector<int64_t>& piece_rows,
+                                   const std::vector<int32_t>& piece_sources,
+                                   const int32_t* sources, int64_t rows) {
+  int32_t num_sources = 0;
+  for (int32_t s : piece_sources) num_sources = std::max(num_sources, s + 1);
+  std::vector<std::vector<int32_t>> by_source(static_cast<size_t>(num_sources));
+  for (size_t k = 0; k < piece_sources.size(); ++k) {
+    by_source[piece_sources[k]].push_back(static_cast<int32_t>(k));
+  }
+  std::vector<size_t> at(static_cast<size_t>(num_sources), 0);
+  std::vector<int64_t> used(static_cast<size_t>(num_sources), 0);
+  InterleavePlan plan;
+  plan.piece.resize(static_cast<size_t>(rows));
+  plan.row.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t s = sources[r];
+    const auto& list = by_source[s];
+    while (used[s] == piece_rows[list[at[s]]]) {
+      ++at[s];
+      used[s] = 0;
+    }
+    plan.piece[r] = list[at[s]];
+    plan.row[r] = static_cast<int32_t>(used[s]++);
+  }
+  return plan;
+}
+
+namespace {
+
+template <typename T>
+void Gather(const InterleavePlan& plan, const InterleaveColumn& c) {
+  T* out = reinterpret_cast<T*>(c.out);
+  const auto* pieces = reinterpret_cast<const T* const*>(c.pieces.data());
+  const size_t n = plan.piece.size();
+  for (size_t r = 0; r < n; ++r) std::memcpy(out + r, pieces[plan.piece[r]] + plan.row[r], sizeof(T));
+}
+
+}  // namespace
+
+void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& columns) {
+  for (const InterleaveColumn& c : columns) {
+    switch (c.row_bytes) {
+      case 1: Gather<uint8_t>(plan, c); break;
+      case 2: Gather<uint16_t>(plan, c); break;
+      case 4: Gather<uint32_t>(plan, c); break;
+      case 8: Gather<uint64_t>(plan, c); break;
+      default:
+        for (size_t r = 0; r < plan.piece.size(); ++r) {
+          std::memcpy(c.out + r * c.row_bytes, c.pieces[plan.piece[r]] + plan.row[r] * c.row_bytes,
+                      static_cast<size_t>(c.row_bytes));
+        }
+    }
+  }
+}
+
+}  // namespace pqloader

@@ -1,0 +1,66 @@
+// Weighted mixing of several sources into one stream (pqloader.mix): which source each
+// position of a mixture epoch draws from, and the row interleave of a batch.
+//
+// Position p of mixture epoch e draws from source i with probability weights[i]: one
+// Philox4x32-10 block with counter (p low, p high, RngPurpose::kMixture, e low) under
+// the seed's key; words 0..1 give a 53-bit uniform u, and the source is the first i with
+// u < cumulative[i]. So a draw depends on (seed, epoch, position) only: any worker
+// count, any resume point, every rank the same sequence (ranks differ in the rows each
+// source's own shard gives). This layout is part of the determinism contract
+// (docs/determinism.md, "Mixtures"). Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace pqloader {
+
+/// Cumulative probabilities of `weights` (positive, any scale), the last exactly 1.
+std::vector<double> CumulativeWeights(const std::vector<double>& weights);
+
+/// The source of position `position` of mixture epoch `epoch`.
+int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
+               const std::vector<double>& cumulative);
+
+/// Sources of positions [start, start + count) into out[0, count).
+void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
+                 const std::vector<double>& cumulative, int32_t* out);
+
+/// Draws of each source among positions [0, end).
+std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
+                                const std::vector<double>& cumulative);
+
+/// The length of a mixture epoch that ends when a source runs out: with `until_all`
+/// false, the first position whose draw would need row rows[i] of its source i (the
+/// first source exhausted); with `until_all`, the first position after which every
+/// source i has been drawn at least rows[i] times (the last source exhausted). Sources
+/// with no rows make a "first" epoch empty and are ignored by "last". At most `limit`.
+int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
+                                  const std::vector<double>& cumulative,
+                                  const std::vector<int64_t>& rows, bool until_all,
+                                  int64_t limit);
+
+/// One column of a mixed batch: its output rows and, per piece, where that piece's rows
+/// of this column are.
+struct InterleaveColumn {
+  uint8_t* out = nullptr;
+  int64_t row_bytes = 0;
+  std::vector<const uint8_t*> pieces;  ///< One pointer per piece (InterleavePlan order).
+};
+
+/// Where each row of a mixed batch comes from: (piece, row within it). Pieces hold the
+/// rows of one source each (piece_sources[k]), a source's pieces taken in order; the
+/// pieces must hold enough rows of every source drawn.
+struct InterleavePlan {
+  std::vector<int32_t> piece;
+  std::vector<int32_t> row;
+  static InterleavePlan Make(const std::vector<int64_t>& piece_rows,
+                             const std::vector<int32_t>& piece_sources, const int32_t* sources,
+                             int64_t rows);
+};
+
+/// Fill every column's output: row r of column c is row plan.row[r] of piece
+/// plan.piece[r] of that column (typed loads for 1/2/4/8-byte rows, memcpy otherwise).
+void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& columns);
+
+}  // namespace pqloader

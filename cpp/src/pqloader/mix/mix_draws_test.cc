@@ -1,0 +1,89 @@
+#include "pqloader/mix/mix_draws.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace pqloader {
+namespace {
+
+TEST(MixDraws, ProportionsWithinBinomialBoundsOver100kDraws) {
+  const std::vector<double> weights = {5, 3, 2};
+  const auto cum = CumulativeWeights(weights);
+  constexpr int64_t kDraws = 100000;
+  for (uint64_t seed : {0ull, 7ull, 123456789ull}) {
+    const auto counts = CountDraws(seed, 3, kDraws, cum);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const double p = weights[i] / 10.0;
+      const double sd = std::sqrt(kDraws * p * (1 - p));
+      EXPECT_LT(std::abs(counts[i] - kDraws * p), 4.5 * sd) << "seed " << seed << " source " << i;
+    }
+  }
+}
+
+TEST(MixDraws, ADrawDependsOnSeedEpochAndPositionOnly) {
+  const auto cum = CumulativeWeights({1, 1, 1, 1});
+  std::vector<int32_t> run(1000), part(400);
+  DrawSources(5, 2, 0, 1000, cum, run.data());
+  DrawSources(5, 2, 300, 400, cum, part.data());
+  for (int i = 0; i < 400; ++i) EXPECT_EQ(part[i], run[300 + i]);
+  std::vector<int32_t> other_epoch(1000), other_seed(1000);
+  DrawSources(5, 3, 0, 1000, cum, other_epoch.data());
+  DrawSources(6, 2, 0, 1000, cum, other_seed.data());
+  EXPECT_NE(run, other_epoch);
+  EXPECT_NE(run, other_seed);
+  // The documented layout, pinned: a change here is a versioned change of order.
+  std::vector<int32_t> first(12);
+  DrawSources(1, 0, 0, 12, CumulativeWeights({1, 1}), first.data());
+  EXPECT_EQ(first, (std::vector<int32_t>{1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0}));
+}
+
+TEST(MixDraws, ZeroWeightIsNeverDrawn) {
+  const auto cum = CumulativeWeights({1, 0, 1});
+  const auto counts = CountDraws(9, 0, 20000, cum);
+  EXPECT_EQ(counts[1], 0);
+  EXPECT_GT(counts[0], 9000);
+  EXPECT_GT(counts[2], 9000);
+}
+
+TEST(MixDraws, EpochEndsWhenTheFirstOrTheLastSourceRunsOut) {
+  const auto cum = CumulativeWeights({0.6, 0.4});
+  const std::vector<int64_t> rows = {600, 100};
+  const int64_t first = EpochLengthUntilExhausted(4, 1, cum, rows, false, 1 << 20);
+  auto counts = CountDraws(4, 1, first, cum);
+  EXPECT_LE(counts[0], rows[0]);
+  EXPECT_LE(counts[1], rows[1]);
+  const int s = DrawSource(4, 1, first, cum);
+  EXPECT_EQ(counts[s], rows[s]);  // the next draw would need a row the source lacks
+  const int64_t last = EpochLengthUntilExhausted(4, 1, cum, rows, true, 1 << 20);
+  counts = CountDraws(4, 1, last, cum);
+  EXPECT_GE(counts[0], rows[0]);
+  EXPECT_GE(counts[1], rows[1]);
+  counts = CountDraws(4, 1, last - 1, cum);
+  EXPECT_TRUE(counts[0] < rows[0] || counts[1] < rows[1]);
+  EXPECT_GT(last, first);
+  EXPECT_EQ(EpochLengthUntilExhausted(4, 1, cum, {0, 5}, false, 100), 0);
+  EXPECT_EQ(EpochLengthUntilExhausted(4, 1, cum, rows, true, 50), 50);
+}
+
+TEST(MixDraws, InterleaveTakesEachSourcesRowsInOrderAcrossPieces) {
+  const std::vector<int64_t> a1 = {10, 11}, a2 = {12}, b = {20, 21};
+  auto bytes = [](const auto& v) { return reinterpret_cast<const uint8_t*>(v.data()); };
+  const std::vector<int32_t> sources = {1, 0, 0, 1, 0};
+  const auto plan = InterleavePlan::Make({2, 2, 1}, {0, 1, 0}, sources.data(), 5);
+  EXPECT_EQ(plan.piece, (std::vector<int32_t>{1, 0, 0, 1, 2}));
+  EXPECT_EQ(plan.row, (std::vector<int32_t>{0, 0, 1, 1, 0}));
+  std::vector<int64_t> out(5);
+  // A second column of 3-byte rows, through the generic path.
+  const std::vector<uint8_t> w1 = {1, 1, 1, 2, 2, 2}, w2 = {3, 3, 3}, wb = {7, 7, 7, 8, 8, 8};
+  std::vector<uint8_t> wide(15);
+  std::vector<InterleaveColumn> columns = {
+      {reinterpret_cast<uint8_t*>(out.data()), 8, {bytes(a1), bytes(b), bytes(a2)}},
+      {wide.data(), 3, {w1.data(), wb.data(), w2.data()}}};
+  InterleaveRows(plan, columns);
+  EXPECT_EQ(out, (std::vector<int64_t>{20, 10, 11, 21, 12}));
+  EXPECT_EQ(wide, (std::vector<uint8_t>{7, 7, 7, 1, 1, 1, 2, 2, 2, 8, 8, 8, 3, 3, 3}));
+}
+
+}  // namespace
+}  // namespace pqloader

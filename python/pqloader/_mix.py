@@ -1,0 +1,360 @@
+"""Weighted, deterministic mixing of several Loaders into one stream: ``pqloader.mix``.
+
+Each source is a :class:`pqloader.Loader` with its own columns, transforms and filter
+(its output columns must match the others'). Position p of mixture epoch e draws its
+source with a counter-based RNG (Philox keyed by seed, e, p; ``cpp/src/pqloader/mix/``),
+so the stream is a pure function of (sources, weights, seed, epoch, rank): any worker
+count, exact resume, every rank drawing the same source sequence from its own shards
+(equal batches per rank). In mixture epoch e, source i reads its own epoch e; if it runs
+out within the epoch, it reads epoch e again under the seeds wrap_seed(seed_i, 1),
+wrap_seed(seed_i, 2), ...: each a fresh shuffle (and fresh random transforms), never one
+another mixture epoch reads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from pqloader import _core
+from pqloader._options import check_int
+
+STATE_VERSION = 1
+_MASK = 2**64 - 1
+
+
+def wrap_seed(seed: int, wrap: int) -> int:
+    """The seed of a source's `wrap`-th rerun of an epoch (wrap 0: its own seed):
+    SplitMix64 of seed + wrap * 0x9E3779B97F4A7C15."""
+    if wrap == 0:
+        return seed
+    z = (seed + wrap * 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+_STOPS = ("first", "last")
+
+
+class _SourceStream:
+    """Rows of one source from a stream position on, across its wraps."""
+
+    def __init__(self, loader: Any, rows_per_epoch: int, mix_epoch: int, start: int) -> None:
+        self._loader = loader
+        self._rows = rows_per_epoch
+        self._mix_epoch = mix_epoch
+        self._batches: Iterator[dict[str, Any]] | None = None
+        wrap, row = divmod(start, rows_per_epoch) if rows_per_epoch else (0, 0)
+        self._wrap = wrap
+        bs = loader.options.batch_size
+        self._open(wrap, row // bs)
+        self._skip = row % bs
+
+    def _open(self, wrap: int, first_batch: int) -> None:
+        loader = self._loader
+        engine = loader._engine
+        loader._cursor.invalidate()  # the loader's own iterators stop
+        engine.set_seed(wrap_seed(loader.seed, wrap))
+        engine.start_epoch(self._mix_epoch, first_batch, False, None)
+        transform = loader.options.batch_transform
+
+        def batches() -> Iterator[dict[str, Any]]:
+            while True:
+                b = engine.next()
+                if b is None:
+                    return
+                yield transform(b) if transform is not None else b
+
+        self._batches = batches()
+
+    def next_batch(self) -> dict[str, Any]:
+        """The source's next batch (from the stream position on), across its wraps."""
+        b = next(self._batches, None)  # type: ignore[arg-type]
+        if b is None:  # the source's epoch ended: its next wrap
+            self._wrap += 1
+            self._open(self._wrap, 0)
+            b = next(self._batches, None)  # type: ignore[arg-type]
+            if b is None:
+                raise RuntimeError("a mixture source has no rows")
+        if self._skip:
+            b = {c: v[self._skip:] for c, v in b.items()}
+            self._skip = 0
+        return b
+
+    def close(self) -> None:
+        self._loader._engine.stop()
+        self._loader._engine.set_seed(self._loader.seed)  # the loader as it was made
+
+
+class Mixture:
+    """One stream of batches drawn from several Loaders by weight; see :func:`mix`."""
+
+    def __init__(self, sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float] | Sequence[float],
+                 *, batch_size: int | None = None, seed: int | None = None,
+                 samples_per_epoch: int | None = None, stop: str = "first", drop_last: bool = False,
+                 num_epochs: int | None = 1, source_column: str | None = "source",
+                 output: str = "numpy") -> None:
+        from pqloader._loader import Loader
+
+        if isinstance(sources, Mapping):
+            names = [str(k) for k in sources]
+            loaders = list(sources.values())
+        else:
+            loaders = list(sources)
+            names = [str(i) for i in range(len(loaders))]
+        if len(loaders) < 1:
+            raise ValueError("mix needs at least one source")
+        for name, loader in zip(names, loaders):
+            if not isinstance(loader, Loader):
+                raise TypeError(f"mix source {name!r} must be a pqloader.Loader, got {type(loader).__name__}")
+        if len({id(x) for x in loaders}) != len(loaders):
+            raise ValueError("each mix source must be its own Loader (one Loader cannot be two streams)")
+        if isinstance(weights, Mapping):
+            unknown = set(map(str, weights)) - set(names)
+            if unknown or len(weights) != len(names):
+                raise ValueError(f"weights must name each source once ({names}), got {list(weights)}")
+            wmap = {str(k): v for k, v in weights.items()}
+            w = [wmap[n] for n in names]
+        else:
+            w = list(weights)
+            if len(w) != len(loaders):
+                raise ValueError(f"weights must give one weight per source ({len(loaders)}), got {len(w)}")
+        for n, x in zip(names, w):
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                raise ValueError(f"the weight of source {n!r} must be a finite number >= 0, got {x!r}")
+        if sum(w) <= 0:
+            raise ValueError("at least one weight must be positive")
+        if stop not in _STOPS:
+            raise ValueError(f"stop must be one of {_STOPS}, got {stop!r}")
+        if output not in ("numpy", "torch"):
+            raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
+        first = loaders[0].options
+        for n, l in zip(names, loaders):
+            o = l.options
+            if (o.rank, o.world_size) != (first.rank, first.world_size):
+                raise ValueError(f"mix sources must share rank and world_size: {names[0]!r} has "
+                                 f"{first.rank}/{first.world_size}, {n!r} {o.rank}/{o.world_size}")
+            if o.output != "numpy":
+                raise ValueError(f"mix source {n!r} has output={o.output!r}: give the sources "
+                                 "output='numpy' and mix(..., output='torch')")
+            if o.pack is not None:
+                raise ValueError(f"mix source {n!r} packs documents; mix the unpacked sources")
+            if o.lists is not None and any(type(v).__name__ == "Ragged" for v in o.lists.values()):
+                raise ValueError(f"mix source {n!r} has ragged list columns; pad them (lists=Pad(...)) to mix")
+        self._check_columns(names, loaders)
+        self._names = names
+        self._loaders = loaders
+        self._weights = [float(x) for x in w]
+        self._cumulative = _core.mix_cumulative(self._weights)
+        self._batch_size = check_int("batch_size", batch_size if batch_size is not None else first.batch_size, 1)
+        self._seed = check_int("seed", seed if seed is not None else first.seed, 0, 2**64 - 1)
+        self._samples = None if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch, 1)
+        self._stop = stop
+        self._drop_last = bool(drop_last)
+        self._num_epochs = None if num_epochs is None else check_int("num_epochs", num_epochs, 0)
+        if source_column is not None and source_column in loaders[0].column_info:
+            raise ValueError(f"source_column {source_column!r} is a column of the sources; name it otherwise")
+        self._source_column = source_column
+        self._output = output
+        self._rows = [self._rows_per_epoch(l) for l in loaders]
+        self._lengths: dict[int, int] = {}
+        self._epoch, self._batch = 0, 0
+        self._resume_end: int | None = None
+        self._active_end: int | None = None  # where the running iteration stops
+        self._generation = 0
+
+    @staticmethod
+    def _check_columns(names: list[str], loaders: list[Any]) -> None:
+        base = loaders[0].column_info
+        for n, l in zip(names[1:], loaders[1:]):
+            info = l.column_info
+            if list(info) != list(base):
+                raise ValueError(f"mix sources must give the same columns in the same order: "
+                                 f"{names[0]!r} gives {list(base)}, {n!r} gives {list(info)}")
+            for c in base:
+                a, b = base[c], info[c]
+                if (a["dtype"], a["shape"]) != (b["dtype"], b["shape"]):
+                    raise ValueError(f"column {c!r} is {a['dtype']} {a['shape']} in {names[0]!r} but "
+                                     f"{b['dtype']} {b['shape']} in {n!r}: mix sources must agree")
+
+    @staticmethod
+    def _rows_per_epoch(loader: Any) -> int:
+        o = loader.options
+        if o.drop_last:
+            return loader._engine.num_batches(0) * o.batch_size
+        return loader.num_rows
+
+    # -- the plan of an epoch ----------------------------------------------------------
+    def epoch_samples(self, epoch: int) -> int:
+        """Samples this rank draws in `epoch` (before drop_last)."""
+        if epoch not in self._lengths:
+            if self._samples is not None:
+                n = self._samples // self._loaders[0].options.world_size
+            else:
+                limit = sum(self._rows) * 64 + 1024  # a bound for weights far from the sizes
+                n = _core.mix_epoch_length(self._seed, epoch, self._cumulative, self._rows,
+                                           self._stop == "last", limit)
+            self._lengths[epoch] = n
+        return self._lengths[epoch]
+
+    def num_batches(self, epoch: int) -> int:
+        n = self.epoch_samples(epoch)
+        return n // self._batch_size if self._drop_last else -(-n // self._batch_size)
+
+    def __len__(self) -> int:
+        """Batches of the current epoch for this rank."""
+        return self.num_batches(self._epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def sources(self) -> list[str]:
+        return list(self._names)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the first batch of `epoch`."""
+        self._epoch, self._batch = check_int("epoch", epoch, 0), 0
+        self._resume_end = None
+        self._generation += 1
+
+    # -- iteration ---------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._generation += 1
+        generation = self._generation
+        epoch, batch = self._epoch, self._batch
+        if batch >= self.num_batches(epoch):
+            epoch, batch = epoch + 1, 0
+        if self._resume_end is not None:
+            stop, self._resume_end = self._resume_end, None
+        else:
+            stop = None if self._num_epochs is None else epoch + self._num_epochs
+        self._active_end = stop
+        to_torch = None
+        if self._output == "torch":
+            import torch
+
+            def to_torch(b: dict[str, Any]) -> dict[str, Any]:
+                return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype != object else v
+                        for k, v in b.items()}
+        while stop is None or epoch < stop:
+            yield from self._epoch_batches(epoch, batch, generation, to_torch)
+            epoch, batch = epoch + 1, 0
+        self._epoch, self._batch = epoch, 0
+        self._active_end = None  # the iteration is complete
+
+    def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any) -> Iterator[dict[str, Any]]:
+        n = self.epoch_samples(epoch)
+        nb = self.num_batches(epoch)
+        B = self._batch_size
+        k = len(self._loaders)
+        counts = _core.mix_count(self._seed, epoch, batch * B, self._cumulative) if batch else [0] * k
+        streams = [_SourceStream(l, r, epoch, c) for l, r, c in zip(self._loaders, self._rows, counts)]
+        buffer = _core.MixBuffer(k)
+        columns: list[str] | None = None
+        layout: list[Any] = []  # per column: (dtype, row shape) of an array column, None for a list
+        try:
+            for b in range(batch, nb):
+                if generation != self._generation:
+                    raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch "
+                                       "or load_state_dict replaced it")
+                start = b * B
+                count = min(B, n - start)
+                sources = _core.mix_draws(self._seed, epoch, start, count, self._cumulative)
+                for i, need in enumerate(np.bincount(sources, minlength=k).tolist()):
+                    while buffer.buffered(i) < need:
+                        got = streams[i].next_batch()
+                        if columns is None:
+                            columns = list(got)
+                            layout = [(v.dtype, v.shape[1:]) if isinstance(v, np.ndarray) and v.dtype != object
+                                      else None for v in got.values()]
+                        buffer.push(i, [got[c] if l is not None or isinstance(got[c], list) else list(got[c])
+                                        for c, l in zip(columns, layout)])
+                assert columns is not None
+                outs = [np.empty((count,) + l[1], dtype=l[0]) if l is not None else None for l in layout]
+                out = dict(zip(columns, buffer.fill(outs, sources)))  # C++, GIL released
+                if self._source_column is not None:
+                    out[self._source_column] = sources.astype(np.int64)
+                self._epoch, self._batch = epoch, b + 1
+                yield to_torch(out) if to_torch is not None else out
+        finally:
+            buffer.clear()
+            for s in streams:
+                s.close()
+
+    # -- checkpointing -----------------------------------------------------------------
+    def _config(self) -> dict[str, Any]:
+        return {"sources": self._names, "weights": self._weights, "batch_size": self._batch_size,
+                "seed": self._seed, "samples_per_epoch": self._samples, "stop": self._stop,
+                "drop_last": self._drop_last,
+                "source_fingerprints": [l._fingerprint(l.seed) for l in self._loaders]}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed out (JSON-safe)."""
+        return {"kind": "pqloader.mix", "version": STATE_VERSION, "epoch": self._epoch,
+                "batch": self._batch, "end": self._active_end, "config": self._config()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue exactly after the last batch of the run that produced `state`.
+
+        Raises:
+            pqloader.InvalidDataError: not a mixture state, or one of other sources,
+                weights or options (named).
+        """
+        from pqloader._errors import InvalidDataError
+
+        if not isinstance(state, Mapping) or state.get("kind") != "pqloader.mix" \
+                or state.get("version") != STATE_VERSION:
+            raise InvalidDataError(f"not a pqloader.mix state (version {STATE_VERSION})")
+        mine = self._config()
+        theirs = state.get("config", {})
+        diffs = [k for k in mine if mine[k] != theirs.get(k)]
+        if diffs:
+            raise InvalidDataError("cannot load a mixture state taken with different " + ", ".join(diffs))
+        epoch, batch = state.get("epoch"), state.get("batch")
+        if not isinstance(epoch, int) or not isinstance(batch, int) or epoch < 0 or \
+                not 0 <= batch <= self.num_batches(epoch):
+            raise InvalidDataError(f"mixture state position ({epoch!r}, {batch!r}) is not one of this mixture")
+        end = state.get("end")
+        if end is not None and (not isinstance(end, int) or end < epoch):
+            raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")
+        self._epoch, self._batch = epoch, batch
+        # The rest of the interrupted iteration: up to where it would have stopped.
+        self._resume_end = end
+        self._generation += 1
+
+    def __repr__(self) -> str:
+        return (f"pqloader.Mixture({dict(zip(self._names, self._weights))}, batch_size={self._batch_size}, "
+                f"seed={self._seed}, stop={self._stop!r}, samples_per_epoch={self._samples})")
+
+
+def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float] | Sequence[float],
+        **options: Any) -> Mixture:
+    """Mix several Loaders into one stream, each position drawn by weight.
+
+    Args:
+        sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,
+            transforms and filter; their output columns (names, dtypes, shapes) must
+            agree. They must share rank and world size (each is sharded by its own
+            options); output='numpy' (convert with this ``output``).
+        weights: One weight >= 0 per source (a dict by name, or a list); normalised.
+        batch_size: Rows per batch (default: the first source's).
+        seed: Keys the draws (default: the first source's seed).
+        samples_per_epoch: Samples per epoch over all ranks. Default: until a source
+            runs out (``stop``).
+        stop: Without samples_per_epoch: ``"first"`` (default) ends the epoch when the
+            first source runs out of its epoch's rows, ``"last"`` when every source has
+            been read whole at least once (the others restart, reshuffled).
+        drop_last: Drop the epoch's last partial batch.
+        num_epochs: Epochs per iteration (None: forever). Default 1.
+        source_column: Name of the int64 column giving each row's source index (None:
+            no such column). Default ``"source"``.
+        output: ``"numpy"`` or ``"torch"`` (zero-copy ``torch.from_numpy``).
+
+    Returns:
+        A :class:`Mixture`: iterable, with ``state_dict``/``load_state_dict``,
+        ``set_epoch`` and ``len``.
+    """
+    return Mixture(sources, weights, **options)

@@ -1,0 +1,186 @@
+"""pqloader.mix: several Loaders drawn by weight into one deterministic, resumable,
+sharded stream."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from pqloader import _core
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """Three datasets of different sizes; ids disjoint (source s holds s*10^6 + i)."""
+    root = tmp_path_factory.mktemp("mix")
+    sizes = {"web": 3000, "code": 1200, "books": 600}
+    rng = np.random.default_rng(2)
+    for s, (name, n) in enumerate(sizes.items()):
+        d = root / name
+        d.mkdir()
+        ids = s * 1_000_000 + np.arange(n, dtype=np.int64)
+        pq.write_table(pa.table({"id": ids, "x": rng.random((n,)).astype(np.float32),
+                                 "v": pa.array(list(rng.random((n, 3)).astype(np.float32)),
+                                               type=pa.list_(pa.float32(), 3))}),
+                       d / "part.parquet", row_group_size=200)
+    return root, sizes
+
+
+def loaders(root, names=("web", "code", "books"), **kwargs):
+    kwargs.setdefault("batch_size", 64)
+    kwargs.setdefault("shuffle", True)
+    return {n: pqloader.Loader(str(root / n), seed=10 + i, **kwargs) for i, n in enumerate(names)}
+
+
+def run(m):
+    return [{k: np.array(v, copy=True) for k, v in b.items()} for b in m]
+
+
+def test_draws_follow_the_weights_within_binomial_bounds():
+    weights = [0.5, 0.3, 0.2]
+    cum = _core.mix_cumulative(weights)
+    n = 100_000
+    draws = _core.mix_draws(3, 0, 0, n, cum)
+    counts = np.bincount(draws, minlength=3)
+    for c, p in zip(counts, weights):
+        assert abs(c - n * p) < 4.5 * math.sqrt(n * p * (1 - p))
+    # A draw is a function of (seed, epoch, position): any slice equals the whole run's.
+    np.testing.assert_array_equal(_core.mix_draws(3, 0, 500, 100, cum), draws[500:600])
+    assert list(_core.mix_count(3, 0, 1000, cum)) == list(np.bincount(draws[:1000], minlength=3))
+
+
+def test_every_row_of_the_first_exhausted_source_once_and_others_unrepeated(sources):
+    root, sizes = sources
+    m = pqloader.mix(loaders(root), {"web": 0.5, "code": 0.3, "books": 0.2}, seed=4)
+    expected_batches = len(m)
+    batches = run(m)
+    assert len(batches) == expected_batches
+    ids = np.concatenate([b["id"] for b in batches])
+    src = np.concatenate([b["source"] for b in batches])
+    assert len(ids) == m.epoch_samples(0)
+    np.testing.assert_array_equal(src, ids // 1_000_000)  # the source column is right
+    assert len(np.unique(ids)) == len(ids)  # nothing repeated within an epoch ("first")
+    counts = np.bincount(src, minlength=3)
+    exhausted = [i for i, n in enumerate(sizes.values()) if counts[i] == n]
+    assert exhausted, counts  # the epoch ended when one source ran out
+    # Every column came from the same row as its id.
+    for b in batches:
+        for name_index, name in enumerate(sizes):
+            sel = b["source"] == name_index
+            assert b["v"][sel].shape[1:] == (3,)
+
+
+def test_same_batches_for_any_worker_count_and_across_runs(sources):
+    root, _ = sources
+    w = [2, 1, 1]
+    a = run(pqloader.mix(list(loaders(root, num_workers=1).values()), w, seed=7, batch_size=50))
+    b = run(pqloader.mix(list(loaders(root, num_workers=3, _debug_max_delay_us=200).values()), w,
+                         seed=7, batch_size=50))
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    c = run(pqloader.mix(list(loaders(root).values()), w, seed=8, batch_size=50))
+    assert any(not np.array_equal(x["source"], y["source"]) for x, y in zip(a, c))
+
+
+def test_resume_mid_epoch_equals_the_uninterrupted_run(sources):
+    root, _ = sources
+    kw = dict(seed=5, batch_size=40, stop="last", num_epochs=2)
+    full = run(pqloader.mix(loaders(root), [1, 1, 1], **kw))
+    for cut in (3, 61, len(full) // 2 + 1):
+        m = pqloader.mix(loaders(root), [1, 1, 1], **kw)
+        it = iter(m)
+        for _ in range(cut):
+            next(it)
+        state = m.state_dict()
+        resumed = pqloader.mix(loaders(root), [1, 1, 1], **kw)
+        resumed.load_state_dict(state)
+        tail = run(resumed)
+        assert len(tail) == len(full) - cut, cut
+        for x, y in zip(tail, full[cut:]):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+    other = pqloader.mix(loaders(root), [1, 2, 1], **kw)
+    with pytest.raises(pqloader.InvalidDataError, match="weights"):
+        other.load_state_dict(state)
+
+
+def test_last_exhausted_reads_every_source_whole_and_reshuffles_wraps(sources):
+    root, sizes = sources
+    m = pqloader.mix(loaders(root), [1, 1, 1], seed=2, stop="last", batch_size=100)
+    ids = np.concatenate([b["id"] for b in m])
+    for s, n in enumerate(sizes.values()):
+        mine = ids[ids // 1_000_000 == s]
+        assert set(mine % 1_000_000) == set(range(n))  # read whole at least once
+    # A small source wraps several times, each wrap a new shuffle of all its rows.
+    books = ids[ids // 1_000_000 == 2] % 1_000_000
+    first, second = books[:600], books[600:1200]
+    assert sorted(first) == sorted(second) == list(range(600))
+    assert not np.array_equal(first, second)
+
+
+def test_samples_per_epoch_and_ranks_get_equal_disjoint_batches(sources):
+    root, _ = sources
+    per_rank = []
+    for rank in range(2):
+        m = pqloader.mix(loaders(root, rank=rank, world_size=2), [3, 2, 1], seed=1,
+                         samples_per_epoch=2000, batch_size=100)
+        assert m.epoch_samples(0) == 1000 and len(m) == 10
+        batches = run(m)
+        per_rank.append(np.concatenate([b["id"] for b in batches]))
+        # Every rank draws the same source sequence.
+        if rank:
+            np.testing.assert_array_equal(per_rank[0] // 1_000_000, per_rank[1] // 1_000_000)
+    assert len(set(per_rank[0]) & set(per_rank[1])) == 0  # disjoint shards
+
+
+def test_epochs_differ_and_set_epoch_replays(sources):
+    root, _ = sources
+    m = pqloader.mix(loaders(root), [1, 1, 1], seed=3, samples_per_epoch=500, batch_size=100, num_epochs=2)
+    both = run(m)
+    assert len(both) == 10
+    m2 = pqloader.mix(loaders(root), [1, 1, 1], seed=3, samples_per_epoch=500, batch_size=100, num_epochs=1)
+    m2.set_epoch(1)
+    again = run(m2)
+    for x, y in zip(again, both[5:]):
+        np.testing.assert_array_equal(x["id"], y["id"])
+    assert not np.array_equal(both[0]["source"], both[5]["source"])
+
+
+def test_sources_with_their_own_filters_and_torch_output(sources):
+    torch = pytest.importorskip("torch")
+    root, _ = sources
+    a = pqloader.Loader(str(root / "web"), batch_size=32, filter="x < 0.5", seed=1, shuffle=True)
+    b = pqloader.Loader(str(root / "code"), batch_size=32, seed=2)
+    m = pqloader.mix({"a": a, "b": b}, {"a": 1, "b": 1}, output="torch", source_column="from")
+    first = next(iter(m))
+    assert isinstance(first["id"], torch.Tensor) and first["from"].dtype == torch.int64
+    xs = np.concatenate([bb["x"].numpy()[bb["from"].numpy() == 0] for bb in m])
+    assert (xs < 0.5).all()
+
+
+def test_mix_refuses_what_it_cannot_mix(sources):
+    root, _ = sources
+    ls = loaders(root)
+    with pytest.raises(ValueError, match="one weight per source"):
+        pqloader.mix(list(ls.values()), [1, 1])
+    with pytest.raises(ValueError, match="finite number"):
+        pqloader.mix(ls, {"web": -1, "code": 1, "books": 1})
+    with pytest.raises(ValueError, match="at least one weight"):
+        pqloader.mix(ls, [0, 0, 0])
+    with pytest.raises(ValueError, match="same columns"):
+        pqloader.mix([pqloader.Loader(str(root / "web"), columns=["id"]), ls["code"]], [1, 1])
+    with pytest.raises(ValueError, match="rank"):
+        pqloader.mix([pqloader.Loader(str(root / "web"), rank=0, world_size=2), ls["code"]], [1, 1])
+    with pytest.raises(ValueError, match="its own Loader"):
+        pqloader.mix([ls["web"], ls["web"]], [1, 1])
+    with pytest.raises(TypeError, match="pqloader.Loader"):
+        pqloader.mix([str(root / "web")], [1])
+    with pytest.raises(ValueError, match="source_column"):
+        pqloader.mix(ls, [1, 1, 1], source_column="id")
