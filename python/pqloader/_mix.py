@@ -284,6 +284,16 @@ class Mixture:
             for s in streams:
                 s.close()
 
+    def stats(self) -> dict[str, Any]:
+        """Each source loader's ``stats()`` (under ``sources``), and the sum over them
+        of bytes_read, bytes_fetched, units_read and rows (rows the sources handed to
+        the mixer)."""
+        per = {n: l.stats() for n, l in zip(self._names, self._loaders)}
+        out: dict[str, Any] = {k: sum(s.get(k, 0) for s in per.values())
+                               for k in ("bytes_read", "bytes_fetched", "units_read", "rows")}
+        out["sources"] = per
+        return out
+
     # -- checkpointing -----------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         return {"sources": self._names, "weights": self._weights, "batch_size": self._batch_size,

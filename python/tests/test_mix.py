@@ -184,3 +184,12 @@ def test_mix_refuses_what_it_cannot_mix(sources):
         pqloader.mix([str(root / "web")], [1])
     with pytest.raises(ValueError, match="source_column"):
         pqloader.mix(ls, [1, 1, 1], source_column="id")
+
+
+def test_stats_sum_the_sources(sources):
+    root, sizes = sources
+    m = pqloader.mix(loaders(root), [1, 1, 1], seed=1, samples_per_epoch=900, batch_size=100)
+    rows = sum(len(b["id"]) for b in m)
+    s = m.stats()
+    assert set(s["sources"]) == {"web", "code", "books"}
+    assert s["rows"] >= rows and s["bytes_read"] == sum(x["bytes_read"] for x in s["sources"].values()) > 0

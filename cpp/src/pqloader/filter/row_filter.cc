@@ -115,7 +115,10 @@ class Evaluator {
       key_index_[keys[k]] = static_cast<int>(k);
     }
     // Each name's type where a file lacks it: the first file's that has it.
-    views_.resize(dataset_.files().size());
+    {
+      MutexLock lock(mu_);
+      views_.resize(dataset_.files().size());
+    }
     for (size_t f = 0; f < dataset_.files().size(); ++f) {
       ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
       for (const auto& name : names_) {
