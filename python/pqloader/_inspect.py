@@ -113,7 +113,8 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
-            lengths: bool | Sequence[str] = False, filter: Any = None) -> dict[str, Any]:
+            lengths: bool | Sequence[str] = False, filter: Any = None,
+            _progress: Any = None) -> dict[str, Any]:
     """Describe a dataset without reading its data pages (unless ``lengths`` asks for them).
 
     Args:
@@ -151,7 +152,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     sources = _env.normalize_sources(source)
     options = _env.normalize_storage_options(storage_options)
     _check_lengths(lengths)
-    info = _core.inspect(sources, options)
+    info = _core.inspect(sources, options, _progress)  # _progress: a _core.Progress (the CLI's)
     columns = _length_columns(lengths, info["ragged"])
     if columns:
         info["lengths"] = _core.list_lengths(sources, options, columns)
@@ -187,7 +188,8 @@ def _filter_stages(sources: list[str], storage_options: dict[str, str], flt: Any
 
 
 def write_index(source: str | os.PathLike[str],
-                storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                storage_options: Mapping[str, Any] | None = None,
+                _progress: Any = None) -> dict[str, Any]:
     """Write a summary of the Parquet files below directory `source`, so that loaders
     take every file's row-group layout from one object instead of each file's footer.
 
@@ -214,7 +216,7 @@ def write_index(source: str | os.PathLike[str],
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a directory path or URI, got {type(source).__name__}")
     sources = _env.normalize_sources(source)
-    return _core.write_index(sources[0], _env.normalize_storage_options(storage_options))
+    return _core.write_index(sources[0], _env.normalize_storage_options(storage_options), _progress)
 
 
 def _check_lengths(lengths: Any) -> None:

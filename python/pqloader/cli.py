@@ -13,6 +13,7 @@ import time
 from typing import Sequence
 
 import pqloader
+from pqloader import _core
 from pqloader._cli_args import parse_storage_options, parse_transforms
 from pqloader._cli_progress import Progress, enabled_for
 from pqloader._stats_table import stage_seconds
@@ -33,10 +34,12 @@ def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
 
 def _inspect(args: argparse.Namespace) -> int:
     what = "footers and row lengths" if args.lengths else "footers"
-    with _progress(args, f"inspect {args.path}: reading {what}", ticker=True):
+    counter = _core.Progress()
+    with _progress(args, f"inspect {args.path}: reading {what}", unit="files", ticker=True,
+                   counter=counter):
         info = pqloader.inspect(args.path, lengths=args.lengths,
                                 storage_options=parse_storage_options(args.storage_option),
-                                filter=args.filter)
+                                filter=args.filter, _progress=counter)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -84,9 +87,11 @@ def _print_filter(f: dict) -> None:
 
 
 def _index(args: argparse.Namespace) -> int:
-    with _progress(args, f"index {args.path}: reading footers", ticker=True):
-        r = pqloader.write_index(args.path,
-                                 storage_options=parse_storage_options(args.storage_option))
+    counter = _core.Progress()
+    with _progress(args, f"index {args.path}: reading footers", unit="files", ticker=True,
+                   counter=counter):
+        r = pqloader.write_index(args.path, storage_options=parse_storage_options(args.storage_option),
+                                 _progress=counter)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0

@@ -640,11 +640,11 @@ class PyLoader {
 };
 
 nb::dict Inspect(const std::vector<std::string>& sources,
-                 const std::map<std::string, std::string>& storage_options) {
+                 const std::map<std::string, std::string>& storage_options, Progress* progress) {
   DatasetSummary summary;
   {
     nb::gil_scoped_release release;
-    summary = Check(InspectDataset(sources, StorageOptions{storage_options}));
+    summary = Check(InspectDataset(sources, StorageOptions{storage_options}, progress));
   }
   nb::dict out;
   nb::list files;
@@ -964,7 +964,13 @@ NB_MODULE(_core, m) {
              return f;
            })
       .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());
-  m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a);
+  // Progress of inspect / write_index (footers read of how many), polled by the CLI.
+  nb::class_<pqloader::Progress>(m, "Progress")
+      .def(nb::init<>())
+      .def_prop_ro("done", [](const pqloader::Progress& p) { return p.done.load(); })
+      .def_prop_ro("total", [](const pqloader::Progress& p) { return p.total.load(); });
+  m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a,
+        "progress"_a = nb::none());
   m.def("mix_cumulative", &pqloader::CumulativeWeights, "weights"_a);
   m.def("mix_draws", &pqloader::MixDraws, "seed"_a, "epoch"_a, "start"_a, "count"_a, "cumulative"_a);
   m.def("mix_count", [](uint64_t seed, int64_t epoch, int64_t end, const std::vector<double>& cum) {
@@ -1031,12 +1037,13 @@ NB_MODULE(_core, m) {
     return out;
   });
   m.def("write_index", [](const std::string& source,
-                          const std::map<std::string, std::string>& storage_options) {
+                          const std::map<std::string, std::string>& storage_options,
+                          pqloader::Progress* progress) {
     pqloader::IndexResult r;
     {
       nb::gil_scoped_release release;
-      r = pqloader::Check(
-          pqloader::WriteDatasetIndex(source, pqloader::StorageOptions{storage_options}));
+      r = pqloader::Check(pqloader::WriteDatasetIndex(
+          source, pqloader::StorageOptions{storage_options}, 8, progress));
     }
     nb::dict d;
     d["metadata_path"] = r.metadata_path;
@@ -1045,7 +1052,7 @@ NB_MODULE(_core, m) {
     d["rows"] = r.rows;
     d["bytes"] = r.bytes;
     return d;
-  }, "source"_a, "storage_options"_a);
+  }, "source"_a, "storage_options"_a, "progress"_a = nb::none());
   m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
                           const std::map<std::string, std::string>& storage_options) {
     pqloader::CacheDirStats s;

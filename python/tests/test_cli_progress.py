@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import shutil
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import sys
 import pytest
 
 from conftest import subprocess_env, write_dataset
+import pqloader
 from pqloader._cli_progress import Progress, enabled_for
 
 
@@ -117,3 +119,19 @@ def test_on_a_terminal_progress_goes_to_stderr_only(ds, tmp_path, args, shows):
     assert "\r" not in out and shows not in out
     _, quiet_err, rc = _run([*args, "-q"], tmp_path, stderr_tty=True)
     assert rc == 0 and quiet_err == ""
+
+
+def test_the_engine_counts_footers_read_for_inspect_and_index(ds, tmp_path):
+    from pqloader import _core
+
+    counter = _core.Progress()
+    assert (counter.done, counter.total) == (0, -1)
+    line = Progress("inspect", unit="files", stream=io.StringIO(), enabled=True, counter=counter)
+    info = pqloader.inspect(str(ds), _progress=counter)
+    assert counter.done == counter.total == info["num_files"] == 2
+    assert "2/2 files" in line.text()
+    line.close()
+    shutil.copytree(ds, tmp_path / "copy")
+    counter = _core.Progress()
+    pqloader.write_index(str(tmp_path / "copy"), _progress=counter)
+    assert counter.done == counter.total == 2

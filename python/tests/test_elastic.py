@@ -414,3 +414,31 @@ def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
     got = consumed + sum(rests, [])
     assert len(got) == len(set(got))
     assert N - len(got) < 3
+
+
+@pytest.mark.parametrize("old,new", [(4, 2), (2, 3)])
+def test_a_filtered_epoch_resumes_on_another_world_size(ds, old, new):
+    """The plan is over the kept rows, so an elastic resume of a filtered loader hands
+    out the rest of the filtered epoch once."""
+    import pyarrow.compute as pc
+
+    flt = pc.not_equal(pc.bit_wise_and(pc.field("id"), 3), 1)
+    per_rank = len(make(ds, old, 0, filter=flt))
+    consumed, states = [], []
+    for r in range(old):
+        batches, state = take(make(ds, old, r, filter=flt), per_rank // 2)
+        consumed += [int(i) for b in batches for i in b]
+        states.append(state)
+    rest, counts = [], []
+    for r in range(new):
+        loader = make(ds, new, r, filter=flt)
+        loader.load_state_dict(states[0])
+        batches = rest_of_epoch(loader)
+        counts.append(len(batches))
+        rest += [int(i) for b in batches for i in b]
+    assert len(set(counts)) == 1
+    got = consumed + rest
+    assert len(got) == len(set(got))
+    assert all(i & 3 != 1 for i in got)
+    expected = epoch_ids(ds, old, 0, filter=flt)
+    assert set(got) <= set(expected) and len(expected) - len(got) < new

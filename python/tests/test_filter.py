@@ -215,6 +215,7 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     second = pqloader.Loader(str(data), **kwargs)
     assert second.stats()["filter_from_store"] is True
     b = batches(second)
+    assert second.stats()["cache_hits"] > 0  # the directory stayed a cache with filters/ in it
     assert len(a) == len(b)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
@@ -222,6 +223,8 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     other = pqloader.Loader(str(data), **{**kwargs, "filter": pc.field("x") >= 0.3})
     ids = np.sort(np.concatenate(batches(other)))
     np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") >= 0.3))
+    report = pqloader.cache_clear(str(tmp_path))
+    assert report["foreign_count"] == 0 and not (tmp_path / "filters").exists()
 
 
 def test_filter_round_trips_through_options(data):

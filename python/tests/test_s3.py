@@ -126,12 +126,14 @@ class Moto:
 class Proxy:
     """bench/throttle_proxy.py forwarding `port` (or a free one) to `target`."""
 
-    def __init__(self, target: int, port: int = 0, tmp: Path | None = None) -> None:
+    def __init__(self, target: int, port: int = 0, tmp: Path | None = None,
+                 count_file: Path | None = None) -> None:
         ready = Path(tmp or "/tmp") / f"proxy-{os.getpid()}-{time.monotonic_ns()}.port"
+        extra = ["--count-file", str(count_file)] if count_file else []
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "bench" / "throttle_proxy.py"),
              "--listen", f"{HOST}:{port}", "--target", f"{HOST}:{target}",
-             "--ready-file", str(ready)], env=aws_env())
+             "--ready-file", str(ready), *extra], env=aws_env())
         deadline = time.monotonic() + 30
         while not ready.exists() or not ready.read_text():
             assert self.proc.poll() is None and time.monotonic() < deadline, "proxy did not start"
@@ -337,6 +339,65 @@ def test_s3_footers_are_kept_in_the_cache_dir_across_runs(store, tmp_path):
     report = pqloader.cache_clear(cache_dir)
     assert report["entries"] == 6 and report["foreign_count"] == 0
     assert not (tmp_path / "cache" / "footers").exists()
+
+
+RANK_OPENS = textwrap.dedent("""
+    import json, sys, pqloader
+    rank, world, cache_dir, options = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+    loader = pqloader.Loader("s3://many/ds", storage_options=options, cache_dir=cache_dir or None,
+                             rank=rank, world_size=world, use_summary=False, columns=["id"])
+    print(json.dumps(loader.stats()["footers_from_cache"]))
+""")
+
+
+def _requests(count_file: Path) -> int:
+    import json
+
+    time.sleep(0.3)  # the proxy rewrites its counts every 0.1 s
+    return json.loads(count_file.read_text())["requests"]
+
+
+def test_ranks_of_a_node_fetch_each_footer_once(tmp_path):
+    """Without a summary, the ranks sharing a cache_dir fetch each footer once between
+    them (one rank reads them into footers/, the others wait and read them there)."""
+    import json
+
+    files = 24
+    paths = []
+    for i in range(files):
+        paths += write_dataset(tmp_path / "src" / f"f{i}", [[5, 5]])
+    server = Moto()
+    count_file = tmp_path / "count.json"
+    proxy = Proxy(server.port, tmp=tmp_path, count_file=count_file)
+    try:
+        s3 = server.client()
+        s3.create_bucket(Bucket="many")
+        for i, p in enumerate(paths):
+            s3.put_object(Bucket="many", Key=f"ds/part-{i:03d}.parquet", Body=Path(p).read_bytes())
+        options = json.dumps(server.options(port=proxy.port))
+
+        def ranks(world: int, cache_dir: str) -> list[int]:
+            procs = [subprocess.Popen([sys.executable, "-c", RANK_OPENS, str(r), str(world), cache_dir,
+                                       options], stdout=subprocess.PIPE, text=True, env=aws_env())
+                     for r in range(world)]
+            out = [p.communicate(timeout=120)[0] for p in procs]
+            assert all(p.returncode == 0 for p in procs)
+            return [int(o.strip().splitlines()[-1]) for o in out]
+
+        before = _requests(count_file)
+        ranks(1, "")
+        one_rank = _requests(count_file) - before  # its listing + every footer
+        listing = one_rank - files
+        assert listing >= 1
+        before = _requests(count_file)
+        from_cache = ranks(4, str(tmp_path / "cache"))
+        four_ranks = _requests(count_file) - before
+        # Each rank lists; the footers are fetched once on the node, not once per rank.
+        assert four_ranks <= 4 * listing + files + 2, (four_ranks, one_rank)
+        assert sorted(from_cache) == [0, files, files, files]
+    finally:
+        proxy.stop()
+        server.stop()
 
 
 def test_s3_stale_entries_are_told_by_stats_and_deleted_by_prune(store, tmp_path):

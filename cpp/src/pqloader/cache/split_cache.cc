@@ -165,6 +165,21 @@ bool IsFooterName(const std::string& name, bool* temp) {
          IsDigits(rest, dash + 1, rest.size());
 }
 
+// "<key>.sel" or "<key>.sel.tmp-<pid>-<thread>": a filter's selection (filter/row_filter.cc).
+bool IsSelectionName(const std::string& name, bool* temp) {
+  if (name.size() < kKeyChars + 4 || !IsHex(name, 0, kKeyChars) ||
+      name.compare(kKeyChars, 4, ".sel") != 0) {
+    return false;
+  }
+  *temp = name.size() > kKeyChars + 4;
+  if (!*temp) return true;
+  const std::string rest = name.substr(kKeyChars + 4);
+  if (rest.rfind(".tmp-", 0) != 0) return false;
+  const size_t dash = rest.find('-', 5);
+  return dash != std::string::npos && IsDigits(rest, 5, dash) &&
+         IsDigits(rest, dash + 1, rest.size());
+}
+
 struct EntryFile {
   std::string path;
   std::string key;
@@ -962,15 +977,16 @@ bool MarkCacheDir(const std::string& dir) {
     std::error_code ec2;
     const bool is_dir = e.is_directory(ec2) && !e.is_symlink(ec2);
     if (IsTopFileName(name) && e.is_regular_file(ec2) && !e.is_symlink(ec2)) continue;
-    if (!is_dir || (!IsShardName(name) && name != "footers")) return false;
+    if (!is_dir || (!IsShardName(name) && name != "footers" && name != "filters")) return false;
     for (const auto& f : fs::directory_iterator(e.path(), ec2)) {
       const std::string fname = f.path().filename().string();
       std::string key;
       bool temp = false;
-      const bool ours = name == "footers"
-                            ? IsFooterName(fname, &temp)
-                            : IsEntryName(fname, &key) || IsTempName(fname) ||
-                                  IsShardFileName(fname) || IsMarkerName(fname, &key);
+      const bool ours = name == "footers"   ? fname == ".lock" || IsFooterName(fname, &temp)
+                        : name == "filters" ? IsSelectionName(fname, &temp)
+                                            : IsEntryName(fname, &key) || IsTempName(fname) ||
+                                                  IsShardFileName(fname) ||
+                                                  IsMarkerName(fname, &key);
       if (!ours) return false;
     }
     if (ec2) return false;
@@ -1171,8 +1187,28 @@ class Clearer {
       std::error_code ec2;
       const auto st = e.symlink_status(ec2);
       bool temp = false;
-      if (!ec2 && fs::is_regular_file(st) && IsFooterName(e.path().filename().string(), &temp) &&
-          (temp || IsFooterFile(e.path().string()))) {
+      const std::string name = e.path().filename().string();
+      if (!ec2 && fs::is_regular_file(st) &&
+          (name == ".lock" ||
+           (IsFooterName(name, &temp) && (temp || IsFooterFile(e.path().string()))))) {
+        ARROW_RETURN_NOT_OK(Remove(e.path()));
+        ++report_->other_files;
+      } else {
+        Foreign(e.path());
+      }
+    }
+    if (ec) return arrow::Status::IOError("cannot list '", dir.string(), "': ", ec.message());
+    RemoveIfEmpty(dir);
+    return arrow::Status::OK();
+  }
+
+  arrow::Status ClearSelections(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      std::error_code ec2;
+      const auto st = e.symlink_status(ec2);
+      bool temp = false;
+      if (!ec2 && fs::is_regular_file(st) && IsSelectionName(e.path().filename().string(), &temp)) {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->other_files;
       } else {
@@ -1216,6 +1252,8 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir) {
       ARROW_RETURN_NOT_OK(clearer.ClearShard(e.path()));
     } else if (name == "footers" && fs::is_directory(st)) {
       ARROW_RETURN_NOT_OK(clearer.ClearFooters(e.path()));
+    } else if (name == "filters" && fs::is_directory(st)) {
+      ARROW_RETURN_NOT_OK(clearer.ClearSelections(e.path()));
     } else if (IsTopFileName(name) && fs::is_regular_file(st)) {
       ARROW_RETURN_NOT_OK(clearer.Remove(e.path()));
       ++report.other_files;

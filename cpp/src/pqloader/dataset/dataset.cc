@@ -468,10 +468,16 @@ struct OpenedFiles {
 
 // Read the footers of `found`, or take them from the summaries of their directories
 // (FoundFile::summary indexes `summaries`; an empty one is not used).
+// How long a rank waits for another of its node to fetch the footers before it reads
+// them itself.
+constexpr std::chrono::milliseconds kFooterLockTimeout{std::chrono::minutes(10)};
+
 arrow::Result<OpenedFiles> ReadFooters(
     std::vector<FoundFile> found, int max_threads, const std::string& footer_cache,
-    const std::vector<std::shared_ptr<DatasetSummaryFile>>& summaries = {}) {
+    const std::vector<std::shared_ptr<DatasetSummaryFile>>& summaries = {},
+    Progress* progress = nullptr) {
   const auto n = static_cast<int64_t>(found.size());
+  if (progress != nullptr) progress->total = n;
   std::vector<DataFile> files(n);
   std::vector<std::shared_ptr<arrow::Schema>> schemas(n);
   std::vector<std::shared_ptr<const parquet::arrow::SchemaManifest>> manifests(n);
@@ -489,10 +495,24 @@ arrow::Result<OpenedFiles> ReadFooters(
       f.partition_null.push_back(p.is_null ? 1 : 0);
     }
   }
+  // One rank of a node fetches the remote footers into the footer cache while the
+  // node's others wait, then find them there (see FooterFetchLock).
+  std::unique_ptr<FooterFetchLock> node_lock;
+  if (!footer_cache.empty()) {
+    bool remote = false;
+    for (const auto& f : found) remote = remote || f.fs->type_name() != "local";
+    if (remote) node_lock = FooterFetchLock::Acquire(footer_cache, kFooterLockTimeout);
+  }
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0}, from_summary{0};
   auto work = [&] {
     for (int64_t i = next++; i < n; i = next++) {
+      struct Done {  // counts this file when its turn ends, whichever way
+        Progress* p;
+        ~Done() {
+          if (p != nullptr) ++p->done;
+        }
+      } done{progress};
       const int s = found[i].summary;
       if (s >= 0 && static_cast<size_t>(s) < summaries.size() && summaries[s] != nullptr) {
         const auto* entry = summaries[s]->Find(found[i].path, found[i].size, found[i].mtime_ns);
@@ -588,8 +608,8 @@ std::vector<FileColumns> FileColumnsOf(const OpenedFiles& opened) {
 }  // namespace
 
 arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
-                                                     int max_threads) {
-  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), max_threads, ""));
+                                                     int max_threads, Progress* progress) {
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), max_threads, "", {}, progress));
   return std::move(opened.files);
 }
 
@@ -787,9 +807,9 @@ std::string LoadsAs(const ColumnSpec& spec) {
 }  // namespace
 
 arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
-                                             const StorageOptions& storage) {
+                                             const StorageOptions& storage, Progress* progress) {
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, storage));
-  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, ""));
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, "", {}, progress));
   DatasetSummary out;
   out.skipped = opened.skipped;
   std::vector<Split> splits;

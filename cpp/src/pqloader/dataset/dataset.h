@@ -29,6 +29,7 @@
 #include "pqloader/dataset/summary.h"
 #include "pqloader/io/filesystem.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/progress.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -206,9 +207,11 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
 /// an InvalidDataError naming the file if it changed. No-op without footer_check.
 arrow::Status CheckFooterUnchanged(const DataFile& file);
 
-/// Read the footers of `found` (files that are not Parquet left out), without summaries.
+/// Read the footers of `found` (files that are not Parquet left out), without summaries;
+/// counting the files read in `progress` if given.
 arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
-                                                     int max_threads);
+                                                     int max_threads,
+                                                     Progress* progress = nullptr);
 
 /// The hash of `file`'s footer as Dataset::Open computes it (DataFile::footer_hash):
 /// read from the file, or for a remote file from `footer_cache_dir` when it holds it.
@@ -248,8 +251,10 @@ struct DatasetSummary {
   std::vector<Column> columns;
 };
 
-/// Summarise `sources` without reading data pages.
+/// Summarise `sources` without reading data pages; counting the footers read in
+/// `progress` if given.
 arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
-                                             const StorageOptions& storage = {});
+                                             const StorageOptions& storage = {},
+                                             Progress* progress = nullptr);
 
 }  // namespace pqloader

@@ -18,6 +18,8 @@
 // trusted by its path, as pyarrow and Dask trust it.
 #pragma once
 
+#include "pqloader/util/progress.h"
+
 #include <map>
 #include <memory>
 #include <string>
@@ -102,8 +104,10 @@ struct IndexResult {
 /// `source` (local or s3://), replacing any there: each is written to a temporary name
 /// and moved into place. Every file must have the same Parquet schema (a summary has
 /// one); files are read with `metadata_threads` threads.
+/// `progress` (if given) counts the footers read.
 arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
                                              const StorageOptions& storage,
-                                             int metadata_threads = 8);
+                                             int metadata_threads = 8,
+                                             Progress* progress = nullptr);
 
 }  // namespace pqloader

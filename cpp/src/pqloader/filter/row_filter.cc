@@ -601,7 +601,8 @@ std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& d
 void Store(const std::string& path, const RowSelection& sel) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+  // "<key>.sel.tmp-<pid>-<thread>", a name the cache directory knows as its own.
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
