@@ -629,7 +629,7 @@ class PyLoader {
     d["skipped_files"] = skipped;
     nb::list files;
     for (const auto& f : loader_->dataset().files()) {
-      files.append(nb::make_tuple(f.display, f.size, f.metadata->num_rows()));
+      files.append(nb::make_tuple(f.display, f.size, f.num_rows()));
     }
     d["files"] = files;
     return d;

@@ -75,7 +75,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
                        const std::string& prefix, std::vector<FoundFile>* out,
                        std::vector<SummaryRef>* summaries) {
   const size_t before = out->size();
-  SummaryRef summary{fs, root, "", -1, false, 0};
+  SummaryRef summary{fs, root, "", -1, false, 0, nullptr, {}};
   arrow::fs::FileSelector selector;
   selector.base_dir = root;
   selector.recursive = true;
@@ -135,11 +135,15 @@ arrow::Status ListFromIndex(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                      "' does not exist: use_summary='only' needs the summary `pqloader index` "
                      "writes");
   }
-  ARROW_ASSIGN_OR_RAISE(auto indexed,
+  // The summary travels while the index is read (both are needed; one is not listed).
+  auto bytes = PrefetchSummary(fs, root, info->size(), prefix + metadata);
+  ARROW_ASSIGN_OR_RAISE(auto read,
                         ReadIndexFile(fs, root, -1, prefix + JoinPath(root, "_pqloader_index")));
-  summaries->push_back(SummaryRef{fs, root, prefix + metadata, info->size(), true, -1});
+  auto indexed = std::make_shared<const std::vector<IndexedFile>>(std::move(read));
+  summaries->push_back(SummaryRef{fs, root, prefix + metadata, info->size(), true, -1, indexed,
+                                  std::move(bytes)});
   const int index = static_cast<int>(summaries->size()) - 1;
-  for (const auto& f : indexed) {
+  for (const auto& f : *indexed) {
     const std::string path = JoinPath(root, f.path);
     FoundFile found{fs, path, prefix + path, f.size, f.mtime_ns, {}, true, index, true};
     const auto comps = Components(f.path);
@@ -268,7 +272,7 @@ constexpr int64_t kMaxPageValues = std::numeric_limits<int32_t>::max();
 // Every check is O(row groups x columns), whatever the counts claim.
 arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t index,
                                                   const std::vector<int>& row_groups) {
-  const auto& md = *file.metadata;
+  const parquet::SchemaDescriptor& schema = *file.schema();
   auto corrupt = [&](auto&&... parts) {
     return MakeError(ErrorKind::kInvalidData, "'", file.display, "' has a corrupt footer: ",
                      std::forward<decltype(parts)>(parts)...);
@@ -278,7 +282,7 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
     // The file-level row count is not checked against the row groups': readers go by
     // the row groups, and some old writers (parquet-rs 0.3) left it 0.
     for (int rg : row_groups) {
-      auto rg_md = md.RowGroup(rg);
+      auto rg_md = file.RowGroup(rg);
       Split s;
       s.file = index;
       s.row_group = rg;
@@ -291,10 +295,10 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
       }
       for (int leaf : file.leaf_indices) {
         auto chunk = rg_md->ColumnChunk(leaf);
-        const std::string column = md.schema()->Column(leaf)->path()->ToDotString();
+        const std::string column = schema.Column(leaf)->path()->ToDotString();
         const int64_t values = chunk->num_values();
         const int64_t bytes = chunk->total_compressed_size();
-        const bool repeated = md.schema()->Column(leaf)->max_repetition_level() > 0;
+        const bool repeated = schema.Column(leaf)->max_repetition_level() > 0;
         if (values < 0 || (!repeated && values != s.num_rows) || (repeated && values < s.num_rows)) {
           return corrupt("row group ", rg, ", column '", column, "' holds ", values,
                          " values for ", s.num_rows, " rows");
@@ -517,7 +521,10 @@ arrow::Result<OpenedFiles> ReadFooters(
       if (s >= 0 && static_cast<size_t>(s) < summaries.size() && summaries[s] != nullptr) {
         const auto* entry = summaries[s]->Find(found[i].path, found[i].size, found[i].mtime_ns);
         if (entry != nullptr) {
-          files[i].metadata = entry->metadata;
+          auto rgs = std::make_shared<SummaryRowGroups>();
+          rgs->summary = summaries[s]->metadata;
+          rgs->row_groups = entry->row_groups;
+          files[i].summary = std::move(rgs);
           files[i].footer_hash = entry->footer_hash;
           if (found[i].from_index) files[i].footer_check = std::make_shared<FooterCheck>();
           schemas[i] = summaries[s]->arrow_schema;
@@ -607,6 +614,50 @@ std::vector<FileColumns> FileColumnsOf(const OpenedFiles& opened) {
 
 }  // namespace
 
+std::shared_ptr<parquet::FileMetaData> DataFile::Metadata() const {
+  if (summary == nullptr) return metadata;
+  std::call_once(summary->once, [this] {
+    try {
+      summary->subset = summary->summary->Subset(summary->row_groups);
+    } catch (const std::exception& e) {
+      summary->error = e.what();
+    }
+  });
+  if (summary->subset == nullptr) {
+    throw parquet::ParquetException("'" + display + "': its part of the dataset summary is corrupt: " +
+                                    summary->error);
+  }
+  return summary->subset;
+}
+
+std::unique_ptr<parquet::RowGroupMetaData> DataFile::RowGroup(int rg) const {
+  if (summary == nullptr) return metadata->RowGroup(rg);
+  if (rg < 0 || rg >= static_cast<int>(summary->row_groups.size())) {
+    throw parquet::ParquetException("'" + display + "' has no row group " + std::to_string(rg));
+  }
+  return summary->summary->RowGroup(summary->row_groups[rg]);
+}
+
+int DataFile::num_row_groups() const {
+  return summary == nullptr ? metadata->num_row_groups()
+                            : static_cast<int>(summary->row_groups.size());
+}
+
+int64_t DataFile::num_rows() const {
+  if (summary == nullptr) return metadata->num_rows();
+  int64_t rows = 0;
+  for (int rg : summary->row_groups) rows += summary->summary->RowGroup(rg)->num_rows();
+  return rows;
+}
+
+std::shared_ptr<const arrow::KeyValueMetadata> DataFile::key_value_metadata() const {
+  return summary == nullptr ? metadata->key_value_metadata() : summary->summary->key_value_metadata();
+}
+
+const parquet::SchemaDescriptor* DataFile::schema() const {
+  return summary == nullptr ? metadata->schema() : summary->summary->schema();
+}
+
 arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
                                                      int max_threads, Progress* progress) {
   ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), max_threads, "", {}, progress));
@@ -684,7 +735,7 @@ namespace {
 arrow::Result<std::vector<int>> SelectedRowGroups(
     const DataFile& file, const std::map<std::string, std::vector<int>>& row_groups,
     bool* listed) {
-  const int num = file.metadata->num_row_groups();
+  const int num = file.num_row_groups();
   std::vector<int> selected;
   const auto it = row_groups.find(file.display);
   *listed = it != row_groups.end();
@@ -872,6 +923,7 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
     for (size_t i = 0; i < files.size(); ++i) {
       files[i].display = opened.files[i].display;
       files[i].metadata = opened.files[i].metadata;
+      files[i].summary = opened.files[i].summary;
       files[i].columns = resolved->sources[i];
       files[i].partition_values = opened.files[i].partition_values;
       files[i].partition_null = opened.files[i].partition_null;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,16 @@ struct FooterCheck {
   arrow::Status status PQ_GUARDED_BY(mu);
 };
 
+/// A file's row groups in a dataset summary (`_metadata`), and the file's own footer
+/// object made from them on first use (see DataFile::Metadata).
+struct SummaryRowGroups {
+  std::shared_ptr<parquet::FileMetaData> summary;  ///< The whole summary.
+  std::vector<int> row_groups;                     ///< This file's, in file order.
+  mutable std::once_flag once;
+  mutable std::shared_ptr<parquet::FileMetaData> subset;
+  mutable std::string error;
+};
+
 /// One Parquet file of the dataset.
 struct DataFile {
   std::shared_ptr<arrow::fs::FileSystem> fs;
@@ -76,7 +87,14 @@ struct DataFile {
   std::string display;  ///< How errors name the file (the URI or path the user gave).
   int64_t size = 0;
   int64_t mtime_ns = 0;  ///< Modification time (0 if the filesystem has none).
+  /// The footer, read from the file (or the footer cache); null for a file whose layout
+  /// came from a summary (`summary` then): use Metadata(), RowGroup(), schema().
   std::shared_ptr<parquet::FileMetaData> metadata;
+  /// Set when the row-group layout came from a summary. RowGroup(), schema() and
+  /// num_row_groups() read the summary directly; only Metadata() (a reader of the file's
+  /// data) makes the file's own footer object, once: at 10^5 files, making them all up
+  /// front was a third of the start-up, and a rank reads few of them.
+  std::shared_ptr<const SummaryRowGroups> summary;
   /// Hash of the footer (see FooterHash): with path, size and mtime, the file's identity
   /// in cache keys, so a file rewritten with the same size and mtime is not served
   /// from stale entries.
@@ -92,6 +110,16 @@ struct DataFile {
   /// Set for a file taken from an index without listing (DatasetOptions::summary_only):
   /// its footer is compared with footer_hash before its first row group is read.
   std::shared_ptr<FooterCheck> footer_check;
+
+  /// The file's footer metadata (for a file from a summary, made from it on first use;
+  /// thread-safe). Throws parquet::ParquetException if the summary's part is corrupt.
+  std::shared_ptr<parquet::FileMetaData> Metadata() const;
+  /// Row group `rg` (the file's index) of the footer or the summary.
+  std::unique_ptr<parquet::RowGroupMetaData> RowGroup(int rg) const;
+  int num_row_groups() const;
+  int64_t num_rows() const;
+  const parquet::SchemaDescriptor* schema() const;
+  std::shared_ptr<const arrow::KeyValueMetadata> key_value_metadata() const;
 };
 
 /// A file found under a source that is not Parquet, and why it was skipped.

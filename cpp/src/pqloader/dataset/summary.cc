@@ -113,6 +113,14 @@ arrow::Result<std::vector<IndexedFile>> ParseIndex(const std::string& text,
 
 std::string JoinPath(const std::string& root, const std::string& rel) { return Join(root, rel); }
 
+std::shared_future<arrow::Result<std::string>> PrefetchSummary(
+    const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
+    const std::string& display) {
+  return std::async(std::launch::async, [fs, path = Join(root, "_metadata"), size, display] {
+           return ReadWhole(fs, path, size, display);
+         }).share();
+}
+
 arrow::Result<std::vector<IndexedFile>> ReadIndexFile(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
     const std::string& display) {
@@ -152,7 +160,9 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
                      "; rewrite it with `pqloader index`, delete it, or pass use_summary=False");
   };
   const std::string path = Join(ref.root, "_metadata");
-  ARROW_ASSIGN_OR_RAISE(std::string bytes, ReadWhole(ref.fs, path, ref.size, ref.display));
+  ARROW_ASSIGN_OR_RAISE(std::string bytes, ref.bytes.valid()
+                                               ? ref.bytes.get()
+                                               : ReadWhole(ref.fs, path, ref.size, ref.display));
   if (bytes.size() < 12 || bytes.compare(bytes.size() - 4, 4, "PAR1") != 0 ||
       bytes.compare(0, 4, "PAR1") != 0) {
     return bad("no 'PAR1' magic bytes at both ends");
@@ -187,20 +197,19 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
   if (ref.has_index) {
     const std::string index_display =
         ref.display.substr(0, ref.display.size() - std::strlen("_metadata")) + "_pqloader_index";
-    ARROW_ASSIGN_OR_RAISE(auto indexed,
-                          ReadIndexFile(ref.fs, ref.root, ref.index_size, index_display));
-    for (auto& f : indexed) identities[f.path] = std::move(f);
+    std::shared_ptr<const std::vector<IndexedFile>> indexed = ref.index;
+    if (indexed == nullptr) {
+      ARROW_ASSIGN_OR_RAISE(auto read, ReadIndexFile(ref.fs, ref.root, ref.index_size, index_display));
+      indexed = std::make_shared<const std::vector<IndexedFile>>(std::move(read));
+    }
+    for (const auto& f : *indexed) identities[f.path] = f;
   }
   summary->metadata = md;
   // Without an index, a file's cache identity is its place in this summary.
   const std::string summary_hash = FooterHash(bytes);
   for (auto& [file, rgs] : groups) {
     DatasetSummaryFile::Entry e;
-    try {
-      e.metadata = md->Subset(rgs);
-    } catch (const std::exception& ex) {
-      return bad(ex.what());
-    }
+    e.row_groups = rgs;  // the file's own metadata is made when it is read (DataFile::Metadata)
     const auto id = identities.find(file);
     if (id != identities.end()) {
       e.has_identity = true;
@@ -246,12 +255,12 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
         return arrow::Status::Invalid("cannot index '", f.display,
                                       "': its path has a tab, a newline or an empty part");
       }
-      if (combined != nullptr && !f.metadata->schema()->Equals(*combined->schema())) {
+      if (combined != nullptr && !f.schema()->Equals(*combined->schema())) {
         return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
                          f.display, "' has another Parquet schema than '", files[0].display,
                          "' (a summary holds one schema)");
       }
-      std::vector<int> all(f.metadata->num_row_groups());
+      std::vector<int> all(f.num_row_groups());
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
       auto sub = f.metadata->Subset(all);
       sub->set_file_path(rel);
@@ -263,8 +272,8 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
       index += std::to_string(f.size) + "\t" + std::to_string(f.mtime_ns) + "\t" +
                f.footer_hash + "\t" + rel + "\n";
       ++result.files;
-      result.row_groups += f.metadata->num_row_groups();
-      result.rows += f.metadata->num_rows();
+      result.row_groups += f.num_row_groups();
+      result.rows += f.num_rows();
     }
   } catch (const std::exception& e) {
     return MakeError(ErrorKind::kInvalidData, "cannot index '", source, "': ", e.what());

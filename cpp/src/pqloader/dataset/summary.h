@@ -18,6 +18,8 @@
 // trusted by its path, as pyarrow and Dask trust it.
 #pragma once
 
+#include <future>
+
 #include "pqloader/util/progress.h"
 
 #include <map>
@@ -41,7 +43,7 @@ struct DatasetSummaryFile {
   /// Per file path relative to `root` ('/'-separated, as `file_path` spells it): its row
   /// groups' metadata and the footer hash its cache entries are keyed by.
   struct Entry {
-    std::shared_ptr<parquet::FileMetaData> metadata;
+    std::vector<int> row_groups;  ///< The file's row groups in `metadata`, in order.
     std::string footer_hash;
     bool has_identity = false;  ///< Indexed size and mtime known (`_pqloader_index`).
     int64_t size = 0;
@@ -61,15 +63,6 @@ struct DatasetSummaryFile {
 };
 
 /// Where a summary was found while listing a directory.
-struct SummaryRef {
-  std::shared_ptr<arrow::fs::FileSystem> fs;
-  std::string root;     ///< The directory.
-  std::string display;  ///< The source's spelling of `<root>/_metadata`.
-  int64_t size = 0;     ///< Of `_metadata`, from the listing.
-  bool has_index = false;  ///< `_pqloader_index` was listed beside it.
-  int64_t index_size = 0;
-};
-
 /// One line of `_pqloader_index`.
 struct IndexedFile {
   std::string path;  ///< Relative to the directory, '/'-separated.
@@ -77,6 +70,25 @@ struct IndexedFile {
   int64_t mtime_ns = 0;
   std::string footer_hash;
 };
+
+struct SummaryRef {
+  std::shared_ptr<arrow::fs::FileSystem> fs;
+  std::string root;     ///< The directory.
+  std::string display;  ///< The source's spelling of `<root>/_metadata`.
+  int64_t size = 0;     ///< Of `_metadata`, from the listing.
+  bool has_index = false;  ///< `_pqloader_index` was listed beside it.
+  int64_t index_size = 0;
+  /// The index, when already read (use_summary="only" lists the files from it).
+  std::shared_ptr<const std::vector<IndexedFile>> index;
+  /// `_metadata`'s bytes, when their read was started early (PrefetchSummary).
+  std::shared_future<arrow::Result<std::string>> bytes;
+};
+
+/// Start reading `<root>/_metadata` (`size` bytes) on another thread, so that it travels
+/// while the index is read and parsed.
+std::shared_future<arrow::Result<std::string>> PrefetchSummary(
+    const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
+    const std::string& display);
 
 /// Read `_pqloader_index` of directory `root` (`size` bytes; -1: ask the filesystem),
 /// in the order written (path order). `display` names it in errors.

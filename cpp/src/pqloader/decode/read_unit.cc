@@ -84,7 +84,7 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
   std::vector<int> leaves = src.leaves;
   if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[field], &leaves);
   int64_t values = 0;
-  auto rg = file.metadata->RowGroup(split.row_group);
+  auto rg = file.RowGroup(split.row_group);
   for (int leaf : leaves) values = std::max(values, rg->ColumnChunk(leaf)->num_values());
   const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.file_rows));
   reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));
@@ -252,7 +252,7 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   arrow_props.set_use_threads(false);
   arrow_props.set_pre_buffer(false);  // PreBuffer is called below, for this row group only
   try {
-    auto pq = parquet::ParquetFileReader::Open(*input, props, file.metadata);
+    auto pq = parquet::ParquetFileReader::Open(*input, props, file.Metadata());
     pq->PreBuffer({split.row_group}, file.leaf_indices, io, arrow::io::CacheOptions::Defaults());
     auto made = parquet::arrow::FileReader::Make(pool, std::move(pq), arrow_props);
     if (!made.ok()) return WithContext(made.status(), "cannot read " + where);

@@ -223,14 +223,14 @@ class Evaluator {
 
   arrow::Result<std::shared_ptr<parquet::arrow::SchemaManifest>> ManifestOf(size_t f) {
     const DataFile& file = dataset_.files()[f];
-    const parquet::SchemaDescriptor* descr = file.metadata->schema();
+    const parquet::SchemaDescriptor* descr = file.schema();
     MutexLock lock(mu_);
     // Files of one dataset mostly share a schema: derive each distinct one once.
     for (const auto& [d, m] : manifests_) {
       if (d == descr || d->Equals(*descr)) return m;
     }
     auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
-    auto st = parquet::arrow::SchemaManifest::Make(descr, file.metadata->key_value_metadata(),
+    auto st = parquet::arrow::SchemaManifest::Make(descr, file.key_value_metadata(),
                                                    parquet::ArrowReaderProperties(),
                                                    manifest.get());
     if (!st.ok()) {
@@ -299,7 +299,7 @@ class Evaluator {
                                                const FileView& view, cp::Expression expr) {
     std::vector<cp::Expression> known;
     try {
-      auto rg = file.metadata->RowGroup(split.row_group);
+      auto rg = file.RowGroup(split.row_group);
       for (size_t i = 0; i < names_.size(); ++i) {
         const FileField& ff = view.fields[i];
         if (ff.field == nullptr) {
@@ -382,7 +382,7 @@ class Evaluator {
       }
       try {
         auto pq = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
-                                                   file.metadata);
+                                                   file.Metadata());
         parquet::ArrowReaderProperties props;
         props.set_use_threads(false);
         std::unique_ptr<parquet::arrow::FileReader> reader;
@@ -399,7 +399,7 @@ class Evaluator {
                                : ErrorKind::kInvalidData,
                            "cannot read the filter's columns of ", where, ": ", st.message());
         }
-        auto rg = file.metadata->RowGroup(split.row_group);
+        auto rg = file.RowGroup(split.row_group);
         for (int leaf : leaves) *bytes_read += rg->ColumnChunk(leaf)->total_compressed_size();
       } catch (const std::exception& e) {
         return MakeError(ErrorKind::kInvalidData, "cannot read the filter's columns of ", where,

@@ -39,7 +39,7 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const Colum
   parquet::ArrowReaderProperties props;
   props.set_use_threads(false);
   props.set_batch_size(kRowsPerSlice);
-  auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.metadata);
+  auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.Metadata());
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::FileReader::Make(pool, std::move(pq), props));
   std::vector<int> leaves = src.leaves;
   if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[src.field], &leaves);
