@@ -46,17 +46,7 @@ std::vector<int64_t> Epoch(Loader* loader, int64_t epoch, std::vector<int64_t>* 
 }
 
 // Every batch of `epoch` from a StartEpoch already made (ids in order).
-std::vector<int64_t> Drain(Loader* loader) {
-  std::vector<int64_t> ids;
-  while (true) {
-    auto r = loader->Next();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok() || *r == nullptr) break;
-    const auto* p = reinterpret_cast<const int64_t*>((*r)->columns[0].data->data());
-    ids.insert(ids.end(), p, p + (*r)->num_rows);
-  }
-  return ids;
-}
+std::vector<int64_t> Drain(Loader* loader) { return testing::DrainIds(loader); }
 
 }  // namespace
 

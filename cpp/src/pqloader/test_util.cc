@@ -8,7 +8,10 @@
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
+#include <gtest/gtest.h>
 #include <parquet/arrow/writer.h>
+
+#include "pqloader/loader.h"
 
 namespace pqloader::testing {
 
@@ -53,6 +56,23 @@ void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups
     }
   }
   if (!writer->Close().ok() || !out->Close().ok()) throw std::runtime_error("close " + path);
+}
+
+std::vector<int64_t> DrainIds(Loader* loader, bool check_x) {
+  std::vector<int64_t> ids;
+  while (true) {
+    auto r = loader->Next();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok() || *r == nullptr) break;
+    const Batch& b = **r;
+    const auto* p = reinterpret_cast<const int64_t*>(b.columns[0].data->data());
+    ids.insert(ids.end(), p, p + b.num_rows);
+    if (check_x) {
+      const auto* x = reinterpret_cast<const float*>(b.columns[1].data->data());
+      for (int64_t i = 0; i < b.num_rows; ++i) EXPECT_EQ(x[i], static_cast<float>(p[i]) / 2);
+    }
+  }
+  return ids;
 }
 
 }  // namespace pqloader::testing

@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace pqloader {
+class Loader;
+}
+
 namespace pqloader::testing {
 
 /// Return a fresh, empty temporary directory (removed at exit).
@@ -14,5 +18,9 @@ std::string MakeTempDir();
 /// x (float32, id / 2), with one row group per entry of `row_groups` (its row count).
 void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups,
                  int64_t start_id);
+
+/// The ids (column 0) of every batch left in the epoch `loader` has started, in order;
+/// with `check_x`, also that column 1 holds id / 2 in every row (WriteIdFile's x).
+std::vector<int64_t> DrainIds(Loader* loader, bool check_x = false);
 
 }  // namespace pqloader::testing

@@ -1,11 +1,8 @@
 #include "pqloader/cache/footer_cache.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -88,33 +85,6 @@ void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t 
     }
   }
   if (std::rename(tmp.str().c_str(), path.c_str()) != 0) std::remove(tmp.str().c_str());
-}
-
-std::unique_ptr<FooterFetchLock> FooterFetchLock::Acquire(const std::string& cache_dir,
-                                                          std::chrono::milliseconds timeout) {
-  std::error_code ec;
-  std::filesystem::create_directories(cache_dir + "/footers", ec);
-  const std::string path = cache_dir + "/footers/.lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return nullptr;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      ::close(fd);
-      return nullptr;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::close(fd);
-      return nullptr;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return std::unique_ptr<FooterFetchLock>(new FooterFetchLock(fd));
-}
-
-FooterFetchLock::~FooterFetchLock() {
-  ::flock(fd_, LOCK_UN);
-  ::close(fd_);
 }
 
 }  // namespace pqloader

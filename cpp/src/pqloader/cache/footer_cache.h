@@ -7,7 +7,6 @@
 // cannot see. Thread-safety: functions may be called concurrently.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,25 +24,6 @@ std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
 /// Store the footer bytes `footer` of (file, size, mtime_ns) in `cache_dir`, best effort.
 void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
                  int64_t mtime_ns, const std::string& footer);
-
-/// Held while one process of a node reads a dataset's remote footers into `cache_dir`,
-/// so that the node's other ranks (processes or threads) wait and then find every footer
-/// there: one fetch per node, not one per rank. An flock on CACHE_DIR/footers/.lock,
-/// released with the object (or by the kernel when its process dies).
-class FooterFetchLock {
- public:
-  /// Wait for the lock at most `timeout` (then return null: the caller reads its
-  /// footers itself); null too when the directory cannot hold a lock file.
-  static std::unique_ptr<FooterFetchLock> Acquire(const std::string& cache_dir,
-                                                  std::chrono::milliseconds timeout);
-  ~FooterFetchLock();
-  FooterFetchLock(const FooterFetchLock&) = delete;
-  FooterFetchLock& operator=(const FooterFetchLock&) = delete;
-
- private:
-  explicit FooterFetchLock(int fd) : fd_(fd) {}
-  int fd_;
-};
 
 /// Return whether the file at `path` is a footer file whose checksum verifies.
 bool IsFooterFile(const std::string& path);

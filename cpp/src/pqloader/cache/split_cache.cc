@@ -983,7 +983,7 @@ bool MarkCacheDir(const std::string& dir) {
       std::string key;
       bool temp = false;
       const bool ours = name == "footers"   ? fname == ".lock" || IsFooterName(fname, &temp)
-                        : name == "filters" ? IsSelectionName(fname, &temp)
+                        : name == "filters" ? fname == ".lock" || IsSelectionName(fname, &temp)
                                             : IsEntryName(fname, &key) || IsTempName(fname) ||
                                                   IsShardFileName(fname) ||
                                                   IsMarkerName(fname, &key);
@@ -1181,34 +1181,31 @@ class Clearer {
     return arrow::Status::OK();
   }
 
+  // footers/: footer files whose checksum verifies, their temp files, the fetch lock.
   arrow::Status ClearFooters(const fs::path& dir) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      std::error_code ec2;
-      const auto st = e.symlink_status(ec2);
+    return ClearOwnFiles(dir, [](const fs::path& p) {
+      const std::string name = p.filename().string();
       bool temp = false;
-      const std::string name = e.path().filename().string();
-      if (!ec2 && fs::is_regular_file(st) &&
-          (name == ".lock" ||
-           (IsFooterName(name, &temp) && (temp || IsFooterFile(e.path().string()))))) {
-        ARROW_RETURN_NOT_OK(Remove(e.path()));
-        ++report_->other_files;
-      } else {
-        Foreign(e.path());
-      }
-    }
-    if (ec) return arrow::Status::IOError("cannot list '", dir.string(), "': ", ec.message());
-    RemoveIfEmpty(dir);
-    return arrow::Status::OK();
+      return name == ".lock" || (IsFooterName(name, &temp) && (temp || IsFooterFile(p.string())));
+    });
   }
 
+  // filters/: stored selections, their temp files, the lock of their computation.
   arrow::Status ClearSelections(const fs::path& dir) {
+    return ClearOwnFiles(dir, [](const fs::path& p) {
+      bool temp = false;
+      return p.filename() == ".lock" || IsSelectionName(p.filename().string(), &temp);
+    });
+  }
+
+  // Remove the regular files of `dir` that `ours` claims; report the others as foreign.
+  template <typename Ours>
+  arrow::Status ClearOwnFiles(const fs::path& dir, Ours ours) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       std::error_code ec2;
       const auto st = e.symlink_status(ec2);
-      bool temp = false;
-      if (!ec2 && fs::is_regular_file(st) && IsSelectionName(e.path().filename().string(), &temp)) {
+      if (!ec2 && fs::is_regular_file(st) && ours(e.path())) {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->other_files;
       } else {

@@ -22,6 +22,7 @@
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/decode/convert.h"
 #include "pqloader/error.h"
+#include "pqloader/util/node_lock.h"
 
 namespace pqloader {
 
@@ -500,12 +501,12 @@ arrow::Result<OpenedFiles> ReadFooters(
     }
   }
   // One rank of a node fetches the remote footers into the footer cache while the
-  // node's others wait, then find them there (see FooterFetchLock).
-  std::unique_ptr<FooterFetchLock> node_lock;
+  // node's others wait, then find them there (see util/node_lock.h).
+  std::unique_ptr<NodeLock> node_lock;
   if (!footer_cache.empty()) {
     bool remote = false;
     for (const auto& f : found) remote = remote || f.fs->type_name() != "local";
-    if (remote) node_lock = FooterFetchLock::Acquire(footer_cache, kFooterLockTimeout);
+    if (remote) node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout);
   }
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0}, from_summary{0};

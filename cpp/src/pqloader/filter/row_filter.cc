@@ -25,6 +25,7 @@
 
 #include "pqloader/cache/footer_cache.h"
 #include "pqloader/error.h"
+#include "pqloader/util/node_lock.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -623,11 +624,20 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   const bool storable = !options.store_dir.empty() && options.predicate == nullptr &&
                         !options.serialized_expression.empty();
   std::string store_path;
+  std::unique_ptr<NodeLock> node_lock;
   if (storable) {
     store_path = StorePath(options.store_dir, StoreKey(dataset, options));
-    if (auto stored = LoadStored(store_path, dataset)) {
-      stored->stats.from_store = true;
-      return std::move(*stored);
+    // One rank of a node computes the selection; the others wait and load it.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (auto stored = LoadStored(store_path, dataset)) {
+        stored->stats.from_store = true;
+        return std::move(*stored);
+      }
+      if (attempt == 0) {
+        node_lock = NodeLock::Acquire(
+            (std::filesystem::path(options.store_dir) / "filters" / ".lock").string(),
+            std::chrono::minutes(30));
+      }
     }
   }
   Evaluator evaluator(dataset, options);

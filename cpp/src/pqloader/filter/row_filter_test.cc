@@ -1,6 +1,7 @@
 #include "pqloader/filter/row_filter.h"
 
 #include <filesystem>
+#include <thread>
 
 #include <arrow/api.h>
 #include <arrow/compute/api.h>
@@ -28,19 +29,11 @@ std::string TwoFiles() {
   return dir;
 }
 
+// The ids of `epoch`, every row's x checked against its id (the kept rows of both
+// columns are the same rows).
 std::vector<int64_t> Ids(Loader* loader, int64_t epoch) {
   EXPECT_TRUE(loader->StartEpoch(epoch).ok());
-  std::vector<int64_t> ids;
-  while (true) {
-    auto r = loader->Next();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok() || *r == nullptr) break;
-    const auto* p = reinterpret_cast<const int64_t*>((*r)->columns[0].data->data());
-    ids.insert(ids.end(), p, p + (*r)->num_rows);
-    const auto* x = reinterpret_cast<const float*>((*r)->columns[1].data->data());
-    for (int64_t i = 0; i < (*r)->num_rows; ++i) EXPECT_EQ(x[i], static_cast<float>(p[i]) / 2);
-  }
-  return ids;
+  return testing::DrainIds(loader, /*check_x=*/true);
 }
 
 TEST(RowFilter, StatisticsPruneRowGroupsAndMasksSelectRows) {
@@ -139,15 +132,42 @@ TEST(RowFilter, SelectionIsStoredAndReusedButNotAfterTheFilesChange) {
   }
   EXPECT_EQ(second.stats.rows_kept, 300);
   // A damaged stored selection is not used.
+  int damaged = 0;
   for (const auto& e : std::filesystem::directory_iterator(store + "/filters")) {
+    if (e.path().extension() != ".sel") continue;  // not the lock
     std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) - 1);
+    ++damaged;
   }
+  EXPECT_EQ(damaged, 1);
   EXPECT_FALSE(EvaluateFilter(*ds, options).ValueOrDie().stats.from_store);
   // Another file content: another key.
   testing::WriteIdFile(dir + "/b.parquet", {100, 100, 100}, 301);
   auto changed = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
   auto third = EvaluateFilter(*changed, options).ValueOrDie();
   EXPECT_FALSE(third.stats.from_store);
+}
+
+TEST(RowFilter, RanksSharingAStoreComputeTheSelectionOnce) {
+  const std::string dir = TwoFiles();
+  const std::string store = testing::MakeTempDir();
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression =
+      Serialized(cp::less(cp::field_ref("x"), cp::literal(100.0f)));
+  options.store_dir = store;
+  std::vector<std::thread> ranks;
+  std::vector<int> computed(4, -1);
+  std::vector<int64_t> kept(4, -1);
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] {
+      auto sel = EvaluateFilter(*ds, options).ValueOrDie();
+      computed[r] = sel.stats.from_store ? 0 : 1;
+      kept[r] = sel.stats.rows_kept;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(computed[0] + computed[1] + computed[2] + computed[3], 1);
+  EXPECT_EQ(kept, std::vector<int64_t>(4, 200));
 }
 
 TEST(RowFilter, PredicateRunsOnWholeBatchesAndAndsWithTheExpression) {

@@ -1,0 +1,30 @@
+// A lock the ranks of one node take on a file of their shared cache directory, so that
+// one of them does a piece of start-up work (fetch the footers, compute a filter's
+// selection) while the others wait and then use its result.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace pqloader {
+
+/// An flock(2) on `path` (created, with its directory), held until destroyed or until
+/// its process dies (the kernel releases it). Works between processes and between
+/// threads of one process (each Acquire opens its own file description).
+class NodeLock {
+ public:
+  /// Wait for the lock at most `timeout`; null then (the caller does the work itself),
+  /// or when the file cannot be created.
+  static std::unique_ptr<NodeLock> Acquire(const std::string& path,
+                                           std::chrono::milliseconds timeout);
+  ~NodeLock();
+  NodeLock(const NodeLock&) = delete;
+  NodeLock& operator=(const NodeLock&) = delete;
+
+ private:
+  explicit NodeLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+}  // namespace pqloader
