@@ -30,19 +30,7 @@ std::string MakeDataset(int64_t* total) {
 std::vector<int64_t> Epoch(Loader* loader, int64_t epoch, std::vector<int64_t>* sizes = nullptr,
                            int64_t first_batch = 0) {
   EXPECT_TRUE(loader->StartEpoch(epoch, first_batch).ok());
-  std::vector<int64_t> ids;
-  while (true) {
-    auto r = loader->Next();
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok() || *r == nullptr) break;
-    const Batch& b = **r;
-    const auto* p = reinterpret_cast<const int64_t*>(b.columns[0].data->data());
-    ids.insert(ids.end(), p, p + b.num_rows);
-    const auto* x = reinterpret_cast<const float*>(b.columns[1].data->data());
-    for (int64_t i = 0; i < b.num_rows; ++i) EXPECT_EQ(x[i], static_cast<float>(p[i]) / 2);
-    if (sizes) sizes->push_back(b.num_rows);
-  }
-  return ids;
+  return testing::DrainIds(loader, /*check_x=*/true, sizes);
 }
 
 // Every batch of `epoch` from a StartEpoch already made (ids in order).

@@ -58,7 +58,7 @@ void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups
   if (!writer->Close().ok() || !out->Close().ok()) throw std::runtime_error("close " + path);
 }
 
-std::vector<int64_t> DrainIds(Loader* loader, bool check_x) {
+std::vector<int64_t> DrainIds(Loader* loader, bool check_x, std::vector<int64_t>* sizes) {
   std::vector<int64_t> ids;
   while (true) {
     auto r = loader->Next();
@@ -71,6 +71,7 @@ std::vector<int64_t> DrainIds(Loader* loader, bool check_x) {
       const auto* x = reinterpret_cast<const float*>(b.columns[1].data->data());
       for (int64_t i = 0; i < b.num_rows; ++i) EXPECT_EQ(x[i], static_cast<float>(p[i]) / 2);
     }
+    if (sizes != nullptr) sizes->push_back(b.num_rows);
   }
   return ids;
 }

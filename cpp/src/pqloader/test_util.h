@@ -20,7 +20,9 @@ void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups
                  int64_t start_id);
 
 /// The ids (column 0) of every batch left in the epoch `loader` has started, in order;
-/// with `check_x`, also that column 1 holds id / 2 in every row (WriteIdFile's x).
-std::vector<int64_t> DrainIds(Loader* loader, bool check_x = false);
+/// with `check_x`, also that column 1 holds id / 2 in every row (WriteIdFile's x); the
+/// batch sizes in `sizes` if given.
+std::vector<int64_t> DrainIds(Loader* loader, bool check_x = false,
+                              std::vector<int64_t>* sizes = nullptr);
 
 }  // namespace pqloader::testing

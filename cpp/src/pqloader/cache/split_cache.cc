@@ -150,35 +150,27 @@ bool IsTopFileName(const std::string& name) {
          name.rfind(std::string(kCacheMarkerName) + ".tmp-", 0) == 0;
 }
 
-// "<key>.thrift" or "<key>.thrift.tmp-<pid>-<thread>" (see footer_cache.cc).
-bool IsFooterName(const std::string& name, bool* temp) {
-  if (name.size() < kKeyChars + 7 || !IsHex(name, 0, kKeyChars) ||
-      name.compare(kKeyChars, 7, ".thrift") != 0) {
+// "<key><suffix>" or "<key><suffix>.tmp-<pid>-<thread>" (*temp tells which).
+bool IsKeyedName(const std::string& name, const std::string& suffix, bool* temp) {
+  const size_t n = suffix.size();
+  if (name.size() < kKeyChars + n || !IsHex(name, 0, kKeyChars) ||
+      name.compare(kKeyChars, n, suffix) != 0) {
     return false;
   }
-  *temp = name.size() > kKeyChars + 7;
+  *temp = name.size() > kKeyChars + n;
   if (!*temp) return true;
-  const std::string rest = name.substr(kKeyChars + 7);
+  const std::string rest = name.substr(kKeyChars + n);
   if (rest.rfind(".tmp-", 0) != 0) return false;
   const size_t dash = rest.find('-', 5);
   return dash != std::string::npos && IsDigits(rest, 5, dash) &&
          IsDigits(rest, dash + 1, rest.size());
 }
 
-// "<key>.sel" or "<key>.sel.tmp-<pid>-<thread>": a filter's selection (filter/row_filter.cc).
-bool IsSelectionName(const std::string& name, bool* temp) {
-  if (name.size() < kKeyChars + 4 || !IsHex(name, 0, kKeyChars) ||
-      name.compare(kKeyChars, 4, ".sel") != 0) {
-    return false;
-  }
-  *temp = name.size() > kKeyChars + 4;
-  if (!*temp) return true;
-  const std::string rest = name.substr(kKeyChars + 4);
-  if (rest.rfind(".tmp-", 0) != 0) return false;
-  const size_t dash = rest.find('-', 5);
-  return dash != std::string::npos && IsDigits(rest, 5, dash) &&
-         IsDigits(rest, dash + 1, rest.size());
-}
+// A footer (footer_cache.cc) or its temp file.
+bool IsFooterName(const std::string& name, bool* temp) { return IsKeyedName(name, ".thrift", temp); }
+
+// A filter's selection (filter/row_filter.cc) or its temp file.
+bool IsSelectionName(const std::string& name, bool* temp) { return IsKeyedName(name, ".sel", temp); }
 
 struct EntryFile {
   std::string path;
