@@ -110,7 +110,8 @@ def _bench(args: argparse.Namespace) -> int:
     loader = pqloader.Loader(args.path, columns=columns, batch_size=args.batch_size,
                              num_workers=args.num_workers, shuffle=args.shuffle,
                              seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir,
-                             transforms=transforms, storage_options=storage_options, **tuning)
+                             transforms=transforms, storage_options=storage_options,
+                             filter=args.filter, **tuning)
     rows = 0
     first_batch = None
     try:
@@ -264,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pqloader.transforms ops of a column, written as in Python, e.g. "
                         "'image=DecodeImage(), Resize(256), CenterCrop(224)'; repeat for more "
                         "columns")
+    b.add_argument("--filter", metavar="EXPR",
+                   help="Loader's filter, e.g. \"lang == 'en' and year >= 2020\" (the mask pass "
+                        "runs when the Loader is made, counted in the time)")
     b.add_argument("--io-threads", type=int, help="Loader's io_threads (default 16)")
     b.add_argument("--readahead", type=int, help="Loader's readahead (row groups)")
     b.set_defaults(func=_bench)

@@ -230,6 +230,16 @@ def test_storage_options_reach_the_loader(cli_ds, tmp_path, command):
                           "bogus_key")
 
 
+def test_bench_takes_a_filter(cli_ds, tmp_path):
+    import json
+
+    d, total = cli_ds
+    r = cli("bench", d, "--filter", "id < 1000 or id >= 3000", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["rows"] == 1012
+    _assert_clean_failure(cli("bench", d, "--filter", "nope == 1", cwd=tmp_path), "nope")
+
+
 def test_bench_takes_io_threads_and_readahead(cli_ds, tmp_path):
     d, _ = cli_ds
     r = cli("bench", d, "--io-threads", "2", "--readahead", "1", cwd=tmp_path)
