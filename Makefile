@@ -172,7 +172,7 @@ mutants-py: deps
 # build/fuzz/artifacts/. Long run: make fuzz FUZZ_SECONDS=3600. Warnings are not errors
 # here (clang warns where the gcc build, which has -Werror, does not).
 FUZZ_DIR := build/fuzz
-FUZZ_TARGETS := fuzz_parquet fuzz_cache_entry fuzz_ndarray fuzz_image
+FUZZ_TARGETS := fuzz_parquet fuzz_cache_entry fuzz_ndarray fuzz_image fuzz_summary
 FUZZ_SECONDS ?= 300
 # fuzz-regress (make test): each driver runs a fixed number of inputs from a fixed seed,
 # starting from a fresh corpus (seeds + regressions), so that its outcome is the same on
@@ -180,7 +180,7 @@ FUZZ_SECONDS ?= 300
 # machine. Runs are sized for about 20 s per driver on 2 cores.
 FUZZ_REGRESS_SEED ?= 1
 FUZZ_REGRESS_CAP_SECONDS ?= 40
-FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:2000000 fuzz_ndarray:1500000 fuzz_image:80000
+FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:2000000 fuzz_ndarray:1500000 fuzz_image:80000 fuzz_summary:30000
 # Images and .npy arrays may legitimately allocate up to 2 GiB (the decoders' bound).
 FUZZ_FLAGS ?= -timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=2400 -max_len=65536 -print_final_stats=1
 FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)

@@ -115,10 +115,21 @@ def image_seeds(out: Path) -> None:
     (out / "jpeg-progressive").write_bytes(b"\x02" + b.getvalue())
 
 
+def summary_seeds(out: Path) -> None:
+    """Modes of summary_fuzz.cc (the summary it edits is made in the driver): each mode
+    unedited, and one edit of each kind."""
+    for mode in range(8):
+        (out / f"mode-{mode}").write_bytes(bytes([mode]))
+    (out / "set").write_bytes(bytes([0, 0, 40, 0xFF, 0]))
+    (out / "insert").write_bytes(bytes([1, 0, 80, 0x00, 1]))
+    (out / "truncate").write_bytes(bytes([2, 0, 60, 0x00, 2]))
+
+
 def main() -> int:
     root = Path(sys.argv[1])
     for target, make in (("fuzz_parquet", parquet_seeds), ("fuzz_cache_entry", cache_entry_seeds),
-                         ("fuzz_ndarray", ndarray_seeds), ("fuzz_image", image_seeds)):
+                         ("fuzz_ndarray", ndarray_seeds), ("fuzz_image", image_seeds),
+                         ("fuzz_summary", summary_seeds)):
         out = root / target
         if out.exists():
             shutil.rmtree(out)
