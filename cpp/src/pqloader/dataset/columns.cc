@@ -8,6 +8,7 @@
 #include <arrow/type_traits.h>
 #include <arrow/util/key_value_metadata.h>
 
+#include "pqloader/dataset/hive.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -299,10 +300,7 @@ class Resolver {
         any_null = true;
         continue;
       }
-      const std::string& v = k.values[f];
-      int64_t parsed = 0;
-      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
-      all_int = all_int && !v.empty() && ec == std::errc() && ptr == v.data() + v.size();
+      all_int = all_int && ParsesAsInt64(k.values[f]);
     }
     ColumnSpec spec;
     spec.name = name;
@@ -519,6 +517,11 @@ arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& fi
                                               const std::vector<PartitionKey>& keys,
                                               const ColumnsOptions& options) {
   return Resolver(files, keys, options).Run();
+}
+
+void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
+  if (f.column_index >= 0) out->push_back(f.column_index);
+  for (const auto& child : f.children) LeavesOf(child, out);
 }
 
 }  // namespace pqloader

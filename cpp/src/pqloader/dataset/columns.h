@@ -92,4 +92,7 @@ arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& fi
 /// only, not RangeIndexes).
 std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata);
 
+/// Append the Parquet leaf column indices below `field` (itself if a leaf) to `out`.
+void LeavesOf(const parquet::arrow::SchemaField& field, std::vector<int>* out);
+
 }  // namespace pqloader

@@ -1,5 +1,7 @@
 #include "pqloader/dataset/hive.h"
 
+#include <charconv>
+
 #include <cctype>
 
 namespace pqloader {
@@ -62,6 +64,12 @@ bool HasParquetExtension(std::string_view path) {
 
 bool HasParquetMagic(std::string_view head, std::string_view tail) {
   return head == "PAR1" && (tail == "PAR1" || tail == "PARE");
+}
+
+bool ParsesAsInt64(std::string_view v) {
+  int64_t parsed = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
+  return !v.empty() && ec == std::errc() && ptr == v.data() + v.size();
 }
 
 }  // namespace pqloader

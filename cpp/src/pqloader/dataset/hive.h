@@ -26,6 +26,10 @@ struct HiveSegment {
 /// Parse one path component; nullopt if it is not `key=value` (with a non-empty key).
 std::optional<HiveSegment> ParseHiveSegment(std::string_view component);
 
+/// Whether a partition value is an int64 in decimal (the keys whose every non-null value
+/// is one load as int64, the others as strings).
+bool ParsesAsInt64(std::string_view value);
+
 /// Percent-decode `s` ("%20" → ' '); a '%' not followed by two hex digits stays as is.
 std::string UriUnescape(std::string_view s);
 

@@ -20,6 +20,7 @@
 #include <parquet/properties.h>
 
 #include "pqloader/decode/nested.h"
+#include "pqloader/dataset/columns.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -60,12 +61,6 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
   out.data = std::move(data);
   out.offsets = std::move(offsets);
   return out;
-}
-
-// Leaf (Parquet column) indices of a field of the Arrow schema.
-void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
-  if (f.column_index >= 0) out->push_back(f.column_index);
-  for (const auto& child : f.children) LeavesOf(child, out);
 }
 
 // Leaf values (repetition/definition levels) decoded at once, at most, for a list

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +23,7 @@
 #include <parquet/statistics.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/dataset/columns.h"
 #include "pqloader/error.h"
 #include "pqloader/util/node_lock.h"
 #include "pqloader/util/thread_annotations.h"
@@ -61,11 +61,6 @@ struct FileField {
   std::shared_ptr<arrow::Field> field;  // the file's own field, null if absent
   std::vector<int> leaves;              // its Parquet leaf columns
 };
-
-void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
-  if (f.column_index >= 0) out->push_back(f.column_index);
-  for (const auto& child : f.children) LeavesOf(child, out);
-}
 
 // The filter's columns as one file has them, and the expression bound to them.
 struct FileView {
@@ -107,10 +102,7 @@ class Evaluator {
       bool all_int = true;
       for (const auto& f : dataset_.files()) {
         if (f.partition_null[k]) continue;
-        const std::string& v = f.partition_values[k];
-        int64_t parsed = 0;
-        auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), parsed);
-        all_int = all_int && !v.empty() && ec == std::errc() && ptr == v.data() + v.size();
+        all_int = all_int && ParsesAsInt64(f.partition_values[k]);
       }
       key_types_[keys[k]] = all_int ? arrow::int64() : arrow::utf8();
       key_index_[keys[k]] = static_cast<int>(k);

@@ -13,6 +13,7 @@
 #include <parquet/file_reader.h>
 
 #include "pqloader/decode/nested.h"
+#include "pqloader/dataset/columns.h"
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -21,11 +22,6 @@ namespace {
 
 // Rows decoded at once: their values and levels are the only memory the pass holds.
 constexpr int64_t kRowsPerSlice = 8192;
-
-void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
-  if (f.column_index >= 0) out->push_back(f.column_index);
-  for (const auto& child : f.children) LeavesOf(child, out);
-}
 
 // Append the row lengths of column `src` (a top-level field, or a path below one) in
 // `split`'s row group to `out`.
