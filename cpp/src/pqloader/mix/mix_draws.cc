@@ -20,6 +20,42 @@ std::vector<double> CumulativeWeights(const std::vector<double>& weights) {
   return out;
 }
 
+namespace {
+
+// The first i with u < cumulative[i] (the last source if none): as cumulative does not
+// decrease, the number of i < n - 1 with cumulative[i] <= u. Counted without branches,
+// which a random u would mispredict half the time.
+int Pick(uint64_t bits, const double* cumulative, int n) {
+  const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
+  int s = 0;
+  for (int i = 0; i < n - 1; ++i) s += cumulative[i] <= u ? 1 : 0;
+  return s;
+}
+
+// Draws per call of the lane-wise Philox: a few KiB of stack, enough lanes to vectorise.
+constexpr int64_t kBlock = 1024;
+
+// The sources of positions [start, start + count), count <= kBlock.
+void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
+               const std::vector<double>& cumulative, int32_t* out) {
+  uint32_t w0[kBlock], w1[kBlock], w2[kBlock], w3[kBlock];
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t p = static_cast<uint64_t>(start + i);
+    w0[i] = static_cast<uint32_t>(p);
+    w1[i] = static_cast<uint32_t>(p >> 32);
+    w2[i] = static_cast<uint32_t>(RngPurpose::kMixture);
+    w3[i] = static_cast<uint32_t>(epoch);
+  }
+  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  Philox4x32_10Lanes(w0, w1, w2, w3, count, key);
+  const int n = static_cast<int>(cumulative.size());
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = Pick((static_cast<uint64_t>(w0[i]) << 32) | w1[i], cumulative.data(), n);
+  }
+}
+
+}  // namespace
+
 int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
                const std::vector<double>& cumulative) {
   const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
@@ -28,24 +64,26 @@ int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
                          static_cast<uint32_t>(RngPurpose::kMixture),
                          static_cast<uint32_t>(epoch)};
   Philox4x32_10(counter, key);
-  const uint64_t bits = (static_cast<uint64_t>(counter[0]) << 32) | counter[1];
-  const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
-  const int n = static_cast<int>(cumulative.size());
-  for (int i = 0; i < n - 1; ++i) {
-    if (u < cumulative[i]) return i;
-  }
-  return n - 1;
+  return Pick((static_cast<uint64_t>(counter[0]) << 32) | counter[1], cumulative.data(),
+              static_cast<int>(cumulative.size()));
 }
 
 void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
                  const std::vector<double>& cumulative, int32_t* out) {
-  for (int64_t i = 0; i < count; ++i) out[i] = DrawSource(seed, epoch, start + i, cumulative);
+  for (int64_t at = 0; at < count; at += kBlock) {
+    DrawBlock(seed, epoch, start + at, std::min(kBlock, count - at), cumulative, out + at);
+  }
 }
 
 std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
                                 const std::vector<double>& cumulative) {
   std::vector<int64_t> counts(cumulative.size(), 0);
-  for (int64_t p = 0; p < end; ++p) ++counts[DrawSource(seed, epoch, p, cumulative)];
+  int32_t drawn[kBlock];
+  for (int64_t at = 0; at < end; at += kBlock) {
+    const int64_t m = std::min(kBlock, end - at);
+    DrawBlock(seed, epoch, at, m, cumulative, drawn);
+    for (int64_t i = 0; i < m; ++i) ++counts[drawn[i]];
+  }
   return counts;
 }
 
@@ -60,10 +98,15 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
     if (rows[i] > 0) ++unfinished;
   }
   if (until_all && unfinished == 0) return 0;
-  for (int64_t p = 0; p < limit; ++p) {
-    const int s = DrawSource(seed, epoch, p, cumulative);
-    if (!until_all && counts[s] == rows[s]) return p;
-    if (++counts[s] == rows[s] && until_all && --unfinished == 0) return p + 1;
+  int32_t drawn[kBlock];
+  for (int64_t at = 0; at < limit; at += kBlock) {
+    const int64_t m = std::min(kBlock, limit - at);
+    DrawBlock(seed, epoch, at, m, cumulative, drawn);
+    for (int64_t i = 0; i < m; ++i) {
+      const int s = drawn[i];
+      if (!until_all && counts[s] == rows[s]) return at + i;
+      if (++counts[s] == rows[s] && until_all && --unfinished == 0) return at + i + 1;
+    }
   }
   return limit;
 }

@@ -21,6 +21,38 @@ TEST(MixDraws, ProportionsWithinBinomialBoundsOver100kDraws) {
   }
 }
 
+// Bulk draws (lane-wise Philox in blocks) equal the one-position draw everywhere,
+// across block boundaries and from any start; counts and epoch lengths agree with them.
+TEST(MixDraws, BulkDrawsEqualOnePositionDraws) {
+  const auto cum = CumulativeWeights({0.6, 0.3, 0.1});
+  const int64_t start = (int64_t{1} << 32) - 700;  // the position's high word changes inside
+  std::vector<int32_t> bulk(3000);
+  DrawSources(99, 4, start, 3000, cum, bulk.data());
+  for (int64_t i = 0; i < 3000; ++i) {
+    ASSERT_EQ(bulk[i], DrawSource(99, 4, start + i, cum)) << "position " << start + i;
+  }
+  std::vector<int64_t> counts(3, 0);
+  std::vector<int32_t> head(2500);
+  DrawSources(99, 4, 0, 2500, cum, head.data());
+  for (int32_t s : head) ++counts[s];
+  EXPECT_EQ(CountDraws(99, 4, 2500, cum), counts);
+  // "first": the position whose draw needs a row past a source's rows.
+  const std::vector<int64_t> rows = {1000000, 1000000, counts[2]};
+  int64_t expect = -1;
+  std::vector<int64_t> seen(3, 0);
+  std::vector<int32_t> long_run(20000);
+  DrawSources(99, 4, 0, 20000, cum, long_run.data());
+  for (int64_t p = 0; p < 20000; ++p) {
+    if (seen[long_run[p]] == rows[long_run[p]]) {
+      expect = p;
+      break;
+    }
+    ++seen[long_run[p]];
+  }
+  ASSERT_GE(expect, 2500);
+  EXPECT_EQ(EpochLengthUntilExhausted(99, 4, cum, rows, false, 1 << 30), expect);
+}
+
 TEST(MixDraws, ADrawDependsOnSeedEpochAndPositionOnly) {
   const auto cum = CumulativeWeights({1, 1, 1, 1});
   std::vector<int32_t> run(1000), part(400);

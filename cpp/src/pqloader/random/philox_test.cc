@@ -117,3 +117,37 @@ TEST(CounterRng, UniformIsTheHighWordOfADrawTimesN) {
 }
 
 }  // namespace pqloader
+
+namespace pqloader {
+namespace {
+
+// The lane-wise kernel is Philox4x32_10 per counter, for any count (full blocks,
+// a partial last block, a single lane) and keys with carries in the bumps.
+TEST(Philox, LanesEqualTheOneCounterFunction) {
+  CounterRng words(42, RngPurpose::kSplitOrder, 0, 0);
+  for (int64_t n : {1, 3, 64, 65, 1000}) {
+    for (const uint32_t key0 : {0u, 0xFFFFFFFFu, 0x12345678u}) {
+      const uint32_t key[2] = {key0, ~key0};
+      std::vector<uint32_t> w0(n), w1(n), w2(n), w3(n);
+      for (int64_t i = 0; i < n; ++i) {
+        w0[i] = words.NextU32();
+        w1[i] = words.NextU32();
+        w2[i] = words.NextU32();
+        w3[i] = words.NextU32();
+      }
+      auto e0 = w0, e1 = w1, e2 = w2, e3 = w3;
+      Philox4x32_10Lanes(w0.data(), w1.data(), w2.data(), w3.data(), n, key);
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t ctr[4] = {e0[i], e1[i], e2[i], e3[i]};
+        Philox4x32_10(ctr, key);
+        ASSERT_EQ(w0[i], ctr[0]) << "n " << n << " lane " << i;
+        ASSERT_EQ(w1[i], ctr[1]);
+        ASSERT_EQ(w2[i], ctr[2]);
+        ASSERT_EQ(w3[i], ctr[3]);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pqloader
