@@ -8,7 +8,8 @@ count, exact resume, every rank drawing the same source sequence from its own sh
 (equal batches per rank). In mixture epoch e, source i reads its own epoch e; if it runs
 out within the epoch, it reads epoch e again under the seeds wrap_seed(seed_i, 1),
 wrap_seed(seed_i, 2), ...: each a fresh shuffle (and fresh random transforms), never one
-another mixture epoch reads.
+another mixture epoch reads. Batches are assembled in C++ (``mix/mix_stream.h``) from the
+sources' engine batches, off the GIL: one copy of the rows, no Python per source batch.
 """
 
 from __future__ import annotations
@@ -22,69 +23,13 @@ from pqloader import _core
 from pqloader._options import check_int
 
 STATE_VERSION = 1
-_MASK = 2**64 - 1
+_STOPS = ("first", "last")
 
 
 def wrap_seed(seed: int, wrap: int) -> int:
     """The seed of a source's `wrap`-th rerun of an epoch (wrap 0: its own seed):
-    SplitMix64 of seed + wrap * 0x9E3779B97F4A7C15."""
-    if wrap == 0:
-        return seed
-    z = (seed + wrap * 0x9E3779B97F4A7C15) & _MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
-_STOPS = ("first", "last")
-
-
-class _SourceStream:
-    """Rows of one source from a stream position on, across its wraps."""
-
-    def __init__(self, loader: Any, rows_per_epoch: int, mix_epoch: int, start: int) -> None:
-        self._loader = loader
-        self._rows = rows_per_epoch
-        self._mix_epoch = mix_epoch
-        self._batches: Iterator[dict[str, Any]] | None = None
-        wrap, row = divmod(start, rows_per_epoch) if rows_per_epoch else (0, 0)
-        self._wrap = wrap
-        bs = loader.options.batch_size
-        self._open(wrap, row // bs)
-        self._skip = row % bs
-
-    def _open(self, wrap: int, first_batch: int) -> None:
-        loader = self._loader
-        engine = loader._engine
-        loader._cursor.invalidate()  # the loader's own iterators stop
-        engine.set_seed(wrap_seed(loader.seed, wrap))
-        engine.start_epoch(self._mix_epoch, first_batch, False, None)
-        transform = loader.options.batch_transform
-
-        def batches() -> Iterator[dict[str, Any]]:
-            while True:
-                b = engine.next()
-                if b is None:
-                    return
-                yield transform(b) if transform is not None else b
-
-        self._batches = batches()
-
-    def next_batch(self) -> dict[str, Any]:
-        """The source's next batch (from the stream position on), across its wraps."""
-        b = next(self._batches, None)  # type: ignore[arg-type]
-        if b is None:  # the source's epoch ended: its next wrap
-            self._wrap += 1
-            self._open(self._wrap, 0)
-            b = next(self._batches, None)  # type: ignore[arg-type]
-            if b is None:
-                raise RuntimeError("a mixture source has no rows")
-        if self._skip:
-            b = {c: v[self._skip:] for c, v in b.items()}
-            self._skip = 0
-        return b
-
-    def close(self) -> None:
-        self._loader._engine.stop()
-        self._loader._engine.set_seed(self._loader.seed)  # the loader as it was made
+    SplitMix64 of seed + wrap * 0x9E3779B97F4A7C15 (``mix/mix_stream.h``)."""
+    return _core.mix_wrap_seed(seed, wrap)
 
 
 class Mixture:
@@ -94,7 +39,7 @@ class Mixture:
                  *, batch_size: int | None = None, seed: int | None = None,
                  samples_per_epoch: int | None = None, stop: str = "first", drop_last: bool = False,
                  num_epochs: int | None = 1, source_column: str | None = "source",
-                 output: str = "numpy") -> None:
+                 output: str = "numpy", batch_transform: Any = None) -> None:
         from pqloader._loader import Loader
 
         if isinstance(sources, Mapping):
@@ -138,6 +83,10 @@ class Mixture:
             if o.output != "numpy":
                 raise ValueError(f"mix source {n!r} has output={o.output!r}: give the sources "
                                  "output='numpy' and mix(..., output='torch')")
+            if o.batch_transform is not None:
+                raise ValueError(f"mix source {n!r} has a batch_transform: the mixture assembles its "
+                                 "batches in C++ from the sources' own; give it to "
+                                 "mix(..., batch_transform=...) to apply it to the mixed batches")
             if o.pack is not None:
                 raise ValueError(f"mix source {n!r} packs documents; mix the unpacked sources")
             if o.lists is not None and any(type(v).__name__ == "Ragged" for v in o.lists.values()):
@@ -157,6 +106,9 @@ class Mixture:
             raise ValueError(f"source_column {source_column!r} is a column of the sources; name it otherwise")
         self._source_column = source_column
         self._output = output
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError("batch_transform must be callable")
+        self._batch_transform = batch_transform
         self._rows = [self._rows_per_epoch(l) for l in loaders]
         self._lengths: dict[int, int] = {}
         self._epoch, self._batch = 0, 0
@@ -246,43 +198,26 @@ class Mixture:
         self._active_end = None  # the iteration is complete
 
     def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any) -> Iterator[dict[str, Any]]:
-        n = self.epoch_samples(epoch)
-        nb = self.num_batches(epoch)
-        B = self._batch_size
-        k = len(self._loaders)
-        counts = _core.mix_count(self._seed, epoch, batch * B, self._cumulative) if batch else [0] * k
-        streams = [_SourceStream(l, r, epoch, c) for l, r, c in zip(self._loaders, self._rows, counts)]
-        buffer = _core.MixBuffer(k)
-        columns: list[str] | None = None
-        layout: list[Any] = []  # per column: (dtype, row shape) of an array column, None for a list
+        for loader in self._loaders:
+            loader._cursor.invalidate()  # the loaders' own iterators stop
+        stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
+                                 self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
+                                 self.epoch_samples(epoch), self.num_batches(epoch), self._source_column)
+        transform = self._batch_transform
         try:
-            for b in range(batch, nb):
+            for b in range(batch, self.num_batches(epoch)):
                 if generation != self._generation:
                     raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch "
                                        "or load_state_dict replaced it")
-                start = b * B
-                count = min(B, n - start)
-                sources = _core.mix_draws(self._seed, epoch, start, count, self._cumulative)
-                for i, need in enumerate(np.bincount(sources, minlength=k).tolist()):
-                    while buffer.buffered(i) < need:
-                        got = streams[i].next_batch()
-                        if columns is None:
-                            columns = list(got)
-                            layout = [(v.dtype, v.shape[1:]) if isinstance(v, np.ndarray) and v.dtype != object
-                                      else None for v in got.values()]
-                        buffer.push(i, [got[c] if l is not None or isinstance(got[c], list) else list(got[c])
-                                        for c, l in zip(columns, layout)])
-                assert columns is not None
-                outs = [np.empty((count,) + l[1], dtype=l[0]) if l is not None else None for l in layout]
-                out = dict(zip(columns, buffer.fill(outs, sources)))  # C++, GIL released
-                if self._source_column is not None:
-                    out[self._source_column] = sources.astype(np.int64)
+                out = stream.next()
+                if out is None:  # cannot happen: the stream holds num_batches batches
+                    raise RuntimeError(f"mixture epoch {epoch} ended early at batch {b}")
                 self._epoch, self._batch = epoch, b + 1
+                if transform is not None:
+                    out = transform(out)
                 yield to_torch(out) if to_torch is not None else out
         finally:
-            buffer.clear()
-            for s in streams:
-                s.close()
+            stream.stop()
 
     def stats(self) -> dict[str, Any]:
         """Each source loader's ``stats()`` (under ``sources``), and the sum over them
@@ -344,6 +279,11 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
         **options: Any) -> Mixture:
     """Mix several Loaders into one stream, each position drawn by weight.
 
+    Batches are assembled in C++ from the sources' own batches (one copy of the rows,
+    off the GIL). While an epoch of the mixture runs, its sources share one loader's
+    budget: the largest ``num_workers`` and ``max_inflight_bytes`` among them, split by
+    weight (at least one worker each); afterwards each has its own again.
+
     Args:
         sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,
             transforms and filter; their output columns (names, dtypes, shapes) must
@@ -362,6 +302,9 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
         source_column: Name of the int64 column giving each row's source index (None:
             no such column). Default ``"source"``.
         output: ``"numpy"`` or ``"torch"`` (zero-copy ``torch.from_numpy``).
+        batch_transform: A Python callable applied to each mixed batch (a dict of
+            NumPy arrays and lists) before ``output``'s conversion. Sources may not
+            have their own (their batches are mixed in C++).
 
     Returns:
         A :class:`Mixture`: iterable, with ``state_dict``/``load_state_dict``,

@@ -68,6 +68,10 @@ class Engine:
             self._core = _core._Loader(self._sources, self._options)
         return self._core
 
+    def core(self) -> Any:
+        """The C++ engine object (``_core._Loader``), e.g. for a mixture's stream."""
+        return self._engine()
+
     # -- what the Loader uses -----------------------------------------------------------
     def start_epoch(self, epoch: int, first_batch: int, then_next_epoch: bool = False,
                     elastic: dict[str, Any] | None = None) -> None:

@@ -27,6 +27,8 @@
 
 #include "pqloader/api.h"
 #include "pqloader/mix/mix_draws.h"
+#include "pqloader/mix/mix_stream.h"
+#include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
@@ -426,6 +428,17 @@ std::shared_ptr<const ElasticBase> ToElasticBase(const nb::object& obj, int dept
 // How often a waiting next() checks for signals (Ctrl-C).
 constexpr std::chrono::milliseconds kSignalPoll{100};
 
+// A batch as {column name: array or list}: tensor columns as zero-copy NumPy views
+// (the buffer goes back to the pool when the last view is dropped), others as lists.
+nb::dict BatchToDict(const Batch& batch, const std::vector<ColumnSpec>& specs) {
+  nb::dict out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const BatchColumn& c = batch.columns[i];
+    out[specs[i].name.c_str()] = c.kind == ColumnKind::kTensor ? TensorToNumpy(c) : VarToList(c);
+  }
+  return out;
+}
+
 class PyLoader {
  public:
   PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
@@ -475,14 +488,7 @@ class PyLoader {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (batch == nullptr) return nb::none();
-    nb::dict out;
-    const auto& specs = loader_->specs();
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const BatchColumn& c = batch->columns[i];
-      out[specs[i].name.c_str()] =
-          c.kind == ColumnKind::kTensor ? TensorToNumpy(c) : VarToList(c);
-    }
-    return out;
+    return BatchToDict(*batch, loader_->specs());
   }
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
@@ -492,6 +498,7 @@ class PyLoader {
   }
   std::string TakeWarning() { return loader_->TakeWarning(); }
   const Loader& loader() const { return *loader_; }
+  Loader* mutable_loader() { return loader_.get(); }
 
   // Forget the engine without destroying it; called in a forked child only. The
   // engine's worker threads do not exist there and its mutexes may be held by them, so
@@ -740,185 +747,72 @@ Int32Array MixDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
   return Int32Array(data->data(), 1, shape, owner);
 }
 
-// The rows each source of a mixture has handed out and not yet placed: whole source
-// batches (their columns, in one order for every source), consumed front to back. Fill
-// places a mixed batch's rows in drawn order: fixed-width columns by one C++ gather with
-// the GIL released (mix/mix_draws.h), str/bytes columns (Python lists) by reference.
-class MixBuffer {
+// One epoch of a mixture (mix/mix_stream.h) over the engines of Python Loaders, which it
+// keeps alive. next() releases the GIL while it waits for the sources and assembles.
+class PyMixStream {
  public:
-  explicit MixBuffer(int sources) : queues_(static_cast<size_t>(sources)), used_(sources, 0) {
-    if (sources < 1) throw nb::value_error("MixBuffer needs at least one source");
+  PyMixStream(const std::vector<nb::object>& loaders, const std::vector<uint64_t>& seeds,
+              const std::vector<int64_t>& rows, const std::vector<double>& cumulative, uint64_t seed,
+              int64_t batch_size, int64_t epoch, int64_t first_batch, int64_t samples,
+              int64_t num_batches, const nb::object& source_column)
+      : loaders_(loaders) {
+    if (seeds.size() != loaders.size() || rows.size() != loaders.size()) {
+      throw nb::value_error("MixStream: one seed and row count per source");
+    }
+    std::vector<MixSource> sources;
+    for (size_t i = 0; i < loaders.size(); ++i) {
+      Loader* loader = nb::cast<PyLoader*>(loaders[i])->mutable_loader();
+      if (loader == nullptr) throw nb::value_error("MixStream: a source has no engine");
+      sources.push_back(MixSource{loader, seeds[i], rows[i]});
+    }
+    if (!source_column.is_none()) source_column_ = nb::cast<std::string>(source_column);
+    MixStreamOptions o;
+    o.seed = seed;
+    o.cumulative = cumulative;
+    o.batch_size = batch_size;
+    o.epoch = epoch;
+    o.first_batch = first_batch;
+    o.samples = samples;
+    o.num_batches = num_batches;
+    specs_ = sources[0].loader->specs();
+    nb::gil_scoped_release release;
+    stream_ = Check(MixStream::Make(std::move(sources), std::move(o), RecyclingPool::Global()));
   }
 
-  /// Add a batch of `source`: its columns in the mixture's order.
-  void Push(int source, const std::vector<nb::object>& columns) {
-    CheckSource(source);
-    Held held;
-    held.rows = -1;
-    for (const auto& c : columns) {
-      Column col;
-      col.object = c;
-      if (nb::isinstance<nb::list>(c)) {
-        col.rows = static_cast<int64_t>(nb::len(c));
-      } else {
-        auto array = nb::cast<nb::ndarray<nb::c_contig>>(c);
-        if (array.ndim() == 0) throw nb::value_error("MixBuffer: a column is a scalar");
-        col.fixed = true;
-        col.rows = static_cast<int64_t>(array.shape(0));
-        col.row_bytes = col.rows > 0 ? static_cast<int64_t>(array.nbytes()) / col.rows : 0;
-        col.data = static_cast<const uint8_t*>(array.data());
-        col.array = std::move(array);
+  nb::object Next() {
+    std::shared_ptr<Batch> batch;
+    std::shared_ptr<arrow::Buffer> sources;
+    while (true) {
+      bool timed_out = false;
+      {
+        nb::gil_scoped_release release;
+        batch = Check(stream_->Next(kSignalPoll, &timed_out, source_column_.empty() ? nullptr : &sources));
       }
-      if (held.rows >= 0 && col.rows != held.rows) {
-        throw nb::value_error("MixBuffer: a batch's columns differ in length");
-      }
-      held.rows = col.rows;
-      held.columns.push_back(std::move(col));
+      if (!timed_out) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
-    if (held.rows > 0) {
-      buffered_rows_ += held.rows;
-      queues_[source].push_back(std::move(held));
+    if (batch == nullptr) return nb::none();
+    nb::dict out = BatchToDict(*batch, specs_);
+    if (!source_column_.empty()) {
+      BatchColumn c;
+      c.dtype = DType::kInt64;
+      c.shape = {batch->num_rows};
+      c.data = std::move(sources);
+      out[source_column_.c_str()] = TensorToNumpy(c);
     }
+    return out;
   }
 
-  /// Rows of `source` buffered and not yet placed.
-  int64_t Buffered(int source) const {
-    CheckSource(source);
-    int64_t n = -used_[source];
-    for (const auto& h : queues_[source]) n += h.rows;
-    return n;
-  }
-
-  /// Place rows: column c of the result holds, at row r, the next row of source
-  /// sources[r]. `outs[c]` is a preallocated array for a fixed-width column, None for a
-  /// list column (a new list is returned in its place).
-  nb::list Fill(const std::vector<nb::object>& outs,
-                nb::ndarray<int32_t, nb::ndim<1>, nb::c_contig> sources) {
-    const int64_t rows = static_cast<int64_t>(sources.shape(0));
-    const int32_t* src = sources.data();
-    const int num_sources = static_cast<int>(queues_.size());
-    std::vector<int64_t> need(queues_.size(), 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      if (src[r] < 0 || src[r] >= num_sources) throw nb::value_error("MixBuffer: a source index is out of range");
-      ++need[src[r]];
-    }
-    for (int s = 0; s < num_sources; ++s) {
-      if (Buffered(s) < need[s]) throw nb::value_error("MixBuffer: a source has too few rows buffered");
-    }
-    // Pieces: every buffered batch that contributes, in queue order per source.
-    std::vector<int64_t> piece_rows;
-    std::vector<int32_t> piece_sources;
-    std::vector<const Held*> piece_held;
-    std::vector<int64_t> piece_first;
-    for (int s = 0; s < num_sources; ++s) {
-      int64_t left = need[s], first = used_[s];
-      for (const auto& h : queues_[s]) {
-        if (left <= 0) break;
-        const int64_t take = std::min(left, h.rows - first);
-        piece_rows.push_back(take);
-        piece_sources.push_back(s);
-        piece_held.push_back(&h);
-        piece_first.push_back(first);
-        left -= take;
-        first = 0;
-      }
-    }
-    const size_t num_columns = outs.size();
-    nb::list result;
-    std::vector<InterleaveColumn> fixed;
-    std::vector<size_t> list_columns;
-    for (size_t c = 0; c < num_columns; ++c) {
-      for (const Held* h : piece_held) {
-        if (h->columns.size() != num_columns) throw nb::value_error("MixBuffer: batches differ in columns");
-      }
-      if (!outs[c].is_none()) {
-        auto out = nb::cast<nb::ndarray<nb::c_contig>>(outs[c]);
-        if (out.ndim() == 0 || static_cast<int64_t>(out.shape(0)) != rows) {
-          throw nb::value_error("MixBuffer: an output needs one row per source index");
-        }
-        InterleaveColumn col;
-        col.out = static_cast<uint8_t*>(out.data());
-        col.row_bytes = rows > 0 ? static_cast<int64_t>(out.nbytes()) / rows : 0;
-        for (size_t k = 0; k < piece_held.size(); ++k) {
-          const Column& in = piece_held[k]->columns[c];
-          if (!in.fixed || in.array.dtype() != out.dtype() || in.row_bytes != col.row_bytes) {
-            throw nb::value_error("MixBuffer: a source's column differs in dtype or row shape");
-          }
-          col.pieces.push_back(in.data + piece_first[k] * in.row_bytes);
-        }
-        fixed.push_back(std::move(col));
-        result.append(outs[c]);
-      } else {
-        list_columns.push_back(c);
-        result.append(nb::none());
-      }
-    }
-    const InterleavePlan plan = InterleavePlan::Make(piece_rows, piece_sources, src, rows);
-    {
-      nb::gil_scoped_release release;
-      InterleaveRows(plan, fixed);
-    }
-    for (size_t c : list_columns) {
-      PyObject* list = PyList_New(rows);
-      if (list == nullptr) throw nb::python_error();
-      for (int64_t r = 0; r < rows; ++r) {
-        const size_t k = static_cast<size_t>(plan.piece[r]);
-        const Column& in = piece_held[k]->columns[c];
-        if (in.fixed) {
-          Py_DECREF(list);
-          throw nb::value_error("MixBuffer: a source's column is an array where another's is a list");
-        }
-        PyObject* item = PyList_GET_ITEM(in.object.ptr(), piece_first[k] + plan.row[r]);
-        Py_INCREF(item);
-        PyList_SET_ITEM(list, r, item);
-      }
-      result[c] = nb::steal(list);
-    }
-    // Drop what was consumed.
-    for (int s = 0; s < num_sources; ++s) {
-      int64_t left = need[s];
-      while (left > 0) {
-        Held& front = queues_[s].front();
-        const int64_t take = std::min(left, front.rows - used_[s]);
-        used_[s] += take;
-        left -= take;
-        if (used_[s] == front.rows) {
-          buffered_rows_ -= front.rows;
-          queues_[s].pop_front();
-          used_[s] = 0;
-        }
-      }
-    }
-    return result;
-  }
-
-  void Clear() {
-    for (auto& q : queues_) q.clear();
-    std::fill(used_.begin(), used_.end(), 0);
-    buffered_rows_ = 0;
+  void Stop() {
+    nb::gil_scoped_release release;
+    stream_->Stop();
   }
 
  private:
-  struct Column {
-    nb::object object;
-    nb::ndarray<nb::c_contig> array;
-    bool fixed = false;
-    int64_t rows = 0;
-    int64_t row_bytes = 0;
-    const uint8_t* data = nullptr;
-  };
-  struct Held {
-    std::vector<Column> columns;
-    int64_t rows = 0;
-  };
-  void CheckSource(int source) const {
-    if (source < 0 || source >= static_cast<int>(queues_.size())) {
-      throw nb::value_error("MixBuffer: no such source");
-    }
-  }
-  std::vector<std::deque<Held>> queues_;
-  std::vector<int64_t> used_;
-  int64_t buffered_rows_ = 0;
+  std::vector<nb::object> loaders_;  // keeps the engines alive
+  std::vector<ColumnSpec> specs_;
+  std::string source_column_;
+  std::unique_ptr<MixStream> stream_;
 };
 }  // namespace pqloader
 
@@ -982,12 +876,15 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     return pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit);
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a);
-  nb::class_<pqloader::MixBuffer>(m, "MixBuffer")
-      .def(nb::init<int>(), "sources"_a)
-      .def("push", &pqloader::MixBuffer::Push, "source"_a, "columns"_a)
-      .def("buffered", &pqloader::MixBuffer::Buffered, "source"_a)
-      .def("fill", &pqloader::MixBuffer::Fill, "outs"_a, "sources"_a)
-      .def("clear", &pqloader::MixBuffer::Clear);
+  m.def("mix_wrap_seed", &pqloader::WrapSeed, "seed"_a, "wrap"_a);
+  nb::class_<pqloader::PyMixStream>(m, "MixStream")
+      .def(nb::init<const std::vector<nb::object>&, const std::vector<uint64_t>&,
+                    const std::vector<int64_t>&, const std::vector<double>&, uint64_t, int64_t,
+                    int64_t, int64_t, int64_t, int64_t, const nb::object&>(),
+           "loaders"_a, "seeds"_a, "rows"_a, "cumulative"_a, "seed"_a, "batch_size"_a, "epoch"_a,
+           "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none())
+      .def("next", &pqloader::PyMixStream::Next)
+      .def("stop", &pqloader::PyMixStream::Stop);
   m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {

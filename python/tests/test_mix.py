@@ -193,3 +193,38 @@ def test_stats_sum_the_sources(sources):
     s = m.stats()
     assert set(s["sources"]) == {"web", "code", "books"}
     assert s["rows"] >= rows and s["bytes_read"] == sum(x["bytes_read"] for x in s["sources"].values()) > 0
+
+
+def test_string_and_list_columns_are_mixed_row_by_row(tmp_path):
+    """Variable-length columns (str, bytes, lists of str) take each row's bytes from its
+    source, in drawn order, like fixed-width ones."""
+    for s, n in enumerate((50, 30)):
+        ids = s * 1000 + np.arange(n, dtype=np.int64)
+        pq.write_table(pa.table({"id": ids, "name": [f"s{s}-{i}" * (i % 4) for i in ids],
+                                 "blob": [bytes([i % 256]) * (i % 5) for i in ids],
+                                 "tags": [[f"t{i}", "x" * (i % 3)] for i in ids]}),
+                       tmp_path / f"{s}.parquet", row_group_size=7)
+    m = pqloader.mix([pqloader.Loader(str(tmp_path / f"{s}.parquet"), batch_size=6, shuffle=True, seed=s)
+                      for s in range(2)], [2, 1], batch_size=8, seed=3, stop="last")
+    rows = 0
+    for b in m:
+        for i, name, blob, tags, src in zip(b["id"].tolist(), b["name"], b["blob"], b["tags"], b["source"]):
+            assert i // 1000 == src
+            assert name == f"s{src}-{i}" * (i % 4) and blob == bytes([i % 256]) * (i % 5)
+            assert tags == [f"t{i}", "x" * (i % 3)]
+            rows += 1
+    assert rows == m.epoch_samples(0) >= 80
+
+
+def test_batch_transform_belongs_to_the_mixture(sources):
+    root, _ = sources
+    ls = loaders(root)
+    with pytest.raises(ValueError, match="batch_transform"):
+        pqloader.mix([pqloader.Loader(str(root / "web"), batch_transform=lambda b: b), ls["code"]], [1, 1])
+    plain = run(pqloader.mix(loaders(root), [1, 1, 1], seed=1, samples_per_epoch=500, batch_size=50))
+    doubled = run(pqloader.mix(loaders(root), [1, 1, 1], seed=1, samples_per_epoch=500, batch_size=50,
+                               batch_transform=lambda b: {**b, "x": b["x"] * 2}))
+    assert len(plain) == len(doubled) == 10
+    for p, d in zip(plain, doubled):
+        np.testing.assert_array_equal(d["x"], p["x"] * 2)
+        np.testing.assert_array_equal(d["id"], p["id"])

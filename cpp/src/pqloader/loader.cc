@@ -126,6 +126,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     loader->options_.num_workers =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  loader->made_workers_ = loader->options_.num_workers;
+  loader->made_inflight_bytes_ = loader->options_.max_inflight_bytes;
   if (loader->options_.prefetch_batches <= 0) {
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);
   }
@@ -270,6 +272,12 @@ void Loader::Stop() {
     DetachLocked(&runs);
   }
   ShutDown(std::move(runs));
+}
+
+void Loader::set_run_limits(int num_workers, int64_t max_inflight_bytes) {
+  MutexLock lock(mu_);
+  options_.num_workers = num_workers > 0 ? num_workers : made_workers_;
+  options_.max_inflight_bytes = max_inflight_bytes > 0 ? max_inflight_bytes : made_inflight_bytes_;
 }
 
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,

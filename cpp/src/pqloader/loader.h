@@ -175,6 +175,10 @@ class Loader {
     MutexLock lock(mu_);
     options_.plan.seed = seed;
   }
+  /// Workers and in-flight bound of the epochs started from now on (a mixture gives
+  /// its sources shares of one budget, mix/mix_stream.h); a value <= 0 restores the one
+  /// given to Make. Takes effect at the next StartEpoch.
+  void set_run_limits(int num_workers, int64_t max_inflight_bytes);
   int64_t num_rows() const { return first_plan_.num_rows(); }
 
   /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units
@@ -303,7 +307,11 @@ class Loader {
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
   arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
 
-  LoaderOptions options_;  // seed GUARDED_BY(mu_); the rest immutable after Make()
+  // seed, num_workers and max_inflight_bytes change under mu_ (set_seed,
+  // set_run_limits) and are read under it after Make(); the rest is immutable.
+  LoaderOptions options_;
+  int made_workers_ = 0;          // options_.num_workers as Make() resolved it
+  int64_t made_inflight_bytes_ = 0;
   std::shared_ptr<Dataset> dataset_;
   FilterStats filter_stats_;
   ReadOptions read_options_;

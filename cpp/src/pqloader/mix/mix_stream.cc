@@ -1,0 +1,297 @@
+#include "pqloader/mix/mix_stream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include <arrow/buffer.h>
+
+#include "pqloader/error.h"
+#include "pqloader/loader.h"
+#include "pqloader/mix/mix_draws.h"
+
+namespace pqloader {
+
+uint64_t WrapSeed(uint64_t seed, int64_t wrap) {
+  if (wrap == 0) return seed;
+  uint64_t z = seed + static_cast<uint64_t>(wrap) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource> sources,
+                                                          MixStreamOptions options,
+                                                          arrow::MemoryPool* pool) {
+  if (sources.empty()) return arrow::Status::Invalid("a mixture needs at least one source");
+  if (options.cumulative.size() != sources.size()) {
+    return arrow::Status::Invalid("a mixture needs one weight per source");
+  }
+  if (options.batch_size < 1) return arrow::Status::Invalid("batch_size must be positive");
+  std::unique_ptr<MixStream> stream(new MixStream());
+  stream->options_ = std::move(options);
+  stream->pool_ = pool;
+  stream->specs_ = sources[0].loader->specs();
+  for (size_t i = 1; i < sources.size(); ++i) {
+    const auto& specs = sources[i].loader->specs();
+    bool same = specs.size() == stream->specs_.size();
+    for (size_t c = 0; same && c < specs.size(); ++c) {
+      same = specs[c].name == stream->specs_[c].name && specs[c].kind == stream->specs_[c].kind;
+    }
+    if (!same) {
+      return arrow::Status::Invalid("mixture source ", i,
+                                    " gives other columns (names or kinds) than source 0");
+    }
+  }
+  const MixStreamOptions& o = stream->options_;
+  stream->next_batch_ = o.first_batch;
+  std::vector<int64_t> counts(sources.size(), 0);
+  if (o.first_batch > 0) {
+    counts = CountDraws(o.seed, o.epoch, std::min(o.first_batch * o.batch_size, o.samples),
+                        o.cumulative);
+  }
+  // The stream is complete before any source starts: Stop() (and so the destructor)
+  // gives every source back its seed even if one fails to start.
+  for (auto& source : sources) {
+    SourceState s;
+    s.source = source;
+    s.source_batch_size = std::max<int64_t>(1, source.loader->options().plan.batch_size);
+    stream->sources_.push_back(std::move(s));
+  }
+  // One loader's budget, shared by weight: the sources' largest num_workers and
+  // max_inflight_bytes, each source getting its weight's share (at least one worker).
+  // Every source at its own full budget would run k times the threads on the same
+  // cores and hold k times the memory.
+  int workers = 1;
+  int64_t inflight = 1;
+  for (const SourceState& s : stream->sources_) {
+    workers = std::max(workers, s.source.loader->options().num_workers);
+    inflight = std::max(inflight, s.source.loader->options().max_inflight_bytes);
+  }
+  for (size_t i = 0; i < stream->sources_.size(); ++i) {
+    const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
+    stream->sources_[i].source.loader->set_run_limits(
+        std::max(1, static_cast<int>(std::lround(workers * share))),
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(inflight) * share)));
+  }
+  for (size_t i = 0; i < stream->sources_.size(); ++i) {
+    SourceState& s = stream->sources_[i];
+    const int64_t rows = s.source.rows_per_epoch;
+    const int64_t wrap = rows > 0 ? counts[i] / rows : 0;
+    const int64_t row = rows > 0 ? counts[i] % rows : 0;
+    ARROW_RETURN_NOT_OK(stream->Open(s, wrap, row / s.source_batch_size));
+    s.skip = row % s.source_batch_size;
+  }
+  return stream;
+}
+
+MixStream::~MixStream() { Stop(); }
+
+void MixStream::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  for (SourceState& s : sources_) {
+    s.held.clear();
+    s.buffered = 0;
+    s.source.loader->Stop();
+    s.source.loader->set_seed(s.source.seed);  // the loader as it was made
+    s.source.loader->set_run_limits(0, 0);
+  }
+}
+
+arrow::Status MixStream::Open(SourceState& s, int64_t wrap, int64_t first_batch) {
+  // Rows still held from the previous wrap stay: they come first.
+  s.wrap = wrap;
+  s.skip = 0;
+  s.source.loader->set_seed(WrapSeed(s.source.seed, wrap));
+  return s.source.loader->StartEpoch(options_.epoch, first_batch, false, nullptr);
+}
+
+arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout,
+                              bool* timed_out) {
+  SourceState& s = sources_[i];
+  bool fresh = false;  // the source's epoch just restarted and has given nothing yet
+  while (s.buffered < need) {
+    bool late = false;
+    ARROW_ASSIGN_OR_RAISE(auto batch, s.source.loader->Next(timeout, &late));
+    if (late) {
+      if (timed_out != nullptr) *timed_out = true;
+      return arrow::Status::OK();
+    }
+    if (batch == nullptr) {  // the source's epoch ended: its next wrap
+      if (fresh) {
+        return MakeError(ErrorKind::kInvalidData, "mixture source ", i, " has no rows");
+      }
+      ARROW_RETURN_NOT_OK(Open(s, s.wrap + 1, 0));
+      fresh = true;
+      continue;
+    }
+    fresh = false;
+    const int64_t skip = std::min(s.skip, batch->num_rows);
+    s.skip -= skip;
+    if (batch->num_rows > skip) {
+      s.buffered += batch->num_rows - skip;
+      s.held.push_back(Held{std::move(batch), skip});
+    }
+  }
+  return arrow::Status::OK();
+}
+
+arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds timeout,
+                                                      bool* timed_out,
+                                                      std::shared_ptr<arrow::Buffer>* sources) {
+  if (timed_out != nullptr) *timed_out = false;
+  if (stopped_) return arrow::Status::Invalid("this mixture stream was stopped");
+  const MixStreamOptions& o = options_;
+  if (next_batch_ >= o.num_batches) return nullptr;
+  const int64_t start = next_batch_ * o.batch_size;
+  const int64_t count = std::min(o.batch_size, o.samples - start);
+  if (count <= 0) return nullptr;
+  if (!drawn_) {
+    draws_.resize(static_cast<size_t>(count));
+    DrawSources(o.seed, o.epoch, start, count, o.cumulative, draws_.data());
+    need_.assign(sources_.size(), 0);
+    for (int32_t d : draws_) ++need_[d];
+    drawn_ = true;
+  }
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    bool late = false;
+    ARROW_RETURN_NOT_OK(Fill(i, need_[i], timeout, &late));
+    if (late) {
+      if (timed_out != nullptr) *timed_out = true;
+      return nullptr;
+    }
+  }
+  ARROW_ASSIGN_OR_RAISE(auto batch, Assemble(count));
+  if (sources != nullptr) {
+    ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(count * 8, pool_));
+    auto* out = reinterpret_cast<int64_t*>(buffer->mutable_data());
+    for (int64_t r = 0; r < count; ++r) out[r] = draws_[r];
+    *sources = std::move(buffer);
+  }
+  // The rows placed leave the sources' buffers.
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    SourceState& s = sources_[i];
+    int64_t left = need_[i];
+    s.buffered -= left;
+    while (left > 0) {
+      Held& h = s.held.front();
+      const int64_t take = std::min(left, h.batch->num_rows - h.used);
+      h.used += take;
+      left -= take;
+      if (h.used == h.batch->num_rows) s.held.pop_front();
+    }
+  }
+  drawn_ = false;
+  ++next_batch_;
+  return batch;
+}
+
+arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
+  // Pieces: the held batches that give rows to this batch, in order per source.
+  std::vector<int64_t> piece_rows;
+  std::vector<int32_t> piece_sources;
+  std::vector<const Batch*> piece_batch;
+  std::vector<int64_t> piece_first;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    int64_t left = need_[i];
+    for (const Held& h : sources_[i].held) {
+      if (left <= 0) break;
+      const int64_t take = std::min(left, h.batch->num_rows - h.used);
+      piece_rows.push_back(take);
+      piece_sources.push_back(static_cast<int32_t>(i));
+      piece_batch.push_back(h.batch.get());
+      piece_first.push_back(h.used);
+      left -= take;
+    }
+  }
+  const InterleavePlan plan = InterleavePlan::Make(piece_rows, piece_sources, draws_.data(), count);
+  auto batch = std::make_shared<Batch>();
+  batch->epoch = options_.epoch;
+  batch->index = next_batch_;
+  batch->num_rows = count;
+  // Fixed-width columns share one block from the pool (64-byte aligned slices): one
+  // allocation per batch, of a size the pool recycles.
+  constexpr int64_t kAlign = 64;
+  std::vector<int64_t> row_bytes(specs_.size(), 0), at(specs_.size(), 0);
+  int64_t block_bytes = 0;
+  for (size_t c = 0; c < specs_.size(); ++c) {
+    const BatchColumn& first = piece_batch[0]->columns[c];
+    for (size_t k = 0; k < piece_batch.size(); ++k) {
+      const BatchColumn& in = piece_batch[k]->columns[c];
+      const bool same = in.kind == first.kind &&
+                        (in.kind != ColumnKind::kTensor ||
+                         (in.dtype == first.dtype && in.offsets == nullptr && first.offsets == nullptr &&
+                          std::equal(in.shape.begin() + 1, in.shape.end(), first.shape.begin() + 1,
+                                     first.shape.end())));
+      if (!same) {
+        return MakeError(ErrorKind::kInvalidData, "mixture column '", specs_[c].name,
+                         "': a batch of source ", piece_sources[k], " has ",
+                         in.kind == ColumnKind::kTensor ? DTypeName(in.dtype) : "bytes", " rows of shape ",
+                         ShapeToString({in.shape.begin() + 1, in.shape.end()}), " where source ",
+                         piece_sources[0], " has ", DTypeName(first.dtype), " ",
+                         ShapeToString({first.shape.begin() + 1, first.shape.end()}),
+                         " (ragged rows cannot be mixed; pad them to one length)");
+      }
+    }
+    if (first.kind != ColumnKind::kTensor) continue;
+    row_bytes[c] = DTypeSize(first.dtype);
+    for (size_t d = 1; d < first.shape.size(); ++d) row_bytes[c] *= first.shape[d];
+    at[c] = block_bytes;
+    block_bytes += (count * row_bytes[c] + kAlign - 1) / kAlign * kAlign;
+  }
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> block,
+                        arrow::AllocateBuffer(std::max<int64_t>(block_bytes, 1), kAlign, pool_));
+  batch->owned_bytes += block->size();
+  std::vector<InterleaveColumn> fixed;
+  for (size_t c = 0; c < specs_.size(); ++c) {
+    BatchColumn out;
+    const BatchColumn& first = piece_batch[0]->columns[c];
+    out.kind = first.kind;
+    out.dtype = first.dtype;
+    if (out.kind == ColumnKind::kTensor) {
+      out.shape = first.shape;
+      out.shape[0] = count;
+      InterleaveColumn col;
+      col.out = block->mutable_data() + at[c];
+      col.row_bytes = row_bytes[c];
+      for (size_t k = 0; k < piece_batch.size(); ++k) {
+        col.pieces.push_back(piece_batch[k]->columns[c].data->data() + piece_first[k] * row_bytes[c]);
+      }
+      fixed.push_back(std::move(col));
+      out.data = arrow::SliceBuffer(block, at[c], count * row_bytes[c]);
+    } else {
+      // Variable-length rows: offsets, then each row's bytes.
+      ARROW_ASSIGN_OR_RAISE(auto offsets, arrow::AllocateBuffer((count + 1) * 8, pool_));
+      auto* off = reinterpret_cast<int64_t*>(offsets->mutable_data());
+      off[0] = 0;
+      for (int64_t r = 0; r < count; ++r) {
+        const size_t k = static_cast<size_t>(plan.piece[r]);
+        const auto* in = reinterpret_cast<const int64_t*>(piece_batch[k]->columns[c].offsets->data());
+        const int64_t row = piece_first[k] + plan.row[r];
+        off[r + 1] = off[r] + (in[row + 1] - in[row]);
+      }
+      ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(off[count], pool_));
+      for (int64_t r = 0; r < count; ++r) {
+        const size_t k = static_cast<size_t>(plan.piece[r]);
+        const BatchColumn& in = piece_batch[k]->columns[c];
+        const auto* in_off = reinterpret_cast<const int64_t*>(in.offsets->data());
+        const int64_t row = piece_first[k] + plan.row[r];
+        if (off[r + 1] > off[r]) {
+          std::memcpy(data->mutable_data() + off[r], in.data->data() + in_off[row],
+                      static_cast<size_t>(off[r + 1] - off[r]));
+        }
+      }
+      out.shape = {count};
+      batch->owned_bytes += offsets->size() + data->size();
+      out.offsets = std::move(offsets);
+      out.data = std::move(data);
+    }
+    batch->columns.push_back(std::move(out));
+  }
+  InterleaveRows(plan, fixed);
+  return batch;
+}
+
+}  // namespace pqloader

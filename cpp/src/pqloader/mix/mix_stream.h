@@ -1,0 +1,115 @@
+// MixStream: the batches of one mixture epoch (pqloader.mix), drawn from several
+// Loaders by weight and assembled in C++.
+//
+// Position p of mixture epoch e takes the next row of source DrawSource(seed, e, p)
+// (mix_draws.h). Each source is a Loader read through its own epoch e; when it runs out
+// within the epoch it reads epoch e again under WrapSeed(its seed, 1), then 2, ...
+// Batches of the mixture are built from the sources' batches by one typed gather per
+// column (fixed-width columns) or a copy of each row's bytes (strings, bytes, lists of
+// them) into buffers from the pool, so a mixture costs the draws and one copy of the
+// rows, all off the GIL. The output is a pure function of (sources, weights, seed,
+// epoch, first batch).
+//
+// While the stream is open, the sources share one loader's budget: the largest
+// num_workers and max_inflight_bytes among them, split by weight (at least one worker
+// each); Stop() gives them back their own (Loader::set_run_limits).
+//
+// Thread-safety: one consumer thread calls Next(); the sources must not be iterated by
+// anyone else while the stream is open (it starts, reads and stops their epochs).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <arrow/memory_pool.h>
+#include <arrow/result.h>
+
+#include "pqloader/tensor/batch.h"
+
+namespace pqloader {
+
+class Loader;
+
+/// The seed of a source's `wrap`-th rerun of an epoch (wrap 0: its own seed):
+/// SplitMix64 of seed + wrap * 0x9E3779B97F4A7C15.
+uint64_t WrapSeed(uint64_t seed, int64_t wrap);
+
+/// One source of a mixture: a Loader (not owned), its own seed, and the rows one epoch
+/// of it yields (after drop_last).
+struct MixSource {
+  Loader* loader = nullptr;
+  uint64_t seed = 0;
+  int64_t rows_per_epoch = 0;
+};
+
+/// What one epoch of a mixture reads.
+struct MixStreamOptions {
+  uint64_t seed = 0;
+  /// Cumulative weights (CumulativeWeights), one per source.
+  std::vector<double> cumulative;
+  int64_t batch_size = 1;
+  int64_t epoch = 0;
+  /// The first batch to deliver (a resumed epoch starts later).
+  int64_t first_batch = 0;
+  /// Samples of this epoch for this rank, and its batches (after drop_last).
+  int64_t samples = 0;
+  int64_t num_batches = 0;
+};
+
+class MixStream {
+ public:
+  /// Start the sources where `options.first_batch` needs them. Fails if the sources
+  /// disagree on their output columns' kinds and dtypes.
+  static arrow::Result<std::unique_ptr<MixStream>> Make(std::vector<MixSource> sources,
+                                                        MixStreamOptions options,
+                                                        arrow::MemoryPool* pool);
+  ~MixStream();
+
+  /// The next batch of the epoch, or nullptr after its last one. `sources`, if given,
+  /// receives each row's source index (int64, one per row, from the pool). With a
+  /// `timeout`, returns nullptr and sets *timed_out if a source gave no batch in time;
+  /// calling again goes on where it stopped.
+  arrow::Result<std::shared_ptr<Batch>> Next(
+      std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
+      bool* timed_out = nullptr, std::shared_ptr<arrow::Buffer>* sources = nullptr);
+
+  /// Stop the sources' epochs and give them back their own seeds and budgets. Idempotent.
+  void Stop();
+
+  MixStream(const MixStream&) = delete;
+  MixStream& operator=(const MixStream&) = delete;
+
+ private:
+  struct Held {
+    std::shared_ptr<Batch> batch;
+    int64_t used = 0;  // rows already placed
+  };
+  struct SourceState {
+    MixSource source;
+    int64_t source_batch_size = 1;
+    int64_t wrap = 0;
+    int64_t skip = 0;  // rows of the next batch that an earlier position consumed
+    std::deque<Held> held;
+    int64_t buffered = 0;  // rows held and not yet placed
+  };
+  MixStream() = default;
+  arrow::Status Open(SourceState& s, int64_t wrap, int64_t first_batch);
+  // Pull batches of source `i` until it holds `need` rows.
+  arrow::Status Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout, bool* timed_out);
+  arrow::Result<std::shared_ptr<Batch>> Assemble(int64_t count);
+
+  std::vector<SourceState> sources_;
+  MixStreamOptions options_;
+  arrow::MemoryPool* pool_ = nullptr;
+  std::vector<ColumnSpec> specs_;
+  int64_t next_batch_ = 0;
+  bool drawn_ = false;  // draws_ hold the draws of batch next_batch_
+  std::vector<int32_t> draws_;
+  std::vector<int64_t> need_;
+  bool stopped_ = false;
+};
+
+}  // namespace pqloader

@@ -1,0 +1,153 @@
+#include "pqloader/mix/mix_stream.h"
+
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "pqloader/loader.h"
+#include "pqloader/mix/mix_draws.h"
+#include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/test_util.h"
+
+namespace pqloader {
+namespace {
+
+struct Sources {
+  std::vector<std::unique_ptr<Loader>> loaders;
+  std::vector<MixSource> mix;
+};
+
+// Two shuffled sources of 23 and 9 rows (ids from 0 and from 1000), batch sizes 5 and 4.
+Sources MakeSources(int workers) {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteIdFile(dir + "/a.parquet", {10, 13}, 0);
+  testing::WriteIdFile(dir + "/b.parquet", {4, 5}, 1000);
+  Sources s;
+  int64_t batch = 5;
+  uint64_t seed = 31;
+  for (const char* f : {"/a.parquet", "/b.parquet"}) {
+    LoaderOptions o;
+    o.plan.batch_size = batch--;
+    o.plan.shuffle = true;
+    o.plan.seed = seed++;
+    o.num_workers = workers;
+    s.loaders.push_back(Loader::Make({dir + f}, o).ValueOrDie());
+    s.mix.push_back(MixSource{s.loaders.back().get(), o.plan.seed, s.loaders.back()->num_rows()});
+  }
+  return s;
+}
+
+// The ids of a source's epoch read under `seed`.
+std::vector<int64_t> SourceEpoch(Loader* loader, uint64_t seed, int64_t epoch) {
+  loader->set_seed(seed);
+  EXPECT_TRUE(loader->StartEpoch(epoch).ok());
+  return testing::DrainIds(loader);
+}
+
+// Every batch's ids and source indices.
+void Drain(MixStream* stream, std::vector<std::vector<int64_t>>* ids,
+           std::vector<int64_t>* sources) {
+  while (true) {
+    std::shared_ptr<arrow::Buffer> from;
+    auto batch = stream->Next(std::chrono::nanoseconds::max(), nullptr, &from).ValueOrDie();
+    if (batch == nullptr) return;
+    const auto* id = reinterpret_cast<const int64_t*>(batch->columns[0].data->data());
+    ids->emplace_back(id, id + batch->num_rows);
+    const auto* f = reinterpret_cast<const int64_t*>(from->data());
+    sources->insert(sources->end(), f, f + batch->num_rows);
+  }
+}
+
+MixStreamOptions Options(int64_t epoch, int64_t first_batch) {
+  MixStreamOptions o;
+  o.seed = 5;
+  o.cumulative = CumulativeWeights({1, 1});
+  o.batch_size = 6;
+  o.epoch = epoch;
+  o.first_batch = first_batch;
+  o.samples = 60;  // more than either source: both wrap
+  o.num_batches = 10;
+  return o;
+}
+
+// Position p holds the next row of source DrawSource(p); a source's rows follow its own
+// epoch, then its wraps under WrapSeed; the loaders get their seeds back.
+TEST(MixStream, RowsFollowTheDrawsAndEachSourcesOwnEpochsAcrossWraps) {
+  auto s = MakeSources(2);
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> from;
+  {
+    auto stream = MixStream::Make(s.mix, Options(3, 0), RecyclingPool::Global()).ValueOrDie();
+    // One loader's budget split by weight: 2 workers, 1 each; 256 MiB, half each.
+    EXPECT_EQ(s.loaders[0]->options().num_workers, 1);
+    EXPECT_EQ(s.loaders[1]->options().max_inflight_bytes, int64_t{128} << 20);
+    Drain(stream.get(), &ids, &from);
+  }
+  for (int i = 0; i < 2; ++i) {  // given back by the stream
+    EXPECT_EQ(s.loaders[i]->options().plan.seed, 31u + i);
+    EXPECT_EQ(s.loaders[i]->options().num_workers, 2);
+    EXPECT_EQ(s.loaders[i]->options().max_inflight_bytes, int64_t{256} << 20);
+  }
+  ASSERT_EQ(ids.size(), 10u);
+  std::vector<int32_t> draws(60);
+  DrawSources(5, 3, 0, 60, CumulativeWeights({1, 1}), draws.data());
+  ASSERT_EQ(from, std::vector<int64_t>(draws.begin(), draws.end()));
+  std::vector<std::vector<int64_t>> expect(2);
+  for (int i = 0; i < 2; ++i) {
+    for (int wrap = 0; wrap < 8; ++wrap) {
+      auto e = SourceEpoch(s.loaders[i].get(), WrapSeed(s.mix[i].seed, wrap), 3);
+      expect[i].insert(expect[i].end(), e.begin(), e.end());
+    }
+  }
+  std::vector<size_t> at(2, 0);
+  int64_t p = 0;
+  for (const auto& batch : ids) {
+    for (int64_t id : batch) {
+      const int s_i = draws[p++];
+      EXPECT_EQ(id, expect[s_i][at[s_i]++]) << "position " << p - 1;
+    }
+  }
+}
+
+// A stream started at batch k gives the batches k.. of the whole epoch, for any worker
+// count.
+TEST(MixStream, AStreamStartedLaterGivesTheRestOfTheEpoch) {
+  std::vector<std::vector<int64_t>> full;
+  std::vector<int64_t> from;
+  {
+    auto s = MakeSources(1);
+    auto stream = MixStream::Make(s.mix, Options(0, 0), RecyclingPool::Global()).ValueOrDie();
+    Drain(stream.get(), &full, &from);
+  }
+  for (int64_t first : {1, 4, 9}) {
+    auto s = MakeSources(3);
+    std::vector<std::vector<int64_t>> tail;
+    std::vector<int64_t> f;
+    auto stream = MixStream::Make(s.mix, Options(0, first), RecyclingPool::Global()).ValueOrDie();
+    Drain(stream.get(), &tail, &f);
+    EXPECT_EQ(tail, std::vector<std::vector<int64_t>>(full.begin() + first, full.end())) << first;
+  }
+}
+
+// The documented formula (docs/determinism.md), pinned: SplitMix64 of seed + wrap * phi.
+TEST(MixStream, WrapSeedIsSplitMix64OfTheSeedAndWrap) {
+  EXPECT_EQ(WrapSeed(5, 0), 5u);
+  EXPECT_EQ(WrapSeed(12, 1), 10682531704454680323ull);
+  EXPECT_EQ(WrapSeed(~uint64_t{0}, 3), 4048727598324417001ull);
+}
+
+TEST(MixStream, RefusesSourcesWithOtherColumns) {
+  auto s = MakeSources(1);
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteIdFile(dir + "/c.parquet", {3}, 0);
+  LoaderOptions o;
+  o.dataset.columns.columns = {"x"};
+  auto other = Loader::Make({dir}, o).ValueOrDie();
+  s.mix[1] = MixSource{other.get(), 1, other->num_rows()};
+  auto made = MixStream::Make(s.mix, Options(0, 0), RecyclingPool::Global());
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("other columns"), std::string::npos) << made.status();
+}
+
+}  // namespace
+}  // namespace pqloader
