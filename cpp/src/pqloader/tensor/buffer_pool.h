@@ -14,6 +14,10 @@
 // reservations of live users (each Loader reserves its max_inflight_bytes: the blocks
 // an epoch frees are the ones it allocates next), so memory held idle is bounded too.
 //
+// Blocks large against the cache (1 MiB or more, and over a quarter of its limit) are
+// mapped and unmapped directly, so that freeing one beyond the cache returns its pages
+// at once (the underlying allocator would keep them resident for a while).
+//
 // There is one process-wide pool (Global()): buffers may outlive the loader that made
 // them (a NumPy view kept by the user), so the pool must outlive every loader.
 // Thread-safety: all methods may be called concurrently; fork-safe (the lock is held
@@ -25,6 +29,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include <arrow/memory_pool.h>
@@ -84,6 +89,9 @@ class RecyclingPool : public arrow::MemoryPool {
   static void UnlockAfterFork();
   static int SizeClass(int64_t size);
   static bool Recycles(int64_t size, int64_t alignment);
+  // Give a block back: unmapped if it was mapped directly (see kMinMappedBytes in
+  // buffer_pool.cc), else to the underlying pool.
+  void FreeBlock(uint8_t* block, int64_t capacity, bool mapped);
   // Release the oldest cached blocks until `incoming` more bytes fit.
   void TrimLocked(int64_t incoming = 0) PQ_REQUIRES(mu_);
   static int64_t ClassCapacity(int c);
@@ -100,6 +108,8 @@ class RecyclingPool : public arrow::MemoryPool {
   int64_t recycled_ PQ_GUARDED_BY(mu_) = 0;
   int64_t fresh_bytes_ PQ_GUARDED_BY(mu_) = 0;
   int64_t free_seq_ PQ_GUARDED_BY(mu_) = 0;
+  // Blocks mapped directly (large against the cache), wherever they are now.
+  std::unordered_set<uint8_t*> mapped_ PQ_GUARDED_BY(mu_);
   // Per size class: (block, sequence number of its free), oldest first.
   std::array<std::deque<std::pair<uint8_t*, int64_t>>, kNumClasses> free_ PQ_GUARDED_BY(mu_);
 };

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 
 #include <arrow/buffer.h>
 
@@ -116,4 +119,42 @@ TEST(RecyclingPool, BuffersMadeFromItReturnTheirMemoryWhenDropped) {
   EXPECT_EQ(pool->recycled_allocations(), before + 1);
 }
 
+}  // namespace pqloader
+
+namespace pqloader {
+namespace {
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// A block large against the cache is mapped directly, so one the cache cannot keep goes
+// back to the system at once: an allocator that kept it resident for a while made a
+// small-budget loader's peak memory vary by several row groups from run to run.
+TEST(RecyclingPool, ALargeBlockBeyondTheLimitIsReturnedAtOnce) {
+  RecyclingPool pool(arrow::default_memory_pool(), /*cache_limit=*/0);
+  constexpr int64_t kSize = int64_t{64} << 20;
+  const int64_t before = ResidentBytes();
+  uint8_t* block = nullptr;
+  ASSERT_TRUE(pool.Allocate(kSize, 64, &block).ok());
+  std::memset(block, 7, kSize);
+  EXPECT_GE(ResidentBytes() - before, kSize * 9 / 10);
+  pool.Free(block, kSize, 64);
+  EXPECT_LT(ResidentBytes() - before, kSize / 8);
+  EXPECT_EQ(pool.cached_bytes(), 0);
+  // Within the limit it is kept and serves the next request of its class.
+  RecyclingPool keeping(arrow::default_memory_pool(), int64_t{128} << 20);
+  ASSERT_TRUE(keeping.Allocate(kSize, 64, &block).ok());
+  block[kSize - 1] = 1;
+  uint8_t* first = block;
+  keeping.Free(block, kSize, 64);
+  ASSERT_TRUE(keeping.Allocate(kSize - 4096, 64, &block).ok());
+  EXPECT_EQ(block, first);
+  keeping.Free(block, kSize - 4096, 64);
+}
+
+}  // namespace
 }  // namespace pqloader
