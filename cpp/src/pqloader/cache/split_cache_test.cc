@@ -152,6 +152,42 @@ int64_t RecordedUsage(const std::string& dir) {
 
 }  // namespace
 
+// The checksum is checked on a version's first read in the process; bytes changed in
+// place afterwards make a new version (its ctime), checked again and dropped.
+TEST(SplitCache, AnEntryDamagedAfterItsFirstReadIsCaughtOnTheNext) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("damaged later");
+  ASSERT_EQ(cache->Put(key, UnitOfBytes(4000, 'q'), SourceOf("/f", 1)), CacheRefusal::kNone);
+  std::string path;
+  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
+    if (e.path().extension() == ".pqc") path = e.path().string();
+  }
+  ASSERT_FALSE(path.empty());
+  for (int i = 0; i < 2; ++i) {  // verified, then served as verified
+    auto hit = cache->Get(key);
+    ASSERT_NE(hit, nullptr);
+    EXPECT_EQ(hit->columns[0].data->ToString(), std::string(4000, 'q'));
+  }
+  {
+    std::string bytes;
+    {
+      std::ifstream in(path, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const size_t at = bytes.find(std::string(4000, 'q'));
+    ASSERT_NE(at, std::string::npos);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at + 2000));
+    f.put('r');  // a value among the column's values: only the checksum can tell
+  }
+  EXPECT_EQ(cache->Get(key), nullptr);
+  EXPECT_EQ(cache->counters().corrupt, 1);
+  EXPECT_FALSE(fs::exists(path));
+}
+
 TEST(SplitCache, AShardsRecordedUsageIsTheSizeOfItsEntries) {
   // .usage decides when a writer must make room: it must follow every publish, eviction
   // and drop of a corrupt entry (too low, the cache outgrows its limit; too high, it
