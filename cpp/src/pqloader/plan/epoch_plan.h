@@ -146,6 +146,7 @@ class EpochPlan {
   std::vector<Unit> units_;
   std::vector<int64_t> unit_first_row_;    // prefix sums of unit rows; size units+1
   std::vector<int64_t> window_first_row_;  // prefix sums of window rows; size windows+1
+  int64_t window_units_ = 1;               // units per window (the last may have fewer)
   int64_t num_rows_ = 0;
   int64_t num_batches_ = 0;
   int64_t dropped_rows_ = 0;
