@@ -77,6 +77,8 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
   }
   for (size_t i = 0; i < stream->sources_.size(); ++i) {
     SourceState& s = stream->sources_[i];
+    const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
+    if (!(share > 0)) continue;  // never drawn: never started
     const int64_t rows = s.source.rows_per_epoch;
     const int64_t wrap = rows > 0 ? counts[i] / rows : 0;
     const int64_t row = rows > 0 ? counts[i] % rows : 0;

@@ -136,6 +136,22 @@ TEST(MixStream, WrapSeedIsSplitMix64OfTheSeedAndWrap) {
   EXPECT_EQ(WrapSeed(~uint64_t{0}, 3), 4048727598324417001ull);
 }
 
+// A source of weight 0 is never drawn, so never started (its engine reads nothing).
+TEST(MixStream, ASourceOfWeightZeroIsNotStarted) {
+  auto s = MakeSources(1);
+  MixStreamOptions o = Options(0, 0);
+  o.cumulative = CumulativeWeights({1, 0});
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> from;
+  {
+    auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+    Drain(stream.get(), &ids, &from);
+  }
+  EXPECT_EQ(from, std::vector<int64_t>(60, 0));
+  EXPECT_EQ(s.loaders[1]->stats().units_read, 0);
+  EXPECT_GT(s.loaders[0]->stats().units_read, 0);
+}
+
 TEST(MixStream, RefusesSourcesWithOtherColumns) {
   auto s = MakeSources(1);
   const std::string dir = testing::MakeTempDir();
