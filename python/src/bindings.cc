@@ -12,7 +12,6 @@
 #include <arrow/c/bridge.h>
 
 #include <algorithm>
-#include <deque>
 #include <chrono>
 #include <cstring>
 #include <memory>

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -279,26 +280,25 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
                         arrow::AllocateBuffer(size, RecyclingPool::Global()));
   uint8_t* out = buffer->mutable_data();
   const int64_t covered = size - kCacheEntryTrailerBytes;
-  XXH3_state_t* hash = XXH3_createState();
-  XXH3_64bits_reset(hash);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(
+      verify ? XXH3_createState() : nullptr, &XXH3_freeState);
+  if (verify) {
+    if (hash == nullptr) return arrow::Status::OutOfMemory("XXH3_createState");
+    XXH3_64bits_reset(hash.get());
+  }
   int64_t done = 0;
   while (done < size) {
     const int64_t want = std::min<int64_t>(kReadPieceBytes, size - done);
     const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(want), done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      XXH3_freeState(hash);
-      return arrow::Status::Invalid("cache entry shorter than its size (truncated?)");
-    }
+    if (n <= 0) return arrow::Status::Invalid("cache entry shorter than its size (truncated?)");
     const int64_t hashed_end = std::min<int64_t>(done + n, covered);
     if (verify && hashed_end > done) {
-      XXH3_64bits_update(hash, out + done, static_cast<size_t>(hashed_end - done));
+      XXH3_64bits_update(hash.get(), out + done, static_cast<size_t>(hashed_end - done));
     }
     done += n;
   }
-  const uint64_t digest = XXH3_64bits_digest(hash);
-  XXH3_freeState(hash);
-  if (verify && !EntryChecksumMatches(out, size, digest)) {
+  if (verify && !EntryChecksumMatches(out, size, XXH3_64bits_digest(hash.get()))) {
     return arrow::Status::Invalid("cache entry checksum mismatch");
   }
   return buffer;
