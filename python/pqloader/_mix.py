@@ -6,8 +6,8 @@ source with a counter-based RNG (Philox keyed by seed, e, p; ``cpp/src/pqloader/
 so the stream is a pure function of (sources, weights, seed, epoch, rank): any worker
 count, exact resume, every rank drawing the same source sequence from its own shards
 (equal batches per rank). In mixture epoch e, source i reads its own epoch e; if it runs
-out within the epoch, it reads epoch e again under the seeds wrap_seed(seed_i, 1),
-wrap_seed(seed_i, 2), ...: each a fresh shuffle (and fresh random transforms), never one
+out within the epoch, it reads epoch e again under the seeds WrapSeed(seed_i, 1),
+WrapSeed(seed_i, 2), ... (``mix/mix_stream.h``): each a fresh shuffle (and fresh random transforms), never one
 another mixture epoch reads. Batches are assembled in C++ (``mix/mix_stream.h``) from the
 sources' engine batches, off the GIL: one copy of the rows, no Python per source batch.
 """
@@ -24,12 +24,6 @@ from pqloader._options import check_int
 
 STATE_VERSION = 1
 _STOPS = ("first", "last")
-
-
-def wrap_seed(seed: int, wrap: int) -> int:
-    """The seed of a source's `wrap`-th rerun of an epoch (wrap 0: its own seed):
-    SplitMix64 of seed + wrap * 0x9E3779B97F4A7C15 (``mix/mix_stream.h``)."""
-    return _core.mix_wrap_seed(seed, wrap)
 
 
 class Mixture:

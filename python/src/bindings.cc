@@ -875,7 +875,6 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     return pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit);
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a);
-  m.def("mix_wrap_seed", &pqloader::WrapSeed, "seed"_a, "wrap"_a);
   nb::class_<pqloader::PyMixStream>(m, "MixStream")
       .def(nb::init<const std::vector<nb::object>&, const std::vector<uint64_t>&,
                     const std::vector<int64_t>&, const std::vector<double>&, uint64_t, int64_t,

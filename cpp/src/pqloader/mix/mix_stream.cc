@@ -70,15 +70,12 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     inflight = std::max(inflight, s.source.loader->options().max_inflight_bytes);
   }
   for (size_t i = 0; i < stream->sources_.size(); ++i) {
-    const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
-    stream->sources_[i].source.loader->set_run_limits(
-        std::max(1, static_cast<int>(std::lround(workers * share))),
-        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(inflight) * share)));
-  }
-  for (size_t i = 0; i < stream->sources_.size(); ++i) {
     SourceState& s = stream->sources_[i];
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;  // never drawn: never started
+    s.source.loader->set_run_limits(
+        std::max(1, static_cast<int>(std::lround(workers * share))),
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(inflight) * share)));
     const int64_t rows = s.source.rows_per_epoch;
     const int64_t wrap = rows > 0 ? counts[i] / rows : 0;
     const int64_t row = rows > 0 ? counts[i] % rows : 0;

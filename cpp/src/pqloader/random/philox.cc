@@ -22,8 +22,11 @@ namespace {
 // 32x32->64 multiplies become vpmuludq), in AVX-512 or AVX2 where the CPU has them.
 constexpr int kLanes = 64;
 
-__attribute__((always_inline)) inline void PhiloxBlock(uint32_t* __restrict w0, uint32_t* __restrict w1, uint32_t* __restrict w2,
-                        uint32_t* __restrict w3, int n, uint32_t k0, uint32_t k1) {
+__attribute__((always_inline)) inline void PhiloxBlock(uint32_t* __restrict w0,
+                                                        uint32_t* __restrict w1,
+                                                        uint32_t* __restrict w2,
+                                                        uint32_t* __restrict w3, int n,
+                                                        uint32_t k0, uint32_t k1) {
   for (int round = 0; round < 10; ++round) {
     for (int i = 0; i < n; ++i) {
       const uint64_t p0 = uint64_t{0xD2511F53} * w0[i];
@@ -42,26 +45,10 @@ __attribute__((always_inline)) inline void PhiloxBlock(uint32_t* __restrict w0, 
   }
 }
 
-__attribute__((target("avx2"))) void PhiloxLanesAvx2(uint32_t* w0, uint32_t* w1, uint32_t* w2,
-                                                     uint32_t* w3, int64_t n, uint32_t k0,
-                                                     uint32_t k1) {
-  for (int64_t at = 0; at < n; at += kLanes) {
-    const int m = static_cast<int>(std::min<int64_t>(kLanes, n - at));
-    PhiloxBlock(w0 + at, w1 + at, w2 + at, w3 + at, m, k0, k1);
-  }
-}
-
-__attribute__((target("avx512f"))) void PhiloxLanesAvx512(uint32_t* w0, uint32_t* w1,
-                                                         uint32_t* w2, uint32_t* w3, int64_t n,
-                                                         uint32_t k0, uint32_t k1) {
-  for (int64_t at = 0; at < n; at += kLanes) {
-    const int m = static_cast<int>(std::min<int64_t>(kLanes, n - at));
-    PhiloxBlock(w0 + at, w1 + at, w2 + at, w3 + at, m, k0, k1);
-  }
-}
-
-void PhiloxLanesPortable(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n,
-                         uint32_t k0, uint32_t k1) {
+// One body, compiled for AVX-512, AVX2 and the baseline; the loader picks the clone the
+// CPU runs (GCC/Clang function multiversioning).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void PhiloxLanes(
+    uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n, uint32_t k0, uint32_t k1) {
   for (int64_t at = 0; at < n; at += kLanes) {
     const int m = static_cast<int>(std::min<int64_t>(kLanes, n - at));
     PhiloxBlock(w0 + at, w1 + at, w2 + at, w3 + at, m, k0, k1);
@@ -72,15 +59,7 @@ void PhiloxLanesPortable(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3,
 
 void Philox4x32_10Lanes(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n,
                         const uint32_t key[2]) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) {
-    PhiloxLanesAvx512(w0, w1, w2, w3, n, key[0], key[1]);
-  } else if (avx2) {
-    PhiloxLanesAvx2(w0, w1, w2, w3, n, key[0], key[1]);
-  } else {
-    PhiloxLanesPortable(w0, w1, w2, w3, n, key[0], key[1]);
-  }
+  PhiloxLanes(w0, w1, w2, w3, n, key[0], key[1]);
 }
 
 uint32_t CounterRng::NextU32() {

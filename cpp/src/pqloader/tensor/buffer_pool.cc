@@ -82,6 +82,7 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     const int c = SizeClass(size);
     const int64_t capacity = BlockCapacity(size);
     uint8_t* block = nullptr;
+    bool map = false;  // a fresh block is mapped directly (see kMinMappedBytes)
     {
       MutexLock lock(mu_);
       ++recyclable_;
@@ -90,14 +91,11 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
         free_[c].pop_back();
         cached_bytes_ -= capacity;
         ++recycled_;
+      } else {
+        map = capacity >= kMinMappedBytes && capacity > cache_limit_ / 4;
       }
     }
     if (block == nullptr) {
-      bool map;
-      {
-        MutexLock lock(mu_);
-        map = capacity >= kMinMappedBytes && capacity > cache_limit_ / 4;
-      }
       if (map) {
         void* p = ::mmap(nullptr, static_cast<size_t>(capacity), PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
