@@ -225,6 +225,8 @@ fuzz-regress: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 	done
 
 # --- lint ----------------------------------------------------------------------------
+# tools/check_layers.py: the library's folders include each other only downwards (the
+# table in it is the layering of docs/design.md). Then:
 # clang's thread-safety analysis over the library (and the extension): every member
 # marked PQ_GUARDED_BY(mu) is touched only with mu held, every PQ_REQUIRES function is
 # called only so (cpp/src/pqloader/util/thread_annotations.h). Compiles at -O0 with
@@ -232,6 +234,7 @@ fuzz-regress: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 # which has -Werror, is the judge of those).
 LINT_DIR := build/lint
 lint: $(VENV)/.apt-fuzz-stamp $(VENV)/.deps-stamp
+	$(PY) tools/check_layers.py
 	$(VENV)/bin/cmake -S . -B $(LINT_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
 	  -DCMAKE_CXX_COMPILER=clang++-14 -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_THREAD_SAFETY=ON \
 	  -DPQLOADER_BUILD_TESTS=OFF -DPQLOADER_BUILD_PYTHON=ON -DPQLOADER_WERROR=OFF \

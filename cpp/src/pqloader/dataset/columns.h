@@ -18,7 +18,7 @@
 #include <arrow/type.h>
 #include <parquet/arrow/schema.h>
 
-#include "pqloader/decode/convert.h"
+#include "pqloader/dataset/column_types.h"
 #include "pqloader/tensor/batch.h"
 
 namespace pqloader {

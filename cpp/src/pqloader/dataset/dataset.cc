@@ -20,7 +20,7 @@
 
 #include "pqloader/cache/footer_cache.h"
 #include "pqloader/dataset/footer_checks.h"
-#include "pqloader/decode/convert.h"
+#include "pqloader/dataset/column_types.h"
 #include "pqloader/error.h"
 #include "pqloader/util/node_lock.h"
 

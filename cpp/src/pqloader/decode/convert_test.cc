@@ -173,19 +173,6 @@ TEST(Convert, DictionariesAreDecoded) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(c.data->data()), 5), "bcabc");
 }
 
-TEST(Convert, UnsupportedTypesNameTheColumnAndType) {
-  for (const auto& type :
-       {arrow::struct_({arrow::field("a", arrow::int32())}), arrow::map(arrow::utf8(), arrow::int32()),
-        arrow::list(arrow::list(arrow::int32())), arrow::null(),
-        arrow::list(arrow::struct_({arrow::field("a", arrow::int32())}))}) {
-    auto r = SpecForField(*arrow::field("bad", type));
-    ASSERT_FALSE(r.ok()) << type->ToString();
-    EXPECT_EQ(GetErrorDetail(r.status())->kind(), ErrorKind::kUnsupportedType);
-    EXPECT_NE(r.status().message().find("'bad'"), std::string::npos);
-    EXPECT_NE(r.status().message().find(type->ToString()), std::string::npos);
-  }
-}
-
 TEST(Convert, DecimalsBecomeFloat64OrExactUnscaledInt64) {
   arrow::Decimal128Builder b(arrow::decimal128(10, 2));
   ASSERT_TRUE(b.Append(arrow::Decimal128("12.34")).ok());
@@ -268,26 +255,7 @@ TEST(Convert, StringListValuesMustBeUtf8UnlessReadAsBytes) {
             (std::vector<std::string>{"fine", std::string("b\xc3", 2)}));
 }
 
-TEST(Convert, WiderTypesConvertExactlyAndOthersDoNot) {
-  EXPECT_TRUE(ConvertsTo(*arrow::int32(), *arrow::int64()));
-  EXPECT_TRUE(ConvertsTo(*arrow::uint16(), *arrow::int32()));
-  EXPECT_FALSE(ConvertsTo(*arrow::uint32(), *arrow::int32()));
-  EXPECT_FALSE(ConvertsTo(*arrow::int64(), *arrow::int32()));
-  EXPECT_TRUE(ConvertsTo(*arrow::float32(), *arrow::float64()));
-  EXPECT_FALSE(ConvertsTo(*arrow::int64(), *arrow::float64()));
-  EXPECT_TRUE(ConvertsTo(*arrow::int64(), *arrow::float64(), /*declared=*/true));
-  EXPECT_TRUE(ConvertsTo(*arrow::utf8(), *arrow::large_utf8()));
-  EXPECT_TRUE(ConvertsTo(*arrow::utf8_view(), *arrow::utf8()));
-  EXPECT_FALSE(ConvertsTo(*arrow::utf8(), *arrow::binary()));
-  EXPECT_TRUE(ConvertsTo(*arrow::null(), *arrow::list(arrow::int8())));
-  EXPECT_TRUE(ConvertsTo(*arrow::list(arrow::int16()), *arrow::large_list(arrow::int64())));
-  EXPECT_TRUE(CommonType(arrow::int32(), arrow::int64())->Equals(*arrow::int64()));
-  EXPECT_TRUE(CommonType(arrow::uint32(), arrow::int8())->Equals(*arrow::int64()));
-  EXPECT_TRUE(CommonType(arrow::utf8(), arrow::large_utf8())->Equals(*arrow::large_utf8()));
-  EXPECT_EQ(CommonType(arrow::int64(), arrow::float64()), nullptr);
-  EXPECT_EQ(CommonType(arrow::utf8(), arrow::int64()), nullptr);
-  EXPECT_EQ(CommonType(arrow::timestamp(arrow::TimeUnit::MILLI), arrow::timestamp(arrow::TimeUnit::MICRO)),
-            nullptr);
+TEST(Convert, AFilesNarrowerValuesConvertIntoTheUnifiedColumn) {
   // A file's int32 values into the unified int64 column.
   auto spec = SpecForField(*arrow::field("x", arrow::int64())).ValueOrDie();
   arrow::Int32Builder b;
