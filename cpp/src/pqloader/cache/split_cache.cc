@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -25,6 +24,7 @@
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/cache/footer_cache.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/util/node_lock.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -44,27 +44,6 @@ constexpr auto kStaleTempAge = std::chrono::minutes(10);
 constexpr int64_t kReadPieceBytes = 512 << 10;
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-// An exclusive flock on a lock file, released on destruction.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ >= 0) {
-      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-      }
-    }
-  }
-  ~FileLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
-  }
-  bool ok() const { return fd_ >= 0; }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 int64_t ReadUsage(const std::string& path) {
   std::ifstream in(path);
@@ -370,9 +349,9 @@ class DiskClaim : public FetchClaim {
   ~DiskClaim() override {
     {
       // Under the shard lock, as a breaker deletes: never another process's marker.
-      FileLock lock(lock_);
+      const auto lock = NodeLock::AcquireBlocking(lock_);
       Marker m;
-      if (lock.ok() && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
+      if (lock != nullptr && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
     }
     MutexLock lock(book_->mu);
     auto it = book_->claims.find(key_);
@@ -567,8 +546,8 @@ class DiskCache : public SplitCache {
     const int64_t size = *written;
     CacheRefusal refusal = CacheRefusal::kNone;
     {
-      FileLock lock(ShardDir(shard) + "/.lock");
-      if (!lock.ok()) {
+      const auto lock = NodeLock::AcquireBlocking(ShardDir(shard) + "/.lock");
+      if (lock == nullptr) {
         ::unlink(tmp.c_str());
         Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
         return CacheRefusal::kNone;
@@ -710,7 +689,8 @@ class DiskCache : public SplitCache {
     Marker m;
     if (!ReadMarker(path, &m)) return true;
     if (!Abandoned(m, &old)) return false;
-    FileLock lock(lock_path);  // owners release under it too: never a fresh marker
+    // Owners release under it too: never a fresh marker.
+    const auto lock = NodeLock::AcquireBlocking(lock_path);
     Marker again;
     if (!ReadMarker(path, &again)) return true;
     if (again.token != m.token || again.written != m.written || !Abandoned(again, &old)) {
@@ -725,7 +705,7 @@ class DiskCache : public SplitCache {
       verified_.erase(path);
     }
     const int shard = Shard(key);
-    FileLock lock(ShardDir(shard) + "/.lock");
+    const auto lock = NodeLock::AcquireBlocking(ShardDir(shard) + "/.lock");
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return;
     if (::unlink(path.c_str()) == 0) {
@@ -1130,9 +1110,9 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
         continue;
       }
       // Under the shard's lock, as writers delete, so that .usage stays right.
-      FileLock lock(shard + "/.lock");
+      const auto lock = NodeLock::AcquireBlocking(shard + "/.lock");
       struct stat sb;
-      if (!lock.ok() || ::lstat(entry.path.c_str(), &sb) != 0) continue;
+      if (lock == nullptr || ::lstat(entry.path.c_str(), &sb) != 0) continue;
       if (::unlink(entry.path.c_str()) != 0) {
         return arrow::Status::IOError(Errno("cannot remove '" + entry.path + "'"));
       }
@@ -1324,8 +1304,8 @@ bool CacheCounters::any() const {
 
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return;
-  FileLock lock(dir + "/.records.lock");
-  if (!lock.ok()) return;
+  const auto lock = NodeLock::AcquireBlocking(dir + "/.records.lock");
+  if (lock == nullptr) return;
   std::map<std::string, int64_t> r;
   {
     std::ifstream in(dir + "/records");

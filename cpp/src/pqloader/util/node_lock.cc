@@ -27,6 +27,18 @@ std::unique_ptr<NodeLock> NodeLock::Acquire(const std::string& path,
   return std::unique_ptr<NodeLock>(new NodeLock(fd));
 }
 
+std::unique_ptr<NodeLock> NodeLock::AcquireBlocking(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      ::close(fd);
+      return nullptr;
+    }
+  }
+  return std::unique_ptr<NodeLock>(new NodeLock(fd));
+}
+
 NodeLock::~NodeLock() {
   ::flock(fd_, LOCK_UN);
   ::close(fd_);

@@ -1,6 +1,7 @@
-// A lock the ranks of one node take on a file of their shared cache directory, so that
-// one of them does a piece of start-up work (fetch the footers, compute a filter's
-// selection) while the others wait and then use its result.
+// A lock the processes of one node take on a file of their shared cache directory: so
+// that one rank does a piece of start-up work (fetch the footers, compute a filter's
+// selection) while the others wait and then use its result, and so that writers and
+// deleters of a cache shard take turns (cache/split_cache.cc).
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,9 @@ class NodeLock {
   /// or when the file cannot be created.
   static std::unique_ptr<NodeLock> Acquire(const std::string& path,
                                            std::chrono::milliseconds timeout);
+  /// Wait for the lock as long as it takes (a signal does not end the wait); null when
+  /// the file cannot be opened. Does not create directories.
+  static std::unique_ptr<NodeLock> AcquireBlocking(const std::string& path);
   ~NodeLock();
   NodeLock(const NodeLock&) = delete;
   NodeLock& operator=(const NodeLock&) = delete;
