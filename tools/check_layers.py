@@ -17,12 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent / "cpp" / "src" / "pqloader"
 # folder -> folders it may include. Lower layers first.
 ALLOWED: dict[str, set[str]] = {
     "util": set(),
-    "random": set(),
+    "random": {"util"},  # util/target_clones.h: a macro, the standard library otherwise
     "exec": {"util"},  # threads and order, nothing of Parquet
     "plan": {"random", "util"},  # pure: which rows, in what order
     "tensor": {"plan", "util"},  # batches, gathers, the buffer pool (RowRef from plan/)
     "io": {"tensor"},
-    "transform": {"random", "tensor"},
+    "transform": {"random", "tensor", "util"},
     "cache": {"tensor", "transform", "util"},  # entries hold transformed samples
     "dataset": {"cache", "io", "tensor", "util"},  # cache/: remote footers kept on disk
     "decode": {"dataset", "plan", "tensor"},  # converts to the specs dataset/ chose

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <random>
 
+#include "pqloader/util/target_clones.h"
+
 namespace pqloader {
 
 void Philox4x32_10(uint32_t counter[4], const uint32_t key[2]) {
@@ -46,8 +48,8 @@ __attribute__((always_inline)) inline void PhiloxBlock(uint32_t* __restrict w0,
 }
 
 // One body, compiled for AVX-512, AVX2 and the baseline; the loader picks the clone the
-// CPU runs (GCC/Clang function multiversioning).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void PhiloxLanes(
+// CPU runs (util/target_clones.h).
+PQLOADER_TARGET_CLONES("avx512f", "avx2", "default") void PhiloxLanes(
     uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n, uint32_t k0, uint32_t k1) {
   for (int64_t at = 0; at < n; at += kLanes) {
     const int m = static_cast<int>(std::min<int64_t>(kLanes, n - at));

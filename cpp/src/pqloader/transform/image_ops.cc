@@ -7,6 +7,7 @@
 
 #include "pqloader/error.h"
 #include "pqloader/transform/op.h"
+#include "pqloader/util/target_clones.h"
 
 namespace pqloader {
 
@@ -177,15 +178,8 @@ inline uint8_t Clip8(int32_t v) {
 }
 
 // The vector kernels of both passes, compiled for AVX2 too and picked at load time
-// (the baseline x86-64 target has no 32-bit vector multiply). Not under TSan: the ifunc
-// resolvers run while the executable is relocated, before TSan's runtime is up, and
-// crash every test binary at start.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_THREAD__)
-#define PQLOADER_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define PQLOADER_VECTOR_CLONES
-#endif
+// (the baseline x86-64 target has no 32-bit vector multiply).
+#define PQLOADER_VECTOR_CLONES PQLOADER_TARGET_CLONES("avx2", "default")
 
 // acc[j] += src[j] * w for j < n.
 PQLOADER_VECTOR_CLONES void MulAdd(int32_t* acc, const uint8_t* src, int64_t n, int32_t w) {
