@@ -307,6 +307,10 @@ ARGUMENT_DOCS = """\
             per worker decoding one + up to this + 32 MiB of freed buffers kept for reuse
             (tested in ``python/tests/test_memory.py``).
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
+            Shuffled loaders that gather whole windows also gather the next window ahead
+            as soon as its copy fits ``max_inflight_bytes`` (about three windows' decoded
+            bytes in its three-quarter share: then the consumer never waits for a
+            window's gather).
         verify_checksums: Verify Parquet page CRCs where the writer stored them.
         transforms: ``{column: [ops]}`` of :mod:`pqloader.transforms` ops, run per sample
             in the C++ workers; or a callable (dict -> dict), as for ``batch_transform``.

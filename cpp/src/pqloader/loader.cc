@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -534,6 +535,30 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   work.run_batch = [this, layout, counters = run.work](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                        int64_t* bytes) { return MakeBatch(*layout, b, units, bytes, counters.get()); };
+  if (layout->windows != nullptr) {
+    // Whole-window gathers: a batch that gathers windows allocates their shuffled copy,
+    // the other batches are slices of it. So the next window is gathered as soon as its
+    // units are decoded and its copy fits the budget, not only when the consumer is
+    // within prefetch_batches of it (the consumer would wait for every window's gather,
+    // and the workers idle while it takes a window's batches). Rows of unknown width:
+    // never beyond prefetch_batches.
+    int64_t row_bytes = 0;
+    for (const ColumnSpec& spec : dataset_->specs()) {
+      int64_t bytes = DTypeSize(spec.dtype);
+      for (int64_t d : spec.row_shape) bytes = d < 0 ? -1 : bytes * d;
+      row_bytes = bytes < 0 || row_bytes < 0 ? -1 : row_bytes + bytes;
+    }
+    work.batch_bytes = [layout, row_bytes](int64_t b) {
+      if (row_bytes < 0) return std::numeric_limits<int64_t>::max() / 2;
+      const auto [wa, wb] = layout->WindowsMadeBy(b);
+      int64_t rows = 0;
+      for (int64_t w = wa; w <= wb; ++w) {
+        const auto [first, last] = layout->plan->WindowRowRange(w);
+        rows += last - first;
+      }
+      return rows * row_bytes;
+    };
+  }
 
   PipelineOptions popts;
   popts.num_workers = options_.num_workers;

@@ -66,7 +66,9 @@ struct LoaderOptions {
   /// whatever the bound) is the row groups of the batch the consumer waits for plus one
   /// batch per worker; see exec/ordered_pipeline.h. Default: 256 MiB.
   int64_t max_inflight_bytes = int64_t{256} << 20;
-  /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker.
+  /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker. (A
+  /// shuffled loader that gathers whole windows gathers the next one further ahead
+  /// while its copy fits max_inflight_bytes.)
   int64_t prefetch_batches = 0;
   /// Threads that read from storage (so, requests in flight), apart from the workers.
   /// Default: 16.

@@ -15,7 +15,9 @@
 // `max_inflight_bytes`. So with large row groups the next ones are decoded while the
 // current one is consumed, by as many workers as there are. The floor: the units of
 // the batch the consumer waits for are always claimed, whatever the budget, and
-// `max_prefetch_batches` batches may be assembled ahead of it.
+// `max_prefetch_batches` batches may be assembled ahead of it; where the work says
+// what a batch allocates (Work::batch_bytes), batches further ahead are assembled too
+// while that fits the budget.
 //
 // The consumer helps: when the batch it waits for has its inputs ready but no worker
 // has claimed it (all are decoding ahead), Next() assembles it on the calling thread
@@ -94,6 +96,12 @@ class OrderedPipeline {
     /// bytes it holds beyond its units.
     std::function<arrow::Result<BatchPtr>(int64_t, const std::vector<UnitPtr>&, int64_t*)>
         run_batch;
+    /// Bytes that assembling batch b allocates beyond its units (e.g. the gather of a
+    /// shuffle window whose other batches are slices of it). Optional: with it, batches
+    /// beyond max_prefetch_batches are claimed too while that many bytes fit within
+    /// max_inflight_bytes (look-ahead in bytes); without it, max_prefetch_batches
+    /// bounds the batches ahead.
+    std::function<int64_t(int64_t)> batch_bytes;
   };
 
   /// Start workers that produce batches first_batch, first_batch + 1, ... of `work`.
@@ -242,7 +250,11 @@ class OrderedPipeline {
 
   bool CanClaimBatch() const PQ_REQUIRES(mu_) {
     if (stop_ || next_batch_ >= work_.num_batches) return false;
-    if (next_batch_ >= consumed_ + max_prefetch_batches_) return false;
+    if (next_batch_ >= consumed_ + max_prefetch_batches_ &&
+        (!work_.batch_bytes ||
+         inflight_bytes_ + work_.batch_bytes(next_batch_) > max_inflight_bytes_)) {
+      return false;
+    }
     auto [lo, hi] = work_.batch_units(next_batch_);
     return InputsReady(lo, hi);
   }

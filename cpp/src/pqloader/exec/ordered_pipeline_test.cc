@@ -219,6 +219,46 @@ TEST(OrderedPipeline, AssemblesAtMostMaxPrefetchBatchesAhead) {
   EXPECT_EQ(p.counters().batches_done, 3);
 }
 
+TEST(OrderedPipeline, BatchesThatSayWhatTheyAllocateAreAssembledAheadWhileTheyFit) {
+  // Units of 100 bytes, batches that hold 200 and say so (Work::batch_bytes), a budget of
+  // 1000, one batch of prefetch, one worker (so the end state does not depend on
+  // timing). Without the consumer: batch 0 (the prefetch), then a unit and its batch
+  // while unit + batch fit: batches 0-3 (800 bytes); unit 4 (900) leaves no room for
+  // its batch, unit 5 fills the budget. Counted in batches, only batch 0 would be made.
+  std::atomic<int64_t> runs{0};
+  Pipeline::Work w = OneUnitPerBatch(20, &runs);
+  w.run_batch = [](int64_t b, const std::vector<std::shared_ptr<const int64_t>>& units,
+                   int64_t* bytes) -> arrow::Result<std::shared_ptr<std::vector<int64_t>>> {
+    *bytes = 200;
+    return std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{*units[0]});
+  };
+  w.batch_bytes = [](int64_t) { return int64_t{200}; };
+  PipelineOptions o;
+  o.num_workers = 1;
+  o.max_prefetch_batches = 1;
+  o.max_inflight_bytes = 1000;
+  Pipeline p(std::move(w), o, 0);
+  ASSERT_TRUE(Eventually([&] { return p.counters().batches_done >= 4 && runs.load() >= 6; }))
+      << p.counters().batches_done << " batches, " << runs.load() << " units";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // an overshoot would come now
+  EXPECT_EQ(p.counters().batches_done, 4);
+  EXPECT_EQ(runs.load(), 6);
+  EXPECT_LE(p.counters().peak_inflight_bytes, 1000);
+  // Taking batch 0 gives back its 200 bytes: batch 4 fits now.
+  auto first = p.Next();
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(**first, (std::vector<int64_t>{0}));
+  ASSERT_TRUE(Eventually([&] { return p.counters().batches_done >= 5; }));
+  for (int64_t b = 1; b < 20; ++b) {
+    auto r = p.Next();
+    ASSERT_TRUE(r.ok());
+    ASSERT_NE(*r, nullptr);
+    EXPECT_EQ(**r, (std::vector<int64_t>{b * 10}));
+  }
+  EXPECT_EQ(p.counters().inflight_bytes, 0);
+  EXPECT_LE(p.counters().peak_inflight_bytes, 1000);
+}
+
 TEST(OrderedPipeline, ShutdownFromAnotherThreadWakesAWaitingNext) {
   std::atomic<bool> release{false};
   std::atomic<int64_t> runs{0};
