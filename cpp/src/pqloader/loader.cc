@@ -545,7 +545,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     int64_t row_bytes = 0;
     for (const ColumnSpec& spec : dataset_->specs()) {
       int64_t bytes = DTypeSize(spec.dtype);
-      for (int64_t d : spec.row_shape) bytes = d < 0 ? -1 : bytes * d;
+      for (int64_t d : spec.row_shape) bytes = d < 0 || bytes < 0 ? -1 : bytes * d;
       row_bytes = bytes < 0 || row_bytes < 0 ? -1 : row_bytes + bytes;
     }
     work.batch_bytes = [layout, row_bytes](int64_t b) {
