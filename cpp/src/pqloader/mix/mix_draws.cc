@@ -54,6 +54,19 @@ void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
   }
 }
 
+// Call fn(drawn, at, m) for the draws of positions [start, end), kBlock at a time
+// (drawn[i] is position at + i); stop early when fn returns false.
+template <typename Fn>
+void ForEachDrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t end,
+                      const std::vector<double>& cumulative, Fn&& fn) {
+  int32_t drawn[kBlock];
+  for (int64_t at = start; at < end; at += kBlock) {
+    const int64_t m = std::min(kBlock, end - at);
+    DrawBlock(seed, epoch, at, m, cumulative, drawn);
+    if (!fn(static_cast<const int32_t*>(drawn), at, m)) return;
+  }
+}
+
 }  // namespace
 
 int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
@@ -70,7 +83,7 @@ int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
 
 void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
                  const std::vector<double>& cumulative, int32_t* out) {
-  for (int64_t at = 0; at < count; at += kBlock) {
+  for (int64_t at = 0; at < count; at += kBlock) {  // straight into `out`
     DrawBlock(seed, epoch, start + at, std::min(kBlock, count - at), cumulative, out + at);
   }
 }
@@ -78,12 +91,10 @@ void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
 std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
                                 const std::vector<double>& cumulative) {
   std::vector<int64_t> counts(cumulative.size(), 0);
-  int32_t drawn[kBlock];
-  for (int64_t at = 0; at < end; at += kBlock) {
-    const int64_t m = std::min(kBlock, end - at);
-    DrawBlock(seed, epoch, at, m, cumulative, drawn);
+  ForEachDrawBlock(seed, epoch, 0, end, cumulative, [&](const int32_t* drawn, int64_t, int64_t m) {
     for (int64_t i = 0; i < m; ++i) ++counts[drawn[i]];
-  }
+    return true;
+  });
   return counts;
 }
 
@@ -98,17 +109,22 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
     if (rows[i] > 0) ++unfinished;
   }
   if (until_all && unfinished == 0) return 0;
-  int32_t drawn[kBlock];
-  for (int64_t at = 0; at < limit; at += kBlock) {
-    const int64_t m = std::min(kBlock, limit - at);
-    DrawBlock(seed, epoch, at, m, cumulative, drawn);
+  int64_t length = limit;
+  ForEachDrawBlock(seed, epoch, 0, limit, cumulative, [&](const int32_t* drawn, int64_t at, int64_t m) {
     for (int64_t i = 0; i < m; ++i) {
       const int s = drawn[i];
-      if (!until_all && counts[s] == rows[s]) return at + i;
-      if (++counts[s] == rows[s] && until_all && --unfinished == 0) return at + i + 1;
+      if (!until_all && counts[s] == rows[s]) {
+        length = at + i;
+        return false;
+      }
+      if (++counts[s] == rows[s] && until_all && --unfinished == 0) {
+        length = at + i + 1;
+        return false;
+      }
     }
-  }
-  return limit;
+    return true;
+  });
+  return length;
 }
 
 InterleavePlan InterleavePlan::Make(const std::vector<int64_t>& piece_rows,
