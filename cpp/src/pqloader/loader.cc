@@ -24,6 +24,9 @@ namespace {
 // (see WithRowMajor); larger rows are gathered well column by column.
 constexpr int64_t kRowMajorMaxRowBytes = 64;
 
+// Alignment of a batch column that transforms write into (as AssembleBatch's blocks).
+constexpr int64_t kSampleBlockAlignment = 64;
+
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
 int64_t ReadAheadBudget(int64_t max_inflight_bytes) { return max_inflight_bytes / 4; }
@@ -940,6 +943,18 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
   SampleContext ctx;
   ctx.seed = seed;
   ctx.epoch = epoch;
+  // Columns whose outputs have one size known ahead are written straight into the
+  // batch's column, row k at k * bytes (AssembleBatch then takes the block as it is).
+  std::vector<std::shared_ptr<arrow::Buffer>> blocks(specs.size());
+  std::vector<int64_t> slot_bytes(specs.size(), 0);
+  for (size_t c = 0; c < specs.size() && !rows->empty(); ++c) {
+    slot_bytes[c] = transforms_.SlotBytes(static_cast<int>(c));
+    if (slot_bytes[c] > 0) {
+      ARROW_ASSIGN_OR_RAISE(blocks[c], arrow::AllocateBuffer(
+                                           static_cast<int64_t>(rows->size()) * slot_bytes[c],
+                                           kSampleBlockAlignment, pool_));
+    }
+  }
   for (const RowRef& r : *rows) {
     const DecodedUnit& unit = *units[r.unit - unit_base];
     if (!unit.row_ok.empty() && !unit.row_ok[r.row]) continue;  // skipped while decoding
@@ -949,7 +964,8 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
     std::vector<SampleTensor> outs;
     for (size_t c = 0; c < specs.size() && ok; ++c) {
       if (!transforms_.has_suffix(static_cast<int>(c))) continue;
-      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx);
+      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, blocks[c],
+                                       static_cast<int64_t>(kept.size()) * slot_bytes[c]);
       if (!s.ok()) {
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;

@@ -208,7 +208,7 @@ class Assembler {
         src_(rows, unit_base, units.size()), n_(static_cast<int64_t>(rows.size())),
         plans_(specs.size()), row_bytes_(specs.size(), 0), data_bytes_(specs.size(), 0),
         data_at_(specs.size(), 0), offsets_at_(specs.size(), 0), pad_to_(specs.size(), 0),
-        zero_copy_ragged_(specs.size(), false) {}
+        zero_copy_ragged_(specs.size(), false), placed_(specs.size()) {}
 
   arrow::Result<std::shared_ptr<Batch>> Run(arrow::MemoryPool* pool) {
     batch_ = std::make_shared<Batch>();
@@ -408,7 +408,26 @@ class Assembler {
     out.shape.insert(out.shape.end(), first.shape.begin(), first.shape.end());
     row_bytes_[col] = first.num_elements() * DTypeSize(first.dtype);
     data_bytes_[col] = n_ * row_bytes_[col];
+    if (!unit_samples) PlaceSamples(col);
     return arrow::Status::OK();
+  }
+
+  // Samples that the transforms wrote into one block, row i at i * row bytes
+  // (SampleSlotScope), are the column as they are: no copy.
+  void PlaceSamples(size_t col) {
+    const int64_t bytes = row_bytes_[col];
+    const std::shared_ptr<arrow::Buffer>& block = samples_[col][0].data->parent();
+    if (bytes <= 0 || block == nullptr) return;
+    const uint8_t* base = samples_[col][0].data->data();
+    const int64_t offset = base - block->data();
+    if (offset < 0 || offset + n_ * bytes > block->size()) return;
+    for (int64_t i = 0; i < n_; ++i) {
+      const arrow::Buffer& d = *samples_[col][i].data;
+      if (d.parent() != block || d.data() != base + i * bytes) return;
+    }
+    placed_[col] = arrow::SliceBuffer(block, offset, n_ * bytes);
+    placed_bytes_ += block->size();  // all of it is held (rows skipped leave theirs unused)
+    data_bytes_[col] = 0;
   }
 
   // Fixed-size rows: one row shape per unit (checked once per unit, not per row).
@@ -472,12 +491,16 @@ class Assembler {
     }
     ARROW_ASSIGN_OR_RAISE(block_, arrow::AllocateBuffer(bytes, pool));
     base_ = block_->mutable_data();
-    batch_->owned_bytes = bytes;
+    batch_->owned_bytes = bytes + placed_bytes_;
     return arrow::Status::OK();
   }
 
   // 3. Fills.
   void FillSamples(size_t col) {
+    if (placed_[col] != nullptr) {
+      batch_->columns[col].data = placed_[col];
+      return;
+    }
     uint8_t* dst = base_ + data_at_[col];
     const int64_t bytes = row_bytes_[col];
     for (int64_t i = 0; i < n_ && bytes > 0; ++i) {
@@ -642,6 +665,8 @@ class Assembler {
   std::vector<int64_t> row_bytes_, data_bytes_, data_at_, offsets_at_;
   std::vector<int64_t> pad_to_;          // kPad: the first dimension of this batch
   std::vector<bool> zero_copy_ragged_;   // kRagged: values are a slice of one unit
+  std::vector<std::shared_ptr<arrow::Buffer>> placed_;  // kSamples written in place
+  int64_t placed_bytes_ = 0;                            // the blocks they are in
   std::shared_ptr<Batch> batch_;
   std::shared_ptr<arrow::Buffer> block_;
   uint8_t* base_ = nullptr;

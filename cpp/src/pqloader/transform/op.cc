@@ -7,7 +7,22 @@ namespace pqloader {
 namespace {
 // Largest sample an op may allocate (a corrupt header must not ask for more).
 constexpr int64_t kMaxSampleBytes = int64_t{1} << 34;
+
+// This thread's open SampleSlotScope (block null: none, or its slot taken).
+struct SampleSlot {
+  std::shared_ptr<arrow::Buffer> block;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+thread_local SampleSlot tls_slot;
 }  // namespace
+
+SampleSlotScope::SampleSlotScope(std::shared_ptr<arrow::Buffer> block, int64_t offset,
+                                 int64_t bytes) {
+  tls_slot = SampleSlot{std::move(block), offset, bytes};
+}
+
+SampleSlotScope::~SampleSlotScope() { tls_slot = SampleSlot{}; }
 
 double OpParams::Number(const std::string& key, double fallback) const {
   auto it = numbers.find(key);
@@ -45,6 +60,11 @@ arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> sha
       return arrow::Status::Invalid("a sample of shape ", ShapeToString(s.shape), " is too large");
     }
     bytes *= d;
+  }
+  if (tls_slot.block != nullptr && bytes == tls_slot.bytes) {
+    s.data = arrow::SliceMutableBuffer(std::move(tls_slot.block), tls_slot.offset, bytes);
+    tls_slot = SampleSlot{};
+    return s;
   }
   ARROW_ASSIGN_OR_RAISE(s.data, arrow::AllocateBuffer(bytes, RecyclingPool::Global()));
   return s;

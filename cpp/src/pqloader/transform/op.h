@@ -59,9 +59,23 @@ struct OpParams {
 /// DecodeCompressedNdarray, PadOrTruncate). Fails on an unknown name or bad parameters.
 arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const OpParams& params);
 
-/// Allocate an uninitialised sample of `dtype` and `shape`.
+/// Allocate an uninitialised sample of `dtype` and `shape`: in the slot of this thread's
+/// SampleSlotScope when one is open, unused, and exactly the sample's size.
 arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> shape,
                                            bool channels_first = false);
+
+/// While open, the first AllocateSample on this thread of exactly `bytes` bytes returns a
+/// view of `block` at `offset` instead of new memory: a transformed sample is written
+/// straight into its row of a batch column (TransformPlan::ApplySuffix). An op that
+/// allocates a temporary of that size first takes the slot with it; its output then
+/// comes from the pool as usual (the batch copies it: correct, only not faster).
+class SampleSlotScope {
+ public:
+  SampleSlotScope(std::shared_ptr<arrow::Buffer> block, int64_t offset, int64_t bytes);
+  ~SampleSlotScope();
+  SampleSlotScope(const SampleSlotScope&) = delete;
+  SampleSlotScope& operator=(const SampleSlotScope&) = delete;
+};
 
 // Image ops, exposed for tests and for the random-crop parameters.
 struct CropBox {

@@ -214,9 +214,31 @@ arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin,
 
 arrow::Result<SampleTensor> TransformPlan::ApplySuffix(int col, const ColumnSpec& spec,
                                                        const DecodedUnit& unit, int64_t row,
-                                                       const SampleContext& ctx) const {
+                                                       const SampleContext& ctx,
+                                                       std::shared_ptr<arrow::Buffer> block,
+                                                       int64_t offset) const {
   const Column& c = columns_.at(col);
+  if (block == nullptr) {
+    return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit.columns[col], row), ctx);
+  }
+  SampleSlotScope slot(std::move(block), offset, SlotBytes(col));
   return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit.columns[col], row), ctx);
+}
+
+int64_t TransformPlan::SlotBytes(int col) const {
+  if (!has_suffix(col) || col >= static_cast<int>(signatures_.size())) return 0;
+  if (col < static_cast<int>(collate_.size()) &&
+      collate_[col].mode != ColumnCollate::Mode::kAsIs) {
+    return 0;
+  }
+  const std::optional<SampleSignature>& sig = signatures_[col];
+  if (!sig.has_value() || !sig->dtype.has_value() || !sig->shape.has_value()) return 0;
+  int64_t bytes = DTypeSize(*sig->dtype);
+  for (int64_t d : *sig->shape) {
+    if (d < 0 || (d > 0 && bytes > (int64_t{1} << 40) / d)) return 0;
+    bytes *= d;
+  }
+  return bytes;
 }
 
 bool TransformPlan::has_suffix(int col) const {

@@ -65,10 +65,18 @@ class TransformPlan {
   arrow::Status ApplyPrefix(DecodedUnit* unit, const std::vector<ColumnSpec>& specs,
                             WhereFn&& where) const;
 
-  /// Run the suffix of column `col` on one row and return its output sample.
+  /// Run the suffix of column `col` on one row and return its output sample. With a
+  /// `block`, an output of SlotBytes(col) bytes is written into it at `offset` (see
+  /// SampleSlotScope) rather than into memory of its own.
   arrow::Result<SampleTensor> ApplySuffix(int col, const ColumnSpec& spec,
                                           const DecodedUnit& unit, int64_t row,
-                                          const SampleContext& ctx) const;
+                                          const SampleContext& ctx,
+                                          std::shared_ptr<arrow::Buffer> block = nullptr,
+                                          int64_t offset = 0) const;
+  /// The bytes of every output row of column `col`'s suffix where its signature fixes
+  /// them and the rows are batched as they are (so a batch column is n of them, one
+  /// after another); 0 otherwise.
+  int64_t SlotBytes(int col) const;
 
   /// Whether column `col` (input index) has transforms (ops or a collate step): its
   /// list rows may then differ in length when decoded.

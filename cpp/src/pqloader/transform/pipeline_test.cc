@@ -234,6 +234,73 @@ TEST(AssembleBatch, ABatchWithoutRowsHasTheSignaturesDtypeAndShape) {
   EXPECT_EQ(c[4].shape, (Shape{0}));
 }
 
+TEST(TransformPlan, SamplesOfAKnownSizeAreWrittenIntoTheBatchColumn) {
+  OpParams norm;
+  norm.lists["mean"] = {1};
+  norm.lists["std"] = {2};
+  const std::vector<ColumnSpec> specs = {ImageSpec()};
+  // No cache point: every op runs per sample. Normalize + ToCHW: float32 (1, 2, 3).
+  auto plan = TransformPlan::Make(specs, {{"img", {Make("Normalize", norm), Make("ToCHW")}}},
+                                  DecodeErrorPolicy::kRaise, false)
+                  .ValueOrDie();
+  const int64_t bytes = plan.SlotBytes(0);
+  ASSERT_EQ(bytes, 6 * 4);
+  constexpr int64_t kRows = 4;
+  auto unit = std::make_shared<DecodedUnit>();
+  unit->num_rows = kRows;
+  ColumnData c;
+  c.row_shape = {2, 3, 1};
+  c.row_bytes = 6;
+  std::string raw;
+  for (int i = 0; i < kRows * 6; ++i) raw.push_back(static_cast<char>(i * 7));
+  c.data = arrow::Buffer::FromString(raw);
+  unit->columns.push_back(c);
+  std::shared_ptr<arrow::Buffer> block =
+      arrow::AllocateBuffer(kRows * bytes, arrow::default_memory_pool()).ValueOrDie();
+  std::vector<std::vector<SampleTensor>> placed(1), own(1);
+  std::vector<RowRef> rows;
+  for (int64_t r = 0; r < kRows; ++r) {
+    placed[0].push_back(plan.ApplySuffix(0, specs[0], *unit, r, {}, block, r * bytes).ValueOrDie());
+    own[0].push_back(plan.ApplySuffix(0, specs[0], *unit, r, {}).ValueOrDie());
+    EXPECT_EQ(placed[0][r].data->data(), block->data() + r * bytes) << r;
+    EXPECT_NE(own[0][r].data->parent(), block);
+    ASSERT_EQ(std::memcmp(placed[0][r].data->data(), own[0][r].data->data(), bytes), 0) << r;
+    rows.push_back(RowRef{0, static_cast<uint32_t>(r)});
+  }
+  // Samples in their rows of one block are the column as it is; others are copied.
+  auto in_place = AssembleBatch(specs, {unit}, 0, rows, placed, arrow::default_memory_pool())
+                      .ValueOrDie();
+  auto copied =
+      AssembleBatch(specs, {unit}, 0, rows, own, arrow::default_memory_pool()).ValueOrDie();
+  EXPECT_EQ(in_place->columns[0].data->data(), block->data());
+  EXPECT_EQ(in_place->columns[0].shape, (std::vector<int64_t>{kRows, 1, 2, 3}));
+  EXPECT_GE(in_place->owned_bytes, kRows * bytes);
+  ASSERT_EQ(copied->columns[0].data->size(), kRows * bytes);
+  EXPECT_EQ(std::memcmp(in_place->columns[0].data->data(), copied->columns[0].data->data(),
+                        kRows * bytes),
+            0);
+  std::swap(placed[0][0], placed[0][1]);  // rows out of their slots: copied, in order
+  auto swapped = AssembleBatch(specs, {unit}, 0, rows, placed, arrow::default_memory_pool())
+                     .ValueOrDie();
+  EXPECT_NE(swapped->columns[0].data->data(), block->data());
+  EXPECT_EQ(std::memcmp(swapped->columns[0].data->data(), own[0][1].data->data(), bytes), 0);
+  EXPECT_EQ(std::memcmp(swapped->columns[0].data->data() + bytes, own[0][0].data->data(), bytes),
+            0);
+}
+
+TEST(SampleSlotScope, TheFirstSampleOfTheSlotsSizeTakesItOnce) {
+  std::shared_ptr<arrow::Buffer> block =
+      arrow::AllocateBuffer(64, arrow::default_memory_pool()).ValueOrDie();
+  SampleSlotScope slot(block, 16, 8);
+  auto other = AllocateSample(DType::kUInt8, {4}).ValueOrDie();  // another size
+  EXPECT_NE(other.data->parent(), block);
+  auto first = AllocateSample(DType::kFloat32, {2}).ValueOrDie();
+  EXPECT_EQ(first.data->data(), block->data() + 16);
+  EXPECT_TRUE(first.data->is_mutable());
+  auto second = AllocateSample(DType::kFloat32, {2}).ValueOrDie();  // the slot is taken
+  EXPECT_NE(second.data->parent(), block);
+}
+
 TEST(TransformPlan, PadOrTruncateMustBeLast) {
   OpParams pad;
   pad.numbers["length"] = 4;
