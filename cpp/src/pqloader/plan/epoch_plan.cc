@@ -11,9 +11,9 @@ namespace pqloader {
 namespace {
 
 // Fisher-Yates shuffle driven by a counter-based stream: the result depends only on
-// (seed, purpose, ids, n).
+// (seed, purpose, ids, n). The stream is CounterRng's, computed in bulk.
 template <typename T>
-void Shuffle(std::vector<T>* v, CounterRng rng) {
+void Shuffle(std::vector<T>* v, BulkCounterRng rng) {
   for (int64_t i = static_cast<int64_t>(v->size()) - 1; i > 0; --i) {
     const auto j = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(i) + 1));
     std::swap((*v)[i], (*v)[j]);
@@ -45,7 +45,7 @@ std::shared_ptr<EpochOrder> SplitOrder(int64_t num_splits, const PlanOptions& op
   order->split_order.resize(num_splits);
   std::iota(order->split_order.begin(), order->split_order.end(), 0);
   if (options.shuffle) {
-    Shuffle(&order->split_order, CounterRng(options.seed, RngPurpose::kSplitOrder,
+    Shuffle(&order->split_order, BulkCounterRng(options.seed, RngPurpose::kSplitOrder,
                                             static_cast<uint32_t>(epoch), 0));
   }
   return order;
@@ -199,7 +199,7 @@ std::vector<uint32_t> EpochPlan::WindowPermutation(int64_t w) const {
   const int64_t n = window_first_row_[w + 1] - window_first_row_[w];
   std::vector<uint32_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0u);
-  Shuffle(&perm, CounterRng(options_.seed, RngPurpose::kWindowRows,
+  Shuffle(&perm, BulkCounterRng(options_.seed, RngPurpose::kWindowRows,
                             static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w)));
   return perm;
 }

@@ -1,11 +1,11 @@
 #include "pqloader/random/philox.h"
 
 #include <Random123/philox.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <random>
 
-#include "pqloader/util/target_clones.h"
 
 namespace pqloader {
 
@@ -19,49 +19,128 @@ void Philox4x32_10(uint32_t counter[4], const uint32_t key[2]) {
 
 namespace {
 
-// One block of lanes through the 10 rounds (Random123's Philox4x32_R<10>: round r
-// uses the key bumped r times). Written lane-wise so the compiler vectorises it (the
-// 32x32->64 multiplies become vpmuludq), in AVX-512 or AVX2 where the CPU has them.
-constexpr int kLanes = 64;
+// Random123's Philox4x32 constants: the round multipliers and the key's bumps.
+constexpr uint32_t kM0 = 0xD2511F53, kM1 = 0xCD9E8D57;
+constexpr uint32_t kBump0 = 0x9E3779B9, kBump1 = 0xBB67AE85;
 
-__attribute__((always_inline)) inline void PhiloxBlock(uint32_t* __restrict w0,
-                                                        uint32_t* __restrict w1,
-                                                        uint32_t* __restrict w2,
-                                                        uint32_t* __restrict w3, int n,
-                                                        uint32_t k0, uint32_t k1) {
-  for (int round = 0; round < 10; ++round) {
-    for (int i = 0; i < n; ++i) {
-      const uint64_t p0 = uint64_t{0xD2511F53} * w0[i];
-      const uint64_t p1 = uint64_t{0xCD9E8D57} * w2[i];
-      const uint32_t a = static_cast<uint32_t>(p1 >> 32) ^ w1[i] ^ k0;
-      const uint32_t b = static_cast<uint32_t>(p1);
-      const uint32_t c = static_cast<uint32_t>(p0 >> 32) ^ w3[i] ^ k1;
-      const uint32_t d = static_cast<uint32_t>(p0);
-      w0[i] = a;
-      w1[i] = b;
-      w2[i] = c;
-      w3[i] = d;
-    }
-    k0 += 0x9E3779B9;
-    k1 += 0xBB67AE85;
+// Counter i of n through the 10 rounds, one at a time (the baseline, and the lanes left
+// over by the vector kernels).
+void PhiloxScalar(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n,
+                  const uint32_t key[2]) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t c[4] = {w0[i], w1[i], w2[i], w3[i]};
+    Philox4x32_10(c, key);
+    w0[i] = c[0];
+    w1[i] = c[1];
+    w2[i] = c[2];
+    w3[i] = c[3];
   }
 }
 
-// One body, compiled for AVX-512, AVX2 and the baseline; the loader picks the clone the
-// CPU runs (util/target_clones.h).
-PQLOADER_TARGET_CLONES("avx512f", "avx2", "default") void PhiloxLanes(
-    uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n, uint32_t k0, uint32_t k1) {
-  for (int64_t at = 0; at < n; at += kLanes) {
-    const int m = static_cast<int>(std::min<int64_t>(kLanes, n - at));
-    PhiloxBlock(w0 + at, w1 + at, w2 + at, w3 + at, m, k0, k1);
+// GCC 12's AVX-512 intrinsics start from an undefined vector that -Wmaybe-uninitialized
+// takes for a read (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// 16 counters per AVX-512 register, all 10 rounds in registers. A round multiplies
+// words 0 and 2 by its constants (32 x 32 -> 64 bits: vpmuludq on the even lanes, and on
+// the odd ones shifted down) and xors the high halves with words 1 and 3 and the key.
+__attribute__((target("avx512f"))) void PhiloxAvx512(uint32_t* w0, uint32_t* w1, uint32_t* w2,
+                                                     uint32_t* w3, int64_t n,
+                                                     const uint32_t key[2]) {
+  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kM0));
+  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kM1));
+  constexpr __mmask16 kOdd = 0xAAAA;
+  for (int64_t at = 0; at < n; at += 16) {
+    const __mmask16 live = n - at >= 16 ? __mmask16{0xFFFF}
+                                        : static_cast<__mmask16>((1u << (n - at)) - 1);
+    __m512i a = _mm512_maskz_loadu_epi32(live, w0 + at);
+    __m512i b = _mm512_maskz_loadu_epi32(live, w1 + at);
+    __m512i c = _mm512_maskz_loadu_epi32(live, w2 + at);
+    __m512i d = _mm512_maskz_loadu_epi32(live, w3 + at);
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; ++round) {
+      const __m512i ae = _mm512_mul_epu32(a, m0), ao = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m0);
+      const __m512i ce = _mm512_mul_epu32(c, m1), co = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m1);
+      const __m512i lo0 = _mm512_mask_blend_epi32(kOdd, ae, _mm512_slli_epi64(ao, 32));
+      const __m512i hi0 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ae, 32), ao);
+      const __m512i lo1 = _mm512_mask_blend_epi32(kOdd, ce, _mm512_slli_epi64(co, 32));
+      const __m512i hi1 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ce, 32), co);
+      a = _mm512_ternarylogic_epi32(hi1, b, _mm512_set1_epi32(static_cast<int>(k0)), 0x96);
+      b = lo1;
+      c = _mm512_ternarylogic_epi32(hi0, d, _mm512_set1_epi32(static_cast<int>(k1)), 0x96);
+      d = lo0;
+      k0 += kBump0;
+      k1 += kBump1;
+    }
+    _mm512_mask_storeu_epi32(w0 + at, live, a);
+    _mm512_mask_storeu_epi32(w1 + at, live, b);
+    _mm512_mask_storeu_epi32(w2 + at, live, c);
+    _mm512_mask_storeu_epi32(w3 + at, live, d);
   }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// The same with 8 counters per AVX2 register; the last n % 8 counters one at a time.
+__attribute__((target("avx2"))) void PhiloxAvx2(uint32_t* w0, uint32_t* w1, uint32_t* w2,
+                                                uint32_t* w3, int64_t n, const uint32_t key[2]) {
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kM1));
+  const int64_t full = n - n % 8;
+  for (int64_t at = 0; at < full; at += 8) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + at));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + at));
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w2 + at));
+    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w3 + at));
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; ++round) {
+      const __m256i ae = _mm256_mul_epu32(a, m0), ao = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m0);
+      const __m256i ce = _mm256_mul_epu32(c, m1), co = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m1);
+      const __m256i lo0 = _mm256_blend_epi32(ae, _mm256_slli_epi64(ao, 32), 0xAA);
+      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(ae, 32), ao, 0xAA);
+      const __m256i lo1 = _mm256_blend_epi32(ce, _mm256_slli_epi64(co, 32), 0xAA);
+      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(ce, 32), co, 0xAA);
+      a = _mm256_xor_si256(_mm256_xor_si256(hi1, b), _mm256_set1_epi32(static_cast<int>(k0)));
+      b = lo1;
+      c = _mm256_xor_si256(_mm256_xor_si256(hi0, d), _mm256_set1_epi32(static_cast<int>(k1)));
+      d = lo0;
+      k0 += kBump0;
+      k1 += kBump1;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w0 + at), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w1 + at), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w2 + at), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w3 + at), d);
+  }
+  PhiloxScalar(w0 + full, w1 + full, w2 + full, w3 + full, n - full, key);
+}
+
+PhiloxIsa BestIsa() {
+  static const PhiloxIsa isa = __builtin_cpu_supports("avx512f") ? PhiloxIsa::kAvx512
+                               : __builtin_cpu_supports("avx2") ? PhiloxIsa::kAvx2
+                                                                : PhiloxIsa::kScalar;
+  return isa;
 }
 
 }  // namespace
 
+bool PhiloxIsaSupported(PhiloxIsa isa) {
+  return isa == PhiloxIsa::kBest || static_cast<int>(isa) <= static_cast<int>(BestIsa());
+}
+
 void Philox4x32_10Lanes(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n,
-                        const uint32_t key[2]) {
-  PhiloxLanes(w0, w1, w2, w3, n, key[0], key[1]);
+                        const uint32_t key[2], PhiloxIsa isa) {
+  if (isa == PhiloxIsa::kBest || !PhiloxIsaSupported(isa)) isa = BestIsa();
+  switch (isa) {
+    case PhiloxIsa::kAvx512: return PhiloxAvx512(w0, w1, w2, w3, n, key);
+    case PhiloxIsa::kAvx2: return PhiloxAvx2(w0, w1, w2, w3, n, key);
+    default: return PhiloxScalar(w0, w1, w2, w3, n, key);
+  }
 }
 
 uint32_t CounterRng::NextU32() {
@@ -76,20 +155,23 @@ uint32_t CounterRng::NextU32() {
   return block_[used_++];
 }
 
-uint64_t CounterRng::Uniform(uint64_t n) {
-  // Lemire's multiply-and-reject method on 64-bit draws: exact, and rejection is rare.
-  uint64_t x = NextU64();
-  __uint128_t m = static_cast<__uint128_t>(x) * n;
-  uint64_t low = static_cast<uint64_t>(m);
-  if (low < n) {
-    const uint64_t threshold = -n % n;
-    while (low < threshold) {
-      x = NextU64();
-      m = static_cast<__uint128_t>(x) * n;
-      low = static_cast<uint64_t>(m);
-    }
+void BulkCounterRng::Refill() {
+  uint32_t w0[kBlocks], w1[kBlocks], w2[kBlocks], w3[kBlocks];
+  for (int i = 0; i < kBlocks; ++i) {
+    w0[i] = next_block_ + static_cast<uint32_t>(i);  // wraps as CounterRng's does
+    w1[i] = purpose_;
+    w2[i] = id_a_;
+    w3[i] = id_b_;
   }
-  return static_cast<uint64_t>(m >> 64);
+  next_block_ += kBlocks;
+  Philox4x32_10Lanes(w0, w1, w2, w3, kBlocks, key_);
+  for (int i = 0; i < kBlocks; ++i) {
+    words_[4 * i] = w0[i];
+    words_[4 * i + 1] = w1[i];
+    words_[4 * i + 2] = w2[i];
+    words_[4 * i + 3] = w3[i];
+  }
+  at_ = 0;
 }
 
 uint64_t DrawFreshSeed() {

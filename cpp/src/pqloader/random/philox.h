@@ -22,12 +22,19 @@ enum class RngPurpose : uint32_t {
 /// Apply Philox4x32 with 10 rounds to `counter` under `key`, in place.
 void Philox4x32_10(uint32_t counter[4], const uint32_t key[2]);
 
+/// The instruction sets Philox4x32_10Lanes can run on, widest last but one.
+enum class PhiloxIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kBest = 3 };
+/// Whether this CPU runs `isa` (kBest: always).
+bool PhiloxIsaSupported(PhiloxIsa isa);
+
 /// Philox4x32-10 of `n` counters under one key, in place: counter i is
 /// (w0[i], w1[i], w2[i], w3[i]) (structure of arrays). The same values as
-/// Philox4x32_10 per counter, computed in vector lanes (AVX-512 or AVX2 where the CPU has it):
-/// for bulk draws such as a mixture's sources.
+/// Philox4x32_10 per counter, computed in vector lanes (AVX-512: 16 counters per
+/// register, AVX2: 8, by the widest the CPU has; `isa` picks one for tests, an
+/// unsupported one falls back to the widest): for bulk draws such as a mixture's
+/// sources and a shuffle window's permutation.
 void Philox4x32_10Lanes(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_t n,
-                        const uint32_t key[2]);
+                        const uint32_t key[2], PhiloxIsa isa = PhiloxIsa::kBest);
 
 /// A stream of random numbers: word i of the stream is a pure function of
 /// (seed, purpose, id_a, id_b, i).
@@ -65,7 +72,25 @@ class CounterRng {
   }
 
   /// Return a uniform integer in [0, n), without modulo bias. Requires n > 0.
-  uint64_t Uniform(uint64_t n);
+  uint64_t Uniform(uint64_t n) { return UniformOf(*this, n); }
+
+  /// Uniform(n) drawn from `rng`'s NextU64: Lemire's multiply-and-reject method on
+  /// 64-bit draws, exact, rejection rare. Part of the determinism contract.
+  template <typename Rng>
+  static uint64_t UniformOf(Rng& rng, uint64_t n) {
+    uint64_t x = rng.NextU64();
+    __uint128_t m = static_cast<__uint128_t>(x) * n;
+    uint64_t low = static_cast<uint64_t>(m);
+    if (low < n) {
+      const uint64_t threshold = -n % n;
+      while (low < threshold) {
+        x = rng.NextU64();
+        m = static_cast<__uint128_t>(x) * n;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    return static_cast<uint64_t>(m >> 64);
+  }
 
  private:
   uint32_t key_[2];
@@ -76,6 +101,42 @@ class CounterRng {
   uint32_t block_index_ = 0;  // counter word 0: which 4-word block
   uint32_t block_[4] = {0, 0, 0, 0};
   int used_ = 4;  // words of block_ already handed out
+};
+
+/// A CounterRng's stream (same seed, purpose and ids: the same words, so the same
+/// draws), computed kBlocks blocks at a time in vector lanes: for long runs of draws,
+/// such as a shuffle window's permutation (one Uniform per row). Not for ForSample
+/// streams.
+class BulkCounterRng {
+ public:
+  BulkCounterRng(uint64_t seed, RngPurpose purpose, uint32_t id_a, uint32_t id_b)
+      : key_{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)},
+        purpose_(static_cast<uint32_t>(purpose)),
+        id_a_(id_a),
+        id_b_(id_b) {}
+
+  uint32_t NextU32() {
+    if (at_ == kWords) Refill();
+    return words_[at_++];
+  }
+  uint64_t NextU64() {
+    uint64_t hi = NextU32();
+    return (hi << 32) | NextU32();
+  }
+  uint64_t Uniform(uint64_t n) { return CounterRng::UniformOf(*this, n); }
+
+ private:
+  static constexpr int kBlocks = 256;
+  static constexpr int kWords = 4 * kBlocks;
+  void Refill();
+
+  uint32_t key_[2];
+  uint32_t purpose_;
+  uint32_t id_a_;
+  uint32_t id_b_;
+  uint32_t next_block_ = 0;  // counter word 0 of the first block not yet computed
+  uint32_t words_[kWords];
+  int at_ = kWords;  // words already handed out
 };
 
 /// Draw a fresh seed from the operating system's entropy source.

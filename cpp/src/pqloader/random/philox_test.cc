@@ -125,7 +125,7 @@ namespace {
 // a partial last block, a single lane) and keys with carries in the bumps.
 TEST(Philox, LanesEqualTheOneCounterFunction) {
   CounterRng words(42, RngPurpose::kSplitOrder, 0, 0);
-  for (int64_t n : {1, 3, 64, 65, 1000}) {
+  for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 64, 65, 1000}) {
     for (const uint32_t key0 : {0u, 0xFFFFFFFFu, 0x12345678u}) {
       const uint32_t key[2] = {key0, ~key0};
       std::vector<uint32_t> w0(n), w1(n), w2(n), w3(n);
@@ -135,16 +135,34 @@ TEST(Philox, LanesEqualTheOneCounterFunction) {
         w2[i] = words.NextU32();
         w3[i] = words.NextU32();
       }
-      auto e0 = w0, e1 = w1, e2 = w2, e3 = w3;
-      Philox4x32_10Lanes(w0.data(), w1.data(), w2.data(), w3.data(), n, key);
-      for (int64_t i = 0; i < n; ++i) {
-        uint32_t ctr[4] = {e0[i], e1[i], e2[i], e3[i]};
-        Philox4x32_10(ctr, key);
-        ASSERT_EQ(w0[i], ctr[0]) << "n " << n << " lane " << i;
-        ASSERT_EQ(w1[i], ctr[1]);
-        ASSERT_EQ(w2[i], ctr[2]);
-        ASSERT_EQ(w3[i], ctr[3]);
+      for (PhiloxIsa isa : {PhiloxIsa::kScalar, PhiloxIsa::kAvx2, PhiloxIsa::kAvx512,
+                            PhiloxIsa::kBest}) {
+        if (!PhiloxIsaSupported(isa)) continue;  // (this CPU lacks it)
+        auto v0 = w0, v1 = w1, v2 = w2, v3 = w3;
+        Philox4x32_10Lanes(v0.data(), v1.data(), v2.data(), v3.data(), n, key, isa);
+        for (int64_t i = 0; i < n; ++i) {
+          uint32_t ctr[4] = {w0[i], w1[i], w2[i], w3[i]};
+          Philox4x32_10(ctr, key);
+          ASSERT_EQ(v0[i], ctr[0]) << "n " << n << " lane " << i << " isa " << static_cast<int>(isa);
+          ASSERT_EQ(v1[i], ctr[1]);
+          ASSERT_EQ(v2[i], ctr[2]);
+          ASSERT_EQ(v3[i], ctr[3]);
+        }
       }
+    }
+  }
+}
+
+// The bulk stream is CounterRng's, word for word and draw for draw, across its refills
+// (256 blocks each) and wherever the 32-bit block counter starts.
+TEST(BulkCounterRng, GivesCounterRngsWordsAndDraws) {
+  for (uint32_t id_b : {0u, 7u, 0xFFFFFFFFu}) {
+    CounterRng one(12345, RngPurpose::kWindowRows, 3, id_b);
+    BulkCounterRng bulk(12345, RngPurpose::kWindowRows, 3, id_b);
+    for (int i = 0; i < 3000; ++i) ASSERT_EQ(bulk.NextU32(), one.NextU32()) << "word " << i;
+    for (uint64_t i = 1; i < 5000; ++i) {
+      ASSERT_EQ(bulk.Uniform(i), one.Uniform(i)) << "draw " << i;
+      ASSERT_EQ(bulk.Uniform(uint64_t{1} << 63 | i), one.Uniform(uint64_t{1} << 63 | i));
     }
   }
 }
