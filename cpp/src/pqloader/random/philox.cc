@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <random>
 
+#include "pqloader/util/avx512.h"
+
 
 namespace pqloader {
 
@@ -37,13 +39,7 @@ void PhiloxScalar(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_
   }
 }
 
-// GCC 12's AVX-512 intrinsics start from an undefined vector that -Wmaybe-uninitialized
-// takes for a read (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+PQLOADER_AVX512_BEGIN
 // 16 counters per AVX-512 register, all 10 rounds in registers. A round multiplies
 // words 0 and 2 by its constants (32 x 32 -> 64 bits: vpmuludq on the even lanes, and on
 // the odd ones shifted down) and xors the high halves with words 1 and 3 and the key.
@@ -82,9 +78,7 @@ __attribute__((target("avx512f"))) void PhiloxAvx512(uint32_t* w0, uint32_t* w1,
   }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+PQLOADER_AVX512_END
 
 // The same with 8 counters per AVX2 register; the last n % 8 counters one at a time.
 __attribute__((target("avx2"))) void PhiloxAvx2(uint32_t* w0, uint32_t* w1, uint32_t* w2,
