@@ -45,8 +45,8 @@ std::shared_ptr<EpochOrder> SplitOrder(int64_t num_splits, const PlanOptions& op
   order->split_order.resize(num_splits);
   std::iota(order->split_order.begin(), order->split_order.end(), 0);
   if (options.shuffle) {
-    Shuffle(&order->split_order, BulkCounterRng(options.seed, RngPurpose::kSplitOrder,
-                                            static_cast<uint32_t>(epoch), 0));
+    Shuffle(&order->split_order, BulkCounterRng(CounterRng(options.seed, RngPurpose::kSplitOrder,
+                                                           static_cast<uint32_t>(epoch), 0)));
   }
   return order;
 }
@@ -199,8 +199,8 @@ std::vector<uint32_t> EpochPlan::WindowPermutation(int64_t w) const {
   const int64_t n = window_first_row_[w + 1] - window_first_row_[w];
   std::vector<uint32_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0u);
-  Shuffle(&perm, BulkCounterRng(options_.seed, RngPurpose::kWindowRows,
-                            static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w)));
+  Shuffle(&perm, BulkCounterRng(CounterRng(options_.seed, RngPurpose::kWindowRows,
+                                            static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w))));
   return perm;
 }
 

@@ -150,15 +150,15 @@ uint32_t CounterRng::NextU32() {
 }
 
 void BulkCounterRng::Refill() {
+  CounterRng& s = stream_;
   uint32_t w0[kBlocks], w1[kBlocks], w2[kBlocks], w3[kBlocks];
   for (int i = 0; i < kBlocks; ++i) {
-    w0[i] = next_block_ + static_cast<uint32_t>(i);  // wraps as CounterRng's does
-    w1[i] = purpose_;
-    w2[i] = id_a_;
-    w3[i] = id_b_;
+    w0[i] = s.block_base_ | s.block_index_++;  // as CounterRng::NextU32 counts
+    w1[i] = s.purpose_;
+    w2[i] = s.id_a_;
+    w3[i] = s.id_b_;
   }
-  next_block_ += kBlocks;
-  Philox4x32_10Lanes(w0, w1, w2, w3, kBlocks, key_);
+  Philox4x32_10Lanes(w0, w1, w2, w3, kBlocks, s.key_);
   for (int i = 0; i < kBlocks; ++i) {
     words_[4 * i] = w0[i];
     words_[4 * i + 1] = w1[i];

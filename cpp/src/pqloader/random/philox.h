@@ -101,19 +101,18 @@ class CounterRng {
   uint32_t block_index_ = 0;  // counter word 0: which 4-word block
   uint32_t block_[4] = {0, 0, 0, 0};
   int used_ = 4;  // words of block_ already handed out
+  friend class BulkCounterRng;
 };
 
-/// A CounterRng's stream (same seed, purpose and ids: the same words, so the same
+/// A CounterRng's stream from where that CounterRng stands (the same words, so the same
 /// draws), computed kBlocks blocks at a time in vector lanes: for long runs of draws,
-/// such as a shuffle window's permutation (one Uniform per row). Not for ForSample
-/// streams.
+/// such as a shuffle window's permutation (one Uniform per row).
 class BulkCounterRng {
  public:
-  BulkCounterRng(uint64_t seed, RngPurpose purpose, uint32_t id_a, uint32_t id_b)
-      : key_{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)},
-        purpose_(static_cast<uint32_t>(purpose)),
-        id_a_(id_a),
-        id_b_(id_b) {}
+  explicit BulkCounterRng(const CounterRng& stream) : stream_(stream), at_(stream.used_ - 4 + kWords) {
+    // Words still unused in the stream's current block come first.
+    for (int i = stream.used_; i < 4; ++i) words_[kWords - 4 + i] = stream.block_[i];
+  }
 
   uint32_t NextU32() {
     if (at_ == kWords) Refill();
@@ -130,13 +129,9 @@ class BulkCounterRng {
   static constexpr int kWords = 4 * kBlocks;
   void Refill();
 
-  uint32_t key_[2];
-  uint32_t purpose_;
-  uint32_t id_a_;
-  uint32_t id_b_;
-  uint32_t next_block_ = 0;  // counter word 0 of the first block not yet computed
+  CounterRng stream_;  // its key, identity and next block
   uint32_t words_[kWords];
-  int at_ = kWords;  // words already handed out
+  int at_;  // words already handed out
 };
 
 /// Draw a fresh seed from the operating system's entropy source.

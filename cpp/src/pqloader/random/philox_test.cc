@@ -158,12 +158,19 @@ TEST(Philox, LanesEqualTheOneCounterFunction) {
 TEST(BulkCounterRng, GivesCounterRngsWordsAndDraws) {
   for (uint32_t id_b : {0u, 7u, 0xFFFFFFFFu}) {
     CounterRng one(12345, RngPurpose::kWindowRows, 3, id_b);
-    BulkCounterRng bulk(12345, RngPurpose::kWindowRows, 3, id_b);
+    BulkCounterRng bulk(one);
     for (int i = 0; i < 3000; ++i) ASSERT_EQ(bulk.NextU32(), one.NextU32()) << "word " << i;
     for (uint64_t i = 1; i < 5000; ++i) {
       ASSERT_EQ(bulk.Uniform(i), one.Uniform(i)) << "draw " << i;
       ASSERT_EQ(bulk.Uniform(uint64_t{1} << 63 | i), one.Uniform(uint64_t{1} << 63 | i));
     }
+  }
+  // From a stream part-way through a block (one word used), and a ForSample stream.
+  for (CounterRng one : {CounterRng(5, RngPurpose::kSplitOrder, 1, 2),
+                         CounterRng::ForSample(5, 3, 1000, 2)}) {
+    one.NextU32();
+    BulkCounterRng bulk(one);
+    for (int i = 0; i < 2000; ++i) ASSERT_EQ(bulk.NextU32(), one.NextU32()) << "word " << i;
   }
 }
 
