@@ -155,19 +155,23 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
     return;
   }
   const int64_t capacity = BlockCapacity(size);
-  bool mapped;
+  std::vector<Evicted> evicted;
   {
     MutexLock lock(mu_);
     bytes_allocated_ -= size;
     if (capacity <= cache_limit_) {
-      TrimLocked(capacity);
+      evicted = TrimLocked(capacity);
       free_[SizeClass(size)].emplace_back(buffer, free_seq_++);
       cached_bytes_ += capacity;
-      return;
+    } else {
+      evicted.push_back(Evicted{buffer, capacity, mapped_.erase(buffer) > 0});
     }
-    mapped = mapped_.erase(buffer) > 0;
   }
-  FreeBlock(buffer, capacity, mapped);
+  FreeBlocks(evicted);
+}
+
+void RecyclingPool::FreeBlocks(const std::vector<Evicted>& blocks) {
+  for (const Evicted& e : blocks) FreeBlock(e.block, e.capacity, e.mapped);
 }
 
 void RecyclingPool::FreeBlock(uint8_t* block, int64_t capacity, bool mapped) {
@@ -178,7 +182,8 @@ void RecyclingPool::FreeBlock(uint8_t* block, int64_t capacity, bool mapped) {
   }
 }
 
-void RecyclingPool::TrimLocked(int64_t incoming) {
+std::vector<RecyclingPool::Evicted> RecyclingPool::TrimLocked(int64_t incoming) {
+  std::vector<Evicted> evicted;
   while (cached_bytes_ + incoming > cache_limit_ && cached_bytes_ > 0) {
     int oldest = -1;
     for (int c = 0; c < kNumClasses; ++c) {
@@ -189,24 +194,33 @@ void RecyclingPool::TrimLocked(int64_t incoming) {
     }
     const int64_t capacity = ClassCapacity(oldest);
     uint8_t* block = free_[oldest].front().first;
-    FreeBlock(block, capacity, mapped_.erase(block) > 0);
+    evicted.push_back(Evicted{block, capacity, mapped_.erase(block) > 0});
     free_[oldest].pop_front();
     cached_bytes_ -= capacity;
   }
+  return evicted;
 }
 
 void RecyclingPool::ReleaseUnused() {
-  MutexLock lock(mu_);
-  const int64_t limit = cache_limit_;
-  cache_limit_ = 0;
-  TrimLocked();
-  cache_limit_ = limit;
+  std::vector<Evicted> evicted;
+  {
+    MutexLock lock(mu_);
+    const int64_t limit = cache_limit_;
+    cache_limit_ = 0;
+    evicted = TrimLocked();
+    cache_limit_ = limit;
+  }
+  FreeBlocks(evicted);
 }
 
 void RecyclingPool::AdjustCacheLimit(int64_t bytes) {
-  MutexLock lock(mu_);
-  cache_limit_ = std::max<int64_t>(0, cache_limit_ + bytes);
-  TrimLocked();
+  std::vector<Evicted> evicted;
+  {
+    MutexLock lock(mu_);
+    cache_limit_ = std::max<int64_t>(0, cache_limit_ + bytes);
+    evicted = TrimLocked();
+  }
+  FreeBlocks(evicted);
 }
 
 int64_t RecyclingPool::bytes_allocated() const {

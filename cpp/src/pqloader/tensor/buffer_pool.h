@@ -31,6 +31,7 @@
 #include <string>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include <arrow/memory_pool.h>
 #include "pqloader/util/thread_annotations.h"
@@ -89,11 +90,21 @@ class RecyclingPool : public arrow::MemoryPool {
   static void UnlockAfterFork();
   static int SizeClass(int64_t size);
   static bool Recycles(int64_t size, int64_t alignment);
+  // A block leaving the pool, given back once the lock is released (an munmap or the
+  // underlying allocator's free of a large block takes long enough to stall every
+  // thread allocating meanwhile).
+  struct Evicted {
+    uint8_t* block;
+    int64_t capacity;
+    bool mapped;
+  };
   // Give a block back: unmapped if it was mapped directly (see kMinMappedBytes in
-  // buffer_pool.cc), else to the underlying pool.
+  // buffer_pool.cc), else to the underlying pool. Without the lock.
   void FreeBlock(uint8_t* block, int64_t capacity, bool mapped);
-  // Release the oldest cached blocks until `incoming` more bytes fit.
-  void TrimLocked(int64_t incoming = 0) PQ_REQUIRES(mu_);
+  void FreeBlocks(const std::vector<Evicted>& blocks);
+  // Take the oldest cached blocks out until `incoming` more bytes fit; return them, to
+  // be given back (FreeBlocks) after the lock is released.
+  std::vector<Evicted> TrimLocked(int64_t incoming = 0) PQ_REQUIRES(mu_);
   static int64_t ClassCapacity(int c);
 
   arrow::MemoryPool* base_;
