@@ -3,11 +3,9 @@
 #include <Random123/philox.h>
 #include <immintrin.h>
 
-#include <algorithm>
 #include <random>
 
 #include "pqloader/util/avx512.h"
-
 
 namespace pqloader {
 
