@@ -18,6 +18,7 @@ One Loader object serves all epochs of a measurement (iterating it again starts 
 """
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -104,6 +105,13 @@ class Adapter:
             self._loaders[key] = pqloader.Loader(self.source, **kw)
             self._iters[key] = iter(self._loaders[key])
         return self._loaders[key], self._iters[key]
+
+    def restart(self):
+        """Drop the running iterations and their loaders (what they read ahead with them):
+        the next epoch() makes a new loader, as a fresh process would."""
+        self._iters.clear()
+        self._loaders.clear()
+        gc.collect()
 
     def _decode_images(self, blobs):
         n = len(blobs)
