@@ -256,7 +256,10 @@ TEST(OrderedPipeline, BatchesThatSayWhatTheyAllocateAreAssembledAheadWhileTheyFi
     EXPECT_EQ(**r, (std::vector<int64_t>{b * 10}));
   }
   EXPECT_EQ(p.counters().inflight_bytes, 0);
-  EXPECT_LE(p.counters().peak_inflight_bytes, 1000);
+  // While the consumer drains, units read ahead may fill the budget before the batch it
+  // waits for is made; that batch is made anyway (the floor: the consumer must move), so
+  // the peak may pass the budget by one batch, never by more.
+  EXPECT_LE(p.counters().peak_inflight_bytes, 1000 + 200);
 }
 
 TEST(OrderedPipeline, ShutdownFromAnotherThreadWakesAWaitingNext) {
