@@ -981,6 +981,9 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
                              s.status().detail());
       }
       outs.push_back(std::move(s).ValueUnsafe());
+      // A sample that missed its slot (an op took it for a temporary) means the column
+      // is copied anyway: its later rows need no slot.
+      if (blocks[c] != nullptr && outs.back().data->parent() != blocks[c]) blocks[c].reset();
     }
     if (!ok) continue;
     kept.push_back(r);

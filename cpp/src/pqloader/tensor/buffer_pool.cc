@@ -156,6 +156,7 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
   }
   const int64_t capacity = BlockCapacity(size);
   std::vector<Evicted> evicted;
+  bool mapped = false;
   {
     MutexLock lock(mu_);
     bytes_allocated_ -= size;
@@ -163,11 +164,13 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
       evicted = TrimLocked(capacity);
       free_[SizeClass(size)].emplace_back(buffer, free_seq_++);
       cached_bytes_ += capacity;
+      buffer = nullptr;  // kept
     } else {
-      evicted.push_back(Evicted{buffer, capacity, mapped_.erase(buffer) > 0});
+      mapped = mapped_.erase(buffer) > 0;
     }
   }
   FreeBlocks(evicted);
+  if (buffer != nullptr) FreeBlock(buffer, capacity, mapped);
 }
 
 void RecyclingPool::FreeBlocks(const std::vector<Evicted>& blocks) {

@@ -35,6 +35,18 @@ std::optional<SampleSignature> SignatureOf(const ColumnSpec& spec,
   return s;
 }
 
+// The bytes of every sample `sig` describes, if it fixes them (dtype and every
+// dimension known); 0 otherwise.
+int64_t FixedBytes(const std::optional<SampleSignature>& sig) {
+  if (!sig.has_value() || !sig->dtype.has_value() || !sig->shape.has_value()) return 0;
+  int64_t bytes = DTypeSize(*sig->dtype);
+  for (int64_t d : *sig->shape) {
+    if (d < 0 || (d > 0 && bytes > (int64_t{1} << 40) / d)) return 0;
+    bytes *= d;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
@@ -166,6 +178,10 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     plan.signatures_.push_back(SignatureOf(specs[i], it != plan.columns_.end()
                                                          ? &it->second.ops
                                                          : nullptr));
+    plan.slot_bytes_.push_back(mode == ColumnCollate::Mode::kAsIs &&
+                                       plan.has_suffix(static_cast<int>(i))
+                                   ? FixedBytes(plan.signatures_.back())
+                                   : 0);
     if (mode == ColumnCollate::Mode::kAsIs) continue;
     ColumnSpec extra;
     extra.name = spec.name + (mode == ColumnCollate::Mode::kPad ? "_length" : "_offsets");
@@ -226,19 +242,7 @@ arrow::Result<SampleTensor> TransformPlan::ApplySuffix(int col, const ColumnSpec
 }
 
 int64_t TransformPlan::SlotBytes(int col) const {
-  if (!has_suffix(col) || col >= static_cast<int>(signatures_.size())) return 0;
-  if (col < static_cast<int>(collate_.size()) &&
-      collate_[col].mode != ColumnCollate::Mode::kAsIs) {
-    return 0;
-  }
-  const std::optional<SampleSignature>& sig = signatures_[col];
-  if (!sig.has_value() || !sig->dtype.has_value() || !sig->shape.has_value()) return 0;
-  int64_t bytes = DTypeSize(*sig->dtype);
-  for (int64_t d : *sig->shape) {
-    if (d < 0 || (d > 0 && bytes > (int64_t{1} << 40) / d)) return 0;
-    bytes *= d;
-  }
-  return bytes;
+  return col >= 0 && col < static_cast<int>(slot_bytes_.size()) ? slot_bytes_[col] : 0;
 }
 
 bool TransformPlan::has_suffix(int col) const {

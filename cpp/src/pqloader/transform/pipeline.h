@@ -104,6 +104,7 @@ class TransformPlan {
   std::map<int, Column> columns_;
   std::vector<ColumnCollate> collate_;
   std::vector<std::optional<SampleSignature>> signatures_;
+  std::vector<int64_t> slot_bytes_;  // SlotBytes per input column, fixed at Make
   DecodeErrorPolicy policy_ = DecodeErrorPolicy::kRaise;
   std::vector<ColumnSpec> output_specs_;
   std::vector<std::pair<int, Part>> output_sources_;
