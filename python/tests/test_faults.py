@@ -12,6 +12,7 @@ time (no test depends on a race to pass).
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -241,6 +242,37 @@ def test_server_killed_mid_epoch_raises_io_error_then_a_new_epoch_after_restart_
         server.stop()
         if second is not None:
             second.stop()
+
+
+def test_dropping_a_loader_whose_reads_retry_against_a_dead_endpoint_does_not_wait_out_the_budget(
+        served, tmp_path):
+    """The endpoint goes away mid-epoch with the default retries (a 60 s budget per
+    request) and the loader is dropped while its reads ahead retry: the drop ends after
+    the attempt in progress (at most one retry delay of 5 s and a connect), not after
+    the budget. It used to wait out the budget, twice over."""
+    server, _ = served
+    proxy = Proxy(server.port, tmp=tmp_path)
+    try:
+        loader = pqloader.Loader("s3://data/big", storage_options=server.options(port=proxy.port),
+                                 **SLOW)
+        it = iter(loader)
+        next(it)
+        proxy.stop()  # connections refused from now on
+        time.sleep(1.5)  # the reads ahead fail and start retrying
+        start = time.monotonic()
+        done = threading.Event()
+
+        def drop():
+            nonlocal it, loader
+            del it, loader
+            gc.collect()
+            done.set()
+
+        threading.Thread(target=drop, daemon=True).start()
+        assert done.wait(45), "dropping the loader waited for its reads' retry budget"
+        assert time.monotonic() - start < 45
+    finally:
+        proxy.stop()
 
 
 # -- cache: full disk, killed writers, damaged entries ------------------------------------

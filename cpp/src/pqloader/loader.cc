@@ -136,7 +136,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);
   }
   if (loader->options_.readahead <= 0) loader->options_.readahead = options.io_threads;
-  ARROW_ASSIGN_OR_RAISE(loader->io_pool_, arrow::internal::ThreadPool::Make(options.io_threads));
+  ARROW_ASSIGN_OR_RAISE(loader->io_pool_, StorageExecutor::Make(options.io_threads));
   // Freed blocks are kept for reuse up to the in-flight budget (see buffer_pool.h):
   // without them, fresh pages cost a quarter of the CPU of a shuffled epoch.
   loader->pool_reservation_ =
@@ -211,7 +211,12 @@ arrow::Status Loader::CheckBeforeFirstBatch() const {
   return CheckColumnsFromFooters(*dataset_, null_policy, ragged_ok);
 }
 
-Loader::~Loader() { Stop(); }
+Loader::~Loader() {
+  // Reads still in flight are not wanted any more: they end after their current
+  // attempt instead of retrying for up to the retry budget while the pool joins.
+  if (io_pool_ != nullptr) io_pool_->Abandon();
+  Stop();
+}
 
 void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
@@ -663,7 +668,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
     bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
   }
   const int64_t t0 = NowNs();
-  ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get()));
+  ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get(), &work->stopping));
   const int64_t t1 = NowNs();
   work->read_ns += t1 - t0;
   ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_, f.get()));

@@ -29,6 +29,7 @@
 #include "pqloader/exec/ordered_pipeline.h"
 #include "pqloader/exec/readahead.h"
 #include "pqloader/filter/row_filter.h"
+#include "pqloader/io/filesystem.h"
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/pack/pack_plan.h"
 #include "pqloader/pack/packer.h"
@@ -333,7 +334,7 @@ class Loader {
   bool then_next_epoch_ PQ_GUARDED_BY(mu_) = false;
   RecyclingPool* pool_ = RecyclingPool::Global();
   std::unique_ptr<PoolCacheReservation> pool_reservation_;
-  std::shared_ptr<arrow::internal::Executor> io_pool_;  // storage reads
+  std::shared_ptr<StorageExecutor> io_pool_;  // storage reads; abandoned by ~Loader
 
   std::atomic<int64_t> epochs_started_ahead_{0};
   // Shuffled epochs gather each window whole (tensor/window_gather.h): every column is

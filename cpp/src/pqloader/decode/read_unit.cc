@@ -258,12 +258,19 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   return fetched;
 }
 
-arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit* fetched) {
+arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit* fetched,
+                           const std::atomic<bool>* stop) {
   parquet::arrow::FileReader* reader = fetched->reader.get();
   if (reader == nullptr) return arrow::Status::OK();
   const Split& split = dataset.splits()[unit.split];
   const DataFile& file = dataset.files()[split.file];
-  auto st = reader->parquet_reader()->WhenBuffered({split.row_group}, file.leaf_indices).status();
+  auto buffered = reader->parquet_reader()->WhenBuffered({split.row_group}, file.leaf_indices);
+  if (stop != nullptr) {
+    while (!buffered.Wait(0.05)) {
+      if (stop->load()) return arrow::Status::Cancelled("the epoch was stopped");
+    }
+  }
+  auto st = buffered.status();
   if (!st.ok()) {
     return MakeError(ErrorKind::kIO, "cannot read '", file.display, "', row group ",
                      split.row_group, ": ", st.message());

@@ -7,6 +7,7 @@
 // units; each fetch has its own reader over the dataset's immutable metadata.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,8 +62,11 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
                                                       const arrow::io::IOContext& io);
 
 /// Wait until `fetched`'s bytes have arrived. A failure is the storage's: ErrorKind::kIO,
-/// naming the file and row group.
-arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit* fetched);
+/// naming the file and row group. Cancelled, without waiting for the reads to end, once
+/// `stop` (if given) is set: a run being shut down leaves requests that may be retrying
+/// against a failed endpoint to finish unread.
+arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit* fetched,
+                           const std::atomic<bool>* stop = nullptr);
 
 /// Read rows [unit.row_begin, unit.row_end) of split `unit.split` from `fetched` (waiting
 /// for its bytes) and convert them. Errors name the file, the row group and, where

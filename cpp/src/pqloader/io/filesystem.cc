@@ -35,7 +35,7 @@ class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
   explicit BackoffRetryStrategy(const RetryPolicy& policy) : policy_(policy) {}
 
   bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
-    if (!error.should_retry) return false;
+    if (!error.should_retry || StorageExecutor::CurrentTaskAbandoned()) return false;
     State& s = state();
     const auto now = std::chrono::steady_clock::now();
     if (attempted_retries == 0) s.first_failure = now;
@@ -103,6 +103,35 @@ std::string Env(const char* name) {
 }
 
 }  // namespace
+
+namespace {
+// The abandoned flag of the StorageExecutor whose task runs on this thread, if any.
+thread_local const std::atomic<bool>* current_abandoned = nullptr;
+}  // namespace
+
+arrow::Result<std::shared_ptr<StorageExecutor>> StorageExecutor::Make(int threads) {
+  ARROW_ASSIGN_OR_RAISE(auto pool, arrow::internal::ThreadPool::Make(threads));
+  return std::shared_ptr<StorageExecutor>(new StorageExecutor(std::move(pool)));
+}
+
+bool StorageExecutor::CurrentTaskAbandoned() {
+  return current_abandoned != nullptr && current_abandoned->load();
+}
+
+arrow::Status StorageExecutor::SpawnReal(arrow::internal::TaskHints hints,
+                                         arrow::internal::FnOnce<void()> task,
+                                         arrow::StopToken stop_token,
+                                         StopCallback&& stop_callback) {
+  return pool_->Spawn(
+      hints,
+      [flag = abandoned_, task = std::move(task)]() mutable {
+        const std::atomic<bool>* outer = current_abandoned;
+        current_abandoned = flag.get();
+        std::move(task)();
+        current_abandoned = outer;
+      },
+      std::move(stop_token), std::move(stop_callback));
+}
 
 double RetryDelaySeconds(const RetryPolicy& policy, int64_t retry, double u) {
   const double cap = policy.base_delay_s * std::ldexp(1.0, static_cast<int>(std::clamp<int64_t>(

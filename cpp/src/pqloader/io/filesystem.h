@@ -11,6 +11,7 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include <arrow/filesystem/localfs.h>
 #include <arrow/filesystem/s3fs.h>
 #include <arrow/result.h>
+#include <arrow/util/thread_pool.h>
 
 namespace pqloader {
 
@@ -89,6 +91,39 @@ class FileSystemResolver {
 
   StorageOptions storage_;
   std::shared_ptr<arrow::fs::FileSystem> s3_;  // made on first s3:// source
+};
+
+/// The executor of one loader's storage reads: a thread pool whose tasks stop retrying
+/// failed object-store requests once Abandon() was called. A loader that goes away with
+/// requests in flight (a prefetch of the next epoch, say, against an endpoint that went
+/// down) would otherwise wait, when its pool joins, for each to use up its retry budget
+/// (60 s by default); abandoned, each ends after its current attempt (at most the
+/// request timeout, after the retry delay it may be sleeping). Thread-safety: all
+/// methods may be called concurrently.
+class StorageExecutor : public arrow::internal::Executor {
+ public:
+  static arrow::Result<std::shared_ptr<StorageExecutor>> Make(int threads);
+
+  /// Requests of this executor's tasks, running or to come, are not retried any more.
+  void Abandon() { abandoned_->store(true); }
+
+  int GetCapacity() override { return pool_->GetCapacity(); }
+  bool OwnsThisThread() override { return pool_->OwnsThisThread(); }
+
+  /// Whether the task running on this thread belongs to an abandoned executor (read by
+  /// the S3 retry strategy).
+  static bool CurrentTaskAbandoned();
+
+ protected:
+  arrow::Status SpawnReal(arrow::internal::TaskHints hints, arrow::internal::FnOnce<void()> task,
+                          arrow::StopToken stop_token, StopCallback&& stop_callback) override;
+
+ private:
+  explicit StorageExecutor(std::shared_ptr<arrow::internal::ThreadPool> pool)
+      : pool_(std::move(pool)) {}
+
+  std::shared_ptr<arrow::internal::ThreadPool> pool_;
+  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 /// Shut S3 down if it was initialised, so that the process exits cleanly. Call once,
