@@ -250,7 +250,7 @@ READER = textwrap.dedent("""
             v = b[k]
             h.update(v.tobytes() if hasattr(v, "tobytes") else "|".join(v).encode())
     s = loader.stats()
-    print(h.hexdigest(), s["cache_corrupt"], s["cache_hits"])
+    print(h.hexdigest(), s["cache_corrupt"], s["cache_hits"], s["cache_wait_timeouts"])
 """)
 
 
@@ -267,7 +267,7 @@ def test_two_processes_fill_and_read_one_cache_at_once(data, tmp_path):
     for p in procs:
         out, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
-        digest, corrupt, _hits = out.split()
+        digest, corrupt, _hits, _timeouts = out.split()
         assert digest == ref[0] and corrupt == "0"
     stats = pqloader.cache_stats(cache_dir)
     assert 0 < stats["bytes"] <= limit
@@ -307,6 +307,8 @@ def test_writer_killed_mid_write_never_leaves_a_readable_partial_entry(data, tmp
                              capture_output=True, text=True, check=True).stdout.split()
         assert out[0] == ref
         assert out[1] == "0"  # nothing half-written was ever visible as an entry
+        # nor as a claim: a marker naming no process held readers for the wait timeout
+        assert out[3] == "0"
     assert found_entries > 0  # the killed writers did publish entries the readers used
 
 

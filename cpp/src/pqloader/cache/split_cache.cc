@@ -314,7 +314,8 @@ bool ReadMarker(const std::string& path, Marker* m) {
   std::string first, field;
   std::getline(in, first);
   if (first != kMarkerFirstLine) {
-    // Being written (created empty, then filled): treat as live and fresh.
+    // Being written (markers of versions that created them empty, then filled them):
+    // treat as live and fresh.
     m->pid = 0;
   }
   while (in >> field) {
@@ -442,27 +443,35 @@ class DiskCache : public SplitCache {
     MutexLock guard(book_->mu);
     if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        std::ostringstream token;
-        token << ::getpid() << "-" << ++book_->next_token << "-"
-              << std::chrono::steady_clock::now().time_since_epoch().count();
-        std::ostringstream text;
-        text << kMarkerFirstLine << "\npid " << ::getpid() << "\nhost " << host_ << "\ntoken "
-             << token.str() << "\n";
-        const std::string body = text.str();
-        const bool written = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
-        ::close(fd);
-        if (!written) {  // full disk ...: fetch without coordinating
-          ::unlink(marker.c_str());
-          return std::make_shared<NoClaim>();
-        }
+      // The marker appears whole or not at all: written under a temp name (swept like
+      // an entry's if this process dies first), then linked to its name, which fails if
+      // it exists. A marker created empty and then filled would, if its process died in
+      // between, name no process to check and hold every other one for the wait timeout.
+      const int64_t n = ++book_->next_token;
+      std::ostringstream token;
+      token << ::getpid() << "-" << n << "-"
+            << std::chrono::steady_clock::now().time_since_epoch().count();
+      std::ostringstream text;
+      text << kMarkerFirstLine << "\npid " << ::getpid() << "\nhost " << host_ << "\ntoken "
+           << token.str() << "\n";
+      const std::string body = text.str();
+      std::ostringstream tmp_name;
+      tmp_name << ShardDir(Shard(key)) << "/" << kTempPrefix << ::getpid() << "-" << n << "-" << key;
+      const std::string tmp = tmp_name.str();
+      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) return std::make_shared<NoClaim>();  // unwritable directory ...
+      const bool written = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+      ::close(fd);
+      const int linked = written ? ::link(tmp.c_str(), marker.c_str()) : -1;
+      const int link_errno = errno;
+      ::unlink(tmp.c_str());
+      if (linked == 0) {
         auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str());
         book_->claims[key] = claim;
         return claim;
       }
-      // Cannot create markers (unwritable directory ...): fetch without coordinating.
-      if (errno != EEXIST) return std::make_shared<NoClaim>();
+      // A full disk, a filesystem without hard links ...: fetch without coordinating.
+      if (!written || link_errno != EEXIST) return std::make_shared<NoClaim>();
       if (!BreakIfAbandoned(marker, lock)) return nullptr;  // another process fetches it
     }
     return nullptr;

@@ -12,10 +12,12 @@
 // when the budget is full, and CachePolicy::kPlan keeps the entries read soonest.
 //
 // Processes sharing a disk cache fetch each split once: before fetching a split it does
-// not hold, a process claims it with an in-progress marker (`<key>.fetch`, created with
-// O_CREAT | O_EXCL, holding its pid, host and time); another process that needs the split
-// meanwhile waits for the entry (WaitForFetch) instead of fetching it too. A marker of a
-// dead process (same host), or older than the wait timeout, is broken. Thread-safety: all methods may be called concurrently.
+// not hold, a process claims it with an in-progress marker (`<key>.fetch`, holding its
+// pid, host and time: written under a temp name, then linked to its name, which fails if
+// the marker exists); another process that needs the split meanwhile waits for the entry
+// (WaitForFetch) instead of fetching it too. A marker of a dead process (same host), or
+// older than the wait timeout, is broken. Thread-safety: all methods may be called
+// concurrently.
 #pragma once
 
 #include <atomic>
