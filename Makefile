@@ -106,7 +106,7 @@ test-wheel: build $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
 	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel
 
 # Every C++ and Python test, the installed wheel's tests, the thread-safety analysis
-# (lint, ~30 s), then the fuzz drivers over their seeds, the inputs of every crash found
+# (lint: the fuzz build's clang compile, ~2 min), then the fuzz drivers over their seeds, the inputs of every crash found
 # so far (cpp/fuzz/regressions/) and a fixed-seed run (under 2 min).
 test: test-cpp test-python test-wheel
 	$(MAKE) --no-print-directory lint
@@ -185,9 +185,11 @@ FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:2000000 fuzz_ndarray:150
 FUZZ_FLAGS ?= -timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=2400 -max_len=65536 -print_final_stats=1
 FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)
 
+# The same compile is `make lint`'s thread-safety analysis (-DPQLOADER_THREAD_SAFETY=ON).
 $(FUZZ_DIR)/.build-stamp: $(VENV)/.apt-fuzz-stamp $(VENV)/.deps-stamp $(FUZZ_SOURCES)
 	$(VENV)/bin/cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_COMPILER=clang++-14 -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_FUZZ=ON \
+	  -DPQLOADER_THREAD_SAFETY=ON \
 	  -DPQLOADER_BUILD_TESTS=OFF -DPQLOADER_WERROR=OFF -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
 	$(VENV)/bin/cmake --build $(FUZZ_DIR) -j$(JOBS)
 	@touch $@
@@ -227,20 +229,15 @@ fuzz-regress: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 # --- lint ----------------------------------------------------------------------------
 # tools/check_layers.py: the library's folders include each other only downwards (the
 # table in it is the layering of docs/design.md). Then:
-# clang's thread-safety analysis over the library (and the extension): every member
-# marked PQ_GUARDED_BY(mu) is touched only with mu held, every PQ_REQUIRES function is
-# called only so (cpp/src/pqloader/util/thread_annotations.h). Compiles at -O0 with
-# clang-14; warnings other than thread-safety ones are not errors here (the gcc build,
-# which has -Werror, is the judge of those).
-LINT_DIR := build/lint
-lint: $(VENV)/.apt-fuzz-stamp $(VENV)/.deps-stamp
+# clang's thread-safety analysis over the library: every member marked PQ_GUARDED_BY(mu)
+# is touched only with mu held, every PQ_REQUIRES function is called only so
+# (cpp/src/pqloader/util/thread_annotations.h). It runs in the fuzz build's compile
+# (clang-14, -Werror=thread-safety), so that `make test` compiles the library with clang
+# once; the extension's bindings hold no annotations. Warnings other than thread-safety
+# ones are not errors there (the gcc build, which has -Werror, is the judge of those).
+lint: $(FUZZ_DIR)/.build-stamp
 	$(PY) tools/check_layers.py
-	$(VENV)/bin/cmake -S . -B $(LINT_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
-	  -DCMAKE_CXX_COMPILER=clang++-14 -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_THREAD_SAFETY=ON \
-	  -DPQLOADER_BUILD_TESTS=OFF -DPQLOADER_BUILD_PYTHON=ON -DPQLOADER_WERROR=OFF \
-	  -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja
-	$(VENV)/bin/cmake --build $(LINT_DIR) -j$(JOBS) --target pqloader _core
-	@echo "lint: thread-safety analysis clean"
+	@echo "lint: thread-safety analysis clean (in $(FUZZ_DIR)'s compile)"
 
 # --- demo ----------------------------------------------------------------------------
 demo: build
