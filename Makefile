@@ -83,7 +83,7 @@ test-cpp: build
 	cd $(BUILD_DIR) && $(CURDIR)/$(VENV)/bin/ctest -j$(JOBS) --output-on-failure
 
 test-python: build
-	$(PY) -m pytest -q -p no:cacheprovider python/tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 python/tests
 
 # The wheel as users get it: installed into three fresh virtualenvs (created once per
 # requirements file, stamped), smoke suite with LD_LIBRARY_PATH empty, ldd, import time,
