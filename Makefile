@@ -12,7 +12,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick mutants mutants-cpp mutants-py clean
+.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel wheel-venvs demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick mutants mutants-cpp mutants-py clean
 BENCH_SCALE ?= small
 
 all: build
@@ -102,7 +102,11 @@ $(WHEEL_VENVS)/petastorm/.stamp: bench/requirements-petastorm.txt
 $(WHEEL_VENVS)/%/.stamp: python/tests_wheel/requirements-%.txt
 	$(call wheel_venv,$*,$<)
 
-test-wheel: build $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
+# The three environments are made $(JOBS) at a time (pip installs are mostly one thread).
+wheel-venvs:
+	@$(MAKE) --no-print-directory -j$(JOBS) $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
+
+test-wheel: build wheel-venvs
 	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel
 
 # Every C++ and Python test, the installed wheel's tests, the thread-safety analysis
@@ -177,10 +181,11 @@ FUZZ_SECONDS ?= 300
 # fuzz-regress (make test): each driver runs a fixed number of inputs from a fixed seed,
 # starting from a fresh corpus (seeds + regressions), so that its outcome is the same on
 # every run of the same code; the time cap only cuts the same sequence shorter on a slow
-# machine. Runs are sized for about 20 s per driver on 2 cores.
+# machine. Runs are sized for about 15 s per driver on 2 cores (make test stays under 20
+# minutes); `make fuzz` is the deep search.
 FUZZ_REGRESS_SEED ?= 1
-FUZZ_REGRESS_CAP_SECONDS ?= 40
-FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:2000000 fuzz_ndarray:1500000 fuzz_image:80000 fuzz_summary:30000
+FUZZ_REGRESS_CAP_SECONDS ?= 25
+FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:1500000 fuzz_ndarray:1000000 fuzz_image:60000 fuzz_summary:20000
 # Images and .npy arrays may legitimately allocate up to 2 GiB (the decoders' bound).
 FUZZ_FLAGS ?= -timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=2400 -max_len=65536 -print_final_stats=1
 FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)

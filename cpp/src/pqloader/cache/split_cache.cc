@@ -91,8 +91,13 @@ bool IsEntryName(const std::string& name, std::string* key) {
   return true;
 }
 
-// ".tmp-<pid>-<thread>-<key>": an entry being written (see DiskCache::Put).
+bool IsKeyedName(const std::string& name, const std::string& suffix, bool* temp);
+
+// ".tmp-<pid>-<thread>-<key>": an entry being written (see DiskCache::Put); or
+// "<key>.fetch.tmp-<pid>-<n>": a claim marker being written (DiskCache::TryClaim).
 bool IsTempName(const std::string& name) {
+  bool marker_temp = false;
+  if (IsKeyedName(name, kMarkerSuffix, &marker_temp) && marker_temp) return true;
   const size_t prefix = sizeof(kTempPrefix) - 1;
   if (name.rfind(kTempPrefix, 0) != 0 || name.size() < prefix + 4 + kKeyChars) return false;
   const size_t key = name.size() - kKeyChars;
@@ -444,7 +449,7 @@ class DiskCache : public SplitCache {
     if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
     for (int attempt = 0; attempt < 2; ++attempt) {
       // The marker appears whole or not at all: written under a temp name (swept like
-      // an entry's if this process dies first), then linked to its name, which fails if
+      // an entry's temp file if this process dies first), then linked to its name, which fails if
       // it exists. A marker created empty and then filled would, if its process died in
       // between, name no process to check and hold every other one for the wait timeout.
       const int64_t n = ++book_->next_token;
@@ -455,9 +460,7 @@ class DiskCache : public SplitCache {
       text << kMarkerFirstLine << "\npid " << ::getpid() << "\nhost " << host_ << "\ntoken "
            << token.str() << "\n";
       const std::string body = text.str();
-      std::ostringstream tmp_name;
-      tmp_name << ShardDir(Shard(key)) << "/" << kTempPrefix << ::getpid() << "-" << n << "-" << key;
-      const std::string tmp = tmp_name.str();
+      const std::string tmp = marker + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(n);
       const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd < 0) return std::make_shared<NoClaim>();  // unwritable directory ...
       const bool written = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());

@@ -11,8 +11,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "pqloader/test_util.h"
 
@@ -496,6 +499,32 @@ TEST(FetchClaims, MarkersOfDeadProcessesOrOlderThanTheTimeoutAreBroken) {
   std::ofstream(MarkerOf(dir, remote)) << "pqloader fetch\npid " << child
                                        << "\nhost another-host\ntoken z\n";
   EXPECT_EQ(cache->TryClaim(remote), nullptr);
+}
+
+TEST(FetchClaims, AMarkerAppearsWholeAndItsTempFileIsTheCachesToSweep) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto cache = SplitCache::Open(OneShard(dir));
+  const std::string key = CacheKey("whole");
+  auto claim = cache->TryClaim(key);
+  ASSERT_NE(claim, nullptr);
+  // Linked into place from a complete temp file, which is gone.
+  std::ifstream in(MarkerOf(dir, key));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\npid " + std::to_string(::getpid()) + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntoken "), std::string::npos) << text;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir + "/shard-00")) names.push_back(e.path().filename());
+  for (const auto& n : names) EXPECT_EQ(n.find(".tmp-"), std::string::npos) << n;
+  // A process killed before linking leaves its marker's temp file: a temp file of the
+  // cache (counted, cleared), not a foreign one, and not a claim.
+  const std::string left = MarkerOf(dir, CacheKey("killed")) + ".tmp-123-7";
+  std::ofstream(left) << "pqloader fetch\npid 123\n";
+  EXPECT_EQ(InspectCacheDir(dir).ValueOrDie().temp_files, 1);
+  EXPECT_NE(cache->TryClaim(CacheKey("killed")), nullptr);
+  claim.reset();
+  auto report = ClearCacheDir(dir).ValueOrDie();
+  EXPECT_EQ(report.foreign_count, 0);
+  EXPECT_FALSE(fs::exists(left));
 }
 
 TEST(FetchClaims, AClaimOutlivesItsCacheAndClearRemovesLeftMarkers) {
