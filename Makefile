@@ -181,11 +181,11 @@ FUZZ_SECONDS ?= 300
 # fuzz-regress (make test): each driver runs a fixed number of inputs from a fixed seed,
 # starting from a fresh corpus (seeds + regressions), so that its outcome is the same on
 # every run of the same code; the time cap only cuts the same sequence shorter on a slow
-# machine. Runs are sized for about 15 s per driver on 2 cores (make test stays under 20
-# minutes); `make fuzz` is the deep search.
+# machine. Runs are sized for about 10 s per driver on 2 cores, capped at 15 s (make test
+# stays under 20 minutes on a slow day); `make fuzz` is the deep search.
 FUZZ_REGRESS_SEED ?= 1
-FUZZ_REGRESS_CAP_SECONDS ?= 25
-FUZZ_REGRESS_RUNS ?= fuzz_parquet:6000 fuzz_cache_entry:1500000 fuzz_ndarray:1000000 fuzz_image:60000 fuzz_summary:20000
+FUZZ_REGRESS_CAP_SECONDS ?= 15
+FUZZ_REGRESS_RUNS ?= fuzz_parquet:4000 fuzz_cache_entry:1000000 fuzz_ndarray:700000 fuzz_image:40000 fuzz_summary:12000
 # Images and .npy arrays may legitimately allocate up to 2 GiB (the decoders' bound).
 FUZZ_FLAGS ?= -timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=2400 -max_len=65536 -print_final_stats=1
 FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)
