@@ -102,11 +102,9 @@ std::string Env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
-}  // namespace
-
-namespace {
 // The abandoned flag of the StorageExecutor whose task runs on this thread, if any.
 thread_local const std::atomic<bool>* current_abandoned = nullptr;
+
 }  // namespace
 
 arrow::Result<std::shared_ptr<StorageExecutor>> StorageExecutor::Make(int threads) {
