@@ -1,4 +1,5 @@
-// Fuzz cache entries as a loader reads them: ReadCacheEntry (with the checksum taken as
+// Fuzz cache entries as a loader reads them: ReadCacheEntryColumns (a deferred read's
+// parse), ReadCacheEntry (with the checksum taken as
 // verified, so the fuzzer reaches the layout checks; the key is the one the entry
 // names), then the loader's checks against its column specs and the gathers a hit goes
 // through (row-major transposition, natural and shuffled batches). The specs are those
@@ -57,6 +58,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!buffer.ok()) return 0;
   if (size > 0) std::memcpy((*buffer)->mutable_data(), data, size);
   std::shared_ptr<arrow::Buffer> file = std::move(*buffer);
+  // The deferred read's parse (a verified entry's head and trailer; its columns read on
+  // demand): every column it finds must lie inside the file.
+  if (size >= pqloader::kCacheEntryTrailerBytes) {
+    const auto n = static_cast<int64_t>(size);
+    auto head = pqloader::CacheEntryHeadBytes(file->data(), n, n);
+    if (head.ok() && *head <= n) {
+      auto columns = pqloader::ReadCacheEntryColumns(
+          file->data(), *head, file->data() + n - pqloader::kCacheEntryTrailerBytes, n, key);
+      if (columns.ok() && columns->has_value()) {
+        for (const auto& c : (*columns)->columns) {
+          if (c.offset < 0 || c.bytes < 0 || c.offset + c.bytes > n) __builtin_trap();
+        }
+      }
+    }
+  }
   auto unit = pqloader::ReadCacheEntry(file, key, /*checksum_verified=*/true);
   if (!unit.ok()) return 0;
   if (!pqloader::CheckUnitLayout(**unit, specs).ok()) return 0;

@@ -84,6 +84,24 @@ def test_hit_and_miss_give_identical_batches_over_shuffled_epochs(data, tmp_path
         assert stats2["bytes_read"] == 0
 
 
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_shuffled_hits_read_straight_from_entry_files_equal_the_uncached_epochs(data, tmp_path,
+                                                                                world_size):
+    """Fixed-width columns, shuffled: windows are gathered whole, and from epoch 3 on (an
+    entry's first hit in a process checks its checksum, reading it whole) each hit's
+    columns are read from the entry file straight into the gather. Sharded, a rank's units
+    are row ranges of the entries."""
+    kw = dict(columns=["id", "x"], transforms=None, batch_size=20)
+    cache_dir = str(tmp_path / "cache")
+    for rank in range(world_size):
+        shard = dict(rank=rank, world_size=world_size) if world_size > 1 else {}
+        plain, _ = epochs(data, None, n=5, **kw, **shard)
+        cached, stats = epochs(data, cache_dir, n=5, **kw, **shard)
+        assert_same(plain, cached)
+        assert stats["cache_hits"] >= 3 * stats["cache_misses"] > 0 or rank > 0
+        assert len({tuple(b["id"][:5]) for b in cached}) == len(cached)  # reshuffled
+
+
 def test_sharded_ranks_share_whole_split_entries(data, tmp_path):
     cache_dir = str(tmp_path / "cache")
     for rank in range(3):

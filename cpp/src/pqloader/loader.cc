@@ -534,11 +534,13 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(split.num_rows));
   };
   work.run_unit = [this, order = layout->order, epoch, readahead = run.readahead,
-                   counters = run.work](int64_t u, int64_t* bytes) {
+                   counters = run.work, deferred = layout->windows != nullptr](int64_t u,
+                                                                              int64_t* bytes) {
     // When the plan reads this unit, on the cache schedule's clock (see CacheView).
     const double now = static_cast<double>(epoch) +
                        static_cast<double>(u) / static_cast<double>(order->units().size());
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now);
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now,
+                       deferred);
   };
   work.run_batch = [this, layout, counters = run.work](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
@@ -749,6 +751,8 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
       s.offsets = arrow::SliceBuffer(c.offsets, begin * 8, (end - begin + 1) * 8);
     } else if (c.data != nullptr) {
       s.data = arrow::SliceBuffer(c.data, begin * c.row_bytes, (end - begin) * c.row_bytes);
+    } else if (c.deferred != nullptr) {
+      s.deferred = c.deferred->Slice(begin * c.row_bytes, (end - begin) * c.row_bytes);
     }
     out->columns.push_back(std::move(s));
   }
@@ -759,7 +763,7 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-    Work* work, double now) {
+    Work* work, double now, bool deferred) {
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
     ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
@@ -769,7 +773,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const std::string key = CacheKeyOf(unit.split);
     auto lookup = [&]() -> std::shared_ptr<const DecodedUnit> {
       const int64_t t0 = NowNs();
-      std::shared_ptr<const DecodedUnit> hit = cache_->Get(key);
+      std::shared_ptr<const DecodedUnit> hit = deferred ? cache_->GetDeferred(key) : cache_->Get(key);
       work->read_ns += NowNs() - t0;
       if (hit != nullptr && hit->num_rows == split.num_rows &&
           CheckUnitLayout(*hit, dataset_->specs()).ok()) {

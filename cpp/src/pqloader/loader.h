@@ -277,9 +277,11 @@ class Loader {
                               std::vector<std::vector<SampleTensor>>* samples, Work* work);
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
   // transforms; `now` is when the plan reads it (the cache's clock, see CacheView).
+  // `deferred`: the unit goes to a whole-window gather, so a cache hit may leave its
+  // columns unread (SplitCache::GetDeferred).
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-      Work* work, double now);
+      Work* work, double now, bool deferred);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace pqloader {
@@ -83,6 +85,39 @@ arrow::Status WriteAll(int fd, const void* data, int64_t size, XXH3_state_t* has
   return arrow::Status::OK();
 }
 
+// Where a buffer lies in the entry file (offset -1: absent).
+struct Ref {
+  int64_t offset = -1;
+  int64_t length = 0;
+  bool present() const { return offset >= 0; }
+};
+
+struct SampleMeta {
+  DType dtype = DType::kUInt8;
+  bool channels_first = false;
+  std::vector<int64_t> shape;
+  Ref data;
+};
+
+struct ColumnMeta {
+  int64_t row_bytes = 0;
+  std::vector<int64_t> row_shape;
+  Ref data, offsets;
+  std::vector<SampleMeta> samples;
+};
+
+// An entry's metadata, every size and reference checked against the file's size (but
+// not the bytes it references: row mask, offsets).
+struct EntryMeta {
+  int64_t num_rows = 0;
+  int64_t skipped_rows = 0;
+  Ref row_ok;
+  std::vector<ColumnMeta> columns;
+  Ref row_major;
+  int64_t stride = 0;
+  std::vector<int64_t> row_major_offset;
+};
+
 // Reads metadata words with bounds checks.
 class MetaReader {
  public:
@@ -107,20 +142,21 @@ class MetaReader {
     }
     return shape;
   }
-  arrow::Result<std::shared_ptr<arrow::Buffer>> NextRef(const std::shared_ptr<arrow::Buffer>& file) {
-    ARROW_ASSIGN_OR_RAISE(int64_t offset, Next());
-    ARROW_ASSIGN_OR_RAISE(int64_t length, Next());
-    if (offset == -1) return std::shared_ptr<arrow::Buffer>();
-    if (offset < 0 || length < 0 || offset > file_size_ - kTrailerBytes ||
-        length > file_size_ - kTrailerBytes - offset) {
+  arrow::Result<Ref> NextRef() {
+    Ref r;
+    ARROW_ASSIGN_OR_RAISE(r.offset, Next());
+    ARROW_ASSIGN_OR_RAISE(r.length, Next());
+    if (r.offset == -1) return Ref{};
+    if (r.offset < 0 || r.length < 0 || r.offset > file_size_ - kTrailerBytes ||
+        r.length > file_size_ - kTrailerBytes - r.offset) {
       return arrow::Status::Invalid("cache entry references bytes outside the file");
     }
     // The writer aligns every buffer; typed reads of a misaligned one would be undefined
     // behaviour (found by fuzz_cache_entry).
-    if (offset % kAlignment != 0) {
+    if (r.offset % kAlignment != 0) {
       return arrow::Status::Invalid("cache entry references a misaligned buffer");
     }
-    return arrow::SliceBuffer(file, offset, length);
+    return r;
   }
 
  private:
@@ -129,6 +165,141 @@ class MetaReader {
   int64_t file_size_;
   int64_t pos_ = 0;
 };
+
+// Where the metadata of an entry of `size` bytes lies, from its first `n` bytes
+// (`head`): the magic, format version, source identity length and metadata length
+// checked against the room the file leaves.
+arrow::Result<std::pair<int64_t, int64_t>> MetaAt(const uint8_t* head, int64_t n, int64_t size) {
+  if (size < kHeaderBytes + kTrailerBytes || n < kHeaderBytes || std::memcmp(head, kMagic, 8) != 0) {
+    return arrow::Status::Invalid("not a complete cache entry (bad magic or truncated)");
+  }
+  uint32_t version;
+  int64_t meta_bytes;
+  std::memcpy(&version, head + 8, 4);
+  std::memcpy(&meta_bytes, head + 16, 8);
+  if (version != kCacheFormatVersion) {
+    return arrow::Status::Invalid("cache entry has format version ", version);
+  }
+  int64_t source_bytes = -1;
+  if (n >= kHeaderBytes + kSourceLengthBytes) {
+    std::memcpy(&source_bytes, head + kHeaderBytes, kSourceLengthBytes);
+  }
+  if (source_bytes < 0 || source_bytes > kMaxSourceIdentityBytes) {
+    return arrow::Status::Invalid("cache entry has a bad source identity length");
+  }
+  const int64_t meta_offset = MetaOffset(version, source_bytes);
+  // meta_bytes is checked against the room left, never added to an offset: a claimed
+  // size near INT64_MAX must not overflow the check.
+  if (meta_bytes < 0 || meta_bytes % 8 != 0 || meta_offset > size - kTrailerBytes ||
+      meta_bytes > size - kTrailerBytes - meta_offset) {
+    return arrow::Status::Invalid("cache entry length does not match its file");
+  }
+  return std::make_pair(meta_offset, meta_bytes);
+}
+
+// Check an entry's frame: its first `n` bytes (`head`) and its trailer (the last
+// kTrailerBytes of a file of `size` bytes). Returns the metadata's offset and bytes.
+arrow::Result<std::pair<int64_t, int64_t>> CheckFrame(const uint8_t* head, int64_t n,
+                                                      const uint8_t* trailer, int64_t size) {
+  if (size < kHeaderBytes + kTrailerBytes ||
+      std::memcmp(trailer + kTrailerBytes - 8, kEndMagic, 8) != 0) {
+    return arrow::Status::Invalid("not a complete cache entry (bad magic or truncated)");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto meta_at, MetaAt(head, n, size));
+  int64_t length;
+  std::memcpy(&length, trailer + 8, 8);
+  if (length != size) return arrow::Status::Invalid("cache entry length does not match its file");
+  return meta_at;
+}
+
+arrow::Status CheckKey(const uint8_t* head, const std::string& key) {
+  if (std::memcmp(head + 24, key.data(), std::min<size_t>(key.size(), kKeyBytes)) != 0 ||
+      static_cast<int64_t>(key.size()) != kKeyBytes) {
+    return arrow::Status::Invalid("cache entry belongs to another key");
+  }
+  return arrow::Status::OK();
+}
+
+// Parse the metadata words of an entry of `size` bytes.
+arrow::Result<EntryMeta> ParseMeta(const int64_t* words, int64_t count, int64_t size) {
+  MetaReader m(words, count, size);
+  EntryMeta e;
+  ARROW_ASSIGN_OR_RAISE(e.num_rows, m.NextCount(int64_t{1} << 40));
+  ARROW_ASSIGN_OR_RAISE(e.skipped_rows, m.NextCount(e.num_rows));
+  ARROW_ASSIGN_OR_RAISE(e.row_ok, m.NextRef());
+  if (e.row_ok.present() && e.row_ok.length != e.num_rows) {
+    return arrow::Status::Invalid("bad row mask size");
+  }
+  ARROW_ASSIGN_OR_RAISE(int64_t num_columns, m.NextCount(1 << 20));
+  for (int64_t i = 0; i < num_columns; ++i) {
+    ColumnMeta c;
+    ARROW_ASSIGN_OR_RAISE(c.row_bytes, m.NextCount(kMaxBytes));
+    ARROW_ASSIGN_OR_RAISE(c.row_shape, m.NextShape());
+    ARROW_ASSIGN_OR_RAISE(c.data, m.NextRef());
+    ARROW_ASSIGN_OR_RAISE(c.offsets, m.NextRef());
+    if (c.offsets.present() && (c.offsets.length != (e.num_rows + 1) * 8 || !c.data.present())) {
+      return arrow::Status::Invalid("bad offsets size");
+    }
+    int64_t data_bytes = 0;
+    if (!c.offsets.present() && c.data.present() &&
+        (__builtin_mul_overflow(e.num_rows, c.row_bytes, &data_bytes) ||
+         c.data.length != data_bytes)) {
+      return arrow::Status::Invalid("bad data size");
+    }
+    ARROW_ASSIGN_OR_RAISE(int64_t num_samples, m.NextCount(e.num_rows));
+    if (num_samples != 0 && num_samples != e.num_rows) {
+      return arrow::Status::Invalid("cache entry has ", num_samples, " samples for ", e.num_rows,
+                                    " rows");
+    }
+    c.samples.resize(num_samples);
+    for (auto& s : c.samples) {
+      ARROW_ASSIGN_OR_RAISE(int64_t dtype, m.NextCount(static_cast<int64_t>(DType::kFloat64)));
+      s.dtype = static_cast<DType>(dtype);
+      ARROW_ASSIGN_OR_RAISE(int64_t chw, m.NextCount(1));
+      s.channels_first = chw == 1;
+      ARROW_ASSIGN_OR_RAISE(s.shape, m.NextShape());
+      int64_t elements = 1;
+      for (int64_t d : s.shape) {
+        if (d < 0 || (d > 0 && elements > kMaxBytes / d)) {
+          return arrow::Status::Invalid("bad sample shape");
+        }
+        elements *= d;
+      }
+      ARROW_ASSIGN_OR_RAISE(s.data, m.NextRef());
+      if (s.data.present() && s.data.length != elements * DTypeSize(s.dtype)) {
+        return arrow::Status::Invalid("bad sample size");
+      }
+    }
+    e.columns.push_back(std::move(c));
+  }
+  ARROW_ASSIGN_OR_RAISE(e.row_major, m.NextRef());
+  ARROW_ASSIGN_OR_RAISE(e.stride, m.NextCount(int64_t{1} << 30));
+  for (int64_t i = 0; i < num_columns; ++i) {
+    ARROW_ASSIGN_OR_RAISE(int64_t offset, m.Next());
+    e.row_major_offset.push_back(offset);
+    if (offset < 0) continue;
+    const ColumnMeta& c = e.columns[i];
+    if (!e.row_major.present() || offset > e.stride || c.row_bytes > e.stride - offset ||
+        c.row_bytes <= 0 || c.data.present() || c.offsets.present() || !c.samples.empty()) {
+      return arrow::Status::Invalid("bad row-major layout");
+    }
+  }
+  if (e.row_major.present()) {
+    int64_t rm_bytes = 0;
+    if (__builtin_mul_overflow(e.num_rows, e.stride, &rm_bytes) || e.row_major.length != rm_bytes) {
+      return arrow::Status::Invalid("bad row-major size");
+    }
+  }
+  for (int64_t i = 0; i < num_columns && e.num_rows > 0; ++i) {
+    const ColumnMeta& c = e.columns[i];
+    const bool in_block = e.row_major.present() && e.row_major_offset[i] >= 0;
+    if (c.samples.empty() && !c.offsets.present() && c.row_bytes > 0 && !c.data.present() &&
+        !in_block) {
+      return arrow::Status::Invalid("cache entry column ", i, " has no data");
+    }
+  }
+  return e;
+}
 
 }  // namespace
 
@@ -228,9 +399,15 @@ bool IsCacheEntryHeader(const uint8_t* head, int64_t n, const std::string& key) 
 
 std::string SourceIdentity::Serialize() const {
   // The path last: it runs to the end of the text (it may hold any byte but NUL).
-  return std::string(kSourceFirstLine) + "size " + std::to_string(size) + "\nmtime_ns " +
-         std::to_string(mtime_ns) + "\nfooter " + footer_hash + "\nrow_group " +
-         std::to_string(row_group) + "\npath " + path;
+  // Appended piece by piece (GCC 12 warns of a false out-of-bounds copy in the chain
+  // of operator+ on temporaries).
+  std::string out = kSourceFirstLine;
+  out.append("size ").append(std::to_string(size));
+  out.append("\nmtime_ns ").append(std::to_string(mtime_ns));
+  out.append("\nfooter ").append(footer_hash);
+  out.append("\nrow_group ").append(std::to_string(row_group));
+  out.append("\npath ").append(path);
+  return out;
 }
 
 arrow::Result<SourceIdentity> SourceIdentity::Parse(const std::string& text) {
@@ -297,63 +474,38 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     bool checksum_verified) {
   const int64_t size = file->size();
   const uint8_t* p = file->data();
-  if (size < kHeaderBytes + kTrailerBytes || std::memcmp(p, kMagic, 8) != 0 ||
-      std::memcmp(p + size - 8, kEndMagic, 8) != 0) {
+  if (size < kHeaderBytes + kTrailerBytes) {
     return arrow::Status::Invalid("not a complete cache entry (bad magic or truncated)");
   }
-  uint32_t version;
-  int64_t meta_bytes, length;
+  ARROW_ASSIGN_OR_RAISE(auto meta_at, CheckFrame(p, size, p + size - kTrailerBytes, size));
+  const auto [meta_offset, meta_bytes] = meta_at;
   uint64_t checksum;
-  std::memcpy(&version, p + 8, 4);
-  std::memcpy(&meta_bytes, p + 16, 8);
   std::memcpy(&checksum, p + size - kTrailerBytes, 8);
-  std::memcpy(&length, p + size - 16, 8);
-  if (version != kCacheFormatVersion) {
-    return arrow::Status::Invalid("cache entry has format version ", version);
-  }
-  int64_t source_bytes = -1;
-  if (size >= kHeaderBytes + kSourceLengthBytes) {
-    std::memcpy(&source_bytes, p + kHeaderBytes, kSourceLengthBytes);
-  }
-  if (source_bytes < 0 || source_bytes > kMaxSourceIdentityBytes) {
-    return arrow::Status::Invalid("cache entry has a bad source identity length");
-  }
-  const int64_t meta_offset = MetaOffset(version, source_bytes);
-  // meta_bytes is checked against the room left, never added to an offset: a claimed
-  // size near INT64_MAX must not overflow the check.
-  if (length != size || meta_bytes < 0 || meta_bytes % 8 != 0 ||
-      meta_offset > size - kTrailerBytes || meta_bytes > size - kTrailerBytes - meta_offset) {
-    return arrow::Status::Invalid("cache entry length does not match its file");
-  }
   if (!checksum_verified && XXH3_64bits(p, static_cast<size_t>(size - kTrailerBytes)) != checksum) {
     return arrow::Status::Invalid("cache entry checksum mismatch");
   }
-  if (std::memcmp(p + 24, key.data(), std::min<size_t>(key.size(), kKeyBytes)) != 0 ||
-      static_cast<int64_t>(key.size()) != kKeyBytes) {
-    return arrow::Status::Invalid("cache entry belongs to another key");
-  }
+  ARROW_RETURN_NOT_OK(CheckKey(p, key));
   std::vector<int64_t> words(meta_bytes / 8);
   if (meta_bytes > 0) std::memcpy(words.data(), p + meta_offset, meta_bytes);
-  MetaReader m(words.data(), static_cast<int64_t>(words.size()), size);
+  ARROW_ASSIGN_OR_RAISE(EntryMeta e,
+                        ParseMeta(words.data(), static_cast<int64_t>(words.size()), size));
+  auto slice = [&](const Ref& r) {
+    return r.present() ? arrow::SliceBuffer(file, r.offset, r.length)
+                       : std::shared_ptr<arrow::Buffer>();
+  };
   auto unit = std::make_shared<DecodedUnit>();
-  ARROW_ASSIGN_OR_RAISE(unit->num_rows, m.NextCount(int64_t{1} << 40));
-  ARROW_ASSIGN_OR_RAISE(unit->skipped_rows, m.NextCount(unit->num_rows));
-  ARROW_ASSIGN_OR_RAISE(auto row_ok, m.NextRef(file));
-  if (row_ok != nullptr) {
-    if (row_ok->size() != unit->num_rows) return arrow::Status::Invalid("bad row mask size");
-    unit->row_ok.assign(row_ok->data(), row_ok->data() + row_ok->size());
+  unit->num_rows = e.num_rows;
+  unit->skipped_rows = e.skipped_rows;
+  if (e.row_ok.present()) {
+    unit->row_ok.assign(p + e.row_ok.offset, p + e.row_ok.offset + e.row_ok.length);
   }
-  ARROW_ASSIGN_OR_RAISE(int64_t num_columns, m.NextCount(1 << 20));
-  for (int64_t i = 0; i < num_columns; ++i) {
+  for (const ColumnMeta& m : e.columns) {
     ColumnData c;
-    ARROW_ASSIGN_OR_RAISE(c.row_bytes, m.NextCount(kMaxBytes));
-    ARROW_ASSIGN_OR_RAISE(c.row_shape, m.NextShape());
-    ARROW_ASSIGN_OR_RAISE(c.data, m.NextRef(file));
-    ARROW_ASSIGN_OR_RAISE(c.offsets, m.NextRef(file));
+    c.row_bytes = m.row_bytes;
+    c.row_shape = m.row_shape;
+    c.data = slice(m.data);
+    c.offsets = slice(m.offsets);
     if (c.offsets != nullptr) {
-      if (c.offsets->size() != (unit->num_rows + 1) * 8 || c.data == nullptr) {
-        return arrow::Status::Invalid("bad offsets size");
-      }
       // Offsets index into data: non-decreasing and inside it (need not start at 0).
       const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
       if (off[0] < 0 || off[unit->num_rows] > c.data->size()) {
@@ -363,69 +515,58 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
         if (off[r + 1] < off[r]) return arrow::Status::Invalid("decreasing offsets");
       }
     }
-    int64_t data_bytes = 0;
-    if (c.offsets == nullptr && c.data != nullptr &&
-        (__builtin_mul_overflow(unit->num_rows, c.row_bytes, &data_bytes) ||
-         c.data->size() != data_bytes)) {
-      return arrow::Status::Invalid("bad data size");
-    }
-    ARROW_ASSIGN_OR_RAISE(int64_t num_samples, m.NextCount(unit->num_rows));
-    if (num_samples != 0 && num_samples != unit->num_rows) {
-      return arrow::Status::Invalid("cache entry has ", num_samples, " samples for ",
-                                    unit->num_rows, " rows");
-    }
-    c.samples.resize(num_samples);
-    for (auto& s : c.samples) {
-      ARROW_ASSIGN_OR_RAISE(int64_t dtype, m.NextCount(static_cast<int64_t>(DType::kFloat64)));
-      s.dtype = static_cast<DType>(dtype);
-      ARROW_ASSIGN_OR_RAISE(int64_t chw, m.NextCount(1));
-      s.channels_first = chw == 1;
-      ARROW_ASSIGN_OR_RAISE(s.shape, m.NextShape());
-      int64_t elements = 1;
-      for (int64_t d : s.shape) {
-        if (d < 0 || (d > 0 && elements > kMaxBytes / d)) {
-          return arrow::Status::Invalid("bad sample shape");
-        }
-        elements *= d;
-      }
-      ARROW_ASSIGN_OR_RAISE(s.data, m.NextRef(file));
-      if (s.data != nullptr && s.data->size() != s.num_elements() * DTypeSize(s.dtype)) {
-        return arrow::Status::Invalid("bad sample size");
-      }
+    c.samples.resize(m.samples.size());
+    for (size_t i = 0; i < m.samples.size(); ++i) {
+      SampleTensor& s = c.samples[i];
+      s.dtype = m.samples[i].dtype;
+      s.channels_first = m.samples[i].channels_first;
+      s.shape = m.samples[i].shape;
+      s.data = slice(m.samples[i].data);
     }
     unit->columns.push_back(std::move(c));
   }
-  ARROW_ASSIGN_OR_RAISE(auto rm_data, m.NextRef(file));
-  ARROW_ASSIGN_OR_RAISE(int64_t stride, m.NextCount(int64_t{1} << 30));
-  auto rm = std::make_shared<RowMajorBlock>();
-  rm->stride = stride;
-  rm->data = rm_data;
-  for (int64_t i = 0; i < num_columns; ++i) {
-    ARROW_ASSIGN_OR_RAISE(int64_t offset, m.Next());
-    rm->offset.push_back(offset);
-    if (offset < 0) continue;
-    const ColumnData& c = unit->columns[i];
-    if (rm_data == nullptr || offset > stride || c.row_bytes > stride - offset ||
-        c.row_bytes <= 0 || c.data != nullptr || c.offsets != nullptr || !c.samples.empty()) {
-      return arrow::Status::Invalid("bad row-major layout");
-    }
-  }
-  if (rm_data != nullptr) {
-    int64_t rm_bytes = 0;
-    if (__builtin_mul_overflow(unit->num_rows, stride, &rm_bytes) || rm_data->size() != rm_bytes) {
-      return arrow::Status::Invalid("bad row-major size");
-    }
+  if (e.row_major.present()) {
+    auto rm = std::make_shared<RowMajorBlock>();
+    rm->stride = e.stride;
+    rm->data = slice(e.row_major);
+    rm->offset = e.row_major_offset;
     unit->row_major = std::move(rm);
   }
-  for (int64_t i = 0; i < num_columns && unit->num_rows > 0; ++i) {
-    const ColumnData& c = unit->columns[i];
-    const bool in_block = unit->row_major != nullptr && unit->row_major->offset[i] >= 0;
-    if (c.samples.empty() && c.offsets == nullptr && c.row_bytes > 0 && c.data == nullptr &&
-        !in_block) {
-      return arrow::Status::Invalid("cache entry column ", i, " has no data");
-    }
-  }
   return unit;
+}
+
+arrow::Result<int64_t> CacheEntryHeadBytes(const uint8_t* head, int64_t n, int64_t size) {
+  if (n < kHeaderBytes + kSourceLengthBytes) {
+    return arrow::Status::Invalid("not a complete cache entry (bad magic or truncated)");
+  }
+  ARROW_ASSIGN_OR_RAISE(auto meta_at, MetaAt(head, n, size));
+  return meta_at.first + meta_at.second;
+}
+
+arrow::Result<std::optional<CacheEntryColumns>> ReadCacheEntryColumns(
+    const uint8_t* head, int64_t n, const uint8_t* trailer, int64_t size,
+    const std::string& key) {
+  ARROW_ASSIGN_OR_RAISE(auto meta_at, CheckFrame(head, n, trailer, size));
+  const auto [meta_offset, meta_bytes] = meta_at;
+  if (n < meta_offset + meta_bytes) {
+    return arrow::Status::Invalid("the head read of a cache entry ends before its metadata");
+  }
+  ARROW_RETURN_NOT_OK(CheckKey(head, key));
+  std::vector<int64_t> words(meta_bytes / 8);
+  if (meta_bytes > 0) std::memcpy(words.data(), head + meta_offset, meta_bytes);
+  ARROW_ASSIGN_OR_RAISE(EntryMeta e,
+                        ParseMeta(words.data(), static_cast<int64_t>(words.size()), size));
+  if (e.row_ok.present() || e.row_major.present()) return std::nullopt;
+  CacheEntryColumns out;
+  out.num_rows = e.num_rows;
+  for (const ColumnMeta& m : e.columns) {
+    if (m.offsets.present() || !m.samples.empty() || m.row_bytes <= 0 || !m.data.present()) {
+      return std::nullopt;
+    }
+    out.columns.push_back(CacheEntryColumns::Column{m.row_bytes, m.row_shape, m.data.offset,
+                                                    m.data.length});
+  }
+  return out;
 }
 
 }  // namespace pqloader

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <arrow/buffer.h>
 #include <arrow/result.h>
@@ -57,6 +58,34 @@ arrow::Result<int64_t> WriteCacheEntry(int fd, const std::string& key,
 arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     const std::shared_ptr<arrow::Buffer>& file, const std::string& key,
     bool checksum_verified = false);
+
+/// Where the columns of a plain entry lie in its file, for reading them on demand
+/// (straight into a window gather's scratch, see DiskCache's deferred reads): every
+/// column fixed-width and in its own buffer (no row mask, row-major block, offsets or
+/// samples).
+struct CacheEntryColumns {
+  struct Column {
+    int64_t row_bytes = 0;
+    std::vector<int64_t> row_shape;
+    int64_t offset = 0;  ///< Of its num_rows * row_bytes bytes in the file.
+    int64_t bytes = 0;
+  };
+  int64_t num_rows = 0;
+  std::vector<Column> columns;
+};
+
+/// From the first `n` bytes of an entry file of `size` bytes (at least 64 of them, or
+/// Invalid), return how many of its first bytes hold its header, source identity and
+/// metadata: what ReadCacheEntryColumns needs.
+arrow::Result<int64_t> CacheEntryHeadBytes(const uint8_t* head, int64_t n, int64_t size);
+
+/// Parse an entry from its head (its first `n` bytes, at least CacheEntryHeadBytes of
+/// them) and its trailer (its last kCacheEntryTrailerBytes bytes), checking what
+/// ReadCacheEntry checks but the checksum (the caller verified this version of the file
+/// before) and the bytes the metadata references. nullopt for an entry that is not
+/// plain (see CacheEntryColumns); Invalid for any inconsistency.
+arrow::Result<std::optional<CacheEntryColumns>> ReadCacheEntryColumns(
+    const uint8_t* head, int64_t n, const uint8_t* trailer, int64_t size, const std::string& key);
 
 /// Bytes of an entry's fixed header (magic, version, reserved, metadata length, key).
 constexpr int64_t kCacheEntryHeaderBytes = 56;

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "pqloader/cache/split_cache.h"
@@ -170,6 +172,52 @@ TEST(CacheEntry, AnEntryIsOnlyServedForItsOwnKey) {
   auto other = ReadCacheEntry(Bytes(bytes), CacheKey("split 1"));
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("another key"), std::string::npos);
+}
+
+// The columns of an entry as ReadCacheEntryColumns finds them in `bytes` (the file).
+arrow::Result<std::optional<CacheEntryColumns>> ColumnsOf(const std::string& bytes,
+                                                          const std::string& key = kKey) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const auto size = static_cast<int64_t>(bytes.size());
+  if (size < kCacheEntryTrailerBytes) return arrow::Status::Invalid("short");
+  ARROW_ASSIGN_OR_RAISE(int64_t head, CacheEntryHeadBytes(p, std::min<int64_t>(size, 4096), size));
+  return ReadCacheEntryColumns(p, head, p + size - kCacheEntryTrailerBytes, size, key);
+}
+
+TEST(CacheEntry, APlainEntrysColumnsAreFoundFromItsHeadAndTrailer) {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = 4;
+  ColumnData a, b;
+  a.row_bytes = 4;
+  a.data = Bytes(std::string(16, 'a'));
+  b.row_shape = {2, 3};
+  b.row_bytes = 6;
+  b.data = Bytes(std::string(24, 'b'));
+  u->columns = {a, b};
+  const std::string bytes = ReadFile(WriteToFile(*u));
+  auto columns = ColumnsOf(bytes);
+  ASSERT_TRUE(columns.ok()) << columns.status().ToString();
+  ASSERT_TRUE(columns->has_value());
+  const CacheEntryColumns& c = **columns;
+  EXPECT_EQ(c.num_rows, 4);
+  ASSERT_EQ(c.columns.size(), 2u);
+  EXPECT_EQ(c.columns[1].row_shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(bytes.substr(c.columns[0].offset, c.columns[0].bytes), std::string(16, 'a'));
+  EXPECT_EQ(bytes.substr(c.columns[1].offset, c.columns[1].bytes), std::string(24, 'b'));
+  // Another key's entry, a head cut before the metadata, any truncation: Invalid.
+  EXPECT_FALSE(ColumnsOf(bytes, CacheKey("split 1")).ok());
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  const int64_t head = *CacheEntryHeadBytes(p, 4096, static_cast<int64_t>(bytes.size()));
+  EXPECT_FALSE(ReadCacheEntryColumns(p, head - 8, p + bytes.size() - kCacheEntryTrailerBytes,
+                                     static_cast<int64_t>(bytes.size()), kKey)
+                   .ok());
+  for (size_t n = 0; n < bytes.size(); n += 5) {
+    EXPECT_FALSE(ColumnsOf(bytes.substr(0, n)).ok()) << "truncated to " << n;
+  }
+  // Entries that are not plain (masks, offsets, samples): none.
+  auto other = ColumnsOf(ReadFile(WriteToFile(*SampleUnit())));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->has_value());
 }
 
 TEST(CacheEntry, RoundTripsARowMajorBlock) {

@@ -288,6 +288,68 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
   return buffer;
 }
 
+// An entry file kept open for the columns of a unit not read yet (see GetDeferred);
+// `open` counts the cache object's open ones.
+class OpenEntry {
+ public:
+  OpenEntry(int fd, std::string path, std::shared_ptr<std::atomic<int64_t>> open)
+      : fd_(fd), path_(std::move(path)), open_(std::move(open)) {
+    ++*open_;
+  }
+  ~OpenEntry() {
+    ::close(fd_);
+    --*open_;
+  }
+  OpenEntry(const OpenEntry&) = delete;
+  OpenEntry& operator=(const OpenEntry&) = delete;
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+  // Bytes [offset, offset + n) of the file into `out`, all of them.
+  arrow::Status ReadAt(int64_t offset, int64_t n, uint8_t* out) const {
+    int64_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd_, out + done, static_cast<size_t>(n - done), offset + done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return arrow::Status::IOError(Errno("cannot read cache entry '" + path_ + "'"));
+      if (r == 0) {
+        return arrow::Status::IOError("cache entry '", path_, "' ended at byte ", offset + done,
+                                      " (", offset + n,
+                                      " expected): the file was changed while in use");
+      }
+      done += r;
+    }
+    return arrow::Status::OK();
+  }
+
+ private:
+  const int fd_;
+  const std::string path_;
+  const std::shared_ptr<std::atomic<int64_t>> open_;
+};
+
+// A column of an open entry file.
+class EntryColumnBytes : public DeferredBytes {
+ public:
+  EntryColumnBytes(std::shared_ptr<const OpenEntry> file, int64_t offset, int64_t size)
+      : file_(std::move(file)), offset_(offset), size_(size) {}
+  int64_t size() const override { return size_; }
+  arrow::Status ReadInto(uint8_t* out) const override {
+    return file_->ReadAt(offset_, size_, out);
+  }
+  std::shared_ptr<const DeferredBytes> Slice(int64_t offset, int64_t length) const override {
+    return std::make_shared<EntryColumnBytes>(file_, offset_ + offset, length);
+  }
+
+ private:
+  std::shared_ptr<const OpenEntry> file_;
+  int64_t offset_, size_;
+};
+
+// Entry files a disk cache object keeps open for deferred columns, at most; past it,
+// entries are read whole.
+constexpr int64_t kMaxOpenDeferred = 64;
+
 // An in-progress marker as read from its file.
 struct Marker {
   int64_t pid = 0;
@@ -428,6 +490,60 @@ class DiskCache : public SplitCache {
       ++misses_;
       Remove(key, path);
       return nullptr;
+    }
+    if (options_.policy == CachePolicy::kLru) {
+      ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
+    }
+    ++hits_;
+    return unit;
+  }
+
+  // A verified version of a plain entry: its head and trailer only; the columns are
+  // read from the open file when a window gather needs them (straight into its scratch:
+  // the entry's bytes are copied once, not into an entry buffer first). Anything else
+  // (not verified in this process yet, not plain, too many files open, any error) is
+  // read as Get reads it.
+  std::shared_ptr<const DecodedUnit> GetDeferred(const std::string& key) override {
+    if (broken_ || open_deferred_->load() >= kMaxOpenDeferred) return Get(key);
+    const std::string path = EntryPath(key);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Get(key);
+    auto file = std::make_shared<const OpenEntry>(fd, path, open_deferred_);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return Get(key);
+    bool verified = false;
+    {
+      MutexLock lock(memo_mu_);
+      auto it = verified_.find(path);
+      verified = it != verified_.end() && it->second == FileVersion(st);
+    }
+    if (!verified) return Get(key);
+    const int64_t size = st.st_size;
+    if (size < kCacheEntryHeaderBytes + 8 + kCacheEntryTrailerBytes) return Get(key);
+    std::vector<uint8_t> head(static_cast<size_t>(std::min<int64_t>(size, 8192)));
+    uint8_t trailer[kCacheEntryTrailerBytes];
+    if (!file->ReadAt(0, static_cast<int64_t>(head.size()), head.data()).ok() ||
+        !file->ReadAt(size - kCacheEntryTrailerBytes, kCacheEntryTrailerBytes, trailer).ok()) {
+      return Get(key);
+    }
+    const auto need = CacheEntryHeadBytes(head.data(), static_cast<int64_t>(head.size()), size);
+    if (!need.ok()) return Get(key);
+    if (*need > static_cast<int64_t>(head.size())) {
+      const int64_t had = static_cast<int64_t>(head.size());
+      head.resize(static_cast<size_t>(*need));
+      if (!file->ReadAt(had, *need - had, head.data() + had).ok()) return Get(key);
+    }
+    const auto columns = ReadCacheEntryColumns(head.data(), static_cast<int64_t>(head.size()),
+                                               trailer, size, key);
+    if (!columns.ok() || !columns->has_value()) return Get(key);
+    auto unit = std::make_shared<DecodedUnit>();
+    unit->num_rows = (*columns)->num_rows;
+    for (const auto& c : (*columns)->columns) {
+      ColumnData d;
+      d.row_bytes = c.row_bytes;
+      d.row_shape = c.row_shape;
+      d.deferred = std::make_shared<EntryColumnBytes>(file, c.offset, c.bytes);
+      unit->columns.push_back(std::move(d));
     }
     if (options_.policy == CachePolicy::kLru) {
       ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
@@ -735,6 +851,8 @@ class DiskCache : public SplitCache {
   bool broken_ = false;
   const std::string host_ = HostName();
   std::shared_ptr<ClaimBook> book_ = std::make_shared<ClaimBook>();
+  // Entry files open for deferred columns (see GetDeferred).
+  std::shared_ptr<std::atomic<int64_t>> open_deferred_ = std::make_shared<std::atomic<int64_t>>(0);
   Mutex memo_mu_;
   // Per key of an entry this cache's owner does not read: whether it is stale (an
   // entry's key and content never change, so neither does the answer).

@@ -148,6 +148,12 @@ class SplitCache {
   /// Return the entry for `key`, or nullptr on a miss (including a corrupt entry,
   /// which is dropped).
   virtual std::shared_ptr<const DecodedUnit> Get(const std::string& key) = 0;
+  /// As Get, but a disk cache may leave the columns of a plain entry unread
+  /// (ColumnData::deferred, read on demand from the open entry file) where this process
+  /// verified that version of the file before. Such a unit is only for a WindowGather.
+  virtual std::shared_ptr<const DecodedUnit> GetDeferred(const std::string& key) {
+    return Get(key);
+  }
   /// Return whether an entry for `key` exists (without verifying it).
   virtual bool Contains(const std::string& key) = 0;
   /// Insert `unit`, decoded from `source`, under `key`, best effort; return why not if

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +190,137 @@ TEST(SplitCache, AnEntryDamagedAfterItsFirstReadIsCaughtOnTheNext) {
   EXPECT_EQ(cache->Get(key), nullptr);
   EXPECT_EQ(cache->counters().corrupt, 1);
   EXPECT_FALSE(fs::exists(path));
+}
+
+// A unit of two fixed-width columns (int32 x1 and uint8 x3 per row), rows numbered.
+std::shared_ptr<DecodedUnit> TwoColumnUnit(int64_t rows, int32_t first) {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = rows;
+  std::string a(static_cast<size_t>(rows * 4), '\0'), b;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t v = first + static_cast<int32_t>(r);
+    std::memcpy(a.data() + r * 4, &v, 4);
+    b += std::string(3, static_cast<char>('a' + r % 26));
+  }
+  ColumnData ca;
+  ca.row_bytes = 4;
+  ca.data = arrow::Buffer::FromString(a);
+  ColumnData cb;
+  cb.row_shape = {3};
+  cb.row_bytes = 3;
+  cb.data = arrow::Buffer::FromString(b);
+  u->columns = {ca, cb};
+  return u;
+}
+
+std::string ReadAll(const DeferredBytes& d) {
+  std::string out(static_cast<size_t>(d.size()), '\0');
+  EXPECT_TRUE(d.ReadInto(reinterpret_cast<uint8_t*>(out.data())).ok());
+  return out;
+}
+
+TEST(SplitCache, AVerifiedEntryIsServedWithItsColumnsReadOnDemand) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("deferred");
+  const auto unit = TwoColumnUnit(1000, 7);
+  ASSERT_EQ(cache->Put(key, unit, SourceOf("/f", 1)), CacheRefusal::kNone);
+  // Not yet verified in this process: read whole (and verified).
+  auto first = cache->GetDeferred(key);
+  ASSERT_NE(first, nullptr);
+  EXPECT_NE(first->columns[0].data, nullptr);
+  EXPECT_EQ(first->columns[0].deferred, nullptr);
+  // Verified: the columns stay in the file until read, and read as they were written.
+  auto hit = cache->GetDeferred(key);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(hit->num_rows, 1000);
+  ASSERT_EQ(hit->columns.size(), 2u);
+  for (size_t c = 0; c < 2; ++c) {
+    const ColumnData& d = hit->columns[c];
+    EXPECT_EQ(d.data, nullptr);
+    ASSERT_NE(d.deferred, nullptr);
+    EXPECT_EQ(d.row_bytes, unit->columns[c].row_bytes);
+    EXPECT_EQ(d.row_shape, unit->columns[c].row_shape);
+    EXPECT_EQ(ReadAll(*d.deferred), unit->columns[c].data->ToString());
+    EXPECT_EQ(ReadAll(*d.deferred->Slice(30, 60)), unit->columns[c].data->ToString().substr(30, 60));
+  }
+  EXPECT_EQ(hit->ByteSize(), 0);  // it holds an open file, not the bytes
+  std::vector<ColumnSpec> specs(2);
+  specs[0].name = "a";
+  specs[0].dtype = DType::kInt32;
+  specs[1].name = "b";
+  specs[1].dtype = DType::kUInt8;
+  specs[1].row_shape = {3};
+  EXPECT_TRUE(CheckUnitLayout(*hit, specs).ok());
+  EXPECT_EQ(cache->counters().hits, 2);
+  // Evicted (deleted) meanwhile: the open file still reads.
+  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
+    if (e.path().extension() == ".pqc") fs::remove(e.path());
+  }
+  EXPECT_EQ(cache->Get(key), nullptr);
+  EXPECT_EQ(ReadAll(*hit->columns[1].deferred), unit->columns[1].data->ToString());
+}
+
+TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("cut short");
+  ASSERT_EQ(cache->Put(key, TwoColumnUnit(5000, 0), SourceOf("/f", 1)), CacheRefusal::kNone);
+  ASSERT_NE(cache->Get(key), nullptr);  // verified
+  auto hit = cache->GetDeferred(key);
+  ASSERT_NE(hit, nullptr);
+  ASSERT_NE(hit->columns[1].deferred, nullptr);
+  std::string path;
+  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
+    if (e.path().extension() == ".pqc") path = e.path().string();
+  }
+  ASSERT_EQ(::truncate(path.c_str(), 32 * 1024), 0);  // inside the second column's bytes
+  std::string out(static_cast<size_t>(hit->columns[1].deferred->size()), '\0');
+  const arrow::Status st = hit->columns[1].deferred->ReadInto(reinterpret_cast<uint8_t*>(out.data()));
+  EXPECT_TRUE(st.IsIOError()) << st.ToString();
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("changed while in use"), std::string::npos) << st.ToString();
+  // The next lookup sees a changed file: read whole, found corrupt, dropped.
+  EXPECT_EQ(cache->GetDeferred(key), nullptr);
+  EXPECT_EQ(cache->counters().corrupt, 1);
+}
+
+TEST(SplitCache, EntriesNotPlainOrPastTheOpenFileBoundAreReadWhole) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  auto cache = SplitCache::Open(o);
+  // A row mask (rows a transform skipped): not plain.
+  auto masked = TwoColumnUnit(10, 0);
+  masked->row_ok.assign(10, 1);
+  masked->row_ok[3] = 0;
+  masked->skipped_rows = 1;
+  const std::string masked_key = CacheKey("masked");
+  ASSERT_EQ(cache->Put(masked_key, masked, SourceOf("/m", 1)), CacheRefusal::kNone);
+  ASSERT_NE(cache->Get(masked_key), nullptr);
+  auto whole = cache->GetDeferred(masked_key);
+  ASSERT_NE(whole, nullptr);
+  EXPECT_NE(whole->columns[0].data, nullptr);
+  EXPECT_EQ(whole->row_ok, masked->row_ok);
+  // At most 64 entry files open for deferred columns; past them, entries are read whole.
+  std::vector<std::shared_ptr<const DecodedUnit>> held;
+  for (int i = 0; i < 70; ++i) {
+    const std::string key = CacheKey("many " + std::to_string(i));
+    ASSERT_EQ(cache->Put(key, TwoColumnUnit(10, i), SourceOf("/f" + std::to_string(i), 1)),
+              CacheRefusal::kNone);
+    ASSERT_NE(cache->Get(key), nullptr);
+    held.push_back(cache->GetDeferred(key));
+    ASSERT_NE(held.back(), nullptr);
+    EXPECT_EQ(held.back()->columns[0].deferred != nullptr, i < 64) << i;
+  }
+  held.clear();  // the files close
+  auto again = cache->GetDeferred(CacheKey("many 69"));
+  ASSERT_NE(again, nullptr);
+  EXPECT_NE(again->columns[0].deferred, nullptr);
 }
 
 TEST(SplitCache, AShardsRecordedUsageIsTheSizeOfItsEntries) {

@@ -182,8 +182,10 @@ arrow::Status CheckUnitLayout(const DecodedUnit& unit, const std::vector<ColumnS
       bytes *= dim;
     }
     const bool in_block = unit.row_major != nullptr && unit.row_major->offset[c] >= 0;
-    const int64_t have = in_block ? unit.num_rows * bytes
-                                  : (d.data != nullptr ? d.data->size() : 0);
+    const int64_t have = in_block                ? unit.num_rows * bytes
+                         : d.data != nullptr     ? d.data->size()
+                         : d.deferred != nullptr ? d.deferred->size()
+                                                 : 0;
     if (bytes != d.row_bytes || have != unit.num_rows * bytes) {
       return arrow::Status::Invalid("column '", specs[c].name, "': ", d.row_bytes,
                                     "-byte rows do not match the column's type and shape");

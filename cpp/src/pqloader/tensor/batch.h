@@ -18,6 +18,7 @@
 #include <arrow/buffer.h>
 #include <arrow/memory_pool.h>
 #include <arrow/result.h>
+#include <arrow/status.h>
 
 #include "pqloader/plan/epoch_plan.h"
 
@@ -105,6 +106,20 @@ struct SampleSignature {
   bool channels_first = false;
 };
 
+/// Bytes a unit has not read yet: a column of a cache entry file, read only by a window
+/// gather, straight into its scratch (see WindowGather). Holds what it needs to read
+/// them (an open file) for as long as it lives. Thread-safety: ReadInto may be called
+/// concurrently.
+class DeferredBytes {
+ public:
+  virtual ~DeferredBytes() = default;
+  virtual int64_t size() const = 0;
+  /// Copy all size() bytes to `out`; an error (naming the file) if they cannot be read.
+  virtual arrow::Status ReadInto(uint8_t* out) const = 0;
+  /// Bytes [offset, offset + length) of these (within size()).
+  virtual std::shared_ptr<const DeferredBytes> Slice(int64_t offset, int64_t length) const = 0;
+};
+
 /// One column of one decoded unit.
 struct ColumnData {
   /// kTensor: num_rows * row_bytes bytes (or, ragged, the bytes `offsets` index).
@@ -120,6 +135,9 @@ struct ColumnData {
   /// Per-row samples made by deterministic transforms; when not empty, they replace
   /// the fields above.
   std::vector<SampleTensor> samples;
+  /// kTensor, fixed-width rows only: the num_rows * row_bytes bytes not read yet (then
+  /// `data` is null). Only units of shuffle windows gathered whole have such columns.
+  std::shared_ptr<const DeferredBytes> deferred;
 };
 
 /// Small fixed-size columns of a unit stored row by row (see WithRowMajor): row r of

@@ -82,16 +82,24 @@ void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t
   }
 }
 
+// The first `bytes` bytes of `d`, read into `out`.
+arrow::Status ReadDeferred(const DeferredBytes& d, int64_t bytes, uint8_t* out) {
+  return d.size() == bytes ? d.ReadInto(out) : d.Slice(0, bytes)->ReadInto(out);
+}
+
 // The window's values of column c, next to each other (unit after unit), in `scratch`;
-// a unit whose column is in its row-major block is copied out of it.
-void ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>& units, size_t c,
-                  int64_t width, uint8_t* scratch) {
+// a unit whose column is in its row-major block is copied out of it, one not read yet
+// (a cache entry's) is read straight into it.
+arrow::Status ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>& units, size_t c,
+                           int64_t width, uint8_t* scratch) {
   int64_t at = 0;
   for (const auto& unit : units) {
     const ColumnData& d = unit->columns[c];
     const int64_t bytes = unit->num_rows * width;
     if (d.data != nullptr) {
       std::memcpy(scratch + at, d.data->data(), static_cast<size_t>(bytes));
+    } else if (d.deferred != nullptr) {
+      ARROW_RETURN_NOT_OK(ReadDeferred(*d.deferred, bytes, scratch + at));
     } else {
       const RowMajorBlock& rm = *unit->row_major;
       const uint8_t* src = rm.data->data() + rm.offset[c];
@@ -101,6 +109,7 @@ void ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>& units, 
     }
     at += bytes;
   }
+  return arrow::Status::OK();
 }
 
 }  // namespace
@@ -130,7 +139,9 @@ arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
                          "': rows of different lengths; a list column must have one length "
                          "in every row, or be batched ragged or padded (lists=)");
       }
-      const bool columnar = d.data != nullptr && d.data->size() >= unit->num_rows * d.row_bytes;
+      const bool columnar =
+          (d.data != nullptr && d.data->size() >= unit->num_rows * d.row_bytes) ||
+          (d.deferred != nullptr && d.deferred->size() >= unit->num_rows * d.row_bytes);
       const bool in_block = unit->row_major != nullptr && unit->row_major->offset[c] >= 0;
       if (!d.samples.empty() || d.row_bytes <= 0 || (!columnar && !in_block)) {
         return arrow::Status::Invalid("column '", specs[c].name,
@@ -177,22 +188,35 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
     if (static_cast<int64_t>(scratch.size()) < rows * width) {
       scratch.resize(static_cast<size_t>(rows * width));
     }
-    ConcatColumn(units_, c, width, scratch.data());
+    ARROW_RETURN_NOT_OK(ConcatColumn(units_, c, width, scratch.data()));
     GatherRows(width, scratch.data(), index_.data(), num_rows(), dst);
   } else {
-    // Wide rows (each a memcpy of its own) or a huge window: straight from the units.
+    // Wide rows (each a memcpy of its own) or a huge window: straight from the units
+    // (a column not read yet is read into a buffer of its own first).
+    std::vector<const uint8_t*> base(units_.size());
+    std::vector<int64_t> stride(units_.size(), width);
+    std::vector<std::shared_ptr<arrow::Buffer>> read(units_.size());
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const DecodedUnit& unit = *units_[u];
+      const ColumnData& d = unit.columns[c];
+      if (d.data != nullptr) {
+        base[u] = d.data->data();
+      } else if (d.deferred != nullptr) {
+        ARROW_ASSIGN_OR_RAISE(read[u], arrow::AllocateBuffer(unit.num_rows * width, pool_));
+        ARROW_RETURN_NOT_OK(
+            ReadDeferred(*d.deferred, unit.num_rows * width, read[u]->mutable_data()));
+        base[u] = read[u]->data();
+      } else {
+        base[u] = unit.row_major->data->data() + unit.row_major->offset[c];
+        stride[u] = unit.row_major->stride;
+      }
+    }
     for (int64_t i = 0; i < num_rows(); ++i) {
       const int64_t at = index_[i];
       const size_t u = static_cast<size_t>(
           std::upper_bound(unit_first.begin(), unit_first.end(), at) - unit_first.begin() - 1);
-      const DecodedUnit& unit = *units_[u];
       const int64_t r = at - unit_first[u];
-      const ColumnData& d = unit.columns[c];
-      const uint8_t* src = d.data != nullptr
-                               ? d.data->data() + r * width
-                               : unit.row_major->data->data() + r * unit.row_major->stride +
-                                     unit.row_major->offset[c];
-      std::memcpy(dst + i * width, src, static_cast<size_t>(width));
+      std::memcpy(dst + i * width, base[u] + r * stride[u], static_cast<size_t>(width));
     }
   }
   out_[c] = std::move(out);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -128,6 +129,73 @@ TEST(WindowGather, BatchesCutFromWindowsEqualBatchesGatheredOneByOne) {
       EXPECT_EQ((*got)->owned_bytes == 0, windows.size() == 1);
     }
   }
+}
+
+namespace {
+
+// Bytes held in memory, read on demand (as a cache entry's column is read from its
+// file); `fail`: every read fails.
+class StringBytes : public DeferredBytes {
+ public:
+  StringBytes(std::shared_ptr<const std::string> s, int64_t offset, int64_t size, bool fail)
+      : s_(std::move(s)), offset_(offset), size_(size), fail_(fail) {}
+  int64_t size() const override { return size_; }
+  arrow::Status ReadInto(uint8_t* out) const override {
+    if (fail_) return arrow::Status::IOError("cannot read 'entry.pqc'");
+    std::memcpy(out, s_->data() + offset_, static_cast<size_t>(size_));
+    return arrow::Status::OK();
+  }
+  std::shared_ptr<const DeferredBytes> Slice(int64_t offset, int64_t length) const override {
+    return std::make_shared<StringBytes>(s_, offset_ + offset, length, fail_);
+  }
+
+ private:
+  std::shared_ptr<const std::string> s_;
+  int64_t offset_, size_;
+  bool fail_;
+};
+
+// `unit` with every column's bytes deferred (not read until gathered).
+std::shared_ptr<const DecodedUnit> Deferred(const DecodedUnit& unit, bool fail = false) {
+  auto u = std::make_shared<DecodedUnit>(unit);
+  for (ColumnData& c : u->columns) {
+    auto bytes = std::make_shared<const std::string>(c.data->ToString());
+    c.deferred = std::make_shared<StringBytes>(bytes, 0, static_cast<int64_t>(bytes->size()), fail);
+    c.data = nullptr;
+  }
+  return u;
+}
+
+}  // namespace
+
+TEST(WindowGather, ColumnsNotReadYetAreReadStraightIntoTheGather) {
+  // One window of three units, the middle one with every column deferred (a cache
+  // entry's columns left in its file): gathered, it equals the window of the same bytes
+  // in memory, for every width (the scratch path and the wide rows' path).
+  const std::vector<int64_t> sizes = {37, 50, 13};
+  std::vector<std::shared_ptr<const DecodedUnit>> mem, mixed;
+  for (int u = 0; u < 3; ++u) {
+    mem.push_back(MakeUnit(u, sizes[u], kWidths));
+    mixed.push_back(u == 1 ? Deferred(*mem.back()) : mem.back());
+  }
+  ASSERT_EQ(mixed[1]->columns[0].data, nullptr);
+  const std::vector<RowRef> rows = Shuffled(sizes, 3);
+  const auto specs = Specs(kWidths);
+  auto want = WindowGather::Make(specs, mem, rows, arrow::default_memory_pool()).ValueOrDie();
+  auto got = WindowGather::Make(specs, mixed, rows, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_TRUE(want->Run().ok());
+  const arrow::Status st = got->Run();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (size_t c = 0; c < kWidths.size(); ++c) {
+    ASSERT_TRUE(got->column(c)->Equals(*want->column(c))) << "column " << c;
+  }
+  // A read that fails is the gather's error (the batch's, which names its files).
+  std::vector<std::shared_ptr<const DecodedUnit>> failing = {mem[0], Deferred(*mem[1], true),
+                                                             mem[2]};
+  auto bad = WindowGather::Make(specs, failing, rows, arrow::default_memory_pool()).ValueOrDie();
+  const arrow::Status err = bad->Run();
+  EXPECT_TRUE(err.IsIOError()) << err.ToString();
+  EXPECT_NE(err.message().find("entry.pqc"), std::string::npos) << err.ToString();
 }
 
 TEST(WindowGather, RefusesRaggedAndReshapedColumns) {
