@@ -4,6 +4,12 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+
+// NumPy's C API (TensorToNumpy), from the headers of NumPy 2 (built for NumPy >= 1.23 by
+// default, pyproject.toml's dependency is >= 1.26); imported in the module's init.
+#define NPY_NO_DEPRECATED_API NPY_1_23_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL pqloader_ARRAY_API
+#include <numpy/arrayobject.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -314,39 +320,55 @@ LoaderOptions ToOptions(const nb::dict& d) {
   return o;
 }
 
-nb::dlpack::dtype ToDLPack(DType t) {
-  using nb::dlpack::dtype_code;
-  auto make = [](dtype_code code, int bits) {
-    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
-  };
+int NumpyTypeNum(DType t) {
   switch (t) {
-    case DType::kBool: return make(dtype_code::Bool, 8);
-    case DType::kInt8: return make(dtype_code::Int, 8);
-    case DType::kInt16: return make(dtype_code::Int, 16);
-    case DType::kInt32: return make(dtype_code::Int, 32);
-    case DType::kInt64: return make(dtype_code::Int, 64);
-    case DType::kUInt8: return make(dtype_code::UInt, 8);
-    case DType::kUInt16: return make(dtype_code::UInt, 16);
-    case DType::kUInt32: return make(dtype_code::UInt, 32);
-    case DType::kUInt64: return make(dtype_code::UInt, 64);
-    case DType::kFloat16: return make(dtype_code::Float, 16);
-    case DType::kFloat32: return make(dtype_code::Float, 32);
-    case DType::kFloat64: return make(dtype_code::Float, 64);
+    case DType::kBool: return NPY_BOOL;
+    case DType::kInt8: return NPY_INT8;
+    case DType::kInt16: return NPY_INT16;
+    case DType::kInt32: return NPY_INT32;
+    case DType::kInt64: return NPY_INT64;
+    case DType::kUInt8: return NPY_UINT8;
+    case DType::kUInt16: return NPY_UINT16;
+    case DType::kUInt32: return NPY_UINT32;
+    case DType::kUInt64: return NPY_UINT64;
+    case DType::kFloat16: return NPY_FLOAT16;
+    case DType::kFloat32: return NPY_FLOAT32;
+    case DType::kFloat64: return NPY_FLOAT64;
   }
-  return make(dtype_code::UInt, 8);
+  return NPY_UINT8;
 }
 
-// Wrap a column buffer as a NumPy array that keeps the buffer alive (no copy).
+// Wrap a column buffer as a NumPy array that keeps the buffer alive (no copy): made
+// with NumPy's C API, whose arrays cost ~0.2 us each, where numpy.asarray of a
+// buffer-protocol object (nanobind's ndarray export) parsed a PEP 3118 format string
+// per array (~1 us: a batch of 101 columns spent 100 us in it, the whole hand-out of
+// a shuffled cache-hit epoch; docs/performance.md).
 nb::object TensorToNumpy(const BatchColumn& c) {
+  if (c.shape.size() > 32) throw std::invalid_argument("a tensor of more than 32 dimensions");
   auto* owner = new std::shared_ptr<arrow::Buffer>(c.data);
-  nb::capsule capsule(owner, [](void* p) noexcept {
-    delete static_cast<std::shared_ptr<arrow::Buffer>*>(p);
+  PyObject* capsule = PyCapsule_New(owner, nullptr, [](PyObject* cap) {
+    delete static_cast<std::shared_ptr<arrow::Buffer>*>(PyCapsule_GetPointer(cap, nullptr));
   });
-  std::vector<size_t> shape(c.shape.begin(), c.shape.end());
-  void* data = const_cast<uint8_t*>(c.data->data());
-  nb::ndarray<nb::numpy> array(data, shape.size(), shape.data(), capsule, nullptr,
-                               ToDLPack(c.dtype), nb::device::cpu::value);
-  return array.cast();
+  if (capsule == nullptr) {
+    delete owner;
+    throw nb::python_error();
+  }
+  npy_intp dims[32];
+  for (size_t i = 0; i < c.shape.size(); ++i) dims[i] = static_cast<npy_intp>(c.shape[i]);
+  // Writable, as before: the batch's buffers are the caller's alone.
+  PyObject* array = PyArray_NewFromDescr(
+      &PyArray_Type, PyArray_DescrFromType(NumpyTypeNum(c.dtype)), static_cast<int>(c.shape.size()),
+      dims, nullptr, const_cast<uint8_t*>(c.data->data()), NPY_ARRAY_CARRAY, nullptr);
+  if (array == nullptr) {
+    Py_DECREF(capsule);
+    throw nb::python_error();
+  }
+  // Steals the capsule, also when it fails.
+  if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(array), capsule) != 0) {
+    Py_DECREF(array);
+    throw nb::python_error();
+  }
+  return nb::steal(array);
 }
 
 // A kStringList/kBytesList row (see EncodeStringList in decode/convert.h) as a list.
@@ -427,13 +449,36 @@ std::shared_ptr<const ElasticBase> ToElasticBase(const nb::object& obj, int dept
 // How often a waiting next() checks for signals (Ctrl-C).
 constexpr std::chrono::milliseconds kSignalPoll{100};
 
+// Columns' names as Python strings, made once (each batch's dict takes them).
+class ColumnNames {
+ public:
+  const std::vector<nb::object>& Of(const std::vector<ColumnSpec>& specs) {
+    if (names_.size() != specs.size()) {
+      names_.clear();
+      for (const ColumnSpec& spec : specs) {
+        PyObject* name = PyUnicode_FromStringAndSize(spec.name.data(),
+                                                     static_cast<Py_ssize_t>(spec.name.size()));
+        if (name == nullptr) throw nb::python_error();
+        PyUnicode_InternInPlace(&name);
+        names_.push_back(nb::steal(name));
+      }
+    }
+    return names_;
+  }
+
+ private:
+  std::vector<nb::object> names_;
+};
+
 // A batch as {column name: array or list}: tensor columns as zero-copy NumPy views
 // (the buffer goes back to the pool when the last view is dropped), others as lists.
-nb::dict BatchToDict(const Batch& batch, const std::vector<ColumnSpec>& specs) {
+nb::dict BatchToDict(const Batch& batch, const std::vector<ColumnSpec>& specs, ColumnNames& names) {
+  const std::vector<nb::object>& keys = names.Of(specs);
   nb::dict out;
   for (size_t i = 0; i < specs.size(); ++i) {
     const BatchColumn& c = batch.columns[i];
-    out[specs[i].name.c_str()] = c.kind == ColumnKind::kTensor ? TensorToNumpy(c) : VarToList(c);
+    nb::object value = c.kind == ColumnKind::kTensor ? TensorToNumpy(c) : VarToList(c);
+    if (PyDict_SetItem(out.ptr(), keys[i].ptr(), value.ptr()) != 0) throw nb::python_error();
   }
   return out;
 }
@@ -487,7 +532,7 @@ class PyLoader {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (batch == nullptr) return nb::none();
-    return BatchToDict(*batch, loader_->specs());
+    return BatchToDict(*batch, loader_->specs(), names_);
   }
 
   void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
@@ -643,6 +688,7 @@ class PyLoader {
 
  private:
   std::unique_ptr<Loader> loader_;
+  ColumnNames names_;  // touched with the GIL held only
 };
 
 nb::dict Inspect(const std::vector<std::string>& sources,
@@ -791,7 +837,7 @@ class PyMixStream {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (batch == nullptr) return nb::none();
-    nb::dict out = BatchToDict(*batch, specs_);
+    nb::dict out = BatchToDict(*batch, specs_, names_);
     if (!source_column_.empty()) {
       BatchColumn c;
       c.dtype = DType::kInt64;
@@ -810,6 +856,7 @@ class PyMixStream {
  private:
   std::vector<nb::object> loaders_;  // keeps the engines alive
   std::vector<ColumnSpec> specs_;
+  ColumnNames names_;
   std::string source_column_;
   std::unique_ptr<MixStream> stream_;
 };
@@ -817,6 +864,7 @@ class PyMixStream {
 
 NB_MODULE(_core, m) {
   using pqloader::PyLoader;
+  if (_import_array() < 0) throw nb::python_error();
   m.doc() = "pqloader engine (C++). Use the public API in `pqloader`.";
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
