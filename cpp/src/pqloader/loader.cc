@@ -30,6 +30,9 @@ constexpr int64_t kSampleBlockAlignment = 64;
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
 int64_t ReadAheadBudget(int64_t max_inflight_bytes) { return max_inflight_bytes / 4; }
+// What a shuffle window's gathered rows are cut into (see WindowGather): about this
+// many bytes of whole batches.
+constexpr int64_t kWindowChunkBytes = int64_t{16} << 20;
 int64_t PipelineBudget(int64_t max_inflight_bytes) {
   return max_inflight_bytes - ReadAheadBudget(max_inflight_bytes);
 }
@@ -245,6 +248,15 @@ void Loader::Work::AddTo(LoaderStats* stats) const {
   stats->cache_bytes_saved += cache_bytes_saved.load();
 }
 
+int64_t Loader::EpochRun::PipelineShare(int64_t budget) const {
+  return reads_ahead ? PipelineBudget(budget) : budget;
+}
+
+void Loader::NoteCacheUse(const Work& work) {
+  if (cache_ == nullptr) return;
+  last_run_all_hits_ = work.cache_misses.load() == 0 && work.cache_hits.load() > 0;
+}
+
 void Loader::EpochRun::StartPipeline(int64_t budget) {
   if (pending == nullptr) {
     if (pipeline != nullptr) pipeline->set_max_inflight_bytes(budget);
@@ -303,7 +315,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     then_next_epoch_ = then_next_epoch;
     if (ahead.active() && ahead.epoch == epoch && first_batch == 0 && elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
-      ahead.StartPipeline(PipelineBudget(options_.max_inflight_bytes));
+      ahead.StartPipeline(ahead.PipelineShare(options_.max_inflight_bytes));
       ahead.adopted = true;
       current_ = std::move(ahead);
       ++epochs_started_ahead_;
@@ -420,7 +432,7 @@ arrow::Result<std::shared_ptr<const Loader::RunLayout>> Loader::LayOutRun(
 }
 
 std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> Loader::MakeReadAhead(
-    const RunLayout& layout, int64_t budget) {
+    const RunLayout& layout, int64_t budget, bool reads_ahead) {
   arrow::io::IOContext io(pool_, io_pool_.get());
   std::shared_ptr<const RowOrder> order = layout.order;
   return std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
@@ -446,7 +458,8 @@ std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> Loader::MakeReadAhead(
       [this, order](int64_t u) {
         return dataset_->splits()[order->units()[u].split].compressed_bytes;
       },
-      ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)});
+      reads_ahead ? ReadAheadOptions{options_.readahead, ReadAheadBudget(budget)}
+                  : ReadAheadOptions{0, 0});
 }
 
 arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
@@ -518,7 +531,10 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   run.epoch = epoch;
   run.work = std::make_shared<Work>();
   run.windows = layout->windows;
-  if (first_batch < layout->num_batches) run.readahead = MakeReadAhead(*layout, budget);
+  run.reads_ahead = cache_ == nullptr || !last_run_all_hits_.load();
+  if (first_batch < layout->num_batches) {
+    run.readahead = MakeReadAhead(*layout, budget, run.reads_ahead);
+  }
 
   Pipeline::Work work;
   work.num_batches = layout->num_batches;
@@ -572,7 +588,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
 
   PipelineOptions popts;
   popts.num_workers = options_.num_workers;
-  popts.max_inflight_bytes = budget - ReadAheadBudget(budget);
+  popts.max_inflight_bytes = run.PipelineShare(budget);
   popts.max_prefetch_batches = options_.prefetch_batches;
   popts.debug_max_delay_us = options_.debug_max_delay_us;
   run.pending = std::make_shared<EpochRun::Pending>(
@@ -609,6 +625,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
       done = std::move(current_);
       current_ = EpochRun{};
     }
+    NoteCacheUse(*done.work);
     std::vector<EpochRun> runs;
     runs.push_back(std::move(done));
     ShutDown(std::move(runs));
@@ -632,7 +649,7 @@ void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   // and gives it all; so the boundary costs about one batch, not a fill.
   const int64_t half = options_.max_inflight_bytes / 2;
   const int64_t left = std::max<int64_t>(
-      0, PipelineBudget(options_.max_inflight_bytes) - pipeline.counters().inflight_bytes);
+      0, current_.PipelineShare(options_.max_inflight_bytes) - pipeline.counters().inflight_bytes);
   if (next_.pipeline != nullptr) {
     next_.pipeline->set_max_inflight_bytes(left);
     return;
@@ -640,6 +657,7 @@ void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   if (pipeline.all_units_done()) {
     // What is left of this epoch is batches: the next one starts decoding.
     if (!next_.active()) {
+      NoteCacheUse(*current_.work);  // every unit of this epoch is produced
       auto run = MakeRun(current_.epoch + 1, 0, half);
       if (!run.ok()) return;  // its error surfaces when the epoch starts
       next_ = std::move(run).ValueUnsafe();
@@ -1027,7 +1045,26 @@ arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
         for (RowRef& r : rows) r.unit -= u_lo;
         std::vector<std::shared_ptr<const DecodedUnit>> mine(units.begin() + (u_lo - unit_base),
                                                              units.begin() + (u_hi - unit_base));
-        return WindowGather::Make(dataset_->specs(), std::move(mine), rows, pool_);
+        // Chunks of whole batches, about kWindowChunkBytes each: a chunk goes back to
+        // the pool when its last batch is dropped, so a window being consumed holds
+        // what the pipeline counts of it (its batches not yet taken), not all of it.
+        const int64_t bs = options_.plan.batch_size;
+        int64_t row_bytes = 0;
+        for (const ColumnSpec& spec : dataset_->specs()) {
+          int64_t bytes = DTypeSize(spec.dtype);
+          for (int64_t d : spec.row_shape) bytes *= std::max<int64_t>(d, 1);
+          row_bytes += bytes;
+        }
+        const int64_t step = bs * std::max<int64_t>(1, kWindowChunkBytes / std::max<int64_t>(1, bs * row_bytes));
+        // Counted from the window's first batch boundary, so that windows of one size
+        // have chunks of the same sizes (the pool recycles blocks by size).
+        std::vector<int64_t> chunk_ends;
+        for (int64_t p = (w_first + bs - 1) / bs * bs + step; p < w_last; p += step) {
+          chunk_ends.push_back(p - w_first);
+        }
+        chunk_ends.push_back(w_last - w_first);
+        return WindowGather::Make(dataset_->specs(), std::move(mine), rows, pool_,
+                                  std::move(chunk_ends));
       };
     }
     auto gather = windows.Get(w, make);

@@ -230,6 +230,12 @@ class Loader {
     std::shared_ptr<Work> work;
     std::shared_ptr<WindowStore> windows;  // shuffled windows gathered whole, if so
     bool adopted = true;  // false while started ahead and not yet begun by the consumer
+    // False for a run after one that read every unit from the cache: it reads nothing
+    // ahead (a unit the cache lost meanwhile is fetched when needed) and its pipeline
+    // has the read-ahead's share of the budget too.
+    bool reads_ahead = true;
+    // The pipeline's share of a budget of `budget` bytes.
+    int64_t PipelineShare(int64_t budget) const;
     struct Pending {
       Pipeline::Work work;
       PipelineOptions options;
@@ -253,7 +259,10 @@ class Loader {
   arrow::Result<std::shared_ptr<const RunLayout>> LayOutRun(int64_t epoch, int64_t first_batch,
                                                             const ElasticBase* elastic) const;
   std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> MakeReadAhead(
-      const RunLayout& layout, int64_t budget);
+      const RunLayout& layout, int64_t budget, bool reads_ahead);
+  // Remember whether `work`'s run read every unit from the cache (see
+  // EpochRun::reads_ahead).
+  void NoteCacheUse(const Work& work);
   arrow::Result<std::shared_ptr<Batch>> MakeBatch(
       const RunLayout& layout, int64_t b,
       const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t* bytes, Work* work);
@@ -342,6 +351,8 @@ class Loader {
   // Shuffled epochs gather each window whole (tensor/window_gather.h): every column is
   // fixed-width and nothing runs per sample.
   bool window_gather_ = false;
+  // Whether the last run that produced all its units read every one from the cache.
+  std::atomic<bool> last_run_all_hits_{false};
   std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;
   std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader

@@ -116,7 +116,15 @@ arrow::Status ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>
 
 arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
     const std::vector<ColumnSpec>& specs, std::vector<std::shared_ptr<const DecodedUnit>> units,
-    const std::vector<RowRef>& rows, arrow::MemoryPool* pool) {
+    const std::vector<RowRef>& rows, arrow::MemoryPool* pool, std::vector<int64_t> chunk_ends) {
+  const auto n = static_cast<int64_t>(rows.size());
+  if (chunk_ends.empty() || chunk_ends.back() != n ||
+      !std::is_sorted(chunk_ends.begin(), chunk_ends.end()) || chunk_ends.front() <= 0) {
+    if (!chunk_ends.empty() && n > 0) {
+      return arrow::Status::Invalid("window chunks must end at increasing positions, the last at ", n);
+    }
+    chunk_ends = {n};
+  }
   std::vector<int64_t> unit_first(units.size() + 1, 0);
   for (size_t u = 0; u < units.size(); ++u) {
     const DecodedUnit& unit = *units[u];
@@ -164,24 +172,68 @@ arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
   for (size_t i = 0; i < rows.size(); ++i) {
     index[i] = static_cast<int32_t>(unit_first[rows[i].unit] + rows[i].row);
   }
+  // One block per chunk, holding its rows of every column (each 64-byte aligned).
+  std::vector<Chunk> chunks(chunk_ends.size());
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    Chunk& chunk = chunks[k];
+    chunk.first = k == 0 ? 0 : chunk_ends[k - 1];
+    chunk.last = chunk_ends[k];
+    int64_t bytes = 0;
+    for (int64_t width : row_bytes) {
+      chunk.column_offset.push_back(bytes);
+      bytes += AlignUp((chunk.last - chunk.first) * width);
+    }
+    ARROW_ASSIGN_OR_RAISE(chunk.block, arrow::AllocateBuffer(bytes, pool));
+  }
   return std::make_shared<WindowGather>(std::move(units), std::move(index), std::move(row_bytes),
-                                        std::move(row_shapes), pool);
+                                        std::move(row_shapes), std::move(chunks), pool);
 }
 
 WindowGather::WindowGather(std::vector<std::shared_ptr<const DecodedUnit>> units,
                            std::vector<int32_t> index, std::vector<int64_t> row_bytes,
-                           std::vector<std::vector<int64_t>> row_shapes, arrow::MemoryPool* pool)
+                           std::vector<std::vector<int64_t>> row_shapes, std::vector<Chunk> chunks,
+                           arrow::MemoryPool* pool)
     : units_(std::move(units)), index_(std::move(index)), row_bytes_(std::move(row_bytes)),
-      row_shapes_(std::move(row_shapes)), pool_(pool), out_(row_bytes_.size()) {}
+      row_shapes_(std::move(row_shapes)), chunks_(std::move(chunks)), pool_(pool) {}
+
+size_t WindowGather::ChunkOf(int64_t row) const {
+  size_t lo = 0, hi = chunks_.size() - 1;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (chunks_[mid].last <= row) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+std::shared_ptr<arrow::Buffer> WindowGather::Rows(size_t c, int64_t first, int64_t last) const {
+  const Chunk& chunk = chunks_[ChunkOf(first)];
+  if (last > chunk.last) return nullptr;
+  const int64_t width = row_bytes_[c];
+  return arrow::SliceBuffer(chunk.block, chunk.column_offset[c] + (first - chunk.first) * width,
+                            (last - first) * width);
+}
+
+void WindowGather::CopyRows(size_t c, int64_t first, int64_t last, uint8_t* dst) const {
+  const int64_t width = row_bytes_[c];
+  for (size_t k = ChunkOf(first); first < last; ++k) {
+    const Chunk& chunk = chunks_[k];
+    const int64_t end = std::min(last, chunk.last);
+    std::memcpy(dst, chunk.block->data() + chunk.column_offset[c] + (first - chunk.first) * width,
+                static_cast<size_t>((end - first) * width));
+    dst += (end - first) * width;
+    first = end;
+  }
+}
 
 arrow::Status WindowGather::GatherColumn(size_t c) {
   const int64_t width = row_bytes_[c];
   std::vector<int64_t> unit_first(units_.size() + 1, 0);
   for (size_t u = 0; u < units_.size(); ++u) unit_first[u + 1] = unit_first[u] + units_[u]->num_rows;
   const int64_t rows = unit_first.back();
-  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> out,
-                        arrow::AllocateBuffer(num_rows() * width, pool_));
-  uint8_t* dst = out->mutable_data();
+  auto dst_of = [&](const Chunk& chunk) {
+    return chunk.block->mutable_data() + chunk.column_offset[c];
+  };
   if (width <= kNarrowBytes && rows * width <= kMaxScratchBytes) {
     // Narrow values: the window's column next to each other, then one gather.
     thread_local std::vector<uint8_t> scratch;
@@ -189,7 +241,10 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
       scratch.resize(static_cast<size_t>(rows * width));
     }
     ARROW_RETURN_NOT_OK(ConcatColumn(units_, c, width, scratch.data()));
-    GatherRows(width, scratch.data(), index_.data(), num_rows(), dst);
+    for (const Chunk& chunk : chunks_) {
+      GatherRows(width, scratch.data(), index_.data() + chunk.first, chunk.last - chunk.first,
+                 dst_of(chunk));
+    }
   } else {
     // Wide rows (each a memcpy of its own) or a huge window: straight from the units
     // (a column not read yet is read into a buffer of its own first).
@@ -211,20 +266,24 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
         stride[u] = unit.row_major->stride;
       }
     }
-    for (int64_t i = 0; i < num_rows(); ++i) {
-      const int64_t at = index_[i];
-      const size_t u = static_cast<size_t>(
-          std::upper_bound(unit_first.begin(), unit_first.end(), at) - unit_first.begin() - 1);
-      const int64_t r = at - unit_first[u];
-      std::memcpy(dst + i * width, base[u] + r * stride[u], static_cast<size_t>(width));
+    for (const Chunk& chunk : chunks_) {
+      uint8_t* dst = dst_of(chunk);
+      for (int64_t i = chunk.first; i < chunk.last; ++i) {
+        const int64_t at = index_[i];
+        const size_t u = static_cast<size_t>(
+            std::upper_bound(unit_first.begin(), unit_first.end(), at) - unit_first.begin() - 1);
+        const int64_t r = at - unit_first[u];
+        std::memcpy(dst + (i - chunk.first) * width, base[u] + r * stride[u],
+                    static_cast<size_t>(width));
+      }
     }
   }
-  out_[c] = std::move(out);
   return arrow::Status::OK();
 }
 
 arrow::Status WindowGather::Run() {
-  for (size_t c = next_++; c < out_.size(); c = next_++) {
+  const size_t columns = row_bytes_.size();
+  for (size_t c = next_++; c < columns; c = next_++) {
     {
       MutexLock lock(mu_);
       if (cancelled_) break;
@@ -232,15 +291,15 @@ arrow::Status WindowGather::Run() {
     arrow::Status st = GatherColumn(c);
     MutexLock lock(mu_);
     if (!st.ok() && status_.ok()) status_ = st;
-    if (++done_ == out_.size()) {
+    if (++done_ == columns) {
       units_.clear();  // every column gathered: the units' memory can go
       cv_.notify_all();
     }
   }
   MutexLock lock(mu_);
-  while (!cancelled_ && done_ < out_.size()) lock.Wait(cv_);
+  while (!cancelled_ && done_ < columns) lock.Wait(cv_);
   if (!status_.ok()) return status_;
-  if (done_ < out_.size()) return arrow::Status::Cancelled("the epoch was stopped");
+  if (done_ < columns) return arrow::Status::Cancelled("the epoch was stopped");
   return arrow::Status::OK();
 }
 
@@ -252,7 +311,7 @@ void WindowGather::Cancel() {
 
 int64_t WindowGather::bytes() const {
   int64_t total = 0;
-  for (size_t c = 0; c < row_bytes_.size(); ++c) total += num_rows() * row_bytes_[c];
+  for (const Chunk& chunk : chunks_) total += chunk.block->size();
   return total;
 }
 
@@ -287,11 +346,6 @@ arrow::Result<std::shared_ptr<Batch>> WindowBatch(
   batch->columns.resize(specs.size());
   std::shared_ptr<arrow::Buffer> block;
   int64_t block_bytes = 0;
-  if (windows.size() > 1) {  // the batch spans windows: one block for all copied columns
-    for (size_t c = 0; c < specs.size(); ++c) block_bytes += AlignUp(n * windows[0]->row_bytes(c));
-    ARROW_ASSIGN_OR_RAISE(block, arrow::AllocateBuffer(block_bytes, pool));
-    batch->owned_bytes = block_bytes;
-  }
   int64_t at = 0;
   for (size_t c = 0; c < specs.size(); ++c) {
     BatchColumn& out = batch->columns[c];
@@ -302,8 +356,14 @@ arrow::Result<std::shared_ptr<Batch>> WindowBatch(
     out.shape.insert(out.shape.end(), shape.begin(), shape.end());
     const int64_t width = windows[0]->row_bytes(c);
     if (windows.size() == 1) {
-      out.data = arrow::SliceBuffer(windows[0]->column(c), (first - starts[0]) * width, n * width);
-      continue;
+      // Rows of one chunk: a slice of it. (The loader cuts chunks at batch boundaries.)
+      out.data = windows[0]->Rows(c, first - starts[0], last - starts[0]);
+      if (out.data != nullptr) continue;
+    }
+    if (block == nullptr) {  // rows of several windows or chunks: copied into one block
+      for (size_t j = 0; j < specs.size(); ++j) block_bytes += AlignUp(n * windows[0]->row_bytes(j));
+      ARROW_ASSIGN_OR_RAISE(block, arrow::AllocateBuffer(block_bytes, pool));
+      batch->owned_bytes = block_bytes;
     }
     uint8_t* dst = block->mutable_data() + at;
     for (size_t k = 0; k < windows.size(); ++k) {
@@ -317,9 +377,7 @@ arrow::Result<std::shared_ptr<Batch>> WindowBatch(
       const int64_t begin = std::max(first, starts[k]);
       const int64_t end = std::min(last, starts[k] + windows[k]->num_rows());
       if (end <= begin) continue;
-      std::memcpy(dst + (begin - first) * width,
-                  windows[k]->column(c)->data() + (begin - starts[k]) * width,
-                  static_cast<size_t>((end - begin) * width));
+      windows[k]->CopyRows(c, begin - starts[k], end - starts[k], dst + (begin - first) * width);
     }
     out.data = arrow::SliceBuffer(block, at, n * width);
     at += AlignUp(n * width);

@@ -12,8 +12,13 @@
 // (tensor/batch_benchmark.cc).
 //
 // Only fixed-width columns (numbers and fixed-size lists of them) are gathered so.
-// Memory: a gathered window holds a copy of the window's columns (while any batch of it
-// is in flight); it lets go of the units as soon as every column is gathered.
+// A unit's column not read yet (a cache entry's, ColumnData::deferred) is read straight
+// into the scratch.
+// Memory: the gathered rows are held in chunks (consecutive positions, cut where the
+// loader cuts batches: a batch is a slice of one chunk), each one block with its rows
+// of every column; a chunk goes back to the pool when the last batch of it is dropped,
+// so a window being consumed holds what is left of it, as the pipeline counts it. The
+// gather lets go of the units as soon as every column is gathered.
 // Thread-safety: Run() may be called by any number of threads at once; each takes the
 // next column not yet taken, then waits for all of them. column() after Run() is OK.
 #pragma once
@@ -43,16 +48,26 @@ class WindowGather {
   /// units (unit 0's rows first), that goes to position i of the window; `row_bytes`:
   /// per column, the bytes of one row (every column must be fixed-width: columnar data
   /// or a row-major block in each unit).
+  /// Positions [first, last) of the window, all columns in one block.
+  struct Chunk {
+    int64_t first = 0, last = 0;
+    std::shared_ptr<arrow::Buffer> block;
+    std::vector<int64_t> column_offset;  ///< Of each column's rows in the block.
+  };
+
   WindowGather(std::vector<std::shared_ptr<const DecodedUnit>> units, std::vector<int32_t> index,
                std::vector<int64_t> row_bytes, std::vector<std::vector<int64_t>> row_shapes,
-               arrow::MemoryPool* pool);
+               std::vector<Chunk> chunks, arrow::MemoryPool* pool);
 
   /// The gather of a window made of `units` whose position i holds row rows[i].row of
-  /// unit rows[i].unit (an index into `units`). InvalidData if a column is not
-  /// fixed-width in every unit, or its rows differ in shape between units.
+  /// unit rows[i].unit (an index into `units`), its output cut into chunks ending at
+  /// `chunk_ends` (increasing, the last = rows.size(); empty: one chunk), allocated
+  /// here from `pool`. InvalidData if a column is not fixed-width in every unit, or its
+  /// rows differ in shape between units.
   static arrow::Result<std::shared_ptr<WindowGather>> Make(
       const std::vector<ColumnSpec>& specs, std::vector<std::shared_ptr<const DecodedUnit>> units,
-      const std::vector<RowRef>& rows, arrow::MemoryPool* pool);
+      const std::vector<RowRef>& rows, arrow::MemoryPool* pool,
+      std::vector<int64_t> chunk_ends = {});
 
   /// Gather columns until none is left to take, then wait until all are done. Returns
   /// the first error (also to every later caller), or Cancelled after Cancel().
@@ -61,22 +76,26 @@ class WindowGather {
   void Cancel();
 
   int64_t num_rows() const { return static_cast<int64_t>(index_.size()); }
-  /// Column c in window order (num_rows() * row_bytes[c] bytes). After Run() returned OK.
-  const std::shared_ptr<arrow::Buffer>& column(size_t c) const { return out_[c]; }
-  /// Bytes of all gathered columns.
+  /// Rows [first, last) of column c, in window order, as a slice of their chunk; null
+  /// if they span chunks. After Run() returned OK.
+  std::shared_ptr<arrow::Buffer> Rows(size_t c, int64_t first, int64_t last) const;
+  /// Copy rows [first, last) of column c to `dst`. After Run() returned OK.
+  void CopyRows(size_t c, int64_t first, int64_t last, uint8_t* dst) const;
+  /// Bytes of all chunks.
   int64_t bytes() const;
   int64_t row_bytes(size_t c) const { return row_bytes_[c]; }
   const std::vector<int64_t>& row_shape(size_t c) const { return row_shapes_[c]; }
 
  private:
   arrow::Status GatherColumn(size_t c);
+  size_t ChunkOf(int64_t row) const;
 
   std::vector<std::shared_ptr<const DecodedUnit>> units_;  // dropped once all are gathered
   std::vector<int32_t> index_;
   std::vector<int64_t> row_bytes_;
   std::vector<std::vector<int64_t>> row_shapes_;
-  arrow::MemoryPool* pool_;
-  std::vector<std::shared_ptr<arrow::Buffer>> out_;  // each written by one thread, then read
+  std::vector<Chunk> chunks_;  // each column's rows written by one thread, then read
+  arrow::MemoryPool* pool_;  // for columns read on demand (wide rows)
   std::atomic<size_t> next_{0};
   Mutex mu_;
   std::condition_variable cv_;
