@@ -95,9 +95,11 @@ def test_shuffled_hits_read_straight_from_entry_files_equal_the_uncached_epochs(
     cache_dir = str(tmp_path / "cache")
     for rank in range(world_size):
         shard = dict(rank=rank, world_size=world_size) if world_size > 1 else {}
-        plain, _ = epochs(data, None, n=5, **kw, **shard)
+        plain, plain_stats = epochs(data, None, n=5, **kw, **shard)
         cached, stats = epochs(data, cache_dir, n=5, **kw, **shard)
         assert_same(plain, cached)
+        # Columns read from an entry file count as decoded bytes, as the decoded ones do.
+        assert stats["bytes_decoded"] == plain_stats["bytes_decoded"] > 0
         assert stats["cache_hits"] > 0 and stats["cache_misses"] <= 9  # each row group once
         assert len({tuple(b["id"][:5]) for b in cached}) == len(cached)  # reshuffled
 

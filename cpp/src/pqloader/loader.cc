@@ -30,12 +30,12 @@ constexpr int64_t kSampleBlockAlignment = 64;
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
 int64_t ReadAheadBudget(int64_t max_inflight_bytes) { return max_inflight_bytes / 4; }
-// What a shuffle window's gathered rows are cut into (see WindowGather): about this
-// many bytes of whole batches.
-constexpr int64_t kWindowChunkBytes = int64_t{16} << 20;
 int64_t PipelineBudget(int64_t max_inflight_bytes) {
   return max_inflight_bytes - ReadAheadBudget(max_inflight_bytes);
 }
+// What a shuffle window's gathered rows are cut into (see WindowGather): about this
+// many bytes of whole batches.
+constexpr int64_t kWindowChunkBytes = int64_t{16} << 20;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -849,8 +849,10 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
   work->skipped_rows += decoded->skipped_rows;
-  *bytes = decoded->ByteSize();
-  work->bytes_decoded += *bytes;
+  *bytes = decoded->ByteSize();  // what it holds: a cache hit's deferred columns, nothing
+  int64_t produced = *bytes;
+  for (const ColumnData& c : decoded->columns) produced += c.deferred ? c.deferred->size() : 0;
+  work->bytes_decoded += produced;
   return decoded;
 }
 
