@@ -4,15 +4,15 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 // NumPy's C API (TensorToNumpy), from the headers of NumPy 2 (built for NumPy >= 1.23 by
 // default, pyproject.toml's dependency is >= 1.26); imported in the module's init.
 #define NPY_NO_DEPRECATED_API NPY_1_23_API_VERSION
 #define PY_ARRAY_UNIQUE_SYMBOL pqloader_ARRAY_API
 #include <numpy/arrayobject.h>
-#include <nanobind/stl/map.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/vector.h>
 
 #include <arrow/c/abi.h>
 #include <arrow/c/bridge.h>
@@ -449,7 +449,8 @@ std::shared_ptr<const ElasticBase> ToElasticBase(const nb::object& obj, int dept
 // How often a waiting next() checks for signals (Ctrl-C).
 constexpr std::chrono::milliseconds kSignalPoll{100};
 
-// Columns' names as Python strings, made once (each batch's dict takes them).
+// Columns' names as Python strings, made once (each batch's dict takes them; the specs
+// of a loader or a mixture never change).
 class ColumnNames {
  public:
   const std::vector<nb::object>& Of(const std::vector<ColumnSpec>& specs) {

@@ -302,8 +302,6 @@ class OpenEntry {
   }
   OpenEntry(const OpenEntry&) = delete;
   OpenEntry& operator=(const OpenEntry&) = delete;
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
 
   // Bytes [offset, offset + n) of the file into `out`, all of them.
   arrow::Status ReadAt(int64_t offset, int64_t n, uint8_t* out) const {
@@ -346,8 +344,9 @@ class EntryColumnBytes : public DeferredBytes {
   int64_t offset_, size_;
 };
 
-// Entry files a disk cache object keeps open for deferred columns, at most; past it,
-// entries are read whole.
+// Entry files a disk cache object keeps open for deferred columns, at most (checked
+// before each open, so threads opening at once may pass it by a few); past it, entries
+// are read whole.
 constexpr int64_t kMaxOpenDeferred = 64;
 
 // An in-progress marker as read from its file.
