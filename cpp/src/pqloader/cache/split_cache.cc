@@ -302,6 +302,7 @@ class OpenEntry {
   }
   OpenEntry(const OpenEntry&) = delete;
   OpenEntry& operator=(const OpenEntry&) = delete;
+  int fd() const { return fd_; }
 
   // Bytes [offset, offset + n) of the file into `out`, all of them.
   arrow::Status ReadAt(int64_t offset, int64_t n, uint8_t* out) const {
@@ -474,12 +475,13 @@ class DiskCache : public SplitCache {
       }
       buffer = ReadEntryFile(fd, st, verify);
     }
-    ::close(fd);
     if (buffer.ok()) {
       auto parsed = ReadCacheEntry(*buffer, key, /*checksum_verified=*/true);
       if (parsed.ok()) unit = *parsed;
     }
-    if (unit != nullptr && verify) {
+    const bool touched = unit != nullptr && TouchIfLru(fd, &st);
+    ::close(fd);
+    if (unit != nullptr && (verify || touched)) {
       MutexLock lock(memo_mu_);
       verified_.insert_or_assign(path, FileVersion(st));
     }
@@ -490,11 +492,17 @@ class DiskCache : public SplitCache {
       Remove(key, path);
       return nullptr;
     }
-    if (options_.policy == CachePolicy::kLru) {
-      ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
-    }
     ++hits_;
     return unit;
+  }
+
+  // With kLru, mark the entry open as `fd` as recently used (its mtime), and set `st` to
+  // the version that makes: the checksum checked for the version before holds for it
+  // (only the times changed), so the memo of verified versions follows the touch —
+  // touching by path afterwards made every hit of an LRU cache hash its entry again.
+  bool TouchIfLru(int fd, struct stat* st) const {
+    return options_.policy == CachePolicy::kLru && ::futimens(fd, nullptr) == 0 &&
+           ::fstat(fd, st) == 0;
   }
 
   // A verified version of a plain entry: its head and trailer only; the columns are
@@ -544,8 +552,9 @@ class DiskCache : public SplitCache {
       d.deferred = std::make_shared<EntryColumnBytes>(file, c.offset, c.bytes);
       unit->columns.push_back(std::move(d));
     }
-    if (options_.policy == CachePolicy::kLru) {
-      ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
+    if (TouchIfLru(file->fd(), &st)) {
+      MutexLock lock(memo_mu_);
+      verified_.insert_or_assign(path, FileVersion(st));
     }
     ++hits_;
     return unit;

@@ -263,6 +263,40 @@ TEST(SplitCache, AVerifiedEntryIsServedWithItsColumnsReadOnDemand) {
   EXPECT_EQ(ReadAll(*hit->columns[1].deferred), unit->columns[1].data->ToString());
 }
 
+TEST(SplitCache, AnLruCacheKeepsItsEntriesVerifiedAcrossTheTouchesOfItsHits) {
+  // A hit of an LRU cache marks its entry as recently used (mtime); the entry's version
+  // as verified follows, so later hits neither hash it again nor miss the deferred read.
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  o.policy = CachePolicy::kLru;
+  o.size_limit = 1 << 20;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("lru touched");
+  ASSERT_EQ(cache->Put(key, TwoColumnUnit(100, 0), SourceOf("/f", 1)), CacheRefusal::kNone);
+  std::string path;
+  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
+    if (e.path().extension() == ".pqc") path = e.path().string();
+  }
+  const auto mtime = fs::last_write_time(path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(cache->Get(key), nullptr);  // verified, and touched
+  EXPECT_GT(fs::last_write_time(path), mtime);
+  for (int i = 0; i < 3; ++i) {
+    auto hit = cache->GetDeferred(key);
+    ASSERT_NE(hit, nullptr);
+    EXPECT_NE(hit->columns[0].deferred, nullptr) << i;
+  }
+  // Bytes written in place are still caught (a write is a new ctime).
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-40, std::ios::end);
+    f.put('x');
+  }
+  EXPECT_EQ(cache->GetDeferred(key), nullptr);
+  EXPECT_EQ(cache->counters().corrupt, 1);
+}
+
 TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
   CacheOptions o;
   o.dir = testing::MakeTempDir() + "/cache";
