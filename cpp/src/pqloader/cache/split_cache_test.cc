@@ -55,6 +55,23 @@ class FakeSchedule : public CacheSchedule {
   }
 };
 
+// The path of the (last listed) entry file under `dir`.
+std::string EntryFileIn(const std::string& dir) {
+  std::string path;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".pqc") path = e.path().string();
+  }
+  return path;
+}
+
+// Options of a disk cache in a new directory, of one shard.
+CacheOptions OneShardCache() {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  return o;
+}
+
 int64_t EntryFiles(const std::string& dir) {
   int64_t n = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -159,16 +176,11 @@ int64_t RecordedUsage(const std::string& dir) {
 // The checksum is checked on a version's first read in the process; bytes changed in
 // place afterwards make a new version (its ctime), checked again and dropped.
 TEST(SplitCache, AnEntryDamagedAfterItsFirstReadIsCaughtOnTheNext) {
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 1;
+  CacheOptions o = OneShardCache();
   auto cache = SplitCache::Open(o);
   const std::string key = CacheKey("damaged later");
   ASSERT_EQ(cache->Put(key, UnitOfBytes(4000, 'q'), SourceOf("/f", 1)), CacheRefusal::kNone);
-  std::string path;
-  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
-    if (e.path().extension() == ".pqc") path = e.path().string();
-  }
+  const std::string path = EntryFileIn(o.dir);
   ASSERT_FALSE(path.empty());
   for (int i = 0; i < 2; ++i) {  // verified, then served as verified
     auto hit = cache->Get(key);
@@ -220,9 +232,7 @@ std::string ReadAll(const DeferredBytes& d) {
 }
 
 TEST(SplitCache, AVerifiedEntryIsServedWithItsColumnsReadOnDemand) {
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 1;
+  CacheOptions o = OneShardCache();
   auto cache = SplitCache::Open(o);
   const std::string key = CacheKey("deferred");
   const auto unit = TwoColumnUnit(1000, 7);
@@ -266,18 +276,13 @@ TEST(SplitCache, AVerifiedEntryIsServedWithItsColumnsReadOnDemand) {
 TEST(SplitCache, AnLruCacheKeepsItsEntriesVerifiedAcrossTheTouchesOfItsHits) {
   // A hit of an LRU cache marks its entry as recently used (mtime); the entry's version
   // as verified follows, so later hits neither hash it again nor miss the deferred read.
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 1;
+  CacheOptions o = OneShardCache();
   o.policy = CachePolicy::kLru;
   o.size_limit = 1 << 20;
   auto cache = SplitCache::Open(o);
   const std::string key = CacheKey("lru touched");
   ASSERT_EQ(cache->Put(key, TwoColumnUnit(100, 0), SourceOf("/f", 1)), CacheRefusal::kNone);
-  std::string path;
-  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
-    if (e.path().extension() == ".pqc") path = e.path().string();
-  }
+  const std::string path = EntryFileIn(o.dir);
   const auto mtime = fs::last_write_time(path);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_NE(cache->Get(key), nullptr);  // verified, and touched
@@ -298,9 +303,7 @@ TEST(SplitCache, AnLruCacheKeepsItsEntriesVerifiedAcrossTheTouchesOfItsHits) {
 }
 
 TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 1;
+  CacheOptions o = OneShardCache();
   auto cache = SplitCache::Open(o);
   const std::string key = CacheKey("cut short");
   ASSERT_EQ(cache->Put(key, TwoColumnUnit(5000, 0), SourceOf("/f", 1)), CacheRefusal::kNone);
@@ -308,10 +311,7 @@ TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
   auto hit = cache->GetDeferred(key);
   ASSERT_NE(hit, nullptr);
   ASSERT_NE(hit->columns[1].deferred, nullptr);
-  std::string path;
-  for (const auto& e : fs::recursive_directory_iterator(o.dir)) {
-    if (e.path().extension() == ".pqc") path = e.path().string();
-  }
+  const std::string path = EntryFileIn(o.dir);
   ASSERT_EQ(::truncate(path.c_str(), 32 * 1024), 0);  // inside the second column's bytes
   std::string out(static_cast<size_t>(hit->columns[1].deferred->size()), '\0');
   const arrow::Status st = hit->columns[1].deferred->ReadInto(reinterpret_cast<uint8_t*>(out.data()));
@@ -324,9 +324,7 @@ TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
 }
 
 TEST(SplitCache, EntriesNotPlainOrPastTheOpenFileBoundAreReadWhole) {
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 1;
+  CacheOptions o = OneShardCache();
   auto cache = SplitCache::Open(o);
   // A row mask (rows a transform skipped): not plain.
   auto masked = TwoColumnUnit(10, 0);
@@ -369,9 +367,7 @@ TEST(SplitCache, AShardsRecordedUsageIsTheSizeOfItsEntries) {
   }
   const int64_t entry = EntryBytes(probe);
   ASSERT_GT(entry, 1000);
-  CacheOptions o;
-  o.dir = testing::MakeTempDir() + "/cache";
-  o.shards = 1;
+  CacheOptions o = OneShardCache();
   o.policy = CachePolicy::kLru;
   o.size_limit = 2 * entry + entry / 2;  // two entries fit
   auto cache = SplitCache::Open(o);
