@@ -212,6 +212,10 @@ arrow::Result<std::pair<int64_t, int64_t>> CheckFrame(const uint8_t* head, int64
   return meta_at;
 }
 
+// Parse the `meta_bytes` metadata bytes at `meta` of an entry of `size` bytes (copied
+// into words first: the file's bytes need not be 8-byte aligned).
+arrow::Result<EntryMeta> ParseMetaAt(const uint8_t* meta, int64_t meta_bytes, int64_t size);
+
 arrow::Status CheckKey(const uint8_t* head, const std::string& key) {
   if (std::memcmp(head + 24, key.data(), std::min<size_t>(key.size(), kKeyBytes)) != 0 ||
       static_cast<int64_t>(key.size()) != kKeyBytes) {
@@ -299,6 +303,12 @@ arrow::Result<EntryMeta> ParseMeta(const int64_t* words, int64_t count, int64_t 
     }
   }
   return e;
+}
+
+arrow::Result<EntryMeta> ParseMetaAt(const uint8_t* meta, int64_t meta_bytes, int64_t size) {
+  std::vector<int64_t> words(meta_bytes / 8);
+  if (meta_bytes > 0) std::memcpy(words.data(), meta, meta_bytes);
+  return ParseMeta(words.data(), static_cast<int64_t>(words.size()), size);
 }
 
 }  // namespace
@@ -485,10 +495,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadCacheEntry(
     return arrow::Status::Invalid("cache entry checksum mismatch");
   }
   ARROW_RETURN_NOT_OK(CheckKey(p, key));
-  std::vector<int64_t> words(meta_bytes / 8);
-  if (meta_bytes > 0) std::memcpy(words.data(), p + meta_offset, meta_bytes);
-  ARROW_ASSIGN_OR_RAISE(EntryMeta e,
-                        ParseMeta(words.data(), static_cast<int64_t>(words.size()), size));
+  ARROW_ASSIGN_OR_RAISE(EntryMeta e, ParseMetaAt(p + meta_offset, meta_bytes, size));
   auto slice = [&](const Ref& r) {
     return r.present() ? arrow::SliceBuffer(file, r.offset, r.length)
                        : std::shared_ptr<arrow::Buffer>();
@@ -552,10 +559,7 @@ arrow::Result<std::optional<CacheEntryColumns>> ReadCacheEntryColumns(
     return arrow::Status::Invalid("the head read of a cache entry ends before its metadata");
   }
   ARROW_RETURN_NOT_OK(CheckKey(head, key));
-  std::vector<int64_t> words(meta_bytes / 8);
-  if (meta_bytes > 0) std::memcpy(words.data(), head + meta_offset, meta_bytes);
-  ARROW_ASSIGN_OR_RAISE(EntryMeta e,
-                        ParseMeta(words.data(), static_cast<int64_t>(words.size()), size));
+  ARROW_ASSIGN_OR_RAISE(EntryMeta e, ParseMetaAt(head + meta_offset, meta_bytes, size));
   if (e.row_ok.present() || e.row_major.present()) return std::nullopt;
   CacheEntryColumns out;
   out.num_rows = e.num_rows;
