@@ -212,10 +212,6 @@ arrow::Result<std::pair<int64_t, int64_t>> CheckFrame(const uint8_t* head, int64
   return meta_at;
 }
 
-// Parse the `meta_bytes` metadata bytes at `meta` of an entry of `size` bytes (copied
-// into words first: the file's bytes need not be 8-byte aligned).
-arrow::Result<EntryMeta> ParseMetaAt(const uint8_t* meta, int64_t meta_bytes, int64_t size);
-
 arrow::Status CheckKey(const uint8_t* head, const std::string& key) {
   if (std::memcmp(head + 24, key.data(), std::min<size_t>(key.size(), kKeyBytes)) != 0 ||
       static_cast<int64_t>(key.size()) != kKeyBytes) {
@@ -305,6 +301,8 @@ arrow::Result<EntryMeta> ParseMeta(const int64_t* words, int64_t count, int64_t 
   return e;
 }
 
+// Parse the `meta_bytes` metadata bytes at `meta` of an entry of `size` bytes (copied
+// into words first: the file's bytes need not be 8-byte aligned).
 arrow::Result<EntryMeta> ParseMetaAt(const uint8_t* meta, int64_t meta_bytes, int64_t size) {
   std::vector<int64_t> words(meta_bytes / 8);
   if (meta_bytes > 0) std::memcpy(words.data(), meta, meta_bytes);
