@@ -37,6 +37,18 @@ int64_t PipelineBudget(int64_t max_inflight_bytes) {
 // many bytes of whole batches.
 constexpr int64_t kWindowChunkBytes = int64_t{16} << 20;
 
+// The bytes of one row of `specs`' columns, or -1 if a dimension is known only once data
+// is decoded.
+int64_t FixedRowBytes(const std::vector<ColumnSpec>& specs) {
+  int64_t row_bytes = 0;
+  for (const ColumnSpec& spec : specs) {
+    int64_t bytes = DTypeSize(spec.dtype);
+    for (int64_t d : spec.row_shape) bytes = d < 0 || bytes < 0 ? -1 : bytes * d;
+    row_bytes = bytes < 0 || row_bytes < 0 ? -1 : row_bytes + bytes;
+  }
+  return row_bytes;
+}
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -568,12 +580,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     // within prefetch_batches of it (the consumer would wait for every window's gather,
     // and the workers idle while it takes a window's batches). Rows of unknown width:
     // never beyond prefetch_batches.
-    int64_t row_bytes = 0;
-    for (const ColumnSpec& spec : dataset_->specs()) {
-      int64_t bytes = DTypeSize(spec.dtype);
-      for (int64_t d : spec.row_shape) bytes = d < 0 || bytes < 0 ? -1 : bytes * d;
-      row_bytes = bytes < 0 || row_bytes < 0 ? -1 : row_bytes + bytes;
-    }
+    const int64_t row_bytes = FixedRowBytes(dataset_->specs());
     work.batch_bytes = [layout, row_bytes](int64_t b) {
       if (row_bytes < 0) return std::numeric_limits<int64_t>::max() / 2;
       const auto [wa, wb] = layout->WindowsMadeBy(b);
@@ -1051,12 +1058,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
         // the pool when its last batch is dropped, so a window being consumed holds
         // what the pipeline counts of it (its batches not yet taken), not all of it.
         const int64_t bs = options_.plan.batch_size;
-        int64_t row_bytes = 0;
-        for (const ColumnSpec& spec : dataset_->specs()) {
-          int64_t bytes = DTypeSize(spec.dtype);
-          for (int64_t d : spec.row_shape) bytes *= std::max<int64_t>(d, 1);
-          row_bytes += bytes;
-        }
+        const int64_t row_bytes = FixedRowBytes(dataset_->specs());  // > 0: gathered whole
         const int64_t step = bs * std::max<int64_t>(1, kWindowChunkBytes / std::max<int64_t>(1, bs * row_bytes));
         // Counted from the window's first batch boundary, so that windows of one size
         // have chunks of the same sizes (the pool recycles blocks by size).

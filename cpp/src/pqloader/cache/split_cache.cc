@@ -164,18 +164,26 @@ struct EntryFile {
   std::filesystem::file_time_type mtime;
 };
 
+// Read bytes [offset, offset + n) of `fd` into `out`: the count read, less than n only
+// where the file ends; -1 on an error (errno says which).
+int64_t PreadUpTo(int fd, uint8_t* out, int64_t n, int64_t offset) {
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, out + done, static_cast<size_t>(n - done), offset + done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    done += r;
+  }
+  return done;
+}
+
 // The header of the entry file at `path` (not following a symbolic link).
 arrow::Result<CacheEntryHeader> ReadEntryHead(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return arrow::Status::IOError(Errno("cannot open '" + path + "'"));
   std::vector<uint8_t> head(kMaxCacheEntryHeadBytes);
-  int64_t n = 0;
-  while (n < kMaxCacheEntryHeadBytes) {
-    const ssize_t r = ::pread(fd, head.data() + n, static_cast<size_t>(kMaxCacheEntryHeadBytes - n), n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    n += r;
-  }
+  const int64_t n = std::max<int64_t>(0, PreadUpTo(fd, head.data(), kMaxCacheEntryHeadBytes, 0));
   ::close(fd);
   return ParseCacheEntryHeader(head.data(), n);
 }
@@ -270,17 +278,16 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
     if (hash == nullptr) return arrow::Status::OutOfMemory("XXH3_createState");
     XXH3_64bits_reset(hash.get());
   }
-  int64_t done = 0;
-  while (done < size) {
+  for (int64_t done = 0; done < size;) {
     const int64_t want = std::min<int64_t>(kReadPieceBytes, size - done);
-    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(want), done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return arrow::Status::Invalid("cache entry shorter than its size (truncated?)");
-    const int64_t hashed_end = std::min<int64_t>(done + n, covered);
+    if (PreadUpTo(fd, out + done, want, done) != want) {
+      return arrow::Status::Invalid("cache entry shorter than its size (truncated?)");
+    }
+    const int64_t hashed_end = std::min<int64_t>(done + want, covered);
     if (verify && hashed_end > done) {
       XXH3_64bits_update(hash.get(), out + done, static_cast<size_t>(hashed_end - done));
     }
-    done += n;
+    done += want;
   }
   if (verify && !EntryChecksumMatches(out, size, XXH3_64bits_digest(hash.get()))) {
     return arrow::Status::Invalid("cache entry checksum mismatch");
@@ -306,17 +313,12 @@ class OpenEntry {
 
   // Bytes [offset, offset + n) of the file into `out`, all of them.
   arrow::Status ReadAt(int64_t offset, int64_t n, uint8_t* out) const {
-    int64_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd_, out + done, static_cast<size_t>(n - done), offset + done);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return arrow::Status::IOError(Errno("cannot read cache entry '" + path_ + "'"));
-      if (r == 0) {
-        return arrow::Status::IOError("cache entry '", path_, "' ended at byte ", offset + done,
-                                      " (", offset + n,
-                                      " expected): the file was changed while in use");
-      }
-      done += r;
+    const int64_t got = PreadUpTo(fd_, out, n, offset);
+    if (got < 0) return arrow::Status::IOError(Errno("cannot read cache entry '" + path_ + "'"));
+    if (got < n) {
+      return arrow::Status::IOError("cache entry '", path_, "' ended at byte ", offset + got,
+                                    " (", offset + n,
+                                    " expected): the file was changed while in use");
     }
     return arrow::Status::OK();
   }
@@ -481,10 +483,7 @@ class DiskCache : public SplitCache {
     }
     const bool touched = unit != nullptr && TouchIfLru(fd, &st);
     ::close(fd);
-    if (unit != nullptr && (verify || touched)) {
-      MutexLock lock(memo_mu_);
-      verified_.insert_or_assign(path, FileVersion(st));
-    }
+    if (unit != nullptr && (verify || touched)) RememberVerified(path, st);
     if (unit == nullptr) {
       // Corrupt or truncated (e.g. bytes damaged on disk): drop it; it will be refetched.
       ++corrupt_;
@@ -503,6 +502,12 @@ class DiskCache : public SplitCache {
   bool TouchIfLru(int fd, struct stat* st) const {
     return options_.policy == CachePolicy::kLru && ::futimens(fd, nullptr) == 0 &&
            ::fstat(fd, st) == 0;
+  }
+
+  // The version `st` of the entry file at `path` passed its checksum in this process.
+  void RememberVerified(const std::string& path, const struct stat& st) {
+    MutexLock lock(memo_mu_);
+    verified_.insert_or_assign(path, FileVersion(st));
   }
 
   // A verified version of a plain entry: its head and trailer only; the columns are
@@ -552,10 +557,7 @@ class DiskCache : public SplitCache {
       d.deferred = std::make_shared<EntryColumnBytes>(file, c.offset, c.bytes);
       unit->columns.push_back(std::move(d));
     }
-    if (TouchIfLru(file->fd(), &st)) {
-      MutexLock lock(memo_mu_);
-      verified_.insert_or_assign(path, FileVersion(st));
-    }
+    if (TouchIfLru(file->fd(), &st)) RememberVerified(path, st);
     ++hits_;
     return unit;
   }

@@ -82,11 +82,6 @@ void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t
   }
 }
 
-// The first `bytes` bytes of `d`, read into `out`.
-arrow::Status ReadDeferred(const DeferredBytes& d, int64_t bytes, uint8_t* out) {
-  return d.size() == bytes ? d.ReadInto(out) : d.Slice(0, bytes)->ReadInto(out);
-}
-
 // The window's values of column c, next to each other (unit after unit), in `scratch`;
 // a unit whose column is in its row-major block is copied out of it, one not read yet
 // (a cache entry's) is read straight into it.
@@ -99,7 +94,7 @@ arrow::Status ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>
     if (d.data != nullptr) {
       std::memcpy(scratch + at, d.data->data(), static_cast<size_t>(bytes));
     } else if (d.deferred != nullptr) {
-      ARROW_RETURN_NOT_OK(ReadDeferred(*d.deferred, bytes, scratch + at));
+      ARROW_RETURN_NOT_OK(d.deferred->ReadInto(scratch + at));
     } else {
       const RowMajorBlock& rm = *unit->row_major;
       const uint8_t* src = rm.data->data() + rm.offset[c];
@@ -149,7 +144,7 @@ arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
       }
       const bool columnar =
           (d.data != nullptr && d.data->size() >= unit->num_rows * d.row_bytes) ||
-          (d.deferred != nullptr && d.deferred->size() >= unit->num_rows * d.row_bytes);
+          (d.deferred != nullptr && d.deferred->size() == unit->num_rows * d.row_bytes);
       const bool in_block = unit->row_major != nullptr && unit->row_major->offset[c] >= 0;
       if (!d.samples.empty() || d.row_bytes <= 0 || (!columnar && !in_block)) {
         return arrow::Status::Invalid("column '", specs[c].name,
@@ -258,8 +253,7 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
         base[u] = d.data->data();
       } else if (d.deferred != nullptr) {
         ARROW_ASSIGN_OR_RAISE(read[u], arrow::AllocateBuffer(unit.num_rows * width, pool_));
-        ARROW_RETURN_NOT_OK(
-            ReadDeferred(*d.deferred, unit.num_rows * width, read[u]->mutable_data()));
+        ARROW_RETURN_NOT_OK(d.deferred->ReadInto(read[u]->mutable_data()));
         base[u] = read[u]->data();
       } else {
         base[u] = unit.row_major->data->data() + unit.row_major->offset[c];
