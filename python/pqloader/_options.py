@@ -304,7 +304,7 @@ ARGUMENT_DOCS = """\
             every worker decodes ahead as far as it allows. Peak memory above the
             process's baseline is about this + the row groups of the batch the consumer
             waits for (one shuffle window) + one row group read ahead + ~3x a row group
-            per worker decoding one + up to this + 32 MiB of freed buffers kept for reuse
+            per worker decoding one + up to twice this + 32 MiB of freed buffers kept for reuse
             (tested in ``python/tests/test_memory.py``).
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
             Shuffled loaders that gather whole windows also gather the next window ahead

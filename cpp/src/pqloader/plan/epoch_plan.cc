@@ -13,11 +13,15 @@ namespace {
 // Fisher-Yates shuffle driven by a counter-based stream: the result depends only on
 // (seed, purpose, ids, n). The stream is CounterRng's, computed in bulk.
 template <typename T>
-void Shuffle(std::vector<T>* v, BulkCounterRng rng) {
-  for (int64_t i = static_cast<int64_t>(v->size()) - 1; i > 0; --i) {
+void Shuffle(T* v, int64_t n, BulkCounterRng rng) {
+  for (int64_t i = n - 1; i > 0; --i) {
     const auto j = static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(i) + 1));
-    std::swap((*v)[i], (*v)[j]);
+    std::swap(v[i], v[j]);
   }
+}
+template <typename T>
+void Shuffle(std::vector<T>* v, BulkCounterRng rng) {
+  Shuffle(v->data(), static_cast<int64_t>(v->size()), rng);
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -196,12 +200,17 @@ std::pair<int64_t, int64_t> EpochPlan::PositionUnitRange(int64_t first, int64_t 
 
 std::vector<uint32_t> EpochPlan::WindowPermutation(int64_t w) const {
   if (!options_.shuffle) return {};
-  const int64_t n = window_first_row_[w + 1] - window_first_row_[w];
-  std::vector<uint32_t> perm(n);
-  std::iota(perm.begin(), perm.end(), 0u);
-  Shuffle(&perm, BulkCounterRng(CounterRng(options_.seed, RngPurpose::kWindowRows,
-                                            static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w))));
+  std::vector<uint32_t> perm(window_first_row_[w + 1] - window_first_row_[w]);
+  WindowPermutation(w, perm.data());
   return perm;
+}
+
+void EpochPlan::WindowPermutation(int64_t w, uint32_t* out) const {
+  const int64_t n = window_first_row_[w + 1] - window_first_row_[w];
+  std::iota(out, out + n, 0u);
+  if (!options_.shuffle) return;
+  Shuffle(out, n, BulkCounterRng(CounterRng(options_.seed, RngPurpose::kWindowRows,
+                                            static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w))));
 }
 
 int64_t EpochPlan::UnitOfWindowOffset(int64_t w, int64_t offset) const {

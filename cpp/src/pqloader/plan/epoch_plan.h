@@ -121,6 +121,10 @@ class EpochPlan {
   }
   /// Return the row permutation of window w (empty when not shuffling: identity).
   std::vector<uint32_t> WindowPermutation(int64_t w) const;
+  /// The same written to out[0, window rows) (the identity when not shuffling). A
+  /// window holds whole units, so out[i] is also the row, counted across the window's
+  /// units, at its position i.
+  void WindowPermutation(int64_t w, uint32_t* out) const;
   /// Return the window holding stream position `pos`.
   int64_t WindowOfRow(int64_t pos) const;
 

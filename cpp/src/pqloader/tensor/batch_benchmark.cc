@@ -14,6 +14,7 @@
 
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/tensor/window_gather.h"
 
 namespace pqloader {
 namespace {
@@ -140,6 +141,31 @@ void BM_GatherWindowByColumn(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * (kFloatColumns * 4 + kIntColumns * 8));
 }
 BENCHMARK(BM_GatherWindowByColumn)->Unit(benchmark::kMillisecond);
+
+// The loader's gather of the window (WindowGather: columns of 4 and 8 bytes in groups
+// of 32-byte rows, in chunks of ~16 MiB from the pool), on one thread.
+void BM_WindowGather(benchmark::State& state) {
+  const Window w(false);
+  const auto specs = Specs();
+  const int64_t n = kRows * kUnits;
+  std::vector<int32_t> index(n);
+  for (int64_t i = 0; i < n; ++i) index[i] = static_cast<int32_t>(w.order[i].unit * kRows + w.order[i].row);
+  std::vector<int64_t> chunk_ends;
+  for (int64_t p = 32 * kBatch; p < n; p += 32 * kBatch) chunk_ends.push_back(p);
+  chunk_ends.push_back(n);
+  const PoolCacheReservation reserve(int64_t{512} << 20);  // as a loader's: chunks recycled
+  for (auto _ : state) {
+    auto buffer = arrow::AllocateBuffer(n * 4, RecyclingPool::Global()).ValueOrDie();
+    std::memcpy(buffer->mutable_data(), index.data(), n * 4);
+    auto gather = WindowGather::Make(specs, w.units, std::move(buffer), RecyclingPool::Global(),
+                                     chunk_ends).ValueOrDie();
+    if (!gather->Run().ok()) state.SkipWithError("gather failed");
+    benchmark::DoNotOptimize(gather);
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * (kFloatColumns * 4 + kIntColumns * 8));
+}
+BENCHMARK(BM_WindowGather)->Unit(benchmark::kMillisecond);
 
 __attribute__((target("avx2"))) void Gather32Avx2(const uint32_t* src, const int32_t* idx, int64_t n,
                                                   uint32_t* out) {

@@ -86,11 +86,17 @@ arrow::Status RecyclingPool::Allocate(int64_t size, int64_t alignment, uint8_t**
     {
       MutexLock lock(mu_);
       ++recyclable_;
-      if (!free_[c].empty()) {
-        block = free_[c].back().first;  // the most recently freed: warmest in the caches
-        free_[c].pop_back();
-        cached_bytes_ -= capacity;
+      // The request's own class, else the smallest cached block of the next classes up
+      // to twice its capacity: windows of different sizes end in chunks of different
+      // sizes, and a fresh block costs its pages' faults (see the header).
+      int from = c;
+      while (from < c + kLargerClasses && from + 1 < kNumClasses && free_[from].empty()) ++from;
+      if (!free_[from].empty()) {
+        block = free_[from].back().first;  // the most recently freed: warmest in the caches
+        free_[from].pop_back();
+        cached_bytes_ -= ClassCapacity(from);
         ++recycled_;
+        if (from != c) larger_.emplace(block, from);
       } else {
         map = capacity >= kMinMappedBytes && capacity > cache_limit_ / 4;
       }
@@ -154,15 +160,24 @@ void RecyclingPool::Free(uint8_t* buffer, int64_t size, int64_t alignment) {
     bytes_allocated_ -= size;
     return;
   }
-  const int64_t capacity = BlockCapacity(size);
+  int c = SizeClass(size);
   std::vector<Evicted> evicted;
   bool mapped = false;
+  int64_t capacity = 0;
   {
     MutexLock lock(mu_);
     bytes_allocated_ -= size;
+    if (!larger_.empty()) {
+      auto it = larger_.find(buffer);
+      if (it != larger_.end()) {  // a block of a larger class: back to its own list
+        c = it->second;
+        larger_.erase(it);
+      }
+    }
+    capacity = ClassCapacity(c);
     if (capacity <= cache_limit_) {
       evicted = TrimLocked(capacity);
-      free_[SizeClass(size)].emplace_back(buffer, free_seq_++);
+      free_[c].emplace_back(buffer, free_seq_++);
       cached_bytes_ += capacity;
       buffer = nullptr;  // kept
     } else {

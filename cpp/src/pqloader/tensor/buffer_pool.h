@@ -5,14 +5,18 @@
 // and the kernel zeroing each new page (profiles showed `clear_page` at 15-26 % of CPU),
 // so blocks of at least kMinRecycledBytes go to a free list by size class when freed
 // and are handed out again by the next allocation of that class. Smaller requests go
-// straight to the underlying pool. A batch buffer handed to NumPy or torch returns here
-// when the last view is dropped (its capsule / DLPack deleter frees the arrow::Buffer).
+// straight to the underlying pool. A request no block of its class serves takes the
+// smallest cached block of up to twice its class's capacity (windows of different sizes
+// end in chunks of different sizes) before it maps fresh pages. A batch buffer handed
+// to NumPy or torch returns here when the last view is dropped (its capsule / DLPack
+// deleter frees the arrow::Buffer).
 //
 // The free lists hold at most `cache_limit()` bytes: when a freed block does not fit,
 // the blocks freed longest ago (of any size) go back to the underlying pool first, so
 // the cache follows the sizes the work allocates now. The limit is the sum of the
-// reservations of live users (each Loader reserves its max_inflight_bytes: the blocks
-// an epoch frees are the ones it allocates next), so memory held idle is bounded too.
+// reservations of live users (each Loader reserves twice its max_inflight_bytes: the
+// blocks an epoch frees are the ones it allocates next, and a shuffled run's live
+// blocks swing further than its budget), so memory held idle is bounded too.
 //
 // Blocks large against the cache (1 MiB or more, and over a quarter of its limit) are
 // mapped and unmapped directly, so that freeing one beyond the cache returns its pages
@@ -29,6 +33,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -86,6 +91,9 @@ class RecyclingPool : public arrow::MemoryPool {
  private:
   static constexpr int kSubClasses = 8;  // per power of two: at most 12.5 % slack
   static constexpr int kNumClasses = 64 * kSubClasses;
+  // A request no block of its class serves takes a cached block of one of the next
+  // kLargerClasses classes (at most twice its capacity) before a fresh one.
+  static constexpr int kLargerClasses = kSubClasses;
   static void LockForFork();
   static void UnlockAfterFork();
   static int SizeClass(int64_t size);
@@ -119,6 +127,8 @@ class RecyclingPool : public arrow::MemoryPool {
   int64_t recycled_ PQ_GUARDED_BY(mu_) = 0;
   int64_t fresh_bytes_ PQ_GUARDED_BY(mu_) = 0;
   int64_t free_seq_ PQ_GUARDED_BY(mu_) = 0;
+  // Blocks handed out for a request of a smaller class than theirs: their class.
+  std::unordered_map<uint8_t*, int> larger_ PQ_GUARDED_BY(mu_);
   // Blocks mapped directly (large against the cache), wherever they are now.
   std::unordered_set<uint8_t*> mapped_ PQ_GUARDED_BY(mu_);
   // Per size class: (block, sequence number of its free), oldest first.

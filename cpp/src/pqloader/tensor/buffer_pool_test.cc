@@ -85,6 +85,37 @@ TEST(RecyclingPool, EvictsTheOldestBlockAcrossSizeClasses) {
   pool.Free(again, large, 64);
 }
 
+TEST(RecyclingPool, ARequestTakesACachedBlockOfALargerClassUpToTwiceItsSize) {
+  RecyclingPool pool(arrow::default_memory_pool(), int64_t{64} << 20);
+  const int64_t small = kBig, larger = kBig * 3 / 2, huge = 4 * kBig;
+  ASSERT_LT(RecyclingPool::BlockCapacity(small), RecyclingPool::BlockCapacity(larger));
+  uint8_t *a = nullptr, *h = nullptr;
+  ASSERT_TRUE(pool.Allocate(larger, 64, &a).ok());
+  ASSERT_TRUE(pool.Allocate(huge, 64, &h).ok());
+  pool.Free(a, larger, 64);
+  pool.Free(h, huge, 64);
+  const int64_t cached = pool.cached_bytes();
+  uint8_t* b = nullptr;
+  ASSERT_TRUE(pool.Allocate(small, 64, &b).ok());  // no block of its class: the larger one
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(pool.cached_bytes(), cached - RecyclingPool::BlockCapacity(larger));
+  std::memset(b, 3, larger);  // the whole block is the request's
+  pool.Free(b, small, 64);  // back to its own class's list, with its own capacity
+  EXPECT_EQ(pool.cached_bytes(), cached);
+  uint8_t* c = nullptr;
+  ASSERT_TRUE(pool.Allocate(larger, 64, &c).ok());
+  EXPECT_EQ(c, a);
+  uint8_t* d = nullptr;
+  ASSERT_TRUE(pool.Allocate(small / 2 + 1, 64, &d).ok());  // more than twice: not the huge one
+  EXPECT_NE(d, h);
+  EXPECT_EQ(pool.recycled_allocations(), 2);
+  pool.Free(c, larger, 64);
+  pool.Free(d, small / 2 + 1, 64);
+  pool.ReleaseUnused();
+  EXPECT_EQ(pool.cached_bytes(), 0);
+  EXPECT_EQ(pool.bytes_allocated(), 0);
+}
+
 TEST(RecyclingPool, ReallocateKeepsTheContents) {
   RecyclingPool pool(arrow::default_memory_pool(), int64_t{64} << 20);
   uint8_t* p = nullptr;

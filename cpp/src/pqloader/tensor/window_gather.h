@@ -9,7 +9,10 @@
 // its values are copied from the units next to each other, then read at the window's
 // positions with 32-bit indices (AVX2 gathers where the CPU has them). About 70 ns per
 // row of 101 columns on this project's machine, against 220 ns for the row-major path
-// (tensor/batch_benchmark.cc).
+// (tensor/batch_benchmark.cc). Columns of 4 or 8 bytes go in groups of 32 bytes a row
+// (8 or 4 columns, with AVX2): the group's window is interleaved into 32-byte rows, and
+// each position is one load of its row, transposed back into the columns: a third less
+// time than column by column (the gather is bound by its loads).
 //
 // Only fixed-width columns (numbers and fixed-size lists of them) are gathered so.
 // A unit's column not read yet (a cache entry's, ColumnData::deferred) is read straight
@@ -19,8 +22,12 @@
 // of every column; a chunk goes back to the pool when the last batch of it is dropped,
 // so a window being consumed holds what is left of it, as the pipeline counts it. The
 // gather lets go of the units as soon as every column is gathered.
+// The index and the scratch come from the pool too: a window's transient arrays (MBs)
+// taken from the C allocator came back as fresh pages, whose faults cost more than the
+// gather in a VM (docs/performance.md).
 // Thread-safety: Run() may be called by any number of threads at once; each takes the
-// next column not yet taken, then waits for all of them. column() after Run() is OK.
+// next task (a column, or a group of columns) not yet taken, then waits for all of
+// them. Rows() and CopyRows() after Run() are OK.
 #pragma once
 
 #include <atomic>
@@ -55,18 +62,21 @@ class WindowGather {
     std::vector<int64_t> column_offset;  ///< Of each column's rows in the block.
   };
 
-  WindowGather(std::vector<std::shared_ptr<const DecodedUnit>> units, std::vector<int32_t> index,
-               std::vector<int64_t> row_bytes, std::vector<std::vector<int64_t>> row_shapes,
-               std::vector<Chunk> chunks, arrow::MemoryPool* pool);
+  WindowGather(std::vector<std::shared_ptr<const DecodedUnit>> units,
+               std::shared_ptr<arrow::Buffer> index, std::vector<int64_t> row_bytes,
+               std::vector<std::vector<int64_t>> row_shapes, std::vector<Chunk> chunks,
+               arrow::MemoryPool* pool);
 
-  /// The gather of a window made of `units` whose position i holds row rows[i].row of
-  /// unit rows[i].unit (an index into `units`), its output cut into chunks ending at
-  /// `chunk_ends` (increasing, the last = rows.size(); empty: one chunk), allocated
-  /// here from `pool`. InvalidData if a column is not fixed-width in every unit, or its
-  /// rows differ in shape between units.
+  /// The gather of a window made of `units` whose position i holds row index[i], counted
+  /// across the units (unit 0's rows first; `index`: int32 values, as many as the
+  /// window's positions, each below the units' rows), its output cut into chunks ending
+  /// at `chunk_ends` (increasing, the last = the positions; empty: one chunk), allocated
+  /// here from `pool`, as is the scratch of each column. InvalidData if a column is not
+  /// fixed-width in every unit, or its rows differ in shape between units; Invalid if
+  /// an index is out of range.
   static arrow::Result<std::shared_ptr<WindowGather>> Make(
       const std::vector<ColumnSpec>& specs, std::vector<std::shared_ptr<const DecodedUnit>> units,
-      const std::vector<RowRef>& rows, arrow::MemoryPool* pool,
+      std::shared_ptr<arrow::Buffer> index, arrow::MemoryPool* pool,
       std::vector<int64_t> chunk_ends = {});
 
   /// Gather columns until none is left to take, then wait until all are done. Returns
@@ -75,7 +85,7 @@ class WindowGather {
   /// Wake every Run() waiting, which then returns Cancelled.
   void Cancel();
 
-  int64_t num_rows() const { return static_cast<int64_t>(index_.size()); }
+  int64_t num_rows() const { return num_rows_; }
   /// Rows [first, last) of column c, in window order, as a slice of their chunk; null
   /// if they span chunks. After Run() returned OK.
   std::shared_ptr<arrow::Buffer> Rows(size_t c, int64_t first, int64_t last) const;
@@ -84,18 +94,25 @@ class WindowGather {
   /// Bytes of all chunks.
   int64_t bytes() const;
   int64_t row_bytes(size_t c) const { return row_bytes_[c]; }
+  /// The gather's tasks: columns alone or in groups (see above).
+  size_t num_tasks() const { return tasks_.size(); }
   const std::vector<int64_t>& row_shape(size_t c) const { return row_shapes_[c]; }
 
  private:
   arrow::Status GatherColumn(size_t c);
+  // Columns of one width (4 or 8 bytes) gathered together (see window_gather.cc).
+  arrow::Status GatherGroup(const std::vector<size_t>& cols);
   size_t ChunkOf(int64_t row) const;
 
-  std::vector<std::shared_ptr<const DecodedUnit>> units_;  // dropped once all are gathered
-  std::vector<int32_t> index_;
+  // Both dropped once every column is gathered.
+  std::vector<std::shared_ptr<const DecodedUnit>> units_;
+  std::shared_ptr<arrow::Buffer> index_;
+  int64_t num_rows_;
   std::vector<int64_t> row_bytes_;
   std::vector<std::vector<int64_t>> row_shapes_;
   std::vector<Chunk> chunks_;  // each column's rows written by one thread, then read
-  arrow::MemoryPool* pool_;  // for columns read on demand (wide rows)
+  std::vector<std::vector<size_t>> tasks_;  // columns gathered together, by one thread
+  arrow::MemoryPool* pool_;  // for the scratch and columns read on demand (wide rows)
   std::atomic<size_t> next_{0};
   Mutex mu_;
   std::condition_variable cv_;

@@ -61,6 +61,21 @@ std::vector<RowRef> Shuffled(const std::vector<int64_t>& rows_per_unit, uint32_t
   return rows;
 }
 
+// `rows` as a gather's index: each row counted across `units`.
+std::shared_ptr<arrow::Buffer> Index(const std::vector<std::shared_ptr<const DecodedUnit>>& units,
+                                     const std::vector<RowRef>& rows) {
+  std::vector<int32_t> first(units.size(), 0);
+  for (size_t u = 1; u < units.size(); ++u) {
+    first[u] = first[u - 1] + static_cast<int32_t>(units[u - 1]->num_rows);
+  }
+  std::string index(rows.size() * sizeof(int32_t), '\0');
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int32_t at = first[rows[i].unit] + static_cast<int32_t>(rows[i].row);
+    std::memcpy(&index[i * sizeof(int32_t)], &at, sizeof(at));
+  }
+  return arrow::Buffer::FromString(index);
+}
+
 }  // namespace
 
 TEST(WindowGather, BatchesCutFromWindowsEqualBatchesGatheredOneByOne) {
@@ -78,9 +93,9 @@ TEST(WindowGather, BatchesCutFromWindowsEqualBatchesGatheredOneByOne) {
   ASSERT_NE(w1[0]->row_major, nullptr);
   const std::vector<RowRef> r0 = Shuffled(sizes, 1), r1 = Shuffled(sizes, 2);
   auto specs = Specs(kWidths);
-  auto g0 = WindowGather::Make(specs, w0, r0, arrow::default_memory_pool()).ValueOrDie();
+  auto g0 = WindowGather::Make(specs, w0, Index(w0, r0), arrow::default_memory_pool()).ValueOrDie();
   // Window 1's rows in chunks (as the loader cuts them at batch boundaries).
-  auto g1 = WindowGather::Make(specs, w1, r1, arrow::default_memory_pool(), {32, 64, 100})
+  auto g1 = WindowGather::Make(specs, w1, Index(w1, r1), arrow::default_memory_pool(), {32, 64, 100})
                 .ValueOrDie();
   for (const auto& g : {g0, g1}) {
     arrow::Status a, b;
@@ -187,8 +202,8 @@ TEST(WindowGather, ColumnsNotReadYetAreReadStraightIntoTheGather) {
   ASSERT_EQ(mixed[1]->columns[0].data, nullptr);
   const std::vector<RowRef> rows = Shuffled(sizes, 3);
   const auto specs = Specs(kWidths);
-  auto want = WindowGather::Make(specs, mem, rows, arrow::default_memory_pool()).ValueOrDie();
-  auto got = WindowGather::Make(specs, mixed, rows, arrow::default_memory_pool()).ValueOrDie();
+  auto want = WindowGather::Make(specs, mem, Index(mem, rows), arrow::default_memory_pool()).ValueOrDie();
+  auto got = WindowGather::Make(specs, mixed, Index(mixed, rows), arrow::default_memory_pool()).ValueOrDie();
   ASSERT_TRUE(want->Run().ok());
   const arrow::Status st = got->Run();
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -198,7 +213,7 @@ TEST(WindowGather, ColumnsNotReadYetAreReadStraightIntoTheGather) {
   // A read that fails is the gather's error (the batch's, which names its files).
   std::vector<std::shared_ptr<const DecodedUnit>> failing = {mem[0], Deferred(*mem[1], true),
                                                              mem[2]};
-  auto bad = WindowGather::Make(specs, failing, rows, arrow::default_memory_pool()).ValueOrDie();
+  auto bad = WindowGather::Make(specs, failing, Index(failing, rows), arrow::default_memory_pool()).ValueOrDie();
   const arrow::Status err = bad->Run();
   EXPECT_TRUE(err.IsIOError()) << err.ToString();
   EXPECT_NE(err.message().find("entry.pqc"), std::string::npos) << err.ToString();
@@ -210,7 +225,7 @@ TEST(WindowGather, AChunkGoesBackToThePoolWhenItsLastBatchIsDropped) {
                                                            MakeUnit(1, 40, {4, 8})};
   arrow::ProxyMemoryPool pool(arrow::default_memory_pool());
   auto specs = Specs({4, 8});
-  auto g = WindowGather::Make(specs, units, Shuffled(sizes, 5), &pool, {20, 40, 60, 80})
+  auto g = WindowGather::Make(specs, units, Index(units, Shuffled(sizes, 5)), &pool, {20, 40, 60, 80})
                .ValueOrDie();
   ASSERT_TRUE(g->Run().ok());
   EXPECT_EQ(pool.bytes_allocated(), g->bytes());
@@ -222,14 +237,14 @@ TEST(WindowGather, AChunkGoesBackToThePoolWhenItsLastBatchIsDropped) {
   EXPECT_EQ(pool.bytes_allocated(), 2 * chunk);
   first.reset();
   EXPECT_EQ(pool.bytes_allocated(), chunk);
-  EXPECT_FALSE(WindowGather::Make(specs, units, Shuffled(sizes, 5), &pool, {50, 40, 80}).ok());
-  EXPECT_FALSE(WindowGather::Make(specs, units, Shuffled(sizes, 5), &pool, {20, 79}).ok());
+  EXPECT_FALSE(WindowGather::Make(specs, units, Index(units, Shuffled(sizes, 5)), &pool, {50, 40, 80}).ok());
+  EXPECT_FALSE(WindowGather::Make(specs, units, Index(units, Shuffled(sizes, 5)), &pool, {20, 79}).ok());
 }
 
 TEST(WindowGather, RefusesRaggedAndReshapedColumns) {
   auto a = MakeUnit(0, 4, {4});
   auto b = MakeUnit(1, 4, {8});
-  auto r = WindowGather::Make(Specs({4}), {a, b}, {{0, 0}, {1, 0}}, arrow::default_memory_pool());
+  auto r = WindowGather::Make(Specs({4}), {a, b}, Index({a, b}, {{0, 0}, {1, 0}}), arrow::default_memory_pool());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("different shapes"), std::string::npos);
 
@@ -237,9 +252,62 @@ TEST(WindowGather, RefusesRaggedAndReshapedColumns) {
   const int64_t off[] = {0, 4, 4, 12};
   ragged->columns[0].offsets =
       arrow::Buffer::FromString(std::string(reinterpret_cast<const char*>(off), sizeof(off)));
-  auto rr = WindowGather::Make(Specs({4}), {ragged}, {{0, 0}}, arrow::default_memory_pool());
+  auto rr = WindowGather::Make(Specs({4}), {ragged}, Index({ragged}, {{0, 0}}), arrow::default_memory_pool());
   ASSERT_FALSE(rr.ok());
   EXPECT_NE(rr.status().message().find("rows of different lengths"), std::string::npos);
+}
+
+TEST(WindowGather, ColumnsOfFourAndEightBytesGatheredInGroupsEqualTheRowsOneByOne) {
+  // 14 columns of 4 bytes and 7 of 8 among others: a group of 8 and one of 4, the rest
+  // one by one; units of uneven sizes (tails of the 8- and 4-row blocks), the middle one
+  // with its columns not read yet, the output in chunks; then every column of every
+  // position compared with AssembleBatch of the same rows.
+  std::vector<int64_t> widths;
+  for (int i = 0; i < 21; ++i) widths.push_back(i % 3 == 2 ? 8 : 4);
+  widths.insert(widths.begin() + 5, {1, 16});
+  const std::vector<int64_t> sizes = {37, 50, 13};
+  std::vector<std::shared_ptr<const DecodedUnit>> mem, mixed;
+  for (int u = 0; u < 3; ++u) {
+    mem.push_back(MakeUnit(u, sizes[u], widths));
+    mixed.push_back(u == 1 ? Deferred(*mem.back()) : mem.back());
+  }
+  const std::vector<RowRef> rows = Shuffled(sizes, 9);
+  const auto specs = Specs(widths);
+  auto want = AssembleBatch(specs, mem, 0, rows, {}, arrow::default_memory_pool()).ValueOrDie();
+  for (const auto& units : {mem, mixed}) {
+    auto g = WindowGather::Make(specs, units, Index(units, rows), arrow::default_memory_pool(),
+                                {32, 64, 100}).ValueOrDie();
+    // 23 columns: a group of 8 of the 4-byte ones and one of 4 of the 8-byte ones.
+    if (__builtin_cpu_supports("avx2")) {
+      EXPECT_EQ(g->num_tasks(), 13u);
+    }
+    arrow::Status a, b;
+    std::thread t([&] { a = g->Run(); });
+    b = g->Run();
+    t.join();
+    ASSERT_TRUE(a.ok() && b.ok()) << a.ToString() << b.ToString();
+    for (size_t c = 0; c < widths.size(); ++c) {
+      std::string got(100 * widths[c], '\0');
+      g->CopyRows(c, 0, 100, reinterpret_cast<uint8_t*>(got.data()));
+      EXPECT_EQ(got, want->columns[c].data->ToString()) << "column " << c;
+    }
+  }
+}
+
+TEST(WindowGather, RefusesAnIndexPastItsUnitsRows) {
+  auto a = MakeUnit(0, 4, {4});
+  auto b = MakeUnit(1, 4, {4});
+  for (int32_t bad : {8, -1}) {
+    std::vector<int32_t> ix = {0, 7, bad};
+    auto index = arrow::Buffer::FromString(
+        std::string(reinterpret_cast<const char*>(ix.data()), ix.size() * sizeof(int32_t)));
+    auto r = WindowGather::Make(Specs({4}), {a, b}, index, arrow::default_memory_pool());
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("out of its 8 rows"), std::string::npos)
+        << r.status().ToString();
+  }
+  EXPECT_FALSE(WindowGather::Make(Specs({4}), {a, b}, arrow::Buffer::FromString("abc"),
+                                  arrow::default_memory_pool()).ok());
 }
 
 TEST(WindowStore, MakesEachWindowOnceSharesItAndWakesWaitersOnCancel) {
@@ -249,7 +317,7 @@ TEST(WindowStore, MakesEachWindowOnceSharesItAndWakesWaitersOnCancel) {
   std::atomic<int> made{0};
   auto make = [&]() -> arrow::Result<std::shared_ptr<WindowGather>> {
     ++made;
-    return WindowGather::Make(specs, {unit}, rows, arrow::default_memory_pool());
+    return WindowGather::Make(specs, {unit}, Index({unit}, rows), arrow::default_memory_pool());
   };
   WindowStore store(std::map<int64_t, int64_t>{{0, 3}});
   // The batch that has the units makes it; two others wait for it.
