@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "pqloader/random/philox.h"
+#include "pqloader/tensor/group_rows.h"
 
 namespace pqloader {
 
@@ -164,10 +165,68 @@ void Gather(const InterleavePlan& plan, const InterleaveColumn& c) {
   for (size_t r = 0; r < n; ++r) std::memcpy(out + r, pieces[plan.piece[r]] + plan.row[r], sizeof(T));
 }
 
+
+// Columns of 4 or 8 bytes, K = kGroupBytes / W of them: each piece's drawn rows (its
+// first ones) interleaved into 32-byte rows next to each other, then gathered back into
+// the columns by one index, one load per row (tensor/group_rows.h).
+template <int W>
+void InterleaveGroupOfColumns(const InterleaveColumn* cols, const std::vector<int64_t>& used,
+                              const std::vector<int64_t>& first, const int32_t* index, int64_t n) {
+  constexpr int64_t K = kGroupBytes / W;
+  thread_local std::vector<uint8_t> staging;
+  staging.resize(static_cast<size_t>(first.back() * kGroupBytes));
+  const uint8_t* src[K];
+  for (size_t k = 0; k < used.size(); ++k) {
+    if (used[k] == 0) continue;
+    for (int64_t j = 0; j < K; ++j) src[j] = cols[j].pieces[k];
+    InterleaveGroup<W>(src, used[k], staging.data() + first[k] * kGroupBytes);
+  }
+  uint8_t* dst[K];
+  for (int64_t j = 0; j < K; ++j) dst[j] = cols[j].out;
+  GatherGroupRows<W>(staging.data(), index, n, dst);
+}
+
 }  // namespace
 
 void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& columns) {
-  for (const InterleaveColumn& c : columns) {
+  const auto n = static_cast<int64_t>(plan.piece.size());
+  // Runs of K columns of 4 or 8 bytes with the same pieces go in groups (with AVX2);
+  // the rest row by row.
+  std::vector<bool> grouped(columns.size(), false);
+  if (HasAvx2() && n > 0) {
+    const size_t pieces = columns.empty() ? 0 : columns[0].pieces.size();
+    std::vector<int64_t> used(pieces, 0), first(pieces + 1, 0);
+    for (int64_t r = 0; r < n; ++r) {
+      used[plan.piece[r]] = std::max<int64_t>(used[plan.piece[r]], plan.row[r] + 1);
+    }
+    for (size_t k = 0; k < pieces; ++k) first[k + 1] = first[k] + used[k];
+    std::vector<int32_t> index(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      index[r] = static_cast<int32_t>(first[plan.piece[r]] + plan.row[r]);
+    }
+    for (size_t c = 0; c < columns.size();) {
+      const int64_t w = columns[c].row_bytes;
+      const auto k = static_cast<size_t>(w == 4 || w == 8 ? kGroupBytes / w : 0);
+      bool run = k > 0 && c + k <= columns.size();
+      for (size_t j = c; run && j < c + k; ++j) {
+        run = columns[j].row_bytes == w && columns[j].pieces.size() == pieces;
+      }
+      if (!run) {
+        ++c;
+        continue;
+      }
+      if (w == 4) {
+        InterleaveGroupOfColumns<4>(&columns[c], used, first, index.data(), n);
+      } else {
+        InterleaveGroupOfColumns<8>(&columns[c], used, first, index.data(), n);
+      }
+      std::fill(grouped.begin() + c, grouped.begin() + c + k, true);
+      c += k;
+    }
+  }
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (grouped[i]) continue;
+    const InterleaveColumn& c = columns[i];
     switch (c.row_bytes) {
       case 1: Gather<uint8_t>(plan, c); break;
       case 2: Gather<uint16_t>(plan, c); break;

@@ -120,8 +120,10 @@ TEST(MixDraws, InterleaveTakesEachSourcesRowsInOrderAcrossPieces) {
 }
 
 TEST(MixDraws, InterleaveOfEveryWidthEqualsTheRowByRowCopy) {
-  // Three sources in five pieces, 1,000 rows drawn at random (the typed and AVX2 paths
-  // and their tails), against each row copied from (piece, row) one by one.
+  // Three sources in five pieces, 1,000 rows drawn at random; columns of 1 to 12 bytes,
+  // among them runs of 8 of 4 bytes and 4 of 8 bytes (interleaved in groups of 32-byte
+  // rows where the CPU has AVX2) and others row by row; each against its rows copied
+  // from (piece, row) one by one.
   std::mt19937 gen(4);
   std::vector<int32_t> sources(1000);
   for (int32_t& s : sources) s = static_cast<int32_t>(gen() % 3);
@@ -131,24 +133,33 @@ TEST(MixDraws, InterleaveOfEveryWidthEqualsTheRowByRowCopy) {
   std::vector<int64_t> piece_rows = {drawn[0] / 2, drawn[1] - 7, drawn[2] + 3,
                                      drawn[0] - drawn[0] / 2 + 5, 7};
   const auto plan = InterleavePlan::Make(piece_rows, piece_sources, sources.data(), 1000);
-  for (int64_t width : {1, 2, 4, 8, 12}) {
-    std::vector<std::vector<uint8_t>> pieces;
+  std::vector<int64_t> widths = {1, 2, 12};
+  widths.insert(widths.begin() + 1, 8, 4);   // a group of 8
+  widths.insert(widths.end(), 5, 8);         // a group of 4 and one alone
+  widths.push_back(4);                       // alone
+  std::vector<std::vector<std::vector<uint8_t>>> pieces(widths.size());
+  std::vector<std::vector<uint8_t>> got(widths.size()), want(widths.size());
+  std::vector<InterleaveColumn> columns(widths.size());
+  for (size_t c = 0; c < widths.size(); ++c) {
+    const int64_t width = widths[c];
     for (int64_t rows : piece_rows) {
       std::vector<uint8_t> p(static_cast<size_t>(rows * width));
       for (uint8_t& b : p) b = static_cast<uint8_t>(gen());
-      pieces.push_back(std::move(p));
+      pieces[c].push_back(std::move(p));
     }
-    std::vector<uint8_t> got(1000 * width), want(1000 * width);
+    got[c].assign(1000 * width, 0);
+    want[c].assign(1000 * width, 0);
     for (int64_t r = 0; r < 1000; ++r) {
-      std::memcpy(want.data() + r * width, pieces[plan.piece[r]].data() + plan.row[r] * width,
-                  static_cast<size_t>(width));
+      std::memcpy(want[c].data() + r * width,
+                  pieces[c][plan.piece[r]].data() + plan.row[r] * width, static_cast<size_t>(width));
     }
-    std::vector<InterleaveColumn> columns(1);
-    columns[0].out = got.data();
-    columns[0].row_bytes = width;
-    for (const auto& p : pieces) columns[0].pieces.push_back(p.data());
-    InterleaveRows(plan, columns);
-    EXPECT_EQ(got, want) << "width " << width;
+    columns[c].out = got[c].data();
+    columns[c].row_bytes = width;
+    for (const auto& p : pieces[c]) columns[c].pieces.push_back(p.data());
+  }
+  InterleaveRows(plan, columns);
+  for (size_t c = 0; c < widths.size(); ++c) {
+    EXPECT_EQ(got[c], want[c]) << "column " << c << " of " << widths[c] << " bytes";
   }
 }
 

@@ -1,0 +1,117 @@
+// Columns of one width moved as rows of 32 bytes (8 columns of 4 bytes or 4 of 8):
+// interleaved into rows by 8x8 or 4x4 transposes, and gathered back into columns one
+// 32-byte load per row. A shuffled gather is bound by its loads, so this takes one load
+// per 8 or 4 values where a column-by-column gather takes one per value. Used by the
+// window gather (tensor/window_gather.cc) and the mixture's interleave (mix/).
+// AVX2 only: callers check HasAvx2() and keep a path without it. Moves bits only.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace pqloader {
+
+/// Whether this CPU has AVX2 (checked once).
+inline bool HasAvx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
+/// The bytes of a group's row. Wider rows were slower (a window's staging of 64-byte
+/// rows of a window does not stay in the L3; docs/performance.md, ninth session).
+inline constexpr int64_t kGroupBytes = 32;
+
+// The 8 x 8 transpose of 32-bit lanes (its own inverse): rows of 8 values of 8 columns
+// to 8 values of each column, and back. Moves bits only.
+__attribute__((target("avx2"))) inline void Transpose8x32(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// The 4 x 4 transpose of 64-bit lanes (its own inverse).
+__attribute__((target("avx2"))) inline void Transpose4x64(__m256i r[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi64(r[0], r[1]), t1 = _mm256_unpackhi_epi64(r[0], r[1]);
+  const __m256i t2 = _mm256_unpacklo_epi64(r[2], r[3]), t3 = _mm256_unpackhi_epi64(r[2], r[3]);
+  r[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
+  r[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
+  r[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
+  r[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
+}
+
+// A block of K x K values of W bytes (K = kGroupBytes / W) transposed: row j read at
+// src[j], column j written at dst[j] (kGroupBytes each).
+template <int W>
+__attribute__((target("avx2"))) inline void TransposeBlock(const uint8_t* const* src,
+                                                          uint8_t* const* dst) {
+  if constexpr (W == 4) {
+    __m256 v[8];
+    for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[j]));
+    Transpose8x32(v);
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst[j]), v[j]);
+  } else {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
+    Transpose4x64(v);
+    for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
+  }
+}
+
+// out row r (kGroupBytes) = value r of each of the K = kGroupBytes / W columns in
+// `cols`, for rows [0, n).
+template <int W>
+__attribute__((target("avx2"))) inline void InterleaveGroup(const uint8_t* const* cols, int64_t n,
+                                                     uint8_t* out) {
+  constexpr int64_t K = kGroupBytes / W;
+  const uint8_t* src[K];
+  uint8_t* dst[K];
+  int64_t r = 0;
+  for (; r + K <= n; r += K) {
+    for (int64_t j = 0; j < K; ++j) {
+      src[j] = cols[j] + r * W;
+      dst[j] = out + (r + j) * kGroupBytes;
+    }
+    TransposeBlock<W>(src, dst);
+  }
+  for (; r < n; ++r) {
+    for (int64_t j = 0; j < K; ++j) std::memcpy(out + r * kGroupBytes + j * W, cols[j] + r * W, W);
+  }
+}
+
+// Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n).
+template <int W>
+__attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows, const int32_t* index,
+                                                     int64_t n, uint8_t* const* cols) {
+  constexpr int64_t K = kGroupBytes / W;
+  const uint8_t* src[K];
+  uint8_t* dst[K];
+  int64_t i = 0;
+  for (; i + K <= n; i += K) {
+    for (int64_t j = 0; j < K; ++j) {
+      src[j] = rows + static_cast<int64_t>(index[i + j]) * kGroupBytes;
+      dst[j] = cols[j] + i * W;
+    }
+    TransposeBlock<W>(src, dst);
+  }
+  for (; i < n; ++i) {
+    const uint8_t* row = rows + static_cast<int64_t>(index[i]) * kGroupBytes;
+    for (int64_t j = 0; j < K; ++j) std::memcpy(cols[j] + i * W, row + j * W, W);
+  }
+}
+
+}  // namespace pqloader
