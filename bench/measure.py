@@ -108,8 +108,8 @@ def stall_sweep(adapter, steps_ms, warm: int, max_steps: int, max_s: float, firs
                 close = getattr(it, "close", None)
                 if close:
                     close()
-            if n == 0:
-                return
+            if n == 0:  # the system gave an empty epoch: say so (not a bare StopIteration)
+                raise RuntimeError(f"epoch {state['epoch'] - 1} of the stall sweep gave no batches")
 
     gen = stream()
     out = []
