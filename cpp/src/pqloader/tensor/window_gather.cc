@@ -105,7 +105,7 @@ arrow::Status ConcatColumn(const std::vector<std::shared_ptr<const DecodedUnit>>
 }
 
 // The tasks of a window's gather: groups of kGroupBytes / width columns of width 4 or 8
-// whose every unit holds them columnar (in memory or not read yet), in the order of
+// whose every unit holds them columnar in memory, in the order of
 // their first column; every other column alone.
 std::vector<std::vector<size_t>> GatherTasks(
     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
@@ -115,10 +115,9 @@ std::vector<std::vector<size_t>> GatherTasks(
   for (size_t c = 0; c < row_bytes.size(); ++c) {
     const int64_t width = row_bytes[c];
     bool group = HasAvx2() && (width == 4 || width == 8) && rows * kGroupBytes <= kMaxScratchBytes;
-    for (const auto& unit : units) {
-      const ColumnData& d = unit->columns[c];
-      group = group && (d.data != nullptr || d.deferred != nullptr);
-    }
+    // In memory in every unit: a column not read yet (a cache hit's) is read straight
+    // into the per-column scratch, one copy less than read, then interleaved.
+    for (const auto& unit : units) group = group && unit->columns[c].data != nullptr;
     if (!group) {
       tasks.push_back({c});
       continue;
@@ -339,20 +338,7 @@ arrow::Status WindowGather::GatherGroup(const std::vector<size_t>& cols) {
   int64_t at = 0;
   for (const auto& unit : units_) {
     std::vector<const uint8_t*> src(k);
-    std::shared_ptr<arrow::Buffer> read;  // the unit's columns not read yet, read here
-    for (int64_t j = 0; j < k; ++j) {
-      const ColumnData& d = unit->columns[cols[j]];
-      if (d.data != nullptr) {
-        src[j] = d.data->data();
-        continue;
-      }
-      if (read == nullptr) {
-        ARROW_ASSIGN_OR_RAISE(read, arrow::AllocateBuffer(unit->num_rows * kGroupBytes, pool_));
-      }
-      uint8_t* to = read->mutable_data() + j * unit->num_rows * width;
-      ARROW_RETURN_NOT_OK(d.deferred->ReadInto(to));
-      src[j] = to;
-    }
+    for (int64_t j = 0; j < k; ++j) src[j] = unit->columns[cols[j]].data->data();
     uint8_t* out = staging->mutable_data() + at * kGroupBytes;
     if (width == 4) {
       InterleaveGroup<4>(src.data(), unit->num_rows, out);

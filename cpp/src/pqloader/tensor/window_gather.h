@@ -17,7 +17,7 @@
 //
 // Only fixed-width columns (numbers and fixed-size lists of them) are gathered so.
 // A unit's column not read yet (a cache entry's, ColumnData::deferred) is read straight
-// into the scratch (in a group: into a buffer of the unit's group, then interleaved).
+// into the scratch (its column is not grouped).
 // Memory: the gathered rows are held in chunks (consecutive positions, cut where the
 // loader cuts batches: a batch is a slice of one chunk), each one block with its rows
 // of every column; a chunk goes back to the pool when the last batch of it is dropped,
