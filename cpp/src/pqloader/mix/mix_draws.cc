@@ -1,6 +1,7 @@
 #include "pqloader/mix/mix_draws.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "pqloader/random/philox.h"
@@ -21,6 +22,14 @@ std::vector<double> CumulativeWeights(const std::vector<double>& weights) {
   return out;
 }
 
+std::vector<uint64_t> DrawThresholds(const std::vector<double>& cumulative) {
+  std::vector<uint64_t> out;
+  for (size_t i = 0; i + 1 < cumulative.size(); ++i) {
+    out.push_back(static_cast<uint64_t>(std::ceil(cumulative[i] * 0x1.0p53)));
+  }
+  return out;
+}
+
 namespace {
 
 // The first i with u < cumulative[i] (the last source if none): as cumulative does not
@@ -36,9 +45,10 @@ int Pick(uint64_t bits, const double* cumulative, int n) {
 // Draws per call of the lane-wise Philox: a few KiB of stack, enough lanes to vectorise.
 constexpr int64_t kBlock = 1024;
 
-// The sources of positions [start, start + count), count <= kBlock.
+// The sources of positions [start, start + count), count <= kBlock, by the thresholds of
+// DrawThresholds (the same as Pick, compared as integers: vectorised).
 void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
-               const std::vector<double>& cumulative, int32_t* out) {
+               const std::vector<uint64_t>& thresholds, int32_t* out) {
   uint32_t w0[kBlock], w1[kBlock], w2[kBlock], w3[kBlock];
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t p = static_cast<uint64_t>(start + i);
@@ -49,9 +59,13 @@ void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
   }
   const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
   Philox4x32_10Lanes(w0, w1, w2, w3, count, key);
-  const int n = static_cast<int>(cumulative.size());
+  uint64_t k[kBlock];
   for (int64_t i = 0; i < count; ++i) {
-    out[i] = Pick((static_cast<uint64_t>(w0[i]) << 32) | w1[i], cumulative.data(), n);
+    k[i] = ((static_cast<uint64_t>(w0[i]) << 32) | w1[i]) >> 11;
+    out[i] = 0;
+  }
+  for (const uint64_t t : thresholds) {
+    for (int64_t i = 0; i < count; ++i) out[i] += k[i] >= t ? 1 : 0;
   }
 }
 
@@ -60,10 +74,11 @@ void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
 template <typename Fn>
 void ForEachDrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t end,
                       const std::vector<double>& cumulative, Fn&& fn) {
+  const std::vector<uint64_t> thresholds = DrawThresholds(cumulative);
   int32_t drawn[kBlock];
   for (int64_t at = start; at < end; at += kBlock) {
     const int64_t m = std::min(kBlock, end - at);
-    DrawBlock(seed, epoch, at, m, cumulative, drawn);
+    DrawBlock(seed, epoch, at, m, thresholds, drawn);
     if (!fn(static_cast<const int32_t*>(drawn), at, m)) return;
   }
 }
@@ -84,8 +99,9 @@ int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
 
 void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
                  const std::vector<double>& cumulative, int32_t* out) {
+  const std::vector<uint64_t> thresholds = DrawThresholds(cumulative);
   for (int64_t at = 0; at < count; at += kBlock) {  // straight into `out`
-    DrawBlock(seed, epoch, start + at, std::min(kBlock, count - at), cumulative, out + at);
+    DrawBlock(seed, epoch, start + at, std::min(kBlock, count - at), thresholds, out + at);
   }
 }
 
@@ -131,26 +147,38 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
 InterleavePlan InterleavePlan::Make(const std::vector<int64_t>& piece_rows,
                                    const std::vector<int32_t>& piece_sources,
                                    const int32_t* sources, int64_t rows) {
+  const size_t pieces = piece_rows.size();
   int32_t num_sources = 0;
   for (int32_t s : piece_sources) num_sources = std::max(num_sources, s + 1);
-  std::vector<std::vector<int32_t>> by_source(static_cast<size_t>(num_sources));
-  for (size_t k = 0; k < piece_sources.size(); ++k) {
-    by_source[piece_sources[k]].push_back(static_cast<int32_t>(k));
-  }
-  std::vector<size_t> at(static_cast<size_t>(num_sources), 0);
-  std::vector<int64_t> used(static_cast<size_t>(num_sources), 0);
   InterleavePlan plan;
+  plan.first.assign(pieces + 1, 0);
+  for (size_t k = 0; k < pieces; ++k) plan.first[k + 1] = plan.first[k] + piece_rows[k];
+  plan.used.assign(pieces, 0);
+  // Per source: its pieces, the one it draws from now (-1: none yet), and the next row
+  // of that one and its end, both counted across the pieces.
+  std::vector<std::vector<int32_t>> by_source(static_cast<size_t>(num_sources));
+  for (size_t k = 0; k < pieces; ++k) by_source[piece_sources[k]].push_back(static_cast<int32_t>(k));
+  std::vector<size_t> at(static_cast<size_t>(num_sources), 0);
+  std::vector<int32_t> current(static_cast<size_t>(num_sources), -1);
+  std::vector<int64_t> next(static_cast<size_t>(num_sources), 0), end(static_cast<size_t>(num_sources), 0);
   plan.piece.resize(static_cast<size_t>(rows));
-  plan.row.resize(static_cast<size_t>(rows));
+  plan.index.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t s = sources[r];
-    const auto& list = by_source[s];
-    while (used[s] == piece_rows[list[at[s]]]) {
-      ++at[s];
-      used[s] = 0;
+    while (next[s] == end[s]) {  // the source's next piece (rarely: a batch's worth)
+      const int32_t k = by_source[s][at[s]++];
+      current[s] = k;
+      next[s] = plan.first[k];
+      end[s] = plan.first[k + 1];
     }
-    plan.piece[r] = list[at[s]];
-    plan.row[r] = static_cast<int32_t>(used[s]++);
+    plan.piece[r] = current[s];
+    plan.index[r] = static_cast<int32_t>(next[s]++);
+  }
+  for (int32_t s = 0; s < num_sources; ++s) {  // pieces before the current are used whole
+    for (size_t j = 0; j < at[s]; ++j) {
+      const int32_t k = by_source[s][j];
+      plan.used[k] = k == current[s] ? next[s] - plan.first[k] : piece_rows[k];
+    }
   }
   return plan;
 }
@@ -162,28 +190,31 @@ void Gather(const InterleavePlan& plan, const InterleaveColumn& c) {
   T* out = reinterpret_cast<T*>(c.out);
   const auto* pieces = reinterpret_cast<const T* const*>(c.pieces.data());
   const size_t n = plan.piece.size();
-  for (size_t r = 0; r < n; ++r) std::memcpy(out + r, pieces[plan.piece[r]] + plan.row[r], sizeof(T));
+  for (size_t r = 0; r < n; ++r) {
+    const int32_t k = plan.piece[r];
+    std::memcpy(out + r, pieces[k] + (plan.index[r] - plan.first[k]), sizeof(T));
+  }
 }
 
 
 // Columns of 4 or 8 bytes, K = kGroupBytes / W of them: each piece's drawn rows (its
-// first ones) interleaved into 32-byte rows next to each other, then gathered back into
-// the columns by one index, one load per row (tensor/group_rows.h).
+// first ones) interleaved into 32-byte rows at the piece's place in the plan's count,
+// then gathered back into the columns by the plan's index, one load per row
+// (tensor/group_rows.h).
 template <int W>
-void InterleaveGroupOfColumns(const InterleaveColumn* cols, const std::vector<int64_t>& used,
-                              const std::vector<int64_t>& first, const int32_t* index, int64_t n) {
+void InterleaveGroupOfColumns(const InterleaveColumn* cols, const InterleavePlan& plan) {
   constexpr int64_t K = kGroupBytes / W;
   thread_local std::vector<uint8_t> staging;
-  staging.resize(static_cast<size_t>(first.back() * kGroupBytes));
+  staging.resize(static_cast<size_t>(plan.first.back() * kGroupBytes));
   const uint8_t* src[K];
-  for (size_t k = 0; k < used.size(); ++k) {
-    if (used[k] == 0) continue;
+  for (size_t k = 0; k < plan.used.size(); ++k) {
+    if (plan.used[k] == 0) continue;
     for (int64_t j = 0; j < K; ++j) src[j] = cols[j].pieces[k];
-    InterleaveGroup<W>(src, used[k], staging.data() + first[k] * kGroupBytes);
+    InterleaveGroup<W>(src, plan.used[k], staging.data() + plan.first[k] * kGroupBytes);
   }
   uint8_t* dst[K];
   for (int64_t j = 0; j < K; ++j) dst[j] = cols[j].out;
-  GatherGroupRows<W>(staging.data(), index, n, dst);
+  GatherGroupRows<W>(staging.data(), plan.index.data(), static_cast<int64_t>(plan.index.size()), dst);
 }
 
 }  // namespace
@@ -194,16 +225,7 @@ void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& c
   // the rest row by row.
   std::vector<bool> grouped(columns.size(), false);
   if (HasAvx2() && n > 0) {
-    const size_t pieces = columns.empty() ? 0 : columns[0].pieces.size();
-    std::vector<int64_t> used(pieces, 0), first(pieces + 1, 0);
-    for (int64_t r = 0; r < n; ++r) {
-      used[plan.piece[r]] = std::max<int64_t>(used[plan.piece[r]], plan.row[r] + 1);
-    }
-    for (size_t k = 0; k < pieces; ++k) first[k + 1] = first[k] + used[k];
-    std::vector<int32_t> index(static_cast<size_t>(n));
-    for (int64_t r = 0; r < n; ++r) {
-      index[r] = static_cast<int32_t>(first[plan.piece[r]] + plan.row[r]);
-    }
+    const size_t pieces = plan.used.size();
     for (size_t c = 0; c < columns.size();) {
       const int64_t w = columns[c].row_bytes;
       const auto k = static_cast<size_t>(w == 4 || w == 8 ? kGroupBytes / w : 0);
@@ -216,9 +238,9 @@ void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& c
         continue;
       }
       if (w == 4) {
-        InterleaveGroupOfColumns<4>(&columns[c], used, first, index.data(), n);
+        InterleaveGroupOfColumns<4>(&columns[c], plan);
       } else {
-        InterleaveGroupOfColumns<8>(&columns[c], used, first, index.data(), n);
+        InterleaveGroupOfColumns<8>(&columns[c], plan);
       }
       std::fill(grouped.begin() + c, grouped.begin() + c + k, true);
       c += k;
@@ -234,7 +256,8 @@ void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& c
       case 8: Gather<uint64_t>(plan, c); break;
       default:
         for (size_t r = 0; r < plan.piece.size(); ++r) {
-          std::memcpy(c.out + r * c.row_bytes, c.pieces[plan.piece[r]] + plan.row[r] * c.row_bytes,
+          std::memcpy(c.out + r * c.row_bytes,
+                      c.pieces[plan.piece[r]] + plan.row(static_cast<int64_t>(r)) * c.row_bytes,
                       static_cast<size_t>(c.row_bytes));
         }
     }

@@ -18,6 +18,12 @@ namespace pqloader {
 /// Cumulative probabilities of `weights` (positive, any scale), the last exactly 1.
 std::vector<double> CumulativeWeights(const std::vector<double>& weights);
 
+/// The draw's integer form: with k = the 53 bits of a draw (u = k * 2^-53), the source
+/// is the number of thresholds <= k, threshold i being ceil(cumulative[i] * 2^53) for
+/// i < n - 1: cumulative[i] <= u exactly when threshold i <= k (both sides scaled by a
+/// power of two, so without rounding). Bulk draws compare integers.
+std::vector<uint64_t> DrawThresholds(const std::vector<double>& cumulative);
+
 /// The source of position `position` of mixture epoch `epoch`.
 int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
                const std::vector<double>& cumulative);
@@ -48,18 +54,23 @@ struct InterleaveColumn {
   std::vector<const uint8_t*> pieces;  ///< One pointer per piece (InterleavePlan order).
 };
 
-/// Where each row of a mixed batch comes from: (piece, row within it). Pieces hold the
-/// rows of one source each (piece_sources[k]), a source's pieces taken in order; the
-/// pieces must hold enough rows of every source drawn.
+/// Where each row of a mixed batch comes from. Pieces hold the rows of one source each
+/// (piece_sources[k]), a source's pieces taken in order; the pieces must hold enough rows
+/// of every source drawn. Rows are counted across the pieces, piece 0's first: piece k's
+/// rows are [first[k], first[k + 1]), of which its first used[k] are drawn.
 struct InterleavePlan {
-  std::vector<int32_t> piece;
-  std::vector<int32_t> row;
+  std::vector<int32_t> piece;   ///< Row r's piece.
+  std::vector<int32_t> index;   ///< Row r's row, counted across the pieces.
+  std::vector<int64_t> first;   ///< Per piece, + the total at the end.
+  std::vector<int64_t> used;    ///< Per piece.
+  /// Row r's row within its piece.
+  int64_t row(int64_t r) const { return index[r] - first[piece[r]]; }
   static InterleavePlan Make(const std::vector<int64_t>& piece_rows,
                              const std::vector<int32_t>& piece_sources, const int32_t* sources,
                              int64_t rows);
 };
 
-/// Fill every column's output: row r of column c is row plan.row[r] of piece
+/// Fill every column's output: row r of column c is row plan.row(r) of piece
 /// plan.piece[r] of that column (typed loads for 1/2/4/8-byte rows, memcpy otherwise).
 void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& columns);
 

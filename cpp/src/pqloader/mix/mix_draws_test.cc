@@ -55,6 +55,22 @@ TEST(MixDraws, BulkDrawsEqualOnePositionDraws) {
   EXPECT_EQ(EpochLengthUntilExhausted(99, 4, cum, rows, false, 1 << 30), expect);
 }
 
+TEST(MixDraws, ThresholdsSplitThe53BitDrawsWhereTheCumulativeWeightsDo) {
+  // Source i is the count of cumulative[j] <= u, u = k * 2^-53 (the contract); bulk draws
+  // count thresholds <= k. At k = threshold - 1 and k = threshold the two must agree,
+  // for cumulative values whose scaled value is a whole number or not.
+  const std::vector<double> cum = {0.1, 1.0 / 3.0, 0.5, std::nextafter(0.7, 1.0), 0x1.0p-60, 1.0};
+  const std::vector<uint64_t> t = DrawThresholds(cum);
+  ASSERT_EQ(t.size(), cum.size() - 1);
+  for (size_t i = 0; i < t.size(); ++i) {
+    for (uint64_t k : {t[i] - 1, t[i], t[i] + 1}) {
+      if (t[i] == 0 && k == t[i] - 1) continue;
+      const double u = static_cast<double>(k) * 0x1.0p-53;
+      EXPECT_EQ(cum[i] <= u, k >= t[i]) << "cumulative " << cum[i] << ", k " << k;
+    }
+  }
+}
+
 TEST(MixDraws, ADrawDependsOnSeedEpochAndPositionOnly) {
   const auto cum = CumulativeWeights({1, 1, 1, 1});
   std::vector<int32_t> run(1000), part(400);
@@ -106,7 +122,10 @@ TEST(MixDraws, InterleaveTakesEachSourcesRowsInOrderAcrossPieces) {
   const std::vector<int32_t> sources = {1, 0, 0, 1, 0};
   const auto plan = InterleavePlan::Make({2, 2, 1}, {0, 1, 0}, sources.data(), 5);
   EXPECT_EQ(plan.piece, (std::vector<int32_t>{1, 0, 0, 1, 2}));
-  EXPECT_EQ(plan.row, (std::vector<int32_t>{0, 0, 1, 1, 0}));
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < 5; ++r) rows.push_back(plan.row(r));
+  EXPECT_EQ(rows, (std::vector<int64_t>{0, 0, 1, 1, 0}));
+  EXPECT_EQ(plan.used, (std::vector<int64_t>{2, 2, 1}));
   std::vector<int64_t> out(5);
   // A second column of 3-byte rows, through the generic path.
   const std::vector<uint8_t> w1 = {1, 1, 1, 2, 2, 2}, w2 = {3, 3, 3}, wb = {7, 7, 7, 8, 8, 8};
@@ -151,7 +170,7 @@ TEST(MixDraws, InterleaveOfEveryWidthEqualsTheRowByRowCopy) {
     want[c].assign(1000 * width, 0);
     for (int64_t r = 0; r < 1000; ++r) {
       std::memcpy(want[c].data() + r * width,
-                  pieces[c][plan.piece[r]].data() + plan.row[r] * width, static_cast<size_t>(width));
+                  pieces[c][plan.piece[r]].data() + plan.row(r) * width, static_cast<size_t>(width));
     }
     columns[c].out = got[c].data();
     columns[c].row_bytes = width;

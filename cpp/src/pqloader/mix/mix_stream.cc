@@ -268,7 +268,7 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
       for (int64_t r = 0; r < count; ++r) {
         const size_t k = static_cast<size_t>(plan.piece[r]);
         const auto* in = reinterpret_cast<const int64_t*>(piece_batch[k]->columns[c].offsets->data());
-        const int64_t row = piece_first[k] + plan.row[r];
+        const int64_t row = piece_first[k] + plan.row(r);
         off[r + 1] = off[r] + (in[row + 1] - in[row]);
       }
       ARROW_ASSIGN_OR_RAISE(auto data, arrow::AllocateBuffer(off[count], pool_));
@@ -276,7 +276,7 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
         const size_t k = static_cast<size_t>(plan.piece[r]);
         const BatchColumn& in = piece_batch[k]->columns[c];
         const auto* in_off = reinterpret_cast<const int64_t*>(in.offsets->data());
-        const int64_t row = piece_first[k] + plan.row[r];
+        const int64_t row = piece_first[k] + plan.row(r);
         if (off[r + 1] > off[r]) {
           std::memcpy(data->mutable_data() + off[r], in.data->data() + in_off[row],
                       static_cast<size_t>(off[r + 1] - off[r]));
