@@ -152,6 +152,9 @@ TEST(MixDraws, InterleaveOfEveryWidthEqualsTheRowByRowCopy) {
   std::vector<int64_t> piece_rows = {drawn[0] / 2, drawn[1] - 7, drawn[2] + 3,
                                      drawn[0] - drawn[0] / 2 + 5, 7};
   const auto plan = InterleavePlan::Make(piece_rows, piece_sources, sources.data(), 1000);
+  // Rows drawn of each piece: the first pieces of a source whole, its last in part.
+  EXPECT_EQ(plan.used, (std::vector<int64_t>{drawn[0] / 2, drawn[1] - 7, drawn[2],
+                                             drawn[0] - drawn[0] / 2, 7}));
   std::vector<int64_t> widths = {1, 2, 12};
   widths.insert(widths.begin() + 1, 8, 4);   // a group of 8
   widths.insert(widths.end(), 5, 8);         // a group of 4 and one alone
