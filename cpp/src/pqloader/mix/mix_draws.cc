@@ -147,40 +147,46 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
 InterleavePlan InterleavePlan::Make(const std::vector<int64_t>& piece_rows,
                                    const std::vector<int32_t>& piece_sources,
                                    const int32_t* sources, int64_t rows) {
+  InterleavePlan plan;
+  plan.Reset(piece_rows, piece_sources, sources, rows);
+  return plan;
+}
+
+void InterleavePlan::Reset(const std::vector<int64_t>& piece_rows,
+                           const std::vector<int32_t>& piece_sources, const int32_t* sources,
+                           int64_t rows) {
   const size_t pieces = piece_rows.size();
   int32_t num_sources = 0;
   for (int32_t s : piece_sources) num_sources = std::max(num_sources, s + 1);
-  InterleavePlan plan;
-  plan.first.assign(pieces + 1, 0);
-  for (size_t k = 0; k < pieces; ++k) plan.first[k + 1] = plan.first[k] + piece_rows[k];
-  plan.used.assign(pieces, 0);
-  // Per source: its pieces, the one it draws from now (-1: none yet), and the next row
-  // of that one and its end, both counted across the pieces.
-  std::vector<std::vector<int32_t>> by_source(static_cast<size_t>(num_sources));
-  for (size_t k = 0; k < pieces; ++k) by_source[piece_sources[k]].push_back(static_cast<int32_t>(k));
-  std::vector<size_t> at(static_cast<size_t>(num_sources), 0);
-  std::vector<int32_t> current(static_cast<size_t>(num_sources), -1);
-  std::vector<int64_t> next(static_cast<size_t>(num_sources), 0), end(static_cast<size_t>(num_sources), 0);
-  plan.piece.resize(static_cast<size_t>(rows));
-  plan.index.resize(static_cast<size_t>(rows));
+  const auto n = static_cast<size_t>(num_sources);
+  first.assign(pieces + 1, 0);
+  for (size_t k = 0; k < pieces; ++k) first[k + 1] = first[k] + piece_rows[k];
+  current_.assign(n, -1);
+  next_.assign(n, 0);
+  end_.assign(n, 0);
+  scan_.assign(n, 0);
+  piece.resize(static_cast<size_t>(rows));
+  index.resize(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t s = sources[r];
-    while (next[s] == end[s]) {  // the source's next piece (rarely: a batch's worth)
-      const int32_t k = by_source[s][at[s]++];
-      current[s] = k;
-      next[s] = plan.first[k];
-      end[s] = plan.first[k + 1];
+    while (next_[s] == end_[s]) {  // the source's next piece (rarely: a batch's worth)
+      size_t k = scan_[s];
+      while (piece_sources[k] != s) ++k;
+      scan_[s] = k + 1;
+      current_[s] = static_cast<int32_t>(k);
+      next_[s] = first[k];
+      end_[s] = first[k + 1];
     }
-    plan.piece[r] = current[s];
-    plan.index[r] = static_cast<int32_t>(next[s]++);
+    piece[r] = current_[s];
+    index[r] = static_cast<int32_t>(next_[s]++);
   }
-  for (int32_t s = 0; s < num_sources; ++s) {  // pieces before the current are used whole
-    for (size_t j = 0; j < at[s]; ++j) {
-      const int32_t k = by_source[s][j];
-      plan.used[k] = k == current[s] ? next[s] - plan.first[k] : piece_rows[k];
-    }
+  // A source's pieces before its current one are used whole, those after not at all.
+  used.assign(pieces, 0);
+  for (size_t k = 0; k < pieces; ++k) {
+    const int32_t s = piece_sources[k];
+    if (current_[s] < 0 || k > static_cast<size_t>(current_[s])) continue;
+    used[k] = static_cast<int32_t>(k) == current_[s] ? next_[s] - first[k] : piece_rows[k];
   }
-  return plan;
 }
 
 namespace {
@@ -223,7 +229,8 @@ void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& c
   const auto n = static_cast<int64_t>(plan.piece.size());
   // Runs of K columns of 4 or 8 bytes with the same pieces go in groups (with AVX2);
   // the rest row by row.
-  std::vector<bool> grouped(columns.size(), false);
+  thread_local std::vector<uint8_t> grouped;
+  grouped.assign(columns.size(), 0);
   if (HasAvx2() && n > 0) {
     const size_t pieces = plan.used.size();
     for (size_t c = 0; c < columns.size();) {
@@ -242,12 +249,12 @@ void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& c
       } else {
         InterleaveGroupOfColumns<8>(&columns[c], plan);
       }
-      std::fill(grouped.begin() + c, grouped.begin() + c + k, true);
+      std::fill(grouped.begin() + c, grouped.begin() + c + k, uint8_t{1});
       c += k;
     }
   }
   for (size_t i = 0; i < columns.size(); ++i) {
-    if (grouped[i]) continue;
+    if (grouped[i] != 0) continue;
     const InterleaveColumn& c = columns[i];
     switch (c.row_bytes) {
       case 1: Gather<uint8_t>(plan, c); break;

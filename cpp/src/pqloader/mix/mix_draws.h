@@ -10,6 +10,7 @@
 // (docs/determinism.md, "Mixtures"). Thread-safety: pure functions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -68,6 +69,17 @@ struct InterleavePlan {
   static InterleavePlan Make(const std::vector<int64_t>& piece_rows,
                              const std::vector<int32_t>& piece_sources, const int32_t* sources,
                              int64_t rows);
+  /// The same plan made in place, reusing this one's memory (a stream's plan per batch
+  /// allocates nothing once its vectors have grown).
+  void Reset(const std::vector<int64_t>& piece_rows, const std::vector<int32_t>& piece_sources,
+             const int32_t* sources, int64_t rows);
+
+ private:
+  // Per source while planning: its current piece (-1: none yet), the next row of it and
+  // its end (counted across the pieces), and where to look for its next piece.
+  std::vector<int32_t> current_;
+  std::vector<int64_t> next_, end_;
+  std::vector<std::size_t> scan_;
 };
 
 /// Fill every column's output: row r of column c is row plan.row(r) of piece

@@ -189,10 +189,14 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
 
 arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   // Pieces: the held batches that give rows to this batch, in order per source.
-  std::vector<int64_t> piece_rows;
-  std::vector<int32_t> piece_sources;
-  std::vector<const Batch*> piece_batch;
-  std::vector<int64_t> piece_first;
+  std::vector<int64_t>& piece_rows = piece_rows_;
+  std::vector<int32_t>& piece_sources = piece_sources_;
+  std::vector<const Batch*>& piece_batch = piece_batch_;
+  std::vector<int64_t>& piece_first = piece_first_;
+  piece_rows.clear();
+  piece_sources.clear();
+  piece_batch.clear();
+  piece_first.clear();
   for (size_t i = 0; i < sources_.size(); ++i) {
     int64_t left = need_[i];
     for (const Held& h : sources_[i].held) {
@@ -205,7 +209,8 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
       left -= take;
     }
   }
-  const InterleavePlan plan = InterleavePlan::Make(piece_rows, piece_sources, draws_.data(), count);
+  plan_.Reset(piece_rows, piece_sources, draws_.data(), count);
+  const InterleavePlan& plan = plan_;
   auto batch = std::make_shared<Batch>();
   batch->epoch = options_.epoch;
   batch->index = next_batch_;
@@ -213,7 +218,10 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   // Fixed-width columns share one block from the pool (64-byte aligned slices): one
   // allocation per batch, of a size the pool recycles.
   constexpr int64_t kAlign = 64;
-  std::vector<int64_t> row_bytes(specs_.size(), 0), at(specs_.size(), 0);
+  std::vector<int64_t>& row_bytes = row_bytes_;
+  std::vector<int64_t>& at = at_;
+  row_bytes.assign(specs_.size(), 0);
+  at.assign(specs_.size(), 0);
   int64_t block_bytes = 0;
   for (size_t c = 0; c < specs_.size(); ++c) {
     const BatchColumn& first = piece_batch[0]->columns[c];
@@ -243,7 +251,10 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> block,
                         arrow::AllocateBuffer(std::max<int64_t>(block_bytes, 1), kAlign, pool_));
   batch->owned_bytes += block->size();
-  std::vector<InterleaveColumn> fixed;
+  // The fixed-width columns' interleave, in fixed_[0, num_fixed) (their piece vectors
+  // reused).
+  size_t num_fixed = 0;
+  batch->columns.reserve(specs_.size());
   for (size_t c = 0; c < specs_.size(); ++c) {
     BatchColumn out;
     const BatchColumn& first = piece_batch[0]->columns[c];
@@ -252,13 +263,14 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
     if (out.kind == ColumnKind::kTensor) {
       out.shape = first.shape;
       out.shape[0] = count;
-      InterleaveColumn col;
+      if (fixed_.size() == num_fixed) fixed_.emplace_back();
+      InterleaveColumn& col = fixed_[num_fixed++];
       col.out = block->mutable_data() + at[c];
       col.row_bytes = row_bytes[c];
+      col.pieces.clear();
       for (size_t k = 0; k < piece_batch.size(); ++k) {
         col.pieces.push_back(piece_batch[k]->columns[c].data->data() + piece_first[k] * row_bytes[c]);
       }
-      fixed.push_back(std::move(col));
       out.data = arrow::SliceBuffer(block, at[c], count * row_bytes[c]);
     } else {
       // Variable-length rows: offsets, then each row's bytes.
@@ -289,7 +301,8 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
     }
     batch->columns.push_back(std::move(out));
   }
-  InterleaveRows(plan, fixed);
+  fixed_.resize(num_fixed);
+  InterleaveRows(plan, fixed_);
   return batch;
 }
 

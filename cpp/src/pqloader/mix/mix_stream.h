@@ -27,6 +27,7 @@
 #include <arrow/memory_pool.h>
 #include <arrow/result.h>
 
+#include "pqloader/mix/mix_draws.h"
 #include "pqloader/tensor/batch.h"
 
 namespace pqloader {
@@ -109,6 +110,13 @@ class MixStream {
   bool drawn_ = false;  // draws_ hold the draws of batch next_batch_
   std::vector<int32_t> draws_;
   std::vector<int64_t> need_;
+  // Assemble()'s working memory, kept between batches: a batch allocates only its output.
+  std::vector<int64_t> piece_rows_, piece_first_;
+  std::vector<int32_t> piece_sources_;
+  std::vector<const Batch*> piece_batch_;
+  InterleavePlan plan_;
+  std::vector<InterleaveColumn> fixed_;
+  std::vector<int64_t> row_bytes_, at_;
   bool stopped_ = false;
 };
 
