@@ -186,20 +186,29 @@ class Mixture:
                 return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype != object else v
                         for k, v in b.items()}
         while stop is None or epoch < stop:
-            yield from self._epoch_batches(epoch, batch, generation, to_torch)
+            then_next = stop is None or epoch + 1 < stop
+            yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
             epoch, batch = epoch + 1, 0
         self._epoch, self._batch = epoch, 0
         self._active_end = None  # the iteration is complete
 
-    def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any) -> Iterator[dict[str, Any]]:
+    def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any,
+                       then_next: bool) -> Iterator[dict[str, Any]]:
         for loader in self._loaders:
             loader._cursor.invalidate()  # the loaders' own iterators stop
+        # With then_next, the stream starts the sources' next epoch while this one ends
+        # (MixStreamOptions::then_next_epoch), and the next epoch's length is drawn half
+        # way, while the sources decode, not at the boundary.
         stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
                                  self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
-                                 self.epoch_samples(epoch), self.num_batches(epoch), self._source_column)
+                                 self.epoch_samples(epoch), self.num_batches(epoch), self._source_column,
+                                 then_next)
         transform = self._batch_transform
+        half = (batch + self.num_batches(epoch)) // 2 if then_next else -1
         try:
             for b in range(batch, self.num_batches(epoch)):
+                if b == half:
+                    self.epoch_samples(epoch + 1)
                 if generation != self._generation:
                     raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch "
                                        "or load_state_dict replaced it")

@@ -800,7 +800,7 @@ class PyMixStream {
   PyMixStream(const std::vector<nb::object>& loaders, const std::vector<uint64_t>& seeds,
               const std::vector<int64_t>& rows, const std::vector<double>& cumulative, uint64_t seed,
               int64_t batch_size, int64_t epoch, int64_t first_batch, int64_t samples,
-              int64_t num_batches, const nb::object& source_column)
+              int64_t num_batches, const nb::object& source_column, bool then_next_epoch)
       : loaders_(loaders) {
     if (seeds.size() != loaders.size() || rows.size() != loaders.size()) {
       throw nb::value_error("MixStream: one seed and row count per source");
@@ -820,6 +820,7 @@ class PyMixStream {
     o.first_batch = first_batch;
     o.samples = samples;
     o.num_batches = num_batches;
+    o.then_next_epoch = then_next_epoch;
     specs_ = sources[0].loader->specs();
     nb::gil_scoped_release release;
     stream_ = Check(MixStream::Make(std::move(sources), std::move(o), RecyclingPool::Global()));
@@ -927,9 +928,10 @@ NB_MODULE(_core, m) {
   nb::class_<pqloader::PyMixStream>(m, "MixStream")
       .def(nb::init<const std::vector<nb::object>&, const std::vector<uint64_t>&,
                     const std::vector<int64_t>&, const std::vector<double>&, uint64_t, int64_t,
-                    int64_t, int64_t, int64_t, int64_t, const nb::object&>(),
+                    int64_t, int64_t, int64_t, int64_t, const nb::object&, bool>(),
            "loaders"_a, "seeds"_a, "rows"_a, "cumulative"_a, "seed"_a, "batch_size"_a, "epoch"_a,
-           "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none())
+           "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none(),
+           "then_next_epoch"_a = false)
       .def("next", &pqloader::PyMixStream::Next)
       .def("stop", &pqloader::PyMixStream::Stop);
   m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);

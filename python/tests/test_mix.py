@@ -153,6 +153,28 @@ def test_epochs_differ_and_set_epoch_replays(sources):
     assert not np.array_equal(both[0]["source"], both[5]["source"])
 
 
+def test_each_next_epoch_starts_while_one_ends_with_the_same_batches(sources):
+    """An iteration of several epochs starts the sources' next epoch before the current
+    one's last batches (no boundary wait); the batches are those of epochs read one by
+    one, and a one-epoch iteration starts nothing ahead."""
+    root, _ = sources
+    kw = dict(seed=6, batch_size=50)
+    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=3, **kw)
+    three = run(m)
+    started = [s["epochs_started_ahead"] for s in m.stats()["sources"].values()]
+    assert started == [2, 2, 2]
+    alone = []
+    for epoch in range(3):
+        one = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=1, **kw)
+        one.set_epoch(epoch)
+        alone += run(one)
+        assert all(s["epochs_started_ahead"] == 0 for s in one.stats()["sources"].values())
+    assert len(three) == len(alone)
+    for x, y in zip(three, alone):
+        np.testing.assert_array_equal(x["id"], y["id"])
+        np.testing.assert_array_equal(x["source"], y["source"])
+
+
 def test_sources_with_their_own_filters_and_torch_output(sources):
     torch = pytest.importorskip("torch")
     root, _ = sources

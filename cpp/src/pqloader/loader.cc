@@ -325,11 +325,21 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   {
     MutexLock lock(mu_);
     if (start_ns_ < 0) start_ns_ = NowNs();
+    if (current_.pipeline != nullptr && !current_.delivered && !current_.elastic &&
+        current_.epoch == epoch && current_.first_batch == 0 && first_batch == 0 &&
+        elastic == nullptr && current_.seed == options_.plan.seed) {
+      // This very epoch, started early and not read from yet (a mixture's source): it
+      // goes on, with the budget of now.
+      then_next_epoch_ = then_next_epoch;
+      current_.StartPipeline(current_.PipelineShare(options_.max_inflight_bytes));
+      ++epochs_started_ahead_;
+      return arrow::Status::OK();
+    }
     EpochRun ahead = std::move(next_);
     next_ = EpochRun{};
     DetachLocked(&old);
     then_next_epoch_ = then_next_epoch;
-    if (ahead.active() && ahead.epoch == epoch && first_batch == 0 && elastic == nullptr) {
+    if (ahead.active() && ahead.seed == options_.plan.seed && ahead.epoch == epoch && first_batch == 0 && elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.StartPipeline(ahead.PipelineShare(options_.max_inflight_bytes));
       ahead.adopted = true;
@@ -545,6 +555,9 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   if (cache_view_ != nullptr) cache_view_->set_plan(options_.plan);
   EpochRun run;
   run.epoch = epoch;
+  run.seed = options_.plan.seed;
+  run.first_batch = first_batch;
+  run.elastic = elastic != nullptr;
   run.work = std::make_shared<Work>();
   run.windows = layout->windows;
   run.reads_ahead = cache_ == nullptr || !last_run_all_hits_.load();
@@ -654,7 +667,9 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
 
 void Loader::MaybeStartNextEpoch(const Pipeline& pipeline) {
   MutexLock lock(mu_);
-  if (!then_next_epoch_ || current_.pipeline.get() != &pipeline) return;
+  if (current_.pipeline.get() != &pipeline) return;
+  current_.delivered = true;  // a batch of it was read: StartEpoch no longer keeps it
+  if (!then_next_epoch_) return;
   // The two epochs share the memory bound: the next one may decode into what this one
   // does not hold (its last units wait for their batches), until StartEpoch adopts it
   // and gives it all; so the boundary costs about one batch, not a fill.

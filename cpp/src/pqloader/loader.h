@@ -192,6 +192,9 @@ class Loader {
   /// With `elastic` (resuming a checkpoint of another world size or batch size), the
   /// epoch is the rest of `epoch` after what that world consumed (see
   /// MakeRemainderOrder), and first_batch counts batches of that rest. Not with packing.
+  /// If the current run is already this epoch from its first batch under the current
+  /// seed, and no batch of it was read yet (a mixture starts its sources' next epoch
+  /// while it ends: mix/mix_stream.h), it is kept as it is.
   arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false,
                            std::shared_ptr<const ElasticBase> elastic = nullptr);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
@@ -242,6 +245,10 @@ class Loader {
       int64_t first_batch = 0;
     };
     std::shared_ptr<Pending> pending;
+    uint64_t seed = 0;        // the plan's seed when the run was made
+    int64_t first_batch = 0;  // the run's first batch
+    bool elastic = false;     // the rest of an epoch after another world's checkpoint
+    bool delivered = false;   // Next() has returned a batch of it
     bool active() const { return pipeline != nullptr || readahead != nullptr; }
     // Start the pipeline (if pending) with `budget` bytes for it.
     void StartPipeline(int64_t budget);
@@ -273,7 +280,8 @@ class Loader {
   void DetachLocked(std::vector<EpochRun>* runs) PQ_REQUIRES(mu_);
   // Shut `runs` down and add their counters to the stats.
   void ShutDown(std::vector<EpochRun> runs);
-  // Start the next epoch's run once `pipeline` (the current one) has produced all units.
+  // After Next() returned a batch of `pipeline`: mark the current run read from, and
+  // start the next epoch's run once it has produced all units (with then_next_epoch).
   void MaybeStartNextEpoch(const Pipeline& pipeline);
 
   Loader() = default;

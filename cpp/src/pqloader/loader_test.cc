@@ -64,6 +64,40 @@ TEST(Loader, TheNextEpochStartedAheadDeliversTheSameBatches) {
   EXPECT_EQ(loader->stats().epochs_started_ahead, 1);
 }
 
+// StartEpoch of the epoch already started from its first batch, under the same seed and
+// with nothing read yet, keeps that run (a mixture starts its sources' next epoch so);
+// another seed, or a batch read, makes a fresh run.
+TEST(Loader, StartingTheEpochJustStartedKeepsItsRunUntilABatchIsRead) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.plan.batch_size = 3;
+  o.plan.shuffle = true;
+  o.plan.shuffle_window = 2;
+  o.plan.seed = 11;
+  o.num_workers = 2;
+  auto fresh = Loader::Make({dir}, o).ValueOrDie();
+  const auto e2 = Epoch(fresh.get(), 2);
+  fresh->set_seed(12);
+  const auto e2_other_seed = Epoch(fresh.get(), 2);
+  ASSERT_NE(e2, e2_other_seed);
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  ASSERT_TRUE(loader->StartEpoch(2).ok());
+  ASSERT_TRUE(loader->StartEpoch(2).ok());  // kept
+  EXPECT_EQ(loader->stats().epochs_started_ahead, 1);
+  EXPECT_EQ(Drain(loader.get()), e2);
+  ASSERT_TRUE(loader->StartEpoch(2).ok());
+  ASSERT_NE(loader->Next().ValueOrDie(), nullptr);
+  ASSERT_TRUE(loader->StartEpoch(2).ok());  // a batch was read: from the start again
+  EXPECT_EQ(Drain(loader.get()), e2);
+  loader->set_seed(12);
+  ASSERT_TRUE(loader->StartEpoch(2).ok());
+  loader->set_seed(11);
+  ASSERT_TRUE(loader->StartEpoch(2).ok());  // made under seed 12: not kept
+  EXPECT_EQ(Drain(loader.get()), e2);
+  EXPECT_EQ(loader->stats().epochs_started_ahead, 1);
+}
+
 TEST(Loader, ReadsEveryRowInNaturalOrder) {
   int64_t total;
   const auto dir = MakeDataset(&total);

@@ -107,8 +107,13 @@ void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
 
 std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
                                 const std::vector<double>& cumulative) {
+  return CountDraws(seed, epoch, 0, end, cumulative);
+}
+
+std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t end,
+                                const std::vector<double>& cumulative) {
   std::vector<int64_t> counts(cumulative.size(), 0);
-  ForEachDrawBlock(seed, epoch, 0, end, cumulative, [&](const int32_t* drawn, int64_t, int64_t m) {
+  ForEachDrawBlock(seed, epoch, start, end, cumulative, [&](const int32_t* drawn, int64_t, int64_t m) {
     for (int64_t i = 0; i < m; ++i) ++counts[drawn[i]];
     return true;
   });
@@ -127,7 +132,36 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
   }
   if (until_all && unfinished == 0) return 0;
   int64_t length = limit;
+  // Up to this many sources, each block's draws are counted per source first (one
+  // vectorised pass per source) and scanned draw by draw only if the epoch may end in
+  // it: the draws' cost, not a dependent count per draw.
+  constexpr size_t kCountedSources = 16;
+  const size_t n = rows.size();
+  std::vector<int64_t> block(n, 0);
   ForEachDrawBlock(seed, epoch, 0, limit, cumulative, [&](const int32_t* drawn, int64_t at, int64_t m) {
+    if (n <= kCountedSources) {
+      for (size_t s = 0; s < n; ++s) {
+        int64_t c = 0;
+        for (int64_t i = 0; i < m; ++i) c += drawn[i] == static_cast<int32_t>(s) ? 1 : 0;
+        block[s] = c;
+      }
+      bool may_end = until_all;
+      for (size_t s = 0; s < n; ++s) {
+        if (until_all) {
+          if (rows[s] > 0 && counts[s] + block[s] < rows[s]) may_end = false;
+        } else if (counts[s] + block[s] > rows[s]) {
+          may_end = true;
+        }
+      }
+      if (!may_end) {
+        for (size_t s = 0; s < n; ++s) counts[s] += block[s];
+        return true;
+      }
+    }
+    if (until_all) {
+      unfinished = 0;
+      for (size_t s = 0; s < n; ++s) unfinished += rows[s] > 0 && counts[s] < rows[s] ? 1 : 0;
+    }
     for (int64_t i = 0; i < m; ++i) {
       const int s = drawn[i];
       if (!until_all && counts[s] == rows[s]) {

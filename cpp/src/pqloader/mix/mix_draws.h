@@ -33,8 +33,10 @@ int DrawSource(uint64_t seed, int64_t epoch, int64_t position,
 void DrawSources(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
                  const std::vector<double>& cumulative, int32_t* out);
 
-/// Draws of each source among positions [0, end).
+/// Draws of each source among positions [start, end) ([0, end) without `start`).
 std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
+                                const std::vector<double>& cumulative);
+std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t end,
                                 const std::vector<double>& cumulative);
 
 /// The length of a mixture epoch that ends when a source runs out: with `until_all`

@@ -116,6 +116,46 @@ TEST(MixDraws, EpochEndsWhenTheFirstOrTheLastSourceRunsOut) {
   EXPECT_EQ(EpochLengthUntilExhausted(4, 1, cum, rows, true, 50), 50);
 }
 
+// The epoch length draw by draw, as the contract states it (the reference for the
+// block-counted EpochLengthUntilExhausted).
+int64_t LengthDrawByDraw(uint64_t seed, int64_t epoch, const std::vector<double>& cum,
+                         const std::vector<int64_t>& rows, bool until_all, int64_t limit) {
+  std::vector<int64_t> counts(rows.size(), 0);
+  for (int64_t p = 0; p < limit; ++p) {
+    const int s = DrawSource(seed, epoch, p, cum);
+    if (!until_all && counts[s] == rows[s]) return p;
+    ++counts[s];
+    bool all = true;
+    for (size_t i = 0; i < rows.size(); ++i) all = all && counts[i] >= rows[i];
+    if (until_all && all) return p + 1;
+  }
+  return limit;
+}
+
+TEST(MixDraws, EpochLengthEqualsTheDrawByDrawCount) {
+  // Ends in the first block, inside later blocks and on their edges, with few sources
+  // (counted per block) and many (scanned draw by draw), "first" and "last".
+  for (const int n : {2, 3, 17}) {
+    std::vector<double> weights;
+    for (int i = 0; i < n; ++i) weights.push_back(1.0 + i);
+    const auto cum = CumulativeWeights(weights);
+    for (const int64_t scale : {1, 40, 700, 3000}) {
+      std::vector<int64_t> rows;
+      for (int i = 0; i < n; ++i) rows.push_back(scale * (1 + (i * 7) % 5));
+      for (const bool until_all : {false, true}) {
+        const int64_t limit = 1 << 21;
+        EXPECT_EQ(EpochLengthUntilExhausted(11, 2, cum, rows, until_all, limit),
+                  LengthDrawByDraw(11, 2, cum, rows, until_all, limit))
+            << "sources " << n << " scale " << scale << " until_all " << until_all;
+      }
+    }
+  }
+  // A limit inside the block where the epoch would end.
+  const auto cum = CumulativeWeights({1, 1});
+  EXPECT_EQ(EpochLengthUntilExhausted(3, 0, cum, {5000, 5000}, false, 2100),
+            LengthDrawByDraw(3, 0, cum, {5000, 5000}, false, 2100));
+}
+
 TEST(MixDraws, InterleaveTakesEachSourcesRowsInOrderAcrossPieces) {
   const std::vector<int64_t> a1 = {10, 11}, a2 = {12}, b = {20, 21};
   auto bytes = [](const auto& v) { return reinterpret_cast<const uint8_t*>(v.data()); };

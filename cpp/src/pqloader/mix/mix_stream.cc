@@ -69,10 +69,12 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     workers = std::max(workers, s.source.loader->options().num_workers);
     inflight = std::max(inflight, s.source.loader->options().max_inflight_bytes);
   }
+  stream->hold_bytes_ = inflight / 4;
   for (size_t i = 0; i < stream->sources_.size(); ++i) {
     SourceState& s = stream->sources_[i];
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;  // never drawn: never started
+    s.started = true;
     s.source.loader->set_run_limits(
         std::max(1, static_cast<int>(std::lround(workers * share))),
         std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(inflight) * share)));
@@ -90,10 +92,12 @@ MixStream::~MixStream() { Stop(); }
 void MixStream::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  // Sources already on the next epoch keep it if this epoch was read to its end.
+  const bool keep = next_started_ && next_batch_ >= options_.num_batches;
   for (SourceState& s : sources_) {
     s.held.clear();
     s.buffered = 0;
-    s.source.loader->Stop();
+    if (!keep) s.source.loader->Stop();
     s.source.loader->set_seed(s.source.seed);  // the loader as it was made
     s.source.loader->set_run_limits(0, 0);
   }
@@ -111,6 +115,10 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
                               bool* timed_out) {
   SourceState& s = sources_[i];
   bool fresh = false;  // the source's epoch just restarted and has given nothing yet
+  if (next_started_ && s.buffered < need) {  // its loader reads the next epoch now
+    return arrow::Status::Invalid("mixture source ", i, " holds ", s.buffered,
+                                  " rows where the rest of the epoch draws ", need);
+  }
   while (s.buffered < need) {
     bool late = false;
     ARROW_ASSIGN_OR_RAISE(auto batch, s.source.loader->Next(timeout, &late));
@@ -147,6 +155,14 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
   const int64_t start = next_batch_ * o.batch_size;
   const int64_t count = std::min(o.batch_size, o.samples - start);
   if (count <= 0) return nullptr;
+  {
+    bool late = false;
+    ARROW_RETURN_NOT_OK(MaybeStartNextEpoch(start, timeout, &late));
+    if (late) {
+      if (timed_out != nullptr) *timed_out = true;
+      return nullptr;
+    }
+  }
   if (!drawn_) {
     draws_.resize(static_cast<size_t>(count));
     DrawSources(o.seed, o.epoch, start, count, o.cumulative, draws_.data());
@@ -163,6 +179,7 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
     }
   }
   ARROW_ASSIGN_OR_RAISE(auto batch, Assemble(count));
+  row_bytes_seen_ = std::max(row_bytes_seen_, (batch->owned_bytes + count - 1) / count);
   if (sources != nullptr) {
     ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateBuffer(count * 8, pool_));
     auto* out = reinterpret_cast<int64_t*>(buffer->mutable_data());
@@ -185,6 +202,31 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
   drawn_ = false;
   ++next_batch_;
   return batch;
+}
+
+arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanoseconds timeout,
+                                             bool* timed_out) {
+  const MixStreamOptions& o = options_;
+  if (!o.then_next_epoch || next_started_ || row_bytes_seen_ == 0 ||
+      (o.samples - start) * row_bytes_seen_ > hold_bytes_) {
+    return arrow::Status::OK();
+  }
+  // Every row the rest of the epoch draws, held now (in the sources' batches).
+  if (rest_.empty()) rest_ = CountDraws(o.seed, o.epoch, start, o.samples, o.cumulative);
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (!sources_[i].started) continue;
+    ARROW_RETURN_NOT_OK(Fill(i, rest_[i], timeout, timed_out));
+    if (timed_out != nullptr && *timed_out) return arrow::Status::OK();  // goes on later
+  }
+  // The sources' epoch e + 1 from its first batch, under their own seeds, as the next
+  // stream starts them (wrap 0); their held rows stay.
+  for (SourceState& s : sources_) {
+    if (!s.started) continue;
+    s.source.loader->set_seed(s.source.seed);
+    ARROW_RETURN_NOT_OK(s.source.loader->StartEpoch(o.epoch + 1, 0, false, nullptr));
+  }
+  next_started_ = true;
+  return arrow::Status::OK();
 }
 
 arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {

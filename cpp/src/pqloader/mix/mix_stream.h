@@ -58,6 +58,12 @@ struct MixStreamOptions {
   /// Samples of this epoch for this rank, and its batches (after drop_last).
   int64_t samples = 0;
   int64_t num_batches = 0;
+  /// The caller will read epoch + 1 from its first batch next (in a new stream): once
+  /// the rows this epoch still needs fit in a quarter of the budget, they are taken
+  /// from the sources, which then start epoch + 1 (Loader::StartEpoch keeps such a run
+  /// for the next stream), so the boundary does not wait for every source's first
+  /// shuffle window. The batches are the same either way.
+  bool then_next_epoch = false;
 };
 
 class MixStream {
@@ -90,6 +96,7 @@ class MixStream {
   };
   struct SourceState {
     MixSource source;
+    bool started = false;  // drawn with a positive weight: its epoch runs
     int64_t source_batch_size = 1;
     int64_t wrap = 0;
     int64_t skip = 0;  // rows of the next batch that an earlier position consumed
@@ -101,6 +108,10 @@ class MixStream {
   // Pull batches of source `i` until it holds `need` rows.
   arrow::Status Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout, bool* timed_out);
   arrow::Result<std::shared_ptr<Batch>> Assemble(int64_t count);
+  // With then_next_epoch, near the end: take the rest of the epoch's rows from the
+  // sources and start their next epoch (see MixStreamOptions::then_next_epoch).
+  arrow::Status MaybeStartNextEpoch(int64_t start, std::chrono::nanoseconds timeout,
+                                    bool* timed_out);
 
   std::vector<SourceState> sources_;
   MixStreamOptions options_;
@@ -118,6 +129,13 @@ class MixStream {
   std::vector<InterleaveColumn> fixed_;
   std::vector<int64_t> row_bytes_, at_;
   bool stopped_ = false;
+  // The next epoch's start (then_next_epoch): the bytes the rest of the epoch may hold
+  // (a quarter of the shared budget), the bytes of a mixed row seen so far, the draws
+  // of each source over the rest (once computed), and whether the sources have started.
+  int64_t hold_bytes_ = 0;
+  int64_t row_bytes_seen_ = 0;
+  std::vector<int64_t> rest_;
+  bool next_started_ = false;
 };
 
 }  // namespace pqloader

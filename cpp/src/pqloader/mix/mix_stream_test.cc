@@ -129,6 +129,54 @@ TEST(MixStream, AStreamStartedLaterGivesTheRestOfTheEpoch) {
   }
 }
 
+// With then_next_epoch, the sources start epoch + 1 while the stream ends (after taking
+// every row it still draws, here from the second batch on, across their wraps); the next
+// epoch's stream keeps those runs: the same batches as streams made one by one.
+TEST(MixStream, TheNextEpochStartedWhileOneEndsGivesTheSameBatches) {
+  std::vector<std::vector<int64_t>> expect, got;
+  std::vector<int64_t> from;
+  for (int64_t epoch : {3, 4}) {
+    auto s = MakeSources(2);
+    auto stream = MixStream::Make(s.mix, Options(epoch, 0), RecyclingPool::Global()).ValueOrDie();
+    Drain(stream.get(), &expect, &from);
+  }
+  auto s = MakeSources(2);
+  for (int64_t epoch : {3, 4}) {
+    MixStreamOptions o = Options(epoch, 0);
+    o.then_next_epoch = epoch == 3;
+    auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+    Drain(stream.get(), &got, &from);
+  }
+  EXPECT_EQ(got, expect);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(s.loaders[i]->stats().epochs_started_ahead, 1) << i;
+    EXPECT_EQ(s.loaders[i]->options().plan.seed, 31u + i);  // given back
+  }
+}
+
+// A stream stopped before its end stops the next epoch it started: the next stream
+// starts its own.
+TEST(MixStream, TheNextEpochStartedEarlyIsDroppedIfTheStreamStopsBeforeItsEnd) {
+  std::vector<std::vector<int64_t>> expect, got;
+  std::vector<int64_t> from;
+  {
+    auto s = MakeSources(1);
+    auto stream = MixStream::Make(s.mix, Options(1, 0), RecyclingPool::Global()).ValueOrDie();
+    Drain(stream.get(), &expect, &from);
+  }
+  auto s = MakeSources(1);
+  {
+    MixStreamOptions o = Options(0, 0);
+    o.then_next_epoch = true;
+    auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+    for (int b = 0; b < 9; ++b) ASSERT_NE(stream->Next().ValueOrDie(), nullptr);
+  }
+  auto stream = MixStream::Make(s.mix, Options(1, 0), RecyclingPool::Global()).ValueOrDie();
+  Drain(stream.get(), &got, &from);
+  EXPECT_EQ(got, expect);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(s.loaders[i]->stats().epochs_started_ahead, 0) << i;
+}
+
 // The documented formula (docs/determinism.md), pinned: SplitMix64 of seed + wrap * phi.
 TEST(MixStream, WrapSeedIsSplitMix64OfTheSeedAndWrap) {
   EXPECT_EQ(WrapSeed(5, 0), 5u);
