@@ -1,6 +1,7 @@
 """Filters and mixtures against the plain loader, side by side in one run (issue 19 goals).
 
-    .venv/bin/python bench/filter_mix_bench.py [--rows 2000000] [--repeat 3] [--write-doc]
+    .venv/bin/python bench/filter_mix_bench.py [--rows 2000000] [--token-rows 400000]
+        [--repeat 3] [--write-doc]
 
 Writes a wide table (``ts`` int64 sorted across files, 24 float32 columns; 40 files, row
 groups of ROWS/200 rows) twice, snappy (decoding is nearly a copy: the worst case for any
@@ -19,6 +20,10 @@ The mixture and the one loader are also timed as training runs them: one object 
 for 4 epochs, its fastest epoch after the first (rows "..., steady"), best of
 ``--repeat``; a fresh Loader's epoch above also pays its start (each source's first
 shuffle window decoded before the first batch) and its first touch of memory.
+
+Last, the language-model case, steady only: token sequences (``--token-rows`` of them,
+int32, lognormal lengths 8..2048) in three directories, ``PadOrTruncate(1024)``, batch
+64, mixed 50 / 30 / 20 % against one Loader over the three.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import pqloader
+import pqloader.transforms
 
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "benchmarks_filter_mix.md"
@@ -95,7 +101,7 @@ def epoch(make) -> tuple[float, int, dict]:
     return seconds, rows, stats
 
 
-def steady(make, epochs: int) -> tuple[float, int, dict]:
+def steady(make, epochs: int, column: str = "ts") -> tuple[float, int, dict]:
     """The fastest epoch (by rows/s) after the first of one iteration of `epochs` epochs
     over one object, as training runs them: the epoch's seconds and rows."""
     it = make()
@@ -105,7 +111,7 @@ def steady(make, epochs: int) -> tuple[float, int, dict]:
     for e, n in enumerate(counts):
         rows = 0
         for _ in range(n):
-            rows += len(next(batches)["ts"])
+            rows += len(next(batches)[column])
         now = time.perf_counter()
         if e > 0 and (best[1] == 0 or rows / (now - t) > best[1] / best[0]):
             best = (now - t, rows, {})
@@ -172,21 +178,74 @@ def run(a: argparse.Namespace, codec: str) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def write_tokens(root: Path, rows: int) -> None:
+    """Token sequences (lognormal lengths, median ~250, 8..2048 int32 tokens) in three
+    directories of 5/3/2 files, 10 row groups each."""
+    rng = np.random.default_rng(1)
+    per_file = rows // 10
+    for part, indices in {"a": range(0, 5), "b": range(5, 8), "c": range(8, 10)}.items():
+        (root / part).mkdir(parents=True)
+        for f in indices:
+            lengths = np.clip(rng.lognormal(5.5, 0.8, per_file).astype(np.int64), 8, 2048)
+            offsets = np.zeros(per_file + 1, np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            values = rng.integers(0, 32_000, int(offsets[-1]), dtype=np.int32)
+            pq.write_table(pa.table({"tokens": pa.ListArray.from_arrays(offsets, values)}),
+                           root / part / f"f{f:02d}.parquet", row_group_size=max(1, per_file // 10))
+
+
+def run_tokens(a: argparse.Namespace) -> str:
+    """The language-model case: sequences padded or truncated to 1024 tokens, batch 64;
+    the mixture of the three directories against one loader over them, steady."""
+    tmp = Path(tempfile.mkdtemp(prefix="pqloader-token-mix-"))
+    try:
+        write_tokens(tmp, a.token_rows)
+        dirs = [str(tmp / d) for d in ("a", "b", "c")]
+        kw = dict(batch_size=64, shuffle=True, seed=1, num_epochs=None,
+                  transforms={"tokens": [pqloader.transforms.PadOrTruncate(1024)]})
+        contenders = {
+            "one loader over a, b, c, steady": lambda: pqloader.Loader(dirs, **kw),
+            "mix(a, b, c) by 50/30/20 %, steady": lambda: pqloader.mix(
+                [pqloader.Loader(d, **{**kw, "seed": i}) for i, d in enumerate(dirs)], [0.5, 0.3, 0.2],
+                seed=1, source_column=None, num_epochs=None),
+        }
+        best: dict[str, tuple[float, int, dict]] = {}
+        for _ in range(a.repeat):
+            for name, make in contenders.items():
+                r = steady(make, 4, column="tokens")
+                if name not in best or r[1] / r[0] > best[name][1] / best[name][0]:
+                    best[name] = r
+        ref = best["one loader over a, b, c, steady"]
+        lines = ["| run | seconds | sequences | sequences/s | vs one loader |", "|---|---|---|---|---|"]
+        for name, (s, rows, _) in best.items():
+            lines.append(f"| {name} | {s:.2f} | {rows} | {rows / s:,.0f} | "
+                         f"{(rows / s) / (ref[1] / ref[0]):.2f}x the sequences/s |")
+        table = "\n".join(lines)
+        print("tokens")
+        print(table)
+        return table
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--token-rows", type=int, default=400_000)
     p.add_argument("--write-doc", action="store_true")
     a = p.parse_args()
     tables = []
     for codec in ("snappy", "zstd"):
         tables.append((codec, run(a, codec)))
+    tables.append((f"tokens: {a.token_rows:,} sequences padded to 1024", run_tokens(a)))
     if a.write_doc:
         when = datetime.datetime.now().strftime("%Y-%m-%d")
         body = "".join(f"### {codec}\n\n{table}\n\n" for codec, table in tables)
         DOC.write_text(
             "# Filters and mixtures: measured\n\n"
-            f"`.venv/bin/python bench/filter_mix_bench.py --rows {a.rows} --repeat {a.repeat} --write-doc` "
+            f"`.venv/bin/python bench/filter_mix_bench.py --rows {a.rows} --token-rows {a.token_rows} "
+            f"--repeat {a.repeat} --write-doc` "
             f"({when}, {os.cpu_count()} cores, {platform.python_version()}; best of {a.repeat}, "
             "contenders alternated; each a fresh Loader, construction (and so the filter's mask "
             "pass) included, but for the rows ending \"steady\" (below); shuffled, batch 1024).\n\n"
@@ -194,15 +253,18 @@ def main() -> int:
             f"`ts` int64 sorted across files + {COLUMNS} float32 columns (random), {a.rows // 200:,}-row "
             "row groups; once snappy with random floats (they do not compress: decoding is about "
             "a copy, the worst case for anything that adds one), once zstd with floats on a 0.01 "
-            "grid (dictionary-encoded and compressed: decoding is real work).\n\n" + body +
+            "grid (dictionary-encoded and compressed: decoding is real work). The last table is "
+            "the language-model case: token sequences (int32, lognormal lengths, median ~250, "
+            "8-2048) in three directories (5/3/2 files), `PadOrTruncate(1024)`, batch 64, "
+            "steady epochs only.\n\n" + body +
             "Goals (issue 19): a filter keeping 10 % of the row groups by statistics reads <= 12 % "
             "of the bytes and runs >= 5x the unfiltered epoch; a 3-source mixture costs <= 10 % "
             "throughput against the same data as one dataset. The mixture stops when its first "
             "source runs out (`stop=\"first\"`), so it yields slightly fewer rows; rows/s compares. "
             "The mixture's bytes read are its sources' (`Mixture.stats()`). The mixture assembles "
             "its batches in C++ (the draws, and one more copy of every value) while its sources "
-            "share one loader's workers and memory bound by weight; \"read in turn\" is the three "
-            "engines at their own full budgets, without mixing. Rows ending \"steady\" iterate one "
+            "share one loader's workers by weight (each its own memory bound); \"read in turn\" "
+            "is the three engines at their own full budgets, without mixing. Rows ending \"steady\" iterate one "
             "object for 4 epochs and keep its fastest epoch after the first (best of the repeats), "
             "as training runs: no construction, no first shuffle windows, memory already mapped.\n")
         print(f"wrote {DOC.relative_to(HERE.parent)}")

@@ -284,8 +284,11 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
 
     Batches are assembled in C++ from the sources' own batches (one copy of the rows,
     off the GIL). While an epoch of the mixture runs, its sources share one loader's
-    budget: the largest ``num_workers`` and ``max_inflight_bytes`` among them, split by
-    weight (at least one worker each); afterwards each has its own again.
+    workers: the largest ``num_workers`` among them, split by weight (at least one
+    each); afterwards each has its own again. Each source keeps its own
+    ``max_inflight_bytes``: a mixture holds up to the sum of its sources' bounds (lower
+    them for mixtures of many sources). In an iteration of several epochs, the sources'
+    next epoch starts while one ends (its batches are the same).
 
     Args:
         sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,

@@ -10,9 +10,10 @@
 // rows, all off the GIL. The output is a pure function of (sources, weights, seed,
 // epoch, first batch).
 //
-// While the stream is open, the sources share one loader's budget: the largest
-// num_workers and max_inflight_bytes among them, split by weight (at least one worker
-// each); Stop() gives them back their own (Loader::set_run_limits).
+// While the stream is open, the sources share one loader's workers: the largest
+// num_workers among them, split by weight (at least one each); each keeps its own
+// max_inflight_bytes, so a mixture holds up to the sum of its sources' bounds. Stop()
+// gives them back their own workers (Loader::set_run_limits).
 //
 // Thread-safety: one consumer thread calls Next(); the sources must not be iterated by
 // anyone else while the stream is open (it starts, reads and stops their epochs).

@@ -78,9 +78,9 @@ TEST(MixStream, RowsFollowTheDrawsAndEachSourcesOwnEpochsAcrossWraps) {
   std::vector<int64_t> from;
   {
     auto stream = MixStream::Make(s.mix, Options(3, 0), RecyclingPool::Global()).ValueOrDie();
-    // One loader's budget split by weight: 2 workers, 1 each; 256 MiB, half each.
+    // One loader's workers split by weight: 2 workers, 1 each; each its own 256 MiB.
     EXPECT_EQ(s.loaders[0]->options().num_workers, 1);
-    EXPECT_EQ(s.loaders[1]->options().max_inflight_bytes, int64_t{128} << 20);
+    EXPECT_EQ(s.loaders[1]->options().max_inflight_bytes, int64_t{256} << 20);
     Drain(stream.get(), &ids, &from);
   }
   for (int i = 0; i < 2; ++i) {  // given back by the stream
