@@ -36,17 +36,23 @@ std::vector<int64_t> Epoch(Loader* loader, int64_t epoch, std::vector<int64_t>* 
 // Every batch of `epoch` from a StartEpoch already made (ids in order).
 std::vector<int64_t> Drain(Loader* loader) { return testing::DrainIds(loader); }
 
-}  // namespace
-
-TEST(Loader, TheNextEpochStartedAheadDeliversTheSameBatches) {
-  int64_t total;
-  const auto dir = MakeDataset(&total);
+// Shuffled, batches of 3, windows of 2 row groups, seed 11.
+LoaderOptions ShuffledOptions(int workers) {
   LoaderOptions o;
   o.plan.batch_size = 3;
   o.plan.shuffle = true;
   o.plan.shuffle_window = 2;
   o.plan.seed = 11;
-  o.num_workers = 3;
+  o.num_workers = workers;
+  return o;
+}
+
+}  // namespace
+
+TEST(Loader, TheNextEpochStartedAheadDeliversTheSameBatches) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o = ShuffledOptions(3);
   o.debug_max_delay_us = 200;
   auto fresh = Loader::Make({dir}, o).ValueOrDie();
   const auto e1 = Epoch(fresh.get(), 1);
@@ -70,12 +76,7 @@ TEST(Loader, TheNextEpochStartedAheadDeliversTheSameBatches) {
 TEST(Loader, StartingTheEpochJustStartedKeepsItsRunUntilABatchIsRead) {
   int64_t total;
   const auto dir = MakeDataset(&total);
-  LoaderOptions o;
-  o.plan.batch_size = 3;
-  o.plan.shuffle = true;
-  o.plan.shuffle_window = 2;
-  o.plan.seed = 11;
-  o.num_workers = 2;
+  const LoaderOptions o = ShuffledOptions(2);
   auto fresh = Loader::Make({dir}, o).ValueOrDie();
   const auto e2 = Epoch(fresh.get(), 2);
   fresh->set_seed(12);
