@@ -339,7 +339,8 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     next_ = EpochRun{};
     DetachLocked(&old);
     then_next_epoch_ = then_next_epoch;
-    if (ahead.active() && ahead.seed == options_.plan.seed && ahead.epoch == epoch && first_batch == 0 && elastic == nullptr) {
+    if (ahead.active() && ahead.seed == options_.plan.seed && ahead.epoch == epoch &&
+        first_batch == 0 && elastic == nullptr) {
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.StartPipeline(ahead.PipelineShare(options_.max_inflight_bytes));
       ahead.adopted = true;
