@@ -1,5 +1,7 @@
 #include "pqloader/mix/mix_draws.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -45,27 +47,43 @@ int Pick(uint64_t bits, const double* cumulative, int n) {
 // Draws per call of the lane-wise Philox: a few KiB of stack, enough lanes to vectorise.
 constexpr int64_t kBlock = 1024;
 
+// out[i] = the number of thresholds <= k[i], for i in [0, n): 4 draws per AVX2 compare
+// (k and the thresholds are below 2^53: signed compares are exact).
+__attribute__((target("avx2"))) void CountThresholdsAvx2(const uint64_t* k, int64_t n,
+                                                         const std::vector<uint64_t>& thresholds,
+                                                         int32_t* out) {
+  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m256i all = _mm256_set1_epi64x(static_cast<long long>(thresholds.size()));
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + i));
+    __m256i s = all;  // each threshold above k takes one off (a compare's true is -1)
+    for (const uint64_t t : thresholds) {
+      s = _mm256_add_epi64(s, _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<long long>(t)), v));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s, pick)));
+  }
+  for (; i < n; ++i) {
+    int32_t s = 0;
+    for (const uint64_t t : thresholds) s += k[i] >= t ? 1 : 0;
+    out[i] = s;
+  }
+}
+
 // The sources of positions [start, start + count), count <= kBlock, by the thresholds of
 // DrawThresholds (the same as Pick, compared as integers: vectorised).
 void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
                const std::vector<uint64_t>& thresholds, int32_t* out) {
-  uint32_t w0[kBlock], w1[kBlock], w2[kBlock], w3[kBlock];
-  for (int64_t i = 0; i < count; ++i) {
-    const uint64_t p = static_cast<uint64_t>(start + i);
-    w0[i] = static_cast<uint32_t>(p);
-    w1[i] = static_cast<uint32_t>(p >> 32);
-    w2[i] = static_cast<uint32_t>(RngPurpose::kMixture);
-    w3[i] = static_cast<uint32_t>(epoch);
-  }
-  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  Philox4x32_10Lanes(w0, w1, w2, w3, count, key);
   uint64_t k[kBlock];
+  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  Philox53Bits(static_cast<uint64_t>(start), count, static_cast<uint32_t>(RngPurpose::kMixture),
+               static_cast<uint32_t>(epoch), key, k);
+  if (HasAvx2()) return CountThresholdsAvx2(k, count, thresholds, out);
   for (int64_t i = 0; i < count; ++i) {
-    k[i] = ((static_cast<uint64_t>(w0[i]) << 32) | w1[i]) >> 11;
-    out[i] = 0;
-  }
-  for (const uint64_t t : thresholds) {
-    for (int64_t i = 0; i < count; ++i) out[i] += k[i] >= t ? 1 : 0;
+    int32_t s = 0;
+    for (const uint64_t t : thresholds) s += k[i] >= t ? 1 : 0;
+    out[i] = s;
   }
 }
 

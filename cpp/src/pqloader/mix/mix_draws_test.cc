@@ -55,6 +55,24 @@ TEST(MixDraws, BulkDrawsEqualOnePositionDraws) {
   EXPECT_EQ(EpochLengthUntilExhausted(99, 4, cum, rows, false, 1 << 30), expect);
 }
 
+TEST(MixDraws, BulkDrawsEqualOnePositionDrawsForAnyNumberOfSources) {
+  // One source (no threshold), two, and 17 of uneven weights (thresholds close together),
+  // blocks of 1,024 draws and a partial one.
+  for (const int sources : {1, 2, 17}) {
+    std::vector<double> weights;
+    for (int s = 0; s < sources; ++s) weights.push_back(1.0 + (s * 7) % 5);
+    const auto cum = CumulativeWeights(weights);
+    std::vector<int32_t> bulk(2500);
+    DrawSources(7, 2, 1000, 2500, cum, bulk.data());
+    std::vector<int64_t> seen(sources, 0);
+    for (int64_t i = 0; i < 2500; ++i) {
+      ASSERT_EQ(bulk[i], DrawSource(7, 2, 1000 + i, cum)) << sources << " sources, position " << 1000 + i;
+      ++seen[bulk[i]];
+    }
+    for (int s = 0; s < sources; ++s) EXPECT_GT(seen[s], 0) << "source " << s << " of " << sources;
+  }
+}
+
 TEST(MixDraws, ThresholdsSplitThe53BitDrawsWhereTheCumulativeWeightsDo) {
   // Source i is the count of cumulative[j] <= u, u = k * 2^-53 (the contract); bulk draws
   // count thresholds <= k. At k = threshold - 1 and k = threshold the two must agree,

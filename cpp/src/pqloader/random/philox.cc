@@ -112,6 +112,75 @@ __attribute__((target("avx2"))) void PhiloxAvx2(uint32_t* w0, uint32_t* w1, uint
   PhiloxScalar(w0 + full, w1 + full, w2 + full, w3 + full, n - full, key);
 }
 
+// One Philox round on 8 lanes (words a, b, c, d; round keys k0, k1).
+__attribute__((target("avx2"))) inline void PhiloxRoundAvx2(__m256i& a, __m256i& b, __m256i& c,
+                                                            __m256i& d, __m256i k0, __m256i k1) {
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kM1));
+  const __m256i ae = _mm256_mul_epu32(a, m0), ao = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m0);
+  const __m256i ce = _mm256_mul_epu32(c, m1), co = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m1);
+  const __m256i lo0 = _mm256_blend_epi32(ae, _mm256_slli_epi64(ao, 32), 0xAA);
+  const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(ae, 32), ao, 0xAA);
+  const __m256i lo1 = _mm256_blend_epi32(ce, _mm256_slli_epi64(co, 32), 0xAA);
+  const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(ce, 32), co, 0xAA);
+  a = _mm256_xor_si256(_mm256_xor_si256(hi1, b), k0);
+  b = lo1;
+  c = _mm256_xor_si256(_mm256_xor_si256(hi0, d), k1);
+  d = lo0;
+}
+
+// (word 0 << 32 | word 1) >> 11 of 8 lanes, stored in lane order.
+__attribute__((target("avx2"))) inline void Store53Avx2(__m256i a, __m256i b, uint64_t* out) {
+  // Joined per lane: lanes 0, 1, 4, 5 (even) and 2, 3, 6, 7 (odd), then put in order.
+  const __m256i even = _mm256_unpacklo_epi32(b, a), odd = _mm256_unpackhi_epi32(b, a);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_srli_epi64(_mm256_permute2x128_si256(even, odd, 0x20), 11));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4),
+                      _mm256_srli_epi64(_mm256_permute2x128_si256(even, odd, 0x31), 11));
+}
+
+void Philox53One(uint64_t q, uint32_t c2, uint32_t c3, const uint32_t key[2], uint64_t* out) {
+  uint32_t c[4] = {static_cast<uint32_t>(q), static_cast<uint32_t>(q >> 32), c2, c3};
+  Philox4x32_10(c, key);
+  *out = ((static_cast<uint64_t>(c[0]) << 32) | c[1]) >> 11;
+}
+
+// Philox53Bits' AVX2 kernel: 16 counters at a time in two independent sets of 8 lanes
+// (one set's rounds are a chain of dependent multiplies; two keep the multipliers busy),
+// the counters made in registers (a group of 16 whose high word changes inside is done
+// one at a time), then words 0 and 1 of each lane joined and shifted.
+__attribute__((target("avx2"))) void Philox53Avx2(uint64_t start, int64_t n, uint32_t c2,
+                                                  uint32_t c3, const uint32_t key[2],
+                                                  uint64_t* out) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i eight = _mm256_set1_epi32(8);
+  int64_t at = 0;
+  for (; at + 16 <= n; at += 16) {
+    const uint64_t p = start + static_cast<uint64_t>(at);
+    if ((p >> 32) != ((p + 15) >> 32)) {
+      for (int64_t i = 0; i < 16; ++i) Philox53One(p + static_cast<uint64_t>(i), c2, c3, key, out + at + i);
+      continue;
+    }
+    __m256i a0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(p))), lanes);
+    __m256i a1 = _mm256_add_epi32(a0, eight);
+    __m256i b0 = _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(p >> 32))), b1 = b0;
+    __m256i c0 = _mm256_set1_epi32(static_cast<int>(c2)), cc1 = c0;
+    __m256i d0 = _mm256_set1_epi32(static_cast<int>(c3)), d1 = d0;
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; ++round) {
+      const __m256i r0 = _mm256_set1_epi32(static_cast<int>(k0));
+      const __m256i r1 = _mm256_set1_epi32(static_cast<int>(k1));
+      PhiloxRoundAvx2(a0, b0, c0, d0, r0, r1);
+      PhiloxRoundAvx2(a1, b1, cc1, d1, r0, r1);
+      k0 += kBump0;
+      k1 += kBump1;
+    }
+    Store53Avx2(a0, b0, out + at);
+    Store53Avx2(a1, b1, out + at + 8);
+  }
+  for (; at < n; ++at) Philox53One(start + static_cast<uint64_t>(at), c2, c3, key, out + at);
+}
+
 PhiloxIsa BestIsa() {
   static const PhiloxIsa isa = __builtin_cpu_supports("avx512f") ? PhiloxIsa::kAvx512
                                : __builtin_cpu_supports("avx2") ? PhiloxIsa::kAvx2
@@ -133,6 +202,13 @@ void Philox4x32_10Lanes(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, 
     case PhiloxIsa::kAvx2: return PhiloxAvx2(w0, w1, w2, w3, n, key);
     default: return PhiloxScalar(w0, w1, w2, w3, n, key);
   }
+}
+
+void Philox53Bits(uint64_t start, int64_t n, uint32_t c2, uint32_t c3, const uint32_t key[2],
+                  uint64_t* out, PhiloxIsa isa) {
+  if (isa == PhiloxIsa::kBest || !PhiloxIsaSupported(isa)) isa = BestIsa();
+  if (isa != PhiloxIsa::kScalar) return Philox53Avx2(start, n, c2, c3, key, out);
+  for (int64_t i = 0; i < n; ++i) Philox53One(start + static_cast<uint64_t>(i), c2, c3, key, out + i);
 }
 
 uint32_t CounterRng::NextU32() {

@@ -153,6 +153,34 @@ TEST(Philox, LanesEqualTheOneCounterFunction) {
   }
 }
 
+// The 53-bit draws are Philox4x32_10 of (position's low word, its high word, c2, c3),
+// words 0 and 1 joined, for any count, starts whose high word changes inside a group of
+// 8 lanes or between groups, and keys with carries in the bumps.
+TEST(Philox, FiftyThreeBitDrawsEqualTheOneCounterFunction) {
+  for (const uint64_t start : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 13,
+                               (uint64_t{1} << 32) - 8, (uint64_t{7} << 40) + 3}) {
+    for (int64_t n : {1, 7, 8, 9, 33, 1000}) {
+      for (const uint32_t key0 : {0u, 0xFFFFFFFFu, 0x12345678u}) {
+        const uint32_t key[2] = {key0, ~key0};
+        for (PhiloxIsa isa : {PhiloxIsa::kScalar, PhiloxIsa::kAvx2, PhiloxIsa::kBest}) {
+          if (!PhiloxIsaSupported(isa)) continue;
+          std::vector<uint64_t> got(n);
+          Philox53Bits(start, n, 4, 0xABCDEF01u, key, got.data(), isa);
+          for (int64_t i = 0; i < n; ++i) {
+            const uint64_t p = start + static_cast<uint64_t>(i);
+            uint32_t ctr[4] = {static_cast<uint32_t>(p), static_cast<uint32_t>(p >> 32), 4,
+                               0xABCDEF01u};
+            Philox4x32_10(ctr, key);
+            ASSERT_EQ(got[i], ((uint64_t{ctr[0]} << 32) | ctr[1]) >> 11)
+                << "start " << start << " n " << n << " lane " << i << " isa "
+                << static_cast<int>(isa);
+          }
+        }
+      }
+    }
+  }
+}
+
 // The bulk stream is CounterRng's, word for word and draw for draw, across its refills
 // (256 blocks each) and wherever the 32-bit block counter starts.
 TEST(BulkCounterRng, GivesCounterRngsWordsAndDraws) {
