@@ -105,10 +105,12 @@ def steady(make, epochs: int, column: str = "ts") -> tuple[float, int, dict]:
     """The fastest epoch (by rows/s) after the first of one iteration of `epochs` epochs
     over one object, as training runs them: the epoch's seconds and rows."""
     it = make()
-    counts = [it.num_batches(e) for e in range(epochs)] if hasattr(it, "num_batches") else [len(it)] * epochs
     best, batches = (0.0, 0, {}), iter(it)
     t = time.perf_counter()
-    for e, n in enumerate(counts):
+    for e in range(epochs):
+        # Each epoch's length asked for when it starts, as a training loop does (a
+        # mixture draws it half way through the epoch before and keeps those draws).
+        n = it.num_batches(e) if hasattr(it, "num_batches") else len(it)
         rows = 0
         for _ in range(n):
             rows += len(next(batches)[column])

@@ -24,6 +24,10 @@ from pqloader._options import check_int
 
 STATE_VERSION = 1
 _STOPS = ("first", "last")
+# Epochs ending at a source's end find their length by drawing their positions; up to
+# this many positions, those draws are kept (a byte each) for the epoch's stream, which
+# then does not draw them again.
+_MAX_KEPT_DRAWS = 1 << 24
 
 
 class Mixture:
@@ -105,6 +109,7 @@ class Mixture:
         self._batch_transform = batch_transform
         self._rows = [self._rows_per_epoch(l) for l in loaders]
         self._lengths: dict[int, int] = {}
+        self._kept: tuple[int, Any] | None = None  # (epoch, its draws) for its stream
         self._epoch, self._batch = 0, 0
         self._resume_end: int | None = None
         self._active_end: int | None = None  # where the running iteration stops
@@ -139,8 +144,11 @@ class Mixture:
                 n = self._samples // self._loaders[0].options.world_size
             else:
                 limit = sum(self._rows) * 64 + 1024  # a bound for weights far from the sizes
-                n = _core.mix_epoch_length(self._seed, epoch, self._cumulative, self._rows,
-                                           self._stop == "last", limit)
+                n, draws = _core.mix_epoch_length_kept(self._seed, epoch, self._cumulative,
+                                                       self._rows, self._stop == "last", limit,
+                                                       _MAX_KEPT_DRAWS)
+                if draws is not None:
+                    self._kept = (epoch, draws)
             self._lengths[epoch] = n
         return self._lengths[epoch]
 
@@ -199,10 +207,14 @@ class Mixture:
         # With then_next, the stream starts the sources' next epoch while this one ends
         # (MixStreamOptions::then_next_epoch), and the next epoch's length is drawn half
         # way, while the sources decode, not at the boundary.
+        samples = self.epoch_samples(epoch)
+        kept = None
+        if self._kept is not None and self._kept[0] == epoch:
+            kept, self._kept = self._kept[1], None  # the stream holds them now
         stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
                                  self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
-                                 self.epoch_samples(epoch), self.num_batches(epoch), self._source_column,
-                                 then_next)
+                                 samples, self.num_batches(epoch), self._source_column,
+                                 then_next, kept)
         transform = self._batch_transform
         half = (batch + self.num_batches(epoch)) // 2 if then_next else -1
         try:
@@ -287,7 +299,9 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     workers: the largest ``num_workers`` among them, split by weight (at least one
     each); afterwards each has its own again. Each source keeps its own
     ``max_inflight_bytes``: a mixture holds up to the sum of its sources' bounds (lower
-    them for mixtures of many sources). In an iteration of several epochs, the sources'
+    them for mixtures of many sources), plus, with ``stop``, the draws that found an
+    epoch's length (a byte per position, up to 16 MiB), which its batches then read
+    instead of drawing them again. In an iteration of several epochs, the sources'
     next epoch starts while one ends (its batches are the same).
 
     Args:

@@ -795,12 +795,18 @@ Int32Array MixDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
 
 // One epoch of a mixture (mix/mix_stream.h) over the engines of Python Loaders, which it
 // keeps alive. next() releases the GIL while it waits for the sources and assembles.
+// An epoch's draws kept by mix_epoch_length_kept for its MixStream (a byte per position).
+struct PyMixKeptDraws {
+  std::shared_ptr<const std::vector<uint8_t>> draws;
+};
+
 class PyMixStream {
  public:
   PyMixStream(const std::vector<nb::object>& loaders, const std::vector<uint64_t>& seeds,
               const std::vector<int64_t>& rows, const std::vector<double>& cumulative, uint64_t seed,
               int64_t batch_size, int64_t epoch, int64_t first_batch, int64_t samples,
-              int64_t num_batches, const nb::object& source_column, bool then_next_epoch)
+              int64_t num_batches, const nb::object& source_column, bool then_next_epoch,
+              const PyMixKeptDraws* kept_draws)
       : loaders_(loaders) {
     if (seeds.size() != loaders.size() || rows.size() != loaders.size()) {
       throw nb::value_error("MixStream: one seed and row count per source");
@@ -821,6 +827,7 @@ class PyMixStream {
     o.samples = samples;
     o.num_batches = num_batches;
     o.then_next_epoch = then_next_epoch;
+    if (kept_draws != nullptr) o.kept_draws = kept_draws->draws;
     specs_ = sources[0].loader->specs();
     nb::gil_scoped_release release;
     stream_ = Check(MixStream::Make(std::move(sources), std::move(o), RecyclingPool::Global()));
@@ -925,13 +932,34 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     return pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit);
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a);
+  nb::class_<pqloader::PyMixKeptDraws>(m, "MixKeptDraws")
+      .def("__len__", [](const pqloader::PyMixKeptDraws& k) { return k.draws->size(); });
+  // The epoch length as mix_epoch_length, and its draws kept (None where they are not:
+  // above max_kept positions or 256 sources) for the epoch's MixStream.
+  m.def("mix_epoch_length_kept", [](uint64_t seed, int64_t epoch, const std::vector<double>& cum,
+                                    const std::vector<int64_t>& rows, bool until_all,
+                                    int64_t limit, int64_t max_kept) {
+    auto kept = std::make_shared<std::vector<uint8_t>>();
+    int64_t n;
+    {
+      nb::gil_scoped_release release;
+      n = pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit,
+                                              kept.get(), max_kept);
+    }
+    nb::object draws = nb::none();
+    if (n > 0 && static_cast<int64_t>(kept->size()) == n) {
+      draws = nb::cast(pqloader::PyMixKeptDraws{std::move(kept)});
+    }
+    return nb::make_tuple(n, draws);
+  }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a, "max_kept"_a);
   nb::class_<pqloader::PyMixStream>(m, "MixStream")
       .def(nb::init<const std::vector<nb::object>&, const std::vector<uint64_t>&,
                     const std::vector<int64_t>&, const std::vector<double>&, uint64_t, int64_t,
-                    int64_t, int64_t, int64_t, int64_t, const nb::object&, bool>(),
+                    int64_t, int64_t, int64_t, int64_t, const nb::object&, bool,
+                    const pqloader::PyMixKeptDraws*>(),
            "loaders"_a, "seeds"_a, "rows"_a, "cumulative"_a, "seed"_a, "batch_size"_a, "epoch"_a,
            "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none(),
-           "then_next_epoch"_a = false)
+           "then_next_epoch"_a = false, "kept_draws"_a.none() = nb::none())
       .def("next", &pqloader::PyMixStream::Next)
       .def("stop", &pqloader::PyMixStream::Stop);
   m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);

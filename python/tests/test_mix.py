@@ -175,6 +175,33 @@ def test_each_next_epoch_starts_while_one_ends_with_the_same_batches(sources):
         np.testing.assert_array_equal(x["source"], y["source"])
 
 
+def test_the_draws_that_found_an_epochs_length_are_its_batches_draws(sources, monkeypatch):
+    """An epoch ending at a source's end is drawn once: the draws that found its length
+    (kept, a byte per position) are those of its positions, and its stream reads them;
+    with none kept (and with stop="last") the batches are the same."""
+    root, _ = sources
+    cum = _core.mix_cumulative([0.5, 0.3, 0.2])
+    rows = [3000, 1200, 600]
+    n, kept = _core.mix_epoch_length_kept(6, 1, cum, rows, False, 10**6, 1 << 20)
+    assert n == _core.mix_epoch_length(6, 1, cum, rows, False, 10**6) and len(kept) == n
+    assert _core.mix_epoch_length_kept(6, 1, cum, rows, False, 10**6, n - 1)[1] is None
+    for stop in ("first", "last"):
+        kw = dict(seed=6, batch_size=50, stop=stop)
+        m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=2, **kw)
+        it = iter(m)
+        with_kept = run(b for _, b in zip(range(len(m) // 2 + 1), it))
+        assert m._kept[0] == 1  # epoch 1's draws, kept half way through epoch 0
+        with_kept += run(it)
+        assert m._kept is None  # and taken by its stream
+        monkeypatch.setattr("pqloader._mix._MAX_KEPT_DRAWS", 0)
+        drawn = run(pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=2, **kw))
+        monkeypatch.undo()
+        assert len(with_kept) == len(drawn)
+        for x, y in zip(with_kept, drawn):
+            np.testing.assert_array_equal(x["id"], y["id"])
+            np.testing.assert_array_equal(x["source"], y["source"])
+
+
 def test_sources_with_their_own_filters_and_torch_output(sources):
     torch = pytest.importorskip("torch")
     root, _ = sources

@@ -141,7 +141,9 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
 int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const std::vector<double>& cumulative,
                                   const std::vector<int64_t>& rows, bool until_all,
-                                  int64_t limit) {
+                                  int64_t limit, std::vector<uint8_t>* kept, int64_t max_kept) {
+  if (kept != nullptr) kept->clear();
+  bool keep = kept != nullptr && rows.size() <= 256 && max_kept > 0;
   std::vector<int64_t> counts(rows.size(), 0);
   int64_t unfinished = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -157,6 +159,12 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
   const size_t n = rows.size();
   std::vector<int64_t> block(n, 0);
   ForEachDrawBlock(seed, epoch, 0, limit, cumulative, [&](const int32_t* drawn, int64_t at, int64_t m) {
+    if (keep && at + m > max_kept + kBlock) {  // longer than kept: none is
+      keep = false;
+      kept->clear();
+      kept->shrink_to_fit();
+    }
+    if (keep) kept->insert(kept->end(), drawn, drawn + m);  // (each below 256)
     if (n <= kCountedSources) {
       for (size_t s = 0; s < n; ++s) {
         int64_t c = 0;
@@ -193,6 +201,12 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
     }
     return true;
   });
+  if (keep && length <= max_kept) {
+    kept->resize(static_cast<size_t>(length));
+  } else if (kept != nullptr) {
+    kept->clear();
+    kept->shrink_to_fit();
+  }
   return length;
 }
 

@@ -44,10 +44,15 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
 /// first source exhausted); with `until_all`, the first position after which every
 /// source i has been drawn at least rows[i] times (the last source exhausted). Sources
 /// with no rows make a "first" epoch empty and are ignored by "last". At most `limit`.
+/// With `kept`, it receives the sources of positions [0, length), a byte each (the
+/// draws made to find the length, which the epoch's batches then need not draw again:
+/// MixStreamOptions::kept_draws), if there are at most 256 sources and the length is at
+/// most `max_kept`; else it is left empty.
 int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const std::vector<double>& cumulative,
                                   const std::vector<int64_t>& rows, bool until_all,
-                                  int64_t limit);
+                                  int64_t limit,
+                                  std::vector<uint8_t>* kept = nullptr, int64_t max_kept = 0);
 
 /// One column of a mixed batch: its output rows and, per piece, where that piece's rows
 /// of this column are.

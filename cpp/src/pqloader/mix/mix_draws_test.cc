@@ -174,6 +174,30 @@ TEST(MixDraws, EpochLengthEqualsTheDrawByDrawCount) {
             LengthDrawByDraw(3, 0, cum, {5000, 5000}, false, 2100));
 }
 
+TEST(MixDraws, TheEpochLengthsDrawsAreKeptAsBytes) {
+  // "first" and "last": the kept bytes are the draws of positions [0, length); none are
+  // kept past max_kept, nor for more than 256 sources.
+  const auto cum = CumulativeWeights({0.5, 0.3, 0.2});
+  const std::vector<int64_t> rows = {2000, 1500, 900};
+  for (bool until_all : {false, true}) {
+    std::vector<uint8_t> kept = {7};
+    const int64_t n = EpochLengthUntilExhausted(3, 1, cum, rows, until_all, 1 << 30, &kept, 1 << 20);
+    ASSERT_EQ(n, EpochLengthUntilExhausted(3, 1, cum, rows, until_all, 1 << 30));
+    std::vector<int32_t> draws(n);
+    DrawSources(3, 1, 0, n, cum, draws.data());
+    ASSERT_EQ(kept, std::vector<uint8_t>(draws.begin(), draws.end())) << until_all;
+    EpochLengthUntilExhausted(3, 1, cum, rows, until_all, 1 << 30, &kept, n - 1);
+    EXPECT_TRUE(kept.empty()) << until_all;
+    EpochLengthUntilExhausted(3, 1, cum, rows, until_all, 1 << 30, &kept, n);
+    EXPECT_EQ(static_cast<int64_t>(kept.size()), n) << until_all;
+  }
+  std::vector<double> weights(300, 1.0);
+  std::vector<uint8_t> kept;
+  EpochLengthUntilExhausted(3, 1, CumulativeWeights(weights), std::vector<int64_t>(300, 10), false,
+                            1 << 30, &kept, 1 << 20);
+  EXPECT_TRUE(kept.empty());
+}
+
 TEST(MixDraws, InterleaveTakesEachSourcesRowsInOrderAcrossPieces) {
   const std::vector<int64_t> a1 = {10, 11}, a2 = {12}, b = {20, 21};
   auto bytes = [](const auto& v) { return reinterpret_cast<const uint8_t*>(v.data()); };

@@ -48,8 +48,7 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
   stream->next_batch_ = o.first_batch;
   std::vector<int64_t> counts(sources.size(), 0);
   if (o.first_batch > 0) {
-    counts = CountDraws(o.seed, o.epoch, std::min(o.first_batch * o.batch_size, o.samples),
-                        o.cumulative);
+    counts = stream->CountSources(0, std::min(o.first_batch * o.batch_size, o.samples));
   }
   // The stream is complete before any source starts: Stop() (and so the destructor)
   // gives every source back its seed even if one fails to start.
@@ -165,7 +164,12 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
   }
   if (!drawn_) {
     draws_.resize(static_cast<size_t>(count));
-    DrawSources(o.seed, o.epoch, start, count, o.cumulative, draws_.data());
+    const std::vector<uint8_t>* kept = o.kept_draws.get();
+    if (kept != nullptr && start + count <= static_cast<int64_t>(kept->size())) {
+      for (int64_t i = 0; i < count; ++i) draws_[i] = (*kept)[start + i];
+    } else {
+      DrawSources(o.seed, o.epoch, start, count, o.cumulative, draws_.data());
+    }
     need_.assign(sources_.size(), 0);
     for (int32_t d : draws_) ++need_[d];
     drawn_ = true;
@@ -204,6 +208,17 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
   return batch;
 }
 
+std::vector<int64_t> MixStream::CountSources(int64_t start, int64_t end) const {
+  const MixStreamOptions& o = options_;
+  const std::vector<uint8_t>* kept = o.kept_draws.get();
+  if (kept == nullptr || end > static_cast<int64_t>(kept->size())) {
+    return CountDraws(o.seed, o.epoch, start, end, o.cumulative);
+  }
+  std::vector<int64_t> counts(o.cumulative.size(), 0);
+  for (int64_t p = start; p < end; ++p) ++counts[(*kept)[p]];
+  return counts;
+}
+
 arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanoseconds timeout,
                                              bool* timed_out) {
   const MixStreamOptions& o = options_;
@@ -212,7 +227,7 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
     return arrow::Status::OK();
   }
   // Every row the rest of the epoch draws, held now (in the sources' batches).
-  if (rest_.empty()) rest_ = CountDraws(o.seed, o.epoch, start, o.samples, o.cumulative);
+  if (rest_.empty()) rest_ = CountSources(start, o.samples);
   for (size_t i = 0; i < sources_.size(); ++i) {
     if (!sources_[i].started) continue;
     ARROW_RETURN_NOT_OK(Fill(i, rest_[i], timeout, timed_out));

@@ -65,6 +65,10 @@ struct MixStreamOptions {
   /// for the next stream), so the boundary does not wait for every source's first
   /// shuffle window. The batches are the same either way.
   bool then_next_epoch = false;
+  /// The sources of the epoch's positions [0, size()), a byte each, if the caller kept
+  /// them (EpochLengthUntilExhausted's `kept`): read instead of drawn again. They must
+  /// be this epoch's draws under `seed` and `cumulative`.
+  std::shared_ptr<const std::vector<uint8_t>> kept_draws;
 };
 
 class MixStream {
@@ -111,6 +115,9 @@ class MixStream {
   arrow::Result<std::shared_ptr<Batch>> Assemble(int64_t count);
   // With then_next_epoch, near the end: take the rest of the epoch's rows from the
   // sources and start their next epoch (see MixStreamOptions::then_next_epoch).
+  // Draws of each source among positions [start, end): counted in kept_draws where they
+  // cover them, else drawn.
+  std::vector<int64_t> CountSources(int64_t start, int64_t end) const;
   arrow::Status MaybeStartNextEpoch(int64_t start, std::chrono::nanoseconds timeout,
                                     bool* timed_out);
 

@@ -154,6 +154,45 @@ TEST(MixStream, TheNextEpochStartedWhileOneEndsGivesTheSameBatches) {
   }
 }
 
+// Kept draws (MixStreamOptions::kept_draws) are read, not drawn again: the epoch's own
+// draws give the same batches (from its first batch, from a later one, and starting the
+// next epoch early, which counts the rest of the epoch's draws); other bytes make other
+// sources, and positions past the kept ones are drawn.
+TEST(MixStream, KeptDrawsAreReadInsteadOfDrawn) {
+  std::vector<int32_t> draws(60);
+  DrawSources(5, 3, 0, 60, CumulativeWeights({1, 1}), draws.data());
+  auto own = std::make_shared<const std::vector<uint8_t>>(draws.begin(), draws.end());
+  for (int64_t first : {0, 4}) {
+    for (bool then_next : {false, true}) {
+      std::vector<std::vector<int64_t>> expect, got;
+      std::vector<int64_t> from;
+      for (bool kept : {false, true}) {
+        auto s = MakeSources(2);
+        MixStreamOptions o = Options(3, first);
+        o.then_next_epoch = then_next;
+        if (kept) o.kept_draws = own;
+        auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+        Drain(stream.get(), kept ? &got : &expect, &from);
+      }
+      EXPECT_EQ(got, expect) << "first batch " << first << ", then_next " << then_next;
+    }
+  }
+  std::vector<uint8_t> other(30);
+  for (size_t p = 0; p < other.size(); ++p) other[p] = p % 3 == 0 ? 1 : 0;
+  auto s = MakeSources(2);
+  MixStreamOptions o = Options(3, 0);
+  o.kept_draws = std::make_shared<const std::vector<uint8_t>>(other);
+  auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> from;
+  Drain(stream.get(), &ids, &from);
+  ASSERT_EQ(from.size(), 60u);
+  EXPECT_EQ(std::vector<int64_t>(from.begin(), from.begin() + 30),
+            std::vector<int64_t>(other.begin(), other.end()));
+  EXPECT_EQ(std::vector<int64_t>(from.begin() + 30, from.end()),
+            std::vector<int64_t>(draws.begin() + 30, draws.end()));
+}
+
 // A stream stopped before its end stops the next epoch it started: the next stream
 // starts its own.
 TEST(MixStream, TheNextEpochStartedEarlyIsDroppedIfTheStreamStopsBeforeItsEnd) {
