@@ -78,40 +78,6 @@ __attribute__((target("avx512f"))) void PhiloxAvx512(uint32_t* w0, uint32_t* w1,
 
 PQLOADER_AVX512_END
 
-// The same with 8 counters per AVX2 register; the last n % 8 counters one at a time.
-__attribute__((target("avx2"))) void PhiloxAvx2(uint32_t* w0, uint32_t* w1, uint32_t* w2,
-                                                uint32_t* w3, int64_t n, const uint32_t key[2]) {
-  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(kM0));
-  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(kM1));
-  const int64_t full = n - n % 8;
-  for (int64_t at = 0; at < full; at += 8) {
-    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + at));
-    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + at));
-    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w2 + at));
-    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w3 + at));
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < 10; ++round) {
-      const __m256i ae = _mm256_mul_epu32(a, m0), ao = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m0);
-      const __m256i ce = _mm256_mul_epu32(c, m1), co = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m1);
-      const __m256i lo0 = _mm256_blend_epi32(ae, _mm256_slli_epi64(ao, 32), 0xAA);
-      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(ae, 32), ao, 0xAA);
-      const __m256i lo1 = _mm256_blend_epi32(ce, _mm256_slli_epi64(co, 32), 0xAA);
-      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(ce, 32), co, 0xAA);
-      a = _mm256_xor_si256(_mm256_xor_si256(hi1, b), _mm256_set1_epi32(static_cast<int>(k0)));
-      b = lo1;
-      c = _mm256_xor_si256(_mm256_xor_si256(hi0, d), _mm256_set1_epi32(static_cast<int>(k1)));
-      d = lo0;
-      k0 += kBump0;
-      k1 += kBump1;
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w0 + at), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w1 + at), b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w2 + at), c);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w3 + at), d);
-  }
-  PhiloxScalar(w0 + full, w1 + full, w2 + full, w3 + full, n - full, key);
-}
-
 // One Philox round on 8 lanes (words a, b, c, d; round keys k0, k1).
 __attribute__((target("avx2"))) inline void PhiloxRoundAvx2(__m256i& a, __m256i& b, __m256i& c,
                                                             __m256i& d, __m256i k0, __m256i k1) {
@@ -127,6 +93,30 @@ __attribute__((target("avx2"))) inline void PhiloxRoundAvx2(__m256i& a, __m256i&
   b = lo1;
   c = _mm256_xor_si256(_mm256_xor_si256(hi0, d), k1);
   d = lo0;
+}
+
+// The same with 8 counters per AVX2 register; the last n % 8 counters one at a time.
+__attribute__((target("avx2"))) void PhiloxAvx2(uint32_t* w0, uint32_t* w1, uint32_t* w2,
+                                                uint32_t* w3, int64_t n, const uint32_t key[2]) {
+  const int64_t full = n - n % 8;
+  for (int64_t at = 0; at < full; at += 8) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0 + at));
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w1 + at));
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w2 + at));
+    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w3 + at));
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; ++round) {
+      PhiloxRoundAvx2(a, b, c, d, _mm256_set1_epi32(static_cast<int>(k0)),
+                      _mm256_set1_epi32(static_cast<int>(k1)));
+      k0 += kBump0;
+      k1 += kBump1;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w0 + at), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w1 + at), b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w2 + at), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(w3 + at), d);
+  }
+  PhiloxScalar(w0 + full, w1 + full, w2 + full, w3 + full, n - full, key);
 }
 
 // (word 0 << 32 | word 1) >> 11 of 8 lanes, stored in lane order.
