@@ -793,13 +793,13 @@ Int32Array MixDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
   return Int32Array(data->data(), 1, shape, owner);
 }
 
-// One epoch of a mixture (mix/mix_stream.h) over the engines of Python Loaders, which it
-// keeps alive. next() releases the GIL while it waits for the sources and assembles.
 // An epoch's draws kept by mix_epoch_length_kept for its MixStream (a byte per position).
 struct PyMixKeptDraws {
   std::shared_ptr<const std::vector<uint8_t>> draws;
 };
 
+// One epoch of a mixture (mix/mix_stream.h) over the engines of Python Loaders, which it
+// keeps alive. next() releases the GIL while it waits for the sources and assembles.
 class PyMixStream {
  public:
   PyMixStream(const std::vector<nb::object>& loaders, const std::vector<uint64_t>& seeds,

@@ -47,7 +47,17 @@ int Pick(uint64_t bits, const double* cumulative, int n) {
 // Draws per call of the lane-wise Philox: a few KiB of stack, enough lanes to vectorise.
 constexpr int64_t kBlock = 1024;
 
-// out[i] = the number of thresholds <= k[i], for i in [0, n): 4 draws per AVX2 compare
+// out[i] = the number of thresholds <= k[i], for i in [0, n).
+void CountThresholds(const uint64_t* k, int64_t n, const std::vector<uint64_t>& thresholds,
+                     int32_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t s = 0;
+    for (const uint64_t t : thresholds) s += k[i] >= t ? 1 : 0;
+    out[i] = s;
+  }
+}
+
+// The same, 4 draws per AVX2 compare
 // (k and the thresholds are below 2^53: signed compares are exact).
 __attribute__((target("avx2"))) void CountThresholdsAvx2(const uint64_t* k, int64_t n,
                                                          const std::vector<uint64_t>& thresholds,
@@ -64,11 +74,7 @@ __attribute__((target("avx2"))) void CountThresholdsAvx2(const uint64_t* k, int6
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(s, pick)));
   }
-  for (; i < n; ++i) {
-    int32_t s = 0;
-    for (const uint64_t t : thresholds) s += k[i] >= t ? 1 : 0;
-    out[i] = s;
-  }
+  CountThresholds(k + i, n - i, thresholds, out + i);
 }
 
 // The sources of positions [start, start + count), count <= kBlock, by the thresholds of
@@ -80,11 +86,7 @@ void DrawBlock(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
   Philox53Bits(static_cast<uint64_t>(start), count, static_cast<uint32_t>(RngPurpose::kMixture),
                static_cast<uint32_t>(epoch), key, k);
   if (HasAvx2()) return CountThresholdsAvx2(k, count, thresholds, out);
-  for (int64_t i = 0; i < count; ++i) {
-    int32_t s = 0;
-    for (const uint64_t t : thresholds) s += k[i] >= t ? 1 : 0;
-    out[i] = s;
-  }
+  CountThresholds(k, count, thresholds, out);
 }
 
 // Call fn(drawn, at, m) for the draws of positions [start, end), kBlock at a time
@@ -159,7 +161,7 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
   const size_t n = rows.size();
   std::vector<int64_t> block(n, 0);
   ForEachDrawBlock(seed, epoch, 0, limit, cumulative, [&](const int32_t* drawn, int64_t at, int64_t m) {
-    if (keep && at + m > max_kept + kBlock) {  // longer than kept: none is
+    if (keep && at > max_kept) {  // the length is past max_kept: nothing is kept
       keep = false;
       kept->clear();
       kept->shrink_to_fit();
