@@ -5,7 +5,11 @@
 
 Use it before and after every change on the hot path: each row is a ratio to a ceiling
 measured side by side on the same files and cores, so the ratios (not the absolute
-rates) are what compare across machines and runs. Rows:
+rates) are what compare across machines and runs. The tabular, tokens and images rows
+are paired rounds (the ceiling, then the contenders in turns, per round; the median of
+the per-round ratios), so load that comes and goes on a shared VM hits both sides of a
+ratio alike; loaders are timed in steady epochs, after the epochs that start the
+pipeline and fault in the process's working set (WARMUP). Rows:
 
 * tabular (80 float32 + 21 int64 columns, 64k-row row groups, snappy, batch 1024):
   pqloader shuffled and unshuffled vs a 2-thread pool decoding whole row groups with
@@ -177,10 +181,13 @@ def copy_rate(nbytes: int) -> float:
     return nbytes / best
 
 
-def jpeg_decode_rate(d: Path) -> float:
-    from PIL import Image
+def jpeg_blobs(d: Path) -> list[bytes]:
+    return [b for f in files_of(d) for b in pq.read_table(f, columns=["image"]).column(0).to_pylist()]
 
-    blobs = [b for f in files_of(d) for b in pq.read_table(f, columns=["image"]).column(0).to_pylist()]
+
+def jpeg_decode_seconds(blobs: list[bytes]) -> float:
+    """Seconds to decode every JPEG once, one Pillow thread per core."""
+    from PIL import Image
 
     def dec(chunk):
         for b in chunk:
@@ -188,14 +195,10 @@ def jpeg_decode_rate(d: Path) -> float:
                 im.load()
 
     chunks = [blobs[i::CORES] for i in range(CORES)]
-    dec(blobs[:8])
-    best = 1e9
-    for _ in range(2):
-        t = time.perf_counter()
-        with ThreadPoolExecutor(CORES) as ex:
-            list(ex.map(dec, chunks))
-        best = min(best, time.perf_counter() - t)
-    return len(blobs) / best
+    t = time.perf_counter()
+    with ThreadPoolExecutor(CORES) as ex:
+        list(ex.map(dec, chunks))
+    return time.perf_counter() - t
 
 
 # --------------------------------------------------------------------- measurement
@@ -232,12 +235,54 @@ def epoch_times(loader: pqloader.Loader, epochs: int) -> list[float]:
     return times
 
 
-def steady(loader_factory, repeats: int) -> float:
-    """Best epoch time of a continuous iteration (the first epoch, which also fills
-    caches and starts the pipeline, left out)."""
+# Epochs left out before a steady epoch is timed: the first starts the pipeline (and
+# fills a cache); the next ones still fault in the process's working set (the buffer
+# pool's blocks: 558, 69, 2, 0, 32, 12, then 0 MB fresh in epochs 1-7 of the shuffled
+# tabular loader; cache hits 65, 64, 86, 0 MB in hit epochs 1-4; in a VM each fresh huge
+# page costs ~3 ms, so a warm-up epoch can take twice a steady one's time; see
+# docs/performance.md, thirteenth session). Training runs many epochs: the steady ones
+# are its rate.
+WARMUP = 3
+CACHE_WARMUP = 4  # the filling epoch, then three of hits
+
+
+def steady(loader_factory, repeats: int, warmup: int = WARMUP) -> float:
+    """Best epoch time of a continuous iteration, after `warmup` epochs."""
     loader = loader_factory()
-    times = epoch_times(loader, repeats + 1)
-    return min(times[1:])
+    times = epoch_times(loader, repeats + warmup)
+    return min(times[warmup:])
+
+
+def steady_median(loader_factory, epochs: int = 3, warmup: int = WARMUP) -> float:
+    """Median epoch time of a continuous iteration, after `warmup` epochs (for paired
+    rounds: a best-of favours whichever side has more fast outliers)."""
+    loader = loader_factory()
+    return statistics.median(epoch_times(loader, epochs + warmup)[warmup:])
+
+
+def paired(rounds: int, ceiling, contenders: dict) -> dict:
+    """Time the ceiling, then each contender, per round; return per contender the median
+    time and the median of its per-round ratios (ceiling time / its time), and the same
+    for every pair of contenders, so that load coming and going on a shared machine hits
+    both sides of each ratio alike. `ceiling` and each contender return seconds; the
+    ceiling runs twice a round, its faster run kept (its first run after a contender
+    faults in the memory the contender's pool holds: up to 2x slower in a VM), and each
+    contender is timed warm (its start-up left out by the caller)."""
+    per = {name: [] for name in contenders}
+    base = []
+    for r in range(rounds):
+        base.append(min(ceiling(), ceiling()))
+        # Contenders in turn, in reverse order every other round (none always runs first).
+        for name in list(contenders)[:: -1 if r % 2 else 1]:
+            per[name].append(contenders[name]())
+    out = {"ceiling": statistics.median(base)}
+    for name, ts in per.items():
+        out[name] = (statistics.median(ts), statistics.median(b / t for b, t in zip(base, ts)))
+    names = list(contenders)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            out[(a, b)] = statistics.median(tb / ta for ta, tb in zip(per[a], per[b]))
+    return out
 
 
 class Table:
@@ -265,20 +310,26 @@ def run_tabular(table: Table, repeats: int, workers: int) -> None:
     d = tabular_data()
     s = SPEC["tabular"]
     rows = s["rows"] // s["files"] * s["files"]
-    ceiling = rows / timed(lambda: pool_decode(d), repeats)
+    common = dict(batch_size=s["batch"], num_workers=workers)
+
+    def loader_steady(shuffle):
+        return lambda: steady_median(lambda: pqloader.Loader(str(d), shuffle=shuffle, seed=1,
+                                                             num_epochs=None, **common))
+
+    # Paired rounds: the ceiling, then a shuffled and an unshuffled loader's steady
+    # epochs (a new loader of each per round), in turns.
+    r = paired(max(4, repeats), lambda: timed(lambda: pool_decode(d), 1),
+               {"shuffled": loader_steady(True), "unshuffled": loader_steady(False)})
+    ceiling = rows / r["ceiling"]
     table.add("ceiling: row groups, pyarrow pool", ceiling, "rows/s", ceiling, None,
               f"{CORES}-thread row-group decode")
-    common = dict(batch_size=s["batch"], num_workers=workers)
-    for shuffle in (True, False):
-        rate = rows / steady(lambda: pqloader.Loader(str(d), shuffle=shuffle, seed=1,
-                                                     num_epochs=None, **common), repeats)
-        table.add(f"tabular {'shuffled' if shuffle else 'unshuffled'}", rate, "rows/s", ceiling,
-                  0.8, f"{CORES}-thread row-group decode")
-        if shuffle:
-            shuffled = rate
-        else:
-            table.add("tabular shuffled / unshuffled", shuffled, "rows/s", rate, 0.9,
-                      "pqloader unshuffled")
+    for name in ("shuffled", "unshuffled"):
+        rate = rows / r[name][0]
+        table.add(f"tabular {name}", rate, "rows/s", rate / r[name][1], 0.8,
+                  f"{CORES}-thread row-group decode, paired rounds")
+    shuffled = rows / r["shuffled"][0]
+    table.add("tabular shuffled / unshuffled", shuffled, "rows/s",
+              shuffled / r[("shuffled", "unshuffled")], 0.9, "pqloader unshuffled, paired rounds")
 
     def cold(fn):
         def run():
@@ -306,8 +357,8 @@ def run_cache(table: Table, repeats: int, workers: int, tmp: Path) -> None:
         cache = tmp / f"cache-{name}"
         shutil.rmtree(cache, ignore_errors=True)
         loader = pqloader.Loader(str(d), cache_dir=str(cache), shuffle=shuffle, seed=1, **common)
-        times = epoch_times(loader, repeats + 1)  # epoch 1 fills the cache
-        fill_rate, rate = rows / times[0], rows / min(times[1:])
+        times = epoch_times(loader, repeats + CACHE_WARMUP)  # epoch 1 fills the cache
+        fill_rate, rate = rows / times[0], rows / min(times[CACHE_WARMUP:])
         # The bytes an epoch hands out (every column's values), copied once in one thread.
         first = next(iter(loader))
         row_bytes = sum(v.nbytes for v in first.values()) / len(next(iter(first.values())))
@@ -327,7 +378,7 @@ def run_cache(table: Table, repeats: int, workers: int, tmp: Path) -> None:
             # while the consumer takes the current one's batches.
             big = pqloader.Loader(str(d), cache_dir=str(cache), shuffle=True, seed=1,
                                   max_inflight_bytes=1 << 30, **common)
-            big_rate = rows / min(epoch_times(big, repeats + 1)[1:])
+            big_rate = rows / min(epoch_times(big, repeats + CACHE_WARMUP)[CACHE_WARMUP:])
             del big
             table.add("cache hits, shuffled, 1 GiB in flight", big_rate, "rows/s", copy, None,
                       "1-thread np.copyto of the bytes")
@@ -338,15 +389,18 @@ def run_tokens(table: Table, repeats: int, workers: int) -> None:
     d = tokens_data()
     s = SPEC["tokens"]
     rows = s["rows"] // s["files"] * s["files"]
-    ceiling = rows / timed(lambda: pool_decode(d, ["tokens"], values_offsets), repeats)
     tokens = sum(len(pq.read_table(f, columns=["tokens"]).column(0).combine_chunks().values)
                  for f in files_of(d))
     common = dict(columns=["tokens"], num_workers=workers)
     loader = pqloader.Loader(str(d), batch_size=s["batch"],
                              transforms={"tokens": [T.PadOrTruncate(s["max_len"])]}, **common)
-    rate = rows / timed(lambda: epoch(loader), repeats)
-    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", ceiling, 0.8,
-              "values+offsets, pyarrow pool")
+    for _ in range(WARMUP + 1):  # start-up and warm-up left out
+        epoch(loader)
+    r = paired(max(5, repeats), lambda: timed(lambda: pool_decode(d, ["tokens"], values_offsets), 1),
+               {"loader": lambda: timed(lambda: epoch(loader), 1)})
+    rate = rows / r["loader"][0]
+    table.add("tokens PadOrTruncate(1024)", rate, "seq/s", rate / r["loader"][1], 0.8,
+              "values+offsets, pyarrow pool, paired rounds")
     # The language-model layouts, shuffled, against pyarrow's read_table of the same files
     # (all cores: the values + offsets decode) in paired rounds: each round times one
     # read_table, then one epoch of the layout (the loader made once, so packing's lengths
@@ -376,14 +430,18 @@ def run_images(table: Table, repeats: int, workers: int) -> None:
     d = images_data()
     s = SPEC["images"]
     rows = s["rows"] // s["files"] * s["files"]
-    ceiling = jpeg_decode_rate(d)
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     ops = [T.DecodeImage(), T.Resize(256), T.CenterCrop(224), T.Normalize(mean, std), T.ToCHW()]
     loader = pqloader.Loader(str(d), columns=["image", "label"], batch_size=s["batch"],
                              num_workers=workers, transforms={"image": ops})
-    rate = rows / timed(lambda: epoch(loader), repeats)
-    table.add("images eval pipeline", rate, "img/s", ceiling, 0.7,
-              "libjpeg-turbo decode only")
+    for _ in range(WARMUP + 1):  # start-up and warm-up left out
+        epoch(loader)
+    blobs = jpeg_blobs(d)
+    r = paired(max(3, repeats), lambda: jpeg_decode_seconds(blobs),
+               {"loader": lambda: timed(lambda: epoch(loader), 1)})
+    rate = rows / r["loader"][0]
+    table.add("images eval pipeline", rate, "img/s", rate / r["loader"][1], 0.7,
+              "libjpeg-turbo decode only, paired rounds")
 
 
 def main() -> None:
@@ -396,7 +454,8 @@ def main() -> None:
     tmp = DATA / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    print(f"bench-quick: {CORES} cores, num_workers={a.workers}, best of {a.repeats}", flush=True)
+    print(f"bench-quick: {CORES} cores, num_workers={a.workers}, best of {a.repeats} "
+          f"(goal rows: medians of paired rounds)", flush=True)
     table = Table()
     for part in a.only.split(","):
         if part == "tabular":
