@@ -90,5 +90,11 @@ CropBox RandomResizedCropParams(int64_t height, int64_t width, double scale_lo, 
 arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& box,
                                         int64_t out_h, int64_t out_w,
                                         const CropBox* window = nullptr);
+/// Copy a `rows` x `cols` block of 3-byte pixels (row pitch `src_pitch` bytes)
+/// transposed: pixel (r, k) to dst + k * dst_col_pitch + r * 3, nothing else written.
+/// `vector`: 8 x 8 tiles with AVX2 where the CPU has it; the same bytes either way.
+/// (The resize's horizontal pass runs on transposed blocks.)
+void TransposeRgbPixels(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                        uint8_t* dst, int64_t dst_col_pitch, bool vector = true);
 
 }  // namespace pqloader
