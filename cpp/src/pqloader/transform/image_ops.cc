@@ -178,21 +178,50 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// The vector kernels of both passes, compiled for AVX2 too and picked at load time
-// (the baseline x86-64 target has no 32-bit vector multiply).
+// Vector kernels compiled for AVX2 too and picked at load time.
 #define PQLOADER_VECTOR_CLONES PQLOADER_TARGET_CLONES("avx2", "default")
 
-// acc[j] += src[j] * w for j < n.
-PQLOADER_VECTOR_CLONES void MulAdd(int32_t* acc, const uint8_t* src, int64_t n, int32_t w) {
-  for (int64_t j = 0; j < n; ++j) acc[j] += src[j] * w;
+// out[j] = Clip8(2^21 + sum over k < taps of src[k * stride + j] * w[k]) for j < n: one
+// output row (or column, on a transposed block) of a pass, its taps summed in registers.
+void WeightedSumScalar(const uint8_t* src, int64_t stride, const int32_t* w, int64_t taps,
+                       int64_t n, uint8_t* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    int32_t acc = 1 << (kPrecisionBits - 1);
+    for (int64_t k = 0; k < taps; ++k) acc += src[k * stride + j] * w[k];
+    out[j] = Clip8(acc);
+  }
 }
 
-// out[j] = Clip8(acc[j]) for j < n.
-PQLOADER_VECTOR_CLONES void ClipTo8(const int32_t* acc, int64_t n, uint8_t* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    const int32_t v = acc[j] >> kPrecisionBits;
-    out[j] = static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+// The same sums, 16 values at a time (the x86-64 baseline has no 32-bit vector
+// multiply); saturating packs clip to [0, 255] as Clip8 does.
+__attribute__((target("avx2"))) void WeightedSumAvx2(const uint8_t* src, int64_t stride,
+                                                     const int32_t* w, int64_t taps, int64_t n,
+                                                     uint8_t* out) {
+  const __m256i round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256i a0 = round, a1 = round;
+    for (int64_t k = 0; k < taps; ++k) {
+      const __m128i px = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k * stride + j));
+      const __m256i wk = _mm256_set1_epi32(w[k]);
+      a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(px), wk));
+      a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(px, 8)), wk));
+    }
+    a0 = _mm256_srai_epi32(a0, kPrecisionBits);
+    a1 = _mm256_srai_epi32(a1, kPrecisionBits);
+    // int16 (values j..j+3, j+8..j+11, j+4..j+7, j+12..j+15), in order, then uint8.
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                     _mm_packus_epi16(_mm256_castsi256_si128(words),
+                                      _mm256_extracti128_si256(words, 1)));
   }
+  if (j < n) WeightedSumScalar(src + j, stride, w, taps, n - j, out + j);
+}
+
+void WeightedSum(const uint8_t* src, int64_t stride, const int32_t* w, int64_t taps, int64_t n,
+                 uint8_t* out) {
+  if (HasAvx2()) return WeightedSumAvx2(src, stride, w, taps, n, out);
+  WeightedSumScalar(src, stride, w, taps, n, out);
 }
 
 // Rows [y0, y1) of the box, output columns [x0, x1), into tmp (row pitch (x1 - x0) * C).
@@ -341,19 +370,13 @@ void HorizontalPassTransposed(const uint8_t* src, int64_t src_w, int64_t c, cons
   }
   const int64_t rows = y1 - y0, col_len = rows * c;
   thread_local std::vector<uint8_t> in_t, out_t;
-  thread_local std::vector<int32_t> acc;
   in_t.resize(static_cast<size_t>((c1 - c0) * col_len));
   out_t.resize(static_cast<size_t>((x1 - x0) * col_len));
-  acc.resize(static_cast<size_t>(col_len));
   TransposePixels(src + ((box.top + y0) * src_w + box.left + c0) * c, src_w * c, rows, c1 - c0, c,
                   in_t.data(), col_len);
   for (int64_t i = x0; i < x1; ++i) {
-    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
-    for (int64_t k = 0; k < wx.count[i]; ++k) {
-      MulAdd(acc.data(), in_t.data() + (wx.first[i] + k - c0) * col_len, col_len,
-             coef[i * wx.stride + k]);
-    }
-    ClipTo8(acc.data(), col_len, out_t.data() + (i - x0) * col_len);
+    WeightedSum(in_t.data() + (wx.first[i] - c0) * col_len, col_len, &coef[i * wx.stride],
+                wx.count[i], col_len, out_t.data() + (i - x0) * col_len);
   }
   // Back to rows: output column i of row y is at out_t + (i - x0) * col_len + (y - y0) * c.
   TransposePixels(out_t.data(), col_len, x1 - x0, rows, c, tmp, (x1 - x0) * c);
@@ -370,13 +393,9 @@ void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box
   const int64_t row_len = win.width * c;
   std::vector<uint8_t> tmp((y1 - y0) * row_len);
   HorizontalPassTransposed(src, src_w, c, box, wx, cx, x0, x1, y0, y1, tmp.data());
-  std::vector<int32_t> acc(row_len);
   for (int64_t j = win.top; j < win.top + win.height; ++j) {
-    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
-    for (int64_t k = 0; k < wy.count[j]; ++k) {
-      MulAdd(acc.data(), &tmp[(wy.first[j] + k - y0) * row_len], row_len, cy[j * wy.stride + k]);
-    }
-    ClipTo8(acc.data(), row_len, dst + (j - win.top) * row_len);
+    WeightedSum(&tmp[(wy.first[j] - y0) * row_len], row_len, &cy[j * wy.stride], wy.count[j],
+                row_len, dst + (j - win.top) * row_len);
   }
 }
 
