@@ -224,27 +224,6 @@ void WeightedSum(const uint8_t* src, int64_t stride, const int32_t* w, int64_t t
   WeightedSumScalar(src, stride, w, taps, n, out);
 }
 
-// Rows [y0, y1) of the box, output columns [x0, x1), into tmp (row pitch (x1 - x0) * C).
-template <int C>
-void HorizontalPass(const uint8_t* src, int64_t src_w, const CropBox& box, const AxisWeights& wx,
-                    const std::vector<int32_t>& coef, int64_t x0, int64_t x1, int64_t y0,
-                    int64_t y1, uint8_t* tmp) {
-  for (int64_t y = y0; y < y1; ++y) {
-    const uint8_t* row = src + ((box.top + y) * src_w + box.left) * C;
-    uint8_t* out = tmp + (y - y0) * (x1 - x0) * C;
-    for (int64_t i = x0; i < x1; ++i, out += C) {
-      const int32_t* w = &coef[i * wx.stride];
-      const uint8_t* px = row + wx.first[i] * C;
-      int32_t acc[C];
-      for (int ch = 0; ch < C; ++ch) acc[ch] = 1 << (kPrecisionBits - 1);
-      for (int64_t k = 0; k < wx.count[i]; ++k) {
-        for (int ch = 0; ch < C; ++ch) acc[ch] += px[k * C + ch] * w[k];
-      }
-      for (int ch = 0; ch < C; ++ch) out[ch] = Clip8(acc[ch]);
-    }
-  }
-}
-
 // Copy a `rows` x `cols` block of pixels of `c` bytes, from row pitch src_pitch to a
 // layout where pixel (r, k) goes to dst + k * dst_col_pitch + r * c (a transpose).
 template <int C>
@@ -357,7 +336,7 @@ void TransposePixels(const uint8_t* src, int64_t src_pitch, int64_t rows, int64_
 }
 
 // The horizontal pass of rows [y0, y1) of the box for output columns [x0, x1), into tmp
-// (row pitch (x1 - x0) * c): the same integer sums as HorizontalPass, computed on the
+// (row pitch (x1 - x0) * c): PIL's integer sums for each output pixel, computed on the
 // transposed block so that each output column is a vector sum of whole input columns
 // (vectorised like the vertical pass) instead of a gather per pixel.
 void HorizontalPassTransposed(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box,
@@ -394,7 +373,7 @@ void ResampleU8(const uint8_t* src, int64_t src_w, int64_t c, const CropBox& box
   std::vector<uint8_t> tmp((y1 - y0) * row_len);
   HorizontalPassTransposed(src, src_w, c, box, wx, cx, x0, x1, y0, y1, tmp.data());
   for (int64_t j = win.top; j < win.top + win.height; ++j) {
-    WeightedSum(&tmp[(wy.first[j] - y0) * row_len], row_len, &cy[j * wy.stride], wy.count[j],
+    WeightedSum(tmp.data() + (wy.first[j] - y0) * row_len, row_len, &cy[j * wy.stride], wy.count[j],
                 row_len, dst + (j - win.top) * row_len);
   }
 }
