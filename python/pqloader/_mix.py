@@ -87,8 +87,6 @@ class Mixture:
                                  "mix(..., batch_transform=...) to apply it to the mixed batches")
             if o.pack is not None:
                 raise ValueError(f"mix source {n!r} packs documents; mix the unpacked sources")
-            if o.lists is not None and any(type(v).__name__ == "Ragged" for v in o.lists.values()):
-                raise ValueError(f"mix source {n!r} has ragged list columns; pad them (lists=Pad(...)) to mix")
         self._check_columns(names, loaders)
         self._names = names
         self._loaders = loaders
@@ -308,7 +306,10 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
         sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,
             transforms and filter; their output columns (names, dtypes, shapes) must
             agree. They must share rank and world size (each is sharded by its own
-            options); output='numpy' (convert with this ``output``).
+            options); output='numpy' (convert with this ``output``). List columns
+            batched ragged or padded to each batch's longest row (``lists=``) are
+            collated again over each mixed batch's rows: give the sources the same
+            ``lists=`` for them. Packed sources cannot be mixed.
         weights: One weight >= 0 per source (a dict by name, or a list); normalised.
         batch_size: Rows per batch (default: the first source's).
         seed: Keys the draws (default: the first source's seed).

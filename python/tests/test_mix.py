@@ -277,3 +277,55 @@ def test_batch_transform_belongs_to_the_mixture(sources):
     for p, d in zip(plain, doubled):
         np.testing.assert_array_equal(d["x"], p["x"] * 2)
         np.testing.assert_array_equal(d["id"], p["id"])
+
+
+@pytest.mark.parametrize("pad", [pqloader.Pad(), pqloader.Pad(max_length=20, multiple_of=8, value=-1, side="left"),
+                                 pqloader.Pad(max_length=20, truncation="left")])
+def test_lists_padded_per_batch_are_padded_again_over_the_mixed_rows(tmp_path, pad):
+    """A source pads each of its batches to that batch's longest row; the mixture pads its
+    own batches as one Loader pads a batch of those rows: to their longest (capped, rounded
+    up), each row's values on the collate's side, nothing of a source's padding copied."""
+    rng = np.random.default_rng(5)
+    for s, n in enumerate((300, 200)):
+        ids = s * 1000 + np.arange(n, dtype=np.int64)
+        lens = rng.integers(0, 40, n)
+        pq.write_table(pa.table({"id": ids, "tok": [list(range(i, i + k)) for i, k in zip(ids, lens)]}),
+                       tmp_path / f"{s}.parquet", row_group_size=50)
+    lengths = {s * 1000 + i: len(x) for s in (0, 1)
+               for i, x in enumerate(pq.read_table(tmp_path / f"{s}.parquet")["tok"].to_pylist())}
+
+    def make(lists, **kw):
+        return pqloader.mix([pqloader.Loader(str(tmp_path / f"{s}.parquet"), batch_size=16 + 7 * s,
+                                             shuffle=True, seed=s, lists={"tok": lists})
+                             for s in range(2)], [2, 1], batch_size=24, seed=3, stop="last", **kw)
+
+    batches = run(make(pad))
+    ragged = run(make(pqloader.Ragged()))
+    assert len(batches) == len(ragged) > 10
+    cap = pad.max_length or 10**9
+    for b, r in zip(batches, ragged):
+        np.testing.assert_array_equal(b["id"], r["id"])  # the same rows, in the same order
+        kept = np.minimum([lengths[i] for i in b["id"].tolist()], cap)
+        np.testing.assert_array_equal(b["tok_length"], kept)
+        assert b["tok"].shape[1] == -(-min(kept.max(), cap) // pad.multiple_of) * pad.multiple_of
+        offsets = r["tok_offsets"]
+        assert offsets[0] == 0 and len(offsets) == len(r["id"]) + 1
+        for row, i, k, lo, hi in zip(b["tok"], b["id"].tolist(), kept, offsets[:-1], offsets[1:]):
+            whole = np.arange(i, i + lengths[i])
+            np.testing.assert_array_equal(r["tok"][lo:hi], whole)  # ragged rows whole
+            values = whole[-k:] if pad.truncation == "left" and k else whole[:k]
+            padding = np.full(len(row) - k, pad.value)
+            expect = np.concatenate([padding, values] if pad.side == "left" else [values, padding])
+            np.testing.assert_array_equal(row, expect)
+
+
+def test_sources_must_collate_a_list_column_alike(tmp_path):
+    pq.write_table(pa.table({"tok": [[1, 2], [3]]}), tmp_path / "a.parquet")
+    srcs = [pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad()}),
+            pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad(multiple_of=8)})]
+    with pytest.raises(Exception, match="tok.*same lists="):
+        next(iter(pqloader.mix(srcs, [1, 1])))
+    srcs = [pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Ragged()}),
+            pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad(length=2)})]
+    with pytest.raises(ValueError, match="same columns"):  # tok_offsets against tok_length
+        pqloader.mix(srcs, [1, 1])

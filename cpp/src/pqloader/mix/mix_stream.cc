@@ -44,6 +44,7 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
                                     " gives other columns (names or kinds) than source 0");
     }
   }
+  ARROW_RETURN_NOT_OK(stream->FindListColumns(sources));
   const MixStreamOptions& o = stream->options_;
   stream->next_batch_ = o.first_batch;
   std::vector<int64_t> counts(sources.size(), 0);
@@ -244,6 +245,103 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
   return arrow::Status::OK();
 }
 
+arrow::Status MixStream::FindListColumns(const std::vector<MixSource>& sources) {
+  using Part = TransformPlan::Part;
+  using Kind = ListColumn::Kind;
+  lists_.assign(specs_.size(), ListColumn{});
+  // Output column j's list role in source i (kNone unless collated per batch).
+  auto roles = [&](size_t i) {
+    std::vector<ListColumn> out(specs_.size());
+    const TransformPlan& plan = sources[i].loader->transforms();
+    const auto& parts = plan.output_sources();
+    if (parts.size() != specs_.size()) return out;  // no companions: nothing collated
+    for (size_t j = 0; j < parts.size(); ++j) {
+      const auto [src, part] = parts[j];
+      if (part == Part::kValues || static_cast<size_t>(src) >= plan.collate().size()) continue;
+      const ColumnCollate& c = plan.collate()[static_cast<size_t>(src)];
+      size_t values = 0;  // the companion's values column
+      while (values < parts.size() && !(parts[values].first == src && parts[values].second == Part::kValues)) {
+        ++values;
+      }
+      if (values == parts.size()) continue;
+      if (part == Part::kLength && c.mode == ColumnCollate::Mode::kPad && c.length <= 0) {
+        out[values] = {Kind::kPadded, j, c};
+      } else if (part == Part::kOffsets && c.mode == ColumnCollate::Mode::kRagged) {
+        out[values] = {Kind::kRaggedValues, j, c};
+        out[j] = {Kind::kRaggedOffsets, values, c};
+      }
+    }
+    return out;
+  };
+  lists_ = roles(0);
+  for (size_t i = 1; i < sources.size(); ++i) {
+    const std::vector<ListColumn> other = roles(i);
+    for (size_t j = 0; j < specs_.size(); ++j) {
+      const ListColumn &a = lists_[j], &b = other[j];
+      const bool same = a.kind == b.kind && (a.kind == Kind::kNone || (a.companion == b.companion &&
+                                                                      a.collate.ToString() == b.collate.ToString()));
+      if (!same) {
+        auto describe = [](const ListColumn& l) {
+          return l.kind == Kind::kNone ? std::string("as it is (or to a fixed length)") : l.collate.ToString();
+        };
+        return arrow::Status::Invalid("mixture column '", specs_[j].name, "': source ", i,
+                                      " batches it ", describe(b), ", source 0 ", describe(a),
+                                      "; give the sources the same lists= for it");
+      }
+    }
+  }
+  return arrow::Status::OK();
+}
+
+void MixStream::FillListColumn(size_t c, int64_t count, uint8_t* out, int64_t length,
+                               uint8_t* offsets_out) {
+  const ListColumn& list = lists_[c];
+  const InterleavePlan& plan = plan_;
+  const BatchColumn& first = piece_batch_[0]->columns[c];
+  int64_t element = DTypeSize(first.dtype);  // bytes of one element of a row's first dimension
+  for (size_t d = list.kind == ListColumn::Kind::kPadded ? 2 : 1; d < first.shape.size(); ++d) {
+    element *= first.shape[d];
+  }
+  if (list.kind == ListColumn::Kind::kPadded) {
+    // Each row's valid values (after the source's truncation), padded to `length` on the
+    // collate's side; the source batch's own padding is not copied.
+    std::vector<uint8_t> padding(static_cast<size_t>(length * element), 0);
+    if (list.collate.pad_value != 0) {
+      const int64_t elem = DTypeSize(first.dtype);
+      for (int64_t k = 0; k < length * element / elem; ++k) {
+        StoreScalar(first.dtype, list.collate.pad_value, padding.data() + k * elem);
+      }
+    }
+    const int64_t out_row = length * element;
+    for (int64_t r = 0; r < count; ++r, out += out_row) {
+      const auto k = static_cast<size_t>(plan.piece[r]);
+      const BatchColumn& in = piece_batch_[k]->columns[c];
+      const int64_t row = piece_first_[k] + plan.row(r);
+      const int64_t in_length = in.shape.size() > 1 ? in.shape[1] : 0;
+      const int64_t valid = piece_batch_[k]->columns[list.companion].data->data_as<int64_t>()[row];
+      const int64_t kept_bytes = valid * element, pad_bytes = out_row - kept_bytes;
+      const uint8_t* from = in.data->data() + (row * in_length + (list.collate.pad_left ? in_length - valid : 0)) * element;
+      if (kept_bytes > 0) std::memcpy(out + (list.collate.pad_left ? pad_bytes : 0), from, kept_bytes);
+      if (pad_bytes > 0) std::memcpy(list.collate.pad_left ? out : out + kept_bytes, padding.data(), pad_bytes);
+    }
+    return;
+  }
+  // Ragged: each row's values one after another, and their offsets (from 0).
+  auto* off = reinterpret_cast<int64_t*>(offsets_out);
+  off[0] = 0;
+  for (int64_t r = 0; r < count; ++r) {
+    const auto k = static_cast<size_t>(plan.piece[r]);
+    const int64_t row = piece_first_[k] + plan.row(r);
+    const int64_t* in_off = piece_batch_[k]->columns[list.companion].data->data_as<int64_t>();
+    const int64_t bytes = (in_off[row + 1] - in_off[row]) * element;
+    if (bytes > 0) {
+      std::memcpy(out + off[r] * element, piece_batch_[k]->columns[c].data->data() + in_off[row] * element,
+                  static_cast<size_t>(bytes));
+    }
+    off[r + 1] = off[r] + in_off[row + 1] - in_off[row];
+  }
+}
+
 arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   // Pieces: the held batches that give rows to this batch, in order per source.
   std::vector<int64_t>& piece_rows = piece_rows_;
@@ -279,16 +377,21 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   std::vector<int64_t>& at = at_;
   row_bytes.assign(specs_.size(), 0);
   at.assign(specs_.size(), 0);
+  extent_.assign(specs_.size(), 0);
   int64_t block_bytes = 0;
   for (size_t c = 0; c < specs_.size(); ++c) {
     const BatchColumn& first = piece_batch[0]->columns[c];
     for (size_t k = 0; k < piece_batch.size(); ++k) {
       const BatchColumn& in = piece_batch[k]->columns[c];
+      // Rows padded per batch differ in length between source batches: their inner
+      // dimensions must agree.
+      const size_t from = lists_[c].kind == ListColumn::Kind::kPadded ? 2 : 1;
       const bool same = in.kind == first.kind &&
                         (in.kind != ColumnKind::kTensor ||
                          (in.dtype == first.dtype && in.offsets == nullptr && first.offsets == nullptr &&
-                          std::equal(in.shape.begin() + 1, in.shape.end(), first.shape.begin() + 1,
-                                     first.shape.end())));
+                          in.shape.size() == first.shape.size() &&
+                          std::equal(in.shape.begin() + std::min(from, in.shape.size()), in.shape.end(),
+                                     first.shape.begin() + std::min(from, first.shape.size()))));
       if (!same) {
         return MakeError(ErrorKind::kInvalidData, "mixture column '", specs_[c].name,
                          "': a batch of source ", piece_sources[k], " has ",
@@ -300,10 +403,37 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
       }
     }
     if (first.kind != ColumnKind::kTensor) continue;
+    const ListColumn& list = lists_[c];
+    const size_t inner = list.kind == ListColumn::Kind::kPadded ? 2 : 1;
     row_bytes[c] = DTypeSize(first.dtype);
-    for (size_t d = 1; d < first.shape.size(); ++d) row_bytes[c] *= first.shape[d];
+    for (size_t d = inner; d < first.shape.size(); ++d) row_bytes[c] *= first.shape[d];
+    int64_t bytes = count * row_bytes[c];
+    if (list.kind != ListColumn::Kind::kNone) {
+      // extent: the padded length, the ragged values' total, or the offsets' count.
+      int64_t& extent = extent_[c];
+      extent = 0;
+      const bool padded = list.kind == ListColumn::Kind::kPadded;
+      if (list.kind == ListColumn::Kind::kRaggedOffsets) {
+        extent = count + 1;
+      } else {
+        for (int64_t r = 0; r < count; ++r) {
+          const auto k = static_cast<size_t>(plan.piece[r]);
+          const int64_t row = piece_first[k] + plan.row(r);
+          const int64_t* v = piece_batch[k]->columns[list.companion].data->data_as<int64_t>() + row;
+          extent = padded ? std::max(extent, v[0]) : extent + (v[1] - v[0]);
+        }
+      }
+      if (padded) {  // as one Loader pads a batch of these rows (tensor/assemble.cc)
+        if (list.collate.max_length > 0) extent = std::min(extent, list.collate.max_length);
+        const int64_t m = std::max<int64_t>(1, list.collate.multiple_of);
+        extent = (extent + m - 1) / m * m;
+        bytes = count * extent * row_bytes[c];
+      } else {
+        bytes = extent * row_bytes[c];
+      }
+    }
     at[c] = block_bytes;
-    block_bytes += (count * row_bytes[c] + kAlign - 1) / kAlign * kAlign;
+    block_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
   }
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> block,
                         arrow::AllocateBuffer(std::max<int64_t>(block_bytes, 1), kAlign, pool_));
@@ -317,7 +447,29 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
     const BatchColumn& first = piece_batch[0]->columns[c];
     out.kind = first.kind;
     out.dtype = first.dtype;
-    if (out.kind == ColumnKind::kTensor) {
+    if (out.kind == ColumnKind::kTensor && lists_[c].kind != ListColumn::Kind::kNone) {
+      const ListColumn& list = lists_[c];
+      uint8_t* data = block->mutable_data() + at[c];
+      out.shape = first.shape;
+      int64_t bytes = 0;
+      switch (list.kind) {
+        case ListColumn::Kind::kPadded:
+          out.shape[0] = count;
+          out.shape[1] = extent_[c];
+          bytes = count * extent_[c] * row_bytes[c];
+          FillListColumn(c, count, data, extent_[c], nullptr);
+          break;
+        case ListColumn::Kind::kRaggedValues:
+          out.shape[0] = extent_[c];
+          bytes = extent_[c] * row_bytes[c];
+          FillListColumn(c, count, data, 0, block->mutable_data() + at[list.companion]);
+          break;
+        default:  // kRaggedOffsets, written with their values column
+          out.shape[0] = count + 1;
+          bytes = (count + 1) * row_bytes[c];
+      }
+      out.data = arrow::SliceBuffer(block, at[c], bytes);
+    } else if (out.kind == ColumnKind::kTensor) {
       out.shape = first.shape;
       out.shape[0] = count;
       if (fixed_.size() == num_fixed) fixed_.emplace_back();

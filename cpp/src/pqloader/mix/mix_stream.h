@@ -7,7 +7,9 @@
 // Batches of the mixture are built from the sources' batches by one typed gather per
 // column (fixed-width columns) or a copy of each row's bytes (strings, bytes, lists of
 // them) into buffers from the pool, so a mixture costs the draws and one copy of the
-// rows, all off the GIL. The output is a pure function of (sources, weights, seed,
+// rows, all off the GIL. List columns batched ragged or padded to each batch's longest
+// row (Loader `lists`) are collated again over the mixed batch's rows, as one Loader
+// would collate them: the sources must collate them alike. The output is a pure function of (sources, weights, seed,
 // epoch, first batch).
 //
 // While the stream is open, the sources share one loader's workers: the largest
@@ -99,6 +101,12 @@ class MixStream {
     std::shared_ptr<Batch> batch;
     int64_t used = 0;  // rows already placed
   };
+  // How output column c is made when it is (part of) a list column collated per batch.
+  struct ListColumn {
+    enum class Kind : uint8_t { kNone, kPadded, kRaggedValues, kRaggedOffsets } kind = Kind::kNone;
+    size_t companion = 0;  // kPadded: its "_length" column; kRagged*: its "_offsets" column
+    ColumnCollate collate;
+  };
   struct SourceState {
     MixSource source;
     bool started = false;  // drawn with a positive weight: its epoch runs
@@ -113,6 +121,11 @@ class MixStream {
   // Pull batches of source `i` until it holds `need` rows.
   arrow::Status Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout, bool* timed_out);
   arrow::Result<std::shared_ptr<Batch>> Assemble(int64_t count);
+  // The sources' list columns collated per batch (padded to the batch's longest row, or
+  // ragged), which Assemble collates again; an error if the sources collate them apart.
+  arrow::Status FindListColumns(const std::vector<MixSource>& sources);
+  // Column c of the mixed batch made of its rows one by one (a ListColumn's kind).
+  void FillListColumn(size_t c, int64_t count, uint8_t* out, int64_t length, uint8_t* offsets_out);
   // With then_next_epoch, near the end: take the rest of the epoch's rows from the
   // sources and start their next epoch (see MixStreamOptions::then_next_epoch).
   // Draws of each source among positions [start, end): counted in kept_draws where they
@@ -125,6 +138,7 @@ class MixStream {
   MixStreamOptions options_;
   arrow::MemoryPool* pool_ = nullptr;
   std::vector<ColumnSpec> specs_;
+  std::vector<ListColumn> lists_;  // per output column
   int64_t next_batch_ = 0;
   bool drawn_ = false;  // draws_ hold the draws of batch next_batch_
   std::vector<int32_t> draws_;
@@ -135,7 +149,7 @@ class MixStream {
   std::vector<const Batch*> piece_batch_;
   InterleavePlan plan_;
   std::vector<InterleaveColumn> fixed_;
-  std::vector<int64_t> row_bytes_, at_;
+  std::vector<int64_t> row_bytes_, at_, extent_;
   bool stopped_ = false;
   // The next epoch's start (then_next_epoch): the bytes the rest of the epoch may hold
   // (a quarter of the shared budget), the bytes of a mixed row seen so far, the draws
