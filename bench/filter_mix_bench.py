@@ -16,10 +16,12 @@ pass runs then), best of ``--repeat``, alternating the contenders:
   (``stop="first"``) against one Loader over the three: rows per second; beside them the
   three Loaders read in turn without mixing (what three engines cost by themselves).
 
-The mixture and the one loader are also timed as training runs them: one object iterated
-for 4 epochs, its fastest epoch after the first (rows "..., steady"), best of
-``--repeat``; a fresh Loader's epoch above also pays its start (each source's first
-shuffle window decoded before the first batch) and its first touch of memory.
+The mixture and the one loader are also timed as training runs them (rows "..., steady"):
+one object iterated for 3 warm-up epochs and 3 more, the median of those 3, in
+``--repeat`` paired rounds (fresh objects each round, the order reversed every other
+round); the ratio is the median of the per-round ratios, with their range. A fresh
+Loader's epoch above also pays its start (each source's first shuffle window decoded
+before the first batch) and its first touch of memory.
 
 Last, the language-model case, steady only: token sequences (``--token-rows`` of them,
 int32, lognormal lengths 8..2048) in three directories, ``PadOrTruncate(1024)``, batch
@@ -29,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -101,13 +105,21 @@ def epoch(make) -> tuple[float, int, dict]:
     return seconds, rows, stats
 
 
-def steady(make, epochs: int, column: str = "ts") -> tuple[float, int, dict]:
-    """The fastest epoch (by rows/s) after the first of one iteration of `epochs` epochs
-    over one object, as training runs them: the epoch's seconds and rows."""
+WARMUP = 3  # epochs left out of a steady measurement (see steady())
+MEASURED = 3
+
+
+def steady(make, column: str = "ts") -> tuple[float, int]:
+    """One object iterated as training runs it: WARMUP epochs left out (its first shuffle
+    windows, its pool's blocks and the process's pages come in during the first 2-5
+    epochs: docs/performance.md, thirteenth session), then the median of MEASURED epochs'
+    seconds, and the rows of one. The object is dropped before the caller makes the
+    next, so nothing of it runs ahead during another's epochs."""
     it = make()
-    best, batches = (0.0, 0, {}), iter(it)
+    batches = iter(it)
+    times, rows = [], 0
     t = time.perf_counter()
-    for e in range(epochs):
+    for e in range(WARMUP + MEASURED):
         # Each epoch's length asked for when it starts, as a training loop does (a
         # mixture draws it half way through the epoch before and keeps those draws).
         n = it.num_batches(e) if hasattr(it, "num_batches") else len(it)
@@ -115,10 +127,35 @@ def steady(make, epochs: int, column: str = "ts") -> tuple[float, int, dict]:
         for _ in range(n):
             rows += len(next(batches)[column])
         now = time.perf_counter()
-        if e > 0 and (best[1] == 0 or rows / (now - t) > best[1] / best[0]):
-            best = (now - t, rows, {})
+        times.append(now - t)
         t = now
-    return best
+    del batches, it
+    gc.collect()  # its threads and memory gone before the next object is made
+    return statistics.median(times[WARMUP:]), rows
+
+
+def paired_steady(contenders: dict, rounds: int, column: str = "ts") -> dict:
+    """Steady epochs of each contender, in rounds (the order reversed every other round),
+    each round's fresh objects; per contender the median (seconds, rows) and, against the
+    first contender, the median of the per-round rows/s ratios and their range: load
+    coming and going on a shared machine hits both sides of a round alike."""
+    names = list(contenders)
+    per = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[:: -1 if r % 2 else 1]:
+            per[n].append(steady(contenders[n], column))
+    out = {}
+    for n in names:
+        ratios = [(rows / s) / (rb / sb) for (s, rows), (sb, rb) in zip(per[n], per[names[0]])]
+        out[n] = (statistics.median(s for s, _ in per[n]), int(statistics.median(r for _, r in per[n])),
+                  statistics.median(ratios), min(ratios), max(ratios))
+    return out
+
+
+def steady_lines(result: dict, unit: str, bytes_column: bool = True) -> list[str]:
+    gap = " |" if bytes_column else ""
+    return [f"| {name} | {s:.2f} | {rows} | {rows / s:,.0f} |{gap} {ratio:.2f}x the {unit} "
+            f"(rounds {lo:.2f}-{hi:.2f}) |" for name, (s, rows, ratio, lo, hi) in result.items()]
 
 
 def run(a: argparse.Namespace, codec: str) -> str:
@@ -152,19 +189,13 @@ def run(a: argparse.Namespace, codec: str) -> str:
                 r = epoch(make)
                 if name not in best or r[0] < best[name][0]:
                     best[name] = r
-        for _ in range(a.repeat):
-            for name, make in steady_contenders.items():
-                r = steady(make, 4)
-                if name not in best or r[1] / r[0] > best[name][1] / best[name][0]:
-                    best[name] = r
+        steady_result = paired_steady(steady_contenders, a.repeat)
         base_s, base_rows, base_stats = best["no filter"]
         lines = ["| run | seconds | rows | rows/s | bytes read | vs no filter / one loader |",
                  "|---|---|---|---|---|---|"]
         for name, (s, rows, stats) in best.items():
             three = name.startswith(("mix", "a, b, c"))
             ref = best["one loader over a, b, c"] if three else best["no filter"]
-            if name.endswith("steady"):
-                ref = best["one loader over a, b, c, steady"]
             if three or name.startswith("one"):
                 ratio = f"{(rows / s) / (ref[1] / ref[0]):.2f}x the rows/s"
             else:
@@ -172,7 +203,7 @@ def run(a: argparse.Namespace, codec: str) -> str:
                          f"{stats.get('bytes_read', 0) / max(1, base_stats['bytes_read']):.1%} of the bytes")
             lines.append(f"| {name} | {s:.2f} | {rows} | {rows / s:,.0f} | "
                          + (f"{stats['bytes_read'] / 2**20:,.1f} MiB" if "bytes_read" in stats else "") + f" | {ratio} |")
-        table = "\n".join(lines)
+        table = "\n".join(lines + steady_lines(steady_result, "rows/s"))
         print(codec)
         print(table)
         return table
@@ -211,17 +242,9 @@ def run_tokens(a: argparse.Namespace) -> str:
                 [pqloader.Loader(d, **{**kw, "seed": i}) for i, d in enumerate(dirs)], [0.5, 0.3, 0.2],
                 seed=1, source_column=None, num_epochs=None),
         }
-        best: dict[str, tuple[float, int, dict]] = {}
-        for _ in range(a.repeat):
-            for name, make in contenders.items():
-                r = steady(make, 4, column="tokens")
-                if name not in best or r[1] / r[0] > best[name][1] / best[name][0]:
-                    best[name] = r
-        ref = best["one loader over a, b, c, steady"]
         lines = ["| run | seconds | sequences | sequences/s | vs one loader |", "|---|---|---|---|---|"]
-        for name, (s, rows, _) in best.items():
-            lines.append(f"| {name} | {s:.2f} | {rows} | {rows / s:,.0f} | "
-                         f"{(rows / s) / (ref[1] / ref[0]):.2f}x the sequences/s |")
+        lines += steady_lines(paired_steady(contenders, a.repeat, column="tokens"), "sequences/s",
+                              bytes_column=False)
         table = "\n".join(lines)
         print("tokens")
         print(table)
@@ -250,7 +273,8 @@ def main() -> int:
             f"--repeat {a.repeat} --write-doc` "
             f"({when}, {os.cpu_count()} cores, {platform.python_version()}; best of {a.repeat}, "
             "contenders alternated; each a fresh Loader, construction (and so the filter's mask "
-            "pass) included, but for the rows ending \"steady\" (below); shuffled, batch 1024).\n\n"
+            "pass) included, but for the rows ending \"steady\" (paired rounds, below); shuffled, "
+            "batch 1024).\n\n"
             f"Data: {a.rows:,} rows, {FILES} files in three directories (20/12/8 files), "
             f"`ts` int64 sorted across files + {COLUMNS} float32 columns (random), {a.rows // 200:,}-row "
             "row groups; once snappy with random floats (they do not compress: decoding is about "
@@ -267,8 +291,11 @@ def main() -> int:
             "its batches in C++ (the draws, and one more copy of every value) while its sources "
             "share one loader's workers by weight (each its own memory bound); \"read in turn\" "
             "is the three engines at their own full budgets, without mixing. Rows ending \"steady\" iterate one "
-            "object for 4 epochs and keep its fastest epoch after the first (best of the repeats), "
-            "as training runs: no construction, no first shuffle windows, memory already mapped.\n")
+            f"object as training runs it: {WARMUP} warm-up epochs left out (its first shuffle windows, "
+            f"its pool's blocks and pages come in over the first 2-5), then the median of {MEASURED} "
+            f"epochs, in {a.repeat} paired rounds (fresh objects each round, order reversed every "
+            "other round); their ratio is the median of the per-round ratios, the range in "
+            "parentheses.\n")
         print(f"wrote {DOC.relative_to(HERE.parent)}")
     return 0
 
