@@ -108,6 +108,7 @@ class Mixture:
         self._rows = [self._rows_per_epoch(l) for l in loaders]
         self._lengths: dict[int, int] = {}
         self._kept: tuple[int, Any] | None = None  # (epoch, its draws) for its stream
+        self._epochs_in_place = 0  # epochs begun whose batches the sources wrote in place
         self._epoch, self._batch = 0, 0
         self._resume_end: int | None = None
         self._active_end: int | None = None  # where the running iteration stops
@@ -213,12 +214,17 @@ class Mixture:
                                  self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
                                  samples, self.num_batches(epoch), self._source_column,
                                  then_next, kept)
+        self._epochs_in_place += int(stream.in_place)
         transform = self._batch_transform
         half = (batch + self.num_batches(epoch)) // 2 if then_next else -1
         try:
             for b in range(batch, self.num_batches(epoch)):
                 if b == half:
-                    self.epoch_samples(epoch + 1)
+                    # The next epoch's length (and draws): its sources, started early by
+                    # this stream, then write it in place where they can.
+                    nxt = self.epoch_samples(epoch + 1)
+                    kept_next = self._kept[1] if self._kept is not None and self._kept[0] == epoch + 1 else None
+                    stream.set_next_epoch(nxt, self.num_batches(epoch + 1), kept_next)
                 if generation != self._generation:
                     raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch "
                                        "or load_state_dict replaced it")
@@ -233,12 +239,14 @@ class Mixture:
             stream.stop()
 
     def stats(self) -> dict[str, Any]:
-        """Each source loader's ``stats()`` (under ``sources``), and the sum over them
-        of bytes_read, bytes_fetched, units_read and rows (rows the sources handed to
-        the mixer)."""
+        """Each source loader's ``stats()`` (under ``sources``), the sum over them of
+        bytes_read, bytes_fetched, units_read and rows (rows the sources handed to the
+        mixer), and ``epochs_in_place``: epochs (or rests of epochs) begun so far whose
+        batches the sources wrote in place (see :func:`mix`)."""
         per = {n: l.stats() for n, l in zip(self._names, self._loaders)}
         out: dict[str, Any] = {k: sum(s.get(k, 0) for s in per.values())
                                for k in ("bytes_read", "bytes_fetched", "units_read", "rows")}
+        out["epochs_in_place"] = self._epochs_in_place
         out["sources"] = per
         return out
 
@@ -292,15 +300,19 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
         **options: Any) -> Mixture:
     """Mix several Loaders into one stream, each position drawn by weight.
 
-    Batches are assembled in C++ from the sources' own batches (one copy of the rows,
-    off the GIL). While an epoch of the mixture runs, its sources share one loader's
+    Batch b holds the rows its positions draw, grouped by source inside the batch
+    (source 0's first). Shuffled sources without transforms write their rows of each
+    batch straight into it from their shuffle-window gathers (no copy) when the epoch
+    is read from its start and no source runs out within it; otherwise batches are
+    copied in C++ from the sources' own (off the GIL), with the same bytes. While an
+    epoch of the mixture runs, its sources share one loader's
     workers: the largest ``num_workers`` among them, split by weight (at least one
     each); afterwards each has its own again. Each source keeps its own
     ``max_inflight_bytes``: a mixture holds up to the sum of its sources' bounds (lower
     them for mixtures of many sources), plus, with ``stop``, the draws that found an
     epoch's length (a byte per position, up to 16 MiB), which its batches then read
-    instead of drawing them again. In an iteration of several epochs, the sources'
-    next epoch starts while one ends (its batches are the same).
+    instead of drawing them again. In an iteration of several epochs whose batches are
+    copied, the sources' next epoch starts while one ends (its batches are the same).
 
     Args:
         sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,

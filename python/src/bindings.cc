@@ -496,6 +496,9 @@ class PyLoader {
                   const nb::object& elastic) {
     auto base = ToElasticBase(elastic);
     nb::gil_scoped_release release;
+    // The loader's own epochs: never into a mixture's batches (a mixture that ended at
+    // an epoch's end leaves its sources' next runs, and sinks, for its next epoch).
+    loader_->set_window_sink(nullptr);
     Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base)));
   }
 
@@ -533,6 +536,9 @@ class PyLoader {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (batch == nullptr) return nb::none();
+    if (batch->columns.size() != loader_->specs().size()) {  // a mixture's batch, counted only
+      throw std::runtime_error("this loader's epoch writes a mixture's batches; iterate the mixture");
+    }
     return BatchToDict(*batch, loader_->specs(), names_);
   }
 
@@ -802,6 +808,10 @@ struct PyMixKeptDraws {
 // keeps alive. next() releases the GIL while it waits for the sources and assembles.
 class PyMixStream {
  public:
+  bool in_place() const { return stream_ != nullptr && stream_->in_place(); }
+  void SetNextEpoch(int64_t samples, int64_t num_batches, const PyMixKeptDraws* kept) {
+    if (stream_ != nullptr) stream_->SetNextEpoch(samples, num_batches, kept != nullptr ? kept->draws : nullptr);
+  }
   PyMixStream(const std::vector<nb::object>& loaders, const std::vector<uint64_t>& seeds,
               const std::vector<int64_t>& rows, const std::vector<double>& cumulative, uint64_t seed,
               int64_t batch_size, int64_t epoch, int64_t first_batch, int64_t samples,
@@ -961,6 +971,9 @@ NB_MODULE(_core, m) {
            "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none(),
            "then_next_epoch"_a = false, "kept_draws"_a.none() = nb::none())
       .def("next", &pqloader::PyMixStream::Next)
+      .def_prop_ro("in_place", &pqloader::PyMixStream::in_place)
+      .def("set_next_epoch", &pqloader::PyMixStream::SetNextEpoch, "samples"_a, "num_batches"_a,
+           "kept_draws"_a.none() = nb::none())
       .def("stop", &pqloader::PyMixStream::Stop);
   m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);
   // S3 must be shut down before the interpreter's static destructors run.

@@ -111,6 +111,47 @@ def test_resume_mid_epoch_equals_the_uninterrupted_run(sources):
         other.load_state_dict(state)
 
 
+def test_batches_written_in_place_equal_copied_ones_across_a_resume(sources):
+    """Shuffled sources write an epoch read from its start in place (stop="first": no
+    source runs out), the next one too when started early; a resumed epoch is copied
+    from the sources' batches: the same bytes, rows grouped by source inside each
+    batch."""
+    root, _ = sources
+    kw = dict(seed=7, batch_size=48, num_epochs=2)
+    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+    full = run(m)
+    assert m.stats()["epochs_in_place"] == 2
+    # Epoch 1 was started early by epoch 0's stream, already writing in place, and kept.
+    assert [s["epochs_started_ahead"] for s in m.stats()["sources"].values()] == [1, 1, 1]
+    for b in full:
+        assert (np.diff(b["source"]) >= 0).all()  # grouped by source
+        assert (b["id"] // 1_000_000 == b["source"]).all()
+    cut = len(full) // 4 + 1  # inside epoch 0
+    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+    it = iter(m)
+    for _ in range(cut):
+        next(it)
+    resumed = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+    resumed.load_state_dict(m.state_dict())
+    tail = run(resumed)
+    assert resumed.stats()["epochs_in_place"] == 1  # the rest of epoch 0 copied, epoch 1 not
+    assert len(tail) == len(full) - cut
+    for x, y in zip(tail, full[cut:]):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    # A source iterated by itself after a mixture that ended at an epoch's end (its next
+    # run started early, writing in place, is left for the mixture's next epoch) gives
+    # its own batches.
+    ls = loaders(root)
+    m = pqloader.mix(ls, [0.5, 0.3, 0.2], seed=7, batch_size=48, num_epochs=None)
+    it = iter(m)
+    for _ in range(len(m)):
+        next(it)
+    ls["web"].set_epoch(1)
+    own = [b["id"] for b in ls["web"]]
+    assert sum(len(i) for i in own) == 3000 and sorted(np.concatenate(own)) == list(range(3000))
+
+
 def test_last_exhausted_reads_every_source_whole_and_reshuffles_wraps(sources):
     root, sizes = sources
     m = pqloader.mix(loaders(root), [1, 1, 1], seed=2, stop="last", batch_size=100)
@@ -156,16 +197,17 @@ def test_epochs_differ_and_set_epoch_replays(sources):
 def test_each_next_epoch_starts_while_one_ends_with_the_same_batches(sources):
     """An iteration of several epochs starts the sources' next epoch before the current
     one's last batches (no boundary wait); the batches are those of epochs read one by
-    one, and a one-epoch iteration starts nothing ahead."""
+    one, and a one-epoch iteration starts nothing ahead. (Batches copied from the
+    sources' batches: unshuffled sources do not write in place, mix_stream.h.)"""
     root, _ = sources
     kw = dict(seed=6, batch_size=50)
-    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=3, **kw)
+    m = pqloader.mix(loaders(root, shuffle=False), [0.5, 0.3, 0.2], num_epochs=3, **kw)
     three = run(m)
     started = [s["epochs_started_ahead"] for s in m.stats()["sources"].values()]
     assert started == [2, 2, 2]
     alone = []
     for epoch in range(3):
-        one = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=1, **kw)
+        one = pqloader.mix(loaders(root, shuffle=False), [0.5, 0.3, 0.2], num_epochs=1, **kw)
         one.set_epoch(epoch)
         alone += run(one)
         assert all(s["epochs_started_ahead"] == 0 for s in one.stats()["sources"].values())

@@ -327,7 +327,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     if (start_ns_ < 0) start_ns_ = NowNs();
     if (current_.pipeline != nullptr && !current_.delivered && !current_.elastic &&
         current_.epoch == epoch && current_.first_batch == 0 && first_batch == 0 &&
-        elastic == nullptr && current_.seed == options_.plan.seed) {
+        elastic == nullptr && current_.seed == options_.plan.seed && current_.sink == sink_) {
       // This very epoch, started early and not read from yet (a mixture's source): it
       // goes on, with the budget of now.
       then_next_epoch_ = then_next_epoch;
@@ -340,7 +340,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     DetachLocked(&old);
     then_next_epoch_ = then_next_epoch;
     if (ahead.active() && ahead.seed == options_.plan.seed && ahead.epoch == epoch &&
-        first_batch == 0 && elastic == nullptr) {
+        first_batch == 0 && elastic == nullptr && ahead.sink == sink_) {
       // Started while the previous epoch ended: it now gets the whole budget.
       ahead.StartPipeline(ahead.PipelineShare(options_.max_inflight_bytes));
       ahead.adopted = true;
@@ -389,6 +389,7 @@ struct Loader::RunLayout {
   int64_t batch_size = 1, num_rows = 0, num_batches = 0, num_blocks = 0;
   const EpochPlan* plan = nullptr;       // with whole-window gathers: order's plan
   std::shared_ptr<WindowStore> windows;  // with whole-window gathers
+  std::shared_ptr<WindowSink> sink;      // with whole-window gathers, a mixture's
 
   std::pair<int64_t, int64_t> Positions(int64_t b) const {
     if (pack == nullptr) return {b * batch_size, std::min((b + 1) * batch_size, num_rows)};
@@ -454,6 +455,7 @@ arrow::Result<std::shared_ptr<const Loader::RunLayout>> Loader::LayOutRun(
     }
     layout->plan = plan;
     layout->windows = std::make_shared<WindowStore>(std::move(uses));
+    layout->sink = sink_;
   }
   return layout;
 }
@@ -501,12 +503,14 @@ arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
   if (layout.windows != nullptr) {
     const int64_t t0 = NowNs();
     auto batch = WindowedBatch(*layout.plan, *layout.windows, layout.WindowsMadeBy(b), first,
-                               last, units, lo);
+                               last, units, lo, layout.sink.get());
     counters->gather_ns += NowNs() - t0;
     if (!batch.ok()) return WithContext(batch.status(), where());
     (*batch)->epoch = epoch;
     (*batch)->index = b;
-    *bytes = (*batch)->ByteSize();
+    // A sink's batch holds its rows in the sink's blocks: counted as if its own.
+    *bytes = layout.sink != nullptr ? (last - first) * FixedRowBytes(dataset_->specs())
+                                    : (*batch)->ByteSize();
     return batch;
   }
   std::vector<RowRef> rows;
@@ -557,6 +561,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   EpochRun run;
   run.epoch = epoch;
   run.seed = options_.plan.seed;
+  run.sink = layout->sink;
   run.first_batch = first_batch;
   run.elastic = elastic != nullptr;
   run.work = std::make_shared<Work>();
@@ -1055,7 +1060,7 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
 arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
     const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made, int64_t first,
     int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
-    int64_t unit_base) {
+    int64_t unit_base, WindowSink* sink) {
   const int64_t wa = plan.WindowOfRow(first), wb = plan.WindowOfRow(last - 1);
   std::vector<std::shared_ptr<WindowGather>> gathers;
   std::vector<int64_t> starts;
@@ -1086,8 +1091,14 @@ arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
           chunk_ends.push_back(p - w_first);
         }
         chunk_ends.push_back(w_last - w_first);
+        WindowGather::ChunkMaker chunks_of_sink;
+        if (sink != nullptr) {
+          chunks_of_sink = [sink, w_first = w_first, w_last = w_last](const std::vector<int64_t>& row_bytes) {
+            return sink->Chunks(w_first, w_last, row_bytes);
+          };
+        }
         return WindowGather::Make(dataset_->specs(), std::move(mine), std::move(index), pool_,
-                                  std::move(chunk_ends));
+                                  std::move(chunk_ends), chunks_of_sink);
       };
     }
     auto gather = windows.Get(w, make);
@@ -1098,9 +1109,16 @@ arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
       st = gather.status();
     }
   }
-  arrow::Result<std::shared_ptr<Batch>> batch =
-      st.ok() ? WindowBatch(dataset_->specs(), gathers, starts, first, last, pool_)
-              : arrow::Result<std::shared_ptr<Batch>>(st);
+  arrow::Result<std::shared_ptr<Batch>> batch = std::shared_ptr<Batch>();
+  if (!st.ok()) {
+    batch = st;
+  } else if (sink != nullptr) {  // the rows are in the sink's chunks: counted only
+    auto counted = std::make_shared<Batch>();
+    counted->num_rows = last - first;
+    batch = std::move(counted);
+  } else {
+    batch = WindowBatch(dataset_->specs(), gathers, starts, first, last, pool_);
+  }
   for (int64_t w = wa; w <= wb; ++w) windows.Release(w);
   return batch;
 }

@@ -182,6 +182,21 @@ class Loader {
   /// its sources shares of one budget, mix/mix_stream.h); a value <= 0 restores the one
   /// given to Make. Takes effect at the next StartEpoch.
   void set_run_limits(int num_workers, int64_t max_inflight_bytes);
+  /// Whether shuffled epochs gather their shuffle windows whole (tensor/window_gather.h):
+  /// shuffled, fixed-width columns, no transforms, lists or packing.
+  bool gathers_windows() const { return window_gather_; }
+  /// With a sink, the runs started from now on write their window gathers' rows into the
+  /// sink's chunks (a mixture's batches: mix/mix_stream.h) and deliver batches without
+  /// columns (their rows counted only); nullptr: the loader's own batches again. Only
+  /// for a loader that gathers_windows(). Takes effect at the next StartEpoch.
+  void set_window_sink(std::shared_ptr<WindowSink> sink) {
+    MutexLock lock(mu_);
+    sink_ = std::move(sink);
+  }
+  std::shared_ptr<WindowSink> window_sink() {
+    MutexLock lock(mu_);
+    return sink_;
+  }
   int64_t num_rows() const { return first_plan_.num_rows(); }
 
   /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units
@@ -246,6 +261,7 @@ class Loader {
     };
     std::shared_ptr<Pending> pending;
     uint64_t seed = 0;        // the plan's seed when the run was made
+    std::shared_ptr<WindowSink> sink;  // the sink when the run was made (set_window_sink)
     int64_t first_batch = 0;  // the run's first batch
     bool elastic = false;     // the rest of an epoch after another world's checkpoint
     bool delivered = false;   // Next() has returned a batch of it
@@ -316,10 +332,11 @@ class Loader {
   // Batch rows [first, last) of a shuffled epoch from whole-window gathers: those of the
   // windows [made.first, made.second] are made here from `units` (units[i] is unit
   // unit_base + i of the plan), the others are taken from `windows`.
+  // With a `sink`, the windows' rows go to its chunks and the batch has no columns.
   arrow::Result<std::shared_ptr<Batch>> WindowedBatch(
       const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made,
       int64_t first, int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
-      int64_t unit_base);
+      int64_t unit_base, WindowSink* sink);
   // Where a split's rows come from (stored in its cache entry).
   SourceIdentity SourceOf(int64_t split) const;
   // Whether the file of a split has changed since the loader opened it (local files).
@@ -350,6 +367,8 @@ class Loader {
   mutable Mutex mu_;
   EpochRun current_ PQ_GUARDED_BY(mu_);
   EpochRun next_ PQ_GUARDED_BY(mu_);  // started ahead for epoch + 1
+  // set_window_sink's; read under mu_ (by MakeRun, as options_ is).
+  std::shared_ptr<WindowSink> sink_;
   bool then_next_epoch_ PQ_GUARDED_BY(mu_) = false;
   RecyclingPool* pool_ = RecyclingPool::Global();
   std::unique_ptr<PoolCacheReservation> pool_reservation_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include <arrow/buffer.h>
@@ -10,8 +11,140 @@
 #include "pqloader/error.h"
 #include "pqloader/loader.h"
 #include "pqloader/mix/mix_draws.h"
+#include "pqloader/tensor/window_gather.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
+
+// The blocks of an epoch's batches written in place, and where each source's rows of
+// each batch go (see mix_stream.h). Made once before the sources start; the blocks are
+// made by the first source gathering rows of a batch and taken by the stream.
+class MixStream::InPlace {
+ public:
+  // starts[s][b]: source s's rows in batches before b (b in [0, num_batches]).
+  // The epoch it writes, as a stream's options name it (for the next stream to adopt it).
+  struct Epoch {
+    uint64_t seed = 0;
+    std::vector<double> cumulative;
+    int64_t epoch = 0, batch_size = 1, samples = 0, num_batches = 0;
+    bool operator==(const Epoch& o) const {
+      return seed == o.seed && cumulative == o.cumulative && epoch == o.epoch &&
+             batch_size == o.batch_size && samples == o.samples && num_batches == o.num_batches;
+    }
+  };
+  InPlace(Epoch epoch, std::vector<std::vector<int64_t>> starts, std::vector<int64_t> row_bytes,
+          arrow::MemoryPool* pool)
+      : epoch_(std::move(epoch)), batch_size_(epoch_.batch_size), samples_(epoch_.samples),
+        starts_(std::move(starts)), row_bytes_(std::move(row_bytes)), pool_(pool) {}
+  const Epoch& epoch() const { return epoch_; }
+
+  // A source's sink: its loader's window gathers write through it.
+  class Sink : public WindowSink {
+   public:
+    Sink(std::shared_ptr<InPlace> state, size_t source) : state_(std::move(state)), source_(source) {}
+    arrow::Result<std::vector<WindowGather::Chunk>> Chunks(
+        int64_t first, int64_t last, const std::vector<int64_t>& row_bytes) override {
+      return state_->Chunks(source_, first, last, row_bytes);
+    }
+
+    const std::shared_ptr<InPlace>& state() const { return state_; }
+    size_t source() const { return source_; }
+
+   private:
+    std::shared_ptr<InPlace> state_;
+    size_t source_;
+  };
+
+  // Chunks for source s's positions [first, last) of the epoch: a piece of each batch's
+  // block where its rows of that batch go (after the rows of sources before it), then,
+  // for positions past the epoch's batches, a block of their own (gathered, unused).
+  arrow::Result<std::vector<WindowGather::Chunk>> Chunks(size_t s, int64_t first, int64_t last,
+                                                         const std::vector<int64_t>& row_bytes) {
+    if (row_bytes != row_bytes_) {
+      return arrow::Status::Invalid("a mixture source's rows are not as wide as the mixture's columns");
+    }
+    const std::vector<int64_t>& st = starts_[s];
+    const auto num_batches = static_cast<int64_t>(st.size()) - 1;
+    int64_t all = 0;
+    for (int64_t w : row_bytes_) all += w;
+    std::vector<WindowGather::Chunk> out;
+    int64_t p = first;
+    int64_t b = std::upper_bound(st.begin(), st.end(), p) - st.begin() - 1;  // st[b] <= p
+    for (; p < last && b < num_batches; ++b) {
+      const int64_t end = std::min(last, st[b + 1]);
+      if (end <= p) continue;
+      WindowGather::Chunk chunk;
+      chunk.first = p - first;
+      chunk.last = end - first;
+      int64_t row = p - st[b];
+      for (size_t o = 0; o < s; ++o) row += starts_[o][b + 1] - starts_[o][b];
+      {
+        MutexLock lock(mu_);
+        auto it = blocks_.find(b);
+        if (it == blocks_.end()) {
+          ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> block,
+                                arrow::AllocateBuffer(std::max<int64_t>(1, BlockBytes(Count(b))), 64, pool_));
+          it = blocks_.emplace(b, std::move(block)).first;
+        }
+        chunk.block = it->second;
+      }
+      const std::vector<int64_t> at = ColumnAt(Count(b));
+      for (size_t c = 0; c < row_bytes_.size(); ++c) chunk.column_offset.push_back(at[c] + row * row_bytes_[c]);
+      chunk.bytes = (end - p) * all;
+      out.push_back(std::move(chunk));
+      p = end;
+    }
+    if (p < last) {
+      WindowGather::Chunk chunk;
+      chunk.first = p - first;
+      chunk.last = last - first;
+      chunk.column_offset = ColumnAt(last - p);
+      ARROW_ASSIGN_OR_RAISE(chunk.block, arrow::AllocateBuffer(std::max<int64_t>(1, BlockBytes(last - p)), 64, pool_));
+      out.push_back(std::move(chunk));
+    }
+    return out;
+  }
+
+  // Batch b's block (every source has gathered its rows of it), and where each
+  // column's rows start in it.
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Take(int64_t b, std::vector<int64_t>* column_at) {
+    MutexLock lock(mu_);
+    auto it = blocks_.find(b);
+    if (it == blocks_.end()) return arrow::Status::UnknownError("mixture batch ", b, " was not gathered");
+    std::shared_ptr<arrow::Buffer> block = std::move(it->second);
+    blocks_.erase(it);
+    *column_at = ColumnAt(Count(b));
+    return block;
+  }
+
+  int64_t Count(int64_t b) const { return std::min(batch_size_, samples_ - b * batch_size_); }
+  const std::vector<int64_t>& row_bytes() const { return row_bytes_; }
+
+ private:
+  static int64_t Aligned(int64_t n) { return (n + 63) / 64 * 64; }
+  std::vector<int64_t> ColumnAt(int64_t rows) const {
+    std::vector<int64_t> at;
+    int64_t bytes = 0;
+    for (int64_t w : row_bytes_) {
+      at.push_back(bytes);
+      bytes += Aligned(rows * w);
+    }
+    return at;
+  }
+  int64_t BlockBytes(int64_t rows) const {
+    int64_t bytes = 0;
+    for (int64_t w : row_bytes_) bytes += Aligned(rows * w);
+    return bytes;
+  }
+
+  const Epoch epoch_;
+  const int64_t batch_size_, samples_;
+  const std::vector<std::vector<int64_t>> starts_;
+  const std::vector<int64_t> row_bytes_;
+  arrow::MemoryPool* pool_;
+  Mutex mu_;
+  std::map<int64_t, std::shared_ptr<arrow::Buffer>> blocks_ PQ_GUARDED_BY(mu_);
+};
 
 uint64_t WrapSeed(uint64_t seed, int64_t wrap) {
   if (wrap == 0) return seed;
@@ -65,6 +198,29 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
   // shuffle window is as large in a source of small weight as in a large one, and a
   // share of one budget below two windows left a source decoding its next window only
   // once the last was consumed (padded token rows: 0.62 -> 0.75 M rows/s mixed).
+  if (o.write_in_place && o.first_batch == 0) {
+    // The sources' runs of this epoch, started early by the stream before, may write it
+    // in place already: adopted if every source's sink is one state of this epoch.
+    InPlace::Epoch mine{o.seed, o.cumulative, o.epoch, o.batch_size, o.samples, o.num_batches};
+    std::shared_ptr<InPlace> adopted;
+    for (size_t i = 0; i < stream->sources_.size(); ++i) {
+      auto* sink = dynamic_cast<InPlace::Sink*>(stream->sources_[i].source.loader->window_sink().get());
+      if (sink == nullptr || sink->source() != i || !(sink->state()->epoch() == mine) ||
+          (i > 0 && sink->state() != adopted)) {
+        adopted = nullptr;
+        break;
+      }
+      adopted = sink->state();
+    }
+    stream->in_place_ = adopted;
+  }
+  if (stream->in_place_ == nullptr) {
+    if (o.first_batch == 0) {  // a resumed epoch is copied
+      ARROW_ASSIGN_OR_RAISE(stream->in_place_,
+                            stream->MakeInPlace(o.epoch, o.samples, o.num_batches, o.kept_draws.get()));
+    }
+    stream->SetSinks(stream->in_place_);
+  }
   int workers = 1;
   int64_t inflight = 1;
   for (const SourceState& s : stream->sources_) {
@@ -98,9 +254,68 @@ void MixStream::Stop() {
     s.held.clear();
     s.buffered = 0;
     if (!keep) s.source.loader->Stop();
+    // The next epoch's runs, kept, keep the sinks they were started with.
+    if (!keep) s.source.loader->set_window_sink(nullptr);
     s.source.loader->set_seed(s.source.seed);  // the loader as it was made
     s.source.loader->set_run_limits(0, 0);
   }
+}
+
+arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
+    int64_t epoch, int64_t samples, int64_t num_batches, const std::vector<uint8_t>* kept) const {
+  const MixStreamOptions& o = options_;
+  std::shared_ptr<InPlace> none;
+  if (!o.write_in_place || num_batches <= 0) return none;
+  std::vector<int64_t> row_bytes;
+  for (size_t c = 0; c < specs_.size(); ++c) {
+    const ColumnSpec& spec = specs_[c];
+    if (spec.kind != ColumnKind::kTensor || lists_[c].kind != ListColumn::Kind::kNone) return none;
+    int64_t bytes = DTypeSize(spec.dtype);
+    for (int64_t d : spec.row_shape) {
+      if (d < 0) return none;
+      bytes *= d;
+    }
+    row_bytes.push_back(bytes);
+  }
+  for (const SourceState& s : sources_) {
+    if (!s.source.loader->gathers_windows()) return none;
+  }
+  // Each source's rows before each batch; a source that would run out (and so read its
+  // epoch again) is not written in place.
+  const auto n = static_cast<size_t>(num_batches);
+  std::vector<std::vector<int64_t>> starts(sources_.size(), std::vector<int64_t>(n + 1, 0));
+  std::vector<int64_t> counts(sources_.size());
+  for (size_t b = 0; b < n; ++b) {
+    const auto first = static_cast<int64_t>(b) * o.batch_size;
+    const int64_t end = std::min(first + o.batch_size, samples);
+    if (kept != nullptr && end <= static_cast<int64_t>(kept->size())) {
+      std::fill(counts.begin(), counts.end(), 0);
+      for (int64_t p = first; p < end; ++p) ++counts[(*kept)[p]];
+    } else {
+      counts = CountDraws(o.seed, epoch, first, end, o.cumulative);
+    }
+    for (size_t i = 0; i < sources_.size(); ++i) starts[i][b + 1] = starts[i][b] + counts[i];
+  }
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (starts[i][n] > sources_[i].source.rows_per_epoch) return none;
+  }
+  return std::make_shared<InPlace>(
+      InPlace::Epoch{o.seed, o.cumulative, epoch, o.batch_size, samples, num_batches},
+      std::move(starts), std::move(row_bytes), pool_);
+}
+
+void MixStream::SetSinks(const std::shared_ptr<InPlace>& state) {
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    sources_[i].source.loader->set_window_sink(
+        state != nullptr ? std::make_shared<InPlace::Sink>(state, i) : nullptr);
+  }
+}
+
+void MixStream::SetNextEpoch(int64_t samples, int64_t num_batches,
+                             std::shared_ptr<const std::vector<uint8_t>> kept_draws) {
+  next_samples_ = samples;
+  next_num_batches_ = num_batches;
+  next_kept_ = std::move(kept_draws);
 }
 
 arrow::Status MixStream::Open(SourceState& s, int64_t wrap, int64_t first_batch) {
@@ -173,6 +388,11 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
     }
     need_.assign(sources_.size(), 0);
     for (int32_t d : draws_) ++need_[d];
+    // The batch's rows grouped by source (see mix_stream.h).
+    size_t r = 0;
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      for (int64_t k = 0; k < need_[i]; ++k) draws_[r++] = static_cast<int32_t>(i);
+    }
     drawn_ = true;
   }
   for (size_t i = 0; i < sources_.size(); ++i) {
@@ -227,6 +447,11 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
       (o.samples - start) * row_bytes_seen_ > hold_bytes_) {
     return arrow::Status::OK();
   }
+  // Whether the next epoch can be written in place is known once the caller has given
+  // its length (SetNextEpoch, half way through): until the last batch, wait for it.
+  if (o.write_in_place && next_samples_ < 0 && next_batch_ + 1 < o.num_batches) {
+    return arrow::Status::OK();
+  }
   // Every row the rest of the epoch draws, held now (in the sources' batches).
   if (rest_.empty()) rest_ = CountSources(start, o.samples);
   for (size_t i = 0; i < sources_.size(); ++i) {
@@ -235,7 +460,13 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
     if (timed_out != nullptr && *timed_out) return arrow::Status::OK();  // goes on later
   }
   // The sources' epoch e + 1 from its first batch, under their own seeds, as the next
-  // stream starts them (wrap 0); their held rows stay.
+  // stream starts them (wrap 0), written in place if it can be (SetNextEpoch); their
+  // held rows stay.
+  std::shared_ptr<InPlace> next;
+  if (next_samples_ >= 0) {
+    ARROW_ASSIGN_OR_RAISE(next, MakeInPlace(o.epoch + 1, next_samples_, next_num_batches_, next_kept_.get()));
+  }
+  SetSinks(next);
   for (SourceState& s : sources_) {
     if (!s.started) continue;
     s.source.loader->set_seed(s.source.seed);
@@ -343,6 +574,25 @@ void MixStream::FillListColumn(size_t c, int64_t count, uint8_t* out, int64_t le
 }
 
 arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
+  if (in_place_ != nullptr) {  // the sources wrote the batch: its columns are its block's
+    std::vector<int64_t> at;
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> block, in_place_->Take(next_batch_, &at));
+    auto batch = std::make_shared<Batch>();
+    batch->epoch = options_.epoch;
+    batch->index = next_batch_;
+    batch->num_rows = count;
+    batch->owned_bytes = block->size();
+    for (size_t c = 0; c < specs_.size(); ++c) {
+      BatchColumn out;
+      out.kind = ColumnKind::kTensor;
+      out.dtype = specs_[c].dtype;
+      out.shape = {count};
+      out.shape.insert(out.shape.end(), specs_[c].row_shape.begin(), specs_[c].row_shape.end());
+      out.data = arrow::SliceBuffer(block, at[c], count * in_place_->row_bytes()[c]);
+      batch->columns.push_back(std::move(out));
+    }
+    return batch;
+  }
   // Pieces: the held batches that give rows to this batch, in order per source.
   std::vector<int64_t>& piece_rows = piece_rows_;
   std::vector<int32_t>& piece_sources = piece_sources_;

@@ -17,6 +17,17 @@
 // max_inflight_bytes, so a mixture holds up to the sum of its sources' bounds. Stop()
 // gives them back their own workers (Loader::set_run_limits).
 //
+// Within a batch, rows are grouped by source (source 0's first), each source's in its
+// own order: the batch holds the rows its positions draw, and only their place inside
+// the batch differs from drawn order (docs/determinism.md, "Mixtures"). That lets the
+// sources write a batch in place: when every source gathers its shuffle windows whole
+// (Loader::gathers_windows), the epoch starts at its first batch and no source wraps,
+// each source's window gathers write its rows of every batch straight into that batch's
+// block (a Loader's WindowSink), and the stream only waits until the sources have
+// gathered a batch's rows: no copy. Otherwise batches are copied from the sources'
+// batches; both give the same bytes. An epoch written in place does not start its
+// sources' next epoch early (then_next_epoch is ignored).
+//
 // Thread-safety: one consumer thread calls Next(); the sources must not be iterated by
 // anyone else while the stream is open (it starts, reads and stops their epochs).
 #pragma once
@@ -71,6 +82,9 @@ struct MixStreamOptions {
   /// them (EpochLengthUntilExhausted's `kept`): read instead of drawn again. They must
   /// be this epoch's draws under `seed` and `cumulative`.
   std::shared_ptr<const std::vector<uint8_t>> kept_draws;
+  /// Let the sources' window gathers write the batches in place when they can (see
+  /// MixStream); false: always copy from the sources' batches (the same batches).
+  bool write_in_place = true;
 };
 
 class MixStream {
@@ -92,6 +106,16 @@ class MixStream {
 
   /// Stop the sources' epochs and give them back their own seeds and budgets. Idempotent.
   void Stop();
+
+  /// Whether this epoch's batches are written in place by the sources.
+  bool in_place() const { return in_place_ != nullptr; }
+  /// The next epoch's samples and batches (and its kept draws, if any), as the caller
+  /// will read it from its first batch in a new stream. With then_next_epoch, the
+  /// sources' next epoch, started early, then writes that epoch in place where it can,
+  /// and the next stream adopts it; without, it is copied (the next stream restarts the
+  /// sources' runs to write in place). Call before the epoch's last batches.
+  void SetNextEpoch(int64_t samples, int64_t num_batches,
+                    std::shared_ptr<const std::vector<uint8_t>> kept_draws);
 
   MixStream(const MixStream&) = delete;
   MixStream& operator=(const MixStream&) = delete;
@@ -117,6 +141,14 @@ class MixStream {
     int64_t buffered = 0;  // rows held and not yet placed
   };
   MixStream() = default;
+  class InPlace;  // the batches' blocks, shared with the sources' window sinks
+  // The in-place writing of epoch `epoch` (samples, batches, kept draws) from its first
+  // batch if every condition holds (see above), else null.
+  arrow::Result<std::shared_ptr<InPlace>> MakeInPlace(int64_t epoch, int64_t samples,
+                                                      int64_t num_batches,
+                                                      const std::vector<uint8_t>* kept) const;
+  // Point every source's window sink at `state` (null: none).
+  void SetSinks(const std::shared_ptr<InPlace>& state);
   arrow::Status Open(SourceState& s, int64_t wrap, int64_t first_batch);
   // Pull batches of source `i` until it holds `need` rows.
   arrow::Status Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout, bool* timed_out);
@@ -151,6 +183,9 @@ class MixStream {
   std::vector<InterleaveColumn> fixed_;
   std::vector<int64_t> row_bytes_, at_, extent_;
   bool stopped_ = false;
+  std::shared_ptr<InPlace> in_place_;
+  int64_t next_samples_ = -1, next_num_batches_ = 0;  // SetNextEpoch's
+  std::shared_ptr<const std::vector<uint8_t>> next_kept_;
   // The next epoch's start (then_next_epoch): the bytes the rest of the epoch may hold
   // (a quarter of the shared budget), the bytes of a mixed row seen so far, the draws
   // of each source over the rest (once computed), and whether the sources have started.

@@ -1,5 +1,6 @@
 #include "pqloader/mix/mix_stream.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -70,14 +71,25 @@ MixStreamOptions Options(int64_t epoch, int64_t first_batch) {
   return o;
 }
 
-// Position p holds the next row of source DrawSource(p); a source's rows follow its own
-// epoch, then its wraps under WrapSeed; the loaders get their seeds back.
+// The sources of a batch's rows: the draws of its positions, grouped by source.
+std::vector<int64_t> Grouped(const std::vector<int32_t>& draws, size_t batch_size) {
+  std::vector<int64_t> out(draws.begin(), draws.end());
+  for (size_t b = 0; b < out.size(); b += batch_size) {
+    std::stable_sort(out.begin() + b, out.begin() + std::min(out.size(), b + batch_size));
+  }
+  return out;
+}
+
+// Batch b holds the rows its positions draw, grouped by source (source 0's first), each
+// source's rows the next ones of its own epoch, then of its wraps under WrapSeed; the
+// loaders get their seeds back.
 TEST(MixStream, RowsFollowTheDrawsAndEachSourcesOwnEpochsAcrossWraps) {
   auto s = MakeSources(2);
   std::vector<std::vector<int64_t>> ids;
   std::vector<int64_t> from;
   {
     auto stream = MixStream::Make(s.mix, Options(3, 0), RecyclingPool::Global()).ValueOrDie();
+    EXPECT_FALSE(stream->in_place());  // the sources wrap: copied
     // One loader's workers split by weight: 2 workers, 1 each; each its own 256 MiB.
     EXPECT_EQ(s.loaders[0]->options().num_workers, 1);
     EXPECT_EQ(s.loaders[1]->options().max_inflight_bytes, int64_t{256} << 20);
@@ -91,7 +103,8 @@ TEST(MixStream, RowsFollowTheDrawsAndEachSourcesOwnEpochsAcrossWraps) {
   ASSERT_EQ(ids.size(), 10u);
   std::vector<int32_t> draws(60);
   DrawSources(5, 3, 0, 60, CumulativeWeights({1, 1}), draws.data());
-  ASSERT_EQ(from, std::vector<int64_t>(draws.begin(), draws.end()));
+  const std::vector<int64_t> grouped = Grouped(draws, 6);
+  ASSERT_EQ(from, grouped);
   std::vector<std::vector<int64_t>> expect(2);
   for (int i = 0; i < 2; ++i) {
     for (int wrap = 0; wrap < 8; ++wrap) {
@@ -103,7 +116,7 @@ TEST(MixStream, RowsFollowTheDrawsAndEachSourcesOwnEpochsAcrossWraps) {
   int64_t p = 0;
   for (const auto& batch : ids) {
     for (int64_t id : batch) {
-      const int s_i = draws[p++];
+      const auto s_i = static_cast<size_t>(grouped[p++]);
       EXPECT_EQ(id, expect[s_i][at[s_i]++]) << "position " << p - 1;
     }
   }
@@ -187,10 +200,10 @@ TEST(MixStream, KeptDrawsAreReadInsteadOfDrawn) {
   std::vector<int64_t> from;
   Drain(stream.get(), &ids, &from);
   ASSERT_EQ(from.size(), 60u);
-  EXPECT_EQ(std::vector<int64_t>(from.begin(), from.begin() + 30),
-            std::vector<int64_t>(other.begin(), other.end()));
+  const std::vector<int64_t> kept = Grouped(std::vector<int32_t>(other.begin(), other.end()), 6);
+  EXPECT_EQ(std::vector<int64_t>(from.begin(), from.begin() + 30), kept);
   EXPECT_EQ(std::vector<int64_t>(from.begin() + 30, from.end()),
-            std::vector<int64_t>(draws.begin() + 30, draws.end()));
+            Grouped(std::vector<int32_t>(draws.begin() + 30, draws.end()), 6));
 }
 
 // A stream stopped before its end stops the next epoch it started: the next stream
@@ -250,6 +263,34 @@ TEST(MixStream, RefusesSourcesWithOtherColumns) {
   auto made = MixStream::Make(s.mix, Options(0, 0), RecyclingPool::Global());
   ASSERT_FALSE(made.ok());
   EXPECT_NE(made.status().message().find("other columns"), std::string::npos) << made.status();
+}
+
+// Sources that gather their shuffle windows whole write the batches in place (no source
+// wraps, the epoch from its first batch): the same batches as copied, for any worker
+// count; afterwards the loaders give their own batches again.
+TEST(MixStream, SourcesWriteTheBatchesInPlaceAsACopyWouldBe) {
+  for (int workers : {1, 3}) {
+    std::vector<std::vector<int64_t>> copied, written;
+    std::vector<int64_t> from_copied, from_written;
+    auto s = MakeSources(workers);
+    MixStreamOptions o = Options(0, 0);
+    o.cumulative = CumulativeWeights({3, 1});
+    o.samples = 23;  // batches of 6, the last of 5
+    o.num_batches = 4;
+    for (bool in_place : {false, true}) {
+      o.write_in_place = in_place;
+      auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+      ASSERT_EQ(stream->in_place(), in_place);
+      Drain(stream.get(), in_place ? &written : &copied, in_place ? &from_written : &from_copied);
+    }
+    EXPECT_EQ(written, copied) << workers;
+    EXPECT_EQ(from_written, from_copied);
+    ASSERT_EQ(written.size(), 4u);
+    EXPECT_EQ(written.back().size(), 5u);
+    for (int i = 0; i < 2; ++i) {  // each loader's own epoch, whole, again
+      EXPECT_EQ(SourceEpoch(s.loaders[i].get(), s.mix[i].seed, 0).size(), i == 0 ? 23u : 9u);
+    }
+  }
 }
 
 }  // namespace

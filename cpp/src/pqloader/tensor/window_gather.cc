@@ -146,7 +146,7 @@ std::vector<std::vector<size_t>> GatherTasks(
 arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
     const std::vector<ColumnSpec>& specs, std::vector<std::shared_ptr<const DecodedUnit>> units,
     std::shared_ptr<arrow::Buffer> index, arrow::MemoryPool* pool,
-    std::vector<int64_t> chunk_ends) {
+    std::vector<int64_t> chunk_ends, const ChunkMaker& make_chunks) {
   if (index == nullptr || index->size() % static_cast<int64_t>(sizeof(int32_t)) != 0) {
     return arrow::Status::Invalid("a window's index must be int32 values");
   }
@@ -211,6 +211,20 @@ arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
       return arrow::Status::Invalid("a shuffle window's row index ", static_cast<int32_t>(max),
                                     " is out of its ", unit_first.back(), " rows");
     }
+  }
+  if (make_chunks != nullptr) {
+    ARROW_ASSIGN_OR_RAISE(std::vector<Chunk> chunks, make_chunks(row_bytes));
+    int64_t at = 0;
+    for (const Chunk& chunk : chunks) {
+      if (chunk.first != at || chunk.last <= chunk.first || chunk.block == nullptr ||
+          chunk.column_offset.size() != row_bytes.size()) {
+        return arrow::Status::Invalid("a window's chunks must cover its positions one after another");
+      }
+      at = chunk.last;
+    }
+    if (at != n) return arrow::Status::Invalid("a window's chunks end at ", at, ", not at ", n);
+    return std::make_shared<WindowGather>(std::move(units), std::move(index), std::move(row_bytes),
+                                          std::move(row_shapes), std::move(chunks), pool);
   }
   // One block per chunk, holding its rows of every column (each 64-byte aligned).
   std::vector<Chunk> chunks(chunk_ends.size());
@@ -393,7 +407,7 @@ void WindowGather::Cancel() {
 
 int64_t WindowGather::bytes() const {
   int64_t total = 0;
-  for (const Chunk& chunk : chunks_) total += chunk.block->size();
+  for (const Chunk& chunk : chunks_) total += chunk.bytes > 0 ? chunk.bytes : chunk.block->size();
   return total;
 }
 

@@ -61,7 +61,13 @@ class WindowGather {
     int64_t first = 0, last = 0;
     std::shared_ptr<arrow::Buffer> block;
     std::vector<int64_t> column_offset;  ///< Of each column's rows in the block.
+    /// The bytes of the block this chunk's rows take when the block is shared with
+    /// others (a mixture's batch: WindowSink); 0: the whole block is the chunk's.
+    int64_t bytes = 0;
   };
+  /// Makes a window's chunks instead of Make: given each column's row bytes, chunks
+  /// covering the window's positions [0, n) one after another.
+  using ChunkMaker = std::function<arrow::Result<std::vector<Chunk>>(const std::vector<int64_t>& row_bytes)>;
 
   WindowGather(std::vector<std::shared_ptr<const DecodedUnit>> units,
                std::shared_ptr<arrow::Buffer> index, std::vector<int64_t> row_bytes,
@@ -75,10 +81,12 @@ class WindowGather {
   /// here from `pool`, as is the scratch of each column. InvalidData if a column is not
   /// fixed-width in every unit, or its rows differ in shape between units; Invalid if
   /// an index is out of range.
+  /// With `make_chunks`, the chunks are the caller's (chunk_ends is ignored); an error if
+  /// they do not cover the positions one after another.
   static arrow::Result<std::shared_ptr<WindowGather>> Make(
       const std::vector<ColumnSpec>& specs, std::vector<std::shared_ptr<const DecodedUnit>> units,
       std::shared_ptr<arrow::Buffer> index, arrow::MemoryPool* pool,
-      std::vector<int64_t> chunk_ends = {});
+      std::vector<int64_t> chunk_ends = {}, const ChunkMaker& make_chunks = nullptr);
 
   /// Gather columns until none is left to take, then wait until all are done. Returns
   /// the first error (also to every later caller), or Cancelled after Cancel().
@@ -120,6 +128,17 @@ class WindowGather {
   size_t done_ PQ_GUARDED_BY(mu_) = 0;
   arrow::Status status_ PQ_GUARDED_BY(mu_);
   bool cancelled_ PQ_GUARDED_BY(mu_) = false;
+};
+
+/// Where a loader's window gathers write their rows when it is a mixture's source
+/// (mix/mix_stream.h): the chunks of the run's epoch positions [first, last) (a window),
+/// pieces of blocks the sink shares with other loaders. Thread-safety: Chunks may be
+/// called by any worker.
+class WindowSink {
+ public:
+  virtual ~WindowSink() = default;
+  virtual arrow::Result<std::vector<WindowGather::Chunk>> Chunks(
+      int64_t first, int64_t last, const std::vector<int64_t>& row_bytes) = 0;
 };
 
 /// Rows [first, last) of the epoch's stream as a batch whose columns are slices of
