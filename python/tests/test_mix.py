@@ -152,6 +152,51 @@ def test_batches_written_in_place_equal_copied_ones_across_a_resume(sources):
     assert sum(len(i) for i in own) == 3000 and sorted(np.concatenate(own)) == list(range(3000))
 
 
+def test_rows_drop_last_leaves_out_are_not_read_from_a_source_written_in_place(sources):
+    """With drop_last, the positions after the last batch may draw more rows of a source
+    than it has; an epoch written in place reads none of them (starting the next epoch
+    early included), and equals the same epoch copied (its rest after a resume)."""
+    root, sizes = sources
+    cum = _core.mix_cumulative([1, 1, 1])
+    draws = _core.mix_draws(9, 0, 0, 4000, cum)
+    last = int(np.flatnonzero(draws == 2)[sizes["books"]])  # draws "books" a 601st time
+    batch = 50
+    assert last % batch != batch - 1  # inside the dropped tail, not a whole batch
+    samples = last + 1
+    kw = dict(seed=9, batch_size=batch, samples_per_epoch=samples, drop_last=True, num_epochs=2)
+    m = pqloader.mix(loaders(root, batch_size=32), [1, 1, 1], **kw)
+    full = run(m)
+    assert m.stats()["epochs_in_place"] >= 1 and len(full) == 2 * (samples // batch)
+    m = pqloader.mix(loaders(root, batch_size=32), [1, 1, 1], **kw)
+    it = iter(m)
+    next(it)
+    resumed = pqloader.mix(loaders(root, batch_size=32), [1, 1, 1], **kw)
+    resumed.load_state_dict(m.state_dict())
+    for x, y in zip(run(resumed), full[1:]):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_a_source_of_small_weight_beyond_its_bound_is_copied_not_written_in_place(sources):
+    """A source's shuffle window spans about its rows / its share of the positions, whose
+    batches' blocks its gather would make whole: beyond its max_inflight_bytes the
+    epoch is copied instead, with the same batches."""
+    root, _ = sources
+    kw = dict(seed=3, batch_size=40, stop="first")
+
+    def make(**budget):
+        ls = loaders(root, **budget)
+        return pqloader.mix(ls, {"web": 1, "code": 0.02, "books": 0.02}, **kw)
+
+    roomy, tight = make(), make(max_inflight_bytes=1 << 16)
+    a, b = run(roomy), run(tight)
+    assert roomy.stats()["epochs_in_place"] == 1 and tight.stats()["epochs_in_place"] == 0
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
 def test_last_exhausted_reads_every_source_whole_and_reshuffles_wraps(sources):
     root, sizes = sources
     m = pqloader.mix(loaders(root), [1, 1, 1], seed=2, stop="last", batch_size=100)

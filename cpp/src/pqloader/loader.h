@@ -188,7 +188,10 @@ class Loader {
   /// With a sink, the runs started from now on write their window gathers' rows into the
   /// sink's chunks (a mixture's batches: mix/mix_stream.h) and deliver batches without
   /// columns (their rows counted only); nullptr: the loader's own batches again. Only
-  /// for a loader that gathers_windows(). Takes effect at the next StartEpoch.
+  /// for a loader that gathers_windows(). Takes effect at the next StartEpoch; a run
+  /// started under a sink is kept by StartEpoch only under the same sink. Whoever
+  /// iterates the loader by itself clears it first (a mixture may leave its next
+  /// epoch's runs and sinks: the Python Loader does so).
   void set_window_sink(std::shared_ptr<WindowSink> sink) {
     MutexLock lock(mu_);
     sink_ = std::move(sink);

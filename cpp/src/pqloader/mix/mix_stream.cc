@@ -11,6 +11,7 @@
 #include "pqloader/error.h"
 #include "pqloader/loader.h"
 #include "pqloader/mix/mix_draws.h"
+#include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/window_gather.h"
 #include "pqloader/util/thread_annotations.h"
 
@@ -277,8 +278,32 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
     }
     row_bytes.push_back(bytes);
   }
-  for (const SourceState& s : sources_) {
-    if (!s.source.loader->gathers_windows()) return none;
+  int64_t all_row_bytes = 0;
+  for (int64_t w : row_bytes) all_row_bytes += w;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    Loader* loader = sources_[i].source.loader;
+    if (!loader->gathers_windows()) return none;
+    // Columns of one dtype and row shape in every source (the copy checks each batch;
+    // written in place, bytes would be taken as they are).
+    const std::vector<ColumnSpec>& theirs = loader->specs();
+    for (size_t c = 0; c < specs_.size(); ++c) {
+      if (theirs[c].dtype != specs_[c].dtype || theirs[c].row_shape != specs_[c].row_shape) return none;
+    }
+    // A source's shuffle window spans about its rows / its share of the mixture's
+    // positions, whose batches' blocks its gather makes whole: within its own bound, or
+    // copied (a source of small weight would make far more than it holds).
+    const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
+    if (!(share > 0)) continue;
+    const EpochPlan& plan = loader->first_plan();
+    int64_t window = 0;
+    for (int64_t w = 0; w < plan.num_windows(); ++w) {
+      const auto [a, z] = plan.WindowRowRange(w);
+      window = std::max(window, z - a);
+    }
+    if (static_cast<double>(window) / share * static_cast<double>(all_row_bytes) >
+        static_cast<double>(loader->options().max_inflight_bytes)) {
+      return none;
+    }
   }
   // Each source's rows before each batch; a source that would run out (and so read its
   // epoch again) is not written in place.
@@ -342,6 +367,9 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
       return arrow::Status::OK();
     }
     if (batch == nullptr) {  // the source's epoch ended: its next wrap
+      if (in_place_ != nullptr) {  // MakeInPlace counted every row each source gives
+        return arrow::Status::UnknownError("mixture source ", i, " ran out of rows in an epoch written in place");
+      }
       if (fresh) {
         return MakeError(ErrorKind::kInvalidData, "mixture source ", i, " has no rows");
       }
@@ -453,7 +481,9 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
     return arrow::Status::OK();
   }
   // Every row the rest of the epoch draws, held now (in the sources' batches).
-  if (rest_.empty()) rest_ = CountSources(start, o.samples);
+  // (Not the positions after the last batch that drop_last leaves out: no source reads
+  // them, and one may have no rows for them.)
+  if (rest_.empty()) rest_ = CountSources(start, std::min(o.samples, o.num_batches * o.batch_size));
   for (size_t i = 0; i < sources_.size(); ++i) {
     if (!sources_[i].started) continue;
     ARROW_RETURN_NOT_OK(Fill(i, rest_[i], timeout, timed_out));

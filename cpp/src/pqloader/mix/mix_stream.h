@@ -24,9 +24,11 @@
 // (Loader::gathers_windows), the epoch starts at its first batch and no source wraps,
 // each source's window gathers write its rows of every batch straight into that batch's
 // block (a Loader's WindowSink), and the stream only waits until the sources have
-// gathered a batch's rows: no copy. Otherwise batches are copied from the sources'
-// batches; both give the same bytes. An epoch written in place does not start its
-// sources' next epoch early (then_next_epoch is ignored).
+// gathered a batch's rows: no copy. A source of small weight whose shuffle window
+// would span more of the mixture's batches than its max_inflight_bytes holds is
+// copied instead. Otherwise too batches are copied from the sources' batches; both give
+// the same bytes. The next epoch started early (then_next_epoch) is written in place
+// when the caller gave its length (SetNextEpoch) and the next stream adopts it.
 //
 // Thread-safety: one consumer thread calls Next(); the sources must not be iterated by
 // anyone else while the stream is open (it starts, reads and stops their epochs).

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include <arrow/api.h>
+#include <arrow/io/file.h>
 #include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
 
 #include "pqloader/loader.h"
 #include "pqloader/mix/mix_draws.h"
@@ -291,6 +294,42 @@ TEST(MixStream, SourcesWriteTheBatchesInPlaceAsACopyWouldBe) {
       EXPECT_EQ(SourceEpoch(s.loaders[i].get(), s.mix[i].seed, 0).size(), i == 0 ? 23u : 9u);
     }
   }
+}
+
+// A column of one name and width but another dtype in a source (float32 "x" against
+// int32 "x") is not written in place, where its bytes would be taken as they are: the
+// copy refuses it at the first batch, naming the column.
+TEST(MixStream, SourcesWithAnotherDtypeOfOneWidthAreNotWrittenInPlace) {
+  auto s = MakeSources(1);
+  const std::string dir = testing::MakeTempDir();
+  {
+    auto schema = arrow::schema({arrow::field("id", arrow::int64(), false),
+                                 arrow::field("x", arrow::int32(), false)});
+    arrow::Int64Builder ids;
+    arrow::Int32Builder xs;
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_TRUE(ids.Append(5000 + i).ok());
+      ASSERT_TRUE(xs.Append(i).ok());
+    }
+    auto table = arrow::Table::Make(schema, {ids.Finish().ValueOrDie(), xs.Finish().ValueOrDie()});
+    auto out = arrow::io::FileOutputStream::Open(dir + "/c.parquet").ValueOrDie();
+    ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 10).ok());
+    ASSERT_TRUE(out->Close().ok());
+  }
+  LoaderOptions o;
+  o.plan.batch_size = 4;
+  o.plan.shuffle = true;
+  auto other = Loader::Make({dir + "/c.parquet"}, o).ValueOrDie();
+  ASSERT_TRUE(other->gathers_windows());
+  s.mix[1] = MixSource{other.get(), 1, other->num_rows()};
+  MixStreamOptions opts = Options(0, 0);
+  opts.samples = 20;
+  opts.num_batches = 4;
+  auto stream = MixStream::Make(s.mix, opts, RecyclingPool::Global()).ValueOrDie();
+  EXPECT_FALSE(stream->in_place());
+  auto batch = stream->Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_NE(batch.status().message().find("'x'"), std::string::npos) << batch.status();
 }
 
 }  // namespace
