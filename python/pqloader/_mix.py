@@ -311,8 +311,8 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     ``max_inflight_bytes``: a mixture holds up to the sum of its sources' bounds (lower
     them for mixtures of many sources), plus, with ``stop``, the draws that found an
     epoch's length (a byte per position, up to 16 MiB), which its batches then read
-    instead of drawing them again. In an iteration of several epochs whose batches are
-    copied, the sources' next epoch starts while one ends (its batches are the same).
+    instead of drawing them again. In an iteration of several epochs, the sources'
+    next epoch starts while one ends (its batches are the same).
 
     Args:
         sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,

@@ -309,16 +309,10 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
   // epoch again) is not written in place.
   const auto n = static_cast<size_t>(num_batches);
   std::vector<std::vector<int64_t>> starts(sources_.size(), std::vector<int64_t>(n + 1, 0));
-  std::vector<int64_t> counts(sources_.size());
   for (size_t b = 0; b < n; ++b) {
     const auto first = static_cast<int64_t>(b) * o.batch_size;
-    const int64_t end = std::min(first + o.batch_size, samples);
-    if (kept != nullptr && end <= static_cast<int64_t>(kept->size())) {
-      std::fill(counts.begin(), counts.end(), 0);
-      for (int64_t p = first; p < end; ++p) ++counts[(*kept)[p]];
-    } else {
-      counts = CountDraws(o.seed, epoch, first, end, o.cumulative);
-    }
+    const std::vector<int64_t> counts =
+        CountSources(first, std::min(first + o.batch_size, samples), epoch, kept);
     for (size_t i = 0; i < sources_.size(); ++i) starts[i][b + 1] = starts[i][b] + counts[i];
   }
   for (size_t i = 0; i < sources_.size(); ++i) {
@@ -457,11 +451,11 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
   return batch;
 }
 
-std::vector<int64_t> MixStream::CountSources(int64_t start, int64_t end) const {
+std::vector<int64_t> MixStream::CountSources(int64_t start, int64_t end, int64_t epoch,
+                                             const std::vector<uint8_t>* kept) const {
   const MixStreamOptions& o = options_;
-  const std::vector<uint8_t>* kept = o.kept_draws.get();
   if (kept == nullptr || end > static_cast<int64_t>(kept->size())) {
-    return CountDraws(o.seed, o.epoch, start, end, o.cumulative);
+    return CountDraws(o.seed, epoch, start, end, o.cumulative);
   }
   std::vector<int64_t> counts(o.cumulative.size(), 0);
   for (int64_t p = start; p < end; ++p) ++counts[(*kept)[p]];

@@ -162,9 +162,14 @@ class MixStream {
   void FillListColumn(size_t c, int64_t count, uint8_t* out, int64_t length, uint8_t* offsets_out);
   // With then_next_epoch, near the end: take the rest of the epoch's rows from the
   // sources and start their next epoch (see MixStreamOptions::then_next_epoch).
-  // Draws of each source among positions [start, end): counted in kept_draws where they
-  // cover them, else drawn.
-  std::vector<int64_t> CountSources(int64_t start, int64_t end) const;
+  // Draws of each source among positions [start, end) of this epoch (or of `epoch`,
+  // whose kept draws are `kept`): counted in the kept draws where they cover them, else
+  // drawn.
+  std::vector<int64_t> CountSources(int64_t start, int64_t end) const {
+    return CountSources(start, end, options_.epoch, options_.kept_draws.get());
+  }
+  std::vector<int64_t> CountSources(int64_t start, int64_t end, int64_t epoch,
+                                    const std::vector<uint8_t>* kept) const;
   arrow::Status MaybeStartNextEpoch(int64_t start, std::chrono::nanoseconds timeout,
                                     bool* timed_out);
 
