@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 # (epoch, index of the batch in its epoch, batch)
 Item = tuple[int, int, Any]
 
-STALE = ("this loader was iterated again, loaded a state, or this process was forked; "
-         "the older iterator stopped")
+STALE = ("this loader was iterated again, loaded a state, closed, or this process was "
+         "forked; the older iterator stopped")
 
 # The consumer-side clock (the engine has its own); a module attribute so tests can
 # replace it with a clock they control.

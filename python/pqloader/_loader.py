@@ -222,6 +222,25 @@ class Loader:
         if self._cursor.running:  # wake an iterator blocked in another thread
             self._engine.stop()
 
+    def close(self) -> None:
+        """Stop the worker threads and wait for them.
+
+        Iteration keeps reading ahead after an epoch ends (the next epoch's first
+        units, for the next ``for`` loop). After ``close()`` returns nothing more is
+        read, decoded or written to ``cache_dir`` (which may then be deleted); the
+        read-ahead is dropped and running iterators stop (their next ``next()``
+        raises). The loader stays usable: iterating again starts reading anew from the
+        current position. Also called on leaving ``with Loader(...) as loader:``.
+        """
+        self._cursor.invalidate()
+        self._engine.stop()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def __getitem__(self, index: Any) -> Any:
         raise TypeError(
             "pqloader.Loader is iterable, not indexable: it yields whole batches and replaces "

@@ -7,7 +7,11 @@ next epoch, dropped when it does not, and never changes a batch.
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+
+import pytest
 
 import pqloader
 from conftest import assert_batch_streams_equal, write_dataset
@@ -76,3 +80,31 @@ def test_work_started_ahead_counts_only_once_its_epoch_begins(tmp_path):
     third = loader.stats()
     assert third["units_read"] == 15 and third["bytes_read"] == 3 * first["bytes_read"]
     assert 0 <= third["units_dropped_ahead"] <= 5
+
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_close_joins_the_read_ahead_so_the_cache_dir_can_be_deleted(tmp_path):
+    # The next epoch keeps being read after a `for` loop ends: its workers decode,
+    # claim and write cache entries. close() (or leaving `with`) ends that: the workers
+    # are joined before it returns, so nothing writes into cache_dir afterwards (a
+    # smoke check once failed deleting its cache directory while they still ran).
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    write_dataset(data, LAYOUT)
+    with make(data, cache_dir=str(cache)) as loader:  # 2 workers
+        first = list(loader)  # epoch 0; epoch 1 is decoded meanwhile
+        it = iter(loader)
+        head = next(it)  # epoch 1 begins
+        running = _threads()
+    assert running - _threads() >= 2  # joined when `with` left
+    with pytest.raises(RuntimeError, match="closed"):
+        next(it)  # the iterator made before close() stopped
+    shutil.rmtree(cache)
+    # The loader stays usable: iterating again goes on from where it was (without a
+    # cache now that its directory is gone, and saying so).
+    with pytest.warns(RuntimeWarning, match="continuing without caching"):
+        rest = list(loader)
+    assert_batch_streams_equal(first + [head] + rest, list(make(data, num_epochs=2)))

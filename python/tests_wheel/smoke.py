@@ -113,10 +113,11 @@ def check_cache():
     with tempfile.TemporaryDirectory() as cache:
         kwargs = dict(batch_size=8, shuffle=True, seed=5, cache_dir=cache,
                       transforms={"png": [T.DecodeImage(), T.Resize(8)]}, columns=["id", "png"])
-        first = pqloader.Loader(IMG, **kwargs)
-        a = [b["png"] for b in first]
-        second = pqloader.Loader(IMG, **kwargs)
-        b = [x["png"] for x in second]
+        # Closed before the directory goes: each reads the next epoch ahead meanwhile.
+        with pqloader.Loader(IMG, **kwargs) as first:
+            a = [b["png"] for b in first]
+        with pqloader.Loader(IMG, **kwargs) as second:
+            b = [x["png"] for x in second]
         stats = second.stats()
         assert stats["cache_hits"] > 0 and stats["cache_misses"] == 0, stats
         for x, y in zip(a, b, strict=True):
