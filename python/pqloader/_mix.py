@@ -301,10 +301,12 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     """Mix several Loaders into one stream, each position drawn by weight.
 
     Batch b holds the rows its positions draw, grouped by source inside the batch
-    (source 0's first). Shuffled sources without transforms write their rows of each
-    batch straight into it from their shuffle-window gathers (no copy) when the epoch
-    is read from its start and no source runs out within it; otherwise batches are
-    copied in C++ from the sources' own (off the GIL), with the same bytes. While an
+    (source 0's first). When every output column has rows of one shape (numbers,
+    fixed-size lists, transforms with a fixed output shape, lists padded to a fixed
+    length), the sources write their rows of each batch straight into it — from their
+    shuffle-window gathers, or as they assemble their own batches — as long as the
+    epoch is read from its start and no source runs out within it; otherwise batches
+    are copied in C++ from the sources' own (off the GIL), with the same bytes. While an
     epoch of the mixture runs, its sources share one loader's
     workers: the largest ``num_workers`` among them, split by weight (at least one
     each); afterwards each has its own again. Each source keeps its own

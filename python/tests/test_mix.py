@@ -152,6 +152,64 @@ def test_batches_written_in_place_equal_copied_ones_across_a_resume(sources):
     assert sum(len(i) for i in own) == 3000 and sorted(np.concatenate(own)) == list(range(3000))
 
 
+def test_transformed_sources_write_their_batches_in_place_as_a_copy_would(tmp_path):
+    """Sources with transforms (images decoded, randomly cropped and flipped; token lists
+    padded to a fixed length, with their lengths) assemble each batch straight into the
+    mixture's when every output column has one shape; equal to the copy that a resumed
+    epoch makes, and to each row's own transform."""
+    Image = pytest.importorskip("PIL.Image")
+    import io
+    rng = np.random.default_rng(4)
+    for s, n in enumerate((120, 80, 60)):
+        ids = s * 1000 + np.arange(n, dtype=np.int64)
+        pngs = []
+        for i in ids.tolist():
+            b = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (10 + i % 5, 12, 3), dtype=np.uint8)).save(b, format="PNG")
+            pngs.append(b.getvalue())
+        toks = [list(range(i, i + int(k))) for i, k in zip(ids.tolist(), rng.integers(0, 12, n))]
+        pq.write_table(pa.table({"id": ids, "png": pngs, "tok": toks}), tmp_path / f"{s}.parquet",
+                       row_group_size=16)
+    T = pqloader.transforms
+    tf = {"png": [T.DecodeImage(), T.RandomResizedCrop(6), T.RandomHorizontalFlip()],
+          "tok": [T.PadOrTruncate(8, pad=-1)]}
+
+    def make(**kw):
+        ls = [pqloader.Loader(str(tmp_path / f"{s}.parquet"), batch_size=10 + 3 * s, shuffle=s != 1,
+                              seed=s, transforms=tf) for s in range(3)]
+        return pqloader.mix(ls, [0.5, 0.3, 0.2], seed=6, batch_size=24, num_epochs=2, **kw)
+
+    m = make()
+    full = run(m)
+    assert m.stats()["epochs_in_place"] == 2
+    for b in full:
+        assert b["png"].shape == (len(b["id"]), 6, 6, 3) and b["tok"].shape == (len(b["id"]), 8)
+        assert (np.diff(b["source"]) >= 0).all() and (b["id"] // 1000 == b["source"]).all()
+        for i, row, k in zip(b["id"].tolist(), b["tok"], b["tok_length"]):
+            s, r = divmod(i, 1000)
+            assert k == min(8, len(toks_of(tmp_path, s)[r]))
+            np.testing.assert_array_equal(row, (toks_of(tmp_path, s)[r] + [-1] * 8)[:8])
+    cut = 3
+    m = make()
+    it = iter(m)
+    for _ in range(cut):
+        next(it)
+    resumed = make()
+    resumed.load_state_dict(m.state_dict())
+    tail = run(resumed)
+    assert resumed.stats()["epochs_in_place"] == 1  # the rest of epoch 0 copied
+    assert len(tail) == len(full) - cut
+    for x, y in zip(tail, full[cut:]):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def toks_of(root, s, _memo={}):
+    if (root, s) not in _memo:
+        _memo[root, s] = pq.read_table(root / f"{s}.parquet", columns=["tok"])["tok"].to_pylist()
+    return _memo[root, s]
+
+
 def test_rows_drop_last_leaves_out_are_not_read_from_a_source_written_in_place(sources):
     """With drop_last, the positions after the last batch may draw more rows of a source
     than it has; an epoch written in place reads none of them (starting the next epoch

@@ -192,6 +192,12 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   for (const auto& spec : loader->dataset_->specs()) {
     loader->window_gather_ = loader->window_gather_ && spec.kind == ColumnKind::kTensor;
   }
+  const auto& fixed = loader->transforms_.fixed_outputs();
+  loader->batches_in_place_ = loader->lengths_ == nullptr &&
+                              loader->transforms_.policy() == DecodeErrorPolicy::kRaise &&
+                              fixed.size() == loader->transforms_.output_specs().size() &&
+                              std::all_of(fixed.begin(), fixed.end(),
+                                          [](const auto& f) { return f.has_value(); });
   if (!options.defer_checks) ARROW_RETURN_NOT_OK(loader->CheckBeforeFirstBatch());
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
@@ -456,6 +462,8 @@ arrow::Result<std::shared_ptr<const Loader::RunLayout>> Loader::LayOutRun(
     layout->plan = plan;
     layout->windows = std::make_shared<WindowStore>(std::move(uses));
     layout->sink = sink_;
+  } else if (batches_in_place_ && layout->pack == nullptr) {
+    layout->sink = sink_;  // each batch assembled into it
   }
   return layout;
 }
@@ -530,6 +538,8 @@ arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
     batch = PackBatch(dataset_->specs(), options_.pack, *layout.pack, b * layout.batch_size,
                       std::min((b + 1) * layout.batch_size, layout.num_blocks), units, lo, rows,
                       pack_companions_, pool_);
+  } else if (layout.sink != nullptr) {
+    batch = BatchIntoSink(*layout.sink, first, last, units, lo, rows, samples);
   } else {
     batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
                           transforms_.collate(), transforms_.signatures());
@@ -1055,6 +1065,52 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
   }
   *rows = std::move(kept);
   return arrow::Status::OK();
+}
+
+arrow::Result<std::shared_ptr<Batch>> Loader::BatchIntoSink(
+    WindowSink& sink, int64_t first, int64_t last,
+    const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
+    const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples) {
+  using Part = TransformPlan::Part;
+  if (static_cast<int64_t>(rows.size()) != last - first) {
+    return arrow::Status::UnknownError("a batch written in place lost rows");
+  }
+  const auto& outputs = transforms_.output_sources();
+  std::vector<int64_t> row_bytes;
+  int64_t all = 0;
+  for (const auto& f : transforms_.fixed_outputs()) {
+    row_bytes.push_back(f->bytes());
+    all += row_bytes.back();
+  }
+  ARROW_ASSIGN_OR_RAISE(std::vector<WindowGather::Chunk> chunks, sink.Chunks(first, last, row_bytes));
+  const size_t n = dataset_->specs().size();
+  BatchTarget into{std::vector<uint8_t*>(n, nullptr), std::vector<uint8_t*>(n, nullptr),
+                   std::vector<int64_t>(n, 0)};
+  std::vector<RowRef> part;
+  std::vector<std::vector<SampleTensor>> part_samples(samples.size());
+  for (const WindowGather::Chunk& chunk : chunks) {
+    uint8_t* base = chunk.block->mutable_data();
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const auto [col, what] = outputs[j];
+      if (what == Part::kValues) {
+        into.data[col] = base + chunk.column_offset[j];
+        into.row_bytes[col] = row_bytes[j];
+      } else if (what == Part::kLength) {
+        into.lengths[col] = base + chunk.column_offset[j];
+      }
+    }
+    part.assign(rows.begin() + chunk.first, rows.begin() + chunk.last);
+    for (size_t c = 0; c < samples.size(); ++c) {
+      if (samples[c].empty()) continue;
+      part_samples[c].assign(samples[c].begin() + chunk.first, samples[c].begin() + chunk.last);
+    }
+    ARROW_RETURN_NOT_OK(AssembleInto(dataset_->specs(), units, unit_base, part, part_samples,
+                                     into, transforms_.collate(), transforms_.signatures()));
+  }
+  auto counted = std::make_shared<Batch>();
+  counted->num_rows = last - first;
+  counted->owned_bytes = (last - first) * all;  // its rows in the sink's blocks
+  return counted;
 }
 
 arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(

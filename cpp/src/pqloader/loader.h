@@ -185,10 +185,20 @@ class Loader {
   /// Whether shuffled epochs gather their shuffle windows whole (tensor/window_gather.h):
   /// shuffled, fixed-width columns, no transforms, lists or packing.
   bool gathers_windows() const { return window_gather_; }
-  /// With a sink, the runs started from now on write their window gathers' rows into the
-  /// sink's chunks (a mixture's batches: mix/mix_stream.h) and deliver batches without
-  /// columns (their rows counted only); nullptr: the loader's own batches again. Only
-  /// for a loader that gathers_windows(). Takes effect at the next StartEpoch; a run
+  /// Whether its batches can be written into a mixture's (set_window_sink): it gathers
+  /// windows, or every output column has fixed rows (fixed_outputs) and no row is ever
+  /// dropped from its batch (no packing, no transforms that skip rows).
+  bool writes_in_place() const { return window_gather_ || batches_in_place_; }
+  /// Each output column's fixed dtype and row shape, where known before any data
+  /// (TransformPlan::fixed_outputs). Not for a packing loader.
+  const std::vector<std::optional<TransformPlan::FixedRows>>& fixed_outputs() const {
+    return transforms_.fixed_outputs();
+  }
+  /// With a sink, the runs started from now on write their rows into the sink's chunks
+  /// (a mixture's batches: mix/mix_stream.h) — their window gathers, or each batch's
+  /// assembly (AssembleInto) — and deliver batches without columns (their rows counted
+  /// only); nullptr: the loader's own batches again. Only for a loader that
+  /// writes_in_place(). Takes effect at the next StartEpoch; a run
   /// started under a sink is kept by StartEpoch only under the same sink. Whoever
   /// iterates the loader by itself clears it first (a mixture may leave its next
   /// epoch's runs and sinks: the Python Loader does so).
@@ -340,6 +350,12 @@ class Loader {
       const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made,
       int64_t first, int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
       int64_t unit_base, WindowSink* sink);
+  // Batch rows [first, last) (`rows`, after the transforms: `samples`) assembled into
+  // `sink`'s chunks; the batch has no columns.
+  arrow::Result<std::shared_ptr<Batch>> BatchIntoSink(
+      WindowSink& sink, int64_t first, int64_t last,
+      const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
+      const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples);
   // Where a split's rows come from (stored in its cache entry).
   SourceIdentity SourceOf(int64_t split) const;
   // Whether the file of a split has changed since the loader opened it (local files).
@@ -381,6 +397,8 @@ class Loader {
   // Shuffled epochs gather each window whole (tensor/window_gather.h): every column is
   // fixed-width and nothing runs per sample.
   bool window_gather_ = false;
+  // Batches without windows can be written into a mixture's (writes_in_place).
+  bool batches_in_place_ = false;
   // Whether the last run that produced all its units read every one from the cache.
   std::atomic<bool> last_run_all_hits_{false};
   std::atomic<int64_t> bytes_fetched_{0};

@@ -17,6 +17,8 @@
 
 namespace pqloader {
 
+using FixedRows = TransformPlan::FixedRows;
+
 // The blocks of an epoch's batches written in place, and where each source's rows of
 // each batch go (see mix_stream.h). Made once before the sources start; the blocks are
 // made by the first source gathering rows of a batch and taken by the stream.
@@ -33,10 +35,14 @@ class MixStream::InPlace {
              batch_size == o.batch_size && samples == o.samples && num_batches == o.num_batches;
     }
   };
-  InPlace(Epoch epoch, std::vector<std::vector<int64_t>> starts, std::vector<int64_t> row_bytes,
+  InPlace(Epoch epoch, std::vector<std::vector<int64_t>> starts, std::vector<FixedRows> columns,
           arrow::MemoryPool* pool)
       : epoch_(std::move(epoch)), batch_size_(epoch_.batch_size), samples_(epoch_.samples),
-        starts_(std::move(starts)), row_bytes_(std::move(row_bytes)), pool_(pool) {}
+        starts_(std::move(starts)), columns_(std::move(columns)), pool_(pool) {
+    for (const FixedRows& c : columns_) row_bytes_.push_back(c.bytes());
+  }
+  // Each column's dtype and row shape.
+  const std::vector<FixedRows>& columns() const { return columns_; }
   const Epoch& epoch() const { return epoch_; }
 
   // A source's sink: its loader's window gathers write through it.
@@ -141,7 +147,8 @@ class MixStream::InPlace {
   const Epoch epoch_;
   const int64_t batch_size_, samples_;
   const std::vector<std::vector<int64_t>> starts_;
-  const std::vector<int64_t> row_bytes_;
+  const std::vector<FixedRows> columns_;
+  std::vector<int64_t> row_bytes_;  // of each column's row
   arrow::MemoryPool* pool_;
   Mutex mu_;
   std::map<int64_t, std::shared_ptr<arrow::Buffer>> blocks_ PQ_GUARDED_BY(mu_);
@@ -267,38 +274,47 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
   const MixStreamOptions& o = options_;
   std::shared_ptr<InPlace> none;
   if (!o.write_in_place || num_batches <= 0) return none;
-  std::vector<int64_t> row_bytes;
   for (size_t c = 0; c < specs_.size(); ++c) {
-    const ColumnSpec& spec = specs_[c];
-    if (spec.kind != ColumnKind::kTensor || lists_[c].kind != ListColumn::Kind::kNone) return none;
-    int64_t bytes = DTypeSize(spec.dtype);
-    for (int64_t d : spec.row_shape) {
-      if (d < 0) return none;
-      bytes *= d;
-    }
-    row_bytes.push_back(bytes);
+    if (lists_[c].kind != ListColumn::Kind::kNone) return none;
   }
-  int64_t all_row_bytes = 0;
-  for (int64_t w : row_bytes) all_row_bytes += w;
+  // Every column of fixed rows, of one dtype and row shape in every source (the copy
+  // checks each batch; written in place, bytes would be taken as they are).
+  std::vector<FixedRows> fixed;
   for (size_t i = 0; i < sources_.size(); ++i) {
     Loader* loader = sources_[i].source.loader;
-    if (!loader->gathers_windows()) return none;
-    // Columns of one dtype and row shape in every source (the copy checks each batch;
-    // written in place, bytes would be taken as they are).
-    const std::vector<ColumnSpec>& theirs = loader->specs();
+    if (!loader->writes_in_place()) return none;
+    const auto& theirs = loader->fixed_outputs();
+    if (theirs.size() != specs_.size()) return none;
     for (size_t c = 0; c < specs_.size(); ++c) {
-      if (theirs[c].dtype != specs_[c].dtype || theirs[c].row_shape != specs_[c].row_shape) return none;
+      if (!theirs[c].has_value()) return none;
+      if (i == 0) {
+        fixed.push_back(*theirs[c]);
+      } else if (theirs[c]->dtype != fixed[c].dtype || theirs[c]->shape != fixed[c].shape) {
+        return none;
+      }
     }
-    // A source's shuffle window spans about its rows / its share of the mixture's
-    // positions, whose batches' blocks its gather makes whole: within its own bound, or
-    // copied (a source of small weight would make far more than it holds).
+  }
+  std::vector<int64_t> row_bytes;
+  int64_t all_row_bytes = 0;
+  for (const FixedRows& f : fixed) {
+    row_bytes.push_back(f.bytes());
+    all_row_bytes += row_bytes.back();
+  }
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    Loader* loader = sources_[i].source.loader;
+    // A source's shuffle window (or batch, without windows) spans about its rows / its
+    // share of the mixture's positions, whose batches' blocks its gather makes whole:
+    // within its own bound, or copied (a source of small weight would make far more
+    // than it holds).
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;
-    const EpochPlan& plan = loader->first_plan();
-    int64_t window = 0;
-    for (int64_t w = 0; w < plan.num_windows(); ++w) {
-      const auto [a, z] = plan.WindowRowRange(w);
-      window = std::max(window, z - a);
+    int64_t window = loader->options().plan.batch_size;
+    if (loader->gathers_windows()) {
+      const EpochPlan& plan = loader->first_plan();
+      for (int64_t w = 0; w < plan.num_windows(); ++w) {
+        const auto [a, z] = plan.WindowRowRange(w);
+        window = std::max(window, z - a);
+      }
     }
     if (static_cast<double>(window) / share * static_cast<double>(all_row_bytes) >
         static_cast<double>(loader->options().max_inflight_bytes)) {
@@ -320,7 +336,7 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
   }
   return std::make_shared<InPlace>(
       InPlace::Epoch{o.seed, o.cumulative, epoch, o.batch_size, samples, num_batches},
-      std::move(starts), std::move(row_bytes), pool_);
+      std::move(starts), std::move(fixed), pool_);
 }
 
 void MixStream::SetSinks(const std::shared_ptr<InPlace>& state) {
@@ -607,11 +623,12 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
     batch->num_rows = count;
     batch->owned_bytes = block->size();
     for (size_t c = 0; c < specs_.size(); ++c) {
+      const FixedRows& rows = in_place_->columns()[c];
       BatchColumn out;
       out.kind = ColumnKind::kTensor;
-      out.dtype = specs_[c].dtype;
+      out.dtype = rows.dtype;
       out.shape = {count};
-      out.shape.insert(out.shape.end(), specs_[c].row_shape.begin(), specs_[c].row_shape.end());
+      out.shape.insert(out.shape.end(), rows.shape.begin(), rows.shape.end());
       out.data = arrow::SliceBuffer(block, at[c], count * in_place_->row_bytes()[c]);
       batch->columns.push_back(std::move(out));
     }

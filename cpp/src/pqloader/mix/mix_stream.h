@@ -20,13 +20,14 @@
 // Within a batch, rows are grouped by source (source 0's first), each source's in its
 // own order: the batch holds the rows its positions draw, and only their place inside
 // the batch differs from drawn order (docs/determinism.md, "Mixtures"). That lets the
-// sources write a batch in place: when every source gathers its shuffle windows whole
-// (Loader::gathers_windows), the epoch starts at its first batch and no source wraps,
-// each source's window gathers write its rows of every batch straight into that batch's
-// block (a Loader's WindowSink), and the stream only waits until the sources have
-// gathered a batch's rows: no copy. A source of small weight whose shuffle window
-// would span more of the mixture's batches than its max_inflight_bytes holds is
-// copied instead. Otherwise too batches are copied from the sources' batches; both give
+// sources write a batch in place: when every source can (Loader::writes_in_place: it
+// gathers its shuffle windows whole, or assembles batches whose every column has fixed
+// rows), all agree on each column's dtype and row shape, the epoch starts at its first
+// batch and no source wraps, each source's window gathers or batch assemblies write
+// its rows of every batch straight into that batch's block (a Loader's WindowSink),
+// and the stream only waits until the sources have delivered a batch's rows: no copy.
+// A source of small weight whose shuffle window (or batch) would span more of the
+// mixture's batches than its max_inflight_bytes holds is copied instead. Otherwise too batches are copied from the sources' batches; both give
 // the same bytes. The next epoch started early (then_next_epoch) is written in place
 // when the caller gave its length (SetNextEpoch) and the next stream adopts it.
 //

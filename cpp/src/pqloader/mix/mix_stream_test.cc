@@ -1,6 +1,7 @@
 #include "pqloader/mix/mix_stream.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <arrow/api.h>
@@ -22,7 +23,7 @@ struct Sources {
 };
 
 // Two shuffled sources of 23 and 9 rows (ids from 0 and from 1000), batch sizes 5 and 4.
-Sources MakeSources(int workers) {
+Sources MakeSources(int workers, bool shuffle = true) {
   const std::string dir = testing::MakeTempDir();
   testing::WriteIdFile(dir + "/a.parquet", {10, 13}, 0);
   testing::WriteIdFile(dir + "/b.parquet", {4, 5}, 1000);
@@ -32,7 +33,7 @@ Sources MakeSources(int workers) {
   for (const char* f : {"/a.parquet", "/b.parquet"}) {
     LoaderOptions o;
     o.plan.batch_size = batch--;
-    o.plan.shuffle = true;
+    o.plan.shuffle = shuffle;
     o.plan.seed = seed++;
     o.num_workers = workers;
     s.loaders.push_back(Loader::Make({dir + f}, o).ValueOrDie());
@@ -271,11 +272,15 @@ TEST(MixStream, RefusesSourcesWithOtherColumns) {
 // Sources that gather their shuffle windows whole write the batches in place (no source
 // wraps, the epoch from its first batch): the same batches as copied, for any worker
 // count; afterwards the loaders give their own batches again.
+// Unshuffled sources (no windows: each of their batches is assembled into the
+// mixture's) likewise.
 TEST(MixStream, SourcesWriteTheBatchesInPlaceAsACopyWouldBe) {
-  for (int workers : {1, 3}) {
+  for (int workers : {1, 3, -1}) {
     std::vector<std::vector<int64_t>> copied, written;
     std::vector<int64_t> from_copied, from_written;
-    auto s = MakeSources(workers);
+    auto s = MakeSources(std::abs(workers), workers > 0);
+    ASSERT_EQ(s.loaders[0]->gathers_windows(), workers > 0);
+    ASSERT_TRUE(s.loaders[0]->writes_in_place());
     MixStreamOptions o = Options(0, 0);
     o.cumulative = CumulativeWeights({3, 1});
     o.samples = 23;  // batches of 6, the last of 5

@@ -208,14 +208,22 @@ class Assembler {
         src_(rows, unit_base, units.size()), n_(static_cast<int64_t>(rows.size())),
         plans_(specs.size()), row_bytes_(specs.size(), 0), data_bytes_(specs.size(), 0),
         data_at_(specs.size(), 0), offsets_at_(specs.size(), 0), pad_to_(specs.size(), 0),
-        zero_copy_ragged_(specs.size(), false), placed_(specs.size()) {}
+        zero_copy_ragged_(specs.size(), false), placed_(specs.size()),
+        dst_(specs.size(), nullptr), aux_(specs.size(), nullptr) {}
+
+  // Write into `into` (AssembleInto) instead of a block of the batch's own.
+  void set_target(const BatchTarget* into) { into_ = into; }
 
   arrow::Result<std::shared_ptr<Batch>> Run(arrow::MemoryPool* pool) {
     batch_ = std::make_shared<Batch>();
     batch_->num_rows = n_;
     batch_->columns.resize(specs_.size());
     for (size_t col = 0; col < specs_.size(); ++col) ARROW_RETURN_NOT_OK(PlanColumn(col));
-    ARROW_RETURN_NOT_OK(Allocate(pool));
+    if (into_ != nullptr) {
+      ARROW_RETURN_NOT_OK(Target());
+    } else {
+      ARROW_RETURN_NOT_OK(Allocate(pool));
+    }
     FillRowMajor();
     for (size_t col = 0; col < specs_.size(); ++col) {
       switch (plans_[col]) {
@@ -490,9 +498,46 @@ class Assembler {
       }
     }
     ARROW_ASSIGN_OR_RAISE(block_, arrow::AllocateBuffer(bytes, pool));
-    base_ = block_->mutable_data();
+    uint8_t* base = block_->mutable_data();
+    for (size_t col = 0; col < specs_.size(); ++col) {
+      dst_[col] = base + data_at_[col];
+      aux_[col] = base + offsets_at_[col];
+    }
     batch_->owned_bytes = bytes + placed_bytes_;
     return arrow::Status::OK();
+  }
+
+  // 2'. Or the caller's memory (AssembleInto): only fixed-width rows, as wide as it says.
+  arrow::Status Target() {
+    for (size_t col = 0; col < specs_.size(); ++col) {
+      int64_t width = row_bytes_[col];
+      switch (plans_[col]) {
+        case Plan::kZeroCopy:
+          plans_[col] = Plan::kFixed;  // copied: GatherFixed's memcpy per run
+          break;
+        case Plan::kSamples: case Plan::kUnitSamples: case Plan::kFixed: case Plan::kRowMajor:
+          break;
+        case Plan::kPad:
+          width = pad_to_[col] * row_bytes_[col];
+          if (into_->lengths[col] == nullptr) return Mismatch(col, "no place for its lengths");
+          if (collate_[col].length > 0) break;
+          [[fallthrough]];  // padded to each batch's longest row: of varying size
+        case Plan::kVar: case Plan::kRagged:
+          return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name,
+                           "': rows of varying size cannot be written into a mixture's batch");
+      }
+      if (width != into_->row_bytes[col]) {
+        return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name, "': rows of ",
+                         width, " bytes where the mixture's batch has ", into_->row_bytes[col]);
+      }
+      dst_[col] = into_->data[col];
+      aux_[col] = into_->lengths[col];
+      placed_[col] = nullptr;  // copied from where the transforms wrote them
+    }
+    return arrow::Status::OK();
+  }
+  void SetColumn(size_t col) {
+    if (into_ == nullptr) batch_->columns[col].data = DataSlice(col);
   }
 
   // 3. Fills.
@@ -501,12 +546,12 @@ class Assembler {
       batch_->columns[col].data = placed_[col];
       return;
     }
-    uint8_t* dst = base_ + data_at_[col];
+    uint8_t* dst = dst_[col];
     const int64_t bytes = row_bytes_[col];
     for (int64_t i = 0; i < n_ && bytes > 0; ++i) {
       std::memcpy(dst + i * bytes, SampleOf(col, i).data->data(), bytes);
     }
-    batch_->columns[col].data = DataSlice(col);
+    SetColumn(col);
   }
 
   void FillZeroCopy(size_t col) {
@@ -523,8 +568,8 @@ class Assembler {
       const ColumnData& c = units_[u]->columns[col];
       bases[u] = c.data ? c.data->data() : nullptr;
     }
-    GatherFixed(bases, src_, row_bytes_[col], base_ + data_at_[col]);
-    batch_->columns[col].data = DataSlice(col);
+    GatherFixed(bases, src_, row_bytes_[col], dst_[col]);
+    SetColumn(col);
   }
 
   // Every row-major column at once: a tile of rows is copied into a buffer that stays
@@ -549,16 +594,15 @@ class Assembler {
       }
       for (size_t col : cols) {
         const int64_t w = row_bytes_[col];
-        CopyStridedAny(w, rows.data() + layout.offset[col], stride, m, base_ + data_at_[col] + i0 * w,
-                       w);
+        CopyStridedAny(w, rows.data() + layout.offset[col], stride, m, dst_[col] + i0 * w, w);
       }
     }
-    for (size_t col : cols) batch_->columns[col].data = DataSlice(col);
+    for (size_t col : cols) SetColumn(col);
   }
 
   void FillVar(size_t col) {
-    auto* off = reinterpret_cast<int64_t*>(base_ + offsets_at_[col]);
-    uint8_t* dst = base_ + data_at_[col];
+    auto* off = reinterpret_cast<int64_t*>(aux_[col]);
+    uint8_t* dst = dst_[col];
     off[0] = 0;
     int64_t i = 0;
     for (const auto& r : src_.runs) {
@@ -610,8 +654,8 @@ class Assembler {
         StoreScalar(out.dtype, c.pad_value, padding.data() + k * elem);
       }
     }
-    uint8_t* dst = base_ + data_at_[col];
-    auto* valid = reinterpret_cast<int64_t*>(base_ + offsets_at_[col]);
+    uint8_t* dst = dst_[col];
+    auto* valid = reinterpret_cast<int64_t*>(aux_[col]);
     // A row keeps at most max_length values even when rounding made the batch longer.
     const int64_t keep_at_most = c.length <= 0 && c.max_length > 0 ? std::min(length, c.max_length)
                                                                     : length;
@@ -623,8 +667,9 @@ class Assembler {
       uint8_t* values = dst + (c.pad_left ? pad_bytes : 0);
       if (kept_bytes > 0) std::memcpy(values, from, kept_bytes);
       if (pad_bytes > 0) std::memcpy(c.pad_left ? dst : dst + kept_bytes, padding.data(), pad_bytes);
-      valid[i] = kept;
+      std::memcpy(&valid[i], &kept, sizeof(kept));  // the caller's memory may be unaligned
     }
+    if (into_ != nullptr) return;
     batch_->columns[col].data = DataSlice(col);
     batch_->columns[col].lengths =
         arrow::SliceBuffer(block_, offsets_at_[col], n_ * static_cast<int64_t>(sizeof(int64_t)));
@@ -633,7 +678,7 @@ class Assembler {
   // Rows one after another, and their offsets along the first dimension.
   void FillRagged(size_t col) {
     const int64_t element = row_bytes_[col];
-    auto* off = reinterpret_cast<int64_t*>(base_ + offsets_at_[col]);
+    auto* off = reinterpret_cast<int64_t*>(aux_[col]);
     off[0] = 0;
     for (int64_t i = 0; i < n_; ++i) off[i + 1] = off[i] + SpanOf(col, i).length;
     BatchColumn& out = batch_->columns[col];
@@ -646,7 +691,7 @@ class Assembler {
       out.data = arrow::SliceBuffer(c.data, s[r.row], s[r.row + r.count] - s[r.row]);
       return;
     }
-    uint8_t* dst = base_ + data_at_[col];
+    uint8_t* dst = dst_[col];
     for (int64_t i = 0; i < n_; ++i) {
       const RowSpan row = SpanOf(col, i);
       if (row.length > 0) std::memcpy(dst + off[i] * element, row.data, row.length * element);
@@ -669,7 +714,8 @@ class Assembler {
   int64_t placed_bytes_ = 0;                            // the blocks they are in
   std::shared_ptr<Batch> batch_;
   std::shared_ptr<arrow::Buffer> block_;
-  uint8_t* base_ = nullptr;
+  std::vector<uint8_t*> dst_, aux_;  // each column's rows, and its offsets or lengths
+  const BatchTarget* into_ = nullptr;
 };
 
 }  // namespace
@@ -681,6 +727,22 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
     arrow::MemoryPool* pool, const std::vector<ColumnCollate>& collate,
     const std::vector<std::optional<SampleSignature>>& signatures) {
   return Assembler(specs, units, unit_base, rows, samples, collate, signatures).Run(pool);
+}
+
+arrow::Status AssembleInto(
+    const std::vector<ColumnSpec>& specs,
+    const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
+    const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples,
+    const BatchTarget& into, const std::vector<ColumnCollate>& collate,
+    const std::vector<std::optional<SampleSignature>>& signatures) {
+  if (rows.empty()) return arrow::Status::Invalid("AssembleInto needs rows");
+  if (into.data.size() != specs.size() || into.lengths.size() != specs.size() ||
+      into.row_bytes.size() != specs.size()) {
+    return arrow::Status::Invalid("AssembleInto: a target per column needed");
+  }
+  Assembler assembler(specs, units, unit_base, rows, samples, collate, signatures);
+  assembler.set_target(&into);
+  return assembler.Run(nullptr).status();
 }
 
 }  // namespace pqloader

@@ -182,6 +182,83 @@ TEST(AssembleBatch, PaddingToAMultipleRoundsTheLongestRowUp) {
                                             "1\x09\x09\x09\x09\x09\x09\x09", 24));
 }
 
+TEST(AssembleInto, WritesTheBytesAssembleBatchWouldIntoTheCallersMemory) {
+  // Shuffled rows, a run of one unit (a slice for AssembleBatch, copied here) and
+  // row-major units; then a padded column and its lengths. The target's bytes around
+  // each column stay untouched.
+  std::vector<std::shared_ptr<const DecodedUnit>> units, row_major;
+  for (int u = 0; u < 3; ++u) {
+    units.push_back(MakeUnit(u, 50, kWidths));
+    row_major.push_back(WithRowMajor(units.back(), 64, arrow::default_memory_pool()).ValueOrDie());
+  }
+  std::vector<RowRef> shuffled, run;
+  for (int64_t u = 0; u < 3; ++u) {
+    for (int64_t r = 0; r < 50; ++r) shuffled.push_back(RowRef{u, r});
+  }
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(4));
+  shuffled.resize(40);
+  for (int64_t r = 5; r < 25; ++r) run.push_back(RowRef{1, r});
+  for (const auto* us : {&units, &row_major}) {
+    for (const auto* rows : {&shuffled, &run}) {
+      const auto n = static_cast<int64_t>(rows->size());
+      std::vector<std::string> memory;
+      BatchTarget into;
+      for (int64_t w : kWidths) memory.emplace_back(static_cast<size_t>(n * w + 2), '\x5a');
+      for (size_t c = 0; c < kWidths.size(); ++c) {
+        into.data.push_back(reinterpret_cast<uint8_t*>(memory[c].data()) + 1);
+        into.lengths.push_back(nullptr);
+        into.row_bytes.push_back(kWidths[c]);
+      }
+      ASSERT_TRUE(AssembleInto(Specs(kWidths), *us, 0, *rows, {}, into).ok());
+      auto b = AssembleBatch(Specs(kWidths), *us, 0, *rows, {}, arrow::default_memory_pool()).ValueOrDie();
+      for (size_t c = 0; c < kWidths.size(); ++c) {
+        EXPECT_EQ(memory[c].substr(1, n * kWidths[c]), b->columns[c].data->ToString()) << c;
+        EXPECT_EQ(memory[c].front(), '\x5a');
+        EXPECT_EQ(memory[c].back(), '\x5a');
+      }
+    }
+  }
+  // Rows of 3, 5 and 1 values padded (or truncated) to 4, and their kept lengths.
+  auto unit = MakeUnit(0, 3, {1});
+  std::vector<SampleTensor> samples;
+  for (int64_t n : {3, 5, 1}) {
+    SampleTensor t;
+    t.dtype = DType::kUInt8;
+    t.shape = {n};
+    t.data = arrow::Buffer::FromString(std::string(static_cast<size_t>(n), static_cast<char>('0' + n)));
+    samples.push_back(t);
+  }
+  ColumnSpec spec;
+  spec.dtype = DType::kUInt8;
+  spec.row_shape = {-1};
+  ColumnCollate pad;
+  pad.mode = ColumnCollate::Mode::kPad;
+  pad.length = 4;
+  pad.pad_value = 9;
+  std::string values(12, '\0');
+  std::vector<int64_t> lengths(3, -1);
+  BatchTarget into{{reinterpret_cast<uint8_t*>(values.data())},
+                   {reinterpret_cast<uint8_t*>(lengths.data())}, {4}};
+  const std::vector<RowRef> rows = {{0, 0}, {0, 1}, {0, 2}};
+  ASSERT_TRUE(AssembleInto({spec}, {unit}, 0, rows, {samples}, into, {pad}).ok());
+  EXPECT_EQ(values, std::string("333\x09" "5555" "1\x09\x09\x09", 12));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{3, 4, 1}));
+  // Not as wide as the target says: an error naming the column, nothing written.
+  spec.name = "tok";
+  std::string before = values;
+  into.row_bytes = {8};
+  auto st = AssembleInto({spec}, {unit}, 0, rows, {samples}, into, {pad});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'tok': rows of 4 bytes where the mixture's batch has 8"),
+            std::string::npos) << st;
+  EXPECT_EQ(values, before);
+  // Rows of varying size (padded to each batch's longest) cannot be written there.
+  pad.length = 0;
+  into.row_bytes = {5};
+  st = AssembleInto({spec}, {unit}, 0, rows, {samples}, into, {pad});
+  EXPECT_FALSE(st.ok());
+}
+
 TEST(Scalars, EveryDTypeRoundTripsAndSignedTypesKeepTheirSign) {
   struct Case {
     DType dtype;

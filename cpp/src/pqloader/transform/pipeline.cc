@@ -47,6 +47,30 @@ int64_t FixedBytes(const std::optional<SampleSignature>& sig) {
   return bytes;
 }
 
+// Output part `part` of a column whose rows are `sig` before they are collated by `c`:
+// its fixed rows, if every row has them (see TransformPlan::fixed_outputs).
+std::optional<TransformPlan::FixedRows> FixedRowsOf(const std::optional<SampleSignature>& sig,
+                                                    const ColumnCollate& c,
+                                                    TransformPlan::Part part) {
+  using Mode = ColumnCollate::Mode;
+  if (part == TransformPlan::Part::kOffsets) return std::nullopt;
+  if (part == TransformPlan::Part::kLength) {
+    if (c.mode != Mode::kPad || c.length <= 0) return std::nullopt;
+    return TransformPlan::FixedRows{DType::kInt64, {}};
+  }
+  if (!sig.has_value() || !sig->dtype.has_value() || !sig->shape.has_value()) return std::nullopt;
+  std::vector<int64_t> shape = *sig->shape;
+  if (c.mode == Mode::kRagged) return std::nullopt;
+  if (c.mode == Mode::kPad) {
+    if (c.length <= 0 || shape.empty()) return std::nullopt;
+    shape[0] = c.length;
+  }
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;  // depends on the data
+  }
+  return TransformPlan::FixedRows{*sig->dtype, std::move(shape)};
+}
+
 }  // namespace
 
 SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
@@ -192,7 +216,16 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     plan.output_sources_.emplace_back(
         static_cast<int>(i), mode == ColumnCollate::Mode::kPad ? Part::kLength : Part::kOffsets);
   }
+  for (const auto& [col, part] : plan.output_sources_) {
+    plan.fixed_outputs_.push_back(FixedRowsOf(plan.signatures_[col], plan.collate_[col], part));
+  }
   return plan;
+}
+
+int64_t TransformPlan::FixedRows::bytes() const {
+  int64_t bytes = DTypeSize(dtype);
+  for (int64_t d : shape) bytes *= d;
+  return bytes;
 }
 
 std::string TransformPlan::Fingerprint() const {

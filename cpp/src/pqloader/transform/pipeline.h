@@ -54,6 +54,17 @@ class TransformPlan {
   const std::vector<ColumnSpec>& output_specs() const { return output_specs_; }
   /// For each output column: the input column it comes from, and which part of it.
   const std::vector<std::pair<int, Part>>& output_sources() const { return output_sources_; }
+  /// The dtype and row shape every row of an output column has, known before any data.
+  struct FixedRows {
+    DType dtype = DType::kUInt8;
+    std::vector<int64_t> shape;
+    int64_t bytes() const;
+  };
+  /// For each output column, its FixedRows where every row has them: numbers and
+  /// fixed-size lists, ops whose output signature fixes dtype and shape, rows padded or
+  /// truncated to a fixed length and their lengths; unset where they depend on the data
+  /// (strings, bytes, ragged lists, padding to a batch's longest row, and their offsets).
+  const std::vector<std::optional<FixedRows>>& fixed_outputs() const { return fixed_outputs_; }
   /// A stable description of every op, for state fingerprints.
   std::string Fingerprint() const;
   /// A stable description of the ops before the cache point, for cache keys.
@@ -108,6 +119,7 @@ class TransformPlan {
   DecodeErrorPolicy policy_ = DecodeErrorPolicy::kRaise;
   std::vector<ColumnSpec> output_specs_;
   std::vector<std::pair<int, Part>> output_sources_;
+  std::vector<std::optional<FixedRows>> fixed_outputs_;
 };
 
 /// View row `row` of a decoded column as a sample (no copy).

@@ -87,6 +87,23 @@ TEST(TransformPlan, AFinalPadOrTruncateIsTheColumnsCollateStep) {
   // It changes batches, not what the cache keeps.
   EXPECT_NE(plan.Fingerprint().find("PadOrTruncate"), std::string::npos);
   EXPECT_EQ(plan.PrefixFingerprint().find("PadOrTruncate"), std::string::npos);
+  // Fixed rows: int32 [4], and their int64 lengths (a mixture may write them in place).
+  ASSERT_EQ(plan.fixed_outputs().size(), 2u);
+  ASSERT_TRUE(plan.fixed_outputs()[0].has_value() && plan.fixed_outputs()[1].has_value());
+  EXPECT_EQ(plan.fixed_outputs()[0]->dtype, DType::kInt32);
+  EXPECT_EQ(plan.fixed_outputs()[0]->shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(plan.fixed_outputs()[0]->bytes(), 16);
+  EXPECT_EQ(plan.fixed_outputs()[1]->dtype, DType::kInt64);
+  EXPECT_EQ(plan.fixed_outputs()[1]->bytes(), 8);
+  // Padded to each batch's longest row, or ragged: not fixed.
+  for (const char* how : {"pad", "ragged"}) {
+    ColumnCollate c;
+    c.mode = std::string(how) == "pad" ? ColumnCollate::Mode::kPad : ColumnCollate::Mode::kRagged;
+    auto lists = TransformPlan::Make({ListSpec()}, {}, DecodeErrorPolicy::kRaise, true,
+                                     {{"tok", c}}).ValueOrDie();
+    ASSERT_EQ(lists.fixed_outputs().size(), 2u);
+    EXPECT_FALSE(lists.fixed_outputs()[0].has_value() || lists.fixed_outputs()[1].has_value()) << how;
+  }
 
   // A ragged unit of two rows: [1, 2, 3, 4, 5] and [6]; offsets need not start at 0.
   auto unit = std::make_shared<DecodedUnit>();
@@ -170,6 +187,15 @@ TEST(TransformPlan, SignaturesFollowTheOpsWithoutData) {
   EXPECT_EQ(sig[6]->dtype, DType::kInt64);
   EXPECT_EQ(sig[6]->shape, Shape{});
   EXPECT_FALSE(sig[7].has_value());  // untransformed bytes stay a list
+  // Fixed rows where dtype and every dimension are known: b, f and id.
+  const auto& fixed = plan.fixed_outputs();
+  ASSERT_EQ(fixed.size(), 8u);
+  for (size_t c : {0, 2, 3, 4, 7}) EXPECT_FALSE(fixed[c].has_value()) << c;
+  ASSERT_TRUE(fixed[1].has_value() && fixed[5].has_value() && fixed[6].has_value());
+  EXPECT_EQ(fixed[1]->shape, (Shape{3, 24, 36}));
+  EXPECT_EQ(fixed[1]->bytes(), 3 * 24 * 36 * 4);
+  EXPECT_EQ(fixed[5]->dtype, DType::kUInt8);
+  EXPECT_EQ(fixed[6]->bytes(), 8);
 
   // What the ops make of real samples has the signature's shape.
   SampleTensor image;
