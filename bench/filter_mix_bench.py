@@ -291,7 +291,7 @@ def main() -> int:
             "their rows of each batch in place (grouped by source inside the batch): the tables' "
             "sources from their shuffle windows' gathers, the token sources as they pad each of "
             "their batches. Its sources "
-            "share one loader's workers by weight (each its own memory bound); \"read in turn\" "
+            "run their own workers and memory bounds; \"read in turn\" "
             "is the three engines at their own full budgets, without mixing. Rows ending \"steady\" iterate one "
             f"object as training runs it: {WARMUP} warm-up epochs left out (its first shuffle windows, "
             f"its pool's blocks and pages come in over the first 2-5), then the median of {MEASURED} "

@@ -306,12 +306,11 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     length), the sources write their rows of each batch straight into it — from their
     shuffle-window gathers, or as they assemble their own batches — as long as the
     epoch is read from its start and no source runs out within it; otherwise batches
-    are copied in C++ from the sources' own (off the GIL), with the same bytes. While an
-    epoch of the mixture runs, its sources share one loader's
-    workers: the largest ``num_workers`` among them, split by weight (at least one
-    each); afterwards each has its own again. Each source keeps its own
-    ``max_inflight_bytes``: a mixture holds up to the sum of its sources' bounds (lower
-    them for mixtures of many sources), plus, with ``stop``, the draws that found an
+    are copied in C++ from the sources' own (off the GIL), with the same bytes. Each
+    source runs its own ``num_workers`` (a source ahead of the mixture waits, leaving
+    the cores to those behind) and keeps its own ``max_inflight_bytes``: a mixture runs
+    up to the sum of its sources' workers and holds up to the sum of their bounds
+    (lower them for mixtures of many sources), plus, with ``stop``, the draws that found an
     epoch's length (a byte per position, up to 16 MiB), which its batches then read
     instead of drawing them again. In an iteration of several epochs, the sources'
     next epoch starts while one ends (its batches are the same).

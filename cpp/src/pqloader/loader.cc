@@ -145,8 +145,6 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     loader->options_.num_workers =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
-  loader->made_workers_ = loader->options_.num_workers;
-  loader->made_inflight_bytes_ = loader->options_.max_inflight_bytes;
   if (loader->options_.prefetch_batches <= 0) {
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);
   }
@@ -317,12 +315,6 @@ void Loader::Stop() {
   ShutDown(std::move(runs));
 }
 
-void Loader::set_run_limits(int num_workers, int64_t max_inflight_bytes) {
-  MutexLock lock(mu_);
-  options_.num_workers = num_workers > 0 ? num_workers : made_workers_;
-  options_.max_inflight_bytes = max_inflight_bytes > 0 ? max_inflight_bytes : made_inflight_bytes_;
-}
-
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
                                  std::shared_ptr<const ElasticBase> elastic) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
@@ -395,7 +387,7 @@ struct Loader::RunLayout {
   int64_t batch_size = 1, num_rows = 0, num_batches = 0, num_blocks = 0;
   const EpochPlan* plan = nullptr;       // with whole-window gathers: order's plan
   std::shared_ptr<WindowStore> windows;  // with whole-window gathers
-  std::shared_ptr<WindowSink> sink;      // with whole-window gathers, a mixture's
+  std::shared_ptr<WindowSink> sink;      // a mixture's, if written into it
 
   std::pair<int64_t, int64_t> Positions(int64_t b) const {
     if (pack == nullptr) return {b * batch_size, std::min((b + 1) * batch_size, num_rows)};
@@ -525,9 +517,19 @@ arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
   rows.reserve(last - first);
   order.Resolve(first, last, &rows);
   std::vector<std::vector<SampleTensor>> samples;
+  // Into a mixture's batches: the chunks of these positions in its blocks, where the
+  // transforms write their samples too.
+  std::vector<WindowGather::Chunk> chunks;
+  const bool into_sink = layout.sink != nullptr && layout.pack == nullptr;
+  if (into_sink) {
+    auto got = layout.sink->Chunks(first, last, FixedOutputRowBytes());
+    if (!got.ok()) return WithContext(got.status(), where());
+    chunks = std::move(got).ValueUnsafe();
+  }
   int64_t t0 = NowNs();
   if (!transforms_.empty()) {
-    auto st = TransformRows(order, layout.seed, epoch, units, lo, &rows, &samples, counters);
+    auto st = TransformRows(order, layout.seed, epoch, units, lo, &rows, &samples, counters,
+                            into_sink ? &chunks : nullptr);
     const int64_t t1 = NowNs();
     counters->transform_ns += t1 - t0;
     t0 = t1;
@@ -538,8 +540,8 @@ arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
     batch = PackBatch(dataset_->specs(), options_.pack, *layout.pack, b * layout.batch_size,
                       std::min((b + 1) * layout.batch_size, layout.num_blocks), units, lo, rows,
                       pack_companions_, pool_);
-  } else if (layout.sink != nullptr) {
-    batch = BatchIntoSink(*layout.sink, first, last, units, lo, rows, samples);
+  } else if (into_sink) {
+    batch = BatchIntoSink(chunks, units, lo, rows, samples);
   } else {
     batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
                           transforms_.collate(), transforms_.signatures());
@@ -1006,7 +1008,7 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
                                     const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                                     int64_t unit_base, std::vector<RowRef>* rows,
                                     std::vector<std::vector<SampleTensor>>* samples,
-                                    Work* work) {
+                                    Work* work, const std::vector<WindowGather::Chunk>* into) {
   const auto& specs = dataset_->specs();
   samples->assign(specs.size(), {});
   std::vector<RowRef> kept;
@@ -1016,16 +1018,32 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
   ctx.epoch = epoch;
   // Columns whose outputs have one size known ahead are written straight into the
   // batch's column, row k at k * bytes (AssembleBatch then takes the block as it is).
+  // Into a mixture's chunks: each row's slot is at its place in its chunk, under the
+  // column's values output (`column_at`).
   std::vector<std::shared_ptr<arrow::Buffer>> blocks(specs.size());
   std::vector<int64_t> slot_bytes(specs.size(), 0);
+  std::vector<int> column_at(specs.size(), -1);
+  if (into != nullptr) {
+    const auto& outputs = transforms_.output_sources();
+    const auto& fixed = transforms_.fixed_outputs();
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const auto [col, part] = outputs[j];
+      if (part == TransformPlan::Part::kValues && fixed[j].has_value() &&
+          fixed[j]->bytes() == transforms_.SlotBytes(col)) {
+        column_at[col] = static_cast<int>(j);
+      }
+    }
+  }
   for (size_t c = 0; c < specs.size() && !rows->empty(); ++c) {
     slot_bytes[c] = transforms_.SlotBytes(static_cast<int>(c));
-    if (slot_bytes[c] > 0) {
+    if (into != nullptr && column_at[c] < 0) slot_bytes[c] = 0;
+    if (slot_bytes[c] > 0 && into == nullptr) {
       ARROW_ASSIGN_OR_RAISE(blocks[c], arrow::AllocateBuffer(
                                            static_cast<int64_t>(rows->size()) * slot_bytes[c],
                                            kSampleBlockAlignment, pool_));
     }
   }
+  size_t chunk = 0;  // of the next row, with `into`
   for (const RowRef& r : *rows) {
     const DecodedUnit& unit = *units[r.unit - unit_base];
     if (!unit.row_ok.empty() && !unit.row_ok[r.row]) continue;  // skipped while decoding
@@ -1033,10 +1051,20 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
     ctx.sample_index = dataset_->split_first_row(u.split) + u.row_begin + r.row;
     bool ok = true;
     std::vector<SampleTensor> outs;
+    const auto k = static_cast<int64_t>(kept.size());  // the row's place in the batch
+    if (into != nullptr) {
+      while (chunk + 1 < into->size() && (*into)[chunk].last <= k) ++chunk;
+    }
     for (size_t c = 0; c < specs.size() && ok; ++c) {
       if (!transforms_.has_suffix(static_cast<int>(c))) continue;
-      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, blocks[c],
-                                       static_cast<int64_t>(kept.size()) * slot_bytes[c]);
+      std::shared_ptr<arrow::Buffer> block = blocks[c];
+      int64_t offset = k * slot_bytes[c];
+      if (into != nullptr && slot_bytes[c] > 0 && chunk < into->size()) {
+        const WindowGather::Chunk& ch = (*into)[chunk];
+        block = ch.block;
+        offset = ch.column_offset[column_at[c]] + (k - ch.first) * slot_bytes[c];
+      }
+      auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, block, offset);
       if (!s.ok()) {
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;
@@ -1058,34 +1086,45 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
     }
     if (!ok) continue;
     kept.push_back(r);
-    size_t k = 0;
+    size_t o = 0;
     for (size_t c = 0; c < specs.size(); ++c) {
-      if (transforms_.has_suffix(static_cast<int>(c))) (*samples)[c].push_back(std::move(outs[k++]));
+      if (transforms_.has_suffix(static_cast<int>(c))) (*samples)[c].push_back(std::move(outs[o++]));
     }
   }
   *rows = std::move(kept);
   return arrow::Status::OK();
 }
 
+std::vector<int64_t> Loader::FixedOutputRowBytes() const {
+  std::vector<int64_t> row_bytes;
+  for (const auto& f : transforms_.fixed_outputs()) row_bytes.push_back(f.has_value() ? f->bytes() : 0);
+  return row_bytes;
+}
+
 arrow::Result<std::shared_ptr<Batch>> Loader::BatchIntoSink(
-    WindowSink& sink, int64_t first, int64_t last,
+    const std::vector<WindowGather::Chunk>& chunks,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
     const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples) {
   using Part = TransformPlan::Part;
-  if (static_cast<int64_t>(rows.size()) != last - first) {
+  const int64_t count = chunks.empty() ? 0 : chunks.back().last;
+  if (static_cast<int64_t>(rows.size()) != count) {
     return arrow::Status::UnknownError("a batch written in place lost rows");
   }
   const auto& outputs = transforms_.output_sources();
-  std::vector<int64_t> row_bytes;
+  const std::vector<int64_t> row_bytes = FixedOutputRowBytes();
   int64_t all = 0;
-  for (const auto& f : transforms_.fixed_outputs()) {
-    row_bytes.push_back(f->bytes());
-    all += row_bytes.back();
-  }
-  ARROW_ASSIGN_OR_RAISE(std::vector<WindowGather::Chunk> chunks, sink.Chunks(first, last, row_bytes));
+  for (int64_t w : row_bytes) all += w;
   const size_t n = dataset_->specs().size();
   BatchTarget into{std::vector<uint8_t*>(n, nullptr), std::vector<uint8_t*>(n, nullptr),
-                   std::vector<int64_t>(n, 0)};
+                   std::vector<int64_t>(n, 0), std::vector<DType>(n, DType::kUInt8),
+                   std::vector<std::vector<int64_t>>(n)};
+  const auto& fixed = transforms_.fixed_outputs();
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const auto [col, what] = outputs[j];
+    if (what != Part::kValues) continue;
+    into.dtype[col] = fixed[j]->dtype;  // the rows must be what the mixture was told
+    into.row_shape[col] = fixed[j]->shape;
+  }
   std::vector<RowRef> part;
   std::vector<std::vector<SampleTensor>> part_samples(samples.size());
   for (const WindowGather::Chunk& chunk : chunks) {
@@ -1108,8 +1147,8 @@ arrow::Result<std::shared_ptr<Batch>> Loader::BatchIntoSink(
                                      into, transforms_.collate(), transforms_.signatures()));
   }
   auto counted = std::make_shared<Batch>();
-  counted->num_rows = last - first;
-  counted->owned_bytes = (last - first) * all;  // its rows in the sink's blocks
+  counted->num_rows = count;
+  counted->owned_bytes = count * all;  // its rows in the sink's blocks
   return counted;
 }
 

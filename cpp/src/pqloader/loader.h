@@ -178,10 +178,6 @@ class Loader {
     MutexLock lock(mu_);
     options_.plan.seed = seed;
   }
-  /// Workers and in-flight bound of the epochs started from now on (a mixture gives
-  /// its sources shares of one budget, mix/mix_stream.h); a value <= 0 restores the one
-  /// given to Make. Takes effect at the next StartEpoch.
-  void set_run_limits(int num_workers, int64_t max_inflight_bytes);
   /// Whether shuffled epochs gather their shuffle windows whole (tensor/window_gather.h):
   /// shuffled, fixed-width columns, no transforms, lists or packing.
   bool gathers_windows() const { return window_gather_; }
@@ -316,11 +312,16 @@ class Loader {
   Loader() = default;
   // Run the per-sample transforms (after the cache point) of a batch's rows; drop rows
   // that failed under DecodeErrorPolicy::kSkip. Columns without such transforms get
-  // no samples: the gather reads their units directly.
+  // no samples: the gather reads their units directly. With `into` (the batch's chunks
+  // of a mixture's blocks, BatchIntoSink), samples of a size known ahead are written
+  // at their rows' places there.
   arrow::Status TransformRows(const RowOrder& order, uint64_t seed, int64_t epoch,
                               const std::vector<std::shared_ptr<const DecodedUnit>>& units,
                               int64_t unit_base, std::vector<RowRef>* rows,
-                              std::vector<std::vector<SampleTensor>>* samples, Work* work);
+                              std::vector<std::vector<SampleTensor>>* samples, Work* work,
+                              const std::vector<WindowGather::Chunk>* into = nullptr);
+  // Each output column's fixed row bytes (for a loader that writes_in_place()).
+  std::vector<int64_t> FixedOutputRowBytes() const;
   // Decode `unit` (from its fetched bytes, or from the cache), with its deterministic
   // transforms; `now` is when the plan reads it (the cache's clock, see CacheView).
   // `deferred`: the unit goes to a whole-window gather, so a cache hit may leave its
@@ -350,10 +351,10 @@ class Loader {
       const EpochPlan& plan, WindowStore& windows, std::pair<int64_t, int64_t> made,
       int64_t first, int64_t last, const std::vector<std::shared_ptr<const DecodedUnit>>& units,
       int64_t unit_base, WindowSink* sink);
-  // Batch rows [first, last) (`rows`, after the transforms: `samples`) assembled into
-  // `sink`'s chunks; the batch has no columns.
+  // A batch's `rows` (after the transforms: `samples`) assembled into `chunks`, a
+  // sink's for its positions; the batch has no columns.
   arrow::Result<std::shared_ptr<Batch>> BatchIntoSink(
-      WindowSink& sink, int64_t first, int64_t last,
+      const std::vector<WindowGather::Chunk>& chunks,
       const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,
       const std::vector<RowRef>& rows, const std::vector<std::vector<SampleTensor>>& samples);
   // Where a split's rows come from (stored in its cache entry).
@@ -365,11 +366,9 @@ class Loader {
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").
   arrow::Result<std::shared_ptr<Batch>> SplitParts(std::shared_ptr<Batch> batch);
 
-  // seed, num_workers and max_inflight_bytes change under mu_ (set_seed,
-  // set_run_limits) and are read under it after Make(); the rest is immutable.
+  // The seed changes under mu_ (set_seed) and is read under it after Make(); the rest
+  // is immutable.
   LoaderOptions options_;
-  int made_workers_ = 0;          // options_.num_workers as Make() resolved it
-  int64_t made_inflight_bytes_ = 0;
   std::shared_ptr<Dataset> dataset_;
   FilterStats filter_stats_;
   ReadOptions read_options_;

@@ -21,7 +21,7 @@ using FixedRows = TransformPlan::FixedRows;
 
 // The blocks of an epoch's batches written in place, and where each source's rows of
 // each batch go (see mix_stream.h). Made once before the sources start; the blocks are
-// made by the first source gathering rows of a batch and taken by the stream.
+// made by the first source writing rows of a batch and taken by the stream.
 class MixStream::InPlace {
  public:
   // starts[s][b]: source s's rows in batches before b (b in [0, num_batches]).
@@ -45,7 +45,7 @@ class MixStream::InPlace {
   const std::vector<FixedRows>& columns() const { return columns_; }
   const Epoch& epoch() const { return epoch_; }
 
-  // A source's sink: its loader's window gathers write through it.
+  // A source's sink: its loader's window gathers or batch assemblies write through it.
   class Sink : public WindowSink {
    public:
     Sink(std::shared_ptr<InPlace> state, size_t source) : state_(std::move(state)), source_(source) {}
@@ -200,12 +200,12 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     s.source_batch_size = std::max<int64_t>(1, source.loader->options().plan.batch_size);
     stream->sources_.push_back(std::move(s));
   }
-  // One loader's workers, shared by weight: the sources' largest num_workers, each
-  // source getting its weight's share (at least one); every source at its own would run
-  // k times the threads on the same cores. Each keeps its own max_inflight_bytes: a
-  // shuffle window is as large in a source of small weight as in a large one, and a
-  // share of one budget below two windows left a source decoding its next window only
-  // once the last was consumed (padded token rows: 0.62 -> 0.75 M rows/s mixed).
+  // Each source at its own workers and max_inflight_bytes (see mix_stream.h): a shuffle
+  // window is as large in a source of small weight as in a large one, and a share of
+  // one budget below two windows left a source decoding its next window only once the
+  // last was consumed (padded token rows: 0.62 -> 0.75 M rows/s mixed); workers split
+  // by weight (one each of two, here) left a core idle whenever the source of weight
+  // 0.5 fell behind (images: 0.80-0.88x of one loader against 0.96-1.06x).
   if (o.write_in_place && o.first_batch == 0) {
     // The sources' runs of this epoch, started early by the stream before, may write it
     // in place already: adopted if every source's sink is one state of this epoch.
@@ -229,10 +229,8 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     }
     stream->SetSinks(stream->in_place_);
   }
-  int workers = 1;
   int64_t inflight = 1;
   for (const SourceState& s : stream->sources_) {
-    workers = std::max(workers, s.source.loader->options().num_workers);
     inflight = std::max(inflight, s.source.loader->options().max_inflight_bytes);
   }
   stream->hold_bytes_ = inflight / 4;
@@ -241,7 +239,6 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;  // never drawn: never started
     s.started = true;
-    s.source.loader->set_run_limits(std::max(1, static_cast<int>(std::lround(workers * share))), 0);
     const int64_t rows = s.source.rows_per_epoch;
     const int64_t wrap = rows > 0 ? counts[i] / rows : 0;
     const int64_t row = rows > 0 ? counts[i] % rows : 0;
@@ -265,7 +262,6 @@ void MixStream::Stop() {
     // The next epoch's runs, kept, keep the sinks they were started with.
     if (!keep) s.source.loader->set_window_sink(nullptr);
     s.source.loader->set_seed(s.source.seed);  // the loader as it was made
-    s.source.loader->set_run_limits(0, 0);
   }
 }
 
@@ -282,18 +278,21 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
   std::vector<FixedRows> fixed;
   for (size_t i = 0; i < sources_.size(); ++i) {
     Loader* loader = sources_[i].source.loader;
+    if (!(o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0) > 0)) continue;  // never read
     if (!loader->writes_in_place()) return none;
     const auto& theirs = loader->fixed_outputs();
     if (theirs.size() != specs_.size()) return none;
+    const bool first = fixed.empty();
     for (size_t c = 0; c < specs_.size(); ++c) {
       if (!theirs[c].has_value()) return none;
-      if (i == 0) {
+      if (first) {
         fixed.push_back(*theirs[c]);
       } else if (theirs[c]->dtype != fixed[c].dtype || theirs[c]->shape != fixed[c].shape) {
         return none;
       }
     }
   }
+  if (fixed.size() != specs_.size()) return none;
   std::vector<int64_t> row_bytes;
   int64_t all_row_bytes = 0;
   for (const FixedRows& f : fixed) {
@@ -302,13 +301,15 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
   }
   for (size_t i = 0; i < sources_.size(); ++i) {
     Loader* loader = sources_[i].source.loader;
-    // A source's shuffle window (or batch, without windows) spans about its rows / its
-    // share of the mixture's positions, whose batches' blocks its gather makes whole:
-    // within its own bound, or copied (a source of small weight would make far more
-    // than it holds).
+    // A source's shuffle window (or, without windows, the batches its pipeline holds
+    // ready: prefetch_batches) spans about its rows / its share of the mixture's
+    // positions, whose batches' blocks its gather or assembly makes whole: within its
+    // own bound, or copied (a source of small weight would make far more than it holds).
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;
-    int64_t window = loader->options().plan.batch_size;
+    int64_t window = loader->gathers_windows()
+                         ? 0
+                         : loader->options().plan.batch_size * loader->options().prefetch_batches;
     if (loader->gathers_windows()) {
       const EpochPlan& plan = loader->first_plan();
       for (int64_t w = 0; w < plan.num_windows(); ++w) {

@@ -12,10 +12,10 @@
 // would collate them: the sources must collate them alike. The output is a pure function of (sources, weights, seed,
 // epoch, first batch).
 //
-// While the stream is open, the sources share one loader's workers: the largest
-// num_workers among them, split by weight (at least one each); each keeps its own
-// max_inflight_bytes, so a mixture holds up to the sum of its sources' bounds. Stop()
-// gives them back their own workers (Loader::set_run_limits).
+// Each source runs its own num_workers and max_inflight_bytes: a mixture runs up to the
+// sum of its sources' workers and holds up to the sum of their bounds. A source ahead
+// of the mixture waits on its bound, so the cores go to the sources behind it (its
+// workers split by weight left the cores idle while the largest source fell behind).
 //
 // Within a batch, rows are grouped by source (source 0's first), each source's in its
 // own order: the batch holds the rows its positions draw, and only their place inside
@@ -26,9 +26,10 @@
 // batch and no source wraps, each source's window gathers or batch assemblies write
 // its rows of every batch straight into that batch's block (a Loader's WindowSink),
 // and the stream only waits until the sources have delivered a batch's rows: no copy.
-// A source of small weight whose shuffle window (or batch) would span more of the
-// mixture's batches than its max_inflight_bytes holds is copied instead. Otherwise too batches are copied from the sources' batches; both give
-// the same bytes. The next epoch started early (then_next_epoch) is written in place
+// A source of small weight whose shuffle window (or the batches its pipeline holds
+// ready) would span more of the mixture's batches than its max_inflight_bytes holds is
+// copied instead. Otherwise too batches are copied from the sources' batches; both
+// give the same bytes. The next epoch started early (then_next_epoch) is written in place
 // when the caller gave its length (SetNextEpoch) and the next stream adopts it.
 //
 // Thread-safety: one consumer thread calls Next(); the sources must not be iterated by

@@ -530,6 +530,15 @@ class Assembler {
         return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name, "': rows of ",
                          width, " bytes where the mixture's batch has ", into_->row_bytes[col]);
       }
+      const BatchColumn& out = batch_->columns[col];
+      const std::vector<int64_t> row(out.shape.begin() + 1, out.shape.end());
+      if ((!into_->dtype.empty() && out.dtype != into_->dtype[col]) ||
+          (!into_->row_shape.empty() && row != into_->row_shape[col])) {
+        return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name, "': rows of ",
+                         DTypeName(out.dtype), ShapeToString(row), " where the mixture's batch has ",
+                         DTypeName(into_->dtype.empty() ? out.dtype : into_->dtype[col]),
+                         ShapeToString(into_->row_shape.empty() ? row : into_->row_shape[col]));
+      }
       dst_[col] = into_->data[col];
       aux_[col] = into_->lengths[col];
       placed_[col] = nullptr;  // copied from where the transforms wrote them
@@ -549,7 +558,9 @@ class Assembler {
     uint8_t* dst = dst_[col];
     const int64_t bytes = row_bytes_[col];
     for (int64_t i = 0; i < n_ && bytes > 0; ++i) {
-      std::memcpy(dst + i * bytes, SampleOf(col, i).data->data(), bytes);
+      const uint8_t* from = SampleOf(col, i).data->data();
+      // A sample the transforms wrote at its place already (AssembleInto's target).
+      if (from != dst + i * bytes) std::memcpy(dst + i * bytes, from, bytes);
     }
     SetColumn(col);
   }
@@ -737,7 +748,9 @@ arrow::Status AssembleInto(
     const std::vector<std::optional<SampleSignature>>& signatures) {
   if (rows.empty()) return arrow::Status::Invalid("AssembleInto needs rows");
   if (into.data.size() != specs.size() || into.lengths.size() != specs.size() ||
-      into.row_bytes.size() != specs.size()) {
+      into.row_bytes.size() != specs.size() ||
+      (!into.dtype.empty() && into.dtype.size() != specs.size()) ||
+      (!into.row_shape.empty() && into.row_shape.size() != specs.size())) {
     return arrow::Status::Invalid("AssembleInto: a target per column needed");
   }
   Assembler assembler(specs, units, unit_base, rows, samples, collate, signatures);

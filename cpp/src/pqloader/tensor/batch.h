@@ -257,17 +257,22 @@ arrow::Result<std::shared_ptr<Batch>> AssembleBatch(
 /// Where AssembleInto writes a batch's rows instead of a block of its own (a
 /// mixture's batch: mix/mix_stream.h): per column c, its rows one after another at
 /// data[c], row_bytes[c] bytes each, and for a padded column each row's kept length
-/// (int64) at lengths[c].
+/// (int64) at lengths[c]. With `dtype` and `row_shape` (optional), each column's rows
+/// must also be of that dtype and shape (a padded column's: [length, inner...]).
 struct BatchTarget {
   std::vector<uint8_t*> data;
   std::vector<uint8_t*> lengths;
   std::vector<int64_t> row_bytes;
+  std::vector<DType> dtype;
+  std::vector<std::vector<int64_t>> row_shape;
 };
 
 /// AssembleBatch's rows written into `into`. Only for columns of fixed-width rows
 /// (numbers, fixed-size lists, transformed samples of one shape, rows padded to a fixed
 /// length): InvalidData naming the column if its rows are of another kind, or are not
-/// `into.row_bytes` wide (nothing is written past them). Needs at least one row.
+/// `into.row_bytes` wide (nothing is written past them). A transformed sample already
+/// at its row's place in the target (written there by its transforms) is not copied.
+/// Needs at least one row.
 arrow::Status AssembleInto(
     const std::vector<ColumnSpec>& specs,
     const std::vector<std::shared_ptr<const DecodedUnit>>& units, int64_t unit_base,

@@ -238,7 +238,7 @@ TEST(AssembleInto, WritesTheBytesAssembleBatchWouldIntoTheCallersMemory) {
   std::string values(12, '\0');
   std::vector<int64_t> lengths(3, -1);
   BatchTarget into{{reinterpret_cast<uint8_t*>(values.data())},
-                   {reinterpret_cast<uint8_t*>(lengths.data())}, {4}};
+                   {reinterpret_cast<uint8_t*>(lengths.data())}, {4}, {}, {}};
   const std::vector<RowRef> rows = {{0, 0}, {0, 1}, {0, 2}};
   ASSERT_TRUE(AssembleInto({spec}, {unit}, 0, rows, {samples}, into, {pad}).ok());
   EXPECT_EQ(values, std::string("333\x09" "5555" "1\x09\x09\x09", 12));
@@ -252,6 +252,15 @@ TEST(AssembleInto, WritesTheBytesAssembleBatchWouldIntoTheCallersMemory) {
   EXPECT_NE(st.message().find("'tok': rows of 4 bytes where the mixture's batch has 8"),
             std::string::npos) << st;
   EXPECT_EQ(values, before);
+  // As wide, but of another shape than the target says: refused too.
+  into.row_bytes = {4};
+  into.row_shape = {{2, 2}};
+  st = AssembleInto({spec}, {unit}, 0, rows, {samples}, into, {pad});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'tok': rows of uint8(4,) where the mixture's batch has uint8(2, 2)"),
+            std::string::npos) << st.message();
+  EXPECT_EQ(values, before);
+  into.row_shape.clear();
   // Rows of varying size (padded to each batch's longest) cannot be written there.
   pad.length = 0;
   into.row_bytes = {5};

@@ -130,10 +130,10 @@ class WindowGather {
   bool cancelled_ PQ_GUARDED_BY(mu_) = false;
 };
 
-/// Where a loader's window gathers write their rows when it is a mixture's source
-/// (mix/mix_stream.h): the chunks of the run's epoch positions [first, last) (a window),
-/// pieces of blocks the sink shares with other loaders. Thread-safety: Chunks may be
-/// called by any worker.
+/// Where a loader's window gathers (or batch assemblies) write their rows when it is a
+/// mixture's source (mix/mix_stream.h): the chunks of the run's epoch positions
+/// [first, last) (a window, or a batch), pieces of blocks the sink shares with other
+/// loaders. Thread-safety: Chunks may be called by any worker.
 class WindowSink {
  public:
   virtual ~WindowSink() = default;
