@@ -113,6 +113,10 @@ class Mixture:
         self._resume_end: int | None = None
         self._active_end: int | None = None  # where the running iteration stops
         self._generation = 0
+        # The stream of the newest iteration. A newer iteration or close() stops it, so
+        # an older iterator, finalised later (its stream stopped in `finally`), cannot
+        # stop the sources under a newer one.
+        self._stream: Any = None
 
     @staticmethod
     def _check_columns(names: list[str], loaders: list[Any]) -> None:
@@ -210,10 +214,12 @@ class Mixture:
         kept = None
         if self._kept is not None and self._kept[0] == epoch:
             kept, self._kept = self._kept[1], None  # the stream holds them now
+        self._stop_stream()
         stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
                                  self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
                                  samples, self.num_batches(epoch), self._source_column,
                                  then_next, kept)
+        self._stream = stream
         self._epochs_in_place += int(stream.in_place)
         transform = self._batch_transform
         half = (batch + self.num_batches(epoch)) // 2 if then_next else -1
@@ -226,8 +232,8 @@ class Mixture:
                     kept_next = self._kept[1] if self._kept is not None and self._kept[0] == epoch + 1 else None
                     stream.set_next_epoch(nxt, self.num_batches(epoch + 1), kept_next)
                 if generation != self._generation:
-                    raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch "
-                                       "or load_state_dict replaced it")
+                    raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch, "
+                                       "load_state_dict or close() replaced it")
                 out = stream.next()
                 if out is None:  # cannot happen: the stream holds num_batches batches
                     raise RuntimeError(f"mixture epoch {epoch} ended early at batch {b}")
@@ -236,7 +242,14 @@ class Mixture:
                     out = transform(out)
                 yield to_torch(out) if to_torch is not None else out
         finally:
-            stream.stop()
+            stream.stop()  # a no-op if a newer iteration or close() stopped it
+            if self._stream is stream:
+                self._stream = None
+
+    def _stop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.stop()
+            self._stream = None
 
     def stats(self) -> dict[str, Any]:
         """Each source loader's ``stats()`` (under ``sources``), the sum over them of
@@ -249,6 +262,27 @@ class Mixture:
         out["epochs_in_place"] = self._epochs_in_place
         out["sources"] = per
         return out
+
+    def close(self) -> None:
+        """Stop the sources' worker threads and wait for them (``Loader.close()`` on each).
+
+        A mixture iterated over several epochs starts its sources' next epoch before
+        the current one ends; after ``close()`` returns nothing more is read, decoded
+        or written to any source's ``cache_dir``. A running iterator stops (its next
+        ``next()`` raises); the mixture stays usable: iterating again goes on from the
+        current position (as a new ``for`` loop would). Also called on leaving
+        ``with pqloader.mix(...) as m:``.
+        """
+        self._generation += 1
+        self._stop_stream()
+        for loader in self._loaders:
+            loader.close()
+
+    def __enter__(self) -> "Mixture":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- checkpointing -----------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
@@ -342,6 +376,6 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
 
     Returns:
         A :class:`Mixture`: iterable, with ``state_dict``/``load_state_dict``,
-        ``set_epoch`` and ``len``.
+        ``set_epoch``, ``len`` and ``close()`` (also a context manager).
     """
     return Mixture(sources, weights, **options)

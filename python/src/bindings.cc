@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -850,6 +851,12 @@ class PyMixStream {
       bool timed_out = false;
       {
         nb::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopped_) {
+          throw std::runtime_error(
+              "this mixture iterator is stale: a newer iteration, set_epoch, load_state_dict or "
+              "close() replaced it");
+        }
         batch = Check(stream_->Next(kSignalPoll, &timed_out, source_column_.empty() ? nullptr : &sources));
       }
       if (!timed_out) break;
@@ -867,12 +874,18 @@ class PyMixStream {
     return out;
   }
 
+  // From any thread: a next() running in another one returns first (within kSignalPoll)
+  // and the stream's later next() calls raise. Idempotent.
   void Stop() {
     nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
     stream_->Stop();
   }
 
  private:
+  std::mutex mu_;  // one of next() and stop() at a time
+  bool stopped_ = false;
   std::vector<nb::object> loaders_;  // keeps the engines alive
   std::vector<ColumnSpec> specs_;
   ColumnNames names_;

@@ -3,7 +3,10 @@ sharded stream."""
 
 from __future__ import annotations
 
+import gc
 import math
+import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -150,6 +153,70 @@ def test_batches_written_in_place_equal_copied_ones_across_a_resume(sources):
     ls["web"].set_epoch(1)
     own = [b["id"] for b in ls["web"]]
     assert sum(len(i) for i in own) == 3000 and sorted(np.concatenate(own)) == list(range(3000))
+
+
+def test_an_older_iterator_finalised_later_leaves_the_newer_one_alone(sources):
+    """An abandoned iterator is finalised whenever Python collects it; its stream was
+    stopped when the newer iteration began, so its `finally` does not stop the sources
+    under the newer stream (it did: the newer iterator's batches came out altered)."""
+    root, _ = sources
+    kw = dict(seed=5, batch_size=40, num_epochs=2)
+    for shuffle in (True, False):
+        full = run(pqloader.mix(loaders(root, shuffle=shuffle), [0.5, 0.3, 0.2], **kw))
+        m = pqloader.mix(loaders(root, shuffle=shuffle), [0.5, 0.3, 0.2], **kw)
+        old = iter(m)
+        got = run(b for _, b in zip(range(5), old))
+        new = iter(m)
+        got += run(b for _, b in zip(range(1), new))
+        del old
+        gc.collect()
+        got += run(new)
+        assert len(got) == len(full)
+        for x, y in zip(got, full):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_close_joins_the_sources_and_stops_iterators_in_any_thread(sources):
+    """close() (or leaving `with`) stops the stream and joins every source's workers,
+    the next epoch's read-ahead included; an iterator running in another thread stops
+    with an error; iterating again goes on from the position, as a new loop would."""
+    root, _ = sources
+    kw = dict(seed=4, batch_size=40, num_epochs=2)
+    full = run(pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw))
+    with pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw) as m:
+        it = iter(m)
+        head = run(b for _, b in zip(range(len(m) - 2), it))  # epoch 1 started ahead
+        running = _threads()
+    assert running - _threads() >= 3  # each source's workers joined
+    with pytest.raises(RuntimeError, match="close"):
+        next(it)
+    rest = run(m)  # the rest of epoch 0, then epoch 1 (num_epochs from here)
+    assert len(head) + len(rest) == len(full)
+    for x, y in zip(head + rest, full):
+        np.testing.assert_array_equal(x["id"], y["id"])
+    # From another thread: the consumer's next() raises once close() returned.
+    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], num_epochs=None, seed=4, batch_size=40)
+    seen, errors, started = [], [], threading.Event()
+
+    def consume():
+        try:
+            for b in m:
+                seen.append(len(b["id"]))
+                started.set()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    assert started.wait(60)
+    m.close()
+    t.join(60)
+    assert not t.is_alive() and len(errors) == 1 and "stale" in errors[0] and seen
 
 
 def test_transformed_sources_write_their_batches_in_place_as_a_copy_would(tmp_path):
@@ -378,6 +445,10 @@ def test_mix_refuses_what_it_cannot_mix(sources):
         pqloader.mix([str(root / "web")], [1])
     with pytest.raises(ValueError, match="source_column"):
         pqloader.mix(ls, [1, 1, 1], source_column="id")
+    with pytest.raises(ValueError, match="output='numpy'"):
+        pqloader.mix([pqloader.Loader(str(root / "web"), output="torch"), ls["code"]], [1, 1])
+    with pytest.raises(ValueError, match="batch_transform"):
+        pqloader.mix([pqloader.Loader(str(root / "web"), batch_transform=lambda b: b), ls["code"]], [1, 1])
 
 
 def test_stats_sum_the_sources(sources):
@@ -474,3 +545,6 @@ def test_sources_must_collate_a_list_column_alike(tmp_path):
             pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad(length=2)})]
     with pytest.raises(ValueError, match="same columns"):  # tok_offsets against tok_length
         pqloader.mix(srcs, [1, 1])
+    packed = pqloader.Loader(str(tmp_path / "a.parquet"), pack=pqloader.Pack("tok", seq_len=4))
+    with pytest.raises(ValueError, match="packs documents"):
+        pqloader.mix([packed, pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad()})], [1, 1])
