@@ -8,13 +8,17 @@ count, exact resume, every rank drawing the same source sequence from its own sh
 (equal batches per rank). In mixture epoch e, source i reads its own epoch e; if it runs
 out within the epoch, it reads epoch e again under the seeds WrapSeed(seed_i, 1),
 WrapSeed(seed_i, 2), ... (``mix/mix_stream.h``): each a fresh shuffle (and fresh random transforms), never one
-another mixture epoch reads. Batches are assembled in C++ (``mix/mix_stream.h``) from the
-sources' engine batches, off the GIL: one copy of the rows, no Python per source batch.
+another mixture epoch reads. Batches are assembled in C++ (``mix/mix_stream.h``), off the
+GIL, no Python per source batch: the sources write their rows in place where they can,
+else the rows are copied once from the sources' batches.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import threading
+import weakref
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -28,6 +32,8 @@ _STOPS = ("first", "last")
 # this many positions, those draws are kept (a byte each) for the epoch's stream, which
 # then does not draw them again.
 _MAX_KEPT_DRAWS = 1 << 24
+_STALE = ("this mixture iterator is stale: a newer iteration, set_epoch, load_state_dict or "
+          "close() replaced it")
 
 
 class Mixture:
@@ -117,6 +123,12 @@ class Mixture:
         # an older iterator, finalised later (its stream stopped in `finally`), cannot
         # stop the sources under a newer one.
         self._stream: Any = None
+        # Guards the generation, the position and the stream: an iterator checks that it
+        # is still the newest and moves the position in one step (another thread may
+        # call set_epoch, load_state_dict or close meanwhile). Reentrant: an old
+        # iterator may be finalised (its `finally`) by a collection inside a locked step.
+        self._lock = threading.RLock()
+        _live.add(self)
 
     @staticmethod
     def _check_columns(names: list[str], loaders: list[Any]) -> None:
@@ -173,22 +185,28 @@ class Mixture:
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the first batch of `epoch`."""
-        self._epoch, self._batch = check_int("epoch", epoch, 0), 0
-        self._resume_end = None
-        self._generation += 1
+        epoch = check_int("epoch", epoch, 0)
+        with self._lock:
+            self._epoch, self._batch = epoch, 0
+            self._resume_end = None
+            self._generation += 1
 
     # -- iteration ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        self._generation += 1
-        generation = self._generation
-        epoch, batch = self._epoch, self._batch
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+            epoch, batch = self._epoch, self._batch
+            resume_end, self._resume_end = self._resume_end, None
         if batch >= self.num_batches(epoch):
             epoch, batch = epoch + 1, 0
-        if self._resume_end is not None:
-            stop, self._resume_end = self._resume_end, None
+        if resume_end is not None:
+            stop = resume_end
         else:
             stop = None if self._num_epochs is None else epoch + self._num_epochs
-        self._active_end = stop
+        with self._lock:
+            if generation == self._generation:
+                self._active_end = stop
         to_torch = None
         if self._output == "torch":
             import torch
@@ -200,27 +218,33 @@ class Mixture:
             then_next = stop is None or epoch + 1 < stop
             yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
             epoch, batch = epoch + 1, 0
-        self._epoch, self._batch = epoch, 0
-        self._active_end = None  # the iteration is complete
+        with self._lock:
+            if generation == self._generation:  # (else a newer one set the position)
+                self._epoch, self._batch = epoch, 0
+                self._active_end = None  # the iteration is complete
 
     def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any,
                        then_next: bool) -> Iterator[dict[str, Any]]:
-        for loader in self._loaders:
-            loader._cursor.invalidate()  # the loaders' own iterators stop
         # With then_next, the stream starts the sources' next epoch while this one ends
         # (MixStreamOptions::then_next_epoch), and the next epoch's length is drawn half
         # way, while the sources decode, not at the boundary.
         samples = self.epoch_samples(epoch)
-        kept = None
-        if self._kept is not None and self._kept[0] == epoch:
-            kept, self._kept = self._kept[1], None  # the stream holds them now
-        self._stop_stream()
-        stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
-                                 self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
-                                 samples, self.num_batches(epoch), self._source_column,
-                                 then_next, kept)
-        self._stream = stream
-        self._epochs_in_place += int(stream.in_place)
+        with self._lock:
+            # A stale iterator (resumed after a newer one began) touches nothing.
+            if generation != self._generation:
+                raise RuntimeError(_STALE)
+            for loader in self._loaders:
+                loader._cursor.invalidate()  # the loaders' own iterators stop
+            kept = None
+            if self._kept is not None and self._kept[0] == epoch:
+                kept, self._kept = self._kept[1], None  # the stream holds them now
+            self._stop_stream()
+            stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
+                                     self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
+                                     samples, self.num_batches(epoch), self._source_column,
+                                     then_next, kept)
+            self._stream = stream
+            self._epochs_in_place += int(stream.in_place)
         transform = self._batch_transform
         half = (batch + self.num_batches(epoch)) // 2 if then_next else -1
         try:
@@ -232,19 +256,22 @@ class Mixture:
                     kept_next = self._kept[1] if self._kept is not None and self._kept[0] == epoch + 1 else None
                     stream.set_next_epoch(nxt, self.num_batches(epoch + 1), kept_next)
                 if generation != self._generation:
-                    raise RuntimeError("this mixture iterator is stale: a newer iteration, set_epoch, "
-                                       "load_state_dict or close() replaced it")
+                    raise RuntimeError(_STALE)
                 out = stream.next()
                 if out is None:  # cannot happen: the stream holds num_batches batches
                     raise RuntimeError(f"mixture epoch {epoch} ended early at batch {b}")
-                self._epoch, self._batch = epoch, b + 1
+                with self._lock:
+                    if generation != self._generation:  # replaced while next() ran
+                        raise RuntimeError(_STALE)
+                    self._epoch, self._batch = epoch, b + 1
                 if transform is not None:
                     out = transform(out)
                 yield to_torch(out) if to_torch is not None else out
         finally:
-            stream.stop()  # a no-op if a newer iteration or close() stopped it
-            if self._stream is stream:
-                self._stream = None
+            with self._lock:
+                stream.stop()  # a no-op if a newer iteration or close() stopped it
+                if self._stream is stream:
+                    self._stream = None
 
     def _stop_stream(self) -> None:
         if self._stream is not None:
@@ -273,8 +300,9 @@ class Mixture:
         current position (as a new ``for`` loop would). Also called on leaving
         ``with pqloader.mix(...) as m:``.
         """
-        self._generation += 1
-        self._stop_stream()
+        with self._lock:
+            self._generation += 1
+            self._stop_stream()
         for loader in self._loaders:
             loader.close()
 
@@ -320,14 +348,29 @@ class Mixture:
         end = state.get("end")
         if end is not None and (not isinstance(end, int) or end < epoch):
             raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")
-        self._epoch, self._batch = epoch, batch
-        # The rest of the interrupted iteration: up to where it would have stopped.
-        self._resume_end = end
-        self._generation += 1
+        with self._lock:
+            self._epoch, self._batch = epoch, batch
+            # The rest of the interrupted iteration: up to where it would have stopped.
+            self._resume_end = end
+            self._generation += 1
 
     def __repr__(self) -> str:
         return (f"pqloader.Mixture({dict(zip(self._names, self._weights))}, batch_size={self._batch_size}, "
                 f"seed={self._seed}, stop={self._stop!r}, samples_per_epoch={self._samples})")
+
+
+# A forked child gets a fresh lock for each live mixture (another thread may have held
+# one at the fork); its streams made before the fork refuse to run there (bindings.cc).
+_live: "weakref.WeakSet[Mixture]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for m in list(_live):
+        m._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float] | Sequence[float],

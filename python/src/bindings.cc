@@ -26,6 +26,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include <arrow/io/memory.h>
 #include <arrow/ipc/dictionary.h>
 #include <arrow/ipc/reader.h>
@@ -489,6 +491,7 @@ class PyLoader {
  public:
   PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
     LoaderOptions o = ToOptions(options);
+    seed_ = o.plan.seed;
     nb::gil_scoped_release release;
     loader_ = Check(Loader::Make(sources, o));
   }
@@ -498,8 +501,10 @@ class PyLoader {
     auto base = ToElasticBase(elastic);
     nb::gil_scoped_release release;
     // The loader's own epochs: never into a mixture's batches (a mixture that ended at
-    // an epoch's end leaves its sources' next runs, and sinks, for its next epoch).
+    // an epoch's end leaves its sources' next runs, and sinks, for its next epoch), and
+    // under its own seed (a mixture's stream sets a source's seed to read it again).
     loader_->set_window_sink(nullptr);
+    loader_->set_seed(seed_);
     Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base)));
   }
 
@@ -543,7 +548,10 @@ class PyLoader {
     return BatchToDict(*batch, loader_->specs(), names_);
   }
 
-  void SetSeed(uint64_t seed) { loader_->set_seed(seed); }
+  void SetSeed(uint64_t seed) {
+    seed_ = seed;
+    loader_->set_seed(seed);
+  }
   void CheckBeforeFirstBatch() {
     nb::gil_scoped_release release;
     Check(loader_->CheckBeforeFirstBatch());
@@ -696,6 +704,7 @@ class PyLoader {
 
  private:
   std::unique_ptr<Loader> loader_;
+  uint64_t seed_ = 0;  // its own seed (set_seed), for its own epochs
   ColumnNames names_;  // touched with the GIL held only
 };
 
@@ -851,13 +860,22 @@ class PyMixStream {
       bool timed_out = false;
       {
         nb::gil_scoped_release release;
+        if (getpid() != pid_) {  // (its mutex too may have been held at the fork)
+          throw std::runtime_error(
+              "this mixture iterator was made before the process forked; iterate the mixture "
+              "again in this process");
+        }
         std::lock_guard<std::mutex> lock(mu_);
         if (stopped_) {
           throw std::runtime_error(
               "this mixture iterator is stale: a newer iteration, set_epoch, load_state_dict or "
               "close() replaced it");
         }
-        batch = Check(stream_->Next(kSignalPoll, &timed_out, source_column_.empty() ? nullptr : &sources));
+        auto next = stream_->Next(kSignalPoll, &timed_out, source_column_.empty() ? nullptr : &sources);
+        // A source started or stopped by another caller (mix_stream.h): a misuse, as
+        // a stale iterator is.
+        if (next.status().IsCancelled()) throw std::runtime_error(next.status().message());
+        batch = Check(std::move(next));
       }
       if (!timed_out) break;
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -877,15 +895,23 @@ class PyMixStream {
   // From any thread: a next() running in another one returns first (within kSignalPoll)
   // and the stream's later next() calls raise. Idempotent.
   void Stop() {
+    if (getpid() != pid_) return;  // forked: see the destructor
     nb::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     stream_->Stop();
   }
 
+  // In a forked child the sources' engines were abandoned (PyLoader::AbandonAfterFork)
+  // and their threads do not exist: the stream is forgotten, never stopped.
+  ~PyMixStream() {
+    if (getpid() != pid_) (void)stream_.release();
+  }
+
  private:
   std::mutex mu_;  // one of next() and stop() at a time
   bool stopped_ = false;
+  pid_t pid_ = getpid();  // the process that made the stream
   std::vector<nb::object> loaders_;  // keeps the engines alive
   std::vector<ColumnSpec> specs_;
   ColumnNames names_;

@@ -6,6 +6,9 @@ from __future__ import annotations
 import gc
 import math
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -175,6 +178,163 @@ def test_an_older_iterator_finalised_later_leaves_the_newer_one_alone(sources):
         for x, y in zip(got, full):
             for k in x:
                 np.testing.assert_array_equal(x[k], y[k])
+
+
+@pytest.mark.parametrize("op", ["close", "load_state_dict", "iterate"])
+@pytest.mark.parametrize("resumed", [False, True])  # written in place / copied
+def test_a_source_used_by_itself_mid_epoch_stops_the_mixture_with_an_error(sources, op, resumed):
+    """A source started or stopped by another caller while a mixture reads it: the
+    mixture's iterator raises when it next reads from it (it used to take the stopped source's end for the end of
+    its epoch and read it again: rows repeated, no error), the source's own batches are
+    its own, and iterating the mixture again goes on exactly."""
+    root, _ = sources
+    kw = dict(seed=5, batch_size=40, num_epochs=1)
+    full = run(pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw))
+    ls = loaders(root)
+    m = pqloader.mix(ls, [0.5, 0.3, 0.2], **kw)
+    start = 0
+    if resumed:
+        ref = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+        it0 = iter(ref)
+        for _ in range(3):
+            next(it0)
+        m.load_state_dict(ref.state_dict())
+        start = 3
+    it = iter(m)
+    got = run(b for _, b in zip(range(5), it))
+    web = ls["web"]  # (source 0: far from its last rows)
+    if op == "close":
+        web.close()
+    elif op == "load_state_dict":
+        web.load_state_dict(web.state_dict())
+    else:
+        own = run(web)  # a whole epoch of its own
+        alone = run(pqloader.Loader(str(root / "web"), seed=10, batch_size=64, shuffle=True))
+        assert len(own) == len(alone)
+        for x, y in zip(own, alone):
+            np.testing.assert_array_equal(x["id"], y["id"])
+    with pytest.raises(RuntimeError, match="source 0 was started or stopped by another caller"):
+        for b in it:  # the rows it holds already (a batch or two) are handed out first
+            got += run([b])
+    got += run(m)  # a new iteration from the mixture's position
+    assert len(got) == len(full) - start
+    for x, y in zip(got, full[start:]):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_an_old_mixture_iterator_collected_leaves_the_sources_new_users_alone(sources):
+    """A mixture iterator abandoned mid-epoch and collected later does not stop (or
+    reseed) what its sources run by then: a source's own epoch, another mixture's."""
+    root, _ = sources
+    kw = dict(seed=5, batch_size=40)
+    ls = loaders(root)
+    m = pqloader.mix(ls, [0.5, 0.3, 0.2], **kw)
+    old = iter(m)
+    next(old)
+    ls["books"].set_epoch(1)
+    own = iter(ls["books"])
+    got = run(b for _, b in zip(range(2), own))
+    del old
+    gc.collect()
+    got += run(own)
+    alone = pqloader.Loader(str(root / "books"), seed=12, batch_size=64, shuffle=True)
+    alone.set_epoch(1)
+    want = run(alone)
+    assert len(got) == len(want)
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x["id"], y["id"])
+    # Two mixtures over the same loaders, the first one's iterator collected mid-epoch.
+    ls = loaders(root)
+    full = run(pqloader.mix(loaders(root), [0.2, 0.3, 0.5], **kw))
+    m1 = pqloader.mix(ls, [0.5, 0.3, 0.2], **kw)
+    old = iter(m1)
+    next(old)
+    m2 = pqloader.mix(ls, [0.2, 0.3, 0.5], **kw)
+    it2 = iter(m2)
+    got = run(b for _, b in zip(range(2), it2))
+    with pytest.raises(RuntimeError, match="another caller"):
+        for _ in old:  # its sources are m2's now (the rows it held come first)
+            pass
+    del old
+    gc.collect()
+    got += run(it2)
+    assert len(got) == len(full)
+    for x, y in zip(got, full):
+        np.testing.assert_array_equal(x["id"], y["id"])
+
+
+def test_a_source_wrapped_by_a_mixture_reads_its_own_epochs_under_its_own_seed(sources):
+    """stop="last" reads a source again under another seed when it runs out; iterated by
+    itself afterwards (the mixture's iterator still alive), it uses its own seed."""
+    root, _ = sources
+    ls = loaders(root)
+    m = pqloader.mix(ls, [0.2, 0.3, 0.5], seed=5, batch_size=40, stop="last")
+    it = iter(m)
+    for _ in range(len(m) - 1):  # "books" (600 rows, weight 0.5) wrapped several times
+        next(it)
+    got = run(ls["books"])
+    want = run(pqloader.Loader(str(root / "books"), seed=12, batch_size=64, shuffle=True))
+    assert len(got) == len(want)
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x["id"], y["id"])
+
+
+def test_moving_the_mixture_inside_its_own_loop_wins_over_the_loops_end(sources):
+    root, _ = sources
+    for move in ("set_epoch", "load_state_dict"):
+        m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], seed=5, batch_size=40)
+        n = len(m)
+        for i, _ in enumerate(m):
+            if i == n - 1:  # the last batch: the loop then ends by itself
+                if move == "set_epoch":
+                    m.set_epoch(5)
+                else:
+                    other = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], seed=5, batch_size=40)
+                    other.set_epoch(5)
+                    m.load_state_dict(other.state_dict())
+        assert (m.epoch, m.state_dict()["batch"]) == (5, 0)
+
+
+def test_a_forked_child_neither_crashes_nor_hangs_on_an_inherited_mixture(sources):
+    """In the child the sources' engines are abandoned: the inherited iterator raises,
+    collecting it touches nothing, and a new iteration reads on fresh engines."""
+    root, _ = sources
+    code = textwrap.dedent(f"""
+        import gc, os, sys
+        import numpy as np
+        import pqloader
+        def make():
+            ls = [pqloader.Loader({str(root)!r} + "/" + n, seed=10 + i, batch_size=64, shuffle=True)
+                  for i, n in enumerate(("web", "code", "books"))]
+            return pqloader.mix(ls, [0.5, 0.3, 0.2], seed=5, batch_size=40, num_epochs=2)
+        full = [b["id"].copy() for b in make()]
+        m = make()
+        it = iter(m)
+        head = [next(it)["id"].copy() for _ in range(3)]
+        pid = os.fork()
+        if pid == 0:
+            try:
+                next(it)
+                os._exit(3)
+            except RuntimeError as e:
+                if "fork" not in str(e):
+                    os._exit(4)
+            del it
+            gc.collect()
+            rest = [b["id"].copy() for b in m]
+            ok = len(head) + len(rest) == len(full) and all(
+                np.array_equal(x, y) for x, y in zip(head + rest, full))
+            os._exit(0 if ok else 5)
+        _, status = os.waitpid(pid, 0)
+        print("child exit", os.waitstatus_to_exitcode(status))
+        rest = [b["id"].copy() for b in it]
+        print("parent same", all(np.array_equal(x, y) for x, y in zip(head + rest, full)) and
+              len(head) + len(rest) == len(full))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "child exit 0\nparent same True\n" in proc.stdout, proc.stdout + proc.stderr
 
 
 def _threads():

@@ -307,6 +307,7 @@ void Loader::ShutDown(std::vector<EpochRun> runs) {
 }
 
 void Loader::Stop() {
+  ++run_calls_;
   std::vector<EpochRun> runs;
   {
     MutexLock lock(mu_);
@@ -318,6 +319,7 @@ void Loader::Stop() {
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
                                  std::shared_ptr<const ElasticBase> elastic) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
+  ++run_calls_;
   std::vector<EpochRun> old;
   arrow::Status st;
   {

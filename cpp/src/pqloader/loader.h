@@ -230,6 +230,10 @@ class Loader {
       bool* timed_out = nullptr);
   /// Stop the epoch in progress, if any, and join its workers.
   void Stop();
+  /// How many times StartEpoch or Stop was called: whoever started a run can tell
+  /// whether someone else has started or stopped one since (a mixture's source used
+  /// by itself meanwhile: mix/mix_stream.h).
+  int64_t run_calls() const { return run_calls_.load(); }
 
   LoaderStats stats() const;
   /// Return (and forget) a warning for the user (e.g. the cache stopped working), or "".
@@ -400,6 +404,7 @@ class Loader {
   bool batches_in_place_ = false;
   // Whether the last run that produced all its units read every one from the cache.
   std::atomic<bool> last_run_all_hits_{false};
+  std::atomic<int64_t> run_calls_{0};
   std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;
   std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader

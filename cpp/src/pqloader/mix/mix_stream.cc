@@ -258,6 +258,8 @@ void MixStream::Stop() {
   for (SourceState& s : sources_) {
     s.held.clear();
     s.buffered = 0;
+    // A source someone else started or stopped since is theirs now: left alone.
+    if (s.run_calls >= 0 && s.source.loader->run_calls() != s.run_calls) continue;
     if (!keep) s.source.loader->Stop();
     // The next epoch's runs, kept, keep the sinks they were started with.
     if (!keep) s.source.loader->set_window_sink(nullptr);
@@ -358,8 +360,24 @@ arrow::Status MixStream::Open(SourceState& s, int64_t wrap, int64_t first_batch)
   // Rows still held from the previous wrap stay: they come first.
   s.wrap = wrap;
   s.skip = 0;
-  s.source.loader->set_seed(WrapSeed(s.source.seed, wrap));
-  return s.source.loader->StartEpoch(options_.epoch, first_batch, false, nullptr);
+  return StartSource(s, WrapSeed(s.source.seed, wrap), options_.epoch, first_batch);
+}
+
+arrow::Status MixStream::StartSource(SourceState& s, uint64_t seed, int64_t epoch,
+                                     int64_t first_batch) {
+  s.source.loader->set_seed(seed);
+  arrow::Status st = s.source.loader->StartEpoch(epoch, first_batch, false, nullptr);
+  s.run_calls = s.source.loader->run_calls();
+  return st;
+}
+
+arrow::Status MixStream::CheckOwned(size_t i) const {
+  const SourceState& s = sources_[i];
+  if (s.source.loader->run_calls() == s.run_calls) return arrow::Status::OK();
+  return arrow::Status::Cancelled(
+      "mixture source ", i, " was started or stopped by another caller while the mixture "
+      "read it (iterated by itself, set_epoch, load_state_dict or close(), or another "
+      "mixture): this mixture iterator stopped; iterate the mixture again");
 }
 
 arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout,
@@ -371,8 +389,11 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
                                   " rows where the rest of the epoch draws ", need);
   }
   while (s.buffered < need) {
+    ARROW_RETURN_NOT_OK(CheckOwned(i));
     bool late = false;
-    ARROW_ASSIGN_OR_RAISE(auto batch, s.source.loader->Next(timeout, &late));
+    auto next = s.source.loader->Next(timeout, &late);
+    ARROW_RETURN_NOT_OK(CheckOwned(i));  // stopped by another caller meanwhile
+    ARROW_ASSIGN_OR_RAISE(auto batch, std::move(next));
     if (late) {
       if (timed_out != nullptr) *timed_out = true;
       return arrow::Status::OK();
@@ -507,11 +528,13 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
   if (next_samples_ >= 0) {
     ARROW_ASSIGN_OR_RAISE(next, MakeInPlace(o.epoch + 1, next_samples_, next_num_batches_, next_kept_.get()));
   }
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (sources_[i].started) ARROW_RETURN_NOT_OK(CheckOwned(i));
+  }
   SetSinks(next);
   for (SourceState& s : sources_) {
     if (!s.started) continue;
-    s.source.loader->set_seed(s.source.seed);
-    ARROW_RETURN_NOT_OK(s.source.loader->StartEpoch(o.epoch + 1, 0, false, nullptr));
+    ARROW_RETURN_NOT_OK(StartSource(s, s.source.seed, o.epoch + 1, 0));
   }
   next_started_ = true;
   return arrow::Status::OK();

@@ -33,7 +33,9 @@
 // when the caller gave its length (SetNextEpoch) and the next stream adopts it.
 //
 // Thread-safety: one consumer thread calls Next(); the sources must not be iterated by
-// anyone else while the stream is open (it starts, reads and stops their epochs).
+// anyone else while the stream is open (it starts, reads and stops their epochs). If
+// one is (started or stopped by another caller: Loader::run_calls), Next() returns
+// Cancelled instead of reading it, and Stop() leaves that source to its new user.
 #pragma once
 
 #include <chrono>
@@ -108,7 +110,8 @@ class MixStream {
       std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
       bool* timed_out = nullptr, std::shared_ptr<arrow::Buffer>* sources = nullptr);
 
-  /// Stop the sources' epochs and give them back their own seeds and budgets. Idempotent.
+  /// Stop the sources' epochs and give them back their own seeds and budgets (not
+  /// those someone else has started or stopped since). Idempotent.
   void Stop();
 
   /// Whether this epoch's batches are written in place by the sources.
@@ -143,6 +146,7 @@ class MixStream {
     int64_t skip = 0;  // rows of the next batch that an earlier position consumed
     std::deque<Held> held;
     int64_t buffered = 0;  // rows held and not yet placed
+    int64_t run_calls = -1;  // the loader's run_calls() after this stream last started it
   };
   MixStream() = default;
   class InPlace;  // the batches' blocks, shared with the sources' window sinks
@@ -154,6 +158,10 @@ class MixStream {
   // Point every source's window sink at `state` (null: none).
   void SetSinks(const std::shared_ptr<InPlace>& state);
   arrow::Status Open(SourceState& s, int64_t wrap, int64_t first_batch);
+  // Start `epoch` of the source from its first batch under `seed`, and own that run.
+  arrow::Status StartSource(SourceState& s, uint64_t seed, int64_t epoch, int64_t first_batch);
+  // Cancelled if someone else started or stopped source i's epoch since this stream did.
+  arrow::Status CheckOwned(size_t i) const;
   // Pull batches of source `i` until it holds `need` rows.
   arrow::Status Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout, bool* timed_out);
   arrow::Result<std::shared_ptr<Batch>> Assemble(int64_t count);

@@ -228,6 +228,28 @@ TEST(MixStream, TheNextEpochStartedEarlyIsDroppedIfTheStreamStopsBeforeItsEnd) {
   for (int i = 0; i < 2; ++i) EXPECT_EQ(s.loaders[i]->stats().epochs_started_ahead, 0) << i;
 }
 
+// A source started or stopped by another caller while a stream reads it is not read
+// again (its end would look like the end of its epoch: rows repeated), and the stream's
+// Stop() leaves the new run alone.
+TEST(MixStream, ASourceStartedOrStoppedByAnotherCallerIsNeitherReadNorStopped) {
+  auto s = MakeSources(1);
+  const std::vector<int64_t> own = SourceEpoch(s.loaders[0].get(), 31, 0);
+  MixStreamOptions o = Options(0, 0);
+  o.write_in_place = false;
+  auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+  ASSERT_NE(stream->Next().ValueOrDie(), nullptr);
+  s.loaders[0]->Stop();
+  arrow::Status st;
+  for (int b = 1; b < 10 && st.ok(); ++b) st = stream->Next().status();
+  EXPECT_TRUE(st.IsCancelled()) << st.ToString();
+  EXPECT_NE(st.message().find("source 0 was started or stopped by another caller"), std::string::npos);
+  // Source 0 started by its own user; then the stream stops: the run goes on.
+  s.loaders[0]->set_seed(31);
+  ASSERT_TRUE(s.loaders[0]->StartEpoch(0).ok());
+  stream->Stop();
+  EXPECT_EQ(testing::DrainIds(s.loaders[0].get()), own);
+}
+
 // The documented formula (docs/determinism.md), pinned: SplitMix64 of seed + wrap * phi.
 TEST(MixStream, WrapSeedIsSplitMix64OfTheSeedAndWrap) {
   EXPECT_EQ(WrapSeed(5, 0), 5u);
