@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _core
+from pqloader import _core, _process
 from pqloader._options import check_int
 
 STATE_VERSION = 1
@@ -193,6 +193,7 @@ class Mixture:
 
     # -- iteration ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        _process.check_not_in_dataloader_worker(self, mixture=True)
         with self._lock:
             self._generation += 1
             generation = self._generation

@@ -171,14 +171,16 @@ def mark_sharded_per_worker(loader: Any) -> None:
     _per_worker.add(loader)
 
 
-def check_not_in_dataloader_worker(loader: Any) -> None:
-    """Refuse to run a plain Loader inside one of several DataLoader worker processes.
+def check_not_in_dataloader_worker(loader: Any, mixture: bool = False) -> None:
+    """Refuse to run a plain Loader (or a Mixture) inside one of several DataLoader
+    worker processes.
 
     Every worker would iterate the same copy and yield the same batches, so a
     ``DataLoader(num_workers=N)`` over it would repeat each batch N times.
 
     Args:
         loader: The loader about to be iterated.
+        mixture: It is a ``pqloader.mix`` mixture (the message differs).
 
     Raises:
         RuntimeError: Called in a ``torch.utils.data`` worker process of a DataLoader
@@ -189,6 +191,11 @@ def check_not_in_dataloader_worker(loader: Any) -> None:
     if data is None or loader in _per_worker:
         return
     info = data.get_worker_info()
+    if info is not None and info.num_workers > 1 and mixture:
+        raise RuntimeError(
+            f"a pqloader mixture iterated in DataLoader worker {info.id} of {info.num_workers}: every "
+            "worker would yield the same batches. A mixture needs no worker processes: iterate it "
+            "directly (pqloader.torch.IterableDataset shards Loaders, not mixtures).")
     if info is not None and info.num_workers > 1:
         raise RuntimeError(
             f"pqloader.Loader iterated in DataLoader worker {info.id} of {info.num_workers}: every worker "

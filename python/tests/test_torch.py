@@ -277,6 +277,14 @@ def test_plain_loader_inside_several_dataloader_workers_is_refused(ds, fast_work
     _raises_from_dataloader(dl, RuntimeError, "every worker")
 
 
+def test_a_mixture_inside_several_dataloader_workers_is_refused(ds, fast_worker_shutdown):
+    # Each worker would iterate its copy of the whole mixture: every batch twice.
+    m = pqloader.mix([pqloader.Loader(ds, batch_size=BS, seed=1), pqloader.Loader(ds, batch_size=BS, seed=2)],
+                     [1, 1])
+    dl = torch.utils.data.DataLoader(_UserDataset(m), batch_size=None, num_workers=2)
+    _raises_from_dataloader(dl, RuntimeError, "mixture iterated in DataLoader worker")
+
+
 def test_plain_loader_inside_one_dataloader_worker_yields_its_stream(ds):
     dl = torch.utils.data.DataLoader(_UserDataset(pqloader.Loader(ds, **kw(num_epochs=1))),
                                      batch_size=None, num_workers=1)
