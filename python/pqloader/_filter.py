@@ -20,9 +20,11 @@ class Predicate:
     Args:
         columns: The columns ``fn`` reads (top-level columns or partition keys).
         fn: Called with a ``pyarrow.RecordBatch`` of those columns (one row group),
-            returns one bool per row (a pyarrow or NumPy array, or a list); null
-            counts as False. Called from the engine's threads, one call at a time (it
-            holds the GIL), once per row group that statistics do not decide.
+            returns one bool per row (a pyarrow or NumPy array of booleans, or a
+            list of bools; any other type is an error); null counts as False. Called
+            from the engine's threads, once per row group that statistics do not
+            decide, with the GIL held: calls run one at a time unless ``fn`` releases
+            the GIL (NumPy, pyarrow compute), so it must be thread-safe.
 
     Cost: one Python call per row group, on vectorised batches (not per row); with an
     expression as well, the expression prunes first. Its selection is not kept in
@@ -118,7 +120,10 @@ def parse_filter(text: str) -> Any:
         raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is not a comparison, "
                          "'in', 'is None', and/or/not")
 
-    return convert(tree.body)
+    try:
+        return convert(tree.body)
+    except (OverflowError, TypeError) as e:  # a literal pyarrow cannot make a scalar of
+        raise ValueError(f"filter {text!r}: {e}") from None
 
 
 def check_filter(value: Any) -> Any:
@@ -163,7 +168,6 @@ def _parts(value: Any) -> tuple[list[Any], list[Predicate]]:
 
 def _call(predicates: list[Predicate]) -> Callable[[Any, Any], tuple[Any, Any]]:
     """The engine's callable: (schema capsule, array capsule) -> (schema, array) capsules."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -175,9 +179,15 @@ def _call(predicates: list[Predicate]) -> Callable[[Any, Any], tuple[Any, Any]]:
             if isinstance(result, pa.ChunkedArray):
                 result = result.combine_chunks()
             if not isinstance(result, pa.Array):
-                result = pa.array(np.asarray(result, dtype=bool))
+                try:  # NumPy arrays, lists, pandas (nullable) booleans
+                    result = pa.array(result)
+                except (pa.ArrowException, TypeError, ValueError) as e:
+                    raise TypeError(f"{p!r} returned {type(result).__name__}, not one bool per row "
+                                    f"({e})") from None
+            # Only booleans: a mask of floats (NaN, 0.3) or of strings ("False") taken
+            # as truth values would keep rows silently.
             if result.type != pa.bool_():
-                raise TypeError(f"{p!r} returned {result.type}, not bool")
+                raise TypeError(f"{p!r} returned values of {result.type}, not bool")
             if len(result) != batch.num_rows:
                 raise ValueError(f"{p!r} returned {len(result)} values for {batch.num_rows} rows")
             keep = result if keep is None else pc.and_kleene(keep, result)

@@ -25,6 +25,8 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
+from pqloader._errors import InvalidDataError
+
 if TYPE_CHECKING:
     from pqloader._options import LoaderOptions
 
@@ -167,6 +169,12 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
             # iteration's last: the loop usually iterates again; if it does not, that
             # read-ahead (at most half of max_inflight_bytes) is dropped unused.
             then_next = stop is None or epoch + 1 < stop or num_epochs == 1
+            if stop is None and index == 0 and engine.num_batches(epoch, cursor.elastic_for(epoch)) == 0:
+                # Endless epochs of no batch would spin here forever.
+                raise InvalidDataError(
+                    f"epoch {epoch} has no batch (a filter that keeps no row, or fewer rows than "
+                    "batch_size with drop_last): with num_epochs=None the iteration would never "
+                    "yield; give num_epochs or another filter")
             engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch

@@ -34,6 +34,7 @@
 #include <arrow/ipc/writer.h>
 
 #include "pqloader/api.h"
+#include "pqloader/cache/footer_cache.h"
 #include "pqloader/mix/mix_draws.h"
 #include "pqloader/mix/mix_stream.h"
 #include "pqloader/tensor/buffer_pool.h"
@@ -75,6 +76,10 @@ nb::handle ErrorClass(const char* name) {
   return cls.release();  // kept for the life of the process
 }
 
+// The prefix of the status of a predicate that raised a BaseException that is not an
+// Exception (see ToPredicate).
+constexpr const char* kPredicateInterrupted = "the filter's predicate was interrupted: ";
+
 void RaisePython(const StatusError& e) {
   static const nb::handle kNotFound = ErrorClass("DataNotFoundError");
   static const nb::handle kInvalid = ErrorClass("InvalidDataError");
@@ -84,6 +89,15 @@ void RaisePython(const StatusError& e) {
   static const nb::handle kIO = ErrorClass("IOError");
   static const nb::handle kBase = ErrorClass("Error");
   const arrow::Status& st = e.status();
+  if (st.IsCancelled() && st.message().rfind(kPredicateInterrupted, 0) == 0) {
+    const std::string rest = st.message().substr(std::strlen(kPredicateInterrupted));
+    if (rest.rfind("SystemExit:", 0) == 0) {
+      PyErr_SetNone(PyExc_SystemExit);
+    } else {
+      PyErr_SetString(PyExc_KeyboardInterrupt, rest.c_str());
+    }
+    return;
+  }
   nb::handle cls = kBase;
   if (const ErrorDetail* d = GetErrorDetail(st)) {
     switch (d->kind()) {
@@ -205,6 +219,13 @@ BatchPredicate ToPredicate(nb::handle callable) {
       // Type and message, not the traceback (which shows the engine's frames).
       std::string type = nb::cast<std::string>(e.type().attr("__name__"));
       std::string message = nb::cast<std::string>(nb::str(e.value()));
+      if (PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_KeyboardInterrupt) ||
+          PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_SystemExit)) {
+        // KeyboardInterrupt (Ctrl-C while the predicate ran), SystemExit: raised as
+        // themselves once the mask pass returns (RaisePython), not as a pqloader.Error
+        // that `except Exception` would swallow.
+        return arrow::Status::Cancelled(kPredicateInterrupted, type, ": ", message);
+      }
       return arrow::Status::ExecutionError("the filter's predicate raised ", type, ": ", message);
     } catch (const std::exception& e) {
       return arrow::Status::ExecutionError("the filter's predicate failed: ", e.what());
@@ -957,7 +978,13 @@ NB_MODULE(_core, m) {
              // So do filters (by their expression; a predicate by the columns it reads).
              const pqloader::FilterOptions& filter = l.loader().options().filter;
              if (!filter.serialized_expression.empty()) {
-               f += "|filter=" + pqloader::DescribeExpression(filter.serialized_expression);
+               const std::string described = pqloader::DescribeExpression(filter.serialized_expression);
+               f += "|filter=" + described;
+               // Arrow abbreviates long value sets ("0, 1, ..., 39"): then the bytes
+               // tell filters apart (isin of 40 values against 39 resumed silently).
+               if (described.find("...") != std::string::npos) {
+                 f += "#" + pqloader::FooterHash(filter.serialized_expression);
+               }
              }
              for (const auto& c : filter.predicate_columns) f += "|predicate:" + c;
              return f;

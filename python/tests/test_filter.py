@@ -157,6 +157,73 @@ def test_predicate_errors_name_the_row_group(data):
         pqloader.Loader(str(data), filter=pc.field("ts"))
 
 
+def test_predicates_return_booleans_and_ctrl_c_stays_a_keyboard_interrupt(data):
+    # Floats (0.3, NaN) or strings ("False") as truth values would keep rows silently.
+    for bad in (lambda b: np.full(b.num_rows, 0.3), lambda b: ["False"] * b.num_rows,
+                lambda b: pa.array(np.ones(b.num_rows, np.int64)), lambda b: None):
+        with pytest.raises(pqloader.Error, match=r"row group \d+.*not (bool|one bool per row)"):
+            pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], bad))
+    ids, _ = loaded_ids(data, pqloader.Predicate(["x"], lambda b: [v < 0.5 for v in b["x"].to_pylist()]))
+    np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") < 0.5))
+
+    def interrupted(batch):
+        raise KeyboardInterrupt  # as Ctrl-C raises it inside a running predicate
+
+    with pytest.raises(KeyboardInterrupt):  # not a pqloader.Error that `except Exception` takes
+        pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], interrupted))
+
+
+def test_a_literal_pyarrow_cannot_hold_is_a_value_error():
+    with pytest.raises(ValueError, match="filter"):
+        pqloader.parse_filter("x == 99999999999999999999999")
+
+
+def test_statistics_decide_nothing_that_nan_rows_or_nested_columns_would_contradict(tmp_path):
+    """Parquet's min/max of a float column leave NaN out, and a list's or struct's single
+    leaf has statistics that are not the column's: rows equal the filter evaluated row by
+    row (pyarrow's own dataset prunes the negations below by those statistics, wrongly)."""
+    n = 40
+    x = np.tile(np.array([np.nan, 1.0, 2.0, 1.5]), n // 4)
+    lists = [[] if i % 3 == 0 else [None] for i in range(n)]  # every leaf null, no null list
+    lists[5] = None
+    table = pa.table({"id": np.arange(n, dtype=np.int64), "x": x, "f": x.astype(np.float32),
+                      "l": pa.array(lists, type=pa.list_(pa.int64())),
+                      "s": pa.array([None if i == 7 else {"a": None} for i in range(n)],
+                                    type=pa.struct([("a", pa.int64())]))})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=8)
+    x_ = pc.field("x")
+    for flt in (x_ > 0, x_ >= 1, x_ <= 2, pc.field("f") > 0, ~(x_ <= 2), ~(x_ > 0), x_ != 5,
+                pc.field("l").is_valid(), pc.field("l").is_null(), pc.field("s").is_valid(),
+                pc.field("s").is_null(), pc.list_value_length(pc.field("l")) >= 0):
+        want = np.sort(table.filter(flt)["id"].to_numpy())
+        got, _ = loaded_ids(tmp_path, flt, batch_size=8)
+        np.testing.assert_array_equal(got, want, err_msg=str(flt))
+
+
+def test_an_endless_iteration_over_no_rows_is_an_error_not_a_spin(data):
+    loader = pqloader.Loader(str(data), filter=pc.field("ts") < -1, num_epochs=None)
+    assert len(loader) == 0
+    with pytest.raises(pqloader.InvalidDataError, match="no batch.*num_epochs=None"):
+        next(iter(loader))
+
+
+def test_states_tell_apart_filters_whose_descriptions_arrow_abbreviates(data):
+    # Arrow prints a long value set as "0, 1, ..., 39": the state must not take one for
+    # the other (rows would be skipped or repeated after the resume).
+    mine = pqloader.Loader(str(data), filter=pc.field("ts").isin(list(range(40))), batch_size=8,
+                           columns=["id"])
+    it = iter(mine)
+    next(it)
+    other = pqloader.Loader(str(data), filter=pc.field("ts").isin([t for t in range(40) if t != 20]),
+                            batch_size=8, columns=["id"])
+    with pytest.raises(pqloader.InvalidDataError, match="different"):
+        other.load_state_dict(mine.state_dict())
+    same = pqloader.Loader(str(data), filter=pc.field("ts").isin(list(range(40))), batch_size=8,
+                           columns=["id"])
+    same.load_state_dict(mine.state_dict())  # the same filter is taken
+
+
 def batches(loader):
     return [b["id"].copy() for b in loader]
 

@@ -17,6 +17,8 @@
 #include <arrow/compute/initialize.h>
 #include <arrow/scalar.h>
 #include <arrow/table.h>
+#include <arrow/type.h>
+#include <arrow/type_traits.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/arrow/schema.h>
 #include <parquet/file_reader.h>
@@ -198,7 +200,11 @@ class Evaluator {
       for (const auto& name : options_.predicate_columns) values.push_back(columns[name]);
       auto batch = arrow::RecordBatch::Make(view->predicate_schema, n, values);
       auto result = options_.predicate(batch);
-      if (!result.ok()) return WithContext(result.status(), "predicate failed on " + where);
+      if (!result.ok()) {
+        // Cancelled: the predicate was interrupted (Ctrl-C): passed on as it is.
+        if (result.status().IsCancelled()) return result.status();
+        return WithContext(result.status(), "predicate failed on " + where);
+      }
       ARROW_RETURN_NOT_OK(AndInto(arrow::Datum(*result), n, &keep, where, "the predicate"));
     }
     auto rows = std::make_shared<std::vector<int32_t>>();
@@ -301,7 +307,10 @@ class Evaluator {
           }
           continue;
         }
-        if (ff.leaves.size() != 1) continue;  // nested: no statistics used
+        // Nested (lists, structs, maps, even of one leaf): no statistics used. A leaf's
+        // statistics are not the column's (a list of only [] or [null] has a leaf of
+        // nulls but no null list).
+        if (ff.leaves.size() != 1 || arrow::is_nested(ff.field->type()->id())) continue;
         auto chunk = rg->ColumnChunk(ff.leaves[0]);
         if (chunk == nullptr || !chunk->is_stats_set()) continue;
         auto stats = chunk->statistics();
@@ -329,6 +338,13 @@ class Evaluator {
       return cp::is_null(ref);
     }
     if (!stats.HasMinMax()) return std::nullopt;
+    // Parquet's min and max of floating-point columns leave NaN out, so they bound no
+    // row that is NaN: "x > 0" over [1, 2] and NaN rows would be taken as true for the
+    // whole row group (its NaN rows kept), and its negation as false (pruned with them).
+    const auto& type = field.type()->id() == arrow::Type::DICTIONARY
+                           ? static_cast<const arrow::DictionaryType&>(*field.type()).value_type()
+                           : field.type();
+    if (arrow::is_floating(type->id())) return std::nullopt;
     std::shared_ptr<arrow::Scalar> min, max;
     if (!parquet::arrow::StatisticsAsScalars(stats, &min, &max).ok()) return std::nullopt;
     auto cmin = min->CastTo(field.type());
@@ -336,14 +352,6 @@ class Evaluator {
     if (!cmin.ok() || !cmax.ok()) return std::nullopt;
     min = *cmin;
     max = *cmax;
-    for (const auto& s : {min, max}) {  // NaN bounds say nothing
-      if (auto* d = dynamic_cast<const arrow::DoubleScalar*>(s.get()); d && d->value != d->value) {
-        return std::nullopt;
-      }
-      if (auto* d = dynamic_cast<const arrow::FloatScalar*>(s.get()); d && d->value != d->value) {
-        return std::nullopt;
-      }
-    }
     cp::Expression in_range =
         min->Equals(*max) ? cp::equal(ref, cp::literal(min))
                           : cp::and_(cp::greater_equal(ref, cp::literal(min)),
@@ -497,7 +505,9 @@ arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Sta
 constexpr char kStoreMagic[8] = {'P', 'Q', 'S', 'E', 'L', '0', '0', '1'};
 
 std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
-  std::string id = "filter-v1|" + options.serialized_expression;
+  // v2: floating-point statistics and those of one-leaf nested columns no longer used
+  // (v1 selections could keep NaN rows, or misjudge lists and structs).
+  std::string id = "filter-v2|" + options.serialized_expression;
   for (const auto& f : dataset.files()) {
     id.append("|").append(f.display).append(":").append(std::to_string(f.size)).append(":");
     id.append(std::to_string(f.mtime_ns)).append(":").append(f.footer_hash);

@@ -33,6 +33,8 @@
 namespace pqloader {
 
 /// A predicate on whole record batches: one boolean per row (null counts as false).
+/// A Cancelled status (the caller was interrupted) is returned as it is, without the
+/// file and row group other errors are given.
 using BatchPredicate = std::function<arrow::Result<std::shared_ptr<arrow::Array>>(
     const std::shared_ptr<arrow::RecordBatch>&)>;
 
