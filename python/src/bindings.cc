@@ -76,8 +76,8 @@ nb::handle ErrorClass(const char* name) {
   return cls.release();  // kept for the life of the process
 }
 
-// The prefix of the status of a predicate that raised a BaseException that is not an
-// Exception (see ToPredicate).
+// The prefix of the status of a predicate that raised KeyboardInterrupt or SystemExit
+// (see ToPredicate); RaisePython raises those as themselves.
 constexpr const char* kPredicateInterrupted = "the filter's predicate was interrupted: ";
 
 void RaisePython(const StatusError& e) {
