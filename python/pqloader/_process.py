@@ -12,7 +12,9 @@ before the fork). The position (epoch, batch), seed and options are the Loader's
 
 At interpreter exit every live engine is stopped and freed (an atexit handler), before
 the extension module is torn down: a loader still referenced then, e.g. by a suspended
-iterator in a spawned DataLoader worker, would otherwise outlive it.
+iterator in a spawned DataLoader worker, would otherwise outlive it. A daemon thread
+still inside a pqloader call then never returns from it (it parks; the process exits
+normally) rather than being ended by CPython in a way that aborts the process.
 
 Nothing here imports torch: it is looked up in ``sys.modules`` only.
 """
@@ -138,7 +140,12 @@ class Engine:
             self._on_fork()
 
     def _release(self) -> None:
-        self._core = _ClosedCore()
+        core, self._core = self._core, _ClosedCore()
+        if isinstance(core, _core._Loader):
+            # Its workers joined now: a daemon thread's call may still hold the engine
+            # (that thread parks, see _core's gil.h), and threads must not outlive the
+            # module's static objects.
+            core.stop()
 
 
 def _after_fork_in_child() -> None:
@@ -161,6 +168,11 @@ def _release_at_exit() -> None:
 
 
 atexit.register(_release_at_exit)
+# Runs before _release_at_exit (atexit is last in, first out): from then on, a thread
+# other than the exiting one that would take the GIL back in a pqloader call parks
+# forever, instead of being ended by CPython's finalization in a way that aborts the
+# process (see python/src/gil.h).
+atexit.register(_core._mark_interpreter_exiting)
 
 
 def mark_sharded_per_worker(loader: Any) -> None:

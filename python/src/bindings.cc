@@ -42,6 +42,8 @@
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
 
+#include "gil.h"
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
@@ -190,7 +192,8 @@ std::shared_ptr<const Op> ToOp(nb::handle op) {
 // batch crosses by the Arrow C data interface (no copy), the result comes back so too.
 BatchPredicate ToPredicate(nb::handle callable) {
   std::shared_ptr<nb::object> fn(new nb::object(nb::borrow(callable)), [](nb::object* p) {
-    nb::gil_scoped_acquire gil;  // the last copy may go on a thread without the GIL
+    ScopedAcquire gil;  // the last copy may go on a thread without the GIL
+    if (!gil.ok()) (void)p->release();  // the interpreter is exiting: leaked, not touched
     delete p;
   });
   return [fn](const std::shared_ptr<arrow::RecordBatch>& batch)
@@ -198,7 +201,8 @@ BatchPredicate ToPredicate(nb::handle callable) {
     auto c_schema = std::make_unique<struct ArrowSchema>();
     auto c_array = std::make_unique<struct ArrowArray>();
     ARROW_RETURN_NOT_OK(arrow::ExportRecordBatch(*batch, c_array.get(), c_schema.get()));
-    nb::gil_scoped_acquire gil;
+    ScopedAcquire gil;
+    if (!gil.ok()) return arrow::Status::Cancelled("the Python interpreter is exiting");
     try {
       nb::capsule schema(c_schema.release(), "arrow_schema", [](void* p) noexcept {
         auto* s = static_cast<struct ArrowSchema*>(p);
@@ -513,14 +517,14 @@ class PyLoader {
   PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
     LoaderOptions o = ToOptions(options);
     seed_ = o.plan.seed;
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     loader_ = Check(Loader::Make(sources, o));
   }
 
   void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
                   const nb::object& elastic) {
     auto base = ToElasticBase(elastic);
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     // The loader's own epochs: never into a mixture's batches (a mixture that ended at
     // an epoch's end leaves its sources' next runs, and sinks, for its next epoch), and
     // under its own seed (a mixture's stream sets a source's seed to read it again).
@@ -531,7 +535,7 @@ class PyLoader {
 
   int64_t NumBatches(int64_t epoch, const nb::object& elastic) const {
     auto base = ToElasticBase(elastic);
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     if (base == nullptr) return loader_->num_batches(epoch);
     return Check(loader_->num_batches(epoch, *base));
   }
@@ -554,7 +558,7 @@ class PyLoader {
     while (true) {
       bool timed_out = false;
       {
-        nb::gil_scoped_release release;
+        pqloader::ScopedRelease release;
         batch = Check(loader_->Next(kSignalPoll, &timed_out));
       }
       if (!timed_out) break;
@@ -574,7 +578,7 @@ class PyLoader {
     loader_->set_seed(seed);
   }
   void CheckBeforeFirstBatch() {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     Check(loader_->CheckBeforeFirstBatch());
   }
   std::string TakeWarning() { return loader_->TakeWarning(); }
@@ -587,7 +591,7 @@ class PyLoader {
   void AbandonAfterFork() { (void)loader_.release(); }
 
   void Stop() {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     loader_->Stop();
   }
 
@@ -733,7 +737,7 @@ nb::dict Inspect(const std::vector<std::string>& sources,
                  const std::map<std::string, std::string>& storage_options, Progress* progress) {
   DatasetSummary summary;
   {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     summary = Check(InspectDataset(sources, StorageOptions{storage_options}, progress));
   }
   nb::dict out;
@@ -783,7 +787,7 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
                      const std::vector<std::string>& columns) {
   std::vector<LengthStats> stats;
   {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     DatasetOptions options;
     options.columns.columns = columns;
     options.storage = StorageOptions{storage_options};
@@ -822,7 +826,7 @@ Int32Array MixDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t count,
   if (count < 0 || start < 0) throw nb::value_error("start and count must be >= 0");
   auto* data = new std::vector<int32_t>(static_cast<size_t>(count));
   {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     DrawSources(seed, epoch, start, count, cumulative, data->data());
   }
   nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<int32_t>*>(p); });
@@ -870,7 +874,7 @@ class PyMixStream {
     o.then_next_epoch = then_next_epoch;
     if (kept_draws != nullptr) o.kept_draws = kept_draws->draws;
     specs_ = sources[0].loader->specs();
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     stream_ = Check(MixStream::Make(std::move(sources), std::move(o), RecyclingPool::Global()));
   }
 
@@ -880,7 +884,7 @@ class PyMixStream {
     while (true) {
       bool timed_out = false;
       {
-        nb::gil_scoped_release release;
+        pqloader::ScopedRelease release;
         if (getpid() != pid_) {  // (its mutex too may have been held at the fork)
           throw std::runtime_error(
               "this mixture iterator was made before the process forked; iterate the mixture "
@@ -917,7 +921,7 @@ class PyMixStream {
   // and the stream's later next() calls raise. Idempotent.
   void Stop() {
     if (getpid() != pid_) return;  // forked: see the destructor
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     stream_->Stop();
@@ -1000,12 +1004,12 @@ NB_MODULE(_core, m) {
   m.def("mix_cumulative", &pqloader::CumulativeWeights, "weights"_a);
   m.def("mix_draws", &pqloader::MixDraws, "seed"_a, "epoch"_a, "start"_a, "count"_a, "cumulative"_a);
   m.def("mix_count", [](uint64_t seed, int64_t epoch, int64_t end, const std::vector<double>& cum) {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     return pqloader::CountDraws(seed, epoch, end, cum);
   }, "seed"_a, "epoch"_a, "end"_a, "cumulative"_a);
   m.def("mix_epoch_length", [](uint64_t seed, int64_t epoch, const std::vector<double>& cum,
                                const std::vector<int64_t>& rows, bool until_all, int64_t limit) {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     return pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit);
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a);
   nb::class_<pqloader::PyMixKeptDraws>(m, "MixKeptDraws")
@@ -1018,7 +1022,7 @@ NB_MODULE(_core, m) {
     auto kept = std::make_shared<std::vector<uint8_t>>();
     int64_t n;
     {
-      nb::gil_scoped_release release;
+      pqloader::ScopedRelease release;
       n = pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit,
                                               kept.get(), max_kept);
     }
@@ -1044,10 +1048,12 @@ NB_MODULE(_core, m) {
   m.def("list_lengths", &pqloader::ListLengths, "sources"_a, "storage_options"_a, "columns"_a);
   // S3 must be shut down before the interpreter's static destructors run.
   m.def("_finalize_s3", [] {
-    nb::gil_scoped_release release;
+    pqloader::ScopedRelease release;
     pqloader::Check(pqloader::FinalizeS3());
   });
   nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
+  // Registered by pqloader._process, to run before its engines are stopped (gil.h).
+  m.def("_mark_interpreter_exiting", &pqloader::MarkInterpreterExiting);
   m.def("draw_seed", &pqloader::DrawFreshSeed);
   // A schema handed in through the Arrow PyCapsule protocol (`__arrow_c_schema__` of any
   // Arrow implementation, any version) as Arrow IPC bytes, which the option dict carries
@@ -1094,7 +1100,7 @@ NB_MODULE(_core, m) {
                           pqloader::Progress* progress) {
     pqloader::IndexResult r;
     {
-      nb::gil_scoped_release release;
+      pqloader::ScopedRelease release;
       r = pqloader::Check(pqloader::WriteDatasetIndex(
           source, pqloader::StorageOptions{storage_options}, 8, progress));
     }
@@ -1110,7 +1116,7 @@ NB_MODULE(_core, m) {
                           const std::map<std::string, std::string>& storage_options) {
     pqloader::CacheDirStats s;
     {
-      nb::gil_scoped_release release;
+      pqloader::ScopedRelease release;
       s = pqloader::Check(pqloader::InspectCache(
           dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
     }
@@ -1129,7 +1135,7 @@ NB_MODULE(_core, m) {
                           const std::map<std::string, std::string>& storage_options) {
     pqloader::CachePruneReport r;
     {
-      nb::gil_scoped_release release;
+      pqloader::ScopedRelease release;
       r = pqloader::Check(pqloader::PruneCache(
           dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
     }
@@ -1143,7 +1149,7 @@ NB_MODULE(_core, m) {
   m.def("cache_clear", [](const std::string& dir) {
     pqloader::CacheClearReport r;
     {
-      nb::gil_scoped_release release;
+      pqloader::ScopedRelease release;
       r = pqloader::Check(pqloader::ClearCacheDir(dir));
     }
     nb::dict d;

@@ -184,3 +184,58 @@ def test_dropping_the_loader_while_another_thread_iterates(ds):
         assert out == expected
 
     within_deadline(scenario)
+
+
+# -- a daemon thread inside a pqloader call when the interpreter exits -----------------
+# CPython ends such a thread when it takes the GIL back during finalization, by
+# pthread_exit; unwinding the bindings' C++ frames so aborted the process (SIGABRT, every
+# run). The thread now parks instead, and the process exits normally (python/src/gil.h).
+
+_DAEMON_SCRIPT = r'''
+import sys, threading, time
+import pyarrow.compute as pc
+import pqloader
+
+path, mode = sys.argv[1], sys.argv[2]
+
+def slow_keep_all(batch):
+    time.sleep(0.01)  # the mask pass's threads inside Python for most of the run
+    return pc.greater_equal(batch.column("id"), 0)
+
+def run():
+    if mode == "iterate":
+        for _ in pqloader.Loader(path, batch_size=64, shuffle=True, seed=1, num_epochs=None,
+                                 _debug_max_delay_us=2000):
+            pass
+    elif mode == "build":
+        while True:
+            pqloader.Loader(path, batch_size=64, shuffle=True)
+    elif mode == "mixture":
+        a = pqloader.Loader(path, batch_size=64, shuffle=True, seed=1, _debug_max_delay_us=2000)
+        b = pqloader.Loader(path, batch_size=64, shuffle=True, seed=2, _debug_max_delay_us=2000)
+        for _ in pqloader.mix([a, b], [0.5, 0.5], num_epochs=None):
+            pass
+    elif mode == "predicate":
+        while True:
+            pqloader.Loader(path, batch_size=64,
+                            filter=pqloader.Predicate(["id"], slow_keep_all))
+
+threading.Thread(target=run, daemon=True).start()
+time.sleep(0.6)
+print("main returns", flush=True)
+'''
+
+
+@pytest.mark.parametrize("mode", ["iterate", "build", "mixture", "predicate"])
+def test_a_daemon_thread_inside_a_call_at_interpreter_exit(ds, tmp_path, mode):
+    import subprocess
+    import sys
+
+    script = tmp_path / "daemon.py"
+    script.write_text(_DAEMON_SCRIPT)
+    for _ in range(2):
+        r = subprocess.run([sys.executable, str(script), ds, mode], capture_output=True,
+                           text=True, timeout=DEADLINE_S)
+        assert "main returns" in r.stdout, r.stderr
+        assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
+        assert "terminate" not in r.stderr and "leaked" not in r.stderr, r.stderr[-2000:]
