@@ -21,7 +21,10 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -477,6 +480,53 @@ std::shared_ptr<const ElasticBase> ToElasticBase(const nb::object& obj, int dept
 // How often a waiting next() checks for signals (Ctrl-C).
 constexpr std::chrono::milliseconds kSignalPoll{100};
 
+// `make(cancel)` run on a thread of its own while this one, the GIL released, waits for
+// it and runs Python's signal handlers every kSignalPoll: building a Loader reads every
+// footer, may run a filter's mask pass or wait for another process's lock, minutes on a
+// large dataset, and Ctrl-C used to wait for all of it. A handler that raises sets
+// `cancel` (the work returns Cancelled at its next file, row group or poll), and its
+// exception (KeyboardInterrupt) is raised once the work returned.
+template <typename T>
+T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& make) {
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::optional<arrow::Result<T>> result;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread worker([&make, shared, flag = CancelFlag(cancel)] {
+    arrow::Result<T> r = arrow::Status::UnknownError("not run");
+    try {
+      r = make(flag);
+    } catch (const std::exception& e) {
+      r = arrow::Status::UnknownError(e.what());
+    }
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->result.emplace(std::move(r));
+    shared->done = true;
+    shared->cv.notify_all();
+  });
+  bool interrupted = false;
+  while (true) {
+    bool done;
+    {
+      pqloader::ScopedRelease release;
+      std::unique_lock<std::mutex> lock(shared->mu);
+      done = shared->cv.wait_for(lock, kSignalPoll, [&] { return shared->done; });
+    }
+    if (done) break;
+    if (!interrupted && PyErr_CheckSignals() != 0) {
+      interrupted = true;
+      cancel->store(true);
+    }
+  }
+  worker.join();
+  if (interrupted) throw nb::python_error();  // the handler's exception, set above
+  return Check(std::move(*shared->result));
+}
+
 // Columns' names as Python strings, made once (each batch's dict takes them; the specs
 // of a loader or a mixture never change).
 class ColumnNames {
@@ -517,8 +567,12 @@ class PyLoader {
   PyLoader(const std::vector<std::string>& sources, const nb::dict& options) {
     LoaderOptions o = ToOptions(options);
     seed_ = o.plan.seed;
-    pqloader::ScopedRelease release;
-    loader_ = Check(Loader::Make(sources, o));
+    loader_ = RunInterruptible<std::unique_ptr<Loader>>(
+        [&sources, &o](const CancelFlag& cancel) {
+          LoaderOptions with = o;
+          with.cancel = cancel;
+          return Loader::Make(sources, with);
+        });
   }
 
   void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,

@@ -159,6 +159,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   loader->pool_reservation_ =
       std::make_unique<PoolCacheReservation>(2 * options.max_inflight_bytes);
   DatasetOptions dataset_options = options.dataset;
+  dataset_options.cancel = options.cancel;
   if (!options.cache.dir.empty() && options.cache.dir != ":memory:") {
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
   }
@@ -166,6 +167,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (options.filter.enabled()) {
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
+    filter.cancel = options.cancel;
     if (options.cache.dir != ":memory:") filter.store_dir = options.cache.dir;
     ARROW_ASSIGN_OR_RAISE(auto selection, EvaluateFilter(*loader->dataset_, filter));
     ApplySelection(selection, loader->dataset_.get());
@@ -1000,7 +1002,8 @@ arrow::Status Loader::SetUpPacking() {
   }
   read_options_.allow_ragged[pack.column] = true;
   ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
-                                                        options_.num_workers, pool_));
+                                                        options_.num_workers, pool_,
+                                                        options_.cancel));
   return arrow::Status::OK();
 }
 

@@ -51,6 +51,10 @@ struct LoaderOptions {
   /// The selection is kept in cache.dir when there is one (threads and store_dir are
   /// set by the loader). Default: none (every row).
   FilterOptions filter;
+  /// Set (from another thread) to make Make() stop early and return Cancelled: reading
+  /// footers, a filter's mask pass, documents' lengths, waits for other processes' locks
+  /// (util/cancel.h). Make passes it on to dataset and filter. Default: none.
+  CancelFlag cancel;
   /// Order, batching and sharding. See PlanOptions.
   PlanOptions plan;
   /// Null replacement for every column not in `fills`. Default: nulls are an error.

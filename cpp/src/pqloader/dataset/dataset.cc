@@ -480,7 +480,7 @@ constexpr std::chrono::milliseconds kFooterLockTimeout{std::chrono::minutes(10)}
 arrow::Result<OpenedFiles> ReadFooters(
     std::vector<FoundFile> found, int max_threads, const std::string& footer_cache,
     const std::vector<std::shared_ptr<DatasetSummaryFile>>& summaries = {},
-    Progress* progress = nullptr) {
+    Progress* progress = nullptr, const CancelFlag& cancel = nullptr) {
   const auto n = static_cast<int64_t>(found.size());
   if (progress != nullptr) progress->total = n;
   std::vector<DataFile> files(n);
@@ -506,7 +506,7 @@ arrow::Result<OpenedFiles> ReadFooters(
   if (!footer_cache.empty()) {
     bool remote = false;
     for (const auto& f : found) remote = remote || f.fs->type_name() != "local";
-    if (remote) node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout);
+    if (remote) node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout, cancel);
   }
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0}, from_summary{0};
@@ -518,6 +518,10 @@ arrow::Result<OpenedFiles> ReadFooters(
           if (p != nullptr) ++p->done;
         }
       } done{progress};
+      if (IsCancelled(cancel)) {
+        statuses[i] = CancelledStatus();
+        continue;
+      }
       const int s = found[i].summary;
       if (s >= 0 && static_cast<size_t>(s) < summaries.size() && summaries[s] != nullptr) {
         const auto* entry = summaries[s]->Find(found[i].path, found[i].size, found[i].mtime_ns);
@@ -685,7 +689,8 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   }
   std::shared_ptr<Dataset> ds(new Dataset());
   ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), options.metadata_threads,
-                                                 options.footer_cache_dir, summaries));
+                                                 options.footer_cache_dir, summaries, nullptr,
+                                                 options.cancel));
   ds->footers_from_cache_ = opened.from_cache;
   ds->footers_from_summary_ = opened.from_summary;
   ds->skipped_ = opened.skipped;

@@ -30,6 +30,7 @@
 #include "pqloader/dataset/summary.h"
 #include "pqloader/io/filesystem.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/cancel.h"
 #include "pqloader/util/progress.h"
 #include "pqloader/util/thread_annotations.h"
 
@@ -61,6 +62,8 @@ struct DatasetOptions {
   /// each file's footer against the index when it is first read (a changed file is an
   /// error). Default: false.
   bool summary_only = false;
+  /// Set to stop reading footers early (Cancelled). Default: none.
+  CancelFlag cancel;
 };
 
 /// Whether a file's footer still is the one indexed (checked once, on first read).

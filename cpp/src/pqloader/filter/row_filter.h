@@ -53,6 +53,9 @@ struct FilterOptions {
   /// no identity) is kept, keyed by the expression and the files' identities, so that
   /// the mask pass runs once per (files, expression). Default: empty (not kept).
   std::string store_dir;
+  /// Set to stop the mask pass (and the wait for another process's) early: Cancelled.
+  /// Default: none.
+  CancelFlag cancel;
 
   bool enabled() const { return !serialized_expression.empty() || predicate != nullptr; }
 };

@@ -1,5 +1,6 @@
 #include "pqloader/filter/row_filter.h"
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -168,6 +169,35 @@ TEST(RowFilter, RanksSharingAStoreComputeTheSelectionOnce) {
   for (auto& t : ranks) t.join();
   EXPECT_EQ(computed[0] + computed[1] + computed[2] + computed[3], 1);
   EXPECT_EQ(kept, std::vector<int64_t>(4, 200));
+}
+
+TEST(RowFilter, ACancelledEvaluationStopsWithCancelled) {
+  const std::string dir = TwoFiles();
+  DatasetOptions dataset_options;
+  auto cancel = std::make_shared<std::atomic<bool>>(true);
+  dataset_options.cancel = cancel;
+  EXPECT_TRUE(Dataset::Open({dir}, dataset_options).status().IsCancelled());
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.serialized_expression = Serialized(cp::less(cp::field_ref("x"), cp::literal(100.0f)));
+  options.cancel = cancel;
+  EXPECT_TRUE(EvaluateFilter(*ds, options).status().IsCancelled());
+  // Set while a predicate runs: the row groups after it are not read.
+  cancel->store(false);
+  std::atomic<int> calls{0};
+  options.serialized_expression.clear();
+  options.predicate_columns = {"id"};
+  options.threads = 1;
+  options.predicate = [&](const std::shared_ptr<arrow::RecordBatch>& batch)
+      -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    ++calls;
+    cancel->store(true);
+    arrow::BooleanBuilder b;
+    ARROW_RETURN_NOT_OK(b.AppendValues(std::vector<bool>(batch->num_rows(), true)));
+    return b.Finish();
+  };
+  EXPECT_TRUE(EvaluateFilter(*ds, options).status().IsCancelled());
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST(RowFilter, PredicateRunsOnWholeBatchesAndAndsWithTheExpression) {

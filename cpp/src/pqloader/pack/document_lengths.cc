@@ -81,7 +81,8 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const Colum
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
-    const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool) {
+    const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool,
+    const CancelFlag& cancel) {
   if (dataset.partition_index()[column] >= 0) {
     return arrow::Status::Invalid("column '", dataset.specs()[column].name,
                                   "' is a partition key, not a list column");
@@ -92,6 +93,10 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   std::atomic<int64_t> next{0};
   auto work = [&] {
     for (int64_t s = next++; s < num_splits; s = next++) {
+      if (IsCancelled(cancel)) {
+        status[s] = CancelledStatus();
+        continue;
+      }
       const Split& split = dataset.splits()[s];
       const DataFile& file = dataset.files()[split.file];
       arrow::Status st;

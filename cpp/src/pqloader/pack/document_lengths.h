@@ -23,10 +23,11 @@ namespace pqloader {
 class DocumentLengths {
  public:
   /// Read the row lengths of list column `column` (an index into dataset.specs()) of
-  /// every split, with `threads` threads. Errors name the file and row group.
-  static arrow::Result<std::shared_ptr<const DocumentLengths>> Read(const Dataset& dataset,
-                                                                    int column, int threads,
-                                                                    arrow::MemoryPool* pool);
+  /// every split, with `threads` threads. Errors name the file and row group; Cancelled
+  /// once `cancel` is set.
+  static arrow::Result<std::shared_ptr<const DocumentLengths>> Read(
+      const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool,
+      const CancelFlag& cancel = nullptr);
 
   /// Tokens of rows [begin, end) of split `split`, summed.
   int64_t Sum(int64_t split, int64_t begin, int64_t end) const;

@@ -11,14 +11,16 @@
 namespace pqloader {
 
 std::unique_ptr<NodeLock> NodeLock::Acquire(const std::string& path,
-                                            std::chrono::milliseconds timeout) {
+                                            std::chrono::milliseconds timeout,
+                                            const CancelFlag& cancel) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline ||
+        IsCancelled(cancel)) {
       ::close(fd);
       return nullptr;
     }

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "pqloader/util/cancel.h"
+
 namespace pqloader {
 
 /// An flock(2) on `path` (created, with its directory), held until destroyed or until
@@ -15,10 +17,11 @@ namespace pqloader {
 /// threads of one process (each Acquire opens its own file description).
 class NodeLock {
  public:
-  /// Wait for the lock at most `timeout`; null then (the caller does the work itself),
-  /// or when the file cannot be created.
+  /// Wait for the lock at most `timeout`, or until `cancel` is set; null then (the caller
+  /// does the work itself, or stops), or when the file cannot be created.
   static std::unique_ptr<NodeLock> Acquire(const std::string& path,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout,
+                                           const CancelFlag& cancel = nullptr);
   /// Wait for the lock as long as it takes (a signal does not end the wait); null when
   /// the file cannot be opened. Does not create directories.
   static std::unique_ptr<NodeLock> AcquireBlocking(const std::string& path);

@@ -28,6 +28,24 @@ TEST(NodeLock, ATimedAcquireGivesUpWhileAnotherHoldsTheLock) {
   EXPECT_NE(other, nullptr);
 }
 
+TEST(NodeLock, ATimedAcquireStopsWaitingOnceCancelled) {
+  const std::string path = testing::MakeTempDir() + "/.lock";
+  auto held = NodeLock::Acquire(path, milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  std::unique_ptr<NodeLock> other;
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    other = NodeLock::Acquire(path, std::chrono::minutes(30), cancel);
+    returned = true;
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(returned.load());  // still waiting for the holder
+  cancel->store(true);
+  waiter.join();  // within a poll (20 ms), not 30 minutes
+  EXPECT_EQ(other, nullptr);
+}
+
 TEST(NodeLock, ABlockingAcquireWaitsForTheHolder) {
   const std::string path = testing::MakeTempDir() + "/.lock";
   auto held = NodeLock::AcquireBlocking(path);

@@ -1,0 +1,23 @@
+// A request to stop long work early: opening a dataset (its footers), a filter's mask
+// pass, reading documents' lengths, waiting for another process's lock. The Python
+// binding sets it on Ctrl-C while a Loader is being built; the work then returns
+// Cancelled at its next file, row group or poll.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include <arrow/status.h>
+
+namespace pqloader {
+
+/// Shared, so that options holding it never outlive it. Null: never set.
+using CancelFlag = std::shared_ptr<const std::atomic<bool>>;
+
+inline bool IsCancelled(const CancelFlag& flag) {
+  return flag != nullptr && flag->load(std::memory_order_relaxed);
+}
+
+inline arrow::Status CancelledStatus() { return arrow::Status::Cancelled("interrupted"); }
+
+}  // namespace pqloader
