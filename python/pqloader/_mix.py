@@ -91,8 +91,6 @@ class Mixture:
                 raise ValueError(f"mix source {n!r} has a batch_transform: the mixture assembles its "
                                  "batches in C++ from the sources' own; give it to "
                                  "mix(..., batch_transform=...) to apply it to the mixed batches")
-            if o.pack is not None:
-                raise ValueError(f"mix source {n!r} packs documents; mix the unpacked sources")
         self._check_columns(names, loaders)
         self._names = names
         self._loaders = loaders
@@ -146,10 +144,10 @@ class Mixture:
 
     @staticmethod
     def _rows_per_epoch(loader: Any) -> int:
-        o = loader.options
-        if o.drop_last:
-            return loader._engine.num_batches(0) * o.batch_size
-        return loader.num_rows
+        # After drop_last; a packing source's blocks (of epoch 0: with several ranks the
+        # count may differ a little between epochs, and the epoch's length is reckoned
+        # from epoch 0's).
+        return loader._engine.core().batch_rows(0)
 
     # -- the plan of an epoch ----------------------------------------------------------
     def epoch_samples(self, epoch: int) -> int:
@@ -400,7 +398,10 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
             options); output='numpy' (convert with this ``output``). List columns
             batched ragged or padded to each batch's longest row (``lists=``) are
             collated again over each mixed batch's rows: give the sources the same
-            ``lists=`` for them. Packed sources cannot be mixed.
+            ``lists=`` for them. Sources that pack documents (``pack=``) are mixed
+            block by block when they all pack blocks of one ``seq_len`` (each block
+            keeps its own documents; each mixed batch's ``cu_seqlens`` is made again
+            over its blocks); packing and unpacked sources do not mix.
         weights: One weight >= 0 per source (a dict by name, or a list); normalised.
         batch_size: Rows per batch (default: the first source's).
         seed: Keys the draws (default: the first source's seed).

@@ -587,6 +587,12 @@ class PyLoader {
     Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base)));
   }
 
+  // Rows the batches of `epoch` hold (after drop_last; packing: blocks), under the seed.
+  int64_t BatchRows(int64_t epoch) const {
+    pqloader::ScopedRelease release;
+    return loader_->batch_rows(epoch, seed_);
+  }
+
   int64_t NumBatches(int64_t epoch, const nb::object& elastic) const {
     auto base = ToElasticBase(elastic);
     pqloader::ScopedRelease release;
@@ -1047,7 +1053,8 @@ NB_MODULE(_core, m) {
              for (const auto& c : filter.predicate_columns) f += "|predicate:" + c;
              return f;
            })
-      .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none());
+      .def("num_batches", &PyLoader::NumBatches, "epoch"_a, "elastic"_a = nb::none())
+      .def("batch_rows", &PyLoader::BatchRows, "epoch"_a);
   // Progress of inspect / write_index (footers read of how many), polled by the CLI.
   nb::class_<pqloader::Progress>(m, "Progress")
       .def(nb::init<>())

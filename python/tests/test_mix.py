@@ -706,5 +706,104 @@ def test_sources_must_collate_a_list_column_alike(tmp_path):
     with pytest.raises(ValueError, match="same columns"):  # tok_offsets against tok_length
         pqloader.mix(srcs, [1, 1])
     packed = pqloader.Loader(str(tmp_path / "a.parquet"), pack=pqloader.Pack("tok", seq_len=4))
-    with pytest.raises(ValueError, match="packs documents"):
+    with pytest.raises(ValueError, match="same columns"):  # packed blocks against padded rows
         pqloader.mix([packed, pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad()})], [1, 1])
+    longer = pqloader.Loader(str(tmp_path / "a.parquet"), pack=pqloader.Pack("tok", seq_len=8))
+    with pytest.raises(ValueError, match="must agree"):  # blocks of 4 and of 8 tokens
+        pqloader.mix([packed, longer], [1, 1])
+
+
+# -- sources that pack documents (pack=): mixed block by block -------------------------
+@pytest.fixture(scope="module")
+def token_sources(tmp_path_factory):
+    """Two token datasets; a token's value tells its source (s * 10000 + 1..9999)."""
+    root = tmp_path_factory.mktemp("mixpack")
+    rng = np.random.default_rng(4)
+    for s, (name, n) in enumerate({"web": 400, "code": 150}.items()):
+        d = root / name
+        d.mkdir()
+        docs = [(s * 10000 + rng.integers(1, 9999, size=int(k))).astype(np.int32)
+                for k in rng.integers(1, 150, size=n)]
+        pq.write_table(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32())),
+                                 "doc": np.arange(n, dtype=np.int64) + s * 100000}),
+                       d / "part.parquet", row_group_size=40)
+    return root
+
+
+def packed(root, name, seed, **kw):
+    kw.setdefault("batch_size", 8)
+    return pqloader.Loader(str(root / name), columns=["tokens", "doc"], shuffle=True, seed=seed,
+                           pack=pqloader.Pack("tokens", 64, eos=0), **kw)
+
+
+def block_boundaries(document_ids):
+    """One block's segment starts (as pqloader.Pack makes cu_seqlens), from its ids."""
+    d = np.asarray(document_ids)
+    return [0] + [t for t in range(1, len(d)) if d[t] != d[t - 1]]
+
+
+def test_packed_sources_mix_block_by_block_with_each_batchs_cu_seqlens_made_again(token_sources):
+    root = token_sources
+    names, seeds = ("web", "code"), (10, 11)
+
+    def mixture(**kw):
+        return pqloader.mix({n: packed(root, n, s, **kw) for n, s in zip(names, seeds)},
+                            [0.7, 0.3], batch_size=16, seed=3, stop="first")
+
+    batches = run(mixture())
+    assert batches and all(b["tokens"].shape[1:] == (64,) for b in batches)
+    np.testing.assert_array_equal(  # any worker count: the same batches
+        np.concatenate([b["tokens"] for b in run(mixture(num_workers=1))]),
+        np.concatenate([b["tokens"] for b in batches]))
+    # Each source's own blocks, one per batch (its block stream does not depend on the
+    # batch size), with each block's own cu_seqlens.
+    own = {}
+    for s, (n, seed) in enumerate(zip(names, seeds)):
+        own[s] = iter(run(packed(root, n, seed, batch_size=1)))
+    for b in batches:
+        expected_cu = []
+        for r, s in enumerate(b["source"]):
+            ref = next(own[int(s)])
+            for k in ("tokens", "position_ids", "document_ids", "loss_mask", "doc"):
+                np.testing.assert_array_equal(b[k][r], ref[k][0], err_msg=k)
+            assert np.all(b["tokens"][r][b["loss_mask"][r]] // 10000 <= s)  # its own tokens
+            np.testing.assert_array_equal(ref["cu_seqlens"][:-1], block_boundaries(ref["document_ids"][0]))
+            expected_cu += [r * 64 + t for t in ref["cu_seqlens"][:-1]]
+        expected_cu.append(len(b["source"]) * 64)
+        assert b["cu_seqlens"].dtype == np.int32
+        np.testing.assert_array_equal(b["cu_seqlens"], expected_cu)
+
+
+def test_packed_sources_on_two_ranks_resume_exactly_after_wraps(token_sources):
+    # Two ranks: a source's blocks per rank differ between epochs and seeds (each wrap is
+    # read under another seed), so resuming must count each wrap's own blocks.
+    root = token_sources
+    kw = dict(batch_size=8, seed=5, stop="last", num_epochs=2)
+
+    def mixture():
+        return pqloader.mix({"web": packed(root, "web", 10, rank=0, world_size=2),
+                             "code": packed(root, "code", 11, rank=0, world_size=2)}, [0.3, 0.7], **kw)
+
+    # A loader's count of blocks follows its seed (a wrap is read under another one).
+    counts = {s: packed(root, "code", s, rank=0, world_size=2)._engine.num_batches(0) for s in range(5)}
+    assert len(set(counts.values())) > 1
+    moved = packed(root, "code", 0, rank=0, world_size=2)
+    assert moved._engine.num_batches(0) == counts[0]
+    for s in range(1, 5):
+        moved._engine.set_seed(s)
+        assert moved._engine.num_batches(0) == counts[s]
+    full = run(mixture())
+    rows = mixture()._rows
+    assert sum(int((b["source"] == 1).sum()) for b in full) > 2 * rows[1]  # code wrapped
+    for cut in (5, len(full) // 2, len(full) - 3):
+        m = mixture()
+        it = iter(m)
+        for _ in range(cut):
+            next(it)
+        resumed = mixture()
+        resumed.load_state_dict(m.state_dict())
+        tail = run(resumed)
+        assert len(tail) == len(full) - cut, cut
+        for x, y in zip(tail, full[cut:]):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k], err_msg=f"{cut} {k}")

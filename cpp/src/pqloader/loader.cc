@@ -438,7 +438,7 @@ arrow::Result<std::shared_ptr<const Loader::RunLayout>> Loader::LayOutRun(
     const auto& plan = static_cast<const PlanOrder&>(*layout->order).plan();
     layout->pack = std::make_shared<const PackPlan>(
         PackPlan::Make(plan, *lengths_, options_.pack, options_.plan.drop_last));
-    layout->num_blocks = EqualBlocks(epoch);
+    layout->num_blocks = EqualBlocks(epoch, options_.plan.seed);
     layout->num_batches = BatchesOfBlocks(layout->num_blocks);
   }
   const int64_t num_batches = layout->num_batches;
@@ -913,15 +913,27 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
   return out;
 }
 
-int64_t Loader::EqualBlocks(int64_t epoch) const {
+int64_t Loader::EqualBlocks(int64_t epoch, uint64_t seed) const {
   MutexLock lock(blocks_mu_);
-  auto it = blocks_by_epoch_.find(epoch);
+  auto it = blocks_by_epoch_.find({seed, epoch});
   if (it != blocks_by_epoch_.end()) return it->second;
-  const int64_t blocks = PackPlan::EqualBlocks(dataset_->SplitRows(), options_.plan, epoch,
-                                               *lengths_, options_.pack);
+  PlanOptions plan = options_.plan;
+  plan.seed = seed;
+  const int64_t blocks =
+      PackPlan::EqualBlocks(dataset_->SplitRows(), plan, epoch, *lengths_, options_.pack);
   if (blocks_by_epoch_.size() > 16) blocks_by_epoch_.clear();
-  blocks_by_epoch_[epoch] = blocks;
+  blocks_by_epoch_[{seed, epoch}] = blocks;
   return blocks;
+}
+
+int64_t Loader::batch_rows(int64_t epoch, uint64_t seed) const {
+  const int64_t b = options_.plan.batch_size;
+  if (lengths_ == nullptr) {
+    const int64_t n = first_plan_.num_rows();
+    return options_.plan.drop_last ? n / b * b : n;
+  }
+  const int64_t blocks = EqualBlocks(epoch, seed);
+  return options_.plan.drop_last ? blocks / b * b : blocks;
 }
 
 int64_t Loader::BatchesOfBlocks(int64_t blocks) const {
@@ -942,7 +954,12 @@ arrow::Result<int64_t> Loader::num_batches(int64_t epoch, const ElasticBase& ela
 
 int64_t Loader::num_batches(int64_t epoch) const {
   if (lengths_ == nullptr) return first_plan_.num_batches();
-  return BatchesOfBlocks(EqualBlocks(epoch));
+  uint64_t seed;
+  {
+    MutexLock lock(mu_);
+    seed = options_.plan.seed;
+  }
+  return BatchesOfBlocks(EqualBlocks(epoch, seed));
 }
 
 const std::vector<ColumnSpec>& Loader::specs() const {

@@ -211,6 +211,10 @@ class Loader {
     return sink_;
   }
   int64_t num_rows() const { return first_plan_.num_rows(); }
+  /// Rows the batches of `epoch` hold for this rank under `seed` (after drop_last): the
+  /// plan's rows, or with packing its blocks (their count may differ between epochs and
+  /// seeds when there are several ranks). A mixture's count of a source's rows.
+  int64_t batch_rows(int64_t epoch, uint64_t seed) const;
 
   /// Start delivering batches first_batch, first_batch + 1, ... of `epoch`. Units
   /// read only by earlier batches are never read. Stops any epoch in progress. With
@@ -343,8 +347,8 @@ class Loader {
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work);
   // Check the packing options, read the documents' lengths, make the output specs.
   arrow::Status SetUpPacking();
-  // Blocks every rank gets in `epoch` (cached), and the batches they make.
-  int64_t EqualBlocks(int64_t epoch) const;
+  // Blocks every rank gets in `epoch` under `seed` (cached), and the batches they make.
+  int64_t EqualBlocks(int64_t epoch, uint64_t seed) const;
   int64_t BatchesOfBlocks(int64_t blocks) const;
   // `unit` with its small fixed-size columns row-major (see WithRowMajor).
   arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(
@@ -387,7 +391,8 @@ class Loader {
   std::vector<ColumnSpec> packed_specs_;
   std::vector<int> pack_companions_;
   mutable Mutex blocks_mu_;
-  mutable std::map<int64_t, int64_t> blocks_by_epoch_ PQ_GUARDED_BY(blocks_mu_);
+  // By (seed, epoch): a mixture reads a packed source's epoch again under other seeds.
+  mutable std::map<std::pair<uint64_t, int64_t>, int64_t> blocks_by_epoch_ PQ_GUARDED_BY(blocks_mu_);
   // Serialises StartEpoch/Stop and guards the epochs in progress; never held while
   // Next() waits, so Stop() can wake it.
   mutable Mutex mu_;

@@ -186,6 +186,7 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     }
   }
   ARROW_RETURN_NOT_OK(stream->FindListColumns(sources));
+  ARROW_RETURN_NOT_OK(stream->FindPackedColumns(sources));
   const MixStreamOptions& o = stream->options_;
   stream->next_batch_ = o.first_batch;
   std::vector<int64_t> counts(sources.size(), 0);
@@ -239,9 +240,18 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;  // never drawn: never started
     s.started = true;
-    const int64_t rows = s.source.rows_per_epoch;
-    const int64_t wrap = rows > 0 ? counts[i] / rows : 0;
-    const int64_t row = rows > 0 ? counts[i] % rows : 0;
+    // Where the source is after counts[i] rows: its epoch read again (wraps) as often
+    // as those rows span. A packed source's blocks may differ from wrap to wrap (their
+    // seeds differ) when there are several ranks, so each wrap's rows are its own.
+    auto rows_of = [&](int64_t wrap) {
+      return stream->packed_ ? s.source.loader->batch_rows(o.epoch, WrapSeed(s.source.seed, wrap))
+                             : s.source.rows_per_epoch;
+    };
+    int64_t wrap = 0, row = counts[i];
+    for (int64_t rows = rows_of(0); rows > 0 && row >= rows; rows = rows_of(wrap)) {
+      row -= rows;
+      ++wrap;
+    }
     ARROW_RETURN_NOT_OK(stream->Open(s, wrap, row / s.source_batch_size));
     s.skip = row % s.source_batch_size;
   }
@@ -695,6 +705,7 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   extent_.assign(specs_.size(), 0);
   int64_t block_bytes = 0;
   for (size_t c = 0; c < specs_.size(); ++c) {
+    if (packed_ && c == cu_column_) continue;  // made from the mixed batch's document_ids
     const BatchColumn& first = piece_batch[0]->columns[c];
     for (size_t k = 0; k < piece_batch.size(); ++k) {
       const BatchColumn& in = piece_batch[k]->columns[c];
@@ -762,6 +773,10 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
     const BatchColumn& first = piece_batch[0]->columns[c];
     out.kind = first.kind;
     out.dtype = first.dtype;
+    if (packed_ && c == cu_column_) {
+      batch->columns.push_back(std::move(out));  // after the interleave, below
+      continue;
+    }
     if (out.kind == ColumnKind::kTensor && lists_[c].kind != ListColumn::Kind::kNone) {
       const ListColumn& list = lists_[c];
       uint8_t* data = block->mutable_data() + at[c];
@@ -827,7 +842,59 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
   }
   fixed_.resize(num_fixed);
   InterleaveRows(plan, fixed_);
+  if (packed_) ARROW_RETURN_NOT_OK(SegmentBoundaries(batch.get()));
   return batch;
+}
+
+arrow::Status MixStream::FindPackedColumns(const std::vector<MixSource>& sources) {
+  size_t packed = 0;
+  for (const MixSource& s : sources) packed += s.loader->options().pack_column.empty() ? 0 : 1;
+  if (packed == 0) return arrow::Status::OK();
+  if (packed != sources.size()) {
+    return arrow::Status::Invalid("mixture sources must all pack documents (pack=) or none");
+  }
+  const PackOptions& first = sources[0].loader->options().pack;
+  for (size_t i = 1; i < sources.size(); ++i) {
+    const PackOptions& p = sources[i].loader->options().pack;
+    if (p.seq_len != first.seq_len) {
+      return arrow::Status::Invalid("mixture source ", i, " packs blocks of ", p.seq_len,
+                                    " tokens, source 0 of ", first.seq_len, ": they must agree");
+    }
+  }
+  bool cu = false, segments = false;
+  for (size_t c = 0; c < specs_.size(); ++c) {
+    if (specs_[c].name == "cu_seqlens") cu_column_ = c, cu = true;
+    if (specs_[c].name == "document_ids") segment_column_ = c, segments = true;
+  }
+  if (!cu || !segments) return arrow::Status::UnknownError("packed sources without their outputs");
+  packed_ = true;
+  seq_len_ = first.seq_len;
+  return arrow::Status::OK();
+}
+
+arrow::Status MixStream::SegmentBoundaries(Batch* batch) {
+  // As one packing loader makes them (pack/packer.cc): a segment starts at every block's
+  // start and wherever the segment index changes inside a block (padding is -1, its
+  // own segment); the boundaries over the flattened batch, from 0 to its tokens.
+  const BatchColumn& seg = batch->columns[segment_column_];
+  const auto* s = seg.data->data_as<int64_t>();
+  const int64_t L = seq_len_, total = batch->num_rows * L;
+  std::vector<int32_t>& cu = boundaries_;
+  cu.assign(1, 0);
+  for (int64_t t = 1; t < total; ++t) {
+    if (t % L == 0 || s[t] != s[t - 1]) cu.push_back(static_cast<int32_t>(t));
+  }
+  if (total > 0) cu.push_back(static_cast<int32_t>(total));
+  const auto bytes = static_cast<int64_t>(cu.size() * sizeof(int32_t));
+  ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer, arrow::AllocateBuffer(bytes, pool_));
+  std::memcpy(buffer->mutable_data(), cu.data(), static_cast<size_t>(bytes));
+  BatchColumn& out = batch->columns[cu_column_];
+  out.kind = ColumnKind::kTensor;
+  out.dtype = DType::kInt32;
+  out.shape = {static_cast<int64_t>(cu.size())};
+  out.data = std::move(buffer);
+  batch->owned_bytes += bytes;
+  return arrow::Status::OK();
 }
 
 }  // namespace pqloader

@@ -168,6 +168,11 @@ class MixStream {
   // The sources' list columns collated per batch (padded to the batch's longest row, or
   // ragged), which Assemble collates again; an error if the sources collate them apart.
   arrow::Status FindListColumns(const std::vector<MixSource>& sources);
+  // Sources that pack documents (Loader pack): all or none, blocks of one length. Their
+  // cu_seqlens (the segments' boundaries over a batch) is a batch's, not a row's: each
+  // mixed batch's is made again from its document_ids (SegmentBoundaries).
+  arrow::Status FindPackedColumns(const std::vector<MixSource>& sources);
+  arrow::Status SegmentBoundaries(Batch* batch);
   // Column c of the mixed batch made of its rows one by one (a ListColumn's kind).
   void FillListColumn(size_t c, int64_t count, uint8_t* out, int64_t length, uint8_t* offsets_out);
   // With then_next_epoch, near the end: take the rest of the epoch's rows from the
@@ -199,6 +204,10 @@ class MixStream {
   InterleavePlan plan_;
   std::vector<InterleaveColumn> fixed_;
   std::vector<int64_t> row_bytes_, at_, extent_;
+  bool packed_ = false;
+  size_t cu_column_ = 0, segment_column_ = 0;
+  int64_t seq_len_ = 0;
+  std::vector<int32_t> boundaries_;
   bool stopped_ = false;
   std::shared_ptr<InPlace> in_place_;
   int64_t next_samples_ = -1, next_num_batches_ = 0;  // SetNextEpoch's
