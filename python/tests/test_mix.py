@@ -47,6 +47,23 @@ def run(m):
     return [{k: np.array(v, copy=True) for k, v in b.items()} for b in m]
 
 
+def resume_after(make, cut, full):
+    """A mixture from make() stopped after `cut` batches, its state loaded into another
+    one; assert the rest equals full[cut:]. Returns the resumed mixture."""
+    m = make()
+    it = iter(m)
+    for _ in range(cut):
+        next(it)
+    resumed = make()
+    resumed.load_state_dict(m.state_dict())
+    tail = run(resumed)
+    assert len(tail) == len(full) - cut, cut
+    for x, y in zip(tail, full[cut:]):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=f"cut {cut}, column {k}")
+    return resumed
+
+
 def test_draws_follow_the_weights_within_binomial_bounds():
     weights = [0.5, 0.3, 0.2]
     cum = _core.mix_cumulative(weights)
@@ -100,21 +117,10 @@ def test_resume_mid_epoch_equals_the_uninterrupted_run(sources):
     kw = dict(seed=5, batch_size=40, stop="last", num_epochs=2)
     full = run(pqloader.mix(loaders(root), [1, 1, 1], **kw))
     for cut in (3, 61, len(full) // 2 + 1):
-        m = pqloader.mix(loaders(root), [1, 1, 1], **kw)
-        it = iter(m)
-        for _ in range(cut):
-            next(it)
-        state = m.state_dict()
-        resumed = pqloader.mix(loaders(root), [1, 1, 1], **kw)
-        resumed.load_state_dict(state)
-        tail = run(resumed)
-        assert len(tail) == len(full) - cut, cut
-        for x, y in zip(tail, full[cut:]):
-            for k in x:
-                np.testing.assert_array_equal(x[k], y[k])
+        resumed = resume_after(lambda: pqloader.mix(loaders(root), [1, 1, 1], **kw), cut, full)
     other = pqloader.mix(loaders(root), [1, 2, 1], **kw)
     with pytest.raises(pqloader.InvalidDataError, match="weights"):
-        other.load_state_dict(state)
+        other.load_state_dict(resumed.state_dict())
 
 
 def test_batches_written_in_place_equal_copied_ones_across_a_resume(sources):
@@ -132,19 +138,9 @@ def test_batches_written_in_place_equal_copied_ones_across_a_resume(sources):
     for b in full:
         assert (np.diff(b["source"]) >= 0).all()  # grouped by source
         assert (b["id"] // 1_000_000 == b["source"]).all()
-    cut = len(full) // 4 + 1  # inside epoch 0
-    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
-    it = iter(m)
-    for _ in range(cut):
-        next(it)
-    resumed = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
-    resumed.load_state_dict(m.state_dict())
-    tail = run(resumed)
+    resumed = resume_after(lambda: pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw),
+                           len(full) // 4 + 1, full)  # inside epoch 0
     assert resumed.stats()["epochs_in_place"] == 1  # the rest of epoch 0 copied, epoch 1 not
-    assert len(tail) == len(full) - cut
-    for x, y in zip(tail, full[cut:]):
-        for k in x:
-            np.testing.assert_array_equal(x[k], y[k])
     # A source iterated by itself after a mixture that ended at an epoch's end (its next
     # run started early, writing in place, is left for the mixture's next epoch) gives
     # its own batches.
@@ -416,19 +412,8 @@ def test_transformed_sources_write_their_batches_in_place_as_a_copy_would(tmp_pa
             s, r = divmod(i, 1000)
             assert k == min(8, len(toks_of(tmp_path, s)[r]))
             np.testing.assert_array_equal(row, (toks_of(tmp_path, s)[r] + [-1] * 8)[:8])
-    cut = 3
-    m = make()
-    it = iter(m)
-    for _ in range(cut):
-        next(it)
-    resumed = make()
-    resumed.load_state_dict(m.state_dict())
-    tail = run(resumed)
+    resumed = resume_after(make, 3, full)
     assert resumed.stats()["epochs_in_place"] == 1  # the rest of epoch 0 copied
-    assert len(tail) == len(full) - cut
-    for x, y in zip(tail, full[cut:]):
-        for k in x:
-            np.testing.assert_array_equal(x[k], y[k])
 
 
 def toks_of(root, s, _memo={}):
@@ -796,14 +781,4 @@ def test_packed_sources_on_two_ranks_resume_exactly_after_wraps(token_sources):
     rows = mixture()._rows
     assert sum(int((b["source"] == 1).sum()) for b in full) > 2 * rows[1]  # code wrapped
     for cut in (5, len(full) // 2, len(full) - 3):
-        m = mixture()
-        it = iter(m)
-        for _ in range(cut):
-            next(it)
-        resumed = mixture()
-        resumed.load_state_dict(m.state_dict())
-        tail = run(resumed)
-        assert len(tail) == len(full) - cut, cut
-        for x, y in zip(tail, full[cut:]):
-            for k in x:
-                np.testing.assert_array_equal(x[k], y[k], err_msg=f"{cut} {k}")
+        resume_after(mixture, cut, full)
