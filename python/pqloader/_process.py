@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import weakref
 from typing import Any, Callable
 
@@ -149,6 +150,9 @@ class Engine:
 
 
 def _after_fork_in_child() -> None:
+    # Objects the parent's other threads held are never freed in the child: not
+    # reference-counting bugs for nanobind to report at its exit.
+    _core._quiet_leak_warnings()
     for engine in list(_live):
         engine._after_fork_in_child()
 
@@ -168,11 +172,16 @@ def _release_at_exit() -> None:
 
 
 atexit.register(_release_at_exit)
-# Runs before _release_at_exit (atexit is last in, first out): from then on, a thread
-# other than the exiting one that would take the GIL back in a pqloader call parks
-# forever, instead of being ended by CPython's finalization in a way that aborts the
-# process (see python/src/gil.h).
-atexit.register(_core._mark_interpreter_exiting)
+# Runs before _release_at_exit (atexit is last in, first out): Loaders being built are
+# cancelled and calls into the engine waited for; from then on, a thread other than the
+# exiting one that would call into the engine or take the GIL back in a pqloader call
+# parks (for good once finalization begins), instead of being ended by CPython's
+# finalization in a way that aborts the process (see python/src/gil.h).
+def _mark_interpreter_exiting() -> None:
+    _core._mark_interpreter_exiting(threading.active_count() > 1)
+
+
+atexit.register(_mark_interpreter_exiting)
 
 
 def mark_sharded_per_worker(loader: Any) -> None:

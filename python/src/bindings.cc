@@ -496,7 +496,9 @@ T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& mak
     std::optional<arrow::Result<T>> result;
   };
   auto shared = std::make_shared<Shared>();
-  std::thread worker([&make, shared, flag = CancelFlag(cancel)] {
+  std::thread worker([&make, shared, cancel] {
+    ExitCancellable on_exit(cancel.get());  // the interpreter's exit cancels it too (gil.h)
+    const CancelFlag flag = cancel;
     arrow::Result<T> r = arrow::Status::UnknownError("not run");
     try {
       r = make(flag);
@@ -1114,7 +1116,9 @@ NB_MODULE(_core, m) {
   });
   nb::module_::import_("atexit").attr("register")(m.attr("_finalize_s3"));
   // Registered by pqloader._process, to run before its engines are stopped (gil.h).
-  m.def("_mark_interpreter_exiting", &pqloader::MarkInterpreterExiting);
+  m.def("_mark_interpreter_exiting", &pqloader::MarkInterpreterExiting, "other_threads"_a);
+  // A forked child: objects that the parent's other threads held are never freed there.
+  m.def("_quiet_leak_warnings", [] { nb::set_leak_warnings(false); });
   m.def("draw_seed", &pqloader::DrawFreshSeed);
   // A schema handed in through the Arrow PyCapsule protocol (`__arrow_c_schema__` of any
   // Arrow implementation, any version) as Arrow IPC bytes, which the option dict carries

@@ -10,19 +10,26 @@
 // So every wait for the GIL in the bindings goes through this file, under one mutex.
 // MarkInterpreterExiting() (an atexit handler, which CPython runs before it starts
 // finalizing) releases the GIL, takes that mutex (so no thread is left waiting for the
-// GIL when it returns) and marks the exit, then waits (up to 10 s) for engine threads
-// inside Python (a predicate) to leave it; from then on, a thread other than the one
-// exiting that would take the GIL back parks forever instead (a daemon thread dies with
-// the process), and engine threads skip their Python work (ScopedAcquire::ok() false).
-// The exiting thread itself (running atexit handlers and finalizers) is never parked.
+// GIL when it returns), marks the exit, cancels the Loaders being built
+// (ExitCancellable), then waits (up to 10 s) for engine threads inside Python (a
+// predicate) and for calls into the engine to end. From then on, a thread other than
+// the one exiting that would call into the engine or take the GIL back parks instead
+// (a daemon thread dies with the process), and engine threads skip their Python work
+// (ScopedAcquire::ok() false). A parked thread waits for finalization to begin; if it
+// has not begun after 5 s (an atexit handler registered before pqloader's may be
+// joining that thread), it goes on. The exiting thread itself (running atexit handlers
+// and finalizers) is never parked.
 #pragma once
 
 #include <Python.h>
 
+#include <atomic>
+
 namespace pqloader {
 
-/// Releases the GIL for its lifetime; takes it back on destruction, or parks the thread
-/// forever if the interpreter is exiting (see above). For Python threads calling in.
+/// Releases the GIL for its lifetime (a call into the engine); takes it back on
+/// destruction. Parks the thread if the interpreter is exiting (see above). For Python
+/// threads calling in.
 class ScopedRelease {
  public:
   ScopedRelease();
@@ -50,7 +57,23 @@ class ScopedAcquire {
   PyGILState_STATE state_{};
 };
 
-/// The atexit handler (GIL held): see above. Idempotent.
-void MarkInterpreterExiting();
+/// Registers work on a thread of its own that checks `*cancel` (a Loader being built):
+/// set when the interpreter exits, which then waits for the work to end. For the
+/// lifetime of the object; `cancel` must outlive it.
+class ExitCancellable {
+ public:
+  explicit ExitCancellable(std::atomic<bool>* cancel);
+  ~ExitCancellable();
+  ExitCancellable(const ExitCancellable&) = delete;
+  ExitCancellable& operator=(const ExitCancellable&) = delete;
+
+ private:
+  std::atomic<bool>* cancel_;
+};
+
+/// The atexit handler (GIL held): see above. `other_threads`: Python threads other than
+/// the caller are alive (the objects they hold are never freed: nanobind's leak report
+/// at exit is turned off). Idempotent.
+void MarkInterpreterExiting(bool other_threads);
 
 }  // namespace pqloader

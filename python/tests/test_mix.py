@@ -782,3 +782,46 @@ def test_packed_sources_on_two_ranks_resume_exactly_after_wraps(token_sources):
     assert sum(int((b["source"] == 1).sum()) for b in full) > 2 * rows[1]  # code wrapped
     for cut in (5, len(full) // 2, len(full) - 3):
         resume_after(mixture, cut, full)
+
+
+def wrap_seed(seed, wrap):
+    """WrapSeed of mix/mix_stream.h: the seed of a source's wrap-th reread of an epoch."""
+    if wrap == 0:
+        return seed
+    m = (1 << 64) - 1
+    z = (seed + wrap * 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def test_a_packed_sources_wrap_without_a_whole_batch_is_passed_over(tmp_path):
+    # 30 documents over two ranks, whole batches of 32 blocks only: under some seeds a rank
+    # gets fewer than 32 blocks, so one of the source's rereads (wraps) gives no batch.
+    rng = np.random.default_rng(3)
+    for name, n in (("big", 400), ("tiny", 30)):
+        docs = [rng.integers(1, 999, size=int(k)).astype(np.int32) for k in rng.integers(1, 300, size=n)]
+        pq.write_table(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32()))}),
+                       tmp_path / f"{name}.parquet", row_group_size=1)
+
+    def tiny(seed, rank):
+        return pqloader.Loader(str(tmp_path / "tiny.parquet"), batch_size=32, shuffle=True, seed=seed,
+                               rank=rank, world_size=2, shard_policy="drop", drop_last=True,
+                               pack=pqloader.Pack("tokens", 64))
+
+    probe = tiny(0, 0)
+    rows = []
+    for w in range(6):
+        probe._engine.set_seed(wrap_seed(0, w))
+        rows.append(probe._engine.core().batch_rows(0))
+    assert rows[0] > 0 and 0 in rows[1:], rows  # the case under test
+
+    def mixture(rank):
+        big = pqloader.Loader(str(tmp_path / "big.parquet"), batch_size=4, shuffle=True, seed=99,
+                              rank=rank, world_size=2, shard_policy="drop", pack=pqloader.Pack("tokens", 64))
+        return pqloader.mix([big, tiny(0, rank)], [0.2, 0.8], batch_size=4, seed=1, stop="last")
+
+    runs = [run(mixture(rank)) for rank in (0, 1)]  # "mixture source 1 has no rows" before
+    assert len(runs[0]) == len(runs[1]) == len(mixture(0))
+    for cut in (len(runs[0]) // 3, len(runs[0]) - 2):
+        resume_after(lambda: mixture(0), cut, runs[0])

@@ -196,7 +196,7 @@ import sys, threading, time
 import pyarrow.compute as pc
 import pqloader
 
-path, mode = sys.argv[1], sys.argv[2]
+path, many, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def slow_keep_all(batch):
     time.sleep(0.01)  # the mask pass's threads inside Python for most of the run
@@ -210,6 +210,9 @@ def run():
     elif mode == "build":
         while True:
             pqloader.Loader(path, batch_size=64, shuffle=True)
+    elif mode == "build_packed":  # footers of many files, then every document's length
+        while True:
+            pqloader.Loader(many, batch_size=8, columns=["tokens"], pack=pqloader.Pack("tokens", 64))
     elif mode == "mixture":
         a = pqloader.Loader(path, batch_size=64, shuffle=True, seed=1, _debug_max_delay_us=2000)
         b = pqloader.Loader(path, batch_size=64, shuffle=True, seed=2, _debug_max_delay_us=2000)
@@ -226,16 +229,66 @@ print("main returns", flush=True)
 '''
 
 
-@pytest.mark.parametrize("mode", ["iterate", "build", "mixture", "predicate"])
-def test_a_daemon_thread_inside_a_call_at_interpreter_exit(ds, tmp_path, mode):
+@pytest.fixture(scope="module")
+def many_files(tmp_path_factory):
+    """3000 small files of token lists: building a packing Loader over them takes ~0.5 s."""
+    d = tmp_path_factory.mktemp("many")
+    rng = np.random.default_rng(0)
+    for i in range(3000):
+        docs = [rng.integers(1, 1000, size=int(k)).astype(np.int32) for k in rng.integers(1, 40, size=20)]
+        pq.write_table(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32()))}), d / f"f{i:04d}.parquet")
+    return str(d)
+
+
+# A daemon thread building Loaders exited the process with SIGSEGV in 2 runs of 3 (the
+# build went on during the static destructors) until the exit cancelled and awaited it.
+@pytest.mark.parametrize("mode", ["iterate", "build", "build_packed", "mixture", "predicate"])
+def test_a_daemon_thread_inside_a_call_at_interpreter_exit(ds, many_files, tmp_path, mode):
     import subprocess
     import sys
 
     script = tmp_path / "daemon.py"
     script.write_text(_DAEMON_SCRIPT)
-    for _ in range(2):
-        r = subprocess.run([sys.executable, str(script), ds, mode], capture_output=True,
+    for _ in range(4 if mode == "build_packed" else 2):
+        r = subprocess.run([sys.executable, str(script), ds, many_files, mode], capture_output=True,
                            text=True, timeout=DEADLINE_S)
         assert "main returns" in r.stdout, r.stderr
         assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
         assert "terminate" not in r.stderr and "leaked" not in r.stderr, r.stderr[-2000:]
+
+
+# An atexit handler registered before pqloader was imported runs after pqloader's own
+# exit handler, and here joins a thread inside pqloader calls: the thread must finish
+# (it parked for good before: the process never exited).
+_JOIN_AT_EXIT = r'''
+import atexit, sys, threading, time
+stop = threading.Event()
+def worker():
+    n = 0
+    while not stop.is_set():
+        for _ in loader:
+            n += 1
+            if stop.is_set():
+                break
+    print("worker done", flush=True)
+t = threading.Thread(target=worker, daemon=True)
+atexit.register(lambda: (stop.set(), t.join(), print("joined", flush=True)))
+import pqloader
+loader = pqloader.Loader(sys.argv[1], batch_size=64)
+t.start()
+time.sleep(0.3)
+print("main returns", flush=True)
+'''
+
+
+def test_an_atexit_handler_may_join_a_thread_inside_a_call(ds, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "join.py"
+    script.write_text(_JOIN_AT_EXIT)
+    r = subprocess.run([sys.executable, str(script), ds], capture_output=True, text=True,
+                       timeout=DEADLINE_S)
+    assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
+    assert "worker done" in r.stdout and "joined" in r.stdout, r.stdout + r.stderr
+    assert "terminate" not in r.stderr and "leaked" not in r.stderr, r.stderr[-2000:]

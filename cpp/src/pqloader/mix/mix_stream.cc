@@ -154,6 +154,10 @@ class MixStream::InPlace {
   std::map<int64_t, std::shared_ptr<arrow::Buffer>> blocks_ PQ_GUARDED_BY(mu_);
 };
 
+// Reads of a source's epoch in a row that may give no row before the source counts as
+// empty (see Fill).
+constexpr int64_t kMaxEmptyWraps = 64;
+
 uint64_t WrapSeed(uint64_t seed, int64_t wrap) {
   if (wrap == 0) return seed;
   uint64_t z = seed + static_cast<uint64_t>(wrap) * 0x9E3779B97F4A7C15ull;
@@ -247,8 +251,13 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
       return stream->packed_ ? s.source.loader->batch_rows(o.epoch, WrapSeed(s.source.seed, wrap))
                              : s.source.rows_per_epoch;
     };
+    // (A wrap with no whole batch, possible for a packed source with drop_last on
+    // several ranks, is passed over as Fill passes over it.)
     int64_t wrap = 0, row = counts[i];
-    for (int64_t rows = rows_of(0); rows > 0 && row >= rows; rows = rows_of(wrap)) {
+    for (int64_t empty = 0;;) {
+      const int64_t rows = rows_of(wrap);
+      if (rows > 0 ? row < rows : (row == 0 || ++empty > kMaxEmptyWraps)) break;
+      if (rows > 0) empty = 0;
       row -= rows;
       ++wrap;
     }
@@ -393,7 +402,10 @@ arrow::Status MixStream::CheckOwned(size_t i) const {
 arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds timeout,
                               bool* timed_out) {
   SourceState& s = sources_[i];
-  bool fresh = false;  // the source's epoch just restarted and has given nothing yet
+  // Wraps opened here in a row that gave no batch; whether the run now read gave one (the
+  // run this call found is taken to have).
+  int64_t empty = 0;
+  bool gave = true;
   if (next_started_ && s.buffered < need) {  // its loader reads the next epoch now
     return arrow::Status::Invalid("mixture source ", i, " holds ", s.buffered,
                                   " rows where the rest of the epoch draws ", need);
@@ -412,14 +424,18 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
       if (in_place_ != nullptr) {  // MakeInPlace counted every row each source gives
         return arrow::Status::UnknownError("mixture source ", i, " ran out of rows in an epoch written in place");
       }
-      if (fresh) {
-        return MakeError(ErrorKind::kInvalidData, "mixture source ", i, " has no rows");
+      // A packed source's wrap (another seed) may hold no whole batch on this rank
+      // while others do; one that gives nothing wrap after wrap has no rows.
+      if (!gave && ++empty >= (packed_ ? kMaxEmptyWraps : 1)) {
+        return MakeError(ErrorKind::kInvalidData, "mixture source ", i, " has no rows",
+                         packed_ ? " (none in " + std::to_string(empty) + " reads of its epoch in a row)" : "");
       }
       ARROW_RETURN_NOT_OK(Open(s, s.wrap + 1, 0));
-      fresh = true;
+      gave = false;
       continue;
     }
-    fresh = false;
+    gave = true;
+    empty = 0;
     const int64_t skip = std::min(s.skip, batch->num_rows);
     s.skip -= skip;
     if (batch->num_rows > skip) {
