@@ -598,7 +598,9 @@ class PyLoader {
   int64_t NumBatches(int64_t epoch, const nb::object& elastic) const {
     auto base = ToElasticBase(elastic);
     pqloader::ScopedRelease release;
-    if (base == nullptr) return loader_->num_batches(epoch);
+    // Under its own seed: a mixture may be reading it under a wrap's (packed sources'
+    // counts depend on the seed with several ranks).
+    if (base == nullptr) return loader_->num_batches_under_seed(epoch, seed_);
     return Check(loader_->num_batches(epoch, *base));
   }
 

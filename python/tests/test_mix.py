@@ -777,8 +777,13 @@ def test_packed_sources_on_two_ranks_resume_exactly_after_wraps(token_sources):
     for s in range(1, 5):
         moved._engine.set_seed(s)
         assert moved._engine.num_batches(0) == counts[s]
-    full = run(mixture())
-    rows = mixture()._rows
+    m = mixture()
+    own = len(m._loaders[1])
+    full = []
+    for b in m:  # the source's len() is its own while the mixture reads its wraps
+        full.append({k: np.array(v, copy=True) for k, v in b.items()})
+        assert len(m._loaders[1]) == own
+    rows = m._rows
     assert sum(int((b["source"] == 1).sum()) for b in full) > 2 * rows[1]  # code wrapped
     for cut in (5, len(full) // 2, len(full) - 3):
         resume_after(mixture, cut, full)

@@ -953,12 +953,16 @@ arrow::Result<int64_t> Loader::num_batches(int64_t epoch, const ElasticBase& ela
 }
 
 int64_t Loader::num_batches(int64_t epoch) const {
-  if (lengths_ == nullptr) return first_plan_.num_batches();
   uint64_t seed;
   {
     MutexLock lock(mu_);
     seed = options_.plan.seed;
   }
+  return num_batches_under_seed(epoch, seed);
+}
+
+int64_t Loader::num_batches_under_seed(int64_t epoch, uint64_t seed) const {
+  if (lengths_ == nullptr) return first_plan_.num_batches();
   return BatchesOfBlocks(EqualBlocks(epoch, seed));
 }
 

@@ -173,6 +173,9 @@ class Loader {
   /// Batches of `epoch` (with packing, the count may differ between epochs when there
   /// are several ranks: it is the equalised number of blocks over the batch size).
   int64_t num_batches(int64_t epoch) const;
+  /// The same under `seed` rather than the current one (a mixture reads a packed source
+  /// under other seeds while its owner may ask for its own count).
+  int64_t num_batches_under_seed(int64_t epoch, uint64_t seed) const;
   /// Batches of the rest of `epoch` after what an earlier world consumed (see
   /// StartEpoch); an error if `elastic` does not fit the dataset and options.
   arrow::Result<int64_t> num_batches(int64_t epoch, const ElasticBase& elastic) const;
