@@ -927,13 +927,8 @@ int64_t Loader::EqualBlocks(int64_t epoch, uint64_t seed) const {
 }
 
 int64_t Loader::batch_rows(int64_t epoch, uint64_t seed) const {
-  const int64_t b = options_.plan.batch_size;
-  if (lengths_ == nullptr) {
-    const int64_t n = first_plan_.num_rows();
-    return options_.plan.drop_last ? n / b * b : n;
-  }
-  const int64_t blocks = EqualBlocks(epoch, seed);
-  return options_.plan.drop_last ? blocks / b * b : blocks;
+  if (options_.plan.drop_last) return num_batches_under_seed(epoch, seed) * options_.plan.batch_size;
+  return lengths_ == nullptr ? first_plan_.num_rows() : EqualBlocks(epoch, seed);
 }
 
 int64_t Loader::BatchesOfBlocks(int64_t blocks) const {

@@ -248,8 +248,7 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     // as those rows span. A packed source's blocks may differ from wrap to wrap (their
     // seeds differ) when there are several ranks, so each wrap's rows are its own.
     auto rows_of = [&](int64_t wrap) {
-      return stream->packed_ ? s.source.loader->batch_rows(o.epoch, WrapSeed(s.source.seed, wrap))
-                             : s.source.rows_per_epoch;
+      return s.source.loader->batch_rows(o.epoch, WrapSeed(s.source.seed, wrap));
     };
     // (A wrap with no whole batch, possible for a packed source with drop_last on
     // several ranks, is passed over as Fill passes over it.)
