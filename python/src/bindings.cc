@@ -97,7 +97,18 @@ void RaisePython(const StatusError& e) {
   if (st.IsCancelled() && st.message().rfind(kPredicateInterrupted, 0) == 0) {
     const std::string rest = st.message().substr(std::strlen(kPredicateInterrupted));
     if (rest.rfind("SystemExit:", 0) == 0) {
-      PyErr_SetNone(PyExc_SystemExit);
+      // "SystemExit: <kind><code>" (ToPredicate): the exit code as sys.exit got it.
+      const std::string code = rest.size() > 12 ? rest.substr(13) : "";
+      const char kind = rest.size() > 12 ? rest[12] : 'n';
+      if (kind == 'i') {
+        nb::object value = nb::steal(PyLong_FromString(code.c_str(), nullptr, 10));
+        if (!value.is_valid()) throw nb::python_error();
+        PyErr_SetObject(PyExc_SystemExit, value.ptr());
+      } else if (kind == 's') {
+        PyErr_SetObject(PyExc_SystemExit, nb::str(code.c_str(), code.size()).ptr());
+      } else {
+        PyErr_SetNone(PyExc_SystemExit);
+      }
     } else {
       PyErr_SetString(PyExc_KeyboardInterrupt, rest.c_str());
     }
@@ -230,7 +241,14 @@ BatchPredicate ToPredicate(nb::handle callable) {
           PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_SystemExit)) {
         // KeyboardInterrupt (Ctrl-C while the predicate ran), SystemExit: raised as
         // themselves once the mask pass returns (RaisePython), not as a pqloader.Error
-        // that `except Exception` would swallow.
+        // that `except Exception` would swallow. SystemExit keeps its code: "i" and the
+        // integer, "s" and the text, "n" for None.
+        if (PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_SystemExit)) {
+          nb::object code = e.value().attr("code");
+          const char* kind = code.is_none() ? "n" : PyLong_CheckExact(code.ptr()) ? "i" : "s";
+          const std::string text = code.is_none() ? "" : nb::cast<std::string>(nb::str(code));
+          return arrow::Status::Cancelled(kPredicateInterrupted, "SystemExit: ", kind, text);
+        }
         return arrow::Status::Cancelled(kPredicateInterrupted, type, ": ", message);
       }
       return arrow::Status::ExecutionError("the filter's predicate raised ", type, ": ", message);
@@ -799,11 +817,9 @@ class PyLoader {
 
 nb::dict Inspect(const std::vector<std::string>& sources,
                  const std::map<std::string, std::string>& storage_options, Progress* progress) {
-  DatasetSummary summary;
-  {
-    pqloader::ScopedRelease release;
-    summary = Check(InspectDataset(sources, StorageOptions{storage_options}, progress));
-  }
+  const DatasetSummary summary = RunInterruptible<DatasetSummary>([&](const CancelFlag& cancel) {
+    return InspectDataset(sources, StorageOptions{storage_options}, progress, cancel);
+  });
   nb::dict out;
   nb::list files;
   int64_t rows = 0, groups = 0;
@@ -849,20 +865,23 @@ nb::dict Inspect(const std::vector<std::string>& sources,
 nb::dict ListLengths(const std::vector<std::string>& sources,
                      const std::map<std::string, std::string>& storage_options,
                      const std::vector<std::string>& columns) {
-  std::vector<LengthStats> stats;
-  {
-    pqloader::ScopedRelease release;
+  using Stats = std::vector<LengthStats>;
+  const Stats stats = RunInterruptible<Stats>([&](const CancelFlag& cancel) -> arrow::Result<Stats> {
     DatasetOptions options;
     options.columns.columns = columns;
     options.storage = StorageOptions{storage_options};
-    auto dataset = Check(Dataset::Open(sources, options));
+    options.cancel = cancel;
+    ARROW_ASSIGN_OR_RAISE(auto dataset, Dataset::Open(sources, options));
     const int threads = std::max(1u, std::thread::hardware_concurrency());
+    Stats out;
     for (size_t c = 0; c < columns.size(); ++c) {
-      auto lengths = Check(DocumentLengths::Read(*dataset, static_cast<int>(c), threads,
-                                                 arrow::default_memory_pool()));
-      stats.push_back(SummarizeLengths(lengths->lengths()));
+      ARROW_ASSIGN_OR_RAISE(auto lengths,
+                            DocumentLengths::Read(*dataset, static_cast<int>(c), threads,
+                                                  arrow::default_memory_pool(), cancel));
+      out.push_back(SummarizeLengths(lengths->lengths()));
     }
-  }
+    return out;
+  });
   nb::dict out;
   for (size_t c = 0; c < columns.size(); ++c) {
     const LengthStats& s = stats[c];
@@ -1165,12 +1184,11 @@ NB_MODULE(_core, m) {
   m.def("write_index", [](const std::string& source,
                           const std::map<std::string, std::string>& storage_options,
                           pqloader::Progress* progress) {
-    pqloader::IndexResult r;
-    {
-      pqloader::ScopedRelease release;
-      r = pqloader::Check(pqloader::WriteDatasetIndex(
-          source, pqloader::StorageOptions{storage_options}, 8, progress));
-    }
+    const auto r = pqloader::RunInterruptible<pqloader::IndexResult>(
+        [&](const pqloader::CancelFlag& cancel) {
+          return pqloader::WriteDatasetIndex(source, pqloader::StorageOptions{storage_options}, 8,
+                                             progress, cancel);
+        });
     nb::dict d;
     d["metadata_path"] = r.metadata_path;
     d["files"] = r.files;
@@ -1181,12 +1199,12 @@ NB_MODULE(_core, m) {
   }, "source"_a, "storage_options"_a, "progress"_a = nb::none());
   m.def("cache_stats", [](const std::string& dir, const std::vector<std::string>& dataset,
                           const std::map<std::string, std::string>& storage_options) {
-    pqloader::CacheDirStats s;
-    {
-      pqloader::ScopedRelease release;
-      s = pqloader::Check(pqloader::InspectCache(
-          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
-    }
+    const auto s = pqloader::RunInterruptible<pqloader::CacheDirStats>(
+        [&](const pqloader::CancelFlag& cancel) {
+          return pqloader::InspectCache(
+              dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options},
+                                               cancel});
+        });
     nb::dict d;
     d["entries"] = s.entries;
     d["bytes"] = s.bytes;
@@ -1200,12 +1218,12 @@ NB_MODULE(_core, m) {
   }, "dir"_a, "dataset"_a, "storage_options"_a);
   m.def("cache_prune", [](const std::string& dir, const std::vector<std::string>& dataset,
                           const std::map<std::string, std::string>& storage_options) {
-    pqloader::CachePruneReport r;
-    {
-      pqloader::ScopedRelease release;
-      r = pqloader::Check(pqloader::PruneCache(
-          dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options}}));
-    }
+    const auto r = pqloader::RunInterruptible<pqloader::CachePruneReport>(
+        [&](const pqloader::CancelFlag& cancel) {
+          return pqloader::PruneCache(
+              dir, pqloader::CacheAdminOptions{dataset, pqloader::StorageOptions{storage_options},
+                                               cancel});
+        });
     nb::dict d;
     d["entries"] = r.entries;
     d["bytes"] = r.bytes;
@@ -1214,11 +1232,8 @@ NB_MODULE(_core, m) {
     return d;
   }, "dir"_a, "dataset"_a, "storage_options"_a);
   m.def("cache_clear", [](const std::string& dir) {
-    pqloader::CacheClearReport r;
-    {
-      pqloader::ScopedRelease release;
-      r = pqloader::Check(pqloader::ClearCacheDir(dir));
-    }
+    const auto r = pqloader::RunInterruptible<pqloader::CacheClearReport>(
+        [&](const pqloader::CancelFlag& cancel) { return pqloader::ClearCacheDir(dir, cancel); });
     nb::dict d;
     d["entries"] = r.entries;
     d["bytes"] = r.bytes;

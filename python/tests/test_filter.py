@@ -4,6 +4,8 @@ pushed down to partition keys, row-group statistics and row masks; held to pyarr
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -171,6 +173,16 @@ def test_predicates_return_booleans_and_ctrl_c_stays_a_keyboard_interrupt(data):
 
     with pytest.raises(KeyboardInterrupt):  # not a pqloader.Error that `except Exception` takes
         pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], interrupted))
+
+    def exits(code):
+        def predicate(batch):
+            sys.exit(code) if code is not None else sys.exit()
+        return predicate
+
+    for code in (3, 0, "bye", None, -2**70):  # the code as sys.exit got it
+        with pytest.raises(SystemExit) as e:
+            pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], exits(code)))
+        assert e.value.code == code and type(e.value.code) is type(code)
 
 
 def test_a_literal_pyarrow_cannot_hold_is_a_value_error():

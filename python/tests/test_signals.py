@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from test_s3 import _aws_env  # noqa: F401 (autouse: no AWS_* of the machine)
+
 # The engine's workers sleep 60 s before each task (a test hook), so no batch comes for a
 # minute; SIGINT arrives after 0.5 s. next() must raise KeyboardInterrupt then, stop the
 # workers (their sleep wakes on stop), and leave the loader at its position.
@@ -118,3 +120,69 @@ def test_ctrl_c_interrupts_a_predicates_mask_pass(tmp_path):
     assert "built" not in out.stdout
     assert "interrupted after" in out.stdout, out.stdout + out.stderr
     assert _interrupted_after(out.stdout) < 2.5
+
+
+
+# inspect and write_index read every file's footer (minutes for 10^5 files, or over a slow
+# link) with the GIL released: Ctrl-C used to wait for all of them. 300 objects on a moto
+# S3 server on loopback (about 2 s of footers); SIGINT is sent once the first footer is
+# read. Each call must raise KeyboardInterrupt before reading the rest (the engine polls
+# signals every 0.1 s and stops at its next file), and write_index must leave no summary
+# behind; then both run to the end.
+CHILD_FOOTERS = r"""
+import json, os, signal, sys, threading, time
+import pqloader
+from pqloader import _core
+source, options = sys.argv[1], json.loads(sys.argv[2])
+def exists(name):
+    import boto3
+    s3 = boto3.client("s3", endpoint_url=sys.argv[3], region_name="us-east-1",
+                      aws_access_key_id="testing", aws_secret_access_key="testing")
+    return s3.list_objects_v2(Bucket="data", Prefix=f"ds/{name}")["KeyCount"] > 0
+for name, call in (("inspect", lambda p: pqloader.inspect(source, storage_options=options, _progress=p)),
+                   ("index", lambda p: pqloader.write_index(source, storage_options=options, _progress=p))):
+    progress = _core.Progress()
+    def fire():
+        while progress.done < 1:
+            time.sleep(0.0005)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=fire, daemon=True).start()
+    try:
+        call(progress)
+        print(name, "finished", flush=True)
+    except KeyboardInterrupt:
+        print(name, "interrupted at", progress.done, "of", progress.total, flush=True)
+    print(name, "summary", exists("_metadata"), flush=True)
+print("files", pqloader.inspect(source, storage_options=options)["num_files"], flush=True)
+print("indexed", pqloader.write_index(source, storage_options=options)["files"], flush=True)
+"""
+
+
+def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path):
+    import json
+
+    from test_s3 import Moto, aws_env
+
+    n = 300
+    table = pa.table({"x": np.arange(3)})
+    paths = []
+    for i in range(n):
+        paths.append(tmp_path / f"f{i:04d}.parquet")
+        pq.write_table(table, paths[-1])
+    server = Moto()
+    try:
+        server.upload("data", "ds", paths)
+        out = subprocess.run([sys.executable, "-c", CHILD_FOOTERS, "s3://data/ds",
+                              json.dumps(server.options()), server.url],
+                             capture_output=True, text=True, timeout=120, env=aws_env())
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for name in ("inspect", "index"):
+        line = next((l for l in lines if l.startswith(f"{name} interrupted at")), None)
+        assert line is not None, out.stdout + out.stderr
+        done, total = int(line.split()[3]), int(line.split()[5])
+        assert total == n and done < n, line  # stopped before the last footer
+        assert f"{name} summary False" in lines
+    assert f"files {n}" in lines and f"indexed {n}" in lines

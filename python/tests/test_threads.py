@@ -218,6 +218,9 @@ def run():
         b = pqloader.Loader(path, batch_size=64, shuffle=True, seed=2, _debug_max_delay_us=2000)
         for _ in pqloader.mix([a, b], [0.5, 0.5], num_epochs=None):
             pass
+    elif mode == "inspect":  # footers, then every document's length
+        while True:
+            pqloader.inspect(many, lengths=True)
     elif mode == "predicate":
         while True:
             pqloader.Loader(path, batch_size=64,
@@ -242,14 +245,15 @@ def many_files(tmp_path_factory):
 
 # A daemon thread building Loaders exited the process with SIGSEGV in 2 runs of 3 (the
 # build went on during the static destructors) until the exit cancelled and awaited it.
-@pytest.mark.parametrize("mode", ["iterate", "build", "build_packed", "mixture", "predicate"])
+@pytest.mark.parametrize("mode", ["iterate", "build", "build_packed", "mixture", "predicate",
+                                  "inspect"])
 def test_a_daemon_thread_inside_a_call_at_interpreter_exit(ds, many_files, tmp_path, mode):
     import subprocess
     import sys
 
     script = tmp_path / "daemon.py"
     script.write_text(_DAEMON_SCRIPT)
-    for _ in range(4 if mode == "build_packed" else 2):
+    for _ in range(4 if mode in ("build_packed", "inspect") else 2):
         r = subprocess.run([sys.executable, str(script), ds, many_files, mode], capture_output=True,
                            text=True, timeout=DEADLINE_S)
         assert "main returns" in r.stdout, r.stderr

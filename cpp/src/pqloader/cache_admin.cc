@@ -107,13 +107,13 @@ arrow::Result<SourceChecker> MakeSourceChecker(const std::string& dir,
 arrow::Result<CacheDirStats> InspectCache(const std::string& dir,
                                           const CacheAdminOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto checker, MakeSourceChecker(dir, options));
-  return InspectCacheDir(dir, checker);
+  return InspectCacheDir(dir, checker, options.cancel);
 }
 
 arrow::Result<CachePruneReport> PruneCache(const std::string& dir,
                                            const CacheAdminOptions& options) {
   ARROW_ASSIGN_OR_RAISE(auto checker, MakeSourceChecker(dir, options));
-  return PruneCacheDir(dir, checker);
+  return PruneCacheDir(dir, checker, options.cancel);
 }
 
 }  // namespace pqloader

@@ -28,6 +28,8 @@ struct CacheAdminOptions {
   std::vector<std::string> dataset;
   /// Options of s3:// sources. Default: none (the standard AWS sources).
   StorageOptions storage;
+  /// Set: InspectCache and PruneCache return Cancelled at their next entry.
+  CancelFlag cancel;
 };
 
 /// Return a checker of entries' sources (see SourceChecker) under `options`; footers of

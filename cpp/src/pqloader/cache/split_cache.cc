@@ -1181,7 +1181,8 @@ SourceState EntryState(const std::string& path, const std::string& key,
 
 }  // namespace
 
-arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const SourceChecker& checker) {
+arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const SourceChecker& checker,
+                                             const CancelFlag& cancel) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory");
@@ -1194,6 +1195,7 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
     }
     for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false,
                                        &s.fetch_markers)) {
+      if (IsCancelled(cancel)) return CancelledStatus();
       ++s.entries;
       s.bytes += entry.size;
       if (!checker) continue;
@@ -1221,7 +1223,8 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
 }
 
 arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
-                                              const SourceChecker& checker) {
+                                              const SourceChecker& checker,
+                                              const CancelFlag& cancel) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
@@ -1239,6 +1242,7 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
     if (ec2 || !IsShardName(e.path().filename().string()) || !fs::is_directory(st)) continue;
     const std::string shard = e.path().string();
     for (const auto& entry : ListShard(shard, nullptr, /*remove_stale=*/false)) {
+      if (IsCancelled(cancel)) return CancelledStatus();
       std::error_code ec3;
       if (!fs::is_regular_file(fs::symlink_status(entry.path, ec3)) || ec3) continue;
       bool is_entry = false;
@@ -1291,7 +1295,8 @@ bool IsMarkerFile(const std::string& path) {
 
 class Clearer {
  public:
-  explicit Clearer(CacheClearReport* report) : report_(report) {}
+  Clearer(CacheClearReport* report, CancelFlag cancel)
+      : report_(report), cancel_(std::move(cancel)) {}
 
   void Foreign(const fs::path& p) {
     if (report_->foreign_count++ < kMaxReportedForeign) report_->foreign.push_back(p.string());
@@ -1311,6 +1316,7 @@ class Clearer {
   arrow::Status ClearShard(const fs::path& shard) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(shard, ec)) {
+      if (IsCancelled(cancel_)) return CancelledStatus();
       const std::string name = e.path().filename().string();
       std::error_code ec2;
       const auto st = e.symlink_status(ec2);
@@ -1373,11 +1379,12 @@ class Clearer {
 
  private:
   CacheClearReport* report_;
+  CancelFlag cancel_;
 };
 
 }  // namespace
 
-arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir) {
+arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const CancelFlag& cancel) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
@@ -1390,8 +1397,9 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir) {
         " marker file, so nothing in it can be proven to be pqloader's; nothing was deleted "
         "(pqloader marks a cache directory when it creates it or finds it empty)");
   }
-  Clearer clearer(&report);
+  Clearer clearer(&report, cancel);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (IsCancelled(cancel)) return CancelledStatus();
     const std::string name = e.path().filename().string();
     std::error_code ec2;
     const auto st = e.symlink_status(ec2);

@@ -36,6 +36,7 @@
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/cancel.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -275,9 +276,11 @@ struct CacheDirStats {
   std::map<std::string, int64_t> recorded;  ///< hits/misses... recorded by loaders
 };
 /// Describe the cache directory `dir`; with `checker`, also read every entry's header
-/// and count stale entries.
+/// and count stale entries. Each of these three returns Cancelled at its next entry once
+/// `cancel` is set (what was deleted by then stays deleted).
 arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir,
-                                             const SourceChecker& checker = nullptr);
+                                             const SourceChecker& checker = nullptr,
+                                             const CancelFlag& cancel = nullptr);
 /// What PruneCacheDir did.
 struct CachePruneReport {
   int64_t entries = 0;             ///< Stale entries deleted.
@@ -289,7 +292,8 @@ struct CachePruneReport {
 /// under its shard's lock, and only files proven to be entries (as ClearCacheDir).
 /// Fails, deleting nothing, if `dir` is not a marked cache directory (an empty one is
 /// left as it is).
-arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir, const SourceChecker& checker);
+arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir, const SourceChecker& checker,
+                                              const CancelFlag& cancel = nullptr);
 /// What ClearCacheDir did.
 struct CacheClearReport {
   int64_t entries = 0;       ///< Entries deleted.
@@ -308,7 +312,8 @@ constexpr int64_t kMaxReportedForeign = 10;
 /// into a directory it did not create, never deletes the directory itself or its marker.
 /// Fails, deleting nothing, if `dir` is not a directory or (unless it is empty) has no
 /// cache marker file.
-arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir);
+arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir,
+                                              const CancelFlag& cancel = nullptr);
 /// Add `counters` to the records kept in `dir` (for `pqloader cache stats`).
 void RecordCacheCounters(const std::string& dir, const CacheCounters& counters);
 

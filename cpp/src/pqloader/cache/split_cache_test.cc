@@ -530,6 +530,41 @@ TEST(SplitCache, StatsAndPruneTellStaleEntriesByTheirHeaders) {
   EXPECT_EQ(usage, InspectCacheDir(dir).ValueOrDie().bytes - 200);  // the fake is not counted
 }
 
+// Ctrl-C in `pqloader cache stats|prune|clear` (the binding sets the flag): each stops
+// at its next entry with Cancelled; what was deleted by then stays deleted, nothing more.
+TEST(SplitCache, StatsPruneAndClearStopAtTheNextEntryOnceCancelled) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions o;
+  o.dir = dir;
+  o.shards = 1;
+  {
+    auto cache = SplitCache::Open(o);
+    for (int rg = 0; rg < 6; ++rg) {
+      cache->Put(CacheKey("e" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 1, rg));
+    }
+  }
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  const CancelFlag cancel = flag;
+  int checked = 0;
+  const SourceChecker stale_then_cancel = [&](const SourceIdentity&) {
+    if (++checked == 2) flag->store(true);  // Ctrl-C while the second entry is checked
+    return SourceState::kStale;
+  };
+  auto stats = InspectCacheDir(dir, stale_then_cancel, cancel);
+  EXPECT_TRUE(stats.status().IsCancelled()) << stats.status().ToString();
+  EXPECT_EQ(checked, 2);
+  flag->store(false);
+  checked = 0;
+  auto pruned = PruneCacheDir(dir, stale_then_cancel, cancel);
+  EXPECT_TRUE(pruned.status().IsCancelled()) << pruned.status().ToString();
+  EXPECT_EQ(EntryFiles(dir), 4);  // the two checked before the flag was seen
+  auto cleared = ClearCacheDir(dir, cancel);  // the flag still set: nothing deleted
+  EXPECT_TRUE(cleared.status().IsCancelled()) << cleared.status().ToString();
+  EXPECT_EQ(EntryFiles(dir), 4);
+  flag->store(false);
+  EXPECT_EQ(ClearCacheDir(dir, cancel).ValueOrDie().entries, 4);
+}
+
 TEST(SplitCache, PruneRefusesADirectoryThatIsNotACache) {
   const std::string dir = testing::MakeTempDir();
   std::ofstream(dir + "/mine.txt") << "user data";

@@ -520,6 +520,7 @@ arrow::Result<OpenedFiles> ReadFooters(
       } done{progress};
       if (IsCancelled(cancel)) {
         statuses[i] = CancelledStatus();
+        done.p = nullptr;  // not read
         continue;
       }
       const int s = found[i].summary;
@@ -664,8 +665,10 @@ const parquet::SchemaDescriptor* DataFile::schema() const {
 }
 
 arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
-                                                     int max_threads, Progress* progress) {
-  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), max_threads, "", {}, progress));
+                                                     int max_threads, Progress* progress,
+                                                     const CancelFlag& cancel) {
+  ARROW_ASSIGN_OR_RAISE(auto opened,
+                        ReadFooters(std::move(found), max_threads, "", {}, progress, cancel));
   return std::move(opened.files);
 }
 
@@ -864,9 +867,10 @@ std::string LoadsAs(const ColumnSpec& spec) {
 }  // namespace
 
 arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
-                                             const StorageOptions& storage, Progress* progress) {
+                                             const StorageOptions& storage, Progress* progress,
+                                             const CancelFlag& cancel) {
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, storage));
-  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, "", {}, progress));
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, "", {}, progress, cancel));
   DatasetSummary out;
   out.skipped = opened.skipped;
   std::vector<Split> splits;

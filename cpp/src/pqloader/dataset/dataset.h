@@ -239,10 +239,11 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
 arrow::Status CheckFooterUnchanged(const DataFile& file);
 
 /// Read the footers of `found` (files that are not Parquet left out), without summaries;
-/// counting the files read in `progress` if given.
+/// counting the files read in `progress` if given; Cancelled once `cancel` is set.
 arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> found,
                                                      int max_threads,
-                                                     Progress* progress = nullptr);
+                                                     Progress* progress = nullptr,
+                                                     const CancelFlag& cancel = nullptr);
 
 /// The hash of `file`'s footer as Dataset::Open computes it (DataFile::footer_hash):
 /// read from the file, or for a remote file from `footer_cache_dir` when it holds it.
@@ -283,9 +284,10 @@ struct DatasetSummary {
 };
 
 /// Summarise `sources` without reading data pages; counting the footers read in
-/// `progress` if given.
+/// `progress` if given; Cancelled once `cancel` is set (checked per file).
 arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
                                              const StorageOptions& storage = {},
-                                             Progress* progress = nullptr);
+                                             Progress* progress = nullptr,
+                                             const CancelFlag& cancel = nullptr);
 
 }  // namespace pqloader

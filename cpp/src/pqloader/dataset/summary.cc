@@ -228,7 +228,7 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
 
 arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
                                              const StorageOptions& storage, int metadata_threads,
-                                             Progress* progress) {
+                                             Progress* progress, const CancelFlag& cancel) {
   ARROW_ASSIGN_OR_RAISE(auto resolver, FileSystemResolver::Make(storage));
   ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source));
   const auto fs = resolved.fs;
@@ -244,7 +244,7 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
                                   "' is not one");
   }
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles({source}, storage));
-  ARROW_ASSIGN_OR_RAISE(auto files, ReadFileFooters(std::move(found), metadata_threads, progress));
+  ARROW_ASSIGN_OR_RAISE(auto files, ReadFileFooters(std::move(found), metadata_threads, progress, cancel));
   IndexResult result;
   std::shared_ptr<parquet::FileMetaData> combined;
   std::string index = std::string(kIndexHeader) + "\n";

@@ -20,6 +20,7 @@
 
 #include <future>
 
+#include "pqloader/util/cancel.h"
 #include "pqloader/util/progress.h"
 
 #include <map>
@@ -116,10 +117,12 @@ struct IndexResult {
 /// `source` (local or s3://), replacing any there: each is written to a temporary name
 /// and moved into place. Every file must have the same Parquet schema (a summary has
 /// one); files are read with `metadata_threads` threads.
-/// `progress` (if given) counts the footers read.
+/// `progress` (if given) counts the footers read. Cancelled, writing nothing, once
+/// `cancel` is set while the footers are read.
 arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
                                              const StorageOptions& storage,
                                              int metadata_threads = 8,
-                                             Progress* progress = nullptr);
+                                             Progress* progress = nullptr,
+                                             const CancelFlag& cancel = nullptr);
 
 }  // namespace pqloader
