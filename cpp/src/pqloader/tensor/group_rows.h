@@ -93,21 +93,62 @@ __attribute__((target("avx2"))) inline void InterleaveGroup(const uint8_t* const
   }
 }
 
+// The 32-byte column pieces of TransposeBlock stored around the caches (non-temporal):
+// written once and read only after the window's gather, so a normal store's read of the
+// line first (and its eviction of the staging from the L3) is wasted. `dst` 32-byte
+// aligned.
+template <int W>
+__attribute__((target("avx2"))) inline void TransposeBlockStream(const uint8_t* const* src,
+                                                                uint8_t* const* dst) {
+  if constexpr (W == 4) {
+    __m256 v[8];
+    for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[j]));
+    Transpose8x32(v);
+    for (int j = 0; j < 8; ++j) _mm256_stream_ps(reinterpret_cast<float*>(dst[j]), v[j]);
+  } else {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
+    Transpose4x64(v);
+    for (int j = 0; j < 4; ++j) _mm256_stream_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
+  }
+}
+
+/// Positions ahead whose rows GatherGroupRows prefetches: its loads are at random rows
+/// of a staging larger than the L2, and the out-of-order window alone keeps too few of
+/// them in flight (docs/performance.md, eighteenth session).
+inline constexpr int64_t kGatherPrefetch = 128;
+
 // Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n).
+// The rows kGatherPrefetch positions ahead are prefetched; where every column is 32-byte
+// aligned the values are stored non-temporally (then fenced before returning).
 template <int W>
 __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows, const int32_t* index,
                                                      int64_t n, uint8_t* const* cols) {
   constexpr int64_t K = kGroupBytes / W;
   const uint8_t* src[K];
   uint8_t* dst[K];
+  bool aligned = true;
+  for (int64_t j = 0; j < K; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(cols[j]) % 32 == 0;
   int64_t i = 0;
   for (; i + K <= n; i += K) {
+    if (i + kGatherPrefetch + K <= n) {
+      for (int64_t j = 0; j < K; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(
+                         rows + static_cast<int64_t>(index[i + kGatherPrefetch + j]) * kGroupBytes),
+                     _MM_HINT_T0);
+      }
+    }
     for (int64_t j = 0; j < K; ++j) {
       src[j] = rows + static_cast<int64_t>(index[i + j]) * kGroupBytes;
       dst[j] = cols[j] + i * W;
     }
-    TransposeBlock<W>(src, dst);
+    if (aligned) {
+      TransposeBlockStream<W>(src, dst);
+    } else {
+      TransposeBlock<W>(src, dst);
+    }
   }
+  if (aligned) _mm_sfence();  // the streamed stores before any later store
   for (; i < n; ++i) {
     const uint8_t* row = rows + static_cast<int64_t>(index[i]) * kGroupBytes;
     for (int64_t j = 0; j < K; ++j) std::memcpy(cols[j] + i * W, row + j * W, W);

@@ -1,5 +1,7 @@
 #include "pqloader/tensor/window_gather.h"
 
+#include "pqloader/tensor/group_rows.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -292,6 +294,41 @@ TEST(WindowGather, ColumnsOfFourAndEightBytesGatheredInGroupsEqualTheRowsOneByOn
       g->CopyRows(c, 0, 100, reinterpret_cast<uint8_t*>(got.data()));
       EXPECT_EQ(got, want->columns[c].data->ToString()) << "column " << c;
     }
+  }
+}
+
+// The group gather prefetches kGatherPrefetch positions ahead and streams its stores
+// when every column is 32-byte aligned: both paths, both widths, past the prefetch
+// distance and with a tail of fewer than 32 / W positions, equal a scalar gather.
+template <int W>
+void CheckGroupGather(int64_t misalign) {
+  constexpr int64_t K = kGroupBytes / W;
+  const int64_t rows = 3000, n = kGatherPrefetch * 8 + 3;
+  std::vector<uint8_t> staging(rows * kGroupBytes);
+  std::mt19937 rng(W);
+  for (auto& b : staging) b = static_cast<uint8_t>(rng());
+  std::vector<int32_t> index(n);
+  for (auto& i : index) i = static_cast<int32_t>(rng() % rows);
+  std::vector<std::vector<uint8_t>> out(K, std::vector<uint8_t>(n * W + 64 + misalign));
+  std::vector<uint8_t*> cols(K);
+  for (int64_t j = 0; j < K; ++j) {
+    auto p = reinterpret_cast<uintptr_t>(out[j].data());
+    cols[j] = out[j].data() + ((64 - p % 64) % 64) + misalign;
+  }
+  GatherGroupRows<W>(staging.data(), index.data(), n, cols.data());
+  for (int64_t j = 0; j < K; ++j) {
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(cols[j] + i * W, staging.data() + index[i] * kGroupBytes + j * W, W), 0)
+          << "width " << W << ", column " << j << ", position " << i << ", misaligned by " << misalign;
+    }
+  }
+}
+
+TEST(WindowGather, GroupGatherStreamedOrNotEqualsAScalarGather) {
+  if (!HasAvx2()) GTEST_SKIP() << "the group gather is AVX2 only";
+  for (int64_t misalign : {0, 4, 8}) {
+    CheckGroupGather<4>(misalign);
+    CheckGroupGather<8>(misalign);
   }
 }
 
