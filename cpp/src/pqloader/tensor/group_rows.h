@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
 namespace pqloader {
@@ -119,19 +120,33 @@ __attribute__((target("avx2"))) inline void TransposeBlockStream(const uint8_t* 
 inline constexpr int64_t kGatherPrefetch = 128;
 
 // Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n).
-// The rows kGatherPrefetch positions ahead are prefetched; where every column is 32-byte
-// aligned the values are stored non-temporally (then fenced before returning).
+// The rows kGatherPrefetch positions ahead are prefetched (`index` may be read up to
+// position `indexed` - 1, `indexed` >= n: a caller gathering a window chunk by chunk
+// lets the prefetch run on into the next chunk). Where every column is misaligned from
+// 32 bytes by the same multiple of W bytes (a mixture's rows start anywhere in a batch),
+// the first positions are copied one by one up to the alignment and the rest stored
+// non-temporally (then fenced before returning).
 template <int W>
 __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows, const int32_t* index,
-                                                     int64_t n, uint8_t* const* cols) {
+                                                     int64_t n, uint8_t* const* cols,
+                                                     int64_t indexed = -1) {
   constexpr int64_t K = kGroupBytes / W;
+  if (indexed < n) indexed = n;
+  auto one = [&](int64_t i) {
+    const uint8_t* row = rows + static_cast<int64_t>(index[i]) * kGroupBytes;
+    for (int64_t j = 0; j < K; ++j) std::memcpy(cols[j] + i * W, row + j * W, W);
+  };
+  const auto misaligned = reinterpret_cast<uintptr_t>(cols[0]) % 32;
+  bool stream = misaligned % W == 0;
+  for (int64_t j = 1; j < K; ++j) stream = stream && reinterpret_cast<uintptr_t>(cols[j]) % 32 == misaligned;
+  int64_t i = 0;
+  if (stream) {
+    for (const int64_t head = std::min<int64_t>(n, ((32 - misaligned) % 32) / W); i < head; ++i) one(i);
+  }
   const uint8_t* src[K];
   uint8_t* dst[K];
-  bool aligned = true;
-  for (int64_t j = 0; j < K; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(cols[j]) % 32 == 0;
-  int64_t i = 0;
   for (; i + K <= n; i += K) {
-    if (i + kGatherPrefetch + K <= n) {
+    if (i + kGatherPrefetch + K <= indexed) {
       for (int64_t j = 0; j < K; ++j) {
         _mm_prefetch(reinterpret_cast<const char*>(
                          rows + static_cast<int64_t>(index[i + kGatherPrefetch + j]) * kGroupBytes),
@@ -142,17 +157,14 @@ __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows,
       src[j] = rows + static_cast<int64_t>(index[i + j]) * kGroupBytes;
       dst[j] = cols[j] + i * W;
     }
-    if (aligned) {
+    if (stream) {
       TransposeBlockStream<W>(src, dst);
     } else {
       TransposeBlock<W>(src, dst);
     }
   }
-  if (aligned) _mm_sfence();  // the streamed stores before any later store
-  for (; i < n; ++i) {
-    const uint8_t* row = rows + static_cast<int64_t>(index[i]) * kGroupBytes;
-    for (int64_t j = 0; j < K; ++j) std::memcpy(cols[j] + i * W, row + j * W, W);
-  }
+  if (stream) _mm_sfence();  // the streamed stores before any later store
+  for (; i < n; ++i) one(i);
 }
 
 }  // namespace pqloader

@@ -366,10 +366,13 @@ arrow::Status WindowGather::GatherGroup(const std::vector<size_t>& cols) {
   for (const Chunk& chunk : chunks_) {
     for (int64_t j = 0; j < k; ++j) dst[j] = chunk.block->mutable_data() + chunk.column_offset[cols[j]];
     const int32_t* at_index = index + chunk.first;
+    // The prefetch runs on into the next chunk's positions.
     if (width == 4) {
-      GatherGroupRows<4>(staging->data(), at_index, chunk.last - chunk.first, dst.data());
+      GatherGroupRows<4>(staging->data(), at_index, chunk.last - chunk.first, dst.data(),
+                         num_rows_ - chunk.first);
     } else {
-      GatherGroupRows<8>(staging->data(), at_index, chunk.last - chunk.first, dst.data());
+      GatherGroupRows<8>(staging->data(), at_index, chunk.last - chunk.first, dst.data(),
+                         num_rows_ - chunk.first);
     }
   }
   return arrow::Status::OK();

@@ -297,38 +297,45 @@ TEST(WindowGather, ColumnsOfFourAndEightBytesGatheredInGroupsEqualTheRowsOneByOn
   }
 }
 
-// The group gather prefetches kGatherPrefetch positions ahead and streams its stores
-// when every column is 32-byte aligned: both paths, both widths, past the prefetch
-// distance and with a tail of fewer than 32 / W positions, equal a scalar gather.
+// The group gather prefetches kGatherPrefetch positions ahead (on into positions past
+// its own when the caller has them) and streams its stores when every column is
+// misaligned from 32 bytes alike (copying the first positions one by one up to the
+// alignment): aligned, misaligned alike (a mixture's rows start anywhere in a batch) and
+// unlike, both widths, past the prefetch distance, with a tail of fewer than 32 / W
+// positions, and a piece of a few positions: each equals a scalar gather.
 template <int W>
-void CheckGroupGather(int64_t misalign) {
+void CheckGroupGather(const std::vector<int64_t>& misalign, int64_t n) {
   constexpr int64_t K = kGroupBytes / W;
-  const int64_t rows = 3000, n = kGatherPrefetch * 8 + 3;
+  const int64_t rows = 3000, indexed = n + 200;
   std::vector<uint8_t> staging(rows * kGroupBytes);
-  std::mt19937 rng(W);
+  std::mt19937 rng(W + n);
   for (auto& b : staging) b = static_cast<uint8_t>(rng());
-  std::vector<int32_t> index(n);
+  std::vector<int32_t> index(indexed);
   for (auto& i : index) i = static_cast<int32_t>(rng() % rows);
-  std::vector<std::vector<uint8_t>> out(K, std::vector<uint8_t>(n * W + 64 + misalign));
+  std::vector<std::vector<uint8_t>> out(K, std::vector<uint8_t>(n * W + 128));
   std::vector<uint8_t*> cols(K);
   for (int64_t j = 0; j < K; ++j) {
     auto p = reinterpret_cast<uintptr_t>(out[j].data());
-    cols[j] = out[j].data() + ((64 - p % 64) % 64) + misalign;
+    cols[j] = out[j].data() + ((64 - p % 64) % 64) + misalign[j % misalign.size()];
   }
-  GatherGroupRows<W>(staging.data(), index.data(), n, cols.data());
+  GatherGroupRows<W>(staging.data(), index.data(), n, cols.data(), indexed);
   for (int64_t j = 0; j < K; ++j) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(cols[j] + i * W, staging.data() + index[i] * kGroupBytes + j * W, W), 0)
-          << "width " << W << ", column " << j << ", position " << i << ", misaligned by " << misalign;
+          << "width " << W << ", column " << j << ", position " << i << " of " << n
+          << ", misaligned by " << misalign[j % misalign.size()];
     }
   }
 }
 
 TEST(WindowGather, GroupGatherStreamedOrNotEqualsAScalarGather) {
   if (!HasAvx2()) GTEST_SKIP() << "the group gather is AVX2 only";
-  for (int64_t misalign : {0, 4, 8}) {
-    CheckGroupGather<4>(misalign);
-    CheckGroupGather<8>(misalign);
+  const std::vector<std::vector<int64_t>> misaligns = {{0}, {4}, {8}, {24}, {0, 8}, {4, 12}};
+  for (int64_t n : {kGatherPrefetch * 8 + 3, int64_t{5}, int64_t{1}}) {
+    for (const auto& m : misaligns) {
+      CheckGroupGather<4>(m, n);
+      CheckGroupGather<8>(m, n);
+    }
   }
 }
 
