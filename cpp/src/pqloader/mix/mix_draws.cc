@@ -320,6 +320,7 @@ void InterleaveRows(const InterleavePlan& plan, std::vector<InterleaveColumn>& c
       std::fill(grouped.begin() + c, grouped.begin() + c + k, uint8_t{1});
       c += k;
     }
+    StreamFence();  // the groups' streamed stores, before the batch is handed on
   }
   for (size_t i = 0; i < columns.size(); ++i) {
     if (grouped[i] != 0) continue;

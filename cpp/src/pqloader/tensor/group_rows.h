@@ -114,6 +114,10 @@ __attribute__((target("avx2"))) inline void TransposeBlockStream(const uint8_t* 
   }
 }
 
+/// Orders GatherGroupRows' streamed (non-temporal) stores before every later store (the
+/// release that publishes the gathered columns to another thread).
+inline void StreamFence() { _mm_sfence(); }
+
 /// Positions ahead whose rows GatherGroupRows prefetches: its loads are at random rows
 /// of a staging larger than the L2, and the out-of-order window alone keeps too few of
 /// them in flight (docs/performance.md, eighteenth session).
@@ -125,7 +129,8 @@ inline constexpr int64_t kGatherPrefetch = 128;
 // lets the prefetch run on into the next chunk). Where every column is misaligned from
 // 32 bytes by the same multiple of W bytes (a mixture's rows start anywhere in a batch),
 // the first positions are copied one by one up to the alignment and the rest stored
-// non-temporally (then fenced before returning).
+// non-temporally: the caller fences them (StreamFence) once after all its calls, before
+// another thread may read them.
 template <int W>
 __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows, const int32_t* index,
                                                      int64_t n, uint8_t* const* cols,
@@ -163,7 +168,6 @@ __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows,
       TransposeBlock<W>(src, dst);
     }
   }
-  if (stream) _mm_sfence();  // the streamed stores before any later store
   for (; i < n; ++i) one(i);
 }
 

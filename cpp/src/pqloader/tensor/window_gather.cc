@@ -375,6 +375,7 @@ arrow::Status WindowGather::GatherGroup(const std::vector<size_t>& cols) {
                          num_rows_ - chunk.first);
     }
   }
+  StreamFence();  // before Run() counts the task done (and a batch may read it)
   return arrow::Status::OK();
 }
 

@@ -319,6 +319,7 @@ void CheckGroupGather(const std::vector<int64_t>& misalign, int64_t n) {
     cols[j] = out[j].data() + ((64 - p % 64) % 64) + misalign[j % misalign.size()];
   }
   GatherGroupRows<W>(staging.data(), index.data(), n, cols.data(), indexed);
+  StreamFence();
   for (int64_t j = 0; j < K; ++j) {
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(cols[j] + i * W, staging.data() + index[i] * kGroupBytes + j * W, W), 0)
