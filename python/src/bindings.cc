@@ -19,10 +19,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -82,8 +84,22 @@ nb::handle ErrorClass(const char* name) {
 }
 
 // The prefix of the status of a predicate that raised KeyboardInterrupt or SystemExit
-// (see ToPredicate); RaisePython raises those as themselves.
+// (see ToPredicate), then "#<id> ": RaisePython raises the very exception kept under that
+// id (its SystemExit code as sys.exit got it: any object).
 constexpr const char* kPredicateInterrupted = "the filter's predicate was interrupted: ";
+
+// Those exceptions, kept from the predicate's thread until the engine's Cancelled status
+// reaches RaisePython. Touched with the GIL held only; never destroyed (a static holding
+// Python objects would release them after the interpreter is gone). An entry whose
+// status never reaches Python (another thread's error came first) is a leaked reference.
+struct PendingExceptions {
+  std::map<uint64_t, PyObject*> kept;
+  uint64_t next = 0;
+};
+PendingExceptions& Pending() {
+  static auto* pending = new PendingExceptions();
+  return *pending;
+}
 
 void RaisePython(const StatusError& e) {
   static const nb::handle kNotFound = ErrorClass("DataNotFoundError");
@@ -95,22 +111,20 @@ void RaisePython(const StatusError& e) {
   static const nb::handle kBase = ErrorClass("Error");
   const arrow::Status& st = e.status();
   if (st.IsCancelled() && st.message().rfind(kPredicateInterrupted, 0) == 0) {
+    // "#<id> <type>: <message>" (ToPredicate).
     const std::string rest = st.message().substr(std::strlen(kPredicateInterrupted));
-    if (rest.rfind("SystemExit:", 0) == 0) {
-      // "SystemExit: <kind><code>" (ToPredicate): the exit code as sys.exit got it.
-      const std::string code = rest.size() > 12 ? rest.substr(13) : "";
-      const char kind = rest.size() > 12 ? rest[12] : 'n';
-      if (kind == 'i') {
-        nb::object value = nb::steal(PyLong_FromString(code.c_str(), nullptr, 10));
-        if (!value.is_valid()) throw nb::python_error();
-        PyErr_SetObject(PyExc_SystemExit, value.ptr());
-      } else if (kind == 's') {
-        PyErr_SetObject(PyExc_SystemExit, nb::str(code.c_str(), code.size()).ptr());
-      } else {
-        PyErr_SetNone(PyExc_SystemExit);
-      }
-    } else {
-      PyErr_SetString(PyExc_KeyboardInterrupt, rest.c_str());
+    const uint64_t id = rest.size() > 1 && rest[0] == '#' ? std::strtoull(rest.c_str() + 1, nullptr, 10) : 0;
+    auto& kept = Pending().kept;
+    auto it = kept.find(id);
+    if (it != kept.end()) {
+      PyObject* exc = it->second;
+      kept.erase(it);
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+      Py_DECREF(exc);
+    } else {  // raised already (the same status twice): its type, without its code
+      PyErr_SetString(rest.find(" SystemExit:") != std::string::npos ? PyExc_SystemExit
+                                                                     : PyExc_KeyboardInterrupt,
+                      rest.c_str());
     }
     return;
   }
@@ -234,22 +248,27 @@ BatchPredicate ToPredicate(nb::handle callable) {
       if (rs == nullptr || ra == nullptr) throw nb::python_error();
       return arrow::ImportArray(ra, rs);
     } catch (nb::python_error& e) {
-      // Type and message, not the traceback (which shows the engine's frames).
-      std::string type = nb::cast<std::string>(e.type().attr("__name__"));
-      std::string message = nb::cast<std::string>(nb::str(e.value()));
+      // Type and message, not the traceback (which shows the engine's frames); a message
+      // that cannot be made (str() raising, text that is not UTF-8) is left out.
+      std::string type = "exception", message;
+      try {
+        type = nb::cast<std::string>(e.type().attr("__name__"));
+        message = nb::cast<std::string>(nb::str(e.value()));
+      } catch (...) {
+        PyErr_Clear();
+      }
       if (PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_KeyboardInterrupt) ||
           PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_SystemExit)) {
         // KeyboardInterrupt (Ctrl-C while the predicate ran), SystemExit: raised as
         // themselves once the mask pass returns (RaisePython), not as a pqloader.Error
-        // that `except Exception` would swallow. SystemExit keeps its code: "i" and the
-        // integer, "s" and the text, "n" for None.
-        if (PyErr_GivenExceptionMatches(e.type().ptr(), PyExc_SystemExit)) {
-          nb::object code = e.value().attr("code");
-          const char* kind = code.is_none() ? "n" : PyLong_CheckExact(code.ptr()) ? "i" : "s";
-          const std::string text = code.is_none() ? "" : nb::cast<std::string>(nb::str(code));
-          return arrow::Status::Cancelled(kPredicateInterrupted, "SystemExit: ", kind, text);
-        }
-        return arrow::Status::Cancelled(kPredicateInterrupted, type, ": ", message);
+        // that `except Exception` would swallow; the exception object itself is kept
+        // (a SystemExit's code may be any object).
+        PendingExceptions& pending = Pending();
+        const uint64_t id = ++pending.next;
+        PyObject* exc = e.value().ptr();
+        Py_INCREF(exc);
+        pending.kept[id] = exc;
+        return arrow::Status::Cancelled(kPredicateInterrupted, "#", id, " ", type, ": ", message);
       }
       return arrow::Status::ExecutionError("the filter's predicate raised ", type, ": ", message);
     } catch (const std::exception& e) {

@@ -4,6 +4,7 @@ pushed down to partition keys, row-group statistics and row masks; held to pyarr
 
 from __future__ import annotations
 
+import enum
 import sys
 
 import numpy as np
@@ -179,10 +180,23 @@ def test_predicates_return_booleans_and_ctrl_c_stays_a_keyboard_interrupt(data):
             sys.exit(code) if code is not None else sys.exit()
         return predicate
 
-    for code in (3, 0, "bye", None, -2**70):  # the code as sys.exit got it
+    class Code(enum.IntEnum):
+        FOUR = 4
+
+    # The code as sys.exit got it, the very object (False exits with status 0, an IntEnum
+    # with its value, a text or a float prints and exits with 1): any object, also one
+    # whose str() fails (an int of 5,000 digits) or that is not UTF-8.
+    for code in (3, 0, False, True, Code.FOUR, "bye", None, -2**70, 1.5, 10**5000, "\udc80"):
         with pytest.raises(SystemExit) as e:
             pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], exits(code)))
-        assert e.value.code == code and type(e.value.code) is type(code)
+        assert e.value.code is code
+
+    def interrupted_with_args(batch):
+        raise KeyboardInterrupt("stop", 5)
+
+    with pytest.raises(KeyboardInterrupt) as k:
+        pqloader.Loader(str(data), filter=pqloader.Predicate(["x"], interrupted_with_args))
+    assert k.value.args == ("stop", 5)
 
 
 def test_a_literal_pyarrow_cannot_hold_is_a_value_error():
