@@ -24,7 +24,10 @@ class Predicate:
             list of bools; any other type is an error); null counts as False. Called
             from the engine's threads, once per row group that statistics do not
             decide, with the GIL held: calls run one at a time unless ``fn`` releases
-            the GIL (NumPy, pyarrow compute), so it must be thread-safe.
+            the GIL (NumPy, pyarrow compute), so it must be thread-safe. An exception
+            it raises becomes a :class:`pqloader.Error` naming the row group, but
+            ``KeyboardInterrupt`` and ``SystemExit`` (``sys.exit``) come out of the
+            Loader's construction as themselves, the same objects.
 
     Cost: one Python call per row group, on vectorised batches (not per row); with an
     expression as well, the expression prunes first. Its selection is not kept in
