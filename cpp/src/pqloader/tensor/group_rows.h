@@ -8,8 +8,8 @@
 
 #include <immintrin.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace pqloader {
@@ -56,20 +56,35 @@ __attribute__((target("avx2"))) inline void Transpose4x64(__m256i r[4]) {
 }
 
 // A block of K x K values of W bytes (K = kGroupBytes / W) transposed: row j read at
-// src[j], column j written at dst[j] (kGroupBytes each).
-template <int W>
+// src[j], column j written at dst[j] (kGroupBytes each). With kStream, stored around the
+// caches (non-temporal; `dst` 32-byte aligned): for output written once and read only
+// after the gather, where a normal store's read of the line first (and its eviction of
+// the staging from the L3) is wasted.
+template <int W, bool kStream = false>
 __attribute__((target("avx2"))) inline void TransposeBlock(const uint8_t* const* src,
                                                           uint8_t* const* dst) {
   if constexpr (W == 4) {
     __m256 v[8];
     for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[j]));
     Transpose8x32(v);
-    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst[j]), v[j]);
+    for (int j = 0; j < 8; ++j) {
+      if constexpr (kStream) {
+        _mm256_stream_ps(reinterpret_cast<float*>(dst[j]), v[j]);
+      } else {
+        _mm256_storeu_ps(reinterpret_cast<float*>(dst[j]), v[j]);
+      }
+    }
   } else {
     __m256i v[4];
     for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
     Transpose4x64(v);
-    for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kStream) {
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
+      }
+    }
   }
 }
 
@@ -91,26 +106,6 @@ __attribute__((target("avx2"))) inline void InterleaveGroup(const uint8_t* const
   }
   for (; r < n; ++r) {
     for (int64_t j = 0; j < K; ++j) std::memcpy(out + r * kGroupBytes + j * W, cols[j] + r * W, W);
-  }
-}
-
-// The 32-byte column pieces of TransposeBlock stored around the caches (non-temporal):
-// written once and read only after the window's gather, so a normal store's read of the
-// line first (and its eviction of the staging from the L3) is wasted. `dst` 32-byte
-// aligned.
-template <int W>
-__attribute__((target("avx2"))) inline void TransposeBlockStream(const uint8_t* const* src,
-                                                                uint8_t* const* dst) {
-  if constexpr (W == 4) {
-    __m256 v[8];
-    for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[j]));
-    Transpose8x32(v);
-    for (int j = 0; j < 8; ++j) _mm256_stream_ps(reinterpret_cast<float*>(dst[j]), v[j]);
-  } else {
-    __m256i v[4];
-    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
-    Transpose4x64(v);
-    for (int j = 0; j < 4; ++j) _mm256_stream_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
   }
 }
 
@@ -163,7 +158,7 @@ __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows,
       dst[j] = cols[j] + i * W;
     }
     if (stream) {
-      TransposeBlockStream<W>(src, dst);
+      TransposeBlock<W, true>(src, dst);
     } else {
       TransposeBlock<W>(src, dst);
     }
