@@ -2,7 +2,9 @@
 // 1,024 ranks, shuffled. EpochPlan::Make is what every rank does per epoch;
 // EpochSplitUses::Make is what cache_policy="plan" adds (every rank's reads of the
 // epoch, for the eviction order). The counter "plan_bytes" is the memory the rank's
-// plan holds (its vectors' capacities).
+// plan holds (its vectors' capacities). BM_MixtureDraws: a mixture's 53-bit draws
+// (random/philox.h, Philox53Bits) of 2^20 positions, per instruction set this CPU has
+// (arg: 0 scalar, 1 AVX2, 2 AVX-512).
 //
 //   build/py/cpp/src/pqloader/plan_benchmark
 #include <benchmark/benchmark.h>
@@ -11,6 +13,7 @@
 
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/plan/split_uses.h"
+#include "pqloader/random/philox.h"
 
 namespace pqloader {
 namespace {
@@ -49,6 +52,25 @@ void BM_SplitUsesAllRanks(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SplitUsesAllRanks)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_MixtureDraws(benchmark::State& state) {
+  const auto isa = static_cast<PhiloxIsa>(state.range(0));
+  if (!PhiloxIsaSupported(isa)) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
+  constexpr int64_t kPositions = int64_t{1} << 20;
+  std::vector<uint64_t> out(kPositions);
+  const uint32_t key[2] = {1, 0};
+  uint64_t start = 0;
+  for (auto _ : state) {
+    Philox53Bits(start, kPositions, 4, 0, key, out.data(), isa);
+    benchmark::DoNotOptimize(out.data());
+    start += kPositions;
+  }
+  state.SetItemsProcessed(state.iterations() * kPositions);
+}
+BENCHMARK(BM_MixtureDraws)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace pqloader

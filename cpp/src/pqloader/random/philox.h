@@ -39,8 +39,9 @@ void Philox4x32_10Lanes(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, 
 /// For each p in [start, start + n): Philox4x32-10 of the counter (p's low word, p's
 /// high word, c2, c3) under `key`, and out[p - start] = (word 0 << 32 | word 1) >> 11,
 /// the draw's top 53 bits (a mixture's draws, mix/mix_draws.h). The same values as
-/// Philox4x32_10 per counter, the counters made and the rounds run in AVX2 registers
-/// where the CPU has them (only the 53 bits stored: no arrays of words in and out).
+/// Philox4x32_10 per counter, the counters made and the rounds run in AVX-512 or AVX2
+/// registers by the widest the CPU has (only the 53 bits stored: no arrays of words in
+/// and out).
 void Philox53Bits(uint64_t start, int64_t n, uint32_t c2, uint32_t c3, const uint32_t key[2],
                   uint64_t* out, PhiloxIsa isa = PhiloxIsa::kBest);
 

@@ -154,16 +154,19 @@ TEST(Philox, LanesEqualTheOneCounterFunction) {
 }
 
 // The 53-bit draws are Philox4x32_10 of (position's low word, its high word, c2, c3),
-// words 0 and 1 joined, for any count, starts whose high word changes inside a group of
-// 8 lanes or between groups, and keys with carries in the bumps.
+// words 0 and 1 joined, by every kernel this CPU runs, for any count (the AVX-512
+// kernel's 32 a step and what is left), starts whose high word changes inside a step
+// (of 16 or 32 counters) or between steps, and keys with carries in the bumps.
 TEST(Philox, FiftyThreeBitDrawsEqualTheOneCounterFunction) {
   for (const uint64_t start : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 13,
-                               (uint64_t{1} << 32) - 8, (uint64_t{7} << 40) + 3}) {
-    for (int64_t n : {1, 7, 8, 9, 33, 1000}) {
+                               (uint64_t{1} << 32) - 8, (uint64_t{1} << 32) - 32,
+                               (uint64_t{7} << 40) + 3}) {
+    for (int64_t n : {1, 7, 8, 9, 31, 32, 33, 63, 65, 1000}) {
       for (const uint32_t key0 : {0u, 0xFFFFFFFFu, 0x12345678u}) {
         const uint32_t key[2] = {key0, ~key0};
-        for (PhiloxIsa isa : {PhiloxIsa::kScalar, PhiloxIsa::kAvx2, PhiloxIsa::kBest}) {
-          if (!PhiloxIsaSupported(isa)) continue;
+        for (PhiloxIsa isa : {PhiloxIsa::kScalar, PhiloxIsa::kAvx2, PhiloxIsa::kAvx512,
+                              PhiloxIsa::kBest}) {
+          if (!PhiloxIsaSupported(isa)) continue;  // (this CPU lacks it)
           std::vector<uint64_t> got(n);
           Philox53Bits(start, n, 4, 0xABCDEF01u, key, got.data(), isa);
           for (int64_t i = 0; i < n; ++i) {
