@@ -2,6 +2,7 @@
 
     make bench-quick                 # = .venv/bin/python bench/quick.py
     .venv/bin/python bench/quick.py --only tabular,cache --repeats 3
+    make bench-quick BENCH_QUICK_ARGS=--write-doc   # also docs/benchmarks_quick.md
 
 Use it before and after every change on the hot path: each row is a ratio to a ceiling
 measured side by side on the same files and cores, so the ratios (not the absolute
@@ -36,9 +37,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import io
 import json
 import os
+import platform
 import shutil
 import statistics
 import sys
@@ -55,6 +58,7 @@ from pqloader import transforms as T
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data" / "quick"
+DOC = ROOT / "docs" / "benchmarks_quick.md"
 CORES = os.cpu_count() or 1
 
 SPEC = {
@@ -299,10 +303,11 @@ class Table:
               flush=True)
 
     def markdown(self) -> str:
-        out = ["| row | rate | ratio | goal | ceiling |", "|---|---:|---:|---:|---|"]
+        out = ["| row | rate | ratio | goal | met | ceiling |", "|---|---:|---:|---:|---|---|"]
         for what, rate, unit, ratio, goal, ceiling in self.rows:
             g = "" if goal != goal else f"≥ {goal:.2f}"
-            out.append(f"| {what} | {rate:,.0f} {unit} | {ratio:.2f}× | {g} | {ceiling} |")
+            met = "" if goal != goal else ("yes" if ratio >= goal else "**no**")
+            out.append(f"| {what} | {rate:,.0f} {unit} | {ratio:.2f}× | {g} | {met} | {ceiling} |")
         return "\n".join(out)
 
 
@@ -450,6 +455,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workers", type=int, default=CORES)
     ap.add_argument("--markdown", help="also write the table as Markdown to this file")
+    ap.add_argument("--write-doc", action="store_true",
+                    help=f"also write the table, with how it was measured, to {DOC.relative_to(ROOT)}")
     a = ap.parse_args()
     tmp = DATA / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -471,6 +478,34 @@ def main() -> None:
     print(f"bench-quick: {time.perf_counter() - t0:.0f} s", flush=True)
     if a.markdown:
         Path(a.markdown).write_text(table.markdown() + "\n")
+    if a.write_doc:
+        write_doc(table, a)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def write_doc(table: Table, a: argparse.Namespace) -> None:
+    """The table of this run, with its command and machine (paths relative to the repo)."""
+    args = " ".join(arg for arg in sys.argv[1:])
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    DOC.write_text(
+        "# The quick benchmark: pqloader against its ceilings\n\n"
+        f"`.venv/bin/python bench/quick.py {args}` ({when}, {CORES} cores of an {cpu_model()}, "
+        f"Python {platform.python_version()}, num_workers={a.workers}). Every ratio is measured "
+        "in this one run against a ceiling timed side by side on the same files and cores; the "
+        "goals are issue 11's (tabular, cache, tokens PadOrTruncate, images) and issue 16's (the language-model layouts). Rows, ceilings and method: `bench/quick.py`'s "
+        "docstring and `docs/performance.md` (\"The quick benchmark\"). On a shared VM a ratio "
+        "moves by ±0.05-0.1 from run to run; the README gives the spread over many runs.\n\n"
+        + table.markdown() + "\n")
+    print(f"bench-quick: wrote {DOC.relative_to(ROOT)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,11 @@ def main():
       "`% ceiling` = samples/s ÷ the measured ceiling for that workload (see *Ceilings*). "
       "Epoch 2 is compared with the *cached* ceiling (memory bandwidth ÷ decoded bytes per sample).")
     P("")
+    P("**Goal ratios.** The ratios the issues set as goals (shuffled against unshuffled and against a "
+      "2-thread row-group decode, cache hits against a copy, tokens, images), each against a ceiling timed "
+      "in the same run, are in `docs/benchmarks_quick.md` (`make bench-quick BENCH_QUICK_ARGS=--write-doc`); "
+      "filters and mixtures in `docs/benchmarks_filter_mix.md`.")
+    P("")
 
     bg = sorted(r["foreign_cpu_frac"] for r in rows if r.get("foreign_cpu_frac") is not None)
     if bg and bg[len(bg) // 2] > 0.10:
