@@ -59,6 +59,8 @@ from pqloader import transforms as T
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data" / "quick"
 DOC = ROOT / "docs" / "benchmarks_quick.md"
+ONLY = "tabular,cache,tokens,images"  # the parts, by default all
+REPEATS = 2
 CORES = os.cpu_count() or 1
 
 SPEC = {
@@ -289,6 +291,15 @@ def paired(rounds: int, ceiling, contenders: dict) -> dict:
     return out
 
 
+def shown(ratio: float, goal: float | None) -> str:
+    """The ratio to 2 decimals, or 3 where 2 would round it across its goal (0.896 is not
+    0.90 when the goal is 0.90)."""
+    two = f"{ratio:.2f}"
+    if goal is not None and goal == goal and (float(two) >= goal) != (ratio >= goal):
+        return f"{ratio:.3f}"
+    return two
+
+
 class Table:
     def __init__(self) -> None:
         self.rows: list[tuple[str, float, str, float, float, str]] = []
@@ -299,7 +310,7 @@ class Table:
         self.rows.append((what, rate, unit, ratio, goal if goal is not None else float("nan"),
                           ceiling_name))
         ok = "" if goal is None else ("  ok" if ratio >= goal else "  BELOW GOAL")
-        print(f"  {what:<38} {rate:>12,.0f} {unit:<7} {ratio:6.2f}x {ceiling_name}{ok}",
+        print(f"  {what:<38} {rate:>12,.0f} {unit:<7} {shown(ratio, goal):>6}x {ceiling_name}{ok}",
               flush=True)
 
     def markdown(self) -> str:
@@ -307,7 +318,7 @@ class Table:
         for what, rate, unit, ratio, goal, ceiling in self.rows:
             g = "" if goal != goal else f"≥ {goal:.2f}"
             met = "" if goal != goal else ("yes" if ratio >= goal else "**no**")
-            out.append(f"| {what} | {rate:,.0f} {unit} | {ratio:.2f}× | {g} | {met} | {ceiling} |")
+            out.append(f"| {what} | {rate:,.0f} {unit} | {shown(ratio, goal)}× | {g} | {met} | {ceiling} |")
         return "\n".join(out)
 
 
@@ -451,8 +462,8 @@ def run_images(table: Table, repeats: int, workers: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="tabular,cache,tokens,images")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--only", default=ONLY)
+    ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--workers", type=int, default=CORES)
     ap.add_argument("--markdown", help="also write the table as Markdown to this file")
     ap.add_argument("--write-doc", action="store_true",
@@ -493,17 +504,24 @@ def cpu_model() -> str:
 
 
 def write_doc(table: Table, a: argparse.Namespace) -> None:
-    """The table of this run, with its command and machine (paths relative to the repo)."""
-    args = " ".join(arg for arg in sys.argv[1:])
+    """The table of this run, with its command and machine (no paths of this machine: the
+    command is rebuilt from the options that change what is measured)."""
+    args = [f"--only {a.only}"] if a.only != ONLY else []
+    args += [f"--repeats {a.repeats}"] if a.repeats != REPEATS else []
+    args += [f"--workers {a.workers}"] if a.workers != CORES else []
+    command = " ".join(["bench/quick.py", *args, "--write-doc"])
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     DOC.write_text(
         "# The quick benchmark: pqloader against its ceilings\n\n"
-        f"`.venv/bin/python bench/quick.py {args}` ({when}, {CORES} cores of an {cpu_model()}, "
+        f"`.venv/bin/python {command}` ({when}, {CORES} cores, {cpu_model()}, "
         f"Python {platform.python_version()}, num_workers={a.workers}). Every ratio is measured "
-        "in this one run against a ceiling timed side by side on the same files and cores; the "
-        "goals are issue 11's (tabular, cache, tokens PadOrTruncate, images) and issue 16's (the language-model layouts). Rows, ceilings and method: `bench/quick.py`'s "
-        "docstring and `docs/performance.md` (\"The quick benchmark\"). On a shared VM a ratio "
-        "moves by ±0.05-0.1 from run to run; the README gives the spread over many runs.\n\n"
+        "in this one run against a ceiling timed side by side on the same files and cores; a "
+        "paired row's ratio is the median of its per-round ratios (not its rate over the "
+        "ceiling's median rate). Goals, where a row has one: issue 11's (tabular, cache, tokens "
+        "PadOrTruncate, images) and issue 16's (the language-model layouts). Rows, ceilings and "
+        "method: `bench/quick.py`'s docstring and `docs/performance.md` (\"The quick "
+        "benchmark\"). On a shared VM a ratio moves by ±0.05-0.1 from run to run; the README "
+        "gives the spread over many runs.\n\n"
         + table.markdown() + "\n")
     print(f"bench-quick: wrote {DOC.relative_to(ROOT)}", flush=True)
 

@@ -231,7 +231,9 @@ namespace {
 // of the buffer pool; 32 MiB blocks whose sizes vary with the row groups a shuffle
 // window holds kept coming fresh from the OS in steady shuffled epochs (page faults and
 // zeroing, a VM's dearest memory), where 8 MiB ones are recycled (docs/performance.md,
-// nineteenth session). Also 6 requests in flight for a 44 MB row group on S3 instead of 2.
+// nineteenth session). Also more requests in flight on S3 (a 44 MB row group of ~0.4 MB
+// chunks: 6 instead of 2). A chunk larger than the limit is still one request (ranges
+// are only ever merged, never split).
 constexpr int64_t kReadRangeBytes = int64_t{8} << 20;
 
 arrow::io::CacheOptions ReadRanges() {

@@ -4,7 +4,8 @@
 // epoch, for the eviction order). The counter "plan_bytes" is the memory the rank's
 // plan holds (its vectors' capacities). BM_MixtureDraws: a mixture's 53-bit draws
 // (random/philox.h, Philox53Bits) of 2^20 positions, per instruction set this CPU has
-// (arg: 0 scalar, 1 AVX2, 2 AVX-512).
+// (arg: 0 scalar, 1 AVX2, 2 AVX-512). BM_WindowPermutation: one shuffle window's row
+// permutation (4 row groups of 64k rows), as each shuffled window's gather first makes it.
 //
 //   build/py/cpp/src/pqloader/plan_benchmark
 #include <benchmark/benchmark.h>
@@ -52,6 +53,23 @@ void BM_SplitUsesAllRanks(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SplitUsesAllRanks)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+void BM_WindowPermutation(benchmark::State& state) {
+  const std::vector<int64_t> rows(16, int64_t{1} << 16);
+  PlanOptions o;
+  o.batch_size = 1024;
+  o.shuffle = true;
+  o.seed = 1;
+  const EpochPlan plan = EpochPlan::Make(rows, o, 0);
+  std::vector<uint32_t> out(int64_t{4} << 16);
+  int64_t w = 0;
+  for (auto _ : state) {
+    plan.WindowPermutation(w++ % 4, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(out.size()));
+}
+BENCHMARK(BM_WindowPermutation)->Unit(benchmark::kMillisecond);
 
 void BM_MixtureDraws(benchmark::State& state) {
   const auto isa = static_cast<PhiloxIsa>(state.range(0));
