@@ -38,15 +38,30 @@ void PhiloxScalar(uint32_t* w0, uint32_t* w1, uint32_t* w2, uint32_t* w3, int64_
 }
 
 PQLOADER_AVX512_BEGIN
-// 16 counters per AVX-512 register, all 10 rounds in registers. A round multiplies
+// One Philox round on 16 lanes (words a, b, c, d; round keys k0, k1). It multiplies
 // words 0 and 2 by its constants (32 x 32 -> 64 bits: vpmuludq on the even lanes, and on
 // the odd ones shifted down) and xors the high halves with words 1 and 3 and the key.
-__attribute__((target("avx512f"))) void PhiloxAvx512(uint32_t* w0, uint32_t* w1, uint32_t* w2,
-                                                     uint32_t* w3, int64_t n,
-                                                     const uint32_t key[2]) {
+__attribute__((target("avx512f"))) inline void PhiloxRoundAvx512(__m512i& a, __m512i& b, __m512i& c,
+                                                                __m512i& d, __m512i k0, __m512i k1) {
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kM0));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kM1));
   constexpr __mmask16 kOdd = 0xAAAA;
+  const __m512i ae = _mm512_mul_epu32(a, m0), ao = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m0);
+  const __m512i ce = _mm512_mul_epu32(c, m1), co = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m1);
+  const __m512i lo0 = _mm512_mask_blend_epi32(kOdd, ae, _mm512_slli_epi64(ao, 32));
+  const __m512i hi0 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ae, 32), ao);
+  const __m512i lo1 = _mm512_mask_blend_epi32(kOdd, ce, _mm512_slli_epi64(co, 32));
+  const __m512i hi1 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ce, 32), co);
+  a = _mm512_ternarylogic_epi32(hi1, b, k0, 0x96);
+  b = lo1;
+  c = _mm512_ternarylogic_epi32(hi0, d, k1, 0x96);
+  d = lo0;
+}
+
+// 16 counters per AVX-512 register, all 10 rounds in registers.
+__attribute__((target("avx512f"))) void PhiloxAvx512(uint32_t* w0, uint32_t* w1, uint32_t* w2,
+                                                     uint32_t* w3, int64_t n,
+                                                     const uint32_t key[2]) {
   for (int64_t at = 0; at < n; at += 16) {
     const __mmask16 live = n - at >= 16 ? __mmask16{0xFFFF}
                                         : static_cast<__mmask16>((1u << (n - at)) - 1);
@@ -56,16 +71,8 @@ __attribute__((target("avx512f"))) void PhiloxAvx512(uint32_t* w0, uint32_t* w1,
     __m512i d = _mm512_maskz_loadu_epi32(live, w3 + at);
     uint32_t k0 = key[0], k1 = key[1];
     for (int round = 0; round < 10; ++round) {
-      const __m512i ae = _mm512_mul_epu32(a, m0), ao = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m0);
-      const __m512i ce = _mm512_mul_epu32(c, m1), co = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m1);
-      const __m512i lo0 = _mm512_mask_blend_epi32(kOdd, ae, _mm512_slli_epi64(ao, 32));
-      const __m512i hi0 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ae, 32), ao);
-      const __m512i lo1 = _mm512_mask_blend_epi32(kOdd, ce, _mm512_slli_epi64(co, 32));
-      const __m512i hi1 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ce, 32), co);
-      a = _mm512_ternarylogic_epi32(hi1, b, _mm512_set1_epi32(static_cast<int>(k0)), 0x96);
-      b = lo1;
-      c = _mm512_ternarylogic_epi32(hi0, d, _mm512_set1_epi32(static_cast<int>(k1)), 0x96);
-      d = lo0;
+      PhiloxRoundAvx512(a, b, c, d, _mm512_set1_epi32(static_cast<int>(k0)),
+                        _mm512_set1_epi32(static_cast<int>(k1)));
       k0 += kBump0;
       k1 += kBump1;
     }
@@ -172,24 +179,6 @@ __attribute__((target("avx2"))) void Philox53Avx2(uint64_t start, int64_t n, uin
 }
 
 PQLOADER_AVX512_BEGIN
-// One Philox round on 16 lanes (as PhiloxAvx512's).
-__attribute__((target("avx512f"))) inline void PhiloxRoundAvx512(__m512i& a, __m512i& b, __m512i& c,
-                                                                __m512i& d, __m512i k0, __m512i k1) {
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kM0));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(kM1));
-  constexpr __mmask16 kOdd = 0xAAAA;
-  const __m512i ae = _mm512_mul_epu32(a, m0), ao = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m0);
-  const __m512i ce = _mm512_mul_epu32(c, m1), co = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m1);
-  const __m512i lo0 = _mm512_mask_blend_epi32(kOdd, ae, _mm512_slli_epi64(ao, 32));
-  const __m512i hi0 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ae, 32), ao);
-  const __m512i lo1 = _mm512_mask_blend_epi32(kOdd, ce, _mm512_slli_epi64(co, 32));
-  const __m512i hi1 = _mm512_mask_blend_epi32(kOdd, _mm512_srli_epi64(ce, 32), co);
-  a = _mm512_ternarylogic_epi32(hi1, b, k0, 0x96);
-  b = lo1;
-  c = _mm512_ternarylogic_epi32(hi0, d, k1, 0x96);
-  d = lo0;
-}
-
 // (word 0 << 32 | word 1) >> 11 of 16 lanes, stored in lane order.
 __attribute__((target("avx512f"))) inline void Store53Avx512(__m512i a, __m512i b, uint64_t* out) {
   // Joined per lane within each 128-bit quarter: lanes 0, 1, 4, 5, ... (even) and 2, 3,
