@@ -8,7 +8,8 @@ one direction (over all connections) share one link of ``--rate-mbps`` MB/s (10^
 bytes), served first come, first served. Without ``--rtt-ms``/``--rate-mbps`` it just
 forwards (the tests use it so to take an endpoint down and bring it back). It writes
 its port to ``--ready-file`` once listening, and runs until killed. With ``--count-file``
-it keeps the bytes forwarded each way there (JSON ``{"to_server": n, "to_client": n}``,
+it keeps the bytes forwarded each way there (JSON ``{"to_server": n, "to_client": n,
+"requests": n, "lists": n}``: also the HTTP requests, and the S3 listings among them;
 rewritten every 0.1 s while they change): what a server served, measured outside the
 clients. Standard library only; refuses targets off loopback.
 """
@@ -34,6 +35,7 @@ class Link:
         self.free_at = 0.0  # when the line has sent everything queued so far
         self.bytes = 0  # forwarded so far
         self.requests = 0  # HTTP requests forwarded (to the server: one Host header each)
+        self.lists = 0  # of them, S3 ListObjectsV2 requests (a list-type=2 query each)
         self._tail = b""
 
     async def send(self, arrived: float, data: bytes, writer: asyncio.StreamWriter) -> None:
@@ -49,9 +51,10 @@ class Link:
         self.bytes += len(data)
         # Requests: each has one Host header. The tail of the last chunk is kept so that
         # a header split across chunks counts once.
-        window = (self._tail + data).lower()
-        self.requests += window.count(b"\r\nhost:") - self._tail.lower().count(b"\r\nhost:")
-        self._tail = data[-8:]
+        window, tail = (self._tail + data).lower(), self._tail.lower()
+        self.requests += window.count(b"\r\nhost:") - tail.count(b"\r\nhost:")
+        self.lists += window.count(b"list-type=2") - tail.count(b"list-type=2")
+        self._tail = data[-16:]
         await writer.drain()
 
 
@@ -127,15 +130,16 @@ async def main() -> None:
 
 
 async def count(path: str, up: Link, down: Link) -> None:
-    """Rewrite `path` with the bytes forwarded each way and the requests forwarded to the
-    server whenever they change."""
+    """Rewrite `path` with the bytes forwarded each way, the requests forwarded to the
+    server and how many of them were S3 listings, whenever they change."""
     last = None
     while True:
-        now = (up.bytes, down.bytes, up.requests)
+        now = (up.bytes, down.bytes, up.requests, up.lists)
         if now != last:
             tmp = f"{path}.tmp"
             with open(tmp, "w") as f:
-                json.dump({"to_server": now[0], "to_client": now[1], "requests": now[2]}, f)
+                json.dump({"to_server": now[0], "to_client": now[1], "requests": now[2],
+                           "lists": now[3]}, f)
             os.replace(tmp, path)
             last = now
         await asyncio.sleep(0.1)

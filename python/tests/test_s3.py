@@ -127,9 +127,10 @@ class Proxy:
     """bench/throttle_proxy.py forwarding `port` (or a free one) to `target`."""
 
     def __init__(self, target: int, port: int = 0, tmp: Path | None = None,
-                 count_file: Path | None = None) -> None:
+                 count_file: Path | None = None, rtt_ms: float = 0.0) -> None:
         ready = Path(tmp or "/tmp") / f"proxy-{os.getpid()}-{time.monotonic_ns()}.port"
         extra = ["--count-file", str(count_file)] if count_file else []
+        extra += ["--rtt-ms", str(rtt_ms)] if rtt_ms else []
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "bench" / "throttle_proxy.py"),
              "--listen", f"{HOST}:{port}", "--target", f"{HOST}:{target}",

@@ -186,3 +186,66 @@ def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path):
         assert total == n and done < n, line  # stopped before the last footer
         assert f"{name} summary False" in lines
     assert f"files {n}" in lines and f"indexed {n}" in lines
+
+
+# Listing a directory on S3 takes one request per 1,000 keys: 100 for 10^5 files, each a
+# round trip (tens of seconds on a slow link), and Ctrl-C used to wait for every page.
+# 1,200 objects (two pages) behind a proxy adding 1.5 s of round trip; SIGINT is sent
+# once the listing's first page request reached the server (the proxy counts S3
+# listings: Arrow's directory check before it is one). Loader() must raise
+# KeyboardInterrupt without asking for the second page.
+CHILD_LISTING = r"""
+import json, os, signal, sys, threading, time
+import pqloader
+source, options, count_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+def lists():
+    try:
+        with open(count_file) as f:
+            return json.load(f)["lists"]
+    except (OSError, ValueError, KeyError):
+        return 0
+def fire():
+    while lists() < 2:
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=fire, daemon=True).start()
+try:
+    pqloader.Loader(source, storage_options=options, batch_size=10)
+    print("built", flush=True)
+except KeyboardInterrupt:
+    time.sleep(0.4)  # the proxy rewrites its counts every 0.1 s
+    print("interrupted at list", lists(), flush=True)
+"""
+
+
+def test_ctrl_c_interrupts_a_listing_between_its_pages(tmp_path):
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_s3 import Moto, Proxy, aws_env
+
+    body = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    data = body.read_bytes()
+    server = Moto()
+    proxy = None
+    try:
+        s3 = server.client()
+        s3.create_bucket(Bucket="data")
+        with ThreadPoolExecutor(8) as pool:  # boto3 clients are thread-safe
+            list(pool.map(lambda i: s3.put_object(Bucket="data", Key=f"ds/f{i:05d}.parquet",
+                                                  Body=data), range(1200)))
+        count = tmp_path / "count.json"
+        proxy = Proxy(server.port, tmp=tmp_path, count_file=count, rtt_ms=1500)
+        out = subprocess.run([sys.executable, "-c", CHILD_LISTING, "s3://data/ds",
+                              json.dumps(server.options(port=proxy.port)), str(count)],
+                             capture_output=True, text=True, timeout=120, env=aws_env())
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.stop()
+    assert out.returncode == 0, out.stderr
+    assert "built" not in out.stdout
+    # The directory check and the first page: the second page (a third listing) was
+    # never asked for (it would come 1.5 s after the first page's answer).
+    assert "interrupted at list 2" in out.stdout, out.stdout + out.stderr

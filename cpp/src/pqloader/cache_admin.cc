@@ -25,7 +25,8 @@ class Checker {
 
   arrow::Status ListDataset() {
     if (options_.dataset.empty()) return arrow::Status::OK();
-    ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(options_.dataset, options_.storage));
+    ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(options_.dataset, options_.storage, nullptr,
+                                                    false, options_.cancel));
     for (auto& f : found) listed_.emplace(f.display, std::move(f));
     return arrow::Status::OK();
   }

@@ -23,6 +23,23 @@ SourceIdentity IdentityNow(const std::string& path, int64_t rg = 0) {
 
 }  // namespace
 
+TEST(DiscoverFiles, ListsTheSameFilesWithACancelFlagAndStopsOnceItIsSet) {
+  const std::string dir = testing::MakeTempDir();
+  for (const char* name : {"b.parquet", "a.parquet", "sub/c.parquet", "sub/deeper/d.parquet"}) {
+    fs::create_directories(fs::path(dir + "/" + name).parent_path());
+    testing::WriteIdFile(dir + "/" + name, {3}, 0);
+  }
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  const auto plain = DiscoverFiles({dir}).ValueOrDie();
+  const auto paged = DiscoverFiles({dir}, {}, nullptr, false, flag).ValueOrDie();
+  ASSERT_EQ(plain.size(), 4u);
+  ASSERT_EQ(paged.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(paged[i].path, plain[i].path);
+  flag->store(true);
+  EXPECT_TRUE(DiscoverFiles({dir}, {}, nullptr, false, flag).status().IsCancelled());
+  EXPECT_TRUE(DiscoverFiles({dir + "/*.parquet"}, {}, nullptr, false, flag).status().IsCancelled());
+}
+
 TEST(SourceChecker, TellsChangedAndDeletedLocalFiles) {
   const std::string dir = testing::MakeTempDir();
   const std::string a = dir + "/a.parquet", b = dir + "/b.parquet";

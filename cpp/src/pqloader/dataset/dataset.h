@@ -228,11 +228,13 @@ struct FoundFile {
 
 /// Expand `sources` into files, in canonical order, without opening them. With
 /// `summaries`, the summaries (`_metadata`) found at the roots of directory sources are
-/// added there and their files point to them (FoundFile::summary).
+/// added there and their files point to them (FoundFile::summary). Cancelled once
+/// `cancel` is set: a listing checks it while it waits for each page.
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
                                                     const StorageOptions& storage = {},
                                                     std::vector<SummaryRef>* summaries = nullptr,
-                                                    bool summary_only = false);
+                                                    bool summary_only = false,
+                                                    const CancelFlag& cancel = nullptr);
 
 /// Check once that `file`'s footer is still the one its index recorded (footer_check);
 /// an InvalidDataError naming the file if it changed. No-op without footer_check.

@@ -243,7 +243,7 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
     return arrow::Status::Invalid("pqloader index takes a directory; '", source,
                                   "' is not one");
   }
-  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles({source}, storage));
+  ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles({source}, storage, nullptr, false, cancel));
   ARROW_ASSIGN_OR_RAISE(auto files, ReadFileFooters(std::move(found), metadata_threads, progress, cancel));
   IndexResult result;
   std::shared_ptr<parquet::FileMetaData> combined;
