@@ -250,6 +250,7 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   std::string index = std::string(kIndexHeader) + "\n";
   try {
     for (const auto& f : files) {
+      if (IsCancelled(cancel)) return CancelledStatus();  // 10^5 subsets: seconds
       const std::string rel = Below(root, f.path);
       if (rel.find_first_of("\t\n") != std::string::npos || !IsPlainRelative(rel)) {
         return arrow::Status::Invalid("cannot index '", f.display,
@@ -280,7 +281,10 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   }
   // Each file to a temporary name first, then moved into place: a reader sees the old
   // summary or the new one. The index goes first: with a new index and the old
-  // _metadata, files whose identity changed are read from their footers.
+  // _metadata, files whose identity changed are read from their footers. A cancel is
+  // checked before, not between, the two: once the index is written the summary
+  // follows (the caller still raises KeyboardInterrupt).
+  if (IsCancelled(cancel)) return CancelledStatus();
   const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
   auto write = [&](const std::string& name, auto&& fill) -> arrow::Status {
     const std::string final_path = Join(root, name), tmp = final_path + tmp_suffix;
