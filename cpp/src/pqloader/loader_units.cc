@@ -1,0 +1,218 @@
+// Loader: its units — read and decoded, or taken from the cache (and put there), made
+// row-major for shuffled batches — for the pipeline's unit tasks (see loader.h).
+#include "pqloader/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <arrow/util/thread_pool.h>
+
+#include "pqloader/cache/entry_format.h"
+#include "pqloader/dataset/footer_checks.h"
+#include "pqloader/error.h"
+#include "pqloader/loader_internal.h"
+#include "pqloader/plan/split_uses.h"
+#include "pqloader/util/thread_annotations.h"
+
+namespace pqloader {
+
+namespace {
+
+// Columns with rows of at most this many bytes are gathered row-major when shuffling
+// (see WithRowMajor); larger rows are gathered well column by column.
+constexpr int64_t kRowMajorMaxRowBytes = 64;
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<DecodedUnit>> Loader::DecodeRows(
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work) {
+  ARROW_ASSIGN_OR_RAISE(auto f, std::move(fetched));
+  if (f == nullptr) {  // not fetched ahead: fetch now
+    ARROW_ASSIGN_OR_RAISE(f, FetchUnit(*dataset_, unit, read_options_, pool_,
+                                       arrow::io::IOContext(pool_, io_pool_.get())));
+    bytes_fetched_ += dataset_->splits()[unit.split].compressed_bytes;
+  }
+  const int64_t t0 = NowNs();
+  ARROW_RETURN_NOT_OK(WaitForBytes(*dataset_, unit, f.get(), &work->stopping));
+  const int64_t t1 = NowNs();
+  work->read_ns += t1 - t0;
+  ARROW_ASSIGN_OR_RAISE(auto decoded, ReadUnit(*dataset_, unit, read_options_, pool_, f.get()));
+  const int64_t t2 = NowNs();
+  work->decode_ns += t2 - t1;
+  work->bytes_read += dataset_->splits()[unit.split].compressed_bytes;
+  if (!transforms_.empty()) {
+    struct AddOnExit {
+      std::atomic<int64_t>* to;
+      int64_t since;
+      ~AddOnExit() { *to += NowNs() - since; }
+    } timer{&work->transform_ns, t2};
+    const Split& split = dataset_->splits()[unit.split];
+    ARROW_RETURN_NOT_OK(transforms_.ApplyPrefix(
+        decoded.get(), dataset_->specs(), [&](int64_t r) {
+          return "'" + dataset_->files()[split.file].display + "', row group " +
+                 std::to_string(split.row_group) + ", row " + std::to_string(unit.row_begin + r);
+        }));
+  }
+  return decoded;
+}
+
+SourceIdentity Loader::SourceOf(int64_t split_index) const {
+  const Split& split = dataset_->splits()[split_index];
+  const DataFile& file = dataset_->files()[split.file];
+  return SourceIdentity{file.display, file.size, file.mtime_ns, file.footer_hash, split.row_group};
+}
+
+bool Loader::SourceChanged(int64_t split_index) const {
+  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
+  // A local file costs a stat; asking an object store would cost a request per insert.
+  if (file.fs == nullptr || file.fs->type_name() != "local") return false;
+  auto info = file.fs->GetFileInfo(file.path);
+  if (!info.ok()) return false;  // its next read will say what is wrong
+  if (info->type() != arrow::fs::FileType::File || info->size() != file.size) return true;
+  const int64_t mtime_ns =
+      info->mtime() == arrow::fs::kNoTime
+          ? 0
+          : std::chrono::duration_cast<std::chrono::nanoseconds>(info->mtime().time_since_epoch())
+                .count();
+  return mtime_ns != file.mtime_ns;
+}
+
+std::string Loader::CacheKeyOf(int64_t split_index) const {
+  const Split& split = dataset_->splits()[split_index];
+  const DataFile& file = dataset_->files()[split.file];
+  return CacheKey(cache_identity_ + "|file=" + file.display + "|size=" + std::to_string(file.size) +
+                  "|mtime=" + std::to_string(file.mtime_ns) + "|footer=" + file.footer_hash +
+                  "|row_group=" + std::to_string(split.row_group) +
+                  "|rows=" + SelectionFingerprint(split));
+}
+
+namespace {
+
+// Rows [begin, end) of `full`, sharing its buffers.
+std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const DecodedUnit>& full,
+                                             int64_t begin, int64_t end) {
+  if (begin == 0 && end == full->num_rows) return full;
+  auto out = std::make_shared<DecodedUnit>();
+  out->num_rows = end - begin;
+  if (!full->row_ok.empty()) {
+    out->row_ok.assign(full->row_ok.begin() + begin, full->row_ok.begin() + end);
+    out->skipped_rows = std::count(out->row_ok.begin(), out->row_ok.end(), 0);
+  }
+  if (full->row_major != nullptr) {
+    auto rm = std::make_shared<RowMajorBlock>(*full->row_major);
+    rm->data = arrow::SliceBuffer(rm->data, begin * rm->stride, (end - begin) * rm->stride);
+    out->row_major = std::move(rm);
+  }
+  for (const ColumnData& c : full->columns) {
+    ColumnData s;
+    s.row_shape = c.row_shape;
+    s.row_bytes = c.row_bytes;
+    if (!c.samples.empty()) {
+      s.samples.assign(c.samples.begin() + begin, c.samples.begin() + end);
+    } else if (c.offsets != nullptr) {
+      s.data = c.data;  // offsets index into it
+      s.offsets = arrow::SliceBuffer(c.offsets, begin * 8, (end - begin + 1) * 8);
+    } else if (c.data != nullptr) {
+      s.data = arrow::SliceBuffer(c.data, begin * c.row_bytes, (end - begin) * c.row_bytes);
+    } else if (c.deferred != nullptr) {
+      s.deferred = c.deferred->Slice(begin * c.row_bytes, (end - begin) * c.row_bytes);
+    }
+    out->columns.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
+    const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
+    Work* work, double now, bool deferred) {
+  std::shared_ptr<const DecodedUnit> decoded;
+  if (cache_ == nullptr) {
+    ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
+  } else {
+    // The cache holds whole splits, so every rank and every epoch shares one entry.
+    const Split& split = dataset_->splits()[unit.split];
+    const std::string key = CacheKeyOf(unit.split);
+    auto lookup = [&]() -> std::shared_ptr<const DecodedUnit> {
+      const int64_t t0 = NowNs();
+      std::shared_ptr<const DecodedUnit> hit = deferred ? cache_->GetDeferred(key) : cache_->Get(key);
+      work->read_ns += NowNs() - t0;
+      if (hit != nullptr && hit->num_rows == split.num_rows &&
+          CheckUnitLayout(*hit, dataset_->specs()).ok()) {
+        return hit;
+      }
+      return nullptr;
+    };
+    std::shared_ptr<const DecodedUnit> full = lookup();
+    // The claim to fetch this split (see SplitCache::TryClaim), held until its entry is
+    // published, so that other processes wait for it rather than fetch it too.
+    std::shared_ptr<void> claim;
+    if (full == nullptr && fetched.ok() && *fetched != nullptr) {
+      claim = (*fetched)->hold;  // taken when its fetch started
+    } else if (full == nullptr && fetched.ok()) {
+      // Not fetched ahead: the cache held it then (and evicted it since), or another
+      // process was fetching it. Wait for that process, or claim it and fetch it now.
+      constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
+      for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
+        claim = cache_->TryClaim(key);
+        if (claim != nullptr) break;
+        const int64_t t0 = NowNs();
+        const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);
+        work->read_ns += NowNs() - t0;
+        if (waited == FetchWait::kCancelled) {
+          return arrow::Status::Cancelled("the loader stopped while waiting for another "
+                                          "process to fetch a row group");
+        }
+        if (waited == FetchWait::kCached) full = lookup();
+        if (waited == FetchWait::kTimedOut) break;  // fetch it without a claim
+      }
+    }
+    if (full != nullptr) {
+      work->cache_bytes_saved += split.compressed_bytes;
+      ++work->cache_hits;
+    } else {
+      ++work->cache_misses;
+      ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
+                                             std::move(fetched), work));
+      // Shuffled loaders keep entries row-major: hits are then gathered as they are
+      // (unless windows are gathered whole, which reads columns).
+      if (options_.plan.shuffle && !window_gather_) {
+        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
+      }
+      // An entry of a file that changed while it was read would serve no current key.
+      if (SourceChanged(unit.split)) {
+        cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
+      } else {
+        cache_->Put(key, full, SourceOf(unit.split), now);
+      }
+    }
+    claim.reset();  // after the entry is published: waiters find it
+    decoded = SliceRows(full, unit.row_begin, unit.row_end);
+  }
+  if (options_.plan.shuffle && !window_gather_) {
+    ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
+  }
+  work->skipped_rows += decoded->skipped_rows;
+  *bytes = decoded->ByteSize();  // what it holds: a cache hit's deferred columns, nothing
+  int64_t produced = *bytes;
+  for (const ColumnData& c : decoded->columns) produced += c.deferred ? c.deferred->size() : 0;
+  work->bytes_decoded += produced;
+  return decoded;
+}
+
+arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(
+    std::shared_ptr<const DecodedUnit> unit, Work* work) {
+  if (unit->row_major != nullptr) return unit;
+  const int64_t t0 = NowNs();
+  auto out = WithRowMajor(unit, kRowMajorMaxRowBytes, pool_);
+  work->gather_ns += NowNs() - t0;
+  return out;
+}
+
+}  // namespace pqloader
