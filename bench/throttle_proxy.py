@@ -54,7 +54,7 @@ class Link:
         window, tail = (self._tail + data).lower(), self._tail.lower()
         self.requests += window.count(b"\r\nhost:") - tail.count(b"\r\nhost:")
         self.lists += window.count(b"list-type=2") - tail.count(b"list-type=2")
-        self._tail = data[-16:]
+        self._tail = (self._tail + data)[-16:]
         await writer.drain()
 
 

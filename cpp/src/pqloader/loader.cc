@@ -1,3 +1,7 @@
+// Loader: made here from its options (dataset, filter, cache, transforms, packing), and
+// wired: each epoch's run laid out and started (its read-ahead, its pipeline, the next
+// epoch's started early), batches served to the consumer, stats. The pipeline's tasks
+// are in loader_units.cc (a unit) and loader_batches.cc (a batch).
 #include "pqloader/loader.h"
 
 #include <algorithm>
@@ -634,6 +638,64 @@ int64_t Loader::num_batches_under_seed(int64_t epoch, uint64_t seed) const {
 
 const std::vector<ColumnSpec>& Loader::specs() const {
   return lengths_ != nullptr ? packed_specs_ : transforms_.output_specs();
+}
+
+arrow::Status Loader::SetUpPacking() {
+  const auto& specs = dataset_->specs();
+  PackOptions& pack = options_.pack;
+  pack.column = -1;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (specs[c].name == options_.pack_column) pack.column = static_cast<int>(c);
+  }
+  if (pack.column < 0) {
+    return MakeError(ErrorKind::kColumnNotFound, "pack names column '", options_.pack_column,
+                     "', which is not among the selected columns");
+  }
+  const ColumnSpec& tokens = specs[pack.column];
+  if (tokens.kind != ColumnKind::kTensor || tokens.row_shape.size() != 1 ||
+      dataset_->partition_index()[pack.column] >= 0) {
+    return MakeError(ErrorKind::kUnsupportedType, "pack: column '", tokens.name, "' (",
+                     tokens.arrow_type, ") is not a list of numbers");
+  }
+  if (pack.seq_len <= 0) return arrow::Status::Invalid("pack needs seq_len > 0");
+  if (!options_.transforms.empty() || !options_.lists.empty()) {
+    return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
+  }
+  packed_specs_ = {tokens};
+  packed_specs_[0].row_shape = {pack.seq_len};
+  for (const auto& [name, dtype] : std::vector<std::pair<std::string, DType>>{
+           {"position_ids", DType::kInt64}, {"document_ids", DType::kInt64},
+           {"loss_mask", DType::kBool}, {"cu_seqlens", DType::kInt32}}) {
+    ColumnSpec s;
+    s.name = name;
+    s.dtype = dtype;
+    s.arrow_type = DTypeName(dtype);
+    if (name != "cu_seqlens") s.row_shape = {pack.seq_len};
+    packed_specs_.push_back(s);
+  }
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (static_cast<int>(c) == pack.column) continue;
+    for (const auto& out : packed_specs_) {
+      if (out.name == specs[c].name) {
+        return arrow::Status::Invalid("pack: column '", specs[c].name,
+                                      "' has the name of one of packing's outputs; rename it");
+      }
+    }
+    if (specs[c].kind != ColumnKind::kTensor || !specs[c].row_shape.empty()) {
+      return MakeError(ErrorKind::kUnsupportedType, "pack: column '", specs[c].name, "' (",
+                       specs[c].arrow_type, ") cannot follow packed tokens; with pack, the other "
+                       "selected columns must be numbers (one per document, copied per token)");
+    }
+    pack_companions_.push_back(static_cast<int>(c));
+    ColumnSpec s = specs[c];
+    s.row_shape = {pack.seq_len};
+    packed_specs_.push_back(s);
+  }
+  read_options_.allow_ragged[pack.column] = true;
+  ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
+                                                        options_.num_workers, pool_,
+                                                        options_.cancel));
+  return arrow::Status::OK();
 }
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }

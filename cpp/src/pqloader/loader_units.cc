@@ -1,5 +1,6 @@
-// Loader: its units — read and decoded, or taken from the cache (and put there), made
-// row-major for shuffled batches — for the pipeline's unit tasks (see loader.h).
+// Loader: its units, for the pipeline's unit tasks (see loader.h) — decoded from the
+// bytes read ahead (or fetched now), or taken from the cache and put there, made
+// row-major for shuffled batches. Reading ahead is loader.cc's (MakeReadAhead).
 #include "pqloader/loader.h"
 
 #include <algorithm>
