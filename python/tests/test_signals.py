@@ -189,26 +189,29 @@ def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path):
 
 
 # Listing a directory on S3 takes one request per 1,000 keys: 100 for 10^5 files, each a
-# round trip (tens of seconds on a slow link), and Ctrl-C used to wait for every page.
-# 1,200 objects (two pages) behind a proxy adding 2 s of round trip; SIGINT is sent once
-# the listing's first page request reached the server (the proxy counts S3 listings:
-# Arrow's directory check before it is one). Loader() must raise KeyboardInterrupt
-# before that page's answer is back: no request for the second page has reached the
-# server then (Arrow's lister asks for it in the background once the first page comes,
-# 2 s later at the earliest); it used to raise only after both pages. (A longer round
-# trip trips the AWS SDK's low-speed limit: no byte for 3 s.)
+# round trip (tens of seconds on a slow link), and before it Arrow checks that the path
+# is a directory (up to three requests, or a run of retries against an endpoint that
+# does not answer); Ctrl-C used to wait for all of them. 1,200 objects (two pages)
+# behind a proxy adding 2 s of round trip (longer trips the AWS SDK's low-speed limit:
+# no byte for 3 s). The proxy counts the requests that reach the server, and the S3
+# listings among them. SIGINT is sent once the first request of the directory check
+# reached the server, then in a second run once the listing's first page request did
+# (the check's last request is a listing too): Loader() must raise KeyboardInterrupt
+# before that request's answer is back, so no later request has reached the server
+# (Arrow goes on in the background, 2 s later at the earliest); it used to raise only
+# after the check and both pages.
 CHILD_LISTING = r"""
 import json, os, signal, sys, threading, time
 import pqloader
-source, options, count_file = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-def lists():
+source, options, count_file, key, at = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+def count(what):
     try:
         with open(count_file) as f:
-            return json.load(f)["lists"]
+            return json.load(f)[what]
     except (OSError, ValueError, KeyError):
         return 0
 def fire():
-    while lists() < 2:
+    while count(key) < at:
         time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGINT)
 threading.Thread(target=fire, daemon=True).start()
@@ -217,11 +220,11 @@ try:
     print("built", flush=True)
 except KeyboardInterrupt:
     time.sleep(0.4)  # the proxy rewrites its counts every 0.1 s
-    print("interrupted at list", lists(), flush=True)
+    print("interrupted at", key, count(key), flush=True)
 """
 
 
-def test_ctrl_c_interrupts_a_listing_between_its_pages(tmp_path):
+def test_ctrl_c_interrupts_a_listing_and_the_check_before_it(tmp_path):
     import json
     from concurrent.futures import ThreadPoolExecutor
 
@@ -231,24 +234,24 @@ def test_ctrl_c_interrupts_a_listing_between_its_pages(tmp_path):
     pq.write_table(pa.table({"x": np.arange(3)}), body)
     data = body.read_bytes()
     server = Moto()
-    proxy = None
     try:
         s3 = server.client()
         s3.create_bucket(Bucket="data")
         with ThreadPoolExecutor(8) as pool:  # boto3 clients are thread-safe
             list(pool.map(lambda i: s3.put_object(Bucket="data", Key=f"ds/f{i:05d}.parquet",
                                                   Body=data), range(1200)))
-        count = tmp_path / "count.json"
-        proxy = Proxy(server.port, tmp=tmp_path, count_file=count, rtt_ms=2000)
-        out = subprocess.run([sys.executable, "-c", CHILD_LISTING, "s3://data/ds",
-                              json.dumps(server.options(port=proxy.port)), str(count)],
-                             capture_output=True, text=True, timeout=120, env=aws_env())
+        for key, at in (("requests", 1), ("lists", 2)):
+            count = tmp_path / f"count-{key}.json"
+            proxy = Proxy(server.port, tmp=tmp_path, count_file=count, rtt_ms=2000)
+            try:
+                out = subprocess.run([sys.executable, "-c", CHILD_LISTING, "s3://data/ds",
+                                      json.dumps(server.options(port=proxy.port)), str(count),
+                                      key, str(at)],
+                                     capture_output=True, text=True, timeout=120, env=aws_env())
+            finally:
+                proxy.stop()
+            assert out.returncode == 0, out.stderr
+            assert "built" not in out.stdout
+            assert f"interrupted at {key} {at}\n" in out.stdout, out.stdout + out.stderr
     finally:
-        if proxy is not None:
-            proxy.stop()
         server.stop()
-    assert out.returncode == 0, out.stderr
-    assert "built" not in out.stdout
-    # The directory check and the first page; a third listing (the second page) reaches
-    # the server 2 s after the first at the earliest.
-    assert "interrupted at list 2" in out.stdout, out.stdout + out.stderr

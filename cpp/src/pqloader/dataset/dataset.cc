@@ -98,6 +98,23 @@ arrow::Result<std::vector<arrow::fs::FileInfo>> ListPages(
   }
 }
 
+// What `path` is. On S3 asked on the filesystem's I/O thread (Arrow keeps the filesystem
+// alive until the answer) while this one polls `cancel` every kListPollSeconds: the
+// directory check before a listing is up to three requests, each a round trip, or a
+// run of retries against an endpoint that does not answer.
+arrow::Result<arrow::fs::FileInfo> InfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
+                                          const std::string& path, const CancelFlag& cancel) {
+  if (IsCancelled(cancel)) return CancelledStatus();
+  if (cancel == nullptr || fs->type_name() != "s3") return fs->GetFileInfo(path);
+  auto infos = fs->GetFileInfoAsync({path});
+  while (!infos.Wait(kListPollSeconds)) {
+    if (IsCancelled(cancel)) return CancelledStatus();
+  }
+  ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfoVector found, infos.MoveResult());
+  if (found.size() != 1) return arrow::Status::IOError("no answer for '", path, "'");
+  return std::move(found[0]);
+}
+
 // Add the files under `root` (matching `pattern` if not empty) to `out`, sorted. With
 // `summaries` and no pattern, a summary at the root (`_metadata`, see summary.h) is
 // added there and the files found point to it. Cancelled once `cancel` is set (checked
@@ -381,7 +398,8 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       const size_t glob = path.find_first_of("*?[");
       const size_t slash = path.rfind('/', glob);
       const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
-      auto info = fs->GetFileInfo(root.empty() ? "/" : root);
+      auto info = InfoOf(fs, root.empty() ? "/" : root, cancel);
+      if (info.status().IsCancelled()) return info.status();
       if (!info.ok()) {
         return MakeError(ErrorKind::kIO, "cannot access '", source,
                          "': ", info.status().message());
@@ -397,7 +415,8 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       }
       continue;
     }
-    auto info = fs->GetFileInfo(path);
+    auto info = InfoOf(fs, path, cancel);
+    if (info.status().IsCancelled()) return info.status();
     if (!info.ok()) {
       return MakeError(ErrorKind::kIO, "cannot access '", source,
                        "': ", info.status().message());
