@@ -1110,10 +1110,16 @@ NB_MODULE(_core, m) {
     pqloader::ScopedRelease release;
     return pqloader::CountDraws(seed, epoch, end, cum);
   }, "seed"_a, "epoch"_a, "end"_a, "cumulative"_a);
+  // The epoch length may take billions of draws (a skewed mixture with stop="last"):
+  // computed on a thread of its own, Ctrl-C polled (RunInterruptible).
   m.def("mix_epoch_length", [](uint64_t seed, int64_t epoch, const std::vector<double>& cum,
                                const std::vector<int64_t>& rows, bool until_all, int64_t limit) {
-    pqloader::ScopedRelease release;
-    return pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit);
+    return pqloader::RunInterruptible<int64_t>([&](const pqloader::CancelFlag& cancel) -> arrow::Result<int64_t> {
+      const int64_t n = pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all,
+                                                            limit, nullptr, 0, cancel);
+      if (n < 0) return pqloader::CancelledStatus();
+      return n;
+    });
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a);
   nb::class_<pqloader::PyMixKeptDraws>(m, "MixKeptDraws")
       .def("__len__", [](const pqloader::PyMixKeptDraws& k) { return k.draws->size(); });
@@ -1123,12 +1129,13 @@ NB_MODULE(_core, m) {
                                     const std::vector<int64_t>& rows, bool until_all,
                                     int64_t limit, int64_t max_kept) {
     auto kept = std::make_shared<std::vector<uint8_t>>();
-    int64_t n;
-    {
-      pqloader::ScopedRelease release;
-      n = pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit,
-                                              kept.get(), max_kept);
-    }
+    const int64_t n = pqloader::RunInterruptible<int64_t>(
+        [&](const pqloader::CancelFlag& cancel) -> arrow::Result<int64_t> {
+          const int64_t length = pqloader::EpochLengthUntilExhausted(
+              seed, epoch, cum, rows, until_all, limit, kept.get(), max_kept, cancel);
+          if (length < 0) return pqloader::CancelledStatus();
+          return length;
+        });
     nb::object draws = nb::none();
     if (n > 0 && static_cast<int64_t>(kept->size()) == n) {
       draws = nb::cast(pqloader::PyMixKeptDraws{std::move(kept)});

@@ -255,3 +255,33 @@ def test_ctrl_c_interrupts_a_listing_and_the_check_before_it(tmp_path):
             assert f"interrupted at {key} {at}\n" in out.stdout, out.stdout + out.stderr
     finally:
         server.stop()
+
+
+# A mixture with stop="last" finds its epoch's length by drawing until every source ran
+# out, up to 64 draws per row: billions for a large, skewed mixture, seconds to minutes
+# with the GIL released and no signal check. The engine's length function (what
+# Mixture.epoch_samples calls) on such a mixture, ~10^12 draws without a cancel: SIGINT
+# after 0.5 s must raise KeyboardInterrupt at once (it used to run to its end).
+CHILD_MIX_LENGTH = r"""
+import os, signal, threading, time
+from pqloader import _core
+cum = _core.mix_cumulative([1e-9, 1.0])
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    n, draws = _core.mix_epoch_length_kept(4, 1, cum, [1000, 1], True, 1 << 40, 1 << 20)
+    print("length", n, flush=True)
+except KeyboardInterrupt:
+    print("interrupted after", round(time.monotonic() - t0, 1), "s", flush=True)
+print("again", _core.mix_epoch_length(4, 1, _core.mix_cumulative([0.6, 0.4]), [600, 100], True, 1 << 20), flush=True)
+"""
+
+
+def test_ctrl_c_interrupts_a_mixtures_epoch_length(tmp_path):
+    out = subprocess.run([sys.executable, "-c", CHILD_MIX_LENGTH], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "length" not in out.stdout
+    assert "interrupted after" in out.stdout, out.stdout + out.stderr
+    assert _interrupted_after(out.stdout) < 10  # ~20 minutes of draws without the check
+    assert "again " in out.stdout  # the next call runs to its end

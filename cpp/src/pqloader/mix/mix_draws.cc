@@ -143,7 +143,8 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
 int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const std::vector<double>& cumulative,
                                   const std::vector<int64_t>& rows, bool until_all,
-                                  int64_t limit, std::vector<uint8_t>* kept, int64_t max_kept) {
+                                  int64_t limit, std::vector<uint8_t>* kept, int64_t max_kept,
+                                  const CancelFlag& cancel) {
   if (kept != nullptr) kept->clear();
   bool keep = kept != nullptr && rows.size() <= 256 && max_kept > 0;
   std::vector<int64_t> counts(rows.size(), 0);
@@ -161,6 +162,10 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
   const size_t n = rows.size();
   std::vector<int64_t> block(n, 0);
   ForEachDrawBlock(seed, epoch, 0, limit, cumulative, [&](const int32_t* drawn, int64_t at, int64_t m) {
+    if ((at & 0xFFFF) == 0 && IsCancelled(cancel)) {  // every 64 blocks
+      length = -1;
+      return false;
+    }
     if (keep && at > max_kept) {  // the length is past max_kept: nothing is kept
       keep = false;
       kept->clear();
@@ -203,7 +208,7 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
     }
     return true;
   });
-  if (keep && length <= max_kept) {
+  if (keep && length >= 0 && length <= max_kept) {
     kept->resize(static_cast<size_t>(length));
   } else if (kept != nullptr) {
     kept->clear();

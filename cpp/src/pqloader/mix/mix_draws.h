@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "pqloader/util/cancel.h"
+
 namespace pqloader {
 
 /// Cumulative probabilities of `weights` (positive, any scale), the last exactly 1.
@@ -47,12 +49,15 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
 /// With `kept`, it receives the sources of positions [0, length), a byte each (the
 /// draws made to find the length, which the epoch's batches then need not draw again:
 /// MixStreamOptions::kept_draws), if there are at most 256 sources and the length is at
-/// most `max_kept`; else it is left empty.
+/// most `max_kept`; else it is left empty. -1 (and `kept` empty) once `cancel` is set:
+/// it is checked every few thousand draws (a skewed mixture may draw up to `limit`,
+/// billions, seconds to minutes).
 int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const std::vector<double>& cumulative,
                                   const std::vector<int64_t>& rows, bool until_all,
                                   int64_t limit,
-                                  std::vector<uint8_t>* kept = nullptr, int64_t max_kept = 0);
+                                  std::vector<uint8_t>* kept = nullptr, int64_t max_kept = 0,
+                                  const CancelFlag& cancel = nullptr);
 
 /// One column of a mixed batch: its output rows and, per piece, where that piece's rows
 /// of this column are.

@@ -1,8 +1,11 @@
 #include "pqloader/mix/mix_draws.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -112,6 +115,25 @@ TEST(MixDraws, ZeroWeightIsNeverDrawn) {
   EXPECT_EQ(counts[1], 0);
   EXPECT_GT(counts[0], 9000);
   EXPECT_GT(counts[2], 9000);
+}
+
+TEST(MixDraws, EpochLengthStopsOnceCancelled) {
+  // A skewed "last" epoch: source 0 (weight 1e-9) needs ~10^12 draws, far beyond the
+  // limit of 10^12 positions (about twenty minutes of draws).
+  const auto cum = CumulativeWeights({1e-9, 1.0});
+  const std::vector<int64_t> rows = {1000, 1};
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  std::vector<uint8_t> kept;
+  int64_t length = 0;
+  std::thread drawing([&] {
+    length = EpochLengthUntilExhausted(4, 1, cum, rows, true, int64_t{1} << 40, &kept, 1 << 20, flag);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  flag->store(true);
+  drawing.join();  // returns at its next check, within 65,536 draws
+  EXPECT_EQ(length, -1);
+  EXPECT_TRUE(kept.empty());
+  EXPECT_EQ(EpochLengthUntilExhausted(4, 1, cum, {600, 100}, false, 1 << 20, nullptr, 0, flag), -1);
 }
 
 TEST(MixDraws, EpochEndsWhenTheFirstOrTheLastSourceRunsOut) {
