@@ -566,6 +566,19 @@ T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& mak
   return Check(std::move(*shared->result));
 }
 
+// A mixture epoch's length (EpochLengthUntilExhausted), interruptible: it may take
+// billions of draws (a large, skewed mixture with stop="last"), minutes.
+int64_t EpochLengthInterruptible(uint64_t seed, int64_t epoch, const std::vector<double>& cum,
+                                 const std::vector<int64_t>& rows, bool until_all, int64_t limit,
+                                 std::vector<uint8_t>* kept = nullptr, int64_t max_kept = 0) {
+  return RunInterruptible<int64_t>([&](const CancelFlag& cancel) -> arrow::Result<int64_t> {
+    const int64_t n =
+        EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all, limit, kept, max_kept, cancel);
+    if (n < 0) return CancelledStatus();
+    return n;
+  });
+}
+
 // Columns' names as Python strings, made once (each batch's dict takes them; the specs
 // of a loader or a mixture never change).
 class ColumnNames {
@@ -1110,16 +1123,9 @@ NB_MODULE(_core, m) {
     pqloader::ScopedRelease release;
     return pqloader::CountDraws(seed, epoch, end, cum);
   }, "seed"_a, "epoch"_a, "end"_a, "cumulative"_a);
-  // The epoch length may take billions of draws (a skewed mixture with stop="last"):
-  // computed on a thread of its own, Ctrl-C polled (RunInterruptible).
   m.def("mix_epoch_length", [](uint64_t seed, int64_t epoch, const std::vector<double>& cum,
                                const std::vector<int64_t>& rows, bool until_all, int64_t limit) {
-    return pqloader::RunInterruptible<int64_t>([&](const pqloader::CancelFlag& cancel) -> arrow::Result<int64_t> {
-      const int64_t n = pqloader::EpochLengthUntilExhausted(seed, epoch, cum, rows, until_all,
-                                                            limit, nullptr, 0, cancel);
-      if (n < 0) return pqloader::CancelledStatus();
-      return n;
-    });
+    return pqloader::EpochLengthInterruptible(seed, epoch, cum, rows, until_all, limit);
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a);
   nb::class_<pqloader::PyMixKeptDraws>(m, "MixKeptDraws")
       .def("__len__", [](const pqloader::PyMixKeptDraws& k) { return k.draws->size(); });
@@ -1129,13 +1135,8 @@ NB_MODULE(_core, m) {
                                     const std::vector<int64_t>& rows, bool until_all,
                                     int64_t limit, int64_t max_kept) {
     auto kept = std::make_shared<std::vector<uint8_t>>();
-    const int64_t n = pqloader::RunInterruptible<int64_t>(
-        [&](const pqloader::CancelFlag& cancel) -> arrow::Result<int64_t> {
-          const int64_t length = pqloader::EpochLengthUntilExhausted(
-              seed, epoch, cum, rows, until_all, limit, kept.get(), max_kept, cancel);
-          if (length < 0) return pqloader::CancelledStatus();
-          return length;
-        });
+    const int64_t n = pqloader::EpochLengthInterruptible(seed, epoch, cum, rows, until_all,
+                                                         limit, kept.get(), max_kept);
     nb::object draws = nb::none();
     if (n > 0 && static_cast<int64_t>(kept->size()) == n) {
       draws = nb::cast(pqloader::PyMixKeptDraws{std::move(kept)});

@@ -69,8 +69,11 @@ std::string RelativeTo(const std::string& root, const std::string& path) {
   return path;
 }
 
-// How often a listing waiting for its next page checks its cancel flag.
-constexpr double kListPollSeconds = 0.05;
+// Whether a request to `fs` is waited for on its own I/O thread, polling `cancel` (S3:
+// each request a round trip); otherwise it is made in one call.
+bool PollsCancel(const arrow::fs::FileSystem& fs, const CancelFlag& cancel) {
+  return cancel != nullptr && fs.type_name() == "s3";
+}
 
 // Everything under `selector`. On S3, page by page as the store lists them (1,000 keys a
 // request: 100 round trips for 10^5 files, tens of seconds on a slow endpoint), so that
@@ -83,14 +86,12 @@ arrow::Result<std::vector<arrow::fs::FileInfo>> ListPages(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const arrow::fs::FileSelector& selector,
     const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();  // before the store is asked for a page
-  if (cancel == nullptr || fs->type_name() != "s3") return fs->GetFileInfo(selector);
+  if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(selector);
   std::vector<arrow::fs::FileInfo> out;
   arrow::fs::FileInfoGenerator pages = fs->GetFileInfoGenerator(selector);
   while (true) {
     auto next = pages();
-    while (!next.Wait(kListPollSeconds)) {
-      if (IsCancelled(cancel)) return CancelledStatus();
-    }
+    if (!WaitUnlessCancelled(next, cancel)) return CancelledStatus();
     ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfoVector page, next.MoveResult());
     if (arrow::IsIterationEnd(page)) return out;
     std::move(page.begin(), page.end(), std::back_inserter(out));
@@ -99,17 +100,15 @@ arrow::Result<std::vector<arrow::fs::FileInfo>> ListPages(
 }
 
 // What `path` is. On S3 asked on the filesystem's I/O thread (Arrow keeps the filesystem
-// alive until the answer) while this one polls `cancel` every kListPollSeconds: the
+// alive until the answer) while this one polls `cancel`: the
 // directory check before a listing is up to three requests, each a round trip, or a
 // run of retries against an endpoint that does not answer.
 arrow::Result<arrow::fs::FileInfo> InfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                                           const std::string& path, const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();
-  if (cancel == nullptr || fs->type_name() != "s3") return fs->GetFileInfo(path);
+  if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(path);
   auto infos = fs->GetFileInfoAsync({path});
-  while (!infos.Wait(kListPollSeconds)) {
-    if (IsCancelled(cancel)) return CancelledStatus();
-  }
+  if (!WaitUnlessCancelled(infos, cancel)) return CancelledStatus();
   ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfoVector found, infos.MoveResult());
   if (found.size() != 1) return arrow::Status::IOError("no answer for '", path, "'");
   return std::move(found[0]);

@@ -20,4 +20,15 @@ inline bool IsCancelled(const CancelFlag& flag) {
 
 inline arrow::Status CancelledStatus() { return arrow::Status::Cancelled("interrupted"); }
 
+/// Wait until `future` (an arrow::Future) is done, checking `cancel` every `poll_seconds`:
+/// false once it is set (the future is left running), true when done.
+template <typename Future>
+bool WaitUnlessCancelled(const Future& future, const CancelFlag& cancel,
+                         double poll_seconds = 0.05) {
+  while (!future.Wait(poll_seconds)) {
+    if (IsCancelled(cancel)) return false;
+  }
+  return true;
+}
+
 }  // namespace pqloader
