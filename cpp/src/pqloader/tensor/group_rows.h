@@ -56,35 +56,20 @@ __attribute__((target("avx2"))) inline void Transpose4x64(__m256i r[4]) {
 }
 
 // A block of K x K values of W bytes (K = kGroupBytes / W) transposed: row j read at
-// src[j], column j written at dst[j] (kGroupBytes each). With kStream, stored around the
-// caches (non-temporal; `dst` 32-byte aligned): for output written once and read only
-// after the gather, where a normal store's read of the line first (and its eviction of
-// the staging from the L3) is wasted.
-template <int W, bool kStream = false>
+// src[j], column j written at dst[j] (kGroupBytes each).
+template <int W>
 __attribute__((target("avx2"))) inline void TransposeBlock(const uint8_t* const* src,
                                                           uint8_t* const* dst) {
   if constexpr (W == 4) {
     __m256 v[8];
     for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[j]));
     Transpose8x32(v);
-    for (int j = 0; j < 8; ++j) {
-      if constexpr (kStream) {
-        _mm256_stream_ps(reinterpret_cast<float*>(dst[j]), v[j]);
-      } else {
-        _mm256_storeu_ps(reinterpret_cast<float*>(dst[j]), v[j]);
-      }
-    }
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst[j]), v[j]);
   } else {
     __m256i v[4];
     for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
     Transpose4x64(v);
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (kStream) {
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
-      }
-    }
+    for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
   }
 }
 
@@ -118,49 +103,95 @@ inline void StreamFence() { _mm_sfence(); }
 /// them in flight (docs/performance.md, eighteenth session).
 inline constexpr int64_t kGatherPrefetch = 128;
 
-// Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n).
-// The rows kGatherPrefetch positions ahead are prefetched (`index` may be read up to
-// position `indexed` - 1, `indexed` >= n: a caller gathering a window chunk by chunk
-// lets the prefetch run on into the next chunk). Where every column is misaligned from
-// 32 bytes by the same multiple of W bytes (a mixture's rows start anywhere in a batch),
-// the first positions are copied one by one up to the alignment and the rest stored
-// non-temporally: the caller fences them (StreamFence) once after all its calls, before
-// another thread may read them.
+// Two blocks of K x K values (K = kGroupBytes / W) gathered: rows index[0, 2K) of `rows`
+// read and transposed, and each column's 2K values (64 bytes) stored back to back at
+// dst[j]. With kStream (`dst` 64-byte aligned) each column's two stores fill one cache
+// line around the caches at once: for output written once and read only after the
+// gather, where a normal store's read of the line first (and its eviction of the staging
+// from the L3) is wasted. Stored a block at a time, each column's line stayed half
+// written while the other columns' lines were stored, and the gather was slower
+// (docs/performance.md, twenty-first session).
+template <int W, bool kStream>
+__attribute__((target("avx2"))) inline void GatherTwoBlocks(const uint8_t* rows,
+                                                           const int32_t* index,
+                                                           uint8_t* const* dst) {
+  auto row = [&](int64_t r) { return rows + static_cast<int64_t>(index[r]) * kGroupBytes; };
+  if constexpr (W == 4) {
+    __m256 a[8], b[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(row(j)));
+    for (int j = 0; j < 8; ++j) b[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(row(8 + j)));
+    Transpose8x32(a);
+    Transpose8x32(b);
+    for (int j = 0; j < 8; ++j) {
+      auto* d = reinterpret_cast<float*>(dst[j]);
+      if constexpr (kStream) {
+        _mm256_stream_ps(d, a[j]);
+        _mm256_stream_ps(d + 8, b[j]);
+      } else {
+        _mm256_storeu_ps(d, a[j]);
+        _mm256_storeu_ps(d + 8, b[j]);
+      }
+    }
+  } else {
+    __m256i a[4], b[4];
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row(j)));
+    for (int j = 0; j < 4; ++j) b[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row(4 + j)));
+    Transpose4x64(a);
+    Transpose4x64(b);
+    for (int j = 0; j < 4; ++j) {
+      auto* d = reinterpret_cast<__m256i*>(dst[j]);
+      if constexpr (kStream) {
+        _mm256_stream_si256(d, a[j]);
+        _mm256_stream_si256(d + 1, b[j]);
+      } else {
+        _mm256_storeu_si256(d, a[j]);
+        _mm256_storeu_si256(d + 1, b[j]);
+      }
+    }
+  }
+}
+
+// Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n),
+// 2K positions a step. The rows kGatherPrefetch positions ahead are prefetched (`index`
+// may be read up to position `indexed` - 1, `indexed` >= n: a caller gathering a window
+// chunk by chunk lets the prefetch run on into the next chunk). Where every column is
+// misaligned from 64 bytes by the same multiple of W bytes (a window's chunks are
+// aligned; a mixture's rows start anywhere in a batch), the first positions are copied
+// one by one up to the alignment and the rest stored non-temporally, a whole cache line
+// of each column at a time: the caller fences them (StreamFence) once after all its
+// calls, before another thread may read them.
 template <int W>
 __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows, const int32_t* index,
                                                      int64_t n, uint8_t* const* cols,
                                                      int64_t indexed = -1) {
   constexpr int64_t K = kGroupBytes / W;
+  constexpr int64_t kStep = 2 * K;  // 64 bytes of each column
   if (indexed < n) indexed = n;
   auto one = [&](int64_t i) {
     const uint8_t* row = rows + static_cast<int64_t>(index[i]) * kGroupBytes;
     for (int64_t j = 0; j < K; ++j) std::memcpy(cols[j] + i * W, row + j * W, W);
   };
-  const auto misaligned = reinterpret_cast<uintptr_t>(cols[0]) % 32;
+  const auto misaligned = reinterpret_cast<uintptr_t>(cols[0]) % 64;
   bool stream = misaligned % W == 0;
-  for (int64_t j = 1; j < K; ++j) stream = stream && reinterpret_cast<uintptr_t>(cols[j]) % 32 == misaligned;
+  for (int64_t j = 1; j < K; ++j) stream = stream && reinterpret_cast<uintptr_t>(cols[j]) % 64 == misaligned;
   int64_t i = 0;
   if (stream) {
-    for (const int64_t head = std::min<int64_t>(n, ((32 - misaligned) % 32) / W); i < head; ++i) one(i);
+    for (const int64_t head = std::min<int64_t>(n, ((64 - misaligned) % 64) / W); i < head; ++i) one(i);
   }
-  const uint8_t* src[K];
   uint8_t* dst[K];
-  for (; i + K <= n; i += K) {
-    if (i + kGatherPrefetch + K <= indexed) {
-      for (int64_t j = 0; j < K; ++j) {
+  for (; i + kStep <= n; i += kStep) {
+    if (i + kGatherPrefetch + kStep <= indexed) {
+      for (int64_t j = 0; j < kStep; ++j) {
         _mm_prefetch(reinterpret_cast<const char*>(
                          rows + static_cast<int64_t>(index[i + kGatherPrefetch + j]) * kGroupBytes),
                      _MM_HINT_T0);
       }
     }
-    for (int64_t j = 0; j < K; ++j) {
-      src[j] = rows + static_cast<int64_t>(index[i + j]) * kGroupBytes;
-      dst[j] = cols[j] + i * W;
-    }
+    for (int64_t j = 0; j < K; ++j) dst[j] = cols[j] + i * W;
     if (stream) {
-      TransposeBlock<W, true>(src, dst);
+      GatherTwoBlocks<W, true>(rows, index + i, dst);
     } else {
-      TransposeBlock<W>(src, dst);
+      GatherTwoBlocks<W, false>(rows, index + i, dst);
     }
   }
   for (; i < n; ++i) one(i);

@@ -298,11 +298,12 @@ TEST(WindowGather, ColumnsOfFourAndEightBytesGatheredInGroupsEqualTheRowsOneByOn
 }
 
 // The group gather prefetches kGatherPrefetch positions ahead (on into positions past
-// its own when the caller has them) and streams its stores when every column is
-// misaligned from 32 bytes alike (copying the first positions one by one up to the
-// alignment): aligned, misaligned alike (a mixture's rows start anywhere in a batch) and
-// unlike, both widths, past the prefetch distance, with a tail of fewer than 32 / W
-// positions, and a piece of a few positions: each equals a scalar gather.
+// its own when the caller has them) and streams its stores, a cache line of each column
+// at a time, when every column is misaligned from 64 bytes alike (copying the first
+// positions one by one up to the alignment): aligned, misaligned alike (a mixture's rows
+// start anywhere in a batch) and unlike (also alike from 32 bytes but not from 64), both
+// widths, past the prefetch distance, with a tail of fewer than 64 / W positions, and a
+// piece of a few positions: each equals a scalar gather.
 template <int W>
 void CheckGroupGather(const std::vector<int64_t>& misalign, int64_t n) {
   constexpr int64_t K = kGroupBytes / W;
@@ -331,8 +332,11 @@ void CheckGroupGather(const std::vector<int64_t>& misalign, int64_t n) {
 
 TEST(WindowGather, GroupGatherStreamedOrNotEqualsAScalarGather) {
   if (!HasAvx2()) GTEST_SKIP() << "the group gather is AVX2 only";
-  const std::vector<std::vector<int64_t>> misaligns = {{0}, {4}, {8}, {24}, {0, 8}, {4, 12}};
-  for (int64_t n : {kGatherPrefetch * 8 + 3, int64_t{5}, int64_t{1}}) {
+  const std::vector<std::vector<int64_t>> misaligns = {{0},    {4},     {8},     {24},
+                                                       {32},   {56},    {0, 8},  {4, 12},
+                                                       {0, 32}, {8, 40}};
+  for (int64_t n : {kGatherPrefetch * 8 + 3, kGatherPrefetch * 8 + 15, int64_t{21}, int64_t{5},
+                    int64_t{1}}) {
     for (const auto& m : misaligns) {
       CheckGroupGather<4>(m, n);
       CheckGroupGather<8>(m, n);
