@@ -55,22 +55,50 @@ __attribute__((target("avx2"))) inline void Transpose4x64(__m256i r[4]) {
   r[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
 }
 
+// The vector operations on rows of K = kGroupBytes / W lanes of W bytes: float lanes
+// for W = 4 (the 8 x 8 transpose shuffles in the float domain), integer lanes for W = 8.
+template <int W>
+struct Lanes;
+template <>
+struct Lanes<4> {
+  using V = __m256;
+  __attribute__((target("avx2"))) static V Load(const uint8_t* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+  __attribute__((target("avx2"))) static void Store(uint8_t* p, V v) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(p), v);
+  }
+  __attribute__((target("avx2"))) static void Stream(uint8_t* p, V v) {
+    _mm256_stream_ps(reinterpret_cast<float*>(p), v);
+  }
+  __attribute__((target("avx2"))) static void Transpose(V* v) { Transpose8x32(v); }
+};
+template <>
+struct Lanes<8> {
+  using V = __m256i;
+  __attribute__((target("avx2"))) static V Load(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  __attribute__((target("avx2"))) static void Store(uint8_t* p, V v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+  }
+  __attribute__((target("avx2"))) static void Stream(uint8_t* p, V v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+  }
+  __attribute__((target("avx2"))) static void Transpose(V* v) { Transpose4x64(v); }
+};
+
 // A block of K x K values of W bytes (K = kGroupBytes / W) transposed: row j read at
 // src[j], column j written at dst[j] (kGroupBytes each).
 template <int W>
 __attribute__((target("avx2"))) inline void TransposeBlock(const uint8_t* const* src,
                                                           uint8_t* const* dst) {
-  if constexpr (W == 4) {
-    __m256 v[8];
-    for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(src[j]));
-    Transpose8x32(v);
-    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst[j]), v[j]);
-  } else {
-    __m256i v[4];
-    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
-    Transpose4x64(v);
-    for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst[j]), v[j]);
-  }
+  using L = Lanes<W>;
+  constexpr int K = kGroupBytes / W;
+  typename L::V v[K];
+  for (int j = 0; j < K; ++j) v[j] = L::Load(src[j]);
+  L::Transpose(v);
+  for (int j = 0; j < K; ++j) L::Store(dst[j], v[j]);
 }
 
 // out row r (kGroupBytes) = value r of each of the K = kGroupBytes / W columns in
@@ -103,69 +131,63 @@ inline void StreamFence() { _mm_sfence(); }
 /// them in flight (docs/performance.md, eighteenth session).
 inline constexpr int64_t kGatherPrefetch = 128;
 
-// Two blocks of K x K values (K = kGroupBytes / W) gathered: rows index[0, 2K) of `rows`
-// read and transposed, and each column's 2K values (64 bytes) stored back to back at
-// dst[j]. With kStream (`dst` 64-byte aligned) each column's two stores fill one cache
-// line around the caches at once: for output written once and read only after the
-// gather, where a normal store's read of the line first (and its eviction of the staging
-// from the L3) is wasted. Stored a block at a time, each column's line stayed half
-// written while the other columns' lines were stored, and the gather was slower
-// (docs/performance.md, twenty-first session).
+// Value i of column j of the group = value j of row index[i] of `rows`, for positions
+// [i, n) in steps of 2K (K = kGroupBytes / W), as far as whole steps go; returns where it
+// stopped. Each step reads and transposes two blocks of K rows and stores each column's
+// 2K values (64 bytes) back to back. With kStream (every `cols[j] + i * W` 64-byte
+// aligned) each column's two stores fill one cache line around the caches at once: for
+// output written once and read only after the gather, where a normal store's read of the
+// line first (and its eviction of the staging from the L3) is wasted. Stored a block at
+// a time, each column's line stayed half written while the other columns' lines were
+// stored, and the gather was slower (docs/performance.md, twenty-first session).
 template <int W, bool kStream>
-__attribute__((target("avx2"))) inline void GatherTwoBlocks(const uint8_t* rows,
-                                                           const int32_t* index,
-                                                           uint8_t* const* dst) {
-  auto row = [&](int64_t r) { return rows + static_cast<int64_t>(index[r]) * kGroupBytes; };
-  if constexpr (W == 4) {
-    __m256 a[8], b[8];
-    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(row(j)));
-    for (int j = 0; j < 8; ++j) b[j] = _mm256_loadu_ps(reinterpret_cast<const float*>(row(8 + j)));
-    Transpose8x32(a);
-    Transpose8x32(b);
-    for (int j = 0; j < 8; ++j) {
-      auto* d = reinterpret_cast<float*>(dst[j]);
-      if constexpr (kStream) {
-        _mm256_stream_ps(d, a[j]);
-        _mm256_stream_ps(d + 8, b[j]);
-      } else {
-        _mm256_storeu_ps(d, a[j]);
-        _mm256_storeu_ps(d + 8, b[j]);
+__attribute__((target("avx2"))) inline int64_t GatherSteps(const uint8_t* rows,
+                                                          const int32_t* index, int64_t i,
+                                                          int64_t n, uint8_t* const* cols,
+                                                          int64_t indexed) {
+  using L = Lanes<W>;
+  constexpr int64_t K = kGroupBytes / W;
+  constexpr int64_t kStep = 2 * K;
+  auto row = [&](int64_t p) { return rows + static_cast<int64_t>(index[p]) * kGroupBytes; };
+  for (; i + kStep <= n; i += kStep) {
+    if (i + kGatherPrefetch + kStep <= indexed) {
+      for (int64_t j = 0; j < kStep; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(row(i + kGatherPrefetch + j)), _MM_HINT_T0);
       }
     }
-  } else {
-    __m256i a[4], b[4];
-    for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row(j)));
-    for (int j = 0; j < 4; ++j) b[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row(4 + j)));
-    Transpose4x64(a);
-    Transpose4x64(b);
-    for (int j = 0; j < 4; ++j) {
-      auto* d = reinterpret_cast<__m256i*>(dst[j]);
+    typename L::V a[K], b[K];
+    for (int64_t j = 0; j < K; ++j) a[j] = L::Load(row(i + j));
+    for (int64_t j = 0; j < K; ++j) b[j] = L::Load(row(i + K + j));
+    L::Transpose(a);
+    L::Transpose(b);
+    for (int64_t j = 0; j < K; ++j) {
+      uint8_t* d = cols[j] + i * W;
       if constexpr (kStream) {
-        _mm256_stream_si256(d, a[j]);
-        _mm256_stream_si256(d + 1, b[j]);
+        L::Stream(d, a[j]);
+        L::Stream(d + kGroupBytes, b[j]);
       } else {
-        _mm256_storeu_si256(d, a[j]);
-        _mm256_storeu_si256(d + 1, b[j]);
+        L::Store(d, a[j]);
+        L::Store(d + kGroupBytes, b[j]);
       }
     }
   }
+  return i;
 }
 
-// Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n),
-// 2K positions a step. The rows kGatherPrefetch positions ahead are prefetched (`index`
-// may be read up to position `indexed` - 1, `indexed` >= n: a caller gathering a window
-// chunk by chunk lets the prefetch run on into the next chunk). Where every column is
-// misaligned from 64 bytes by the same multiple of W bytes (a window's chunks are
-// aligned; a mixture's rows start anywhere in a batch), the first positions are copied
-// one by one up to the alignment and the rest stored non-temporally, a whole cache line
-// of each column at a time: the caller fences them (StreamFence) once after all its
-// calls, before another thread may read them.
+// Value i of column j of the group = value j of row index[i] of `rows`, for i in [0, n).
+// The rows kGatherPrefetch positions ahead are prefetched (`index` may be read up to
+// position `indexed` - 1, `indexed` >= n: a caller gathering a window chunk by chunk
+// lets the prefetch run on into the next chunk). Where every column is misaligned from
+// 64 bytes by the same multiple of W bytes (a window's chunks are aligned; a mixture's
+// rows start anywhere in a batch), the first positions are copied one by one up to the
+// alignment and the rest stored non-temporally, a whole cache line of each column at a
+// time: the caller fences them (StreamFence) once after all its calls, before another
+// thread may read them.
 template <int W>
 __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows, const int32_t* index,
                                                      int64_t n, uint8_t* const* cols,
                                                      int64_t indexed = -1) {
   constexpr int64_t K = kGroupBytes / W;
-  constexpr int64_t kStep = 2 * K;  // 64 bytes of each column
   if (indexed < n) indexed = n;
   auto one = [&](int64_t i) {
     const uint8_t* row = rows + static_cast<int64_t>(index[i]) * kGroupBytes;
@@ -177,22 +199,9 @@ __attribute__((target("avx2"))) inline void GatherGroupRows(const uint8_t* rows,
   int64_t i = 0;
   if (stream) {
     for (const int64_t head = std::min<int64_t>(n, ((64 - misaligned) % 64) / W); i < head; ++i) one(i);
-  }
-  uint8_t* dst[K];
-  for (; i + kStep <= n; i += kStep) {
-    if (i + kGatherPrefetch + kStep <= indexed) {
-      for (int64_t j = 0; j < kStep; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(
-                         rows + static_cast<int64_t>(index[i + kGatherPrefetch + j]) * kGroupBytes),
-                     _MM_HINT_T0);
-      }
-    }
-    for (int64_t j = 0; j < K; ++j) dst[j] = cols[j] + i * W;
-    if (stream) {
-      GatherTwoBlocks<W, true>(rows, index + i, dst);
-    } else {
-      GatherTwoBlocks<W, false>(rows, index + i, dst);
-    }
+    i = GatherSteps<W, true>(rows, index, i, n, cols, indexed);
+  } else {
+    i = GatherSteps<W, false>(rows, index, i, n, cols, indexed);
   }
   for (; i < n; ++i) one(i);
 }
