@@ -118,8 +118,8 @@ TEST(MixDraws, ZeroWeightIsNeverDrawn) {
 }
 
 TEST(MixDraws, EpochLengthStopsOnceCancelled) {
-  // A skewed "last" epoch: source 0 (weight 1e-9) needs ~10^12 draws, far beyond the
-  // limit of 10^12 positions (about twenty minutes of draws).
+  // A skewed "last" epoch: source 0 (weight 1e-9, 1,000 rows) runs out only after
+  // ~10^12 draws, near the limit of 2^40 positions (about twenty minutes of draws).
   const auto cum = CumulativeWeights({1e-9, 1.0});
   const std::vector<int64_t> rows = {1000, 1};
   auto flag = std::make_shared<std::atomic<bool>>(false);
