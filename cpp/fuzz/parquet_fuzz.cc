@@ -6,15 +6,33 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "pqloader/loader.h"
 
 namespace {
 
+// The input's file, in a directory of its own under $TMPDIR that goes at exit.
+struct InputFile {
+  std::string dir, path;
+  InputFile() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pqloader-fuzz-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    dir = pattern;
+    path = dir + "/input.parquet";
+  }
+  ~InputFile() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+};
+
 const std::string& InputPath() {
-  static const std::string path = "/tmp/pqloader-fuzz-" + std::to_string(::getpid()) + ".parquet";
-  return path;
+  static const InputFile file;
+  return file.path;
 }
 
 void ReadEpoch(bool shuffle) {

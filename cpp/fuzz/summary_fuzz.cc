@@ -12,10 +12,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
@@ -27,8 +29,18 @@
 namespace {
 
 struct Fixture {
-  std::string dir;
+  std::string dir;  // a directory of its own under $TMPDIR, removed at exit
   std::string metadata, index;  // as `pqloader index` wrote them
+  Fixture() = default;
+  Fixture(const Fixture&) = delete;
+  Fixture& operator=(const Fixture&) = delete;
+  Fixture(Fixture&& other) noexcept
+      : dir(std::exchange(other.dir, {})), metadata(std::move(other.metadata)), index(std::move(other.index)) {}
+  ~Fixture() {
+    if (dir.empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
 };
 
 void WriteFile(const std::string& path, int64_t first, std::vector<int64_t> row_groups) {
@@ -65,7 +77,11 @@ void Spit(const std::string& path, const std::string& bytes) {
 const Fixture& Get() {
   static const Fixture f = [] {
     Fixture x;
-    x.dir = "/tmp/pqloader-fuzz-summary-" + std::to_string(::getpid());
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pqloader-fuzz-summary-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    x.dir = pattern;
     std::filesystem::create_directories(x.dir + "/part=1");
     WriteFile(x.dir + "/a.parquet", 0, {5, 3});
     WriteFile(x.dir + "/part=1/b.parquet", 8, {4});
