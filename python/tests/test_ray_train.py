@@ -9,8 +9,10 @@ with the rank and world size given explicitly.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -29,8 +31,15 @@ def run(args, tmp_path, timeout=300):
     env = subprocess_env()
     env["OMP_NUM_THREADS"] = "1"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(tmp_path))
+    # Ray's session files (logs, sockets) in a directory of the test's own, not /tmp/ray;
+    # a short path, since its sockets' paths must fit in 107 bytes.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-")
+    env["RAY_TMPDIR"] = ray_tmp
+    try:
+        proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=str(tmp_path))
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc.stdout
 
