@@ -424,8 +424,12 @@ def get_shard_info(loader) -> dict:
     return {"dropped": int(info["dropped"]), "padded": int(info["padded"])}
 
 
-def subprocess_env() -> dict:
+def subprocess_env(tmp: Path | str | None = None) -> dict:
+    """os.environ without RANK / WORLD_SIZE; with `tmp`, TMPDIR set to it (torchrun's
+    log directories, `torchelastic_*`, are made there instead of left in /tmp)."""
     env = dict(os.environ)
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return env

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -15,10 +16,11 @@ EXAMPLES = REPO_ROOT / "examples"
 
 
 def run(args, timeout=240):
-    env = subprocess_env()
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=str(REPO_ROOT))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = subprocess_env(tmp)
+        env["OMP_NUM_THREADS"] = "1"
+        proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=str(REPO_ROOT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -55,7 +57,7 @@ def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_rank
     assert int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1)) == 1200
     assert re.search(r"epoch 1: .*\[(\d+) samples\]", out), out  # then an ordinary 3-rank epoch
     # The run is finished: resuming again says so instead of silently doing nothing.
-    env = subprocess_env()
+    env = subprocess_env(tmp_path)
     proc = subprocess.run([sys.executable, *map(str, [*torchrun, "--nproc_per_node=1",
                                                        EXAMPLES / "train_ddp.py", *common, "--resume"])],
                           capture_output=True, text=True, timeout=240, env=env, cwd=str(REPO_ROOT))

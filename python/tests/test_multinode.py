@@ -94,7 +94,7 @@ def run_nodes(tmp_path, phase: str, data: str, ckpt_step: int) -> tuple[list[int
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     port = free_port()
-    env = subprocess_env()  # no RANK / WORLD_SIZE: torchrun sets them
+    env = subprocess_env(tmp_path)  # no RANK / WORLD_SIZE: torchrun sets them
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
     agents = [
         subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nnodes={NODES}",
