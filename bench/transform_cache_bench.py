@@ -136,7 +136,7 @@ def main() -> None:
         pq.write_table(pa.table({"image": flat, "label": np.arange(n)}), pre, row_group_size=100, compression="none")
         t_pre = timed(lambda: drain(pqloader.Loader(str(pre), batch_size=64)))
         rows.append(("cache epoch 1 (miss: read + decode + resize + crop)", n / e1))
-        rows.append(("cache epoch 2 (hit: mmap'd entries, %d hits)" % hits, n / e2))
+        rows.append(("cache epoch 2 (hits: entries read with pread, %d hits)" % hits, n / e2))
         rows.append(("pre-decoded uint8 tensors from an uncompressed local Parquet file", n / t_pre))
 
         lines = [f"{n} JPEGs (~500×375, q90, from scikit-image photos), {cores} cores, batch 64.", "",

@@ -3,7 +3,8 @@
 // A DiskCache keeps one file per entry (docs/cache_format.md) in `shards` fan-out
 // directories; each shard has its own lock file and byte budget (size_limit / shards),
 // so writers in different threads and processes rarely contend, and readers never
-// lock: entries are published by rename, read through mmap, and verified by checksum.
+// lock: entries are published by rename, read with pread (not mmap: see docs/design.md)
+// into recycled buffers, and verified by checksum.
 // A MemoryCache keeps entries in this process. Both are best effort: a failed insert
 // (full disk, unwritable directory) is counted and the loader carries on uncached; an
 // insert the budget refuses is counted by reason (CacheRefusal) and reported once.
