@@ -40,6 +40,9 @@ constexpr char kMarkerFirstLine[] = "pqloader fetch";
 // Polling of a split another process is fetching: from 1 ms, doubling, to this.
 constexpr auto kMaxWaitPoll = std::chrono::milliseconds(20);
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
+// How long a prune, or a loader recording its counters, waits for a lock another process
+// holds (for a few file operations) before it skips that entry or that record.
+constexpr auto kAdminLockTimeout = std::chrono::seconds(60);
 // Entries are read and hashed in pieces of this size (each stays in L2 between the two).
 constexpr int64_t kReadPieceBytes = 512 << 10;
 
@@ -413,13 +416,14 @@ struct ClaimBook {
 class DiskClaim : public FetchClaim {
  public:
   DiskClaim(std::shared_ptr<ClaimBook> book, std::string key, std::string marker,
-            std::string lock, std::string token)
+            std::string lock, std::string token, std::chrono::milliseconds lock_timeout)
       : book_(std::move(book)), key_(std::move(key)), marker_(std::move(marker)),
-        lock_(std::move(lock)), token_(std::move(token)) {}
+        lock_(std::move(lock)), token_(std::move(token)), lock_timeout_(lock_timeout) {}
   ~DiskClaim() override {
     {
-      // Under the shard lock, as a breaker deletes: never another process's marker.
-      const auto lock = NodeLock::AcquireBlocking(lock_);
+      // Under the shard lock, as a breaker deletes: never another process's marker (one
+      // not deleted for want of the lock ages out: see Abandoned).
+      const auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_);
       Marker m;
       if (lock != nullptr && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
     }
@@ -431,6 +435,7 @@ class DiskClaim : public FetchClaim {
  private:
   std::shared_ptr<ClaimBook> book_;
   std::string key_, marker_, lock_, token_;
+  std::chrono::milliseconds lock_timeout_;
 };
 
 class DiskCache : public SplitCache {
@@ -595,7 +600,7 @@ class DiskCache : public SplitCache {
       const int link_errno = errno;
       ::unlink(tmp.c_str());
       if (linked == 0) {
-        auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str());
+        auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str(), LockTimeout());
         book_->claims[key] = claim;
         return claim;
       }
@@ -684,10 +689,16 @@ class DiskCache : public SplitCache {
     const int64_t size = *written;
     CacheRefusal refusal = CacheRefusal::kNone;
     {
-      const auto lock = NodeLock::AcquireBlocking(ShardDir(shard) + "/.lock");
+      bool timed_out = false;
+      const auto lock = NodeLock::AcquireExisting(ShardDir(shard) + "/.lock", LockTimeout(),
+                                                  nullptr, &timed_out);
       if (lock == nullptr) {
+        const std::string why =
+            timed_out ? "cannot lock cache shard '" + ShardDir(shard) + "': another process or thread held its lock for more than " +
+                            std::to_string(options_.lock_timeout_ms) + " ms"
+                      : Errno("cannot lock cache shard '" + ShardDir(shard) + "'");
         ::unlink(tmp.c_str());
-        Failed(Errno("cannot lock cache shard '" + ShardDir(shard) + "'"));
+        Failed(why);
         return CacheRefusal::kNone;
       }
       struct stat st;
@@ -798,6 +809,9 @@ class DiskCache : public SplitCache {
   int Shard(const std::string& key) const {
     return static_cast<int>(std::stoul(key.substr(0, 2), nullptr, 16) % options_.shards);
   }
+  std::chrono::milliseconds LockTimeout() const {
+    return std::chrono::milliseconds(std::max<int64_t>(0, options_.lock_timeout_ms));
+  }
   std::string ShardDir(int shard) const {
     char name[16];
     std::snprintf(name, sizeof(name), "shard-%02x", shard);
@@ -828,7 +842,7 @@ class DiskCache : public SplitCache {
     if (!ReadMarker(path, &m)) return true;
     if (!Abandoned(m, &old)) return false;
     // Owners release under it too: never a fresh marker.
-    const auto lock = NodeLock::AcquireBlocking(lock_path);
+    const auto lock = NodeLock::AcquireExisting(lock_path, LockTimeout());
     Marker again;
     if (!ReadMarker(path, &again)) return true;
     if (again.token != m.token || again.written != m.written || !Abandoned(again, &old)) {
@@ -843,7 +857,7 @@ class DiskCache : public SplitCache {
       verified_.erase(path);
     }
     const int shard = Shard(key);
-    const auto lock = NodeLock::AcquireBlocking(ShardDir(shard) + "/.lock");
+    const auto lock = NodeLock::AcquireExisting(ShardDir(shard) + "/.lock", LockTimeout());
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return;
     if (::unlink(path.c_str()) == 0) {
@@ -1254,7 +1268,8 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
         continue;
       }
       // Under the shard's lock, as writers delete, so that .usage stays right.
-      const auto lock = NodeLock::AcquireBlocking(shard + "/.lock");
+      const auto lock = NodeLock::AcquireExisting(shard + "/.lock", kAdminLockTimeout, cancel);
+      if (lock == nullptr && IsCancelled(cancel)) return CancelledStatus();  // while it waited
       struct stat sb;
       if (lock == nullptr || ::lstat(entry.path.c_str(), &sb) != 0) continue;
       if (::unlink(entry.path.c_str()) != 0) {
@@ -1452,7 +1467,7 @@ bool CacheCounters::any() const {
 
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return;
-  const auto lock = NodeLock::AcquireBlocking(dir + "/.records.lock");
+  const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kAdminLockTimeout);
   if (lock == nullptr) return;
   std::map<std::string, int64_t> r;
   {

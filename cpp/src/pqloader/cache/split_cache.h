@@ -82,6 +82,12 @@ struct CacheOptions {
   /// deemed abandoned. 0: no claims (each process fetches what it misses). Disk only.
   /// Default: 30 s.
   int64_t wait_timeout_ms = 30000;
+  /// How long a writer or deleter waits for a shard's lock (held by another process or
+  /// thread for a few file operations) before it gives up: the insert then fails (counted
+  /// in write_errors, with a warning), a claim's marker is left to age out. So a holder
+  /// that stops (a rank suspended, or paused in a debugger) cannot hang the others.
+  /// Disk only. Default: 60 s.
+  int64_t lock_timeout_ms = 60000;
 };
 
 /// The right to fetch a split and insert its entry, held by this process: its marker file

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "pqloader/test_util.h"
+#include "pqloader/util/node_lock.h"
 
 namespace pqloader {
 
@@ -614,6 +615,41 @@ TEST(FetchClaims, OneProcessAtATimeClaimsASplit) {
   same.reset();
   EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
   EXPECT_NE(b->TryClaim(key), nullptr);
+}
+
+// A shard's lock held by a process that stopped (suspended, or paused in a debugger)
+// costs a writer lock_timeout_ms, not its run: the insert fails and says why, a claim's
+// marker is left (to age out), and once the lock is free the cache works again.
+TEST(FetchClaims, AShardLockHeldTooLongFailsTheInsertAndKeepsTheClaimsMarker) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions o = OneShard(dir);
+  o.lock_timeout_ms = 50;
+  auto cache = SplitCache::Open(o);
+  const std::string first = CacheKey("split 1"), second = CacheKey("split 2");
+  ASSERT_EQ(cache->Put(first, UnitOfBytes(5), SourceOf("/f", 1)), CacheRefusal::kNone);
+  ASSERT_EQ(cache->counters().inserts, 1);
+  auto claim = cache->TryClaim(second);
+  ASSERT_NE(claim, nullptr);
+  auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
+  ASSERT_NE(held, nullptr);  // "another process": its own open file description
+  EXPECT_EQ(cache->Put(second, UnitOfBytes(7), SourceOf("/f", 1, 1)), CacheRefusal::kNone);
+  EXPECT_EQ(cache->counters().inserts, 1);
+  EXPECT_EQ(cache->counters().write_errors, 1);
+  const std::string warning = cache->TakeWarning();
+  EXPECT_NE(warning.find("held its lock for more than 50 ms"), std::string::npos) << warning;
+  EXPECT_EQ(cache->Get(second), nullptr);
+  EXPECT_EQ(EntryFiles(dir), 1);  // no entry, no temp file left
+  claim.reset();
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, second)));  // not deleted without the lock
+  held.reset();
+  EXPECT_EQ(cache->Put(second, UnitOfBytes(7), SourceOf("/f", 1, 1)), CacheRefusal::kNone);
+  EXPECT_EQ(cache->counters().inserts, 2);
+  ASSERT_NE(cache->Get(second), nullptr);
+  int temp_files = 0;
+  for (const auto& e : fs::directory_iterator(dir + "/shard-00")) {
+    temp_files += e.path().filename().string().rfind(".tmp-", 0) == 0;
+  }
+  EXPECT_EQ(temp_files, 0);
 }
 
 TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) {

@@ -4,39 +4,51 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <thread>
 
 namespace pqloader {
 
+namespace {
+
+// Take the flock on `fd` within `timeout` unless `cancel` is set: true once held.
+bool Wait(int fd, std::chrono::milliseconds timeout, const CancelFlag& cancel, bool* timed_out) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(100);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return false;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (timed_out != nullptr) *timed_out = true;
+      return false;
+    }
+    if (IsCancelled(cancel)) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace
+
 std::unique_ptr<NodeLock> NodeLock::Acquire(const std::string& path,
                                             std::chrono::milliseconds timeout,
                                             const CancelFlag& cancel) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return nullptr;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline ||
-        IsCancelled(cancel)) {
-      ::close(fd);
-      return nullptr;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return std::unique_ptr<NodeLock>(new NodeLock(fd));
+  return AcquireExisting(path, timeout, cancel);
 }
 
-std::unique_ptr<NodeLock> NodeLock::AcquireBlocking(const std::string& path) {
+std::unique_ptr<NodeLock> NodeLock::AcquireExisting(const std::string& path,
+                                                    std::chrono::milliseconds timeout,
+                                                    const CancelFlag& cancel, bool* timed_out) {
+  if (timed_out != nullptr) *timed_out = false;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      ::close(fd);
-      return nullptr;
-    }
+  if (!Wait(fd, timeout, cancel, timed_out)) {
+    ::close(fd);
+    return nullptr;
   }
   return std::unique_ptr<NodeLock>(new NodeLock(fd));
 }

@@ -18,13 +18,20 @@ namespace pqloader {
 class NodeLock {
  public:
   /// Wait for the lock at most `timeout`, or until `cancel` is set; null then (the caller
-  /// does the work itself, or stops), or when the file cannot be created.
+  /// does the work itself, or stops), or when the file cannot be created. Creates the
+  /// file's directory. The wait polls, 0.1 ms apart at first, doubling up to 20 ms (a
+  /// signal does not end it).
   static std::unique_ptr<NodeLock> Acquire(const std::string& path,
                                            std::chrono::milliseconds timeout,
                                            const CancelFlag& cancel = nullptr);
-  /// Wait for the lock as long as it takes (a signal does not end the wait); null when
-  /// the file cannot be opened. Does not create directories.
-  static std::unique_ptr<NodeLock> AcquireBlocking(const std::string& path);
+  /// As Acquire, without creating directories (null when the file cannot be opened), for
+  /// locks held for a few file operations (a cache shard's): so that a holder that stops
+  /// (a process suspended or stuck in a debugger) costs a waiter `timeout`, not its run.
+  /// `*timed_out`, if given, tells a wait that ran out from a file that cannot be opened.
+  static std::unique_ptr<NodeLock> AcquireExisting(const std::string& path,
+                                                   std::chrono::milliseconds timeout,
+                                                   const CancelFlag& cancel = nullptr,
+                                                   bool* timed_out = nullptr);
   ~NodeLock();
   NodeLock(const NodeLock&) = delete;
   NodeLock& operator=(const NodeLock&) = delete;

@@ -46,28 +46,53 @@ TEST(NodeLock, ATimedAcquireStopsWaitingOnceCancelled) {
   EXPECT_EQ(other, nullptr);
 }
 
-TEST(NodeLock, ABlockingAcquireWaitsForTheHolder) {
+TEST(NodeLock, AWaitForAnExistingLockEndsWhenTheHolderLetsGo) {
   const std::string path = testing::MakeTempDir() + "/.lock";
-  auto held = NodeLock::AcquireBlocking(path);
+  auto held = NodeLock::AcquireExisting(path, milliseconds(0));
   ASSERT_NE(held, nullptr);
-  std::atomic<bool> released{false}, acquired{false}, saw_release{false};
+  std::atomic<bool> released{false}, acquired{false}, saw_release{false}, timed_out{true};
   std::thread waiter([&] {
-    auto lock = NodeLock::AcquireBlocking(path);
+    bool ran_out = true;
+    auto lock = NodeLock::AcquireExisting(path, std::chrono::minutes(30), nullptr, &ran_out);
     saw_release = released.load();
     acquired = lock != nullptr;
+    timed_out = ran_out;
   });
-  std::this_thread::sleep_for(milliseconds(50));  // the waiter is blocked in flock by now
+  std::this_thread::sleep_for(milliseconds(50));  // the waiter is polling by now
   EXPECT_FALSE(acquired.load());
   released = true;
   held.reset();
   waiter.join();
   EXPECT_TRUE(acquired.load());
   EXPECT_TRUE(saw_release.load());  // it got the lock only after the holder let go
+  EXPECT_FALSE(timed_out.load());
 }
 
-TEST(NodeLock, ABlockingAcquireCreatesNoDirectories) {
+TEST(NodeLock, AWaitForAnExistingLockRunsOutAndSaysSo) {
+  const std::string path = testing::MakeTempDir() + "/.lock";
+  auto held = NodeLock::AcquireExisting(path, milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  bool timed_out = false;
+  std::unique_ptr<NodeLock> other;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread([&] { other = NodeLock::AcquireExisting(path, milliseconds(80), nullptr, &timed_out); })
+      .join();
+  EXPECT_EQ(other, nullptr);
+  EXPECT_TRUE(timed_out);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(80));  // it waited its time
+  held.reset();
+  std::thread([&] { other = NodeLock::AcquireExisting(path, milliseconds(0), nullptr, &timed_out); })
+      .join();
+  EXPECT_NE(other, nullptr);
+  EXPECT_FALSE(timed_out);
+}
+
+TEST(NodeLock, AWaitForAnExistingLockCreatesNoDirectories) {
   const std::string dir = testing::MakeTempDir() + "/gone";
-  EXPECT_EQ(NodeLock::AcquireBlocking(dir + "/.lock"), nullptr);
+  bool timed_out = true;
+  EXPECT_EQ(NodeLock::AcquireExisting(dir + "/.lock", std::chrono::minutes(30), nullptr, &timed_out),
+            nullptr);
+  EXPECT_FALSE(timed_out);  // no file: at once, not after the timeout
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
