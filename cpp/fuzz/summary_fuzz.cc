@@ -35,7 +35,9 @@ struct Fixture {
   Fixture(const Fixture&) = delete;
   Fixture& operator=(const Fixture&) = delete;
   Fixture(Fixture&& other) noexcept
-      : dir(std::exchange(other.dir, {})), metadata(std::move(other.metadata)), index(std::move(other.index)) {}
+      : dir(std::exchange(other.dir, {})),
+        metadata(std::move(other.metadata)),
+        index(std::move(other.index)) {}
   ~Fixture() {
     if (dir.empty()) return;
     std::error_code ignored;
@@ -79,7 +81,8 @@ const Fixture& Get() {
     Fixture x;
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pqloader-fuzz-summary-XXXXXX";
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+        "/pqloader-fuzz-summary-XXXXXX";
     if (::mkdtemp(pattern.data()) == nullptr) std::abort();
     x.dir = pattern;
     std::filesystem::create_directories(x.dir + "/part=1");

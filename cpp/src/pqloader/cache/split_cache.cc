@@ -693,10 +693,11 @@ class DiskCache : public SplitCache {
       const auto lock = NodeLock::AcquireExisting(ShardDir(shard) + "/.lock", LockTimeout(),
                                                   nullptr, &timed_out);
       if (lock == nullptr) {
+        const std::string what = "cannot lock cache shard '" + ShardDir(shard) + "'";
         const std::string why =
-            timed_out ? "cannot lock cache shard '" + ShardDir(shard) + "': another process or thread held its lock for more than " +
+            timed_out ? what + ": another process or thread held its lock for more than " +
                             std::to_string(options_.lock_timeout_ms) + " ms"
-                      : Errno("cannot lock cache shard '" + ShardDir(shard) + "'");
+                      : Errno(what);
         ::unlink(tmp.c_str());
         Failed(why);
         return CacheRefusal::kNone;

@@ -75,14 +75,16 @@ TEST(NodeLock, AWaitForAnExistingLockRunsOutAndSaysSo) {
   bool timed_out = false;
   std::unique_ptr<NodeLock> other;
   const auto t0 = std::chrono::steady_clock::now();
-  std::thread([&] { other = NodeLock::AcquireExisting(path, milliseconds(80), nullptr, &timed_out); })
-      .join();
+  std::thread([&] {
+    other = NodeLock::AcquireExisting(path, milliseconds(80), nullptr, &timed_out);
+  }).join();
   EXPECT_EQ(other, nullptr);
   EXPECT_TRUE(timed_out);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(80));  // it waited its time
   held.reset();
-  std::thread([&] { other = NodeLock::AcquireExisting(path, milliseconds(0), nullptr, &timed_out); })
-      .join();
+  std::thread([&] {
+    other = NodeLock::AcquireExisting(path, milliseconds(0), nullptr, &timed_out);
+  }).join();
   EXPECT_NE(other, nullptr);
   EXPECT_FALSE(timed_out);
 }
@@ -90,8 +92,9 @@ TEST(NodeLock, AWaitForAnExistingLockRunsOutAndSaysSo) {
 TEST(NodeLock, AWaitForAnExistingLockCreatesNoDirectories) {
   const std::string dir = testing::MakeTempDir() + "/gone";
   bool timed_out = true;
-  EXPECT_EQ(NodeLock::AcquireExisting(dir + "/.lock", std::chrono::minutes(30), nullptr, &timed_out),
-            nullptr);
+  EXPECT_EQ(
+      NodeLock::AcquireExisting(dir + "/.lock", std::chrono::minutes(30), nullptr, &timed_out),
+      nullptr);
   EXPECT_FALSE(timed_out);  // no file: at once, not after the timeout
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
