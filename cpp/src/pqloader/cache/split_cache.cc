@@ -600,7 +600,8 @@ class DiskCache : public SplitCache {
       const int link_errno = errno;
       ::unlink(tmp.c_str());
       if (linked == 0) {
-        auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str(), LockTimeout());
+        auto claim =
+            std::make_shared<DiskClaim>(book_, key, marker, lock, token.str(), LockTimeout());
         book_->claims[key] = claim;
         return claim;
       }
