@@ -40,9 +40,9 @@ constexpr char kMarkerFirstLine[] = "pqloader fetch";
 // Polling of a split another process is fetching: from 1 ms, doubling, to this.
 constexpr auto kMaxWaitPoll = std::chrono::milliseconds(20);
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
-// How long a prune, or a loader recording its counters, waits for a lock another process
-// holds (for a few file operations) before it skips that entry or that record.
-constexpr auto kAdminLockTimeout = std::chrono::seconds(60);
+// How long a loader recording its counters waits for the records' lock another process
+// holds (for a few file operations) before it skips that record.
+constexpr auto kRecordsLockTimeout = std::chrono::seconds(60);
 // Entries are read and hashed in pieces of this size (each stays in L2 between the two).
 constexpr int64_t kReadPieceBytes = 512 << 10;
 
@@ -1240,7 +1240,8 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
 
 arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
                                               const SourceChecker& checker,
-                                              const CancelFlag& cancel) {
+                                              const CancelFlag& cancel,
+                                              std::chrono::milliseconds lock_timeout) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
@@ -1270,10 +1271,20 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
         continue;
       }
       // Under the shard's lock, as writers delete, so that .usage stays right.
-      const auto lock = NodeLock::AcquireExisting(shard + "/.lock", kAdminLockTimeout, cancel);
-      if (lock == nullptr && IsCancelled(cancel)) return CancelledStatus();  // while it waited
+      bool timed_out = false;
+      const auto lock =
+          NodeLock::AcquireExisting(shard + "/.lock", lock_timeout, cancel, &timed_out);
+      if (lock == nullptr) {
+        if (IsCancelled(cancel)) return CancelledStatus();  // while it waited
+        const std::string what = "cannot lock cache shard '" + shard + "'";
+        return arrow::Status::IOError(
+            timed_out ? what + ": another process held its lock for more than " +
+                            std::to_string(lock_timeout.count()) + " ms"
+                      : Errno(what),
+            "; ", report.entries, " stale entries were deleted before it");
+      }
       struct stat sb;
-      if (lock == nullptr || ::lstat(entry.path.c_str(), &sb) != 0) continue;
+      if (::lstat(entry.path.c_str(), &sb) != 0) continue;
       if (::unlink(entry.path.c_str()) != 0) {
         return arrow::Status::IOError(Errno("cannot remove '" + entry.path + "'"));
       }
@@ -1469,7 +1480,7 @@ bool CacheCounters::any() const {
 
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return;
-  const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kAdminLockTimeout);
+  const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kRecordsLockTimeout);
   if (lock == nullptr) return;
   std::map<std::string, int64_t> r;
   {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -298,9 +299,11 @@ struct CachePruneReport {
 /// Delete the stale entries of the cache directory `dir` (`checker` says which), each
 /// under its shard's lock, and only files proven to be entries (as ClearCacheDir).
 /// Fails, deleting nothing, if `dir` is not a marked cache directory (an empty one is
-/// left as it is).
-arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir, const SourceChecker& checker,
-                                              const CancelFlag& cancel = nullptr);
+/// left as it is); fails naming the shard (and what was deleted before) if a shard's
+/// lock cannot be had within `lock_timeout` (another process holds it).
+arrow::Result<CachePruneReport> PruneCacheDir(
+    const std::string& dir, const SourceChecker& checker, const CancelFlag& cancel = nullptr,
+    std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
 /// What ClearCacheDir did.
 struct CacheClearReport {
   int64_t entries = 0;       ///< Entries deleted.

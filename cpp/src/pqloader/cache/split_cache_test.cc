@@ -566,6 +566,37 @@ TEST(SplitCache, StatsPruneAndClearStopAtTheNextEntryOnceCancelled) {
   EXPECT_EQ(ClearCacheDir(dir, cancel).ValueOrDie().entries, 4);
 }
 
+// A prune that cannot have a shard's lock in time (another process holds it) fails
+// naming the shard and what it deleted before, instead of leaving stale entries silently.
+TEST(SplitCache, PruneFailsNamingAShardWhoseLockIsHeldTooLong) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  {
+    CacheOptions o;
+    o.dir = dir;
+    o.shards = 1;
+    auto cache = SplitCache::Open(o);
+    for (int rg = 0; rg < 3; ++rg) {
+      cache->Put(CacheKey("e" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 1, rg));
+    }
+  }
+  const SourceChecker all_stale = [](const SourceIdentity&) { return SourceState::kStale; };
+  auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  auto pruned = PruneCacheDir(dir, all_stale, nullptr, std::chrono::milliseconds(50));
+  ASSERT_FALSE(pruned.ok());
+  EXPECT_TRUE(pruned.status().IsIOError());
+  const std::string message = pruned.status().message();
+  EXPECT_NE(message.find("shard-00"), std::string::npos) << message;
+  EXPECT_NE(message.find("held its lock for more than 50 ms"), std::string::npos) << message;
+  EXPECT_NE(message.find("0 stale entries were deleted"), std::string::npos) << message;
+  EXPECT_EQ(EntryFiles(dir), 3);
+  held.reset();
+  auto again = PruneCacheDir(dir, all_stale, nullptr, std::chrono::milliseconds(50));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->entries, 3);
+  EXPECT_EQ(EntryFiles(dir), 0);
+}
+
 TEST(SplitCache, PruneRefusesADirectoryThatIsNotACache) {
   const std::string dir = testing::MakeTempDir();
   std::ofstream(dir + "/mine.txt") << "user data";
