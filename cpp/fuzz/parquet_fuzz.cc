@@ -6,34 +6,18 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 
 #include "pqloader/loader.h"
+#include "temp_dir.h"
 
 namespace {
 
-// The input's file, in a directory of its own under $TMPDIR that goes at exit.
-struct InputFile {
-  std::string dir, path;
-  InputFile() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/pqloader-fuzz-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    dir = pattern;
-    path = dir + "/input.parquet";
-  }
-  ~InputFile() {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-};
-
+// The input's file, in a directory of its own that goes at exit.
 const std::string& InputPath() {
-  static const InputFile file;
-  return file.path;
+  static const pqloader_fuzz::TempDir dir("pqloader-fuzz-");
+  static const std::string path = dir.path() + "/input.parquet";
+  return path;
 }
 
 void ReadEpoch(bool shuffle) {

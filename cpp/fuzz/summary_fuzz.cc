@@ -12,12 +12,10 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <utility>
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
@@ -25,24 +23,13 @@
 
 #include "pqloader/dataset/summary.h"
 #include "pqloader/loader.h"
+#include "temp_dir.h"
 
 namespace {
 
 struct Fixture {
-  std::string dir;  // a directory of its own under $TMPDIR, removed at exit
+  std::string dir;  // a directory of its own, removed at exit
   std::string metadata, index;  // as `pqloader index` wrote them
-  Fixture() = default;
-  Fixture(const Fixture&) = delete;
-  Fixture& operator=(const Fixture&) = delete;
-  Fixture(Fixture&& other) noexcept
-      : dir(std::exchange(other.dir, {})),
-        metadata(std::move(other.metadata)),
-        index(std::move(other.index)) {}
-  ~Fixture() {
-    if (dir.empty()) return;
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
 };
 
 void WriteFile(const std::string& path, int64_t first, std::vector<int64_t> row_groups) {
@@ -77,14 +64,10 @@ void Spit(const std::string& path, const std::string& bytes) {
 }
 
 const Fixture& Get() {
+  static const pqloader_fuzz::TempDir tmp("pqloader-fuzz-summary-");
   static const Fixture f = [] {
     Fixture x;
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-        "/pqloader-fuzz-summary-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    x.dir = pattern;
+    x.dir = tmp.path();
     std::filesystem::create_directories(x.dir + "/part=1");
     WriteFile(x.dir + "/a.parquet", 0, {5, 3});
     WriteFile(x.dir + "/part=1/b.parquet", 8, {4});

@@ -9,7 +9,6 @@ with the rank and world size given explicitly.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,13 +32,10 @@ def run(args, tmp_path, timeout=300):
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     # Ray's session files (logs, sockets) in a directory of the test's own, not /tmp/ray;
     # a short path, since its sockets' paths must fit in 107 bytes.
-    ray_tmp = tempfile.mkdtemp(prefix="ray-")
-    env["RAY_TMPDIR"] = ray_tmp
-    try:
+    with tempfile.TemporaryDirectory(prefix="ray-", ignore_cleanup_errors=True) as ray_tmp:
+        env["RAY_TMPDIR"] = ray_tmp
         proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
                               timeout=timeout, env=env, cwd=str(tmp_path))
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc.stdout
 

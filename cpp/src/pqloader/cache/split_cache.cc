@@ -40,9 +40,6 @@ constexpr char kMarkerFirstLine[] = "pqloader fetch";
 // Polling of a split another process is fetching: from 1 ms, doubling, to this.
 constexpr auto kMaxWaitPoll = std::chrono::milliseconds(20);
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
-// How long a loader recording its counters waits for the records' lock another process
-// holds (for a few file operations) before it skips that record.
-constexpr auto kRecordsLockTimeout = std::chrono::seconds(60);
 // Entries are read and hashed in pieces of this size (each stays in L2 between the two).
 constexpr int64_t kReadPieceBytes = 512 << 10;
 
@@ -1480,7 +1477,7 @@ bool CacheCounters::any() const {
 
 void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return;
-  const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kRecordsLockTimeout);
+  const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kCacheLockTimeout);
   if (lock == nullptr) return;
   std::map<std::string, int64_t> r;
   {

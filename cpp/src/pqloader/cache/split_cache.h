@@ -67,6 +67,10 @@ enum class CacheRefusal {
   kStale,     ///< Its source file changed while it was read (entry of no current file).
 };
 
+/// How long a cache's writers, prunes and records wait for a lock another process holds
+/// (for a few file operations) before they give up: see CacheOptions::lock_timeout_ms.
+constexpr std::chrono::milliseconds kCacheLockTimeout{60000};
+
 struct CacheOptions {
   /// Directory of a disk cache, or ":memory:" for a cache in this process. Required.
   std::string dir;
@@ -88,7 +92,7 @@ struct CacheOptions {
   /// in write_errors, with a warning), a claim's marker is left to age out. So a holder
   /// that stops (a rank suspended, or paused in a debugger) cannot hang the others.
   /// Disk only. Default: 60 s.
-  int64_t lock_timeout_ms = 60000;
+  int64_t lock_timeout_ms = kCacheLockTimeout.count();
 };
 
 /// The right to fetch a split and insert its entry, held by this process: its marker file
@@ -303,7 +307,7 @@ struct CachePruneReport {
 /// lock cannot be had within `lock_timeout` (another process holds it).
 arrow::Result<CachePruneReport> PruneCacheDir(
     const std::string& dir, const SourceChecker& checker, const CancelFlag& cancel = nullptr,
-    std::chrono::milliseconds lock_timeout = std::chrono::seconds(60));
+    std::chrono::milliseconds lock_timeout = kCacheLockTimeout);
 /// What ClearCacheDir did.
 struct CacheClearReport {
   int64_t entries = 0;       ///< Entries deleted.

@@ -73,6 +73,17 @@ CacheOptions OneShardCache() {
   return o;
 }
 
+// A one-shard disk cache in a new directory holding `n` entries of one file's row
+// groups 0..n-1 (keys "e0", "e1", ...); its directory.
+std::string OneShardCacheOf(int n) {
+  const CacheOptions o = OneShardCache();
+  auto cache = SplitCache::Open(o);
+  for (int rg = 0; rg < n; ++rg) {
+    cache->Put(CacheKey("e" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 1, rg));
+  }
+  return o.dir;
+}
+
 int64_t EntryFiles(const std::string& dir) {
   int64_t n = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -534,16 +545,7 @@ TEST(SplitCache, StatsAndPruneTellStaleEntriesByTheirHeaders) {
 // Ctrl-C in `pqloader cache stats|prune|clear` (the binding sets the flag): each stops
 // at its next entry with Cancelled; what was deleted by then stays deleted, nothing more.
 TEST(SplitCache, StatsPruneAndClearStopAtTheNextEntryOnceCancelled) {
-  const std::string dir = testing::MakeTempDir() + "/cache";
-  CacheOptions o;
-  o.dir = dir;
-  o.shards = 1;
-  {
-    auto cache = SplitCache::Open(o);
-    for (int rg = 0; rg < 6; ++rg) {
-      cache->Put(CacheKey("e" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 1, rg));
-    }
-  }
+  const std::string dir = OneShardCacheOf(6);
   auto flag = std::make_shared<std::atomic<bool>>(false);
   const CancelFlag cancel = flag;
   int checked = 0;
@@ -569,16 +571,7 @@ TEST(SplitCache, StatsPruneAndClearStopAtTheNextEntryOnceCancelled) {
 // A prune that cannot have a shard's lock in time (another process holds it) fails
 // naming the shard and what it deleted before, instead of leaving stale entries silently.
 TEST(SplitCache, PruneFailsNamingAShardWhoseLockIsHeldTooLong) {
-  const std::string dir = testing::MakeTempDir() + "/cache";
-  {
-    CacheOptions o;
-    o.dir = dir;
-    o.shards = 1;
-    auto cache = SplitCache::Open(o);
-    for (int rg = 0; rg < 3; ++rg) {
-      cache->Put(CacheKey("e" + std::to_string(rg)), UnitOfBytes(100), SourceOf("/f", 1, rg));
-    }
-  }
+  const std::string dir = OneShardCacheOf(3);
   const SourceChecker all_stale = [](const SourceIdentity&) { return SourceState::kStale; };
   auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
   ASSERT_NE(held, nullptr);
