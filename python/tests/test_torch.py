@@ -208,6 +208,108 @@ def test_cuda_batches_equal_cpu_batches_and_are_ready_on_the_current_stream(ds, 
     assert_batch_streams_equal(got, ref)
 
 
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_batches_of_every_supported_type_equal_numpy_batches(tmp_path):
+    write_dataset(tmp_path, [[50, 13], [40]], make_table=all_types_table)
+    ref = list(pqloader.Loader(str(tmp_path), batch_size=17, shuffle=True, seed=3))
+    got = list(pqloader.Loader(str(tmp_path), batch_size=17, shuffle=True, seed=3, output="torch",
+                               device="cuda"))
+    for batch in got:
+        for name, value in batch.items():
+            if isinstance(ref[0][name], np.ndarray):
+                assert isinstance(value, torch.Tensor) and value.is_cuda, name
+            else:
+                assert isinstance(value, list), name
+    assert_batch_streams_equal([as_numpy(b) for b in got], ref)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("pin", [True, False])
+def test_cuda_consumer_never_reads_a_batch_before_its_copy_is_complete(ds, pin, monkeypatch):
+    # Each batch's copies are queued behind ~10 ms of GPU work on the loader's side stream,
+    # and the consumer computes at once on its own (non-default) stream: without the
+    # event wait, it would read the device memory before the copy has landed.
+    from pqloader._torch import TorchOutput
+
+    stage = TorchOutput._stage
+
+    def slow_stage(self, batch):
+        with torch.cuda.stream(self.stream):
+            torch.cuda._sleep(20_000_000)
+        return stage(self, batch)
+
+    monkeypatch.setattr(TorchOutput, "_stage", slow_stage)
+    ref = list(pqloader.Loader(ds, **kw()))
+    consumer = torch.cuda.Stream()
+    got = []
+    with torch.cuda.stream(consumer):
+        loader = pqloader.Loader(ds, **kw(output="torch", device="cuda", pin_memory=pin))
+        for batch in loader:
+            # A kernel on the consumer's stream reads each tensor at once.
+            copies = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            got.append(as_numpy(copies))
+    torch.cuda.synchronize()
+    assert_batch_streams_equal(got, ref)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("k", [0, 3, PER_EPOCH + 2])
+def test_cuda_resume_from_a_state_taken_while_batches_are_staged_on_the_device(ds, k):
+    ref = [as_numpy(b) for b in pqloader.Loader(ds, **kw(output="torch"))]
+    loader = pqloader.Loader(ds, **kw(output="torch", device="cuda", device_prefetch=3))
+    it = iter(loader)
+    head = [as_numpy(next(it)) for _ in range(k)]
+    state = loader.state_dict()
+    del it, loader
+    fresh = pqloader.Loader(ds, **kw(output="torch", device="cuda:0", device_prefetch=3))
+    fresh.load_state_dict(state)
+    rest = [as_numpy(b) for b in fresh]
+    assert len(head) + len(rest) == len(ref) == 2 * PER_EPOCH
+    assert_batch_streams_equal(head + rest, ref)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "torch.device"])
+def test_cuda_batches_land_on_the_requested_device(ds, device):
+    device = torch.device("cuda", 0) if device == "torch.device" else device
+    batch = next(iter(pqloader.Loader(ds, **kw(output="torch", device=device))))
+    expected = torch.device("cuda", torch.cuda.current_device() if device == "cuda" else 0)
+    assert {v.device for v in batch.values() if isinstance(v, torch.Tensor)} == {expected}
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_loader_dropped_mid_epoch_frees_its_device_memory(ds):
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+
+    def drop_mid_epoch():
+        loader = pqloader.Loader(ds, **kw(output="torch", device="cuda", device_prefetch=3))
+        it = iter(loader)
+        for _ in range(4):
+            next(it)
+        assert torch.cuda.memory_allocated() > before  # the staged batches
+        del it, loader
+        gc.collect()
+
+    run_with_timeout(drop_mid_epoch, timeout=60)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_iterable_dataset_through_pinning_dataloader_workers(ds):
+    loader = pqloader.Loader(ds, **kw(num_epochs=1))
+    dl = torch.utils.data.DataLoader(pqloader.torch.IterableDataset(loader), batch_size=None,
+                                     num_workers=2, pin_memory=True)
+    got = []
+    for batch in run_with_timeout(lambda: list(dl), timeout=60):
+        assert batch["x"].is_pinned()
+        got.append({k: v.to("cuda", non_blocking=True) if isinstance(v, torch.Tensor) else v
+                    for k, v in batch.items()})
+    torch.cuda.synchronize()
+    assert sorted(ids_of([as_numpy(b) for b in got])) == list(range(N))
+
+
 # ---------------------------------------------------------------------------
 # the data-stall metric
 # ---------------------------------------------------------------------------
