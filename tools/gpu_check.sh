@@ -31,7 +31,10 @@ check() {  # check NAME SECONDS CMD...: run, record a failure
 
 step "machine"
 nvidia-smi -L; nproc; head -2 /etc/os-release; g++ --version | head -1; cmake --version | head -1
-python3 -c 'import sys, torch, numpy; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name(0)); print("numpy", numpy.__version__)'
+python3 -c 'import sys, torch, numpy
+print(sys.version)
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available(), torch.cuda.get_device_name(0))
+print("numpy", numpy.__version__)'
 
 step "install the bundle"
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$BUNDLE"/*.whl || exit 2

@@ -194,6 +194,43 @@ def test_loader_is_a_torch_distributed_checkpoint_stateful(ds):
     assert isinstance(pqloader.Loader(ds), Stateful)
 
 
+def test_a_batch_packed_into_one_buffer_unpacks_to_equal_aligned_views(tmp_path):
+    # The layout of the one host-to-device copy per batch, checked on the CPU: every
+    # supported type, sizes that are not multiples of 8 bytes, 2-D columns, runs of
+    # columns of one dtype and shape, lists kept.
+    from pqloader._torch import pack_arrays, unpack_arrays
+
+    write_dataset(tmp_path, [[23]], make_table=all_types_table)
+    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=23)))
+    arrays = {k: v for k, v in batch.items() if isinstance(v, np.ndarray)}
+    assert len({v.itemsize for v in arrays.values()}) > 1 and any(v.ndim > 1 for v in arrays.values())
+    assert len(arrays) > len({(v.dtype, v.shape) for v in arrays.values()})  # runs to unbind
+    buffer, names = pack_arrays(batch, pin_memory=False)
+    assert sorted(names) == sorted(arrays)
+    assert buffer.numel() == sum(v.nbytes for v in arrays.values())
+    copy = buffer.clone()  # as the device's copy would be
+    got = unpack_arrays(copy, batch, names)
+    assert list(got) == list(batch)
+    for name, value in got.items():
+        if name not in arrays:
+            assert value is batch[name]
+            continue
+        assert value.numpy().dtype == arrays[name].dtype and value.shape == arrays[name].shape, name
+        assert value.untyped_storage().data_ptr() == copy.data_ptr(), f"{name} is not a view"
+        assert (value.data_ptr() - copy.data_ptr()) % value.element_size() == 0, f"{name} misaligned"
+    assert_batch_streams_equal([as_numpy(got)], [batch])
+    assert pack_arrays({"s": ["a"]}, pin_memory=False) is None
+
+
+def test_read_only_arrays_become_tensors_without_a_warning():
+    array = np.arange(5, dtype=np.int32)
+    array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tensor = pqloader.torch.batch_to_torch({"a": array})["a"]
+    assert tensor.data_ptr() == array.__array_interface__["data"][0]
+
+
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("pin", [True, False])
 def test_cuda_batches_equal_cpu_batches_and_are_ready_on_the_current_stream(ds, pin):
