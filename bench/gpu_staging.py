@@ -9,42 +9,25 @@ staging) and ``device="cuda"`` (packed, pinned, copied on a side stream; the epo
 with a synchronize, so every copy is counted). Nothing is done with the batches: the
 ratio cuda/cpu is what staging costs the loader (1.0: nothing). Prints the median
 rows/s of each and the median of the per-round ratios. Data is generated once into
-build/gpu-staging-data/ (seeded). Each round's first epoch is untimed warm-up.
+build/gpu-staging-data/ by examples/train_tabular.py's generator (seeded). Each round's
+first epoch is untimed warm-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 import pqloader
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def make_dataset(path: Path, rows: int, columns: int, files: int = 8) -> None:
-    marker = path / "_COMPLETE"
-    spec = f"{rows}/{columns}/{files}"
-    if marker.exists() and marker.read_text() == spec:
-        return
-    path.mkdir(parents=True, exist_ok=True)
-    for old in path.glob("*.parquet"):
-        old.unlink()
-    rng = np.random.default_rng(2026)
-    per_file = -(-rows // files)
-    for f in range(files):
-        n = min(per_file, rows - f * per_file)
-        cols = {f"f{c}": rng.standard_normal(n, dtype=np.float32) for c in range(columns)}
-        cols["label"] = rng.integers(0, 10, n)
-        pq.write_table(pa.table(cols), path / f"part-{f:02d}.parquet", row_group_size=16384)
-    marker.write_text(spec)
+sys.path.insert(0, str(ROOT / "examples"))
+from train_tabular import make_dataset  # noqa: E402  (the tabular example's data, any width)
 
 
 def epoch_rate(path: Path, device: str | None, seed: int) -> float:

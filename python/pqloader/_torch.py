@@ -46,15 +46,6 @@ def _as_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array) if array.flags.writeable else torch.from_dlpack(array)
 
 
-_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {}
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    if dtype not in _TORCH_DTYPES:
-        _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
-    return _TORCH_DTYPES[dtype]
-
-
 def pack_arrays(batch: dict[str, Any], pin_memory: bool) -> tuple[torch.Tensor, list[str]] | None:
     """The bytes of every NumPy column of `batch` in one new host buffer.
 
@@ -95,7 +86,7 @@ def unpack_arrays(buffer: torch.Tensor, batch: dict[str, Any], names: list[str])
         while j < len(names) and batch[names[j]].dtype == first.dtype and batch[names[j]].shape == first.shape:
             j += 1
         run = buffer[offset:offset + (j - i) * first.nbytes]
-        views.update(zip(names[i:j], run.view(_torch_dtype(first.dtype)).view(j - i, *first.shape).unbind(0)))
+        views.update(zip(names[i:j], run.view(_as_tensor(first[:0]).dtype).view(j - i, *first.shape).unbind(0)))
         offset += (j - i) * first.nbytes
         i = j
     return {k: views[k] if isinstance(v, np.ndarray) else v for k, v in batch.items()}
@@ -152,9 +143,9 @@ class TorchOutput:
         finally:
             items.close()  # type: ignore[attr-defined]
 
-    def _stage(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    def _stage(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         """Start the copies of one NumPy batch; return it, as tensors, with the event
-        that marks the copies' end (None off CUDA)."""
+        that marks the copies' end and the device buffer they fill (None, None off CUDA)."""
         if self.cuda:
             return self._stage_cuda(batch)
         out = {}
@@ -165,30 +156,28 @@ class TorchOutput:
                 if self.device is not None:
                     v = v.to(self.device)
             out[k] = v
-        return out, None
+        return out, None, None
 
-    def _stage_cuda(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    def _stage_cuda(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         """Pack the batch into one host buffer, copy it in one transfer, hand out views."""
         packed = pack_arrays(batch, self.pin_memory)
         if packed is None:
-            return batch, None
+            return batch, None, None
         host, names = packed
         with torch.cuda.stream(self.stream):
             device = host.to(self.device, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
-        return unpack_arrays(device, batch, names), event
+        return unpack_arrays(device, batch, names), event, device
 
-    def _ready(self, staged: tuple[dict[str, Any], Any]) -> dict[str, Any]:
+    def _ready(self, staged: tuple[dict[str, Any], Any, Any]) -> dict[str, Any]:
         """Make the consumer's stream wait for the batch's copies; hand the batch out."""
-        batch, event = staged
+        batch, event, device = staged
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
-            for v in batch.values():
-                if isinstance(v, torch.Tensor) and v.is_cuda:
-                    # Memory allocated on the side stream is now used on `current`: tell the
-                    # caching allocator, so it is not reused before `current` is done with it.
-                    v.record_stream(current)
-                    break  # the columns are views of one allocation
+            # The buffer (every column is a view of it) was allocated on the side stream and
+            # is now used on `current`: tell the caching allocator, so it is not reused
+            # before `current` is done with it.
+            device.record_stream(current)
         return batch
