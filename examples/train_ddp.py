@@ -54,12 +54,14 @@ def main() -> None:
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")  # torchrun sets RANK, WORLD_SIZE, MASTER_*
-    rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if cuda:
-        torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    # torchrun sets RANK, WORLD_SIZE, MASTER_*; device_id binds NCCL to this rank's GPU
+    # (without it NCCL guesses the device from the global rank).
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    rank, world = dist.get_rank(), dist.get_world_size()
     if not cuda:  # the ranks share this machine's cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // (2 * world)))
 

@@ -10,7 +10,7 @@ and bytes columns stay lists. With ``pin_memory`` or ``device``, batches are sta
 ``device_prefetch`` batches ahead of the consumer. For a CUDA device, a batch's tensors
 are packed into one pinned (page-locked) host buffer, copied to the
 device in one transfer on a side stream with ``non_blocking=True`` and handed out as
-views of that copy (``pack_arrays``, ``unpack_arrays``).
+views of that copy (``Packing``).
 A CUDA event recorded after the copies is waited on by the consumer's current stream
 when the batch is handed out, so the copy of batch k+1 overlaps the compute on batch k
 and the compute never reads a tensor before its copy is complete.
@@ -46,50 +46,65 @@ def _as_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array) if array.flags.writeable else torch.from_dlpack(array)
 
 
-def pack_arrays(batch: dict[str, Any], pin_memory: bool) -> tuple[torch.Tensor, list[str]] | None:
-    """The bytes of every NumPy column of `batch` in one new host buffer.
+class Packing:
+    """Where the NumPy columns of one kind of batch go in one packed byte buffer.
 
-    Staging a batch on a GPU then costs one host allocation, one ``np.concatenate`` and
-    one copy to the device whatever its number of columns; torch calls per column (the
-    pinning and copy of each, or even a view of each) made a wide table's staging cost
-    several times the loader's own time per batch (docs/design.md, "Device staging, one
-    buffer per batch"). Columns are packed by element size, largest first, so that each
-    one starts at a multiple of its element size, and columns of one dtype and shape side
-    by side.
+    Staging a batch on a GPU then costs one host allocation, one ``np.concatenate`` per
+    run of columns of one dtype and shape and one copy to the device, whatever the number
+    of columns; torch calls per column (the pinning and copy of each) made a wide table's
+    staging cost several times the loader's own time per batch (docs/design.md, "Device
+    staging, one buffer per batch"). Columns are packed by element size, largest first,
+    so that each one starts at a multiple of its element size, and columns of one dtype
+    and shape side by side (a run), so that a run is filled by one ``np.concatenate`` and
+    cut into views by one ``unbind``. A layout is computed once per kind of batch
+    (`signature`): every batch of an epoch but a shorter last one shares it.
 
     Args:
         batch: Column name -> NumPy array (or any other value, which is left out).
-        pin_memory: Allocate the buffer in pinned (page-locked) memory.
-
-    Returns:
-        (buffer, the packed columns' names in order) for `unpack_arrays`; None when the
-        batch holds no array.
     """
-    names = sorted((k for k, v in batch.items() if isinstance(v, np.ndarray)),
-                   key=lambda k: (-batch[k].itemsize, batch[k].dtype.str, batch[k].shape))
-    if not names:
-        return None
-    buffer = torch.empty(sum(batch[k].nbytes for k in names), dtype=torch.uint8, pin_memory=pin_memory)
-    np.concatenate([batch[k].reshape(-1).view(np.uint8) for k in names], out=buffer.numpy())
-    return buffer, names
 
+    def __init__(self, batch: dict[str, Any]) -> None:
+        arrays = {k: v for k, v in batch.items() if isinstance(v, np.ndarray)}
+        names = sorted(arrays, key=lambda k: (-arrays[k].itemsize, arrays[k].dtype.str, arrays[k].shape))
+        self.runs: list[tuple[list[str], int, int, torch.dtype, tuple[int, ...]]] = []
+        offset = i = 0
+        while i < len(names):
+            first = arrays[names[i]]
+            j = i + 1
+            while j < len(names) and arrays[names[j]].dtype == first.dtype and arrays[names[j]].shape == first.shape:
+                j += 1
+            # (names, byte offset, bytes, torch dtype, shape of the run's view)
+            self.runs.append((names[i:j], offset, (j - i) * first.nbytes,
+                              torch.from_numpy(np.empty(0, first.dtype)).dtype, (j - i, *first.shape)))
+            offset += (j - i) * first.nbytes
+            i = j
+        self.nbytes = offset
 
-def unpack_arrays(buffer: torch.Tensor, batch: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """`batch` with each NumPy column replaced by its tensor view of `buffer`, a copy of
-    `pack_arrays`' buffer (on any device). Columns of one dtype and shape are cut from
-    their run in one ``unbind``."""
-    views: dict[str, torch.Tensor] = {}
-    offset = i = 0
-    while i < len(names):
-        first = batch[names[i]]
-        j = i + 1
-        while j < len(names) and batch[names[j]].dtype == first.dtype and batch[names[j]].shape == first.shape:
-            j += 1
-        run = buffer[offset:offset + (j - i) * first.nbytes]
-        views.update(zip(names[i:j], run.view(_as_tensor(first[:0]).dtype).view(j - i, *first.shape).unbind(0)))
-        offset += (j - i) * first.nbytes
-        i = j
-    return {k: views[k] if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    @staticmethod
+    def signature(batch: dict[str, Any]) -> tuple:
+        """What a batch's layout depends on: its keys, and each array's dtype and shape."""
+        return tuple((k, v.dtype, v.shape) if isinstance(v, np.ndarray) else k for k, v in batch.items())
+
+    def pack(self, batch: dict[str, Any], pin_memory: bool) -> torch.Tensor:
+        """The bytes of `batch`'s arrays in a new host buffer (pinned if asked)."""
+        buffer = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=pin_memory)
+        host = buffer.numpy()
+        for names, offset, nbytes, _, shape in self.runs:
+            run = [batch[k] for k in names]
+            out = host[offset:offset + nbytes].view(run[0].dtype)
+            if len(shape) == 1:  # 0-d arrays: concatenate takes arrays of at least one axis
+                out[:] = run
+            else:
+                np.concatenate(run, out=out.reshape(shape[0] * shape[1], *shape[2:]))
+        return buffer
+
+    def unpack(self, buffer: torch.Tensor, batch: dict[str, Any]) -> dict[str, Any]:
+        """`batch` with each array replaced by its view of `buffer`, a copy of `pack`'s
+        buffer (on any device); the other values and the key order kept."""
+        out = dict(batch)
+        for names, offset, nbytes, dtype, shape in self.runs:
+            out.update(zip(names, buffer[offset:offset + nbytes].view(dtype).view(shape).unbind(0)))
+        return out
 
 
 class TorchOutput:
@@ -123,6 +138,7 @@ class TorchOutput:
         self.pin_memory = bool(pin_memory)
         self.depth = device_prefetch if (self.pin_memory or self.device is not None) else 0
         self.stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.packings: dict[tuple, Packing] = {}  # by Packing.signature
 
     def wrap(self, items: Iterator[Item]) -> Iterator[Item]:
         """Convert, and stage `depth` batches ahead of the consumer where asked to."""
@@ -160,15 +176,20 @@ class TorchOutput:
 
     def _stage_cuda(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         """Pack the batch into one host buffer, copy it in one transfer, hand out views."""
-        packed = pack_arrays(batch, self.pin_memory)
-        if packed is None:
+        signature = Packing.signature(batch)
+        packing = self.packings.get(signature)
+        if packing is None:
+            if len(self.packings) >= 8:  # kinds of batch: a full one and a shorter last one
+                self.packings.clear()
+            packing = self.packings[signature] = Packing(batch)
+        if not packing.runs:  # no arrays: nothing to copy
             return batch, None, None
-        host, names = packed
+        host = packing.pack(batch, self.pin_memory)
         with torch.cuda.stream(self.stream):
             device = host.to(self.device, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
-        return unpack_arrays(device, batch, names), event, device
+        return packing.unpack(device, batch), event, device
 
     def _ready(self, staged: tuple[dict[str, Any], Any, Any]) -> dict[str, Any]:
         """Make the consumer's stream wait for the batch's copies; hand the batch out."""

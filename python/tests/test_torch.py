@@ -202,29 +202,52 @@ def test_loader_is_a_torch_distributed_checkpoint_stateful(ds):
 def test_a_batch_packed_into_one_buffer_unpacks_to_equal_aligned_views(tmp_path):
     # The layout of the one host-to-device copy per batch, checked on the CPU: every
     # supported type, sizes that are not multiples of 8 bytes, 2-D columns, runs of
-    # columns of one dtype and shape, lists kept.
-    from pqloader._torch import pack_arrays, unpack_arrays
+    # columns of one dtype and shape, lists kept; one layout serves every batch of its kind.
+    from pqloader._torch import Packing
 
-    write_dataset(tmp_path, [[23]], make_table=all_types_table)
-    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=23)))
-    arrays = {k: v for k, v in batch.items() if isinstance(v, np.ndarray)}
+    write_dataset(tmp_path, [[23, 23]], make_table=all_types_table)
+    first, second = list(pqloader.Loader(str(tmp_path), batch_size=23))
+    arrays = {k: v for k, v in first.items() if isinstance(v, np.ndarray)}
     assert len({v.itemsize for v in arrays.values()}) > 1 and any(v.ndim > 1 for v in arrays.values())
     assert len(arrays) > len({(v.dtype, v.shape) for v in arrays.values()})  # runs to unbind
-    buffer, names = pack_arrays(batch, pin_memory=False)
-    assert sorted(names) == sorted(arrays)
-    assert buffer.numel() == sum(v.nbytes for v in arrays.values())
-    copy = buffer.clone()  # as the device's copy would be
-    got = unpack_arrays(copy, batch, names)
-    assert list(got) == list(batch)
-    for name, value in got.items():
-        if name not in arrays:
-            assert value is batch[name]
-            continue
-        assert value.numpy().dtype == arrays[name].dtype and value.shape == arrays[name].shape, name
-        assert value.untyped_storage().data_ptr() == copy.data_ptr(), f"{name} is not a view"
-        assert (value.data_ptr() - copy.data_ptr()) % value.element_size() == 0, f"{name} misaligned"
-    assert_batch_streams_equal([as_numpy(got)], [batch])
-    assert pack_arrays({"s": ["a"]}, pin_memory=False) is None
+    assert Packing.signature(first) == Packing.signature(second)
+    packing = Packing(first)
+    assert sorted(k for names, *_ in packing.runs for k in names) == sorted(arrays)
+    assert packing.nbytes == sum(v.nbytes for v in arrays.values())
+    for batch in (first, second):
+        buffer = packing.pack(batch, pin_memory=False)
+        assert buffer.numel() == packing.nbytes
+        copy = buffer.clone()  # as the device's copy would be
+        got = packing.unpack(copy, batch)
+        assert list(got) == list(batch)
+        for name, value in got.items():
+            if name not in arrays:
+                assert value is batch[name]
+                continue
+            assert value.numpy().dtype == arrays[name].dtype and value.shape == arrays[name].shape, name
+            assert value.untyped_storage().data_ptr() == copy.data_ptr(), f"{name} is not a view"
+            assert (value.data_ptr() - copy.data_ptr()) % value.element_size() == 0, f"{name} misaligned"
+        assert_batch_streams_equal([as_numpy(got)], [batch])
+    assert not Packing({"s": ["a"]}).runs
+
+
+def test_a_packing_is_made_per_kind_of_batch():
+    from pqloader._torch import Packing
+
+    # A batch whose arrays differ from the last ones in dtype, shape or name (a shorter
+    # last batch, another column set) gets its own layout, never a wrong one.
+    base = {"a": np.arange(6, dtype=np.float32), "b": np.arange(6, dtype=np.int64), "s": ["x"] * 6}
+    kinds = [base, {**base, "a": np.arange(4, dtype=np.float32)}, {**base, "a": np.arange(6, dtype=np.float64)},
+             {"c" if k == "a" else k: v for k, v in base.items()}, {**base, "a": np.zeros((), np.float32)}]
+    assert len({Packing.signature(b) for b in kinds}) == len(kinds)
+    for batch in kinds:
+        packing = Packing(batch)
+        got = packing.unpack(packing.pack(batch, pin_memory=False), batch)
+        for k, v in batch.items():
+            if isinstance(v, np.ndarray):
+                assert got[k].shape == v.shape and (got[k].numpy() == v).all(), k
+            else:
+                assert got[k] is v
 
 
 def test_read_only_arrays_become_tensors_without_a_warning():
