@@ -101,11 +101,12 @@ def image_seeds(out: Path) -> None:
     from PIL import Image  # noqa: PLC0415
 
     rng = np.random.default_rng(3)
-    for i, (h, w, mode) in enumerate([(16, 24, "RGB"), (9, 7, "L"), (33, 17, "RGB"), (8, 8, "RGBA"), (5, 12, "P")]):
+    for i, (h, w, mode) in enumerate([(16, 24, "RGB"), (9, 7, "L"), (33, 17, "RGB"), (8, 8, "RGBA"), (5, 12, "P"),
+                                      (12, 10, "CMYK")]):
         a = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
         img = Image.fromarray(a, "RGBA").convert(mode)
         for fmt in ("PNG", "JPEG"):
-            if fmt == "JPEG" and mode not in ("RGB", "L"):
+            if mode not in {"PNG": ("RGB", "L", "RGBA", "P"), "JPEG": ("RGB", "L", "CMYK")}[fmt]:
                 continue
             b = io.BytesIO()
             img.save(b, format=fmt, **({"quality": 80} if fmt == "JPEG" else {}))

@@ -57,14 +57,17 @@ def _size(size: int | Sequence[int]) -> list[int]:
 class DecodeImage(Op):
     """Decode JPEG (libjpeg-turbo) or PNG (libpng) bytes to uint8 HWC.
 
+    CMYK and YCCK JPEGs are converted to RGB (or gray) as PIL converts them.
+
     Args:
         mode: "rgb" (3 channels) or "gray" (1 channel, PIL's "L" weights).
         keepdims: With ``mode="gray"``, keep the channel axis: ``(H, W, 1)`` (default),
             or give ``(H, W)`` as PIL's "L" and Petastorm's codec do (False). The
             image ops after it take either.
 
-    Large JPEGs are decoded straight to a smaller size (DCT scaling) when a Resize
-    follows directly, keeping at least twice the Resize target.
+    Large JPEGs are decoded straight to a smaller size (DCT scaling: 1/2, 1/4 or 1/8)
+    when a Resize follows directly, the smallest whose shorter side still reaches the
+    Resize target.
     """
 
     name = "DecodeImage"

@@ -16,6 +16,12 @@ namespace {
 
 enum class ImageMode { kRGB, kGray };
 
+// A JPEG is DCT-scaled for a Resize to s only to a shorter side of at least 1.25 s. A
+// scaled decode that lands on s itself is the decoder's low-pass alone, not Resize's
+// antialiased bilinear: mean |diff| against a full decode + Resize up to 2.6 on the
+// tested photographs, against at most 1.36 with the margin (docs/design.md, "DCT scaling").
+constexpr tjscalingfactor kDctScaleMargin = {5, 4};
+
 // Refuse images whose decoded size would exceed this (a corrupt or hostile header).
 constexpr int64_t kMaxImageBytes = int64_t{1} << 31;
 
@@ -30,6 +36,21 @@ void RgbToGray(const uint8_t* rgb, int64_t pixels, uint8_t* gray) {
   for (int64_t i = 0; i < pixels; ++i) {
     const uint32_t r = rgb[3 * i], g = rgb[3 * i + 1], b = rgb[3 * i + 2];
     gray[i] = static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+  }
+}
+
+// PIL's CMYK JPEG → RGB: PIL reads a CMYK JPEG as Adobe's inverted CMYK (rawmode
+// "CMYK;I": ink = 255 - the decoded value; Photoshop writes them so, and so do PIL and
+// libjpeg-turbo), then converts with cmyk2rgb: nk = 255 - K, out = nk - MULDIV255(ink, nk)
+// per channel, MULDIV255(a, b) = ((t >> 8) + t) >> 8 with t = a * b + 128. `cmyk` holds
+// libjpeg's decoded values (YCCK files already converted to CMYK by libjpeg).
+void InvertedCmykToRgb(const uint8_t* cmyk, int64_t pixels, uint8_t* rgb) {
+  for (int64_t i = 0; i < pixels; ++i) {
+    const uint32_t nk = cmyk[4 * i + 3];  // 255 - K, K = 255 - the decoded value
+    for (int c = 0; c < 3; ++c) {
+      const uint32_t t = (255u - cmyk[4 * i + c]) * nk + 128;
+      rgb[3 * i + c] = static_cast<uint8_t>(nk - (((t >> 8) + t) >> 8));
+    }
   }
 }
 
@@ -92,12 +113,12 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   if (width <= 0 || height <= 0) {
     return arrow::Status::Invalid("corrupt JPEG header: image of ", width, "x", height);
   }
-  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
-    return arrow::Status::Invalid("CMYK JPEG images are not supported");
-  }
-  // DCT scaling: the smallest scale whose shorter side still reaches min_short_side,
-  // among 1/2, 1/4 and 1/8: libjpeg-turbo has SIMD code for those only (a 6/8 decode
-  // of a 500x375 photograph takes 1.5x as long as a full one).
+  // CMYK and YCCK files (prepress photographs, ~20 of ImageNet's) are decoded to CMYK
+  // and converted as PIL converts them.
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  // DCT scaling: the smallest scale whose shorter side still reaches kDctScaleMargin x
+  // min_short_side, among 1/2, 1/4 and 1/8: libjpeg-turbo has SIMD code for those only
+  // (a 6/8 decode of a 500x375 photograph takes 1.5x as long as a full one).
   tjscalingfactor chosen = {1, 1};
   if (min_short_side > 0) {
     int n = 0;
@@ -108,19 +129,22 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
       const int64_t sw = TJSCALED(width, f), sh = TJSCALED(height, f);
       const bool better = static_cast<int64_t>(f.num) * chosen.denom <
                           static_cast<int64_t>(chosen.num) * f.denom;
-      if (std::min(sw, sh) >= min_short_side && better) chosen = f;
+      if (std::min(sw, sh) * kDctScaleMargin.denom >= min_short_side * kDctScaleMargin.num &&
+          better) {
+        chosen = f;
+      }
     }
   }
   const int64_t w = TJSCALED(width, chosen), hgt = TJSCALED(height, chosen);
   const int64_t channels = mode == ImageMode::kGray ? 1 : 3;
-  if (w * hgt * channels > kMaxImageBytes) {
+  if (w * hgt * (cmyk ? 4 : channels) > kMaxImageBytes) {
     return arrow::Status::Invalid("JPEG image of ", width, "x", height, " is too large");
   }
   // A progressive JPEG's decoder holds every DCT coefficient of the full-size image
   // (2 bytes per sample of each component in the file), whatever the scaling: a header
   // claiming 65444x64223 made libjpeg-turbo take 6+ GB (make fuzz). The header does not
   // say whether the file is progressive, so the full size is bounded for all.
-  const int64_t file_components = colorspace == TJCS_GRAY ? 1 : 3;
+  const int64_t file_components = colorspace == TJCS_GRAY ? 1 : cmyk ? 4 : 3;
   if (int64_t{width} * height * file_components * 2 > kMaxImageBytes) {
     return arrow::Status::Invalid("JPEG image of ", width, "x", height,
                                   " is too large (its full-size coefficients exceed 2 GiB)");
@@ -131,9 +155,12 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     out.full_width = width;
     out.decode_scale = static_cast<double>(chosen.num) / chosen.denom;
   }
-  if (tjDecompress2(h, data, static_cast<unsigned long>(size), out.data->mutable_data(),
-                    static_cast<int>(w), 0, static_cast<int>(hgt),
-                    mode == ImageMode::kGray ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
+  // CMYK: decoded into `ink`, then converted into `out`.
+  std::vector<uint8_t> ink(cmyk ? static_cast<size_t>(w * hgt * 4) : 0);
+  const int format = cmyk ? TJPF_CMYK : mode == ImageMode::kGray ? TJPF_GRAY : TJPF_RGB;
+  if (tjDecompress2(h, data, static_cast<unsigned long>(size),
+                    cmyk ? ink.data() : out.data->mutable_data(), static_cast<int>(w), 0,
+                    static_cast<int>(hgt), format, 0) != 0) {
     *dirty = true;
     const bool warning = tjGetErrorCode(h) == TJERR_WARNING;
     const std::string msg = tjGetErrorStr2(h);
@@ -141,6 +168,16 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     // means the data is truncated.
     if (!warning || msg.find("Premature end") != std::string::npos) {
       return arrow::Status::Invalid("corrupt JPEG data: ", msg);
+    }
+  }
+  if (cmyk) {
+    uint8_t* dst = out.data->mutable_data();
+    if (mode == ImageMode::kGray) {  // PIL: CMYK → RGB → L
+      std::vector<uint8_t> rgb(static_cast<size_t>(w * hgt * 3));
+      InvertedCmykToRgb(ink.data(), w * hgt, rgb.data());
+      RgbToGray(rgb.data(), w * hgt, dst);
+    } else {
+      InvertedCmykToRgb(ink.data(), w * hgt, dst);
     }
   }
   return out;
@@ -263,6 +300,9 @@ class DecodeImageOp : public Op {
     out << ")";
     return out.str();
   }
+  // v2: CMYK and YCCK JPEGs decoded (they were refused: skipped rows under "skip"), and
+  // DCT scaling keeps a margin above the Resize target (kDctScaleMargin).
+  std::string Fingerprint() const override { return ToString() + "@v2"; }
   SampleSignature OutputSignature(const SampleSignature&) const override {
     SampleSignature out;
     out.dtype = DType::kUInt8;

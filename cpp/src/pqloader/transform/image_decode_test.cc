@@ -153,6 +153,48 @@ TEST(DecodeImage, FailedJpegHeaderDoesNotPoisonTheNextJpegOnTheThread) {
   }
 }
 
+// Flat-coloured CMYK images, written by TurboJPEG (it compresses CMYK as YCCK) in
+// Adobe's inverted convention (stored = 255 - ink), decode to the RGB and gray that PIL
+// gives: R = (255 - C)(255 - K) / 255 (and G from M, B from Y), then PIL's luma.
+TEST(DecodeImage, CmykJpegsDecodeToTheRgbPilGives) {
+  struct Ink {
+    int c, m, y, k;
+  };
+  for (const Ink ink : {Ink{0, 0, 0, 0}, Ink{0, 255, 255, 0}, Ink{255, 0, 255, 0}, Ink{0, 0, 0, 255},
+                        Ink{0, 0, 0, 128}, Ink{64, 128, 192, 32}}) {
+    const int w = 24, h = 16;
+    Bytes stored(static_cast<size_t>(w) * h * 4);
+    for (size_t i = 0; i < stored.size(); i += 4) {
+      stored[i] = static_cast<uint8_t>(255 - ink.c);
+      stored[i + 1] = static_cast<uint8_t>(255 - ink.m);
+      stored[i + 2] = static_cast<uint8_t>(255 - ink.y);
+      stored[i + 3] = static_cast<uint8_t>(255 - ink.k);
+    }
+    tjhandle enc = tjInitCompress();
+    unsigned char* buf = nullptr;
+    unsigned long size = 0;
+    ASSERT_EQ(tjCompress2(enc, stored.data(), w, 0, h, TJPF_CMYK, &buf, &size, TJSAMP_444, 95, 0), 0)
+        << tjGetErrorStr2(enc);
+    const Bytes jpeg(buf, buf + size);
+    tjFree(buf);
+    tjDestroy(enc);
+    const double rgb[3] = {(255.0 - ink.c) * (255 - ink.k) / 255, (255.0 - ink.m) * (255 - ink.k) / 255,
+                           (255.0 - ink.y) * (255 - ink.k) / 255};
+    const auto color = FreshDecode(jpeg);
+    ASSERT_EQ(color.first, (std::vector<int64_t>{h, w, 3}));
+    const auto gray = FreshDecode(jpeg, "gray");
+    ASSERT_EQ(gray.first, (std::vector<int64_t>{h, w, 1}));
+    const double luma = (rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471) / 65536;
+    for (int p = 0; p < w * h; ++p) {
+      for (int c = 0; c < 3; ++c) {
+        EXPECT_NEAR(static_cast<uint8_t>(color.second[3 * p + c]), rgb[c], 2.5)
+            << "ink " << ink.c << "," << ink.m << "," << ink.y << "," << ink.k << " channel " << c;
+      }
+      EXPECT_NEAR(static_cast<uint8_t>(gray.second[p]), luma, 2.5);
+    }
+  }
+}
+
 TEST(DecodeImage, AHugeProgressiveJpegIsRefusedWhateverTheScaling) {
   // A progressive JPEG whose header claims 65444x64223: DCT scaling to 1/8 would give an
   // output under the 2 GiB cap, but the decoder would first hold the full-size image's

@@ -31,8 +31,12 @@ struct SampleContext {
 class Op {
  public:
   virtual ~Op() = default;
-  /// Name and parameters, e.g. "Resize(size=256)"; also the op's cache fingerprint.
+  /// Name and parameters, e.g. "Resize(size=256)".
   virtual std::string ToString() const = 0;
+  /// What identifies the op's output in cache keys: ToString(), and for an op whose
+  /// output for the same input changed between releases, a version after it, so that
+  /// entries written by an older pqloader are not served as this one's.
+  virtual std::string Fingerprint() const { return ToString(); }
   /// Whether the op draws random numbers (it then runs after the cache point).
   virtual bool is_random() const { return false; }
   /// Transform `in`. `op_index` is the op's position in its column's pipeline.

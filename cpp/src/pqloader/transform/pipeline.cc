@@ -242,7 +242,7 @@ std::string TransformPlan::PrefixFingerprint() const {
   std::string out;
   for (const auto& [col, c] : columns_) {
     out += std::to_string(col) + ":";
-    for (size_t i = 0; i < c.first_random; ++i) out += c.ops[i]->ToString() + ";";
+    for (size_t i = 0; i < c.first_random; ++i) out += c.ops[i]->Fingerprint() + ";";
     out += "|";
   }
   return out;
