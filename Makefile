@@ -82,8 +82,10 @@ sdist: deps
 test-cpp: build
 	cd $(BUILD_DIR) && $(CURDIR)/$(VENV)/bin/ctest -j$(JOBS) --output-on-failure
 
+# JOBS pytest processes (pytest-xdist), each taking whole files: a file's session
+# fixtures (servers, generated corpora, Spark) are made by one process, once.
 test-python: build
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 python/tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --durations=15 python/tests
 
 # The wheel as users get it: installed into three fresh virtualenvs (created once per
 # requirements file, stamped), smoke suite with LD_LIBRARY_PATH empty, ldd, import time,
@@ -219,19 +221,19 @@ fuzz: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 	  grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t.log | tr '\n' ' '; echo; \
 	done
 
+# The drivers run $(JOBS) at a time (each is one thread); each prints one line when done.
 fuzz-regress: $(FUZZ_DIR)/.build-stamp $(FUZZ_DIR)/seeds/.stamp
 	@mkdir -p $(FUZZ_DIR)/artifacts
-	@for tr in $(FUZZ_REGRESS_RUNS); do t=$${tr%%:*}; n=$${tr##*:}; \
+	@printf '%s\n' $(FUZZ_REGRESS_RUNS) | xargs -P $(JOBS) -I{} bash -c 'tr={}; t=$${tr%%:*}; n=$${tr##*:}; \
 	  rm -rf $(FUZZ_DIR)/regress-corpus/$$t; mkdir -p $(FUZZ_DIR)/regress-corpus/$$t; \
-	  echo "fuzz-regress: $$t, $$n runs from seed $(FUZZ_REGRESS_SEED)"; \
 	  $(FUZZ_DIR)/cpp/fuzz/$$t $(FUZZ_FLAGS) -seed=$(FUZZ_REGRESS_SEED) -runs=$$n \
 	    -max_total_time=$(FUZZ_REGRESS_CAP_SECONDS) \
 	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t- $(FUZZ_DIR)/regress-corpus/$$t \
 	    $(FUZZ_DIR)/seeds/$$t cpp/fuzz/regressions/$$t \
 	    > $(FUZZ_DIR)/$$t-regress.log 2>&1 \
 	    || { tail -40 $(FUZZ_DIR)/$$t-regress.log; echo "fuzz-regress: $$t failed; input in $(FUZZ_DIR)/artifacts/"; exit 1; }; \
-	  grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t-regress.log | tr '\n' ' '; echo; \
-	done
+	  echo "fuzz-regress: $$t, $$n runs from seed $(FUZZ_REGRESS_SEED):" \
+	    $$(grep -E "^Done|stat::(number_of_executed_units|new_units_added)" $(FUZZ_DIR)/$$t-regress.log | tr "\n" " ")'
 
 # --- lint ----------------------------------------------------------------------------
 # tools/check_layers.py: the library's folders include each other only downwards (the
