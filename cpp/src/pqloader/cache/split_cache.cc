@@ -834,6 +834,8 @@ class DiskCache : public SplitCache {
     return *too_old;
   }
   // Delete the marker at `path` if it is abandoned (true), or if it is gone already.
+  // Only under the shard's lock: without it (held past the lock timeout) the marker is
+  // left, and the waiter's own wait timeout decides.
   bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
                         bool* too_old = nullptr) {
     bool old = false;
@@ -842,6 +844,7 @@ class DiskCache : public SplitCache {
     if (!Abandoned(m, &old)) return false;
     // Owners release under it too: never a fresh marker.
     const auto lock = NodeLock::AcquireExisting(lock_path, LockTimeout());
+    if (lock == nullptr) return false;
     Marker again;
     if (!ReadMarker(path, &again)) return true;
     if (again.token != m.token || again.written != m.written || !Abandoned(again, &old)) {
@@ -859,7 +862,11 @@ class DiskCache : public SplitCache {
     const auto lock = NodeLock::AcquireExisting(ShardDir(shard) + "/.lock", LockTimeout());
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return;
-    if (::unlink(path.c_str()) == 0) {
+    // Without the lock (held past the lock timeout) the entry still goes (an unlink is
+    // atomic; at worst it is another writer's fresh one, fetched again), but the usage is
+    // not rewritten: a read-modify-write beside a writer could lose its addition. It then
+    // overstates the shard by this entry until a writer finds the shard full and recounts.
+    if (::unlink(path.c_str()) == 0 && lock != nullptr) {
       const std::string usage_path = ShardDir(shard) + "/.usage";
       const int64_t usage = ReadUsage(usage_path);
       if (usage >= 0) WriteUsage(usage_path, std::max<int64_t>(0, usage - st.st_size));

@@ -676,6 +676,48 @@ TEST(FetchClaims, AShardLockHeldTooLongFailsTheInsertAndKeepsTheClaimsMarker) {
   EXPECT_EQ(temp_files, 0);
 }
 
+// Past the lock timeout, nothing that needs the shard's lock is done without it: an
+// abandoned claim marker is not broken (the waiter's own timeout decides), and a corrupt
+// entry is deleted without rewriting the usage (it then overstates the shard until a
+// writer finds it full and recounts; a rewrite beside a writer could lose its addition).
+TEST(FetchClaims, AShardLockHeldTooLongBreaksNoMarkerAndRewritesNoUsage) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions o = OneShard(dir, 50);
+  o.lock_timeout_ms = 50;
+  auto owner = SplitCache::Open(OneShard(dir));
+  auto other = SplitCache::Open(o);
+  const std::string claimed = CacheKey("split 1"), damaged = CacheKey("split 2");
+  auto claim = owner->TryClaim(claimed);
+  ASSERT_NE(claim, nullptr);
+  ASSERT_EQ(owner->Put(damaged, UnitOfBytes(4000, 'q'), SourceOf("/f", 1)), CacheRefusal::kNone);
+  const int64_t usage = RecordedUsage(dir);
+  ASSERT_EQ(usage, EntryBytes(dir));
+  std::string path;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() == damaged + ".pqc") path = e.path().string();
+  }
+  ASSERT_FALSE(path.empty());
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('!');
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // the marker is now too old for `other`
+  auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(other->TryClaim(claimed), nullptr);  // not taken over
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));
+  EXPECT_EQ(other->WaitForFetch(claimed, nullptr), FetchWait::kTimedOut);
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));
+  EXPECT_EQ(other->Get(damaged), nullptr);
+  EXPECT_EQ(other->counters().corrupt, 1);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(RecordedUsage(dir), usage);  // not rewritten without the lock
+  // With the lock free again, the too-old marker is broken and the key claimed.
+  held.reset();
+  EXPECT_NE(other->TryClaim(claimed), nullptr);
+}
+
 TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) {
   const std::string dir = testing::MakeTempDir() + "/cache";
   auto a = SplitCache::Open(OneShard(dir));
