@@ -64,6 +64,10 @@ class DecodeImage(Op):
         keepdims: With ``mode="gray"``, keep the channel axis: ``(H, W, 1)`` (default),
             or give ``(H, W)`` as PIL's "L" and Petastorm's codec do (False). The
             image ops after it take either.
+        exif_transpose: Turn JPEGs upright by their EXIF orientation (tag 0x0112), as
+            PIL's ``ImageOps.exif_transpose`` (phone photographs are often stored
+            rotated). Off by default, as PIL's ``Image.open`` and torchvision's
+            ``decode_jpeg``. A PNG's eXIf chunk is not read.
 
     Large JPEGs are decoded straight to a smaller size (DCT scaling: 1/2, 1/4 or 1/8)
     when a Resize follows directly, the smallest whose shorter side still reaches the
@@ -72,15 +76,18 @@ class DecodeImage(Op):
 
     name = "DecodeImage"
 
-    def __init__(self, mode: str = "rgb", keepdims: bool = True) -> None:
+    def __init__(self, mode: str = "rgb", keepdims: bool = True, exif_transpose: bool = False) -> None:
         if mode not in ("rgb", "gray"):
             raise ValueError(f"mode must be 'rgb' or 'gray', got {mode!r}")
-        if not isinstance(keepdims, bool):
-            raise TypeError(f"keepdims must be True or False, got {keepdims!r}")
-        if keepdims:
-            super().__init__(mode=mode)
-        else:
-            super().__init__(mode=mode, keepdims=0)
+        for name, value in (("keepdims", keepdims), ("exif_transpose", exif_transpose)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        params: dict = {"mode": mode}
+        if not keepdims:
+            params["keepdims"] = 0
+        if exif_transpose:
+            params["exif_transpose"] = 1
+        super().__init__(**params)
 
 
 class Resize(Op):

@@ -168,6 +168,71 @@ def test_cmyk_and_ycck_jpegs_decode_like_pil_within_tolerance(name, kind):
     assert scaled.shape == full.shape and np.abs(scaled.astype(int) - full.astype(int)).mean() < DCT_MEAN_DIFF
 
 
+def exif_jpeg(photo, orientation: int, quality: int = 90) -> bytes:
+    """`photo` as a JPEG whose EXIF says `orientation` (written by PIL)."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    b = io.BytesIO()
+    photo.save(b, format="JPEG", quality=quality, exif=exif)
+    return b.getvalue()
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_transpose_turns_jpegs_upright_as_pil(orientation):
+    from PIL import ImageOps
+
+    photo = Image.fromarray(photos()["chelsea"]).convert("RGB")  # 451 x 300: not square
+    data = exif_jpeg(photo, orientation)
+    pil = Image.open(io.BytesIO(data))
+    assert pil.getexif()[0x0112] == orientation
+    ref = np.asarray(ImageOps.exif_transpose(pil).convert("RGB")).astype(int)
+    got = apply([T.DecodeImage(exif_transpose=True)], data).astype(int)
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
+    gray = apply([T.DecodeImage("gray", keepdims=False, exif_transpose=True)], data)
+    assert gray.shape == ref.shape[:2]
+    # Off by default: the stored orientation, as PIL's Image.open.
+    stored = apply([T.DecodeImage()], data)
+    assert stored.shape == np.asarray(pil).shape
+    # Before a Resize, DCT-scaled (an image to be turned only by a factor dividing both
+    # sides: 448x296 at 1/2, 451x300 not at all) and turned: within tolerance of turning
+    # the full decode.
+    for image in (photo, photo.resize((448, 296), Image.BICUBIC)):
+        data = exif_jpeg(image, orientation)
+        scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": 100, "exif_transpose": 1}),
+                                   ("Resize", {"size": 100})], data, 0, 0, 0)
+        full = apply([T.DecodeImage(exif_transpose=True), T.Resize(100)], data)
+        assert scaled.shape == full.shape
+        diff = np.abs(scaled.astype(int) - full.astype(int)).mean()
+        scaled_decode = image.size == (448, 296) or orientation == 1
+        assert (diff > 0) == scaled_decode and diff < DCT_MEAN_DIFF, (image.size, diff)
+
+
+def test_exif_orientation_that_cannot_be_read_leaves_the_image_as_stored():
+    # Untrusted bytes: an EXIF segment cut short, an IFD offset past its end, an
+    # orientation out of range or of the wrong type are ignored (orientation 1).
+    photo = Image.fromarray(photos()["chelsea"]).convert("RGB")
+    good = exif_jpeg(photo, 6)
+    at = good.index(b"Exif\0\0")
+    tiff = at + 6
+    little = good[tiff:tiff + 2] == b"II"
+    order = "little" if little else "big"
+    ifd = tiff + int.from_bytes(good[tiff + 4:tiff + 8], order)
+    entry = ifd + 2  # PIL writes the orientation as IFD0's only entry
+    assert int.from_bytes(good[entry:entry + 2], order) == 0x0112
+    variants = {
+        "offset past the segment": good[:tiff + 4] + (60000).to_bytes(4, order) + good[tiff + 8:],
+        "orientation 9": good[:entry + 8] + (9).to_bytes(2, order) + good[entry + 10:],
+        "type LONG": good[:entry + 2] + (4).to_bytes(2, order) + good[entry + 4:],
+        "bad byte order": good[:tiff] + b"XX" + good[tiff + 2:],
+    }
+    stored = apply([T.DecodeImage()], good)
+    for name, data in variants.items():
+        assert len(data) == len(good), name
+        np.testing.assert_array_equal(apply([T.DecodeImage(exif_transpose=True)], data), stored, err_msg=name)
+    assert apply([T.DecodeImage(exif_transpose=True)], good).shape == stored.shape[1::-1] + (3,)
+
+
 def test_large_jpeg_is_dct_scaled_before_resize_within_tolerance():
     big = np.asarray(Image.fromarray(skdata.astronaut()).resize((2048, 1536), Image.BICUBIC))
     data = encode(big, "JPEG", quality=90)

@@ -54,6 +54,92 @@ void InvertedCmykToRgb(const uint8_t* cmyk, int64_t pixels, uint8_t* rgb) {
   }
 }
 
+// The EXIF orientation (1-8) of a JPEG: tag 0x0112 of IFD0 in its first APP1 "Exif"
+// segment; 1 when there is none or it cannot be read (the bytes are untrusted: every
+// read is bounds-checked, and a malformed segment is ignored, as a missing one).
+int JpegExifOrientation(const uint8_t* p, int64_t n) {
+  int64_t i = 2;  // after SOI
+  while (i + 4 <= n) {
+    if (p[i] != 0xFF) return 1;
+    const uint8_t marker = p[i + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) return 1;  // image data or end: no EXIF before it
+    const int64_t len = (int64_t{p[i + 2]} << 8) | p[i + 3];
+    if (len < 2 || i + 2 + len > n) return 1;
+    const uint8_t* seg = p + i + 4;
+    const int64_t seg_len = len - 2;
+    if (marker == 0xE1 && seg_len >= 6 && std::memcmp(seg, "Exif\0\0", 6) == 0) {
+      const uint8_t* t = seg + 6;  // the TIFF header
+      const int64_t tn = seg_len - 6;
+      if (tn < 8) return 1;
+      const bool little = t[0] == 'I' && t[1] == 'I';
+      if (!little && !(t[0] == 'M' && t[1] == 'M')) return 1;
+      auto u16 = [&](int64_t at) -> uint32_t {
+        return little ? t[at] | (t[at + 1] << 8) : (t[at] << 8) | t[at + 1];
+      };
+      auto u32 = [&](int64_t at) -> uint32_t {
+        return little ? u16(at) | (u16(at + 2) << 16) : (u16(at) << 16) | u16(at + 2);
+      };
+      if (u16(2) != 42) return 1;
+      const int64_t ifd = u32(4);
+      if (ifd < 8 || ifd + 2 > tn) return 1;
+      const int64_t entries = u16(ifd);
+      for (int64_t e = 0; e < entries; ++e) {
+        const int64_t at = ifd + 2 + 12 * e;
+        if (at + 12 > tn) return 1;
+        if (u16(at) == 0x0112) {
+          const uint32_t value = u16(at + 2) == 3 ? u16(at + 8) : 0;  // SHORT, inline
+          return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+        }
+      }
+      return 1;
+    }
+    i += 2 + len;
+  }
+  return 1;
+}
+
+// `img` (H x W x C) turned upright for EXIF orientation `o`, as PIL's
+// ImageOps.exif_transpose: 2 mirror, 3 rotate 180, 4 flip, 5 transpose, 6 rotate 90
+// clockwise, 7 transverse, 8 rotate 90 counter-clockwise. A DCT-scaled decode's full size
+// is turned with it. Resize maps a scaled image's pixels from its top-left corner, where
+// the rounded-up last row and column are partly outside the image: turned, they would
+// come first, so a JPEG to be turned is scaled only by a factor dividing both its sides
+// (photographs' sides are multiples of 8 or 16 as a rule).
+arrow::Result<SampleTensor> Orient(SampleTensor img, int o) {
+  if (o <= 1) return img;
+  const int64_t h = img.shape[0], w = img.shape[1], c = img.shape[2];
+  const bool transposed = o >= 5;
+  const int64_t oh = transposed ? w : h, ow = transposed ? h : w;
+  ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(DType::kUInt8, {oh, ow, c}));
+  const uint8_t* src = img.data->data();
+  uint8_t* dst = out.data->mutable_data();
+  for (int64_t y = 0; y < oh; ++y) {
+    for (int64_t x = 0; x < ow; ++x) {
+      int64_t sy = y, sx = x;
+      switch (o) {
+        case 2: sx = w - 1 - x; break;
+        case 3: sy = h - 1 - y; sx = w - 1 - x; break;
+        case 4: sy = h - 1 - y; break;
+        case 5: sy = x; sx = y; break;
+        case 6: sy = h - 1 - x; sx = y; break;
+        case 7: sy = h - 1 - x; sx = w - 1 - y; break;
+        default: sy = x; sx = w - 1 - y; break;  // 8
+      }
+      const uint8_t* from = src + (sy * w + sx) * c;
+      uint8_t* to = dst + (y * ow + x) * c;
+      for (int64_t k = 0; k < c; ++k) to[k] = from[k];
+    }
+  }
+  out.full_height = transposed ? img.full_width : img.full_height;
+  out.full_width = transposed ? img.full_height : img.full_width;
+  out.decode_scale = img.decode_scale;
+  return out;
+}
+
 // One TurboJPEG decompressor per thread, created on first use. After any failure the
 // decompressor is replaced: TurboJPEG 2.x leaves it mid-header when
 // tjDecompressHeader3 fails (libjpeg's global_state stays DSTATE_INHEADER with the failed
@@ -89,21 +175,24 @@ TjHandle& ThreadJpegDecoder() {
 // Decode with the decompressor `h`; set *dirty when TurboJPEG reported an error or a
 // warning (the decompressor must then not be reused).
 arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
-                                           ImageMode mode, int64_t min_short_side, bool* dirty);
+                                           ImageMode mode, int64_t min_short_side,
+                                           bool exact_scale, bool* dirty);
 
+// `exact_scale`: DCT-scale only by a factor that divides both sides (see Orient).
 arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageMode mode,
-                                       int64_t min_short_side) {
+                                       int64_t min_short_side, bool exact_scale = false) {
   TjHandle& handle = ThreadJpegDecoder();
   tjhandle h = handle.get();
   if (h == nullptr) return arrow::Status::OutOfMemory("cannot create a JPEG decoder");
   bool dirty = false;
-  auto out = DecodeJpegWith(h, data, size, mode, min_short_side, &dirty);
+  auto out = DecodeJpegWith(h, data, size, mode, min_short_side, exact_scale, &dirty);
   if (dirty || !out.ok()) handle.Reset();
   return out;
 }
 
 arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
-                                           ImageMode mode, int64_t min_short_side, bool* dirty) {
+                                           ImageMode mode, int64_t min_short_side,
+                                           bool exact_scale, bool* dirty) {
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &width, &height, &subsamp,
                           &colorspace) != 0) {
@@ -126,6 +215,7 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     for (int i = 0; i < n; ++i) {
       const tjscalingfactor f = factors[i];
       if (f.num != 1 || (f.denom != 2 && f.denom != 4 && f.denom != 8)) continue;
+      if (exact_scale && (width % f.denom != 0 || height % f.denom != 0)) continue;
       const int64_t sw = TJSCALED(width, f), sh = TJSCALED(height, f);
       const bool better = static_cast<int64_t>(f.num) * chosen.denom <
                           static_cast<int64_t>(chosen.num) * f.denom;
@@ -289,14 +379,16 @@ arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMo
 
 class DecodeImageOp : public Op {
  public:
-  DecodeImageOp(ImageMode mode, int64_t min_short_side, bool keepdims = true)
-      : mode_(mode), min_short_side_(min_short_side), keepdims_(keepdims) {}
+  DecodeImageOp(ImageMode mode, int64_t min_short_side, bool keepdims, bool exif_transpose)
+      : mode_(mode), min_short_side_(min_short_side), keepdims_(keepdims),
+        exif_transpose_(exif_transpose) {}
   std::string ToString() const override {
     // min_short_side changes pixels, so it is part of the fingerprint.
     std::ostringstream out;
     out << "DecodeImage(mode=" << (mode_ == ImageMode::kGray ? "gray" : "rgb");
     if (min_short_side_ > 0) out << ", min_short_side=" << min_short_side_;
     if (!keepdims_) out << ", keepdims=false";
+    if (exif_transpose_) out << ", exif_transpose=true";
     out << ")";
     return out.str();
   }
@@ -322,7 +414,9 @@ class DecodeImageOp : public Op {
     const int64_t n = in.shape[0];
     arrow::Result<SampleTensor> out;
     if (IsJpeg(p, n)) {
-      out = DecodeJpeg(p, n, mode_, min_short_side_);
+      const int orientation = exif_transpose_ ? JpegExifOrientation(p, n) : 1;
+      out = DecodeJpeg(p, n, mode_, min_short_side_, /*exact_scale=*/orientation != 1);
+      if (out.ok()) out = Orient(std::move(out).ValueUnsafe(), orientation);
     } else if (IsPng(p, n)) {
       out = DecodePng(p, n, mode_);
     } else {
@@ -334,13 +428,14 @@ class DecodeImageOp : public Op {
   }
 
   std::shared_ptr<const Op> WithMinShortSide(int64_t min_short_side) const {
-    return std::make_shared<DecodeImageOp>(mode_, min_short_side, keepdims_);
+    return std::make_shared<DecodeImageOp>(mode_, min_short_side, keepdims_, exif_transpose_);
   }
 
  private:
   ImageMode mode_;
   int64_t min_short_side_;
   bool keepdims_;
+  bool exif_transpose_;
 };
 
 }  // namespace
@@ -358,7 +453,8 @@ arrow::Result<std::shared_ptr<const Op>> MakeDecodeImage(const OpParams& params)
   }
   return std::make_shared<DecodeImageOp>(mode == "gray" ? ImageMode::kGray : ImageMode::kRGB,
                                          static_cast<int64_t>(params.Number("min_short_side", 0)),
-                                         params.Number("keepdims", 1) != 0);
+                                         params.Number("keepdims", 1) != 0,
+                                         params.Number("exif_transpose", 0) != 0);
 }
 
 }  // namespace pqloader
