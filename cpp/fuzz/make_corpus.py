@@ -114,12 +114,12 @@ def image_seeds(out: Path) -> None:
     b = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(b, format="JPEG", progressive=True)
     (out / "jpeg-progressive").write_bytes(b"\x02" + b.getvalue())
-    for orientation in (6, 7):  # EXIF orientation, applied (bit 2 of the first byte)
+    for orientation, fmt in ((6, "JPEG"), (7, "JPEG"), (8, "PNG")):  # EXIF orientation, applied (bit 2)
         exif = Image.Exif()
         exif[0x0112] = orientation
         b = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)).save(b, format="JPEG", exif=exif)
-        (out / f"jpeg-exif-{orientation}").write_bytes(bytes([4 | (orientation & 3)]) + b.getvalue())
+        Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)).save(b, format=fmt, exif=exif)
+        (out / f"{fmt.lower()}-exif-{orientation}").write_bytes(bytes([4 | (orientation & 3)]) + b.getvalue())
 
 
 def summary_seeds(out: Path) -> None:

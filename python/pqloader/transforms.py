@@ -64,10 +64,10 @@ class DecodeImage(Op):
         keepdims: With ``mode="gray"``, keep the channel axis: ``(H, W, 1)`` (default),
             or give ``(H, W)`` as PIL's "L" and Petastorm's codec do (False). The
             image ops after it take either.
-        exif_transpose: Turn JPEGs upright by their EXIF orientation (tag 0x0112), as
-            PIL's ``ImageOps.exif_transpose`` (phone photographs are often stored
-            rotated). Off by default, as PIL's ``Image.open`` and torchvision's
-            ``decode_jpeg``. A PNG's eXIf chunk is not read.
+        exif_transpose: Turn images upright by their EXIF orientation (tag 0x0112; a
+            JPEG's APP1 segment, a PNG's eXIf chunk), as PIL's
+            ``ImageOps.exif_transpose`` (phone photographs are often stored rotated).
+            Off by default, as PIL's ``Image.open`` and torchvision's ``decode_jpeg``.
 
     Large JPEGs are decoded straight to a smaller size (DCT scaling: 1/2, 1/4 or 1/8)
     when a Resize follows directly, the smallest whose shorter side still reaches the

@@ -208,6 +208,24 @@ def test_exif_transpose_turns_jpegs_upright_as_pil(orientation):
         assert (diff > 0) == scaled_decode and diff < DCT_MEAN_DIFF, (image.size, diff)
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_transpose_turns_pngs_upright_exactly_as_pil(orientation):
+    from PIL import ImageOps
+
+    photo = Image.fromarray(photos()["chelsea"]).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    b = io.BytesIO()
+    photo.save(b, format="PNG", exif=exif)  # an eXIf chunk
+    data = b.getvalue()
+    assert b"eXIf" in data
+    ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    np.testing.assert_array_equal(apply([T.DecodeImage(exif_transpose=True)], data), ref)
+    gray = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("L"))
+    np.testing.assert_array_equal(apply([T.DecodeImage("gray", keepdims=False, exif_transpose=True)], data), gray)
+    np.testing.assert_array_equal(apply([T.DecodeImage()], data), np.asarray(photo))
+
+
 def test_exif_orientation_that_cannot_be_read_leaves_the_image_as_stored():
     # Untrusted bytes: an EXIF segment cut short, an IFD offset past its end, an
     # orientation out of range or of the wrong type are ignored (orientation 1).

@@ -54,9 +54,36 @@ void InvertedCmykToRgb(const uint8_t* cmyk, int64_t pixels, uint8_t* rgb) {
   }
 }
 
-// The EXIF orientation (1-8) of a JPEG: tag 0x0112 of IFD0 in its first APP1 "Exif"
-// segment; 1 when there is none or it cannot be read (the bytes are untrusted: every
-// read is bounds-checked, and a malformed segment is ignored, as a missing one).
+// The orientation (1-8) in an EXIF block `t` of `tn` bytes (a TIFF structure: byte
+// order, 42, the offset of IFD0): IFD0's tag 0x0112, a SHORT; 1 when it is missing or
+// cannot be read. The bytes are untrusted: every read is bounds-checked, and a malformed
+// block counts as a missing one.
+int TiffOrientation(const uint8_t* t, int64_t tn) {
+  if (tn < 8) return 1;
+  const bool little = t[0] == 'I' && t[1] == 'I';
+  if (!little && !(t[0] == 'M' && t[1] == 'M')) return 1;
+  auto u16 = [&](int64_t at) -> uint32_t {
+    return little ? t[at] | (t[at + 1] << 8) : (t[at] << 8) | t[at + 1];
+  };
+  auto u32 = [&](int64_t at) -> uint32_t {
+    return little ? u16(at) | (u16(at + 2) << 16) : (u16(at) << 16) | u16(at + 2);
+  };
+  if (u16(2) != 42) return 1;
+  const int64_t ifd = u32(4);
+  if (ifd < 8 || ifd + 2 > tn) return 1;
+  const int64_t entries = u16(ifd);
+  for (int64_t e = 0; e < entries; ++e) {
+    const int64_t at = ifd + 2 + 12 * e;
+    if (at + 12 > tn) return 1;
+    if (u16(at) == 0x0112) {
+      const uint32_t value = u16(at + 2) == 3 ? u16(at + 8) : 0;  // SHORT, inline
+      return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+    }
+  }
+  return 1;
+}
+
+// The EXIF orientation of a JPEG: in its first APP1 "Exif" segment before the image data.
 int JpegExifOrientation(const uint8_t* p, int64_t n) {
   int64_t i = 2;  // after SOI
   while (i + 4 <= n) {
@@ -72,34 +99,23 @@ int JpegExifOrientation(const uint8_t* p, int64_t n) {
     const uint8_t* seg = p + i + 4;
     const int64_t seg_len = len - 2;
     if (marker == 0xE1 && seg_len >= 6 && std::memcmp(seg, "Exif\0\0", 6) == 0) {
-      const uint8_t* t = seg + 6;  // the TIFF header
-      const int64_t tn = seg_len - 6;
-      if (tn < 8) return 1;
-      const bool little = t[0] == 'I' && t[1] == 'I';
-      if (!little && !(t[0] == 'M' && t[1] == 'M')) return 1;
-      auto u16 = [&](int64_t at) -> uint32_t {
-        return little ? t[at] | (t[at + 1] << 8) : (t[at] << 8) | t[at + 1];
-      };
-      auto u32 = [&](int64_t at) -> uint32_t {
-        return little ? u16(at) | (u16(at + 2) << 16) : (u16(at) << 16) | u16(at + 2);
-      };
-      if (u16(2) != 42) return 1;
-      const int64_t ifd = u32(4);
-      if (ifd < 8 || ifd + 2 > tn) return 1;
-      const int64_t entries = u16(ifd);
-      for (int64_t e = 0; e < entries; ++e) {
-        const int64_t at = ifd + 2 + 12 * e;
-        if (at + 12 > tn) return 1;
-        if (u16(at) == 0x0112) {
-          const uint32_t value = u16(at + 2) == 3 ? u16(at + 8) : 0;  // SHORT, inline
-          return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
-        }
-      }
-      return 1;
+      return TiffOrientation(seg + 6, seg_len - 6);
     }
     i += 2 + len;
   }
   return 1;
+}
+
+// The EXIF orientation of a PNG's eXIf chunk (before its image data), as PIL reads it: a
+// TIFF block, after an "Exif\0\0" prefix that some writers put there.
+int PngExifOrientation(const std::vector<uint8_t>& exif) {
+  const uint8_t* t = exif.data();
+  int64_t tn = static_cast<int64_t>(exif.size());
+  if (tn >= 6 && std::memcmp(t, "Exif\0\0", 6) == 0) {
+    t += 6;
+    tn -= 6;
+  }
+  return TiffOrientation(t, tn);
 }
 
 // `img` (H x W x C) turned upright for EXIF orientation `o`, as PIL's
@@ -108,7 +124,7 @@ int JpegExifOrientation(const uint8_t* p, int64_t n) {
 // is turned with it. Resize maps a scaled image's pixels from its top-left corner, where
 // the rounded-up last row and column are partly outside the image: turned, they would
 // come first, so a JPEG to be turned is scaled only by a factor dividing both its sides
-// (photographs' sides are multiples of 8 or 16 as a rule).
+// (photographs' sides are multiples of 8 or 16 as a rule). PNGs are never scaled.
 arrow::Result<SampleTensor> Orient(SampleTensor img, int o) {
   if (o <= 1) return img;
   const int64_t h = img.shape[0], w = img.shape[1], c = img.shape[2];
@@ -308,6 +324,8 @@ struct PngDecode {
   png_infop info = nullptr;
   bool direct_gray = false;
   int64_t width = 0, height = 0, channels = 0;
+  std::vector<uint8_t> exif;  // the eXIf chunk, when asked for (`want_exif`)
+  bool want_exif = false;
   std::vector<uint8_t> pixels;
   std::vector<png_bytep> rows;
 
@@ -326,6 +344,11 @@ bool RunPng(PngDecode* d, ImageMode mode) {
   if (setjmp(d->error.jump)) return false;
   png_set_read_fn(d->png, &d->source, PngRead);
   png_read_info(d->png, d->info);
+  png_uint_32 exif_size = 0;
+  png_bytep exif = nullptr;
+  if (d->want_exif && png_get_eXIf_1(d->png, d->info, &exif_size, &exif) != 0 && exif != nullptr) {
+    d->exif.assign(exif, exif + exif_size);
+  }
   const int color = png_get_color_type(d->png, d->info);
   const bool gray_source = (color & PNG_COLOR_MASK_COLOR) == 0;
   png_set_expand(d->png);
@@ -353,14 +376,18 @@ bool RunPng(PngDecode* d, ImageMode mode) {
 // Decode to 8-bit RGB (or gray) the way PIL's Image.convert("RGB"/"L") sees the file:
 // palettes expanded, 16-bit samples reduced to their high byte, alpha dropped (not
 // composited), no gamma correction.
-arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMode mode) {
+// With `orientation`, also set it to the image's EXIF orientation (1 without one).
+arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMode mode,
+                                      int* orientation = nullptr) {
   PngDecode d;
   d.source = PngSource{data, size, 0};
+  d.want_exif = orientation != nullptr;
   d.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &d.error, PngError, PngWarning);
   if (d.png == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
   d.info = png_create_info_struct(d.png);
   if (d.info == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
   if (!RunPng(&d, mode)) return arrow::Status::Invalid("corrupt PNG data: ", d.error.message);
+  if (orientation != nullptr) *orientation = PngExifOrientation(d.exif);
   const int64_t w = d.width, h = d.height;
   SampleTensor out;
   if (mode == ImageMode::kGray) {
@@ -418,7 +445,9 @@ class DecodeImageOp : public Op {
       out = DecodeJpeg(p, n, mode_, min_short_side_, /*exact_scale=*/orientation != 1);
       if (out.ok()) out = Orient(std::move(out).ValueUnsafe(), orientation);
     } else if (IsPng(p, n)) {
-      out = DecodePng(p, n, mode_);
+      int orientation = 1;
+      out = DecodePng(p, n, mode_, exif_transpose_ ? &orientation : nullptr);
+      if (out.ok()) out = Orient(std::move(out).ValueUnsafe(), orientation);
     } else {
       return arrow::Status::Invalid("not a JPEG or PNG image (", n, " bytes)");
     }
