@@ -604,7 +604,13 @@ class DiskCache : public SplitCache {
       }
       // A full disk, a filesystem without hard links ...: fetch without coordinating.
       if (!written || link_errno != EEXIST) return std::make_shared<NoClaim>();
-      if (!BreakIfAbandoned(marker, lock)) return nullptr;  // another process fetches it
+      bool no_lock = false;
+      if (!BreakIfAbandoned(marker, lock, nullptr, &no_lock)) {
+        // Another process fetches it; or its claim is abandoned and the shard's lock is
+        // held past the timeout: fetch without coordinating.
+        if (no_lock) return std::make_shared<NoClaim>();
+        return nullptr;
+      }
     }
     return nullptr;
   }
@@ -627,10 +633,15 @@ class DiskCache : public SplitCache {
         out = FetchWait::kCached;
         break;
       }
-      bool too_old = false;
-      if (BreakIfAbandoned(marker, lock, &too_old)) {
+      bool too_old = false, no_lock = false;
+      if (BreakIfAbandoned(marker, lock, &too_old, &no_lock)) {
         out = FetchWait::kFree;  // its holder died or gave no sign for the wait timeout
         if (too_old) ++wait_timeouts_;
+        break;
+      }
+      if (no_lock) {  // abandoned, but the shard's lock is held past the timeout
+        out = FetchWait::kTimedOut;
+        ++wait_timeouts_;
         break;
       }
       if (cancel != nullptr && cancel->load()) {
@@ -835,16 +846,20 @@ class DiskCache : public SplitCache {
   }
   // Delete the marker at `path` if it is abandoned (true), or if it is gone already.
   // Only under the shard's lock: without it (held past the lock timeout) the marker is
-  // left, and the waiter's own wait timeout decides.
+  // left and *no_lock set, and the caller fetches without coordinating (a claim marker
+  // that cannot be broken now would cost every later try the lock timeout again).
   bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
-                        bool* too_old = nullptr) {
+                        bool* too_old = nullptr, bool* no_lock = nullptr) {
     bool old = false;
     Marker m;
     if (!ReadMarker(path, &m)) return true;
     if (!Abandoned(m, &old)) return false;
     // Owners release under it too: never a fresh marker.
     const auto lock = NodeLock::AcquireExisting(lock_path, LockTimeout());
-    if (lock == nullptr) return false;
+    if (lock == nullptr) {
+      if (no_lock != nullptr) *no_lock = true;
+      return false;
+    }
     Marker again;
     if (!ReadMarker(path, &again)) return true;
     if (again.token != m.token || again.written != m.written || !Abandoned(again, &old)) {

@@ -677,7 +677,8 @@ TEST(FetchClaims, AShardLockHeldTooLongFailsTheInsertAndKeepsTheClaimsMarker) {
 }
 
 // Past the lock timeout, nothing that needs the shard's lock is done without it: an
-// abandoned claim marker is not broken (the waiter's own timeout decides), and a corrupt
+// abandoned claim marker is not broken (the claimer fetches without coordinating, a
+// waiter stops waiting: one lock timeout each, not one per retry), and a corrupt
 // entry is deleted without rewriting the usage (it then overstates the shard until a
 // writer finds it full and recounts; a rewrite beside a writer could lose its addition).
 TEST(FetchClaims, AShardLockHeldTooLongBreaksNoMarkerAndRewritesNoUsage) {
@@ -705,17 +706,27 @@ TEST(FetchClaims, AShardLockHeldTooLongBreaksNoMarkerAndRewritesNoUsage) {
   std::this_thread::sleep_for(std::chrono::milliseconds(80));  // the marker is now too old for `other`
   auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
   ASSERT_NE(held, nullptr);
-  EXPECT_EQ(other->TryClaim(claimed), nullptr);  // not taken over
-  EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));
+  auto read_marker = [&] {
+    std::ifstream in(MarkerOf(dir, claimed));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string owners = read_marker();
+  ASSERT_FALSE(owners.empty());
+  // Not taken over (the owner's marker stays), and not waited on again: fetch uncoordinated.
+  EXPECT_NE(other->TryClaim(claimed), nullptr);
+  EXPECT_EQ(read_marker(), owners);
   EXPECT_EQ(other->WaitForFetch(claimed, nullptr), FetchWait::kTimedOut);
-  EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));
+  EXPECT_EQ(read_marker(), owners);
   EXPECT_EQ(other->Get(damaged), nullptr);
   EXPECT_EQ(other->counters().corrupt, 1);
   EXPECT_FALSE(fs::exists(path));
   EXPECT_EQ(RecordedUsage(dir), usage);  // not rewritten without the lock
   // With the lock free again, the too-old marker is broken and the key claimed.
   held.reset();
-  EXPECT_NE(other->TryClaim(claimed), nullptr);
+  auto taken = other->TryClaim(claimed);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));
+  EXPECT_NE(read_marker(), owners);  // the marker is `other`'s now
 }
 
 TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) {
