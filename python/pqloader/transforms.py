@@ -70,8 +70,8 @@ class DecodeImage(Op):
             Off by default, as PIL's ``Image.open`` and torchvision's ``decode_jpeg``.
 
     Large JPEGs are decoded straight to a smaller size (DCT scaling: 1/2, 1/4 or 1/8)
-    when a Resize follows directly, the smallest whose shorter side still reaches the
-    Resize target.
+    when a Resize follows directly, the smallest whose shorter side still reaches 1.25x
+    the Resize target.
     """
 
     name = "DecodeImage"

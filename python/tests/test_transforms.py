@@ -216,14 +216,22 @@ def test_exif_transpose_turns_pngs_upright_exactly_as_pil(orientation):
     exif = Image.Exif()
     exif[0x0112] = orientation
     b = io.BytesIO()
-    photo.save(b, format="PNG", exif=exif)  # an eXIf chunk
-    data = b.getvalue()
-    assert b"eXIf" in data
-    ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
-    np.testing.assert_array_equal(apply([T.DecodeImage(exif_transpose=True)], data), ref)
-    gray = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("L"))
-    np.testing.assert_array_equal(apply([T.DecodeImage("gray", keepdims=False, exif_transpose=True)], data), gray)
-    np.testing.assert_array_equal(apply([T.DecodeImage()], data), np.asarray(photo))
+    photo.save(b, format="PNG", exif=exif)  # an eXIf chunk, before the image data
+    before = b.getvalue()
+    # The same chunk moved after the image data (just before IEND), as some writers put it.
+    start = before.index(b"eXIf") - 4
+    end = start + 12 + int.from_bytes(before[start:start + 4], "big")
+    rest = before[:start] + before[end:]
+    iend = rest.index(b"IEND") - 4
+    after = rest[:iend] + before[start:end] + rest[iend:]
+    assert after.index(b"eXIf") > after.index(b"IDAT")
+    for data in (before, after):
+        ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+        np.testing.assert_array_equal(apply([T.DecodeImage(exif_transpose=True)], data), ref)
+        gray = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("L"))
+        np.testing.assert_array_equal(apply([T.DecodeImage("gray", keepdims=False, exif_transpose=True)], data),
+                                      gray)
+        np.testing.assert_array_equal(apply([T.DecodeImage()], data), np.asarray(photo))
 
 
 def test_exif_orientation_that_cannot_be_read_leaves_the_image_as_stored():

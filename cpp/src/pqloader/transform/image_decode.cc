@@ -106,16 +106,10 @@ int JpegExifOrientation(const uint8_t* p, int64_t n) {
   return 1;
 }
 
-// The EXIF orientation of a PNG's eXIf chunk (before its image data), as PIL reads it: a
-// TIFF block, after an "Exif\0\0" prefix that some writers put there.
+// The EXIF orientation of a PNG's eXIf chunk (a TIFF block; libpng drops a chunk that
+// does not start with one).
 int PngExifOrientation(const std::vector<uint8_t>& exif) {
-  const uint8_t* t = exif.data();
-  int64_t tn = static_cast<int64_t>(exif.size());
-  if (tn >= 6 && std::memcmp(t, "Exif\0\0", 6) == 0) {
-    t += 6;
-    tn -= 6;
-  }
-  return TiffOrientation(t, tn);
+  return TiffOrientation(exif.data(), static_cast<int64_t>(exif.size()));
 }
 
 // `img` (H x W x C) turned upright for EXIF orientation `o`, as PIL's
@@ -369,7 +363,12 @@ bool RunPng(PngDecode* d, ImageMode mode) {
     d->rows[y] = d->pixels.data() + y * d->width * d->channels;
   }
   png_read_image(d->png, d->rows.data());
-  png_read_end(d->png, nullptr);
+  // An eXIf chunk may also follow the image data (PIL reads it there too).
+  png_read_end(d->png, d->want_exif && d->exif.empty() ? d->info : nullptr);
+  if (d->want_exif && d->exif.empty() && png_get_eXIf_1(d->png, d->info, &exif_size, &exif) != 0 &&
+      exif != nullptr) {
+    d->exif.assign(exif, exif + exif_size);
+  }
   return true;
 }
 
