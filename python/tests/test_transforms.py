@@ -114,6 +114,14 @@ def test_jpeg_decode_matches_pil_within_tolerance(name, quality):
     assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
 
 
+def dct_scaled_and_full(data: bytes, target: int, exif_transpose: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(DecodeImage + Resize(target) as the loader plans it, with DCT scaling; the same
+    decoded at full size)."""
+    decode = {"mode": "rgb", "min_short_side": target, **({"exif_transpose": 1} if exif_transpose else {})}
+    scaled = _core._apply_ops([("DecodeImage", decode), ("Resize", {"size": target})], data, 0, 0, 0)
+    return scaled, apply([T.DecodeImage(exif_transpose=exif_transpose), T.Resize(target)], data)
+
+
 def ycck_jpeg(cmyk: np.ndarray, quality: int = 90) -> bytes:
     """A YCCK JPEG of the (inverted, as Adobe's) CMYK pixels `cmyk`, written by
     libjpeg-turbo's TurboJPEG API (it compresses CMYK input as YCCK; PIL cannot)."""
@@ -162,9 +170,7 @@ def test_cmyk_and_ycck_jpegs_decode_like_pil_within_tolerance(name, kind):
     # is JPEG's loss on four channels, ~2; an uninverted conversion is off by ~100).
     assert np.abs(got - np.asarray(photo)).mean() < 4.0
     # DCT-scaled when a Resize follows, as RGB JPEGs are.
-    scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": 128}), ("Resize", {"size": 128})],
-                              data, 0, 0, 0)
-    full = apply([T.DecodeImage(), T.Resize(128)], data)
+    scaled, full = dct_scaled_and_full(data, 128)
     assert scaled.shape == full.shape and np.abs(scaled.astype(int) - full.astype(int)).mean() < DCT_MEAN_DIFF
 
 
@@ -199,9 +205,7 @@ def test_exif_transpose_turns_jpegs_upright_as_pil(orientation):
     # the full decode.
     for image in (photo, photo.resize((448, 296), Image.BICUBIC)):
         data = exif_jpeg(image, orientation)
-        scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": 100, "exif_transpose": 1}),
-                                   ("Resize", {"size": 100})], data, 0, 0, 0)
-        full = apply([T.DecodeImage(exif_transpose=True), T.Resize(100)], data)
+        scaled, full = dct_scaled_and_full(data, 100, exif_transpose=True)
         assert scaled.shape == full.shape
         diff = np.abs(scaled.astype(int) - full.astype(int)).mean()
         scaled_decode = image.size == (448, 296) or orientation == 1
@@ -282,9 +286,7 @@ def test_jpegs_decode_scaled_to_the_resize_target_within_tolerance(name, size, t
     # within the documented tolerance.
     img = np.asarray(Image.fromarray(photos()[name]).resize(size, Image.BICUBIC))
     data = encode(img, "JPEG", quality=90)
-    full = apply([T.DecodeImage(), T.Resize(256)], data)
-    scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": 256}),
-                               ("Resize", {"size": 256})], data, 0, 0, 0)
+    scaled, full = dct_scaled_and_full(data, 256)
     assert scaled.shape == full.shape
     assert np.abs(scaled.astype(int) - full.astype(int)).mean() < DCT_MEAN_DIFF
     # And that is what the loader does with DecodeImage followed by Resize.
@@ -292,14 +294,6 @@ def test_jpegs_decode_scaled_to_the_resize_target_within_tolerance(name, size, t
     pq.write_table(pa.table({"image": pa.array([data], pa.binary())}), path)
     batch = next(iter(pqloader.Loader(str(path), transforms={"image": [T.DecodeImage(), T.Resize(256)]})))
     np.testing.assert_array_equal(batch["image"][0], scaled)
-
-
-def dct_scaled_and_full(data: bytes, target: int) -> tuple[np.ndarray, np.ndarray]:
-    """(DecodeImage + Resize(target) as the loader plans it, with DCT scaling; the same
-    decoded at full size)."""
-    scaled = _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": target}),
-                               ("Resize", {"size": target})], data, 0, 0, 0)
-    return scaled, apply([T.DecodeImage(), T.Resize(target)], data)
 
 
 @pytest.mark.parametrize("name", ["astronaut", "coffee", "rocket"])
