@@ -399,6 +399,27 @@ def test_random_resized_crop_parameters_respect_scale_and_ratio():
     assert (h, w) == (100, 20) and (top, left) == (0, 190)
 
 
+@pytest.mark.parametrize("cache", [False, True])
+def test_cast_on_one_of_several_number_columns_of_a_shuffled_loader(tmp_path, cache):
+    # A shuffled loader keeps a unit's small number columns in one row-major block; a
+    # column cast per sample was read from its own (moved) buffer: a segfault.
+    rng = np.random.default_rng(3)
+    n = 2000
+    table = pa.table({"id": np.arange(n), "f": rng.standard_normal(n).astype(np.float32),
+                      "d": rng.standard_normal(n), "k": rng.integers(0, 9, n, dtype=np.int32)})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=300)
+    loader = pqloader.Loader(tmp_path / "t.parquet", batch_size=128, shuffle=True, seed=4, num_workers=2,
+                             transforms={"d": [T.Cast("float32")]},
+                             cache_dir=tmp_path / "cache" if cache else None, num_epochs=2)
+    batches = list(loader)
+    got = {k: np.concatenate([b[k] for b in batches]) for k in ("id", "f", "d", "k")}
+    assert sorted(got["id"]) == sorted(list(range(n)) * 2)
+    assert got["d"].dtype == np.float32
+    np.testing.assert_array_equal(got["d"], table["d"].to_numpy()[got["id"]].astype(np.float32))
+    np.testing.assert_array_equal(got["f"], table["f"].to_numpy()[got["id"]])
+    np.testing.assert_array_equal(got["k"], table["k"].to_numpy()[got["id"]])
+
+
 def test_flip_normalize_and_to_chw_match_numpy():
     img = skdata.astronaut()
     data = encode(img, "PNG")

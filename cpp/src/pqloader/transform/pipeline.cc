@@ -73,9 +73,19 @@ std::optional<TransformPlan::FixedRows> FixedRowsOf(const std::optional<SampleSi
 
 }  // namespace
 
-SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row) {
+SampleTensor RowSample(const ColumnSpec& spec, const DecodedUnit& unit, int col, int64_t row) {
+  const ColumnData& data = unit.columns[col];
   if (!data.samples.empty()) return data.samples[row];
   SampleTensor s;
+  if (data.data == nullptr && unit.row_major != nullptr && unit.row_major->offset[col] >= 0) {
+    // A small fixed-size column moved into the unit's row-major block (a shuffled
+    // loader's unit, see WithRowMajor): its row is a slice of the block's row.
+    const RowMajorBlock& block = *unit.row_major;
+    s.dtype = spec.dtype;
+    s.shape = data.row_shape;
+    s.data = arrow::SliceBuffer(block.data, row * block.stride + block.offset[col], data.row_bytes);
+    return s;
+  }
   if (data.offsets != nullptr) {
     const auto* off = reinterpret_cast<const int64_t*>(data.offsets->data());
     const int64_t begin = off[row], len = off[row + 1] - off[row];
@@ -268,10 +278,10 @@ arrow::Result<SampleTensor> TransformPlan::ApplySuffix(int col, const ColumnSpec
                                                        int64_t offset) const {
   const Column& c = columns_.at(col);
   if (block == nullptr) {
-    return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit.columns[col], row), ctx);
+    return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit, col, row), ctx);
   }
   SampleSlotScope slot(std::move(block), offset, SlotBytes(col));
-  return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit.columns[col], row), ctx);
+  return RunOps(c, c.first_random, c.ops.size(), RowSample(spec, unit, col, row), ctx);
 }
 
 int64_t TransformPlan::SlotBytes(int col) const {

@@ -122,8 +122,9 @@ class TransformPlan {
   std::vector<std::optional<FixedRows>> fixed_outputs_;
 };
 
-/// View row `row` of a decoded column as a sample (no copy).
-SampleTensor RowSample(const ColumnSpec& spec, const ColumnData& data, int64_t row);
+/// View row `row` of column `col` of a decoded unit as a sample (no copy), also where the
+/// column is in the unit's row-major block.
+SampleTensor RowSample(const ColumnSpec& spec, const DecodedUnit& unit, int col, int64_t row);
 
 template <typename WhereFn>
 arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<ColumnSpec>& specs,
@@ -135,7 +136,7 @@ arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<Co
     std::vector<SampleTensor> out(unit->num_rows);
     for (int64_t r = 0; r < unit->num_rows; ++r) {
       if (!unit->row_ok.empty() && !unit->row_ok[r]) continue;
-      auto result = RunOps(c, 0, c.first_random, RowSample(specs[col], data, r), no_randomness);
+      auto result = RunOps(c, 0, c.first_random, RowSample(specs[col], *unit, col, r), no_randomness);
       if (!result.ok()) {
         if (policy_ == DecodeErrorPolicy::kSkip) {
           if (unit->row_ok.empty()) unit->row_ok.assign(unit->num_rows, 1);

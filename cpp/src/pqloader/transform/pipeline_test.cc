@@ -314,6 +314,49 @@ TEST(TransformPlan, SamplesOfAKnownSizeAreWrittenIntoTheBatchColumn) {
             0);
 }
 
+// A shuffled loader's unit has its small fixed-size columns in one row-major block (no
+// data of their own); a column transformed per sample is read from the block. (It was
+// read from its null data: a segfault on every shuffled epoch with a Cast on one of two
+// number columns.)
+TEST(TransformPlan, PerSampleOpsReadAColumnFromTheUnitsRowMajorBlock) {
+  ColumnSpec f32, f64;
+  f32.name = "a";
+  f32.dtype = DType::kFloat32;
+  f64.name = "d";
+  f64.dtype = DType::kFloat64;
+  const std::vector<ColumnSpec> specs = {f32, f64};
+  OpParams cast;
+  cast.strings["dtype"] = "float32";
+  auto plan = TransformPlan::Make(specs, {{"d", {Make("Cast", cast)}}}, DecodeErrorPolicy::kRaise,
+                                  /*cache_point=*/false)
+                  .ValueOrDie();
+  constexpr int64_t kRows = 5;
+  auto unit = std::make_shared<DecodedUnit>();
+  unit->num_rows = kRows;
+  std::vector<float> a(kRows);
+  std::vector<double> d(kRows);
+  for (int64_t r = 0; r < kRows; ++r) {
+    a[r] = static_cast<float>(r);
+    d[r] = 0.5 + static_cast<double>(r) * 10;
+  }
+  ColumnData ca, cd;
+  ca.row_bytes = 4;
+  ca.data = arrow::Buffer::FromString(std::string(reinterpret_cast<const char*>(a.data()), kRows * 4));
+  cd.row_bytes = 8;
+  cd.data = arrow::Buffer::FromString(std::string(reinterpret_cast<const char*>(d.data()), kRows * 8));
+  unit->columns = {ca, cd};
+  auto row_major = WithRowMajor(unit, 64, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_NE(row_major->row_major, nullptr);
+  ASSERT_EQ(row_major->columns[1].data, nullptr);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const SampleTensor s = plan.ApplySuffix(1, specs[1], *row_major, r, {}).ValueOrDie();
+    ASSERT_EQ(s.dtype, DType::kFloat32);
+    float got;
+    std::memcpy(&got, s.data->data(), 4);
+    EXPECT_EQ(got, static_cast<float>(d[r])) << r;
+  }
+}
+
 TEST(SampleSlotScope, TheFirstSampleOfTheSlotsSizeTakesItOnce) {
   std::shared_ptr<arrow::Buffer> block =
       arrow::AllocateBuffer(64, arrow::default_memory_pool()).ValueOrDie();
