@@ -6,8 +6,9 @@
 The dataset (generated once into build/tabular-data) has `--features` float32 columns
 and an int64 label that a linear function of the features decides, so the loss falls.
 pqloader replaces torch.utils.data.DataLoader: batches arrive as torch tensors (no copy
-from the C++ buffers) and, on a GPU, already on the device (pinned, copied on a side
-stream ahead of use). Each epoch prints the loss, accuracy, samples/s and the data
+from the C++ buffers; the feature columns stacked into one [batch, features] tensor by
+`stack=`) and, on a GPU, already on the device (pinned, copied on a side stream ahead of
+use). Each epoch prints the loss, accuracy, samples/s and the data
 stall: the fraction of the epoch the training loop spent waiting inside next().
 """
 
@@ -94,6 +95,7 @@ def main() -> None:
     loader = pqloader.Loader(
         args.data, columns=columns + ["label"], batch_size=args.batch_size, shuffle=True, seed=7,
         num_workers=args.num_workers, output="torch",
+        stack={"x": columns},  # the features as one [batch, features] tensor, stacked in C++
         device=device if device.type != "cpu" else None)  # on a GPU: pinned + copied ahead
     model = make_model(args.features).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
@@ -108,8 +110,7 @@ def main() -> None:
         loss_sum = 0.0
         for batch in loader:
             # One (B, features) matrix from the column tensors: a single copy per batch.
-            x = torch.stack([batch[c] for c in columns], dim=1)
-            y = batch["label"]
+            x, y = batch["x"], batch["label"]
             logits = model(x)
             loss = loss_fn(logits, y)
             optimizer.zero_grad(set_to_none=True)

@@ -75,6 +75,7 @@ class Loader:
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
         lists: Mapping[str, Any] | None = _D.lists,
         pack: Any = _D.pack,
+        stack: Mapping[str, Sequence[str]] | None = _D.stack,
         batch_transform: Callable[[dict], dict] | None = _D.batch_transform,
         on_decode_error: str = _D.on_decode_error,
         strings: str = _D.strings,

@@ -216,6 +216,23 @@ def _check_transforms(transforms: Any) -> Any:
     return out
 
 
+def _check_stack(stack: Any) -> dict[str, tuple[str, ...]] | None:
+    if stack is None:
+        return None
+    if not isinstance(stack, Mapping):
+        raise TypeError(f"stack must be a dict {{name: [columns]}}, got {type(stack).__name__}")
+    out = {}
+    for name, columns in stack.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"stack keys must be the stacked columns' names (non-empty str), got {name!r}")
+        if isinstance(columns, (str, bytes)) or not isinstance(columns, Sequence):
+            raise TypeError(f"stack[{name!r}] must be a list of column names, got {columns!r}")
+        if not columns or not all(isinstance(c, str) for c in columns):
+            raise ValueError(f"stack[{name!r}] must be a non-empty list of column names (str), got {columns!r}")
+        out[name] = tuple(columns)
+    return out
+
+
 def _check_row_groups(row_groups: Any) -> dict[str, tuple[int, ...]] | None:
     if row_groups is None:
         return None
@@ -320,6 +337,15 @@ ARGUMENT_DOCS = """\
             Default: every row of a batch must have one length.
         pack: A :class:`pqloader.Pack`: batches of fixed-length blocks of tokens packed
             from a list column's documents (``batch_size`` blocks per batch).
+        stack: ``{name: [columns]}``: each list of columns handed out as one column
+            ``name`` of shape ``[batch, len(columns), *row_shape]``, as
+            ``numpy.stack(columns, axis=1)`` would make it (a wide table's features as one
+            matrix: one array or tensor per batch instead of one per column, and on a GPU
+            one copy). The columns must be numbers of one dtype and row shape known before
+            any data (after ``transforms`` and ``lists``; ``transforms.Cast`` makes dtypes
+            agree); they leave the batch, and ``name`` takes the place of the first of
+            them. Stacked in C++ where the batch is assembled. Not with ``pack``, nor on
+            a ``mix`` source.
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
@@ -439,6 +465,7 @@ class LoaderOptions:
     transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None
     lists: Mapping[str, Any] | None = None
     pack: Any = None
+    stack: Mapping[str, Sequence[str]] | None = None
     batch_transform: Callable[[dict], dict] | None = None
     on_decode_error: str = "raise"
     strings: str = "str"
@@ -491,6 +518,7 @@ class LoaderOptions:
             transforms=_check_transforms(transforms),
             lists=_lists.check_lists(self.lists),
             pack=_lists.check_pack(self.pack),
+            stack=_check_stack(self.stack),
             batch_transform=batch_transform,
             on_decode_error=check_choice("on_decode_error", self.on_decode_error, _DECODE_ERROR_POLICIES),
             strings=check_choice("strings", self.strings, _STRINGS),
@@ -612,6 +640,7 @@ class LoaderOptions:
             "transforms": transforms,
             "lists": None if self.lists is None else {c: v._engine() for c, v in self.lists.items()},
             "pack": None if self.pack is None else self.pack._engine(),
+            "stack": None if self.stack is None else [(name, list(cols)) for name, cols in self.stack.items()],
             "on_decode_error": self.on_decode_error,
             "defer_checks": True,  # the Loader checks fill_null first, then the footers
             "strings_as_bytes": self.strings == "bytes",

@@ -363,6 +363,13 @@ LoaderOptions ToOptions(const nb::dict& d) {
       o.lists[nb::cast<std::string>(column)] = collate;
     }
   }
+  // stack: [(name, [column, ...])] (checked in Python, and by the loader).
+  if (d.contains("stack") && !d["stack"].is_none()) {
+    for (nb::handle item : nb::borrow<nb::list>(d["stack"])) {
+      nb::tuple t = nb::borrow<nb::tuple>(item);
+      o.stack.push_back(StackSpec{nb::cast<std::string>(t[0]), nb::cast<std::vector<std::string>>(t[1])});
+    }
+  }
   // pack: {"column", "seq_len", "eos" (None: no separator), "truncate", "pad"}.
   if (d.contains("pack") && !d["pack"].is_none()) {
     nb::dict p = nb::borrow<nb::dict>(d["pack"]);
@@ -757,7 +764,6 @@ class PyLoader {
 
   nb::list ColumnInfo() const {
     nb::list out;
-    const auto& signatures = loader_->transforms().signatures();
     for (size_t c = 0; c < loader_->specs().size(); ++c) {
       const ColumnSpec& spec = loader_->specs()[c];
       nb::dict d;
@@ -767,8 +773,7 @@ class PyLoader {
         // What the ops declare before any data (Op::OutputSignature): None where it
         // depends on the data (DecodeNdarray without Cast), -1 for a data-dependent
         // dimension (an image's height and width before a crop).
-        const std::optional<SampleSignature> sig =
-            c < signatures.size() ? signatures[c] : std::nullopt;
+        const std::optional<SampleSignature> sig = loader_->output_signature(c);
         if (sig.has_value() && sig->dtype.has_value()) {
           d["dtype"] = DTypeName(*sig->dtype);
         } else {

@@ -274,6 +274,20 @@ def test_cuda_batches_equal_cpu_batches_and_are_ready_on_the_current_stream(ds, 
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_stacked_batches_equal_cpu_stacked_batches(ds):
+    from pqloader import transforms as T
+
+    stacked = dict(transforms={"k": [T.Cast("float32")]}, stack={"xk": ["x", "k"], "vv": ["v"]})
+    ref = list(pqloader.Loader(ds, **kw(**stacked)))
+    got = []
+    for batch in pqloader.Loader(ds, **kw(output="torch", device="cuda", **stacked)):
+        assert batch["xk"].is_cuda and batch["xk"].shape[1:] == (2,) and batch["vv"].shape[1:] == (1, 3)
+        got.append({k: (v * 1).cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+    torch.cuda.synchronize()
+    assert_batch_streams_equal(got, ref)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("pin", [True, False])
 def test_cuda_consumer_never_reads_a_batch_before_its_copy_is_complete(ds, pin, monkeypatch):
     # Each batch's copies are queued behind ~10 ms of GPU work on the loader's side stream,

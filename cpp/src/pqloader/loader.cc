@@ -176,6 +176,15 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
                               fixed.size() == loader->transforms_.output_specs().size() &&
                               std::all_of(fixed.begin(), fixed.end(),
                                           [](const auto& f) { return f.has_value(); });
+  if (!options.stack.empty()) {
+    if (loader->lengths_ != nullptr) {
+      return arrow::Status::Invalid("stack cannot be combined with pack (a packed batch's "
+                                    "columns are blocks of tokens)");
+    }
+    ARROW_ASSIGN_OR_RAISE(loader->stack_,
+                          StackPlan::Make(loader->transforms_.output_specs(),
+                                          loader->transforms_.fixed_outputs(), options.stack));
+  }
   if (!options.defer_checks) ARROW_RETURN_NOT_OK(loader->CheckBeforeFirstBatch());
   if (!options.cache.dir.empty()) {
     loader->cache_ = SplitCache::Open(options.cache);
@@ -637,7 +646,26 @@ int64_t Loader::num_batches_under_seed(int64_t epoch, uint64_t seed) const {
 }
 
 const std::vector<ColumnSpec>& Loader::specs() const {
+  if (stack_.has_value()) return stack_->specs();
   return lengths_ != nullptr ? packed_specs_ : transforms_.output_specs();
+}
+
+std::optional<SampleSignature> Loader::output_signature(size_t c) const {
+  if (lengths_ != nullptr || c >= specs().size()) return std::nullopt;
+  if (stack_.has_value()) {
+    const int before = stack_->sources()[c];
+    if (before < 0) {  // stacked: numbers of a known dtype and shape
+      const ColumnSpec& spec = stack_->specs()[c];
+      SampleSignature sig;
+      sig.dtype = spec.dtype;
+      sig.shape = spec.row_shape;
+      return sig;
+    }
+    c = static_cast<size_t>(before);
+  }
+  const auto& [input, part] = transforms_.output_sources()[c];
+  if (part != TransformPlan::Part::kValues) return std::nullopt;
+  return transforms_.signatures()[input];
 }
 
 arrow::Status Loader::SetUpPacking() {

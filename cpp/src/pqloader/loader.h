@@ -37,6 +37,7 @@
 #include "pqloader/plan/row_order.h"
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/tensor/stack.h"
 #include "pqloader/tensor/window_gather.h"
 #include "pqloader/transform/pipeline.h"
 #include "pqloader/util/thread_annotations.h"
@@ -96,6 +97,11 @@ struct LoaderOptions {
   std::string pack_column;
   /// How to pack (seq_len, separator, truncation); `column` is set from pack_column.
   PackOptions pack;
+  /// Output columns stacked into one, [n, k, row shape...] (tensor/stack.h): numbers
+  /// of one dtype and row shape known before any data (after transforms and list
+  /// padding); the members leave the batch. Not with pack_column, nor in a mixture's
+  /// sources. Default: none.
+  std::vector<StackSpec> stack;
   /// What a failing transform does. Default: kRaise.
   DecodeErrorPolicy on_decode_error = DecodeErrorPolicy::kRaise;
   /// Cache of decoded + deterministically transformed splits; off when cache.dir is
@@ -161,8 +167,15 @@ class Loader {
   /// with no way to batch them, partition keys stored in the files that disagree with
   /// their paths (see dataset/footer_checks.h). Make runs it unless defer_checks.
   arrow::Status CheckBeforeFirstBatch() const;
-  /// Output columns, in batch order (transformed columns, then any "_length" columns).
+  /// Output columns, in batch order (transformed columns, then any "_length" columns;
+  /// a stacked column where its first member was).
   const std::vector<ColumnSpec>& specs() const;
+  /// What each output column's rows are before any data (see SampleSignature): for a
+  /// transformed column its ops' output, for another tensor column its spec, unset for
+  /// strings, bytes, "_length"/"_offsets" companions and packed batches.
+  std::optional<SampleSignature> output_signature(size_t c) const;
+  /// Whether LoaderOptions::stack stacks columns.
+  bool stacks() const { return stack_.has_value(); }
   const TransformPlan& transforms() const { return transforms_; }
   /// What the filter pruned and read (zeros without a filter).
   const FilterStats& filter_stats() const { return filter_stats_; }
@@ -392,6 +405,8 @@ class Loader {
   // Packing (when options_.pack_column is set).
   std::shared_ptr<const DocumentLengths> lengths_;
   std::vector<ColumnSpec> packed_specs_;
+  /// LoaderOptions::stack's plan over the output columns, when it stacks any.
+  std::optional<StackPlan> stack_;
   std::vector<int> pack_companions_;
   mutable Mutex blocks_mu_;
   // By (seed, epoch): a mixture reads a packed source's epoch again under other seeds.

@@ -46,6 +46,9 @@ arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
     const int64_t t0 = NowNs();
     auto batch = WindowedBatch(*layout.plan, *layout.windows, layout.WindowsMadeBy(b), first,
                                last, units, lo, layout.sink.get());
+    if (batch.ok() && stack_.has_value() && layout.sink == nullptr) {
+      batch = stack_->Apply(std::move(*batch), pool_);
+    }
     counters->gather_ns += NowNs() - t0;
     if (!batch.ok()) return WithContext(batch.status(), where());
     (*batch)->epoch = epoch;
@@ -88,6 +91,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::MakeBatch(
     batch = AssembleBatch(dataset_->specs(), units, lo, rows, samples, pool_,
                           transforms_.collate(), transforms_.signatures());
     if (batch.ok() && !transforms_.empty()) batch = SplitParts(std::move(*batch));
+    if (batch.ok() && stack_.has_value()) batch = stack_->Apply(std::move(*batch), pool_);
   }
   counters->gather_ns += NowNs() - t0;
   if (!batch.ok()) {

@@ -177,6 +177,12 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
   std::unique_ptr<MixStream> stream(new MixStream());
   stream->options_ = std::move(options);
   stream->pool_ = pool;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].loader->stacks()) {
+      return arrow::Status::Invalid("mixture source ", i,
+                                    " stacks columns (stack=): a mixture's sources may not");
+    }
+  }
   stream->specs_ = sources[0].loader->specs();
   for (size_t i = 1; i < sources.size(); ++i) {
     const auto& specs = sources[i].loader->specs();

@@ -127,6 +127,12 @@ int64_t DecodedUnit::ByteSize() const {
   return n;
 }
 
+int64_t FixedRows::bytes() const {
+  int64_t bytes = DTypeSize(dtype);
+  for (int64_t d : shape) bytes *= d;
+  return bytes;
+}
+
 int64_t Batch::ByteSize() const {
   int64_t n = 0;
   for (const auto& c : columns) {

@@ -162,6 +162,13 @@ struct DecodedUnit {
   int64_t ByteSize() const;
 };
 
+/// The dtype and row shape every row of a column has, known before any data.
+struct FixedRows {
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  int64_t bytes() const;  ///< Of one row.
+};
+
 /// One column of a batch.
 struct BatchColumn {
   ColumnKind kind = ColumnKind::kTensor;

@@ -232,12 +232,6 @@ arrow::Result<TransformPlan> TransformPlan::Make(
   return plan;
 }
 
-int64_t TransformPlan::FixedRows::bytes() const {
-  int64_t bytes = DTypeSize(dtype);
-  for (int64_t d : shape) bytes *= d;
-  return bytes;
-}
-
 std::string TransformPlan::Fingerprint() const {
   std::string out;
   for (const auto& [col, c] : columns_) {

@@ -55,11 +55,7 @@ class TransformPlan {
   /// For each output column: the input column it comes from, and which part of it.
   const std::vector<std::pair<int, Part>>& output_sources() const { return output_sources_; }
   /// The dtype and row shape every row of an output column has, known before any data.
-  struct FixedRows {
-    DType dtype = DType::kUInt8;
-    std::vector<int64_t> shape;
-    int64_t bytes() const;
-  };
+  using FixedRows = pqloader::FixedRows;
   /// For each output column, its FixedRows where every row has them: numbers and
   /// fixed-size lists, ops whose output signature fixes dtype and shape, rows padded or
   /// truncated to a fixed length and their lengths; unset where they depend on the data

@@ -1,0 +1,188 @@
+"""stack=: columns handed out as one [batch, k, ...] column, equal to numpy.stack of the
+unstacked loader's columns in every mode the loader has (shuffled windows, transforms,
+padded lists, cache hits, resume, torch), and refused clearly where it cannot apply."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import pqloader
+from pqloader import transforms as T
+
+from conftest import write_dataset
+
+FEATURES = [f"f{i}" for i in range(11)]  # one group of 8 float columns and 3 more
+
+
+def wide_table(n: int, start: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed + start)
+    cols = {"id": pa.array(np.arange(start, start + n, dtype=np.int64))}
+    for name in FEATURES:
+        cols[name] = pa.array(rng.standard_normal(n).astype(np.float32))
+    cols["d"] = pa.array(rng.standard_normal(n))  # float64
+    cols["i1"] = pa.array(rng.integers(-9, 9, n, dtype=np.int64))
+    cols["i2"] = pa.array(rng.integers(-9, 9, n, dtype=np.int64))
+    cols["s"] = pa.array([f"s{i}" for i in range(start, start + n)])
+    lengths = rng.integers(0, 6, n)
+    cols["tok"] = pa.array([list(range(start + i, start + i + int(k))) for i, k in enumerate(lengths)],
+                           pa.list_(pa.int32()))
+    cols["tok2"] = pa.array([list(range(int(k))) for k in lengths[::-1]], pa.list_(pa.int32()))
+    return pa.table(cols)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wide")
+    write_dataset(root, [[700, 300], [1000], [250, 250, 333]], wide_table)
+    return root
+
+
+def pairs(a: pqloader.Loader, b: pqloader.Loader, epochs: int = 1):
+    got = []
+    for _ in range(epochs):
+        for x, y in zip(a, b, strict=True):
+            got.append((x, y))
+    assert got
+    return got
+
+
+def assert_stacked(plain: dict, stacked: dict, stacks: dict) -> None:
+    members = {c for cols in stacks.values() for c in cols}
+    assert set(stacked) == (set(plain) - members) | set(stacks)
+    for name, cols in stacks.items():
+        want = np.stack([plain[c] for c in cols], axis=1)
+        assert stacked[name].dtype == want.dtype and stacked[name].shape == want.shape
+        np.testing.assert_array_equal(stacked[name], want)
+        assert stacked[name].flags.c_contiguous
+    for c in set(plain) - members:
+        np.testing.assert_array_equal(stacked[c], plain[c])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("workers", [1, 3])
+def test_stacked_equals_numpy_stack(wide, shuffle, workers):
+    columns = ["id", *FEATURES, "i1", "i2"]
+    stacks = {"x": FEATURES, "ints": ["i2", "i1"]}
+    common = dict(batch_size=97, shuffle=shuffle, seed=5, num_workers=workers, columns=columns)
+    plain = pqloader.Loader(wide, **common)
+    stacked = pqloader.Loader(wide, **common, stack=stacks)
+    for a, b in pairs(plain, stacked, epochs=2):
+        assert_stacked(a, b, stacks)
+        assert list(b) == ["id", "x", "ints"]  # each where its first member was
+
+
+def test_output_column_order_and_info(wide):
+    loader = pqloader.Loader(wide, columns=["id", "f1", "i1", "f0", "s"], stack={"xy": ["f0", "f1"]})
+    assert list(loader.column_info) == ["id", "xy", "i1", "s"]
+    assert loader.column_info["xy"]["dtype"] == "float32"
+    assert loader.column_info["xy"]["shape"] == (2,)
+    batch = next(iter(loader))
+    assert list(batch) == ["id", "xy", "i1", "s"]
+    np.testing.assert_array_equal(batch["xy"][:, 0], next(iter(pqloader.Loader(wide, columns=["f0"])))["f0"])
+
+
+def test_after_transforms_and_padding(wide):
+    # A float64 column cast to float32 stacks with float32 ones; two lists padded to one
+    # fixed length stack to [batch, 2, L]; the padded columns' lengths stay.
+    common = dict(batch_size=128, shuffle=True, seed=9, columns=["f0", "d", "tok", "tok2"],
+                  transforms={"d": [T.Cast("float32")]},
+                  lists={"tok": pqloader.Pad(4), "tok2": pqloader.Pad(4)})
+    stacks = {"x": ["f0", "d"], "toks": ["tok", "tok2"]}
+    plain = pqloader.Loader(wide, **common)
+    stacked = pqloader.Loader(wide, **common, stack=stacks)
+    assert stacked.column_info["toks"]["shape"] == (2, 4)
+    for a, b in pairs(plain, stacked):
+        assert_stacked(a, b, stacks)
+        assert {"tok_length", "tok2_length"} <= set(b)
+
+
+def test_cache_hits_and_resume(wide, tmp_path):
+    stacks = {"x": FEATURES}
+    common = dict(batch_size=64, shuffle=True, seed=11, columns=["id", *FEATURES], stack=stacks)
+    reference = list(pqloader.Loader(wide, num_epochs=2, **common))
+    cached = pqloader.Loader(wide, num_epochs=2, cache_dir=tmp_path / "c", **common)
+    got = list(cached)
+    assert cached.stats()["cache_hits"] > 0  # the second epoch's row groups
+    assert len(got) == len(reference)
+    for a, b in zip(reference, got):
+        np.testing.assert_array_equal(a["x"], b["x"])
+        np.testing.assert_array_equal(a["id"], b["id"])
+
+    interrupted = pqloader.Loader(wide, **common)
+    it = iter(interrupted)
+    first = [next(it) for _ in range(5)]
+    state = json.loads(json.dumps(interrupted.state_dict()))
+    resumed = pqloader.Loader(wide, **common)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    epoch0 = [b for b in pqloader.Loader(wide, **common)]
+    assert len(first) + len(rest) == len(epoch0)
+    for a, b in zip(epoch0, first + rest):
+        np.testing.assert_array_equal(a["x"], b["x"])
+    # A state records the output columns, the stack's included: resumed without the
+    # stack, it is refused by name (as another column selection is).
+    unstacked = pqloader.Loader(wide, **{k: v for k, v in common.items() if k != "stack"})
+    with pytest.raises(pqloader.InvalidDataError, match="columns: state has \\['id', 'x'\\]"):
+        unstacked.load_state_dict(state)
+
+
+def test_torch_output_is_one_tensor(wide):
+    torch = pytest.importorskip("torch")
+    common = dict(batch_size=100, shuffle=True, seed=2, columns=["id", *FEATURES])
+    plain = pqloader.Loader(wide, **common)
+    stacked = pqloader.Loader(wide, **common, output="torch", stack={"x": FEATURES})
+    for a, b in pairs(plain, stacked):
+        assert isinstance(b["x"], torch.Tensor) and b["x"].dtype == torch.float32
+        np.testing.assert_array_equal(b["x"].numpy(), np.stack([a[c] for c in FEATURES], axis=1))
+
+
+def test_null_mask_of_a_member_stays(tmp_path):
+    table = pa.table({"a": pa.array([1.0, None, 3.0], pa.float32()), "b": pa.array([4.0, 5.0, 6.0], pa.float32())})
+    write_dataset(tmp_path, [[3]], lambda n, start, seed: table)
+    loader = pqloader.Loader(tmp_path, null_mask=["a"], fill_null=0.0, stack={"ab": ["a", "b"]})
+    info = loader.column_info
+    assert list(info) == ["ab", "a_valid"] and info["a_valid"]["mask"]
+    batch = next(iter(loader))
+    np.testing.assert_array_equal(batch["ab"], [[1, 4], [0, 5], [3, 6]])
+    np.testing.assert_array_equal(batch["a_valid"], [True, False, True])
+
+
+@pytest.mark.parametrize("stack, error, says", [
+    ({"x": ["f0", "nope"]}, ValueError, "no output column 'nope'"),
+    ({"x": ["f0", "d"]}, ValueError, "column 'd' is float64 with rows of shape (), column 'f0' float32"),
+    ({"x": ["f0", "s"]}, ValueError, "column 's' holds strings or bytes"),
+    ({"x": ["i1", "tok"]}, ValueError, "column 'tok' has rows whose shape or dtype depends on the data"),
+    ({"x": ["f0", "f0"]}, ValueError, "already in this stack"),
+    ({"id": ["f0", "f1"]}, ValueError, "not one of its members"),
+    ({"x": []}, ValueError, "non-empty list of column names"),
+    ({"x": "f0"}, TypeError, "must be a list of column names"),
+    (["f0"], TypeError, "stack must be a dict"),
+])
+def test_refused_at_construction(wide, stack, error, says):
+    with pytest.raises(error, match=None) as e:
+        pqloader.Loader(wide, columns=["id", "f0", "f1", "d", "s", "i1", "tok"], lists={"tok": "ragged"}, stack=stack)
+    assert says in str(e.value)
+
+
+def test_refused_with_pack_and_on_mix_sources(wide):
+    with pytest.raises(ValueError, match="stack cannot be combined with pack"):
+        pqloader.Loader(wide, columns=["tok", "i1", "i2"], pack=pqloader.Pack("tok", seq_len=8),
+                        stack={"ii": ["i1", "i2"]})
+    source = pqloader.Loader(wide, columns=["f0", "f1"], stack={"x": ["f0", "f1"]})
+    with pytest.raises(ValueError, match="stacks columns"):
+        pqloader.mix({"a": source, "b": pqloader.Loader(wide, columns=["f0", "f1"])}, [0.5, 0.5], batch_size=8)
+
+
+def test_column_info_of_a_transformed_column_after_a_padded_one(tmp_path):
+    # The "_length" companion shifts the output columns: a transformed column after it
+    # still reports what its ops declare (it reported None before).
+    table = pa.table({"a": pa.array([[1, 2], [3]], pa.list_(pa.int64())), "b": pa.array([1.0, 2.0])})
+    write_dataset(tmp_path, [[2]], lambda n, start, seed: table)
+    loader = pqloader.Loader(tmp_path, lists={"a": pqloader.Pad(4)}, transforms={"b": [T.Cast("float32")]})
+    assert loader.column_info["b"]["dtype"] == "float32"
+    assert loader.column_info["b"]["shape"] == ()
+    assert next(iter(loader))["b"].dtype == np.float32
