@@ -21,6 +21,14 @@ from pqloader._options import ARGUMENT_DOCS, LoaderOptions, check_fill_types, ch
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 
 
+def _column_infos(infos: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The engine's column_info list as ``Loader.column_info``'s dict."""
+    return {c["name"]: {"dtype": c["dtype"], "shape": None if c["shape"] is None else tuple(c["shape"]),
+                        "arrow_type": c["arrow_type"], "partition": c["partition"], "mask": c["mask"],
+                        "transformed": c["transformed"]}
+            for c in infos}
+
+
 class Loader:
     """Stream batches of NumPy arrays (or torch tensors) from Parquet files, deterministically.
 
@@ -107,13 +115,10 @@ class Loader:
         self._output = _iteration.make_output(options)
         self._cursor = _iteration.Cursor()
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
-        self._columns = {
-            c["name"]: {"dtype": c["dtype"], "shape": None if c["shape"] is None else tuple(c["shape"]),
-                        "arrow_type": c["arrow_type"], "partition": c["partition"], "mask": c["mask"],
-                        "transformed": c["transformed"]}
-            for c in self._engine.column_info()
-        }
-        check_fill_types(options.fill_null, self._columns)  # before any data is read
+        self._columns = _column_infos(self._engine.column_info())
+        # Before any data is read; stacked columns by their members.
+        check_fill_types(options.fill_null, self._columns if options.stack is None
+                         else _column_infos(self._engine.column_info(stacked=False)))
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
         self._sources = sources
         self._options = options

@@ -87,7 +87,7 @@ class Mixture:
             if o.output != "numpy":
                 raise ValueError(f"mix source {n!r} has output={o.output!r}: give the sources "
                                  "output='numpy' and mix(..., output='torch')")
-            if o.stack is not None:
+            if o.stack:
                 raise ValueError(f"mix source {n!r} stacks columns (stack=): the mixture assembles its "
                                  "batches in C++ from the sources' columns; mixing stacked sources "
                                  "is not supported")

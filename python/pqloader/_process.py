@@ -108,9 +108,10 @@ class Engine:
         """The engine's counters (see ``Loader.stats``)."""
         return dict(self._engine().stats())
 
-    def column_info(self) -> list[dict[str, Any]]:
-        """Per output column: name, dtype, shape, arrow_type, partition."""
-        return list(self._engine().column_info())
+    def column_info(self, stacked: bool = True) -> list[dict[str, Any]]:
+        """Per output column: name, dtype, shape, arrow_type, partition (the columns as
+        they would be without ``stack`` when `stacked` is false)."""
+        return list(self._engine().column_info(stacked))
 
     def arrow_schema_capsule(self) -> Any:
         """The output columns' Arrow schema, as a PyCapsule "arrow_schema"."""

@@ -68,7 +68,9 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         # loaders without them keep their form.
         "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
                    + ([f"@schema={options.schema.to_string(show_schema_metadata=False)}"]
-                      if options.schema is not None else []),
+                      if options.schema is not None else [])
+                   + ([f"@stack={name}={','.join(cols)}" for name, cols in options.stack.items()]
+                      if options.stack else []),
         "batch_size": options.batch_size,
         "drop_last": options.drop_last,
         "shuffle": options.shuffle,

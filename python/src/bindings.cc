@@ -762,10 +762,12 @@ class PyLoader {
     return d;
   }
 
-  nb::list ColumnInfo() const {
+  // Per output column (as it would be without stack= when `stacked` is false).
+  nb::list ColumnInfo(bool stacked) const {
     nb::list out;
-    for (size_t c = 0; c < loader_->specs().size(); ++c) {
-      const ColumnSpec& spec = loader_->specs()[c];
+    const auto& specs = stacked ? loader_->specs() : loader_->unstacked_specs();
+    for (size_t c = 0; c < specs.size(); ++c) {
+      const ColumnSpec& spec = specs[c];
       nb::dict d;
       d["name"] = Text(spec.name);
       d["transformed"] = spec.transformed;
@@ -773,7 +775,8 @@ class PyLoader {
         // What the ops declare before any data (Op::OutputSignature): None where it
         // depends on the data (DecodeNdarray without Cast), -1 for a data-dependent
         // dimension (an image's height and width before a crop).
-        const std::optional<SampleSignature> sig = loader_->output_signature(c);
+        const std::optional<SampleSignature> sig =
+            stacked ? loader_->output_signature(c) : loader_->unstacked_signature(c);
         if (sig.has_value() && sig->dtype.has_value()) {
           d["dtype"] = DTypeName(*sig->dtype);
         } else {
@@ -1088,7 +1091,7 @@ NB_MODULE(_core, m) {
       .def("take_warning", &PyLoader::TakeWarning)
       .def("abandon_after_fork", &PyLoader::AbandonAfterFork)
       .def("stats", &PyLoader::Stats)
-      .def("column_info", &PyLoader::ColumnInfo)
+      .def("column_info", &PyLoader::ColumnInfo, "stacked"_a = true)
       .def("arrow_schema_capsule", &PyLoader::ArrowSchemaCapsule)
       .def("plan_info", &PyLoader::PlanInfo)
       .def("transform_fingerprint",

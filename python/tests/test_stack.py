@@ -126,8 +126,12 @@ def test_cache_hits_and_resume(wide, tmp_path):
     # A state records the output columns, the stack's included: resumed without the
     # stack, it is refused by name (as another column selection is).
     unstacked = pqloader.Loader(wide, **{k: v for k, v in common.items() if k != "stack"})
-    with pytest.raises(pqloader.InvalidDataError, match="columns: state has \\['id', 'x'\\]"):
+    with pytest.raises(pqloader.InvalidDataError, match="columns: state has \\['id', 'x', '@stack=x=f0,f1"):
         unstacked.load_state_dict(state)
+    # So is a stack of the same name with its columns in another order.
+    reordered = pqloader.Loader(wide, **{**common, "stack": {"x": FEATURES[::-1]}})
+    with pytest.raises(pqloader.InvalidDataError, match="@stack=x="):
+        reordered.load_state_dict(state)
 
 
 def test_torch_output_is_one_tensor(wide):
@@ -166,6 +170,14 @@ def test_refused_at_construction(wide, stack, error, says):
     with pytest.raises(error, match=None) as e:
         pqloader.Loader(wide, columns=["id", "f0", "f1", "d", "s", "i1", "tok"], lists={"tok": "ragged"}, stack=stack)
     assert says in str(e.value)
+
+
+def test_fill_null_is_checked_against_the_stacked_columns_themselves(wide):
+    # i1 is int64: a fraction cannot fill it, stacked or not.
+    for stack in (None, {"ii": ["i1", "i2"]}):
+        with pytest.raises(ValueError, match="fill_null\\['i1'\\]"):
+            pqloader.Loader(wide, columns=["i1", "i2"], fill_null={"i1": 0.5}, stack=stack)
+    pqloader.Loader(wide, columns=["i1", "i2"], fill_null={"i1": 5}, stack={"ii": ["i1", "i2"]})
 
 
 def test_refused_with_pack_and_on_mix_sources(wide):

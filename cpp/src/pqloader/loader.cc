@@ -646,23 +646,27 @@ int64_t Loader::num_batches_under_seed(int64_t epoch, uint64_t seed) const {
 }
 
 const std::vector<ColumnSpec>& Loader::specs() const {
-  if (stack_.has_value()) return stack_->specs();
+  return stack_.has_value() ? stack_->specs() : unstacked_specs();
+}
+
+const std::vector<ColumnSpec>& Loader::unstacked_specs() const {
   return lengths_ != nullptr ? packed_specs_ : transforms_.output_specs();
 }
 
 std::optional<SampleSignature> Loader::output_signature(size_t c) const {
-  if (lengths_ != nullptr || c >= specs().size()) return std::nullopt;
-  if (stack_.has_value()) {
-    const int before = stack_->sources()[c];
-    if (before < 0) {  // stacked: numbers of a known dtype and shape
-      const ColumnSpec& spec = stack_->specs()[c];
-      SampleSignature sig;
-      sig.dtype = spec.dtype;
-      sig.shape = spec.row_shape;
-      return sig;
-    }
-    c = static_cast<size_t>(before);
-  }
+  if (!stack_.has_value()) return unstacked_signature(c);
+  if (c >= specs().size()) return std::nullopt;
+  const int before = stack_->sources()[c];
+  if (before >= 0) return unstacked_signature(static_cast<size_t>(before));
+  const ColumnSpec& spec = stack_->specs()[c];  // stacked: numbers of a known dtype and shape
+  SampleSignature sig;
+  sig.dtype = spec.dtype;
+  sig.shape = spec.row_shape;
+  return sig;
+}
+
+std::optional<SampleSignature> Loader::unstacked_signature(size_t c) const {
+  if (lengths_ != nullptr || c >= unstacked_specs().size()) return std::nullopt;
   const auto& [input, part] = transforms_.output_sources()[c];
   if (part != TransformPlan::Part::kValues) return std::nullopt;
   return transforms_.signatures()[input];

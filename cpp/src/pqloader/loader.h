@@ -174,6 +174,10 @@ class Loader {
   /// transformed column its ops' output, for another tensor column its spec, unset for
   /// strings, bytes, "_length"/"_offsets" companions and packed batches.
   std::optional<SampleSignature> output_signature(size_t c) const;
+  /// The output columns as they would be without LoaderOptions::stack (specs() when
+  /// nothing is stacked), and the same for their signatures.
+  const std::vector<ColumnSpec>& unstacked_specs() const;
+  std::optional<SampleSignature> unstacked_signature(size_t c) const;
   /// Whether LoaderOptions::stack stacks columns.
   bool stacks() const { return stack_.has_value(); }
   const TransformPlan& transforms() const { return transforms_; }
