@@ -343,9 +343,10 @@ ARGUMENT_DOCS = """\
             matrix: one array or tensor per batch instead of one per column, and on a GPU
             one copy). The columns must be numbers of one dtype and row shape known before
             any data (after ``transforms`` and ``lists``; ``transforms.Cast`` makes dtypes
-            agree); they leave the batch, and ``name`` takes the place of the first of
-            them. Stacked in C++ where the batch is assembled. Not with ``pack``, nor on
-            a ``mix`` source.
+            agree); they leave the batch, and ``name`` takes the place of whichever of
+            them comes first among the columns. Stacked in C++ where the batch is
+            assembled; rows and order are unchanged (a state records the stacks and loads
+            only with the same ones). Not with ``pack``, nor on a ``mix`` source.
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
