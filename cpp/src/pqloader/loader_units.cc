@@ -161,7 +161,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       // process was fetching it. Wait for that process, or claim it and fetch it now.
       constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
       for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
-        claim = cache_->TryClaim(key);
+        claim = cache_->TryClaim(key, &work->stopping);
         if (claim != nullptr) break;
         const int64_t t0 = NowNs();
         const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);
@@ -190,7 +190,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       if (SourceChanged(unit.split)) {
         cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
       } else {
-        cache_->Put(key, full, SourceOf(unit.split), now);
+        cache_->Put(key, full, SourceOf(unit.split), now, &work->stopping);
       }
     }
     claim.reset();  // after the entry is published: waiters find it

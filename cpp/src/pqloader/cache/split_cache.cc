@@ -569,7 +569,8 @@ class DiskCache : public SplitCache {
     return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
   }
 
-  std::shared_ptr<FetchClaim> TryClaim(const std::string& key) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string& key,
+                                       const std::atomic<bool>* cancel) override {
     if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
     const std::string marker = MarkerPath(key);
     const std::string lock = ShardDir(Shard(key)) + "/.lock";
@@ -605,7 +606,8 @@ class DiskCache : public SplitCache {
       // A full disk, a filesystem without hard links ...: fetch without coordinating.
       if (!written || link_errno != EEXIST) return std::make_shared<NoClaim>();
       bool no_lock = false;
-      if (!BreakIfAbandoned(marker, lock, nullptr, &no_lock)) {
+      if (!BreakIfAbandoned(marker, lock, nullptr, &no_lock, cancel)) {
+        if (cancel != nullptr && cancel->load()) return nullptr;  // stopping: no fetch
         // Another process fetches it; or its claim is abandoned and the shard's lock is
         // held past the timeout: fetch without coordinating.
         if (no_lock) return std::make_shared<NoClaim>();
@@ -663,7 +665,8 @@ class DiskCache : public SplitCache {
   }
 
   CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
-                   const SourceIdentity& source, double now = 0) override {
+                   const SourceIdentity& source, double now = 0,
+                   const std::atomic<bool>* cancel = nullptr) override {
     if (broken_) {
       ++write_errors_;
       return CacheRefusal::kNone;
@@ -700,7 +703,11 @@ class DiskCache : public SplitCache {
     {
       bool timed_out = false;
       const auto lock = NodeLock::AcquireExisting(ShardDir(shard) + "/.lock", LockTimeout(),
-                                                  nullptr, &timed_out);
+                                                  BorrowedCancelFlag(cancel), &timed_out);
+      if (lock == nullptr && cancel != nullptr && cancel->load()) {  // stopping: not a failure
+        ::unlink(tmp.c_str());
+        return CacheRefusal::kNone;
+      }
       if (lock == nullptr) {
         const std::string what = "cannot lock cache shard '" + ShardDir(shard) + "'";
         const std::string why =
@@ -849,13 +856,15 @@ class DiskCache : public SplitCache {
   // left and *no_lock set, and the caller fetches without coordinating (a claim marker
   // that cannot be broken now would cost every later try the lock timeout again).
   bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
-                        bool* too_old = nullptr, bool* no_lock = nullptr) {
+                        bool* too_old = nullptr, bool* no_lock = nullptr,
+                        const std::atomic<bool>* cancel = nullptr) {
     bool old = false;
     Marker m;
     if (!ReadMarker(path, &m)) return true;
     if (!Abandoned(m, &old)) return false;
     // Owners release under it too: never a fresh marker.
-    const auto lock = NodeLock::AcquireExisting(lock_path, LockTimeout());
+    const auto lock =
+        NodeLock::AcquireExisting(lock_path, LockTimeout(), BorrowedCancelFlag(cancel));
     if (lock == nullptr) {
       if (no_lock != nullptr) *no_lock = true;
       return false;
@@ -931,7 +940,7 @@ class MemoryCache : public SplitCache {
   }
 
   // One process: nothing to coordinate.
-  std::shared_ptr<FetchClaim> TryClaim(const std::string&) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string&, const std::atomic<bool>*) override {
     return std::make_shared<NoClaim>();
   }
   FetchWait WaitForFetch(const std::string&, const std::atomic<bool>*) override {
@@ -939,7 +948,8 @@ class MemoryCache : public SplitCache {
   }
 
   CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
-                   const SourceIdentity& source, double now = 0) override {
+                   const SourceIdentity& source, double now = 0,
+                   const std::atomic<bool>* = nullptr) override {
     const int64_t size = unit->ByteSize();
     const bool plan = options_.policy == CachePolicy::kPlan && schedule_ != nullptr;
     CacheRefusal refusal = CacheRefusal::kNone;

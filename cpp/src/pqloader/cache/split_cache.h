@@ -172,9 +172,11 @@ class SplitCache {
   /// Insert `unit`, decoded from `source`, under `key`, best effort; return why not if
   /// it was not inserted (kNone also when another writer inserted it first, or it
   /// failed: see counters().write_errors). `now` is the time of this read on the
-  /// schedule's clock (kPlan).
+  /// schedule's clock (kPlan). Once `*cancel` is true, a wait for the shard's lock
+  /// gives up and nothing is inserted (not counted as a failure).
   virtual CacheRefusal Put(const std::string& key, const std::shared_ptr<const DecodedUnit>& unit,
-                           const SourceIdentity& source, double now = 0) = 0;
+                           const SourceIdentity& source, double now = 0,
+                           const std::atomic<bool>* cancel = nullptr) = 0;
   /// Count an insert of `source`'s row group that its owner refused (CacheRefusal::kStale:
   /// the file changed while it was read), and warn once.
   void Refuse(CacheRefusal reason, const SourceIdentity& source);
@@ -183,8 +185,10 @@ class SplitCache {
   /// process holds one (it is fetching the split; see WaitForFetch). Claims of one cache
   /// object are shared: claiming a key this object holds returns the same claim. Without
   /// coordination (memory cache, wait_timeout_ms 0, unusable directory) every claim
-  /// succeeds and holds nothing.
-  virtual std::shared_ptr<FetchClaim> TryClaim(const std::string& key) = 0;
+  /// succeeds and holds nothing. Once `*cancel` is true, a wait for the shard's lock (to
+  /// break an abandoned claim) gives up: nullptr.
+  virtual std::shared_ptr<FetchClaim> TryClaim(const std::string& key,
+                                               const std::atomic<bool>* cancel = nullptr) = 0;
   /// Wait, polling, until `key` is cached or no other process claims it, at most the
   /// wait timeout; give up at once when `*cancel` becomes true.
   virtual FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) = 0;

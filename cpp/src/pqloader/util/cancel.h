@@ -14,6 +14,12 @@ namespace pqloader {
 /// Shared, so that options holding it never outlive it. Null: never set.
 using CancelFlag = std::shared_ptr<const std::atomic<bool>>;
 
+/// A CancelFlag for an atomic owned elsewhere (e.g. a worker's stop flag) that
+/// outlives every use of the returned flag. Null stays null.
+inline CancelFlag BorrowedCancelFlag(const std::atomic<bool>* flag) {
+  return CancelFlag(std::shared_ptr<void>(), flag);
+}
+
 inline bool IsCancelled(const CancelFlag& flag) {
   return flag != nullptr && flag->load(std::memory_order_relaxed);
 }
