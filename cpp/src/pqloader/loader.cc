@@ -407,12 +407,14 @@ arrow::Result<std::shared_ptr<const Loader::RunLayout>> Loader::LayOutRun(
 }
 
 std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> Loader::MakeReadAhead(
-    const RunLayout& layout, int64_t budget, bool reads_ahead) {
+    const RunLayout& layout, int64_t budget, bool reads_ahead, std::shared_ptr<Work> work) {
   arrow::io::IOContext io(pool_, io_pool_.get());
   std::shared_ptr<const RowOrder> order = layout.order;
+  // The run's stop flag: ends a claim's wait for a shard's lock, and its release's.
+  CancelFlag stop(work, &work->stopping);
   return std::make_shared<ReadAhead<std::shared_ptr<FetchedUnit>>>(
       layout.UnitsOf(layout.first_batch).first, layout.UnitsOf(layout.num_batches - 1).second,
-      [this, order, io](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
+      [this, order, io, stop](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
         const Unit& unit = order->units()[u];
         std::shared_ptr<FetchClaim> claim;
         if (cache_ != nullptr) {
@@ -422,7 +424,7 @@ std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> Loader::MakeReadAhead(
           // ProduceUnit waits for its entry). Claims are taken in plan order, so the
           // process that claims a split first is the one that reads it first.
           if (cache_->Contains(key)) return nullptr;
-          claim = cache_->TryClaim(key);
+          claim = cache_->TryClaim(key, stop);
           if (claim == nullptr) return nullptr;
         }
         ARROW_ASSIGN_OR_RAISE(auto f, FetchUnit(*dataset_, unit, read_options_, pool_, io));
@@ -454,7 +456,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
   run.windows = layout->windows;
   run.reads_ahead = cache_ == nullptr || !last_run_all_hits_.load();
   if (first_batch < layout->num_batches) {
-    run.readahead = MakeReadAhead(*layout, budget, run.reads_ahead);
+    run.readahead = MakeReadAhead(*layout, budget, run.reads_ahead, run.work);
   }
 
   Pipeline::Work work;
@@ -476,7 +478,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
     // When the plan reads this unit, on the cache schedule's clock (see CacheView).
     const double now = static_cast<double>(epoch) +
                        static_cast<double>(u) / static_cast<double>(order->units().size());
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters.get(), now,
+    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters, now,
                        deferred);
   };
   work.run_batch = [this, layout, counters = run.work](

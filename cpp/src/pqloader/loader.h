@@ -323,7 +323,7 @@ class Loader {
   arrow::Result<std::shared_ptr<const RunLayout>> LayOutRun(int64_t epoch, int64_t first_batch,
                                                             const ElasticBase* elastic) const;
   std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> MakeReadAhead(
-      const RunLayout& layout, int64_t budget, bool reads_ahead);
+      const RunLayout& layout, int64_t budget, bool reads_ahead, std::shared_ptr<Work> work);
   // Remember whether `work`'s run read every unit from the cache (see
   // EpochRun::reads_ahead).
   void NoteCacheUse(const Work& work);
@@ -360,7 +360,7 @@ class Loader {
   // columns unread (SplitCache::GetDeferred).
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-      Work* work, double now, bool deferred);
+      const std::shared_ptr<Work>& work, double now, bool deferred);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(

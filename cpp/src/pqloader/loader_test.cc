@@ -11,6 +11,7 @@
 
 #include "pqloader/error.h"
 #include "pqloader/test_util.h"
+#include "pqloader/util/node_lock.h"
 
 namespace pqloader {
 
@@ -310,4 +311,36 @@ TEST(Loader, RanksSharingACacheInThreadsGetTheirUncachedBatches) {
   }
 }
 
+}  // namespace pqloader
+
+namespace pqloader {
+namespace {
+
+// A loader closed while another process holds a cache shard's lock (a stalled process:
+// suspended, or paused in a debugger) returns at once: its workers' inserts give up
+// their wait for the lock, and so do the releases of their claims (which delete the
+// claim markers under the lock), not after the lock timeout (ten minutes here).
+TEST(LoaderCache, ALoaderClosedWhileAShardLockIsHeldElsewhereReturns) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  const std::string cache_dir = testing::MakeTempDir() + "/cache";
+  LoaderOptions o;
+  o.plan.batch_size = 4;
+  o.num_workers = 2;
+  o.cache.dir = cache_dir;
+  o.cache.shards = 1;
+  o.cache.lock_timeout_ms = 600000;
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  auto held = NodeLock::AcquireExisting(cache_dir + "/shard-00/.lock", std::chrono::milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  bool timed_out = false;
+  auto batch = loader->Next(std::chrono::milliseconds(300), &timed_out);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_TRUE(timed_out);  // its units wait to be inserted
+  loader.reset();  // returns: the test would otherwise take ten minutes
+  std::filesystem::remove_all(cache_dir);
+}
+
+}  // namespace
 }  // namespace pqloader

@@ -132,7 +132,8 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
-    Work* work, double now, bool deferred) {
+    const std::shared_ptr<Work>& run_work, double now, bool deferred) {
+  Work* work = run_work.get();
   std::shared_ptr<const DecodedUnit> decoded;
   if (cache_ == nullptr) {
     ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
@@ -161,7 +162,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       // process was fetching it. Wait for that process, or claim it and fetch it now.
       constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
       for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
-        claim = cache_->TryClaim(key, &work->stopping);
+        claim = cache_->TryClaim(key, CancelFlag(run_work, &work->stopping));
         if (claim != nullptr) break;
         const int64_t t0 = NowNs();
         const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);

@@ -413,14 +413,17 @@ struct ClaimBook {
 class DiskClaim : public FetchClaim {
  public:
   DiskClaim(std::shared_ptr<ClaimBook> book, std::string key, std::string marker,
-            std::string lock, std::string token, std::chrono::milliseconds lock_timeout)
+            std::string lock, std::string token, std::chrono::milliseconds lock_timeout,
+            CancelFlag cancel)
       : book_(std::move(book)), key_(std::move(key)), marker_(std::move(marker)),
-        lock_(std::move(lock)), token_(std::move(token)), lock_timeout_(lock_timeout) {}
+        lock_(std::move(lock)), token_(std::move(token)), lock_timeout_(lock_timeout),
+        cancel_(std::move(cancel)) {}
   ~DiskClaim() override {
     {
       // Under the shard lock, as a breaker deletes: never another process's marker (one
-      // not deleted for want of the lock ages out: see Abandoned).
-      const auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_);
+      // not deleted for want of the lock, or because the claimer stops, ages out: see
+      // Abandoned).
+      const auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_, cancel_);
       Marker m;
       if (lock != nullptr && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
     }
@@ -433,6 +436,7 @@ class DiskClaim : public FetchClaim {
   std::shared_ptr<ClaimBook> book_;
   std::string key_, marker_, lock_, token_;
   std::chrono::milliseconds lock_timeout_;
+  CancelFlag cancel_;
 };
 
 class DiskCache : public SplitCache {
@@ -569,14 +573,13 @@ class DiskCache : public SplitCache {
     return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
   }
 
-  std::shared_ptr<FetchClaim> TryClaim(const std::string& key,
-                                       const std::atomic<bool>* cancel) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string& key, CancelFlag cancel) override {
     if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
     const std::string marker = MarkerPath(key);
     const std::string lock = ShardDir(Shard(key)) + "/.lock";
     MutexLock guard(book_->mu);
-    if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
     for (int attempt = 0; attempt < 2; ++attempt) {
+      if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
       // The marker appears whole or not at all: written under a temp name (swept like
       // an entry's temp file if this process dies first), then linked to its name, which fails if
       // it exists. A marker created empty and then filled would, if its process died in
@@ -598,16 +601,21 @@ class DiskCache : public SplitCache {
       const int link_errno = errno;
       ::unlink(tmp.c_str());
       if (linked == 0) {
-        auto claim =
-            std::make_shared<DiskClaim>(book_, key, marker, lock, token.str(), LockTimeout());
+        auto claim = std::make_shared<DiskClaim>(book_, key, marker, lock, token.str(),
+                                                 LockTimeout(), cancel);
         book_->claims[key] = claim;
         return claim;
       }
       // A full disk, a filesystem without hard links ...: fetch without coordinating.
       if (!written || link_errno != EEXIST) return std::make_shared<NoClaim>();
       bool no_lock = false;
-      if (!BreakIfAbandoned(marker, lock, nullptr, &no_lock, cancel)) {
-        if (cancel != nullptr && cancel->load()) return nullptr;  // stopping: no fetch
+      // Without the book's mutex: the wait for the shard's lock may be long, and other
+      // threads' claims and releases need the mutex.
+      guard.Unlock();
+      const bool broken = BreakIfAbandoned(marker, lock, nullptr, &no_lock, cancel);
+      guard.Lock();
+      if (!broken) {
+        if (IsCancelled(cancel)) return nullptr;  // stopping: no fetch
         // Another process fetches it; or its claim is abandoned and the shard's lock is
         // held past the timeout: fetch without coordinating.
         if (no_lock) return std::make_shared<NoClaim>();
@@ -636,18 +644,18 @@ class DiskCache : public SplitCache {
         break;
       }
       bool too_old = false, no_lock = false;
-      if (BreakIfAbandoned(marker, lock, &too_old, &no_lock)) {
+      if (BreakIfAbandoned(marker, lock, &too_old, &no_lock, BorrowedCancelFlag(cancel))) {
         out = FetchWait::kFree;  // its holder died or gave no sign for the wait timeout
         if (too_old) ++wait_timeouts_;
+        break;
+      }
+      if (cancel != nullptr && cancel->load()) {  // (also ends the wait for the lock)
+        out = FetchWait::kCancelled;
         break;
       }
       if (no_lock) {  // abandoned, but the shard's lock is held past the timeout
         out = FetchWait::kTimedOut;
         ++wait_timeouts_;
-        break;
-      }
-      if (cancel != nullptr && cancel->load()) {
-        out = FetchWait::kCancelled;
         break;
       }
       if (std::chrono::steady_clock::now() - t0 >= timeout) {
@@ -857,14 +865,14 @@ class DiskCache : public SplitCache {
   // that cannot be broken now would cost every later try the lock timeout again).
   bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
                         bool* too_old = nullptr, bool* no_lock = nullptr,
-                        const std::atomic<bool>* cancel = nullptr) {
+                        const CancelFlag& cancel = nullptr) {
     bool old = false;
     Marker m;
     if (!ReadMarker(path, &m)) return true;
     if (!Abandoned(m, &old)) return false;
     // Owners release under it too: never a fresh marker.
     const auto lock =
-        NodeLock::AcquireExisting(lock_path, LockTimeout(), BorrowedCancelFlag(cancel));
+        NodeLock::AcquireExisting(lock_path, LockTimeout(), cancel);
     if (lock == nullptr) {
       if (no_lock != nullptr) *no_lock = true;
       return false;
@@ -940,7 +948,7 @@ class MemoryCache : public SplitCache {
   }
 
   // One process: nothing to coordinate.
-  std::shared_ptr<FetchClaim> TryClaim(const std::string&, const std::atomic<bool>*) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string&, CancelFlag) override {
     return std::make_shared<NoClaim>();
   }
   FetchWait WaitForFetch(const std::string&, const std::atomic<bool>*) override {

@@ -185,10 +185,13 @@ class SplitCache {
   /// process holds one (it is fetching the split; see WaitForFetch). Claims of one cache
   /// object are shared: claiming a key this object holds returns the same claim. Without
   /// coordination (memory cache, wait_timeout_ms 0, unusable directory) every claim
-  /// succeeds and holds nothing. Once `*cancel` is true, a wait for the shard's lock (to
-  /// break an abandoned claim) gives up: nullptr.
+  /// succeeds and holds nothing. Once `cancel` is set, a wait for the shard's lock (to
+  /// break an abandoned claim) gives up: nullptr. The claim keeps `cancel`: its release
+  /// (which deletes its marker under the shard's lock) gives up the lock's wait once it
+  /// is set, and leaves the marker to age out (see CacheOptions::wait_timeout_ms).
+  /// Other threads' claims do not wait while one waits for a shard's lock.
   virtual std::shared_ptr<FetchClaim> TryClaim(const std::string& key,
-                                               const std::atomic<bool>* cancel = nullptr) = 0;
+                                               CancelFlag cancel = nullptr) = 0;
   /// Wait, polling, until `key` is cached or no other process claims it, at most the
   /// wait timeout; give up at once when `*cancel` becomes true.
   virtual FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) = 0;

@@ -699,7 +699,7 @@ TEST(FetchClaims, AWaitForAShardLockEndsWhenTheCallerStops) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     cancel = true;
   });
-  EXPECT_EQ(other->TryClaim(claimed, &cancel), nullptr);
+  EXPECT_EQ(other->TryClaim(claimed, BorrowedCancelFlag(&cancel)), nullptr);
   stopper.join();
   EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));  // not broken without the lock
   EXPECT_EQ(other->Put(fresh, UnitOfBytes(7), SourceOf("/f", 1, 1), 0, &cancel), CacheRefusal::kNone);
@@ -712,6 +712,53 @@ TEST(FetchClaims, AWaitForAShardLockEndsWhenTheCallerStops) {
   for (const auto& e : fs::directory_iterator(dir + "/shard-00")) {
     EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << e.path();
   }
+}
+
+// While one thread waits for a shard's lock (to break an abandoned claim), the cache's
+// other claims go on: the wait does not hold the claims' mutex. And a claim's release,
+// which deletes its marker under the shard's lock, gives up that wait once its claimer
+// stops, leaving the marker to age out (a loader closed while a stalled process holds
+// the lock returns at once, not after the lock timeout).
+TEST(FetchClaims, AWaitForAShardLockHoldsUpNoOtherClaimAndAStoppedReleaseEndsIt) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto owner = SplitCache::Open(OneShard(dir));
+  CacheOptions o = OneShard(dir, 50);
+  o.lock_timeout_ms = 600000;  // ten minutes: only the cancel can end these waits
+  auto other = SplitCache::Open(o);
+  const std::string claimed = CacheKey("split 1"), fresh = CacheKey("split 2");
+  auto abandoned = owner->TryClaim(claimed);
+  ASSERT_NE(abandoned, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // too old for `other`
+  auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<bool> waiting_returned{false};
+  std::thread waiter([&] {
+    EXPECT_EQ(other->TryClaim(claimed, cancel), nullptr);  // waits for the lock
+    waiting_returned = true;
+  });
+  // Bounds the test if the claim below did wait for the waiter (it then returns after
+  // the waiter, which the expectation tells).
+  std::thread stopper([&] {
+    for (int i = 0; i < 5000 && !cancel->load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    *cancel = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the waiter is waiting
+  auto claim = other->TryClaim(fresh, cancel);
+  EXPECT_NE(claim, nullptr);
+  EXPECT_FALSE(waiting_returned.load());  // the other claim did not wait for the waiter
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, fresh)));
+  *cancel = true;
+  stopper.join();
+  waiter.join();
+  claim.reset();  // its release gives up the lock's wait: the marker stays
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, fresh)));
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));  // not broken without the lock
+  held.reset();
+  abandoned.reset();  // with the lock free, a release deletes its marker
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, claimed)));
 }
 
 // Past the lock timeout, nothing that needs the shard's lock is done without it: an
