@@ -176,11 +176,14 @@ class Loader:
 
     @property
     def arrow_schema(self) -> ArrowSchema:
-        """The output columns' Arrow schema (the files' types unified, or the declared
-        ``schema``; struct fields by dotted path; partition keys int64 or string;
-        ``_valid`` masks bool), exported through the Arrow PyCapsule protocol: ``pa.schema(
-        loader.arrow_schema)``, ``loader.arrow_schema.to_pyarrow()``, or any other Arrow
-        library. Works with any pyarrow >= 14 installed, whatever Arrow pqloader carries.
+        """The Arrow schema of the columns the loader reads, as stored (the files' types
+        unified, or the declared ``schema``; struct fields by dotted path; partition keys
+        int64 or string; ``_valid`` masks bool): before ``lists=`` padding, transforms and
+        ``stack=``, so a list column stays a list and stacked columns stay apart
+        (``column_info`` describes the batches' arrays). Exported through the Arrow
+        PyCapsule protocol: ``pa.schema(loader.arrow_schema)``,
+        ``loader.arrow_schema.to_pyarrow()``, or any other Arrow library. Works with any
+        pyarrow >= 14 installed, whatever Arrow pqloader carries.
         """
         return ArrowSchema(self._engine.arrow_schema_capsule)
 

@@ -59,6 +59,23 @@ def test_arrow_schema_follows_the_selected_columns_in_order(dataset):
     assert list(loader.column_info) == schema.names
 
 
+def test_arrow_schema_is_the_stored_columns_before_stacks_and_transforms(tmp_path):
+    # The schema the loader reads (another loader can declare it as its schema=), not
+    # the batches' arrays: column_info describes those.
+    table = pa.table({"a": pa.array([1.0, 2.0], pa.float32()),
+                      "b": pa.array([3.0, 4.0], pa.float32()),
+                      "toks": pa.array([[1, 2, 3], [4]], pa.list_(pa.int64()))})
+    pq.write_table(table, tmp_path / "t.parquet")
+    loader = pqloader.Loader(str(tmp_path), batch_size=2, stack={"ab": ["a", "b"]},
+                             transforms={"toks": [pqloader.transforms.PadOrTruncate(4)]})
+    assert pa.schema(loader.arrow_schema) == table.schema
+    assert list(loader.column_info) == ["ab", "toks", "toks_length"]
+    batch = next(iter(loader))
+    assert batch["ab"].shape == (2, 2) and batch["toks"].shape == (2, 4)
+    again = pqloader.Loader(str(tmp_path), batch_size=2, schema=loader.arrow_schema)
+    assert pa.schema(again.arrow_schema) == table.schema
+
+
 def test_each_export_is_a_fresh_capsule_that_frees_itself_unconsumed(dataset):
     root, _ = dataset
     schema = pqloader.Loader(str(root), batch_size=4).arrow_schema
