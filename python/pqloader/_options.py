@@ -297,6 +297,8 @@ ARGUMENT_DOCS = """\
             the loader is made, where the writer stored them); a scalar replaces nulls in
             every column (so it must suit all of them: a number for numeric columns, str or
             bytes for string and binary ones); a dict maps column names to their replacement.
+            In a list column it fills null elements too, and a null row is a list of fills
+            as long as the other rows (an empty list when ragged).
         filter: Which rows to load: a pyarrow compute expression
             (``pc.field("lang") == "en"``, ``pc.field("ts") >= t``, ``.isin([...])``), a
             string in Python syntax (``"lang == 'en' and year >= 2020"``), a
@@ -307,9 +309,12 @@ ARGUMENT_DOCS = """\
             ``cache_dir`` when there is one). Rows whose filter value is null are
             dropped, as pyarrow's ``dataset.to_table(filter=...)``. The epoch, shards,
             resume and random transforms are over the kept rows. Default: every row.
-        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that ``<column>_valid`` column after every column that
-            can hold nulls (true where the value is not null); a list of names, after
-            those only. Nulls of such columns become ``fill_null``, or 0 / ``""``.
+        null_mask: ``True`` adds a bool ``<column>_valid`` column after every column that
+            can hold nulls (true where the row is not null); a list of names, after
+            those only. Null rows of such columns become ``fill_null``, or 0 / ``""``.
+            The mask is per row: a null inside a list (an element of a row that is not
+            null) is an error unless ``fill_null`` gives that column a value, which then
+            fills it.
         decimals: ``"float64"`` (default: the nearest double, as pyarrow's cast) or
             ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
         schema: A ``pyarrow.Schema`` (any pyarrow >= 14) or any Arrow schema with

@@ -30,6 +30,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -280,6 +281,50 @@ def test_data_file_with_default_columns_equals_pyarrow_or_names_a_refused_column
             continue
         assert_column_equal(got[n], p, f"{rel(path)}:{n}")
     assert list(got) == [n for n in names if n in got], f"{rel(path)}: columns not in schema order"
+
+
+@pytest.mark.parametrize("path", DATA_FILES, ids=rel)
+def test_data_file_columns_with_nulls_load_masked_or_refuse_a_null_inside_a_list(path, crash_report):
+    # null_mask=[name] on each top-level column that holds nulls: the mask is pyarrow's
+    # row validity and the valid rows of a scalar column are pyarrow's values; a list
+    # column with a null inside a row (which a row mask cannot flag) is refused, naming
+    # it, unless fill_null gives a value.
+    if str(path) in crash_report:
+        pytest.fail(f"pqloader crashed or hung on {rel(path)}: {crash_report[str(path)]}")
+    try:
+        schema = pq.read_schema(str(path))
+    except Exception:
+        return  # checked above
+    for name in schema.names:
+        kind = classify_type(schema.field(name).type)
+        if kind not in ("scalar", "list", "strlist"):
+            continue
+        try:
+            col = pq.read_table(str(path), columns=[name]).column(0)
+        except Exception:
+            continue
+        if column_null_count(col) == 0:
+            continue
+        where = f"{rel(path)}:{name}"
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        inside = column_null_count(col) - col.null_count
+        kw = dict(columns=[name], batch_size=1000, null_mask=[name])
+        if kind == "list":
+            kw["lists"] = {name: "ragged"}
+        if inside > 0:
+            with pytest.raises(pqloader.InvalidDataError, match="null inside a list") as ei:
+                collect(pqloader.Loader(str(path), **kw))
+            assert name in str(ei.value), where
+            kw["fill_null"] = {name: "" if kind == "strlist" else 0}
+        try:
+            got = collect(pqloader.Loader(str(path), **kw))
+        except pqloader.UnsupportedTypeError:
+            continue  # refused for its type (checked above)
+        assert got[f"{name}_valid"].tolist() == valid.tolist(), where
+        if kind == "scalar":
+            expected = to_expected(col.filter(pa.array(valid)))
+            kept = [v for v, ok in zip(got[name], valid) if ok] if isinstance(got[name], list) else got[name][valid]
+            assert_column_equal(kept, expected, where)
 
 
 # ---------------------------------------------------------------------------

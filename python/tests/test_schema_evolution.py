@@ -106,3 +106,60 @@ def test_nulls_in_a_list_of_strings_are_filled_and_masked(tmp_path):
     p = write_parquet(tmp_path / "w.parquet", pa.table({"w": pa.array([["a", None], None, []], pa.list_(pa.string()))}))
     got = collect(pqloader.Loader(str(p), fill_null="?", null_mask=True))
     assert got["w"] == [["a", "?"], [], []] and got["w_valid"].tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_null_inside_a_list_is_refused_by_a_mask_alone_and_filled_by_fill_null(tmp_path, shuffle):
+    # null_mask flags whole rows: a null element of a valid row would become 0 (or '')
+    # with the row marked valid, so it is refused, naming the column, file and row;
+    # fill_null fills it (the mask still flags null rows).
+    table = pa.table({
+        "id": [0, 1, 2],
+        "t": pa.array([[1, 2, 3], None, [4, None, 6]], pa.list_(pa.int32())),
+        # (no null row: Arrow C++ cannot read a fixed-size list's null rows back)
+        "f": pa.array([[1.0, 2.0], [7.0, 8.0], [None, 3.0]], pa.list_(pa.float32(), 2)),
+        "s": pa.array([["a", "b"], None, [None]], pa.list_(pa.string())),
+    })
+    p = write_parquet(tmp_path / "n.parquet", table)
+    cases = {"t": (-1, {"t": "ragged"}, [[1, 2, 3], [], [4, -1, 6]], [True, False, True]),
+             "f": (-1, None, [[1, 2], [7, 8], [-1, 3]], [True, True, True]),
+             "s": ("?", None, [["a", "b"], [], ["?"]], [True, False, True])}
+    for col, (fill, lists, want, valid) in cases.items():
+        kw = dict(columns=["id", col], shuffle=shuffle, seed=1, batch_size=3)
+        if lists:
+            kw["lists"] = lists
+        with pytest.raises(pqloader.InvalidDataError,
+                           match=rf"row group 0: column '{col}' .* null inside a list \(row 2\).*fill_null"):
+            list(pqloader.Loader(str(p), null_mask=[col], **kw))
+        b = next(iter(pqloader.Loader(str(p), null_mask=[col], fill_null={col: fill}, **kw)))
+        order = np.argsort(b["id"])
+        assert b[f"{col}_valid"][order].tolist() == valid
+        if lists:
+            rows = np.split(b[col], b[f"{col}_offsets"][1:-1])
+        else:
+            rows = list(b[col])
+        got = [np.asarray(rows[i]).tolist() if col != "s" else list(rows[i]) for i in order]
+        assert got == want
+    # Null rows alone, under the mask alone, still load.
+    only_rows = write_parquet(tmp_path / "r.parquet",
+                              pa.table({"t": pa.array([[1, 2], None], pa.list_(pa.int32()))}))
+    got = collect(pqloader.Loader(str(only_rows), null_mask=True))
+    assert got["t_valid"].tolist() == [True, False] and got["t"].tolist() == [[1, 2], [0, 0]]
+
+
+def test_a_list_column_absent_from_a_file_needs_ragged_or_padded_batches(tmp_path):
+    # Its rows there are null lists of no known length: refused from the footers with
+    # the ways to batch it, naming the file; ragged and padded batches load it.
+    pq.write_table(pa.table({"id": [0, 1], "l": pa.array([[1, 2], [3, 4]], pa.list_(pa.int32()))}),
+                   tmp_path / "p0.parquet")
+    pq.write_table(pa.table({"id": [2]}), tmp_path / "p1.parquet")
+    for kw in (dict(fill_null={"l": -7}), dict(null_mask=["l"]),
+               dict(null_mask=True, shuffle=True, seed=0)):
+        with pytest.raises(pqloader.InvalidDataError,
+                           match=r"column 'l' .* is absent from '.*p1\.parquet'.*lists=\{'l': 'ragged'\}"):
+            pqloader.Loader(str(tmp_path), batch_size=10, **kw)
+    got = collect(pqloader.Loader(str(tmp_path), null_mask=["l"], lists={"l": "ragged"}))
+    assert got["l"].tolist() == [1, 2, 3, 4] and got["l_offsets"].tolist() == [0, 2, 4, 4]
+    assert got["l_valid"].tolist() == [True, True, False]
+    got = collect(pqloader.Loader(str(tmp_path), null_mask=["l"], lists={"l": pqloader.Pad()}))
+    assert got["l"].tolist() == [[1, 2], [3, 4], [0, 0]] and got["l_length"].tolist() == [2, 2, 0]

@@ -195,7 +195,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
       const NullFill& f = loader->read_options_.fills[c];
       id += "|col=" + spec.name + ":" + spec.arrow_type + ":fill=" +
             (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
-                             std::to_string(f.float_value) + "," + f.bytes_value
+                             std::to_string(f.float_value) + "," + f.bytes_value +
+                             (f.rows_only ? ",rows" : "")
                        : "none") +
             ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
             ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);

@@ -28,6 +28,10 @@ struct NullFill {
   /// Whether the fill was given as str/bytes (else as a number): a string column needs
   /// one, a numeric column the other.
   bool is_bytes = false;
+  /// Whether only whole rows may be null (a null_mask without fill_null: the mask flags
+  /// null rows, and a null inside a row, a list's element, could not be told from a
+  /// value): such a null is an error naming the row. Default: false.
+  bool rows_only = false;
 };
 
 /// How column types map to batch columns where there is a choice.

@@ -243,16 +243,39 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
       if (files > 3) where += ", and " + std::to_string(files - 3) + " more file(s)";
       if (total > 0) {
         const bool text = spec.kind != ColumnKind::kTensor;
+        const bool list = !spec.row_shape.empty() || IsStringList(spec.kind);
         return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
                          ") has ", total, " null value(s): ", where,
                          "; pass fill_null={'", spec.name, "': ", text ? "''" : "0",
                          "} to replace them, null_mask=['", spec.name, "'] to add a '",
                          spec.name, "_valid' column beside it (nulls become ",
-                         text ? "''" : "0", "), or select other columns");
+                         text ? "''" : "0",
+                         list ? "; it flags null rows, and nulls inside lists need fill_null too"
+                              : "",
+                         "), or select other columns");
       }
     }
     if (spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() && spec.row_shape[0] < 0 &&
         key < 0 && !ragged_ok[c]) {
+      // A file without the column has null lists there (with a fill): of no length the
+      // footers or the rows tell, where the other files' rows have one.
+      std::string absent;
+      int64_t files = 0;
+      for (const DataFile& f : ds.files()) {
+        if (f.columns.empty()) continue;  // not known yet
+        const ColumnSource& src = f.columns[c];
+        if (src.field >= 0 && (src.type == nullptr || src.type->id() != arrow::Type::NA)) continue;
+        if (++files <= 3) absent += (files > 1 ? ", '" : "'") + f.display + "'";
+      }
+      if (files > 3) absent += ", and " + std::to_string(files - 3) + " more file(s)";
+      if (files > 0) {
+        return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
+                         ") is absent from ", absent,
+                         ": its rows there are null lists of no known length, and a batch "
+                         "needs one length per column: pass lists={'", spec.name,
+                         "': 'ragged'} (values + offsets) or lists={'", spec.name,
+                         "': pqloader.Pad(...)} (padded + lengths), or select other columns");
+      }
       const ListLayout layout = ListLayoutFromFooters(ds.files(), ds.splits(), static_cast<int>(c));
       if (layout.lengths == ListLayout::Lengths::kRagged) {
         return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,

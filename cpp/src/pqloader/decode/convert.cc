@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include <arrow/array.h>
 #include <arrow/buffer_builder.h>
@@ -152,6 +153,102 @@ void WriteFill(const NullFill& fill, DType dtype, uint8_t* out) {
     case DType::kFloat32: put(static_cast<float>(f)); break;
     case DType::kFloat64: put(f); break;
   }
+}
+
+// A null inside a row (a list's element) where only whole rows may be null.
+arrow::Status ElementNullError(const ColumnSpec& spec, int64_t row) {
+  return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
+                   ") has a null inside a list (row ", row,
+                   "); null_mask flags null rows only: pass fill_null={'", spec.name, "': ",
+                   spec.kind == ColumnKind::kTensor ? "0" : "''",
+                   "} to replace the nulls inside lists too (the mask still flags null "
+                   "rows), or select other columns");
+}
+
+// The values array of a list-like array (list, large list, fixed-size list), and the
+// span of row i in it.
+const arrow::Array* ListValues(const arrow::Array& a) {
+  switch (a.type_id()) {
+    case arrow::Type::LIST: return static_cast<const arrow::ListArray&>(a).values().get();
+    case arrow::Type::LARGE_LIST:
+      return static_cast<const arrow::LargeListArray&>(a).values().get();
+    case arrow::Type::FIXED_SIZE_LIST:
+      return static_cast<const arrow::FixedSizeListArray&>(a).values().get();
+    default: return nullptr;
+  }
+}
+std::pair<int64_t, int64_t> ListSpan(const arrow::Array& a, int64_t i) {
+  switch (a.type_id()) {
+    case arrow::Type::LIST: {
+      const auto& l = static_cast<const arrow::ListArray&>(a);
+      return {l.value_offset(i), l.value_length(i)};
+    }
+    case arrow::Type::LARGE_LIST: {
+      const auto& l = static_cast<const arrow::LargeListArray&>(a);
+      return {l.value_offset(i), l.value_length(i)};
+    }
+    default: {
+      const auto& l = static_cast<const arrow::FixedSizeListArray&>(a);
+      return {l.value_offset(i), l.value_length(i)};
+    }
+  }
+}
+
+// Whether no element of `a`, at any depth, is null (a quick check of null counts).
+bool NullFreeBelow(const arrow::Array& a) {
+  if (a.null_count() != 0) return false;
+  if (a.type_id() == arrow::Type::DICTIONARY) {
+    return static_cast<const arrow::DictionaryArray&>(a).dictionary()->null_count() == 0;
+  }
+  const arrow::Array* values = ListValues(a);
+  return values == nullptr || NullFreeBelow(*values);
+}
+
+// Whether elements [begin, begin + count) of `a` hold a null at any depth.
+bool AnyNullIn(const arrow::Array& a, int64_t begin, int64_t count) {
+  if (count <= 0) return false;
+  if (const arrow::Array* values = ListValues(a)) {
+    for (int64_t i = begin; i < begin + count; ++i) {
+      if (a.IsNull(i)) return true;
+      const auto [first, len] = ListSpan(a, i);
+      if (AnyNullIn(*values, first, len)) return true;
+    }
+    return false;
+  }
+  if (a.type_id() == arrow::Type::DICTIONARY) {
+    const auto& d = static_cast<const arrow::DictionaryArray&>(a);
+    for (int64_t i = begin; i < begin + count; ++i) {
+      if (d.IsNull(i)) return true;
+      const int64_t idx = d.GetValueIndex(i);
+      if (idx >= 0 && idx < d.dictionary()->length() && d.dictionary()->IsNull(idx)) return true;
+    }
+    return false;
+  }
+  if (a.null_count() == 0) return false;
+  for (int64_t i = begin; i < begin + count; ++i) {
+    if (a.IsNull(i)) return true;
+  }
+  return false;
+}
+
+// With a fill for whole rows only: an error naming the first row (numbered from
+// `row_offset`) of a list column that holds a null inside its list.
+arrow::Status CheckNoNullsInsideRows(const ColumnSpec& spec, const arrow::ChunkedArray& array,
+                                     const NullFill& fill, int64_t row_offset) {
+  if (!fill.rows_only) return arrow::Status::OK();
+  int64_t first_row = row_offset;
+  for (const auto& chunk : array.chunks()) {
+    const arrow::Array* values = ListValues(*chunk);
+    if (values != nullptr && !NullFreeBelow(*values)) {
+      for (int64_t r = 0; r < chunk->length(); ++r) {
+        if (chunk->IsNull(r)) continue;
+        const auto [first, len] = ListSpan(*chunk, r);
+        if (AnyNullIn(*values, first, len)) return ElementNullError(spec, first_row + r);
+      }
+    }
+    first_row += chunk->length();
+  }
+  return arrow::Status::OK();
 }
 
 arrow::Status NullError(const ColumnSpec& spec, int64_t nulls) {
@@ -757,6 +854,7 @@ std::vector<std::string> DecodeStringList(const uint8_t* row, int64_t size) {
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
                                         bool allow_ragged, int64_t row_offset) {
+  ARROW_RETURN_NOT_OK(CheckNoNullsInsideRows(spec, array, fill, row_offset));
   if (IsStringList(spec.kind)) return ConvertStringList(spec, array, fill, pool, row_offset);
   if (spec.kind != ColumnKind::kTensor) {
     ARROW_ASSIGN_OR_RAISE(auto out, ConvertVarBinary(spec, array, fill, pool));

@@ -195,6 +195,7 @@ arrow::Status SetUpFills(const Dataset& dataset, const NullFill& default_fill,
       fill = NullFill{};
       fill.enabled = true;
       fill.is_bytes = specs[c].kind != ColumnKind::kTensor;
+      fill.rows_only = true;
     }
     out->fills.push_back(fill);
   }

@@ -251,6 +251,27 @@ class Assembler {
   arrow::Status Mismatch(size_t col, const char* what) const {
     return arrow::Status::Invalid("column '", specs_[col].name, "': ", what);
   }
+  // Units whose row-major blocks differ in layout: a column whose rows differ in shape
+  // between them (a list of another length) is named, not `col`, whose place the
+  // other column's width moved.
+  arrow::Status LayoutMismatch(size_t col) const {
+    for (size_t c = 0; c < specs_.size(); ++c) {
+      const std::vector<int64_t>* shape = nullptr;
+      for (uint32_t u : src_.used_units) {
+        const std::vector<int64_t>& s = units_[u]->columns[c].row_shape;
+        if (shape == nullptr) {
+          shape = &s;
+        } else if (s != *shape) {
+          return MakeError(ErrorKind::kInvalidData, "column '", specs_[c].name,
+                           "': rows of one batch have different shapes, ", ShapeToString(*shape),
+                           " and ", ShapeToString(s),
+                           "; a list column must have one length in every row, or be batched "
+                           "ragged or padded (lists=)");
+        }
+      }
+    }
+    return Mismatch(col, "units of one batch have different layouts");
+  }
 
   // 1. Plans.
   arrow::Status PlanColumn(size_t col) {
@@ -473,7 +494,7 @@ class Assembler {
       const bool same = row_major ? rm != nullptr && rm->stride == first->stride &&
                                         rm->offset[col] == first->offset[col]
                                   : rm == nullptr || rm->offset[col] < 0;
-      if (!same) return Mismatch(col, "units of one batch have different layouts");
+      if (!same) return LayoutMismatch(col);
     }
     plans_[col] = row_major              ? Plan::kRowMajor
                   : src_.runs.size() == 1 ? Plan::kZeroCopy

@@ -114,6 +114,21 @@ TEST(AssembleBatch, RowShapesAreCheckedPerUnit) {
   EXPECT_NE(r.status().message().find("different shapes"), std::string::npos);
 }
 
+// Units whose row-major blocks differ because a later column's rows differ in width:
+// the error names that column, not the first column whose place in the block moved.
+TEST(AssembleBatch, RowMajorUnitsOfDifferentShapesNameTheColumnThatDiffers) {
+  auto a = WithRowMajor(MakeUnit(0, 4, {4, 4, 8}), 64, arrow::default_memory_pool()).ValueOrDie();
+  auto b = WithRowMajor(MakeUnit(1, 4, {4, 8, 8}), 64, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_NE(a->row_major, nullptr);
+  auto specs = Specs({4, 4, 8});
+  for (size_t c = 0; c < specs.size(); ++c) specs[c].name = "c" + std::to_string(c);
+  auto r = AssembleBatch(specs, {a, b}, 0, {{0, 0}, {1, 0}}, {}, arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("column 'c1': rows of one batch have different shapes"),
+            std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(AssembleBatch, StringOffsetsOfAUnitNeedNotStartAtZero) {
   // A unit that starts mid row group keeps the row group's offsets (they start at 5 here).
   auto unit = std::make_shared<DecodedUnit>();
