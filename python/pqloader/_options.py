@@ -319,7 +319,8 @@ ARGUMENT_DOCS = """\
             ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
         schema: A ``pyarrow.Schema`` (any pyarrow >= 14) or any Arrow schema with
             ``__arrow_c_schema__`` to load the files as: each file's columns must
-            convert to its types without loss (integers to floats too), columns it lacks
+            convert to its types without loss (integers to floats too, each value exactly:
+            one a float would round is a ``SchemaMismatchError``), columns it lacks
             are null. Default: the files' schemas unified (safe widening only).
         max_inflight_bytes: Bound on the data held ahead of the consumer: a quarter for
             column chunks read ahead, the rest for decoded row groups and batches, which

@@ -163,3 +163,27 @@ def test_a_list_column_absent_from_a_file_needs_ragged_or_padded_batches(tmp_pat
     assert got["l_valid"].tolist() == [True, True, False]
     got = collect(pqloader.Loader(str(tmp_path), null_mask=["l"], lists={"l": pqloader.Pad()}))
     assert got["l"].tolist() == [[1, 2], [3, 4], [0, 0]] and got["l_length"].tolist() == [2, 2, 0]
+
+
+def test_integers_declared_as_floats_must_convert_exactly(tmp_path):
+    # A float holds every integer up to 2^(mantissa bits) and only some beyond: an
+    # integer the declared float type would round is refused, naming the value; exact
+    # ones (2^60, -2^53), nulls' slots and dictionary-encoded values are not.
+    p = write_parquet(tmp_path / "p.parquet", pa.table({
+        "a": pa.array([1, 2**60, -2**53, 3], pa.int64()),
+        "b": pa.array([1, 2**24 + 1, None, 3], pa.int32()),
+        "late": pa.array([1, 2, 3, 2**53 + 1], pa.int64()),
+        "u": pa.array([2**64 - 1, 1, 2, 3], pa.uint64()),
+    }))
+
+    def load(col, t):
+        return collect(pqloader.Loader(str(p), columns=[col], fill_null=0,
+                                       schema=pa.schema([(col, t)]), batch_size=2))[col]
+
+    assert load("a", pa.float64()).tolist() == [1.0, 2.0**60, -2.0**53, 3.0]
+    assert load("b", pa.float64()).tolist() == [1.0, 2.0**24 + 1, 0.0, 3.0]
+    for col, t, value in (("b", pa.float32(), 2**24 + 1), ("late", pa.float64(), 2**53 + 1),
+                          ("u", pa.float64(), 2**64 - 1)):
+        with pytest.raises(pqloader.SchemaMismatchError,
+                           match=rf"'{p}', row group 0: column '{col}': value {value} .* without loss"):
+            load(col, t)

@@ -732,3 +732,18 @@ def test_unknown_transform_parameters_are_refused():
         T.DecodeImage(mode="cmyk")
     with pytest.raises(TypeError, match="not an op"):
         pqloader.Loader("x", transforms={"a": ["not an op"]})
+
+
+def test_transforms_of_a_text_column_are_refused_when_the_loader_is_made(tmp_path):
+    # Ops see a row's bytes: Cast('float32') of the text '1.5' would be [49, 46, 53], so
+    # text and lists of strings are refused, naming the column; a binary column's bytes
+    # (raw pixels, say) are numbers on purpose.
+    pq.write_table(pa.table({"price": ["1.5", "2.5"], "words": pa.array([["a"], ["b"]]),
+                             "raw": [b"ab", b"cd"]}), tmp_path / "p.parquet")
+    for col in ("price", "words"):
+        for op in (pqloader.transforms.Cast("float32"), pqloader.transforms.PadOrTruncate(4)):
+            with pytest.raises(pqloader.UnsupportedTypeError, match=rf"column '{col}' .* holds"):
+                pqloader.Loader(str(tmp_path), transforms={col: [op]})
+    got = next(iter(pqloader.Loader(str(tmp_path), columns=["raw"],
+                                    transforms={"raw": [pqloader.transforms.Cast("float32")]})))
+    assert got["raw"].tolist() == [[97.0, 98.0], [99.0, 100.0]]

@@ -1,5 +1,6 @@
 #include "pqloader/decode/convert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -59,6 +60,49 @@ void ConvertLoop(const In* in, int64_t n, DType dst, uint8_t* out) {
   for (int64_t r = 0; r < n; ++r) StoreAs(dst, in[r], out + r * width);
 }
 
+// Integers converted to a float type (declared by schema=) must convert exactly: a float
+// holds every integer up to 2^(its mantissa's bits), and beyond only some. The values of
+// `arr` (non-null slots) are checked against that bound at once, and one by one only past it.
+template <typename In>
+arrow::Status CheckExactAsFloat(const In* in, const arrow::Array& arr, DType dst,
+                                const std::string& column) {
+  if constexpr (!std::is_integral_v<In>) {
+    return arrow::Status::OK();
+  } else {
+    const int bits = dst == DType::kFloat16 ? 11 : dst == DType::kFloat32 ? 24
+                     : dst == DType::kFloat64 ? 53 : 0;
+    if (bits == 0 || std::numeric_limits<In>::digits <= bits) return arrow::Status::OK();
+    const int64_t n = arr.length();
+    const auto limit = static_cast<In>(uint64_t{1} << bits);
+    In lo = 0, hi = 0;
+    for (int64_t r = 0; r < n; ++r) {  // null slots too: checked again below if past
+      lo = std::min(lo, in[r]);
+      hi = std::max(hi, in[r]);
+    }
+    bool within = hi <= limit;
+    if constexpr (std::is_signed_v<In>) within = within && lo >= -limit;
+    if (within) return arrow::Status::OK();
+    for (int64_t r = 0; r < n; ++r) {
+      const In v = in[r];
+      if (v <= limit && (!std::is_signed_v<In> || v >= -limit)) continue;
+      if (arr.IsNull(r)) continue;
+      const double d = static_cast<double>(v);
+      double back = d;
+      if (dst == DType::kFloat32) back = static_cast<double>(static_cast<float>(v));
+      if (dst == DType::kFloat16) back = arrow::util::Float16::FromDouble(d).ToDouble();
+      // 2^63 (2^64) is the first double past int64 (uint64): exact values stay below it.
+      const double end = std::is_signed_v<In> ? 9223372036854775808.0 : 18446744073709551616.0;
+      if (back >= -end && back < end && static_cast<In>(back) == v) continue;
+      return MakeError(ErrorKind::kSchemaMismatch, "column '", column, "': value ",
+                       std::to_string(v), " (", arr.type()->ToString(),
+                       ") does not convert to the declared ", DTypeName(dst),
+                       " without loss; declare an integer type wide enough (or float64 where "
+                       "the values are within 2^53)");
+    }
+    return arrow::Status::OK();
+  }
+}
+
 template <typename DecimalT>
 arrow::Status ConvertDecimals(const arrow::Array& arr, DType dst, const std::string& column,
                               uint8_t* out) {
@@ -104,15 +148,21 @@ arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::str
     using T = std::remove_pointer_t<decltype(tag)>;
     return reinterpret_cast<const T*>(raw) + arr.offset();
   };
+  auto integers = [&](auto* tag) {
+    const auto* in = values(tag);
+    ARROW_RETURN_NOT_OK(CheckExactAsFloat(in, arr, dst, column));
+    ConvertLoop(in, n, dst, out);
+    return arrow::Status::OK();
+  };
   switch (arr.type_id()) {
-    case arrow::Type::INT8: ConvertLoop(values((int8_t*)nullptr), n, dst, out); break;
-    case arrow::Type::INT16: ConvertLoop(values((int16_t*)nullptr), n, dst, out); break;
-    case arrow::Type::INT32: ConvertLoop(values((int32_t*)nullptr), n, dst, out); break;
-    case arrow::Type::INT64: ConvertLoop(values((int64_t*)nullptr), n, dst, out); break;
-    case arrow::Type::UINT8: ConvertLoop(values((uint8_t*)nullptr), n, dst, out); break;
-    case arrow::Type::UINT16: ConvertLoop(values((uint16_t*)nullptr), n, dst, out); break;
-    case arrow::Type::UINT32: ConvertLoop(values((uint32_t*)nullptr), n, dst, out); break;
-    case arrow::Type::UINT64: ConvertLoop(values((uint64_t*)nullptr), n, dst, out); break;
+    case arrow::Type::INT8: return integers((int8_t*)nullptr);
+    case arrow::Type::INT16: return integers((int16_t*)nullptr);
+    case arrow::Type::INT32: return integers((int32_t*)nullptr);
+    case arrow::Type::INT64: return integers((int64_t*)nullptr);
+    case arrow::Type::UINT8: return integers((uint8_t*)nullptr);
+    case arrow::Type::UINT16: return integers((uint16_t*)nullptr);
+    case arrow::Type::UINT32: return integers((uint32_t*)nullptr);
+    case arrow::Type::UINT64: return integers((uint64_t*)nullptr);
     case arrow::Type::FLOAT: ConvertLoop(values((float*)nullptr), n, dst, out); break;
     case arrow::Type::DOUBLE: ConvertLoop(values((double*)nullptr), n, dst, out); break;
     case arrow::Type::HALF_FLOAT: {

@@ -148,6 +148,16 @@ arrow::Result<TransformPlan> TransformPlan::Make(
                        "', which is not among the selected columns");
     }
     if (ops.empty()) continue;
+    if (specs[col].kind != ColumnKind::kTensor && specs[col].kind != ColumnKind::kBytes) {
+      // Ops see a row's bytes: of text (or of the encoded lists of strings), they would
+      // be numbers no one meant (Cast('float32') of '1.5' is [49, 46, 53]).
+      return MakeError(ErrorKind::kUnsupportedType, "transforms: column '", name, "' (",
+                       specs[col].arrow_type, ") holds ",
+                       specs[col].kind == ColumnKind::kString ? "text" : "lists of strings",
+                       ", and transforms work on numbers and on encoded bytes (binary "
+                       "columns: images, .npy); convert the text when the data is written, or "
+                       "in a batch_transform");
+    }
     Column c = plan.columns_[col];  // keeps a collate chosen by `lists`
     // Normalize directly followed by ToCHW becomes one op writing channels-first (same
     // values, one pass over the image instead of two); Resize directly followed by
