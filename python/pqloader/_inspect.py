@@ -41,7 +41,10 @@ def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None
         ``evictions``, ``refused_full``, ``refused_later``, ... where they happened).
 
     Raises:
-        pqloader.IOError: `cache_dir` is not a directory, or `dataset` cannot be listed.
+        pqloader.IOError: `cache_dir` is not a directory, or it or a shard of it cannot be
+            listed, or `dataset` cannot be listed.
+        pqloader.InvalidDataError: `cache_dir` is not empty and is not a cache (it has no
+            ``PQLOADER_CACHE`` marker).
 
     Example:
         >>> pqloader.cache_stats("/tmp/pqcache")["stale_entries"]

@@ -160,3 +160,19 @@ def test_file_rewritten_with_same_size_and_mtime_is_not_served_from_stale_entrie
     third = pqloader.Loader(str(path), batch_size=50, cache_dir=str(cache))
     assert [int(i) for b in third for i in b["id"]] == list(range(1000, 1100))
     assert third.stats()["cache_hits"] == 4  # the new entries are used
+
+
+def test_stats_of_a_directory_that_is_not_a_cache_is_an_error_not_an_empty_cache(tmp_path):
+    # Stats of a dataset directory (or any directory without the marker) reported 0
+    # entries, exit 0; an empty directory is a cache not used yet.
+    user = tmp_path / "data"
+    write(user / "part-0.parquet")
+    with pytest.raises(pqloader.InvalidDataError, match=r"data' is not a pqloader cache.*PQLOADER_CACHE"):
+        pqloader.cache_stats(user)
+    done = cli("cache", "stats", str(user))
+    assert done.returncode == 1 and "is not a pqloader cache directory" in done.stderr
+    (tmp_path / "empty").mkdir()
+    assert pqloader.cache_stats(tmp_path / "empty")["entries"] == 0
+    cache = tmp_path / "cache"
+    fill(str(user), cache)
+    assert pqloader.cache_stats(cache)["entries"] == 3

@@ -126,9 +126,10 @@ def _cli_into_closed_pipe(*args, cwd):
 
 @pytest.mark.parametrize("args", [("inspect", "{d}"), ("inspect", "{d}", "--json"),
                                   ("bench", "{d}", "--batch-size", "512"),
-                                  ("cache", "stats", "{tmp}")])
+                                  ("cache", "stats", "{tmp}/cache")])
 def test_closed_stdout_exits_quietly_with_141(cli_ds, tmp_path, args):
     d, _ = cli_ds
+    (tmp_path / "cache").mkdir()  # empty: a cache not used yet
     args = [a.format(d=d, tmp=tmp_path) for a in args]
     r = _cli_into_closed_pipe(*args, cwd=tmp_path)
     assert r.stderr == "", r.stderr

@@ -220,10 +220,13 @@ const char* PolicyName(CachePolicy policy) {
 // Entries of one shard. With `remove_stale`, temp files of writers killed mid-write
 // (older than kStaleTempAge) are removed.
 std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr,
-                                 bool remove_stale = true, int64_t* markers = nullptr) {
+                                 bool remove_stale = true, int64_t* markers = nullptr,
+                                 std::error_code* error = nullptr) {
   std::vector<EntryFile> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(shard, ec)) {
+  fs::directory_iterator it(shard, ec);
+  if (ec && error != nullptr) *error = ec;
+  for (const auto& e : it) {
     const std::string name = e.path().filename().string();
     std::error_code ec2;
     if (!e.is_regular_file(ec2) || e.is_symlink(ec2)) continue;
@@ -1240,14 +1243,28 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
   if (!fs::is_directory(dir, ec)) {
     return arrow::Status::IOError("'", dir, "' is not a cache directory");
   }
+  // What it cannot read, or a directory that is not a cache, is an error: never a
+  // report of an empty cache.
+  fs::directory_iterator top(dir, ec);
+  if (ec) return arrow::Status::IOError("cannot list cache directory '", dir, "': ", ec.message());
+  if (!IsMarkedCacheDir(dir) && top != fs::directory_iterator()) {
+    return arrow::Status::Invalid("'", dir, "' is not a pqloader cache directory: it has no ",
+                                  kCacheMarkerName, " marker file (or it cannot be read)");
+  }
   CacheDirStats s;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  for (const auto& e : top) {
     std::error_code ec2;
     if (!IsShardName(e.path().filename().string()) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
       continue;
     }
-    for (const auto& entry : ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false,
-                                       &s.fetch_markers)) {
+    std::error_code unlisted;
+    const auto entries = ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false,
+                                   &s.fetch_markers, &unlisted);
+    if (unlisted) {
+      return arrow::Status::IOError("cannot list cache shard '", e.path().string(),
+                                    "': ", unlisted.message());
+    }
+    for (const auto& entry : entries) {
       if (IsCancelled(cancel)) return CancelledStatus();
       ++s.entries;
       s.bytes += entry.size;
