@@ -158,6 +158,20 @@ void RaisePython(const StatusError& e) {
     PyErr_Clear();
     message = PyUnicode_FromString("(unprintable error message)");
   }
+  const ErrorDetail* detail = GetErrorDetail(st);
+  if (detail != nullptr && detail->os_error() > 0 && (cls.is(kIO) || cls.is(kNotFound))) {
+    // A storage error from the OS: the exception's errno (an OSError's), its str the
+    // message (errno alone, without strerror, leaves OSError's str as it is).
+    PyObject* exc = PyObject_CallOneArg(cls.ptr(), message);
+    Py_XDECREF(message);
+    if (exc == nullptr) return;  // the error of the call is set
+    PyObject* number = PyLong_FromLong(detail->os_error());
+    if (number == nullptr || PyObject_SetAttrString(exc, "errno", number) != 0) PyErr_Clear();
+    Py_XDECREF(number);
+    PyErr_SetObject(cls.ptr(), exc);
+    Py_DECREF(exc);
+    return;
+  }
   PyErr_SetObject(cls.ptr(), message);
   Py_XDECREF(message);
 }

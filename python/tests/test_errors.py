@@ -112,6 +112,21 @@ def _footer_span(data: bytes) -> tuple[int, int]:
     return end - footer_len, end
 
 
+def test_an_os_error_is_named_in_the_message_and_set_as_errno(tmp_path):
+    # Arrow keeps a local file's errno beside its message ("Failed stat()ing path"):
+    # the reason is in ours, and the number is the exception's errno (an OSError).
+    import errno
+
+    path = tmp_path / ("a" * 300 + ".parquet")
+    with pytest.raises(pqloader.IOError) as ei:
+        pqloader.Loader(str(path))
+    assert ei.value.errno == errno.ENAMETOOLONG
+    assert str(ei.value).endswith(f"({os.strerror(errno.ENAMETOOLONG)})") and str(path) in str(ei.value)
+    with pytest.raises(pqloader.IOError) as ei:
+        pqloader.inspect(str(path))
+    assert ei.value.errno == errno.ENAMETOOLONG
+
+
 def test_non_parquet_file_raises_invalid_data_naming_the_file(tmp_path):
     p = tmp_path / "notes.parquet"
     p.write_text("this is not a parquet file\n" * 20)

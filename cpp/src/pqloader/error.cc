@@ -1,9 +1,11 @@
 #include "pqloader/error.h"
 
+#include <arrow/util/io_util.h>
 #include <arrow/util/utf8.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace pqloader {
 
@@ -25,6 +27,17 @@ const ErrorDetail* GetErrorDetail(const arrow::Status& status) {
     return nullptr;
   }
   return static_cast<const ErrorDetail*>(detail.get());
+}
+
+int OsErrorOf(const arrow::Status& status) {
+  if (const ErrorDetail* d = GetErrorDetail(status)) return d->os_error();
+  return std::max(0, arrow::internal::ErrnoFromStatus(status));
+}
+
+std::string Reason(const arrow::Status& status) {
+  const int e = OsErrorOf(status);
+  if (e <= 0 || GetErrorDetail(status) != nullptr) return status.message();
+  return status.message() + " (" + std::strerror(e) + ")";
 }
 
 arrow::Status WithContext(const arrow::Status& status, const std::string& context) {

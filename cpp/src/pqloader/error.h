@@ -25,13 +25,16 @@ enum class ErrorKind {
 
 class ErrorDetail : public arrow::StatusDetail {
  public:
-  explicit ErrorDetail(ErrorKind kind) : kind_(kind) {}
+  explicit ErrorDetail(ErrorKind kind, int os_error = 0) : kind_(kind), os_error_(os_error) {}
   const char* type_id() const override { return "pqloader::ErrorDetail"; }
   std::string ToString() const override;
   ErrorKind kind() const { return kind_; }
+  /// The OS error number (errno) behind a storage error, or 0.
+  int os_error() const { return os_error_; }
 
  private:
   ErrorKind kind_;
+  int os_error_;
 };
 
 /// Return the kind carried by `status`, or nullptr if it carries none.
@@ -47,6 +50,23 @@ arrow::Status MakeError(ErrorKind kind, Args&&... args) {
                                            : arrow::StatusCode::Invalid;
   return arrow::Status::FromDetailAndArgs(code, std::make_shared<ErrorDetail>(kind),
                                           std::forward<Args>(args)...);
+}
+
+/// The OS error number `status` carries (Arrow's errno detail, or ours), or 0.
+int OsErrorOf(const arrow::Status& status);
+
+/// The message of `status` and the OS error it carries, if any (Arrow keeps a local
+/// file's errno in the status's detail, not in its message): "Failed to open local file
+/// 'x' (Permission denied)".
+std::string Reason(const arrow::Status& status);
+
+/// A storage error (kIO) whose message is the concatenation of `args`, ": " and
+/// Reason(cause), carrying `cause`'s OS error number (the Python exception's errno).
+template <typename... Args>
+arrow::Status MakeIOError(const arrow::Status& cause, Args&&... args) {
+  return arrow::Status::FromDetailAndArgs(
+      arrow::StatusCode::IOError, std::make_shared<ErrorDetail>(ErrorKind::kIO, OsErrorOf(cause)),
+      std::forward<Args>(args)..., ": ", Reason(cause));
 }
 
 /// Prefix the message of a failed status with `context`, keeping its code and detail.

@@ -131,8 +131,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   auto listed = ListPages(fs, selector, cancel);
   if (!listed.ok()) {
     if (listed.status().IsCancelled()) return listed.status();
-    return MakeError(ErrorKind::kIO, "cannot list '", source, "': ",
-                     listed.status().message());
+    return MakeIOError(listed.status(), "cannot list '", source, "'");
   }
   std::vector<arrow::fs::FileInfo> infos = std::move(listed).ValueUnsafe();
   std::sort(infos.begin(), infos.end(),
@@ -176,8 +175,7 @@ arrow::Status ListFromIndex(const std::shared_ptr<arrow::fs::FileSystem>& fs,
   const std::string metadata = JoinPath(root, "_metadata");
   auto info = fs->GetFileInfo(metadata);
   if (!info.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot access '", prefix + metadata, "': ",
-                     info.status().message());
+    return MakeIOError(info.status(), "cannot access '", prefix + metadata, "'");
   }
   if (info->type() != arrow::fs::FileType::File) {
     return MakeError(ErrorKind::kNotFound, "'", prefix + metadata,
@@ -259,8 +257,7 @@ arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer) {
   info.set_size(file->size);  // known from listing: no extra request for it
   auto input = file->fs->OpenInputFile(info);
   if (!input.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot open '", file->display, "': ",
-                     input.status().message());
+    return MakeIOError(input.status(), "cannot open '", file->display, "'");
   }
   auto not_parquet = [&](const std::string& why) {
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
@@ -270,8 +267,7 @@ arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer) {
   auto read = [&](int64_t offset, int64_t length) -> arrow::Result<std::string> {
     auto bytes = (*input)->ReadAt(offset, length);
     if (!bytes.ok()) {
-      return MakeError(ErrorKind::kIO, "cannot read the footer of '", file->display, "': ",
-                       bytes.status().message());
+      return MakeIOError(bytes.status(), "cannot read the footer of '", file->display, "'");
     }
     if ((*bytes)->size() != length) {
       return MakeError(ErrorKind::kIO, "cannot read the footer of '", file->display,
@@ -400,8 +396,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       auto info = InfoOf(fs, root.empty() ? "/" : root, cancel);
       if (info.status().IsCancelled()) return info.status();
       if (!info.ok()) {
-        return MakeError(ErrorKind::kIO, "cannot access '", source,
-                         "': ", info.status().message());
+        return MakeIOError(info.status(), "cannot access '", source, "'");
       }
       if (info->type() != arrow::fs::FileType::Directory) {
         return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
@@ -417,8 +412,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
     auto info = InfoOf(fs, path, cancel);
     if (info.status().IsCancelled()) return info.status();
     if (!info.ok()) {
-      return MakeError(ErrorKind::kIO, "cannot access '", source,
-                       "': ", info.status().message());
+      return MakeIOError(info.status(), "cannot access '", source, "'");
     }
     switch (info->type()) {
       case arrow::fs::FileType::NotFound:
@@ -496,14 +490,13 @@ arrow::Result<bool> HasMagic(const DataFile& file) {
   info.set_size(file.size);
   auto input = file.fs->OpenInputFile(info);
   if (!input.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot open '", file.display, "': ",
-                     input.status().message());
+    return MakeIOError(input.status(), "cannot open '", file.display, "'");
   }
   auto head = (*input)->ReadAt(0, kMagic);
   auto tail = (*input)->ReadAt(file.size - kMagic, kMagic);
   if (!head.ok() || !tail.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot read '", file.display, "': ",
-                     (head.ok() ? tail.status() : head.status()).message());
+    return MakeIOError(head.ok() ? tail.status() : head.status(), "cannot read '", file.display,
+                       "'");
   }
   return HasParquetMagic((*head)->ToString(), (*tail)->ToString());
 }

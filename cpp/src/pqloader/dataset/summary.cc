@@ -28,11 +28,11 @@ arrow::Result<std::string> ReadWhole(const std::shared_ptr<arrow::fs::FileSystem
   info.set_size(size);
   auto input = fs->OpenInputFile(info);
   if (!input.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot open '", display, "': ", input.status().message());
+    return MakeIOError(input.status(), "cannot open '", display, "'");
   }
   auto bytes = (*input)->ReadAt(0, size);
   if (!bytes.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot read '", display, "': ", bytes.status().message());
+    return MakeIOError(bytes.status(), "cannot read '", display, "'");
   }
   if ((*bytes)->size() != size) {
     return MakeError(ErrorKind::kIO, "cannot read '", display,
@@ -128,7 +128,7 @@ arrow::Result<std::vector<IndexedFile>> ReadIndexFile(
   if (size < 0) {
     auto info = fs->GetFileInfo(path);
     if (!info.ok()) {
-      return MakeError(ErrorKind::kIO, "cannot access '", display, "': ", info.status().message());
+      return MakeIOError(info.status(), "cannot access '", display, "'");
     }
     if (info->type() != arrow::fs::FileType::File) {
       return MakeError(ErrorKind::kNotFound, "'", display,
@@ -237,7 +237,7 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   const std::string display_root = resolved.prefix + root;
   auto info = fs->GetFileInfo(root);
   if (!info.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot access '", source, "': ", info.status().message());
+    return MakeIOError(info.status(), "cannot access '", source, "'");
   }
   if (info->type() != arrow::fs::FileType::Directory) {
     return arrow::Status::Invalid("pqloader index takes a directory; '", source,
@@ -290,16 +290,14 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
     const std::string final_path = Join(root, name), tmp = final_path + tmp_suffix;
     auto out = fs->OpenOutputStream(tmp);
     if (!out.ok()) {
-      return MakeError(ErrorKind::kIO, "cannot write '", Join(display_root, name), "': ",
-                       out.status().message());
+      return MakeIOError(out.status(), "cannot write '", Join(display_root, name), "'");
     }
     arrow::Status st = fill(out->get());
     if (st.ok()) st = (*out)->Close();
     if (st.ok()) st = fs->Move(tmp, final_path);
     if (!st.ok()) {
       (void)fs->DeleteFile(tmp);
-      return MakeError(ErrorKind::kIO, "cannot write '", Join(display_root, name), "': ",
-                       st.message());
+      return MakeIOError(st, "cannot write '", Join(display_root, name), "'");
     }
     return arrow::Status::OK();
   };

@@ -260,7 +260,7 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   info.set_size(file.size);  // known since Dataset::Open: no request for it
   auto input = file.fs->OpenInputFile(info);
   if (!input.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot open ", where, ": ", input.status().message());
+    return MakeIOError(input.status(), "cannot open ", where);
   }
   parquet::ReaderProperties props(pool);
   props.set_page_checksum_verification(options.verify_checksums);
@@ -293,8 +293,7 @@ arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit
   }
   auto st = buffered.status();
   if (!st.ok()) {
-    return MakeError(ErrorKind::kIO, "cannot read '", file.display, "', row group ",
-                     split.row_group, ": ", st.message());
+    return MakeIOError(st, "cannot read '", file.display, "', row group ", split.row_group);
   }
   return arrow::Status::OK();
 }

@@ -379,7 +379,7 @@ class Evaluator {
       info.set_size(file.size);
       auto input = file.fs->OpenInputFile(info);
       if (!input.ok()) {
-        return MakeError(ErrorKind::kIO, "cannot open ", where, ": ", input.status().message());
+        return MakeIOError(input.status(), "cannot open ", where);
       }
       try {
         auto pq = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),

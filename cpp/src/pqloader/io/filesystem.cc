@@ -266,7 +266,7 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
       if (made.ok()) s3_ = *made;
       const auto& st = made.status();
       if (!st.ok()) {
-        return MakeError(ErrorKind::kIO, "cannot use '", source, "': ", st.message());
+        return MakeIOError(st, "cannot use '", source, "'");
       }
     }
     std::string path = source.substr(sizeof(kS3Prefix) - 1);
