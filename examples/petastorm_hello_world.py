@@ -6,8 +6,13 @@ python_hello_world,pytorch_hello_world}.py in one file: generate a dataset with
 ``make_reader`` + ``pytorch.DataLoader``. Needs pyspark and Java 17.
 
     python examples/petastorm_hello_world.py [file:///tmp/hello_world_dataset]
+
+Spark's Python workers run this interpreter (PYSPARK_PYTHON, unless set already), so
+that they import pqloader from the same environment.
 """
 
+import argparse
+import os
 import sys
 
 import numpy as np
@@ -71,7 +76,11 @@ def pytorch_hello_world(dataset_url='file:///tmp/hello_world_dataset'):
 
 
 if __name__ == '__main__':
-    url = sys.argv[1] if len(sys.argv) > 1 else 'file:///tmp/hello_world_dataset'
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('url', nargs='?', default='file:///tmp/hello_world_dataset',
+                        help='where to write and read the dataset (default: %(default)s)')
+    url = parser.parse_args().url
+    os.environ.setdefault('PYSPARK_PYTHON', sys.executable)
     generate_petastorm_dataset(url)
     python_hello_world(url)
     pytorch_hello_world(url)

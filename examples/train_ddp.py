@@ -92,7 +92,8 @@ def main() -> None:
             how = ("elastic: the rest of the epoch dealt to " + str(world) + " ranks"
                    if (old_world, old_bs) != (world, args.batch_size) else "exact")
             print(f"resumed from step {step}: epoch {saved['epoch']}, batch {saved['batch']} of a "
-                  f"{old_world}-rank run (batch size {old_bs}); {how}; {len(loader)} batches left "
+                  f"{old_world}-rank run (batch size {old_bs}); {how}; "
+                  f"{len(loader) - loader.state_dict()['batch']} batches left "
                   f"in epoch {loader.epoch} per rank")
         if loader.epoch >= args.epochs:
             if rank == 0:

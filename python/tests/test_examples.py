@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,14 @@ def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_rank
     assert "stopped after step 9 (last checkpoint: step 8)" in out, out
     first = int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1))
     assert first == 9 * 2 * 50
+    # The same 2 ranks resume exactly: 20 batches an epoch per rank, 8 done, 12 left.
+    exact = tmp_path / "exact"
+    shutil.copytree(tmp_path / "ckpt", exact)
+    out = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
+               *[exact if a == tmp_path / "ckpt" else a for a in common], "--resume",
+               "--stop-after-steps", 9])
+    assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); exact" in out, out
+    assert "12 batches left in epoch 0 per rank" in out, out
     # 3 ranks resume epoch 0 after step 8: 2000 - 2 * 8 * 50 = 1200 samples left, 400 per rank.
     out = run([*torchrun, "--nproc_per_node=3", EXAMPLES / "train_ddp.py", *common, "--resume"])
     assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); elastic" in out, out

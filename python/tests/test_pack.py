@@ -184,3 +184,24 @@ def test_packing_is_refused_for_other_columns(docs, tmp_path):
     pq.write_table(table, tmp_path / "s.parquet")
     with pytest.raises(pqloader.UnsupportedTypeError, match="'label'"):
         pqloader.Loader(str(tmp_path / "s.parquet"), pack=pqloader.Pack("tokens", seq_len=8))
+
+
+def test_a_null_document_is_refused_with_the_remedies_an_empty_one_with_fill_null(tmp_path):
+    # A null list is no document: refused when the Loader is made, naming the row and
+    # how to load it; fill_null packs it as an empty document (no tokens), and a filter
+    # that drops it leaves the same batches.
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2], None, [3]], pa.list_(pa.int64()))}),
+                   tmp_path / "p.parquet")
+    pack = pqloader.Pack("tokens", seq_len=4)
+    for kw in ({}, {"null_mask": True}):
+        with pytest.raises(pqloader.InvalidDataError,
+                           match=r"row group 0: row 1 is a null document.*fill_null=\{'tokens': 0\}"):
+            pqloader.Loader(str(tmp_path), batch_size=2, pack=pack, **kw)
+    filled = [b for b in pqloader.Loader(str(tmp_path), batch_size=2, pack=pack, fill_null=0)]
+    kept = [b for b in pqloader.Loader(str(tmp_path), batch_size=2, pack=pack,
+                                       filter="tokens is not None")]
+    assert [b["tokens"].tolist() for b in filled] == [[[1, 2, 3, 0]]]
+    assert filled[0]["cu_seqlens"].tolist() == [0, 2, 3, 4]
+    assert len(kept) == len(filled)
+    for a, b in zip(filled, kept):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -727,7 +727,9 @@ arrow::Status Loader::SetUpPacking() {
     packed_specs_.push_back(s);
   }
   read_options_.allow_ragged[pack.column] = true;
+  const NullFill& fill = read_options_.fills[pack.column];
   ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
+                                                        fill.enabled && !fill.rows_only,
                                                         options_.num_workers, pool_,
                                                         options_.cancel));
   return arrow::Status::OK();

@@ -25,8 +25,9 @@ constexpr int64_t kRowsPerSlice = 8192;
 
 // Append the row lengths of column `src` (a top-level field, or a path below one) in
 // `split`'s row group to `out`.
-arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const ColumnSource& src,
-                        arrow::MemoryPool* pool, std::vector<int32_t>* out) {
+arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
+                        bool null_is_empty, arrow::MemoryPool* pool, std::vector<int32_t>* out) {
+  const ColumnSource& src = dataset.files()[dataset.splits()[split_index].file].columns[spec];
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
   arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
@@ -48,12 +49,23 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const Colum
     if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
     ARROW_ASSIGN_OR_RAISE(auto column, ExtractPath(batch->column(0), src.path, pool));
     const arrow::Array& a = *column;
-    if (a.null_count() != 0) {
-      return arrow::Status::Invalid(a.null_count(), " null list(s)");
-    }
+    const int64_t first_row = static_cast<int64_t>(out->size());
     for (int64_t r = 0; r < a.length(); ++r) {
       int64_t n = 0;
-      if (a.type_id() == arrow::Type::LIST) {
+      if (a.IsNull(r)) {
+        // An empty document (no tokens) with a fill; a row the filter drops is never
+        // packed, so its length does not matter.
+        const auto row = static_cast<int32_t>(first_row + r);
+        const bool dropped = split.rows != nullptr &&
+                             !std::binary_search(split.rows->begin(), split.rows->end(), row);
+        if (!null_is_empty && !dropped) {
+          const std::string& name = dataset.specs()[spec].name;
+          return arrow::Status::Invalid(
+              "row ", row, " is a null document (a null list); pass fill_null={'", name,
+              "': 0} to pack null documents as empty ones (they add no tokens), or filter "
+              "them out (filter=\"", name, " is not None\")");
+        }
+      } else if (a.type_id() == arrow::Type::LIST) {
         n = static_cast<const arrow::ListArray&>(a).value_length(r);
       } else if (a.type_id() == arrow::Type::LARGE_LIST) {
         n = static_cast<const arrow::LargeListArray&>(a).value_length(r);
@@ -81,8 +93,8 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, const Colum
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
-    const Dataset& dataset, int column, int threads, arrow::MemoryPool* pool,
-    const CancelFlag& cancel) {
+    const Dataset& dataset, int column, bool null_is_empty, int threads,
+    arrow::MemoryPool* pool, const CancelFlag& cancel) {
   if (dataset.partition_index()[column] >= 0) {
     return arrow::Status::Invalid("column '", dataset.specs()[column].name,
                                   "' is a partition key, not a list column");
@@ -105,7 +117,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
         if (src.field < 0) {
           st = arrow::Status::Invalid("the file lacks the column (its rows are null)");
         } else {
-          st = ReadSplit(dataset, s, src, pool, &per_split[s]);
+          st = ReadSplit(dataset, s, column, null_is_empty, pool, &per_split[s]);
         }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
