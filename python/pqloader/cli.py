@@ -19,6 +19,13 @@ from pqloader._cli_progress import Progress, enabled_for
 from pqloader._stats_table import stage_seconds
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
@@ -49,7 +56,9 @@ def _inspect(args: argparse.Namespace) -> int:
     width = max((len(c) for c in info["schema"]), default=4)
     for name, arrow_type in info["schema"].items():
         print(f"  {name:<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
-    if "lengths" in info:
+    if "lengths" in info and not info["lengths"]:
+        print("\nrow lengths: no list column among the selected ones")
+    elif "lengths" in info:
         print("\nrow lengths (list elements per row):")
         for name, s in info["lengths"].items():
             print(f"  {name:<{width}}  rows={s['rows']}  min={s['min']}  median={s['median']}  "
@@ -256,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--columns", help="comma-separated column names")
     b.add_argument("--batch-size", type=int, default=1024)
     b.add_argument("--num-workers", type=int, default=None)
-    b.add_argument("--epochs", type=int, default=1)
+    b.add_argument("--epochs", type=_at_least_one, default=1)
     b.add_argument("--shuffle", action="store_true")
     b.add_argument("--seed", type=int, default=None)
     b.add_argument("--json", action="store_true", help="print JSON")

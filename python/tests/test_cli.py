@@ -258,3 +258,9 @@ def test_a_broken_pipe_elsewhere_is_still_an_error(monkeypatch, capfd, cli_ds):
     d, _ = cli_ds
     assert cli_module.main(["inspect", str(d)]) == 1
     assert "pqloader: error: " in capfd.readouterr().err
+
+
+def test_bench_refuses_fewer_than_one_epoch(cli_ds, tmp_path):
+    d, _ = cli_ds
+    r = cli("bench", d, "--epochs", "0", cwd=tmp_path)
+    assert r.returncode == 2 and "--epochs: must be at least 1, not 0" in r.stderr, r.stderr

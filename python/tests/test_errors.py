@@ -399,3 +399,15 @@ def test_a_valid_encoding_arrow_cannot_decode_is_not_called_corrupt(tmp_path):
     message = str(e.value)
     assert "'s'" in message and "delta_dict.parquet" in message
     assert "does not implement" in message and "corrupt" not in message
+
+
+def test_a_column_named_like_a_struct_field_is_told_apart_from_it(tmp_path):
+    # 'a.b' beside struct a{b}: both would be the output column 'a.b'. The default
+    # selection is refused naming both; either loads alone.
+    pq.write_table(pa.table({"a.b": [1, 2], "a": [{"b": 10}, {"b": 20}]}), tmp_path / "p.parquet")
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"two columns would be named 'a\.b': the column 'a\.b' and field 'b' "
+                             r"of struct 'a'.*columns="):
+        pqloader.Loader(str(tmp_path))
+    assert collect(pqloader.Loader(str(tmp_path), columns=["a.b"]))["a.b"].tolist() == [1, 2]
+    assert collect(pqloader.Loader(str(tmp_path), columns=["a"]))["a.b"].tolist() == [10, 20]

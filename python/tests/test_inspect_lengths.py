@@ -212,3 +212,10 @@ def test_lengths_of_a_list_field_below_a_struct(tmp_path):
     assert info["loads_as"]["meta.n"] == "int32(batch)"
     assert {k: info["lengths"]["meta.ids"][k] for k in ("rows", "total", "min", "max")} == \
         {"rows": 3, "total": 4, "min": 0, "max": 3}
+
+
+def test_cli_inspect_lengths_without_a_list_column_says_so(tmp_path):
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "p.parquet")
+    r = cli("inspect", tmp_path / "p.parquet", "--lengths", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "row lengths: no list column among the selected ones" in r.stdout

@@ -1,8 +1,8 @@
 #include "pqloader/dataset/columns.h"
 
 #include <algorithm>
-#include <map>
 #include <charconv>
+#include <map>
 #include <set>
 
 #include <arrow/type_traits.h>
@@ -95,7 +95,13 @@ class Resolver {
   arrow::Result<ResolvedColumns> Run() {
     std::vector<std::string> names = options_.columns;
     if (names.empty()) names = DefaultNames();
-    std::set<std::string> seen;
+    std::map<std::string, Leaf> seen;  // output name -> where it comes from
+    auto origin = [](const Leaf& l) {
+      if (l.path.empty()) return "the column '" + Quoted(l.top) + "'";
+      return "field '" + Quoted(l.path.back()) + "' of struct '" +
+             Quoted(Join(l.top, std::vector<std::string>(l.path.begin(), l.path.end() - 1))) +
+             "'";
+    };
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
       if (key >= 0 && !IsTopField(name)) {
@@ -107,7 +113,14 @@ class Resolver {
       std::vector<Leaf> leaves;
       ARROW_RETURN_NOT_OK(Expand(leaf, &leaves));
       for (const Leaf& l : leaves) {
-        if (!seen.insert(l.name()).second) {
+        const auto [it, added] = seen.emplace(l.name(), l);
+        if (!added && (it->second.top != l.top || it->second.path != l.path)) {
+          return arrow::Status::Invalid(
+              "two columns would be named '", Quoted(l.name()), "': ", origin(it->second),
+              " and ", origin(l), " (a struct's fields are named by dotted path); select one "
+              "of them with columns=");
+        }
+        if (!added) {
           return arrow::Status::Invalid("column '", Quoted(l.name()), "' is selected twice (",
                                         "columns= names it, or a struct that holds it, more "
                                         "than once)");
