@@ -151,8 +151,8 @@ void RaisePython(const StatusError& e) {
   }
   // Messages quote data (values, headers, names) that need not be UTF-8: never let that
   // turn the error into a UnicodeDecodeError.
-  PyObject* message = PyUnicode_DecodeUTF8(st.message().data(),
-                                           static_cast<Py_ssize_t>(st.message().size()),
+  const std::string text = OneLine(st.message());
+  PyObject* message = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
                                            "backslashreplace");
   if (message == nullptr) {
     PyErr_Clear();

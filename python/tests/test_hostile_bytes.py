@@ -455,3 +455,19 @@ def test_a_footer_that_parses_but_does_not_reserialize_is_no_crash(tmp_path, cac
     assert done.stdout.startswith(("rows", "error")), done.stdout + done.stderr
     if done.stdout.startswith("error"):
         assert "footer_that_does_not_reserialize.parquet" in done.stdout
+
+
+def test_a_corrupt_page_header_is_one_line_naming_file_row_group_and_column(tmp_path):
+    # Thrift's message breaks its line ("...: TProtocolException: Invalid data\n
+    # Deserializing page header failed."): an error is one line, for logs and the CLI.
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"x": list(range(100))}), path, compression="none", use_dictionary=False)
+    off = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[off:off + 4] = b"\x1d\x1d\x1d\x1d"
+    path.write_bytes(bytes(data))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        list(pqloader.Loader(str(path)))
+    msg = str(ei.value)
+    assert "\n" not in msg and "Deserializing page header failed" in msg, repr(msg)
+    assert f"'{path}', row group 0, column 'x'" in msg

@@ -40,6 +40,25 @@ std::string Reason(const arrow::Status& status) {
   return status.message() + " (" + std::strerror(e) + ")";
 }
 
+std::string OneLine(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (size_t i = 0; i < message.size(); ++i) {
+    const char c = message[i];
+    if (c != '\n' && c != '\r') {
+      out += c;
+      continue;
+    }
+    while (!out.empty() && (out.back() == ' ' || out.back() == '\t')) out.pop_back();
+    while (i + 1 < message.size() && (message[i + 1] == ' ' || message[i + 1] == '\t' ||
+                                      message[i + 1] == '\n' || message[i + 1] == '\r')) {
+      ++i;
+    }
+    if (!out.empty() && i + 1 < message.size()) out += ' ';
+  }
+  return out;
+}
+
 arrow::Status WithContext(const arrow::Status& status, const std::string& context) {
   if (status.ok()) return status;
   return arrow::Status(status.code(), context + ": " + status.message(), status.detail());

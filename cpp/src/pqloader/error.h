@@ -69,6 +69,11 @@ arrow::Status MakeIOError(const arrow::Status& cause, Args&&... args) {
       std::forward<Args>(args)..., ": ", Reason(cause));
 }
 
+/// `message` on one line: each line break, with the blanks around it, becomes one space
+/// (Arrow's and Thrift's messages may break lines: "don't know what type: \nDeserializing
+/// page header failed.").
+std::string OneLine(std::string_view message);
+
 /// Prefix the message of a failed status with `context`, keeping its code and detail.
 arrow::Status WithContext(const arrow::Status& status, const std::string& context);
 
