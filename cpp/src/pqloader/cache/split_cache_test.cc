@@ -682,17 +682,30 @@ TEST(FetchClaims, AShardLockHeldTooLongFailsTheInsertAndKeepsTheClaimsMarker) {
 // stalled process) does not wait out the lock timeout: the insert gives up at once
 // (not counted as a failure, nothing left behind), and so does a claim that would
 // break an abandoned marker.
-TEST(FetchClaims, AWaitForAShardLockEndsWhenTheCallerStops) {
+// One shard whose lock a stalled process holds: `owner`'s claim of `claimed` is too old
+// for `other` (a 50 ms wait timeout: abandoned), whose waits for the lock last ten
+// minutes unless cancelled.
+struct StalledShard {
+  StalledShard() {
+    owner = SplitCache::Open(OneShard(dir));
+    CacheOptions o = OneShard(dir, 50);
+    o.lock_timeout_ms = 600000;  // ten minutes: only a cancel can end these waits
+    other = SplitCache::Open(o);
+    claim = owner->TryClaim(claimed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(80));  // too old for `other`
+    held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
+  }
   const std::string dir = testing::MakeTempDir() + "/cache";
-  auto owner = SplitCache::Open(OneShard(dir));
-  CacheOptions o = OneShard(dir, 50);
-  o.lock_timeout_ms = 600000;  // ten minutes: only the cancel can end these waits
-  auto other = SplitCache::Open(o);
   const std::string claimed = CacheKey("split 1"), fresh = CacheKey("split 2");
-  auto claim = owner->TryClaim(claimed);
+  std::shared_ptr<SplitCache> owner, other;
+  std::shared_ptr<FetchClaim> claim;
+  std::unique_ptr<NodeLock> held;
+};
+
+TEST(FetchClaims, AWaitForAShardLockEndsWhenTheCallerStops) {
+  StalledShard shard;
+  auto& [dir, claimed, fresh, owner, other, claim, held] = shard;
   ASSERT_NE(claim, nullptr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // too old for `other`
-  auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
   ASSERT_NE(held, nullptr);
   std::atomic<bool> cancel{false};
   std::thread stopper([&] {
@@ -720,16 +733,9 @@ TEST(FetchClaims, AWaitForAShardLockEndsWhenTheCallerStops) {
 // stops, leaving the marker to age out (a loader closed while a stalled process holds
 // the lock returns at once, not after the lock timeout).
 TEST(FetchClaims, AWaitForAShardLockHoldsUpNoOtherClaimAndAStoppedReleaseEndsIt) {
-  const std::string dir = testing::MakeTempDir() + "/cache";
-  auto owner = SplitCache::Open(OneShard(dir));
-  CacheOptions o = OneShard(dir, 50);
-  o.lock_timeout_ms = 600000;  // ten minutes: only the cancel can end these waits
-  auto other = SplitCache::Open(o);
-  const std::string claimed = CacheKey("split 1"), fresh = CacheKey("split 2");
-  auto abandoned = owner->TryClaim(claimed);
+  StalledShard shard;
+  auto& [dir, claimed, fresh, owner, other, abandoned, held] = shard;
   ASSERT_NE(abandoned, nullptr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // too old for `other`
-  auto held = NodeLock::AcquireExisting(dir + "/shard-00/.lock", std::chrono::milliseconds(0));
   ASSERT_NE(held, nullptr);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> waiting_returned{false};
