@@ -930,7 +930,7 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
     Stats out;
     for (size_t c = 0; c < columns.size(); ++c) {
       ARROW_ASSIGN_OR_RAISE(auto lengths,
-                            DocumentLengths::Read(*dataset, static_cast<int>(c), false, threads,
+                            DocumentLengths::Read(*dataset, static_cast<int>(c), false, "", threads,
                                                   arrow::default_memory_pool(), cancel));
       out.push_back(SummarizeLengths(lengths->lengths()));
     }

@@ -195,7 +195,8 @@ def test_a_null_document_is_refused_with_the_remedies_an_empty_one_with_fill_nul
     pack = pqloader.Pack("tokens", seq_len=4)
     for kw in ({}, {"null_mask": True}):
         with pytest.raises(pqloader.InvalidDataError,
-                           match=r"row group 0: row 1 is a null document.*fill_null=\{'tokens': 0\}"):
+                           match=r"row group 0: row 1 is a null list; a null document: pass "
+                                 r"fill_null=\{'tokens': 0\}"):
             pqloader.Loader(str(tmp_path), batch_size=2, pack=pack, **kw)
     filled = [b for b in pqloader.Loader(str(tmp_path), batch_size=2, pack=pack, fill_null=0)]
     kept = [b for b in pqloader.Loader(str(tmp_path), batch_size=2, pack=pack,
@@ -205,3 +206,16 @@ def test_a_null_document_is_refused_with_the_remedies_an_empty_one_with_fill_nul
     assert len(kept) == len(filled)
     for a, b in zip(filled, kept):
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_file_without_the_token_column_is_empty_documents_with_fill_null(tmp_path):
+    # Its rows are null documents: refused without a fill, empty ones (no tokens) with.
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.int64())),
+                             "w": [1, 2]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"w": [3]}), tmp_path / "b.parquet")
+    pack = pqloader.Pack("tokens", seq_len=4)
+    with pytest.raises(pqloader.InvalidDataError, match=r"b\.parquet', row group 0: the file lacks"):
+        pqloader.Loader(str(tmp_path), columns=["tokens"], batch_size=2, pack=pack)
+    got = [b["tokens"].tolist() for b in pqloader.Loader(str(tmp_path), columns=["tokens"], batch_size=2,
+                                                         pack=pack, fill_null=0)]
+    assert got == [[[1, 2, 3, 0]]]

@@ -140,6 +140,10 @@ def test_a_null_inside_a_list_is_refused_by_a_mask_alone_and_filled_by_fill_null
             rows = list(b[col])
         got = [np.asarray(rows[i]).tolist() if col != "s" else list(rows[i]) for i in order]
         assert got == want
+    # A filter that skips rows before it: the row is still the file's row.
+    with pytest.raises(pqloader.InvalidDataError, match=r"column 't' .* null inside a list \(row 2\)"):
+        list(pqloader.Loader(str(p), columns=["id", "t"], null_mask=["t"], lists={"t": "ragged"},
+                             filter="id != 1", shuffle=shuffle, seed=1))
     # Null rows alone, under the mask alone, still load.
     only_rows = write_parquet(tmp_path / "r.parquet",
                               pa.table({"t": pa.array([[1, 2], None], pa.list_(pa.int32()))}))

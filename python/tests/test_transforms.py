@@ -739,8 +739,9 @@ def test_transforms_of_a_text_column_are_refused_when_the_loader_is_made(tmp_pat
     # text and lists of strings are refused, naming the column; a binary column's bytes
     # (raw pixels, say) are numbers on purpose.
     pq.write_table(pa.table({"price": ["1.5", "2.5"], "words": pa.array([["a"], ["b"]]),
-                             "raw": [b"ab", b"cd"]}), tmp_path / "p.parquet")
-    for col in ("price", "words"):
+                             "blobs": pa.array([[b"a"], [b"b"]]), "raw": [b"ab", b"cd"]}),
+                   tmp_path / "p.parquet")
+    for col in ("price", "words", "blobs"):
         for op in (pqloader.transforms.Cast("float32"), pqloader.transforms.PadOrTruncate(4)):
             with pytest.raises(pqloader.UnsupportedTypeError, match=rf"column '{col}' .* holds"):
                 pqloader.Loader(str(tmp_path), transforms={col: [op]})

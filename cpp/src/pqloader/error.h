@@ -5,6 +5,7 @@
 // Thread-safety: immutable values.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -73,6 +74,15 @@ arrow::Status MakeIOError(const arrow::Status& cause, Args&&... args) {
 /// (Arrow's and Thrift's messages may break lines: "don't know what type: \nDeserializing
 /// page header failed.").
 std::string OneLine(std::string_view message);
+
+/// A storage error (kIO) whose message is the concatenation of `args`, ": " and the OS's
+/// description of `errnum`, carrying `errnum` (e.g. a std::error_code's value).
+template <typename... Args>
+arrow::Status MakeOsError(int errnum, Args&&... args) {
+  return arrow::Status::FromDetailAndArgs(
+      arrow::StatusCode::IOError, std::make_shared<ErrorDetail>(ErrorKind::kIO, errnum),
+      std::forward<Args>(args)..., ": ", std::strerror(errnum));
+}
 
 /// Prefix the message of a failed status with `context`, keeping its code and detail.
 arrow::Status WithContext(const arrow::Status& status, const std::string& context);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include <arrow/type_traits.h>
 #include <arrow/util/thread_pool.h>
 
 #include "pqloader/cache/entry_format.h"
@@ -24,6 +25,23 @@
 namespace pqloader {
 
 namespace {
+
+// A cache key's part for a column of integers declared as floats: they are converted
+// exactly since the values were checked (entries from before held rounded ones).
+std::string IntegersAsFloats(const Dataset& dataset, size_t c) {
+  const DType d = dataset.specs()[c].dtype;
+  if (d != DType::kFloat16 && d != DType::kFloat32 && d != DType::kFloat64) return "";
+  for (const DataFile& f : dataset.files()) {
+    const arrow::DataType* t = c < f.columns.size() ? f.columns[c].type.get() : nullptr;
+    while (t != nullptr && (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
+                            t->id() == arrow::Type::FIXED_SIZE_LIST)) {
+      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+    }
+    if (t != nullptr && arrow::is_integer(t->id())) return ":ints=exact";
+  }
+  return "";
+}
+
 
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
@@ -198,6 +216,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
                              std::to_string(f.float_value) + "," + f.bytes_value +
                              (f.rows_only ? ",rows" : "")
                        : "none") +
+            IntegersAsFloats(*loader->dataset_, c) +
             ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
             ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);
     }
@@ -728,8 +747,12 @@ arrow::Status Loader::SetUpPacking() {
   }
   read_options_.allow_ragged[pack.column] = true;
   const NullFill& fill = read_options_.fills[pack.column];
+  const std::string& name = specs[pack.column].name;
+  const std::string remedy = "a null document: pass fill_null={'" + name +
+                             "': 0} to pack null documents as empty ones (they add no "
+                             "tokens), or filter them out (filter=\"" + name + " is not None\")";
   ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
-                                                        fill.enabled && !fill.rows_only,
+                                                        fill.enabled && !fill.rows_only, remedy,
                                                         options_.num_workers, pool_,
                                                         options_.cancel));
   return arrow::Status::OK();

@@ -23,6 +23,7 @@
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/error.h"
 #include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/util/node_lock.h"
 #include "pqloader/util/thread_annotations.h"
@@ -412,6 +413,9 @@ struct ClaimBook {
   int64_t next_token PQ_GUARDED_BY(mu) = 0;
 };
 
+// How long a claim released after its claimer stopped still waits for the shard's lock.
+constexpr std::chrono::milliseconds kReleaseAfterStop{250};
+
 // A claim of this process: its marker is deleted on destruction (if it is still ours).
 class DiskClaim : public FetchClaim {
  public:
@@ -426,7 +430,12 @@ class DiskClaim : public FetchClaim {
       // Under the shard lock, as a breaker deletes: never another process's marker (one
       // not deleted for want of the lock, or because the claimer stops, ages out: see
       // Abandoned).
-      const auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_, cancel_);
+      auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_, cancel_);
+      if (lock == nullptr && IsCancelled(cancel_)) {
+        // Stopped: still a short wait, as the lock is mostly held for a few file
+        // operations (a sibling's insert); only a stalled holder keeps it longer.
+        lock = NodeLock::AcquireExisting(lock_, std::min(lock_timeout_, kReleaseAfterStop));
+      }
       Marker m;
       if (lock != nullptr && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
     }
@@ -617,6 +626,8 @@ class DiskCache : public SplitCache {
       guard.Unlock();
       const bool broken = BreakIfAbandoned(marker, lock, nullptr, &no_lock, cancel);
       guard.Lock();
+      // Another thread may have broken it meanwhile, and claimed it: shared.
+      if (auto held = book_->claims[key].lock()) return held;
       if (!broken) {
         if (IsCancelled(cancel)) return nullptr;  // stopping: no fetch
         // Another process fetches it; or its claim is abandoned and the shard's lock is
@@ -1246,7 +1257,7 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
   // What it cannot read, or a directory that is not a cache, is an error: never a
   // report of an empty cache.
   fs::directory_iterator top(dir, ec);
-  if (ec) return arrow::Status::IOError("cannot list cache directory '", dir, "': ", ec.message());
+  if (ec) return MakeOsError(ec.value(), "cannot list cache directory '", dir, "'");
   if (!IsMarkedCacheDir(dir) && top != fs::directory_iterator()) {
     return arrow::Status::Invalid("'", dir, "' is not a pqloader cache directory: it has no ",
                                   kCacheMarkerName, " marker file (or it cannot be read)");
@@ -1260,9 +1271,9 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
     std::error_code unlisted;
     const auto entries = ListShard(e.path().string(), &s.temp_files, /*remove_stale=*/false,
                                    &s.fetch_markers, &unlisted);
-    if (unlisted) {
-      return arrow::Status::IOError("cannot list cache shard '", e.path().string(),
-                                    "': ", unlisted.message());
+    // (A shard deleted meanwhile, by a `cache clear` beside this, holds nothing.)
+    if (unlisted && unlisted != std::errc::no_such_file_or_directory) {
+      return MakeOsError(unlisted.value(), "cannot list cache shard '", e.path().string(), "'");
     }
     for (const auto& entry : entries) {
       if (IsCancelled(cancel)) return CancelledStatus();

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <chrono>
 #include <filesystem>
@@ -759,7 +760,19 @@ TEST(FetchClaims, AWaitForAShardLockHoldsUpNoOtherClaimAndAStoppedReleaseEndsIt)
   *cancel = true;
   stopper.join();
   waiter.join();
-  claim.reset();  // its release gives up the lock's wait: the marker stays
+  std::atomic<bool> released{false};
+  std::thread watchdog([&] {  // fails the test (rather than hang for the lock timeout)
+    for (int i = 0; i < 60000 && !released; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!released) {
+      std::fprintf(stderr, "a stopped claim's release still waited after 60 s\n");
+      std::_Exit(1);
+    }
+  });
+  claim.reset();  // its release gives up the lock's wait (after 250 ms): the marker stays
+  released = true;
+  watchdog.join();
   EXPECT_TRUE(fs::exists(MarkerOf(dir, fresh)));
   EXPECT_TRUE(fs::exists(MarkerOf(dir, claimed)));  // not broken without the lock
   held.reset();

@@ -261,8 +261,11 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
       // footers or the rows tell, where the other files' rows have one.
       std::string absent;
       int64_t files = 0;
-      for (const DataFile& f : ds.files()) {
-        if (f.columns.empty()) continue;  // not known yet
+      std::vector<bool> has_rows(ds.files().size(), false);
+      for (const Split& s : ds.splits()) has_rows[s.file] = has_rows[s.file] || s.num_rows > 0;
+      for (size_t i = 0; i < ds.files().size(); ++i) {
+        const DataFile& f = ds.files()[i];
+        if (f.columns.empty() || !has_rows[i]) continue;  // not known yet, or no rows read
         const ColumnSource& src = f.columns[c];
         if (src.field >= 0 && (src.type == nullptr || src.type->id() != arrow::Type::NA)) continue;
         if (++files <= 3) absent += (files > 1 ? ", '" : "'") + f.display + "'";

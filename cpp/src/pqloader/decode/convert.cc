@@ -1,6 +1,7 @@
 #include "pqloader/decode/convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -90,14 +91,15 @@ arrow::Status CheckExactAsFloat(const In* in, const arrow::Array& arr, DType dst
       double back = d;
       if (dst == DType::kFloat32) back = static_cast<double>(static_cast<float>(v));
       if (dst == DType::kFloat16) back = arrow::util::Float16::FromDouble(d).ToDouble();
-      // 2^63 (2^64) is the first double past int64 (uint64): exact values stay below it.
-      const double end = std::is_signed_v<In> ? 9223372036854775808.0 : 18446744073709551616.0;
+      // 2^digits is the first double past In's range: exact values stay below it (and
+      // the conversion back is defined only there).
+      const double end = std::ldexp(1.0, std::numeric_limits<In>::digits);
       if (back >= -end && back < end && static_cast<In>(back) == v) continue;
       return MakeError(ErrorKind::kSchemaMismatch, "column '", column, "': value ",
                        std::to_string(v), " (", arr.type()->ToString(),
                        ") does not convert to the declared ", DTypeName(dst),
-                       " without loss; declare an integer type wide enough (or float64 where "
-                       "the values are within 2^53)");
+                       " without loss (it holds every integer only up to 2^", bits,
+                       "); declare an integer type, or a wider float where one holds them");
     }
     return arrow::Status::OK();
   }
@@ -281,19 +283,19 @@ bool AnyNullIn(const arrow::Array& a, int64_t begin, int64_t count) {
   return false;
 }
 
-// With a fill for whole rows only: an error naming the first row (numbered from
-// `row_offset`) of a list column that holds a null inside its list.
+// With a fill for whole rows only: an error naming the first row (see RowNumbering) of
+// a list column that holds a null inside its list.
 arrow::Status CheckNoNullsInsideRows(const ColumnSpec& spec, const arrow::ChunkedArray& array,
-                                     const NullFill& fill, int64_t row_offset) {
+                                     const NullFill& fill, const RowNumbering& rows) {
   if (!fill.rows_only) return arrow::Status::OK();
-  int64_t first_row = row_offset;
+  int64_t first_row = 0;
   for (const auto& chunk : array.chunks()) {
     const arrow::Array* values = ListValues(*chunk);
     if (values != nullptr && !NullFreeBelow(*values)) {
       for (int64_t r = 0; r < chunk->length(); ++r) {
         if (chunk->IsNull(r)) continue;
         const auto [first, len] = ListSpan(*chunk, r);
-        if (AnyNullIn(*values, first, len)) return ElementNullError(spec, first_row + r);
+        if (AnyNullIn(*values, first, len)) return ElementNullError(spec, rows(first_row + r));
       }
     }
     first_row += chunk->length();
@@ -697,7 +699,7 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
 // bytes, then one look at each value's first byte: a concatenation of values is valid
 // and every value starts on a character boundary iff every value is valid.
 arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64_t rows,
-                              int64_t row_offset) {
+                              const RowNumbering& row_of) {
   if (rows == 0) return arrow::Status::OK();
   const auto* off = reinterpret_cast<const int64_t*>(c.offsets->data());
   const char* data = reinterpret_cast<const char*>(c.data->data());
@@ -711,7 +713,7 @@ arrow::Status ValidateStrings(const ColumnSpec& spec, const ColumnData& c, int64
     const std::string_view v(data + off[r], off[r + 1] - off[r]);
     if (!IsValidUtf8(v)) {
       return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "', row ",
-                       row_offset + r, ": a string value is not valid UTF-8 (b'", Printable(v),
+                       row_of(r), ": a string value is not valid UTF-8 (b'", Printable(v),
                        "'); to read the column's values as bytes, pass strings=\"bytes\"");
     }
   }
@@ -785,15 +787,15 @@ arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& va
 
 // Rows of a list<string|binary> column as kStringList rows (see EncodeStringList). A
 // null row is an empty list when there is a fill, else an error; a null value inside
-// a list is the fill. Rows are numbered from `row_offset` in error messages.
+// a list is the fill. Rows are numbered by `rows` in error messages.
 arrow::Result<ColumnData> ConvertStringList(const ColumnSpec& spec,
                                             const arrow::ChunkedArray& array,
                                             const NullFill& fill, arrow::MemoryPool* pool,
-                                            int64_t row_offset) {
+                                            const RowNumbering& rows) {
   arrow::BufferBuilder data(pool);
   std::vector<int64_t> offsets{0};
   offsets.reserve(array.length() + 1);
-  int64_t chunk_first_row = row_offset;
+  int64_t chunk_first_row = 0;
   for (const auto& chunk : array.chunks()) {
     const arrow::Array& a = *chunk;
     for (int64_t r = 0; r < a.length(); ++r) {
@@ -829,7 +831,7 @@ arrow::Result<ColumnData> ConvertStringList(const ColumnSpec& spec,
                              "': unexpected ", a.type()->ToString(), " values");
         }
         ARROW_RETURN_NOT_OK(AppendStringListRow(spec, *values, begin, count, fill,
-                                                chunk_first_row + r, &data));
+                                                rows(chunk_first_row + r), &data));
       }
       offsets.push_back(data.length());
     }
@@ -903,13 +905,13 @@ std::vector<std::string> DecodeStringList(const uint8_t* row, int64_t size) {
 
 arrow::Result<ColumnData> ConvertColumn(const ColumnSpec& spec, const arrow::ChunkedArray& array,
                                         const NullFill& fill, arrow::MemoryPool* pool,
-                                        bool allow_ragged, int64_t row_offset) {
-  ARROW_RETURN_NOT_OK(CheckNoNullsInsideRows(spec, array, fill, row_offset));
-  if (IsStringList(spec.kind)) return ConvertStringList(spec, array, fill, pool, row_offset);
+                                        bool allow_ragged, const RowNumbering& rows) {
+  ARROW_RETURN_NOT_OK(CheckNoNullsInsideRows(spec, array, fill, rows));
+  if (IsStringList(spec.kind)) return ConvertStringList(spec, array, fill, pool, rows);
   if (spec.kind != ColumnKind::kTensor) {
     ARROW_ASSIGN_OR_RAISE(auto out, ConvertVarBinary(spec, array, fill, pool));
     if (spec.kind == ColumnKind::kString) {
-      ARROW_RETURN_NOT_OK(ValidateStrings(spec, out, array.length(), row_offset));
+      ARROW_RETURN_NOT_OK(ValidateStrings(spec, out, array.length(), rows));
     }
     return out;
   }

@@ -165,12 +165,6 @@ arrow::Result<std::shared_ptr<arrow::ChunkedArray>> SelectRows(
   return taken.chunked_array();
 }
 
-// The row of the file's row group that row `row` of the split is (for messages).
-int64_t FileRow(const Split& split, int64_t row) {
-  if (split.rows == nullptr || row >= static_cast<int64_t>(split.rows->size())) return row;
-  return (*split.rows)[row];
-}
-
 }  // namespace
 
 arrow::Status SetUpFills(const Dataset& dataset, const NullFill& default_fill,
@@ -374,7 +368,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     }
     const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
     auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged,
-                                   FileRow(split, unit.row_begin));
+                                   RowNumbering(unit.row_begin, split.rows.get()));
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
     if (masked) {

@@ -26,7 +26,8 @@ constexpr int64_t kRowsPerSlice = 8192;
 // Append the row lengths of column `src` (a top-level field, or a path below one) in
 // `split`'s row group to `out`.
 arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
-                        bool null_is_empty, arrow::MemoryPool* pool, std::vector<int32_t>* out) {
+                        bool null_is_empty, const std::string& null_remedy,
+                        arrow::MemoryPool* pool, std::vector<int32_t>* out) {
   const ColumnSource& src = dataset.files()[dataset.splits()[split_index].file].columns[spec];
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
@@ -59,11 +60,8 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
         const bool dropped = split.rows != nullptr &&
                              !std::binary_search(split.rows->begin(), split.rows->end(), row);
         if (!null_is_empty && !dropped) {
-          const std::string& name = dataset.specs()[spec].name;
-          return arrow::Status::Invalid(
-              "row ", row, " is a null document (a null list); pass fill_null={'", name,
-              "': 0} to pack null documents as empty ones (they add no tokens), or filter "
-              "them out (filter=\"", name, " is not None\")");
+          return arrow::Status::Invalid("row ", row, " is a null list",
+                                        null_remedy.empty() ? "" : "; ", null_remedy);
         }
       } else if (a.type_id() == arrow::Type::LIST) {
         n = static_cast<const arrow::ListArray&>(a).value_length(r);
@@ -93,8 +91,8 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
-    const Dataset& dataset, int column, bool null_is_empty, int threads,
-    arrow::MemoryPool* pool, const CancelFlag& cancel) {
+    const Dataset& dataset, int column, bool null_is_empty, const std::string& null_remedy,
+    int threads, arrow::MemoryPool* pool, const CancelFlag& cancel) {
   if (dataset.partition_index()[column] >= 0) {
     return arrow::Status::Invalid("column '", dataset.specs()[column].name,
                                   "' is a partition key, not a list column");
@@ -114,10 +112,13 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       arrow::Status st;
       try {
         const ColumnSource& src = file.columns[column];
-        if (src.field < 0) {
-          st = arrow::Status::Invalid("the file lacks the column (its rows are null)");
+        if (src.field < 0 && null_is_empty) {
+          per_split[s].assign(static_cast<size_t>(split.file_rows), 0);  // empty documents
+        } else if (src.field < 0) {
+          st = arrow::Status::Invalid("the file lacks the column (its rows are null)",
+                                      null_remedy.empty() ? "" : "; ", null_remedy);
         } else {
-          st = ReadSplit(dataset, s, column, null_is_empty, pool, &per_split[s]);
+          st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &per_split[s]);
         }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());

@@ -23,12 +23,13 @@ namespace pqloader {
 class DocumentLengths {
  public:
   /// Read the row lengths of list column `column` (an index into dataset.specs()) of
-  /// every split, with `threads` threads. A null row (document) is an error, unless the
-  /// split's filter drops it or `null_is_empty` (a fill: an empty document, length 0).
-  /// Errors name the file and row group; Cancelled once `cancel` is set.
+  /// every split, with `threads` threads. A null row is an error naming it (and
+  /// `null_remedy`, if not empty), unless the split's filter drops it or `null_is_empty`
+  /// (a fill: an empty document, length 0). Errors name the file and row group;
+  /// Cancelled once `cancel` is set.
   static arrow::Result<std::shared_ptr<const DocumentLengths>> Read(
-      const Dataset& dataset, int column, bool null_is_empty, int threads,
-      arrow::MemoryPool* pool, const CancelFlag& cancel = nullptr);
+      const Dataset& dataset, int column, bool null_is_empty, const std::string& null_remedy,
+      int threads, arrow::MemoryPool* pool, const CancelFlag& cancel = nullptr);
 
   /// Tokens of rows [begin, end) of split `split`, summed.
   int64_t Sum(int64_t split, int64_t begin, int64_t end) const;

@@ -94,7 +94,7 @@ TEST(DocumentLengths, ReadsEveryRowOfEveryRowGroupInOrder) {
   options.columns.columns = {"tokens"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
   ASSERT_EQ(dataset->splits().size(), 4u);
-  auto lengths = DocumentLengths::Read(*dataset, 0, false, 2, arrow::default_memory_pool());
+  auto lengths = DocumentLengths::Read(*dataset, 0, false, "", 2, arrow::default_memory_pool());
   ASSERT_TRUE(lengths.ok()) << lengths.status().ToString();
   std::vector<int32_t> all = a;
   all.insert(all.end(), b.begin(), b.end());
@@ -114,7 +114,7 @@ TEST(DocumentLengths, RefusesAColumnThatIsNotAList) {
   DatasetOptions options;
   options.columns.columns = {"id"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
-  auto lengths = DocumentLengths::Read(*dataset, 0, false, 1, arrow::default_memory_pool());
+  auto lengths = DocumentLengths::Read(*dataset, 0, false, "", 1, arrow::default_memory_pool());
   ASSERT_FALSE(lengths.ok());
   EXPECT_NE(lengths.status().message().find("not a list column"), std::string::npos)
       << lengths.status().ToString();

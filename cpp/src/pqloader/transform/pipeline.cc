@@ -153,7 +153,9 @@ arrow::Result<TransformPlan> TransformPlan::Make(
       // be numbers no one meant (Cast('float32') of '1.5' is [49, 46, 53]).
       return MakeError(ErrorKind::kUnsupportedType, "transforms: column '", name, "' (",
                        specs[col].arrow_type, ") holds ",
-                       specs[col].kind == ColumnKind::kString ? "text" : "lists of strings",
+                       specs[col].kind == ColumnKind::kString     ? "text"
+                       : specs[col].kind == ColumnKind::kStringList ? "lists of strings"
+                                                                    : "lists of binary values",
                        ", and transforms work on numbers and on encoded bytes (binary "
                        "columns: images, .npy); convert the text when the data is written, or "
                        "in a batch_transform");
