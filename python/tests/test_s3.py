@@ -443,6 +443,38 @@ def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
     assert "read one batch" in done.stdout
 
 
+def test_a_process_forked_while_s3_reads_are_in_flight_reads_s3(store):
+    # Arrow's S3 client holds a reader lock for each request; a fork while the parent's
+    # read-ahead had requests in flight left the child's first S3 client waiting for
+    # that lock forever (DataLoader workers forked after a peek at the loader hung). A
+    # fork now waits for the storage tasks in flight (fork_gate.h).
+    script = textwrap.dedent(f"""
+        import faulthandler, os
+        import pqloader
+        options = {store.options!r}
+        loader = pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=4,
+                                 shuffle=True, seed=1, num_workers=2)
+        for round in range(6):
+            it = iter(loader)
+            next(it)  # the read-ahead goes on in the background
+            pid = os.fork()
+            if pid == 0:
+                faulthandler.dump_traceback_later(30, exit=True)
+                child = pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=4)
+                n = sum(len(b["id"]) for b in child)
+                os._exit(0 if n == 140 else 3)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (round, status)
+        print("children read s3")
+    """)
+    env = aws_env()
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "children read s3" in done.stdout
+
+
 def test_s3_index_then_loaders_read_the_summary_instead_of_the_footers(store):
     # A prefix of its own: the other tests keep reading ds/ without a summary.
     store.server.upload("data", "indexed", store.paths)

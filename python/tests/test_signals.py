@@ -285,3 +285,53 @@ def test_ctrl_c_interrupts_a_mixtures_epoch_length(tmp_path):
     assert "interrupted after" in out.stdout, out.stdout + out.stderr
     assert _interrupted_after(out.stdout) < 10  # ~20 minutes of draws without the check
     assert "again " in out.stdout  # the next call runs to its end
+
+
+# Ctrl-C while a Loader is made against an endpoint that accepts and never answers:
+# KeyboardInterrupt comes at once, and the process must then exit without waiting for
+# the abandoned request's retries (S3's shutdown at exit waits for requests in flight;
+# with a 60 s retry budget it took ~60 s).
+CHILD_STALLED = r"""
+import json, os, signal, sys, threading, time
+import pqloader
+options = json.loads(sys.argv[1])
+threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=10)
+    print("built", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_against_a_stalled_endpoint_then_exit_does_not_wait_out_the_retries(tmp_path):
+    import json
+    import socket
+    import threading
+
+    from test_s3 import aws_env
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    options = {"endpoint_override": f"127.0.0.1:{server.getsockname()[1]}", "scheme": "http",
+               "region": "us-east-1", "access_key": "a", "secret_key": "b",
+               "request_timeout": "1", "retry_budget": "60"}
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD_STALLED, json.dumps(options)],
+                             capture_output=True, text=True, timeout=40, env=aws_env())
+    finally:
+        server.close()
+        for c in held:
+            c.close()
+    assert "interrupted" in out.stdout and "built" not in out.stdout, out.stdout + out.stderr

@@ -10,6 +10,7 @@
 
 #include "pqloader/error.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/util/fork_gate.h"
 
 namespace pqloader {
 
@@ -27,6 +28,10 @@ const std::set<std::string>& KnownKeys() {
   return keys;
 }
 
+// Set when S3 is shut down at exit: requests still running (one a Ctrl-C'd constructor
+// left on Arrow's I/O threads) are not retried, as the shutdown waits for them.
+std::atomic<bool> s3_finalizing{false};
+
 // RetryPolicy in the AWS client. The SDK retries a request synchronously on the thread
 // that made it (ShouldRetry, then CalculateDelayBeforeNextRetry, then sleep), so the
 // time of the request's first failure and the drawn delay are kept per thread.
@@ -35,7 +40,9 @@ class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
   explicit BackoffRetryStrategy(const RetryPolicy& policy) : policy_(policy) {}
 
   bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
-    if (!error.should_retry || StorageExecutor::CurrentTaskAbandoned()) return false;
+    if (!error.should_retry || StorageExecutor::CurrentTaskAbandoned() || s3_finalizing.load()) {
+      return false;
+    }
     State& s = state();
     const auto now = std::chrono::steady_clock::now();
     if (attempted_retries == 0) s.first_failure = now;
@@ -123,6 +130,8 @@ arrow::Status StorageExecutor::SpawnReal(arrow::internal::TaskHints hints,
   return pool_->Spawn(
       hints,
       [flag = abandoned_, task = std::move(task)]() mutable {
+        // A fork waits for this task's requests (see fork_gate.h).
+        const fork_gate::Inside inside;
         const std::atomic<bool>* outer = current_abandoned;
         current_abandoned = flag.get();
         std::move(task)();
@@ -295,6 +304,9 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
   return out;
 }
 
-arrow::Status FinalizeS3() { return arrow::fs::EnsureS3Finalized(); }
+arrow::Status FinalizeS3() {
+  s3_finalizing = true;
+  return arrow::fs::EnsureS3Finalized();
+}
 
 }  // namespace pqloader

@@ -1,12 +1,13 @@
 #include "pqloader/tensor/buffer_pool.h"
 
-#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+
+#include "pqloader/util/fork_gate.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -39,9 +40,8 @@ RecyclingPool* RecyclingPool::Global() {
   static RecyclingPool* pool = [] {
     auto* p = new RecyclingPool(arrow::default_memory_pool(), kDefaultCacheLimit);
     // Hold the lock across fork() so the child never inherits it locked by a thread
-    // that does not exist there.
-    pthread_atfork(&RecyclingPool::LockForFork, &RecyclingPool::UnlockAfterFork,
-                   &RecyclingPool::UnlockAfterFork);
+    // that does not exist there; taken after the storage tasks left (they allocate).
+    fork_gate::AddLock(&RecyclingPool::LockForFork, &RecyclingPool::UnlockAfterFork);
     return p;
   }();
   return pool;
