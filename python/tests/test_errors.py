@@ -411,3 +411,27 @@ def test_a_column_named_like_a_struct_field_is_told_apart_from_it(tmp_path):
         pqloader.Loader(str(tmp_path))
     assert collect(pqloader.Loader(str(tmp_path), columns=["a.b"]))["a.b"].tolist() == [1, 2]
     assert collect(pqloader.Loader(str(tmp_path), columns=["a"]))["a.b"].tolist() == [10, 20]
+
+
+def test_a_file_rewritten_under_the_loader_is_said_to_have_changed(tmp_path):
+    # It reads as corrupt (the footer the loader holds no longer matches the bytes): the
+    # error says the file changed since it was listed.
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"id": np.arange(1000)}), path, row_group_size=300)
+    loader = pqloader.Loader(str(tmp_path), batch_size=100)
+    pq.write_table(pa.table({"id": np.arange(5000) * 7, "y": np.arange(5000.0)}), path,
+                   row_group_size=300)
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"changed since the loader listed it \(\d+ bytes, now \d+\): make a new Loader"):
+        collect(loader)
+
+
+def test_a_path_with_brackets_that_exists_is_read_as_it_is(tmp_path):
+    # '[' is a glob's wildcard too: a name that has one and exists is itself.
+    d = tmp_path / "run[1]"
+    d.mkdir()
+    pq.write_table(pa.table({"a": [1, 2]}), d / "p[0].parquet")
+    for source in (d / "p[0].parquet", d, tmp_path / "run[[]1]" / "*.parquet"):
+        assert collect(pqloader.Loader(str(source)))["a"].tolist() == [1, 2], source
+    with pytest.raises(pqloader.DataNotFoundError, match="matches no files"):
+        pqloader.Loader(str(tmp_path / "run[2]" / "*.parquet"))

@@ -493,13 +493,15 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                 static_cast<double>(split.num_rows));
   };
   work.run_unit = [this, order = layout->order, epoch, readahead = run.readahead,
-                   counters = run.work, deferred = layout->windows != nullptr](int64_t u,
-                                                                              int64_t* bytes) {
+                   counters = run.work, deferred = layout->windows != nullptr](
+                      int64_t u, int64_t* bytes) -> arrow::Result<std::shared_ptr<const DecodedUnit>> {
     // When the plan reads this unit, on the cache schedule's clock (see CacheView).
     const double now = static_cast<double>(epoch) +
                        static_cast<double>(u) / static_cast<double>(order->units().size());
-    return ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters, now,
-                       deferred);
+    auto unit = ProduceUnit(order->units()[u], readahead->Take(u), bytes, counters, now,
+                            deferred);
+    if (!unit.ok()) return NoteIfChanged(unit.status(), order->units()[u].split);
+    return unit;
   };
   work.run_batch = [this, layout, counters = run.work](
                        int64_t b, const std::vector<std::shared_ptr<const DecodedUnit>>& units,

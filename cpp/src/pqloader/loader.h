@@ -358,6 +358,9 @@ class Loader {
   // transforms; `now` is when the plan reads it (the cache's clock, see CacheView).
   // `deferred`: the unit goes to a whole-window gather, so a cache hit may leave its
   // columns unread (SplitCache::GetDeferred).
+  // `st`, a failure to read split `split_index`, saying so where its file changed since
+  // it was listed (a file rewritten under the loader reads as corrupt).
+  arrow::Status NoteIfChanged(const arrow::Status& st, int64_t split_index) const;
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
       const std::shared_ptr<Work>& work, double now, bool deferred);

@@ -83,6 +83,34 @@ bool Loader::SourceChanged(int64_t split_index) const {
   return mtime_ns != file.mtime_ns;
 }
 
+arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index) const {
+  const ErrorDetail* detail = GetErrorDetail(st);
+  if (st.ok() || detail == nullptr || detail->kind() != ErrorKind::kInvalidData) return st;
+  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
+  if (file.fs == nullptr) return st;
+  // On the error path only: on an object store this costs a request.
+  auto info = file.fs->GetFileInfo(file.path);
+  if (!info.ok()) return st;
+  std::string what;
+  if (info->type() != arrow::fs::FileType::File) {
+    what = "is gone";
+  } else if (info->size() != file.size) {
+    what = "changed since the loader listed it (" + std::to_string(file.size) + " bytes, now " +
+           std::to_string(info->size()) + ")";
+  } else if (info->mtime() != arrow::fs::kNoTime &&
+             std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 info->mtime().time_since_epoch()).count() != file.mtime_ns &&
+             file.mtime_ns != 0) {
+    what = "was modified since the loader listed it";
+  } else {
+    return st;
+  }
+  return arrow::Status(st.code(),
+                       st.message() + " ('" + file.display + "' " + what +
+                           ": make a new Loader to read it as it is now)",
+                       st.detail());
+}
+
 std::string Loader::CacheKeyOf(int64_t split_index) const {
   const Split& split = dataset_->splits()[split_index];
   const DataFile& file = dataset_->files()[split.file];

@@ -388,7 +388,16 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
     const std::string& path = resolved.path;
     const std::string& prefix = resolved.prefix;
     const size_t before = out.size();
-    if (HasGlob(path)) {
+    // A name with brackets ("run[1]") that exists is itself, not a pattern (a bracket is
+    // the wildcard most likely in a real name; '*' and '?' are not checked first, which
+    // costs S3 a request or three).
+    bool literal = false;
+    if (HasGlob(path) && path.find('[') != std::string::npos) {
+      auto info = InfoOf(fs, path, cancel);
+      if (info.status().IsCancelled()) return info.status();
+      literal = info.ok() && info->type() != arrow::fs::FileType::NotFound;
+    }
+    if (HasGlob(path) && !literal) {
       // List from the deepest directory without wildcards, then match the whole path.
       const size_t glob = path.find_first_of("*?[");
       const size_t slash = path.rfind('/', glob);
