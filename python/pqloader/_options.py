@@ -357,7 +357,8 @@ ARGUMENT_DOCS = """\
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
             directory (shared by processes, kept across runs; see docs/cache_format.md),
-            or ``":memory:"`` for this process only. Hits skip reading, decoding and
+            or ``":memory:"`` for this loader only (its later epochs; another loader has
+            its own). Hits skip reading, decoding and
             those transforms; batches are bit-identical either way. If the directory is
             unusable or the disk fills up, a warning is issued and loading goes on uncached;
             the first insert the size limit refuses gives one warning too.

@@ -63,8 +63,10 @@ def diagnose(stats: Mapping[str, Any]) -> str:
                 f"the time for batches)")
     if handout >= STALL_OK and handout > stall:
         return (f"hand-out-bound: {_pct(handout)} of the time goes to converting/staging "
-                f"batches in next() (batch_transform, torch conversion, device copies), "
-                f"{_pct(stall)} to waiting for the engine")
+                f"batches in next() (batch_transform, torch conversion, device copies, "
+                f"strings made Python str), {_pct(stall)} to waiting for the engine")
+    # A loader that caches already (hits or misses counted) is not told to.
+    cached = bool(stats.get("cache_hits") or stats.get("cache_misses"))
     s = stage_seconds(stats)
     work = s["read"] + s["decode"] + s["transform"] + s["gather"]
     if work <= 0:
@@ -75,11 +77,13 @@ def diagnose(stats: Mapping[str, Any]) -> str:
                 f"{_pct(share['read'])} of their time)")
     if share["transform"] >= CPU_BOUND and s["transform"] > s["decode"]:
         return (f"CPU-bound (transforms {_pct(share['transform'])} of worker time): raise "
-                f"num_workers if cores are free; cache_dir keeps deterministic transforms' output")
+                f"num_workers if cores are free" +
+                ("" if cached else "; cache_dir keeps deterministic transforms' output"))
     if share["decode"] + share["transform"] >= CPU_BOUND:
         return (f"CPU-bound (decode + transform {_pct(share['decode'] + share['transform'])} "
-                f"of worker time): raise num_workers if cores are free, cache decoded row "
-                f"groups (cache_dir), load fewer columns")
+                f"of worker time): raise num_workers if cores are free, " +
+                ("" if cached else "cache decoded row groups (cache_dir), ") +
+                "load fewer columns")
     if share["gather"] >= CPU_BOUND:
         return (f"gather-bound (gathering rows into batches {_pct(share['gather'])} of worker "
                 f"time): raise num_workers if cores are free, load fewer columns")

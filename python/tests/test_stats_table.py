@@ -89,3 +89,14 @@ def test_stats_table_of_a_real_run(tmp_path):
     verdict = table.splitlines()[-1]
     assert re.match(r"diagnosis: (training|hand-out|storage|CPU|gather|mixed|loader)", verdict)
     assert verdict == "diagnosis: " + _stats_table.diagnose(s)
+
+
+def test_a_loader_that_caches_is_not_told_to_cache():
+    # Hits or misses counted: cache_dir is set already.
+    for key in ("cache_hits", "cache_misses"):
+        stats = dict(_stats(read=1, decode=8, gather=1, wait=8), **{key: 3})
+        assert "cache_dir" not in _stats_table.diagnose(stats)
+        stats = dict(_stats(read=1, decode=2, transform=6, gather=1, wait=8), **{key: 3})
+        assert "cache_dir" not in _stats_table.diagnose(stats)
+    assert "cache decoded row groups (cache_dir)" in _stats_table.diagnose(
+        _stats(read=1, decode=8, gather=1, wait=8))
