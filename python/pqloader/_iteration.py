@@ -175,12 +175,14 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                     f"epoch {epoch} has no batch (a filter that keeps no row, or fewer rows than "
                     "batch_size with drop_last): with num_epochs=None the iteration would never "
                     "yield; give num_epochs or another filter")
-            engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
+            run = engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
                 try:
-                    batch = engine.next()
+                    # The run checked in the engine too: a newer iteration that starts
+                    # its run between the check above and this call is not read from.
+                    batch = engine.next(run)
                 except Exception:
                     # A newer iterator or load_state_dict stopped the engine under us.
                     if generation != cursor.generation:

@@ -77,18 +77,21 @@ class Engine:
 
     # -- what the Loader uses -----------------------------------------------------------
     def start_epoch(self, epoch: int, first_batch: int, then_next_epoch: bool = False,
-                    elastic: dict[str, Any] | None = None) -> None:
-        """Start delivering batches `first_batch`, `first_batch` + 1, ... of `epoch`.
+                    elastic: dict[str, Any] | None = None) -> int:
+        """Start delivering batches `first_batch`, `first_batch` + 1, ... of `epoch`;
+        return the run's id (for :meth:`next`).
 
         With `then_next_epoch`, epoch + 1 follows from its first batch: the engine starts
         it while this one ends. With `elastic` (see ``_state``), `epoch` is the rest of
         the epoch after what an earlier world consumed.
         """
-        self._engine().start_epoch(epoch, first_batch, then_next_epoch, elastic)
+        return self._engine().start_epoch(epoch, first_batch, then_next_epoch, elastic)
 
-    def next(self) -> dict[str, Any] | None:
-        """Return the next batch of the epoch, or None at its end."""
-        return self._engine().next()
+    def next(self, run: int = -1) -> dict[str, Any] | None:
+        """Return the next batch of the epoch, or None at its end. With `run` (a
+        :meth:`start_epoch`'s id), an error, taking nothing, if a newer run replaced it
+        (another thread's newer iteration)."""
+        return self._engine().next(run)
 
     def stop(self) -> None:
         """Stop the workers; the next ``start_epoch`` starts afresh."""

@@ -648,8 +648,9 @@ class PyLoader {
         });
   }
 
-  void StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
-                  const nb::object& elastic) {
+  /// Returns the run's id, for Next.
+  int64_t StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
+                     const nb::object& elastic) {
     auto base = ToElasticBase(elastic);
     pqloader::ScopedRelease release;
     // The loader's own epochs: never into a mixture's batches (a mixture that ended at
@@ -657,7 +658,9 @@ class PyLoader {
     // under its own seed (a mixture's stream sets a source's seed to read it again).
     loader_->set_window_sink(nullptr);
     loader_->set_seed(seed_);
-    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base)));
+    int64_t run = -1;
+    Check(loader_->StartEpoch(epoch, first_batch, then_next_epoch, std::move(base), &run));
+    return run;
   }
 
   // Rows the batches of `epoch` hold (after drop_last; packing: blocks), under the seed.
@@ -688,13 +691,14 @@ class PyLoader {
     });
   }
 
-  nb::object Next() {
+  /// `run`: a StartEpoch's id (-1: whatever run is current).
+  nb::object Next(int64_t run) {
     std::shared_ptr<Batch> batch;
     while (true) {
       bool timed_out = false;
       {
         pqloader::ScopedRelease release;
-        batch = Check(loader_->Next(kSignalPoll, &timed_out));
+        batch = Check(loader_->Next(kSignalPoll, &timed_out, run));
       }
       if (!timed_out) break;
       // Waiting for a batch: let Ctrl-C (and other signal handlers) run now, not when
@@ -1098,7 +1102,7 @@ NB_MODULE(_core, m) {
            "options"_a)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0,
            "then_next_epoch"_a = false, "elastic"_a = nb::none())
-      .def("next", &PyLoader::Next)
+      .def("next", &PyLoader::Next, "run"_a = -1)
       .def("stop", &PyLoader::Stop)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
       .def("check_before_first_batch", &PyLoader::CheckBeforeFirstBatch)

@@ -296,3 +296,51 @@ def test_an_atexit_handler_may_join_a_thread_inside_a_call(ds, tmp_path):
     assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
     assert "worker done" in r.stdout and "joined" in r.stdout, r.stdout + r.stderr
     assert "terminate" not in r.stderr and "leaked" not in r.stderr, r.stderr[-2000:]
+
+
+def test_an_old_iterator_inside_the_engine_call_never_takes_the_new_iterations_batch(ds):
+    # The race behind a rare failure of the test above: the old iterator passed its
+    # "still current?" check and was about to call the engine when another thread's new
+    # iteration started its run; the old call then took the new run's next batch and,
+    # stale, dropped it (a batch lost). The engine call names its run now. Here the old
+    # iterator's call is held at that point until the new iteration has its first batch.
+    expected = reference(ds)
+
+    def scenario():
+        loader = pqloader.Loader(ds, batch_size=64, shuffle=True, seed=3, num_workers=2)
+        engine = loader._engine
+        real_next = engine.next
+        held, go = threading.Event(), threading.Event()
+        old_thread = []
+
+        def next_held_once(run=-1):
+            if threading.current_thread() in old_thread and not held.is_set():
+                held.set()
+                go.wait(DEADLINE_S)
+            return real_next(run)
+
+        engine.next = next_held_once
+        first = iter(loader)
+        taken = [next(first)["id"].tolist()]
+        errors = []
+
+        def drain():
+            try:
+                for b in first:
+                    taken.append(b["id"].tolist())
+            except RuntimeError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=drain)
+        old_thread.append(t)
+        t.start()
+        assert held.wait(DEADLINE_S)  # the old iterator is about to call the engine
+        second_it = iter(loader)
+        second = [next(second_it)["id"].tolist()]  # the new run started, and read from
+        go.set()  # the old call goes on now, into the engine
+        t.join(DEADLINE_S)
+        second += [b["id"].tolist() for b in second_it]
+        assert errors and "iterated again" in str(errors[0])
+        assert taken + second == expected
+
+    within_deadline(scenario)

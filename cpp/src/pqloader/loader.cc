@@ -326,7 +326,7 @@ void Loader::Stop() {
 }
 
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
-                                 std::shared_ptr<const ElasticBase> elastic) {
+                                 std::shared_ptr<const ElasticBase> elastic, int64_t* run_id) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
   ++run_calls_;
   std::vector<EpochRun> old;
@@ -341,6 +341,8 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
       // goes on, with the budget of now.
       then_next_epoch_ = then_next_epoch;
       current_.StartPipeline(current_.PipelineShare(options_.max_inflight_bytes));
+      current_.id = ++run_ids_;
+      if (run_id != nullptr) *run_id = current_.id;
       ++epochs_started_ahead_;
       return arrow::Status::OK();
     }
@@ -364,6 +366,8 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
         st = run.status();
       }
     }
+    current_.id = ++run_ids_;
+    if (run_id != nullptr) *run_id = current_.id;
   }
   ShutDown(std::move(old));
   return st;
@@ -542,11 +546,14 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
 }
 
 arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds timeout,
-                                                   bool* timed_out) {
+                                                   bool* timed_out, int64_t run) {
   if (timed_out != nullptr) *timed_out = false;
   std::shared_ptr<Pipeline> pipeline;
   {
     MutexLock lock(mu_);
+    if (run >= 0 && current_.id != run) {
+      return arrow::Status::Cancelled("the run was replaced by a newer one");
+    }
     pipeline = current_.pipeline;
   }
   if (pipeline == nullptr) return std::shared_ptr<Batch>();

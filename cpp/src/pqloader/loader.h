@@ -247,15 +247,20 @@ class Loader {
   /// If the current run is already this epoch from its first batch under the current
   /// seed, and no batch of it was read yet (a mixture starts its sources' next epoch
   /// while it ends: mix/mix_stream.h), it is kept as it is.
+  /// `*run_id` (if given) names the run started, for Next.
   arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false,
-                           std::shared_ptr<const ElasticBase> elastic = nullptr);
+                           std::shared_ptr<const ElasticBase> elastic = nullptr,
+                           int64_t* run_id = nullptr);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
   /// After an error, iteration of this epoch is over: the same error is returned again.
   /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
   /// a caller can check for signals and call again). Cancelled if Stop() ran meanwhile.
+  /// With a `run` (a StartEpoch's run_id), Cancelled, taking nothing, if another run is
+  /// current: an iterator that another thread's newer iteration replaced never takes a
+  /// batch of the newer one's run.
   arrow::Result<std::shared_ptr<Batch>> Next(
       std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
-      bool* timed_out = nullptr);
+      bool* timed_out = nullptr, int64_t run = -1);
   /// Stop the epoch in progress, if any, and join its workers.
   void Stop();
   /// How many times StartEpoch or Stop was called: whoever started a run can tell
@@ -284,6 +289,7 @@ class Loader {
   // produced every unit, from `pending`.
   struct EpochRun {
     int64_t epoch = 0;
+    int64_t id = 0;  // set by StartEpoch (see its run_id)
     std::shared_ptr<Pipeline> pipeline;
     std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> readahead;
     std::shared_ptr<Work> work;
@@ -439,6 +445,7 @@ class Loader {
   // Whether the last run that produced all its units read every one from the cache.
   std::atomic<bool> last_run_all_hits_{false};
   std::atomic<int64_t> run_calls_{0};
+  int64_t run_ids_ PQ_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;
   std::shared_ptr<CacheView> cache_view_;  // what cache_ knows of this loader
