@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "exec": {"util"},  # threads and order, nothing of Parquet
     "plan": {"random", "util"},  # pure: which rows, in what order
     "tensor": {"plan", "util"},  # batches, gathers, the buffer pool (RowRef from plan/)
-    "io": {"tensor"},
+    "io": {"tensor", "util"},  # util/fork_gate.h: storage tasks let a fork wait for them
     "transform": {"random", "tensor", "util"},
     "cache": {"tensor", "transform", "util"},  # entries hold transformed samples
     "dataset": {"cache", "io", "tensor", "util"},  # cache/: remote footers kept on disk
