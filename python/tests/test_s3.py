@@ -426,6 +426,14 @@ def test_s3_stale_entries_are_told_by_stats_and_deleted_by_prune(store, tmp_path
     assert pqloader.cache_stats(cache_dir)["entries"] == 0
 
 
+def run_script(script: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run `script` in a new interpreter with this one's path and the AWS environment."""
+    env = aws_env()
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
 def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
     script = textwrap.dedent(f"""
         import pqloader
@@ -435,10 +443,7 @@ def test_interpreter_exits_cleanly_mid_epoch_on_s3(store):
         next(it)
         print("read one batch")
     """)
-    env = aws_env()
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = run_script(script, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "read one batch" in done.stdout
 
@@ -467,10 +472,7 @@ def test_a_process_forked_while_s3_reads_are_in_flight_reads_s3(store):
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (round, status)
         print("children read s3")
     """)
-    env = aws_env()
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = run_script(script, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "children read s3" in done.stdout
 

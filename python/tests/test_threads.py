@@ -56,6 +56,22 @@ def within_deadline(fn):
     return box.get("value")
 
 
+def drain_in_a_thread(iterator, taken, errors) -> threading.Thread:
+    """Append the ids of `iterator`'s batches to `taken` in a started thread; a
+    RuntimeError (the iterator became stale) goes to `errors`."""
+
+    def drain():
+        try:
+            for b in iterator:
+                taken.append(b["id"].tolist())
+        except RuntimeError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=drain)
+    t.start()
+    return t
+
+
 def reference(ds, **kw):
     return ids_of(pqloader.Loader(ds, batch_size=64, shuffle=True, seed=3, **kw))
 
@@ -148,16 +164,7 @@ def test_a_new_iteration_stops_the_one_running_in_another_thread(ds):
         errors = []
         first = iter(loader)
         taken = [next(first)["id"].tolist()]
-
-        def drain():
-            try:
-                for b in first:
-                    taken.append(b["id"].tolist())
-            except RuntimeError as e:
-                errors.append(e)
-
-        t = threading.Thread(target=drain)
-        t.start()
+        t = drain_in_a_thread(first, taken, errors)
         time.sleep(0.01)
         second = ids_of(loader)  # re-iteration while the first iterator runs
         t.join(DEADLINE_S)
@@ -311,10 +318,10 @@ def test_an_old_iterator_inside_the_engine_call_never_takes_the_new_iterations_b
         engine = loader._engine
         real_next = engine.next
         held, go = threading.Event(), threading.Event()
-        old_thread = []
+        this_thread = threading.current_thread()  # the new iteration's; the old one drains
 
         def next_held_once(run=-1):
-            if threading.current_thread() in old_thread and not held.is_set():
+            if threading.current_thread() is not this_thread and not held.is_set():
                 held.set()
                 go.wait(DEADLINE_S)
             return real_next(run)
@@ -323,17 +330,7 @@ def test_an_old_iterator_inside_the_engine_call_never_takes_the_new_iterations_b
         first = iter(loader)
         taken = [next(first)["id"].tolist()]
         errors = []
-
-        def drain():
-            try:
-                for b in first:
-                    taken.append(b["id"].tolist())
-            except RuntimeError as e:
-                errors.append(e)
-
-        t = threading.Thread(target=drain)
-        old_thread.append(t)
-        t.start()
+        t = drain_in_a_thread(first, taken, errors)
         assert held.wait(DEADLINE_S)  # the old iterator is about to call the engine
         second_it = iter(loader)
         second = [next(second_it)["id"].tolist()]  # the new run started, and read from

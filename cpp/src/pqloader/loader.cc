@@ -37,11 +37,10 @@ std::string IntegersAsFloats(const Dataset& dataset, size_t c) {
                             t->id() == arrow::Type::FIXED_SIZE_LIST)) {
       t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
     }
-    if (t != nullptr && arrow::is_integer(t->id())) return ":ints=exact";
+    if (t != nullptr && arrow::is_integer(ValueType(*t).id())) return ":ints=exact";
   }
   return "";
 }
-
 
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.

@@ -402,6 +402,9 @@ class Loader {
   SourceIdentity SourceOf(int64_t split) const;
   // Whether the file of a split has changed since the loader opened it (local files).
   bool SourceChanged(int64_t split) const;
+  // How split's file differs from its listing ("is gone", "changed since ..."), or ""
+  // (also when it cannot tell); an object store is asked only with `ask_remote`.
+  std::string HowChanged(int64_t split, bool ask_remote) const;
   class CacheView;
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").

@@ -68,43 +68,37 @@ SourceIdentity Loader::SourceOf(int64_t split_index) const {
   return SourceIdentity{file.display, file.size, file.mtime_ns, file.footer_hash, split.row_group};
 }
 
-bool Loader::SourceChanged(int64_t split_index) const {
+std::string Loader::HowChanged(int64_t split_index, bool ask_remote) const {
   const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
-  // A local file costs a stat; asking an object store would cost a request per insert.
-  if (file.fs == nullptr || file.fs->type_name() != "local") return false;
+  // A local file costs a stat; asking an object store costs a request.
+  if (file.fs == nullptr || (!ask_remote && file.fs->type_name() != "local")) return "";
   auto info = file.fs->GetFileInfo(file.path);
-  if (!info.ok()) return false;  // its next read will say what is wrong
-  if (info->type() != arrow::fs::FileType::File || info->size() != file.size) return true;
+  if (!info.ok()) return "";  // its next read will say what is wrong
+  if (info->type() != arrow::fs::FileType::File) return "is gone";
+  if (info->size() != file.size) {
+    return "changed since the loader listed it (" + std::to_string(file.size) + " bytes, now " +
+           std::to_string(info->size()) + ")";
+  }
   const int64_t mtime_ns =
       info->mtime() == arrow::fs::kNoTime
           ? 0
           : std::chrono::duration_cast<std::chrono::nanoseconds>(info->mtime().time_since_epoch())
                 .count();
-  return mtime_ns != file.mtime_ns;
+  return mtime_ns != file.mtime_ns ? "was modified since the loader listed it" : "";
+}
+
+bool Loader::SourceChanged(int64_t split_index) const {
+  // Not an object store's: that would cost a request per insert.
+  return !HowChanged(split_index, /*ask_remote=*/false).empty();
 }
 
 arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index) const {
   const ErrorDetail* detail = GetErrorDetail(st);
   if (st.ok() || detail == nullptr || detail->kind() != ErrorKind::kInvalidData) return st;
-  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
-  if (file.fs == nullptr) return st;
   // On the error path only: on an object store this costs a request.
-  auto info = file.fs->GetFileInfo(file.path);
-  if (!info.ok()) return st;
-  std::string what;
-  if (info->type() != arrow::fs::FileType::File) {
-    what = "is gone";
-  } else if (info->size() != file.size) {
-    what = "changed since the loader listed it (" + std::to_string(file.size) + " bytes, now " +
-           std::to_string(info->size()) + ")";
-  } else if (info->mtime() != arrow::fs::kNoTime &&
-             std::chrono::duration_cast<std::chrono::nanoseconds>(
-                 info->mtime().time_since_epoch()).count() != file.mtime_ns &&
-             file.mtime_ns != 0) {
-    what = "was modified since the loader listed it";
-  } else {
-    return st;
-  }
+  const std::string what = HowChanged(split_index, /*ask_remote=*/true);
+  if (what.empty()) return st;
+  const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
   return arrow::Status(st.code(),
                        st.message() + " ('" + file.display + "' " + what +
                            ": make a new Loader to read it as it is now)",
