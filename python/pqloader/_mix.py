@@ -23,7 +23,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _core, _process
+from pqloader import _core, _process, _stats_table
+from pqloader._iteration import ConsumerClock, clock
 from pqloader._options import check_int
 
 STATE_VERSION = 1
@@ -117,6 +118,10 @@ class Mixture:
         self._lengths: dict[int, int] = {}
         self._kept: tuple[int, Any] | None = None  # (epoch, its draws) for its stream
         self._epochs_in_place = 0  # epochs begun whose batches the sources wrote in place
+        # The consumer's time in next() (and of it, in the stream's next()), batches out.
+        self._clock = ConsumerClock()
+        self._engine_wait = 0.0
+        self._batches_out = 0
         self._epoch, self._batch = 0, 0
         self._resume_end: int | None = None
         self._active_end: int | None = None  # where the running iteration stops
@@ -196,6 +201,7 @@ class Mixture:
     # -- iteration ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self, mixture=True)
+        self._clock.start()
         with self._lock:
             self._generation += 1
             generation = self._generation
@@ -252,6 +258,7 @@ class Mixture:
         half = (batch + self.num_batches(epoch)) // 2 if then_next else -1
         try:
             for b in range(batch, self.num_batches(epoch)):
+                t0 = clock()  # the consumer asked for the next batch
                 if b == half:
                     # The next epoch's length (and draws): its sources, started early by
                     # this stream, then write it in place where they can.
@@ -260,7 +267,9 @@ class Mixture:
                     stream.set_next_epoch(nxt, self.num_batches(epoch + 1), kept_next)
                 if generation != self._generation:
                     raise RuntimeError(_STALE)
+                t1 = clock()
                 out = stream.next()
+                self._engine_wait += clock() - t1
                 if out is None:  # cannot happen: the stream holds num_batches batches
                     raise RuntimeError(f"mixture epoch {epoch} ended early at batch {b}")
                 with self._lock:
@@ -269,7 +278,11 @@ class Mixture:
                     self._epoch, self._batch = epoch, b + 1
                 if transform is not None:
                     out = transform(out)
-                yield to_torch(out) if to_torch is not None else out
+                if to_torch is not None:
+                    out = to_torch(out)
+                self._batches_out += 1
+                self._clock.next_seconds += clock() - t0
+                yield out
         finally:
             with self._lock:
                 stream.stop()  # a no-op if a newer iteration or close() stopped it
@@ -282,16 +295,30 @@ class Mixture:
             self._stream = None
 
     def stats(self) -> dict[str, Any]:
-        """Each source loader's ``stats()`` (under ``sources``), the sum over them of
-        bytes_read, bytes_fetched, units_read and rows (rows the sources handed to the
-        mixer), and ``epochs_in_place``: epochs (or rests of epochs) begun so far whose
-        batches the sources wrote in place (see :func:`mix`)."""
+        """Each source loader's ``stats()`` (under ``sources``); the sum over them of
+        bytes_read, bytes_fetched, units_read, rows (rows the sources handed to the
+        mixer) and of their worker stages (read_seconds, decode_seconds,
+        transform_seconds, assemble_seconds: all threads); the mixture's own consumer
+        side, as ``Loader.stats()`` has it: batches (handed out), wait_seconds (time in
+        the mixture's ``next()``, batch_transform and torch conversion included), of which
+        engine_wait_seconds waiting for the mixed batch, wall_seconds (since the first
+        iteration) and wait_fraction; and ``epochs_in_place``: epochs (or rests of
+        epochs) begun so far whose batches the sources wrote in place (see :func:`mix`)."""
         per = {n: l.stats() for n, l in zip(self._names, self._loaders)}
-        out: dict[str, Any] = {k: sum(s.get(k, 0) for s in per.values())
-                               for k in ("bytes_read", "bytes_fetched", "units_read", "rows")}
+        summed = ("bytes_read", "bytes_fetched", "units_read", "rows", "read_seconds",
+                  "decode_seconds", "transform_seconds", "assemble_seconds")
+        out: dict[str, Any] = {k: sum(s.get(k, 0) for s in per.values()) for k in summed}
+        out["batches"] = self._batches_out
+        out["wait_seconds"] = self._engine_wait
+        out = self._clock.stats(out)  # wait_seconds -> engine_wait_seconds, the rest
         out["epochs_in_place"] = self._epochs_in_place
         out["sources"] = per
         return out
+
+    def stats_table(self) -> str:
+        """:meth:`stats` as a per-stage table (the sources' worker time summed, and the
+        mixture's consumer wait) and a one-line diagnosis; see :func:`pqloader.format_stats`."""
+        return _stats_table.format_stats(self.stats())
 
     def close(self) -> None:
         """Stop the sources' worker threads and wait for them (``Loader.close()`` on each).
