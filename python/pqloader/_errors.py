@@ -14,7 +14,7 @@ class IOError(Error, builtins.OSError):  # noqa: A001 - deliberate, mirrors the 
 
 
 class DataNotFoundError(IOError, builtins.FileNotFoundError):
-    """A path, directory or glob holds no data files."""
+    """A path, directory or glob holds no data files, or a listed file is gone."""
 
 
 class InvalidDataError(Error, ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import decimal
+import errno
 import itertools
 import os
 import struct
@@ -424,6 +425,21 @@ def test_a_file_rewritten_under_the_loader_is_said_to_have_changed(tmp_path):
     with pytest.raises(pqloader.InvalidDataError,
                        match=r"changed since the loader listed it \(\d+ bytes, now \d+\): make a new Loader"):
         collect(loader)
+
+
+def test_a_file_deleted_under_the_loader_is_not_found_naming_it(tmp_path):
+    # A storage error, but of a file that is gone: DataNotFoundError (a FileNotFoundError,
+    # errno ENOENT), saying it is gone; the file before it was read in full.
+    for name, n in (("a", 1000), ("b", 500)):
+        pq.write_table(pa.table({"id": np.arange(n)}), tmp_path / f"{name}.parquet", row_group_size=300)
+    loader = pqloader.Loader(str(tmp_path), batch_size=100)
+    (tmp_path / "b.parquet").unlink()
+    seen = []
+    with pytest.raises(FileNotFoundError, match=r"b\.parquet' is gone: make a new Loader") as e:
+        for b in loader:
+            seen.extend(b["id"].tolist())
+    assert isinstance(e.value, pqloader.DataNotFoundError) and e.value.errno == errno.ENOENT
+    assert seen == list(range(1000))
 
 
 def test_a_path_with_brackets_that_exists_is_read_as_it_is(tmp_path):

@@ -365,7 +365,8 @@ class Loader {
   // `deferred`: the unit goes to a whole-window gather, so a cache hit may leave its
   // columns unread (SplitCache::GetDeferred).
   // `st`, a failure to read split `split_index`, saying so where its file changed since
-  // it was listed (a file rewritten under the loader reads as corrupt).
+  // it was listed (a file rewritten under the loader reads as corrupt); a file deleted
+  // since makes it kNotFound.
   arrow::Status NoteIfChanged(const arrow::Status& st, int64_t split_index) const;
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
@@ -402,9 +403,10 @@ class Loader {
   SourceIdentity SourceOf(int64_t split) const;
   // Whether the file of a split has changed since the loader opened it (local files).
   bool SourceChanged(int64_t split) const;
-  // How split's file differs from its listing ("is gone", "changed since ..."), or ""
-  // (also when it cannot tell); an object store is asked only with `ask_remote`.
+  // How split's file differs from its listing (kGone, "changed since ..."), or "" (also
+  // when it cannot tell); an object store is asked only with `ask_remote`.
   std::string HowChanged(int64_t split, bool ask_remote) const;
+  static constexpr const char* kGone = "is gone";
   class CacheView;
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").

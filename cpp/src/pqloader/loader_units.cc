@@ -74,7 +74,7 @@ std::string Loader::HowChanged(int64_t split_index, bool ask_remote) const {
   if (file.fs == nullptr || (!ask_remote && file.fs->type_name() != "local")) return "";
   auto info = file.fs->GetFileInfo(file.path);
   if (!info.ok()) return "";  // its next read will say what is wrong
-  if (info->type() != arrow::fs::FileType::File) return "is gone";
+  if (info->type() != arrow::fs::FileType::File) return kGone;
   if (info->size() != file.size) {
     return "changed since the loader listed it (" + std::to_string(file.size) + " bytes, now " +
            std::to_string(info->size()) + ")";
@@ -94,15 +94,24 @@ bool Loader::SourceChanged(int64_t split_index) const {
 
 arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index) const {
   const ErrorDetail* detail = GetErrorDetail(st);
-  if (st.ok() || detail == nullptr || detail->kind() != ErrorKind::kInvalidData) return st;
-  // On the error path only: on an object store this costs a request.
-  const std::string what = HowChanged(split_index, /*ask_remote=*/true);
+  if (st.ok() || detail == nullptr ||
+      (detail->kind() != ErrorKind::kInvalidData && detail->kind() != ErrorKind::kIO)) {
+    return st;
+  }
+  // On the error path only: on an object store this costs a request, not made after a
+  // storage failure (the store may be what failed: the request would retry as long).
+  const std::string what =
+      HowChanged(split_index, /*ask_remote=*/detail->kind() == ErrorKind::kInvalidData);
   if (what.empty()) return st;
   const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
+  // A file deleted since it was listed is not found (FileNotFoundError in Python), not
+  // a failing storage.
+  std::shared_ptr<arrow::StatusDetail> kind = st.detail();
+  if (what == kGone) kind = std::make_shared<ErrorDetail>(ErrorKind::kNotFound, detail->os_error());
   return arrow::Status(st.code(),
                        st.message() + " ('" + file.display + "' " + what +
                            ": make a new Loader to read it as it is now)",
-                       st.detail());
+                       std::move(kind));
 }
 
 std::string Loader::CacheKeyOf(int64_t split_index) const {
