@@ -73,7 +73,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     ``torch.utils.data.DataLoader`` that counts the batches it hands out) and use that
     DataLoader's ``state_dict()``/``load_state_dict()``: the resumed stream is exactly
     the rest of the interrupted one, also with another number of workers, ranks or
-    batch size (elastic resume, see docs/determinism.md).
+    batch size (elastic resume, see docs/determinism.md). With worker processes the
+    DataLoader counts the position of one epoch per iteration: the loader's
+    ``num_epochs`` must be 1 (the default) for ``state_dict()`` (a ``ValueError`` else).
 
     Args:
         loader: The loader to wrap; its options, seed, rank and world size are used.
@@ -185,12 +187,27 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return _Position(state["epoch"], workers, base=base)
 
     def _worker_level_state(self, p: _Position) -> dict[str, Any]:
-        """A state of the worker loaders' world (rank * W + w of world_size * W)."""
+        """A state of the worker loaders' world (rank * W + w of world_size * W).
+
+        Mid-epoch, the interrupted iteration ends with the epoch (``iteration_end``): a
+        worker that had handed out all its batches of it yields nothing more, rather
+        than its next epoch.
+        """
         o = self._recipe.options
+        if o.num_epochs != 1:
+            # The position counts batches of one epoch: DataLoader takes the workers'
+            # batches in turns, and which epoch each is of is not known here.
+            raise ValueError(
+                "pqloader.torch.DataLoader with worker processes counts the position of one "
+                f"epoch per iteration: give the loader num_epochs=1 (it has {o.num_epochs}) "
+                "and call set_epoch(e) before each epoch")
+        end = None
         if p.complete:
             p = _Position(p.epoch + 1, p.workers)
+        else:
+            end = p.epoch + 1
         template = self._main_loader().state_dict()
-        state = _state.make_state(p.epoch, p.counts()[0], None, template["seed"],
+        state = _state.make_state(p.epoch, p.counts()[0], end, template["seed"],
                                   dict(template["options"], rank=0,
                                        world_size=o.world_size * p.workers), p.base)
         state["rank_batches"] = p.counts() * o.world_size  # ranks run in lockstep
@@ -289,7 +306,11 @@ class DataLoader(torch.utils.data.DataLoader):
         return count()
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed out (a pqloader state)."""
+        """The position after the last batch handed out (a pqloader state).
+
+        Raises:
+            ValueError: With worker processes, the loader's ``num_epochs`` is not 1.
+        """
         return self.dataset.state_dict()  # type: ignore[attr-defined]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -347,6 +347,48 @@ def test_dataloader_workers_resume_exactly(ds, workers, cut):
 
 
 @pytestmark_workers
+@pytest.mark.parametrize("workers,persistent", [(2, False), (3, False), (2, True)])
+def test_dataloader_resumed_in_an_epochs_last_batches_yields_only_their_rest(ds, workers, persistent):
+    """A worker that had handed out its share of the epoch yields nothing more (it went
+    on into its next epoch: a whole epoch again), also when the state is taken right
+    after the epoch's last batch, inside the loop; the next epoch is the ordinary one."""
+    def dataloader():
+        dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+        return dataset, pqloader.torch.DataLoader(dataset, num_workers=workers,
+                                                  persistent_workers=persistent)
+
+    dataset, dl = dataloader()
+    whole = []
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        whole.append(run_with_timeout(lambda: dl_ids(dl), timeout=120))
+    batches = len(whole[0]) // 8
+    for cut in (batches - workers + 1, batches - 1, batches):
+        dataset, dl = dataloader()
+        it = iter(dl)
+        head = [next(it) for _ in range(cut)]
+        state = json.loads(json.dumps(dl.state_dict()))
+        del it
+        dataset, dl = dataloader()
+        dl.load_state_dict(state)
+        rest = run_with_timeout(lambda: dl_ids(dl), timeout=120)
+        assert dl_ids(head) + rest == whole[0], cut
+        dataset.set_epoch(1)
+        assert run_with_timeout(lambda: dl_ids(dl), timeout=120) == whole[1], cut
+
+
+def test_dataloader_checkpoints_need_one_epoch_per_iteration(ds):
+    # With num_epochs=2 the counted position would name the wrong epoch: refused.
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=2)),
+                                   num_workers=2)
+    it = iter(dl)
+    next(it)
+    with pytest.raises(ValueError, match="num_epochs=1"):
+        dl.state_dict()
+    del it
+
+
+@pytestmark_workers
 @pytest.mark.parametrize("old,new", [(2, 3), (3, 0), (0, 2)])
 def test_dataloader_resume_with_another_number_of_workers(ds, old, new):
     head, state = run_dataloader(ds, old, take_n=6)
