@@ -191,3 +191,42 @@ def test_integers_declared_as_floats_must_convert_exactly(tmp_path):
         with pytest.raises(pqloader.SchemaMismatchError,
                            match=rf"'{p}', row group 0: column '{col}': value {value} .* without loss"):
             load(col, t)
+
+
+@pytest.mark.parametrize("list_type", [pa.list_, lambda t: pa.list_(t, 2), pa.large_list])
+def test_decimals_of_two_scales_in_lists_are_refused_as_int64(tmp_path, list_type):
+    # decimals="int64" gives unscaled integers: a list of decimal(10, 2) beside one of
+    # decimal(12, 4) (or a declared one) would give 125 for 1.25 in one file and 12500 in
+    # the other (it did, silently). Refused as plain decimal columns are, naming both;
+    # as float64 both load.
+    from decimal import Decimal as D
+    a = write_parquet(tmp_path / "a.parquet", pa.table(
+        {"x": pa.array([[D("1.25"), D("-3.50")]], list_type(pa.decimal128(10, 2)))}))
+    write_parquet(tmp_path / "b.parquet", pa.table(
+        {"x": pa.array([[D("1.2500"), D("7.0001")]], list_type(pa.decimal128(12, 4)))}))
+    with pytest.raises(pqloader.SchemaMismatchError,
+                       match=r"decimal128\(10, 2\).*a\.parquet' but .*decimal128\(12, 4\).* elsewhere: "
+                             r"decimals='int64' needs one scale"):
+        pqloader.Loader(str(tmp_path), decimals="int64")
+    with pytest.raises(pqloader.SchemaMismatchError, match="in the declared schema: decimals='int64'"):
+        pqloader.Loader(str(a), decimals="int64",
+                        schema=pa.schema([("x", list_type(pa.decimal128(12, 4)))]))
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=2))["x"]
+    as_float = pa.array([D("1.25"), D("-3.5"), D("1.25"), D("7.0001")],
+                        pa.decimal128(12, 4)).cast(pa.float64()).to_pylist()  # Arrow's rounding
+    assert got.ravel().tolist() == as_float
+    assert collect(pqloader.Loader(str(a), decimals="int64"))["x"].tolist() == [[125, -350]]
+
+
+def test_a_file_with_two_columns_of_one_name_is_refused_naming_it(tmp_path):
+    # pyarrow writes such a table; Arrow finds neither field by name, so the file read as
+    # lacking the column: its rows became fill_null's (silently), or "does not exist".
+    write_parquet(tmp_path / "a.parquet",
+                  pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4]), pa.array([7, 8])],
+                                       names=["d", "d", "e"]))
+    write_parquet(tmp_path / "b.parquet", pa.table({"d": [5], "e": [9]}))
+    for kwargs in ({"fill_null": -1}, {}, {"columns": ["d"]}):
+        with pytest.raises(pqloader.InvalidDataError,
+                           match=r"a\.parquet' has 2 columns named 'd': which one to read is ambiguous"):
+            pqloader.Loader(str(tmp_path), **kwargs)
+    assert collect(pqloader.Loader(str(tmp_path), columns=["e"]))["e"].tolist() == [7, 8, 9]

@@ -73,6 +73,16 @@ bool LeavesAt(const parquet::arrow::SchemaField& field, const std::vector<std::s
   return false;
 }
 
+// The scale of the decimals `type` holds (itself, or the values of its lists, at any
+// depth), or -1 when it holds none.
+int32_t DecimalScale(const arrow::DataType& type) {
+  if (arrow::is_decimal(type.id())) return static_cast<const arrow::DecimalType&>(type).scale();
+  if (arrow::is_list_like(type.id()) && type.num_fields() == 1) {
+    return DecimalScale(*type.field(0)->type());
+  }
+  return -1;
+}
+
 std::string Join(const std::string& top, const std::vector<std::string>& path) {
   std::string out = top;
   for (const auto& p : path) out += "." + p;
@@ -182,11 +192,29 @@ class Resolver {
   }
 
   bool IsTopField(const std::string& name) const {
-    if (options_.schema != nullptr) return options_.schema->GetFieldIndex(name) >= 0;
+    // GetFieldIndex is -1 for a name two fields share: such a column is found here,
+    // and refused by AddLeaf.
+    if (options_.schema != nullptr) return !options_.schema->GetAllFieldIndices(name).empty();
     for (const auto& f : files_) {
-      if (f.schema->GetFieldIndex(name) >= 0) return true;
+      if (!f.schema->GetAllFieldIndices(name).empty()) return true;
     }
     return false;
+  }
+
+  // A column that two top-level fields of a file (or of the declared schema) are named:
+  // which one is meant is ambiguous (Arrow finds neither by name; the file would read as
+  // lacking it).
+  arrow::Status CheckOneFieldNamed(const std::string& top) const {
+    auto check = [&](const arrow::Schema& schema, const std::string& where) -> arrow::Status {
+      const size_t n = schema.GetAllFieldIndices(top).size();
+      if (n <= 1) return arrow::Status::OK();
+      return MakeError(ErrorKind::kInvalidData, where, " has ", n, " columns named '", top,
+                       "': which one to read is ambiguous; select other columns with "
+                       "columns=[...]");
+    };
+    if (options_.schema != nullptr) ARROW_RETURN_NOT_OK(check(*options_.schema, "the declared schema"));
+    for (const auto& f : files_) ARROW_RETURN_NOT_OK(check(*f.schema, "'" + f.display + "'"));
+    return arrow::Status::OK();
   }
 
   // Every column of every file in order of first appearance (or the declared schema's),
@@ -325,6 +353,7 @@ class Resolver {
   }
 
   arrow::Status AddLeaf(const Leaf& leaf) {
+    ARROW_RETURN_NOT_OK(CheckOneFieldNamed(leaf.top));
     std::vector<ColumnSource> sources(files_.size());
     std::shared_ptr<arrow::DataType> unified;
     int unified_from = -1;  // the file whose type `unified` last took
@@ -376,17 +405,18 @@ class Resolver {
       if (!common->Equals(*unified)) unified_from = static_cast<int>(f);
       unified = common;
     }
-    if (options_.spec.decimals_as_int64 && unified != nullptr &&
-        arrow::is_decimal(unified->id())) {
-      const int32_t scale = static_cast<const arrow::DecimalType&>(*unified).scale();
+    // Decimals as unscaled integers, also in lists: each file's are converted at its own
+    // scale, so every file must have the one the column has.
+    const int32_t scale = unified != nullptr ? DecimalScale(*unified) : -1;
+    if (options_.spec.decimals_as_int64 && scale >= 0) {
       for (size_t f = 0; f < files_.size(); ++f) {
         const auto& t = sources[f].type;
-        if (t != nullptr && arrow::is_decimal(t->id()) &&
-            static_cast<const arrow::DecimalType&>(*t).scale() != scale) {
+        if (t != nullptr && DecimalScale(*t) >= 0 && DecimalScale(*t) != scale) {
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
                            t->ToString(), " in '", files_[f].display, "' but ",
-                           unified->ToString(), " elsewhere: decimals='int64' needs one scale "
-                           "(unscaled integers of two scales are different numbers)");
+                           unified->ToString(), declared ? " in the declared schema" : " elsewhere",
+                           ": decimals='int64' needs one scale (unscaled integers of two "
+                           "scales are different numbers)");
         }
       }
     }
