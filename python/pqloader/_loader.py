@@ -338,11 +338,15 @@ class Loader:
         restored = _state.parse_state(state, num_batches=self._engine.num_batches, seed=self.seed,
                                       adopt_seed=self._seed_drawn, fingerprint_for=self._fingerprint)
         if restored.seed != self.seed:
-            self._options = self._options.replace(seed=restored.seed)
-            self._engine.set_seed(restored.seed)
+            self._adopt_seed(restored.seed)
         self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end,
                           restored.elastic)  # iterators stop
         self._engine.stop()
+
+    def _adopt_seed(self, seed: int) -> None:
+        """Take a state's seed (a loader built with ``seed=None``; also a mixture's source)."""
+        self._options = self._options.replace(seed=seed)
+        self._engine.set_seed(seed)
 
     def __repr__(self) -> str:
         o = self._options

@@ -26,6 +26,7 @@ import numpy as np
 from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._options import check_int
+from pqloader._state import _jsonish
 
 STATE_VERSION = 1
 _STOPS = ("first", "last")
@@ -103,6 +104,8 @@ class Mixture:
         self._cumulative = _core.mix_cumulative(self._weights)
         self._batch_size = check_int("batch_size", batch_size if batch_size is not None else first.batch_size, 1)
         self._seed = check_int("seed", seed if seed is not None else first.seed, 0, 2**64 - 1)
+        # The first source's drawn seed: adopted from a state, as the sources' are.
+        self._seed_drawn = seed is None and loaders[0]._seed_drawn
         self._samples = None if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch, 1)
         self._stop = stop
         self._drop_last = bool(drop_last)
@@ -343,34 +346,43 @@ class Mixture:
         self.close()
 
     # -- checkpointing -----------------------------------------------------------------
-    def _config(self) -> dict[str, Any]:
+    def _config(self, seed: int | None = None, source_seeds: Sequence[int] | None = None) -> dict[str, Any]:
+        seeds = source_seeds if source_seeds is not None else [l.seed for l in self._loaders]
         return {"sources": self._names, "weights": self._weights, "batch_size": self._batch_size,
-                "seed": self._seed, "samples_per_epoch": self._samples, "stop": self._stop,
-                "drop_last": self._drop_last,
-                "source_fingerprints": [l._fingerprint(l.seed) for l in self._loaders]}
+                "seed": self._seed if seed is None else seed, "samples_per_epoch": self._samples,
+                "stop": self._stop, "drop_last": self._drop_last,
+                "source_fingerprints": [l._fingerprint(s) for l, s in zip(self._loaders, seeds)]}
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch handed out (JSON-safe)."""
+        """The position after the last batch handed out (JSON-safe). Every rank of a job
+        (in lockstep) has the same one but for the sources' ranks: any rank's loads on
+        every rank."""
         return {"kind": "pqloader.mix", "version": STATE_VERSION, "epoch": self._epoch,
                 "batch": self._batch, "end": self._active_end, "config": self._config()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue exactly after the last batch of the run that produced `state`.
+        """Continue exactly after the last batch of the run that produced `state`, which
+        may be another rank's (or :func:`pqloader.merge_states`' of all ranks). Sources
+        built with ``seed=None`` adopt the state's seeds (and the mixture its own, where it
+        took the first source's), as a Loader does.
 
         Raises:
             pqloader.InvalidDataError: not a mixture state, or one of other sources,
-                weights or options (named).
+                weights or options (named; another world size among them).
         """
         from pqloader._errors import InvalidDataError
 
         if not isinstance(state, Mapping) or state.get("kind") != "pqloader.mix" \
                 or state.get("version") != STATE_VERSION:
             raise InvalidDataError(f"not a pqloader.mix state (version {STATE_VERSION})")
-        mine = self._config()
         theirs = state.get("config", {})
-        diffs = [k for k in mine if mine[k] != theirs.get(k)]
+        if not isinstance(theirs, Mapping):
+            raise InvalidDataError("not a pqloader.mix state: its config is not a mapping")
+        seed, seeds = self._adoptable_seeds(theirs)
+        mine = self._config(seed, seeds)
+        diffs = _config_diffs(self._names, mine, theirs)
         if diffs:
-            raise InvalidDataError("cannot load a mixture state taken with different " + ", ".join(diffs))
+            raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
         if not isinstance(epoch, int) or not isinstance(batch, int) or epoch < 0 or \
                 not 0 <= batch <= self.num_batches(epoch):
@@ -379,14 +391,100 @@ class Mixture:
         if end is not None and (not isinstance(end, int) or end < epoch):
             raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")
         with self._lock:
+            for loader, s in zip(self._loaders, seeds):
+                if s != loader.seed:
+                    loader._adopt_seed(s)
+            self._seed = seed
+            self._lengths.clear()  # drawn with the seed
+            self._kept = None
             self._epoch, self._batch = epoch, batch
             # The rest of the interrupted iteration: up to where it would have stopped.
             self._resume_end = end
             self._generation += 1
 
+    def _adoptable_seeds(self, theirs: Mapping[str, Any]) -> tuple[int, list[int]]:
+        """The mixture's seed and the sources' that loading `theirs` would set: a drawn
+        seed (``seed=None``) takes the state's, the others stay."""
+        def valid(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+
+        fps = theirs.get("source_fingerprints")
+        fps = fps if isinstance(fps, list) and len(fps) == len(self._loaders) else [None] * len(self._loaders)
+        seeds = []
+        for loader, fp in zip(self._loaders, fps):
+            s = fp.get("seed") if isinstance(fp, Mapping) else None
+            seeds.append(s if loader._seed_drawn and valid(s) else loader.seed)
+        seed = theirs.get("seed")
+        return (seed if self._seed_drawn and valid(seed) else self._seed), seeds
+
     def __repr__(self) -> str:
         return (f"pqloader.Mixture({dict(zip(self._names, self._weights))}, batch_size={self._batch_size}, "
                 f"seed={self._seed}, stop={self._stop!r}, samples_per_epoch={self._samples})")
+
+
+def _without_rank(fingerprint: Any) -> Any:
+    """A source's fingerprint without its rank: the ranks of a job mix the same sequence."""
+    if not isinstance(fingerprint, Mapping):
+        return fingerprint
+    return {k: v for k, v in fingerprint.items() if k != "rank"}
+
+
+def _config_diffs(names: Sequence[str], mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """What differs between two mixture configs, the sources' ranks aside (named: the
+    option of the source, e.g. "source 'web' world_size: state has 2, mixture has 4")."""
+    diffs = []
+    for k in mine:
+        if k != "source_fingerprints":
+            if mine[k] != theirs.get(k):
+                diffs.append(f"{k}: state has {theirs.get(k)!r:.200}, mixture has {mine[k]!r:.200}")
+            continue
+        a, b = mine[k], theirs.get(k)
+        if not isinstance(b, list) or len(b) != len(a):
+            diffs.append(f"{k}: state has {b!r:.200}")
+            continue
+        for name, fa, fb in zip(names, a, b):
+            fa, fb = _without_rank(fa), _without_rank(fb)
+            if not isinstance(fb, Mapping):
+                diffs.append(f"source {name!r}: state has {fb!r:.200}")
+                continue
+            diffs += [f"source {name!r} {o}: state has {fb.get(o)!r:.200}, mixture has {fa[o]!r:.200}"
+                      for o in fa if _jsonish(fa[o]) != _jsonish(fb.get(o))]
+    return diffs
+
+
+def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One state of a mixture's ranks (see :func:`pqloader.merge_states`): ranks mix in
+    lockstep, so every rank's is the same but for the sources' ranks, and each loads on
+    any rank; refused where they differ in more (another position among them)."""
+    from pqloader._errors import InvalidDataError
+
+    def rank(s: Mapping[str, Any]) -> Any:
+        fps = s.get("config", {}).get("source_fingerprints") if isinstance(s.get("config"), Mapping) else None
+        return fps[0].get("rank") if isinstance(fps, list) and fps and isinstance(fps[0], Mapping) else None
+
+    for s in states:
+        if s.get("kind") != "pqloader.mix" or s.get("version") != STATE_VERSION or rank(s) is None:
+            raise InvalidDataError(f"not a pqloader.mix state: {s!r:.200}")
+    by_rank = sorted(states, key=rank)
+    ranks = [rank(s) for s in by_rank]
+    world = by_rank[0]["config"]["source_fingerprints"][0].get("world_size")
+    if not isinstance(world, int) or ranks != list(range(world)):
+        raise InvalidDataError(f"merge_states needs one mixture state per rank 0..{world - 1 if isinstance(world, int) else '?'}, "
+                               f"got ranks {ranks}")
+    first = by_rank[0]
+
+    def same(s: Mapping[str, Any]) -> Any:
+        config = dict(s["config"])
+        config["source_fingerprints"] = [_without_rank(f) for f in config["source_fingerprints"]]
+        return _jsonish([s.get("epoch"), s.get("batch"), s.get("end"), config])
+
+    for s in by_rank[1:]:
+        if same(s) != same(first):
+            raise InvalidDataError(
+                f"rank {rank(s)}'s mixture state differs from rank 0's (epoch {s.get('epoch')}, batch "
+                f"{s.get('batch')} against {first.get('epoch')}, {first.get('batch')}, or options): a "
+                "mixture resumes every rank from one position, so its ranks must be in step")
+    return _jsonish(dict(first))
 
 
 # A forked child gets a fresh lock for each live mixture (another thread may have held

@@ -170,7 +170,9 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     this is not needed; a merged state also records each rank's own count, for ranks
     that stopped at different batches (and for ``torch.distributed.checkpoint``, which
     keeps one copy of values that all ranks save under the same key). The merged state
-    loads on any world size (see :meth:`pqloader.Loader.load_state_dict`).
+    loads on any world size (see :meth:`pqloader.Loader.load_state_dict`). States of a
+    mixture's ranks (:func:`pqloader.mix`) merge into one of them: a mixture resumes
+    every rank from one position, on the same world size.
 
     Args:
         states: One ``state_dict()`` per rank of the old world, in any order.
@@ -185,13 +187,18 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     states = list(states)
     if not states or not all(isinstance(s, Mapping) for s in states):
         raise InvalidDataError("merge_states needs a non-empty list of pqloader states")
+    if any(s.get("kind") == "pqloader.mix" for s in states):
+        from pqloader import _mix  # a mixture's ranks: one state (the module imports this one)
+
+        return _mix.merge_states(states)
     for s in states:
         if s.get("version") != STATE_VERSION or not isinstance(s.get("options"), Mapping):
             raise InvalidDataError(f"not a pqloader state: {s!r:.200}")
     world = states[0]["options"].get("world_size")
     ranks = sorted(s["options"].get("rank") for s in states)
     if ranks != list(range(world if isinstance(world, int) else -1)):
-        raise InvalidDataError(f"merge_states needs one state per rank 0..{world}-1, got ranks {ranks}")
+        last = world - 1 if isinstance(world, int) else "?"
+        raise InvalidDataError(f"merge_states needs one state per rank 0..{last}, got ranks {ranks}")
     by_rank = sorted(states, key=lambda s: s["options"]["rank"])
     first = by_rank[0]
 

@@ -4,6 +4,7 @@ sharded stream."""
 from __future__ import annotations
 
 import gc
+import json
 import math
 import os
 import subprocess
@@ -853,3 +854,62 @@ def test_a_packed_sources_wrap_without_a_whole_batch_is_passed_over(tmp_path):
     assert len(runs[0]) == len(runs[1]) == len(mixture(0))
     for cut in (len(runs[0]) // 3, len(runs[0]) - 2):
         resume_after(lambda: mixture(0), cut, runs[0])
+
+
+def test_a_mixture_state_loads_on_every_rank_and_the_ranks_states_merge(sources):
+    """Rank 0 saves, every rank loads (as docs/distributed.md does for a Loader): each
+    rank's rest equals its own uninterrupted one. The ranks' states merge into one
+    (merge_states, so gather_state_dict and Checkpoint) while in step; out of step, or
+    on another world size, they are refused naming why."""
+    root, _ = sources
+
+    def make(rank, world=2, **kw):
+        return pqloader.mix(loaders(root, rank=rank, world_size=world, **kw), [3, 2, 1], seed=1,
+                            samples_per_epoch=600, batch_size=50)
+
+    full = [run(make(r)) for r in range(2)]
+    ms = [make(r) for r in range(2)]
+    its = [iter(m) for m in ms]
+    for it in its:
+        for _ in range(4):
+            next(it)
+    states = [json.loads(json.dumps(m.state_dict())) for m in ms]
+    merged = pqloader.merge_states(states[::-1])
+    for saved in (states[0], merged):
+        for rank in range(2):
+            resumed = make(rank)
+            resumed.load_state_dict(saved)
+            tail = run(resumed)
+            assert [b["id"].tolist() for b in tail] == [b["id"].tolist() for b in full[rank][4:]]
+    next(its[1])
+    with pytest.raises(pqloader.InvalidDataError, match="rank 1's mixture state differs .*in step"):
+        pqloader.merge_states([m.state_dict() for m in ms])
+    with pytest.raises(pqloader.InvalidDataError, match="rank 0..1"):
+        pqloader.merge_states([states[0], states[0]])
+    with pytest.raises(pqloader.InvalidDataError, match="source 'web' world_size: state has 2, mixture has 3"):
+        make(0, world=3).load_state_dict(states[0])
+
+
+def test_sources_without_a_seed_adopt_a_mixture_states_seeds(sources):
+    # A Loader built with seed=None adopts a state's seed; the mixture's sources too (and
+    # the mixture its own, taken from the first source's): the resumed rest is exact.
+    root, _ = sources
+
+    def make():
+        ls = {n: pqloader.Loader(str(root / n), batch_size=64, shuffle=True) for n in ("web", "code")}
+        return pqloader.mix(ls, [1, 1], samples_per_epoch=640, batch_size=64)
+
+    m = make()
+    full = run(m)
+    m.set_epoch(0)
+    it = iter(m)
+    for _ in range(3):
+        next(it)
+    resumed = make()
+    assert [l.seed for l in resumed._loaders] != [l.seed for l in m._loaders]
+    resumed.load_state_dict(json.loads(json.dumps(m.state_dict())))
+    assert [b["id"].tolist() for b in run(resumed)] == [b["id"].tolist() for b in full[3:]]
+    seeded = pqloader.mix({n: pqloader.Loader(str(root / n), batch_size=64, shuffle=True, seed=5)
+                           for n in ("web", "code")}, [1, 1], samples_per_epoch=640, batch_size=64)
+    with pytest.raises(pqloader.InvalidDataError, match="source 'web' seed"):
+        seeded.load_state_dict(m.state_dict())
