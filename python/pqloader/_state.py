@@ -204,14 +204,18 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     def same(s: Mapping[str, Any]) -> Any:
         options = {k: v for k, v in s["options"].items() if k != "rank"}
-        return _jsonish([s.get("epoch"), s.get("iteration_end"), s.get("seed"), options,
-                         s.get("elastic")])
+        return _jsonish([s.get("epoch"), s.get("seed"), options, s.get("elastic")])
 
+    # A rank whose iterator has not taken a batch yet has no iteration end (an iterator
+    # starts lazily): the others' end is its too.
+    ends = {_jsonish(s.get("iteration_end")) for s in by_rank} - {None}
     for s in by_rank[1:]:
-        if same(s) != same(first):
+        if same(s) != same(first) or len(ends) > 1:
             raise InvalidDataError(f"rank {s['options']['rank']}'s state differs from rank 0's in "
-                                   "more than its position (epoch, seed, options or elastic base)")
+                                   "more than its position (epoch, iteration end, seed, options or "
+                                   "elastic base)")
     merged = _jsonish(dict(first))
+    merged["iteration_end"] = next(iter(ends), None)
     merged["rank_batches"] = [s.get("batch") for s in by_rank]
     return merged
 

@@ -221,6 +221,25 @@ def test_merged_states_of_ranks_that_stopped_at_different_batches(ds):
     assert len(epoch_ids(ds, 3, 0)) - len(got) < 2
 
 
+def test_a_rank_whose_iterator_took_no_batch_yet_merges_with_the_others(ds):
+    # An iterator starts lazily: before its first batch its rank's state has no iteration
+    # end, the others' have theirs; the merged state takes it (it was refused).
+    loaders = [make(ds, 2, r, num_epochs=1) for r in range(2)]
+    iterators = [iter(l) for l in loaders]
+    next(iterators[1])
+    merged = pqloader.merge_states([l.state_dict() for l in loaders])
+    assert merged["rank_batches"] == [0, 1] and merged["iteration_end"] == 1
+    for r in range(2):
+        loader = make(ds, 2, r, num_epochs=1)
+        loader.load_state_dict(merged)
+        whole = list(make(ds, 2, r, num_epochs=1))
+        assert [b["id"].tolist() for b in loader] == [b["id"].tolist() for b in whole[r:]]
+    other = make(ds, 2, 0, num_epochs=1)
+    list(other)  # iteration complete: end None, next epoch
+    with pytest.raises(pqloader.InvalidDataError, match="more than its position"):
+        pqloader.merge_states([other.state_dict(), loaders[1].state_dict()])
+
+
 def test_pad_policy_repeats_rather_than_drops(ds):
     for r in range(2):
         _, state = take(make(ds, 2, r, shard_policy="pad"), 7)
