@@ -267,12 +267,17 @@ class Loader:
 
         Returns:
             rows, batches, units_read (row-group slices), bytes_read (compressed
-            Parquet bytes), bytes_decoded, read_seconds, decode_seconds and
-            assemble_seconds (worker time, all threads), wait_seconds (time the
+            Parquet bytes), bytes_decoded, read_seconds, decode_seconds,
+            transform_seconds and assemble_seconds (worker time, all threads; unit_seconds:
+            producing units, reading, decoding, caching and transforms), wait_seconds (time the
             consumer spent inside next(): waiting for the engine, converting, staging
             to the device), of which engine_wait_seconds blocked on the engine,
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
+            batches_by_consumer (assembled on the consumer's thread, all workers busy),
+            dropped / padded (rows ``shard_policy`` drops or repeats in each epoch),
+            peak_inflight_bytes, the buffer pool's pool_allocations / pool_recycled /
+            pool_cached_bytes / pool_fresh_bytes (fresh pages: see docs/performance.md),
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
             counters: inserts refused by reason (cache_refused_full, _later,
             _too_large, _stale; cache_skipped_full is their sum but _stale),

@@ -289,7 +289,8 @@ ARGUMENT_DOCS = """\
         shuffle_window: Row groups whose rows are shuffled together. Larger windows
             shuffle better and hold more decoded data in memory.
         rank: This process's rank. Default: from an initialised ``torch.distributed``
-            group, else the ``RANK`` environment variable, else 0.
+            group, else a Ray Train worker's context, else the ``RANK`` environment
+            variable, else 0.
         world_size: Number of ranks. Default: as for ``rank``, from ``WORLD_SIZE``, else 1.
         shard_policy: ``"drop"`` drops the last ``N % world_size`` rows of each epoch's
             order; ``"pad"`` repeats its first rows, so every rank gets the same count.

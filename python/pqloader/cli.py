@@ -29,6 +29,13 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _column_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty column name in {text!r} (omit --columns for all)")
+    return names
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
@@ -60,7 +67,7 @@ def _inspect(args: argparse.Namespace) -> int:
     for name, arrow_type in info["schema"].items():
         print(f"  {name:<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
     if "lengths" in info and not info["lengths"]:
-        print("\nrow lengths: no list column among the selected ones")
+        print("\nrow lengths: no ragged list column among the selected ones (fixed-size lists have one length)")
     elif "lengths" in info:
         print("\nrow lengths (list elements per row):")
         for name, s in info["lengths"].items():
@@ -113,7 +120,7 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    columns = args.columns.split(",") if args.columns else None
+    columns = args.columns
     transforms = parse_transforms(args.transform)
     storage_options = parse_storage_options(args.storage_option)
     tuning = {k: v for k, v in (("io_threads", args.io_threads), ("readahead", args.readahead))
@@ -265,10 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="stream a dataset and report throughput",
                        parents=[common])
     b.add_argument("path")
-    b.add_argument("--columns", help="comma-separated column names")
-    b.add_argument("--batch-size", type=int, default=1024)
-    b.add_argument("--num-workers", type=int, default=None)
-    b.add_argument("--epochs", type=_at_least_one, default=1)
+    b.add_argument("--columns", type=_column_list, help="comma-separated column names (default: all)")
+    b.add_argument("--batch-size", type=_at_least_one, default=1024, help="default 1024")
+    b.add_argument("--num-workers", type=_at_least_one, default=None,
+                   help="Loader's num_workers (default: the cores)")
+    b.add_argument("--epochs", type=_at_least_one, default=1, help="default 1")
     b.add_argument("--shuffle", action="store_true")
     b.add_argument("--seed", type=int, default=None)
     b.add_argument("--json", action="store_true", help="print JSON")
@@ -280,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--filter", metavar="EXPR",
                    help="Loader's filter, e.g. \"lang == 'en' and year >= 2020\" (the mask pass "
                         "runs when the Loader is made, counted in the time)")
-    b.add_argument("--io-threads", type=int, help="Loader's io_threads (default 16)")
-    b.add_argument("--readahead", type=int, help="Loader's readahead (row groups)")
+    b.add_argument("--io-threads", type=_at_least_one, help="Loader's io_threads (default 16)")
+    b.add_argument("--readahead", type=_at_least_one, help="Loader's readahead (row groups)")
     b.set_defaults(func=_bench)
     c = sub.add_parser("cache", help="inspect, prune or clear a cache directory", parents=[common],
                        description="stats: entries, bytes, stale entries and what loaders recorded; "
@@ -333,7 +341,8 @@ def _run(argv: Sequence[str] | None) -> int:
             raise
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
-    except (pqloader.Error, ValueError, TypeError, OSError) as e:
+    except (pqloader.Error, ValueError, TypeError, OSError, ImportError) as e:
+        # ImportError: an optional dependency (pyarrow for --filter) is missing.
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -241,11 +241,25 @@ def test_bench_takes_a_filter(cli_ds, tmp_path):
     _assert_clean_failure(cli("bench", d, "--filter", "nope == 1", cwd=tmp_path), "nope")
 
 
+def test_a_filter_without_pyarrow_is_a_one_line_error(cli_ds, tmp_path):
+    # Filters are pyarrow compute expressions: without pyarrow, --filter says to install
+    # it (it printed ImportError's traceback); the rest of the CLI needs no pyarrow.
+    d, _ = cli_ds
+    script = ("import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.compute'] = None; "
+              "from pqloader import cli; sys.exit(cli.main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", script, "inspect", str(d), "--filter", "id < 5"],
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=subprocess_env())
+    _assert_clean_failure(r, "pip install pyarrow")
+    r = subprocess.run([sys.executable, "-c", script, "inspect", str(d)],
+                       capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=subprocess_env())
+    assert r.returncode == 0, r.stderr
+
+
 def test_bench_takes_io_threads_and_readahead(cli_ds, tmp_path):
     d, _ = cli_ds
     r = cli("bench", d, "--io-threads", "2", "--readahead", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    _assert_clean_failure(cli("bench", d, "--io-threads", "0", cwd=tmp_path), "io_threads")
+    _assert_clean_failure(cli("bench", d, "--io-threads", "100000", cwd=tmp_path), "io_threads")
 
 
 def test_a_broken_pipe_elsewhere_is_still_an_error(monkeypatch, capfd, cli_ds):
@@ -260,7 +274,17 @@ def test_a_broken_pipe_elsewhere_is_still_an_error(monkeypatch, capfd, cli_ds):
     assert "pqloader: error: " in capfd.readouterr().err
 
 
-def test_bench_refuses_fewer_than_one_epoch(cli_ds, tmp_path):
+@pytest.mark.parametrize("flag", ["--epochs", "--batch-size", "--num-workers", "--io-threads", "--readahead"])
+def test_bench_refuses_counts_below_one_naming_the_flag(cli_ds, tmp_path, flag):
+    # argparse's usage error (rc 2) naming the flag, not the Loader's argument's name.
     d, _ = cli_ds
-    r = cli("bench", d, "--epochs", "0", cwd=tmp_path)
-    assert r.returncode == 2 and "--epochs: must be at least 1, not 0" in r.stderr, r.stderr
+    r = cli("bench", d, flag, "0", cwd=tmp_path)
+    assert r.returncode == 2 and f"{flag}: must be at least 1, not 0" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_refuses_an_empty_column_name(cli_ds, tmp_path):
+    d, _ = cli_ds
+    for columns in ("", "id,", ",x"):
+        r = cli("bench", d, "--columns", columns, cwd=tmp_path)
+        assert r.returncode == 2 and "--columns: an empty column name" in r.stderr, r.stderr

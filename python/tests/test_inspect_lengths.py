@@ -215,7 +215,8 @@ def test_lengths_of_a_list_field_below_a_struct(tmp_path):
 
 
 def test_cli_inspect_lengths_without_a_list_column_says_so(tmp_path):
-    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "p.parquet")
+    pq.write_table(pa.table({"x": [1, 2], "v": pa.array([[1, 2], [3, 4]], pa.list_(pa.int64(), 2))}),
+                   tmp_path / "p.parquet")
     r = cli("inspect", tmp_path / "p.parquet", "--lengths", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "row lengths: no list column among the selected ones" in r.stdout
+    assert "row lengths: no ragged list column among the selected ones" in r.stdout
