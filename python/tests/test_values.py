@@ -282,6 +282,24 @@ def test_glob_source_matches_sorted_files_only(tmp_path):
     assert_columns_equal(got, table_to_expected(read_expected(expected_paths)))
 
 
+def test_a_directory_a_glob_matches_is_read_whole(tmp_path):
+    # As a directory source is: recursively, hive keys included ('run*' matched run2/ and
+    # its files were skipped, silently). Hidden directories stay hidden.
+    write_parquet(tmp_path / "run1" / "lang=de" / "a.parquet", id_table(3, 0))
+    write_parquet(tmp_path / "run2" / "lang=en" / "b.parquet", id_table(2, 10))
+    write_parquet(tmp_path / "run2" / "_tmp" / "c.parquet", id_table(2, 20))
+    write_parquet(tmp_path / "other" / "lang=fr" / "d.parquet", id_table(2, 30))
+    got = collect(pqloader.Loader(str(tmp_path / "run*"), batch_size=4))
+    assert got["id"].tolist() == [0, 1, 2, 10, 11]
+    assert list(got["lang"]) == ["de", "de", "de", "en", "en"]
+    got = collect(pqloader.Loader(str(tmp_path / "run*" / "*" / "*.parquet"), batch_size=4))
+    assert got["id"].tolist() == [0, 1, 2, 10, 11]  # files at that depth
+    with pytest.raises(pqloader.DataNotFoundError, match="matches no files"):
+        pqloader.Loader(str(tmp_path / "run*" / "*.parquet"))  # no file at that depth
+    assert collect(pqloader.Loader(str(tmp_path / "**"), batch_size=9))["id"].tolist() == \
+        [30, 31, 0, 1, 2, 10, 11]
+
+
 def test_glob_is_sorted_by_path_not_by_creation_order(tmp_path):
     d = tmp_path / "d"
     # written in reverse name order, ids increase with write order

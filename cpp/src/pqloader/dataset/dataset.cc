@@ -114,6 +114,19 @@ arrow::Result<arrow::fs::FileInfo> InfoOf(const std::shared_ptr<arrow::fs::FileS
   return std::move(found[0]);
 }
 
+// Whether file `path` (below `root`) matches glob `pattern`, or lies below a directory
+// that does: a directory a glob names is read whole, as a directory source is (`run*`
+// matching `run1/`; `**` is `*`, so `data/**` names data's children, directories too).
+bool MatchesOrIsBelowAMatch(const std::string& pattern, const std::string& root,
+                            const std::string& path) {
+  if (fnmatch(pattern.c_str(), path.c_str(), FNM_PATHNAME) == 0) return true;
+  for (size_t slash = path.find('/', root.size() + 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    if (fnmatch(pattern.c_str(), path.substr(0, slash).c_str(), FNM_PATHNAME) == 0) return true;
+  }
+  return false;
+}
+
 // Add the files under `root` (matching `pattern` if not empty) to `out`, sorted. With
 // `summaries` and no pattern, a summary at the root (`_metadata`, see summary.h) is
 // added there and the files found point to it. Cancelled once `cancel` is set (checked
@@ -150,9 +163,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
       }
     }
     if (IsHidden(comps)) continue;
-    if (!pattern.empty() && fnmatch(pattern.c_str(), info.path().c_str(), FNM_PATHNAME) != 0) {
-      continue;
-    }
+    if (!pattern.empty() && !MatchesOrIsBelowAMatch(pattern, root, info.path())) continue;
     FoundFile f{fs, info.path(), prefix + info.path(), info.size(), MtimeNs(info), {}, true};
     for (size_t i = 0; i + 1 < comps.size(); ++i) {
       if (auto segment = ParseHiveSegment(comps[i])) f.partitions.push_back(std::move(*segment));
