@@ -105,8 +105,11 @@ def main() -> None:
         print(f"{world} ranks, backend {dist.get_backend()}, {len(loader)} batches/epoch/rank, "
               f"rows dropped to equalise ranks: {loader.shard_info['dropped']}, starting at epoch {loader.epoch}")
 
+    saved_at = [step if args.resume else None]  # the step of the last checkpoint
+
     def save_checkpoint() -> None:
         state = pqloader.torch.gather_state_dict(loader)  # a collective: every rank calls it
+        saved_at[0] = step
         if rank == 0:
             args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             tmp = ckpt_path.with_suffix(".tmp")
@@ -146,8 +149,8 @@ def main() -> None:
                   f"data stall {worst[0].item():.1%} (worst rank)  [{int(totals[0].item())} samples]")
         if stopped:
             if rank == 0:
-                print(f"stopped after step {step} (last checkpoint: step "
-                      f"{step - step % args.checkpoint_every})")
+                print(f"stopped after step {step} (last checkpoint: "
+                      f"{'none' if saved_at[0] is None else f'step {saved_at[0]}'})")
             break
         save_checkpoint()
     del model, optimizer

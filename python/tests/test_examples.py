@@ -49,6 +49,11 @@ def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_rank
     torchrun = ["-m", "torch.distributed.run", "--standalone"]
     out = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py", *common, "--stop-after-steps", 9])
     assert "stopped after step 9 (last checkpoint: step 8)" in out, out
+    # Also the checkpoint at an epoch's end (step 20 of 20 here) counts (it said step 18).
+    out_end = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
+                   *[tmp_path / "ckpt_end" if a == tmp_path / "ckpt" else a for a in common],
+                   "--checkpoint-every", 6, "--stop-after-steps", 21])
+    assert "stopped after step 21 (last checkpoint: step 20)" in out_end, out_end
     first = int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1))
     assert first == 9 * 2 * 50
     # The same 2 ranks resume exactly: 20 batches an epoch per rank, 8 done, 12 left.
