@@ -41,7 +41,8 @@ class Loader:
         source: A file, a directory (read recursively; names starting with ``.`` or
             ``_`` are skipped), a glob pattern, a ``file://`` or ``s3://bucket/prefix``
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
-            of these. Directory and glob matches are sorted by path; list order is kept.
+            of these. Directory and glob matches are sorted by path (a directory a glob
+            matches is read recursively); list order is kept.
         {arguments}
     Raises:
         TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a
@@ -50,10 +51,14 @@ class Loader:
             message names it and what is accepted.
         pqloader.DataNotFoundError: The source holds no files (or bucket, key).
         pqloader.IOError: Storage failed (network, timeout, permission), naming the URL.
-        pqloader.InvalidDataError: A file is not readable Parquet.
+        pqloader.InvalidDataError: A file is not readable Parquet, or holds values the
+            loader refuses; also options the engine checks against the data or the
+            storage (``storage_options`` values, ``stack=``, a filter, a state). It is a
+            ``ValueError``: ``except ValueError`` catches every refused argument.
         pqloader.SchemaMismatchError: Files disagree on a selected column.
         pqloader.ColumnNotFoundError: A selected column does not exist.
         pqloader.UnsupportedTypeError: A selected column cannot become a tensor.
+        RuntimeError: ``device`` names a CUDA device and torch has no CUDA.
 
     Example:
         >>> loader = pqloader.Loader("data/train", batch_size=1024, shuffle=True, seed=7)
