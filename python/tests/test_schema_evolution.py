@@ -230,3 +230,16 @@ def test_a_file_with_two_columns_of_one_name_is_refused_naming_it(tmp_path):
                            match=r"a\.parquet' has 2 columns named 'd': which one to read is ambiguous"):
             pqloader.Loader(str(tmp_path), **kwargs)
     assert collect(pqloader.Loader(str(tmp_path), columns=["e"]))["e"].tolist() == [7, 8, 9]
+
+
+def test_timestamps_of_two_units_are_refused_saying_a_schema_cannot_convert_them(tmp_path):
+    # They load as integers in the stored unit: the message said to declare a schema,
+    # whose check then refused the same (the ms -> us conversion "with loss").
+    a = write_parquet(tmp_path / "a.parquet",
+                      pa.table({"t": pa.array([1, 2], pa.timestamp("ms"))}))
+    write_parquet(tmp_path / "b.parquet", pa.table({"t": pa.array([3], pa.timestamp("us"))}))
+    for kwargs, source in (({}, tmp_path), ({"schema": pa.schema([("t", pa.timestamp("us"))])}, a)):
+        with pytest.raises(pqloader.SchemaMismatchError,
+                           match="different units or time zones are refused rather than converted") as e:
+            pqloader.Loader(str(source), **kwargs)
+        assert "with schema=" not in str(e.value)

@@ -73,6 +73,19 @@ bool LeavesAt(const parquet::arrow::SchemaField& field, const std::vector<std::s
   return false;
 }
 
+// Where `a` and `b` are times of one kind (timestamp, duration, time) in different units
+// or time zones: why neither converts (they load as integers in the stored unit, so a
+// declared schema cannot convert them either); "" otherwise.
+std::string UnitsDiffer(const arrow::DataType& a, const arrow::DataType& b) {
+  const bool times = a.id() == b.id() && (a.id() == arrow::Type::TIMESTAMP ||
+                                          a.id() == arrow::Type::DURATION ||
+                                          a.id() == arrow::Type::TIME32 ||
+                                          a.id() == arrow::Type::TIME64);
+  if (!times || a.Equals(b)) return "";
+  return "times in different units or time zones are refused rather than converted (they load as "
+         "integers in the stored unit): write the files in one unit, or select other columns";
+}
+
 // The scale of the decimals `type` holds (itself, or the values of its lists, at any
 // depth), or -1 when it holds none.
 int32_t DecimalScale(const arrow::DataType& type) {
@@ -382,10 +395,11 @@ class Resolver {
       }
       if (declared) {
         if (!ConvertsTo(*type, *unified, /*declared=*/true)) {
+          const std::string why = UnitsDiffer(*type, *unified);
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
                            type->ToString(), " in '", files_[f].display,
                            "', which does not convert to the declared ", unified->ToString(),
-                           " without loss");
+                           why.empty() ? " without loss" : ": " + why);
         }
         continue;
       }
@@ -396,11 +410,13 @@ class Resolver {
       }
       auto common = CommonType(unified, type);
       if (common == nullptr) {
+        const std::string why = UnitsDiffer(*unified, *type);
         return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' has type ",
                          unified->ToString(), " in '", files_[unified_from].display,
-                         "' but type ", type->ToString(), " in '", files_[f].display,
-                         "', and neither converts to the other without loss; declare the type "
-                         "to load it as with schema=, or select other columns");
+                         "' but type ", type->ToString(), " in '", files_[f].display, "', and ",
+                         why.empty() ? "neither converts to the other without loss; declare the "
+                                       "type to load it as with schema=, or select other columns"
+                                     : why);
       }
       if (!common->Equals(*unified)) unified_from = static_cast<int>(f);
       unified = common;
