@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from crash_guard import CRASH_SCRIPT, run_in_children
 from conftest import (
     assert_column_equal,
     classify_type,
@@ -88,69 +89,10 @@ def test_index_describes_the_corpus_layout():
 # crash guard: read everything once in a child process
 # ---------------------------------------------------------------------------
 
-_CRASH_SCRIPT = textwrap.dedent(
-    r"""
-    import sys
-    import pyarrow.parquet as pq
-    import pqloader
-
-    def drain(path, **kw):
-        try:
-            for _ in pqloader.Loader(path, **kw):
-                pass
-        except BaseException:
-            pass
-
-    for path in sys.argv[1:]:
-        print("START", path, flush=True)
-        drain(path, num_workers=2)
-        try:
-            names = pq.read_schema(path).names
-        except Exception:
-            names = []
-        for c in names:
-            drain(path, columns=[c], num_workers=2)
-        if "checksum" in path or "crc" in path:
-            drain(path, num_workers=2, verify_checksums=True)
-        try:
-            pqloader.inspect(path)
-        except BaseException:
-            pass
-        print("DONE", path, flush=True)
-    """
-)
-
-
 @pytest.fixture(scope="module")
 def crash_report() -> dict:
     """{path: reason} for data files on which pqloader crashed or hung in a child process."""
-    bad: dict = {}
-    remaining = [str(p) for p in DATA_FILES]
-    while remaining:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", _CRASH_SCRIPT, *remaining],
-                capture_output=True,
-                text=True,
-                timeout=150,
-                env=subprocess_env(),
-            )
-            out, err, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err, rc = "timeout (hang?)", None
-        done = {line[5:] for line in out.splitlines() if line.startswith("DONE ")}
-        started = [line[6:] for line in out.splitlines() if line.startswith("START ")]
-        if rc == 0 and all(p in done for p in remaining):
-            break
-        culprit = next((p for p in started if p not in done), None)
-        if culprit is None:  # died before starting anything: blame all, stop
-            for p in remaining:
-                bad[p] = f"child exited with {rc} before reading: {err[-2000:]}"
-            break
-        bad[culprit] = f"child died (returncode {rc}) while reading it: {err[-2000:]}"
-        remaining = [p for p in remaining[remaining.index(culprit) + 1 :]]
-    return bad
+    return run_in_children(CRASH_SCRIPT, [str(p) for p in DATA_FILES], timeout=150)[1]
 
 
 # ---------------------------------------------------------------------------

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 import textwrap
 from decimal import Decimal
 from pathlib import Path
@@ -59,11 +57,11 @@ from conftest import (
     classify_type,
     collect,
     column_null_count,
-    subprocess_env,
     to_expected,
     type_keyword,
     uniform_list_length,
 )
+from crash_guard import CRASH_SCRIPT, run_in_children
 
 CASE_NAMES = [c.name for c in CASES]
 CHECKSUM_CASES = [c.name for c in CASES if c.checksums]
@@ -86,79 +84,11 @@ def hostile(tmp_path_factory) -> tuple[dict[str, Path], dict[str, Path]]:
 # ---------------------------------------------------------------------------
 
 
-def _run_batches(script: str, paths: list[str], timeout: float) -> tuple[dict, dict]:
-    """Run ``script`` over ``paths`` in child processes, restarting after the file a child
-    died or hung on. ({path: RESULT payload or None}, {path: why it crashed or hung})."""
-    results: dict = {}
-    bad: dict = {}
-    remaining = list(paths)
-    while remaining:
-        try:
-            proc = subprocess.run([sys.executable, "-c", script, *remaining], capture_output=True, text=True,
-                                  timeout=timeout, env=subprocess_env())
-            out, err, rc = proc.stdout, proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            err, rc = f"timeout after {timeout} s (hang?)", None
-        started, done = [], set()
-        for line in out.splitlines():
-            if line.startswith("START "):
-                started.append(line[6:])
-            elif line.startswith("DONE "):
-                path, _, payload = line[5:].partition("\t")
-                done.add(path)
-                results[path] = json.loads(payload) if payload else None
-        if rc == 0 and all(p in done for p in remaining):
-            break
-        culprit = next((p for p in started if p not in done), None)
-        if culprit is None:  # died before starting anything: blame all, stop
-            for p in remaining:
-                bad[p] = f"child exited with {rc} before reading: {err[-2000:]}"
-            break
-        bad[culprit] = f"child died (returncode {rc}) while reading it: {err[-2000:]}"
-        remaining = remaining[remaining.index(culprit) + 1 :]
-    return results, bad
-
-
-_CRASH_SCRIPT = textwrap.dedent(
-    r"""
-    import sys
-    import pyarrow.parquet as pq
-    import pqloader
-
-    def drain(path, **kw):
-        try:
-            for _ in pqloader.Loader(path, **kw):
-                pass
-        except BaseException:
-            pass
-
-    for path in sys.argv[1:]:
-        print("START", path, flush=True)
-        drain(path, num_workers=2)
-        try:
-            names = pq.read_schema(path).names
-        except Exception:
-            names = []
-        for c in names:
-            drain(path, columns=[c], num_workers=2)
-            drain(path, columns=[c], null_mask=True)
-        if "checksum" in path:
-            drain(path, num_workers=2, verify_checksums=True)
-        try:
-            pqloader.inspect(path)
-        except BaseException:
-            pass
-        print("DONE", path, flush=True)
-    """
-)
-
-
 @pytest.fixture(scope="session")
 def crash_report(corpus, hostile) -> dict:
     """{path: reason} for generated files on which pqloader crashed or hung in a child."""
     flipped, _ = hostile
-    _, bad = _run_batches(_CRASH_SCRIPT, [str(p) for p in [*corpus.values(), *flipped.values()]], timeout=150)
+    _, bad = run_in_children(CRASH_SCRIPT, [str(p) for p in [*corpus.values(), *flipped.values()]], timeout=150)
     return bad
 
 
@@ -513,7 +443,7 @@ _BAD_SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="session")
 def malformed_results(hostile) -> tuple[dict, dict]:
     _, malformed = hostile
-    return _run_batches(_BAD_SCRIPT, [str(p) for p in malformed.values()], timeout=60)
+    return run_in_children(_BAD_SCRIPT, [str(p) for p in malformed.values()], timeout=60)
 
 
 @pytest.mark.parametrize("name", MALFORMED)
