@@ -17,9 +17,7 @@ each epoch starts cold). Loopback only; the AWS instance metadata service is dis
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from s3_bench import HOST, free_port, wait_for_port, write_data, isolate_aws_env  # noqa: E402
+from s3_bench import isolate_aws_env, throttled_s3, write_data  # noqa: E402
 
 
 def run(source: str, options: dict, epochs: list[int], batch_size: int, workers: int,
@@ -67,31 +65,9 @@ def main() -> None:
     args = p.parse_args()
 
     isolate_aws_env()
-    import boto3
-
-    procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            paths = write_data(Path(tmp), args.files, args.rows_per_file, args.rows_per_group, 32)
-            moto_port = free_port()
-            moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
-                                     str(moto_port)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            procs.append(moto)
-            wait_for_port(moto_port, moto)
-            s3 = boto3.client("s3", endpoint_url=f"http://{HOST}:{moto_port}", region_name="us-east-1")
-            s3.create_bucket(Bucket="bench")
-            for path in paths:
-                s3.put_object(Bucket="bench", Key=f"ds/{path.name}", Body=path.read_bytes())
-            proxy_port = free_port()
-            proxy = subprocess.Popen([sys.executable, str(HERE / "throttle_proxy.py"), "--listen",
-                                      f"{HOST}:{proxy_port}", "--target", f"{HOST}:{moto_port}",
-                                      "--rtt-ms", str(args.rtt_ms), "--rate-mbps",
-                                      str(args.rate_mbps)])
-            procs.append(proxy)
-            wait_for_port(proxy_port, proxy)
-            options = {"endpoint_override": f"{HOST}:{proxy_port}", "scheme": "http",
-                       "region": "us-east-1"}
+        paths = write_data(Path(tmp), args.files, args.rows_per_file, args.rows_per_group, 32)
+        with throttled_s3(paths, args.rate_mbps, args.rtt_ms) as options:
             total = sum(p.stat().st_size for p in paths)
             print(f"link: {args.rate_mbps:g} MB/s, {args.rtt_ms:g} ms RTT; dataset {total / 1e6:.1f} MB, "
                   f"{args.files * args.rows_per_file // args.rows_per_group} row groups; batch "
@@ -108,10 +84,6 @@ def main() -> None:
                 print(f"| {name} | {med * 1e3:.1f} ms, {max(inner) * 1e3:.0f} ms | "
                       f"{', '.join(f'{b * 1e3:.0f}' for b in boundary)} ms | "
                       f"{max(boundary) / med:.2f}x | {stats['epochs_started_ahead']} |")
-        finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait()
 
 
 if __name__ == "__main__":

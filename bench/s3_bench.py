@@ -16,6 +16,7 @@ Only loopback is used; the AWS instance metadata service is disabled.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
@@ -73,6 +75,38 @@ def write_data(root: Path, files: int, rows_per_file: int, rows_per_group: int, 
     return paths
 
 
+@contextlib.contextmanager
+def throttled_s3(paths: list[Path], rate_mbps: float, rtt_ms: float) -> Iterator[dict]:
+    """A moto S3 server on loopback holding `paths` under s3://bench/ds/, behind
+    throttle_proxy.py (`rate_mbps`, `rtt_ms`); yields the storage_options that reach it
+    through the proxy. Both processes are stopped on leaving."""
+    import boto3
+
+    procs: list[subprocess.Popen] = []
+    try:
+        moto_port = free_port()
+        moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
+                                 str(moto_port)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        procs.append(moto)
+        wait_for_port(moto_port, moto)
+        s3 = boto3.client("s3", endpoint_url=f"http://{HOST}:{moto_port}", region_name="us-east-1")
+        s3.create_bucket(Bucket="bench")
+        for path in paths:
+            s3.put_object(Bucket="bench", Key=f"ds/{path.name}", Body=path.read_bytes())
+        proxy_port = free_port()
+        proxy = subprocess.Popen([sys.executable, str(HERE / "throttle_proxy.py"), "--listen",
+                                  f"{HOST}:{proxy_port}", "--target", f"{HOST}:{moto_port}",
+                                  "--rtt-ms", str(rtt_ms), "--rate-mbps", str(rate_mbps)])
+        procs.append(proxy)
+        wait_for_port(proxy_port, proxy)
+        yield {"endpoint_override": f"{HOST}:{proxy_port}", "scheme": "http", "region": "us-east-1"}
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rtt-ms", type=float, default=40.0)
@@ -85,35 +119,14 @@ def main() -> None:
     args = p.parse_args()
 
     isolate_aws_env()
-    import boto3
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     import pqloader
 
-    procs = []
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            paths = write_data(Path(tmp), args.files, args.rows_per_file, args.rows_per_group, 32)
-            moto_port = free_port()
-            moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
-                                     str(moto_port)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            procs.append(moto)
-            wait_for_port(moto_port, moto)
-            s3 = boto3.client("s3", endpoint_url=f"http://{HOST}:{moto_port}", region_name="us-east-1")
-            s3.create_bucket(Bucket="bench")
-            for path in paths:
-                s3.put_object(Bucket="bench", Key=f"ds/{path.name}", Body=path.read_bytes())
-            proxy_port = free_port()
-            proxy = subprocess.Popen([sys.executable, str(HERE / "throttle_proxy.py"), "--listen",
-                                      f"{HOST}:{proxy_port}", "--target", f"{HOST}:{moto_port}",
-                                      "--rtt-ms", str(args.rtt_ms), "--rate-mbps",
-                                      str(args.rate_mbps)])
-            procs.append(proxy)
-            wait_for_port(proxy_port, proxy)
-            options = {"endpoint_override": f"{HOST}:{proxy_port}", "scheme": "http",
-                       "region": "us-east-1"}
+        paths = write_data(Path(tmp), args.files, args.rows_per_file, args.rows_per_group, 32)
+        with throttled_s3(paths, args.rate_mbps, args.rtt_ms) as options:
             source = "s3://bench/ds/"
             total = sum(p.stat().st_size for p in paths)
 
@@ -180,10 +193,6 @@ def main() -> None:
                 eff = total / epoch_s / 1e6  # dataset MB delivered per second
                 print(f"| {name} (cache hits {results[0][4]}, read {results[0][2] / 1e6:.1f} MB from S3) | "
                       f"{open_s:.2f} | {epoch_s:.2f} | {eff:.1f} | {total / epoch_s / rate:.2f} |", flush=True)
-        finally:
-            for proc in procs:
-                proc.kill()
-                proc.wait()
 
 
 if __name__ == "__main__":
