@@ -114,6 +114,41 @@ def test_jpeg_decode_matches_pil_within_tolerance(name, quality):
     assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
 
 
+@pytest.mark.parametrize("subsampling", [0, 2])  # 4:4:4 and 4:2:0 (Pillow's default)
+@pytest.mark.parametrize("name", ["astronaut", "coffee"])
+def test_gray_decode_of_a_colour_jpeg_matches_pil_within_tolerance(name, subsampling):
+    # TurboJPEG's own gray output (the stored luma) was up to 13-28 off PIL's convert("L")
+    # on 4:2:0 files: colour files are decoded to RGB and converted with PIL's weights.
+    data = encode(photos()[name], "JPEG", quality=90, subsampling=subsampling)
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("L")).astype(int)
+    got = apply([T.DecodeImage("gray")], data)[..., 0].astype(int)
+    assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
+    gray_file = encode(photos()["camera"], "JPEG", quality=90)  # a grayscale JPEG: as stored
+    assert np.abs(apply([T.DecodeImage("gray")], gray_file)[..., 0].astype(int) -
+                  np.asarray(Image.open(io.BytesIO(gray_file))).astype(int)).max() <= JPEG_MAX_DIFF
+
+
+def test_a_jpeg_with_stray_bytes_between_header_markers_decodes_as_pil():
+    # libjpeg warns ("extraneous bytes before marker"); PIL decodes it. Refused before.
+    data = encode(photos()["chelsea"], "JPEG", quality=90)
+    app0_end = 4 + ((data[4] << 8) | data[5])  # SOI, then APP0's marker and length
+    assert data[2:4] == b"\xff\xe0"
+    junk = data[:app0_end] + b"\x00\x01\x02\x03" + data[app0_end:]
+    ref = np.asarray(Image.open(io.BytesIO(junk)).convert("RGB")).astype(int)
+    assert np.abs(apply([T.DecodeImage()], junk).astype(int) - ref).max() <= JPEG_MAX_DIFF
+
+
+def test_a_progressive_jpeg_of_thousands_of_scans_is_refused():
+    # Each repeated scan costs a pass over the whole image: 2,000 scans of a 57 KB file
+    # took 5-10 s. libjpeg-turbo's scan limit (500) refuses it at once.
+    data = encode(np.full((256, 256, 3), 128, np.uint8), "JPEG", quality=75, progressive=True)
+    last_sos = data.rfind(b"\xff\xda")
+    bomb = data[:-2] + data[last_sos:-2] * 600 + data[-2:]  # the last scan again and again
+    with pytest.raises(Exception, match="scans"):
+        apply([T.DecodeImage()], bomb)
+    apply([T.DecodeImage()], data)  # the file itself decodes
+
+
 def dct_scaled_and_full(data: bytes, target: int, exif_transpose: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(DecodeImage + Resize(target) as the loader plans it, with DCT scaling; the same
     decoded at full size)."""
@@ -356,6 +391,42 @@ def test_center_crop_equals_torchvision_exactly(size):
     img = skdata.chelsea()  # 300 x 451
     got = apply([T.DecodeImage(), T.CenterCrop(size)], encode(img, "PNG"))
     np.testing.assert_array_equal(got, torchvision_center_crop(img, *size))
+
+
+@pytest.mark.parametrize("extra", [(1, 1), (1, 0), (2, 2)])
+def test_resize_then_a_center_crop_a_pixel_larger_pads_as_torchvision(extra):
+    # Fused, a crop one row or column larger than the resized image was refused ("resize
+    # window outside the resized image"; CenterBox's offset of a 1-pixel pad is 0).
+    img = photos()["chelsea"]  # 300 x 451
+    data = encode(img, "PNG")
+    resized = apply([T.DecodeImage(), T.Resize(32)], data)
+    th, tw = resized.shape[0] + extra[0], resized.shape[1] + extra[1]
+    got = apply([T.DecodeImage(), T.Resize(32), T.CenterCrop((th, tw))], data)
+    np.testing.assert_array_equal(got, torchvision_center_crop(resized, th, tw))
+
+
+def test_normalize_then_to_chw_of_a_two_dimensional_image_is_1hw():
+    # The fused Normalize + ToCHW kept a 2-D gray image HW (and said so in its
+    # signature); ToCHW alone makes it 1HW.
+    data = encode(photos()["camera"], "PNG")
+    ops = [T.DecodeImage("gray", keepdims=False), T.Normalize([0.5], [0.25])]
+    plain = apply(ops, data)
+    got = apply([*ops, T.ToCHW()], data)
+    assert plain.ndim == 2 and got.shape == (1, *plain.shape)
+    np.testing.assert_array_equal(got[0], plain)
+
+
+@pytest.mark.parametrize("op", [lambda: T.RandomHorizontalFlip(p=float("nan")),
+                                lambda: T.RandomResizedCrop(8, scale=(float("nan"), 1.0)),
+                                lambda: T.RandomResizedCrop(8, ratio=(0.5, float("inf"))),
+                                lambda: T.Normalize([0.5, 0.5, 0.5], [1.0, float("nan"), 1.0]),
+                                lambda: T.Normalize([float("nan")] * 3, [1.0] * 3)])
+def test_nan_parameters_are_refused_when_the_loader_is_made(tmp_path, op):
+    # NaN failed every comparison, so `p < 0 || p > 1` let it through: a flip that never
+    # flipped, a crop that always fell back to the center, NaN pixels.
+    pq.write_table(pa.table({"image": [encode(photos()["camera"], "PNG")]}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match="needs|must be finite"):
+        pqloader.Loader(str(tmp_path), transforms={"image": [T.DecodeImage(), op()]})
 
 
 def test_random_resized_crop_equals_crop_then_resize_with_its_parameters():

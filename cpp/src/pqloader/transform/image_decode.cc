@@ -207,7 +207,11 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &width, &height, &subsamp,
                           &colorspace) != 0) {
     *dirty = true;
-    return arrow::Status::Invalid("corrupt JPEG header: ", tjGetErrorStr2(h));
+    // A warning (extraneous bytes between markers, as PIL accepts them) comes after the
+    // whole header was read: decoded on. An error is the header's end.
+    if (tjGetErrorCode(h) != TJERR_WARNING) {
+      return arrow::Status::Invalid("corrupt JPEG header: ", tjGetErrorStr2(h));
+    }
   }
   if (width <= 0 || height <= 0) {
     return arrow::Status::Invalid("corrupt JPEG header: image of ", width, "x", height);
@@ -215,6 +219,10 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   // CMYK and YCCK files (prepress photographs, ~20 of ImageNet's) are decoded to CMYK
   // and converted as PIL converts them.
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  // Gray from a colour file: decoded to RGB and converted with PIL's "L" weights, as PIL
+  // does. TurboJPEG's gray output is the luma channel as stored (no chroma upsampling,
+  // no clamping of the RGB): up to 13-28 levels off PIL on 4:2:0 files.
+  const bool via_rgb = mode == ImageMode::kGray && !cmyk && colorspace != TJCS_GRAY;
   // DCT scaling: the smallest scale whose shorter side still reaches kDctScaleMargin x
   // min_short_side, among 1/2, 1/4 and 1/8: libjpeg-turbo has SIMD code for those only
   // (a 6/8 decode of a 500x375 photograph takes 1.5x as long as a full one).
@@ -237,7 +245,7 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   }
   const int64_t w = TJSCALED(width, chosen), hgt = TJSCALED(height, chosen);
   const int64_t channels = mode == ImageMode::kGray ? 1 : 3;
-  if (w * hgt * (cmyk ? 4 : channels) > kMaxImageBytes) {
+  if (w * hgt * (cmyk ? 4 : via_rgb ? 3 : channels) > kMaxImageBytes) {
     return arrow::Status::Invalid("JPEG image of ", width, "x", height, " is too large");
   }
   // A progressive JPEG's decoder holds every DCT coefficient of the full-size image
@@ -255,12 +263,19 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     out.full_width = width;
     out.decode_scale = static_cast<double>(chosen.num) / chosen.denom;
   }
-  // CMYK: decoded into `ink`, then converted into `out`.
+  // CMYK: decoded into `ink`, gray of a colour file into `rgb`; then converted into `out`.
   std::vector<uint8_t> ink(cmyk ? static_cast<size_t>(w * hgt * 4) : 0);
-  const int format = cmyk ? TJPF_CMYK : mode == ImageMode::kGray ? TJPF_GRAY : TJPF_RGB;
-  if (tjDecompress2(h, data, static_cast<unsigned long>(size),
-                    cmyk ? ink.data() : out.data->mutable_data(), static_cast<int>(w), 0,
-                    static_cast<int>(hgt), format, 0) != 0) {
+  std::vector<uint8_t> rgb(via_rgb ? static_cast<size_t>(w * hgt * 3) : 0);
+  const int format = cmyk      ? TJPF_CMYK
+                     : via_rgb ? TJPF_RGB
+                     : mode == ImageMode::kGray ? TJPF_GRAY
+                                                : TJPF_RGB;
+  uint8_t* into = cmyk ? ink.data() : via_rgb ? rgb.data() : out.data->mutable_data();
+  // TJFLAG_LIMITSCANS: a progressive file of thousands of scans (a 57 KB one took 5-10 s
+  // to decode, growing with its size) is refused rather than decoded; real files have
+  // at most tens.
+  if (tjDecompress2(h, data, static_cast<unsigned long>(size), into, static_cast<int>(w), 0,
+                    static_cast<int>(hgt), format, TJFLAG_LIMITSCANS) != 0) {
     *dirty = true;
     const bool warning = tjGetErrorCode(h) == TJERR_WARNING;
     const std::string msg = tjGetErrorStr2(h);
@@ -270,15 +285,17 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
       return arrow::Status::Invalid("corrupt JPEG data: ", msg);
     }
   }
+  uint8_t* dst = out.data->mutable_data();
   if (cmyk) {
-    uint8_t* dst = out.data->mutable_data();
     if (mode == ImageMode::kGray) {  // PIL: CMYK → RGB → L
-      std::vector<uint8_t> rgb(static_cast<size_t>(w * hgt * 3));
-      InvertedCmykToRgb(ink.data(), w * hgt, rgb.data());
-      RgbToGray(rgb.data(), w * hgt, dst);
+      std::vector<uint8_t> from_ink(static_cast<size_t>(w * hgt * 3));
+      InvertedCmykToRgb(ink.data(), w * hgt, from_ink.data());
+      RgbToGray(from_ink.data(), w * hgt, dst);
     } else {
       InvertedCmykToRgb(ink.data(), w * hgt, dst);
     }
+  } else if (via_rgb) {
+    RgbToGray(rgb.data(), w * hgt, dst);
   }
   return out;
 }

@@ -510,7 +510,9 @@ class ResizeCenterCropOp : public Op {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
     ARROW_ASSIGN_OR_RAISE(auto size, resize_->OutputSize(in));
     const CropBox win = CenterBox(crop_->height(), crop_->width(), size.first, size.second);
-    if (win.top < 0 || win.left < 0) {  // the crop pads: resize, then crop
+    // The crop pads (also by one row or column, where CenterBox's top or left is 0):
+    // resize, then crop.
+    if (crop_->height() > size.first || crop_->width() > size.second) {
       ARROW_ASSIGN_OR_RAISE(auto resized, resize_->Apply(in, ctx, op_index));
       return crop_->Apply(resized, ctx, op_index);
     }
@@ -599,6 +601,21 @@ PQLOADER_VECTOR_CLONES void NormalizeHwc3ToChw(const uint8_t* src, int64_t plane
   }
 }
 
+// What ToCHW makes of rows of signature `in`: HWC -> CHW, HW -> 1HW.
+SampleSignature ChannelsFirst(const SampleSignature& in) {
+  if (in.channels_first) return in;
+  SampleSignature out = in;
+  out.channels_first = true;
+  const int at = HeightAxis(in);
+  if (at < 0) {
+    out.shape.reset();
+  } else {
+    const auto& s = *in.shape;
+    out.shape = std::vector<int64_t>{s.size() == 3 ? s[2] : 1, s[0], s[1]};
+  }
+  return out;
+}
+
 class NormalizeOp : public Op {
  public:
   NormalizeOp(std::vector<double> mean, std::vector<double> std, bool to_chw)
@@ -613,12 +630,7 @@ class NormalizeOp : public Op {
   SampleSignature OutputSignature(const SampleSignature& in) const override {
     SampleSignature out = in;
     out.dtype = DType::kFloat32;
-    if (to_chw_ && !in.channels_first && in.shape.has_value() && in.shape->size() == 3) {
-      const auto& s = *in.shape;
-      out.shape = std::vector<int64_t>{s[2], s[0], s[1]};
-      out.channels_first = true;
-    }
-    return out;
+    return to_chw_ ? ChannelsFirst(out) : out;  // as Normalize, then ToCHW
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
@@ -629,8 +641,9 @@ class NormalizeOp : public Op {
     }
     // uint8 pixels are scaled to [0, 1] first, as torchvision's ToTensor does.
     const double scale = in.dtype == DType::kUInt8 ? 1.0 / 255.0 : 1.0;
-    // Fused with a following ToCHW: write channels-first directly (one pass, one buffer).
-    const bool chw_out = in.channels_first || (to_chw_ && in.shape.size() == 3);
+    // Fused with a following ToCHW: write channels-first directly (one pass, one buffer;
+    // a 2-D image becomes 1HW, as ToCHW makes it).
+    const bool chw_out = in.channels_first || to_chw_;
     ARROW_ASSIGN_OR_RAISE(
         auto out, AllocateSample(DType::kFloat32,
                                  chw_out && !in.channels_first ? std::vector<int64_t>{d.c, d.h, d.w}
@@ -683,17 +696,7 @@ class ToCHWOp : public Op {
  public:
   std::string ToString() const override { return "ToCHW()"; }
   SampleSignature OutputSignature(const SampleSignature& in) const override {
-    if (in.channels_first) return in;
-    SampleSignature out = in;
-    out.channels_first = true;
-    const int at = HeightAxis(in);
-    if (at < 0) {
-      out.shape.reset();
-    } else {
-      const auto& s = *in.shape;
-      out.shape = std::vector<int64_t>{s.size() == 3 ? s[2] : 1, s[0], s[1]};
-    }
-    return out;
+    return ChannelsFirst(in);
   }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
@@ -866,11 +869,15 @@ arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& b
   return out;
 }
 
+// Parameter checks true of a finite value only: a NaN fails every comparison, and
+// `x < 0 || x > 1` let it through (a flip that never flipped, a NaN std).
+bool Positive(double v) { return std::isfinite(v) && v > 0; }
+
 arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const OpParams& p) {
   auto size2 = [&](const char* what) -> arrow::Result<std::pair<int64_t, int64_t>> {
     auto v = p.List("size", {});
     if (v.size() == 1) v.push_back(v[0]);
-    if (v.size() != 2 || v[0] <= 0 || v[1] <= 0) {
+    if (v.size() != 2 || !Positive(v[0]) || !Positive(v[1])) {
       return arrow::Status::Invalid(what, " needs size=N or size=(height, width) > 0");
     }
     return std::make_pair(static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]));
@@ -880,7 +887,7 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
   if (name == "DecodeCompressedNdarray") return MakeDecodeNdarray(p, true);
   if (name == "Resize") {
     const double size = p.Number("size", 0);
-    if (size <= 0) return arrow::Status::Invalid("Resize needs size > 0 (the shorter side)");
+    if (!Positive(size)) return arrow::Status::Invalid("Resize needs size > 0 (the shorter side)");
     return std::make_shared<ResizeOp>(static_cast<int64_t>(size));
   }
   if (name == "CenterCrop") {
@@ -891,8 +898,9 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
     ARROW_ASSIGN_OR_RAISE(auto s, size2("RandomResizedCrop"));
     auto scale = p.List("scale", {0.08, 1.0});
     auto ratio = p.List("ratio", {3.0 / 4.0, 4.0 / 3.0});
-    if (scale.size() != 2 || ratio.size() != 2 || scale[0] > scale[1] || ratio[0] > ratio[1] ||
-        scale[0] <= 0 || ratio[0] <= 0) {
+    if (scale.size() != 2 || ratio.size() != 2 || !Positive(scale[0]) || !Positive(ratio[0]) ||
+        !std::isfinite(scale[1]) || !std::isfinite(ratio[1]) || scale[0] > scale[1] ||
+        ratio[0] > ratio[1]) {
       return arrow::Status::Invalid("RandomResizedCrop needs scale=(lo, hi) and ratio=(lo, hi), "
                                     "0 < lo <= hi");
     }
@@ -900,7 +908,9 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
   }
   if (name == "RandomHorizontalFlip") {
     const double prob = p.Number("p", 0.5);
-    if (prob < 0 || prob > 1) return arrow::Status::Invalid("RandomHorizontalFlip needs 0 <= p <= 1");
+    if (!(prob >= 0 && prob <= 1)) {
+      return arrow::Status::Invalid("RandomHorizontalFlip needs 0 <= p <= 1");
+    }
     return std::make_shared<RandomHorizontalFlipOp>(prob);
   }
   if (name == "Normalize") {
@@ -910,7 +920,12 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
       return arrow::Status::Invalid("Normalize needs mean and std of one length");
     }
     for (double s : std) {
-      if (s == 0) return arrow::Status::Invalid("Normalize std must not be 0");
+      if (s == 0 || !std::isfinite(s)) {
+        return arrow::Status::Invalid("Normalize std must be finite and not 0");
+      }
+    }
+    for (double m : mean) {
+      if (!std::isfinite(m)) return arrow::Status::Invalid("Normalize mean must be finite");
     }
     return std::make_shared<NormalizeOp>(mean, std, p.Number("to_chw", 0) != 0);
   }
@@ -921,7 +936,7 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
   }
   if (name == "PadOrTruncate") {
     const double length = p.Number("length", 0);
-    if (length <= 0) return arrow::Status::Invalid("PadOrTruncate needs length > 0");
+    if (!Positive(length)) return arrow::Status::Invalid("PadOrTruncate needs length > 0");
     const std::string side = p.String("side", "right"), truncation = p.String("truncation", "right");
     for (const auto& [what, v] : {std::make_pair("side", side), std::make_pair("truncation", truncation)}) {
       if (v != "left" && v != "right") {
