@@ -137,7 +137,8 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
         ``num_row_groups``, ``num_files``; with ``lengths``, also ``lengths``: column ->
         ``rows``, ``total`` (values of all rows), ``min``, ``median``, ``p99``, ``max``
         (row lengths in values; the median and p99 are the lower order statistics, i.e.
-        lengths that occur) and ``mean``. A ragged column whose rows all turn out to have
+        lengths that occur), ``mean`` and ``nulls`` (null rows, and rows of files without
+        the column: counted as empty lists, as ``fill_null`` loads them). A ragged column whose rows all turn out to have
         one length ``n`` loads as ``dtype(batch, n)`` without ``lists=``; its ``loads_as``
         then says so.
 
@@ -164,7 +165,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             # notes, each after "; " (nulls, ...): kept
             description, sep, notes = info["loads_as"][name].partition("; ")
             m = re.match(r"ragged (\w+)(?: \(n, ([\d, ]+)\))?:", description)
-            if m and stats["rows"] and stats["min"] == stats["max"]:
+            if m and stats["rows"] and stats["min"] == stats["max"] and not stats["nulls"]:
                 inner = f", {m.group(2)}" if m.group(2) else ""
                 info["loads_as"][name] = (f"{m.group(1)}(batch, {stats['max']}{inner}) (every row "
                                           f"has length {stats['max']})") + sep + notes

@@ -155,6 +155,8 @@ class Pack:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
                 raise TypeError(f"Pack({name}=...) must be an int, got {v!r}")
+            if v is not None and not -2**63 <= v < 2**63:
+                raise ValueError(f"Pack({name}={v}) does not fit int64")
         if not isinstance(self.truncate, bool):
             raise TypeError(f"Pack(truncate=...) must be a bool, got {self.truncate!r}")
 
@@ -172,3 +174,34 @@ def check_pack(pack: Any) -> Pack | None:
     if pack is not None and not isinstance(pack, Pack):
         raise TypeError(f"pack must be a pqloader.Pack(column, seq_len, ...), got {pack!r}")
     return pack
+
+
+def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None,
+                     columns: Mapping[str, Mapping[str, Any]]) -> None:
+    """Check that ``Pad(value=)`` and ``Pack(eos=, pad=)`` are values of their column's
+    dtype (``Loader.column_info``): they were cast unchecked (``eos=300`` in an int8
+    column became 44, a token of the data; ``pad=-100`` in uint16 65436).
+
+    Raises:
+        ValueError: A value the column's dtype cannot hold exactly, naming it.
+    """
+    import numpy as np
+
+    checks = [(f"lists[{c!r}]: Pad(value={p.value!r})", c, p.value)
+              for c, p in (lists or {}).items() if isinstance(p, Pad)]
+    if pack is not None:
+        checks += [(f"Pack({name}={getattr(pack, name)!r})", pack.column, getattr(pack, name))
+                   for name in ("eos", "pad") if getattr(pack, name) is not None]
+    for what, column, value in checks:
+        dtype = columns.get(column, {}).get("dtype")
+        if dtype is None or dtype in ("str", "bytes"):
+            continue  # refused elsewhere (a column that is not a list of numbers)
+        dt = np.dtype(dtype)
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"{what} is not a whole number, but column {column!r} is {dt}")
+            if not info.min <= value <= info.max:
+                raise ValueError(f"{what} does not fit column {column!r} ({dt}: [{info.min}, {info.max}])")
+            if abs(value) > 2**53:  # the engine takes it as a double
+                raise ValueError(f"{what}: values beyond 2**53 are not exact in column {column!r}")

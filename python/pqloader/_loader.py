@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from pqloader import _core, _env, _iteration, _process, _state, _stats_table
+from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
 from pqloader._options import ARGUMENT_DOCS, LoaderOptions, check_fill_types, check_int
@@ -124,6 +124,7 @@ class Loader:
         # Before any data is read; stacked columns by their members.
         check_fill_types(options.fill_null, self._columns if options.stack is None
                          else _column_infos(self._engine.column_info(stacked=False)))
+        _lists.check_values_fit(options.lists, options.pack, self._columns)
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
         self._sources = sources
         self._options = options

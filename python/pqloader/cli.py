@@ -71,8 +71,9 @@ def _inspect(args: argparse.Namespace) -> int:
     elif "lengths" in info:
         print("\nrow lengths (list elements per row):")
         for name, s in info["lengths"].items():
+            nulls = f"  nulls={s['nulls']} (as empty lists)" if s.get("nulls") else ""
             print(f"  {name:<{width}}  rows={s['rows']}  min={s['min']}  median={s['median']}  "
-                  f"p99={s['p99']}  max={s['max']}  mean={s['mean']:.1f}  total={s['total']}")
+                  f"p99={s['p99']}  max={s['max']}  mean={s['mean']:.1f}  total={s['total']}{nulls}")
     elif info["ragged"]:
         print(f"\nragged: {', '.join(info['ragged'])} (--lengths reads their row lengths: "
               "min/median/p99/max; one pass over each column)")

@@ -923,7 +923,7 @@ nb::dict Inspect(const std::vector<std::string>& sources,
 nb::dict ListLengths(const std::vector<std::string>& sources,
                      const std::map<std::string, std::string>& storage_options,
                      const std::vector<std::string>& columns) {
-  using Stats = std::vector<LengthStats>;
+  using Stats = std::vector<std::pair<LengthStats, int64_t>>;  // and the null rows
   const Stats stats = RunInterruptible<Stats>([&](const CancelFlag& cancel) -> arrow::Result<Stats> {
     DatasetOptions options;
     options.columns.columns = columns;
@@ -933,18 +933,21 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
     const int threads = std::max(1u, std::thread::hardware_concurrency());
     Stats out;
     for (size_t c = 0; c < columns.size(); ++c) {
+      // A null row (or a file without the column) counts as an empty list, as fill_null
+      // loads it, and is counted apart.
       ARROW_ASSIGN_OR_RAISE(auto lengths,
-                            DocumentLengths::Read(*dataset, static_cast<int>(c), false, "", threads,
+                            DocumentLengths::Read(*dataset, static_cast<int>(c), true, "", threads,
                                                   arrow::default_memory_pool(), cancel));
-      out.push_back(SummarizeLengths(lengths->lengths()));
+      out.emplace_back(SummarizeLengths(lengths->lengths()), lengths->null_rows());
     }
     return out;
   });
   nb::dict out;
   for (size_t c = 0; c < columns.size(); ++c) {
-    const LengthStats& s = stats[c];
+    const LengthStats& s = stats[c].first;
     nb::dict d;
     d["rows"] = s.rows;
+    d["nulls"] = stats[c].second;
     d["total"] = s.total;
     d["min"] = s.min;
     d["median"] = s.median;

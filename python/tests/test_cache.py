@@ -142,6 +142,34 @@ def test_changed_columns_or_transforms_never_return_old_entries(data, tmp_path):
     assert batches[0]["arr"].dtype == np.float32
 
 
+def test_settings_that_differ_past_six_digits_never_share_entries(tmp_path):
+    # The key wrote a float fill with std::to_string (6 decimals: 0 and 1e-7 alike) and
+    # ops' parameters through a stream (6 digits: Normalize's mean 10 and 10.00001 alike):
+    # the second loader got the first one's rows.
+    npy = io.BytesIO()
+    np.save(npy, np.arange(6, dtype=np.float32).reshape(2, 3))
+    pq.write_table(pa.table({"x": pa.array([1.0, None, 3.0, None]), "img": [npy.getvalue()] * 4}),
+                   tmp_path / "p.parquet")
+    cache_dir = str(tmp_path / "cache")
+
+    def load(**kw):
+        loader = pqloader.Loader(str(tmp_path / "p.parquet"), batch_size=4, cache_dir=cache_dir, **kw)
+        return next(iter(loader)), loader.stats()
+
+    assert load(columns=["x"], fill_null={"x": 0.0})[0]["x"].tolist() == [1.0, 0.0, 3.0, 0.0]
+    got, s = load(columns=["x"], fill_null={"x": 1e-7})
+    assert got["x"].tolist() == [1.0, 1e-7, 3.0, 1e-7] and s["cache_hits"] == 0
+
+    def normalized(mean):
+        ops = [T.DecodeNdarray(), T.Normalize([mean], [1.0])]
+        return load(columns=["img"], transforms={"img": ops})
+
+    normalized(10.0)
+    got, s = normalized(10.00001)
+    assert s["cache_hits"] == 0
+    np.testing.assert_allclose(got["img"][0].ravel(), np.arange(6) - 10.00001, rtol=1e-6)
+
+
 def test_changing_only_random_ops_reuses_entries_and_changes_the_output(data, tmp_path):
     # Random ops run after the cache point: loaders whose ops differ only in their random
     # suffix share the entries of the deterministic prefix, yet yield different batches.

@@ -220,3 +220,20 @@ def test_cli_inspect_lengths_without_a_list_column_says_so(tmp_path):
     r = cli("inspect", tmp_path / "p.parquet", "--lengths", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "row lengths: no ragged list column among the selected ones" in r.stdout
+
+
+def test_lengths_count_null_rows_and_files_without_the_column_as_empty(tmp_path):
+    # It raised "row 1 is a null list" (inspect has no fill_null), losing every column's
+    # statistics; a file without the column failed too. They count as empty lists (as
+    # fill_null loads them) and apart, in "nulls".
+    pq.write_table(pa.table({"tok": pa.array([[1, 2, 3], None, [4]], pa.list_(pa.int32())),
+                             "w": pa.array([[1], [2, 3], []], pa.list_(pa.int32()))}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"w": pa.array([[5, 6, 7]], pa.list_(pa.int32()))}), tmp_path / "b.parquet")
+    info = pqloader.inspect(str(tmp_path), lengths=True)
+    assert {k: info["lengths"]["tok"][k] for k in ("rows", "nulls", "total", "min", "max")} == \
+        {"rows": 4, "nulls": 2, "total": 4, "min": 0, "max": 3}
+    assert {k: info["lengths"]["w"][k] for k in ("rows", "nulls", "total", "max")} == \
+        {"rows": 4, "nulls": 0, "total": 6, "max": 3}
+    r = cli("inspect", tmp_path, "--lengths", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "nulls=2 (as empty lists)" in r.stdout

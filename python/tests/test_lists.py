@@ -92,6 +92,17 @@ def test_ragged_batches_hold_every_value_and_their_offsets(tokens, shuffle, work
     assert sorted(ids) == list(range(N))
 
 
+def test_a_pad_value_must_be_a_value_of_the_columns_dtype(tmp_path):
+    # Pad(value=200) on int8 rows padded with -56, value=1.5 with 1: refused, naming it.
+    pq.write_table(pa.table({"t": pa.array([[1, 2, 3], [4]], pa.list_(pa.int8()))}), tmp_path / "p.parquet")
+    for value, message in ((200, r"Pad\(value=200\) does not fit column 't' \(int8"),
+                           (1.5, r"Pad\(value=1.5\) is not a whole number")):
+        with pytest.raises(ValueError, match=message):
+            pqloader.Loader(str(tmp_path), lists={"t": pqloader.Pad(value=value)})
+    got = next(iter(pqloader.Loader(str(tmp_path), lists={"t": pqloader.Pad(value=-7)})))
+    assert got["t"].tolist() == [[1, 2, 3], [4, -7, -7]]
+
+
 def test_pad_or_truncate_sides(tokens):
     path, rows = tokens
     loader = pqloader.Loader(path, batch_size=100, transforms={

@@ -186,6 +186,34 @@ def test_packing_is_refused_for_other_columns(docs, tmp_path):
         pqloader.Loader(str(tmp_path / "s.parquet"), pack=pqloader.Pack("tokens", seq_len=8))
 
 
+@pytest.mark.parametrize("dtype,kw,message", [
+    (pa.int8(), {"eos": 300}, r"Pack\(eos=300\) does not fit column 'tokens' \(int8: \[-128, 127\]\)"),
+    (pa.uint16(), {"pad": -100}, r"Pack\(pad=-100\) does not fit column 'tokens' \(uint16"),
+    (pa.int64(), {"eos": 2**53 + 1}, r"beyond 2\*\*53 are not exact"),
+])
+def test_eos_and_pad_must_be_tokens_of_the_columns_dtype(tmp_path, dtype, kw, message):
+    # They were cast unchecked: eos=300 in an int8 column became 44 (a token of the data).
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 44], [3]], pa.list_(dtype))}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=message):
+        pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, **kw))
+    with pytest.raises(ValueError, match="does not fit int64"):
+        pqloader.Pack("tokens", seq_len=4, eos=2**70)
+
+
+def test_a_state_is_refused_by_a_loader_whose_pad_differs_past_six_digits(tmp_path):
+    # The fingerprint printed pad with 6 digits: pad=1234567 and 1234568 were alike.
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3], [4]], pa.list_(pa.int32()))}), tmp_path / "p.parquet")
+
+    def packed(pad):
+        return pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=2, pad=pad))
+
+    loader = packed(1234567)
+    it = iter(loader)
+    next(it)
+    with pytest.raises(pqloader.InvalidDataError, match="pad=1234567"):
+        packed(1234568).load_state_dict(loader.state_dict())
+
+
 def test_a_null_document_is_refused_with_the_remedies_an_empty_one_with_fill_null(tmp_path):
     # A null list is no document: refused when the Loader is made, naming the row and
     # how to load it; fill_null packs it as an empty document (no tokens), and a filter
@@ -219,3 +247,16 @@ def test_a_file_without_the_token_column_is_empty_documents_with_fill_null(tmp_p
     got = [b["tokens"].tolist() for b in pqloader.Loader(str(tmp_path), columns=["tokens"], batch_size=2,
                                                          pack=pack, fill_null=0)]
     assert got == [[[1, 2, 3, 0]]]
+
+
+def test_a_filter_beside_a_file_without_the_token_column_keeps_the_lengths_aligned(tmp_path):
+    # A file without the column holds one empty document per row the filter keeps.
+    pq.write_table(pa.table({"w": np.arange(10)}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], pa.list_(pa.int64())),
+                             "w": [0, 1, 2, 3]}), tmp_path / "b.parquet")
+    pack = pqloader.Pack("tokens", seq_len=5, eos=-1)
+    got = [b["tokens"].tolist() for b in pqloader.Loader(str(tmp_path), columns=["tokens"], batch_size=1,
+                                                         pack=pack, fill_null=0, filter="w < 3")]
+    # kept: a's rows 0-2 (empty documents: eos only), b's rows 0-2
+    stream = [-1, -1, -1, 1, 2, 3, -1, 4, 5, -1, 6, -1] + [0] * 3  # the last block padded
+    assert got == [[stream[i:i + 5]] for i in range(0, 15, 5)]

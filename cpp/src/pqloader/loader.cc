@@ -20,6 +20,7 @@
 #include "pqloader/error.h"
 #include "pqloader/loader_internal.h"
 #include "pqloader/plan/split_uses.h"
+#include "pqloader/util/exact_text.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -212,7 +213,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
       const NullFill& f = loader->read_options_.fills[c];
       id += "|col=" + spec.name + ":" + spec.arrow_type + ":fill=" +
             (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
-                             std::to_string(f.float_value) + "," + f.bytes_value +
+                             ExactText(f.float_value) + "," + f.bytes_value +
                              (f.rows_only ? ",rows" : "")
                        : "none") +
             IntegersAsFloats(*loader->dataset_, c) +

@@ -27,7 +27,7 @@ constexpr int64_t kRowsPerSlice = 8192;
 // `split`'s row group to `out`.
 arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
                         bool null_is_empty, const std::string& null_remedy,
-                        arrow::MemoryPool* pool, std::vector<int32_t>* out) {
+                        arrow::MemoryPool* pool, std::vector<int32_t>* out, int64_t* nulls) {
   const ColumnSource& src = dataset.files()[dataset.splits()[split_index].file].columns[spec];
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
@@ -63,6 +63,7 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
           return arrow::Status::Invalid("row ", row, " is a null list",
                                         null_remedy.empty() ? "" : "; ", null_remedy);
         }
+        if (!dropped) ++*nulls;
       } else if (a.type_id() == arrow::Type::LIST) {
         n = static_cast<const arrow::ListArray&>(a).value_length(r);
       } else if (a.type_id() == arrow::Type::LARGE_LIST) {
@@ -99,6 +100,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   }
   const auto num_splits = static_cast<int64_t>(dataset.splits().size());
   std::vector<std::vector<int32_t>> per_split(num_splits);
+  std::vector<int64_t> nulls(num_splits, 0);
   std::vector<arrow::Status> status(num_splits);
   std::atomic<int64_t> next{0};
   auto work = [&] {
@@ -113,12 +115,15 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       try {
         const ColumnSource& src = file.columns[column];
         if (src.field < 0 && null_is_empty) {
-          per_split[s].assign(static_cast<size_t>(split.file_rows), 0);  // empty documents
+          // Empty documents: one per row the split keeps (a filter's, or all).
+          per_split[s].assign(static_cast<size_t>(split.num_rows), 0);
+          nulls[s] = split.num_rows;
         } else if (src.field < 0) {
           st = arrow::Status::Invalid("the file lacks the column (its rows are null)",
                                       null_remedy.empty() ? "" : "; ", null_remedy);
         } else {
-          st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &per_split[s]);
+          st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &per_split[s],
+                         &nulls[s]);
         }
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
@@ -136,6 +141,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   for (auto& t : pool_threads) t.join();
   for (const auto& st : status) ARROW_RETURN_NOT_OK(st);
   auto out = std::make_shared<DocumentLengths>();
+  for (int64_t n : nulls) out->null_rows_ += n;
   out->first_.reserve(num_splits + 1);
   for (auto& v : per_split) {
     out->first_.push_back(static_cast<int64_t>(out->lengths_.size()));

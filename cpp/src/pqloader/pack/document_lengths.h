@@ -37,8 +37,12 @@ class DocumentLengths {
   int64_t Length(int64_t split, int64_t row) const { return lengths_[first_[split] + row]; }
   /// Every row's length, split after split.
   const std::vector<int32_t>& lengths() const { return lengths_; }
+  /// Null rows (with `null_is_empty`: each an empty document, length 0), and the rows of
+  /// files that lack the column.
+  int64_t null_rows() const { return null_rows_; }
 
  private:
+  int64_t null_rows_ = 0;
   std::vector<int32_t> lengths_;  // all rows, split after split
   std::vector<int64_t> first_;    // index in lengths_ of each split's first row
   std::vector<int64_t> prefix_;   // prefix sums of lengths_, size + 1

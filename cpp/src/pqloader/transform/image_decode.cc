@@ -436,8 +436,10 @@ class DecodeImageOp : public Op {
     return out.str();
   }
   // v2: CMYK and YCCK JPEGs decoded (they were refused: skipped rows under "skip"), and
-  // DCT scaling keeps a margin above the Resize target (kDctScaleMargin).
-  std::string Fingerprint() const override { return ToString() + "@v2"; }
+  // DCT scaling keeps a margin above the Resize target (kDctScaleMargin). v3: gray of a
+  // colour JPEG converted from RGB (it was the stored luma), JPEGs whose header warns
+  // decoded, progressive JPEGs of over 500 scans refused.
+  std::string Fingerprint() const override { return ToString() + "@v3"; }
   SampleSignature OutputSignature(const SampleSignature&) const override {
     SampleSignature out;
     out.dtype = DType::kUInt8;

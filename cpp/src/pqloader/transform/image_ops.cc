@@ -8,6 +8,7 @@
 #include "pqloader/error.h"
 #include "pqloader/tensor/group_rows.h"
 #include "pqloader/transform/op.h"
+#include "pqloader/util/exact_text.h"
 #include "pqloader/util/target_clones.h"
 
 namespace pqloader {
@@ -408,7 +409,7 @@ arrow::Result<SampleTensor> Crop(const SampleTensor& in, const ImageDims& d, con
 std::string Join(const std::vector<double>& v) {
   std::ostringstream out;
   out << "[";
-  for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
+  for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << ExactText(v[i]);
   out << "]";
   return out.str();
 }
@@ -558,7 +559,7 @@ class RandomHorizontalFlipOp : public Op {
   explicit RandomHorizontalFlipOp(double p) : p_(p) {}
   std::string ToString() const override {
     std::ostringstream out;
-    out << "RandomHorizontalFlip(p=" << p_ << ")";
+    out << "RandomHorizontalFlip(p=" << ExactText(p_) << ")";
     return out.str();
   }
   bool is_random() const override { return true; }
@@ -750,7 +751,7 @@ class PadOrTruncateOp : public Op {
   bool truncate_left() const { return truncate_left_; }
   std::string ToString() const override {
     std::ostringstream out;
-    out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_;
+    out << "PadOrTruncate(length=" << length_ << ", pad=" << ExactText(pad_);
     if (pad_left_) out << ", side=left";
     if (truncate_left_) out << ", truncation=left";
     out << ")";
