@@ -393,3 +393,18 @@ def test_local_footers_are_read_from_the_file_not_the_cache_dir(tmp_path):
     write(tmp_path / "f1.parquet", n=70, rg=20, offset=500)
     third = pqloader.Loader(paths, batch_size=16, cache_dir=cache_dir, columns=["id"])
     assert third.num_rows == 170
+
+
+def test_a_cache_dir_inside_the_dataset_is_not_listed_as_data(tmp_path):
+    # Its entries and claim markers come and go as loaders work: listed, each was opened
+    # for Parquet's magic bytes (and one that vanished meanwhile failed the Loader).
+    d = tmp_path / "data"
+    d.mkdir()
+    pq.write_table(pa.table({"x": np.arange(100)}), d / "p.parquet", row_group_size=10)
+    first = pqloader.Loader(str(d), batch_size=50, cache_dir=str(d / "cache"))
+    ref = [b["x"].tolist() for b in first]
+    assert any((d / "cache").rglob("*.pqc"))
+    again = pqloader.Loader(str(d), batch_size=50, cache_dir=str(d / "cache"))
+    assert again.skipped_files == [] and [b["x"].tolist() for b in again] == ref
+    assert again.stats()["cache_hits"] == 10
+    assert pqloader.inspect(str(d))["num_files"] == 1

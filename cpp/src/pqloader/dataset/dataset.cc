@@ -20,6 +20,7 @@
 #include <parquet/file_reader.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/cache/split_cache.h"
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/error.h"
@@ -149,8 +150,23 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   std::vector<arrow::fs::FileInfo> infos = std::move(listed).ValueUnsafe();
   std::sort(infos.begin(), infos.end(),
             [](const auto& a, const auto& b) { return a.path() < b.path(); });
+  // A pqloader cache directory (its marker file) below the root holds the cache's
+  // entries and markers, never data: its files appear and vanish as loaders work.
+  std::vector<std::string> caches;
+  for (const auto& info : infos) {
+    if (info.type() == arrow::fs::FileType::File && info.base_name() == kCacheMarkerName) {
+      caches.push_back(info.dir_name() + "/");
+    }
+  }
+  auto in_a_cache = [&](const std::string& path) {
+    for (const auto& dir : caches) {
+      if (path.compare(0, dir.size(), dir) == 0) return true;
+    }
+    return false;
+  };
   for (const auto& info : infos) {
     if (info.type() != arrow::fs::FileType::File) continue;
+    if (!caches.empty() && in_a_cache(info.path())) continue;
     const std::string rel = RelativeTo(root, info.path());
     const auto comps = Components(rel);
     if (summaries != nullptr && pattern.empty() && comps.size() == 1) {
@@ -508,13 +524,21 @@ arrow::Result<bool> HasMagic(const DataFile& file) {
   if (file.size < 3 * kMagic) return false;
   arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
   info.set_size(file.size);
+  // A file that vanished since the listing (another program's temporary file) is not
+  // data: left out, as a file that is not Parquet is.
+  auto gone = [&] {
+    auto now = file.fs->GetFileInfo(file.path);
+    return now.ok() && now->type() == arrow::fs::FileType::NotFound;
+  };
   auto input = file.fs->OpenInputFile(info);
   if (!input.ok()) {
+    if (gone()) return false;
     return MakeIOError(input.status(), "cannot open '", file.display, "'");
   }
   auto head = (*input)->ReadAt(0, kMagic);
   auto tail = (*input)->ReadAt(file.size - kMagic, kMagic);
   if (!head.ok() || !tail.ok()) {
+    if (gone()) return false;
     return MakeIOError(head.ok() ? tail.status() : head.status(), "cannot read '", file.display,
                        "'");
   }
