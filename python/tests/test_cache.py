@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -408,3 +409,20 @@ def test_a_cache_dir_inside_the_dataset_is_not_listed_as_data(tmp_path):
     assert again.skipped_files == [] and [b["x"].tolist() for b in again] == ref
     assert again.stats()["cache_hits"] == 10
     assert pqloader.inspect(str(d))["num_files"] == 1
+
+
+def test_cache_counters_not_written_are_kept_for_the_next_write(tmp_path):
+    # A failed write of the records (a full disk) dropped its counts for good: the
+    # loader now keeps them until a write succeeds.
+    pq.write_table(pa.table({"x": np.arange(100)}), tmp_path / "p.parquet", row_group_size=10)
+    cache = tmp_path / "cache"
+    loader = pqloader.Loader(str(tmp_path / "p.parquet"), batch_size=50, cache_dir=str(cache))
+    list(loader)  # fills the cache
+    (cache / "records.new" / "x").mkdir(parents=True)  # the records cannot be written meanwhile
+    list(loader)  # hits; the epoch switch tried to write the first epoch's counts
+    shutil.rmtree(cache / "records.new")
+    loader.close()
+    records = dict(line.split() for line in (cache / "records").read_text().splitlines())
+    s = loader.stats()
+    assert int(records["misses"]) == s["cache_misses"] == 10
+    assert int(records["inserts"]) == 10 and int(records["hits"]) >= s["cache_hits"] == 10

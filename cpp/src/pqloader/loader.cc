@@ -254,8 +254,8 @@ void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
     const CacheCounters now = cache_->counters();
     const CacheCounters delta = CountersSince(now, recorded_);
-    if (delta.any()) RecordCacheCounters(options_.cache.dir, delta);
-    recorded_ = now;
+    // Not written (a full disk, the lock not taken): kept for the next time.
+    if (!delta.any() || RecordCacheCounters(options_.cache.dir, delta)) recorded_ = now;
   }
   // Requests still in flight finish on io_pool_, unread.
   if (current_.pipeline != nullptr) runs->push_back(std::move(current_));

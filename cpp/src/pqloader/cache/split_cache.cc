@@ -1543,10 +1543,10 @@ bool CacheCounters::any() const {
          evictions || corrupt || write_errors;
 }
 
-void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
-  if (dir == ":memory:") return;
+bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
+  if (dir == ":memory:") return true;
   const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kCacheLockTimeout);
-  if (lock == nullptr) return;
+  if (lock == nullptr) return false;
   std::map<std::string, int64_t> r;
   {
     std::ifstream in(dir + "/records");
@@ -1576,9 +1576,13 @@ void RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     for (const auto& [k, v] : r) out << k << " " << v << "\n";
-    if (!out) return;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return false;
+    }
   }
-  std::rename(tmp.c_str(), (dir + "/records").c_str());
+  return std::rename(tmp.c_str(), (dir + "/records").c_str()) == 0;
 }
 
 }  // namespace pqloader

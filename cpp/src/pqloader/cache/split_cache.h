@@ -335,7 +335,9 @@ constexpr int64_t kMaxReportedForeign = 10;
 /// cache marker file.
 arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir,
                                               const CancelFlag& cancel = nullptr);
-/// Add `counters` to the records kept in `dir` (for `pqloader cache stats`).
-void RecordCacheCounters(const std::string& dir, const CacheCounters& counters);
+/// Add `counters` to the records kept in `dir` (for `pqloader cache stats`). False when
+/// they could not be written (the lock not taken, a full disk): the caller keeps them to
+/// add the next time.
+bool RecordCacheCounters(const std::string& dir, const CacheCounters& counters);
 
 }  // namespace pqloader
