@@ -177,10 +177,12 @@ def check_pack(pack: Any) -> Pack | None:
 
 
 def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None,
+                     transforms: Mapping[str, Any] | None,
                      columns: Mapping[str, Mapping[str, Any]]) -> None:
-    """Check that ``Pad(value=)`` and ``Pack(eos=, pad=)`` are values of their column's
-    dtype (``Loader.column_info``): they were cast unchecked (``eos=300`` in an int8
-    column became 44, a token of the data; ``pad=-100`` in uint16 65436).
+    """Check that ``Pad(value=)``, ``Pack(eos=, pad=)`` and a final
+    ``PadOrTruncate(pad=)`` are values of their column's dtype (``Loader.column_info``):
+    they were cast unchecked (``eos=300`` in an int8 column became 44, a token of the
+    data; ``pad=-100`` in uint16 65436; ``1e6`` in float16 inf).
 
     Raises:
         ValueError: A value the column's dtype cannot hold exactly, naming it.
@@ -192,6 +194,12 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
     if pack is not None:
         checks += [(f"Pack({name}={getattr(pack, name)!r})", pack.column, getattr(pack, name))
                    for name in ("eos", "pad") if getattr(pack, name) is not None]
+    for column, ops in (transforms.items() if isinstance(transforms, Mapping) else ()):
+        for op in ops if isinstance(ops, (list, tuple)) else []:
+            name, params = op._spec() if hasattr(op, "_spec") else ("", {})
+            if name == "PadOrTruncate" and isinstance(params.get("pad"), (int, float)):
+                checks.append((f"transforms[{column!r}]: PadOrTruncate(pad={params['pad']!r})",
+                               column, params["pad"]))
     for what, column, value in checks:
         dtype = columns.get(column, {}).get("dtype")
         if dtype is None or dtype in ("str", "bytes"):
@@ -205,3 +213,7 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
                 raise ValueError(f"{what} does not fit column {column!r} ({dt}: [{info.min}, {info.max}])")
             if abs(value) > 2**53:  # the engine takes it as a double
                 raise ValueError(f"{what}: values beyond 2**53 are not exact in column {column!r}")
+        elif dt.kind == "f" and np.isfinite(value):
+            with np.errstate(over="ignore"):
+                if not np.isfinite(dt.type(value)):
+                    raise ValueError(f"{what} overflows column {column!r} ({dt})")

@@ -124,7 +124,7 @@ class Loader:
         # Before any data is read; stacked columns by their members.
         check_fill_types(options.fill_null, self._columns if options.stack is None
                          else _column_infos(self._engine.column_info(stacked=False)))
-        _lists.check_values_fit(options.lists, options.pack, self._columns)
+        _lists.check_values_fit(options.lists, options.pack, options.transforms, self._columns)
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
         self._sources = sources
         self._options = options

@@ -181,6 +181,16 @@ class Mixture:
         n = self.epoch_samples(epoch)
         return n // self._batch_size if self._drop_last else -(-n // self._batch_size)
 
+    def _batches_with_seed(self, epoch: int, seed: int) -> int:
+        """num_batches(epoch) were the mixture's seed `seed` (a state's, to be adopted):
+        without samples_per_epoch, the seed's draws decide where the epoch ends."""
+        if seed == self._seed or self._samples is not None:
+            return self.num_batches(epoch)
+        limit = sum(self._rows) * 64 + 1024
+        n, _ = _core.mix_epoch_length_kept(seed, epoch, self._cumulative, self._rows,
+                                           self._stop == "last", limit, 0)
+        return n // self._batch_size if self._drop_last else -(-n // self._batch_size)
+
     def __len__(self) -> int:
         """Batches of the current epoch for this rank."""
         return self.num_batches(self._epoch)
@@ -385,7 +395,7 @@ class Mixture:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
         if not isinstance(epoch, int) or not isinstance(batch, int) or epoch < 0 or \
-                not 0 <= batch <= self.num_batches(epoch):
+                not 0 <= batch <= self._batches_with_seed(epoch, seed):
             raise InvalidDataError(f"mixture state position ({epoch!r}, {batch!r}) is not one of this mixture")
         end = state.get("end")
         if end is not None and (not isinstance(end, int) or end < epoch):

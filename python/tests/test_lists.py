@@ -101,6 +101,12 @@ def test_a_pad_value_must_be_a_value_of_the_columns_dtype(tmp_path):
             pqloader.Loader(str(tmp_path), lists={"t": pqloader.Pad(value=value)})
     got = next(iter(pqloader.Loader(str(tmp_path), lists={"t": pqloader.Pad(value=-7)})))
     assert got["t"].tolist() == [[1, 2, 3], [4, -7, -7]]
+    # The transform that pads, too (pad=300 became 44); and a float16 column's overflow.
+    with pytest.raises(ValueError, match=r"PadOrTruncate\(pad=300\) does not fit column 't' \(int8"):
+        pqloader.Loader(str(tmp_path), transforms={"t": [pqloader.transforms.PadOrTruncate(4, pad=300)]})
+    pq.write_table(pa.table({"h": pa.array([[1.0], [2.0, 3.0]], pa.list_(pa.float16()))}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=r"Pad\(value=1000000.0\) overflows column 'h' \(float16\)"):
+        pqloader.Loader(str(tmp_path), lists={"h": pqloader.Pad(value=1e6)})
 
 
 def test_pad_or_truncate_sides(tokens):

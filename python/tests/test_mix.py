@@ -895,20 +895,24 @@ def test_sources_without_a_seed_adopt_a_mixture_states_seeds(sources):
     # the mixture its own, taken from the first source's): the resumed rest is exact.
     root, _ = sources
 
-    def make():
+    def make(**kw):
         ls = {n: pqloader.Loader(str(root / n), batch_size=64, shuffle=True) for n in ("web", "code")}
-        return pqloader.mix(ls, [1, 1], samples_per_epoch=640, batch_size=64)
+        return pqloader.mix(ls, [1, 1], batch_size=64, **kw)
 
-    m = make()
-    full = run(m)
-    m.set_epoch(0)
-    it = iter(m)
-    for _ in range(3):
-        next(it)
-    resumed = make()
-    assert [l.seed for l in resumed._loaders] != [l.seed for l in m._loaders]
-    resumed.load_state_dict(json.loads(json.dumps(m.state_dict())))
-    assert [b["id"].tolist() for b in run(resumed)] == [b["id"].tolist() for b in full[3:]]
+    for kw in ({"samples_per_epoch": 640}, {}):  # without it, the seed decides the epoch's end
+        m = make(**kw)
+        full = run(m)
+        m.set_epoch(0)
+        it = iter(m)
+        cut = len(full) - 1  # past the end of many another seed's epoch
+        for _ in range(cut):
+            next(it)
+        state = json.loads(json.dumps(m.state_dict()))
+        for _ in range(4):  # fresh seeds: some end their own epoch 0 before `cut`
+            resumed = make(**kw)
+            assert [l.seed for l in resumed._loaders] != [l.seed for l in m._loaders]
+            resumed.load_state_dict(state)
+            assert [b["id"].tolist() for b in run(resumed)] == [b["id"].tolist() for b in full[cut:]], kw
     seeded = pqloader.mix({n: pqloader.Loader(str(root / n), batch_size=64, shuffle=True, seed=5)
                            for n in ("web", "code")}, [1, 1], samples_per_epoch=640, batch_size=64)
     with pytest.raises(pqloader.InvalidDataError, match="source 'web' seed"):

@@ -200,20 +200,6 @@ def test_eos_and_pad_must_be_tokens_of_the_columns_dtype(tmp_path, dtype, kw, me
         pqloader.Pack("tokens", seq_len=4, eos=2**70)
 
 
-def test_a_state_is_refused_by_a_loader_whose_pad_differs_past_six_digits(tmp_path):
-    # The fingerprint printed pad with 6 digits: pad=1234567 and 1234568 were alike.
-    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3], [4]], pa.list_(pa.int32()))}), tmp_path / "p.parquet")
-
-    def packed(pad):
-        return pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=2, pad=pad))
-
-    loader = packed(1234567)
-    it = iter(loader)
-    next(it)
-    with pytest.raises(pqloader.InvalidDataError, match="pad=1234567"):
-        packed(1234568).load_state_dict(loader.state_dict())
-
-
 def test_a_null_document_is_refused_with_the_remedies_an_empty_one_with_fill_null(tmp_path):
     # A null list is no document: refused when the Loader is made, naming the row and
     # how to load it; fill_null packs it as an empty document (no tokens), and a filter

@@ -819,3 +819,17 @@ def test_transforms_of_a_text_column_are_refused_when_the_loader_is_made(tmp_pat
     got = next(iter(pqloader.Loader(str(tmp_path), columns=["raw"],
                                     transforms={"raw": [pqloader.transforms.Cast("float32")]})))
     assert got["raw"].tolist() == [[97.0, 98.0], [99.0, 100.0]]
+
+
+def test_the_state_fingerprint_of_a_pipeline_keeps_its_text(tmp_path):
+    # States saved by earlier versions hold this text: writing its numbers exactly (as
+    # cache keys now do) would refuse every such state (ratio=[0.75, 1.3333333333333333]).
+    pq.write_table(pa.table({"image": [b"x"]}), tmp_path / "p.parquet")
+    ops = [T.DecodeImage(), T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+           T.Normalize([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]),
+           T.ToCHW()]
+    loader = pqloader.Loader(str(tmp_path), transforms={"image": ops})
+    assert loader._engine.transform_fingerprint() == (
+        "0:DecodeImage(mode=rgb);RandomResizedCrop(size=[224, 224], scale=[0.08, 1], "
+        "ratio=[0.75, 1.33333]);RandomHorizontalFlip(p=0.5);Normalize(mean=[0.481455, 0.457827, "
+        "0.408211], std=[0.26863, 0.261303, 0.275777]); ToCHW();|")

@@ -4,6 +4,7 @@
 #include "pqloader/loader.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -107,7 +108,7 @@ arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index
   // A file deleted since it was listed is not found (FileNotFoundError in Python), not
   // a failing storage.
   std::shared_ptr<arrow::StatusDetail> kind = st.detail();
-  if (what == kGone) kind = std::make_shared<ErrorDetail>(ErrorKind::kNotFound, detail->os_error());
+  if (what == kGone) kind = std::make_shared<ErrorDetail>(ErrorKind::kNotFound, ENOENT);
   return arrow::Status(st.code(),
                        st.message() + " ('" + file.display + "' " + what +
                            ": make a new Loader to read it as it is now)",

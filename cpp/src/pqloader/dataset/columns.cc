@@ -77,6 +77,10 @@ bool LeavesAt(const parquet::arrow::SchemaField& field, const std::vector<std::s
 // or time zones: why neither converts (they load as integers in the stored unit, so a
 // declared schema cannot convert them either); "" otherwise.
 std::string UnitsDiffer(const arrow::DataType& a, const arrow::DataType& b) {
+  if (arrow::is_list_like(a.id()) && arrow::is_list_like(b.id()) && a.num_fields() == 1 &&
+      b.num_fields() == 1) {  // lists of times: their values
+    return UnitsDiffer(*a.field(0)->type(), *b.field(0)->type());
+  }
   const bool times = a.id() == b.id() && (a.id() == arrow::Type::TIMESTAMP ||
                                           a.id() == arrow::Type::DURATION ||
                                           a.id() == arrow::Type::TIME32 ||

@@ -524,9 +524,11 @@ arrow::Result<bool> HasMagic(const DataFile& file) {
   if (file.size < 3 * kMagic) return false;
   arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
   info.set_size(file.size);
-  // A file that vanished since the listing (another program's temporary file) is not
-  // data: left out, as a file that is not Parquet is.
+  // A local file that vanished since the listing (another program's temporary file) is
+  // not data: left out, as a file that is not Parquet is. (An object store is not asked
+  // again after a failure: it may be what failed.)
   auto gone = [&] {
+    if (file.fs->type_name() != "local") return false;
     auto now = file.fs->GetFileInfo(file.path);
     return now.ok() && now->type() == arrow::fs::FileType::NotFound;
   };

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "pqloader/util/exact_text.h"
-
 namespace pqloader {
 
 namespace {
@@ -41,7 +39,7 @@ std::string PackOptions::ToString() const {
   std::ostringstream out;
   out << "pack(column=" << column << ", seq_len=" << seq_len;
   if (has_eos) out << ", eos=" << eos;
-  out << ", truncate=" << truncate << ", pad=" << ExactText(pad_value) << ")";
+  out << ", truncate=" << truncate << ", pad=" << pad_value << ")";
   return out.str();
 }
 

@@ -428,7 +428,9 @@ class DecodeImageOp : public Op {
   std::string ToString() const override {
     // min_short_side changes pixels, so it is part of the fingerprint.
     std::ostringstream out;
-    out << "DecodeImage(mode=" << (mode_ == ImageMode::kGray ? "gray" : "rgb");
+    // "gray=L": gray is PIL's L of the RGB (it was TurboJPEG's luma for colour JPEGs), so
+    // a state saved before is refused rather than resumed into other pixels.
+    out << "DecodeImage(mode=" << (mode_ == ImageMode::kGray ? "gray, gray=L" : "rgb");
     if (min_short_side_ > 0) out << ", min_short_side=" << min_short_side_;
     if (!keepdims_) out << ", keepdims=false";
     if (exif_transpose_) out << ", exif_transpose=true";

@@ -406,10 +406,17 @@ arrow::Result<SampleTensor> Crop(const SampleTensor& in, const ImageDims& d, con
   return out;
 }
 
-std::string Join(const std::vector<double>& v) {
+// `exact`: each value as ExactText (for cache keys: every two values apart); else as a
+// stream writes it, 6 significant digits (ToString: messages and the state fingerprint,
+// whose text states saved by earlier versions hold).
+std::string Join(const std::vector<double>& v, bool exact = false) {
   std::ostringstream out;
   out << "[";
-  for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << ExactText(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    out << (i ? ", " : "");
+    if (exact) out << ExactText(v[i]);
+    else out << v[i];
+  }
   out << "]";
   return out.str();
 }
@@ -559,7 +566,7 @@ class RandomHorizontalFlipOp : public Op {
   explicit RandomHorizontalFlipOp(double p) : p_(p) {}
   std::string ToString() const override {
     std::ostringstream out;
-    out << "RandomHorizontalFlip(p=" << ExactText(p_) << ")";
+    out << "RandomHorizontalFlip(p=" << p_ << ")";
     return out.str();
   }
   bool is_random() const override { return true; }
@@ -624,6 +631,12 @@ class NormalizeOp : public Op {
   std::string ToString() const override {
     return "Normalize(mean=" + Join(mean_) + ", std=" + Join(std_) + ")" +
            (to_chw_ ? "; ToCHW()" : "");
+  }
+  // Exact: Normalize(mean=10) and 10.00001 shared cache entries. v2: a 2-D image fused
+  // with ToCHW is 1HW (it was HW).
+  std::string Fingerprint() const override {
+    return "Normalize(mean=" + Join(mean_, true) + ", std=" + Join(std_, true) + ")" +
+           (to_chw_ ? "; ToCHW()" : "") + "@v2";
   }
   std::shared_ptr<const Op> WithChannelsFirstOutput() const {
     return std::make_shared<NormalizeOp>(mean_, std_, true);
@@ -751,11 +764,14 @@ class PadOrTruncateOp : public Op {
   bool truncate_left() const { return truncate_left_; }
   std::string ToString() const override {
     std::ostringstream out;
-    out << "PadOrTruncate(length=" << length_ << ", pad=" << ExactText(pad_);
+    out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_;
     if (pad_left_) out << ", side=left";
     if (truncate_left_) out << ", truncation=left";
     out << ")";
     return out.str();
+  }
+  std::string Fingerprint() const override {  // exact: see Normalize's
+    return ToString() + "@pad=" + ExactText(pad_);
   }
   SampleSignature OutputSignature(const SampleSignature& in) const override {
     SampleSignature out = in;
