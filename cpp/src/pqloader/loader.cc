@@ -552,6 +552,9 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   {
     MutexLock lock(mu_);
     if (run >= 0 && current_.id != run) {
+      // Stopped (Stop(), close(), the interpreter's exit), no run since: the epoch ends
+      // here, as for a caller without a run id. Another run current: nothing of it.
+      if (current_.id == 0) return std::shared_ptr<Batch>();
       return arrow::Status::Cancelled("the run was replaced by a newer one");
     }
     pipeline = current_.pipeline;

@@ -257,7 +257,8 @@ class Loader {
   /// a caller can check for signals and call again). Cancelled if Stop() ran meanwhile.
   /// With a `run` (a StartEpoch's run_id), Cancelled, taking nothing, if another run is
   /// current: an iterator that another thread's newer iteration replaced never takes a
-  /// batch of the newer one's run.
+  /// batch of the newer one's run; nullptr (the end) if none is (stopped, e.g. at the
+  /// interpreter's exit, or the epoch over).
   arrow::Result<std::shared_ptr<Batch>> Next(
       std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
       bool* timed_out = nullptr, int64_t run = -1);

@@ -102,6 +102,24 @@ TEST(Loader, StartingTheEpochJustStartedKeepsItsRunUntilABatchIsRead) {
   EXPECT_EQ(loader->stats().epochs_started_ahead, 1);
 }
 
+// A call naming its run takes nothing of a newer run, and ends quietly (nullptr, as a
+// call without a run id) when the loader was stopped with no run since: a thread inside
+// a call when the interpreter's exit stops every engine saw an error ("replaced").
+TEST(Loader, NextOfAStoppedRunEndsAndOfAReplacedRunIsCancelled) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  auto loader = Loader::Make({dir}, ShuffledOptions(2)).ValueOrDie();
+  int64_t first = -1, second = -1;
+  ASSERT_TRUE(loader->StartEpoch(0, 0, false, nullptr, &first).ok());
+  ASSERT_NE(loader->Next(std::chrono::nanoseconds::max(), nullptr, first).ValueOrDie(), nullptr);
+  ASSERT_TRUE(loader->StartEpoch(1, 0, false, nullptr, &second).ok());
+  EXPECT_TRUE(loader->Next(std::chrono::nanoseconds::max(), nullptr, first).status().IsCancelled());
+  loader->Stop();
+  auto ended = loader->Next(std::chrono::nanoseconds::max(), nullptr, second);
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(*ended, nullptr);
+}
+
 TEST(Loader, ReadsEveryRowInNaturalOrder) {
   int64_t total;
   const auto dir = MakeDataset(&total);
