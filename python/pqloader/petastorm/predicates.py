@@ -28,8 +28,9 @@ def _row_dicts(columns: Mapping[str, Any], fields: Iterable[str]) -> Iterable[di
 
 
 def batch_mask(predicate: Any, columns: Mapping[str, Any], num_rows: int) -> np.ndarray:
-    """The rows of a batch that `predicate` keeps (any object with get_fields/do_include)."""
-    if isinstance(predicate, PredicateBase):
+    """The rows of a batch that `predicate` keeps (any object with get_fields/do_include,
+    or with a ``mask`` of whole batches)."""
+    if callable(getattr(predicate, "mask", None)):
         mask = predicate.mask(columns)
     else:
         mask = np.fromiter((bool(predicate.do_include(r)) for r in _row_dicts(columns, predicate.get_fields())),

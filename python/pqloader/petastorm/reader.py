@@ -27,6 +27,7 @@ import numpy as np
 from pqloader import _errors
 from pqloader.petastorm import _dataset
 from pqloader.petastorm.codecs import CompressedImageCodec
+from pqloader.petastorm.errors import NoDataAvailableError
 from pqloader.petastorm.predicates import batch_mask
 from pqloader.petastorm.transform import TransformSpec, transform_schema
 from pqloader.petastorm.unischema import Unischema, UnischemaField, is_numpy_scalar_type
@@ -196,6 +197,12 @@ class Reader:
                               transforms=self._transforms or None, row_groups=self._row_groups,
                               storage_options=ds.storage or None, num_epochs=num_epochs,
                               batch_transform=self._process, **options)
+        o, plan = self._loader.options, self._loader._plan
+        if o.world_size > 1 and plan["num_rows"] == 0 and plan["dataset_rows"] > 0:
+            # Petastorm raises when a shard gets nothing (more shards than row groups).
+            raise NoDataAvailableError(
+                f"shard {o.rank} of {o.world_size} has no rows: the dataset's "
+                f"{plan['dataset_rows']} rows in equal shares leave none for it; use fewer shards")
         self._loaders = [self._loader]
         self._iterator: Iterator[Any] | None = None
         self.last_row_consumed = False
@@ -246,7 +253,11 @@ class Reader:
         fields = sorted(self._predicate.get_fields())
         try:
             table = self.dataset.read_row_group(i, rg, fields)
-        except (KeyError, ValueError):  # e.g. a partition key: decided per batch only
+        except (KeyError, ValueError):
+            return True
+        # A field the file does not hold (a partition key: in the path only) is decided per
+        # batch only (pyarrow leaves a column it cannot find out of the table, silently).
+        if any(name not in table.column_names for name in fields):
             return True
         all_fields = self._all_fields()
         columns: dict[str, Any] = {}
@@ -384,17 +395,23 @@ class Reader:
     def __iter__(self) -> Reader:
         return self
 
+    _STOPPED = ("Trying to read a sample after a reader created by make_reader/make_batch_reader "
+                "has stopped. This may happen if the make_reader/make_batch_reader context "
+                "manager has exited but you try to fetch a sample from it anyway")
+
     def __next__(self) -> Any:
         if self.stopped:
-            raise RuntimeError("Trying to read a sample after a reader created by make_reader/make_batch_reader "
-                               "has stopped. This may happen if the make_reader/make_batch_reader context "
-                               "manager has exited but you try to fetch a sample from it anyway")
+            raise RuntimeError(self._STOPPED)
         if self._iterator is None:
             self._iterator = self._items()
         try:
             return next(self._iterator)
         except StopIteration:
             self.last_row_consumed = True
+            raise
+        except RuntimeError:
+            if self.stopped:  # stop() from another thread, while this one read
+                raise RuntimeError(self._STOPPED) from None
             raise
 
     next = __next__
@@ -412,10 +429,15 @@ class Reader:
         self._iterator = None
 
     def stop(self) -> None:
-        """Stop reading (the engine's threads stop)."""
-        if self._iterator is not None:
-            self._iterator.close()  # type: ignore[attr-defined]
+        """Stop reading (the engine's threads stop). From another thread while one reads,
+        that one's next read raises, as after stop()."""
         self.stopped = True
+        if self._iterator is not None:
+            try:
+                self._iterator.close()  # type: ignore[attr-defined]
+            except ValueError:  # "generator already executing": another thread is reading
+                for loader in self._loaders:
+                    loader.close()  # its iterator stops; the reader raises (see __next__)
 
     def join(self) -> None:
         """Nothing to join: stop() already stopped the engine's threads."""
@@ -579,7 +601,7 @@ def make_batch_reader(dataset_url_or_urls: str | Sequence[str], schema_fields: A
     info = inspect(ds.sources, storage_options=ds.storage or None)
     stored = _infer_schema(ds, info)
     view = _storage_view(stored, schema_fields, ds)
-    if predicate is not None and not hasattr(predicate, "mask"):
+    if predicate is not None and _takes_a_dataframe(predicate):
         predicate = _DataFramePredicate(predicate)
     predicate = _combine(predicate, filters)
     kw = _loader_kwargs("make_batch_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
@@ -590,6 +612,18 @@ def make_batch_reader(dataset_url_or_urls: str | Sequence[str], schema_fields: A
     return Reader(ds, view, batched=True, decode_codecs=False, predicate=predicate,
                   rowgroup_selector=rowgroup_selector, transform_spec=transform_spec, loader_kwargs=kw,
                   num_epochs=num_epochs)
+
+
+def _takes_a_dataframe(predicate: Any) -> bool:
+    """Whether make_batch_reader hands `predicate` each batch as a DataFrame, as Petastorm's
+    does (its do_include returns a boolean Series; an in_lambda's function gets Series):
+    every predicate but pqloader's built-in row predicates (in_set, in_intersection, ...,
+    which Petastorm's batch reader cannot run: they are evaluated row by row here)."""
+    from pqloader.petastorm import predicates as builtin
+
+    if isinstance(predicate, builtin.in_lambda):
+        return True
+    return not (isinstance(predicate, builtin.PredicateBase) and type(predicate).__module__ == builtin.__name__)
 
 
 class _DataFramePredicate:
@@ -636,6 +670,8 @@ def _infer_schema(ds: _dataset.PetastormDataset, info: Mapping[str, Any]) -> Uni
     fields = []
     for name, described in info["loads_as"].items():
         loads_as = described.split("; ", 1)[0]  # the notes after "; " (nulls, ...) aside
+        # A hive partition key (a string or an integer column from the path).
+        loads_as = loads_as.removesuffix(" (partition key)")
         m = re.fullmatch(r"(\w+)\(batch((?:, *\w+)*)\)", loads_as)
         # A ragged list column: "ragged int32: ..." or "ragged float32 (n, 3): ..."
         ragged = re.match(r"ragged (\w+)(?: \(n((?:, *\d+)*)\))?:", loads_as)
