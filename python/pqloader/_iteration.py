@@ -151,8 +151,15 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
         RuntimeError: A newer iterator, a ``load_state_dict`` or a fork made this one stale.
     """
     with cursor.lock:
+        # A stale iterator's first next() (iter(loader) twice, the older one used later)
+        # touches nothing: its run would replace the current iterator's.
+        if generation != cursor.generation:
+            raise RuntimeError(STALE)
         epoch, index = cursor.epoch, cursor.batch
-    if index >= engine.num_batches(epoch, cursor.elastic_for(epoch)):  # after an epoch's end
+    # After an epoch's end, or an elastic rest with nothing left. (An epoch of no batch at
+    # index 0 is still to run: skipping it moved a `for` loop two epochs on.)
+    elastic = cursor.elastic_for(epoch)
+    if (index > 0 or elastic is not None) and index >= engine.num_batches(epoch, elastic):
         epoch, index = epoch + 1, 0
     # The epoch this iteration stops before: restored from a state, or num_epochs on.
     if cursor.resume_end is not None:
@@ -175,7 +182,10 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                     f"epoch {epoch} has no batch (a filter that keeps no row, or fewer rows than "
                     "batch_size with drop_last): with num_epochs=None the iteration would never "
                     "yield; give num_epochs or another filter")
-            run = engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
+            with cursor.lock:  # still current, and no newer iteration starts meanwhile
+                if generation != cursor.generation:
+                    raise RuntimeError(STALE)
+                run = engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
@@ -260,27 +270,39 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) ->
     out: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
 
+    def put(item: tuple[bool, Any]) -> bool:
+        # Every put gives up once the consumer left (stop): the queue may be full of
+        # batches nobody takes (a loop broken off near the epoch's end, an iterator
+        # dropped or made stale), and the consumer's join would wait for good.
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def run() -> None:
         try:
             for epoch, index, batch in items:
-                result = (epoch, index, fn(batch))
-                while not stop.is_set():
-                    try:
-                        out.put((True, result), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put((True, (epoch, index, fn(batch)))):
                     return
-            out.put((True, _END))
+            put((True, _END))
         except BaseException as e:  # surfaces at the consumer
-            out.put((False, e))
+            put((False, e))
 
     thread = threading.Thread(target=run, name="pqloader-batch-transform", daemon=True)
     thread.start()
     try:
         while True:
-            ok, value = out.get()
+            try:
+                ok, value = out.get(timeout=0.1)
+            except queue.Empty:
+                # The thread is gone without a last item: this process was forked after
+                # the iterator started (a thread does not survive a fork).
+                if not thread.is_alive() and out.empty():
+                    raise RuntimeError(STALE) from None
+                continue
             if not ok:
                 raise value
             if value is _END:
@@ -288,7 +310,8 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) ->
             yield value
     finally:
         stop.set()
-        thread.join()
+        if thread.is_alive():
+            thread.join()
 
 
 def make_output(options: LoaderOptions) -> Any:

@@ -139,7 +139,9 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch of the next batch."""
+        """The epoch of the batch last handed out, or of the next one before any (after
+        an epoch's last batch it stays that epoch until the next batch, or the end of the
+        ``for`` loop, moves it on): what a training loop logs with each batch."""
         return self._cursor.epoch
 
     @property

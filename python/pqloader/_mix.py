@@ -220,7 +220,7 @@ class Mixture:
             generation = self._generation
             epoch, batch = self._epoch, self._batch
             resume_end, self._resume_end = self._resume_end, None
-        if batch >= self.num_batches(epoch):
+        if batch > 0 and batch >= self.num_batches(epoch):  # after an epoch's end
             epoch, batch = epoch + 1, 0
         if resume_end is not None:
             stop = resume_end

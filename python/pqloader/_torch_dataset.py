@@ -141,7 +141,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         """
         loader = self._main_loader()
         loader.load_state_dict(state)  # checks it; the worker loaders load it again
-        self._epoch = loader.epoch
+        self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
         self._pending = dict(state)
         self._position = None

@@ -8,6 +8,7 @@ so a deadlock fails the test instead of hanging the suite.
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pqloader
+from conftest import run_with_timeout
 
 DEADLINE_S = 60
 
@@ -341,3 +343,78 @@ def test_an_old_iterator_inside_the_engine_call_never_takes_the_new_iterations_b
         assert taken + second == expected
 
     within_deadline(scenario)
+
+
+# -- batch_transform's thread, left by its consumer ---------------------------------------
+
+
+@pytest.mark.parametrize("leave", ["break", "drop", "close"])
+def test_leaving_a_batch_transform_iteration_near_its_end_never_hangs(ds, leave):
+    # The transform thread's last puts (the end marker, an error) waited without a
+    # timeout on a queue full of batches nobody would take; the consumer leaving joined
+    # that thread for good (a `for` loop broken off near the epoch's end, an iterator
+    # dropped, or made stale by close()).
+    def scenario():
+        loader = pqloader.Loader(ds, batch_size=250, batch_transform=lambda b: b, prefetch_batches=2)
+        for epoch in range(10):
+            loader.set_epoch(epoch)
+            it = iter(loader)
+            for _ in range(14):  # of 16: the last two queued, the thread at its end marker
+                next(it)
+            time.sleep(0.1)  # the queue fills behind the consumer
+            if leave == "break":
+                it.close()
+            elif leave == "drop":
+                del it
+            else:
+                loader.close()
+                del it
+        return True
+
+    assert run_with_timeout(scenario, timeout=DEADLINE_S)
+
+
+def test_a_batch_transform_iterator_from_before_a_fork_refuses_in_the_child(ds):
+    # The transform thread is not in the child: its next() waited for good for a batch.
+    import subprocess
+    import sys
+
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        import pqloader
+        loader = pqloader.Loader({ds!r}, batch_size=250,
+                                 batch_transform=lambda b: (time.sleep(0.5), b)[1])
+        it = iter(loader)
+        next(it)  # the thread is transforming the next one: nothing queued at the fork
+        pid = os.fork()
+        if pid == 0:
+            try:
+                next(it)
+                os._exit(3)
+            except RuntimeError as e:
+                os._exit(0 if "forked" in str(e) else 4)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_stale_iterators_first_call_leaves_the_current_one_alone(ds):
+    # Its first next() started an engine run, replacing the current iterator's, which
+    # then failed ("the run was replaced by a newer one") though it was current.
+    loader = pqloader.Loader(ds, batch_size=250)
+    first, second = iter(loader), iter(loader)
+    assert next(second)["id"][0] == 0
+    with pytest.raises(RuntimeError, match="iterated again"):
+        next(first)
+    assert [b["id"][0] for b in second] == list(range(250, 4000, 250))
+
+
+def test_an_epoch_without_a_batch_is_one_epoch_of_a_for_loop(ds):
+    # It was skipped as if ended: each `for` loop moved two epochs on.
+    loader = pqloader.Loader(ds, batch_size=5000, drop_last=True)
+    assert len(loader) == 0
+    assert list(loader) == [] and loader.epoch == 1
+    loader.set_epoch(5)
+    assert list(loader) == [] and loader.epoch == 6
