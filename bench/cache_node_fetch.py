@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "performance.md"
 BEGIN, END = "<!-- cache_node_fetch:begin -->", "<!-- cache_node_fetch:end -->"
 sys.path.insert(0, str(HERE))
-from s3_bench import HOST, free_port, wait_for_port, isolate_aws_env  # noqa: E402
+from s3_bench import HOST, free_port, isolate_aws_env, start_moto, wait_for_port  # noqa: E402
 
 WORKER = r"""
 import json, sys, time, pqloader
@@ -141,12 +141,7 @@ def main() -> int:
             paths = write_data(tmp / "data", args.files, args.groups, args.seed)
             file_bytes = sum(p.stat().st_size for p in paths)
             group_bytes = row_group_bytes(paths)
-            moto_port = free_port()
-            moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
-                                     str(moto_port)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            procs.append(moto)
-            wait_for_port(moto_port, moto)
+            moto_port = start_moto(procs)
             s3 = boto3.client("s3", endpoint_url=f"http://{HOST}:{moto_port}",
                               region_name="us-east-1")
             s3.create_bucket(Bucket="bench")

@@ -75,6 +75,17 @@ def write_data(root: Path, files: int, rows_per_file: int, rows_per_group: int, 
     return paths
 
 
+def start_moto(procs: list[subprocess.Popen]) -> int:
+    """Start a moto S3 server on loopback (added to `procs`, for the caller to stop);
+    return its port once it answers."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(proc)
+    wait_for_port(port, proc)
+    return port
+
+
 @contextlib.contextmanager
 def throttled_s3(paths: list[Path], rate_mbps: float, rtt_ms: float) -> Iterator[dict]:
     """A moto S3 server on loopback holding `paths` under s3://bench/ds/, behind
@@ -84,12 +95,7 @@ def throttled_s3(paths: list[Path], rate_mbps: float, rtt_ms: float) -> Iterator
 
     procs: list[subprocess.Popen] = []
     try:
-        moto_port = free_port()
-        moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
-                                 str(moto_port)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        procs.append(moto)
-        wait_for_port(moto_port, moto)
+        moto_port = start_moto(procs)
         s3 = boto3.client("s3", endpoint_url=f"http://{HOST}:{moto_port}", region_name="us-east-1")
         s3.create_bucket(Bucket="bench")
         for path in paths:

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "performance.md"
 BEGIN, END = "<!-- startup_files:begin -->", "<!-- startup_files:end -->"
 sys.path.insert(0, str(HERE))
-from s3_bench import HOST, free_port, wait_for_port, isolate_aws_env  # noqa: E402
+from s3_bench import HOST, free_port, isolate_aws_env, start_moto, wait_for_port  # noqa: E402
 
 RANK = r"""
 import json, sys, time
@@ -88,12 +88,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="pql-startup-") as tmp:
         tmp = Path(tmp)
         try:
-            moto_port = free_port()
-            moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
-                                     str(moto_port)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            procs.append(moto)
-            wait_for_port(moto_port, moto)
+            moto_port = start_moto(procs)
             proxy_port = free_port()
             count_file = tmp / "proxy-counts.json"
             proxy = subprocess.Popen([sys.executable, str(HERE / "throttle_proxy.py"), "--listen",
