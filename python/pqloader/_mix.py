@@ -168,7 +168,7 @@ class Mixture:
             if self._samples is not None:
                 n = self._samples // self._loaders[0].options.world_size
             else:
-                limit = sum(self._rows) * 64 + 1024  # a bound for weights far from the sizes
+                limit = self._draw_limit()
                 n, draws = _core.mix_epoch_length_kept(self._seed, epoch, self._cumulative,
                                                        self._rows, self._stop == "last", limit,
                                                        _MAX_KEPT_DRAWS)
@@ -178,18 +178,22 @@ class Mixture:
         return self._lengths[epoch]
 
     def num_batches(self, epoch: int) -> int:
-        n = self.epoch_samples(epoch)
-        return n // self._batch_size if self._drop_last else -(-n // self._batch_size)
+        return self._batches_of(self.epoch_samples(epoch))
+
+    def _draw_limit(self) -> int:
+        return sum(self._rows) * 64 + 1024  # a bound for weights far from the sizes
+
+    def _batches_of(self, samples: int) -> int:
+        return samples // self._batch_size if self._drop_last else -(-samples // self._batch_size)
 
     def _batches_with_seed(self, epoch: int, seed: int) -> int:
         """num_batches(epoch) were the mixture's seed `seed` (a state's, to be adopted):
         without samples_per_epoch, the seed's draws decide where the epoch ends."""
         if seed == self._seed or self._samples is not None:
             return self.num_batches(epoch)
-        limit = sum(self._rows) * 64 + 1024
         n, _ = _core.mix_epoch_length_kept(seed, epoch, self._cumulative, self._rows,
-                                           self._stop == "last", limit, 0)
-        return n // self._batch_size if self._drop_last else -(-n // self._batch_size)
+                                           self._stop == "last", self._draw_limit(), 0)
+        return self._batches_of(n)
 
     def __len__(self) -> int:
         """Batches of the current epoch for this rank."""
