@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 JOBS ?= 2
 APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbojpeg0-dev libpng-dev zlib1g-dev libxxhash-dev openjdk-17-jre-headless
 BUILD_DIR := build/py
-SOURCES := $(shell find cpp python/src python/pqloader cmake -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find cpp python/src python/pqloader cmake examples/cpp -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
 .PHONY: all deps build wheel sdist test test-cpp test-python test-wheel wheel-venvs demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick mutants mutants-cpp mutants-py clean
 BENCH_SCALE ?= small
