@@ -164,3 +164,22 @@ def test_lists_are_refused_for_other_columns_and_twice(tokens, tmp_path):
     with pytest.raises(pqloader.InvalidDataError, match="differ in length.*lists=") as ei:
         pqloader.Loader(path, batch_size=64)
     assert "'tok'" in str(ei.value)
+
+
+@pytest.mark.parametrize("cache", [None, ":memory:"])
+def test_a_list_column_of_empty_lists_is_shuffled_as_rows_of_shape_0(tmp_path, cache):
+    # Rows of zero bytes: the whole-window gather refused them ("cannot be gathered whole
+    # in a shuffle window"), so only unshuffled loaders read such a column.
+    n = 700
+    pq.write_table(pa.table({"id": np.arange(n), "e": pa.array([[]] * n, pa.list_(pa.float32()))}),
+                   tmp_path / "empty.parquet", row_group_size=100)
+    for shuffle in (False, True):
+        loader = pqloader.Loader(str(tmp_path), batch_size=64, shuffle=shuffle, seed=5, num_epochs=2,
+                                 cache_dir=cache, num_workers=2)
+        ids = []
+        for b in loader:
+            assert b["e"].shape == (len(b["id"]), 0) and b["e"].dtype == np.float32
+            ids.append(b["id"])
+        ids = np.concatenate(ids)
+        assert sorted(ids.tolist()) == sorted(list(range(n)) * 2)
+        assert (ids[:n].tolist() == list(range(n))) != shuffle

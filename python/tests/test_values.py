@@ -635,3 +635,51 @@ def test_stage_times_are_parts_of_the_unit_time(small_ds):
     assert st["read_seconds"] + st["decode_seconds"] <= st["unit_seconds"]
     assert st["decode_seconds"] != st["read_seconds"], "decode_seconds is an alias of read_seconds"
     assert st["transform_seconds"] == 0.0  # no transforms
+
+
+# --- INT96 timestamps (Impala, Hive and Spark's default) -------------------------------
+
+def _write_int96(path, values, **columns):
+    table = pa.table({"ts": pa.array(values, pa.timestamp("ns") if isinstance(values[0], int) else pa.timestamp("us")),
+                      **columns})
+    pq.write_table(table, path, use_deprecated_int96_timestamps=True, row_group_size=4)
+    assert pq.ParquetFile(path).schema.column(0).physical_type == "INT96"
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_int96_timestamps_read_as_pyarrows_nanoseconds(tmp_path, shuffle):
+    # Nanoseconds kept (Impala writes them), the edges of int64 nanoseconds included.
+    ns = [0, 1, -1, 1_700_000_000_123_456_789, -5_000_000_000_000_000_001,
+          np.iinfo(np.int64).max, np.iinfo(np.int64).min + 1, 86_399_999_999_999]
+    _write_int96(tmp_path / "t.parquet", ns, id=np.arange(len(ns)))
+    expected = pq.read_table(tmp_path / "t.parquet")["ts"].cast(pa.int64()).to_pylist()
+    assert expected == ns
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=3, shuffle=shuffle, seed=2))
+    assert [ns[i] for i in got["id"]] == got["ts"].tolist()
+
+
+def test_int96_dates_outside_int64_nanoseconds_are_refused_not_wrapped(tmp_path):
+    # Arrow converts INT96 to nanoseconds without a range check: 3000-01-01 came out as
+    # 1830-11-23, silently.
+    import datetime as dt
+
+    import pyarrow.compute as pc
+    days = [dt.datetime(2000, 1, 1), dt.datetime(2001, 1, 1), dt.datetime(2002, 1, 1),
+            dt.datetime(2003, 1, 1), dt.datetime(2004, 1, 1), dt.datetime(3000, 1, 1)]
+    _write_int96(tmp_path / "far.parquet", days, id=np.arange(6), keep=[1, 1, 1, 1, 1, 0])
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        collect(pqloader.Loader(str(tmp_path), batch_size=2))
+    msg = str(ei.value)
+    for part in ("far.parquet", "row group 1", "column 'ts'", "row 1", "3000-01-01", "INT96"):
+        assert part in msg, msg
+    # Rows a filter leaves out are not read, so not refused; the others are exact.
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=2, filter=pc.field("keep") == 1))
+    assert got["ts"].tolist() == [int(pa.scalar(d, pa.timestamp("ns")).value) for d in days[:5]]
+    # A filter on the column itself compares every row: refused when the Loader is made.
+    with pytest.raises(pqloader.InvalidDataError, match="the filter's column 'ts'.*3000-01-01"):
+        pqloader.Loader(str(tmp_path), filter=pc.field("ts") > pa.scalar(days[0], pa.timestamp("ns")))
+    # Inside lists too (Spark writes array<timestamp> as INT96).
+    nested = pa.table({"ts": pa.array([[days[0]], [days[1], days[5]], []], pa.list_(pa.timestamp("us")))})
+    pq.write_table(nested, tmp_path / "nested.parquet", use_deprecated_int96_timestamps=True)
+    with pytest.raises(pqloader.InvalidDataError, match="row 1 \\(3000-01-01\\)"):
+        collect(pqloader.Loader(str(tmp_path / "nested.parquet"), lists={"ts": "ragged"}))

@@ -19,6 +19,7 @@
 #include <parquet/file_reader.h>
 #include <parquet/properties.h>
 
+#include "pqloader/dataset/int96.h"
 #include "pqloader/decode/nested.h"
 #include "pqloader/dataset/columns.h"
 #include "pqloader/error.h"
@@ -363,6 +364,12 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       if (chunked->length() != split.file_rows) {
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",
                          chunked->length(), " rows, the footer says ", split.file_rows);
+      }
+      for (int leaf : src.leaves) {  // Arrow wraps INT96 dates outside int64 nanoseconds
+        if (file.schema()->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
+        ARROW_RETURN_NOT_OK(CheckInt96Rows(reader->parquet_reader(), split.row_group, leaf,
+                                           unit.row_begin, unit.row_end, split.rows.get(),
+                                           col_where));
       }
       ARROW_ASSIGN_OR_RAISE(slice, SelectRows(chunked, split, unit, pool));
     }

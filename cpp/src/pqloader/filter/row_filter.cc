@@ -26,6 +26,7 @@
 
 #include "pqloader/cache/footer_cache.h"
 #include "pqloader/dataset/columns.h"
+#include "pqloader/dataset/int96.h"
 #include "pqloader/error.h"
 #include "pqloader/util/node_lock.h"
 #include "pqloader/util/thread_annotations.h"
@@ -401,7 +402,15 @@ class Evaluator {
                            "cannot read the filter's columns of ", where, ": ", st.message());
         }
         auto rg = file.RowGroup(split.row_group);
-        for (int leaf : leaves) *bytes_read += rg->ColumnChunk(leaf)->total_compressed_size();
+        for (int leaf : leaves) {
+          *bytes_read += rg->ColumnChunk(leaf)->total_compressed_size();
+          // Arrow wraps INT96 dates outside int64 nanoseconds: every row is compared.
+          if (file.schema()->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
+          ARROW_RETURN_NOT_OK(CheckInt96Rows(reader->parquet_reader(), split.row_group, leaf, 0,
+                                             n, nullptr, "the filter's column '" +
+                                             file.schema()->Column(leaf)->path()->ToDotString() +
+                                             "' of " + where));
+        }
       } catch (const std::exception& e) {
         return MakeError(ErrorKind::kInvalidData, "cannot read the filter's columns of ", where,
                          ": ", e.what());

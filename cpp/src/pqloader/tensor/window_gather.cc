@@ -184,7 +184,8 @@ arrow::Result<std::shared_ptr<WindowGather>> WindowGather::Make(
           (d.data != nullptr && d.data->size() >= unit->num_rows * d.row_bytes) ||
           (d.deferred != nullptr && d.deferred->size() == unit->num_rows * d.row_bytes);
       const bool in_block = unit->row_major != nullptr && unit->row_major->offset[c] >= 0;
-      if (!d.samples.empty() || d.row_bytes <= 0 || (!columnar && !in_block)) {
+      const bool empty_rows = d.row_bytes == 0;  // e.g. a list column of empty lists: (n, 0)
+      if (!d.samples.empty() || d.row_bytes < 0 || (!columnar && !in_block && !empty_rows)) {
         return arrow::Status::Invalid("column '", specs[c].name,
                                       "' cannot be gathered whole in a shuffle window");
       }
@@ -288,6 +289,7 @@ void WindowGather::CopyRows(size_t c, int64_t first, int64_t last, uint8_t* dst)
 
 arrow::Status WindowGather::GatherColumn(size_t c) {
   const int64_t width = row_bytes_[c];
+  if (width == 0) return arrow::Status::OK();  // rows without bytes: nothing to copy
   std::vector<int64_t> unit_first(units_.size() + 1, 0);
   for (size_t u = 0; u < units_.size(); ++u) unit_first[u + 1] = unit_first[u] + units_[u]->num_rows;
   const int64_t rows = unit_first.back();

@@ -1,0 +1,45 @@
+#include "pqloader/dataset/int96.h"
+
+#include <gtest/gtest.h>
+
+namespace pqloader {
+namespace {
+
+// An INT96 value as writers store it: nanoseconds of the day, then the Julian day.
+void Int96Of(int64_t day_since_1970, uint64_t nanos_of_day, uint32_t out[3]) {
+  out[0] = static_cast<uint32_t>(nanos_of_day);
+  out[1] = static_cast<uint32_t>(nanos_of_day >> 32);
+  out[2] = static_cast<uint32_t>(day_since_1970 + 2440588);
+}
+
+TEST(Int96, FitsNanosecondsExactlyAtTheEdges) {
+  uint32_t v[3];
+  int64_t day = 0;
+  // 2262-04-11T23:47:16.854775807 is INT64_MAX ns: day 106751, 85636854775807 ns.
+  Int96Of(106751, 85636854775807ULL, v);
+  EXPECT_TRUE(Int96FitsNanoseconds(v, &day));
+  Int96Of(106751, 85636854775808ULL, v);
+  EXPECT_FALSE(Int96FitsNanoseconds(v, &day));
+  EXPECT_EQ(day, 106751);
+  // 1677-09-21T00:12:43.145224192 is INT64_MIN ns: day -106752, 763145224192 ns.
+  Int96Of(-106752, 763145224192ULL, v);
+  EXPECT_TRUE(Int96FitsNanoseconds(v, &day));
+  Int96Of(-106752, 763145224191ULL, v);
+  EXPECT_FALSE(Int96FitsNanoseconds(v, &day));
+  Int96Of(0, 0, v);
+  EXPECT_TRUE(Int96FitsNanoseconds(v, &day));
+  Int96Of(2932896, 0, v);  // 9999-12-31
+  EXPECT_FALSE(Int96FitsNanoseconds(v, &day));
+  EXPECT_EQ(CivilDate(day), "9999-12-31");
+}
+
+TEST(Int96, CivilDates) {
+  EXPECT_EQ(CivilDate(0), "1970-01-01");
+  EXPECT_EQ(CivilDate(-1), "1969-12-31");
+  EXPECT_EQ(CivilDate(11016), "2000-02-29");
+  EXPECT_EQ(CivilDate(-171513), "1500-06-01");
+  EXPECT_EQ(CivilDate(376200), "3000-01-01");
+}
+
+}  // namespace
+}  // namespace pqloader
