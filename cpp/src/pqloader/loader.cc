@@ -14,6 +14,7 @@
 
 #include <arrow/type_traits.h>
 #include <arrow/util/thread_pool.h>
+#include <parquet/schema.h>
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/dataset/footer_checks.h"
@@ -39,6 +40,20 @@ std::string IntegersAsFloats(const Dataset& dataset, size_t c) {
       t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
     }
     if (t != nullptr && arrow::is_integer(ValueType(*t).id())) return ":ints=exact";
+  }
+  return "";
+}
+
+// ":int96=range" when a file stores column `c` as INT96: its values are range-checked
+// since the twenty-ninth session (dataset/int96.h), so entries written before (which
+// may hold wrapped dates) are not served.
+std::string Int96Checked(const Dataset& dataset, size_t c) {
+  for (const DataFile& f : dataset.files()) {
+    if (c >= f.columns.size() || f.columns[c].leaves.empty()) continue;
+    const parquet::SchemaDescriptor* schema = f.schema();
+    for (int leaf : f.columns[c].leaves) {
+      if (schema->Column(leaf)->physical_type() == parquet::Type::INT96) return ":int96=range";
+    }
   }
   return "";
 }
@@ -216,7 +231,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
                              ExactText(f.float_value) + "," + f.bytes_value +
                              (f.rows_only ? ",rows" : "")
                        : "none") +
-            IntegersAsFloats(*loader->dataset_, c) +
+            IntegersAsFloats(*loader->dataset_, c) + Int96Checked(*loader->dataset_, c) +
             ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
             ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);
     }
