@@ -189,6 +189,8 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
     """
     import numpy as np
 
+    from pqloader._options import check_value_fits
+
     checks = [(f"lists[{c!r}]: Pad(value={p.value!r})", c, p.value)
               for c, p in (lists or {}).items() if isinstance(p, Pad)]
     if pack is not None:
@@ -204,16 +206,4 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
         dtype = columns.get(column, {}).get("dtype")
         if dtype is None or dtype in ("str", "bytes"):
             continue  # refused elsewhere (a column that is not a list of numbers)
-        dt = np.dtype(dtype)
-        if dt.kind in "iu":
-            info = np.iinfo(dt)
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(f"{what} is not a whole number, but column {column!r} is {dt}")
-            if not info.min <= value <= info.max:
-                raise ValueError(f"{what} does not fit column {column!r} ({dt}: [{info.min}, {info.max}])")
-            if abs(value) > 2**53:  # the engine takes it as a double
-                raise ValueError(f"{what}: values beyond 2**53 are not exact in column {column!r}")
-        elif dt.kind == "f" and np.isfinite(value):
-            with np.errstate(over="ignore"):
-                if not np.isfinite(dt.type(value)):
-                    raise ValueError(f"{what} overflows column {column!r} ({dt})")
+        check_value_fits(what, column, value, np.dtype(dtype), as_double=True)

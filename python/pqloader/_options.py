@@ -737,13 +737,34 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
 
 
 def _check_numeric_fill(where: str, name: str, value: Any, dtype: np.dtype) -> None:
+    check_value_fits(f"{where}={value!r}", name, value, dtype)
+
+
+def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
+                     as_double: bool = False) -> None:
+    """Refuse a number that column `name`'s `dtype` cannot hold exactly (it would be cast:
+    ``300`` in int8 is 44, ``1e6`` in float16 inf, ``2`` in bool True). `what` names the
+    argument and its value; `as_double`: the engine takes the value as a double, so
+    integers beyond 2**53 are refused too.
+
+    Raises:
+        ValueError: Naming `what`, the column and its dtype.
+    """
     if dtype.kind in "iu":
         if isinstance(value, float) and not value.is_integer():
-            raise ValueError(f"{where}={value!r} is not a whole number, but column {name!r} is {dtype}")
+            raise ValueError(f"{what} is not a whole number, but column {name!r} is {dtype}")
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:
-            raise ValueError(f"{where}={value!r} does not fit column {name!r} ({dtype}: "
-                             f"[{info.min}, {info.max}])")
+            raise ValueError(f"{what} does not fit column {name!r} ({dtype}: [{info.min}, {info.max}])")
+        if as_double and abs(value) > 2**53:
+            raise ValueError(f"{what}: values beyond 2**53 are not exact in column {name!r}")
+    elif dtype.kind == "b":
+        if value not in (0, 1):
+            raise ValueError(f"{what} is not a bool (True, False, 1 or 0), but column {name!r} is bool")
+    elif dtype.kind == "f" and np.isfinite(value):
+        with np.errstate(over="ignore"):
+            if not np.isfinite(dtype.type(value)):
+                raise ValueError(f"{what} overflows column {name!r} ({dtype})")
 
 
 if LoaderOptions.__doc__ is not None:  # None under python -OO

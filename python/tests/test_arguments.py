@@ -236,6 +236,22 @@ def test_fill_null_of_the_wrong_kind_is_refused_before_reading(typed_ds, fill, e
         assert word in msg, f"{word!r} not in {msg!r}"
 
 
+def test_fill_null_must_be_a_value_of_a_float16_or_bool_column(tmp_path):
+    # They were cast unchecked: 1e6 became inf in float16, 2 and 0.5 became True.
+    path = tmp_path / "t.parquet"
+    write_parquet(path, pa.table({"h": pa.array([1.5, None], pa.float16()),
+                                  "flag": pa.array([True, None])}), [2])
+    for fill, words in (({"h": 1e6}, ["h", "overflows", "float16"]),
+                        ({"flag": 2}, ["flag", "not a bool", "2"]),
+                        ({"flag": 0.5}, ["flag", "not a bool", "0.5"])):
+        with pytest.raises(ValueError) as ei:
+            pqloader.Loader(str(path), fill_null={"h": 0, "flag": False, **fill})
+        for word in words:
+            assert word in str(ei.value), ei.value
+    (batch,) = list(pqloader.Loader(str(path), fill_null={"h": float("inf"), "flag": 1}))
+    assert batch["h"].tolist() == [1.5, float("inf")] and batch["flag"].tolist() == [True, True]
+
+
 def test_fill_null_of_the_right_kind_fills_every_column(typed_ds):
     loader = pqloader.Loader(typed_ds, fill_null={"f64": -1, "i32": 7.0, "u8": 255, "text": "?", "blob": "?"})
     (batch,) = list(loader)
