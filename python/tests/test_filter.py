@@ -348,3 +348,37 @@ def test_inspect_shows_what_each_stage_prunes(data):
                           "label == 1 and lang != 'de'"], capture_output=True, text=True, check=True).stdout
     assert "partition keys: 2 of 6 file(s) pruned" in out
     assert f"row masks:      {4 * ROWS_PER_FILE // ROW_GROUP} row group(s) read" in out
+
+
+def _row_by_row(table, expression):
+    """The ids the expression keeps, evaluated on the whole table (no statistics)."""
+    import pyarrow.dataset as ds
+    return sorted(ds.dataset(table).to_table(filter=expression)["id"].to_pylist())
+
+
+def test_is_null_and_is_valid_of_a_dictionary_column_with_all_null_row_groups(tmp_path):
+    # A pandas Categorical: Arrow simplified is_null/is_valid of a dictionary field the
+    # wrong way round under an all-null row group's statistics ("s is not None" kept such
+    # row groups whole, "s is None" pruned them), silently.
+    s = pa.array([None, None, "a", None, None, None, "b", "c"]).dictionary_encode()
+    table = pa.table({"id": np.arange(8), "s": s})
+    pq.write_table(table, tmp_path / "cat.parquet", row_group_size=2)
+    for expression in (pc.field("s").is_valid(), pc.field("s").is_null(), ~pc.field("s").is_null(),
+                       pc.field("s") == "a", pc.field("s") != "a"):
+        got, _ = loaded_ids(tmp_path, expression)
+        assert got.tolist() == _row_by_row(table, expression), str(expression)
+    for text, expected in (("s is None", [0, 1, 3, 4, 5]), ("s is not None", [2, 6, 7])):
+        assert loaded_ids(tmp_path, text)[0].tolist() == expected
+
+
+@pytest.mark.parametrize("nan", [float("nan"), pa.scalar(float("nan"), pa.float32())])
+def test_comparisons_with_a_nan_literal_are_false_for_every_row(tmp_path, nan):
+    # Arrow's simplification with min/max statistics ordered NaN above every bound: "x < nan"
+    # kept row groups whole, "~(x < nan)" pruned them.
+    table = pa.table({"id": np.arange(8), "x": pa.array([1, 2, 3, 4, 5, None, 7, 8], pa.int64())})
+    pq.write_table(table, tmp_path / "ints.parquet", row_group_size=4)
+    x = pc.field("x")
+    in_set = x.isin(pa.array([float("nan"), 3.0], pa.float32() if isinstance(nan, pa.Scalar) else pa.float64()))
+    for expression in (x < nan, x <= nan, ~(x < nan), (x < nan) | (x == 7), in_set, ~in_set, x != nan):
+        got, _ = loaded_ids(tmp_path, expression)
+        assert got.tolist() == _row_by_row(table, expression), str(expression)

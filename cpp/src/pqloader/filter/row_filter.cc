@@ -59,6 +59,43 @@ bool IsLiteralTrue(const cp::Expression& e) {
   return b != nullptr && b->value;
 }
 
+// Whether `e` holds a floating-point NaN literal (a scalar, or in an is_in/index_in value
+// set). Arrow's SimplifyWithGuarantee orders NaN above every bound, so with statistics it
+// folds "x < NaN" over [1, 4] to true and "not (x < NaN)" to false, where comparisons
+// with NaN are false for every row: such a filter gets no statistics.
+bool HasNanLiteral(const cp::Expression& e) {
+  auto is_nan = [](const arrow::Scalar& scalar) {
+    if (!scalar.is_valid) return false;
+    if (const auto* d = dynamic_cast<const arrow::DoubleScalar*>(&scalar)) return std::isnan(d->value);
+    if (const auto* f = dynamic_cast<const arrow::FloatScalar*>(&scalar)) return std::isnan(f->value);
+    if (const auto* h = dynamic_cast<const arrow::HalfFloatScalar*>(&scalar)) {
+      return (h->value & 0x7c00) == 0x7c00 && (h->value & 0x03ff) != 0;
+    }
+    return false;
+  };
+  auto array_has_nan = [&](const arrow::Datum& datum) {
+    if (datum.is_scalar()) return is_nan(*datum.scalar());
+    if (!datum.is_arraylike()) return false;
+    for (const auto& chunk : datum.chunks()) {
+      for (int64_t i = 0; i < chunk->length(); ++i) {
+        auto scalar = chunk->GetScalar(i);
+        if (scalar.ok() && is_nan(**scalar)) return true;
+      }
+    }
+    return false;
+  };
+  if (const arrow::Datum* d = e.literal()) return array_has_nan(*d);
+  const cp::Expression::Call* call = e.call();
+  if (call == nullptr) return false;
+  if (const auto* set = dynamic_cast<const cp::SetLookupOptions*>(call->options.get())) {
+    if (array_has_nan(set->value_set)) return true;
+  }
+  for (const cp::Expression& arg : call->arguments) {
+    if (HasNanLiteral(arg)) return true;
+  }
+  return false;
+}
+
 // Where one column the filter names is in one file.
 struct FileField {
   std::shared_ptr<arrow::Field> field;  // the file's own field, null if absent
@@ -167,7 +204,9 @@ class Evaluator {
       } else if (IsLiteralTrue(simplified) && options_.predicate == nullptr) {
         out->stage[s] = RowSelection::Stage::kAll;
       } else {
-        to_mask->emplace_back(s, std::move(simplified));
+        // The rows are tested against the filter itself: statistics only prune row groups
+        // or keep them whole, so a simplification that went wrong cannot reach a row.
+        to_mask->emplace_back(s, by_keys);
       }
     }
     return arrow::Status::OK();
@@ -297,6 +336,7 @@ class Evaluator {
   // `expr` simplified with what `split`'s statistics guarantee of each filter column.
   arrow::Result<cp::Expression> WithStatistics(const DataFile& file, const Split& split,
                                                const FileView& view, cp::Expression expr) {
+    if (HasNanLiteral(expr)) return expr;
     std::vector<cp::Expression> known;
     try {
       auto rg = file.RowGroup(split.row_group);
@@ -335,6 +375,10 @@ class Evaluator {
   static std::optional<cp::Expression> StatisticsGuarantee(const arrow::Field& field,
                                                            const parquet::Statistics& stats) {
     auto ref = cp::field_ref(field.name());
+    // Dictionary columns (pandas categoricals): Arrow simplifies is_null/is_valid of a
+    // dictionary field under "is_null" the wrong way round (all-null row groups were
+    // kept whole by "s is not None" and pruned by "s is None"): no guarantee.
+    if (field.type()->id() == arrow::Type::DICTIONARY) return std::nullopt;
     if (stats.HasNullCount() && stats.num_values() == 0 && stats.null_count() > 0) {
       return cp::is_null(ref);
     }
@@ -342,10 +386,7 @@ class Evaluator {
     // Parquet's min and max of floating-point columns leave NaN out, so they bound no
     // row that is NaN: "x > 0" over [1, 2] and NaN rows would be taken as true for the
     // whole row group (its NaN rows kept), and its negation as false (pruned with them).
-    const auto& type = field.type()->id() == arrow::Type::DICTIONARY
-                           ? static_cast<const arrow::DictionaryType&>(*field.type()).value_type()
-                           : field.type();
-    if (arrow::is_floating(type->id())) return std::nullopt;
+    if (arrow::is_floating(field.type()->id())) return std::nullopt;
     std::shared_ptr<arrow::Scalar> min, max;
     if (!parquet::arrow::StatisticsAsScalars(stats, &min, &max).ok()) return std::nullopt;
     auto cmin = min->CastTo(field.type());
@@ -515,8 +556,10 @@ constexpr char kStoreMagic[8] = {'P', 'Q', 'S', 'E', 'L', '0', '0', '1'};
 
 std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
   // v2: floating-point statistics and those of one-leaf nested columns no longer used
-  // (v1 selections could keep NaN rows, or misjudge lists and structs).
-  std::string id = "filter-v2|" + options.serialized_expression;
+  // (v1 selections could keep NaN rows, or misjudge lists and structs). v3: none of
+  // dictionary columns nor for filters with a NaN literal, INT96 dates range-checked
+  // (v2 selections could be wrong there).
+  std::string id = "filter-v3|" + options.serialized_expression;
   for (const auto& f : dataset.files()) {
     id.append("|").append(f.display).append(":").append(std::to_string(f.size)).append(":");
     id.append(std::to_string(f.mtime_ns)).append(":").append(f.footer_hash);
