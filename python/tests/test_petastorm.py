@@ -17,6 +17,7 @@ import sys
 import warnings
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -586,7 +587,6 @@ def test_dataloader_refuses_a_second_pass_while_one_runs():
 
 def _partitioned(tmp_path) -> str:
     """A Petastorm dataset in hive folders (part=p0/ ...), as Spark's partitionBy writes."""
-    import pyarrow as pa
 
     from pqloader.petastorm.codecs import ScalarCodec
     from pqloader.petastorm.etl.dataset_metadata import write_metadata
@@ -676,3 +676,29 @@ def test_stop_from_another_thread_ends_the_reading_thread_as_stopped():
     t.join(60)
     assert not t.is_alive() and reader.stopped
     assert errors and "has stopped" in str(errors[0])
+
+
+def test_filters_and_in_set_compare_integers_exactly_and_dates_as_pyarrow(tmp_path):
+    # NumPy promoted a value list mixing large ints ([2**63 + 1, 4]) or the row-group
+    # pass's Python lists to float64, where neighbouring integers are equal: rows were
+    # kept or dropped wrongly; a date literal raised TypeError against the int32 days.
+    import datetime as dt
+    n = 8
+    pq.write_table(pa.table({"id": np.arange(n),
+                             "u": pa.array([2**63 + i if i % 2 else i for i in range(n)], pa.uint64()),
+                             "big": pa.array([2**62 + i for i in range(n)], pa.int64()),
+                             "d": pa.array([dt.date(2020, 1, 1 + i) for i in range(n)], pa.date32())}),
+                   tmp_path / "a.parquet", row_group_size=4)
+    url = "file://" + str(tmp_path)
+
+    def ids(fields, **kw):
+        with make_batch_reader(url, schema_fields=["id", *fields], num_epochs=1, **kw) as reader:
+            return sorted(int(i) for b in reader for i in b.id)
+
+    assert ids(["u"], filters=[("u", ">", 2**63)]) == [1, 3, 5, 7]
+    assert ids(["u"], filters=[("u", "in", [2**63 + 1, 4])]) == [1, 4]
+    assert ids(["u"], predicate=in_set({2**63 + 1, 4}, "u")) == [1, 4]
+    assert ids(["big"], filters=[("big", "in", [2**62 + 3, 0.5])]) == [3]
+    assert ids(["big"], filters=[("big", "not in", [2**62 + 3])]) == [0, 1, 2, 4, 5, 6, 7]
+    expected = sorted(pq.read_table(tmp_path, filters=[("d", ">", dt.date(2020, 1, 4))])["id"].to_pylist())
+    assert ids(["d"], filters=[("d", ">", dt.date(2020, 1, 4))]) == expected == [4, 5, 6, 7]

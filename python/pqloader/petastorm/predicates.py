@@ -41,6 +41,26 @@ def batch_mask(predicate: Any, columns: Mapping[str, Any], num_rows: int) -> np.
     return mask
 
 
+
+def isin_exact(column: np.ndarray, values: Sequence[Any]) -> np.ndarray:
+    """``np.isin`` that compares integers exactly: NumPy turns a value list that mixes
+    large ints with others (``[2**63 + 1, 4]``, ``[2**62 + 3, 0.5]``) into float64, where
+    neighbouring integers are equal. The values are taken in the column's dtype when each
+    converts exactly, else compared one by one as Python numbers."""
+    values = list(values)
+    if not values:
+        return np.zeros(len(column), dtype=bool)
+    if column.dtype.kind in "iub":
+        try:
+            same = np.array(values, dtype=column.dtype)
+            if all(a == v for a, v in zip(same.tolist(), values)):
+                return np.isin(column, same)
+        except (OverflowError, TypeError, ValueError):
+            pass
+        wanted = set(values)
+        return np.fromiter((v in wanted for v in column.tolist()), dtype=bool, count=len(column))
+    return np.isin(column, np.array(values))
+
 class PredicateBase:
     """Base class of row predicates."""
 
@@ -79,7 +99,7 @@ class in_set(PredicateBase):  # noqa: N801 - Petastorm's names
         values = list(self._inclusion_values)
         if isinstance(col, np.ndarray) and col.ndim == 1 and col.dtype.kind in "biuf" and \
                 all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in values):
-            return np.isin(col, np.array(values)) if values else np.zeros(len(col), dtype=bool)
+            return isin_exact(col, values)
         return super().mask(columns)
 
 

@@ -16,6 +16,7 @@ pandas DataFrame for ``make_batch_reader``), removed and selected fields apply.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import warnings
@@ -28,7 +29,7 @@ from pqloader import _errors
 from pqloader.petastorm import _dataset
 from pqloader.petastorm.codecs import CompressedImageCodec
 from pqloader.petastorm.errors import NoDataAvailableError
-from pqloader.petastorm.predicates import batch_mask
+from pqloader.petastorm.predicates import batch_mask, isin_exact
 from pqloader.petastorm.transform import TransformSpec, transform_schema
 from pqloader.petastorm.unischema import Unischema, UnischemaField, is_numpy_scalar_type
 
@@ -105,16 +106,35 @@ class _FiltersPredicate:
             for col, op, value in group:
                 data = np.asarray(columns[col])
                 if op in ("in", "not in"):
-                    hit = np.isin(data, list(value))
+                    hit = isin_exact(data, [_as_column_value(data, v) for v in value])
                     hit = hit if op == "in" else ~hit
                 else:
-                    hit = self._OPS[op](data, value)
+                    hit = self._OPS[op](data, _as_column_value(data, value))
                 m = hit if m is None else m & hit
             out = m if out is None else out | m
         return np.asarray(out, dtype=bool)
 
     def do_include(self, values: Mapping[str, Any]) -> bool:
         return bool(self.mask({k: [v] for k, v in values.items()})[0])
+
+
+def pa_types_plain_number(arrow_type: Any) -> bool:
+    """Whether a pyarrow type is an integer, float or bool column (read as its NumPy dtype)."""
+    import pyarrow as pa
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
+
+
+def _as_column_value(data: np.ndarray, value: Any) -> Any:
+    """A filter's date literal as the column holds it: pqloader hands dates out as int32
+    days since 1970 (pyarrow compares a date32 column with a ``datetime.date``)."""
+    if isinstance(value, datetime.datetime):
+        if data.dtype.kind in "iu":
+            raise TypeError(f"filters compare {value!r} with an integer column: timestamps are "
+                            f"int64 counts of the column's unit since 1970 here; give the count")
+        return value
+    if isinstance(value, datetime.date) and data.dtype == np.int32:
+        return (value - datetime.date(1970, 1, 1)).days
+    return value
 
 
 def _take(column: Any, mask: np.ndarray) -> Any:
@@ -262,7 +282,12 @@ class Reader:
         all_fields = self._all_fields()
         columns: dict[str, Any] = {}
         for name in fields:
-            values = table.column(name).to_pylist()
+            column = table.column(name)
+            if pa_types_plain_number(column.type) and column.null_count == 0:
+                # In its own dtype: a list of large ints became float64, where neighbours are equal.
+                columns[name] = self._fix(name, column.to_numpy())
+                continue
+            values = column.to_pylist()
             field = all_fields.get(name)
             if field is not None and field.codec is not None and self._transforms.get(name) is not None:
                 values = [None if v is None else field.codec.decode(field, v) for v in values]
