@@ -183,3 +183,15 @@ def test_a_list_column_of_empty_lists_is_shuffled_as_rows_of_shape_0(tmp_path, c
         ids = np.concatenate(ids)
         assert sorted(ids.tolist()) == sorted(list(range(n)) * 2)
         assert (ids[:n].tolist() == list(range(n))) != shuffle
+
+
+@pytest.mark.parametrize("pad", [pqloader.Pad(length=2**62), pqloader.Pad(multiple_of=2**62),
+                                 pqloader.Pad(max_length=2**62, multiple_of=2**41)])
+def test_a_padded_length_beyond_2_40_is_refused_not_written_past_the_batch(tmp_path, pad):
+    # n * length * element overflowed: the batch's buffer came out empty and every row was
+    # written past it, over the next column (l_length[0] read 274877907007).
+    pq.write_table(pa.table({"l": pa.array([[1, 2, 3]] * 64, pa.list_(pa.int32()))}), tmp_path / "l.parquet")
+    with pytest.raises(ValueError, match=r"must be in \[.*2\^40\]"):
+        list(pqloader.Loader(str(tmp_path), batch_size=64, lists={"l": pad}))
+    with pytest.raises(ValueError, match=r"whole length in \[1, 2\^40\]"):
+        list(pqloader.Loader(str(tmp_path), batch_size=64, transforms={"l": [T.PadOrTruncate(2**41)]}))

@@ -150,6 +150,12 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     return arrow::Status::Invalid("max_inflight_bytes must be positive");
   }
   if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
+  // As the Python Loader checks: a thread each, and thousands would fail to start.
+  constexpr int kMaxThreads = 1024;
+  if (options.num_workers > kMaxThreads || options.io_threads > kMaxThreads) {
+    return arrow::Status::Invalid("num_workers and io_threads must be at most ", kMaxThreads,
+                                  ", got ", options.num_workers, " and ", options.io_threads);
+  }
   std::unique_ptr<Loader> loader(new Loader());
   loader->options_ = options;
   if (loader->options_.num_workers <= 0) {
@@ -343,6 +349,11 @@ void Loader::Stop() {
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
                                  std::shared_ptr<const ElasticBase> elastic, int64_t* run_id) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
+  // The shuffle's random streams are keyed by 32 bits of the epoch: epoch 2^32 would
+  // repeat epoch 0's order.
+  if (epoch >= (int64_t{1} << 32) - (then_next_epoch ? 1 : 0)) {
+    return arrow::Status::Invalid("epoch must be below 2^32, got ", epoch);
+  }
   ++run_calls_;
   std::vector<EpochRun> old;
   arrow::Status st;

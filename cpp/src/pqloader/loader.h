@@ -64,7 +64,8 @@ struct LoaderOptions {
   std::map<std::string, NullFill> fills;
   /// Verify Parquet page checksums where present. Default: false.
   bool verify_checksums = false;
-  /// Worker threads. Default: 0, meaning one per hardware thread.
+  /// Worker threads, at most 1024 (as io_threads). Default: 0, meaning one per hardware
+  /// thread.
   int num_workers = 0;
   /// Bound on the bytes held ahead of the consumer: a quarter for fetched column chunks
   /// not yet decoded (read-ahead), the rest for decoded row groups and assembled
@@ -247,7 +248,8 @@ class Loader {
   /// If the current run is already this epoch from its first batch under the current
   /// seed, and no batch of it was read yet (a mixture starts its sources' next epoch
   /// while it ends: mix/mix_stream.h), it is kept as it is.
-  /// `*run_id` (if given) names the run started, for Next.
+  /// `*run_id` (if given) names the run started, for Next. `epoch` must be in
+  /// [0, 2^32) (2^32 - 1 with then_next_epoch): 32 bits of it key the shuffle.
   arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false,
                            std::shared_ptr<const ElasticBase> elastic = nullptr,
                            int64_t* run_id = nullptr);

@@ -11,6 +11,8 @@
 #include <numeric>
 #include <thread>
 
+#include <sys/stat.h>
+
 #include "pqloader/error.h"
 #include "pqloader/test_util.h"
 #include "pqloader/util/node_lock.h"
@@ -373,4 +375,74 @@ TEST(LoaderCache, ALoaderClosedWhileAShardLockIsHeldElsewhereReturns) {
 }
 
 }  // namespace
+}  // namespace pqloader
+
+namespace pqloader {
+
+// What a C++ caller can pass that the Python Loader checks before: each an error status,
+// never a crash, a hang or wrong batches.
+TEST(LoaderApi, ARelativeSourceIsTakenFromTheWorkingDirectory) {
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(std::filesystem::path(dir).parent_path());
+  auto made = Loader::Make({std::filesystem::path(dir).filename().string() + "/a.parquet"},
+                           LoaderOptions{});
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();  // was "URI has empty scheme"
+  EXPECT_EQ(Epoch(made->get(), 0).size(), 19u);
+}
+
+TEST(LoaderApi, AFifoIsRefusedNotOpened) {
+  const std::string fifo = testing::MakeTempDir() + "/pipe.parquet";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto made = Loader::Make({fifo}, LoaderOptions{});  // blocked in open() for good before
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("not a regular file"), std::string::npos)
+      << made.status().ToString();
+}
+
+TEST(LoaderApi, CountsThatWouldOverflowOrExhaustThreadsAreRefused) {
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  LoaderOptions o;
+  o.num_workers = 200000;  // std::thread failed: terminate
+  EXPECT_FALSE(Loader::Make({dir}, o).ok());
+  o = LoaderOptions{};
+  o.io_threads = 5000;
+  EXPECT_FALSE(Loader::Make({dir}, o).ok());
+  o = LoaderOptions{};
+  o.plan.batch_size = INT64_MAX;  // (rows + batch_size - 1) overflowed: an empty epoch
+  EXPECT_FALSE(Loader::Make({dir}, o).ok());
+  o.plan.batch_size = int64_t{1} << 62;  // the largest taken: one batch of every row
+  auto made = Loader::Make({dir}, o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::vector<int64_t> sizes;
+  EXPECT_EQ(static_cast<int64_t>(Epoch(made->get(), 0, &sizes).size()), total);
+  EXPECT_EQ(sizes, std::vector<int64_t>{total});
+  // Epoch 2^32 would repeat epoch 0's order (32 bits of it key the shuffle).
+  EXPECT_FALSE((*made)->StartEpoch(int64_t{1} << 32).ok());
+  EXPECT_TRUE((*made)->StartEpoch((int64_t{1} << 32) - 1).ok());
+}
+
+TEST(LoaderApi, APredicateThatThrowsOrGivesNoArrayIsAnError) {
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  for (int how = 0; how < 2; ++how) {
+    LoaderOptions o;
+    o.filter.predicate_columns = {"id"};
+    o.filter.predicate = [how](const std::shared_ptr<arrow::RecordBatch>&)
+        -> arrow::Result<std::shared_ptr<arrow::Array>> {
+      if (how == 0) throw std::runtime_error("boom");  // terminate before
+      return std::shared_ptr<arrow::Array>();          // a null dereference before
+    };
+    auto made = Loader::Make({dir}, o);
+    ASSERT_FALSE(made.ok());
+    EXPECT_NE(made.status().message().find(how == 0 ? "threw: boom" : "gave no array"),
+              std::string::npos)
+        << made.status().ToString();
+    EXPECT_NE(made.status().message().find("predicate failed on"), std::string::npos);
+  }
+}
+
 }  // namespace pqloader

@@ -465,6 +465,11 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
         }
         break;
       default:
+        // A FIFO or a device would block or never end in its footer's read.
+        if (info->type() != arrow::fs::FileType::File) {
+          return MakeError(ErrorKind::kInvalidData, "'", source, "' is not a regular file "
+                           "(a FIFO, socket or device): give Parquet files or directories");
+        }
         out.push_back(FoundFile{fs, path, source, info->size(), MtimeNs(*info), {}, false});
     }
   }

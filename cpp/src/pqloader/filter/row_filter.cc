@@ -239,7 +239,14 @@ class Evaluator {
       arrow::ArrayVector values;
       for (const auto& name : options_.predicate_columns) values.push_back(columns[name]);
       auto batch = arrow::RecordBatch::Make(view->predicate_schema, n, values);
-      auto result = options_.predicate(batch);
+      // A C++ caller's predicate may throw or give no array: both are its error, not a crash.
+      arrow::Result<std::shared_ptr<arrow::Array>> result;
+      try {
+        result = options_.predicate(batch);
+      } catch (const std::exception& e) {
+        result = arrow::Status::Invalid("it threw: ", e.what());
+      }
+      if (result.ok() && *result == nullptr) result = arrow::Status::Invalid("it gave no array");
       if (!result.ok()) {
         // Cancelled: the predicate was interrupted (Ctrl-C): passed on as it is.
         if (result.status().IsCancelled()) return result.status();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <set>
 
@@ -286,7 +287,15 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
     return ResolvedSource{s3_, path, kS3Prefix};
   }
   ResolvedSource out;
-  auto fs = arrow::fs::FileSystemFromUriOrPath(source, IoContext(), &out.path);
+  // A relative local path (Arrow takes only absolute ones) is taken from the working
+  // directory, as the Python Loader takes it.
+  std::string local = source;
+  if (!source.empty() && source[0] != '/' && source.find("://") == std::string::npos) {
+    std::error_code error;
+    const std::filesystem::path absolute = std::filesystem::absolute(source, error);
+    if (!error) local = absolute.lexically_normal().string();
+  }
+  auto fs = arrow::fs::FileSystemFromUriOrPath(local, IoContext(), &out.path);
   if (!fs.ok()) {
     return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
                      "': ", fs.status().message());

@@ -29,6 +29,14 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 std::string ValidatePlanOptions(const PlanOptions& o) {
+  // At most 2^62 (as the Python Loader checks): counts such as ceil(rows / batch_size)
+  // are computed as (rows + batch_size - 1) / batch_size, which must not overflow.
+  constexpr int64_t kMax = int64_t{1} << 62;
+  for (const auto& [name, v] : {std::make_pair("batch_size", o.batch_size),
+                                std::make_pair("shuffle_window", o.shuffle_window),
+                                std::make_pair("world_size", o.world_size)}) {
+    if (v > kMax) return std::string(name) + " must be at most 2^62, got " + std::to_string(v);
+  }
   if (o.batch_size <= 0) return "batch_size must be positive, got " + std::to_string(o.batch_size);
   if (o.shuffle_window <= 0) {
     return "shuffle_window must be positive, got " + std::to_string(o.shuffle_window);

@@ -402,17 +402,23 @@ class Assembler {
       return arrow::Status::OK();
     }
     plans_[col] = Plan::kPad;
+    ARROW_RETURN_NOT_OK(c.Validate(specs_[col].name));
     int64_t length = c.length;
     if (length <= 0) {  // the longest row of the batch, capped, rounded up
       for (int64_t i = 0; i < n_; ++i) length = std::max(length, SpanOf(col, i).length);
       if (c.max_length > 0) length = std::min(length, c.max_length);
-      const int64_t m = std::max<int64_t>(1, c.multiple_of);
+      const int64_t m = std::max<int64_t>(1, c.multiple_of);  // both <= 2^40: no overflow
       length = (length + m - 1) / m * m;
+    }
+    int64_t bytes = 0;
+    if (__builtin_mul_overflow(n_, length, &bytes) || __builtin_mul_overflow(bytes, element, &bytes)) {
+      return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name, "': ", n_,
+                       " rows padded to length ", length, " are more than 2^63 bytes");
     }
     pad_to_[col] = length;
     out.shape = {n_, length};
     out.shape.insert(out.shape.end(), inner_dims.begin(), inner_dims.end());
-    data_bytes_[col] = n_ * length * element;
+    data_bytes_[col] = bytes;
     return arrow::Status::OK();
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include <arrow/util/float16.h>
@@ -94,6 +95,19 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
   for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
   out << (shape.size() == 1 ? ",)" : ")");
   return out.str();
+}
+
+arrow::Status ColumnCollate::Validate(const std::string& column) const {
+  if (mode != Mode::kPad) return arrow::Status::OK();
+  for (const auto& [what, v, low] : {std::make_tuple("length", length, int64_t{0}),
+                                     std::make_tuple("max_length", max_length, int64_t{0}),
+                                     std::make_tuple("multiple_of", multiple_of, int64_t{1})}) {
+    if (v < low || v > kMaxListLength) {
+      return arrow::Status::Invalid("column '", column, "': padding ", what, " must be in [",
+                                    low, ", 2^40], got ", v);
+    }
+  }
+  return arrow::Status::OK();
 }
 
 std::string ColumnCollate::ToString() const {

@@ -209,6 +209,11 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
     const std::shared_ptr<const DecodedUnit>& unit, int64_t max_row_bytes,
     arrow::MemoryPool* pool);
 
+/// The largest length a padded list column may have (lists=Pad, PadOrTruncate): far above
+/// any sequence, and low enough that a batch's size in bytes cannot overflow before the
+/// allocation refuses it.
+constexpr int64_t kMaxListLength = int64_t{1} << 40;
+
 /// How the rows of a list (or transformed) column whose first dimension varies become
 /// one batch column.
 struct ColumnCollate {
@@ -233,6 +238,9 @@ struct ColumnCollate {
   bool truncate_left = false;
   /// A stable description, for fingerprints.
   std::string ToString() const;
+  /// Refuse lengths outside [0, kMaxListLength] and multiple_of outside [1, kMaxListLength]
+  /// (a huge length overflowed the batch's size, and rows were written past its buffer).
+  arrow::Status Validate(const std::string& column) const;
 };
 
 /// Gather `rows` (RowRef::unit indexes `units` after subtracting `unit_base`) into a

@@ -953,7 +953,10 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
   }
   if (name == "PadOrTruncate") {
     const double length = p.Number("length", 0);
-    if (!Positive(length)) return arrow::Status::Invalid("PadOrTruncate needs length > 0");
+    if (!Positive(length) || length != std::floor(length) || length > kMaxListLength) {
+      return arrow::Status::Invalid("PadOrTruncate needs a whole length in [1, 2^40], got ",
+                                    ExactText(length));
+    }
     const std::string side = p.String("side", "right"), truncation = p.String("truncation", "right");
     for (const auto& [what, v] : {std::make_pair("side", side), std::make_pair("truncation", truncation)}) {
       if (v != "left" && v != "right") {

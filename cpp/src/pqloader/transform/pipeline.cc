@@ -134,6 +134,7 @@ arrow::Result<TransformPlan> TransformPlan::Make(
                          "columns (or transformed columns) can be padded or ragged");
       }
     }
+    ARROW_RETURN_NOT_OK(collate.Validate(name));
     plan.collate_[col] = collate;
     plan.columns_[col].collate = "lists=" + collate.ToString();
   }
