@@ -86,7 +86,13 @@ def parse_filter(text: str) -> Any:
     def term(node: ast.AST) -> Any:
         if isinstance(node, ast.Name):
             return pc.field(node.id)
-        return pc.scalar(literal(node))
+        value = literal(node)
+        if value is None:  # "x == None" kept no row (a comparison with null is null)
+            raise ValueError(f"filter {text!r}: compare with None by 'is None' or 'is not None'")
+        if isinstance(value, int) and not isinstance(value, bool) and 2**63 <= value < 2**64:
+            import pyarrow as pa  # imported with pyarrow.compute
+            return pc.scalar(pa.scalar(value, pa.uint64()))  # pc.scalar takes int64 only
+        return pc.scalar(value)
 
     def convert(node: ast.AST) -> Any:
         if isinstance(node, ast.BoolOp):

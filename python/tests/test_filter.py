@@ -382,3 +382,13 @@ def test_comparisons_with_a_nan_literal_are_false_for_every_row(tmp_path, nan):
     for expression in (x < nan, x <= nan, ~(x < nan), (x < nan) | (x == 7), in_set, ~in_set, x != nan):
         got, _ = loaded_ids(tmp_path, expression)
         assert got.tolist() == _row_by_row(table, expression), str(expression)
+
+
+def test_the_string_syntax_takes_uint64_literals_and_refuses_comparisons_with_none(tmp_path):
+    table = pa.table({"id": np.arange(4), "u": pa.array([1, 2**63 + 1, 3, 2**63 + 1], pa.uint64()),
+                      "x": pa.array([None, 1, None, 2], pa.int64())})
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert loaded_ids(tmp_path, "u == 9223372036854775809")[0].tolist() == [1, 3]  # was 'C long' overflow
+    with pytest.raises(ValueError, match="compare with None by 'is None'"):  # kept no row, silently
+        pqloader.Loader(str(tmp_path), filter="x == None")
+    assert loaded_ids(tmp_path, "x is None")[0].tolist() == [0, 2]
