@@ -683,3 +683,36 @@ def test_int96_dates_outside_int64_nanoseconds_are_refused_not_wrapped(tmp_path)
     pq.write_table(nested, tmp_path / "nested.parquet", use_deprecated_int96_timestamps=True)
     with pytest.raises(pqloader.InvalidDataError, match="row 1 \\(3000-01-01\\)"):
         collect(pqloader.Loader(str(tmp_path / "nested.parquet"), lists={"ts": "ragged"}))
+
+
+# --- Arrow extension types ---------------------------------------------------------------
+
+def test_extension_columns_read_as_their_storage_and_tensors_in_their_shape(tmp_path):
+    # Refused before ("unsupported type extension<...>"), though their storage is not.
+    import uuid
+    n = 7
+    values = np.arange(n * 6, dtype=np.float32)
+    tensor_type = pa.fixed_shape_tensor(pa.float32(), [2, 3])
+    storage = pa.FixedSizeListArray.from_arrays(pa.array(values), 6)
+    table = pa.table({
+        "id": np.arange(n),
+        "t": pa.ExtensionArray.from_storage(tensor_type, storage),
+        "b8": pa.ExtensionArray.from_storage(pa.bool8(), pa.array([1, 0, 2, -1, 0, 1, 0], pa.int8())),
+        "u": pa.array([uuid.UUID(int=i).bytes for i in range(n)], pa.uuid()),
+        "j": pa.array([f'{{"a": {i}}}' for i in range(n)], pa.json_()),
+    })
+    pq.write_table(table, tmp_path / "ext.parquet", row_group_size=3)
+    for shuffle in (False, True):
+        loader = pqloader.Loader(str(tmp_path), batch_size=4, shuffle=shuffle, seed=1)
+        assert loader.column_info["t"]["shape"] == (2, 3) and loader.column_info["t"]["dtype"] == "float32"
+        got = collect(loader)
+        ids = got["id"]
+        np.testing.assert_array_equal(got["t"], values.reshape(n, 2, 3)[ids])
+        assert got["b8"].dtype == np.bool_ and got["b8"].tolist() == [bool(v) for v in np.array([1, 0, 2, -1, 0, 1, 0])[ids]]
+        assert got["u"] == [uuid.UUID(int=int(i)).bytes for i in ids]
+        assert got["j"] == [f'{{"a": {i}}}' for i in ids]
+    # A tensor stored in another dimension order is not a row of its shape: refused.
+    permuted = pa.fixed_shape_tensor(pa.float32(), [2, 3], permutation=[1, 0])
+    pq.write_table(pa.table({"p": pa.ExtensionArray.from_storage(permuted, storage)}), tmp_path / "p.parquet")
+    with pytest.raises(pqloader.UnsupportedTypeError, match="'p'"):
+        pqloader.Loader(str(tmp_path / "p.parquet"))

@@ -1,8 +1,93 @@
 #include "pqloader/dataset/column_types.h"
 
+#include <arrow/array.h>
+#include <arrow/compute/cast.h>
+#include <arrow/extension/fixed_shape_tensor.h>
+#include <arrow/extension_type.h>
+
 #include "pqloader/error.h"
 
 namespace pqloader {
+
+namespace {
+
+const arrow::extension::FixedShapeTensorType* PlainTensor(const arrow::DataType& type) {
+  if (type.id() != arrow::Type::EXTENSION) return nullptr;
+  const auto& ext = static_cast<const arrow::ExtensionType&>(type);
+  if (ext.extension_name() != "arrow.fixed_shape_tensor") return nullptr;
+  const auto* tensor = dynamic_cast<const arrow::extension::FixedShapeTensorType*>(&type);
+  if (tensor == nullptr || tensor->shape().empty()) return nullptr;
+  const auto& perm = tensor->permutation();
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return nullptr;  // another layout: not a row
+  }
+  return tensor;
+}
+
+}  // namespace
+
+std::shared_ptr<arrow::DataType> TypeWithoutExtension(const std::shared_ptr<arrow::DataType>& type) {
+  if (type == nullptr || type->id() != arrow::Type::EXTENSION) return type;
+  const auto& ext = static_cast<const arrow::ExtensionType&>(*type);
+  if (const auto* tensor = PlainTensor(*type)) {
+    std::shared_ptr<arrow::DataType> out = tensor->value_type();
+    const auto& shape = tensor->shape();
+    for (size_t d = shape.size(); d-- > 0;) {
+      out = arrow::fixed_size_list(out, static_cast<int32_t>(shape[d]));
+    }
+    return out;
+  }
+  if (ext.extension_name() == "arrow.fixed_shape_tensor") return type;  // permuted: refused
+  if (ext.extension_name() == "arrow.bool8") return arrow::boolean();
+  return ext.storage_type();
+}
+
+std::shared_ptr<arrow::Schema> SchemaWithoutExtensions(const std::shared_ptr<arrow::Schema>& schema) {
+  bool any = false;
+  arrow::FieldVector fields;
+  for (const auto& f : schema->fields()) {
+    auto type = TypeWithoutExtension(f->type());
+    any = any || type != f->type();
+    fields.push_back(type == f->type() ? f : f->WithType(type));
+  }
+  return any ? arrow::schema(std::move(fields), schema->metadata()) : schema;
+}
+
+arrow::Result<std::shared_ptr<arrow::ChunkedArray>> WithoutExtension(
+    const std::shared_ptr<arrow::ChunkedArray>& column, arrow::MemoryPool* pool) {
+  const auto& type = column->type();
+  auto plain = TypeWithoutExtension(type);
+  if (plain == type) return column;
+  arrow::ArrayVector chunks;
+  for (const auto& chunk : column->chunks()) {
+    std::shared_ptr<arrow::Array> storage = static_cast<const arrow::ExtensionArray&>(*chunk).storage();
+    if (plain->id() == arrow::Type::BOOL && storage->type()->id() != arrow::Type::BOOL) {
+      arrow::compute::ExecContext ctx(pool);
+      ARROW_ASSIGN_OR_RAISE(auto cast, arrow::compute::Cast(*storage, arrow::boolean(),
+                                                            arrow::compute::CastOptions::Safe(), &ctx));
+      chunks.push_back(std::move(cast));
+    } else if (const auto* tensor = PlainTensor(*type)) {
+      // Storage: a fixed-size list of product(shape) values; rows of `shape` nest them
+      // (the inner lists over all of the storage's values, the outer one keeping its
+      // offset and validity).
+      const auto& shape = tensor->shape();
+      std::shared_ptr<arrow::Array> values = static_cast<const arrow::FixedSizeListArray&>(*storage).values();
+      for (size_t d = shape.size(); d-- > 1;) {
+        ARROW_ASSIGN_OR_RAISE(values, arrow::FixedSizeListArray::FromArrays(
+                                          values, static_cast<int32_t>(shape[d])));
+      }
+      const auto& data = storage->data();
+      values = arrow::MakeArray(arrow::ArrayData::Make(plain, data->length, {data->buffers[0]},
+                                                       {values->data()}, data->null_count,
+                                                       data->offset));
+      chunks.push_back(std::move(values));
+    } else {
+      chunks.push_back(std::move(storage));
+    }
+  }
+  return arrow::ChunkedArray::Make(std::move(chunks), plain);
+}
+
 
 bool ElementType(const arrow::DataType& type, DType* out) {
   switch (type.id()) {

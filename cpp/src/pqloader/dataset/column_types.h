@@ -15,6 +15,21 @@
 
 namespace pqloader {
 
+/// The type pqloader reads for a top-level column of `type`: an Arrow extension type as
+/// its storage, except arrow.fixed_shape_tensor (without a permutation), which becomes
+/// nested fixed-size lists of its shape (rows of that shape), and arrow.bool8, which
+/// becomes bool. Other types, and a tensor with a permutation (refused later as an
+/// extension type), are returned as they are.
+std::shared_ptr<arrow::DataType> TypeWithoutExtension(const std::shared_ptr<arrow::DataType>& type);
+
+/// `schema` with each top-level field's type as TypeWithoutExtension makes it.
+std::shared_ptr<arrow::Schema> SchemaWithoutExtensions(const std::shared_ptr<arrow::Schema>& schema);
+
+/// The values of `column` in the type TypeWithoutExtension gives (a view of the same
+/// buffers; bool8 is converted).
+arrow::Result<std::shared_ptr<arrow::ChunkedArray>> WithoutExtension(
+    const std::shared_ptr<arrow::ChunkedArray>& column, arrow::MemoryPool* pool);
+
 /// What replaces null values of a column.
 struct NullFill {
   /// Whether nulls are replaced (otherwise they are an error). Default: false.

@@ -273,6 +273,7 @@ arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>*
     return MakeError(ErrorKind::kInvalidData, "'", file.display,
                      "': cannot derive an Arrow schema from its Parquet schema: ", st.message());
   }
+  *schema = SchemaWithoutExtensions(*schema);  // read as their storage (decode: the same)
   return arrow::Status::OK();
 }
 

@@ -21,6 +21,7 @@
 
 #include "pqloader/dataset/int96.h"
 #include "pqloader/decode/nested.h"
+#include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
 #include "pqloader/error.h"
 
@@ -365,6 +366,9 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",
                          chunked->length(), " rows, the footer says ", split.file_rows);
       }
+      auto plain = WithoutExtension(chunked, pool);  // as the dataset's schema has it
+      if (!plain.ok()) return WithContext(plain.status(), "cannot decode " + col_where);
+      chunked = std::move(plain).ValueUnsafe();
       for (int leaf : src.leaves) {  // Arrow wraps INT96 dates outside int64 nanoseconds
         if (file.schema()->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
         ARROW_RETURN_NOT_OK(CheckInt96Rows(reader->parquet_reader(), split.row_group, leaf,
