@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "dataset": {"cache", "io", "tensor", "util"},  # cache/: remote footers kept on disk
     "decode": {"dataset", "plan", "tensor"},  # converts to the specs dataset/ chose
     "filter": {"cache", "dataset", "util"},
-    "pack": {"dataset", "decode", "plan", "tensor"},
+    "pack": {"dataset", "decode", "plan", "tensor", "util"},
     "mix": {"plan", "random", "tensor", "util"},  # and loader.h: it drives Loaders
 }
 # Top-level headers a folder may include besides error.h.

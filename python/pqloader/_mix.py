@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 import weakref
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -174,6 +175,12 @@ class Mixture:
                                                        _MAX_KEPT_DRAWS)
                 if draws is not None:
                     self._kept = (epoch, draws)
+                if n >= limit:  # silently cut before: ~100 passes over the other sources
+                    warnings.warn(f"mix(stop={self._stop!r}): epoch {epoch} did not end within {limit} "
+                                  f"draws (a source's weight is far below its share of the rows, so "
+                                  f"it is drawn too rarely to run out); it ends there. Give "
+                                  f"samples_per_epoch, or weights nearer the sources' sizes",
+                                  RuntimeWarning, stacklevel=3)
             self._lengths[epoch] = n
         return self._lengths[epoch]
 

@@ -917,3 +917,33 @@ def test_sources_without_a_seed_adopt_a_mixture_states_seeds(sources):
                            for n in ("web", "code")}, [1, 1], samples_per_epoch=640, batch_size=64)
     with pytest.raises(pqloader.InvalidDataError, match="source 'web' seed"):
         seeded.load_state_dict(m.state_dict())
+
+
+def test_stop_last_does_not_wait_for_a_source_of_weight_0_and_warns_when_cut(tmp_path):
+    # A weight-0 source was waited for as unfinished: the epoch ran silently to the draw
+    # cap (~106 passes over the other source).
+    for name, rows in (("a", range(100)), ("b", range(1000, 1050))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+
+    def epoch(weights):
+        m = pqloader.mix({n: pqloader.Loader(str(tmp_path / n), batch_size=10) for n in "ab"},
+                         weights, seed=0, stop="last")
+        return np.concatenate([b["x"] for b in m])
+
+    x = epoch([1.0, 0.0])
+    assert sorted(x.tolist()) == list(range(100))  # a read whole once, b never drawn
+    with pytest.warns(RuntimeWarning, match="did not end within 10624 draws"):
+        assert len(epoch([1.0, 1e-9])) == 10624
+
+
+def test_sources_padded_with_values_apart_past_the_6th_digit_are_refused(tmp_path):
+    # The collates were compared by their 6-digit text: Pad(value=1234568) rows were
+    # padded with source 0's 1234567.
+    for name in "ab":
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"t": pa.array([[1, 2], [3]], pa.list_(pa.int64()))}), tmp_path / name / "p.parquet")
+    sources = {n: pqloader.Loader(str(tmp_path / n), batch_size=2, lists={"t": pqloader.Pad(value=v)})
+               for n, v in (("a", 1234567), ("b", 1234568))}
+    with pytest.raises(ValueError, match="value=1234568"):
+        next(iter(pqloader.mix(sources, [1, 1], seed=0)))

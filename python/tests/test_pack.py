@@ -7,6 +7,8 @@ and natural order, separators, truncation, 1/2 workers, every rank of world size
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -246,3 +248,19 @@ def test_a_filter_beside_a_file_without_the_token_column_keeps_the_lengths_align
     # kept: a's rows 0-2 (empty documents: eos only), b's rows 0-2
     stream = [-1, -1, -1, 1, 2, 3, -1, 4, 5, -1, 6, -1] + [0] * 3  # the last block padded
     assert got == [[stream[i:i + 5]] for i in range(0, 15, 5)]
+
+
+def test_a_state_is_refused_by_a_pad_apart_past_the_6th_digit(tmp_path):
+    # State fingerprints printed pad values with 6 digits: Pack(pad=1234567)'s state
+    # resumed a loader padding with 1234568 (values that 6 digits hold keep their text).
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3], [4], [5, 6]] * 4, pa.list_(pa.int64()))}),
+                   tmp_path / "t.parquet")
+
+    def loader(pad):
+        return pqloader.Loader(str(tmp_path), batch_size=2, pack=pqloader.Pack("tokens", seq_len=4, pad=pad))
+
+    state = loader(1234567).state_dict()
+    with pytest.raises(ValueError, match="different options"):
+        loader(1234568).load_state_dict(state)
+    loader(1234567).load_state_dict(state)
+    assert "pad=-100)" in json.dumps(loader(-100).state_dict())  # the text states always had

@@ -142,10 +142,16 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
 
 int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const std::vector<double>& cumulative,
-                                  const std::vector<int64_t>& rows, bool until_all,
+                                  const std::vector<int64_t>& source_rows, bool until_all,
                                   int64_t limit, std::vector<uint8_t>* kept, int64_t max_kept,
                                   const CancelFlag& cancel) {
   if (kept != nullptr) kept->clear();
+  // Until all: a source of weight 0 is never drawn, so it is not waited for (as a source
+  // without rows): the epoch ran to `limit` instead.
+  std::vector<int64_t> rows = source_rows;
+  for (size_t i = 0; until_all && i < rows.size(); ++i) {
+    if (cumulative[i] <= (i > 0 ? cumulative[i - 1] : 0.0)) rows[i] = 0;
+  }
   bool keep = kept != nullptr && rows.size() <= 256 && max_kept > 0;
   std::vector<int64_t> counts(rows.size(), 0);
   int64_t unfinished = 0;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "pqloader/util/exact_text.h"
+
 namespace pqloader {
 
 namespace {
@@ -39,7 +41,7 @@ std::string PackOptions::ToString() const {
   std::ostringstream out;
   out << "pack(column=" << column << ", seq_len=" << seq_len;
   if (has_eos) out << ", eos=" << eos;
-  out << ", truncate=" << truncate << ", pad=" << pad_value << ")";
+  out << ", truncate=" << truncate << ", pad=" << CompatibleText(pad_value) << ")";
   return out.str();
 }
 

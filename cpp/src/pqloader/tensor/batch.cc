@@ -9,6 +9,7 @@
 #include <arrow/util/float16.h>
 
 #include "pqloader/error.h"
+#include "pqloader/util/exact_text.h"
 
 namespace pqloader {
 
@@ -117,7 +118,7 @@ std::string ColumnCollate::ToString() const {
     case Mode::kRagged: return "ragged";
     case Mode::kPad:
       out << "pad(length=" << length << ", max_length=" << max_length
-          << ", multiple_of=" << multiple_of << ", value=" << pad_value
+          << ", multiple_of=" << multiple_of << ", value=" << CompatibleText(pad_value)
           << ", side=" << (pad_left ? "left" : "right")
           << ", truncation=" << (truncate_left ? "left" : "right") << ")";
       return out.str();

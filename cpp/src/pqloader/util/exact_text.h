@@ -2,6 +2,8 @@
 #pragma once
 
 #include <charconv>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 
 namespace pqloader {
@@ -14,6 +16,17 @@ inline std::string ExactText(double v) {
   char text[64];
   const auto end = std::to_chars(text, text + sizeof(text), v).ptr;
   return std::string(text, end);
+}
+
+/// A stream's 6-significant-digit text of `v` (what state fingerprints have always held)
+/// when it reads back as exactly `v` (-100, 0.5, 1024), else ExactText(v): fingerprints
+/// written before still match for such values, and values that differ past the 6th digit
+/// (a pad of 1234567 and 1234568) are told apart.
+inline std::string CompatibleText(double v) {
+  std::ostringstream out;
+  out << v;
+  const std::string six = out.str();
+  return std::strtod(six.c_str(), nullptr) == v ? six : ExactText(v);
 }
 
 }  // namespace pqloader
