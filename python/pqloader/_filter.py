@@ -110,7 +110,11 @@ def parse_filter(text: str) -> Any:
                     values = literal(right)
                     if not isinstance(values, (list, tuple, set)):
                         raise ValueError(f"filter {text!r}: 'in' needs a list of values")
-                    e = term(left).isin(list(values))
+                    values = list(values)
+                    if any(isinstance(v, int) and not isinstance(v, bool) and v >= 2**63 for v in values):
+                        import pyarrow as pa  # imported with pyarrow.compute
+                        values = pa.array(values, pa.uint64())  # pyarrow infers int64 only
+                    e = term(left).isin(values)
                     e = ~e if isinstance(op, ast.NotIn) else e
                 elif isinstance(op, (ast.Is, ast.IsNot)):
                     if not (isinstance(right, ast.Constant) and right.value is None):

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
-from pqloader._options import ARGUMENT_DOCS, LoaderOptions, check_fill_types, check_int
+from pqloader._options import (ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_fill_types,
+                               check_int)
 
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 
@@ -235,7 +236,7 @@ class Loader:
         Raises:
             TypeError, ValueError: `epoch` is not an int >= 0.
         """
-        self._cursor.seek(check_int("epoch", epoch, 0), 0)
+        self._cursor.seek(check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT), 0)
         if self._cursor.running:  # wake an iterator blocked in another thread
             self._engine.stop()
 

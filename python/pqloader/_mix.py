@@ -26,7 +26,7 @@ import numpy as np
 
 from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
-from pqloader._options import check_int
+from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int
 from pqloader._state import _jsonish
 
 STATE_VERSION = 1
@@ -216,7 +216,7 @@ class Mixture:
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the first batch of `epoch`."""
-        epoch = check_int("epoch", epoch, 0)
+        epoch = check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT)
         with self._lock:
             self._epoch, self._batch = epoch, 0
             self._resume_end = None

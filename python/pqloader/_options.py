@@ -21,7 +21,9 @@ from pqloader import _env, _filter, _lists
 # Upper bounds that keep every value inside the engine's integer types (int for thread
 # counts, int64 for sizes and counts, uint64 for the seed) with room for arithmetic.
 MAX_THREADS = 1024  # num_workers, io_threads
-MAX_COUNT = 2**62  # batch sizes, windows, byte counts, epochs, ranks
+MAX_COUNT = 2**62  # batch sizes, windows, byte counts, ranks
+MAX_EPOCH = 2**32 - 1  # 32 bits of the epoch key the engine's shuffle
+EPOCH_HINT = " (32 bits of the epoch key the shuffle: epoch 2**32 would repeat epoch 0)"
 SEED_LIMIT = 2**64  # seeds are uint64
 MAX_CACHE_SHARDS = 256  # the cache picks a shard from one byte of the entry key
 

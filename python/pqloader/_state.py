@@ -29,7 +29,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from pqloader._errors import Error, InvalidDataError
-from pqloader._options import MAX_COUNT, SEED_LIMIT, LoaderOptions
+from pqloader._options import MAX_COUNT, MAX_EPOCH, SEED_LIMIT, LoaderOptions
 
 STATE_VERSION = 1
 # Options that change which rows land in which batch. A state can only be loaded into a
@@ -246,7 +246,7 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     if state.get("version") != STATE_VERSION or isinstance(state.get("version"), bool):
         raise InvalidDataError(f"not a pqloader state: state['version'] must be {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")
-    epoch = _field_int(state, "epoch", 0, MAX_COUNT)
+    epoch = _field_int(state, "epoch", 0, MAX_EPOCH)
     assert epoch is not None
     end = _field_int(state, "iteration_end", epoch, MAX_COUNT, optional=True)
     state_seed = _field_int(state, "seed", 0, SEED_LIMIT - 1)

@@ -400,3 +400,12 @@ def test_a_shuffled_loader_of_several_ranks_needs_a_seed(ds):
         pqloader.Loader(ds, batch_size=4, shuffle=True, seed=None, rank=1, world_size=2)
     pqloader.Loader(ds, batch_size=4, shuffle=True, seed=None, rank=0, world_size=1)
     pqloader.Loader(ds, batch_size=4, shuffle=False, seed=None, rank=1, world_size=2)
+
+
+def test_epochs_stop_below_2_32(typed_ds):
+    # 32 bits of the epoch key the shuffle: epoch 2**32 repeated epoch 0's order.
+    loader = pqloader.Loader(typed_ds, fill_null={"f64": 0, "i32": 0, "u8": 0, "text": "", "blob": b""})
+    with pytest.raises(ValueError, match="epoch"):
+        loader.set_epoch(2**32)
+    loader.set_epoch(2**32 - 1)  # the last one runs (no next epoch is started ahead)
+    assert len(list(loader)) == 1

@@ -264,3 +264,30 @@ def test_a_state_is_refused_by_a_pad_apart_past_the_6th_digit(tmp_path):
         loader(1234568).load_state_dict(state)
     loader(1234567).load_state_dict(state)
     assert "pad=-100)" in json.dumps(loader(-100).state_dict())  # the text states always had
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("policy", ["pad", "drop"])
+def test_ranks_pack_each_document_once_and_equalise_blocks_not_rows(tmp_path, world, policy):
+    # The row policy ran first: "pad" repeated a rank's first document (each of 3 ranks
+    # packed a one-document dataset whole), "drop" dropped whole documents, then the
+    # blocks were equalised again. Now each rank packs its own documents once; "drop"
+    # drops the larger ranks' last blocks, "pad" adds blocks of padding.
+    docs = [list(range(100 * d, 100 * d + n)) for d, n in enumerate([3, 0, 5, 2, 7, 1, 4])]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int64()))}), tmp_path / "d.parquet",
+                   row_group_size=3)
+    seen, blocks = [], []
+    for rank in range(world):
+        loader = pqloader.Loader(str(tmp_path), batch_size=2, rank=rank, world_size=world, shard_policy=policy,
+                                 pack=pqloader.Pack("tokens", seq_len=4, pad=-1))
+        rows = [b["tokens"] for b in loader]
+        blocks.append(sum(len(r) for r in rows))
+        tokens = np.concatenate(rows).reshape(-1) if rows else np.zeros(0, np.int64)
+        seen += tokens[tokens >= 0].tolist()
+    assert len(set(blocks)) == 1  # equal blocks per rank
+    every = [t for d in docs for t in d]
+    assert len(seen) == len(set(seen))  # no token twice
+    if policy == "pad":
+        assert sorted(seen) == every  # every document, once
+    else:
+        assert set(seen) <= set(every)

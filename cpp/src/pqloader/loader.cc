@@ -202,7 +202,13 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     loader->read_options_.allow_ragged.push_back(
         loader->transforms_.transforms_column(static_cast<int>(c)));
   }
-  loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), options.plan, 0);
+  if (!options.pack_column.empty()) {
+    // Packing equalises blocks, not rows: each rank's documents once (the row policy
+    // dropped or repeated whole documents), then the blocks by the user's policy.
+    loader->block_policy_ = options.plan.shard_policy;
+    loader->options_.plan.shard_policy = ShardPolicy::kNone;
+  }
+  loader->first_plan_ = EpochPlan::Make(loader->dataset_->SplitRows(), loader->options_.plan, 0);
   if (!options.pack_column.empty()) ARROW_RETURN_NOT_OK(loader->SetUpPacking());
   loader->window_gather_ = options.plan.shuffle && loader->transforms_.empty() &&
                            options.lists.empty() && loader->lengths_ == nullptr;
@@ -351,9 +357,9 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
   // The shuffle's random streams are keyed by 32 bits of the epoch: epoch 2^32 would
   // repeat epoch 0's order.
-  if (epoch >= (int64_t{1} << 32) - (then_next_epoch ? 1 : 0)) {
-    return arrow::Status::Invalid("epoch must be below 2^32, got ", epoch);
-  }
+  constexpr int64_t kEpochs = int64_t{1} << 32;
+  if (epoch >= kEpochs) return arrow::Status::Invalid("epoch must be below 2^32, got ", epoch);
+  then_next_epoch = then_next_epoch && epoch + 1 < kEpochs;  // the last epoch has no next
   ++run_calls_;
   std::vector<EpochRun> old;
   arrow::Status st;
@@ -664,7 +670,8 @@ int64_t Loader::EqualBlocks(int64_t epoch, uint64_t seed) const {
   PlanOptions plan = options_.plan;
   plan.seed = seed;
   const int64_t blocks =
-      PackPlan::EqualBlocks(dataset_->SplitRows(), plan, epoch, *lengths_, options_.pack);
+      PackPlan::EqualBlocks(dataset_->SplitRows(), plan, epoch, *lengths_, options_.pack,
+                            block_policy_);
   if (blocks_by_epoch_.size() > 16) blocks_by_epoch_.clear();
   blocks_by_epoch_[{seed, epoch}] = blocks;
   return blocks;

@@ -249,7 +249,7 @@ class Loader {
   /// seed, and no batch of it was read yet (a mixture starts its sources' next epoch
   /// while it ends: mix/mix_stream.h), it is kept as it is.
   /// `*run_id` (if given) names the run started, for Next. `epoch` must be in
-  /// [0, 2^32) (2^32 - 1 with then_next_epoch): 32 bits of it key the shuffle.
+  /// [0, 2^32): 32 bits of it key the shuffle.
   arrow::Status StartEpoch(int64_t epoch, int64_t first_batch = 0, bool then_next_epoch = false,
                            std::shared_ptr<const ElasticBase> elastic = nullptr,
                            int64_t* run_id = nullptr);
@@ -382,6 +382,8 @@ class Loader {
   arrow::Status SetUpPacking();
   // Blocks every rank gets in `epoch` under `seed` (cached), and the batches they make.
   int64_t EqualBlocks(int64_t epoch, uint64_t seed) const;
+  // A packing loader's shard policy for blocks (options_.plan's is kNone then).
+  ShardPolicy block_policy_ = ShardPolicy::kDrop;
   int64_t BatchesOfBlocks(int64_t blocks) const;
   // `unit` with its small fixed-size columns row-major (see WithRowMajor).
   arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(

@@ -391,6 +391,8 @@ TEST(LoaderApi, ARelativeSourceIsTakenFromTheWorkingDirectory) {
   std::filesystem::current_path(cwd);
   ASSERT_TRUE(made.ok()) << made.status().ToString();  // was "URI has empty scheme"
   EXPECT_EQ(Epoch(made->get(), 0).size(), 19u);
+  // Named as from Python (absolute): messages and cache keys alike.
+  EXPECT_EQ((*made)->dataset().files()[0].display, dir + "/a.parquet");
 }
 
 TEST(LoaderApi, AFifoIsRefusedNotOpened) {

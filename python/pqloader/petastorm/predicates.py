@@ -41,25 +41,24 @@ def batch_mask(predicate: Any, columns: Mapping[str, Any], num_rows: int) -> np.
     return mask
 
 
-
 def isin_exact(column: np.ndarray, values: Sequence[Any]) -> np.ndarray:
     """``np.isin`` that compares integers exactly: NumPy turns a value list that mixes
     large ints with others (``[2**63 + 1, 4]``, ``[2**62 + 3, 0.5]``) into float64, where
-    neighbouring integers are equal. The values are taken in the column's dtype when each
-    converts exactly, else compared one by one as Python numbers."""
+    neighbouring integers are equal. For an integer or bool column, the values it cannot
+    hold (fractions, out of its range, not numbers) are left out, the rest taken in its
+    dtype."""
     values = list(values)
-    if not values:
-        return np.zeros(len(column), dtype=bool)
-    if column.dtype.kind in "iub":
-        try:
-            same = np.array(values, dtype=column.dtype)
-            if all(a == v for a, v in zip(same.tolist(), values)):
-                return np.isin(column, same)
-        except (OverflowError, TypeError, ValueError):
-            pass
-        wanted = set(values)
-        return np.fromiter((v in wanted for v in column.tolist()), dtype=bool, count=len(column))
-    return np.isin(column, np.array(values))
+    if column.dtype.kind not in "iub":
+        return np.isin(column, np.array(values)) if values else np.zeros(len(column), dtype=bool)
+    low, high = (0, 1) if column.dtype.kind == "b" else (np.iinfo(column.dtype).min, np.iinfo(column.dtype).max)
+    held = []
+    for v in values:
+        if isinstance(v, (bool, np.bool_, int, np.integer)) or (
+                isinstance(v, (float, np.floating)) and float(v).is_integer()):
+            if low <= v <= high:
+                held.append(int(v))
+    return np.isin(column, np.array(held, dtype=column.dtype)) if held else np.zeros(len(column), dtype=bool)
+
 
 class PredicateBase:
     """Base class of row predicates."""

@@ -767,8 +767,11 @@ arrow::Result<std::vector<DataFile>> ReadFileFooters(std::vector<FoundFile> foun
   return std::move(opened.files);
 }
 
-arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& sources,
+arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::string>& given,
                                                       const DatasetOptions& options) {
+  // Relative paths as absolute ones: files are named (messages, cache keys) as from Python.
+  std::vector<std::string> sources;
+  for (const std::string& s : given) sources.push_back(AbsoluteLocalSource(s));
   std::vector<SummaryRef> summary_refs;
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, options.storage,
                                                   options.use_summary ? &summary_refs : nullptr,

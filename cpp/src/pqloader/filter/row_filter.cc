@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <arrow/buffer.h>
 #include <arrow/compute/api_scalar.h>
 #include <arrow/compute/exec.h>
+#include <arrow/compute/expression.h>
 #include <arrow/compute/initialize.h>
 #include <arrow/scalar.h>
 #include <arrow/table.h>
@@ -73,22 +75,48 @@ bool HasNanLiteral(const cp::Expression& e) {
     }
     return false;
   };
-  auto array_has_nan = [&](const arrow::Datum& datum) {
+  // A value set: only floating-point ones are scanned, over their raw values.
+  auto array_has_nan = [](const arrow::Array& array) {
+    const arrow::Array* values = &array;
+    if (array.type_id() == arrow::Type::DICTIONARY) {
+      values = static_cast<const arrow::DictionaryArray&>(array).dictionary().get();
+    }
+    const int64_t n = values->length();
+    switch (values->type_id()) {
+      case arrow::Type::DOUBLE: {
+        const double* v = static_cast<const arrow::DoubleArray&>(*values).raw_values();
+        for (int64_t i = 0; i < n; ++i) if (std::isnan(v[i]) && values->IsValid(i)) return true;
+        return false;
+      }
+      case arrow::Type::FLOAT: {
+        const float* v = static_cast<const arrow::FloatArray&>(*values).raw_values();
+        for (int64_t i = 0; i < n; ++i) if (std::isnan(v[i]) && values->IsValid(i)) return true;
+        return false;
+      }
+      case arrow::Type::HALF_FLOAT: {
+        const uint16_t* v = static_cast<const arrow::HalfFloatArray&>(*values).raw_values();
+        for (int64_t i = 0; i < n; ++i) {
+          if ((v[i] & 0x7c00) == 0x7c00 && (v[i] & 0x03ff) != 0 && values->IsValid(i)) return true;
+        }
+        return false;
+      }
+      default:
+        return false;
+    }
+  };
+  auto datum_has_nan = [&](const arrow::Datum& datum) {
     if (datum.is_scalar()) return is_nan(*datum.scalar());
     if (!datum.is_arraylike()) return false;
     for (const auto& chunk : datum.chunks()) {
-      for (int64_t i = 0; i < chunk->length(); ++i) {
-        auto scalar = chunk->GetScalar(i);
-        if (scalar.ok() && is_nan(**scalar)) return true;
-      }
+      if (array_has_nan(*chunk)) return true;
     }
     return false;
   };
-  if (const arrow::Datum* d = e.literal()) return array_has_nan(*d);
+  if (const arrow::Datum* d = e.literal()) return datum_has_nan(*d);
   const cp::Expression::Call* call = e.call();
   if (call == nullptr) return false;
   if (const auto* set = dynamic_cast<const cp::SetLookupOptions*>(call->options.get())) {
-    if (array_has_nan(set->value_set)) return true;
+    if (datum_has_nan(set->value_set)) return true;
   }
   for (const cp::Expression& arg : call->arguments) {
     if (HasNanLiteral(arg)) return true;
@@ -108,6 +136,7 @@ struct FileView {
   std::shared_ptr<arrow::Schema> schema;   // binding schema (per name, file's or fallback type)
   cp::Expression bound;                    // the expression, bound to `schema`
   std::shared_ptr<arrow::Schema> predicate_schema;
+  bool nan_literal = false;                // `bound` (constants folded) holds a NaN: no statistics
 };
 
 // What the evaluation shares across threads.
@@ -204,9 +233,7 @@ class Evaluator {
       } else if (IsLiteralTrue(simplified) && options_.predicate == nullptr) {
         out->stage[s] = RowSelection::Stage::kAll;
       } else {
-        // The rows are tested against the filter itself: statistics only prune row groups
-        // or keep them whole, so a simplification that went wrong cannot reach a row.
-        to_mask->emplace_back(s, by_keys);
+        to_mask->emplace_back(s, std::move(simplified));
       }
     }
     return arrow::Status::OK();
@@ -336,6 +363,9 @@ class Evaluator {
       it = bound_.emplace(key, *bound).first;
     }
     view->bound = it->second;
+    // Folded first: "x < 0.0 / 0.0" is a NaN literal once Arrow folds it.
+    auto folded = cp::FoldConstants(view->bound);
+    view->nan_literal = HasNanLiteral(folded.ok() ? *folded : view->bound);
     views_[f] = view;
     return view.get();
   }
@@ -343,15 +373,17 @@ class Evaluator {
   // `expr` simplified with what `split`'s statistics guarantee of each filter column.
   arrow::Result<cp::Expression> WithStatistics(const DataFile& file, const Split& split,
                                                const FileView& view, cp::Expression expr) {
-    if (HasNanLiteral(expr)) return expr;
+    if (view.nan_literal) return expr;
     std::vector<cp::Expression> known;
     try {
       auto rg = file.RowGroup(split.row_group);
       for (size_t i = 0; i < names_.size(); ++i) {
         const FileField& ff = view.fields[i];
         if (ff.field == nullptr) {
-          if (!key_types_.count(names_[i])) {
-            known.push_back(cp::is_null(cp::field_ref(names_[i])));  // absent: all null
+          // Absent: all null (but not for a dictionary column: see StatisticsGuarantee).
+          if (!key_types_.count(names_[i]) &&
+              view.schema->field(static_cast<int>(i))->type()->id() != arrow::Type::DICTIONARY) {
+            known.push_back(cp::is_null(cp::field_ref(names_[i])));
           }
           continue;
         }

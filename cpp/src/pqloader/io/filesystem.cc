@@ -268,6 +268,13 @@ arrow::Result<std::unique_ptr<FileSystemResolver>> FileSystemResolver::Make(
   return r;
 }
 
+std::string AbsoluteLocalSource(const std::string& source) {
+  if (source.empty() || source[0] == '/' || source.find("://") != std::string::npos) return source;
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(source, error);
+  return error ? source : absolute.lexically_normal().string();
+}
+
 arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& source) {
   if (source.compare(0, sizeof(kS3Prefix) - 1, kS3Prefix) == 0) {
     if (s3_ == nullptr) {
@@ -287,15 +294,7 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
     return ResolvedSource{s3_, path, kS3Prefix};
   }
   ResolvedSource out;
-  // A relative local path (Arrow takes only absolute ones) is taken from the working
-  // directory, as the Python Loader takes it.
-  std::string local = source;
-  if (!source.empty() && source[0] != '/' && source.find("://") == std::string::npos) {
-    std::error_code error;
-    const std::filesystem::path absolute = std::filesystem::absolute(source, error);
-    if (!error) local = absolute.lexically_normal().string();
-  }
-  auto fs = arrow::fs::FileSystemFromUriOrPath(local, IoContext(), &out.path);
+  auto fs = arrow::fs::FileSystemFromUriOrPath(AbsoluteLocalSource(source), IoContext(), &out.path);
   if (!fs.ok()) {
     return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
                      "': ", fs.status().message());

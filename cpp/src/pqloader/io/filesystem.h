@@ -77,6 +77,11 @@ struct ResolvedSource {
   std::string prefix;  ///< Prepended to a path to name it to the user ("s3://"), or "".
 };
 
+/// A relative local path (no scheme, not starting with '/') made absolute from the working
+/// directory, as the Python Loader takes it (Arrow takes only absolute ones); anything
+/// else as it is.
+std::string AbsoluteLocalSource(const std::string& source);
+
 class FileSystemResolver {
  public:
   /// Check `storage` (initialising S3 if it is not empty) and make a resolver. No

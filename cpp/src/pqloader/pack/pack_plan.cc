@@ -72,7 +72,7 @@ PackPlan PackPlan::Make(const EpochPlan& plan, const DocumentLengths& lengths,
 
 int64_t PackPlan::EqualBlocks(const std::vector<int64_t>& split_rows, const PlanOptions& options,
                               int64_t epoch, const DocumentLengths& lengths,
-                              const PackOptions& pack) {
+                              const PackOptions& pack, ShardPolicy policy) {
   int64_t fewest = -1, most = 0;
   const auto order = EpochOrder::Make(split_rows, options, epoch);  // shared by every rank
   for (int64_t r = 0; r < options.world_size; ++r) {
@@ -83,7 +83,7 @@ int64_t PackPlan::EqualBlocks(const std::vector<int64_t>& split_rows, const Plan
     fewest = fewest < 0 ? blocks : std::min(fewest, blocks);
     most = std::max(most, blocks);
   }
-  return options.shard_policy == ShardPolicy::kPad ? most : std::max<int64_t>(0, fewest);
+  return policy == ShardPolicy::kPad ? most : std::max<int64_t>(0, fewest);
 }
 
 int64_t PackPlan::DocumentTokensAt(int64_t p) const { return TokensAt(p) - (has_eos_ ? 1 : 0); }

@@ -45,12 +45,13 @@ class PackPlan {
   /// is not full is dropped (else padded).
   static PackPlan Make(const EpochPlan& plan, const DocumentLengths& lengths,
                        const PackOptions& options, bool drop_last);
-  /// The number of blocks every rank gets in the epoch of `plan` (all ranks' plans are
-  /// made from its options): the fewest any rank fills (ShardPolicy::kDrop) or the most
-  /// (kPad: the others end with blocks of padding).
+  /// The number of blocks every rank gets in the epoch of `options` (every rank's plan
+  /// made from them, each rank reading its own documents once: shard_policy kNone): the
+  /// fewest any rank fills (`policy` kDrop: the others' last blocks are dropped) or the
+  /// most (kPad: the others end with blocks of padding).
   static int64_t EqualBlocks(const std::vector<int64_t>& split_rows, const PlanOptions& options,
                              int64_t epoch, const DocumentLengths& lengths,
-                             const PackOptions& pack);
+                             const PackOptions& pack, ShardPolicy policy);
 
   /// Blocks this rank fills (the last may be partly padding).
   int64_t num_blocks() const { return num_blocks_; }

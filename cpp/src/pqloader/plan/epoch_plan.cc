@@ -108,7 +108,10 @@ EpochPlan EpochPlan::MakeFrom(const std::vector<int64_t>* split_rows, const Plan
   const int64_t rem = total % world;
   const int64_t begin = options.rank * base + std::min(options.rank, rem);
   const int64_t count = base + (options.rank < rem ? 1 : 0);
-  if (options.shard_policy == ShardPolicy::kDrop) {
+  if (options.shard_policy == ShardPolicy::kNone) {
+    plan.num_rows_ = count;
+    plan.AppendStreamRange(split_rows, begin, begin + count);
+  } else if (options.shard_policy == ShardPolicy::kDrop) {
     plan.num_rows_ = base;
     plan.dropped_rows_ = rem;
     plan.AppendStreamRange(split_rows, begin, begin + base);

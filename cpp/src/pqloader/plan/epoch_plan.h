@@ -18,6 +18,9 @@ namespace pqloader {
 enum class ShardPolicy {
   kDrop,  ///< Ranks with one row more than others drop their last row.
   kPad,   ///< Ranks with one row fewer than others repeat their first row.
+  /// Each rank reads its own share once, shares differing by one row: a packing loader's
+  /// rows, whose blocks are equalised instead (PackPlan::EqualBlocks).
+  kNone,
 };
 
 /// Options that decide the order of samples. Every field affects the output.

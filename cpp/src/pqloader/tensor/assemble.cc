@@ -407,7 +407,7 @@ class Assembler {
     if (length <= 0) {  // the longest row of the batch, capped, rounded up
       for (int64_t i = 0; i < n_; ++i) length = std::max(length, SpanOf(col, i).length);
       if (c.max_length > 0) length = std::min(length, c.max_length);
-      const int64_t m = std::max<int64_t>(1, c.multiple_of);  // both <= 2^40: no overflow
+      const int64_t m = c.multiple_of;  // in [1, 2^40], as the length: no overflow
       length = (length + m - 1) / m * m;
     }
     int64_t bytes = 0;
