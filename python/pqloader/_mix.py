@@ -118,7 +118,7 @@ class Mixture:
         if batch_transform is not None and not callable(batch_transform):
             raise TypeError("batch_transform must be callable")
         self._batch_transform = batch_transform
-        self._rows = [self._rows_per_epoch(l) for l in loaders]
+        self._rows = self._rows_of(0)  # for the draw limit
         self._lengths: dict[int, int] = {}
         self._kept: tuple[int, Any] | None = None  # (epoch, its draws) for its stream
         self._epochs_in_place = 0  # epochs begun whose batches the sources wrote in place
@@ -155,12 +155,11 @@ class Mixture:
                     raise ValueError(f"column {c!r} is {a['dtype']} {a['shape']} in {names[0]!r} but "
                                      f"{b['dtype']} {b['shape']} in {n!r}: mix sources must agree")
 
-    @staticmethod
-    def _rows_per_epoch(loader: Any) -> int:
-        # After drop_last; a packing source's blocks (of epoch 0: with several ranks the
-        # count may differ a little between epochs, and the epoch's length is reckoned
-        # from epoch 0's).
-        return loader._engine.core().batch_rows(0)
+    def _rows_of(self, epoch: int) -> list[int]:
+        """Each source's rows in `epoch` (after drop_last): a packing source's blocks
+        differ between epochs when there are several ranks (epoch 0's were taken for
+        all: a stop="last" epoch left blocks unread, or read some twice)."""
+        return [loader._engine.core().batch_rows(epoch) for loader in self._loaders]
 
     # -- the plan of an epoch ----------------------------------------------------------
     def epoch_samples(self, epoch: int) -> int:
@@ -171,7 +170,7 @@ class Mixture:
             else:
                 limit = self._draw_limit()
                 n, draws = _core.mix_epoch_length_kept(self._seed, epoch, self._cumulative,
-                                                       self._rows, self._stop == "last", limit,
+                                                       self._rows_of(epoch), self._stop == "last", limit,
                                                        _MAX_KEPT_DRAWS)
                 if draws is not None:
                     self._kept = (epoch, draws)
@@ -198,7 +197,7 @@ class Mixture:
         without samples_per_epoch, the seed's draws decide where the epoch ends."""
         if seed == self._seed or self._samples is not None:
             return self.num_batches(epoch)
-        n, _ = _core.mix_epoch_length_kept(seed, epoch, self._cumulative, self._rows,
+        n, _ = _core.mix_epoch_length_kept(seed, epoch, self._cumulative, self._rows_of(epoch),
                                            self._stop == "last", self._draw_limit(), 0)
         return self._batches_of(n)
 
@@ -273,7 +272,7 @@ class Mixture:
                 kept, self._kept = self._kept[1], None  # the stream holds them now
             self._stop_stream()
             stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
-                                     self._rows, self._cumulative, self._seed, self._batch_size, epoch, batch,
+                                     self._cumulative, self._seed, self._batch_size, epoch, batch,
                                      samples, self.num_batches(epoch), self._source_column,
                                      then_next, kept)
             self._stream = stream

@@ -992,19 +992,17 @@ class PyMixStream {
     if (stream_ != nullptr) stream_->SetNextEpoch(samples, num_batches, kept != nullptr ? kept->draws : nullptr);
   }
   PyMixStream(const std::vector<nb::object>& loaders, const std::vector<uint64_t>& seeds,
-              const std::vector<int64_t>& rows, const std::vector<double>& cumulative, uint64_t seed,
+              const std::vector<double>& cumulative, uint64_t seed,
               int64_t batch_size, int64_t epoch, int64_t first_batch, int64_t samples,
               int64_t num_batches, const nb::object& source_column, bool then_next_epoch,
               const PyMixKeptDraws* kept_draws)
       : loaders_(loaders) {
-    if (seeds.size() != loaders.size() || rows.size() != loaders.size()) {
-      throw nb::value_error("MixStream: one seed and row count per source");
-    }
+    if (seeds.size() != loaders.size()) throw nb::value_error("MixStream: one seed per source");
     std::vector<MixSource> sources;
     for (size_t i = 0; i < loaders.size(); ++i) {
       Loader* loader = nb::cast<PyLoader*>(loaders[i])->mutable_loader();
       if (loader == nullptr) throw nb::value_error("MixStream: a source has no engine");
-      sources.push_back(MixSource{loader, seeds[i], rows[i]});
+      sources.push_back(MixSource{loader, seeds[i]});
     }
     if (!source_column.is_none()) source_column_ = nb::cast<std::string>(source_column);
     MixStreamOptions o;
@@ -1174,10 +1172,10 @@ NB_MODULE(_core, m) {
   }, "seed"_a, "epoch"_a, "cumulative"_a, "rows"_a, "until_all"_a, "limit"_a, "max_kept"_a);
   nb::class_<pqloader::PyMixStream>(m, "MixStream")
       .def(nb::init<const std::vector<nb::object>&, const std::vector<uint64_t>&,
-                    const std::vector<int64_t>&, const std::vector<double>&, uint64_t, int64_t,
+                    const std::vector<double>&, uint64_t, int64_t,
                     int64_t, int64_t, int64_t, int64_t, const nb::object&, bool,
                     const pqloader::PyMixKeptDraws*>(),
-           "loaders"_a, "seeds"_a, "rows"_a, "cumulative"_a, "seed"_a, "batch_size"_a, "epoch"_a,
+           "loaders"_a, "seeds"_a, "cumulative"_a, "seed"_a, "batch_size"_a, "epoch"_a,
            "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none(),
            "then_next_epoch"_a = false, "kept_draws"_a.none() = nb::none())
       .def("next", &pqloader::PyMixStream::Next)

@@ -947,3 +947,35 @@ def test_sources_padded_with_values_apart_past_the_6th_digit_are_refused(tmp_pat
                for n, v in (("a", 1234567), ("b", 1234568))}
     with pytest.raises(ValueError, match="value=1234568"):
         next(iter(pqloader.mix(sources, [1, 1], seed=0)))
+
+
+def test_stop_last_reads_a_packing_source_whole_in_every_epoch_on_several_ranks(tmp_path):
+    # A packed source's blocks per rank change from epoch to epoch; every epoch's length
+    # was reckoned from epoch 0's blocks, so stop="last" left some blocks unread (or drew
+    # more than the epoch held, reading blocks twice).
+    rng = np.random.default_rng(10)
+    for name, n, longest, first in (("a", 120, 60, 0), ("b", 80, 30, 10**6)):
+        os.makedirs(tmp_path / name)
+        docs = [list(range(first + i * 100, first + i * 100 + int(rng.integers(1, longest)))) for i in range(n)]
+        pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / name / "p.parquet",
+                       row_group_size=9)
+
+    def source(name, seed):
+        return pqloader.Loader(str(tmp_path / name), batch_size=4, shuffle=True, seed=seed, rank=0, world_size=2,
+                               pack=pqloader.Pack("tokens", seq_len=16, eos=-2))
+
+    m = pqloader.mix({"a": source("a", 1), "b": source("b", 2)}, [0.6, 0.4], batch_size=5, seed=3,
+                     stop="last", num_epochs=None)
+    it = iter(m)
+    counts = []
+    for epoch in range(4):
+        batches = [next(it) for _ in range(m.num_batches(epoch))]
+        for i, name in enumerate("ab"):
+            got = np.concatenate([b["tokens"][b["source"] == i] for b in batches])
+            own = source(name, i + 1)
+            own.set_epoch(epoch)
+            expected = np.concatenate([b["tokens"] for b in own])
+            counts.append(len(expected))
+            np.testing.assert_array_equal(got[:len(expected)], expected)  # its epoch, whole, in order
+    assert len(set(counts[0::2])) > 1  # the blocks did change between epochs
+    m.close()

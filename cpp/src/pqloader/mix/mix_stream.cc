@@ -359,7 +359,8 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
     for (size_t i = 0; i < sources_.size(); ++i) starts[i][b + 1] = starts[i][b] + counts[i];
   }
   for (size_t i = 0; i < sources_.size(); ++i) {
-    if (starts[i][n] > sources_[i].source.rows_per_epoch) return none;
+    const MixSource& source = sources_[i].source;
+    if (starts[i][n] > source.loader->batch_rows(epoch, source.seed)) return none;
   }
   return std::make_shared<InPlace>(
       InPlace::Epoch{o.seed, o.cumulative, epoch, o.batch_size, samples, num_batches},

@@ -58,12 +58,11 @@ class Loader;
 /// SplitMix64 of seed + wrap * 0x9E3779B97F4A7C15.
 uint64_t WrapSeed(uint64_t seed, int64_t wrap);
 
-/// One source of a mixture: a Loader (not owned), its own seed, and the rows one epoch
-/// of it yields (after drop_last).
+/// One source of a mixture: a Loader (not owned) and its own seed. The rows an epoch of
+/// it yields are its Loader::batch_rows (a packed source's differ between epochs).
 struct MixSource {
   Loader* loader = nullptr;
   uint64_t seed = 0;
-  int64_t rows_per_epoch = 0;
 };
 
 /// What one epoch of a mixture reads.
