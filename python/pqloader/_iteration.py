@@ -72,6 +72,12 @@ class Cursor:
             self.generation += 1
             return self.generation
 
+    def invalidate_after_fork(self) -> None:
+        """invalidate() in a forked child: the lock is made anew, not taken (a thread of
+        the parent may have held it at the fork, and would never release it here)."""
+        self.lock = threading.Lock()
+        self.generation += 1
+
     def advance(self, generation: int, epoch: int, batch: int) -> None:
         """Move to (epoch, batch) for the iterator of `generation`, if it is current.
 

@@ -120,7 +120,7 @@ class Loader:
         options = options.resolve(_core.draw_seed)
         self._output = _iteration.make_output(options)
         self._cursor = _iteration.Cursor()
-        self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate)
+        self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate_after_fork)
         self._columns = _column_infos(self._engine.column_info())
         # Before any data is read; stacked columns by their members.
         check_fill_types(options.fill_null, self._columns if options.stack is None

@@ -582,7 +582,13 @@ T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& mak
       cancel->store(true);
     }
   }
-  worker.join();
+  {
+    // Not with the GIL held: the worker's last step (~ExitCancellable) takes gil.cc's
+    // mutex, which a thread returning from the engine holds while it waits for the GIL
+    // (three threads building Loaders at once hung the process).
+    pqloader::ScopedRelease release;
+    worker.join();
+  }
   if (interrupted) throw nb::python_error();  // the handler's exception, set above
   return Check(std::move(*shared->result));
 }

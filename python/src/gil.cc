@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -44,7 +45,9 @@ ExitState& State() {
       ExitState& child = State();
       child.mu = new std::mutex();
       child.acquired = child.active = 0;
-      child.cancels.clear();
+      // Made anew, not cleared: a thread of the parent may have been inserting into it
+      // at the fork (its nodes half linked); freeing them could corrupt the heap.
+      ::new (&child.cancels) decltype(child.cancels)();
     });
     return s;
   }();

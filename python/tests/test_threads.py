@@ -418,3 +418,66 @@ def test_an_epoch_without_a_batch_is_one_epoch_of_a_for_loop(ds):
     assert list(loader) == [] and loader.epoch == 1
     loader.set_epoch(5)
     assert list(loader) == [] and loader.epoch == 6
+
+
+def test_a_fork_while_another_thread_holds_the_cursor_lock_does_not_hang_the_child(tmp_path):
+    # The child's after-fork step stopped the loader's iterators by taking the cursor's
+    # lock, which a parent thread (an iterator mid-step) held at the fork: the child
+    # waited for good inside os.fork.
+    import os
+
+    from conftest import write_dataset
+    write_dataset(tmp_path, [[37, 50, 11]])
+    loader = pqloader.Loader(str(tmp_path), columns=["id"], batch_size=8, seed=1)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with loader._cursor.lock:  # what an iterator's step holds for a moment
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if sum(len(b["id"]) for b in loader) == 98 else 1)  # the handlers ran; it reads
+    release.set()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung in pqloader's after-fork handler (the cursor's lock)")
+
+
+def test_loaders_built_in_three_threads_at_once_do_not_deadlock(tmp_path):
+    # A build's worker thread was joined with the GIL held; its last step takes gil.cc's
+    # mutex, which a thread returning from the engine held while waiting for the GIL:
+    # the whole process hung (so this runs in a subprocess).
+    import subprocess
+    import sys
+
+    from conftest import write_dataset
+    write_dataset(tmp_path, [[37, 50, 11]])
+    script = textwrap.dedent("""
+        import sys, threading
+        import pqloader
+        def build():
+            for _ in range(150):
+                pqloader.Loader(sys.argv[1], columns=["id"], batch_size=8, seed=1)
+        threads = [threading.Thread(target=build) for _ in range(3)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print("ok")
+    """)
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("three threads building Loaders deadlocked")
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
