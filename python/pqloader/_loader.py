@@ -198,7 +198,9 @@ class Loader:
 
     @property
     def shard_info(self) -> dict[str, int]:
-        """Rows dropped or repeated per epoch (all ranks) to equalise ranks."""
+        """Rows dropped or repeated per epoch (all ranks) to equalise ranks. With ``pack``,
+        0 and 0: each rank packs its own documents once, and the blocks are equalised
+        instead (``len()``: a rank's last blocks dropped, or blocks of padding added)."""
         return {"rank": self._options.rank, "world_size": self._options.world_size,
                 "dropped": self._plan["dropped"], "padded": self._plan["padded"],
                 "drop_last_rows": self._plan["drop_last_rows"]}

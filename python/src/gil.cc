@@ -48,6 +48,7 @@ ExitState& State() {
       // Made anew, not cleared: a thread of the parent may have been inserting into it
       // at the fork (its nodes half linked); freeing them could corrupt the heap.
       ::new (&child.cancels) decltype(child.cancels)();
+      ::new (&child.changed) std::condition_variable();  // a parent thread may have waited
     });
     return s;
   }();

@@ -979,3 +979,15 @@ def test_stop_last_reads_a_packing_source_whole_in_every_epoch_on_several_ranks(
             np.testing.assert_array_equal(got[:len(expected)], expected)  # its epoch, whole, in order
     assert len(set(counts[0::2])) > 1  # the blocks did change between epochs
     m.close()
+
+
+def test_an_empty_source_of_weight_0_does_not_end_a_stop_first_epoch(tmp_path):
+    # A source never drawn cannot run out: an empty one of weight 0 made every "first"
+    # epoch empty.
+    for name, rows in (("a", range(100)), ("b", range(1000, 1010))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+    m = pqloader.mix({"a": pqloader.Loader(str(tmp_path / "a"), batch_size=10),
+                      "b": pqloader.Loader(str(tmp_path / "b"), batch_size=10, filter="x < 0")},
+                     [1.0, 0.0], seed=0, stop="first")
+    assert sorted(np.concatenate([b["x"] for b in m]).tolist()) == list(range(100))

@@ -287,7 +287,7 @@ def test_ranks_pack_each_document_once_and_equalise_blocks_not_rows(tmp_path, wo
     assert len(set(blocks)) == 1  # equal blocks per rank
     every = [t for d in docs for t in d]
     assert len(seen) == len(set(seen))  # no token twice
-    if policy == "pad":
+    if policy == "pad" or world == 2:  # (world 2: both ranks fill 3 blocks; whole documents were dropped)
         assert sorted(seen) == every  # every document, once
-    else:
-        assert set(seen) <= set(every)
+    else:  # world 3: ranks of 8, 9 and 5 tokens, 2 blocks each: the 9th token of rank 1 is dropped
+        assert sorted(seen) == sorted(set(every) - {406})

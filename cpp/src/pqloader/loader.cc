@@ -150,6 +150,10 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     return arrow::Status::Invalid("max_inflight_bytes must be positive");
   }
   if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
+  if (options.plan.shard_policy == ShardPolicy::kNone) {
+    return arrow::Status::Invalid("shard_policy must be kDrop or kPad (kNone is a packing "
+                                  "loader's own rows)");
+  }
   // As the Python Loader checks: a thread each, and thousands would fail to start.
   constexpr int kMaxThreads = 1024;
   if (options.num_workers > kMaxThreads || options.io_threads > kMaxThreads) {

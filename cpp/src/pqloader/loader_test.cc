@@ -414,6 +414,9 @@ TEST(LoaderApi, CountsThatWouldOverflowOrExhaustThreadsAreRefused) {
   o.io_threads = 5000;
   EXPECT_FALSE(Loader::Make({dir}, o).ok());
   o = LoaderOptions{};
+  o.plan.shard_policy = ShardPolicy::kNone;  // a packing loader's own: unequal ranks
+  EXPECT_FALSE(Loader::Make({dir}, o).ok());
+  o = LoaderOptions{};
   o.plan.batch_size = INT64_MAX;  // (rows + batch_size - 1) overflowed: an empty epoch
   EXPECT_FALSE(Loader::Make({dir}, o).ok());
   o.plan.batch_size = int64_t{1} << 62;  // the largest taken: one batch of every row

@@ -27,6 +27,7 @@
 #include <parquet/statistics.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/int96.h"
 #include "pqloader/error.h"
@@ -128,6 +129,7 @@ bool HasNanLiteral(const cp::Expression& e) {
 struct FileField {
   std::shared_ptr<arrow::Field> field;  // the file's own field, null if absent
   std::vector<int> leaves;              // its Parquet leaf columns
+  bool extension = false;               // an extension type's storage: no statistics
 };
 
 // The filter's columns as one file has them, and the expression bound to them.
@@ -328,7 +330,10 @@ class Evaluator {
       if (!key_types_.count(name)) {
         for (const auto& sf : manifest->schema_fields) {
           if (sf.field->name() != name) continue;
-          ff.field = sf.field;
+          // An extension column as it is read: its storage (dataset/column_types.h), whose
+          // statistics need not order as its values do (bool8's int8 -1..1 is not true..true).
+          ff.extension = sf.field->type()->id() == arrow::Type::EXTENSION;
+          ff.field = sf.field->WithType(TypeWithoutExtension(sf.field->type()));
           LeavesOf(sf, &ff.leaves);
         }
       }
@@ -390,7 +395,9 @@ class Evaluator {
         // Nested (lists, structs, maps, even of one leaf): no statistics used. A leaf's
         // statistics are not the column's (a list of only [] or [null] has a leaf of
         // nulls but no null list).
-        if (ff.leaves.size() != 1 || arrow::is_nested(ff.field->type()->id())) continue;
+        if (ff.leaves.size() != 1 || arrow::is_nested(ff.field->type()->id()) || ff.extension) {
+          continue;
+        }
         auto chunk = rg->ColumnChunk(ff.leaves[0]);
         if (chunk == nullptr || !chunk->is_stats_set()) continue;
         auto stats = chunk->statistics();
@@ -509,6 +516,7 @@ class Evaluator {
         if (chunked == nullptr) {
           return MakeError(ErrorKind::kInvalidData, "cannot read column '", name, "' of ", where);
         }
+        ARROW_ASSIGN_OR_RAISE(chunked, WithoutExtension(chunked, arrow::default_memory_pool()));
         ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
       } else if (auto k = key_index_.find(name); k != key_index_.end()) {
         if (file.partition_null[k->second]) {

@@ -45,8 +45,8 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
 /// false, the first position whose draw would need row rows[i] of its source i (the
 /// first source exhausted); with `until_all`, the first position after which every
 /// source i has been drawn at least rows[i] times (the last source exhausted). Sources
-/// with no rows make a "first" epoch empty and are ignored by "last", as are sources of
-/// weight 0 (never drawn). At most `limit`.
+/// with no rows make a "first" epoch empty and are ignored by "last"; sources of weight 0
+/// (never drawn) neither end a "first" epoch nor are waited for by "last". At most `limit`.
 /// With `kept`, it receives the sources of positions [0, length), a byte each (the
 /// draws made to find the length, which the epoch's batches then need not draw again:
 /// MixStreamOptions::kept_draws), if there are at most 256 sources and the length is at

@@ -19,7 +19,8 @@ enum class ShardPolicy {
   kDrop,  ///< Ranks with one row more than others drop their last row.
   kPad,   ///< Ranks with one row fewer than others repeat their first row.
   /// Each rank reads its own share once, shares differing by one row: a packing loader's
-  /// rows, whose blocks are equalised instead (PackPlan::EqualBlocks).
+  /// rows, whose blocks are equalised instead (PackPlan::EqualBlocks). Set by the Loader
+  /// itself; Loader::Make refuses it from callers.
   kNone,
 };
 

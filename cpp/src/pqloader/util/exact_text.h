@@ -2,7 +2,6 @@
 #pragma once
 
 #include <charconv>
-#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -26,7 +25,10 @@ inline std::string CompatibleText(double v) {
   std::ostringstream out;
   out << v;
   const std::string six = out.str();
-  return std::strtod(six.c_str(), nullptr) == v ? six : ExactText(v);
+  double parsed = 0;  // from_chars: not LC_NUMERIC's decimal comma, as strtod would
+  const auto read = std::from_chars(six.data(), six.data() + six.size(), parsed);
+  return read.ec == std::errc() && read.ptr == six.data() + six.size() && parsed == v ? six
+                                                                                      : ExactText(v);
 }
 
 }  // namespace pqloader
