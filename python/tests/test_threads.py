@@ -58,14 +58,15 @@ def within_deadline(fn):
     return box.get("value")
 
 
-def drain_in_a_thread(iterator, taken, errors) -> threading.Thread:
-    """Append the ids of `iterator`'s batches to `taken` in a started thread; a
-    RuntimeError (the iterator became stale) goes to `errors`."""
+def drain_in_a_thread(iterator, taken, errors, pause: float = 0.0) -> threading.Thread:
+    """Append the ids of `iterator`'s batches to `taken` in a started thread (sleeping
+    `pause` s after each); a RuntimeError (the iterator became stale) goes to `errors`."""
 
     def drain():
         try:
             for b in iterator:
                 taken.append(b["id"].tolist())
+                time.sleep(pause)
         except RuntimeError as e:
             errors.append(e)
 
@@ -166,7 +167,9 @@ def test_a_new_iteration_stops_the_one_running_in_another_thread(ds):
         errors = []
         first = iter(loader)
         taken = [next(first)["id"].tolist()]
-        t = drain_in_a_thread(first, taken, errors)
+        # A slow consumer: on a loaded machine it used to finish the epoch before the
+        # re-iteration below began (no error to see: the test failed now and then).
+        t = drain_in_a_thread(first, taken, errors, pause=0.05)
         time.sleep(0.01)
         second = ids_of(loader)  # re-iteration while the first iterator runs
         t.join(DEADLINE_S)
