@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "transform": {"random", "tensor", "util"},
     "cache": {"tensor", "transform", "util"},  # entries hold transformed samples
     "dataset": {"cache", "io", "tensor", "util"},  # cache/: remote footers kept on disk
-    "decode": {"dataset", "plan", "tensor"},  # converts to the specs dataset/ chose
+    "decode": {"dataset", "plan", "tensor", "util"},  # converts to the specs dataset/ chose
     "filter": {"cache", "dataset", "util"},
     "pack": {"dataset", "decode", "plan", "tensor", "util"},
     "mix": {"plan", "random", "tensor", "util"},  # and loader.h: it drives Loaders

@@ -19,11 +19,12 @@
 #include <parquet/file_reader.h>
 #include <parquet/properties.h>
 
-#include "pqloader/dataset/int96.h"
-#include "pqloader/decode/nested.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
+#include "pqloader/dataset/int96.h"
+#include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
+#include "pqloader/util/fork_gate.h"
 
 namespace pqloader {
 
@@ -249,6 +250,10 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   const DataFile& file = dataset.files()[split.file];
   auto fetched = std::make_shared<FetchedUnit>();
   if (file.leaf_indices.empty()) return fetched;
+  // A fork waits for this: PreBuffer spawns Arrow's I/O tasks, and the first spawn in a
+  // process initialises function-local statics (Arrow's tracer); a fork in the middle of
+  // that left the child waiting on the static's guard for good (a helper saw it in gdb).
+  const fork_gate::Inside inside;
   const std::string where =
       "'" + file.display + "', row group " + std::to_string(split.row_group);
   ARROW_RETURN_NOT_OK(CheckFooterUnchanged(file));  // files taken from an index unlisted
