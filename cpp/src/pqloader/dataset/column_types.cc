@@ -88,7 +88,6 @@ arrow::Result<std::shared_ptr<arrow::ChunkedArray>> WithoutExtension(
   return arrow::ChunkedArray::Make(std::move(chunks), plain);
 }
 
-
 bool ElementType(const arrow::DataType& type, DType* out) {
   switch (type.id()) {
     case arrow::Type::BOOL: *out = DType::kBool; return true;

@@ -147,18 +147,16 @@ int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const CancelFlag& cancel) {
   if (kept != nullptr) kept->clear();
   // A source of weight 0 is never drawn: "last" does not wait for it (the epoch ran to
-  // `limit`), and "first" is not ended by it being empty.
+  // `limit`), and "first" is not ended by it (as if it had no end).
   std::vector<int64_t> rows = source_rows;
-  std::vector<bool> drawn_ever(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    drawn_ever[i] = cumulative[i] > (i > 0 ? cumulative[i - 1] : 0.0);
-    if (!drawn_ever[i] && until_all) rows[i] = 0;
+    if (cumulative[i] <= (i > 0 ? cumulative[i - 1] : 0.0)) rows[i] = until_all ? 0 : INT64_MAX;
   }
   bool keep = kept != nullptr && rows.size() <= 256 && max_kept > 0;
   std::vector<int64_t> counts(rows.size(), 0);
   int64_t unfinished = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] <= 0 && !until_all && drawn_ever[i]) return 0;
+    if (rows[i] <= 0 && !until_all) return 0;
     if (rows[i] > 0) ++unfinished;
   }
   if (until_all && unfinished == 0) return 0;
