@@ -702,3 +702,24 @@ def test_filters_and_in_set_compare_integers_exactly_and_dates_as_pyarrow(tmp_pa
     assert ids(["big"], filters=[("big", "not in", [2**62 + 3])]) == [0, 1, 2, 4, 5, 6, 7]
     expected = sorted(pq.read_table(tmp_path, filters=[("d", ">", dt.date(2020, 1, 4))])["id"].to_pylist())
     assert ids(["d"], filters=[("d", ">", dt.date(2020, 1, 4))]) == expected == [4, 5, 6, 7]
+
+
+def test_filters_prune_row_groups_holding_nulls_as_pyarrow_does(tmp_path):
+    # The row-group pre-pass compared a column holding nulls (objects with None) with the
+    # literal: `>` raised a raw TypeError. A null matches no comparison, as in pyarrow; a
+    # row group kept that holds nulls is refused by the engine, naming the column.
+    pq.write_table(pa.table({"id": np.arange(6), "x": pa.array([1, None, 5, 200, 300, 400], pa.int64())}),
+                   tmp_path / "a.parquet", row_group_size=3)
+    url = "file://" + str(tmp_path)
+
+    def ids(**kw):
+        with make_batch_reader(url, schema_fields=["id", "x"], num_epochs=1, **kw) as reader:
+            return sorted(int(i) for b in reader for i in b.id)
+
+    expected = sorted(pq.read_table(tmp_path, filters=[("x", ">", 100)])["id"].to_pylist())
+    assert ids(filters=[("x", ">", 100)]) == expected == [3, 4, 5]
+    assert ids(filters=[("x", "in", [300, 1000])]) == [4]
+    assert ids(filters=[[("x", ">=", 400)], [("x", "<", 0)]]) == [5]
+    for filters in ([("x", "<", 100)], [("x", "!=", 200)], [("x", "not in", [7])]):
+        with pytest.raises(pqloader.InvalidDataError, match=r"column 'x' \(int64\) has 1 null"):
+            ids(filters=filters)

@@ -105,11 +105,22 @@ class _FiltersPredicate:
             m = None
             for col, op, value in group:
                 data = np.asarray(columns[col])
+                # The row-group pre-pass hands a column holding nulls over as objects with
+                # None; a null matches no comparison, as in pyarrow (the engine then
+                # refuses the nulls of the row groups kept, naming the column).
+                valid = (np.fromiter((v is not None for v in data), bool, len(data))
+                         if data.dtype == object else None)
+                if valid is not None and not valid.all():
+                    data = np.asarray(data[valid].tolist()) if valid.any() else data[:0]
                 if op in ("in", "not in"):
                     hit = isin_exact(data, [_as_column_value(data, v) for v in value])
                     hit = hit if op == "in" else ~hit
                 else:
                     hit = self._OPS[op](data, _as_column_value(data, value))
+                if valid is not None and not valid.all():
+                    full = np.zeros(len(valid), dtype=bool)
+                    full[valid] = hit
+                    hit = full
                 m = hit if m is None else m & hit
             out = m if out is None else out | m
         return np.asarray(out, dtype=bool)
