@@ -86,6 +86,31 @@ def test_hit_and_miss_give_identical_batches_over_shuffled_epochs(data, tmp_path
         assert stats2["bytes_read"] == 0
 
 
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("tok", ["padded", "ragged"])
+def test_writing_into_batches_leaves_the_memory_cache_and_later_epochs_unchanged(data, output,
+                                                                                shuffle, tok):
+    # Unshuffled batches were slices of the in-memory entry itself: a training loop
+    # normalising a batch in place (x -= mean) changed the entry, and every later epoch.
+    if output == "torch":
+        pytest.importorskip("torch")
+    kw = dict(batch_size=32, shuffle=shuffle, seed=4, columns=["id", "x", "tok"])
+    if tok == "ragged":
+        kw["lists"] = {"tok": "ragged"}
+    else:
+        kw["transforms"] = {"tok": [T.PadOrTruncate(5, pad=-1)]}
+    plain = list(pqloader.Loader(data, num_epochs=3, **kw))
+    loader = pqloader.Loader(data, num_epochs=3, cache_dir=":memory:", output=output, **kw)
+    got = []
+    for batch in loader:
+        got.append({k: (v.numpy() if hasattr(v, "numpy") else v).copy() for k, v in batch.items()})
+        for v in batch.values():
+            v[...] = -7  # in place, as a normalisation would
+    assert_same(plain, got)
+    assert loader.stats()["cache_hits"] > 0
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_shuffled_hits_read_straight_from_entry_files_equal_the_uncached_epochs(data, tmp_path,
                                                                                 world_size):

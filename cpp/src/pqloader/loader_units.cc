@@ -232,6 +232,13 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
   if (options_.plan.shuffle && !window_gather_) {
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
+  if (cache_ != nullptr && cache_->KeepsUnits() && !decoded->shared) {
+    // Its buffers are the entry's: a batch handed out as a slice of them would let the
+    // caller's writes into the batch change the entry, and so every later epoch.
+    auto marked = std::make_shared<DecodedUnit>(*decoded);
+    marked->shared = true;
+    decoded = std::move(marked);
+  }
   work->skipped_rows += decoded->skipped_rows;
   *bytes = decoded->ByteSize();  // what it holds: a cache hit's deferred columns, nothing
   int64_t produced = *bytes;

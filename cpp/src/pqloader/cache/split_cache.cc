@@ -955,6 +955,7 @@ class MemoryCache : public SplitCache {
     ++hits_;
     return it->second->unit;
   }
+  bool KeepsUnits() const override { return true; }
 
   bool Contains(const std::string& key) override {
     MutexLock lock(mu_);

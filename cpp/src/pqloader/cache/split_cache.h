@@ -167,6 +167,9 @@ class SplitCache {
   virtual std::shared_ptr<const DecodedUnit> GetDeferred(const std::string& key) {
     return Get(key);
   }
+  /// Whether the units Get returns and Put keeps are the cache's own, held across epochs
+  /// (the in-memory cache): batches must not hand their buffers out (DecodedUnit::shared).
+  virtual bool KeepsUnits() const { return false; }
   /// Return whether an entry for `key` exists (without verifying it).
   virtual bool Contains(const std::string& key) = 0;
   /// Insert `unit`, decoded from `source`, under `key`, best effort; return why not if

@@ -396,8 +396,8 @@ class Assembler {
       // One run of one unit's ragged rows: their values are contiguous there.
       const ColumnData* first =
           src_.used_units.empty() ? nullptr : &units_[src_.used_units[0]]->columns[col];
-      zero_copy_ragged_[col] =
-          src_.runs.size() == 1 && !samples && first != nullptr && first->offsets != nullptr;
+      zero_copy_ragged_[col] = src_.runs.size() == 1 && !samples && first != nullptr &&
+                               first->offsets != nullptr && !units_[src_.used_units[0]]->shared;
       data_bytes_[col] = zero_copy_ragged_[col] ? 0 : total * element;
       return arrow::Status::OK();
     }
@@ -502,9 +502,8 @@ class Assembler {
                                   : rm == nullptr || rm->offset[col] < 0;
       if (!same) return LayoutMismatch(col);
     }
-    plans_[col] = row_major              ? Plan::kRowMajor
-                  : src_.runs.size() == 1 ? Plan::kZeroCopy
-                                          : Plan::kFixed;
+    const bool slice = src_.runs.size() == 1 && !units_[src_.used_units[0]]->shared;
+    plans_[col] = row_major ? Plan::kRowMajor : slice ? Plan::kZeroCopy : Plan::kFixed;
     if (plans_[col] != Plan::kZeroCopy) data_bytes_[col] = n_ * row_bytes_[col];
     return arrow::Status::OK();
   }

@@ -158,6 +158,10 @@ struct DecodedUnit {
   /// Empty when every row is valid.
   std::vector<uint8_t> row_ok;
   int64_t skipped_rows = 0;
+  /// Its buffers are also an in-memory cache entry's, read again in later epochs: a
+  /// batch copies its rows rather than handing out slices of them (the caller may write
+  /// into a batch's arrays).
+  bool shared = false;
   /// Bytes held by the column buffers.
   int64_t ByteSize() const;
 };
