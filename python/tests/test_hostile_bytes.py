@@ -77,6 +77,24 @@ def test_failed_jpeg_header_then_valid_jpegs_on_one_worker_are_skipped_and_decod
         assert loader.stats()["skipped_rows"] == 12
 
 
+def test_truncated_progressive_jpegs_are_refused_where_pil_refuses_them(tmp_path):
+    # TurboJPEG reports a warning once any warning was emitted, also when a fatal error
+    # followed: a progressive file cut short warned of its premature end, then failed on
+    # the scan after it, and was taken as decoded, its pixels whatever the output buffer
+    # held. Every cut PIL refuses must be refused (PIL decodes none of them).
+    prog = encode(pattern(48, 64, 3, 3), "JPEG", quality=90, progressive=True)
+    cuts = list(range(160, len(prog)))
+    path = tmp_path / "cuts.parquet"
+    pq.write_table(pa.table({"i": np.arange(len(cuts)), "image": [prog[:c] for c in cuts]}), path)
+    loader = pqloader.Loader(str(path), batch_size=len(cuts), on_decode_error="skip",
+                             transforms={"image": [T.DecodeImage()]})
+    accepted = [(cuts[int(i)], img) for b in loader for i, img in zip(b["i"], b["image"])]
+    for cut, img in accepted:
+        with Image.open(io.BytesIO(prog[:cut])) as pil:
+            np.testing.assert_array_equal(img, np.asarray(pil.convert("RGB")))
+    assert loader.stats()["skipped_rows"] >= len(cuts) - len(accepted) > 0
+
+
 def test_failed_jpeg_header_raises_naming_file_row_and_column(tmp_path):
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"image": [jpeg_missing_sos()]}), path)

@@ -200,6 +200,28 @@ arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageM
   return out;
 }
 
+// Whether TurboJPEG's last message is one of libjpeg's warnings (JWRN_* of jerror.h)
+// that PIL decodes through. TurboJPEG reports TJERR_WARNING once any warning was
+// emitted, also when a fatal error followed it (a truncated progressive file warns of
+// its premature end, then fails on the bogus scan after it, leaving the output
+// unwritten): the message, the last one, tells them apart. A premature end of the file
+// is not taken: the data is truncated.
+bool HarmlessJpegWarning(tjhandle h) {
+  if (tjGetErrorCode(h) != TJERR_WARNING) return false;
+  const std::string msg = tjGetErrorStr2(h);
+  static constexpr const char* kWarnings[] = {
+      "Corrupt JPEG data:",  // extraneous bytes, bad Huffman/arithmetic code, a resync
+      "Inconsistent progression sequence",
+      "Unknown Adobe color transform code",
+      "unknown JFIF revision number",
+      "Invalid SOS parameters for sequential JPEG",
+  };
+  for (const char* w : kWarnings) {
+    if (msg.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
 arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
                                            ImageMode mode, int64_t min_short_side,
                                            bool exact_scale, bool* dirty) {
@@ -209,7 +231,7 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     *dirty = true;
     // A warning (extraneous bytes between markers, as PIL accepts them) comes after the
     // whole header was read: decoded on. An error is the header's end.
-    if (tjGetErrorCode(h) != TJERR_WARNING) {
+    if (!HarmlessJpegWarning(h)) {
       return arrow::Status::Invalid("corrupt JPEG header: ", tjGetErrorStr2(h));
     }
   }
@@ -277,12 +299,8 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   if (tjDecompress2(h, data, static_cast<unsigned long>(size), into, static_cast<int>(w), 0,
                     static_cast<int>(hgt), format, TJFLAG_LIMITSCANS) != 0) {
     *dirty = true;
-    const bool warning = tjGetErrorCode(h) == TJERR_WARNING;
-    const std::string msg = tjGetErrorStr2(h);
-    // Warnings about extraneous bytes are harmless (PIL accepts them); a premature end
-    // means the data is truncated.
-    if (!warning || msg.find("Premature end") != std::string::npos) {
-      return arrow::Status::Invalid("corrupt JPEG data: ", msg);
+    if (!HarmlessJpegWarning(h)) {
+      return arrow::Status::Invalid("corrupt JPEG data: ", tjGetErrorStr2(h));
     }
   }
   uint8_t* dst = out.data->mutable_data();
