@@ -84,6 +84,23 @@ def test_directory_with_only_hidden_files_raises_data_not_found(tmp_path):
         read_all(str(d))
 
 
+def test_a_link_back_up_the_tree_is_not_read_as_more_files(tmp_path):
+    # Arrow's local lister follows a symbolic link to a directory: a cycle (`ln -s . self`)
+    # listed every file once per level, 40 levels deep, each read as data. A link to a
+    # directory elsewhere is still read as files of the dataset.
+    d = tmp_path / "d"
+    write_parquet(d / "a.parquet", id_table(3))
+    write_parquet(d / "sub" / "b.parquet", id_table(4, start=3))
+    write_parquet(tmp_path / "other" / "c.parquet", id_table(5, start=7))
+    (d / "self").symlink_to(".")
+    (d / "sub" / "up").symlink_to("..")
+    (d / "elsewhere").symlink_to(tmp_path / "other")
+    files = [f["path"].rsplit("/d/", 1)[1] for f in pqloader.inspect(str(d))["files"]]
+    assert files == ["a.parquet", "elsewhere/c.parquet", "sub/b.parquet"]
+    ids = sorted(int(i) for i in read_all(str(d))["id"])
+    assert ids == list(range(12))
+
+
 def test_glob_matching_nothing_raises_data_not_found(tmp_path):
     write_parquet(tmp_path / "a.parquet", id_table(5))
     with pytest.raises(pqloader.DataNotFoundError):

@@ -1,12 +1,15 @@
 #include "pqloader/dataset/dataset.h"
 
 #include <fnmatch.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <charconv>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <thread>
@@ -128,6 +131,41 @@ bool MatchesOrIsBelowAMatch(const std::string& pattern, const std::string& root,
   return false;
 }
 
+// The tree below local directory `root`, walked here rather than by Arrow's lister: that
+// one follows every link to a directory, so a link back up the tree (`ln -s . self`)
+// listed the files once per level until the path was too long, each read as data, and
+// two such links 2^40 paths. A link to a directory that the walk is inside of (its own
+// path's) is not followed; every other link is, as before. Each entry as Arrow's local
+// filesystem describes it (links followed).
+arrow::Status WalkLocal(arrow::fs::FileSystem& fs, const std::string& dir,
+                        std::vector<std::pair<dev_t, ino_t>>* inside,
+                        std::vector<arrow::fs::FileInfo>* out, const CancelFlag& cancel) {
+  if (IsCancelled(cancel)) return CancelledStatus();
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return arrow::Status::IOError("cannot open directory '", dir, "': ", std::strerror(errno));
+  }
+  const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+  if (std::find(inside->begin(), inside->end(), id) != inside->end()) return arrow::Status::OK();
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  inside->push_back(id);
+  for (const std::string& name : names) {
+    ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfo info, fs.GetFileInfo(dir + "/" + name));
+    if (info.type() == arrow::fs::FileType::NotFound) continue;  // gone since, or a dangling link
+    const bool is_dir = info.type() == arrow::fs::FileType::Directory;
+    const std::string path = info.path();
+    out->push_back(std::move(info));
+    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocal(fs, path, inside, out, cancel));
+  }
+  inside->pop_back();
+  return arrow::Status::OK();
+}
+
 // Add the files under `root` (matching `pattern` if not empty) to `out`, sorted. With
 // `summaries` and no pattern, a summary at the root (`_metadata`, see summary.h) is
 // added there and the files found point to it. Cancelled once `cancel` is set (checked
@@ -142,7 +180,16 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   selector.base_dir = root;
   selector.recursive = true;
   selector.allow_not_found = false;
-  auto listed = ListPages(fs, selector, cancel);
+  arrow::Result<std::vector<arrow::fs::FileInfo>> listed;
+  if (fs->type_name() == "local") {
+    std::vector<std::pair<dev_t, ino_t>> inside;
+    std::vector<arrow::fs::FileInfo> walked;
+    arrow::Status st = WalkLocal(*fs, root, &inside, &walked, cancel);
+    listed = st.ok() ? arrow::Result<std::vector<arrow::fs::FileInfo>>(std::move(walked))
+                     : arrow::Result<std::vector<arrow::fs::FileInfo>>(st);
+  } else {
+    listed = ListPages(fs, selector, cancel);
+  }
   if (!listed.ok()) {
     if (listed.status().IsCancelled()) return listed.status();
     return MakeIOError(listed.status(), "cannot list '", source, "'");
@@ -152,21 +199,21 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
             [](const auto& a, const auto& b) { return a.path() < b.path(); });
   // A pqloader cache directory (its marker file) below the root holds the cache's
   // entries and markers, never data: its files appear and vanish as loaders work.
-  std::vector<std::string> caches;
+  std::vector<std::string> skipped;
   for (const auto& info : infos) {
     if (info.type() == arrow::fs::FileType::File && info.base_name() == kCacheMarkerName) {
-      caches.push_back(info.dir_name() + "/");
+      skipped.push_back(info.dir_name() + "/");
     }
   }
-  auto in_a_cache = [&](const std::string& path) {
-    for (const auto& dir : caches) {
+  auto skip = [&](const std::string& path) {
+    for (const auto& dir : skipped) {
       if (path.compare(0, dir.size(), dir) == 0) return true;
     }
     return false;
   };
   for (const auto& info : infos) {
     if (info.type() != arrow::fs::FileType::File) continue;
-    if (!caches.empty() && in_a_cache(info.path())) continue;
+    if (!skipped.empty() && skip(info.path())) continue;
     const std::string rel = RelativeTo(root, info.path());
     const auto comps = Components(rel);
     if (summaries != nullptr && pattern.empty() && comps.size() == 1) {
