@@ -64,18 +64,26 @@ class Cursor:
         self.running = 0  # iterations between their first and last engine call
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
-        self.lock = threading.Lock()
+        # Reentrant: an abandoned iterator's finally takes it, also when the collector
+        # finalises that iterator on a thread that holds it.
+        self.lock = threading.RLock()
 
-    def invalidate(self) -> int:
-        """Stop every iterator made so far; return the new generation."""
+    def invalidate(self, stop: Callable[[], None] | None = None) -> int:
+        """Stop every iterator made so far; return the new generation.
+
+        `stop` (the engine's) runs in the same step: no newer iteration starts its run
+        before it, so it stops only runs of iterators that are stale by then.
+        """
         with self.lock:
             self.generation += 1
+            if stop is not None:
+                stop()
             return self.generation
 
     def invalidate_after_fork(self) -> None:
         """invalidate() in a forked child: the lock is made anew, not taken (a thread of
         the parent may have held it at the fork, and would never release it here)."""
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.generation += 1
 
     def advance(self, generation: int, epoch: int, batch: int) -> None:
@@ -90,7 +98,7 @@ class Cursor:
             self.epoch, self.batch = epoch, batch
 
     def seek(self, epoch: int, batch: int, iteration_end: int | None = None,
-             elastic: dict[str, Any] | None = None) -> None:
+             elastic: dict[str, Any] | None = None, stop: Callable[[], None] | None = None) -> None:
         """Make batch `batch` of `epoch` the next one, stopping running iterators.
 
         Args:
@@ -99,6 +107,7 @@ class Cursor:
             iteration_end: The epoch the next iteration stops before; None: run
                 ``num_epochs`` from `epoch`.
             elastic: `epoch` is the rest after what this earlier world consumed.
+            stop: Run in the same step, as in :meth:`invalidate`.
         """
         with self.lock:
             self.generation += 1
@@ -106,6 +115,8 @@ class Cursor:
             self.resume_end = iteration_end
             self.active_end = None
             self.elastic, self.elastic_epoch = elastic, epoch
+            if stop is not None:
+                stop()
 
     def elastic_for(self, epoch: int) -> dict[str, Any] | None:
         """The elastic base of `epoch` (None: an ordinary epoch)."""
@@ -252,9 +263,13 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
             with cursor.lock:
                 if generation == cursor.generation:
                     cursor.epoch, cursor.batch = end
-                    cursor.active_end = None  # the iteration is complete
     finally:
         items.close()  # type: ignore[attr-defined]
+        with cursor.lock:
+            if generation == cursor.generation:
+                # Complete, or left (break, closed, collected): the next iteration runs
+                # num_epochs from the position, so a state taken now records no end.
+                cursor.active_end = None
 
 
 _END = object()

@@ -238,9 +238,13 @@ class Loader:
         Raises:
             TypeError, ValueError: `epoch` is not an int >= 0.
         """
-        self._cursor.seek(check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT), 0)
-        if self._cursor.running:  # wake an iterator blocked in another thread
-            self._engine.stop()
+        def stop() -> None:
+            if self._cursor.running:  # wake an iterator blocked in another thread
+                self._engine.stop()
+
+        # The engine stops in the same step as the iterators: a newer iteration that
+        # another thread starts meanwhile keeps its run.
+        self._cursor.seek(check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT), 0, stop=stop)
 
     def close(self) -> None:
         """Stop the worker threads and wait for them.
@@ -252,8 +256,7 @@ class Loader:
         raises). The loader stays usable: iterating again starts reading anew from the
         current position. Also called on leaving ``with Loader(...) as loader:``.
         """
-        self._cursor.invalidate()
-        self._engine.stop()
+        self._cursor.invalidate(stop=self._engine.stop)  # one step: see set_epoch
 
     def __enter__(self) -> "Loader":
         return self
@@ -334,7 +337,9 @@ class Loader:
         """Return the position after the last batch handed out, as a JSON-safe dict."""
         c = self._cursor
         with c.lock:  # one consistent position, whichever thread is iterating
-            epoch, batch, end, elastic = c.epoch, c.batch, c.active_end, c.elastic_for(c.epoch)
+            epoch, batch, elastic = c.epoch, c.batch, c.elastic_for(c.epoch)
+            # The running iteration's end, or one loaded for the next iteration.
+            end = c.active_end if c.active_end is not None else c.resume_end
         return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed), elastic)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -356,8 +361,7 @@ class Loader:
         if restored.seed != self.seed:
             self._adopt_seed(restored.seed)
         self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end,
-                          restored.elastic)  # iterators stop
-        self._engine.stop()
+                          restored.elastic, stop=self._engine.stop)  # iterators stop
 
     def _adopt_seed(self, seed: int) -> None:
         """Take a state's seed (a loader built with ``seed=None``; also a mixture's source)."""

@@ -27,7 +27,7 @@ import numpy as np
 from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int
-from pqloader._state import _jsonish
+from pqloader._state import _jsonish, option_diff
 
 STATE_VERSION = 1
 _STOPS = ("first", "last")
@@ -218,7 +218,7 @@ class Mixture:
         epoch = check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT)
         with self._lock:
             self._epoch, self._batch = epoch, 0
-            self._resume_end = None
+            self._resume_end = self._active_end = None
             self._generation += 1
 
     # -- iteration ---------------------------------------------------------------------
@@ -246,14 +246,20 @@ class Mixture:
             def to_torch(b: dict[str, Any]) -> dict[str, Any]:
                 return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype != object else v
                         for k, v in b.items()}
-        while stop is None or epoch < stop:
-            then_next = stop is None or epoch + 1 < stop
-            yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
-            epoch, batch = epoch + 1, 0
-        with self._lock:
-            if generation == self._generation:  # (else a newer one set the position)
-                self._epoch, self._batch = epoch, 0
-                self._active_end = None  # the iteration is complete
+        completed = False
+        try:
+            while stop is None or epoch < stop:
+                then_next = stop is None or epoch + 1 < stop
+                yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
+                epoch, batch = epoch + 1, 0
+            completed = True
+        finally:
+            with self._lock:
+                if generation == self._generation:  # (else a newer one set the position)
+                    if completed:
+                        self._epoch, self._batch = epoch, 0
+                    # Complete, or left (break, closed): the next iteration runs num_epochs.
+                    self._active_end = None
 
     def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any,
                        then_next: bool) -> Iterator[dict[str, Any]]:
@@ -377,8 +383,11 @@ class Mixture:
         """The position after the last batch handed out (JSON-safe). Every rank of a job
         (in lockstep) has the same one but for the sources' ranks: any rank's loads on
         every rank."""
-        return {"kind": "pqloader.mix", "version": STATE_VERSION, "epoch": self._epoch,
-                "batch": self._batch, "end": self._active_end, "config": self._config()}
+        with self._lock:  # a running iteration's end, or one loaded for the next
+            epoch, batch = self._epoch, self._batch
+            end = self._active_end if self._active_end is not None else self._resume_end
+        return {"kind": "pqloader.mix", "version": STATE_VERSION, "epoch": epoch,
+                "batch": batch, "end": end, "config": self._config()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`, which
@@ -419,7 +428,7 @@ class Mixture:
             self._kept = None
             self._epoch, self._batch = epoch, batch
             # The rest of the interrupted iteration: up to where it would have stopped.
-            self._resume_end = end
+            self._resume_end, self._active_end = end, None
             self._generation += 1
 
     def _adoptable_seeds(self, theirs: Mapping[str, Any]) -> tuple[int, list[int]]:
@@ -467,8 +476,8 @@ def _config_diffs(names: Sequence[str], mine: Mapping[str, Any], theirs: Mapping
             if not isinstance(fb, Mapping):
                 diffs.append(f"source {name!r}: state has {fb!r:.200}")
                 continue
-            diffs += [f"source {name!r} {o}: state has {fb.get(o)!r:.200}, mixture has {fa[o]!r:.200}"
-                      for o in fa if _jsonish(fa[o]) != _jsonish(fb.get(o))]
+            diffs += [f"source {name!r} {o}: {d}" for o in fa
+                      if (d := option_diff(o, fb.get(o), fa[o], "mixture")) is not None]
     return diffs
 
 

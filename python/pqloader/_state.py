@@ -25,6 +25,7 @@ this is all a state needs, whatever the dataset's size; later epochs are ordinar
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
@@ -60,10 +61,11 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
     """
     return {
         "sources": list(sources),
-        # A row-group selection joins its file's entry (states without one are unchanged).
-        "files": [[path, size] + ([list(options.row_groups[path])]
-                                  if options.row_groups and path in options.row_groups else [])
-                  for path, size, *_ in files],
+        # Each file's rows follow its size (states without them still load, see
+        # option_diff); a row-group selection joins its file's entry.
+        "files": [[path, size, rows] + ([list(options.row_groups[path])]
+                                        if options.row_groups and path in options.row_groups else [])
+                  for path, size, rows in files],
         # Options that change how columns load ride with their names, so that states of
         # loaders without them keep their form.
         "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
@@ -79,10 +81,54 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         "rank": options.rank,
         "world_size": options.world_size,
         "shard_policy": options.shard_policy,
-        "fill_null": repr(options.fill_null),
+        "fill_null": _fill_null_text(options.fill_null),
         "transforms": transforms,
         "on_decode_error": options.on_decode_error,
     }
+
+
+def _fill_null_text(fill_null: Any) -> str:
+    """fill_null as text; a mapping's keys sorted, so that equal mappings agree."""
+    if isinstance(fill_null, Mapping):
+        fill_null = dict(sorted(fill_null.items()))
+    return repr(fill_null)
+
+
+def _same_fill_null(theirs: Any, mine: Any) -> bool:
+    """Whether two fingerprints' fill_null agree; a state of an older pqloader wrote a
+    mapping's keys in the order given (its text is read back to compare)."""
+    if theirs == mine or not isinstance(theirs, str):
+        return theirs == mine
+    try:
+        value = ast.literal_eval(theirs)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return _fill_null_text(value) == mine
+
+
+def _without_rows(files: list[Any]) -> list[Any]:
+    """A fingerprint's files without their row counts (a state of an older pqloader
+    recorded [path, size] and the row-group selection only)."""
+    return [[e for i, e in enumerate(f) if i != 2 or isinstance(e, list)]
+            if isinstance(f, (list, tuple)) else f for f in files]
+
+
+def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | None:
+    """What differs between a state's value of data option `key` and the loader's
+    (None: they agree), as "state has ..., loader has ..." or naming the file whose
+    rows differ."""
+    if key == "fill_null":
+        same = _same_fill_null(theirs, mine)
+    elif key == "files" and isinstance(theirs, list) and isinstance(mine, list):
+        same = _jsonish(_without_rows(theirs)) == _jsonish(_without_rows(mine))
+        if same:
+            for a, b in zip(theirs, mine):
+                rows = a[2] if isinstance(a, (list, tuple)) and len(a) > 2 and not isinstance(a[2], list) else None
+                if rows is not None and _jsonish(rows) != _jsonish(b[2]):
+                    return f"file {b[0]!r} has {b[2]} rows, the state's had {rows!r:.50} (rewritten since)"
+    else:
+        same = _jsonish(theirs) == _jsonish(mine)
+    return None if same else f"state has {theirs!r:.200}, {who} has {mine!r:.200}"
 
 
 def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,
@@ -260,11 +306,8 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
         raise InvalidDataError(f"state['options'] lacks {', '.join(map(repr, missing))}")
     new_seed = state_seed if adopt_seed else seed
     mine = fingerprint_for(new_seed)
-    diffs = [
-        f"{k}: state has {theirs[k]!r:.200}, loader has {mine[k]!r:.200}"
-        for k in DATA_OPTIONS
-        if k not in RESIZABLE and _jsonish(theirs[k]) != _jsonish(mine[k])
-    ]
+    diffs = [f"{k}: {d}" for k in DATA_OPTIONS
+             if k not in RESIZABLE and (d := option_diff(k, theirs[k], mine[k])) is not None]
     if state_seed != new_seed and _jsonish(theirs["seed"]) == _jsonish(mine["seed"]):
         diffs.append(f"seed: state has {state_seed}, loader has {new_seed}")
     if diffs:

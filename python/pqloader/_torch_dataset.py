@@ -293,7 +293,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         ds = self.dataset
         assert isinstance(ds, IterableDataset)
-        ds._begin(self.num_workers, self.persistent_workers and self._iterated)
+        again = self.persistent_workers and self._iterated
+        if again and self.num_workers > 0 and not (ds._position is not None and ds._position.complete):
+            # The last iteration was left early (or a state was loaded): persistent workers
+            # would go on with its rest. Start them anew, as non-persistent ones would.
+            if self._iterator is not None:
+                self._iterator._shutdown_workers()
+                self._iterator = None
+            again = False
+        ds._begin(self.num_workers, again)
         self._iterated = True
         batches = super().__iter__()
 

@@ -7,6 +7,8 @@ import json
 import math
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import pqloader
@@ -471,3 +473,114 @@ def test_state_dict_is_json_serialisable_plain_data(resume_ds):
     next(iter(loader))
     state = loader.state_dict()
     assert json.loads(json.dumps(state)) == state
+
+
+def test_state_taken_right_after_loading_a_state_is_that_state(resume_ds):
+    # A job that checkpoints right after resuming, restarted again from that checkpoint.
+    kw = _resume_kw(num_epochs=3)
+    full = list(pqloader.Loader(resume_ds, **kw))
+    loader = pqloader.Loader(resume_ds, **kw)
+    it = iter(loader)
+    for _ in range(PER_EPOCH + 5):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["iteration_end"] == 3
+    once = pqloader.Loader(resume_ds, **kw)
+    once.load_state_dict(state)
+    again = json.loads(json.dumps(once.state_dict()))
+    assert again == state
+    twice = pqloader.Loader(resume_ds, **kw)
+    twice.load_state_dict(again)
+    assert_batch_streams_equal(list(twice), full[PER_EPOCH + 5:])
+
+
+@pytest.mark.parametrize("how", ["break", "close", "collected"])
+def test_a_state_after_an_iterator_left_early_resumes_as_the_next_loop_runs(resume_ds, how):
+    # The left iteration's end is not recorded: the next `for` loop runs num_epochs on.
+    kw = _resume_kw(num_epochs=2)
+
+    def leave(loader):
+        if how == "break":
+            for i, _ in enumerate(loader):
+                if i == PER_EPOCH + 3:
+                    break
+        else:
+            it = iter(loader)
+            for _ in range(PER_EPOCH + 4):
+                next(it)
+            if how == "close":
+                it.close()
+            else:
+                del it
+
+    uninterrupted = pqloader.Loader(resume_ds, **kw)
+    leave(uninterrupted)
+    expected = list(uninterrupted)
+    interrupted = pqloader.Loader(resume_ds, **kw)
+    leave(interrupted)
+    state = json.loads(json.dumps(interrupted.state_dict()))
+    assert state["iteration_end"] is None
+    fresh = pqloader.Loader(resume_ds, **kw)
+    fresh.load_state_dict(state)
+    rest = list(fresh)
+    assert len(rest) == len(expected) == 2 * PER_EPOCH - 4
+    assert_batch_streams_equal(rest, expected)
+    # A state taken inside a running loop after its last batch keeps the loop's end.
+    loader = pqloader.Loader(resume_ds, **_resume_kw(num_epochs=1))
+    for i, _ in enumerate(loader):
+        if i == PER_EPOCH - 1:
+            state = loader.state_dict()
+    assert state["iteration_end"] == 1
+    fresh = pqloader.Loader(resume_ds, **_resume_kw(num_epochs=1))
+    fresh.load_state_dict(state)
+    assert list(fresh) == []  # the rest of that loop: nothing
+
+
+def _nulls_ds(tmp_path):
+    pq.write_table(pa.table({"a": pa.array([1, None, 3] * 40, pa.int64()),
+                             "b": pa.array([1.0, 2.0, None] * 40)}), tmp_path / "n.parquet", row_group_size=25)
+    return str(tmp_path / "n.parquet")
+
+
+def test_fill_null_mappings_in_another_key_order_load_each_others_states(tmp_path):
+    src = _nulls_ds(tmp_path)
+    kw = dict(batch_size=16, shuffle=True, seed=4)
+    full = list(pqloader.Loader(src, fill_null={"a": 7, "b": -1.5}, **kw))
+    loader = pqloader.Loader(src, fill_null={"b": -1.5, "a": 7}, **kw)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    # a state of an earlier pqloader: the mapping's text in the order given
+    old = json.loads(json.dumps(state))
+    old["options"]["fill_null"] = repr({"b": -1.5, "a": 7})
+    for s in (state, old):
+        fresh = pqloader.Loader(src, fill_null={"a": 7, "b": -1.5}, **kw)
+        fresh.load_state_dict(s)
+        assert_batch_streams_equal(list(fresh), full[3:])
+    with pytest.raises(ValueError, match="fill_null"):
+        pqloader.Loader(src, fill_null={"a": 7, "b": -2.5}, **kw).load_state_dict(state)
+
+
+def test_a_state_records_each_files_rows_and_states_without_them_still_load(resume_ds):
+    kw = _resume_kw()
+    full = list(pqloader.Loader(resume_ds, **kw))
+    loader = pqloader.Loader(resume_ds, **kw)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    files = state["options"]["files"]
+    assert [f[2] for f in files] == [sum(rgs) for rgs in RESUME_LAYOUT]
+    # another row count in a file of the same size: rows moved between files
+    moved = json.loads(json.dumps(state))
+    moved["options"]["files"][1][2] += 10
+    with pytest.raises(ValueError, match="rows") as ei:
+        pqloader.Loader(resume_ds, **kw).load_state_dict(moved)
+    assert files[1][0] in str(ei.value)
+    # a state of an earlier pqloader: [path, size] per file
+    old = json.loads(json.dumps(state))
+    old["options"]["files"] = [f[:2] for f in files]
+    fresh = pqloader.Loader(resume_ds, **kw)
+    fresh.load_state_dict(old)
+    assert_batch_streams_equal(list(fresh), full[5:])

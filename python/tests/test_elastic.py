@@ -396,6 +396,35 @@ def test_dataloader_resumed_in_an_epochs_last_batches_yields_only_their_rest(ds,
         assert run_with_timeout(lambda: dl_ids(dl), timeout=120) == whole[1], cut
 
 
+@pytestmark_workers
+def test_persistent_workers_start_the_next_epoch_whole_after_a_loop_left_early(ds):
+    """A loop broken off, then set_epoch(e + 1): the next loop is epoch e + 1 whole, as
+    with workers made anew (persistent ones went on with the old epoch's rest)."""
+    def dataloader(persistent):
+        dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+        return dataset, pqloader.torch.DataLoader(dataset, num_workers=2, persistent_workers=persistent)
+
+    def epochs(persistent):
+        dataset, dl = dataloader(persistent)
+        dataset.set_epoch(0)
+
+        def broken():
+            for i, _ in enumerate(dl):
+                if i == 4:
+                    break
+        run_with_timeout(broken, timeout=120)
+        out = []
+        for epoch in (1, 2):
+            dataset.set_epoch(epoch)
+            out.append(run_with_timeout(lambda: dl_ids(dl), timeout=120))
+        return out
+
+    assert epochs(True) == epochs(False)
+    dataset, dl = dataloader(False)
+    dataset.set_epoch(1)
+    assert epochs(True)[0] == run_with_timeout(lambda: dl_ids(dl), timeout=120)
+
+
 def test_dataloader_checkpoints_need_one_epoch_per_iteration(ds):
     # With num_epochs=2 the counted position would name the wrong epoch: refused.
     dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=2)),

@@ -991,3 +991,63 @@ def test_an_empty_source_of_weight_0_does_not_end_a_stop_first_epoch(tmp_path):
                       "b": pqloader.Loader(str(tmp_path / "b"), batch_size=10, filter="x < 0")},
                      [1.0, 0.0], seed=0, stop="first")
     assert sorted(np.concatenate([b["x"] for b in m]).tolist()) == list(range(100))
+
+
+def test_a_state_taken_right_after_loading_one_is_that_state(sources):
+    root, _ = sources
+    make = lambda: pqloader.mix(loaders(root), [1, 1, 1], seed=5, batch_size=40, num_epochs=3)
+    full = run(make())
+    m = make()
+    it = iter(m)
+    cut = m.num_batches(0) + 7
+    for _ in range(cut):
+        next(it)
+    state = json.loads(json.dumps(m.state_dict()))
+    assert state["end"] == 3
+    once = make()
+    once.load_state_dict(state)
+    again = json.loads(json.dumps(once.state_dict()))
+    assert again == state
+    twice = make()
+    twice.load_state_dict(again)
+    tail = run(twice)
+    assert len(tail) == len(full) - cut
+    for x, y in zip(tail, full[cut:]):
+        np.testing.assert_array_equal(x["id"], y["id"])
+
+
+@pytest.mark.parametrize("then", ["set_epoch", "load_state_dict", "nothing"])
+def test_a_loop_left_early_leaves_no_end_in_the_mixtures_states(sources, then):
+    root, _ = sources
+    # "nothing": left in the second epoch of two; the next loop runs two epochs on
+    epochs = 2 if then == "nothing" else 1
+    make = lambda: pqloader.mix(loaders(root), [1, 1, 1], seed=5, batch_size=40, num_epochs=epochs)
+    other = make()
+    other.set_epoch(1)
+    it = iter(other)
+    for _ in range(5):
+        next(it)
+    loaded = json.loads(json.dumps(other.state_dict()))
+
+    def leave_then(m):
+        for i, _ in enumerate(m):
+            if i == (m.num_batches(0) + 2 if then == "nothing" else 2):
+                break
+        if then == "set_epoch":
+            m.set_epoch(3)
+        elif then == "load_state_dict":
+            m.load_state_dict(loaded)
+
+    uninterrupted = make()
+    leave_then(uninterrupted)
+    state = json.loads(json.dumps(uninterrupted.state_dict()))
+    expected = run(uninterrupted)
+    assert len(expected) > 0
+    if then == "load_state_dict":
+        assert state == loaded
+    resumed = make()
+    resumed.load_state_dict(state)
+    tail = run(resumed)
+    assert len(tail) == len(expected)
+    for x, y in zip(tail, expected):
+        np.testing.assert_array_equal(x["id"], y["id"])

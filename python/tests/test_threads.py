@@ -484,3 +484,55 @@ def test_loaders_built_in_three_threads_at_once_do_not_deadlock(tmp_path):
     except subprocess.TimeoutExpired:
         pytest.fail("three threads building Loaders deadlocked")
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("op", ["close", "set_epoch", "load_state_dict"])
+def test_an_iteration_started_while_another_thread_stops_the_engine_keeps_its_run(ds, op):
+    """close(), set_epoch() and load_state_dict() stop the engine in the same step as the
+    iterators: an iteration that another thread starts meanwhile is not stopped (it got a
+    raw "the pipeline was stopped" error)."""
+    loader = pqloader.Loader(ds, batch_size=100, num_workers=2)
+    expected = ids_of(pqloader.Loader(ds, batch_size=100, num_workers=2))
+    if op == "close":
+        expected = expected[1:]  # the loader goes on from its position
+    state = loader.state_dict()
+    it = iter(loader)
+    next(it)  # a running iteration: set_epoch stops the engine only then
+    result = {}
+    taken, stopped = threading.Event(), threading.Event()
+
+    def other_thread():
+        try:
+            batches = []
+            for b in loader:
+                batches.append(b)
+                taken.set()
+                stopped.wait(DEADLINE_S)
+            result["ids"] = ids_of(batches)
+        except BaseException as e:
+            result["error"] = e
+        taken.set()
+
+    real_stop = loader._engine.stop
+
+    def stop():
+        # Between the iterators' invalidation and the engine's stop, another thread
+        # starts an iteration (it waits for the stop to finish, or its run is stopped).
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        taken.wait(1.0)
+        real_stop()
+        stopped.set()
+        stop.thread = thread
+
+    loader._engine.stop = stop
+    if op == "close":
+        loader.close()
+    elif op == "set_epoch":
+        loader.set_epoch(0)
+    else:
+        loader.load_state_dict(state)
+    loader._engine.stop = real_stop
+    stop.thread.join(DEADLINE_S)
+    assert "error" not in result, result.get("error")
+    assert result["ids"] == expected
