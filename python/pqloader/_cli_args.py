@@ -37,6 +37,14 @@ def parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:
         ValueError: No ``=``, no column, not Python syntax, an unknown op (the message
             lists the known ones), or a non-literal argument.
     """
+    try:
+        return _parse_transform(spec)
+    except RecursionError:  # ast.parse or ast.literal_eval on deep nesting
+        short = spec if len(spec) <= 80 else f"{spec[:80]}..."
+        raise ValueError(f"--transform {short!r}: nested too deeply") from None
+
+
+def _parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:
     column, sep, ops_text = spec.partition("=")
     column = column.strip()
     if not sep or not column or not ops_text.strip():

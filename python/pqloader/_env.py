@@ -8,6 +8,7 @@ up in ``sys.modules`` only.
 
 from __future__ import annotations
 
+import numbers
 import os
 import stat
 import sys
@@ -33,8 +34,9 @@ def normalize_sources(source: Source) -> list[str]:
 
     Raises:
         TypeError: An item is neither ``str`` nor ``os.PathLike``.
-        ValueError: `source` is empty, an item is the empty string, or an existing local
-            path is neither a regular file nor a directory.
+        ValueError: `source` is empty, an item is the empty string or not UTF-8 (a name
+            ``os.fsdecode`` made of other bytes), or an existing local path is neither a
+            regular file nor a directory.
     """
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
@@ -49,6 +51,11 @@ def normalize_sources(source: Source) -> list[str]:
         if s == "":
             raise ValueError("source '' is empty: give a path, a directory, a glob or a URI "
                              "(use '.' for the current directory)")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:  # os.fsdecode of bytes that are not UTF-8 (surrogates)
+            raise ValueError(f"source {s!r} is not UTF-8 ({os.fsencode(s)!r} as bytes); "
+                             "pqloader opens UTF-8 paths only: rename it") from None
         if "://" in s and not s.startswith(_FILE_SCHEME):
             out.append(s)
             continue
@@ -72,6 +79,39 @@ def _check_local_kind(path: str) -> None:
                          "of regular files")
 
 
+# The value types of the engine's storage options (``io/filesystem.cc``) besides text,
+# which every key takes (the CLI passes text; the engine parses it): text-only keys take
+# nothing else, a bool given for a number is a mistake, as is a non-integer attempt count.
+_TEXT_KEYS = frozenset({"endpoint_override", "scheme", "region", "access_key", "secret_key",
+                        "session_token", "tls_ca_file_path"})
+_BOOL_KEYS = frozenset({"anonymous", "force_virtual_addressing"})
+_SECONDS_KEYS = frozenset({"connect_timeout", "request_timeout", "retry_base_delay",
+                           "retry_max_delay", "retry_budget"})
+_INT_KEYS = frozenset({"retry_max_attempts"})
+
+
+def _check_storage_value_type(key: str, value: Any) -> None:
+    """Refuse a value whose type the key cannot take, naming the key and the types."""
+    if isinstance(value, str):
+        return
+    if key in _TEXT_KEYS:
+        accepted, ok = "str", False
+    elif key in _BOOL_KEYS:  # 0/1 as pyarrow's S3FileSystem takes them
+        accepted = "bool (or str)"
+        ok = isinstance(value, numbers.Integral)
+    elif key in _SECONDS_KEYS:
+        accepted = "a number of seconds: int or float (or str)"
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    elif key in _INT_KEYS:
+        accepted = "int (or str)"
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    else:  # unknown keys: the engine refuses them naming the known ones
+        accepted = "str, bool, int or float"
+        ok = isinstance(value, (bool, int, float))
+    if not ok:  # the type only: a value may be a secret
+        raise TypeError(f"storage_options[{key!r}] must be {accepted}, got {type(value).__name__}")
+
+
 def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, str]:
     """Storage options as text for the engine, which checks the keys and values.
 
@@ -86,8 +126,11 @@ def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, st
         ``{name: text}``; bools become ``"true"``/``"false"``.
 
     Raises:
-        TypeError: `options` is not a mapping, a key is not str, or a value is not
-            str, bool, int or float.
+        TypeError: `options` is not a mapping, a key is not str, or a value's type is
+            not one its key takes: text for every key; only text for ``region``,
+            ``endpoint_override``, ``scheme``, the credentials and ``tls_ca_file_path``;
+            bool for ``anonymous`` and ``force_virtual_addressing``; int or float for
+            the timeouts and retry delays; int for ``retry_max_attempts``.
     """
     if options is None:
         return {}
@@ -101,13 +144,15 @@ def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, st
             key, value = "retry_max_attempts", value.max_attempts
         if value is None:
             continue
+        _check_storage_value_type(key, value)
         if isinstance(value, bool):
             out[key] = "true" if value else "false"
-        elif isinstance(value, (str, int, float)):
-            out[key] = str(value)
+        elif isinstance(value, numbers.Integral):
+            out[key] = str(int(value))
+        elif isinstance(value, numbers.Real):
+            out[key] = repr(float(value))
         else:
-            raise TypeError(f"storage_options[{key!r}] must be str, bool, int or float, "
-                            f"got {type(value).__name__}")
+            out[key] = value
     return out
 
 

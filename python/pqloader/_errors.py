@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
+import os
+from typing import Iterator
 
 
 class Error(Exception):
@@ -34,6 +37,31 @@ class ColumnNotFoundError(Error, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+def _not_utf8_path(e: UnicodeDecodeError) -> InvalidDataError:
+    """The error for a path the engine found (a directory listing, a glob) whose name is
+    not UTF-8: the engine's paths become ``str`` as UTF-8 where they cross into Python, so
+    such a name fails there as a bare UnicodeDecodeError. Names the directory and the
+    first component that is not UTF-8 (its bytes)."""
+    raw = e.object if isinstance(e.object, bytes) else bytes(e.object)
+    start = raw.rfind(b"/", 0, e.start) + 1
+    end = raw.find(b"/", e.start)
+    name = raw[start:] if end < 0 else raw[start:end]
+    directory = os.fsdecode(raw[:start].rstrip(b"/") or raw[:start]) or "."
+    return InvalidDataError(
+        f"{directory!r} holds a file or directory whose name is not UTF-8: {name!r} "
+        f"(shown as bytes); pqloader reads UTF-8 names only: rename or move it")
+
+
+@contextlib.contextmanager
+def utf8_paths() -> Iterator[None]:
+    """Turn the UnicodeDecodeError of an engine call returning a path that is not UTF-8
+    into a :class:`InvalidDataError` naming it."""
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        raise _not_utf8_path(e) from None
 
 
 __all__ = [

@@ -71,6 +71,17 @@ def parse_filter(text: str) -> Any:
     Raises:
         ValueError: ``text`` is not such an expression (with what is not accepted).
     """
+    try:
+        return _parse_filter(text)
+    except RecursionError:  # ast.parse, ast.literal_eval or convert() below on deep nesting
+        raise ValueError(f"filter {_shorten(text)!r} is nested too deeply") from None
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def _parse_filter(text: str) -> Any:
     pc = _compute()
     try:
         tree = ast.parse(text.strip(), mode="eval")

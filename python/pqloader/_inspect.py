@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from pqloader import _core, _env
 from pqloader._env import Source
+from pqloader._errors import utf8_paths
 
 
 def _dataset_sources(dataset: Source | None) -> list[str]:
@@ -127,11 +128,19 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             them; or a list of their names) and report their statistics. This reads every
             value of those columns once (Parquet stores lengths only as repetition levels),
             in parallel over row groups: one pass over each column, not a footer read.
+        filter: A row filter as ``Loader(filter=...)`` takes it (an expression, a string
+            such as ``"lang == 'en' and year >= 2020"``, a Predicate, or a list); then
+            what each of its stages prunes is reported under ``filter``. This runs the
+            filter's mask pass (reading the filter's columns of the row groups that
+            statistics do not decide), as a Loader does when it is made.
 
     Returns:
         A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
-        created_by), ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the
-        loader yields, or "unsupported: <why>"; then notes, each after ``"; "``: nulls
+        created_by), ``skipped`` (files a directory listing or glob found that are not
+        Parquet, by extension and magic, and that loaders leave out, as
+        ``Loader.skipped_files``: ``path`` and ``reason`` each; empty when none),
+        ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the loader
+        yields, or "unsupported: <why>"; then notes, each after ``"; "``: nulls
         the footers count, a pandas index column), ``ragged`` (the list columns whose rows may
         differ in length: they need ``Loader(lists=...)`` or ``pack=``), ``num_rows``,
         ``num_row_groups``, ``num_files``; with ``lengths``, also ``lengths``: column ->
@@ -140,10 +149,20 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
         lengths that occur), ``mean`` and ``nulls`` (null rows, and rows of files without
         the column: counted as empty lists, as ``fill_null`` loads them). A ragged column whose rows all turn out to have
         one length ``n`` loads as ``dtype(batch, n)`` without ``lists=``; its ``loads_as``
-        then says so.
+        then says so. With ``filter``, also ``filter``: ``expression`` (the filter as
+        text), ``files`` / ``files_pruned`` (by hive partition keys), ``row_groups``,
+        ``row_groups_pruned_partition`` / ``_pruned_statistics`` / ``_pruned_mask``,
+        ``row_groups_all_rows`` (kept whole by statistics), ``row_groups_masked`` (read
+        for a row mask), ``rows`` / ``rows_kept``, ``mask_bytes_read`` (compressed
+        bytes the mask pass read), ``bytes`` / ``bytes_pruned`` (compressed bytes of one
+        loadable column, the first, and of it in pruned row groups: the share a Loader
+        of any columns would not read, roughly) and ``from_store`` (the selection came
+        from a cache; always False here, as no ``cache_dir`` is given). The
+        ``Loader.stats()`` keys ``filter_*`` are the same counts.
 
     Raises:
-        TypeError, ValueError: `source`, `storage_options` or `lengths` is malformed, or
+        TypeError, ValueError: `source`, `storage_options`, `lengths` or `filter` is
+            malformed (a filter string that does not parse, or is nested too deeply), or
             `lengths` names a column that is not a ragged list column.
         pqloader.Error: As for :class:`pqloader.Loader`.
 
@@ -156,7 +175,8 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     sources = _env.normalize_sources(source)
     options = _env.normalize_storage_options(storage_options)
     _check_lengths(lengths)
-    info = _core.inspect(sources, options, _progress)  # _progress: a _core.Progress (the CLI's)
+    with utf8_paths():  # a file name that is not UTF-8: InvalidDataError naming it
+        info = _core.inspect(sources, options, _progress)  # _progress: the CLI's _core.Progress
     columns = _length_columns(lengths, info["ragged"])
     if columns:
         info["lengths"] = _core.list_lengths(sources, options, columns)

@@ -29,6 +29,7 @@ import weakref
 from typing import Any, Callable
 
 from pqloader import _core
+from pqloader._errors import utf8_paths
 
 _live: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 _per_worker: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -125,8 +126,13 @@ class Engine:
         self._engine().check_before_first_batch()
 
     def plan_info(self) -> dict[str, Any]:
-        """Counts of the epoch plan and the dataset's files."""
-        return dict(self._engine().plan_info())
+        """Counts of the epoch plan and the dataset's files.
+
+        Raises:
+            pqloader.InvalidDataError: A file's name is not UTF-8 (it cannot be a str).
+        """
+        with utf8_paths():
+            return dict(self._engine().plan_info())
 
     def transform_fingerprint(self) -> str:
         """A fingerprint of the transforms (part of a state's options)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import resource
 import select
 import sys
 import time
+import warnings
 from typing import Sequence
 
 import pqloader
@@ -314,6 +316,8 @@ EXIT_BROKEN_PIPE = 141
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so that the interpreter's final flush of what is still
     buffered does not fail again ("Exception ignored ... BrokenPipeError")."""
+    if sys.stdout is None:  # started with stdout closed: nothing is buffered
+        return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -333,8 +337,32 @@ def _stdout_reader_gone() -> bool:
         return True  # cannot tell: stdout is the likely one
 
 
+class _ClosedStdout(io.TextIOBase):
+    """``sys.stdout`` for a command started with stdout closed (``pqloader inspect X >&-``,
+    where Python sets ``sys.stdout`` to None and ``print`` drops everything silently):
+    the first write fails, so the lost output is reported (exit status 1), as coreutils
+    report a write error."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.EBADF, "cannot write the output: stdout is closed")
+
+
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # --help, --version: argparse copes with None
+    closed = sys.stdout is None
+    if closed:
+        sys.stdout = _ClosedStdout()
+    try:
+        return _run_command(args)
+    finally:
+        if closed:
+            sys.stdout = None
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except BrokenPipeError as e:
@@ -350,12 +378,35 @@ def _run(argv: Sequence[str] | None) -> int:
         return 130
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` while the CLI runs: ``pqloader: warning: <message>``, one
+    line, without Python's ``file:line: Category`` prefix and source line (an internal
+    path of the package means nothing to a command's user)."""
+    text = str(message)
+    if text.startswith("pqloader: "):
+        text = text[len("pqloader: "):]
+    stream = file if file is not None else sys.stderr
+    if stream is None:  # stderr closed (print would take stdout): dropped, as Python's own
+        return
+    try:
+        print(f"pqloader: warning: {text}", file=stream)
+    except (OSError, ValueError):  # a broken or closed stderr: as Python's own
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():  # restores showwarning for a caller of main()
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         try:
             rc = _run(argv)
         finally:  # also for argparse's exits (--help, --version): their text is buffered
-            sys.stdout.flush()
+            if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+                sys.stdout.flush()
         return rc
     except BrokenPipeError:  # stdout's reader closed early: a quiet exit, as `cat` does
         _silence_stdout()

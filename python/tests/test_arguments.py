@@ -92,6 +92,13 @@ BAD_ARGUMENTS = [
     (dict(null_mask=["id", 3]), TypeError, ["null_mask", "str"]),
     (dict(row_groups={3: [0]}), TypeError, ["row_groups", "keys"]),
     (dict(storage_options={1: "x"}), TypeError, ["storage_options", "str"]),
+    (dict(storage_options={"region": 5}), TypeError, ["storage_options['region']", "str", "int"]),
+    (dict(storage_options={"anonymous": 0.5}), TypeError, ["storage_options['anonymous']", "bool"]),
+    (dict(storage_options={"connect_timeout": True}), TypeError,
+     ["storage_options['connect_timeout']", "int or float"]),
+    (dict(storage_options={"retry_max_attempts": 2.5}), TypeError,
+     ["storage_options['retry_max_attempts']", "int"]),
+    (dict(storage_options={"secret_key": b"hunter2"}), TypeError, ["storage_options['secret_key']", "bytes"]),
     (dict(null_mask="id"), TypeError, ["null_mask", "list of column names"]),
     (dict(io_threads=0), ValueError, ["io_threads"]),
     (dict(shuffle_window=0), ValueError, ["shuffle_window"]),
@@ -392,6 +399,24 @@ def test_loader_options_repr_never_shows_storage_credentials(ds):
     loader = pqloader.Loader(ds, storage_options={"access_key": "AKIA-test", "secret_key": "hunter2-secret"})
     assert loader.options.storage_options["secret_key"] == "hunter2-secret"
     assert "hunter2-secret" not in repr(loader.options) and "hunter2-secret" not in repr(loader)
+
+
+def test_storage_option_values_of_the_types_their_keys_take_become_text():
+    # docs/reliability.md promises TypeError for wrong types; {"region": 5} was accepted
+    # (as "5"). Text is taken for every key (the CLI gives text; the engine parses it).
+    from pqloader._env import normalize_storage_options
+
+    given = {"region": "us-east-1", "anonymous": True, "force_virtual_addressing": 0,
+             "connect_timeout": 2.5, "request_timeout": 3, "retry_max_attempts": np.int64(4),
+             "retry_budget": "60", "session_token": None}
+    expected = {"region": "us-east-1", "anonymous": "true", "force_virtual_addressing": "0",
+                "connect_timeout": "2.5", "request_timeout": "3", "retry_max_attempts": "4",
+                "retry_budget": "60"}
+    assert normalize_storage_options(given) == expected
+    assert normalize_storage_options(expected) == expected  # idempotent
+    with pytest.raises(TypeError) as e:
+        normalize_storage_options({"secret_key": b"hunter2-secret"})
+    assert "hunter2" not in str(e.value)  # the type is named, never the value
 
 
 def test_a_shuffled_loader_of_several_ranks_needs_a_seed(ds):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -288,3 +289,97 @@ def test_bench_refuses_an_empty_column_name(cli_ds, tmp_path):
     for columns in ("", "id,", ",x"):
         r = cli("bench", d, "--columns", columns, cwd=tmp_path)
         assert r.returncode == 2 and "--columns: an empty column name" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("inspect", "{d}", "--filter", "not " * 2000 + "id > 1"),  # RecursionError in convert()
+    ("inspect", "{d}", "--filter", "id == " + "-" * 3000 + "1"),  # in ast.parse
+    ("bench", "{d}", "--transform", "x=Cast(" + "-" * 5000 + "1)"),
+])
+def test_deeply_nested_filter_or_transform_is_a_one_line_error(cli_ds, tmp_path, args):
+    # They ended in a RecursionError's traceback.
+    d, _ = cli_ds
+    r = cli(*[a.format(d=d) for a in args], cwd=tmp_path)
+    _assert_clean_failure(r, "nested too deeply")
+    assert len(r.stderr) < 400  # the expression is shortened in the message
+
+
+def test_deeply_nested_transform_spec_raises_value_error():
+    from pqloader._cli_args import parse_transforms
+
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_transforms(["x=Cast(" + "-" * 5000 + "1)"])
+
+
+@pytest.mark.parametrize("args", [("inspect", "{d}"), ("inspect", "{d}", "--json"),
+                                  ("index", "{d}")])
+def test_a_command_started_with_stdout_closed_says_so_in_one_line(cli_ds, tmp_path, args):
+    # `pqloader inspect X >&-`: Python sets sys.stdout to None; main's flush of it raised
+    # AttributeError with a traceback. Now the lost output is an error, as coreutils' is.
+    d, _ = cli_ds
+    r = subprocess.run([sys.executable, "-m", "pqloader", *[a.format(d=d) for a in args]],
+                       stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                       cwd=str(tmp_path), env=subprocess_env(), preexec_fn=lambda: os.close(1))
+    _assert_clean_failure(r, "stdout is closed")
+
+
+def test_version_with_stdout_closed_is_not_a_traceback(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pqloader", "--version"], stdin=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=120, cwd=str(tmp_path),
+                       env=subprocess_env(), preexec_fn=lambda: os.close(1))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "pqloader" in r.stderr  # argparse writes to stderr when sys.stdout is None
+
+
+def test_warnings_are_one_line_without_python_file_and_line(cli_ds, tmp_path):
+    # An unusable --cache-dir: the Loader warns and goes on without the cache. The CLI
+    # printed Python's "<internal path>:<line>: RuntimeWarning: ..." and the source line.
+    d, _ = cli_ds
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    r = cli("bench", d, "--columns", "x", "--cache-dir", blocker / "cache", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines and all(line.startswith("pqloader: warning: ") for line in lines), r.stderr
+    assert "not usable" in r.stderr
+    assert ".py:" not in r.stderr and "RuntimeWarning" not in r.stderr
+
+
+def test_a_warning_with_stderr_closed_does_not_go_to_stdout(monkeypatch, capsys):
+    from pqloader import cli as cli_module
+
+    monkeypatch.setattr(sys, "stderr", None)  # print(file=None) would write to stdout
+    cli_module._show_warning(RuntimeWarning("x"), RuntimeWarning, "f.py", 1)
+    assert capsys.readouterr().out == ""
+
+
+def test_main_restores_showwarning(cli_ds):
+    import warnings
+
+    from pqloader import cli as cli_module
+
+    before = warnings.showwarning
+    d, _ = cli_ds
+    assert cli_module.main(["inspect", str(d), "-q", "--json"]) == 0
+    assert warnings.showwarning is before
+
+
+def test_a_file_name_that_is_not_utf8_is_named_in_a_one_line_error(cli_ds, tmp_path):
+    # The engine's listing found it; turning its path into str raised UnicodeDecodeError
+    # (the CLI printed "'utf-8' codec can't decode byte 0xff ...", naming no file).
+    d, _ = cli_ds
+    import shutil
+
+    shutil.copy(d / "part-000.parquet", os.path.join(os.fsencode(d), b"\xff.parquet"))
+    for command in ("inspect", "bench"):
+        _assert_clean_failure(cli(command, d, cwd=tmp_path), str(d), r"b'\xff.parquet'", "UTF-8")
+
+
+def test_a_source_path_that_is_not_utf8_is_a_one_line_error(cli_ds, tmp_path):
+    # It reached the engine's binding: "incompatible function arguments".
+    r = subprocess.run([sys.executable, "-m", "pqloader", "inspect", b"data/\xff.parquet"],
+                       capture_output=True, timeout=120, cwd=str(tmp_path), env=subprocess_env())
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in err and "incompatible" not in err, err
+    assert "not UTF-8" in err

@@ -145,6 +145,38 @@ def test_an_os_error_is_named_in_the_message_and_set_as_errno(tmp_path):
     assert ei.value.errno == errno.ENAMETOOLONG
 
 
+def test_a_file_name_that_is_not_utf8_raises_invalid_data_naming_it(tmp_path):
+    # The engine lists it; its path, turned into str where it crosses into Python, raised
+    # a bare UnicodeDecodeError naming no file.
+    d = tmp_path / "ds"
+    write_parquet(d / "good.parquet", id_table(10))
+    write_parquet(d / "bad.parquet", id_table(10, 10))
+    os.rename(os.fsencode(d / "bad.parquet"), os.path.join(os.fsencode(d), b"\xff.parquet"))
+    for make in (pqloader.Loader, pqloader.inspect):
+        with pytest.raises(pqloader.InvalidDataError) as e:
+            make(str(d))
+        assert repr(str(d)) in str(e.value) and r"b'\xff.parquet'" in str(e.value), str(e.value)
+        assert "UTF-8" in str(e.value)
+
+
+def test_a_directory_name_that_is_not_utf8_is_named_with_its_parent(tmp_path):
+    d = tmp_path / "ds"
+    write_parquet(d / "sub" / "a.parquet", id_table(10))
+    os.rename(os.fsencode(d / "sub"), os.path.join(os.fsencode(d), b"sub\xfe"))
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        pqloader.Loader(str(d))
+    assert repr(str(d)) in str(e.value) and r"b'sub\xfe'" in str(e.value), str(e.value)
+
+
+def test_a_source_that_is_not_utf8_is_a_value_error_naming_it(tmp_path):
+    write_parquet(tmp_path / "a.parquet", id_table(10))
+    os.rename(os.fsencode(tmp_path / "a.parquet"), os.path.join(os.fsencode(tmp_path), b"\xff.parquet"))
+    path = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"\xff.parquet"))
+    for make in (pqloader.Loader, pqloader.inspect):
+        with pytest.raises(ValueError, match=r"not UTF-8.*\\xff\.parquet"):
+            make(path)
+
+
 def test_non_parquet_file_raises_invalid_data_naming_the_file(tmp_path):
     p = tmp_path / "notes.parquet"
     p.write_text("this is not a parquet file\n" * 20)

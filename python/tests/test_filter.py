@@ -204,6 +204,18 @@ def test_a_literal_pyarrow_cannot_hold_is_a_value_error():
         pqloader.parse_filter("x == 99999999999999999999999")
 
 
+@pytest.mark.parametrize("text", ["not " * 2000 + "x > 1",  # deep in convert()
+                                  "x == " + "-" * 3000 + "1"])  # deep in ast.parse
+def test_a_filter_nested_too_deeply_is_a_value_error(data, text):
+    # They raised a bare RecursionError (and the CLI printed its traceback).
+    with pytest.raises(ValueError, match="nested too deeply") as e:
+        pqloader.parse_filter(text)
+    assert len(str(e.value)) < 200  # the text is shortened
+    with pytest.raises(ValueError, match="nested too deeply"):
+        pqloader.Loader(str(data), filter=text)
+    pqloader.parse_filter("not " * 200 + "x > 1")  # nesting within Python's limits parses
+
+
 def test_statistics_decide_nothing_that_nan_rows_or_nested_columns_would_contradict(tmp_path):
     """Parquet's min/max of a float column leave NaN out, and a list's or struct's single
     leaf has statistics that are not the column's: rows equal the filter evaluated row by
