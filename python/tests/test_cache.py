@@ -21,6 +21,7 @@ import pytest
 
 import pqloader
 from pqloader import transforms as T
+from conftest import run_with_timeout
 
 
 def write(path: Path, n: int = 300, rg: int = 37, offset: int = 0) -> str:
@@ -257,6 +258,24 @@ def test_corrupt_entries_are_detected_dropped_and_refetched(data, tmp_path):
     assert s["cache_corrupt"] == 0 and s["cache_hits"] == 9  # rewritten
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_fifo_or_a_link_named_like_an_entry_is_not_opened_as_one(data, tmp_path, shuffle):
+    # Entries were opened with a blocking open(2) following links: a FIFO in place of an
+    # entry (or a link to one) hung the loader for good.
+    cache_dir = tmp_path / "cache"
+    plain, _ = epochs(data, None, n=1, shuffle=shuffle)
+    epochs(data, str(cache_dir), n=1, shuffle=shuffle)
+    entries = sorted(cache_dir.glob("shard-*/*.pqc"))
+    entries[0].unlink()
+    os.mkfifo(entries[0])
+    os.mkfifo(tmp_path / "fifo")
+    entries[1].unlink()
+    entries[1].symlink_to(tmp_path / "fifo")
+    cached, s = run_with_timeout(lambda: epochs(data, str(cache_dir), n=1, shuffle=shuffle), 60)
+    assert_same(plain, cached)
+    assert s["cache_misses"] == 2 and s["cache_hits"] == 7
+
+
 def test_keep_policy_stops_inserting_and_lru_evicts_within_the_limit(data, tmp_path):
     probe = tmp_path / "probe"
     epochs(data, str(probe), n=1)
@@ -451,3 +470,17 @@ def test_cache_counters_not_written_are_kept_for_the_next_write(tmp_path):
     s = loader.stats()
     assert int(records["misses"]) == s["cache_misses"] == 10
     assert int(records["inserts"]) == 10 and int(records["hits"]) >= s["cache_hits"] == 10
+
+
+def test_damaged_counts_in_the_records_saturate_rather_than_overflow(tmp_path):
+    # A damaged records file (a count at the int64 maximum, a negative one) overflowed
+    # the sum (undefined behaviour) and `cache stats` told negative hits.
+    pq.write_table(pa.table({"x": np.arange(100)}), tmp_path / "p.parquet", row_group_size=10)
+    cache = tmp_path / "cache"
+    list(pqloader.Loader(str(tmp_path / "p.parquet"), batch_size=50, cache_dir=str(cache)))
+    (cache / "records").write_text(f"hits {2**63 - 1}\nmisses -5\n")
+    loader = pqloader.Loader(str(tmp_path / "p.parquet"), batch_size=50, cache_dir=str(cache))
+    list(loader)
+    loader.close()
+    records = dict(line.split() for line in (cache / "records").read_text().splitlines())
+    assert int(records["hits"]) == 2**63 - 1 and int(records["misses"]) == 0

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <limits>
 #include <cctype>
 #include <cmath>
 #include <numeric>
@@ -181,7 +182,7 @@ int64_t PreadUpTo(int fd, uint8_t* out, int64_t n, int64_t offset) {
 
 // The header of the entry file at `path` (not following a symbolic link).
 arrow::Result<CacheEntryHeader> ReadEntryHead(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return arrow::Status::IOError(Errno("cannot open '" + path + "'"));
   std::vector<uint8_t> head(kMaxCacheEntryHeadBytes);
   const int64_t n = std::max<int64_t>(0, PreadUpTo(fd, head.data(), kMaxCacheEntryHeadBytes, 0));
@@ -372,7 +373,7 @@ std::string HostName() {
 
 // Read the marker at `path`; false if there is none (or it is being written).
 bool ReadMarker(const std::string& path, Marker* m) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
   char buf[512];
   ssize_t n;
@@ -473,7 +474,9 @@ class DiskCache : public SplitCache {
       return nullptr;
     }
     const std::string path = EntryPath(key);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Entries are regular files, never links: a FIFO named like one blocked the open
+    // (and its reads) for good, a link to a large file was read whole.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       ++misses_;
       return nullptr;
@@ -487,7 +490,7 @@ class DiskCache : public SplitCache {
     struct stat st;
     arrow::Result<std::shared_ptr<arrow::Buffer>> buffer = arrow::Status::IOError("fstat failed");
     bool verify = true;
-    if (::fstat(fd, &st) == 0) {
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
       {
         MutexLock lock(memo_mu_);
         auto it = verified_.find(path);
@@ -536,11 +539,11 @@ class DiskCache : public SplitCache {
   std::shared_ptr<const DecodedUnit> GetDeferred(const std::string& key) override {
     if (broken_ || open_deferred_->load() >= kMaxOpenDeferred) return Get(key);
     const std::string path = EntryPath(key);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return Get(key);
     auto file = std::make_shared<const OpenEntry>(fd, path, open_deferred_);
     struct stat st;
-    if (::fstat(fd, &st) != 0) return Get(key);
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return Get(key);
     bool verified = false;
     {
       MutexLock lock(memo_mu_);
@@ -1369,7 +1372,7 @@ namespace {
 
 // Whether the regular file `path` starts with the header of the entry for `key`.
 bool IsEntryFile(const std::string& path, const std::string& key) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
   uint8_t head[kCacheEntryHeaderBytes];
   ssize_t n;
@@ -1553,14 +1556,21 @@ bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
     std::ifstream in(dir + "/records");
     std::string name;
     int64_t value;
-    while (in >> name >> value) r[name] = value;
+    while (in >> name >> value) r[name] = std::max<int64_t>(value, 0);  // damaged: not < 0
   }
-  r["hits"] += c.hits;
-  r["misses"] += c.misses;
-  r["inserts"] += c.inserts;
-  r["evictions"] += c.evictions;
-  r["corrupt"] += c.corrupt;
-  r["write_errors"] += c.write_errors;
+  // Saturating: a damaged file's huge count must not overflow (undefined behaviour).
+  auto add = [&r](const char* name, int64_t value) {
+    int64_t& total = r[name];
+    total = value > std::numeric_limits<int64_t>::max() - total
+                ? std::numeric_limits<int64_t>::max()
+                : total + value;
+  };
+  add("hits", c.hits);
+  add("misses", c.misses);
+  add("inserts", c.inserts);
+  add("evictions", c.evictions);
+  add("corrupt", c.corrupt);
+  add("write_errors", c.write_errors);
   // Refusals and stale evictions: written once they happened (older records lack them).
   const std::pair<const char*, int64_t> optional[] = {
       {"refused_full", c.refused_full},
@@ -1571,7 +1581,7 @@ bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
       {"refused_stale", c.refused_stale},
       {"evicted_stale", c.evicted_stale}};
   for (const auto& [name, value] : optional) {
-    if (value != 0 || r.count(name)) r[name] += value;
+    if (value != 0 || r.count(name)) add(name, value);
   }
   const std::string tmp = dir + "/records.new";
   {
