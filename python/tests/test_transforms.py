@@ -833,3 +833,24 @@ def test_the_state_fingerprint_of_a_pipeline_keeps_its_text(tmp_path):
         "0:DecodeImage(mode=rgb);RandomResizedCrop(size=[224, 224], scale=[0.08, 1], "
         "ratio=[0.75, 1.33333]);RandomHorizontalFlip(p=0.5);Normalize(mean=[0.481455, 0.457827, "
         "0.408211], std=[0.26863, 0.261303, 0.275777]); ToCHW();|")
+
+
+def test_a_resize_of_a_tiny_hostile_image_past_the_image_limit_is_refused():
+    # A 1 x 100000 PNG of a few hundred bytes resized to 256 x 25.6M (19.7 GB of pixels,
+    # and weight tables for the whole extent, also where CenterCrop then keeps 224 x 224)
+    # took gigabytes per worker; the decoders' 2 GiB limit of an image now holds here too.
+    b = io.BytesIO()
+    Image.new("RGB", (100000, 1), (10, 20, 30)).save(b, format="PNG")
+    assert len(b.getvalue()) < 1000
+    for ops in ([T.DecodeImage(), T.Resize(256)], [T.DecodeImage(), T.Resize(256), T.CenterCrop(224)]):
+        with pytest.raises(ValueError, match="exceed the 2 GiB limit of an image"):
+            _core._apply_ops([op._spec() for op in ops], b.getvalue(), 0, 0, 0)
+
+
+@pytest.mark.parametrize("ratio", [(0.001, 0.01), (100.0, 1000.0)])
+def test_random_resized_crop_of_an_empty_fallback_box_is_an_error_not_a_black_image(ratio):
+    # The central-crop fallback rounds one side to 0 when the ratio range is far from the
+    # image's: the resize of that empty box returned zeros (torchvision raises).
+    img = np.full((20, 24, 3), 7, np.uint8)
+    with pytest.raises(ValueError, match="cannot resize an empty crop"):
+        apply([T.DecodeImage(), T.RandomResizedCrop(16, ratio=ratio)], encode(img, "PNG"))

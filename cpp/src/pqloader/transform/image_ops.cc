@@ -854,6 +854,18 @@ arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& b
                                         int64_t out_w, const CropBox* window) {
   ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
   if (out_h <= 0 || out_w <= 0) return arrow::Status::Invalid("cannot resize to an empty image");
+  if (box.height <= 0 || box.width <= 0) {  // RandomResizedCrop's fallback, ratio far off
+    return arrow::Status::Invalid("cannot resize an empty crop (", box.height, "x", box.width,
+                                  ") of the ", d.h, "x", d.w, " image");
+  }
+  // The decoders' limit, for what a resize makes of a small hostile image (a 1xN PNG of
+  // 100 bytes to 256 x 256N): its pixels and the weight tables of the whole extent.
+  constexpr double kMaxResizedBytes = double(int64_t{1} << 31);
+  if (static_cast<double>(out_h) * static_cast<double>(out_w) * static_cast<double>(d.c) *
+          static_cast<double>(DTypeSize(in.dtype)) > kMaxResizedBytes) {
+    return arrow::Status::Invalid("resizing the ", d.h, "x", d.w, " image to ", out_h, "x",
+                                  out_w, " would exceed the 2 GiB limit of an image");
+  }
   if (in.channels_first) {
     return arrow::Status::Invalid("resize an image before ToCHW (it expects HWC)");
   }
