@@ -42,31 +42,47 @@ class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
 
   bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
     if (!error.should_retry || StorageExecutor::CurrentTaskAbandoned() || s3_finalizing.load()) {
+      state().pending = false;
       return false;
     }
-    State& s = state();
-    const auto now = std::chrono::steady_clock::now();
-    if (attempted_retries == 0) s.first_failure = now;
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    s.delay_s = RetryDelaySeconds(policy_, attempted_retries,
-                                  std::uniform_real_distribution<double>(0, 1)(rng));
-    const double elapsed = std::chrono::duration<double>(now - s.first_failure).count();
-    return MayRetry(policy_, attempted_retries, elapsed, s.delay_s);
+    const double delay_s = Delay(attempted_retries);
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - state().first_failure)
+            .count();
+    return MayRetry(policy_, attempted_retries, elapsed, delay_s);
   }
 
   int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail& error,
                                         int64_t attempted_retries) override {
-    return static_cast<int64_t>(state().delay_s * 1e3);
+    return static_cast<int64_t>(Delay(attempted_retries) * 1e3);
   }
 
  private:
   struct State {
     std::chrono::steady_clock::time_point first_failure;
     double delay_s = 0;
+    int64_t retry = -1;
+    bool pending = false;  // drawn by the first of the two calls for `retry`
   };
   static State& state() {
     thread_local State s;
     return s;
+  }
+  // The delay before retry `n`, drawn once per failed attempt by whichever of the SDK's
+  // two calls comes first (aws-sdk-cpp asks for the delay, then whether to retry: the
+  // delay drawn in ShouldRetry was the one of the retry before, the first retry none).
+  double Delay(int64_t n) {
+    State& s = state();
+    if (s.pending && s.retry == n) {
+      s.pending = false;
+      return s.delay_s;
+    }
+    if (n == 0) s.first_failure = std::chrono::steady_clock::now();
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    s.delay_s = RetryDelaySeconds(policy_, n, std::uniform_real_distribution<double>(0, 1)(rng));
+    s.retry = n;
+    s.pending = true;
+    return s.delay_s;
   }
 
   RetryPolicy policy_;

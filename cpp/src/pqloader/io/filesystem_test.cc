@@ -82,16 +82,22 @@ TEST(MakeS3Options, RetriesRetryableErrorsWithExponentialBackoff) {
   arrow::fs::S3RetryStrategy::AWSErrorDetail transient{0, "connection refused", "", true};
   arrow::fs::S3RetryStrategy::AWSErrorDetail permanent{0, "access denied", "", false};
   EXPECT_FALSE(r.ShouldRetry(permanent, 0));
-  // The client asks ShouldRetry, then the delay of that retry: min(max, base * 2^n),
-  // jittered into [d/2, d].
+  // The delay of retry n: min(max, base * 2^n), jittered into [d/2, d], whichever way
+  // round the client asks (aws-sdk-cpp asks for the delay first, then ShouldRetry: the
+  // delay drawn by ShouldRetry was the retry before's, and the first retry went at once).
   const int64_t full_ms[] = {100, 200, 300};  // capped at 0.3 s
-  for (int64_t n = 0; n < 3; ++n) {
-    EXPECT_TRUE(r.ShouldRetry(transient, n));
-    const int64_t ms = r.CalculateDelayBeforeNextRetry(transient, n);
-    EXPECT_GE(ms, full_ms[n] / 2 - 1) << n;
-    EXPECT_LE(ms, full_ms[n]) << n;
+  for (bool delay_first : {true, false}) {
+    for (int64_t n = 0; n < 3; ++n) {
+      int64_t ms = -1;
+      if (delay_first) ms = r.CalculateDelayBeforeNextRetry(transient, n);
+      EXPECT_TRUE(r.ShouldRetry(transient, n));
+      if (!delay_first) ms = r.CalculateDelayBeforeNextRetry(transient, n);
+      EXPECT_GE(ms, full_ms[n] / 2 - 1) << n << delay_first;
+      EXPECT_LE(ms, full_ms[n]) << n << delay_first;
+    }
+    EXPECT_GE(r.CalculateDelayBeforeNextRetry(transient, 3), 0);
+    EXPECT_FALSE(r.ShouldRetry(transient, 3));  // 4 attempts in all
   }
-  EXPECT_FALSE(r.ShouldRetry(transient, 3));  // 4 attempts in all
 }
 
 TEST(FileSystemResolver, LocalPathsAndFileUrisKeepTheirPathAsName) {
