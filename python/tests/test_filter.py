@@ -5,6 +5,7 @@ pushed down to partition keys, row-group statistics and row masks; held to pyarr
 from __future__ import annotations
 
 import enum
+import shutil
 import sys
 
 import numpy as np
@@ -330,6 +331,22 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") >= 0.3))
     report = pqloader.cache_clear(str(tmp_path))
     assert report["foreign_count"] == 0 and not (tmp_path / "filters").exists()
+
+
+def test_another_filters_selection_in_place_of_this_ones_is_recomputed(data, tmp_path):
+    # A stored selection held no key: another filter's file copied over this one's name
+    # was served as this filter's rows (wrong rows, silently).
+    kwargs = dict(columns=["id", "x"], batch_size=100, cache_dir=str(tmp_path), num_epochs=1)
+    first, second = pc.field("x") < 0.3, pc.field("x") >= 0.8
+    batches(pqloader.Loader(str(data), filter=first, **kwargs))
+    (one,) = list((tmp_path / "filters").glob("*.sel"))
+    batches(pqloader.Loader(str(data), filter=second, **kwargs))
+    (two,) = set((tmp_path / "filters").glob("*.sel")) - {one}
+    shutil.copyfile(one, two)
+    loader = pqloader.Loader(str(data), filter=second, **kwargs)
+    ids = np.sort(np.concatenate(batches(loader)))
+    assert loader.stats()["filter_from_store"] is False
+    np.testing.assert_array_equal(ids, expected_ids(data, second))
 
 
 def test_filter_round_trips_through_options(data):

@@ -599,7 +599,9 @@ arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Sta
 
 // --- the stored selection --------------------------------------------------------------
 
-constexpr char kStoreMagic[8] = {'P', 'Q', 'S', 'E', 'L', '0', '0', '1'};
+// 002: the store key follows the magic (a 001 selection copied over another key's file
+// was served as that key's).
+constexpr char kStoreMagic[8] = {'P', 'Q', 'S', 'E', 'L', '0', '0', '2'};
 
 std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
   // v2: floating-point statistics and those of one-leaf nested columns no longer used
@@ -637,8 +639,10 @@ std::vector<int64_t*> StatFields(FilterStats* s) {
           &s->mask_bytes_read};
 }
 
-std::string Serialize(RowSelection sel) {
+std::string Serialize(RowSelection sel, const std::string& key) {
   std::string out(kStoreMagic, sizeof kStoreMagic);
+  Put<int64_t>(&out, static_cast<int64_t>(key.size()));
+  out += key;
   Put<int64_t>(&out, static_cast<int64_t>(sel.stage.size()));
   for (size_t i = 0; i < sel.stage.size(); ++i) {
     Put<uint8_t>(&out, static_cast<uint8_t>(sel.stage[i]));
@@ -651,7 +655,8 @@ std::string Serialize(RowSelection sel) {
   return out;
 }
 
-std::optional<RowSelection> Deserialize(const std::string& in, const Dataset& dataset) {
+std::optional<RowSelection> Deserialize(const std::string& in, const Dataset& dataset,
+                                        const std::string& key) {
   constexpr size_t kHash = 32;
   if (in.size() < sizeof kStoreMagic + kHash ||
       std::memcmp(in.data(), kStoreMagic, sizeof kStoreMagic) != 0 ||
@@ -660,6 +665,12 @@ std::optional<RowSelection> Deserialize(const std::string& in, const Dataset& da
   }
   const std::string body = in.substr(0, in.size() - kHash);
   size_t pos = sizeof kStoreMagic;
+  int64_t key_size = 0;
+  if (!Take(body, &pos, &key_size) || key_size != static_cast<int64_t>(key.size()) ||
+      body.compare(pos, key.size(), key) != 0) {
+    return std::nullopt;  // another key's selection (a file copied over this one)
+  }
+  pos += key.size();
   int64_t n = 0;
   if (!Take(body, &pos, &n) || n != static_cast<int64_t>(dataset.splits().size())) {
     return std::nullopt;
@@ -692,15 +703,16 @@ std::string StorePath(const std::string& dir, const std::string& key) {
   return (std::filesystem::path(dir) / "filters" / (key + ".sel")).string();
 }
 
-std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& dataset) {
+std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& dataset,
+                                       const std::string& key) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
-  return Deserialize(ss.str(), dataset);
+  return Deserialize(ss.str(), dataset, key);
 }
 
-void Store(const std::string& path, const RowSelection& sel) {
+void Store(const std::string& path, const RowSelection& sel, const std::string& key) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   // "<key>.sel.tmp-<pid>-<thread>", a name the cache directory knows as its own.
@@ -708,7 +720,7 @@ void Store(const std::string& path, const RowSelection& sel) {
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const std::string bytes = Serialize(sel);
+    const std::string bytes = Serialize(sel, key);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) {
       std::filesystem::remove(tmp, ec);
@@ -724,13 +736,14 @@ void Store(const std::string& path, const RowSelection& sel) {
 arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterOptions& options) {
   const bool storable = !options.store_dir.empty() && options.predicate == nullptr &&
                         !options.serialized_expression.empty();
-  std::string store_path;
+  std::string store_key, store_path;
   std::unique_ptr<NodeLock> node_lock;
   if (storable) {
-    store_path = StorePath(options.store_dir, StoreKey(dataset, options));
+    store_key = StoreKey(dataset, options);
+    store_path = StorePath(options.store_dir, store_key);
     // One rank of a node computes the selection; the others wait and load it.
     for (int attempt = 0; attempt < 2; ++attempt) {
-      if (auto stored = LoadStored(store_path, dataset)) {
+      if (auto stored = LoadStored(store_path, dataset, store_key)) {
         stored->stats.from_store = true;
         return std::move(*stored);
       }
@@ -822,7 +835,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   for (const auto& [s, e] : to_mask) {
     if (sel.stage[s] == RowSelection::Stage::kAll) st.row_groups_all_rows -= 1;
   }
-  if (storable) Store(store_path, sel);
+  if (storable) Store(store_path, sel, store_key);
   return sel;
 }
 
