@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -484,3 +485,25 @@ def test_damaged_counts_in_the_records_saturate_rather_than_overflow(tmp_path):
     loader.close()
     records = dict(line.split() for line in (cache / "records").read_text().splitlines())
     assert int(records["hits"]) == 2**63 - 1 and int(records["misses"]) == 0
+
+
+def test_claims_released_without_the_shard_lock_leave_no_marker_to_wait_on(tmp_path):
+    # A shard's .lock this process cannot open (another user's node cache; here a
+    # directory in its place): its claim markers were released only under that lock, so
+    # they stayed, and its next epoch waited the whole cache_wait_timeout on its own
+    # markers (a live pid never counts as abandoned).
+    pq.write_table(pa.table({"x": np.arange(2000)}), tmp_path / "p.parquet", row_group_size=200)
+    cache = tmp_path / "cache"
+    list(pqloader.Loader(str(tmp_path / "p.parquet"), batch_size=100, cache_dir=str(cache)))
+    for entry in cache.glob("shard-*/*.pqc"):
+        entry.unlink()
+    for lock in cache.glob("shard-*/.lock"):
+        lock.unlink()
+        lock.mkdir()
+    loader = pqloader.Loader(str(tmp_path / "p.parquet"), batch_size=100, cache_dir=str(cache),
+                             cache_wait_timeout=5, num_epochs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert sum(len(b["x"]) for b in loader) == 4000
+    assert not list(cache.glob("shard-*/*.fetch"))
+    assert loader.stats()["cache_wait_timeouts"] == 0

@@ -437,8 +437,15 @@ class DiskClaim : public FetchClaim {
         // operations (a sibling's insert); only a stalled holder keeps it longer.
         lock = NodeLock::AcquireExisting(lock_, std::min(lock_timeout_, kReleaseAfterStop));
       }
+      // Without the lock (a .lock this process cannot open: another user's node cache),
+      // still ours to delete: left, it held every later wait of this live process, whose
+      // markers never count as abandoned, for the whole wait timeout. (Unlocked, a
+      // breaker could replace it between the read and the unlink; that costs a second
+      // fetch of the row group, not its data.)
       Marker m;
-      if (lock != nullptr && ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
+      if (!IsCancelled(cancel_) || lock != nullptr) {
+        if (ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
+      }
     }
     MutexLock lock(book_->mu);
     auto it = book_->claims.find(key_);
