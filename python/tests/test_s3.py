@@ -185,6 +185,17 @@ def test_s3_glob_and_explicit_list_keep_their_orders(store):
     assert remote["id"][0] == 75  # the first row of part-002
 
 
+def test_a_trailing_slash_names_the_keys_below_even_beside_an_object_of_that_name(store):
+    # `s3://b/p/` lost its slash when resolved, and Arrow found the object `p`: the keys
+    # below `p/` were not read.
+    store.server.upload("pfx", "pp", store.paths)
+    store.server.client().put_object(Bucket="pfx", Key="pp", Body=store.paths[1].read_bytes())
+    remote, local = s3_and_local(store, "s3://pfx/pp/", str(store.local), batch_size=7)
+    assert_columns_equal(remote, local)
+    one, local_one = s3_and_local(store, "s3://pfx/pp", str(store.paths[1]), batch_size=7)
+    assert_columns_equal(one, local_one)
+
+
 def test_s3_inspect_lists_the_objects_as_urls(store):
     info = pqloader.inspect("s3://data/ds", storage_options=store.options)
     assert [f["path"] for f in info["files"]] == [

@@ -498,7 +498,12 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
     if (!info.ok()) {
       return MakeIOError(info.status(), "cannot access '", source, "'");
     }
-    switch (info->type()) {
+    // On an object store `s3://b/p/` names the keys below `p/`, also where an object `p`
+    // exists (the resolved path has lost the slash; Arrow then finds the object).
+    const bool prefix_only = info->type() == arrow::fs::FileType::File &&
+                             fs->type_name() != "local" && !source.empty() &&
+                             source.back() == '/';
+    switch (prefix_only ? arrow::fs::FileType::Directory : info->type()) {
       case arrow::fs::FileType::NotFound:
         return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
       case arrow::fs::FileType::Directory:
