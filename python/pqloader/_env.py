@@ -90,6 +90,11 @@ _SECONDS_KEYS = frozenset({"connect_timeout", "request_timeout", "retry_base_del
 _INT_KEYS = frozenset({"retry_max_attempts"})
 
 
+def _is_numpy_bool(value: Any) -> bool:
+    """NumPy's bool scalar (``numpy.bool_``; ``numpy.bool`` in NumPy 2), not an Integral."""
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
 def _check_storage_value_type(key: str, value: Any) -> None:
     """Refuse a value whose type the key cannot take, naming the key and the types."""
     if isinstance(value, str):
@@ -98,7 +103,7 @@ def _check_storage_value_type(key: str, value: Any) -> None:
         accepted, ok = "str", False
     elif key in _BOOL_KEYS:  # 0/1 as pyarrow's S3FileSystem takes them
         accepted = "bool (or str)"
-        ok = isinstance(value, numbers.Integral)
+        ok = isinstance(value, numbers.Integral) or _is_numpy_bool(value)
     elif key in _SECONDS_KEYS:
         accepted = "a number of seconds: int or float (or str)"
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
@@ -145,7 +150,7 @@ def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, st
         if value is None:
             continue
         _check_storage_value_type(key, value)
-        if isinstance(value, bool):
+        if isinstance(value, bool) or _is_numpy_bool(value):
             out[key] = "true" if value else "false"
         elif isinstance(value, numbers.Integral):
             out[key] = str(int(value))

@@ -100,10 +100,25 @@ def _same_fill_null(theirs: Any, mine: Any) -> bool:
     if theirs == mine or not isinstance(theirs, str):
         return theirs == mine
     try:
-        value = ast.literal_eval(theirs)
+        value = _literal_with_floats(theirs)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
     return _fill_null_text(value) == mine
+
+
+_FLOAT_NAMES = {"nan": float("nan"), "inf": float("inf")}
+
+
+def _literal_with_floats(text: str) -> Any:
+    """ast.literal_eval that also reads repr's ``nan`` and ``inf`` (a fill of NaN)."""
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if node.id not in _FLOAT_NAMES:
+                raise ValueError(f"not a literal: {node.id}")
+            node.__class__ = ast.Constant  # in place: literal_eval takes constants only
+            node.value = _FLOAT_NAMES[node.id]
+    return ast.literal_eval(tree)
 
 
 def _without_rows(files: list[Any]) -> list[Any]:

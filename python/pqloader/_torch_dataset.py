@@ -98,6 +98,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._recipe = _LoaderRecipe(loader.sources, loader.options)
         self._epoch = loader.epoch
         self._epoch_set = False
+        self._set_since_begin = False  # set_epoch called since the last iteration began
         self._worker_loader: Loader | None = None
         # Main process: a state loaded for the next iteration, and the position of the
         # current one (with workers). Sent to the workers: the state and the shift.
@@ -114,6 +115,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         """
         self._epoch = int(epoch)
         self._epoch_set = True
+        self._set_since_begin = True
         if self._pending is not None and self._pending["epoch"] != self._epoch:
             self._pending = None
 
@@ -154,6 +156,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
     # -- main process, driven by pqloader.torch.DataLoader ----------------------------
     def _begin(self, workers: int, persistent_again: bool) -> None:
         """Fix the epoch, resume state and worker shift before DataLoader starts workers."""
+        self._set_since_begin = False
         if workers == 0:
             self._position = None
             if self._pending is not None:
@@ -301,6 +304,11 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._iterator._shutdown_workers()
                 self._iterator = None
             again = False
+            if ds._position is not None and not ds._set_since_begin:
+                # No set_epoch since: the epoch the workers had reached on their own is
+                # the one to run again from its start (as a non-persistent loader reruns
+                # its epoch), not the one set before they went on.
+                ds._epoch = ds._position.epoch
         ds._begin(self.num_workers, again)
         self._iterated = True
         batches = super().__iter__()

@@ -385,6 +385,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     text = str(message)
     if text.startswith("pqloader: "):
         text = text[len("pqloader: "):]
+    elif text.startswith("pqloader "):  # "pqloader cache: ..." -> "pqloader: warning: cache: ..."
+        text = text[len("pqloader "):]
     stream = file if file is not None else sys.stderr
     if stream is None:  # stderr closed (print would take stdout): dropped, as Python's own
         return

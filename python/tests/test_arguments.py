@@ -414,6 +414,7 @@ def test_storage_option_values_of_the_types_their_keys_take_become_text():
                 "retry_budget": "60"}
     assert normalize_storage_options(given) == expected
     assert normalize_storage_options(expected) == expected  # idempotent
+    assert normalize_storage_options({"anonymous": np.bool_(True)}) == {"anonymous": "true"}
     with pytest.raises(TypeError) as e:
         normalize_storage_options({"secret_key": b"hunter2-secret"})
     assert "hunter2" not in str(e.value)  # the type is named, never the value

@@ -341,6 +341,7 @@ def test_warnings_are_one_line_without_python_file_and_line(cli_ds, tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines and all(line.startswith("pqloader: warning: ") for line in lines), r.stderr
+    assert "warning: pqloader" not in r.stderr  # the message's own "pqloader cache:" prefix once
     assert "not usable" in r.stderr
     assert ".py:" not in r.stderr and "RuntimeWarning" not in r.stderr
 

@@ -560,6 +560,11 @@ def test_fill_null_mappings_in_another_key_order_load_each_others_states(tmp_pat
         assert_batch_streams_equal(list(fresh), full[3:])
     with pytest.raises(ValueError, match="fill_null"):
         pqloader.Loader(src, fill_null={"a": 7, "b": -2.5}, **kw).load_state_dict(state)
+    # An earlier pqloader's text of a NaN or inf fill (repr's nan, inf) is read back too.
+    for fill in (float("nan"), float("-inf")):
+        earlier = pqloader.Loader(src, fill_null={"a": 7, "b": fill}, **kw).state_dict()
+        earlier["options"]["fill_null"] = repr({"b": fill, "a": 7})
+        pqloader.Loader(src, fill_null={"a": 7, "b": fill}, **kw).load_state_dict(earlier)
 
 
 def test_a_state_records_each_files_rows_and_states_without_them_still_load(resume_ds):

@@ -425,6 +425,25 @@ def test_persistent_workers_start_the_next_epoch_whole_after_a_loop_left_early(d
     assert epochs(True)[0] == run_with_timeout(lambda: dl_ids(dl), timeout=120)
 
 
+def test_persistent_workers_without_set_epoch_rerun_the_epoch_they_had_reached(ds):
+    """Persistent workers go on to the next epoch on their own; a loop of that epoch
+    broken off reruns it from its start, not the epoch set before the workers went on."""
+    dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    dl = pqloader.torch.DataLoader(dataset, num_workers=2, persistent_workers=True)
+    run_with_timeout(lambda: dl_ids(dl), timeout=120)  # epoch 0, whole
+
+    def broken():  # epoch 1, by the workers' own count
+        for i, _ in enumerate(dl):
+            if i == 4:
+                break
+    run_with_timeout(broken, timeout=120)
+    again = run_with_timeout(lambda: dl_ids(dl), timeout=120)
+    fresh_ds = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    fresh_ds.set_epoch(1)
+    fresh = pqloader.torch.DataLoader(fresh_ds, num_workers=2)
+    assert again == run_with_timeout(lambda: dl_ids(fresh), timeout=120)
+
+
 def test_dataloader_checkpoints_need_one_epoch_per_iteration(ds):
     # With num_epochs=2 the counted position would name the wrong epoch: refused.
     dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=2)),

@@ -167,6 +167,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     const std::shared_ptr<Work>& run_work, double now, bool deferred) {
   Work* work = run_work.get();
   std::shared_ptr<const DecodedUnit> decoded;
+  bool kept = false;  // its buffers are a cache entry's (a hit, or inserted)
   if (cache_ == nullptr) {
     ARROW_ASSIGN_OR_RAISE(decoded, DecodeRows(unit, std::move(fetched), work));
   } else {
@@ -210,6 +211,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     if (full != nullptr) {
       work->cache_bytes_saved += split.compressed_bytes;
       ++work->cache_hits;
+      kept = true;
     } else {
       ++work->cache_misses;
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
@@ -223,7 +225,8 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       if (SourceChanged(unit.split)) {
         cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
       } else {
-        cache_->Put(key, full, SourceOf(unit.split), now, &work->stopping);
+        kept = cache_->Put(key, full, SourceOf(unit.split), now, &work->stopping) ==
+               CacheRefusal::kNone;
       }
     }
     claim.reset();  // after the entry is published: waiters find it
@@ -232,7 +235,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
   if (options_.plan.shuffle && !window_gather_) {
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
   }
-  if (cache_ != nullptr && cache_->KeepsUnits() && !decoded->shared) {
+  if (kept && cache_->KeepsUnits() && !decoded->shared) {
     // Its buffers are the entry's: a batch handed out as a slice of them would let the
     // caller's writes into the batch change the entry, and so every later epoch.
     auto marked = std::make_shared<DecodedUnit>(*decoded);

@@ -431,20 +431,21 @@ class DiskClaim : public FetchClaim {
       // Under the shard lock, as a breaker deletes: never another process's marker (one
       // not deleted for want of the lock, or because the claimer stops, ages out: see
       // Abandoned).
-      auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_, cancel_);
+      bool timed_out = false;
+      auto lock = NodeLock::AcquireExisting(lock_, lock_timeout_, cancel_, &timed_out);
+      // A .lock this process cannot open (another user's node cache): the marker is
+      // still ours to delete. Left, every later wait of this live process (whose markers
+      // never count as abandoned) took the whole wait timeout. (Unlocked, a breaker could
+      // replace it between the read and the unlink: a second fetch, not other data.)
+      const bool unusable = lock == nullptr && !timed_out && !IsCancelled(cancel_);
       if (lock == nullptr && IsCancelled(cancel_)) {
         // Stopped: still a short wait, as the lock is mostly held for a few file
         // operations (a sibling's insert); only a stalled holder keeps it longer.
         lock = NodeLock::AcquireExisting(lock_, std::min(lock_timeout_, kReleaseAfterStop));
       }
-      // Without the lock (a .lock this process cannot open: another user's node cache),
-      // still ours to delete: left, it held every later wait of this live process, whose
-      // markers never count as abandoned, for the whole wait timeout. (Unlocked, a
-      // breaker could replace it between the read and the unlink; that costs a second
-      // fetch of the row group, not its data.)
       Marker m;
-      if (!IsCancelled(cancel_) || lock != nullptr) {
-        if (ReadMarker(marker_, &m) && m.token == token_) ::unlink(marker_.c_str());
+      if ((lock != nullptr || unusable) && ReadMarker(marker_, &m) && m.token == token_) {
+        ::unlink(marker_.c_str());
       }
     }
     MutexLock lock(book_->mu);

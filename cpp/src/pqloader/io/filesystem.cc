@@ -73,11 +73,14 @@ class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
   // delay drawn in ShouldRetry was the one of the retry before, the first retry none).
   double Delay(int64_t n) {
     State& s = state();
+    // Each call of a request's first failure restarts the budget's clock: a draw left
+    // pending by a request whose ShouldRetry never came (the SDK skips it for a region
+    // redirect) must not carry that request's first failure over.
+    if (n == 0) s.first_failure = std::chrono::steady_clock::now();
     if (s.pending && s.retry == n) {
       s.pending = false;
       return s.delay_s;
     }
-    if (n == 0) s.first_failure = std::chrono::steady_clock::now();
     thread_local std::mt19937_64 rng(std::random_device{}());
     s.delay_s = RetryDelaySeconds(policy_, n, std::uniform_real_distribution<double>(0, 1)(rng));
     s.retry = n;
