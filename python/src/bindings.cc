@@ -1298,7 +1298,16 @@ NB_MODULE(_core, m) {
     d["entries"] = r.entries;
     d["bytes"] = r.bytes;
     d["other_files"] = r.other_files;
-    d["foreign"] = r.foreign;
+    // Names as os.fsdecode makes them: a file whose name is not UTF-8 must not turn the
+    // report of a clear that happened into a UnicodeDecodeError.
+    nb::list foreign;
+    for (const std::string& name : r.foreign) {
+      PyObject* text = PyUnicode_DecodeFSDefaultAndSize(name.data(),
+                                                        static_cast<Py_ssize_t>(name.size()));
+      if (text == nullptr) throw nb::python_error();
+      foreign.append(nb::steal(text));
+    }
+    d["foreign"] = foreign;
     d["foreign_count"] = r.foreign_count;
     return d;
   });

@@ -101,6 +101,20 @@ def test_clear_deletes_a_real_cache_and_leaves_foreign_files_alone(tmp_path):
     assert pqloader.cache_stats(cache)["entries"] == entries + 1
 
 
+def test_clear_reports_a_foreign_file_whose_name_is_not_utf8(tmp_path):
+    # The report's names crossed into Python as UTF-8: a clear that had happened then
+    # raised UnicodeDecodeError. They are what os.fsdecode makes of the bytes.
+    data = write(tmp_path / "data" / "d.parquet")
+    cache = tmp_path / "cache"
+    fill(data, cache)
+    odd = os.path.join(os.fsencode(cache), b"\xff-notes.txt")
+    with open(odd, "wb") as f:
+        f.write(b"x")
+    report = pqloader.cache_clear(cache)
+    assert report["entries"] == 3
+    assert report["foreign"] == [os.fsdecode(odd)] and os.path.lexists(odd)
+
+
 def test_cli_clear_reports_what_it_deleted_and_left(tmp_path):
     data = write(tmp_path / "d.parquet")
     cache = tmp_path / "cache"
