@@ -137,9 +137,9 @@ bool MatchesOrIsBelowAMatch(const std::string& pattern, const std::string& root,
 // two such links 2^40 paths. A link to a directory that the walk is inside of (its own
 // path's) is not followed; every other link is, as before. Each entry as Arrow's local
 // filesystem describes it (links followed).
-arrow::Status WalkLocal(arrow::fs::FileSystem& fs, const std::string& dir,
-                        std::vector<std::pair<dev_t, ino_t>>* inside,
-                        std::vector<arrow::fs::FileInfo>* out, const CancelFlag& cancel) {
+arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
+                            std::vector<std::pair<dev_t, ino_t>>* inside,
+                            std::vector<arrow::fs::FileInfo>* out, const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
@@ -160,10 +160,19 @@ arrow::Status WalkLocal(arrow::fs::FileSystem& fs, const std::string& dir,
     const bool is_dir = info.type() == arrow::fs::FileType::Directory;
     const std::string path = info.path();
     out->push_back(std::move(info));
-    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocal(fs, path, inside, out, cancel));
+    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocalInto(fs, path, inside, out, cancel));
   }
   inside->pop_back();
   return arrow::Status::OK();
+}
+
+arrow::Result<std::vector<arrow::fs::FileInfo>> WalkLocal(arrow::fs::FileSystem& fs,
+                                                          const std::string& root,
+                                                          const CancelFlag& cancel) {
+  std::vector<std::pair<dev_t, ino_t>> inside;  // the directories of the current path
+  std::vector<arrow::fs::FileInfo> out;
+  ARROW_RETURN_NOT_OK(WalkLocalInto(fs, root, &inside, &out, cancel));
+  return out;
 }
 
 // Add the files under `root` (matching `pattern` if not empty) to `out`, sorted. With
@@ -180,16 +189,8 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   selector.base_dir = root;
   selector.recursive = true;
   selector.allow_not_found = false;
-  arrow::Result<std::vector<arrow::fs::FileInfo>> listed;
-  if (fs->type_name() == "local") {
-    std::vector<std::pair<dev_t, ino_t>> inside;
-    std::vector<arrow::fs::FileInfo> walked;
-    arrow::Status st = WalkLocal(*fs, root, &inside, &walked, cancel);
-    listed = st.ok() ? arrow::Result<std::vector<arrow::fs::FileInfo>>(std::move(walked))
-                     : arrow::Result<std::vector<arrow::fs::FileInfo>>(st);
-  } else {
-    listed = ListPages(fs, selector, cancel);
-  }
+  auto listed = fs->type_name() == "local" ? WalkLocal(*fs, root, cancel)
+                                           : ListPages(fs, selector, cancel);
   if (!listed.ok()) {
     if (listed.status().IsCancelled()) return listed.status();
     return MakeIOError(listed.status(), "cannot list '", source, "'");

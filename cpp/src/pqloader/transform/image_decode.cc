@@ -25,9 +25,6 @@ constexpr tjscalingfactor kDctScaleMargin = {5, 4};
 // margin was not enough (mean |diff| 1.54-2.2 on photographs a helper tried).
 constexpr int64_t kMinDctScaleTarget = 128;
 
-// Refuse images whose decoded size would exceed this (a corrupt or hostile header).
-constexpr int64_t kMaxImageBytes = int64_t{1} << 31;
-
 bool IsJpeg(const uint8_t* p, int64_t n) { return n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF; }
 bool IsPng(const uint8_t* p, int64_t n) {
   static const uint8_t kSig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};

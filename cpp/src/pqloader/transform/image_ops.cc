@@ -858,11 +858,9 @@ arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& b
     return arrow::Status::Invalid("cannot resize an empty crop (", box.height, "x", box.width,
                                   ") of the ", d.h, "x", d.w, " image");
   }
-  // The decoders' limit, for what a resize makes of a small hostile image (a 1xN PNG of
-  // 100 bytes to 256 x 256N): its pixels and the weight tables of the whole extent.
-  constexpr double kMaxResizedBytes = double(int64_t{1} << 31);
+  // Its pixels (and the weight tables of the whole extent), in double: no overflow.
   if (static_cast<double>(out_h) * static_cast<double>(out_w) * static_cast<double>(d.c) *
-          static_cast<double>(DTypeSize(in.dtype)) > kMaxResizedBytes) {
+          static_cast<double>(DTypeSize(in.dtype)) > static_cast<double>(kMaxImageBytes)) {
     return arrow::Status::Invalid("resizing the ", d.h, "x", d.w, " image to ", out_h, "x",
                                   out_w, " would exceed the 2 GiB limit of an image");
   }

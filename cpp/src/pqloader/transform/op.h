@@ -21,6 +21,10 @@
 
 namespace pqloader {
 
+/// The most bytes an image may take, decoded (a corrupt or hostile header) or resized
+/// (a 1xN PNG of 100 bytes resized to 256 x 256N).
+constexpr int64_t kMaxImageBytes = int64_t{1} << 31;
+
 /// Where a sample is in the epoch: the key of every random draw.
 struct SampleContext {
   uint64_t seed = 0;
