@@ -46,6 +46,7 @@
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
+#include "pqloader/util/fork_gate.h"
 
 #include "gil.h"
 
@@ -1096,6 +1097,9 @@ class PyMixStream {
 NB_MODULE(_core, m) {
   using pqloader::PyLoader;
   if (_import_array() < 0) throw nb::python_error();
+  // Fork handlers from the start: the Arrow loaded with us has jemalloc, whose data every
+  // thread that forks gets (see fork_gate.cc, ClearInheritedThreadData).
+  pqloader::fork_gate::Install();
   m.doc() = "pqloader engine (C++). Use the public API in `pqloader`.";
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

@@ -1,10 +1,17 @@
 #include "pqloader/util/fork_gate.h"
 
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +26,7 @@ struct Gate {
   std::condition_variable forked;  // the fork is done (in the parent)
   bool forking = false;
   int inside = 0;
+  int threads_at_fork = 0;  // the process's threads when it forked (0: unknown)
   std::vector<std::pair<void (*)(), void (*)()>> locks;
 };
 
@@ -37,11 +45,73 @@ Gate& TheGate() {
   return *gate;
 }
 
+// The process's threads now, from /proc/self/stat (its 20th field); 0 if unknown.
+int ThreadsInProcess() {
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the name (field 2) may hold spaces
+  if (p == nullptr) return 0;
+  for (int field = 2; field < 20 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
+  return p == nullptr ? 0 : std::atoi(p + 1);
+}
+
+// In a forked child, clear what threads made on the stacks of the parent's other threads
+// would inherit. glibc's child moves those stacks into its cache and clears their
+// thread-specific values only where the thread had any pending; a thread that was
+// running its key destructors at the fork has none pending (the flag is reset at each
+// round's start) while the keys not yet reached still hold values. The next thread made
+// on that stack started with them, and at its exit their destructors ran on the dead
+// thread's data: jemalloc's, which every thread that forks has (its fork handlers fetch
+// it), on a TLS block glibc had freed and handed out again, corrupting the heap (seen in
+// DataLoader workers forked while a thread that had forked others was exiting). So as
+// many threads as the parent had others are made at once — each takes a cached stack —,
+// clear every value they started with, and exit; glibc clears them properly on exit.
+// `threads_at_fork` counts the forking thread; 0 if unknown. A few more are made for
+// threads the parent made between the count and the fork.
+void ClearInheritedThreadData(int threads_at_fork) {
+  if (threads_at_fork == 1) return;  // the parent had no other thread
+  const int n = threads_at_fork > 1 ? std::min(threads_at_fork - 1 + 4, 1024) : 64;
+  std::mutex mu;
+  std::condition_variable cv;
+  int cleared = 0;
+  bool go = false;
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    try {
+      threads.emplace_back([&] {
+        for (pthread_key_t k = 0; k < PTHREAD_KEYS_MAX; ++k) {
+          if (pthread_getspecific(k) != nullptr) pthread_setspecific(k, nullptr);
+        }
+        std::unique_lock<std::mutex> lock(mu);
+        ++cleared;
+        cv.notify_all();
+        cv.wait(lock, [&] { return go; });  // alive until all took their stacks
+      });
+    } catch (...) {
+      break;  // no more threads: those made still clear theirs
+    }
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return cleared == static_cast<int>(threads.size()); });
+    go = true;
+  }
+  cv.notify_all();
+  for (auto& t : threads) t.join();
+}
+
 void Prepare() {
   Gate& g = TheGate();
   std::unique_lock<std::mutex> lock(g.mu);
   g.forking = true;
   g.left.wait_for(lock, kForkWait, [&] { return g.inside == 0; });
+  g.threads_at_fork = ThreadsInProcess();
   for (const auto& l : g.locks) l.first();
   lock.release();  // held through the fork
 }
@@ -62,7 +132,9 @@ void AfterInChild() {
   // Threads of the parent may have been waiting on them: new ones.
   new (&g.left) std::condition_variable();
   new (&g.forked) std::condition_variable();
+  const int threads_at_fork = g.threads_at_fork;
   g.mu.unlock();
+  ClearInheritedThreadData(threads_at_fork);
 }
 
 }  // namespace
@@ -88,6 +160,8 @@ void AddLock(void (*lock)(), void (*unlock)()) {
   std::lock_guard<std::mutex> guard(g.mu);
   g.locks.emplace_back(lock, unlock);
 }
+
+void Install() { TheGate(); }
 
 int TasksInside() {
   Gate& g = TheGate();

@@ -3,7 +3,9 @@
 // request, and a child, which lacks the thread, would wait for that lock forever on its
 // first S3 access) delays a fork until it leaves, up to kForkWait; no task enters while
 // the process forks. Locks that must be held across fork() (so that the child never
-// inherits one held by a thread it lacks) are taken after the tasks left (AddLock).
+// inherits one held by a thread it lacks) are taken after the tasks left (AddLock). In
+// the child, the thread-specific values that glibc leaves on the cached stacks of the
+// parent's threads are cleared before anything else makes a thread (fork_gate.cc).
 // Thread-safety: all functions may be called from any thread.
 #pragma once
 
@@ -30,6 +32,10 @@ class Inside {
 /// Call `lock` when the process forks, after the tasks left the gate, and `unlock` in
 /// both processes after the fork (in the reverse order of the calls to AddLock).
 void AddLock(void (*lock)(), void (*unlock)());
+
+/// Register the fork handlers now (they are registered at the first use of any function
+/// here otherwise). The library calls it when it is loaded.
+void Install();
 
 /// Tasks inside the gate now (for tests).
 int TasksInside();

@@ -1,12 +1,14 @@
 #include "pqloader/util/fork_gate.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 namespace pqloader {
 namespace {
@@ -45,6 +47,55 @@ TEST(ForkGate, AForkWaitsForTheTasksInsideAndTheChildStartsWithNone) {
   EXPECT_EQ(lock_calls.load(), 1);
   EXPECT_EQ(unlock_calls.load(), 1);  // in this process (the child's call is its own)
   EXPECT_EQ(fork_gate::TasksInside(), 0);
+}
+
+// The stale thread-specific data of a thread that was exiting when the process forked:
+// glibc's child moves the thread's stack into its cache without clearing the values its
+// destructors had not reached yet, and a thread made on that stack in the child started
+// with them (seen: jemalloc's per-thread data of a freed TLS block, whose destructor then
+// corrupted the heap at that thread's exit). After the fork, no new thread has a value.
+std::atomic<bool> in_first_destructor{false}, forked{false};
+void WaitForTheFork(void*) {
+  in_first_destructor = true;
+  while (!forked) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+void Ignore(void*) {}
+
+TEST(ForkGate, AThreadMadeInTheChildHasNoValueOfAThreadThatWasExitingAtTheFork) {
+  fork_gate::Install();
+  pthread_key_t first, second;  // destructors run in key order: first, then second
+  ASSERT_EQ(pthread_key_create(&first, &WaitForTheFork), 0);
+  ASSERT_EQ(pthread_key_create(&second, &Ignore), 0);
+  static int value = 0;
+  std::thread exiting([&] {
+    pthread_setspecific(first, &value);
+    pthread_setspecific(second, &value);
+  });
+  while (!in_first_destructor) std::this_thread::yield();
+  const pid_t pid = fork();  // the thread is inside its first key's destructor
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Threads alive at once take distinct stacks: one of them would get the stack of
+    // the thread that was exiting.
+    std::atomic<int> stale{0}, started{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+      threads.emplace_back([&] {
+        if (pthread_getspecific(second) != nullptr) ++stale;
+        ++started;
+        while (started.load() < 8) std::this_thread::yield();
+      });
+    }
+    for (auto& t : threads) t.join();
+    _exit(stale.load() == 0 ? 0 : 1);
+  }
+  forked = true;
+  exiting.join();
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  pthread_key_delete(first);
+  pthread_key_delete(second);
 }
 
 }  // namespace
