@@ -5,7 +5,8 @@
 // the process forks. Locks that must be held across fork() (so that the child never
 // inherits one held by a thread it lacks) are taken after the tasks left (AddLock). In
 // the child, the thread-specific values that glibc leaves on the cached stacks of the
-// parent's threads are cleared before anything else makes a thread (fork_gate.cc).
+// parent's threads are cleared by the child fork handler (fork_gate.cc), before the
+// forking code goes on.
 // Thread-safety: all functions may be called from any thread.
 #pragma once
 
