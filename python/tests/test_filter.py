@@ -428,3 +428,30 @@ def test_the_string_syntax_takes_uint64_literals_and_refuses_comparisons_with_no
     with pytest.raises(ValueError, match="compare with None by 'is None'"):  # kept no row, silently
         pqloader.Loader(str(tmp_path), filter="x == None")
     assert loaded_ids(tmp_path, "x is None")[0].tolist() == [0, 2]
+
+
+def test_files_that_differ_only_in_their_arrow_string_types_filter_each_with_its_own(tmp_path):
+    """string in one file, large_string in another (pyarrow and Polars write them so; the
+    Parquet schemas are equal): a Predicate saw the second file's int64 offsets as int32
+    and kept wrong rows, an expression filter failed to bind; dictionary vs plain too."""
+    d = tmp_path / "drift"
+    d.mkdir()
+    pq.write_table(pa.table({"id": [0, 1], "x": pa.array(["a", "bb"])}), d / "p0.parquet")
+    pq.write_table(pa.table({"id": [2, 3, 4, 5],
+                             "x": pa.array(["ccc", "", "a", "dd"], pa.large_string())}), d / "p1.parquet")
+    pq.write_table(pa.table({"id": [6, 7], "x": pa.array(["a", "e"]).dictionary_encode()}),
+                   d / "p2.parquet")
+    pq.write_table(pa.table({"id": [8, 9], "x": pa.array(["a", "ff"], pa.large_string())}),
+                   d / "p3.parquet")
+    every = pads.dataset(str(d)).to_table(columns=["id"])["id"].to_pylist()
+    assert every == list(range(10))
+
+    def ids(filter_):
+        loader = pqloader.Loader(str(d), columns=["id"], filter=filter_, batch_size=3, num_workers=1)
+        return sorted(v for b in loader for v in b["id"].tolist())
+
+    for value, want in (("a", [0, 4, 6, 8]), ("", [3]), ("dd", [5])):
+        def equal(batch, value=value):
+            return pc.equal(batch.column(0).cast(pa.large_string()), value)
+        assert ids(pqloader.Predicate(["x"], equal)) == want, value
+        assert ids(pc.field("x") == value) == want, value

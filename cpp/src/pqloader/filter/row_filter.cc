@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <arrow/array.h>
 #include <arrow/array/concatenate.h>
@@ -254,6 +255,16 @@ class Evaluator {
     std::vector<uint8_t> keep(static_cast<size_t>(n), 1);
     std::map<std::string, std::shared_ptr<arrow::Array>> columns;
     ARROW_RETURN_NOT_OK(ReadColumns(file, split, *view, where, &columns, bytes_read));
+    // A column must be of its view's type: a batch made with another would read its
+    // buffers as that type.
+    for (const auto& field : view->schema->fields()) {
+      const auto& column = columns[field->name()];
+      if (column != nullptr && !column->type()->Equals(*field->type())) {
+        return MakeError(ErrorKind::kInvalidData, "cannot filter ", where, ": column '",
+                         field->name(), "' was read as ", column->type()->ToString(),
+                         ", not as its schema's ", field->type()->ToString());
+      }
+    }
     if (!IsLiteralTrue(expr)) {
       arrow::ArrayVector values;
       for (const auto& field : view->schema->fields()) values.push_back(columns[field->name()]);
@@ -299,10 +310,19 @@ class Evaluator {
   arrow::Result<std::shared_ptr<parquet::arrow::SchemaManifest>> ManifestOf(size_t f) {
     const DataFile& file = dataset_.files()[f];
     const parquet::SchemaDescriptor* descr = file.schema();
+    // The Arrow schema a writer stored: string and large_string (binary, large_binary;
+    // dictionary or not) share a Parquet schema and differ only there. A manifest of
+    // another file read these columns as the first file's types (int64 offsets as int32).
+    const auto& kv = file.key_value_metadata();
+    std::string arrow_schema;
+    if (kv != nullptr) {
+      const int i = kv->FindKey("ARROW:schema");
+      if (i >= 0) arrow_schema = kv->value(i);
+    }
     MutexLock lock(mu_);
     // Files of one dataset mostly share a schema: derive each distinct one once.
-    for (const auto& [d, m] : manifests_) {
-      if (d == descr || d->Equals(*descr)) return m;
+    for (const auto& [d, stored, m] : manifests_) {
+      if ((d == descr || d->Equals(*descr)) && stored == arrow_schema) return m;
     }
     auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
     auto st = parquet::arrow::SchemaManifest::Make(descr, file.key_value_metadata(),
@@ -313,7 +333,7 @@ class Evaluator {
                        "': cannot derive an Arrow schema from its Parquet schema: ",
                        st.message());
     }
-    manifests_.emplace_back(descr, manifest);
+    manifests_.emplace_back(descr, std::move(arrow_schema), manifest);
     return manifest;
   }
 
@@ -566,8 +586,9 @@ class Evaluator {
   std::map<std::string, std::shared_ptr<arrow::DataType>> key_types_, fallback_;
   std::map<std::string, int> key_index_;
   Mutex mu_;
-  std::vector<std::pair<const parquet::SchemaDescriptor*,
-                        std::shared_ptr<parquet::arrow::SchemaManifest>>>
+  // Per distinct (Parquet schema, stored Arrow schema): the manifest.
+  std::vector<std::tuple<const parquet::SchemaDescriptor*, std::string,
+                         std::shared_ptr<parquet::arrow::SchemaManifest>>>
       manifests_ PQ_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<FileView>> views_ PQ_GUARDED_BY(mu_);
   std::map<std::string, cp::Expression> bound_ PQ_GUARDED_BY(mu_);
@@ -607,8 +628,10 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
   // v2: floating-point statistics and those of one-leaf nested columns no longer used
   // (v1 selections could keep NaN rows, or misjudge lists and structs). v3: none of
   // dictionary columns nor for filters with a NaN literal, INT96 dates range-checked
-  // (v2 selections could be wrong there).
-  std::string id = "filter-v3|" + options.serialized_expression;
+  // (v2 selections could be wrong there). v4: files that differ only in their stored
+  // Arrow schema (string and large_string) filtered each with its own types (v3 read
+  // them as the first such file's).
+  std::string id = "filter-v4|" + options.serialized_expression;
   for (const auto& f : dataset.files()) {
     id.append("|").append(f.display).append(":").append(std::to_string(f.size)).append(":");
     id.append(std::to_string(f.mtime_ns)).append(":").append(f.footer_hash);
