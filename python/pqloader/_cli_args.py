@@ -69,6 +69,11 @@ def _parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:
                              f"{', '.join(sorted(known))}")
         if any(k.arg is None for k in call.keywords):
             raise ValueError(f"--transform {spec!r}: **kwargs are not accepted")
+        names = [k.arg for k in call.keywords]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # Python refuses this; the dict below kept the last silently
+            raise ValueError(f"--transform {spec!r}: {call.func.id}: keyword argument "
+                             f"{repeated[0]!r} repeated")
         args = [_literal(a, text) for a in call.args]
         kwargs = {k.arg: _literal(k.value, text) for k in call.keywords}
         try:

@@ -709,7 +709,8 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
 
     Raises:
         TypeError: A fill of the wrong kind, naming the column, its type and the value.
-        ValueError: A numeric fill the column's dtype cannot hold.
+        ValueError: A numeric fill the column's dtype cannot hold, or a bytes fill of a
+            str column that is not valid UTF-8.
     """
     if fill_null is None:
         return
@@ -736,6 +737,15 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
         kind, dtype = _column_kind(columns[name])
         if kind == "number" and dtype is not None:
             _check_numeric_fill(where, name, value, np.dtype(dtype))
+        if dtype is None and kind == "str" and isinstance(value, bytes) and \
+                columns[name].get("dtype") == "str":
+            # A str column's values are validated as UTF-8 when decoded: a bytes fill that
+            # is not would be reported there as the file's data (naming a row that is null).
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{where}={value!r} is not valid UTF-8, but column {name!r} holds "
+                                 "str: give a str, or pass strings=\"bytes\"") from None
 
 
 def _check_numeric_fill(where: str, name: str, value: Any, dtype: np.dtype) -> None:

@@ -20,6 +20,7 @@ torchvision's functional ops on HWC uint8 images.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 
@@ -43,10 +44,43 @@ class Op:
         return isinstance(other, Op) and self._spec() == other._spec()
 
 
+# Largest image side an op may ask for: the engine converts sizes through a double to
+# int64 (10**20 was undefined behaviour, 2**62 an error only when the first row came).
+_MAX_SIDE = 2**31 - 1
+
+
+def _int(name: str, value: Any, high: int | None = _MAX_SIDE) -> int:
+    """A positive whole number: an int or NumPy integer, not a bool (True is not 1 pixel)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value <= 0 or high is not None and value > high:
+        raise ValueError(f"{name} must be a positive int{'' if high is None else f' up to {high}'}, "
+                         f"got {value}")
+    return value
+
+
+def _real(name: str, value: Any) -> float:
+    """A finite-or-not real number (int, float or NumPy scalar), not a str or bool."""
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
+def _reals(name: str, values: Any, length: int | None = None) -> list[float]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of numbers, got {values!r}")
+    out = [_real(name, v) for v in values]
+    if length is not None and len(out) != length:
+        raise ValueError(f"{name} must hold {length} numbers, got {values!r}")
+    return out
+
+
 def _size(size: int | Sequence[int]) -> list[int]:
-    if isinstance(size, int):
-        return [size, size]
-    size = [int(s) for s in size]
+    if isinstance(size, numbers.Integral) or isinstance(size, (str, bytes)) \
+            or not hasattr(size, "__iter__"):
+        return [_int("size", size)] * 2
+    size = [_int("size", s) for s in size]
     if len(size) == 1:
         return size * 2
     if len(size) != 2:
@@ -96,9 +130,7 @@ class Resize(Op):
     name = "Resize"
 
     def __init__(self, size: int) -> None:
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"size must be a positive int (the shorter side), got {size!r}")
-        super().__init__(size=size)
+        super().__init__(size=_int("size (the shorter side)", size))
 
 
 class CenterCrop(Op):
@@ -118,8 +150,8 @@ class RandomResizedCrop(Op):
 
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
                  ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
-        super().__init__(size=_size(size), scale=[float(s) for s in scale],
-                         ratio=[float(r) for r in ratio])
+        super().__init__(size=_size(size), scale=_reals("scale", scale, 2),
+                         ratio=_reals("ratio", ratio, 2))
 
 
 class RandomHorizontalFlip(Op):
@@ -129,7 +161,7 @@ class RandomHorizontalFlip(Op):
     random = True
 
     def __init__(self, p: float = 0.5) -> None:
-        super().__init__(p=float(p))
+        super().__init__(p=_real("p", p))
 
 
 class Normalize(Op):
@@ -138,7 +170,7 @@ class Normalize(Op):
     name = "Normalize"
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__(mean=[float(m) for m in mean], std=[float(s) for s in std])
+        super().__init__(mean=_reals("mean", mean), std=_reals("std", std))
 
 
 class ToCHW(Op):
@@ -155,6 +187,8 @@ class Cast(Op):
     def __init__(self, dtype: Any) -> None:
         import numpy as np
 
+        if dtype is None:  # np.dtype(None) is float64
+            raise TypeError("dtype must be a NumPy dtype or its name, got None")
         super().__init__(dtype=np.dtype(dtype).name)
 
 
@@ -187,8 +221,13 @@ class PadOrTruncate(Op):
     name = "PadOrTruncate"
 
     def __init__(self, length: int, pad: float = 0, side: str = "right", truncation: str = "right") -> None:
-        if not isinstance(length, int) or length <= 0:
-            raise ValueError(f"length must be a positive int, got {length!r}")
+        length = _int("length", length, None)  # the engine bounds it (2^40)
+        # A NumPy scalar pad as a Python number, so the Loader's check that it fits the
+        # column's dtype sees it (np.int64(300) in uint8 had been written as 44); a str
+        # had been taken as 0.
+        if isinstance(pad, (str, bytes)) or not isinstance(pad, numbers.Real):
+            raise TypeError(f"pad must be a number, got {pad!r} ({type(pad).__name__})")
+        pad = pad.item() if hasattr(pad, "item") else pad
         for arg, v in (("side", side), ("truncation", truncation)):
             if v not in ("left", "right"):
                 raise ValueError(f"{arg} must be 'left' or 'right', got {v!r}")

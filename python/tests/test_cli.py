@@ -199,6 +199,8 @@ def test_transform_spec_parses_ops_as_written_in_python():
     ("Cast('float32')", "COLUMN="), ("x=", "COLUMN="), ("x=Bogus()", "unknown op 'Bogus'"),
     ("x=Cast(open('f'))", "literals"), ("x=Cast(", "not a list of ops"),
     ("x=os.system('true')", "Name(args)"), ("x=Cast(1, 2, 3)", "Cast"),
+    # Python refuses a repeated keyword; the parser had kept the last one (size=3).
+    ("x=Resize(size=2, size=3)", "keyword argument 'size' repeated"),
 ])
 def test_bad_transform_specs_are_refused(spec, message):
     from pqloader._cli_args import parse_transforms

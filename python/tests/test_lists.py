@@ -195,3 +195,16 @@ def test_a_padded_length_beyond_2_40_is_refused_not_written_past_the_batch(tmp_p
         list(pqloader.Loader(str(tmp_path), batch_size=64, lists={"l": pad}))
     with pytest.raises(ValueError, match=r"whole length in \[1, 2\^40\]"):
         list(pqloader.Loader(str(tmp_path), batch_size=64, transforms={"l": [T.PadOrTruncate(2**41)]}))
+
+
+@pytest.mark.parametrize("mode, extra", [("ragged", "x_offsets"), (pqloader.Pad(), "x_length")])
+def test_lists_extra_column_clashing_with_a_dataset_column_is_refused(tmp_path, mode, extra):
+    # The batch (a dict) kept one of the two: the file's column was handed out as the
+    # offsets (lengths) of x, silently.
+    path = tmp_path / "clash.parquet"
+    pq.write_table(pa.table({"x": pa.array([[1], [2, 3]]), extra: pa.array([7, 8])}), path)
+    with pytest.raises(pqloader.InvalidDataError, match=repr(extra)):
+        pqloader.Loader(str(path), lists={"x": mode}, batch_size=2)
+    loader = pqloader.Loader(str(path), columns=["x"], lists={"x": mode}, batch_size=2)
+    batch = next(iter(loader))
+    assert batch[extra].tolist() == ([0, 1, 3] if mode == "ragged" else [1, 2])

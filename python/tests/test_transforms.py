@@ -868,3 +868,59 @@ def test_small_resize_targets_stay_within_the_dct_tolerance(name, size, target):
     got = apply([T.DecodeImage(), T.Resize(target)], data)
     assert got.shape == reference.shape
     assert np.abs(got.astype(int) - reference.astype(int)).mean() < DCT_MEAN_DIFF
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: T.Resize(True), TypeError),                   # was a 1-pixel resize
+    (lambda: T.CenterCrop(True), TypeError),
+    (lambda: T.PadOrTruncate(True), TypeError),
+    (lambda: T.CenterCrop("12"), TypeError),               # was size (1, 2)
+    (lambda: T.CenterCrop((2.7, 3)), TypeError),           # was silently 2
+    (lambda: T.Normalize("12", "34"), TypeError),          # was mean [1, 2]
+    (lambda: T.RandomHorizontalFlip("0.5"), TypeError),
+    (lambda: T.RandomResizedCrop(8, scale=(0.5,)), ValueError),
+    (lambda: T.Cast(None), TypeError),                      # was float64
+    (lambda: T.PadOrTruncate(4, pad="x"), TypeError),       # was pad 0
+    (lambda: T.Resize(10**20), ValueError),                 # was UB (double -> int64) in C++
+    (lambda: T.CenterCrop(2**62), ValueError),              # was an error at the first row
+])
+def test_wrong_kinds_and_sizes_of_parameters_are_refused(make, error):
+    with pytest.raises(error):
+        make()
+
+
+def test_numpy_scalar_parameters_are_taken_and_a_numpy_pad_is_checked(tmp_path):
+    assert T.Resize(np.int64(3)) == T.Resize(3)
+    assert T.CenterCrop(np.int32(3)) == T.CenterCrop(3)
+    assert T.PadOrTruncate(np.int64(3)) == T.PadOrTruncate(3)
+    pq.write_table(pa.table({"l": pa.array([[1, 2]] * 4, pa.list_(pa.uint8()))}), tmp_path / "l.parquet")
+    # np.int64(300) skipped the check that the pad fits the column: written as 44.
+    with pytest.raises(ValueError, match="does not fit"):
+        pqloader.Loader(str(tmp_path), transforms={"l": [T.PadOrTruncate(4, pad=np.int64(300))]})
+    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=4,
+                                      transforms={"l": [T.PadOrTruncate(4, pad=np.uint8(7))]})))
+    assert batch["l"][0].tolist() == [1, 2, 7, 7]
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_ops_that_cannot_take_a_column_are_refused_when_the_loader_is_made(tmp_path, policy):
+    """Resize of uint16 pixels, an image op on a 1-D column, three means for a gray
+    image: refused by Loader(...), naming the column; they failed at the first row, and
+    with on_decode_error='skip' every row was skipped (batches of 0 rows all epoch)."""
+    path = tmp_path / "t.parquet"
+    u16 = np.arange(2 * 4 * 6 * 3, dtype=np.uint16).reshape(2, 4, 6, 3)
+    gray = np.zeros((2, 4, 6), np.uint8)
+    table = pa.table({"u16img": pa.FixedShapeTensorArray.from_numpy_ndarray(u16),
+                      "gray": pa.FixedShapeTensorArray.from_numpy_ndarray(gray),
+                      "vec": pa.array([[1.0, 2.0], [3.0]])})
+    pq.write_table(table, path)
+    cases = {"u16img": [T.Resize(2)], "vec": [T.RandomHorizontalFlip(1.0)],
+             "gray": [T.Normalize([0.5, 0.5, 0.5], [0.2, 0.2, 0.2])]}
+    for column, ops in cases.items():
+        with pytest.raises(pqloader.UnsupportedTypeError, match=f"column '{column}'"):
+            pqloader.Loader(str(path), columns=[column], transforms={column: ops},
+                            on_decode_error=policy, batch_size=2)
+    # What the data decides stays with the data: these load.
+    ok = pqloader.Loader(str(path), columns=["gray"], transforms={"gray": [T.Normalize([0.5], [0.2])]},
+                         on_decode_error=policy, batch_size=2)
+    assert next(iter(ok))["gray"].shape == (2, 4, 6)

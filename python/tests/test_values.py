@@ -536,6 +536,18 @@ def test_per_column_fill_null_dict(nulls_ds):
     assert got["label"] == ["a", "b", "<missing>", "d", "e", "f"]
 
 
+def test_bytes_fill_null_of_a_string_column_must_be_utf8(nulls_ds):
+    # Refused when made, naming the argument, not at decode as the file's "row 2" data.
+    with pytest.raises(ValueError, match=r"fill_null\['label'\].*not valid UTF-8") as ei:
+        pqloader.Loader(str(nulls_ds), columns=["label"], batch_size=4, fill_null={"label": b"\xff"})
+    assert not isinstance(ei.value, pqloader.InvalidDataError)
+    got = collect(pqloader.Loader(str(nulls_ds), columns=["label"], batch_size=4, fill_null=b"\xc3\xa9"))
+    assert got["label"] == ["a", "b", "\u00e9", "d", "e", "f"]
+    got = collect(pqloader.Loader(str(nulls_ds), columns=["label"], batch_size=4, strings="bytes",
+                                  fill_null=b"\xff"))
+    assert got["label"][2] == b"\xff"
+
+
 def test_fill_null_dict_without_an_entry_for_a_null_column_still_raises(nulls_ds):
     with pytest.raises(pqloader.InvalidDataError, match="cnt"):
         collect(pqloader.Loader(str(nulls_ds), columns=["x", "cnt"], batch_size=4, fill_null={"x": 0.0}))

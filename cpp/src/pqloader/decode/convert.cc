@@ -322,6 +322,13 @@ class TensorWriter {
       case arrow::Type::FIXED_SIZE_LIST: {
         const auto& list = static_cast<const arrow::FixedSizeListArray&>(arr);
         const int64_t size = list.list_type()->list_size();
+        // A fixed-size list read for a list column (files that differ: the spec's level is
+        // a list): its rows have `size` elements, checked or counted as a list's would be.
+        if (ragged_ && level == 0) {
+          row_elements_.insert(row_elements_.end(), static_cast<size_t>(n), size);
+        } else if (n > 0) {
+          ARROW_RETURN_NOT_OK(CheckLength(level, size));
+        }
         auto child = list.values()->Slice(list.value_offset(0), n * size);
         const int64_t start = out_.length();
         ARROW_RETURN_NOT_OK(Append(*child, level + 1));
@@ -391,10 +398,17 @@ class TensorWriter {
     const arrow::Array* a = array.chunk(0).get();
     int64_t begin = 0, count = a->length();
     if (a->null_count() != 0) return false;
-    // Descend through fixed-size lists with no nulls to the primitive values.
+    // Descend through fixed-size lists with no nulls to the primitive values. A level the
+    // spec has as a list (files that differ) takes the fixed size; a ragged one, or one
+    // of another length, is left to Append (which counts or refuses it).
+    size_t level = 0;
     while (a->type_id() == arrow::Type::FIXED_SIZE_LIST) {
       const auto& list = static_cast<const arrow::FixedSizeListArray&>(*a);
       const int64_t size = list.list_type()->list_size();
+      if (level >= shape_.size() || (ragged_ && level == 0)) return false;
+      if (shape_[level] >= 0 && shape_[level] != size) return false;
+      if (shape_[level] < 0 && count > 0) shape_[level] = size;
+      ++level;
       begin = (list.offset() + begin) * size;
       count *= size;
       a = list.values().get();

@@ -54,6 +54,24 @@ int HeightAxis(const SampleSignature& s) {
   return s.shape->size() == 3 && s.channels_first ? 1 : 0;
 }
 
+// What Dims (and ResizeImage, when `resizes`) refuse for every sample `in` describes,
+// found before any data (Op::CheckInput).
+arrow::Status CheckImageInput(const SampleSignature& in, const char* op, bool resizes) {
+  if (in.shape.has_value() && in.shape->size() != 2 && in.shape->size() != 3) {
+    return arrow::Status::Invalid(op, " needs an image (HWC, CHW or HW), got rows of shape ",
+                                  ShapeToString(*in.shape));
+  }
+  if (resizes && in.channels_first) {
+    return arrow::Status::Invalid("resize an image before ToCHW (it expects HWC)");
+  }
+  if (resizes && in.dtype.has_value() && *in.dtype != DType::kUInt8 &&
+      *in.dtype != DType::kFloat32) {
+    return arrow::Status::Invalid(op, " supports uint8 and float32 images, got ",
+                                  DTypeName(*in.dtype));
+  }
+  return arrow::Status::OK();
+}
+
 // The signature of an image op's output of `h` x `w` pixels (-1: depends on the data)
 // for input `in`: its dtype, rank and channel axis; no shape unless `in` is an image.
 SampleSignature ImageSignature(const SampleSignature& in, int64_t h, int64_t w) {
@@ -423,6 +441,9 @@ std::string Join(const std::vector<double>& v, bool exact = false) {
 
 class ResizeOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckImageInput(in, "Resize", true);
+  }
   explicit ResizeOp(int64_t size) : size_(size) {}
   std::string ToString() const override { return "Resize(size=" + std::to_string(size_) + ")"; }
   int64_t size() const { return size_; }
@@ -485,6 +506,9 @@ CropBox CenterBox(int64_t crop_h, int64_t crop_w, int64_t h, int64_t w) {
 
 class CenterCropOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckImageInput(in, "CenterCrop", false);
+  }
   CenterCropOp(int64_t h, int64_t w) : h_(h), w_(w) {}
   std::string ToString() const override {
     return "CenterCrop(size=[" + std::to_string(h_) + ", " + std::to_string(w_) + "])";
@@ -508,6 +532,9 @@ class CenterCropOp : public Op {
 // (the same values; each output pixel of a resize depends only on its position).
 class ResizeCenterCropOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckImageInput(in, "Resize", true);
+  }
   ResizeCenterCropOp(std::shared_ptr<const ResizeOp> resize, std::shared_ptr<const CenterCropOp> crop)
       : resize_(std::move(resize)), crop_(std::move(crop)) {}
   // The two ops' texts, so fingerprints (states, cache keys) equal the unfused ones'.
@@ -537,6 +564,9 @@ class ResizeCenterCropOp : public Op {
 
 class RandomResizedCropOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckImageInput(in, "RandomResizedCrop", true);
+  }
   RandomResizedCropOp(int64_t h, int64_t w, std::vector<double> scale, std::vector<double> ratio)
       : h_(h), w_(w), scale_(std::move(scale)), ratio_(std::move(ratio)) {}
   std::string ToString() const override {
@@ -563,6 +593,9 @@ class RandomResizedCropOp : public Op {
 
 class RandomHorizontalFlipOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckImageInput(in, "RandomHorizontalFlip", false);
+  }
   explicit RandomHorizontalFlipOp(double p) : p_(p) {}
   std::string ToString() const override {
     std::ostringstream out;
@@ -626,6 +659,17 @@ SampleSignature ChannelsFirst(const SampleSignature& in) {
 
 class NormalizeOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    ARROW_RETURN_NOT_OK(CheckImageInput(in, "Normalize", false));
+    if (!in.shape.has_value() || mean_.size() == 1) return arrow::Status::OK();
+    const auto& shape = *in.shape;
+    const int64_t c = shape.size() == 2 ? 1 : in.channels_first ? shape[0] : shape[2];
+    if (c >= 0 && static_cast<int64_t>(mean_.size()) != c) {
+      return arrow::Status::Invalid("Normalize has ", mean_.size(), " means for an image with ",
+                                    c, " channels");
+    }
+    return arrow::Status::OK();
+  }
   NormalizeOp(std::vector<double> mean, std::vector<double> std, bool to_chw)
       : mean_(std::move(mean)), std_(std::move(std)), to_chw_(to_chw) {}
   std::string ToString() const override {
@@ -708,6 +752,9 @@ void Transpose(const uint8_t* src_bytes, int64_t plane, int64_t channels, uint8_
 
 class ToCHWOp : public Op {
  public:
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckImageInput(in, "ToCHW", false);
+  }
   std::string ToString() const override { return "ToCHW()"; }
   SampleSignature OutputSignature(const SampleSignature& in) const override {
     return ChannelsFirst(in);
@@ -900,12 +947,20 @@ arrow::Result<SampleTensor> ResizeImage(const SampleTensor& in, const CropBox& b
 // `x < 0 || x > 1` let it through (a flip that never flipped, a NaN std).
 bool Positive(double v) { return std::isfinite(v) && v > 0; }
 
+// The largest image side an op may ask for (a size is a double until it is checked).
+constexpr int64_t kMaxImageSide = 2147483647;
+
 arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const OpParams& p) {
   auto size2 = [&](const char* what) -> arrow::Result<std::pair<int64_t, int64_t>> {
     auto v = p.List("size", {});
     if (v.size() == 1) v.push_back(v[0]);
     if (v.size() != 2 || !Positive(v[0]) || !Positive(v[1])) {
       return arrow::Status::Invalid(what, " needs size=N or size=(height, width) > 0");
+    }
+    // Before the cast: 1e20 was undefined behaviour.
+    const double most = static_cast<double>(kMaxImageSide);
+    if (v[0] > most || v[1] > most) {
+      return arrow::Status::Invalid(what, " size must be at most ", kMaxImageSide);
     }
     return std::make_pair(static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]));
   };
@@ -915,6 +970,9 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
   if (name == "Resize") {
     const double size = p.Number("size", 0);
     if (!Positive(size)) return arrow::Status::Invalid("Resize needs size > 0 (the shorter side)");
+    if (size > static_cast<double>(kMaxImageSide)) {
+      return arrow::Status::Invalid("Resize size must be at most ", kMaxImageSide);
+    }
     return std::make_shared<ResizeOp>(static_cast<int64_t>(size));
   }
   if (name == "CenterCrop") {
@@ -953,6 +1011,15 @@ arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const O
     }
     for (double m : mean) {
       if (!std::isfinite(m)) return arrow::Status::Invalid("Normalize mean must be finite");
+    }
+    // The op multiplies by 1/std and adds -mean/std in float32 (as torchvision computes
+    // in the image's float32): factors that do not fit made every pixel inf or NaN.
+    for (size_t k = 0; k < std.size(); ++k) {
+      const double mul = 1.0 / std[k], add = -mean[k] / std[k];
+      if (!std::isfinite(static_cast<float>(mul)) || !std::isfinite(static_cast<float>(add))) {
+        return arrow::Status::Invalid("Normalize mean ", mean[k], " and std ", std[k],
+                                      " do not fit float32 (1/std and mean/std must)");
+      }
     }
     return std::make_shared<NormalizeOp>(mean, std, p.Number("to_chw", 0) != 0);
   }

@@ -49,6 +49,12 @@ class Op {
   /// Return what Apply makes of samples described by `in`, as far as it is known before
   /// any data (the dtype and row shape of a batch without rows). Default: nothing.
   virtual SampleSignature OutputSignature(const SampleSignature& /*in*/) const { return {}; }
+  /// Refuse samples described by `in` that Apply would refuse whatever their data (an
+  /// image op on a 1-D column, Resize of uint16 pixels): found when the plan is made, not
+  /// at the first row (where on_decode_error="skip" had skipped every row). Default: OK.
+  virtual arrow::Status CheckInput(const SampleSignature& /*in*/) const {
+    return arrow::Status::OK();
+  }
 };
 
 /// Parameters of an op as given by the user (Python keyword arguments).

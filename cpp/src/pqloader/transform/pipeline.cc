@@ -17,8 +17,8 @@ namespace {
 
 // What the rows of column `spec` are before any data, after `ops` (if any): see
 // TransformPlan::signatures().
-std::optional<SampleSignature> SignatureOf(const ColumnSpec& spec,
-                                           const std::vector<std::shared_ptr<const Op>>* ops) {
+arrow::Result<std::optional<SampleSignature>> SignatureOf(
+    const ColumnSpec& spec, const std::vector<std::shared_ptr<const Op>>* ops) {
   SampleSignature s;
   if (spec.kind == ColumnKind::kTensor) {
     s.dtype = spec.dtype;
@@ -31,7 +31,14 @@ std::optional<SampleSignature> SignatureOf(const ColumnSpec& spec,
     if (spec.kind != ColumnKind::kTensor) return std::nullopt;
     return s;
   }
-  for (const auto& op : *ops) s = op->OutputSignature(s);
+  for (const auto& op : *ops) {
+    const auto st = op->CheckInput(s);
+    if (!st.ok()) {
+      return MakeError(ErrorKind::kUnsupportedType, "transforms: column '", spec.name, "' (",
+                       spec.arrow_type, "): ", op->ToString(), ": ", st.message());
+    }
+    s = op->OutputSignature(s);
+  }
   return s;
 }
 
@@ -222,9 +229,10 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     }
     plan.output_specs_.push_back(spec);
     plan.output_sources_.emplace_back(static_cast<int>(i), Part::kValues);
-    plan.signatures_.push_back(SignatureOf(specs[i], it != plan.columns_.end()
-                                                         ? &it->second.ops
-                                                         : nullptr));
+    ARROW_ASSIGN_OR_RAISE(auto signature,
+                          SignatureOf(specs[i], it != plan.columns_.end() ? &it->second.ops
+                                                                          : nullptr));
+    plan.signatures_.push_back(std::move(signature));
     plan.slot_bytes_.push_back(mode == ColumnCollate::Mode::kAsIs &&
                                        plan.has_suffix(static_cast<int>(i))
                                    ? FixedBytes(plan.signatures_.back())
@@ -232,6 +240,12 @@ arrow::Result<TransformPlan> TransformPlan::Make(
     if (mode == ColumnCollate::Mode::kAsIs) continue;
     ColumnSpec extra;
     extra.name = spec.name + (mode == ColumnCollate::Mode::kPad ? "_length" : "_offsets");
+    if (index_of(extra.name) >= 0) {  // a batch (a dict) would keep one of the two
+      return MakeError(ErrorKind::kInvalidData, "two output columns would be named '",
+                       extra.name, "': lists= (or PadOrTruncate) adds it beside column '",
+                       spec.name, "', and the dataset has a column of that name; leave it "
+                       "out with columns=[...]");
+    }
     extra.kind = ColumnKind::kTensor;
     extra.dtype = DType::kInt64;
     extra.arrow_type = "int64";

@@ -390,6 +390,76 @@ TEST(TransformPlan, UnknownColumnsAndOpsAreRefused) {
   EXPECT_FALSE(MakeOp("Resize", {}).ok());
 }
 
+// What an op refuses whatever the data is refused when the plan is made (it was at the
+// first row, and with on_decode_error="skip" every row was skipped).
+TEST(TransformPlan, OpsRefuseColumnsTheyCannotTakeBeforeAnyData) {
+  OpParams size;
+  size.numbers["size"] = 2;
+  ColumnSpec u16 = ImageSpec();
+  u16.dtype = DType::kUInt16;
+  auto plan = TransformPlan::Make({u16}, {{"img", {Make("Resize", size)}}},
+                                  DecodeErrorPolicy::kSkip);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("uint8 and float32"), std::string::npos)
+      << plan.status().ToString();
+  EXPECT_NE(plan.status().message().find("column 'img'"), std::string::npos);
+  // An image op on a list column (rank 1), before or after other ops.
+  OpParams cast;
+  cast.strings["dtype"] = "float32";
+  EXPECT_FALSE(TransformPlan::Make({ListSpec()}, {{"tok", {Make("Cast", cast), Make("ToCHW")}}},
+                                   DecodeErrorPolicy::kRaise)
+                   .ok());
+  // Normalize's means against the image's channels (one mean goes with any).
+  OpParams three;
+  three.lists["mean"] = {0, 0, 0};
+  three.lists["std"] = {1, 1, 1};
+  EXPECT_FALSE(TransformPlan::Make({ImageSpec()}, {{"img", {Make("Normalize", three)}}},
+                                   DecodeErrorPolicy::kRaise)
+                   .ok());
+  OpParams one;
+  one.lists["mean"] = {0};
+  one.lists["std"] = {1};
+  EXPECT_TRUE(TransformPlan::Make({ImageSpec()}, {{"img", {Make("Normalize", one)}}},
+                                  DecodeErrorPolicy::kRaise)
+                  .ok());
+  // Resize after ToCHW, and what is left to the data: a float32 image resizes.
+  EXPECT_FALSE(TransformPlan::Make({ImageSpec()}, {{"img", {Make("ToCHW"), Make("Resize", size)}}},
+                                   DecodeErrorPolicy::kRaise)
+                   .ok());
+  ColumnSpec f32 = ImageSpec();
+  f32.dtype = DType::kFloat32;
+  EXPECT_TRUE(TransformPlan::Make({f32}, {{"img", {Make("Resize", size)}}},
+                                  DecodeErrorPolicy::kRaise)
+                  .ok());
+}
+
+// Sizes are checked before they become integers (1e20 was undefined behaviour), and a
+// Normalize whose float32 factors overflow is refused (every pixel was inf or NaN).
+TEST(MakeOp, SizesAndNormalizeFactorsAreCheckedBeforeConversion) {
+  OpParams huge;
+  huge.numbers["size"] = 1e20;
+  EXPECT_FALSE(MakeOp("Resize", huge).ok());
+  OpParams huge2;
+  huge2.lists["size"] = {1e20, 2};
+  EXPECT_FALSE(MakeOp("CenterCrop", huge2).ok());
+  EXPECT_FALSE(MakeOp("RandomResizedCrop", huge2).ok());
+  OpParams most;
+  most.numbers["size"] = 2147483647.0;
+  EXPECT_TRUE(MakeOp("Resize", most).ok());
+  OpParams tiny;
+  tiny.lists["mean"] = {0};
+  tiny.lists["std"] = {1e-300};
+  EXPECT_FALSE(MakeOp("Normalize", tiny).ok());
+  OpParams far;
+  far.lists["mean"] = {1e300};
+  far.lists["std"] = {1e-10};
+  EXPECT_FALSE(MakeOp("Normalize", far).ok());
+  OpParams usual;
+  usual.lists["mean"] = {0.485};
+  usual.lists["std"] = {0.229};
+  EXPECT_TRUE(MakeOp("Normalize", usual).ok());
+}
+
 TEST(CounterRng, SampleStreamsDependOnEveryKeyPart) {
   auto first = [](uint64_t seed, int64_t epoch, int64_t sample, int op) {
     auto r = CounterRng::ForSample(seed, epoch, sample, op);
