@@ -249,6 +249,15 @@ class Mixture:
         completed = False
         try:
             while stop is None or epoch < stop:
+                if stop is None and batch == 0 and self.num_batches(epoch) == 0:
+                    # Endless epochs of no batch would spin here forever (as Loader's).
+                    from pqloader._errors import InvalidDataError
+
+                    raise InvalidDataError(
+                        f"mixture epoch {epoch} has no batch (samples_per_epoch below world_size, "
+                        "fewer samples than batch_size with drop_last, or a source of weight > 0 "
+                        "without rows under stop='first'): with num_epochs=None the iteration "
+                        "would never yield; give num_epochs, or other options")
                 then_next = stop is None or epoch + 1 < stop
                 yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
                 epoch, batch = epoch + 1, 0
@@ -403,6 +412,9 @@ class Mixture:
 
         if not isinstance(state, Mapping) or state.get("kind") != "pqloader.mix" \
                 or state.get("version") != STATE_VERSION:
+            if isinstance(state, Mapping) and "kind" not in state and "options" in state:
+                raise InvalidDataError("not a pqloader.mix state: this is a Loader's; a mixture "
+                                       "loads the state_dict() of a mixture")
             raise InvalidDataError(f"not a pqloader.mix state (version {STATE_VERSION})")
         theirs = state.get("config", {})
         if not isinstance(theirs, Mapping):

@@ -304,6 +304,9 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     if not isinstance(state, Mapping):
         raise InvalidDataError(f"not a pqloader state (a dict with version {STATE_VERSION}): "
                                f"got {type(state).__name__} {state!r:.200}")
+    if state.get("kind") == "pqloader.mix":
+        raise InvalidDataError("not a Loader's state: this is a mixture's (pqloader.mix); load it "
+                               "with the Mixture's load_state_dict")
     if state.get("version") != STATE_VERSION or isinstance(state.get("version"), bool):
         raise InvalidDataError(f"not a pqloader state: state['version'] must be {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")

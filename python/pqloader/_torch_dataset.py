@@ -107,6 +107,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._worker_state: dict[str, Any] | None = None
         self._worker_shift = 0
         self._worker_epochs = 0
+        self._unloaded = False  # the pending state was not loaded into the main loader
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at `epoch` (call it in the main process).
@@ -142,11 +143,35 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 data options.
         """
         loader = self._main_loader()
-        loader.load_state_dict(state)  # checks it; the worker loaders load it again
+        if self._worker_level_packed(state):
+            # A packed loader refuses another world size, so the main loader (one rank)
+            # cannot load its workers' state: its options and position are checked as
+            # the worker loaders' (rank 0 of the state's world), which load it.
+            theirs = state["options"]
+
+            def fingerprint_for(seed: int) -> dict[str, Any]:
+                return dict(loader._fingerprint(seed), rank=0, world_size=theirs["world_size"])
+
+            restored = _state.parse_state(state, num_batches=loader._engine.num_batches, seed=loader.seed,
+                                          adopt_seed=loader._seed_drawn, fingerprint_for=fingerprint_for)
+            if restored.seed != loader.seed:
+                loader._adopt_seed(restored.seed)
+            self._unloaded = True
+        else:
+            loader.load_state_dict(state)  # checks it; the worker loaders load it again
+            self._unloaded = False
         self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
         self._pending = dict(state)
         self._position = None
+
+    def _worker_level_packed(self, state: Any) -> bool:
+        """`state` is of a packed loader's DataLoader workers (a world of world_size * W)."""
+        theirs = state.get("options") if isinstance(state, dict) else None
+        world = theirs.get("world_size") if isinstance(theirs, dict) else None
+        o = self._recipe.options
+        return (o.pack is not None and isinstance(world, int) and not isinstance(world, bool)
+                and world != o.world_size and world % o.world_size == 0)
 
     def _main_loader(self) -> Loader:
         if self._loader is None:  # unpickled (spawned worker context) and then used directly
@@ -160,6 +185,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if workers == 0:
             self._position = None
             if self._pending is not None:
+                if getattr(self, "_unloaded", False):  # a packed workers' state: refused here
+                    self._main_loader().load_state_dict(self._pending)
                 self._pending = None  # loaded into the main loader already
             return
         if persistent_again and self._position is not None:
@@ -185,6 +212,14 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if theirs["world_size"] == world and theirs["batch_size"] == o.batch_size:
             mine = counts[o.rank * workers:(o.rank + 1) * workers]
             return _Position(state["epoch"], workers, base=state.get("elastic"), before=sum(mine))
+        if o.pack is not None:  # the workers would refuse it, each in its own process
+            from pqloader._errors import InvalidDataError
+
+            raise InvalidDataError(
+                f"cannot resume this state of a packed loader (pack=...) with {workers} DataLoader "
+                f"workers on {o.world_size} rank(s) (a world of {world}, batch_size {o.batch_size}): "
+                f"it was taken on a world of {theirs['world_size']} (batch_size {theirs['batch_size']}); "
+                "packed loaders resume with the same ranks, workers and batch size")
         base = {"world_size": theirs["world_size"], "batch_size": theirs["batch_size"],
                 "batches": list(counts), "base": state.get("elastic")}
         return _Position(state["epoch"], workers, base=base)

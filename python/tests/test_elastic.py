@@ -366,6 +366,43 @@ def test_dataloader_workers_resume_exactly(ds, workers, cut):
 
 
 @pytestmark_workers
+def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(tmp_path):
+    # The state of a packed loader's workers (a world of W) was checked against the main
+    # loader (one rank): refused as a resize even with the same workers.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    docs = [[i] * (i % 7 + 1) for i in range(120)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=30)
+
+    def run(workers, take_n=None, state=None):
+        loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1,
+                                 pack=pqloader.Pack("tokens", seq_len=8, eos=0))
+        dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=workers)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+
+        def go():
+            for batch in dl:
+                out.append(batch["tokens"].numpy().copy())
+                if take_n is not None and len(out) == take_n:
+                    break
+            return dl.state_dict()
+
+        return out, run_with_timeout(go, timeout=120)
+
+    whole, _ = run(2)
+    head, state = run(2, take_n=3)
+    state = json.loads(json.dumps(state))
+    tail, _ = run(2, state=state)
+    np.testing.assert_array_equal(np.concatenate(head + tail), np.concatenate(whole))
+    for workers in (0, 3):
+        with pytest.raises(pqloader.InvalidDataError, match="pack"):
+            run(workers, state=state)
+
+
+@pytestmark_workers
 @pytest.mark.parametrize("workers,persistent", [(2, False), (3, False), (2, True)])
 def test_dataloader_resumed_in_an_epochs_last_batches_yields_only_their_rest(ds, workers, persistent):
     """A worker that had handed out its share of the epoch yields nothing more (it went

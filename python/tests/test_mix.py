@@ -993,6 +993,34 @@ def test_an_empty_source_of_weight_0_does_not_end_a_stop_first_epoch(tmp_path):
     assert sorted(np.concatenate([b["x"] for b in m]).tolist()) == list(range(100))
 
 
+def test_endless_epochs_of_no_batch_raise_instead_of_spinning(sources):
+    # num_epochs=None over epochs of no batch looped forever without yielding (a Loader
+    # raises there): samples_per_epoch below world_size, or an empty source drawn. In a
+    # child process, bounded: without the check it spins.
+    root, _ = sources
+    script = textwrap.dedent(f"""
+        import pqloader
+        root = {str(root)!r}
+        def L(n, **kw):
+            return pqloader.Loader(root + "/" + n, batch_size=64, shuffle=True, seed=1, **kw)
+        cases = [pqloader.mix([L(n, world_size=4, rank=0) for n in ("web", "code")], [0.5, 0.5],
+                              seed=0, samples_per_epoch=3, num_epochs=None),
+                 pqloader.mix([L("web"), L("code", filter="id < 0")], [0.5, 0.5], seed=0,
+                              stop="first", num_epochs=None)]
+        for m in cases:
+            try:
+                next(iter(m))
+            except pqloader.InvalidDataError as e:
+                assert "has no batch" in str(e), e
+            else:
+                raise AssertionError("yielded")
+        print("raised")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0 and "raised" in out.stdout, out.stderr[-2000:]
+
+
 def test_a_state_taken_right_after_loading_one_is_that_state(sources):
     root, _ = sources
     make = lambda: pqloader.mix(loaders(root), [1, 1, 1], seed=5, batch_size=40, num_epochs=3)
@@ -1051,3 +1079,15 @@ def test_a_loop_left_early_leaves_no_end_in_the_mixtures_states(sources, then):
     assert len(tail) == len(expected)
     for x, y in zip(tail, expected):
         np.testing.assert_array_equal(x["id"], y["id"])
+
+
+def test_a_mixtures_state_and_a_loaders_are_told_apart_when_loaded_crosswise(sources):
+    # A Loader given a mixture's state said "state['seed'] is missing".
+    root, _ = sources
+    ls = loaders(root, names=("web", "code"))
+    m = pqloader.mix(ls, [0.5, 0.5], seed=0)
+    next(iter(m))
+    with pytest.raises(pqloader.InvalidDataError, match="mixture's"):
+        ls["web"].load_state_dict(m.state_dict())
+    with pytest.raises(pqloader.InvalidDataError, match="this is a Loader's"):
+        m.load_state_dict(ls["web"].state_dict())
