@@ -39,6 +39,11 @@ _STALE = ("this mixture iterator is stale: a newer iteration, set_epoch, load_st
           "close() replaced it")
 
 
+# Epochs of no batch in a row after which an endless mixture without samples_per_epoch
+# raises (its epochs' lengths are draws: one may be empty between others).
+_EMPTY_EPOCHS_IN_A_ROW = 1000
+
+
 class Mixture:
     """One stream of batches drawn from several Loaders by weight; see :func:`mix`."""
 
@@ -247,17 +252,27 @@ class Mixture:
                 return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype != object else v
                         for k, v in b.items()}
         completed = False
+        empty_in_a_row = 0
         try:
             while stop is None or epoch < stop:
                 if stop is None and batch == 0 and self.num_batches(epoch) == 0:
-                    # Endless epochs of no batch would spin here forever (as Loader's).
-                    from pqloader._errors import InvalidDataError
+                    # Endless epochs of no batch would spin here forever (as Loader's). With
+                    # samples_per_epoch every epoch is as long; else an epoch's length is a
+                    # draw, and a few may be empty between others.
+                    empty_in_a_row += 1
+                    if self._samples is not None or empty_in_a_row >= _EMPTY_EPOCHS_IN_A_ROW:
+                        from pqloader._errors import InvalidDataError
 
-                    raise InvalidDataError(
-                        f"mixture epoch {epoch} has no batch (samples_per_epoch below world_size, "
-                        "fewer samples than batch_size with drop_last, or a source of weight > 0 "
-                        "without rows under stop='first'): with num_epochs=None the iteration "
-                        "would never yield; give num_epochs, or other options")
+                        raise InvalidDataError(
+                            f"mixture epoch {epoch} has no batch"
+                            + ("" if self._samples is not None else
+                               f", nor had the {empty_in_a_row - 1} epochs before it")
+                            + " (samples_per_epoch below world_size, fewer samples than batch_size "
+                            "with drop_last, or a source of weight > 0 without rows under "
+                            "stop='first'): with num_epochs=None the iteration would never yield; "
+                            "give num_epochs, or other options")
+                else:
+                    empty_in_a_row = 0
                 then_next = stop is None or epoch + 1 < stop
                 yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
                 epoch, batch = epoch + 1, 0

@@ -185,8 +185,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if workers == 0:
             self._position = None
             if self._pending is not None:
-                if getattr(self, "_unloaded", False):  # a packed workers' state: refused here
+                if self._unloaded:  # a packed workers' state: refused here
                     self._main_loader().load_state_dict(self._pending)
+                    self._unloaded = False
                 self._pending = None  # loaded into the main loader already
             return
         if persistent_again and self._position is not None:
@@ -264,6 +265,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         if info is None:
             loader = self._main_loader()
+            if self._pending is not None and self._unloaded:
+                # A packed loader's workers' state, only checked: run in this process, it
+                # is loaded here (and refused for this world), not dropped.
+                loader.load_state_dict(self._pending)
+                self._unloaded = False
             if self._epoch_set and loader.epoch != self._epoch and self._pending is None:
                 loader.set_epoch(self._epoch)
             self._epoch_set = False

@@ -400,6 +400,14 @@ def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(t
     for workers in (0, 3):
         with pytest.raises(pqloader.InvalidDataError, match="pack"):
             run(workers, state=state)
+    # Iterated without pqloader's DataLoader (a plain one, or directly), the state is
+    # loaded in this process, and refused for its one rank: not dropped (a fresh epoch).
+    loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1,
+                             pack=pqloader.Pack("tokens", seq_len=8, eos=0))
+    dataset = pqloader.torch.IterableDataset(loader)
+    dataset.load_state_dict(state)
+    with pytest.raises(pqloader.InvalidDataError, match="pack"):
+        next(iter(dataset))
 
 
 @pytestmark_workers

@@ -4,6 +4,7 @@ sharded stream."""
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import math
 import os
@@ -1019,6 +1020,23 @@ def test_endless_epochs_of_no_batch_raise_instead_of_spinning(sources):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.returncode == 0 and "raised" in out.stdout, out.stderr[-2000:]
+
+
+def test_endless_epochs_of_random_length_go_on_past_an_empty_one(tmp_path):
+    # Without samples_per_epoch an epoch's length is a draw: some epochs of a stop="first"
+    # mixture with drop_last have no batch between others. The check against endless
+    # empty epochs raised at the first of them.
+    for name, n in (("small", 10), ("big", 1000)):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": np.arange(n)}), tmp_path / name / "p.parquet")
+    ls = [pqloader.Loader(str(tmp_path / name), batch_size=1, shuffle=True, seed=1, drop_last=True)
+          for name in ("small", "big")]
+    m = pqloader.mix(ls, [0.5, 0.5], seed=0, stop="first", batch_size=18, drop_last=True,
+                     num_epochs=None)
+    counts = [m.num_batches(e) for e in range(12)]
+    assert 0 in counts[:-1] and sum(counts) > 0, counts  # the case: an empty epoch between others
+    batches = list(itertools.islice(iter(m), sum(counts)))
+    assert len(batches) == sum(counts)
 
 
 def test_a_state_taken_right_after_loading_one_is_that_state(sources):

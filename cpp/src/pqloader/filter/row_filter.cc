@@ -9,7 +9,6 @@
 #include <map>
 #include <sstream>
 #include <thread>
-#include <tuple>
 
 #include <arrow/array.h>
 #include <arrow/array/concatenate.h>
@@ -320,9 +319,12 @@ class Evaluator {
       if (i >= 0) arrow_schema = kv->value(i);
     }
     MutexLock lock(mu_);
-    // Files of one dataset mostly share a schema: derive each distinct one once.
-    for (const auto& [d, stored, m] : manifests_) {
-      if ((d == descr || d->Equals(*descr)) && stored == arrow_schema) return m;
+    // Files of one dataset mostly share a schema: derive each distinct one once. (Files
+    // from pandas differ in the stored schema's metadata, its index range: one manifest
+    // each, found by the string in log time.)
+    auto& same_stored = manifests_[arrow_schema];
+    for (const auto& [d, m] : same_stored) {
+      if (d == descr || d->Equals(*descr)) return m;
     }
     auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
     auto st = parquet::arrow::SchemaManifest::Make(descr, file.key_value_metadata(),
@@ -333,7 +335,7 @@ class Evaluator {
                        "': cannot derive an Arrow schema from its Parquet schema: ",
                        st.message());
     }
-    manifests_.emplace_back(descr, std::move(arrow_schema), manifest);
+    same_stored.emplace_back(descr, manifest);
     return manifest;
   }
 
@@ -586,9 +588,10 @@ class Evaluator {
   std::map<std::string, std::shared_ptr<arrow::DataType>> key_types_, fallback_;
   std::map<std::string, int> key_index_;
   Mutex mu_;
-  // Per distinct (Parquet schema, stored Arrow schema): the manifest.
-  std::vector<std::tuple<const parquet::SchemaDescriptor*, std::string,
-                         std::shared_ptr<parquet::arrow::SchemaManifest>>>
+  // Per stored Arrow schema (the ARROW:schema value, "" without one), per distinct
+  // Parquet schema: the manifest.
+  std::map<std::string, std::vector<std::pair<const parquet::SchemaDescriptor*,
+                                              std::shared_ptr<parquet::arrow::SchemaManifest>>>>
       manifests_ PQ_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<FileView>> views_ PQ_GUARDED_BY(mu_);
   std::map<std::string, cp::Expression> bound_ PQ_GUARDED_BY(mu_);
