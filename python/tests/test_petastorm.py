@@ -723,3 +723,52 @@ def test_filters_prune_row_groups_holding_nulls_as_pyarrow_does(tmp_path):
     for filters in ([("x", "<", 100)], [("x", "!=", 200)], [("x", "not in", [7])]):
         with pytest.raises(pqloader.InvalidDataError, match=r"column 'x' \(int64\) has 1 null"):
             ids(filters=filters)
+
+
+def test_make_batch_reader_yields_no_empty_batch_and_skips_func_when_a_predicate_keeps_nothing(tmp_path):
+    # A batch whose rows the predicate all dropped came out as an empty namedtuple of
+    # arrays, after TransformSpec.func ran on an empty DataFrame; Petastorm's batch worker
+    # publishes nothing for such rows (and never calls func on them).
+    pq.write_table(pa.table({"id": np.arange(3000), "v": np.arange(3000) * 0.5}), tmp_path / "a.parquet",
+                   row_group_size=3000)
+    url = "file://" + str(tmp_path)
+    calls = []
+
+    def func(df):
+        calls.append(len(df))
+        return df
+
+    for kw in ({"filters": [("id", "<", 10)]}, {"predicate": in_lambda(["id"], lambda s: s < 10)},
+               {"filters": [("id", "<", 10)], "transform_spec": TransformSpec(func)}):
+        with make_batch_reader(url, shuffle_row_groups=False, **kw) as reader:
+            assert [len(b.id) for b in reader] == [10]
+    assert calls == [10]
+
+
+def test_batch_transform_output_takes_the_edited_fields_types():
+    # Petastorm builds the transformed batch with the transformed schema (from_pandas
+    # with schema=), so a column comes out in its edit_fields type; edit_fields entries
+    # may be UnischemaFields (Petastorm indexes them).
+    from pqloader.petastorm.unischema import UnischemaField
+
+    spec = TransformSpec(lambda df: df.assign(score=df.score * 2, n=df.id * 3),
+                         edit_fields=[("score", np.float32, (), False), UnischemaField("n", np.int32, (), None, False)])
+    with make_batch_reader(PLAIN, transform_spec=spec, **NATURAL) as reader:
+        assert reader.schema.fields["n"].numpy_dtype is np.int32
+        batch = next(reader)
+    assert batch.score.dtype == np.float32 and batch.n.dtype == np.int32
+    np.testing.assert_array_equal(batch.n, batch.id * 3)
+
+
+def test_leaving_a_dataloaders_with_stops_its_reading():
+    # The DataLoader reads through its own Loader (reader.loader_for); leaving `with`
+    # called reader.stop(), which closed only the reader's own iterator, so the
+    # DataLoader's Loader kept reading ahead (forever with num_epochs=None) and the
+    # loop could go on. As in Petastorm, the stopped reader ends the reading.
+    from pqloader.petastorm.pytorch import DataLoader
+
+    with DataLoader(make_reader(CODECS, schema_fields=["id"], num_epochs=None), batch_size=4) as loader:
+        batches = iter(loader)
+        next(batches)
+    with pytest.raises(RuntimeError):
+        next(batches)

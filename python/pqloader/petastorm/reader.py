@@ -329,6 +329,10 @@ class Reader:
             del columns[name]
         spec = self._transform_spec
         if spec is not None:
+            if self.is_batched_reader and columns and not len(next(iter(columns.values()))):
+                # The predicate kept no row: Petastorm publishes nothing and never calls
+                # func (with an empty DataFrame); the empty batch keeps the output schema.
+                return {name: _stack([], field) for name, field in self.schema.fields.items()}
             columns = self._transform_batch(columns) if self.is_batched_reader else self._transform_rows(columns)
         return columns
 
@@ -366,6 +370,12 @@ class Reader:
             values = frame[name].to_numpy()
             if values.dtype == object:
                 values = _stack(list(values), field)
+            if isinstance(values, np.ndarray) and values.dtype.kind in "biuf" and \
+                    is_numpy_scalar_type(field.numpy_dtype) and field.numpy_dtype is not Decimal and \
+                    np.dtype(field.numpy_dtype).kind in "biuf" and values.dtype != field.numpy_dtype:
+                # Petastorm converts the result with the transformed schema (pyarrow's
+                # from_pandas(schema=...)): a column comes out in its declared type.
+                values = values.astype(field.numpy_dtype)
             out[name] = values
         return out
 
@@ -418,6 +428,8 @@ class Reader:
         wrap = {n: f.numpy_dtype for n, f in schema.fields.items() if f.numpy_dtype in (np.bytes_,)}
         for columns in self._loader:
             if self.is_batched_reader:
+                if names and not len(columns[names[0]]):
+                    continue  # every row filtered out: Petastorm yields no empty batch
                 yield make(**{n: columns[n] for n in names})
                 continue
             cols = [columns[n] for n in names]
@@ -472,8 +484,12 @@ class Reader:
             try:
                 self._iterator.close()  # type: ignore[attr-defined]
             except ValueError:  # "generator already executing": another thread is reading
-                for loader in self._loaders:
-                    loader.close()  # its iterator stops; the reader raises (see __next__)
+                pass
+        # Every Loader, the DataLoaders' (loader_for) too: leaving `with DataLoader(...)`
+        # stops the reader, and with it, as in Petastorm, the reading; a running iterator
+        # stops (the reader raises, see __next__).
+        for loader in self._loaders:
+            loader.close()
 
     def join(self) -> None:
         """Nothing to join: stop() already stopped the engine's threads."""

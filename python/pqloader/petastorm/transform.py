@@ -43,8 +43,11 @@ def transform_schema(schema: Unischema, spec: TransformSpec) -> Unischema:
                       f'These field names will be ignored "{", ".join(sorted(unknown))}". ')
     exclude = {f[0] for f in spec.edit_fields} | removed
     fields = [f for name, f in schema.fields.items() if name not in exclude]
-    for name, numpy_dtype, shape, nullable in (tuple(e) for e in spec.edit_fields):
-        fields.append(UnischemaField(name, numpy_dtype, tuple(shape), None, nullable))
+    for e in spec.edit_fields:
+        # (name, numpy_dtype, shape, nullable), or a UnischemaField (Petastorm indexes the
+        # entry, so one is accepted there too).
+        nullable = e.nullable if hasattr(e, "nullable") else e[3]
+        fields.append(UnischemaField(e[0], e[1], tuple(e[2]), None, nullable))
     if spec.selected_fields is not None:
         unknown = set(spec.selected_fields) - {f.name for f in fields}
         if unknown:
