@@ -37,10 +37,24 @@ def batch_to_torch(batch: dict[str, Any]) -> dict[str, Any]:
     Returns:
         The same keys; numeric columns as CPU tensors (no copy), lists unchanged.
     """
-    return {k: _as_tensor(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    return {k: _as_tensor(k, v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
 
-def _as_tensor(array: np.ndarray) -> torch.Tensor:
+def _check_dtype(name: str, array: np.ndarray) -> None:
+    if array.dtype.kind not in "biufc":
+        # A batch_transform's array of str, object or datetime64: torch cannot hold it,
+        # and its own message names neither the column nor the option.
+        raise TypeError(f"output='torch': column {name!r} is a NumPy array of dtype {array.dtype}, which "
+                        "torch cannot hold (numbers and bool only); return a list, or numbers, "
+                        "from batch_transform")
+
+
+def _as_tensor(name: str, array: np.ndarray) -> torch.Tensor:
+    _check_dtype(name, array)
+    if not array.dtype.isnative or any(s < 0 for s in array.strides):
+        # Reversed views (x[::-1], a flip in batch_transform) and other byte orders, which
+        # torch refuses to share: hand out a native, contiguous copy instead.
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("=")))
     # torch.from_numpy costs a third of torch.from_dlpack per column (docs/design.md,
     # "Tensors from NumPy"); it warns on read-only arrays, which DLPack takes silently.
     return torch.from_numpy(array) if array.flags.writeable else torch.from_dlpack(array)
@@ -65,6 +79,8 @@ class Packing:
 
     def __init__(self, batch: dict[str, Any]) -> None:
         arrays = {k: v for k, v in batch.items() if isinstance(v, np.ndarray)}
+        for k, v in arrays.items():
+            _check_dtype(k, v)
         names = sorted(arrays, key=lambda k: (-arrays[k].itemsize, arrays[k].dtype.str, arrays[k].shape))
         self.runs: list[tuple[list[str], int, int, torch.dtype, tuple[int, ...]]] = []
         offset = i = 0
@@ -75,7 +91,8 @@ class Packing:
                 j += 1
             # (names, byte offset, bytes, torch dtype, shape of the run's view)
             self.runs.append((names[i:j], offset, (j - i) * first.nbytes,
-                              torch.from_numpy(np.empty(0, first.dtype)).dtype, (j - i, *first.shape)))
+                              torch.from_numpy(np.empty(0, first.dtype.newbyteorder("="))).dtype,
+                              (j - i, *first.shape)))
             offset += (j - i) * first.nbytes
             i = j
         self.nbytes = offset
@@ -91,7 +108,8 @@ class Packing:
         host = buffer.numpy()
         for names, offset, nbytes, _, shape in self.runs:
             run = [batch[k] for k in names]
-            out = host[offset:offset + nbytes].view(run[0].dtype)
+            # Native byte order: concatenate swaps the bytes of another order's arrays.
+            out = host[offset:offset + nbytes].view(run[0].dtype.newbyteorder("="))
             if len(shape) == 1:  # 0-d arrays: concatenate takes arrays of at least one axis
                 out[:] = run
             else:

@@ -596,3 +596,30 @@ def test_forked_child_may_drop_an_inherited_loader_mid_epoch(ds):
                           env=subprocess_env())
     assert proc.returncode == 0, proc.stderr
     assert f"child exit 0\nparent rows {N}\n" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_batch_transform_arrays_torch_cannot_share_are_copied_or_named(tmp_path):
+    # A flip (x[::-1]) or another byte order from batch_transform: torch.from_numpy
+    # refuses them, so the batch is handed out as a native, contiguous copy.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pqloader._torch import Packing
+    pq.write_table(pa.table({"x": np.arange(8, dtype=np.float32)}), tmp_path / "a.parquet")
+
+    def flip(b):
+        return {"x": b["x"][::-1], "y": b["x"].astype(">f4")}
+
+    batch = next(iter(pqloader.Loader(tmp_path, batch_size=8, output="torch", batch_transform=flip)))
+    assert batch["x"].tolist() == list(range(7, -1, -1)) and batch["x"].dtype == torch.float32
+    assert batch["y"].tolist() == list(range(8)) and batch["y"].dtype == torch.float32
+    # The CUDA path packs the same arrays into one buffer (checked here on the CPU).
+    np_batch = flip({"x": np.arange(8, dtype=np.float32)})
+    packing = Packing(np_batch)
+    out = packing.unpack(packing.pack(np_batch, False), np_batch)
+    assert out["x"].tolist() == list(range(7, -1, -1)) and out["y"].tolist() == list(range(8))
+    # Arrays torch cannot hold: a TypeError naming the column.
+    loader = pqloader.Loader(tmp_path, batch_size=8, output="torch",
+                             batch_transform=lambda b: {**b, "when": b["x"].astype("datetime64[s]")})
+    with pytest.raises(TypeError, match="column 'when'.*datetime64"):
+        next(iter(loader))
