@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
+from pqloader import _filter
 from pqloader import transforms as _transforms
 
 
@@ -40,8 +41,7 @@ def parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:
     try:
         return _parse_transform(spec)
     except RecursionError:  # ast.parse or ast.literal_eval on deep nesting
-        short = spec if len(spec) <= 80 else f"{spec[:80]}..."
-        raise ValueError(f"--transform {short!r}: nested too deeply") from None
+        raise ValueError(f"--transform {_filter.shorten(spec)!r}: nested too deeply") from None
 
 
 def _parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:

@@ -74,10 +74,11 @@ def parse_filter(text: str) -> Any:
     try:
         return _parse_filter(text)
     except RecursionError:  # ast.parse, ast.literal_eval or convert() below on deep nesting
-        raise ValueError(f"filter {_shorten(text)!r} is nested too deeply") from None
+        raise ValueError(f"filter {shorten(text)!r} is nested too deeply") from None
 
 
-def _shorten(text: str, limit: int = 80) -> str:
+def shorten(text: str, limit: int = 80) -> str:
+    """`text`, cut to `limit` characters and "..." when longer (for error messages)."""
     return text if len(text) <= limit else f"{text[:limit]}..."
 
 

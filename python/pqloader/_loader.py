@@ -356,12 +356,23 @@ class Loader:
             pqloader.InvalidDataError: The state is malformed (the message names the bad
                 field) or was taken with other options (it names them).
         """
-        restored = _state.parse_state(state, num_batches=self._engine.num_batches, seed=self.seed,
-                                      adopt_seed=self._seed_drawn, fingerprint_for=self._fingerprint)
-        if restored.seed != self.seed:
-            self._adopt_seed(restored.seed)
+        restored = self._check_state(state)
         self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end,
                           restored.elastic, stop=self._engine.stop)  # iterators stop
+
+    def _check_state(self, state: Mapping[str, Any], as_world: int | None = None) -> Any:
+        """Check `state` against this loader's options and adopt its seed (a loader built
+        with ``seed=None``); return what it restores (``_state.parse_state``). With
+        `as_world`, the options are compared as rank 0 of that many ranks' (the state of
+        a packed loader's DataLoader workers, which this loader checks but cannot load).
+        """
+        fingerprint_for = self._fingerprint if as_world is None else (
+            lambda seed: dict(self._fingerprint(seed), rank=0, world_size=as_world))
+        restored = _state.parse_state(state, num_batches=self._engine.num_batches, seed=self.seed,
+                                      adopt_seed=self._seed_drawn, fingerprint_for=fingerprint_for)
+        if restored.seed != self.seed:
+            self._adopt_seed(restored.seed)
+        return restored
 
     def _adopt_seed(self, seed: int) -> None:
         """Take a state's seed (a loader built with ``seed=None``; also a mixture's source)."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
+from pqloader._errors import InvalidDataError
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int
 from pqloader._state import _jsonish, option_diff
 
@@ -261,8 +262,6 @@ class Mixture:
                     # draw, and a few may be empty between others.
                     empty_in_a_row += 1
                     if self._samples is not None or empty_in_a_row >= _EMPTY_EPOCHS_IN_A_ROW:
-                        from pqloader._errors import InvalidDataError
-
                         raise InvalidDataError(
                             f"mixture epoch {epoch} has no batch"
                             + ("" if self._samples is not None else
@@ -423,8 +422,6 @@ class Mixture:
             pqloader.InvalidDataError: not a mixture state, or one of other sources,
                 weights or options (named; another world size among them).
         """
-        from pqloader._errors import InvalidDataError
-
         if not isinstance(state, Mapping) or state.get("kind") != "pqloader.mix" \
                 or state.get("version") != STATE_VERSION:
             if isinstance(state, Mapping) and "kind" not in state and "options" in state:
@@ -512,8 +509,6 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One state of a mixture's ranks (see :func:`pqloader.merge_states`): ranks mix in
     lockstep, so every rank's is the same but for the sources' ranks, and each loads on
     any rank; refused where they differ in more (another position among them)."""
-    from pqloader._errors import InvalidDataError
-
     def rank(s: Mapping[str, Any]) -> Any:
         fps = s.get("config", {}).get("source_fingerprints") if isinstance(s.get("config"), Mapping) else None
         return fps[0].get("rank") if isinstance(fps, list) and fps and isinstance(fps[0], Mapping) else None

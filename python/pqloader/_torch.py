@@ -50,14 +50,16 @@ def _check_dtype(name: str, array: np.ndarray) -> None:
 
 
 def _as_tensor(name: str, array: np.ndarray) -> torch.Tensor:
-    _check_dtype(name, array)
-    if not array.dtype.isnative or any(s < 0 for s in array.strides):
-        # Reversed views (x[::-1], a flip in batch_transform) and other byte orders, which
-        # torch refuses to share: hand out a native, contiguous copy instead.
+    try:
+        # torch.from_numpy costs a third of torch.from_dlpack per column (docs/design.md,
+        # "Tensors from NumPy"); it warns on read-only arrays, which DLPack takes silently.
+        return torch.from_numpy(array) if array.flags.writeable else torch.from_dlpack(array)
+    except (TypeError, ValueError, BufferError, RuntimeError):
+        # Only when torch refuses (no check per column on the way every batch takes): a
+        # dtype it cannot hold is named; reversed views (x[::-1], a flip in
+        # batch_transform) and other byte orders become a native, contiguous copy.
+        _check_dtype(name, array)
         return torch.from_numpy(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("=")))
-    # torch.from_numpy costs a third of torch.from_dlpack per column (docs/design.md,
-    # "Tensors from NumPy"); it warns on read-only arrays, which DLPack takes silently.
-    return torch.from_numpy(array) if array.flags.writeable else torch.from_dlpack(array)
 
 
 class Packing:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import torch.utils.data
 
 from pqloader import _process, _state
+from pqloader._errors import InvalidDataError
 from pqloader._loader import Loader
 from pqloader._options import MAX_THREADS, LoaderOptions
 
@@ -147,15 +148,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # A packed loader refuses another world size, so the main loader (one rank)
             # cannot load its workers' state: its options and position are checked as
             # the worker loaders' (rank 0 of the state's world), which load it.
-            theirs = state["options"]
-
-            def fingerprint_for(seed: int) -> dict[str, Any]:
-                return dict(loader._fingerprint(seed), rank=0, world_size=theirs["world_size"])
-
-            restored = _state.parse_state(state, num_batches=loader._engine.num_batches, seed=loader.seed,
-                                          adopt_seed=loader._seed_drawn, fingerprint_for=fingerprint_for)
-            if restored.seed != loader.seed:
-                loader._adopt_seed(restored.seed)
+            loader._check_state(state, as_world=state["options"]["world_size"])
             self._unloaded = True
         else:
             loader.load_state_dict(state)  # checks it; the worker loaders load it again
@@ -164,6 +157,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch_set = True
         self._pending = dict(state)
         self._position = None
+
+    def _load_unloaded(self) -> None:
+        """Run in this process, a packed workers' state that was only checked is loaded
+        into the main loader (which refuses it for its world), not dropped."""
+        if self._pending is not None and self._unloaded:
+            self._main_loader().load_state_dict(self._pending)
+            self._unloaded = False
 
     def _worker_level_packed(self, state: Any) -> bool:
         """`state` is of a packed loader's DataLoader workers (a world of world_size * W)."""
@@ -184,11 +184,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._set_since_begin = False
         if workers == 0:
             self._position = None
-            if self._pending is not None:
-                if self._unloaded:  # a packed workers' state: refused here
-                    self._main_loader().load_state_dict(self._pending)
-                    self._unloaded = False
-                self._pending = None  # loaded into the main loader already
+            self._load_unloaded()
+            self._pending = None  # loaded into the main loader already
             return
         if persistent_again and self._position is not None:
             # Persistent workers continue with the next epoch on their own.
@@ -214,8 +211,6 @@ class IterableDataset(torch.utils.data.IterableDataset):
             mine = counts[o.rank * workers:(o.rank + 1) * workers]
             return _Position(state["epoch"], workers, base=state.get("elastic"), before=sum(mine))
         if o.pack is not None:  # the workers would refuse it, each in its own process
-            from pqloader._errors import InvalidDataError
-
             raise InvalidDataError(
                 f"cannot resume this state of a packed loader (pack=...) with {workers} DataLoader "
                 f"workers on {o.world_size} rank(s) (a world of {world}, batch_size {o.batch_size}): "
@@ -265,11 +260,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         if info is None:
             loader = self._main_loader()
-            if self._pending is not None and self._unloaded:
-                # A packed loader's workers' state, only checked: run in this process, it
-                # is loaded here (and refused for this world), not dropped.
-                loader.load_state_dict(self._pending)
-                self._unloaded = False
+            self._load_unloaded()
             if self._epoch_set and loader.epoch != self._epoch and self._pending is None:
                 loader.set_epoch(self._epoch)
             self._epoch_set = False

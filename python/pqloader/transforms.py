@@ -23,6 +23,8 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
+from pqloader._options import MAX_COUNT, check_int
+
 
 class Op:
     """A transform op: its C++ name and parameters."""
@@ -49,17 +51,6 @@ class Op:
 _MAX_SIDE = 2**31 - 1
 
 
-def _int(name: str, value: Any, high: int | None = _MAX_SIDE) -> int:
-    """A positive whole number: an int or NumPy integer, not a bool (True is not 1 pixel)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if value <= 0 or high is not None and value > high:
-        raise ValueError(f"{name} must be a positive int{'' if high is None else f' up to {high}'}, "
-                         f"got {value}")
-    return value
-
-
 def _real(name: str, value: Any) -> float:
     """A finite-or-not real number (int, float or NumPy scalar), not a str or bool."""
     if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
@@ -79,8 +70,8 @@ def _reals(name: str, values: Any, length: int | None = None) -> list[float]:
 def _size(size: int | Sequence[int]) -> list[int]:
     if isinstance(size, numbers.Integral) or isinstance(size, (str, bytes)) \
             or not hasattr(size, "__iter__"):
-        return [_int("size", size)] * 2
-    size = [_int("size", s) for s in size]
+        return [check_int("size", size, 1, _MAX_SIDE)] * 2
+    size = [check_int("size", s, 1, _MAX_SIDE) for s in size]
     if len(size) == 1:
         return size * 2
     if len(size) != 2:
@@ -130,7 +121,7 @@ class Resize(Op):
     name = "Resize"
 
     def __init__(self, size: int) -> None:
-        super().__init__(size=_int("size (the shorter side)", size))
+        super().__init__(size=check_int("size (the shorter side)", size, 1, _MAX_SIDE))
 
 
 class CenterCrop(Op):
@@ -221,7 +212,7 @@ class PadOrTruncate(Op):
     name = "PadOrTruncate"
 
     def __init__(self, length: int, pad: float = 0, side: str = "right", truncation: str = "right") -> None:
-        length = _int("length", length, None)  # the engine bounds it (2^40)
+        length = check_int("length", length, 1, MAX_COUNT)  # the engine bounds it (2^40)
         # A NumPy scalar pad as a Python number, so the Loader's check that it fits the
         # column's dtype sees it (np.int64(300) in uint8 had been written as 44); a str
         # had been taken as 0.
