@@ -9,9 +9,12 @@ bytes), served first come, first served. Without ``--rtt-ms``/``--rate-mbps`` it
 forwards (the tests use it so to take an endpoint down and bring it back). It writes
 its port to ``--ready-file`` once listening, and runs until killed. With ``--count-file``
 it keeps the bytes forwarded each way there (JSON ``{"to_server": n, "to_client": n,
-"requests": n, "lists": n}``: also the HTTP requests, and the S3 listings among them;
-rewritten every 0.1 s while they change): what a server served, measured outside the
-clients. Standard library only; refuses targets off loopback.
+"requests": n, "lists": n, "held": n}``: also the HTTP requests, the S3 listings among
+them, and the reads held; rewritten every 0.1 s while they change): what a server
+served, measured outside the clients. With ``--hold-reads`` a request for a byte range
+(a Range header: every object read) is never forwarded, and its connection stalls: a
+store that lists but does not answer reads. Standard library only; refuses targets off
+loopback.
 """
 from __future__ import annotations
 
@@ -29,8 +32,10 @@ QUEUE_CHUNKS = 16  # per direction and connection: backpressure on the reader
 class Link:
     """One direction of the link: a delay, then a shared serial line of a given rate."""
 
-    def __init__(self, delay_s: float, rate_bps: float | None) -> None:
+    def __init__(self, delay_s: float, rate_bps: float | None, hold_reads: bool = False) -> None:
         self.delay_s = delay_s
+        self.hold_reads = hold_reads  # requests with a Range header stall their connection
+        self.held = 0
         self.rate_bps = rate_bps
         self.free_at = 0.0  # when the line has sent everything queued so far
         self.bytes = 0  # forwarded so far
@@ -39,6 +44,9 @@ class Link:
         self._tail = b""
 
     async def send(self, arrived: float, data: bytes, writer: asyncio.StreamWriter) -> None:
+        if self.hold_reads and b"\r\nrange:" in (self._tail + data).lower():
+            self.held += 1
+            await asyncio.Event().wait()  # until the proxy is killed
         now = time.monotonic()
         start = max(now, arrived + self.delay_s)
         if self.rate_bps:
@@ -89,6 +97,8 @@ async def main() -> None:
     p.add_argument("--rate-mbps", type=float, default=0.0, help="MB/s per direction; 0: no cap")
     p.add_argument("--ready-file", help="write the listening port here once ready")
     p.add_argument("--count-file", help="keep the bytes forwarded each way here (JSON)")
+    p.add_argument("--hold-reads", action="store_true",
+                   help="never forward a request with a Range header (an object read)")
     args = p.parse_args()
     lhost, lport = args.listen.rsplit(":", 1)
     thost, tport = args.target.rsplit(":", 1)
@@ -96,7 +106,7 @@ async def main() -> None:
         if not ipaddress.ip_address(host).is_loopback:
             raise SystemExit(f"{host} is not a loopback address")
     rate = args.rate_mbps * 1e6 if args.rate_mbps > 0 else None
-    up = Link(args.rtt_ms / 2000, rate)
+    up = Link(args.rtt_ms / 2000, rate, hold_reads=args.hold_reads)
     down = Link(args.rtt_ms / 2000, rate)
 
     # asyncio holds tasks weakly: a connection's task, waiting on its pumps, could be
@@ -134,12 +144,12 @@ async def count(path: str, up: Link, down: Link) -> None:
     server and how many of them were S3 listings, whenever they change."""
     last = None
     while True:
-        now = (up.bytes, down.bytes, up.requests, up.lists)
+        now = (up.bytes, down.bytes, up.requests, up.lists, up.held)
         if now != last:
             tmp = f"{path}.tmp"
             with open(tmp, "w") as f:
                 json.dump({"to_server": now[0], "to_client": now[1], "requests": now[2],
-                           "lists": now[3]}, f)
+                           "lists": now[3], "held": now[4]}, f)
             os.replace(tmp, path)
             last = now
         await asyncio.sleep(0.1)

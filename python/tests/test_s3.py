@@ -127,10 +127,12 @@ class Proxy:
     """bench/throttle_proxy.py forwarding `port` (or a free one) to `target`."""
 
     def __init__(self, target: int, port: int = 0, tmp: Path | None = None,
-                 count_file: Path | None = None, rtt_ms: float = 0.0) -> None:
+                 count_file: Path | None = None, rtt_ms: float = 0.0,
+                 hold_reads: bool = False) -> None:
         ready = Path(tmp or "/tmp") / f"proxy-{os.getpid()}-{time.monotonic_ns()}.port"
         extra = ["--count-file", str(count_file)] if count_file else []
         extra += ["--rtt-ms", str(rtt_ms)] if rtt_ms else []
+        extra += ["--hold-reads"] if hold_reads else []
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "bench" / "throttle_proxy.py"),
              "--listen", f"{HOST}:{port}", "--target", f"{HOST}:{target}",

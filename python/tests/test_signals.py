@@ -335,3 +335,63 @@ def test_ctrl_c_against_a_stalled_endpoint_then_exit_does_not_wait_out_the_retri
         for c in held:
             c.close()
     assert "interrupted" in out.stdout and "built" not in out.stdout, out.stdout + out.stderr
+
+
+# Ctrl-C while footers are read from a store that lists its objects but never answers a
+# read: each footer read is retried until its budget (60 s) is spent, and Ctrl-C used to
+# wait for that. A proxy holds every request for a byte range; SIGINT once the first is
+# held. The read in flight then ends after its attempt (request_timeout 1 s, after a
+# retry delay of at most retry_max_delay 1 s), without further retries.
+CHILD_STALLED_READS = r"""
+import json, os, signal, sys, threading, time
+import pqloader
+options, count_file = json.loads(sys.argv[1]), sys.argv[2]
+fired = []
+def held():
+    try:
+        with open(count_file) as f:
+            return json.load(f)["held"]
+    except (OSError, ValueError, KeyError):
+        return 0
+def fire():
+    while held() < 1:
+        time.sleep(0.01)
+    fired.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=fire, daemon=True).start()
+try:
+    pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=10)
+    print("built", flush=True)
+except KeyboardInterrupt:
+    print("interrupted after", round(time.monotonic() - fired[0], 1), "s", flush=True)
+"""
+
+
+def test_ctrl_c_while_footer_reads_stall_does_not_wait_out_their_retries(tmp_path):
+    import json
+
+    from test_s3 import Moto, Proxy, aws_env
+
+    body = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    server = Moto()
+    try:
+        s3 = server.client()
+        s3.create_bucket(Bucket="data")
+        for i in range(4):
+            s3.put_object(Bucket="data", Key=f"ds/f{i}.parquet", Body=body.read_bytes())
+        count = tmp_path / "count.json"
+        proxy = Proxy(server.port, tmp=tmp_path, count_file=count, hold_reads=True)
+        try:
+            options = dict(server.options(port=proxy.port), request_timeout="1",
+                           retry_max_delay="1", retry_budget="60")
+            out = subprocess.run([sys.executable, "-c", CHILD_STALLED_READS, json.dumps(options),
+                                  str(count)], capture_output=True, text=True, timeout=150,
+                                 env=aws_env())
+        finally:
+            proxy.stop()
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr
+    assert "built" not in out.stdout
+    assert _interrupted_after(out.stdout) < 15, out.stdout  # ~60 s: the retry budget

@@ -659,6 +659,7 @@ arrow::Result<OpenedFiles> ReadFooters(
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0}, from_summary{0};
   auto work = [&] {
+    const RetryStopScope no_retry_once_cancelled(cancel);
     for (int64_t i = next++; i < n; i = next++) {
       struct Done {  // counts this file when its turn ends, whichever way
         Progress* p;

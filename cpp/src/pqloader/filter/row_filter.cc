@@ -795,6 +795,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   // Stages 1 and 2 (footers only), in parallel over files.
   std::vector<std::vector<std::pair<int64_t, cp::Expression>>> masks(by_file.size());
   ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(by_file.size()), threads, [&](int64_t f) {
+    const RetryStopScope no_retry_once_cancelled(options.cancel);
     if (IsCancelled(options.cancel)) return CancelledStatus();
     if (by_file[f].empty()) return arrow::Status::OK();
     return evaluator.PruneFile(static_cast<size_t>(f), by_file[f], &sel, &masks[f]);
@@ -806,6 +807,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   // Stage 3: row masks, in parallel over row groups.
   std::atomic<int64_t> mask_bytes{0};
   ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(to_mask.size()), threads, [&](int64_t i) {
+    const RetryStopScope no_retry_once_cancelled(options.cancel);
     if (IsCancelled(options.cancel)) return CancelledStatus();
     int64_t bytes = 0;
     const int64_t s = to_mask[i].first;

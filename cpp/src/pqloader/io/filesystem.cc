@@ -10,6 +10,7 @@
 #include <set>
 
 #include "pqloader/error.h"
+#include "pqloader/util/cancel.h"
 #include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/util/fork_gate.h"
 
@@ -41,7 +42,7 @@ class BackoffRetryStrategy : public arrow::fs::S3RetryStrategy {
   explicit BackoffRetryStrategy(const RetryPolicy& policy) : policy_(policy) {}
 
   bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
-    if (!error.should_retry || StorageExecutor::CurrentTaskAbandoned() || s3_finalizing.load()) {
+    if (!error.should_retry || RetryStopScope::Stopped() || s3_finalizing.load()) {
       state().pending = false;
       return false;
     }
@@ -129,18 +130,11 @@ std::string Env(const char* name) {
   return v == nullptr ? std::string() : std::string(v);
 }
 
-// The abandoned flag of the StorageExecutor whose task runs on this thread, if any.
-thread_local const std::atomic<bool>* current_abandoned = nullptr;
-
 }  // namespace
 
 arrow::Result<std::shared_ptr<StorageExecutor>> StorageExecutor::Make(int threads) {
   ARROW_ASSIGN_OR_RAISE(auto pool, arrow::internal::ThreadPool::Make(threads));
   return std::shared_ptr<StorageExecutor>(new StorageExecutor(std::move(pool)));
-}
-
-bool StorageExecutor::CurrentTaskAbandoned() {
-  return current_abandoned != nullptr && current_abandoned->load();
 }
 
 arrow::Status StorageExecutor::SpawnReal(arrow::internal::TaskHints hints,
@@ -152,10 +146,8 @@ arrow::Status StorageExecutor::SpawnReal(arrow::internal::TaskHints hints,
       [flag = abandoned_, task = std::move(task)]() mutable {
         // A fork waits for this task's requests (see fork_gate.h).
         const fork_gate::Inside inside;
-        const std::atomic<bool>* outer = current_abandoned;
-        current_abandoned = flag.get();
+        const RetryStopScope abandoned(flag.get());
         std::move(task)();
-        current_abandoned = outer;
       },
       std::move(stop_token), std::move(stop_callback));
 }

@@ -109,15 +109,12 @@ class StorageExecutor : public arrow::internal::Executor {
  public:
   static arrow::Result<std::shared_ptr<StorageExecutor>> Make(int threads);
 
-  /// Requests of this executor's tasks, running or to come, are not retried any more.
+  /// Requests of this executor's tasks, running or to come, are not retried any more
+  /// (each task runs in a RetryStopScope of this flag).
   void Abandon() { abandoned_->store(true); }
 
   int GetCapacity() override { return pool_->GetCapacity(); }
   bool OwnsThisThread() override { return pool_->OwnsThisThread(); }
-
-  /// Whether the task running on this thread belongs to an abandoned executor (read by
-  /// the S3 retry strategy).
-  static bool CurrentTaskAbandoned();
 
  protected:
   arrow::Status SpawnReal(arrow::internal::TaskHints hints, arrow::internal::FnOnce<void()> task,

@@ -104,6 +104,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   std::vector<arrow::Status> status(num_splits);
   std::atomic<int64_t> next{0};
   auto work = [&] {
+    const RetryStopScope no_retry_once_cancelled(cancel);
     for (int64_t s = next++; s < num_splits; s = next++) {
       if (IsCancelled(cancel)) {
         status[s] = CancelledStatus();

@@ -26,6 +26,29 @@ inline bool IsCancelled(const CancelFlag& flag) {
 
 inline arrow::Status CancelledStatus() { return arrow::Status::Cancelled("interrupted"); }
 
+/// While alive, failed object-store requests made on this thread are not retried once
+/// `flag` is set (io/'s S3 retry strategy asks Stopped()): a storage executor's tasks
+/// hold its abandoned flag; work that polls a CancelFlag between requests of its own
+/// (footers, a filter's mask pass, documents' lengths while a Loader is built) holds that
+/// flag, so that Ctrl-C ends a read against a stalled store after the attempt in flight
+/// (at most the request timeout, after the retry delay it may be sleeping) instead of
+/// after its retry budget. Scopes nest; the innermost flag counts.
+class RetryStopScope {
+ public:
+  explicit RetryStopScope(const std::atomic<bool>* flag) : outer_(current_) { current_ = flag; }
+  explicit RetryStopScope(const CancelFlag& flag) : RetryStopScope(flag.get()) {}
+  ~RetryStopScope() { current_ = outer_; }
+  RetryStopScope(const RetryStopScope&) = delete;
+  RetryStopScope& operator=(const RetryStopScope&) = delete;
+
+  /// Whether the flag of this thread's innermost scope is set.
+  static bool Stopped() { return current_ != nullptr && current_->load(); }
+
+ private:
+  static inline thread_local const std::atomic<bool>* current_ = nullptr;
+  const std::atomic<bool>* outer_;
+};
+
 /// Wait until `future` (an arrow::Future) is done, checking `cancel` every `poll_seconds`:
 /// false once it is set (the future is left running), true when done.
 template <typename Future>
