@@ -240,6 +240,40 @@ def test_rewritten_source_file_never_returns_old_entries(tmp_path):
     assert cached[0]["id"].min() >= 1000
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_entries_of_an_unverified_read_never_serve_a_loader_that_verifies_checksums(tmp_path,
+                                                                                    shuffle):
+    # A page whose bytes no longer match its CRC decodes to other values (uncompressed,
+    # plain): verify_checksums=True refuses it, False loads it as it is. The entry a
+    # loader without verification made of it was served to one with verification, which
+    # then yielded the damaged value instead of the error it gives uncached.
+    path = tmp_path / "crc.parquet"
+    values = np.arange(1000, dtype=np.int64) + 0x1111111111
+    pq.write_table(pa.table({"x": values}), path, compression="none", use_dictionary=False,
+                   write_page_checksum=True, write_statistics=False)
+    data = bytearray(path.read_bytes())
+    at = data.find(int(values[500]).to_bytes(8, "little"))
+    assert at > 0
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    def load(**kw):
+        loader = pqloader.Loader(str(path), batch_size=250, shuffle=shuffle, seed=1, **kw)
+        return np.sort(np.concatenate([b["x"] for b in loader]))
+
+    with pytest.raises(pqloader.InvalidDataError, match="crc.parquet.*CRC"):
+        load(verify_checksums=True)
+    cache_dir = str(tmp_path / "cache")
+    damaged = values.copy()
+    damaged[500] ^= 0xFF
+    damaged.sort()
+    # Not verified: the altered value, now cached.
+    np.testing.assert_array_equal(load(cache_dir=cache_dir), damaged)
+    np.testing.assert_array_equal(load(cache_dir=cache_dir), damaged)  # a hit, as uncached
+    with pytest.raises(pqloader.InvalidDataError, match="crc.parquet.*CRC"):
+        load(cache_dir=cache_dir, verify_checksums=True)
+
+
 def test_corrupt_entries_are_detected_dropped_and_refetched(data, tmp_path):
     cache_dir = tmp_path / "cache"
     plain, _ = epochs(data, None, n=1)

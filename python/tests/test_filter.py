@@ -333,6 +333,36 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     assert report["foreign_count"] == 0 and not (tmp_path / "filters").exists()
 
 
+def test_a_selection_kept_for_one_root_never_serves_another_root_of_the_same_files(tmp_path):
+    # The partition keys come from the directories below the root, so the same files
+    # loaded from another root have other keys; the stored selection's key named only
+    # the files and the expression, and served one root's selection to the other.
+    cache_dir = str(tmp_path / "cache")
+    nested = tmp_path / "nested" / "a=1" / "b=2"
+    nested.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [0, 1, 2, 3]}), nested / "f.parquet")
+
+    def ids(root, flt):
+        loader = pqloader.Loader(str(root), columns=["id"], batch_size=10, filter=flt,
+                                 cache_dir=cache_dir)
+        return sorted(v for b in loader for v in b["id"].tolist())
+
+    assert ids(tmp_path / "nested", "a == 1") == [0, 1, 2, 3]
+    # Below a=1, 'a' is no partition key: refused, as without a cache_dir.
+    with pytest.raises(pqloader.ColumnNotFoundError, match="'a'"):
+        ids(tmp_path / "nested" / "a=1", "a == 1")
+    assert ids(tmp_path / "nested" / "a=1", "b == 2") == [0, 1, 2, 3]
+
+    # A file that stores the key's column too (without statistics to contradict its
+    # path): the path's value filters under the root, the file's below the key.
+    shadow = tmp_path / "shadow" / "p=1"
+    shadow.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [0, 1, 2, 3], "p": [1, 2, 1, 2]}), shadow / "f.parquet",
+                   write_statistics=False)
+    assert ids(tmp_path / "shadow", "p == 2") == []
+    assert ids(shadow, "p == 2") == [1, 3]  # the stored selection of the root gave []
+
+
 def test_another_filters_selection_in_place_of_this_ones_is_recomputed(data, tmp_path):
     # A stored selection held no key: another filter's file copied over this one's name
     # was served as this filter's rows (wrong rows, silently).
@@ -455,3 +485,30 @@ def test_files_that_differ_only_in_their_arrow_string_types_filter_each_with_its
             return pc.equal(batch.column(0).cast(pa.large_string()), value)
         assert ids(pqloader.Predicate(["x"], equal)) == want, value
         assert ids(pc.field("x") == value) == want, value
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_verify_checksums_covers_the_filter_columns_and_their_stored_selection(tmp_path, kept):
+    """A filter column's page that no longer matches its CRC decodes (uncompressed,
+    plain) to another value: with verify_checksums=True its rows must not be kept or
+    dropped by that value. The mask pass read without verification (row 500 dropped
+    silently), and a selection stored by a loader without it would serve one with it."""
+    path = tmp_path / "crc.parquet"
+    y = np.arange(1000, dtype=np.int64) + 0x1111111111
+    pq.write_table(pa.table({"x": np.arange(1000), "y": y}), path, compression="none",
+                   use_dictionary=False, write_page_checksum=True, write_statistics=False)
+    data = bytearray(path.read_bytes())
+    at = data.find(int(y[500]).to_bytes(8, "little"))
+    assert at > 0
+    data[at + 7] ^= 0x80  # y[500] becomes negative
+    path.write_bytes(bytes(data))
+    cache_dir = str(tmp_path / "cache") if kept else None
+
+    def load(**kw):
+        loader = pqloader.Loader(str(path), columns=["x"], batch_size=1000, filter="y > 0",
+                                 cache_dir=cache_dir, **kw)
+        return sorted(v for b in loader for v in b["x"].tolist())
+
+    assert 500 not in load()  # unverified: the damaged value is what the file holds
+    with pytest.raises(pqloader.InvalidDataError, match="crc.parquet.*row group 0.*CRC"):
+        load(verify_checksums=True)

@@ -189,6 +189,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
     filter.cancel = options.cancel;
+    filter.verify_checksums = options.verify_checksums;
     if (options.cache.dir != ":memory:") filter.store_dir = options.cache.dir;
     ARROW_ASSIGN_OR_RAISE(auto selection, EvaluateFilter(*loader->dataset_, filter));
     ApplySelection(selection, loader->dataset_.get());
@@ -253,6 +254,9 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     }
     id += "|prefix=" + loader->transforms_.PrefixFingerprint();
     id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
+    // Pages are CRC-checked only with verify_checksums: an entry decoded without the check
+    // may hold a damaged page's values, which a verifying loader must refuse.
+    if (options.verify_checksums) id += "|crc=verified";
     // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
     if (options.dataset.columns.spec.strings_as_bytes) id += "|strings=bytes";
     loader->cache_identity_ = id;

@@ -492,8 +492,9 @@ class Evaluator {
         return MakeIOError(input.status(), "cannot open ", where);
       }
       try {
-        auto pq = parquet::ParquetFileReader::Open(*input, parquet::default_reader_properties(),
-                                                   file.Metadata());
+        parquet::ReaderProperties reader_properties = parquet::default_reader_properties();
+        reader_properties.set_page_checksum_verification(options_.verify_checksums);
+        auto pq = parquet::ParquetFileReader::Open(*input, reader_properties, file.Metadata());
         parquet::ArrowReaderProperties props;
         props.set_use_threads(false);
         std::unique_ptr<parquet::arrow::FileReader> reader;
@@ -505,8 +506,10 @@ class Evaluator {
         auto st = read.status();
         if (st.ok()) table = std::move(read).ValueUnsafe();
         if (!st.ok()) {
-          return MakeError(st.IsIOError() && st.message().find("corrupt") == std::string::npos
-                               ? ErrorKind::kIO
+          // A failed page checksum comes as an IOError too: bad data, not storage.
+          const bool bad_data = st.message().find("corrupt") != std::string::npos ||
+                                st.message().find("CRC") != std::string::npos;
+          return MakeError(st.IsIOError() && !bad_data ? ErrorKind::kIO
                                : ErrorKind::kInvalidData,
                            "cannot read the filter's columns of ", where, ": ", st.message());
         }
@@ -635,9 +638,16 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
   // Arrow schema (string and large_string) filtered each with its own types (v3 read
   // them as the first such file's).
   std::string id = "filter-v4|" + options.serialized_expression;
+  if (options.verify_checksums) id += "|crc=verified";
+  // The partition keys, and so each file's values, depend on the root the dataset was
+  // opened at, not on its files: the same files under another root are another dataset.
+  for (const auto& key : dataset.partition_keys()) id.append("|key=").append(key);
   for (const auto& f : dataset.files()) {
     id.append("|").append(f.display).append(":").append(std::to_string(f.size)).append(":");
     id.append(std::to_string(f.mtime_ns)).append(":").append(f.footer_hash);
+    for (size_t k = 0; k < f.partition_values.size(); ++k) {
+      id.append(f.partition_null[k] != 0 ? ":null" : ":=" + f.partition_values[k]);
+    }
   }
   for (const auto& s : dataset.splits()) {
     id.append("|").append(std::to_string(s.file)).append(".").append(std::to_string(s.row_group));

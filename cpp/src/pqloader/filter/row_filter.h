@@ -56,6 +56,9 @@ struct FilterOptions {
   /// Set to stop the mask pass (and the wait for another process's) early: Cancelled.
   /// Default: none.
   CancelFlag cancel;
+  /// Verify the page checksums of the filter's columns (the Loader's verify_checksums);
+  /// part of the stored selection's key. Default: false.
+  bool verify_checksums = false;
 
   bool enabled() const { return !serialized_expression.empty() || predicate != nullptr; }
 };
