@@ -17,7 +17,7 @@ from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_t
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
 from pqloader._options import (ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_fill_types,
-                               check_int)
+                               check_int, check_stack_units)
 
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 
@@ -123,8 +123,10 @@ class Loader:
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate_after_fork)
         self._columns = _column_infos(self._engine.column_info())
         # Before any data is read; stacked columns by their members.
-        check_fill_types(options.fill_null, self._columns if options.stack is None
-                         else _column_infos(self._engine.column_info(stacked=False)))
+        unstacked = self._columns if options.stack is None else \
+            _column_infos(self._engine.column_info(stacked=False))
+        check_fill_types(options.fill_null, unstacked)
+        check_stack_units(options.stack, options.decimals, unstacked)
         _lists.check_values_fit(options.lists, options.pack, options.transforms, self._columns)
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
         self._sources = sources

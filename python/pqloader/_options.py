@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -352,8 +353,9 @@ ARGUMENT_DOCS = """\
             matrix: one array or tensor per batch instead of one per column, and on a GPU
             one copy). The columns must be numbers of one dtype and row shape known before
             any data (after ``transforms`` and ``lists``; ``transforms.Cast`` makes dtypes
-            agree); they leave the batch, and ``name`` takes the place of whichever of
-            them comes first among the columns. Stacked in C++ where the batch is
+            agree; times of different units, and with ``decimals="int64"`` decimals of
+            different scales, are refused); they leave the batch, and ``name`` takes the
+            place of whichever of them comes first among the columns. Stacked in C++ where the batch is
             assembled; rows and order are unchanged (a state records the stacks and loads
             only with the same ones). Not with ``pack``, nor on a ``mix`` source.
         batch_transform: A Python callable applied to every batch, in order, in one
@@ -777,6 +779,52 @@ def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
         with np.errstate(over="ignore"):
             if not np.isfinite(dtype.type(value)):
                 raise ValueError(f"{what} overflows column {name!r} ({dtype})")
+
+
+_TEMPORAL = ("timestamp", "date32", "date64", "time32", "time64", "duration")
+_DECIMAL_SCALE = re.compile(r"decimal\d*\(\d+, (-?\d+)\)")
+
+
+def check_stack_units(stack: Mapping[str, Sequence[str]] | None, decimals: str,
+                      columns: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a stack whose members are integers of different units: times of different
+    Arrow types (units, time zones or kinds: they load as integers in the stored unit) or,
+    with ``decimals="int64"``, decimals of different scales (unscaled integers of two
+    scales are different numbers). Files that disagree so are refused (SchemaMismatchError);
+    one stacked tensor would mix them with nothing left to tell its columns apart (its
+    ``column_info`` is the stack's). Members with transforms are the user's to convert.
+
+    Args:
+        stack: The checked ``LoaderOptions.stack``.
+        decimals: ``LoaderOptions.decimals``.
+        columns: The columns before stacking (``column_info(stacked=False)``).
+
+    Raises:
+        ValueError: Naming the stack, both columns and their types.
+    """
+    for name, members in (stack or {}).items():
+        seen: dict[str, tuple[str, str]] = {}  # "time" / "decimal" -> (column, its unit)
+        for column in members:
+            info = columns.get(column)
+            if info is None or info.get("transformed") or info.get("mask"):
+                continue
+            arrow_type = str(info.get("arrow_type") or "")
+            if arrow_type.startswith(_TEMPORAL):
+                kind, unit = "time", arrow_type
+            elif decimals == "int64" and (m := _DECIMAL_SCALE.match(arrow_type)):
+                kind, unit = "decimal", m.group(1)
+            else:
+                continue
+            first = seen.setdefault(kind, (column, unit))
+            if first[1] != unit:
+                what = ("times of different units, time zones or kinds load as integers in "
+                        "their own unit; one stacked tensor would mix them (write them in one "
+                        "unit, or stack them apart)" if kind == "time" else
+                        "with decimals='int64', unscaled integers of two scales are different "
+                        "numbers; one stacked tensor would mix them (decimals='float64' loads "
+                        "their values, or stack them apart)")
+                raise ValueError(f"stack {name!r}: column {column!r} is {arrow_type}, column "
+                                 f"{first[0]!r} {columns[first[0]]['arrow_type']}: {what}")
 
 
 if LoaderOptions.__doc__ is not None:  # None under python -OO

@@ -71,7 +71,9 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
                    + ([f"@schema={options.schema.to_string(show_schema_metadata=False)}"]
                       if options.schema is not None else [])
-                   + ([f"@stack={name}={','.join(cols)}" for name, cols in options.stack.items()]
+                   # by name: a dict's order changes no batch (each stack takes its first
+                   # member's place), so it must not refuse a state either
+                   + ([f"@stack={name}={','.join(cols)}" for name, cols in sorted(options.stack.items())]
                       if options.stack else []),
         "batch_size": options.batch_size,
         "drop_last": options.drop_last,
@@ -141,9 +143,19 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
                 rows = a[2] if isinstance(a, (list, tuple)) and len(a) > 2 and not isinstance(a[2], list) else None
                 if rows is not None and _jsonish(rows) != _jsonish(b[2]):
                     return f"file {b[0]!r} has {b[2]} rows, the state's had {rows!r:.50} (rewritten since)"
+    elif key == "columns":  # a state of an older pqloader has its stacks in the dict's order
+        same = _jsonish(_stacks_sorted(theirs)) == _jsonish(_stacks_sorted(mine))
     else:
         same = _jsonish(theirs) == _jsonish(mine)
     return None if same else f"state has {theirs!r:.200}, {who} has {mine!r:.200}"
+
+
+def _stacks_sorted(columns: Any) -> Any:
+    """A fingerprint's columns with its ``@stack=`` entries sorted (they follow the rest)."""
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        return columns
+    stacks = [c for c in columns if c.startswith("@stack=")]
+    return [c for c in columns if not c.startswith("@stack=")] + sorted(stacks)
 
 
 def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,

@@ -237,3 +237,21 @@ def test_lengths_count_null_rows_and_files_without_the_column_as_empty(tmp_path)
     r = cli("inspect", tmp_path, "--lengths", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "nulls=2 (as empty lists)" in r.stdout
+
+
+def test_a_zero_row_row_group_does_not_hide_the_nulls_the_footers_count(tmp_path):
+    # pyarrow's ParquetWriter writes a row group of no rows (no statistics) for an empty
+    # table: it has no nulls, and must not turn the file's counted nulls into "unknown"
+    # (inspect said "nulls unknown (no statistics)", and the Loader was made, failing at
+    # its first batch instead of when made).
+    schema = pa.schema([("id", pa.int64()), ("a", pa.float32())])
+    with pq.ParquetWriter(tmp_path / "a.parquet", schema) as w:
+        w.write_table(schema.empty_table())
+        w.write_table(pa.table({"id": [0, 1, 2], "a": pa.array([1.0, None, 3.0], pa.float32())}, schema=schema))
+        w.write_table(schema.empty_table())
+    assert pq.ParquetFile(tmp_path / "a.parquet").metadata.num_row_groups == 3
+    info = pqloader.inspect(str(tmp_path))
+    assert info["loads_as"] == {"id": "int64(batch)",
+                                "a": "float32(batch); 1 null(s): needs fill_null or null_mask"}
+    with pytest.raises(pqloader.InvalidDataError, match="column 'a' .* has 1 null value"):
+        pqloader.Loader(tmp_path, columns=["id", "a"])

@@ -198,3 +198,64 @@ def test_column_info_of_a_transformed_column_after_a_padded_one(tmp_path):
     assert loader.column_info["b"]["dtype"] == "float32"
     assert loader.column_info["b"]["shape"] == ()
     assert next(iter(loader))["b"].dtype == np.float32
+
+
+def test_members_of_different_units_or_scales_are_refused(tmp_path):
+    # Times load as integers in their stored unit and decimals="int64" as unscaled
+    # integers: files that disagree so are refused, and so must a stack that would mix
+    # them in one tensor whose column_info no longer tells its columns apart.
+    import datetime
+    import decimal
+
+    t0 = datetime.datetime(2020, 1, 1)
+    table = pa.table({
+        "us": pa.array([t0, t0 + datetime.timedelta(seconds=1)], pa.timestamp("us")),
+        "us2": pa.array([t0, t0 + datetime.timedelta(seconds=2)], pa.timestamp("us")),
+        "ms": pa.array([t0, t0 + datetime.timedelta(seconds=1)], pa.timestamp("ms")),
+        "utc": pa.array([t0, t0], pa.timestamp("us", tz="UTC")),
+        "d2": pa.array([decimal.Decimal("0.01"), decimal.Decimal("1.50")], pa.decimal128(10, 2)),
+        "d2b": pa.array([decimal.Decimal("0.02"), decimal.Decimal("2.50")], pa.decimal128(12, 2)),
+        "d3": pa.array([decimal.Decimal("0.001"), decimal.Decimal("1.500")], pa.decimal128(10, 3)),
+    })
+    write_dataset(tmp_path, [[2]], lambda n, start, seed: table)
+    for stack, says in [(["us", "ms"], "column 'ms' is timestamp[ms], column 'us' timestamp[us]"),
+                        (["us", "utc"], "column 'utc' is timestamp[us, tz=UTC]")]:
+        with pytest.raises(ValueError, match="stack 'x'") as e:
+            pqloader.Loader(tmp_path, columns=stack, stack={"x": stack})
+        assert says in str(e.value)
+    with pytest.raises(ValueError, match="two scales") as e:
+        pqloader.Loader(tmp_path, columns=["d2", "d3"], decimals="int64", stack={"x": ["d2", "d3"]})
+    assert "column 'd3' is decimal128(10, 3), column 'd2' decimal128(10, 2)" in str(e.value)
+    # One unit, one scale (any precision), or decimals as their float64 values: stacked.
+    for stack, decimals, want in [
+        (["us", "us2"], "float64", [[1577836800000000, 1577836800000000], [1577836801000000, 1577836802000000]]),
+        (["d2", "d2b"], "int64", [[1, 2], [150, 250]]),
+        (["d2", "d3"], "float64", [[0.01, 0.001], [1.5, 1.5]]),
+    ]:
+        batch = next(iter(pqloader.Loader(tmp_path, columns=stack, decimals=decimals, stack={"x": stack})))
+        assert batch["x"].tolist() == want
+
+
+def test_a_state_loads_with_the_same_stacks_in_another_dict_order(wide):
+    # The dict's order changes no batch (each stack takes its first member's place): a
+    # state must load (it was refused, "columns: state has [..., '@stack=x=...',
+    # '@stack=ints=...']"); the rest of the epoch is the uninterrupted one's.
+    common = dict(batch_size=64, shuffle=True, seed=3, columns=["id", *FEATURES, "i1", "i2"])
+    stacks = {"x": FEATURES, "ints": ["i1", "i2"]}
+    interrupted = pqloader.Loader(wide, **common, stack=stacks)
+    it = iter(interrupted)
+    first = [next(it) for _ in range(3)]
+    state = json.loads(json.dumps(interrupted.state_dict()))
+    resumed = pqloader.Loader(wide, **common, stack=dict(reversed(stacks.items())))
+    assert list(resumed.column_info) == list(interrupted.column_info)
+    resumed.load_state_dict(state)
+    epoch = list(pqloader.Loader(wide, **common, stack=stacks))
+    got = first + list(resumed)
+    assert len(got) == len(epoch)
+    for a, b in zip(epoch, got):
+        for name in ("id", "x", "ints"):
+            np.testing.assert_array_equal(a[name], b[name])
+    # Other stacks are still refused.
+    other = pqloader.Loader(wide, **common, stack={"x": FEATURES, "ints": ["i2", "i1"]})
+    with pytest.raises(pqloader.InvalidDataError, match="@stack=ints="):
+        other.load_state_dict(state)

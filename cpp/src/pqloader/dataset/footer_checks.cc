@@ -81,6 +81,7 @@ std::vector<int64_t> NullsFromFooters(const std::vector<DataFile>& files,
     const DataFile& f = files[s.file];
     int64_t& n = out[s.file];
     if (n < 0) continue;
+    if (s.file_rows == 0) continue;  // no rows, no nulls (writers give it no statistics)
     if (s.rows != nullptr) {
       n = -1;  // a filter kept some rows: their nulls are known once read
       continue;
