@@ -81,6 +81,15 @@ def _aws_env(monkeypatch):
             monkeypatch.setenv(k, v)
 
 
+def settle(s3, bucket: str) -> None:
+    """Wait until the bucket's newest object is 2 s old: pqloader keeps no footer of a
+    younger object in a cache_dir (S3 times are whole seconds; see design.md), and tests
+    that count footers taken from the cache read objects as a training job does, settled."""
+    newest = max(o["LastModified"].timestamp()
+                 for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+    time.sleep(max(0.0, newest + 2.1 - time.time()))
+
+
 class Moto:
     """A moto S3 server process on loopback; with `auth`, IAM credentials are checked."""
 
@@ -106,11 +115,14 @@ class Moto:
     def client(self):
         return boto3.client("s3", endpoint_url=self.url, region_name=REGION, **self.keys)
 
-    def upload(self, bucket: str, prefix: str, paths) -> None:
+    def upload(self, bucket: str, prefix: str, paths, settled: bool = False) -> None:
         s3 = self.client()
         s3.create_bucket(Bucket=bucket)
         for p in paths:
             s3.put_object(Bucket=bucket, Key=f"{prefix}/{Path(p).name}", Body=Path(p).read_bytes())
+        if settled:
+            settle(s3, bucket)
+
 
     def options(self, port: int | None = None, **extra) -> dict:
         return {"endpoint_override": f"{HOST}:{port or self.port}", "scheme": "http",
@@ -157,7 +169,7 @@ def store(tmp_path_factory):
     paths = write_dataset(local, LAYOUT)
     server = Moto(auth=True)
     try:
-        server.upload("data", "ds", paths)
+        server.upload("data", "ds", paths, settled=True)  # footers_from_cache is counted
         yield SimpleNamespace(server=server, local=local, paths=paths,
                               options=server.options())
     finally:
@@ -388,6 +400,7 @@ def test_ranks_of_a_node_fetch_each_footer_once(tmp_path):
         s3.create_bucket(Bucket="many")
         for i, p in enumerate(paths):
             s3.put_object(Bucket="many", Key=f"ds/part-{i:03d}.parquet", Body=Path(p).read_bytes())
+        settle(s3, "many")
         options = json.dumps(server.options(port=proxy.port))
 
         def ranks(world: int, cache_dir: str) -> list[int]:
@@ -506,3 +519,64 @@ def test_s3_index_then_loaders_read_the_summary_instead_of_the_footers(store):
                              seed=2)
     assert_columns_equal(collect(loader), before)
     assert loader.stats()["footers_from_summary"] == len(store.paths)
+
+
+def plain_int64_file(path: Path, start: int) -> bytes:
+    """2,000 int64 ids from `start` in 2 row groups, uncompressed and PLAIN: a range read
+    whose tail is not the object's bytes decodes to values, not to an error."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": np.arange(start, start + 2000, dtype=np.int64)}), path,
+                   row_group_size=1000, compression="none", use_dictionary=False)
+    return path.read_bytes()
+
+
+def test_an_object_cut_short_after_listing_is_an_error_naming_it_not_other_values(store, tmp_path):
+    # The reader keeps the listed size; Arrow's S3 ReadAt reports the length it asked for
+    # when the body is shorter, and the rest of the buffer is whatever the memory pool
+    # held before: ids from other reads, handed out as this file's rows.
+    import pyarrow.parquet as pq
+
+    data = plain_int64_file(tmp_path / "a.parquet", 0)
+    chunk = pq.ParquetFile(tmp_path / "a.parquet").metadata.row_group(1).column(0)
+    end = chunk.data_page_offset + chunk.total_compressed_size
+    s3 = store.server.client()
+    s3.put_object(Bucket="data", Key="cut/a.parquet", Body=data)
+    loader = pqloader.Loader("s3://data/cut/a.parquet", storage_options=store.options,
+                             batch_size=500)
+    s3.put_object(Bucket="data", Key="cut/a.parquet", Body=data[:end - 800])  # 100 ids short
+    with pytest.raises(pqloader.Error,
+                       match=r"s3://data/cut/a\.parquet', row group 1.*changed since the loader listed it"):
+        got = collect(loader)["id"]
+        print("read instead:", got[1900:1905], "wrong:", int((got != list(range(2000))).sum()))
+
+
+def test_s3_cache_dir_does_not_serve_an_object_replaced_within_its_second(store, tmp_path):
+    # S3 modification times have one-second resolution and the cache keys an object by
+    # its size and time: an object replaced by another of the same size within the same
+    # second was served from the cache, while a loader without cache_dir read the new one.
+    cache_dir = str(tmp_path / "cache")
+    old = plain_int64_file(tmp_path / "old.parquet", 0)
+    new = plain_int64_file(tmp_path / "new.parquet", 5000)
+    assert len(old) == len(new)
+    s3 = store.server.client()
+    kw = dict(storage_options=store.options, batch_size=1000, cache_dir=cache_dir)
+    for attempt in range(20):
+        key = f"racy/{attempt}/a.parquet"
+        time.sleep(1 - time.time() % 1)  # early in a second: the replacement lands in it
+        s3.put_object(Bucket="data", Key=key, Body=old)
+        when_old = s3.head_object(Bucket="data", Key=key)["LastModified"]
+        assert collect(pqloader.Loader(f"s3://data/{key}", **kw))["id"][0] == 0
+        s3.put_object(Bucket="data", Key=key, Body=new)
+        if s3.head_object(Bucket="data", Key=key)["LastModified"] == when_old:
+            break  # replaced within the second: size and time as the cache knows them
+    else:
+        pytest.fail("no replacement landed within the second of the object it replaced")
+    # The replacement is what a loader without the cache reads: the cached one must agree.
+    fresh = collect(pqloader.Loader(f"s3://data/{key}", storage_options=store.options,
+                                    batch_size=1000))["id"]
+    assert fresh[0] == 5000
+    cached = collect(pqloader.Loader(f"s3://data/{key}", **kw))["id"]
+    assert cached.tolist() == fresh.tolist()

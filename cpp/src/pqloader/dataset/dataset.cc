@@ -282,6 +282,21 @@ arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer);
 arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>* schema,
                            parquet::arrow::SchemaManifest* manifest);
 
+// Object stores give modification times in whole seconds (S3), so an object modified
+// less than this before its footer would be kept can still be replaced, within its
+// second, by one of the same size and time, whose footer a kept one would stand in for
+// (and so serve the old object's cached row groups, keyed by the footer's hash). Such a
+// footer is read but not kept (git's "racily clean" rule; the second's margin covers
+// the clocks of client and store); the next Loader keeps it. No time at all: never kept.
+constexpr int64_t kSettledNs = int64_t{2'000'000'000};
+
+bool MayStillChangeUnseen(const DataFile& file) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return file.mtime_ns == 0 || now - file.mtime_ns < kSettledNs;
+}
+
 // Read the footer of `file` (from the footer cache when there is one) and derive its
 // Arrow schema.
 arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
@@ -300,7 +315,9 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
   }
   if (file->metadata == nullptr) {
     ARROW_RETURN_NOT_OK(ReadFooterFromSource(file, &footer));
-    if (use_cache) StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
+    if (use_cache && !MayStillChangeUnseen(*file)) {
+      StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
+    }
   }
   file->footer_hash = FooterHash(footer);
   return DeriveSchema(*file, schema, manifest);
@@ -329,9 +346,7 @@ arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>*
 // `*footer` (what FooterHash hashes), parsed into file->metadata. Like Parquet's own
 // reader, one read of the file's last 64 KiB, and a second one only for a larger footer.
 arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer) {
-  arrow::fs::FileInfo info(file->path, arrow::fs::FileType::File);
-  info.set_size(file->size);  // known from listing: no extra request for it
-  auto input = file->fs->OpenInputFile(info);
+  auto input = file->Open();
   if (!input.ok()) {
     return MakeIOError(input.status(), "cannot open '", file->display, "'");
   }
@@ -581,8 +596,6 @@ namespace {
 arrow::Result<bool> HasMagic(const DataFile& file) {
   constexpr int64_t kMagic = 4;
   if (file.size < 3 * kMagic) return false;
-  arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
-  info.set_size(file.size);
   // A local file that vanished since the listing (another program's temporary file) is
   // not data: left out, as a file that is not Parquet is. (An object store is not asked
   // again after a failure: it may be what failed.)
@@ -591,7 +604,7 @@ arrow::Result<bool> HasMagic(const DataFile& file) {
     auto now = file.fs->GetFileInfo(file.path);
     return now.ok() && now->type() == arrow::fs::FileType::NotFound;
   };
-  auto input = file.fs->OpenInputFile(info);
+  auto input = file.Open();
   if (!input.ok()) {
     if (gone()) return false;
     return MakeIOError(input.status(), "cannot open '", file.display, "'");
@@ -768,6 +781,11 @@ std::vector<FileColumns> FileColumnsOf(const OpenedFiles& opened) {
 }
 
 }  // namespace
+
+arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> DataFile::Open(
+    arrow::MemoryPool* pool) const {
+  return OpenListedFile(fs, path, size, display, pool);
+}
 
 std::shared_ptr<parquet::FileMetaData> DataFile::Metadata() const {
   if (summary == nullptr) return metadata;

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include <arrow/filesystem/filesystem.h>
+#include <arrow/io/interfaces.h>
+#include <arrow/memory_pool.h>
 #include <arrow/result.h>
 #include <arrow/type.h>
 #include <parquet/metadata.h>
@@ -123,6 +125,10 @@ struct DataFile {
   int64_t num_rows() const;
   const parquet::SchemaDescriptor* schema() const;
   std::shared_ptr<const arrow::KeyValueMetadata> key_value_metadata() const;
+  /// The file opened with its listed size; on an object store a read its current body
+  /// does not fill is an error (OpenListedFile, io/filesystem.h). Buffers from `pool`.
+  arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> Open(
+      arrow::MemoryPool* pool = arrow::default_memory_pool()) const;
 };
 
 /// A file found under a source that is not Parquet, and why it was skipped.

@@ -24,9 +24,7 @@ constexpr const char* kIndexHeader = "pqloader-index 1";
 arrow::Result<std::string> ReadWhole(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                                      const std::string& path, int64_t size,
                                      const std::string& display) {
-  arrow::fs::FileInfo info(path, arrow::fs::FileType::File);
-  info.set_size(size);
-  auto input = fs->OpenInputFile(info);
+  auto input = OpenListedFile(fs, path, size, display);
   if (!input.ok()) {
     return MakeIOError(input.status(), "cannot open '", display, "'");
   }

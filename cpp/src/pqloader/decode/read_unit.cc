@@ -257,9 +257,7 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   const std::string where =
       "'" + file.display + "', row group " + std::to_string(split.row_group);
   ARROW_RETURN_NOT_OK(CheckFooterUnchanged(file));  // files taken from an index unlisted
-  arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
-  info.set_size(file.size);  // known since Dataset::Open: no request for it
-  auto input = file.fs->OpenInputFile(info);
+  auto input = file.Open(pool);  // the listed size: no request for it
   if (!input.ok()) {
     return MakeIOError(input.status(), "cannot open ", where);
   }

@@ -485,9 +485,7 @@ class Evaluator {
     const int64_t n = split.file_rows;
     if (!leaves.empty()) {
       ARROW_RETURN_NOT_OK(CheckFooterUnchanged(file));
-      arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
-      info.set_size(file.size);
-      auto input = file.fs->OpenInputFile(info);
+      auto input = file.Open();
       if (!input.ok()) {
         return MakeIOError(input.status(), "cannot open ", where);
       }

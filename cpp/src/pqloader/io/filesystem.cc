@@ -9,9 +9,12 @@
 #include <random>
 #include <set>
 
+#include <arrow/buffer.h>
+#include <arrow/io/interfaces.h>
+
 #include "pqloader/error.h"
-#include "pqloader/util/cancel.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/util/cancel.h"
 #include "pqloader/util/fork_gate.h"
 
 namespace pqloader {
@@ -321,6 +324,96 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
     out.prefix = source.substr(0, sep + 3);
   }
   return out;
+}
+
+namespace {
+
+// See OpenListedFile.
+class ListedObject final : public arrow::io::RandomAccessFile {
+ public:
+  ListedObject(std::shared_ptr<arrow::io::RandomAccessFile> inner,
+               std::shared_ptr<arrow::fs::FileSystem> fs, std::string path, std::string display,
+               int64_t size, arrow::MemoryPool* pool)
+      : inner_(std::move(inner)), fs_(std::move(fs)), path_(std::move(path)),
+        display_(std::move(display)), size_(size), pool_(pool) {}
+
+  arrow::Status Close() override { return inner_->Close(); }
+  bool closed() const override { return inner_->closed(); }
+  arrow::Result<int64_t> Tell() const override { return inner_->Tell(); }
+  arrow::Status Seek(int64_t position) override { return inner_->Seek(position); }
+  arrow::Result<int64_t> GetSize() override { return size_; }
+
+  arrow::Result<int64_t> Read(int64_t nbytes, void* out) override {
+    ARROW_ASSIGN_OR_RAISE(const int64_t position, inner_->Tell());
+    ARROW_ASSIGN_OR_RAISE(const int64_t got, ReadAt(position, nbytes, out));
+    ARROW_RETURN_NOT_OK(inner_->Seek(position + got));
+    return got;
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Read(int64_t nbytes) override {
+    ARROW_ASSIGN_OR_RAISE(const int64_t position, inner_->Tell());
+    ARROW_ASSIGN_OR_RAISE(auto buffer, ReadAt(position, nbytes));
+    ARROW_RETURN_NOT_OK(inner_->Seek(position + buffer->size()));
+    return buffer;
+  }
+
+  arrow::Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override {
+    if (position < 0 || nbytes < 0) return inner_->ReadAt(position, nbytes, out);  // its error
+    nbytes = std::min(nbytes, std::max<int64_t>(0, size_ - position));
+    if (nbytes == 0) return 0;
+    // The marker varies per read (a generator per thread: no lock), so that no constant
+    // byte of the data matches it every time.
+    thread_local uint64_t state = 0x9E3779B97F4A7C15ull;
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const auto marker = static_cast<uint8_t>(state >> 56);
+    auto* last = static_cast<uint8_t*>(out) + nbytes - 1;
+    *last = marker;
+    ARROW_ASSIGN_OR_RAISE(const int64_t got, inner_->ReadAt(position, nbytes, out));
+    if (got < nbytes || *last == marker) ARROW_RETURN_NOT_OK(CheckSize(position + nbytes));
+    return got;
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
+    if (position < 0 || nbytes < 0) return inner_->ReadAt(position, nbytes);  // its error
+    nbytes = std::min(nbytes, std::max<int64_t>(0, size_ - position));
+    ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateResizableBuffer(nbytes, pool_));
+    ARROW_ASSIGN_OR_RAISE(const int64_t got, ReadAt(position, nbytes, buffer->mutable_data()));
+    ARROW_RETURN_NOT_OK(buffer->Resize(got, /*shrink_to_fit=*/false));
+    return std::shared_ptr<arrow::Buffer>(std::move(buffer));
+  }
+
+ private:
+  // A read's last byte kept its marker: the body ended before `end`, or the data holds
+  // that byte there. The object's size now tells them apart.
+  arrow::Status CheckSize(int64_t end) const {
+    ARROW_ASSIGN_OR_RAISE(const auto info, fs_->GetFileInfo(path_));
+    if (info.type() != arrow::fs::FileType::File) {
+      return MakeError(ErrorKind::kNotFound, "'", display_,
+                       "' is gone since the loader listed it");
+    }
+    if (info.size() != size_ || info.size() < end) {
+      return MakeError(ErrorKind::kIO, "'", display_, "' changed since the loader listed it (",
+                       size_, " bytes, now ", info.size(),
+                       "): make a new Loader to read it as it is now");
+    }
+    return arrow::Status::OK();
+  }
+
+  std::shared_ptr<arrow::io::RandomAccessFile> inner_;
+  std::shared_ptr<arrow::fs::FileSystem> fs_;
+  std::string path_, display_;
+  int64_t size_;
+  arrow::MemoryPool* pool_;
+};
+
+}  // namespace
+
+arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenListedFile(
+    const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& path, int64_t size,
+    const std::string& display, arrow::MemoryPool* pool) {
+  arrow::fs::FileInfo info(path, arrow::fs::FileType::File);
+  info.set_size(size);  // known from the listing: no request for it
+  ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(info));
+  if (fs->type_name() == "local") return input;
+  return std::make_shared<ListedObject>(std::move(input), fs, path, display, size, pool);
 }
 
 arrow::Status FinalizeS3() {

@@ -128,6 +128,19 @@ class StorageExecutor : public arrow::internal::Executor {
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
 };
 
+/// Open `path` of `fs` as the file of `size` bytes it was listed with (no request for its
+/// size). On an object store the file is wrapped so that a read the object's body does
+/// not fill is an error naming `display` ("changed since the loader listed it"), not a
+/// buffer whose tail is what the memory was before: Arrow's S3 reader reports the length
+/// it asked for when the body is shorter (an object replaced by a shorter one after the
+/// listing). Each read's last byte is set to a varying marker first; one whose marker is
+/// still there (a short body, or data that holds that byte: 1 read in 256) asks the
+/// store for the object's size once (a HEAD). An object replaced by one at least as
+/// long is not detected. Buffers come from `pool`. Local files are read as they are.
+arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenListedFile(
+    const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& path, int64_t size,
+    const std::string& display, arrow::MemoryPool* pool = arrow::default_memory_pool());
+
 /// Shut S3 down if it was initialised, so that the process exits cleanly. Call once,
 /// at exit, after which s3:// sources fail. Idempotent.
 arrow::Status FinalizeS3();

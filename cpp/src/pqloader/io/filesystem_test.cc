@@ -4,6 +4,10 @@
 
 #include <cstdlib>
 
+#include <arrow/buffer.h>
+#include <arrow/filesystem/mockfs.h>
+#include <arrow/io/interfaces.h>
+
 namespace pqloader {
 
 namespace {
@@ -178,6 +182,47 @@ TEST(MakeS3Options, RetryBudgetIsCheckedAndAccepted) {
   auto bad = MakeS3Options(Opts({{"retry_budget", "-1"}}));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("retry_budget"), std::string::npos);
+}
+
+}  // namespace pqloader
+
+namespace pqloader {
+
+// An object store's file opened with its listed size reads its bytes, also where a read's
+// last byte equals the marker OpenListedFile puts there (one-byte reads of every value:
+// ~1 in 256 asks the store for the size, which agrees); a file listed longer than it is
+// now (replaced by a shorter one after the listing) is an error naming it, not a short
+// or stale buffer. (A mock filesystem stands for the store: it is not "local".)
+TEST(OpenListedFile, ReadsTheBytesAndRefusesAFileShorterThanListed) {
+  auto fs = std::make_shared<arrow::fs::internal::MockFileSystem>(arrow::fs::TimePoint{});
+  std::string bytes(4096, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 % 256);
+  ASSERT_TRUE(fs->CreateDir("b").ok());
+  {
+    auto out = fs->OpenOutputStream("b/f").ValueOrDie();
+    ASSERT_TRUE(out->Write(bytes).ok());
+    ASSERT_TRUE(out->Close().ok());
+  }
+  const auto size = static_cast<int64_t>(bytes.size());
+  auto file = OpenListedFile(fs, "b/f", size, "mock://b/f").ValueOrDie();
+  for (int64_t pos = 0; pos < size; ++pos) {
+    uint8_t b = 0;
+    auto got = file->ReadAt(pos, 1, &b);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(*got, 1);
+    ASSERT_EQ(b, static_cast<uint8_t>(bytes[pos])) << pos;
+  }
+  auto buffer = file->ReadAt(100, 1000).ValueOrDie();
+  EXPECT_EQ(buffer->ToString(), bytes.substr(100, 1000));
+  EXPECT_EQ(file->GetSize().ValueOrDie(), size);
+
+  auto listed_longer = OpenListedFile(fs, "b/f", size + 100, "mock://b/f").ValueOrDie();
+  auto read = listed_longer->ReadAt(4000, 196);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find(
+                "'mock://b/f' changed since the loader listed it (4196 bytes, now 4096)"),
+            std::string::npos)
+      << read.status().ToString();
 }
 
 }  // namespace pqloader

@@ -31,9 +31,7 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
   const ColumnSource& src = dataset.files()[dataset.splits()[split_index].file].columns[spec];
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
-  arrow::fs::FileInfo info(file.path, arrow::fs::FileType::File);
-  info.set_size(file.size);
-  ARROW_ASSIGN_OR_RAISE(auto input, file.fs->OpenInputFile(info));
+  ARROW_ASSIGN_OR_RAISE(auto input, file.Open());
   parquet::ArrowReaderProperties props;
   props.set_use_threads(false);
   props.set_batch_size(kRowsPerSlice);
