@@ -198,24 +198,118 @@ def _ray_train_rank_world() -> tuple[int, int] | None:
         return None
 
 
-def default_rank_world() -> tuple[int, int]:
-    """Rank and world size of this training process.
+_ENV_SOURCE = "the environment (RANK/WORLD_SIZE)"
+
+
+def discover_rank_world() -> tuple[int | None, int | None, str]:
+    """Rank and world size as this process's surroundings give them, and where from.
 
     In order: an initialised torch.distributed group (torchrun, Ray Train's
     ``TorchTrainer``, Lightning, Accelerate), a Ray Train worker's context (any Ray Train
-    trainer), else the ``RANK``/``WORLD_SIZE`` environment variables.
+    trainer), else the ``RANK``/``WORLD_SIZE`` environment variables, each of which may
+    be unset (None).
 
     Returns:
-        ``(rank, world_size)``; ``(0, 1)`` when no source says otherwise.
+        ``(rank, world_size, where)``; `where` names the source for messages.
 
     Raises:
         ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer.
     """
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+        return dist.get_rank(), dist.get_world_size(), "the initialised torch.distributed process group"
     ray_train = _ray_train_rank_world()
     if ray_train is not None:
-        return ray_train
-    rank, world = env_int("RANK"), env_int("WORLD_SIZE")
+        return ray_train[0], ray_train[1], "the Ray Train worker's context (ray.train.get_context())"
+    return env_int("RANK"), env_int("WORLD_SIZE"), _ENV_SOURCE
+
+
+def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
+    """Settle ``Loader(rank=..., world_size=...)`` with what the surroundings give.
+
+    Given both, they are used as they are (an override: e.g. a data-parallel group's
+    rank and size); ``world_size=1`` alone is rank 0 of 1. Given one, the other comes
+    from :func:`discover_rank_world`, whose value for the given one must agree: a rank of one world taken with the size of
+    another (``rank=LOCAL_RANK`` under a multi-node torchrun, ``world_size=`` a data-
+    parallel size beside the global group's rank) would overlap shards and miss rows.
+
+    Returns:
+        ``(rank, world_size)``; ``(0, 1)`` when nothing says otherwise.
+
+    Raises:
+        ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer; only one of
+            them is set (``WORLD_SIZE`` > 1 or ``RANK`` > 0); the given one disagrees
+            with the source of the other; a ``world_size`` > 1 is given and no rank
+            is found anywhere (every process would be rank 0).
+    """
+    if rank is not None and world is not None:
+        return rank, world
+    if world == 1:  # one process reading everything (e.g. evaluation on one rank of a job)
+        return 0, 1
+    found_rank, found_world, where = discover_rank_world()
+    both = "pass both rank= and world_size=, or neither"
+    if where == _ENV_SOURCE and rank is None and world is None:
+        if found_rank is None and found_world is not None and found_world > 1:
+            raise ValueError(f"environment variable WORLD_SIZE={found_world} is set but RANK is not: every "
+                             f"process would be rank 0 and read the same shard; set RANK too (torchrun "
+                             f"sets both), or {both}")
+        if found_world is None and found_rank is not None and found_rank > 0:
+            raise ValueError(f"environment variable RANK={found_rank} is set but WORLD_SIZE is not; set "
+                             f"WORLD_SIZE too (torchrun sets both), or {both}")
+    if where == _ENV_SOURCE:
+        if found_world is not None and found_world < 1:
+            raise ValueError(f"environment variable WORLD_SIZE={found_world} is not a world size (>= 1)")
+        if found_rank is not None and not 0 <= found_rank < (found_world or 1 << 62):
+            raise ValueError(f"environment variable RANK={found_rank} is not a rank of WORLD_SIZE="
+                             f"{found_world} (0 <= RANK < WORLD_SIZE)")
+    if rank is not None and found_rank is not None and rank != found_rank:
+        raise ValueError(f"rank={rank} is given without world_size, which would come from {where}, "
+                         f"where this process is rank {found_rank} of {found_world}: the shards of two "
+                         f"worlds would overlap and miss rows; {both}")
+    if world is not None and found_world is not None and world != found_world:
+        raise ValueError(f"world_size={world} is given without rank, which would come from {where}, "
+                         f"where the world size is {found_world} (this process rank {found_rank}): the "
+                         f"shards of two worlds would overlap and miss rows; {both}")
+    if world is not None and world > 1 and found_rank is None:
+        raise ValueError(f"world_size={world} is given without rank, and no rank is found (no "
+                         f"torch.distributed process group, Ray Train worker or RANK variable): every "
+                         f"process would be rank 0 and read the same shard; {both}")
+    rank = found_rank if rank is None else rank
+    world = found_world if world is None else world
     return (0 if rank is None else rank), (1 if world is None else world)
+
+
+def default_rank_world() -> tuple[int, int]:
+    """Rank and world size of this training process (:func:`resolve_rank_world` of
+    neither given).
+
+    Returns:
+        ``(rank, world_size)``; ``(0, 1)`` when no source says otherwise.
+
+    Raises:
+        ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer, or one of
+            them is set without the other.
+    """
+    return resolve_rank_world(None, None)
+
+
+def check_process_group_agrees(rank: int, world: int) -> None:
+    """Refuse to iterate with a rank and world size discovered before the process group.
+
+    A Loader built before ``torch.distributed.init_process_group`` (without ``RANK`` and
+    ``WORLD_SIZE``, as ``mp.spawn`` leaves it) took rank 0 of 1 on every process: each
+    would read every row, training each one world-size times per epoch, silently.
+
+    Raises:
+        ValueError: An initialised process group gives another rank or world size.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    group_rank, group_world = dist.get_rank(), dist.get_world_size()
+    if (group_rank, group_world) != (rank, world):
+        raise ValueError(f"this Loader is rank {rank} of {world}, found when it was built, but the "
+                         f"initialised torch.distributed process group says rank {group_rank} of "
+                         f"{group_world}: it was built before init_process_group (its shard is not "
+                         f"this rank's: rows would be repeated or missed across ranks); build it "
+                         f"after init_process_group, or pass rank= and world_size=")

@@ -117,6 +117,8 @@ class Loader:
         sources = _env.normalize_sources(source)
         options = LoaderOptions(**arguments)
         self._seed_drawn = options.seed is None and options.shuffle
+        # Rank and world size found rather than given: checked again when iterating.
+        self._rank_world_found = options.rank is None and options.world_size is None
         options = options.resolve(_core.draw_seed)
         self._output = _iteration.make_output(options)
         self._cursor = _iteration.Cursor()
@@ -216,6 +218,8 @@ class Loader:
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self)
+        if self._rank_world_found:
+            _env.check_process_group_agrees(self._options.rank, self._options.world_size)
         generation = self._cursor.invalidate()  # an older iterator stops
         end: list[int] = []
         o = self._options

@@ -582,14 +582,12 @@ class LoaderOptions:
             A copy with ``seed``, ``rank`` and ``world_size`` set (checked again).
 
         Raises:
-            ValueError: The environment gives a bad rank or world size, or a shuffled
-                loader of several ranks has no seed.
+            ValueError: The environment gives a bad rank or world size, only one of
+                ``rank``/``world_size`` is given and its source of the other disagrees
+                (or, for ``world_size`` > 1, gives no rank), or a shuffled loader of
+                several ranks has no seed.
         """
-        rank, world = self.rank, self.world_size
-        if rank is None or world is None:
-            default_rank, default_world = _env.default_rank_world()
-            rank = default_rank if rank is None else rank
-            world = default_world if world is None else world
+        rank, world = _env.resolve_rank_world(self.rank, self.world_size)
         seed = self.seed
         if seed is None and self.shuffle and world > 1:
             # Each rank would draw its own seed: their shards would overlap and miss rows.

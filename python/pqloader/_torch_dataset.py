@@ -109,6 +109,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._worker_shift = 0
         self._worker_epochs = 0
         self._unloaded = False  # the pending state was not loaded into the main loader
+        state = loader.state_dict()
+        if state.get("batch") or state.get("elastic") is not None:
+            # The loader is mid-epoch (a state was loaded, or it was partly iterated): worker
+            # loaders continue from there too, as the loader itself does without workers
+            # (they restarted the epoch, repeating the batches already handed out).
+            self._pending = state
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at `epoch` (call it in the main process).
@@ -278,6 +284,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def _make_worker_loader(self, info: Any) -> Loader:
         o = self._recipe.options
         workers = info.num_workers
+        if self._worker_state is None and self._pending is not None and self._pending["epoch"] == self._epoch:
+            # A plain torch DataLoader: pqloader.torch.DataLoader hands a loaded state (or
+            # the wrapped loader's position) to the workers in _begin; here every worker
+            # derives the same from it (the workers restarted the epoch, repeating what
+            # the state had consumed).
+            position = self._resumed_position(self._pending, workers)
+            self._worker_state, self._worker_shift = self._pending, position.before % workers
         threads = min(o.num_workers or os.cpu_count() or 1, MAX_THREADS)
         slot = (info.id + self._worker_shift) % workers
         loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,

@@ -341,6 +341,48 @@ def test_rank_and_world_size_default_from_environment(shard_ds, monkeypatch):
     assert ids_of(from_env) != ids_of(other)
 
 
+@pytest.mark.parametrize(
+    "env,kwargs,words",
+    [
+        (dict(WORLD_SIZE="4"), {}, ["WORLD_SIZE=4", "RANK"]),  # every process rank 0
+        (dict(RANK="2"), {}, ["RANK=2", "WORLD_SIZE"]),
+        (dict(RANK="-1", WORLD_SIZE="3"), {}, ["RANK=-1"]),
+        (dict(RANK="3", WORLD_SIZE="3"), {}, ["RANK=3", "WORLD_SIZE=3"]),
+        (dict(RANK="0", WORLD_SIZE="0"), {}, ["WORLD_SIZE=0"]),
+        ({}, dict(world_size=3), ["world_size=3", "rank"]),  # every process rank 0
+        (dict(RANK="1", WORLD_SIZE="2"), dict(world_size=3), ["world_size=3", "2"]),
+        (dict(RANK="1", WORLD_SIZE="3"), dict(rank=0), ["rank=0", "rank 1 of 3"]),  # rank=LOCAL_RANK
+    ],
+    ids=["world-without-rank", "rank-without-world", "negative-rank", "rank-of-no-world", "world-0",
+         "world-size-alone", "world-size-against-env", "rank-against-env"],
+)
+def test_a_rank_and_world_size_that_do_not_make_one_world_are_refused(shard_ds, monkeypatch, env, kwargs, words):
+    # Each of these built a loader of another world than the job's (rank 0 of 4 on every
+    # process, or rank 1 of 3 with a world of 2): shards overlapping and rows missed,
+    # silently. Both given explicitly still override the environment.
+    src, _ = shard_ds
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as ei:
+        pqloader.Loader(src, batch_size=16, shuffle=True, seed=3, **kwargs)
+    for word in words:
+        assert word in str(ei.value), ei.value
+    explicit = pqloader.Loader(src, batch_size=16, shuffle=True, seed=3, rank=1, world_size=3)
+    assert (explicit.shard_info["rank"], explicit.shard_info["world_size"]) == (1, 3)
+
+
+def test_one_of_rank_and_world_size_given_agreeing_with_the_environment(shard_ds, monkeypatch):
+    src, _ = shard_ds
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    for kwargs in (dict(rank=2), dict(world_size=3), {}):
+        info = pqloader.Loader(src, batch_size=16, shuffle=True, seed=3, **kwargs).shard_info
+        assert (info["rank"], info["world_size"]) == (2, 3), kwargs
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert pqloader.Loader(src, batch_size=16).shard_info["world_size"] == 1  # RANK=0 alone: 0 of 1
+
+
 def test_without_environment_a_loader_is_rank_0_of_1(shard_ds):
     src, n = shard_ds
     loader = pqloader.Loader(src, batch_size=16)
@@ -444,7 +486,7 @@ def test_state_after_a_completed_iteration_starts_the_next_epoch(resume_ds):
         (dict(shuffle_window=3), ["shuffle_window"]),
         (dict(columns=["id", "x"]), ["columns"]),
         (dict(drop_last=True), ["drop_last"]),
-        (dict(shard_policy="pad", world_size=2), ["shard_policy"]),
+        (dict(shard_policy="pad", rank=0, world_size=2), ["shard_policy"]),
         ("source", ["source"]),
     ],
     ids=["seed", "shuffle", "shuffle_window", "columns", "drop_last", "shard_policy", "source"],

@@ -137,3 +137,105 @@ def test_gloo_ranks_are_disjoint_complete_equal_and_resume_exactly_after_a_crash
         assert union <= set(range(N)) and N - len(union) < WORLD
         assert sum(len(s) for s in shares) == len(union)
     assert results[0]["seen"][:per_epoch] != results[0]["seen"][per_epoch:], "epochs repeat the same order"
+
+
+GROUP_OF_ONE = textwrap.dedent("""
+    import datetime, sys
+    import torch.distributed as dist
+    import pqloader
+
+    data, port = sys.argv[1:3]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
+    for kwargs in (dict(world_size=2), dict(rank=1)):
+        try:
+            pqloader.Loader(data, batch_size=8, **kwargs)
+        except ValueError as e:
+            print("refused:", e)
+        else:
+            print("accepted:", kwargs)
+    both = pqloader.Loader(data, batch_size=8, rank=1, world_size=2)  # an override: a DP group's
+    print("both:", both.shard_info["rank"], both.shard_info["world_size"])
+    alone = pqloader.Loader(data, batch_size=8, world_size=1)  # e.g. evaluation on one rank
+    print("alone:", alone.shard_info["rank"], alone.shard_info["world_size"])
+    dist.destroy_process_group()
+""")
+
+
+def test_one_of_rank_and_world_size_against_the_process_group_is_refused(tmp_path):
+    # world_size=2 beside a group of 1 made this process rank 0 of 2, silently (half the
+    # rows never read by anyone); a given rank must be the group's too.
+    data = tmp_path / "data"
+    write_dataset(data, [[10, 6]])
+    script = tmp_path / "group.py"
+    script.write_text(GROUP_OF_ONE)
+    env = subprocess_env()
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    proc = subprocess.run([sys.executable, str(script), str(data), str(free_port())], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, proc.stdout
+    assert lines[0].startswith("refused: world_size=2") and "torch.distributed" in lines[0], lines[0]
+    assert lines[1].startswith("refused: rank=1") and "torch.distributed" in lines[1], lines[1]
+    assert lines[2:] == ["both: 1 2", "alone: 0 1"]
+
+
+BUILT_BEFORE_THE_GROUP = textwrap.dedent("""
+    import datetime, sys
+    import torch.distributed as dist
+    import pqloader
+
+    data, port, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    early = pqloader.Loader(data, batch_size=8)  # no group yet, no RANK/WORLD_SIZE: 0 of 1
+    explicit = pqloader.Loader(data, batch_size=8, rank=0, world_size=1)  # asked for: all rows
+    mixture = pqloader.mix([pqloader.Loader(data, batch_size=8), explicit], [1, 1])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        rows = sum(len(b["id"]) for b in early)
+        print("read", rows)
+    except ValueError as e:
+        print("refused:", e)
+    try:
+        next(iter(mixture))
+        print("mixture read")
+    except ValueError as e:
+        print("mixture refused:", e)
+    print("explicit", sum(len(b["id"]) for b in explicit))
+    late = pqloader.Loader(data, batch_size=8)
+    print("late", late.shard_info["rank"], late.shard_info["world_size"], sum(len(b["id"]) for b in late))
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+def test_a_loader_built_before_the_process_group_refuses_to_iterate(tmp_path):
+    # Built before init_process_group with nothing in the environment (as mp.spawn
+    # leaves it), every rank was rank 0 of 1 and read every row: each row trained
+    # world-size times per epoch, silently.
+    data = tmp_path / "data"
+    write_dataset(data, [[10, 6]])
+    script = tmp_path / "early.py"
+    script.write_text(BUILT_BEFORE_THE_GROUP)
+    env = subprocess_env()
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(script), str(data), str(port), str(r)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=120)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, out
+        lines = out.splitlines()
+        assert lines[0].startswith("refused: this Loader is rank 0 of 1"), out
+        assert f"rank {rank} of 2" in lines[0], out
+        assert lines[1].startswith("mixture refused: this Loader is rank 0 of 1"), out
+        assert lines[2:] == ["explicit 16", f"late {rank} 2 8"], out

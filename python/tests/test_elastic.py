@@ -512,6 +512,38 @@ def test_dataloader_resume_with_another_number_of_workers(ds, old, new):
     assert dl_ids(again) == dl_ids(tail)  # deterministic
 
 
+@pytestmark_workers
+@pytest.mark.parametrize("how", ["loaded", "partly-iterated", "dataset-loaded-plain-dataloader"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_dataloader_workers_continue_a_loader_wrapped_mid_epoch(ds, workers, how):
+    # The wrapped loader's own position (or a state loaded into the dataset) is where the
+    # workers start, as the loader itself continues without workers; they restarted the
+    # epoch, repeating the batches handed out before, also under a plain DataLoader.
+    import torch.utils.data
+
+    source = make(ds, 1, 0, num_epochs=1)
+    head, state = take(source, 5)
+    state = json.loads(json.dumps(state))
+    loader = make(ds, 1, 0, num_epochs=1)
+    if how == "loaded":
+        loader.load_state_dict(state)
+    elif how == "partly-iterated":
+        take(loader, 5)
+    dataset = pqloader.torch.IterableDataset(loader)
+    if how == "dataset-loaded-plain-dataloader":
+        dataset.load_state_dict(state)
+        dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+    else:
+        dl = pqloader.torch.DataLoader(dataset, num_workers=workers)
+    tail = run_with_timeout(lambda: [b["id"].numpy().copy() for b in dl], timeout=120)
+    got = [int(i) for b in head for i in b] + dl_ids([{"id": b} for b in tail])
+    assert len(got) == len(set(got)), "rows handed out before the loader was wrapped came again"
+    assert N - len(got) < 1 + workers  # what equalising the workers' world drops
+    if workers == 1:  # the same world: exactly the rest of the loader's own stream
+        rest = [b["id"].tolist() for b in make(ds, 1, 0, num_epochs=1)][5:]
+        assert [b.tolist() for b in tail] == rest
+
+
 def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
     """2 gloo ranks save a merged state with torch.distributed.checkpoint; 3 ranks resume."""
     script = tmp_path / "dcp.py"
