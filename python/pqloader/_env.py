@@ -251,8 +251,9 @@ def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
     if where == _ENV_SOURCE and rank is None and world is None:
         if found_rank is None and found_world is not None and found_world > 1:
             raise ValueError(f"environment variable WORLD_SIZE={found_world} is set but RANK is not: every "
-                             f"process would be rank 0 and read the same shard; set RANK too (torchrun "
-                             f"sets both), or {both}")
+                             f"process would be rank 0 and read the same shard; build the Loader "
+                             f"once the process group exists (Lightning: in setup() or "
+                             f"train_dataloader()), set RANK too (torchrun sets both), or {both}")
         if found_world is None and found_rank is not None and found_rank > 0:
             raise ValueError(f"environment variable RANK={found_rank} is set but WORLD_SIZE is not; set "
                              f"WORLD_SIZE too (torchrun sets both), or {both}")
@@ -312,4 +313,5 @@ def check_process_group_agrees(rank: int, world: int) -> None:
                          f"initialised torch.distributed process group says rank {group_rank} of "
                          f"{group_world}: it was built before init_process_group (its shard is not "
                          f"this rank's: rows would be repeated or missed across ranks); build it "
-                         f"after init_process_group, or pass rank= and world_size=")
+                         f"after init_process_group, or pass rank= and world_size= (world_size=1: "
+                         f"every rank reads every row)")

@@ -77,6 +77,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
     batch size (elastic resume, see docs/determinism.md). With worker processes the
     DataLoader counts the position of one epoch per iteration: the loader's
     ``num_epochs`` must be 1 (the default) for ``state_dict()`` (a ``ValueError`` else).
+    A loader wrapped mid-epoch (a state loaded, or batches taken from it first) continues
+    from its position, with or without workers, as iterating it would: batches already
+    taken are not handed out again in that epoch (``loader.set_epoch(loader.epoch)``
+    first starts the epoch over). A packed loader continues so only with the world of
+    workers its position was taken in (else ``InvalidDataError``).
 
     Args:
         loader: The loader to wrap; its options, seed, rank and world size are used.
@@ -221,7 +226,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 f"cannot resume this state of a packed loader (pack=...) with {workers} DataLoader "
                 f"workers on {o.world_size} rank(s) (a world of {world}, batch_size {o.batch_size}): "
                 f"it was taken on a world of {theirs['world_size']} (batch_size {theirs['batch_size']}); "
-                "packed loaders resume with the same ranks, workers and batch size")
+                "packed loaders resume with the same ranks, workers and batch size (a loader "
+                "wrapped mid-epoch: call loader.set_epoch(loader.epoch) first to start the "
+                "epoch over)")
         base = {"world_size": theirs["world_size"], "batch_size": theirs["batch_size"],
                 "batches": list(counts), "base": state.get("elastic")}
         return _Position(state["epoch"], workers, base=base)

@@ -6,8 +6,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+import pqloader
 
 from test_s3 import _aws_env  # noqa: F401 (autouse: no AWS_* of the machine)
 
@@ -337,15 +340,19 @@ def test_ctrl_c_against_a_stalled_endpoint_then_exit_does_not_wait_out_the_retri
     assert "interrupted" in out.stdout and "built" not in out.stdout, out.stdout + out.stderr
 
 
-# Ctrl-C while footers are read from a store that lists its objects but never answers a
-# read: each footer read is retried until its budget (60 s) is spent, and Ctrl-C used to
-# wait for that. A proxy holds every request for a byte range; SIGINT once the first is
-# held. The read in flight then ends after its attempt (request_timeout 1 s, after a
-# retry delay of at most retry_max_delay 1 s), without further retries.
+# Ctrl-C while a Loader is built against a store that lists its objects but never
+# answers a read: each read is retried until its budget (60 s) is spent, and Ctrl-C used
+# to wait for that. A proxy holds every request for a byte range; SIGINT once the first
+# is held. The read in flight then ends after its attempt (request_timeout 1 s, after a
+# retry delay of at most retry_max_delay 1 s), without further retries. Footers are read
+# first; for a filter's reads and the lengths pass of packing they come from a cache_dir
+# filled beforehand (objects settled: see test_s3.settle), so that those are what stall.
 CHILD_STALLED_READS = r"""
 import json, os, signal, sys, threading, time
 import pqloader
-options, count_file = json.loads(sys.argv[1]), sys.argv[2]
+options, count_file, what, cache_dir = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+kw = {"footers": {}, "filter": {"filter": "x > 0"},
+      "lengths": {"pack": pqloader.Pack("tokens", seq_len=4)}}[what]
 fired = []
 def held():
     try:
@@ -360,34 +367,43 @@ def fire():
     os.kill(os.getpid(), signal.SIGINT)
 threading.Thread(target=fire, daemon=True).start()
 try:
-    pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=10)
+    pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=10,
+                    cache_dir=cache_dir or None, **kw)
     print("built", flush=True)
 except KeyboardInterrupt:
     print("interrupted after", round(time.monotonic() - fired[0], 1), "s", flush=True)
 """
 
 
-def test_ctrl_c_while_footer_reads_stall_does_not_wait_out_their_retries(tmp_path):
+@pytest.mark.parametrize("what", ["footers", "filter", "lengths"])
+def test_ctrl_c_while_reads_stall_does_not_wait_out_their_retries(tmp_path, what):
     import json
 
-    from test_s3 import Moto, Proxy, aws_env
+    from test_s3 import Moto, Proxy, aws_env, settle
 
     body = tmp_path / "one.parquet"
-    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    pq.write_table(pa.table({"x": np.arange(3), "tokens": [[1, 2], [3], [4, 5, 6]]}), body)
     server = Moto()
     try:
         s3 = server.client()
         s3.create_bucket(Bucket="data")
         for i in range(4):
             s3.put_object(Bucket="data", Key=f"ds/f{i}.parquet", Body=body.read_bytes())
+        cache_dir = ""
+        if what != "footers":
+            settle(s3, "data")
+            cache_dir = str(tmp_path / "cache")
+            warm = pqloader.Loader("s3://data/ds/", storage_options=server.options(),
+                                   batch_size=10, cache_dir=cache_dir)
+            assert warm.num_rows == 12  # its footers are kept
         count = tmp_path / "count.json"
         proxy = Proxy(server.port, tmp=tmp_path, count_file=count, hold_reads=True)
         try:
             options = dict(server.options(port=proxy.port), request_timeout="1",
                            retry_max_delay="1", retry_budget="60")
             out = subprocess.run([sys.executable, "-c", CHILD_STALLED_READS, json.dumps(options),
-                                  str(count)], capture_output=True, text=True, timeout=150,
-                                 env=aws_env())
+                                  str(count), what, cache_dir], capture_output=True, text=True,
+                                 timeout=150, env=aws_env())
         finally:
             proxy.stop()
     finally:

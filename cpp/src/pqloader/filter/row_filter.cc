@@ -495,6 +495,9 @@ class Evaluator {
         auto pq = parquet::ParquetFileReader::Open(*input, reader_properties, file.Metadata());
         parquet::ArrowReaderProperties props;
         props.set_use_threads(false);
+        // Read on this thread, not Arrow's I/O pool: its RetryStopScope then ends a read
+        // against a stalled store once Ctrl-C is pressed (util/cancel.h).
+        props.set_pre_buffer(false);
         std::unique_ptr<parquet::arrow::FileReader> reader;
         auto made = parquet::arrow::FileReader::Make(arrow::default_memory_pool(), std::move(pq),
                                                      props);

@@ -357,9 +357,11 @@ class ListedObject final : public arrow::io::RandomAccessFile {
   }
 
   arrow::Result<int64_t> ReadAt(int64_t position, int64_t nbytes, void* out) override {
-    if (position < 0 || nbytes < 0) return inner_->ReadAt(position, nbytes, out);  // its error
-    nbytes = std::min(nbytes, std::max<int64_t>(0, size_ - position));
-    if (nbytes == 0) return 0;
+    // Its answer (an error, or nothing) to a read of nothing, or of bytes past the end.
+    if (position < 0 || nbytes <= 0 || position >= size_) {
+      return inner_->ReadAt(position, nbytes, out);
+    }
+    nbytes = std::min(nbytes, size_ - position);
     // The marker varies per read (a generator per thread: no lock), so that no constant
     // byte of the data matches it every time.
     thread_local uint64_t state = 0x9E3779B97F4A7C15ull;
@@ -372,8 +374,8 @@ class ListedObject final : public arrow::io::RandomAccessFile {
     return got;
   }
   arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
-    if (position < 0 || nbytes < 0) return inner_->ReadAt(position, nbytes);  // its error
-    nbytes = std::min(nbytes, std::max<int64_t>(0, size_ - position));
+    if (position < 0 || nbytes <= 0 || position >= size_) return inner_->ReadAt(position, nbytes);
+    nbytes = std::min(nbytes, size_ - position);
     ARROW_ASSIGN_OR_RAISE(auto buffer, arrow::AllocateResizableBuffer(nbytes, pool_));
     ARROW_ASSIGN_OR_RAISE(const int64_t got, ReadAt(position, nbytes, buffer->mutable_data()));
     ARROW_RETURN_NOT_OK(buffer->Resize(got, /*shrink_to_fit=*/false));

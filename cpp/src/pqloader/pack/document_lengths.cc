@@ -35,6 +35,9 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
   parquet::ArrowReaderProperties props;
   props.set_use_threads(false);
   props.set_batch_size(kRowsPerSlice);
+  // Read on this thread, not Arrow's I/O pool: its RetryStopScope then ends a read
+  // against a stalled store once Ctrl-C is pressed (util/cancel.h).
+  props.set_pre_buffer(false);
   auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.Metadata());
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::FileReader::Make(pool, std::move(pq), props));
   std::vector<int> leaves = src.leaves;

@@ -32,10 +32,14 @@ inline arrow::Status CancelledStatus() { return arrow::Status::Cancelled("interr
 /// (footers, a filter's mask pass, documents' lengths while a Loader is built) holds that
 /// flag, so that Ctrl-C ends a read against a stalled store after the attempt in flight
 /// (at most the request timeout, after the retry delay it may be sleeping) instead of
-/// after its retry budget. Scopes nest; the innermost flag counts.
+/// after its retry budget. Scopes nest; the innermost flag counts. (Arrow's own I/O pool
+/// holds no scope: such work reads on its own threads.)
 class RetryStopScope {
  public:
-  explicit RetryStopScope(const std::atomic<bool>* flag) : outer_(current_) { current_ = flag; }
+  /// A null `flag` keeps the outer scope's.
+  explicit RetryStopScope(const std::atomic<bool>* flag) : outer_(current_) {
+    if (flag != nullptr) current_ = flag;
+  }
   explicit RetryStopScope(const CancelFlag& flag) : RetryStopScope(flag.get()) {}
   ~RetryStopScope() { current_ = outer_; }
   RetryStopScope(const RetryStopScope&) = delete;
