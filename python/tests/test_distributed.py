@@ -162,15 +162,21 @@ GROUP_OF_ONE = textwrap.dedent("""
 """)
 
 
+def _gloo_script(tmp_path, text: str):
+    """A 16-row dataset, `text` as a script beside it, and the environment to run it."""
+    data = tmp_path / "data"
+    write_dataset(data, [[10, 6]])
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = subprocess_env()
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    return data, script, env
+
+
 def test_one_of_rank_and_world_size_against_the_process_group_is_refused(tmp_path):
     # world_size=2 beside a group of 1 made this process rank 0 of 2, silently (half the
     # rows never read by anyone); a given rank must be the group's too.
-    data = tmp_path / "data"
-    write_dataset(data, [[10, 6]])
-    script = tmp_path / "group.py"
-    script.write_text(GROUP_OF_ONE)
-    env = subprocess_env()
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    data, script, env = _gloo_script(tmp_path, GROUP_OF_ONE)
     proc = subprocess.run([sys.executable, str(script), str(data), str(free_port())], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -214,12 +220,7 @@ def test_a_loader_built_before_the_process_group_refuses_to_iterate(tmp_path):
     # Built before init_process_group with nothing in the environment (as mp.spawn
     # leaves it), every rank was rank 0 of 1 and read every row: each row trained
     # world-size times per epoch, silently.
-    data = tmp_path / "data"
-    write_dataset(data, [[10, 6]])
-    script = tmp_path / "early.py"
-    script.write_text(BUILT_BEFORE_THE_GROUP)
-    env = subprocess_env()
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    data, script, env = _gloo_script(tmp_path, BUILT_BEFORE_THE_GROUP)
     port = free_port()
     procs = [subprocess.Popen([sys.executable, str(script), str(data), str(port), str(r)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
