@@ -229,9 +229,10 @@ def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
 
     Given both, they are used as they are (an override: e.g. a data-parallel group's
     rank and size); ``world_size=1`` alone is rank 0 of 1. Given one, the other comes
-    from :func:`discover_rank_world`, whose value for the given one must agree: a rank of one world taken with the size of
-    another (``rank=LOCAL_RANK`` under a multi-node torchrun, ``world_size=`` a data-
-    parallel size beside the global group's rank) would overlap shards and miss rows.
+    from :func:`discover_rank_world`, whose value for the given one must agree: a rank
+    of one world taken with the size of another (``rank=LOCAL_RANK`` under a multi-node
+    torchrun, ``world_size=`` a data-parallel size beside the global group's rank) would
+    overlap shards and miss rows. Given neither, both come from there.
 
     Returns:
         ``(rank, world_size)``; ``(0, 1)`` when nothing says otherwise.
@@ -278,20 +279,6 @@ def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
     rank = found_rank if rank is None else rank
     world = found_world if world is None else world
     return (0 if rank is None else rank), (1 if world is None else world)
-
-
-def default_rank_world() -> tuple[int, int]:
-    """Rank and world size of this training process (:func:`resolve_rank_world` of
-    neither given).
-
-    Returns:
-        ``(rank, world_size)``; ``(0, 1)`` when no source says otherwise.
-
-    Raises:
-        ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer, or one of
-            them is set without the other.
-    """
-    return resolve_rank_world(None, None)
 
 
 def check_process_group_agrees(rank: int, world: int) -> None:

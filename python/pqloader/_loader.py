@@ -218,8 +218,7 @@ class Loader:
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self)
-        if self._rank_world_found:
-            _env.check_process_group_agrees(self._options.rank, self._options.world_size)
+        self._check_rank_world()
         generation = self._cursor.invalidate()  # an older iterator stops
         end: list[int] = []
         o = self._options
@@ -347,6 +346,12 @@ class Loader:
             # The running iteration's end, or one loaded for the next iteration.
             end = c.active_end if c.active_end is not None else c.resume_end
         return _state.make_state(epoch, batch, end, self.seed, self._fingerprint(self.seed), elastic)
+
+    def _check_rank_world(self) -> None:
+        """Refuse to iterate a rank and world size found before the process group was
+        (``_env.check_process_group_agrees``); given ones are the caller's."""
+        if self._rank_world_found:
+            _env.check_process_group_agrees(self._options.rank, self._options.world_size)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`.

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _core, _env, _process, _stats_table
+from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int
@@ -231,8 +231,7 @@ class Mixture:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self, mixture=True)
         for loader in self._loaders:  # sources built before the process group
-            if getattr(loader, "_rank_world_found", False):
-                _env.check_process_group_agrees(loader.options.rank, loader.options.world_size)
+            loader._check_rank_world()
         self._clock.start()
         with self._lock:
             self._generation += 1

@@ -355,8 +355,8 @@ ARGUMENT_DOCS = """\
             any data (after ``transforms`` and ``lists``; ``transforms.Cast`` makes dtypes
             agree; times of different units, and with ``decimals="int64"`` decimals of
             different scales, are refused); they leave the batch, and ``name`` takes the
-            place of whichever of them comes first among the columns. Stacked in C++ where the batch is
-            assembled; rows and order are unchanged (a state records the stacks and loads
+            place of whichever of them comes first among the columns. Stacked in C++ where
+            the batch is assembled; rows and order are unchanged (a state records the stacks and loads
             only with the same ones). Not with ``pack``, nor on a ``mix`` source.
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.

@@ -109,4 +109,4 @@ def test_outside_ray_train_the_rank_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")
     from pqloader import _env
-    assert _env.default_rank_world() == (1, 3)
+    assert _env.resolve_rank_world(None, None) == (1, 3)

@@ -370,7 +370,7 @@ class ListedObject final : public arrow::io::RandomAccessFile {
     auto* last = static_cast<uint8_t*>(out) + nbytes - 1;
     *last = marker;
     ARROW_ASSIGN_OR_RAISE(const int64_t got, inner_->ReadAt(position, nbytes, out));
-    if (got < nbytes || *last == marker) ARROW_RETURN_NOT_OK(CheckSize(position + nbytes));
+    if (got < nbytes || *last == marker) ARROW_RETURN_NOT_OK(CheckSize());
     return got;
   }
   arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
@@ -383,15 +383,16 @@ class ListedObject final : public arrow::io::RandomAccessFile {
   }
 
  private:
-  // A read's last byte kept its marker: the body ended before `end`, or the data holds
-  // that byte there. The object's size now tells them apart.
-  arrow::Status CheckSize(int64_t end) const {
+  // A read's last byte kept its marker: the body ended before it (the object is shorter
+  // than listed now), or the data holds that byte there. The object's size tells them
+  // apart (a read never ends past the listed size).
+  arrow::Status CheckSize() const {
     ARROW_ASSIGN_OR_RAISE(const auto info, fs_->GetFileInfo(path_));
     if (info.type() != arrow::fs::FileType::File) {
       return MakeError(ErrorKind::kNotFound, "'", display_,
                        "' is gone since the loader listed it");
     }
-    if (info.size() != size_ || info.size() < end) {
+    if (info.size() != size_) {
       return MakeError(ErrorKind::kIO, "'", display_, "' changed since the loader listed it (",
                        size_, " bytes, now ", info.size(),
                        "): make a new Loader to read it as it is now");
