@@ -93,6 +93,7 @@ class DecodeImage(Op):
             JPEG's APP1 segment, a PNG's eXIf chunk), as PIL's
             ``ImageOps.exif_transpose`` (phone photographs are often stored rotated).
             Off by default, as PIL's ``Image.open`` and torchvision's ``decode_jpeg``.
+            An orientation only in XMP metadata (which Pillow also reads) is not seen.
 
     Large JPEGs are decoded straight to a smaller size (DCT scaling: 1/2, 1/4 or 1/8)
     when a Resize follows directly, the smallest whose shorter side still reaches 1.25x

@@ -103,6 +103,41 @@ def test_png_variants_decode_like_pil(mode):
         np.testing.assert_array_equal(got, ref)
 
 
+def strip_segments(data: bytes, marker: int) -> bytes:
+    """`data` (a JPEG) without its header segments of `marker` (0xC4 DHT, 0xDB DQT)."""
+    out, i = bytearray(data[:2]), 2
+    while data[i + 1] != 0xDA:
+        n = int.from_bytes(data[i + 2:i + 4], "big")
+        if data[i + 1] != marker:
+            out += data[i:i + 2 + n]
+        i += 2 + n
+    return bytes(out + data[i:])
+
+
+def test_a_jpeg_without_tables_does_not_take_those_of_the_jpeg_decoded_before():
+    # A Motion-JPEG frame has no DHT: the standard tables (PIL's default ones) are
+    # implied. libjpeg keeps tables across images, so a reused decompressor gave the
+    # frame the previous image's (optimized) tables: pixels that depended on which image
+    # the thread decoded before. `apply` runs on this thread, so the calls share it.
+    frame = strip_segments(encode(skdata.chelsea(), "JPEG", quality=90), 0xC4)
+    pil = np.asarray(Image.open(io.BytesIO(frame)).convert("RGB"))
+    np.testing.assert_array_equal(apply([T.DecodeImage()], frame), pil)
+    apply([T.DecodeImage()], encode(skdata.astronaut(), "JPEG", quality=90, optimize=True))
+    np.testing.assert_array_equal(apply([T.DecodeImage()], frame), pil)
+    no_dqt = strip_segments(encode(skdata.chelsea(), "JPEG", quality=90), 0xDB)
+    apply([T.DecodeImage()], encode(skdata.astronaut(), "JPEG", quality=90))
+    with pytest.raises(pqloader.InvalidDataError, match="Quantization table"):
+        apply([T.DecodeImage()], no_dqt)
+
+
+@pytest.mark.parametrize("cut", [12, 2])
+def test_a_png_cut_after_its_image_data_decodes_as_pil_decodes_it(cut):
+    # IEND (12 bytes) missing or cut short: every pixel is there, and PIL decodes it.
+    data = encode(skdata.chelsea(), "PNG")[:-cut]
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    np.testing.assert_array_equal(apply([T.DecodeImage()], data), ref)
+
+
 @pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "camera"])
 @pytest.mark.parametrize("quality", [75, 90])
 def test_jpeg_decode_matches_pil_within_tolerance(name, quality):

@@ -150,11 +150,15 @@ arrow::Result<SampleTensor> Orient(SampleTensor img, int o) {
   return out;
 }
 
-// One TurboJPEG decompressor per thread, created on first use. After any failure the
-// decompressor is replaced: TurboJPEG 2.x leaves it mid-header when
-// tjDecompressHeader3 fails (libjpeg's global_state stays DSTATE_INHEADER with the failed
-// image's markers and component table), and the next image would be parsed on top of
-// that state — a heap overflow when it has more components (issue 12, item 1).
+// A TurboJPEG decompressor, one per image. Never reused: libjpeg keeps the Huffman (DHT)
+// and quantization (DQT) tables of one image for the next on purpose (abbreviated
+// streams), so a file lacking them (a Motion-JPEG frame implies the standard Huffman
+// tables; libjpeg-turbo fills those only into empty slots) was decoded with the tables
+// of whatever JPEG the thread decoded before: pixels that depended on the order, the
+// threads, a filter or a resume point. And after a failed tjDecompressHeader3 TurboJPEG
+// 2.x leaves it mid-header, with the failed image's component table, on top of which the
+// next image was parsed: a heap overflow (issue 12, item 1). A fresh one costs ~1 us
+// against a decode's ~1 ms.
 class TjHandle {
  public:
   TjHandle() : h_(tjInitDecompress()) {}
@@ -163,41 +167,23 @@ class TjHandle {
   }
   TjHandle(const TjHandle&) = delete;
   TjHandle& operator=(const TjHandle&) = delete;
-  tjhandle get() {
-    if (h_ == nullptr) h_ = tjInitDecompress();
-    return h_;
-  }
-  /// Destroy the decompressor; the next get() makes a fresh one.
-  void Reset() {
-    if (h_) tjDestroy(h_);
-    h_ = nullptr;
-  }
+  tjhandle get() const { return h_; }
 
  private:
   tjhandle h_;
 };
 
-TjHandle& ThreadJpegDecoder() {
-  thread_local TjHandle handle;
-  return handle;
-}
-
-// Decode with the decompressor `h`; set *dirty when TurboJPEG reported an error or a
-// warning (the decompressor must then not be reused).
+// Decode with the fresh decompressor `h`.
 arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
                                            ImageMode mode, int64_t min_short_side,
-                                           bool exact_scale, bool* dirty);
+                                           bool exact_scale);
 
 // `exact_scale`: DCT-scale only by a factor that divides both sides (see Orient).
 arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageMode mode,
                                        int64_t min_short_side, bool exact_scale = false) {
-  TjHandle& handle = ThreadJpegDecoder();
-  tjhandle h = handle.get();
-  if (h == nullptr) return arrow::Status::OutOfMemory("cannot create a JPEG decoder");
-  bool dirty = false;
-  auto out = DecodeJpegWith(h, data, size, mode, min_short_side, exact_scale, &dirty);
-  if (dirty || !out.ok()) handle.Reset();
-  return out;
+  TjHandle handle;
+  if (handle.get() == nullptr) return arrow::Status::OutOfMemory("cannot create a JPEG decoder");
+  return DecodeJpegWith(handle.get(), data, size, mode, min_short_side, exact_scale);
 }
 
 // Whether TurboJPEG's last message is one of libjpeg's warnings (JWRN_* of jerror.h)
@@ -224,11 +210,10 @@ bool HarmlessJpegWarning(tjhandle h) {
 
 arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
                                            ImageMode mode, int64_t min_short_side,
-                                           bool exact_scale, bool* dirty) {
+                                           bool exact_scale) {
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &width, &height, &subsamp,
                           &colorspace) != 0) {
-    *dirty = true;
     // A warning (extraneous bytes between markers, as PIL accepts them) comes after the
     // whole header was read: decoded on. An error is the header's end.
     if (!HarmlessJpegWarning(h)) {
@@ -298,7 +283,6 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   // at most tens.
   if (tjDecompress2(h, data, static_cast<unsigned long>(size), into, static_cast<int>(w), 0,
                     static_cast<int>(hgt), format, TJFLAG_LIMITSCANS) != 0) {
-    *dirty = true;
     if (!HarmlessJpegWarning(h)) {
       return arrow::Status::Invalid("corrupt JPEG data: ", tjGetErrorStr2(h));
     }
@@ -355,6 +339,7 @@ struct PngDecode {
   int64_t width = 0, height = 0, channels = 0;
   std::vector<uint8_t> exif;  // the eXIf chunk, when asked for (`want_exif`)
   bool want_exif = false;
+  bool pixels_read = false;  // every row decoded: an error after this is in the file's tail
   std::vector<uint8_t> pixels;
   std::vector<png_bytep> rows;
 
@@ -398,6 +383,7 @@ bool RunPng(PngDecode* d, ImageMode mode) {
     d->rows[y] = d->pixels.data() + y * d->width * d->channels;
   }
   png_read_image(d->png, d->rows.data());
+  d->pixels_read = true;
   // An eXIf chunk may also follow the image data (PIL reads it there too).
   png_read_end(d->png, d->want_exif && d->exif.empty() ? d->info : nullptr);
   if (d->want_exif && d->exif.empty() && png_get_eXIf_1(d->png, d->info, &exif_size, &exif) != 0 &&
@@ -420,7 +406,13 @@ arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMo
   if (d.png == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
   d.info = png_create_info_struct(d.png);
   if (d.info == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
-  if (!RunPng(&d, mode)) return arrow::Status::Invalid("corrupt PNG data: ", d.error.message);
+  // A file that ends after its image data (no IEND, or a cut one: a download short by a
+  // few bytes) fails in png_read_end with every pixel read; PIL decodes it, and so do we
+  // (an eXIf chunk after the image data is then not seen, as PIL does not see it). libpng
+  // checks the image data's own end while reading the last row.
+  if (!RunPng(&d, mode) && !d.pixels_read) {
+    return arrow::Status::Invalid("corrupt PNG data: ", d.error.message);
+  }
   if (orientation != nullptr) *orientation = PngExifOrientation(d.exif);
   const int64_t w = d.width, h = d.height;
   SampleTensor out;
@@ -460,7 +452,9 @@ class DecodeImageOp : public Op {
   // colour JPEG converted from RGB (it was the stored luma), JPEGs whose header warns
   // decoded, progressive JPEGs of over 500 scans refused. v4: a JPEG that warns and then
   // fails is refused (it was taken, unwritten), no DCT scaling for a Resize under 128.
-  std::string Fingerprint() const override { return ToString() + "@v4"; }
+  // v5: every JPEG decoded by a fresh decompressor (one without DHT/DQT tables took the
+  // previous image's), a PNG whose IEND is missing or cut decoded (it was refused).
+  std::string Fingerprint() const override { return ToString() + "@v5"; }
   SampleSignature OutputSignature(const SampleSignature&) const override {
     SampleSignature out;
     out.dtype = DType::kUInt8;

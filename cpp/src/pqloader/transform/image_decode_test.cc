@@ -250,6 +250,73 @@ TEST(DecodeImage, FailedPngDoesNotPoisonTheNextPng) {
   t.join();
 }
 
+// `jpeg` without its header segments of `marker` (0xC4 DHT, 0xDB DQT).
+Bytes WithoutSegments(const Bytes& jpeg, uint8_t marker) {
+  Bytes out(jpeg.begin(), jpeg.begin() + 2);
+  size_t i = 2;
+  while (jpeg[i + 1] != 0xDA) {
+    const size_t n = (static_cast<size_t>(jpeg[i + 2]) << 8) | jpeg[i + 3];
+    if (jpeg[i + 1] != marker) out.insert(out.end(), jpeg.begin() + i, jpeg.begin() + i + 2 + n);
+    i += 2 + n;
+  }
+  out.insert(out.end(), jpeg.begin() + i, jpeg.end());
+  return out;
+}
+
+TEST(DecodeImage, AJpegWithoutTablesDoesNotTakeThoseOfTheJpegDecodedBefore) {
+  // libjpeg keeps DHT/DQT tables across images. A frame without DHT (Motion-JPEG: the
+  // standard Huffman tables implied; TurboJPEG's encoder writes exactly those) decodes
+  // as the full file; after a progressive JPEG (optimized tables) on the same thread it
+  // must still. A file without DQT is refused, also after a valid JPEG.
+  const Bytes full = EncodeJpeg(24, 20, /*gray=*/false);
+  const Bytes no_dht = WithoutSegments(full, 0xC4);
+  ASSERT_LT(no_dht.size(), full.size());
+  const auto expected = FreshDecode(full);
+  tjhandle enc = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  Bytes pixels = Pattern(40, 30, 3);
+  for (uint8_t& v : pixels) v = static_cast<uint8_t>(255 - v / 3);
+  ASSERT_EQ(tjCompress2(enc, pixels.data(), 40, 0, 30, TJPF_RGB, &buf, &size, TJSAMP_444, 95,
+                        TJFLAG_PROGRESSIVE),
+            0);
+  const Bytes progressive(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(enc);
+  const Bytes no_dqt = WithoutSegments(full, 0xDB);
+  std::thread t([&] {
+    for (int i = 0; i < 2; ++i) {
+      auto frame = Decode(no_dht);
+      ASSERT_TRUE(frame.ok()) << frame.status().ToString();
+      EXPECT_EQ(Pixels(*frame), expected) << "after " << i << " progressive decodes";
+      ASSERT_TRUE(Decode(progressive).ok());
+    }
+    ASSERT_TRUE(Decode(full).ok());
+    auto tableless = Decode(no_dqt);
+    EXPECT_FALSE(tableless.ok()) << "a JPEG without quantization tables was decoded";
+  });
+  t.join();
+}
+
+TEST(DecodeImage, APngWhoseEndChunkIsMissingOrCutDecodesAsTheWholeFile) {
+  // PIL decodes a PNG that ends after its image data (a download cut by a few bytes);
+  // a cut inside the image data stays an error.
+  const Bytes png = EncodePng(9, 7, /*gray=*/false);
+  const auto expected = FreshDecode(png);
+  for (size_t cut : {size_t{12}, size_t{2}}) {  // IEND is 12 bytes
+    auto r = Decode(Bytes(png.begin(), png.end() - cut));
+    ASSERT_TRUE(r.ok()) << "cut " << cut << ": " << r.status().ToString();
+    EXPECT_EQ(Pixels(*r), expected);
+  }
+  const std::string bytes(png.begin(), png.end());
+  const size_t idat = bytes.find("IDAT");
+  ASSERT_NE(idat, std::string::npos);
+  const size_t length = (size_t{png[idat - 4]} << 24) | (size_t{png[idat - 3]} << 16) |
+                        (size_t{png[idat - 2]} << 8) | png[idat - 1];
+  auto r = Decode(Bytes(png.begin(), png.begin() + idat + 4 + length / 2));  // rows missing
+  EXPECT_FALSE(r.ok());
+}
+
 // Random damage (truncation, flipped bytes) to JPEG and PNG images of several layouts,
 // interleaved with valid images on one thread: every valid image decodes exactly as on
 // a fresh thread, and no damaged one crashes the process.
