@@ -197,6 +197,38 @@ def test_polars_partition_by_key_stored_in_files_and_path_is_accepted(polars_dir
     assert_matches(got, expected)
 
 
+
+def test_a_filter_on_a_key_polars_stores_compares_the_stored_values(tmp_path):
+    # The key loads from the files (str "01", "1", "2"), so the filter must see it so too:
+    # it was typed from the paths (int64), refusing k == '1' and keeping "01" for k == 1.
+    pl = pytest.importorskip("polars")
+    pl.DataFrame({"k": ["01", "1", "2"], "x": [0, 1, 2]}).write_parquet(str(tmp_path), partition_by="k")
+    files = [str(p) for p in tmp_path.rglob("*.parquet")]
+    expected = pa.concat_tables([pq.read_table(f) for f in files]).filter(pc.field("k") == "1")
+    with pqloader.Loader(str(tmp_path), batch_size=10, filter="k == '1'") as loader:
+        assert [int(x) for b in loader for x in b["x"]] == expected["x"].to_pylist() == [1]
+    with pytest.raises(pqloader.InvalidDataError, match="does not apply"):
+        pqloader.Loader(str(tmp_path), batch_size=10, filter="k == 1")  # str against int, as pyarrow
+
+
+def test_polars_float_and_zoned_time_keys_stored_in_files_load(tmp_path):
+    # Polars writes f=1.0/ and f=-0.0/ (the statistics print 1 and -0..0), and a zoned
+    # time as ...+00:00 (printed ...Z): compared as text, the paths were refused.
+    pl = pytest.importorskip("polars")
+    import datetime as dt
+    when = [dt.datetime(2020, 1, 1, 12, 30, tzinfo=dt.timezone.utc), dt.datetime(2021, 6, 1, tzinfo=dt.timezone.utc)]
+    pl.DataFrame({"f": [1.0, 2.5, -0.0], "x": [0, 1, 2]}).write_parquet(str(tmp_path / "f"), partition_by="f")
+    pl.DataFrame({"t": when, "x": [0, 1]}).write_parquet(str(tmp_path / "t"), partition_by="t")
+    with pqloader.Loader(str(tmp_path / "f"), batch_size=10) as loader:
+        got = sorted((int(x), float(f)) for b in loader for x, f in zip(b["x"], b["f"]))
+    assert got == [(0, 1.0), (1, 2.5), (2, -0.0)]
+    files = sorted(str(p) for p in (tmp_path / "t").rglob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    with pqloader.Loader(str(tmp_path / "t"), batch_size=10) as loader:
+        got = sorted((int(x), int(t)) for b in loader for x, t in zip(b["x"], b["t"]))
+    assert got == sorted(zip(table["x"].to_pylist(), table["t"].cast(pa.int64()).to_pylist()))
+
+
 # ---------------------------------------------------------------------------
 # pandas: index columns, nullable integers, object strings with None
 # ---------------------------------------------------------------------------

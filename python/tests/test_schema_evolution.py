@@ -66,6 +66,16 @@ def test_hive_values_are_url_decoded_and_null_partitions_are_null(tmp_path):
         pqloader.Loader(str(root))  # a null key without a policy is refused when made
 
 
+def test_hive_keys_are_url_decoded_as_pyarrow_does(tmp_path):
+    # Spark's partitionBy("my:key") writes my%3Akey=.../ and pyarrow names the column my:key.
+    d = tmp_path / "d" / "my%3Akey=a%20b"
+    write_parquet(d / "p.parquet", pa.table({"x": pa.array([1])}))
+    got = collect(pqloader.Loader(str(tmp_path / "d"), columns=["x", "my:key"]))
+    want = pads.dataset(str(tmp_path / "d"), partitioning="hive").to_table()
+    assert list(got) == want.schema.names == ["x", "my:key"]
+    assert list(got["my:key"]) == want["my:key"].to_pylist() == ["a b"]
+
+
 def test_files_that_are_not_parquet_are_skipped_and_listed(tmp_path, capsys):
     d = tmp_path / "d"
     write_parquet(d / "part-0.parquet", pa.table({"x": pa.array([1, 2])}))

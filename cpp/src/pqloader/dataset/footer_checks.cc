@@ -197,8 +197,15 @@ arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
     } catch (const std::exception&) {
       continue;
     }
+    // Compared as values where the path's text parses as the column's type (Polars
+    // writes a float key as "1.0", a zoned time as "...+00:00": the statistics print
+    // "1", "...Z"), else as text.
     const std::string& path_value = f.partition_values[key];
-    if (min->ToString() != path_value || max->ToString() != path_value) {
+    const auto equal = arrow::EqualOptions::Defaults().signed_zeros_equal(true);
+    auto parsed = arrow::Scalar::Parse(min->type, path_value);
+    const bool agrees = parsed.ok() ? (*parsed)->Equals(*min, equal) && (*parsed)->Equals(*max, equal)
+                                    : min->ToString() == path_value && max->ToString() == path_value;
+    if (!agrees) {
       return MakeError(ErrorKind::kSchemaMismatch, "partition key '", ds.specs()[column].name,
                        "' is '", path_value, "' in the path of '", f.display,
                        "', but the file stores values from ", min->ToString(), " to ",

@@ -47,7 +47,7 @@ std::optional<HiveSegment> ParseHiveSegment(std::string_view component) {
   const size_t eq = component.find('=');
   if (eq == std::string_view::npos || eq == 0) return std::nullopt;
   HiveSegment out;
-  out.key = std::string(component.substr(0, eq));
+  out.key = UriUnescape(component.substr(0, eq));
   const std::string_view raw = component.substr(eq + 1);
   if (raw == kHiveNullValue) {
     out.is_null = true;

@@ -1,8 +1,8 @@
 // Hive-style partition directories (`key=value/`) and how files are told to be Parquet.
 //
 // Partition values are decoded as pyarrow's HivePartitioning does by default
-// (segment_encoding="uri"): the value is percent-decoded ("New%20York" → "New York"; '+'
-// stays), the key is not; Hive's __HIVE_DEFAULT_PARTITION__ (Spark's value for a null
+// (segment_encoding="uri"): the key and the value are percent-decoded ("New%20York" →
+// "New York", Spark's "my%3Akey" → "my:key"; '+' stays); Hive's __HIVE_DEFAULT_PARTITION__ (Spark's value for a null
 // key) is null. Thread-safety: pure functions.
 #pragma once
 

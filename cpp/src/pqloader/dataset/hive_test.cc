@@ -16,6 +16,10 @@ TEST(Hive, ValuesArePercentDecodedAsPyarrowDoes) {
   EXPECT_EQ(s->key, "city");
   EXPECT_EQ(s->value, "New York");
   EXPECT_FALSE(s->is_null);
+  auto escaped = ParseHiveSegment("my%3Akey=a%3Ab");  // Spark escapes keys too
+  ASSERT_TRUE(escaped.has_value());
+  EXPECT_EQ(escaped->key, "my:key");
+  EXPECT_EQ(escaped->value, "a:b");
   auto n = ParseHiveSegment("city=__HIVE_DEFAULT_PARTITION__");
   ASSERT_TRUE(n.has_value());
   EXPECT_TRUE(n->is_null);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -166,10 +167,29 @@ class Evaluator {
     if (options_.predicate != nullptr && options_.predicate_columns.empty()) {
       return arrow::Status::Invalid("filter: a predicate needs the columns it reads");
     }
+    {
+      MutexLock lock(mu_);
+      views_.resize(dataset_.files().size());
+    }
+    // The top-level names the files store, and each name's type where a file lacks it:
+    // the first file's that has it.
+    std::set<std::string> stored;
+    std::map<std::string, std::shared_ptr<arrow::DataType>> first_type;
+    for (size_t f = 0; f < dataset_.files().size(); ++f) {
+      ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
+      for (const auto& sf : manifest->schema_fields) {
+        stored.insert(sf.field->name());
+        first_type.emplace(sf.field->name(), sf.field->type());
+      }
+    }
     // Partition keys: int64 where every value is an integer, else utf8 (as the Dataset
-    // decodes them).
+    // decodes them). A key that a file stores as a column (Polars' partition_by) loads
+    // from the files (dataset/columns.cc), so it is a file column here too, of the files'
+    // type (the footers' checks hold its values to the path's). A key twice in a path
+    // has its first value, as the Dataset (and pyarrow) load it.
     const auto& keys = dataset_.partition_keys();
     for (size_t k = 0; k < keys.size(); ++k) {
+      if (key_index_.count(keys[k]) || stored.count(keys[k])) continue;
       bool all_int = true;
       for (const auto& f : dataset_.files()) {
         if (f.partition_null[k]) continue;
@@ -178,19 +198,9 @@ class Evaluator {
       key_types_[keys[k]] = all_int ? arrow::int64() : arrow::utf8();
       key_index_[keys[k]] = static_cast<int>(k);
     }
-    // Each name's type where a file lacks it: the first file's that has it.
-    {
-      MutexLock lock(mu_);
-      views_.resize(dataset_.files().size());
-    }
-    for (size_t f = 0; f < dataset_.files().size(); ++f) {
-      ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
-      for (const auto& name : names_) {
-        if (fallback_.count(name) || key_types_.count(name)) continue;
-        for (const auto& sf : manifest->schema_fields) {
-          if (sf.field->name() == name) fallback_[name] = sf.field->type();
-        }
-      }
+    for (const auto& name : names_) {
+      auto it = first_type.find(name);
+      if (!key_types_.count(name) && it != first_type.end()) fallback_[name] = it->second;
     }
     for (const auto& name : names_) {
       if (!fallback_.count(name) && !key_types_.count(name)) {
