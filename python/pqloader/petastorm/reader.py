@@ -113,10 +113,27 @@ class _FiltersPredicate:
                 if valid is not None and not valid.all():
                     data = np.asarray(data[valid].tolist()) if valid.any() else data[:0]
                 if op in ("in", "not in"):
-                    hit = isin_exact(data, [_as_column_value(data, v) for v in value])
+                    values = [_as_column_value(data, v) for v in value]
+                    if data.dtype.kind == "f" and values and all(
+                            isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
+                            for v in values):
+                        # pyarrow casts the value set to the column's type (0.1 → float32(0.1)).
+                        with np.errstate(over="ignore"):
+                            hit = np.isin(data, np.array(values, dtype=data.dtype))
+                    else:
+                        hit = isin_exact(data, values)
                     hit = hit if op == "in" else ~hit
                 else:
-                    hit = self._OPS[op](data, _as_column_value(data, value))
+                    value = _as_column_value(data, value)
+                    if data.dtype.kind == "f" and data.dtype.itemsize < 8 and isinstance(value, float):
+                        # pyarrow compares a float32 column with a Python float as doubles;
+                        # NumPy would round the literal to float32 (float32(0.1) == 0.1).
+                        data = data.astype(np.float64)
+                    try:
+                        hit = self._OPS[op](data, value)
+                    except TypeError as e:  # NumPy's UFuncTypeError: str column vs int, ...
+                        raise TypeError(f"filter {(col, op, value)!r} compares column {col!r} ({data.dtype}) "
+                                        f"with a {type(value).__name__}, which cannot be compared") from e
                 if valid is not None and not valid.all():
                     full = np.zeros(len(valid), dtype=bool)
                     full[valid] = hit
@@ -211,6 +228,14 @@ class Reader:
             field = all_fields.get(name)
             if field is None:
                 continue
+            if decode_codecs and field.numpy_dtype is Decimal:
+                # The engine reads decimals as float64 (the nearest double), where Petastorm
+                # returns Decimal objects: refused rather than rounded silently.
+                raise _errors.UnsupportedTypeError(
+                    f"field {name!r} of '{ds.sources[0]}' is a Decimal ({field.codec}): pqloader.petastorm "
+                    "does not return Decimal objects (the engine reads decimals as float64, the nearest "
+                    "double); leave it out of schema_fields and predicates, or read it as float64 with "
+                    "make_batch_reader")
             if decode_codecs and field.codec is not None:
                 ops = field.codec.engine_ops(field)
                 if ops:
