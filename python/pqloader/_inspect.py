@@ -128,6 +128,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             them; or a list of their names) and report their statistics. This reads every
             value of those columns once (Parquet stores lengths only as repetition levels),
             in parallel over row groups: one pass over each column, not a footer read.
+            The lengths are of every row: a ``filter`` given beside does not apply to them.
         filter: A row filter as ``Loader(filter=...)`` takes it (an expression, a string
             such as ``"lang == 'en' and year >= 2020"``, a Predicate, or a list); then
             what each of its stages prunes is reported under ``filter``. This runs the

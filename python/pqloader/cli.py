@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-files", action="store_true", help="list every file")
     p.add_argument("--lengths", action="store_true",
                    help="read the row lengths of ragged list columns and show min/median/p99/max "
-                        "(one pass over each such column)")
+                        "(one pass over each such column; of every row, --filter does not apply)")
     p.add_argument("--filter", metavar="EXPR",
                    help="show what this row filter prunes at each stage (partition keys, "
                         "row-group statistics, row masks), e.g. \"lang == 'en' and year >= 2020\"")
