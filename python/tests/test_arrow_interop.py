@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 
@@ -146,3 +147,46 @@ def test_a_pyarrow_s3_filesystem_becomes_only_the_options_it_sets():
     fs = pafs.S3FileSystem(region="us-east-1", connect_timeout=2.5, request_timeout=0)
     options = storage_options_from(None, fs)
     assert options["connect_timeout"] == 2.5 and options["request_timeout"] == 0
+
+
+def test_a_declared_partition_key_loads_from_the_paths(tmp_path):
+    # With schema= naming the key (pyarrow's dataset(schema=) way, or a loader's own
+    # arrow_schema), the key was taken for a file column no file has: all null.
+    for year in ("2023", "2024"):
+        (tmp_path / f"year={year}").mkdir()
+        pq.write_table(pa.table({"id": [1, 2]}), tmp_path / f"year={year}" / "p.parquet")
+    schema = pa.schema([("id", pa.int64()), ("year", pa.int64())])
+    want = pads.dataset(str(tmp_path), partitioning="hive", schema=schema).to_table()
+    for declared in (schema, pqloader.Loader(str(tmp_path), batch_size=4).arrow_schema):
+        batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=4, schema=declared)))
+        assert batch["year"].tolist() == want["year"].to_pylist() == [2023, 2023, 2024, 2024]
+    # Declared as a string, the key keeps its text, as pyarrow's.
+    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=4,
+                                      schema=pa.schema([("id", pa.int64()), ("year", pa.string())]))))
+    assert batch["year"] == ["2023", "2023", "2024", "2024"]
+    # ... and so does the filter (it typed the key from the paths: int64).
+    with pqloader.Loader(str(tmp_path), batch_size=4, filter="year == '2024'",
+                         schema=pa.schema([("id", pa.int64()), ("year", pa.string())])) as loader:
+        assert [y for b in loader for y in b["year"]] == ["2024", "2024"]
+    with pytest.raises(pqloader.SchemaMismatchError, match="'year' is declared double"):
+        pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([("id", pa.int64()), ("year", pa.float64())]))
+
+
+def test_another_loaders_arrow_schema_reads_struct_leaves_and_masks_again(tmp_path):
+    # arrow_schema names a struct's leaves "st.a" and lists the masks: declared back, "st.a"
+    # was a new all-null column and "v_valid" clashed with the mask null_mask= adds.
+    pq.write_table(pa.table({"id": [1, 2, 3], "st": pa.array([{"a": 1.5}, {"a": 2.5}, {"a": 3.5}]),
+                             "v": pa.array([1, None, 3], pa.int32())}), tmp_path / "a.parquet")
+    first = pqloader.Loader(str(tmp_path), batch_size=3, columns=["id", "st.a", "v"], null_mask=["v"])
+    again = pqloader.Loader(str(tmp_path), batch_size=3, schema=first.arrow_schema, null_mask=["v"])
+    a, b = next(iter(first)), next(iter(again))
+    assert list(a) == list(b) == ["id", "st.a", "v", "v_valid"]
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert pa.schema(again.arrow_schema) == pa.schema(first.arrow_schema)
+
+
+def test_a_column_the_declared_schema_lacks_is_named_as_missing_from_it(tmp_path):
+    pq.write_table(pa.table({"id": [1, 2], "s": ["a", "b"]}), tmp_path / "a.parquet")
+    with pytest.raises(pqloader.ColumnNotFoundError, match="declared schema"):
+        pqloader.Loader(str(tmp_path), batch_size=2, schema=pa.schema([("id", pa.int64())]),
+                        columns=["s"])

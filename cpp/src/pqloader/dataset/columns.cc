@@ -110,6 +110,9 @@ std::string Join(const std::string& top, const std::vector<std::string>& path) {
 struct Leaf {
   std::string top;
   std::vector<std::string> path;
+  /// The declared field, when the declared schema names a struct's leaf by its dotted
+  /// path (as a loader's arrow_schema does): its type is the leaf's.
+  std::string declared;
   std::string name() const { return Join(top, path); }
 };
 
@@ -131,9 +134,11 @@ class Resolver {
     };
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
-      if (key >= 0 && !IsTopField(name)) {
+      // A key loads from the paths unless a file stores it (Polars' partition_by): also
+      // when the declared schema names it, as pyarrow's dataset(schema=) reads it.
+      if (key >= 0 && !InAnyFile(name)) {
         ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
-        AddPartition(name, key);
+        ARROW_RETURN_NOT_OK(AddPartition(name, key));
         continue;
       }
       ARROW_ASSIGN_OR_RAISE(auto leaf, Locate(name));
@@ -208,14 +213,18 @@ class Resolver {
     return -1;
   }
 
-  bool IsTopField(const std::string& name) const {
-    // GetFieldIndex is -1 for a name two fields share: such a column is found here,
-    // and refused by AddLeaf.
-    if (options_.schema != nullptr) return !options_.schema->GetAllFieldIndices(name).empty();
+  bool InAnyFile(const std::string& name) const {
     for (const auto& f : files_) {
       if (!f.schema->GetAllFieldIndices(name).empty()) return true;
     }
     return false;
+  }
+
+  bool IsTopField(const std::string& name) const {
+    // GetFieldIndex is -1 for a name two fields share: such a column is found here,
+    // and refused by AddLeaf.
+    if (options_.schema != nullptr) return !options_.schema->GetAllFieldIndices(name).empty();
+    return InAnyFile(name);
   }
 
   // A column that two top-level fields of a file (or of the declared schema) are named:
@@ -247,7 +256,9 @@ class Resolver {
       if (index.count(n) == 0 && seen.insert(n).second) names.push_back(n);
     };
     if (options_.schema != nullptr) {
-      for (const auto& field : options_.schema->fields()) add(field->name());
+      for (const auto& field : options_.schema->fields()) {
+        if (!IsMaskNullMaskAdds(field->name())) add(field->name());
+      }
     } else {
       for (const auto& f : files_) {
         for (const auto& field : f.schema->fields()) add(field->name());
@@ -259,10 +270,36 @@ class Resolver {
     return names;
   }
 
+  // Whether a declared field `name` is the "<column>_valid" mask that null_mask= adds
+  // (a loader's arrow_schema lists its masks): a bool no file stores, beside its
+  // declared column.
+  bool IsMaskNullMaskAdds(const std::string& name) const {
+    static constexpr std::string_view kSuffix = "_valid";
+    if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+      return false;
+    }
+    const std::string column = name.substr(0, name.size() - kSuffix.size());
+    auto field = options_.schema->GetFieldByName(name);
+    if (field == nullptr || field->type()->id() != arrow::Type::BOOL || InAnyFile(name) ||
+        options_.schema->GetFieldByName(column) == nullptr) {
+      return false;
+    }
+    if (options_.null_mask_all) return true;
+    for (const auto& w : options_.null_mask_columns) {
+      if (column == w || column.compare(0, w.size() + 1, w + ".") == 0) return true;
+    }
+    return false;
+  }
+
   // The type of (top, path) in file i (or declared), null where absent.
   std::shared_ptr<arrow::DataType> TypeIn(int file, const Leaf& leaf, bool* nullable) const {
     std::shared_ptr<arrow::Field> field;
-    if (file < 0) {
+    if (file < 0 && !leaf.declared.empty()) {
+      field = options_.schema->GetFieldByName(leaf.declared);
+      if (field == nullptr) return nullptr;
+      *nullable = field->nullable();
+      return field->type();
+    } else if (file < 0) {
       field = options_.schema->GetFieldByName(leaf.top);
     } else {
       field = files_[file].schema->GetFieldByName(leaf.top);
@@ -275,7 +312,6 @@ class Resolver {
   // Find `name` as a top-level field, or as a dotted path below one (the longest
   // top-level name that prefixes it).
   arrow::Result<Leaf> Locate(const std::string& name) const {
-    if (IsTopField(name)) return Leaf{name, {}};
     std::vector<std::string> parts;
     size_t start = 0;
     for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', start)) {
@@ -283,11 +319,30 @@ class Resolver {
       start = dot + 1;
     }
     parts.push_back(name.substr(start));
+    if (IsTopField(name)) {
+      // A declared "st.a" that no file has at the top: the leaf a of struct st in the
+      // files (a loader's arrow_schema names struct leaves so), of the declared type.
+      if (options_.schema != nullptr && parts.size() > 1 && !InAnyFile(name) &&
+          options_.schema->GetFieldByName(name) != nullptr &&
+          options_.schema->GetFieldByName(name)->type()->id() != arrow::Type::STRUCT) {
+        for (size_t k = parts.size() - 1; k >= 1; --k) {
+          std::string top = parts[0];
+          for (size_t i = 1; i < k; ++i) top += "." + parts[i];
+          if (!InAnyFile(top)) continue;
+          Leaf leaf{top, std::vector<std::string>(parts.begin() + k, parts.end()), name};
+          for (size_t f = 0; f < files_.size(); ++f) {
+            bool nullable = false;
+            if (TypeIn(static_cast<int>(f), leaf, &nullable) != nullptr) return leaf;
+          }
+        }
+      }
+      return Leaf{name, {}, {}};
+    }
     for (size_t k = parts.size() - 1; k >= 1; --k) {
       std::string top = parts[0];
       for (size_t i = 1; i < k; ++i) top += "." + parts[i];
       if (!IsTopField(top)) continue;
-      Leaf leaf{top, std::vector<std::string>(parts.begin() + k, parts.end())};
+      Leaf leaf{top, std::vector<std::string>(parts.begin() + k, parts.end()), {}};
       for (int f = options_.schema != nullptr ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
         bool nullable = false;
         if (TypeIn(f, leaf, &nullable) != nullptr) return leaf;
@@ -303,6 +358,11 @@ class Resolver {
       }
     }
     for (const auto& k : keys_) available += " '" + Quoted(k.name) + "'";
+    if (options_.schema != nullptr) {
+      return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' is not in the declared "
+                       "schema (schema=)", InAnyFile(parts[0]) ? ", though the files have it: add it there" : "",
+                       "; the declared columns and partition keys:", available);
+    }
     return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
                      files_[0].display, "'", files_.size() > 1 ? " or any other file" : "",
                      "; available columns:", available);
@@ -350,15 +410,37 @@ class Resolver {
 
   std::string FileName(int f) const { return f < 0 ? "the declared schema" : files_[f].display; }
 
-  void AddPartition(const std::string& name, int key) {
+  // A key from the paths: int64 where every value is an integer, else str; a declared
+  // type decides between them (text keeps "01" as it is, as pyarrow's; an integer type
+  // loads as int64 and needs every value to be one).
+  arrow::Status AddPartition(const std::string& name, int key) {
     bool all_int = true, any_null = false;
+    size_t not_int = 0;
     const auto& k = keys_[key];
     for (size_t f = 0; f < k.values.size(); ++f) {
       if (k.null[f]) {
         any_null = true;
         continue;
       }
-      all_int = all_int && ParsesAsInt64(k.values[f]);
+      if (all_int && !ParsesAsInt64(k.values[f])) all_int = false, not_int = f;
+    }
+    if (auto declared = options_.schema ? options_.schema->GetFieldByName(name) : nullptr) {
+      auto type = declared->type();
+      if (type->id() == arrow::Type::DICTIONARY) {
+        type = static_cast<const arrow::DictionaryType&>(*type).value_type();
+      }
+      if (arrow::is_string(type->id()) || type->id() == arrow::Type::STRING_VIEW) {
+        all_int = false;
+      } else if (!arrow::is_integer(type->id())) {
+        return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is declared ",
+                         declared->type()->ToString(), " in schema=; a partition key loads as "
+                         "int64 (declare an integer type) or str (declare pa.string())");
+      } else if (!all_int) {
+        return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is declared ",
+                         declared->type()->ToString(), " in schema=, but the path of '",
+                         files_[not_int].display, "' gives it '", k.values[not_int],
+                         "', not an integer; declare pa.string()");
+      }
     }
     ColumnSpec spec;
     spec.name = name;
@@ -367,6 +449,7 @@ class Resolver {
     spec.dtype = DType::kInt64;
     spec.arrow_type = all_int ? "int64" : "string";
     Push(spec, key, nullptr, std::vector<ColumnSource>(files_.size()), any_null);
+    return arrow::Status::OK();
   }
 
   arrow::Status AddLeaf(const Leaf& leaf) {

@@ -195,6 +195,13 @@ class Evaluator {
         if (f.partition_null[k]) continue;
         all_int = all_int && ParsesAsInt64(f.partition_values[k]);
       }
+      // A key loaded as text (declared pa.string() in schema=) is text here too.
+      for (size_t c = 0; c < dataset_.specs().size(); ++c) {
+        if (dataset_.partition_index()[c] == static_cast<int>(k) &&
+            dataset_.specs()[c].kind == ColumnKind::kString) {
+          all_int = false;
+        }
+      }
       key_types_[keys[k]] = all_int ? arrow::int64() : arrow::utf8();
       key_index_[keys[k]] = static_cast<int>(k);
     }
