@@ -150,9 +150,39 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     return arrow::Status::Invalid("max_inflight_bytes must be positive");
   }
   if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
-  if (options.plan.shard_policy == ShardPolicy::kNone) {
+  if (options.plan.shard_policy != ShardPolicy::kDrop &&
+      options.plan.shard_policy != ShardPolicy::kPad) {
     return arrow::Status::Invalid("shard_policy must be kDrop or kPad (kNone is a packing "
-                                  "loader's own rows)");
+                                  "loader's own rows), got ",
+                                  static_cast<int>(options.plan.shard_policy));
+  }
+  // The checks the Python Loader makes by name (a C++ caller's value is otherwise taken
+  // for a default, or clamped).
+  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"num_workers", options.num_workers},
+           {"prefetch_batches", options.prefetch_batches},
+           {"readahead", options.readahead},
+           {"debug_max_delay_us", options.debug_max_delay_us},
+           {"dataset.metadata_threads", options.dataset.metadata_threads},
+           {"cache.size_limit", options.cache.size_limit},
+           {"cache.wait_timeout_ms", options.cache.wait_timeout_ms},
+           {"cache.lock_timeout_ms", options.cache.lock_timeout_ms}}) {
+    if (value < 0) return arrow::Status::Invalid(name, " must be >= 0, got ", value);
+  }
+  if (!options.cache.dir.empty() &&
+      (options.cache.shards < 1 || options.cache.shards > kMaxCacheShards)) {
+    return arrow::Status::Invalid("cache.shards must be in [1, ", kMaxCacheShards, "], got ",
+                                  options.cache.shards);
+  }
+  if (options.cache.policy != CachePolicy::kKeep && options.cache.policy != CachePolicy::kLru &&
+      options.cache.policy != CachePolicy::kPlan) {
+    return arrow::Status::Invalid("cache.policy must be kKeep, kLru or kPlan, got ",
+                                  static_cast<int>(options.cache.policy));
+  }
+  if (options.on_decode_error != DecodeErrorPolicy::kRaise &&
+      options.on_decode_error != DecodeErrorPolicy::kSkip) {
+    return arrow::Status::Invalid("on_decode_error must be kRaise or kSkip, got ",
+                                  static_cast<int>(options.on_decode_error));
   }
   // As the Python Loader checks: a thread each, and thousands would fail to start.
   constexpr int kMaxThreads = 1024;
@@ -162,6 +192,11 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   std::unique_ptr<Loader> loader(new Loader());
   loader->options_ = options;
+  // One flag for every stage: the caller's, wherever it was given.
+  const CancelFlag cancel = options.cancel           ? options.cancel
+                            : options.dataset.cancel ? options.dataset.cancel
+                                                     : options.filter.cancel;
+  loader->options_.cancel = cancel;
   if (loader->options_.num_workers <= 0) {
     loader->options_.num_workers =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -180,7 +215,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   loader->pool_reservation_ =
       std::make_unique<PoolCacheReservation>(2 * options.max_inflight_bytes);
   DatasetOptions dataset_options = options.dataset;
-  dataset_options.cancel = options.cancel;
+  dataset_options.cancel = cancel;
   if (!options.cache.dir.empty() && options.cache.dir != ":memory:") {
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
   }
@@ -188,7 +223,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (options.filter.enabled()) {
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
-    filter.cancel = options.cancel;
+    filter.cancel = cancel;
     filter.verify_checksums = options.verify_checksums;
     if (options.cache.dir != ":memory:") filter.store_dir = options.cache.dir;
     ARROW_ASSIGN_OR_RAISE(auto selection, EvaluateFilter(*loader->dataset_, filter));

@@ -54,7 +54,8 @@ struct LoaderOptions {
   FilterOptions filter;
   /// Set (from another thread) to make Make() stop early and return Cancelled: reading
   /// footers, a filter's mask pass, documents' lengths, waits for other processes' locks
-  /// (util/cancel.h). Make passes it on to dataset and filter. Default: none.
+  /// (util/cancel.h). Make passes it on to dataset and filter (when unset, the flag
+  /// of dataset.cancel or filter.cancel, if given, is the one). Default: none.
   CancelFlag cancel;
   /// Order, batching and sharding. See PlanOptions.
   PlanOptions plan;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -428,6 +429,85 @@ TEST(LoaderApi, CountsThatWouldOverflowOrExhaustThreadsAreRefused) {
   // Epoch 2^32 would repeat epoch 0's order (32 bits of it key the shuffle).
   EXPECT_FALSE((*made)->StartEpoch(int64_t{1} << 32).ok());
   EXPECT_TRUE((*made)->StartEpoch((int64_t{1} << 32) - 1).ok());
+}
+
+TEST(LoaderApi, OptionsOutOfRangeAreRefusedNamingTheField) {
+  // The Python Loader refuses them by name; a C++ caller's were taken for defaults
+  // (negative counts), clamped (cache shards), or undefined (a clamp with hi < lo).
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  const std::string cache = dir + "/../cache_out_of_range";
+  struct Case {
+    const char* field;
+    std::function<void(LoaderOptions*)> set;
+  };
+  const std::vector<Case> cases = {
+      {"num_workers", [](LoaderOptions* o) { o->num_workers = -5; }},
+      {"prefetch_batches", [](LoaderOptions* o) { o->prefetch_batches = -1; }},
+      {"readahead", [](LoaderOptions* o) { o->readahead = -1; }},
+      {"debug_max_delay_us", [](LoaderOptions* o) { o->debug_max_delay_us = -100; }},
+      {"dataset.metadata_threads", [](LoaderOptions* o) { o->dataset.metadata_threads = -1; }},
+      {"cache.size_limit", [&](LoaderOptions* o) { o->cache.dir = cache, o->cache.size_limit = -1; }},
+      {"cache.wait_timeout_ms", [&](LoaderOptions* o) { o->cache.dir = cache, o->cache.wait_timeout_ms = -5; }},
+      {"cache.lock_timeout_ms", [&](LoaderOptions* o) { o->cache.dir = cache, o->cache.lock_timeout_ms = -5; }},
+      {"cache.shards", [&](LoaderOptions* o) { o->cache.dir = cache, o->cache.shards = 0; }},
+      {"cache.shards", [&](LoaderOptions* o) { o->cache.dir = cache, o->cache.shards = kMaxCacheShards + 1; }},
+      {"cache.policy", [&](LoaderOptions* o) { o->cache.dir = cache, o->cache.policy = static_cast<CachePolicy>(9); }},
+      {"shard_policy", [](LoaderOptions* o) { o->plan.shard_policy = static_cast<ShardPolicy>(9); }},
+      {"on_decode_error", [](LoaderOptions* o) { o->on_decode_error = static_cast<DecodeErrorPolicy>(7); }},
+  };
+  for (const Case& c : cases) {
+    LoaderOptions o;
+    c.set(&o);
+    auto made = Loader::Make({dir}, o);
+    ASSERT_FALSE(made.ok()) << c.field << " out of range was taken";
+    EXPECT_NE(made.status().message().find(c.field), std::string::npos) << made.status().ToString();
+  }
+  LoaderOptions o;
+  o.cache.dir = cache;
+  o.cache.shards = kMaxCacheShards;
+  EXPECT_TRUE(Loader::Make({dir}, o).ok());
+}
+
+TEST(LoaderApi, ACancelFlagGivenInTheDatasetOrFilterOptionsStopsMake) {
+  // Make overwrote the dataset's and the filter's flags with LoaderOptions::cancel
+  // (unset by default): a raised DatasetOptions::cancel was ignored.
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  auto raised = std::make_shared<std::atomic<bool>>(true);
+  LoaderOptions o;
+  o.dataset.cancel = raised;
+  EXPECT_TRUE(Loader::Make({dir}, o).status().IsCancelled());
+  o = LoaderOptions{};
+  o.cancel = raised;
+  EXPECT_TRUE(Loader::Make({dir}, o).status().IsCancelled());
+}
+
+TEST(LoaderApi, BatchBuffersAreAlignedToTheirElementSize) {
+  // What the header promises: element alignment (a batch may be a slice of a row
+  // group's buffers, or of a shuffle window's gathered copy, at its first row; README
+  // said 64 bytes).
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  for (bool shuffle : {false, true}) {
+    LoaderOptions o;
+    o.plan.batch_size = 3;
+    o.plan.shuffle = shuffle;
+    auto loader = Loader::Make({dir}, o).ValueOrDie();
+    ASSERT_TRUE(loader->StartEpoch(0).ok());
+    int64_t rows = 0;
+    while (auto batch = loader->Next().ValueOrDie()) {
+      rows += batch->num_rows;
+      for (const BatchColumn& c : batch->columns) {
+        const int64_t size = c.kind == ColumnKind::kTensor ? DTypeSize(c.dtype) : 1;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(c.data->data()) % size, 0u);
+        if (c.offsets) {
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(c.offsets->data()) % 8, 0u);
+        }
+      }
+    }
+    EXPECT_EQ(rows, total);
+  }
 }
 
 TEST(LoaderApi, APredicateThatThrowsOrGivesNoArrayIsAnError) {

@@ -463,7 +463,7 @@ class DiskClaim : public FetchClaim {
 class DiskCache : public SplitCache {
  public:
   explicit DiskCache(const CacheOptions& options) : options_(options) {
-    options_.shards = std::clamp(options_.shards, 1, 256);
+    options_.shards = std::clamp(options_.shards, 1, kMaxCacheShards);
     full_scan_usage_.assign(options_.shards, -1);
     std::error_code ec;
     fs::create_directories(options_.dir, ec);

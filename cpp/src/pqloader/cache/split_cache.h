@@ -71,6 +71,10 @@ enum class CacheRefusal {
 /// (for a few file operations) before they give up: see CacheOptions::lock_timeout_ms.
 constexpr std::chrono::milliseconds kCacheLockTimeout{60000};
 
+/// The most fan-out directories a disk cache has (a shard is picked by one byte of the
+/// entry's key).
+constexpr int kMaxCacheShards = 256;
+
 struct CacheOptions {
   /// Directory of a disk cache, or ":memory:" for a cache in this process. Required.
   std::string dir;
@@ -78,7 +82,8 @@ struct CacheOptions {
   int64_t size_limit = 0;
   /// What happens when full. Default: kKeep.
   CachePolicy policy = CachePolicy::kKeep;
-  /// Fan-out directories (disk only); each gets size_limit / shards. Default: 8.
+  /// Fan-out directories (disk only), 1 to kMaxCacheShards; each gets size_limit /
+  /// shards. Default: 8.
   int shards = 8;
   /// fsync entries before publishing them (durable across power loss). Default: false.
   bool fsync = false;

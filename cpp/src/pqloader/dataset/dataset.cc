@@ -719,7 +719,7 @@ arrow::Result<OpenedFiles> ReadFooters(
       if (cached) ++footers_cached;
     }
   };
-  const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, max_threads));
+  const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, std::max(1, max_threads)));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   work();

@@ -2,8 +2,10 @@
 //
 // A DecodedUnit holds the columns of one unit (a row range of one split) in the
 // layout the batch wants: fixed-shape rows packed contiguously, or variable-length
-// bytes with int64 offsets. A Batch holds `num_rows` rows of each column in 64-byte
-// aligned buffers (slices of one block from a memory pool, or of a unit's buffers);
+// bytes with int64 offsets. A Batch holds `num_rows` rows of each column in buffers
+// aligned to their element size (offsets to 8 bytes): slices, at the batch's first row,
+// of a block from a memory pool (64-byte aligned), of a unit's buffers or of a shuffle
+// window's gathered copy;
 // its buffers are reference counted, so they can be exported zero-copy (NumPy, DLPack)
 // and go back to the pool when the last reference is dropped.
 // Thread-safety: immutable once built; shareable across threads.
