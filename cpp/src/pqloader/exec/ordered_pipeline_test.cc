@@ -128,6 +128,40 @@ Pipeline::Work OneUnitPerBatch(int64_t batches, std::atomic<int64_t>* units_run)
   return w;
 }
 
+TEST(OrderedPipeline, ReadinessChecksCostAFewLookupsPerUnitNotPerBatchUnit) {
+  // Every batch reads one window of 20,000 units (a shuffle window of one-row row
+  // groups). The checks looked up each of a batch's units in every worker's wait and
+  // after every claim: ~10^9 lookups here, 51 s to a loader's first batch.
+  static constexpr int64_t kUnits = 20000;
+  Pipeline::Work w;
+  w.num_batches = 4;
+  w.batch_units = [](int64_t) { return std::make_pair(int64_t{0}, kUnits); };
+  w.run_unit = [](int64_t u, int64_t* bytes) -> arrow::Result<std::shared_ptr<const int64_t>> {
+    *bytes = 1;
+    return std::make_shared<const int64_t>(u);
+  };
+  w.run_batch = [](int64_t, const std::vector<std::shared_ptr<const int64_t>>& units,
+                   int64_t* bytes) -> arrow::Result<std::shared_ptr<std::vector<int64_t>>> {
+    *bytes = 1;
+    int64_t sum = 0;
+    for (const auto& u : units) sum += *u;
+    return std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{
+        static_cast<int64_t>(units.size()), sum});
+  };
+  PipelineOptions o;
+  o.num_workers = 2;
+  o.max_inflight_bytes = int64_t{1} << 30;
+  Pipeline p(std::move(w), o, 0);
+  for (int b = 0; b < 4; ++b) {
+    auto batch = p.Next();
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    ASSERT_NE(*batch, nullptr);
+    EXPECT_EQ(**batch, (std::vector<int64_t>{kUnits, kUnits * (kUnits - 1) / 2}));
+  }
+  EXPECT_EQ(*p.Next(), nullptr);
+  EXPECT_LT(p.counters().units_checked, 20 * kUnits);
+}
+
 TEST(OrderedPipeline, LooksAheadByBytesNotByBatches) {
   std::atomic<int64_t> runs{0};
   PipelineOptions o;
