@@ -163,7 +163,8 @@ def _bench(args: argparse.Namespace) -> int:
         "time_to_first_batch_seconds": first_batch,
         "peak_rss_bytes": peak_rss,
         "wait_fraction": s["wait_fraction"],
-        "num_workers": args.num_workers,
+        # The count the Loader ran with (its default is one worker per CPU), not None.
+        "num_workers": args.num_workers if args.num_workers is not None else (os.cpu_count() or 1),
         "stages_seconds": stage_seconds(s),
         "diagnosis": pqloader.diagnose(s),
     }
@@ -174,7 +175,8 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"rows/s: {result['rows_per_second']:,.0f}")
     print(f"MB/s: {result['read_mb_per_second']:.1f} read (compressed Parquet), "
           f"{result['decoded_mb_per_second']:.1f} decoded")
-    print(f"time to first batch: {(first_batch or 0) * 1000:.1f} ms")
+    print(f"time to first batch: {first_batch * 1000:.1f} ms" if first_batch is not None
+          else "time to first batch: none (no batch)")
     print(f"peak RSS: {_human(peak_rss)}")
     print()
     print(pqloader.format_stats(s))

@@ -234,6 +234,23 @@ def test_storage_options_reach_the_loader(cli_ds, tmp_path, command):
                           "bogus_key")
 
 
+def test_bench_reports_the_workers_it_ran_with_and_no_first_batch_when_none_came(cli_ds, tmp_path):
+    # --num-workers left out: the JSON said "num_workers": null (the Loader ran one per
+    # CPU); a run of no batch printed "time to first batch: 0.0 ms".
+    import json
+
+    d, _ = cli_ds
+    r = cli("bench", d, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["num_workers"] == (os.cpu_count() or 1)
+    r = cli("bench", d, "--filter", "id < 0", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^rows: 0 ", r.stdout, re.M), r.stdout
+    assert "time to first batch: none (no batch)" in r.stdout, r.stdout
+    r = cli("bench", d, "--filter", "id < 0", "--json", cwd=tmp_path)
+    assert json.loads(r.stdout)["time_to_first_batch_seconds"] is None
+
+
 def test_bench_takes_a_filter(cli_ds, tmp_path):
     import json
 
