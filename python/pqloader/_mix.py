@@ -326,14 +326,19 @@ class Mixture:
                 self._engine_wait += clock() - t1
                 if out is None:  # cannot happen: the stream holds num_batches batches
                     raise RuntimeError(f"mixture epoch {epoch} ended early at batch {b}")
-                with self._lock:
-                    if generation != self._generation:  # replaced while next() ran
-                        raise RuntimeError(_STALE)
-                    self._epoch, self._batch = epoch, b + 1
+                if generation != self._generation:  # replaced while next() ran
+                    raise RuntimeError(_STALE)
                 if transform is not None:
                     out = transform(out)
                 if to_torch is not None:
                     out = to_torch(out)
+                with self._lock:
+                    # Moved only once the batch is handed out (as Loader's cursor): a batch
+                    # whose batch_transform or conversion raised (Ctrl-C in it included) is
+                    # not consumed, and the next iteration or a state resumes at it.
+                    if generation != self._generation:
+                        raise RuntimeError(_STALE)
+                    self._epoch, self._batch = epoch, b + 1
                 self._batches_out += 1
                 self._clock.next_seconds += clock() - t0
                 yield out

@@ -665,6 +665,37 @@ def test_batch_transform_belongs_to_the_mixture(sources):
         np.testing.assert_array_equal(d["id"], p["id"])
 
 
+def test_a_batch_whose_batch_transform_raised_is_not_consumed(sources):
+    """The position moves when a batch is handed out, not when the stream gives it: a
+    batch_transform that raises (a bad batch, Ctrl-C in it) leaves that batch to the next
+    iteration and to state_dict(), as Loader does."""
+    root, _ = sources
+    calls = {"n": 0, "fail_at": None}
+
+    def transform(b):
+        calls["n"] += 1
+        if calls["n"] == calls["fail_at"]:
+            raise KeyboardInterrupt
+        return b
+
+    def make():
+        return pqloader.mix(loaders(root), [1, 1, 1], seed=1, samples_per_epoch=500, batch_size=50,
+                            batch_transform=transform)
+
+    full = run(make())
+    calls.update(n=0, fail_at=4)
+    m = make()
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for b in m:
+            got.append({k: np.array(v, copy=True) for k, v in b.items()})
+    assert len(got) == 3 and m.state_dict()["batch"] == 3
+    got += run(m)
+    assert len(got) == len(full) == 10
+    for x, y in zip(got, full):
+        np.testing.assert_array_equal(x["id"], y["id"])
+
+
 @pytest.mark.parametrize("pad", [pqloader.Pad(), pqloader.Pad(max_length=20, multiple_of=8, value=-1, side="left"),
                                  pqloader.Pad(max_length=20, truncation="left")])
 def test_lists_padded_per_batch_are_padded_again_over_the_mixed_rows(tmp_path, pad):

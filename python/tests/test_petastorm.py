@@ -413,6 +413,46 @@ def test_num_epochs_repeats_in_new_orders_and_reset_reads_again():
         assert len([r for r in reader]) == 2 * N_ROWS
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_error_or_ctrl_c_in_next_leaves_the_rest_to_read(tmp_path, batched):
+    """A KeyboardInterrupt (or any error) raised inside next() ends neither the reading nor
+    the epochs: later calls yield the rest of the interrupted stream, as Petastorm's reader
+    reads on; they used to end at once (StopIteration, last_row_consumed)."""
+    if batched:
+        pq.write_table(pa.table({"id": np.arange(5000, dtype=np.int64)}), tmp_path / "p.parquet",
+                       row_group_size=500)
+        make, url, fail_at = make_batch_reader, f"file://{tmp_path}", 3
+    else:
+        make, url, fail_at = make_reader, CODECS, N_ROWS + 5  # a row of the second epoch
+    calls = {"n": 0, "fail_at": None}
+
+    def func(x):
+        calls["n"] += 1
+        if calls["n"] == calls["fail_at"]:
+            raise KeyboardInterrupt  # as Ctrl-C while next() waits for this batch
+        return x
+
+    def read(reader, out):
+        for item in reader:
+            out.extend(np.atleast_1d(np.asarray(item.id)).tolist())
+        return out
+
+    kwargs = dict(schema_fields=["id"], num_epochs=2, shuffle_row_groups=False,
+                  transform_spec=TransformSpec(func))
+    with make(url, **kwargs) as reader:
+        full = read(reader, [])
+    assert len(full) == 2 * (5000 if batched else N_ROWS)
+    calls.update(n=0, fail_at=fail_at)
+    got: list = []
+    with make(url, **kwargs) as reader:
+        with pytest.raises(KeyboardInterrupt):
+            read(reader, got)
+        assert 0 < len(got) < len(full) and not reader.last_row_consumed
+        read(reader, got)
+        assert reader.last_row_consumed
+    assert got == full
+
+
 def test_reset_in_the_middle_is_refused_and_a_stopped_reader_raises():
     reader = make_reader(CODECS, schema_fields=["id"])
     next(reader)

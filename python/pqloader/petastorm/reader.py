@@ -261,6 +261,10 @@ class Reader:
                 f"{plan['dataset_rows']} rows in equal shares leave none for it; use fewer shards")
         self._loaders = [self._loader]
         self._iterator: Iterator[Any] | None = None
+        # The epoch the running iteration stops before, and one for the iteration that an
+        # error in next() left to the next call (see __next__).
+        self._iteration_end: int | None = None
+        self._resume_end: int | None = None
         self.last_row_consumed = False
         self.stopped = False
 
@@ -451,7 +455,13 @@ class Reader:
         names = list(schema.fields)
         make = schema._get_namedtuple()
         wrap = {n: f.numpy_dtype for n, f in schema.fields.items() if f.numpy_dtype in (np.bytes_,)}
+        cursor = self._loader._cursor
+        self._iteration_end = self._resume_end  # (None: num_epochs from the position, or known at the first batch)
+        if self._resume_end is not None:  # after an error in next(): the rest of that iteration
+            with cursor.lock:
+                cursor.resume_end, self._resume_end = self._resume_end, None
         for columns in self._loader:
+            self._iteration_end = cursor.active_end
             if self.is_batched_reader:
                 if names and not len(columns[names[0]]):
                     continue  # every row filtered out: Petastorm yields no empty batch
@@ -482,9 +492,14 @@ class Reader:
         except StopIteration:
             self.last_row_consumed = True
             raise
-        except RuntimeError:
-            if self.stopped:  # stop() from another thread, while this one read
+        except BaseException as e:
+            if isinstance(e, RuntimeError) and self.stopped:  # stop() from another thread, while this one read
                 raise RuntimeError(self._STOPPED) from None
+            # An error or Ctrl-C in next() ended the generator, not the reading: the next
+            # call goes on after the last batch handed out, up to where this iteration
+            # would have stopped (as Petastorm's reader reads on), not StopIteration.
+            self._iterator = None
+            self._resume_end = self._iteration_end
             raise
 
     next = __next__
