@@ -84,8 +84,9 @@ def shorten(text: str, limit: int = 80) -> str:
 
 def _parse_filter(text: str) -> Any:
     pc = _compute()
+    source = text.strip()
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
         raise ValueError(f"filter {text!r} is not an expression: {e.msg}") from None
 
@@ -95,9 +96,14 @@ def _parse_filter(text: str) -> Any:
         except ValueError:
             raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is neither a column nor a literal") from None
 
+    def column(node: ast.Name) -> Any:
+        # As written: Python folds identifiers to NFKC ("µs" to "μs", "ﬁle" to "file"),
+        # which would name another column, or none.
+        return pc.field(ast.get_source_segment(source, node) or node.id)
+
     def term(node: ast.AST) -> Any:
         if isinstance(node, ast.Name):
-            return pc.field(node.id)
+            return column(node)
         value = literal(node)
         if value is None:  # "x == None" kept no row (a comparison with null is null)
             raise ValueError(f"filter {text!r}: compare with None by 'is None' or 'is not None'")
@@ -141,13 +147,14 @@ def _parse_filter(text: str) -> Any:
                 left = right
             return out
         if isinstance(node, ast.Name):
-            return pc.field(node.id)  # a bool column
+            return column(node)  # a bool column
         raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is not a comparison, "
                          "'in', 'is None', and/or/not")
 
+    import pyarrow as pa  # imported with pyarrow.compute
     try:
         return convert(tree.body)
-    except (OverflowError, TypeError) as e:  # a literal pyarrow cannot make a scalar of
+    except (OverflowError, TypeError, pa.ArrowInvalid) as e:  # a literal pyarrow cannot hold
         raise ValueError(f"filter {text!r}: {e}") from None
 
 

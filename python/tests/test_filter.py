@@ -472,6 +472,24 @@ def test_the_string_syntax_takes_uint64_literals_and_refuses_comparisons_with_no
     assert loaded_ids(tmp_path, "x is None")[0].tolist() == [0, 2]
 
 
+def test_the_string_syntax_names_columns_as_written_not_as_python_folds_identifiers(tmp_path):
+    # Python folds identifiers to NFKC: "µs" (micro sign) became "μs" (Greek mu), another
+    # column, filtered silently; "ﬁle" became "file", no column.
+    table = pa.table({"id": np.arange(4), "\u00b5s": [0, 5, 10, 15], "\u03bcs": [100] * 4,
+                      "\ufb01le": [1, 2, 1, 2]})
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert loaded_ids(tmp_path, "\u00b5s > 5")[0].tolist() == [2, 3]
+    assert loaded_ids(tmp_path, "\u03bcs > 5")[0].tolist() == [0, 1, 2, 3]
+    assert loaded_ids(tmp_path, "not \ufb01le == 1")[0].tolist() == [1, 3]
+
+
+@pytest.mark.parametrize("text", ["x in [1, 'a']", "x == 1j"])
+def test_a_literal_pyarrow_cannot_convert_is_a_value_error_naming_the_filter(text):
+    with pytest.raises(ValueError, match="^filter ") as e:  # was pyarrow's, without the filter
+        pqloader.parse_filter(text)
+    assert not isinstance(e.value, pa.ArrowException)
+
+
 def test_files_that_differ_only_in_their_arrow_string_types_filter_each_with_its_own(tmp_path):
     """string in one file, large_string in another (pyarrow and Polars write them so; the
     Parquet schemas are equal): a Predicate saw the second file's int64 offsets as int32
