@@ -858,6 +858,21 @@ def test_filters_on_a_float32_column_select_the_rows_pyarrow_selects(tmp_path):
         assert ours == sorted(pq.read_table(str(d), filters=flt).column("id").to_pylist()), flt
 
 
+def test_filters_on_a_float32_column_with_nulls_compare_in_its_type_in_the_row_group_pass(tmp_path):
+    # The row-group pre-pass hands a column with nulls over as objects: they became
+    # Python floats (float64), so `in [0.1]` missed float32(0.1) there and the row group
+    # was dropped silently (with fill_null, its matching rows were lost).
+    d = tmp_path / "f32n"
+    d.mkdir()
+    pq.write_table(pa.table({"id": np.arange(6), "score": pa.array([0.1, None, -0.0, 0.1, 0.5, -0.0], pa.float32())}),
+                   str(d / "a.parquet"), row_group_size=3)
+    flt = [("score", "in", [0.1])]
+    with make_batch_reader(str(d), filters=flt, shuffle_row_groups=False,
+                           loader_options={"fill_null": {"score": 0.0}}) as reader:
+        ours = sorted(i for b in reader for i in b.id.tolist())
+    assert ours == sorted(pq.read_table(str(d), filters=flt).column("id").to_pylist()) == [0, 3]
+
+
 def test_a_filter_comparing_a_column_with_a_value_of_another_kind_names_the_filter():
     # It raised NumPy's UFuncTypeError ("ufunc 'equal' did not contain a loop ..."), naming
     # neither the filter nor the column.

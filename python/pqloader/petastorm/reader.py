@@ -328,6 +328,12 @@ class Reader:
                 columns[name] = self._fix(name, column.to_numpy())
                 continue
             values = column.to_pylist()
+            if pa_types_plain_number(column.type):
+                # Nulls: objects, but each value a scalar of the column's dtype, so that
+                # mask() compares it as it does a batch's (float32 `in` in float32, ...).
+                dtype = self._casts.get(name, np.dtype(column.type.to_pandas_dtype()))
+                columns[name] = np.array([None if v is None else dtype.type(v) for v in values], dtype=object)
+                continue
             field = all_fields.get(name)
             if field is not None and field.codec is not None and self._transforms.get(name) is not None:
                 values = [None if v is None else field.codec.decode(field, v) for v in values]
