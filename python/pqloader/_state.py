@@ -50,7 +50,7 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
 
     Args:
         sources: The normalised sources.
-        files: ``plan_info()["files"]``: (path, size, rows) per file.
+        files: ``plan_info()["files"]``: (path, size, rows, footer hash or None) per file.
         columns: Output column names, in order.
         options: The loader's (resolved) options.
         transforms: The engine's transform fingerprint.
@@ -61,11 +61,12 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
     """
     return {
         "sources": list(sources),
-        # Each file's rows follow its size (states without them still load, see
-        # option_diff); a row-group selection joins its file's entry.
-        "files": [[path, size, rows] + ([list(options.row_groups[path])]
-                                        if options.row_groups and path in options.row_groups else [])
-                  for path, size, rows in files],
+        # Each file's rows and footer hash follow its size (states without them still
+        # load, see option_diff); a row-group selection joins its file's entry.
+        "files": [[path, size, rows] + ([f"footer={footer}"] if footer else [])
+                  + ([list(options.row_groups[path])]
+                     if options.row_groups and path in options.row_groups else [])
+                  for path, size, rows, *own in files for footer in [own[0] if own else None]],
         # Options that change how columns load ride with their names, so that states of
         # loaders without them keep their form.
         "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
@@ -123,11 +124,20 @@ def _literal_with_floats(text: str) -> Any:
     return ast.literal_eval(tree)
 
 
+def _is_footer(e: Any) -> bool:
+    return isinstance(e, str) and e.startswith("footer=")
+
+
 def _without_rows(files: list[Any]) -> list[Any]:
-    """A fingerprint's files without their row counts (a state of an older pqloader
-    recorded [path, size] and the row-group selection only)."""
-    return [[e for i, e in enumerate(f) if i != 2 or isinstance(e, list)]
+    """A fingerprint's files without their row counts and footer hashes (a state of an
+    older pqloader recorded [path, size] and the row-group selection only; a file read
+    through a pyarrow ``_metadata`` has no hash of its own)."""
+    return [[e for i, e in enumerate(f) if (i != 2 or isinstance(e, list)) and not _is_footer(e)]
             if isinstance(f, (list, tuple)) else f for f in files]
+
+
+def _footer_of(f: Any) -> str | None:
+    return next((e for e in f if _is_footer(e)), None) if isinstance(f, (list, tuple)) else None
 
 
 def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | None:
@@ -143,11 +153,61 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
                 rows = a[2] if isinstance(a, (list, tuple)) and len(a) > 2 and not isinstance(a[2], list) else None
                 if rows is not None and _jsonish(rows) != _jsonish(b[2]):
                     return f"file {b[0]!r} has {b[2]} rows, the state's had {rows!r:.50} (rewritten since)"
+            for a, b in zip(theirs, mine):
+                old, new = _footer_of(a), _footer_of(b)
+                if old is not None and new is not None and old != new:
+                    return (f"file {b[0]!r} has the same size and rows as the state's but another footer "
+                            "(rewritten since)")
+        else:
+            changed = _files_diff(theirs, mine, who)
+            if changed is not None:
+                return changed
     elif key == "columns":  # a state of an older pqloader has its stacks in the dict's order
         same = _jsonish(_stacks_sorted(theirs)) == _jsonish(_stacks_sorted(mine))
     else:
         same = _jsonish(theirs) == _jsonish(mine)
     return None if same else f"state has {theirs!r:.200}, {who} has {mine!r:.200}"
+
+
+def _files_diff(theirs: list[Any], mine: list[Any], who: str) -> str | None:
+    """Which files differ between a state's file list and the loader's, by name: added,
+    gone, rewritten (another size, rows or row-group selection) or reordered (None: the
+    state's list is malformed). The whole lists are too long to show: a dataset's one
+    changed file would be cut off."""
+    def entries(files: list[Any]) -> dict[str, Any] | None:
+        out = {}
+        for f in files:
+            if not isinstance(f, (list, tuple)) or not f or not isinstance(f[0], str):
+                return None
+            out[f[0]] = f
+        return out
+
+    def describe(f: Any) -> str:
+        rows = [f"{e!r:.20} rows" for e in f[2:3] if not isinstance(e, list)]
+        groups = [f"row groups {e!r:.60}" for e in f[2:] if isinstance(e, list)]
+        return ", ".join([f"{f[1]!r:.20} bytes" if len(f) > 1 else "no size"] + rows + groups)
+
+    a, b = entries(theirs), entries(mine)
+    if a is None or b is None:
+        return None
+
+    def named(paths: list[str]) -> str:
+        shown = ", ".join(repr(p) for p in paths[:3])
+        return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+    parts = []
+    if added := [p for p in b if p not in a]:
+        parts.append(f"{who} has {len(added)} file(s) the state has not: {named(added)}")
+    if gone := [p for p in a if p not in b]:
+        parts.append(f"the state has {len(gone)} file(s) the {who} has not: {named(gone)}")
+    rewritten = [p for p in b if p in a and _jsonish(_without_rows([a[p]])) != _jsonish(_without_rows([b[p]]))]
+    for p in rewritten[:3]:
+        parts.append(f"file {p!r} has {describe(b[p])}, the state's had {describe(a[p])} (rewritten since)")
+    if len(rewritten) > 3:
+        parts.append(f"{len(rewritten) - 3} more file(s) rewritten")
+    if not parts:
+        parts.append("the same files in another order")
+    return "; ".join(parts)
 
 
 def _stacks_sorted(columns: Any) -> Any:

@@ -868,7 +868,11 @@ class PyLoader {
     d["skipped_files"] = skipped;
     nb::list files;
     for (const auto& f : loader_->dataset().files()) {
-      files.append(nb::make_tuple(f.display, f.size, f.num_rows()));
+      // The footer's hash where it is the file's own: a state of a file rewritten with
+      // the same size and rows is then refused.
+      files.append(nb::make_tuple(f.display, f.size, f.num_rows(),
+                                  f.footer_hash_is_own ? nb::object(nb::str(f.footer_hash.c_str()))
+                                                       : nb::none()));
     }
     d["files"] = files;
     return d;

@@ -190,3 +190,36 @@ def test_a_column_the_declared_schema_lacks_is_named_as_missing_from_it(tmp_path
     with pytest.raises(pqloader.ColumnNotFoundError, match="declared schema"):
         pqloader.Loader(str(tmp_path), batch_size=2, schema=pa.schema([("id", pa.int64())]),
                         columns=["s"])
+
+
+def test_a_key_the_files_store_but_the_declared_schema_leaves_out_loads_from_the_paths(tmp_path):
+    # A first version of the declared-key change sent such a key to the declared schema,
+    # which lacks it: ColumnNotFoundError for what loaded before.
+    for k in (1, 2):
+        (tmp_path / f"k={k}").mkdir()
+        pq.write_table(pa.table({"x": [k * 10], "k": [k]}), tmp_path / f"k={k}" / "f.parquet")
+    batch = next(iter(pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([("x", pa.int64())]))))
+    assert sorted(zip(batch["x"].tolist(), batch["k"].tolist())) == [(10, 1), (20, 2)]
+
+
+def test_the_filter_types_a_declared_text_key_as_text_when_it_is_not_selected(tmp_path):
+    # Declared pa.string(), k=01 stays "01" (as pyarrow): the filter typed an unselected
+    # key from its paths (int64), refusing k == '01' and keeping the 01 rows for k == 1.
+    for k in ("01", "2", "1000"):
+        (tmp_path / f"k={k}").mkdir()
+        pq.write_table(pa.table({"x": [len(k)]}), tmp_path / f"k={k}" / "f.parquet")
+    schema = pa.schema([("x", pa.int64()), ("k", pa.string())])
+    want = pads.dataset(str(tmp_path), partitioning=pads.partitioning(pa.schema([("k", pa.string())]), flavor="hive"))
+    expected = want.to_table(filter=pads.field("k") == "01")["x"].to_pylist()
+    with pqloader.Loader(str(tmp_path), batch_size=4, schema=schema, columns=["x"], filter="k == '01'") as loader:
+        assert [int(v) for b in loader for v in b["x"]] == expected == [2]
+    with pytest.raises(pqloader.InvalidDataError, match="does not apply"):
+        pqloader.Loader(str(tmp_path), batch_size=4, schema=schema, columns=["x"], filter="k == 1")
+
+
+def test_a_key_declared_a_narrow_integer_refuses_a_value_out_of_its_range(tmp_path):
+    for k in (1, 1000):
+        (tmp_path / f"k={k}").mkdir()
+        pq.write_table(pa.table({"x": [k]}), tmp_path / f"k={k}" / "f.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"'k' is declared int8.*'1000'"):
+        pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([("x", pa.int64()), ("k", pa.int8())]))

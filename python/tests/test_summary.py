@@ -188,8 +188,8 @@ def test_cli_index_then_inspect(tmp_path):
     assert "3 file(s), 6 row group(s), 1500 rows" in r.stdout
     assert pq.read_metadata(tmp_path / "_metadata").num_rows == 1500
     lines = (tmp_path / "_pqloader_index").read_text().splitlines()
-    assert lines[0] == "pqloader-index 1" and len(lines) == 4
-    for line in lines[1:]:
+    assert lines[0] == "pqloader-index 2" and lines[1].startswith("summary\t") and len(lines) == 5
+    for line in lines[2:]:
         size, mtime_ns, footer_hash, rel = line.split("\t")
         stat = (tmp_path / rel).stat()
         assert int(size) == stat.st_size and int(mtime_ns) == stat.st_mtime_ns
@@ -233,3 +233,88 @@ def test_summary_only_needs_the_index_and_checks_its_argument(tmp_path):
         pqloader.Loader(str(tmp_path), batch_size=10, use_summary="yes")
     with pytest.raises(TypeError, match="use_summary"):
         pqloader.Loader(str(tmp_path), batch_size=10, use_summary=1)
+
+
+def test_a_new_index_beside_an_old_summary_never_serves_the_old_layout(tmp_path):
+    # The index was moved into place before `_metadata`: a run that failed (or was
+    # killed, or raced another `pqloader index`) between the two left the new index
+    # beside the old summary, and a file rewritten between the two runs was read with
+    # the old summary's row groups (1,000 rows of a 1,500-row file).
+    def write_a(value, rows):
+        pq.write_table(pa.table({"y": np.full(rows, value, np.int64)}), tmp_path / "a.parquet",
+                       row_group_size=rows // 2)
+    write_a(1, 1000)
+    pq.write_table(pa.table({"y": np.arange(10, dtype=np.int64)}), tmp_path / "b.parquet")
+    pqloader.write_index(str(tmp_path))
+    write_a(2, 1500)
+    taken = tmp_path / f"_metadata.tmp-{os.getpid()}"
+    taken.mkdir()  # the second run's summary cannot be written
+    with pytest.raises(pqloader.Error, match="_metadata"):
+        pqloader.write_index(str(tmp_path))
+    taken.rmdir()
+    expected = pq.read_table(tmp_path / "a.parquet")["y"].to_numpy()
+
+    def ys():
+        return _values(pqloader.Loader(str(tmp_path), batch_size=10_000, columns=["y"]))["y"][:-10]
+
+    np.testing.assert_array_equal(ys(), expected)
+    # The index's move failing instead (the new summary beside the old index), and the
+    # pair of two runs crossed (the new index beside the old summary): neither pair
+    # describes a.parquet as it is, and its own footer is read.
+    old_summary = (tmp_path / "_metadata").read_bytes()
+    taken = tmp_path / f"_pqloader_index.tmp-{os.getpid()}"
+    taken.mkdir()
+    with pytest.raises(pqloader.Error, match="_pqloader_index"):
+        pqloader.write_index(str(tmp_path))
+    taken.rmdir()
+    np.testing.assert_array_equal(ys(), expected)
+    pqloader.write_index(str(tmp_path))
+    (tmp_path / "_metadata").write_bytes(old_summary)
+    np.testing.assert_array_equal(ys(), expected)
+    with pytest.raises(pqloader.InvalidDataError, match="_pqloader_index' does not describe"):
+        pqloader.Loader(str(tmp_path), batch_size=10_000, use_summary="only")
+
+
+def test_summary_only_with_a_warm_cache_refuses_a_file_changed_since_the_index(tmp_path):
+    # The cache key of a file taken from the index is the index's (size, time, footer
+    # hash): a hit must still check the file, or the answer depends on the cache's state
+    # (an error cold, the old rows warm).
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    data.mkdir()
+    for i in range(2):
+        pq.write_table(pa.table({"y": np.arange(i * 100, i * 100 + 100, dtype=np.int64)}),
+                       data / f"f{i}.parquet", row_group_size=50)
+    pqloader.write_index(str(data))
+    collect(pqloader.Loader(str(data), batch_size=1000, use_summary="only", cache_dir=str(cache)))
+    pq.write_table(pa.table({"y": np.arange(5000, 5100, dtype=np.int64)}), data / "f1.parquet",
+                   row_group_size=50)
+    for cache_dir in (None, str(cache)):
+        loader = pqloader.Loader(str(data), batch_size=1000, use_summary="only", cache_dir=cache_dir)
+        with pytest.raises(pqloader.InvalidDataError, match="f1.parquet' changed since it was indexed"):
+            collect(loader)
+
+
+def test_an_index_naming_a_file_twice_or_out_of_order_is_refused(tmp_path):
+    _write_dataset(tmp_path, files=3, partitioned=False)
+    pqloader.write_index(str(tmp_path))
+    lines = (tmp_path / "_pqloader_index").read_text().splitlines()
+    head, entries = lines[:2], lines[2:]  # the header, the summary's hash; three files
+    assert len(entries) == 3
+    for edited in (head + entries + [entries[0]], head + entries[::-1]):
+        (tmp_path / "_pqloader_index").write_text("\n".join(edited) + "\n")
+        for use_summary in (True, "only"):
+            with pytest.raises(pqloader.InvalidDataError, match="_pqloader_index"):
+                collect(pqloader.Loader(str(tmp_path), batch_size=100, use_summary=use_summary))
+
+
+def test_write_index_refuses_files_loaders_refuse_together(tmp_path):
+    # Same Parquet schema, other Arrow types (time zones): without an index the loader
+    # refuses the pair; an index must not make it load them as the first file's type.
+    pq.write_table(pa.table({"t": pa.array([1, 2], pa.timestamp("us", tz="UTC"))}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"t": pa.array([3, 4], pa.timestamp("us", tz="Asia/Tokyo"))}),
+                   tmp_path / "b.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match="b.parquet"):
+        pqloader.Loader(str(tmp_path), batch_size=10)
+    with pytest.raises(pqloader.SchemaMismatchError, match="b.parquet"):
+        pqloader.write_index(str(tmp_path))
+    assert not (tmp_path / "_metadata").exists()

@@ -479,6 +479,10 @@ TEST(LoaderApi, ACancelFlagGivenInTheDatasetOrFilterOptionsStopsMake) {
   o.dataset.cancel = raised;
   EXPECT_TRUE(Loader::Make({dir}, o).status().IsCancelled());
   o = LoaderOptions{};
+  o.filter.serialized_expression = "";  // the flag alone: Make polls it before any filter
+  o.filter.cancel = raised;
+  EXPECT_TRUE(Loader::Make({dir}, o).status().IsCancelled());
+  o = LoaderOptions{};
   o.cancel = raised;
   EXPECT_TRUE(Loader::Make({dir}, o).status().IsCancelled());
 }

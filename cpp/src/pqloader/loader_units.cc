@@ -173,6 +173,10 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
   } else {
     // The cache holds whole splits, so every rank and every epoch shares one entry.
     const Split& split = dataset_->splits()[unit.split];
+    // use_summary="only": a file changed since it was indexed is an error before a hit
+    // too (its entries are keyed by the index's identity, so they would serve the old
+    // rows). Once per file (memoised); a no-op for listed files.
+    ARROW_RETURN_NOT_OK(CheckFooterUnchanged(dataset_->files()[split.file]));
     const std::string key = CacheKeyOf(unit.split);
     auto lookup = [&]() -> std::shared_ptr<const DecodedUnit> {
       const int64_t t0 = NowNs();

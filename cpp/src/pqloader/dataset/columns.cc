@@ -132,11 +132,13 @@ class Resolver {
              Quoted(Join(l.top, std::vector<std::string>(l.path.begin(), l.path.end() - 1))) +
              "'";
     };
+    for (size_t k = 0; k < keys_.size(); ++k) {
+      out_.key_loads.push_back(KeyIndex(keys_[k].name) == static_cast<int>(k) ? LoadOfKey(k)
+                                                                                : KeyLoad::kFiles);
+    }
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
-      // A key loads from the paths unless a file stores it (Polars' partition_by): also
-      // when the declared schema names it, as pyarrow's dataset(schema=) reads it.
-      if (key >= 0 && !InAnyFile(name)) {
+      if (key >= 0 && out_.key_loads[key] != KeyLoad::kFiles) {
         ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
         ARROW_RETURN_NOT_OK(AddPartition(name, key));
         continue;
@@ -413,33 +415,53 @@ class Resolver {
   // A key from the paths: int64 where every value is an integer, else str; a declared
   // type decides between them (text keeps "01" as it is, as pyarrow's; an integer type
   // loads as int64 and needs every value to be one).
-  arrow::Status AddPartition(const std::string& name, int key) {
-    bool all_int = true, any_null = false;
-    size_t not_int = 0;
-    const auto& k = keys_[key];
-    for (size_t f = 0; f < k.values.size(); ++f) {
-      if (k.null[f]) {
-        any_null = true;
-        continue;
-      }
-      if (all_int && !ParsesAsInt64(k.values[f])) all_int = false, not_int = f;
+  // The declared type of key `name` (a dictionary's values), or null.
+  std::shared_ptr<arrow::DataType> DeclaredKeyType(const std::string& name) const {
+    auto declared = options_.schema ? options_.schema->GetFieldByName(name) : nullptr;
+    if (declared == nullptr) return nullptr;
+    auto type = declared->type();
+    if (type->id() == arrow::Type::DICTIONARY) {
+      type = static_cast<const arrow::DictionaryType&>(*type).value_type();
     }
-    if (auto declared = options_.schema ? options_.schema->GetFieldByName(name) : nullptr) {
-      auto type = declared->type();
-      if (type->id() == arrow::Type::DICTIONARY) {
-        type = static_cast<const arrow::DictionaryType&>(*type).value_type();
+    return type;
+  }
+
+  // How key k loads, selected or not (the filter types it so too): from the files when
+  // a file stores it as a column and the declared schema, if any, names it (Polars'
+  // partition_by); else from the paths, as text when declared a string or when a value
+  // is not an integer, else as int64.
+  KeyLoad LoadOfKey(size_t k) const {
+    const std::string& name = keys_[k].name;
+    if (InAnyFile(name) && IsTopField(name)) return KeyLoad::kFiles;
+    auto type = DeclaredKeyType(name);
+    if (type != nullptr && (arrow::is_string(type->id()) || type->id() == arrow::Type::STRING_VIEW)) {
+      return KeyLoad::kText;
+    }
+    for (size_t f = 0; f < keys_[k].values.size(); ++f) {
+      if (!keys_[k].null[f] && !ParsesAsInt64(keys_[k].values[f])) return KeyLoad::kText;
+    }
+    return KeyLoad::kInt64;
+  }
+
+  arrow::Status AddPartition(const std::string& name, int key) {
+    const auto& k = keys_[key];
+    bool any_null = false;
+    for (size_t f = 0; f < k.values.size(); ++f) any_null = any_null || k.null[f];
+    const bool all_int = out_.key_loads[key] == KeyLoad::kInt64;
+    if (auto type = DeclaredKeyType(name)) {
+      const bool text = arrow::is_string(type->id()) || type->id() == arrow::Type::STRING_VIEW;
+      if (!text && !arrow::is_integer(type->id())) {
+        return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is declared ",
+                         type->ToString(), " in schema=; a partition key loads as int64 "
+                         "(declare an integer type) or str (declare pa.string())");
       }
-      if (arrow::is_string(type->id()) || type->id() == arrow::Type::STRING_VIEW) {
-        all_int = false;
-      } else if (!arrow::is_integer(type->id())) {
-        return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is declared ",
-                         declared->type()->ToString(), " in schema=; a partition key loads as "
-                         "int64 (declare an integer type) or str (declare pa.string())");
-      } else if (!all_int) {
-        return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is declared ",
-                         declared->type()->ToString(), " in schema=, but the path of '",
-                         files_[not_int].display, "' gives it '", k.values[not_int],
-                         "', not an integer; declare pa.string()");
+      for (size_t f = 0; f < k.values.size() && !text; ++f) {
+        if (!k.null[f] && !arrow::Scalar::Parse(type, k.values[f]).ok()) {
+          return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is declared ",
+                           type->ToString(), " in schema=, but the path of '", files_[f].display,
+                           "' gives it '", k.values[f], "', not such an integer",
+                           all_int ? "" : "; declare pa.string()");
+        }
       }
     }
     ColumnSpec spec;
@@ -590,6 +612,7 @@ class Resolver {
                          "', which is not among the selected columns");
       }
     }
+    with.key_loads = std::move(out_.key_loads);
     out_ = std::move(with);
     return arrow::Status::OK();
   }

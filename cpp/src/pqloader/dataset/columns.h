@@ -69,6 +69,13 @@ struct PartitionKey {
   std::vector<uint8_t> null;
 };
 
+/// How a partition key loads.
+enum class KeyLoad {
+  kFiles,  ///< From the files, which store it as a column (or a repeat of a key in a path).
+  kInt64,  ///< From the paths, as int64 (every value an integer, not declared a string).
+  kText,   ///< From the paths, as str.
+};
+
 struct ResolvedColumns {
   /// Output columns, in output order ("<name>_valid" masks after their columns).
   std::vector<ColumnSpec> specs;
@@ -81,6 +88,8 @@ struct ResolvedColumns {
   /// [file][output column]: where the column is in the file (field -1 for partition
   /// keys, masks and columns the file lacks).
   std::vector<std::vector<ColumnSource>> sources;
+  /// Per partition key, selected or not: how it loads (the filter types keys so).
+  std::vector<KeyLoad> key_loads;
 };
 
 /// Resolve the output columns of `files` (with hive `keys`).

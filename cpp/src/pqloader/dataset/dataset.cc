@@ -261,11 +261,11 @@ arrow::Status ListFromIndex(const std::shared_ptr<arrow::fs::FileSystem>& fs,
   auto bytes = PrefetchSummary(fs, root, info->size(), prefix + metadata);
   ARROW_ASSIGN_OR_RAISE(auto read,
                         ReadIndexFile(fs, root, -1, prefix + JoinPath(root, "_pqloader_index")));
-  auto indexed = std::make_shared<const std::vector<IndexedFile>>(std::move(read));
+  auto indexed = std::make_shared<const DatasetIndex>(std::move(read));
   summaries->push_back(SummaryRef{fs, root, prefix + metadata, info->size(), true, -1, indexed,
                                   std::move(bytes)});
   const int index = static_cast<int>(summaries->size()) - 1;
-  for (const auto& f : *indexed) {
+  for (const auto& f : indexed->files) {
     const std::string path = JoinPath(root, f.path);
     FoundFile found{fs, path, prefix + path, f.size, f.mtime_ns, {}, true, index, true};
     const auto comps = Components(f.path);
@@ -320,6 +320,7 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     }
   }
   file->footer_hash = FooterHash(footer);
+  file->footer_hash_is_own = true;
   return DeriveSchema(*file, schema, manifest);
 }
 
@@ -694,6 +695,7 @@ arrow::Result<OpenedFiles> ReadFooters(
           rgs->row_groups = entry->row_groups;
           files[i].summary = std::move(rgs);
           files[i].footer_hash = entry->footer_hash;
+          files[i].footer_hash_is_own = entry->has_identity;
           if (found[i].from_index) files[i].footer_check = std::make_shared<FooterCheck>();
           schemas[i] = summaries[s]->arrow_schema;
           manifests[i] = summaries[s]->manifest;
@@ -891,6 +893,7 @@ void Dataset::SetColumns(ResolvedColumns resolved, const std::vector<std::string
   }
   specs_ = std::move(resolved.specs);
   partition_index_ = std::move(resolved.partition_index);
+  key_loads_ = std::move(resolved.key_loads);
   column_types_ = std::move(resolved.types);
   arrow::FieldVector fields;
   for (size_t c = 0; c < specs_.size(); ++c) {

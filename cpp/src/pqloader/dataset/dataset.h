@@ -104,6 +104,10 @@ struct DataFile {
   /// in cache keys, so a file rewritten with the same size and mtime is not served
   /// from stale entries.
   std::string footer_hash;
+  /// Whether footer_hash is the file's own footer's (read from the file, or recorded by
+  /// `_pqloader_index`), not one standing for its place in a pyarrow `_metadata` (which
+  /// changes with use_summary): a state records only an own hash.
+  bool footer_hash_is_own = false;
   /// Where each output column (specs order) is in this file.
   std::vector<ColumnSource> columns;
   /// Leaf (Parquet column) indices of the selected file columns, sorted, each once.
@@ -174,6 +178,8 @@ class Dataset {
   const std::vector<int>& partition_index() const { return partition_index_; }
   /// The partition keys of the paths.
   const std::vector<std::string>& partition_keys() const { return partition_keys_; }
+  /// Per partition key: how it loads (columns.h).
+  const std::vector<KeyLoad>& key_loads() const { return key_loads_; }
   /// Per output column: its unified Arrow type (null for partition keys and masks).
   const std::vector<std::shared_ptr<arrow::DataType>>& column_types() const {
     return column_types_;
@@ -210,6 +216,7 @@ class Dataset {
   std::shared_ptr<arrow::Schema> schema_;
   std::vector<int> partition_index_;
   std::vector<std::string> partition_keys_;
+  std::vector<KeyLoad> key_loads_;
   std::vector<std::shared_ptr<arrow::DataType>> column_types_;
   std::vector<SkippedFile> skipped_;
 };

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include <arrow/io/interfaces.h>
+#include <arrow/io/memory.h>
+#include <parquet/arrow/schema.h>
 #include <parquet/exception.h>
 #include <parquet/file_writer.h>
 
@@ -19,7 +21,11 @@ namespace pqloader {
 
 namespace {
 
-constexpr const char* kIndexHeader = "pqloader-index 1";
+// Format 2 adds a line "summary\t<hash of _metadata's bytes>" after the header: the
+// pair is written in two moves (and two runs may overlap), so an index beside another
+// _metadata than its own is told apart. Format 1 (no such line) is still read.
+constexpr const char* kIndexHeader = "pqloader-index 2";
+constexpr const char* kIndexHeaderV1 = "pqloader-index 1";
 
 arrow::Result<std::string> ReadWhole(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                                      const std::string& path, int64_t size,
@@ -67,20 +73,30 @@ std::string Join(const std::string& root, const std::string& rel) {
 }
 
 // `_pqloader_index`: header line, then "size\tmtime_ns\thash\tpath" per file.
-arrow::Result<std::vector<IndexedFile>> ParseIndex(const std::string& text,
-                                                   const std::string& display) {
+arrow::Result<DatasetIndex> ParseIndex(const std::string& text, const std::string& display) {
   auto bad = [&](const std::string& why) {
     return MakeError(ErrorKind::kInvalidData, "'", display,
                      "' (a dataset index) is not readable: ", why,
                      "; rewrite it with `pqloader index`, delete it, or pass use_summary=False");
   };
-  std::vector<IndexedFile> out;
+  DatasetIndex index;
+  std::vector<IndexedFile>& out = index.files;
   std::istringstream in(text);
   std::string line;
-  if (!std::getline(in, line) || line != kIndexHeader) {
+  if (!std::getline(in, line) || (line != kIndexHeader && line != kIndexHeaderV1)) {
     return bad("it does not start with '" + std::string(kIndexHeader) + "'");
   }
   int64_t number = 1;
+  if (line == kIndexHeader) {
+    constexpr std::string_view kSummary = "summary\t";
+    if (!std::getline(in, line) || line.compare(0, kSummary.size(), kSummary) != 0 ||
+        line.size() == kSummary.size()) {
+      return bad("line 2 does not name the summary's hash");
+    }
+    index.summary_hash = line.substr(kSummary.size());
+    ++number;
+  }
+  std::string previous;
   while (std::getline(in, line)) {
     ++number;
     if (line.empty()) continue;
@@ -102,9 +118,17 @@ arrow::Result<std::vector<IndexedFile>> ParseIndex(const std::string& text,
     if (!IsPlainRelative(id.path)) {
       return bad("line " + std::to_string(number) + " has a bad path");
     }
+    // `pqloader index` writes the listing's order, each file once: another order would
+    // change the rows' order (use_summary="only" lists the files from here), a repeat
+    // read a file twice.
+    if (!out.empty() && !(previous < id.path)) {
+      return bad("line " + std::to_string(number) + " repeats a path or is out of order ('" +
+                 id.path + "')");
+    }
+    previous = id.path;
     out.push_back(std::move(id));
   }
-  return out;
+  return index;
 }
 
 }  // namespace
@@ -119,7 +143,7 @@ std::shared_future<arrow::Result<std::string>> PrefetchSummary(
          }).share();
 }
 
-arrow::Result<std::vector<IndexedFile>> ReadIndexFile(
+arrow::Result<DatasetIndex> ReadIndexFile(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
     const std::string& display) {
   const std::string path = Join(root, "_pqloader_index");
@@ -192,19 +216,31 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
     return bad(e.what());
   }
   std::map<std::string, IndexedFile> identities;
+  // Without an index, a file's cache identity is its place in this summary.
+  const std::string summary_hash = FooterHash(bytes);
   if (ref.has_index) {
     const std::string index_display =
         ref.display.substr(0, ref.display.size() - std::strlen("_metadata")) + "_pqloader_index";
-    std::shared_ptr<const std::vector<IndexedFile>> indexed = ref.index;
+    std::shared_ptr<const DatasetIndex> indexed = ref.index;
     if (indexed == nullptr) {
       ARROW_ASSIGN_OR_RAISE(auto read, ReadIndexFile(ref.fs, ref.root, ref.index_size, index_display));
-      indexed = std::make_shared<const std::vector<IndexedFile>>(std::move(read));
+      indexed = std::make_shared<const DatasetIndex>(std::move(read));
     }
-    for (const auto& f : *indexed) identities[f.path] = f;
+    // An index beside another _metadata than the one it was written with (a run that
+    // stopped between the two moves, or two runs that overlapped): its identities would
+    // pass a file rewritten since with the other summary's row groups. None is taken:
+    // every file's own footer is read. "only" lists the files from the index: refused.
+    const bool paired = indexed->summary_hash.empty() || indexed->summary_hash == summary_hash;
+    if (!paired && ref.index != nullptr) {
+      return MakeError(ErrorKind::kInvalidData, "'", index_display, "' does not describe '",
+                       ref.display, "' (another `pqloader index` run wrote one of them): run "
+                       "`pqloader index` again, or load with use_summary=True or False");
+    }
+    if (paired) {
+      for (const auto& f : indexed->files) identities[f.path] = f;
+    }
   }
   summary->metadata = md;
-  // Without an index, a file's cache identity is its place in this summary.
-  const std::string summary_hash = FooterHash(bytes);
   for (auto& [file, rgs] : groups) {
     DatasetSummaryFile::Entry e;
     e.row_groups = rgs;  // the file's own metadata is made when it is read (DataFile::Metadata)
@@ -245,7 +281,8 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   ARROW_ASSIGN_OR_RAISE(auto files, ReadFileFooters(std::move(found), metadata_threads, progress, cancel));
   IndexResult result;
   std::shared_ptr<parquet::FileMetaData> combined;
-  std::string index = std::string(kIndexHeader) + "\n";
+  std::shared_ptr<arrow::Schema> first_arrow;
+  std::string index;
   try {
     for (const auto& f : files) {
       if (IsCancelled(cancel)) return CancelledStatus();  // 10^5 subsets: seconds
@@ -258,6 +295,29 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
         return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
                          f.display, "' has another Parquet schema than '", files[0].display,
                          "' (a summary holds one schema)");
+      }
+      // The Arrow types too (time zones, string vs large_string: the same Parquet schema):
+      // every file is read with the summary's, which loaders refusing such files together
+      // would otherwise take for the first file's.
+      std::shared_ptr<arrow::Schema> arrow_schema;
+      ARROW_RETURN_NOT_OK(parquet::arrow::FromParquetSchema(
+          f.schema(), parquet::ArrowReaderProperties(), f.metadata->key_value_metadata(),
+          &arrow_schema));
+      if (first_arrow == nullptr) {
+        first_arrow = arrow_schema;
+      } else if (!arrow_schema->Equals(*first_arrow, /*check_metadata=*/false)) {
+        std::string column;
+        for (int i = 0; i < arrow_schema->num_fields() && i < first_arrow->num_fields(); ++i) {
+          if (!arrow_schema->field(i)->type()->Equals(*first_arrow->field(i)->type())) {
+            column = " (column '" + arrow_schema->field(i)->name() + "': " +
+                     arrow_schema->field(i)->type()->ToString() + " against " +
+                     first_arrow->field(i)->type()->ToString() + ")";
+            break;
+          }
+        }
+        return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
+                         f.display, "' has other Arrow types than '", files[0].display, "'",
+                         column, " (a summary holds one schema)");
       }
       std::vector<int> all(f.num_row_groups());
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
@@ -277,11 +337,22 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   } catch (const std::exception& e) {
     return MakeError(ErrorKind::kInvalidData, "cannot index '", source, "': ", e.what());
   }
+  // The summary's bytes first: the index records their hash (see kIndexHeader).
+  std::shared_ptr<arrow::Buffer> summary_bytes;
+  try {
+    ARROW_ASSIGN_OR_RAISE(auto sink, arrow::io::BufferOutputStream::Create());
+    parquet::WriteMetaDataFile(*combined, sink.get());
+    ARROW_ASSIGN_OR_RAISE(summary_bytes, sink->Finish());
+  } catch (const std::exception& e) {
+    return MakeError(ErrorKind::kInvalidData, "cannot index '", source, "': ", e.what());
+  }
+  index = std::string(kIndexHeader) + "\nsummary\t" + FooterHash(summary_bytes->ToString()) +
+          "\n" + index;
   // Each file to a temporary name first, then moved into place: a reader sees the old
-  // summary or the new one. The index goes first: with a new index and the old
-  // _metadata, files whose identity changed are read from their footers. A cancel is
-  // checked before, not between, the two: once the index is written the summary
-  // follows (the caller still raises KeyboardInterrupt).
+  // summary or the new one. _metadata goes first; an index beside a _metadata other than
+  // its own is not used (ReadSummary). A cancel is checked before, not between, the two:
+  // once the summary is written the index follows (the caller still raises
+  // KeyboardInterrupt).
   if (IsCancelled(cancel)) return CancelledStatus();
   const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
   auto write = [&](const std::string& name, auto&& fill) -> arrow::Status {
@@ -299,17 +370,12 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
     }
     return arrow::Status::OK();
   };
+  ARROW_RETURN_NOT_OK(write("_metadata", [&](arrow::io::OutputStream* out) {
+    result.bytes = summary_bytes->size();
+    return out->Write(summary_bytes);
+  }));
   ARROW_RETURN_NOT_OK(write("_pqloader_index", [&](arrow::io::OutputStream* out) {
     return out->Write(index.data(), static_cast<int64_t>(index.size()));
-  }));
-  ARROW_RETURN_NOT_OK(write("_metadata", [&](arrow::io::OutputStream* out) -> arrow::Status {
-    try {
-      parquet::WriteMetaDataFile(*combined, out);
-      ARROW_ASSIGN_OR_RAISE(result.bytes, out->Tell());
-    } catch (const std::exception& e) {
-      return arrow::Status::IOError(e.what());
-    }
-    return arrow::Status::OK();
   }));
   result.metadata_path = Join(display_root, "_metadata");
   return result;

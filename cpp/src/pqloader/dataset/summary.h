@@ -72,6 +72,13 @@ struct IndexedFile {
   std::string footer_hash;
 };
 
+/// `_pqloader_index`: the files, in path order, and the hash of the `_metadata` it was
+/// written with (empty for an index of format 1, which recorded none).
+struct DatasetIndex {
+  std::string summary_hash;
+  std::vector<IndexedFile> files;
+};
+
 struct SummaryRef {
   std::shared_ptr<arrow::fs::FileSystem> fs;
   std::string root;     ///< The directory.
@@ -80,7 +87,7 @@ struct SummaryRef {
   bool has_index = false;  ///< `_pqloader_index` was listed beside it.
   int64_t index_size = 0;
   /// The index, when already read (use_summary="only" lists the files from it).
-  std::shared_ptr<const std::vector<IndexedFile>> index;
+  std::shared_ptr<const DatasetIndex> index;
   /// `_metadata`'s bytes, when their read was started early (PrefetchSummary).
   std::shared_future<arrow::Result<std::string>> bytes;
 };
@@ -93,7 +100,7 @@ std::shared_future<arrow::Result<std::string>> PrefetchSummary(
 
 /// Read `_pqloader_index` of directory `root` (`size` bytes; -1: ask the filesystem),
 /// in the order written (path order). `display` names it in errors.
-arrow::Result<std::vector<IndexedFile>> ReadIndexFile(
+arrow::Result<DatasetIndex> ReadIndexFile(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
     const std::string& display);
 

@@ -171,38 +171,24 @@ class Evaluator {
       MutexLock lock(mu_);
       views_.resize(dataset_.files().size());
     }
-    // The top-level names the files store, and each name's type where a file lacks it:
-    // the first file's that has it.
-    std::set<std::string> stored;
+    // Each name's type where a file lacks it: the first file's that has it.
     std::map<std::string, std::shared_ptr<arrow::DataType>> first_type;
     for (size_t f = 0; f < dataset_.files().size(); ++f) {
       ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
       for (const auto& sf : manifest->schema_fields) {
-        stored.insert(sf.field->name());
         first_type.emplace(sf.field->name(), sf.field->type());
       }
     }
-    // Partition keys: int64 where every value is an integer, else utf8 (as the Dataset
-    // decodes them). A key that a file stores as a column (Polars' partition_by) loads
-    // from the files (dataset/columns.cc), so it is a file column here too, of the files'
-    // type (the footers' checks hold its values to the path's). A key twice in a path
-    // has its first value, as the Dataset (and pyarrow) load it.
+    // Partition keys as the Dataset loads them (dataset/columns.h, KeyLoad): a key the
+    // files store (Polars' partition_by) is a file column here too, of the files' type
+    // (the footers' checks hold its values to the path's); one from the paths is int64
+    // or text, as declared or as its values read. A key twice in a path has its first
+    // value, as the Dataset (and pyarrow) load it.
     const auto& keys = dataset_.partition_keys();
+    const auto& loads = dataset_.key_loads();
     for (size_t k = 0; k < keys.size(); ++k) {
-      if (key_index_.count(keys[k]) || stored.count(keys[k])) continue;
-      bool all_int = true;
-      for (const auto& f : dataset_.files()) {
-        if (f.partition_null[k]) continue;
-        all_int = all_int && ParsesAsInt64(f.partition_values[k]);
-      }
-      // A key loaded as text (declared pa.string() in schema=) is text here too.
-      for (size_t c = 0; c < dataset_.specs().size(); ++c) {
-        if (dataset_.partition_index()[c] == static_cast<int>(k) &&
-            dataset_.specs()[c].kind == ColumnKind::kString) {
-          all_int = false;
-        }
-      }
-      key_types_[keys[k]] = all_int ? arrow::int64() : arrow::utf8();
+      if (key_index_.count(keys[k]) || k >= loads.size() || loads[k] == KeyLoad::kFiles) continue;
+      key_types_[keys[k]] = loads[k] == KeyLoad::kInt64 ? arrow::int64() : arrow::utf8();
       key_index_[keys[k]] = static_cast<int>(k);
     }
     for (const auto& name : names_) {
