@@ -571,9 +571,9 @@ class LoaderOptions:
     def resolve(self, draw_seed: Callable[[], int]) -> LoaderOptions:
         """Settle what the user left open.
 
-        Rank and world size come from an initialised ``torch.distributed`` group, else
-        ``RANK``/``WORLD_SIZE``; a missing seed is drawn with `draw_seed` when shuffling
-        (0 otherwise, where it only keys random transforms).
+        Rank and world size come from an initialised ``torch.distributed`` group, else a
+        Ray Train worker's context, else ``RANK``/``WORLD_SIZE``; a missing seed is drawn
+        with `draw_seed` when shuffling (0 otherwise, where it only keys random transforms).
 
         Args:
             draw_seed: Returns a fresh random seed.
