@@ -176,6 +176,25 @@ def check_pack(pack: Any) -> Pack | None:
     return pack
 
 
+def made_columns(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None,
+                 transforms: Mapping[str, Any] | None) -> set[str]:
+    """The columns a batch gains that no file holds: ``<col>_offsets`` (ragged),
+    ``<col>_length`` (``Pad``, a final ``PadOrTruncate``) and packing's outputs. They
+    are never null, so a scalar ``fill_null`` does not apply to them (``fill_null=-1``
+    was refused for ``loss_mask`` being bool, ``0.5`` in a float column for
+    ``position_ids`` or ``<col>_offsets`` being int64)."""
+    made = set()
+    for column, choice in (lists or {}).items():
+        made.add(column + ("_offsets" if isinstance(choice, Ragged) else "_length"))
+    if pack is not None:
+        made.update(("position_ids", "document_ids", "loss_mask", "cu_seqlens"))
+    for column, ops in (transforms.items() if isinstance(transforms, Mapping) else ()):
+        last = ops[-1] if isinstance(ops, (list, tuple)) and ops else None
+        if getattr(last, "name", None) == "PadOrTruncate":
+            made.add(column + "_length")
+    return made
+
+
 def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None,
                      transforms: Mapping[str, Any] | None,
                      columns: Mapping[str, Mapping[str, Any]]) -> None:

@@ -127,7 +127,8 @@ class Loader:
         # Before any data is read; stacked columns by their members.
         unstacked = self._columns if options.stack is None else \
             _column_infos(self._engine.column_info(stacked=False))
-        check_fill_types(options.fill_null, unstacked)
+        made = _lists.made_columns(options.lists, options.pack, options.transforms)
+        check_fill_types(options.fill_null, {k: v for k, v in unstacked.items() if k not in made})
         check_stack_units(options.stack, options.decimals, unstacked)
         _lists.check_values_fit(options.lists, options.pack, options.transforms, self._columns)
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers

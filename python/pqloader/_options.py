@@ -556,6 +556,12 @@ class LoaderOptions:
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
             raise ValueError("pin_memory and device need output='torch'")
+        if checked["pack"] is not None and (checked["lists"] or checked["transforms"]):
+            # (the engine refused them too, as bad data, naming no argument)
+            given = [n for n in ("lists", "transforms") if checked[n]]
+            raise ValueError(f"pack= cannot be combined with {' or '.join(f'{n}=' for n in given)}: packing "
+                             "writes the token column and copies the others per token; transform "
+                             "whole batches with batch_transform= instead")
         rank, world = checked["rank"], checked["world_size"]
         if rank is not None and world is not None and rank >= world:
             raise ValueError(f"rank must be in [0, world_size={world}), got {rank}")

@@ -208,3 +208,26 @@ def test_lists_extra_column_clashing_with_a_dataset_column_is_refused(tmp_path, 
     loader = pqloader.Loader(str(path), columns=["x"], lists={"x": mode}, batch_size=2)
     batch = next(iter(loader))
     assert batch[extra].tolist() == ([0, 1, 3] if mode == "ragged" else [1, 2])
+
+
+@pytest.mark.parametrize("layout", [{"lists": {"t": "ragged"}}, {"lists": {"t": pqloader.Pad()}},
+                                    {"transforms": {"t": [T.PadOrTruncate(4)]}},
+                                    {"pack": pqloader.Pack("t", seq_len=4)}], ids=repr)
+def test_a_scalar_fill_null_is_not_checked_against_the_columns_a_layout_adds(tmp_path, layout):
+    # fill_null=0.5 in a float column was refused for t_offsets / t_length / position_ids
+    # being int64, and fill_null=-1 in an int column for loss_mask being bool: columns no
+    # file holds, which are never null.
+    pq.write_table(pa.table({"t": pa.array([[1.5, None, 3], [5, 6]], pa.list_(pa.float32())),
+                             "i": pa.array([[1, None], [2]], pa.list_(pa.int32()))}), tmp_path / "f.parquet")
+
+    def values(column, fill, layout):
+        b = next(iter(pqloader.Loader(str(tmp_path), columns=[column], batch_size=2, fill_null=fill, **layout)))
+        if "loss_mask" in b:
+            return b[column][b["loss_mask"]].tolist()
+        if column + "_length" in b:
+            return [v for row, n in zip(b[column], b[column + "_length"]) for v in row[:n].tolist()]
+        return b[column].tolist()
+
+    assert values("t", 0.5, layout) == [1.5, 0.5, 3, 5, 6]
+    renamed = {k: ({"i": v["t"]} if isinstance(v, dict) else pqloader.Pack("i", seq_len=4)) for k, v in layout.items()}
+    assert values("i", -1, renamed) == [1, -1, 2]

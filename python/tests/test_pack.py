@@ -188,6 +188,18 @@ def test_packing_is_refused_for_other_columns(docs, tmp_path):
         pqloader.Loader(str(tmp_path / "s.parquet"), pack=pqloader.Pack("tokens", seq_len=8))
 
 
+def test_pack_with_lists_or_transforms_is_an_argument_error_naming_them(docs):
+    # The engine refused them as bad data (InvalidDataError), naming no argument.
+    from pqloader import transforms as T
+
+    path, _, _ = docs
+    for kw, named in (({"lists": {"tokens": "ragged"}}, "lists="),
+                      ({"transforms": {"tokens": [T.Cast("int64")]}}, "transforms=")):
+        with pytest.raises(ValueError, match=f"pack= cannot be combined with {named}") as e:
+            pqloader.Loader(path, pack=pqloader.Pack("tokens", seq_len=8), **kw)
+        assert not isinstance(e.value, pqloader.InvalidDataError)
+
+
 @pytest.mark.parametrize("dtype,kw,message", [
     (pa.int8(), {"eos": 300}, r"Pack\(eos=300\) does not fit column 'tokens' \(int8: \[-128, 127\]\)"),
     (pa.uint16(), {"pad": -100}, r"Pack\(pad=-100\) does not fit column 'tokens' \(uint16"),
