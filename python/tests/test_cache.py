@@ -541,3 +541,23 @@ def test_claims_released_without_the_shard_lock_leave_no_marker_to_wait_on(tmp_p
         assert sum(len(b["x"]) for b in loader) == 4000
     assert not list(cache.glob("shard-*/*.fetch"))
     assert loader.stats()["cache_wait_timeouts"] == 0
+
+
+def test_entries_of_a_shuffled_loader_serve_an_unshuffled_one(tmp_path):
+    # A shuffled loader keeps its entries row by row; an unshuffled one sharing the cache
+    # got such a hit and its own (column by column) miss in one batch: "units of one batch
+    # have different layouts", depending on what the cache held.
+    path = str(tmp_path / "d.parquet")
+    pq.write_table(pa.table({"id": np.arange(20, dtype=np.int64), "k": np.arange(20, dtype=np.int32),
+                             "s": [str(i) for i in range(20)]}), path, row_group_size=10)
+    cache = str(tmp_path / "cache")
+    list(pqloader.Loader(path, batch_size=4, shuffle=True, seed=1, cache_dir=cache,
+                         row_groups={path: [0]}))  # only row group 0 gets an entry
+    loader = pqloader.Loader(path, batch_size=4, cache_dir=cache)
+    got, want = list(loader), list(pqloader.Loader(path, batch_size=4))
+    assert len(got) == len(want) == 5
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x["id"], y["id"])
+        np.testing.assert_array_equal(x["k"], y["k"])
+        assert list(x["s"]) == list(y["s"])
+    assert loader.stats()["cache_hits"] == 1

@@ -318,3 +318,22 @@ def test_write_index_refuses_files_loaders_refuse_together(tmp_path):
     with pytest.raises(pqloader.SchemaMismatchError, match="b.parquet"):
         pqloader.write_index(str(tmp_path))
     assert not (tmp_path / "_metadata").exists()
+
+
+def test_a_file_rewritten_under_pyarrows_summary_fails_pointing_at_the_summary(tmp_path):
+    # pyarrow's _metadata records no size or time: a file rewritten since is read with
+    # the summary's layout (documented), and failed as "corrupt or truncated data" with
+    # nothing pointing at the summary or use_summary=False.
+    collector = []
+    for name, ids in (("a", range(0, 40)), ("b", range(40, 80))):
+        t = pa.table({"id": pa.array(list(ids), pa.int64()), "x": pa.array([i * 0.5 for i in ids])})
+        pq.write_table(t, tmp_path / f"{name}.parquet", row_group_size=10, metadata_collector=collector)
+        collector[-1].set_file_path(f"{name}.parquet")
+    pq.write_metadata(t.schema, tmp_path / "_metadata", metadata_collector=collector)
+    ids = list(range(1000, 1050))
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "x": pa.array([i * 0.5 for i in ids])}),
+                   tmp_path / "a.parquet", row_group_size=10)
+    with pytest.raises(pqloader.InvalidDataError, match=r"a\.parquet.*_metadata.*use_summary=False"):
+        collect(pqloader.Loader(str(tmp_path), batch_size=8))
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=8, use_summary=False))
+    assert sorted(got["id"].tolist()) == sorted(pq.read_table(tmp_path / "a.parquet")["id"].to_pylist() + list(range(40, 80)))

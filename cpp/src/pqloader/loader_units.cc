@@ -238,6 +238,11 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
   }
   if (options_.plan.shuffle && !window_gather_) {
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
+  } else if (decoded->row_major != nullptr) {
+    // An entry a shuffled loader sharing the cache wrote (row-major): this loader's own
+    // misses are columns, and one batch's units must share a layout.
+    ARROW_ASSIGN_OR_RAISE(decoded, WithoutRowMajor(decoded, pool_));
+    kept = false;  // a copy, not the entry's buffers
   }
   if (kept && cache_->KeepsUnits() && !decoded->shared) {
     // Its buffers are the entry's: a batch handed out as a slice of them would let the

@@ -362,8 +362,17 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                          st.message());
       }
       if (!st.ok()) {
+        // A layout from a summary that records no identity of the file (pyarrow's
+        // _metadata without _pqloader_index): most likely the file was rewritten since.
+        const bool summary_layout = file.summary != nullptr && !file.footer_hash_is_own;
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where,
-                         " (corrupt or truncated data): ", st.message());
+                         " (corrupt or truncated data): ", st.message(),
+                         summary_layout
+                             ? "; its row groups were taken from the directory's _metadata, "
+                               "which records no size or time of the file: if it was "
+                               "rewritten since, run `pqloader index` or load with "
+                               "use_summary=False"
+                             : "");
       }
       if (chunked->length() != split.file_rows) {
         return MakeError(ErrorKind::kInvalidData, "cannot decode ", col_where, ": read ",

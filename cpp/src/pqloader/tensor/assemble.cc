@@ -174,6 +174,26 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
   return out;
 }
 
+arrow::Result<std::shared_ptr<const DecodedUnit>> WithoutRowMajor(
+    const std::shared_ptr<const DecodedUnit>& unit, arrow::MemoryPool* pool) {
+  if (unit->row_major == nullptr) return unit;
+  const RowMajorBlock& rm = *unit->row_major;
+  const int64_t rows = unit->num_rows;
+  auto out = std::make_shared<DecodedUnit>(*unit);
+  for (size_t c = 0; c < out->columns.size(); ++c) {
+    if (c >= rm.offset.size() || rm.offset[c] < 0) continue;
+    ColumnData& d = out->columns[c];
+    ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> column,
+                          arrow::AllocateBuffer(rows * d.row_bytes, pool));
+    CopyStridedAny(d.row_bytes, rm.data->data() + rm.offset[c], rm.stride, rows,
+                   column->mutable_data(), d.row_bytes);
+    d.data = std::move(column);
+  }
+  out->row_major.reset();
+  out->shared = false;  // its buffers are its own now
+  return out;
+}
+
 namespace {
 
 // How one output column is made.

@@ -215,6 +215,13 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
     const std::shared_ptr<const DecodedUnit>& unit, int64_t max_row_bytes,
     arrow::MemoryPool* pool);
 
+/// `unit` with its row-major block (if any) copied back into per-column buffers: the
+/// layout of units that are gathered column by column. A cache entry written by a
+/// shuffled loader is row-major, and an unshuffled loader sharing the cache mixes such
+/// hits with its own misses in one batch.
+arrow::Result<std::shared_ptr<const DecodedUnit>> WithoutRowMajor(
+    const std::shared_ptr<const DecodedUnit>& unit, arrow::MemoryPool* pool);
+
 /// The largest length a padded list column may have (lists=Pad, PadOrTruncate): far above
 /// any sequence, and low enough that a batch's size in bytes cannot overflow before the
 /// allocation refuses it.
