@@ -584,17 +584,22 @@ def _nulls_ds(tmp_path):
     return str(tmp_path / "n.parquet")
 
 
+def _state_after(root, batches, **kw):
+    """The state (through JSON) of a Loader of `root` after `batches` batches."""
+    loader = pqloader.Loader(str(root), **kw)
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    return json.loads(json.dumps(loader.state_dict()))
+
+
 def test_a_state_of_a_changed_dataset_is_refused_naming_the_files_that_changed(tmp_path):
     # The whole file lists are too long to show: the message names what changed, even
     # when it is the last of many files (it showed the lists' first 200 characters).
     root = tmp_path / "ds"
     paths = write_dataset(root, [[5, 5]] * 20)
     kw = dict(batch_size=7, shuffle=True, seed=1)
-    loader = pqloader.Loader(str(root), **kw)
-    it = iter(loader)
-    for _ in range(3):
-        next(it)
-    state = json.loads(json.dumps(loader.state_dict()))
+    state = _state_after(root, 3, **kw)
 
     def refusal():
         with pytest.raises(pqloader.InvalidDataError, match="files") as ei:
@@ -628,11 +633,7 @@ def test_a_file_rewritten_with_the_same_size_and_rows_refuses_a_state(tmp_path):
     for name, start in (("a", 0), ("b", 40)):
         pq.write_table(pa.table({"id": np.arange(start, start + 40)}), root / f"{name}.parquet", **kw_write)
     kw = dict(batch_size=8, shuffle=True, seed=3)
-    loader = pqloader.Loader(str(root), **kw)
-    it = iter(loader)
-    for _ in range(4):
-        next(it)
-    state = json.loads(json.dumps(loader.state_dict()))
+    state = _state_after(root, 4, **kw)
     size = (root / "a.parquet").stat().st_size
     pq.write_table(pa.table({"id": np.arange(39, -1, -1)}), root / "a.parquet", **kw_write)
     assert (root / "a.parquet").stat().st_size == size
