@@ -277,7 +277,8 @@ class Resolver {
   // declared column.
   bool IsMaskNullMaskAdds(const std::string& name) const {
     static constexpr std::string_view kSuffix = "_valid";
-    if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    if (name.size() <= kSuffix.size() ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
       return false;
     }
     const std::string column = name.substr(0, name.size() - kSuffix.size());
@@ -324,9 +325,9 @@ class Resolver {
     if (IsTopField(name)) {
       // A declared "st.a" that no file has at the top: the leaf a of struct st in the
       // files (a loader's arrow_schema names struct leaves so), of the declared type.
-      if (options_.schema != nullptr && parts.size() > 1 && !InAnyFile(name) &&
-          options_.schema->GetFieldByName(name) != nullptr &&
-          options_.schema->GetFieldByName(name)->type()->id() != arrow::Type::STRUCT) {
+      const auto declared = options_.schema ? options_.schema->GetFieldByName(name) : nullptr;
+      if (declared != nullptr && parts.size() > 1 && !InAnyFile(name) &&
+          declared->type()->id() != arrow::Type::STRUCT) {
         for (size_t k = parts.size() - 1; k >= 1; --k) {
           std::string top = parts[0];
           for (size_t i = 1; i < k; ++i) top += "." + parts[i];
@@ -361,8 +362,9 @@ class Resolver {
     }
     for (const auto& k : keys_) available += " '" + Quoted(k.name) + "'";
     if (options_.schema != nullptr) {
-      return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' is not in the declared "
-                       "schema (schema=)", InAnyFile(parts[0]) ? ", though the files have it: add it there" : "",
+      return MakeError(ErrorKind::kColumnNotFound, "column '", name,
+                       "' is not in the declared schema (schema=)",
+                       InAnyFile(parts[0]) ? ", though the files have it: add it there" : "",
                        "; the declared columns and partition keys:", available);
     }
     return MakeError(ErrorKind::kColumnNotFound, "column '", name, "' does not exist in '",
@@ -412,9 +414,6 @@ class Resolver {
 
   std::string FileName(int f) const { return f < 0 ? "the declared schema" : files_[f].display; }
 
-  // A key from the paths: int64 where every value is an integer, else str; a declared
-  // type decides between them (text keeps "01" as it is, as pyarrow's; an integer type
-  // loads as int64 and needs every value to be one).
   // The declared type of key `name` (a dictionary's values), or null.
   std::shared_ptr<arrow::DataType> DeclaredKeyType(const std::string& name) const {
     auto declared = options_.schema ? options_.schema->GetFieldByName(name) : nullptr;
@@ -434,7 +433,8 @@ class Resolver {
     const std::string& name = keys_[k].name;
     if (InAnyFile(name) && IsTopField(name)) return KeyLoad::kFiles;
     auto type = DeclaredKeyType(name);
-    if (type != nullptr && (arrow::is_string(type->id()) || type->id() == arrow::Type::STRING_VIEW)) {
+    if (type != nullptr &&
+        (arrow::is_string(type->id()) || type->id() == arrow::Type::STRING_VIEW)) {
       return KeyLoad::kText;
     }
     for (size_t f = 0; f < keys_[k].values.size(); ++f) {
@@ -443,6 +443,9 @@ class Resolver {
     return KeyLoad::kInt64;
   }
 
+  // A key from the paths: int64 where every value is an integer, else str; a declared
+  // type decides between them (text keeps "01" as it is, as pyarrow's; an integer type
+  // loads as int64 and needs every value to be one of that type).
   arrow::Status AddPartition(const std::string& name, int key) {
     const auto& k = keys_[key];
     bool any_null = false;
