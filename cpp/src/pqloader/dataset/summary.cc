@@ -72,7 +72,8 @@ std::string Join(const std::string& root, const std::string& rel) {
   return root.back() == '/' ? root + rel : root + "/" + rel;
 }
 
-// `_pqloader_index`: header line, then "size\tmtime_ns\thash\tpath" per file.
+// `_pqloader_index`: header line, "summary\t<hash of _metadata>" (format 2), then
+// "size\tmtime_ns\thash\tpath" per file, in path order.
 arrow::Result<DatasetIndex> ParseIndex(const std::string& text, const std::string& display) {
   auto bad = [&](const std::string& why) {
     return MakeError(ErrorKind::kInvalidData, "'", display,
