@@ -319,7 +319,8 @@ ARGUMENT_DOCS = """\
             The mask is per row: a null inside a list (an element of a row that is not
             null) is an error unless ``fill_null`` gives that column a value, which then
             fills it.
-        decimals: ``"float64"`` (default: the nearest double, as pyarrow's cast) or
+        decimals: ``"float64"`` (default: as pyarrow's cast to float64, bit for bit,
+            which may be one step from the nearest double) or
             ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
         schema: A ``pyarrow.Schema`` (any pyarrow >= 14) or any Arrow schema with
             ``__arrow_c_schema__`` to load the files as: each file's columns must
