@@ -41,5 +41,15 @@ class ArrowSchema:
                               "'pqloader[arrow]' (any pyarrow >= 14)") from e
         return pa.Schema._import_from_c_capsule(self.__arrow_c_schema__())
 
+    def __reduce__(self) -> Any:
+        # It exports from a loader's engine, which cannot be pickled: pickled (a Loader's
+        # options in a spawned DataLoader worker, copy.deepcopy), it holds pyarrow's copy.
+        return _from_pyarrow, (self.to_pyarrow(),)
+
     def __repr__(self) -> str:
         return "pqloader.ArrowSchema(<__arrow_c_schema__>)"
+
+
+def _from_pyarrow(schema: Any) -> ArrowSchema:
+    """An ArrowSchema exporting a pyarrow schema (what an unpickled one holds)."""
+    return ArrowSchema(schema.__arrow_c_schema__)

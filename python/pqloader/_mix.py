@@ -398,6 +398,12 @@ class Mixture:
     def __enter__(self) -> "Mixture":
         return self
 
+    def __reduce__(self) -> Any:
+        # A copy would share the sources (Loaders), whose streams one iteration at a time may read.
+        raise TypeError(
+            "a pqloader mixture cannot be pickled or copied (its sources own C++ threads); it needs no "
+            "DataLoader worker processes: iterate it directly, or build another with pqloader.mix")
+
     def __exit__(self, *exc: Any) -> None:
         self.close()
 

@@ -70,8 +70,7 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         # Options that change how columns load ride with their names, so that states of
         # loaders without them keep their form.
         "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
-                   + ([f"@schema={options.schema.to_string(show_schema_metadata=False)}"]
-                      if options.schema is not None else [])
+                   + ([f"@schema={_schema_text(options.schema)}"] if options.schema is not None else [])
                    # by name: a dict's order changes no batch (each stack takes its first
                    # member's place), so it must not refuse a state either
                    + ([f"@stack={name}={','.join(cols)}" for name, cols in sorted(options.stack.items())]
@@ -88,6 +87,23 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         "transforms": transforms,
         "on_decode_error": options.on_decode_error,
     }
+
+
+def _schema_text(schema: Any) -> str:
+    """A declared schema as text, its metadata left out: pyarrow's ``to_string``. Another
+    Arrow library's schema (``__arrow_c_schema__`` only, e.g. a loader's ``arrow_schema``)
+    is read into pyarrow first, so that one schema declared either way gives one text;
+    without pyarrow, its IPC bytes' hash stands in."""
+    if not hasattr(schema, "to_string"):
+        try:
+            import pyarrow as pa
+        except ImportError:
+            import hashlib
+
+            from pqloader._options import _schema_ipc
+            return "ipc-sha256:" + hashlib.sha256(_schema_ipc(schema)).hexdigest()
+        schema = pa.Schema._import_from_c_capsule(schema.__arrow_c_schema__())
+    return schema.to_string(show_schema_metadata=False)
 
 
 def _fill_null_text(fill_null: Any) -> str:

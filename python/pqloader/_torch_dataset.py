@@ -26,9 +26,10 @@ class _LoaderRecipe:
 
     sources: list[str]
     options: LoaderOptions
+    cls: type = Loader  # a subclass of Loader is rebuilt as itself (with Loader's arguments)
 
     def build(self, **changes: Any) -> Loader:
-        return Loader(self.sources, **self.options.replace(**changes).to_kwargs())
+        return self.cls(self.sources, **self.options.replace(**changes).to_kwargs())
 
 
 @dataclasses.dataclass
@@ -84,7 +85,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
     workers its position was taken in (else ``InvalidDataError``).
 
     Args:
-        loader: The loader to wrap; its options, seed, rank and world size are used.
+        loader: The loader to wrap; its options, seed, rank and world size are used. The
+            workers' loaders are of its class (a subclass is built with Loader's arguments).
 
     Raises:
         TypeError: `loader` is not a ``pqloader.Loader``.
@@ -101,7 +103,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if not isinstance(loader, Loader):
             raise TypeError(f"IterableDataset wraps a pqloader.Loader, got {type(loader).__name__}")
         self._loader: Loader | None = loader
-        self._recipe = _LoaderRecipe(loader.sources, loader.options)
+        self._recipe = _LoaderRecipe(loader.sources, loader.options, type(loader))
         self._epoch = loader.epoch
         self._epoch_set = False
         self._set_since_begin = False  # set_epoch called since the last iteration began

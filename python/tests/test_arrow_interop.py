@@ -8,7 +8,9 @@ development environment's) imports them; python/tests_wheel does the same with p
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import pickle
 import sys
 
 import numpy as np
@@ -223,3 +225,22 @@ def test_a_key_declared_a_narrow_integer_refuses_a_value_out_of_its_range(tmp_pa
         pq.write_table(pa.table({"x": [k]}), tmp_path / f"k={k}" / "f.parquet")
     with pytest.raises(pqloader.SchemaMismatchError, match=r"'k' is declared int8.*'1000'"):
         pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([("x", pa.int64()), ("k", pa.int8())]))
+
+
+def test_a_loader_declared_with_another_loaders_arrow_schema_checkpoints_and_pickles(tmp_path):
+    # schema= takes any __arrow_c_schema__ object; state_dict() called pyarrow's
+    # Schema.to_string on it (AttributeError), and its options did not pickle for spawned
+    # DataLoader workers (the ArrowSchema holds the engine: "cannot pickle '_thread.RLock'").
+    table = pa.table({"x": np.arange(10, dtype=np.int64), "y": np.arange(10, dtype=np.float32)})
+    pq.write_table(table, tmp_path / "t.parquet")
+    first = pqloader.Loader(str(tmp_path), batch_size=4, shuffle=True, seed=1)
+    declared = pqloader.Loader(str(tmp_path), batch_size=4, shuffle=True, seed=1, schema=first.arrow_schema)
+    by_pyarrow = pqloader.Loader(str(tmp_path), batch_size=4, shuffle=True, seed=1, schema=table.schema)
+    it = iter(declared)
+    next(it)
+    state = declared.state_dict()
+    by_pyarrow.load_state_dict(state)  # one schema, declared either way: one fingerprint
+    assert [b["x"].tolist() for b in by_pyarrow] == [b["x"].tolist() for b in it]
+    for again in (copy.deepcopy(first.arrow_schema), pickle.loads(pickle.dumps(first.arrow_schema)),
+                  pickle.loads(pickle.dumps(declared.options)).schema):
+        assert isinstance(again, pqloader.ArrowSchema) and pa.schema(again) == table.schema

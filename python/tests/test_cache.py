@@ -561,3 +561,16 @@ def test_entries_of_a_shuffled_loader_serve_an_unshuffled_one(tmp_path):
         np.testing.assert_array_equal(x["k"], y["k"])
         assert list(x["s"]) == list(y["s"])
     assert loader.stats()["cache_hits"] == 1
+
+
+def test_one_file_below_two_roots_keeps_each_roots_partition_values(tmp_path):
+    # d/k=1/k=2/f.parquet: k is 1 below root d (the first value), 2 below root d/k=1 (as
+    # pyarrow reads them). The key named the file, not the values its path gives, and the
+    # second root was served the first's k=1.
+    leaf = tmp_path / "d" / "k=1" / "k=2"
+    leaf.mkdir(parents=True)
+    pq.write_table(pa.table({"id": np.arange(4)}), leaf / "f.parquet")
+    cache = str(tmp_path / "cache")
+    for root, k in ((tmp_path / "d", 1), (tmp_path / "d" / "k=1", 2)):
+        (batch,) = list(pqloader.Loader(str(root), columns=["id", "k"], batch_size=10, cache_dir=cache))
+        assert batch["k"].tolist() == [k] * 4

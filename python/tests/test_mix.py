@@ -3,11 +3,13 @@ sharded stream."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import itertools
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -1140,3 +1142,14 @@ def test_a_mixtures_state_and_a_loaders_are_told_apart_when_loaded_crosswise(sou
         ls["web"].load_state_dict(m.state_dict())
     with pytest.raises(pqloader.InvalidDataError, match="this is a Loader's"):
         m.load_state_dict(ls["web"].state_dict())
+
+
+def test_a_mixture_is_neither_pickled_nor_copied(sources):
+    # copy.copy made a mixture sharing the original's Loaders (iterating both stopped
+    # each other), and pickling failed on a Loader, advising IterableDataset (which
+    # refuses mixtures), as a Loader's does.
+    root, _ = sources
+    m = pqloader.mix(loaders(root, ("web", "code")), [1, 1], seed=0)
+    for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="mixture cannot be pickled or copied.*iterate it directly"):
+            make_copy(m)

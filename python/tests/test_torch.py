@@ -513,6 +513,27 @@ def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
     assert "nanobind: leaked" not in proc.stderr, proc.stderr
 
 
+class _Tagged(pqloader.Loader):
+    """A Loader subclass that adds a column (module level: spawned workers import it)."""
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            batch["tag"] = 1
+            yield batch
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_iterable_dataset_workers_build_the_wrapped_loaders_class(ds, context):
+    # The workers rebuilt a plain Loader: a subclass's behaviour held without workers and
+    # was silently lost with them.
+    dataset = pqloader.torch.IterableDataset(_Tagged(ds, **kw(num_epochs=1)))
+    for workers in (0, 2):
+        dl = pqloader.torch.DataLoader(dataset, num_workers=workers,
+                                       multiprocessing_context=context if workers else None)
+        batches = list(dl)
+        assert batches and all(b["tag"] == 1 for b in batches), workers
+
+
 def test_iterable_dataset_without_workers_iterates_the_loader_itself(ds):
     loader = pqloader.Loader(ds, **kw(num_epochs=1, output="torch"))
     dataset = pqloader.torch.IterableDataset(loader)
