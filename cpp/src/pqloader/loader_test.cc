@@ -436,7 +436,7 @@ TEST(LoaderApi, OptionsOutOfRangeAreRefusedNamingTheField) {
   // (negative counts), clamped (cache shards), or undefined (a clamp with hi < lo).
   int64_t total;
   const std::string dir = MakeDataset(&total);
-  const std::string cache = dir + "/../cache_out_of_range";
+  const std::string cache = testing::MakeTempDir() + "/cache";
   struct Case {
     const char* field;
     std::function<void(LoaderOptions*)> set;
