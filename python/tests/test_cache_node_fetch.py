@@ -217,3 +217,28 @@ def test_stats_and_clear_know_in_progress_markers(tmp_path):
     assert pqloader.cache_stats(cache)["fetch_markers"] == 1
     report = pqloader.cache_clear(cache)
     assert report["foreign_count"] == 0 and not list(cache.glob("shard-*/*.fetch"))
+
+
+def test_a_loader_never_waits_for_a_paused_loader_of_its_own_process(tmp_path):
+    # A paused iterator's read-ahead holds claims of row groups it fetched but has not
+    # decoded (its consumer does not drain it). Another loader of the same process on the
+    # same cache directory waited for them the whole cache_wait_timeout (8 s here); claims
+    # are now shared within a process, so it fetches them too.
+    table = pa.table({f"x{i}": np.arange(400_000, dtype=np.float64) for i in range(4)})
+    pq.write_table(table, tmp_path / "p.parquet", row_group_size=20_000)
+    options = dict(batch_size=1000, cache_dir=str(tmp_path / "cache"), cache_wait_timeout=60,
+                   max_inflight_bytes=4 << 20)
+    paused = pqloader.Loader(str(tmp_path / "p.parquet"), **options)
+    it = iter(paused)
+    next(it)
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "cache").glob("shard-*/*.fetch")):  # its read-ahead's claims
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    other = pqloader.Loader(str(tmp_path / "p.parquet"), **options)
+    got = np.concatenate([b["x3"] for b in other])
+    np.testing.assert_array_equal(got, table["x3"].to_numpy())
+    s = other.stats()
+    assert s["cache_waits"] == 0 and s["cache_wait_timeouts"] == 0
+    assert next(it)["x0"][0] == 1000  # the paused one goes on
+    paused.close()

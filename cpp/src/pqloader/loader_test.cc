@@ -302,6 +302,7 @@ TEST(Loader, RanksSharingACacheInThreadsGetTheirUncachedBatches) {
       o.cache.policy = policy;
       o.cache.shards = 2;
       o.cache.size_limit = 2500;  // a few of the 8 row groups' entries
+      o.cache.share_claims_in_process = false;  // as in two processes
       cached.push_back(Loader::Make({dir}, o).ValueOrDie());
     }
     std::vector<std::thread> threads;

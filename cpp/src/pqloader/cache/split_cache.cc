@@ -26,6 +26,7 @@
 #include "pqloader/cache/footer_cache.h"
 #include "pqloader/error.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/util/fork_gate.h"
 #include "pqloader/util/node_lock.h"
 #include "pqloader/util/thread_annotations.h"
 
@@ -414,6 +415,53 @@ struct ClaimBook {
   int64_t next_token PQ_GUARDED_BY(mu) = 0;
 };
 
+// The claim books of this process's disk cache objects, by directory: claims are shared
+// by every object on one directory (CacheOptions::share_claims_in_process), so that a
+// loader never waits for another loader of its own process, which may hold a claimed
+// split in a read-ahead its consumer does not drain (a paused iterator): it fetches the
+// split too. A forked child starts with no books (those it inherits hold its parent's
+// claims, and their mutexes may have been held by threads it lacks).
+class ProcessBooks {
+ public:
+  static std::shared_ptr<ClaimBook> Of(const std::string& dir) {
+    std::error_code ec;
+    std::string key = fs::weakly_canonical(dir, ec).string();
+    if (ec) key = dir;
+    ProcessBooks& self = Instance();
+    MutexLock lock(self.mu_);
+    if (self.pid_ != ::getpid()) {
+      self.pid_ = ::getpid();
+      self.books_.clear();
+    }
+    std::shared_ptr<ClaimBook> book = self.books_[key].lock();
+    if (book == nullptr) {
+      book = std::make_shared<ClaimBook>();
+      self.books_[key] = book;
+    }
+    for (auto it = self.books_.begin(); it != self.books_.end();) {  // forget gone ones
+      it = it->second.expired() ? self.books_.erase(it) : std::next(it);
+    }
+    return book;
+  }
+
+ private:
+  static ProcessBooks& Instance() {
+    static ProcessBooks* books = [] {
+      // Held across fork(): the child never inherits it locked by a thread it lacks.
+      fork_gate::AddLock(&LockForFork, &UnlockAfterFork);
+      return new ProcessBooks();  // never destroyed: caches may outlive static destruction
+    }();
+    return *books;
+  }
+  // Taken in one fork handler and released in another: outside what the analysis follows.
+  static void LockForFork() PQ_NO_THREAD_SAFETY_ANALYSIS { Instance().mu_.Lock(); }
+  static void UnlockAfterFork() PQ_NO_THREAD_SAFETY_ANALYSIS { Instance().mu_.Unlock(); }
+
+  Mutex mu_;
+  pid_t pid_ PQ_GUARDED_BY(mu_) = ::getpid();
+  std::unordered_map<std::string, std::weak_ptr<ClaimBook>> books_ PQ_GUARDED_BY(mu_);
+};
+
 // How long a claim released after its claimer stopped still waits for the shard's lock.
 constexpr std::chrono::milliseconds kReleaseAfterStop{250};
 
@@ -468,6 +516,7 @@ class DiskCache : public SplitCache {
     std::error_code ec;
     fs::create_directories(options_.dir, ec);
     if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
+    if (options_.share_claims_in_process) book_ = ProcessBooks::Of(options_.dir);
     for (int i = 0; i < options_.shards && !ec; ++i) fs::create_directories(ShardDir(i), ec);
     if (ec) {
       broken_ = true;
@@ -602,7 +651,7 @@ class DiskCache : public SplitCache {
     const std::string lock = ShardDir(Shard(key)) + "/.lock";
     MutexLock guard(book_->mu);
     for (int attempt = 0; attempt < 2; ++attempt) {
-      if (auto held = book_->claims[key].lock()) return held;  // this object's: shared
+      if (auto held = book_->claims[key].lock()) return held;  // this process's: shared
       // The marker appears whole or not at all: written under a temp name (swept like
       // an entry's temp file if this process dies first), then linked to its name, which fails if
       // it exists. A marker created empty and then filled would, if its process died in

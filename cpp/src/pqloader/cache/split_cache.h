@@ -98,6 +98,12 @@ struct CacheOptions {
   /// that stops (a rank suspended, or paused in a debugger) cannot hang the others.
   /// Disk only. Default: 60 s.
   int64_t lock_timeout_ms = kCacheLockTimeout.count();
+  /// Whether this object shares its claims with this process's other disk cache objects
+  /// on the same directory (TryClaim returns their claim): a loader then never waits for
+  /// another loader of its own process, which may hold a claimed split in a read-ahead
+  /// its consumer does not drain (a paused iterator); it fetches the split too. Tests
+  /// set false to stand an object in for another process. Default: true.
+  bool share_claims_in_process = true;
 };
 
 /// The right to fetch a split and insert its entry, held by this process: its marker file
@@ -190,8 +196,9 @@ class SplitCache {
   void Refuse(CacheRefusal reason, const SourceIdentity& source);
 
   /// Claim `key` before fetching its split: return a claim, or nullptr if another
-  /// process holds one (it is fetching the split; see WaitForFetch). Claims of one cache
-  /// object are shared: claiming a key this object holds returns the same claim. Without
+  /// process holds one (it is fetching the split; see WaitForFetch). Claims of one process
+  /// are shared (CacheOptions::share_claims_in_process): claiming a key this process holds
+  /// returns the same claim. Without
   /// coordination (memory cache, wait_timeout_ms 0, unusable directory) every claim
   /// succeeds and holds nothing. Once `cancel` is set, a wait for the shard's lock (to
   /// break an abandoned claim) gives up: nullptr. The claim keeps `cancel`: its release

@@ -608,11 +608,14 @@ std::string MarkerOf(const std::string& dir, const std::string& key) {
   return dir + "/shard-00/" + key + ".fetch";
 }
 
+// Each object made with these options stands for a process of its own (its claims are
+// not shared with this process's other objects on the directory).
 CacheOptions OneShard(const std::string& dir, int64_t wait_timeout_ms = 30000) {
   CacheOptions o;
   o.dir = dir;
   o.shards = 1;
   o.wait_timeout_ms = wait_timeout_ms;
+  o.share_claims_in_process = false;
   return o;
 }
 
@@ -647,6 +650,36 @@ TEST(FetchClaims, OneProcessAtATimeClaimsASplit) {
 // A shard's lock held by a process that stopped (suspended, or paused in a debugger)
 // costs a writer lock_timeout_ms, not its run: the insert fails and says why, a claim's
 // marker is left (to age out), and once the lock is free the cache works again.
+// Two loaders of one process on one directory (a paused iterator holding a claimed split
+// in its read-ahead, and a new one) share claims: the second never waits for the first
+// (a wait it would have sat out whole, the first not draining its read-ahead), while
+// another process still sees the claim. Shared across shard counts too (other markers).
+TEST(FetchClaims, ObjectsOfOneProcessOnOneDirectoryShareTheirClaims) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions shared = OneShard(dir);
+  shared.share_claims_in_process = true;
+  auto a = SplitCache::Open(shared);
+  shared.dir = dir + "/./";  // the same directory, named otherwise
+  auto b = SplitCache::Open(shared);
+  shared.shards = 4;
+  auto c = SplitCache::Open(shared);
+  auto other_process = SplitCache::Open(OneShard(dir));
+  const std::string key = CacheKey("split 1");
+  auto claim = a->TryClaim(key);
+  ASSERT_NE(claim, nullptr);
+  auto from_b = b->TryClaim(key);
+  EXPECT_EQ(from_b, claim);
+  EXPECT_EQ(c->TryClaim(key), claim);
+  EXPECT_EQ(other_process->TryClaim(key), nullptr);
+  // Released by the last holder, whichever object it came from, which may outlive them.
+  claim.reset();
+  a.reset(), b.reset(), c.reset();
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));
+  from_b.reset();
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
+  EXPECT_NE(other_process->TryClaim(key), nullptr);
+}
+
 TEST(FetchClaims, AShardLockHeldTooLongFailsTheInsertAndKeepsTheClaimsMarker) {
   const std::string dir = testing::MakeTempDir() + "/cache";
   CacheOptions o = OneShard(dir);
