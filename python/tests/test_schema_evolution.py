@@ -228,6 +228,28 @@ def test_decimals_of_two_scales_in_lists_are_refused_as_int64(tmp_path, list_typ
     assert collect(pqloader.Loader(str(a), decimals="int64"))["x"].tolist() == [[125, -350]]
 
 
+@pytest.mark.parametrize("wrap", [None, pa.list_])
+def test_decimals_of_two_scales_become_the_float64_of_the_unified_type(tmp_path, wrap):
+    # A decimal(5, 2) file beside a decimal(10, 4) one: the column is decimal(10, 4), and
+    # pyarrow casts each file's values to it before float64. Converted at each file's own
+    # scale, -47.01 came out as -47.01 from one file and -47.010000000000005 from the other.
+    from decimal import Decimal as D
+    values = [D(v) for v in ["0.60", "-47.01", "1.23", "0.07", "123.45", "-0.10"]]
+
+    def column(t):
+        return pa.array([[v] for v in values], wrap(t)) if wrap else pa.array(values, t)
+    write_parquet(tmp_path / "a.parquet", pa.table({"id": np.arange(6), "x": column(pa.decimal128(5, 2))}))
+    write_parquet(tmp_path / "b.parquet", pa.table({"id": np.arange(6, 12), "x": column(pa.decimal128(10, 4))}))
+    unified = pa.schema([("id", pa.int64()), ("x", wrap(pa.decimal128(10, 4)) if wrap else pa.decimal128(10, 4))])
+    table = pads.dataset(tmp_path, schema=unified).to_table().sort_by("id")
+    want = (table["x"].combine_chunks().flatten() if wrap else table["x"]).cast(pa.float64()).to_numpy()
+    assert want[1] != float(D("-47.01"))  # Arrow's rounding at scale 4: the case
+    for schema in (None, unified):
+        got = collect(pqloader.Loader(str(tmp_path), columns=["id", "x"], batch_size=12, schema=schema))
+        np.testing.assert_array_equal(got["id"], np.arange(12))
+        assert got["x"].ravel().tobytes() == want.tobytes(), (got["x"].ravel(), want)
+
+
 def test_a_file_with_two_columns_of_one_name_is_refused_naming_it(tmp_path):
     # pyarrow writes such a table; Arrow finds neither field by name, so the file read as
     # lacking the column: its rows became fill_null's (silently), or "does not exist".

@@ -58,6 +58,29 @@ std::string Int96Checked(const Dataset& dataset, size_t c) {
   return "";
 }
 
+// ":decimals=rescaled" when a file stores float64 column `c` as decimals of a smaller
+// scale than the column's: they are rescaled to it before the conversion since the
+// thirty-fourth session (decode/convert.cc), so entries written before (converted at the
+// file's scale, an ulp off pyarrow's) are not served.
+std::string DecimalsRescaled(const Dataset& dataset, size_t c) {
+  const ColumnSpec& spec = dataset.specs()[c];
+  if (spec.decimal_scale < 0 || spec.dtype != DType::kFloat64) return "";
+  for (const DataFile& f : dataset.files()) {
+    const arrow::DataType* t = c < f.columns.size() ? f.columns[c].type.get() : nullptr;
+    while (t != nullptr && (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
+                            t->id() == arrow::Type::FIXED_SIZE_LIST)) {
+      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+    }
+    if (t == nullptr) continue;
+    const arrow::DataType& value = ValueType(*t);
+    if (arrow::is_decimal(value.id()) &&
+        static_cast<const arrow::DecimalType&>(value).scale() < spec.decimal_scale) {
+      return ":decimals=rescaled";
+    }
+  }
+  return "";
+}
+
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
 int64_t ReadAheadBudget(int64_t max_inflight_bytes) { return max_inflight_bytes / 4; }
@@ -284,6 +307,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
                              (f.rows_only ? ",rows" : "")
                        : "none") +
             IntegersAsFloats(*loader->dataset_, c) + Int96Checked(*loader->dataset_, c) +
+            DecimalsRescaled(*loader->dataset_, c) +
             ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
             ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);
     }

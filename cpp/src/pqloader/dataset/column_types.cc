@@ -193,6 +193,7 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field, const SpecOpti
                     "other columns");
     }
     spec.dtype = options.decimals_as_int64 ? DType::kInt64 : DType::kFloat64;
+    spec.decimal_scale = dec.scale();
     return spec;
   }
   if (t->id() == arrow::Type::STRUCT || t->id() == arrow::Type::MAP) {

@@ -105,9 +105,29 @@ arrow::Status CheckExactAsFloat(const In* in, const arrow::Array& arr, DType dst
   }
 }
 
+// `v` (of scale `scale`) as a double at the column's scale `to_scale` (>= scale): rescaled
+// exactly first, as pyarrow casts a file's decimals to the column's type before float64
+// (converted at its own scale, -47.01 of a decimal(5, 2) file and of a decimal(10, 4) one
+// became two doubles a unit in the last place apart).
+template <typename DecimalT>
+arrow::Result<double> DecimalToDouble(const DecimalT& v, int32_t scale, int32_t to_scale) {
+  if (to_scale <= scale) return v.ToDouble(scale);
+  if constexpr (std::is_same_v<DecimalT, arrow::Decimal256>) {
+    ARROW_ASSIGN_OR_RAISE(auto wide, v.Rescale(scale, to_scale));
+    return wide.ToDouble(to_scale);
+  } else if constexpr (std::is_same_v<DecimalT, arrow::Decimal128>) {
+    ARROW_ASSIGN_OR_RAISE(auto wide, v.Rescale(scale, to_scale));
+    return wide.ToDouble(to_scale);
+  } else {
+    ARROW_ASSIGN_OR_RAISE(auto wide, arrow::Decimal128(static_cast<int64_t>(v.value()))
+                                         .Rescale(scale, to_scale));
+    return wide.ToDouble(to_scale);
+  }
+}
+
 template <typename DecimalT>
 arrow::Status ConvertDecimals(const arrow::Array& arr, DType dst, const std::string& column,
-                              uint8_t* out) {
+                              uint8_t* out, int32_t to_scale) {
   const auto& type = static_cast<const arrow::DecimalType&>(*arr.type());
   const int32_t scale = type.scale();
   const auto& fixed = static_cast<const arrow::FixedSizeBinaryArray&>(arr);
@@ -116,8 +136,13 @@ arrow::Status ConvertDecimals(const arrow::Array& arr, DType dst, const std::str
     if (arr.IsNull(r)) continue;  // filled by the caller
     const DecimalT v(fixed.GetValue(r));
     if (dst == DType::kFloat64) {
-      const double d = v.ToDouble(scale);
-      std::memcpy(out + r * width, &d, sizeof(d));
+      auto d = DecimalToDouble(v, scale, to_scale);
+      if (!d.ok()) {
+        return MakeError(ErrorKind::kInvalidData, "column '", column, "': decimal value ",
+                         v.ToString(scale), " cannot be rescaled to scale ", to_scale, ": ",
+                         d.status().message());
+      }
+      std::memcpy(out + r * width, &*d, sizeof(double));
     } else {
       int64_t as_int;
       bool fits = true;
@@ -140,8 +165,9 @@ arrow::Status ConvertDecimals(const arrow::Array& arr, DType dst, const std::str
 
 // Convert the n values of primitive or decimal `arr` to `dst` (a widening or a decimal
 // conversion the dataset allowed: see ConvertsTo). Null slots are left for the fill.
+// `decimal_scale`: the column's (ColumnSpec::decimal_scale), for decimals to float64.
 arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::string& column,
-                              uint8_t* out) {
+                              uint8_t* out, int32_t decimal_scale) {
   const int64_t n = arr.length();
   const uint8_t* raw = arr.data()->buffers.size() > 1 && arr.data()->buffers[1] != nullptr
                            ? arr.data()->buffers[1]->data()
@@ -175,10 +201,10 @@ arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::str
       }
       break;
     }
-    case arrow::Type::DECIMAL32: return ConvertDecimals<arrow::Decimal32>(arr, dst, column, out);
-    case arrow::Type::DECIMAL64: return ConvertDecimals<arrow::Decimal64>(arr, dst, column, out);
-    case arrow::Type::DECIMAL128: return ConvertDecimals<arrow::Decimal128>(arr, dst, column, out);
-    case arrow::Type::DECIMAL256: return ConvertDecimals<arrow::Decimal256>(arr, dst, column, out);
+    case arrow::Type::DECIMAL32: return ConvertDecimals<arrow::Decimal32>(arr, dst, column, out, decimal_scale);
+    case arrow::Type::DECIMAL64: return ConvertDecimals<arrow::Decimal64>(arr, dst, column, out, decimal_scale);
+    case arrow::Type::DECIMAL128: return ConvertDecimals<arrow::Decimal128>(arr, dst, column, out, decimal_scale);
+    case arrow::Type::DECIMAL256: return ConvertDecimals<arrow::Decimal256>(arr, dst, column, out, decimal_scale);
     default:
       return MakeError(ErrorKind::kUnsupportedType, "column '", column, "': cannot convert ",
                        arr.type()->ToString(), " values to ", DTypeName(dst));
@@ -585,7 +611,7 @@ class TensorWriter {
     uint8_t* dst = out_.mutable_data() + out_.length();
     if (!same) {  // a wider type than this file's, or a decimal
       t = spec_.dtype;
-      ARROW_RETURN_NOT_OK(ConvertElements(arr, t, spec_.name, dst));
+      ARROW_RETURN_NOT_OK(ConvertElements(arr, t, spec_.name, dst, spec_.decimal_scale));
     } else if (t == DType::kBool) {
       const uint8_t* bits = arr.data()->buffers[1]->data();
       for (int64_t r = 0; r < n; ++r) {

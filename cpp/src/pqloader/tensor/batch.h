@@ -74,6 +74,10 @@ struct ColumnSpec {
   /// For a "<name>_valid" column: the index (in the same spec list) of the column whose
   /// rows it marks valid (bool, true where the value is not null). -1 otherwise.
   int mask_of = -1;
+  /// For a decimal column (or a list of decimals): the column's scale, to which a file's
+  /// values of a smaller scale are rescaled (exactly) before they become float64, as
+  /// pyarrow casts them to the column's type first. -1 otherwise.
+  int32_t decimal_scale = -1;
 };
 
 /// One sample of one column: an n-d tensor with its own shape (see transform/op.h).
