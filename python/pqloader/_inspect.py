@@ -92,22 +92,25 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
     A cache directory carries a ``PQLOADER_CACHE`` marker file, written when a loader
     creates it (or finds it empty). Deleted: entry files whose header is an entry's
-    (magic and own key), footers whose checksum verifies, temp files, shard locks and
-    records. Anything else (files of other programs, directories pqloader did not make,
-    symbolic links) is left alone and listed in ``foreign``. The directory and its
-    marker stay.
+    (magic and own key), footers whose checksum verifies, stored filter selections, temp
+    files, claim markers, usage files and records. Anything else (files of other
+    programs, directories pqloader did not make, symbolic links) is left alone and listed
+    in ``foreign``. The directory, its marker, its shard directories and their lock files
+    stay, so loaders running meanwhile go on using the cache; each shard is cleared under
+    its lock, as writers change it.
 
     Args:
         cache_dir: A directory given as ``cache_dir`` to loaders.
 
     Returns:
-        ``entries`` and ``bytes`` deleted, ``other_files`` (footers, temp files, locks,
-        records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``.
+        ``entries`` and ``bytes`` deleted, ``other_files`` (footers, selections, temp
+        files, markers, usage files, records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``.
 
     Raises:
         pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
             not a pqloader cache); nothing was deleted.
-        pqloader.IOError: `cache_dir` is not a directory, or a file could not be deleted.
+        pqloader.IOError: `cache_dir` is not a directory, a file could not be deleted, or
+            another process held a shard's lock for over 60 s.
 
     Example:
         >>> pqloader.cache_clear("/tmp/pqcache")["entries"]
@@ -153,7 +156,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
         then says so. With ``filter``, also ``filter``: ``expression`` (the filter as
         text), ``files`` / ``files_pruned`` (by hive partition keys), ``row_groups``,
         ``row_groups_pruned_partition`` / ``_pruned_statistics`` / ``_pruned_mask``,
-        ``row_groups_all_rows`` (kept whole by statistics), ``row_groups_masked`` (read
+        ``row_groups_all_rows`` (kept whole by partition keys), ``row_groups_masked`` (read
         for a row mask), ``rows`` / ``rows_kept``, ``mask_bytes_read`` (compressed
         bytes the mask pass read), ``bytes`` / ``bytes_pruned`` (compressed bytes of one
         loadable column, the first, and of it in pruned row groups: the share a Loader

@@ -315,7 +315,7 @@ class Loader:
             instead of their own footers. With a ``filter``: filter_files,
             filter_files_pruned (by partition keys), filter_row_groups,
             filter_row_groups_pruned_partition / _pruned_statistics / _pruned_mask,
-            filter_row_groups_all_rows (kept whole by statistics), filter_row_groups_masked
+            filter_row_groups_all_rows (kept whole by partition keys), filter_row_groups_masked
             (read for a row mask), filter_rows / filter_rows_kept, filter_bytes /
             filter_bytes_pruned (compressed bytes of the selected columns, and of those in
             pruned row groups), filter_mask_bytes_read (read by the mask pass),

@@ -98,9 +98,9 @@ def _inspect(args: argparse.Namespace) -> int:
 def _print_filter(f: dict) -> None:
     print(f"\nfilter: {f['expression']}")
     print(f"  partition keys: {f['files_pruned']} of {f['files']} file(s) pruned "
-          f"({f['row_groups_pruned_partition']} row group(s))")
-    print(f"  statistics:     {f['row_groups_pruned_statistics']} row group(s) pruned, "
-          f"{f['row_groups_all_rows']} kept whole")
+          f"({f['row_groups_pruned_partition']} row group(s)), "
+          f"{f['row_groups_all_rows']} row group(s) kept whole")
+    print(f"  statistics:     {f['row_groups_pruned_statistics']} row group(s) pruned")
     print(f"  row masks:      {f['row_groups_masked']} row group(s) read "
           f"({_human(f['mask_bytes_read'])} of filter columns), {f['row_groups_pruned_mask']} pruned")
     share = f["bytes_pruned"] / f["bytes"] if f["bytes"] else 0.0

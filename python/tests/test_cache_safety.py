@@ -190,3 +190,23 @@ def test_stats_of_a_directory_that_is_not_a_cache_is_an_error_not_an_empty_cache
     cache = tmp_path / "cache"
     fill(str(user), cache)
     assert pqloader.cache_stats(cache)["entries"] == 3
+
+
+def test_a_loader_keeps_caching_after_cache_clear_runs_beside_it(tmp_path):
+    # clear removed the shard directories it emptied: a loader made before it (or running
+    # meanwhile) inserted nothing more, each insert a write error.
+    import warnings
+    pq.write_table(pa.table({"id": np.arange(2000, dtype=np.int64)}), tmp_path / "d.parquet",
+                   row_group_size=50)
+    path, cache = str(tmp_path / "d.parquet"), tmp_path / "cache"
+    kw = dict(batch_size=50, num_epochs=2, shuffle=True, seed=1)
+    want = [b["id"].tolist() for b in pqloader.Loader(path, **kw)]
+    loader = pqloader.Loader(path, cache_dir=str(cache), **kw)  # made its shard directories
+    assert pqloader.cache_clear(cache)["entries"] == 0  # e.g. a cron job's
+    assert sorted(p.name for p in cache.glob("shard-*/.lock")) and list(cache.glob("shard-*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "cannot create a cache file in ...: No such file"
+        assert [b["id"].tolist() for b in loader] == want
+    s = loader.stats()
+    assert (s["cache_inserts"], s["cache_write_errors"], s["cache_hits"]) == (40, 0, 40)
+    assert pqloader.cache_stats(cache)["entries"] == 40

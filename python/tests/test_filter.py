@@ -90,14 +90,16 @@ def test_each_stage_prunes_what_it_can_and_counts_it(data):
     assert s["filter_files"] == 6 and s["filter_files_pruned"] == 4
     assert s["filter_row_groups_pruned_partition"] == 4 * ROWS_PER_FILE // ROW_GROUP
     assert s["filter_row_groups_masked"] == 0 and s["filter_mask_bytes_read"] == 0
+    assert s["filter_row_groups_all_rows"] == 2 * ROWS_PER_FILE // ROW_GROUP  # by the keys
     assert s["bytes_read"] <= s["filter_bytes"] - s["filter_bytes_pruned"]
 
     _, by_stats = loaded_ids(data, (pc.field("ts") >= 500) & (pc.field("ts") < 750))
     s = by_stats.stats()
-    # ts 500..749 lies in row groups 2 (500..749) of part 0 in each of 3 languages: whole.
-    assert s["filter_row_groups_all_rows"] == 3
+    # ts 500..749 lies in row groups 2 (500..749) of part 0 in each of 3 languages: the
+    # statistics show them wholly kept, but only prune (as pyarrow): they are masked.
+    assert s["filter_row_groups_all_rows"] == 0
     assert s["filter_row_groups_pruned_statistics"] == 6 * ROWS_PER_FILE // ROW_GROUP - 3
-    assert s["filter_row_groups_masked"] == 0
+    assert s["filter_row_groups_masked"] == 3 and s["filter_row_groups_pruned_mask"] == 0
     assert s["units_read"] >= 3 and s["bytes_read"] < s["filter_bytes"] / 10
 
     _, masked = loaded_ids(data, pc.field("label") == 2)
@@ -240,6 +242,43 @@ def test_statistics_decide_nothing_that_nan_rows_or_nested_columns_would_contrad
         np.testing.assert_array_equal(got, want, err_msg=str(flt))
 
 
+def _lie_min_max(src, dst, value: int) -> None:
+    """Copy `src` (one int64 column, PLAIN) with its statistics claiming min == max == value."""
+    import struct
+
+    data = src.read_bytes()
+    (length,) = struct.unpack("<i", data[-8:-4])
+    start = len(data) - 8 - length
+    footer = bytes(data[start:-8])
+    stats = pq.ParquetFile(src).metadata.row_group(0).column(0).statistics
+    for old in (stats.min, stats.max):  # binary fields: length 8 (varint), then the bytes
+        footer = footer.replace(b"\x08" + struct.pack("<q", old), b"\x08" + struct.pack("<q", value))
+    dst.write_bytes(data[:start] + footer + struct.pack("<i", len(footer)) + b"PAR1")
+
+
+def test_statistics_only_prune_and_never_keep_rows_that_fail_the_filter(tmp_path):
+    """Statistics that lie (min == max == 5 over 0..99) showed the row group wholly kept
+    for `x == 5`: all 100 rows came out, and `x == 5 and y > 3` checked only `y > 3`.
+    pyarrow uses statistics to skip row groups and checks every row it reads."""
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"x": np.arange(100, dtype=np.int64)}), good, use_dictionary=False)
+    bad_dir = tmp_path / "bad"
+    bad_dir.mkdir()
+    bad = bad_dir / "bad.parquet"
+    _lie_min_max(good, bad, 5)
+    stats = pq.ParquetFile(bad).metadata.row_group(0).column(0).statistics
+    assert (stats.min, stats.max) == (5, 5)
+    for flt in (pc.field("x") == 5, (pc.field("x") == 5) & (pc.field("x") >= 0), pc.field("x") <= 5):
+        want = pads.dataset(bad).to_table(filter=flt)["x"].to_numpy()
+        got = np.concatenate([b["x"] for b in pqloader.Loader(str(bad), filter=flt)])
+        np.testing.assert_array_equal(got, want, err_msg=str(flt))
+    assert len(want) == 6  # (x <= 5: pyarrow's answer too, row by row)
+    # Statistics still prune: x > 5 skips the row group unread, in both (a lie costs rows).
+    assert pads.dataset(bad).to_table(filter=pc.field("x") > 5).num_rows == 0
+    loader = pqloader.Loader(str(bad), filter=pc.field("x") > 5)
+    assert len(loader) == 0 and loader.stats()["filter_row_groups_pruned_statistics"] == 1
+
+
 def test_an_endless_iteration_over_no_rows_is_an_error_not_a_spin(data):
     loader = pqloader.Loader(str(data), filter=pc.field("ts") < -1, num_epochs=None)
     assert len(loader) == 0
@@ -330,7 +369,7 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     ids = np.sort(np.concatenate(batches(other)))
     np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") >= 0.3))
     report = pqloader.cache_clear(str(tmp_path))
-    assert report["foreign_count"] == 0 and not (tmp_path / "filters").exists()
+    assert report["foreign_count"] == 0 and not list((tmp_path / "filters").glob("*.sel"))
 
 
 def test_a_selection_kept_for_one_root_never_serves_another_root_of_the_same_files(tmp_path):
@@ -413,7 +452,7 @@ def test_inspect_shows_what_each_stage_prunes(data):
     info = pqloader.inspect(str(data), filter="lang == 'fr' and ts < 250")
     f = info["filter"]
     assert f["files_pruned"] == 4 and f["row_groups_pruned_statistics"] == 2 * ROWS_PER_FILE // ROW_GROUP - 1
-    assert f["row_groups_all_rows"] == 1 and f["rows_kept"] == 250
+    assert f["row_groups_all_rows"] == 0 and f["row_groups_masked"] == 1 and f["rows_kept"] == 250
     assert "lang" in f["expression"]
     out = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(data), "--filter",
                           "label == 1 and lang != 'de'"], capture_output=True, text=True, check=True).stdout

@@ -207,6 +207,26 @@ def test_consistent_but_false_row_count_fails_when_read_without_memory_for_the_c
     assert runs["bad"][1] < runs["good"][1] + 64 * 1024, runs
 
 
+def test_consistent_but_false_row_count_under_a_filter_fails_without_memory_for_the_claim(small_file):
+    """The same file under a filter: its columns were read in one piece and a byte per
+    claimed row allocated before the count was checked (peak RSS +2.4 GB; under a 4 GB
+    address-space limit a bare std::bad_alloc naming nothing)."""
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, 2**31 - 1)
+    probe = RSS_PROBE.replace("num_workers=1)", "num_workers=1, filter='id > 300')")
+    runs = {}
+    for name in ("good", "bad"):
+        done = subprocess.run([sys.executable, "-c", probe, str(small_file.with_name(f"{name}.parquet"))],
+                              capture_output=True, text=True, timeout=120, env=subprocess_env())
+        assert done.returncode == 0, done.stderr
+        message, rss_kb = done.stdout.strip().rsplit("\n", 1)
+        runs[name] = (message, int(rss_kb))
+    assert runs["good"][0] == "ok"
+    assert re.fullmatch(r"error: cannot read the filter's columns of '.*bad\.parquet', row group 0: "
+                        r"read 600 rows, the footer says 2147483647", runs["bad"][0]), runs
+    assert runs["bad"][1] < runs["good"][1] + 64 * 1024, runs
+
+
 def test_long_rle_runs_beyond_the_plausible_row_density_still_read_exactly(tmp_path):
     """A constant column: far more rows than bytes, the batched read path."""
     path = tmp_path / "rle.parquet"

@@ -665,7 +665,7 @@ class DiskCache : public SplitCache {
            << token.str() << "\n";
       const std::string body = text.str();
       const std::string tmp = marker + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(n);
-      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      const int fd = OpenInShard(Shard(key), tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC);
       if (fd < 0) return std::make_shared<NoClaim>();  // unwritable directory ...
       const bool written = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
       ::close(fd);
@@ -759,7 +759,7 @@ class DiskCache : public SplitCache {
     tmp_name << ShardDir(shard) << "/" << kTempPrefix << ::getpid() << "-"
              << std::hash<std::thread::id>{}(std::this_thread::get_id()) << "-" << key;
     const std::string tmp = tmp_name.str();
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = OpenInShard(shard, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC);
     if (fd < 0) {
       Failed(Errno("cannot create a cache file in '" + ShardDir(shard) + "'"));
       return CacheRefusal::kNone;
@@ -915,6 +915,18 @@ class DiskCache : public SplitCache {
     char name[16];
     std::snprintf(name, sizeof(name), "shard-%02x", shard);
     return options_.dir + "/" + name;
+  }
+  // open(2) `path` in shard `shard`'s directory, making the directory again if it is gone
+  // (removed by hand, or by a `pqloader cache clear` before the thirty-fourth session,
+  // while this loader ran: it cached nothing more).
+  int OpenInShard(int shard, const std::string& path, int flags) const {
+    int fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0 && errno == ENOENT) {
+      std::error_code ec;
+      fs::create_directories(ShardDir(shard), ec);
+      if (!ec) fd = ::open(path.c_str(), flags, 0644);
+    }
+    return fd;
   }
   std::string EntryPath(const std::string& key) const {
     return ShardDir(Shard(key)) + "/" + key + kEntrySuffix;
@@ -1461,13 +1473,22 @@ class Clearer {
     if (ec) return arrow::Status::IOError("cannot remove '", p.string(), "': ", ec.message());
     return arrow::Status::OK();
   }
-  // Remove `dir` if it is empty now; a directory with foreign files stays.
-  void RemoveIfEmpty(const fs::path& dir) {
-    std::error_code ec;
-    if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
-  }
 
+  // A shard's files, under its lock (as writers and prune change them), which stays with
+  // the directory: deleted, a lock a writer held let the next writer lock a new file
+  // beside it, and loaders running meanwhile found no directory to write entries or claim
+  // markers in (they cached nothing more).
   arrow::Status ClearShard(const fs::path& shard) {
+    bool timed_out = false;
+    const auto lock = NodeLock::AcquireExisting((shard / ".lock").string(), kCacheLockTimeout,
+                                                cancel_, &timed_out);
+    if (lock == nullptr && IsCancelled(cancel_)) return CancelledStatus();
+    if (lock == nullptr && timed_out) {
+      return arrow::Status::IOError("cannot lock cache shard '", shard.string(),
+                                    "': another process held its lock for more than ",
+                                    kCacheLockTimeout.count(), " ms");
+    }
+    // (A .lock that cannot be opened: not one a writer holds either.)
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(shard, ec)) {
       if (IsCancelled(cancel_)) return CancelledStatus();
@@ -1475,7 +1496,9 @@ class Clearer {
       std::error_code ec2;
       const auto st = e.symlink_status(ec2);
       std::string key;
-      if (ec2 || !fs::is_regular_file(st)) {
+      if (name == ".lock" && !ec2 && fs::is_regular_file(st)) {
+        continue;  // kept: see above
+      } else if (ec2 || !fs::is_regular_file(st)) {
         Foreign(e.path());
       } else if (IsEntryName(name, &key) && IsEntryFile(e.path().string(), key)) {
         const auto size = e.file_size(ec2);
@@ -1491,7 +1514,6 @@ class Clearer {
       }
     }
     if (ec) return arrow::Status::IOError("cannot list '", shard.string(), "': ", ec.message());
-    RemoveIfEmpty(shard);
     return arrow::Status::OK();
   }
 
@@ -1500,7 +1522,7 @@ class Clearer {
     return ClearOwnFiles(dir, [](const fs::path& p) {
       const std::string name = p.filename().string();
       bool temp = false;
-      return name == ".lock" || (IsFooterName(name, &temp) && (temp || IsFooterFile(p.string())));
+      return IsFooterName(name, &temp) && (temp || IsFooterFile(p.string()));
     });
   }
 
@@ -1508,17 +1530,19 @@ class Clearer {
   arrow::Status ClearSelections(const fs::path& dir) {
     return ClearOwnFiles(dir, [](const fs::path& p) {
       bool temp = false;
-      return p.filename() == ".lock" || IsSelectionName(p.filename().string(), &temp);
+      return IsSelectionName(p.filename().string(), &temp);
     });
   }
 
   // Remove the regular files of `dir` that `ours` claims; report the others as foreign.
+  // Its `.lock` stays, and so does the directory (see ClearShard).
   template <typename Ours>
   arrow::Status ClearOwnFiles(const fs::path& dir, Ours ours) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       std::error_code ec2;
       const auto st = e.symlink_status(ec2);
+      if (!ec2 && fs::is_regular_file(st) && e.path().filename() == ".lock") continue;
       if (!ec2 && fs::is_regular_file(st) && ours(e.path())) {
         ARROW_RETURN_NOT_OK(Remove(e.path()));
         ++report_->other_files;
@@ -1527,7 +1551,6 @@ class Clearer {
       }
     }
     if (ec) return arrow::Status::IOError("cannot list '", dir.string(), "': ", ec.message());
-    RemoveIfEmpty(dir);
     return arrow::Status::OK();
   }
 
@@ -1567,6 +1590,8 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const Canc
       ARROW_RETURN_NOT_OK(clearer.ClearFooters(e.path()));
     } else if (name == "filters" && fs::is_directory(st)) {
       ARROW_RETURN_NOT_OK(clearer.ClearSelections(e.path()));
+    } else if (name == ".records.lock" && fs::is_regular_file(st)) {
+      continue;  // a lock stays (see Clearer::ClearShard)
     } else if (IsTopFileName(name) && fs::is_regular_file(st)) {
       ARROW_RETURN_NOT_OK(clearer.Remove(e.path()));
       ++report.other_files;

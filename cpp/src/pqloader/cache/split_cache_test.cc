@@ -119,6 +119,48 @@ TEST(SplitCache, DiskCachePublishesAndServesEntries) {
   EXPECT_EQ(cache->Get(key), nullptr);
 }
 
+// Clear sweeps a shard under its lock and keeps the lock file and the directories: it
+// deleted a .lock a writer held (the next writer locked a new file beside it) and removed
+// the shard directories it emptied (a cache object open meanwhile inserted nothing more).
+TEST(SplitCache, ClearWaitsForAShardsLockAndKeepsItAndTheDirectories) {
+  CacheOptions o;
+  o.dir = testing::MakeTempDir() + "/cache";
+  o.shards = 1;
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("split"), later = CacheKey("later");
+  ASSERT_EQ(cache->Put(key, UnitOfBytes(5), SourceOf("/f", 1)), CacheRefusal::kNone);
+  const std::string lock_path = o.dir + "/shard-00/.lock";
+  struct stat before;
+  ASSERT_EQ(::stat(lock_path.c_str(), &before), 0);
+  auto held = NodeLock::AcquireExisting(lock_path, std::chrono::milliseconds(0));
+  ASSERT_NE(held, nullptr);
+  std::atomic<bool> done{false};
+  arrow::Result<CacheClearReport> report;
+  std::thread clearer([&] {
+    report = ClearCacheDir(o.dir);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done.load());  // waits for the writer's lock
+  EXPECT_EQ(EntryFiles(o.dir), 1);
+  held.reset();
+  clearer.join();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->entries, 1);
+  struct stat after;
+  ASSERT_EQ(::stat(lock_path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(cache->Put(later, UnitOfBytes(5), SourceOf("/f", 2)), CacheRefusal::kNone);
+  EXPECT_EQ(cache->counters().write_errors, 0);
+  EXPECT_NE(cache->Get(later), nullptr);
+  // A shard directory removed by hand is made again.
+  fs::remove_all(o.dir + "/shard-00");
+  EXPECT_EQ(cache->Put(key, UnitOfBytes(5), SourceOf("/f", 1)), CacheRefusal::kNone);
+  EXPECT_EQ(cache->counters().write_errors, 0);
+  EXPECT_NE(cache->TryClaim(CacheKey("third")), nullptr);
+  EXPECT_EQ(EntryFiles(o.dir), 1);
+}
+
 TEST(SplitCache, KeepRefusesInsertsBeyondTheLimitAndSaysSoOnce) {
   for (const std::string& dir : {std::string(":memory:"), testing::MakeTempDir() + "/c"}) {
     CacheOptions o;

@@ -40,6 +40,9 @@ namespace cp = arrow::compute;
 
 namespace {
 
+// Rows a filter's columns are read in at a time (see ReadColumns).
+constexpr int64_t kFilterBatchRows = int64_t{1} << 16;
+
 arrow::Status InitializeCompute() {
   // Registers the compute kernels (comparisons, is_in, ...) of libarrow_compute; once.
   static const arrow::Status status = cp::Initialize();
@@ -232,13 +235,17 @@ class Evaluator {
     }
     for (int64_t s : splits) {
       const Split& split = dataset_.splits()[s];
+      // Statistics only prune, as in pyarrow's scanner: a row group they show wholly kept
+      // is still read for its mask, with the whole expression. Kept unread (or masked by
+      // the expression they simplified), statistics that lied (min == max == 5 over
+      // 0..99) kept every row for `x == 5`, and `x == 5 and y > 3` checked only `y > 3`.
       ARROW_ASSIGN_OR_RAISE(auto simplified, WithStatistics(file, split, *view, by_keys));
       if (!simplified.IsSatisfiable()) {
         out->stage[s] = RowSelection::Stage::kStatistics;
-      } else if (IsLiteralTrue(simplified) && options_.predicate == nullptr) {
-        out->stage[s] = RowSelection::Stage::kAll;
+      } else if (IsLiteralTrue(by_keys) && options_.predicate == nullptr) {
+        out->stage[s] = RowSelection::Stage::kAll;  // decided by the path, exactly
       } else {
-        to_mask->emplace_back(s, std::move(simplified));
+        to_mask->emplace_back(s, by_keys);
       }
     }
     return arrow::Status::OK();
@@ -254,9 +261,11 @@ class Evaluator {
         "'" + file.display + "', row group " + std::to_string(split.row_group);
     ARROW_ASSIGN_OR_RAISE(const FileView* view, ViewOf(split.file));
     const int64_t n = split.file_rows;
-    std::vector<uint8_t> keep(static_cast<size_t>(n), 1);
     std::map<std::string, std::shared_ptr<arrow::Array>> columns;
     ARROW_RETURN_NOT_OK(ReadColumns(file, split, *view, where, &columns, bytes_read));
+    // After the read checked the footer's row count against the data: a false count of
+    // 2^31 rows would have been touched here first (2 GB for a 7 KB file).
+    std::vector<uint8_t> keep(static_cast<size_t>(n), 1);
     // A column must be of its view's type: a batch made with another would read its
     // buffers as that type.
     for (const auto& field : view->schema->fields()) {
@@ -506,9 +515,29 @@ class Evaluator {
                                                      props);
         if (!made.ok()) return WithContext(made.status(), "cannot read " + where);
         reader = std::move(made).ValueUnsafe();
-        auto read = reader->ReadRowGroup(split.row_group, leaves);
-        auto st = read.status();
-        if (st.ok()) table = std::move(read).ValueUnsafe();
+        // In bounded batches, stopping past the footer's row count: read in one piece, a
+        // false count (2^31 rows in a 7 KB file) reserved memory for every claimed row.
+        reader->set_batch_size(kFilterBatchRows);
+        arrow::Status st;
+        std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
+        std::shared_ptr<arrow::Schema> schema;
+        auto batch_reader = reader->GetRecordBatchReader({split.row_group}, leaves);
+        st = batch_reader.status();
+        if (st.ok()) {
+          schema = (*batch_reader)->schema();
+          for (int64_t rows = 0; st.ok() && rows <= n;) {
+            std::shared_ptr<arrow::RecordBatch> batch;
+            st = (*batch_reader)->ReadNext(&batch);
+            if (!st.ok() || batch == nullptr) break;
+            rows += batch->num_rows();
+            batches.push_back(std::move(batch));
+          }
+        }
+        if (st.ok()) {
+          auto made = arrow::Table::FromRecordBatches(schema, std::move(batches));
+          st = made.status();
+          if (st.ok()) table = std::move(made).ValueUnsafe();
+        }
         if (!st.ok()) {
           // A failed page checksum comes as an IOError too: bad data, not storage.
           const bool bad_data = st.message().find("corrupt") != std::string::npos ||
@@ -640,8 +669,9 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
   // dictionary columns nor for filters with a NaN literal, INT96 dates range-checked
   // (v2 selections could be wrong there). v4: files that differ only in their stored
   // Arrow schema (string and large_string) filtered each with its own types (v3 read
-  // them as the first such file's).
-  std::string id = "filter-v4|" + options.serialized_expression;
+  // them as the first such file's). v5: statistics only prune (v4 kept row groups they
+  // showed wholly kept unread: statistics that lied kept rows that fail the filter).
+  std::string id = "filter-v5|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   // The partition keys, and so each file's values, depend on the root the dataset was
   // opened at, not on its files: the same files under another root are another dataset.

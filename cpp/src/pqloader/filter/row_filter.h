@@ -70,7 +70,7 @@ struct FilterStats {
   int64_t row_groups = 0;               ///< Row groups before filtering.
   int64_t row_groups_pruned_partition = 0;
   int64_t row_groups_pruned_statistics = 0;
-  int64_t row_groups_all_rows = 0;      ///< Kept whole (statistics show every row passes).
+  int64_t row_groups_all_rows = 0;      ///< Kept whole (partition keys show every row passes).
   int64_t row_groups_masked = 0;        ///< Read for a row mask (stage 3).
   int64_t row_groups_pruned_mask = 0;   ///< Of those, no row passed.
   int64_t rows = 0;                     ///< Rows before filtering.
