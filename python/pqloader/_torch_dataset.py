@@ -55,6 +55,14 @@ class _Position:
         return [max(0, -(-(n - w) // self.workers)) for w in range(self.workers)]
 
 
+def _in_turns(counts: list[int], workers: int) -> bool:
+    """Whether per-worker batch counts (rank-major, `workers` per rank) are those of ranks
+    that each handed out the same number of batches, taken from their workers in turns."""
+    ranks = [counts[r:r + workers] for r in range(0, len(counts), workers)]
+    return (len({sum(c) for c in ranks}) == 1
+            and all(c == _Position(0, workers, before=sum(c)).counts() for c in ranks))
+
+
 class IterableDataset(torch.utils.data.IterableDataset):
     """A Loader as a ``torch.utils.data.IterableDataset`` that shards per DataLoader worker.
 
@@ -209,20 +217,28 @@ class IterableDataset(torch.utils.data.IterableDataset):
         position = _Position(epoch, workers)
         self._worker_state, self._worker_shift = None, 0
         if state is not None and state["epoch"] == epoch:
-            position = self._resumed_position(state, workers)
-            self._worker_state = state
+            position, self._worker_state = self._resumed_position(state, workers)
             self._worker_shift = position.before % workers
         self._position = position
 
-    def _resumed_position(self, state: dict[str, Any], workers: int) -> _Position:
-        """Where the workers start when they load `state` (as ``_state.parse_state`` does)."""
+    def _resumed_position(self, state: dict[str, Any], workers: int) -> tuple[_Position, dict[str, Any]]:
+        """Where the workers start, and the state they load (as ``_state.parse_state``
+        reads it)."""
         o = self._recipe.options
         theirs = state["options"]
         world = o.world_size * workers
         counts = state.get("rank_batches") or [state["batch"]] * theirs["world_size"]
         if theirs["world_size"] == world and theirs["batch_size"] == o.batch_size:
             mine = counts[o.rank * workers:(o.rank + 1) * workers]
-            return _Position(state["epoch"], workers, base=state.get("elastic"), before=sum(mine))
+            position = _Position(state["epoch"], workers, base=state.get("elastic"), before=sum(mine))
+            if o.pack is not None or _in_turns(counts, workers):
+                return position, state
+            # The counts are not those of ranks in lockstep, each taking its workers'
+            # batches in turns (the state of another split of the world, e.g. 2 ranks x 2
+            # workers resumed as 1 x 4): DataLoader's turns would not continue them (the
+            # next state would count the workers wrongly) and the ranks would get unequal
+            # rests. As after a resize, the rest of the epoch is dealt anew (on every
+            # rank: each decides from all the counts).
         if o.pack is not None:  # the workers would refuse it, each in its own process
             raise InvalidDataError(
                 f"cannot resume this state of a packed loader (pack=...) with {workers} DataLoader "
@@ -233,7 +249,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 "epoch over)")
         base = {"world_size": theirs["world_size"], "batch_size": theirs["batch_size"],
                 "batches": list(counts), "base": state.get("elastic")}
-        return _Position(state["epoch"], workers, base=base)
+        if theirs["world_size"] == world and theirs["batch_size"] == o.batch_size:
+            dealt = _state.make_state(state["epoch"], 0, state.get("iteration_end"), state["seed"],
+                                      theirs, base)
+            return _Position(state["epoch"], workers, base=base), dealt
+        return _Position(state["epoch"], workers, base=base), state
 
     def _worker_level_state(self, p: _Position) -> dict[str, Any]:
         """A state of the worker loaders' world (rank * W + w of world_size * W).
@@ -298,8 +318,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # the wrapped loader's position) to the workers in _begin; here every worker
             # derives the same from it (the workers restarted the epoch, repeating what
             # the state had consumed).
-            position = self._resumed_position(self._pending, workers)
-            self._worker_state, self._worker_shift = self._pending, position.before % workers
+            position, self._worker_state = self._resumed_position(self._pending, workers)
+            self._worker_shift = position.before % workers
         threads = min(o.num_workers or os.cpu_count() or 1, MAX_THREADS)
         slot = (info.id + self._worker_shift) % workers
         loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,
@@ -326,7 +346,7 @@ class DataLoader(torch.utils.data.DataLoader):
     last one even with worker processes, and ``load_state_dict()`` resumes exactly there:
     the same workers (their number unchanged) continue their own streams, in the same
     turns; another number of workers, ranks or another batch size gets the rest of the
-    epoch dealt anew (elastic resume). ``batch_size`` must stay None (items are whole
+    epoch dealt anew (elastic resume), also where ranks x workers is the same world. ``batch_size`` must stay None (items are whole
     batches); every other argument is DataLoader's.
 
     Args:

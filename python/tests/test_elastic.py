@@ -513,6 +513,42 @@ def test_dataloader_resume_with_another_number_of_workers(ds, old, new):
 
 
 @pytestmark_workers
+def test_dataloader_resume_on_another_split_of_the_same_worker_world(ds):
+    # 2 ranks x 2 workers and 1 rank x 4 workers are both worlds of 4 worker loaders, but
+    # the first's counts ([k0, k1] per rank) are not the turns of one 4-worker DataLoader:
+    # continuing them, the next state counted the workers wrongly (a batch handed out
+    # twice and one never on the following resume).
+    head, states = [], []
+    for rank in range(2):
+        batches, state = run_dataloader(ds, 2, take_n=3, world=2, rank=rank)
+        head += dl_ids(batches)
+        states.append(json.loads(json.dumps(state)))
+    assert states[0]["rank_batches"] == [2, 1, 2, 1]
+    middle, state = run_dataloader(ds, 4, take_n=5, state=states[0])
+    tail, _ = run_dataloader(ds, 4, state=json.loads(json.dumps(state)))
+    got = head + dl_ids(middle) + dl_ids(tail)
+    assert len(got) == len(set(got)), "a sample was handed out twice"
+    assert N - len(got) < 4 + 4  # what equalising each world drops
+
+
+@pytestmark_workers
+def test_dataloader_ranks_resumed_from_one_ranks_workers_get_equal_rests(ds):
+    # 1 rank x 4 workers after 5 batches ([2, 1, 1, 1]) resumed as 2 ranks x 2 workers:
+    # continuing each worker's stream gave the ranks 3 and 2 batches consumed, so unequal
+    # rests (a collective per step would wait forever on the rank that ran out).
+    head, state = run_dataloader(ds, 4, take_n=5)
+    assert state["rank_batches"] == [2, 1, 1, 1]
+    rest, counts = [], []
+    for rank in range(2):
+        batches, _ = run_dataloader(ds, 2, state=json.loads(json.dumps(state)), world=2, rank=rank)
+        counts.append(len(batches))
+        rest += dl_ids(batches)
+    assert counts[0] == counts[1], f"ranks got {counts} batches"
+    got = dl_ids(head) + rest
+    assert len(got) == len(set(got)) and N - len(got) < 4 + 4
+
+
+@pytestmark_workers
 @pytest.mark.parametrize("how", ["loaded", "partly-iterated", "dataset-loaded-plain-dataloader"])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_dataloader_workers_continue_a_loader_wrapped_mid_epoch(ds, workers, how):
