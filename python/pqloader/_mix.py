@@ -450,11 +450,14 @@ class Mixture:
         if diffs:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
-        if not isinstance(epoch, int) or not isinstance(batch, int) or epoch < 0 or \
+        # (bools are not positions; epochs past MAX_EPOCH are refused here, as a Loader's
+        # state and set_epoch refuse them, not at the first batch or as the binding's TypeError)
+        if not _is_int(epoch) or not _is_int(batch) or not 0 <= epoch <= MAX_EPOCH or \
                 not 0 <= batch <= self._batches_with_seed(epoch, seed):
-            raise InvalidDataError(f"mixture state position ({epoch!r}, {batch!r}) is not one of this mixture")
+            raise InvalidDataError(f"mixture state position ({epoch!r}, {batch!r}) is not one of this "
+                                   f"mixture (epochs 0 to {MAX_EPOCH})")
         end = state.get("end")
-        if end is not None and (not isinstance(end, int) or end < epoch):
+        if end is not None and (not _is_int(end) or end < epoch):
             raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")
         with self._lock:
             for loader, s in zip(self._loaders, seeds):
@@ -486,6 +489,10 @@ class Mixture:
     def __repr__(self) -> str:
         return (f"pqloader.Mixture({dict(zip(self._names, self._weights))}, batch_size={self._batch_size}, "
                 f"seed={self._seed}, stop={self._stop!r}, samples_per_epoch={self._samples})")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _without_rank(fingerprint: Any) -> Any:

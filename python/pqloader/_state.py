@@ -217,8 +217,18 @@ def _files_diff(theirs: list[Any], mine: list[Any], who: str) -> str | None:
     if gone := [p for p in a if p not in b]:
         parts.append(f"the state has {len(gone)} file(s) the {who} has not: {named(gone)}")
     rewritten = [p for p in b if p in a and _jsonish(_without_rows([a[p]])) != _jsonish(_without_rows([b[p]]))]
+    def groups(f: Any) -> str:
+        return next((f"row groups {e!r:.60}" for e in f[2:] if isinstance(e, list)), "every row group")
+
+    def unselected(f: Any) -> Any:
+        return _jsonish([e for e in f if not isinstance(e, list)])
+
     for p in rewritten[:3]:
-        parts.append(f"file {p!r} has {describe(b[p])}, the state's had {describe(a[p])} (rewritten since)")
+        if unselected(a[p]) == unselected(b[p]):  # the same file, read in another selection
+            parts.append(f"file {p!r} is read with {groups(b[p])}, the state's with {groups(a[p])} "
+                         "(another row_groups=)")
+        else:
+            parts.append(f"file {p!r} has {describe(b[p])}, the state's had {describe(a[p])} (rewritten since)")
     if len(rewritten) > 3:
         parts.append(f"{len(rewritten) - 3} more file(s) rewritten")
     if not parts:

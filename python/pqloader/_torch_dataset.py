@@ -63,6 +63,16 @@ def _in_turns(counts: list[int], workers: int) -> bool:
             and all(c == _Position(0, workers, before=sum(c)).counts() for c in ranks))
 
 
+def _consumed_nothing(state: dict[str, Any]) -> bool:
+    """`state` is at the start of its epoch, no rank having handed out a batch of it (a
+    state taken before the first batch, e.g. the wrapped loader's, of one rank): the
+    workers run that epoch as an ordinary one, as without the state. (Resumed, it was the
+    rest of an epoch of the state's world dealt anew: another order, and refused for a
+    packed loader.)"""
+    counts = state.get("rank_batches") or [state.get("batch")]
+    return state.get("elastic") is None and not any(counts)
+
+
 class IterableDataset(torch.utils.data.IterableDataset):
     """A Loader as a ``torch.utils.data.IterableDataset`` that shards per DataLoader worker.
 
@@ -216,7 +226,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         state, self._pending = self._pending, None
         position = _Position(epoch, workers)
         self._worker_state, self._worker_shift = None, 0
-        if state is not None and state["epoch"] == epoch:
+        if state is not None and state["epoch"] == epoch and not _consumed_nothing(state):
             position, self._worker_state = self._resumed_position(state, workers)
             self._worker_shift = position.before % workers
         self._position = position
@@ -313,7 +323,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def _make_worker_loader(self, info: Any) -> Loader:
         o = self._recipe.options
         workers = info.num_workers
-        if self._worker_state is None and self._pending is not None and self._pending["epoch"] == self._epoch:
+        if self._worker_state is None and self._pending is not None and self._pending["epoch"] == self._epoch \
+                and not _consumed_nothing(self._pending):
             # A plain torch DataLoader: pqloader.torch.DataLoader hands a loaded state (or
             # the wrapped loader's position) to the workers in _begin; here every worker
             # derives the same from it (the workers restarted the epoch, repeating what

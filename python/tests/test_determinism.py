@@ -623,6 +623,22 @@ def test_a_state_of_a_changed_dataset_is_refused_naming_the_files_that_changed(t
     assert str(last) in msg and "11 rows" in msg and "10 rows" in msg and "rewritten since" in msg
 
 
+def test_a_state_of_another_row_group_selection_is_refused_naming_it(tmp_path):
+    # Only the row_groups= selection differs: the refusal said the file was "rewritten
+    # since", which sent the user looking for a changed file.
+    root = tmp_path / "ds"
+    root.mkdir()
+    pq.write_table(pa.table({"id": np.arange(40)}), root / "a.parquet", row_group_size=10)
+    path = str(root / "a.parquet")
+    kw = dict(batch_size=4, shuffle=True, seed=3)
+    state = pqloader.Loader(str(root), **kw).state_dict()
+    for theirs, mine in ((state, {path: [0, 2]}),
+                         (pqloader.Loader(str(root), row_groups={path: [1]}, **kw).state_dict(), None)):
+        with pytest.raises(pqloader.InvalidDataError, match="row_groups") as ei:
+            pqloader.Loader(str(root), row_groups=mine, **kw).load_state_dict(json.loads(json.dumps(theirs)))
+        assert "rewritten" not in str(ei.value) and "a.parquet" in str(ei.value)
+
+
 def test_a_file_rewritten_with_the_same_size_and_rows_refuses_a_state(tmp_path):
     # The state recorded each file's path, size and rows: a file rewritten with the same
     # rows in another order (same size, same count, other statistics) resumed silently,

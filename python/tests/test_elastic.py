@@ -366,6 +366,19 @@ def test_dataloader_workers_resume_exactly(ds, workers, cut):
 
 
 @pytestmark_workers
+@pytest.mark.parametrize("workers", [2, 3])
+def test_dataloader_state_taken_before_the_first_batch_resumes_exactly(ds, workers):
+    # Before any batch, a DataLoader's state is its loader's (one rank): loaded, the
+    # workers ran the epoch as the rest of a 1-rank epoch dealt anew (another order).
+    whole, _ = run_dataloader(ds, workers)
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1)),
+                                   num_workers=workers)
+    state = json.loads(json.dumps(dl.state_dict()))
+    again, _ = run_dataloader(ds, workers, state=state)
+    assert [b["id"].tolist() for b in again] == [b["id"].tolist() for b in whole]
+
+
+@pytestmark_workers
 def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(tmp_path):
     # The state of a packed loader's workers (a world of W) was checked against the main
     # loader (one rank): refused as a resize even with the same workers.

@@ -1144,6 +1144,21 @@ def test_a_mixtures_state_and_a_loaders_are_told_apart_when_loaded_crosswise(sou
         m.load_state_dict(ls["web"].state_dict())
 
 
+@pytest.mark.parametrize("field,value", [("epoch", 2**32), ("epoch", 2**64), ("epoch", True),
+                                         ("batch", True), ("end", True)])
+def test_a_mixture_state_out_of_range_is_refused_when_loaded(sources, field, value):
+    # A mixture loaded epochs a Loader's state refuses (2^32 on: refused only at the first
+    # batch; 2^64: the binding's TypeError) and bools as positions.
+    root, _ = sources
+    m = pqloader.mix(loaders(root, ("web", "code")), [1, 1], seed=0)
+    next(iter(m))
+    state = dict(m.state_dict(), **{field: value})
+    fresh = pqloader.mix(loaders(root, ("web", "code")), [1, 1], seed=0)
+    with pytest.raises(pqloader.InvalidDataError, match="mixture state"):
+        fresh.load_state_dict(state)
+    assert fresh.epoch == 0
+
+
 def test_a_mixture_is_neither_pickled_nor_copied(sources):
     # copy.copy made a mixture sharing the original's Loaders (iterating both stopped
     # each other), and pickling failed on a Loader, advising IterableDataset (which
