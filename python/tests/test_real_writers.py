@@ -323,6 +323,20 @@ def test_hf_image_struct_whole_is_its_leaves(hf_image_file):
     assert got["image.path"] == [p or "" for p in expected["image.path"]]
 
 
+def test_hf_array2d_list_of_lists_of_one_length_is_refused_naming_the_column(tmp_path):
+    # Hugging Face's Array2D feature: list<list<float>> whose inner lists all have one
+    # length. Refused by its type (README's type table), naming the column and the type.
+    table = pa.table({
+        "id": pa.array(range(4), pa.int64()),
+        "arr2d": pa.array([[[float(i)] * 3] * 2 for i in range(4)], pa.list_(pa.list_(pa.float32()))),
+    })
+    path = tmp_path / "hf_array2d.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(pqloader.UnsupportedTypeError, match=r"column 'arr2d' has type list<element: list<element: float>>"):
+        pqloader.Loader(str(path))
+    assert collect(pqloader.Loader(str(path), columns=["id"]))["id"].tolist() == [0, 1, 2, 3]
+
+
 # ---------------------------------------------------------------------------
 # Spark (pyspark local mode): decimals, structs, arrays of strings, null partitions
 # ---------------------------------------------------------------------------
