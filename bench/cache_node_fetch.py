@@ -147,6 +147,8 @@ def main() -> int:
             s3.create_bucket(Bucket="bench")
             for path in paths:
                 s3.put_object(Bucket="bench", Key=f"ds/{path.name}", Body=path.read_bytes())
+            # Objects modified under 2 s before a loader lists them are not cached (README).
+            time.sleep(2.1)
             proxy_port = free_port()
             count_file = tmp / "proxy-counts.json"
             proxy = subprocess.Popen([sys.executable, str(HERE / "throttle_proxy.py"), "--listen",

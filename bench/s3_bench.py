@@ -100,6 +100,8 @@ def throttled_s3(paths: list[Path], rate_mbps: float, rtt_ms: float) -> Iterator
         s3.create_bucket(Bucket="bench")
         for path in paths:
             s3.put_object(Bucket="bench", Key=f"ds/{path.name}", Body=path.read_bytes())
+        # Objects modified under 2 s before a loader lists them are not cached (README).
+        time.sleep(2.1)
         proxy_port = free_port()
         proxy = subprocess.Popen([sys.executable, str(HERE / "throttle_proxy.py"), "--listen",
                                   f"{HOST}:{proxy_port}", "--target", f"{HOST}:{moto_port}",

@@ -109,7 +109,7 @@ def test_s3_ranks_sharing_a_cache_fetch_each_row_group_about_once(tmp_path):
     saved = dict(os.environ)
     try:
         os.environ.update({k: v for k, v in aws_env().items() if k.startswith("AWS_")})
-        server.upload("data", "ds", paths)
+        server.upload("data", "ds", paths, settled=True)  # else no entry is kept
         options = server.options()
         shared = ranks("s3://data/ds", str(tmp_path / "cache"), 3, 2, options=options)
         uncached = ranks("s3://data/ds", "", 3, 2, options=options)

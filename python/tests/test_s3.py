@@ -430,7 +430,7 @@ def test_ranks_of_a_node_fetch_each_footer_once(tmp_path):
 def test_s3_stale_entries_are_told_by_stats_and_deleted_by_prune(store, tmp_path):
     # Its own prefix: the module's other tests read ds/.
     paths = write_dataset(tmp_path / "src", [[20, 20], [30]])
-    store.server.upload("data", "stale", paths)
+    store.server.upload("data", "stale", paths, settled=True)  # else nothing is kept
     cache_dir = str(tmp_path / "cache")
     kw = dict(storage_options=store.options, batch_size=16, cache_dir=cache_dir)
     assert sum(len(b["id"]) for b in pqloader.Loader("s3://data/stale", **kw)) == 70
@@ -521,6 +521,20 @@ def test_s3_index_then_loaders_read_the_summary_instead_of_the_footers(store):
     assert loader.stats()["footers_from_summary"] == len(store.paths)
 
 
+def test_s3_an_indexed_object_deleted_since_is_not_found_naming_it(store):
+    # use_summary="only" reads the footers' sizes from the index, not a listing: the footer
+    # read of a deleted object was an IOError with AWS's bare "RESOURCE_NOT_FOUND during
+    # GetObject", where a local read says the file is gone (DataNotFoundError).
+    store.server.upload("data", "indexed-gone", store.paths)
+    source = "s3://data/indexed-gone"
+    pqloader.write_index(source, storage_options=store.options)
+    gone = Path(store.paths[1]).name
+    store.server.client().delete_object(Bucket="data", Key=f"indexed-gone/{gone}")
+    loader = pqloader.Loader(source, storage_options=store.options, use_summary="only")
+    with pytest.raises(pqloader.DataNotFoundError, match=rf"{gone}' is gone since the loader listed it"):
+        collect(loader)  # its footer is checked against the index when it is first read
+
+
 def plain_int64_file(path: Path, start: int) -> bytes:
     """2,000 int64 ids from `start` in 2 row groups, uncompressed and PLAIN: a range read
     whose tail is not the object's bytes decodes to values, not to an error."""
@@ -580,3 +594,53 @@ def test_s3_cache_dir_does_not_serve_an_object_replaced_within_its_second(store,
     assert fresh[0] == 5000
     cached = collect(pqloader.Loader(f"s3://data/{key}", **kw))["id"]
     assert cached.tolist() == fresh.tolist()
+
+
+def test_s3_cache_dir_does_not_serve_an_object_replaced_within_its_second_by_the_same_footer(
+        store, tmp_path):
+    # As above, but the replacement holds each row group's values in another order: its
+    # footer (sizes, offsets, min/max) is byte for byte the old one's, so size, time and
+    # footer hash all match, and the cached row groups and a filter's stored selection of
+    # the old object were served (ids 0..499 for `id < 500` gave 999..500). Only the
+    # object's age when listed can tell: nothing of it is kept then.
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def body(ids) -> bytes:
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), sink, row_group_size=1000,
+                       compression="none", use_dictionary=False)
+        return sink.getvalue().to_pybytes()
+
+    old = body(np.arange(2000))
+    new = body(np.concatenate([np.arange(1000)[::-1], np.arange(1000, 2000)[::-1]]))
+    assert len(old) == len(new) and old[-200:] == new[-200:]
+    cache_dir = str(tmp_path / "cache")
+    s3 = store.server.client()
+    for attempt in range(20):
+        key = f"racy-same-footer/{attempt}/a.parquet"
+        time.sleep(1 - time.time() % 1)
+        s3.put_object(Bucket="data", Key=key, Body=old)
+        when_old = s3.head_object(Bucket="data", Key=key)["LastModified"]
+        for filter in (None, "id < 500"):  # both kinds of entry
+            collect(pqloader.Loader(f"s3://data/{key}", storage_options=store.options,
+                                    batch_size=1000, cache_dir=cache_dir, filter=filter))
+        s3.put_object(Bucket="data", Key=key, Body=new)
+        if s3.head_object(Bucket="data", Key=key)["LastModified"] == when_old:
+            break
+    else:
+        pytest.fail("no replacement landed within the second of the object it replaced")
+    for filter in ("id < 500", None):
+        kw = dict(storage_options=store.options, batch_size=1000, filter=filter)
+        fresh = collect(pqloader.Loader(f"s3://data/{key}", **kw))["id"]
+        cached = collect(pqloader.Loader(f"s3://data/{key}", cache_dir=cache_dir, **kw))["id"]
+        assert cached.tolist() == fresh.tolist(), filter
+    # Once settled, it is kept (and served) as before.
+    settle(s3, "data")
+    first = pqloader.Loader(f"s3://data/{key}", storage_options=store.options, batch_size=1000,
+                            cache_dir=cache_dir)
+    collect(first)
+    again = pqloader.Loader(f"s3://data/{key}", storage_options=store.options, batch_size=1000,
+                            cache_dir=cache_dir)
+    assert collect(again)["id"].tolist() == fresh.tolist() and again.stats()["cache_hits"] == 2

@@ -239,6 +239,9 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       // An entry of a file that changed while it was read would serve no current key.
       if (SourceChanged(unit.split)) {
         cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
+      } else if (!dataset_->files()[split.file].settled) {
+        // An object modified just before it was listed: a replacement within its second
+        // would share this key (size, time, footer). Not kept; the next Loader keeps it.
       } else {
         kept = cache_->Put(key, full, SourceOf(unit.split), now, &work->stopping) ==
                CacheRefusal::kNone;

@@ -297,6 +297,11 @@ bool MayStillChangeUnseen(const DataFile& file) {
   return file.mtime_ns == 0 || now - file.mtime_ns < kSettledNs;
 }
 
+// DataFile::settled, judged now (as the dataset lists the file).
+bool IsSettled(const DataFile& file) {
+  return file.fs == nullptr || file.fs->type_name() == "local" || !MayStillChangeUnseen(file);
+}
+
 // Read the footer of `file` (from the footer cache when there is one) and derive its
 // Arrow schema.
 arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
@@ -306,6 +311,7 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
   }
+  file->settled = IsSettled(*file);
   // Local footers are read from the file (as cheap as a cached copy, and never stale).
   const bool use_cache = !footer_cache.empty() && file->fs->type_name() != "local";
   std::string footer;
@@ -315,7 +321,7 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
   }
   if (file->metadata == nullptr) {
     ARROW_RETURN_NOT_OK(ReadFooterFromSource(file, &footer));
-    if (use_cache && !MayStillChangeUnseen(*file)) {
+    if (use_cache && file->settled) {
       StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
     }
   }
@@ -359,6 +365,12 @@ arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer) {
   auto read = [&](int64_t offset, int64_t length) -> arrow::Result<std::string> {
     auto bytes = (*input)->ReadAt(offset, length);
     if (!bytes.ok()) {
+      // An object deleted since it was listed (io/filesystem.cc): not found, as a local
+      // file's read says, not a failing storage.
+      const ErrorDetail* detail = GetErrorDetail(bytes.status());
+      if (detail != nullptr && detail->kind() == ErrorKind::kNotFound) {
+        return WithContext(bytes.status(), "cannot read the footer of '" + file->display + "': ");
+      }
       return MakeIOError(bytes.status(), "cannot read the footer of '", file->display, "'");
     }
     if ((*bytes)->size() != length) {
@@ -696,6 +708,7 @@ arrow::Result<OpenedFiles> ReadFooters(
           files[i].summary = std::move(rgs);
           files[i].footer_hash = entry->footer_hash;
           files[i].footer_hash_is_own = entry->has_identity;
+          files[i].settled = IsSettled(files[i]);
           if (found[i].from_index) files[i].footer_check = std::make_shared<FooterCheck>();
           schemas[i] = summaries[s]->arrow_schema;
           manifests[i] = summaries[s]->manifest;

@@ -108,6 +108,13 @@ struct DataFile {
   /// `_pqloader_index`), not one standing for its place in a pyarrow `_metadata` (which
   /// changes with use_summary): a state records only an own hash.
   bool footer_hash_is_own = false;
+  /// Whether what cache_dir keeps under this file's identity (size, time, footer hash)
+  /// is safe to keep: a local file, or an object modified at least 2 s before the dataset
+  /// listed it. Object stores give times in whole seconds, so an object modified just
+  /// before can still be replaced within its second by one of the same size and footer
+  /// (the same values in another order): its decoded row groups and a filter's selection
+  /// are then not kept (the next Loader keeps them), as its footer is not.
+  bool settled = true;
   /// Where each output column (specs order) is in this file.
   std::vector<ColumnSource> columns;
   /// Leaf (Parquet column) indices of the selected file columns, sorted, each once.

@@ -329,10 +329,12 @@ arrow::Status CheckNoNullsInsideRows(const ColumnSpec& spec, const arrow::Chunke
   return arrow::Status::OK();
 }
 
+// `nulls`: how many the failing chunk holds, or -1 where the conversion stopped at its
+// first (a list's or a dictionary's): then no count is given (it said "1", of 12).
 arrow::Status NullError(const ColumnSpec& spec, int64_t nulls) {
   return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
-                   ") has ", nulls,
-                   " null value(s); pass fill_null= to replace nulls, or select other columns");
+                   ") has ", nulls >= 0 ? std::to_string(nulls) + " " : std::string(),
+                   "null value(s); pass fill_null= to replace nulls, or select other columns");
 }
 
 // Converts the chunks of one tensor column, appending elements to `out_`.
@@ -697,7 +699,7 @@ arrow::Result<ColumnData> ConvertVarBinary(const ColumnSpec& spec,
                              "': dictionary index ", idx, " out of range");
           }
           if (values.IsNull(idx)) {
-            if (!fill.enabled) return NullError(spec, 1);
+            if (!fill.enabled) return NullError(spec, -1);
             v = fill.bytes_value;
           } else {
             v = ViewOf(values, idx);
@@ -774,7 +776,7 @@ arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& va
   }
   auto item = [&](int64_t i, std::string_view* v) -> arrow::Status {
     if (values.IsNull(i)) {
-      if (!fill.enabled) return NullError(spec, 1);
+      if (!fill.enabled) return NullError(spec, -1);
       *v = fill.bytes_value;
       return arrow::Status::OK();
     }
@@ -788,7 +790,7 @@ arrow::Status AppendStringListRow(const ColumnSpec& spec, const arrow::Array& va
                        idx, " out of range");
     }
     if (dict_values->IsNull(idx)) {
-      if (!fill.enabled) return NullError(spec, 1);
+      if (!fill.enabled) return NullError(spec, -1);
       *v = fill.bytes_value;
     } else {
       *v = ViewOf(*dict_values, idx);

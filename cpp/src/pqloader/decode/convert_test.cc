@@ -157,6 +157,18 @@ TEST(Convert, NullsAreAnErrorUnlessFilled) {
   EXPECT_EQ(Values<double>(c), (std::vector<double>{1.5, -1, 3}));
 }
 
+// A list of strings stops at its first null element: the message gives no count (it
+// said "has 1 null value(s)" of 3).
+TEST(Convert, NullsInAListOfStringsAreNotCountedAsOne) {
+  auto type = arrow::list(arrow::utf8());
+  auto spec = SpecForField(*arrow::field("l", type)).ValueOrDie();
+  auto r = ConvertColumn(spec, *FromJson(type, R"([["a", null], [null, "b", null]])"), {},
+                         arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("has null value(s)"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(Convert, DictionariesAreDecoded) {
   auto dict_type = arrow::dictionary(arrow::int8(), arrow::utf8());
   auto indices = arrow::json::ArrayFromJSONString(arrow::int8(), "[1, 0, 1]").ValueOrDie();
@@ -198,6 +210,14 @@ TEST(Convert, DecimalsBecomeFloat64OrExactUnscaledInt64) {
   EXPECT_EQ(i[0], 1234);
   EXPECT_EQ(i[1], -5);
   EXPECT_FALSE(SpecForField(*arrow::field("d", arrow::decimal128(19, 2)), as_int).ok());
+  // A file's decimal(10, 2) in a column of scale 4: rescaled first, as pyarrow's cast to
+  // the column's type (-0.05 at scale 2 and at scale 4 are two doubles an ulp apart).
+  auto wide = SpecForField(*arrow::field("d", arrow::decimal128(12, 4))).ValueOrDie();
+  EXPECT_EQ(wide.decimal_scale, 4);
+  auto rc = ConvertColumn(wide, arrow::ChunkedArray(arr), fill, arrow::default_memory_pool()).ValueOrDie();
+  const auto* w = reinterpret_cast<const double*>(rc.data->data());
+  EXPECT_EQ(w[0], arrow::Decimal128(123400).ToDouble(4));
+  EXPECT_EQ(w[1], arrow::Decimal128(-500).ToDouble(4));
 }
 
 TEST(Convert, ListsOfStringsEncodeEveryValue) {

@@ -804,8 +804,12 @@ void Store(const std::string& path, const RowSelection& sel, const std::string& 
 }  // namespace
 
 arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterOptions& options) {
+  // Not of a dataset with an object modified just before it was listed (DataFile::
+  // settled): a replacement within its second could share the store's key.
   const bool storable = !options.store_dir.empty() && options.predicate == nullptr &&
-                        !options.serialized_expression.empty();
+                        !options.serialized_expression.empty() &&
+                        std::all_of(dataset.files().begin(), dataset.files().end(),
+                                    [](const DataFile& f) { return f.settled; });
   std::string store_key, store_path;
   std::unique_ptr<NodeLock> node_lock;
   if (storable) {

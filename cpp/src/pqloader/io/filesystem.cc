@@ -369,9 +369,19 @@ class ListedObject final : public arrow::io::RandomAccessFile {
     const auto marker = static_cast<uint8_t>(state >> 56);
     auto* last = static_cast<uint8_t*>(out) + nbytes - 1;
     *last = marker;
-    ARROW_ASSIGN_OR_RAISE(const int64_t got, inner_->ReadAt(position, nbytes, out));
-    if (got < nbytes || *last == marker) ARROW_RETURN_NOT_OK(CheckSize());
-    return got;
+    auto got = inner_->ReadAt(position, nbytes, out);
+    if (!got.ok()) {
+      // A 404 (Arrow's message names AWS's error): deleted since it was listed, which
+      // CheckSize says as a local read would (not found); a failing store stays an IOError.
+      const std::string& message = got.status().message();
+      if (message.find("NO_SUCH_KEY") != std::string::npos ||
+          message.find("RESOURCE_NOT_FOUND") != std::string::npos) {
+        ARROW_RETURN_NOT_OK(CheckSize());
+      }
+      return got.status();
+    }
+    if (*got < nbytes || *last == marker) ARROW_RETURN_NOT_OK(CheckSize());
+    return *got;
   }
   arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t nbytes) override {
     if (position < 0 || nbytes <= 0 || position >= size_) return inner_->ReadAt(position, nbytes);
