@@ -35,14 +35,59 @@ _live: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 _per_worker: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
+# How long a thread calling a released engine waits for finalization to begin before it
+# goes on (as a parked call into the engine does: python/src/gil.h).
+_PARK_ESCAPE_S = 5.0
+
+
+_exiting_thread: int | None = None  # the thread running the atexit handlers
+
+
+def _park() -> None:
+    """On a thread other than the exiting one, wait until the interpreter finalizes (a
+    daemon thread then ends here, in Python: no C++ frames to unwind) or _PARK_ESCAPE_S
+    has passed (an atexit handler registered before pqloader's may be joining this
+    thread: it goes on, and sees its stop flag). The exiting thread is never parked."""
+    import time
+
+    if threading.get_ident() != _exiting_thread:
+        until = time.monotonic() + _PARK_ESCAPE_S
+        while sys.is_finalizing() or time.monotonic() < until:
+            time.sleep(0.01)
+
+
 class _ClosedCore:
-    """Stands in for an engine released at interpreter exit."""
+    """Stands in for an engine released at interpreter exit.
+
+    A thread that calls it is parked, as a thread calling into the engine then is
+    (python/src/gil.h), and then gets a stopped engine's answers: an epoch started now
+    holds no batch. (It raised at once: a daemon thread between two calls when the exit
+    handler released the engines died with a RuntimeError, where one inside a call went
+    on and saw the stop flag its atexit handler set.) Anything else raises, after the park.
+    """
 
     def stop(self) -> None:
         pass
 
+    def take_warning(self) -> str:
+        return ""
+
+    def start_epoch(self, *args: Any) -> int:
+        if threading.get_ident() == _exiting_thread:  # (an atexit handler's iteration)
+            raise self._released()
+        _park()
+        return -1
+
+    def next(self, run: int = -1) -> None:
+        return None
+
     def __getattr__(self, name: str) -> Any:
-        raise RuntimeError("the Python interpreter is shutting down; pqloader's engine was released")
+        _park()
+        raise self._released()
+
+    @staticmethod
+    def _released() -> RuntimeError:
+        return RuntimeError("the Python interpreter is shutting down; pqloader's engine was released")
 
 
 class Engine:
@@ -188,6 +233,8 @@ atexit.register(_release_at_exit)
 # parks (for good once finalization begins), instead of being ended by CPython's
 # finalization in a way that aborts the process (see python/src/gil.h).
 def _mark_interpreter_exiting() -> None:
+    global _exiting_thread
+    _exiting_thread = threading.get_ident()
     _core._mark_interpreter_exiting(threading.active_count() > 1)
 
 

@@ -310,6 +310,49 @@ def test_an_atexit_handler_may_join_a_thread_inside_a_call(ds, tmp_path):
     assert "terminate" not in r.stderr and "leaked" not in r.stderr, r.stderr[-2000:]
 
 
+_BETWEEN_CALLS_AT_EXIT = r'''
+import atexit, sys, threading
+stop, released, first_done, calling = (threading.Event() for _ in range(4))
+def worker():
+    for _ in loader:
+        pass
+    first_done.set()
+    released.wait()  # between two calls while the exit handlers release the engines
+    while True:
+        calling.set()
+        for _ in loader:  # a call into a released engine
+            pass
+        if stop.is_set():
+            break
+    print("worker done", flush=True)
+t = threading.Thread(target=worker, daemon=True)
+atexit.register(lambda: (calling.wait(), stop.set(), t.join(), print("joined", flush=True)))
+atexit.register(released.set)  # runs after pqloader's handlers (last in, first out)
+import pqloader
+loader = pqloader.Loader(sys.argv[1], batch_size=64)
+t.start()
+first_done.wait()
+print("main returns", flush=True)
+'''
+
+
+def test_a_thread_between_two_calls_when_the_engines_are_released_at_exit_goes_on(ds, tmp_path):
+    # The rare failure of the test above, made certain: a daemon thread whose next call
+    # came after the exit handler had released the engines got a RuntimeError and died
+    # (no "worker done"); a call into a released engine now parks, as one into the
+    # engine does, and then finds the epoch empty: the thread sees its stop flag.
+    import subprocess
+    import sys
+
+    script = tmp_path / "between.py"
+    script.write_text(_BETWEEN_CALLS_AT_EXIT)
+    r = subprocess.run([sys.executable, str(script), ds], capture_output=True, text=True,
+                       timeout=DEADLINE_S)
+    assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
+    assert "worker done" in r.stdout and "joined" in r.stdout, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "terminate" not in r.stderr, r.stderr[-2000:]
+
+
 def test_an_old_iterator_inside_the_engine_call_never_takes_the_new_iterations_batch(ds):
     # The race behind a rare failure of the test above: the old iterator passed its
     # "still current?" check and was about to call the engine when another thread's new
