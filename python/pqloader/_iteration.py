@@ -62,6 +62,7 @@ class Cursor:
         self.elastic: dict[str, Any] | None = None
         self.elastic_epoch = -1
         self.running = 0  # iterations between their first and last engine call
+        self.before = (0, 0)  # the position before the last advance (see take_back)
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
         # Reentrant: an abandoned iterator's finally takes it, also when the collector
@@ -95,7 +96,15 @@ class Cursor:
         with self.lock:
             if generation != self.generation:
                 raise RuntimeError(STALE)
+            self.before = self.epoch, self.batch
             self.epoch, self.batch = epoch, batch
+
+    def take_back(self, generation: int, epoch: int, batch: int) -> None:
+        """Undo the :meth:`advance` to (epoch, batch) of the iterator of `generation`, if it
+        is still current and nothing moved the cursor since (its batch was not handed out)."""
+        with self.lock:
+            if generation == self.generation and (self.epoch, self.batch) == (epoch, batch):
+                self.epoch, self.batch = self.before
 
     def seek(self, epoch: int, batch: int, iteration_end: int | None = None,
              elastic: dict[str, Any] | None = None, stop: Callable[[], None] | None = None) -> None:
@@ -254,8 +263,16 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
     try:
         t0 = clock()
         for epoch, index, batch in items:
-            cursor.advance(generation, epoch, index + 1)
             timer.next_seconds += clock() - t0
+            try:
+                cursor.advance(generation, epoch, index + 1)
+            except BaseException:
+                # A signal handler's exception (Ctrl-C) raised as the move ended (the lock
+                # released): the batch is not handed out, so it stays the next one.
+                cursor.take_back(generation, epoch, index + 1)
+                raise
+            # Nothing between the move and the yield may raise: a Ctrl-C there lost the
+            # batch (the position counted it as handed out).
             yield batch
             t0 = clock()
         timer.next_seconds += clock() - t0

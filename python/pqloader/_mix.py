@@ -332,15 +332,28 @@ class Mixture:
                     out = transform(out)
                 if to_torch is not None:
                     out = to_torch(out)
-                with self._lock:
-                    # Moved only once the batch is handed out (as Loader's cursor): a batch
-                    # whose batch_transform or conversion raised (Ctrl-C in it included) is
-                    # not consumed, and the next iteration or a state resumes at it.
-                    if generation != self._generation:
-                        raise RuntimeError(_STALE)
-                    self._epoch, self._batch = epoch, b + 1
-                self._batches_out += 1
                 self._clock.next_seconds += clock() - t0
+                before = None
+                try:
+                    with self._lock:
+                        # Moved only once the batch is handed out (as Loader's cursor): a batch
+                        # whose batch_transform or conversion raised (Ctrl-C in it included) is
+                        # not consumed, and the next iteration or a state resumes at it.
+                        if generation != self._generation:
+                            raise RuntimeError(_STALE)
+                        before = self._epoch, self._batch
+                        self._epoch, self._batch = epoch, b + 1
+                except BaseException:
+                    # A signal handler's exception (Ctrl-C) raised as the move ended (the lock
+                    # released): the batch is not handed out, so it stays the next one.
+                    with self._lock:
+                        if before is not None and generation == self._generation and \
+                                (self._epoch, self._batch) == (epoch, b + 1):
+                            self._epoch, self._batch = before
+                    raise
+                # Nothing between the move and the yield may raise: a Ctrl-C there lost the
+                # batch (the position counted it as handed out).
+                self._batches_out += 1
                 yield out
         finally:
             with self._lock:

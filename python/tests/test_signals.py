@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import subprocess
 import sys
 
@@ -411,3 +413,111 @@ def test_ctrl_c_while_reads_stall_does_not_wait_out_their_retries(tmp_path, what
     assert out.returncode == 0, out.stderr
     assert "built" not in out.stdout
     assert _interrupted_after(out.stdout) < 15, out.stdout  # ~60 s: the retry budget
+
+
+# Ctrl-C at any instant of handing a batch out: the batch reaches the loop, or the
+# position stays before it. A KeyboardInterrupt raised between the position's move and
+# the yield (the consumer clock's read there, or the cursor lock's release) lost that
+# batch: the next iteration, or a state taken then, resumed after it.
+def _interrupt_at(k: int, where: Any) -> Any:
+    import signal
+    calls = [0]
+
+    def hook() -> None:
+        if where(sys._getframe(2)):
+            calls[0] += 1
+            if calls[0] == k:
+                signal.raise_signal(signal.SIGINT)
+    return hook
+
+
+class _InterruptingLock:
+    """An RLock whose release inside `method` raises Ctrl-C the k-th time."""
+
+    def __init__(self, lock: Any, k: int, method: str) -> None:
+        self._lock, self._hook = lock, _interrupt_at(k, lambda f: f.f_code.co_name == method)
+
+    def __enter__(self) -> Any:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        out = self._lock.__exit__(*exc)
+        if exc[0] is None:
+            self._hook()
+        return out
+
+
+def _interrupted_run(make: Any, k: int) -> tuple[bool, list[list[int]], list[list[int]]]:
+    """Iterate make(k) until Ctrl-C; return whether it came, and the batches received
+    then followed by those of the same loader iterated again / of a new one resumed from
+    its state."""
+    source, got, interrupted = make(k), [], False
+    try:
+        for b in source:
+            got.append(b["x"].tolist())
+    except KeyboardInterrupt:
+        interrupted = True
+    state = source.state_dict()
+    again = make(None)
+    again.load_state_dict(state)
+    return (interrupted, got + [b["x"].tolist() for b in source],
+            got + [b["x"].tolist() for b in again])
+
+
+@pytest.mark.parametrize("at", ["clock", "lock"])
+def test_ctrl_c_while_a_batch_is_handed_out_loses_nothing(tmp_path, monkeypatch, at):
+    import time
+    from pqloader import _iteration
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": np.arange(30)}), path, row_group_size=10)
+    expected = [list(range(i, i + 5)) for i in range(0, 30, 5)]
+    hook: list[Any] = [lambda: None]
+
+    def clock() -> float:
+        hook[0]()
+        return time.perf_counter()
+    monkeypatch.setattr(_iteration, "clock", clock)
+
+    def make(k: int | None) -> Any:
+        loader = pqloader.Loader(str(path), batch_size=5, num_epochs=1)
+        hook[0] = lambda: None
+        if k is not None and at == "clock":
+            hook[0] = _interrupt_at(k, lambda f: f.f_code.co_name == "hand_out")
+        elif k is not None:
+            loader._cursor.lock = _InterruptingLock(loader._cursor.lock, k, "advance")
+        return loader
+
+    for k in range(1, 7 if at == "lock" else 9):
+        interrupted, continued, resumed = _interrupted_run(make, k)
+        assert interrupted, k
+        assert continued == expected and resumed == expected, k
+
+
+def test_ctrl_c_while_a_mixtures_batch_is_handed_out_loses_nothing(tmp_path, monkeypatch):
+    import time
+    from pqloader import _mix
+
+    for n in "ab":
+        pq.write_table(pa.table({"x": np.arange(40) + (1000 if n == "b" else 0)}),
+                       tmp_path / f"{n}.parquet", row_group_size=10)
+    hook: list[Any] = [lambda: None]
+
+    def clock() -> float:
+        hook[0]()
+        return time.perf_counter()
+    monkeypatch.setattr(_mix, "clock", clock)
+
+    def make(k: int | None) -> Any:
+        hook[0] = lambda: None
+        m = pqloader.mix([pqloader.Loader(str(tmp_path / f"{n}.parquet"), batch_size=5) for n in "ab"],
+                         [0.5, 0.5], batch_size=5, seed=1, num_epochs=1, samples_per_epoch=40)
+        if k is not None:
+            hook[0] = _interrupt_at(k, lambda f: f.f_code.co_name == "_epoch_batches")
+        return m
+
+    expected = [b["x"].tolist() for b in make(None)]
+    for k in range(1, 9):
+        interrupted, continued, resumed = _interrupted_run(make, k)
+        assert interrupted, k
+        assert continued == expected and resumed == expected, k
