@@ -89,6 +89,8 @@ def _parse_filter(text: str) -> Any:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
         raise ValueError(f"filter {text!r} is not an expression: {e.msg}") from None
+    except UnicodeEncodeError:  # a lone surrogate: not UTF-8, no column's name or value
+        raise ValueError(f"filter {text!r} is not UTF-8 text (it has a lone surrogate)") from None
 
     def literal(node: ast.AST) -> Any:
         try:

@@ -147,6 +147,27 @@ def _check_fill_value(where: str, value: Any) -> Any:
     raise TypeError(f"{where} must be int, float, str or bytes, got {type(value).__name__} {value!r}")
 
 
+def _check_text(name: str, value: Any, show: bool = True) -> None:
+    """Refuse a str inside an argument that is not UTF-8 (a lone surrogate, e.g. from
+    ``os.fsdecode`` of other bytes): the engine takes UTF-8 text only, and read such a
+    str as a bare ``RuntimeError: std::bad_cast`` naming nothing. ``show``: name the
+    value (not for values that may be secrets)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = f"holds {value!r}, which is" if show else "is"
+            raise ValueError(f"{name} {shown} not UTF-8 text (it has a lone surrogate); "
+                             "column names, fill values and paths must be UTF-8") from None
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _check_text(name, k, show)
+            _check_text(f"{name}[{k!r}]", v, show)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            _check_text(name, v, show)
+
+
 def _check_fill_null(fill_null: Any) -> Any:
     if isinstance(fill_null, Mapping):
         out = {}
@@ -566,6 +587,8 @@ class LoaderOptions:
         rank, world = checked["rank"], checked["world_size"]
         if rank is not None and world is not None and rank >= world:
             raise ValueError(f"rank must be in [0, world_size={world}), got {rank}")
+        for name, value in checked.items():
+            _check_text(name, value, show=name != "storage_options")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 

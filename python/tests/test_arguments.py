@@ -122,6 +122,27 @@ def test_bad_argument_is_refused_naming_it_and_the_accepted_values(ds, kwargs, e
         assert word in msg, f"{word!r} not in {msg!r}"
 
 
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(columns=["id", "\ud800"]), "columns"),
+    (dict(fill_null="\udcff"), "fill_null"),
+    (dict(fill_null={"id": 0, "x": "\ud800"}), "fill_null['x']"),
+    (dict(fill_null={"\ud800": 0}), "fill_null"),
+    (dict(null_mask=["\ud800"]), "null_mask"),
+    (dict(stack={"f": ["id", "\ud800"]}), "stack['f']"),
+    (dict(lists={"\ud800": pqloader.Ragged()}), "lists"),
+    (dict(cache_dir="/tmp/not-utf8-\udcff"), "cache_dir"),
+    (dict(storage_options={"region": "\ud800"}), "storage_options['region']"),
+    (dict(filter="x == '\ud800'"), "filter"),
+], ids=["columns", "fill_null", "fill_null-dict", "fill_null-key", "null_mask", "stack", "lists",
+        "cache_dir", "storage_options", "filter"])
+def test_text_that_is_not_utf8_is_refused_naming_the_argument(ds, kwargs, name):
+    # A str with a lone surrogate (os.fsdecode of bytes that are not UTF-8) reached the
+    # engine, which raised a bare RuntimeError("std::bad_cast") naming nothing.
+    with pytest.raises(ValueError) as ei:
+        pqloader.Loader(ds, **kwargs)
+    assert name in str(ei.value) and "UTF-8" in str(ei.value), ei.value
+
+
 @pytest.mark.parametrize("kwargs", [dict(num_workers=1024), dict(io_threads=1024), dict(cache_shards=256),
                                     dict(seed=2**64 - 1, shuffle=True), dict(batch_size=2**62)],
                          ids=lambda kw: ",".join(kw))
