@@ -3,8 +3,12 @@
 # Defines the interface target pqloader::arrow, PQLOADER_ARROW_LIBDIR (for RPATH) and
 # PQLOADER_ARROW_LIBS (the shared libraries to bundle, when they come from pyarrow).
 
-find_package(Arrow CONFIG QUIET)
-find_package(Parquet CONFIG QUIET)
+# The Arrow C++ major version pqloader is written and tested against (README, "From C++");
+# Arrow's CMake packages accept the same major version only, so another system Arrow is
+# passed over, and another pyarrow is refused below.
+set(PQLOADER_ARROW_MAJOR 25)
+find_package(Arrow ${PQLOADER_ARROW_MAJOR} CONFIG QUIET)
+find_package(Parquet ${PQLOADER_ARROW_MAJOR} CONFIG QUIET)
 add_library(pqloader_arrow INTERFACE)
 add_library(pqloader::arrow ALIAS pqloader_arrow)
 
@@ -35,6 +39,12 @@ else()
   list(GET _pa_out 1 _pa_libdir)
   list(GET _pa_out 2 _pa_so)
   list(GET _pa_out 3 _pa_version)
+  if(NOT _pa_version MATCHES "^${PQLOADER_ARROW_MAJOR}\\.")
+    message(FATAL_ERROR "pqloader: ${Python_EXECUTABLE} has pyarrow ${_pa_version}, whose Arrow "
+                        "C++ (libarrow.so.${_pa_so}) is not the ${PQLOADER_ARROW_MAJOR} pqloader "
+                        "builds against; pip install pyarrow==25.0.1 there, or build with pip's "
+                        "default build isolation, which installs it")
+  endif()
   message(STATUS "pqloader: using Arrow C++ from pyarrow ${_pa_version} in ${_pa_libdir}")
   target_include_directories(pqloader_arrow SYSTEM INTERFACE "${_pa_include}")
   # libarrow_compute: the compute kernels of filter expressions (comparisons, is_in).

@@ -269,6 +269,62 @@ def test_wheel_meets_its_manylinux_policy_and_needs_no_pyarrow():
         assert any(n.startswith(f"pqloader.libs/{lib}-") for n in libs), libs
 
 
+def test_every_library_of_the_wheel_finds_what_it_needs_by_itself(tmp_path):
+    # The extension's RUNPATH covers only its own NEEDED entries: a carried library that
+    # needs another carried one (libpng -> libz) must find it through its own RPATH.
+    with zipfile.ZipFile(the_wheel()) as z:
+        z.extractall(tmp_path)
+    libs = (tmp_path / "pqloader.libs").resolve()
+    elves = sorted(libs.iterdir()) + sorted((tmp_path / "pqloader").glob("_core*.so"))
+    for elf in elves:
+        out = subprocess.run(["ldd", str(elf)], env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": ""},
+                             capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            assert "not found" not in line, f"{elf.name}: {line.strip()}"
+            if len(parts) >= 3 and parts[1] == "=>" and os.path.basename(parts[0]) not in SYSTEM_LIBS:
+                assert Path(os.path.realpath(parts[2])).parent == libs, f"{elf.name}: {line.strip()}"
+
+
+def test_wheel_carries_its_license_and_those_of_the_libraries_it_bundles():
+    with zipfile.ZipFile(the_wheel()) as z:
+        names = z.namelist()
+        licenses = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA")) + "/licenses/"
+        assert f"{licenses}LICENSE" in names, [n for n in names if ".dist-info/" in n]
+        assert "Apache License" in z.read(f"{licenses}LICENSE").decode()
+        assert f"{licenses}third_party/LIBRARIES.txt" in names, [n for n in names if ".dist-info/" in n]
+        listing = dict(line.split(": ", 1) for line in
+                       z.read(f"{licenses}third_party/LIBRARIES.txt").decode().splitlines())
+        carried = [n for n in names if n.startswith("pqloader.libs/") and not n.endswith("/")]
+        assert sorted(listing) == sorted(carried), listing
+        for lib, where in listing.items():
+            files = where[where.index("(") + 1: where.rindex(")")].split(", ")
+            for f in files:
+                assert z.read(f"{licenses}third_party/{f}").strip(), f"{lib}: {f} is empty"
+        # Apache-2.0 (Arrow's) asks for its NOTICE file beside its binaries.
+        assert any(f.endswith("NOTICE.txt") for f in listing[next(l for l in listing if "libarrow-" in l)]
+                   .split("(")[1].rstrip(")").split(", "))
+
+
+def test_a_cmake_build_against_another_pyarrow_is_refused_at_configure(tmp_path):
+    """pqloader's C++ is Arrow 25's (README, "From C++"): a CMake build whose
+    Python_EXECUTABLE has another pyarrow (here the arrow-newest environment's 26) stops at
+    configure, naming both versions, instead of compiling against the wrong headers.
+    The project has no languages, so no compiler runs."""
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.24)\nproject(consumer LANGUAGES NONE)\n"
+        f"include({(REPO / 'cmake' / 'ArrowFromPyarrow.cmake').as_posix()})\n")
+    cmake = Path(sys.executable).parent / "cmake"
+    for python, ok in ((sys.executable, True), (venv_python("arrow-newest"), False)):
+        proc = subprocess.run([str(cmake), "-S", str(tmp_path), "-B", str(tmp_path / f"b{ok}"),
+                               f"-DPython_EXECUTABLE={python}"], capture_output=True, text=True)
+        assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr
+        if not ok:
+            message = " ".join(proc.stderr.split())
+            assert f"has pyarrow {WITH_PYARROW['arrow-newest']}" in message, proc.stderr
+            assert "pip install pyarrow==25.0.1" in message, proc.stderr
+
+
 @pytest.fixture(scope="session")
 def sdist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sdist")
