@@ -574,3 +574,27 @@ def test_one_file_below_two_roots_keeps_each_roots_partition_values(tmp_path):
     for root, k in ((tmp_path / "d", 1), (tmp_path / "d" / "k=1", 2)):
         (batch,) = list(pqloader.Loader(str(root), columns=["id", "k"], batch_size=10, cache_dir=cache))
         assert batch["k"].tolist() == [k] * 4
+
+
+def test_cache_stats_count_the_hits_of_epochs_that_ran_not_of_a_dropped_read_ahead(tmp_path):
+    # One epoch over a fresh cache: the next epoch, read ahead from the entries just
+    # written and never begun, was recorded as hits (as many as the epoch's misses).
+    pq.write_table(pa.table({"id": np.arange(1800)}), tmp_path / "d.parquet", row_group_size=100)
+    cache = str(tmp_path / "cache")
+    loader = pqloader.Loader(str(tmp_path / "d.parquet"), batch_size=100, cache_dir=cache)
+    list(loader)
+    deadline = time.monotonic() + 30
+    while loader.stats()["cache_inserts"] < 18:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.3)  # the next epoch reads ahead meanwhile (hits of the entries)
+    s = loader.stats()
+    loader.close()
+    r = pqloader.cache_stats(cache)
+    assert (s["cache_hits"], s["cache_misses"]) == (0, 18)
+    assert (r["hits"], r["misses"], r["inserts"]) == (0, 18, 18)
+    # A filter's selection loaded from the cache read nothing of the filter's columns.
+    first = pqloader.Loader(str(tmp_path / "d.parquet"), filter="id < 950", cache_dir=cache)
+    second = pqloader.Loader(str(tmp_path / "d.parquet"), filter="id < 950", cache_dir=cache)
+    assert first.stats()["filter_mask_bytes_read"] > 0
+    assert second.stats()["filter_from_store"] and second.stats()["filter_mask_bytes_read"] == 0

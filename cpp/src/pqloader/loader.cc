@@ -346,7 +346,19 @@ Loader::~Loader() {
 
 void Loader::DetachLocked(std::vector<EpochRun>* runs) {
   if (cache_ != nullptr) {
-    const CacheCounters now = cache_->counters();
+    // Hits and misses of the epochs that ran, as stats() gives them: the cache object's
+    // also count the reads of an epoch started ahead and dropped unbegun (one epoch over
+    // a fresh cache recorded as many hits as misses). Its writes count as they are.
+    CacheCounters now = cache_->counters();
+    {
+      MutexLock lock(stats_mu_);
+      now.hits = stats_.cache.hits;
+      now.misses = stats_.cache.misses;
+    }
+    if (current_.pipeline != nullptr && current_.adopted) {
+      now.hits += current_.work->cache_hits.load();
+      now.misses += current_.work->cache_misses.load();
+    }
     const CacheCounters delta = CountersSince(now, recorded_);
     // Not written (a full disk, the lock not taken): kept for the next time.
     if (!delta.any() || RecordCacheCounters(options_.cache.dir, delta)) recorded_ = now;

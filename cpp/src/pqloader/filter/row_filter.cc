@@ -819,6 +819,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (auto stored = LoadStored(store_path, dataset, store_key)) {
         stored->stats.from_store = true;
+        stored->stats.mask_bytes_read = 0;  // no mask pass ran now (the stored one's count)
         return std::move(*stored);
       }
       if (attempt == 0) {

@@ -126,6 +126,8 @@ TEST(RowFilter, SelectionIsStoredAndReusedButNotAfterTheFilesChange) {
   EXPECT_FALSE(first.stats.from_store);
   auto second = EvaluateFilter(*ds, options).ValueOrDie();
   EXPECT_TRUE(second.stats.from_store);
+  EXPECT_GT(first.stats.mask_bytes_read, 0);
+  EXPECT_EQ(second.stats.mask_bytes_read, 0);  // loaded: nothing read now
   EXPECT_EQ(second.stage, first.stage);
   for (size_t s = 0; s < first.rows.size(); ++s) {
     ASSERT_EQ(first.rows[s] == nullptr, second.rows[s] == nullptr);
