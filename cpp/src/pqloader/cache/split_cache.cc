@@ -918,13 +918,18 @@ class DiskCache : public SplitCache {
   }
   // open(2) `path` in shard `shard`'s directory, making the directory again if it is gone
   // (removed by hand, or by a `pqloader cache clear` before the thirty-fourth session,
-  // while this loader ran: it cached nothing more).
+  // while this loader ran: it cached nothing more). Only the shard's: a cache directory
+  // deleted whole stays deleted (made again, it would lack its marker).
   int OpenInShard(int shard, const std::string& path, int flags) const {
     int fd = ::open(path.c_str(), flags, 0644);
     if (fd < 0 && errno == ENOENT) {
       std::error_code ec;
-      fs::create_directories(ShardDir(shard), ec);
-      if (!ec) fd = ::open(path.c_str(), flags, 0644);
+      fs::create_directory(ShardDir(shard), ec);
+      if (!ec) {
+        fd = ::open(path.c_str(), flags, 0644);
+      } else {
+        errno = ENOENT;  // what the caller reports: the cache directory is gone
+      }
     }
     return fd;
   }

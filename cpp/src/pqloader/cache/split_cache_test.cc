@@ -159,6 +159,11 @@ TEST(SplitCache, ClearWaitsForAShardsLockAndKeepsItAndTheDirectories) {
   EXPECT_EQ(cache->counters().write_errors, 0);
   EXPECT_NE(cache->TryClaim(CacheKey("third")), nullptr);
   EXPECT_EQ(EntryFiles(o.dir), 1);
+  // The cache directory deleted whole is not (it would lack its marker): inserts fail.
+  fs::remove_all(o.dir);
+  EXPECT_EQ(cache->Put(later, UnitOfBytes(5), SourceOf("/f", 2)), CacheRefusal::kNone);
+  EXPECT_EQ(cache->counters().write_errors, 1);
+  EXPECT_FALSE(fs::exists(o.dir));
 }
 
 TEST(SplitCache, KeepRefusesInsertsBeyondTheLimitAndSaysSoOnce) {
