@@ -36,6 +36,10 @@ _STOPS = ("first", "last")
 # this many positions, those draws are kept (a byte each) for the epoch's stream, which
 # then does not draw them again.
 _MAX_KEPT_DRAWS = 1 << 24
+# Epochs' lengths remembered (the current one, the next, a few a state or len() asks for
+# again); older ones are drawn again if asked. All of them grew the mixture ~60 bytes an
+# epoch without bound (num_epochs=None over short epochs).
+_KEPT_LENGTHS = 8
 _STALE = ("this mixture iterator is stale: a newer iteration, set_epoch, load_state_dict or "
           "close() replaced it")
 
@@ -187,6 +191,8 @@ class Mixture:
                                   f"samples_per_epoch, or weights nearer the sources' sizes",
                                   RuntimeWarning, stacklevel=3)
             self._lengths[epoch] = n
+            if len(self._lengths) > _KEPT_LENGTHS:  # a memo, not a record: the oldest goes
+                del self._lengths[next(iter(self._lengths))]
         return self._lengths[epoch]
 
     def num_batches(self, epoch: int) -> int:

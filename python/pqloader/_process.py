@@ -90,6 +90,20 @@ class _ClosedCore:
         return RuntimeError("the Python interpreter is shutting down; pqloader's engine was released")
 
 
+class _Forward:
+    """Calls `fn` until it is set to None (see ``Engine._open``)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn: Callable[..., Any] | None = fn
+
+    def __call__(self, *args: Any) -> Any:
+        if self.fn is None:
+            raise RuntimeError("pqloader: a filter's predicate was called after its Loader was made")
+        return self.fn(*args)
+
+
 class Engine:
     """The C++ engine of one Loader, replaced in forked children and released at exit.
 
@@ -109,12 +123,30 @@ class Engine:
         self._sources = list(sources)
         self._options = dict(options)
         self._on_fork = on_fork
-        self._core: Any = _core._Loader(self._sources, self._options)
+        self._core: Any = self._open()
         _live.add(self)
+
+    def _open(self) -> Any:
+        # A filter's predicate runs only while the engine is made. The engine keeps what
+        # it was given, out of the garbage collector's sight: the predicate itself there
+        # made a cycle through it (a predicate that refers to its Loader, such as a bound
+        # method of an object holding the Loader) uncollectable, with the engine's threads
+        # and memory. It gets a forwarder emptied once it is made instead.
+        options = self._options
+        slot = None
+        if options.get("predicate") is not None:
+            columns, call = options["predicate"]
+            slot = _Forward(call)
+            options = {**options, "predicate": (columns, slot)}
+        try:
+            return _core._Loader(self._sources, options)
+        finally:
+            if slot is not None:
+                slot.fn = None
 
     def _engine(self) -> Any:
         if self._core is None:  # abandoned in a forked child: open a fresh one
-            self._core = _core._Loader(self._sources, self._options)
+            self._core = self._open()
         return self._core
 
     def core(self) -> Any:

@@ -514,6 +514,28 @@ def test_epochs_differ_and_set_epoch_replays(sources):
     assert not np.array_equal(both[0]["source"], both[5]["source"])
 
 
+def test_an_endless_mixture_of_many_epochs_does_not_grow_and_old_epochs_replay(sources):
+    """Each epoch's length was memoised for good: a mixture grew ~60 bytes an epoch,
+    without bound, over num_epochs=None. The memo keeps a few; an epoch it let go is
+    drawn again, to the same batches."""
+    root, _ = sources
+    m = pqloader.mix(loaders(root), [1, 1, 1], seed=3, samples_per_epoch=64, batch_size=32,
+                     num_epochs=None)
+    first = [b["id"].copy() for b in itertools.islice(iter(m), 3 * len(m))]
+    epochs = 300
+    it = iter(m)
+    for _ in range(epochs * len(m)):
+        next(it)
+    del it
+    assert m.epoch >= epochs
+    assert len(m._lengths) <= 16, len(m._lengths)
+    m.set_epoch(1)  # an epoch whose length was let go long ago
+    again = [b["id"].copy() for b in itertools.islice(iter(m), 2 * len(m))]
+    assert len(again) == len(first) - len(m)
+    for x, y in zip(again, first[len(m):]):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_each_next_epoch_starts_while_one_ends_with_the_same_batches(sources):
     """An iteration of several epochs starts the sources' next epoch before the current
     one's last batches (no boundary wait); the batches are those of epochs read one by

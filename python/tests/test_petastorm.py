@@ -814,6 +814,31 @@ def test_leaving_a_dataloaders_with_stops_its_reading():
         next(batches)
 
 
+def test_a_dataloader_per_epoch_over_one_reader_frees_each_ones_loader():
+    # The reader kept every DataLoader's Loader (reader.loader_for) until stop(): a new
+    # DataLoader per epoch over one reader kept each one's threads, footers and
+    # read-ahead of its next epoch (~16 threads and ~7 MB a DataLoader), without bound.
+    import gc
+    import weakref
+
+    from pqloader.petastorm.pytorch import DataLoader
+
+    with make_batch_reader(PLAIN, **NATURAL) as reader:
+        gone = []
+        for _ in range(3):
+            loader = DataLoader(reader, batch_size=8)
+            assert sum(len(b["id"]) for b in loader) == N_ROWS
+            gone.append(weakref.ref(loader.loader))
+            del loader
+        gc.collect()
+        assert [r() for r in gone] == [None, None, None]
+        kept = DataLoader(reader, batch_size=8)
+        batches = iter(kept)
+        next(batches)
+    with pytest.raises(RuntimeError):  # stop() still closes a live DataLoader's Loader
+        next(batches)
+
+
 def test_make_reader_refuses_a_decimal_field_instead_of_rounding_it_to_float64(tmp_path):
     # Petastorm returns Decimal objects; the engine read them as the nearest float64
     # (1.000000000000000001 → 1.0), silently, where the docs say Decimal fields are refused.

@@ -20,6 +20,7 @@ import datetime
 import math
 import os
 import warnings
+import weakref
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -259,7 +260,10 @@ class Reader:
             raise NoDataAvailableError(
                 f"shard {o.rank} of {o.world_size} has no rows: the dataset's "
                 f"{plan['dataset_rows']} rows in equal shares leave none for it; use fewer shards")
-        self._loaders = [self._loader]
+        # The DataLoaders' Loaders (loader_for), for stop(); weakly: one of a DataLoader
+        # that is gone is freed with it (held for good, each kept its threads, footers
+        # and read-ahead until the reader stopped: a DataLoader per epoch grew without bound).
+        self._loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._iterator: Iterator[Any] | None = None
         # The epoch the running iteration stops before, and one for the iteration that an
         # error in next() left to the next call (see __next__).
@@ -435,7 +439,7 @@ class Reader:
         if num_epochs is not ...:
             changes["num_epochs"] = num_epochs
         loader = Loader(self._loader.sources, **self._loader.options.replace(**changes).to_kwargs())
-        self._loaders.append(loader)
+        self._loaders.add(loader)
         return loader
 
     @property
@@ -534,7 +538,7 @@ class Reader:
         # Every Loader, the DataLoaders' (loader_for) too: leaving `with DataLoader(...)`
         # stops the reader, and with it, as in Petastorm, the reading; a running iterator
         # stops (the reader raises, see __next__).
-        for loader in self._loaders:
+        for loader in [self._loader, *self._loaders]:
             loader.close()
 
     def join(self) -> None:
