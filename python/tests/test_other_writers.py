@@ -127,3 +127,14 @@ def test_polars_dataset_with_statistics_off_and_small_row_groups(tmp_path):
     np.testing.assert_array_equal(got["f64"], np.concatenate([e["f64"] for e in exp]), strict=True)
     np.testing.assert_array_equal(got["emb"], np.concatenate([e["emb"] for e in exp]), strict=True)
     assert got["s"] == sum((e["s"] for e in exp), [])
+
+
+def test_a_polars_int128_column_is_refused_as_unsupported(tmp_path):
+    # Polars writes Int128 as INT(128) on 16 fixed bytes, which Arrow cannot read (nor
+    # pyarrow): it was refused as corrupt data (InvalidDataError), the file valid.
+    p = tmp_path / "i128.parquet"
+    pl.DataFrame({"id": [1, 2], "big": pl.Series([1, -2], dtype=pl.Int128)}).write_parquet(str(p))
+    with pytest.raises(Exception):
+        pq.read_table(p)
+    with pytest.raises(pqloader.UnsupportedTypeError, match=r"i128\.parquet' has an integer column wider than 64 bits"):
+        pqloader.Loader(str(p))

@@ -337,3 +337,13 @@ def test_a_file_rewritten_under_pyarrows_summary_fails_pointing_at_the_summary(t
         collect(pqloader.Loader(str(tmp_path), batch_size=8))
     got = collect(pqloader.Loader(str(tmp_path), batch_size=8, use_summary=False))
     assert sorted(got["id"].tolist()) == sorted(pq.read_table(tmp_path / "a.parquet")["id"].to_pylist() + list(range(40, 80)))
+
+
+def test_write_index_of_a_missing_directory_is_not_found(tmp_path):
+    # It said "pqloader index takes a directory; '...' is not one" (InvalidDataError),
+    # where every other entry point says the path does not exist (DataNotFoundError).
+    with pytest.raises(pqloader.DataNotFoundError, match="nope' does not exist"):
+        pqloader.write_index(tmp_path / "nope")
+    (tmp_path / "f.parquet").write_bytes(b"x")
+    with pytest.raises(pqloader.InvalidDataError, match="f.parquet' is not a directory"):
+        pqloader.write_index(tmp_path / "f.parquet")

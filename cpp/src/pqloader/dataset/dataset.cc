@@ -342,6 +342,15 @@ arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>*
                                               manifest);
   }
   if (!st.ok()) {
+    // A type Arrow cannot read in a valid file (Polars writes Int128 as INT(128) on 16
+    // fixed bytes; pyarrow cannot read it either): unsupported, not corrupt data. (The
+    // column is not named: Parquet's own schema conversion stops without naming it.)
+    if (st.message().find("more than 64 bits") != std::string::npos) {
+      return MakeError(ErrorKind::kUnsupportedType, "'", file.display,
+                       "' has an integer column wider than 64 bits (Int128, as Polars writes "
+                       "it), which Arrow (and so pqloader, and pyarrow) cannot read: ",
+                       st.message());
+    }
     return MakeError(ErrorKind::kInvalidData, "'", file.display,
                      "': cannot derive an Arrow schema from its Parquet schema: ", st.message());
   }

@@ -274,9 +274,12 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   if (!info.ok()) {
     return MakeIOError(info.status(), "cannot access '", source, "'");
   }
+  if (info->type() == arrow::fs::FileType::NotFound) {  // (Arrow says so by the type)
+    return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
+  }
   if (info->type() != arrow::fs::FileType::Directory) {
-    return arrow::Status::Invalid("pqloader index takes a directory; '", source,
-                                  "' is not one");
+    return arrow::Status::Invalid("an index is written for a directory; '", source,
+                                  "' is not a directory");
   }
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles({source}, storage, nullptr, false, cancel));
   ARROW_ASSIGN_OR_RAISE(auto files, ReadFileFooters(std::move(found), metadata_threads, progress, cancel));

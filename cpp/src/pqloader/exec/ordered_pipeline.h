@@ -245,17 +245,17 @@ class OrderedPipeline {
   // units made a shuffle window of 20,000 one-row row groups take 51 s to its first
   // batch (its units' decode: 8 s).
   bool InputsReady(int64_t lo, int64_t hi) const PQ_REQUIRES(mu_) {
-    if (unit_failed_) {  // rare: look at every unit for the failed one
-      bool all_done = true;
+    if (unit_failed_) {
+      // Rare: the batch fails with its first failed unit in order, once every unit before
+      // it is done (it was the first to fail in time: with several failing units, the
+      // error changed from run to run). Units are claimed in order, so those before a
+      // failed one were claimed and finish; none after it is needed.
       for (int64_t u = lo; u < hi; ++u) {
         auto it = units_.find(u);
-        if (it == units_.end() || !it->second.done) {
-          all_done = false;
-        } else if (!it->second.status.ok()) {
-          return true;
-        }
+        if (it == units_.end() || !it->second.done) return false;
+        if (!it->second.status.ok()) return true;
       }
-      return all_done;
+      return true;
     }
     for (int64_t u = std::max(lo, done_end_); u < hi; ++u) {
       ++units_checked_;

@@ -108,6 +108,37 @@ TEST(OrderedPipeline, NoUnitIsStartedAfterOneFailed) {
   EXPECT_EQ(runs.load(), 1);
 }
 
+TEST(OrderedPipeline, ABatchFailsWithItsFirstFailedUnitWhicheverFailsFirst) {
+  // Batch 0 reads units 0..3: unit 0 fails late, unit 3 at once. The batch failed with
+  // whichever failed first in time (unit 3 here), so the error depended on the threads.
+  for (int run = 0; run < 10; ++run) {
+    Pipeline::Work w;
+    w.num_batches = 1;
+    w.batch_units = [](int64_t) { return std::make_pair(int64_t{0}, int64_t{4}); };
+    w.run_unit = [](int64_t u, int64_t* bytes) -> arrow::Result<std::shared_ptr<const int64_t>> {
+      if (u == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return arrow::Status::Invalid("unit 0 failed");
+      }
+      if (u == 3) return arrow::Status::Invalid("unit 3 failed");
+      *bytes = 1;
+      return std::make_shared<const int64_t>(u);
+    };
+    w.run_batch = [](int64_t, const std::vector<std::shared_ptr<const int64_t>>&,
+                     int64_t* bytes) -> arrow::Result<std::shared_ptr<std::vector<int64_t>>> {
+      *bytes = 1;
+      return std::make_shared<std::vector<int64_t>>();
+    };
+    PipelineOptions o;
+    o.num_workers = 4;
+    o.max_inflight_bytes = int64_t{1} << 20;
+    Pipeline p(std::move(w), o, 0);
+    auto r = p.Next();
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("unit 0 failed"), std::string::npos) << r.status().ToString();
+  }
+}
+
 // Poll `pred` until it holds or `seconds` pass; return whether it held. (A wait for
 // progress with a deadline, not a sleep followed by a check.)
 template <typename Pred>
