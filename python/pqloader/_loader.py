@@ -259,10 +259,12 @@ class Loader:
         units, for the next ``for`` loop). After ``close()`` returns nothing more is
         read, decoded or written to ``cache_dir`` (which may then be deleted); the
         read-ahead is dropped and running iterators stop (their next ``next()``
-        raises). The loader stays usable: iterating again starts reading anew from the
-        current position. Also called on leaving ``with Loader(...) as loader:``.
+        raises), and its idle storage threads and its share of the buffer pool's
+        cache of freed blocks (2 x ``max_inflight_bytes``) are let go. The loader stays
+        usable: iterating again starts reading anew from the current position. Also
+        called on leaving ``with Loader(...) as loader:``.
         """
-        self._cursor.invalidate(stop=self._engine.stop)  # one step: see set_epoch
+        self._cursor.invalidate(stop=self._engine.close)  # one step: see set_epoch
 
     def __enter__(self) -> "Loader":
         return self

@@ -69,6 +69,9 @@ class _ClosedCore:
     def stop(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def take_warning(self) -> str:
         return ""
 
@@ -175,6 +178,12 @@ class Engine:
         """Stop the workers; the next ``start_epoch`` starts afresh."""
         if self._core is not None:
             self._core.stop()
+
+    def close(self) -> None:
+        """Stop, and let go of the idle storage threads and the buffer pool's share kept
+        for this engine; the next ``start_epoch`` takes them again."""
+        if self._core is not None:
+            self._core.close()
 
     def take_warning(self) -> str:
         """Return (and clear) the engine's pending cache warning, or ''."""

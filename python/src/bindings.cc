@@ -741,6 +741,11 @@ class PyLoader {
     loader_->Stop();
   }
 
+  void Close() {
+    pqloader::ScopedRelease release;
+    loader_->Close();
+  }
+
   nb::dict Stats() const {
     const LoaderStats s = loader_->stats();
     nb::dict d;
@@ -1119,6 +1124,7 @@ NB_MODULE(_core, m) {
            "then_next_epoch"_a = false, "elastic"_a = nb::none())
       .def("next", &PyLoader::Next, "run"_a = -1)
       .def("stop", &PyLoader::Stop)
+      .def("close", &PyLoader::Close)
       .def("set_seed", &PyLoader::SetSeed, "seed"_a)
       .def("check_before_first_batch", &PyLoader::CheckBeforeFirstBatch)
       .def("take_warning", &PyLoader::TakeWarning)

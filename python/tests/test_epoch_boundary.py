@@ -11,10 +11,13 @@ import os
 import shutil
 import time
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import pqloader
-from conftest import assert_batch_streams_equal, write_dataset
+from conftest import assert_batch_streams_equal, subprocess_env, write_dataset
 
 LAYOUT = [[40, 40, 40], [40, 40]]
 
@@ -108,3 +111,40 @@ def test_close_joins_the_read_ahead_so_the_cache_dir_can_be_deleted(tmp_path):
     with pytest.warns(RuntimeWarning, match="continuing without caching"):
         rest = list(loader)
     assert_batch_streams_equal(first + [head] + rest, list(make(data, num_epochs=2)))
+
+
+CLOSE_PROBE = r"""
+import json, os, sys, time, pqloader
+def threads():
+    return len(os.listdir("/proc/self/task"))
+base = threads()
+loader = pqloader.Loader(sys.argv[1], batch_size=4096, shuffle=True, seed=1, io_threads=8)
+for _ in loader:
+    pass
+loader.close()
+cached = loader.stats()["pool_cached_bytes"]
+deadline = time.monotonic() + 30
+while threads() > base + 1 and time.monotonic() < deadline:  # idle threads go at once
+    time.sleep(0.05)
+print(json.dumps({"cached": cached, "base": base, "threads": threads(),
+                  "rows_again": sum(len(b["x"]) for b in loader)}))
+"""
+
+
+def test_close_lets_go_of_the_idle_storage_threads_and_the_pools_share(tmp_path):
+    # A closed loader kept referenced (for its stats(), or in a list of them) kept its
+    # 8 storage threads and 2 x max_inflight_bytes of freed blocks resident (145 MB here).
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"x": np.random.default_rng(0).random(4_000_000)}), path,
+                   row_group_size=250_000)
+    done = subprocess.run([sys.executable, "-c", CLOSE_PROBE, str(path)], capture_output=True,
+                          text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    r = json.loads(done.stdout)
+    assert r["cached"] <= 32 << 20, r  # the pool's own floor, no loader's share
+    assert r["threads"] <= r["base"] + 1, r  # one storage thread stays (Arrow's minimum)
+    assert r["rows_again"] == 4_000_000  # and it is still usable

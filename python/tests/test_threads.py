@@ -556,7 +556,8 @@ def test_an_iteration_started_while_another_thread_stops_the_engine_keeps_its_ru
             result["error"] = e
         taken.set()
 
-    real_stop = loader._engine.stop
+    method = "close" if op == "close" else "stop"  # what the op stops the engine with
+    real_stop = getattr(loader._engine, method)
 
     def stop():
         # Between the iterators' invalidation and the engine's stop, another thread
@@ -568,14 +569,14 @@ def test_an_iteration_started_while_another_thread_stops_the_engine_keeps_its_ru
         stopped.set()
         stop.thread = thread
 
-    loader._engine.stop = stop
+    setattr(loader._engine, method, stop)
     if op == "close":
         loader.close()
     elif op == "set_epoch":
         loader.set_epoch(0)
     else:
         loader.load_state_dict(state)
-    loader._engine.stop = real_stop
+    setattr(loader._engine, method, real_stop)
     stop.thread.join(DEADLINE_S)
     assert "error" not in result, result.get("error")
     assert result["ids"] == expected

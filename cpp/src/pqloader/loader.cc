@@ -235,8 +235,11 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   // copy side by side, the next units decoding, their chunks fetched), and with one
   // budget 160-340 MiB came fresh every epoch; the process's peak memory did not grow
   // (the cache holds blocks the swing had live).
-  loader->pool_reservation_ =
-      std::make_unique<PoolCacheReservation>(2 * options.max_inflight_bytes);
+  {
+    MutexLock lock(loader->mu_);  // (not shared yet: for the analysis)
+    loader->pool_reservation_ =
+        std::make_unique<PoolCacheReservation>(2 * options.max_inflight_bytes);
+  }
   DatasetOptions dataset_options = options.dataset;
   dataset_options.cancel = cancel;
   if (!options.cache.dir.empty() && options.cache.dir != ":memory:") {
@@ -431,6 +434,22 @@ void Loader::Stop() {
   ShutDown(std::move(runs));
 }
 
+void Loader::Close() {
+  Stop();
+  MutexLock lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  io_pool_->Park();
+  pool_reservation_.reset();  // the pool trims its cache to the other loaders' shares
+}
+
+void Loader::ReopenLocked() {
+  if (!closed_) return;
+  closed_ = false;
+  io_pool_->Resume(options_.io_threads);
+  pool_reservation_ = std::make_unique<PoolCacheReservation>(2 * options_.max_inflight_bytes);
+}
+
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
                                  std::shared_ptr<const ElasticBase> elastic, int64_t* run_id) {
   if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
@@ -444,6 +463,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   arrow::Status st;
   {
     MutexLock lock(mu_);
+    ReopenLocked();
     if (start_ns_ < 0) start_ns_ = NowNs();
     if (current_.pipeline != nullptr && !current_.delivered && !current_.elastic &&
         current_.epoch == epoch && current_.first_batch == 0 && first_batch == 0 &&

@@ -113,6 +113,11 @@ class StorageExecutor : public arrow::internal::Executor {
   /// (each task runs in a RetryStopScope of this flag).
   void Abandon() { abandoned_->store(true); }
 
+  /// Let the idle threads go, all but one (a closed loader: Loader::Close); new ones
+  /// start on demand once Resume() raised the capacity again.
+  void Park() { ARROW_UNUSED(pool_->SetCapacity(1)); }
+  void Resume(int threads) { ARROW_UNUSED(pool_->SetCapacity(threads)); }
+
   int GetCapacity() override { return pool_->GetCapacity(); }
   bool OwnsThisThread() override { return pool_->OwnsThisThread(); }
 
