@@ -37,7 +37,10 @@ def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None
 
     Returns:
         ``entries``, ``bytes``, ``temp_files``; ``stale_entries`` and ``stale_bytes``;
-        ``unverified_entries`` (sources that could not be checked); plus the counts
+        ``unverified_entries`` (sources that could not be checked); ``selections`` and
+        ``selection_bytes`` (filter selections), ``footers`` and ``footer_bytes`` (remote
+        footers): kept beside the entries, outside ``cache_size_limit``, deleted only by
+        :func:`cache_clear`; plus the counts
         recorded by loaders that used it (``hits``, ``misses``, ``inserts``,
         ``evictions``, ``refused_full``, ``refused_later``, ... where they happened).
 

@@ -233,6 +233,11 @@ def _cache_run(args: argparse.Namespace) -> int:
         print(f"temp files (writes in progress or interrupted): {s['temp_files']}")
     if s.get("fetch_markers"):
         print(f"row groups being fetched (in-progress markers): {s['fetch_markers']}")
+    if s.get("selections"):  # outside the entries' size limit; `cache clear` deletes them
+        print(f"filter selections (outside the size limit): {s['selections']} "
+              f"({_human(s['selection_bytes'])})")
+    if s.get("footers"):
+        print(f"remote footers (outside the size limit): {s['footers']} ({_human(s['footer_bytes'])})")
     for key in ("hits", "misses", "inserts", "evictions", "evicted_stale", "refused_full",
                 "refused_later", "refused_too_large", "refused_stale", "waits", "wait_timeouts",
                 "corrupt", "write_errors"):

@@ -1287,6 +1287,10 @@ NB_MODULE(_core, m) {
     d["stale_entries"] = s.stale_entries;
     d["stale_bytes"] = s.stale_bytes;
     d["unverified_entries"] = s.unverified_entries;
+    d["selections"] = s.selections;
+    d["selection_bytes"] = s.selection_bytes;
+    d["footers"] = s.footers;
+    d["footer_bytes"] = s.footer_bytes;
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;
     return d;
   }, "dir"_a, "dataset"_a, "storage_options"_a);

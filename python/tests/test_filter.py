@@ -393,8 +393,15 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     other = pqloader.Loader(str(data), **{**kwargs, "filter": pc.field("x") >= 0.3})
     ids = np.sort(np.concatenate(batches(other)))
     np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") >= 0.3))
+    # Selections are outside the entries and their size limit: counted apart.
+    stats = pqloader.cache_stats(str(tmp_path))
+    sels = list((tmp_path / "filters").glob("*.sel"))
+    assert stats["selections"] == len(sels) == 2
+    assert stats["selection_bytes"] == sum(p.stat().st_size for p in sels)
+    assert stats["footers"] == 0  # local footers are read from the files
     report = pqloader.cache_clear(str(tmp_path))
     assert report["foreign_count"] == 0 and not list((tmp_path / "filters").glob("*.sel"))
+    assert pqloader.cache_stats(str(tmp_path))["selections"] == 0
 
 
 def test_a_selection_kept_for_one_root_never_serves_another_root_of_the_same_files(tmp_path):

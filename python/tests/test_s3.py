@@ -362,6 +362,7 @@ def test_s3_footers_are_kept_in_the_cache_dir_across_runs(store, tmp_path):
         f.write_bytes(f.read_bytes()[:-3] + b"xyz")
     third = pqloader.Loader("s3://data/ds", **kw)
     assert third.stats()["footers_from_cache"] == 0 and third.num_rows == 140
+    assert pqloader.cache_stats(cache_dir)["footers"] >= 3  # counted apart from entries
     report = pqloader.cache_clear(cache_dir)
     assert report["entries"] == 6 and report["foreign_count"] == 0
     assert not list((tmp_path / "cache" / "footers").glob("*.thrift"))  # (its .lock stays)

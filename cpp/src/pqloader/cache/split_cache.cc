@@ -1343,7 +1343,26 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
   CacheDirStats s;
   for (const auto& e : top) {
     std::error_code ec2;
-    if (!IsShardName(e.path().filename().string()) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
+    const std::string top_name = e.path().filename().string();
+    if ((top_name == "filters" || top_name == "footers") && e.is_directory(ec2) &&
+        !e.is_symlink(ec2)) {
+      const bool filters = top_name == "filters";
+      for (const auto& f : fs::directory_iterator(e.path(), ec2)) {
+        bool temp = false;
+        const std::string name = f.path().filename().string();
+        std::error_code ec3;
+        if (!(filters ? IsSelectionName(name, &temp) : IsFooterName(name, &temp)) || temp ||
+            !f.is_regular_file(ec3)) {
+          continue;
+        }
+        const auto size = f.file_size(ec3);
+        if (ec3) continue;  // deleted meanwhile
+        ++(filters ? s.selections : s.footers);
+        (filters ? s.selection_bytes : s.footer_bytes) += static_cast<int64_t>(size);
+      }
+      continue;
+    }
+    if (!IsShardName(top_name) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
       continue;
     }
     std::error_code unlisted;

@@ -307,6 +307,13 @@ struct CacheDirStats {
   int64_t stale_entries = 0;
   int64_t stale_bytes = 0;
   int64_t unverified_entries = 0;
+  /// Outside the entries and the size limit: filter selections (`filters/`, one per
+  /// filter and state of the dataset's files) and remote footers (`footers/`), with
+  /// their bytes. Only `cache clear` deletes them.
+  int64_t selections = 0;
+  int64_t selection_bytes = 0;
+  int64_t footers = 0;
+  int64_t footer_bytes = 0;
   std::map<std::string, int64_t> recorded;  ///< hits/misses... recorded by loaders
 };
 /// Describe the cache directory `dir`; with `checker`, also read every entry's header
