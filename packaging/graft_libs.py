@@ -97,7 +97,10 @@ def _license_source(plain: str) -> tuple[str, list[Path]]:
                      and re.match(r"(LICEN[CS]E|COPYING|NOTICE)", Path(f).name, re.I)]
             if files:
                 return f"{dist.metadata['Name']}-{dist.version}", files
-    out = subprocess.run(["dpkg", "-S", f"*/{plain}"], capture_output=True, text=True).stdout
+    try:
+        out = subprocess.run(["dpkg", "-S", f"*/{plain}"], capture_output=True, text=True).stdout
+    except FileNotFoundError:  # not a Debian system: no package to ask (the error below says so)
+        out = ""
     for line in out.splitlines():
         package = line.split(":")[0].strip()
         copyright = Path("/usr/share/doc") / package / "copyright"

@@ -113,7 +113,7 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
         pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
             not a pqloader cache); nothing was deleted.
         pqloader.IOError: `cache_dir` is not a directory, a file could not be deleted, or
-            another process held a shard's lock for over 60 s.
+            another process or thread held a shard's lock for over 60 s.
 
     Example:
         >>> pqloader.cache_clear("/tmp/pqcache")["entries"]

@@ -184,6 +184,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
         else:
             loader.load_state_dict(state)  # checks it; the worker loaders load it again
             self._unloaded = False
+        if loader.seed != self._recipe.options.seed:
+            # A loader built with seed=None took the state's seed: so do the workers'
+            # (built from the recipe, they ran another order, or refused the state).
+            self._recipe = dataclasses.replace(
+                self._recipe, options=self._recipe.options.replace(seed=loader.seed))
         self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
         self._pending = dict(state)

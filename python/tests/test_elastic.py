@@ -379,6 +379,27 @@ def test_dataloader_state_taken_before_the_first_batch_resumes_exactly(ds, worke
 
 
 @pytestmark_workers
+@pytest.mark.parametrize("cut", [0, 5])
+def test_dataloader_state_resumes_in_a_loader_whose_seed_was_drawn(ds, cut):
+    # A loader built with seed=None takes a state's seed: its DataLoader workers (built
+    # from the dataset's recipe) must too. Before the first batch they ran their own drawn
+    # seed's order (silently); mid-epoch they refused the state.
+    def dl_of(seed):
+        return pqloader.torch.DataLoader(pqloader.torch.IterableDataset(
+            make(ds, 1, 0, num_epochs=1, seed=seed)), num_workers=2)
+
+    first = dl_of(None)
+    it = iter(first)
+    head = [next(it)["id"].tolist() for _ in range(cut)]
+    state = json.loads(json.dumps(first.state_dict()))
+    rest = [b["id"].tolist() for b in it]
+    again = dl_of(None)
+    again.load_state_dict(state)
+    assert [b["id"].tolist() for b in run_with_timeout(lambda: list(again), timeout=120)] == rest
+    assert head or rest
+
+
+@pytestmark_workers
 def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(tmp_path):
     # The state of a packed loader's workers (a world of W) was checked against the main
     # loader (one rank): refused as a resize even with the same workers.

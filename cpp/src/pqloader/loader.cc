@@ -437,7 +437,8 @@ void Loader::Stop() {
 void Loader::Close() {
   Stop();
   MutexLock lock(mu_);
-  if (closed_) return;
+  // An epoch another thread started since Stop() keeps them: the loader is in use again.
+  if (closed_ || current_.pipeline != nullptr || next_.active()) return;
   closed_ = true;
   io_pool_->Park();
   pool_reservation_.reset();  // the pool trims its cache to the other loaders' shares
@@ -572,7 +573,9 @@ std::shared_ptr<ReadAhead<std::shared_ptr<FetchedUnit>>> Loader::MakeReadAhead(
       [this, order, io, stop](int64_t u) -> arrow::Result<std::shared_ptr<FetchedUnit>> {
         const Unit& unit = order->units()[u];
         std::shared_ptr<FetchClaim> claim;
-        if (cache_ != nullptr) {
+        // (An object modified just before it was listed is never cached: DataFile::settled.
+        // No claim either: others would wait for an entry that never comes.)
+        if (cache_ != nullptr && dataset_->files()[dataset_->splits()[unit.split].file].settled) {
           const std::string key = CacheKeyOf(unit.split);
           // A split the cache holds needs no I/O (if it is evicted meanwhile, it is
           // fetched when needed), nor does one another process is fetching (claimed:

@@ -205,9 +205,10 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     std::shared_ptr<void> claim;
     if (full == nullptr && fetched.ok() && *fetched != nullptr) {
       claim = (*fetched)->hold;  // taken when its fetch started
-    } else if (full == nullptr && fetched.ok()) {
+    } else if (full == nullptr && fetched.ok() && dataset_->files()[split.file].settled) {
       // Not fetched ahead: the cache held it then (and evicted it since), or another
       // process was fetching it. Wait for that process, or claim it and fetch it now.
+      // (Not for an unsettled object: never cached, so never claimed; fetched below.)
       constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
       for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
         claim = cache_->TryClaim(key, CancelFlag(run_work, &work->stopping));

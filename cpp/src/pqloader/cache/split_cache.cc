@@ -415,18 +415,21 @@ struct ClaimBook {
   int64_t next_token PQ_GUARDED_BY(mu) = 0;
 };
 
-// The claim books of this process's disk cache objects, by directory: claims are shared
-// by every object on one directory (CacheOptions::share_claims_in_process), so that a
+// The claim books of this process's disk cache objects, by directory (and shard count):
+// claims are shared by every object on one directory (CacheOptions::share_claims_in_process), so that a
 // loader never waits for another loader of its own process, which may hold a claimed
 // split in a read-ahead its consumer does not drain (a paused iterator): it fetches the
 // split too. A forked child starts with no books (those it inherits hold its parent's
 // claims, and their mutexes may have been held by threads it lacks).
 class ProcessBooks {
  public:
-  static std::shared_ptr<ClaimBook> Of(const std::string& dir) {
+  static std::shared_ptr<ClaimBook> Of(const std::string& dir, int shards) {
     std::error_code ec;
     std::string key = fs::weakly_canonical(dir, ec).string();
     if (ec) key = dir;
+    // Objects of another shard count write their markers elsewhere: a claim shared with
+    // one would leave no marker where this one's other processes look.
+    key += "|shards=" + std::to_string(shards);
     ProcessBooks& self = Instance();
     MutexLock lock(self.mu_);
     if (self.pid_ != ::getpid()) {
@@ -516,7 +519,7 @@ class DiskCache : public SplitCache {
     std::error_code ec;
     fs::create_directories(options_.dir, ec);
     if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
-    if (options_.share_claims_in_process) book_ = ProcessBooks::Of(options_.dir);
+    if (options_.share_claims_in_process) book_ = ProcessBooks::Of(options_.dir, options_.shards);
     for (int i = 0; i < options_.shards && !ec; ++i) fs::create_directories(ShardDir(i), ec);
     if (ec) {
       broken_ = true;
@@ -1509,7 +1512,7 @@ class Clearer {
     if (lock == nullptr && IsCancelled(cancel_)) return CancelledStatus();
     if (lock == nullptr && timed_out) {
       return arrow::Status::IOError("cannot lock cache shard '", shard.string(),
-                                    "': another process held its lock for more than ",
+                                    "': another process or thread held its lock for more than ",
                                     kCacheLockTimeout.count(), " ms");
     }
     // (A .lock that cannot be opened: not one a writer holds either.)

@@ -99,7 +99,7 @@ struct CacheOptions {
   /// Disk only. Default: 60 s.
   int64_t lock_timeout_ms = kCacheLockTimeout.count();
   /// Whether this object shares its claims with this process's other disk cache objects
-  /// on the same directory (TryClaim returns their claim): a loader then never waits for
+  /// on the same directory and shard count (TryClaim returns their claim): a loader then never waits for
   /// another loader of its own process, which may hold a claimed split in a read-ahead
   /// its consumer does not drain (a paused iterator); it fetches the split too. Tests
   /// set false to stand an object in for another process. Default: true.
