@@ -959,3 +959,75 @@ def test_ops_that_cannot_take_a_column_are_refused_when_the_loader_is_made(tmp_p
     ok = pqloader.Loader(str(path), columns=["gray"], transforms={"gray": [T.Normalize([0.5], [0.2])]},
                          on_decode_error=policy, batch_size=2)
     assert next(iter(ok))["gray"].shape == (2, 4, 6)
+
+
+def _npy(a: np.ndarray) -> bytes:
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+@pytest.mark.parametrize("to", ["uint64", "int64", "int32", "uint32", "int16", "uint8", "int8", "float32"])
+@pytest.mark.parametrize("src", ["int64", "uint64"])
+def test_cast_between_integers_wraps_as_numpy_and_keeps_every_bit(src, to):
+    # Through a double, int64 lost every bit past 2^53, a narrowing out of range was
+    # undefined (2^32 + 5 to int32 gave INT_MIN; numpy 5) and int64 to float32 rounded twice.
+    a = np.array([2**53 + 1, 2**32 + 5, 2**62 + 1, 2**60 + 2**36 + 1, 7, 2**63 - 1], np.uint64).astype(src)
+    if src == "int64":
+        a = np.concatenate([a, np.array([-1, -(2**53) - 1, -(2**63)], np.int64)])
+    got = apply([T.DecodeNdarray(), T.Cast(to)], _npy(a))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got, a.astype(to))
+
+
+def test_cast_of_an_int64_column_keeps_values_past_2_53(tmp_path):
+    vals = np.array([2**53 + 1, 2**62 + 1, -1], np.int64)
+    pq.write_table(pa.table({"x": vals}), tmp_path / "c.parquet")
+    b = next(iter(pqloader.Loader(str(tmp_path), batch_size=3, transforms={"x": [T.Cast("uint64")]})))
+    assert b["x"].tolist() == vals.astype(np.uint64).tolist()
+
+
+def test_a_state_padding_with_another_value_past_the_sixth_digit_is_refused(tmp_path):
+    # The fingerprint kept 6 digits of the pad: 1000000 and 1000001 were one state.
+    pq.write_table(pa.table({"x": pa.array([[1, 2], [3], [4, 5, 6], [7]], pa.list_(pa.int64()))}),
+                   tmp_path / "p.parquet", row_group_size=2)
+
+    def make(pad):
+        return pqloader.Loader(str(tmp_path), batch_size=2, transforms={"x": [T.PadOrTruncate(3, pad=pad)]})
+
+    loader = make(1000000)
+    next(iter(loader))
+    state = loader.state_dict()
+    make(1000000).load_state_dict(state)  # the same pad resumes
+    with pytest.raises(ValueError, match="transforms"):
+        make(1000001).load_state_dict(state)
+    # Usual pads keep the text states saved before hold.
+    assert make(-1)._engine.transform_fingerprint() == "0:PadOrTruncate(length=3, pad=-1)|"
+    assert make(-7)._engine.transform_fingerprint() == "0:PadOrTruncate(length=3, pad=-7)|"
+
+
+@pytest.mark.parametrize("a", [np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=">i8"),
+                               np.array(3.5), np.zeros((0, 3), np.int16),
+                               np.asfortranarray(np.arange(24).reshape(2, 3, 4))], ids=str)
+def test_an_uncompressed_npz_of_numpy_savez_decodes(a):
+    # numpy writes every member zip64 (sizes in an extra field): all were refused.
+    b = io.BytesIO()
+    np.savez(b, arr=a)  # a stored member, its sizes in a zip64 extra field
+    got = apply([T.DecodeCompressedNdarray()], b.getvalue())
+    assert got.shape == a.shape
+    np.testing.assert_array_equal(got, a)
+
+
+@pytest.mark.parametrize("pad", [300, -100, 0.5])
+def test_a_pad_that_does_not_fit_the_decoded_dtype_is_an_error_not_wrapped(tmp_path, pad):
+    # The dtype is known only after DecodeNdarray: the Loader cannot check the pad when made.
+    pq.write_table(pa.table({"a": [_npy(np.array([1, 2], np.uint8)), _npy(np.array([3], np.uint8))]}),
+                   tmp_path / "n.parquet")
+    for ops, lists in (([T.DecodeNdarray(), T.PadOrTruncate(4, pad=pad)], None),
+                       ([T.DecodeNdarray()], {"a": pqloader.Pad(4, value=pad)})):
+        loader = pqloader.Loader(str(tmp_path), batch_size=2, transforms={"a": ops}, lists=lists)
+        with pytest.raises(pqloader.InvalidDataError, match=r"'a'.*uint8"):
+            next(iter(loader))
+    b = next(iter(pqloader.Loader(str(tmp_path), batch_size=2,
+                                  transforms={"a": [T.DecodeNdarray(), T.PadOrTruncate(4, pad=7)]})))
+    assert b["a"].tolist() == [[1, 2, 7, 7], [3, 7, 7, 7]]

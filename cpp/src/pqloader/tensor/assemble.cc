@@ -1,15 +1,42 @@
 // Batch assembly: gathering a batch's rows from decoded units (AssembleBatch) and the
 // row-major layout of units that shuffled gathers read (WithRowMajor). See batch.h.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "pqloader/error.h"
 #include "pqloader/tensor/batch.h"
+#include "pqloader/util/exact_text.h"
 
 namespace pqloader {
 
 namespace {
+
+// Whether padding with `v` keeps it exactly in elements of `t` (integers: whole and in
+// range; bool: 0 or 1; floats: not overflowing), as Python checks a pad against a dtype
+// known when the Loader is made (_lists.check_values_fit); a dtype known only from the
+// data is checked here.
+bool PadValueFits(DType t, double v) {
+  auto whole_in = [v](double lo, double hi) { return v == std::floor(v) && v >= lo && v <= hi; };
+  auto whole_below = [v](double lo, double end) { return v == std::floor(v) && v >= lo && v < end; };
+  switch (t) {
+    case DType::kBool: return v == 0 || v == 1;
+    case DType::kInt8: return whole_in(-128, 127);
+    case DType::kUInt8: return whole_in(0, 255);
+    case DType::kInt16: return whole_in(-32768, 32767);
+    case DType::kUInt16: return whole_in(0, 65535);
+    case DType::kInt32: return whole_in(-2147483648.0, 2147483647.0);
+    case DType::kUInt32: return whole_in(0, 4294967295.0);
+    case DType::kInt64: return whole_below(-9223372036854775808.0, 9223372036854775808.0);
+    case DType::kUInt64: return whole_below(0, 18446744073709551616.0);
+    case DType::kFloat16: return !std::isfinite(v) || std::abs(v) <= 65504;
+    case DType::kFloat32: return !std::isfinite(v) || std::abs(v) <= std::numeric_limits<float>::max();
+    case DType::kFloat64: return true;
+  }
+  return true;
+}
 
 constexpr int64_t kColumnAlignment = 64;
 
@@ -423,6 +450,12 @@ class Assembler {
     }
     plans_[col] = Plan::kPad;
     ARROW_RETURN_NOT_OK(c.Validate(specs_[col].name));
+    if (!PadValueFits(dtype, c.pad_value)) {  // (300 in uint8 rows was written as 44)
+      return MakeError(ErrorKind::kInvalidData, "column '", specs_[col].name, "': the pad value ",
+                       ExactText(c.pad_value), " does not fit its rows' dtype ", DTypeName(dtype),
+                       " (known only from the data, so not checked when the Loader was made); "
+                       "Cast the column first, or pad with a value of that dtype");
+    }
     int64_t length = c.length;
     if (length <= 0) {  // the longest row of the batch, capped, rounded up
       for (int64_t i = 0; i < n_; ++i) length = std::max(length, SpanOf(col, i).length);

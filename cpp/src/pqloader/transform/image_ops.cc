@@ -776,10 +776,62 @@ class ToCHWOp : public Op {
   }
 };
 
+bool IsIntegerDType(DType t) {
+  return t != DType::kBool && t != DType::kFloat16 && t != DType::kFloat32 &&
+         t != DType::kFloat64;
+}
+bool IsUnsignedDType(DType t) {
+  return t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt32 || t == DType::kUInt64;
+}
+
+// The integer at `p` as its two's-complement 64 bits (sign-extended for signed types).
+uint64_t LoadIntegerBits(DType t, const uint8_t* p) {
+  auto get = [p](auto x) {
+    std::memcpy(&x, p, sizeof(x));
+    return x;
+  };
+  switch (t) {
+    case DType::kInt8: return static_cast<uint64_t>(int64_t{get(int8_t{})});
+    case DType::kInt16: return static_cast<uint64_t>(int64_t{get(int16_t{})});
+    case DType::kInt32: return static_cast<uint64_t>(int64_t{get(int32_t{})});
+    case DType::kInt64: return static_cast<uint64_t>(get(int64_t{}));
+    case DType::kUInt8: return get(uint8_t{});
+    case DType::kUInt16: return get(uint16_t{});
+    case DType::kUInt32: return get(uint32_t{});
+    default: return get(uint64_t{});
+  }
+}
+
+// numpy's astype from an integer: to an integer, its low bits (wrapped); to a float,
+// rounded once. (Through a double, int64 lost every bit past 2^53, an out-of-range
+// narrowing was undefined behaviour — 2^32 + 5 to int32 gave INT_MIN, numpy 5 — and
+// int64 to float32 rounded twice.)
+void StoreFromInteger(DType to, uint64_t bits, bool is_unsigned, uint8_t* p) {
+  auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
+  const auto as_signed = static_cast<int64_t>(bits);
+  switch (to) {
+    case DType::kInt8:
+    case DType::kUInt8: put(static_cast<uint8_t>(bits)); break;
+    case DType::kInt16:
+    case DType::kUInt16: put(static_cast<uint16_t>(bits)); break;
+    case DType::kInt32:
+    case DType::kUInt32: put(static_cast<uint32_t>(bits)); break;
+    case DType::kInt64:
+    case DType::kUInt64: put(bits); break;
+    case DType::kFloat32:
+      put(is_unsigned ? static_cast<float>(bits) : static_cast<float>(as_signed));
+      break;
+    default:  // bool, float64; float16 through a double (exact below 2^53, inf beyond 65504)
+      StoreScalar(to, is_unsigned ? static_cast<double>(bits) : static_cast<double>(as_signed), p);
+  }
+}
+
 class CastOp : public Op {
  public:
   explicit CastOp(DType to) : to_(to) {}
   std::string ToString() const override { return std::string("Cast(") + DTypeName(to_) + ")"; }
+  // v2: integers cast as integers (cached prefixes of v1 hold values through a double).
+  std::string Fingerprint() const override { return ToString() + "@v2"; }
   SampleSignature OutputSignature(const SampleSignature& in) const override {
     SampleSignature out = in;
     out.dtype = to_;
@@ -791,6 +843,14 @@ class CastOp : public Op {
     ARROW_ASSIGN_OR_RAISE(auto out, AllocateSample(to_, in.shape, in.channels_first));
     const int64_t n = in.num_elements();
     const int64_t ei = DTypeSize(in.dtype), eo = DTypeSize(to_);
+    if (IsIntegerDType(in.dtype)) {
+      const bool is_unsigned = IsUnsignedDType(in.dtype);
+      for (int64_t i = 0; i < n; ++i) {
+        StoreFromInteger(to_, LoadIntegerBits(in.dtype, in.data->data() + i * ei), is_unsigned,
+                         out.data->mutable_data() + i * eo);
+      }
+      return out;
+    }
     for (int64_t i = 0; i < n; ++i) {
       StoreScalar(to_, LoadScalar(in.dtype, in.data->data() + i * ei), out.data->mutable_data() + i * eo);
     }
@@ -811,7 +871,9 @@ class PadOrTruncateOp : public Op {
   bool truncate_left() const { return truncate_left_; }
   std::string ToString() const override {
     std::ostringstream out;
-    out << "PadOrTruncate(length=" << length_ << ", pad=" << pad_;
+    // (The pad's text reads back exactly: with 6 digits, pads 1000000 and 1000001 were one
+    // state fingerprint, and a state resumed padding with the other.)
+    out << "PadOrTruncate(length=" << length_ << ", pad=" << CompatibleText(pad_);
     if (pad_left_) out << ", side=left";
     if (truncate_left_) out << ", truncation=left";
     out << ")";

@@ -256,10 +256,30 @@ arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) 
   if (offset > n) return arrow::Status::Invalid("truncated .npz archive");
   std::vector<uint8_t> out;
   if (method == 0) {
-    if (compressed == 0xFFFFFFFFu || offset + compressed > n) {
+    int64_t size = compressed;
+    if (compressed == 0xFFFFFFFFu) {
+      // Zip64, as numpy's savez writes every member (force_zip64): the sizes are in the
+      // extra field 0x0001, the uncompressed one first where the header's is 0xFFFFFFFF
+      // too. (Refused before: every np.savez archive was "unsupported".)
+      size = -1;
+      const bool has_uncompressed = Le32(p + 22) == 0xFFFFFFFFu;
+      const int64_t extra_begin = 30 + Le16(p + 26), extra_end = offset;
+      for (int64_t at = extra_begin; at + 4 <= extra_end;) {
+        const int64_t id = Le16(p + at), len = Le16(p + at + 2);
+        if (at + 4 + len > extra_end) break;
+        const int64_t field = at + 4 + (has_uncompressed ? 8 : 0);
+        if (id == 0x0001 && field + 8 <= at + 4 + len) {
+          size = static_cast<int64_t>(Le32(p + field)) |
+                 (static_cast<int64_t>(Le32(p + field + 4)) << 32);
+          break;
+        }
+        at += 4 + len;
+      }
+    }
+    if (size < 0 || size > n - offset) {
       return arrow::Status::Invalid("unsupported or truncated stored .npz member");
     }
-    out.assign(p + offset, p + offset + compressed);
+    out.assign(p + offset, p + offset + size);
     return out;
   }
   if (method != 8) return arrow::Status::Invalid("unsupported .npz compression method ", method);
