@@ -54,7 +54,11 @@ def normalize_sources(source: Source) -> list[str]:
         try:
             s.encode("utf-8")
         except UnicodeEncodeError:  # os.fsdecode of bytes that are not UTF-8 (surrogates)
-            raise ValueError(f"source {s!r} is not UTF-8 ({os.fsencode(s)!r} as bytes); "
+            try:
+                as_bytes = f" ({os.fsencode(s)!r} as bytes)"
+            except UnicodeEncodeError:  # a lone surrogate no bytes decode to (e.g. '\ud800')
+                as_bytes = ""
+            raise ValueError(f"source {s!r} is not UTF-8{as_bytes}; "
                              "pqloader opens UTF-8 paths only: rename it") from None
         if "://" in s and not s.startswith(_FILE_SCHEME):
             out.append(s)

@@ -133,8 +133,9 @@ def test_bad_argument_is_refused_naming_it_and_the_accepted_values(ds, kwargs, e
     (dict(cache_dir="/tmp/not-utf8-\udcff"), "cache_dir"),
     (dict(storage_options={"region": "\ud800"}), "storage_options['region']"),
     (dict(filter="x == '\ud800'"), "filter"),
+    (dict(row_groups={"/tmp/\ud800.parquet": [0]}), "source '/tmp/\\ud800.parquet'"),
 ], ids=["columns", "fill_null", "fill_null-dict", "fill_null-key", "null_mask", "stack", "lists",
-        "cache_dir", "storage_options", "filter"])
+        "cache_dir", "storage_options", "filter", "row_groups"])
 def test_text_that_is_not_utf8_is_refused_naming_the_argument(ds, kwargs, name):
     # A str with a lone surrogate (os.fsdecode of bytes that are not UTF-8) reached the
     # engine, which raised a bare RuntimeError("std::bad_cast") naming nothing.

@@ -2,7 +2,7 @@
 """Hand-made C++ mutants of the plan, pipeline, cache, Philox and batch code (`make mutants-cpp`).
 
 Each mutant is one realistic bug: an exact snippet of a source file and what it becomes.
-The script copies the C++ sources (cpp/, cmake/, CMakeLists.txt) into a scratch tree once
+The script copies the C++ sources (cpp/, cmake/, examples/cpp/, CMakeLists.txt) into a scratch tree once
 (build/mutants/src; later runs copy only files whose content changed), configures and
 builds it once with the C++ tests (Release, no sanitizers, warnings not errors so that a
 mutant that only warns is still tested), and checks that the whole ctest suite passes.
@@ -328,10 +328,11 @@ KNOWN_FLAKY: set[str] = set()
 
 
 def sync_tree(dst: Path) -> None:
-    """Copy cpp/, cmake/ and CMakeLists.txt to `dst`, writing only files whose content
-    differs (so that ninja rebuilds only what changed) and deleting files gone here."""
+    """Copy cpp/, cmake/, examples/cpp/ (the tests build and run its program) and
+    CMakeLists.txt to `dst`, writing only files whose content differs (so that ninja
+    rebuilds only what changed) and deleting files gone here."""
     wanted: set[Path] = set()
-    for rel in ("cpp", "cmake", "CMakeLists.txt"):
+    for rel in ("cpp", "cmake", "examples/cpp", "CMakeLists.txt"):
         src = REPO / rel
         files = [src] if src.is_file() else [p for p in src.rglob("*") if p.is_file()]
         for f in files:
