@@ -10,7 +10,9 @@ from typing import Any
 
 import torch.distributed as dist
 
+from pqloader._errors import InvalidDataError
 from pqloader._state import merge_states
+from pqloader._torch_dataset import IterableDataset
 
 
 def gather_state_dict(loader: Any, group: Any = None) -> dict[str, Any]:
@@ -30,12 +32,43 @@ def gather_state_dict(loader: Any, group: Any = None) -> dict[str, Any]:
     """
     mine = loader.state_dict()
     if not dist.is_available() or not dist.is_initialized():
-        return merge_states([mine])
+        return mine if "rank_batches" in mine else merge_states([mine])
     states: list[Any] = [None] * dist.get_world_size(group)
+    dataset = getattr(loader, "dataset", loader)  # a DataLoader's IterableDataset
+    if isinstance(dataset, IterableDataset) and dataset._position is not None:
+        # A DataLoader counting its workers' batches: its state counts every rank's workers
+        # as this rank's. Each rank gives its own workers' counts (and its rank: the state's
+        # options are those of the workers' world).
+        dist.all_gather_object(states, (dataset._recipe.options.rank, mine), group=group)
+        return _merge_worker_states(states)
     dist.all_gather_object(states, mine, group=group)
-    if "rank_batches" in mine:  # a DataLoader's state covers its workers already
+    if "rank_batches" in mine:  # a merged state, loaded and not iterated yet
         return mine
     return merge_states(states)
+
+
+def _merge_worker_states(ranked: list[Any]) -> dict[str, Any]:
+    """The states of every rank's ``pqloader.torch.DataLoader`` (with workers), as
+    ``(rank, state)``, merged into one: each rank's workers with their own counts."""
+    ranked = sorted(ranked, key=lambda rs: rs[0])
+    first = ranked[0][1]
+    world = len(ranked)
+    workers = len(first["rank_batches"]) // world
+    if [r for r, _ in ranked] != list(range(world)) or workers * world != len(first["rank_batches"]):
+        raise InvalidDataError(f"gather_state_dict needs one DataLoader state per rank 0..{world - 1}, "
+                               f"got ranks {[r for r, _ in ranked]}")
+
+    def same(s: dict[str, Any]) -> Any:
+        return [s.get(k) for k in ("epoch", "iteration_end", "seed", "options", "elastic")]
+
+    for r, s in ranked[1:]:
+        if same(s) != same(first):
+            raise InvalidDataError(f"rank {r}'s DataLoader state differs from rank 0's in more than "
+                                   "its position (epoch, iteration end, seed, options or elastic base)")
+    merged = dict(first)
+    merged["rank_batches"] = [k for r, s in ranked for k in s["rank_batches"][r * workers:(r + 1) * workers]]
+    merged["batch"] = merged["rank_batches"][0]
+    return merged
 
 
 class Checkpoint:

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import torch.utils.data
 
-from pqloader import _process, _state
+from pqloader import _env, _process, _state
 from pqloader._errors import InvalidDataError
 from pqloader._loader import Loader
 from pqloader._options import MAX_THREADS, LoaderOptions
@@ -134,6 +134,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._worker_shift = 0
         self._worker_epochs = 0
         self._unloaded = False  # the pending state was not loaded into the main loader
+        # Rank and world size found when the loader was built (none given): checked against
+        # the process group when iterated, as the loader itself checks them.
+        self._rank_world_found = loader._rank_world_found
+        self._refusal: str | None = None  # that check's error, for spawned workers
         state = loader.state_dict()
         if state.get("batch") or state.get("elastic") is not None:
             # The loader is mid-epoch (a state was loaded, or it was partly iterated): worker
@@ -214,9 +218,17 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._loader = self._recipe.build()
         return self._loader
 
+    def _check_rank_world(self) -> None:
+        """Refuse a rank and world size found before the process group was (the wrapped
+        loader's check): the workers' loaders are given theirs, and would not refuse."""
+        if self._rank_world_found:
+            o = self._recipe.options
+            _env.check_process_group_agrees(o.rank, o.world_size)
+
     # -- main process, driven by pqloader.torch.DataLoader ----------------------------
     def _begin(self, workers: int, persistent_again: bool) -> None:
         """Fix the epoch, resume state and worker shift before DataLoader starts workers."""
+        self._check_rank_world()
         self._set_since_begin = False
         if workers == 0:
             self._position = None
@@ -322,6 +334,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._worker_loader, self._worker_state, self._worker_shift = None, None, 0
             self._epoch = epoch
         if self._worker_loader is None:
+            if self._refusal is not None:  # found when a plain DataLoader spawned this worker
+                raise ValueError(self._refusal)
+            self._check_rank_world()  # a plain DataLoader's forked workers see the group
             self._worker_loader = self._make_worker_loader(info)
         return iter(self._worker_loader)
 
@@ -352,6 +367,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         state["_loader"] = None  # the engine cannot be pickled; spawned workers rebuild it
         state["_worker_loader"] = None
         state["_position"] = None
+        try:  # a spawned worker does not see the process group: the check is made here
+            self._check_rank_world()
+        except ValueError as e:
+            state["_refusal"] = str(e)
         return state
 
 

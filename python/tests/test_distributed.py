@@ -240,3 +240,57 @@ def test_a_loader_built_before_the_process_group_refuses_to_iterate(tmp_path):
         assert f"rank {rank} of 2" in lines[0], out
         assert lines[1].startswith("mixture refused: this Loader is rank 0 of 1"), out
         assert lines[2:] == ["explicit 16", f"late {rank} 2 8"], out
+
+
+BUILT_BEFORE_THE_GROUP_WITH_WORKERS = textwrap.dedent("""
+    import datetime, sys
+    import torch.distributed as dist, torch.utils.data
+    import pqloader, pqloader.torch
+
+    def main():
+        data, port, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        early = pqloader.torch.IterableDataset(pqloader.Loader(data, batch_size=8))  # 0 of 1
+        explicit = pqloader.torch.IterableDataset(pqloader.Loader(data, batch_size=8, rank=0, world_size=1))
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                                timeout=datetime.timedelta(seconds=60))
+        loaders = {"pqloader": lambda ds: pqloader.torch.DataLoader(ds, num_workers=2),
+                   "fork": lambda ds: torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                                                  multiprocessing_context="fork"),
+                   "spawn": lambda ds: torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                                                   multiprocessing_context="spawn")}
+        for name, make in loaders.items():
+            try:
+                print(name, "read", sum(len(b["id"]) for b in make(early)))
+            except ValueError as e:
+                print(name, "refused:", "this Loader is rank 0 of 1" in str(e), f"rank {rank} of 2" in str(e))
+        print("explicit", sum(len(b["id"]) for b in loaders["pqloader"](explicit)))
+        dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_dataloader_workers_of_a_loader_built_before_the_process_group_refuse(tmp_path):
+    # The workers' loaders are given their rank and world size (shards of the wrapped
+    # loader's 0 of 1), so they did not refuse: every rank read every row, silently.
+    data, script, env = _gloo_script(tmp_path, BUILT_BEFORE_THE_GROUP_WITH_WORKERS)
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(script), str(data), str(port), str(r)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=180)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+        lines = [line for line in out.splitlines() if line.split(" ")[0] in ("pqloader", "fork", "spawn", "explicit")]
+        assert lines == ["pqloader refused: True True", "fork refused: True True", "spawn refused: True True",
+                         "explicit 16"], out

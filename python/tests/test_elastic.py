@@ -698,3 +698,83 @@ def test_a_filtered_epoch_resumes_on_another_world_size(ds, old, new):
     assert all(i & 3 != 1 for i in got)
     expected = epoch_ids(ds, old, 0, filter=flt)
     assert set(got) <= set(expected) and len(expected) - len(got) < new
+
+
+@pytestmark_workers
+def test_gather_state_dict_of_a_dataloader_without_a_process_group(ds):
+    """One process, no torch.distributed group: the DataLoader's own state (merging it as a
+    Loader's refused it: its workers are ranks 0..W-1)."""
+    loader = make(ds, 1, 0, num_epochs=1)
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=2)
+    it = iter(dl)
+    for _ in range(3):
+        next(it)
+    assert pqloader.torch.gather_state_dict(dl) == dl.state_dict()
+    assert json.loads(pqloader.torch.Checkpoint(dl).state_dict()["pqloader_state"]) == dl.state_dict()
+    del it
+
+
+@pytestmark_workers
+def test_gather_state_dict_of_dataloaders_whose_ranks_stopped_at_different_batches(ds, tmp_path):
+    """2 gloo ranks x 2 DataLoader workers, out of step (3 and 4 batches): the merged state
+    is the same on both ranks and counts each rank's own workers, so the resumed ranks
+    hand out no batch twice (rank 0's state alone said rank 1 had taken 3)."""
+    script = tmp_path / "dl_gather.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, sys
+        import torch.distributed as dist, torch.multiprocessing as mp
+        import pqloader, pqloader.torch
+
+        def dataloader(rank, world):
+            l = pqloader.Loader({ds!r}, columns=["id"], batch_size=8, shuffle=True, seed=11,
+                                shuffle_window=2, rank=rank, world_size=world, num_epochs=1)
+            return pqloader.torch.DataLoader(pqloader.torch.IterableDataset(l), num_workers=2)
+
+        def run(rank, world, out, port, role):
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            dist.init_process_group("gloo", rank=rank, world_size=world)
+            dl = dataloader(rank, world)
+            if role == "save":
+                it = iter(dl)
+                ids = [int(i) for _ in range(3 + rank) for i in next(it)["id"]]  # out of step
+                merged = pqloader.torch.gather_state_dict(dl)
+                everyone = [None] * world
+                dist.all_gather_object(everyone, merged)
+                assert all(m == everyone[0] for m in everyone), everyone
+                del it
+            else:
+                with open(f"{{out}}.state") as f:
+                    state = json.load(f)
+                dl.load_state_dict(state)
+                assert pqloader.torch.gather_state_dict(dl) == state  # loaded, not iterated yet
+                ids = [int(i) for b in dl for i in b["id"]]
+            if role == "save" and rank == 0:
+                with open(f"{{out}}.state", "w") as f:
+                    json.dump(merged, f)
+            with open(f"{{out}}.{{role}}{{rank}}", "w") as f:
+                json.dump(ids, f)
+            dist.barrier()
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            out, port = sys.argv[1], int(sys.argv[2])
+            mp.spawn(run, args=(2, out, str(port), "save"), nprocs=2)
+            mp.spawn(run, args=(2, out, str(port + 1), "load"), nprocs=2)
+    """))
+    out = tmp_path / "ckpt"
+    port = 31500 + (hash(str(tmp_path)) % 1000) * 2
+    proc = subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True,
+                          text=True, timeout=300, env=subprocess_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def read(name):
+        with open(f"{out}.{name}") as f:
+            return json.load(f)
+
+    assert read("state")["rank_batches"] == [2, 1, 2, 2]
+    consumed = read("save0") + read("save1")
+    rests = [read("load0"), read("load1")]
+    assert len(consumed) == (3 + 4) * 8 and len(rests[0]) == len(rests[1])
+    got = consumed + sum(rests, [])
+    assert len(got) == len(set(got)), "a batch was handed out twice"
+    assert N - len(got) < 4 + 4  # what equalising each world drops
