@@ -118,6 +118,24 @@ def test_stats_and_prune_tell_and_delete_entries_of_changed_and_deleted_files(tm
     assert "0 stale entries deleted" in human.stdout, human.stdout
 
 
+def test_prune_of_a_dataset_keeps_entries_of_files_its_listing_skips(tmp_path):
+    # A file in a hidden folder of the dataset, given to a Loader by name: the dataset's
+    # listing skips it, so prune --dataset took it for gone and deleted its entries.
+    hidden = write(tmp_path / "ds" / ".staging" / "h.parquet")
+    write(tmp_path / "ds" / "a.parquet", offset=1000)
+    gone = write(tmp_path / "ds" / "g.parquet", offset=2000)
+    cache = tmp_path / "cache"
+    run(hidden, cache)
+    run(str(tmp_path / "ds"), cache)
+    os.remove(gone)
+    stats = pqloader.cache_stats(cache, dataset=str(tmp_path / "ds"))
+    assert stats["entries"] == 24 and stats["stale_entries"] == 8  # g's only
+    report = pqloader.cache_prune(cache, dataset=str(tmp_path / "ds"))
+    assert report["entries"] == 8 and report["kept"] == 16
+    _, s = run(hidden, cache)
+    assert s["cache_hits"] == 8
+
+
 def test_a_file_rewritten_with_the_same_size_and_mtime_is_stale_by_its_footer(tmp_path):
     path = tmp_path / "d.parquet"
     write(path)

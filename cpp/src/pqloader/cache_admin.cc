@@ -69,14 +69,22 @@ class Checker {
         now.file = it->second;
         return now;
       }
-      for (const auto& source : options_.dataset) {
-        if (IsBelow(path, source)) now.state = SourceState::kStale;  // gone from the dataset
-      }
-      return now;
+      bool below = false;
+      for (const auto& source : options_.dataset) below = below || IsBelow(path, source);
+      // Below the dataset but not listed: gone, or a file the listing skips (in a hidden
+      // folder, given to a Loader by name; its entries were pruned as stale). Looked up:
+      // one stat or request each, for these few.
+      if (!below) return now;
+      return LookUp(path);
     }
     // Without a dataset only local files are looked up: a remote one would cost requests
     // (and, unreachable, the retry budget) per file for a command meant to be quick.
     if (path.find("://") != std::string::npos && path.rfind("file://", 0) != 0) return now;
+    return LookUp(path);
+  }
+
+  Now LookUp(const std::string& path) {
+    Now now;
     auto found = DiscoverFiles({path}, options_.storage);
     if (!found.ok()) {
       const ErrorDetail* d = GetErrorDetail(found.status());
