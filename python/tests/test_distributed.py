@@ -216,23 +216,30 @@ BUILT_BEFORE_THE_GROUP = textwrap.dedent("""
 """)
 
 
-def test_a_loader_built_before_the_process_group_refuses_to_iterate(tmp_path):
-    # Built before init_process_group with nothing in the environment (as mp.spawn
-    # leaves it), every rank was rank 0 of 1 and read every row: each row trained
-    # world-size times per epoch, silently.
-    data, script, env = _gloo_script(tmp_path, BUILT_BEFORE_THE_GROUP)
+def _run_gloo_ranks(tmp_path, body: str, timeout: float, world: int = 2):
+    """Run `body` (see _gloo_script) as `world` ranks; return their processes and outputs."""
+    data, script, env = _gloo_script(tmp_path, body)
     port = free_port()
     procs = [subprocess.Popen([sys.executable, str(script), str(data), str(port), str(r)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
     outs = []
     try:
         for p in procs:
-            outs.append(p.communicate(timeout=120)[0])
+            outs.append(p.communicate(timeout=timeout)[0])
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    return procs, outs
+
+
+def test_a_loader_built_before_the_process_group_refuses_to_iterate(tmp_path):
+    # Built before init_process_group with nothing in the environment (as mp.spawn
+    # leaves it), every rank was rank 0 of 1 and read every row: each row trained
+    # world-size times per epoch, silently.
+    procs, outs = _run_gloo_ranks(tmp_path, BUILT_BEFORE_THE_GROUP, timeout=120)
     for rank, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, out
         lines = out.splitlines()
@@ -276,19 +283,7 @@ BUILT_BEFORE_THE_GROUP_WITH_WORKERS = textwrap.dedent("""
 def test_dataloader_workers_of_a_loader_built_before_the_process_group_refuse(tmp_path):
     # The workers' loaders are given their rank and world size (shards of the wrapped
     # loader's 0 of 1), so they did not refuse: every rank read every row, silently.
-    data, script, env = _gloo_script(tmp_path, BUILT_BEFORE_THE_GROUP_WITH_WORKERS)
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(script), str(data), str(port), str(r)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=180)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    procs, outs = _run_gloo_ranks(tmp_path, BUILT_BEFORE_THE_GROUP_WITH_WORKERS, timeout=180)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out
         lines = [line for line in out.splitlines() if line.split(" ")[0] in ("pqloader", "fork", "spawn", "explicit")]
