@@ -613,3 +613,15 @@ def test_verify_checksums_covers_the_filter_columns_and_their_stored_selection(t
     assert 500 not in load()  # unverified: the damaged value is what the file holds
     with pytest.raises(pqloader.InvalidDataError, match="crc.parquet.*row group 0.*CRC"):
         load(verify_checksums=True)
+
+
+@pytest.mark.parametrize("how", ["expression", "predicate"])
+def test_zero_row_row_group_is_filtered_like_pyarrow(tmp_path, how):
+    # pyarrow writes an empty table as one row group of 0 rows; reading it for a row mask
+    # gave "Must pass at least one array" (no file, no row group) instead of no rows.
+    pq.write_table(pa.table({"x": pa.array([], pa.int64())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"x": pa.array([1, 2, 3], pa.int64())}), tmp_path / "b.parquet")
+    assert pq.ParquetFile(tmp_path / "a.parquet").metadata.num_row_groups == 1
+    f = "x > 1" if how == "expression" else pqloader.Predicate(["x"], lambda b: pc.greater(b["x"], 1))
+    got = [v for b in pqloader.Loader(str(tmp_path), filter=f) for v in b["x"].tolist()]
+    assert got == pads.dataset(str(tmp_path)).to_table(filter=pc.field("x") > 1)["x"].to_pylist()

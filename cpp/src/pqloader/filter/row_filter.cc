@@ -575,7 +575,11 @@ class Evaluator {
           return MakeError(ErrorKind::kInvalidData, "cannot read column '", name, "' of ", where);
         }
         ARROW_ASSIGN_OR_RAISE(chunked, WithoutExtension(chunked, arrow::default_memory_pool()));
-        ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
+        if (chunked->num_chunks() == 0) {  // a row group of no rows: no batch was read
+          ARROW_ASSIGN_OR_RAISE(array, arrow::MakeEmptyArray(chunked->type()));
+        } else {
+          ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
+        }
       } else if (auto k = key_index_.find(name); k != key_index_.end()) {
         if (file.partition_null[k->second]) {
           ARROW_ASSIGN_OR_RAISE(array, arrow::MakeArrayOfNull(type, n));
