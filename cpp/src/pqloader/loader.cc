@@ -28,18 +28,24 @@ namespace pqloader {
 
 namespace {
 
+// The type of column `c`'s elements as file `f` stores them (inside its lists), or null.
+const arrow::DataType* StoredElementType(const DataFile& f, size_t c) {
+  const arrow::DataType* t = c < f.columns.size() ? f.columns[c].type.get() : nullptr;
+  while (t != nullptr && (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
+                          t->id() == arrow::Type::FIXED_SIZE_LIST)) {
+    t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+  }
+  return t == nullptr ? nullptr : &ValueType(*t);
+}
+
 // A cache key's part for a column of integers declared as floats: they are converted
 // exactly since the values were checked (entries from before held rounded ones).
 std::string IntegersAsFloats(const Dataset& dataset, size_t c) {
   const DType d = dataset.specs()[c].dtype;
   if (d != DType::kFloat16 && d != DType::kFloat32 && d != DType::kFloat64) return "";
   for (const DataFile& f : dataset.files()) {
-    const arrow::DataType* t = c < f.columns.size() ? f.columns[c].type.get() : nullptr;
-    while (t != nullptr && (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
-                            t->id() == arrow::Type::FIXED_SIZE_LIST)) {
-      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
-    }
-    if (t != nullptr && arrow::is_integer(ValueType(*t).id())) return ":ints=exact";
+    const arrow::DataType* t = StoredElementType(f, c);
+    if (t != nullptr && arrow::is_integer(t->id())) return ":ints=exact";
   }
   return "";
 }
@@ -66,15 +72,9 @@ std::string DecimalsRescaled(const Dataset& dataset, size_t c) {
   const ColumnSpec& spec = dataset.specs()[c];
   if (spec.decimal_scale < 0 || spec.dtype != DType::kFloat64) return "";
   for (const DataFile& f : dataset.files()) {
-    const arrow::DataType* t = c < f.columns.size() ? f.columns[c].type.get() : nullptr;
-    while (t != nullptr && (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
-                            t->id() == arrow::Type::FIXED_SIZE_LIST)) {
-      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
-    }
-    if (t == nullptr) continue;
-    const arrow::DataType& value = ValueType(*t);
-    if (arrow::is_decimal(value.id()) &&
-        static_cast<const arrow::DecimalType&>(value).scale() < spec.decimal_scale) {
+    const arrow::DataType* t = StoredElementType(f, c);
+    if (t != nullptr && arrow::is_decimal(t->id()) &&
+        static_cast<const arrow::DecimalType&>(*t).scale() < spec.decimal_scale) {
       return ":decimals=rescaled";
     }
   }

@@ -19,6 +19,7 @@
 #include <parquet/file_reader.h>
 #include <parquet/properties.h>
 
+#include "pqloader/dataset/bounded_read.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/int96.h"
@@ -115,29 +116,18 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
 // batched read is correct, just a little slower.
 constexpr int64_t kPlausibleRowsPerByte = 8;
 constexpr int64_t kOneShotMinRows = int64_t{1} << 16;
-constexpr int64_t kBoundedBatchRows = int64_t{1} << 16;
 
-// Read top-level field `field` of row group `row_group` in batches of kBoundedBatchRows,
-// stopping once more than `claimed_rows` rows arrived or the data ends.
+// Read top-level field `field` of row group `row_group` in bounded batches
+// (dataset/bounded_read.h), stopping once more than `claimed_rows` rows arrived.
 arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_group, int field,
                                 int64_t claimed_rows,
                                 std::shared_ptr<arrow::ChunkedArray>* out) {
   const auto& schema_field = reader->manifest().schema_fields.at(field);
   std::vector<int> leaves;
   LeavesOf(schema_field, &leaves);
-  reader->set_batch_size(kBoundedBatchRows);
-  ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({row_group}, leaves));
-  arrow::ArrayVector chunks;
-  int64_t rows = 0;
-  while (rows <= claimed_rows) {
-    std::shared_ptr<arrow::RecordBatch> batch;
-    ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
-    if (batch == nullptr) break;
-    if (batch->num_columns() != 1) return arrow::Status::Invalid("unexpected column count");
-    rows += batch->num_rows();
-    chunks.push_back(batch->column(0));
-  }
-  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks),
+  ARROW_ASSIGN_OR_RAISE(auto table, ReadRowGroupBounded(reader, row_group, leaves, claimed_rows));
+  if (table->num_columns() != 1) return arrow::Status::Invalid("unexpected column count");
+  ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(table->column(0)->chunks(),
                                                         schema_field.field->type()));
   return arrow::Status::OK();
 }

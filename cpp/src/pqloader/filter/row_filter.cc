@@ -28,6 +28,7 @@
 #include <parquet/statistics.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/dataset/bounded_read.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/int96.h"
@@ -39,9 +40,6 @@ namespace pqloader {
 namespace cp = arrow::compute;
 
 namespace {
-
-// Rows a filter's columns are read in at a time (see ReadColumns).
-constexpr int64_t kFilterBatchRows = int64_t{1} << 16;
 
 arrow::Status InitializeCompute() {
   // Registers the compute kernels (comparisons, is_in, ...) of libarrow_compute; once.
@@ -517,27 +515,9 @@ class Evaluator {
         reader = std::move(made).ValueUnsafe();
         // In bounded batches, stopping past the footer's row count: read in one piece, a
         // false count (2^31 rows in a 7 KB file) reserved memory for every claimed row.
-        reader->set_batch_size(kFilterBatchRows);
-        arrow::Status st;
-        std::vector<std::shared_ptr<arrow::RecordBatch>> batches;
-        std::shared_ptr<arrow::Schema> schema;
-        auto batch_reader = reader->GetRecordBatchReader({split.row_group}, leaves);
-        st = batch_reader.status();
-        if (st.ok()) {
-          schema = (*batch_reader)->schema();
-          for (int64_t rows = 0; st.ok() && rows <= n;) {
-            std::shared_ptr<arrow::RecordBatch> batch;
-            st = (*batch_reader)->ReadNext(&batch);
-            if (!st.ok() || batch == nullptr) break;
-            rows += batch->num_rows();
-            batches.push_back(std::move(batch));
-          }
-        }
-        if (st.ok()) {
-          auto made = arrow::Table::FromRecordBatches(schema, std::move(batches));
-          st = made.status();
-          if (st.ok()) table = std::move(made).ValueUnsafe();
-        }
+        auto read = ReadRowGroupBounded(reader.get(), split.row_group, leaves, n);
+        arrow::Status st = read.status();
+        if (st.ok()) table = std::move(read).ValueUnsafe();
         if (!st.ok()) {
           // A failed page checksum comes as an IOError too: bad data, not storage.
           const bool bad_data = st.message().find("corrupt") != std::string::npos ||
