@@ -188,19 +188,22 @@ print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(
 """
 
 
+def probe_rss(probe: str, path) -> tuple[str, int]:
+    """Run `probe` (RSS_PROBE or a variant) on `path`: its message and peak RSS in KiB."""
+    done = subprocess.run([sys.executable, "-c", probe, str(path)],
+                          capture_output=True, text=True, timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    message, rss_kb = done.stdout.strip().rsplit("\n", 1)
+    return message, int(rss_kb)
+
+
 def test_consistent_but_false_row_count_fails_when_read_without_memory_for_the_claim(small_file):
     """2^31 - 1 rows claimed everywhere in a 600-row file: the counts agree, so the data
     decides; it is read in bounded batches (reading a column in one piece reserves
     memory for every claimed row: +280 MB peak RSS here before the fix)."""
     bad = small_file.with_name("bad.parquet")
     patch_counts(small_file, bad, 600, 2**31 - 1)
-    runs = {}
-    for name in ("good", "bad"):
-        done = subprocess.run([sys.executable, "-c", RSS_PROBE, str(small_file.with_name(f"{name}.parquet"))],
-                              capture_output=True, text=True, timeout=120, env=subprocess_env())
-        assert done.returncode == 0, done.stderr
-        message, rss_kb = done.stdout.strip().rsplit("\n", 1)
-        runs[name] = (message, int(rss_kb))
+    runs = {name: probe_rss(RSS_PROBE, small_file.with_name(f"{name}.parquet")) for name in ("good", "bad")}
     assert runs["good"][0] == "ok"
     assert re.fullmatch(r"error: cannot decode '.*bad\.parquet', row group 0, column 'id': "
                         r"read 600 rows, the footer says 2147483647", runs["bad"][0])
@@ -214,13 +217,7 @@ def test_consistent_but_false_row_count_under_a_filter_fails_without_memory_for_
     bad = small_file.with_name("bad.parquet")
     patch_counts(small_file, bad, 600, 2**31 - 1)
     probe = RSS_PROBE.replace("num_workers=1)", "num_workers=1, filter='id > 300')")
-    runs = {}
-    for name in ("good", "bad"):
-        done = subprocess.run([sys.executable, "-c", probe, str(small_file.with_name(f"{name}.parquet"))],
-                              capture_output=True, text=True, timeout=120, env=subprocess_env())
-        assert done.returncode == 0, done.stderr
-        message, rss_kb = done.stdout.strip().rsplit("\n", 1)
-        runs[name] = (message, int(rss_kb))
+    runs = {name: probe_rss(probe, small_file.with_name(f"{name}.parquet")) for name in ("good", "bad")}
     assert runs["good"][0] == "ok"
     assert re.fullmatch(r"error: cannot read the filter's columns of '.*bad\.parquet', row group 0: "
                         r"read 600 rows, the footer says 2147483647", runs["bad"][0]), runs
