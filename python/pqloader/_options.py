@@ -767,6 +767,11 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
         kind, dtype = _column_kind(columns[name])
         if kind == "number" and dtype is not None:
             _check_numeric_fill(where, name, value, np.dtype(dtype))
+        width = _fixed_width(columns[name])
+        if width is not None and len(value.encode() if isinstance(value, str) else value) != width:
+            # (pyarrow refuses such a scalar too: the column's values are all that long)
+            raise ValueError(f"{where}={value!r} is not {width} bytes long, but column {name!r} "
+                             f"is {columns[name].get('arrow_type')}: give a value of its width")
         if dtype is None and kind == "str" and isinstance(value, bytes) and \
                 columns[name].get("dtype") == "str":
             # A str column's values are validated as UTF-8 when decoded: a bytes fill that
@@ -776,6 +781,15 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
             except UnicodeDecodeError:
                 raise ValueError(f"{where}={value!r} is not valid UTF-8, but column {name!r} holds "
                                  "str: give a str, or pass strings=\"bytes\"") from None
+
+
+def _fixed_width(info: Mapping[str, Any]) -> int | None:
+    """The width of an untransformed fixed_size_binary column, else None."""
+    arrow_type = str(info.get("arrow_type", "")).removeprefix("dictionary<values=")
+    prefix = "fixed_size_binary["
+    if info.get("transformed") or not arrow_type.startswith(prefix):
+        return None
+    return int(arrow_type[len(prefix):].rstrip("]"))
 
 
 def _check_numeric_fill(where: str, name: str, value: Any, dtype: np.dtype) -> None:

@@ -548,6 +548,18 @@ def test_bytes_fill_null_of_a_string_column_must_be_utf8(nulls_ds):
     assert got["label"][2] == b"\xff"
 
 
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_a_fixed_size_binary_fill_must_have_the_columns_width(tmp_path, dictionary):
+    # A 1-byte fill among 3-byte values would be a value the column cannot hold.
+    b = pa.array([b"abc", None, b"xyz"], pa.binary(3))
+    pq.write_table(pa.table({"b": b.dictionary_encode() if dictionary else b}), tmp_path / "f.parquet")
+    with pytest.raises(ValueError, match=r"fill_null\['b'\]=b'Q' is not 3 bytes long.*fixed_size_binary\[3\]"):
+        pqloader.Loader(str(tmp_path), batch_size=3, fill_null={"b": b"Q"})
+    with pytest.raises(ValueError, match=r"fill_null='' is not 3 bytes long"):
+        pqloader.Loader(str(tmp_path), batch_size=3, fill_null="")
+    assert collect(pqloader.Loader(str(tmp_path), batch_size=3, fill_null="QQQ"))["b"] == [b"abc", b"QQQ", b"xyz"]
+
+
 def test_fill_null_dict_without_an_entry_for_a_null_column_still_raises(nulls_ds):
     with pytest.raises(pqloader.InvalidDataError, match="cnt"):
         collect(pqloader.Loader(str(nulls_ds), columns=["x", "cnt"], batch_size=4, fill_null={"x": 0.0}))
