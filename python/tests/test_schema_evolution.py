@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
@@ -296,3 +297,34 @@ def test_a_fixed_size_list_in_one_file_and_a_list_in_another_load_as_the_list(tm
     # Not ragged: rows of another length are refused as in list files.
     with pytest.raises(pqloader.InvalidDataError, match="different lengths"):
         collect(pqloader.Loader(str(tmp_path), batch_size=5))
+
+
+def test_a_partition_key_stored_by_some_files_only_is_refused_naming_both(tmp_path):
+    # year=2021/b.parquet lacks the column 'year' that year=2020/a.parquet stores (Polars'
+    # partition_by beside a plain writer): its rows loaded as null (fill_null's 0, or
+    # dropped by a filter on the key) where pyarrow gives the path's 2021.
+    write_parquet(tmp_path / "year=2020" / "a.parquet", pa.table({"v": [1, 2], "year": [2020, 2020]}))
+    write_parquet(tmp_path / "year=2021" / "b.parquet", pa.table({"v": [3]}))
+    for kwargs in ({"fill_null": 0}, {"null_mask": ["year"]},
+                   {"columns": ["v"], "filter": pc.field("year") == 2021}):
+        with pytest.raises(pqloader.SchemaMismatchError,
+                           match=r"partition key 'year' is stored .*a\.parquet' but not in .*b\.parquet'"):
+            pqloader.Loader(str(tmp_path), **kwargs)
+
+
+def test_a_field_of_a_list_of_structs_absent_from_a_file_is_refused_naming_it(tmp_path):
+    # pyarrow gives s.b = [None, None] for b.parquet's row [{a: 7}, {a: 8}]; pqloader gave
+    # an empty list (offsets [.., 3, 3]) beside s.a's two values, marked as a null row.
+    s2 = pa.list_(pa.struct([("a", pa.int32()), ("b", pa.float64())]))
+    s1 = pa.list_(pa.struct([("a", pa.int32())]))
+    write_parquet(tmp_path / "a.parquet", pa.table({"s": pa.array([[{"a": 1, "b": 1.5}]], s2)}))
+    write_parquet(tmp_path / "b.parquet", pa.table({"s": pa.array([[{"a": 7}, {"a": 8}]], s1)}))
+    with pytest.raises(pqloader.SchemaMismatchError,
+                       match=r"column 's\.b' is absent from .*b\.parquet', whose 's' is a list of structs"):
+        pqloader.Loader(str(tmp_path), columns=["s.a", "s.b"], fill_null=-1.0,
+                        lists={"s.a": "ragged", "s.b": "ragged"})
+    # A plain struct lacking a field: null rows, as pyarrow.
+    write_parquet(tmp_path / "c" / "a.parquet", pa.table({"s": pa.array([{"a": 1, "b": 1.5}])}))
+    write_parquet(tmp_path / "c" / "b.parquet", pa.table({"s": pa.array([{"a": 7}])}))
+    got = collect(pqloader.Loader(str(tmp_path / "c"), fill_null=-1.0))
+    assert got["s.b"].tolist() == [1.5, -1.0]

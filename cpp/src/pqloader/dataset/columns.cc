@@ -135,6 +135,9 @@ class Resolver {
     for (size_t k = 0; k < keys_.size(); ++k) {
       out_.key_loads.push_back(KeyIndex(keys_[k].name) == static_cast<int>(k) ? LoadOfKey(k)
                                                                                 : KeyLoad::kFiles);
+      if (KeyIndex(keys_[k].name) == static_cast<int>(k) && out_.key_loads[k] == KeyLoad::kFiles) {
+        ARROW_RETURN_NOT_OK(CheckKeyInEveryFile(k));  // selected or not: the filter loads it so
+      }
     }
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
@@ -425,6 +428,50 @@ class Resolver {
     return type;
   }
 
+  // A key that loads from the files (some store it as a column) must be in every file
+  // whose path gives it a value: that file's rows would read as null (a filter on the key
+  // would drop them), where pyarrow takes the path's value.
+  arrow::Status CheckKeyInEveryFile(size_t k) const {
+    const PartitionKey& key = keys_[k];
+    int has = -1, lacks = -1;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      const bool in = !files_[f].schema->GetAllFieldIndices(key.name).empty();
+      if (in && has < 0) has = static_cast<int>(f);
+      if (!in && !key.null[f] && lacks < 0) lacks = static_cast<int>(f);
+    }
+    if (has < 0 || lacks < 0) return arrow::Status::OK();
+    return MakeError(ErrorKind::kSchemaMismatch, "partition key '", key.name,
+                     "' is stored as a column in '", files_[has].display, "' but not in '",
+                     files_[lacks].display, "', whose path gives it '", key.values[lacks],
+                     "' (its rows would load as null there); write the column in every file "
+                     "or in none");
+  }
+
+  // Whether file f lacks `leaf` below a list (or map) of structs that it has: its rows
+  // there are lists with lengths, which a column of nulls would lose. `list` gets the
+  // list's name.
+  bool LacksBelowList(int f, const Leaf& leaf, std::string* list) const {
+    auto field = files_[f].schema->GetFieldByName(leaf.top);
+    if (field == nullptr) return false;
+    auto type = field->type();
+    bool any_list = false;
+    std::vector<std::string> walked;
+    for (const std::string& name : leaf.path) {
+      bool through_list = false;
+      const arrow::StructType* st = StructBelow(*type, &through_list);
+      any_list = any_list || through_list;
+      if (st == nullptr) return false;  // not a struct there: refused as a type difference
+      const int i = st->GetFieldIndex(name);
+      if (i < 0) {
+        *list = Join(leaf.top, walked);
+        return any_list;
+      }
+      walked.push_back(name);
+      type = through_list ? arrow::list(st->field(i)->type()) : st->field(i)->type();
+    }
+    return false;
+  }
+
   // How key k loads, selected or not (the filter types it so too): from the files when
   // a file stores it as a column and the declared schema, if any, names it (Polars'
   // partition_by); else from the paths, as text when declared a string or when a value
@@ -494,6 +541,14 @@ class Resolver {
       auto type = TypeIn(static_cast<int>(f), leaf, &n);
       ColumnSource& src = sources[f];
       if (type == nullptr) {
+        std::string list;
+        if (LacksBelowList(static_cast<int>(f), leaf, &list)) {
+          return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(),
+                           "' is absent from '", files_[f].display, "', whose '", list,
+                           "' is a list of structs without it: its rows there would be lists "
+                           "of nulls as long as the list's (pqloader cannot read them so yet); "
+                           "select other columns, or write the field in every file");
+        }
         nullable = true;  // absent: null in this file's rows
         continue;
       }

@@ -776,6 +776,7 @@ void Store(const std::string& path, const RowSelection& sel, const std::string& 
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     const std::string bytes = Serialize(sel, key);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();  // its last bytes are written here: a full disk shows now, not never
     if (!out) {
       std::filesystem::remove(tmp, ec);
       return;  // not kept: the next run evaluates again
