@@ -99,7 +99,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
     A loader wrapped mid-epoch (a state loaded, or batches taken from it first) continues
     from its position, with or without workers, as iterating it would: batches already
     taken are not handed out again in that epoch (``loader.set_epoch(loader.epoch)``
-    first starts the epoch over). A packed loader continues so only with the world of
+    first starts the epoch over). A packed loader continues so only with the ranks and
     workers its position was taken in (else ``InvalidDataError``).
 
     Args:
@@ -258,8 +258,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if theirs["world_size"] == world and theirs["batch_size"] == o.batch_size:
             mine = counts[o.rank * workers:(o.rank + 1) * workers]
             position = _Position(state["epoch"], workers, base=state.get("elastic"), before=sum(mine))
-            if o.pack is not None or _in_turns(counts, workers):
+            if _in_turns(counts, workers):
                 return position, state
+            if o.pack is not None:  # cannot be dealt anew (see below)
+                raise InvalidDataError(
+                    f"cannot resume this state of a packed loader (pack=...) on {o.world_size} "
+                    f"rank(s) x {workers} DataLoader workers: it was taken on another split of "
+                    f"its world of {world} worker loaders (batches per worker {counts}), whose "
+                    "ranks would get unequal rests (a collective per step would wait forever on "
+                    "the rank that ran out); packed loaders resume with the same ranks, workers "
+                    "and batch size")
             # The counts are not those of ranks in lockstep, each taking its workers'
             # batches in turns (the state of another split of the world, e.g. 2 ranks x 2
             # workers resumed as 1 x 4): DataLoader's turns would not continue them (the

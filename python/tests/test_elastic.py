@@ -445,6 +445,45 @@ def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(t
 
 
 @pytestmark_workers
+def test_dataloader_workers_of_a_packed_loader_refuse_another_split_of_their_world(tmp_path):
+    # 1 rank x 4 workers after 5 batches ([2, 1, 1, 1]) resumed as 2 ranks x 2 workers: a
+    # packed state cannot be dealt anew, and continuing each worker's stream gave the
+    # ranks 59 and 60 batches left (a collective per step waits forever on the other rank).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    docs = [[i] * (i % 7 + 1) for i in range(400)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=25)
+
+    def dataloader(workers, rank=0, world=1):
+        loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1, rank=rank,
+                                 world_size=world, pack=pqloader.Pack("tokens", seq_len=8, eos=0))
+        return pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=workers)
+
+    def take(dl, n):
+        it = iter(dl)
+        for _ in range(n):
+            next(it)
+        return dl.state_dict()
+
+    state = json.loads(json.dumps(run_with_timeout(lambda: take(dataloader(4), 5), timeout=120)))
+    assert state["rank_batches"] == [2, 1, 1, 1]
+    for rank in range(2):
+        dl = dataloader(2, rank=rank, world=2)
+        dl.load_state_dict(state)
+        with pytest.raises(pqloader.InvalidDataError, match="another split"):
+            run_with_timeout(lambda: list(dl), timeout=120)
+    # Counts that are each rank's turns ([2, 2, 2, 2]) continue, with equal rests.
+    state = json.loads(json.dumps(run_with_timeout(lambda: take(dataloader(4), 8), timeout=120)))
+    rests = []
+    for rank in range(2):
+        dl = dataloader(2, rank=rank, world=2)
+        dl.load_state_dict(state)
+        rests.append(len(run_with_timeout(lambda: list(dl), timeout=120)))
+    assert rests[0] == rests[1] > 0
+
+
+@pytestmark_workers
 @pytest.mark.parametrize("workers,persistent", [(2, False), (3, False), (2, True)])
 def test_dataloader_resumed_in_an_epochs_last_batches_yields_only_their_rest(ds, workers, persistent):
     """A worker that had handed out its share of the epoch yields nothing more (it went

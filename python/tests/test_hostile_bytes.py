@@ -450,6 +450,18 @@ def test_partition_value_that_decodes_to_invalid_utf8_is_refused_when_selected(t
     assert sorted(int(x) for b in pqloader.Loader(str(tmp_path / "d"), columns=["x"]) for x in b["x"]) == [1, 1, 2, 2]
 
 
+def test_strings_bytes_gives_a_text_partition_key_as_bytes_too(tmp_path):
+    # It came out str while every other text column was bytes (and a fill of bytes was
+    # refused with "pass strings=\"bytes\"", though it was passed).
+    for value in ("Paris", "New%20York", "__HIVE_DEFAULT_PARTITION__"):
+        d = tmp_path / f"city={value}"
+        d.mkdir()
+        pq.write_table(pa.table({"x": [1], "s": ["t"]}), d / "part.parquet")
+    loader = pqloader.Loader(str(tmp_path), strings="bytes", fill_null={"city": b"\xff"})
+    assert loader.column_info["city"]["dtype"] == loader.column_info["s"]["dtype"] == "bytes"
+    assert sorted(v for b in loader for v in b["city"]) == [b"New York", b"Paris", b"\xff"]
+
+
 def test_invalid_utf8_struct_field_name_is_refused_when_selected(tmp_path):
     good = tmp_path / "good.parquet"
     pq.write_table(pa.table({"id": [1, 2], "s": pa.array([{"fldA": 1, "ok": 2}] * 2)}), good,

@@ -107,6 +107,12 @@ def test_a_pad_value_must_be_a_value_of_the_columns_dtype(tmp_path):
     pq.write_table(pa.table({"h": pa.array([[1.0], [2.0, 3.0]], pa.list_(pa.float16()))}), tmp_path / "p.parquet")
     with pytest.raises(ValueError, match=r"Pad\(value=1000000.0\) overflows column 'h' \(float16\)"):
         pqloader.Loader(str(tmp_path), lists={"h": pqloader.Pad(value=1e6)})
+    with pytest.raises(ValueError, match=r"Pad\(value=65520.0\) overflows column 'h' \(float16\)"):
+        pqloader.Loader(str(tmp_path), lists={"h": pqloader.Pad(value=65520.0)})
+    # A value that rounds to the largest float16 pads (as np.float16(65510.0)): the batch's
+    # own check refused it once, as if the dtype had been unknown when the Loader was made.
+    got = next(iter(pqloader.Loader(str(tmp_path), lists={"h": pqloader.Pad(value=65510.0)})))
+    assert got["h"].tolist() == [[1.0, np.float16(65510.0)], [2.0, 3.0]]
 
 
 def test_pad_or_truncate_sides(tokens):

@@ -328,3 +328,15 @@ def test_a_field_of_a_list_of_structs_absent_from_a_file_is_refused_naming_it(tm
     write_parquet(tmp_path / "c" / "b.parquet", pa.table({"s": pa.array([{"a": 7}])}))
     got = collect(pqloader.Loader(str(tmp_path / "c"), fill_null=-1.0))
     assert got["s.b"].tolist() == [1.5, -1.0]
+
+
+def test_decimals_rescaled_past_38_digits_load_as_pyarrow_casts_them(tmp_path):
+    # 10**37 at scale 0 beside a scale-10 file: 10**47 unscaled, past 128 bits (the column
+    # is a decimal256); an error once, where pyarrow gives 1e37.
+    import decimal
+    a = pa.table({"x": pa.array([decimal.Decimal(10**37), decimal.Decimal(5)], pa.decimal128(38, 0))})
+    b = pa.table({"x": pa.array([decimal.Decimal("1.5")], pa.decimal128(38, 10))})
+    pq.write_table(a, tmp_path / "a.parquet")
+    pq.write_table(b, tmp_path / "b.parquet")
+    want = pa.concat_tables([a, b], promote_options="permissive")["x"].cast(pa.float64()).to_pylist()
+    assert collect(pqloader.Loader(str(tmp_path), batch_size=8))["x"].tolist() == want == [1e37, 5.0, 1.5]

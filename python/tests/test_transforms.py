@@ -856,6 +856,32 @@ def test_transforms_of_a_text_column_are_refused_when_the_loader_is_made(tmp_pat
     assert got["raw"].tolist() == [[97.0, 98.0], [99.0, 100.0]]
 
 
+def test_transforms_of_a_text_column_read_as_bytes_are_refused_too(tmp_path):
+    # strings="bytes" hands text out as bytes, but ops of it would still see its UTF-8
+    # codes: Cast('float32') of '1.5' had been [49, 46, 53] (refused only as str).
+    pq.write_table(pa.table({"price": ["1.5", "2.5"], "cat": pa.array(["1.5", "2.5"]).dictionary_encode(),
+                             "raw": [b"ab", b"cd"]}), tmp_path / "p.parquet")
+    for col in ("price", "cat"):
+        for ops in ([T.Cast("float32")], [T.Cast("float32"), T.PadOrTruncate(4)]):
+            with pytest.raises(pqloader.UnsupportedTypeError, match=rf"column '{col}' .* holds text"):
+                pqloader.Loader(str(tmp_path), strings="bytes", transforms={col: ops})
+    got = next(iter(pqloader.Loader(str(tmp_path), columns=["raw"], strings="bytes",
+                                    transforms={"raw": [T.Cast("float32")]})))
+    assert got["raw"].tolist() == [[97.0, 98.0], [99.0, 100.0]]
+
+
+def test_pad_or_truncate_alone_on_a_scalar_column_is_refused_when_the_loader_is_made(tmp_path):
+    # It was accepted, and the first batch failed as if the data were wrong.
+    pq.write_table(pa.table({"id": [1, 2], "b": [b"abc", b"d"], "s": ["x", "y"]}), tmp_path / "p.parquet")
+    for col, extra, why in (("id", {}, "is not a list of numbers"), ("b", {}, r"is not a list of numbers.*Cast\('uint8'\)"),
+                            ("s", {"strings": "bytes"}, "holds text")):
+        with pytest.raises(pqloader.UnsupportedTypeError, match=rf"column '{col}' .*{why}"):
+            pqloader.Loader(str(tmp_path), columns=[col], transforms={col: [T.PadOrTruncate(4)]}, **extra)
+    got = next(iter(pqloader.Loader(str(tmp_path), columns=["b"],
+                                    transforms={"b": [T.Cast("uint8"), T.PadOrTruncate(4, pad=7)]})))
+    assert got["b"].tolist() == [[97, 98, 99, 7], [100, 7, 7, 7]]
+
+
 def test_the_state_fingerprint_of_a_pipeline_keeps_its_text(tmp_path):
     # States saved by earlier versions hold this text: writing its numbers exactly (as
     # cache keys now do) would refuse every such state (ratio=[0.75, 1.3333333333333333]).

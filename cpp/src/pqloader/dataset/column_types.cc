@@ -151,6 +151,7 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field, const SpecOpti
                   "column so), so there is nothing to load; leave it out with columns=[...]");
   }
   if (IsVarBinary(t->id(), &spec.kind)) {
+    spec.text = spec.kind == ColumnKind::kString;
     if (options.strings_as_bytes) spec.kind = ColumnKind::kBytes;
     return spec;
   }
@@ -158,6 +159,7 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field, const SpecOpti
     const auto& value = ValueType(*static_cast<const arrow::BaseListType*>(t)->value_type());
     ColumnKind kind;
     if (IsVarBinary(value.id(), &kind)) {
+      spec.text = kind == ColumnKind::kString;
       spec.kind = kind == ColumnKind::kString && !options.strings_as_bytes
                       ? ColumnKind::kStringList
                       : ColumnKind::kBytesList;

@@ -517,7 +517,10 @@ class Resolver {
     ColumnSpec spec;
     spec.name = name;
     spec.is_partition = true;
-    spec.kind = all_int ? ColumnKind::kTensor : ColumnKind::kString;
+    spec.kind = all_int                             ? ColumnKind::kTensor
+                : options_.spec.strings_as_bytes ? ColumnKind::kBytes  // as the files' text
+                                                 : ColumnKind::kString;
+    spec.text = !all_int;
     spec.dtype = DType::kInt64;
     spec.arrow_type = all_int ? "int64" : "string";
     Push(spec, key, nullptr, std::vector<ColumnSource>(files_.size()), any_null);

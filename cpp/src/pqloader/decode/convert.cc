@@ -115,12 +115,18 @@ arrow::Result<double> DecimalToDouble(const DecimalT& v, int32_t scale, int32_t 
   if constexpr (std::is_same_v<DecimalT, arrow::Decimal256>) {
     ARROW_ASSIGN_OR_RAISE(auto wide, v.Rescale(scale, to_scale));
     return wide.ToDouble(to_scale);
-  } else if constexpr (std::is_same_v<DecimalT, arrow::Decimal128>) {
-    ARROW_ASSIGN_OR_RAISE(auto wide, v.Rescale(scale, to_scale));
-    return wide.ToDouble(to_scale);
   } else {
-    ARROW_ASSIGN_OR_RAISE(auto wide, arrow::Decimal128(static_cast<int64_t>(v.value()))
-                                         .Rescale(scale, to_scale));
+    arrow::Decimal128 narrow;
+    if constexpr (std::is_same_v<DecimalT, arrow::Decimal128>) {
+      narrow = v;
+    } else {
+      narrow = arrow::Decimal128(static_cast<int64_t>(v.value()));
+    }
+    auto rescaled = narrow.Rescale(scale, to_scale);
+    if (rescaled.ok()) return rescaled->ToDouble(to_scale);
+    // Past 38 digits at the column's scale: the column is a decimal256 (the type that
+    // holds both files' values), which pyarrow casts the value to before float64.
+    ARROW_ASSIGN_OR_RAISE(auto wide, arrow::Decimal256(narrow).Rescale(scale, to_scale));
     return wide.ToDouble(to_scale);
   }
 }

@@ -31,8 +31,10 @@ bool PadValueFits(DType t, double v) {
     case DType::kUInt32: return whole_in(0, 4294967295.0);
     case DType::kInt64: return whole_below(-9223372036854775808.0, 9223372036854775808.0);
     case DType::kUInt64: return whole_below(0, 18446744073709551616.0);
-    case DType::kFloat16: return !std::isfinite(v) || std::abs(v) <= 65504;
-    case DType::kFloat32: return !std::isfinite(v) || std::abs(v) <= std::numeric_limits<float>::max();
+    // A float fits unless it rounds to inf (as numpy, and the Loader's check when made):
+    // from 65520 (float16), from 2^128 - 2^103 (float32), halfway past the largest finite.
+    case DType::kFloat16: return !std::isfinite(v) || std::abs(v) < 65520;
+    case DType::kFloat32: return !std::isfinite(v) || std::abs(v) < 0x1.ffffffp+127;
     case DType::kFloat64: return true;
   }
   return true;

@@ -71,6 +71,9 @@ struct ColumnSpec {
   bool is_partition = false;
   /// True when transforms produce the column (dtype and row shape known only then).
   bool transformed = false;
+  /// True for a column of text, or of lists of text, also where `kind` hands it out as
+  /// bytes (strings="bytes"): transforms refuse it (they would see its UTF-8 codes).
+  bool text = false;
   /// For a "<name>_valid" column: the index (in the same spec list) of the column whose
   /// rows it marks valid (bool, true where the value is not null). -1 otherwise.
   int mask_of = -1;

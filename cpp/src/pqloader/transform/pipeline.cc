@@ -156,14 +156,17 @@ arrow::Result<TransformPlan> TransformPlan::Make(
                        "', which is not among the selected columns");
     }
     if (ops.empty()) continue;
-    if (specs[col].kind != ColumnKind::kTensor && specs[col].kind != ColumnKind::kBytes) {
+    if ((specs[col].kind != ColumnKind::kTensor && specs[col].kind != ColumnKind::kBytes) ||
+        specs[col].text) {  // (text read as bytes: its UTF-8 codes all the same)
       // Ops see a row's bytes: of text (or of the encoded lists of strings), they would
       // be numbers no one meant (Cast('float32') of '1.5' is [49, 46, 53]).
       return MakeError(ErrorKind::kUnsupportedType, "transforms: column '", name, "' (",
                        specs[col].arrow_type, ") holds ",
-                       specs[col].kind == ColumnKind::kString     ? "text"
-                       : specs[col].kind == ColumnKind::kStringList ? "lists of strings"
-                                                                    : "lists of binary values",
+                       specs[col].kind == ColumnKind::kString ||
+                               specs[col].kind == ColumnKind::kBytes ? "text"
+                       : specs[col].kind == ColumnKind::kStringList || specs[col].text
+                           ? "lists of strings"
+                           : "lists of binary values",
                        ", and transforms work on numbers and on encoded bytes (binary "
                        "columns: images, .npy); convert the text when the data is written, or "
                        "in a batch_transform");
@@ -199,6 +202,17 @@ arrow::Result<TransformPlan> TransformPlan::Make(
       c.ops.pop_back();
       c.positions.pop_back();
       plan.collate_[col] = collate;
+      if (c.ops.empty() &&
+          (specs[col].kind != ColumnKind::kTensor || specs[col].row_shape.empty())) {
+        // As lists= refuses it: else the first batch failed, as if the data were wrong.
+        return MakeError(ErrorKind::kUnsupportedType, "transforms: column '", name, "' (",
+                         specs[col].arrow_type, ") is not a list of numbers, so "
+                         "PadOrTruncate alone cannot pad it",
+                         specs[col].kind == ColumnKind::kBytes
+                             ? " (to pad a binary value's bytes, put Cast('uint8') before it)"
+                             : "",
+                         "; only list columns (or transformed columns) can be padded");
+      }
     }
     c.first_random = cache_point ? c.ops.size() : 0;
     for (size_t i = 0; i < c.first_random; ++i) {
