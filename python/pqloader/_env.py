@@ -69,6 +69,24 @@ def normalize_sources(source: Source) -> list[str]:
     return out
 
 
+def local_dir(path: str, what: str = "cache_dir") -> str:
+    """A local directory argument made absolute (``~`` expanded; ``file://`` taken off).
+
+    Raises:
+        ValueError: `path` is another URL (``s3://bucket/cache``): made absolute, it named
+            a local directory ``./s3:/bucket/cache``, which a Loader created and used
+            silently.
+    """
+    if not isinstance(path, str):  # bytes: as before (the engine refuses them)
+        return os.path.abspath(path)
+    if path.startswith(_FILE_SCHEME):
+        path = path[len(_FILE_SCHEME):]
+    elif "://" in path:
+        raise ValueError(f"{what} must be a local directory, got the URL {path!r} (the cache "
+                         "is kept on local disk)")
+    return os.path.abspath(os.path.expanduser(path))
+
+
 def _check_local_kind(path: str) -> None:
     """Refuse an existing local path that is neither a regular file nor a directory."""
     try:

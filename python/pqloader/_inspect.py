@@ -54,7 +54,7 @@ def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None
         >>> pqloader.cache_stats("/tmp/pqcache")["stale_entries"]
         0
     """
-    return dict(_core.cache_stats(os.path.abspath(os.fspath(cache_dir)), _dataset_sources(dataset),
+    return dict(_core.cache_stats(_env.local_dir(os.fspath(cache_dir)), _dataset_sources(dataset),
                                   _env.normalize_storage_options(storage_options)))
 
 
@@ -86,7 +86,7 @@ def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None
         >>> pqloader.cache_prune("/tmp/pqcache", dataset="data/train")["entries"]
         3
     """
-    return dict(_core.cache_prune(os.path.abspath(os.fspath(cache_dir)), _dataset_sources(dataset),
+    return dict(_core.cache_prune(_env.local_dir(os.fspath(cache_dir)), _dataset_sources(dataset),
                                   _env.normalize_storage_options(storage_options)))
 
 
@@ -119,7 +119,7 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
         >>> pqloader.cache_clear("/tmp/pqcache")["entries"]
         12
     """
-    return dict(_core.cache_clear(os.path.abspath(os.fspath(cache_dir))))
+    return dict(_core.cache_clear(_env.local_dir(os.fspath(cache_dir))))
 
 
 def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,

@@ -290,7 +290,7 @@ def _check_cache_dir(cache_dir: Any) -> str | None:
     path = os.fspath(cache_dir)
     if not isinstance(path, str) or path == "":
         raise ValueError(f"cache_dir must be a directory path, ':memory:' or None, got {path!r}")
-    return path if path == ":memory:" else os.path.abspath(os.path.expanduser(path))
+    return path if path == ":memory:" else _env.local_dir(path)
 
 
 # What each argument of Loader (and field of LoaderOptions) means, in the Google style
@@ -383,7 +383,8 @@ ARGUMENT_DOCS = """\
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
-            directory (shared by processes, kept across runs; see docs/cache_format.md),
+            local directory (a URL other than ``file://`` is refused; shared by processes,
+            kept across runs; see docs/cache_format.md),
             or ``":memory:"`` for this loader only (its later epochs; another loader has
             its own). Hits skip reading, decoding and
             those transforms; batches are bit-identical either way. If the directory is

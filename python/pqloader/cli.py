@@ -377,8 +377,10 @@ def _run_command(args: argparse.Namespace) -> int:
             raise
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
-    except (pqloader.Error, ValueError, TypeError, OSError, ImportError) as e:
+    except (pqloader.Error, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
         # ImportError: an optional dependency (pyarrow for --filter) is missing.
+        # MemoryError: the engine could not allocate a batch (its message names the batch,
+        # its row groups and the bytes asked for), e.g. --transform 'x=PadOrTruncate(10**12)'.
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

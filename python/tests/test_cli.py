@@ -403,3 +403,35 @@ def test_a_source_path_that_is_not_utf8_is_a_one_line_error(cli_ds, tmp_path):
     err = r.stderr.decode("utf-8", "replace")
     assert "Traceback" not in err and "incompatible" not in err, err
     assert "not UTF-8" in err
+
+
+def test_a_batch_that_cannot_be_allocated_is_a_one_line_error(cli_ds, tmp_path):
+    # The engine's MemoryError (a transform's output of ~10^12 values a row) ended in a
+    # traceback.
+    d, _ = cli_ds
+    r = cli("bench", d, "--columns", "v", "--transform", "v=PadOrTruncate(1000000000000)",
+            cwd=tmp_path)
+    _assert_clean_failure(r, "part-000.parquet")
+
+
+@pytest.mark.parametrize("args", [
+    ("bench", "{d}", "--cache-dir", "s3://bucket/cache"),
+    ("cache", "stats", "s3://bucket/cache"),
+    ("cache", "clear", "s3://bucket/cache"),
+])
+def test_a_url_as_cache_dir_is_refused_naming_it(cli_ds, tmp_path, args):
+    # It was made absolute as a local path: bench created and filled ./s3:/bucket/cache
+    # without a word, and the cache commands named '<cwd>/s3:/bucket/cache'.
+    d, _ = cli_ds
+    r = cli(*[a.format(d=d) for a in args], cwd=tmp_path)
+    _assert_clean_failure(r, "'s3://bucket/cache'", "local directory")
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_file_url_as_cache_dir_is_its_path(cli_ds, tmp_path):
+    d, _ = cli_ds
+    r = cli("bench", d, "--columns", "id", "--cache-dir", f"file://{tmp_path / 'c'}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "c" / "PQLOADER_CACHE").exists() and not (tmp_path / "file:").exists()
+    r = cli("cache", "stats", f"file://{tmp_path / 'c'}", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr

@@ -107,6 +107,15 @@ def test_glob_matching_nothing_raises_data_not_found(tmp_path):
         read_all(str(tmp_path / "*.nothing"))
 
 
+def test_inspect_gives_a_duplicated_columns_file_type_not_partition(tmp_path):
+    # Two fields named x: inspect said 'partition' (no such key) for its type.
+    p = tmp_path / "dup.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array([3.0, 4.0])], names=["x", "x"]), p)
+    info = pqloader.inspect(str(p))
+    assert info["schema"] == {"x": "int64"}
+    assert "2 columns named 'x'" in info["loads_as"]["x"]
+
+
 def test_inspect_of_missing_path_raises_data_not_found(tmp_path):
     with pytest.raises(pqloader.DataNotFoundError):
         pqloader.inspect(str(tmp_path / "missing"))

@@ -193,6 +193,35 @@ def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path):
     assert f"files {n}" in lines and f"indexed {n}" in lines
 
 
+# Against an endpoint that refuses connections the S3 client retries for a minute; Ctrl-C
+# must not wait for it: write_index's check that the source is a directory did, and any
+# second call after an interrupted one did (Arrow makes a new S3 client only once the
+# first call's abandoned request, left retrying in the background, is done).
+CHILD_REFUSED = r"""
+import os, signal, sys, threading, time, pqloader
+options = {"endpoint_override": "127.0.0.1:1", "scheme": "http", "region": "us-east-1"}
+for name, call in (("inspect", pqloader.inspect), ("index", pqloader.write_index)):
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        call("s3://bucket/x", storage_options=options)
+        print(name, "finished", flush=True)
+    except KeyboardInterrupt:
+        print(name, "interrupted after", round(time.monotonic() - start, 1), flush=True)
+"""
+
+
+def test_ctrl_c_interrupts_inspect_and_write_index_against_a_refusing_endpoint():
+    from test_s3 import aws_env
+
+    out = subprocess.run([sys.executable, "-c", CHILD_REFUSED], capture_output=True, text=True,
+                         timeout=240, env=aws_env())
+    for name in ("inspect", "index"):
+        line = next((l for l in out.stdout.splitlines() if l.startswith(f"{name} interrupted")), None)
+        assert line is not None, out.stdout + out.stderr
+        assert float(line.split()[-1]) < 10, line  # the second: 55-60 s, the retries' budget
+
+
 # Listing a directory on S3 takes one request per 1,000 keys: 100 for 10^5 files, each a
 # round trip (tens of seconds on a slow link), and before it Arrow checks that the path
 # is a directory (up to three requests, or a run of retries against an endpoint that

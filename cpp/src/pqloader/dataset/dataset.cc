@@ -488,6 +488,11 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
 
 }  // namespace
 
+arrow::Result<arrow::fs::FileInfo> FileInfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
+                                              const std::string& path, const CancelFlag& cancel) {
+  return InfoOf(fs, path, cancel);
+}
+
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
                                                     const StorageOptions& storage,
                                                     std::vector<SummaryRef>* summaries,
@@ -496,7 +501,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
   if (sources.empty()) return MakeError(ErrorKind::kNotFound, "no source given");
   std::vector<FoundFile> out;
   for (const std::string& source : sources) {
-    ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source));
+    ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source, cancel));
     const auto& fs = resolved.fs;
     const std::string& path = resolved.path;
     const std::string& prefix = resolved.prefix;
@@ -1113,8 +1118,9 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
     auto resolved = ResolveColumns(file_columns, keys, options);
     std::string first_type;
     for (const auto& schema : opened.schemas) {
-      if (auto f = schema->GetFieldByName(name)) {
-        first_type = f->type()->ToString();
+      const auto fields = schema->GetAllFieldsByName(name);  // (two fields of one name too)
+      if (!fields.empty()) {
+        first_type = fields[0]->type()->ToString();
         break;
       }
     }

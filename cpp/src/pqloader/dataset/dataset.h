@@ -246,6 +246,11 @@ struct FoundFile {
   bool from_index = false;
 };
 
+/// What `path` is on `fs`: on S3 asked while `cancel` is polled (a refusing endpoint's
+/// retries last a minute), elsewhere asked directly.
+arrow::Result<arrow::fs::FileInfo> FileInfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
+                                              const std::string& path, const CancelFlag& cancel);
+
 /// Expand `sources` into files, in canonical order, without opening them. With
 /// `summaries`, the summaries (`_metadata`) found at the roots of directory sources are
 /// added there and their files point to them (FoundFile::summary). Cancelled once

@@ -265,12 +265,13 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
                                              const StorageOptions& storage, int metadata_threads,
                                              Progress* progress, const CancelFlag& cancel) {
   ARROW_ASSIGN_OR_RAISE(auto resolver, FileSystemResolver::Make(storage));
-  ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source));
+  ARROW_ASSIGN_OR_RAISE(auto resolved, resolver->Resolve(source, cancel));
   const auto fs = resolved.fs;
   std::string root = resolved.path;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   const std::string display_root = resolved.prefix + root;
-  auto info = fs->GetFileInfo(root);
+  auto info = FileInfoOf(fs, root, cancel);  // (Ctrl-C: a refusing endpoint retries a minute)
+  if (info.status().IsCancelled()) return info.status();
   if (!info.ok()) {
     return MakeIOError(info.status(), "cannot access '", source, "'");
   }

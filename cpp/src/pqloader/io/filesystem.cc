@@ -289,11 +289,22 @@ std::string AbsoluteLocalSource(const std::string& source) {
   return error ? source : absolute.lexically_normal().string();
 }
 
-arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& source) {
+arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& source,
+                                                          const CancelFlag& cancel) {
   if (source.compare(0, sizeof(kS3Prefix) - 1, kS3Prefix) == 0) {
     if (s3_ == nullptr) {
       ARROW_ASSIGN_OR_RAISE(auto options, MakeS3Options(storage_));
-      auto made = arrow::fs::S3FileSystem::Make(options, IoContext());
+      auto make = [options] { return arrow::fs::S3FileSystem::Make(options, IoContext()); };
+      arrow::Result<std::shared_ptr<arrow::fs::S3FileSystem>> made;
+      if (cancel == nullptr) {
+        made = make();
+      } else {
+        // On Arrow's I/O pool, so that Ctrl-C need not wait for another client's
+        // abandoned request (a Make left running finishes there and is dropped).
+        ARROW_ASSIGN_OR_RAISE(auto future, arrow::io::default_io_context().executor()->Submit(make));
+        if (!WaitUnlessCancelled(future, cancel)) return CancelledStatus();
+        made = future.result();
+      }
       if (made.ok()) s3_ = *made;
       const auto& st = made.status();
       if (!st.ok()) {

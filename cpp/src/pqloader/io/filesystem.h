@@ -22,6 +22,8 @@
 #include <arrow/result.h>
 #include <arrow/util/thread_pool.h>
 
+#include "pqloader/util/cancel.h"
+
 namespace pqloader {
 
 /// Storage options of s3:// sources: key → value as text ("true"/"false" for flags,
@@ -89,7 +91,12 @@ class FileSystemResolver {
   static arrow::Result<std::unique_ptr<FileSystemResolver>> Make(const StorageOptions& storage);
 
   /// Resolve `source`. S3 is initialised on first use (and finalised by FinalizeS3).
-  arrow::Result<ResolvedSource> Resolve(const std::string& source);
+  /// With `cancel`, making the S3 filesystem is waited for while `cancel` is polled:
+  /// Arrow makes a new S3 client only once no request of this process's other S3
+  /// clients is in flight, and a request abandoned on Ctrl-C (Arrow finishes it in the
+  /// background) may retry a refusing endpoint for a minute.
+  arrow::Result<ResolvedSource> Resolve(const std::string& source,
+                                        const CancelFlag& cancel = nullptr);
 
  private:
   FileSystemResolver() = default;
