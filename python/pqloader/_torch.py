@@ -127,6 +127,22 @@ class Packing:
         return out
 
 
+def _check_device(device: Any) -> torch.device | None:
+    """`device` as a torch.device; an argument torch refuses raises naming ``device``."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise TypeError(f"device must be a str (e.g. 'cuda:0'), an int or a torch.device, got "
+                        f"{type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError as e:
+        if isinstance(device, int) and device >= 0:  # an accelerator's index, and torch has none
+            raise RuntimeError(f"device={device!r} but torch has no accelerator ({e}); pass "
+                               "device=None for CPU tensors") from None
+        raise ValueError(f"device={device!r} is not a torch device (e.g. 'cuda', 'cuda:0', 'cpu'): {e}") from None
+
+
 class TorchOutput:
     """How a Loader turns engine batches into torch batches on the requested device.
 
@@ -141,13 +157,17 @@ class TorchOutput:
     """
 
     def __init__(self, pin_memory: bool | None, device: Any, device_prefetch: int) -> None:
-        self.device = None if device is None else torch.device(device)
+        self.device = _check_device(device)
         if self.device is not None and self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(
                 f"device={str(device)!r} but CUDA is not available (torch {torch.__version__}, "
                 "torch.cuda.is_available() is False); pass device=None for CPU tensors")
         if self.device is not None and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
+        if self.device is not None and self.device.type == "cuda" and self.device.index >= torch.cuda.device_count():
+            # (torch's own error came from the side stream's creation: "invalid device ordinal")
+            raise ValueError(f"device={str(device)!r} but torch sees {torch.cuda.device_count()} CUDA "
+                             "device(s), numbered from 0")
         self.cuda = self.device is not None and self.device.type == "cuda"
         if pin_memory is None:
             pin_memory = self.cuda
@@ -168,11 +188,21 @@ class TorchOutput:
             return
         ahead: collections.deque = collections.deque()
         try:
-            for epoch, index, batch in items:
-                ahead.append((epoch, index, self._stage(batch)))
-                if len(ahead) > self.depth:
+            try:
+                for epoch, index, batch in items:
+                    ahead.append((epoch, index, self._stage(batch)))
+                    if len(ahead) > self.depth:
+                        e, i, staged = ahead.popleft()
+                        yield e, i, self._ready(staged)
+            except Exception:
+                # An error of a later batch (the engine's, batch_transform's, its staging)
+                # comes after the batches staged before it, as without staging: dropping
+                # them raised it device_prefetch batches early (docs/reliability.md: "the
+                # batches before it are delivered"). A stale iterator's hand-out refuses them.
+                while ahead:
                     e, i, staged = ahead.popleft()
                     yield e, i, self._ready(staged)
+                raise
             while ahead:
                 e, i, staged = ahead.popleft()
                 yield e, i, self._ready(staged)
@@ -181,7 +211,7 @@ class TorchOutput:
 
     def _stage(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
         """Start the copies of one NumPy batch; return it, as tensors, with the event
-        that marks the copies' end and the device buffer they fill (None, None off CUDA)."""
+        that marks the copies' end and the device buffers they fill (None, () off CUDA)."""
         if self.cuda:
             return self._stage_cuda(batch)
         out = {}
@@ -192,33 +222,41 @@ class TorchOutput:
                 if self.device is not None:
                     v = v.to(self.device)
             out[k] = v
-        return out, None, None
+        return out, None, ()
 
     def _stage_cuda(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
-        """Pack the batch into one host buffer, copy it in one transfer, hand out views."""
+        """Pack the batch into one host buffer, copy it in one transfer, hand out views.
+        Tensors a batch_transform returned elsewhere are copied on their own (as off CUDA:
+        they stayed on the host)."""
         signature = Packing.signature(batch)
         packing = self.packings.get(signature)
         if packing is None:
             if len(self.packings) >= 8:  # kinds of batch: a full one and a shorter last one
                 self.packings.clear()
             packing = self.packings[signature] = Packing(batch)
-        if not packing.runs:  # no arrays: nothing to copy
-            return batch, None, None
-        host = packing.pack(batch, self.pin_memory)
+        tensors = [k for k, v in batch.items() if isinstance(v, torch.Tensor) and v.device != self.device]
+        if not packing.runs and not tensors:  # nothing to copy
+            return batch, None, ()
+        host = packing.pack(batch, self.pin_memory) if packing.runs else None
         with torch.cuda.stream(self.stream):
-            device = host.to(self.device, non_blocking=True)
+            buffers = [host.to(self.device, non_blocking=True)] if host is not None else []
+            out = packing.unpack(buffers[0], batch) if host is not None else dict(batch)
+            for k in tensors:
+                out[k] = batch[k].to(self.device, non_blocking=True)
+                buffers.append(out[k])
             event = torch.cuda.Event()
             event.record(self.stream)
-        return packing.unpack(device, batch), event, device
+        return out, event, buffers
 
     def _ready(self, staged: tuple[dict[str, Any], Any, Any]) -> dict[str, Any]:
         """Make the consumer's stream wait for the batch's copies; hand the batch out."""
-        batch, event, device = staged
+        batch, event, buffers = staged
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
-            # The buffer (every column is a view of it) was allocated on the side stream and
-            # is now used on `current`: tell the caching allocator, so it is not reused
-            # before `current` is done with it.
-            device.record_stream(current)
+            # The buffers (every packed column is a view of the first) were allocated on the
+            # side stream and are now used on `current`: tell the caching allocator, so
+            # they are not reused before `current` is done with them.
+            for buffer in buffers:
+                buffer.record_stream(current)
         return batch

@@ -131,6 +131,11 @@ def test_torch_output_without_torch_installed_is_a_clear_error(ds):
         (dict(device="cpu"), ValueError, "output='torch'"),
         (dict(pin_memory=True), ValueError, "output='torch'"),
         (dict(output="torch", device_prefetch=0), ValueError, "device_prefetch"),
+        # torch's own errors named neither the argument nor, for "gpu", the right kind
+        (dict(output="torch", device="gpu"), ValueError, "device='gpu' is not a torch device"),
+        (dict(output="torch", device="cuda:x"), ValueError, "device='cuda:x'"),
+        (dict(output="torch", device=1.5), TypeError, "device must be"),
+        (dict(output="torch", device=True), TypeError, "device must be"),
     ],
 )
 def test_invalid_output_options_are_refused(ds, options, exc, word):
@@ -172,6 +177,32 @@ def test_device_staging_runs_exactly_device_prefetch_batches_ahead(ds, depth):
     rest = list(it)
     assert 5 + len(rest) == PER_EPOCH
     assert loader.stats()["batches"] == PER_EPOCH
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_an_error_after_staged_batches_is_raised_after_them(ds, depth):
+    # The batches before an error are delivered (docs/reliability.md), staged or not: the
+    # staged ones were dropped, and the error raised `depth` batches early.
+    def fail_at_5(batch):
+        if fail_at_5.seen == 5:
+            raise ValueError("batch_transform failed")
+        fail_at_5.seen += 1
+        return batch
+
+    def run(**options):
+        fail_at_5.seen = 0
+        loader = pqloader.Loader(ds, **kw(output="torch", batch_transform=fail_at_5, **options))
+        got = []
+        with pytest.raises(ValueError, match="batch_transform failed"):
+            for batch in loader:
+                got.append(as_numpy(batch))
+        return got, loader.state_dict()["batch"]
+
+    ref, position = run()
+    assert len(ref) == position == 5
+    got, staged_position = run(device="cpu", device_prefetch=depth)
+    assert staged_position == position
+    assert_batch_streams_equal(got, ref)
 
 
 @pytest.mark.parametrize("k", [0, 3, PER_EPOCH - 1, PER_EPOCH, PER_EPOCH + 2])
@@ -339,6 +370,30 @@ def test_cuda_batches_land_on_the_requested_device(ds, device):
     batch = next(iter(pqloader.Loader(ds, **kw(output="torch", device=device))))
     expected = torch.device("cuda", torch.cuda.current_device() if device == "cuda" else 0)
     assert {v.device for v in batch.values() if isinstance(v, torch.Tensor)} == {expected}
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_cuda_tensors_a_batch_transform_returns_land_on_the_device_too(ds):
+    # Packing takes NumPy arrays only: a batch_transform's torch tensors stayed on the host.
+    def to_tensors(batch):
+        return {**batch, "x2": torch.from_numpy(batch["x"]) * 2, "h": torch.ones(len(batch["id"]), dtype=torch.bfloat16)}
+
+    ref = list(pqloader.Loader(ds, **kw(output="torch", device="cpu", batch_transform=to_tensors)))
+    got = []
+    for batch in pqloader.Loader(ds, **kw(output="torch", device="cuda", batch_transform=to_tensors)):
+        assert batch["x2"].is_cuda and batch["h"].is_cuda and batch["id"].is_cuda
+        got.append({k: (v * 1).cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+    torch.cuda.synchronize()
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        assert all(torch.equal(a[k], b[k]) if isinstance(b[k], torch.Tensor) else a[k] == b[k] for k in b)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_a_cuda_device_torch_does_not_see_is_refused_naming_it(ds):
+    missing = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(ValueError, match=f"device='{missing}' but torch sees"):
+        pqloader.Loader(ds, output="torch", device=missing)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
