@@ -292,7 +292,8 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
 _END = object()
 
 
-def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) -> Iterator[Item]:
+def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
+                 wake: Callable[[], None] | None = None) -> Iterator[Item]:
     """Apply `fn` to the batch of each item in one background thread, keeping order.
 
     Errors raised by `fn` or by `items` re-raise in the consumer. The engine releases
@@ -304,6 +305,9 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) ->
         fn: The batch transform (dict -> dict).
         items: (epoch, index, batch) items.
         depth: Transformed items held ahead of the consumer (at least 1).
+        wake: Called when the consumer leaves while the thread still runs: it must end
+            the thread's wait for its next item (the engine's stop), or leaving (Ctrl-C,
+            break) would wait for that item, up to a storage retry budget.
     """
     out: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -349,6 +353,8 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int) ->
     finally:
         stop.set()
         if thread.is_alive():
+            if wake is not None:
+                wake()
             thread.join()
 
 

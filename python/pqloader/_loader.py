@@ -227,7 +227,13 @@ class Loader:
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
                                         end=end)
         if o.batch_transform is not None:
-            items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2)
+            def wake() -> None:  # the consumer left: its thread's next() stops waiting
+                cursor = self._cursor
+                with cursor.lock:
+                    if generation == cursor.generation:  # (else a newer run is not ours to stop)
+                        self._engine.stop()
+
+            items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2, wake)
         if self._output is not None:
             items = self._output.wrap(items)
         return _iteration.hand_out(self._cursor, generation, items, end, self._clock)

@@ -47,6 +47,23 @@ def test_ctrl_c_interrupts_a_waiting_next(tmp_path):
     assert "position 0 0" in out.stdout  # nothing was handed out; resuming starts at batch 0
 
 
+# The same with a batch_transform: next() waits on the transform thread's queue, and that
+# thread in the engine's next(); leaving joined the thread, so Ctrl-C took effect only
+# when the batch came (here up to 60 s; against a stalled store, the retry budget).
+def test_ctrl_c_interrupts_a_waiting_next_with_a_batch_transform(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": np.arange(100)}), path, row_group_size=50)
+    child = CHILD.replace("_debug_max_delay_us=60_000_000", "_debug_max_delay_us=60_000_000, "
+                          "batch_transform=lambda b: b")
+    out = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True,
+                         timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert "got a batch" not in out.stdout
+    assert "interrupted after" in out.stdout, out.stdout + out.stderr
+    assert _interrupted_after(out.stdout) < 5
+    assert "position 0 0" in out.stdout
+
+
 # Building a Loader: it waits for another process computing the same filter's selection
 # (the flock of cache_dir/filters/.lock, held here by a child for 60 s), then would run the
 # mask pass. SIGINT after 0.5 s must raise KeyboardInterrupt then (before: after the
@@ -442,6 +459,105 @@ def test_ctrl_c_while_reads_stall_does_not_wait_out_their_retries(tmp_path, what
     assert out.returncode == 0, out.stderr
     assert "built" not in out.stdout
     assert _interrupted_after(out.stdout) < 15, out.stdout  # ~60 s: the retry budget
+
+
+# `cache stats|prune --dataset s3://...` read the footers of entries whose size and time
+# match (their hash decides): against a store that lists but holds reads, Ctrl-C waited
+# for the retry budget (59.9 s stats, 61.5 s prune), the lookups being outside any retry
+# stop.
+CHILD_CACHE_ADMIN = r"""
+import json, os, signal, sys, threading, time
+import pqloader
+options, cache, which = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+call = pqloader.cache_stats if which == "stats" else pqloader.cache_prune
+threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    call(cache, dataset="s3://data/ds", storage_options=options)
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted after", round(time.monotonic() - start, 1), "s", flush=True)
+"""
+
+
+@pytest.mark.parametrize("which", ["stats", "prune"])
+def test_ctrl_c_stops_cache_stats_and_prune_of_an_s3_dataset_whose_reads_stall(tmp_path, which):
+    import json
+
+    from test_s3 import Moto, Proxy, aws_env, settle
+
+    body = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    server = Moto()
+    try:
+        s3 = server.client()
+        s3.create_bucket(Bucket="data")
+        for i in range(3):
+            s3.put_object(Bucket="data", Key=f"ds/f{i}.parquet", Body=body.read_bytes())
+        settle(s3, "data")
+        cache = tmp_path / "cache"
+        assert sum(len(b["x"]) for b in pqloader.Loader(
+            "s3://data/ds/", storage_options=server.options(), batch_size=10, cache_dir=str(cache))) == 9
+        for f in (cache / "footers").glob("*.thrift"):  # so the footers are read from the store
+            f.unlink()
+        proxy = Proxy(server.port, tmp=tmp_path, count_file=tmp_path / "count.json", hold_reads=True)
+        try:
+            options = dict(server.options(port=proxy.port), request_timeout="1",
+                           retry_max_delay="1", retry_budget="60")
+            out = subprocess.run([sys.executable, "-c", CHILD_CACHE_ADMIN, json.dumps(options),
+                                  str(cache), which], capture_output=True, text=True, timeout=150,
+                                 env=aws_env())
+        finally:
+            proxy.stop()
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr
+    assert _interrupted_after(out.stdout) < 15, out.stdout + out.stderr  # ~60 s: the retry budget
+
+
+# A request left retrying by a Ctrl-C'd S3 call held Arrow's S3 client lock for the retry
+# budget, outside the fork gate: a child forked meanwhile inherited the lock held by a
+# thread it lacks, and its first S3 access hung for good.
+CHILD_FORK_AFTER_CTRL_C = r"""
+import json, os, signal, sys, threading, time
+import pqloader
+good = json.loads(sys.argv[1])
+refusing = {"endpoint_override": "127.0.0.1:1", "scheme": "http", "region": "us-east-1"}
+threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    pqloader.Loader("s3://bucket/x", storage_options=refusing, batch_size=10)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+time.sleep(2)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    rows = sum(len(b["x"]) for b in pqloader.Loader("s3://data/ds", storage_options=good, batch_size=10))
+    print("child rows", rows, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child status", status, flush=True)
+"""
+
+
+def test_a_child_forked_after_a_ctrl_c_d_s3_call_reads_s3(tmp_path):
+    import json
+
+    from test_s3 import Moto, aws_env
+
+    body = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    server = Moto()
+    try:
+        s3 = server.client()
+        s3.create_bucket(Bucket="data")
+        s3.put_object(Bucket="data", Key="ds/f.parquet", Body=body.read_bytes())
+        out = subprocess.run([sys.executable, "-c", CHILD_FORK_AFTER_CTRL_C, json.dumps(server.options())],
+                             capture_output=True, text=True, timeout=150, env=aws_env())
+    finally:
+        server.stop()
+    assert "interrupted" in out.stdout, out.stdout + out.stderr
+    assert "child rows 3" in out.stdout and "child status 0" in out.stdout, out.stdout + out.stderr
 
 
 # Ctrl-C at any instant of handing a batch out: the batch reaches the loop, or the

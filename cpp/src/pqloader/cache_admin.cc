@@ -5,6 +5,7 @@
 
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/error.h"
+#include "pqloader/util/cancel.h"
 
 namespace pqloader {
 
@@ -32,6 +33,10 @@ class Checker {
   }
 
   SourceState operator()(const SourceIdentity& source) {
+    // Requests made here stop retrying once Ctrl-C set the flag (as a Loader's footer
+    // reads); the callers check it before each entry.
+    const RetryStopScope stop_once_cancelled(options_.cancel);
+    if (IsCancelled(options_.cancel)) return SourceState::kUnknown;
     auto it = memo_.find(source.path);
     if (it == memo_.end()) it = memo_.emplace(source.path, Look(source.path)).first;
     const Now& now = it->second;
@@ -85,7 +90,7 @@ class Checker {
 
   Now LookUp(const std::string& path) {
     Now now;
-    auto found = DiscoverFiles({path}, options_.storage);
+    auto found = DiscoverFiles({path}, options_.storage, nullptr, false, options_.cancel);
     if (!found.ok()) {
       const ErrorDetail* d = GetErrorDetail(found.status());
       if (d != nullptr && d->kind() == ErrorKind::kNotFound) now.state = SourceState::kStale;

@@ -27,6 +27,8 @@
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/error.h"
+#include "pqloader/util/cancel.h"
+#include "pqloader/util/fork_gate.h"
 #include "pqloader/util/node_lock.h"
 
 namespace pqloader {
@@ -111,11 +113,17 @@ arrow::Result<arrow::fs::FileInfo> InfoOf(const std::shared_ptr<arrow::fs::FileS
                                           const std::string& path, const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();
   if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(path);
-  auto infos = fs->GetFileInfoAsync({path});
-  if (!WaitUnlessCancelled(infos, cancel)) return CancelledStatus();
-  ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfoVector found, infos.MoveResult());
-  if (found.size() != 1) return arrow::Status::IOError("no answer for '", path, "'");
-  return std::move(found[0]);
+  // Left running on Ctrl-C, the request stops retrying (else it would hold Arrow's S3
+  // client lock for the retry budget: no new client in this process meanwhile, and a
+  // child forked meanwhile would inherit the lock held), and a fork waits for it.
+  ARROW_ASSIGN_OR_RAISE(auto info, arrow::io::default_io_context().executor()->Submit(
+                                       [fs, path, cancel]() -> arrow::Result<arrow::fs::FileInfo> {
+                                         const fork_gate::Inside inside;
+                                         const RetryStopScope stop_once_cancelled(cancel);
+                                         return fs->GetFileInfo(path);
+                                       }));
+  if (!WaitUnlessCancelled(info, cancel)) return CancelledStatus();
+  return info.MoveResult();
 }
 
 // Whether file `path` (below `root`) matches glob `pattern`, or lies below a directory

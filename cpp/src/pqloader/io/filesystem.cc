@@ -294,7 +294,10 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
   if (source.compare(0, sizeof(kS3Prefix) - 1, kS3Prefix) == 0) {
     if (s3_ == nullptr) {
       ARROW_ASSIGN_OR_RAISE(auto options, MakeS3Options(storage_));
-      auto make = [options] { return arrow::fs::S3FileSystem::Make(options, IoContext()); };
+      auto make = [options] {
+        const fork_gate::Inside inside;  // it takes Arrow's S3 client lock: no fork meanwhile
+        return arrow::fs::S3FileSystem::Make(options, IoContext());
+      };
       arrow::Result<std::shared_ptr<arrow::fs::S3FileSystem>> made;
       if (cancel == nullptr) {
         made = make();
