@@ -1190,3 +1190,42 @@ def test_a_mixture_is_neither_pickled_nor_copied(sources):
     for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
         with pytest.raises(TypeError, match="mixture cannot be pickled or copied.*iterate it directly"):
             make_copy(m)
+
+
+@pytest.mark.parametrize("num_epochs", [1, 2, None])
+def test_a_source_error_comes_after_the_good_batches_before_it_with_any_num_epochs(tmp_path, num_epochs):
+    # docs/reliability.md: the batches before a failing one are delivered. With several
+    # epochs per iteration the stream took the rest of the epoch from the sources half way
+    # (to start their next epoch early), and a decode error anywhere in that rest was
+    # raised there, the good batches between it and the failing one dropped.
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    for i in range(4):
+        pq.write_table(pa.table({"id": np.arange(i * 600, (i + 1) * 600),
+                                 "x": np.random.default_rng(i).standard_normal(600)}),
+                       a / f"f{i}.parquet", row_group_size=150, compression="gzip", use_dictionary=False)
+        if i < 3:
+            pq.write_table(pa.table({"id": 10**6 + np.arange(i * 600, (i + 1) * 600), "x": np.zeros(600)}),
+                           b / f"f{i}.parquet", row_group_size=150)
+    path = a / "f2.parquet"
+    good = path.read_bytes()
+    col = pq.ParquetFile(path).metadata.row_group(1).column(1)  # ids 1350..1499, column x
+    mid = col.data_page_offset + col.total_compressed_size // 2
+    bad = bytearray(good)
+    bad[mid:mid + 16] = bytes(v ^ 0xFF for v in bad[mid:mid + 16])
+
+    def make():
+        return pqloader.mix({"a": pqloader.Loader(str(a), batch_size=64, num_workers=1),
+                             "b": pqloader.Loader(str(b), batch_size=64, num_workers=1)},
+                            [0.5, 0.5], num_epochs=num_epochs)
+
+    full = run(make()) if num_epochs is not None else run(itertools.islice(make(), 200))
+    first_bad = next(i for i, batch in enumerate(full) if ((batch["id"] >= 1350) & (batch["id"] < 1500)).any())
+    path.write_bytes(bytes(bad))
+    m, got = make(), []
+    with pytest.raises(pqloader.InvalidDataError, match=r"f2\.parquet', row group 1, column 'x'"):
+        for batch in m:
+            got.append({k: np.array(v, copy=True) for k, v in batch.items()})
+    assert len(got) == m.state_dict()["batch"] == first_bad
+    for x, y in zip(got, full):
+        np.testing.assert_array_equal(x["id"], y["id"])

@@ -340,3 +340,21 @@ def test_decimals_rescaled_past_38_digits_load_as_pyarrow_casts_them(tmp_path):
     pq.write_table(b, tmp_path / "b.parquet")
     want = pa.concat_tables([a, b], promote_options="permissive")["x"].cast(pa.float64()).to_pylist()
     assert collect(pqloader.Loader(str(tmp_path), batch_size=8))["x"].tolist() == want == [1e37, 5.0, 1.5]
+
+
+def test_declaring_the_files_own_extension_types_loads(tmp_path):
+    # schema=pq.read_schema(f) of a file with a tensor, uuid or json column was refused
+    # ("fixed_size_binary[16] ... does not convert to the declared extension<arrow.uuid>"):
+    # the files' extension types are read as their storage, the declared ones were not.
+    import uuid
+    path = str(tmp_path / "e.parquet")
+    pq.write_table(pa.table({
+        "img": pa.FixedShapeTensorArray.from_numpy_ndarray(np.arange(12, dtype=np.int16).reshape(2, 2, 3)),
+        "u": pa.array([uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes], pa.uuid()),
+        "j": pa.array(['{"a":1}', '[]'], pa.json_())}), path)
+    plain = next(iter(pqloader.Loader(path, batch_size=2)))
+    got = next(iter(pqloader.Loader(path, batch_size=2, schema=pq.read_schema(path))))
+    np.testing.assert_array_equal(got["img"], plain["img"])
+    np.testing.assert_array_equal(got["img"], np.arange(12, dtype=np.int16).reshape(2, 2, 3))
+    assert got["u"] == plain["u"] == [uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes]
+    assert got["j"] == plain["j"] == ['{"a":1}', "[]"]

@@ -746,6 +746,14 @@ std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metad
 arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& files,
                                               const std::vector<PartitionKey>& keys,
                                               const ColumnsOptions& options) {
+  if (options.schema != nullptr) {
+    // Declared as the files are read: extension types as their storage (a plain
+    // fixed_shape_tensor as nested fixed-size lists, bool8 as bool), as pq.read_schema(f)
+    // declares them (the files' own types were refused as not converting to themselves).
+    ColumnsOptions plain = options;
+    plain.schema = SchemaWithoutExtensions(options.schema);
+    return Resolver(files, keys, plain).Run();
+  }
   return Resolver(files, keys, options).Run();
 }
 

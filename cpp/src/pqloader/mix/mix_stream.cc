@@ -417,6 +417,7 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
                                   " rows where the rest of the epoch draws ", need);
   }
   while (s.buffered < need) {
+    ARROW_RETURN_NOT_OK(s.failed);  // taken ahead, its run failed after the rows held
     ARROW_RETURN_NOT_OK(CheckOwned(i));
     bool late = false;
     auto next = s.source.loader->Next(timeout, &late);
@@ -535,7 +536,7 @@ std::vector<int64_t> MixStream::CountSources(int64_t start, int64_t end, int64_t
 arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanoseconds timeout,
                                              bool* timed_out) {
   const MixStreamOptions& o = options_;
-  if (!o.then_next_epoch || next_started_ || row_bytes_seen_ == 0 ||
+  if (!o.then_next_epoch || next_started_ || next_start_failed_ || row_bytes_seen_ == 0 ||
       (o.samples - start) * row_bytes_seen_ > hold_bytes_) {
     return arrow::Status::OK();
   }
@@ -550,7 +551,15 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
   if (rest_.empty()) rest_ = CountSources(start, std::min(o.samples, o.num_batches * o.batch_size));
   for (size_t i = 0; i < sources_.size(); ++i) {
     if (!sources_[i].started) continue;
-    ARROW_RETURN_NOT_OK(Fill(i, rest_[i], timeout, timed_out));
+    arrow::Status filled = Fill(i, rest_[i], timeout, timed_out);
+    if (!filled.ok() && !filled.IsCancelled()) {
+      // The error belongs to the batch that draws the failing rows (the batches before it
+      // are delivered, as without the early start): kept, and no early start.
+      sources_[i].failed = std::move(filled);
+      next_start_failed_ = true;
+      return arrow::Status::OK();
+    }
+    ARROW_RETURN_NOT_OK(filled);  // taken over or stopped
     if (timed_out != nullptr && *timed_out) return arrow::Status::OK();  // goes on later
   }
   // The sources' epoch e + 1 from its first batch, under their own seeds, as the next

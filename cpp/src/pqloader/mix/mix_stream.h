@@ -146,6 +146,9 @@ class MixStream {
     std::deque<Held> held;
     int64_t buffered = 0;  // rows held and not yet placed
     int64_t run_calls = -1;  // the loader's run_calls() after this stream last started it
+    // An error this source's run gave while MaybeStartNextEpoch took the rest of the
+    // epoch ahead: the rows before it stay held; Fill returns it when a batch needs more.
+    arrow::Status failed;
   };
   MixStream() = default;
   class InPlace;  // the batches' blocks, shared with the sources' window sinks
@@ -218,6 +221,7 @@ class MixStream {
   int64_t row_bytes_seen_ = 0;
   std::vector<int64_t> rest_;
   bool next_started_ = false;
+  bool next_start_failed_ = false;  // a source failed while taking the rest ahead
 };
 
 }  // namespace pqloader
