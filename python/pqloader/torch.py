@@ -16,6 +16,12 @@ Example:
     >>> dl = pqloader.torch.DataLoader(ds, num_workers=2)
 """
 
+try:
+    import torch  # noqa: F401
+except ImportError as e:  # (a bare "No module named 'torch'" named no remedy)
+    raise ImportError("pqloader.torch needs PyTorch, which is not installed: pip install "
+                      "'pqloader[torch]' (or torch itself)") from e
+
 from pqloader._torch import batch_to_torch
 from pqloader._torch_checkpoint import Checkpoint, gather_state_dict
 from pqloader._torch_dataset import DataLoader, IterableDataset

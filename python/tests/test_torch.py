@@ -699,3 +699,14 @@ def test_batch_transform_arrays_torch_cannot_share_are_copied_or_named(tmp_path)
                              batch_transform=lambda b: {**b, "when": b["x"].astype("datetime64[s]")})
     with pytest.raises(TypeError, match="column 'when'.*datetime64"):
         next(iter(loader))
+
+
+def test_pqloader_torch_without_torch_says_how_to_install_it():
+    # (torch made unimportable in a child: a bare "No module named 'torch'" named no remedy)
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import pqloader.torch\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=subprocess_env())
+    assert "pqloader.torch needs PyTorch" in out.stdout and "pqloader[torch]" in out.stdout, out.stdout + out.stderr
+    assert subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; import pqloader; "
+                           "pqloader.Loader"], timeout=120, env=subprocess_env()).returncode == 0
