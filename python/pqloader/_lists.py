@@ -113,7 +113,8 @@ class Pack:
     The documents, in the epoch's (shuffled) order, each followed by ``eos`` when given,
     are concatenated and cut into blocks; a batch is ``batch_size`` blocks. A document
     longer than what is left of a block continues in the next one (or, with
-    ``truncate=True``, documents longer than a block keep only a block's worth). Each
+    ``truncate=True``, documents longer than a block keep only a block's worth, the
+    separator included: ``seq_len - 1`` tokens with ``eos``). Each
     batch holds ``[blocks, seq_len]`` arrays: the tokens (under the column's name),
     ``position_ids`` (a token's index in its document; a continued document goes on
     counting), ``document_ids`` (the segment's index in its block, -1 on padding),
@@ -132,7 +133,8 @@ class Pack:
         column: The list column of tokens.
         seq_len: Tokens per block.
         eos: A separator token appended after every document (None: none).
-        truncate: Documents longer than a block keep only its first tokens.
+        truncate: Documents longer than a block keep only its first tokens (with ``eos``,
+            ``seq_len - 1`` of them and the separator; ``seq_len`` must then be at least 2).
         pad: The token of padding.
 
     Example:
@@ -159,6 +161,12 @@ class Pack:
                 raise ValueError(f"Pack({name}={v}) does not fit int64")
         if not isinstance(self.truncate, bool):
             raise TypeError(f"Pack(truncate=...) must be a bool, got {self.truncate!r}")
+        if self.truncate and self.eos is not None and self.seq_len < 2:
+            # A block's worth is the separator alone: every document would lose all its
+            # tokens and the blocks hold only eos.
+            raise ValueError(f"Pack(seq_len={self.seq_len}, eos={self.eos}, truncate=True) leaves no "
+                             "room for a document's tokens (truncated documents keep seq_len - 1 "
+                             "tokens before eos): use seq_len >= 2, or truncate=False")
 
     def _engine(self) -> dict[str, Any]:
         return {"column": self.column, "seq_len": self.seq_len, "eos": self.eos,
@@ -201,7 +209,7 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
     """Check that ``Pad(value=)``, ``Pack(eos=, pad=)`` and a final
     ``PadOrTruncate(pad=)`` are values of their column's dtype (``Loader.column_info``):
     they were cast unchecked (``eos=300`` in an int8 column became 44, a token of the
-    data; ``pad=-100`` in uint16 65436; ``1e6`` in float16 inf).
+    data; ``pad=-100`` in uint16 65436; ``1e6`` in float16 inf; ``eos=2049`` in float16 2048).
 
     Raises:
         ValueError: A value the column's dtype cannot hold exactly, naming it.
@@ -226,3 +234,7 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
         if dtype is None or dtype in ("str", "bytes"):
             continue  # refused elsewhere (a column that is not a list of numbers)
         check_value_fits(what, column, value, np.dtype(dtype), as_double=True)
+        if np.dtype(dtype).kind == "f" and isinstance(value, int) and int(np.dtype(dtype).type(value)) != value:
+            # A whole number (a token id) the float dtype rounds: eos=2049 in float16 was 2048.
+            raise ValueError(f"{what} is not exact in column {column!r} ({dtype}: it would be "
+                             f"{int(np.dtype(dtype).type(value))})")

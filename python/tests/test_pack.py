@@ -303,3 +303,33 @@ def test_ranks_pack_each_document_once_and_equalise_blocks_not_rows(tmp_path, wo
         assert sorted(seen) == every  # every document, once
     else:  # world 3: ranks of 8, 9 and 5 tokens, 2 blocks each: the 9th token of rank 1 is dropped
         assert sorted(seen) == sorted(set(every) - {406})
+
+
+def test_truncating_to_a_block_of_only_the_separator_is_refused(tmp_path):
+    # Pack(seq_len=1, eos=..., truncate=True) kept no token of any document: every block
+    # was the separator alone, silently. seq_len=2 keeps one token and the separator;
+    # without truncate or eos, seq_len=1 keeps every token.
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3], [4]], pa.list_(pa.int32()))}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=r"seq_len=1, eos=9, truncate=True\) leaves no room"):
+        pqloader.Pack("tokens", seq_len=1, eos=9, truncate=True)
+
+    def flat(**kw):
+        loader = pqloader.Loader(str(tmp_path), batch_size=8, pack=pqloader.Pack("tokens", pad=-1, **kw))
+        return [t for b in loader for t in b["tokens"].reshape(-1).tolist()]
+
+    assert flat(seq_len=2, eos=9, truncate=True) == [1, 9, 4, 9]
+    assert flat(seq_len=1, eos=9) == [1, 2, 3, 9, 4, 9]
+    assert flat(seq_len=1, truncate=True) == [1, 4]
+
+
+@pytest.mark.parametrize("dtype,kw,message", [
+    (pa.float16(), {"eos": 2049}, r"Pack\(eos=2049\) is not exact in column 'tokens' \(float16: it would be 2048\)"),
+    (pa.float32(), {"pad": 2**24 + 1}, r"Pack\(pad=16777217\) is not exact in column 'tokens' \(float32"),
+])
+def test_eos_and_pad_a_float_column_would_round_are_refused(tmp_path, dtype, kw, message):
+    # Only overflow was checked: eos=2049 in a float16 column became 2048 (another token).
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(dtype))}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=message):
+        pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, **kw))
+    loader = pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, eos=2048, pad=-1))
+    assert next(iter(loader))["tokens"].tolist() == [[1, 2, 2048, 3]]

@@ -859,6 +859,12 @@ arrow::Status Loader::SetUpPacking() {
                      tokens.arrow_type, ") is not a list of numbers");
   }
   if (pack.seq_len <= 0) return arrow::Status::Invalid("pack needs seq_len > 0");
+  if (pack.truncate && pack.has_eos && pack.seq_len < 2) {  // (Python's Pack refuses it too)
+    return arrow::Status::Invalid(
+        "pack: seq_len=1 with eos and truncate leaves no room for a document's tokens "
+        "(a truncated document keeps seq_len - 1 tokens before eos): use seq_len >= 2, or "
+        "truncate=false");
+  }
   if (!options_.transforms.empty() || !options_.lists.empty()) {
     return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
   }

@@ -30,7 +30,8 @@ struct PackOptions {
   bool has_eos = false;
   int64_t eos = 0;
   /// Documents longer than a block keep only their first tokens (a block's worth,
-  /// separator included); else they are split across blocks. Default: false.
+  /// separator included: seq_len - 1 tokens and eos, so with has_eos seq_len must be at
+  /// least 2); else they are split across blocks. Default: false.
   bool truncate = false;
   /// The token value of padding (the end of the last block). Default: 0.
   double pad_value = 0;
