@@ -182,18 +182,24 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
         if generation != cursor.generation:
             raise RuntimeError(STALE)
         epoch, index = cursor.epoch, cursor.batch
+        elastic = cursor.elastic_for(epoch)
     # After an epoch's end, or an elastic rest with nothing left. (An epoch of no batch at
     # index 0 is still to run: skipping it moved a `for` loop two epochs on.)
-    elastic = cursor.elastic_for(epoch)
     if (index > 0 or elastic is not None) and index >= engine.num_batches(epoch, elastic):
         epoch, index = epoch + 1, 0
-    # The epoch this iteration stops before: restored from a state, or num_epochs on.
-    if cursor.resume_end is not None:
-        stop, cursor.resume_end = cursor.resume_end, None
-    else:
-        stop = None if num_epochs is None else epoch + num_epochs
-    cursor.active_end = stop
-    cursor.running += 1
+    with cursor.lock:
+        # Still current (a set_epoch or load_state_dict from another thread meanwhile
+        # made this iterator stale: it must neither take the restored end nor record its
+        # own as the running iteration's).
+        if generation != cursor.generation:
+            raise RuntimeError(STALE)
+        # The epoch this iteration stops before: restored from a state, or num_epochs on.
+        if cursor.resume_end is not None:
+            stop, cursor.resume_end = cursor.resume_end, None
+        else:
+            stop = None if num_epochs is None else epoch + num_epochs
+        cursor.active_end = stop
+        cursor.running += 1
     completed = False
     try:
         while stop is None or epoch < stop:
@@ -238,11 +244,14 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
         end[:] = [epoch, index]
         completed = True
     finally:
-        cursor.running -= 1
         # An abandoned iteration stops the workers; a completed one keeps the next
         # epoch's read-ahead for the next iteration (start_epoch drops it if unused).
-        if generation == cursor.generation and not completed:
-            engine.stop()
+        # One step with the check: a newer iteration another thread starts meanwhile
+        # keeps its run.
+        with cursor.lock:
+            cursor.running -= 1
+            if generation == cursor.generation and not completed:
+                engine.stop()
 
 
 def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[int],

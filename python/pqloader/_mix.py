@@ -131,6 +131,7 @@ class Mixture:
         self._rows = self._rows_of(0)  # for the draw limit
         self._lengths: dict[int, int] = {}
         self._kept: tuple[int, Any] | None = None  # (epoch, its draws) for its stream
+        self._seeds_version = 0  # bumped when load_state_dict adopts seeds (see epoch_samples)
         self._epochs_in_place = 0  # epochs begun whose batches the sources wrote in place
         # The consumer's time in next() (and of it, in the stream's next()), batches out.
         self._clock = ConsumerClock()
@@ -174,26 +175,36 @@ class Mixture:
     # -- the plan of an epoch ----------------------------------------------------------
     def epoch_samples(self, epoch: int) -> int:
         """Samples this rank draws in `epoch` (before drop_last)."""
-        if epoch not in self._lengths:
-            if self._samples is not None:
-                n = self._samples // self._loaders[0].options.world_size
-            else:
-                limit = self._draw_limit()
-                n, draws = _core.mix_epoch_length_kept(self._seed, epoch, self._cumulative,
-                                                       self._rows_of(epoch), self._stop == "last", limit,
-                                                       _MAX_KEPT_DRAWS)
+        with self._lock:
+            n = self._lengths.get(epoch)
+            # The seeds the length is drawn under: a load_state_dict from another thread
+            # while it is drawn (off the GIL) adopts others, and the old seeds' length
+            # and draws must not be remembered for the new ones.
+            seed, seeds = self._seed, self._seeds_version
+        if n is not None:
+            return n
+        draws = None
+        if self._samples is not None:
+            n = self._samples // self._loaders[0].options.world_size
+        else:
+            limit = self._draw_limit()
+            n, draws = _core.mix_epoch_length_kept(seed, epoch, self._cumulative,
+                                                   self._rows_of(epoch), self._stop == "last", limit,
+                                                   _MAX_KEPT_DRAWS)
+            if n >= limit:  # silently cut before: ~100 passes over the other sources
+                warnings.warn(f"mix(stop={self._stop!r}): epoch {epoch} did not end within {limit} "
+                              f"draws (a source's weight is far below its share of the rows, so "
+                              f"it is drawn too rarely to run out); it ends there. Give "
+                              f"samples_per_epoch, or weights nearer the sources' sizes",
+                              RuntimeWarning, stacklevel=3)
+        with self._lock:
+            if seeds == self._seeds_version:
                 if draws is not None:
                     self._kept = (epoch, draws)
-                if n >= limit:  # silently cut before: ~100 passes over the other sources
-                    warnings.warn(f"mix(stop={self._stop!r}): epoch {epoch} did not end within {limit} "
-                                  f"draws (a source's weight is far below its share of the rows, so "
-                                  f"it is drawn too rarely to run out); it ends there. Give "
-                                  f"samples_per_epoch, or weights nearer the sources' sizes",
-                                  RuntimeWarning, stacklevel=3)
-            self._lengths[epoch] = n
-            if len(self._lengths) > _KEPT_LENGTHS:  # a memo, not a record: the oldest goes
-                del self._lengths[next(iter(self._lengths))]
-        return self._lengths[epoch]
+                self._lengths[epoch] = n
+                if len(self._lengths) > _KEPT_LENGTHS:  # a memo, not a record: the oldest goes
+                    del self._lengths[next(iter(self._lengths))]
+        return n
 
     def num_batches(self, epoch: int) -> int:
         return self._batches_of(self.epoch_samples(epoch))
@@ -323,7 +334,8 @@ class Mixture:
                     # The next epoch's length (and draws): its sources, started early by
                     # this stream, then write it in place where they can.
                     nxt = self.epoch_samples(epoch + 1)
-                    kept_next = self._kept[1] if self._kept is not None and self._kept[0] == epoch + 1 else None
+                    kept = self._kept  # (read once: another thread's load_state_dict clears it)
+                    kept_next = kept[1] if kept is not None and kept[0] == epoch + 1 else None
                     stream.set_next_epoch(nxt, self.num_batches(epoch + 1), kept_next)
                 if generation != self._generation:
                     raise RuntimeError(_STALE)
@@ -408,11 +420,11 @@ class Mixture:
         current position (as a new ``for`` loop would). Also called on leaving
         ``with pqloader.mix(...) as m:``.
         """
-        with self._lock:
+        with self._lock:  # one step: an iteration another thread starts meanwhile keeps its stream
             self._generation += 1
             self._stop_stream()
-        for loader in self._loaders:
-            loader.close()
+            for loader in self._loaders:
+                loader.close()
 
     def __enter__(self) -> "Mixture":
         return self
@@ -485,6 +497,7 @@ class Mixture:
             self._seed = seed
             self._lengths.clear()  # drawn with the seed
             self._kept = None
+            self._seeds_version += 1
             self._epoch, self._batch = epoch, batch
             # The rest of the interrupted iteration: up to where it would have stopped.
             self._resume_end, self._active_end = end, None

@@ -1229,3 +1229,80 @@ def test_a_source_error_comes_after_the_good_batches_before_it_with_any_num_epoc
     assert len(got) == m.state_dict()["batch"] == first_bad
     for x, y in zip(got, full):
         np.testing.assert_array_equal(x["id"], y["id"])
+
+
+def test_an_iteration_started_while_another_thread_closes_the_mixture_keeps_its_stream(sources):
+    """close() stops the stream and closes the sources in one step: an iteration another
+    thread starts meanwhile is not stopped (its sources were closed under its new stream:
+    "mixture source 0 was started or stopped by another caller")."""
+    root, _ = sources
+    kw = dict(seed=4, batch_size=40)
+    expected = [b["id"].tolist() for b in run(pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw))]
+    m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+    result, taken, closed = {}, threading.Event(), threading.Event()
+
+    def other_thread():
+        try:
+            ids = []
+            for b in m:
+                ids.append(b["id"].tolist())
+                taken.set()
+                closed.wait(60)
+            result["ids"] = ids
+        except BaseException as e:
+            result["error"] = e
+        taken.set()
+
+    source = m._loaders[0]
+    real_close = source.close
+
+    def close():
+        # The stream is stopped; another thread starts an iteration (it waits for the
+        # close to finish, or its sources are closed under it).
+        close.thread = threading.Thread(target=other_thread)
+        close.thread.start()
+        taken.wait(1.0)
+        real_close()
+        closed.set()
+
+    source.close = close
+    m.close()
+    del source.close
+    close.thread.join(60)
+    assert not close.thread.is_alive()
+    assert "error" not in result, result.get("error")
+    assert result["ids"] == expected
+
+
+def test_a_length_drawn_while_another_thread_loads_a_state_is_not_kept_for_the_new_seed(sources, monkeypatch):
+    """An epoch's length is drawn off the GIL; a load_state_dict from another thread that
+    adopts other seeds meanwhile cleared the memo, which then kept the old seeds' length
+    and draws: the resumed epoch had the old length and drew its rows by the old seed."""
+    root, _ = sources
+
+    def make():  # seed=None everywhere: a state's seeds are adopted
+        return pqloader.mix({n: pqloader.Loader(str(root / n), batch_size=64, shuffle=True)
+                             for n in ("web", "code", "books")}, [0.5, 0.3, 0.2])
+
+    state = make().state_dict()
+    ref = make()
+    ref.load_state_dict(state)
+    expected = run(ref)
+    m = make()
+    real = _core.mix_epoch_length_kept
+
+    def drawn(*args):  # another thread loads the state while this length is drawn
+        monkeypatch.setattr(_core, "mix_epoch_length_kept", real)
+        out = real(*args)
+        other = threading.Thread(target=m.load_state_dict, args=(state,))
+        other.start()
+        other.join(60)
+        return out
+
+    monkeypatch.setattr(_core, "mix_epoch_length_kept", drawn)
+    len(m)
+    assert len(m) == len(expected)
+    got = run(m)
+    assert len(got) == len(expected)
+    for x, y in zip(got, expected):
+        np.testing.assert_array_equal(x["id"], y["id"])

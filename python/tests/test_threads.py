@@ -580,3 +580,46 @@ def test_an_iteration_started_while_another_thread_stops_the_engine_keeps_its_ru
     stop.thread.join(DEADLINE_S)
     assert "error" not in result, result.get("error")
     assert result["ids"] == expected
+
+
+@pytest.mark.parametrize("op", ["load_state_dict", "set_epoch"])
+def test_a_stale_iterators_first_next_leaves_a_state_loaded_meanwhile_alone(ds, op):
+    """An older iterator's first next() read the position, then (after another thread's
+    load_state_dict or set_epoch) took the restored end and recorded its own as the
+    running iteration's: the next `for` loop ran num_epochs from the position instead
+    of the rest of the interrupted iteration, and state_dict() named an end before its
+    epoch."""
+    first = pqloader.Loader(ds, batch_size=64, num_epochs=3)
+    running = iter(first)
+    next(running)
+    state = first.state_dict()  # epoch 0, batch 1 of an iteration of 3 epochs
+    resumed = pqloader.Loader(ds, batch_size=64, num_epochs=1)
+    resumed.load_state_dict(state)
+    expected = ids_of(resumed)
+    assert len(expected) == 3 * 63 - 1
+
+    loader = pqloader.Loader(ds, batch_size=64, num_epochs=1)
+    loader.load_state_dict(state)
+    older = iter(loader)
+    engine = loader._engine
+    real = engine.num_batches
+
+    def num_batches(*args):  # the older iterator's first next() is between its steps
+        del engine.num_batches
+        if op == "load_state_dict":
+            other = threading.Thread(target=loader.load_state_dict, args=(state,))
+        else:
+            other = threading.Thread(target=loader.set_epoch, args=(5,))
+        other.start()
+        other.join(DEADLINE_S)
+        return real(*args)
+
+    engine.num_batches = num_batches
+    with pytest.raises(RuntimeError, match="iterated again"):
+        next(older)
+    if op == "load_state_dict":
+        assert loader.state_dict()["iteration_end"] == 3
+        assert within_deadline(lambda: ids_of(loader)) == expected
+    else:
+        s = loader.state_dict()
+        assert (s["epoch"], s["batch"], s["iteration_end"]) == (5, 0, None)
