@@ -262,7 +262,8 @@ def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
     Raises:
         ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer; only one of
             them is set (``WORLD_SIZE`` > 1 or ``RANK`` > 0); the given one disagrees
-            with the source of the other; a ``world_size`` > 1 is given and no rank
+            with the source of the other, or is not a rank of the world size found there
+            (naming where each came from); a ``world_size`` > 1 is given and no rank
             is found anywhere (every process would be rank 0).
     """
     if rank is not None and world is not None:
@@ -298,9 +299,16 @@ def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
         raise ValueError(f"world_size={world} is given without rank, and no rank is found (no "
                          f"torch.distributed process group, Ray Train worker or RANK variable): every "
                          f"process would be rank 0 and read the same shard; {both}")
+    given = "given" if rank is not None else f"from {where}"
+    world_from = ("given" if world is not None else f"from {where}" if found_world is not None
+                  else "none found anywhere: 1")
     rank = found_rank if rank is None else rank
     world = found_world if world is None else world
-    return (0 if rank is None else rank), (1 if world is None else world)
+    rank, world = (0 if rank is None else rank), (1 if world is None else world)
+    if rank >= world:  # one given, the other found (or no world size found)
+        raise ValueError(f"rank {rank} ({given}) is not a rank of world size {world} ({world_from}): "
+                         f"0 <= rank < world_size; {both}")
+    return rank, world
 
 
 def check_process_group_agrees(rank: int, world: int) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 import torch.distributed as dist
 
 from pqloader._errors import InvalidDataError
+from pqloader._loader import Loader
+from pqloader._mix import Mixture
 from pqloader._state import merge_states
 from pqloader._torch_dataset import IterableDataset
 
@@ -29,11 +31,31 @@ def gather_state_dict(loader: Any, group: Any = None) -> dict[str, Any]:
 
     Returns:
         The merged state (see :func:`pqloader.merge_states`).
+
+    Raises:
+        ValueError: The group's size is not the loader's world size (a data-parallel
+            loader gathered over the whole world: pass its group), or the loader has
+            several ranks and no process group is initialised.
     """
     mine = loader.state_dict()
+    rank_world = _rank_world(loader)
     if not dist.is_available() or not dist.is_initialized():
+        if "rank_batches" not in mine and rank_world is not None and rank_world[1] > 1:
+            raise ValueError(
+                f"gather_state_dict: this loader is rank {rank_world[0]} of {rank_world[1]}, but no "
+                "torch.distributed process group is initialised to gather the other ranks' states "
+                "over; call it after init_process_group (on every rank), or save this rank's "
+                "loader.state_dict() (ranks in lockstep: any rank's resumes every rank) or "
+                "pqloader.merge_states of every rank's")
         return mine if "rank_batches" in mine else merge_states([mine])
     states: list[Any] = [None] * dist.get_world_size(group)
+    if rank_world is not None and rank_world[1] != len(states):
+        # (each rank checks before the collective: none is left waiting in it)
+        raise ValueError(
+            f"gather_state_dict: this loader is rank {rank_world[0]} of {rank_world[1]}, but the "
+            f"process group it gathers over has {len(states)} processes: pass group= the group of "
+            f"the loader's {rank_world[1]} rank(s) (e.g. its data-parallel group), or, for a loader "
+            "every process reads whole (world_size=1), save its own loader.state_dict()")
     dataset = getattr(loader, "dataset", loader)  # a DataLoader's IterableDataset
     if isinstance(dataset, IterableDataset) and dataset._position is not None:
         # A DataLoader counting its workers' batches: its state counts every rank's workers
@@ -45,6 +67,21 @@ def gather_state_dict(loader: Any, group: Any = None) -> dict[str, Any]:
     if "rank_batches" in mine:  # a merged state, loaded and not iterated yet
         return mine
     return merge_states(states)
+
+
+def _rank_world(loader: Any) -> tuple[int, int] | None:
+    """The loader's own rank and world size (a DataLoader's dataset's, a mixture's
+    sources'), as ``gather_state_dict`` gathers one state per rank of that world."""
+    dataset = getattr(loader, "dataset", loader)
+    if isinstance(dataset, IterableDataset):
+        options = dataset._recipe.options
+    elif isinstance(dataset, Loader):
+        options = dataset.options
+    elif isinstance(dataset, Mixture):
+        options = dataset._loaders[0].options
+    else:
+        return None
+    return options.rank, options.world_size
 
 
 def _merge_worker_states(ranked: list[Any]) -> dict[str, Any]:

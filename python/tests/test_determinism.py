@@ -352,9 +352,15 @@ def test_rank_and_world_size_default_from_environment(shard_ds, monkeypatch):
         ({}, dict(world_size=3), ["world_size=3", "rank"]),  # every process rank 0
         (dict(RANK="1", WORLD_SIZE="2"), dict(world_size=3), ["world_size=3", "2"]),
         (dict(RANK="1", WORLD_SIZE="3"), dict(rank=0), ["rank=0", "rank 1 of 3"]),  # rank=LOCAL_RANK
+        # One given, the other found out of range: "rank must be in [0, world_size=2), got 3"
+        # named a world_size=2 the user had not given, or a rank=3 that came from RANK.
+        (dict(RANK="3"), dict(world_size=2), ["rank 3 (from the environment", "world size 2 (given)"]),
+        (dict(WORLD_SIZE="2"), dict(rank=2), ["rank 2 (given)", "world size 2 (from the environment"]),
+        ({}, dict(rank=1), ["rank 1 (given)", "world size 1 (none found"]),
     ],
     ids=["world-without-rank", "rank-without-world", "negative-rank", "rank-of-no-world", "world-0",
-         "world-size-alone", "world-size-against-env", "rank-against-env"],
+         "world-size-alone", "world-size-against-env", "rank-against-env", "env-rank-beyond-world-size",
+         "rank-beyond-env-world", "rank-alone-without-world"],
 )
 def test_a_rank_and_world_size_that_do_not_make_one_world_are_refused(shard_ds, monkeypatch, env, kwargs, words):
     # Each of these built a loader of another world than the job's (rank 0 of 4 on every

@@ -753,6 +753,36 @@ def test_gather_state_dict_of_a_dataloader_without_a_process_group(ds):
     del it
 
 
+def test_gather_state_dict_of_another_world_than_its_group_is_refused_naming_both(ds, tmp_path):
+    """A loader of 2 ranks gathered without a process group, or over a group of another
+    size (a data-parallel loader over the whole world, or a world_size=1 loader on every
+    process): merge_states refused it as "needs one state per rank 0..1, got ranks [0]",
+    naming neither gather_state_dict, the group nor the remedy (group=)."""
+    import torch.distributed as dist
+
+    loader = make(ds, 2, 0, num_epochs=1)
+    take(loader, 2)
+    with pytest.raises(ValueError, match="rank 0 of 2, but no torch.distributed process group"):
+        pqloader.torch.gather_state_dict(loader)
+    assert pqloader.torch.gather_state_dict(make(ds, 1, 0))["rank_batches"] == [0]  # one rank: as before
+    dist.init_process_group("gloo", init_method=(tmp_path / "group").as_uri(), rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match=r"rank 0 of 2, but the process group it gathers over has "
+                                             r"1 processes: pass group="):
+            pqloader.torch.gather_state_dict(loader)
+        with pytest.raises(ValueError, match="gathers over has 1 processes"):
+            pqloader.torch.Checkpoint(loader).state_dict()
+        dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 2, 0, num_epochs=1)),
+                                       num_workers=0)
+        with pytest.raises(ValueError, match="rank 0 of 2, but the process group"):
+            pqloader.torch.gather_state_dict(dl)
+        one = make(ds, 1, 0, num_epochs=1)
+        take(one, 2)
+        assert pqloader.torch.gather_state_dict(one)["rank_batches"] == [2]  # the group's world
+    finally:
+        dist.destroy_process_group()
+
+
 @pytestmark_workers
 def test_gather_state_dict_of_dataloaders_whose_ranks_stopped_at_different_batches(ds, tmp_path):
     """2 gloo ranks x 2 DataLoader workers, out of step (3 and 4 batches): the merged state
