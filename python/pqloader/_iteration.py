@@ -160,7 +160,8 @@ class ConsumerClock:
 
 
 def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: int | None,
-                 warn_cache: bool, end: list[int]) -> Iterator[Item]:
+                 warn_cache: bool, end: list[int],
+                 left: threading.Event | None = None) -> Iterator[Item]:
     """Yield (epoch, index, batch) from the cursor on; may run ahead of the consumer.
 
     Args:
@@ -172,6 +173,8 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
         warn_cache: Turn the engine's cache warnings into ``RuntimeWarning``.
         end: Receives ``[epoch, batch]`` of the position after the last batch when the
             iteration completes.
+        left: Set (under the cursor's lock) once the consumer left while this runs on
+            another thread (a batch_transform's): no epoch starts after it.
 
     Raises:
         RuntimeError: A newer iterator, a ``load_state_dict`` or a fork made this one stale.
@@ -217,6 +220,10 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
             with cursor.lock:  # still current, and no newer iteration starts meanwhile
                 if generation != cursor.generation:
                     raise RuntimeError(STALE)
+                if left is not None and left.is_set():
+                    # The consumer left and stopped the engine: a next() that ran into the
+                    # stop ended the epoch early; no new run (its first batch was waited for).
+                    return
                 run = engine.start_epoch(epoch, index, then_next, cursor.elastic_for(epoch))
             while True:
                 if generation != cursor.generation:  # never take a newer iterator's batch

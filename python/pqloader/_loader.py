@@ -11,6 +11,7 @@ batch_transform thread, the hand-out that moves the position) and ``_state``
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
@@ -223,13 +224,15 @@ class Loader:
         generation = self._cursor.invalidate()  # an older iterator stops
         end: list[int] = []
         o = self._options
+        left = threading.Event()  # (set by wake: see read_batches)
         items = _iteration.read_batches(self._engine, self._cursor, generation,
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
-                                        end=end)
+                                        end=end, left=left)
         if o.batch_transform is not None:
             def wake() -> None:  # the consumer left: its thread's next() stops waiting
                 cursor = self._cursor
                 with cursor.lock:
+                    left.set()  # and no next epoch starts after the stop
                     if generation == cursor.generation:  # (else a newer run is not ours to stop)
                         self._engine.stop()
 

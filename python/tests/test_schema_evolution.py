@@ -358,3 +358,13 @@ def test_declaring_the_files_own_extension_types_loads(tmp_path):
     np.testing.assert_array_equal(got["img"], np.arange(12, dtype=np.int16).reshape(2, 2, 3))
     assert got["u"] == plain["u"] == [uuid.UUID(int=1).bytes, uuid.UUID(int=2).bytes]
     assert got["j"] == plain["j"] == ['{"a":1}', "[]"]
+
+
+def test_a_partition_key_stored_by_some_files_only_loads_when_nothing_loads_it(tmp_path):
+    # Refused only where the key is loaded (selected, or named by a filter): else the
+    # other columns load, as pyarrow's.
+    write_parquet(tmp_path / "year=2020" / "a.parquet", pa.table({"v": [1, 2], "year": [2020, 2020]}))
+    write_parquet(tmp_path / "year=2021" / "b.parquet", pa.table({"v": [3]}))
+    assert collect(pqloader.Loader(str(tmp_path), columns=["v"], batch_size=8))["v"].tolist() == [1, 2, 3]
+    assert collect(pqloader.Loader(str(tmp_path), columns=["v"], filter=pc.field("v") > 1,
+                                   batch_size=8))["v"].tolist() == [2, 3]

@@ -623,3 +623,30 @@ def test_a_stale_iterators_first_next_leaves_a_state_loaded_meanwhile_alone(ds, 
     else:
         s = loader.state_dict()
         assert (s["epoch"], s["batch"], s["iteration_end"]) == (5, 0, None)
+
+
+def test_leaving_a_batch_transform_iteration_starts_no_next_epoch(ds):
+    """The consumer's leave stops the engine (wake); a next() the transform thread entered
+    just after that stop returned None, which ended the epoch, and the thread started the
+    next epoch's run and waited for its first batch (the leave waited for it too)."""
+    loader = pqloader.Loader(ds, batch_size=64, num_epochs=None, batch_transform=lambda b: b)
+    engine = loader._engine
+    real_next, real_start = engine.next, engine.start_epoch
+    started = []
+
+    def next_(run):
+        time.sleep(0.3)  # the thread is between its checks and the engine when the stop comes
+        return real_next(run)
+
+    def start_epoch(epoch, *args):
+        started.append(epoch)
+        return real_start(epoch, *args)
+
+    engine.next, engine.start_epoch = next_, start_epoch
+    it = iter(loader)
+    next(it)
+    time.sleep(0.1)  # the thread gave its batch to the queue and now waits in next_
+    it.close()
+    time.sleep(0.5)
+    assert started == [0]
+    assert loader.state_dict()["batch"] == 1

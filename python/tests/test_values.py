@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -558,6 +559,16 @@ def test_a_fixed_size_binary_fill_must_have_the_columns_width(tmp_path, dictiona
     with pytest.raises(ValueError, match=r"fill_null='' is not 3 bytes long"):
         pqloader.Loader(str(tmp_path), batch_size=3, fill_null="")
     assert collect(pqloader.Loader(str(tmp_path), batch_size=3, fill_null="QQQ"))["b"] == [b"abc", b"QQQ", b"xyz"]
+
+
+def test_the_null_hint_of_a_fixed_size_binary_column_is_a_fill_that_works(tmp_path):
+    # It said fill_null={'x': ''}, which the width check then refused.
+    pq.write_table(pa.table({"x": pa.array([b"abc", None], pa.binary(3))}), tmp_path / "a.parquet")
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        pqloader.Loader(str(tmp_path))
+    fill = eval(re.search(r"fill_null=(\{.*?\})", str(e.value)).group(1))
+    assert fill == {"x": b"\x00\x00\x00"}
+    assert collect(pqloader.Loader(str(tmp_path), fill_null=fill))["x"] == [b"abc", b"\x00\x00\x00"]
 
 
 def test_fill_null_dict_without_an_entry_for_a_null_column_still_raises(nulls_ds):

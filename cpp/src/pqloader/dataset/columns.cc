@@ -135,12 +135,14 @@ class Resolver {
     for (size_t k = 0; k < keys_.size(); ++k) {
       out_.key_loads.push_back(KeyIndex(keys_[k].name) == static_cast<int>(k) ? LoadOfKey(k)
                                                                                 : KeyLoad::kFiles);
-      if (KeyIndex(keys_[k].name) == static_cast<int>(k) && out_.key_loads[k] == KeyLoad::kFiles) {
-        ARROW_RETURN_NOT_OK(CheckKeyInEveryFile(k));  // selected or not: the filter loads it so
-      }
+      out_.key_errors.push_back(
+          KeyIndex(keys_[k].name) == static_cast<int>(k) && out_.key_loads[k] == KeyLoad::kFiles
+              ? CheckKeyInEveryFile(k)
+              : arrow::Status::OK());
     }
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
+      if (key >= 0) ARROW_RETURN_NOT_OK(out_.key_errors[key]);  // selected (or a filter's: row_filter.cc)
       if (key >= 0 && out_.key_loads[key] != KeyLoad::kFiles) {
         ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
         ARROW_RETURN_NOT_OK(AddPartition(name, key));
@@ -674,6 +676,7 @@ class Resolver {
       }
     }
     with.key_loads = std::move(out_.key_loads);
+    with.key_errors = std::move(out_.key_errors);
     out_ = std::move(with);
     return arrow::Status::OK();
   }

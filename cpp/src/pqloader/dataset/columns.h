@@ -90,6 +90,9 @@ struct ResolvedColumns {
   std::vector<std::vector<ColumnSource>> sources;
   /// Per partition key, selected or not: how it loads (the filter types keys so).
   std::vector<KeyLoad> key_loads;
+  /// Per partition key: why it cannot load (OK if it can): a key some files store and
+  /// others lack. Raised where the key is selected, or named by a filter.
+  std::vector<arrow::Status> key_errors;
 };
 
 /// Resolve the output columns of `files` (with hive `keys`).

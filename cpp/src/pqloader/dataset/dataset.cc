@@ -929,6 +929,7 @@ void Dataset::SetColumns(ResolvedColumns resolved, const std::vector<std::string
   specs_ = std::move(resolved.specs);
   partition_index_ = std::move(resolved.partition_index);
   key_loads_ = std::move(resolved.key_loads);
+  key_errors_ = std::move(resolved.key_errors);
   column_types_ = std::move(resolved.types);
   arrow::FieldVector fields;
   for (size_t c = 0; c < specs_.size(); ++c) {

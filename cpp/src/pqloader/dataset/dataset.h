@@ -187,6 +187,9 @@ class Dataset {
   const std::vector<std::string>& partition_keys() const { return partition_keys_; }
   /// Per partition key: how it loads (columns.h).
   const std::vector<KeyLoad>& key_loads() const { return key_loads_; }
+  /// Per partition key: why it cannot load (OK if it can; columns.h), for a filter
+  /// that names it.
+  const std::vector<arrow::Status>& key_errors() const { return key_errors_; }
   /// Per output column: its unified Arrow type (null for partition keys and masks).
   const std::vector<std::shared_ptr<arrow::DataType>>& column_types() const {
     return column_types_;
@@ -224,6 +227,7 @@ class Dataset {
   std::vector<int> partition_index_;
   std::vector<std::string> partition_keys_;
   std::vector<KeyLoad> key_loads_;
+  std::vector<arrow::Status> key_errors_;
   std::vector<std::shared_ptr<arrow::DataType>> column_types_;
   std::vector<SkippedFile> skipped_;
 };

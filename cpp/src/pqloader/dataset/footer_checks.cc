@@ -252,9 +252,16 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
       if (total > 0) {
         const bool text = spec.kind != ColumnKind::kTensor;
         const bool list = !spec.row_shape.empty() || IsStringList(spec.kind);
+        // A fill that works: a fixed_size_binary column's is of its width.
+        std::string fill = text ? "''" : "0";
+        std::string type = spec.arrow_type;
+        if (type.rfind("dictionary<values=", 0) == 0) type = type.substr(18);
+        if (type.rfind("fixed_size_binary[", 0) == 0) {
+          fill = "b'\\x00' * " + type.substr(18, type.find(']') - 18);
+        }
         return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
                          ") has ", total, " null value(s): ", where,
-                         "; pass fill_null={'", spec.name, "': ", text ? "''" : "0",
+                         "; pass fill_null={'", spec.name, "': ", fill,
                          "} to replace them, null_mask=['", spec.name, "'] to add a '",
                          spec.name, "_valid' column beside it (nulls become ",
                          text ? "''" : "0",

@@ -187,6 +187,15 @@ class Evaluator {
     // value, as the Dataset (and pyarrow) load it.
     const auto& keys = dataset_.partition_keys();
     const auto& loads = dataset_.key_loads();
+    const auto& key_errors = dataset_.key_errors();
+    for (size_t k = 0; k < keys.size() && k < key_errors.size(); ++k) {
+      // A key some files store and others lack (columns.h): named here, it would load as
+      // null in the others.
+      if (!key_errors[k].ok() &&
+          std::find(names_.begin(), names_.end(), keys[k]) != names_.end()) {
+        return key_errors[k];
+      }
+    }
     for (size_t k = 0; k < keys.size(); ++k) {
       if (key_index_.count(keys[k]) || k >= loads.size() || loads[k] == KeyLoad::kFiles) continue;
       key_types_[keys[k]] = loads[k] == KeyLoad::kInt64 ? arrow::int64() : arrow::utf8();
