@@ -305,36 +305,39 @@ def draw_ext(rng, ds: Dataset) -> dict:
                     pa.decimal128(12, s if o.get("decimals") == "int64" else s + 2)])))
         o["schema"] = pa.schema(fields)
     o["_filter"] = int(rng.choice([0, 1, 2, 3, 4, 6]))
-    src = rng.random()
-    if src < 0.35:
-        o["row_groups"] = draw_row_groups(rng, ds)
-        o["_src"] = "files"
-    elif src < 0.7:
-        o["use_summary"] = [True, "only"][int(rng.integers(0, 2))]
-        o["_src"] = "dir"
-    else:
+    if not draw_source(rng, ds, o, 0.35, 0.7):
         o["_src"] = str(rng.choice(["dir", "files"]))
     if rng.random() < 0.3:
         o["output"] = "torch"
     return o
 
 
+def draw_source(rng, ds: Dataset, o: dict, files_below: float, summary_below: float) -> bool:
+    """Maybe read chosen row groups of the files, or a directory through its summary;
+    whether either was drawn."""
+    x = rng.random()
+    if x < files_below:
+        o["row_groups"] = draw_row_groups(rng, ds)
+        o["_src"] = "files"
+    elif x < summary_below:
+        o["use_summary"] = [True, "only"][int(rng.integers(0, 2))]
+        o["_src"] = "dir"
+    return x < summary_below
+
+
 def draw_pack(rng, ds: Dataset) -> dict:
     o = draw_common(rng, [1, 2, 3, 5], 2, [1, 1, 2, 3])
     o["columns"] = ["vl", "id"] + (["k"] if rng.random() < 0.5 else [])
-    o["pack"] = pqloader.Pack("vl", seq_len=int(rng.choice([1, 2, 3, 5, 8, 16])),
-                              eos=[None, -1, 99999][int(rng.integers(0, 3))],
-                              truncate=bool(rng.random() < 0.3), pad=int(rng.choice([0, -7])))
+    seq_len = int(rng.choice([1, 2, 3, 5, 8, 16]))
+    eos = [None, -1, 99999][int(rng.integers(0, 3))]
+    truncate = bool(rng.random() < 0.3) and not (seq_len == 1 and eos is not None)  # (refused)
+    o["pack"] = pqloader.Pack("vl", seq_len=seq_len, eos=eos, truncate=truncate,
+                              pad=int(rng.choice([0, -7])))
     o["_filter"] = int(rng.choice([0, 1, 2, 6]))
     o["_src"] = "dir"
     if rng.random() < 0.3:
         o["output"] = "torch"
-    x = rng.random()
-    if x < 0.25:
-        o["row_groups"] = draw_row_groups(rng, ds)
-        o["_src"] = "files"
-    elif x < 0.5:
-        o["use_summary"] = [True, "only"][int(rng.integers(0, 2))]
+    draw_source(rng, ds, o, 0.25, 0.5)
     if rng.random() < 0.3:
         o["schema"] = pa.schema([pa.field("vl", pa.list_(pa.int64())), pa.field("id", pa.int64()),
                                  pa.field("k", pa.int64())])
