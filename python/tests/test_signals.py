@@ -480,11 +480,9 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("which", ["stats", "prune"])
-def test_ctrl_c_stops_cache_stats_and_prune_of_an_s3_dataset_whose_reads_stall(tmp_path, which):
-    import json
-
-    from test_s3 import Moto, Proxy, aws_env, settle
+def _moto_with_files(tmp_path, count: int):
+    """A Moto server whose bucket 'data' holds `count` 3-row files under ds/ (stop it)."""
+    from test_s3 import Moto
 
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
@@ -492,8 +490,22 @@ def test_ctrl_c_stops_cache_stats_and_prune_of_an_s3_dataset_whose_reads_stall(t
     try:
         s3 = server.client()
         s3.create_bucket(Bucket="data")
-        for i in range(3):
+        for i in range(count):
             s3.put_object(Bucket="data", Key=f"ds/f{i}.parquet", Body=body.read_bytes())
+    except BaseException:
+        server.stop()
+        raise
+    return server, s3
+
+
+@pytest.mark.parametrize("which", ["stats", "prune"])
+def test_ctrl_c_stops_cache_stats_and_prune_of_an_s3_dataset_whose_reads_stall(tmp_path, which):
+    import json
+
+    from test_s3 import Proxy, aws_env, settle
+
+    server, s3 = _moto_with_files(tmp_path, 3)
+    try:
         settle(s3, "data")
         cache = tmp_path / "cache"
         assert sum(len(b["x"]) for b in pqloader.Loader(
@@ -543,15 +555,10 @@ print("child status", status, flush=True)
 def test_a_child_forked_after_a_ctrl_c_d_s3_call_reads_s3(tmp_path):
     import json
 
-    from test_s3 import Moto, aws_env
+    from test_s3 import aws_env
 
-    body = tmp_path / "one.parquet"
-    pq.write_table(pa.table({"x": np.arange(3)}), body)
-    server = Moto()
+    server, _ = _moto_with_files(tmp_path, 1)
     try:
-        s3 = server.client()
-        s3.create_bucket(Bucket="data")
-        s3.put_object(Bucket="data", Key="ds/f.parquet", Body=body.read_bytes())
         out = subprocess.run([sys.executable, "-c", CHILD_FORK_AFTER_CTRL_C, json.dumps(server.options())],
                              capture_output=True, text=True, timeout=150, env=aws_env())
     finally:
