@@ -380,7 +380,7 @@ def _run_command(args: argparse.Namespace) -> int:
     except (pqloader.Error, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
         # ImportError: an optional dependency (pyarrow for --filter) is missing.
         # MemoryError: the engine could not allocate a batch (its message names the batch,
-        # its row groups and the bytes asked for), e.g. --transform 'x=PadOrTruncate(10**12)'.
+        # its row groups and the bytes asked for), e.g. --transform 'x=PadOrTruncate(1000000000000)'.
         print(f"pqloader: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
