@@ -320,7 +320,7 @@ def test_a_field_of_a_list_of_structs_absent_from_a_file_is_refused_naming_it(tm
     write_parquet(tmp_path / "a.parquet", pa.table({"s": pa.array([[{"a": 1, "b": 1.5}]], s2)}))
     write_parquet(tmp_path / "b.parquet", pa.table({"s": pa.array([[{"a": 7}, {"a": 8}]], s1)}))
     with pytest.raises(pqloader.SchemaMismatchError,
-                       match=r"column 's\.b' is absent from .*b\.parquet', whose 's' is a list of structs"):
+                       match=r"column 's\.b' is absent from .*b\.parquet', whose 's' is a list \(or map\) of structs"):
         pqloader.Loader(str(tmp_path), columns=["s.a", "s.b"], fill_null=-1.0,
                         lists={"s.a": "ragged", "s.b": "ragged"})
     # A plain struct lacking a field: null rows, as pyarrow.

@@ -550,7 +550,7 @@ class Resolver {
         if (LacksBelowList(static_cast<int>(f), leaf, &list)) {
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(),
                            "' is absent from '", files_[f].display, "', whose '", list,
-                           "' is a list of structs without it: its rows there would be lists "
+                           "' is a list (or map) of structs without it: its rows there would be lists "
                            "of nulls as long as the list's (pqloader cannot read them so yet); "
                            "select other columns, or write the field in every file");
         }
