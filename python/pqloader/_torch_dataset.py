@@ -87,7 +87,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
     ``pin_memory=True`` and move them to the GPU yourself. Worker processes are made
     anew for each DataLoader iteration unless ``persistent_workers=True``; like
     ``DistributedSampler``, call ``set_epoch(e)`` before each epoch so they start at
-    epoch ``e`` (persistent workers continue their own epoch count).
+    epoch ``e`` (without it, an iteration after a whole epoch runs the next epoch under
+    :class:`pqloader.torch.DataLoader`, with or without persistent workers).
 
     Checkpoints: iterate it with :class:`pqloader.torch.DataLoader` (a
     ``torch.utils.data.DataLoader`` that counts the batches it hands out) and use that
@@ -125,6 +126,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch = loader.epoch
         self._epoch_set = False
         self._set_since_begin = False  # set_epoch called since the last iteration began
+        self._restart = False  # set_epoch kept no loaded state: the loader starts its epoch over
         self._worker_loader: Loader | None = None
         # Main process: a state loaded for the next iteration, and the position of the
         # current one (with workers). Sent to the workers: the state and the shift.
@@ -155,6 +157,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._set_since_begin = True
         if self._pending is not None and self._pending["epoch"] != self._epoch:
             self._pending = None
+        self._restart = self._pending is None
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out.
@@ -195,6 +198,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 self._recipe, options=self._recipe.options.replace(seed=loader.seed))
         self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
+        self._restart = False
         self._pending = dict(state)
         self._position = None
 
@@ -229,7 +233,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def _begin(self, workers: int, persistent_again: bool) -> None:
         """Fix the epoch, resume state and worker shift before DataLoader starts workers."""
         self._check_rank_world()
-        self._set_since_begin = False
+        set_since, self._set_since_begin = self._set_since_begin, False
         if workers == 0:
             self._position = None
             self._load_unloaded()
@@ -237,8 +241,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
             return
         if persistent_again and self._position is not None:
             # Persistent workers continue with the next epoch on their own.
-            self._position = _Position(self._position.epoch + 1, workers)
+            self._position = _Position(self._position.epoch + self._epochs_per_iteration(), workers)
             return
+        if not set_since and self._pending is None and self._position is not None and self._position.complete:
+            # No set_epoch since an epoch ran whole: the next one, as persistent workers and
+            # the loader itself (num_workers=0) go on, and as state_dict() names it (workers
+            # made anew reran the set epoch: another stream, and a resume ran the next).
+            self._epoch = self._position.epoch + self._epochs_per_iteration()
         epoch = self._epoch
         state, self._pending = self._pending, None
         position = _Position(epoch, workers)
@@ -247,6 +256,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
             position, self._worker_state = self._resumed_position(state, workers)
             self._worker_shift = position.before % workers
         self._position = position
+
+    def _epochs_per_iteration(self) -> int:
+        n = self._recipe.options.num_epochs
+        return 1 if n is None else n
 
     def _resumed_position(self, state: dict[str, Any], workers: int) -> tuple[_Position, dict[str, Any]]:
         """Where the workers start, and the state they load (as ``_state.parse_state``
@@ -317,13 +330,18 @@ class IterableDataset(torch.utils.data.IterableDataset):
         state["rank_batches"] = p.counts() * o.world_size  # ranks run in lockstep
         return state
 
-    def _yielded(self) -> None:
-        if self._position is not None:
-            self._position.yielded += 1
+    def _yielded(self, position: _Position | None) -> None:
+        """A batch of the iteration at `position` was handed out: that iteration's is the
+        position (another one may have begun since, e.g. a ``next(iter(dl))`` inside a loop:
+        its Position was the dataset's, and this loop's batches were counted in it)."""
+        if position is not None and self._position is not None:  # (None: a state loaded since)
+            position.yielded += 1
+            self._position = position
 
-    def _completed(self) -> None:
-        if self._position is not None:
-            self._position.complete = True
+    def _completed(self, position: _Position | None) -> None:
+        if position is not None and self._position is not None:
+            position.complete = True
+            self._position = position
 
     # -- worker processes -------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -331,9 +349,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if info is None:
             loader = self._main_loader()
             self._load_unloaded()
-            if self._epoch_set and loader.epoch != self._epoch and self._pending is None:
+            if self._epoch_set and self._pending is None and (loader.epoch != self._epoch or self._restart):
+                # (also the epoch the loader is in: a loop of it left early continued its rest)
                 loader.set_epoch(self._epoch)
-            self._epoch_set = False
+            self._epoch_set = self._restart = False
             self._pending = None
             return iter(loader)
         if self._worker_loader is not None and self._worker_shift:
@@ -390,7 +409,7 @@ class DataLoader(torch.utils.data.DataLoader):
     the same workers (their number unchanged) continue their own streams, in the same
     turns; another number of workers, ranks or another batch size gets the rest of the
     epoch dealt anew (elastic resume), also where ranks x workers is the same world. ``batch_size`` must stay None (items are whole
-    batches); every other argument is DataLoader's.
+    batches) and ``in_order`` True (the turns); every other argument is DataLoader's.
 
     Args:
         dataset: A :class:`pqloader.torch.IterableDataset`.
@@ -398,7 +417,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
     Raises:
         TypeError: `dataset` is not a pqloader IterableDataset.
-        ValueError: ``batch_size`` is not None.
+        ValueError: ``batch_size`` is not None, or ``in_order=False`` with worker processes.
     """
 
     def __init__(self, dataset: IterableDataset, **kwargs: Any) -> None:
@@ -408,6 +427,12 @@ class DataLoader(torch.utils.data.DataLoader):
         if kwargs.setdefault("batch_size", None) is not None:
             raise ValueError("pqloader.torch.DataLoader: batch_size must be None (the loader batches)")
         super().__init__(dataset, **kwargs)
+        if self.num_workers > 0 and not getattr(self, "in_order", True):
+            raise ValueError(
+                "pqloader.torch.DataLoader: in_order=False hands out the workers' batches as they "
+                "come, not in turns: the stream would not be deterministic and state_dict() could "
+                "not tell how many batches each worker had handed out (a resume would repeat some "
+                "rows and skip others); leave in_order=True")
         self._iterated = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
@@ -419,6 +444,7 @@ class DataLoader(torch.utils.data.DataLoader):
             # would go on with its rest. Start them anew, as non-persistent ones would.
             if self._iterator is not None:
                 self._iterator._shutdown_workers()
+                self._iterator._pqloader_stopped = True  # a loop still on it is told, below
                 self._iterator = None
             again = False
             if ds._position is not None and not ds._set_since_begin:
@@ -429,12 +455,19 @@ class DataLoader(torch.utils.data.DataLoader):
         ds._begin(self.num_workers, again)
         self._iterated = True
         batches = super().__iter__()
+        position = ds._position  # this iteration's (a later iteration makes its own)
 
         def count() -> Iterator[dict[str, Any]]:
             for batch in batches:
-                ds._yielded()
+                ds._yielded(position)
                 yield batch
-            ds._completed()
+            if getattr(batches, "_pqloader_stopped", False):
+                # (its workers stopped: the loop ended silently, as if its epoch had)
+                raise RuntimeError(
+                    "pqloader.torch.DataLoader was iterated again while this loop ran: its persistent "
+                    "workers serve one iteration at a time, so this loop's stopped before the end of "
+                    "its epoch (take a batch to look at before the loop, or from another DataLoader)")
+            ds._completed(position)
 
         return count()
 

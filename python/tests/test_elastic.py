@@ -562,6 +562,75 @@ def test_persistent_workers_without_set_epoch_rerun_the_epoch_they_had_reached(d
     assert again == run_with_timeout(lambda: dl_ids(fresh), timeout=120)
 
 
+@pytestmark_workers
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_dataloader_without_set_epoch_runs_the_epoch_its_state_names(ds, workers, persistent):
+    """No set_epoch between loops: the loop after a whole epoch runs the next epoch,
+    whatever persistent_workers, and that is the epoch the state taken between them
+    resumes. (Workers made anew reran epoch 0, though the state named epoch 1: a resumed
+    run read another stream than the uninterrupted one.)"""
+    def dataloader():
+        dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+        return pqloader.torch.DataLoader(dataset, num_workers=workers, persistent_workers=persistent)
+
+    dl = dataloader()
+    first = run_with_timeout(lambda: dl_ids(dl), timeout=120)
+    state = json.loads(json.dumps(dl.state_dict()))
+    second = run_with_timeout(lambda: dl_ids(dl), timeout=120)
+    assert state["epoch"] == 1 and second != first
+    resumed = dataloader()
+    resumed.load_state_dict(state)
+    assert run_with_timeout(lambda: dl_ids(resumed), timeout=120) == second
+    dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    dataset.set_epoch(1)
+    fresh = pqloader.torch.DataLoader(dataset, num_workers=workers)
+    assert run_with_timeout(lambda: dl_ids(fresh), timeout=120) == second
+
+
+@pytestmark_workers
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_iterated_again_inside_a_loop_keeps_the_loops_position(ds, persistent):
+    """`next(iter(dl))` inside a loop (a batch to log): the loop's state counts the loop's
+    batches (the new iteration's position took them: a resume repeated 4 batches), and a
+    loop whose persistent workers the new iteration stopped says so (it ended silently,
+    as if its epoch had)."""
+    def dataloader():
+        dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+        return pqloader.torch.DataLoader(dataset, num_workers=2, persistent_workers=persistent)
+
+    whole = run_with_timeout(lambda: dl_ids(dataloader()), timeout=120)
+    dl = dataloader()
+
+    def loop():
+        it = iter(dl)
+        head = [next(it) for _ in range(5)]
+        next(iter(dl))
+        if persistent:
+            with pytest.raises(RuntimeError, match="iterated again while this loop ran"):
+                next(it)
+            return None, None
+        head += [next(it) for _ in range(5)]
+        return head, json.loads(json.dumps(dl.state_dict()))
+
+    head, state = run_with_timeout(loop, timeout=120)
+    if not persistent:
+        assert state["rank_batches"] == [5, 5]
+        resumed = dataloader()
+        resumed.load_state_dict(state)
+        assert dl_ids(head) + run_with_timeout(lambda: dl_ids(resumed), timeout=120) == whole
+
+
+def test_dataloader_refuses_in_order_false_with_workers(ds):
+    # Batches taken as they come, not in turns: the counted position was wrong and a
+    # resume repeated some rows and skipped others, silently.
+    if "in_order" not in torch.utils.data.DataLoader.__init__.__code__.co_varnames:
+        pytest.skip("this torch has no in_order")
+    dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    with pytest.raises(ValueError, match="in_order=False"):
+        pqloader.torch.DataLoader(dataset, num_workers=2, in_order=False)
+    assert len(dl_ids(pqloader.torch.DataLoader(dataset, num_workers=0, in_order=False))) > 0
+
+
 def test_dataloader_checkpoints_need_one_epoch_per_iteration(ds):
     # With num_epochs=2 the counted position would name the wrong epoch: refused.
     dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=2)),

@@ -601,6 +601,28 @@ def test_iterable_dataset_without_workers_iterates_the_loader_itself(ds):
     assert_batch_streams_equal(head + [as_numpy(b) for b in it], ref)
 
 
+@pytest.mark.parametrize("plain", [True, False])
+def test_iterable_dataset_set_epoch_of_a_loop_left_early_starts_it_over_without_workers(ds, plain):
+    # set_epoch(e) after a loop of epoch e was left early: the next loop is epoch e whole,
+    # as with workers (it was the rest of the loop left early: its first batches lost).
+    # A state loaded for that epoch still stays.
+    dataset = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
+    dl = (torch.utils.data.DataLoader(dataset, batch_size=None) if plain
+          else pqloader.torch.DataLoader(dataset))
+    dataset.set_epoch(0)
+    whole = ids_of(list(dl))
+    dataset.set_epoch(0)
+    it = iter(dl)
+    head = [next(it) for _ in range(4)]
+    state = dataset.state_dict()
+    del it
+    dataset.set_epoch(0)
+    assert ids_of(list(dl)) == whole
+    dataset.load_state_dict(state)
+    dataset.set_epoch(0)
+    assert ids_of(head) + ids_of(list(dl)) == whole
+
+
 # ---------------------------------------------------------------------------
 # fork
 # ---------------------------------------------------------------------------
