@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 import stat
 import sys
 from typing import Any, Mapping, Sequence, Union
@@ -198,10 +199,10 @@ def env_int(name: str) -> int | None:
     value = os.environ.get(name)
     if value is None or value.strip() == "":
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+    # Decimal digits only: int() also takes "1_0" (10) and other scripts' digits.
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        raise ValueError(f"environment variable {name}={value!r} is not an integer")
+    return int(value)
 
 
 def _ray_train_rank_world() -> tuple[int, int] | None:

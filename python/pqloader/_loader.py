@@ -215,7 +215,9 @@ class Loader:
         """Batches per epoch for this rank (of the current epoch: with ``pack`` and several
         ranks, the equalised number of blocks can differ between epochs)."""
         c = self._cursor
-        return self._engine.num_batches(c.epoch, c.elastic_for(c.epoch))
+        with c.lock:  # (one position: a load_state_dict from another thread moves it)
+            epoch, elastic = c.epoch, c.elastic_for(c.epoch)
+        return self._engine.num_batches(epoch, elastic)
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:

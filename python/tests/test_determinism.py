@@ -357,10 +357,12 @@ def test_rank_and_world_size_default_from_environment(shard_ds, monkeypatch):
         (dict(RANK="3"), dict(world_size=2), ["rank 3 (from the environment", "world size 2 (given)"]),
         (dict(WORLD_SIZE="2"), dict(rank=2), ["rank 2 (given)", "world size 2 (from the environment"]),
         ({}, dict(rank=1), ["rank 1 (given)", "world size 1 (none found"]),
+        # int() takes "1_0" as 10 (and other scripts' digits): not a launcher's rank.
+        (dict(RANK="1_0", WORLD_SIZE="16"), {}, ["RANK='1_0' is not an integer"]),
     ],
     ids=["world-without-rank", "rank-without-world", "negative-rank", "rank-of-no-world", "world-0",
          "world-size-alone", "world-size-against-env", "rank-against-env", "env-rank-beyond-world-size",
-         "rank-beyond-env-world", "rank-alone-without-world"],
+         "rank-beyond-env-world", "rank-alone-without-world", "underscored-rank"],
 )
 def test_a_rank_and_world_size_that_do_not_make_one_world_are_refused(shard_ds, monkeypatch, env, kwargs, words):
     # Each of these built a loader of another world than the job's (rank 0 of 4 on every
