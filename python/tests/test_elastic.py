@@ -722,6 +722,21 @@ def test_dataloader_workers_continue_a_loader_wrapped_mid_epoch(ds, workers, how
         assert [b.tolist() for b in tail] == rest
 
 
+def _run_spawn_script(script, tmp_path, base_port: int):
+    """Run a gloo spawn script with (out prefix, port); a reader of the JSON files it
+    wrote as f"{out}.{name}"."""
+    out = tmp_path / "ckpt"
+    port = base_port + (hash(str(tmp_path)) % 1000) * 2
+    proc = subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True,
+                          text=True, timeout=300, env=subprocess_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    def read(name):
+        with open(f"{out}.{name}") as f:
+            return json.load(f)
+    return read
+
+
 def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
     """2 gloo ranks save a merged state with torch.distributed.checkpoint; 3 ranks resume."""
     script = tmp_path / "dcp.py"
@@ -762,14 +777,7 @@ def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
             mp.spawn(save, args=(2, out), nprocs=2)
             mp.spawn(load, args=(3, out), nprocs=3)
     """))
-    out = tmp_path / "ckpt"
-    port = 29500 + (hash(str(tmp_path)) % 1000) * 2
-    proc = subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True,
-                          text=True, timeout=300, env=subprocess_env())
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    def read(name):
-        with open(f"{out}.{name}") as f:
-            return json.load(f)
+    read = _run_spawn_script(script, tmp_path, 29500)
 
     consumed = sum((read(f"ids{r}") for r in range(2)), [])
     rests = [read(f"rest{r}") for r in range(3)]
@@ -899,15 +907,7 @@ def test_gather_state_dict_of_dataloaders_whose_ranks_stopped_at_different_batch
             mp.spawn(run, args=(2, out, str(port), "save"), nprocs=2)
             mp.spawn(run, args=(2, out, str(port + 1), "load"), nprocs=2)
     """))
-    out = tmp_path / "ckpt"
-    port = 31500 + (hash(str(tmp_path)) % 1000) * 2
-    proc = subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True,
-                          text=True, timeout=300, env=subprocess_env())
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-    def read(name):
-        with open(f"{out}.{name}") as f:
-            return json.load(f)
+    read = _run_spawn_script(script, tmp_path, 31500)
 
     assert read("state")["rank_batches"] == [2, 1, 2, 2]
     consumed = read("save0") + read("save1")

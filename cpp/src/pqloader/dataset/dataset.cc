@@ -105,27 +105,6 @@ arrow::Result<std::vector<arrow::fs::FileInfo>> ListPages(
   }
 }
 
-// What `path` is. On S3 asked on the filesystem's I/O thread (Arrow keeps the filesystem
-// alive until the answer) while this one polls `cancel`: the
-// directory check before a listing is up to three requests, each a round trip, or a
-// run of retries against an endpoint that does not answer.
-arrow::Result<arrow::fs::FileInfo> InfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
-                                          const std::string& path, const CancelFlag& cancel) {
-  if (IsCancelled(cancel)) return CancelledStatus();
-  if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(path);
-  // Left running on Ctrl-C, the request stops retrying (else it would hold Arrow's S3
-  // client lock for the retry budget: no new client in this process meanwhile, and a
-  // child forked meanwhile would inherit the lock held), and a fork waits for it.
-  ARROW_ASSIGN_OR_RAISE(auto info, arrow::io::default_io_context().executor()->Submit(
-                                       [fs, path, cancel]() -> arrow::Result<arrow::fs::FileInfo> {
-                                         const fork_gate::Inside inside;
-                                         const RetryStopScope stop_once_cancelled(cancel);
-                                         return fs->GetFileInfo(path);
-                                       }));
-  if (!WaitUnlessCancelled(info, cancel)) return CancelledStatus();
-  return info.MoveResult();
-}
-
 // Whether file `path` (below `root`) matches glob `pattern`, or lies below a directory
 // that does: a directory a glob names is read whole, as a directory source is (`run*`
 // matching `run1/`; `**` is `*`, so `data/**` names data's children, directories too).
@@ -496,9 +475,24 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
 
 }  // namespace
 
+// On S3 asked on Arrow's I/O pool (the task holds the filesystem) while this thread
+// polls `cancel`: the directory check before a listing is up to three requests, each a
+// round trip, or a run of retries against an endpoint that does not answer.
 arrow::Result<arrow::fs::FileInfo> FileInfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                                               const std::string& path, const CancelFlag& cancel) {
-  return InfoOf(fs, path, cancel);
+  if (IsCancelled(cancel)) return CancelledStatus();
+  if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(path);
+  // Left running on Ctrl-C, the request stops retrying (else it would hold Arrow's S3
+  // client lock for the retry budget: no new client in this process meanwhile, and a
+  // child forked meanwhile would inherit the lock held), and a fork waits for it.
+  ARROW_ASSIGN_OR_RAISE(auto info, arrow::io::default_io_context().executor()->Submit(
+                                       [fs, path, cancel]() -> arrow::Result<arrow::fs::FileInfo> {
+                                         const fork_gate::Inside inside;
+                                         const RetryStopScope stop_once_cancelled(cancel);
+                                         return fs->GetFileInfo(path);
+                                       }));
+  if (!WaitUnlessCancelled(info, cancel)) return CancelledStatus();
+  return info.MoveResult();
 }
 
 arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::string>& sources,
@@ -519,7 +513,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
     // costs S3 a request or three).
     bool literal = false;
     if (HasGlob(path) && path.find('[') != std::string::npos) {
-      auto info = InfoOf(fs, path, cancel);
+      auto info = FileInfoOf(fs, path, cancel);
       if (info.status().IsCancelled()) return info.status();
       literal = info.ok() && info->type() != arrow::fs::FileType::NotFound;
     }
@@ -528,7 +522,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       const size_t glob = path.find_first_of("*?[");
       const size_t slash = path.rfind('/', glob);
       const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
-      auto info = InfoOf(fs, root.empty() ? "/" : root, cancel);
+      auto info = FileInfoOf(fs, root.empty() ? "/" : root, cancel);
       if (info.status().IsCancelled()) return info.status();
       if (!info.ok()) {
         return MakeIOError(info.status(), "cannot access '", source, "'");
@@ -544,7 +538,7 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       }
       continue;
     }
-    auto info = InfoOf(fs, path, cancel);
+    auto info = FileInfoOf(fs, path, cancel);
     if (info.status().IsCancelled()) return info.status();
     if (!info.ok()) {
       return MakeIOError(info.status(), "cannot access '", source, "'");
