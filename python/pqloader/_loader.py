@@ -219,6 +219,10 @@ class Loader:
             epoch, elastic = c.epoch, c.elastic_for(c.epoch)
         return self._engine.num_batches(epoch, elastic)
 
+    def _batches_in_epoch(self, epoch: int) -> int:
+        """Batches of `epoch` for this rank, run from its start (no elastic rest)."""
+        return self._engine.num_batches(epoch, None)
+
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self)

@@ -103,6 +103,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     first starts the epoch over). A packed loader continues so only with the ranks and
     workers its position was taken in (else ``InvalidDataError``).
 
+    ``len(dataset)`` is the batches of an iteration without workers (``len(loader)``);
+    ``len()`` of :class:`pqloader.torch.DataLoader` counts those of its workers.
+
     Args:
         loader: The loader to wrap; its options, seed, rank and world size are used. The
             workers' loaders are of its class (a subclass is built with Loader's arguments).
@@ -140,6 +143,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         # the process group when iterated, as the loader itself checks them.
         self._rank_world_found = loader._rank_world_found
         self._refusal: str | None = None  # that check's error, for spawned workers
+        self._lengths: dict[tuple[int, int | None], int] = {}  # (workers, epoch): batches
         state = loader.state_dict()
         if state.get("batch") or state.get("elastic") is not None:
             # The loader is mid-epoch (a state was loaded, or it was partly iterated): worker
@@ -216,6 +220,45 @@ class IterableDataset(torch.utils.data.IterableDataset):
         o = self._recipe.options
         return (o.pack is not None and isinstance(world, int) and not isinstance(world, bool)
                 and world != o.world_size and world % o.world_size == 0)
+
+    def __len__(self) -> int:
+        """Batches one iteration without worker processes hands out: ``len(loader)`` of
+        the wrapped loader (times ``num_epochs``). With workers, their shards hold their
+        own partial batches: ``len()`` of :class:`pqloader.torch.DataLoader` counts them
+        (a plain torch DataLoader with workers takes this length and warns when more
+        batches come)."""
+        return self._batches_per_iteration(0)
+
+    def _batches_per_iteration(self, workers: int) -> int:
+        """Batches an iteration hands out with `workers` DataLoader workers (the whole of
+        its epochs: a resumed one hands out the rest only).
+
+        With workers, every worker loader (shard ``rank * W + w`` of ``world_size * W``)
+        has the same number of batches (both shard policies equalise the shards), so the
+        count is W times that of worker 0's loader, built here once (footers read again)
+        and kept.
+        """
+        n_epochs = self._recipe.options.num_epochs
+        if n_epochs is None:
+            raise TypeError("the loader runs forever (num_epochs=None): an iteration has no len()")
+        epochs = range(self._epoch, self._epoch + n_epochs)
+        if workers == 0:
+            loader = self._main_loader()
+            return sum(loader._batches_in_epoch(e) for e in epochs)
+        per_epoch = self._recipe.options.pack is not None  # (else every epoch counts the same)
+        total = 0
+        for e in epochs:
+            key = (workers, e if per_epoch else None)
+            if key not in self._lengths:
+                o = self._recipe.options
+                probe = self._recipe.build(rank=o.rank * workers, world_size=o.world_size * workers,
+                                           num_workers=1, device=None, pin_memory=False)
+                try:
+                    self._lengths[key] = workers * probe._batches_in_epoch(e)
+                finally:
+                    probe.close()
+            total += self._lengths[key]
+        return total
 
     def _main_loader(self) -> Loader:
         if self._loader is None:  # unpickled (spawned worker context) and then used directly
@@ -470,6 +513,16 @@ class DataLoader(torch.utils.data.DataLoader):
             ds._completed(position)
 
         return count()
+
+    def __len__(self) -> int:
+        """Batches an iteration hands out with this DataLoader's ``num_workers``: all of
+        the epoch's (``num_epochs`` epochs'), also for an iteration that resumes mid-epoch
+        (it hands out the rest only), as torch's DataLoader counts a sampler's.
+
+        Raises:
+            TypeError: The loader has ``num_epochs=None`` (it runs forever).
+        """
+        return self.dataset._batches_per_iteration(self.num_workers)  # type: ignore[attr-defined]
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out (a pqloader state).

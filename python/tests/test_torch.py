@@ -548,6 +548,47 @@ def test_iterable_dataset_shards_across_dataloader_workers(ds, rank, world_size)
     assert ids_of(epochs[0]) != ids_of(epochs[1]), "set_epoch did not change the order"
 
 
+@pytest.mark.parametrize("workers", [0, 1, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_dataloader_len_is_the_batches_an_iteration_hands_out(ds, workers, drop_last):
+    # 600 rows: 3 workers' shards of 200 rows hold 7 batches each (the last partial), 21
+    # in all, where the loader alone has 19 (without drop_last).
+    loader = pqloader.Loader(ds, **kw(num_epochs=1, drop_last=drop_last))
+    dataset = pqloader.torch.IterableDataset(loader)
+    dl = pqloader.torch.DataLoader(dataset, num_workers=workers)
+    assert len(dataset) == len(loader)
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        n = len(dl)
+        assert n == len(run_with_timeout(lambda: list(dl), timeout=60))
+    assert n == (len(loader) if workers <= 1 else 3 * (200 // BS + (not drop_last and 200 % BS > 0)))
+    two = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=2, drop_last=drop_last)))
+    assert len(pqloader.torch.DataLoader(two)) == 2 * len(loader) == len(list(pqloader.torch.DataLoader(two)))
+    forever = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=None))))
+    with pytest.raises(TypeError, match="num_epochs=None"):
+        len(forever)
+
+
+def test_dataloader_len_of_packed_workers_follows_the_epoch(tmp_path):
+    # Packed shards equalise their blocks per epoch: the count may differ between epochs.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    lengths = np.random.default_rng(0).integers(1, 60, 300)
+    docs = [[i] * int(n) for i, n in enumerate(lengths)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=20)
+    loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1, shuffle_window=1,
+                             pack=pqloader.Pack("tokens", seq_len=16, eos=0))
+    dataset = pqloader.torch.IterableDataset(loader)
+    dl = pqloader.torch.DataLoader(dataset, num_workers=2)
+    counts = []
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        counts.append(len(dl))
+        assert counts[-1] == len(run_with_timeout(lambda: list(dl), timeout=60))
+    assert len(set(counts)) > 1, counts  # (else this data would not test the epochs apart)
+
+
 def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
     code = textwrap.dedent(f"""
         import torch.utils.data, pqloader, pqloader.torch
