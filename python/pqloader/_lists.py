@@ -67,6 +67,10 @@ class Pad:
             raise ValueError(f"Pad(multiple_of=...) must be a positive int, got {self.multiple_of!r}")
         if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
             raise TypeError(f"Pad(value=...) must be a number, got {self.value!r}")
+        try:
+            float(self.value)  # (the engine takes it as a double)
+        except OverflowError:
+            raise ValueError(f"Pad(value=...) is beyond any column's range, got {self.value!r}") from None
         for name in ("side", "truncation"):
             if getattr(self, name) not in _SIDES:
                 raise ValueError(f"Pad({name}=...) must be 'left' or 'right', got {getattr(self, name)!r}")

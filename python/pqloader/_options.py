@@ -11,6 +11,7 @@ value and what is accepted. :meth:`LoaderOptions.to_engine` produces the dict th
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from typing import Any, Callable, Mapping, Sequence
@@ -585,6 +586,10 @@ class LoaderOptions:
             raise ValueError(f"pack= cannot be combined with {' or '.join(f'{n}=' for n in given)}: packing "
                              "writes the token column and copies the others per token; transform "
                              "whole batches with batch_transform= instead")
+        if checked["pack"] is not None and checked["batch_size"] * checked["pack"].seq_len > 2**31 - 1:
+            raise ValueError(f"pack: batch_size x seq_len = {checked['batch_size']} x {checked['pack'].seq_len} "
+                             "tokens a batch, beyond the int32 offsets of its cu_seqlens (2**31 - 1): use "
+                             "fewer blocks a batch or shorter ones")
         rank, world = checked["rank"], checked["world_size"]
         if rank is not None and world is not None and rank >= world:
             raise ValueError(f"rank must be in [0, world_size={world}), got {rank}")
@@ -818,9 +823,13 @@ def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
     elif dtype.kind == "b":
         if value not in (0, 1):
             raise ValueError(f"{what} is not a bool (True, False, 1 or 0), but column {name!r} is bool")
-    elif dtype.kind == "f" and np.isfinite(value):
+    elif dtype.kind == "f":
+        try:
+            as_float = float(value)  # (an int beyond float64's range raises; np.isfinite refused ints beyond int64)
+        except OverflowError:
+            raise ValueError(f"{what} overflows column {name!r} ({dtype})") from None
         with np.errstate(over="ignore"):
-            if not np.isfinite(dtype.type(value)):
+            if math.isfinite(as_float) and not np.isfinite(dtype.type(as_float)):
                 raise ValueError(f"{what} overflows column {name!r} ({dtype})")
 
 

@@ -113,6 +113,14 @@ def test_a_pad_value_must_be_a_value_of_the_columns_dtype(tmp_path):
     # own check refused it once, as if the dtype had been unknown when the Loader was made.
     got = next(iter(pqloader.Loader(str(tmp_path), lists={"h": pqloader.Pad(value=65510.0)})))
     assert got["h"].tolist() == [[1.0, np.float16(65510.0)], [2.0, 3.0]]
+    # Python ints beyond int64 (numpy's isfinite raised TypeError on them) and beyond a double.
+    with pytest.raises(ValueError, match=r"Pad\(value=\d+\) overflows column 'h' \(float16\)"):
+        pqloader.Loader(str(tmp_path), lists={"h": pqloader.Pad(value=2**70)})
+    with pytest.raises(ValueError, match=r"Pad\(value=\.\.\.\) is beyond any column's range"):
+        pqloader.Pad(value=10**400)
+    pq.write_table(pa.table({"f": pa.array([[1.0], [2.0, 3.0]], pa.list_(pa.float32()))}), tmp_path / "p.parquet")
+    got = next(iter(pqloader.Loader(str(tmp_path), lists={"f": pqloader.Pad(value=2**70)})))
+    assert got["f"].tolist() == [[1.0, np.float32(2**70)], [2.0, 3.0]]
 
 
 def test_pad_or_truncate_sides(tokens):

@@ -322,6 +322,15 @@ def test_truncating_to_a_block_of_only_the_separator_is_refused(tmp_path):
     assert flat(seq_len=1, truncate=True) == [1, 4]
 
 
+def test_a_batch_beyond_the_int32_cu_seqlens_is_refused(tmp_path):
+    # cu_seqlens are int32 offsets into the flattened batch: 2048 blocks of 2**20 tokens
+    # (2**31 a batch) would wrap them.
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3], [4]], pa.list_(pa.int32()))}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=r"batch_size x seq_len = 2048 x 1048576 .* cu_seqlens"):
+        pqloader.Loader(str(tmp_path), batch_size=2048, pack=pqloader.Pack("tokens", seq_len=2**20))
+    pqloader.Loader(str(tmp_path), batch_size=2047, pack=pqloader.Pack("tokens", seq_len=2**20)).close()
+
+
 @pytest.mark.parametrize("dtype,kw,message", [
     (pa.float16(), {"eos": 2049}, r"Pack\(eos=2049\) is not exact in column 'tokens' \(float16: it would be 2048\)"),
     (pa.float32(), {"pad": 2**24 + 1}, r"Pack\(pad=16777217\) is not exact in column 'tokens' \(float32"),

@@ -865,6 +865,12 @@ arrow::Status Loader::SetUpPacking() {
         "(a truncated document keeps seq_len - 1 tokens before eos): use seq_len >= 2, or "
         "truncate=false");
   }
+  if (options_.plan.batch_size > 0 &&
+      pack.seq_len > std::numeric_limits<int32_t>::max() / options_.plan.batch_size) {
+    return arrow::Status::Invalid("pack: batch_size x seq_len = ", options_.plan.batch_size, " x ",
+                                  pack.seq_len, " tokens a batch, beyond the int32 offsets of its "
+                                  "cu_seqlens (2^31 - 1): use fewer blocks a batch or shorter ones");
+  }
   if (!options_.transforms.empty() || !options_.lists.empty()) {
     return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
   }

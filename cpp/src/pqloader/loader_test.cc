@@ -14,6 +14,10 @@
 
 #include <sys/stat.h>
 
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <parquet/arrow/writer.h>
+
 #include "pqloader/error.h"
 #include "pqloader/test_util.h"
 #include "pqloader/util/node_lock.h"
@@ -430,6 +434,32 @@ TEST(LoaderApi, CountsThatWouldOverflowOrExhaustThreadsAreRefused) {
   // Epoch 2^32 would repeat epoch 0's order (32 bits of it key the shuffle).
   EXPECT_FALSE((*made)->StartEpoch(int64_t{1} << 32).ok());
   EXPECT_TRUE((*made)->StartEpoch((int64_t{1} << 32) - 1).ok());
+}
+
+TEST(LoaderApi, APackedBatchBeyondInt32CuSeqlensIsRefused) {
+  // cu_seqlens holds int32 offsets into the flattened batch: batch_size x seq_len tokens
+  // past 2^31 - 1 wrapped (negative offsets) in the batch where they did.
+  const std::string path = testing::MakeTempDir() + "/tokens.parquet";
+  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
+  for (int32_t row = 0; row < 4; ++row) {
+    ASSERT_TRUE(tokens.Append().ok());
+    for (int32_t t = 0; t <= row; ++t) ASSERT_TRUE(values->Append(t).ok());
+  }
+  auto table = arrow::Table::Make(arrow::schema({arrow::field("tokens", arrow::list(arrow::int32()))}),
+                                  {tokens.Finish().ValueOrDie()});
+  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
+  ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 2).ok());
+  ASSERT_TRUE(out->Close().ok());
+  LoaderOptions o;
+  o.pack_column = "tokens";
+  o.pack.seq_len = int64_t{1} << 20;
+  o.plan.batch_size = 2048;  // 2^31 tokens a batch
+  auto refused = Loader::Make({path}, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cu_seqlens"), std::string::npos) << refused.status().ToString();
+  o.plan.batch_size = 2047;
+  EXPECT_TRUE(Loader::Make({path}, o).ok());
 }
 
 TEST(LoaderApi, OptionsOutOfRangeAreRefusedNamingTheField) {
