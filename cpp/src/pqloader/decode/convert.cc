@@ -122,8 +122,13 @@ arrow::Result<double> DecimalToDouble(const DecimalT& v, int32_t scale, int32_t 
     } else {
       narrow = arrow::Decimal128(static_cast<int64_t>(v.value()));
     }
-    auto rescaled = narrow.Rescale(scale, to_scale);
-    if (rescaled.ok()) return rescaled->ToDouble(to_scale);
+    // Decimal128::Rescale misses most overflows (it compares the wrapped product with the
+    // value): rescale in 128 bits only where the result has at most 38 digits.
+    const int32_t delta = to_scale - scale;
+    if (delta < 38 && narrow.FitsInPrecision(38 - delta)) {
+      ARROW_ASSIGN_OR_RAISE(auto rescaled, narrow.Rescale(scale, to_scale));
+      return rescaled.ToDouble(to_scale);
+    }
     // Past 38 digits at the column's scale: the column is a decimal256 (the type that
     // holds both files' values), which pyarrow casts the value to before float64.
     ARROW_ASSIGN_OR_RAISE(auto wide, arrow::Decimal256(narrow).Rescale(scale, to_scale));

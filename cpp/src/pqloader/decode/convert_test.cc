@@ -220,6 +220,26 @@ TEST(Convert, DecimalsBecomeFloat64OrExactUnscaledInt64) {
   EXPECT_EQ(w[1], arrow::Decimal128(-500).ToDouble(4));
 }
 
+TEST(Convert, DecimalsRescaledPast38DigitsNeverWrap) {
+  // Decimal128::Rescale compares the wrapped product with the value, so most overflows
+  // passed: this value at scale 0, in a column of scale 10, loaded as 7.62e27
+  // ((v * 10^10 mod 2^128) / 10^10) where pyarrow's cast gives 8.3e33.
+  const arrow::Decimal128 big("8315828106689743556748183507200378");
+  arrow::Decimal128Builder b(arrow::decimal128(38, 0));
+  ASSERT_TRUE(b.Append(big).ok());
+  ASSERT_TRUE(b.Append(-big).ok());
+  ASSERT_TRUE(b.Append(arrow::Decimal128(5)).ok());
+  auto arr = b.Finish().ValueOrDie();
+  auto spec = SpecForField(*arrow::field("d", arrow::decimal256(48, 10))).ValueOrDie();
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool()).ValueOrDie();
+  const auto* d = reinterpret_cast<const double*>(c.data->data());
+  const double want = arrow::Decimal256(big).Rescale(0, 10).ValueOrDie().ToDouble(10);
+  EXPECT_GT(want, 8e33);
+  EXPECT_EQ(d[0], want);
+  EXPECT_EQ(d[1], -want);
+  EXPECT_EQ(d[2], 5.0);
+}
+
 TEST(Convert, ListsOfStringsEncodeEveryValue) {
   arrow::ListBuilder lb(arrow::default_memory_pool(), std::make_shared<arrow::StringBuilder>());
   auto* sb = static_cast<arrow::StringBuilder*>(lb.value_builder());
