@@ -144,6 +144,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._rank_world_found = loader._rank_world_found
         self._refusal: str | None = None  # that check's error, for spawned workers
         self._lengths: dict[tuple[int, int | None], int] = {}  # (workers, epoch): batches
+        self._probes: dict[int, Loader] = {}  # workers: worker 0's loader, for len()
         state = loader.state_dict()
         if state.get("batch") or state.get("elastic") is not None:
             # The loader is mid-epoch (a state was loaded, or it was partly iterated): worker
@@ -235,8 +236,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
         With workers, every worker loader (shard ``rank * W + w`` of ``world_size * W``)
         has the same number of batches (both shard policies equalise the shards), so the
-        count is W times that of worker 0's loader, built here once (footers read again)
-        and kept.
+        count is W times that of worker 0's loader, built here once per W (footers read
+        again; a packed one reads the documents' lengths once) and kept, closed.
         """
         n_epochs = self._recipe.options.num_epochs
         if n_epochs is None:
@@ -250,13 +251,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         for e in epochs:
             key = (workers, e if per_epoch else None)
             if key not in self._lengths:
-                o = self._recipe.options
-                probe = self._recipe.build(rank=o.rank * workers, world_size=o.world_size * workers,
-                                           num_workers=1, device=None, pin_memory=False)
+                probe = self._probes.get(workers)
+                if probe is None:
+                    o = self._recipe.options
+                    probe = self._probes[workers] = self._recipe.build(
+                        rank=o.rank * workers, world_size=o.world_size * workers, num_workers=1,
+                        device=None, pin_memory=False)
                 try:
                     self._lengths[key] = workers * probe._batches_in_epoch(e)
                 finally:
-                    probe.close()
+                    probe.close()  # (its threads; it stays usable)
             total += self._lengths[key]
         return total
 
@@ -436,6 +440,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         state = dict(self.__dict__)
         state["_loader"] = None  # the engine cannot be pickled; spawned workers rebuild it
         state["_worker_loader"] = None
+        state["_probes"] = {}
         state["_position"] = None
         try:  # a spawned worker does not see the process group: the check is made here
             self._check_rank_world()

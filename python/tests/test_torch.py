@@ -6,6 +6,7 @@ import gc
 import io
 import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -562,6 +563,7 @@ def test_dataloader_len_is_the_batches_an_iteration_hands_out(ds, workers, drop_
         n = len(dl)
         assert n == len(run_with_timeout(lambda: list(dl), timeout=60))
     assert n == (len(loader) if workers <= 1 else 3 * (200 // BS + (not drop_last and 200 % BS > 0)))
+    pickle.loads(pickle.dumps(dataset))  # (as spawned workers get it: len()'s loader is left out)
     two = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=2, drop_last=drop_last)))
     assert len(pqloader.torch.DataLoader(two)) == 2 * len(loader) == len(list(pqloader.torch.DataLoader(two)))
     forever = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=None))))
