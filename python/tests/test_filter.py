@@ -625,3 +625,61 @@ def test_zero_row_row_group_is_filtered_like_pyarrow(tmp_path, how):
     f = "x > 1" if how == "expression" else pqloader.Predicate(["x"], lambda b: pc.greater(b["x"], 1))
     got = [v for b in pqloader.Loader(str(tmp_path), filter=f) for v in b["x"].tolist()]
     assert got == pads.dataset(str(tmp_path)).to_table(filter=pc.field("x") > 1)["x"].to_pylist()
+
+
+def test_the_filter_sees_the_types_the_loader_loads_not_each_files_own(tmp_path):
+    """A filter compares the values the batches hold: of the unified (or declared) type,
+    as pyarrow's dataset casts each file to its schema before filtering. Bound to each
+    file's own type, "x / 2 == 1.5" divided int64 x as integers (row 0 lost), "a - b < 0"
+    overflowed uint32 and "d in [-2.12]" could not cast decimal(5, 1) to decimal(3, 2)."""
+    def check(name, tables, flt, schema=None):
+        d = tmp_path / name
+        d.mkdir()
+        for i, t in enumerate(tables):
+            pq.write_table(t, d / f"{i}.parquet")
+        kwargs = {} if schema is None else {"schema": schema}
+        loader = pqloader.Loader(str(d), columns=["id"], filter=flt, batch_size=10, num_epochs=1,
+                                 **kwargs)
+        got = [v for b in loader for v in b["id"].tolist()]
+        types = schema if schema is not None else pa.schema(pqloader.Loader(str(d)).arrow_schema)
+        assert got == pads.dataset(str(d), schema=types).to_table(filter=flt)["id"].to_pylist()
+        return got
+
+    assert check("int_to_float",
+                 [pa.table({"id": [0, 1], "x": pa.array([3, 4], pa.int64())}),
+                  pa.table({"id": [2, 3], "x": pa.array([3.0, 4.0])})],
+                 pc.field("x") / 2 == 1.5,
+                 pa.schema([("id", pa.int64()), ("x", pa.float64())])) == [0, 2]
+    assert check("uint32_to_int64",
+                 [pa.table({"id": [0, 1], "a": pa.array([1, 5], pa.uint32()),
+                            "b": pa.array([2, 3], pa.uint32())}),
+                  pa.table({"id": [2, 3], "a": pa.array([1, 5], pa.int64()),
+                            "b": pa.array([2, 3], pa.int64())})],
+                 pc.field("a") - pc.field("b") < 0) == [0, 2]
+    from decimal import Decimal
+    assert check("decimals",
+                 [pa.table({"id": [0, 1], "d": pa.array([Decimal("30.5"), Decimal("-2.1")],
+                                                        pa.decimal128(5, 1))}),
+                  pa.table({"id": [2, 3], "d": pa.array([Decimal("-2.12"), Decimal("1")],
+                                                        pa.decimal128(12, 4))})],
+                 pc.field("d").isin(pa.array([Decimal("-2.12")], pa.decimal128(3, 2)))) == [2]
+
+
+def test_a_selection_kept_for_one_type_of_a_partition_key_never_serves_another(tmp_path):
+    """schema= can type a key from the paths as str ("01" kept) where it would load as
+    int64: the stored selection's key named the keys but not their types."""
+    for i, p in enumerate(["01", "1", "2"]):
+        (tmp_path / "data" / f"p={p}").mkdir(parents=True)
+        pq.write_table(pa.table({"id": [i]}), tmp_path / "data" / f"p={p}" / "f.parquet")
+    flt = pc.field("p").cast(pa.string()) == "1"
+    as_text = pa.schema([("id", pa.int64()), ("p", pa.string())])
+
+    def ids(**kwargs):
+        loader = pqloader.Loader(str(tmp_path / "data"), columns=["id"], filter=flt,
+                                 batch_size=10, num_epochs=1, **kwargs)
+        return [v for b in loader for v in b["id"].tolist()]
+
+    assert ids() == [0, 1] and ids(schema=as_text) == [1]
+    cache_dir = str(tmp_path / "cache")
+    assert ids(cache_dir=cache_dir) == [0, 1]
+    assert ids(schema=as_text, cache_dir=cache_dir) == [1]

@@ -905,6 +905,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   std::vector<std::string> key_names;
   for (const auto& k : keys) key_names.push_back(k.name);
   ds->SetColumns(std::move(resolved), key_names);
+  ds->declared_schema_ = options.columns.schema;
   ARROW_RETURN_NOT_OK(ds->ListSplits(options));
   return ds;
 }

@@ -194,6 +194,9 @@ class Dataset {
   const std::vector<std::shared_ptr<arrow::DataType>>& column_types() const {
     return column_types_;
   }
+  /// The schema declared when opened (ColumnsOptions::schema), null if none: a filter
+  /// compares a numeric column it names in its declared type, loaded or not.
+  const std::shared_ptr<arrow::Schema>& declared_schema() const { return declared_schema_; }
   /// Files found in directories or by globs that are not Parquet, in path order.
   const std::vector<SkippedFile>& skipped_files() const { return skipped_; }
   int64_t num_rows() const;
@@ -229,6 +232,7 @@ class Dataset {
   std::vector<KeyLoad> key_loads_;
   std::vector<arrow::Status> key_errors_;
   std::vector<std::shared_ptr<arrow::DataType>> column_types_;
+  std::shared_ptr<arrow::Schema> declared_schema_;
   std::vector<SkippedFile> skipped_;
 };
 

@@ -15,6 +15,7 @@
 #include <arrow/array/concatenate.h>
 #include <arrow/buffer.h>
 #include <arrow/compute/api_scalar.h>
+#include <arrow/compute/cast.h>
 #include <arrow/compute/exec.h>
 #include <arrow/compute/expression.h>
 #include <arrow/compute/initialize.h>
@@ -137,7 +138,7 @@ struct FileField {
 // The filter's columns as one file has them, and the expression bound to them.
 struct FileView {
   std::vector<FileField> fields;           // per name
-  std::shared_ptr<arrow::Schema> schema;   // binding schema (per name, file's or fallback type)
+  std::shared_ptr<arrow::Schema> schema;   // binding schema (per name: its target, file's or fallback type)
   cp::Expression bound;                    // the expression, bound to `schema`
   std::shared_ptr<arrow::Schema> predicate_schema;
   bool nan_literal = false;                // `bound` (constants folded) holds a NaN: no statistics
@@ -211,7 +212,15 @@ class Evaluator {
                          "', which is neither a column of any file nor a partition key");
       }
     }
-    return arrow::Status::OK();
+    return FindTargets();
+  }
+
+  // "name:type" of each column the filter sees in another type than some file stores
+  // (for the selection store's key: a declared schema changes what a filter selects).
+  std::string TargetsText() const {
+    std::string out;
+    for (const auto& [name, type] : target_) out.append("|as=").append(name).append(":").append(type->ToString());
+    return out;
   }
 
   // Stages 1 and 2 for file f: each split's stage, and the expressions left for masks.
@@ -289,7 +298,9 @@ class Evaluator {
       auto batch = arrow::RecordBatch::Make(view->schema, n, values);
       auto result = cp::ExecuteScalarExpression(expr, cp::ExecBatch(*batch));
       if (!result.ok()) {
-        return WithContext(result.status(), "cannot evaluate the filter on " + where);
+        return WithContext(result.status(), "cannot evaluate the filter " + expr_.ToString() + " on " +
+                                                where + " (" +
+                                                view->schema->ToString(/*show_metadata=*/false) + ")");
       }
       ARROW_RETURN_NOT_OK(AndInto(*result, n, &keep, where, "the filter"));
     }
@@ -323,6 +334,59 @@ class Evaluator {
  private:
   void AddName(const std::string& name) {
     if (std::find(names_.begin(), names_.end(), name) == names_.end()) names_.push_back(name);
+  }
+
+  static bool IsNumber(const arrow::DataType& t) {
+    // (not float16: Arrow's casts of it are not all there)
+    return arrow::is_integer(t.id()) || t.id() == arrow::Type::FLOAT ||
+           t.id() == arrow::Type::DOUBLE || IsDecimal(t.id());
+  }
+
+  // A numeric column whose files store it in other types (int32 here, int64 there;
+  // decimals of other scales) or that schema= declares another type is compared in the
+  // type the batches hold: the declared or loaded (unified) type, or for a column only
+  // the filter reads, the type common to its files (CommonType). Each file's own type gave
+  // other rows than pyarrow's dataset, which casts each file to the dataset's schema
+  // first ("x / 2 == 1.5" divided an int64 file's x as integers, where the column loads
+  // as float64) or failed ("a - b < 0" overflowed uint32, an isin of decimal(3, 2) could
+  // not hold a decimal(5, 1) file's values).
+  arrow::Status FindTargets() {
+    const auto& out = dataset_.schema();
+    for (const auto& name : names_) {
+      if (key_types_.count(name)) continue;
+      std::shared_ptr<arrow::DataType> target;
+      const int i = out == nullptr ? -1 : out->GetFieldIndex(name);
+      const auto& declared = dataset_.declared_schema();
+      const int d = declared == nullptr ? -1 : declared->GetFieldIndex(name);
+      if (d >= 0) {
+        target = TypeWithoutExtension(declared->field(d)->type());
+      } else if (i >= 0 && static_cast<size_t>(i) < dataset_.column_types().size() &&
+                 dataset_.partition_index()[i] < 0) {
+        target = dataset_.column_types()[i];
+      }
+      std::vector<std::shared_ptr<arrow::DataType>> stored;
+      for (size_t f = 0; f < dataset_.files().size(); ++f) {
+        ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
+        for (const auto& sf : manifest->schema_fields) {
+          if (sf.field->name() == name) stored.push_back(TypeWithoutExtension(sf.field->type()));
+        }
+      }
+      if (target == nullptr) {  // read by the filter only
+        for (const auto& t : stored) {
+          target = target == nullptr ? t : CommonType(target, t);
+          if (target == nullptr) break;
+        }
+      }
+      if (target == nullptr || !IsNumber(*target)) continue;
+      const bool differs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
+        return !t->Equals(*target);
+      });
+      const bool all_numbers = std::all_of(stored.begin(), stored.end(), [](const auto& t) {
+        return IsNumber(*t);
+      });
+      if (differs && all_numbers) target_[name] = target;
+    }
+    return arrow::Status::OK();
   }
 
   arrow::Result<std::shared_ptr<parquet::arrow::SchemaManifest>> ManifestOf(size_t f) {
@@ -378,9 +442,11 @@ class Evaluator {
           LeavesOf(sf, &ff.leaves);
         }
       }
-      auto type = ff.field ? ff.field->type()
-                  : key_types_.count(name) ? key_types_.at(name)
-                                           : fallback_.at(name);
+      auto target = target_.find(name);
+      auto type = target != target_.end() ? target->second
+                  : ff.field                ? ff.field->type()
+                  : key_types_.count(name)  ? key_types_.at(name)
+                                            : fallback_.at(name);
       fields.push_back(arrow::field(name, type));
       view->fields.push_back(std::move(ff));
     }
@@ -443,7 +509,8 @@ class Evaluator {
         if (chunk == nullptr || !chunk->is_stats_set()) continue;
         auto stats = chunk->statistics();
         if (stats == nullptr) continue;
-        auto guarantee = StatisticsGuarantee(*ff.field, *stats);
+        auto guarantee = StatisticsGuarantee(*ff.field, view.schema->field(static_cast<int>(i))->type(),
+                                             *stats);
         if (guarantee) known.push_back(std::move(*guarantee));
       }
     } catch (const std::exception& e) {
@@ -459,7 +526,9 @@ class Evaluator {
   }
 
   // What a column chunk's statistics guarantee, as Arrow's Parquet datasets read them.
+  // `type`: the column's in the filter (its target, else the file's own).
   static std::optional<cp::Expression> StatisticsGuarantee(const arrow::Field& field,
+                                                           const std::shared_ptr<arrow::DataType>& type,
                                                            const parquet::Statistics& stats) {
     auto ref = cp::field_ref(field.name());
     // Dictionary columns (pandas categoricals): Arrow simplifies is_null/is_valid of a
@@ -476,8 +545,8 @@ class Evaluator {
     if (arrow::is_floating(field.type()->id())) return std::nullopt;
     std::shared_ptr<arrow::Scalar> min, max;
     if (!parquet::arrow::StatisticsAsScalars(stats, &min, &max).ok()) return std::nullopt;
-    auto cmin = min->CastTo(field.type());
-    auto cmax = max->CastTo(field.type());
+    auto cmin = min->CastTo(type);
+    auto cmax = max->CastTo(type);
     if (!cmin.ok() || !cmax.ok()) return std::nullopt;
     min = *cmin;
     max = *cmax;
@@ -569,6 +638,16 @@ class Evaluator {
         } else {
           ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
         }
+        if (target_.count(name) && !array->type()->Equals(*type)) {
+          // The values the loader loads (FindTargets): cast exactly, as the batches are.
+          auto cast = cp::Cast(*array, type, cp::CastOptions::Safe());
+          if (!cast.ok()) {
+            return MakeError(ErrorKind::kInvalidData, "cannot filter ", where, ": column '", name,
+                             "' (", array->type()->ToString(), ") does not convert to the ",
+                             type->ToString(), " the filter compares: ", cast.status().message());
+          }
+          array = std::move(cast).ValueUnsafe();
+        }
       } else if (auto k = key_index_.find(name); k != key_index_.end()) {
         if (file.partition_null[k->second]) {
           ARROW_ASSIGN_OR_RAISE(array, arrow::MakeArrayOfNull(type, n));
@@ -615,6 +694,9 @@ class Evaluator {
   cp::Expression expr_;
   std::vector<std::string> names_;
   std::map<std::string, std::shared_ptr<arrow::DataType>> key_types_, fallback_;
+  // Numeric columns the filter sees in the type the loader loads (unified or declared),
+  // not in each file's own: see FindTargets.
+  std::map<std::string, std::shared_ptr<arrow::DataType>> target_;
   std::map<std::string, int> key_index_;
   Mutex mu_;
   // Per stored Arrow schema (the ARROW:schema value, "" without one), per distinct
@@ -656,19 +738,27 @@ arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Sta
 // was served as that key's).
 constexpr char kStoreMagic[8] = {'P', 'Q', 'S', 'E', 'L', '0', '0', '2'};
 
-std::string StoreKey(const Dataset& dataset, const FilterOptions& options) {
+std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const std::string& targets) {
   // v2: floating-point statistics and those of one-leaf nested columns no longer used
   // (v1 selections could keep NaN rows, or misjudge lists and structs). v3: none of
   // dictionary columns nor for filters with a NaN literal, INT96 dates range-checked
   // (v2 selections could be wrong there). v4: files that differ only in their stored
   // Arrow schema (string and large_string) filtered each with its own types (v3 read
   // them as the first such file's). v5: statistics only prune (v4 kept row groups they
-  // showed wholly kept unread: statistics that lied kept rows that fail the filter).
-  std::string id = "filter-v5|" + options.serialized_expression;
+  // showed wholly kept unread: statistics that lied kept rows that fail the filter). v6:
+  // numeric columns compared in the loaded type (Evaluator::FindTargets, in the key with
+  // `targets`), and the key holds how each partition key loads (int64 or text: schema=
+  // decides, and "01" is another value as text; v5 served one's selection to the other).
+  std::string id = "filter-v6|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
+  id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
   // opened at, not on its files: the same files under another root are another dataset.
-  for (const auto& key : dataset.partition_keys()) id.append("|key=").append(key);
+  const auto& loads = dataset.key_loads();
+  for (size_t k = 0; k < dataset.partition_keys().size(); ++k) {
+    id.append("|key=").append(dataset.partition_keys()[k]);
+    if (k < loads.size()) id.append(":").append(std::to_string(static_cast<int>(loads[k])));
+  }
   for (const auto& f : dataset.files()) {
     id.append("|").append(f.display).append(":").append(std::to_string(f.size)).append(":");
     id.append(std::to_string(f.mtime_ns)).append(":").append(f.footer_hash);
@@ -806,8 +896,10 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
                                     [](const DataFile& f) { return f.settled; });
   std::string store_key, store_path;
   std::unique_ptr<NodeLock> node_lock;
+  Evaluator evaluator(dataset, options);
+  ARROW_RETURN_NOT_OK(evaluator.Prepare());
   if (storable) {
-    store_key = StoreKey(dataset, options);
+    store_key = StoreKey(dataset, options, evaluator.TargetsText());
     store_path = StorePath(options.store_dir, store_key);
     // One rank of a node computes the selection; the others wait and load it.
     for (int attempt = 0; attempt < 2; ++attempt) {
@@ -824,8 +916,6 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
       }
     }
   }
-  Evaluator evaluator(dataset, options);
-  ARROW_RETURN_NOT_OK(evaluator.Prepare());
   const auto& splits = dataset.splits();
   RowSelection sel;
   sel.stage.assign(splits.size(), RowSelection::Stage::kAll);

@@ -7,7 +7,9 @@
 #include <arrow/api.h>
 #include <arrow/compute/api.h>
 #include <arrow/compute/expression.h>
+#include <arrow/io/file.h>
 #include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
 
 #include "pqloader/error.h"
 #include "pqloader/loader.h"
@@ -60,6 +62,69 @@ TEST(RowFilter, StatisticsPruneRowGroupsAndMasksSelectRows) {
   EXPECT_EQ(sel.stats.rows_kept, 270);
   EXPECT_GT(sel.stats.bytes_pruned, 0);
   EXPECT_GT(sel.stats.mask_bytes_read, 0);
+}
+
+// One row group: ids [0, n) and the columns of `named`.
+void WriteColumns(const std::string& path,
+                  const std::vector<std::pair<std::string, std::shared_ptr<arrow::Array>>>& named) {
+  arrow::Int64Builder ids;
+  for (int64_t i = 0; i < named[0].second->length(); ++i) ASSERT_TRUE(ids.Append(i).ok());
+  arrow::FieldVector fields = {arrow::field("id", arrow::int64())};
+  arrow::ArrayVector arrays = {ids.Finish().ValueOrDie()};
+  for (const auto& [name, values] : named) {
+    fields.push_back(arrow::field(name, values->type()));
+    arrays.push_back(values);
+  }
+  auto table = arrow::Table::Make(arrow::schema(fields), arrays);
+  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
+  ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 100).ok());
+  ASSERT_TRUE(out->Close().ok());
+}
+
+template <typename Builder, typename T>
+std::shared_ptr<arrow::Array> ArrayOf(std::vector<T> values) {
+  Builder b;
+  EXPECT_TRUE(b.AppendValues(values).ok());
+  return b.Finish().ValueOrDie();
+}
+
+// Each file's kept rows, with every row group masked.
+void ExpectRowZeroKeptIn(const RowSelection& sel, size_t files) {
+  ASSERT_EQ(sel.stage.size(), files);
+  for (size_t s = 0; s < files; ++s) {
+    ASSERT_EQ(sel.stage[s], RowSelection::Stage::kMasked) << s;
+    EXPECT_EQ(*sel.rows[s], std::vector<int32_t>{0}) << s;
+  }
+}
+
+TEST(RowFilter, NumbersAreComparedInTheTypeTheLoaderLoads) {
+  // x is int64 [3, 4] in one file and double [3, 4] in the other, declared double: "x / 2
+  // == 1.5" holds for both 3s (bound to the int64 file's own type, x / 2 divided as
+  // integers and kept only the double file's row).
+  const std::string dir = testing::MakeTempDir();
+  WriteColumns(dir + "/a.parquet", {{"x", ArrayOf<arrow::Int64Builder>(std::vector<int64_t>{3, 4})}});
+  WriteColumns(dir + "/b.parquet", {{"x", ArrayOf<arrow::DoubleBuilder>(std::vector<double>{3, 4})}});
+  FilterOptions options;
+  options.serialized_expression = Serialized(cp::equal(
+      cp::call("divide", {cp::field_ref("x"), cp::literal(int64_t{2})}), cp::literal(1.5)));
+  DatasetOptions declared;
+  declared.columns.schema = arrow::schema({arrow::field("id", arrow::int64()),
+                                           arrow::field("x", arrow::float64())});
+  auto ds = Dataset::Open({dir}, declared).ValueOrDie();
+  ExpectRowZeroKeptIn(EvaluateFilter(*ds, options).ValueOrDie(), 2);
+  // Columns the filter reads alone, uint32 in one file and int64 in the other: compared
+  // as int64, the type common to the files ("a - b < 0" overflowed the uint32 file's).
+  const std::string dir2 = testing::MakeTempDir();
+  WriteColumns(dir2 + "/a.parquet", {{"a", ArrayOf<arrow::UInt32Builder>(std::vector<uint32_t>{1, 5})},
+                                     {"b", ArrayOf<arrow::UInt32Builder>(std::vector<uint32_t>{2, 3})}});
+  WriteColumns(dir2 + "/b.parquet", {{"a", ArrayOf<arrow::Int64Builder>(std::vector<int64_t>{1, 5})},
+                                     {"b", ArrayOf<arrow::Int64Builder>(std::vector<int64_t>{2, 3})}});
+  options.serialized_expression = Serialized(cp::less(
+      cp::call("subtract_checked", {cp::field_ref("a"), cp::field_ref("b")}), cp::literal(int64_t{0})));
+  DatasetOptions ids_only;
+  ids_only.columns.columns = {"id"};
+  auto ds2 = Dataset::Open({dir2}, ids_only).ValueOrDie();
+  ExpectRowZeroKeptIn(EvaluateFilter(*ds2, options).ValueOrDie(), 2);
 }
 
 TEST(RowFilter, LoaderDeliversExactlyTheKeptRowsInEveryOrder) {
