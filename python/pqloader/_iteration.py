@@ -77,6 +77,9 @@ class Cursor:
         """
         with self.lock:
             self.generation += 1
+            # The stopped iteration's end is no longer the running one's: a state taken
+            # now resumes as the next iteration runs (num_epochs from the position).
+            self.active_end = None
             if stop is not None:
                 stop()
             return self.generation

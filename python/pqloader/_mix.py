@@ -237,12 +237,17 @@ class Mixture:
         return list(self._names)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at the first batch of `epoch`."""
+        """Start the next iteration at the first batch of `epoch`.
+
+        Running iterators stop (their next ``next()`` raises), and so does their stream:
+        the sources read nothing more for it. As ``Loader.set_epoch``.
+        """
         epoch = check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT)
-        with self._lock:
+        with self._lock:  # one step: an iteration another thread starts meanwhile keeps its stream
             self._epoch, self._batch = epoch, 0
             self._resume_end = self._active_end = None
             self._generation += 1
+            self._stop_stream()
 
     # -- iteration ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -422,6 +427,7 @@ class Mixture:
         """
         with self._lock:  # one step: an iteration another thread starts meanwhile keeps its stream
             self._generation += 1
+            self._active_end = None  # (the stopped iteration's: a state now resumes as the next runs)
             self._stop_stream()
             for loader in self._loaders:
                 loader.close()
@@ -502,6 +508,7 @@ class Mixture:
             # The rest of the interrupted iteration: up to where it would have stopped.
             self._resume_end, self._active_end = end, None
             self._generation += 1
+            self._stop_stream()  # running iterators stop, and their stream with them
 
     def _adoptable_seeds(self, theirs: Mapping[str, Any]) -> tuple[int, list[int]]:
         """The mixture's seed and the sources' that loading `theirs` would set: a drawn

@@ -586,6 +586,38 @@ def test_a_state_after_an_iterator_left_early_resumes_as_the_next_loop_runs(resu
     assert list(fresh) == []  # the rest of that loop: nothing
 
 
+@pytest.mark.parametrize("how", ["close", "iter_again"])
+def test_a_state_after_close_or_a_new_iter_with_the_old_iterator_kept_resumes_as_the_loader_runs(resume_ds, how):
+    # The stale iterator's end is not recorded (it recorded 2, so that a state taken at
+    # the end of epoch 0 resumed one epoch where the loader itself ran two).
+    kw = _resume_kw(num_epochs=2)
+
+    def stop_at_epoch_end(loader):
+        it = iter(loader)
+        for _ in range(PER_EPOCH):  # the whole of epoch 0; `it` is kept, not finished
+            next(it)
+        if how == "close":
+            loader.close()
+        else:
+            iter(loader)  # a new iteration, not started
+        return it
+
+    uninterrupted = pqloader.Loader(resume_ds, **kw)
+    kept = stop_at_epoch_end(uninterrupted)
+    expected = list(uninterrupted)  # num_epochs=2 from epoch 1
+    interrupted = pqloader.Loader(resume_ds, **kw)
+    kept = stop_at_epoch_end(interrupted)
+    state = json.loads(json.dumps(interrupted.state_dict()))
+    assert state["iteration_end"] is None
+    fresh = pqloader.Loader(resume_ds, **kw)
+    fresh.load_state_dict(state)
+    rest = list(fresh)
+    assert len(rest) == len(expected) == 2 * PER_EPOCH
+    assert_batch_streams_equal(rest, expected)
+    with pytest.raises(RuntimeError, match="older iterator stopped"):
+        next(kept)
+
+
 def _nulls_ds(tmp_path):
     pq.write_table(pa.table({"a": pa.array([1, None, 3] * 40, pa.int64()),
                              "b": pa.array([1.0, 2.0, None] * 40)}), tmp_path / "n.parquet", row_group_size=25)

@@ -380,6 +380,57 @@ def test_close_joins_the_sources_and_stops_iterators_in_any_thread(sources):
     assert not t.is_alive() and len(errors) == 1 and "stale" in errors[0] and seen
 
 
+def test_a_state_after_close_with_the_old_iterator_kept_resumes_as_the_mixture_runs(sources):
+    """close() ends the running iteration: a state taken after it records no end (it kept
+    the stale iteration's, so that a state taken at an epoch's end resumed one epoch
+    where the mixture itself ran num_epochs)."""
+    root, _ = sources
+    kw = dict(seed=4, batch_size=40, samples_per_epoch=400, num_epochs=2)
+
+    def closed_at_epoch_end():
+        m = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+        it = iter(m)
+        for _ in range(len(m)):  # the whole of epoch 0; `it` is kept, not finished
+            next(it)
+        m.close()
+        return m, it
+
+    m, _kept = closed_at_epoch_end()
+    expected = run(m)  # epochs 1 and 2
+    m, _kept = closed_at_epoch_end()
+    state = json.loads(json.dumps(m.state_dict()))
+    assert state["end"] is None
+    fresh = pqloader.mix(loaders(root), [0.5, 0.3, 0.2], **kw)
+    fresh.load_state_dict(state)
+    rest = run(fresh)
+    assert len(rest) == len(expected) == 20
+    for x, y in zip(rest, expected):
+        np.testing.assert_array_equal(x["id"], y["id"])
+
+
+@pytest.mark.parametrize("how", ["set_epoch", "load_state_dict"])
+def test_set_epoch_and_load_state_dict_stop_the_running_stream(sources, how):
+    """As Loader.set_epoch: a running iterator stops, and so does its stream (the
+    sources went on reading for it until a new iteration began)."""
+    root, _ = sources
+    m = pqloader.mix(loaders(root, num_workers=1, _debug_max_delay_us=50_000), [0.5, 0.3, 0.2],
+                     seed=4, batch_size=40)
+    state = m.state_dict()
+    it = iter(m)
+    first = next(it)["id"].copy()
+    if how == "set_epoch":
+        m.set_epoch(0)
+    else:
+        m.load_state_dict(state)
+    assert m._stream is None
+    units = m.stats()["units_read"]
+    time.sleep(0.5)
+    assert m.stats()["units_read"] == units  # nothing more read for the old stream
+    with pytest.raises(RuntimeError, match="stale"):
+        next(it)
+    np.testing.assert_array_equal(next(iter(m))["id"], first)
+
+
 def test_transformed_sources_write_their_batches_in_place_as_a_copy_would(tmp_path):
     """Sources with transforms (images decoded, randomly cropped and flipped; token lists
     padded to a fixed length, with their lengths) assemble each batch straight into the
