@@ -148,3 +148,37 @@ def test_close_lets_go_of_the_idle_storage_threads_and_the_pools_share(tmp_path)
     assert r["cached"] <= 32 << 20, r  # the pool's own floor, no loader's share
     assert r["threads"] <= r["base"] + 1, r  # one storage thread stays (Arrow's minimum)
     assert r["rows_again"] == 4_000_000  # and it is still usable
+
+
+def _write_ids(path, ids):
+    # Plain, uncompressed, no statistics: other values of the same count keep every size
+    # and offset, so the loader's listed footer still decodes the rewritten file.
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), path, row_group_size=300,
+                   compression="none", use_dictionary=False, write_statistics=False)
+
+
+@pytest.mark.parametrize("cache", [None, "disk", ":memory:"])
+def test_files_changed_between_loops_after_close_or_in_a_new_loader_read_as_they_are_now(tmp_path, cache):
+    # What reliability.md tells to do after changing files under a loader: close() drops
+    # the epoch read ahead (whose rows were read before the change), and a new Loader
+    # lists the files anew (a loader's cached row groups keep their listed version).
+    data = tmp_path / "data"
+    data.mkdir()
+    _write_ids(data / "p.parquet", np.arange(1000))
+    cache_dir = None if cache is None else str(tmp_path / "cache") if cache == "disk" else ":memory:"
+
+    def ids(loader):
+        return [int(i) for b in loader for i in b["id"]]
+
+    loader = pqloader.Loader(str(data), batch_size=100, cache_dir=cache_dir)
+    assert ids(loader) == list(range(1000))
+    loader.close()
+    _write_ids(data / "p.parquet", -np.arange(1000))  # same size, another mtime
+    if cache is None:
+        assert ids(loader) == [-i for i in range(1000)]
+    assert ids(pqloader.Loader(str(data), batch_size=100, cache_dir=cache_dir)) == [-i for i in range(1000)]
+    loader.close()
+    (data / "p.parquet").unlink()
+    if cache is None:
+        with pytest.raises(FileNotFoundError, match=r"p\.parquet' is gone: make a new Loader"):
+            ids(loader)
