@@ -683,3 +683,61 @@ def test_a_selection_kept_for_one_type_of_a_partition_key_never_serves_another(t
     cache_dir = str(tmp_path / "cache")
     assert ids(cache_dir=cache_dir) == [0, 1]
     assert ids(schema=as_text, cache_dir=cache_dir) == [1]
+
+
+def test_a_file_where_the_column_is_all_null_does_not_undo_the_loaded_type(tmp_path):
+    """A file whose column is all null (pyarrow stores it as type null) still loads as
+    the unified type: the other files are compared in it too, not each in its own
+    (uint32 "a - b" overflowed)."""
+    pq.write_table(pa.table({"id": [0, 1], "a": pa.array([1, 5], pa.uint32()),
+                             "b": pa.array([2, 3], pa.uint32())}), tmp_path / "0.parquet")
+    pq.write_table(pa.table({"id": [2, 3], "a": pa.array([1, 5], pa.int64()),
+                             "b": pa.array([2, 3], pa.int64())}), tmp_path / "1.parquet")
+    pq.write_table(pa.table({"id": [4], "a": pa.array([None], pa.null()),
+                             "b": pa.array([None], pa.null())}), tmp_path / "2.parquet")
+    flt = pc.field("a") - pc.field("b") < 0
+    loader = pqloader.Loader(str(tmp_path), columns=["id"], filter=flt, batch_size=10,
+                             num_epochs=1)
+    got = [v for b in loader for v in b["id"].tolist()]
+    types = pa.schema([("id", pa.int64()), ("a", pa.int64()), ("b", pa.int64())])
+    assert got == pads.dataset(str(tmp_path), schema=types).to_table(filter=flt)["id"].to_pylist()
+    assert got == [0, 2]
+
+
+def test_integers_a_declared_float_holds_exactly_are_filtered_as_they_load(tmp_path):
+    """2**53 + 2 converts to float64 exactly, so schema= loads it; the filter compares
+    the same values (Arrow's safe cast refuses every integer past 2**53). One that does
+    not convert exactly is refused as loading refuses it."""
+    pq.write_table(pa.table({"id": [0, 1], "x": pa.array([2**53 + 2, 5], pa.int64())}),
+                   tmp_path / "0.parquet")
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+
+    def ids(flt):
+        loader = pqloader.Loader(str(tmp_path), columns=["id"], filter=flt, schema=schema,
+                                 batch_size=10, num_epochs=1)
+        return [v for b in loader for v in b["id"].tolist()]
+
+    loaded = [v for b in pqloader.Loader(str(tmp_path), schema=schema, batch_size=10,
+                                         num_epochs=1) for v in b["x"].tolist()]
+    assert loaded == [float(2**53 + 2), 5.0]
+    assert ids(pc.field("x") > 2) == [0, 1]
+    assert ids(pc.field("x") < 100) == [1]
+    pq.write_table(pa.table({"id": [0, 1], "x": pa.array([2**53 + 1, 5], pa.int64())}),
+                   tmp_path / "0.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match="9007199254740993"):
+        ids(pc.field("x") > 2)
+
+
+def test_statistics_of_values_a_declared_type_cannot_hold_do_not_prune(tmp_path):
+    """schema= declares a column only the filter reads narrower than its file stores it:
+    the row group's statistics (5 .. 2**32 + 3) wrapped to int32 (5 .. 3) and pruned it,
+    row 1 (7 > 6) lost without an error; pyarrow's cast refuses 2**32 + 3."""
+    pq.write_table(pa.table({"id": [0, 1, 2], "x": pa.array([5, 7, 2**32 + 3], pa.int64())}),
+                   tmp_path / "0.parquet")
+    schema = pa.schema([("id", pa.int64()), ("x", pa.int32())])
+    flt = pc.field("x") > 6
+    with pytest.raises(pa.ArrowInvalid):
+        pads.dataset(str(tmp_path), schema=schema).to_table(filter=flt)
+    with pytest.raises(pqloader.InvalidDataError, match="4294967299"):
+        list(pqloader.Loader(str(tmp_path), columns=["id"], schema=schema, filter=flt,
+                             batch_size=10, num_epochs=1))

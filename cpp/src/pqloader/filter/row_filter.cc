@@ -382,7 +382,7 @@ class Evaluator {
         return !t->Equals(*target);
       });
       const bool all_numbers = std::all_of(stored.begin(), stored.end(), [](const auto& t) {
-        return IsNumber(*t);
+        return IsNumber(*t) || t->id() == arrow::Type::NA;  // (a file whose column is all null)
       });
       if (differs && all_numbers) target_[name] = target;
     }
@@ -545,11 +545,19 @@ class Evaluator {
     if (arrow::is_floating(field.type()->id())) return std::nullopt;
     std::shared_ptr<arrow::Scalar> min, max;
     if (!parquet::arrow::StatisticsAsScalars(stats, &min, &max).ok()) return std::nullopt;
-    auto cmin = min->CastTo(type);
-    auto cmax = max->CastTo(type);
-    if (!cmin.ok() || !cmax.ok()) return std::nullopt;
-    min = *cmin;
-    max = *cmax;
+    // Checked (Scalar::CastTo wraps integers: a file's int64 5 .. 2^32 + 3 under a declared
+    // int32 became 5 .. 3, and pruned a row group holding 7 for "x > 6"); an integer
+    // rounded to a float only moves a bound as it moves the values (monotonic).
+    auto checked = [&](const std::shared_ptr<arrow::Scalar>& v) -> std::shared_ptr<arrow::Scalar> {
+      if (v->type->Equals(*type)) return v;
+      cp::CastOptions options = cp::CastOptions::Safe();
+      options.allow_float_truncate = arrow::is_integer(v->type->id()) && arrow::is_floating(type->id());
+      auto cast = cp::Cast(arrow::Datum(v), type, options);
+      return cast.ok() && cast->is_scalar() ? cast->scalar() : nullptr;
+    };
+    min = checked(min);
+    max = checked(max);
+    if (min == nullptr || max == nullptr) return std::nullopt;
     cp::Expression in_range =
         min->Equals(*max) ? cp::equal(ref, cp::literal(min))
                           : cp::and_(cp::greater_equal(ref, cp::literal(min)),
@@ -640,11 +648,20 @@ class Evaluator {
         }
         if (target_.count(name) && !array->type()->Equals(*type)) {
           // The values the loader loads (FindTargets): cast exactly, as the batches are.
-          auto cast = cp::Cast(*array, type, cp::CastOptions::Safe());
+          // Integers to floats: every one the float holds exactly, as loading takes them
+          // (decode/convert.cc); Arrow's safe cast refuses all past 2^53.
+          const bool to_float = arrow::is_integer(array->type()->id()) && arrow::is_floating(type->id());
+          cp::CastOptions options = cp::CastOptions::Safe();
+          options.allow_float_truncate = to_float;
+          auto cast = cp::Cast(*array, type, options);
           if (!cast.ok()) {
             return MakeError(ErrorKind::kInvalidData, "cannot filter ", where, ": column '", name,
                              "' (", array->type()->ToString(), ") does not convert to the ",
                              type->ToString(), " the filter compares: ", cast.status().message());
+          }
+          if (to_float) {
+            auto back = cp::Cast(**cast, array->type(), cp::CastOptions::Safe());
+            ARROW_RETURN_NOT_OK(CheckExact(*array, back, name, type, where));
           }
           array = std::move(cast).ValueUnsafe();
         }
@@ -664,6 +681,24 @@ class Evaluator {
       (*out)[name] = std::move(array);
     }
     return arrow::Status::OK();
+  }
+
+  // `back` (an integer column cast to a float and back) equals `read`, else name a value
+  // the float does not hold, as loading the column refuses it.
+  static arrow::Status CheckExact(const arrow::Array& read, const arrow::Result<std::shared_ptr<arrow::Array>>& back,
+                                  const std::string& name, const std::shared_ptr<arrow::DataType>& type,
+                                  const std::string& where) {
+    if (back.ok() && (*back)->Equals(read)) return arrow::Status::OK();
+    std::string value;
+    for (int64_t r = 0; r < read.length() && value.empty(); ++r) {
+      if (read.IsNull(r)) continue;
+      auto mine = read.GetScalar(r);
+      auto theirs = back.ok() ? (*back)->GetScalar(r) : mine;
+      if (mine.ok() && (!back.ok() || !theirs.ok() || !(*mine)->Equals(**theirs))) value = (*mine)->ToString();
+    }
+    return MakeError(ErrorKind::kSchemaMismatch, "cannot filter ", where, ": column '", name, "' holds ",
+                     value.empty() ? std::string("an integer") : value, ", which ", type->ToString(),
+                     " does not hold exactly (the loader loads the column as ", type->ToString(), ")");
   }
 
   static arrow::Status AndInto(const arrow::Datum& result, int64_t n, std::vector<uint8_t>* keep,
@@ -749,7 +784,9 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // numeric columns compared in the loaded type (Evaluator::FindTargets, in the key with
   // `targets`), and the key holds how each partition key loads (int64 or text: schema=
   // decides, and "01" is another value as text; v5 served one's selection to the other).
-  std::string id = "filter-v6|" + options.serialized_expression;
+  // v7: statistics cast to such a type with a range check (v6 wrapped a declared int32's:
+  // row groups pruned whose rows pass).
+  std::string id = "filter-v7|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
