@@ -349,6 +349,26 @@ def test_decimals_rescaled_past_38_digits_load_as_pyarrow_casts_them(tmp_path):
     assert got.tolist() == want[:4]
 
 
+def test_decimals_rescaled_to_a_scale_above_38_load_as_pyarrow_casts_them(tmp_path):
+    # A decimal128 value rescaled to a decimal256 column of scale > 38 was converted by
+    # Decimal128::ToDouble at that scale, out of its range: 0.005 loaded as 0.0 under
+    # schema=decimal256(42, 39), as 0.00018 beside a decimal256(76, 40) file.
+    from decimal import Decimal as D
+    x = pa.array([D("0.005"), D("-0.0001"), D("0.25"), D("1.25")], pa.decimal128(20, 18))
+    pq.write_table(pa.table({"x": x}), tmp_path / "x.parquet")
+    declared = pa.decimal256(42, 39)
+    got = collect(pqloader.Loader(str(tmp_path / "x.parquet"), batch_size=8,
+                                  schema=pa.schema([("x", declared)])))["x"]
+    assert got.tolist() == x.cast(declared).cast(pa.float64()).to_pylist()
+    (tmp_path / "d").mkdir()
+    y = pa.array([D("0.005"), D("-0.000123")], pa.decimal128(38, 38))
+    z = pa.array([D(0)], pa.decimal256(76, 40))
+    pq.write_table(pa.table({"x": y}), tmp_path / "d" / "a.parquet")
+    pq.write_table(pa.table({"x": z}), tmp_path / "d" / "b.parquet")
+    want = pa.concat_arrays([y.cast(z.type), z]).cast(pa.float64()).to_pylist()
+    assert collect(pqloader.Loader(str(tmp_path / "d"), batch_size=8))["x"].tolist() == want
+
+
 def test_declaring_the_files_own_extension_types_loads(tmp_path):
     # schema=pq.read_schema(f) of a file with a tensor, uuid or json column was refused
     # ("fixed_size_binary[16] ... does not convert to the declared extension<arrow.uuid>"):

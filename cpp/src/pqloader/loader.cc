@@ -67,7 +67,9 @@ std::string Int96Checked(const Dataset& dataset, size_t c) {
 // ":decimals=rescaled" when a file stores float64 column `c` as decimals of a smaller
 // scale than the column's: they are rescaled to it before the conversion since the
 // thirty-fourth session (decode/convert.cc), so entries written before (converted at the
-// file's scale, an ulp off pyarrow's) are not served.
+// file's scale, an ulp off pyarrow's) are not served; "rescaled2" since the thirty-sixth,
+// whose rescale no longer wraps past 38 digits nor converts a decimal256 column's scale
+// above 38 as a Decimal128's (entries written before could hold those wrong doubles).
 std::string DecimalsRescaled(const Dataset& dataset, size_t c) {
   const ColumnSpec& spec = dataset.specs()[c];
   if (spec.decimal_scale < 0 || spec.dtype != DType::kFloat64) return "";
@@ -75,7 +77,7 @@ std::string DecimalsRescaled(const Dataset& dataset, size_t c) {
     const arrow::DataType* t = StoredElementType(f, c);
     if (t != nullptr && arrow::is_decimal(t->id()) &&
         static_cast<const arrow::DecimalType&>(*t).scale() < spec.decimal_scale) {
-      return ":decimals=rescaled";
+      return ":decimals=rescaled2";
     }
   }
   return "";

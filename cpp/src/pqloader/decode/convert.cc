@@ -123,9 +123,11 @@ arrow::Result<double> DecimalToDouble(const DecimalT& v, int32_t scale, int32_t 
       narrow = arrow::Decimal128(static_cast<int64_t>(v.value()));
     }
     // Decimal128::Rescale misses most overflows (it compares the wrapped product with the
-    // value): rescale in 128 bits only where the result has at most 38 digits.
+    // value): rescale in 128 bits only where the result has at most 38 digits, and at a
+    // scale a Decimal128 has (a decimal256 column's may be up to 76: Decimal128::ToDouble
+    // at scale 39 gave 0 for 0.005).
     const int32_t delta = to_scale - scale;
-    if (delta < 38 && narrow.FitsInPrecision(38 - delta)) {
+    if (to_scale <= 38 && delta < 38 && narrow.FitsInPrecision(38 - delta)) {
       ARROW_ASSIGN_OR_RAISE(auto rescaled, narrow.Rescale(scale, to_scale));
       return rescaled.ToDouble(to_scale);
     }

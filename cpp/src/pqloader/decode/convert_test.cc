@@ -240,6 +240,21 @@ TEST(Convert, DecimalsRescaledPast38DigitsNeverWrap) {
   EXPECT_EQ(d[2], 5.0);
 }
 
+TEST(Convert, DecimalsRescaledToAScaleAbove38AreDecimal256s) {
+  // A decimal128 file's values in a decimal256 column of scale 39 were converted with
+  // Decimal128::ToDouble(39), out of its scales (0.005 loaded as 0.0).
+  arrow::Decimal128Builder b(arrow::decimal128(20, 18));
+  ASSERT_TRUE(b.Append(arrow::Decimal128("5000000000000000")).ok());  // 0.005
+  ASSERT_TRUE(b.Append(arrow::Decimal128("-100000000000000")).ok());  // -0.0001
+  auto arr = b.Finish().ValueOrDie();
+  auto spec = SpecForField(*arrow::field("d", arrow::decimal256(42, 39))).ValueOrDie();
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(arr), NullFill{}, arrow::default_memory_pool()).ValueOrDie();
+  const auto* d = reinterpret_cast<const double*>(c.data->data());
+  EXPECT_EQ(d[0], arrow::Decimal256(arrow::Decimal128("5000000000000000")).Rescale(18, 39).ValueOrDie().ToDouble(39));
+  EXPECT_GT(d[0], 0.00499);
+  EXPECT_LT(d[1], -0.0000999);
+}
+
 TEST(Convert, ListsOfStringsEncodeEveryValue) {
   arrow::ListBuilder lb(arrow::default_memory_pool(), std::make_shared<arrow::StringBuilder>());
   auto* sb = static_cast<arrow::StringBuilder*>(lb.value_builder());
