@@ -835,6 +835,17 @@ def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
 
 _TEMPORAL = ("timestamp", "date32", "date64", "time32", "time64", "duration")
 _DECIMAL_SCALE = re.compile(r"decimal\d*\(\d+, (-?\d+)\)")
+# A list type's text, its element's type in group 1 ("fixed_size_list<item: decimal128(10,
+# 2)>[2]", "large_list<element: timestamp[ms]>").
+_LIST_OF = re.compile(r"(?:large_|fixed_size_)?list<[^:<>]*: (.*)>(?:\[\d+\])?")
+
+
+def _element_arrow_type(arrow_type: str) -> str:
+    """The type of the numbers a column's ``arrow_type`` holds: itself, or its lists'
+    elements at any depth (a stacked list column's elements are its integers too)."""
+    while (m := _LIST_OF.fullmatch(arrow_type)) is not None:
+        arrow_type = m.group(1)
+    return arrow_type
 
 
 def check_stack_units(stack: Mapping[str, Sequence[str]] | None, decimals: str,
@@ -861,9 +872,10 @@ def check_stack_units(stack: Mapping[str, Sequence[str]] | None, decimals: str,
             if info is None or info.get("transformed") or info.get("mask"):
                 continue
             arrow_type = str(info.get("arrow_type") or "")
-            if arrow_type.startswith(_TEMPORAL):
-                kind, unit = "time", arrow_type
-            elif decimals == "int64" and (m := _DECIMAL_SCALE.match(arrow_type)):
+            element = _element_arrow_type(arrow_type)
+            if element.startswith(_TEMPORAL):
+                kind, unit = "time", element
+            elif decimals == "int64" and (m := _DECIMAL_SCALE.match(element)):
                 kind, unit = "decimal", m.group(1)
             else:
                 continue

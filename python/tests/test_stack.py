@@ -236,6 +236,42 @@ def test_members_of_different_units_or_scales_are_refused(tmp_path):
         assert batch["x"].tolist() == want
 
 
+def test_list_members_of_different_units_or_scales_are_refused(tmp_path):
+    # The check read only a column's own type: fixed_size_list<decimal128(10, 2)>[2] and
+    # fixed_size_list<decimal128(10, 3)>[2] (or padded lists of them) stacked with
+    # decimals="int64" as [[150, 200], [1500, 2000]] for 1.50 and 1.500; lists of times
+    # of two units alike. Their elements' types are compared as a plain column's.
+    import datetime
+    import decimal
+
+    D = decimal.Decimal
+    t0 = datetime.datetime(2020, 1, 1)
+    table = pa.table({
+        "fa": pa.array([[D("1.50"), D("2.00")]], pa.list_(pa.decimal128(10, 2), 2)),
+        "fb": pa.array([[D("1.500"), D("2.000")]], pa.list_(pa.decimal128(10, 3), 2)),
+        "fc": pa.array([[D("0.01"), D("0.02")]], pa.list_(pa.decimal128(12, 2), 2)),
+        "la": pa.array([[D("1.50"), D("2.00")]], pa.list_(pa.decimal128(10, 2))),
+        "lb": pa.array([[D("1.500"), D("2.000")]], pa.list_(pa.decimal128(10, 3))),
+        "tus": pa.array([[t0, t0]], pa.list_(pa.timestamp("us"), 2)),
+        "tms": pa.array([[t0, t0]], pa.list_(pa.timestamp("ms"), 2)),
+    })
+    write_dataset(tmp_path, [[1]], lambda n, start, seed: table)
+    pad = {"la": pqloader.Pad(length=2), "lb": pqloader.Pad(length=2)}
+    for stack, lists, decimals, says in [
+        (["fa", "fb"], None, "int64", "column 'fb' is fixed_size_list<element: decimal128(10, 3)>[2]"),
+        (["la", "lb"], pad, "int64", "column 'lb' is list<element: decimal128(10, 3)>"),
+        (["tus", "tms"], None, "float64", "column 'tms' is fixed_size_list<element: timestamp[ms]>[2]"),
+    ]:
+        with pytest.raises(ValueError, match="stack 'x'") as e:
+            pqloader.Loader(tmp_path, columns=stack, decimals=decimals, lists=lists, stack={"x": stack})
+        assert says in str(e.value)
+    # One scale, or their float64 values: stacked.
+    for stack, decimals, want in [(["fa", "fc"], "int64", [[[150, 200], [1, 2]]]),
+                                  (["fa", "fb"], "float64", [[[1.5, 2.0], [1.5, 2.0]]])]:
+        batch = next(iter(pqloader.Loader(tmp_path, columns=stack, decimals=decimals, stack={"x": stack})))
+        assert batch["x"].tolist() == want
+
+
 def test_a_state_loads_with_the_same_stacks_in_another_dict_order(wide):
     # The dict's order changes no batch (each stack takes its first member's place): a
     # state must load (it was refused, "columns: state has [..., '@stack=x=...',
