@@ -229,6 +229,24 @@ def test_polars_float_and_zoned_time_keys_stored_in_files_load(tmp_path):
     assert got == sorted(zip(table["x"].to_pylist(), table["t"].cast(pa.int64()).to_pylist()))
 
 
+def test_a_decimal_key_stored_in_files_compares_the_path_at_the_columns_scale(tmp_path):
+    # d=1.5/ over a file storing decimal(10, 2) 1.50 (and d=2/ over 2.00) was refused as
+    # text ("is '1.5' ... stores values from 1.50 to 1.50"); pyarrow casts the path's
+    # "1.5" to 1.50. A path the column's scale cannot hold exactly still disagrees.
+    import decimal
+    for key, value in (("1.5", "1.50"), ("2", "2.00"), ("-0.25", "-0.25")):
+        (tmp_path / "ok" / f"d={key}").mkdir(parents=True)
+        pq.write_table(pa.table({"d": pa.array([decimal.Decimal(value)], pa.decimal128(10, 2)), "x": [1]}),
+                       tmp_path / "ok" / f"d={key}" / "f.parquet")
+    with pqloader.Loader(str(tmp_path / "ok"), batch_size=10) as loader:
+        assert sorted(float(v) for b in loader for v in b["d"]) == [-0.25, 1.5, 2.0]
+    (tmp_path / "bad" / "d=1.505").mkdir(parents=True)
+    pq.write_table(pa.table({"d": pa.array([decimal.Decimal("1.51")], pa.decimal128(10, 2)), "x": [1]}),
+                   tmp_path / "bad" / "d=1.505" / "f.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"partition key 'd' is '1.505'"):
+        pqloader.Loader(str(tmp_path / "bad"), batch_size=10)
+
+
 # ---------------------------------------------------------------------------
 # pandas: index columns, nullable integers, object strings with None
 # ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <map>
 
 #include <arrow/scalar.h>
+#include <arrow/util/decimal.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/metadata.h>
 #include <parquet/schema.h>
@@ -182,6 +183,23 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
 
 namespace {
 
+// The path's text of a key as a value of `type`: a decimal's at the column's scale, as
+// pyarrow casts the text ("1.5" of a decimal(10, 2) column is 1.50; Scalar::Parse refused
+// another scale), else Scalar::Parse's.
+arrow::Result<std::shared_ptr<arrow::Scalar>> ParseKey(const std::shared_ptr<arrow::DataType>& type,
+                                                       const std::string& text) {
+  auto decimal = [&](auto value) -> arrow::Result<std::shared_ptr<arrow::Scalar>> {
+    int32_t precision = 0, scale = 0;
+    ARROW_RETURN_NOT_OK(decltype(value)::FromString(text, &value, &precision, &scale));
+    const int32_t to = static_cast<const arrow::DecimalType&>(*type).scale();
+    ARROW_ASSIGN_OR_RAISE(value, value.Rescale(scale, to));  // (an error where it loses digits)
+    return arrow::MakeScalar(type, value);
+  };
+  if (type->id() == arrow::Type::DECIMAL128) return decimal(arrow::Decimal128());
+  if (type->id() == arrow::Type::DECIMAL256) return decimal(arrow::Decimal256());
+  return arrow::Scalar::Parse(type, text);
+}
+
 // A partition key that the files store too: their statistics must agree with the path.
 arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
   for (const Split& s : ds.splits()) {
@@ -202,7 +220,7 @@ arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
     // "1", "...Z"), else as text.
     const std::string& path_value = f.partition_values[key];
     const auto equal = arrow::EqualOptions::Defaults().signed_zeros_equal(true);
-    auto parsed = arrow::Scalar::Parse(min->type, path_value);
+    auto parsed = ParseKey(min->type, path_value);
     const bool agrees = parsed.ok() ? (*parsed)->Equals(*min, equal) && (*parsed)->Equals(*max, equal)
                                     : min->ToString() == path_value && max->ToString() == path_value;
     if (!agrees) {
