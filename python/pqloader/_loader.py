@@ -223,6 +223,16 @@ class Loader:
         """Batches of `epoch` for this rank, run from its start (no elastic rest)."""
         return self._engine.num_batches(epoch, None)
 
+    def _next_iteration_epoch(self) -> int:
+        """The epoch the next ``iter(loader)`` starts in (the one after the position's
+        when that epoch has ended, as :func:`_iteration.read_batches` moves on)."""
+        c = self._cursor
+        with c.lock:
+            epoch, batch, elastic = c.epoch, c.batch, c.elastic_for(c.epoch)
+        if (batch > 0 or elastic is not None) and batch >= self._engine.num_batches(epoch, elastic):
+            return epoch + 1
+        return epoch
+
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self)

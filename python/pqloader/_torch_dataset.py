@@ -201,6 +201,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # (built from the recipe, they ran another order, or refused the state).
             self._recipe = dataclasses.replace(
                 self._recipe, options=self._recipe.options.replace(seed=loader.seed))
+            self._probes, self._lengths = {}, {}  # (len()'s, of the old seed's order)
         self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
         self._restart = False
@@ -230,7 +231,23 @@ class IterableDataset(torch.utils.data.IterableDataset):
         batches come)."""
         return self._batches_per_iteration(0)
 
-    def _batches_per_iteration(self, workers: int) -> int:
+    def _first_epoch(self, workers: int, persistent: bool) -> int:
+        """The epoch the next iteration with `workers` starts in, as :meth:`_begin` and
+        :meth:`__iter__` decide it (`persistent`: persistent workers that ran before)."""
+        p = self._position
+        if workers == 0:
+            loader = self._main_loader()
+            if self._epoch_set and (loader.epoch != self._epoch or self._restart):
+                return self._epoch  # (__iter__ sets it)
+            return loader._next_iteration_epoch()  # the loader goes on from its position
+        if p is not None and self._pending is None:
+            if p.complete and (persistent or not self._set_since_begin):
+                return p.epoch + self._epochs_per_iteration()  # (persistent workers go on)
+            if not p.complete and persistent and not self._set_since_begin:
+                return p.epoch  # (DataLoader.__iter__ starts them anew at it)
+        return self._epoch
+
+    def _batches_per_iteration(self, workers: int, persistent: bool = False) -> int:
         """Batches an iteration hands out with `workers` DataLoader workers (the whole of
         its epochs: a resumed one hands out the rest only).
 
@@ -242,7 +259,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         n_epochs = self._recipe.options.num_epochs
         if n_epochs is None:
             raise TypeError("the loader runs forever (num_epochs=None): an iteration has no len()")
-        epochs = range(self._epoch, self._epoch + n_epochs)
+        first = self._first_epoch(workers, persistent)
+        epochs = range(first, first + n_epochs)
         if workers == 0:
             loader = self._main_loader()
             return sum(loader._batches_in_epoch(e) for e in epochs)
@@ -527,7 +545,8 @@ class DataLoader(torch.utils.data.DataLoader):
         Raises:
             TypeError: The loader has ``num_epochs=None`` (it runs forever).
         """
-        return self.dataset._batches_per_iteration(self.num_workers)  # type: ignore[attr-defined]
+        return self.dataset._batches_per_iteration(  # type: ignore[attr-defined]
+            self.num_workers, self.persistent_workers and self._iterated)
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out (a pqloader state).

@@ -591,6 +591,46 @@ def test_dataloader_len_of_packed_workers_follows_the_epoch(tmp_path):
     assert len(set(counts)) > 1, counts  # (else this data would not test the epochs apart)
 
 
+def _packed_len_ds(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    lengths = np.random.default_rng(0).integers(1, 60, 300)
+    docs = [[i] * int(n) for i, n in enumerate(lengths)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=20)
+    return str(tmp_path), dict(batch_size=2, shuffle=True, shuffle_window=1,
+                               pack=pqloader.Pack("tokens", seq_len=16, eos=0))
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_dataloader_len_of_packed_loaders_follows_the_epoch_without_set_epoch(tmp_path, workers, persistent):
+    # Without set_epoch each iteration runs the next epoch: len() counted the epoch of
+    # the last set_epoch (or the loader's first) instead.
+    root, kw = _packed_len_ds(tmp_path)
+    loader = pqloader.Loader(root, seed=1, rank=0, world_size=2 if workers == 0 else 1, **kw)
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=workers,
+                                   persistent_workers=persistent)
+    counts = []
+    for _ in range(3):
+        counts.append(len(dl))
+        assert counts[-1] == len(run_with_timeout(lambda: list(dl), timeout=60))
+    assert len(set(counts)) > 1, counts  # (else this data would not test the epochs apart)
+
+
+def test_dataloader_len_of_a_packed_loader_follows_a_seed_adopted_from_a_state(tmp_path):
+    # A loader built with seed=None adopts a loaded state's seed: len() kept counting
+    # the blocks of the drawn seed's order (its loader and counts were kept).
+    root, kw = _packed_len_ds(tmp_path)
+    state = pqloader.Loader(root, seed=1, **kw).state_dict()
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(pqloader.Loader(root, seed=None, **kw)),
+                                   num_workers=2)
+    while len(dl) == 292:  # (the drawn seed's count must differ from seed 1's)
+        dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(pqloader.Loader(root, seed=None, **kw)),
+                                       num_workers=2)
+    dl.load_state_dict(state)
+    assert len(dl) == len(run_with_timeout(lambda: list(dl), timeout=60)) == 292
+
+
 def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
     code = textwrap.dedent(f"""
         import torch.utils.data, pqloader, pqloader.torch
