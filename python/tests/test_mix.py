@@ -431,6 +431,19 @@ def test_set_epoch_and_load_state_dict_stop_the_running_stream(sources, how):
     np.testing.assert_array_equal(next(iter(m))["id"], first)
 
 
+def test_mixing_packed_sources_refuses_batches_past_int32_cu_seqlens(tmp_path):
+    """A packing Loader refuses batch_size x seq_len past 2**31 - 1 (cu_seqlens' int32
+    offsets would wrap); the mixture makes its batches' cu_seqlens again over its own
+    batch_size blocks, and took any batch_size."""
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2, 3]] * 8, pa.list_(pa.int32()))}),
+                   tmp_path / "a.parquet")
+    pack = pqloader.Pack("tokens", seq_len=2**20, eos=0)
+    srcs = [pqloader.Loader(str(tmp_path), batch_size=1, pack=pack) for _ in range(2)]
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        pqloader.mix(srcs, [0.5, 0.5], batch_size=4096)
+    pqloader.mix(srcs, [0.5, 0.5], batch_size=2047)  # (2047 x 2**20 tokens fit)
+
+
 def test_transformed_sources_write_their_batches_in_place_as_a_copy_would(tmp_path):
     """Sources with transforms (images decoded, randomly cropped and flipped; token lists
     padded to a fixed length, with their lengths) assemble each batch straight into the

@@ -14,10 +14,6 @@
 
 #include <sys/stat.h>
 
-#include <arrow/api.h>
-#include <arrow/io/file.h>
-#include <parquet/arrow/writer.h>
-
 #include "pqloader/error.h"
 #include "pqloader/test_util.h"
 #include "pqloader/util/node_lock.h"
@@ -440,17 +436,7 @@ TEST(LoaderApi, APackedBatchBeyondInt32CuSeqlensIsRefused) {
   // cu_seqlens holds int32 offsets into the flattened batch: batch_size x seq_len tokens
   // past 2^31 - 1 wrapped (negative offsets) in the batch where they did.
   const std::string path = testing::MakeTempDir() + "/tokens.parquet";
-  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
-  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
-  for (int32_t row = 0; row < 4; ++row) {
-    ASSERT_TRUE(tokens.Append().ok());
-    for (int32_t t = 0; t <= row; ++t) ASSERT_TRUE(values->Append(t).ok());
-  }
-  auto table = arrow::Table::Make(arrow::schema({arrow::field("tokens", arrow::list(arrow::int32()))}),
-                                  {tokens.Finish().ValueOrDie()});
-  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
-  ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 2).ok());
-  ASSERT_TRUE(out->Close().ok());
+  testing::WriteTokensFile(path, {1, 2, 3, 4}, 2);
   LoaderOptions o;
   o.pack_column = "tokens";
   o.pack.seq_len = int64_t{1} << 20;

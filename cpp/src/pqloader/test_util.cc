@@ -58,6 +58,28 @@ void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups
   if (!writer->Close().ok() || !out->Close().ok()) throw std::runtime_error("close " + path);
 }
 
+void WriteTokensFile(const std::string& path, const std::vector<int32_t>& lengths,
+                     int64_t row_group_rows) {
+  arrow::Int64Builder ids;
+  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (!ids.Append(static_cast<int64_t>(i)).ok() || !tokens.Append().ok()) {
+      throw std::runtime_error("cannot build " + path);
+    }
+    for (int32_t t = 0; t < lengths[i]; ++t) (void)values->Append(t);
+  }
+  auto table = arrow::Table::Make(
+      arrow::schema({arrow::field("id", arrow::int64()),
+                     arrow::field("tokens", arrow::list(arrow::int32()))}),
+      {ids.Finish().ValueOrDie(), tokens.Finish().ValueOrDie()});
+  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
+  if (!parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, row_group_rows).ok() ||
+      !out->Close().ok()) {
+    throw std::runtime_error("cannot write " + path);
+  }
+}
+
 std::vector<int64_t> DrainIds(Loader* loader, bool check_x, std::vector<int64_t>* sizes) {
   std::vector<int64_t> ids;
   while (true) {

@@ -19,6 +19,11 @@ std::string MakeTempDir();
 void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups,
                  int64_t start_id);
 
+/// Write a Parquet file with columns id (int64, 0, 1, ...) and tokens (list<int32>: row
+/// i holds `lengths[i]` values 0, 1, ...), in row groups of `row_group_rows` rows.
+void WriteTokensFile(const std::string& path, const std::vector<int32_t>& lengths,
+                     int64_t row_group_rows);
+
 /// The ids (column 0) of every batch left in the epoch `loader` has started, in order;
 /// with `check_x`, also that column 1 holds id / 2 in every row (WriteIdFile's x); the
 /// batch sizes in `sizes` if given.

@@ -286,6 +286,32 @@ TEST(MixStream, RefusesSourcesWithOtherColumns) {
   EXPECT_NE(made.status().message().find("other columns"), std::string::npos) << made.status();
 }
 
+TEST(MixStream, RefusesPackedBatchesBeyondInt32CuSeqlens) {
+  // The mixture makes its batches' cu_seqlens again over its own batch_size blocks: 2048
+  // blocks of 2^20 tokens wrapped their int32 offsets (each source's own batches fit).
+  const std::string path = testing::MakeTempDir() + "/tokens.parquet";
+  testing::WriteTokensFile(path, {1, 2, 3, 4}, 2);
+  std::vector<std::unique_ptr<Loader>> loaders;
+  std::vector<MixSource> mix;
+  for (uint64_t seed : {1, 2}) {
+    LoaderOptions o;
+    o.dataset.columns.columns = {"tokens"};
+    o.pack_column = "tokens";
+    o.pack.seq_len = int64_t{1} << 20;
+    o.plan.batch_size = 1;
+    o.plan.seed = seed;
+    loaders.push_back(Loader::Make({path}, o).ValueOrDie());
+    mix.push_back(MixSource{loaders.back().get(), seed});
+  }
+  MixStreamOptions o = Options(0, 0);
+  o.batch_size = 2048;
+  auto refused = MixStream::Make(mix, o, RecyclingPool::Global());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("cu_seqlens"), std::string::npos) << refused.status();
+  o.batch_size = 2047;
+  EXPECT_TRUE(MixStream::Make(mix, o, RecyclingPool::Global()).ok());
+}
+
 // Sources that gather their shuffle windows whole write the batches in place (no source
 // wraps, the epoch from its first batch): the same batches as copied, for any worker
 // count; afterwards the loaders give their own batches again.

@@ -8,37 +8,12 @@
 #include <vector>
 
 #include <arrow/api.h>
-#include <arrow/io/file.h>
-#include <parquet/arrow/writer.h>
 
 #include "pqloader/test_util.h"
 
 namespace pqloader {
 
 namespace {
-
-// Write `lengths` as a list<int32> column "tokens" (row i holds `lengths[i]` values) beside
-// an int64 "id", in row groups of `row_group_rows` rows.
-void WriteTokens(const std::string& path, const std::vector<int32_t>& lengths,
-                 int64_t row_group_rows) {
-  arrow::Int64Builder ids;
-  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
-  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    ASSERT_TRUE(ids.Append(static_cast<int64_t>(i)).ok());
-    ASSERT_TRUE(tokens.Append().ok());
-    for (int32_t t = 0; t < lengths[i]; ++t) ASSERT_TRUE(values->Append(t).ok());
-  }
-  auto table = arrow::Table::Make(
-      arrow::schema({arrow::field("id", arrow::int64()),
-                     arrow::field("tokens", arrow::list(arrow::int32()))}),
-      {ids.Finish().ValueOrDie(), tokens.Finish().ValueOrDie()});
-  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
-  ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out,
-                                         row_group_rows)
-                  .ok());
-  ASSERT_TRUE(out->Close().ok());
-}
 
 // The lower order statistic, computed the slow way: sort, then index floor(q * (n - 1)).
 int32_t SortedAt(std::vector<int32_t> v, double q) {
@@ -88,8 +63,8 @@ TEST(DocumentLengths, ReadsEveryRowOfEveryRowGroupInOrder) {
   const std::string dir = testing::MakeTempDir();
   std::vector<int32_t> a = {3, 0, 5, 1, 1, 8, 2};  // row groups of 3: {3 0 5} {1 1 8} {2}
   std::vector<int32_t> b = {4, 6};
-  WriteTokens(dir + "/a.parquet", a, 3);
-  WriteTokens(dir + "/b.parquet", b, 3);
+  testing::WriteTokensFile(dir + "/a.parquet", a, 3);
+  testing::WriteTokensFile(dir + "/b.parquet", b, 3);
   DatasetOptions options;
   options.columns.columns = {"tokens"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
@@ -110,7 +85,7 @@ TEST(DocumentLengths, ReadsEveryRowOfEveryRowGroupInOrder) {
 
 TEST(DocumentLengths, RefusesAColumnThatIsNotAList) {
   const std::string dir = testing::MakeTempDir();
-  WriteTokens(dir + "/a.parquet", {1, 2}, 2);
+  testing::WriteTokensFile(dir + "/a.parquet", {1, 2}, 2);
   DatasetOptions options;
   options.columns.columns = {"id"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
