@@ -805,7 +805,8 @@ def _check_numeric_fill(where: str, name: str, value: Any, dtype: np.dtype) -> N
 def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
                      as_double: bool = False) -> None:
     """Refuse a number that column `name`'s `dtype` cannot hold exactly (it would be cast:
-    ``300`` in int8 is 44, ``1e6`` in float16 inf, ``2`` in bool True). `what` names the
+    ``300`` in int8 is 44, ``1e6`` in float16 inf, ``2`` in bool True, ``2**24 + 1`` in
+    float32 2**24; a float is rounded to a float dtype as usual). `what` names the
     argument and its value; `as_double`: the engine takes the value as a double, so
     integers beyond 2**53 are refused too.
 
@@ -831,6 +832,11 @@ def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
         with np.errstate(over="ignore"):
             if math.isfinite(as_float) and not np.isfinite(dtype.type(as_float)):
                 raise ValueError(f"{what} overflows column {name!r} ({dtype})")
+        if isinstance(value, int) and not isinstance(value, bool) and int(dtype.type(value)) != value:
+            # A whole number the float rounds (fill_null=2**24 + 1 in float32 was 2**24, a
+            # value of the data; pyarrow's fill_null refuses it): integers load only exactly.
+            raise ValueError(f"{what} is not exact in column {name!r} ({dtype}: it would be "
+                             f"{int(dtype.type(value))})")
 
 
 _TEMPORAL = ("timestamp", "date32", "date64", "time32", "time64", "duration")

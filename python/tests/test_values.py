@@ -537,6 +537,21 @@ def test_per_column_fill_null_dict(nulls_ds):
     assert got["label"] == ["a", "b", "<missing>", "d", "e", "f"]
 
 
+@pytest.mark.parametrize("arrow_type, fill, rounded", [
+    (pa.float32(), 2**24 + 1, 2**24), (pa.float64(), 2**53 + 1, 2**53), (pa.float16(), 2049, 2048)])
+def test_an_integer_fill_a_float_column_would_round_is_refused(tmp_path, arrow_type, fill, rounded):
+    # It loaded rounded (2**24 + 1 as 2**24, a value of the data), where pyarrow's
+    # fill_null refuses it and integers in the files load only exactly.
+    pq.write_table(pa.table({"v": pa.array([1, None], arrow_type)}), tmp_path / "f.parquet")
+    with pytest.raises(ValueError, match=rf"fill_null={fill} is not exact in column 'v' \(.*it would be {rounded}\)"):
+        pqloader.Loader(str(tmp_path), fill_null=fill)
+    with pytest.raises(ValueError, match=rf"fill_null\['v'\]={fill} is not exact"):
+        pqloader.Loader(str(tmp_path), fill_null={"v": fill})
+    got = collect(pqloader.Loader(str(tmp_path), fill_null=rounded))["v"]
+    assert got.tolist() == [1.0, float(rounded)]
+    assert collect(pqloader.Loader(str(tmp_path), fill_null=0.1))["v"][1] == np.dtype(got.dtype).type(0.1)
+
+
 def test_bytes_fill_null_of_a_string_column_must_be_utf8(nulls_ds):
     # Refused when made, naming the argument, not at decode as the file's "row 2" data.
     with pytest.raises(ValueError, match=r"fill_null\['label'\].*not valid UTF-8") as ei:
