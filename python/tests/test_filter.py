@@ -741,3 +741,22 @@ def test_statistics_of_values_a_declared_type_cannot_hold_do_not_prune(tmp_path)
     with pytest.raises(pqloader.InvalidDataError, match="4294967299"):
         list(pqloader.Loader(str(tmp_path), columns=["id"], schema=schema, filter=flt,
                              batch_size=10, num_epochs=1))
+
+
+@pytest.mark.parametrize("declared", [None, pa.float32(), pa.float64()])
+def test_a_float16_file_of_a_column_loaded_as_a_wider_float_is_filtered_in_it(tmp_path, declared):
+    # The float16 file was bound in its own type (no kernel compares halffloat): refused,
+    # where the column loads as float32 (unified) or as declared.
+    pq.write_table(pa.table({"id": [0, 1], "v": pa.array(np.array([np.nan, 0.1], np.float16))}),
+                   tmp_path / "0.parquet")
+    if declared is None:
+        pq.write_table(pa.table({"id": [2, 3], "v": pa.array(np.array([0.1, 65504], np.float32))}),
+                       tmp_path / "1.parquet")
+    loaded = declared or pa.float32()
+    schema = pa.schema([("id", pa.int64()), ("v", loaded)])
+    flt = pc.field("v") > 0.09
+    got = [v for b in pqloader.Loader(str(tmp_path), columns=["id"], filter=flt, batch_size=10,
+                                      schema=None if declared is None else schema)
+           for v in b["id"].tolist()]
+    assert got == pads.dataset(str(tmp_path), schema=schema).to_table(filter=flt)["id"].to_pylist()
+    assert got == ([1, 2, 3] if declared is None else [1])

@@ -395,3 +395,13 @@ def test_a_partition_key_stored_by_some_files_only_loads_when_nothing_loads_it(t
     assert collect(pqloader.Loader(str(tmp_path), columns=["v"], batch_size=8))["v"].tolist() == [1, 2, 3]
     assert collect(pqloader.Loader(str(tmp_path), columns=["v"], filter=pc.field("v") > 1,
                                    batch_size=8))["v"].tolist() == [2, 3]
+
+
+def test_float16_signalling_nans_widen_to_float32_bit_for_bit(tmp_path):
+    # float16 -> double -> float quieted a signalling NaN (0x7c01 gave 0x7fc02000; pyarrow's
+    # cast and numpy's astype give 0x7f802000).
+    halves = np.array([0x7C01, 0x7D00, 0xFC01, 0x3C00, 0x8000], np.uint16).view(np.float16)
+    pq.write_table(pa.table({"v": pa.array(halves)}), tmp_path / "h.parquet")
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=8, schema=pa.schema([("v", pa.float32())])))["v"]
+    want = pc.cast(pa.array(halves), pa.float32()).to_numpy(zero_copy_only=False)
+    assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()

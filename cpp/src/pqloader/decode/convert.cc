@@ -210,7 +210,13 @@ arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::str
       const uint16_t* bits = values((uint16_t*)nullptr);
       const int64_t width = DTypeSize(dst);
       for (int64_t r = 0; r < n; ++r) {
-        StoreAs(dst, arrow::util::Float16::FromBits(bits[r]).ToDouble(), out + r * width);
+        const auto h = arrow::util::Float16::FromBits(bits[r]);
+        if (dst == DType::kFloat32) {
+          const float f = h.ToFloat();  // (through a double, a signalling NaN was quieted)
+          std::memcpy(out + r * width, &f, sizeof(f));
+        } else {
+          StoreAs(dst, h.ToDouble(), out + r * width);
+        }
       }
       break;
     }

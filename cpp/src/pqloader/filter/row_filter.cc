@@ -381,8 +381,11 @@ class Evaluator {
       const bool differs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
         return !t->Equals(*target);
       });
-      const bool all_numbers = std::all_of(stored.begin(), stored.end(), [](const auto& t) {
-        return IsNumber(*t) || t->id() == arrow::Type::NA;  // (a file whose column is all null)
+      const bool all_numbers = std::all_of(stored.begin(), stored.end(), [&](const auto& t) {
+        // (a file whose column is all null; a float16 file of a column loaded as float32
+        // or float64: Arrow casts float16 to those exactly)
+        return IsNumber(*t) || t->id() == arrow::Type::NA ||
+               (t->id() == arrow::Type::HALF_FLOAT && arrow::is_floating(target->id()));
       });
       if (differs && all_numbers) target_[name] = target;
     }
