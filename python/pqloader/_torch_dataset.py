@@ -241,8 +241,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 return self._epoch  # (__iter__ sets it)
             return loader._next_iteration_epoch()  # the loader goes on from its position
         if p is not None and self._pending is None:
-            if p.complete and (persistent or not self._set_since_begin):
-                return p.epoch + self._epochs_per_iteration()  # (persistent workers go on)
+            if p.complete and not self._set_since_begin:
+                return p.epoch + self._epochs_per_iteration()  # (as persistent workers go on)
             if not p.complete and persistent and not self._set_since_begin:
                 return p.epoch  # (DataLoader.__iter__ starts them anew at it)
         return self._epoch
@@ -505,9 +505,14 @@ class DataLoader(torch.utils.data.DataLoader):
         ds = self.dataset
         assert isinstance(ds, IterableDataset)
         again = self.persistent_workers and self._iterated
-        if again and self.num_workers > 0 and not (ds._position is not None and ds._position.complete):
-            # The last iteration was left early (or a state was loaded): persistent workers
-            # would go on with its rest. Start them anew, as non-persistent ones would.
+        p = ds._position
+        elsewhere = (p is not None and p.complete and ds._set_since_begin
+                     and ds._epoch != p.epoch + ds._epochs_per_iteration())
+        if again and self.num_workers > 0 and (not (p is not None and p.complete) or elsewhere):
+            # The last iteration was left early (or a state was loaded), or set_epoch named
+            # another epoch than the next: persistent workers would go on with the rest or
+            # the next epoch (their loaders are theirs). Start them anew, as non-persistent
+            # ones would.
             if self._iterator is not None:
                 self._iterator._shutdown_workers()
                 self._iterator._pqloader_stopped = True  # a loop still on it is told, below

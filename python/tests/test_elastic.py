@@ -563,6 +563,26 @@ def test_persistent_workers_without_set_epoch_rerun_the_epoch_they_had_reached(d
 
 
 @pytestmark_workers
+def test_persistent_workers_run_the_epoch_set_epoch_names(ds):
+    """set_epoch(e) names the epoch the next loop runs, also to run an epoch again or to
+    skip ahead: persistent workers went on to the next epoch whatever was set (their
+    loaders are in their processes), and are started anew for another."""
+    dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    dl = pqloader.torch.DataLoader(dataset, num_workers=2, persistent_workers=True)
+    runs = []
+    for epoch in (0, 0, 1, 3, 4):
+        dataset.set_epoch(epoch)
+        runs.append(run_with_timeout(lambda: dl_ids(dl), timeout=120))
+    plain = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    plain_dl = pqloader.torch.DataLoader(plain, num_workers=2)
+    want = {}
+    for epoch in (0, 1, 3, 4):
+        plain.set_epoch(epoch)
+        want[epoch] = run_with_timeout(lambda: dl_ids(plain_dl), timeout=120)
+    assert runs == [want[0], want[0], want[1], want[3], want[4]]
+
+
+@pytestmark_workers
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
 def test_dataloader_without_set_epoch_runs_the_epoch_its_state_names(ds, workers, persistent):
     """No set_epoch between loops: the loop after a whole epoch runs the next epoch,
