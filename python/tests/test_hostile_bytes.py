@@ -11,10 +11,12 @@ import subprocess
 import sys
 import zipfile
 import zlib
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -518,3 +520,80 @@ def test_a_corrupt_page_header_is_one_line_naming_file_row_group_and_column(tmp_
     msg = str(ei.value)
     assert "\n" not in msg and "Deserializing page header failed" in msg, repr(msg)
     assert f"'{path}', row group 0, column 'x'" in msg
+
+
+# -- statistics that contradict themselves or do not decode ---------------------------
+
+def _rewrite_footer(src, dst, old: bytes, new: bytes) -> None:
+    data = src.read_bytes()
+    (length,) = struct.unpack("<i", data[-8:-4])
+    start = len(data) - 8 - length
+    footer = bytes(data[start:-8])
+    assert footer.count(old) == 1, footer.count(old)
+    footer = footer.replace(old, new)
+    dst.parent.mkdir(exist_ok=True)
+    dst.write_bytes(data[:start] + footer + struct.pack("<i", len(footer)) + b"PAR1")
+
+
+def _ints(tmp_path):
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"x": np.arange(100, dtype=np.int64)}), good, use_dictionary=False)
+    return good
+
+
+def test_a_null_count_beyond_the_chunks_values_is_not_taken_for_nulls(tmp_path):
+    """Statistics claiming 1000 nulls in a 100-value chunk (none in the data) refused the
+    file at construction: "column 'x' (int64) has 1000 null value(s)"."""
+    bad = tmp_path / "bad" / "bad.parquet"
+    # Statistics.null_count (i64 field 3, zigzag 0) before max_value (field 5, 8 bytes)
+    _rewrite_footer(_ints(tmp_path), bad, b"\x16\x00\x28\x08", b"\x16\xd0\x0f\x28\x08")
+    assert pq.ParquetFile(bad).metadata.row_group(0).column(0).statistics.null_count == 1000
+    got = np.concatenate([b["x"] for b in pqloader.Loader(str(bad))])
+    np.testing.assert_array_equal(got, np.arange(100))
+
+
+def test_a_size_statistics_histogram_with_a_negative_count_does_not_make_lists_ragged(tmp_path):
+    """A definition-level histogram [0, -10, 0, 100] (no level count is negative) made
+    50 rows of two values each "100 values in 60 rows, not one length per row"."""
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"l": pa.array([[i, i + 1] for i in range(50)], pa.list_(pa.int64()))}), good)
+    bad = tmp_path / "bad" / "bad.parquet"
+    # SizeStatistics.definition_level_histogram: list of 4 i64, [0, 0, 0, 100] -> [0, -10, 0, 100]
+    _rewrite_footer(good, bad, b"\x19\x46\x00\x00\x00\xc8\x01", b"\x19\x46\x00\x13\x00\xc8\x01")
+    got = np.concatenate([b["l"] for b in pqloader.Loader(str(bad))])
+    np.testing.assert_array_equal(got, np.array([[i, i + 1] for i in range(50)]))
+
+
+def test_statistics_that_do_not_decode_are_not_used_and_the_error_is_not_the_filters(tmp_path):
+    """A decimal's min of 0 bytes (FLBA(5)): the file reads (pyarrow too), but a filter
+    on the column refused it: "row group 0: corrupt statistics: Unexpected end of stream"
+    (naming no column)."""
+    good = tmp_path / "good.parquet"
+    values = [Decimal(i) / 100 for i in range(100)]
+    pq.write_table(pa.table({"m": pa.array(values, pa.decimal128(10, 2))}), good, use_dictionary=False)
+    bad = tmp_path / "bad" / "bad.parquet"
+    zero = b"\x00" * 5
+    # Statistics.min_value (field 6): 5 bytes of 0.00 -> none
+    _rewrite_footer(good, bad, b"\x18\x05" + zero + b"\x11\x11", b"\x18\x00\x11\x11")
+    assert pq.read_table(bad).num_rows == 100
+    loader = pqloader.Loader(str(bad), filter=pc.field("m") < pa.scalar(Decimal("0.05"), pa.decimal128(10, 2)),
+                             decimals="float64")
+    got = np.concatenate([b["m"] for b in loader])
+    np.testing.assert_array_equal(got, [0.0, 0.01, 0.02, 0.03, 0.04])
+
+
+@pytest.mark.parametrize("old,new", [
+    # min_value 0 -> 60 and max_value 99 -> 10: min > max, no row could satisfy them
+    (b"\x28\x08" + struct.pack("<q", 99) + b"\x18\x08" + struct.pack("<q", 0),
+     b"\x28\x08" + struct.pack("<q", 10) + b"\x18\x08" + struct.pack("<q", 60)),
+    # null_count 0 -> 100 (all) beside a min and a max, which only non-null values have
+    (b"\x16\x00\x28\x08", b"\x16\xc8\x01\x28\x08"),
+], ids=["min_above_max", "all_null_beside_a_min_and_max"])
+def test_statistics_that_contradict_themselves_prune_nothing(tmp_path, old, new):
+    """pyarrow's dataset prunes by them too (0 rows for x < 5); they bound no row."""
+    bad = tmp_path / "bad" / "bad.parquet"
+    _rewrite_footer(_ints(tmp_path), bad, old, new)
+    assert pq.read_table(bad).filter(pc.field("x") < 5).num_rows == 5
+    loader = pqloader.Loader(str(bad), filter=pc.field("x") < 5, fill_null=0)
+    got = np.concatenate([b["x"] for b in loader]) if len(loader) else np.array([])
+    np.testing.assert_array_equal(got, np.arange(5))

@@ -41,20 +41,37 @@ Levels LevelsOf(const parquet::ColumnDescriptor& descr) {
 }
 
 // Nulls (rows and list elements) of one column chunk; -1 when the footer cannot tell.
+// The chunk's definition-level histogram where it can be true: max_def + 1 counts, none
+// negative, summing to the chunk's levels (num_values); else null (unknown: the data read
+// tells). A hostile footer's [0, -10, 0, 100] made lists of two values "ragged", and its
+// counts overflowed the sums.
+const std::vector<int64_t>* DefHistogram(const parquet::ColumnChunkMetaData& chunk,
+                                         const parquet::SizeStatistics* size_stats,
+                                         const Levels& levels) {
+  if (size_stats == nullptr) return nullptr;
+  const auto& hist = size_stats->definition_level_histogram;
+  if (static_cast<int>(hist.size()) != levels.max_def + 1) return nullptr;
+  int64_t sum = 0;
+  for (int64_t h : hist) {
+    if (h < 0 || h > chunk.num_values() - sum) return nullptr;  // (and no overflow)
+    sum += h;
+  }
+  return sum == chunk.num_values() ? &hist : nullptr;
+}
+
 int64_t ChunkNulls(const parquet::ColumnChunkMetaData& chunk, const Levels& levels) {
   if (levels.max_def == 0) return 0;
   // The null count as stored (not the typed statistics: decoding their min and max for
   // every chunk was a fifth of the start-up at 10^5 files).
   auto stats = chunk.is_stats_set() ? chunk.encoded_statistics() : nullptr;
-  const bool has_null_count = stats != nullptr && stats->has_null_count;
+  // (A count outside 0..num_values is a hostile footer's: "9223372036854775807 null
+  // values" refused a row group without nulls. Unknown then: the read tells.)
+  const bool has_null_count = stats != nullptr && stats->has_null_count && stats->null_count >= 0 &&
+                              stats->null_count <= chunk.num_values();
   if (levels.max_rep == 0 && has_null_count) return stats->null_count;
   if (levels.max_rep != 0 && has_null_count && stats->null_count == 0) return 0;
   auto size_stats = chunk.size_statistics();
-  const std::vector<int64_t>* hist =
-      size_stats != nullptr && static_cast<int>(size_stats->definition_level_histogram.size()) ==
-                                   levels.max_def + 1
-          ? &size_stats->definition_level_histogram
-          : nullptr;
+  const std::vector<int64_t>* hist = DefHistogram(chunk, size_stats.get(), levels);
   if (levels.max_rep == 0) {
     if (hist != nullptr) {
       int64_t n = 0;
@@ -130,9 +147,8 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
       const Levels levels = LevelsOf(*f.schema()->Column(src.leaves[0]));
       auto size_stats = chunk->size_statistics();
       auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
-      const auto* hist = size_stats != nullptr ? &size_stats->definition_level_histogram : nullptr;
-      if (levels.max_rep == 1 && hist != nullptr &&
-          static_cast<int>(hist->size()) == levels.max_def + 1) {
+      const auto* hist = DefHistogram(*chunk, size_stats.get(), levels);
+      if (levels.max_rep == 1 && hist != nullptr) {
         values = 0;
         for (int d = 0; d <= levels.max_def; ++d) {
           if (d < levels.row) rows -= (*hist)[d];  // null rows take the length of the others

@@ -510,10 +510,17 @@ class Evaluator {
         }
         auto chunk = rg->ColumnChunk(ff.leaves[0]);
         if (chunk == nullptr || !chunk->is_stats_set()) continue;
-        auto stats = chunk->statistics();
+        std::shared_ptr<parquet::Statistics> stats;
+        try {
+          stats = chunk->statistics();
+        } catch (const std::exception&) {
+          // Undecodable (a decimal's min of 0 bytes): no guarantee, the mask decides (it
+          // refused the file, "corrupt statistics", naming no column; loading reads it).
+          continue;
+        }
         if (stats == nullptr) continue;
         auto guarantee = StatisticsGuarantee(*ff.field, view.schema->field(static_cast<int>(i))->type(),
-                                             *stats);
+                                             *stats, chunk->num_values());
         if (guarantee) known.push_back(std::move(*guarantee));
       }
     } catch (const std::exception& e) {
@@ -532,13 +539,20 @@ class Evaluator {
   // `type`: the column's in the filter (its target, else the file's own).
   static std::optional<cp::Expression> StatisticsGuarantee(const arrow::Field& field,
                                                            const std::shared_ptr<arrow::DataType>& type,
-                                                           const parquet::Statistics& stats) {
+                                                           const parquet::Statistics& stats,
+                                                           int64_t chunk_values) {
     auto ref = cp::field_ref(field.name());
     // Dictionary columns (pandas categoricals): Arrow simplifies is_null/is_valid of a
     // dictionary field under "is_null" the wrong way round (all-null row groups were
     // kept whole by "s is not None" and pruned by "s is None"): no guarantee.
     if (field.type()->id() == arrow::Type::DICTIONARY) return std::nullopt;
-    if (stats.HasNullCount() && stats.num_values() == 0 && stats.null_count() > 0) {
+    // Statistics that contradict themselves are a hostile or broken writer's and bound no
+    // row: a null count outside the chunk's values is unknown, "all null" only holds
+    // without a min and max (which only values have), and min > max (below) gives no
+    // guarantee. Taken as they stood, they pruned row groups whose rows pass.
+    const bool null_count_ok = stats.HasNullCount() && stats.null_count() >= 0 &&
+                               stats.null_count() <= chunk_values;
+    if (null_count_ok && stats.num_values() == 0 && stats.null_count() > 0 && !stats.HasMinMax()) {
       return cp::is_null(ref);
     }
     if (!stats.HasMinMax()) return std::nullopt;
@@ -561,11 +575,16 @@ class Evaluator {
     min = checked(min);
     max = checked(max);
     if (min == nullptr || max == nullptr) return std::nullopt;
+    auto inverted = cp::CallFunction("greater", {arrow::Datum(min), arrow::Datum(max)});
+    if (!inverted.ok() || !inverted->is_scalar() || !inverted->scalar()->is_valid ||
+        static_cast<const arrow::BooleanScalar&>(*inverted->scalar()).value) {
+      return std::nullopt;
+    }
     cp::Expression in_range =
         min->Equals(*max) ? cp::equal(ref, cp::literal(min))
                           : cp::and_(cp::greater_equal(ref, cp::literal(min)),
                                      cp::less_equal(ref, cp::literal(max)));
-    if (!stats.HasNullCount() || stats.null_count() != 0) {
+    if (!null_count_ok || stats.null_count() != 0) {
       return cp::or_(std::move(in_range), cp::is_null(ref));
     }
     return in_range;
@@ -788,8 +807,10 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // `targets`), and the key holds how each partition key loads (int64 or text: schema=
   // decides, and "01" is another value as text; v5 served one's selection to the other).
   // v7: statistics cast to such a type with a range check (v6 wrapped a declared int32's:
-  // row groups pruned whose rows pass).
-  std::string id = "filter-v7|" + options.serialized_expression;
+  // row groups pruned whose rows pass). v8: statistics that contradict themselves (min >
+  // max, all null beside a min and max, a null count past the chunk's values) give no
+  // guarantee (v7 pruned by them).
+  std::string id = "filter-v8|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
