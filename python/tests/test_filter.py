@@ -760,3 +760,16 @@ def test_a_float16_file_of_a_column_loaded_as_a_wider_float_is_filtered_in_it(tm
            for v in b["id"].tolist()]
     assert got == pads.dataset(str(tmp_path), schema=schema).to_table(filter=flt)["id"].to_pylist()
     assert got == ([1, 2, 3] if declared is None else [1])
+
+
+def test_a_stored_key_that_disagrees_with_its_path_is_refused_under_a_filter_too(tmp_path):
+    # A file under k=a/ storing k = 'b': refused unfiltered, but with k == 'a' its row
+    # groups were pruned by those very statistics before the check, which then saw none
+    # of them (0 rows, no error).
+    (tmp_path / "k=a").mkdir()
+    pq.write_table(pa.table({"x": [1, 2], "k": ["b", "b"]}), tmp_path / "k=a" / "f.parquet")
+    (tmp_path / "k=c").mkdir()
+    pq.write_table(pa.table({"x": [3], "k": ["c"]}), tmp_path / "k=c" / "f.parquet")
+    for flt in (None, "k == 'a'", pc.field("k") == "a"):
+        with pytest.raises(pqloader.SchemaMismatchError, match=r"partition key 'k' is 'a' in the path"):
+            pqloader.Loader(str(tmp_path), batch_size=4, filter=flt)

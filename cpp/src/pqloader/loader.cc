@@ -249,6 +249,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
   if (options.filter.enabled()) {
+    // (before the filter restricts the splits: it may prune by the statistics that disagree)
+    ARROW_RETURN_NOT_OK(CheckStoredKeys(*loader->dataset_));
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
     filter.cancel = cancel;

@@ -251,6 +251,18 @@ arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
 
 }  // namespace
 
+arrow::Status CheckStoredKeys(const Dataset& ds) {
+  const auto& specs = ds.specs();
+  const auto& keys = ds.partition_keys();
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (specs[c].mask_of >= 0 || ds.partition_index()[c] >= 0) continue;
+    const auto it = std::find(keys.begin(), keys.end(), specs[c].name);
+    if (it == keys.end()) continue;
+    ARROW_RETURN_NOT_OK(CheckStoredKey(ds, static_cast<int>(c), static_cast<int>(it - keys.begin())));
+  }
+  return arrow::Status::OK();
+}
+
 arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>& null_policy,
                                       const std::vector<bool>& ragged_ok) {
   const auto& specs = ds.specs();
