@@ -25,7 +25,13 @@ and, by mode:
   InvalidDataError naming the file and row group;
 - ``ext``: pack=, row_groups=, use_summary, schema= (casts, the files' own extension
   types), decimals=, tensor columns with random transforms, output='torch' and the torch
-  DataLoader (resume, other worker counts), a file rewritten under a disk cache.
+  DataLoader (resume, other worker counts), a file rewritten under a disk cache;
+- ``drift``: numeric columns whose type drifts between files (int8..uint64, float32/64,
+  decimals of other precisions and scales, all null in a file, absent from one), with or
+  without schema= declaring wider types, under random pyarrow filters (literals of other
+  types, isin, arithmetic, is_null, &, |, ~) whose columns may not be loaded: rows and
+  values as pyarrow's dataset reads them in the loaded (or declared) schema; where pyarrow
+  raises, a pqloader error; a drift that does not unify is a SchemaMismatchError.
 
 Every check raises :class:`Fail` with the seed's option set; :func:`run_draw` is the
 entry point (``run_draw("ext", 17, tmp_path)`` replays ext seed 17).
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import decimal
 import os
+import re
 import warnings
 from collections import Counter
 from contextlib import contextmanager
@@ -43,6 +50,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 import pqloader
@@ -380,7 +388,10 @@ def shown(o: dict) -> dict:
 def open_loader(ds: Dataset, o: dict, p: dict, rank: int) -> pqloader.Loader:
     kw = {k: v for k, v in o.items() if not k.startswith("_")}
     kw.update(p)
-    kw["filter"] = None if FILTERS[o["_filter"]] is None else FILTERS[o["_filter"]][0]()
+    if "_expr" in o:  # drift: a pyarrow expression drawn for this option set
+        kw["filter"] = o["_expr"]
+    else:
+        kw["filter"] = None if FILTERS[o["_filter"]] is None else FILTERS[o["_filter"]][0]()
     return pqloader.Loader(ds.paths if o.get("_src") == "files" else str(ds.root), rank=rank, **kw)
 
 
@@ -1050,6 +1061,314 @@ def check_mix_error(rng, ds: Dataset, make, refs) -> None:
         check(got == ref, lambda: f"mix rank {rank}: differs without the broken row group's rows: {first_diff(ref, got)}")
 
 
+# ----------------------------------------------------------------------------- drift
+# Numeric columns whose type drifts between files: a, b (integers, floats, or both) and c
+# (decimals of other precisions and scales); a file may store one all null or lack it.
+DRIFT_INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+DRIFT_FLOATS = [pa.float32(), pa.float64()]
+
+
+def drift_values(rng, t: pa.DataType, n: int) -> pa.Array:
+    """n values that `t` and every wider type of the draw hold exactly; ~20 % null."""
+    null = rng.random(n) < 0.2
+    if pa.types.is_decimal(t):
+        digits = rng.integers(-10 ** (t.precision - 1) + 1, 10 ** (t.precision - 1), size=n)
+        vals = [decimal.Decimal(int(d)).scaleb(-t.scale) for d in digits]
+    elif pa.types.is_floating(t):
+        vals = [float(v) for v in rng.integers(-100, 101, size=n) * 0.5]
+    else:
+        lo = 0 if pa.types.is_unsigned_integer(t) else -100
+        vals = [int(v) for v in rng.integers(lo, 101, size=n)]
+    if n and rng.random() < 0.15:  # the type's extremes (casts, statistics and arithmetic at the edges)
+        if pa.types.is_decimal(t):
+            big = decimal.Decimal(10 ** t.precision - 1).scaleb(-t.scale)
+            ends = [-big, big]
+        elif pa.types.is_floating(t):
+            ends = [float("nan"), -0.0, float("inf"), float("-inf")]
+        else:
+            info = np.iinfo(t.to_pandas_dtype())
+            ends = [int(info.min), int(info.max)]
+        for j in rng.integers(0, n, size=int(rng.integers(1, 3))):
+            vals[int(j)], null[int(j)] = ends[int(rng.integers(0, len(ends)))], False
+    return pa.array([None if z else v for v, z in zip(vals, null)], t)
+
+
+def drift_type(rng, family: str) -> pa.DataType:
+    if family == "c":
+        s = int(rng.integers(0, 4))
+        return pa.decimal128(int(rng.integers(s + 2, s + 5)), s)
+    ints = DRIFT_INTS if family.endswith("64") else DRIFT_INTS[:-1]  # "int64": uint64 too (may not unify)
+    pool = {"int": ints, "int64": ints, "float": DRIFT_FLOATS, "mixed": ints[:4] + DRIFT_FLOATS}[family]
+    return pool[int(rng.integers(0, len(pool)))]
+
+
+def make_drift_dataset(rng, root: Path) -> Dataset:
+    ds = Dataset(root, ext=False)
+    root.mkdir(parents=True, exist_ok=True)
+    ds.families = {"a": str(rng.choice(["int", "int", "int64", "float", "mixed"])),
+                   "b": str(rng.choice(["int", "int", "float", "mixed"])), "c": "c"}
+    ds.types = []  # per file: {column: type or None (absent)}
+    layout = [[int(rng.choice([0, 1, 2, 3, 5, 8])) for _ in range(int(rng.integers(1, 3)))]
+              for _ in range(int(rng.integers(2, 5)))]
+    first = 0
+    for f, sizes in enumerate(layout):
+        n = sum(sizes)
+        cols = {"id": pa.array(np.arange(first, first + n, dtype=np.int64))}
+        first += n
+        types = {}
+        for c, fam in ds.families.items():
+            u = rng.random()
+            if u < 0.12:
+                types[c] = None  # the file lacks the column
+                continue
+            t = pa.null() if u < 0.24 else drift_type(rng, fam)
+            types[c] = t
+            cols[c] = pa.nulls(n, pa.null()) if t == pa.null() else drift_values(rng, t, n)
+        if f == len(layout) - 1:  # every column has a type somewhere (all null everywhere is refused)
+            for c, fam in ds.families.items():
+                if all(t[c] is None or t[c] == pa.null() for t in ds.types + [types]):
+                    types[c] = drift_type(rng, fam)
+                    cols[c] = drift_values(rng, types[c], n)
+        names = list(cols)
+        rng.shuffle(names)  # files order their columns differently too
+        path = str(root / f"part-{f:03d}.parquet")
+        write_row_groups(path, pa.table({k: cols[k] for k in names}), sizes)
+        ds.paths.append(path)
+        ds.types.append(types)
+    ds.layout = layout
+    return ds
+
+
+def drift_declared(rng, ds: Dataset) -> pa.Schema | None:
+    """Sometimes a schema= declaring wider types: int64 (or float64) for integers, float64
+    for floats, a decimal wide enough (or float64) for the decimals."""
+    if rng.random() < 0.6 and "mixed" not in ds.families.values():
+        return None
+    fields = [pa.field("id", pa.int64())]
+    for c, fam in ds.families.items():
+        stored = [t[c] for t in ds.types if t[c] is not None and t[c] != pa.null()]
+        if fam == "c":
+            s = max([t.scale for t in stored], default=0)
+            digits = max([t.precision - t.scale for t in stored], default=1)
+            s += int(rng.integers(0, 2))
+            t = pa.float64() if rng.random() < 0.4 else pa.decimal128(digits + s + int(rng.integers(0, 3)), s)
+        elif fam in ("float", "mixed") or rng.random() < 0.3:
+            t = pa.float64() if fam == "float" or rng.random() < 0.8 else pa.float32()
+        elif any(t == pa.uint64() for t in stored):
+            t = pa.float64() if rng.random() < 0.5 else pa.uint64()  # uint64 only if no signed
+        else:
+            t = pa.int64()
+        fields.append(pa.field(c, t))
+    return pa.schema(fields)
+
+
+def drift_literal(rng, c: str):
+    u = rng.random()
+    if c == "c" and u < 0.5:
+        return pa.scalar(decimal.Decimal(int(rng.integers(-999, 999))).scaleb(-int(rng.integers(0, 3))))
+    if u < 0.08:
+        return int(rng.choice([-2**63, -2**31 - 1, -129, 128, 255, 256, 2**31, 2**32, 2**53 + 1, 2**63 - 1]))
+    if u < 0.4:
+        return int(rng.integers(-60, 60))
+    if u < 0.8:
+        return float(rng.integers(-120, 120)) * 0.25
+    return pa.scalar(decimal.Decimal(int(rng.integers(-999, 999))).scaleb(-int(rng.integers(0, 3))))
+
+
+def drift_term(rng, cols: list[str]):
+    a = str(rng.choice(cols))
+    x = pc.field(a)
+    u = rng.random()
+    if u < 0.2:
+        x = x / int(rng.choice([2, 3]))
+    elif u < 0.35 and len(cols) > 1:
+        b = str(rng.choice([c for c in cols if c != a]))
+        x = x - pc.field(b) if rng.random() < 0.6 else x + pc.field(b)
+    elif u < 0.42:
+        x = x * 2
+    return x
+
+
+def drift_filter(rng, cols: list[str], depth: int = 0):
+    u = rng.random()
+    if depth < 2 and u < 0.3:
+        l, r = drift_filter(rng, cols, depth + 1), drift_filter(rng, cols, depth + 1)
+        return l & r if rng.random() < 0.5 else l | r
+    if depth < 2 and u < 0.4:
+        return ~drift_filter(rng, cols, depth + 1)
+    if u < 0.5:
+        x = pc.field(str(rng.choice(cols)))
+        return x.is_null() if rng.random() < 0.6 else x.is_valid()
+    if u < 0.65:
+        c = str(rng.choice(cols))
+        vals = [drift_literal(rng, c) for _ in range(int(rng.integers(1, 4)))]
+        vals = [v.as_py() if isinstance(v, pa.Scalar) else v for v in vals]
+        if len({type(v) for v in vals}) > 1:  # one type in a value set
+            vals = [float(v) for v in vals]
+        return pc.field(c).isin(vals)
+    x = drift_term(rng, cols)
+    lit = drift_literal(rng, str(x) if str(x) in cols else "")
+    op = str(rng.choice(["<", "<=", "==", "!=", ">", ">="]))
+    return {"<": x < lit, "<=": x <= lit, "==": x == lit, "!=": x != lit, ">": x > lit, ">=": x >= lit}[op]
+
+
+def drift_schema(ds: Dataset, declared, cols) -> pa.Schema:
+    """The loaded Arrow types of `cols` (or the declared ones); raises as the Loader does."""
+    with pqloader.Loader(str(ds.root), columns=cols, schema=declared, fill_null=0, batch_size=1) as L:
+        return pa.schema([f for f in pa.schema(L.arrow_schema) if not f.name.endswith("_valid")])
+
+
+def drift_set(rng, ds: Dataset, o: dict, cache) -> None:
+    declared, expr, cols = o.get("schema"), o["_expr"], o["columns"]
+    names = ["id", "a", "b", "c"]
+    try:
+        full = drift_schema(ds, declared, names)
+    except pqloader.SchemaMismatchError as ex:
+        # the drift does not unify (uint64 and a signed integer; integers and floats
+        # undeclared): the Loader of such a column is refused naming it
+        bad = [c for c in cols[1:] if not _drift_loads(ds, declared, c)]
+        if bad:
+            try:
+                run(ds, o, REFERENCE_PERF, 0)
+            except pqloader.SchemaMismatchError as e2:
+                check(any(f"'{c}'" in str(e2) for c in bad) and ".parquet" in str(e2),
+                      f"drift: the mismatch error is unclear: {e2}")
+                return
+            raise Fail(f"drift: columns {bad} of types {[{c: t[c] for c in bad} for t in ds.types]} "
+                       f"loaded (all columns: {ex})")
+        full = pa.schema([pa.field("id", pa.int64())] +
+                         [drift_schema(ds, declared, ["id", c]).field(c) for c in names[1:] if _drift_loads(ds, declared, c)])
+        if not all(f in full.names for f in pc_fields(expr)):
+            return  # a filter over a column that does not unify: compared in each file's type (no reference)
+    ref_schema = pa.schema([full.field(n) for n in names if n in full.names])
+    inexact = False
+    try:
+        read = [n for n in ref_schema.names if n in cols or n in pc_fields(expr)]  # (the others are not cast)
+        want = pads.dataset(str(ds.root), schema=ref_schema, format="parquet").to_table(columns=read, filter=expr)
+        ref_err = None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError) as ex:
+        want, ref_err = None, ex
+        if "not in range: -" in str(ex):  # an integer past 2^53 (2^24) declared a float:
+            want, ref_err, inexact = drift_exact_reference(ds, ref_schema, read, cols[1:], expr)  # exact ones load
+    try:
+        bs, nb, nrows = run(ds, o, REFERENCE_PERF, 0)
+    except pqloader.SchemaMismatchError as ex:
+        if inexact:  # a value of a column read (loaded or filtered) a float cannot hold
+            check(".parquet" in str(ex) and ("exactly" in str(ex) or "without loss" in str(ex)),
+                  f"drift: the inexact value's error is unclear: {ex}")
+            return
+        check(ref_err is not None, f"drift: pqloader raised {type(ex).__name__}: {ex}")
+        return
+    except pqloader.Error as ex:
+        check(ref_err is not None, f"drift: pqloader raised {type(ex).__name__}: {ex}\n    pyarrow kept "
+                                   f"{0 if want is None else want.num_rows} rows")
+        return
+    check(ref_err is None, f"drift: pyarrow raised ({type(ref_err).__name__}: {ref_err}), pqloader did not: "
+                           f"{sum(len(arr(b, 'id')) for b in bs)} rows")
+    if "_inexact" in want.column_names:  # kept rows' loaded values are exact, or the Loader raised
+        bad = [i for i, x in zip(want["id"].to_pylist(), want["_inexact"].to_pylist()) if x]
+        check(not bad, f"drift: ids {bad[:5]} hold an integer the declared float does not hold exactly: "
+                       f"loaded without an error")
+    want_ids = want["id"].to_pylist()
+    got = ids(bs)
+    if o["shuffle"]:
+        check(sorted(got) == sorted(want_ids), lambda: f"drift: ids {sorted(got)[:30]}, want {sorted(want_ids)[:30]}")
+    else:
+        check(got == want_ids, lambda: f"drift: ids {got[:30]}, want {want_ids[:30]}")
+    check(nrows == len(want_ids), f"drift: num_rows {nrows}, want {len(want_ids)}")
+    pos = {i: j for j, i in enumerate(want_ids)}
+    for c in cols[1:]:
+        col = want[c]
+        ref = pc.cast(col, pa.float64()) if pa.types.is_decimal(col.type) else col
+        valid = np.asarray(pc.is_valid(ref).to_numpy(zero_copy_only=False), dtype=bool)
+        fill = o.get("fill_null", {}).get(c, 0)
+        vals = ref.fill_null(pa.scalar(fill).cast(ref.type)).to_numpy(zero_copy_only=False) if len(ref) else \
+            np.zeros(0, ref.type.to_pandas_dtype())
+        for b in bs:
+            g = arr(b, c)
+            check(g.dtype == vals.dtype, f"drift: {c} dtype {g.dtype}, want {vals.dtype} ({ref_schema.field(c).type})")
+            rows = [pos[int(i)] for i in arr(b, "id")]
+            check(g.tobytes() == vals[rows].tobytes(),
+                  lambda: f"drift: {c} of ids {arr(b, 'id').tolist()}: {g.tolist()}, want {vals[rows].tolist()}")
+            if o.get("null_mask"):
+                check(arr(b, c + "_valid").tolist() == valid[rows].tolist(), f"drift: {c}_valid differs")
+    check_determinism(rng, ds, o, 0, bs, cache, "drift ")
+
+
+def drift_exact_reference(ds: Dataset, schema: pa.Schema, read: list[str], loaded: list[str], expr):
+    """pyarrow's dataset refuses integers past 2^53 as float64 (2^24 as float32); the loader
+    converts each value it reads exactly or refuses it (README, schema=): the files cast so
+    (unchecked), then filtered, with a column `_inexact` (a loaded value is not exact)."""
+    tabs, inexact_anywhere = [], False
+    for path in ds.paths:
+        t = pq.read_table(path)
+        cols, bad = {}, np.zeros(t.num_rows, bool)
+        for n in read:
+            f = schema.field(n)
+            col = t[n] if n in t.column_names else pa.nulls(t.num_rows, f.type)
+            cast = pc.cast(col, f.type, safe=False)
+            if pa.types.is_integer(col.type) and pa.types.is_floating(f.type):
+                back = cast.to_pylist()
+                for j, v in enumerate(col.to_pylist()):
+                    if v is not None and int(back[j]) != v:
+                        bad[j] |= n in loaded
+                        inexact_anywhere = True
+            cols[n] = cast
+        cols["_inexact"] = pa.array(bad)
+        tabs.append(pa.table(cols))
+    t = pa.concat_tables(tabs)
+    try:
+        return t.filter(expr), None, inexact_anywhere
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError) as ex:
+        return None, ex, inexact_anywhere
+
+
+def _drift_loads(ds, declared, c) -> bool:
+    try:
+        drift_schema(ds, declared, ["id", c])
+        return True
+    except pqloader.SchemaMismatchError:
+        return False
+
+
+def pc_fields(expr) -> set[str]:
+    """The drift columns an expression names."""
+    return set(re.findall(r"\b([abc])\b", str(expr)))
+
+
+def draw_drift(rng, ds: Dataset, prev: dict | None) -> dict:
+    o = {"batch_size": int(rng.choice([1, 2, 3, 7, 100])), "shuffle": bool(rng.random() < 0.5),
+         "seed": int(rng.integers(0, 2**63)), "shuffle_window": int(rng.choice([1, 3, 64])), "_src": "dir"}
+    cols = ["id"] + [c for c in ["a", "b", "c"] if rng.random() < 0.5]
+    rng.shuffle(cols)
+    cols.remove("id")
+    o["columns"] = ["id"] + cols
+    if rng.random() < 0.5:
+        o["null_mask"] = cols
+    else:
+        o["fill_null"] = {c: int(rng.choice([0, 3])) for c in cols}  # unsigned columns too
+    if prev is not None and rng.random() < 0.5:  # the same filter under another schema (one cache)
+        o["_expr"] = prev["_expr"]
+        o["schema"] = drift_declared(rng, ds)
+    else:
+        o["schema"] = drift_declared(rng, ds)
+        o["_expr"] = drift_filter(rng, ["a", "b", "c"])
+    if o["schema"] is None:
+        del o["schema"]
+    return o
+
+
+def drift_draw(rng, work: Path) -> None:
+    ds = make_drift_dataset(rng, work / "data")
+    desc = f"{ds} types={[{k: str(v) for k, v in t.items()} for t in ds.types]}"
+    prev = None
+    for j in range(3):
+        o = draw_drift(rng, ds, prev)
+        prev = o
+        with describing(f"drift option set {j}: {desc} options={shown(o)}"):
+            drift_set(rng, ds, o, work / "cache")
+
+
 # ----------------------------------------------------------------------------- draws
 def base_draw(rng, work: Path, sets: int = 3) -> None:
     ds = make_base_dataset(rng, work / "data")
@@ -1083,11 +1402,12 @@ MODES = {
     "base": base_draw,
     "mix": lambda rng, work: mix_draw(rng, make_base_dataset(rng, work / "data"), work / "cache"),
     "ext": ext_draw,
+    "drift": drift_draw,
 }
 
 
 def run_draw(mode: str, seed: int, work: Path) -> None:
-    """One draw of `mode` ('base', 'mix', 'ext') from `seed`, in the empty directory `work`."""
+    """One draw of `mode` ('base', 'mix', 'ext', 'drift') from `seed`, in the empty directory `work`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         MODES[mode](np.random.default_rng(seed), Path(work))

@@ -1,9 +1,11 @@
 """Random option sets, from fixed seeds, checked for determinism and exactness (fuzz_loader.py).
 
-Three modes, each test one seed (a tiny random dataset and a few option sets over it):
+Four modes, each test one seed (a tiny random dataset and a few option sets over it):
 ``base`` (Loader options), ``mix`` (pqloader.mix, a broken row group's error position),
 ``ext`` (pack, row_groups, use_summary, schema, decimals, tensors, the torch DataLoader,
-a file rewritten under a cache). The seeds are fixed, so a run checks the same option
+a file rewritten under a cache), ``drift`` (numeric columns whose type differs between files,
+absent or all null in some, schema= declaring wider types, random pc filters over them,
+against pyarrow's dataset read in the loaded schema). The seeds are fixed, so a run checks the same option
 sets every time; a failure names its mode, seed and option set.
 
 More or other seeds, through the environment:
@@ -25,7 +27,7 @@ import pytest
 from fuzz_loader import Fail, run_draw
 
 # Seeds per mode in an ordinary run: 22-46 s in all with -n 2 on 2 busy cores (docs/testing.md).
-DEFAULT_COUNT = {"base": 20, "mix": 60, "ext": 8}
+DEFAULT_COUNT = {"base": 20, "mix": 60, "ext": 8, "drift": 30}
 
 
 def seeds(mode: str) -> list[int]:
@@ -62,3 +64,8 @@ def test_mixtures(seed, tmp_path):
 @pytest.mark.parametrize("seed", seeds("ext"))
 def test_pack_schema_summary_torch_and_stale_files(seed, tmp_path):
     replay("ext", seed, tmp_path)
+
+
+@pytest.mark.parametrize("seed", seeds("drift"))
+def test_type_drift_between_files_and_filters(seed, tmp_path):
+    replay("drift", seed, tmp_path)
