@@ -405,3 +405,39 @@ def test_float16_signalling_nans_widen_to_float32_bit_for_bit(tmp_path):
     got = collect(pqloader.Loader(str(tmp_path), batch_size=8, schema=pa.schema([("v", pa.float32())])))["v"]
     want = pc.cast(pa.array(halves), pa.float32()).to_numpy(zero_copy_only=False)
     assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+def test_string_and_binary_files_load_as_a_declared_binary(tmp_path):
+    # The error for a string file beside a binary one says to declare the type with
+    # schema=, and every declaration was refused, binary too (text to bytes loses nothing).
+    pq.write_table(pa.table({"x": pa.array(["a", "é"])}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"x": pa.array([b"b", b"\xff"])}), tmp_path / "b.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match="schema="):
+        pqloader.Loader(str(tmp_path))
+    declared = pa.schema([("x", pa.binary())])
+    got = [v for b in pqloader.Loader(str(tmp_path), schema=declared) for v in b["x"]]
+    assert got == [b"a", "é".encode(), b"b", b"\xff"]
+    assert got == pads.dataset(str(tmp_path), schema=declared).to_table()["x"].to_pylist()
+    filtered = [v for b in pqloader.Loader(str(tmp_path), schema=declared, filter=pc.field("x") == b"a")
+                for v in b["x"]]
+    assert filtered == [b"a"]
+
+
+def test_the_loaded_type_of_strings_of_two_layouts_is_the_large_one_in_any_order(tmp_path):
+    # [large_string, string] loaded as string and the other order as large_string; a
+    # dictionary<int8> file beside 300 distinct strings made the column's type a
+    # dictionary whose indices cannot number them.
+    for name, types in (("ab", (pa.large_string(), pa.string())), ("ba", (pa.string(), pa.large_string()))):
+        d = tmp_path / name
+        d.mkdir()
+        for i, t in enumerate(types):
+            pq.write_table(pa.table({"s": pa.array(["x", "y"], t)}), d / f"{i}.parquet")
+        assert pa.schema(pqloader.Loader(str(d)).arrow_schema).field("s").type == pa.large_string()
+    d = tmp_path / "dict"
+    d.mkdir()
+    pq.write_table(pa.table({"s": pa.array([f"v{i}" for i in range(300)])}), d / "0.parquet")
+    pq.write_table(pa.table({"s": pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int8()), ["a", "b"])}),
+                   d / "1.parquet")
+    schema = pa.schema(pqloader.Loader(str(d)).arrow_schema)
+    assert schema.field("s").type == pa.large_string()
+    assert pads.dataset(str(d), schema=schema).to_table().num_rows == 302

@@ -246,7 +246,10 @@ bool ConvertsTo(const arrow::DataType& from_type, const arrow::DataType& to_type
   if (from.Equals(to)) return true;
   ColumnKind a, b;
   if (IsVarBinary(from.id(), &a) && IsVarBinary(to.id(), &b)) {
-    if (a != b) return false;
+    // Text declared as bytes: its UTF-8 bytes, without loss (as pyarrow casts it; the
+    // message for a string file beside a binary one says to declare the type).
+    if (a != b) return declared && a == ColumnKind::kString && b == ColumnKind::kBytes &&
+                       to.id() != arrow::Type::FIXED_SIZE_BINARY;
     // A fixed-size binary converts to variable-length binary, not to another size.
     return to.id() != arrow::Type::FIXED_SIZE_BINARY;
   }
@@ -283,16 +286,20 @@ bool ConvertsTo(const arrow::DataType& from_type, const arrow::DataType& to_type
 
 std::shared_ptr<arrow::DataType> CommonType(const std::shared_ptr<arrow::DataType>& a,
                                             const std::shared_ptr<arrow::DataType>& b) {
-  if (ConvertsTo(*a, *b)) return b;
-  if (ConvertsTo(*b, *a)) return a;
   const arrow::DataType& x = ValueType(*a);
   const arrow::DataType& y = ValueType(*b);
-  // Strings of two layouts: the large one; an unsigned and a signed integer: a signed
-  // one wide enough for both; two decimals of one scale: the larger precision.
+  // Strings (or bytes) of two layouts: the large one, whatever the files' order (the
+  // first file's layout won where the other converted to it: [string, large_string] was
+  // large_string, the other order string, and a dictionary<int8> of 128 values could be
+  // the type of a column of 300).
   ColumnKind kx, ky;
-  if (IsVarBinary(x.id(), &kx) && IsVarBinary(y.id(), &ky) && kx == ky) {
+  if (!a->Equals(*b) && IsVarBinary(x.id(), &kx) && IsVarBinary(y.id(), &ky) && kx == ky) {
     return kx == ColumnKind::kString ? arrow::large_utf8() : arrow::large_binary();
   }
+  if (ConvertsTo(*a, *b)) return b;
+  if (ConvertsTo(*b, *a)) return a;
+  // An unsigned and a signed integer: a signed one wide enough for both; two decimals of
+  // one scale: the larger precision.
   bool sx = false, sy = false;
   const int bx = IntegerBits(x.id(), &sx), by = IntegerBits(y.id(), &sy);
   if (bx > 0 && by > 0 && sx != sy) {

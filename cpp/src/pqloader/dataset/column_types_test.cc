@@ -37,6 +37,13 @@ TEST(ColumnTypes, WiderTypesConvertExactlyAndOthersDoNot) {
   EXPECT_TRUE(CommonType(arrow::int32(), arrow::int64())->Equals(*arrow::int64()));
   EXPECT_TRUE(CommonType(arrow::uint32(), arrow::int8())->Equals(*arrow::int64()));
   EXPECT_TRUE(CommonType(arrow::utf8(), arrow::large_utf8())->Equals(*arrow::large_utf8()));
+  // Whatever the files' order, and never a dictionary whose indices may not hold the values.
+  EXPECT_TRUE(CommonType(arrow::large_utf8(), arrow::utf8())->Equals(*arrow::large_utf8()));
+  EXPECT_TRUE(CommonType(arrow::utf8(), arrow::dictionary(arrow::int8(), arrow::utf8()))
+                  ->Equals(*arrow::large_utf8()));
+  EXPECT_TRUE(CommonType(arrow::fixed_size_binary(2), arrow::binary())->Equals(*arrow::large_binary()));
+  EXPECT_TRUE(CommonType(arrow::utf8(), arrow::utf8())->Equals(*arrow::utf8()));
+  EXPECT_EQ(CommonType(arrow::utf8(), arrow::binary()), nullptr);  // (schema= binary takes both)
   EXPECT_EQ(CommonType(arrow::int64(), arrow::float64()), nullptr);
   EXPECT_EQ(CommonType(arrow::utf8(), arrow::int64()), nullptr);
   EXPECT_EQ(CommonType(arrow::timestamp(arrow::TimeUnit::MILLI), arrow::timestamp(arrow::TimeUnit::MICRO)),

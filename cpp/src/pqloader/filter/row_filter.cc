@@ -377,7 +377,35 @@ class Evaluator {
           if (target == nullptr) break;
         }
       }
-      if (target == nullptr || !IsNumber(*target)) continue;
+      if (target == nullptr) continue;
+      ColumnKind kind;
+      if (IsVarBinary(ValueType(*target).id(), &kind)) {
+        // Strings and bytes: compared in the plain layout Arrow's kernels take, where a
+        // file's has none (dictionary, fixed-size binary, views: "starts_with" had no
+        // kernel for a dictionary file's column loaded as string; nothing compares
+        // string_view) or is of the other kind (a string file of a column declared binary).
+        const auto id = ValueType(*target).id();
+        const bool large = id == arrow::Type::LARGE_STRING || id == arrow::Type::LARGE_BINARY ||
+                           id == arrow::Type::STRING_VIEW || id == arrow::Type::BINARY_VIEW;
+        auto plain = kind == ColumnKind::kString ? (large ? arrow::large_utf8() : arrow::utf8())
+                                                 : (large ? arrow::large_binary() : arrow::binary());
+        const bool needs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
+          ColumnKind k;
+          const auto sid = t->id();
+          return sid == arrow::Type::DICTIONARY || sid == arrow::Type::FIXED_SIZE_BINARY ||
+                 sid == arrow::Type::STRING_VIEW || sid == arrow::Type::BINARY_VIEW ||
+                 (IsVarBinary(sid, &k) && k != kind);
+        });
+        const bool all_text = std::all_of(stored.begin(), stored.end(), [](const auto& t) {
+          ColumnKind k;
+          return IsVarBinary(ValueType(*t).id(), &k) || t->id() == arrow::Type::NA;
+        });
+        if (needs && all_text) target_[name] = plain;
+        continue;
+      }
+      // float16: no kernel compares it; as float32, which holds each value exactly.
+      if (target->id() == arrow::Type::HALF_FLOAT) target = arrow::float32();
+      if (!IsNumber(*target)) continue;
       const bool differs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
         return !t->Equals(*target);
       });
@@ -809,8 +837,9 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // v7: statistics cast to such a type with a range check (v6 wrapped a declared int32's:
   // row groups pruned whose rows pass). v8: statistics that contradict themselves (min >
   // max, all null beside a min and max, a null count past the chunk's values) give no
-  // guarantee (v7 pruned by them).
-  std::string id = "filter-v8|" + options.serialized_expression;
+  // guarantee (v7 pruned by them). v9: strings, bytes and float16 in a layout Arrow's
+  // kernels take (dictionary, fixed-size binary, view and float16 files were refused).
+  std::string id = "filter-v9|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
