@@ -801,3 +801,24 @@ def test_float16_columns_are_filtered_as_float32(tmp_path):
     pq.write_table(pa.table({"id": np.arange(5), "v": pa.array(v)}), tmp_path / "h.parquet")
     got = [int(i) for b in pqloader.Loader(str(tmp_path), filter="v > 0.25", columns=["id"]) for i in b["id"]]
     assert got == [i for i in range(5) if v.astype(np.float32)[i] > 0.25] == [0, 3]
+
+
+@pytest.mark.parametrize("other", [pa.list_(pa.int64()), pa.large_list(pa.int64()), pa.list_(pa.int64(), 1)])
+def test_a_filter_on_a_list_column_computes_in_the_loaded_list_type(tmp_path, other):
+    # An int32 file's values beside an int64 (large, fixed-size) one: the column loads as
+    # a list of int64 and pyarrow's dataset casts each file to it before the filter. The
+    # filter ran in each file's own type: the product wrapped in int32 and row 0 was
+    # dropped (multiply) or refused (multiply_checked); a file whose column is all null
+    # (type null) made list_value_length "not apply".
+    pq.write_table(pa.table({"id": [0, 1], "l": pa.array([[30000], [4]], pa.list_(pa.int32()))}),
+                   tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [2, 3], "l": pa.array([[9], [1]], other)}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"id": [4], "l": pa.array([None], pa.null())}), tmp_path / "c.parquet")
+    loaded = pqloader.Loader(str(tmp_path), lists={"l": "ragged"}, null_mask=["l"])
+    schema = pa.schema(loaded.arrow_schema)
+    for f in (pc.multiply(pc.list_element(pc.field("l"), 0), 100000) > 10**9,
+              pc.multiply_checked(pc.list_element(pc.field("l"), 0), 100000) > 10**9,
+              pc.list_value_length(pc.field("l")) > 0):
+        want = sorted(pads.dataset(tmp_path, schema=schema).to_table(filter=f)["id"].to_pylist())
+        got = sorted(i for b in pqloader.Loader(str(tmp_path), lists={"l": "ragged"}, null_mask=["l"], filter=f) for i in b["id"].tolist())
+        assert got == want, (f, got, want)

@@ -245,3 +245,30 @@ def test_a_scalar_fill_null_is_not_checked_against_the_columns_a_layout_adds(tmp
     assert values("t", 0.5, layout) == [1.5, 0.5, 3, 5, 6]
     renamed = {k: ({"i": v["t"]} if isinstance(v, dict) else pqloader.Pack("i", seq_len=4)) for k, v in layout.items()}
     assert values("i", -1, renamed) == [1, -1, 2]
+
+
+def test_a_row_group_of_empty_lists_beside_longer_rows_is_refused_when_made(tmp_path):
+    # The definition-level histograms show 0 values in 3 non-null rows beside 2 per row:
+    # the Loader was made and gave batches (3, 2) then (3, 0) (or failed mid-epoch).
+    pq.write_table(pa.table({"id": [0, 1, 2], "l": pa.array([[1, 2]] * 3, pa.list_(pa.int32()))}),
+                   tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [3, 4, 5], "l": pa.array([[]] * 3, pa.list_(pa.int32()))}),
+                   tmp_path / "b.parquet")
+    with pytest.raises(pqloader.InvalidDataError, match=r"differ in length .*b\.parquet' row group 0.*lists="):
+        pqloader.Loader(str(tmp_path), batch_size=3)
+    got = [b["l_offsets"].tolist() for b in pqloader.Loader(str(tmp_path), batch_size=6, lists={"l": "ragged"})]
+    assert got == [[0, 2, 4, 6, 6, 6, 6]]
+    # Every row group empty: one length, 0 (as before).
+    assert next(iter(pqloader.Loader(str(tmp_path / "b.parquet"), batch_size=3)))["l"].shape == (3, 0)
+
+
+def test_a_shuffle_windows_rows_of_two_lengths_name_their_row_groups(tmp_path):
+    # Files whose footers tell nothing of lengths (Polars without statistics): the shuffled
+    # batch's error named no file ("batch 0 of epoch 0: column 'l': rows of one shuffle
+    # window have different shapes"); the unshuffled one names them.
+    pl = pytest.importorskip("polars")
+    for i, n in enumerate((2, 3)):
+        pl.DataFrame({"l": [[1] * n] * 3}).write_parquet(str(tmp_path / f"{i}.parquet"), statistics=False)
+    loader = pqloader.Loader(str(tmp_path), batch_size=3, shuffle=True, seed=1, shuffle_window=2)
+    with pytest.raises(pqloader.InvalidDataError, match=r"0\.parquet' row group 0, '.*1\.parquet' row group 0\)"):
+        list(loader)

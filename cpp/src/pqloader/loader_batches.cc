@@ -297,8 +297,18 @@ arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
             return sink->Chunks(w_first, w_last, row_bytes);
           };
         }
-        return WindowGather::Make(dataset_->specs(), std::move(mine), std::move(index), pool_,
-                                  std::move(chunk_ends), chunks_of_sink);
+        auto gather = WindowGather::Make(dataset_->specs(), std::move(mine), std::move(index), pool_,
+                                         std::move(chunk_ends), chunks_of_sink);
+        if (!gather.ok()) {  // (rows of another shape: name the window's row groups, as MakeBatch does)
+          std::string files;
+          for (int64_t u = u_lo; u < u_hi; ++u) {
+            const Split& s = dataset_->splits()[plan.units()[u].split];
+            files += (u > u_lo ? ", '" : "'") + dataset_->files()[s.file].display + "' row group " +
+                     std::to_string(s.row_group);
+          }
+          return WithContext(gather.status(), "shuffle window " + std::to_string(w) + " (from " + files + ")");
+        }
+        return gather;
       };
     }
     auto gather = windows.Get(w, make);

@@ -172,14 +172,16 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
                      std::to_string(filled) + " non-empty one(s)";
       return out;
     }
-    if (filled <= 0) continue;
-    if (values % filled != 0) {
+    // Only null rows: they take the others' length. Only empty lists (and nulls): rows
+    // of length 0 (skipped as if null, they passed beside rows of 2 values).
+    if (filled <= 0 && empty == 0) continue;
+    if (filled > 0 && values % filled != 0) {
       out.lengths = ListLayout::Lengths::kRagged;
       out.evidence = where + " holds " + std::to_string(values) + " values in " +
                      std::to_string(filled) + " rows, not one length per row";
       return out;
     }
-    const int64_t length = values / filled;
+    const int64_t length = filled > 0 ? values / filled : 0;
     if (per_row < 0) {
       per_row = length;
       first_where = where;

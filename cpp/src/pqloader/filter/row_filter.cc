@@ -342,6 +342,11 @@ class Evaluator {
            t.id() == arrow::Type::DOUBLE || IsDecimal(t.id());
   }
 
+  // A list's (list, large_list, fixed_size_list) element type; else `t` itself.
+  static const arrow::DataType& ElementOf(const arrow::DataType& t) {
+    return IsListLike(t.id()) ? *static_cast<const arrow::BaseListType&>(t).value_type() : t;
+  }
+
   // A numeric column whose files store it in other types (int32 here, int64 there;
   // decimals of other scales) or that schema= declares another type is compared in the
   // type the batches hold: the declared or loaded (unified) type, or for a column only
@@ -405,14 +410,17 @@ class Evaluator {
       }
       // float16: no kernel compares it; as float32, which holds each value exactly.
       if (target->id() == arrow::Type::HALF_FLOAT) target = arrow::float32();
-      if (!IsNumber(*target)) continue;
+      // Numbers, or lists of numbers (list_element(l, 0) * 100000 wrapped in an int32
+      // file's type where the column loads as list<int64>).
+      if (!IsNumber(ElementOf(*target))) continue;
+      const bool list = IsListLike(target->id());
       const bool differs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
         return !t->Equals(*target);
       });
       const bool all_numbers = std::all_of(stored.begin(), stored.end(), [&](const auto& t) {
         // (a file whose column is all null; a float16 file of a column loaded as float32
         // or float64: Arrow casts float16 to those exactly)
-        return IsNumber(*t) || t->id() == arrow::Type::NA ||
+        return (IsListLike(t->id()) == list && IsNumber(ElementOf(*t))) || t->id() == arrow::Type::NA ||
                (t->id() == arrow::Type::HALF_FLOAT && arrow::is_floating(target->id()));
       });
       if (differs && all_numbers) target_[name] = target;
@@ -700,7 +708,8 @@ class Evaluator {
           // The values the loader loads (FindTargets): cast exactly, as the batches are.
           // Integers to floats: every one the float holds exactly, as loading takes them
           // (decode/convert.cc); Arrow's safe cast refuses all past 2^53.
-          const bool to_float = arrow::is_integer(array->type()->id()) && arrow::is_floating(type->id());
+          const bool to_float = arrow::is_integer(ElementOf(*array->type()).id()) &&
+                                arrow::is_floating(ElementOf(*type).id());
           cp::CastOptions options = cp::CastOptions::Safe();
           options.allow_float_truncate = to_float;
           auto cast = cp::Cast(*array, type, options);
@@ -839,7 +848,8 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // max, all null beside a min and max, a null count past the chunk's values) give no
   // guarantee (v7 pruned by them). v9: strings, bytes and float16 in a layout Arrow's
   // kernels take (dictionary, fixed-size binary, view and float16 files were refused).
-  std::string id = "filter-v9|" + options.serialized_expression;
+  // v10: lists of numbers in the loaded list type (v9 used each file's).
+  std::string id = "filter-v10|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
