@@ -272,3 +272,26 @@ def test_a_shuffle_windows_rows_of_two_lengths_name_their_row_groups(tmp_path):
     loader = pqloader.Loader(str(tmp_path), batch_size=3, shuffle=True, seed=1, shuffle_window=2)
     with pytest.raises(pqloader.InvalidDataError, match=r"0\.parquet' row group 0, '.*1\.parquet' row group 0\)"):
         list(loader)
+
+
+def test_a_row_group_of_only_null_lists_is_filled_as_long_as_the_others(tmp_path):
+    # README: "A null list is a list of fill values as long as the others".
+    # A row group whose rows are all null lists gave rows of length 0: a batch of width 0,
+    # or "rows of one batch have different shapes, (2,) and (0,)".
+    t = pa.table({"l": pa.array([[1, 2], [3, 4], None, None], pa.list_(pa.int32()))})
+    pq.write_table(t, tmp_path / "a.parquet", row_group_size=2)
+    for kw in (dict(batch_size=2), dict(batch_size=4), dict(batch_size=2, shuffle=True, seed=1)):
+        rows = sorted(r for b in pqloader.Loader(str(tmp_path), fill_null={"l": 7}, **kw)
+                      for r in b["l"].tolist())
+        assert rows == [[1, 2], [3, 4], [7, 7], [7, 7]], kw
+
+
+def test_a_null_list_is_as_long_as_the_others_whatever_the_filter_keeps(tmp_path):
+    # The same null row loaded as [7, 7] unfiltered and [] where the filter
+    # kept only null rows of its row group.
+    t = pa.table({"i": [0, 1, 2, 3], "l": pa.array([[1, 2], None, [3, 4], None], pa.list_(pa.int32()))})
+    pq.write_table(t, tmp_path / "a.parquet", row_group_size=2)
+    for flt in (None, "i == 1", "i in [1, 3]"):
+        got = {i: r for b in pqloader.Loader(str(tmp_path), fill_null={"l": 7}, batch_size=2, filter=flt)
+               for i, r in zip(b["i"].tolist(), b["l"].tolist())}
+        assert got[1] == [7, 7], flt

@@ -441,3 +441,24 @@ def test_the_loaded_type_of_strings_of_two_layouts_is_the_large_one_in_any_order
     schema = pa.schema(pqloader.Loader(str(d)).arrow_schema)
     assert schema.field("s").type == pa.large_string()
     assert pads.dataset(str(d), schema=schema).to_table().num_rows == 302
+
+
+@pytest.mark.parametrize("first", [pa.string(), pa.large_string()])
+def test_lists_of_strings_of_two_layouts_unify_to_large_string_whatever_the_order(tmp_path, first):
+    # CommonType unifies string layouts to large_string only at the top: in a
+    # list the first file's layout won (ConvertsTo shortcut), and a list of
+    # dictionary<int8> could be the type of 300 values (pyarrow refuses the schema then).
+    other = pa.large_string() if first == pa.string() else pa.string()
+    pq.write_table(pa.table({"s": pa.array([["a"]], pa.list_(first))}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"s": pa.array([["b"]], pa.list_(other))}), tmp_path / "b.parquet")
+    schema = pa.schema(pqloader.Loader(str(tmp_path), batch_size=2).arrow_schema)
+    assert schema.field("s").type.value_type == pa.large_string()
+
+
+def test_a_list_of_dictionary_int8_is_not_the_type_of_300_values(tmp_path):
+    vals = [[f"v{i}"] for i in range(300)]
+    pq.write_table(pa.table({"s": pa.array(vals, pa.list_(pa.string()))}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"s": pa.array([["b"]], pa.list_(pa.string())).cast(
+        pa.list_(pa.dictionary(pa.int8(), pa.string())))}), tmp_path / "b.parquet")
+    schema = pa.schema(pqloader.Loader(str(tmp_path), batch_size=2).arrow_schema)
+    assert pads.dataset(str(tmp_path), schema=schema).to_table().num_rows == 301

@@ -249,8 +249,6 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
   if (options.filter.enabled()) {
-    // (before the filter restricts the splits: it may prune by the statistics that disagree)
-    ARROW_RETURN_NOT_OK(CheckStoredKeys(*loader->dataset_));
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
     filter.cancel = cancel;
@@ -271,6 +269,19 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
     loader->read_options_.allow_ragged.push_back(
         loader->transforms_.transforms_column(static_cast<int>(c)));
+  }
+  for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
+    // A filled null list is as long as the others: where no other row of its unit says
+    // how long, the footers do (NullFill::list_length).
+    const ColumnSpec& spec = loader->dataset_->specs()[c];
+    NullFill& fill = loader->read_options_.fills[c];
+    if (!fill.enabled || loader->read_options_.allow_ragged[c] || spec.kind != ColumnKind::kTensor ||
+        spec.row_shape.empty() || spec.row_shape[0] >= 0 || loader->dataset_->partition_index()[c] >= 0) {
+      continue;
+    }
+    const ListLayout layout = ListLayoutFromFooters(loader->dataset_->files(), loader->dataset_->splits(),
+                                                    static_cast<int>(c));
+    if (layout.lengths == ListLayout::Lengths::kUniform) fill.list_length = layout.values_per_row;
   }
   if (!options.pack_column.empty()) {
     // Packing equalises blocks, not rows: each rank's documents once (the row policy
@@ -311,7 +322,8 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
       id += "|col=" + spec.name + ":" + spec.arrow_type + ":fill=" +
             (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
                              ExactText(f.float_value) + "," + f.bytes_value +
-                             (f.rows_only ? ",rows" : "")
+                             (f.rows_only ? ",rows" : "") +
+                             (f.list_length >= 0 ? ",len" + std::to_string(f.list_length) : "")
                        : "none") +
             IntegersAsFloats(*loader->dataset_, c) + Int96Checked(*loader->dataset_, c) +
             DecimalsRescaled(*loader->dataset_, c) +

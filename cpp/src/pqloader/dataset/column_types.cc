@@ -284,20 +284,38 @@ bool ConvertsTo(const arrow::DataType& from_type, const arrow::DataType& to_type
   return false;
 }
 
+namespace {
+
+// Whether `a` and `b` hold strings (or bytes) of two layouts, at one list depth.
+bool TextLayoutsDiffer(const arrow::DataType& a, const arrow::DataType& b) {
+  const arrow::DataType& x = ValueType(a);
+  const arrow::DataType& y = ValueType(b);
+  ColumnKind kx, ky;
+  if (IsVarBinary(x.id(), &kx) && IsVarBinary(y.id(), &ky)) return kx == ky && !a.Equals(b);
+  if (IsListLike(x.id()) && IsListLike(y.id())) {
+    return TextLayoutsDiffer(*static_cast<const arrow::BaseListType&>(x).value_type(),
+                             *static_cast<const arrow::BaseListType&>(y).value_type());
+  }
+  return false;
+}
+
+}  // namespace
+
 std::shared_ptr<arrow::DataType> CommonType(const std::shared_ptr<arrow::DataType>& a,
                                             const std::shared_ptr<arrow::DataType>& b) {
   const arrow::DataType& x = ValueType(*a);
   const arrow::DataType& y = ValueType(*b);
-  // Strings (or bytes) of two layouts: the large one, whatever the files' order (the
-  // first file's layout won where the other converted to it: [string, large_string] was
-  // large_string, the other order string, and a dictionary<int8> of 128 values could be
-  // the type of a column of 300).
-  ColumnKind kx, ky;
-  if (!a->Equals(*b) && IsVarBinary(x.id(), &kx) && IsVarBinary(y.id(), &ky) && kx == ky) {
+  // Strings (or bytes) of two layouts, lists of them too: the large one, whatever the
+  // files' order (the first file's layout won where the other converted to it: [string,
+  // large_string] was large_string, the other order string, and a dictionary<int8> of
+  // 128 values could be the type of a column of 300).
+  const bool texts = TextLayoutsDiffer(*a, *b);
+  ColumnKind kx;
+  if (texts && IsVarBinary(x.id(), &kx)) {
     return kx == ColumnKind::kString ? arrow::large_utf8() : arrow::large_binary();
   }
-  if (ConvertsTo(*a, *b)) return b;
-  if (ConvertsTo(*b, *a)) return a;
+  if (!texts && ConvertsTo(*a, *b)) return b;
+  if (!texts && ConvertsTo(*b, *a)) return a;
   // An unsigned and a signed integer: a signed one wide enough for both; two decimals of
   // one scale: the larger precision.
   bool sx = false, sy = false;

@@ -47,6 +47,11 @@ struct NullFill {
   /// null rows, and a null inside a row, a list's element, could not be told from a
   /// value): such a null is an error naming the row. Default: false.
   bool rows_only = false;
+  /// A list column of one length per row (not ragged): that length where the footers
+  /// show it, which a null list takes when no other row of its unit tells (a unit of
+  /// null rows only, or one a filter left so). Default: -1, unknown (such a null list is
+  /// then empty).
+  int64_t list_length = -1;
 };
 
 /// How column types map to batch columns where there is a choice.

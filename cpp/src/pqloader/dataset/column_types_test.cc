@@ -44,6 +44,11 @@ TEST(ColumnTypes, WiderTypesConvertExactlyAndOthersDoNot) {
   EXPECT_TRUE(CommonType(arrow::fixed_size_binary(2), arrow::binary())->Equals(*arrow::large_binary()));
   EXPECT_TRUE(CommonType(arrow::utf8(), arrow::utf8())->Equals(*arrow::utf8()));
   EXPECT_EQ(CommonType(arrow::utf8(), arrow::binary()), nullptr);  // (schema= binary takes both)
+  EXPECT_TRUE(CommonType(arrow::list(arrow::large_utf8()), arrow::list(arrow::utf8()))
+                  ->Equals(*arrow::list(arrow::large_utf8())));
+  EXPECT_TRUE(CommonType(arrow::list(arrow::utf8()), arrow::list(arrow::dictionary(arrow::int8(), arrow::utf8())))
+                  ->Equals(*arrow::list(arrow::large_utf8())));
+  EXPECT_TRUE(CommonType(arrow::list(arrow::int32()), arrow::list(arrow::int64()))->Equals(*arrow::list(arrow::int64())));
   EXPECT_EQ(CommonType(arrow::int64(), arrow::float64()), nullptr);
   EXPECT_EQ(CommonType(arrow::utf8(), arrow::int64()), nullptr);
   EXPECT_EQ(CommonType(arrow::timestamp(arrow::TimeUnit::MILLI), arrow::timestamp(arrow::TimeUnit::MICRO)),

@@ -1,5 +1,6 @@
 #include "pqloader/dataset/footer_checks.h"
 
+#include <functional>
 #include <map>
 
 #include <arrow/scalar.h>
@@ -219,14 +220,16 @@ arrow::Result<std::shared_ptr<arrow::Scalar>> ParseKey(const std::shared_ptr<arr
 }
 
 // A partition key that the files store too: their statistics must agree with the path.
-arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
+// `leaf_of(file)`: the key's Parquet leaf in that file, or -1 where it stores none.
+arrow::Status CheckStoredKey(const Dataset& ds, const std::string& name, int key,
+                             const std::function<int(const DataFile&)>& leaf_of) {
   for (const Split& s : ds.splits()) {
     const DataFile& f = ds.files()[s.file];
-    const ColumnSource& src = f.columns[column];
-    if (src.field < 0 || src.leaves.size() != 1 || f.partition_null[key]) continue;
+    const int leaf = leaf_of(f);
+    if (leaf < 0 || f.partition_null[key]) continue;
     std::shared_ptr<arrow::Scalar> min, max;
     try {
-      auto chunk = f.RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
+      auto chunk = f.RowGroup(s.row_group)->ColumnChunk(leaf);
       auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
       if (stats == nullptr || !stats->HasMinMax()) continue;
       if (!parquet::arrow::StatisticsAsScalars(*stats, &min, &max).ok()) continue;
@@ -242,7 +245,7 @@ arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
     const bool agrees = parsed.ok() ? (*parsed)->Equals(*min, equal) && (*parsed)->Equals(*max, equal)
                                     : min->ToString() == path_value && max->ToString() == path_value;
     if (!agrees) {
-      return MakeError(ErrorKind::kSchemaMismatch, "partition key '", ds.specs()[column].name,
+      return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name,
                        "' is '", path_value, "' in the path of '", f.display,
                        "', but the file stores values from ", min->ToString(), " to ",
                        max->ToString(), " in that column (row group ", s.row_group, ")");
@@ -251,16 +254,44 @@ arrow::Status CheckStoredKey(const Dataset& ds, int column, int key) {
   return arrow::Status::OK();
 }
 
+// A selected key's check: its leaf is the column's source in each file.
+arrow::Status CheckSelectedStoredKey(const Dataset& ds, int column, int key) {
+  return CheckStoredKey(ds, ds.specs()[column].name, key, [column](const DataFile& f) {
+    if (f.columns.empty()) return -1;
+    const ColumnSource& src = f.columns[column];
+    return src.field < 0 || src.leaves.size() != 1 ? -1 : src.leaves[0];
+  });
+}
+
 }  // namespace
 
-arrow::Status CheckStoredKeys(const Dataset& ds) {
+arrow::Status CheckStoredKeys(const Dataset& ds, const std::vector<std::string>& named) {
   const auto& specs = ds.specs();
   const auto& keys = ds.partition_keys();
+  std::vector<bool> done(keys.size(), false);
   for (size_t c = 0; c < specs.size(); ++c) {
     if (specs[c].mask_of >= 0 || ds.partition_index()[c] >= 0) continue;
     const auto it = std::find(keys.begin(), keys.end(), specs[c].name);
     if (it == keys.end()) continue;
-    ARROW_RETURN_NOT_OK(CheckStoredKey(ds, static_cast<int>(c), static_cast<int>(it - keys.begin())));
+    ARROW_RETURN_NOT_OK(CheckSelectedStoredKey(ds, static_cast<int>(c), static_cast<int>(it - keys.begin())));
+    done[it - keys.begin()] = true;
+  }
+  const auto& loads = ds.key_loads();
+  for (const auto& name : named) {
+    const auto it = std::find(keys.begin(), keys.end(), name);
+    if (it == keys.end()) continue;
+    const size_t k = static_cast<size_t>(it - keys.begin());
+    if (done[k] || k >= loads.size() || loads[k] != KeyLoad::kFiles) continue;
+    done[k] = true;
+    // Read by the filter only: the files' own top-level leaf of that name.
+    ARROW_RETURN_NOT_OK(CheckStoredKey(ds, name, static_cast<int>(k), [&name](const DataFile& f) {
+      const parquet::SchemaDescriptor* schema = f.schema();
+      const int leaf = schema == nullptr ? -1 : schema->ColumnIndex(name);
+      return leaf >= 0 && schema->Column(leaf)->max_repetition_level() == 0 &&
+                     schema->Column(leaf)->path()->ToDotVector().size() == 1
+                 ? leaf
+                 : -1;
+    }));
   }
   return arrow::Status::OK();
 }
@@ -276,8 +307,8 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
       const auto& keys = ds.partition_keys();
       const auto it = std::find(keys.begin(), keys.end(), spec.name);
       if (it != keys.end()) {
-        ARROW_RETURN_NOT_OK(CheckStoredKey(ds, static_cast<int>(c),
-                                           static_cast<int>(it - keys.begin())));
+        ARROW_RETURN_NOT_OK(CheckSelectedStoredKey(ds, static_cast<int>(c),
+                                                   static_cast<int>(it - keys.begin())));
       }
     }
     if (!null_policy[c]) {

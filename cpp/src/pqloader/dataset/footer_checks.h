@@ -47,10 +47,10 @@ arrow::Status CheckColumnsFromFooters(const Dataset& dataset,
                                       const std::vector<bool>& null_policy,
                                       const std::vector<bool>& ragged_ok);
 
-/// Refuse a selected partition key stored in the files whose statistics disagree with
-/// the path (CheckColumnsFromFooters' check alone), over every split: run before a filter
-/// restricts the splits (one that pruned the disagreeing row groups by those statistics
-/// hid the disagreement).
-arrow::Status CheckStoredKeys(const Dataset& dataset);
+/// Refuse a partition key stored in the files whose statistics disagree with the path
+/// (CheckColumnsFromFooters' check alone), selected or among `named` (a filter's columns),
+/// over every split: run before a filter restricts the splits (one that pruned the
+/// disagreeing row groups by those statistics hid the disagreement).
+arrow::Status CheckStoredKeys(const Dataset& dataset, const std::vector<std::string>& named = {});
 
 }  // namespace pqloader

@@ -567,7 +567,9 @@ class TensorWriter {
       for (int64_t r = 0; r < n; ++r) {
         if (!list.IsNull(r)) ARROW_RETURN_NOT_OK(CheckLength(level, list.value_length(r)));
       }
-      if (shape_[level] < 0) shape_[level] = 0;
+      // No row of this unit tells the length: the footers' one (rows of 0 beside rows of
+      // 2 came out of a unit of null lists only, or one a filter left so).
+      if (shape_[level] < 0) shape_[level] = level == 0 && fill_.list_length >= 0 ? fill_.list_length : 0;
     }
     int64_t inner = 1;  // elements below this level per list element
     for (size_t i = level + 1; i < shape_.size(); ++i) inner *= std::max<int64_t>(shape_[i], 0);

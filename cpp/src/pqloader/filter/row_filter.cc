@@ -32,6 +32,7 @@
 #include "pqloader/dataset/bounded_read.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
+#include "pqloader/dataset/footer_checks.h"
 #include "pqloader/dataset/int96.h"
 #include "pqloader/error.h"
 #include "pqloader/util/node_lock.h"
@@ -197,6 +198,10 @@ class Evaluator {
         return key_errors[k];
       }
     }
+    // A key the files store, selected or read by this filter, must agree with the paths
+    // before the filter restricts the row groups (it may prune the ones that disagree by
+    // those very statistics, and the later check would see none of them).
+    ARROW_RETURN_NOT_OK(CheckStoredKeys(dataset_, names_));
     for (size_t k = 0; k < keys.size(); ++k) {
       if (key_index_.count(keys[k]) || k >= loads.size() || loads[k] == KeyLoad::kFiles) continue;
       key_types_[keys[k]] = loads[k] == KeyLoad::kInt64 ? arrow::int64() : arrow::utf8();
@@ -343,8 +348,30 @@ class Evaluator {
   }
 
   // A list's (list, large_list, fixed_size_list) element type; else `t` itself.
+  // (at its innermost level: lists of fixed-size lists too)
   static const arrow::DataType& ElementOf(const arrow::DataType& t) {
-    return IsListLike(t.id()) ? *static_cast<const arrow::BaseListType&>(t).value_type() : t;
+    const arrow::DataType* e = &t;
+    while (IsListLike(e->id())) e = static_cast<const arrow::BaseListType&>(*e).value_type().get();
+    return *e;
+  }
+  static int DepthOf(const arrow::DataType& t) {
+    int depth = 0;
+    for (const arrow::DataType* e = &t; IsListLike(e->id()); ++depth) {
+      e = static_cast<const arrow::BaseListType&>(*e).value_type().get();
+    }
+    return depth;
+  }
+  // `t` with its innermost element type `element` (list kinds, field names, sizes kept).
+  static std::shared_ptr<arrow::DataType> WithElement(const std::shared_ptr<arrow::DataType>& t,
+                                                      const std::shared_ptr<arrow::DataType>& element) {
+    if (!IsListLike(t->id())) return element;
+    const auto& list = static_cast<const arrow::BaseListType&>(*t);
+    auto field = list.value_field()->WithType(WithElement(list.value_type(), element));
+    if (t->id() == arrow::Type::LARGE_LIST) return arrow::large_list(field);
+    if (t->id() == arrow::Type::FIXED_SIZE_LIST) {
+      return arrow::fixed_size_list(field, static_cast<const arrow::FixedSizeListType&>(*t).list_size());
+    }
+    return arrow::list(field);
   }
 
   // A numeric column whose files store it in other types (int32 here, int64 there;
@@ -409,19 +436,22 @@ class Evaluator {
         continue;
       }
       // float16: no kernel compares it; as float32, which holds each value exactly.
-      if (target->id() == arrow::Type::HALF_FLOAT) target = arrow::float32();
+      if (ElementOf(*target).id() == arrow::Type::HALF_FLOAT) target = WithElement(target, arrow::float32());
       // Numbers, or lists of numbers (list_element(l, 0) * 100000 wrapped in an int32
-      // file's type where the column loads as list<int64>).
+      // file's type where the column loads as list<int64>), at any list depth.
       if (!IsNumber(ElementOf(*target))) continue;
-      const bool list = IsListLike(target->id());
+      const int depth = DepthOf(*target);
       const bool differs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
         return !t->Equals(*target);
       });
       const bool all_numbers = std::all_of(stored.begin(), stored.end(), [&](const auto& t) {
         // (a file whose column is all null; a float16 file of a column loaded as float32
         // or float64: Arrow casts float16 to those exactly)
-        return (IsListLike(t->id()) == list && IsNumber(ElementOf(*t))) || t->id() == arrow::Type::NA ||
-               (t->id() == arrow::Type::HALF_FLOAT && arrow::is_floating(target->id()));
+        const auto& element = ElementOf(*t);
+        return t->id() == arrow::Type::NA ||
+               (DepthOf(*t) == depth &&
+                (IsNumber(element) ||
+                 (element.id() == arrow::Type::HALF_FLOAT && arrow::is_floating(ElementOf(*target).id()))));
       });
       if (differs && all_numbers) target_[name] = target;
     }
@@ -848,8 +878,9 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // max, all null beside a min and max, a null count past the chunk's values) give no
   // guarantee (v7 pruned by them). v9: strings, bytes and float16 in a layout Arrow's
   // kernels take (dictionary, fixed-size binary, view and float16 files were refused).
-  // v10: lists of numbers in the loaded list type (v9 used each file's).
-  std::string id = "filter-v10|" + options.serialized_expression;
+  // v10: lists of numbers in the loaded list type (v9 used each file's). v11: at any
+  // list depth, float16 elements as float32.
+  std::string id = "filter-v11|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
