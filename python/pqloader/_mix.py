@@ -108,6 +108,20 @@ class Mixture:
                 raise ValueError(f"mix source {n!r} has a batch_transform: the mixture assembles its "
                                  "batches in C++ from the sources' own; give it to "
                                  "mix(..., batch_transform=...) to apply it to the mixed batches")
+        packs = [(n, l.options.pack) for n, l in zip(names, loaders)]
+        if any(p is not None for _, p in packs):
+            # (before the columns' check, which named only the blocks' shapes: "column
+            # 'tokens' is int32 (8,) in '0' but int32 (16,) in '1'")
+            (n0, p0), *rest = packs
+            for n, p in rest:
+                if (p0 is None) != (p is None):
+                    packing, other = (n0, n) if p is None else (n, n0)
+                    raise ValueError(f"mix source {packing!r} packs documents (pack=) and {other!r} does "
+                                     "not: mixture sources must all pack documents or none")
+                if p is not None and p.seq_len != p0.seq_len:
+                    raise ValueError(f"mix source {n!r} packs blocks of Pack(seq_len={p.seq_len}), "
+                                     f"{n0!r} of seq_len={p0.seq_len}: packed sources must agree "
+                                     "(they are mixed block by block)")
         self._check_columns(names, loaders)
         self._names = names
         self._loaders = loaders

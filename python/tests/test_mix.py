@@ -835,10 +835,15 @@ def test_sources_must_collate_a_list_column_alike(tmp_path):
     with pytest.raises(ValueError, match="same columns"):  # tok_offsets against tok_length
         pqloader.mix(srcs, [1, 1])
     packed = pqloader.Loader(str(tmp_path / "a.parquet"), pack=pqloader.Pack("tok", seq_len=4))
-    with pytest.raises(ValueError, match="same columns"):  # packed blocks against padded rows
-        pqloader.mix([packed, pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad()})], [1, 1])
+    padded = pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad()})
+    for srcs in ([packed, padded], [padded, packed]):  # packed blocks against padded rows
+        with pytest.raises(ValueError, match=r"packs documents \(pack=\) and '[01]' does not"):
+            pqloader.mix(srcs, [1, 1])
+    # Blocks of 4 and of 8 tokens: the error named only the columns' shapes ("column 'tok'
+    # is int64 (4,) in '0' but int64 (8,) in '1'"), not the Pack(seq_len=) that differs.
     longer = pqloader.Loader(str(tmp_path / "a.parquet"), pack=pqloader.Pack("tok", seq_len=8))
-    with pytest.raises(ValueError, match="must agree"):  # blocks of 4 and of 8 tokens
+    with pytest.raises(ValueError, match=r"mix source '1' packs blocks of Pack\(seq_len=8\), '0' of "
+                                         r"seq_len=4: packed sources must agree"):
         pqloader.mix([packed, longer], [1, 1])
 
 
