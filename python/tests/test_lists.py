@@ -295,3 +295,14 @@ def test_a_null_list_is_as_long_as_the_others_whatever_the_filter_keeps(tmp_path
         got = {i: r for b in pqloader.Loader(str(tmp_path), fill_null={"l": 7}, batch_size=2, filter=flt)
                for i, r in zip(b["i"].tolist(), b["l"].tolist())}
         assert got[1] == [7, 7], flt
+
+
+@pytest.mark.parametrize("flt", ["i >= 2", "i in [2, 3]"])
+def test_a_null_list_is_as_long_as_the_others_where_the_filter_keeps_only_row_groups_of_null_lists(tmp_path, flt):
+    # The footers' length came from the row groups the filter kept: where it kept only a
+    # row group of null lists, the same null row loaded as [] instead of [7, 7].
+    t = pa.table({"i": [0, 1, 2, 3], "l": pa.array([[1, 2], [3, 4], None, None], pa.list_(pa.int32()))})
+    pq.write_table(t, tmp_path / "a.parquet", row_group_size=2)
+    got = {i: r for b in pqloader.Loader(str(tmp_path), fill_null={"l": 7}, batch_size=2, filter=flt)
+           for i, r in zip(b["i"].tolist(), b["l"].tolist())}
+    assert got == {2: [7, 7], 3: [7, 7]}

@@ -248,7 +248,12 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
     dataset_options.footer_cache_dir = options.cache.dir;  // footers kept across runs too
   }
   ARROW_ASSIGN_OR_RAISE(loader->dataset_, Dataset::Open(sources, dataset_options));
+  // Every row group's split, before a filter restricts them: a filled null list takes its
+  // length from these footers (NullFill::list_length below), so the same row loads alike
+  // whatever the filter keeps (one keeping only row groups of null lists gave rows of 0).
+  std::vector<Split> unfiltered_splits;
   if (options.filter.enabled()) {
+    unfiltered_splits = loader->dataset_->splits();
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
     filter.cancel = cancel;
@@ -279,9 +284,18 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
         spec.row_shape.empty() || spec.row_shape[0] >= 0 || loader->dataset_->partition_index()[c] >= 0) {
       continue;
     }
-    const ListLayout layout = ListLayoutFromFooters(loader->dataset_->files(), loader->dataset_->splits(),
-                                                    static_cast<int>(c));
-    if (layout.lengths == ListLayout::Lengths::kUniform) fill.list_length = layout.values_per_row;
+    ListLayout layout;
+    if (!unfiltered_splits.empty()) {
+      layout = ListLayoutFromFooters(loader->dataset_->files(), unfiltered_splits, static_cast<int>(c));
+    }
+    if (layout.lengths != ListLayout::Lengths::kUniform) {  // (no filter, or rows the filter dropped differ)
+      layout = ListLayoutFromFooters(loader->dataset_->files(), loader->dataset_->splits(),
+                                     static_cast<int>(c));
+    }
+    // (values_per_row counts leaf values: the row length only of a list of scalars)
+    if (layout.lengths == ListLayout::Lengths::kUniform && spec.row_shape.size() == 1) {
+      fill.list_length = layout.values_per_row;
+    }
   }
   if (!options.pack_column.empty()) {
     // Packing equalises blocks, not rows: each rank's documents once (the row policy
