@@ -437,6 +437,14 @@ class Resolver {
     const PartitionKey& key = keys_[k];
     int has = -1, lacks = -1;
     for (size_t f = 0; f < files_.size(); ++f) {
+      // A struct, list or map of the key's name holds no value a path could give (its
+      // values vanished, the struct's leaves loaded instead; pyarrow cannot merge them).
+      auto field = files_[f].schema->GetFieldByName(key.name);
+      if (field != nullptr && arrow::is_nested(TypeWithoutExtension(field->type())->id())) {
+        return MakeError(ErrorKind::kSchemaMismatch, "partition key '", key.name, "' of the paths is a ",
+                         field->type()->ToString(), " column in '", files_[f].display,
+                         "': a path's value cannot be one; rename the directories' key or the column");
+      }
       const bool in = !files_[f].schema->GetAllFieldIndices(key.name).empty();
       if (in && has < 0) has = static_cast<int>(f);
       if (!in && !key.null[f] && lacks < 0) lacks = static_cast<int>(f);
