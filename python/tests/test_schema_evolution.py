@@ -474,3 +474,18 @@ def test_a_hive_key_named_like_a_struct_column_is_refused(tmp_path):
     with pytest.raises(pqloader.SchemaMismatchError, match=r"partition key 's' of the paths is a struct"):
         pqloader.Loader(str(tmp_path), batch_size=4)
     assert [int(i) for b in pqloader.Loader(str(tmp_path), batch_size=4, columns=["id"]) for i in b["id"]] == [1, 2]
+
+
+def test_a_whole_list_of_structs_names_its_paths_and_a_struct_fill_names_its_leaves(tmp_path):
+    # The refusal named a placeholder ('ls.field'), and fill_null={'s': 0} said 's' was not
+    # selected where columns=['s'] had selected its leaves.
+    pq.write_table(pa.table({
+        "ls": pa.array([[{"a": 1, "b": 2}]], pa.list_(pa.struct([("a", pa.int64()), ("b", pa.int64())]))),
+        "s": pa.array([{"x": 1, "y": None}], pa.struct([("x", pa.int64()), ("y", pa.int64())]))}),
+        tmp_path / "f.parquet")
+    with pytest.raises(pqloader.UnsupportedTypeError, match=r"\('ls\.a', 'ls\.b'\)"):
+        pqloader.Loader(str(tmp_path), columns=["ls"])
+    with pytest.raises(pqloader.ColumnNotFoundError, match=r"'s', a struct: name its leaf columns \('s\.x', 's\.y'\)"):
+        pqloader.Loader(str(tmp_path), columns=["s"], fill_null={"s": 0})
+    got = next(iter(pqloader.Loader(str(tmp_path), columns=["s"], fill_null={"s.y": 0})))
+    assert (got["s.x"].tolist(), got["s.y"].tolist()) == ([1], [0])

@@ -199,10 +199,17 @@ arrow::Result<ColumnSpec> SpecForField(const arrow::Field& field, const SpecOpti
     return spec;
   }
   if (t->id() == arrow::Type::STRUCT || t->id() == arrow::Type::MAP) {
-    return refuse(
-        "a list of structs or a map has no tensor layout; select one of its fields by dotted "
-        "path ('" + spec.name + ".field', or '" + spec.name + ".key' / '" + spec.name +
-        ".value' of a map): each gives a list per row");
+    // The paths themselves (a placeholder 'ls.field' was named).
+    std::string paths;
+    if (t->id() == arrow::Type::STRUCT) {
+      for (const auto& f : static_cast<const arrow::StructType&>(*t).fields()) {
+        paths += (paths.empty() ? "'" : ", '") + spec.name + "." + f->name() + "'";
+      }
+    } else {
+      paths = "'" + spec.name + ".key', '" + spec.name + ".value'";
+    }
+    return refuse("a list of structs or a map has no tensor layout; select its fields by dotted "
+                  "path (" + paths + "): each gives a list per row");
   }
   if (!ElementType(*t, &spec.dtype)) {
     return refuse("numeric, bool, temporal, decimal, string, binary, lists of strings, and "

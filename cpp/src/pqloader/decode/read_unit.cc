@@ -167,6 +167,17 @@ arrow::Status SetUpFills(const Dataset& dataset, const NullFill& default_fill,
     bool found = false;
     for (const auto& spec : specs) found = found || (spec.name == name && spec.mask_of < 0);
     if (!found) {
+      // A struct's name: its leaves are the columns (null_mask= takes the name for all of them).
+      std::string leaves;
+      for (const auto& spec : specs) {
+        if (spec.mask_of < 0 && spec.name.rfind(name + ".", 0) == 0) {
+          leaves += (leaves.empty() ? "'" : ", '") + spec.name + "'";
+        }
+      }
+      if (!leaves.empty()) {
+        return MakeError(ErrorKind::kColumnNotFound, "fill_null names '", name,
+                         "', a struct: name its leaf columns (", leaves, ") with their fills");
+      }
       return MakeError(ErrorKind::kColumnNotFound, "fill_null names column '", name,
                        "', which is not among the selected columns");
     }
