@@ -173,6 +173,7 @@ class Evaluator {
     {
       MutexLock lock(mu_);
       views_.resize(dataset_.files().size());
+      manifest_of_.resize(dataset_.files().size());
     }
     // Each name's type where a file lacks it: the first file's that has it.
     std::map<std::string, std::shared_ptr<arrow::DataType>> first_type;
@@ -397,8 +398,10 @@ class Evaluator {
         target = dataset_.column_types()[i];
       }
       std::vector<std::shared_ptr<arrow::DataType>> stored;
+      std::set<const parquet::arrow::SchemaManifest*> seen;  // (files mostly share a few)
       for (size_t f = 0; f < dataset_.files().size(); ++f) {
         ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
+        if (!seen.insert(manifest.get()).second) continue;
         for (const auto& sf : manifest->schema_fields) {
           if (sf.field->name() == name) stored.push_back(TypeWithoutExtension(sf.field->type()));
         }
@@ -464,6 +467,10 @@ class Evaluator {
     // The Arrow schema a writer stored: string and large_string (binary, large_binary;
     // dictionary or not) share a Parquet schema and differ only there. A manifest of
     // another file read these columns as the first file's types (int64 offsets as int32).
+    {
+      MutexLock lock(mu_);  // (each file's is asked for several times: once per name, per view)
+      if (manifest_of_[f] != nullptr) return manifest_of_[f];
+    }
     const auto& kv = file.key_value_metadata();
     std::string arrow_schema;
     if (kv != nullptr) {
@@ -476,7 +483,7 @@ class Evaluator {
     // each, found by the string in log time.)
     auto& same_stored = manifests_[arrow_schema];
     for (const auto& [d, m] : same_stored) {
-      if (d == descr || d->Equals(*descr)) return m;
+      if (d == descr || d->Equals(*descr)) return manifest_of_[f] = m;
     }
     auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
     auto st = parquet::arrow::SchemaManifest::Make(descr, file.key_value_metadata(),
@@ -488,7 +495,7 @@ class Evaluator {
                        st.message());
     }
     same_stored.emplace_back(descr, manifest);
-    return manifest;
+    return manifest_of_[f] = manifest;
   }
 
   arrow::Result<const FileView*> ViewOf(size_t f) {
@@ -829,6 +836,7 @@ class Evaluator {
                                               std::shared_ptr<parquet::arrow::SchemaManifest>>>>
       manifests_ PQ_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<FileView>> views_ PQ_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<parquet::arrow::SchemaManifest>> manifest_of_ PQ_GUARDED_BY(mu_);
   std::map<std::string, cp::Expression> bound_ PQ_GUARDED_BY(mu_);
 };
 
