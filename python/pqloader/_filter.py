@@ -21,7 +21,9 @@ class Predicate:
         columns: The columns ``fn`` reads (top-level columns or partition keys).
         fn: Called with a ``pyarrow.RecordBatch`` of those columns (one row group;
             a number column whose files store it in other types, or that ``schema=``
-            declares, in the type the loader loads it as, as an expression compares it),
+            declares, in the type the loader loads it as, as an expression compares it;
+            float16 as float32; strings and bytes of a dictionary, view or fixed-size
+            layout as plain string or binary),
             returns one bool per row (a pyarrow or NumPy array of booleans, or a
             list of bools; any other type is an error); null counts as False. Called
             from the engine's threads, once per row group that statistics do not

@@ -485,7 +485,8 @@ class Mixture:
         """Continue exactly after the last batch of the run that produced `state`, which
         may be another rank's (or :func:`pqloader.merge_states`' of all ranks). Sources
         built with ``seed=None`` adopt the state's seeds (and the mixture its own, where it
-        took the first source's), as a Loader does.
+        took the first source's), as a Loader does. Running iterators stop (their next
+        ``next()`` raises), and so does their stream.
 
         Raises:
             pqloader.InvalidDataError: not a mixture state, or one of other sources,

@@ -323,7 +323,8 @@ ARGUMENT_DOCS = """\
             the loader is made, where the writer stored them); a scalar replaces nulls in
             every column (so it must suit all of them: a number for numeric columns, str or
             bytes for string and binary ones; an integer within int64, also for a uint64
-            column); a dict maps column names to their replacement. In a list column it fills null elements too, and a null row is a list of fills
+            column; a number the column's type holds exactly: ``2**24 + 1`` in a float32
+            column is refused); a dict maps column names to their replacement. In a list column it fills null elements too, and a null row is a list of fills
             as long as the other rows (an empty list when ragged).
         filter: Which rows to load: a pyarrow compute expression
             (``pc.field("lang") == "en"``, ``pc.field("ts") >= t``, ``.isin([...])``), a
