@@ -240,10 +240,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
             if self._epoch_set and (loader.epoch != self._epoch or self._restart):
                 return self._epoch  # (__iter__ sets it)
             return loader._next_iteration_epoch()  # the loader goes on from its position
-        if p is not None and self._pending is None:
-            if p.complete and not self._set_since_begin:
+        if p is not None and self._pending is None and not self._set_since_begin:
+            if self._ran_whole(p):
                 return p.epoch + self._epochs_per_iteration()  # (as persistent workers go on)
-            if not p.complete and persistent and not self._set_since_begin:
+            if persistent:
                 return p.epoch  # (DataLoader.__iter__ starts them anew at it)
         return self._epoch
 
@@ -264,23 +264,40 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if workers == 0:
             loader = self._main_loader()
             return sum(loader._batches_in_epoch(e) for e in epochs)
+        return sum(self._workers_batches(workers, e) for e in epochs)
+
+    def _workers_batches(self, workers: int, epoch: int, base: dict[str, Any] | None = None) -> int:
+        """Batches `workers` DataLoader workers hand out in `epoch` (its rest after the
+        elastic `base`, if given), from worker 0's loader (built once per W, kept closed)."""
         per_epoch = self._recipe.options.pack is not None  # (else every epoch counts the same)
-        total = 0
-        for e in epochs:
-            key = (workers, e if per_epoch else None)
-            if key not in self._lengths:
-                probe = self._probes.get(workers)
-                if probe is None:
-                    o = self._recipe.options
-                    probe = self._probes[workers] = self._recipe.build(
-                        rank=o.rank * workers, world_size=o.world_size * workers, num_workers=1,
-                        device=None, pin_memory=False)
-                try:
-                    self._lengths[key] = workers * probe._batches_in_epoch(e)
-                finally:
-                    probe.close()  # (its threads; it stays usable)
-            total += self._lengths[key]
-        return total
+        key = (workers, epoch if per_epoch else None)
+        if base is None and key in self._lengths:
+            return self._lengths[key]
+        probe = self._probes.get(workers)
+        if probe is None:
+            o = self._recipe.options
+            probe = self._probes[workers] = self._recipe.build(
+                rank=o.rank * workers, world_size=o.world_size * workers, num_workers=1,
+                device=None, pin_memory=False)
+        try:
+            n = workers * probe._engine.num_batches(epoch, base)
+        finally:
+            probe.close()  # (its threads; it stays usable)
+        if base is None:
+            self._lengths[key] = n
+        return n
+
+    def _ran_whole(self, p: _Position) -> bool:
+        """The iteration at `p` handed out all its batches: also a loop that took them all
+        without reaching the end (``len(dl)`` batches, then no ``next``). The next iteration
+        then runs the next epoch, as after a loop that ended (and as the loader itself does)."""
+        if p.complete:
+            return True
+        if self._recipe.options.num_epochs is None:
+            return False
+        total = sum(self._workers_batches(p.workers, e, p.base if e == p.epoch else None)
+                    for e in range(p.epoch, p.epoch + self._epochs_per_iteration()))
+        return p.before + p.yielded >= total
 
     def _main_loader(self) -> Loader:
         if self._loader is None:  # unpickled (spawned worker context) and then used directly
@@ -308,7 +325,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # Persistent workers continue with the next epoch on their own.
             self._position = _Position(self._position.epoch + self._epochs_per_iteration(), workers)
             return
-        if not set_since and self._pending is None and self._position is not None and self._position.complete:
+        if not set_since and self._pending is None and self._position is not None \
+                and self._ran_whole(self._position):
             # No set_epoch since an epoch ran whole: the next one, as persistent workers and
             # the loader itself (num_workers=0) go on, and as state_dict() names it (workers
             # made anew reran the set epoch: another stream, and a resume ran the next).

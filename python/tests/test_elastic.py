@@ -608,6 +608,33 @@ def test_dataloader_without_set_epoch_runs_the_epoch_its_state_names(ds, workers
 
 
 @pytestmark_workers
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_a_loop_that_took_len_batches_is_followed_by_the_next_epoch(ds, workers, persistent):
+    """A loop of ``len(dl)`` steps (``next`` that many times, never past the end) has run
+    the whole epoch: without set_epoch the next loop runs the next epoch, as after a loop
+    that reached the end and as the state taken then resumes. (With workers it ran the
+    same epoch again, and again: the resumed run read another stream.)"""
+    def dataloader():
+        dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+        return pqloader.torch.DataLoader(dataset, num_workers=workers, persistent_workers=persistent)
+
+    def steps(dl):
+        it = iter(dl)
+        return [next(it) for _ in range(len(dl))]
+
+    dl = dataloader()
+    first = dl_ids(run_with_timeout(lambda: steps(dl), timeout=120))
+    state = json.loads(json.dumps(dl.state_dict()))
+    second = dl_ids(run_with_timeout(lambda: steps(dl), timeout=120))
+    whole = dataloader()
+    assert run_with_timeout(lambda: [dl_ids(whole), dl_ids(whole)], timeout=120) == [first, second]
+    resumed = dataloader()
+    resumed.load_state_dict(state)
+    rest = run_with_timeout(lambda: dl_ids(resumed), timeout=120)  # (workers: the empty rest of epoch 0)
+    assert (rest or run_with_timeout(lambda: dl_ids(resumed), timeout=120)) == second
+
+
+@pytestmark_workers
 @pytest.mark.parametrize("persistent", [False, True])
 def test_dataloader_iterated_again_inside_a_loop_keeps_the_loops_position(ds, persistent):
     """`next(iter(dl))` inside a loop (a batch to log): the loop's state counts the loop's
