@@ -209,14 +209,15 @@ arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::str
     case arrow::Type::HALF_FLOAT: {
       const uint16_t* bits = values((uint16_t*)nullptr);
       const int64_t width = DTypeSize(dst);
-      for (int64_t r = 0; r < n; ++r) {
-        const auto h = arrow::util::Float16::FromBits(bits[r]);
-        if (dst == DType::kFloat32) {
-          const float f = h.ToFloat();  // (through a double, a signalling NaN was quieted)
+      if (dst == DType::kFloat32) {  // (through a double, a signalling NaN was quieted)
+        for (int64_t r = 0; r < n; ++r) {
+          const float f = arrow::util::Float16::FromBits(bits[r]).ToFloat();
           std::memcpy(out + r * width, &f, sizeof(f));
-        } else {
-          StoreAs(dst, h.ToDouble(), out + r * width);
         }
+        break;
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        StoreAs(dst, arrow::util::Float16::FromBits(bits[r]).ToDouble(), out + r * width);
       }
       break;
     }
