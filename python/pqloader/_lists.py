@@ -84,6 +84,15 @@ class Pad:
                 "truncation": self.truncation}
 
 
+def check_packed_batch(who: str, batch_size: int, seq_len: int) -> None:
+    """Refuse batches of ``batch_size`` blocks of ``seq_len`` tokens past the int32 offsets
+    of their ``cu_seqlens`` (2**31 - 1 tokens); `who` starts the message ("pack", "mix")."""
+    if batch_size * seq_len > 2**31 - 1:
+        raise ValueError(f"{who}: batch_size x seq_len = {batch_size} x {seq_len} tokens a batch, beyond "
+                         "the int32 offsets of its cu_seqlens (2**31 - 1): use fewer blocks a batch or "
+                         "shorter ones")
+
+
 def check_lists(lists: Any) -> dict[str, Ragged | Pad] | None:
     """Check ``Loader(lists=...)``: {column: "ragged" | Ragged() | Pad(...)}.
 

@@ -27,6 +27,7 @@ import numpy as np
 from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError
+from pqloader._lists import check_packed_batch
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int
 from pqloader._state import _jsonish, option_diff
 
@@ -129,10 +130,7 @@ class Mixture:
         self._cumulative = _core.mix_cumulative(self._weights)
         self._batch_size = check_int("batch_size", batch_size if batch_size is not None else first.batch_size, 1)
         seq_len = max((l.options.pack.seq_len for l in loaders if l.options.pack is not None), default=0)
-        if self._batch_size * seq_len > 2**31 - 1:  # (as a packing Loader refuses its own)
-            raise ValueError(f"mix: batch_size x seq_len = {self._batch_size} x {seq_len} tokens a batch of "
-                             "packed sources, beyond the int32 offsets of its cu_seqlens (2**31 - 1): use "
-                             "fewer blocks a batch or shorter ones")
+        check_packed_batch("mix", self._batch_size, seq_len)  # (its batches' cu_seqlens are made anew)
         self._seed = check_int("seed", seed if seed is not None else first.seed, 0, 2**64 - 1)
         # The first source's drawn seed: adopted from a state, as the sources' are.
         self._seed_drawn = seed is None and loaders[0]._seed_drawn

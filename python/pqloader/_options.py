@@ -587,10 +587,8 @@ class LoaderOptions:
             raise ValueError(f"pack= cannot be combined with {' or '.join(f'{n}=' for n in given)}: packing "
                              "writes the token column and copies the others per token; transform "
                              "whole batches with batch_transform= instead")
-        if checked["pack"] is not None and checked["batch_size"] * checked["pack"].seq_len > 2**31 - 1:
-            raise ValueError(f"pack: batch_size x seq_len = {checked['batch_size']} x {checked['pack'].seq_len} "
-                             "tokens a batch, beyond the int32 offsets of its cu_seqlens (2**31 - 1): use "
-                             "fewer blocks a batch or shorter ones")
+        if checked["pack"] is not None:
+            _lists.check_packed_batch("pack", checked["batch_size"], checked["pack"].seq_len)
         rank, world = checked["rank"], checked["world_size"]
         if rank is not None and world is not None and rank >= world:
             raise ValueError(f"rank must be in [0, world_size={world}), got {rank}")

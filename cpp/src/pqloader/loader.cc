@@ -251,9 +251,9 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   // Every row group's split, before a filter restricts them: a filled null list takes its
   // length from these footers (NullFill::list_length below), so the same row loads alike
   // whatever the filter keeps (one keeping only row groups of null lists gave rows of 0).
-  std::vector<Split> unfiltered_splits;
+  std::vector<Split> before_filter;
   if (options.filter.enabled()) {
-    unfiltered_splits = loader->dataset_->splits();
+    before_filter = loader->dataset_->splits();
     FilterOptions filter = options.filter;
     filter.threads = loader->options_.num_workers;
     filter.cancel = cancel;
@@ -278,23 +278,11 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
     // A filled null list is as long as the others: where no other row of its unit says
     // how long, the footers do (NullFill::list_length).
-    const ColumnSpec& spec = loader->dataset_->specs()[c];
     NullFill& fill = loader->read_options_.fills[c];
-    if (!fill.enabled || loader->read_options_.allow_ragged[c] || spec.kind != ColumnKind::kTensor ||
-        spec.row_shape.empty() || spec.row_shape[0] >= 0 || loader->dataset_->partition_index()[c] >= 0) {
-      continue;
-    }
-    ListLayout layout;
-    if (!unfiltered_splits.empty()) {
-      layout = ListLayoutFromFooters(loader->dataset_->files(), unfiltered_splits, static_cast<int>(c));
-    }
-    if (layout.lengths != ListLayout::Lengths::kUniform) {  // (no filter, or rows the filter dropped differ)
-      layout = ListLayoutFromFooters(loader->dataset_->files(), loader->dataset_->splits(),
-                                     static_cast<int>(c));
-    }
-    // (values_per_row counts leaf values: the row length only of a list of scalars)
-    if (layout.lengths == ListLayout::Lengths::kUniform && spec.row_shape.size() == 1) {
-      fill.list_length = layout.values_per_row;
+    if (fill.enabled && !loader->read_options_.allow_ragged[c]) {
+      fill.list_length = ListLengthFromFooters(
+          *loader->dataset_, options.filter.enabled() ? before_filter : loader->dataset_->splits(),
+          static_cast<int>(c));
     }
   }
   if (!options.pack_column.empty()) {
@@ -895,12 +883,7 @@ arrow::Status Loader::SetUpPacking() {
         "(a truncated document keeps seq_len - 1 tokens before eos): use seq_len >= 2, or "
         "truncate=false");
   }
-  if (options_.plan.batch_size > 0 &&
-      pack.seq_len > std::numeric_limits<int32_t>::max() / options_.plan.batch_size) {
-    return arrow::Status::Invalid("pack: batch_size x seq_len = ", options_.plan.batch_size, " x ",
-                                  pack.seq_len, " tokens a batch, beyond the int32 offsets of its "
-                                  "cu_seqlens (2^31 - 1): use fewer blocks a batch or shorter ones");
-  }
+  ARROW_RETURN_NOT_OK(CheckPackedBatchFits(options_.plan.batch_size, pack.seq_len, "pack"));
   if (!options_.transforms.empty() || !options_.lists.empty()) {
     return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
   }

@@ -265,6 +265,20 @@ arrow::Status CheckSelectedStoredKey(const Dataset& ds, int column, int key) {
 
 }  // namespace
 
+int64_t ListLengthFromFooters(const Dataset& ds, const std::vector<Split>& all_splits, int column) {
+  const ColumnSpec& spec = ds.specs()[column];
+  // (values_per_row counts leaf values: the row length only of a list of scalars)
+  if (spec.kind != ColumnKind::kTensor || spec.row_shape.size() != 1 || spec.row_shape[0] >= 0 ||
+      ds.partition_index()[column] >= 0) {
+    return -1;
+  }
+  ListLayout layout = ListLayoutFromFooters(ds.files(), all_splits, column);
+  if (layout.lengths != ListLayout::Lengths::kUniform) {  // (rows a filter dropped may differ)
+    layout = ListLayoutFromFooters(ds.files(), ds.splits(), column);
+  }
+  return layout.lengths == ListLayout::Lengths::kUniform ? layout.values_per_row : -1;
+}
+
 arrow::Status CheckStoredKeys(const Dataset& ds, const std::vector<std::string>& named) {
   const auto& specs = ds.specs();
   const auto& keys = ds.partition_keys();

@@ -47,6 +47,12 @@ arrow::Status CheckColumnsFromFooters(const Dataset& dataset,
                                       const std::vector<bool>& null_policy,
                                       const std::vector<bool>& ragged_ok);
 
+/// For a list column of one length per row: that length where the footers show it,
+/// from the row groups of `all_splits` (every one, before a filter restricted them: a null
+/// list's length must not depend on which rows a filter keeps), else of the dataset's own
+/// splits; -1 where the footers do not tell or the column is not a list of scalars.
+int64_t ListLengthFromFooters(const Dataset& dataset, const std::vector<Split>& all_splits, int column);
+
 /// Refuse a partition key stored in the files whose statistics disagree with the path
 /// (CheckColumnsFromFooters' check alone), selected or among `named` (a filter's columns),
 /// over every split: run before a filter restricts the splits (one that pruned the

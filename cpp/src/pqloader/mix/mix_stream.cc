@@ -11,6 +11,7 @@
 #include "pqloader/error.h"
 #include "pqloader/loader.h"
 #include "pqloader/mix/mix_draws.h"
+#include "pqloader/pack/pack_plan.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/window_gather.h"
 #include "pqloader/util/thread_annotations.h"
@@ -898,14 +899,8 @@ arrow::Status MixStream::FindPackedColumns(const std::vector<MixSource>& sources
     if (specs_[c].name == "document_ids") segment_column_ = c, segments = true;
   }
   if (!cu || !segments) return arrow::Status::UnknownError("packed sources without their outputs");
-  if (first.seq_len > std::numeric_limits<int32_t>::max() / std::max<int64_t>(1, options_.batch_size)) {
-    // (a packing loader refuses its own batches so; the mixture's cu_seqlens are made
-    // again over its own batch_size blocks: SegmentBoundaries)
-    return arrow::Status::Invalid("mix: batch_size x seq_len = ", options_.batch_size, " x ",
-                                  first.seq_len, " tokens a batch of packed sources, beyond the int32 "
-                                  "offsets of its cu_seqlens (2^31 - 1): use fewer blocks a batch or "
-                                  "shorter ones");
-  }
+  // (the mixture's cu_seqlens are made again over its own batch_size blocks: SegmentBoundaries)
+  ARROW_RETURN_NOT_OK(CheckPackedBatchFits(options_.batch_size, first.seq_len, "mix"));
   packed_ = true;
   seq_len_ = first.seq_len;
   return arrow::Status::OK();

@@ -1,11 +1,21 @@
 #include "pqloader/pack/pack_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "pqloader/util/exact_text.h"
 
 namespace pqloader {
+
+arrow::Status CheckPackedBatchFits(int64_t batch_size, int64_t seq_len, const std::string& who) {
+  if (batch_size <= 0 || seq_len <= std::numeric_limits<int32_t>::max() / batch_size) {
+    return arrow::Status::OK();
+  }
+  return arrow::Status::Invalid(who, ": batch_size x seq_len = ", batch_size, " x ", seq_len,
+                                " tokens a batch, beyond the int32 offsets of its cu_seqlens "
+                                "(2^31 - 1): use fewer blocks a batch or shorter ones");
+}
 
 namespace {
 

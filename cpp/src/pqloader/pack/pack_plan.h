@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <arrow/status.h>
+
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/plan/epoch_plan.h"
 
@@ -39,6 +41,11 @@ struct PackOptions {
   /// A stable description, for fingerprints.
   std::string ToString() const;
 };
+
+/// OK when a batch of `batch_size` blocks of `seq_len` tokens fits the int32 offsets of
+/// its cu_seqlens (2^31 - 1 tokens); else Invalid, the message starting with `who`
+/// ("pack", "mix").
+arrow::Status CheckPackedBatchFits(int64_t batch_size, int64_t seq_len, const std::string& who);
 
 class PackPlan {
  public:
