@@ -109,6 +109,7 @@ class Loader:
         row_groups: Mapping[str, Sequence[int]] | None = _D.row_groups,
         null_mask: bool | Sequence[str] | None = _D.null_mask,
         decimals: str = _D.decimals,
+        coerce_int96_timestamp_unit: str | None = _D.coerce_int96_timestamp_unit,
         schema: Any = _D.schema,
         use_summary: bool | str = _D.use_summary,
         filter: Any = _D.filter,

@@ -35,6 +35,7 @@ _CACHE_POLICIES = ("keep", "lru", "plan")
 _OUTPUTS = ("numpy", "torch")
 _DECIMALS = ("float64", "int64")
 _STRINGS = ("str", "bytes")
+_INT96_UNITS = ("ns", "us", "ms", "s")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
 
 
@@ -345,6 +346,13 @@ ARGUMENT_DOCS = """\
         decimals: ``"float64"`` (default: as pyarrow's cast to float64, bit for bit,
             which may be one step from the nearest double) or
             ``"int64"`` (the exact unscaled integer, value x 10**scale; precision <= 18).
+        coerce_int96_timestamp_unit: The unit INT96 timestamps (Spark's, Hive's and
+            Impala's default) load in, as pyarrow's argument of that name: ``"ns"``
+            (default, as ``None``: dates 1677-09-21 to 2262-04-11), ``"us"`` (years
+            -290308 to 294247: Spark's 9999-12-31 and 0001-01-01), ``"ms"`` or ``"s"``.
+            Their columns load as ``timestamp[unit]`` (int64 counts of the unit); a
+            value the unit cannot hold raises ``InvalidDataError`` naming its row and
+            date, never wraps into another date.
         schema: A ``pyarrow.Schema`` (any pyarrow >= 14) or any Arrow schema with
             ``__arrow_c_schema__`` to load the files as: each file's columns must
             convert to its types without loss (integers to floats too, each value exactly:
@@ -522,6 +530,7 @@ class LoaderOptions:
     row_groups: Mapping[str, Sequence[int]] | None = None
     null_mask: bool | Sequence[str] | None = None
     decimals: str = "float64"
+    coerce_int96_timestamp_unit: str | None = None
     schema: Any = None
     use_summary: bool | str = True
     filter: Any = None
@@ -574,6 +583,8 @@ class LoaderOptions:
             row_groups=_check_row_groups(self.row_groups),
             null_mask=_check_null_mask(self.null_mask),
             decimals=check_choice("decimals", self.decimals, _DECIMALS),
+            coerce_int96_timestamp_unit=None if self.coerce_int96_timestamp_unit is None else
+                check_choice("coerce_int96_timestamp_unit", self.coerce_int96_timestamp_unit, _INT96_UNITS),
             schema=_check_schema(self.schema),
             use_summary=_check_use_summary(self.use_summary),
             filter=_filter.check_filter(self.filter),
@@ -697,6 +708,7 @@ class LoaderOptions:
             "null_mask": None if self.null_mask is None else
                          (True if self.null_mask is True else list(self.null_mask)),
             "decimals": self.decimals,
+            "int96_unit": self.coerce_int96_timestamp_unit or "ns",
             "schema": None if self.schema is None else _schema_ipc(self.schema),
             "cache_wait_timeout_ms": int(round(self.cache_wait_timeout * 1000)),
             "row_groups": {} if self.row_groups is None else

@@ -70,6 +70,8 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         # Options that change how columns load ride with their names, so that states of
         # loaders without them keep their form.
         "columns": list(columns) + ([f"@decimals={options.decimals}"] if options.decimals != "float64" else [])
+                   + ([f"@int96={options.coerce_int96_timestamp_unit}"]
+                      if options.coerce_int96_timestamp_unit not in (None, "ns") else [])
                    + ([f"@schema={_schema_text(options.schema)}"] if options.schema is not None else [])
                    # by name: a dict's order changes no batch (each stack takes its first
                    # member's place), so it must not refuse a state either

@@ -316,6 +316,14 @@ LoaderOptions ToOptions(const nb::dict& d) {
     }
   }
   o.dataset.columns.spec.decimals_as_int64 = Get<std::string>(d, "decimals", "float64") == "int64";
+  {
+    // INT96 timestamps' unit: "ns" (default), "us", "ms" or "s" (checked in Python).
+    const std::string unit = Get<std::string>(d, "int96_unit", "ns");
+    o.dataset.int96_unit = unit == "us"   ? arrow::TimeUnit::MICRO
+                           : unit == "ms" ? arrow::TimeUnit::MILLI
+                           : unit == "s"  ? arrow::TimeUnit::SECOND
+                                          : arrow::TimeUnit::NANO;
+  }
   // schema: a declared schema as Arrow IPC bytes (pyarrow.Schema.serialize()).
   if (d.contains("schema") && !d["schema"].is_none()) {
     nb::bytes b = nb::cast<nb::bytes>(d["schema"]);

@@ -735,6 +735,67 @@ def test_int96_dates_outside_int64_nanoseconds_are_refused_not_wrapped(tmp_path)
         collect(pqloader.Loader(str(tmp_path / "nested.parquet"), lists={"ts": "ragged"}))
 
 
+@pytest.mark.parametrize("unit", ["us", "ms", "s"])
+def test_int96_dates_outside_nanoseconds_load_in_a_coarser_unit_as_pyarrow_reads_them(tmp_path, unit):
+    # Spark's 9999-12-31 "end of time" and 0001-01-01, refused as nanoseconds, load with
+    # coerce_int96_timestamp_unit as pyarrow's argument of that name reads them.
+    import datetime as dt
+
+    import pyarrow.compute as pc
+    days = [dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1, 1, 1), dt.datetime(2000, 1, 1, 12),
+            dt.datetime(1500, 6, 1), None, dt.datetime(1970, 1, 1, 0, 0, 0, 1)]
+    _write_int96(tmp_path / "far.parquet", days[:1] + days[1:], id=np.arange(6))
+    expected = pq.read_table(tmp_path / "far.parquet", coerce_int96_timestamp_unit=unit)
+    assert expected["ts"].type == pa.timestamp(unit)
+    want = pc.fill_null(expected["ts"].cast(pa.int64()), 0).to_pylist()
+    for shuffle in (False, True):
+        loader = pqloader.Loader(str(tmp_path), batch_size=4, shuffle=shuffle, seed=3, null_mask=True,
+                                 coerce_int96_timestamp_unit=unit)
+        assert loader.column_info["ts"]["arrow_type"] == f"timestamp[{unit}]"
+        got = collect(loader)
+        assert got["ts"].tolist() == [want[i] for i in got["id"]]
+        assert got["ts_valid"].tolist() == [days[i] is not None for i in got["id"]]
+    # A filter compares in that unit too (as nanoseconds, it refuses the file).
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=8, coerce_int96_timestamp_unit=unit,
+                                  filter=pc.field("ts") > pa.scalar(dt.datetime(2262, 5, 1), pa.timestamp(unit))))
+    assert got["id"].tolist() == [0]
+    # Cached entries of one unit never serve another; a state of one refuses the other.
+    cache = tmp_path / "cache"
+    ns_path = tmp_path / "ns"
+    ns_path.mkdir()
+    _write_int96(ns_path / "a.parquet", [dt.datetime(2000, 1, 1, 0, 0, 1, 500)] * 4, id=np.arange(4))
+    us = collect(pqloader.Loader(str(ns_path), cache_dir=str(cache), coerce_int96_timestamp_unit=unit))
+    default = collect(pqloader.Loader(str(ns_path), cache_dir=str(cache)))
+    assert default["ts"].tolist() == [pa.scalar(dt.datetime(2000, 1, 1, 0, 0, 1, 500), pa.timestamp("ns")).value] * 4
+    assert us["ts"].tolist() == pq.read_table(ns_path, coerce_int96_timestamp_unit=unit)["ts"].cast(pa.int64()).to_pylist()
+    state = pqloader.Loader(str(ns_path), coerce_int96_timestamp_unit=unit).state_dict()
+    with pytest.raises(ValueError, match="int96"):
+        pqloader.Loader(str(ns_path)).load_state_dict(state)
+    pqloader.Loader(str(ns_path), coerce_int96_timestamp_unit=unit).load_state_dict(state)
+
+
+def test_int96_dates_outside_microseconds_are_refused_not_wrapped(tmp_path):
+    # Julian days beyond int64 microseconds (year 294247 on): a value no writer of dates
+    # stores, refused as the nanosecond one is.
+    t = pa.table({"ts": pa.array([0, 0], pa.timestamp("ns"))})
+    pq.write_table(t, tmp_path / "t.parquet", use_deprecated_int96_timestamps=True, use_dictionary=False,
+                   compression="none")
+    raw = bytearray((tmp_path / "t.parquet").read_bytes())
+    day0 = (2440588).to_bytes(4, "little")
+    at = raw.index(bytes(8) + day0)  # the first value: nanoseconds of the day, Julian day
+    raw[at + 8:at + 12] = (2440588 + 110_000_000).to_bytes(4, "little")
+    (tmp_path / "t.parquet").write_bytes(bytes(raw))
+    with pytest.raises(pqloader.InvalidDataError, match="row 0.*outside the dates int64 microseconds hold"):
+        collect(pqloader.Loader(str(tmp_path), coerce_int96_timestamp_unit="us"))
+    got = collect(pqloader.Loader(str(tmp_path), coerce_int96_timestamp_unit="ms"))
+    assert got["ts"].tolist() == [110_000_000 * 86_400_000, 0]
+
+
+def test_coerce_int96_timestamp_unit_is_checked():
+    with pytest.raises(ValueError, match="coerce_int96_timestamp_unit must be 'ns' or 'us'"):
+        pqloader.Loader("nowhere", coerce_int96_timestamp_unit="days")
+
+
 # --- Arrow extension types ---------------------------------------------------------------
 
 def test_extension_columns_read_as_their_storage_and_tensors_in_their_shape(tmp_path):

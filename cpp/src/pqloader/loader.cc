@@ -52,13 +52,18 @@ std::string IntegersAsFloats(const Dataset& dataset, size_t c) {
 
 // ":int96=range" when a file stores column `c` as INT96: its values are range-checked
 // since the twenty-ninth session (dataset/int96.h), so entries written before (which
-// may hold wrapped dates) are not served.
+// may hold wrapped dates) are not served; read in another unit than nanoseconds (the
+// thirty-seventh session), ":int96=<unit>" (a column declared as timestamp[ns] holds the
+// same type either way).
 std::string Int96Checked(const Dataset& dataset, size_t c) {
   for (const DataFile& f : dataset.files()) {
     if (c >= f.columns.size() || f.columns[c].leaves.empty()) continue;
     const parquet::SchemaDescriptor* schema = f.schema();
     for (int leaf : f.columns[c].leaves) {
-      if (schema->Column(leaf)->physical_type() == parquet::Type::INT96) return ":int96=range";
+      if (schema->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
+      const arrow::TimeUnit::type unit = dataset.int96_unit();
+      return unit == arrow::TimeUnit::NANO ? ":int96=range"
+                                           : ":int96=" + arrow::internal::ToString(unit);
     }
   }
   return "";

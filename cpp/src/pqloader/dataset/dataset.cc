@@ -266,7 +266,8 @@ arrow::Status ListFromIndex(const std::shared_ptr<arrow::fs::FileSystem>& fs,
 
 // Read the footer of `file` and derive its Arrow schema.
 arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer);
-arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>* schema,
+arrow::Status DeriveSchema(const DataFile& file, arrow::TimeUnit::type int96_unit,
+                           std::shared_ptr<arrow::Schema>* schema,
                            parquet::arrow::SchemaManifest* manifest);
 
 // Object stores give modification times in whole seconds (S3), so an object modified
@@ -293,7 +294,8 @@ bool IsSettled(const DataFile& file) {
 // Arrow schema.
 arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
                          parquet::arrow::SchemaManifest* manifest,
-                         const std::string& footer_cache = "", bool* from_cache = nullptr) {
+                         const std::string& footer_cache = "", bool* from_cache = nullptr,
+                         arrow::TimeUnit::type int96_unit = arrow::TimeUnit::NANO) {
   if (file->size == 0) {
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
@@ -314,13 +316,15 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
   }
   file->footer_hash = FooterHash(footer);
   file->footer_hash_is_own = true;
-  return DeriveSchema(*file, schema, manifest);
+  return DeriveSchema(*file, int96_unit, schema, manifest);
 }
 
-// The Arrow schema of `file`'s metadata.
-arrow::Status DeriveSchema(const DataFile& file, std::shared_ptr<arrow::Schema>* schema,
+// The Arrow schema of `file`'s metadata, INT96 columns as timestamps of `int96_unit`.
+arrow::Status DeriveSchema(const DataFile& file, arrow::TimeUnit::type int96_unit,
+                           std::shared_ptr<arrow::Schema>* schema,
                            parquet::arrow::SchemaManifest* manifest) {
   parquet::ArrowReaderProperties props;
+  props.set_coerce_int96_timestamp_unit(int96_unit);
   auto st = parquet::arrow::FromParquetSchema(file.metadata->schema(), props,
                                               file.metadata->key_value_metadata(), schema);
   if (st.ok()) {
@@ -670,7 +674,8 @@ constexpr std::chrono::milliseconds kFooterLockTimeout{std::chrono::minutes(10)}
 arrow::Result<OpenedFiles> ReadFooters(
     std::vector<FoundFile> found, int max_threads, const std::string& footer_cache,
     const std::vector<std::shared_ptr<DatasetSummaryFile>>& summaries = {},
-    Progress* progress = nullptr, const CancelFlag& cancel = nullptr) {
+    Progress* progress = nullptr, const CancelFlag& cancel = nullptr,
+    arrow::TimeUnit::type int96_unit = arrow::TimeUnit::NANO) {
   const auto n = static_cast<int64_t>(found.size());
   if (progress != nullptr) progress->total = n;
   std::vector<DataFile> files(n);
@@ -745,7 +750,8 @@ arrow::Result<OpenedFiles> ReadFooters(
       }
       bool cached = false;
       auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
-      statuses[i] = ReadFooter(&files[i], &schemas[i], manifest.get(), footer_cache, &cached);
+      statuses[i] = ReadFooter(&files[i], &schemas[i], manifest.get(), footer_cache, &cached,
+                               int96_unit);
       manifests[i] = std::move(manifest);
       if (cached) ++footers_cached;
     }
@@ -858,6 +864,12 @@ std::shared_ptr<const arrow::KeyValueMetadata> DataFile::key_value_metadata() co
   return summary == nullptr ? metadata->key_value_metadata() : summary->summary->key_value_metadata();
 }
 
+parquet::ArrowReaderProperties Dataset::ArrowProperties() const {
+  parquet::ArrowReaderProperties props;
+  props.set_coerce_int96_timestamp_unit(int96_unit_);
+  return props;
+}
+
 const parquet::SchemaDescriptor* DataFile::schema() const {
   return summary == nullptr ? metadata->schema() : summary->summary->schema();
 }
@@ -887,14 +899,15 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
     whole.metadata = summary->metadata;
     whole.display = summary->display;
     auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
-    ARROW_RETURN_NOT_OK(DeriveSchema(whole, &summary->arrow_schema, manifest.get()));
+    ARROW_RETURN_NOT_OK(
+        DeriveSchema(whole, options.int96_unit, &summary->arrow_schema, manifest.get()));
     summary->manifest = std::move(manifest);
     summaries.push_back(std::move(summary));
   }
   std::shared_ptr<Dataset> ds(new Dataset());
   ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), options.metadata_threads,
                                                  options.footer_cache_dir, summaries, nullptr,
-                                                 options.cancel));
+                                                 options.cancel, options.int96_unit));
   ds->footers_from_cache_ = opened.from_cache;
   ds->footers_from_summary_ = opened.from_summary;
   ds->skipped_ = opened.skipped;
@@ -906,6 +919,7 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
   for (const auto& k : keys) key_names.push_back(k.name);
   ds->SetColumns(std::move(resolved), key_names);
   ds->declared_schema_ = options.columns.schema;
+  ds->int96_unit_ = options.int96_unit;
   ARROW_RETURN_NOT_OK(ds->ListSplits(options));
   return ds;
 }

@@ -26,6 +26,7 @@
 #include <arrow/result.h>
 #include <arrow/type.h>
 #include <parquet/metadata.h>
+#include <parquet/properties.h>
 
 #include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/hive.h"
@@ -66,6 +67,10 @@ struct DatasetOptions {
   bool summary_only = false;
   /// Set to stop reading footers early (Cancelled). Default: none.
   CancelFlag cancel;
+  /// The unit INT96 timestamps are read in (Arrow's coerce_int96_timestamp_unit): their
+  /// columns load as timestamp[unit], and a value the unit cannot hold is an error
+  /// (dataset/int96.h). Default: nanoseconds (dates 1677-09-21 to 2262-04-11).
+  arrow::TimeUnit::type int96_unit = arrow::TimeUnit::NANO;
 };
 
 /// Whether a file's footer still is the one indexed (checked once, on first read).
@@ -197,6 +202,11 @@ class Dataset {
   /// The schema declared when opened (ColumnsOptions::schema), null if none: a filter
   /// compares a numeric column it names in its declared type, loaded or not.
   const std::shared_ptr<arrow::Schema>& declared_schema() const { return declared_schema_; }
+  /// The unit INT96 timestamps are read in (DatasetOptions::int96_unit).
+  arrow::TimeUnit::type int96_unit() const { return int96_unit_; }
+  /// Arrow reader properties that read the columns as they load here (INT96 in
+  /// int96_unit()); callers set threads, batch size and pre-buffering.
+  parquet::ArrowReaderProperties ArrowProperties() const;
   /// Files found in directories or by globs that are not Parquet, in path order.
   const std::vector<SkippedFile>& skipped_files() const { return skipped_; }
   int64_t num_rows() const;
@@ -234,6 +244,7 @@ class Dataset {
   std::vector<std::shared_ptr<arrow::DataType>> column_types_;
   std::shared_ptr<arrow::Schema> declared_schema_;
   std::vector<SkippedFile> skipped_;
+  arrow::TimeUnit::type int96_unit_ = arrow::TimeUnit::NANO;
 };
 
 /// A file found while expanding sources, before its footer is read.

@@ -8,6 +8,7 @@
 #include <parquet/exception.h>
 #include <parquet/schema.h>
 #include <parquet/types.h>
+#include <arrow/type.h>
 
 #include "pqloader/error.h"
 
@@ -21,13 +22,27 @@ constexpr int64_t kLevelsPerRead = 4096;
 
 }  // namespace
 
-bool Int96FitsNanoseconds(const uint32_t value[3], int64_t* day) {
-  // Arrow's formula (parquet/types.h Int96GetNanoSeconds), computed without wrapping.
+bool Int96Fits(const uint32_t value[3], arrow::TimeUnit::type unit, int64_t* day) {
+  // Arrow's formulas (parquet/types.h Int96GetNanoSeconds and its siblings), computed
+  // without wrapping.
   *day = static_cast<int64_t>(value[2]) - kJulianDayOf1970;
-  int64_t nanos_of_day = 0;
-  std::memcpy(&nanos_of_day, value, sizeof(nanos_of_day));
-  const __int128 nanos = static_cast<__int128>(*day) * kNanosPerDay + nanos_of_day;
-  return nanos >= INT64_MIN && nanos <= INT64_MAX;
+  __int128 exact = 0;
+  if (unit == arrow::TimeUnit::NANO) {
+    int64_t nanos_of_day = 0;
+    std::memcpy(&nanos_of_day, value, sizeof(nanos_of_day));
+    exact = static_cast<__int128>(*day) * kNanosPerDay + nanos_of_day;
+  } else {
+    // The other units divide the nanoseconds of the day as unsigned, as Arrow does.
+    const int64_t per_second = unit == arrow::TimeUnit::MICRO   ? 1000 * 1000
+                               : unit == arrow::TimeUnit::MILLI ? 1000
+                                                                : 1;
+    const int64_t divisor = int64_t{1000} * 1000 * 1000 / per_second;
+    uint64_t nanos_of_day = 0;
+    std::memcpy(&nanos_of_day, value, sizeof(nanos_of_day));
+    exact = static_cast<__int128>(*day) * 86400 * per_second +
+            static_cast<__int128>(nanos_of_day / static_cast<uint64_t>(divisor));
+  }
+  return exact >= INT64_MIN && exact <= INT64_MAX;
 }
 
 std::string CivilDate(int64_t day) {
@@ -49,7 +64,7 @@ std::string CivilDate(int64_t day) {
 
 arrow::Status CheckInt96Rows(parquet::ParquetFileReader* reader, int row_group, int leaf,
                              int64_t first, int64_t last, const std::vector<int32_t>* kept,
-                             const std::string& where) {
+                             arrow::TimeUnit::type unit, const std::string& where) {
   if (first >= last) return arrow::Status::OK();
   const int64_t last_row = kept != nullptr ? (*kept)[last - 1] : last - 1;
   auto selected = [&](int64_t row) {
@@ -78,14 +93,21 @@ arrow::Status CheckInt96Rows(parquet::ParquetFileReader* reader, int row_group, 
         if (max_def > 0 && def[i] < max_def) continue;  // a null: no value
         const parquet::Int96& value = values[v++];
         int64_t day = 0;
-        if (row <= last_row && !Int96FitsNanoseconds(value.value.data(), &day) && selected(row)) {
+        if (row <= last_row && !Int96Fits(value.value.data(), unit, &day) && selected(row)) {
+          if (unit != arrow::TimeUnit::NANO) {  // microseconds (coarser units hold every day)
+            return MakeError(ErrorKind::kInvalidData, "cannot decode ", where,
+                             ": the INT96 timestamp of row ", row, " (", CivilDate(day),
+                             ") is outside the dates int64 microseconds hold (years -290308 "
+                             "to 294247); pqloader does not wrap it into another date");
+          }
           return MakeError(ErrorKind::kInvalidData, "cannot decode ", where,
                            ": the INT96 timestamp of row ", row, " (", CivilDate(day),
                            ") is outside the dates int64 nanoseconds hold (1677-09-21 to "
                            "2262-04-11); pqloader reads INT96 timestamps as nanoseconds and does "
-                           "not wrap them into other dates (write the column as microsecond "
-                           "timestamps, e.g. Spark's spark.sql.parquet.outputTimestampType="
-                           "TIMESTAMP_MICROS, to read such dates)");
+                           "not wrap them into other dates: pass coerce_int96_timestamp_unit='us' "
+                           "to read them as microseconds (years -290308 to 294247), or write the "
+                           "column as microsecond timestamps (Spark's "
+                           "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS)");
         }
       }
     }

@@ -264,7 +264,7 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   }
   parquet::ReaderProperties props(pool);
   props.set_page_checksum_verification(options.verify_checksums);
-  parquet::ArrowReaderProperties arrow_props;
+  parquet::ArrowReaderProperties arrow_props = dataset.ArrowProperties();
   arrow_props.set_use_threads(false);
   arrow_props.set_pre_buffer(false);  // PreBuffer is called below, for this row group only
   try {
@@ -382,11 +382,11 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       auto plain = WithoutExtension(chunked, pool);  // as the dataset's schema has it
       if (!plain.ok()) return WithContext(plain.status(), "cannot decode " + col_where);
       chunked = std::move(plain).ValueUnsafe();
-      for (int leaf : src.leaves) {  // Arrow wraps INT96 dates outside int64 nanoseconds
+      for (int leaf : src.leaves) {  // Arrow wraps INT96 dates outside int64 of their unit
         if (file.schema()->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
         ARROW_RETURN_NOT_OK(CheckInt96Rows(reader->parquet_reader(), split.row_group, leaf,
                                            unit.row_begin, unit.row_end, split.rows.get(),
-                                           col_where));
+                                           dataset.int96_unit(), col_where));
       }
       ARROW_ASSIGN_OR_RAISE(slice, SelectRows(chunked, split, unit, pool));
     }

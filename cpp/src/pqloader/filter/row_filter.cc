@@ -487,8 +487,7 @@ class Evaluator {
     }
     auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
     auto st = parquet::arrow::SchemaManifest::Make(descr, file.key_value_metadata(),
-                                                   parquet::ArrowReaderProperties(),
-                                                   manifest.get());
+                                                   dataset_.ArrowProperties(), manifest.get());
     if (!st.ok()) {
       return MakeError(ErrorKind::kInvalidData, "'", file.display,
                        "': cannot derive an Arrow schema from its Parquet schema: ",
@@ -684,7 +683,7 @@ class Evaluator {
         parquet::ReaderProperties reader_properties = parquet::default_reader_properties();
         reader_properties.set_page_checksum_verification(options_.verify_checksums);
         auto pq = parquet::ParquetFileReader::Open(*input, reader_properties, file.Metadata());
-        parquet::ArrowReaderProperties props;
+        parquet::ArrowReaderProperties props = dataset_.ArrowProperties();
         props.set_use_threads(false);
         // Read on this thread, not Arrow's I/O pool: its RetryStopScope then ends a read
         // against a stalled store once Ctrl-C is pressed (util/cancel.h).
@@ -710,10 +709,11 @@ class Evaluator {
         auto rg = file.RowGroup(split.row_group);
         for (int leaf : leaves) {
           *bytes_read += rg->ColumnChunk(leaf)->total_compressed_size();
-          // Arrow wraps INT96 dates outside int64 nanoseconds: every row is compared.
+          // Arrow wraps INT96 dates outside int64 of their unit: every row is compared.
           if (file.schema()->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
           ARROW_RETURN_NOT_OK(CheckInt96Rows(reader->parquet_reader(), split.row_group, leaf, 0,
-                                             n, nullptr, "the filter's column '" +
+                                             n, nullptr, dataset_.int96_unit(),
+                                             "the filter's column '" +
                                              file.schema()->Column(leaf)->path()->ToDotString() +
                                              "' of " + where));
         }

@@ -32,7 +32,7 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
   ARROW_ASSIGN_OR_RAISE(auto input, file.Open());
-  parquet::ArrowReaderProperties props;
+  parquet::ArrowReaderProperties props = dataset.ArrowProperties();
   props.set_use_threads(false);
   props.set_batch_size(kRowsPerSlice);
   // Read on this thread, not Arrow's I/O pool: its RetryStopScope then ends a read
