@@ -744,6 +744,34 @@ def test_filters_and_in_set_compare_integers_exactly_and_dates_as_pyarrow(tmp_pa
     assert ids(["d"], filters=[("d", ">", dt.date(2020, 1, 4))]) == expected == [4, 5, 6, 7]
 
 
+def test_row_group_pass_sees_temporal_and_decimal_columns_as_the_batches_hold_them(tmp_path):
+    # The pre-pass read such columns with pyarrow as datetime / date / Decimal objects,
+    # where the batches hold int64 / int32 counts and float64: in_set of a count, the
+    # filter the error message asks for (the count), or a float equal to a decimal
+    # emptied every row group (nothing read, rows silently lost) or raised TypeError.
+    import datetime as dt
+    import decimal
+    n = 8
+    ts = pa.array([dt.datetime(2020, 1, 1 + i) for i in range(n)], pa.timestamp("us"))
+    days = pa.array([dt.date(2020, 1, 1 + i) for i in range(n)], pa.date32())
+    pq.write_table(pa.table({"id": np.arange(n), "ts": ts, "d": days,
+                             "dec": pa.array([decimal.Decimal(i) / 10 for i in range(n)], pa.decimal128(5, 1))}),
+                   tmp_path / "a.parquet", row_group_size=4)
+    url = "file://" + str(tmp_path)
+
+    def ids(**kw):
+        with make_batch_reader(url, schema_fields=["id"], num_epochs=1, **kw) as reader:
+            return sorted(int(i) for b in reader for i in b.id)
+
+    assert ids(predicate=in_set({ts[5].value}, "ts")) == [5]
+    assert ids(predicate=in_set({days[6].value}, "d")) == [6]
+    assert ids(filters=[("ts", ">=", ts[5].value)]) == [5, 6, 7]
+    assert ids(filters=[("d", ">", dt.date(2020, 1, 6))]) == [6, 7]
+    expected = pq.read_table(tmp_path, filters=[("dec", "=", 0.1)])["id"].to_pylist()
+    assert ids(filters=[("dec", "=", 0.1)]) == expected == [1]
+    assert ids(predicate=in_set({0.5}, "dec")) == [5]
+
+
 def test_filters_prune_row_groups_holding_nulls_as_pyarrow_does(tmp_path):
     # The row-group pre-pass compared a column holding nulls (objects with None) with the
     # literal: `>` raised a raw TypeError. A null matches no comparison, as in pyarrow; a

@@ -153,6 +153,21 @@ def pa_types_plain_number(arrow_type: Any) -> bool:
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
 
 
+def _as_loaded(column: Any) -> Any:
+    """A pyarrow column in the type the engine loads it as, so that the row-group pre-pass
+    sees the values the batches hold: dates, times, timestamps and durations as their
+    int32 / int64 counts, decimals as float64 (not datetime or Decimal objects, which an
+    ``in_set`` of counts or a float ``filters`` value never equals)."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+        return column.cast(pa.int32() if t.bit_width == 32 else pa.int64())
+    if pa.types.is_decimal(t):
+        return column.cast(pa.float64())
+    return column
+
+
 def _as_column_value(data: np.ndarray, value: Any) -> Any:
     """A filter's date literal as the column holds it: pqloader hands dates out as int32
     days since 1970 (pyarrow compares a date32 column with a ``datetime.date``)."""
@@ -326,7 +341,7 @@ class Reader:
         all_fields = self._all_fields()
         columns: dict[str, Any] = {}
         for name in fields:
-            column = table.column(name)
+            column = _as_loaded(table.column(name))
             if pa_types_plain_number(column.type) and column.null_count == 0:
                 # In its own dtype: a list of large ints became float64, where neighbours are equal.
                 columns[name] = self._fix(name, column.to_numpy())
