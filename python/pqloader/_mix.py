@@ -84,7 +84,10 @@ class Mixture:
             if len(w) != len(loaders):
                 raise ValueError(f"weights must give one weight per source ({len(loaders)}), got {len(w)}")
         for n, x in zip(names, w):
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+            # (NumPy numbers too, as check_int and the Loader's options take them: weights
+            # computed with NumPy, np.array([3, 1]) or np.float32 shares)
+            if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(x) or x < 0:
                 raise ValueError(f"the weight of source {n!r} must be a finite number >= 0, got {x!r}")
         if sum(w) <= 0:
             raise ValueError("at least one weight must be positive")
@@ -331,6 +334,8 @@ class Mixture:
         # (MixStreamOptions::then_next_epoch), and the next epoch's length is drawn half
         # way, while the sources decode, not at the boundary.
         samples = self.epoch_samples(epoch)
+        if samples > 0:
+            self._check_sources_have_rows(epoch, samples)
         with self._lock:
             # A stale iterator (resumed after a newer one began) touches nothing.
             if generation != self._generation:
@@ -400,6 +405,26 @@ class Mixture:
                 stream.stop()  # a no-op if a newer iteration or close() stopped it
                 if self._stream is stream:
                     self._stream = None
+
+    def _check_sources_have_rows(self, epoch: int, samples: int) -> None:
+        """Refuse, naming it, a source without rows in `epoch` (its filter, shard or
+        drop_last leave it none) that the epoch's draws pick, before its first batch: the
+        stream raised only at the batch that first drew it, as "mixture source 0 has no
+        rows". A packing source's wraps may hold blocks where its first read does not
+        (the stream's own check counts them)."""
+        empty = [i for i, (l, w, rows) in enumerate(zip(self._loaders, self._weights, self._rows_of(epoch)))
+                 if w > 0 and rows == 0 and l.options.pack is None]
+        if not empty:
+            return
+        counts = _core.mix_count(self._seed, epoch, samples, self._cumulative)
+        for i in empty:
+            if counts[i] > 0:
+                o = self._loaders[i].options
+                raise InvalidDataError(
+                    f"mixture source {self._names[i]!r} has no rows in epoch {epoch} on rank {o.rank} "
+                    f"of {o.world_size} (its filter, shard or drop_last leave it none), but its weight "
+                    f"{self._weights[i]:g} draws it {counts[i]} times in the epoch's {samples} samples; "
+                    "give it weight 0")
 
     def _stop_stream(self) -> None:
         if self._stream is not None:

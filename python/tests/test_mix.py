@@ -687,6 +687,25 @@ def test_mix_refuses_what_it_cannot_mix(sources):
         pqloader.mix([pqloader.Loader(str(root / "web"), batch_transform=lambda b: b), ls["code"]], [1, 1])
 
 
+def test_numpy_weights_mix_as_the_same_python_numbers(sources):
+    # Weights computed with NumPy (np.array([...]), np.float32 shares) are numbers:
+    # refusing them said "must be a finite number >= 0, got np.float32(1.0)".
+    root, _ = sources
+    want = run(pqloader.mix(loaders(root), [3, 1, 1], seed=2, batch_size=100, samples_per_epoch=400))
+    for w in (np.array([3, 1, 1]), [np.float32(3), np.float32(1), np.float64(1)],
+              {"web": np.int64(3), "code": np.uint8(1), "books": np.float16(1)}):
+        got = run(pqloader.mix(loaders(root), w, seed=2, batch_size=100, samples_per_epoch=400))
+        assert len(got) == len(want)
+        for x, y in zip(got, want):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+    ls = loaders(root)
+    with pytest.raises(ValueError, match="finite number"):
+        pqloader.mix(ls, [np.float32("nan"), 1, 1])
+    with pytest.raises(ValueError, match="finite number"):
+        pqloader.mix(ls, [np.bool_(True), 1, 1])
+
+
 def test_stats_sum_the_sources(sources):
     root, sizes = sources
     m = pqloader.mix(loaders(root), [1, 1, 1], seed=1, samples_per_epoch=900, batch_size=100)
@@ -1116,6 +1135,25 @@ def test_an_empty_source_of_weight_0_does_not_end_a_stop_first_epoch(tmp_path):
                       "b": pqloader.Loader(str(tmp_path / "b"), batch_size=10, filter="x < 0")},
                      [1.0, 0.0], seed=0, stop="first")
     assert sorted(np.concatenate([b["x"] for b in m]).tolist()) == list(range(100))
+
+
+@pytest.mark.parametrize("kw", [dict(stop="last"), dict(samples_per_epoch=50)])
+def test_a_drawn_source_that_its_filter_leaves_empty_is_named_before_the_first_batch(tmp_path, kw):
+    # The stream raised "mixture source 0 has no rows" (its index, no cause) at the batch
+    # that first drew it, after the batches before it.
+    for name, rows in (("a", range(100)), ("b", range(1000, 1010))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+
+    def mixture(weights):
+        return pqloader.mix({"a": pqloader.Loader(str(tmp_path / "a"), batch_size=10),
+                             "b": pqloader.Loader(str(tmp_path / "b"), batch_size=10, filter="x < 0")},
+                            weights, seed=0, batch_size=10, **kw)
+
+    it = iter(mixture([1.0, 0.05]))
+    with pytest.raises(pqloader.InvalidDataError, match=r"source 'b' has no rows in epoch 0 .*filter.*weight 0"):
+        next(it)
+    assert len(run(mixture([1.0, 0.0]))) > 0  # never drawn: not refused
 
 
 def test_endless_epochs_of_no_batch_raise_instead_of_spinning(sources):
