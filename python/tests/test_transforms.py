@@ -244,6 +244,29 @@ def test_cmyk_and_ycck_jpegs_decode_like_pil_within_tolerance(name, kind):
     assert scaled.shape == full.shape and np.abs(scaled.astype(int) - full.astype(int)).mean() < DCT_MEAN_DIFF
 
 
+
+@pytest.mark.parametrize("subsampling", ["4:2:2", "4:2:0"])
+def test_cmyk_jpeg_with_a_subsampled_first_component_decodes_like_pil(subsampling):
+    # Pillow writes CMYK with subsampling= as C 2x1 or 2x2, M Y K 1x1: TurboJPEG 2.x's
+    # tjDecompressHeader3 has no TJSAMP for that and fails ("Could not determine
+    # subsampling type"), though it has read the size and colour space and tjDecompress2
+    # decodes the file; it was refused as a "corrupt JPEG header" (skipped under
+    # on_decode_error="skip"), where PIL decodes it.
+    b = io.BytesIO()
+    Image.fromarray(photos()["coffee"]).convert("CMYK").save(b, format="JPEG", quality=90,
+                                                               subsampling=subsampling)
+    data = b.getvalue()
+    pil = Image.open(io.BytesIO(data))
+    ref = np.asarray(pil.convert("RGB")).astype(int)
+    got = apply([T.DecodeImage()], data).astype(int)
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
+    gray = apply([T.DecodeImage("gray")], data)
+    assert np.abs(gray[..., 0].astype(int) - np.asarray(pil.convert("L"))).max() <= JPEG_MAX_DIFF
+    scaled, full = dct_scaled_and_full(data, 128)
+    assert scaled.shape == full.shape and np.abs(scaled.astype(int) - full.astype(int)).mean() < DCT_MEAN_DIFF
+
+
 def exif_jpeg(photo, orientation: int, quality: int = 90) -> bytes:
     """`photo` as a JPEG whose EXIF says `orientation` (written by PIL)."""
     exif = Image.Exif()

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 #include "pqloader/error.h"
 #include "pqloader/transform/op.h"
@@ -215,8 +217,15 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &width, &height, &subsamp,
                           &colorspace) != 0) {
     // A warning (extraneous bytes between markers, as PIL accepts them) comes after the
-    // whole header was read: decoded on. An error is the header's end.
-    if (!HarmlessJpegWarning(h)) {
+    // whole header was read: decoded on. So does a sampling TurboJPEG 2.x has no name for
+    // (a CMYK file whose first component alone is subsampled, as Pillow writes them): it
+    // reads the size and colour space and ends the decompression cleanly before that
+    // error, and tjDecompress2 reads the header anew without naming it (3.x reports
+    // TJSAMP_UNKNOWN instead). Any other error is the header's end.
+    const bool unnamed_sampling = std::string_view(tjGetErrorStr2(h)).find(
+                                      "Could not determine subsampling type") !=
+                                  std::string_view::npos;
+    if (!HarmlessJpegWarning(h) && !unnamed_sampling) {
       return arrow::Status::Invalid("corrupt JPEG header: ", tjGetErrorStr2(h));
     }
   }
