@@ -10,6 +10,7 @@ by the README's type table (decimals → float64 via pyarrow's cast, structs fla
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import io
 import os
@@ -356,25 +357,30 @@ def test_hf_array2d_list_of_lists_of_one_length_is_refused_naming_the_column(tmp
 
 
 # ---------------------------------------------------------------------------
-# Spark (pyspark local mode): decimals, structs, arrays of strings, null partitions
+# Spark (pyspark local mode): decimals, structs, arrays of strings, null partitions,
+# INT96 timestamps (Spark's default) with its 9999-12-31 "end of time"
 # ---------------------------------------------------------------------------
 
 SPARK_SCRIPT = r"""
+import datetime
 import sys
 from decimal import Decimal
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 spark = (SparkSession.builder.master("local[1]").appName("pqloader-writers")
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
-         .config("spark.driver.memory", "1g").getOrCreate())
+         .config("spark.driver.memory", "1g").config("spark.sql.session.timeZone", "UTC")
+         .getOrCreate())
 schema = T.StructType([
     T.StructField("id", T.LongType()),
     T.StructField("amount", T.DecimalType(10, 3)),
     T.StructField("info", T.StructType([T.StructField("k", T.IntegerType()), T.StructField("v", T.StringType())])),
     T.StructField("words", T.ArrayType(T.StringType())),
     T.StructField("region", T.StringType()),
+    T.StructField("valid_to", T.TimestampType()),
 ])
-rows = [(i, Decimal(i) / Decimal(8), (i % 9, "v%d" % i), ["a%d" % i, "b"], None if i % 4 == 0 else "r%d" % (i % 3))
+rows = [(i, Decimal(i) / Decimal(8), (i % 9, "v%d" % i), ["a%d" % i, "b"], None if i % 4 == 0 else "r%d" % (i % 3),
+         datetime.datetime(9999, 12, 31, 23, 59, 59) if i % 5 == 0 else datetime.datetime(2020, 1, 1 + i % 28, i % 24))
         for i in range(__N__)]
 spark.createDataFrame(rows, schema).coalesce(1).write.partitionBy("region").parquet(sys.argv[1])
 spark.stop()
@@ -389,7 +395,7 @@ def spark_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("spark") / "out"
     script = tmp_path_factory.mktemp("spark_script") / "write.py"
     script.write_text(SPARK_SCRIPT.replace("__N__", str(N)))
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, TZ="UTC")
     done = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
                           env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -399,7 +405,8 @@ def spark_dir(tmp_path_factory):
 def test_spark_dataset_with_decimals_structs_arrays_and_null_partition_equals_pyarrow(spark_dir):
     names = {p.name for p in spark_dir.rglob("*")}
     assert "_SUCCESS" in names and any(n.startswith("region=__HIVE_DEFAULT_PARTITION__") for n in names)
-    got = collect(pqloader.Loader(str(spark_dir), null_mask=["region"], batch_size=50))
+    got = collect(pqloader.Loader(str(spark_dir), null_mask=["region"], batch_size=50,
+                                  columns=["id", "amount", "info", "words", "region"]))
     table = pads.dataset(str(spark_dir), partitioning="hive").to_table().sort_by("id")
     order = np.argsort(got["id"])
     expected = expected_of(table)
@@ -414,6 +421,23 @@ def test_spark_dataset_with_decimals_structs_arrays_and_null_partition_equals_py
     region = [got["region"][i] for i in order]
     valid = got["region_valid"][order]
     assert [r if v else None for r, v in zip(region, valid)] == table["region"].to_pylist()
+
+
+def test_spark_int96_end_of_time_is_refused_as_nanoseconds_and_loads_as_microseconds(spark_dir):
+    files = sorted(spark_dir.rglob("*.parquet"))
+    schemas = [pq.ParquetFile(f).schema for f in files]
+    assert {s.column(s.names.index("valid_to")).physical_type for s in schemas} == {"INT96"}
+    with pytest.raises(pqloader.InvalidDataError, match="9999-12-31.*coerce_int96_timestamp_unit='us'"):
+        collect(pqloader.Loader(str(spark_dir), columns=["id", "valid_to"]))
+    got = collect(pqloader.Loader(str(spark_dir), columns=["id", "valid_to"], shuffle=True, seed=5,
+                                  coerce_int96_timestamp_unit="us"))
+    table = pads.dataset(str(spark_dir), partitioning="hive").to_table(columns=["id"]).sort_by("id")
+    expected = pq.read_table(spark_dir, columns=["id", "valid_to"], coerce_int96_timestamp_unit="us").sort_by("id")
+    assert expected["id"].to_pylist() == table["id"].to_pylist()
+    by_id = dict(zip(expected["id"].to_pylist(), expected["valid_to"].cast(pa.int64()).to_pylist()))
+    assert got["valid_to"].tolist() == [by_id[i] for i in got["id"].tolist()]
+    end = pa.scalar(datetime.datetime(9999, 12, 31, 23, 59, 59), pa.timestamp("us")).value
+    assert sum(v == end for v in by_id.values()) == len([i for i in by_id if i % 5 == 0]) > 0
 
 
 def test_hf_gray_images_without_channel_axis_on_request(hf_image_file):
