@@ -439,12 +439,19 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
         counts = _check_counts(state["rank_batches"], "state['rank_batches']", old_world)
         _field_int(state, "batch", 0, MAX_COUNT)
     else:  # ranks train in lockstep
-        batch = _field_int(state, "batch", 0, MAX_COUNT if resized else num_batches(epoch, base))
+        batch = _field_int(state, "batch", 0, MAX_COUNT)
         assert batch is not None
         counts = [batch] * old_world
     if not resized:  # each rank continues its own stream
-        batch = _field_int({"batch": counts[mine["rank"]]}, "batch", 0, num_batches(epoch, base))
-        assert batch is not None
+        batch = counts[mine["rank"]]
+        count = num_batches(epoch, base)
+        if batch > count:
+            where = f"state['rank_batches'][{mine['rank']}]" if "rank_batches" in state else "state['batch']"
+            # The options agree, so the rows do not: say so, not just the bound.
+            raise InvalidDataError(
+                f"{where} is {batch}, past the {count} batches this loader has in epoch "
+                f"{epoch}: the state was taken over other rows (a filter's Predicate, whose code a "
+                "state does not record, or files whose footers did not change, select others now)")
         return Restored(epoch=epoch, batch=batch, iteration_end=end, seed=new_seed, elastic=base)
     # The engine checks the counts against what each old rank had (recursively).
     elastic = {"world_size": old_world, "batch_size": old_batch_size, "batches": counts, "base": base}

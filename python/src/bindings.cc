@@ -1159,6 +1159,12 @@ NB_MODULE(_core, m) {
                if (described.find("...") != std::string::npos) {
                  f += "#" + pqloader::FooterHash(filter.serialized_expression);
                }
+               // And literals whose text leaves their type out (float32 0.1 as 0.1, a
+               // double 2.0 as 2): their types, only where there are such (other
+               // filters' states keep their form).
+               const std::string types =
+                   pqloader::AmbiguousLiteralTypes(filter.serialized_expression);
+               if (!types.empty()) f += "|filter-literals=" + types;
              }
              for (const auto& c : filter.predicate_columns) f += "|predicate:" + c;
              return f;

@@ -327,6 +327,55 @@ def test_states_tell_apart_filters_whose_descriptions_arrow_abbreviates(data):
     same.load_state_dict(mine.state_dict())  # the same filter is taken
 
 
+@pytest.mark.parametrize("theirs, mine", [
+    (pc.field("x") <= np.float32(0.1), pc.field("x") <= 0.1),  # both print "(x <= 0.1)"
+    ((pc.field("cat") / 2.0) == 1, (pc.field("cat") / 2) == 1),  # both "divide_checked(cat, 2)"
+    (pc.field("s") == pa.scalar(b"s1"), pc.field("s") == "7331"),  # bytes print as hex
+    (pc.equal(pc.add(pc.field("u"), pa.scalar(1, pa.uint8())), 0), pc.equal(pc.add(pc.field("u"), 1), 0)),
+    (pc.field("x").isin(pa.array([0.1], pa.float32())), pc.field("x").isin([0.1])),  # (its type is printed)
+])
+def test_states_tell_apart_filters_whose_literals_print_alike(tmp_path, theirs, mine):
+    # A literal's text leaves out its type: a state of one filter resumed the other's
+    # selection (float32 0.1 keeps rows a double 0.1 does not; 2.0 divides as a double).
+    x = np.array([0.1] * 10 + [float(np.float32(0.1))] * 10 + [0.5] * 20)
+    pq.write_table(pa.table({"id": np.arange(40), "x": x, "cat": np.arange(40) % 5,
+                             "s": ["s1"] * 10 + ["7331"] * 30, "u": np.arange(216, 256, dtype=np.uint8)}),
+                   tmp_path / "a.parquet", row_group_size=10)
+    a = pqloader.Loader(str(tmp_path), filter=theirs, batch_size=2, columns=["id"])
+    b = pqloader.Loader(str(tmp_path), filter=mine, batch_size=2, columns=["id"])
+
+    def ids(f):
+        return [int(i) for batch in pqloader.Loader(str(tmp_path), filter=f, batch_size=64, columns=["id"])
+                for i in batch["id"]]
+
+    assert ids(theirs) != ids(mine)  # other selections
+    next(iter(a))
+    with pytest.raises(pqloader.InvalidDataError, match="transforms.*(filter-literals|value_set=float)"):
+        b.load_state_dict(a.state_dict())
+    same = pqloader.Loader(str(tmp_path), filter=theirs, batch_size=2, columns=["id"])
+    same.load_state_dict(a.state_dict())  # the same filter is taken
+    # A filter without such literals keeps its fingerprint's text (states saved before load).
+    plain = pqloader.Loader(str(tmp_path), filter=pc.field("x") <= 0.1, columns=["id"])
+    assert plain.state_dict()["options"]["transforms"] == "|filter=(x <= 0.1)"
+
+
+def test_a_state_past_the_batches_of_another_predicates_selection_says_why(tmp_path):
+    # A state records a Predicate's columns, not its code: one that now keeps fewer rows
+    # leaves the state's position past the end, which the error explains.
+    pq.write_table(pa.table({"id": np.arange(100), "cat": np.arange(100) % 5}), tmp_path / "a.parquet",
+                   row_group_size=25)
+    a = pqloader.Loader(str(tmp_path), filter=pqloader.Predicate(["cat"], lambda b: pc.less(b["cat"], 4)),
+                        batch_size=10, columns=["id"])
+    it = iter(a)
+    for _ in range(7):
+        next(it)
+    b = pqloader.Loader(str(tmp_path), filter=pqloader.Predicate(["cat"], lambda b: pc.less(b["cat"], 1)),
+                        batch_size=10, columns=["id"])
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"state\['batch'\] is 7, past the 2 batches .*epoch 0.*Predicate"):
+        b.load_state_dict(a.state_dict())
+
+
 def batches(loader):
     return [b["id"].copy() for b in loader]
 

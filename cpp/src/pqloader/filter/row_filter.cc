@@ -1171,4 +1171,64 @@ std::string DescribeExpression(const std::string& serialized_expression) {
   return expr.ok() ? expr->ToString() : "";
 }
 
+namespace {
+
+void AddIfAmbiguous(const arrow::Datum& value, std::set<std::string>* out) {
+  const std::shared_ptr<arrow::DataType> type = value.type();
+  if (type == nullptr) return;
+  switch (type->id()) {
+    case arrow::Type::HALF_FLOAT:
+    case arrow::Type::FLOAT:
+    case arrow::Type::BINARY:
+    case arrow::Type::LARGE_BINARY:
+    case arrow::Type::BINARY_VIEW:
+    case arrow::Type::FIXED_SIZE_BINARY:
+    case arrow::Type::INT8:
+    case arrow::Type::INT16:
+    case arrow::Type::INT32:
+    case arrow::Type::UINT8:
+    case arrow::Type::UINT16:
+    case arrow::Type::UINT32:
+      out->insert(type->ToString());
+      return;
+    case arrow::Type::UINT64:  // below 2^63, an int64 prints alike
+      if (value.is_scalar() && value.scalar()->is_valid &&
+          static_cast<const arrow::UInt64Scalar&>(*value.scalar()).value < (uint64_t{1} << 63)) {
+        out->insert(type->ToString());
+      }
+      return;
+    case arrow::Type::DOUBLE: {  // a finite whole one prints as that integer
+      if (!value.is_scalar() || !value.scalar()->is_valid) return;
+      const double v = static_cast<const arrow::DoubleScalar&>(*value.scalar()).value;
+      if (std::isfinite(v) && v == std::trunc(v)) out->insert(type->ToString());
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void CollectAmbiguousLiterals(const cp::Expression& e, std::set<std::string>* out) {
+  if (const arrow::Datum* literal = e.literal()) {
+    AddIfAmbiguous(*literal, out);
+    return;
+  }
+  const cp::Expression::Call* call = e.call();
+  if (call == nullptr) return;
+  // (is_in's value set is an option, printed with its type: "value_set=float:[...]")
+  for (const cp::Expression& argument : call->arguments) CollectAmbiguousLiterals(argument, out);
+}
+
+}  // namespace
+
+std::string AmbiguousLiteralTypes(const std::string& serialized_expression) {
+  auto expr = ReadExpression(serialized_expression);
+  if (!expr.ok()) return "";
+  std::set<std::string> types;
+  CollectAmbiguousLiterals(*expr, &types);
+  std::string out;
+  for (const std::string& t : types) out += (out.empty() ? "" : ",") + t;
+  return out;
+}
+
 }  // namespace pqloader

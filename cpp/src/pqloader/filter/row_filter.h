@@ -107,4 +107,12 @@ std::string SelectionFingerprint(const Split& split);
 /// A human-readable form of a serialized expression (for messages), or "".
 std::string DescribeExpression(const std::string& serialized_expression);
 
+/// The types of the expression's literals whose text in
+/// DescribeExpression can stand for another value, comma-separated and sorted, or "":
+/// float16 and float32 print as their shortest decimal (float32 0.1 as a double 0.1
+/// prints), binaries as hex (b"s1" as the string "7331"), integers but int64 by their
+/// value only (uint8 arithmetic wraps where int64's does not; a uint64 past int64 is no
+/// other type's), a double of a whole value as that integer (`x / 2.0` as `x / 2`).
+std::string AmbiguousLiteralTypes(const std::string& serialized_expression);
+
 }  // namespace pqloader
