@@ -216,6 +216,12 @@ def _ray_train_rank_world() -> tuple[int, int] | None:
         return None
     try:
         context = train.get_context()
+        if not type(context).__module__.startswith("ray.train.v2"):
+            # Ray Train v1 (RAY_TRAIN_V2_ENABLED=0, older Ray): outside a worker its getters
+            # warn (once) and answer rank 0 of 1 instead of raising; a worker has a session.
+            session = sys.modules.get("ray.train._internal.session")
+            if session is None or session.get_session() is None:
+                return None
         return int(context.get_world_rank()), int(context.get_world_size())
     except Exception:  # noqa: BLE001 - the driver, or a process Ray Train did not launch
         return None
@@ -319,11 +325,25 @@ def check_process_group_agrees(rank: int, world: int) -> None:
     ``WORLD_SIZE``, as ``mp.spawn`` leaves it) took rank 0 of 1 on every process: each
     would read every row, training each one world-size times per epoch, silently.
 
+    Without a process group, a Ray Train worker's context is checked the same way: a
+    ``pqloader.torch.IterableDataset`` made on the driver (rank 0 of 1) and passed into
+    the workers of a trainer without torch (``DataParallelTrainer``).
+
     Raises:
-        ValueError: An initialised process group gives another rank or world size.
+        ValueError: An initialised process group, else a Ray Train worker's context,
+            gives another rank or world size.
     """
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
+        ray_train = _ray_train_rank_world()
+        if ray_train is not None and ray_train != (rank, world):
+            raise ValueError(f"this Loader is rank {rank} of {world}, found when it was built, but "
+                             f"the Ray Train worker's context (ray.train.get_context()) says rank "
+                             f"{ray_train[0]} of {ray_train[1]}: it was built outside this worker "
+                             f"(e.g. on the driver; its shard is not this rank's: rows would be "
+                             f"repeated or missed across ranks); build it in the training "
+                             f"function, or pass rank= and world_size= (world_size=1: every rank "
+                             f"reads every row)")
         return
     group_rank, group_world = dist.get_rank(), dist.get_world_size()
     if (group_rank, group_world) != (rank, world):

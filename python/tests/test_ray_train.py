@@ -110,3 +110,42 @@ def test_outside_ray_train_the_rank_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     from pqloader import _env
     assert _env.resolve_rank_world(None, None) == (1, 3)
+
+
+def test_outside_a_ray_train_v1_worker_the_rank_comes_from_the_environment(monkeypatch):
+    # Ray Train v1 (RAY_TRAIN_V2_ENABLED=0, Ray before v2 was the default): outside a
+    # worker, get_context() does not raise; its getters warn once and answer rank 0 of 1,
+    # which must not hide RANK/WORLD_SIZE (every rank would read every row).
+    import warnings
+
+    import ray.train
+    v1_context = pytest.importorskip("ray.train.context")
+    monkeypatch.setattr(ray.train, "get_context", v1_context.get_context)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    from pqloader import _env
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert _env.resolve_rank_world(None, None) == (1, 3)
+        assert _env.resolve_rank_world(None, None) == (1, 3)  # the getters warn only once
+
+
+def test_a_dataset_made_outside_a_ray_train_worker_refuses_to_iterate_in_it(monkeypatch, tmp_path):
+    # Made on the driver (rank 0 of 1 found there) and passed into the workers of a
+    # trainer without a torch process group (DataParallelTrainer): each worker would read
+    # every row, silently; under TorchTrainer the process group check refuses it.
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import pqloader.torch
+    from pqloader import _env
+    pq.write_table(pa.table({"id": np.arange(100)}), tmp_path / "part.parquet", row_group_size=10)
+    ds = pqloader.torch.IterableDataset(pqloader.Loader(str(tmp_path), batch_size=10))
+    sent = pickle.dumps(ds)  # on the driver
+    monkeypatch.setattr(_env, "_ray_train_rank_world", lambda: (1, 2))  # in a worker
+    with pytest.raises(ValueError, match=r"rank 0 of 1.*Ray Train worker's context.*rank 1 of 2"):
+        list(pqloader.torch.DataLoader(pickle.loads(sent), batch_size=None))
+    given = pqloader.torch.IterableDataset(pqloader.Loader(str(tmp_path), batch_size=10, rank=0, world_size=1))
+    assert sum(len(b["id"]) for b in pqloader.torch.DataLoader(given, batch_size=None)) == 100
