@@ -349,7 +349,7 @@ class Mixture:
             stream = _core.MixStream([l._engine.core() for l in self._loaders], [l.seed for l in self._loaders],
                                      self._cumulative, self._seed, self._batch_size, epoch, batch,
                                      samples, self.num_batches(epoch), self._source_column,
-                                     then_next, kept)
+                                     then_next, kept, [str(n) for n in self._names])
             self._stream = stream
             self._epochs_in_place += int(stream.in_place)
         transform = self._batch_transform

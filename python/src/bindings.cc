@@ -1019,14 +1019,17 @@ class PyMixStream {
               const std::vector<double>& cumulative, uint64_t seed,
               int64_t batch_size, int64_t epoch, int64_t first_batch, int64_t samples,
               int64_t num_batches, const nb::object& source_column, bool then_next_epoch,
-              const PyMixKeptDraws* kept_draws)
+              const PyMixKeptDraws* kept_draws, const std::vector<std::string>& names)
       : loaders_(loaders) {
     if (seeds.size() != loaders.size()) throw nb::value_error("MixStream: one seed per source");
+    if (!names.empty() && names.size() != loaders.size()) {
+      throw nb::value_error("MixStream: one name per source");
+    }
     std::vector<MixSource> sources;
     for (size_t i = 0; i < loaders.size(); ++i) {
       Loader* loader = nb::cast<PyLoader*>(loaders[i])->mutable_loader();
       if (loader == nullptr) throw nb::value_error("MixStream: a source has no engine");
-      sources.push_back(MixSource{loader, seeds[i]});
+      sources.push_back(MixSource{loader, seeds[i], names.empty() ? "" : names[i]});
     }
     if (!source_column.is_none()) source_column_ = nb::cast<std::string>(source_column);
     MixStreamOptions o;
@@ -1208,10 +1211,11 @@ NB_MODULE(_core, m) {
       .def(nb::init<const std::vector<nb::object>&, const std::vector<uint64_t>&,
                     const std::vector<double>&, uint64_t, int64_t,
                     int64_t, int64_t, int64_t, int64_t, const nb::object&, bool,
-                    const pqloader::PyMixKeptDraws*>(),
+                    const pqloader::PyMixKeptDraws*, const std::vector<std::string>&>(),
            "loaders"_a, "seeds"_a, "cumulative"_a, "seed"_a, "batch_size"_a, "epoch"_a,
            "first_batch"_a, "samples"_a, "num_batches"_a, "source_column"_a.none(),
-           "then_next_epoch"_a = false, "kept_draws"_a.none() = nb::none())
+           "then_next_epoch"_a = false, "kept_draws"_a.none() = nb::none(),
+           "names"_a = std::vector<std::string>{})
       .def("next", &pqloader::PyMixStream::Next)
       .def_prop_ro("in_place", &pqloader::PyMixStream::in_place)
       .def("set_next_epoch", &pqloader::PyMixStream::SetNextEpoch, "samples"_a, "num_batches"_a,

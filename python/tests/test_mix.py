@@ -214,7 +214,7 @@ def test_a_source_used_by_itself_mid_epoch_stops_the_mixture_with_an_error(sourc
         assert len(own) == len(alone)
         for x, y in zip(own, alone):
             np.testing.assert_array_equal(x["id"], y["id"])
-    with pytest.raises(RuntimeError, match="source 0 was started or stopped by another caller"):
+    with pytest.raises(RuntimeError, match="source 'web' was started or stopped by another caller"):
         for b in it:  # the rows it holds already (a batch or two) are handed out first
             got += run([b])
     got += run(m)  # a new iteration from the mixture's position
@@ -1154,6 +1154,23 @@ def test_a_drawn_source_that_its_filter_leaves_empty_is_named_before_the_first_b
     with pytest.raises(pqloader.InvalidDataError, match=r"source 'b' has no rows in epoch 0 .*filter.*weight 0"):
         next(it)
     assert len(run(mixture([1.0, 0.0]))) > 0  # never drawn: not refused
+
+
+def test_a_packed_source_without_blocks_is_named_by_the_stream(tmp_path):
+    # The stream's own check (packed sources are left to it): it named the source by its
+    # index ("mixture source 1 has no rows").
+    docs = [np.arange(1, 1 + k, dtype=np.int32) for k in range(5, 40)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32())), "n": np.arange(len(docs))}),
+                   tmp_path / "t.parquet", row_group_size=5)
+
+    def source(**kw):
+        return pqloader.Loader(str(tmp_path / "t.parquet"), batch_size=2, columns=["tokens"],
+                               pack=pqloader.Pack("tokens", 16), **kw)
+
+    m = pqloader.mix({"a": source(), "b": source(filter="n < 0")}, [1, 1], batch_size=2, seed=0,
+                     samples_per_epoch=20)
+    with pytest.raises(pqloader.InvalidDataError, match="mixture source 'b' has no rows"):
+        run(m)
 
 
 def test_endless_epochs_of_no_batch_raise_instead_of_spinning(sources):

@@ -20,6 +20,16 @@ namespace pqloader {
 
 using FixedRows = TransformPlan::FixedRows;
 
+namespace {
+
+// "mixture source 'web'", or "mixture source 1" for one without a name.
+std::string SourceName(const MixSource& source, size_t i) {
+  return source.name.empty() ? "mixture source " + std::to_string(i)
+                             : "mixture source '" + source.name + "'";
+}
+
+}  // namespace
+
 // The blocks of an epoch's batches written in place, and where each source's rows of
 // each batch go (see mix_stream.h). Made once before the sources start; the blocks are
 // made by the first source writing rows of a batch and taken by the stream.
@@ -180,7 +190,7 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
   stream->pool_ = pool;
   for (size_t i = 0; i < sources.size(); ++i) {
     if (sources[i].loader->stacks()) {
-      return arrow::Status::Invalid("mixture source ", i,
+      return arrow::Status::Invalid(SourceName(sources[i], i),
                                     " stacks columns (stack=): a mixture's sources may not");
     }
   }
@@ -192,8 +202,8 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
       same = specs[c].name == stream->specs_[c].name && specs[c].kind == stream->specs_[c].kind;
     }
     if (!same) {
-      return arrow::Status::Invalid("mixture source ", i,
-                                    " gives other columns (names or kinds) than source 0");
+      return arrow::Status::Invalid(SourceName(sources[i], i), " gives other columns (names or kinds) than ",
+                                    SourceName(sources[0], 0));
     }
   }
   ARROW_RETURN_NOT_OK(stream->FindListColumns(sources));
@@ -401,7 +411,7 @@ arrow::Status MixStream::CheckOwned(size_t i) const {
   const SourceState& s = sources_[i];
   if (s.source.loader->run_calls() == s.run_calls) return arrow::Status::OK();
   return arrow::Status::Cancelled(
-      "mixture source ", i, " was started or stopped by another caller while the mixture "
+      SourceName(sources_[i].source, i), " was started or stopped by another caller while the mixture "
       "read it (iterated by itself, set_epoch, load_state_dict or close(), or another "
       "mixture): this mixture iterator stopped; iterate the mixture again");
 }
@@ -414,7 +424,7 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
   int64_t empty = 0;
   bool gave = true;
   if (next_started_ && s.buffered < need) {  // its loader reads the next epoch now
-    return arrow::Status::Invalid("mixture source ", i, " holds ", s.buffered,
+    return arrow::Status::Invalid(SourceName(sources_[i].source, i), " holds ", s.buffered,
                                   " rows where the rest of the epoch draws ", need);
   }
   while (s.buffered < need) {
@@ -430,12 +440,12 @@ arrow::Status MixStream::Fill(size_t i, int64_t need, std::chrono::nanoseconds t
     }
     if (batch == nullptr) {  // the source's epoch ended: its next wrap
       if (in_place_ != nullptr) {  // MakeInPlace counted every row each source gives
-        return arrow::Status::UnknownError("mixture source ", i, " ran out of rows in an epoch written in place");
+        return arrow::Status::UnknownError(SourceName(sources_[i].source, i), " ran out of rows in an epoch written in place");
       }
       // A packed source's wrap (another seed) may hold no whole batch on this rank
       // while others do; one that gives nothing wrap after wrap has no rows.
       if (!gave && ++empty >= (packed_ ? kMaxEmptyWraps : 1)) {
-        return MakeError(ErrorKind::kInvalidData, "mixture source ", i, " has no rows",
+        return MakeError(ErrorKind::kInvalidData, SourceName(sources_[i].source, i), " has no rows",
                          packed_ ? " (none in " + std::to_string(empty) + " reads of its epoch in a row)" : "");
       }
       ARROW_RETURN_NOT_OK(Open(s, s.wrap + 1, 0));
@@ -889,8 +899,9 @@ arrow::Status MixStream::FindPackedColumns(const std::vector<MixSource>& sources
   for (size_t i = 1; i < sources.size(); ++i) {
     const PackOptions& p = sources[i].loader->options().pack;
     if (p.seq_len != first.seq_len) {
-      return arrow::Status::Invalid("mixture source ", i, " packs blocks of ", p.seq_len,
-                                    " tokens, source 0 of ", first.seq_len, ": they must agree");
+      return arrow::Status::Invalid(SourceName(sources[i], i), " packs blocks of ", p.seq_len,
+                                    " tokens, ", SourceName(sources[0], 0), " of ", first.seq_len,
+                                    ": they must agree");
     }
   }
   bool cu = false, segments = false;

@@ -63,6 +63,8 @@ uint64_t WrapSeed(uint64_t seed, int64_t wrap);
 struct MixSource {
   Loader* loader = nullptr;
   uint64_t seed = 0;
+  /// How messages name it (the mixture's name for it); empty: by its index.
+  std::string name;
 };
 
 /// What one epoch of a mixture reads.

@@ -37,7 +37,7 @@ Sources MakeSources(int workers, bool shuffle = true) {
     o.plan.seed = seed++;
     o.num_workers = workers;
     s.loaders.push_back(Loader::Make({dir + f}, o).ValueOrDie());
-    s.mix.push_back(MixSource{s.loaders.back().get(), o.plan.seed});
+    s.mix.push_back(MixSource{s.loaders.back().get(), o.plan.seed, ""});
   }
   return s;
 }
@@ -280,7 +280,7 @@ TEST(MixStream, RefusesSourcesWithOtherColumns) {
   LoaderOptions o;
   o.dataset.columns.columns = {"x"};
   auto other = Loader::Make({dir}, o).ValueOrDie();
-  s.mix[1] = MixSource{other.get(), 1};
+  s.mix[1] = MixSource{other.get(), 1, ""};
   auto made = MixStream::Make(s.mix, Options(0, 0), RecyclingPool::Global());
   ASSERT_FALSE(made.ok());
   EXPECT_NE(made.status().message().find("other columns"), std::string::npos) << made.status();
@@ -301,7 +301,7 @@ TEST(MixStream, RefusesPackedBatchesBeyondInt32CuSeqlens) {
     o.plan.batch_size = 1;
     o.plan.seed = seed;
     loaders.push_back(Loader::Make({path}, o).ValueOrDie());
-    mix.push_back(MixSource{loaders.back().get(), seed});
+    mix.push_back(MixSource{loaders.back().get(), seed, ""});
   }
   MixStreamOptions o = Options(0, 0);
   o.batch_size = 2048;
@@ -369,7 +369,7 @@ TEST(MixStream, SourcesWithAnotherDtypeOfOneWidthAreNotWrittenInPlace) {
   o.plan.shuffle = true;
   auto other = Loader::Make({dir + "/c.parquet"}, o).ValueOrDie();
   ASSERT_TRUE(other->gathers_windows());
-  s.mix[1] = MixSource{other.get(), 1};
+  s.mix[1] = MixSource{other.get(), 1, ""};
   MixStreamOptions opts = Options(0, 0);
   opts.samples = 20;
   opts.num_batches = 4;
