@@ -933,3 +933,55 @@ def test_a_filter_comparing_a_column_with_a_value_of_another_kind_names_the_filt
         with pytest.raises(TypeError, match=f"filter.*{flt[0][0]!r}.*cannot be compared"):
             with make_reader(CODECS, schema_fields=["id"], filters=flt) as reader:
                 list(reader)
+
+
+def test_filters_not_in_keeps_nulls_as_pyarrow_does(tmp_path):
+    # pyarrow's `not in` is ~is_in, and is_in of a null is false: the null rows are kept.
+    # They were pruned with their row group, silently.
+    pq.write_table(pa.table({"id": pa.array([0, 1], pa.int64()), "v": pa.array([None, None], pa.float64())}),
+                   tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([2, 3], pa.int64()), "v": pa.array([1.0, 2.0])}), tmp_path / "b.parquet")
+    filters = [("v", "not in", [1.0])]
+    want = sorted(pq.read_table(tmp_path, filters=filters).column("id").to_pylist())
+    assert want == [0, 1, 3]
+    mask = reader_module._FiltersPredicate(filters).mask({"v": np.array([None, 1.0, 2.0], dtype=object)})
+    assert mask.tolist() == [True, False, True]
+    with pytest.raises(pqloader.InvalidDataError, match="'v'.*null"):  # not dropped: the nulls are refused
+        make_batch_reader(str(tmp_path), schema_fields=["id"], filters=filters, **NATURAL)
+    with make_batch_reader(str(tmp_path), schema_fields=["id"], filters=filters, **NATURAL,
+                           loader_options={"fill_null": {"v": -1.0}}) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == want
+
+
+def test_a_predicate_on_a_column_some_files_lack_sees_nulls_as_pyarrow_does(tmp_path):
+    # The file without `v` holds nulls there: `v > 3` keeps none of its rows, so its row
+    # groups are pruned (they were read, and their nulls refused).
+    pq.write_table(pa.table({"id": pa.array(range(5), pa.int64())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array(range(5, 10), pa.int64()),
+                             "v": pa.array([i / 2 for i in range(5, 10)])}), tmp_path / "b.parquet")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.float64())])
+    want = sorted(pq.read_table(tmp_path, schema=schema, filters=[("v", ">", 3)]).column("id").to_pylist())
+    assert want == [7, 8, 9]
+    with make_batch_reader(str(tmp_path), schema_fields=["id"], filters=[("v", ">", 3)], **NATURAL) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == want
+    with make_batch_reader(str(tmp_path), schema_fields=["id"], **NATURAL,
+                           predicate=in_lambda(["v"], lambda v: (v > 3).fillna(False))) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == want
+
+
+def test_make_batch_reader_gives_ragged_lists_one_array_per_row(tmp_path):
+    # lists={'l': 'ragged'} loads values + offsets; the batch held the values of all its
+    # rows run together (9 values for 6 ids), misaligned with the other columns.
+    lists = [[1], [1, 2], [], [3, 4, 5], [6], [7, 8]]
+    pq.write_table(pa.table({"id": pa.array(range(6), pa.int64()), "l": pa.array(lists, pa.list_(pa.int32()))}),
+                   tmp_path / "a.parquet", row_group_size=3)
+    for kwargs in ({}, {"filters": [("id", "!=", 4)]}):
+        with make_batch_reader(str(tmp_path), **NATURAL, **kwargs,
+                               loader_options={"lists": {"l": "ragged"}, "batch_size": 4}) as reader:
+            batches = list(reader)
+        ids = [int(i) for b in batches for i in b.id]
+        rows = [r for b in batches for r in b.l]
+        assert all(len(b.l) == len(b.id) for b in batches)
+        assert [r.tolist() for r in rows] == [lists[i] for i in ids]
+        assert all(r.dtype == np.int32 for r in rows)
+        assert ids == [i for i in range(6) if i != 4] if kwargs else ids == list(range(6))

@@ -107,7 +107,7 @@ class _FiltersPredicate:
             for col, op, value in group:
                 data = np.asarray(columns[col])
                 # The row-group pre-pass hands a column holding nulls over as objects with
-                # None; a null matches no comparison, as in pyarrow (the engine then
+                # None; a null matches no comparison but `not in`, as in pyarrow (the engine then
                 # refuses the nulls of the row groups kept, naming the column).
                 valid = (np.fromiter((v is not None for v in data), bool, len(data))
                          if data.dtype == object else None)
@@ -136,7 +136,8 @@ class _FiltersPredicate:
                         raise TypeError(f"filter {(col, op, value)!r} compares column {col!r} ({data.dtype}) "
                                         f"with a {type(value).__name__}, which cannot be compared") from e
                 if valid is not None and not valid.all():
-                    full = np.zeros(len(valid), dtype=bool)
+                    # pyarrow: a null is in no set, so `not in` keeps it (~is_in).
+                    full = np.full(len(valid), op == "not in", dtype=bool)
                     full[valid] = hit
                     hit = full
                 m = hit if m is None else m & hit
@@ -334,13 +335,19 @@ class Reader:
             table = self.dataset.read_row_group(i, rg, fields)
         except (KeyError, ValueError):
             return True
-        # A field the file does not hold (a partition key: in the path only) is decided per
-        # batch only (pyarrow leaves a column it cannot find out of the table, silently).
-        if any(name not in table.column_names for name in fields):
+        # A field the file does not hold (pyarrow leaves a column it cannot find out of the
+        # table, silently): a partition key (in the path only) is decided per batch only;
+        # any other is null in every row of the file, as the engine reads it.
+        parts = self.dataset.files[i].relative.split("/")
+        if any(name not in table.column_names and any(p.startswith(name + "=") for p in parts)
+               for name in fields):
             return True
         all_fields = self._all_fields()
         columns: dict[str, Any] = {}
         for name in fields:
+            if name not in table.column_names:
+                columns[name] = np.full(table.num_rows, None, dtype=object)
+                continue
             column = _as_loaded(table.column(name))
             if pa_types_plain_number(column.type) and column.null_count == 0:
                 # In its own dtype: a list of large ints became float64, where neighbours are equal.
@@ -371,9 +378,22 @@ class Reader:
             column = np.array(column, dtype=np.str_)
         return column
 
+    def _rows_of(self, batch: Mapping[str, Any], name: str) -> Any:
+        """A column of a batch; a ragged list (``lists={name: 'ragged'}``: values and
+        ``<name>_offsets``) as one array per row, as pyarrow's ``to_numpy`` gives a list
+        column (an object array), not its values of all rows run together."""
+        offsets = batch.get(f"{name}_offsets")
+        if offsets is None or f"{name}_offsets" in self._columns:
+            return batch[name]
+        values = batch[name]
+        rows = np.empty(len(offsets) - 1, dtype=object)
+        for i in range(len(rows)):
+            rows[i] = values[offsets[i]:offsets[i + 1]]
+        return rows
+
     def _process(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Engine batch → output columns (see the module docstring)."""
-        columns = {name: self._fix(name, batch[name]) for name in self._columns}
+        columns = {name: self._fix(name, self._rows_of(batch, name)) for name in self._columns}
         n = len(next(iter(columns.values()))) if columns else 0
         if self._predicate is not None:
             mask = batch_mask(self._predicate, columns, n)
