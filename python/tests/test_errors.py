@@ -509,3 +509,34 @@ def test_a_path_with_brackets_that_exists_is_read_as_it_is(tmp_path):
         assert collect(pqloader.Loader(str(source)))["a"].tolist() == [1, 2], source
     with pytest.raises(pqloader.DataNotFoundError, match="matches no files"):
         pqloader.Loader(str(tmp_path / "run[2]" / "*.parquet"))
+
+
+def test_a_local_path_with_a_star_or_question_mark_that_exists_is_read_as_it_is(tmp_path):
+    # Read as a glob, 'q?x.parquet' also read 'qax.parquet' (twice where listed too),
+    # and 'a*b.parquet' every 'a...b.parquet': rows of other files, duplicated rows.
+    for name, other in (("q?x.parquet", "qax.parquet"), ("a*b.parquet", "a-long-b.parquet")):
+        pq.write_table(pa.table({"a": [1]}), tmp_path / name)
+        pq.write_table(pa.table({"a": [2]}), tmp_path / other)
+        assert collect(pqloader.Loader(str(tmp_path / name)))["a"].tolist() == [1], name
+        listed = [str(tmp_path / name), str(tmp_path / other)]
+        assert sorted(collect(pqloader.Loader(listed))["a"].tolist()) == [1, 2], name
+    d = tmp_path / "what?"
+    d.mkdir()
+    (tmp_path / "whats").mkdir()
+    pq.write_table(pa.table({"a": [3]}), d / "p.parquet")
+    pq.write_table(pa.table({"a": [4]}), tmp_path / "whats" / "p.parquet")
+    assert collect(pqloader.Loader(str(d)))["a"].tolist() == [3]
+
+
+def test_a_glob_that_spells_a_hidden_prefix_names_those_files(tmp_path):
+    # As a shell's `_*` or `.*`: "matches no files" before, though '_y.parquet' matched.
+    for name, a in (("_y.parquet", 1), (".z.parquet", 2), ("w.parquet", 3)):
+        pq.write_table(pa.table({"a": [a]}), tmp_path / name)
+    (tmp_path / "_part").mkdir()
+    pq.write_table(pa.table({"a": [4]}), tmp_path / "_part" / "p.parquet")
+    pq.write_table(pa.table({"a": [5]}), tmp_path / "_part" / "_hidden.parquet")
+    assert collect(pqloader.Loader(str(tmp_path / "_*.parquet")))["a"].tolist() == [1]
+    assert collect(pqloader.Loader(str(tmp_path / ".*")))["a"].tolist() == [2]
+    assert collect(pqloader.Loader(str(tmp_path / "_*" / "*.parquet")))["a"].tolist() == [4]
+    assert sorted(collect(pqloader.Loader(str(tmp_path / "*")))["a"].tolist()) == [3]  # still skipped
+    assert collect(pqloader.Loader(str(tmp_path / "_part")))["a"].tolist() == [4]

@@ -57,10 +57,16 @@ std::vector<std::string> Components(const std::string& path) {
 }
 
 // Hidden files (".x", "_SUCCESS", "_metadata") anywhere below the root are skipped,
-// as Spark and pyarrow do.
-bool IsHidden(const std::vector<std::string>& rel_components) {
-  for (const auto& c : rel_components) {
-    if (!c.empty() && (c[0] == '.' || c[0] == '_')) return true;
+// as Spark and pyarrow do. A glob's component (`spelled`, the pattern's components
+// below the root) that itself starts with '.' or '_' names such names at its depth, as a
+// shell's `.*` does (`_*.parquet` matched nothing).
+bool IsHidden(const std::vector<std::string>& rel_components,
+              const std::vector<std::string>& spelled = {}) {
+  for (size_t i = 0; i < rel_components.size(); ++i) {
+    const std::string& c = rel_components[i];
+    if (c.empty() || (c[0] != '.' && c[0] != '_')) continue;
+    if (i < spelled.size() && !spelled[i].empty() && spelled[i][0] == c[0]) continue;
+    return true;
   }
   return false;
 }
@@ -171,6 +177,8 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
                        const std::string& prefix, std::vector<FoundFile>* out,
                        std::vector<SummaryRef>* summaries, const CancelFlag& cancel) {
   const size_t before = out->size();
+  const std::vector<std::string> spelled =
+      pattern.empty() ? std::vector<std::string>{} : Components(RelativeTo(root, pattern));
   SummaryRef summary{fs, root, "", -1, false, 0, nullptr, {}};
   arrow::fs::FileSelector selector;
   selector.base_dir = root;
@@ -213,7 +221,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
         summary.index_size = info.size();
       }
     }
-    if (IsHidden(comps)) continue;
+    if (IsHidden(comps, spelled)) continue;
     if (!pattern.empty() && !MatchesOrIsBelowAMatch(pattern, root, info.path())) continue;
     FoundFile f{fs, info.path(), prefix + info.path(), info.size(), MtimeNs(info), {}, true};
     for (size_t i = 0; i + 1 < comps.size(); ++i) {
@@ -512,11 +520,13 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
     const std::string& path = resolved.path;
     const std::string& prefix = resolved.prefix;
     const size_t before = out.size();
-    // A name with brackets ("run[1]") that exists is itself, not a pattern (a bracket is
-    // the wildcard most likely in a real name; '*' and '?' are not checked first, which
-    // costs S3 a request or three).
+    // A name with wildcards that exists is itself, not a pattern ("run[1]", "q?x.parquet":
+    // as a glob it also read "qax.parquet"). Locally for any wildcard (a stat); on object
+    // stores for brackets only (the wildcard most likely in a real key: checking '*' and
+    // '?' first would cost each glob a request or three).
     bool literal = false;
-    if (HasGlob(path) && path.find('[') != std::string::npos) {
+    if (HasGlob(path) &&
+        (path.find('[') != std::string::npos || fs->type_name() == "local")) {
       auto info = FileInfoOf(fs, path, cancel);
       if (info.status().IsCancelled()) return info.status();
       literal = info.ok() && info->type() != arrow::fs::FileType::NotFound;
