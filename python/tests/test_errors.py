@@ -275,6 +275,31 @@ def test_corrupt_compressed_page_raises_invalid_data_naming_file_and_column(tmp_
     assert "payload" in msg
 
 
+@pytest.mark.parametrize("codec", ["snappy", "gzip", "brotli", "zstd", "lz4", "lz4_raw"])
+@pytest.mark.parametrize("how", ["expression", "predicate"])
+def test_corrupt_compressed_page_of_a_filter_column_raises_invalid_data_naming_it(tmp_path, codec, how):
+    """The filter's read of a corrupt page is bad data, not storage, as the load's read
+    of it is: it raised pqloader.IOError naming no column ("Corrupt snappy compressed
+    data.", "GZipCodec failed: ...", "Couldn't deserialize thrift: ..." come from Arrow as
+    IOErrors, and only a lower-case "corrupt" or "CRC" in them was taken for bad data)."""
+    n = 2000  # compressible values: a flipped byte breaks the codec's stream, not a literal
+    table = pa.table({"id": np.arange(n, dtype=np.int64), "payload": np.arange(n) % 7 - 3.0})
+    src = write_parquet(tmp_path / "src.parquet", table, [1000, 1000], compression=codec,
+                        use_dictionary=False)
+    bad = tmp_path / "pagecorrupt.parquet"
+    _corrupt_column_chunk(src, bad, column=1, row_group=1)
+    with pytest.raises(Exception):  # precondition: the corruption is detectable at all
+        pq.read_table(str(bad))
+    import pyarrow.compute as pc
+    filt = "payload > 0" if how == "expression" else \
+        pqloader.Predicate(["payload"], lambda b: pc.greater(b["payload"], 0))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        read_all(str(bad), columns=["id"], batch_size=100, filter=filt)
+    msg = str(ei.value)
+    assert "pagecorrupt.parquet" in msg and "row group 1" in msg
+    assert "payload" in msg
+
+
 def test_corrupt_page_error_surfaces_after_good_batches_and_iteration_then_stops(tmp_path):
     d = tmp_path / "d"
     for i in range(3):

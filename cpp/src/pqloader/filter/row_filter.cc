@@ -19,6 +19,7 @@
 #include <arrow/compute/exec.h>
 #include <arrow/compute/expression.h>
 #include <arrow/compute/initialize.h>
+#include <arrow/io/interfaces.h>
 #include <arrow/scalar.h>
 #include <arrow/table.h>
 #include <arrow/type.h>
@@ -128,6 +129,41 @@ bool HasNanLiteral(const cp::Expression& e) {
   }
   return false;
 }
+
+// A file that remembers whether a read of it failed: Parquet C++ gives storage failures
+// and data it cannot decode ("Corrupt snappy compressed data", a page header's thrift)
+// alike, as IOErrors, in the middle of decoding (the filter reads without pre-buffering).
+class ReadFailureRecorder final : public arrow::io::RandomAccessFile {
+ public:
+  explicit ReadFailureRecorder(std::shared_ptr<arrow::io::RandomAccessFile> inner)
+      : inner_(std::move(inner)) {}
+  bool failed() const { return failed_.load(); }
+
+  arrow::Status Close() override { return inner_->Close(); }
+  bool closed() const override { return inner_->closed(); }
+  arrow::Result<int64_t> Tell() const override { return inner_->Tell(); }
+  arrow::Status Seek(int64_t position) override { return Note(inner_->Seek(position)); }
+  arrow::Result<int64_t> GetSize() override { return Note(inner_->GetSize()); }
+  arrow::Result<int64_t> Read(int64_t n, void* out) override { return Note(inner_->Read(n, out)); }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> Read(int64_t n) override {
+    return Note(inner_->Read(n));
+  }
+  arrow::Result<int64_t> ReadAt(int64_t position, int64_t n, void* out) override {
+    return Note(inner_->ReadAt(position, n, out));
+  }
+  arrow::Result<std::shared_ptr<arrow::Buffer>> ReadAt(int64_t position, int64_t n) override {
+    return Note(inner_->ReadAt(position, n));
+  }
+
+ private:
+  template <typename T>
+  T Note(T result) {
+    if (!result.ok()) failed_ = true;
+    return result;
+  }
+  std::shared_ptr<arrow::io::RandomAccessFile> inner_;
+  std::atomic<bool> failed_{false};
+};
 
 // Where one column the filter names is in one file.
 struct FileField {
@@ -682,7 +718,8 @@ class Evaluator {
       try {
         parquet::ReaderProperties reader_properties = parquet::default_reader_properties();
         reader_properties.set_page_checksum_verification(options_.verify_checksums);
-        auto pq = parquet::ParquetFileReader::Open(*input, reader_properties, file.Metadata());
+        auto recorded = std::make_shared<ReadFailureRecorder>(*input);
+        auto pq = parquet::ParquetFileReader::Open(recorded, reader_properties, file.Metadata());
         parquet::ArrowReaderProperties props = dataset_.ArrowProperties();
         props.set_use_threads(false);
         // Read on this thread, not Arrow's I/O pool: its RetryStopScope then ends a read
@@ -699,12 +736,18 @@ class Evaluator {
         arrow::Status st = read.status();
         if (st.ok()) table = std::move(read).ValueUnsafe();
         if (!st.ok()) {
-          // A failed page checksum comes as an IOError too: bad data, not storage.
-          const bool bad_data = st.message().find("corrupt") != std::string::npos ||
-                                st.message().find("CRC") != std::string::npos;
-          return MakeError(st.IsIOError() && !bad_data ? ErrorKind::kIO
-                               : ErrorKind::kInvalidData,
-                           "cannot read the filter's columns of ", where, ": ", st.message());
+          // Storage only where a read of the file failed: corrupt pages, codecs' errors
+          // and failed checksums come as IOErrors too.
+          std::string columns;
+          for (size_t i = 0; i < names_.size() && i < view.fields.size(); ++i) {
+            if (view.fields[i].field == nullptr) continue;
+            columns += (columns.empty() ? "" : ", ") + ("'" + names_[i] + "'");
+          }
+          return MakeError(st.IsIOError() && recorded->failed() ? ErrorKind::kIO
+                                                                 : ErrorKind::kInvalidData,
+                           "cannot read the filter's column",
+                           columns.find(',') == std::string::npos ? " " : "s ", columns, " of ",
+                           where, ": ", st.message());
         }
         auto rg = file.RowGroup(split.row_group);
         for (int leaf : leaves) {
