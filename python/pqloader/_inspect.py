@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 from pqloader import _core, _env
 from pqloader._env import Source
 from pqloader._errors import utf8_paths
+from pqloader._options import INT96_UNITS, check_choice
 
 
 def _dataset_sources(dataset: Source | None) -> list[str]:
@@ -124,7 +125,7 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             lengths: bool | Sequence[str] = False, filter: Any = None,
-            _progress: Any = None) -> dict[str, Any]:
+            coerce_int96_timestamp_unit: str | None = None, _progress: Any = None) -> dict[str, Any]:
     """Describe a dataset without reading its data pages (unless ``lengths`` asks for them).
 
     Args:
@@ -140,6 +141,9 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             what each of its stages prunes is reported under ``filter``. This runs the
             filter's mask pass (reading the filter's columns of the row groups that
             statistics do not decide), as a Loader does when it is made.
+        coerce_int96_timestamp_unit: As for :class:`pqloader.Loader`: the unit INT96
+            timestamps are typed in (``schema``, ``loads_as``) and the filter's mask pass
+            reads them in (``"us"`` for Spark's 9999-12-31).
 
     Returns:
         A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
@@ -182,8 +186,11 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     sources = _env.normalize_sources(source)
     options = _env.normalize_storage_options(storage_options)
     _check_lengths(lengths)
+    if coerce_int96_timestamp_unit is not None:
+        check_choice("coerce_int96_timestamp_unit", coerce_int96_timestamp_unit, INT96_UNITS)
     with utf8_paths():  # a file name that is not UTF-8: InvalidDataError naming it
-        info = _core.inspect(sources, options, _progress)  # _progress: the CLI's _core.Progress
+        info = _core.inspect(sources, options, _progress,  # _progress: the CLI's _core.Progress
+                             coerce_int96_timestamp_unit or "ns")
     columns = _length_columns(lengths, info["ragged"])
     if columns:
         info["lengths"] = _core.list_lengths(sources, options, columns)
@@ -199,19 +206,19 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     elif lengths is not False:
         info["lengths"] = {}
     if filter is not None:
-        info["filter"] = _filter_stages(sources, options, filter, info)
+        info["filter"] = _filter_stages(sources, options, filter, info, coerce_int96_timestamp_unit)
     return info
 
 
 def _filter_stages(sources: list[str], storage_options: dict[str, str], flt: Any,
-                   info: Mapping[str, Any]) -> dict[str, Any]:
+                   info: Mapping[str, Any], int96_unit: str | None = None) -> dict[str, Any]:
     """What each stage of `flt` prunes: an engine opened on one loadable column."""
     from pqloader import _filter, _process
     from pqloader._options import LoaderOptions
 
     loadable = [c for c, how in info["loads_as"].items() if not how.startswith("unsupported")]
     options = LoaderOptions(columns=loadable[:1] or None, filter=flt, storage_options=storage_options,
-                            seed=0, rank=0, world_size=1)
+                            seed=0, rank=0, world_size=1, coerce_int96_timestamp_unit=int96_unit)
     engine = _process.Engine(sources, options.to_engine())
     out = dict(engine.plan_info()["filter"])
     out["expression"] = _filter.describe(options.filter)

@@ -28,7 +28,7 @@ from pqloader import _core, _process, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError
 from pqloader._lists import check_packed_batch
-from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int
+from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, integer_unit
 from pqloader._state import _jsonish, option_diff
 
 STATE_VERSION = 1
@@ -185,6 +185,14 @@ class Mixture:
                 if (a["dtype"], a["shape"]) != (b["dtype"], b["shape"]):
                     raise ValueError(f"column {c!r} is {a['dtype']} {a['shape']} in {names[0]!r} but "
                                      f"{b['dtype']} {b['shape']} in {n!r}: mix sources must agree")
+                # Times load as integers in their own unit (and decimals="int64" as
+                # unscaled integers): one int64 column would mix two units, as a stack.
+                if integer_unit(a, loaders[0].options.decimals) != integer_unit(b, l.options.decimals):
+                    raise ValueError(f"column {c!r} is {a['arrow_type']} in {names[0]!r} but "
+                                     f"{b['arrow_type']} in {n!r}: they load as integers of different "
+                                     "units (coerce_int96_timestamp_unit, decimals or the files' "
+                                     "types), which mixed batches would not tell apart: mix sources "
+                                     "must agree")
 
     def _rows_of(self, epoch: int) -> list[int]:
         """Each source's rows in `epoch` (after drop_last): a packing source's blocks

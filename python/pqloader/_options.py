@@ -35,7 +35,7 @@ _CACHE_POLICIES = ("keep", "lru", "plan")
 _OUTPUTS = ("numpy", "torch")
 _DECIMALS = ("float64", "int64")
 _STRINGS = ("str", "bytes")
-_INT96_UNITS = ("ns", "us", "ms", "s")
+INT96_UNITS = ("ns", "us", "ms", "s")
 _INT64_MIN, _INT64_LIMIT = -(2**63), 2**63
 
 
@@ -584,7 +584,7 @@ class LoaderOptions:
             null_mask=_check_null_mask(self.null_mask),
             decimals=check_choice("decimals", self.decimals, _DECIMALS),
             coerce_int96_timestamp_unit=None if self.coerce_int96_timestamp_unit is None else
-                check_choice("coerce_int96_timestamp_unit", self.coerce_int96_timestamp_unit, _INT96_UNITS),
+                check_choice("coerce_int96_timestamp_unit", self.coerce_int96_timestamp_unit, INT96_UNITS),
             schema=_check_schema(self.schema),
             use_summary=_check_use_summary(self.use_summary),
             filter=_filter.check_filter(self.filter),
@@ -865,6 +865,22 @@ def _element_arrow_type(arrow_type: str) -> str:
     return arrow_type
 
 
+def integer_unit(info: Mapping[str, Any], decimals: str) -> tuple[str, str] | None:
+    """What a column's integers count beyond their dtype: ``("time", arrow type)`` for
+    times (they load as integers in the stored unit, time zone and kind), ``("decimal",
+    scale)`` for decimals with ``decimals="int64"`` (unscaled integers); None for other
+    columns, masks and transformed ones (the user's to convert). Columns whose units
+    differ cannot share one array (a stack, a mixture's column)."""
+    if info.get("transformed") or info.get("mask"):
+        return None
+    element = _element_arrow_type(str(info.get("arrow_type") or ""))
+    if element.startswith(_TEMPORAL):
+        return "time", element
+    if decimals == "int64" and (m := _DECIMAL_SCALE.match(element)):
+        return "decimal", m.group(1)
+    return None
+
+
 def check_stack_units(stack: Mapping[str, Sequence[str]] | None, decimals: str,
                       columns: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse a stack whose members are integers of different units: times of different
@@ -886,16 +902,11 @@ def check_stack_units(stack: Mapping[str, Sequence[str]] | None, decimals: str,
         seen: dict[str, tuple[str, str]] = {}  # "time" / "decimal" -> (column, its unit)
         for column in members:
             info = columns.get(column)
-            if info is None or info.get("transformed") or info.get("mask"):
+            found = None if info is None else integer_unit(info, decimals)
+            if found is None:
                 continue
+            kind, unit = found
             arrow_type = str(info.get("arrow_type") or "")
-            element = _element_arrow_type(arrow_type)
-            if element.startswith(_TEMPORAL):
-                kind, unit = "time", element
-            elif decimals == "int64" and (m := _DECIMAL_SCALE.match(element)):
-                kind, unit = "decimal", m.group(1)
-            else:
-                continue
             first = seen.setdefault(kind, (column, unit))
             if first[1] != unit:
                 what = ("times of different units, time zones or kinds load as integers in "

@@ -292,6 +292,15 @@ BatchPredicate ToPredicate(nb::handle callable) {
   };
 }
 
+// INT96 timestamps' unit from its Python name: "ns" (default), "us", "ms" or "s"
+// (checked in Python).
+arrow::TimeUnit::type Int96Unit(const std::string& unit) {
+  return unit == "us"   ? arrow::TimeUnit::MICRO
+         : unit == "ms" ? arrow::TimeUnit::MILLI
+         : unit == "s"  ? arrow::TimeUnit::SECOND
+                        : arrow::TimeUnit::NANO;
+}
+
 LoaderOptions ToOptions(const nb::dict& d) {
   LoaderOptions o;
   // filter: an expression as arrow::compute::Serialize bytes; predicate: (columns, call).
@@ -316,14 +325,7 @@ LoaderOptions ToOptions(const nb::dict& d) {
     }
   }
   o.dataset.columns.spec.decimals_as_int64 = Get<std::string>(d, "decimals", "float64") == "int64";
-  {
-    // INT96 timestamps' unit: "ns" (default), "us", "ms" or "s" (checked in Python).
-    const std::string unit = Get<std::string>(d, "int96_unit", "ns");
-    o.dataset.int96_unit = unit == "us"   ? arrow::TimeUnit::MICRO
-                           : unit == "ms" ? arrow::TimeUnit::MILLI
-                           : unit == "s"  ? arrow::TimeUnit::SECOND
-                                          : arrow::TimeUnit::NANO;
-  }
+  o.dataset.int96_unit = Int96Unit(Get<std::string>(d, "int96_unit", "ns"));
   // schema: a declared schema as Arrow IPC bytes (pyarrow.Schema.serialize()).
   if (d.contains("schema") && !d["schema"].is_none()) {
     nb::bytes b = nb::cast<nb::bytes>(d["schema"]);
@@ -898,9 +900,11 @@ class PyLoader {
 };
 
 nb::dict Inspect(const std::vector<std::string>& sources,
-                 const std::map<std::string, std::string>& storage_options, Progress* progress) {
+                 const std::map<std::string, std::string>& storage_options, Progress* progress,
+                 const std::string& int96_unit) {
   const DatasetSummary summary = RunInterruptible<DatasetSummary>([&](const CancelFlag& cancel) {
-    return InspectDataset(sources, StorageOptions{storage_options}, progress, cancel);
+    return InspectDataset(sources, StorageOptions{storage_options}, progress, cancel,
+                          Int96Unit(int96_unit));
   });
   nb::dict out;
   nb::list files;
@@ -1180,7 +1184,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("done", [](const pqloader::Progress& p) { return p.done.load(); })
       .def_prop_ro("total", [](const pqloader::Progress& p) { return p.total.load(); });
   m.def("inspect", &pqloader::Inspect, "sources"_a, "storage_options"_a,
-        "progress"_a = nb::none());
+        "progress"_a = nb::none(), "int96_unit"_a = "ns");
   m.def("mix_cumulative", &pqloader::CumulativeWeights, "weights"_a);
   m.def("mix_draws", &pqloader::MixDraws, "seed"_a, "epoch"_a, "start"_a, "count"_a, "cumulative"_a);
   m.def("mix_count", [](uint64_t seed, int64_t epoch, int64_t end, const std::vector<double>& cum) {

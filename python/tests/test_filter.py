@@ -359,6 +359,30 @@ def test_states_tell_apart_filters_whose_literals_print_alike(tmp_path, theirs, 
     assert plain.state_dict()["options"]["transforms"] == "|filter=(x <= 0.1)"
 
 
+def test_states_tell_apart_duration_units_and_date64_times(tmp_path):
+    # Arrow prints a duration as its bare count and a date64 as its day: `dur >= 5 s` and
+    # `dur >= 5 ms`, a date64 at 01:00 and that day's date32, resumed each other's states.
+    import datetime as dt
+    n = 20
+    pq.write_table(pa.table({"id": np.arange(n), "dur": pa.array(np.arange(n) * 1000, pa.duration("ms")),
+                             "d": pa.array([dt.date(2020, 1, 1) + dt.timedelta(days=i) for i in range(n)],
+                                           pa.date32())}), tmp_path / "a.parquet")
+    day = 1578009600000  # 2020-01-03 in ms
+    for theirs, mine in [(pc.field("dur") >= pa.scalar(5, pa.duration("s")),
+                          pc.field("dur") >= pa.scalar(5, pa.duration("ms"))),
+                         (pc.field("d") >= pa.scalar(day + 3600000, pa.date64()),
+                          pc.field("d") >= pa.scalar(dt.date(2020, 1, 3), pa.date32()))]:
+        a = pqloader.Loader(str(tmp_path), batch_size=1, columns=["id"], filter=theirs)
+        b = pqloader.Loader(str(tmp_path), batch_size=1, columns=["id"], filter=mine)
+        assert a.num_rows != b.num_rows
+        next(iter(a))
+        with pytest.raises(pqloader.InvalidDataError, match="filter-literals"):
+            b.load_state_dict(a.state_dict())
+    # A date64 at midnight is the date32 it prints as: its state keeps its form.
+    midnight = pqloader.Loader(str(tmp_path), columns=["id"], filter=pc.field("d") >= pa.scalar(day, pa.date64()))
+    assert "filter-literals" not in midnight.state_dict()["options"]["transforms"]
+
+
 def test_a_state_past_the_batches_of_another_predicates_selection_says_why(tmp_path):
     # A state records a Predicate's columns, not its code: one that now keeps fewer rows
     # leaves the state's position past the end, which the error explains.

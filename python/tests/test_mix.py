@@ -1430,3 +1430,19 @@ def test_a_length_drawn_while_another_thread_loads_a_state_is_not_kept_for_the_n
     assert len(got) == len(expected)
     for x, y in zip(got, expected):
         np.testing.assert_array_equal(x["id"], y["id"])
+
+
+def test_sources_whose_times_load_in_different_units_are_refused(tmp_path):
+    # coerce_int96_timestamp_unit="us" on one source: its INT96 column loads as int64
+    # microseconds, the other's as nanoseconds; both int64 (), so they were mixed into one
+    # column, values 1000 times apart, silently.
+    import datetime as dt
+    ts = pa.array([dt.datetime(2020, 1, 1), dt.datetime(2021, 1, 1)], pa.timestamp("us"))
+    pq.write_table(pa.table({"ts": ts}), tmp_path / "a.parquet", use_deprecated_int96_timestamps=True)
+    us = pqloader.Loader(str(tmp_path), batch_size=1, coerce_int96_timestamp_unit="us")
+    ns = pqloader.Loader(str(tmp_path), batch_size=1)
+    with pytest.raises(ValueError, match=r"column 'ts' is timestamp\[us\] in 'a' but timestamp\[ns\] in 'b'"):
+        pqloader.mix({"a": us, "b": ns}, weights=[1, 1], seed=0, batch_size=2)
+    m = pqloader.mix({"a": us, "b": pqloader.Loader(str(tmp_path), batch_size=1, coerce_int96_timestamp_unit="us")},
+                     weights=[1, 1], seed=0, batch_size=2)
+    assert {int(x) for b in m for x in b["ts"]} == {v.value for v in ts}

@@ -772,6 +772,21 @@ def test_row_group_pass_sees_temporal_and_decimal_columns_as_the_batches_hold_th
     assert ids(predicate=in_set({0.5}, "dec")) == [5]
 
 
+def test_row_group_pass_reads_int96_in_the_loaders_unit(tmp_path):
+    # With loader_options={"coerce_int96_timestamp_unit": "us"} the batches hold INT96
+    # timestamps as microseconds, but the pre-pass read them with pyarrow's default
+    # (nanoseconds): in_set of a microsecond count emptied every row group, silently.
+    import datetime as dt
+    ts = pa.array([dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2), dt.datetime(2021, 1, 1),
+                   dt.datetime(9999, 12, 31)], pa.timestamp("us"))
+    pq.write_table(pa.table({"id": np.arange(4), "ts": ts}), tmp_path / "a.parquet",
+                   use_deprecated_int96_timestamps=True, row_group_size=2)
+    url = "file://" + str(tmp_path)
+    with make_batch_reader(url, schema_fields=["id"], num_epochs=1, predicate=in_set({ts[2].value}, "ts"),
+                           loader_options={"coerce_int96_timestamp_unit": "us"}) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == [2]
+
+
 def test_filters_prune_row_groups_holding_nulls_as_pyarrow_does(tmp_path):
     # The row-group pre-pass compared a column holding nulls (objects with None) with the
     # literal: `>` raised a raw TypeError. A null matches no comparison, as in pyarrow; a

@@ -791,6 +791,22 @@ def test_int96_dates_outside_microseconds_are_refused_not_wrapped(tmp_path):
     assert got["ts"].tolist() == [110_000_000 * 86_400_000, 0]
 
 
+def test_inspect_filter_reads_int96_in_the_unit_given(tmp_path):
+    # inspect(filter=) on a Spark INT96 column holding 9999-12-31 refused it, asking for
+    # coerce_int96_timestamp_unit='us', which inspect did not take.
+    import datetime as dt
+
+    import pyarrow.compute as pc
+    _write_int96(tmp_path / "far.parquet", [dt.datetime(9999, 12, 31), dt.datetime(2000, 1, 1)], id=np.arange(2))
+    flt = pc.field("ts") > pa.scalar(dt.datetime(2001, 1, 1), pa.timestamp("us"))
+    with pytest.raises(pqloader.InvalidDataError, match="coerce_int96_timestamp_unit='us'"):
+        pqloader.inspect(str(tmp_path), filter=flt)
+    info = pqloader.inspect(str(tmp_path), filter=flt, coerce_int96_timestamp_unit="us")
+    assert info["filter"]["rows_kept"] == 1
+    assert info["schema"]["ts"] == "timestamp[us]"
+    assert pqloader.inspect(str(tmp_path))["schema"]["ts"] == "timestamp[ns]"
+
+
 def test_coerce_int96_timestamp_unit_is_checked():
     with pytest.raises(ValueError, match="coerce_int96_timestamp_unit must be 'ns' or 'us'"):
         pqloader.Loader("nowhere", coerce_int96_timestamp_unit="days")

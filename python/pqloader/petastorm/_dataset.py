@@ -137,12 +137,14 @@ class PetastormDataset:
         with self.fs.open_input_file(self.fs_paths[i]) as fh:
             return pq.ParquetFile(fh).metadata
 
-    def read_row_group(self, i: int, rg: int, columns: Sequence[str]) -> Any:
-        """Columns of one row group as a pyarrow Table (for predicates)."""
+    def read_row_group(self, i: int, rg: int, columns: Sequence[str], int96_unit: str = "ns") -> Any:
+        """Columns of one row group as a pyarrow Table (for predicates), INT96 timestamps in
+        `int96_unit` as the Loader's ``coerce_int96_timestamp_unit`` reads them."""
         import pyarrow.parquet as pq
 
         with self.fs.open_input_file(self.fs_paths[i]) as fh:
-            return pq.ParquetFile(fh).read_row_group(rg, columns=list(columns))
+            return pq.ParquetFile(fh, coerce_int96_timestamp_unit=int96_unit).read_row_group(
+                rg, columns=list(columns))
 
     def indexes(self) -> dict[str, Any]:
         """The row-group indexes (``build_rowgroup_index``), read by the restricted reader."""

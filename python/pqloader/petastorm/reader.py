@@ -263,6 +263,8 @@ class Reader:
                     is_numpy_scalar_type(field.numpy_dtype) and field.numpy_dtype is not Decimal and \
                     np.dtype(field.numpy_dtype).kind in "biuf":
                 self._casts[name] = np.dtype(field.numpy_dtype)
+        # The pre-pass reads INT96 timestamps in the unit the Loader loads them in.
+        self._int96_unit = loader_kwargs.get("coerce_int96_timestamp_unit") or "ns"
         self._row_groups = self._select_row_groups(rowgroup_selector)
         options = dict(loader_kwargs)
         options.setdefault("batch_size", BATCH_READER_ROWS if batched else ROWS_PER_READ)
@@ -332,7 +334,7 @@ class Reader:
     def _piece_matches(self, i: int, rg: int) -> bool:
         fields = sorted(self._predicate.get_fields())
         try:
-            table = self.dataset.read_row_group(i, rg, fields)
+            table = self.dataset.read_row_group(i, rg, fields, self._int96_unit)
         except (KeyError, ValueError):
             return True
         # A field the file does not hold (pyarrow leaves a column it cannot find out of the

@@ -1096,9 +1096,11 @@ std::string LoadsAs(const ColumnSpec& spec) {
 
 arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
                                              const StorageOptions& storage, Progress* progress,
-                                             const CancelFlag& cancel) {
+                                             const CancelFlag& cancel,
+                                             arrow::TimeUnit::type int96_unit) {
   ARROW_ASSIGN_OR_RAISE(auto found, DiscoverFiles(sources, storage, nullptr, false, cancel));
-  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, "", {}, progress, cancel));
+  ARROW_ASSIGN_OR_RAISE(auto opened, ReadFooters(std::move(found), 8, "", {}, progress, cancel,
+                                                 int96_unit));
   DatasetSummary out;
   out.skipped = opened.skipped;
   std::vector<Split> splits;

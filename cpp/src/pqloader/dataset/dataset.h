@@ -330,10 +330,11 @@ struct DatasetSummary {
 };
 
 /// Summarise `sources` without reading data pages; counting the footers read in
-/// `progress` if given; Cancelled once `cancel` is set (checked per file).
-arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sources,
-                                             const StorageOptions& storage = {},
-                                             Progress* progress = nullptr,
-                                             const CancelFlag& cancel = nullptr);
+/// `progress` if given; Cancelled once `cancel` is set (checked per file). INT96
+/// timestamps are typed in `int96_unit` (DatasetOptions::int96_unit).
+arrow::Result<DatasetSummary> InspectDataset(
+    const std::vector<std::string>& sources, const StorageOptions& storage = {},
+    Progress* progress = nullptr, const CancelFlag& cancel = nullptr,
+    arrow::TimeUnit::type int96_unit = arrow::TimeUnit::NANO);
 
 }  // namespace pqloader

@@ -1240,6 +1240,16 @@ void AddIfAmbiguous(const arrow::Datum& value, std::set<std::string>* out) {
         out->insert(type->ToString());
       }
       return;
+    case arrow::Type::DURATION:  // printed as its count, the unit left out
+      out->insert(type->ToString());
+      return;
+    case arrow::Type::DATE64: {  // printed as its day, a time of day left out
+      if (!value.is_scalar() || !value.scalar()->is_valid) return;
+      if (static_cast<const arrow::Date64Scalar&>(*value.scalar()).value % 86400000 != 0) {
+        out->insert(type->ToString());
+      }
+      return;
+    }
     case arrow::Type::DOUBLE: {  // a finite whole one prints as that integer
       if (!value.is_scalar() || !value.scalar()->is_valid) return;
       const double v = static_cast<const arrow::DoubleScalar&>(*value.scalar()).value;

@@ -112,7 +112,8 @@ std::string DescribeExpression(const std::string& serialized_expression);
 /// float16 and float32 print as their shortest decimal (float32 0.1 as a double 0.1
 /// prints), binaries as hex (b"s1" as the string "7331"), integers but int64 by their
 /// value only (uint8 arithmetic wraps where int64's does not; a uint64 past int64 is no
-/// other type's), a double of a whole value as that integer (`x / 2.0` as `x / 2`).
+/// other type's), a double of a whole value as that integer (`x / 2.0` as `x / 2`), a
+/// duration as its count (the unit left out), a date64 with a time of day as its day.
 std::string AmbiguousLiteralTypes(const std::string& serialized_expression);
 
 }  // namespace pqloader
