@@ -146,8 +146,9 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
             reads them in (``"us"`` for Spark's 9999-12-31).
 
     Returns:
-        A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression,
-        created_by), ``skipped`` (files a directory listing or glob found that are not
+        A dict with ``files`` (path, num_rows, num_row_groups, size_bytes, compression:
+        the first row group's codecs, ``"+"``-joined where columns differ, created_by),
+        ``skipped`` (files a directory listing or glob found that are not
         Parquet, by extension and magic, and that loaders leave out, as
         ``Loader.skipped_files``: ``path`` and ``reason`` each; empty when none),
         ``schema`` (column -> Arrow type), ``loads_as`` (column -> what the loader

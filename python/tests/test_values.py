@@ -642,6 +642,12 @@ def test_inspect_reports_files_rows_row_groups_sizes_compression_and_schema(tmp_
     assert "zstd" in str(files[1]["compression"]).lower()
     schema = pq.read_schema(str(p0))
     assert info["schema"] == {f.name: str(f.type) for f in schema}
+    # Columns of other codecs: each named (the first column's alone was).
+    mixed = tmp_path / "m"
+    mixed.mkdir()
+    pq.write_table(pa.table({"a": [1, 2], "b": [3, 4], "c": [5, 6]}), mixed / "m.parquet",
+                   compression={"a": "none", "b": "zstd", "c": "none"})
+    assert pqloader.inspect(str(mixed))["files"][0]["compression"] == "uncompressed+zstd"
 
 
 def test_stats_count_rows_batches_and_report_timings(small_ds):

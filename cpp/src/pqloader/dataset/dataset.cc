@@ -1115,8 +1115,16 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
     s.compression = "none";
     try {
       if (s.num_row_groups > 0 && file.metadata->num_columns() > 0) {
-        s.compression = arrow::util::Codec::GetCodecAsString(
-            file.metadata->RowGroup(0)->ColumnChunk(0)->compression());
+        // Each codec of the first row group's chunks, in column order ("uncompressed+zstd"
+        // where columns differ: the first column's alone was reported).
+        std::vector<std::string> codecs;
+        const auto rg = file.metadata->RowGroup(0);
+        for (int c = 0; c < file.metadata->num_columns(); ++c) {
+          std::string codec = arrow::util::Codec::GetCodecAsString(rg->ColumnChunk(c)->compression());
+          if (std::find(codecs.begin(), codecs.end(), codec) == codecs.end()) codecs.push_back(codec);
+        }
+        s.compression.clear();
+        for (const auto& codec : codecs) s.compression += (s.compression.empty() ? "" : "+") + codec;
       }
       for (int rg = 0; rg < s.num_row_groups; ++rg) {
         const int64_t rows = file.metadata->RowGroup(rg)->num_rows();
