@@ -58,7 +58,8 @@ def _inspect(args: argparse.Namespace) -> int:
                    counter=counter):
         info = pqloader.inspect(args.path, lengths=args.lengths,
                                 storage_options=parse_storage_options(args.storage_option),
-                                filter=args.filter, _progress=counter)
+                                filter=args.filter, _progress=counter,
+                                coerce_int96_timestamp_unit=args.coerce_int96_timestamp_unit)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -133,7 +134,8 @@ def _bench(args: argparse.Namespace) -> int:
                              num_workers=args.num_workers, shuffle=args.shuffle,
                              seed=args.seed, num_epochs=args.epochs, cache_dir=args.cache_dir,
                              transforms=transforms, storage_options=storage_options,
-                             filter=args.filter, **tuning)
+                             filter=args.filter,
+                             coerce_int96_timestamp_unit=args.coerce_int96_timestamp_unit, **tuning)
     rows = 0
     first_batch = None
     try:
@@ -261,8 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                         help="a storage option of s3:// sources (as Loader's storage_options: "
                              "region, endpoint_override, anonymous, ...); repeat for more")
+    # Where the data's types come in (inspect, bench): INT96's unit (Spark's 9999-12-31).
+    types = argparse.ArgumentParser(add_help=False)
+    types.add_argument("--coerce-int96-timestamp-unit", choices=["ns", "us", "ms", "s"], default=None,
+                       help="the unit INT96 timestamps load in, as Loader's "
+                            "coerce_int96_timestamp_unit (default ns: dates 1677-2262)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="show files, row groups and schema", parents=[common])
+    p = sub.add_parser("inspect", help="show files, row groups and schema", parents=[common, types])
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--all-files", action="store_true", help="list every file")
@@ -280,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--json", action="store_true", help="print JSON")
     x.set_defaults(func=_index)
     b = sub.add_parser("bench", help="stream a dataset and report throughput",
-                       parents=[common])
+                       parents=[common, types])
     b.add_argument("path")
     b.add_argument("--columns", type=_column_list, help="comma-separated column names (default: all)")
     b.add_argument("--batch-size", type=_at_least_one, default=1024, help="default 1024")

@@ -48,6 +48,26 @@ def test_inspect_prints_files_rows_row_groups_and_schema(cli_ds, tmp_path):
     assert "int64" in out and "float" in out
 
 
+def test_inspect_and_bench_take_the_int96_unit(tmp_path):
+    # Spark's 9999-12-31 as INT96: refused as nanoseconds, naming the option, which the
+    # CLI takes as the Loader and inspect() do.
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "far"
+    d.mkdir()
+    ts = pa.array([dt.datetime(9999, 12, 31), dt.datetime(2000, 1, 1)], pa.timestamp("us"))
+    pq.write_table(pa.table({"ts": ts}), d / "a.parquet", use_deprecated_int96_timestamps=True)
+    r = cli("inspect", d, "--json", "--coerce-int96-timestamp-unit", "us", "--filter", "ts is not None", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert '"ts": "timestamp[us]"' in r.stdout and '"rows_kept": 2' in r.stdout
+    r = cli("bench", d, cwd=tmp_path)
+    assert r.returncode != 0 and "coerce_int96_timestamp_unit" in r.stderr
+    r = cli("bench", d, "--coerce-int96-timestamp-unit", "us", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
 def test_bench_prints_throughput_and_exits_0(cli_ds, tmp_path):
     d, n = cli_ds
     r = cli("bench", d, "--columns", "id,x", "--batch-size", "128", "--num-workers", "2", "--epochs", "2", cwd=tmp_path)
