@@ -66,7 +66,15 @@ def normalize_sources(source: Source) -> list[str]:
             continue
         local = s[len(_FILE_SCHEME):] if s.startswith(_FILE_SCHEME) else s
         _check_local_kind(os.path.expanduser(local))
-        out.append(s if s.startswith(_FILE_SCHEME) else os.path.abspath(os.path.expanduser(s)))
+        if s.startswith(_FILE_SCHEME):
+            out.append(s)
+            continue
+        path = os.path.abspath(os.path.expanduser(s))
+        # A glob ending in '/' names directories only (`runs/run*/`, as fnmatch and a shell
+        # take it): the '/' kept (abspath drops it).
+        if s.endswith(("/", os.sep)) and any(c in s for c in "*?[") and path != "/":
+            path += "/"
+        out.append(path)
     return out
 
 

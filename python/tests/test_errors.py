@@ -565,3 +565,24 @@ def test_a_glob_that_spells_a_hidden_prefix_names_those_files(tmp_path):
     assert collect(pqloader.Loader(str(tmp_path / "_*" / "*.parquet")))["a"].tolist() == [4]
     assert sorted(collect(pqloader.Loader(str(tmp_path / "*")))["a"].tolist()) == [3]  # still skipped
     assert collect(pqloader.Loader(str(tmp_path / "_part")))["a"].tolist() == [4]
+
+
+def test_a_glob_spelling_underscore_does_not_read_summaries_and_a_slash_names_directories(tmp_path):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    collector = []
+    for i, name in enumerate(["_part-0.parquet", "_part-1.parquet"]):
+        table = pa.table({"id": pa.array(range(10 * i, 10 * i + 3), pa.int64())})
+        pq.write_table(table, ds / name, metadata_collector=collector)
+        collector[-1].set_file_path(name)
+    pq.write_metadata(table.schema, ds / "_metadata", metadata_collector=collector)
+    pq.write_metadata(table.schema, ds / "_common_metadata")
+    assert sorted(collect(pqloader.Loader(str(ds / "_*")))["id"].tolist()) == [0, 1, 2, 10, 11, 12]
+    runs = tmp_path / "runs"
+    for name, a in (("run1", 1), ("run2", 2)):
+        (runs / name).mkdir(parents=True)
+        pq.write_table(pa.table({"a": [a]}), runs / name / "p.parquet")
+    pq.write_table(pa.table({"a": [3]}), runs / "run-x.parquet")
+    assert sorted(collect(pqloader.Loader(str(runs / "run*") + "/"))["a"].tolist()) == [1, 2]
+    assert sorted(collect(pqloader.Loader(str(runs / "run*")))["a"].tolist()) == [1, 2, 3]
+

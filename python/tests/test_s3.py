@@ -19,6 +19,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import pqloader
@@ -208,6 +210,40 @@ def test_a_trailing_slash_names_the_keys_below_even_beside_an_object_of_that_nam
     assert_columns_equal(remote, local)
     one, local_one = s3_and_local(store, "s3://pfx/pp", str(store.paths[1]), batch_size=7)
     assert_columns_equal(one, local_one)
+
+
+def test_a_glob_names_the_keys_below_a_prefix_beside_an_object_of_that_name(store):
+    # The glob's root `pg/pp` is an object too: "directory 's3://pfx/pg/pp' does not exist".
+    store.server.upload("pfx", "pg/pp", store.paths)
+    store.server.client().put_object(Bucket="pfx", Key="pg/pp", Body=store.paths[1].read_bytes())
+    for glob in ("s3://pfx/pg/pp/*.parquet", "s3://pfx/pg/pp/part-00[0-2].parquet"):
+        remote, local = s3_and_local(store, glob, str(store.local), batch_size=7)
+        assert_columns_equal(remote, local)
+
+
+def test_s3_globs_skip_summaries_and_name_directories_only_with_a_slash(store):
+    # `_*` spells the summaries' prefix: _metadata was read as data ("corrupt"); `run*/`
+    # also read the file `run-x.parquet` it matches.
+    s3 = store.server.client()
+    s3.create_bucket(Bucket="globs")
+    collector = []
+    for i, name in enumerate(["_part-0.parquet", "_part-1.parquet"]):
+        table = pa.table({"id": pa.array(range(10 * i, 10 * i + 3), pa.int64())})
+        buf = io.BytesIO()
+        pq.write_table(table, buf, metadata_collector=collector)
+        collector[-1].set_file_path(name)
+        s3.put_object(Bucket="globs", Key=f"sm/{name}", Body=buf.getvalue())
+    buf = io.BytesIO()
+    pq.write_metadata(table.schema, buf, metadata_collector=collector)
+    s3.put_object(Bucket="globs", Key="sm/_metadata", Body=buf.getvalue())
+    got = collect(pqloader.Loader("s3://globs/sm/_*", storage_options=store.options))
+    assert sorted(got["id"].tolist()) == [0, 1, 2, 10, 11, 12]
+    for key, path in (("runs/run1/a.parquet", store.paths[0]), ("runs/run2/b.parquet", store.paths[1]),
+                      ("runs/run-x.parquet", store.paths[2])):
+        s3.put_object(Bucket="globs", Key=key, Body=path.read_bytes())
+    remote, local = s3_and_local(store, "s3://globs/runs/run*/", [str(store.paths[0]), str(store.paths[1])],
+                                 batch_size=7)
+    assert_columns_equal(remote, local)
 
 
 def test_s3_inspect_lists_the_objects_as_urls(store):

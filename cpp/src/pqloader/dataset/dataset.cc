@@ -114,9 +114,12 @@ arrow::Result<std::vector<arrow::fs::FileInfo>> ListPages(
 // Whether file `path` (below `root`) matches glob `pattern`, or lies below a directory
 // that does: a directory a glob names is read whole, as a directory source is (`run*`
 // matching `run1/`; `**` is `*`, so `data/**` names data's children, directories too).
-bool MatchesOrIsBelowAMatch(const std::string& pattern, const std::string& root,
+// A pattern ending in '/' names directories only (`run*/` not `run-x.parquet`).
+bool MatchesOrIsBelowAMatch(std::string pattern, const std::string& root,
                             const std::string& path) {
-  if (fnmatch(pattern.c_str(), path.c_str(), FNM_PATHNAME) == 0) return true;
+  const bool dirs_only = pattern.size() > 1 && pattern.back() == '/';
+  if (dirs_only) pattern.pop_back();
+  if (!dirs_only && fnmatch(pattern.c_str(), path.c_str(), FNM_PATHNAME) == 0) return true;
   for (size_t slash = path.find('/', root.size() + 1); slash != std::string::npos;
        slash = path.find('/', slash + 1)) {
     if (fnmatch(pattern.c_str(), path.substr(0, slash).c_str(), FNM_PATHNAME) == 0) return true;
@@ -220,6 +223,11 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
         summary.has_index = true;
         summary.index_size = info.size();
       }
+    }
+    // A summary (pqloader's, pyarrow's, Dask's, Spark's) holds other files' row groups,
+    // never rows of its own: not data, also where a glob spells its '_' prefix (`_*`).
+    if (!pattern.empty() && (comps.back() == "_metadata" || comps.back() == "_common_metadata")) {
+      continue;
     }
     if (IsHidden(comps, spelled)) continue;
     if (!pattern.empty() && !MatchesOrIsBelowAMatch(pattern, root, info.path())) continue;
@@ -541,12 +549,19 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       if (!info.ok()) {
         return MakeIOError(info.status(), "cannot access '", source, "'");
       }
-      if (info->type() != arrow::fs::FileType::Directory) {
+      // The root is followed by '/': on an object store it names the keys below it, also
+      // where an object of that name exists (as `s3://b/p/` does).
+      const bool keys_below =
+          info->type() == arrow::fs::FileType::File && fs->type_name() != "local";
+      if (info->type() != arrow::fs::FileType::Directory && !keys_below) {
         return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
                          prefix + root, "' does not exist");
       }
+      // (A trailing '/' of the source, which resolving drops, keeps its meaning: directories.)
+      const std::string pattern =
+          path + (!source.empty() && source.back() == '/' && path.back() != '/' ? "/" : "");
       ARROW_RETURN_NOT_OK(
-          ListTree(fs, root.empty() ? "/" : root, path, source, prefix, &out, nullptr, cancel));
+          ListTree(fs, root.empty() ? "/" : root, pattern, source, prefix, &out, nullptr, cancel));
       if (out.size() == before) {
         return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files");
       }
