@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pqloader
+from conftest import collect
 
 ROWS_PER_FILE = 2000
 ROW_GROUP = 250
@@ -937,3 +938,25 @@ def test_a_stored_key_that_disagrees_with_its_path_is_refused_when_only_the_filt
     pq.write_table(pa.table({"x": [3], "k": ["c"]}), tmp_path / "k=c" / "f.parquet")
     with pytest.raises(pqloader.SchemaMismatchError, match=r"partition key 'k' is 'a' in the path"):
         pqloader.Loader(str(tmp_path), batch_size=4, columns=["x"], filter=flt)
+
+
+@pytest.mark.parametrize("layout", [[4], [1, 1, 1, 1]], ids=["one_row_group", "row_groups_of_one"])
+def test_an_integer_bound_a_float_column_does_not_hold_prunes_nothing(tmp_path, layout):
+    # Under a declared float64, an int64 row group of 2^53 + 1 had its statistics rounded
+    # to 2^53: "x > 2.0**53" pruned it (a row lost, silently) where one row group with a
+    # smaller min was read and refused; pyarrow refuses in both layouts.
+    big = 2**53 + 1
+    pq.write_table(pa.table({"x": pa.array([big, 1, big, big], pa.int64())}), tmp_path / "a.parquet",
+                   row_group_size=layout[0])
+    schema = pa.schema([("x", pa.float64())])
+    with pytest.raises(pa.ArrowInvalid):
+        pads.dataset(str(tmp_path), schema=schema).to_table(filter=pc.field("x") > 2.0**53)
+    for flt in (pc.field("x") > 2.0**53, pc.field("x") < 6.0):
+        with pytest.raises(pqloader.SchemaMismatchError, match=str(big)):
+            collect(pqloader.Loader(str(tmp_path), schema=schema, filter=flt))
+    # Exact bounds still prune.
+    pq.write_table(pa.table({"x": pa.array([2**60, 5], pa.int64())}), tmp_path / "a.parquet", row_group_size=1)
+    loader = pqloader.Loader(str(tmp_path), schema=schema, filter=pc.field("x") < 6.0)
+    assert collect(loader)["x"].tolist() == [5.0]
+    assert loader.stats()["filter_row_groups_pruned_statistics"] == 1
+

@@ -813,6 +813,22 @@ def test_inspect_filter_reads_int96_in_the_unit_given(tmp_path):
     assert pqloader.inspect(str(tmp_path))["schema"]["ts"] == "timestamp[ns]"
 
 
+def test_int96_beside_microsecond_files_names_the_unit_option(tmp_path):
+    # A Spark table written before and after spark.sql.parquet.outputTimestampType changed:
+    # the refusal named only rewriting the files.
+    import datetime as dt
+    _write_int96(tmp_path / "a.parquet", [dt.datetime(2000, 1, 1), dt.datetime(9999, 12, 31)], id=np.arange(2))
+    pq.write_table(pa.table({"ts": pa.array([dt.datetime(2020, 1, 1)], pa.timestamp("us")), "id": [2]}),
+                   tmp_path / "b.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match="INT96.*coerce_int96_timestamp_unit='us'"):
+        pqloader.Loader(str(tmp_path))
+    with pytest.raises(pqloader.SchemaMismatchError, match="coerce_int96_timestamp_unit='us'"):
+        pqloader.Loader(str(tmp_path / "a.parquet"), schema=pa.schema([("ts", pa.timestamp("us")), ("id", pa.int64())]))
+    got = collect(pqloader.Loader(str(tmp_path), coerce_int96_timestamp_unit="us"))
+    want = pq.read_table(tmp_path, coerce_int96_timestamp_unit="us")
+    assert got["ts"].tolist() == want["ts"].cast(pa.int64()).to_pylist()
+
+
 def test_coerce_int96_timestamp_unit_is_checked():
     with pytest.raises(ValueError, match="coerce_int96_timestamp_unit must be 'ns' or 'us'"):
         pqloader.Loader("nowhere", coerce_int96_timestamp_unit="days")

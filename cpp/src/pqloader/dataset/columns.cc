@@ -460,6 +460,26 @@ class Resolver {
   // Whether file f lacks `leaf` below a list (or map) of structs that it has: its rows
   // there are lists with lengths, which a column of nulls would lose. `list` gets the
   // list's name.
+  // Where file f stores a column of times as INT96 (`leaves`), whose unit is an option,
+  // and `other` holds timestamps of another unit: how to read them in that unit.
+  std::string Int96Remedy(int f, const std::vector<int>& leaves, const arrow::DataType& other) const {
+    const arrow::DataType* t = &other;
+    while (arrow::is_list_like(t->id()) && t->num_fields() == 1) t = t->field(0)->type().get();
+    if (t->id() != arrow::Type::TIMESTAMP) return "";
+    for (int l : leaves) {
+      if (files_[f].manifest->descr->Column(l)->physical_type() != parquet::Type::INT96) continue;
+      const auto unit = static_cast<const arrow::TimestampType&>(*t).unit();
+      return std::string(" ('") + files_[f].display + "' stores them as INT96, which "
+             "coerce_int96_timestamp_unit='" +
+             (unit == arrow::TimeUnit::SECOND   ? "s"
+              : unit == arrow::TimeUnit::MILLI  ? "ms"
+              : unit == arrow::TimeUnit::MICRO  ? "us"
+                                                : "ns") +
+             "' reads in that unit)";
+    }
+    return "";
+  }
+
   bool LacksBelowList(int f, const Leaf& leaf, std::string* list) const {
     auto field = files_[f].schema->GetFieldByName(leaf.top);
     if (field == nullptr) return false;
@@ -579,7 +599,9 @@ class Resolver {
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
                            type->ToString(), " in '", files_[f].display,
                            "', which does not convert to the declared ", unified->ToString(),
-                           why.empty() ? " without loss" : ": " + why);
+                           why.empty() ? " without loss"
+                                       : ": " + why + Int96Remedy(static_cast<int>(f), src.leaves,
+                                                                  *unified));
         }
         continue;
       }
@@ -596,7 +618,10 @@ class Resolver {
                          "' but type ", type->ToString(), " in '", files_[f].display, "', and ",
                          why.empty() ? "neither converts to the other without loss; declare the "
                                        "type to load it as with schema=, or select other columns"
-                                     : why);
+                                     : why +
+                                           Int96Remedy(unified_from, sources[unified_from].leaves,
+                                                       *type) +
+                                           Int96Remedy(static_cast<int>(f), src.leaves, *unified));
       }
       if (!common->Equals(*unified)) unified_from = static_cast<int>(f);
       unified = common;

@@ -671,14 +671,22 @@ class Evaluator {
     std::shared_ptr<arrow::Scalar> min, max;
     if (!parquet::arrow::StatisticsAsScalars(stats, &min, &max).ok()) return std::nullopt;
     // Checked (Scalar::CastTo wraps integers: a file's int64 5 .. 2^32 + 3 under a declared
-    // int32 became 5 .. 3, and pruned a row group holding 7 for "x > 6"); an integer
-    // rounded to a float only moves a bound as it moves the values (monotonic).
+    // int32 became 5 .. 3, and pruned a row group holding 7 for "x > 6"). An integer bound
+    // a float does not hold exactly gives no guarantee: rounded (2^53 + 1 to 2^53), it
+    // pruned a row group "x > 2^53" keeps, whose values the mask pass refuses as inexact
+    // (as pyarrow does) where the statistics do not prune.
     auto checked = [&](const std::shared_ptr<arrow::Scalar>& v) -> std::shared_ptr<arrow::Scalar> {
       if (v->type->Equals(*type)) return v;
+      const bool to_float = arrow::is_integer(v->type->id()) && arrow::is_floating(type->id());
       cp::CastOptions options = cp::CastOptions::Safe();
-      options.allow_float_truncate = arrow::is_integer(v->type->id()) && arrow::is_floating(type->id());
+      options.allow_float_truncate = to_float;
       auto cast = cp::Cast(arrow::Datum(v), type, options);
-      return cast.ok() && cast->is_scalar() ? cast->scalar() : nullptr;
+      if (!cast.ok() || !cast->is_scalar()) return nullptr;
+      if (to_float) {
+        auto back = cp::Cast(*cast, v->type, cp::CastOptions::Safe());
+        if (!back.ok() || !back->is_scalar() || !back->scalar()->Equals(*v)) return nullptr;
+      }
+      return cast->scalar();
     };
     min = checked(min);
     max = checked(max);
@@ -930,8 +938,9 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // guarantee (v7 pruned by them). v9: strings, bytes and float16 in a layout Arrow's
   // kernels take (dictionary, fixed-size binary, view and float16 files were refused).
   // v10: lists of numbers in the loaded list type (v9 used each file's). v11: at any
-  // list depth, float16 elements as float32.
-  std::string id = "filter-v11|" + options.serialized_expression;
+  // list depth, float16 elements as float32. v12: an integer bound a float column does not
+  // hold exactly prunes nothing (its row group is read, and refused).
+  std::string id = "filter-v12|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
