@@ -173,8 +173,9 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
         ``Loader.stats()`` keys ``filter_*`` are the same counts.
 
     Raises:
-        TypeError, ValueError: `source`, `storage_options`, `lengths` or `filter` is
-            malformed (a filter string that does not parse, or is nested too deeply), or
+        TypeError, ValueError: `source`, `storage_options`, `lengths`, `filter` or
+            `coerce_int96_timestamp_unit` is malformed (a filter string that does not
+            parse, or is nested too deeply), or
             `lengths` names a column that is not a ragged list column.
         pqloader.Error: As for :class:`pqloader.Loader`.
 
