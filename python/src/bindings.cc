@@ -1161,9 +1161,12 @@ NB_MODULE(_core, m) {
              if (!filter.serialized_expression.empty()) {
                const std::string described = pqloader::DescribeExpression(filter.serialized_expression);
                f += "|filter=" + described;
-               // Arrow abbreviates long value sets ("0, 1, ..., 39"): then the bytes
-               // tell filters apart (isin of 40 values against 39 resumed silently).
-               if (described.find("...") != std::string::npos) {
+               // Arrow abbreviates long value sets ("0, 1, ..., 39"), and prints their
+               // strings unescaped, one a line: then the bytes tell filters apart (isin of
+               // 40 values against 39, or of 'a",\n  "b' against 'a' and 'b', resumed
+               // silently).
+               if (described.find("...") != std::string::npos ||
+                   pqloader::ValueSetPrintsAmbiguously(filter.serialized_expression)) {
                  f += "#" + pqloader::FooterHash(filter.serialized_expression);
                }
                // And literals whose text leaves their type out (float32 0.1 as 0.1, a

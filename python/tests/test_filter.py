@@ -626,6 +626,11 @@ def test_the_string_syntax_names_columns_as_written_not_as_python_folds_identifi
     assert loaded_ids(tmp_path, "\u00b5s > 5")[0].tolist() == [2, 3]
     assert loaded_ids(tmp_path, "\u03bcs > 5")[0].tolist() == [0, 1, 2, 3]
     assert loaded_ids(tmp_path, "not \ufb01le == 1")[0].tolist() == [1, 3]
+    # On other lines, after other non-ASCII text ("é" is two UTF-8 bytes, as Python's
+    # offsets count), line breaks of each kind.
+    for text in ("(\ufb01le == 2 and\r\n  '\u00e9' != 'x' and \u00b5s > 5)",
+                 "('\u00e9\u00e9' == '\u00e9\u00e9' and\r \u00b5s > 5 and\n\ufb01le == 2)"):
+        assert loaded_ids(tmp_path, text)[0].tolist() == [3], text
 
 
 @pytest.mark.parametrize("text", ["x in [1, 'a']", "x == 1j"])
@@ -959,4 +964,40 @@ def test_an_integer_bound_a_float_column_does_not_hold_prunes_nothing(tmp_path, 
     loader = pqloader.Loader(str(tmp_path), schema=schema, filter=pc.field("x") < 6.0)
     assert collect(loader)["x"].tolist() == [5.0]
     assert loader.stats()["filter_row_groups_pruned_statistics"] == 1
+
+
+def test_a_filter_of_too_many_calls_is_refused_not_a_crash(tmp_path):
+    # Arrow's simplification recurses once per link of an and/or chain: 10,000 "or"s (a
+    # string or an expression) killed the process (a segmentation fault; pyarrow's own
+    # dataset too). In a child, as a crash would end this process.
+    import subprocess
+
+    from conftest import subprocess_env
+    pq.write_table(pa.table({"id": np.arange(10), "i": np.arange(10)}), tmp_path / "a.parquet")
+    script = ("import functools, operator, sys, pyarrow.compute as pc, pqloader\n"
+              "text = ' or '.join(f'i == {k}' for k in range(10000))\n"
+              "expr = functools.reduce(operator.or_, [pc.field('i') == k for k in range(10000)])\n"
+              "for f in (text, expr):\n"
+              "    try:\n"
+              "        pqloader.Loader(sys.argv[1], filter=f)\n"
+              "    except ValueError as e:\n"
+              "        print(str(e)[-160:])\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          env=subprocess_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("more than the 2000") == 2 and "x in [...]" in done.stdout, done.stdout
+    text = " or ".join(f"i == {k}" for k in range(500))  # 999 calls: taken
+    assert loaded_ids(tmp_path, text)[0].tolist() == list(range(10))
+
+
+def test_states_tell_apart_value_sets_whose_strings_print_alike(tmp_path):
+    # Arrow prints an isin's strings unescaped, one a line: ['a",\n  "b'] read as two values.
+    pq.write_table(pa.table({"id": np.arange(8), "s": ["a", "b"] * 4}), tmp_path / "a.parquet")
+    one = pqloader.Loader(str(tmp_path), batch_size=2, filter=pc.field("s").isin(['a",\n  "b']))
+    two = pqloader.Loader(str(tmp_path), batch_size=2, filter=pc.field("s").isin(["a", "b"]))
+    assert one.num_rows == 0 and two.num_rows == 8
+    with pytest.raises(pqloader.InvalidDataError, match="transforms"):
+        two.load_state_dict(one.state_dict())
+    plain = pqloader.Loader(str(tmp_path), filter=pc.field("s").isin(["a", "b"]))
+    assert "#" not in plain.state_dict()["options"]["transforms"]  # other states keep their form
 

@@ -60,6 +60,27 @@ arrow::Result<cp::Expression> ReadExpression(const std::string& serialized) {
   return std::move(expr).ValueUnsafe();
 }
 
+// The most calls (comparisons, and/or/not, arithmetic) a filter may hold: Arrow's
+// simplification recurses once per link of an and/or chain, whatever its shape (it
+// flattens them), and 10,000 links overflowed a thread's stack (a segmentation fault;
+// pyarrow's dataset crashes too), 5,000 did not. A value set (`isin`) is one call.
+constexpr int64_t kMaxFilterCalls = 2000;
+
+// The calls of `e`, counted without recursion (as deep as it is).
+int64_t CountCalls(const cp::Expression& e) {
+  int64_t calls = 0;
+  std::vector<const cp::Expression*> todo{&e};
+  while (!todo.empty()) {
+    const cp::Expression* next = todo.back();
+    todo.pop_back();
+    const cp::Expression::Call* call = next->call();
+    if (call == nullptr) continue;
+    ++calls;
+    for (const cp::Expression& argument : call->arguments) todo.push_back(&argument);
+  }
+  return calls;
+}
+
 bool IsLiteralTrue(const cp::Expression& e) {
   const arrow::Datum* d = e.literal();
   if (d == nullptr || !d->is_scalar() || !d->scalar()->is_valid) return false;
@@ -190,6 +211,11 @@ class Evaluator {
   arrow::Status Prepare() {
     if (!options_.serialized_expression.empty()) {
       ARROW_ASSIGN_OR_RAISE(expr_, ReadExpression(options_.serialized_expression));
+      if (const int64_t calls = CountCalls(expr_); calls > kMaxFilterCalls) {
+        return arrow::Status::Invalid("filter: ", calls, " comparisons, and/or/not and other calls, "
+                                      "more than the ", kMaxFilterCalls, " Arrow evaluates safely: "
+                                      "name many values with isin (in a string: 'x in [...]')");
+      }
       for (const arrow::FieldRef& ref : cp::FieldsInExpression(expr_)) {
         if (ref.name() == nullptr) {
           return arrow::Status::Invalid("filter: ", ref.ToString(),
@@ -1282,6 +1308,31 @@ void CollectAmbiguousLiterals(const cp::Expression& e, std::set<std::string>* ou
 }
 
 }  // namespace
+
+bool ValueSetPrintsAmbiguously(const std::string& serialized_expression) {
+  auto expr = ReadExpression(serialized_expression);
+  if (!expr.ok()) return false;
+  std::vector<const cp::Expression*> todo{&*expr};
+  while (!todo.empty()) {
+    const cp::Expression::Call* call = todo.back()->call();
+    todo.pop_back();
+    if (call == nullptr) continue;
+    for (const cp::Expression& argument : call->arguments) todo.push_back(&argument);
+    const auto* lookup = dynamic_cast<const cp::SetLookupOptions*>(call->options.get());
+    if (lookup == nullptr || !lookup->value_set.is_array()) continue;
+    const std::shared_ptr<arrow::Array> values = lookup->value_set.make_array();
+    if (!arrow::is_base_binary_like(values->type_id())) continue;  // (strings and binaries)
+    for (int64_t i = 0; i < values->length(); ++i) {
+      if (values->IsNull(i)) continue;
+      const std::string_view v =
+          values->type_id() == arrow::Type::LARGE_STRING || values->type_id() == arrow::Type::LARGE_BINARY
+              ? static_cast<const arrow::LargeBinaryArray&>(*values).GetView(i)
+              : static_cast<const arrow::BinaryArray&>(*values).GetView(i);
+      if (v.find_first_of("\"\n\r\\") != std::string_view::npos) return true;
+    }
+  }
+  return false;
+}
 
 std::string AmbiguousLiteralTypes(const std::string& serialized_expression) {
   auto expr = ReadExpression(serialized_expression);

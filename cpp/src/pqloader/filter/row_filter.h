@@ -107,6 +107,11 @@ std::string SelectionFingerprint(const Split& split);
 /// A human-readable form of a serialized expression (for messages), or "".
 std::string DescribeExpression(const std::string& serialized_expression);
 
+/// Whether an is_in / index_in value set of strings or binaries holds a value with '"', a
+/// line break or '\': DescribeExpression prints such sets one unescaped value a line, so
+/// `["a\",\n  \"b"]` reads as two values.
+bool ValueSetPrintsAmbiguously(const std::string& serialized_expression);
+
 /// The types of the expression's literals whose text in
 /// DescribeExpression can stand for another value, comma-separated and sorted, or "":
 /// float16 and float32 print as their shortest decimal (float32 0.1 as a double 0.1
