@@ -75,7 +75,8 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
                    + ([f"@schema={_schema_text(options.schema)}"] if options.schema is not None else [])
                    # by name: a dict's order changes no batch (each stack takes its first
                    # member's place), so it must not refuse a state either
-                   + ([f"@stack={name}={','.join(cols)}" for name, cols in sorted(options.stack.items())]
+                   + ([f"@stack={name}={','.join(_stack_member_text(c) for c in cols)}"
+                       for name, cols in sorted(options.stack.items())]
                       if options.stack else []),
         "batch_size": options.batch_size,
         "drop_last": options.drop_last,
@@ -89,6 +90,14 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         "transforms": transforms,
         "on_decode_error": options.on_decode_error,
     }
+
+
+def _stack_member_text(column: str) -> str:
+    """A stacked column's name in a fingerprint's ``@stack=`` entry: ``\\`` and ``,``
+    escaped, so that the joined names tell their columns apart (unescaped, ``["a,b", "c"]``
+    and ``["a", "b,c"]`` both read "a,b,c", and a state of one loaded into the other); a
+    name without either is as it was, so states of such stacks keep their form."""
+    return column.replace("\\", "\\\\").replace(",", "\\,")
 
 
 def _schema_text(schema: Any) -> str:

@@ -420,6 +420,31 @@ def test_nonexistent_column_raises_column_not_found_naming_it(tmp_path):
     assert "no_such_column" in str(ei.value)
 
 
+def test_a_missing_column_of_a_wide_file_lists_fifty_names_not_all(tmp_path):
+    # 8,000 columns made a message of 63 KB, every name listed.
+    pq.write_table(pa.table({f"c{i}": [i] for i in range(2000)}), tmp_path / "w.parquet")
+    with pytest.raises(pqloader.ColumnNotFoundError) as ei:
+        pqloader.Loader(str(tmp_path), columns=["nope"])
+    msg = str(ei.value)
+    assert "'nope'" in msg and "'c0' 'c1'" in msg and "'c49' ... and 1950 more" in msg and "'c50'" not in msg
+    assert len(msg) < 2000
+
+
+def test_null_mask_of_every_name_of_a_wide_file_equals_null_mask_true(tmp_path):
+    # Each column was compared with every name (quadratic: 9 s at 20,000 columns); a
+    # struct's name asks for its leaves, a leaf's for itself.
+    n = 3000
+    table = pa.table({**{f"c{i}": pa.array([1.0, None]) for i in range(n)},
+                      "s": pa.array([{"a": 1, "b": None}, None], pa.struct([("a", pa.int64()), ("b", pa.int64())]))})
+    pq.write_table(table, tmp_path / "w.parquet")
+    listed = pqloader.Loader(str(tmp_path), batch_size=2, null_mask=[f"c{i}" for i in range(n)] + ["s"])
+    whole = pqloader.Loader(str(tmp_path), batch_size=2, null_mask=True)
+    assert list(listed.column_info) == list(whole.column_info)
+    assert "s.a_valid" in listed.column_info and "s.b_valid" in listed.column_info
+    leaf = pqloader.Loader(str(tmp_path), batch_size=2, columns=["s"], null_mask=["s.b"], fill_null={"s.a": 0})
+    assert list(leaf.column_info) == ["s.a", "s.b", "s.b_valid"]
+
+
 # ---------------------------------------------------------------------------
 # schema mismatch
 # ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "pqloader/error.h"
 #include "pqloader/tensor/group_rows.h"
 
 namespace pqloader {
@@ -83,7 +84,8 @@ arrow::Result<StackPlan> StackPlan::Make(const std::vector<ColumnSpec>& specs,
     for (const std::string& name : stack.columns) {
       const auto it = index.find(name);
       if (it == index.end()) {
-        return arrow::Status::Invalid(what, ": no output column '", name, "'");
+        return MakeError(ErrorKind::kColumnNotFound, what, ": names column '", name,
+                         "', which is not among the selected columns");
       }
       const int c = it->second;
       if (const auto seen = member_of.find(c); seen != member_of.end()) {

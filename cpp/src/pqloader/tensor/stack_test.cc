@@ -104,7 +104,14 @@ TEST(StackPlan, RefusesWhatCannotBeStacked) {
     EXPECT_TRUE(plan.status().IsInvalid());
     EXPECT_NE(plan.status().message().find(says), std::string::npos) << plan.status().message();
   };
-  refused({{"x", {"a", "nope"}}}, "no output column 'nope'");
+  {
+    auto plan = Plan(specs, {{"x", {"a", "nope"}}});  // a name the selection lacks
+    ASSERT_FALSE(plan.ok());
+    EXPECT_TRUE(plan.status().IsKeyError());  // ColumnNotFoundError in Python
+    EXPECT_NE(plan.status().message().find("names column 'nope', which is not among the selected"),
+              std::string::npos)
+        << plan.status().message();
+  }
   refused({{"x", {"a", "i"}}}, "column 'i' is int32 with rows of shape ()");
   refused({{"x", {"a", "m"}}}, "column 'm' is float32 with rows of shape (2,)");
   refused({{"x", {"a", "list"}}}, "column 'list' has rows whose shape or dtype depends on the data");
