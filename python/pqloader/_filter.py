@@ -139,6 +139,9 @@ def _parse_filter(text: str) -> Any:
             out, left = None, node.left
             for op, right in zip(node.ops, node.comparators):
                 if isinstance(op, (ast.In, ast.NotIn)):
+                    if isinstance(right, ast.Name):  # `1 in i`: a column, not values
+                        raise ValueError(f"filter {text!r}: 'in' needs a list of values, "
+                                         f"not the column {right.id!r}")
                     values = literal(right)
                     if not isinstance(values, (list, tuple, set)):
                         raise ValueError(f"filter {text!r}: 'in' needs a list of values")

@@ -633,6 +633,17 @@ def test_the_string_syntax_names_columns_as_written_not_as_python_folds_identifi
         assert loaded_ids(tmp_path, text)[0].tolist() == [3], text
 
 
+@pytest.mark.parametrize("text, says", [
+    ("1 in i", "'in' needs a list of values, not the column 'i'"),  # was "'i' is neither a column nor ..."
+    ("i in 3", "'in' needs a list of values"),
+    ("f(i) > 1", "is neither a column nor a literal"),
+])
+def test_malformed_string_filters_say_what_is_wrong(text, says):
+    with pytest.raises(ValueError) as e:
+        pqloader.parse_filter(text)
+    assert says in str(e.value)
+
+
 @pytest.mark.parametrize("text", ["x in [1, 'a']", "x == 1j"])
 def test_a_literal_pyarrow_cannot_convert_is_a_value_error_naming_the_filter(text):
     with pytest.raises(ValueError, match="^filter ") as e:  # was pyarrow's, without the filter
