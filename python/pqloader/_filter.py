@@ -90,18 +90,19 @@ def shorten(text: str, limit: int = 80) -> str:
 def _parse_filter(text: str) -> Any:
     pc = _compute()
     source = text.strip()
+    shown = shorten(text, 200)  # in messages (a 1 MB filter made a 1 MB message)
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
-        raise ValueError(f"filter {text!r} is not an expression: {e.msg}") from None
+        raise ValueError(f"filter {shown!r} is not an expression: {e.msg}") from None
     except UnicodeEncodeError:  # a lone surrogate: not UTF-8, no column's name or value
-        raise ValueError(f"filter {text!r} is not UTF-8 text (it has a lone surrogate)") from None
+        raise ValueError(f"filter {shown!r} is not UTF-8 text (it has a lone surrogate)") from None
 
     def literal(node: ast.AST) -> Any:
         try:
             return ast.literal_eval(node)
         except ValueError:
-            raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is neither a column nor a literal") from None
+            raise ValueError(f"filter {shown!r}: {ast.unparse(node)!r} is neither a column nor a literal") from None
 
     lines: list[bytes] = []
 
@@ -120,7 +121,7 @@ def _parse_filter(text: str) -> Any:
             return column(node)
         value = literal(node)
         if value is None:  # "x == None" kept no row (a comparison with null is null)
-            raise ValueError(f"filter {text!r}: compare with None by 'is None' or 'is not None'")
+            raise ValueError(f"filter {shown!r}: compare with None by 'is None' or 'is not None'")
         if isinstance(value, int) and not isinstance(value, bool) and 2**63 <= value < 2**64:
             import pyarrow as pa  # imported with pyarrow.compute
             return pc.scalar(pa.scalar(value, pa.uint64()))  # pc.scalar takes int64 only
@@ -140,11 +141,11 @@ def _parse_filter(text: str) -> Any:
             for op, right in zip(node.ops, node.comparators):
                 if isinstance(op, (ast.In, ast.NotIn)):
                     if isinstance(right, ast.Name):  # `1 in i`: a column, not values
-                        raise ValueError(f"filter {text!r}: 'in' needs a list of values, "
+                        raise ValueError(f"filter {shown!r}: 'in' needs a list of values, "
                                          f"not the column {right.id!r}")
                     values = literal(right)
                     if not isinstance(values, (list, tuple, set)):
-                        raise ValueError(f"filter {text!r}: 'in' needs a list of values")
+                        raise ValueError(f"filter {shown!r}: 'in' needs a list of values")
                     values = list(values)
                     if any(isinstance(v, int) and not isinstance(v, bool) and v >= 2**63 for v in values):
                         import pyarrow as pa  # imported with pyarrow.compute
@@ -153,26 +154,26 @@ def _parse_filter(text: str) -> Any:
                     e = ~e if isinstance(op, ast.NotIn) else e
                 elif isinstance(op, (ast.Is, ast.IsNot)):
                     if not (isinstance(right, ast.Constant) and right.value is None):
-                        raise ValueError(f"filter {text!r}: 'is' is only for 'is None'")
+                        raise ValueError(f"filter {shown!r}: 'is' is only for 'is None'")
                     e = term(left).is_null()
                     e = ~e if isinstance(op, ast.IsNot) else e
                 elif type(op) in _COMPARE:
                     e = getattr(term(left), _COMPARE[type(op)])(term(right))
                 else:  # pragma: no cover - every ast.cmpop is handled above
-                    raise ValueError(f"filter {text!r}: {type(op).__name__} is not accepted")
+                    raise ValueError(f"filter {shown!r}: {type(op).__name__} is not accepted")
                 out = e if out is None else (out & e)
                 left = right
             return out
         if isinstance(node, ast.Name):
             return column(node)  # a bool column
-        raise ValueError(f"filter {text!r}: {ast.unparse(node)!r} is not a comparison, "
+        raise ValueError(f"filter {shown!r}: {ast.unparse(node)!r} is not a comparison, "
                          "'in', 'is None', and/or/not")
 
     import pyarrow as pa  # imported with pyarrow.compute
     try:
         return convert(tree.body)
     except (OverflowError, TypeError, pa.ArrowInvalid) as e:  # a literal pyarrow cannot hold
-        raise ValueError(f"filter {text!r}: {e}") from None
+        raise ValueError(f"filter {shown!r}: {e}") from None
 
 
 def check_filter(value: Any) -> Any:
