@@ -546,12 +546,22 @@ class DataLoader(torch.utils.data.DataLoader):
         batches = super().__iter__()
         position = ds._position  # this iteration's (a later iteration makes its own)
 
+        def stopped() -> bool:
+            return getattr(batches, "_pqloader_stopped", False)
+
         def count() -> Iterator[dict[str, Any]]:
-            for batch in batches:
+            # Its workers stopped by a new iteration (a persistent one's): said before the
+            # next batch is asked for, as the iterator may still hold some it had fetched
+            # (handed out, they hid the stop now and then); without the check the loop
+            # ended silently, as if its epoch had.
+            while not stopped():
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
                 ds._yielded(position)
                 yield batch
-            if getattr(batches, "_pqloader_stopped", False):
-                # (its workers stopped: the loop ended silently, as if its epoch had)
+            if stopped():
                 raise RuntimeError(
                     "pqloader.torch.DataLoader was iterated again while this loop ran: its persistent "
                     "workers serve one iteration at a time, so this loop's stopped before the end of "
