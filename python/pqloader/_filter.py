@@ -40,8 +40,13 @@ class Predicate:
     """
 
     def __init__(self, columns: Sequence[str], fn: Callable[[Any], Any]) -> None:
-        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+        try:  # once: a generator's names were used up by the check below (columns [])
+            names = None if isinstance(columns, str) else list(columns)
+        except TypeError:  # not iterable (an int)
+            names = None
+        if names is None or not all(isinstance(c, str) for c in names):
             raise TypeError(f"Predicate columns must be a list of column names, got {columns!r}")
+        columns = names
         if not columns:
             raise ValueError("Predicate needs the columns it reads")
         if not callable(fn):
@@ -234,6 +239,8 @@ def _call(predicates: list[Predicate]) -> Callable[[Any, Any], tuple[Any, Any]]:
                 except (pa.ArrowException, TypeError, ValueError) as e:
                     raise TypeError(f"{p!r} returned {type(result).__name__}, not one bool per row "
                                     f"({e})") from None
+            if result.type == pa.null():  # [] for an empty row group, [None] * n: nulls count as False
+                result = result.cast(pa.bool_())
             # Only booleans: a mask of floats (NaN, 0.3) or of strings ("False") taken
             # as truth values would keep rows silently.
             if result.type != pa.bool_():

@@ -228,6 +228,37 @@ def test_predicates_return_booleans_and_ctrl_c_stays_a_keyboard_interrupt(data):
     assert k.value.args == ("stop", 5)
 
 
+def test_a_predicate_returning_a_list_of_bools_takes_empty_row_groups_and_all_null_lists(tmp_path):
+    # pa.array([]) and pa.array([None, None]) are of the null type: a list predicate
+    # failed on a row group of no rows (pyarrow's ParquetWriter writes one for an empty
+    # table) or on one where every value was None ("null counts as False").
+    with pq.ParquetWriter(tmp_path / "a.parquet", pa.schema([("x", pa.int64())])) as w:
+        w.write_table(pa.table({"x": pa.array([], pa.int64())}))
+        w.write_table(pa.table({"x": [1, 2, 3]}))
+        w.write_table(pa.table({"x": [4, 5]}))
+    assert pq.ParquetFile(tmp_path / "a.parquet").metadata.row_group(0).num_rows == 0
+
+    def small(batch):
+        return [True if v < 3 else None for v in batch["x"].to_pylist()]
+
+    loader = pqloader.Loader(str(tmp_path), filter=pqloader.Predicate(["x"], small), num_epochs=1)
+    assert np.concatenate([b["x"] for b in loader]).tolist() == [1, 2]
+    with pytest.raises(pqloader.Error, match=r"row group 1.*returned 0 values for 3 rows"):
+        pqloader.Loader(str(tmp_path), filter=pqloader.Predicate(["x"], lambda b: []))
+
+
+def test_predicate_columns_may_be_any_iterable_of_names(data):
+    # A generator's names were used up checking them: Predicate([]) and an
+    # InvalidDataError ("a predicate needs the columns it reads") from the engine.
+    predicate = pqloader.Predicate((c for c in ["x"]), lambda b: pc.greater(b["x"], 0.75))
+    assert predicate.columns == ["x"]
+    ids, _ = loaded_ids(data, predicate)
+    np.testing.assert_array_equal(ids, expected_ids(data, pc.field("x") > 0.75))
+    for bad in (5, "x", [1]):
+        with pytest.raises(TypeError, match="Predicate columns must be a list of column names"):
+            pqloader.Predicate(bad, lambda b: b)
+
+
 def test_a_literal_pyarrow_cannot_hold_is_a_value_error():
     with pytest.raises(ValueError, match="filter"):
         pqloader.parse_filter("x == 99999999999999999999999")
@@ -1014,4 +1045,23 @@ def test_states_tell_apart_value_sets_whose_strings_print_alike(tmp_path):
         two.load_state_dict(one.state_dict())
     plain = pqloader.Loader(str(tmp_path), filter=pc.field("s").isin(["a", "b"]))
     assert "#" not in plain.state_dict()["options"]["transforms"]  # other states keep their form
+
+
+def test_the_error_of_a_predicate_failing_on_several_row_groups_names_the_first(tmp_path):
+    # The first error in time was reported: "row group 7" now and then, "row group 0"
+    # mostly (and which exception class, where they differ).
+    import random
+    import time
+    for i in range(4):
+        pq.write_table(pa.table({"x": np.arange(100) + 100 * i}), tmp_path / f"f{i}.parquet", row_group_size=10)
+
+    def f(b):
+        time.sleep(random.random() * 0.01)
+        if b["x"][0].as_py() % 70 == 0:
+            raise ValueError(f"bad at {b['x'][0].as_py()}")
+        return pc.less(b["x"], 1000)
+
+    for _ in range(10):
+        with pytest.raises(pqloader.Error, match=r"f0.parquet', row group 0\b.*bad at 0"):
+            pqloader.Loader(str(tmp_path), num_workers=4, filter=pqloader.Predicate(["x"], f))
 

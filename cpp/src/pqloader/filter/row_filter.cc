@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -920,15 +921,22 @@ class Evaluator {
 // Run fn(i) for i in [0, n) on `threads` threads; the first error wins.
 arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Status(int64_t)>& fn) {
   std::atomic<int64_t> next{0};
-  std::atomic<bool> failed{false};
+  // The lowest failing index's error is reported, whatever the threads' timing (the first
+  // to fail was: a predicate failing on row groups 0 and 7 named either). Indices are
+  // claimed in increasing order, so every index below a failed one was claimed already
+  // and runs to its end; none above it starts.
+  std::atomic<int64_t> failed_at{std::numeric_limits<int64_t>::max()};
   Mutex mu;
   arrow::Status first;
   auto work = [&] {
-    for (int64_t i = next++; i < n && !failed; i = next++) {
+    for (int64_t i = next++; i < n && i < failed_at.load(); i = next++) {
       auto st = fn(i);
       if (!st.ok()) {
         MutexLock lock(mu);
-        if (!failed.exchange(true)) first = st;
+        if (i < failed_at.load()) {
+          failed_at = i;
+          first = st;
+        }
       }
     }
   };
