@@ -1065,3 +1065,12 @@ def test_the_error_of_a_predicate_failing_on_several_row_groups_names_the_first(
         with pytest.raises(pqloader.Error, match=r"f0.parquet', row group 0\b.*bad at 0"):
             pqloader.Loader(str(tmp_path), num_workers=4, filter=pqloader.Predicate(["x"], f))
 
+
+def test_a_filter_failing_on_a_partition_value_names_the_file_and_key(tmp_path):
+    # It said only "divide by zero" (the keys' values are folded into the filter per file).
+    (tmp_path / "p=1").mkdir()
+    pq.write_table(pa.table({"id": [0]}), tmp_path / "p=1" / "f.parquet")
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"filter .*divide_checked.* on the partition keys of '.*f\.parquet' \(p=1\).*divide by zero"):
+        pqloader.Loader(str(tmp_path), filter=pc.divide_checked(pc.field("p"), 0) == 1)
+

@@ -312,7 +312,22 @@ class Evaluator {
     }
     if (!known.empty()) {
       ARROW_ASSIGN_OR_RAISE(auto guarantee, cp::and_(known).Bind(*view->schema));
-      ARROW_ASSIGN_OR_RAISE(by_keys, cp::SimplifyWithGuarantee(by_keys, guarantee));
+      // Evaluates the filter's calls on the keys' values (divide_checked(p, 0)): a failure
+      // names the file and its keys, as one on the files' columns does.
+      auto simplified = cp::SimplifyWithGuarantee(by_keys, guarantee);
+      if (!simplified.ok()) {
+        std::string keys;
+        for (const auto& [name, k] : key_index_) {
+          if (!view->schema->GetFieldByName(name)) continue;
+          keys += (keys.empty() ? "" : ", ") + name + "=" +
+                  (file.partition_null[k] ? std::string("null") : file.partition_values[k]);
+        }
+        return WithContext(simplified.status(), "cannot evaluate the filter " +
+                                                    view->bound.ToString() +
+                                                    " on the partition keys of '" + file.display +
+                                                    "' (" + keys + ")");
+      }
+      by_keys = std::move(simplified).ValueUnsafe();
     }
     if (!by_keys.IsSatisfiable()) {
       for (int64_t s : splits) out->stage[s] = RowSelection::Stage::kPartition;
