@@ -85,69 +85,20 @@ class RemainderOrder : public RowOrder {
   int64_t num_rows_ = 0;
 };
 
-// The order of `rank` of `world` in the world `base` describes (itself possibly a
-// remainder of an earlier one).
-std::shared_ptr<const RowOrder> OrderOf(const std::vector<int64_t>& split_rows,
-                                        const PlanOptions& options, int64_t epoch,
-                                        const std::shared_ptr<const ElasticBase>& base) {
-  if (base == nullptr) {
-    return std::make_shared<PlanOrder>(
-        std::make_shared<const EpochPlan>(EpochPlan::Make(split_rows, options, epoch)));
-  }
-  return MakeRemainderOrder(split_rows, options, epoch, *base);
+// The options of old rank `r` of the world `base` describes.
+PlanOptions OldRank(const PlanOptions& options, const ElasticBase& base, int64_t r) {
+  PlanOptions old = options;
+  old.rank = r;
+  old.world_size = base.world_size;
+  old.batch_size = base.batch_size;
+  return old;
 }
 
-}  // namespace
-
-std::string ValidateElasticBase(const ElasticBase& base, const std::vector<int64_t>& split_rows,
-                                const PlanOptions& options, int64_t epoch) {
-  if (base.world_size <= 0 || base.batch_size <= 0) {
-    return "world_size and batch_size must be positive";
-  }
-  if (static_cast<int64_t>(base.batches.size()) != base.world_size) {
-    return "one consumed batch count per old rank is needed (" + std::to_string(base.world_size) +
-           "), got " + std::to_string(base.batches.size());
-  }
-  if (base.base != nullptr) {
-    std::string inner = ValidateElasticBase(*base.base, split_rows, options, epoch);
-    if (!inner.empty()) return inner;
-  }
-  for (int64_t r = 0; r < base.world_size; ++r) {
-    PlanOptions old = options;
-    old.rank = r;
-    old.world_size = base.world_size;
-    old.batch_size = base.batch_size;
-    const int64_t n = OrderOf(split_rows, old, epoch, base.base)->num_rows();
-    const int64_t batches = options.drop_last ? n / base.batch_size
-                                              : (n + base.batch_size - 1) / base.batch_size;
-    if (base.batches[r] < 0 || base.batches[r] > batches) {
-      return "rank " + std::to_string(r) + " of " + std::to_string(base.world_size) +
-             " consumed " + std::to_string(base.batches[r]) + " batches of epoch " +
-             std::to_string(epoch) + ", which has " + std::to_string(batches) + " for it";
-    }
-  }
-  return "";
-}
-
-std::shared_ptr<const RowOrder> MakeRemainderOrder(const std::vector<int64_t>& split_rows,
-                                                   const PlanOptions& options, int64_t epoch,
-                                                   const ElasticBase& base) {
-  // 1. What each old rank had left: its positions from its consumed batches on, up to
-  // its end (or, with drop_last, the end of its last full batch).
-  auto all = std::make_shared<RemainderOrder>();
-  for (int64_t r = 0; r < base.world_size; ++r) {
-    PlanOptions old = options;
-    old.rank = r;
-    old.world_size = base.world_size;
-    old.batch_size = base.batch_size;
-    auto child = OrderOf(split_rows, old, epoch, base.base);
-    const int64_t n = child->num_rows();
-    const int64_t end = options.drop_last ? n / base.batch_size * base.batch_size : n;
-    const int64_t from = std::min(end, base.batches[r] * base.batch_size);
-    all->Add(child, from, end);
-  }
-  // 2. Contiguous shares of it, equalised as rows are (EpochPlan): kDrop drops the last
-  // position of the larger shares, kPad repeats the first one of the smaller.
+// Rank options.rank's contiguous share of `all`, equalised as rows are (EpochPlan):
+// kDrop drops the last position of the larger shares, kPad repeats the first one of the
+// smaller.
+std::shared_ptr<const RowOrder> ShareOf(const std::shared_ptr<const RowOrder>& all,
+                                        const PlanOptions& options) {
   const int64_t total = all->num_rows(), world = options.world_size;
   const int64_t each = total / world, rem = total % world;
   const int64_t begin = options.rank * each + std::min(options.rank, rem);
@@ -164,6 +115,91 @@ std::shared_ptr<const RowOrder> MakeRemainderOrder(const std::vector<int64_t>& s
     }
   }
   return mine;
+}
+
+// Every old rank's order in the world `base` describes, made from the epoch's `order`
+// (shared: each rank's plan costs its own units, not the epoch's splits) and, for a
+// base that is itself a remainder, from that level's rest made once (each old rank's
+// was a whole remainder made anew: old world x its old world x splits, and memory).
+class OldRanks {
+ public:
+  OldRanks(std::shared_ptr<const EpochOrder> order, const PlanOptions& options, int64_t epoch,
+           const ElasticBase& base)
+      : order_(std::move(order)), options_(options), epoch_(epoch), base_(base) {
+    if (base.base != nullptr) inner_ = RestOf(order_, OldRank(options, base, 0), epoch, *base.base);
+  }
+
+  std::shared_ptr<const RowOrder> Of(int64_t r) const {
+    const PlanOptions old = OldRank(options_, base_, r);
+    if (inner_ != nullptr) return ShareOf(inner_, old);
+    return std::make_shared<PlanOrder>(std::make_shared<const EpochPlan>(EpochPlan::Make(old, epoch_, order_)));
+  }
+
+  // What each old rank of `base` had left, old rank after old rank: its positions from its
+  // consumed batches on, up to its end (or, with drop_last, the end of its last full
+  // batch). Independent of options' rank and world.
+  static std::shared_ptr<const RowOrder> RestOf(const std::shared_ptr<const EpochOrder>& order,
+                                                const PlanOptions& options, int64_t epoch,
+                                                const ElasticBase& base) {
+    const OldRanks ranks(order, options, epoch, base);
+    auto all = std::make_shared<RemainderOrder>();
+    for (int64_t r = 0; r < base.world_size; ++r) {
+      auto child = ranks.Of(r);
+      const int64_t n = child->num_rows();
+      const int64_t end = options.drop_last ? n / base.batch_size * base.batch_size : n;
+      const int64_t from = std::min(end, base.batches[r] * base.batch_size);
+      all->Add(child, from, end);
+    }
+    return all;
+  }
+
+ private:
+  std::shared_ptr<const EpochOrder> order_;
+  const PlanOptions& options_;
+  int64_t epoch_;
+  const ElasticBase& base_;
+  std::shared_ptr<const RowOrder> inner_;  // the inner level's rest (base.base)
+};
+
+std::string ValidateLevel(const ElasticBase& base, const std::shared_ptr<const EpochOrder>& order,
+                          const PlanOptions& options, int64_t epoch) {
+  if (base.world_size <= 0 || base.batch_size <= 0) {
+    return "world_size and batch_size must be positive";
+  }
+  if (static_cast<int64_t>(base.batches.size()) != base.world_size) {
+    return "one consumed batch count per old rank is needed (" + std::to_string(base.world_size) +
+           "), got " + std::to_string(base.batches.size());
+  }
+  if (base.base != nullptr) {
+    std::string inner = ValidateLevel(*base.base, order, OldRank(options, base, 0), epoch);
+    if (!inner.empty()) return inner;
+  }
+  const OldRanks ranks(order, options, epoch, base);
+  for (int64_t r = 0; r < base.world_size; ++r) {
+    const int64_t n = ranks.Of(r)->num_rows();
+    const int64_t batches = options.drop_last ? n / base.batch_size
+                                              : (n + base.batch_size - 1) / base.batch_size;
+    if (base.batches[r] < 0 || base.batches[r] > batches) {
+      return "rank " + std::to_string(r) + " of " + std::to_string(base.world_size) +
+             " consumed " + std::to_string(base.batches[r]) + " batches of epoch " +
+             std::to_string(epoch) + ", which has " + std::to_string(batches) + " for it";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ValidateElasticBase(const ElasticBase& base, const std::vector<int64_t>& split_rows,
+                                const PlanOptions& options, int64_t epoch) {
+  return ValidateLevel(base, EpochOrder::Make(split_rows, options, epoch), options, epoch);
+}
+
+std::shared_ptr<const RowOrder> MakeRemainderOrder(const std::vector<int64_t>& split_rows,
+                                                   const PlanOptions& options, int64_t epoch,
+                                                   const ElasticBase& base) {
+  return ShareOf(OldRanks::RestOf(EpochOrder::Make(split_rows, options, epoch), options, epoch, base),
+                 options);
 }
 
 }  // namespace pqloader

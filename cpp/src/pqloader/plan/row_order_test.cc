@@ -163,6 +163,53 @@ TEST(RemainderOrder, NestedResizesContinueTheSameEpoch) {
   EXPECT_GE(static_cast<int64_t>(got.size()), 151 - 4 - 3 - 2);  // only equalising drops
 }
 
+// Many old ranks over many splits, three levels (64 ranks, resumed by 32, resumed by 3):
+// each level's rest is made once and shared by its old ranks' shares (it was made anew
+// per old rank: old world x its old world x splits, minutes and GBs at 1,024 -> 512).
+TEST(RemainderOrder, ManyOldRanksAndNestedResizesHandOutEachSampleOnce) {
+  std::vector<int64_t> split_rows(2000);
+  for (size_t i = 0; i < split_rows.size(); ++i) split_rows[i] = 3 + static_cast<int64_t>(i % 5);
+  const int64_t total = std::accumulate(split_rows.begin(), split_rows.end(), int64_t{0});
+  for (const ShardPolicy policy : {ShardPolicy::kDrop, ShardPolicy::kPad}) {
+    std::vector<int64_t> first(64), second(32);
+    for (int64_t r = 0; r < 64; ++r) first[r] = r % 7;
+    for (int64_t r = 0; r < 32; ++r) second[r] = r % 5;
+    auto inner = std::make_shared<ElasticBase>(ElasticBase{64, 4, first, nullptr});
+    const ElasticBase base{32, 6, second, inner};
+    ASSERT_EQ(ValidateElasticBase(base, split_rows, Options(5, 0, 3, true, false, policy), 2), "");
+    std::vector<int64_t> got;
+    for (int64_t r = 0; r < 64; ++r) {
+      PlanOrder o(std::make_shared<const EpochPlan>(
+          EpochPlan::Make(split_rows, Options(4, r, 64, true, false, policy), 2)));
+      auto s = Samples(o, split_rows, 0, first[r] * 4);
+      got.insert(got.end(), s.begin(), s.end());
+    }
+    for (int64_t r = 0; r < 32; ++r) {
+      auto mid = MakeRemainderOrder(split_rows, Options(6, r, 32, true, false, policy), 2, *inner);
+      auto s = Samples(*mid, split_rows, 0, std::min(mid->num_rows(), second[r] * 6));
+      got.insert(got.end(), s.begin(), s.end());
+    }
+    int64_t rest_rows = -1;
+    for (int64_t r = 0; r < 3; ++r) {
+      auto rest = MakeRemainderOrder(split_rows, Options(5, r, 3, true, false, policy), 2, base);
+      if (rest_rows >= 0) {
+        EXPECT_EQ(rest->num_rows(), rest_rows);  // equal shares
+      }
+      rest_rows = rest->num_rows();
+      auto s = Samples(*rest, split_rows, 0, rest->num_rows());
+      got.insert(got.end(), s.begin(), s.end());
+    }
+    std::sort(got.begin(), got.end());
+    if (policy == ShardPolicy::kDrop) {
+      EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end());  // each once
+      EXPECT_GE(static_cast<int64_t>(got.size()), total - 64 - 32 - 3);  // only equalising drops
+    } else {
+      got.erase(std::unique(got.begin(), got.end()), got.end());
+      EXPECT_EQ(static_cast<int64_t>(got.size()), total);  // every sample, some twice
+    }
+  }
+}
+
 TEST(RemainderOrder, UnitRangesAreMonotoneAndCoverTheirPositions) {
   const std::vector<int64_t> split_rows = {37, 50, 11, 64, 29, 40};
   ElasticBase base{3, 8, {2, 1, 3}, nullptr};
