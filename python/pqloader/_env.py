@@ -20,6 +20,9 @@ Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]
 _FILE_SCHEME = "file://"
 
 
+_SUMMARIES = ("_metadata", "_common_metadata")  # pyarrow's, Dask's, Spark's, pqloader's
+
+
 def normalize_sources(source: Source) -> list[str]:
     """Turn a source argument into the list of absolute paths and URIs the engine opens.
 
@@ -61,6 +64,11 @@ def normalize_sources(source: Source) -> list[str]:
                 as_bytes = ""
             raise ValueError(f"source {s!r} is not UTF-8{as_bytes}; "
                              "pqloader opens UTF-8 paths only: rename it") from None
+        if s.rstrip("/").rsplit("/", 1)[-1] in _SUMMARIES:
+            # Named itself: read as data it was refused as corrupt (it holds no pages).
+            from pqloader._errors import InvalidDataError
+            raise InvalidDataError(f"source {s!r} is a summary (the row groups of the files beside it), "
+                                   "not data: summaries are never read as data; give its directory")
         if "://" in s and not s.startswith(_FILE_SCHEME):
             out.append(s)
             continue

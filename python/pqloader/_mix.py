@@ -342,8 +342,10 @@ class Mixture:
         # (MixStreamOptions::then_next_epoch), and the next epoch's length is drawn half
         # way, while the sources decode, not at the boundary.
         samples = self.epoch_samples(epoch)
-        if samples > 0:
-            self._check_sources_have_rows(epoch, samples)
+        # The draws the stream makes: drop_last's partial batch is never drawn.
+        drawn = min(samples, self.num_batches(epoch) * self._batch_size)
+        if drawn > 0:
+            self._check_sources_have_rows(epoch, drawn)
         with self._lock:
             # A stale iterator (resumed after a newer one began) touches nothing.
             if generation != self._generation:
@@ -416,7 +418,8 @@ class Mixture:
 
     def _check_sources_have_rows(self, epoch: int, samples: int) -> None:
         """Refuse, naming it, a source without rows in `epoch` (its filter, shard or
-        drop_last leave it none) that the epoch's draws pick, before its first batch: the
+        drop_last leave it none) that the epoch's first `samples` draws (those its batches
+        hold) pick, before its first batch: the
         stream raised only at the batch that first drew it, as "mixture source 0 has no
         rows". A packing source's wraps may hold blocks where its first read does not
         (the stream's own check counts them)."""

@@ -611,3 +611,16 @@ def test_a_glob_spelling_underscore_does_not_read_summaries_and_a_slash_names_di
     assert sorted(collect(pqloader.Loader(str(runs / "run*") + "/"))["a"].tolist()) == [1, 2]
     assert sorted(collect(pqloader.Loader(str(runs / "run*")))["a"].tolist()) == [1, 2, 3]
 
+
+def test_a_summary_named_as_a_source_is_refused_as_a_summary(tmp_path):
+    # README: summaries are never read as data. Named itself, it was read as data and
+    # refused as corrupt ("Couldn't deserialize thrift ... page header").
+    collector = []
+    pq.write_table(pa.table({"id": [1, 2]}), tmp_path / "p.parquet", metadata_collector=collector)
+    collector[-1].set_file_path("p.parquet")
+    pq.write_metadata(pa.schema([("id", pa.int64())]), tmp_path / "_metadata", metadata_collector=collector)
+    pq.write_metadata(pa.schema([("id", pa.int64())]), tmp_path / "_common_metadata")
+    for source in (tmp_path / "_metadata", [str(tmp_path / "p.parquet"), str(tmp_path / "_common_metadata")]):
+        with pytest.raises(pqloader.InvalidDataError, match="is a summary .* give its directory"):
+            pqloader.Loader(source)
+    assert collect(pqloader.Loader(str(tmp_path)))["id"].tolist() == [1, 2]

@@ -847,7 +847,7 @@ def test_sources_must_collate_a_list_column_alike(tmp_path):
     pq.write_table(pa.table({"tok": [[1, 2], [3]]}), tmp_path / "a.parquet")
     srcs = [pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad()}),
             pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad(multiple_of=8)})]
-    with pytest.raises(Exception, match="tok.*same lists="):
+    with pytest.raises(Exception, match="tok.*mixture source '1' batches it.*mixture source '0'.*same lists="):
         next(iter(pqloader.mix(srcs, [1, 1])))
     srcs = [pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Ragged()}),
             pqloader.Loader(str(tmp_path / "a.parquet"), lists={"tok": pqloader.Pad(length=2)})]
@@ -1154,6 +1154,22 @@ def test_a_drawn_source_that_its_filter_leaves_empty_is_named_before_the_first_b
     with pytest.raises(pqloader.InvalidDataError, match=r"source 'b' has no rows in epoch 0 .*filter.*weight 0"):
         next(it)
     assert len(run(mixture([1.0, 0.0]))) > 0  # never drawn: not refused
+
+
+def test_an_empty_source_drawn_only_in_the_partial_batch_drop_last_drops_is_not_refused(tmp_path):
+    # The check counted the draws of all samples_per_epoch samples; with drop_last the
+    # stream never draws the last partial batch's, and handed out every batch before it.
+    for name, rows in (("a", range(100)), ("b", range(1000, 1010))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+    cumulative = _core.mix_cumulative([1.0, 0.05])
+    seed = next(s for s in range(10_000)
+                if 1 not in list(_core.mix_draws(s, 0, 0, 8, cumulative))
+                and 1 in list(_core.mix_draws(s, 0, 8, 2, cumulative)))
+    m = pqloader.mix({"a": pqloader.Loader(str(tmp_path / "a"), batch_size=1),
+                      "b": pqloader.Loader(str(tmp_path / "b"), batch_size=1, filter="x < 0")},
+                     [1.0, 0.05], seed=seed, batch_size=4, samples_per_epoch=10, drop_last=True)
+    assert [len(b["x"]) for b in m] == [4, 4]
 
 
 def test_a_packed_source_without_blocks_is_named_by_the_stream(tmp_path):

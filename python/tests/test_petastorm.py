@@ -787,6 +787,26 @@ def test_row_group_pass_reads_int96_in_the_loaders_unit(tmp_path):
         assert sorted(int(i) for b in reader for i in b.id) == [2]
 
 
+def test_row_group_pass_sees_decimals_as_int64_loads_them(tmp_path):
+    # With loader_options={"decimals": "int64"} the batches hold unscaled integers (150
+    # for 1.50); the pre-pass read decimals as float64 whatever the option (1.5), so a
+    # filter on the values the batches hold pruned every row group: no rows, silently.
+    import decimal
+    values = [decimal.Decimal(v) for v in ("1.50", "2.25", "3.00", "1.50", "4.75", "0.10")]
+    pq.write_table(pa.table({"id": np.arange(6), "dec": pa.array(values, pa.decimal128(5, 2))}),
+                   tmp_path / "a.parquet", row_group_size=2)
+    url = "file://" + str(tmp_path)
+
+    def ids(**kw):
+        with make_batch_reader(url, schema_fields=["id"], num_epochs=1,
+                               loader_options={"decimals": "int64"}, **kw) as reader:
+            return sorted(int(i) for b in reader for i in b.id)
+
+    assert ids(filters=[("dec", "=", 150)]) == [0, 3]
+    assert ids(filters=[("dec", ">", 300)]) == [4]
+    assert ids(predicate=in_set({10}, "dec")) == [5]
+
+
 def test_filters_prune_row_groups_holding_nulls_as_pyarrow_does(tmp_path):
     # The row-group pre-pass compared a column holding nulls (objects with None) with the
     # literal: `>` raised a raw TypeError. A null matches no comparison, as in pyarrow; a

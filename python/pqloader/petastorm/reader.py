@@ -154,17 +154,21 @@ def pa_types_plain_number(arrow_type: Any) -> bool:
     return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type) or pa.types.is_boolean(arrow_type)
 
 
-def _as_loaded(column: Any) -> Any:
+def _as_loaded(column: Any, decimals: str = "float64") -> Any:
     """A pyarrow column in the type the engine loads it as, so that the row-group pre-pass
     sees the values the batches hold: dates, times, timestamps and durations as their
-    int32 / int64 counts, decimals as float64 (not datetime or Decimal objects, which an
-    ``in_set`` of counts or a float ``filters`` value never equals)."""
+    int32 / int64 counts, decimals as float64, or with ``decimals="int64"`` as their
+    unscaled int64 (not datetime or Decimal objects, which an ``in_set`` of counts or a
+    float ``filters`` value never equals)."""
     import pyarrow as pa
 
     t = column.type
     if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_duration(t):
         return column.cast(pa.int32() if t.bit_width == 32 else pa.int64())
     if pa.types.is_decimal(t):
+        if decimals == "int64" and t.precision <= 18 and t.scale >= 0:  # value x 10**scale, exactly
+            import pyarrow.compute as pc
+            return pc.multiply(column, pa.scalar(10 ** t.scale, pa.int64())).cast(pa.int64())
         return column.cast(pa.float64())
     return column
 
@@ -265,6 +269,8 @@ class Reader:
                 self._casts[name] = np.dtype(field.numpy_dtype)
         # The pre-pass reads INT96 timestamps in the unit the Loader loads them in.
         self._int96_unit = loader_kwargs.get("coerce_int96_timestamp_unit") or "ns"
+        # And decimals as it does (``decimals="int64"``: unscaled integers, not float64).
+        self._decimals = loader_kwargs.get("decimals") or "float64"
         self._row_groups = self._select_row_groups(rowgroup_selector)
         options = dict(loader_kwargs)
         options.setdefault("batch_size", BATCH_READER_ROWS if batched else ROWS_PER_READ)
@@ -350,7 +356,7 @@ class Reader:
             if name not in table.column_names:
                 columns[name] = np.full(table.num_rows, None, dtype=object)
                 continue
-            column = _as_loaded(table.column(name))
+            column = _as_loaded(table.column(name), self._decimals)
             if pa_types_plain_number(column.type) and column.null_count == 0:
                 # In its own dtype: a list of large ints became float64, where neighbours are equal.
                 columns[name] = self._fix(name, column.to_numpy())

@@ -481,9 +481,6 @@ class Resolver {
                      "or in none");
   }
 
-  // Whether file f lacks `leaf` below a list (or map) of structs that it has: its rows
-  // there are lists with lengths, which a column of nulls would lose. `list` gets the
-  // list's name.
   // Where file f stores a column of times as INT96 (`leaves`), whose unit is an option,
   // and `other` holds timestamps of another unit: how to read them in that unit.
   std::string Int96Remedy(int f, const std::vector<int>& leaves, const arrow::DataType& other) const {
@@ -504,6 +501,9 @@ class Resolver {
     return "";
   }
 
+  // Whether file f lacks `leaf` below a list (or map) of structs that it has: its rows
+  // there are lists with lengths, which a column of nulls would lose. `list` gets the
+  // list's name.
   bool LacksBelowList(int f, const Leaf& leaf, std::string* list) const {
     auto field = files_[f].schema->GetFieldByName(leaf.top);
     if (field == nullptr) return false;

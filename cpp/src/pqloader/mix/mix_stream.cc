@@ -631,8 +631,9 @@ arrow::Status MixStream::FindListColumns(const std::vector<MixSource>& sources) 
         auto describe = [](const ListColumn& l) {
           return l.kind == Kind::kNone ? std::string("as it is (or to a fixed length)") : l.collate.ToString();
         };
-        return arrow::Status::Invalid("mixture column '", specs_[j].name, "': source ", i,
-                                      " batches it ", describe(b), ", source 0 ", describe(a),
+        return arrow::Status::Invalid("mixture column '", specs_[j].name, "': ",
+                                      SourceName(sources[i], i), " batches it ", describe(b), ", ",
+                                      SourceName(sources[0], 0), " ", describe(a),
                                       "; give the sources the same lists= for it");
       }
     }
@@ -762,10 +763,11 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Assemble(int64_t count) {
                                      first.shape.begin() + std::min(from, first.shape.size()))));
       if (!same) {
         return MakeError(ErrorKind::kInvalidData, "mixture column '", specs_[c].name,
-                         "': a batch of source ", piece_sources[k], " has ",
-                         in.kind == ColumnKind::kTensor ? DTypeName(in.dtype) : "bytes", " rows of shape ",
-                         ShapeToString({in.shape.begin() + 1, in.shape.end()}), " where source ",
-                         piece_sources[0], " has ", DTypeName(first.dtype), " ",
+                         "': a batch of ", SourceName(sources_[piece_sources[k]].source, piece_sources[k]),
+                         " has ", in.kind == ColumnKind::kTensor ? DTypeName(in.dtype) : "bytes",
+                         " rows of shape ", ShapeToString({in.shape.begin() + 1, in.shape.end()}),
+                         " where ", SourceName(sources_[piece_sources[0]].source, piece_sources[0]),
+                         " has ", DTypeName(first.dtype), " ",
                          ShapeToString({first.shape.begin() + 1, first.shape.end()}),
                          " (ragged rows cannot be mixed; pad them to one length)");
       }
