@@ -126,6 +126,7 @@ class Engine:
         self._sources = list(sources)
         self._options = dict(options)
         self._on_fork = on_fork
+        self._transform_fingerprint: str | None = None
         self._core: Any = self._open()
         _live.add(self)
 
@@ -221,8 +222,12 @@ class Engine:
             return dict(self._engine().plan_info())
 
     def transform_fingerprint(self) -> str:
-        """A fingerprint of the transforms (part of a state's options)."""
-        return self._engine().transform_fingerprint()
+        """A fingerprint of the transforms (part of a state's options). Made once: it
+        follows the options only, and a filter's is read from its serialized expression
+        (three passes over a large value set, at every ``state_dict()``)."""
+        if self._transform_fingerprint is None:
+            self._transform_fingerprint = self._engine().transform_fingerprint()
+        return self._transform_fingerprint
 
     def num_batches(self, epoch: int, elastic: dict[str, Any] | None = None) -> int:
         """Batches of `epoch` for this rank (of its rest after `elastic`, if given)."""
