@@ -214,6 +214,18 @@ def check_filter(value: Any) -> Any:
                     f"\"lang == 'en'\", a pqloader.Predicate or a list of them, got {type(value).__name__}")
 
 
+def same_filter(a: Any, b: Any) -> bool:
+    """Whether two checked ``filter=`` values are the same filter (expressions compared
+    with ``Expression.equals``, which ``==`` would build into a new expression)."""
+    a, b = (v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in (a, b))
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(same_filter(x, y) for x, y in zip(a, b)))
+    if a is None or b is None or isinstance(a, Predicate) or isinstance(b, Predicate):
+        return a is b
+    return type(a) is type(b) and bool(a.equals(b))
+
+
 def _parts(value: Any) -> tuple[list[Any], list[Predicate]]:
     items = value if isinstance(value, tuple) else (value,)
     exprs = [v for v in items if v is not None and not isinstance(v, Predicate)]

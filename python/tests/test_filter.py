@@ -1074,3 +1074,15 @@ def test_a_filter_failing_on_a_partition_value_names_the_file_and_key(tmp_path):
                        match=r"filter .*divide_checked.* on the partition keys of '.*f\.parquet' \(p=1\).*divide by zero"):
         pqloader.Loader(str(tmp_path), filter=pc.divide_checked(pc.field("p"), 0) == 1)
 
+
+
+def test_options_with_filters_compare_by_the_filter_they_hold():
+    from pqloader._options import LoaderOptions
+    expr = pads.field("x") > 1
+    assert LoaderOptions(filter=expr) == LoaderOptions(filter="x > 1")
+    assert LoaderOptions(filter=expr) == LoaderOptions(filter=[pads.field("x") > 1])
+    assert LoaderOptions(filter=expr) != LoaderOptions(filter=pads.field("x") > 2)
+    assert LoaderOptions(filter=expr) != LoaderOptions()
+    pred = pqloader.Predicate(["x"], lambda t: t)
+    assert LoaderOptions(filter=pred) == LoaderOptions(filter=pred)
+    assert LoaderOptions(filter=pred) != LoaderOptions(filter=pqloader.Predicate(["x"], lambda t: t))
