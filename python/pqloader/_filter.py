@@ -76,7 +76,9 @@ def parse_filter(text: str) -> Any:
     The syntax is Python's for comparisons (``==``, ``!=``, ``<``, ``<=``, ``>``,
     ``>=``, chained too), ``in`` / ``not in`` a list, ``and``, ``or``, ``not``,
     ``is None`` / ``is not None``; names are columns, literals are numbers, strings,
-    True/False. E.g. ``"lang == 'en' and 2020 <= year < 2024"``.
+    True/False. A column whose name is no Python name (``my-col``, a keyword) is
+    written in backticks: ``"`my-col` > 3"``. E.g.
+    ``"lang == 'en' and 2020 <= year < 2024"``.
 
     Raises:
         ValueError: ``text`` is not such an expression (with what is not accepted).
@@ -92,10 +94,46 @@ def shorten(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}..."
 
 
+def _quoted_names(source: str, shown: str) -> tuple[str, dict[str, str]]:
+    """`source` with each `quoted name` (a column that is no Python name) replaced by an
+    identifier the text does not use; returns the text and {identifier: name}."""
+    if "`" not in source:
+        return source, {}
+    out: list[str] = []
+    names: dict[str, str] = {}
+    i, n = 0, len(source)
+    while i < n:
+        c = source[i]
+        if c in "'\"":  # a string literal: copied as it is, backticks and all
+            quote = source[i:i + 3] if source[i:i + 3] in ("'''", '"""') else c
+            j = i + len(quote)
+            while j < n and not source.startswith(quote, j):
+                j += 2 if source[j] == "\\" else 1
+            out.append(source[i:j + len(quote)])
+            i = j + len(quote)
+        elif c == "`":
+            end = source.find("`", i + 1)
+            if end < 0:
+                raise ValueError(f"filter {shown!r}: a `quoted column name` is not closed")
+            if end == i + 1:
+                raise ValueError(f"filter {shown!r}: `` names no column")
+            k = len(names)
+            while f"_pq_column_{k}" in source:
+                k += 1
+            ident = f"_pq_column_{k}"
+            names[ident] = source[i + 1:end]
+            out.append(ident)
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), names
+
+
 def _parse_filter(text: str) -> Any:
     pc = _compute()
-    source = text.strip()
     shown = shorten(text, 200)  # in messages (a 1 MB filter made a 1 MB message)
+    source, quoted = _quoted_names(text.strip(), shown)
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
@@ -107,7 +145,8 @@ def _parse_filter(text: str) -> Any:
         try:
             return ast.literal_eval(node)
         except ValueError:
-            raise ValueError(f"filter {shown!r}: {ast.unparse(node)!r} is neither a column nor a literal") from None
+            raise ValueError(f"filter {shown!r}: {ast.unparse(node)!r} is neither a column nor a literal "
+                             "(a column whose name is no Python name is written in backticks: `my-col`)") from None
 
     lines: list[bytes] = []
 
@@ -115,6 +154,8 @@ def _parse_filter(text: str) -> Any:
         # As written: Python folds identifiers to NFKC ("µs" to "μs", "ﬁle" to "file"),
         # which would name another column, or none. Not by ast.get_source_segment, which
         # splits the whole text per name (a filter of 10,000 comparisons took minutes).
+        if node.id in quoted:
+            return pc.field(quoted[node.id])
         if source.isascii():  # nothing to fold
             return pc.field(node.id)
         if not lines:  # the lines as Python's tokenizer ends them; offsets in UTF-8 bytes
@@ -147,7 +188,7 @@ def _parse_filter(text: str) -> Any:
                 if isinstance(op, (ast.In, ast.NotIn)):
                     if isinstance(right, ast.Name):  # `1 in i`: a column, not values
                         raise ValueError(f"filter {shown!r}: 'in' needs a list of values, "
-                                         f"not the column {right.id!r}")
+                                         f"not the column {quoted.get(right.id, right.id)!r}")
                     values = literal(right)
                     if not isinstance(values, (list, tuple, set)):
                         raise ValueError(f"filter {shown!r}: 'in' needs a list of values")

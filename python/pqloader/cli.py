@@ -278,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(one pass over each such column; of every row, --filter does not apply)")
     p.add_argument("--filter", metavar="EXPR",
                    help="show what this row filter prunes at each stage (partition keys, "
-                        "row-group statistics, row masks), e.g. \"lang == 'en' and year >= 2020\"")
+                        "row-group statistics, row masks), e.g. \"lang == 'en' and year >= 2020\" "
+                        "(a column whose name is no Python name in backticks: \"`my-col` > 3\")")
     p.set_defaults(func=_inspect)
     x = sub.add_parser("index", parents=[common],
                        help="write a summary (_metadata) of a directory's files, so loaders "

@@ -664,10 +664,26 @@ def test_the_string_syntax_names_columns_as_written_not_as_python_folds_identifi
         assert loaded_ids(tmp_path, text)[0].tolist() == [3], text
 
 
+def test_columns_named_otherwise_than_python_names_are_written_in_backticks(tmp_path):
+    table = pa.table({"id": [0, 1, 2, 3], "my-col": [1, 5, 7, 9], "class": ["a", "b`", "a", "c"],
+                      "x": ["`my-col`", "q", "`my-col`", "q"], "_pq_column_0": [0, 0, 1, 1]})
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert loaded_ids(tmp_path, "`my-col` > 3")[0].tolist() == [1, 2, 3]
+    assert loaded_ids(tmp_path, "`class` == 'b`' or `class` == \"c\"")[0].tolist() == [1, 3]
+    # a backtick inside a string literal is the literal's; a name the text already uses
+    assert loaded_ids(tmp_path, "x == '`my-col`' and `my-col` < 7")[0].tolist() == [0]
+    assert loaded_ids(tmp_path, "_pq_column_0 == 1 and `my-col` in [7]")[0].tolist() == [2]
+    assert loaded_ids(tmp_path, "`id` >= 2 and not `class` is None")[0].tolist() == [2, 3]
+
+
 @pytest.mark.parametrize("text, says", [
     ("1 in i", "'in' needs a list of values, not the column 'i'"),  # was "'i' is neither a column nor ..."
     ("i in 3", "'in' needs a list of values"),
     ("f(i) > 1", "is neither a column nor a literal"),
+    ("my-col > 1", "written in backticks"),
+    ("`my-col > 1", "a `quoted column name` is not closed"),
+    ("`` > 1", "`` names no column"),
+    ("1 in `my col`", "'in' needs a list of values, not the column 'my col'"),
 ])
 def test_malformed_string_filters_say_what_is_wrong(text, says):
     with pytest.raises(ValueError) as e:
