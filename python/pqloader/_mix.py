@@ -427,15 +427,15 @@ class Mixture:
                  if w > 0 and rows == 0 and l.options.pack is None]
         if not empty:
             return
-        counts = _core.mix_count(self._seed, epoch, samples, self._cumulative)
-        for i in empty:
-            if counts[i] > 0:
-                o = self._loaders[i].options
-                raise InvalidDataError(
-                    f"mixture source {self._names[i]!r} has no rows in epoch {epoch} on rank {o.rank} "
-                    f"of {o.world_size} (its filter, shard or drop_last leave it none), but its weight "
-                    f"{self._weights[i]:g} draws it {counts[i]} times in the epoch's {samples} samples; "
-                    "give it weight 0")
+        wanted = [1 if i in empty else 0 for i in range(len(self._loaders))]
+        first, i = _core.mix_first_draw(self._seed, epoch, samples, self._cumulative, wanted)
+        if first < samples:
+            o = self._loaders[i].options
+            raise InvalidDataError(
+                f"mixture source {self._names[i]!r} has no rows in epoch {epoch} on rank {o.rank} "
+                f"of {o.world_size} (its filter, shard or drop_last leave it none), but its weight "
+                f"{self._weights[i]:g} draws it at sample {first} of the epoch's {samples}; "
+                "give it weight 0")
 
     def _stop_stream(self) -> None:
         if self._stream is not None:

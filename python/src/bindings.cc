@@ -1190,10 +1190,19 @@ NB_MODULE(_core, m) {
         "progress"_a = nb::none(), "int96_unit"_a = "ns");
   m.def("mix_cumulative", &pqloader::CumulativeWeights, "weights"_a);
   m.def("mix_draws", &pqloader::MixDraws, "seed"_a, "epoch"_a, "start"_a, "count"_a, "cumulative"_a);
-  m.def("mix_count", [](uint64_t seed, int64_t epoch, int64_t end, const std::vector<double>& cum) {
-    pqloader::ScopedRelease release;
-    return pqloader::CountDraws(seed, epoch, end, cum);
-  }, "seed"_a, "epoch"_a, "end"_a, "cumulative"_a);
+  // The first of positions [0, end) that draws a source in `wanted`, and that source:
+  // (end, -1) if none does. Interruptible (end may be a trillion samples).
+  m.def("mix_first_draw", [](uint64_t seed, int64_t epoch, int64_t end, const std::vector<double>& cum,
+                             const std::vector<uint8_t>& wanted) {
+    if (wanted.size() != cum.size()) throw std::invalid_argument("wanted: one flag per source");
+    const int64_t first = pqloader::RunInterruptible<int64_t>(
+        [&](const pqloader::CancelFlag& cancel) -> arrow::Result<int64_t> {
+          const int64_t n = pqloader::FirstDrawOf(seed, epoch, end, cum, wanted, cancel);
+          if (n < 0) return pqloader::CancelledStatus();
+          return n;
+        });
+    return nb::make_tuple(first, first < end ? pqloader::DrawSource(seed, epoch, first, cum) : -1);
+  }, "seed"_a, "epoch"_a, "end"_a, "cumulative"_a, "wanted"_a);
   m.def("mix_epoch_length", [](uint64_t seed, int64_t epoch, const std::vector<double>& cum,
                                const std::vector<int64_t>& rows, bool until_all, int64_t limit) {
     return pqloader::EpochLengthInterruptible(seed, epoch, cum, rows, until_all, limit);

@@ -1156,6 +1156,21 @@ def test_a_drawn_source_that_its_filter_leaves_empty_is_named_before_the_first_b
     assert len(run(mixture([1.0, 0.0]))) > 0  # never drawn: not refused
 
 
+def test_an_empty_source_is_found_at_its_first_draw_in_a_huge_epoch(tmp_path):
+    # The check counted every draw of samples_per_epoch samples (10^13: hours, and Ctrl-C
+    # did not stop it); it stops at the first draw of an empty source.
+    for name, rows in (("a", range(100)), ("b", range(1000, 1010))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+    cumulative = _core.mix_cumulative([1.0, 0.05])
+    first = list(_core.mix_draws(0, 0, 0, 10_000, cumulative)).index(1)
+    m = pqloader.mix({"a": pqloader.Loader(str(tmp_path / "a"), batch_size=10),
+                      "b": pqloader.Loader(str(tmp_path / "b"), batch_size=10, filter="x < 0")},
+                     [1.0, 0.05], seed=0, batch_size=10, samples_per_epoch=10**13)
+    with pytest.raises(pqloader.InvalidDataError, match=rf"source 'b' .* at sample {first} of the epoch's 10000000000000;"):
+        next(iter(m))
+
+
 def test_an_empty_source_drawn_only_in_the_partial_batch_drop_last_drops_is_not_refused(tmp_path):
     # The check counted the draws of all samples_per_epoch samples; with drop_last the
     # stream never draws the last partial batch's, and handed out every batch before it.

@@ -140,6 +140,26 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int
   return counts;
 }
 
+int64_t FirstDrawOf(uint64_t seed, int64_t epoch, int64_t end,
+                    const std::vector<double>& cumulative, const std::vector<uint8_t>& wanted,
+                    const CancelFlag& cancel) {
+  int64_t first = end;
+  ForEachDrawBlock(seed, epoch, 0, end, cumulative, [&](const int32_t* drawn, int64_t at, int64_t m) {
+    if ((at & 0xFFFF) == 0 && IsCancelled(cancel)) {  // every 64 blocks
+      first = -1;
+      return false;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      if (wanted[static_cast<size_t>(drawn[i])] != 0) {
+        first = at + i;
+        return false;
+      }
+    }
+    return true;
+  });
+  return first;
+}
+
 int64_t EpochLengthUntilExhausted(uint64_t seed, int64_t epoch,
                                   const std::vector<double>& cumulative,
                                   const std::vector<int64_t>& source_rows, bool until_all,

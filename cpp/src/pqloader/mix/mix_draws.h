@@ -41,6 +41,13 @@ std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t end,
 std::vector<int64_t> CountDraws(uint64_t seed, int64_t epoch, int64_t start, int64_t end,
                                 const std::vector<double>& cumulative);
 
+/// The first position in [0, end) that draws a source i with wanted[i] != 0, `end` if
+/// none does; -1 once `cancel` is set (checked every few thousand draws: `end` may be
+/// a trillion samples, and no wanted source may ever be drawn).
+int64_t FirstDrawOf(uint64_t seed, int64_t epoch, int64_t end,
+                    const std::vector<double>& cumulative, const std::vector<uint8_t>& wanted,
+                    const CancelFlag& cancel = nullptr);
+
 /// The length of a mixture epoch that ends when a source runs out: with `until_all`
 /// false, the first position whose draw would need row rows[i] of its source i (the
 /// first source exhausted); with `until_all`, the first position after which every

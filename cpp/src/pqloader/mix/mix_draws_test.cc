@@ -136,6 +136,36 @@ TEST(MixDraws, EpochLengthStopsOnceCancelled) {
   EXPECT_EQ(EpochLengthUntilExhausted(4, 1, cum, {600, 100}, false, 1 << 20, nullptr, 0, flag), -1);
 }
 
+TEST(MixDraws, FirstDrawOfASetOfSources) {
+  const auto cum = CumulativeWeights({0.5, 0.3, 0.2});
+  for (int64_t end : {int64_t{1}, int64_t{1000}, int64_t{5000}}) {
+    for (const std::vector<uint8_t>& wanted :
+         {std::vector<uint8_t>{0, 0, 1}, std::vector<uint8_t>{0, 1, 1}, std::vector<uint8_t>{0, 0, 0}}) {
+      int64_t expected = end;  // draw by draw, as the contract states it
+      for (int64_t p = 0; p < end; ++p) {
+        if (wanted[static_cast<size_t>(DrawSource(7, 2, p, cum))] != 0) {
+          expected = p;
+          break;
+        }
+      }
+      EXPECT_EQ(FirstDrawOf(7, 2, end, cum, wanted), expected);
+    }
+  }
+  EXPECT_EQ(FirstDrawOf(7, 2, 0, cum, {1, 1, 1}), 0);
+}
+
+TEST(MixDraws, FirstDrawOfStopsOnceCancelled) {
+  // Source 1 (weight 0) is never drawn: the search would run through 2^40 positions.
+  const auto cum = CumulativeWeights({1.0, 0.0});
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  int64_t first = 0;
+  std::thread drawing([&] { first = FirstDrawOf(4, 1, int64_t{1} << 40, cum, {0, 1}, flag); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  flag->store(true);
+  drawing.join();
+  EXPECT_EQ(first, -1);
+}
+
 TEST(MixDraws, EpochEndsWhenTheFirstOrTheLastSourceRunsOut) {
   const auto cum = CumulativeWeights({0.6, 0.4});
   const std::vector<int64_t> rows = {600, 100};
