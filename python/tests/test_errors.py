@@ -213,6 +213,20 @@ def test_truncated_file_raises_invalid_data_naming_the_file(tmp_path, keep):
     assert "trunc.parquet" in str(ei.value)
 
 
+@pytest.mark.parametrize("keep", ["half", "just_magic"])
+def test_truncated_hive_file_without_extension_raises_naming_it(tmp_path, keep):
+    # Hive names its data files 000000_0 (no extension): one that starts with PAR1 but was
+    # cut short is corrupt Parquet, as pyarrow and Spark read it, not a file to skip.
+    d = tmp_path / "t" / "ds=1"
+    d.mkdir(parents=True)
+    pq.write_table(id_table(50), d / "000000_0")
+    pq.write_table(id_table(50, 50), d / "000001_0")
+    data = (d / "000001_0").read_bytes()
+    (d / "000001_0").write_bytes(data[: len(data) // 2 if keep == "half" else 4])
+    with pytest.raises(pqloader.InvalidDataError, match="000001_0"):
+        read_all(str(tmp_path / "t"), batch_size=16)
+
+
 def test_truncated_file_among_good_files_raises_naming_the_bad_one(tmp_path):
     d = tmp_path / "d"
     write_dataset(d, [[50], [50], [50]])

@@ -347,3 +347,50 @@ def test_write_index_of_a_missing_directory_is_not_found(tmp_path):
     (tmp_path / "f.parquet").write_bytes(b"x")
     with pytest.raises(pqloader.InvalidDataError, match="f.parquet' is not a directory"):
         pqloader.write_index(tmp_path / "f.parquet")
+
+
+def _two_summary_files(root, rows=40, rg=10):
+    collector = []
+    for i in range(2):
+        ids = np.arange(i * 1000, i * 1000 + rows, dtype=np.int64)
+        t = pa.table({"id": ids, "x": ids * 0.5})
+        pq.write_table(t, root / f"f{i}.parquet", row_group_size=rg, metadata_collector=collector)
+        collector[-1].set_file_path(f"f{i}.parquet")
+    return collector, t.schema
+
+
+def test_a_summary_listing_a_file_twice_is_refused_naming_it(tmp_path):
+    # pyarrow's write_metadata took a collector holding f0 twice: every row of f0 was
+    # served twice (120 rows for 80), silently.
+    collector, schema = _two_summary_files(tmp_path)
+    pq.write_metadata(schema, tmp_path / "_metadata", metadata_collector=collector + [collector[0]])
+    with pytest.raises(pqloader.InvalidDataError, match=r"_metadata.*f0\.parquet.*twice"):
+        collect(pqloader.Loader(str(tmp_path), batch_size=8))
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=8, use_summary=False))
+    assert len(got["id"]) == 80
+
+
+def test_a_file_shorter_than_its_summary_layout_names_the_summary(tmp_path):
+    # pyarrow's _metadata records no size: a file rewritten smaller was reported as
+    # "'f0.parquet' has a corrupt footer: ... spans bytes" (its footer is fine), with
+    # nothing pointing at _metadata or use_summary=False.
+    collector, schema = _two_summary_files(tmp_path, rows=400, rg=100)
+    pq.write_metadata(schema, tmp_path / "_metadata", metadata_collector=collector)
+    pq.write_table(pa.table({"id": np.arange(5, dtype=np.int64), "x": np.arange(5) * 0.5}),
+                   tmp_path / "f0.parquet")
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"f0\.parquet.*_metadata.*use_summary=False") as info:
+        pqloader.Loader(str(tmp_path), batch_size=8)
+    assert "corrupt footer" not in str(info.value)
+    assert len(collect(pqloader.Loader(str(tmp_path), batch_size=8, use_summary=False))["id"]) == 405
+
+
+def test_summary_only_names_the_index_for_a_file_deleted_since(tmp_path):
+    # It said "... is gone: make a new Loader to read it as it is now", which fails the
+    # same way: the index still lists the file.
+    _two_summary_files(tmp_path)
+    pqloader.write_index(str(tmp_path))
+    os.remove(tmp_path / "f1.parquet")
+    with pytest.raises(pqloader.DataNotFoundError, match=r"f1\.parquet.*pqloader index") as info:
+        collect(pqloader.Loader(str(tmp_path), batch_size=8, use_summary="only"))
+    assert "make a new Loader" not in str(info.value)

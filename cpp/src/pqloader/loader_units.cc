@@ -109,9 +109,11 @@ arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index
   // a failing storage.
   std::shared_ptr<arrow::StatusDetail> kind = st.detail();
   if (what == kGone) kind = std::make_shared<ErrorDetail>(ErrorKind::kNotFound, ENOENT);
-  return arrow::Status(st.code(),
-                       st.message() + " ('" + file.display + "' " + what +
-                           ": make a new Loader to read it as it is now)",
+  // Files listed by an index (use_summary="only") are listed so again by a new Loader.
+  const char* remedy = file.footer_check != nullptr
+                           ? ": run `pqloader index` again, or load with use_summary=True)"
+                           : ": make a new Loader to read it as it is now)";
+  return arrow::Status(st.code(), st.message() + " ('" + file.display + "' " + what + remedy,
                        std::move(kind));
 }
 

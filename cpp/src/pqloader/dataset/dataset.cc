@@ -439,6 +439,13 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
                                                   const std::vector<int>& row_groups) {
   const parquet::SchemaDescriptor& schema = *file.schema();
   auto corrupt = [&](auto&&... parts) {
+    if (file.summary != nullptr) {  // the row groups are the summary's, not the file's footer
+      return MakeError(ErrorKind::kInvalidData, "'", file.display,
+                       "' does not match its row groups in the dataset summary '",
+                       file.summary->display, "' (rewritten since?): ",
+                       std::forward<decltype(parts)>(parts)...,
+                       "; run `pqloader index` again, or load with use_summary=False");
+    }
     return MakeError(ErrorKind::kInvalidData, "'", file.display, "' has a corrupt footer: ",
                      std::forward<decltype(parts)>(parts)...);
   };
@@ -653,7 +660,7 @@ namespace {
 // both ends (what every Parquet writer puts there).
 arrow::Result<bool> HasMagic(const DataFile& file) {
   constexpr int64_t kMagic = 4;
-  if (file.size < 3 * kMagic) return false;
+  if (file.size < kMagic) return false;
   // A local file that vanished since the listing (another program's temporary file) is
   // not data: left out, as a file that is not Parquet is. (An object store is not asked
   // again after a failure: it may be what failed.)
@@ -668,13 +675,11 @@ arrow::Result<bool> HasMagic(const DataFile& file) {
     return MakeIOError(input.status(), "cannot open '", file.display, "'");
   }
   auto head = (*input)->ReadAt(0, kMagic);
-  auto tail = (*input)->ReadAt(file.size - kMagic, kMagic);
-  if (!head.ok() || !tail.ok()) {
+  if (!head.ok()) {
     if (gone()) return false;
-    return MakeIOError(head.ok() ? tail.status() : head.status(), "cannot read '", file.display,
-                       "'");
+    return MakeIOError(head.status(), "cannot read '", file.display, "'");
   }
-  return HasParquetMagic((*head)->ToString(), (*tail)->ToString());
+  return HasParquetMagic((*head)->ToString());
 }
 
 // The footers of `found`, read in parallel. Files found by listing that are not Parquet
@@ -751,6 +756,7 @@ arrow::Result<OpenedFiles> ReadFooters(
           auto rgs = std::make_shared<SummaryRowGroups>();
           rgs->summary = summaries[s]->metadata;
           rgs->row_groups = entry->row_groups;
+          rgs->display = summaries[s]->display;
           files[i].summary = std::move(rgs);
           files[i].footer_hash = entry->footer_hash;
           files[i].footer_hash_is_own = entry->has_identity;
@@ -792,10 +798,10 @@ arrow::Result<OpenedFiles> ReadFooters(
   out.from_summary = from_summary.load();
   for (int64_t i = 0; i < n; ++i) {
     if (skip[i]) {
-      out.skipped.push_back({files[i].display, files[i].size < 12
+      out.skipped.push_back({files[i].display, files[i].size < 4
                                                    ? "not Parquet (too short)"
-                                                   : "not Parquet (no .parquet extension, no "
-                                                     "PAR1 magic bytes)"});
+                                                   : "not Parquet (no .parquet extension, does "
+                                                     "not start with PAR1)"});
       continue;
     }
     out.found.push_back(std::move(found[i]));

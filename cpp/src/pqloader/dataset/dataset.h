@@ -85,6 +85,7 @@ struct FooterCheck {
 struct SummaryRowGroups {
   std::shared_ptr<parquet::FileMetaData> summary;  ///< The whole summary.
   std::vector<int> row_groups;                     ///< This file's, in file order.
+  std::string display;                             ///< How errors name the summary.
   mutable std::once_flag once;
   mutable std::shared_ptr<parquet::FileMetaData> subset;
   mutable std::string error;

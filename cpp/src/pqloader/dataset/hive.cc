@@ -62,9 +62,7 @@ bool HasParquetExtension(std::string_view path) {
          EndsWithNoCase(path, ".pq");
 }
 
-bool HasParquetMagic(std::string_view head, std::string_view tail) {
-  return head == "PAR1" && (tail == "PAR1" || tail == "PARE");
-}
+bool HasParquetMagic(std::string_view head) { return head == "PAR1" || head == "PARE"; }
 
 bool ParsesAsInt64(std::string_view v) {
   int64_t parsed = 0;

@@ -36,8 +36,9 @@ std::string UriUnescape(std::string_view s);
 /// Whether a file name says Parquet by its extension (.parquet, .parq, .pq; any case).
 bool HasParquetExtension(std::string_view path);
 
-/// Whether `head` and `tail` (the first and last 4 bytes of a file) are Parquet's magic
-/// "PAR1" (or "PARE", an encrypted footer).
-bool HasParquetMagic(std::string_view head, std::string_view tail);
+/// Whether `head` (the first 4 bytes of a file) is Parquet's magic "PAR1" (or "PARE", an
+/// encrypted footer). Only the head: a file cut short or with a damaged end is still
+/// Parquet, and its footer's error names it (a tail check skipped it, its rows lost).
+bool HasParquetMagic(std::string_view head);
 
 }  // namespace pqloader

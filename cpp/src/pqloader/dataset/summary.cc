@@ -213,6 +213,27 @@ arrow::Result<std::shared_ptr<DatasetSummaryFile>> ReadSummary(const SummaryRef&
       }
       groups[file].push_back(rg);
     }
+    // A file's row groups lie one after the other: a summary listing one twice (a
+    // metadata collector that held a file twice, summaries merged by hand) or out of
+    // order would serve its rows twice, or in another order than the file's own footer.
+    for (const auto& [file, rgs] : groups) {
+      int64_t previous = -1;
+      for (const int rg : rgs) {
+        auto group = md->RowGroup(rg);
+        if (group->num_rows() == 0) continue;  // no rows to serve twice
+        auto chunk = group->ColumnChunk(0);
+        int64_t start = chunk->data_page_offset();
+        if (chunk->has_dictionary_page() && chunk->dictionary_page_offset() > 0) {
+          start = std::min(start, chunk->dictionary_page_offset());
+        }
+        if (start <= previous) {
+          return bad("row group " + std::to_string(rg) + " lists the rows at byte " +
+                     std::to_string(start) + " of '" + file +
+                     "' twice, or that file's row groups out of order");
+        }
+        previous = start;
+      }
+    }
   } catch (const std::exception& e) {
     return bad(e.what());
   }
