@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -929,6 +930,96 @@ def test_a_resize_of_a_tiny_hostile_image_past_the_image_limit_is_refused():
     for ops in ([T.DecodeImage(), T.Resize(256)], [T.DecodeImage(), T.Resize(256), T.CenterCrop(224)]):
         with pytest.raises(ValueError, match="exceed the 2 GiB limit of an image"):
             _core._apply_ops([op._spec() for op in ops], b.getvalue(), 0, 0, 0)
+
+
+def _png_chunk(kind, data):
+    import zlib
+    return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+
+def test_a_png_past_the_image_limit_names_its_size():
+    # It said "corrupt PNG data: image too large": no size, and a limit is no corruption.
+    import zlib
+    ihdr = (60000).to_bytes(4, "big") * 2 + bytes([8, 0, 0, 0, 0])
+    png = (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+           + _png_chunk(b"IEND", b""))
+    with pytest.raises(pqloader.InvalidDataError, match=r"PNG image of 60000x60000 is too large") as e:
+        _core._apply_ops([T.DecodeImage("gray")._spec()], png, 0, 0, 0)
+    assert "corrupt" not in str(e.value)
+
+
+def test_a_large_png_is_decoded_into_its_sample_without_a_second_copy():
+    # The rows went into a buffer of their own, then were copied into the sample: a
+    # 12,000 x 12,000 gray PNG (144 MB of pixels) took 288 MB; a 2 GiB one 4 GiB.
+    import resource
+    import subprocess
+    import sys
+    import zlib
+    side = 12000
+    z = zlib.compressobj(9)
+    row = b"\x00" + bytes(range(256)) * (side // 256) + bytes(side % 256)
+    data = b"".join(z.compress(row) for _ in range(side)) + z.flush()
+    ihdr = side.to_bytes(4, "big") * 2 + bytes([8, 0, 0, 0, 0])
+    png = (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", data)
+           + _png_chunk(b"IEND", b""))
+    script = (
+        "import resource, sys\n"
+        "from pqloader import _core, transforms as T\n"
+        "png = sys.stdin.buffer.read()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "out = _core._apply_ops([T.DecodeImage('gray')._spec()], png, 0, 0, 0)\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "import numpy as np\n"
+        "a = np.asarray(out)\n"
+        "print(a.shape, int(a[5, 300, 0]), (after - before) >> 10)\n")
+    run = subprocess.run([sys.executable, "-c", script], input=png, capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    out = run.stdout.decode()
+    assert out.startswith("(12000, 12000, 1) 44 "), out  # pixel 300 of the row: 300 % 256
+    assert int(out.split()[-1]) < 144 * 1.5, out  # MB: one image's bytes (144 MB), not two
+
+
+@pytest.mark.skipif(bool(os.environ.get("PQLOADER_EXPECT_SANITIZED")),
+                    reason="ASan's shadow memory does not fit under an address-space limit")
+def test_an_image_that_memory_cannot_hold_is_a_memory_error_naming_the_row(tmp_path):
+    # A 46000 x 46000 1-bit gray PNG (257 KB, inside the 2 GiB pixel limit) decoded with
+    # 1.8 GB of address space left: std::bad_alloc escaped DecodeImage's buffers and came
+    # out as "unexpected exception in worker: std::bad_alloc" (no file, row group, row or
+    # column; not a MemoryError), where a failed AllocateSample names them all.
+    import subprocess
+    import sys
+    import zlib
+    ihdr = (46000).to_bytes(4, "big") * 2 + bytes([1, 0, 0, 0, 0])
+    row = b"\x00" * (1 + 46000 // 8)
+    packer = zlib.compressobj(9)
+    z = b"".join([packer.compress(row * 1000) for _ in range(46)] + [packer.flush()])
+
+    def chunk(kind, data):
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", z) + chunk(b"IEND", b"")
+    small = encode(np.zeros((4, 4), np.uint8), "PNG")
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"id": np.arange(8), "image": [small] * 5 + [bomb] + [small] * 2}),
+                   path, row_group_size=4)
+    script = f"""
+import re, resource, pqloader
+from pqloader import transforms as T
+vm = int(re.search(r"VmSize:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1800 << 20), resource.RLIM_INFINITY))
+loader = pqloader.Loader({str(path)!r}, batch_size=4, num_workers=1,
+                         transforms={{"image": [T.DecodeImage("gray"), T.Resize(64)]}})
+try:
+    list(loader)
+except MemoryError as e:
+    print("MemoryError", e)
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = run.stdout
+    assert out.startswith("MemoryError"), (out, run.stderr[-2000:])
+    assert "bomb.parquet" in out and "row group 1" in out and "row 1" in out and "'image'" in out, out
 
 
 @pytest.mark.parametrize("ratio", [(0.001, 0.01), (100.0, 1000.0)])

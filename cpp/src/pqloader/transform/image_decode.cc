@@ -226,7 +226,10 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
                                       "Could not determine subsampling type") !=
                                   std::string_view::npos;
     if (!HarmlessJpegWarning(h) && !unnamed_sampling) {
-      return arrow::Status::Invalid("corrupt JPEG header: ", tjGetErrorStr2(h));
+      const std::string_view why = tjGetErrorStr2(h);
+      // A valid file libjpeg-turbo does not decode (12-bit, lossless, hierarchical).
+      const bool unsupported = why.substr(0, 11) == "Unsupported";
+      return arrow::Status::Invalid(unsupported ? "unsupported JPEG: " : "corrupt JPEG header: ", why);
     }
   }
   if (width <= 0 || height <= 0) {
@@ -349,7 +352,8 @@ struct PngDecode {
   std::vector<uint8_t> exif;  // the eXIf chunk, when asked for (`want_exif`)
   bool want_exif = false;
   bool pixels_read = false;  // every row decoded: an error after this is in the file's tail
-  std::vector<uint8_t> pixels;
+  bool too_large = false;    // over kMaxImageBytes of pixels
+  std::vector<uint8_t> pixels;  // only gray of a colour PNG: its RGB, converted after
   std::vector<png_bytep> rows;
 
   PngDecode() = default;
@@ -360,10 +364,12 @@ struct PngDecode {
   }
 };
 
-// Run libpng on d->source; false after a libpng error (its message in d->error). libpng
-// may longjmp back here from any call below, so this function creates no object with a
-// destructor and reads nothing it wrote before a call that may jump.
-bool RunPng(PngDecode* d, ImageMode mode) {
+// Run libpng on d->source up to the image data: the size, channels and (when asked) an
+// eXIf chunk before the data; false after a libpng error (its message in d->error).
+// libpng may longjmp back here from any call below, so this function (as RunPngRows)
+// creates no object with a destructor and reads nothing it wrote before a call that may
+// jump.
+bool RunPngHeader(PngDecode* d, ImageMode mode) {
   if (setjmp(d->error.jump)) return false;
   png_set_read_fn(d->png, &d->source, PngRead);
   png_read_info(d->png, d->info);
@@ -385,16 +391,24 @@ bool RunPng(PngDecode* d, ImageMode mode) {
   d->channels = png_get_channels(d->png, d->info);
   if (d->channels != (d->direct_gray ? 1 : 3)) png_error(d->png, "unexpected channel count");
   if (d->width <= 0 || d->height <= 0) png_error(d->png, "image has no pixels");
-  if (d->width * d->height * d->channels > kMaxImageBytes) png_error(d->png, "image too large");
-  d->pixels.resize(static_cast<size_t>(d->width * d->height * d->channels));
-  d->rows.resize(static_cast<size_t>(d->height));
-  for (int64_t y = 0; y < d->height; ++y) {
-    d->rows[y] = d->pixels.data() + y * d->width * d->channels;
+  if (d->width * d->height * d->channels > kMaxImageBytes) {
+    d->too_large = true;
+    png_error(d->png, "image too large");
   }
+  return true;
+}
+
+// Decode the image data into `into` (height x width x channels bytes, rows filled in
+// d->rows), then read the file's end; false after a libpng error (RunPngHeader's rules).
+bool RunPngRows(PngDecode* d, uint8_t* into) {
+  if (setjmp(d->error.jump)) return false;
+  for (int64_t y = 0; y < d->height; ++y) d->rows[y] = into + y * d->width * d->channels;
   png_read_image(d->png, d->rows.data());
   d->pixels_read = true;
   // An eXIf chunk may also follow the image data (PIL reads it there too).
   png_read_end(d->png, d->want_exif && d->exif.empty() ? d->info : nullptr);
+  png_uint_32 exif_size = 0;
+  png_bytep exif = nullptr;
   if (d->want_exif && d->exif.empty() && png_get_eXIf_1(d->png, d->info, &exif_size, &exif) != 0 &&
       exif != nullptr) {
     d->exif.assign(exif, exif + exif_size);
@@ -419,23 +433,30 @@ arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMo
   // few bytes) fails in png_read_end with every pixel read; PIL decodes it, and so do we
   // (an eXIf chunk after the image data is then not seen, as PIL does not see it). libpng
   // checks the image data's own end while reading the last row.
-  if (!RunPng(&d, mode) && !d.pixels_read) {
+  if (!RunPngHeader(&d, mode)) {
+    if (d.too_large) {
+      return arrow::Status::Invalid("PNG image of ", d.width, "x", d.height,
+                                    " is too large (over ", kMaxImageBytes >> 30, " GiB of pixels)");
+    }
+    return arrow::Status::Invalid("corrupt PNG data: ", d.error.message);
+  }
+  const int64_t w = d.width, h = d.height;
+  // The rows go straight into the sample (the image was held twice: a 2 GiB one took
+  // 4 GiB), but for gray of a colour PNG, whose RGB is converted after.
+  SampleTensor out;
+  ARROW_ASSIGN_OR_RAISE(out, AllocateSample(DType::kUInt8, {h, w, mode == ImageMode::kGray ? 1 : 3}));
+  uint8_t* const sample = out.data->mutable_data();
+  uint8_t* into = sample;
+  if (mode == ImageMode::kGray && !d.direct_gray) {
+    d.pixels.resize(static_cast<size_t>(w * h * d.channels));
+    into = d.pixels.data();
+  }
+  d.rows.resize(static_cast<size_t>(h));
+  if (!RunPngRows(&d, into) && !d.pixels_read) {
     return arrow::Status::Invalid("corrupt PNG data: ", d.error.message);
   }
   if (orientation != nullptr) *orientation = PngExifOrientation(d.exif);
-  const int64_t w = d.width, h = d.height;
-  SampleTensor out;
-  if (mode == ImageMode::kGray) {
-    ARROW_ASSIGN_OR_RAISE(out, AllocateSample(DType::kUInt8, {h, w, 1}));
-    if (d.direct_gray) {
-      std::memcpy(out.data->mutable_data(), d.pixels.data(), d.pixels.size());
-    } else {
-      RgbToGray(d.pixels.data(), w * h, out.data->mutable_data());
-    }
-  } else {
-    ARROW_ASSIGN_OR_RAISE(out, AllocateSample(DType::kUInt8, {h, w, 3}));
-    std::memcpy(out.data->mutable_data(), d.pixels.data(), d.pixels.size());
-  }
+  if (mode == ImageMode::kGray && !d.direct_gray) RgbToGray(d.pixels.data(), w * h, sample);
   return out;
 }
 

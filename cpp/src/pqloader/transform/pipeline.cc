@@ -296,7 +296,15 @@ std::string TransformPlan::PrefixFingerprint() const {
 arrow::Result<SampleTensor> TransformPlan::RunOps(const Column& c, size_t begin, size_t end,
                                                   SampleTensor s, const SampleContext& ctx) const {
   for (size_t i = begin; i < end; ++i) {
-    auto r = c.ops[i]->Apply(s, ctx, c.positions[i]);
+    arrow::Result<SampleTensor> r;
+    try {
+      r = c.ops[i]->Apply(s, ctx, c.positions[i]);
+    } catch (const std::bad_alloc&) {
+      // A decoder's or op's own buffer (a std::vector: a PNG's rows, a CMYK JPEG's ink)
+      // that memory cannot hold: this sample's error, with its position, as when
+      // AllocateSample fails (it was "unexpected exception in worker", not skippable).
+      r = arrow::Status::OutOfMemory("cannot allocate the sample's working buffers");
+    }
     if (!r.ok()) {
       return arrow::Status(r.status().code(), c.ops[i]->ToString() + ": " + r.status().message(),
                            r.status().detail());
