@@ -6,7 +6,13 @@ A state is plain JSON-safe data::
      "options": {fingerprint of the data-affecting options},
      "elastic": None or {"world_size": n, "batch_size": b, "batches": [k, ...],
                          "base": an earlier one or None},
-     "rank_batches": [k per rank] (only in states merged by merge_states)}
+     "rank_batches": [k per rank] (only in states merged by merge_states),
+     "optional_keys": which of elastic and rank_batches the state holds}
+
+``optional_keys`` is there for ``torch.distributed.checkpoint``, which loads a
+``Stateful`` in place into the keys of its fresh ``state_dict()``: one whose fresh state
+lacks ``elastic`` or ``rank_batches`` dropped them without a word, and the stream skipped
+or repeated rows; now such a state is refused, naming what it lost.
 
 ``(epoch, batch)`` names the next batch to hand out; ``iteration_end`` the epoch the
 interrupted iteration would have stopped before. A state loads only into a loader
@@ -270,6 +276,16 @@ def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,
     }
     if elastic is not None:
         state["elastic"] = _jsonish(dict(elastic))
+    return stamp(state)
+
+
+OPTIONAL_KEYS = ("elastic", "rank_batches")
+
+
+def stamp(state: dict[str, Any]) -> dict[str, Any]:
+    """Record in `state` which of :data:`OPTIONAL_KEYS` it holds (parse_state checks
+    they are all still there); returns `state`."""
+    state["optional_keys"] = [k for k in OPTIONAL_KEYS if k in state]
     return state
 
 
@@ -393,7 +409,22 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     merged = _jsonish(dict(first))
     merged["iteration_end"] = next(iter(ends), None)
     merged["rank_batches"] = [s.get("batch") for s in by_rank]
-    return merged
+    return stamp(merged)
+
+
+def check_optional_keys(state: Mapping[str, Any]) -> None:
+    """Refuse a state that lost keys its ``optional_keys`` lists (states saved before
+    it was recorded have none to check)."""
+    listed = state.get("optional_keys", [])
+    if not isinstance(listed, (list, tuple)) or not all(isinstance(k, str) for k in listed):
+        raise InvalidDataError(f"state['optional_keys'] must be a list of key names, got {listed!r:.100}")
+    lost = [k for k in listed if k not in state]
+    if lost:
+        raise InvalidDataError(
+            f"this state lost {', '.join(map(repr, lost))} (its 'optional_keys' lists them): "
+            "torch.distributed.checkpoint loads a loader given to it directly into the keys of "
+            "the fresh loader's own state_dict(), and drops the others; save and load "
+            "pqloader.torch.Checkpoint(loader) instead (one JSON string)")
 
 
 def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int, adopt_seed: bool,
@@ -425,6 +456,7 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     if state.get("version") != STATE_VERSION or isinstance(state.get("version"), bool):
         raise InvalidDataError(f"not a pqloader state: state['version'] must be {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")
+    check_optional_keys(state)
     epoch = _field_int(state, "epoch", 0, MAX_EPOCH)
     assert epoch is not None
     end = _field_int(state, "iteration_end", epoch, MAX_COUNT, optional=True)

@@ -6,14 +6,14 @@ Imported through the public ``pqloader.torch`` module only (it imports torch).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 import torch.distributed as dist
 
 from pqloader._errors import InvalidDataError
 from pqloader._loader import Loader
 from pqloader._mix import Mixture
-from pqloader._state import merge_states
+from pqloader._state import merge_states, stamp
 from pqloader._torch_dataset import IterableDataset
 
 
@@ -105,7 +105,7 @@ def _merge_worker_states(ranked: list[Any]) -> dict[str, Any]:
     merged = dict(first)
     merged["rank_batches"] = [k for r, s in ranked for k in s["rank_batches"][r * workers:(r + 1) * workers]]
     merged["batch"] = merged["rank_batches"][0]
-    return merged
+    return stamp(merged)
 
 
 class Checkpoint:
@@ -131,5 +131,23 @@ class Checkpoint:
         return {"pqloader_state": json.dumps(gather_state_dict(self.loader, self.group))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the loader from a saved entry."""
-        self.loader.load_state_dict(json.loads(state["pqloader_state"]))
+        """Resume the loader from a saved entry.
+
+        Raises:
+            pqloader.InvalidDataError: The entry is not a ``state_dict()`` of a
+                ``Checkpoint`` (its ``pqloader_state`` is missing or not JSON), or the
+                loader refuses the state in it.
+        """
+        text = state.get("pqloader_state") if isinstance(state, Mapping) else None
+        if not isinstance(text, str):
+            own = isinstance(state, Mapping) and ("options" in state or state.get("kind") == "pqloader.mix")
+            raise InvalidDataError(
+                "not a pqloader.torch.Checkpoint entry (a dict of one JSON string, 'pqloader_state'): "
+                + ("this is a loader's own state_dict(): load it with loader.load_state_dict"
+                   if own else f"got {type(state).__name__} {state!r:.200}"))
+        try:
+            loaded = json.loads(text)
+        except ValueError as e:
+            raise InvalidDataError(f"pqloader.torch.Checkpoint entry: 'pqloader_state' is not JSON "
+                                   f"({e}): {text!r:.100}") from None
+        self.loader.load_state_dict(loaded)

@@ -411,7 +411,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                                   dict(template["options"], rank=0,
                                        world_size=o.world_size * p.workers), p.base)
         state["rank_batches"] = p.counts() * o.world_size  # ranks run in lockstep
-        return state
+        return _state.stamp(state)
 
     def _yielded(self, position: _Position | None) -> None:
         """A batch of the iteration at `position` was handed out: that iteration's is the

@@ -873,6 +873,93 @@ def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
     assert N - len(got) < 3
 
 
+@pytestmark_workers
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_checkpoint_keeps_the_keys_a_state_has_only_sometimes_through_dcp(ds, tmp_path):
+    """torch.distributed.checkpoint loads a Stateful in place into its fresh state_dict(),
+    so a DataLoader's or Loader's own state lost `rank_batches` (workers out of step) and
+    `elastic` (after an elastic resume) without an error: 5 of 300 rows skipped, or a
+    consumed batch repeated. pqloader.torch.Checkpoint (one JSON string) keeps them."""
+    import torch.distributed.checkpoint as dcp
+
+    whole, _ = run_dataloader(ds, 2)
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1)),
+                                   num_workers=2)
+    it = iter(dl)
+    head = [next(it)["id"].numpy().copy() for _ in range(3)]
+    assert "rank_batches" in dl.state_dict()  # its workers are out of step
+    dcp.save({"loader": pqloader.torch.Checkpoint(dl)}, checkpoint_id=str(tmp_path / "dl"))
+    del it
+    fresh = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1)),
+                                      num_workers=2)
+    dcp.load({"loader": pqloader.torch.Checkpoint(fresh)}, checkpoint_id=str(tmp_path / "dl"))
+    rest = run_with_timeout(lambda: [b["id"].numpy().copy() for b in fresh], timeout=120)
+    assert dl_ids([{"id": b} for b in head + rest]) == dl_ids(whole)
+
+    # a Loader resumed elastically (2 ranks -> 1), saved mid-epoch, resumed on 1 rank
+    old = make(ds, 2, 0, num_epochs=1)
+    take(old, 3)
+    loader = make(ds, 1, 0, num_epochs=1)
+    loader.load_state_dict(old.state_dict())
+    _, state = take(loader, 2)
+    assert state["elastic"] is not None
+    dcp.save({"loader": pqloader.torch.Checkpoint(loader)}, checkpoint_id=str(tmp_path / "elastic"))
+    via_json, via_dcp = make(ds, 1, 0, num_epochs=1), make(ds, 1, 0, num_epochs=1)
+    via_json.load_state_dict(json.loads(json.dumps(state)))
+    dcp.load({"loader": pqloader.torch.Checkpoint(via_dcp)}, checkpoint_id=str(tmp_path / "elastic"))
+    assert ids_of(via_dcp) == ids_of(via_json)
+
+
+@pytestmark_workers
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_a_loader_given_to_dcp_itself_refuses_a_state_that_lost_keys(ds, tmp_path):
+    """Given to DCP directly, a DataLoader's and an elastic Loader's states lost
+    `rank_batches` and `elastic` without a word (rows skipped or repeated): now the
+    state lists them (`optional_keys`) and the load is refused, naming Checkpoint."""
+    import torch.distributed.checkpoint as dcp
+
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1)),
+                                   num_workers=2)
+    it = iter(dl)
+    for _ in range(3):
+        next(it)
+    assert dl.state_dict()["optional_keys"] == ["rank_batches"]
+    dcp.save({"dl": dl}, checkpoint_id=str(tmp_path / "dl"))
+    del it
+    fresh = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1)),
+                                      num_workers=2)
+    with pytest.raises(pqloader.InvalidDataError, match=r"lost 'rank_batches'.*pqloader.torch.Checkpoint"):
+        dcp.load({"dl": fresh}, checkpoint_id=str(tmp_path / "dl"))
+
+    old = make(ds, 2, 0, num_epochs=1)
+    take(old, 3)
+    loader = make(ds, 1, 0, num_epochs=1)
+    loader.load_state_dict(old.state_dict())
+    take(loader, 2)
+    assert loader.state_dict()["optional_keys"] == ["elastic"]
+    dcp.save({"loader": loader}, checkpoint_id=str(tmp_path / "elastic"))
+    with pytest.raises(pqloader.InvalidDataError, match=r"lost 'elastic'"):
+        dcp.load({"loader": make(ds, 1, 0, num_epochs=1)}, checkpoint_id=str(tmp_path / "elastic"))
+    # a state without optional keys goes through DCP as it is
+    plain = make(ds, 1, 0, num_epochs=1)
+    take(plain, 2)
+    dcp.save({"loader": plain}, checkpoint_id=str(tmp_path / "plain"))
+    again = make(ds, 1, 0, num_epochs=1)
+    dcp.load({"loader": again}, checkpoint_id=str(tmp_path / "plain"))
+    assert ids_of(again) == ids_of(plain)
+
+
+def test_a_checkpoint_entry_that_is_not_one_is_refused_naming_it(ds):
+    """Checkpoint.load_state_dict raised KeyError 'pqloader_state' or a JSONDecodeError."""
+    checkpoint = pqloader.torch.Checkpoint(make(ds, 1, 0, num_epochs=1))
+    with pytest.raises(pqloader.InvalidDataError, match="not a pqloader.torch.Checkpoint entry"):
+        checkpoint.load_state_dict({"step": 1})
+    with pytest.raises(pqloader.InvalidDataError, match="a loader's own state_dict"):
+        checkpoint.load_state_dict(make(ds, 1, 0).state_dict())
+    with pytest.raises(pqloader.InvalidDataError, match="'pqloader_state' is not JSON"):
+        checkpoint.load_state_dict({"pqloader_state": "{"})
+
+
 @pytest.mark.parametrize("old,new", [(4, 2), (2, 3)])
 def test_a_filtered_epoch_resumes_on_another_world_size(ds, old, new):
     """The plan is over the kept rows, so an elastic resume of a filtered loader hands

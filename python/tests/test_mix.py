@@ -79,7 +79,10 @@ def test_draws_follow_the_weights_within_binomial_bounds():
         assert abs(c - n * p) < 4.5 * math.sqrt(n * p * (1 - p))
     # A draw is a function of (seed, epoch, position): any slice equals the whole run's.
     np.testing.assert_array_equal(_core.mix_draws(3, 0, 500, 100, cum), draws[500:600])
-    assert list(_core.mix_count(3, 0, 1000, cum)) == list(np.bincount(draws[:1000], minlength=3))
+    for wanted in ([0, 0, 1], [0, 1, 1], [1, 0, 0]):
+        first = next(i for i, s in enumerate(draws[:1000]) if wanted[s])
+        assert tuple(_core.mix_first_draw(3, 0, 1000, cum, wanted)) == (first, draws[first])
+    assert tuple(_core.mix_first_draw(3, 0, 1000, cum, [0, 0, 0])) == (1000, -1)
 
 
 def test_every_row_of_the_first_exhausted_source_once_and_others_unrepeated(sources):
