@@ -118,7 +118,7 @@ def _quoted_names(source: str, shown: str) -> tuple[str, dict[str, str]]:
             if end == i + 1:
                 raise ValueError(f"filter {shown!r}: `` names no column")
             k = len(names)
-            while f"_pq_column_{k}" in source:
+            while f"_pq_column_{k}" in source or f"_pq_column_{k}" in names:  # (both: unique)
                 k += 1
             ident = f"_pq_column_{k}"
             names[ident] = source[i + 1:end]
@@ -141,11 +141,16 @@ def _parse_filter(text: str) -> Any:
     except UnicodeEncodeError:  # a lone surrogate: not UTF-8, no column's name or value
         raise ValueError(f"filter {shown!r} is not UTF-8 text (it has a lone surrogate)") from None
 
+    def written(node: ast.AST) -> str:  # as the text names its `quoted` columns, not by their stand-ins
+        text = ast.unparse(node)
+        return re.sub(r"\b_pq_column_\d+\b", lambda m: f"`{quoted[m[0]]}`" if m[0] in quoted else m[0],
+                      text) if quoted else text
+
     def literal(node: ast.AST) -> Any:
         try:
             return ast.literal_eval(node)
         except ValueError:
-            raise ValueError(f"filter {shown!r}: {ast.unparse(node)!r} is neither a column nor a literal "
+            raise ValueError(f"filter {shown!r}: {written(node)!r} is neither a column nor a literal "
                              "(a column whose name is no Python name is written in backticks: `my-col`)") from None
 
     lines: list[bytes] = []
@@ -212,7 +217,7 @@ def _parse_filter(text: str) -> Any:
             return out
         if isinstance(node, ast.Name):
             return column(node)  # a bool column
-        raise ValueError(f"filter {shown!r}: {ast.unparse(node)!r} is not a comparison, "
+        raise ValueError(f"filter {shown!r}: {written(node)!r} is not a comparison, "
                          "'in', 'is None', and/or/not")
 
     import pyarrow as pa  # imported with pyarrow.compute

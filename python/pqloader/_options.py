@@ -542,8 +542,6 @@ class LoaderOptions:
         return all(_filter.same_filter(getattr(self, f.name), getattr(other, f.name)) if f.name == "filter"
                    else getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(self))
 
-    __hash__ = None  # type: ignore[assignment]  # fields hold mappings and expressions
-
     def __post_init__(self) -> None:
         threads_hint = f" (at most {MAX_THREADS} threads)"
         shards_hint = f" (at most {MAX_CACHE_SHARDS} shards)"

@@ -676,6 +676,15 @@ def test_columns_named_otherwise_than_python_names_are_written_in_backticks(tmp_
     assert loaded_ids(tmp_path, "`id` >= 2 and not `class` is None")[0].tolist() == [2, 3]
 
 
+def test_two_backtick_names_beside_the_stand_in_name_stay_two_columns(tmp_path):
+    # With `_pq_column_0` in the text, both quoted names were given `_pq_column_1`: the
+    # first was read as the second ("`a-b` == 1 and `c-d` == 0" filtered c-d == 1 and
+    # c-d == 0), and no row was kept.
+    table = pa.table({"id": [0, 1, 2, 3], "a-b": [1, 1, 0, 0], "c-d": [0, 1, 0, 1], "_pq_column_0": [5] * 4})
+    pq.write_table(table, tmp_path / "a.parquet")
+    assert loaded_ids(tmp_path, "`a-b` == 1 and `c-d` == 0 and _pq_column_0 == 5")[0].tolist() == [0]
+
+
 @pytest.mark.parametrize("text, says", [
     ("1 in i", "'in' needs a list of values, not the column 'i'"),  # was "'i' is neither a column nor ..."
     ("i in 3", "'in' needs a list of values"),
@@ -684,6 +693,8 @@ def test_columns_named_otherwise_than_python_names_are_written_in_backticks(tmp_
     ("`my-col > 1", "a `quoted column name` is not closed"),
     ("`` > 1", "`` names no column"),
     ("1 in `my col`", "'in' needs a list of values, not the column 'my col'"),
+    ("`my-col` + 1 > 3", "'`my-col` + 1' is neither a column nor a literal"),  # was '_pq_column_0 + 1'
+    ("f(`a b`) and x", "'f(`a b`)' is not a comparison"),
 ])
 def test_malformed_string_filters_say_what_is_wrong(text, says):
     with pytest.raises(ValueError) as e:

@@ -937,6 +937,16 @@ def _png_chunk(kind, data):
     return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
 
 
+def test_a_jpeg_with_an_unknown_marker_is_corrupt_not_unsupported():
+    # "Unsupported marker type" is a corrupt header's stray byte, not a valid file
+    # libjpeg-turbo does not decode (12-bit, lossless): it was called "unsupported JPEG".
+    data = encode(np.zeros((8, 8, 3), np.uint8), "JPEG")
+    bad = data[:2] + b"\xff\x02\x00\x04ab" + data[2:]
+    with pytest.raises(pqloader.InvalidDataError, match="corrupt JPEG header") as e:
+        _core._apply_ops([T.DecodeImage("rgb")._spec()], bad, 0, 0, 0)
+    assert "unsupported" not in str(e.value)
+
+
 def test_a_png_past_the_image_limit_names_its_size():
     # It said "corrupt PNG data: image too large": no size, and a limit is no corruption.
     import zlib

@@ -227,8 +227,10 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
                                   std::string_view::npos;
     if (!HarmlessJpegWarning(h) && !unnamed_sampling) {
       const std::string_view why = tjGetErrorStr2(h);
-      // A valid file libjpeg-turbo does not decode (12-bit, lossless, hierarchical).
-      const bool unsupported = why.substr(0, 11) == "Unsupported";
+      // A valid file libjpeg-turbo does not decode (12-bit, lossless, hierarchical); not
+      // "Unsupported marker type", a corrupt header's stray byte.
+      const bool unsupported = why.substr(0, 16) == "Unsupported JPEG" ||
+                               why.substr(0, 28) == "Unsupported color conversion";
       return arrow::Status::Invalid(unsupported ? "unsupported JPEG: " : "corrupt JPEG header: ", why);
     }
   }
