@@ -77,7 +77,7 @@ def normalize_sources(source: Source) -> list[str]:
         if s.startswith(_FILE_SCHEME):
             out.append(s)
             continue
-        path = os.path.abspath(os.path.expanduser(s))
+        path = _absolute(os.path.expanduser(s))
         # A glob ending in '/' names directories only (`runs/run*/`, as fnmatch and a shell
         # take it): the '/' kept (abspath drops it).
         if s.endswith(("/", os.sep)) and any(c in s for c in "*?[") and path != "/":
@@ -101,7 +101,23 @@ def local_dir(path: str, what: str = "cache_dir") -> str:
     elif "://" in path:
         raise ValueError(f"{what} must be a local directory, got the URL {path!r} (the cache "
                          "is kept on local disk)")
-    return os.path.abspath(os.path.expanduser(path))
+    return _absolute(os.path.expanduser(path))
+
+
+def _absolute(path: str) -> str:
+    """`path` made absolute, naming what the OS (and pyarrow) opens for it.
+
+    ``os.path.abspath`` collapses ``..`` by the spelling: ``/p/link/../x`` became ``/p/x``,
+    where the OS goes up from the link's target (another file, read without a word).
+    The part up to the last ``..`` is resolved as the OS resolves it; ``.`` and repeated
+    slashes are dropped.
+    """
+    path = os.path.join(os.getcwd(), path)  # the working directory is a physical path
+    parts = path.split(os.sep)
+    if os.pardir in parts:
+        last = len(parts) - 1 - parts[::-1].index(os.pardir)
+        path = os.path.join(os.path.realpath(os.sep.join(parts[:last + 1])), *parts[last + 1:])
+    return os.path.normpath(path)  # no '..' left: only '.' and '//' go
 
 
 def _check_local_kind(path: str) -> None:

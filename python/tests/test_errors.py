@@ -101,6 +101,62 @@ def test_a_link_back_up_the_tree_is_not_read_as_more_files(tmp_path):
     assert ids == list(range(12))
 
 
+def test_a_source_going_up_from_a_linked_directory_reads_what_the_os_opens(tmp_path):
+    # `/p/link/../x` is, for the OS and pyarrow, `x` beside the link's target; abspath
+    # collapsed `link/..` and read `/p/x`, another file, without a word.
+    write_parquet(tmp_path / "store" / "train.parquet", id_table(3))
+    write_parquet(tmp_path / "proj" / "train.parquet", id_table(4, start=100))
+    (tmp_path / "store" / "sub").mkdir()
+    (tmp_path / "proj" / "data").symlink_to(tmp_path / "store" / "sub")
+    source = str(tmp_path / "proj" / "data" / ".." / "train.parquet")
+    assert pq.read_table(source)["id"].to_pylist() == [0, 1, 2]
+    assert sorted(int(i) for i in read_all(source)["id"]) == [0, 1, 2]
+    assert sorted(int(i) for i in read_all(str(tmp_path / "proj" / "data" / ".."))["id"]) == [0, 1, 2]
+
+
+def test_an_unreadable_hidden_directory_does_not_fail_a_directory_source():
+    # Hidden directories were walked, then their files dropped: a `_temporary/` the user
+    # cannot read (another user's Spark job) failed the listing. As root, the loader runs
+    # without the capabilities that let root read any directory.
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    root = Path(tempfile.mkdtemp(dir="/tmp"))
+    hidden = root / "_temporary"
+    try:
+        os.chmod(root, 0o755)
+        write_parquet(root / "a.parquet", id_table(5))
+        os.chmod(root / "a.parquet", 0o644)
+        write_parquet(hidden / "0" / "part.parquet", id_table(3))
+        os.chmod(hidden, 0)
+        script = ("import pqloader\n"
+                  f"print(sum(len(b['id']) for b in pqloader.Loader({str(root)!r}, batch_size=2)))")
+        drop = (["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+                if os.geteuid() == 0 else [])
+        run = subprocess.run(drop + [sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0 and run.stdout.split()[-1] == "5", run.stderr[-2000:]
+    finally:
+        os.chmod(hidden, 0o755)
+        shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("index", [False, True])
+def test_a_file_replaced_by_a_fifo_under_the_loader_is_an_error_not_a_hang(tmp_path, index):
+    # Opened blocking, the FIFO waited for a writer forever (close() and Ctrl-C could not
+    # end it); a file of an index read with use_summary="only" the same.
+    write_parquet(tmp_path / "a.parquet", id_table(5))
+    write_parquet(tmp_path / "b.parquet", id_table(5, 5))
+    if index:
+        pqloader.write_index(str(tmp_path))
+    loader = pqloader.Loader(str(tmp_path), batch_size=2, use_summary="only" if index else True)
+    (tmp_path / "b.parquet").unlink()
+    os.mkfifo(tmp_path / "b.parquet")
+    with pytest.raises(pqloader.IOError, match=r"b\.parquet.*not a regular file.*no longer a regular file"):
+        run_with_timeout(lambda: collect(loader), timeout=60)
+
+
 def test_glob_matching_nothing_raises_data_not_found(tmp_path):
     write_parquet(tmp_path / "a.parquet", id_table(5))
     with pytest.raises(pqloader.DataNotFoundError):

@@ -420,6 +420,7 @@ class Loader {
   // when it cannot tell); an object store is asked only with `ask_remote`.
   std::string HowChanged(int64_t split, bool ask_remote) const;
   static constexpr const char* kGone = "is gone";
+  static constexpr const char* kNowDirectory = "is a directory now";
   class CacheView;
   // Put a batch's columns in output order, the lengths of padded columns and the
   // offsets of ragged ones in columns of their own ("<name>_length", "<name>_offsets").

@@ -75,7 +75,9 @@ std::string Loader::HowChanged(int64_t split_index, bool ask_remote) const {
   if (file.fs == nullptr || (!ask_remote && file.fs->type_name() != "local")) return "";
   auto info = file.fs->GetFileInfo(file.path);
   if (!info.ok()) return "";  // its next read will say what is wrong
-  if (info->type() != arrow::fs::FileType::File) return kGone;
+  if (info->type() == arrow::fs::FileType::NotFound) return kGone;
+  if (info->type() == arrow::fs::FileType::Directory) return kNowDirectory;
+  if (info->type() != arrow::fs::FileType::File) return "is no longer a regular file";
   if (info->size() != file.size) {
     return "changed since the loader listed it (" + std::to_string(file.size) + " bytes, now " +
            std::to_string(info->size()) + ")";
@@ -108,7 +110,9 @@ arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index
   // A file deleted since it was listed is not found (FileNotFoundError in Python), not
   // a failing storage.
   std::shared_ptr<arrow::StatusDetail> kind = st.detail();
-  if (what == kGone) kind = std::make_shared<ErrorDetail>(ErrorKind::kNotFound, ENOENT);
+  if (what == kGone || what == kNowDirectory) {
+    kind = std::make_shared<ErrorDetail>(ErrorKind::kNotFound, ENOENT);
+  }
   // Files listed by an index (use_summary="only") are listed so again by a new Loader.
   const char* remedy = file.footer_check != nullptr
                            ? ": run `pqloader index` again, or load with use_summary=True)"

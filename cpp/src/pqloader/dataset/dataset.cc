@@ -134,7 +134,7 @@ bool MatchesOrIsBelowAMatch(std::string pattern, const std::string& root,
 // path's) is not followed; every other link is, as before. Each entry as Arrow's local
 // filesystem describes it (links followed).
 arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
-                            std::vector<std::pair<dev_t, ino_t>>* inside,
+                            std::vector<std::pair<dev_t, ino_t>>* inside, bool descend_hidden,
                             std::vector<arrow::fs::FileInfo>* out, const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();
   struct stat st;
@@ -153,21 +153,27 @@ arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
   for (const std::string& name : names) {
     ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfo info, fs.GetFileInfo(dir + "/" + name));
     if (info.type() == arrow::fs::FileType::NotFound) continue;  // gone since, or a dangling link
-    const bool is_dir = info.type() == arrow::fs::FileType::Directory;
+    // A hidden directory (`_temporary/`, `.snapshot/`) holds nothing a directory source
+    // reads: not entered, so one the user cannot read does not fail the listing.
+    const bool is_dir = info.type() == arrow::fs::FileType::Directory &&
+                        (descend_hidden || (name[0] != '.' && name[0] != '_'));
     const std::string path = info.path();
     out->push_back(std::move(info));
-    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocalInto(fs, path, inside, out, cancel));
+    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocalInto(fs, path, inside, descend_hidden, out, cancel));
   }
   inside->pop_back();
   return arrow::Status::OK();
 }
 
+// With `descend_hidden` false, directories whose names start with '.' or '_' are listed
+// but not entered (a glob may spell them: it enters them).
 arrow::Result<std::vector<arrow::fs::FileInfo>> WalkLocal(arrow::fs::FileSystem& fs,
                                                           const std::string& root,
+                                                          bool descend_hidden,
                                                           const CancelFlag& cancel) {
   std::vector<std::pair<dev_t, ino_t>> inside;  // the directories of the current path
   std::vector<arrow::fs::FileInfo> out;
-  ARROW_RETURN_NOT_OK(WalkLocalInto(fs, root, &inside, &out, cancel));
+  ARROW_RETURN_NOT_OK(WalkLocalInto(fs, root, &inside, descend_hidden, &out, cancel));
   return out;
 }
 
@@ -187,8 +193,9 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   selector.base_dir = root;
   selector.recursive = true;
   selector.allow_not_found = false;
-  auto listed = fs->type_name() == "local" ? WalkLocal(*fs, root, cancel)
-                                           : ListPages(fs, selector, cancel);
+  auto listed = fs->type_name() == "local"
+                    ? WalkLocal(*fs, root, /*descend_hidden=*/!pattern.empty(), cancel)
+                    : ListPages(fs, selector, cancel);
   if (!listed.ok()) {
     if (listed.status().IsCancelled()) return listed.status();
     return MakeIOError(listed.status(), "cannot list '", source, "'");

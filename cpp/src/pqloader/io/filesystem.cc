@@ -1,5 +1,9 @@
 #include "pqloader/io/filesystem.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -10,6 +14,7 @@
 #include <set>
 
 #include <arrow/buffer.h>
+#include <arrow/io/file.h>
 #include <arrow/io/interfaces.h>
 
 #include "pqloader/error.h"
@@ -438,8 +443,27 @@ arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenListedFile(
     const std::string& display, arrow::MemoryPool* pool) {
   arrow::fs::FileInfo info(path, arrow::fs::FileType::File);
   info.set_size(size);  // known from the listing: no request for it
+  if (fs->type_name() == "local") {
+    // Opened without blocking, and its kind checked on the descriptor: a FIFO put in the
+    // listed file's place blocked the open forever, waiting for a writer (close() and
+    // Ctrl-C could not end it: the worker was inside the call).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      struct stat st;
+      const bool stated = ::fstat(fd, &st) == 0;
+      if (stated && S_ISREG(st.st_mode)) {
+        const int flags = ::fcntl(fd, F_GETFL);
+        if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+        return arrow::io::ReadableFile::Open(fd);  // as LocalFileSystem opens it (no mmap)
+      }
+      ::close(fd);
+      if (stated && !S_ISDIR(st.st_mode)) {
+        return MakeError(ErrorKind::kIO, "not a regular file (a FIFO, socket or device)");
+      }
+    }
+    return fs->OpenInputFile(info);  // Arrow's error as before (not found, a directory, ...)
+  }
   ARROW_ASSIGN_OR_RAISE(auto input, fs->OpenInputFile(info));
-  if (fs->type_name() == "local") return input;
   return std::make_shared<ListedObject>(std::move(input), fs, path, display, size, pool);
 }
 
