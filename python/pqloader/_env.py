@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import sys
+import urllib.parse
 from typing import Any, Mapping, Sequence, Union
 
 Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
@@ -37,11 +38,18 @@ def normalize_sources(source: Source) -> list[str]:
         One entry per item of `source`, in its order.
 
     Raises:
-        TypeError: An item is neither ``str`` nor ``os.PathLike``.
+        TypeError: An item is neither ``str`` nor ``os.PathLike``; `source` is ``bytes``
+            (decode it: ``os.fsdecode``) or a set (it has no order: sort it).
         ValueError: `source` is empty, an item is the empty string or not UTF-8 (a name
             ``os.fsdecode`` made of other bytes), or an existing local path is neither a
             regular file nor a directory.
     """
+    if isinstance(source, (bytes, bytearray)):  # else a list of ints, "got int"
+        raise TypeError(f"source must be a text path, got bytes {bytes(source)!r}: decode it "
+                        "(os.fsdecode)")
+    if isinstance(source, (set, frozenset)):  # read in hash order: another per run
+        raise TypeError("source must be a path or an ordered list of them, got a set: its "
+                        "order changes from run to run; give sorted(...)")
     items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not items:
         raise ValueError("source is empty: give a path, a directory, a glob or a list of them")
@@ -64,7 +72,8 @@ def normalize_sources(source: Source) -> list[str]:
                 as_bytes = ""
             raise ValueError(f"source {s!r} is not UTF-8{as_bytes}; "
                              "pqloader opens UTF-8 paths only: rename it") from None
-        if s.rstrip("/").rsplit("/", 1)[-1] in _SUMMARIES:
+        local = urllib.parse.unquote(s[len(_FILE_SCHEME):]) if s.startswith(_FILE_SCHEME) else s
+        if local.rstrip("/").rsplit("/", 1)[-1] in _SUMMARIES:  # file://.../%5Fmetadata too
             # Named itself: read as data it was refused as corrupt (it holds no pages).
             from pqloader._errors import InvalidDataError
             raise InvalidDataError(f"source {s!r} is a summary (the row groups of the files beside it), "
@@ -72,8 +81,7 @@ def normalize_sources(source: Source) -> list[str]:
         if "://" in s and not s.startswith(_FILE_SCHEME):
             out.append(s)
             continue
-        local = s[len(_FILE_SCHEME):] if s.startswith(_FILE_SCHEME) else s
-        _check_local_kind(os.path.expanduser(local))
+        _check_local_kind(local if s.startswith(_FILE_SCHEME) else os.path.expanduser(s))
         if s.startswith(_FILE_SCHEME):
             out.append(s)
             continue

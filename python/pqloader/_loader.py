@@ -44,7 +44,9 @@ class Loader:
             ``_`` are skipped), a glob pattern, a ``file://`` or ``s3://bucket/prefix``
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path (a directory a glob
-            matches is read recursively); list order is kept.
+            matches is read recursively); list order is kept (a set, which has none, is
+            a ``TypeError``). A file listed twice, or also under a listed directory, is
+            read twice, as ``pyarrow.dataset.dataset`` reads a list.
         {arguments}
     Raises:
         TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a

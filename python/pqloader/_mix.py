@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _core, _process, _stats_table
+from pqloader import _core, _process, _state, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError
 from pqloader._lists import check_packed_batch
@@ -60,6 +60,10 @@ class Mixture:
                  output: str = "numpy", batch_transform: Any = None) -> None:
         from pqloader._loader import Loader
 
+        for what, value in (("sources", sources), ("weights", weights)):
+            if isinstance(value, (set, frozenset)):  # unordered: weights met other sources
+                raise TypeError(f"mix {what} must be a list or a dict by name, got a set: its "
+                                "order is not the one written")
         if isinstance(sources, Mapping):
             names = [str(k) for k in sources]
             loaders = list(sources.values())
@@ -513,7 +517,8 @@ class Mixture:
             epoch, batch = self._epoch, self._batch
             end = self._active_end if self._active_end is not None else self._resume_end
         return {"kind": "pqloader.mix", "version": STATE_VERSION, "epoch": epoch,
-                "batch": batch, "end": end, "config": self._config()}
+                "batch": batch, "end": end, "config": self._config(),
+                "windows": _state.WINDOW_STREAMS}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`, which
@@ -541,6 +546,9 @@ class Mixture:
         if diffs:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
+        for fp in mine["source_fingerprints"]:
+            _state.check_window_streams(state.get("windows"), bool(fp.get("shuffle")),
+                                        int(fp.get("world_size") or 1), epoch)
         # (bools are not positions; epochs past MAX_EPOCH are refused here, as a Loader's
         # state and set_epoch refuse them, not at the first batch or as the binding's TypeError)
         if not _is_int(epoch) or not _is_int(batch) or not 0 <= epoch <= MAX_EPOCH or \

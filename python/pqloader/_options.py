@@ -313,7 +313,10 @@ ARGUMENT_DOCS = """\
             iteration continues the epoch count, so every epoch has a new order.
         drop_last: Drop the last, incomplete batch of each epoch.
         shuffle_window: Row groups whose rows are shuffled together. Larger windows
-            shuffle better and hold more decoded data in memory.
+            shuffle better and hold more decoded data in memory. A batch draws its rows
+            from about ``shuffle_window`` row groups: if row groups (or files) are each
+            sorted or of one class, raise it so that a batch sees many of them (see
+            docs/determinism.md, "Shuffle quality").
         rank: This process's rank. Default: from an initialised ``torch.distributed``
             group, else a Ray Train worker's context, else the ``RANK`` environment
             variable, else 0.

@@ -7,7 +7,8 @@ A state is plain JSON-safe data::
      "elastic": None or {"world_size": n, "batch_size": b, "batches": [k, ...],
                          "base": an earlier one or None},
      "rank_batches": [k per rank] (only in states merged by merge_states),
-     "optional_keys": which of elastic and rank_batches the state holds}
+     "optional_keys": which of elastic and rank_batches the state holds,
+     "windows": WINDOW_STREAMS}
 
 ``optional_keys`` is there for ``torch.distributed.checkpoint``, which loads a
 ``Stateful`` in place into the keys of its fresh ``state_dict()``: one whose fresh state
@@ -48,6 +49,11 @@ DATA_OPTIONS = (
 )
 # Data options a state may differ in: the rest of the epoch is then dealt anew.
 RESIZABLE = ("rank", "world_size", "batch_size")
+# States (and mixture states) saved since each rank shuffles its windows with its own
+# stream (2026-12-06) say so. Before, every rank's window w took its rows at the same
+# offsets: a shuffled state of several ranks (or DataLoader workers) saved then would
+# resume other orders on ranks past 0, skipping and repeating rows, and is refused.
+WINDOW_STREAMS = "per rank"
 
 
 def fingerprint(sources: list[str], files: list[Any], columns: list[str], options: LoaderOptions,
@@ -273,6 +279,7 @@ def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,
         "iteration_end": iteration_end,
         "seed": seed,
         "options": dict(options),
+        "windows": WINDOW_STREAMS,
     }
     if elastic is not None:
         state["elastic"] = _jsonish(dict(elastic))
@@ -412,6 +419,19 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return stamp(merged)
 
 
+def check_window_streams(windows: Any, shuffle: bool, world_size: int, epoch: Any) -> None:
+    """Refuse a shuffled state of several ranks saved before each rank shuffled its
+    windows with its own stream (see :data:`WINDOW_STREAMS`)."""
+    if windows == WINDOW_STREAMS or not shuffle or world_size <= 1:
+        return
+    raise InvalidDataError(
+        f"this shuffled state of {world_size} ranks was saved by a pqloader from before "
+        "2026-12-06, when every rank shuffled its windows alike; each rank now shuffles them "
+        "with its own stream, so the rest of its epoch would skip and repeat rows on ranks past "
+        f"0: start epoch {epoch!r} over (loader.set_epoch) or finish it with the pqloader that "
+        "saved it (docs/determinism.md)")
+
+
 def check_optional_keys(state: Mapping[str, Any]) -> None:
     """Refuse a state that lost keys its ``optional_keys`` lists (states saved before
     it was recorded have none to check)."""
@@ -481,6 +501,12 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     old_batch_size = _field_int(theirs, "batch_size", 1, MAX_COUNT, where="state['options']")
     assert old_world is not None and old_batch_size is not None
     base = _check_elastic(state.get("elastic"))
+    worlds = [old_world]
+    level = base
+    while level is not None:
+        worlds.append(level["world_size"])
+        level = level["base"]
+    check_window_streams(state.get("windows"), bool(theirs.get("shuffle")), max(worlds), epoch)
     resized = old_world != mine["world_size"] or old_batch_size != mine["batch_size"]
     if "rank_batches" in state:
         counts = _check_counts(state["rank_batches"], "state['rank_batches']", old_world)

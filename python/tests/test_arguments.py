@@ -15,6 +15,7 @@ import stat
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import pqloader
@@ -226,6 +227,31 @@ def test_fifo_source_is_refused_instead_of_blocking(tmp_path):
         run_with_timeout(lambda: pqloader.Loader("file://" + str(fifo)), timeout=30)
     with pytest.raises(ValueError, match="FIFO"):
         run_with_timeout(lambda: pqloader.inspect(str(fifo)), timeout=30)
+
+
+def test_a_set_or_bytes_source_is_a_type_error_naming_the_fix(tmp_path):
+    # A set was read in hash order (the batch order changed with PYTHONHASHSEED from run
+    # to run); bytes were iterated as ints ("got int").
+    files = []
+    for i in range(3):
+        files.append(str(tmp_path / f"f{i}.parquet"))
+        pq.write_table(pa.table({"x": [i]}), files[-1])
+    for source in (set(files), frozenset(files)):
+        for make in (pqloader.Loader, pqloader.inspect):
+            with pytest.raises(TypeError, match="got a set.*sorted"):
+                make(source)
+    with pytest.raises(TypeError, match="got bytes .*os.fsdecode"):
+        pqloader.Loader(os.fsencode(files[0]))
+    with pytest.raises(TypeError, match="got bytes .*os.fsdecode"):
+        pqloader.inspect(os.fsencode(files[0]))
+    assert [b["x"].tolist() for b in pqloader.Loader(sorted(set(files)), shuffle=False)] == [[0, 1, 2]]
+
+
+def test_a_summary_spelled_with_percent_escapes_in_a_file_uri_is_refused_as_a_summary(tmp_path):
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "p.parquet")
+    pq.write_metadata(pa.schema([("id", pa.int64())]), tmp_path / "_common_metadata")
+    with pytest.raises(pqloader.InvalidDataError, match="is a summary"):
+        pqloader.Loader(f"file://{tmp_path}/%5Fcommon%5Fmetadata")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/null") or not stat.S_ISCHR(os.stat("/dev/null").st_mode),

@@ -328,6 +328,23 @@ def test_shuffled_shards_are_contiguous_ranges_of_the_epoch_row_group_order(tmp_
         assert offset == n
 
 
+@pytest.mark.parametrize("shuffle_window", [1, 4])
+def test_ranks_shuffle_their_windows_independently(tmp_path, shuffle_window):
+    # Equal row groups and shares of whole row groups, so every rank's windows have the
+    # same size: a window's row permutation keyed by (seed, epoch, window) alone gave
+    # every rank (and every DataLoader worker) the same one, so at each step all ranks
+    # took the rows at the same offsets of their row groups (a global batch of rows
+    # sorted inside their row groups was no more mixed than one rank's).
+    rg, world = 50, 4
+    write_dataset(tmp_path / "s", [[rg] * 8] * 2)
+    kw = dict(shuffle=True, seed=3, shuffle_window=shuffle_window, batch_size=16)
+    offsets = [np.array(ids_of(run(str(tmp_path / "s"), rank=r, world_size=world, **kw))) % rg
+               for r in range(world)]
+    for r in range(1, world):
+        same = float(np.mean(offsets[0] == offsets[r]))
+        assert same < 0.2, f"rank {r} takes the same in-row-group offsets as rank 0 at {same:.0%} of positions"
+
+
 def test_rank_and_world_size_default_from_environment(shard_ds, monkeypatch):
     src, n = shard_ds
     explicit = list(pqloader.Loader(src, batch_size=16, shuffle=True, seed=3, rank=2, world_size=3))

@@ -1088,3 +1088,47 @@ def test_gather_state_dict_of_dataloaders_whose_ranks_stopped_at_different_batch
     got = consumed + sum(rests, [])
     assert len(got) == len(set(got)), "a batch was handed out twice"
     assert N - len(got) < 4 + 4  # what equalising each world drops
+
+
+def test_a_shuffled_state_of_several_ranks_saved_before_windows_per_rank_is_refused(ds):
+    """Each rank now shuffles its windows with its own stream (every rank's window w took
+    its rows at the same offsets before): a shuffled state of several ranks saved before
+    (no 'windows' key) would resume other orders on ranks past 0, and is refused; one of
+    one rank, or unshuffled, is the same order and loads."""
+    _, state = take(make(ds, 2, 1), 2)
+    assert state["windows"] == "per rank"
+    old = {k: v for k, v in state.items() if k != "windows"}
+    with pytest.raises(pqloader.InvalidDataError, match=r"state of 2 ranks .* before 2026-12-06"):
+        make(ds, 2, 1).load_state_dict(old)
+    with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
+        make(ds, 1, 0).load_state_dict(old)  # elastic: the old ranks' orders changed too
+    for world, kw in ((1, {}), (2, {"shuffle": False})):
+        loader, again = make(ds, world, 0, **kw), make(ds, world, 0, **kw)
+        head, state = take(loader, 2)
+        again.load_state_dict({k: v for k, v in state.items() if k != "windows"})
+        assert [b.tolist() for b in take(again, 2)[0]] == [b.tolist() for b in take(loader, 2)[0]]
+    # a state resumed elastically from 2 ranks to 1 keeps the old world in its chain
+    one = make(ds, 1, 0)
+    one.load_state_dict(take(make(ds, 2, 0), 3)[1])
+    _, chained = take(one, 1)
+    with pytest.raises(pqloader.InvalidDataError, match="state of 2 ranks"):
+        make(ds, 1, 0).load_state_dict({k: v for k, v in chained.items() if k != "windows"})
+
+
+def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_is_refused(ds):
+    def mixture(world, rank):
+        return pqloader.mix({"a": make(ds, world, rank, num_epochs=1), "b": make(ds, world, rank, num_epochs=1)},
+                            [0.5, 0.5], seed=0, batch_size=8)
+
+    m = mixture(2, 0)
+    it = iter(m)
+    next(it)
+    state = m.state_dict()
+    assert state["windows"] == "per rank"
+    old = {k: v for k, v in state.items() if k != "windows"}
+    with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
+        mixture(2, 0).load_state_dict(old)
+    mixture(2, 0).load_state_dict(state)
+    single = mixture(1, 0)
+    next(iter(single))
+    mixture(1, 0).load_state_dict({k: v for k, v in single.state_dict().items() if k != "windows"})

@@ -709,6 +709,19 @@ def test_numpy_weights_mix_as_the_same_python_numbers(sources):
         pqloader.mix(ls, [np.bool_(True), 1, 1])
 
 
+def test_sources_or_weights_given_as_a_set_are_refused(sources):
+    # A set has no order of its own: mix({a, b}, [1, 0]) gave the weight 1 to a or to b
+    # by the Loaders' addresses (another per run), and [a, b] with {3, 1} weighted a by 1.
+    root, _ = sources
+    ls = list(loaders(root, names=("web", "code")).values())
+    with pytest.raises(TypeError, match="sources .* got a set"):
+        pqloader.mix(set(ls), [1, 0])
+    with pytest.raises(TypeError, match="weights .* got a set"):
+        pqloader.mix(ls, {3, 1})
+    with pytest.raises(TypeError, match="weights .* got a set"):
+        pqloader.mix(ls, frozenset({3, 1}))
+
+
 def test_stats_sum_the_sources(sources):
     root, sizes = sources
     m = pqloader.mix(loaders(root), [1, 1, 1], seed=1, samples_per_epoch=900, batch_size=100)

@@ -220,8 +220,7 @@ void EpochPlan::WindowPermutation(int64_t w, uint32_t* out) const {
   const int64_t n = window_first_row_[w + 1] - window_first_row_[w];
   std::iota(out, out + n, 0u);
   if (!options_.shuffle) return;
-  Shuffle(out, n, BulkCounterRng(CounterRng(options_.seed, RngPurpose::kWindowRows,
-                                            static_cast<uint32_t>(epoch_), static_cast<uint32_t>(w))));
+  Shuffle(out, n, BulkCounterRng(CounterRng::ForWindow(options_.seed, epoch_, w, options_.rank)));
 }
 
 int64_t EpochPlan::UnitOfWindowOffset(int64_t w, int64_t offset) const {

@@ -281,6 +281,41 @@ TEST(EpochPlan, OrdersAreFisherYatesOfTheDocumentedStreams) {
           << "epoch " << epoch << " window " << w;
     }
   }
+  // On other ranks, (seed, kWindowRows with the rank, epoch, w): every rank's window w
+  // took its rows at the same offsets before.
+  o.world_size = 2;
+  for (int64_t rank : {0, 1}) {
+    o.rank = rank;
+    const EpochPlan plan = EpochPlan::Make(rows, o, 1);
+    for (int64_t w = 0; w < plan.num_windows(); ++w) {
+      const auto [first, last] = plan.WindowRowRange(w);
+      EXPECT_EQ(plan.WindowPermutation(w),
+                FisherYates<uint32_t>(last - first, CounterRng::ForWindow(o.seed, 1, w, rank)))
+          << "rank " << rank << " window " << w;
+    }
+  }
+}
+
+TEST(EpochPlan, RanksShuffleWindowsOfEqualSizeIndependently) {
+  // 8 splits of 64 rows, 2 ranks, windows of 2 splits: each rank's windows hold 128 rows.
+  const std::vector<int64_t> rows(8, 64);
+  PlanOptions o;
+  o.shuffle = true;
+  o.seed = 5;
+  o.shuffle_window = 2;
+  o.world_size = 2;
+  o.rank = 0;
+  const EpochPlan zero = EpochPlan::Make(rows, o, 0);
+  o.rank = 1;
+  const EpochPlan one = EpochPlan::Make(rows, o, 0);
+  ASSERT_EQ(zero.num_windows(), one.num_windows());
+  for (int64_t w = 0; w < zero.num_windows(); ++w) {
+    const auto a = zero.WindowPermutation(w), b = one.WindowPermutation(w);
+    ASSERT_EQ(a.size(), b.size());
+    int64_t same = 0;
+    for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i] ? 1 : 0;
+    EXPECT_LT(same, 10) << "window " << w;  // ~1 of 128 by chance; all 128 before
+  }
 }
 
 TEST(EpochPlan, EveryOrderOfThreeSplitsIsEquallyLikely) {

@@ -14,7 +14,8 @@ namespace pqloader {
 /// never renumber them, only append.
 enum class RngPurpose : uint32_t {
   kSplitOrder = 1,  ///< Permutation of splits in an epoch (id_a = epoch).
-  kWindowRows = 2,  ///< Row permutation of one shuffle window (id_a = epoch, id_b = window).
+  kWindowRows = 2,  ///< Row permutation of one shuffle window (id_a = epoch, id_b = window;
+                    ///< the rank in bits 8..31 of the purpose word: CounterRng::ForWindow).
   kAugment = 3,     ///< Per-sample augmentation draws (see CounterRng::ForSample).
   kMixture = 4,     ///< Which source a mixture's position draws from (mix/mix_draws.h).
 };
@@ -65,6 +66,19 @@ class CounterRng {
     rng.purpose_ = static_cast<uint32_t>(RngPurpose::kAugment) |
                    (static_cast<uint32_t>(epoch) << 8);
     rng.block_base_ = (static_cast<uint32_t>(op) & 0xff) << 20;
+    return rng;
+  }
+
+  /// Return the stream of the row permutation of window `window` of `rank`'s plan in
+  /// `epoch`: purpose kWindowRows with the rank's low 24 bits in bits 8..31 of the
+  /// purpose word (rank 0's is CounterRng(seed, kWindowRows, epoch, window), as before
+  /// 2026-12-06, when every rank used it: each rank's window w then took its rows at the
+  /// same offsets, so rows sorted inside row groups moved the ranks' batches together).
+  static CounterRng ForWindow(uint64_t seed, int64_t epoch, int64_t window, int64_t rank) {
+    CounterRng rng(seed, RngPurpose::kWindowRows, static_cast<uint32_t>(epoch),
+                   static_cast<uint32_t>(window));
+    rng.purpose_ = static_cast<uint32_t>(RngPurpose::kWindowRows) |
+                   (static_cast<uint32_t>(rank) << 8);
     return rng;
   }
 

@@ -206,4 +206,19 @@ TEST(BulkCounterRng, GivesCounterRngsWordsAndDraws) {
 }
 
 }  // namespace
+TEST(CounterRng, RankZerosWindowStreamIsThePlainOneAndOtherRanksDiffer) {
+  CounterRng plain(7, RngPurpose::kWindowRows, 3, 9);
+  CounterRng zero = CounterRng::ForWindow(7, 3, 9, 0);
+  CounterRng one = CounterRng::ForWindow(7, 3, 9, 1);
+  CounterRng again = CounterRng::ForWindow(7, 3, 9, 1);
+  int differ = 0;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t p = plain.NextU32(), z = zero.NextU32(), o = one.NextU32();
+    EXPECT_EQ(p, z);
+    EXPECT_EQ(o, again.NextU32());
+    differ += o != p ? 1 : 0;
+  }
+  EXPECT_GT(differ, 12);
+}
+
 }  // namespace pqloader
