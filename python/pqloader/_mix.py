@@ -31,7 +31,8 @@ from pqloader._lists import check_packed_batch
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, integer_unit
 from pqloader._state import _jsonish, option_diff
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1: before each rank shuffled its windows alone (_state.STATE_VERSIONS)
+STATE_VERSIONS = (1, 2)
 _STOPS = ("first", "last")
 # Epochs ending at a source's end find their length by drawing their positions; up to
 # this many positions, those draws are kept (a byte each) for the epoch's stream, which
@@ -517,8 +518,7 @@ class Mixture:
             epoch, batch = self._epoch, self._batch
             end = self._active_end if self._active_end is not None else self._resume_end
         return {"kind": "pqloader.mix", "version": STATE_VERSION, "epoch": epoch,
-                "batch": batch, "end": end, "config": self._config(),
-                "windows": _state.WINDOW_STREAMS}
+                "batch": batch, "end": end, "config": self._config()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`, which
@@ -532,7 +532,7 @@ class Mixture:
                 weights or options (named; another world size among them).
         """
         if not isinstance(state, Mapping) or state.get("kind") != "pqloader.mix" \
-                or state.get("version") != STATE_VERSION:
+                or state.get("version") not in STATE_VERSIONS or isinstance(state.get("version"), bool):
             if isinstance(state, Mapping) and "kind" not in state and "options" in state:
                 raise InvalidDataError("not a pqloader.mix state: this is a Loader's; a mixture "
                                        "loads the state_dict() of a mixture")
@@ -547,7 +547,7 @@ class Mixture:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
         for fp in mine["source_fingerprints"]:
-            _state.check_window_streams(state.get("windows"), bool(fp.get("shuffle")),
+            _state.check_window_streams(state.get("version"), bool(fp.get("shuffle")),
                                         int(fp.get("world_size") or 1), epoch)
         # (bools are not positions; epochs past MAX_EPOCH are refused here, as a Loader's
         # state and set_epoch refuse them, not at the first batch or as the binding's TypeError)
@@ -635,7 +635,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return fps[0].get("rank") if isinstance(fps, list) and fps and isinstance(fps[0], Mapping) else None
 
     for s in states:
-        if s.get("kind") != "pqloader.mix" or s.get("version") != STATE_VERSION or rank(s) is None:
+        if s.get("kind") != "pqloader.mix" or s.get("version") not in STATE_VERSIONS or rank(s) is None:
             raise InvalidDataError(f"not a pqloader.mix state: {s!r:.200}")
     by_rank = sorted(states, key=rank)
     ranks = [rank(s) for s in by_rank]

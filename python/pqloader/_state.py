@@ -2,13 +2,12 @@
 
 A state is plain JSON-safe data::
 
-    {"version": 1, "epoch": e, "batch": b, "iteration_end": end or None, "seed": s,
+    {"version": 2, "epoch": e, "batch": b, "iteration_end": end or None, "seed": s,
      "options": {fingerprint of the data-affecting options},
      "elastic": None or {"world_size": n, "batch_size": b, "batches": [k, ...],
                          "base": an earlier one or None},
      "rank_batches": [k per rank] (only in states merged by merge_states),
-     "optional_keys": which of elastic and rank_batches the state holds,
-     "windows": WINDOW_STREAMS}
+     "optional_keys": which of elastic and rank_batches the state holds}
 
 ``optional_keys`` is there for ``torch.distributed.checkpoint``, which loads a
 ``Stateful`` in place into the keys of its fresh ``state_dict()``: one whose fresh state
@@ -39,7 +38,13 @@ from typing import Any, Callable, Mapping, Sequence
 from pqloader._errors import Error, InvalidDataError
 from pqloader._options import MAX_COUNT, MAX_EPOCH, SEED_LIMIT, LoaderOptions
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+# Version 1: states saved before each rank shuffled its windows with its own stream
+# (2026-12-06); loaded but for a shuffled one of several ranks mid-epoch (see
+# check_window_streams). The mark is the version, a key every state has: a
+# torch.distributed.checkpoint load into a fresh loader's state_dict() keeps only the
+# fresh state's keys, and would have kept a new key's fresh value.
+STATE_VERSIONS = (1, 2)
 # Options that change which rows land in which batch. A state can only be loaded into a
 # loader that agrees on all of them.
 DATA_OPTIONS = (
@@ -49,11 +54,6 @@ DATA_OPTIONS = (
 )
 # Data options a state may differ in: the rest of the epoch is then dealt anew.
 RESIZABLE = ("rank", "world_size", "batch_size")
-# States (and mixture states) saved since each rank shuffles its windows with its own
-# stream (2026-12-06) say so. Before, every rank's window w took its rows at the same
-# offsets: a shuffled state of several ranks (or DataLoader workers) saved then would
-# resume other orders on ranks past 0, skipping and repeating rows, and is refused.
-WINDOW_STREAMS = "per rank"
 
 
 def fingerprint(sources: list[str], files: list[Any], columns: list[str], options: LoaderOptions,
@@ -279,7 +279,6 @@ def make_state(epoch: int, batch: int, iteration_end: int | None, seed: int,
         "iteration_end": iteration_end,
         "seed": seed,
         "options": dict(options),
-        "windows": WINDOW_STREAMS,
     }
     if elastic is not None:
         state["elastic"] = _jsonish(dict(elastic))
@@ -385,8 +384,12 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
         return _mix.merge_states(states)
     for s in states:
-        if s.get("version") != STATE_VERSION or not isinstance(s.get("options"), Mapping):
+        if s.get("version") not in STATE_VERSIONS or isinstance(s.get("version"), bool) \
+                or not isinstance(s.get("options"), Mapping):
             raise InvalidDataError(f"not a pqloader state: {s!r:.200}")
+    if len({s["version"] for s in states}) > 1:
+        raise InvalidDataError("merge_states: the ranks' states were saved by pqloaders of other "
+                               "state versions")
     world = states[0]["options"].get("world_size")
     ranks = sorted(s["options"].get("rank") for s in states)
     if ranks != list(range(world if isinstance(world, int) else -1)):
@@ -419,10 +422,13 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return stamp(merged)
 
 
-def check_window_streams(windows: Any, shuffle: bool, world_size: int, epoch: Any) -> None:
+def check_window_streams(version: Any, shuffle: bool, world_size: int, epoch: Any) -> None:
     """Refuse a shuffled state of several ranks saved before each rank shuffled its
-    windows with its own stream (see :data:`WINDOW_STREAMS`)."""
-    if windows == WINDOW_STREAMS or not shuffle or world_size <= 1:
+    windows with its own stream (version 1: every rank's window w took its rows at the
+    same offsets; its rest would now skip and repeat rows on ranks past 0). Callers skip
+    it for a state that consumed no row of its epoch (at an epoch's start: it resumes
+    alike)."""
+    if version != 1 or not shuffle or world_size <= 1:
         return
     raise InvalidDataError(
         f"this shuffled state of {world_size} ranks was saved by a pqloader from before "
@@ -473,8 +479,8 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     if state.get("kind") == "pqloader.mix":
         raise InvalidDataError("not a Loader's state: this is a mixture's (pqloader.mix); load it "
                                "with the Mixture's load_state_dict")
-    if state.get("version") != STATE_VERSION or isinstance(state.get("version"), bool):
-        raise InvalidDataError(f"not a pqloader state: state['version'] must be {STATE_VERSION}, "
+    if state.get("version") not in STATE_VERSIONS or isinstance(state.get("version"), bool):
+        raise InvalidDataError(f"not a pqloader state: state['version'] must be 1 or {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")
     check_optional_keys(state)
     epoch = _field_int(state, "epoch", 0, MAX_EPOCH)
@@ -501,12 +507,6 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     old_batch_size = _field_int(theirs, "batch_size", 1, MAX_COUNT, where="state['options']")
     assert old_world is not None and old_batch_size is not None
     base = _check_elastic(state.get("elastic"))
-    worlds = [old_world]
-    level = base
-    while level is not None:
-        worlds.append(level["world_size"])
-        level = level["base"]
-    check_window_streams(state.get("windows"), bool(theirs.get("shuffle")), max(worlds), epoch)
     resized = old_world != mine["world_size"] or old_batch_size != mine["batch_size"]
     if "rank_batches" in state:
         counts = _check_counts(state["rank_batches"], "state['rank_batches']", old_world)
@@ -515,6 +515,13 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
         batch = _field_int(state, "batch", 0, MAX_COUNT)
         assert batch is not None
         counts = [batch] * old_world
+    if base is not None or any(counts):  # else no row of the epoch was consumed: any order resumes it
+        worlds = [old_world]
+        level = base
+        while level is not None:
+            worlds.append(level["world_size"])
+            level = level["base"]
+        check_window_streams(state.get("version"), bool(theirs.get("shuffle")), max(worlds), epoch)
     if not resized:  # each rank continues its own stream
         batch = counts[mine["rank"]]
         count = num_batches(epoch, base)

@@ -368,7 +368,7 @@ BAD_STATES = [
     (("seed",), 2**64, "seed"),
     (("seed",), "5", "seed"),
     (("seed",), DELETE, "seed"),
-    (("version",), 2, "version"),
+    (("version",), 3, "version"),
     (("version",), True, "version"),
     (("options",), None, "options"),
     (("options",), [], "options"),

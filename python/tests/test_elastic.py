@@ -1093,11 +1093,11 @@ def test_gather_state_dict_of_dataloaders_whose_ranks_stopped_at_different_batch
 def test_a_shuffled_state_of_several_ranks_saved_before_windows_per_rank_is_refused(ds):
     """Each rank now shuffles its windows with its own stream (every rank's window w took
     its rows at the same offsets before): a shuffled state of several ranks saved before
-    (no 'windows' key) would resume other orders on ranks past 0, and is refused; one of
+    (version 1) would resume other orders on ranks past 0, and is refused; one of
     one rank, or unshuffled, is the same order and loads."""
     _, state = take(make(ds, 2, 1), 2)
-    assert state["windows"] == "per rank"
-    old = {k: v for k, v in state.items() if k != "windows"}
+    assert state["version"] == 2
+    old = dict(state, version=1)
     with pytest.raises(pqloader.InvalidDataError, match=r"state of 2 ranks .* before 2026-12-06"):
         make(ds, 2, 1).load_state_dict(old)
     with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
@@ -1105,14 +1105,14 @@ def test_a_shuffled_state_of_several_ranks_saved_before_windows_per_rank_is_refu
     for world, kw in ((1, {}), (2, {"shuffle": False})):
         loader, again = make(ds, world, 0, **kw), make(ds, world, 0, **kw)
         head, state = take(loader, 2)
-        again.load_state_dict({k: v for k, v in state.items() if k != "windows"})
+        again.load_state_dict(dict(state, version=1))
         assert [b.tolist() for b in take(again, 2)[0]] == [b.tolist() for b in take(loader, 2)[0]]
     # a state resumed elastically from 2 ranks to 1 keeps the old world in its chain
     one = make(ds, 1, 0)
     one.load_state_dict(take(make(ds, 2, 0), 3)[1])
     _, chained = take(one, 1)
     with pytest.raises(pqloader.InvalidDataError, match="state of 2 ranks"):
-        make(ds, 1, 0).load_state_dict({k: v for k, v in chained.items() if k != "windows"})
+        make(ds, 1, 0).load_state_dict(dict(chained, version=1))
 
 
 def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_is_refused(ds):
@@ -1124,11 +1124,35 @@ def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_is_refu
     it = iter(m)
     next(it)
     state = m.state_dict()
-    assert state["windows"] == "per rank"
-    old = {k: v for k, v in state.items() if k != "windows"}
+    assert state["version"] == 2
+    old = dict(state, version=1)
     with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
         mixture(2, 0).load_state_dict(old)
     mixture(2, 0).load_state_dict(state)
     single = mixture(1, 0)
     next(iter(single))
-    mixture(1, 0).load_state_dict({k: v for k, v in single.state_dict().items() if k != "windows"})
+    mixture(1, 0).load_state_dict(dict(single.state_dict(), version=1))
+
+
+def test_a_state_of_shuffled_ranks_saved_before_windows_per_rank_at_an_epoch_start_loads(ds):
+    """A state at an epoch's start (saved after a whole epoch, or before any batch) names
+    no consumed row of its epoch, so the new per-rank orders resume it without skipping or
+    repeating rows: the most common checkpoint of all was refused ('start epoch 1 over',
+    which is what loading it does)."""
+    done = make(ds, 2, 1, num_epochs=1)
+    assert sum(1 for _ in done) > 0
+    for state in (done.state_dict(), make(ds, 2, 1, num_epochs=1).state_dict()):
+        assert state["batch"] == 0 and state.get("elastic") is None
+        old = dict(state, version=1)
+        loaded, fresh = make(ds, 2, 1, num_epochs=1), make(ds, 2, 1, num_epochs=1)
+        loaded.load_state_dict(old)
+        fresh.set_epoch(state["epoch"])
+        assert [b["id"].tolist() for b in loaded] == [b["id"].tolist() for b in fresh]
+        one, new = make(ds, 1, 0, num_epochs=1), make(ds, 1, 0, num_epochs=1)  # elastic
+        one.load_state_dict(old)
+        new.load_state_dict(state)
+        assert [b["id"].tolist() for b in one] == [b["id"].tolist() for b in new]
+    # one batch into the epoch it is refused, as before
+    _, state = take(make(ds, 2, 1, num_epochs=1), 1)
+    with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
+        make(ds, 2, 1).load_state_dict(dict(state, version=1))
