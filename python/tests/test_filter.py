@@ -1038,6 +1038,22 @@ def test_an_integer_bound_a_float_column_does_not_hold_prunes_nothing(tmp_path, 
     assert loader.stats()["filter_row_groups_pruned_statistics"] == 1
 
 
+def test_the_exact_bound_of_an_integer_row_group_still_prunes_under_a_float(tmp_path):
+    # [-93, 2^63 - 1] under a declared float64: the max is not exact, the min is, so
+    # "x < -510" prunes the row group, as pyarrow does (pqloader read it, and refused
+    # 2^63 - 1 as inexact, naming -93, the first value).
+    pq.write_table(pa.table({"x": pa.array([-93, 2**63 - 1, 84], pa.int64())}), tmp_path / "a.parquet")
+    schema = pa.schema([("x", pa.float64())])
+    flt = pc.field("x") < -510.0
+    assert pads.dataset(str(tmp_path), schema=schema).to_table(filter=flt).num_rows == 0
+    loader = pqloader.Loader(str(tmp_path), schema=schema, filter=flt)
+    assert len(collect(loader).get("x", [])) == 0
+    assert loader.stats()["filter_row_groups_pruned_statistics"] == 1
+    # A filter the bound does not settle reads the column, and names the inexact value.
+    with pytest.raises(pqloader.SchemaMismatchError, match=str(2**63 - 1)):
+        collect(pqloader.Loader(str(tmp_path), schema=schema, filter=pc.field("x") > 0.0))
+
+
 def test_a_filter_of_too_many_calls_is_refused_not_a_crash(tmp_path):
     # Arrow's simplification recurses once per link of an and/or chain: 10,000 "or"s (a
     # string or an expression) killed the process (a segmentation fault; pyarrow's own

@@ -716,7 +716,8 @@ class Evaluator {
     // int32 became 5 .. 3, and pruned a row group holding 7 for "x > 6"). An integer bound
     // a float does not hold exactly gives no guarantee: rounded (2^53 + 1 to 2^53), it
     // pruned a row group "x > 2^53" keeps, whose values the mask pass refuses as inexact
-    // (as pyarrow does) where the statistics do not prune.
+    // (as pyarrow does) where the statistics do not prune. The other bound still holds
+    // (rounding keeps order), as pyarrow takes it: [-93, 2^63 - 1] prunes "x < -510".
     auto checked = [&](const std::shared_ptr<arrow::Scalar>& v) -> std::shared_ptr<arrow::Scalar> {
       if (v->type->Equals(*type)) return v;
       const bool to_float = arrow::is_integer(v->type->id()) && arrow::is_floating(type->id());
@@ -730,18 +731,22 @@ class Evaluator {
       }
       return cast->scalar();
     };
-    min = checked(min);
-    max = checked(max);
-    if (min == nullptr || max == nullptr) return std::nullopt;
+    // (Both are checked against each other first, in the column's type: min > max gives
+    // no guarantee, whichever bound the loaded type holds.)
     auto inverted = cp::CallFunction("greater", {arrow::Datum(min), arrow::Datum(max)});
     if (!inverted.ok() || !inverted->is_scalar() || !inverted->scalar()->is_valid ||
         static_cast<const arrow::BooleanScalar&>(*inverted->scalar()).value) {
       return std::nullopt;
     }
+    min = checked(min);
+    max = checked(max);
+    if (min == nullptr && max == nullptr) return std::nullopt;
     cp::Expression in_range =
-        min->Equals(*max) ? cp::equal(ref, cp::literal(min))
-                          : cp::and_(cp::greater_equal(ref, cp::literal(min)),
-                                     cp::less_equal(ref, cp::literal(max)));
+        min == nullptr   ? cp::less_equal(ref, cp::literal(max))
+        : max == nullptr ? cp::greater_equal(ref, cp::literal(min))
+        : min->Equals(*max) ? cp::equal(ref, cp::literal(min))
+                            : cp::and_(cp::greater_equal(ref, cp::literal(min)),
+                                       cp::less_equal(ref, cp::literal(max)));
     if (!null_count_ok || stats.null_count() != 0) {
       return cp::or_(std::move(in_range), cp::is_null(ref));
     }
@@ -878,12 +883,24 @@ class Evaluator {
                                   const std::string& name, const std::shared_ptr<arrow::DataType>& type,
                                   const std::string& where) {
     if (back.ok() && (*back)->Equals(read)) return arrow::Status::OK();
+    // The first value that does not come back (where the cast back failed as a whole, a
+    // value past the integer type's range, each is cast alone: it named the first value).
     std::string value;
+    cp::CastOptions to_float = cp::CastOptions::Safe();
+    to_float.allow_float_truncate = true;
     for (int64_t r = 0; r < read.length() && value.empty(); ++r) {
       if (read.IsNull(r)) continue;
       auto mine = read.GetScalar(r);
-      auto theirs = back.ok() ? (*back)->GetScalar(r) : mine;
-      if (mine.ok() && (!back.ok() || !theirs.ok() || !(*mine)->Equals(**theirs))) value = (*mine)->ToString();
+      if (!mine.ok()) continue;
+      bool exact = false;
+      if (back.ok()) {
+        auto theirs = (*back)->GetScalar(r);
+        exact = theirs.ok() && (*mine)->Equals(**theirs);
+      } else if (auto f = cp::Cast(arrow::Datum(*mine), type, to_float); f.ok()) {
+        auto again = cp::Cast(*f, read.type(), cp::CastOptions::Safe());
+        exact = again.ok() && again->is_scalar() && again->scalar()->Equals(**mine);
+      }
+      if (!exact) value = (*mine)->ToString();
     }
     return MakeError(ErrorKind::kSchemaMismatch, "cannot filter ", where, ": column '", name, "' holds ",
                      value.empty() ? std::string("an integer") : value, ", which ", type->ToString(),
