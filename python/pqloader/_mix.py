@@ -546,9 +546,10 @@ class Mixture:
         if diffs:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
-        for fp in mine["source_fingerprints"]:
-            _state.check_window_streams(state.get("version"), bool(fp.get("shuffle")),
-                                        int(fp.get("world_size") or 1), epoch)
+        if batch != 0:  # at an epoch's start no row of it was consumed: any order resumes it
+            for fp in mine["source_fingerprints"]:
+                _state.check_window_streams(state.get("version"), bool(fp.get("shuffle")),
+                                            int(fp.get("world_size") or 1), epoch)
         # (bools are not positions; epochs past MAX_EPOCH are refused here, as a Loader's
         # state and set_epoch refuse them, not at the first batch or as the binding's TypeError)
         if not _is_int(epoch) or not _is_int(batch) or not 0 <= epoch <= MAX_EPOCH or \
@@ -637,6 +638,9 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for s in states:
         if s.get("kind") != "pqloader.mix" or s.get("version") not in STATE_VERSIONS or rank(s) is None:
             raise InvalidDataError(f"not a pqloader.mix state: {s!r:.200}")
+    if len({s["version"] for s in states}) > 1:
+        raise InvalidDataError("merge_states: the ranks' mixture states were saved by pqloaders of "
+                               "other state versions")
     by_rank = sorted(states, key=rank)
     ranks = [rank(s) for s in by_rank]
     world = by_rank[0]["config"]["source_fingerprints"][0].get("world_size")

@@ -1156,3 +1156,24 @@ def test_a_state_of_shuffled_ranks_saved_before_windows_per_rank_at_an_epoch_sta
     _, state = take(make(ds, 2, 1, num_epochs=1), 1)
     with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
         make(ds, 2, 1).load_state_dict(dict(state, version=1))
+
+
+def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_at_an_epoch_start_loads(ds):
+    """As a Loader's: a mixture state at an epoch's start (batch 0: saved before any batch,
+    or after a whole epoch) consumed no row of its epoch and loads; ranks' states of other
+    versions are not merged."""
+    def mixture(world, rank):
+        return pqloader.mix({"a": make(ds, world, rank, num_epochs=1), "b": make(ds, world, rank, num_epochs=1)},
+                            [0.5, 0.5], seed=0, batch_size=8)
+
+    done = mixture(2, 1)
+    assert sum(1 for _ in done) > 0
+    for state in (done.state_dict(), mixture(2, 1).state_dict()):
+        assert state["batch"] == 0 and state["version"] == 2
+        loaded, fresh = mixture(2, 1), mixture(2, 1)
+        loaded.load_state_dict(dict(state, version=1))
+        fresh.load_state_dict(state)
+        assert [b["id"].tolist() for b in loaded] == [b["id"].tolist() for b in fresh]
+    s0, s1 = mixture(2, 0).state_dict(), mixture(2, 1).state_dict()
+    with pytest.raises(pqloader.InvalidDataError, match="other state versions"):
+        pqloader.merge_states([s0, dict(s1, version=1)])

@@ -454,7 +454,11 @@ arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenListedFile(
       if (stated && S_ISREG(st.st_mode)) {
         const int flags = ::fcntl(fd, F_GETFL);
         if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-        return arrow::io::ReadableFile::Open(fd);  // as LocalFileSystem opens it (no mmap)
+        // Into the file system's pool, as LocalFileSystem opens it (no mmap): the recycling
+        // pool Resolve gives local file systems (it read into Arrow's default pool).
+        auto file = arrow::io::ReadableFile::Open(fd, fs->io_context().pool());
+        if (!file.ok()) ::close(fd);  // owned by the file only once it is made
+        return file;
       }
       ::close(fd);
       if (stated && !S_ISDIR(st.st_mode)) {

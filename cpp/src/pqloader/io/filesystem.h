@@ -148,7 +148,9 @@ class StorageExecutor : public arrow::internal::Executor {
 /// listing). Each read's last byte is set to a varying marker first; one whose marker is
 /// still there (a short body, or data that holds that byte: 1 read in 256) asks the
 /// store for the object's size once (a HEAD). An object replaced by one at least as
-/// long is not detected. Buffers come from `pool`. Local files are read as they are.
+/// long is not detected. Buffers come from `pool`. Local files are read as they are,
+/// into their file system's pool, opened without blocking: one that is no longer a
+/// regular file (a FIFO put in its place) is an IOError, not a wait for a writer.
 arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenListedFile(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& path, int64_t size,
     const std::string& display, arrow::MemoryPool* pool = arrow::default_memory_pool());

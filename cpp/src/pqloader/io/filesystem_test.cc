@@ -2,11 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 
 #include <arrow/buffer.h>
 #include <arrow/filesystem/mockfs.h>
 #include <arrow/io/interfaces.h>
+
+#include "pqloader/tensor/buffer_pool.h"
 
 namespace pqloader {
 
@@ -114,6 +120,40 @@ TEST(FileSystemResolver, LocalPathsAndFileUrisKeepTheirPathAsName) {
   auto uri = (*r)->Resolve("file:///tmp");
   ASSERT_TRUE(uri.ok()) << uri.status();
   EXPECT_EQ(uri->prefix, "");
+}
+
+TEST(OpenListedFile, ReadsALocalFileIntoTheRecyclingPoolAndRefusesAFifo) {
+  char dir_template[] = "/tmp/pqloader_listed_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template, path = dir + "/f", fifo = dir + "/p";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string bytes(1 << 20, 'x');
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto r = FileSystemResolver::Make(StorageOptions{});
+  ASSERT_TRUE(r.ok());
+  auto local = (*r)->Resolve(dir);
+  ASSERT_TRUE(local.ok()) << local.status();
+  // Local reads go into the recycling pool Resolve gives local file systems (opened by
+  // descriptor, they went into Arrow's default pool).
+  auto file = OpenListedFile(local->fs, path, 1 << 20, path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const int64_t before = RecyclingPool::Global()->total_bytes_allocated();
+  auto read = (*file)->ReadAt(0, 1 << 20);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ((*read)->size(), 1 << 20);
+  EXPECT_GE(RecyclingPool::Global()->total_bytes_allocated() - before, 1 << 20);
+  // A FIFO in a listed file's place is refused at once (a blocking open waited forever).
+  auto pipe = OpenListedFile(local->fs, fifo, 10, fifo);
+  ASSERT_FALSE(pipe.ok());
+  EXPECT_NE(pipe.status().message().find("not a regular file"), std::string::npos) << pipe.status();
+  std::remove(fifo.c_str());
+  std::remove(path.c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace pqloader
