@@ -515,7 +515,11 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
         batch = _field_int(state, "batch", 0, MAX_COUNT)
         assert batch is not None
         counts = [batch] * old_world
-    if base is not None or any(counts):  # else no row of the epoch was consumed: any order resumes it
+    # A state that consumed no row of its epoch, or (its world unchanged) every batch of
+    # it, leaves no rest of the epoch to resume: any order resumes it.
+    whole = (base is None and not resized and all(counts)
+             and all(k >= num_batches(epoch, None) for k in counts))
+    if (base is not None or any(counts)) and not whole:
         worlds = [old_world]
         level = base
         while level is not None:

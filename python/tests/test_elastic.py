@@ -1158,6 +1158,25 @@ def test_a_state_of_shuffled_ranks_saved_before_windows_per_rank_at_an_epoch_sta
         make(ds, 2, 1).load_state_dict(dict(state, version=1))
 
 
+def test_a_state_of_shuffled_ranks_saved_before_windows_per_rank_after_an_epochs_last_batch_loads(ds):
+    """A state taken after the last batch of an epoch, before its iterator stopped
+    (batch == the epoch's batches: a loop of len(loader) steps, or num_epochs > 1) has no
+    rest of that epoch either: it loads, and the next epoch runs in the new order. It was
+    refused, advising to start the whole epoch over."""
+    for num_epochs in (1, 2):
+        n = len(make(ds, 2, 1, num_epochs=1))
+        _, state = take(make(ds, 2, 1, num_epochs=num_epochs), n)
+        assert state["epoch"] == 0 and state["batch"] == n
+        loaded, resumed = make(ds, 2, 1, num_epochs=num_epochs), make(ds, 2, 1, num_epochs=num_epochs)
+        loaded.load_state_dict(dict(state, version=1))
+        resumed.load_state_dict(state)
+        assert [b["id"].tolist() for b in loaded] == [b["id"].tolist() for b in resumed]
+    # one batch before the end it is refused, as before
+    _, state = take(make(ds, 2, 1, num_epochs=1), n - 1)
+    with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
+        make(ds, 2, 1, num_epochs=1).load_state_dict(dict(state, version=1))
+
+
 def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_at_an_epoch_start_loads(ds):
     """As a Loader's: a mixture state at an epoch's start (batch 0: saved before any batch,
     or after a whole epoch) consumed no row of its epoch and loads; ranks' states of other
