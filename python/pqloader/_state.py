@@ -431,7 +431,8 @@ def check_window_streams(version: Any, shuffle: bool, world_size: int, epoch: An
     if version != 1 or not shuffle or world_size <= 1:
         return
     raise InvalidDataError(
-        f"this shuffled state of {world_size} ranks was saved by a pqloader from before "
+        f"this shuffled state of {world_size} ranks (pqloader.torch.DataLoader workers count as "
+        "ranks) was saved by a pqloader from before "
         "2026-12-06, when every rank shuffled its windows alike; each rank now shuffles them "
         "with its own stream, so the rest of its epoch would skip and repeat rows on ranks past "
         f"0: start epoch {epoch!r} over (loader.set_epoch) or finish it with the pqloader that "

@@ -51,6 +51,14 @@ def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
     return Progress(label, enabled=enabled_for(sys.stderr, args.quiet), **kw)
 
 
+def _shown(text: str) -> str:
+    """`text` with control characters escaped (``\\x1b``, ``\\n``): a file or column name
+    holding an escape sequence reached the terminal as one."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _inspect(args: argparse.Namespace) -> int:
     what = "footers and row lengths" if args.lengths else "footers"
     counter = _core.Progress()
@@ -66,24 +74,24 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"{info['num_files']} file(s), {info['num_row_groups']} row group(s), {info['num_rows']} rows, "
           f"{_human(sum(f['size_bytes'] for f in info['files']))}")
     print("\ncolumns:")
-    width = max((len(c) for c in info["schema"]), default=4)
+    width = max((len(_shown(c)) for c in info["schema"]), default=4)
     for name, arrow_type in info["schema"].items():
-        print(f"  {name:<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
+        print(f"  {_shown(name):<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
     if "lengths" in info and not info["lengths"]:
         print("\nrow lengths: no ragged list column among the selected ones (fixed-size lists have one length)")
     elif "lengths" in info:
         print("\nrow lengths (list elements per row):")
         for name, s in info["lengths"].items():
             nulls = f"  nulls={s['nulls']} (as empty lists)" if s.get("nulls") else ""
-            print(f"  {name:<{width}}  rows={s['rows']}  min={s['min']}  median={s['median']}  "
+            print(f"  {_shown(name):<{width}}  rows={s['rows']}  min={s['min']}  median={s['median']}  "
                   f"p99={s['p99']}  max={s['max']}  mean={s['mean']:.1f}  total={s['total']}{nulls}")
     elif info["ragged"]:
-        print(f"\nragged: {', '.join(info['ragged'])} (--lengths reads their row lengths: "
+        print(f"\nragged: {', '.join(map(_shown, info['ragged']))} (--lengths reads their row lengths: "
               "min/median/p99/max; one pass over each column)")
     print("\nfiles:")
     shown = info["files"] if args.all_files else info["files"][:20]
     for f in shown:
-        print(f"  {f['path']}  rows={f['num_rows']}  row_groups={f['num_row_groups']}  "
+        print(f"  {_shown(f['path'])}  rows={f['num_rows']}  row_groups={f['num_row_groups']}  "
               f"size={_human(f['size_bytes'])}  compression={f['compression']}")
     if len(shown) < len(info["files"]):
         print(f"  ... {len(info['files']) - len(shown)} more (--all-files)")
@@ -92,7 +100,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if info.get("skipped"):
         print("\nskipped (not Parquet):")
         for f in info["skipped"]:
-            print(f"  {f['path']}  ({f['reason']})")
+            print(f"  {_shown(f['path'])}  ({f['reason']})")
     return 0
 
 

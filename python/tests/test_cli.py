@@ -48,6 +48,20 @@ def test_inspect_prints_files_rows_row_groups_and_schema(cli_ds, tmp_path):
     assert "int64" in out and "float" in out
 
 
+def test_inspect_escapes_control_characters_of_names(tmp_path):
+    # A file or column name holding an escape sequence reached the terminal as one.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"x\x1b[2Jy": [1, 2]}), d / "a\x1b]0;t\x07.parquet")
+    (d / "n\x1b[31m.txt").write_text("not parquet")
+    r = cli("inspect", d, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "x\\x1b[2Jy" in r.stdout and "a\\x1b]0;t\\x07.parquet" in r.stdout and "n\\x1b[31m.txt" in r.stdout
+
+
 def test_inspect_and_bench_take_the_int96_unit(tmp_path):
     # Spark's 9999-12-31 as INT96: refused as nanoseconds, naming the option, which the
     # CLI takes as the Loader and inspect() do.
