@@ -1004,10 +1004,8 @@ def test_an_image_that_memory_cannot_hold_is_a_memory_error_naming_the_row(tmp_p
     packer = zlib.compressobj(9)
     z = b"".join([packer.compress(row * 1000) for _ in range(46)] + [packer.flush()])
 
-    def chunk(kind, data):
-        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
-
-    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", z) + chunk(b"IEND", b"")
+    bomb = (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", z)
+            + _png_chunk(b"IEND", b""))
     small = encode(np.zeros((4, 4), np.uint8), "PNG")
     path = tmp_path / "bomb.parquet"
     pq.write_table(pa.table({"id": np.arange(8), "image": [small] * 5 + [bomb] + [small] * 2}),
