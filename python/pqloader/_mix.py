@@ -546,16 +546,18 @@ class Mixture:
         if diffs:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
-        if batch != 0:  # at an epoch's start no row of it was consumed: any order resumes it
-            for fp in mine["source_fingerprints"]:
-                _state.check_window_streams(state.get("version"), bool(fp.get("shuffle")),
-                                            int(fp.get("world_size") or 1), epoch)
         # (bools are not positions; epochs past MAX_EPOCH are refused here, as a Loader's
         # state and set_epoch refuse them, not at the first batch or as the binding's TypeError)
         if not _is_int(epoch) or not _is_int(batch) or not 0 <= epoch <= MAX_EPOCH or \
-                not 0 <= batch <= self._batches_with_seed(epoch, seed):
+                not 0 <= batch <= (batches := self._batches_with_seed(epoch, seed)):
             raise InvalidDataError(f"mixture state position ({epoch!r}, {batch!r}) is not one of this "
                                    f"mixture (epochs 0 to {MAX_EPOCH})")
+        # At an epoch's start no row of it was consumed, and after its last batch none is
+        # left (each source starts the next epoch over): any order resumes it.
+        if 0 < batch < batches:
+            for fp in mine["source_fingerprints"]:
+                _state.check_window_streams(state.get("version"), bool(fp.get("shuffle")),
+                                            int(fp.get("world_size") or 1), epoch)
         end = state.get("end")
         if end is not None and (not _is_int(end) or end < epoch):
             raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")

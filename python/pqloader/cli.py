@@ -51,12 +51,13 @@ def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
     return Progress(label, enabled=enabled_for(sys.stderr, args.quiet), **kw)
 
 
-def _shown(text: str) -> str:
-    """`text` with control characters escaped (``\\x1b``, ``\\n``): a file or column name
-    holding an escape sequence reached the terminal as one."""
+def _shown(text: str, keep: str = "") -> str:
+    """`text` with control characters escaped (``\\x1b``, ``\\n``) but those in `keep`: a
+    file or column name holding an escape sequence reached the terminal as one."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -105,7 +106,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _print_filter(f: dict) -> None:
-    print(f"\nfilter: {f['expression']}")
+    print(f"\nfilter: {_shown(str(f['expression']))}")
     print(f"  partition keys: {f['files_pruned']} of {f['files']} file(s) pruned "
           f"({f['row_groups_pruned_partition']} row group(s)), "
           f"{f['row_groups_all_rows']} row group(s) kept whole")
@@ -212,7 +213,7 @@ def _cache_run(args: argparse.Namespace) -> int:
         if r["foreign_count"]:
             print(f"left alone, not pqloader's: {r['foreign_count']} path(s)")
             for path in r["foreign"]:
-                print(f"  {path}")
+                print(f"  {_shown(str(path))}")
             if r["foreign_count"] > len(r["foreign"]):
                 print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
         return 0
@@ -391,13 +392,13 @@ def _run_command(args: argparse.Namespace) -> int:
     except BrokenPipeError as e:
         if _stdout_reader_gone():
             raise
-        print(f"pqloader: error: {e}", file=sys.stderr)
+        print(f"pqloader: error: {_shown(str(e), keep=chr(10))}", file=sys.stderr)
         return 1
     except (pqloader.Error, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
         # ImportError: an optional dependency (pyarrow for --filter) is missing.
         # MemoryError: the engine could not allocate a batch (its message names the batch,
         # its row groups and the bytes asked for), e.g. --transform 'x=PadOrTruncate(1000000000000)'.
-        print(f"pqloader: error: {e}", file=sys.stderr)
+        print(f"pqloader: error: {_shown(str(e), keep=chr(10))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -416,7 +417,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     if stream is None:  # stderr closed (print would take stdout): dropped, as Python's own
         return
     try:
-        print(f"pqloader: warning: {text}", file=stream)
+        print(f"pqloader: warning: {_shown(text, keep=chr(10))}", file=stream)
     except (OSError, ValueError):  # a broken or closed stderr: as Python's own
         pass
 

@@ -62,6 +62,23 @@ def test_inspect_escapes_control_characters_of_names(tmp_path):
     assert "x\\x1b[2Jy" in r.stdout and "a\\x1b]0;t\\x07.parquet" in r.stdout and "n\\x1b[31m.txt" in r.stdout
 
 
+def test_errors_and_filters_escape_control_characters_of_names(tmp_path):
+    # An error naming a file, and --filter's expression naming a column, reached the
+    # terminal with the name's escape sequence (inspect's listing escaped it).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"x\x1b[2Jy": [1, 2]}), d / "a.parquet")
+    r = cli("inspect", d, "--filter", "`x\x1b[2Jy` > 1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "x\\x1b[2Jy" in r.stdout
+    (d / "b\x1b]0;t\x07.parquet").write_bytes(b"PAR1 not a footer")
+    r = cli("inspect", d, cwd=tmp_path)
+    assert r.returncode == 1
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr and "b\\x1b]0;t\\x07.parquet" in r.stderr
+
+
 def test_inspect_and_bench_take_the_int96_unit(tmp_path):
     # Spark's 9999-12-31 as INT96: refused as nanoseconds, naming the option, which the
     # CLI takes as the Loader and inspect() do.

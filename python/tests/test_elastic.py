@@ -1196,3 +1196,33 @@ def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_at_an_e
     s0, s1 = mixture(2, 0).state_dict(), mixture(2, 1).state_dict()
     with pytest.raises(pqloader.InvalidDataError, match="other state versions"):
         pqloader.merge_states([s0, dict(s1, version=1)])
+
+
+def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_after_an_epochs_last_batch_loads(ds):
+    """As a Loader's: a mixture state taken after its epoch's last batch (batch == the
+    epoch's batches, each source started over in the next epoch) left no rest of the
+    epoch, and loads; it was refused, advising to start the epoch over."""
+    def mixture(world, rank, num_epochs=1):
+        return pqloader.mix({"a": make(ds, world, rank, num_epochs=num_epochs),
+                             "b": make(ds, world, rank, num_epochs=num_epochs)},
+                            [0.5, 0.5], seed=0, batch_size=8)
+
+    for num_epochs in (1, 2):
+        m = mixture(2, 1, num_epochs)
+        n = m.num_batches(0)
+        it = iter(m)
+        for _ in range(n):
+            next(it)
+        state = m.state_dict()
+        assert (state["epoch"], state["batch"]) == (0, n)
+        loaded, resumed = mixture(2, 1, num_epochs), mixture(2, 1, num_epochs)
+        loaded.load_state_dict(dict(state, version=1))
+        resumed.load_state_dict(state)
+        assert [b["id"].tolist() for b in loaded] == [b["id"].tolist() for b in resumed]
+    # one batch before the end it is refused, as before
+    m = mixture(2, 1)
+    it = iter(m)
+    for _ in range(n - 1):
+        next(it)
+    with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
+        mixture(2, 1).load_state_dict(dict(m.state_dict(), version=1))
