@@ -26,6 +26,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from pqloader._errors import InvalidDataError
+from pqloader._options import MAX_EPOCH
 
 if TYPE_CHECKING:
     from pqloader._options import LoaderOptions
@@ -251,6 +252,12 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                 yield epoch, index, batch
                 index += 1
             epoch, index = epoch + 1, 0
+        if epoch > MAX_EPOCH:
+            # The last epoch a loader runs ended: stay at its end (batch == its count, a
+            # position a state holds and load_state_dict takes), not at epoch 2**32,
+            # which the loader's own load_state_dict refused.
+            epoch -= 1
+            index = engine.num_batches(epoch, cursor.elastic_for(epoch))
         end[:] = [epoch, index]
         completed = True
     finally:

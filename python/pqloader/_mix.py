@@ -338,6 +338,10 @@ class Mixture:
                 if generation == self._generation:  # (else a newer one set the position)
                     if completed:
                         self._epoch, self._batch = epoch, 0
+                        if epoch > MAX_EPOCH:
+                            # The last epoch a mixture runs ended: stay at its end (a
+                            # position load_state_dict takes), not at epoch 2**32.
+                            self._epoch, self._batch = epoch - 1, self.num_batches(epoch - 1)
                     # Complete, or left (break, closed): the next iteration runs num_epochs.
                     self._active_end = None
 

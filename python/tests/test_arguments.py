@@ -483,3 +483,38 @@ def test_epochs_stop_below_2_32(typed_ds):
         loader.set_epoch(2**32)
     loader.set_epoch(2**32 - 1)  # the last one runs (no next epoch is started ahead)
     assert len(list(loader)) == 1
+
+
+def test_the_state_after_the_last_epoch_loads(ds):
+    # A loader that ran epoch 2**32 - 1 to its end recorded epoch 2**32, batch 0: a state
+    # its own load_state_dict refused ("state['epoch'] must be in [0, 4294967295]").
+    loader = pqloader.Loader(ds, batch_size=4, shuffle=True, seed=1)
+    loader.set_epoch(2**32 - 1)
+    assert len(list(loader)) == len(loader)
+    assert loader.epoch == 2**32 - 1
+    state = loader.state_dict()
+    fresh = pqloader.Loader(ds, batch_size=4, shuffle=True, seed=1)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict()["epoch"] == state["epoch"]
+    # Nothing is left: the next epoch would repeat epoch 0's order, so it is refused.
+    for resumed in (loader, fresh):
+        with pytest.raises(ValueError, match="2\\^32"):
+            next(iter(resumed))
+
+
+def test_a_mixtures_state_after_the_last_epoch_loads(ds):
+    # As a loader's: a mixture that ran epoch 2**32 - 1 to its end recorded epoch 2**32.
+    def mixture():
+        return pqloader.mix([pqloader.Loader(ds, batch_size=4, shuffle=True, seed=s) for s in (1, 2)],
+                            weights=[1, 1], batch_size=4, seed=3)
+    m = mixture()
+    m.set_epoch(2**32 - 1)
+    assert len(list(m)) == len(m) > 0
+    state = m.state_dict()
+    assert (state["epoch"], state["batch"]) == (2**32 - 1, len(m))
+    fresh = mixture()
+    fresh.load_state_dict(state)
+    assert fresh.state_dict()["epoch"] == 2**32 - 1
+    for resumed in (m, fresh):
+        with pytest.raises(ValueError, match="2\\^32"):
+            next(iter(resumed))
