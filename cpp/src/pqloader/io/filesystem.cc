@@ -113,8 +113,12 @@ arrow::Result<bool> ParseBool(const std::string& key, const std::string& v) {
 arrow::Result<double> ParseSeconds(const std::string& key, const std::string& v) {
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(d) || d < 0) {
-    return BadValue(key, v, "a number of seconds >= 0");
+  // At most a week (as cache_wait_timeout): the AWS SDK and the retry strategy take
+  // milliseconds as integers, which a larger double (1e300) would overflow.
+  constexpr double kMaxSeconds = 7 * 24 * 3600.0;
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(d) || d < 0 ||
+      d > kMaxSeconds) {
+    return BadValue(key, v, "a number of seconds from 0 to 604800 (a week)");
   }
   return d;
 }

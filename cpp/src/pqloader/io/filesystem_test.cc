@@ -73,7 +73,8 @@ TEST(MakeS3Options, RefusesUnknownKeysAndBadValuesNamingThem) {
   EXPECT_NE(unknown.status().message().find("endpoint_override"), std::string::npos);
   for (const auto& [k, v] : std::map<std::string, std::string>{
            {"anonymous", "maybe"}, {"connect_timeout", "-1"}, {"retry_max_attempts", "0"},
-           {"scheme", "ftp"}, {"request_timeout", "soon"}}) {
+           {"scheme", "ftp"}, {"request_timeout", "soon"}, {"retry_max_delay", "1e300"},
+           {"retry_budget", "604801"}}) {
     auto bad = MakeS3Options(Opts({{k, v}}));
     ASSERT_TRUE(bad.status().IsInvalid()) << k;
     EXPECT_NE(bad.status().message().find(k), std::string::npos) << bad.status();
