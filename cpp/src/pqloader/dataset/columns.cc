@@ -665,8 +665,16 @@ class Resolver {
         }
       }
     }
-    ARROW_ASSIGN_OR_RAISE(auto spec,
-                          SpecForField(*arrow::field(leaf.name(), unified), options_.spec));
+    auto spec_or = SpecForField(*arrow::field(leaf.name(), unified), options_.spec);
+    if (!spec_or.ok() && !declared && unified_from >= 0) {
+      // Name the file to look at (WithMessage keeps the error's kind).
+      const auto& own = sources[unified_from].type;
+      const bool as_stored = own != nullptr && own->Equals(*unified);
+      return spec_or.status().WithMessage(
+          spec_or.status().message(), as_stored ? " (the type of '" : " (unified from the files' types; the last to widen it: '",
+          files_[unified_from].display, "')");
+    }
+    ARROW_ASSIGN_OR_RAISE(auto spec, std::move(spec_or));
     Push(spec, -1, unified, std::move(sources), nullable);
     return arrow::Status::OK();
   }

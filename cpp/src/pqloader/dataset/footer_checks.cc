@@ -310,6 +310,62 @@ arrow::Status CheckStoredKeys(const Dataset& ds, const std::vector<std::string>&
   return arrow::Status::OK();
 }
 
+namespace {
+
+// The values a row of `type` holds when it is fixed-size lists down to a leaf of one
+// Parquet column (the product of their sizes), or -1.
+int64_t FixedSizeListSlots(const arrow::DataType& type) {
+  if (type.id() != arrow::Type::FIXED_SIZE_LIST) return -1;
+  int64_t slots = 1;
+  const arrow::DataType* t = &type;
+  while (t->id() == arrow::Type::FIXED_SIZE_LIST) {
+    const auto& fsl = static_cast<const arrow::FixedSizeListType&>(*t);
+    slots *= fsl.list_size();
+    t = fsl.value_type().get();
+  }
+  return arrow::is_nested(t->id()) ? -1 : slots;
+}
+
+// Arrow C++ 25 cannot read a fixed-size list back from Parquet where a row (or a struct
+// above it) is null, nor one of size 0 (apache/arrow#35692, "Expected all lists to be of
+// size=2 but index 2 had size=0"; pyarrow's read_table fails the same way): refused from
+// the footers, before any batch, instead of mid-epoch as corrupt data (no fill_null helps).
+// Such a chunk has one level per value of its rows, null values included, and one level
+// per null row: its level count is rows x slots exactly when no row is null.
+arrow::Status CheckFixedSizeListRows(const Dataset& ds, size_t c) {
+  const ColumnSpec& spec = ds.specs()[c];
+  for (const Split& s : ds.splits()) {
+    const DataFile& f = ds.files()[s.file];
+    if (f.columns.empty() || s.file_rows == 0) continue;
+    const ColumnSource& src = f.columns[c];
+    if (src.field < 0 || src.type == nullptr || src.leaves.size() != 1) continue;
+    const int64_t slots = FixedSizeListSlots(*src.type);
+    if (slots < 0) continue;
+    int64_t levels = -1;
+    try {
+      levels = f.RowGroup(s.row_group)->ColumnChunk(src.leaves[0])->num_values();
+    } catch (const std::exception&) {
+      continue;  // a corrupt footer is reported when the row group is read
+    }
+    if (slots > 0 && levels == s.file_rows * slots) continue;
+    const std::string what =
+        slots == 0 ? "holds lists of size 0"
+                   : "has null rows (" + std::to_string(levels) + " levels for " +
+                         std::to_string(s.file_rows) + " rows of " + std::to_string(slots) +
+                         " values)";
+    return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' (",
+                     src.type->ToString(), ") in '", f.display, "', row group ", s.row_group,
+                     " ", what,
+                     ", which Arrow C++ cannot read back from Parquet (apache/arrow#35692; "
+                     "pyarrow.parquet.read_table fails too): the file is valid, but no "
+                     "fill_null loads it; write the column as a variable-size list "
+                     "(pa.list_(t)), or select other columns");
+  }
+  return arrow::Status::OK();
+}
+
+}  // namespace
+
 arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>& null_policy,
                                       const std::vector<bool>& ragged_ok) {
   const auto& specs = ds.specs();
@@ -325,6 +381,7 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
                                                    static_cast<int>(it - keys.begin())));
       }
     }
+    if (key < 0) ARROW_RETURN_NOT_OK(CheckFixedSizeListRows(ds, c));
     if (!null_policy[c]) {
       const auto nulls = NullsFromFooters(ds.files(), ds.splits(), static_cast<int>(c), key);
       std::string where;

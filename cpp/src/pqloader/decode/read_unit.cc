@@ -362,6 +362,16 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
                          ": Arrow C++ does not implement its encoding for this column type: ",
                          st.message());
       }
+      if (!st.ok() && st.message().find("Expected all lists to be of size=") != std::string::npos) {
+        // Null rows of a fixed-size list a summary's footers did not show (the footer
+        // check refuses those it sees): valid, but Arrow C++ cannot read them back.
+        return MakeError(ErrorKind::kUnsupportedType, "cannot decode ", col_where,
+                         ": a fixed-size list with null rows or of size 0, which Arrow C++ "
+                         "cannot read back from Parquet (apache/arrow#35692; the file is "
+                         "valid, pyarrow fails too): ",
+                         st.message(), "; write the column as a variable-size list, or select "
+                         "other columns");
+      }
       if (!st.ok()) {
         // A layout from a summary that records no identity of the file (pyarrow's
         // _metadata without _pqloader_index): most likely the file was rewritten since.
