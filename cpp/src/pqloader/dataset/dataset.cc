@@ -71,6 +71,13 @@ bool IsHidden(const std::vector<std::string>& rel_components,
   return false;
 }
 
+// The glob's component at `depth` below the root (entries of the root: 0) as the only
+// one IsHidden looks at, for a name at that depth.
+std::vector<std::string> SpelledBelow(const std::vector<std::string>& spelled, size_t depth) {
+  if (depth >= spelled.size()) return {};
+  return {spelled[depth]};
+}
+
 std::string RelativeTo(const std::string& root, const std::string& path) {
   if (root.empty()) return path;
   if (path.compare(0, root.size(), root) == 0) {
@@ -134,7 +141,8 @@ bool MatchesOrIsBelowAMatch(std::string pattern, const std::string& root,
 // path's) is not followed; every other link is, as before. Each entry as Arrow's local
 // filesystem describes it (links followed).
 arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
-                            std::vector<std::pair<dev_t, ino_t>>* inside, bool descend_hidden,
+                            std::vector<std::pair<dev_t, ino_t>>* inside,
+                            const std::vector<std::string>& spelled,
                             std::vector<arrow::fs::FileInfo>* out, const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();
   struct stat st;
@@ -153,27 +161,28 @@ arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
   for (const std::string& name : names) {
     ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfo info, fs.GetFileInfo(dir + "/" + name));
     if (info.type() == arrow::fs::FileType::NotFound) continue;  // gone since, or a dangling link
-    // A hidden directory (`_temporary/`, `.snapshot/`) holds nothing a directory source
-    // reads: not entered, so one the user cannot read does not fail the listing.
+    // A hidden directory (`_temporary/`, `.snapshot/`) holds nothing a source reads
+    // (IsHidden skips its files) unless a glob spells its prefix at its depth: not
+    // entered, so one the user cannot read does not fail the listing.
     const bool is_dir = info.type() == arrow::fs::FileType::Directory &&
-                        (descend_hidden || (name[0] != '.' && name[0] != '_'));
+                        !IsHidden({name}, SpelledBelow(spelled, inside->size() - 1));
     const std::string path = info.path();
     out->push_back(std::move(info));
-    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocalInto(fs, path, inside, descend_hidden, out, cancel));
+    if (is_dir) ARROW_RETURN_NOT_OK(WalkLocalInto(fs, path, inside, spelled, out, cancel));
   }
   inside->pop_back();
   return arrow::Status::OK();
 }
 
-// With `descend_hidden` false, directories whose names start with '.' or '_' are listed
-// but not entered (a glob may spell them: it enters them).
+// Directories whose names start with '.' or '_' are listed but not entered, unless the
+// glob's component at their depth (`spelled`) starts with the same character.
 arrow::Result<std::vector<arrow::fs::FileInfo>> WalkLocal(arrow::fs::FileSystem& fs,
                                                           const std::string& root,
-                                                          bool descend_hidden,
+                                                          const std::vector<std::string>& spelled,
                                                           const CancelFlag& cancel) {
   std::vector<std::pair<dev_t, ino_t>> inside;  // the directories of the current path
   std::vector<arrow::fs::FileInfo> out;
-  ARROW_RETURN_NOT_OK(WalkLocalInto(fs, root, &inside, descend_hidden, &out, cancel));
+  ARROW_RETURN_NOT_OK(WalkLocalInto(fs, root, &inside, spelled, &out, cancel));
   return out;
 }
 
@@ -194,7 +203,7 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
   selector.recursive = true;
   selector.allow_not_found = false;
   auto listed = fs->type_name() == "local"
-                    ? WalkLocal(*fs, root, /*descend_hidden=*/!pattern.empty(), cancel)
+                    ? WalkLocal(*fs, root, spelled, cancel)
                     : ListPages(fs, selector, cancel);
   if (!listed.ok()) {
     if (listed.status().IsCancelled()) return listed.status();
