@@ -320,7 +320,7 @@ int64_t FixedSizeListSlots(const arrow::DataType& type) {
   const arrow::DataType* t = &type;
   while (t->id() == arrow::Type::FIXED_SIZE_LIST) {
     const auto& fsl = static_cast<const arrow::FixedSizeListType&>(*t);
-    slots *= fsl.list_size();
+    if (__builtin_mul_overflow(slots, static_cast<int64_t>(fsl.list_size()), &slots)) return -1;
     t = fsl.value_type().get();
   }
   return arrow::is_nested(t->id()) ? -1 : slots;
@@ -347,7 +347,11 @@ arrow::Status CheckFixedSizeListRows(const Dataset& ds, size_t c) {
     } catch (const std::exception&) {
       continue;  // a corrupt footer is reported when the row group is read
     }
-    if (slots > 0 && levels == s.file_rows * slots) continue;
+    int64_t expected = 0;  // (hostile footers: a product past int64 is no match)
+    if (slots > 0 && !__builtin_mul_overflow(s.file_rows, slots, &expected) &&
+        levels == expected) {
+      continue;
+    }
     const std::string what =
         slots == 0 ? "holds lists of size 0"
                    : "has null rows (" + std::to_string(levels) + " levels for " +
