@@ -597,3 +597,21 @@ def test_statistics_that_contradict_themselves_prune_nothing(tmp_path, old, new)
     loader = pqloader.Loader(str(bad), filter=pc.field("x") < 5, fill_null=0)
     got = np.concatenate([b["x"] for b in loader]) if len(loader) else np.array([])
     np.testing.assert_array_equal(got, np.arange(5))
+
+
+@pytest.mark.parametrize("claim", [2**62, 2**63 - 2**31 + 2, 2**63 - 1])
+def test_a_list_chunk_claiming_values_near_int64_max_is_refused_at_construction(tmp_path, claim):
+    """A list chunk's num_values of 2^63 - 1 in a few hundred bytes: the check of what its
+    bytes can hold rounded the claim up as (values + 2^31 - 2) / (2^31 - 1), a signed
+    overflow past 2^63 - 2^31 (undefined; here it wrapped negative and passed): 2^62 was
+    refused as corrupt, the larger claim not (and read as "rows differ in length")."""
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"l": pa.array([[i, i + 1] for i in range(50)], pa.list_(pa.int64()))}),
+                   good, write_statistics=False)
+    bad = tmp_path / "bad.parquet"
+    assert patch_counts(good, bad, 100, claim) == 1  # ColumnMetaData.num_values
+    assert pq.ParquetFile(bad).metadata.row_group(0).column(0).num_values == claim
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=rf"bad\.parquet' has a corrupt footer: row group 0, column "
+                             rf"'l\.list\.element' claims {claim} values in \d+ bytes"):
+        pqloader.Loader(str(bad), lists={"l": "ragged"})

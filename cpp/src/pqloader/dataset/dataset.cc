@@ -500,7 +500,10 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
           return corrupt("row group ", rg, ", column '", column, "' spans bytes [", start, ", ",
                          start, " + ", bytes, ") of a file of ", file.size, " bytes");
         }
-        if (values > 0 && (bytes / kMinPageBytes + 1) < (values + kMaxPageValues - 1) / kMaxPageValues) {
+        // (pages needed, rounded up without (values + kMaxPageValues - 1): a signed
+        // overflow past 2^63 - 2^31 that let a claim of 2^63 - 1 values pass)
+        const int64_t pages = values / kMaxPageValues + (values % kMaxPageValues != 0 ? 1 : 0);
+        if (values > 0 && (bytes / kMinPageBytes + 1) < pages) {
           return corrupt("row group ", rg, ", column '", column, "' claims ", values,
                          " values in ", bytes, " bytes");
         }
