@@ -29,6 +29,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include <unistd.h>
@@ -565,20 +566,38 @@ T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& mak
     std::optional<arrow::Result<T>> result;
   };
   auto shared = std::make_shared<Shared>();
-  std::thread worker([&make, shared, cancel] {
-    ExitCancellable on_exit(cancel.get());  // the interpreter's exit cancels it too (gil.h)
-    const CancelFlag flag = cancel;
+  std::thread worker;
+  try {
+    worker = std::thread([&make, shared, cancel] {
+      ExitCancellable on_exit(cancel.get());  // the interpreter's exit cancels it too (gil.h)
+      const CancelFlag flag = cancel;
+      arrow::Result<T> r = arrow::Status::UnknownError("not run");
+      try {
+        r = make(flag);
+      } catch (const std::exception& e) {
+        r = arrow::Status::UnknownError(e.what());
+      }
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result.emplace(std::move(r));
+      shared->done = true;
+      shared->cv.notify_all();
+    });
+  } catch (const std::system_error&) {
+    // The OS refused a thread (a limit of tasks): the work runs here, the GIL released,
+    // not interruptible (it was a bare RuntimeError). What it starts later fails as it
+    // says, naming the limit.
     arrow::Result<T> r = arrow::Status::UnknownError("not run");
-    try {
-      r = make(flag);
-    } catch (const std::exception& e) {
-      r = arrow::Status::UnknownError(e.what());
+    {
+      pqloader::ScopedRelease release;
+      const CancelFlag flag = cancel;
+      try {
+        r = make(flag);
+      } catch (const std::exception& e) {
+        r = arrow::Status::UnknownError(e.what());
+      }
     }
-    std::lock_guard<std::mutex> lock(shared->mu);
-    shared->result.emplace(std::move(r));
-    shared->done = true;
-    shared->cv.notify_all();
-  });
+    return Check(std::move(r));
+  }
   bool interrupted = false;
   while (true) {
     bool done;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -358,6 +359,15 @@ class EntryColumnBytes : public DeferredBytes {
 // are read whole.
 constexpr int64_t kMaxOpenDeferred = 64;
 
+// ... and at most an eighth of the soft RLIMIT_NOFILE, read at each open (a process may
+// change it): at `ulimit -n 64` the open entries took every descriptor, and the next
+// data file's open failed with EMFILE (a cache that made the loader fail).
+int64_t MaxOpenDeferred() {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return kMaxOpenDeferred;
+  return std::min<int64_t>(kMaxOpenDeferred, static_cast<int64_t>(rl.rlim_cur) / 8);
+}
+
 // An in-progress marker as read from its file.
 struct Marker {
   int64_t pid = 0;
@@ -597,7 +607,7 @@ class DiskCache : public SplitCache {
   // (not verified in this process yet, not plain, too many files open, any error) is
   // read as Get reads it.
   std::shared_ptr<const DecodedUnit> GetDeferred(const std::string& key) override {
-    if (broken_ || open_deferred_->load() >= kMaxOpenDeferred) return Get(key);
+    if (broken_ || open_deferred_->load() >= MaxOpenDeferred()) return Get(key);
     const std::string path = EntryPath(key);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return Get(key);

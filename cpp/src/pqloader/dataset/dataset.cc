@@ -30,6 +30,7 @@
 #include "pqloader/util/cancel.h"
 #include "pqloader/util/fork_gate.h"
 #include "pqloader/util/node_lock.h"
+#include "pqloader/util/start_threads.h"
 
 namespace pqloader {
 
@@ -808,7 +809,7 @@ arrow::Result<OpenedFiles> ReadFooters(
   };
   const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, std::max(1, max_threads)));
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  StartThreads(threads - 1, work, &pool);  // (fewer if refused: this thread works too)
   work();
   for (auto& t : pool) t.join();
   for (const auto& st : statuses) ARROW_RETURN_NOT_OK(st);

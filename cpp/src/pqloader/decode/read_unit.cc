@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include <arrow/array/util.h>
 #include <arrow/chunked_array.h>
@@ -26,6 +27,7 @@
 #include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
 #include "pqloader/util/fork_gate.h"
+#include "pqloader/util/start_threads.h"
 
 namespace pqloader {
 
@@ -273,6 +275,12 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
     auto made = parquet::arrow::FileReader::Make(pool, std::move(pq), arrow_props);
     if (!made.ok()) return WithContext(made.status(), "cannot read " + where);
     fetched->reader = std::move(made).ValueUnsafe();
+  } catch (const parquet::ParquetStatusException& e) {
+    // One of ours (a storage task the executor refused: no thread) keeps its kind.
+    if (GetErrorDetail(e.status()) != nullptr) return WithContext(e.status(), "cannot read " + where);
+    return MakeError(ErrorKind::kInvalidData, "cannot read ", where, ": ", e.what());
+  } catch (const std::system_error& e) {  // a thread the OS refused, not the data
+    return MakeOsError(e.code().value(), "cannot read ", where, kThreadLimitHint);
   } catch (const std::exception& e) {
     return MakeError(ErrorKind::kInvalidData, "cannot read ", where, ": ", e.what());
   }
@@ -352,8 +360,13 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
         } else {
           st = ReadColumnBounded(reader, split.row_group, src.field, split.file_rows, &chunked);
         }
+      } catch (const std::bad_alloc&) {
+        st = arrow::Status::OutOfMemory("out of memory");
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
+      }
+      if (st.IsOutOfMemory()) {  // (a malloc that failed, not the data: MemoryError)
+        return WithContext(st, "cannot decode " + col_where);
       }
       // A valid file Arrow C++ cannot decode (e.g. a dictionary column stored with a delta
       // encoding): Parquet C++'s ParquetException::NYI, which reaches us as an IOError.

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,6 +49,7 @@
 #include <arrow/result.h>
 #include <arrow/status.h>
 
+#include "pqloader/util/start_threads.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -128,7 +130,18 @@ class OrderedPipeline {
       needed_end_ = work_.batch_units(first_batch).second;
     }
     const int n = std::max(1, options.num_workers);
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+    // Fewer workers than asked (the OS refused more threads) make the same batches; none
+    // is an error the first Next() returns.
+    int errnum = 0;
+    std::vector<std::thread> threads;
+    if (StartThreads(n, [this] { WorkerLoop(); }, &threads, &errnum) == 0) {
+      MutexLock lock(mu_);
+      sticky_error_ = arrow::Status::IOError("cannot start any of the loader's ", n,
+                                             " worker threads: ", std::strerror(errnum),
+                                             kThreadLimitHint);
+    }
+    MutexLock lock(mu_);
+    threads_ = std::move(threads);
   }
 
   ~OrderedPipeline() { Shutdown(); }

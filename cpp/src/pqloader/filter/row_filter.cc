@@ -38,6 +38,7 @@
 #include "pqloader/dataset/int96.h"
 #include "pqloader/error.h"
 #include "pqloader/util/node_lock.h"
+#include "pqloader/util/start_threads.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -974,7 +975,7 @@ arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Sta
   };
   const int t = static_cast<int>(std::clamp<int64_t>(n, 1, std::max(1, threads)));
   std::vector<std::thread> pool;
-  for (int i = 1; i < t; ++i) pool.emplace_back(work);
+  StartThreads(t - 1, work, &pool);  // (fewer if refused: this thread works too)
   work();
   for (auto& th : pool) th.join();
   MutexLock lock(mu);

@@ -10,8 +10,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <set>
+#include <system_error>
+#include <vector>
 
 #include <arrow/buffer.h>
 #include <arrow/io/file.h>
@@ -21,6 +24,7 @@
 #include "pqloader/tensor/buffer_pool.h"
 #include "pqloader/util/cancel.h"
 #include "pqloader/util/fork_gate.h"
+#include "pqloader/util/start_threads.h"
 
 namespace pqloader {
 
@@ -149,19 +153,44 @@ arrow::Result<std::shared_ptr<StorageExecutor>> StorageExecutor::Make(int thread
   return std::shared_ptr<StorageExecutor>(new StorageExecutor(std::move(pool)));
 }
 
+void StorageExecutor::Broke() {
+  if (broken_.exchange(true)) return;
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<arrow::internal::ThreadPool>>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(pool_);
+}
+
+void StorageExecutor::SetCapacity(int threads) {
+  if (broken_.load()) return;
+  try {
+    ARROW_UNUSED(pool_->SetCapacity(threads));  // (may start workers for queued tasks)
+  } catch (const std::system_error&) {
+    Broke();
+  }
+}
+
 arrow::Status StorageExecutor::SpawnReal(arrow::internal::TaskHints hints,
                                          arrow::internal::FnOnce<void()> task,
                                          arrow::StopToken stop_token,
                                          StopCallback&& stop_callback) {
-  return pool_->Spawn(
-      hints,
-      [flag = abandoned_, task = std::move(task)]() mutable {
-        // A fork waits for this task's requests (see fork_gate.h).
-        const fork_gate::Inside inside;
-        const RetryStopScope abandoned(flag.get());
-        std::move(task)();
-      },
-      std::move(stop_token), std::move(stop_callback));
+  if (broken_.load()) {
+    return arrow::Status::IOError("cannot start a storage thread", kThreadLimitHint);
+  }
+  try {
+    return pool_->Spawn(
+        hints,
+        [flag = abandoned_, task = std::move(task)]() mutable {
+          // A fork waits for this task's requests (see fork_gate.h).
+          const fork_gate::Inside inside;
+          const RetryStopScope abandoned(flag.get());
+          std::move(task)();
+        },
+        std::move(stop_token), std::move(stop_callback));
+  } catch (const std::system_error& e) {
+    Broke();
+    return MakeOsError(e.code().value(), "cannot start a storage thread", kThreadLimitHint);
+  }
 }
 
 double RetryDelaySeconds(const RetryPolicy& policy, int64_t retry, double u) {

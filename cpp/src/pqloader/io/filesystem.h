@@ -122,8 +122,8 @@ class StorageExecutor : public arrow::internal::Executor {
 
   /// Let the idle threads go, all but one (a closed loader: Loader::Close); new ones
   /// start on demand once Resume() raised the capacity again.
-  void Park() { ARROW_UNUSED(pool_->SetCapacity(1)); }
-  void Resume(int threads) { ARROW_UNUSED(pool_->SetCapacity(threads)); }
+  void Park() { SetCapacity(1); }
+  void Resume(int threads) { SetCapacity(threads); }
 
   int GetCapacity() override { return pool_->GetCapacity(); }
   bool OwnsThisThread() override { return pool_->OwnsThisThread(); }
@@ -136,8 +136,15 @@ class StorageExecutor : public arrow::internal::Executor {
   explicit StorageExecutor(std::shared_ptr<arrow::internal::ThreadPool> pool)
       : pool_(std::move(pool)) {}
 
+  void SetCapacity(int threads);
+  // The OS refused a thread (std::system_error from Arrow's pool): the pool is kept
+  // for the process's life (Arrow left a worker that never started in its list, which
+  // its Shutdown would wait for, for ever) and every later task is refused.
+  void Broke();
+
   std::shared_ptr<arrow::internal::ThreadPool> pool_;
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  std::atomic<bool> broken_{false};
 };
 
 /// Open `path` of `fs` as the file of `size` bytes it was listed with (no request for its

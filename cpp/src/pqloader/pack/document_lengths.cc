@@ -15,6 +15,7 @@
 #include "pqloader/decode/nested.h"
 #include "pqloader/dataset/columns.h"
 #include "pqloader/error.h"
+#include "pqloader/util/start_threads.h"
 
 namespace pqloader {
 
@@ -139,7 +140,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   };
   std::vector<std::thread> pool_threads;
   const int n = std::max(1, std::min<int>(threads, static_cast<int>(num_splits)));
-  for (int i = 0; i < n; ++i) pool_threads.emplace_back(work);
+  if (StartThreads(n, work, &pool_threads) == 0) work();  // none started: this thread reads
   for (auto& t : pool_threads) t.join();
   for (const auto& st : status) ARROW_RETURN_NOT_OK(st);
   auto out = std::make_shared<DocumentLengths>();
