@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # (epoch, index of the batch in its epoch, batch)
 Item = tuple[int, int, Any]
 
-STALE = ("this loader was iterated again, loaded a state, closed, or this process was "
+STALE = ("this loader was iterated again, moved by set_epoch, loaded a state, closed, or this process was "
          "forked; the older iterator stopped")
 
 # The consumer-side clock (the engine has its own); a module attribute so tests can
@@ -163,6 +163,26 @@ class ConsumerClock:
         return s
 
 
+def _consumed(elastic: Mapping[str, Any] | None) -> bool:
+    """Whether an elastic rest's old worlds (nested too) had handed out any batch of it."""
+    while elastic is not None:
+        if any(elastic.get("batches") or ()):
+            return True
+        elastic = elastic.get("base")
+    return False
+
+
+def position_ended(engine: Any, epoch: int, index: int, elastic: Mapping[str, Any] | None) -> bool:
+    """Whether the position (epoch, index) is after its epoch's end, so that the next
+    iteration starts the next epoch. An elastic rest of no batch ends its epoch only when
+    the old ranks had consumed some of it: one whose old ranks had handed out nothing (an
+    epoch of no batch on the old world, taken before its loop) is that epoch still to run,
+    as the old world's next iteration would run it (moving on skipped an epoch of the loop)."""
+    if index == 0 and not _consumed(elastic):
+        return False
+    return index >= engine.num_batches(epoch, elastic)
+
+
 def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: int | None,
                  warn_cache: bool, end: list[int],
                  left: threading.Event | None = None) -> Iterator[Item]:
@@ -192,7 +212,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
         elastic = cursor.elastic_for(epoch)
     # After an epoch's end, or an elastic rest with nothing left. (An epoch of no batch at
     # index 0 is still to run: skipping it moved a `for` loop two epochs on.)
-    if (index > 0 or elastic is not None) and index >= engine.num_batches(epoch, elastic):
+    if position_ended(engine, epoch, index, elastic):
         epoch, index = epoch + 1, 0
     with cursor.lock:
         # Still current (a set_epoch or load_state_dict from another thread meanwhile

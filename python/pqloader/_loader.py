@@ -232,9 +232,7 @@ class Loader:
         c = self._cursor
         with c.lock:
             epoch, batch, elastic = c.epoch, c.batch, c.elastic_for(c.epoch)
-        if (batch > 0 or elastic is not None) and batch >= self._engine.num_batches(epoch, elastic):
-            return epoch + 1
-        return epoch
+        return epoch + 1 if _iteration.position_ended(self._engine, epoch, batch, elastic) else epoch
 
     # -- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:

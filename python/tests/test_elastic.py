@@ -1226,3 +1226,27 @@ def test_a_mixture_state_of_shuffled_ranks_saved_before_windows_per_rank_after_a
         next(it)
     with pytest.raises(pqloader.InvalidDataError, match="before 2026-12-06"):
         mixture(2, 1).load_state_dict(dict(m.state_dict(), version=1))
+
+
+@pytest.mark.parametrize("old,new", [(3, 1), (2, 3)])
+def test_an_epoch_of_no_batch_resumed_on_another_world_is_still_one_epoch_of_a_loop(ds, old, new):
+    # batch_size 200 with drop_last: no rank of the old world has a batch in an epoch (333
+    # rows). Its state at epoch 0's start, resumed on another world, is that empty epoch
+    # still to run (its rest holds no batch), as the old world's next loop would run it;
+    # the resumed loader ran epoch 1 in that loop instead (and its state named epoch 2).
+    kw = dict(batch_size=200, drop_last=True, num_epochs=1)
+    olds = [make(ds, old, r, **kw) for r in range(old)]
+    assert all(len(loader) == 0 for loader in olds)
+    assert [list(loader) for loader in olds] == [[]] * old  # the old world: one empty loop
+    assert all(loader.state_dict()["epoch"] == 1 for loader in olds)
+    states = [make(ds, old, r, **kw).state_dict() for r in range(old)]  # at epoch 0's start
+    merged = pqloader.merge_states(states)
+    for r in range(new):
+        loader = make(ds, new, r, batch_size=10, drop_last=True, num_epochs=1)
+        loader.load_state_dict(merged)
+        assert len(loader) == 0
+        assert list(loader) == []  # the rest of epoch 0: no batch
+        assert loader.state_dict()["epoch"] == 1
+        fresh = make(ds, new, r, batch_size=10, drop_last=True, num_epochs=1)
+        fresh.set_epoch(1)
+        assert [b["id"].tolist() for b in loader] == [b["id"].tolist() for b in fresh]  # then epoch 1
