@@ -68,30 +68,106 @@ def _to_tensor(name: str, column: Any) -> Any:
     return column
 
 
-def _rebatch(batches: Iterator[dict], batch_size: int) -> Iterator[dict]:
-    """Batches of exactly `batch_size` rows (the last may be smaller) from batches of any size.
+_STATE_KIND = "pqloader.petastorm.DataLoader"
+# A Loader state's keys that say nothing of a position but its epoch and batch: a state
+# with other keys (an elastic rest, ranks' batches) is not moved back to a held batch.
+_PLAIN_STATE_KEYS = {"version", "epoch", "batch", "iteration_end", "seed", "options", "optional_keys"}
 
-    Passes a batch through untouched (no copy) when it already has the size.
+
+def _rows(batch: dict) -> int:
+    return len(next(iter(batch.values()))) if batch else 0
+
+
+def _cut(batch: dict, lo: int, hi: int) -> dict:
+    return {k: v[lo:hi] for k, v in batch.items()}
+
+
+class _Rebatcher:
+    """Batches of exactly `batch_size` rows (the last may be smaller) from a Loader's
+    batches of any size (an epoch's last one, one a predicate cut down), a batch of the
+    right size passed through untouched (no copy).
+
+    Rows it holds were counted by the Loader as handed out: they outlive an iteration
+    (a `break`, an error) and the next one yields them first, and `state_dict()` records
+    the Loader's position before the batch they came from and how many of its rows were
+    handed out, so that a resume neither loses nor repeats them.
     """
-    pending: list[dict] = []
-    count = 0
-    for batch in batches:
-        n = len(next(iter(batch.values()))) if batch else 0
-        if n == 0:
-            continue
-        if not pending and n == batch_size:
-            yield batch
-            continue
-        pending.append(batch)
-        count += n
-        while count >= batch_size:
-            merged = _concat(pending)
-            yield {k: v[:batch_size] for k, v in merged.items()}
-            rest = {k: v[batch_size:] for k, v in merged.items()}
-            count -= batch_size
-            pending = [rest] if count else []
-    if count:
-        yield _concat(pending)
+
+    def __init__(self, loader: Any, batch_size: int) -> None:
+        self.loader = loader
+        self.batch_size = batch_size
+        self.held: list[list[Any]] = []  # [(epoch, batch) before the Loader batch, its rows, offset]
+        self.count = 0
+        self.skip = 0  # rows of the next Loader batch handed out before a loaded state
+
+    def _position_before(self) -> tuple[int, int]:
+        c = self.loader._cursor  # moved past a batch once the Loader handed it out
+        with c.lock:
+            return c.epoch, c.batch - 1
+
+    def _take(self, m: int) -> dict:
+        parts = []
+        while m > 0:
+            entry = self.held[0]
+            rows = entry[1]
+            n = _rows(rows)
+            k = min(m, n)
+            if k == n:
+                parts.append(rows)
+                self.held.pop(0)
+            else:
+                parts.append(_cut(rows, 0, k))
+                entry[1], entry[2] = _cut(rows, k, n), entry[2] + k
+            m -= k
+            self.count -= k
+        return _concat(parts)
+
+    def __iter__(self) -> Iterator[dict]:
+        bs = self.batch_size
+        while self.count >= bs:  # what an earlier iteration left
+            yield self._take(bs)
+        for batch in self.loader:
+            n = _rows(batch)
+            offset = 0
+            if self.skip:
+                offset = min(self.skip, n)
+                self.skip -= offset
+                batch, n = _cut(batch, offset, n), n - offset
+            if n == 0:
+                continue
+            if not self.held and n == bs and offset == 0:
+                yield batch
+                continue
+            self.held.append([self._position_before(), batch, offset])
+            self.count += n
+            while self.count >= bs:
+                yield self._take(bs)
+        if self.count:
+            yield self._take(self.count)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = self.loader.state_dict()
+        skip = self.skip
+        if self.held:
+            (epoch, batch), _, skip = self.held[0]
+            if not set(state) <= _PLAIN_STATE_KEYS or state.get("optional_keys"):
+                raise ValueError("cannot take a state while rows of the Loader's batches are held to "
+                                 "re-cut them into batch_size rows, on a resumed elastic run; take it "
+                                 "when the loop has handed out every row it holds")
+            state = dict(state, epoch=epoch, batch=batch)
+        return {"kind": _STATE_KIND, "version": 1, "loader": state, "skip_rows": skip}
+
+    def load_state_dict(self, state: Any) -> None:
+        if not isinstance(state, collections.abc.Mapping) or state.get("kind") != _STATE_KIND:
+            raise ValueError(f"not a state of a pqloader.petastorm.pytorch loader (its state_dict()): "
+                             f"{type(state).__name__}" + (f" of kind {state.get('kind')!r}"
+                                                          if isinstance(state, collections.abc.Mapping) else ""))
+        skip = state.get("skip_rows")
+        if state.get("version") != 1 or not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
+            raise ValueError(f"malformed pqloader.petastorm.pytorch loader state (version "
+                             f"{state.get('version')!r}, skip_rows {skip!r})")
+        self.loader.load_state_dict(state["loader"])
+        self.held, self.count, self.skip = [], 0, skip
 
 
 def _concat(batches: list[dict]) -> dict:
@@ -130,6 +206,25 @@ class LoaderBase:
     def _iter_impl(self) -> Iterator[Any]:
         raise NotImplementedError
 
+    @property
+    def loader(self) -> Any:
+        """The pqloader Loader that produces the batches (``stats()``). Checkpoint with
+        this object's ``state_dict()``, not the Loader's: rows of the Loader's batches
+        held to re-cut them into ``batch_size`` rows are in the Loader's past."""
+        return self._batches.loader
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed out (the Loader's, and the rows of its
+        batches held here), for ``load_state_dict`` on a loader made the same way.
+        Plain data (``torch.save``, JSON)."""
+        return self._batches.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue after the last batch of the run whose ``state_dict()`` gave `state`."""
+        if self._in_iter:
+            raise RuntimeError("cannot load a state while an iteration of this loader runs")
+        self._batches.load_state_dict(state)
+
     def __enter__(self) -> LoaderBase:
         return self
 
@@ -164,15 +259,10 @@ class DataLoader(LoaderBase):
         self.batch_size = batch_size
         self.collate_fn = collate_fn
         self.shuffling_queue_capacity = shuffling_queue_capacity
-        self._loader = reader.loader_for(batch_size, shuffling_queue_capacity)
-
-    @property
-    def loader(self) -> Any:
-        """The pqloader Loader that produces the batches (``state_dict()``, ``stats()``)."""
-        return self._loader
+        self._batches = _Rebatcher(reader.loader_for(batch_size, shuffling_queue_capacity), batch_size)
 
     def _iter_impl(self) -> Iterator[Any]:
-        columns_iter = _rebatch(iter(self._loader), self.batch_size)
+        columns_iter = iter(self._batches)
         if self.collate_fn is decimal_friendly_collate:
             for columns in columns_iter:
                 yield {name: _to_tensor(name, col) for name, col in columns.items()}
@@ -195,14 +285,10 @@ class BatchedDataLoader(LoaderBase):
         self.batch_size = batch_size
         self.transform_fn = transform_fn
         self.shuffling_queue_capacity = shuffling_queue_capacity
-        self._loader = reader.loader_for(batch_size, shuffling_queue_capacity)
-
-    @property
-    def loader(self) -> Any:
-        return self._loader
+        self._batches = _Rebatcher(reader.loader_for(batch_size, shuffling_queue_capacity), batch_size)
 
     def _iter_impl(self) -> Iterator[Any]:
-        for columns in _rebatch(iter(self._loader), self.batch_size):
+        for columns in self._batches:
             if self.transform_fn is None:
                 yield {name: _to_tensor(name, col) for name, col in columns.items()}
             else:

@@ -289,6 +289,11 @@ class Reader:
         # and read-ahead until the reader stopped: a DataLoader per epoch grew without bound).
         self._loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._iterator: Iterator[Any] | None = None
+        # The batch the Loader last handed out, while its rows (or, batched, itself) are
+        # handed out here: [make one item (index -> item), next index, count]. It outlives
+        # an iterator that an error or Ctrl-C ended (see __next__), so that the next call
+        # yields the rest of it (the Loader's position is already after it).
+        self._held: list[Any] | None = None
         # The epoch the running iteration stops before, and one for the iteration that an
         # error in next() left to the next call (see __next__).
         self._iteration_end: int | None = None
@@ -509,6 +514,9 @@ class Reader:
         make = schema._get_namedtuple()
         wrap = {n: f.numpy_dtype for n, f in schema.fields.items() if f.numpy_dtype in (np.bytes_,)}
         cursor = self._loader._cursor
+        # First the rest of a batch an error or Ctrl-C in next() interrupted: the Loader
+        # counted it as handed out, so it is nowhere else (its rows were dropped).
+        yield from self._held_items()
         self._iteration_end = self._resume_end  # (None: num_epochs from the position, or known at the first batch)
         if self._resume_end is not None:  # after an error in next(): the rest of that iteration
             with cursor.lock:
@@ -518,15 +526,28 @@ class Reader:
             if self.is_batched_reader:
                 if names and not len(columns[names[0]]):
                     continue  # every row filtered out: Petastorm yields no empty batch
-                yield make(**{n: columns[n] for n in names})
-                continue
-            cols = [columns[n] for n in names]
-            n_rows = len(cols[0]) if cols else 0
-            for i in range(n_rows):
-                values = [c[i] for c in cols]
-                if wrap:
-                    values = [wrap[n](v) if n in wrap else v for n, v in zip(names, values)]
-                yield make(*values)
+                self._held = [lambda _, c=columns: make(**{n: c[n] for n in names}), 0, 1]
+            else:
+                cols = [columns[n] for n in names]
+
+                def row(i: int, cols: list = cols) -> Any:
+                    values = [c[i] for c in cols]
+                    if wrap:
+                        values = [wrap[n](v) if n in wrap else v for n, v in zip(names, values)]
+                    return make(*values)
+
+                self._held = [row, 0, len(cols[0]) if cols else 0]
+            yield from self._held_items()
+
+    def _held_items(self) -> Iterator[Any]:
+        """The items of the held batch not yet handed out; each counts as handed out
+        once made (a Ctrl-C while one is made leaves it to the next call)."""
+        held = self._held
+        while held is not None and held[1] < held[2]:
+            item = held[0](held[1])
+            held[1] += 1
+            yield item
+        self._held = None
 
     def __iter__(self) -> Reader:
         return self
@@ -568,6 +589,7 @@ class Reader:
                                       "iteration. You can call reset only after all samples were consumed.")
         self.last_row_consumed = False
         self._iterator = None
+        self._held = None
 
     def stop(self) -> None:
         """Stop reading (the engine's threads stop). From another thread while one reads,
