@@ -95,3 +95,29 @@ def test_thread_limits_end_in_an_error_or_identical_data_never_an_abort_or_a_han
             assert "thread" in out["error"] and "InvalidDataError" not in out["error"], (nproc, out)
         else:
             assert out["ids"] == expected, nproc
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("prlimit") is None,
+                    reason="needs root, setpriv and prlimit")
+def test_thread_limits_with_use_summary_only_name_the_limit(tmp_path):
+    """use_summary='only' reads `_metadata` on a std::async thread (PrefetchSummary): a
+    refused one threw std::system_error through Dataset::Open, a bare
+    pqloader.Error('Resource temporarily unavailable') naming neither threads nor the limit."""
+    data = many_files(tmp_path / "data", n=20)
+    done = subprocess.run([sys.executable, "-m", "pqloader", "index", data], capture_output=True, text=True,
+                          timeout=120, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    script = RUN.replace("cache_dir=cache)", "cache_dir=cache, use_summary='only')")
+    expected = json.loads(run(data, "-").stdout)["ids"]
+    for nproc in range(3, 15):
+        try:
+            done = subprocess.run([*_as_other_uid(nproc), sys.executable, "-c", script, data, "-", "0"],
+                                  capture_output=True, text=True, timeout=60, env=subprocess_env())
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"nproc={nproc}: hung")
+        assert done.returncode == 0, f"nproc={nproc}: rc={done.returncode} {done.stderr[-800:]}"
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        if "error" in out:
+            assert "thread" in out["error"] and "InvalidDataError" not in out["error"], (nproc, out)
+        else:
+            assert out["ids"] == expected, nproc

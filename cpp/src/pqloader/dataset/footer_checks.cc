@@ -352,9 +352,15 @@ arrow::Status CheckFixedSizeListRows(const Dataset& ds, size_t c) {
         levels == expected) {
       continue;
     }
+    // (a null inner list of a row, in fixed-size lists of fixed-size lists, counts the
+    // same: not a null row)
+    const bool nested = static_cast<const arrow::FixedSizeListType&>(*src.type)
+                            .value_type()
+                            ->id() == arrow::Type::FIXED_SIZE_LIST;
     const std::string what =
         slots == 0 ? "holds lists of size 0"
-                   : "has null rows (" + std::to_string(levels) + " levels for " +
+                   : std::string(nested ? "has null rows or null inner lists (" : "has null rows (") +
+                         std::to_string(levels) + " levels for " +
                          std::to_string(s.file_rows) + " rows of " + std::to_string(slots) +
                          " values)";
     return MakeError(ErrorKind::kUnsupportedType, "column '", spec.name, "' (",

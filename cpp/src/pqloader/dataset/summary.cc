@@ -5,7 +5,9 @@
 #include <charconv>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <sstream>
+#include <system_error>
 
 #include <arrow/io/interfaces.h>
 #include <arrow/io/memory.h>
@@ -139,9 +141,17 @@ std::string JoinPath(const std::string& root, const std::string& rel) { return J
 std::shared_future<arrow::Result<std::string>> PrefetchSummary(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const std::string& root, int64_t size,
     const std::string& display) {
-  return std::async(std::launch::async, [fs, path = Join(root, "_metadata"), size, display] {
-           return ReadWhole(fs, path, size, display);
-         }).share();
+  auto read = [fs, path = Join(root, "_metadata"), size, display] {
+    return ReadWhole(fs, path, size, display);
+  };
+  try {
+    return std::async(std::launch::async, read).share();
+  } catch (const std::system_error&) {
+    // The OS refused a thread (a limit of tasks): read when the bytes are asked for, on
+    // the caller's thread (the std::system_error reached Python as a bare
+    // "Resource temporarily unavailable").
+    return std::async(std::launch::deferred, std::move(read)).share();
+  }
 }
 
 arrow::Result<DatasetIndex> ReadIndexFile(
