@@ -791,6 +791,9 @@ class Evaluator {
         auto read = ReadRowGroupBounded(reader.get(), split.row_group, leaves, n);
         arrow::Status st = read.status();
         if (st.ok()) table = std::move(read).ValueUnsafe();
+        if (st.IsOutOfMemory()) {  // (a malloc that failed, not the data: MemoryError)
+          return WithContext(st, "cannot read the filter's columns of " + where);
+        }
         if (!st.ok()) {
           // Storage only where a read of the file failed: corrupt pages, codecs' errors
           // and failed checksums come as IOErrors too.
@@ -816,6 +819,9 @@ class Evaluator {
                                              file.schema()->Column(leaf)->path()->ToDotString() +
                                              "' of " + where));
         }
+      } catch (const std::bad_alloc&) {
+        return arrow::Status::OutOfMemory("cannot read the filter's columns of ", where,
+                                          ": out of memory");
       } catch (const std::exception& e) {
         return MakeError(ErrorKind::kInvalidData, "cannot read the filter's columns of ", where,
                          ": ", e.what());

@@ -128,10 +128,16 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
           st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &per_split[s],
                          &nulls[s]);
         }
+      } catch (const std::bad_alloc&) {
+        st = arrow::Status::OutOfMemory("out of memory");
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
       }
-      if (!st.ok()) {
+      if (st.IsOutOfMemory()) {  // (a malloc that failed, not the data: MemoryError)
+        status[s] = WithContext(st, "cannot read the lengths of column '" +
+                                        dataset.specs()[column].name + "' in '" + file.display +
+                                        "', row group " + std::to_string(split.row_group));
+      } else if (!st.ok()) {
         status[s] = MakeError(ErrorKind::kInvalidData, "cannot read the lengths of column '",
                               dataset.specs()[column].name, "' in '", file.display,
                               "', row group ", split.row_group, ": ", st.message());
