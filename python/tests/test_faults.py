@@ -313,18 +313,20 @@ FULL_DISK = textwrap.dedent("""
 
 
 def test_full_disk_keeps_loading_identical_data_and_never_leaves_a_partial_entry(tmp_path):
-    """The cache on a 192 KiB tmpfs (or, where mounting is not allowed, under a 64 KiB file
+    """The cache on a 192 KiB tmpfs (or, where mounting is not allowed, under a 24 KiB file
     size limit): some entries fit, the next write fails mid-entry with ENOSPC (EFBIG)."""
     import json
 
-    data = blob_dataset(tmp_path / "data")  # 12 entries of about 33 KiB
+    # 12 entries of about 33 KiB and a last one of about 17 KiB: under the file size limit
+    # only the last fits (a limit of 64 KiB, above every entry, made no write fail)
+    data = blob_dataset(tmp_path / "data", rows=100)
     mount = tmp_path / "disk"
     mount.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)],
                              capture_output=True).returncode == 0
     try:
         cache = mount / "cache"
-        done = subprocess.run([sys.executable, "-c", FULL_DISK, data, str(cache), "0" if mounted else "65536"],
+        done = subprocess.run([sys.executable, "-c", FULL_DISK, data, str(cache), "0" if mounted else "24576"],
                               capture_output=True, text=True, timeout=120, env=subprocess_env())
         assert done.returncode == 0, done.stderr
         out = json.loads(done.stdout)
@@ -334,9 +336,9 @@ def test_full_disk_keeps_loading_identical_data_and_never_leaves_a_partial_entry
         s = out["stats"]
         assert s["cache_write_errors"] > 0 and s["cache_inserts"] > 0 and s["cache_corrupt"] == 0
         assert any("cache" in w and "continuing without caching" in w for w in out["warnings"])
-        if mounted:  # a failed write removes its temp file; what was published verifies
-            names = [p.name for p in cache.rglob("*") if p.is_file()]
-            assert not [n for n in names if n.startswith(".tmp-")], names
+        names = [p.name for p in cache.rglob("*") if p.is_file()]
+        assert not [n for n in names if n.startswith(".tmp-")], names  # a failed write removes its temp file
+        if mounted:  # what was published verifies
             with pytest.warns(RuntimeWarning, match="No space left on device"):
                 again, st = read(data, str(cache))  # what did not fit fails to fit again
             assert_batch_streams_equal(again, list(pqloader.Loader(data, batch_size=10, shuffle=True, seed=8)))
