@@ -105,6 +105,13 @@ class _Rebatcher:
         with c.lock:
             return c.epoch, c.batch - 1
 
+    def _stop_from(self, epoch: int) -> None:
+        num_epochs = self.loader._options.num_epochs
+        c = self.loader._cursor
+        with c.lock:
+            if num_epochs is not None and c.resume_end is None:
+                c.resume_end = epoch + num_epochs
+
     def _take(self, m: int) -> dict:
         parts = []
         while m > 0:
@@ -126,6 +133,12 @@ class _Rebatcher:
         bs = self.batch_size
         while self.count >= bs:  # what an earlier iteration left
             yield self._take(bs)
+        if self.held:
+            # The position is the held rows', not past the Loader batch they came from:
+            # this iteration runs num_epochs from their epoch (as a state taken now resumes),
+            # not from the Loader's (after a `break` that left an epoch's last rows here,
+            # it ran one more epoch, which a resumed state did not).
+            self._stop_from(self.held[0][0][0])
         for batch in self.loader:
             n = _rows(batch)
             offset = 0
@@ -155,7 +168,13 @@ class _Rebatcher:
                                  "re-cut them into batch_size rows, on a resumed elastic run; take it "
                                  "when the loop has handed out every row it holds")
             state = dict(state, epoch=epoch, batch=batch)
-        return {"kind": _STATE_KIND, "version": 1, "loader": state, "skip_rows": skip}
+        out = {"kind": _STATE_KIND, "version": 1, "loader": state, "skip_rows": skip}
+        if self.held or skip:
+            # A position inside this rank's stream of rows (after a predicate, another
+            # rank's Loader batches hold other counts): only this rank and world resume it.
+            o = self.loader._options
+            out["rank"] = [o.rank, o.world_size]
+        return out
 
     def load_state_dict(self, state: Any) -> None:
         if not isinstance(state, collections.abc.Mapping) or state.get("kind") != _STATE_KIND:
@@ -166,6 +185,17 @@ class _Rebatcher:
         if state.get("version") != 1 or not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
             raise ValueError(f"malformed pqloader.petastorm.pytorch loader state (version "
                              f"{state.get('version')!r}, skip_rows {skip!r})")
+        if "loader" not in state:
+            raise ValueError("malformed pqloader.petastorm.pytorch loader state: no 'loader' entry")
+        rank = state.get("rank")
+        o = self.loader._options
+        if rank is not None and list(rank) != [o.rank, o.world_size]:
+            raise ValueError(
+                f"this state was taken by rank {rank[0]} of {rank[1]} (cur_shard/shard_count) while it held "
+                f"rows of a Loader batch re-cut into batch_size rows: a position in that rank's own rows, "
+                f"which this loader (rank {o.rank} of {o.world_size}) cannot resume without losing or "
+                f"repeating rows; load each rank's own state, or take it at a batch the Loader handed "
+                f"out whole")
         self.loader.load_state_dict(state["loader"])
         self.held, self.count, self.skip = [], 0, skip
 
