@@ -317,13 +317,14 @@ def test_full_disk_keeps_loading_identical_data_and_never_leaves_a_partial_entry
     size limit): some entries fit, the next write fails mid-entry with ENOSPC (EFBIG)."""
     import json
 
-    # 12 entries of about 33 KiB and a last one of about 17 KiB: under the file size limit
-    # only the last fits (a limit of 64 KiB, above every entry, made no write fail)
-    data = blob_dataset(tmp_path / "data", rows=100)
     mount = tmp_path / "disk"
     mount.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)],
                              capture_output=True).returncode == 0
+    # Without a tmpfs: 12 entries of about 33 KiB and a last one of about 17 KiB, of which
+    # only the last fits under the file size limit (a limit of 64 KiB, above every entry,
+    # made no write fail).
+    data = blob_dataset(tmp_path / "data") if mounted else blob_dataset(tmp_path / "data", rows=100)
     try:
         cache = mount / "cache"
         done = subprocess.run([sys.executable, "-c", FULL_DISK, data, str(cache), "0" if mounted else "24576"],
