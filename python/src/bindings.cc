@@ -566,17 +566,18 @@ T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& mak
     std::optional<arrow::Result<T>> result;
   };
   auto shared = std::make_shared<Shared>();
+  auto run = [&make](const CancelFlag& flag) -> arrow::Result<T> {
+    try {
+      return make(flag);
+    } catch (const std::exception& e) {
+      return arrow::Status::UnknownError(e.what());
+    }
+  };
   std::thread worker;
   try {
-    worker = std::thread([&make, shared, cancel] {
+    worker = std::thread([&run, shared, cancel] {
       ExitCancellable on_exit(cancel.get());  // the interpreter's exit cancels it too (gil.h)
-      const CancelFlag flag = cancel;
-      arrow::Result<T> r = arrow::Status::UnknownError("not run");
-      try {
-        r = make(flag);
-      } catch (const std::exception& e) {
-        r = arrow::Status::UnknownError(e.what());
-      }
+      arrow::Result<T> r = run(cancel);
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->result.emplace(std::move(r));
       shared->done = true;
@@ -589,12 +590,7 @@ T RunInterruptible(const std::function<arrow::Result<T>(const CancelFlag&)>& mak
     arrow::Result<T> r = arrow::Status::UnknownError("not run");
     {
       pqloader::ScopedRelease release;
-      const CancelFlag flag = cancel;
-      try {
-        r = make(flag);
-      } catch (const std::exception& e) {
-        r = arrow::Status::UnknownError(e.what());
-      }
+      r = run(cancel);
     }
     return Check(std::move(r));
   }

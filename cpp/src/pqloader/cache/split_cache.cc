@@ -359,13 +359,16 @@ class EntryColumnBytes : public DeferredBytes {
 // are read whole.
 constexpr int64_t kMaxOpenDeferred = 64;
 
-// ... and at most an eighth of the soft RLIMIT_NOFILE, read at each open (a process may
-// change it): at `ulimit -n 64` the open entries took every descriptor, and the next
-// data file's open failed with EMFILE (a cache that made the loader fail).
+// ... and at most an eighth of the soft RLIMIT_NOFILE (read once per process, not per
+// hit): at `ulimit -n 64` the open entries took every descriptor, and the next data
+// file's open failed with EMFILE (a cache that made the loader fail).
 int64_t MaxOpenDeferred() {
-  struct rlimit rl;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return kMaxOpenDeferred;
-  return std::min<int64_t>(kMaxOpenDeferred, static_cast<int64_t>(rl.rlim_cur) / 8);
+  static const int64_t max = [] {
+    struct rlimit rl;
+    if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return kMaxOpenDeferred;
+    return std::min<int64_t>(kMaxOpenDeferred, static_cast<int64_t>(rl.rlim_cur) / 8);
+  }();
+  return max;
 }
 
 // An in-progress marker as read from its file.
