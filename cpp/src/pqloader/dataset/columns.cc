@@ -153,10 +153,20 @@ class Resolver {
               ? CheckKeyInEveryFile(k)
               : arrow::Status::OK());
     }
+    std::set<std::string> key_columns;  // partition keys loaded from the paths
     for (const std::string& name : names) {
       const int key = KeyIndex(name);
       if (key >= 0) ARROW_RETURN_NOT_OK(out_.key_errors[key]);  // selected (or a filter's: row_filter.cc)
       if (key >= 0 && out_.key_loads[key] != KeyLoad::kFiles) {
+        // A struct's leaf of the key's dotted name ("a.b" of struct a beside a path's
+        // a.b=1/): both were output columns 'a.b', and the batch's dict kept one.
+        if (const auto it = seen.find(name); it != seen.end()) {
+          return arrow::Status::Invalid(
+              "two columns would be named '", Quoted(name), "': partition key '", Quoted(name),
+              "' of the paths and ", origin(it->second), " (a struct's fields are named by "
+              "dotted path); select one of them with columns=");
+        }
+        key_columns.insert(name);
         ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
         ARROW_RETURN_NOT_OK(AddPartition(name, key));
         continue;
@@ -165,6 +175,12 @@ class Resolver {
       std::vector<Leaf> leaves;
       ARROW_RETURN_NOT_OK(Expand(leaf, &leaves));
       for (const Leaf& l : leaves) {
+        if (key_columns.count(l.name()) > 0) {
+          return arrow::Status::Invalid(
+              "two columns would be named '", Quoted(l.name()), "': partition key '",
+              Quoted(l.name()), "' of the paths and ", origin(l), " (a struct's fields are "
+              "named by dotted path); select one of them with columns=");
+        }
         const auto [it, added] = seen.emplace(l.name(), l);
         if (!added && (it->second.top != l.top || it->second.path != l.path)) {
           return arrow::Status::Invalid(
@@ -260,6 +276,37 @@ class Resolver {
     };
     if (options_.schema != nullptr) ARROW_RETURN_NOT_OK(check(*options_.schema, "the declared schema"));
     for (const auto& f : files_) ARROW_RETURN_NOT_OK(check(*f.schema, "'" + f.display + "'"));
+    return arrow::Status::OK();
+  }
+
+  // A struct on `leaf`'s path in file f (the declared schema where f < 0) with two fields
+  // of one name: which one is meant is ambiguous. GetFieldIndex finds neither, so the
+  // file read as lacking the leaf (its rows null, or fill_null's value, where another
+  // file has it), and a leaf that no file had left the column without a type (a crash).
+  arrow::Status CheckOneFieldOnPath(int f, const Leaf& leaf) const {
+    const auto& schema = f < 0 ? options_.schema : files_[f].schema;
+    if (schema == nullptr || leaf.path.empty()) return arrow::Status::OK();
+    auto field = schema->GetFieldByName(leaf.top);
+    if (field == nullptr) return arrow::Status::OK();
+    auto type = field->type();
+    std::vector<std::string> walked;
+    for (const std::string& name : leaf.path) {
+      bool through_list = false;
+      const arrow::StructType* st = StructBelow(*type, &through_list);
+      if (st == nullptr) return arrow::Status::OK();
+      const std::vector<int> all = st->GetAllFieldIndices(name);
+      if (all.size() > 1) {
+        return MakeError(ErrorKind::kInvalidData, f < 0 ? std::string("the declared schema")
+                                                        : "'" + files_[f].display + "'",
+                         " has ", all.size(), " fields named '", Quoted(name), "' in struct '",
+                         Quoted(Join(leaf.top, walked)), "': which one to read as column '",
+                         Quoted(leaf.name()), "' is ambiguous; select other columns with "
+                         "columns=[...]");
+      }
+      if (all.empty()) return arrow::Status::OK();
+      walked.push_back(name);
+      type = st->field(all[0])->type();
+    }
     return arrow::Status::OK();
   }
 
@@ -362,6 +409,7 @@ class Resolver {
       Leaf leaf{top, std::vector<std::string>(parts.begin() + k, parts.end()), {}};
       for (int f = options_.schema != nullptr ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
         bool nullable = false;
+        ARROW_RETURN_NOT_OK(CheckOneFieldOnPath(f, leaf));
         if (TypeIn(f, leaf, &nullable) != nullptr) return leaf;
         if (f < 0) break;  // declared: the schema decides
       }
@@ -411,6 +459,7 @@ class Resolver {
     const int last = options_.schema != nullptr ? 0 : static_cast<int>(files_.size());
     for (int f = first; f < last; ++f) {
       bool nullable = false;
+      ARROW_RETURN_NOT_OK(CheckOneFieldOnPath(f, leaf));
       auto type = TypeIn(f, leaf, &nullable);
       if (type == nullptr || type->id() == arrow::Type::NA) continue;
       if (type->id() == arrow::Type::STRUCT) {
@@ -595,6 +644,7 @@ class Resolver {
     }
     for (size_t f = 0; f < files_.size(); ++f) {
       bool n = false;
+      ARROW_RETURN_NOT_OK(CheckOneFieldOnPath(static_cast<int>(f), leaf));
       auto type = TypeIn(static_cast<int>(f), leaf, &n);
       ColumnSource& src = sources[f];
       if (type == nullptr) {
@@ -664,6 +714,10 @@ class Resolver {
                            "scales are different numbers)");
         }
       }
+    }
+    if (unified == nullptr) {  // (no file has it: Locate and Expand find only leaves some file has)
+      return MakeError(ErrorKind::kColumnNotFound, "column '", Quoted(leaf.name()),
+                       "' is in no file");
     }
     auto spec_or = SpecForField(*arrow::field(leaf.name(), unified), options_.spec);
     if (!spec_or.ok() && !declared && unified_from >= 0) {

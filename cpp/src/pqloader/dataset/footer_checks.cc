@@ -259,7 +259,8 @@ arrow::Status CheckSelectedStoredKey(const Dataset& ds, int column, int key) {
   return CheckStoredKey(ds, ds.specs()[column].name, key, [column](const DataFile& f) {
     if (f.columns.empty()) return -1;
     const ColumnSource& src = f.columns[column];
-    return src.field < 0 || src.leaves.size() != 1 ? -1 : src.leaves[0];
+    // (a struct's leaf of the key's dotted name is another column: not the key's)
+    return src.field < 0 || !src.path.empty() || src.leaves.size() != 1 ? -1 : src.leaves[0];
   });
 }
 

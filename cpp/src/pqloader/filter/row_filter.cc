@@ -246,6 +246,18 @@ class Evaluator {
       for (const auto& sf : manifest->schema_fields) {
         first_type.emplace(sf.field->name(), sf.field->type());
       }
+      // A name two top-level columns of a file share: which one the filter reads is
+      // ambiguous (ViewOf took both's leaves and the read failed late, as "cannot read
+      // column", at the first row group).
+      for (const auto& name : names_) {
+        const auto n = std::count_if(manifest->schema_fields.begin(), manifest->schema_fields.end(),
+                                     [&name](const auto& sf) { return sf.field->name() == name; });
+        if (n > 1) {
+          return MakeError(ErrorKind::kInvalidData, "'", dataset_.files()[f].display, "' has ", n,
+                           " columns named '", name, "': which one the filter reads is "
+                           "ambiguous; filter on other columns");
+        }
+      }
     }
     // Partition keys as the Dataset loads them (dataset/columns.h, KeyLoad): a key the
     // files store (Polars' partition_by) is a file column here too, of the files' type

@@ -1,0 +1,88 @@
+"""Column names that collide: duplicate struct fields, a partition key named like a
+struct's dotted leaf, a filter on a name two columns share."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import collect
+
+
+def _dup_field_struct(values_f1, values_f2):
+    return pa.StructArray.from_arrays([pa.array(values_f1), pa.array(values_f2)], names=["f", "f"])
+
+
+def test_struct_with_two_fields_of_one_name_is_refused_not_a_crash(tmp_path):
+    # A struct whose two fields share a name made a leaf no file had (GetFieldIndex is -1
+    # for both): its type was null, and the Loader's construction crashed (SIGSEGV).
+    pq.write_table(pa.table({"s": _dup_field_struct([1, 2], [3, 4]), "v": [1, 2]}),
+                   tmp_path / "a.parquet")
+    code = ("import pqloader, sys\n"
+            "try:\n"
+            f"    pqloader.Loader({str(tmp_path)!r}, batch_size=2)\n"
+            "except pqloader.InvalidDataError as e:\n"
+            "    print(e); sys.exit(0)\n"
+            "sys.exit(3)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert "a.parquet' has 2 fields named 'f' in struct 's'" in run.stdout
+    for columns in (["s.f"], ["s"]):
+        with pytest.raises(pqloader.InvalidDataError, match=r"a\.parquet' has 2 fields named 'f' in struct 's'"):
+            pqloader.Loader(str(tmp_path), columns=columns, batch_size=2)
+
+
+def test_struct_with_two_fields_of_one_name_in_one_file_is_not_read_as_absent(tmp_path):
+    # b.parquet's s.f read as absent (null; fill_null's value, silently) where a.parquet
+    # has one field f.
+    pq.write_table(pa.table({"s": pa.array([{"f": 1}, {"f": 2}]), "v": [1, 2]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"s": _dup_field_struct([3, 4], [5, 6]), "v": [3, 4]}), tmp_path / "b.parquet")
+    for kwargs in ({}, {"fill_null": 0}, {"null_mask": True}):
+        with pytest.raises(pqloader.InvalidDataError, match=r"b\.parquet' has 2 fields named 'f' in struct 's'"):
+            pqloader.Loader(str(tmp_path), columns=["s.f", "v"], batch_size=2, **kwargs)
+
+
+def _hive_key_like_struct_leaf(root, statistics=True):
+    for k in (1, 2):
+        (root / f"a.b={k}").mkdir()
+        pq.write_table(pa.table({"a": pa.array([{"b": 10}, {"b": 20}]), "v": [1, 2]}),
+                       root / f"a.b={k}" / "f.parquet", write_statistics=statistics)
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_partition_key_named_like_a_struct_leaf_is_refused_not_dropped(tmp_path, statistics):
+    # Both were columns 'a.b': the batch's dict kept the key's and dropped the struct's
+    # values silently (or, with statistics, the struct's were checked against the path).
+    _hive_key_like_struct_leaf(tmp_path, statistics)
+    for columns in (None, ["a", "a.b"], ["a.b", "a"]):
+        with pytest.raises(pqloader.InvalidDataError,
+                           match=r"two columns would be named 'a\.b': partition key 'a\.b' of the paths "
+                                 r"and field 'b' of struct 'a'"):
+            pqloader.Loader(str(tmp_path), columns=columns, batch_size=8)
+
+
+def test_struct_leaf_named_like_a_partition_key_is_not_checked_against_the_path(tmp_path):
+    # Selecting the struct only (its leaf 'a.b'), or the key only, loads; a filter names
+    # the key. The struct's leaf was compared with the path's a.b=1 and refused.
+    _hive_key_like_struct_leaf(tmp_path)
+    got = collect(pqloader.Loader(str(tmp_path), columns=["a"], batch_size=8))
+    assert sorted(got["a.b"].tolist()) == [10, 10, 20, 20]
+    got = collect(pqloader.Loader(str(tmp_path), columns=["a"], batch_size=8, filter="`a.b` == 2"))
+    assert sorted(got["a.b"].tolist()) == [10, 20]
+    got = collect(pqloader.Loader(str(tmp_path), columns=["a.b", "v"], batch_size=8))
+    assert sorted(got["a.b"].tolist()) == [1, 1, 2, 2]
+
+
+def test_filter_on_a_name_two_columns_share_is_refused_early_and_clearly(tmp_path):
+    t = pa.Table.from_arrays([pa.array([1, 2, 3]), pa.array([4, 5, 6]), pa.array([7, 8, 9])],
+                             names=["x", "y", "x"])
+    pq.write_table(t, tmp_path / "a.parquet")
+    for flt in ("x > 1", pqloader.Predicate(["x"], lambda b: pa.compute.greater(b["x"], 1))):
+        with pytest.raises(pqloader.InvalidDataError,
+                           match=r"a\.parquet' has 2 columns named 'x': which one the filter reads is ambiguous"):
+            pqloader.Loader(str(tmp_path), columns=["y"], batch_size=2, filter=flt)
