@@ -10,6 +10,13 @@ makes it and its libraries search their own scope first. Not always: DEEPBIND al
 bypasses an allocator preloaded with LD_PRELOAD (jemalloc, tcmalloc) for those
 libraries, which is harmless for Arrow's own buffers but not worth it when nothing
 needs it.
+
+The Arrow/Parquet C++ the wheel carries (pyarrow's build) is compiled for x86-64-v2:
+SSE4.1 instructions run while it loads and POPCNT ones on the first read (SSE4.2 ones
+are in it too). On an older CPU, or a virtual machine whose CPU model hides them (QEMU's
+default ``qemu64``/``kvm64``), the process would die of SIGILL at ``import pqloader``
+or at the first batch, with no message: the extension is not loaded there, and an
+ImportError names what the CPU lacks instead.
 """
 
 from __future__ import annotations
@@ -20,6 +27,46 @@ import sys
 
 # arrow::Status::ToString() const: exported by every Arrow C++ release since 0.x.
 _ARROW_SYMBOL = "_ZNK5arrow6Status8ToStringB5cxx11Ev"
+
+
+# The x86-64 instruction sets the bundled Arrow C++ needs, as /proc/cpuinfo names them.
+REQUIRED_X86_FLAGS = ("ssse3", "sse4_1", "sse4_2", "popcnt")
+# Set to 1 to load the extension whatever /proc/cpuinfo says (a kernel or emulator
+# whose cpuinfo does not tell the CPU's real features).
+SKIP_CPU_CHECK_ENV = "PQLOADER_SKIP_CPU_CHECK"
+
+
+def missing_cpu_features(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The REQUIRED_X86_FLAGS this x86-64 CPU lacks (none elsewhere, or unknown)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    flags = set(value.split())
+                    return [flag for flag in REQUIRED_X86_FLAGS if flag not in flags]
+    except OSError:
+        pass
+    return []  # unknown: let the load decide
+
+
+def check_cpu(cpuinfo: str = "/proc/cpuinfo") -> None:
+    """Raise ImportError if the CPU lacks an instruction set the bundled Arrow C++ uses."""
+    if os.environ.get(SKIP_CPU_CHECK_ENV) == "1":
+        return
+    missing = missing_cpu_features(cpuinfo)
+    if missing:
+        raise ImportError(
+            "pqloader needs an x86-64 CPU with SSSE3, SSE4.1, SSE4.2 and POPCNT (x86-64-v2, "
+            "the level its bundled Arrow/Parquet C++ is built for); this CPU lacks "
+            f"{', '.join(missing)} (per {cpuinfo}), and loading the extension would kill the "
+            "process with SIGILL. In a virtual machine, choose a CPU model that passes these "
+            "through (e.g. x86-64-v2 or host instead of qemu64/kvm64); set "
+            f"{SKIP_CPU_CHECK_ENV}=1 to load it anyway.")
 
 
 def foreign_arrow_is_global() -> bool:
@@ -35,6 +82,7 @@ def load_core() -> bool:
     """Import ``pqloader._core``; return whether RTLD_DEEPBIND was needed."""
     if "pqloader._core" in sys.modules:
         return False
+    check_cpu()
     deepbind = hasattr(os, "RTLD_DEEPBIND") and foreign_arrow_is_global()
     if not deepbind:
         import pqloader._core  # noqa: F401
