@@ -401,6 +401,14 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
         if thread.is_alive():
             if wake is not None:
                 wake()
+            # A put blocked on the full queue waits out its timeout (0.1 s) before it sees
+            # `stop`: free a slot so it returns now (every later put sees `stop` first), or
+            # each loop left early (break, a restarted iter()) stalled ~0.1 s.
+            while True:
+                try:
+                    out.get_nowait()
+                except queue.Empty:
+                    break
             thread.join()
 
 
