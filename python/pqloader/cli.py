@@ -428,13 +428,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def _escaping_stdout() -> str | None:
+    """Make stdout write a character its encoding lacks escaped (``\\xef``), as Python's
+    stderr does, instead of failing: with ``PYTHONIOENCODING=ascii`` (or a non-UTF-8
+    locale) a non-ASCII file or column name stopped ``inspect`` half-way with "pqloader:
+    error: 'ascii' codec can't encode character". Returns the error handler to restore,
+    or None when stdout was left as it was."""
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    if errors != "strict" or not hasattr(stream, "reconfigure"):
+        return None
+    try:
+        stream.reconfigure(errors="backslashreplace")
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+    return errors
+
+
 def _main(argv: Sequence[str] | None) -> int:
+    stdout, restore = sys.stdout, _escaping_stdout()
     try:
         try:
             rc = _run(argv)
         finally:  # also for argparse's exits (--help, --version): their text is buffered
-            if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
-                sys.stdout.flush()
+            try:
+                if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+                    sys.stdout.flush()
+            finally:
+                if restore is not None:  # a caller's stdout (main() called in-process)
+                    try:
+                        stdout.reconfigure(errors=restore)
+                    except (OSError, ValueError):  # a broken pipe: reported as before
+                        pass
         return rc
     except BrokenPipeError:  # stdout's reader closed early: a quiet exit, as `cat` does
         _silence_stdout()

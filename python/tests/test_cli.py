@@ -62,6 +62,30 @@ def test_inspect_escapes_control_characters_of_names(tmp_path):
     assert "x\\x1b[2Jy" in r.stdout and "a\\x1b]0;t\\x07.parquet" in r.stdout and "n\\x1b[31m.txt" in r.stdout
 
 
+def test_inspect_of_non_ascii_names_with_an_ascii_stdout_escapes_them(tmp_path):
+    # PYTHONIOENCODING=ascii (or a non-UTF-8 locale): a non-ASCII file or column name
+    # stopped the listing half-way with "pqloader: error: 'ascii' codec can't encode".
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "d\u00fc"
+    d.mkdir()
+    pq.write_table(pa.table({"na\u00efve": [1, 2]}), d / "d\u00e4t\u00e4.parquet")
+    env = dict(subprocess_env(), PYTHONIOENCODING="ascii", LC_ALL="C", LANG="C")
+    r = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(d)], capture_output=True,
+                       timeout=120, cwd=str(tmp_path), env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode("ascii")
+    assert "na\\xefve" in out and "d\\xe4t\\xe4.parquet" in out and "rows=2" in out
+
+
+def test_main_in_process_leaves_the_callers_stdout_as_it_was(cli_ds, capsys):
+    from pqloader import cli as cli_module
+    before = sys.stdout.errors
+    assert cli_module.main(["inspect", str(cli_ds[0])]) == 0
+    assert sys.stdout.errors == before
+    assert "part-000.parquet" in capsys.readouterr().out
+
+
 def test_errors_and_filters_escape_control_characters_of_names(tmp_path):
     # An error naming a file, and --filter's expression naming a column, reached the
     # terminal with the name's escape sequence (inspect's listing escaped it).
