@@ -73,6 +73,7 @@ void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t 
   const uint64_t checksum = XXH64(footer.data(), footer.size(), 0);
   const std::string path = FooterPath(cache_dir, file, size, mtime_ns);
   std::ostringstream tmp;
+  tmp.imbue(std::locale::classic());
   tmp << path << ".tmp-" << ::getpid() << "-" << std::hash<std::thread::id>{}(std::this_thread::get_id());
   {
     std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);

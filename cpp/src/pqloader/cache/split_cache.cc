@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <cctype>
 #include <cmath>
@@ -204,7 +205,9 @@ std::string HumanBytes(int64_t n) {
   if (u == 0) {
     std::snprintf(out, sizeof(out), "%lld B", static_cast<long long>(n));
   } else {
-    std::snprintf(out, sizeof(out), "%.1f %s", v, units[u]);
+    // to_chars: '.' whatever LC_NUMERIC says (printf wrote "3,5 KiB" under de_DE)
+    char* end = std::to_chars(out, out + sizeof(out) - 8, v, std::chars_format::fixed, 1).ptr;
+    std::snprintf(end, static_cast<size_t>(out + sizeof(out) - end), " %s", units[u]);
   }
   return out;
 }
@@ -399,6 +402,7 @@ bool ReadMarker(const std::string& path, Marker* m) {
   ::close(fd);
   if (n < 0 || !stated) return false;
   std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  in.imbue(std::locale::classic());
   std::string first, field;
   std::getline(in, first);
   if (first != kMarkerFirstLine) {
@@ -674,9 +678,11 @@ class DiskCache : public SplitCache {
       // between, name no process to check and hold every other one for the wait timeout.
       const int64_t n = ++book_->next_token;
       std::ostringstream token;
+      token.imbue(std::locale::classic());
       token << ::getpid() << "-" << n << "-"
             << std::chrono::steady_clock::now().time_since_epoch().count();
       std::ostringstream text;
+      text.imbue(std::locale::classic());
       text << kMarkerFirstLine << "\npid " << ::getpid() << "\nhost " << host_ << "\ntoken "
            << token.str() << "\n";
       const std::string body = text.str();
@@ -772,6 +778,7 @@ class DiskCache : public SplitCache {
     const int shard = Shard(key);
     const std::string final_path = EntryPath(key);
     std::ostringstream tmp_name;
+    tmp_name.imbue(std::locale::classic());
     tmp_name << ShardDir(shard) << "/" << kTempPrefix << ::getpid() << "-"
              << std::hash<std::thread::id>{}(std::this_thread::get_id()) << "-" << key;
     const std::string tmp = tmp_name.str();
@@ -1308,6 +1315,7 @@ bool MarkCacheDir(const std::string& dir) {
   }
   if (ec) return false;
   std::ostringstream tmp;
+  tmp.imbue(std::locale::classic());
   tmp << dir << "/" << kCacheMarkerName << ".tmp-" << ::getpid() << "-"
       << std::hash<std::thread::id>{}(std::this_thread::get_id());
   {

@@ -85,6 +85,7 @@ arrow::Result<DatasetIndex> ParseIndex(const std::string& text, const std::strin
   DatasetIndex index;
   std::vector<IndexedFile>& out = index.files;
   std::istringstream in(text);
+  in.imbue(std::locale::classic());
   std::string line;
   if (!std::getline(in, line) || (line != kIndexHeader && line != kIndexHeaderV1)) {
     return bad("it does not start with '" + std::string(kIndexHeader) + "'");

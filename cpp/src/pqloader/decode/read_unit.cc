@@ -26,6 +26,7 @@
 #include "pqloader/dataset/int96.h"
 #include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
+#include "pqloader/util/exact_text.h"
 #include "pqloader/util/fork_gate.h"
 #include "pqloader/util/start_threads.h"
 
@@ -213,7 +214,7 @@ arrow::Status CheckFills(const Dataset& dataset, const std::map<std::string, Nul
     if (text == fill.is_bytes) continue;
     const std::string value =
         fill.is_bytes ? "'" + fill.bytes_value + "'"
-                      : (fill.is_float ? std::to_string(fill.float_value)
+                      : (fill.is_float ? ExactText(fill.float_value)
                                        : std::to_string(fill.int_value));
     return arrow::Status::TypeError(
         named ? "fill_null['" + specs[c].name + "']" : std::string("fill_null"), "=", value,

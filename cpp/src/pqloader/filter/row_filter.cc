@@ -1137,6 +1137,7 @@ std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& d
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::stringstream ss;
+  ss.imbue(std::locale::classic());
   ss << in.rdbuf();
   return Deserialize(ss.str(), dataset, key);
 }

@@ -115,12 +115,14 @@ arrow::Result<bool> ParseBool(const std::string& key, const std::string& v) {
 }
 
 arrow::Result<double> ParseSeconds(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  const double d = std::strtod(v.c_str(), &end);
+  // from_chars: '.' whatever LC_NUMERIC says (strtod refused "0.5" under de_DE, and
+  // took "0,5").
+  double d = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
   // At most a week (as cache_wait_timeout): the AWS SDK and the retry strategy take
   // milliseconds as integers, which a larger double (1e300) would overflow.
   constexpr double kMaxSeconds = 7 * 24 * 3600.0;
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(d) || d < 0 ||
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !std::isfinite(d) || d < 0 ||
       d > kMaxSeconds) {
     return BadValue(key, v, "a number of seconds from 0 to 604800 (a week)");
   }

@@ -49,6 +49,7 @@ int64_t RankTokens(const EpochPlan& plan, const DocumentLengths& lengths, const 
 
 std::string PackOptions::ToString() const {
   std::ostringstream out;
+  out.imbue(std::locale::classic());
   out << "pack(column=" << column << ", seq_len=" << seq_len;
   if (has_eos) out << ", eos=" << eos;
   out << ", truncate=" << truncate << ", pad=" << CompatibleText(pad_value) << ")";

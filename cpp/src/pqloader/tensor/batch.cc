@@ -92,6 +92,7 @@ void StoreScalar(DType t, double v, uint8_t* p) {
 
 std::string ShapeToString(const std::vector<int64_t>& shape) {
   std::ostringstream out;
+  out.imbue(std::locale::classic());
   out << "(";
   for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
   out << (shape.size() == 1 ? ",)" : ")");
@@ -113,6 +114,7 @@ arrow::Status ColumnCollate::Validate(const std::string& column) const {
 
 std::string ColumnCollate::ToString() const {
   std::ostringstream out;
+  out.imbue(std::locale::classic());
   switch (mode) {
     case Mode::kAsIs: return "as_is";
     case Mode::kRagged: return "ragged";

@@ -470,6 +470,7 @@ class DecodeImageOp : public Op {
   std::string ToString() const override {
     // min_short_side changes pixels, so it is part of the fingerprint.
     std::ostringstream out;
+    out.imbue(std::locale::classic());
     // "gray=L": gray is PIL's L of the RGB (it was TurboJPEG's luma for colour JPEGs), so
     // a state saved before is refused rather than resumed into other pixels.
     out << "DecodeImage(mode=" << (mode_ == ImageMode::kGray ? "gray, gray=L" : "rgb");

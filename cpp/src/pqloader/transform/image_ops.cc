@@ -429,6 +429,7 @@ arrow::Result<SampleTensor> Crop(const SampleTensor& in, const ImageDims& d, con
 // whose text states saved by earlier versions hold).
 std::string Join(const std::vector<double>& v, bool exact = false) {
   std::ostringstream out;
+  out.imbue(std::locale::classic());
   out << "[";
   for (size_t i = 0; i < v.size(); ++i) {
     out << (i ? ", " : "");
@@ -599,6 +600,7 @@ class RandomHorizontalFlipOp : public Op {
   explicit RandomHorizontalFlipOp(double p) : p_(p) {}
   std::string ToString() const override {
     std::ostringstream out;
+    out.imbue(std::locale::classic());
     out << "RandomHorizontalFlip(p=" << p_ << ")";
     return out.str();
   }
@@ -871,6 +873,7 @@ class PadOrTruncateOp : public Op {
   bool truncate_left() const { return truncate_left_; }
   std::string ToString() const override {
     std::ostringstream out;
+    out.imbue(std::locale::classic());
     // (The pad's text reads back exactly: with 6 digits, pads 1000000 and 1000001 were one
     // state fingerprint, and a state resumed padding with the other.)
     out << "PadOrTruncate(length=" << length_ << ", pad=" << CompatibleText(pad_);

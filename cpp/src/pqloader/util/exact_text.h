@@ -23,6 +23,7 @@ inline std::string ExactText(double v) {
 /// (a pad of 1234567 and 1234568) are told apart.
 inline std::string CompatibleText(double v) {
   std::ostringstream out;
+  out.imbue(std::locale::classic());  // not a host's global locale ("0,5", "1.024")
   out << v;
   const std::string six = out.str();
   double parsed = 0;  // from_chars: not LC_NUMERIC's decimal comma, as strtod would
