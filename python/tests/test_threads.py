@@ -501,6 +501,46 @@ def test_a_fork_while_another_thread_holds_the_cursor_lock_does_not_hang_the_chi
     pytest.fail("the forked child hung in pqloader's after-fork handler (the cursor's lock)")
 
 
+def test_a_child_forked_after_s3_was_initialised_exits_normally(tmp_path):
+    # storage_options (or an s3:// source) initialise the AWS SDK. A child of os.fork()
+    # that exited normally (sys.exit, or the end of the script) ran its teardown: the
+    # atexit FinalizeS3 and the static destructors join the SDK's event-loop threads and
+    # free OpenSSL's state, which the parent's threads had (they do not exist in the
+    # child): SIGSEGV in aws_thread_join / the logger, most exits. No server is needed.
+    import os
+    import subprocess
+    import sys
+
+    from conftest import write_dataset
+    write_dataset(tmp_path, [[37, 50, 11]])
+    script = textwrap.dedent("""
+        import os, sys
+        import pqloader
+        loader = pqloader.Loader(sys.argv[1], columns=["id"], batch_size=8, seed=1,
+                                 storage_options={"region": "us-east-1"})
+        it = iter(loader)
+        next(it)
+        statuses = []
+        for _ in range(6):
+            pid = os.fork()
+            if pid == 0:
+                if len(statuses) % 2:  # the child reads too, with the same options
+                    assert sum(len(b["id"]) for b in pqloader.Loader(
+                        sys.argv[1], columns=["id"], batch_size=8, num_epochs=1,
+                        storage_options={"region": "us-east-1"})) == 98
+                sys.stdout.write("child output ")
+                sys.exit(7)  # a normal exit: atexit handlers and static destructors
+            statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        print(statuses, sum(1 for _ in it))
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("child output ") == 6  # the children's buffers were flushed
+    assert done.stdout.strip().endswith("[7, 7, 7, 7, 7, 7] 12"), done.stdout + done.stderr[-2000:]
+    assert "FinalizeS3 was not called" not in done.stderr
+
+
 def test_loaders_built_in_three_threads_at_once_do_not_deadlock(tmp_path):
     # A build's worker thread was joined with the GIL held; its last step takes gil.cc's
     # mutex, which a thread returning from the engine held while waiting for the GIL:

@@ -1,6 +1,7 @@
 #include "pqloader/io/filesystem.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -45,6 +47,37 @@ const std::set<std::string>& KnownKeys() {
 // Set when S3 is shut down at exit: requests still running (one a Ctrl-C'd constructor
 // left on Arrow's I/O threads) are not retried, as the shutdown waits for them.
 std::atomic<bool> s3_finalizing{false};
+
+// S3 (the AWS SDK) was initialised in this process, or in a process it was forked from.
+std::atomic<bool> s3_initialized{false};
+std::atomic<bool> s3_inherited{false};
+
+// The exit of a child forked after S3 was initialised: the exit handlers registered
+// before the fork (Arrow's AwsInstance, the SDK's and OpenSSL's static destructors, and
+// FinalizeS3 through Python's atexit) would join the parent's SDK threads, which the
+// child lacks, and free what they held: a normal exit died of SIGSEGV
+// (aws/aws-sdk-cpp#1779). Registered in the child, this handler runs before those and
+// ends the process with its status, C's buffered output flushed.
+void ExitWithoutInheritedTeardown(int status, void*) {
+  std::fflush(nullptr);
+  _exit(status);
+}
+
+void S3AfterForkInChild() {
+  if (!s3_initialized.load()) return;
+  s3_inherited = true;  // FinalizeS3 leaves the SDK alone here
+#ifdef __GLIBC__
+  on_exit(&ExitWithoutInheritedTeardown, nullptr);
+#endif
+}
+
+arrow::Status InitializeS3() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, &S3AfterForkInChild); });
+  ARROW_RETURN_NOT_OK(arrow::fs::EnsureS3Initialized());
+  s3_initialized = true;
+  return arrow::Status::OK();
+}
 
 // RetryPolicy in the AWS client. The SDK retries a request synchronously on the thread
 // that made it (ShouldRetry, then CalculateDelayBeforeNextRetry, then sleep), so the
@@ -293,7 +326,7 @@ arrow::Result<arrow::fs::S3Options> MakeS3Options(const StorageOptions& storage)
   o.retry_strategy = std::make_shared<BackoffRetryStrategy>(retry);
 
   // The credential providers are AWS SDK objects: the SDK must be initialised first.
-  ARROW_RETURN_NOT_OK(arrow::fs::EnsureS3Initialized());
+  ARROW_RETURN_NOT_OK(InitializeS3());
   if (anonymous) {
     o.ConfigureAnonymousCredentials();
   } else if (!access_key.empty()) {
@@ -508,6 +541,8 @@ arrow::Result<std::shared_ptr<arrow::io::RandomAccessFile>> OpenListedFile(
 
 arrow::Status FinalizeS3() {
   s3_finalizing = true;
+  // A forked child: the SDK's threads are the parent's (see S3AfterForkInChild).
+  if (s3_inherited.load()) return arrow::Status::OK();
   return arrow::fs::EnsureS3Finalized();
 }
 
