@@ -6,6 +6,7 @@
 #include <random>
 
 #include "pqloader/util/avx512.h"
+#include "pqloader/util/cpu_level.h"
 
 namespace pqloader {
 
@@ -226,9 +227,9 @@ __attribute__((target("avx512f"))) void Philox53Avx512(uint64_t start, int64_t n
 PQLOADER_AVX512_END
 
 PhiloxIsa BestIsa() {
-  static const PhiloxIsa isa = __builtin_cpu_supports("avx512f") ? PhiloxIsa::kAvx512
-                               : __builtin_cpu_supports("avx2") ? PhiloxIsa::kAvx2
-                                                                : PhiloxIsa::kScalar;
+  static const PhiloxIsa isa = CurrentCpuLevel() == CpuLevel::kAvx512 ? PhiloxIsa::kAvx512
+                               : CurrentCpuLevel() == CpuLevel::kAvx2   ? PhiloxIsa::kAvx2
+                                                                        : PhiloxIsa::kScalar;
   return isa;
 }
 

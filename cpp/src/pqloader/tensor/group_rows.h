@@ -12,13 +12,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace pqloader {
+#include "pqloader/util/cpu_level.h"  // HasAvx2
 
-/// Whether this CPU has AVX2 (checked once).
-inline bool HasAvx2() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-}
+namespace pqloader {
 
 /// The bytes of a group's row. Wider rows were slower (a window's staging of 64-byte
 /// rows of a window does not stay in the L3; docs/performance.md, ninth session).
