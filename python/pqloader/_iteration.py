@@ -19,6 +19,7 @@ could take a batch that belongs to the newer one.
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -26,7 +27,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from pqloader._errors import InvalidDataError
-from pqloader._options import MAX_EPOCH
+from pqloader._options import MAX_EPOCH, iteration_epochs
 
 if TYPE_CHECKING:
     from pqloader._options import LoaderOptions
@@ -185,7 +186,8 @@ def position_ended(engine: Any, epoch: int, index: int, elastic: Mapping[str, An
 
 def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: int | None,
                  warn_cache: bool, end: list[int],
-                 left: threading.Event | None = None) -> Iterator[Item]:
+                 left: threading.Event | None = None,
+                 taken: "collections.deque[int] | None" = None) -> Iterator[Item]:
     """Yield (epoch, index, batch) from the cursor on; may run ahead of the consumer.
 
     Args:
@@ -199,6 +201,8 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
             iteration completes.
         left: Set (under the cursor's lock) once the consumer left while this runs on
             another thread (a batch_transform's): no epoch starts after it.
+        taken: Receives the rows (as the engine counts them) of each batch taken from
+            the engine, in order; :func:`hand_out` removes those it hands out.
 
     Raises:
         RuntimeError: A newer iterator, a ``load_state_dict`` or a fork made this one stale.
@@ -222,20 +226,25 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
             raise RuntimeError(STALE)
         # The epoch this iteration stops before: restored from a state, or num_epochs on.
         if cursor.resume_end is not None:
-            stop, cursor.resume_end = cursor.resume_end, None
+            stop = cursor.resume_end
         else:
             stop = None if num_epochs is None else epoch + num_epochs
-        cursor.active_end = stop
+        # Past the last epoch (2**32 - 1): refused before the first batch (a restored end
+        # stays for the next try), an endless iteration ends after it.
+        endless = stop is None
+        stop = iteration_epochs(epoch, stop)
+        cursor.resume_end = None
+        cursor.active_end = None if endless else stop
         cursor.running += 1
     completed = False
     try:
-        while stop is None or epoch < stop:
+        while epoch < stop:
             # The next epoch starts reading while this one ends. With one epoch per
             # iteration (num_epochs=1: one `for` loop per epoch), also after this
             # iteration's last: the loop usually iterates again; if it does not, that
             # read-ahead (at most half of max_inflight_bytes) is dropped unused.
-            then_next = stop is None or epoch + 1 < stop or num_epochs == 1
-            if stop is None and index == 0 and engine.num_batches(epoch, cursor.elastic_for(epoch)) == 0:
+            then_next = epoch + 1 < stop or num_epochs == 1
+            if endless and index == 0 and engine.num_batches(epoch, cursor.elastic_for(epoch)) == 0:
                 # Endless epochs of no batch would spin here forever.
                 raise InvalidDataError(
                     f"epoch {epoch} has no batch (a filter that keeps no row, or fewer rows than "
@@ -253,6 +262,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                 if generation != cursor.generation:  # never take a newer iterator's batch
                     raise RuntimeError(STALE)
                 try:
+                    rows_before = engine.stats()["rows"] if taken is not None else 0
                     # The run checked in the engine too: a newer iteration that starts
                     # its run between the check above and this call is not read from.
                     batch = engine.next(run)
@@ -269,6 +279,10 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                         warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=2)
                 if batch is None:
                     break
+                if taken is not None:
+                    # (the engine counted it as handed out: the stats take back those a
+                    # batch_transform's thread or the output read ahead and were dropped)
+                    taken.append(engine.stats()["rows"] - rows_before)
                 yield epoch, index, batch
                 index += 1
             epoch, index = epoch + 1, 0
@@ -292,7 +306,8 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
 
 
 def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[int],
-             timer: ConsumerClock) -> Iterator[Any]:
+             timer: ConsumerClock, taken: "collections.deque[int] | None" = None,
+             dropped: list[int] | None = None) -> Iterator[Any]:
     """Yield the batches of `items`; the cursor moves only here.
 
     Args:
@@ -301,6 +316,10 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
         items: The (possibly transformed and converted) output of :func:`read_batches`.
         end: As filled by :func:`read_batches` when the iteration completes.
         timer: Counts the time the consumer spends waiting inside ``next()``.
+        taken: As filled by :func:`read_batches`: the batches taken from the engine and
+            not handed out yet.
+        dropped: Receives [batches, rows] taken from the engine and never handed out
+            (read ahead when the iteration ended early): ``stats()`` subtracts them.
 
     Raises:
         RuntimeError: This iterator became stale.
@@ -319,6 +338,8 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
                 raise
             # Nothing between the move and the yield may raise: a Ctrl-C there lost the
             # batch (the position counted it as handed out).
+            if taken:
+                taken.popleft()
             yield batch
             t0 = clock()
         timer.next_seconds += clock() - t0
@@ -328,6 +349,11 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
                     cursor.epoch, cursor.batch = end
     finally:
         items.close()  # type: ignore[attr-defined]
+        # (read_batches has ended: its thread, if any, was joined)
+        if taken is not None and dropped is not None:
+            while taken:
+                dropped[0] += 1
+                dropped[1] += taken.popleft()
         with cursor.lock:
             if generation == cursor.generation:
                 # Complete, or left (break, closed, collected): the next iteration runs

@@ -10,6 +10,7 @@ batch_transform thread, the hand-out that moves the position) and ``_state``
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -140,6 +141,8 @@ class Loader:
         self._options = options
         self._plan = self._engine.plan_info()
         self._clock = _iteration.ConsumerClock()
+        # [batches, rows] the engine counted that no consumer got (see _iteration.hand_out)
+        self._dropped_batches = [0, 0]
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -242,9 +245,12 @@ class Loader:
         end: list[int] = []
         o = self._options
         left = threading.Event()  # (set by wake: see read_batches)
+        # (only where batches are read ahead of the consumer: a stats() call per batch)
+        ahead = o.batch_transform is not None or self._output is not None
+        taken: collections.deque[int] | None = collections.deque() if ahead else None
         items = _iteration.read_batches(self._engine, self._cursor, generation,
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
-                                        end=end, left=left)
+                                        end=end, left=left, taken=taken)
         if o.batch_transform is not None:
             def wake() -> None:  # the consumer left: its thread's next() stops waiting
                 cursor = self._cursor
@@ -256,7 +262,8 @@ class Loader:
             items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2, wake)
         if self._output is not None:
             items = self._output.wrap(items)
-        return _iteration.hand_out(self._cursor, generation, items, end, self._clock)
+        return _iteration.hand_out(self._cursor, generation, items, end, self._clock, taken,
+                                   self._dropped_batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the first batch of `epoch`.
@@ -336,8 +343,11 @@ class Loader:
             storage; read-ahead included). The next epoch is read while one ends (also between two
             ``for`` loops with ``num_epochs=1``): epochs_started_ahead counts those
             begun so, and their work counts only once their epoch begins;
-            units_dropped_ahead counts units read ahead for an epoch that did not
-            follow (``set_epoch`` to another, or the end of training).
+            units_dropped_ahead counts units read ahead for the next epoch and dropped
+            unused: another epoch followed (``set_epoch``), none did (the end of
+            training, ``close()``), or the iteration was left (``break``, a new
+            ``iter()``, ``load_state_dict``) before its epoch ended, whose next
+            iteration reads them again. rows and batches count those handed out.
             footers_from_cache / footers_from_summary: files whose footers came from
             the footer cache / whose row-group layout came from a summary (``_metadata``)
             instead of their own footers. With a ``filter``: filter_files,
@@ -350,6 +360,10 @@ class Loader:
             filter_from_store (the selection came from ``cache_dir``).
         """
         s = self._clock.stats(self._engine.stats())
+        # Handed out: not those a batch_transform's thread or the output read ahead and an
+        # iteration left early dropped (the engine counted them, and again when re-read).
+        s["batches"] -= self._dropped_batches[0]
+        s["rows"] -= self._dropped_batches[1]
         if self._options.filter is not None:
             s.update({f"filter_{k}": v for k, v in self._plan["filter"].items()})
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],

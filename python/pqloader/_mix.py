@@ -28,7 +28,7 @@ from pqloader import _core, _process, _state, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError
 from pqloader._lists import check_packed_batch
-from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, integer_unit
+from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, integer_unit, iteration_epochs
 from pqloader._state import _jsonish, option_diff
 
 STATE_VERSION = 2  # 1: before each rank shuffled its windows alone (_state.STATE_VERSIONS)
@@ -299,9 +299,19 @@ class Mixture:
             stop = resume_end
         else:
             stop = None if self._num_epochs is None else epoch + self._num_epochs
+        # Past the last epoch (2**32 - 1): refused before the first batch, an endless
+        # iteration ends after it (its half-way draw of epoch 2**32's length failed).
+        endless = stop is None
+        try:
+            stop = iteration_epochs(epoch, stop, "mixture")
+        except BaseException:
+            with self._lock:  # a restored end stays for the next try
+                if generation == self._generation and self._resume_end is None:
+                    self._resume_end = resume_end
+            raise
         with self._lock:
             if generation == self._generation:
-                self._active_end = stop
+                self._active_end = None if endless else stop
         to_torch = None
         if self._output == "torch":
             import torch
@@ -312,8 +322,8 @@ class Mixture:
         completed = False
         empty_in_a_row = 0
         try:
-            while stop is None or epoch < stop:
-                if stop is None and batch == 0 and self.num_batches(epoch) == 0:
+            while epoch < stop:
+                if endless and batch == 0 and self.num_batches(epoch) == 0:
                     # Endless epochs of no batch would spin here forever (as Loader's). With
                     # samples_per_epoch every epoch is as long; else an epoch's length is a
                     # draw, and a few may be empty between others.
@@ -329,7 +339,7 @@ class Mixture:
                             "give num_epochs, or other options")
                 else:
                     empty_in_a_row = 0
-                then_next = stop is None or epoch + 1 < stop
+                then_next = epoch + 1 < stop
                 yield from self._epoch_batches(epoch, batch, generation, to_torch, then_next)
                 epoch, batch = epoch + 1, 0
             completed = True

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from pqloader import _env, _filter, _lists
+from pqloader._errors import InvalidDataError
 
 # Upper bounds that keep every value inside the engine's integer types (int for thread
 # counts, int64 for sizes and counts, uint64 for the seed) with room for arithmetic.
@@ -28,6 +29,31 @@ MAX_EPOCH = 2**32 - 1  # 32 bits of the epoch key the engine's shuffle
 EPOCH_HINT = " (32 bits of the epoch key the shuffle: epoch 2**32 would repeat epoch 0)"
 SEED_LIMIT = 2**64  # seeds are uint64
 MAX_CACHE_SHARDS = 256  # the cache picks a shard from one byte of the entry key
+
+
+def iteration_epochs(epoch: int, stop: int | None, what: str = "loader") -> int:
+    """The epoch an iteration from `epoch` stops before: `stop` (None: endless), checked
+    against the last epoch (MAX_EPOCH). An endless iteration ends after the last epoch;
+    one that would start past it, or whose end lies beyond it, is refused before its
+    first batch (it failed late, at the engine's start of epoch 2**32, with a bare
+    "epoch must be below 2^32" after the epochs before it had run).
+
+    Raises:
+        InvalidDataError: `epoch` is past the last epoch, or `stop` beyond it.
+    """
+    if epoch > MAX_EPOCH:
+        raise InvalidDataError(
+            f"the {what} is at the end of epoch {MAX_EPOCH} (2^32 - 1), the last one: no epoch "
+            f"follows it{EPOCH_HINT}; set_epoch() to run an earlier one")
+    if stop is None:
+        return MAX_EPOCH + 1
+    if stop > MAX_EPOCH + 1:
+        raise InvalidDataError(
+            f"an iteration of this {what} would run epochs {epoch} to {stop - 1}, past the last one, "
+            f"{MAX_EPOCH} (epochs must be below 2^32{EPOCH_HINT}); give num_epochs <= "
+            f"{MAX_EPOCH + 1 - epoch}, or set_epoch() to an earlier epoch")
+    return stop
+
 
 _SHARD_POLICIES = ("drop", "pad")
 _DECODE_ERROR_POLICIES = ("raise", "skip")

@@ -17,7 +17,7 @@ import torch.utils.data
 from pqloader import _env, _process, _state
 from pqloader._errors import InvalidDataError
 from pqloader._loader import Loader
-from pqloader._options import MAX_THREADS, LoaderOptions
+from pqloader._options import EPOCH_HINT, MAX_EPOCH, MAX_THREADS, LoaderOptions, check_int, iteration_epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +157,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
         A state loaded for this same epoch stays; one for another epoch is dropped.
         """
-        self._epoch = int(epoch)
+        # (checked here, as Loader.set_epoch checks it: 2**32, -1 or 2.5 failed only in
+        # the workers, or were truncated by int())
+        self._epoch = check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT)
         self._epoch_set = True
         self._set_since_begin = True
         if self._pending is not None and self._pending["epoch"] != self._epoch:
@@ -332,6 +334,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # made anew reran the set epoch: another stream, and a resume ran the next).
             self._epoch = self._position.epoch + self._epochs_per_iteration()
         epoch = self._epoch
+        # After the last epoch (2**32 - 1) none follows: said here, not in each worker.
+        iteration_epochs(epoch, epoch + self._epochs_per_iteration())
         state, self._pending = self._pending, None
         position = _Position(epoch, workers)
         self._worker_state, self._worker_shift = None, 0
