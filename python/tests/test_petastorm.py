@@ -827,6 +827,50 @@ def test_row_group_pass_reads_int96_in_the_loaders_unit(tmp_path):
         assert sorted(int(i) for b in reader for i in b.id) == [2]
 
 
+def test_row_group_pass_refuses_int96_the_loaders_unit_cannot_hold(tmp_path):
+    # pyarrow wraps an INT96 date nanoseconds cannot hold (9999-12-31 reads as 1816-03-30):
+    # the pre-pass judged the wrapped date, so a filter `ts > 2000-01-01` dropped the row
+    # group of 9999-12-31 silently, where the Loader refuses the value.
+    import datetime as dt
+    ts = pa.array([dt.datetime(2020, 1, 1), dt.datetime(9999, 12, 31)], pa.timestamp("us"))
+    pq.write_table(pa.table({"id": np.arange(2), "ts": ts}), tmp_path / "a.parquet",
+                   use_deprecated_int96_timestamps=True, row_group_size=1)
+    url = "file://" + str(tmp_path)
+    cut = int(np.datetime64("2000-01-01", "ns").astype(np.int64))
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"row group 1, column 'ts'.*9999-12-31.*coerce_int96_timestamp_unit"):
+        make_batch_reader(url, schema_fields=["id"], num_epochs=1, filters=[("ts", ">", cut)])
+    with make_batch_reader(url, schema_fields=["id"], num_epochs=1, filters=[("ts", ">", cut // 1000)],
+                           loader_options={"coerce_int96_timestamp_unit": "us"}) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == [0, 1]
+    # Dates nanoseconds hold, before 1970 with a fraction of a second too, are judged as read.
+    (tmp_path / "a.parquet").unlink()
+    ts = pa.array([dt.datetime(1677, 9, 22), dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+                   dt.datetime(2262, 4, 10)], pa.timestamp("us"))
+    pq.write_table(pa.table({"id": np.arange(3), "ts": ts}), tmp_path / "a.parquet",
+                   use_deprecated_int96_timestamps=True, row_group_size=1)
+    with make_batch_reader(url, schema_fields=["id"], num_epochs=1, filters=[("ts", "<", 0)]) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == [0, 1]
+
+
+def test_filters_refuse_a_date_with_a_column_that_is_no_date(tmp_path):
+    # A datetime.date value became a count of days for any int32 column: compared with a
+    # time32 column's milliseconds (or a plain int32), silently; pyarrow has no such
+    # comparison. A date column still takes it.
+    import datetime as dt
+    pq.write_table(pa.table({"id": np.arange(4), "t": pa.array([0, 1000, 86400000 - 1, 3], pa.time32("ms")),
+                             "n": pa.array([0, 1, 2, 3], pa.int32()),
+                             "d": pa.array([0, 1, 2, 3], pa.date32())}),
+                   tmp_path / "a.parquet", row_group_size=2)
+    url = "file://" + str(tmp_path)
+    for column in ("t", "n"):
+        with pytest.raises(TypeError, match=f"column '{column}', which is not a date column"):
+            make_batch_reader(url, schema_fields=["id"], num_epochs=1, filters=[(column, ">=", dt.date(1970, 1, 2))])
+    with make_batch_reader(url, schema_fields=["id"], num_epochs=1,
+                           filters=[("d", ">=", dt.date(1970, 1, 2))]) as reader:
+        assert sorted(int(i) for b in reader for i in b.id) == [1, 2, 3]
+
+
 def test_row_group_pass_sees_decimals_as_int64_loads_them(tmp_path):
     # With loader_options={"decimals": "int64"} the batches hold unscaled integers (150
     # for 1.50); the pre-pass read decimals as float64 whatever the option (1.5), so a

@@ -143,8 +143,23 @@ class PetastormDataset:
         import pyarrow.parquet as pq
 
         with self.fs.open_input_file(self.fs_paths[i]) as fh:
-            return pq.ParquetFile(fh, coerce_int96_timestamp_unit=int96_unit).read_row_group(
-                rg, columns=list(columns))
+            pf = pq.ParquetFile(fh, coerce_int96_timestamp_unit=int96_unit)
+            table = pf.read_row_group(rg, columns=list(columns))
+            if int96_unit in ("ns", "us"):
+                # pyarrow wraps an INT96 date its unit cannot hold into another date
+                # (9999-12-31 as nanoseconds reads as 1816-03-30), silently: a predicate
+                # then saw that date and dropped the row group, where the engine refuses
+                # the value. Seconds hold every INT96 date: a value whose whole seconds
+                # differ from them was wrapped.
+                int96 = sorted({c.path.split(".")[0] for c in pf.schema if c.physical_type == "INT96"}
+                               & set(table.column_names))
+                if int96:
+                    seconds = pq.ParquetFile(fh, coerce_int96_timestamp_unit="s").read_row_group(
+                        rg, columns=int96)
+                    for name in int96:
+                        _check_int96(self.files[i].name, rg, name, table.column(name),
+                                     seconds.column(name), int96_unit)
+            return table
 
     def indexes(self) -> dict[str, Any]:
         """The row-group indexes (``build_rowgroup_index``), read by the restricted reader."""
@@ -243,3 +258,38 @@ def infer_unischema(ds: PetastormDataset, column_info: Mapping[str, Mapping[str,
         shape = tuple(None if d == -1 else d for d in (info.get("shape") or ()))
         fields.append(UnischemaField(name, numpy_type, shape, None, False))
     return Unischema("inferred_schema", fields)
+
+
+def _check_int96(file: str, rg: int, name: str, values: Any, seconds: Any, unit: str) -> None:
+    """Refuse an INT96 column read in `unit` (``"ns"`` or ``"us"``) whose value pyarrow
+    wrapped: `seconds` is the same column read as seconds (which hold every INT96 date);
+    an unwrapped value's whole seconds are those."""
+    import numpy as np
+    import pyarrow as pa
+
+    def flat(column: Any) -> Any:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
+                pa.types.is_fixed_size_list(array.type) or pa.types.is_map(array.type):
+            array = array.flatten() if not pa.types.is_map(array.type) else array.items
+        return array
+
+    fine, coarse = flat(values), flat(seconds)
+    if not pa.types.is_timestamp(fine.type) or len(fine) != len(coarse):
+        return  # (a struct: the engine checks it when it decodes it)
+    per_second = 10**9 if unit == "ns" else 10**6
+    fine_s = np.floor_divide(fine.cast(pa.int64()).fill_null(0).to_numpy(), per_second)
+    coarse_s = coarse.cast(pa.int64()).fill_null(0).to_numpy()
+    bad = np.flatnonzero(fine_s != coarse_s)
+    if len(bad) == 0:
+        return
+    k = int(bad[0])
+    day = np.datetime64(int(coarse_s[k]), "s").astype("datetime64[D]")
+    held = ("nanoseconds hold (1677-09-21 to 2262-04-11)" if unit == "ns" else
+            "microseconds hold (years -290308 to 294247)")
+    advice = ("; pass loader_options={'coerce_int96_timestamp_unit': 'us'} to read them as "
+              "microseconds" if unit == "ns" else "")
+    raise _errors.InvalidDataError(
+        f"cannot decode '{file}', row group {rg}, column '{name}': an INT96 timestamp ({day}) is "
+        f"outside the dates int64 {held}; pqloader does not wrap it into another date (the "
+        f"predicate's row-group pass would have judged the wrapped one){advice}")

@@ -91,6 +91,9 @@ class _FiltersPredicate:
             raise ValueError("filters must be a non-empty list of (column, op, value) tuples")
         groups = [filters] if isinstance(filters[0], tuple) else list(filters)
         self._groups = [[tuple(t) for t in g] for g in groups]
+        # Columns the files store in a type other than a date (set by the Reader): a date
+        # value compared with one is refused, not taken as a count of days.
+        self.not_dates: frozenset[str] = frozenset()
         for group in self._groups:
             for t in group:
                 if len(t) != 3 or (t[1] not in self._OPS and t[1] not in ("in", "not in")):
@@ -114,7 +117,7 @@ class _FiltersPredicate:
                 if valid is not None and not valid.all():
                     data = np.asarray(data[valid].tolist()) if valid.any() else data[:0]
                 if op in ("in", "not in"):
-                    values = [_as_column_value(data, v) for v in value]
+                    values = [_as_column_value(data, v, col, col not in self.not_dates) for v in value]
                     if data.dtype.kind == "f" and values and all(
                             isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_))
                             for v in values):
@@ -125,7 +128,7 @@ class _FiltersPredicate:
                         hit = isin_exact(data, values)
                     hit = hit if op == "in" else ~hit
                 else:
-                    value = _as_column_value(data, value)
+                    value = _as_column_value(data, value, col, col not in self.not_dates)
                     if data.dtype.kind == "f" and data.dtype.itemsize < 8 and isinstance(value, float):
                         # pyarrow compares a float32 column with a Python float as doubles;
                         # NumPy would round the literal to float32 (float32(0.1) == 0.1).
@@ -173,15 +176,20 @@ def _as_loaded(column: Any, decimals: str = "float64") -> Any:
     return column
 
 
-def _as_column_value(data: np.ndarray, value: Any) -> Any:
+def _as_column_value(data: np.ndarray, value: Any, column: str = "", date: bool = True) -> Any:
     """A filter's date literal as the column holds it: pqloader hands dates out as int32
-    days since 1970 (pyarrow compares a date32 column with a ``datetime.date``)."""
+    days since 1970 (pyarrow compares a date32 column with a ``datetime.date``). `date`:
+    whether `column` may be a date column (False: the files store it as another type, such
+    as a time of day or an int32, which a date is not compared with, as in pyarrow)."""
     if isinstance(value, datetime.datetime):
         if data.dtype.kind in "iu":
             raise TypeError(f"filters compare {value!r} with an integer column: timestamps are "
                             f"int64 counts of the column's unit since 1970 here; give the count")
         return value
     if isinstance(value, datetime.date) and data.dtype == np.int32:
+        if not date:
+            raise TypeError(f"filters compare {value!r} with column {column!r}, which is not a date "
+                            f"column (pyarrow has no such comparison)")
         return (value - datetime.date(1970, 1, 1)).days
     return value
 
@@ -269,6 +277,13 @@ class Reader:
                 self._casts[name] = np.dtype(field.numpy_dtype)
         # The pre-pass reads INT96 timestamps in the unit the Loader loads them in.
         self._int96_unit = loader_kwargs.get("coerce_int96_timestamp_unit") or "ns"
+        filters = predicate if isinstance(predicate, _FiltersPredicate) else \
+            predicate._b if isinstance(predicate, _BothPredicates) else None
+        if filters is not None and ds.files:
+            # (a date compared with a time32 or int32 column was taken as days, silently)
+            import pyarrow as pa
+            stored = ds.footer(0).schema.to_arrow_schema()
+            filters.not_dates = frozenset(f.name for f in stored if not pa.types.is_date(f.type))
         # And decimals as it does (``decimals="int64"``: unscaled integers, not float64).
         self._decimals = loader_kwargs.get("decimals") or "float64"
         self._row_groups = self._select_row_groups(rowgroup_selector)
@@ -346,6 +361,8 @@ class Reader:
         fields = sorted(self._predicate.get_fields())
         try:
             table = self.dataset.read_row_group(i, rg, fields, self._int96_unit)
+        except _errors.InvalidDataError:  # a value the Loader's unit cannot hold
+            raise
         except (KeyError, ValueError):
             return True
         # A field the file does not hold (pyarrow leaves a column it cannot find out of the
