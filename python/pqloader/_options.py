@@ -885,6 +885,7 @@ def check_value_fits(what: str, name: str, value: int | float, dtype: np.dtype,
                              f"{int(dtype.type(value))})")
 
 
+_PLAIN_INTEGER = re.compile(r"u?int(8|16|32|64)")
 _TEMPORAL = ("timestamp", "date32", "date64", "time32", "time64", "duration")
 _DECIMAL_SCALE = re.compile(r"decimal\d*\(\d+, (-?\d+)\)")
 # A list type's text, its element's type in group 1 ("fixed_size_list<item: decimal128(10,
@@ -938,6 +939,13 @@ def check_stack_units(stack: Mapping[str, Sequence[str]] | None, decimals: str,
         for column in members:
             info = columns.get(column)
             found = None if info is None else integer_unit(info, decimals)
+            if found is None and info is not None and decimals == "int64" and \
+                    not info.get("transformed") and not info.get("mask") and \
+                    _PLAIN_INTEGER.fullmatch(_element_arrow_type(str(info.get("arrow_type") or ""))):
+                # A plain integer is an unscaled integer of scale 0: beside decimal(9, 2)'s
+                # 150 for 1.50 it was stacked (1 beside 150), where decimal(9, 0)'s was
+                # refused (and a mixture refuses both).
+                found = ("decimal", "0")
             if found is None:
                 continue
             kind, unit = found

@@ -237,6 +237,26 @@ def test_members_of_different_units_or_scales_are_refused(tmp_path):
         assert batch["x"].tolist() == want
 
 
+def test_a_plain_integer_member_is_of_scale_0_beside_unscaled_decimals(tmp_path):
+    # decimals="int64": a plain int64 column beside a decimal(10, 2) was stacked (1 beside
+    # 150 for 1.50: two units in one tensor), where a decimal(10, 0) one, the same
+    # integers, was refused; a mixture refuses both. It counts as scale 0.
+    import decimal
+
+    table = pa.table({
+        "n": pa.array([1, 2], pa.int64()),
+        "d2": pa.array([decimal.Decimal("1.50"), decimal.Decimal("2.25")], pa.decimal128(10, 2)),
+        "d0": pa.array([decimal.Decimal("3"), decimal.Decimal("4")], pa.decimal128(10, 0)),
+    })
+    write_dataset(tmp_path, [[2]], lambda n, start, seed: table)
+    for stack in (["d2", "n"], ["n", "d2"]):
+        with pytest.raises(ValueError, match="two scales"):
+            pqloader.Loader(tmp_path, columns=stack, decimals="int64", stack={"x": stack})
+    batch = next(iter(pqloader.Loader(tmp_path, columns=["n", "d0"], decimals="int64",
+                                      stack={"x": ["n", "d0"]})))
+    assert batch["x"].tolist() == [[1, 3], [2, 4]]
+
+
 def test_list_members_of_different_units_or_scales_are_refused(tmp_path):
     # The check read only a column's own type: fixed_size_list<decimal128(10, 2)>[2] and
     # fixed_size_list<decimal128(10, 3)>[2] (or padded lists of them) stacked with
