@@ -1129,3 +1129,29 @@ def test_options_with_filters_compare_by_the_filter_they_hold():
     pred = pqloader.Predicate(["x"], lambda t: t)
     assert LoaderOptions(filter=pred) == LoaderOptions(filter=pred)
     assert LoaderOptions(filter=pred) != LoaderOptions(filter=pqloader.Predicate(["x"], lambda t: t))
+
+
+def test_a_decimal_isin_of_floats_keeps_the_rows_of_the_row_by_row_filter_whatever_the_row_groups(tmp_path):
+    """Arrow's is_in casts a float value set to a decimal column's type, rounding each
+    value to its scale (4.996 of a decimal(9, 2) column is 5.00), where the statistics'
+    guarantee compared the bounds with the float itself (4.00..4.99 and 5.00..5.99
+    "cannot hold" 4.996): row groups of 100 rows kept nothing, one row group kept 5.00.
+    Statistics only prune: the rows are the filter's evaluated row by row."""
+    from decimal import Decimal
+    table = pa.table({"id": pa.array(range(1000), pa.int64()),
+                      "x": pa.array([Decimal(i).scaleb(-2) for i in range(1000)],
+                                    pa.decimal128(9, 2))})
+    for rows in (1000, 100):
+        (tmp_path / str(rows)).mkdir()
+        pq.write_table(table, tmp_path / str(rows) / "f.parquet", row_group_size=rows)
+    for flt in (pc.field("x").isin([4.996]), "x in [4.996]", "x not in [4.996]"):
+        got = {}
+        for name, rows in (("one", 1000), ("many", 100)):
+            d = tmp_path / str(rows)
+            loader = pqloader.Loader(str(d), columns=["id"], filter=flt, batch_size=1000,
+                                     num_epochs=1)
+            got[name] = sorted(v for b in loader for v in b["id"].tolist())
+        # (row by row, as pyarrow evaluates one row group: the set's 4.996 is 5.00)
+        want = [500] if "not" not in str(flt) else [i for i in range(1000) if i != 500]
+        assert got["one"] == want
+        assert got["many"] == want

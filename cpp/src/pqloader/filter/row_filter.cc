@@ -153,6 +153,31 @@ bool HasNanLiteral(const cp::Expression& e) {
   return false;
 }
 
+// Whether bound `e` looks a decimal column up in a set of floats (is_in, index_in): Arrow's
+// kernel casts the set to the decimal type, rounding each value to its scale (4.996 in a
+// decimal(9, 2) column's set is 5.00), where SimplifyWithGuarantee compares the statistics'
+// bounds with the float itself (5.00..5.99 "cannot hold" 4.996): row groups of 100 rows
+// kept nothing where one row group kept 5.00. Such a filter gets no statistics.
+bool HasFloatSetOfDecimals(const cp::Expression& e) {
+  const cp::Expression::Call* call = e.call();
+  if (call == nullptr) return false;
+  if (const auto* set = dynamic_cast<const cp::SetLookupOptions*>(call->options.get())) {
+    const arrow::DataType* column = call->arguments.empty() ? nullptr : call->arguments[0].type();
+    const std::shared_ptr<arrow::DataType> values = set->value_set.type();
+    if (column != nullptr && values != nullptr && arrow::is_decimal(column->id())) {
+      const arrow::DataType& v =
+          values->id() == arrow::Type::DICTIONARY
+              ? *static_cast<const arrow::DictionaryType&>(*values).value_type()
+              : *values;
+      if (arrow::is_floating(v.id())) return true;
+    }
+  }
+  for (const cp::Expression& arg : call->arguments) {
+    if (HasFloatSetOfDecimals(arg)) return true;
+  }
+  return false;
+}
+
 // A file that remembers whether a read of it failed: Parquet C++ gives storage failures
 // and data it cannot decode ("Corrupt snappy compressed data", a page header's thrift)
 // alike, as IOErrors, in the middle of decoding (the filter reads without pre-buffering).
@@ -201,7 +226,7 @@ struct FileView {
   std::shared_ptr<arrow::Schema> schema;   // binding schema (per name: its target, file's or fallback type)
   cp::Expression bound;                    // the expression, bound to `schema`
   std::shared_ptr<arrow::Schema> predicate_schema;
-  bool nan_literal = false;                // `bound` (constants folded) holds a NaN: no statistics
+  bool no_statistics = false;  // `bound` (constants folded) holds a NaN, or a float set of decimals
 };
 
 // What the evaluation shares across threads.
@@ -643,7 +668,8 @@ class Evaluator {
     view->bound = it->second;
     // Folded first: "x < 0.0 / 0.0" is a NaN literal once Arrow folds it.
     auto folded = cp::FoldConstants(view->bound);
-    view->nan_literal = HasNanLiteral(folded.ok() ? *folded : view->bound);
+    const cp::Expression& e = folded.ok() ? *folded : view->bound;
+    view->no_statistics = HasNanLiteral(e) || HasFloatSetOfDecimals(e);
     views_[f] = view;
     return view.get();
   }
@@ -651,7 +677,7 @@ class Evaluator {
   // `expr` simplified with what `split`'s statistics guarantee of each filter column.
   arrow::Result<cp::Expression> WithStatistics(const DataFile& file, const Split& split,
                                                const FileView& view, cp::Expression expr) {
-    if (view.nan_literal) return expr;
+    if (view.no_statistics) return expr;
     std::vector<cp::Expression> known;
     try {
       auto rg = file.RowGroup(split.row_group);
@@ -1025,7 +1051,7 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // v10: lists of numbers in the loaded list type (v9 used each file's). v11: at any
   // list depth, float16 elements as float32. v12: an integer bound a float column does not
   // hold exactly prunes nothing (its row group is read, and refused).
-  std::string id = "filter-v12|" + options.serialized_expression;
+  std::string id = "filter-v13|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
