@@ -6,6 +6,11 @@ comma-separated, e.g. ``image=DecodeImage(), Resize(256), CenterCrop(224)`` or
 strings, lists, tuples, True/False/None) are accepted: the text is parsed, never run.
 Repeat the option for more columns.
 
+A column name with a comma, an ``=``, spaces at an end or a backtick (in ``--columns``
+and ``--transform``) is written in backticks, as the filter writes one: ```a,b```,
+```x=y`=Cast("float32")``; a backtick in it is written twice, and two backticks alone
+name the column whose name is empty.
+
 ``--storage-option KEY=VALUE``: one entry of ``storage_options`` (the value as text; the
 engine checks names and values). Repeat it for more.
 """
@@ -44,11 +49,59 @@ def parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:
         raise ValueError(f"--transform {_filter.shorten(spec)!r}: nested too deeply") from None
 
 
+def _quoted_column(text: str, what: str) -> tuple[str, int]:
+    """The `quoted` column name at the start of ``text`` (after spaces) and the index
+    after it."""
+    start = len(text) - len(text.lstrip())
+    name, end = _filter.read_quoted_name(text, start)
+    if name is None:
+        raise ValueError(f"{what} {text!r}: a `quoted column name` is not closed")
+    return name, end
+
+
+def column_list(text: str) -> list[str]:
+    """``--columns``' ``"a, b, `c,d`"`` -> ``["a", "b", "c,d"]``: names split at commas
+    and stripped of spaces, or written in backticks (taken as they are)."""
+    names: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i < n and text[i] == "`":
+            name, end = _quoted_column(text[i:], "--columns")
+            i += end
+            while i < n and text[i].isspace():
+                i += 1
+            if i < n and text[i] != ",":
+                raise ValueError(f"--columns {text!r}: a comma must follow the `quoted name` "
+                                 f"{_filter.quote_name(name)}")
+        else:
+            j = text.find(",", i)
+            j = n if j < 0 else j
+            name, i = text[i:j].strip(), j
+            if not name:
+                raise ValueError(f"an empty column name in {text!r} (omit --columns for all; "
+                                 "the column whose name is empty is written ``)")
+        names.append(name)
+        if i >= n:
+            return names
+        i += 1  # the comma
+
+
 def _parse_transform(spec: str) -> tuple[str, list[_transforms.Op]]:
-    column, sep, ops_text = spec.partition("=")
-    column = column.strip()
-    if not sep or not column or not ops_text.strip():
-        raise ValueError(f"--transform takes COLUMN=OP(...)[, OP(...)], got {spec!r}")
+    if spec.lstrip().startswith("`"):  # `a column=with, odd name`=OPS
+        column, end = _quoted_column(spec, "--transform")
+        sep, ops_text = spec[end:].lstrip()[:1], spec[end:].lstrip()[1:]
+        if sep != "=":
+            raise ValueError(f"--transform {spec!r}: '=' must follow the `quoted column name` "
+                             f"{_filter.quote_name(column)}")
+    else:
+        column, sep, ops_text = spec.partition("=")
+        column = column.strip()
+    if not sep or not column and not spec.lstrip().startswith("`") or not ops_text.strip():
+        raise ValueError(f"--transform takes COLUMN=OP(...)[, OP(...)], got {spec!r} (a column "
+                         "whose name has '=', ',' or spaces at an end is written in backticks: "
+                         "`x=y`=OPS)")
     try:
         tree = ast.parse(ops_text.strip(), mode="eval").body
     except SyntaxError as e:

@@ -94,6 +94,31 @@ def shorten(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}..."
 
 
+def read_quoted_name(text: str, i: int) -> tuple[str | None, int]:
+    """The quoted name that starts at ``text[i]`` (a backtick) and the index after its
+    closing backtick; (None, len(text)) when it is not closed. A backtick in the name is
+    written twice, as Spark SQL writes it (a`b as three backticks around a, two, b), and
+    two backticks alone name the column whose name is empty."""
+    parts: list[str] = []
+    j, n = i + 1, len(text)
+    while j < n:
+        end = text.find("`", j)
+        if end < 0:
+            break
+        parts.append(text[j:end])
+        if text.startswith("``", end):
+            parts.append("`")
+            j = end + 2
+            continue
+        return "".join(parts), end + 1
+    return None, n
+
+
+def quote_name(name: str) -> str:
+    """``name`` as a `quoted name` (backticks in it doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _quoted_names(source: str, shown: str) -> tuple[str, dict[str, str]]:
     """`source` with each `quoted name` (a column that is no Python name) replaced by an
     identifier the text does not use; returns the text and {identifier: name}."""
@@ -112,18 +137,15 @@ def _quoted_names(source: str, shown: str) -> tuple[str, dict[str, str]]:
             out.append(source[i:j + len(quote)])
             i = j + len(quote)
         elif c == "`":
-            end = source.find("`", i + 1)
-            if end < 0:
+            name, i = read_quoted_name(source, i)
+            if name is None:
                 raise ValueError(f"filter {shown!r}: a `quoted column name` is not closed")
-            if end == i + 1:
-                raise ValueError(f"filter {shown!r}: `` names no column")
             k = len(names)
             while f"_pq_column_{k}" in source or f"_pq_column_{k}" in names:  # (both: unique)
                 k += 1
             ident = f"_pq_column_{k}"
-            names[ident] = source[i + 1:end]
+            names[ident] = name
             out.append(ident)
-            i = end + 1
         else:
             out.append(c)
             i += 1
@@ -143,7 +165,7 @@ def _parse_filter(text: str) -> Any:
 
     def written(node: ast.AST) -> str:  # as the text names its `quoted` columns, not by their stand-ins
         text = ast.unparse(node)
-        return re.sub(r"\b_pq_column_\d+\b", lambda m: f"`{quoted[m[0]]}`" if m[0] in quoted else m[0],
+        return re.sub(r"\b_pq_column_\d+\b", lambda m: quote_name(quoted[m[0]]) if m[0] in quoted else m[0],
                       text) if quoted else text
 
     def literal(node: ast.AST) -> Any:

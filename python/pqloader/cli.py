@@ -16,7 +16,7 @@ from typing import Sequence
 
 import pqloader
 from pqloader import _core
-from pqloader._cli_args import parse_storage_options, parse_transforms
+from pqloader._cli_args import column_list, parse_storage_options, parse_transforms
 from pqloader._cli_progress import Progress, enabled_for
 from pqloader._stats_table import stage_seconds
 
@@ -32,10 +32,10 @@ def _at_least_one(text: str) -> int:
 
 
 def _column_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(f"an empty column name in {text!r} (omit --columns for all)")
-    return names
+    try:
+        return column_list(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _human(n: float) -> str:
@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="stream a dataset and report throughput",
                        parents=[common, types])
     b.add_argument("path")
-    b.add_argument("--columns", type=_column_list, help="comma-separated column names (default: all)")
+    b.add_argument("--columns", type=_column_list, help="comma-separated column names (default: all); a name with a comma, "
+                        "spaces at an end or a backtick in backticks: '`a,b`,c'")
     b.add_argument("--batch-size", type=_at_least_one, default=1024, help="default 1024")
     b.add_argument("--num-workers", type=_at_least_one, default=None,
                    help="Loader's num_workers (default: the cores)")

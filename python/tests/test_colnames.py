@@ -62,7 +62,8 @@ def test_partition_key_named_like_a_struct_leaf_is_refused_not_dropped(tmp_path,
     for columns in (None, ["a", "a.b"], ["a.b", "a"]):
         with pytest.raises(pqloader.InvalidDataError,
                            match=r"two columns would be named 'a\.b': partition key 'a\.b' of the paths "
-                                 r"and field 'b' of struct 'a'"):
+                                 r"\(as in the path of '.*f\.parquet'\) and field 'b' of struct 'a' "
+                                 r"\(in '.*f\.parquet'"):
             pqloader.Loader(str(tmp_path), columns=columns, batch_size=8)
 
 
@@ -86,3 +87,77 @@ def test_filter_on_a_name_two_columns_share_is_refused_early_and_clearly(tmp_pat
         with pytest.raises(pqloader.InvalidDataError,
                            match=r"a\.parquet' has 2 columns named 'x': which one the filter reads is ambiguous"):
             pqloader.Loader(str(tmp_path), columns=["y"], batch_size=2, filter=flt)
+
+
+def _odd_names(root):
+    pq.write_table(pa.table({"": [1, 2, 3], "v`w": [4, 5, 6], "a,b": [7, 8, 9], "x=y": [1.0, 2.0, 3.0],
+                             " x": [0, 1, 0], "id": [0, 1, 2]}), root / "f.parquet")
+
+
+def test_filter_string_names_an_empty_name_and_a_backtick(tmp_path):
+    # `` was refused ("names no column") and `v``w` named '_pq_column_0_pq_column_1': a
+    # column named '' or with a backtick could not be written in a filter string.
+    _odd_names(tmp_path)
+    got = collect(pqloader.Loader(str(tmp_path), columns=["id"], batch_size=8, filter="`` >= 2"))
+    assert got["id"].tolist() == [1, 2]
+    got = collect(pqloader.Loader(str(tmp_path), columns=["id"], batch_size=8, filter="`v``w` == 6"))
+    assert got["id"].tolist() == [2]
+    with pytest.raises(ValueError, match=r"'`v``w` \+ 1' is neither a column nor a literal"):
+        pqloader.parse_filter("`v``w` + 1 > 3")
+
+
+def test_cli_names_with_commas_equals_and_spaces_in_backticks(tmp_path):
+    # --columns split 'a,b' in two and stripped ' x'; --transform split 'x=y' at its '=':
+    # such columns could not be named from the CLI.
+    from pqloader._cli_args import column_list, parse_transform
+    assert column_list("id, `a,b`,` x`,``,`v``w`") == ["id", "a,b", " x", "", "v`w"]
+    assert column_list(" a , b") == ["a", "b"]
+    for bad, says in (("a,", "an empty column name"), ("`a` b", "a comma must follow"),
+                      ("`a", "not closed")):
+        with pytest.raises(ValueError, match=says):
+            column_list(bad)
+    column, ops = parse_transform('`x=y` = Cast("float32")')
+    assert column == "x=y" and len(ops) == 1
+    assert parse_transform('x=Cast("float32")')[0] == "x"
+    with pytest.raises(ValueError, match="'=' must follow"):
+        parse_transform('`x` Cast("float32")')
+    _odd_names(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "pqloader", "bench", str(tmp_path), "--json",
+                          "--columns", "id,`a,b`,` x`,``,`x=y`", "--transform", '`x=y`=Cast("float32")',
+                          "--batch-size", "8", "--num-workers", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_a_dotted_name_two_struct_paths_spell_is_refused_not_picked(tmp_path):
+    # C++ fix (cpp.md): struct a{'b.c', b{c}}: columns=['a.b.c'] loaded a.b's c silently
+    # ('b.c' could never be selected); both are named, with the file.
+    a = pa.StructArray.from_arrays([pa.array([1, 2]), pa.StructArray.from_arrays([pa.array([3, 4])], names=["c"])],
+                                   names=["b.c", "b"])
+    pq.write_table(pa.table({"a": a, "v": [1, 2]}), tmp_path / "f.parquet")
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"column 'a\.b\.c' is ambiguous: it names field 'c' of struct 'a\.b' "
+                             r"\(in '.*f\.parquet'\) and field 'b\.c' of struct 'a' \(in '.*f\.parquet'\)|"
+                             r"column 'a\.b\.c' is ambiguous: it names field 'b\.c' of struct 'a' "
+                             r"\(in '.*f\.parquet'\) and field 'c' of struct 'a\.b'"):
+        pqloader.Loader(str(tmp_path), columns=["a.b.c"], batch_size=2)
+    with pytest.raises(pqloader.InvalidDataError, match=r"'.*f\.parquet' has both; .*rename one"):
+        pqloader.Loader(str(tmp_path), columns=["a"], batch_size=2)
+    assert collect(pqloader.Loader(str(tmp_path), columns=["v"], batch_size=2))["v"].tolist() == [1, 2]
+
+
+def test_a_loaders_arrow_schema_reads_the_struct_leaf_it_lists(tmp_path):
+    # C++ fix (cpp.md): 'a.b' beside struct a{b}: loader A (columns=['a']) lists the
+    # struct's a.b; schema=A.arrow_schema read the top-level 'a.b' silently.
+    pq.write_table(pa.table({"a": pa.array([{"b": 1}, {"b": 2}]), "a.b": [100, 200]}), tmp_path / "f.parquet")
+    a = pqloader.Loader(str(tmp_path), columns=["a"], batch_size=2)
+    assert collect(a)["a.b"].tolist() == [1, 2]
+    assert collect(pqloader.Loader(str(tmp_path), schema=a.arrow_schema, batch_size=2))["a.b"].tolist() == [1, 2]
+    top = pqloader.Loader(str(tmp_path), columns=["a.b"], batch_size=2)  # exact top-level name wins
+    assert collect(top)["a.b"].tolist() == [100, 200]
+    assert collect(pqloader.Loader(str(tmp_path), schema=top.arrow_schema, batch_size=2))["a.b"].tolist() == [100, 200]
+    # A schema that does not say which (its field has no metadata): refused, naming both.
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"column 'a\.b' is ambiguous: it names the column 'a\.b' \(in '.*f\.parquet'\) "
+                             r"and field 'b' of struct 'a' \(in '.*f\.parquet'\)"):
+        pqloader.Loader(str(tmp_path), schema=pa.schema([pa.field("a.b", pa.int64())]), batch_size=2)

@@ -691,7 +691,7 @@ def test_two_backtick_names_beside_the_stand_in_name_stay_two_columns(tmp_path):
     ("f(i) > 1", "is neither a column nor a literal"),
     ("my-col > 1", "written in backticks"),
     ("`my-col > 1", "a `quoted column name` is not closed"),
-    ("`` > 1", "`` names no column"),
+    ("``` > 1", "a `quoted column name` is not closed"),  # ``: a backtick in the name
     ("1 in `my col`", "'in' needs a list of values, not the column 'my col'"),
     ("`my-col` + 1 > 3", "'`my-col` + 1' is neither a column nor a literal"),  # was '_pq_column_0 + 1'
     ("f(`a b`) and x", "'f(`a b`)' is not a comparison"),

@@ -139,12 +139,15 @@ class Resolver {
     std::vector<std::string> names = options_.columns;
     if (names.empty()) names = DefaultNames();
     std::map<std::string, Leaf> seen;  // output name -> where it comes from
-    auto origin = [](const Leaf& l) {
-      if (l.path.empty()) return "the column '" + Quoted(l.top) + "'";
-      return "field '" + Quoted(l.path.back()) + "' of struct '" +
-             Quoted(Join(l.top, std::vector<std::string>(l.path.begin(), l.path.end() - 1))) +
-             "'";
+    auto origin = [](const Leaf& l) { return Origin(l); };
+    // Which files the two are in (the message named none).
+    auto where = [&](const Leaf& a, const Leaf& b) {
+      const std::string wa = WhereIs(a), wb = WhereIs(b);
+      return wa == wb ? " (" + wa + " has both; "
+                      : " (" + wa + " has the first, " + wb + " the second; ";
     };
+    const std::string key_where =
+        files_.empty() ? std::string() : " (as in the path of '" + Quoted(files_[0].display) + "')";
     for (size_t k = 0; k < keys_.size(); ++k) {
       out_.key_loads.push_back(KeyIndex(keys_[k].name) == static_cast<int>(k) ? LoadOfKey(k)
                                                                                 : KeyLoad::kFiles);
@@ -163,8 +166,9 @@ class Resolver {
         if (const auto it = seen.find(name); it != seen.end()) {
           return arrow::Status::Invalid(
               "two columns would be named '", Quoted(name), "': partition key '", Quoted(name),
-              "' of the paths and ", origin(it->second), " (a struct's fields are named by "
-              "dotted path); select one of them with columns=");
+              "' of the paths", key_where, " and ", origin(it->second), " (in ",
+              WhereIs(it->second), "; a struct's fields are named by dotted path); select one "
+              "of them with columns=");
         }
         key_columns.insert(name);
         ARROW_RETURN_NOT_OK(CheckPartitionUtf8(key));
@@ -178,15 +182,17 @@ class Resolver {
         if (key_columns.count(l.name()) > 0) {
           return arrow::Status::Invalid(
               "two columns would be named '", Quoted(l.name()), "': partition key '",
-              Quoted(l.name()), "' of the paths and ", origin(l), " (a struct's fields are "
-              "named by dotted path); select one of them with columns=");
+              Quoted(l.name()), "' of the paths", key_where, " and ", origin(l), " (in ",
+              WhereIs(l), "; a struct's fields are named by dotted path); select one of them "
+              "with columns=");
         }
         const auto [it, added] = seen.emplace(l.name(), l);
         if (!added && (it->second.top != l.top || it->second.path != l.path)) {
           return arrow::Status::Invalid(
               "two columns would be named '", Quoted(l.name()), "': ", origin(it->second),
-              " and ", origin(l), " (a struct's fields are named by dotted path); select one "
-              "of them with columns=");
+              " and ", origin(l), where(it->second, l), "a struct's fields are named by dotted "
+              "path); ", it->second.top == l.top ? "rename one of the fields in the files, or "
+              "select other columns" : "select one of them with columns=");
         }
         if (!added) {
           return arrow::Status::Invalid("column '", Quoted(l.name()), "' is selected twice (",
@@ -202,6 +208,94 @@ class Resolver {
   }
 
  private:
+  static std::string Origin(const Leaf& l) {
+    if (l.path.empty()) return "the column '" + Quoted(l.top) + "'";
+    return "field '" + Quoted(l.path.back()) + "' of struct '" +
+           Quoted(Join(l.top, std::vector<std::string>(l.path.begin(), l.path.end() - 1))) + "'";
+  }
+
+  // Where `leaf` is, quoted: the first file that has it, or the declared schema.
+  std::string WhereIs(const Leaf& leaf) const {
+    for (size_t f = 0; f < files_.size(); ++f) {
+      bool nullable = false;
+      if (TypeIn(static_cast<int>(f), leaf, &nullable) != nullptr) {
+        return "'" + Quoted(files_[f].display) + "'";
+      }
+    }
+    return "the declared schema";
+  }
+
+  // Every field path below `type` that `rest` spells (field names joined by '.', where a
+  // name may itself hold a '.'), each after `path`, into `out`. Walks as TypeAt does.
+  static void PathsSpelled(const std::shared_ptr<arrow::DataType>& type, const std::string& rest,
+                           std::vector<std::string>* path,
+                           std::set<std::vector<std::string>>* out) {
+    bool through_list = false;
+    const arrow::StructType* st = StructBelow(*type, &through_list);
+    if (st == nullptr) return;
+    std::set<std::string> tried;  // two fields of one name: one spelling (refused later)
+    for (const auto& child : st->fields()) {
+      const std::string& n = child->name();
+      if (!tried.insert(n).second || rest.compare(0, n.size(), n) != 0) continue;
+      if (rest.size() == n.size()) {
+        path->push_back(n);
+        out->insert(*path);
+        path->pop_back();
+      } else if (rest[n.size()] == '.') {
+        path->push_back(n);
+        auto below = !through_list ? child->type()
+                     : type->id() == arrow::Type::LARGE_LIST ? arrow::large_list(child->type())
+                                                             : arrow::list(child->type());
+        PathsSpelled(below, rest.substr(n.size() + 1), path, out);
+        path->pop_back();
+      }
+    }
+  }
+
+  // Every (top-level field, path below it) that the dotted `name` spells in the declared
+  // schema (or, where `files_only` or none is declared, in the files), with where the
+  // first of each is.
+  std::vector<std::pair<Leaf, std::string>> Spellings(const std::string& name,
+                                                      bool files_only) const {
+    std::vector<std::pair<Leaf, std::string>> out;
+    const bool declared = options_.schema != nullptr && !files_only;
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+      const std::string top = name.substr(0, dot);
+      if (declared ? !IsTopField(top) : !InAnyFile(top)) continue;
+      for (int f = declared ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
+        const auto& schema = f < 0 ? options_.schema : files_[f].schema;
+        for (int i : schema->GetAllFieldIndices(top)) {
+          std::set<std::vector<std::string>> paths;
+          std::vector<std::string> path;
+          PathsSpelled(schema->field(i)->type(), name.substr(dot + 1), &path, &paths);
+          for (const auto& p : paths) {
+            bool known = false;
+            for (const auto& [l, w] : out) known = known || (l.top == top && l.path == p);
+            if (known) continue;
+            std::string where = "'";  // (appended: GCC 12 saw an overflow in "'" + ...)
+            where += Quoted(FileName(f));
+            where += "'";
+            out.push_back({Leaf{top, p, {}}, std::move(where)});
+          }
+        }
+        if (f < 0) break;  // declared: the schema decides
+      }
+    }
+    return out;
+  }
+
+  static arrow::Status Ambiguous(const std::string& name,
+                                 const std::vector<std::pair<Leaf, std::string>>& spellings,
+                                 const std::string& top_in, const std::string& remedy) {
+    std::string which = top_in.empty() ? "" : "the column '" + Quoted(name) + "' (in " + top_in + ")";
+    for (const auto& [l, w] : spellings) {
+      which += (which.empty() ? "" : " and ") + Origin(l) + " (in " + w + ")";
+    }
+    return MakeError(ErrorKind::kInvalidData, "column '", Quoted(name), "' is ambiguous: it names ",
+                     which, " (a struct's fields are named by dotted path, and a name may hold "
+                     "a '.'); ", remedy);
+  }
+
   // Selected names and partition values become Python str: they must be valid UTF-8
   // (an unselected column's name may be anything).
   arrow::Status CheckNameUtf8(const Leaf& leaf) const {
@@ -387,6 +481,35 @@ class Resolver {
       // A declared "st.a" that no file has at the top: the leaf a of struct st in the
       // files (a loader's arrow_schema names struct leaves so), of the declared type.
       const auto declared = options_.schema ? options_.schema->GetFieldByName(name) : nullptr;
+      if (declared != nullptr && parts.size() > 1 &&
+          declared->type()->id() != arrow::Type::STRUCT) {
+        // A loader's arrow_schema says which leaf it lists (DecodeLeafPath).
+        Leaf marked;
+        if (declared->metadata() != nullptr &&
+            DecodeLeafPath(declared->metadata(), &marked.top, &marked.path) &&
+            marked.name() == name && InAnyFile(marked.top)) {
+          if (marked.path.empty()) return Leaf{name, {}, {}};  // the top-level 'a.b'
+          marked.declared = name;
+          return marked;
+        }
+        if (InAnyFile(name)) {
+          // A top-level 'a.b' of the files beside a struct a{b}: a loader that selected
+          // the struct lists its leaf 'a.b', and a schema rebuilt from it read the other.
+          const auto leaves = Spellings(name, /*files_only=*/true);
+          if (!leaves.empty()) {
+            std::string top_in;
+            for (const auto& f : files_) {
+              if (!f.schema->GetAllFieldIndices(name).empty()) {
+                top_in = "'" + Quoted(f.display) + "'";
+                break;
+              }
+            }
+            return Ambiguous(name, leaves, top_in,
+                             "declare it with the schema of a loader that selected the one "
+                             "to load (its arrow_schema marks which), or rename one in the files");
+          }
+        }
+      }
       if (declared != nullptr && parts.size() > 1 && !InAnyFile(name) &&
           declared->type()->id() != arrow::Type::STRUCT) {
         for (size_t k = parts.size() - 1; k >= 1; --k) {
@@ -402,17 +525,21 @@ class Resolver {
       }
       return Leaf{name, {}, {}};
     }
-    for (size_t k = parts.size() - 1; k >= 1; --k) {
-      std::string top = parts[0];
-      for (size_t i = 1; i < k; ++i) top += "." + parts[i];
-      if (!IsTopField(top)) continue;
-      Leaf leaf{top, std::vector<std::string>(parts.begin() + k, parts.end()), {}};
+    // Every way the name splits into a top-level field and fields below it: a struct a
+    // with a field 'b.c' beside a field b{c} (or a top-level 'a.b' beside a struct a{b.c})
+    // spells 'a.b.c' twice, and the longest top-level prefix was taken silently.
+    const auto spellings = Spellings(name, /*files_only=*/false);
+    if (spellings.size() > 1) {
+      return Ambiguous(name, spellings, "", "rename one of them in the files, or select other "
+                       "columns");
+    }
+    if (spellings.size() == 1) {
+      const Leaf& leaf = spellings[0].first;
       for (int f = options_.schema != nullptr ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
-        bool nullable = false;
         ARROW_RETURN_NOT_OK(CheckOneFieldOnPath(f, leaf));
-        if (TypeIn(f, leaf, &nullable) != nullptr) return leaf;
         if (f < 0) break;  // declared: the schema decides
       }
+      return leaf;
     }
     // The first 50 names (a wide file's every name made a message of 63 KB at 8,000).
     constexpr size_t kListed = 50;
@@ -626,7 +753,7 @@ class Resolver {
     spec.text = !all_int;
     spec.dtype = DType::kInt64;
     spec.arrow_type = all_int ? "int64" : "string";
-    Push(spec, key, nullptr, std::vector<ColumnSource>(files_.size()), any_null);
+    Push(spec, key, nullptr, std::vector<ColumnSource>(files_.size()), any_null, "");
     return arrow::Status::OK();
   }
 
@@ -729,13 +856,17 @@ class Resolver {
           files_[unified_from].display, "')");
     }
     ARROW_ASSIGN_OR_RAISE(auto spec, std::move(spec_or));
-    Push(spec, -1, unified, std::move(sources), nullable);
+    // (a dotted name's: a struct's leaf, or a top-level column whose name holds a '.')
+    Push(spec, -1, unified, std::move(sources), nullable,
+         leaf.name().find('.') == std::string::npos ? std::string()
+                                                    : EncodeLeafPath(leaf.top, leaf.path));
     return arrow::Status::OK();
   }
 
   void Push(const ColumnSpec& spec, int key, std::shared_ptr<arrow::DataType> type,
-            std::vector<ColumnSource> sources, bool nullable) {
+            std::vector<ColumnSource> sources, bool nullable, std::string leaf_path) {
     out_.specs.push_back(spec);
+    out_.leaf_paths.push_back(std::move(leaf_path));
     out_.partition_index.push_back(key);
     out_.types.push_back(std::move(type));
     out_.nullable.push_back(nullable);
@@ -763,6 +894,7 @@ class Resolver {
         with.partition_index.push_back(out_.partition_index[from]);
         with.types.push_back(out_.types[from]);
         with.nullable.push_back(out_.nullable[from]);
+        with.leaf_paths.push_back(out_.leaf_paths[from]);
         for (size_t f = 0; f < files_.size(); ++f) with.sources[f].push_back(out_.sources[f][from]);
       };
       copy(c);
@@ -781,6 +913,7 @@ class Resolver {
       with.partition_index.push_back(-1);
       with.types.push_back(nullptr);
       with.nullable.push_back(false);
+      with.leaf_paths.emplace_back();
       for (size_t f = 0; f < files_.size(); ++f) with.sources[f].push_back(ColumnSource{});
     }
     for (const auto& w : wanted) {
@@ -830,6 +963,36 @@ size_t SkipJsonValue(const std::string& s, size_t i) {
 }
 
 }  // namespace
+
+// "<length>:<name>" for the top-level field, then for each name of the path: no name,
+// whatever it holds ('.', ':'), is taken for another.
+std::string EncodeLeafPath(const std::string& top, const std::vector<std::string>& path) {
+  std::string out = std::to_string(top.size()) + ":" + top;
+  for (const auto& p : path) out += std::to_string(p.size()) + ":" + p;
+  return out;
+}
+
+bool DecodeLeafPath(const std::shared_ptr<const arrow::KeyValueMetadata>& metadata,
+                    std::string* top, std::vector<std::string>* path) {
+  const int k = metadata->FindKey(kLeafPathKey);
+  if (k < 0) return false;
+  const std::string& s = metadata->value(k);
+  std::vector<std::string> parts;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t colon = s.find(':', at);
+    if (colon == std::string::npos || colon == at) return false;
+    size_t n = 0;
+    const auto [end, ec] = std::from_chars(s.data() + at, s.data() + colon, n);
+    if (ec != std::errc() || end != s.data() + colon || n > s.size() - colon - 1) return false;
+    parts.push_back(s.substr(colon + 1, n));
+    at = colon + 1 + n;
+  }
+  if (parts.empty()) return false;
+  *top = parts[0];
+  path->assign(parts.begin() + 1, parts.end());
+  return true;
+}
 
 std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata) {
   std::vector<std::string> out;

@@ -85,6 +85,9 @@ struct ResolvedColumns {
   std::vector<std::shared_ptr<arrow::DataType>> types;
   /// Per output column: whether it can hold nulls (masks: false).
   std::vector<bool> nullable;
+  /// Per output column of a dotted name (a struct's leaf, or a top-level name holding a
+  /// '.'): its EncodeLeafPath; "" for other columns.
+  std::vector<std::string> leaf_paths;
   /// [file][output column]: where the column is in the file (field -1 for partition
   /// keys, masks and columns the file lacks).
   std::vector<std::vector<ColumnSource>> sources;
@@ -103,6 +106,15 @@ arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& fi
 /// Names of the pandas index columns a file's pandas metadata lists (stored columns
 /// only, not RangeIndexes).
 std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata);
+
+/// Field metadata key of a loader's arrow_schema that says which struct leaf a dotted
+/// column is (its top-level field and path): a declared schema taken from it reads that
+/// leaf, where the files also have a top-level column of the dotted name.
+inline constexpr const char* kLeafPathKey = "pqloader.leaf_path";
+std::string EncodeLeafPath(const std::string& top, const std::vector<std::string>& path);
+/// False when `metadata` has no (well-formed) kLeafPathKey.
+bool DecodeLeafPath(const std::shared_ptr<const arrow::KeyValueMetadata>& metadata,
+                    std::string* top, std::vector<std::string>* path);
 
 /// Append the Parquet leaf column indices below `field` (itself if a leaf) to `out`.
 void LeavesOf(const parquet::arrow::SchemaField& field, std::vector<int>* out);

@@ -1000,7 +1000,12 @@ void Dataset::SetColumns(ResolvedColumns resolved, const std::vector<std::string
              : spec.kind == ColumnKind::kTensor       ? arrow::int64()
                                                       : arrow::utf8();
     }
-    fields.push_back(arrow::field(spec.name, std::move(type), resolved.nullable[c]));
+    // A struct's leaf says which one it is (a top-level column may have its dotted name).
+    std::shared_ptr<arrow::KeyValueMetadata> metadata;
+    if (!resolved.leaf_paths[c].empty()) {
+      metadata = arrow::key_value_metadata({kLeafPathKey}, {resolved.leaf_paths[c]});
+    }
+    fields.push_back(arrow::field(spec.name, std::move(type), resolved.nullable[c], metadata));
   }
   schema_ = arrow::schema(std::move(fields));
   partition_keys_ = partition_keys;
