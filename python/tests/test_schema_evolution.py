@@ -489,3 +489,19 @@ def test_a_whole_list_of_structs_names_its_paths_and_a_struct_fill_names_its_lea
         pqloader.Loader(str(tmp_path), columns=["s"], fill_null={"s": 0})
     got = next(iter(pqloader.Loader(str(tmp_path), columns=["s"], fill_null={"s.y": 0})))
     assert (got["s.x"].tolist(), got["s.y"].tolist()) == ([1], [0])
+
+
+def test_timestamps_of_one_unit_and_other_zones_name_the_zone(tmp_path):
+    # Old Spark files (INT96, no zone) beside new ones (TIMESTAMP_MICROS, UTC) read in one
+    # unit: the message said "write the files in one unit" and offered the INT96 option
+    # already given; the units agree, the zones differ.
+    import datetime as dt
+    pq.write_table(pa.table({"x": pa.array([dt.datetime(2020, 1, 1)], pa.timestamp("us"))}),
+                   tmp_path / "a.parquet", use_deprecated_int96_timestamps=True, store_schema=False)
+    pq.write_table(pa.table({"x": pa.array([dt.datetime(2021, 1, 1)], pa.timestamp("us", tz="UTC"))}),
+                   tmp_path / "b.parquet", store_schema=False)
+    with pytest.raises(pqloader.SchemaMismatchError, match="different time zones") as e:
+        pqloader.Loader(str(tmp_path), coerce_int96_timestamp_unit="us")
+    assert "coerce_int96_timestamp_unit" not in str(e.value) and "one unit" not in str(e.value)
+    with pytest.raises(pqloader.SchemaMismatchError, match="coerce_int96_timestamp_unit='us'"):
+        pqloader.Loader(str(tmp_path))  # ns against us: the option is the remedy for the unit

@@ -86,6 +86,16 @@ std::string UnitsDiffer(const arrow::DataType& a, const arrow::DataType& b) {
                                           a.id() == arrow::Type::TIME32 ||
                                           a.id() == arrow::Type::TIME64);
   if (!times || a.Equals(b)) return "";
+  if (a.id() == arrow::Type::TIMESTAMP) {
+    const auto& ta = static_cast<const arrow::TimestampType&>(a);
+    const auto& tb = static_cast<const arrow::TimestampType&>(b);
+    if (ta.unit() == tb.unit()) {  // one unit: the zones differ (INT96 and local times have none)
+      return "timestamps of different time zones ('" + ta.timezone() + "' and '" + tb.timezone() +
+             "', '' for none: INT96 and local times) are refused rather than converted (they "
+             "load as integers in the stored unit): write the files with one time zone, or "
+             "select other columns";
+    }
+  }
   return "times in different units or time zones are refused rather than converted (they load as "
          "integers in the stored unit): write the files in one unit, or select other columns";
 }
@@ -657,12 +667,24 @@ class Resolver {
                      "or in none");
   }
 
-  // Where file f stores a column of times as INT96 (`leaves`), whose unit is an option,
-  // and `other` holds timestamps of another unit: how to read them in that unit.
-  std::string Int96Remedy(int f, const std::vector<int>& leaves, const arrow::DataType& other) const {
-    const arrow::DataType* t = &other;
-    while (arrow::is_list_like(t->id()) && t->num_fields() == 1) t = t->field(0)->type().get();
+  // Where file f stores a column of times as INT96 (`leaves`, loaded as `own`), whose unit
+  // is an option, and `other` holds timestamps of another unit: how to read them in that
+  // unit. None where the units agree (the zones differ, which the option cannot change).
+  std::string Int96Remedy(int f, const std::vector<int>& leaves, const arrow::DataType& own,
+                          const arrow::DataType& other) const {
+    auto element = [](const arrow::DataType& type) {
+      const arrow::DataType* t = &type;
+      while (arrow::is_list_like(t->id()) && t->num_fields() == 1) t = t->field(0)->type().get();
+      return t;
+    };
+    const arrow::DataType* t = element(other);
     if (t->id() != arrow::Type::TIMESTAMP) return "";
+    const arrow::DataType* o = element(own);
+    if (o->id() == arrow::Type::TIMESTAMP &&
+        static_cast<const arrow::TimestampType&>(*o).unit() ==
+            static_cast<const arrow::TimestampType&>(*t).unit()) {
+      return "";
+    }
     for (int l : leaves) {
       if (files_[f].manifest->descr->Column(l)->physical_type() != parquet::Type::INT96) continue;
       const auto unit = static_cast<const arrow::TimestampType&>(*t).unit();
@@ -802,7 +824,7 @@ class Resolver {
                            "', which does not convert to the declared ", unified->ToString(),
                            why.empty() ? " without loss"
                                        : ": " + why + Int96Remedy(static_cast<int>(f), src.leaves,
-                                                                  *unified));
+                                                                  *type, *unified));
         }
         continue;
       }
@@ -821,8 +843,9 @@ class Resolver {
                                        "type to load it as with schema=, or select other columns"
                                      : why +
                                            Int96Remedy(unified_from, sources[unified_from].leaves,
-                                                       *type) +
-                                           Int96Remedy(static_cast<int>(f), src.leaves, *unified));
+                                                       *unified, *type) +
+                                           Int96Remedy(static_cast<int>(f), src.leaves, *type,
+                                                       *unified));
       }
       if (!common->Equals(*unified)) unified_from = static_cast<int>(f);
       unified = common;
