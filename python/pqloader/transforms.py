@@ -172,7 +172,12 @@ class ToCHW(Op):
 
 
 class Cast(Op):
-    """Convert values to `dtype` (a NumPy dtype name such as "float32")."""
+    """Convert values to `dtype` (a NumPy dtype name such as "float32").
+
+    Floats to integers truncate toward zero; NaN, infinities and values out of the
+    type's range give what x86-64 gives (NumPy's element-wise ``astype`` and torch agree
+    but for uint32): the minimum of int32 (int8/16 and uint8/16 keep its low bits) or of
+    int64, on every platform."""
 
     name = "Cast"
 

@@ -1179,3 +1179,46 @@ def test_a_pad_that_does_not_fit_the_decoded_dtype_is_an_error_not_wrapped(tmp_p
     b = next(iter(pqloader.Loader(str(tmp_path), batch_size=2,
                                   transforms={"a": [T.DecodeNdarray(), T.PadOrTruncate(4, pad=7)]})))
     assert b["a"].tolist() == [[1, 2, 7, 7], [3, 7, 7, 7]]
+
+
+def _npy_bytes(a: np.ndarray) -> bytes:
+    b = io.BytesIO()
+    np.save(b, a)
+    return b.getvalue()
+
+
+@pytest.mark.parametrize("src", ["float64", "float32"])
+def test_cast_of_nan_inf_and_out_of_range_floats_is_defined(src):
+    # A C++ cast of these is undefined (x86-64 gives INT_MIN, ARM saturates, a compiler
+    # may fold either): pinned to x86-64's values (NumPy's element-wise astype and torch
+    # give the same, but for uint32), on every platform.
+    v = np.array([np.nan, np.inf, -np.inf, 300.0, -1.0, 1e10, -1e10, 5e9, 2.0**63, 1e20, -0.9, 2.5]).astype(src)
+    want = {"int8": [0, 0, 0, 44, -1, 0, 0, 0, 0, 0, 0, 2], "uint8": [0, 0, 0, 44, 255, 0, 0, 0, 0, 0, 0, 2],
+            "int16": [0, 0, 0, 300, -1, 0, 0, 0, 0, 0, 0, 2], "uint16": [0, 0, 0, 300, 65535, 0, 0, 0, 0, 0, 0, 2],
+            "int32": [-2**31] * 3 + [300, -1] + [-2**31] * 5 + [0, 2],
+            "uint32": [0, 0, 0, 300, 2**32 - 1, 1410065408, 2884901888, 705032704, 0, 0, 0, 2],
+            "int64": [-2**63] * 3 + [300, -1, 10**10, -10**10, 5 * 10**9, -2**63, -2**63, 0, 2],
+            "uint64": [2**63, 0, 2**63, 300, 2**64 - 1, 10**10, 2**64 - 10**10, 5 * 10**9, 2**63, 0, 0, 2],
+            "bool": [True] * 12}
+    for to, w in want.items():
+        assert apply([T.DecodeNdarray(), T.Cast(to)], _npy_bytes(v)).tolist() == w, to
+
+
+def test_random_resized_crop_of_extreme_scales_and_ratios_stays_in_the_image():
+    # Sizes of 1e153 (or inf, NaN) were cast to int64 before the range check (undefined).
+    img = np.arange(6 * 5 * 3, dtype=np.uint8).reshape(6, 5, 3)
+    for op in (T.RandomResizedCrop(2, scale=(0.5, 1e300)), T.RandomResizedCrop(2, ratio=(1e-300, 1e300))):
+        for sample in range(20):
+            out = apply([T.DecodeNdarray(), op], _npy_bytes(img), sample=sample)
+            assert out.shape == (2, 2, 3)
+
+
+def test_an_npz_of_several_arrays_is_refused_not_its_first_taken():
+    # The first member was decoded silently (Petastorm's codec reads the one named arr).
+    b = io.BytesIO()
+    np.savez_compressed(b, x=np.zeros(3), arr=np.ones(3))
+    with pytest.raises(pqloader.InvalidDataError, match="holds 2 arrays"):
+        apply([T.DecodeCompressedNdarray()], b.getvalue())
+    one = io.BytesIO()
+    np.savez_compressed(one, arr=np.ones(3))
+    assert apply([T.DecodeCompressedNdarray()], one.getvalue()).tolist() == [1.0, 1.0, 1.0]

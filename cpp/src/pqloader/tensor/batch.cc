@@ -1,7 +1,9 @@
 #include "pqloader/tensor/batch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -72,18 +74,44 @@ double LoadScalar(DType t, const uint8_t* p) {
   return 0;
 }
 
+namespace {
+
+// Float to integer, defined for every double (a C++ cast of NaN, inf or an out-of-range
+// value is undefined: x86-64 gave INT_MIN, ARM saturates) as x86-64's cvttsd2si gives it,
+// which numpy's scalar astype and torch give too: truncation toward zero; NaN and values
+// outside the 32- or 64-bit range the "integer indefinite" (the minimum); narrower types
+// keep the low bits of the 32-bit result, uint32 those of the 64-bit one, and uint64
+// values from 2^63 are converted less 2^63 with the top bit set. So outputs (and cache
+// entries) are those of the x86-64 builds before, on every platform.
+int32_t TruncInt32(double v) {
+  return v > -2147483649.0 && v < 2147483648.0 ? static_cast<int32_t>(v)
+                                               : std::numeric_limits<int32_t>::min();
+}
+int64_t TruncInt64(double v) {
+  return v >= -9223372036854775808.0 && v < 9223372036854775808.0
+             ? static_cast<int64_t>(v)
+             : std::numeric_limits<int64_t>::min();
+}
+uint64_t TruncUInt64(double v) {
+  constexpr double k2p63 = 9223372036854775808.0;
+  if (!(v >= k2p63)) return static_cast<uint64_t>(TruncInt64(v));  // NaN here, as cvttsd2si
+  return static_cast<uint64_t>(TruncInt64(v - k2p63)) ^ (uint64_t{1} << 63);
+}
+
+}  // namespace
+
 void StoreScalar(DType t, double v, uint8_t* p) {
   auto put = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
   switch (t) {
     case DType::kBool: put(static_cast<uint8_t>(v != 0)); break;
-    case DType::kUInt8: put(static_cast<uint8_t>(v)); break;
-    case DType::kInt8: put(static_cast<int8_t>(v)); break;
-    case DType::kInt16: put(static_cast<int16_t>(v)); break;
-    case DType::kUInt16: put(static_cast<uint16_t>(v)); break;
-    case DType::kInt32: put(static_cast<int32_t>(v)); break;
-    case DType::kUInt32: put(static_cast<uint32_t>(v)); break;
-    case DType::kInt64: put(static_cast<int64_t>(v)); break;
-    case DType::kUInt64: put(static_cast<uint64_t>(v)); break;
+    case DType::kUInt8: put(static_cast<uint8_t>(TruncInt32(v))); break;
+    case DType::kInt8: put(static_cast<int8_t>(TruncInt32(v))); break;
+    case DType::kInt16: put(static_cast<int16_t>(TruncInt32(v))); break;
+    case DType::kUInt16: put(static_cast<uint16_t>(TruncInt32(v))); break;
+    case DType::kInt32: put(TruncInt32(v)); break;
+    case DType::kUInt32: put(static_cast<uint32_t>(TruncInt64(v))); break;
+    case DType::kInt64: put(TruncInt64(v)); break;
+    case DType::kUInt64: put(TruncUInt64(v)); break;
     case DType::kFloat16: put(arrow::util::Float16::FromDouble(v).bits()); break;
     case DType::kFloat32: put(static_cast<float>(v)); break;
     case DType::kFloat64: put(v); break;

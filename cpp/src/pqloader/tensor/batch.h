@@ -38,7 +38,8 @@ int64_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 /// Read one element of `dtype` at `p` as a double.
 double LoadScalar(DType dtype, const uint8_t* p);
-/// Write `v` as one element of `dtype` at `p` (C casts: truncation toward zero).
+/// Write `v` as one element of `dtype` at `p`: truncation toward zero; NaN, inf and values
+/// out of range as x86-64 converts them, on every platform (batch.cc).
 void StoreScalar(DType dtype, double v, uint8_t* p);
 /// Return a shape as Python writes it: "(a, b)", "(a,)", "()".
 std::string ShapeToString(const std::vector<int64_t>& shape);

@@ -943,9 +943,12 @@ CropBox RandomResizedCropParams(int64_t height, int64_t width, double scale_lo, 
   for (int attempt = 0; attempt < kMaxCropAttempts; ++attempt) {
     const double target = area * (scale_lo + (scale_hi - scale_lo) * rng->UniformDouble());
     const double aspect = std::exp(log_lo + (log_hi - log_lo) * rng->UniformDouble());
-    const int64_t w = RoundHalfEven(std::sqrt(target * aspect));
-    const int64_t h = RoundHalfEven(std::sqrt(target / aspect));
-    if (0 < w && w <= width && 0 < h && h <= height) {
+    // Compared as doubles, then cast: extreme scales or ratios make them inf, NaN or
+    // beyond int64 (whose cast is undefined).
+    const double wf = std::nearbyint(std::sqrt(target * aspect));
+    const double hf = std::nearbyint(std::sqrt(target / aspect));
+    if (0 < wf && wf <= static_cast<double>(width) && 0 < hf && hf <= static_cast<double>(height)) {
+      const auto w = static_cast<int64_t>(wf), h = static_cast<int64_t>(hf);
       const auto top = static_cast<int64_t>(rng->Uniform(static_cast<uint64_t>(height - h + 1)));
       const auto left = static_cast<int64_t>(rng->Uniform(static_cast<uint64_t>(width - w + 1)));
       return CropBox{top, left, h, w};

@@ -250,6 +250,18 @@ class Inflater {
 // stored), inflating only the header and the data it declares.
 arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) {
   if (n < 30 || Le32(p) != 0x04034b50) return arrow::Status::Invalid("not a .npz (zip) archive");
+  // One array only: numpy writes the count in the end record (a zip64 one says 0xFFFF);
+  // the first of several was decoded silently (Petastorm's codec reads the one named arr).
+  for (int64_t at = n - 22; at >= 0 && at >= n - 22 - 65535; --at) {
+    if (Le32(p + at) == 0x06054b50) {
+      const uint16_t entries = Le16(p + at + 10);
+      if (entries != 1 && entries != 0xFFFF) {
+        return arrow::Status::Invalid(".npz archive holds ", entries,
+                                      " arrays; DecodeCompressedNdarray decodes archives of one");
+      }
+      break;
+    }
+  }
   const uint16_t method = Le16(p + 8);
   const uint32_t compressed = Le32(p + 18);
   const int64_t offset = 30 + Le16(p + 26) + Le16(p + 28);
