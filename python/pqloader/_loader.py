@@ -129,6 +129,12 @@ class Loader:
         self._cursor = _iteration.Cursor()
         self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate_after_fork)
         self._columns = _column_infos(self._engine.column_info())
+        if not self._columns:
+            # (schema=pa.schema([]) without partition keys: len() counted the rows' batches
+            # and iterating handed out none, where columns=[] is refused)
+            raise ValueError("schema= declares no column and the sources have no partition key: "
+                             "nothing to load; declare at least one field, or schema=None for "
+                             "every column")
         # Before any data is read; stacked columns by their members.
         unstacked = self._columns if options.stack is None else \
             _column_infos(self._engine.column_info(stacked=False))

@@ -505,3 +505,57 @@ def test_timestamps_of_one_unit_and_other_zones_name_the_zone(tmp_path):
     assert "coerce_int96_timestamp_unit" not in str(e.value) and "one unit" not in str(e.value)
     with pytest.raises(pqloader.SchemaMismatchError, match="coerce_int96_timestamp_unit='us'"):
         pqloader.Loader(str(tmp_path))  # ns against us: the option is the remedy for the unit
+
+
+def test_a_declared_schema_of_no_field_is_refused_as_columns_of_none(tmp_path):
+    # schema=pa.schema([]) loaded no column: len() said 1 batch of 3 rows and iterating
+    # handed out none (columns=[] is refused).
+    pq.write_table(pa.table({"x": [1, 2, 3]}), tmp_path / "a.parquet")
+    with pytest.raises(ValueError, match="declares no column"):
+        pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([]))
+    # A partitioned source's keys still load (a column to hand out).
+    (tmp_path / "p" / "k=1").mkdir(parents=True)
+    pq.write_table(pa.table({"x": [4]}), tmp_path / "p" / "k=1" / "b.parquet")
+    batch = next(iter(pqloader.Loader(str(tmp_path / "p"), batch_size=4, schema=pa.schema([]))))
+    assert list(batch) == ["k"] and batch["k"].tolist() == [1]
+
+
+def test_an_integer_a_declared_float_cannot_hold_is_refused_from_the_footers(tmp_path):
+    # Row group 10's statistics say 2**53 + 1: the Loader was made and 1000 batches came
+    # out before its decode refused it (nulls are refused from the footers already).
+    pq.write_table(pa.table({"x": pa.array(list(range(100_000)) + [2**53 + 1], pa.int64())}),
+                   tmp_path / "a.parquet", row_group_size=10_000)
+    with pytest.raises(pqloader.SchemaMismatchError,
+                       match=r"a\.parquet', row group 10: column 'x': value 9007199254740993"):
+        pqloader.Loader(str(tmp_path), batch_size=100, schema=pa.schema([("x", pa.float64())]))
+    # float32 too, and a list's elements
+    pq.write_table(pa.table({"x": pa.array([1, 2**24 + 1], pa.int32()),
+                             "l": pa.array([[1], [2**24 + 1]], pa.list_(pa.int64()))}),
+                   tmp_path / "a.parquet")
+    for name in ("x", "l"):
+        t = pa.float32() if name == "x" else pa.list_(pa.float32())
+        with pytest.raises(pqloader.SchemaMismatchError, match="16777217"):
+            pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([(name, t)]))
+    # A filter that drops the row drops the check (README), and exact values load.
+    pq.write_table(pa.table({"id": [0, 1, 2], "x": pa.array([1, 2**53 + 1, 2**60], pa.int64())}),
+                   tmp_path / "a.parquet")
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    got = [v for b in pqloader.Loader(str(tmp_path), batch_size=4, schema=schema, filter="id != 1")
+           for v in b["x"].tolist()]
+    assert got == [1.0, float(2**60)]
+
+
+def test_a_struct_leaf_over_a_file_field_that_is_no_struct_is_refused_not_filled(tmp_path):
+    # The file's x (int64) read as lacking x.a: its 5 became fill_null's 0 (or a null).
+    pq.write_table(pa.table({"x": pa.array([5], pa.int64())}), tmp_path / "b.parquet")
+    declared = pa.schema([("x", pa.struct([("a", pa.int64())]))])
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"'x' is int64 in '.*b\.parquet'"):
+        pqloader.Loader(str(tmp_path), batch_size=4, fill_null=0, schema=declared)
+    pq.write_table(pa.table({"x": pa.array([{"a": 1}])}), tmp_path / "a.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"'x' is int64 in '.*b\.parquet'"):
+        pqloader.Loader(str(tmp_path), batch_size=4, fill_null=0, columns=["x.a"])
+    # An all-null x (pandas' all-None column) is still absent: null rows, filled.
+    pq.write_table(pa.table({"x": pa.array([None], pa.null())}), tmp_path / "b.parquet")
+    got = [v for b in pqloader.Loader(str(tmp_path), batch_size=4, fill_null=0, columns=["x.a"])
+           for v in b["x.a"].tolist()]
+    assert sorted(got) == [0, 1]

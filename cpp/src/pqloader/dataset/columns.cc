@@ -387,6 +387,34 @@ class Resolver {
   // of one name: which one is meant is ambiguous. GetFieldIndex finds neither, so the
   // file read as lacking the leaf (its rows null, or fill_null's value, where another
   // file has it), and a leaf that no file had left the column without a type (a crash).
+  // Where `leaf`'s path in file f crosses a field that is neither a struct (nor a list or
+  // map of structs) nor all null: that field's dotted name and type; false where the path
+  // is walkable or merely ends early (a struct lacking the field: null rows, as pyarrow).
+  // TypeAt gives null for both, and a file's int64 x read as lacking x.a: its values
+  // became nulls or fill_null's.
+  bool NonStructOnPath(int f, const Leaf& leaf, std::string* where,
+                       std::shared_ptr<arrow::DataType>* what) const {
+    auto field = files_[f].schema->GetFieldByName(leaf.top);
+    if (field == nullptr || leaf.path.empty()) return false;
+    auto type = field->type();
+    std::vector<std::string> walked;
+    for (const std::string& name : leaf.path) {
+      if (type->id() == arrow::Type::NA) return false;  // all null: absent, as before
+      bool through_list = false;
+      const arrow::StructType* st = StructBelow(*type, &through_list);
+      if (st == nullptr) {
+        *where = Join(leaf.top, walked);
+        *what = type;
+        return true;
+      }
+      const int i = st->GetFieldIndex(name);
+      if (i < 0) return false;
+      walked.push_back(name);
+      type = st->field(i)->type();
+    }
+    return false;
+  }
+
   arrow::Status CheckOneFieldOnPath(int f, const Leaf& leaf) const {
     const auto& schema = f < 0 ? options_.schema : files_[f].schema;
     if (schema == nullptr || leaf.path.empty()) return arrow::Status::OK();
@@ -797,6 +825,16 @@ class Resolver {
       auto type = TypeIn(static_cast<int>(f), leaf, &n);
       ColumnSource& src = sources[f];
       if (type == nullptr) {
+        std::string where;
+        std::shared_ptr<arrow::DataType> what;
+        if (NonStructOnPath(static_cast<int>(f), leaf, &where, &what)) {
+          return MakeError(ErrorKind::kSchemaMismatch, "column '", Quoted(leaf.name()),
+                           "' is a field of struct '", Quoted(where), "'",
+                           declared ? " in the declared schema" : "", ", but '", Quoted(where),
+                           "' is ", what->ToString(), " in '", files_[f].display,
+                           "' (not a struct): its values there would load as nulls; "
+                           "declare its type, or select other columns");
+        }
         std::string list;
         if (LacksBelowList(static_cast<int>(f), leaf, &list)) {
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(),

@@ -1,10 +1,15 @@
 #include "pqloader/dataset/footer_checks.h"
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include <arrow/scalar.h>
+#include <arrow/type_traits.h>
+#include <arrow/util/checked_cast.h>
 #include <arrow/util/decimal.h>
+#include <arrow/util/float16.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/metadata.h>
 #include <parquet/schema.h>
@@ -12,6 +17,7 @@
 #include <parquet/statistics.h>
 
 #include "pqloader/error.h"
+#include "pqloader/tensor/batch.h"
 
 namespace pqloader {
 
@@ -375,6 +381,90 @@ arrow::Status CheckFixedSizeListRows(const Dataset& ds, size_t c) {
   return arrow::Status::OK();
 }
 
+// Whether float `dst` holds integer scalar `s` exactly (as CheckExactAsFloat in
+// decode/convert.cc decides it at decode); true for a scalar of any other type. `text`:
+// the value, for the message.
+bool FloatHoldsExactly(const arrow::Scalar& s, DType dst, std::string* text) {
+  if (!s.is_valid) return true;
+  auto check = [&](auto v) {
+    using T = decltype(v);  // int64_t or uint64_t
+    *text = std::to_string(v);
+    const double d = static_cast<double>(v);
+    double back = d;
+    if (dst == DType::kFloat32) back = static_cast<double>(static_cast<float>(v));
+    if (dst == DType::kFloat16) back = arrow::util::Float16::FromDouble(d).ToDouble();
+    const double end = std::ldexp(1.0, std::numeric_limits<T>::digits);
+    return back >= -end && back < end && static_cast<T>(back) == v;
+  };
+  using arrow::internal::checked_cast;
+  switch (s.type->id()) {
+    case arrow::Type::INT8: return check(int64_t{checked_cast<const arrow::Int8Scalar&>(s).value});
+    case arrow::Type::INT16: return check(int64_t{checked_cast<const arrow::Int16Scalar&>(s).value});
+    case arrow::Type::INT32: return check(int64_t{checked_cast<const arrow::Int32Scalar&>(s).value});
+    case arrow::Type::INT64: return check(int64_t{checked_cast<const arrow::Int64Scalar&>(s).value});
+    case arrow::Type::UINT8: return check(uint64_t{checked_cast<const arrow::UInt8Scalar&>(s).value});
+    case arrow::Type::UINT16: return check(uint64_t{checked_cast<const arrow::UInt16Scalar&>(s).value});
+    case arrow::Type::UINT32: return check(uint64_t{checked_cast<const arrow::UInt32Scalar&>(s).value});
+    case arrow::Type::UINT64: return check(uint64_t{checked_cast<const arrow::UInt64Scalar&>(s).value});
+    default: return true;
+  }
+}
+
+// The innermost value type of `type` (below lists and a dictionary).
+const arrow::DataType& LeafValueType(const arrow::DataType& type) {
+  const arrow::DataType* t = &type;
+  while (true) {
+    if (t->id() == arrow::Type::DICTIONARY) {
+      t = static_cast<const arrow::DictionaryType*>(t)->value_type().get();
+    } else if (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
+               t->id() == arrow::Type::FIXED_SIZE_LIST) {
+      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+    } else {
+      return *t;
+    }
+  }
+}
+
+// An integer column loaded as a float (schema= declared it): a row group whose statistics'
+// min or max the float does not hold is refused now, with the message decoding gives it,
+// not when the epoch reaches it. Row groups a filter restricted are left to the read (a
+// row it drops drops its check).
+arrow::Status CheckIntegersAsFloats(const Dataset& ds, size_t c) {
+  const ColumnSpec& spec = ds.specs()[c];
+  const DType dst = spec.dtype;
+  const int bits = dst == DType::kFloat16   ? 11
+                   : dst == DType::kFloat32 ? 24
+                   : dst == DType::kFloat64 ? 53
+                                            : 0;
+  if (spec.kind != ColumnKind::kTensor || bits == 0) return arrow::Status::OK();
+  for (const Split& s : ds.splits()) {
+    const DataFile& f = ds.files()[s.file];
+    if (f.columns.empty() || s.file_rows == 0 || s.rows != nullptr) continue;
+    const ColumnSource& src = f.columns[c];
+    if (src.field < 0 || src.type == nullptr || src.leaves.size() != 1) continue;
+    if (!arrow::is_integer(LeafValueType(*src.type).id())) continue;
+    std::shared_ptr<arrow::Scalar> min, max;
+    try {
+      auto chunk = f.RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
+      auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
+      if (stats == nullptr || !stats->HasMinMax()) continue;
+      if (!parquet::arrow::StatisticsAsScalars(*stats, &min, &max).ok()) continue;
+    } catch (const std::exception&) {
+      continue;  // a corrupt footer is reported when the row group is read
+    }
+    for (const auto& v : {min, max}) {
+      std::string text;
+      if (v == nullptr || FloatHoldsExactly(*v, dst, &text)) continue;
+      return MakeError(ErrorKind::kSchemaMismatch, "in '", f.display, "', row group ",
+                       s.row_group, ": column '", spec.name, "': value ", text, " (",
+                       v->type->ToString(), ") does not convert to the declared ",
+                       DTypeName(dst), " without loss (it holds every integer only up to 2^",
+                       bits, "); declare an integer type, or a wider float where one holds them");
+    }
+  }
+  return arrow::Status::OK();
+}
+
 }  // namespace
 
 arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>& null_policy,
@@ -393,6 +483,7 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
       }
     }
     if (key < 0) ARROW_RETURN_NOT_OK(CheckFixedSizeListRows(ds, c));
+    if (key < 0) ARROW_RETURN_NOT_OK(CheckIntegersAsFloats(ds, c));
     if (!null_policy[c]) {
       const auto nulls = NullsFromFooters(ds.files(), ds.splits(), static_cast<int>(c), key);
       std::string where;

@@ -1,8 +1,9 @@
 // What the footers tell about a column before any data page is read: its nulls (from
 // the statistics' null counts, or the definition-level histograms Arrow writes as
 // size statistics), whether a list column's rows have one length (from the values per
-// row of each row group), and whether a partition key stored in the files agrees with
-// the path. Used to refuse a dataset when the Loader is made rather than in the middle
+// row of each row group), whether a partition key stored in the files agrees with the
+// path, and whether an integer column a declared float loads holds a value the float
+// does not (the statistics' min/max). Used to refuse a dataset when the Loader is made rather than in the middle
 // of an epoch. Footers can prove a problem but not always its absence: what they cannot
 // tell is checked when the row group is decoded. Thread-safety: pure functions.
 #pragma once
