@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
-from pqloader._options import (ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_fill_types,
-                               check_int, check_stack_units)
+from pqloader._options import (ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_decoded_fills,
+                               check_fill_types, check_int, check_stack_units)
 
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 
@@ -140,6 +140,7 @@ class Loader:
             _column_infos(self._engine.column_info(stacked=False))
         made = _lists.made_columns(options.lists, options.pack, options.transforms)
         check_fill_types(options.fill_null, {k: v for k, v in unstacked.items() if k not in made})
+        check_decoded_fills(options.fill_null, options.null_mask, options.transforms, unstacked)
         check_stack_units(options.stack, options.decimals, unstacked)
         _lists.check_values_fit(options.lists, options.pack, options.transforms, self._columns)
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers

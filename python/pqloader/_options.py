@@ -835,6 +835,71 @@ def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -
                                  "str: give a str, or pass strings=\"bytes\"") from None
 
 
+# What the first bytes of a value each decode op takes must be (as the C++ decoders test
+# them): a fill without them fails to decode on every null row it replaces.
+_DECODE_INPUTS = {
+    "DecodeNdarray": ((b"\x93NUMPY",), "a .npy array (np.save's bytes)"),
+    "DecodeCompressedNdarray": ((b"PK\x03\x04",), "an .npz of one array (np.savez's bytes)"),
+    "DecodeImage": ((b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n"), "a JPEG or PNG image"),
+}
+
+
+def check_decoded_fills(fill_null: Any, null_mask: Any, transforms: Any,
+                        columns: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a null row's replacement that a column's decode op cannot decode.
+
+    A null row of a column whose ops start with ``DecodeImage``, ``DecodeNdarray`` or
+    ``DecodeCompressedNdarray`` is decoded from its fill: ``fill_null``'s value for the
+    column, else ``b""`` where ``null_mask`` masks it. A fill that is not what the op
+    decodes made every null row fail as corrupt ("not a .npy array (bad magic)", naming
+    a row that is null), or with ``on_decode_error="skip"`` be dropped and counted as a
+    skipped corrupt row while its ``_valid`` flag, dropped with it, said nothing.
+
+    Args:
+        fill_null: The checked ``LoaderOptions.fill_null``.
+        null_mask: The checked ``LoaderOptions.null_mask`` (True, a tuple of names, None).
+        transforms: The checked ``LoaderOptions.transforms``.
+        columns: ``Loader.column_info`` (``_valid`` masks included).
+
+    Raises:
+        ValueError: Naming the column, its op and the remedies: a fill of what the op
+            decodes, or a filter dropping the null rows. With ``null_mask=True`` and no
+            fill, nothing is refused here (it masks every nullable column, most of which
+            hold no null): a null row of such a column fails when read.
+    """
+    if not isinstance(transforms, Mapping):
+        return
+    for name, ops in transforms.items():
+        if not ops or name not in columns or getattr(ops[0], "name", None) not in _DECODE_INPUTS:
+            continue
+        starts, what = _DECODE_INPUTS[ops[0].name]
+        remedy = (f"give fill_null={{{name!r}: <{what}>}} to decode in a null's place (its "
+                  f"'{name}_valid' is False where null_mask= adds one), or drop the null rows "
+                  f"with filter=pc.field({name!r}).is_valid()")
+        if isinstance(fill_null, Mapping):
+            fill, where = fill_null.get(name), f"fill_null[{name!r}]"
+        else:
+            fill, where = fill_null, "fill_null"
+        if fill is not None:
+            data = fill.encode() if isinstance(fill, str) else bytes(fill)
+            if not data.startswith(starts):
+                shown = repr(data[:16]) + ("..." if len(data) > 16 else "")
+                raise ValueError(f"{where}={shown} ({len(data)} bytes) is not {what}, but column "
+                                 f"{name!r} is decoded by {ops[0]!r}: each null row would fail to "
+                                 f"decode (or be skipped as a corrupt row with on_decode_error="
+                                 f"'skip'); {remedy}")
+            continue
+        masked = columns.get(f"{name}_valid", {}).get("mask")
+        named = isinstance(null_mask, tuple) and any(
+            name == n or name.startswith(n + ".") for n in null_mask)
+        if masked and named:
+            raise ValueError(f"null_mask names column {name!r}, which {ops[0]!r} decodes: a null "
+                             f"row has no bytes to decode (it would be b''), so it would fail "
+                             f"as a corrupt value (or, with on_decode_error='skip', be dropped "
+                             f"as one) instead of being masked; {remedy} and leave {name!r} "
+                             f"out of null_mask")
+
+
 def _fixed_width(info: Mapping[str, Any]) -> int | None:
     """The width of an untransformed fixed_size_binary column, else None."""
     arrow_type = str(info.get("arrow_type", "")).removeprefix("dictionary<values=")

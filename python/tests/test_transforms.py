@@ -1222,3 +1222,66 @@ def test_an_npz_of_several_arrays_is_refused_not_its_first_taken():
     one = io.BytesIO()
     np.savez_compressed(one, arr=np.ones(3))
     assert apply([T.DecodeCompressedNdarray()], one.getvalue()).tolist() == [1.0, 1.0, 1.0]
+
+
+def _nullable_npy_column(tmp_path) -> str:
+    # Row 2 of "b" is null; the others are .npy arrays of 3 float32.
+    vals = [_npy_bytes(np.arange(3, dtype=np.float32) + i) if i != 2 else None for i in range(6)]
+    path = str(tmp_path / "n.parquet")
+    pq.write_table(pa.table({"a": np.arange(6), "b": pa.array(vals, pa.binary())}), path)
+    return path
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_null_mask_of_a_decoded_column_without_a_fill_is_refused_when_made(tmp_path, policy):
+    # A masked null row was decoded from b'': "not a .npy array (bad magic)" for a row
+    # that is null, or with skip dropped as a corrupt row while '<col>_valid' said all True.
+    path = _nullable_npy_column(tmp_path)
+    with pytest.raises(ValueError, match=r"null_mask names column 'b'.*DecodeNdarray.*fill_null="
+                                         r"\{'b'.*is_valid"):
+        pqloader.Loader(path, batch_size=6, null_mask=["b"], on_decode_error=policy,
+                        transforms={"b": [T.DecodeNdarray()]})
+
+
+@pytest.mark.parametrize("op,fill", [(T.DecodeNdarray(), b""), (T.DecodeNdarray(), b"PK\x03\x04"),
+                                     (T.DecodeCompressedNdarray(), b"\x93NUMPY"),
+                                     (T.DecodeImage(), b"GIF89a")])
+def test_a_fill_null_that_the_decode_op_cannot_decode_is_refused_when_made(tmp_path, op, fill):
+    path = _nullable_npy_column(tmp_path)
+    with pytest.raises(ValueError, match=r"fill_null\['b'\].* is not .*decoded by " + type(op).__name__):
+        pqloader.Loader(path, batch_size=6, fill_null={"b": fill}, on_decode_error="skip",
+                        transforms={"b": [op]})
+
+
+def test_a_decodable_fill_null_stands_in_for_a_masked_null_row(tmp_path):
+    path = _nullable_npy_column(tmp_path)
+    with pqloader.Loader(path, batch_size=6, null_mask=["b"], on_decode_error="skip",
+                         fill_null={"b": _npy_bytes(np.full(3, -1, np.float32))},
+                         transforms={"b": [T.DecodeNdarray()]}) as loader:
+        (batch,) = list(loader)
+        assert loader.stats()["skipped_rows"] == 0
+    assert batch["a"].tolist() == list(range(6))
+    assert batch["b_valid"].tolist() == [True, True, False, True, True, True]
+    assert batch["b"][2].tolist() == [-1, -1, -1] and batch["b"][3].tolist() == [3, 4, 5]
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_masked_null_row_that_cannot_decode_is_named_null_and_never_skipped(tmp_path, policy, shuffle):
+    # null_mask=True (not refused when made: most nullable columns hold no null): the null
+    # row's b'' failed as "bad magic" with nothing saying the row is null, or with skip
+    # was dropped and counted as a corrupt row while b_valid said all True.
+    path = _nullable_npy_column(tmp_path)
+    loader = pqloader.Loader(path, batch_size=6, null_mask=True, on_decode_error=policy,
+                             shuffle=shuffle, seed=1, transforms={"b": [T.DecodeNdarray()]})
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"row group 0, row 2, column 'b': the row is null.*bad magic.*"
+                             r"fill_null=\{'b'.*is_valid"):
+        list(loader)
+    # With a decodable fill, the null row is kept and flagged
+    with pqloader.Loader(path, batch_size=6, null_mask=True, on_decode_error=policy,
+                         fill_null={"b": _npy_bytes(np.zeros(3, np.float32))},
+                         transforms={"b": [T.DecodeNdarray()]}) as loader:
+        (batch,) = list(loader)
+        assert batch["b_valid"].tolist() == [True, True, False, True, True, True]
+        assert loader.stats()["skipped_rows"] == 0

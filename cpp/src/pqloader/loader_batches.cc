@@ -171,17 +171,20 @@ arrow::Status Loader::TransformRows(const RowOrder& order, uint64_t seed, int64_
       }
       auto s = transforms_.ApplySuffix(static_cast<int>(c), specs[c], unit, r.row, ctx, block, offset);
       if (!s.ok()) {
+        const Split& split = dataset_->splits()[u.split];
+        const std::string where = "'" + dataset_->files()[split.file].display + "', row group " +
+                                  std::to_string(split.row_group) + ", row " +
+                                  std::to_string(u.row_begin + r.row);
+        if (MaskedNull(specs, unit, static_cast<int>(c), r.row)) {
+          return NullFillError(where, specs[c], s.status());
+        }
         if (transforms_.policy() == DecodeErrorPolicy::kSkip) {
           ok = false;
           ++work->skipped_rows;
           break;
         }
-        const Split& split = dataset_->splits()[u.split];
-        return arrow::Status(s.status().code(),
-                             "'" + dataset_->files()[split.file].display + "', row group " +
-                                 std::to_string(split.row_group) + ", row " +
-                                 std::to_string(u.row_begin + r.row) + ", column '" +
-                                 specs[c].name + "': " + s.status().message(),
+        return arrow::Status(s.status().code(), where + ", column '" + specs[c].name + "': " +
+                                                    s.status().message(),
                              s.status().detail());
       }
       outs.push_back(std::move(s).ValueUnsafe());

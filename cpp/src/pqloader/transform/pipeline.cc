@@ -80,6 +80,28 @@ std::optional<TransformPlan::FixedRows> FixedRowsOf(const std::optional<SampleSi
 
 }  // namespace
 
+bool MaskedNull(const std::vector<ColumnSpec>& specs, const DecodedUnit& unit, int col,
+                int64_t row) {
+  const size_t m = static_cast<size_t>(col) + 1;
+  if (m >= specs.size() || m >= unit.columns.size() || specs[m].mask_of != col) return false;
+  const ColumnData& d = unit.columns[m];
+  const bool in_block = d.data == nullptr && unit.row_major != nullptr &&
+                        unit.row_major->offset[m] >= 0;
+  if (d.data == nullptr && !in_block && d.samples.empty()) return false;  // deferred
+  const SampleTensor v = RowSample(specs[m], unit, static_cast<int>(m), row);
+  return v.data != nullptr && v.data->size() > 0 && v.data->data()[0] == 0;
+}
+
+arrow::Status NullFillError(const std::string& where, const ColumnSpec& spec,
+                            const arrow::Status& failed) {
+  return MakeError(ErrorKind::kInvalidData, where, ", column '", spec.name,
+                   "': the row is null ('", spec.name, "_valid' False), and its fill (fill_null's "
+                   "value for the column, else b'') is not what its ops take: ", failed.message(),
+                   "; give fill_null={'", spec.name, "': <a value its first op decodes>} to "
+                   "stand in for a null, or drop the null rows with filter=pc.field('",
+                   spec.name, "').is_valid()");
+}
+
 SampleTensor RowSample(const ColumnSpec& spec, const DecodedUnit& unit, int col, int64_t row) {
   const ColumnData& data = unit.columns[col];
   if (!data.samples.empty()) return data.samples[row];

@@ -122,6 +122,16 @@ class TransformPlan {
 /// column is in the unit's row-major block.
 SampleTensor RowSample(const ColumnSpec& spec, const DecodedUnit& unit, int col, int64_t row);
 
+/// Whether row `row` of column `col` is null, where null_mask= gave the column its
+/// "<name>_valid" column (the spec after it); false where it has none, or its bytes are
+/// not at hand (a window's deferred column).
+bool MaskedNull(const std::vector<ColumnSpec>& specs, const DecodedUnit& unit, int col,
+                int64_t row);
+/// The error for a null row whose fill its ops could not take (`failed`): never skipped
+/// by on_decode_error="skip", a null being no corrupt value.
+arrow::Status NullFillError(const std::string& where, const ColumnSpec& spec,
+                            const arrow::Status& failed);
+
 template <typename WhereFn>
 arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<ColumnSpec>& specs,
                                          WhereFn&& where) const {
@@ -134,6 +144,7 @@ arrow::Status TransformPlan::ApplyPrefix(DecodedUnit* unit, const std::vector<Co
       if (!unit->row_ok.empty() && !unit->row_ok[r]) continue;
       auto result = RunOps(c, 0, c.first_random, RowSample(specs[col], *unit, col, r), no_randomness);
       if (!result.ok()) {
+        if (MaskedNull(specs, *unit, col, r)) return NullFillError(where(r), specs[col], result.status());
         if (policy_ == DecodeErrorPolicy::kSkip) {
           if (unit->row_ok.empty()) unit->row_ok.assign(unit->num_rows, 1);
           unit->row_ok[r] = 0;
