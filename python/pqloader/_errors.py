@@ -1,10 +1,12 @@
-"""Exceptions raised by pqloader. Each subclasses the matching builtin."""
+"""Exceptions raised by pqloader (each subclasses the matching builtin), and where its
+warnings point."""
 
 from __future__ import annotations
 
 import builtins
 import contextlib
 import os
+import sys
 from typing import Iterator
 
 
@@ -73,3 +75,17 @@ __all__ = [
     "UnsupportedTypeError",
     "ColumnNotFoundError",
 ]
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """``warnings.warn``'s stacklevel, called from the function that warns, for the first
+    frame outside pqloader: the user's line. (Fixed stacklevels named pqloader's own
+    frames for the usual callers: ``len(mixture)`` and ``for`` loops named ``_mix.py``.)"""
+    frame = sys._getframe(2)  # the caller of the function that warns (stacklevel 2)
+    level = 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level

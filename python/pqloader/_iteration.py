@@ -26,7 +26,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from pqloader._errors import InvalidDataError
+from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._options import MAX_EPOCH, iteration_epochs
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                 if warn_cache:
                     warning = engine.take_warning()
                     if warning:
-                        warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=2)
+                        warnings.warn(f"pqloader cache: {warning}", RuntimeWarning, stacklevel=user_stacklevel())
                 if batch is None:
                     break
                 if taken is not None:

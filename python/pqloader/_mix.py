@@ -26,7 +26,7 @@ import numpy as np
 
 from pqloader import _core, _process, _state, _stats_table
 from pqloader._iteration import ConsumerClock, clock
-from pqloader._errors import InvalidDataError
+from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._lists import check_packed_batch
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, integer_unit, iteration_epochs
 from pqloader._state import _jsonish, option_diff
@@ -229,7 +229,7 @@ class Mixture:
                               f"draws (a source's weight is far below its share of the rows, so "
                               f"it is drawn too rarely to run out); it ends there. Give "
                               f"samples_per_epoch, or weights nearer the sources' sizes",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=user_stacklevel())
         with self._lock:
             if seeds == self._seeds_version:
                 if draws is not None:

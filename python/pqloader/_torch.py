@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from pqloader._errors import user_stacklevel
 from pqloader._iteration import Item
 
 
@@ -173,7 +174,7 @@ class TorchOutput:
             pin_memory = self.cuda
         if pin_memory and not torch.cuda.is_available():
             warnings.warn("pqloader: pin_memory=True is ignored because CUDA is not available "
-                          "(pinned memory only speeds up copies to a GPU)", RuntimeWarning, stacklevel=4)
+                          "(pinned memory only speeds up copies to a GPU)", RuntimeWarning, stacklevel=user_stacklevel())
             pin_memory = False
         self.pin_memory = bool(pin_memory)
         self.depth = device_prefetch if (self.pin_memory or self.device is not None) else 0

@@ -397,6 +397,8 @@ def test_dataloader_workers_resume_exactly(ds, workers, cut):
     whole, _ = run_dataloader(ds, workers)
     head, state = run_dataloader(ds, workers, take_n=cut)
     assert dl_ids(head) == dl_ids(whole[:cut])
+    if workers:  # "batch" is rank 0's count, as in merge_states' states
+        assert state["batch"] == state["rank_batches"][0] and sum(state["rank_batches"]) == cut, state
     state = json.loads(json.dumps(state))
     tail, end_state = run_dataloader(ds, workers, state=state)
     assert [b["id"].tolist() for b in tail] == [b["id"].tolist() for b in whole[cut:]]
@@ -1250,3 +1252,23 @@ def test_an_epoch_of_no_batch_resumed_on_another_world_is_still_one_epoch_of_a_l
         fresh = make(ds, new, r, batch_size=10, drop_last=True, num_epochs=1)
         fresh.set_epoch(1)
         assert [b["id"].tolist() for b in loader] == [b["id"].tolist() for b in fresh]  # then epoch 1
+
+
+@pytestmark_workers
+def test_dataloader_workers_state_resumes_with_another_batch_size_in_turns_from_worker_0(ds):
+    # Same workers, another batch_size: the rest is dealt anew to the worker loaders
+    # (ranks w of W loading the state), which DataLoader takes in turns from worker 0;
+    # no old worker's turn carries over (a mutant that took the state's layout as
+    # unchanged when only its world matched started at worker 1, and survived).
+    head, state = run_dataloader(ds, 2, take_n=5, batch_size=8)
+    state = json.loads(json.dumps(state))
+    tail, _ = run_dataloader(ds, 2, state=state, batch_size=16)
+    shards = []
+    for w in range(2):
+        shard = make(ds, 2, w, 16, num_epochs=1)
+        shard.load_state_dict(state)
+        shards.append([b["id"].tolist() for b in shard])
+    want = [s[k] for k in range(max(map(len, shards))) for s in shards if k < len(s)]
+    assert [b["id"].tolist() for b in tail] == want
+    # (the rows 2 workers read: shards of 2 with the default shard_policy="drop")
+    assert sorted(dl_ids(head) + dl_ids(tail)) == sorted(dl_ids(run_dataloader(ds, 2)[0]))

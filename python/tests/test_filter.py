@@ -1155,3 +1155,28 @@ def test_a_decimal_isin_of_floats_keeps_the_rows_of_the_row_by_row_filter_whatev
         want = [500] if "not" not in str(flt) else [i for i in range(1000) if i != 500]
         assert got["one"] == want
         assert got["many"] == want
+
+
+@pytest.mark.parametrize("fn", [None, 5, "x > 1", pc.field("x") > 1])
+def test_predicate_refuses_a_function_that_is_not_callable(fn):
+    # Refused where it is built, naming the type (a mutant that let it through survived).
+    with pytest.raises(TypeError, match=f"Predicate fn must be callable, got {type(fn).__name__}"):
+        pqloader.Predicate(["x"], fn)
+
+
+def test_every_expression_of_a_list_holds(data):
+    # filter=[a, b, c]: all must hold. Only the first and the Predicates were tested
+    # (a mutant that and-ed the expressions from the third on, dropping the second,
+    # survived).
+    parts = [pc.field("lang") != "fr", "score > 0.25", pc.field("label") < 3, "ts >= 5"]
+    want = expected_ids(data, (pc.field("lang") != "fr") & (pc.field("score") > 0.25)
+                        & (pc.field("label") < 3) & (pc.field("ts") >= 5))
+    assert 0 < len(want) < len(expected_ids(data, pc.field("lang") != "fr"))
+    for n in (2, 3, 4):
+        expr = parts[0]
+        for p in parts[1:n]:
+            expr = expr & (pqloader._filter.parse_filter(p) if isinstance(p, str) else p)
+        got, _ = loaded_ids(data, parts[:n])
+        np.testing.assert_array_equal(got, expected_ids(data, expr))
+    got, _ = loaded_ids(data, parts)
+    np.testing.assert_array_equal(got, want)

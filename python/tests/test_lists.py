@@ -306,3 +306,31 @@ def test_a_null_list_is_as_long_as_the_others_where_the_filter_keeps_only_row_gr
     got = {i: r for b in pqloader.Loader(str(tmp_path), fill_null={"l": 7}, batch_size=2, filter=flt)
            for i, r in zip(b["i"].tolist(), b["l"].tolist())}
     assert got == {2: [7, 7], 3: [7, 7]}
+
+
+# -- mutation gaps (tools/mutants by hand: _lists.py) ---------------------------------------
+@pytest.mark.parametrize("kwargs", [{"length": 0}, {"max_length": 0}, {"length": -1}, {"max_length": True},
+                                    {"length": 2.0}])
+def test_pad_refuses_a_length_below_1_or_not_an_int(kwargs):
+    with pytest.raises(ValueError, match=f"Pad\\({next(iter(kwargs))}=...\\) must be a positive int"):
+        pqloader.Pad(**kwargs)
+    assert pqloader.Pad(length=1).length == 1 and pqloader.Pad(max_length=1).max_length == 1
+
+
+@pytest.mark.parametrize("choice", [5, None, "padded", pqloader.Pack])
+def test_lists_refuses_a_choice_that_is_not_ragged_or_pad(tmp_path, choice):
+    pq.write_table(pa.table({"x": pa.array([[1, 2], [3]])}), tmp_path / "p.parquet")
+    with pytest.raises((TypeError, ValueError), match=r"lists\['x'\]"):
+        pqloader.Loader(str(tmp_path), batch_size=2, lists={"x": choice})
+
+
+@pytest.mark.parametrize("name", ["eos", "pad"])
+def test_pack_refuses_eos_or_pad_not_an_int64(name):
+    for bad in (1.5, True, "1"):
+        with pytest.raises(TypeError, match=f"Pack\\({name}=...\\) must be an int"):
+            pqloader.Pack("tokens", seq_len=8, **{name: bad})
+    for bad in (2**63, -2**63 - 1):
+        with pytest.raises(ValueError, match="does not fit int64"):
+            pqloader.Pack("tokens", seq_len=8, **{name: bad})
+    for ok in (2**63 - 1, -2**63, 0):
+        assert getattr(pqloader.Pack("tokens", seq_len=8, **{name: ok}), name) == ok

@@ -1046,6 +1046,10 @@ def test_a_mixture_state_loads_on_every_rank_and_the_ranks_states_merge(sources)
         pqloader.merge_states([m.state_dict() for m in ms])
     with pytest.raises(pqloader.InvalidDataError, match="rank 0..1"):
         pqloader.merge_states([states[0], states[0]])
+    # Ranks' states of two state versions (both loadable) are not merged into one (a
+    # mutant that let two versions through survived).
+    with pytest.raises(pqloader.InvalidDataError, match="other state versions"):
+        pqloader.merge_states([states[0], {**states[1], "version": 1}])
     with pytest.raises(pqloader.InvalidDataError, match="source 'web' world_size: state has 2, mixture has 3"):
         make(0, world=3).load_state_dict(states[0])
 
@@ -1335,6 +1339,11 @@ def test_a_mixtures_state_and_a_loaders_are_told_apart_when_loaded_crosswise(sou
         ls["web"].load_state_dict(m.state_dict())
     with pytest.raises(pqloader.InvalidDataError, match="this is a Loader's"):
         m.load_state_dict(ls["web"].state_dict())
+    # Only a Loader's is called one: a mixture state of another version, or a mapping
+    # of neither, is "not a pqloader.mix state" (an `or` mutant said "Loader's" of all).
+    for other in ({**m.state_dict(), "version": 999}, {"kind": "x", "options": {}}, {}):
+        with pytest.raises(pqloader.InvalidDataError, match=r"^not a pqloader.mix state \(version"):
+            m.load_state_dict(other)
 
 
 @pytest.mark.parametrize("field,value", [("epoch", 2**32), ("epoch", 2**64), ("epoch", True),
@@ -1493,3 +1502,77 @@ def test_sources_whose_times_load_in_different_units_are_refused(tmp_path):
     m = pqloader.mix({"a": us, "b": pqloader.Loader(str(tmp_path), batch_size=1, coerce_int96_timestamp_unit="us")},
                      weights=[1, 1], seed=0, batch_size=2)
     assert {int(x) for b in m for x in b["ts"]} == {v.value for v in ts}
+
+
+# -- mutation gaps (tools/mutants by hand: _mix.py) -----------------------------------------
+def test_batch_size_and_seed_default_to_the_first_sources(sources):
+    # Without batch_size= or seed=, the mixture takes the first source's (a mutant taking
+    # loaders[1]'s options survived); a lone source is a mixture too.
+    root, _ = sources
+    make = lambda: [pqloader.Loader(str(root / "web"), batch_size=32, seed=7),
+                    pqloader.Loader(str(root / "code"), batch_size=48, seed=9)]
+    got = run(pqloader.mix(make(), [1, 1], num_epochs=1))
+    want = run(pqloader.mix(make(), [1, 1], seed=7, batch_size=32, num_epochs=1))
+    assert len(got) == len(want) > 1 and len(got[0]["id"]) == 32
+    assert all(np.array_equal(a["id"], b["id"]) for a, b in zip(got, want))
+    solo = pqloader.mix([pqloader.Loader(str(root / "books"), batch_size=50, seed=3)], [1.0], num_epochs=1)
+    batches = run(solo)
+    assert [len(b["id"]) for b in batches] == [50] * 12
+    assert sorted(np.concatenate([b["id"] for b in batches]).tolist()) == list(range(2_000_000, 2_000_600))
+
+
+def test_a_batch_size_below_1_is_refused(sources):
+    root, _ = sources
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="batch_size"):
+            pqloader.mix(loaders(root), [1, 1, 1], batch_size=bad)
+
+
+def test_endless_empty_epochs_raise_at_the_limit_naming_the_count(tmp_path):
+    # The check against endless empty epochs raises at the 1000th in a row, counting
+    # the ones before it (off-by-one mutants of its counter and its message survived).
+    for name, n in (("web", 100), ("none", 1)):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": np.arange(n)}), tmp_path / name / "p.parquet")
+    m = pqloader.mix([pqloader.Loader(str(tmp_path / "web"), batch_size=8, seed=1),
+                      pqloader.Loader(str(tmp_path / "none"), batch_size=8, seed=1, filter="id < 0")],
+                     [0.5, 0.5], seed=0, stop="first", num_epochs=None)
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"mixture epoch 999 has no batch, nor had the 999 epochs before it"):
+        next(iter(m))
+
+
+def test_a_failed_iteration_keeps_the_loaded_end_in_the_state(sources):
+    # An iteration refused before its first batch (here: past the last epoch) keeps the
+    # end a loaded state gave for the next try, and state_dict() still holds it (a
+    # mutant that dropped it survived).
+    root, _ = sources
+    make = lambda: pqloader.mix(loaders(root, names=("code", "books")), [1, 1], seed=3,
+                                batch_size=200, num_epochs=1)
+    m = make()
+    m.set_epoch(2**32 - 1)
+    it = iter(m)
+    for _ in range(m.num_batches(2**32 - 1)):
+        next(it)
+    state = m.state_dict()
+    assert state["end"] == 2**32 and state["epoch"] == 2**32 - 1, state
+    other = make()
+    other.load_state_dict(state)
+    with pytest.raises(pqloader.InvalidDataError, match="the last one"):
+        next(iter(other))
+    assert other.state_dict() == state
+
+
+def test_the_draw_limit_warning_points_at_the_callers_line(tmp_path):
+    # The warning names the user's line that asked for the epoch's length, not
+    # pqloader's own: a fixed stacklevel=3 named _mix.py's __len__ for len(mixture) and
+    # its __iter__ for a for loop (and a mutant of it survived).
+    for name, rows in (("a", range(100)), ("b", range(1000, 1050))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+    make = lambda: pqloader.mix({n: pqloader.Loader(str(tmp_path / n), batch_size=10) for n in "ab"},
+                                [1.0, 1e-9], seed=0, stop="last")
+    for ask in (lambda m: m.num_batches(0), lambda m: m.epoch_samples(0), len, lambda m: next(iter(m))):
+        with pytest.warns(RuntimeWarning, match="did not end within") as record:
+            ask(make())
+        assert {w.filename for w in record if "did not end" in str(w.message)} == {__file__}

@@ -815,3 +815,17 @@ def test_pqloader_torch_without_torch_says_how_to_install_it():
     assert "pqloader.torch needs PyTorch" in out.stdout and "pqloader[torch]" in out.stdout, out.stdout + out.stderr
     assert subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None; import pqloader; "
                            "pqloader.Loader"], timeout=120, env=subprocess_env()).returncode == 0
+
+
+@pytest.mark.parametrize("epoch,exc", [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_dataset_set_epoch_refuses_a_bad_epoch_in_the_main_process(ds, epoch, exc):
+    # As Loader.set_epoch: refused where it is called, not in the workers (a mutant
+    # accepting -1 survived); the epoch set before stays.
+    dataset = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
+    dataset.set_epoch(1)
+    with pytest.raises(exc, match="epoch"):
+        dataset.set_epoch(epoch)
+    want = pqloader.Loader(ds, **kw(num_epochs=1))
+    want.set_epoch(1)
+    assert_batch_streams_equal([{k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in b.items()}
+                                for b in pqloader.torch.DataLoader(dataset, num_workers=0)], list(want))

@@ -48,7 +48,7 @@ def _warn_once(function: str, name: str, advice: str) -> None:
         return
     _warned.add(name)
     warnings.warn(f"pqloader.petastorm.{function}({name}=...) has no pqloader equivalent and is "
-                  f"ignored: {advice}", UserWarning, stacklevel=4)
+                  f"ignored: {advice}", UserWarning, stacklevel=_errors.user_stacklevel())
 
 
 # Petastorm parameters without an equivalent: (is it set to something else than the
