@@ -35,7 +35,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "python" / "pqloader"
-MODULES = ("_options.py", "_state.py", "_iteration.py", "_env.py")
+MODULES = ("_options.py", "_state.py", "_iteration.py", "_env.py", "_mix.py", "_filter.py", "_lists.py",
+           "_cli_args.py")
 # Tests run per mutated module: fast files that exercise it (each run stops at the
 # first failure; at most about 12 s when none fails). Slow tests are left out:
 # test_distributed.py (gloo ranks, 14 s), test_elastic's distributed checkpoint (19 s),
@@ -52,6 +53,10 @@ TESTS = {
                       "python/tests/test_determinism.py", "python/tests/test_values.py",
                       "python/tests/test_cache_plan.py", *_ELASTIC],
     "_env.py": ["python/tests/test_arguments.py", "python/tests/test_determinism.py"],
+    "_mix.py": ["python/tests/test_mix.py", "python/tests/test_stats_epochs.py"],
+    "_filter.py": ["python/tests/test_filter.py", "python/tests/test_colnames.py"],
+    "_lists.py": ["python/tests/test_lists.py", "python/tests/test_pack.py"],
+    "_cli_args.py": ["python/tests/test_cli.py", "python/tests/test_colnames.py"],
 }
 
 _NEGATE = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
