@@ -65,6 +65,11 @@ class Cursor:
         self.elastic_epoch = -1
         self.running = 0  # iterations between their first and last engine call
         self.before = (0, 0)  # the position before the last advance (see take_back)
+        # [batches, rows] the engine counted as handed out that no consumer got (read
+        # ahead, then dropped: see hand_out); stats() subtracts them. A new list in a
+        # forked child, whose engine counts from 0 (an iterator of the parent adds to the
+        # old one).
+        self.dropped = [0, 0]
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
         # Reentrant: an abandoned iterator's finally takes it, also when the collector
@@ -91,6 +96,7 @@ class Cursor:
         the parent may have held it at the fork, and would never release it here)."""
         self.lock = threading.RLock()
         self.generation += 1
+        self.dropped = [0, 0]  # (the child's engine is a new one: its counts start at 0)
 
     def advance(self, generation: int, epoch: int, batch: int) -> None:
         """Move to (epoch, batch) for the iterator of `generation`, if it is current.

@@ -140,7 +140,7 @@ class Loader:
             _column_infos(self._engine.column_info(stacked=False))
         made = _lists.made_columns(options.lists, options.pack, options.transforms)
         check_fill_types(options.fill_null, {k: v for k, v in unstacked.items() if k not in made})
-        check_decoded_fills(options.fill_null, options.null_mask, options.transforms, unstacked)
+        check_decoded_fills(options.fill_null, options.transforms, unstacked)
         check_stack_units(options.stack, options.decimals, unstacked)
         _lists.check_values_fit(options.lists, options.pack, options.transforms, self._columns)
         self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
@@ -148,8 +148,6 @@ class Loader:
         self._options = options
         self._plan = self._engine.plan_info()
         self._clock = _iteration.ConsumerClock()
-        # [batches, rows] the engine counted that no consumer got (see _iteration.hand_out)
-        self._dropped_batches = [0, 0]
 
     # -- properties ------------------------------------------------------------------
     @property
@@ -270,7 +268,7 @@ class Loader:
         if self._output is not None:
             items = self._output.wrap(items)
         return _iteration.hand_out(self._cursor, generation, items, end, self._clock, taken,
-                                   self._dropped_batches)
+                                   self._cursor.dropped)
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the first batch of `epoch`.
@@ -369,8 +367,9 @@ class Loader:
         s = self._clock.stats(self._engine.stats())
         # Handed out: not those a batch_transform's thread or the output read ahead and an
         # iteration left early dropped (the engine counted them, and again when re-read).
-        s["batches"] -= self._dropped_batches[0]
-        s["rows"] -= self._dropped_batches[1]
+        # (the cursor's: a forked child's engine counts from 0, and so do they)
+        s["batches"] -= self._cursor.dropped[0]
+        s["rows"] -= self._cursor.dropped[1]
         if self._options.filter is not None:
             s.update({f"filter_{k}": v for k, v in self._plan["filter"].items()})
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],

@@ -844,7 +844,7 @@ _DECODE_INPUTS = {
 }
 
 
-def check_decoded_fills(fill_null: Any, null_mask: Any, transforms: Any,
+def check_decoded_fills(fill_null: Any, transforms: Any,
                         columns: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse a null row's replacement that a column's decode op cannot decode.
 
@@ -857,15 +857,14 @@ def check_decoded_fills(fill_null: Any, null_mask: Any, transforms: Any,
 
     Args:
         fill_null: The checked ``LoaderOptions.fill_null``.
-        null_mask: The checked ``LoaderOptions.null_mask`` (True, a tuple of names, None).
         transforms: The checked ``LoaderOptions.transforms``.
         columns: ``Loader.column_info`` (``_valid`` masks included).
 
     Raises:
         ValueError: Naming the column, its op and the remedies: a fill of what the op
-            decodes, or a filter dropping the null rows. With ``null_mask=True`` and no
-            fill, nothing is refused here (it masks every nullable column, most of which
-            hold no null): a null row of such a column fails when read.
+            decodes, or a filter dropping the null rows. Without a fill nothing is refused
+            here (a masked column may hold no null): a null row fails when read, with an
+            error saying the row is null (never skipped as a corrupt one).
     """
     if not isinstance(transforms, Mapping):
         return
@@ -889,15 +888,6 @@ def check_decoded_fills(fill_null: Any, null_mask: Any, transforms: Any,
                                  f"decode (or be skipped as a corrupt row with on_decode_error="
                                  f"'skip'); {remedy}")
             continue
-        masked = columns.get(f"{name}_valid", {}).get("mask")
-        named = isinstance(null_mask, tuple) and any(
-            name == n or name.startswith(n + ".") for n in null_mask)
-        if masked and named:
-            raise ValueError(f"null_mask names column {name!r}, which {ops[0]!r} decodes: a null "
-                             f"row has no bytes to decode (it would be b''), so it would fail "
-                             f"as a corrupt value (or, with on_decode_error='skip', be dropped "
-                             f"as one) instead of being masked; {remedy} and leave {name!r} "
-                             f"out of null_mask")
 
 
 def _fixed_width(info: Mapping[str, Any]) -> int | None:

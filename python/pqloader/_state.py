@@ -126,7 +126,25 @@ def _schema_text(schema: Any) -> str:
             from pqloader._options import _schema_ipc
             return "ipc-sha256:" + hashlib.sha256(_schema_ipc(schema)).hexdigest()
         schema = pa.Schema._import_from_c_capsule(schema.__arrow_c_schema__())
+    # A loader's arrow_schema marks its dotted columns with pqloader.leaf_path: the
+    # schema it declares names what pa.schema([("s.x", ...)]) names (where the two would
+    # read different columns, the unmarked one is refused as ambiguous), and states
+    # taken with either (or before the mark existed) load into the other.
+    if any(f.metadata and _LEAF_PATH in f.metadata for f in schema):
+        import pyarrow as pa
+
+        schema = pa.schema([_without_leaf_path(f) for f in schema])
     return schema.to_string(show_schema_metadata=False)
+
+
+_LEAF_PATH = b"pqloader.leaf_path"  # (the engine's kLeafPathKey, columns.h)
+
+
+def _without_leaf_path(field: Any) -> Any:
+    if not field.metadata or _LEAF_PATH not in field.metadata:
+        return field
+    rest = {k: v for k, v in field.metadata.items() if k != _LEAF_PATH}
+    return field.with_metadata(rest) if rest else field.remove_metadata()
 
 
 def _fill_null_text(fill_null: Any) -> str:

@@ -161,3 +161,19 @@ def test_a_loaders_arrow_schema_reads_the_struct_leaf_it_lists(tmp_path):
                        match=r"column 'a\.b' is ambiguous: it names the column 'a\.b' \(in '.*f\.parquet'\) "
                              r"and field 'b' of struct 'a' \(in '.*f\.parquet'\)"):
         pqloader.Loader(str(tmp_path), schema=pa.schema([pa.field("a.b", pa.int64())]), batch_size=2)
+
+
+def test_a_schema_from_arrow_schema_has_the_state_options_of_the_plain_one(tmp_path):
+    # The leaf-path mark of a loader's arrow_schema entered the state's options text: a
+    # state taken with schema=loader.arrow_schema did not load into a loader declaring
+    # the same fields plainly (nor one taken before the mark existed).
+    pq.write_table(pa.table({"s": pa.array([{"x": 1, "y": 2}, {"x": 3, "y": 4}])}),
+                   tmp_path / "f.parquet")
+    marked = pqloader.Loader(str(tmp_path), batch_size=1).arrow_schema
+    plain = pa.schema([("s.x", pa.int64()), ("s.y", pa.int64())])
+    for a, b in ((marked, plain), (pa.schema(marked), plain), (plain, pa.schema(marked))):
+        first = pqloader.Loader(str(tmp_path), batch_size=1, schema=a)
+        next(iter(first))
+        second = pqloader.Loader(str(tmp_path), batch_size=1, schema=b)
+        second.load_state_dict(first.state_dict())
+        assert [x["s.x"].tolist() for x in second] == [[3]]

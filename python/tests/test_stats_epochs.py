@@ -75,3 +75,34 @@ def test_torch_dataset_set_epoch_is_checked(data):
     for bad, err in ((2**32, ValueError), (-1, ValueError), (2.5, TypeError)):
         with pytest.raises(err, match="epoch"):
             ds.set_epoch(bad)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_childs_counts_do_not_subtract_the_parents_drops(data):
+    # The child's engine counts from 0: subtracting the parent's dropped read-ahead gave
+    # it negative batches and rows; an iterator of the parent closed in the child too.
+    import os
+    loader = pqloader.Loader(data, batch_size=8, num_epochs=1, batch_transform=lambda b: b,
+                             prefetch_batches=4)
+    it = iter(loader)
+    list(itertools.islice(it, 3))
+    del it
+    kept = iter(loader)
+    next(kept)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            kept.close()
+            s = loader.stats()
+            os.write(w, f"{s['batches']} {s['rows']}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    assert got == "0 0"
+    kept.close()
+    s = loader.stats()
+    assert (s["batches"], s["rows"]) == (4, 32)

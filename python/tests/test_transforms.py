@@ -1233,14 +1233,21 @@ def _nullable_npy_column(tmp_path) -> str:
 
 
 @pytest.mark.parametrize("policy", ["raise", "skip"])
-def test_null_mask_of_a_decoded_column_without_a_fill_is_refused_when_made(tmp_path, policy):
+def test_null_mask_of_a_decoded_column_without_a_fill_names_the_null_row(tmp_path, policy):
     # A masked null row was decoded from b'': "not a .npy array (bad magic)" for a row
     # that is null, or with skip dropped as a corrupt row while '<col>_valid' said all True.
     path = _nullable_npy_column(tmp_path)
-    with pytest.raises(ValueError, match=r"null_mask names column 'b'.*DecodeNdarray.*fill_null="
-                                         r"\{'b'.*is_valid"):
-        pqloader.Loader(path, batch_size=6, null_mask=["b"], on_decode_error=policy,
-                        transforms={"b": [T.DecodeNdarray()]})
+    loader = pqloader.Loader(path, batch_size=6, null_mask=["b"], on_decode_error=policy,
+                             transforms={"b": [T.DecodeNdarray()]})
+    with pytest.raises(pqloader.InvalidDataError, match=r"row 2, column 'b': the row is null"):
+        list(loader)
+    # A column of no null row loads with its mask (all valid)
+    no_nulls = str(tmp_path / "full.parquet")
+    pq.write_table(pa.table({"b": pa.array([_npy_bytes(np.ones(2, np.float32))] * 3, pa.binary())}),
+                   no_nulls)
+    (batch,) = list(pqloader.Loader(no_nulls, batch_size=6, null_mask=["b"], on_decode_error=policy,
+                                    transforms={"b": [T.DecodeNdarray()]}))
+    assert batch["b_valid"].tolist() == [True] * 3 and batch["b"].shape == (3, 2)
 
 
 @pytest.mark.parametrize("op,fill", [(T.DecodeNdarray(), b""), (T.DecodeNdarray(), b"PK\x03\x04"),
@@ -1285,3 +1292,23 @@ def test_a_masked_null_row_that_cannot_decode_is_named_null_and_never_skipped(tm
         (batch,) = list(loader)
         assert batch["b_valid"].tolist() == [True, True, False, True, True, True]
         assert loader.stats()["skipped_rows"] == 0
+
+
+def test_an_npz_whose_comment_holds_the_end_signature_is_one_array():
+    # The end-of-central-directory scan took the signature inside the comment for the
+    # record, and its bytes for a count of 2 arrays.
+    import zipfile
+    b = io.BytesIO()
+    np.savez_compressed(b, arr=np.ones(3))
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(b.getvalue())) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info.filename))
+        # (a record of 2 entries inside the comment, not at its end: not the record)
+        zout.comment = b"PK\x05\x06" + b"\x00" * 6 + b"\x02\x00" + b"\x00" * 10 + b"tail"
+    # (Python's zipfile takes the last signature whatever follows it; the zip format's
+    # record is the one whose comment ends the archive)
+    assert apply([T.DecodeCompressedNdarray()], out.getvalue()).tolist() == [1.0, 1.0, 1.0]
+    with zipfile.ZipFile(out, "a") as z:  # a plain comment
+        z.comment = b"hello"
+    assert apply([T.DecodeCompressedNdarray()], out.getvalue()).tolist() == [1.0, 1.0, 1.0]

@@ -253,7 +253,9 @@ arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) 
   // One array only: numpy writes the count in the end record (a zip64 one says 0xFFFF);
   // the first of several was decoded silently (Petastorm's codec reads the one named arr).
   for (int64_t at = n - 22; at >= 0 && at >= n - 22 - 65535; --at) {
-    if (Le32(p + at) == 0x06054b50) {
+    // The record's comment reaches the end exactly (a signature inside the comment is
+    // not the record: zip readers check this too).
+    if (Le32(p + at) == 0x06054b50 && at + 22 + Le16(p + at + 20) == n) {
       const uint16_t entries = Le16(p + at + 10);
       if (entries != 1 && entries != 0xFFFF) {
         return arrow::Status::Invalid(".npz archive holds ", entries,
