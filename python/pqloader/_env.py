@@ -8,6 +8,7 @@ up in ``sys.modules`` only.
 
 from __future__ import annotations
 
+import errno
 import numbers
 import os
 import re
@@ -72,6 +73,7 @@ def normalize_sources(source: Source) -> list[str]:
                 as_bytes = ""
             raise ValueError(f"source {s!r} is not UTF-8{as_bytes}; "
                              "pqloader opens UTF-8 paths only: rename it") from None
+        s = _local_file_uri(s)
         local = urllib.parse.unquote(s[len(_FILE_SCHEME):]) if s.startswith(_FILE_SCHEME) else s
         if local.rstrip("/").rsplit("/", 1)[-1] in _SUMMARIES:  # file://.../%5Fmetadata too
             # Named itself: read as data it was refused as corrupt (it holds no pages).
@@ -104,12 +106,38 @@ def local_dir(path: str, what: str = "cache_dir") -> str:
     """
     if not isinstance(path, str):  # bytes: as before (the engine refuses them)
         return os.path.abspath(path)
+    path = _local_file_uri(path, what)
     if path.startswith(_FILE_SCHEME):
-        path = path[len(_FILE_SCHEME):]
+        path = urllib.parse.unquote(path[len(_FILE_SCHEME):])
     elif "://" in path:
         raise ValueError(f"{what} must be a local directory, got the URL {path!r} (the cache "
                          "is kept on local disk)")
     return _absolute(os.path.expanduser(path))
+
+
+_FILE_URI = re.compile(r"(?i)file:(//([^/]*))?(?=/|$)")
+
+
+def _local_file_uri(s: str, what: str = "source") -> str:
+    """A ``file:`` URI spelled ``file:///path``, the one spelling the engine (Arrow) opens.
+
+    RFC 8089 also writes a local file ``file://localhost/path`` (Arrow refused the host)
+    and ``file:/path`` (Hadoop's and Spark's spelling: it was read as the relative path
+    ``./file:/path``); the scheme is case-insensitive. Anything else is returned as given.
+
+    Raises:
+        ValueError: `s` names another host (``file://server/path``): a remote file read as
+            the local ``/path`` would be another file.
+    """
+    m = _FILE_URI.match(s)
+    if m is None:
+        return s
+    host = m.group(2)
+    if host is not None and host != "" and host.lower() != "localhost":
+        raise ValueError(f"{what} {s!r} names the host {host!r}: file: URIs name local files "
+                         "only (file:///path or file://localhost/path); mount the share and "
+                         "give its local path")
+    return _FILE_SCHEME + s[m.end():]
 
 
 def _absolute(path: str) -> str:
@@ -132,6 +160,18 @@ def _check_local_kind(path: str) -> None:
     """Refuse an existing local path that is neither a regular file nor a directory."""
     try:
         mode = os.stat(path).st_mode
+    except NotADirectoryError:
+        # 'd/a.parquet/' (or 'd/a.parquet/*'): a file named as a directory. The OS refuses
+        # it (ENOTDIR); the engine dropped the '/' and read the file.
+        file = path
+        for i, c in enumerate(path):
+            if c == os.sep and i and os.path.isfile(path[:i]):
+                file = path[:i]
+                break
+        hint = "drop the trailing '/' to read the file" if path.rstrip(os.sep + ".") == file \
+            else "give the file, or its directory"
+        raise ValueError(f"source {path!r} names the file {file!r} as a directory (the OS "
+                         f"refuses it: not a directory); {hint}") from None
     except (OSError, ValueError):
         return  # missing, or a glob pattern: the engine reports what it finds
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):

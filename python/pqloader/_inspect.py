@@ -193,6 +193,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     with utf8_paths():  # a file name that is not UTF-8: InvalidDataError naming it
         info = _core.inspect(sources, options, _progress,  # _progress: the CLI's _core.Progress
                              coerce_int96_timestamp_unit or "ns")
+    _check_row_counts(info)
     columns = _length_columns(lengths, info["ragged"])
     if columns:
         info["lengths"] = _core.list_lengths(sources, options, columns)
@@ -210,6 +211,21 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     if filter is not None:
         info["filter"] = _filter_stages(sources, options, filter, info, coerce_int96_timestamp_unit)
     return info
+
+
+def _check_row_counts(info: dict[str, Any]) -> None:
+    """Refuse a footer's negative row count; sum the claims exactly.
+
+    The engine summed the files' int64 counts as int64: two footers claiming 2**62 rows
+    each made "-9223372036854775808 rows", a negative claim a negative total. A claim
+    too large to load is shown (inspect describes the footers; a Loader refuses it).
+    """
+    from pqloader._errors import InvalidDataError
+
+    for f in info["files"]:
+        if f["num_rows"] < 0:
+            raise InvalidDataError(f"{f['path']!r} has a corrupt footer: it claims {f['num_rows']} rows")
+    info["num_rows"] = sum(f["num_rows"] for f in info["files"])
 
 
 def _filter_stages(sources: list[str], storage_options: dict[str, str], flt: Any,

@@ -18,6 +18,7 @@
 #include <arrow/c/bridge.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -933,7 +934,8 @@ nb::dict Inspect(const std::vector<std::string>& sources,
     d["compression"] = f.compression;
     d["created_by"] = f.created_by;
     files.append(d);
-    rows += f.num_rows;
+    // (saturated: hostile footers' counts; _inspect.py sums them exactly)
+    if (__builtin_add_overflow(rows, f.num_rows, &rows)) rows = std::numeric_limits<int64_t>::max();
     groups += f.num_row_groups;
   }
   nb::dict schema, loads_as;

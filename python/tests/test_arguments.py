@@ -254,6 +254,35 @@ def test_a_summary_spelled_with_percent_escapes_in_a_file_uri_is_refused_as_a_su
         pqloader.Loader(f"file://{tmp_path}/%5Fcommon%5Fmetadata")
 
 
+def test_a_file_named_as_a_directory_is_refused_as_the_os_refuses_it(tmp_path):
+    # 'a.parquet/' read the file (the engine dropped the '/'), where open(2) says ENOTDIR.
+    f = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), f)
+    for source in (f"{f}/", f"{f}//", f"{f}/.", f"file://{f}/", f"{f}/*"):
+        with pytest.raises(ValueError, match=f"names the file '{f}' as a directory"):
+            pqloader.Loader(source)
+        with pytest.raises(ValueError, match="as a directory"):
+            pqloader.inspect(source)
+    assert [b["x"].tolist() for b in pqloader.Loader(str(f), shuffle=False)] == [[1, 2]]
+
+
+def test_every_rfc8089_spelling_of_a_local_file_uri_reads_the_file(tmp_path):
+    # file://localhost/p was refused ("Unsupported hostname"); file:/p (Hadoop's, Spark's
+    # spelling) was read as the relative path ./file:/p.
+    f = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), f)
+    for source in (f"file://{f}", f"file://localhost{f}", f"FILE://LocalHost{f}", f"file:{f}",
+                   f"file://localhost{tmp_path}/"):
+        assert [b["x"].tolist() for b in pqloader.Loader(source, shuffle=False)] == [[1, 2]], source
+    with pytest.raises(ValueError, match="names the host 'server'.*local files only"):
+        pqloader.Loader(f"file://server{f}")
+    cache = tmp_path / "my cache"
+    loader = pqloader.Loader(str(f), cache_dir=f"file://localhost{tmp_path}/my%20cache")
+    assert loader.options.cache_dir == str(cache)
+    with pytest.raises(ValueError, match="cache_dir .*names the host"):
+        pqloader.Loader(str(f), cache_dir=f"file://server{tmp_path}/c")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/null") or not stat.S_ISCHR(os.stat("/dev/null").st_mode),
                     reason="needs /dev/null as a character device")
 def test_character_device_source_is_refused():

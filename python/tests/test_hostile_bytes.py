@@ -177,6 +177,28 @@ def test_row_count_beyond_any_row_group_is_refused_at_construction(small_file):
     assert pqloader.inspect(str(bad))["num_rows"] == 31_600_000_000  # inspect shows the claim
 
 
+def test_inspect_refuses_a_negative_row_count_and_sums_huge_ones_exactly(small_file, tmp_path):
+    # The engine's int64 sum: two files of 2**62 rows each showed -9223372036854775808
+    # rows, and negative claims a negative total (CLI: "2 file(s), ..., -10 rows").
+    for name, claim in (("big", 2**62), ("huge", 2**63 - 1)):
+        d = tmp_path / name
+        d.mkdir()
+        for i in range(2):
+            patch_counts(small_file, d / f"f{i}.parquet", 600, claim)
+        info = pqloader.inspect(str(d))
+        assert info["num_rows"] == 2 * claim
+        assert [f["num_rows"] for f in info["files"]] == [claim, claim]
+    d = tmp_path / "neg"
+    d.mkdir()
+    data = small_file.read_bytes()
+    (flen,) = struct.unpack("<i", data[-8:-4])
+    start = len(data) - 8 - flen
+    footer = data[start:-8].replace(b"\x16" + varint(600 << 1), b"\x16" + varint(5 * 2 - 1))  # zigzag(-5)
+    (d / "f0.parquet").write_bytes(data[:start] + footer + struct.pack("<i", len(footer)) + b"PAR1")
+    with pytest.raises(pqloader.InvalidDataError, match=r"f0\.parquet' has a corrupt footer: it claims -5 rows"):
+        pqloader.inspect(str(d))
+
+
 RSS_PROBE = """
 import sys, pqloader
 try:

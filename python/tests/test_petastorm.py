@@ -538,6 +538,15 @@ def test_file_urls_and_url_lists_read_the_same_rows():
         assert [int(r.id) for r in reader] == list(range(N_ROWS))
 
 
+def test_every_local_file_url_spelling_reads_the_dataset_and_another_host_is_refused():
+    # file://server/ds was read as the local /ds (the host dropped without a word).
+    for url in ("file://localhost" + CODECS, "file:" + CODECS):
+        with make_reader(url, schema_fields=["id"], **NATURAL) as reader:
+            assert [int(r.id) for r in reader] == list(range(N_ROWS)), url
+    with pytest.raises(ValueError, match="names the host 'server'"):
+        make_reader("file://server" + CODECS, schema_fields=["id"])
+
+
 def test_storage_options_map_from_s3fs_names():
     opts = _dataset.storage_options_from({"key": "AK", "secret": "SK", "client_kwargs": {
         "endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}, None)
@@ -1179,6 +1188,59 @@ def test_a_pytorch_loaders_state_after_break_resumes_as_the_loop_iterated_again(
         resumed = [b["id"].tolist() for b in again]
         reader.stop()
         assert resumed == went_on, f"break after batch {k}"
+
+
+@pytest.mark.parametrize("kind", ["DataLoader", "BatchedDataLoader"])
+def test_a_pytorch_loader_iterated_after_its_with_block_raises_as_petastorm(tmp_path, kind):
+    # Leaving the with-block stops the reader; iterating again read the data once more
+    # (the engine's Loader is usable after close()), where Petastorm's reader raises.
+    from pqloader.petastorm import pytorch as pt
+    pq.write_table(pa.table({"id": np.arange(10, dtype=np.int64)}), tmp_path / "a.parquet")
+    with getattr(pt, kind)(make_batch_reader(str(tmp_path), num_epochs=1), batch_size=4) as dl:
+        assert sum(len(b["id"]) for b in dl) == 10
+    with pytest.raises(RuntimeError, match="has stopped.*context manager has exited"):
+        next(iter(dl))
+    with pytest.raises(RuntimeError, match="Cannot start a new iteration"):
+        next(iter(dl))
+
+
+def test_a_pytorch_loaders_state_is_refused_under_another_predicate(tmp_path):
+    # A predicate was no part of the state: one taken under in_set({..}) loaded silently
+    # under another predicate (or none), its position counting the rows of another stream.
+    import json
+    from pqloader.petastorm import pytorch as pt
+    pq.write_table(pa.table({"id": np.arange(40, dtype=np.int64)}), tmp_path / "a.parquet", row_group_size=10)
+    url = "file://" + str(tmp_path)
+
+    def make(predicate):
+        reader = make_batch_reader(url, num_epochs=1, shuffle_row_groups=False, predicate=predicate)
+        return reader, pt.DataLoader(reader, batch_size=4)
+
+    evens = list(range(0, 40, 2))
+    reader, dl = make(in_set(evens, "id"))
+    it = iter(dl)
+    next(it)
+    state = json.loads(json.dumps(dl.state_dict()))
+    went_on = [b["id"].tolist() for b in it]
+    del it
+    reader.stop()
+    for other in (in_set(range(0, 40, 3), "id"), None, in_lambda(["id"], lambda i: i % 2 == 0),
+                  in_negate(in_set(evens, "id"))):
+        reader, again = make(other)
+        with pytest.raises(ValueError, match="taken with predicate in_set on \\['id'\\].*another stream"):
+            again.load_state_dict(state)
+        reader.stop()
+    reader, again = make(in_set(reversed(evens), "id"))  # the same set
+    again.load_state_dict(state)
+    assert [b["id"].tolist() for b in again] == went_on
+    reader.stop()
+    reader, dl = make(None)
+    plain = dl.state_dict()
+    reader.stop()
+    reader, again = make(in_set(evens, "id"))
+    with pytest.raises(ValueError, match="taken with predicate None, but this reader has in_set"):
+        again.load_state_dict(plain)
+    reader.stop()
 
 
 def test_a_pytorch_loaders_state_with_held_rows_is_refused_by_another_rank(tmp_path):

@@ -79,6 +79,10 @@ def _pyarrow_fs(url: str, storage: Mapping[str, Any]) -> tuple[Any, str, str]:
 
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file"):
+        if parsed.scheme and parsed.netloc.lower() not in ("", "localhost"):
+            # file://server/ds was read as the local /ds: another dataset, or none.
+            raise ValueError(f"dataset_url {url!r} names the host {parsed.netloc!r}: file: URLs "
+                             "name local files only (file:///path or file://localhost/path)")
         path = parsed.path if parsed.scheme else url
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path)), ""
     if parsed.scheme in ("s3", "s3a", "s3n"):

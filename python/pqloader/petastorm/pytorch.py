@@ -225,6 +225,10 @@ class LoaderBase:
             raise RuntimeError(_PARALLEL_ITER_ERROR)
         self._in_iter = True
         try:
+            if self.reader.stopped:
+                # Left `with DataLoader(...)` (the reader stopped): Petastorm's reader raises
+                # here; the Loader, usable after close(), read the data once more.
+                raise RuntimeError(Reader._STOPPED)
             yield from self._iter_impl()
         except Exception as e:
             self._error = e
@@ -246,13 +250,28 @@ class LoaderBase:
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out (the Loader's, and the rows of its
         batches held here), for ``load_state_dict`` on a loader made the same way.
-        Plain data (``torch.save``, JSON)."""
-        return self._batches.state_dict()
+        Plain data (``torch.save``, JSON). It records the reader's predicate (see
+        ``load_state_dict``)."""
+        return dict(self._batches.state_dict(), predicate=self.reader._predicate_description)
 
     def load_state_dict(self, state: Any) -> None:
-        """Continue after the last batch of the run whose ``state_dict()`` gave `state`."""
+        """Continue after the last batch of the run whose ``state_dict()`` gave `state`.
+
+        Raises:
+            ValueError: The state was taken under another predicate (or none, or one where
+                this reader has none): its position counts rows of another stream. A
+                function in a predicate is compared by its name only.
+        """
         if self._in_iter:
             raise RuntimeError("cannot load a state while an iteration of this loader runs")
+        if isinstance(state, collections.abc.Mapping) and state.get("kind") == _STATE_KIND \
+                and "predicate" in state:  # states taken before it was recorded have none
+            mine = self.reader._predicate_description
+            if state["predicate"] != mine:
+                raise ValueError(
+                    f"this state was taken with predicate {state['predicate'] or 'None'}, but this "
+                    f"reader has {mine or 'no predicate'}: its position counts the rows of another "
+                    f"stream (rows would be lost or repeated); make the reader with the same predicate")
         self._batches.load_state_dict(state)
 
     def __enter__(self) -> LoaderBase:

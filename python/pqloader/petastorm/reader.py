@@ -238,6 +238,7 @@ class Reader:
         self.num_epochs = num_epochs
         self._storage_schema = storage_schema
         self._predicate = predicate
+        self._predicate_description = describe_predicate(predicate)
         self._transform_spec = transform_spec
         self.schema = transform_schema(storage_schema, transform_spec) if transform_spec else storage_schema
         self.ngram = None
@@ -837,6 +838,55 @@ class _BothPredicates:
     def mask(self, columns: Mapping[str, Any]) -> np.ndarray:
         n = len(next(iter(columns.values())))
         return batch_mask(self._a, columns, n) & batch_mask(self._b, columns, n)
+
+
+def describe_predicate(predicate: Any) -> str | None:
+    """A stable description of `predicate` for a loader's state (None: no predicate).
+
+    The predicate's class, fields and plain-data arguments (values, fractions, filters,
+    nested predicates), digested; a function is described by its module and qualified
+    name only (two lambdas read the same: code cannot be compared). Equal for equal
+    predicates from run to run (sets are sorted, not in hash order).
+    """
+    if predicate is None:
+        return None
+    import hashlib
+
+    def canon(value: Any, depth: int = 0) -> str:
+        if depth > 20:
+            return "..."
+        if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+            return repr(value)
+        if isinstance(value, np.generic):
+            return repr(value.item())
+        if isinstance(value, np.ndarray):
+            return f"ndarray({value.dtype.str}, {value.shape}, {canon(value.tolist(), depth + 1)})"
+        if isinstance(value, (set, frozenset)):
+            return "{" + ", ".join(sorted(canon(v, depth + 1) for v in value)) + "}"
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(canon(v, depth + 1) for v in value) + "]"
+        if isinstance(value, Mapping):
+            return "{" + ", ".join(sorted(f"{canon(k, depth + 1)}: {canon(v, depth + 1)}"
+                                          for k, v in value.items())) + "}"
+        if isinstance(value, type) or (callable(value) and not hasattr(value, "get_fields")
+                                       and hasattr(value, "__qualname__")):
+            return f"callable {getattr(value, '__module__', '?')}.{value.__qualname__}"
+        kind = type(value)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        attrs = getattr(value, "__dict__", None)
+        if attrs is None:
+            return name
+        return name + "(" + ", ".join(f"{k}={canon(v, depth + 1)}" for k, v in sorted(attrs.items())
+                                      if k != "not_dates") + ")"
+
+    text = canon(predicate)
+    try:
+        fields = sorted(predicate.get_fields())
+    except Exception:  # noqa: BLE001 - the Reader refuses a predicate without fields
+        fields = []
+    kind = type(predicate._predicate if isinstance(predicate, _DataFramePredicate) else predicate)
+    digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+    return f"{kind.__qualname__} on {fields} ({digest})"
 
 
 def _combine(predicate: Any, filters: Any) -> Any:
