@@ -324,8 +324,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._pending = None  # loaded into the main loader already
             return
         if persistent_again and self._position is not None:
-            # Persistent workers continue with the next epoch on their own.
-            self._position = _Position(self._position.epoch + self._epochs_per_iteration(), workers)
+            # Persistent workers continue with the next epoch on their own. After the last
+            # epoch (2**32 - 1) none follows: said here, as below (the workers' loaders
+            # refused it late, at the first batch, as a worker's traceback).
+            epoch = self._position.epoch + self._epochs_per_iteration()
+            iteration_epochs(epoch, epoch + self._epochs_per_iteration())
+            self._position = _Position(epoch, workers)
             return
         if not set_since and self._pending is None and self._position is not None \
                 and self._ran_whole(self._position):

@@ -817,6 +817,23 @@ def test_pqloader_torch_without_torch_says_how_to_install_it():
                            "pqloader.Loader"], timeout=120, env=subprocess_env()).returncode == 0
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataloader_refuses_the_epoch_after_the_last_in_the_main_process(ds, persistent):
+    # Persistent workers going on past epoch 2**32 - 1 skipped the check made for workers
+    # made anew: the refusal came late, from worker 0, as its traceback at the first batch.
+    dataset = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
+    dataset.set_epoch(2**32 - 1)
+    dl = pqloader.torch.DataLoader(dataset, num_workers=2, persistent_workers=persistent)
+    assert sum(1 for _ in dl) == len(dl)
+    with pytest.raises(pqloader.InvalidDataError, match="end of epoch 4294967295 .*the last one") as e:
+        iter(dl)
+    assert "worker process" not in str(e.value)
+    dataset.set_epoch(0)  # then epoch 0, as fresh workers give it
+    fresh = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
+    want = [as_numpy(b) for b in pqloader.torch.DataLoader(fresh, num_workers=2)]
+    assert_batch_streams_equal([as_numpy(b) for b in dl], want)
+
+
 @pytest.mark.parametrize("epoch,exc", [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), (True, TypeError)])
 def test_dataset_set_epoch_refuses_a_bad_epoch_in_the_main_process(ds, epoch, exc):
     # As Loader.set_epoch: refused where it is called, not in the workers (a mutant

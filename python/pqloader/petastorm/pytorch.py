@@ -250,17 +250,19 @@ class LoaderBase:
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out (the Loader's, and the rows of its
         batches held here), for ``load_state_dict`` on a loader made the same way.
-        Plain data (``torch.save``, JSON). It records the reader's predicate (see
-        ``load_state_dict``)."""
-        return dict(self._batches.state_dict(), predicate=self.reader._predicate_description)
+        Plain data (``torch.save``, JSON). It records the reader's predicate and
+        TransformSpec (see ``load_state_dict``)."""
+        return dict(self._batches.state_dict(), predicate=self.reader._predicate_description,
+                    transform_spec=self.reader._transform_description)
 
     def load_state_dict(self, state: Any) -> None:
         """Continue after the last batch of the run whose ``state_dict()`` gave `state`.
 
         Raises:
-            ValueError: The state was taken under another predicate (or none, or one where
-                this reader has none): its position counts rows of another stream. A
-                function in a predicate is compared by its name only.
+            ValueError: The state was taken under another predicate or TransformSpec (or
+                none, or one where this reader has none): its position counts rows of
+                another stream, or its batches hold other columns. A function in a
+                predicate or TransformSpec is compared by its name only.
         """
         if self._in_iter:
             raise RuntimeError("cannot load a state while an iteration of this loader runs")
@@ -272,6 +274,15 @@ class LoaderBase:
                     f"this state was taken with predicate {state['predicate'] or 'None'}, but this "
                     f"reader has {mine or 'no predicate'}: its position counts the rows of another "
                     f"stream (rows would be lost or repeated); make the reader with the same predicate")
+        if isinstance(state, collections.abc.Mapping) and state.get("kind") == _STATE_KIND \
+                and "transform_spec" in state:  # states taken before it was recorded have none
+            mine = self.reader._transform_description
+            if state["transform_spec"] != mine:
+                raise ValueError(
+                    f"this state was taken with transform_spec {state['transform_spec'] or 'None'}, but "
+                    f"this reader has {mine or 'no transform_spec'}: its position counts the rows of "
+                    f"another stream (a function may drop rows) and its batches other columns; make "
+                    f"the reader with the same TransformSpec")
         self._batches.load_state_dict(state)
 
     def __enter__(self) -> LoaderBase:

@@ -17,6 +17,7 @@ pandas DataFrame for ``make_batch_reader``), removed and selected fields apply.
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import os
 import warnings
@@ -240,6 +241,7 @@ class Reader:
         self._predicate = predicate
         self._predicate_description = describe_predicate(predicate)
         self._transform_spec = transform_spec
+        self._transform_description = describe_transform_spec(transform_spec)
         self.schema = transform_schema(storage_schema, transform_spec) if transform_spec else storage_schema
         self.ngram = None
         names = list(storage_schema.fields)
@@ -282,9 +284,15 @@ class Reader:
             predicate._b if isinstance(predicate, _BothPredicates) else None
         if filters is not None and ds.files:
             # (a date compared with a time32 or int32 column was taken as days, silently)
+            # Every file's footer: a column the first file lacks (or stores otherwise) may
+            # be an int32 in a later one.
             import pyarrow as pa
-            stored = ds.footer(0).schema.to_arrow_schema()
-            filters.not_dates = frozenset(f.name for f in stored if not pa.types.is_date(f.type))
+            wanted = filters.get_fields()
+            not_dates: set[str] = set()
+            for i in range(len(ds.files)):
+                stored = ds.footer(i).schema.to_arrow_schema()
+                not_dates.update(f.name for f in stored if f.name in wanted and not pa.types.is_date(f.type))
+            filters.not_dates = frozenset(not_dates)
         # And decimals as it does (``decimals="int64"``: unscaled integers, not float64).
         self._decimals = loader_kwargs.get("decimals") or "float64"
         self._row_groups = self._select_row_groups(rowgroup_selector)
@@ -840,6 +848,50 @@ class _BothPredicates:
         return batch_mask(self._a, columns, n) & batch_mask(self._b, columns, n)
 
 
+def _canon(value: Any, depth: int = 0, partials: bool = False) -> str:
+    """`value` as stable text: plain data as itself (sets sorted, not in hash order), a
+    function or class by its module and qualified name, another object by its class and
+    attributes (a Reader's not_dates aside: set from the files, not given). `partials`:
+    a functools.partial by its function and arguments, a NumPy dtype by its code (a
+    predicate's description, which states record, keeps its text of earlier versions)."""
+    if depth > 20:
+        return "..."
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return repr(value)
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    if partials and isinstance(value, np.dtype):
+        return f"dtype({value.str})"
+    if isinstance(value, np.ndarray):
+        return f"ndarray({value.dtype.str}, {value.shape}, {_canon(value.tolist(), depth + 1, partials)})"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ", ".join(sorted(_canon(v, depth + 1, partials) for v in value)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_canon(v, depth + 1, partials) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(sorted(f"{_canon(k, depth + 1, partials)}: {_canon(v, depth + 1, partials)}"
+                                      for k, v in value.items())) + "}"
+    if partials and isinstance(value, functools.partial):
+        return (f"partial({_canon(value.func, depth + 1, partials)}, {_canon(value.args, depth + 1, partials)}, "
+                f"{_canon(value.keywords, depth + 1, partials)})")
+    if isinstance(value, type) or (callable(value) and not hasattr(value, "get_fields")
+                                   and hasattr(value, "__qualname__")):
+        return f"callable {getattr(value, '__module__', '?')}.{value.__qualname__}"
+    kind = type(value)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    attrs = getattr(value, "__dict__", None)
+    if attrs is None:
+        return name
+    return name + "(" + ", ".join(f"{k}={_canon(v, depth + 1, partials)}" for k, v in sorted(attrs.items())
+                                  if k != "not_dates") + ")"
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+
+
 def describe_predicate(predicate: Any) -> str | None:
     """A stable description of `predicate` for a loader's state (None: no predicate).
 
@@ -850,43 +902,40 @@ def describe_predicate(predicate: Any) -> str | None:
     """
     if predicate is None:
         return None
-    import hashlib
-
-    def canon(value: Any, depth: int = 0) -> str:
-        if depth > 20:
-            return "..."
-        if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-            return repr(value)
-        if isinstance(value, np.generic):
-            return repr(value.item())
-        if isinstance(value, np.ndarray):
-            return f"ndarray({value.dtype.str}, {value.shape}, {canon(value.tolist(), depth + 1)})"
-        if isinstance(value, (set, frozenset)):
-            return "{" + ", ".join(sorted(canon(v, depth + 1) for v in value)) + "}"
-        if isinstance(value, (list, tuple)):
-            return "[" + ", ".join(canon(v, depth + 1) for v in value) + "]"
-        if isinstance(value, Mapping):
-            return "{" + ", ".join(sorted(f"{canon(k, depth + 1)}: {canon(v, depth + 1)}"
-                                          for k, v in value.items())) + "}"
-        if isinstance(value, type) or (callable(value) and not hasattr(value, "get_fields")
-                                       and hasattr(value, "__qualname__")):
-            return f"callable {getattr(value, '__module__', '?')}.{value.__qualname__}"
-        kind = type(value)
-        name = f"{kind.__module__}.{kind.__qualname__}"
-        attrs = getattr(value, "__dict__", None)
-        if attrs is None:
-            return name
-        return name + "(" + ", ".join(f"{k}={canon(v, depth + 1)}" for k, v in sorted(attrs.items())
-                                      if k != "not_dates") + ")"
-
-    text = canon(predicate)
+    text = _canon(predicate)
     try:
         fields = sorted(predicate.get_fields())
     except Exception:  # noqa: BLE001 - the Reader refuses a predicate without fields
         fields = []
     kind = type(predicate._predicate if isinstance(predicate, _DataFramePredicate) else predicate)
-    digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
-    return f"{kind.__qualname__} on {fields} ({digest})"
+    return f"{kind.__qualname__} on {fields} ({_digest(text)})"
+
+
+def describe_transform_spec(spec: TransformSpec | None) -> str | None:
+    """A stable description of a TransformSpec for a loader's state (None: none, or one
+    that changes nothing).
+
+    Its function by module and qualified name (code cannot be compared: two lambdas read
+    the same), and its edit_fields (names, types, shapes, nullability), removed_fields and
+    selected_fields, digested: a state counts rows and columns of the transformed stream
+    (a batch function may drop rows), which another spec does not give.
+    """
+    if spec is None:
+        return None
+    func = spec.func
+    edits = [list(e) if not hasattr(e, "nullable") else [e[0], e[1], e[2], e.nullable] for e in spec.edit_fields]
+    if func is None and not edits and not spec.removed_fields and spec.selected_fields is None:
+        return None  # TransformSpec(): the stream of no spec
+    text = _canon([func, edits, list(spec.removed_fields), spec.selected_fields], partials=True)
+    name = "None" if func is None else _canon(func, partials=True).removeprefix("callable ")
+    parts = [f"func={name}"]
+    if edits:
+        parts.append(f"edit_fields={[e[0] for e in edits]}")
+    if spec.removed_fields:
+        parts.append(f"removed_fields={list(spec.removed_fields)}")
+    if spec.selected_fields is not None:
+        parts.append(f"selected_fields={list(spec.selected_fields)}")
+    return f"TransformSpec({', '.join(parts)}) ({_digest(text)})"
 
 
 def _combine(predicate: Any, filters: Any) -> Any:
