@@ -77,7 +77,8 @@ def _inspect(args: argparse.Namespace) -> int:
     print("\ncolumns:")
     width = max((len(_shown(c)) for c in info["schema"]), default=4)
     for name, arrow_type in info["schema"].items():
-        print(f"  {_shown(name):<{width}}  {arrow_type:<32}  -> {info['loads_as'][name]}")
+        # The type names a map's field or a struct's; loads_as may quote the column
+        print(f"  {_shown(name):<{width}}  {_shown(arrow_type):<32}  -> {_shown(info['loads_as'][name])}")
     if "lengths" in info and not info["lengths"]:
         print("\nrow lengths: no ragged list column among the selected ones (fixed-size lists have one length)")
     elif "lengths" in info:
@@ -101,7 +102,7 @@ def _inspect(args: argparse.Namespace) -> int:
     if info.get("skipped"):
         print("\nskipped (not Parquet):")
         for f in info["skipped"]:
-            print(f"  {_shown(f['path'])}  ({f['reason']})")
+            print(f"  {_shown(f['path'])}  ({_shown(f['reason'])})")
     return 0
 
 

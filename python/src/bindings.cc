@@ -931,8 +931,10 @@ nb::dict Inspect(const std::vector<std::string>& sources,
     d["num_rows"] = f.num_rows;
     d["num_row_groups"] = f.num_row_groups;
     d["size_bytes"] = f.size;
-    d["compression"] = f.compression;
-    d["created_by"] = f.created_by;
+    d["compression"] = Text(f.compression);
+    // The writer's text, whatever its bytes: a created_by that is not UTF-8 failed the
+    // conversion, reported as "'.' holds a file ... whose name is not UTF-8"
+    d["created_by"] = Text(f.created_by);
     files.append(d);
     // (saturated: hostile footers' counts; _inspect.py sums them exactly)
     if (__builtin_add_overflow(rows, f.num_rows, &rows)) rows = std::numeric_limits<int64_t>::max();
@@ -949,7 +951,7 @@ nb::dict Inspect(const std::vector<std::string>& sources,
   for (const auto& f : summary.skipped) {
     nb::dict d;
     d["path"] = f.path;
-    d["reason"] = f.reason;
+    d["reason"] = Text(f.reason);
     skipped.append(d);
   }
   out["files"] = files;

@@ -510,3 +510,18 @@ def test_a_file_url_as_cache_dir_is_its_path(cli_ds, tmp_path):
     assert (tmp_path / "c" / "PQLOADER_CACHE").exists() and not (tmp_path / "file:").exists()
     r = cli("cache", "stats", f"file://{tmp_path / 'c'}", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def test_inspect_escapes_names_inside_types_and_loads_as(tmp_path):
+    # A map's type names its column ("map<string, int32 ('m\x1b[5m')>") and an unsupported
+    # column's loads_as quotes it: both reached the terminal unescaped.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = tmp_path / "d"
+    d.mkdir()
+    pq.write_table(pa.table({"m\x1b[5m": pa.array([[("k", 1)]] * 2, pa.map_(pa.string(), pa.int32())),
+                             "x": [1, 2]}), d / "a.parquet")
+    r = cli("inspect", d, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout, r.stdout
+    assert "map<string, int32 ('m\\x1b[5m')>" in r.stdout and "unsupported: column 'm\\x1b[5m'" in r.stdout

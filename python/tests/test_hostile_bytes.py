@@ -195,8 +195,20 @@ def test_inspect_refuses_a_negative_row_count_and_sums_huge_ones_exactly(small_f
     start = len(data) - 8 - flen
     footer = data[start:-8].replace(b"\x16" + varint(600 << 1), b"\x16" + varint(5 * 2 - 1))  # zigzag(-5)
     (d / "f0.parquet").write_bytes(data[:start] + footer + struct.pack("<i", len(footer)) + b"PAR1")
-    with pytest.raises(pqloader.InvalidDataError, match=r"f0\.parquet' has a corrupt footer: it claims -5 rows"):
+    with pytest.raises(pqloader.InvalidDataError, match=r"f0\.parquet' has a corrupt footer: .*claims -5 rows"):
         pqloader.inspect(str(d))
+
+
+@pytest.mark.parametrize("claim", [5000, 0])
+def test_inspect_counts_the_rows_of_the_row_groups_as_the_loader_does(small_file, claim):
+    """FileMetaData.num_rows is not what a Loader goes by (old writers left it 0): inspect
+    showed "5000 rows" of a file whose one row group, all a Loader reads, holds 600."""
+    bad = small_file.with_name("bad.parquet")
+    patch_counts(small_file, bad, 600, claim, [0])
+    assert pq.ParquetFile(bad).metadata.num_rows == claim
+    info = pqloader.inspect(str(bad))
+    assert pqloader.Loader(str(bad)).num_rows == 600
+    assert info["num_rows"] == 600 and [f["num_rows"] for f in info["files"]] == [600]
 
 
 RSS_PROBE = """
@@ -637,3 +649,19 @@ def test_a_list_chunk_claiming_values_near_int64_max_is_refused_at_construction(
                        match=rf"bad\.parquet' has a corrupt footer: row group 0, column "
                              rf"'l\.list\.element' claims {claim} values in \d+ bytes"):
         pqloader.Loader(str(bad), lists={"l": "ragged"})
+
+
+def test_inspect_shows_a_created_by_that_is_not_utf8_escaped(small_file, tmp_path):
+    """A footer's created_by is the writer's text: one not UTF-8 failed inspect with
+    "'.' holds a file or directory whose name is not UTF-8" (a Loader reads the file)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    data = small_file.read_bytes()
+    old = pq.ParquetFile(small_file).metadata.created_by.encode()
+    assert data.count(old) == 1
+    new = b"w\xff\xfe" + old[3:]  # same length: the footer's other offsets hold
+    (d / "a.parquet").write_bytes(data.replace(old, new))
+    assert pqloader.Loader(str(d)).num_rows == 600
+    info = pqloader.inspect(str(d))
+    assert info["files"][0]["created_by"] == "w\\xff\\xfe" + old[3:].decode()
+    assert info["num_rows"] == 600

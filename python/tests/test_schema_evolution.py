@@ -113,6 +113,25 @@ def test_inspect_shows_ragged_lists_struct_leaves_and_nulls(tmp_path):
     assert info["schema"]["img.bytes"] == "binary" and "null" in info["loads_as"]["img.path"]
 
 
+@pytest.mark.parametrize("struct_first", [False, True])
+def test_inspect_shows_the_column_a_dotted_name_selects_and_the_clash(tmp_path, struct_first):
+    """A column 'st.p' beside struct 'st' with field 'p': inspect showed one 'st.p', of
+    the type of whichever came last ('double': columns=['st.p'] loads the int64 column),
+    and no word of the clash that refuses a Loader of every column."""
+    cols = {"st.p": pa.array([1, 2]), "st": pa.array([{"p": 1.0}, {"p": 2.0}])}
+    if struct_first:
+        cols = dict(reversed(list(cols.items())))
+    p = write_parquet(tmp_path / "c.parquet", pa.table(cols))
+    info = pqloader.inspect(str(p))
+    loader = pqloader.Loader(str(p), columns=["st.p"])
+    assert list(info["schema"]) == ["st.p"]
+    assert info["schema"]["st.p"] == loader.column_info["st.p"]["arrow_type"] == "int64"
+    assert info["loads_as"]["st.p"].startswith("int64(batch)")
+    assert "struct's field" in info["loads_as"]["st.p"]
+    with pytest.raises(pqloader.Error, match="two columns would be named 'st.p'"):
+        pqloader.Loader(str(p))
+
+
 def test_nulls_in_a_list_of_strings_are_filled_and_masked(tmp_path):
     p = write_parquet(tmp_path / "w.parquet", pa.table({"w": pa.array([["a", None], None, []], pa.list_(pa.string()))}))
     got = collect(pqloader.Loader(str(p), fill_null="?", null_mask=True))

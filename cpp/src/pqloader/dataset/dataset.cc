@@ -1155,7 +1155,9 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
     FileSummary s;
     s.path = file.display;
     s.size = file.size;
-    s.num_rows = file.metadata->num_rows();
+    // The rows of its row groups, as a Loader counts them (FileMetaData.num_rows is not
+    // checked against them: old writers left it 0; a patched one showed rows no Loader reads)
+    s.num_rows = 0;
     s.num_row_groups = file.metadata->num_row_groups();
     s.created_by = file.metadata->created_by();
     s.compression = "none";
@@ -1174,6 +1176,14 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
       }
       for (int rg = 0; rg < s.num_row_groups; ++rg) {
         const int64_t rows = file.metadata->RowGroup(rg)->num_rows();
+        if (rows < 0) {
+          return MakeError(ErrorKind::kInvalidData, "'", file.display,
+                           "' has a corrupt footer: row group ", rg, " claims ", rows, " rows");
+        }
+        // (saturated: hostile footers' claims; a Loader refuses such a row group)
+        if (__builtin_add_overflow(s.num_rows, rows, &s.num_rows)) {
+          s.num_rows = std::numeric_limits<int64_t>::max();
+        }
         splits.push_back(Split{static_cast<int32_t>(i), rg, rows, 0, 0, rows, nullptr});
       }
     } catch (const std::exception& e) {
@@ -1248,11 +1258,23 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
       if (total > 0) loads_as += "; " + std::to_string(total) + " null(s): needs fill_null or null_mask";
       else if (unknown) loads_as += "; nulls unknown (no statistics)";
       if (is_index) loads_as += "; pandas index: left out unless selected";
-      out.columns.push_back({spec.name,
-                             key >= 0 ? "partition"
-                                      : (resolved->types[c] ? resolved->types[c]->ToString()
-                                                            : spec.arrow_type),
-                             loads_as, ragged});
+      DatasetSummary::Column entry{spec.name,
+                                   key >= 0 ? "partition"
+                                            : (resolved->types[c] ? resolved->types[c]->ToString()
+                                                                  : spec.arrow_type),
+                                   loads_as, ragged};
+      const auto same = std::find_if(out.columns.begin(), out.columns.end(),
+                                     [&](const DatasetSummary::Column& o) { return o.name == spec.name; });
+      if (same == out.columns.end()) {
+        out.columns.push_back(std::move(entry));
+        continue;
+      }
+      // Two columns of one output name (a column 'a.b' and field 'b' of struct 'a'): the
+      // dict kept the later one, whichever columns=['a.b'] loads, and no word of the clash
+      // that refuses a Loader of every column. Shown: the one selected by its own name.
+      if (name == spec.name) *same = std::move(entry);
+      same->loads_as += "; '" + spec.name + "' is also the dotted name of a struct's field: " +
+                        "a Loader of every column refuses the two (select one by columns=)";
     }
   }
   return out;
