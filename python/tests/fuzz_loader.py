@@ -1213,9 +1213,17 @@ def drift_filter(rng, cols: list[str], depth: int = 0):
 
 
 def drift_schema(ds: Dataset, declared, cols) -> pa.Schema:
-    """The loaded Arrow types of `cols` (or the declared ones); raises as the Loader does."""
-    with pqloader.Loader(str(ds.root), columns=cols, schema=declared, fill_null=0, batch_size=1) as L:
-        return pa.schema([f for f in pa.schema(L.arrow_schema) if not f.name.endswith("_valid")])
+    """The loaded Arrow types of `cols` (or the declared ones); raises as the Loader does
+    where the types do not unify. A value a declared float cannot hold, which the footers'
+    statistics show, is refused when the Loader is made too, but it is a value's error, not
+    the types': a filter that drops its row drops it, so the declared types are returned."""
+    try:
+        with pqloader.Loader(str(ds.root), columns=cols, schema=declared, fill_null=0, batch_size=1) as L:
+            return pa.schema([f for f in pa.schema(L.arrow_schema) if not f.name.endswith("_valid")])
+    except pqloader.SchemaMismatchError as e:
+        if declared is None or "without loss (it holds every integer only up to" not in str(e):
+            raise
+        return pa.schema([declared.field(c) for c in cols])
 
 
 def drift_set(rng, ds: Dataset, o: dict, cache) -> None:
