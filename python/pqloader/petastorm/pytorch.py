@@ -266,23 +266,19 @@ class LoaderBase:
         """
         if self._in_iter:
             raise RuntimeError("cannot load a state while an iteration of this loader runs")
-        if isinstance(state, collections.abc.Mapping) and state.get("kind") == _STATE_KIND \
-                and "predicate" in state:  # states taken before it was recorded have none
-            mine = self.reader._predicate_description
-            if state["predicate"] != mine:
-                raise ValueError(
-                    f"this state was taken with predicate {state['predicate'] or 'None'}, but this "
-                    f"reader has {mine or 'no predicate'}: its position counts the rows of another "
-                    f"stream (rows would be lost or repeated); make the reader with the same predicate")
-        if isinstance(state, collections.abc.Mapping) and state.get("kind") == _STATE_KIND \
-                and "transform_spec" in state:  # states taken before it was recorded have none
-            mine = self.reader._transform_description
-            if state["transform_spec"] != mine:
-                raise ValueError(
-                    f"this state was taken with transform_spec {state['transform_spec'] or 'None'}, but "
-                    f"this reader has {mine or 'no transform_spec'}: its position counts the rows of "
-                    f"another stream (a function may drop rows) and its batches other columns; make "
-                    f"the reader with the same TransformSpec")
+        if isinstance(state, collections.abc.Mapping) and state.get("kind") == _STATE_KIND:
+            # (states taken before each was recorded have no key for it)
+            for key, mine, consequence, remedy in (
+                    ("predicate", self.reader._predicate_description,
+                     "(rows would be lost or repeated)", "the same predicate"),
+                    ("transform_spec", self.reader._transform_description,
+                     "(a function may drop rows) and its batches other columns",
+                     "the same TransformSpec")):
+                if key in state and state[key] != mine:
+                    raise ValueError(
+                        f"this state was taken with {key} {state[key] or 'None'}, but this reader "
+                        f"has {mine or 'no ' + key}: its position counts the rows of another "
+                        f"stream {consequence}; make the reader with {remedy}")
         self._batches.load_state_dict(state)
 
     def __enter__(self) -> LoaderBase:
