@@ -201,7 +201,7 @@ def test_pack_with_lists_or_transforms_is_an_argument_error_naming_them(docs):
 
 
 @pytest.mark.parametrize("dtype,kw,message", [
-    (pa.int8(), {"eos": 300}, r"Pack\(eos=300\) does not fit column 'tokens' \(int8: \[-128, 127\]\)"),
+    (pa.int8(), {"eos": 300}, r"Pack\(eos=300\) does not fit column 'tokens' \(int8"),
     (pa.uint16(), {"pad": -100}, r"Pack\(pad=-100\) does not fit column 'tokens' \(uint16"),
     (pa.int64(), {"eos": 2**53 + 1}, r"beyond 2\*\*53 are not exact"),
 ])

@@ -5,6 +5,7 @@
 #include "pqloader/loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -889,6 +890,35 @@ arrow::Status Loader::SetUpPacking() {
         "truncate=false");
   }
   ARROW_RETURN_NOT_OK(CheckPackedBatchFits(options_.plan.batch_size, pack.seq_len, "pack"));
+  // As Python's check_value_fits, in its words (a C++ caller has only this): eos=2^40 in
+  // int32 tokens was written as -2^31, pad=0.5 as 0, an int64 eos above 2^53 rounded
+  // (the packer stores both as doubles).
+  auto unfit = [&](const std::string& what, double v) -> arrow::Status {
+    if (PadValueFits(tokens.dtype, v) && std::abs(v) <= 9007199254740992.0) {
+      return arrow::Status::OK();
+    }
+    const char* dtype = DTypeName(tokens.dtype);
+    if (v != std::floor(v)) {
+      return arrow::Status::Invalid(what, " is not a whole number, but column '", tokens.name,
+                                    "' is ", dtype);
+    }
+    if (PadValueFits(tokens.dtype, v)) {  // (an integer dtype: within it, past 2^53)
+      return arrow::Status::Invalid(what, ": values beyond 2**53 are not exact in column '",
+                                    tokens.name, "'");
+    }
+    return arrow::Status::Invalid(what, " does not fit column '", tokens.name, "' (", dtype, ")");
+  };
+  if (pack.has_eos) {
+    ARROW_RETURN_NOT_OK(unfit("Pack(eos=" + std::to_string(pack.eos) + ")",
+                              static_cast<double>(pack.eos)));
+  }
+  if (tokens.dtype != DType::kFloat16 && tokens.dtype != DType::kFloat32 &&
+      tokens.dtype != DType::kFloat64) {
+    ARROW_RETURN_NOT_OK(unfit("Pack(pad=" + ExactText(pack.pad_value) + ")", pack.pad_value));
+  } else if (!PadValueFits(tokens.dtype, pack.pad_value)) {
+    return arrow::Status::Invalid("Pack(pad=", ExactText(pack.pad_value), ") overflows column '",
+                                  tokens.name, "' (", DTypeName(tokens.dtype), ")");
+  }
   if (!options_.transforms.empty() || !options_.lists.empty()) {
     return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
   }

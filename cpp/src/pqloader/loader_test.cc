@@ -448,6 +448,26 @@ TEST(LoaderApi, APackedBatchBeyondInt32CuSeqlensIsRefused) {
   EXPECT_TRUE(Loader::Make({path}, o).ok());
 }
 
+TEST(LoaderApi, PackEosOrPadThatDoesNotFitTheTokensIsRefused) {
+  // Only Python checked them: eos=2^40 in int32 tokens was written as -2^31, pad=0.5 as 0.
+  const std::string path = testing::MakeTempDir() + "/tokens.parquet";
+  testing::WriteTokensFile(path, {1, 2, 3, 4}, 2);
+  LoaderOptions o;
+  o.pack_column = "tokens";
+  o.pack.seq_len = 8;
+  o.pack.has_eos = true;
+  o.pack.eos = int64_t{1} << 40;
+  auto refused = Loader::Make({path}, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("Pack(eos=1099511627776) does not fit column 'tokens' (int32)"), std::string::npos)
+      << refused.status().ToString();
+  o.pack.eos = 2;
+  o.pack.pad_value = 0.5;
+  EXPECT_FALSE(Loader::Make({path}, o).ok());
+  o.pack.pad_value = -1;
+  EXPECT_TRUE(Loader::Make({path}, o).ok());
+}
+
 TEST(LoaderApi, OptionsOutOfRangeAreRefusedNamingTheField) {
   // The Python Loader refuses them by name; a C++ caller's were taken for defaults
   // (negative counts), clamped (cache shards), or undefined (a clamp with hi < lo).

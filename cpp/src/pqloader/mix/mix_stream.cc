@@ -14,6 +14,7 @@
 #include "pqloader/pack/pack_plan.h"
 #include "pqloader/plan/epoch_plan.h"
 #include "pqloader/tensor/window_gather.h"
+#include "pqloader/util/exact_text.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -185,6 +186,39 @@ arrow::Result<std::unique_ptr<MixStream>> MixStream::Make(std::vector<MixSource>
     return arrow::Status::Invalid("a mixture needs one weight per source");
   }
   if (options.batch_size < 1) return arrow::Status::Invalid("batch_size must be positive");
+  // What the Python front checks, for a C++ caller: a batch outside the epoch gave extra
+  // batches of other rows (first_batch < 0) or none, silently; weights that do not rise
+  // from 0 to 1 (NaN from weights of sum 0) or one Loader given twice failed at the first
+  // batch as "started or stopped by another caller".
+  constexpr int64_t kMaxSamples = int64_t{1} << 62;
+  if (options.samples < 0 || options.samples > kMaxSamples || options.num_batches < 0 ||
+      options.num_batches > (options.samples + options.batch_size - 1) / options.batch_size) {
+    return arrow::Status::Invalid("a mixture's epoch of ", options.samples, " samples (at most 2^62) "
+                                  "in batches of ", options.batch_size, " cannot have ",
+                                  options.num_batches, " batches");
+  }
+  if (options.first_batch < 0 || options.first_batch > options.num_batches) {
+    return arrow::Status::Invalid("batch ", options.first_batch, " is outside the mixture's epoch ",
+                                  options.epoch, ", which has ", options.num_batches, " batches");
+  }
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].loader == nullptr) {
+      return arrow::Status::Invalid(SourceName(sources[i], i), " has no loader");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (sources[j].loader == sources[i].loader) {
+        return arrow::Status::Invalid(SourceName(sources[i], i), " is the Loader of ",
+                                      SourceName(sources[j], j), ": each source needs its own Loader");
+      }
+    }
+    const double before = i > 0 ? options.cumulative[i - 1] : 0.0;
+    const double at = options.cumulative[i];
+    if (!(at >= before && at <= 1.0) || (i + 1 == sources.size() && at != 1.0)) {
+      return arrow::Status::Invalid("a mixture's cumulative weights must rise from 0 to 1 "
+                                    "(CumulativeWeights of finite weights >= 0, not all 0), got ",
+                                    ExactText(at), " at source ", i);
+    }
+  }
   std::unique_ptr<MixStream> stream(new MixStream());
   stream->options_ = std::move(options);
   stream->pool_ = pool;

@@ -87,6 +87,33 @@ std::vector<int64_t> Grouped(const std::vector<int32_t>& draws, size_t batch_siz
 // Batch b holds the rows its positions draw, grouped by source (source 0's first), each
 // source's rows the next ones of its own epoch, then of its wraps under WrapSeed; the
 // loaders get their seeds back.
+TEST(MixStream, BatchesOutsideTheEpochBadWeightsAndOneLoaderTwiceAreRefused) {
+  // Only Python checked them: first_batch -3 gave 13 batches of other rows, 11 none;
+  // weights of NaN (of sum 0), or one Loader twice, failed at the first batch as
+  // "started or stopped by another caller".
+  auto s = MakeSources(1);
+  for (int64_t first : {int64_t{-3}, int64_t{11}}) {
+    EXPECT_FALSE(MixStream::Make(s.mix, Options(0, first), RecyclingPool::Global()).ok()) << first;
+  }
+  auto o = Options(0, 0);
+  o.samples = -1;
+  EXPECT_FALSE(MixStream::Make(s.mix, o, RecyclingPool::Global()).ok());
+  o = Options(0, 0);
+  o.num_batches = 11;  // 60 samples in batches of 6
+  EXPECT_FALSE(MixStream::Make(s.mix, o, RecyclingPool::Global()).ok());
+  for (const std::vector<double>& cumulative :
+       {CumulativeWeights({0, 0}), std::vector<double>{-1, 1}, std::vector<double>{0.8, 0.3},
+        std::vector<double>{0.5, 0.9}}) {
+    o = Options(0, 0);
+    o.cumulative = cumulative;
+    EXPECT_FALSE(MixStream::Make(s.mix, o, RecyclingPool::Global()).ok());
+  }
+  auto twice = s.mix;
+  twice[1] = twice[0];
+  EXPECT_FALSE(MixStream::Make(twice, Options(0, 0), RecyclingPool::Global()).ok());
+  EXPECT_TRUE(MixStream::Make(s.mix, Options(0, 10), RecyclingPool::Global()).ok());
+}
+
 TEST(MixStream, RowsFollowTheDrawsAndEachSourcesOwnEpochsAcrossWraps) {
   auto s = MakeSources(2);
   std::vector<std::vector<int64_t>> ids;
@@ -305,10 +332,12 @@ TEST(MixStream, RefusesPackedBatchesBeyondInt32CuSeqlens) {
   }
   MixStreamOptions o = Options(0, 0);
   o.batch_size = 2048;
+  o.samples = o.batch_size * o.num_batches;
   auto refused = MixStream::Make(mix, o, RecyclingPool::Global());
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("cu_seqlens"), std::string::npos) << refused.status();
   o.batch_size = 2047;
+  o.samples = o.batch_size * o.num_batches;
   EXPECT_TRUE(MixStream::Make(mix, o, RecyclingPool::Global()).ok());
 }
 

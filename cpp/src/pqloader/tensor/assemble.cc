@@ -12,8 +12,6 @@
 
 namespace pqloader {
 
-namespace {
-
 // Whether padding with `v` keeps it exactly in elements of `t` (integers: whole and in
 // range; bool: 0 or 1; floats: not overflowing), as Python checks a pad against a dtype
 // known when the Loader is made (_lists.check_values_fit); a dtype known only from the
@@ -39,6 +37,8 @@ bool PadValueFits(DType t, double v) {
   }
   return true;
 }
+
+namespace {
 
 constexpr int64_t kColumnAlignment = 64;
 

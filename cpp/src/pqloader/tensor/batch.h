@@ -38,6 +38,10 @@ int64_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 /// Read one element of `dtype` at `p` as a double.
 double LoadScalar(DType dtype, const uint8_t* p);
+/// Whether padding with `v` keeps it exactly in elements of `t` (integers: whole and in
+/// range; bool: 0 or 1; floats: not rounding to inf): list pads and packing's eos/pad.
+bool PadValueFits(DType t, double v);
+
 /// Write `v` as one element of `dtype` at `p`: truncation toward zero; NaN, inf and values
 /// out of range as x86-64 converts them, on every platform (batch.cc).
 void StoreScalar(DType dtype, double v, uint8_t* p);
