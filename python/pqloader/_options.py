@@ -594,7 +594,7 @@ class LoaderOptions:
             world_size=_optional_int("world_size", self.world_size, 1),
             shard_policy=check_choice("shard_policy", self.shard_policy, _SHARD_POLICIES),
             fill_null=_check_fill_null(self.fill_null),
-            max_inflight_bytes=check_int("max_inflight_bytes", self.max_inflight_bytes, 1),
+            max_inflight_bytes=check_int("max_inflight_bytes", self.max_inflight_bytes, 1, 2**61),
             prefetch_batches=_optional_int("prefetch_batches", self.prefetch_batches, 1),
             verify_checksums=check_bool("verify_checksums", self.verify_checksums),
             transforms=_check_transforms(transforms),
@@ -623,7 +623,7 @@ class LoaderOptions:
             schema=_check_schema(self.schema),
             use_summary=_check_use_summary(self.use_summary),
             filter=_filter.check_filter(self.filter),
-            _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0),
+            _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0, 10_000_000),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
             raise ValueError("pin_memory and device need output='torch'")

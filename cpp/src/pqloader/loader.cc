@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -199,6 +200,18 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
            {"cache.wait_timeout_ms", options.cache.wait_timeout_ms},
            {"cache.lock_timeout_ms", options.cache.lock_timeout_ms}}) {
     if (value < 0) return arrow::Status::Invalid(name, " must be >= 0, got ", value);
+  }
+  // Upper bounds (the Python Loader's, or where arithmetic on them would overflow: a
+  // timeout past ~9.2e12 ms in nanoseconds wrapped to "do not wait", a delay's deadline
+  // wrapped to a hang, twice the budget reserved for the buffer pool wrapped negative).
+  constexpr int64_t kWeekMs = int64_t{7} * 24 * 3600 * 1000;
+  for (const auto& [name, value, limit] :
+       std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
+           {"cache.wait_timeout_ms", options.cache.wait_timeout_ms, kWeekMs},
+           {"cache.lock_timeout_ms", options.cache.lock_timeout_ms, kWeekMs},
+           {"debug_max_delay_us", options.debug_max_delay_us, int64_t{10'000'000}},
+           {"max_inflight_bytes", options.max_inflight_bytes, int64_t{1} << 61}}) {
+    if (value > limit) return arrow::Status::Invalid(name, " must be at most ", limit, ", got ", value);
   }
   if (!options.cache.dir.empty() &&
       (options.cache.shards < 1 || options.cache.shards > kMaxCacheShards)) {

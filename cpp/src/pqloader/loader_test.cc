@@ -448,6 +448,24 @@ TEST(LoaderApi, APackedBatchBeyondInt32CuSeqlensIsRefused) {
   EXPECT_TRUE(Loader::Make({path}, o).ok());
 }
 
+TEST(LoaderApi, TimeoutsDelaysAndBudgetsBeyondTheirBoundsAreRefused) {
+  // Only Python bounded them: a wait past ~9.2e12 ms wrapped to "do not wait" (other
+  // processes' claims broken as stale), a huge debug delay hung, 2 x a budget of 2^62
+  // wrapped the buffer pool's reservation.
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  for (int which = 0; which < 4; ++which) {
+    LoaderOptions o;
+    if (which == 0) o.cache.wait_timeout_ms = int64_t{1} << 50;
+    if (which == 1) o.cache.lock_timeout_ms = int64_t{1} << 50;
+    if (which == 2) o.debug_max_delay_us = int64_t{1} << 62;
+    if (which == 3) o.max_inflight_bytes = int64_t{1} << 62;
+    auto r = Loader::Make({dir}, o);
+    ASSERT_FALSE(r.ok()) << which;
+    EXPECT_NE(r.status().message().find("must be at most"), std::string::npos) << r.status().ToString();
+  }
+}
+
 TEST(LoaderApi, PackEosOrPadThatDoesNotFitTheTokensIsRefused) {
   // Only Python checked them: eos=2^40 in int32 tokens was written as -2^31, pad=0.5 as 0.
   const std::string path = testing::MakeTempDir() + "/tokens.parquet";
