@@ -1313,3 +1313,11 @@ def test_an_npz_whose_comment_holds_the_end_signature_is_one_array():
     with zipfile.ZipFile(plain, "a") as z:  # a plain comment
         z.comment = b"hello"
     assert apply([T.DecodeCompressedNdarray()], plain.getvalue()).tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 1e30, -1, 2.5])
+def test_decode_image_min_short_side_is_checked_before_its_cast(bad):
+    # A C++ caller's NaN or 1e30 was cast to int64 unchecked (undefined); -1 was taken.
+    data = encode(photos()["astronaut"][:64, :64], "PNG")
+    with pytest.raises(pqloader.InvalidDataError, match="min_short_side must be a whole number"):
+        _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": bad})], data, 0, 0, 0)

@@ -2,6 +2,7 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include <cmath>
 #include <csetjmp>
 #include <cstring>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "pqloader/error.h"
 #include "pqloader/transform/op.h"
+#include "pqloader/util/exact_text.h"
 
 namespace pqloader {
 
@@ -546,8 +548,15 @@ arrow::Result<std::shared_ptr<const Op>> MakeDecodeImage(const OpParams& params)
   if (mode != "rgb" && mode != "gray") {
     return arrow::Status::Invalid("DecodeImage mode must be 'rgb' or 'gray', got '", mode, "'");
   }
+  // (checked before the cast: NaN or 1e30 cast to int64 is undefined)
+  const double min_short_side = params.Number("min_short_side", 0);
+  if (!(min_short_side >= 0 && min_short_side < 2147483648.0) ||
+      min_short_side != std::floor(min_short_side)) {
+    return arrow::Status::Invalid("DecodeImage min_short_side must be a whole number in [0, 2^31), "
+                                  "got ", ExactText(min_short_side));
+  }
   return std::make_shared<DecodeImageOp>(mode == "gray" ? ImageMode::kGray : ImageMode::kRGB,
-                                         static_cast<int64_t>(params.Number("min_short_side", 0)),
+                                         static_cast<int64_t>(min_short_side),
                                          params.Number("keepdims", 1) != 0,
                                          params.Number("exif_transpose", 0) != 0);
 }
