@@ -623,7 +623,7 @@ class LoaderOptions:
             schema=_check_schema(self.schema),
             use_summary=_check_use_summary(self.use_summary),
             filter=_filter.check_filter(self.filter),
-            _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0, 10_000_000),
+            _debug_max_delay_us=check_int("_debug_max_delay_us", self._debug_max_delay_us, 0, 3_600_000_000),
         )
         if checked["output"] == "numpy" and (checked["pin_memory"] or self.device is not None):
             raise ValueError("pin_memory and device need output='torch'")

@@ -209,7 +209,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
        std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
            {"cache.wait_timeout_ms", options.cache.wait_timeout_ms, kWeekMs},
            {"cache.lock_timeout_ms", options.cache.lock_timeout_ms, kWeekMs},
-           {"debug_max_delay_us", options.debug_max_delay_us, int64_t{10'000'000}},
+           {"debug_max_delay_us", options.debug_max_delay_us, int64_t{3'600'000'000}},
            {"max_inflight_bytes", options.max_inflight_bytes, int64_t{1} << 61}}) {
     if (value > limit) return arrow::Status::Invalid(name, " must be at most ", limit, ", got ", value);
   }
