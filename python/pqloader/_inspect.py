@@ -214,17 +214,10 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
 
 
 def _check_row_counts(info: dict[str, Any]) -> None:
-    """Refuse a footer's negative row count; sum the claims exactly.
-
-    The engine summed the files' int64 counts as int64: two footers claiming 2**62 rows
-    each made "-9223372036854775808 rows", a negative claim a negative total. A claim
-    too large to load is shown (inspect describes the footers; a Loader refuses it).
-    """
-    from pqloader._errors import InvalidDataError
-
-    for f in info["files"]:
-        if f["num_rows"] < 0:
-            raise InvalidDataError(f"{f['path']!r} has a corrupt footer: it claims {f['num_rows']} rows")
+    """Sum the files' row counts exactly: the engine's int64 total saturates (two footers
+    claiming 2**62 rows each made "-9223372036854775808 rows"; a negative claim is refused
+    by the engine). A claim too large to load is shown (inspect describes the footers; a
+    Loader refuses it)."""
     info["num_rows"] = sum(f["num_rows"] for f in info["files"])
 
 

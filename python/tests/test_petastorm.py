@@ -1219,10 +1219,22 @@ def test_a_pytorch_loader_iterated_after_its_with_block_raises_as_petastorm(tmp_
         next(iter(dl))
 
 
+def _state_after_one_batch(reader, dl):
+    """A DataLoader's state after its first batch (through JSON), and the ids of the
+    batches that followed; the reader is stopped."""
+    import json
+    it = iter(dl)
+    next(it)
+    state = json.loads(json.dumps(dl.state_dict()))
+    went_on = [b["id"].tolist() for b in it]
+    del it
+    reader.stop()
+    return state, went_on
+
+
 def test_a_pytorch_loaders_state_is_refused_under_another_predicate(tmp_path):
     # A predicate was no part of the state: one taken under in_set({..}) loaded silently
     # under another predicate (or none), its position counting the rows of another stream.
-    import json
     from pqloader.petastorm import pytorch as pt
     pq.write_table(pa.table({"id": np.arange(40, dtype=np.int64)}), tmp_path / "a.parquet", row_group_size=10)
     url = "file://" + str(tmp_path)
@@ -1232,13 +1244,7 @@ def test_a_pytorch_loaders_state_is_refused_under_another_predicate(tmp_path):
         return reader, pt.DataLoader(reader, batch_size=4)
 
     evens = list(range(0, 40, 2))
-    reader, dl = make(in_set(evens, "id"))
-    it = iter(dl)
-    next(it)
-    state = json.loads(json.dumps(dl.state_dict()))
-    went_on = [b["id"].tolist() for b in it]
-    del it
-    reader.stop()
+    state, went_on = _state_after_one_batch(*make(in_set(evens, "id")))
     for other in (in_set(range(0, 40, 3), "id"), None, in_lambda(["id"], lambda i: i % 2 == 0),
                   in_negate(in_set(evens, "id"))):
         reader, again = make(other)
@@ -1270,7 +1276,6 @@ def test_a_pytorch_loaders_state_is_refused_under_another_transform_spec(tmp_pat
     # A TransformSpec was no part of the state: one taken under a function that drops rows
     # loaded silently without it (its position counting rows of another stream), or under
     # selected_fields (batches of other columns).
-    import json
     from pqloader.petastorm import pytorch as pt
     from pqloader.petastorm.transform import edit_field
     pq.write_table(pa.table({"id": np.arange(40, dtype=np.int64), "y": np.arange(40, dtype=np.int64)}),
@@ -1282,13 +1287,7 @@ def test_a_pytorch_loaders_state_is_refused_under_another_transform_spec(tmp_pat
         return reader, pt.DataLoader(reader, batch_size=4)
 
     spec = TransformSpec(_drop_multiples_of_3, removed_fields=["y"])
-    reader, dl = make(spec)
-    it = iter(dl)
-    next(it)
-    state = json.loads(json.dumps(dl.state_dict()))
-    went_on = [b["id"].tolist() for b in it]
-    del it
-    reader.stop()
+    state, went_on = _state_after_one_batch(*make(spec))
     for other in (None, TransformSpec(_keep_all, removed_fields=["y"]), TransformSpec(_drop_multiples_of_3),
                   TransformSpec(_drop_multiples_of_3, selected_fields=["id"]),
                   TransformSpec(_drop_multiples_of_3, edit_fields=[edit_field("z", np.int64, ())],

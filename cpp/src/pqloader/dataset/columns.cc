@@ -149,7 +149,6 @@ class Resolver {
     std::vector<std::string> names = options_.columns;
     if (names.empty()) names = DefaultNames();
     std::map<std::string, Leaf> seen;  // output name -> where it comes from
-    auto origin = [](const Leaf& l) { return Origin(l); };
     // Which files the two are in (the message named none).
     auto where = [&](const Leaf& a, const Leaf& b) {
       const std::string wa = WhereIs(a), wb = WhereIs(b);
@@ -176,7 +175,7 @@ class Resolver {
         if (const auto it = seen.find(name); it != seen.end()) {
           return arrow::Status::Invalid(
               "two columns would be named '", Quoted(name), "': partition key '", Quoted(name),
-              "' of the paths", key_where, " and ", origin(it->second), " (in ",
+              "' of the paths", key_where, " and ", Origin(it->second), " (in ",
               WhereIs(it->second), "; a struct's fields are named by dotted path); select one "
               "of them with columns=");
         }
@@ -192,15 +191,15 @@ class Resolver {
         if (key_columns.count(l.name()) > 0) {
           return arrow::Status::Invalid(
               "two columns would be named '", Quoted(l.name()), "': partition key '",
-              Quoted(l.name()), "' of the paths", key_where, " and ", origin(l), " (in ",
+              Quoted(l.name()), "' of the paths", key_where, " and ", Origin(l), " (in ",
               WhereIs(l), "; a struct's fields are named by dotted path); select one of them "
               "with columns=");
         }
         const auto [it, added] = seen.emplace(l.name(), l);
         if (!added && (it->second.top != l.top || it->second.path != l.path)) {
           return arrow::Status::Invalid(
-              "two columns would be named '", Quoted(l.name()), "': ", origin(it->second),
-              " and ", origin(l), where(it->second, l), "a struct's fields are named by dotted "
+              "two columns would be named '", Quoted(l.name()), "': ", Origin(it->second),
+              " and ", Origin(l), where(it->second, l), "a struct's fields are named by dotted "
               "path); ", it->second.top == l.top ? "rename one of the fields in the files, or "
               "select other columns" : "select one of them with columns=");
         }
