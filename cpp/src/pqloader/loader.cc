@@ -1,12 +1,12 @@
 // Loader: made here from its options (dataset, filter, cache, transforms, packing), and
 // wired: each epoch's run laid out and started (its read-ahead, its pipeline, the next
 // epoch's started early), batches served to the consumer, stats. The pipeline's tasks
-// are in loader_units.cc (a unit) and loader_batches.cc (a batch).
+// are in loader_units.cc (a unit) and loader_batches.cc (a batch); the options' checks in
+// loader_options.cc, the cache's identity and view in loader_cache.cc, packing's set-up
+// in loader_pack.cc.
 #include "pqloader/loader.h"
 
 #include <algorithm>
-#include <cmath>
-#include <tuple>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -14,81 +14,18 @@
 #include <thread>
 #include <unordered_map>
 
-#include <arrow/type_traits.h>
 #include <arrow/util/thread_pool.h>
-#include <parquet/schema.h>
 
 #include "pqloader/cache/entry_format.h"
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/error.h"
 #include "pqloader/loader_internal.h"
 #include "pqloader/plan/split_uses.h"
-#include "pqloader/util/exact_text.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
 namespace {
-
-// The type of column `c`'s elements as file `f` stores them (inside its lists), or null.
-const arrow::DataType* StoredElementType(const DataFile& f, size_t c) {
-  const arrow::DataType* t = c < f.columns.size() ? f.columns[c].type.get() : nullptr;
-  while (t != nullptr && (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
-                          t->id() == arrow::Type::FIXED_SIZE_LIST)) {
-    t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
-  }
-  return t == nullptr ? nullptr : &ValueType(*t);
-}
-
-// A cache key's part for a column of integers declared as floats: they are converted
-// exactly since the values were checked (entries from before held rounded ones).
-std::string IntegersAsFloats(const Dataset& dataset, size_t c) {
-  const DType d = dataset.specs()[c].dtype;
-  if (d != DType::kFloat16 && d != DType::kFloat32 && d != DType::kFloat64) return "";
-  for (const DataFile& f : dataset.files()) {
-    const arrow::DataType* t = StoredElementType(f, c);
-    if (t != nullptr && arrow::is_integer(t->id())) return ":ints=exact";
-  }
-  return "";
-}
-
-// ":int96=range" when a file stores column `c` as INT96: its values are range-checked
-// since the twenty-ninth session (dataset/int96.h), so entries written before (which
-// may hold wrapped dates) are not served; read in another unit than nanoseconds (the
-// thirty-seventh session), ":int96=<unit>" (a column declared as timestamp[ns] holds the
-// same type either way).
-std::string Int96Checked(const Dataset& dataset, size_t c) {
-  for (const DataFile& f : dataset.files()) {
-    if (c >= f.columns.size() || f.columns[c].leaves.empty()) continue;
-    const parquet::SchemaDescriptor* schema = f.schema();
-    for (int leaf : f.columns[c].leaves) {
-      if (schema->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
-      const arrow::TimeUnit::type unit = dataset.int96_unit();
-      return unit == arrow::TimeUnit::NANO ? ":int96=range"
-                                           : ":int96=" + arrow::internal::ToString(unit);
-    }
-  }
-  return "";
-}
-
-// ":decimals=rescaled" when a file stores float64 column `c` as decimals of a smaller
-// scale than the column's: they are rescaled to it before the conversion since the
-// thirty-fourth session (decode/convert.cc), so entries written before (converted at the
-// file's scale, an ulp off pyarrow's) are not served; "rescaled2" since the thirty-sixth,
-// whose rescale no longer wraps past 38 digits nor converts a decimal256 column's scale
-// above 38 as a Decimal128's (entries written before could hold those wrong doubles).
-std::string DecimalsRescaled(const Dataset& dataset, size_t c) {
-  const ColumnSpec& spec = dataset.specs()[c];
-  if (spec.decimal_scale < 0 || spec.dtype != DType::kFloat64) return "";
-  for (const DataFile& f : dataset.files()) {
-    const arrow::DataType* t = StoredElementType(f, c);
-    if (t != nullptr && arrow::is_decimal(t->id()) &&
-        static_cast<const arrow::DecimalType&>(*t).scale() < spec.decimal_scale) {
-      return ":decimals=rescaled2";
-    }
-  }
-  return "";
-}
 
 // The share of max_inflight_bytes that fetched, not yet decoded bytes may hold; the
 // rest is for decoded units and batches.
@@ -108,132 +45,9 @@ void AddCounters(const PipelineCounters& c, LoaderStats* stats) {
 
 }  // namespace
 
-// What the cache knows of this loader: the keys of its splits (computed on first use),
-// when the plans of the current and the next epoch read them (for CachePolicy::kPlan, on
-// the clock of plan/split_uses.h), and the versions of its files, to tell stale entries.
-class Loader::CacheView : public CacheSchedule {
- public:
-  explicit CacheView(const Loader* loader)
-      : loader_(loader), split_rows_(loader->dataset_->SplitRows()), plan_(loader->options_.plan) {
-    for (size_t f = 0; f < loader->dataset_->files().size(); ++f) {
-      file_of_path_[loader->dataset_->files()[f].display] = f;
-    }
-  }
-  bool Owns(const std::string& key) const override { return SplitOf(key) >= 0; }
-  bool IsStale(const SourceIdentity& source) const override {
-    auto it = file_of_path_.find(source.path);
-    if (it == file_of_path_.end()) return false;  // not a file of this loader
-    const DataFile& f = loader_->dataset_->files()[it->second];
-    return !source.SameFileVersion(SourceIdentity{f.display, f.size, f.mtime_ns, f.footer_hash, 0});
-  }
-  double NextUse(const std::string& key, double now) const override {
-    const int64_t split = SplitOf(key);
-    if (split < 0 || !(now >= 0)) return kNeverUsed;
-    const auto epoch = static_cast<int64_t>(now);
-    for (int64_t e = epoch; e <= epoch + 1; ++e) {  // the plans of this epoch and the next
-      const double t = UsesOf(e)->NextRead(split, now);
-      if (t != kNeverRead) return t;
-    }
-    return kNeverUsed;
-  }
-  /// Follow the plan options of the epochs being read (the seed may change).
-  void set_plan(const PlanOptions& plan) {
-    MutexLock lock(mu_);
-    if (plan.seed == plan_.seed) return;  // the rest is fixed at Make()
-    plan_ = plan;
-    uses_.clear();
-  }
-
- private:
-  int64_t SplitOf(const std::string& key) const {
-    std::call_once(keys_once_, [this] {
-      const auto n = static_cast<int64_t>(loader_->dataset_->splits().size());
-      for (int64_t s = 0; s < n; ++s) split_of_key_[loader_->CacheKeyOf(s)] = s;
-    });
-    auto it = split_of_key_.find(key);
-    return it == split_of_key_.end() ? -1 : it->second;
-  }
-  std::shared_ptr<const EpochSplitUses> UsesOf(int64_t epoch) const {
-    constexpr size_t kEpochsKept = 4;
-    MutexLock lock(mu_);
-    auto it = uses_.find(epoch);
-    if (it != uses_.end()) return it->second;
-    if (uses_.size() >= kEpochsKept) uses_.erase(uses_.begin());
-    auto uses = std::make_shared<const EpochSplitUses>(EpochSplitUses::Make(split_rows_, plan_, epoch));
-    uses_[epoch] = uses;
-    return uses;
-  }
-
-  const Loader* loader_;  // owns the cache, which owns this
-  const std::vector<int64_t> split_rows_;
-  std::unordered_map<std::string, size_t> file_of_path_;
-  mutable std::once_flag keys_once_;
-  mutable std::unordered_map<std::string, int64_t> split_of_key_;  // set once by keys_once_
-  mutable Mutex mu_;
-  PlanOptions plan_ PQ_GUARDED_BY(mu_);
-  mutable std::map<int64_t, std::shared_ptr<const EpochSplitUses>> uses_ PQ_GUARDED_BY(mu_);
-};
-
 arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::string>& sources,
                                                     const LoaderOptions& options) {
-  const std::string invalid = ValidatePlanOptions(options.plan);
-  if (!invalid.empty()) return arrow::Status::Invalid(invalid);
-  if (options.max_inflight_bytes <= 0) {
-    return arrow::Status::Invalid("max_inflight_bytes must be positive");
-  }
-  if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
-  if (options.plan.shard_policy != ShardPolicy::kDrop &&
-      options.plan.shard_policy != ShardPolicy::kPad) {
-    return arrow::Status::Invalid("shard_policy must be kDrop or kPad (kNone is a packing "
-                                  "loader's own rows), got ",
-                                  static_cast<int>(options.plan.shard_policy));
-  }
-  // The checks the Python Loader makes by name (a C++ caller's value is otherwise taken
-  // for a default, or clamped).
-  for (const auto& [name, value] : std::initializer_list<std::pair<const char*, int64_t>>{
-           {"num_workers", options.num_workers},
-           {"prefetch_batches", options.prefetch_batches},
-           {"readahead", options.readahead},
-           {"debug_max_delay_us", options.debug_max_delay_us},
-           {"dataset.metadata_threads", options.dataset.metadata_threads},
-           {"cache.size_limit", options.cache.size_limit},
-           {"cache.wait_timeout_ms", options.cache.wait_timeout_ms},
-           {"cache.lock_timeout_ms", options.cache.lock_timeout_ms}}) {
-    if (value < 0) return arrow::Status::Invalid(name, " must be >= 0, got ", value);
-  }
-  // Upper bounds (the Python Loader's, or where arithmetic on them would overflow: a
-  // timeout past ~9.2e12 ms in nanoseconds wrapped to "do not wait", a delay's deadline
-  // wrapped to a hang, twice the budget reserved for the buffer pool wrapped negative).
-  constexpr int64_t kWeekMs = int64_t{7} * 24 * 3600 * 1000;
-  for (const auto& [name, value, limit] :
-       std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
-           {"cache.wait_timeout_ms", options.cache.wait_timeout_ms, kWeekMs},
-           {"cache.lock_timeout_ms", options.cache.lock_timeout_ms, kWeekMs},
-           {"debug_max_delay_us", options.debug_max_delay_us, int64_t{3'600'000'000}},
-           {"max_inflight_bytes", options.max_inflight_bytes, int64_t{1} << 61}}) {
-    if (value > limit) return arrow::Status::Invalid(name, " must be at most ", limit, ", got ", value);
-  }
-  if (!options.cache.dir.empty() &&
-      (options.cache.shards < 1 || options.cache.shards > kMaxCacheShards)) {
-    return arrow::Status::Invalid("cache.shards must be in [1, ", kMaxCacheShards, "], got ",
-                                  options.cache.shards);
-  }
-  if (options.cache.policy != CachePolicy::kKeep && options.cache.policy != CachePolicy::kLru &&
-      options.cache.policy != CachePolicy::kPlan) {
-    return arrow::Status::Invalid("cache.policy must be kKeep, kLru or kPlan, got ",
-                                  static_cast<int>(options.cache.policy));
-  }
-  if (options.on_decode_error != DecodeErrorPolicy::kRaise &&
-      options.on_decode_error != DecodeErrorPolicy::kSkip) {
-    return arrow::Status::Invalid("on_decode_error must be kRaise or kSkip, got ",
-                                  static_cast<int>(options.on_decode_error));
-  }
-  // As the Python Loader checks: a thread each, and thousands would fail to start.
-  constexpr int kMaxThreads = 1024;
-  if (options.num_workers > kMaxThreads || options.io_threads > kMaxThreads) {
-    return arrow::Status::Invalid("num_workers and io_threads must be at most ", kMaxThreads,
-                                  ", got ", options.num_workers, " and ", options.io_threads);
-  }
+  ARROW_RETURN_NOT_OK(ValidateLoaderOptions(options));
   std::unique_ptr<Loader> loader(new Loader());
   loader->options_ = options;
   // One flag for every stage: the caller's, wherever it was given.
@@ -334,33 +148,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   }
   if (!options.defer_checks) ARROW_RETURN_NOT_OK(loader->CheckBeforeFirstBatch());
   if (!options.cache.dir.empty()) {
-    loader->cache_ = SplitCache::Open(options.cache);
-    // Everything that changes a cached split's content is part of its key.
-    std::string id = "pqloader-cache-v" + std::to_string(kCacheFormatVersion);
-    for (size_t c = 0; c < loader->dataset_->specs().size(); ++c) {
-      const ColumnSpec& spec = loader->dataset_->specs()[c];
-      const NullFill& f = loader->read_options_.fills[c];
-      id += "|col=" + spec.name + ":" + spec.arrow_type + ":fill=" +
-            (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
-                             ExactText(f.float_value) + "," + f.bytes_value +
-                             (f.rows_only ? ",rows" : "") +
-                             (f.list_length >= 0 ? ",len" + std::to_string(f.list_length) : "")
-                       : "none") +
-            IntegersAsFloats(*loader->dataset_, c) + Int96Checked(*loader->dataset_, c) +
-            DecimalsRescaled(*loader->dataset_, c) +
-            ":ragged=" + std::to_string(loader->read_options_.allow_ragged[c]) +
-            ":dtype=" + DTypeName(spec.dtype) + ":mask_of=" + std::to_string(spec.mask_of);
-    }
-    id += "|prefix=" + loader->transforms_.PrefixFingerprint();
-    id += "|skip=" + std::to_string(options.on_decode_error == DecodeErrorPolicy::kSkip);
-    // Pages are CRC-checked only with verify_checksums: an entry decoded without the check
-    // may hold a damaged page's values, which a verifying loader must refuse.
-    if (options.verify_checksums) id += "|crc=verified";
-    // Strings read as bytes are not UTF-8 checked: their entries must not serve str reads.
-    if (options.dataset.columns.spec.strings_as_bytes) id += "|strings=bytes";
-    loader->cache_identity_ = id;
-    loader->cache_view_ = std::make_shared<CacheView>(loader.get());
-    loader->cache_->set_schedule(loader->cache_view_);
+    loader->SetUpCache();
   }
   return loader;
 }
@@ -640,7 +428,7 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
                                                 bool read_only) {
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<const RunLayout> layout,
                         LayOutRun(epoch, first_batch, elastic.get()));
-  if (cache_view_ != nullptr) cache_view_->set_plan(options_.plan);
+  CacheFollowsPlan();
   EpochRun run;
   run.epoch = epoch;
   run.seed = options_.plan.seed;
@@ -876,106 +664,6 @@ std::optional<SampleSignature> Loader::unstacked_signature(size_t c) const {
   const auto& [input, part] = transforms_.output_sources()[c];
   if (part != TransformPlan::Part::kValues) return std::nullopt;
   return transforms_.signatures()[input];
-}
-
-arrow::Status Loader::SetUpPacking() {
-  const auto& specs = dataset_->specs();
-  PackOptions& pack = options_.pack;
-  pack.column = -1;
-  for (size_t c = 0; c < specs.size(); ++c) {
-    if (specs[c].name == options_.pack_column) pack.column = static_cast<int>(c);
-  }
-  if (pack.column < 0) {
-    return MakeError(ErrorKind::kColumnNotFound, "pack names column '", options_.pack_column,
-                     "', which is not among the selected columns");
-  }
-  const ColumnSpec& tokens = specs[pack.column];
-  if (tokens.kind != ColumnKind::kTensor || tokens.row_shape.size() != 1 ||
-      dataset_->partition_index()[pack.column] >= 0) {
-    return MakeError(ErrorKind::kUnsupportedType, "pack: column '", tokens.name, "' (",
-                     tokens.arrow_type, ") is not a list of numbers");
-  }
-  if (pack.seq_len <= 0) return arrow::Status::Invalid("pack needs seq_len > 0");
-  if (pack.truncate && pack.has_eos && pack.seq_len < 2) {  // (Python's Pack refuses it too)
-    return arrow::Status::Invalid(
-        "pack: seq_len=1 with eos and truncate leaves no room for a document's tokens "
-        "(a truncated document keeps seq_len - 1 tokens before eos): use seq_len >= 2, or "
-        "truncate=false");
-  }
-  ARROW_RETURN_NOT_OK(CheckPackedBatchFits(options_.plan.batch_size, pack.seq_len, "pack"));
-  // As Python's check_value_fits, in its words (a C++ caller has only this): eos=2^40 in
-  // int32 tokens was written as -2^31, pad=0.5 as 0, an int64 eos above 2^53 rounded
-  // (the packer stores both as doubles).
-  auto unfit = [&](const std::string& what, double v) -> arrow::Status {
-    if (PadValueFits(tokens.dtype, v) && std::abs(v) <= 9007199254740992.0) {
-      return arrow::Status::OK();
-    }
-    const char* dtype = DTypeName(tokens.dtype);
-    if (v != std::floor(v)) {
-      return arrow::Status::Invalid(what, " is not a whole number, but column '", tokens.name,
-                                    "' is ", dtype);
-    }
-    if (PadValueFits(tokens.dtype, v)) {  // (an integer dtype: within it, past 2^53)
-      return arrow::Status::Invalid(what, ": values beyond 2**53 are not exact in column '",
-                                    tokens.name, "'");
-    }
-    return arrow::Status::Invalid(what, " does not fit column '", tokens.name, "' (", dtype, ")");
-  };
-  if (pack.has_eos) {
-    ARROW_RETURN_NOT_OK(unfit("Pack(eos=" + std::to_string(pack.eos) + ")",
-                              static_cast<double>(pack.eos)));
-  }
-  if (tokens.dtype != DType::kFloat16 && tokens.dtype != DType::kFloat32 &&
-      tokens.dtype != DType::kFloat64) {
-    ARROW_RETURN_NOT_OK(unfit("Pack(pad=" + ExactText(pack.pad_value) + ")", pack.pad_value));
-  } else if (!PadValueFits(tokens.dtype, pack.pad_value)) {
-    return arrow::Status::Invalid("Pack(pad=", ExactText(pack.pad_value), ") overflows column '",
-                                  tokens.name, "' (", DTypeName(tokens.dtype), ")");
-  }
-  if (!options_.transforms.empty() || !options_.lists.empty()) {
-    return arrow::Status::Invalid("pack cannot be combined with transforms or lists");
-  }
-  packed_specs_ = {tokens};
-  packed_specs_[0].row_shape = {pack.seq_len};
-  for (const auto& [name, dtype] : std::vector<std::pair<std::string, DType>>{
-           {"position_ids", DType::kInt64}, {"document_ids", DType::kInt64},
-           {"loss_mask", DType::kBool}, {"cu_seqlens", DType::kInt32}}) {
-    ColumnSpec s;
-    s.name = name;
-    s.dtype = dtype;
-    s.arrow_type = DTypeName(dtype);
-    if (name != "cu_seqlens") s.row_shape = {pack.seq_len};
-    packed_specs_.push_back(s);
-  }
-  for (size_t c = 0; c < specs.size(); ++c) {
-    if (static_cast<int>(c) == pack.column) continue;
-    for (const auto& out : packed_specs_) {
-      if (out.name == specs[c].name) {
-        return arrow::Status::Invalid("pack: column '", specs[c].name,
-                                      "' has the name of one of packing's outputs; rename it");
-      }
-    }
-    if (specs[c].kind != ColumnKind::kTensor || !specs[c].row_shape.empty()) {
-      return MakeError(ErrorKind::kUnsupportedType, "pack: column '", specs[c].name, "' (",
-                       specs[c].arrow_type, ") cannot follow packed tokens; with pack, the other "
-                       "selected columns must be numbers (one per document, copied per token)");
-    }
-    pack_companions_.push_back(static_cast<int>(c));
-    ColumnSpec s = specs[c];
-    s.row_shape = {pack.seq_len};
-    packed_specs_.push_back(s);
-  }
-  read_options_.allow_ragged[pack.column] = true;
-  const NullFill& fill = read_options_.fills[pack.column];
-  const std::string& name = specs[pack.column].name;
-  const std::string remedy = "a null document: pass fill_null={'" + name +
-                             "': 0} to pack null documents as empty ones (they add no "
-                             "tokens), or filter them out (filter=\"" + name + " is not None\")";
-  ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
-                                                        fill.enabled && !fill.rows_only, remedy,
-                                                        options_.num_workers, pool_,
-                                                        options_.cancel));
-  return arrow::Status::OK();
 }
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }

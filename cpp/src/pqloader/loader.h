@@ -386,8 +386,13 @@ class Loader {
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, Work* work);
-  // Check the packing options, read the documents' lengths, make the output specs.
+  // Check the packing options, read the documents' lengths, make the output specs
+  // (loader_pack.cc).
   arrow::Status SetUpPacking();
+  // Open the cache, with this loader's entry identity and its view (loader_cache.cc).
+  void SetUpCache();
+  // Tell the cache's view the plan options of the epochs now read (their seed may change).
+  void CacheFollowsPlan();
   // Blocks every rank gets in `epoch` under `seed` (cached), and the batches they make.
   int64_t EqualBlocks(int64_t epoch, uint64_t seed) const;
   // A packing loader's shard policy for blocks (options_.plan's is kNone then).
@@ -396,7 +401,7 @@ class Loader {
   // `unit` with its small fixed-size columns row-major (see WithRowMajor).
   arrow::Result<std::shared_ptr<const DecodedUnit>> RowMajor(
       std::shared_ptr<const DecodedUnit> unit, Work* work);
-  // The cache key of a split.
+  // The cache key of a split (loader_cache.cc).
   std::string CacheKeyOf(int64_t split) const;
   // Batch rows [first, last) of a shuffled epoch from whole-window gathers: those of the
   // windows [made.first, made.second] are made here from `units` (units[i] is unit

@@ -1,5 +1,6 @@
-// What loader.cc, loader_units.cc and loader_batches.cc share: the layout of an epoch
-// run, and two helpers. Not part of the library's interface.
+// What loader.cc and its parts (loader_units.cc, loader_batches.cc, loader_cache.cc,
+// loader_pack.cc, loader_options.cc) share: the layout of an epoch run, and helpers.
+// Not part of the library's interface.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,9 @@
 #include "pqloader/loader.h"
 
 namespace pqloader {
+
+// The options' values checked before anything is opened (loader_options.cc).
+arrow::Status ValidateLoaderOptions(const LoaderOptions& options);
 
 // The bytes of one row of `specs`' columns, or -1 if a dimension is known only once data
 // is decoded.

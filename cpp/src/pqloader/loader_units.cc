@@ -121,26 +121,6 @@ arrow::Status Loader::NoteIfChanged(const arrow::Status& st, int64_t split_index
                        std::move(kind));
 }
 
-std::string Loader::CacheKeyOf(int64_t split_index) const {
-  const Split& split = dataset_->splits()[split_index];
-  const DataFile& file = dataset_->files()[split.file];
-  // The selected partition keys' values as this root's path gives them (length-prefixed):
-  // the same file below another root can have others (a key twice in a path).
-  std::string keys;
-  const auto& key_of = dataset_->partition_index();
-  for (size_t c = 0; c < key_of.size(); ++c) {
-    if (key_of[c] < 0) continue;
-    const std::string& value = file.partition_values[key_of[c]];
-    keys += "|key" + std::to_string(c) + "=" +
-            (file.partition_null[key_of[c]] ? std::string("null")
-                                            : std::to_string(value.size()) + ":" + value);
-  }
-  return CacheKey(cache_identity_ + "|file=" + file.display + "|size=" + std::to_string(file.size) +
-                  "|mtime=" + std::to_string(file.mtime_ns) + "|footer=" + file.footer_hash +
-                  "|row_group=" + std::to_string(split.row_group) +
-                  "|rows=" + SelectionFingerprint(split) + keys);
-}
-
 namespace {
 
 // Rows [begin, end) of `full`, sharing its buffers.
