@@ -229,7 +229,7 @@ def check_values_fit(lists: Mapping[str, Ragged | Pad] | None, pack: Pack | None
     """
     import numpy as np
 
-    from pqloader._options import check_value_fits
+    from pqloader._column_checks import check_value_fits
 
     checks = [(f"lists[{c!r}]: Pad(value={p.value!r})", c, p.value)
               for c, p in (lists or {}).items() if isinstance(p, Pad)]

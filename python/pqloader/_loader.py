@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
-from pqloader._options import (ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_decoded_fills,
-                               check_fill_types, check_int, check_stack_units)
+from pqloader._column_checks import check_decoded_fills, check_fill_types, check_stack_units
+from pqloader._options import ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_int
 
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
 

@@ -28,7 +28,8 @@ from pqloader import _core, _process, _state, _stats_table
 from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._lists import check_packed_batch
-from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, integer_unit, iteration_epochs
+from pqloader._column_checks import integer_unit
+from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, iteration_epochs
 from pqloader._state import _jsonish, option_diff
 
 STATE_VERSION = 2  # 1: before each rank shuffled its windows alone (_state.STATE_VERSIONS)

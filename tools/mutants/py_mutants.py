@@ -35,8 +35,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "python" / "pqloader"
-MODULES = ("_options.py", "_state.py", "_iteration.py", "_env.py", "_mix.py", "_filter.py", "_lists.py",
-           "_cli_args.py")
+MODULES = ("_options.py", "_column_checks.py", "_state.py", "_iteration.py", "_env.py", "_mix.py",
+           "_filter.py", "_lists.py", "_cli_args.py")
 # Tests run per mutated module: fast files that exercise it (each run stops at the
 # first failure; at most about 12 s when none fails). Slow tests are left out:
 # test_distributed.py (gloo ranks, 14 s), test_elastic's distributed checkpoint (19 s),
@@ -48,6 +48,9 @@ TESTS = {
                     "python/tests/test_determinism.py", "python/tests/test_values.py",
                     "python/tests/test_schema_evolution.py", "python/tests/test_arrow_interop.py",
                     "python/tests/test_summary.py"],
+    "_column_checks.py": ["python/tests/test_arguments.py", "python/tests/test_values.py",
+                          "python/tests/test_lists.py", "python/tests/test_stack.py",
+                          "python/tests/test_mix.py", "python/tests/test_errors.py"],
     "_state.py": ["python/tests/test_arguments.py", "python/tests/test_determinism.py", *_ELASTIC],
     "_iteration.py": ["python/tests/test_epoch_boundary.py", "python/tests/test_threads.py",
                       "python/tests/test_determinism.py", "python/tests/test_values.py",
