@@ -1,6 +1,7 @@
 // Loader: what its cache is told. The identity of its entries (everything that changes
 // a cached split's content is part of an entry's key), each split's key, and the view of
 // the loader the cache schedules by (when the plans read a split, which files are stale).
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -168,6 +169,14 @@ void Loader::SetUpCache() {
   }
   id += "|prefix=" + transforms_.PrefixFingerprint();
   id += "|skip=" + std::to_string(options_.on_decode_error == DecodeErrorPolicy::kSkip);
+  // Since the fortieth session a null row (null_mask=) whose fill its ops cannot take is
+  // an error, never skipped: entries written before under "skip" dropped such rows
+  // (row_ok 0), which a loader of today must not serve.
+  if (options_.on_decode_error == DecodeErrorPolicy::kSkip &&
+      std::any_of(dataset_->specs().begin(), dataset_->specs().end(),
+                  [](const ColumnSpec& s) { return s.mask_of >= 0; })) {
+    id += ":masked-nulls=raise";
+  }
   // Pages are CRC-checked only with verify_checksums: an entry decoded without the check
   // may hold a damaged page's values, which a verifying loader must refuse.
   if (options_.verify_checksums) id += "|crc=verified";

@@ -327,6 +327,11 @@ class DecodeNdarrayOp : public Op {
   std::string ToString() const override {
     return compressed_ ? "DecodeCompressedNdarray()" : "DecodeNdarray()";
   }
+  // "@v2": an .npz of several arrays is refused since the fortieth session (its first
+  // array was decoded silently): entries written before may hold such rows' first array.
+  std::string Fingerprint() const override {
+    return compressed_ ? ToString() + "@v2" : ToString();
+  }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     if (in.dtype != DType::kUInt8 || in.shape.size() != 1) {
