@@ -41,9 +41,9 @@ def normalize_sources(source: Source) -> list[str]:
     Raises:
         TypeError: An item is neither ``str`` nor ``os.PathLike``; `source` is ``bytes``
             (decode it: ``os.fsdecode``) or a set (it has no order: sort it).
-        ValueError: `source` is empty, an item is the empty string or not UTF-8 (a name
-            ``os.fsdecode`` made of other bytes), or an existing local path is neither a
-            regular file nor a directory.
+        ValueError: `source` is empty, an item is the empty string, holds a NUL character
+            or is not UTF-8 (a name ``os.fsdecode`` made of other bytes), or an existing
+            local path is neither a regular file nor a directory.
     """
     if isinstance(source, (bytes, bytearray)):  # else a list of ints, "got int"
         raise TypeError(f"source must be a text path, got bytes {bytes(source)!r}: decode it "
@@ -64,6 +64,9 @@ def normalize_sources(source: Source) -> list[str]:
         if s == "":
             raise ValueError("source '' is empty: give a path, a directory, a glob or a URI "
                              "(use '.' for the current directory)")
+        if "\0" in s:  # the engine's C strings end there: 'data/*\0x' read all of data/
+            raise ValueError(f"source {s!r} holds a NUL character ('\\0'), which no path or URI "
+                             "may hold")
         try:
             s.encode("utf-8")
         except UnicodeEncodeError:  # os.fsdecode of bytes that are not UTF-8 (surrogates)
@@ -100,12 +103,17 @@ def local_dir(path: str, what: str = "cache_dir") -> str:
     """A local directory argument made absolute (``~`` expanded; ``file://`` taken off).
 
     Raises:
+        TypeError: `path` is not a str (``bytes``: decode it with ``os.fsdecode``).
         ValueError: `path` is another URL (``s3://bucket/cache``): made absolute, it named
             a local directory ``./s3:/bucket/cache``, which a Loader created and used
-            silently.
+            silently; or it holds a NUL character (the engine cut the path there and
+            used another directory).
     """
-    if not isinstance(path, str):  # bytes: as before (the engine refuses them)
-        return os.path.abspath(path)
+    if not isinstance(path, str):  # (the engine's bare "incompatible function arguments")
+        raise TypeError(f"{what} must be a text path, got {type(path).__name__} {path!r}"
+                        + (": decode it (os.fsdecode)" if isinstance(path, bytes) else ""))
+    if "\0" in path:  # the engine's C strings end there: 'cache\0x' made and used 'cache'
+        raise ValueError(f"{what} {path!r} holds a NUL character ('\\0'), which no path may hold")
     path = _local_file_uri(path, what)
     if path.startswith(_FILE_SCHEME):
         path = urllib.parse.unquote(path[len(_FILE_SCHEME):])
@@ -239,6 +247,7 @@ def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, st
             ``endpoint_override``, ``scheme``, the credentials and ``tls_ca_file_path``;
             bool for ``anonymous`` and ``force_virtual_addressing``; int or float for
             the timeouts and retry delays; int for ``retry_max_attempts``.
+        ValueError: A text value holds a NUL character.
     """
     if options is None:
         return {}
@@ -253,6 +262,10 @@ def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, st
         if value is None:
             continue
         _check_storage_value_type(key, value)
+        if isinstance(value, str) and "\0" in value:  # (not shown: it may be a secret)
+            # The S3 client's C strings end there: an endpoint 'host:1\0x' reached host:1.
+            raise ValueError(f"storage_options[{key!r}] holds a NUL character ('\\0'), which "
+                             "no option value may hold")
         if isinstance(value, bool) or _is_numpy_bool(value):
             out[key] = "true" if value else "false"
         elif isinstance(value, numbers.Integral):
@@ -369,8 +382,11 @@ def resolve_rank_world(rank: int | None, world: int | None) -> tuple[int, int]:
             raise ValueError(f"environment variable RANK={found_rank} is set but WORLD_SIZE is not; set "
                              f"WORLD_SIZE too (torchrun sets both), or {both}")
     if where == _ENV_SOURCE:
-        if found_world is not None and found_world < 1:
-            raise ValueError(f"environment variable WORLD_SIZE={found_world} is not a world size (>= 1)")
+        # (above 2**62, as the options take them: "world_size must be in [1, ...]" named
+        # an argument never given)
+        if found_world is not None and not 1 <= found_world <= 1 << 62:
+            raise ValueError(f"environment variable WORLD_SIZE={found_world} is not a world size "
+                             f"(1 <= WORLD_SIZE <= 2**62)")
         if found_rank is not None and not 0 <= found_rank < (found_world or 1 << 62):
             raise ValueError(f"environment variable RANK={found_rank} is not a rank of WORLD_SIZE="
                              f"{found_world} (0 <= RANK < WORLD_SIZE)")

@@ -81,8 +81,12 @@ def parse_filter(text: str) -> Any:
     ``"lang == 'en' and 2020 <= year < 2024"``.
 
     Raises:
+        TypeError: ``text`` is not a str.
         ValueError: ``text`` is not such an expression (with what is not accepted).
     """
+    if not isinstance(text, str):  # ("object of type 'int' has no len()"; bytes: the reverse)
+        raise TypeError(f"parse_filter takes the filter's text (str), got {type(text).__name__} "
+                        f"{text!r}")
     try:
         return _parse_filter(text)
     except RecursionError:  # ast.parse, ast.literal_eval or convert() below on deep nesting

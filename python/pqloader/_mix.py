@@ -29,7 +29,7 @@ from pqloader._iteration import ConsumerClock, clock
 from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._lists import check_packed_batch
 from pqloader._column_checks import integer_unit
-from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_int, iteration_epochs
+from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_bool, check_int, iteration_epochs
 from pqloader._state import _jsonish, option_diff
 
 STATE_VERSION = 2  # 1: before each rank shuffled its windows alone (_state.STATE_VERSIONS)
@@ -74,6 +74,8 @@ class Mixture:
             names = [str(i) for i in range(len(loaders))]
         if len(loaders) < 1:
             raise ValueError("mix needs at least one source")
+        if len(set(names)) != len(names):  # ({1: a, "1": b}: one name, one weight for both)
+            raise ValueError(f"mix source names must differ as text, got {list(sources)}")
         for name, loader in zip(names, loaders):
             if not isinstance(loader, Loader):
                 raise TypeError(f"mix source {name!r} must be a pqloader.Loader, got {type(loader).__name__}")
@@ -84,6 +86,8 @@ class Mixture:
             if unknown or len(weights) != len(names):
                 raise ValueError(f"weights must name each source once ({names}), got {list(weights)}")
             wmap = {str(k): v for k, v in weights.items()}
+            if len(wmap) != len(weights):  # ({0: 1, "0": 2}: a KeyError, or a weight lost)
+                raise ValueError(f"weights must name each source once ({names}), got {list(weights)}")
             w = [wmap[n] for n in names]
         else:
             w = list(weights)
@@ -145,8 +149,21 @@ class Mixture:
         self._seed_drawn = seed is None and loaders[0]._seed_drawn
         self._samples = None if samples_per_epoch is None else check_int("samples_per_epoch", samples_per_epoch, 1)
         self._stop = stop
-        self._drop_last = bool(drop_last)
+        self._drop_last = check_bool("drop_last", drop_last)  # (bool("False") was True)
         self._num_epochs = None if num_epochs is None else check_int("num_epochs", num_epochs, 0)
+        if source_column is not None:
+            # (b"src" was a bare std::bad_cast at the first batch; "" gave no column at all)
+            if not isinstance(source_column, str):
+                raise TypeError(f"source_column must be a column name (str) or None, got "
+                                f"{type(source_column).__name__} {source_column!r}")
+            if source_column == "":
+                raise ValueError("source_column '' names no column: give a name, or None for no "
+                                 "source column")
+            try:
+                source_column.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"source_column {source_column!r} is not UTF-8 text (it has a "
+                                 "lone surrogate)") from None
         if source_column is not None and source_column in loaders[0].column_info:
             raise ValueError(f"source_column {source_column!r} is a column of the sources; name it otherwise")
         self._source_column = source_column

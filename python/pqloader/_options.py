@@ -302,7 +302,9 @@ def _check_row_groups(row_groups: Any) -> dict[str, tuple[int, ...]] | None:
 
 
 def _check_use_summary(value: Any) -> bool | str:
-    if isinstance(value, bool) or value == "only":
+    if isinstance(value, (bool, np.bool_)):  # (as check_bool takes the other flags)
+        return bool(value)
+    if isinstance(value, str) and value == "only":
         return value
     raise (TypeError if not isinstance(value, str) else ValueError)(
         f"use_summary must be True, False or 'only', got {value!r}")

@@ -547,3 +547,65 @@ def test_a_mixtures_state_after_the_last_epoch_loads(ds):
     for resumed in (m, fresh):
         with pytest.raises(ValueError, match="2\\^32"):
             next(iter(resumed))
+
+
+# ---------------------------------------------------------------------------
+# NUL characters, bytes and NumPy flags (helper envwarn)
+# ---------------------------------------------------------------------------
+
+
+def test_a_nul_in_a_source_is_refused_not_cut_off_there(ds):
+    # 'ds/*\0x' names nothing; the engine's glob cut it at the NUL and read all of ds/.
+    for source in (os.path.join(ds, "*") + "\0x", os.path.join(ds, "part-000.parquet") + "\0x"):
+        with pytest.raises(ValueError, match="NUL"):
+            pqloader.Loader(source)
+    with pytest.raises(ValueError, match="NUL"):
+        pqloader.inspect(os.path.join(ds, "*") + "\0x")
+
+
+def test_a_nul_in_a_cache_dir_is_refused_not_cut_off_there(ds, tmp_path):
+    # 'c\0d' made and used the directory 'c' (and warned "Is a directory" per file).
+    with pytest.raises(ValueError, match="cache_dir .*NUL"):
+        pqloader.Loader(ds, cache_dir=str(tmp_path / "c") + "\0d")
+    for fn in (pqloader.cache_stats, pqloader.cache_prune, pqloader.cache_clear):
+        with pytest.raises(ValueError, match="cache_dir .*NUL"):
+            fn(str(tmp_path / "c") + "\0d")
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_bytes_cache_dir_of_the_cache_functions_is_a_type_error_naming_the_fix(tmp_path):
+    # (it was pybind's "incompatible function arguments", naming no argument)
+    for fn in (pqloader.cache_stats, pqloader.cache_prune, pqloader.cache_clear):
+        with pytest.raises(TypeError, match=r"cache_dir must be a text path.*os\.fsdecode"):
+            fn(os.fsencode(str(tmp_path)))
+
+
+def test_use_summary_takes_numpy_bools_as_the_other_flags_do(ds):
+    assert list(pqloader.Loader(ds, use_summary=np.bool_(False), batch_size=BS)) is not None
+    assert pqloader.Loader(ds, use_summary=np.bool_(False)).options.use_summary is False
+    with pytest.raises(TypeError, match="use_summary"):
+        pqloader.Loader(ds, use_summary=np.array([1, 2]))  # (was numpy's "truth value ... ambiguous")
+
+
+@pytest.mark.parametrize("text", [b"id > 1", 3, None])
+def test_parse_filter_of_a_non_str_is_a_type_error_naming_it(text):
+    # (bytes: "a bytes-like object is required, not 'str'", the reverse of the truth)
+    with pytest.raises(TypeError, match="parse_filter takes the filter's text"):
+        pqloader.parse_filter(text)
+
+
+def test_a_nul_in_a_storage_option_is_refused_without_showing_the_value(ds):
+    # endpoint_override '127.0.0.1:1\0x' reached 127.0.0.1:1: the S3 client cut it there.
+    for key in ("endpoint_override", "secret_key"):
+        opts = {"access_key": "a", "secret_key": "b", key: "hunter2\0x"}
+        with pytest.raises(ValueError, match=rf"storage_options\['{key}'\] holds a NUL") as ei:
+            pqloader.Loader("s3://bucket/x.parquet", storage_options=opts)
+        assert "hunter2" not in str(ei.value)
+
+
+def test_a_world_size_from_the_environment_beyond_the_limit_names_the_variable(ds, monkeypatch):
+    # (it was "world_size must be in [1, 2**62]", an argument never given)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", str(10**23))
+    with pytest.raises(ValueError, match="environment variable WORLD_SIZE=1"):
+        pqloader.Loader(ds)

@@ -227,7 +227,8 @@ def test_reader_closing_early_ends_quietly(tmp_path):
                         "--all-files", "--json"], stdout=head.stdin, stderr=subprocess.PIPE,
                        text=True, timeout=120, cwd=str(tmp_path), env=subprocess_env())
     head.stdin.close()
-    first = head.stdout.read()
+    with head.stdout:  # (left open, it warned ResourceWarning under -W error)
+        first = head.stdout.read()
     head.wait(timeout=60)
     assert first.strip() == "{"
     assert r.stderr == "", r.stderr

@@ -85,7 +85,8 @@ def _run(args, cwd, stderr_tty: bool):
         if not chunk:
             break
         err += chunk
-    out = p.stdout.read()
+    with p.stdout:  # (left open, it warned ResourceWarning under -W error)
+        out = p.stdout.read()
     rc = p.wait(timeout=120)
     os.close(master)
     return out, err.decode(), rc

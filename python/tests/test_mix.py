@@ -1576,3 +1576,46 @@ def test_the_draw_limit_warning_points_at_the_callers_line(tmp_path):
         with pytest.warns(RuntimeWarning, match="did not end within") as record:
             ask(make())
         assert {w.filename for w in record if "did not end" in str(w.message)} == {__file__}
+
+
+# ---------------------------------------------------------------------------
+# arguments of mix() (helper envwarn)
+# ---------------------------------------------------------------------------
+
+
+def _two(root):
+    return [pqloader.Loader(str(root / n), batch_size=8, columns=["id"]) for n in ("code", "books")]
+
+
+def test_source_names_equal_as_text_are_refused_not_merged(sources):
+    # {1: a, "1": b} with weights {1: 1, "1": 3} gave both the weight 3, silently.
+    root, _ = sources
+    a, b = _two(root)
+    with pytest.raises(ValueError, match="names must differ"):
+        pqloader.mix({1: a, "1": b}, {1: 1, "1": 3})
+
+
+def test_weight_keys_equal_as_text_are_refused_naming_the_sources(sources):
+    # (a bare KeyError '1')
+    root, _ = sources
+    with pytest.raises(ValueError, match="weights must name each source once"):
+        pqloader.mix(_two(root), {0: 1, "0": 2})
+
+
+@pytest.mark.parametrize("drop_last", ["False", 0.0, None])
+def test_drop_last_must_be_a_bool(sources, drop_last):
+    # bool("False") is True: the last partial batch was dropped, silently.
+    root, _ = sources
+    with pytest.raises(TypeError, match="drop_last must be True or False"):
+        pqloader.mix(_two(root), [1, 1], drop_last=drop_last)
+    m = pqloader.mix(_two(root), [1, 1], drop_last=np.bool_(False), samples_per_epoch=13, seed=1)
+    assert [len(b["id"]) for b in m] == [8, 5]
+
+
+@pytest.mark.parametrize("column,exc", [(b"src", TypeError), (3, TypeError), ("", ValueError),
+                                        ("\ud800", ValueError)])
+def test_a_source_column_that_is_no_name_is_refused_when_mixing(sources, column, exc):
+    # bytes/int: a bare std::bad_cast at the first batch; "": no source column at all.
+    root, _ = sources
+    with pytest.raises(exc, match="source_column"):
+        pqloader.mix(_two(root), [1, 1], source_column=column)

@@ -65,8 +65,13 @@ def _copy_dataset(tmp_path, metadata_update: dict[bytes, bytes]) -> str:
 
 
 # -- the restricted Unischema reader --------------------------------------------------
+def _fixture_bytes(name: str) -> bytes:
+    with open(os.path.join(FIXTURES, name), "rb") as f:  # (left open: a ResourceWarning)
+        return f.read()
+
+
 def test_unischema_is_rebuilt_from_petastorms_pickle_as_plain_objects():
-    data = open(os.path.join(FIXTURES, "unischema.pickle"), "rb").read()
+    data = _fixture_bytes("unischema.pickle")
     schema = _schema_io.load_unischema(data)
     assert schema._name == "FixtureSchema"
     f = schema.fields
@@ -82,7 +87,7 @@ def test_unischema_is_rebuilt_from_petastorms_pickle_as_plain_objects():
 
 
 def test_written_unischema_reads_back_equal():
-    data = open(os.path.join(FIXTURES, "unischema.pickle"), "rb").read()
+    data = _fixture_bytes("unischema.pickle")
     schema = _schema_io.load_unischema(data)
     written = _schema_io.dumps_unischema(schema)
     assert b"petastorm.unischema" in written  # Petastorm's class names, so Petastorm reads it
@@ -116,7 +121,7 @@ class _CommandWriter(_schema_io._Writer):
 
 
 def _nested_payload(command: str) -> bytes:
-    genuine = _schema_io.load_unischema(open(os.path.join(FIXTURES, "unischema.pickle"), "rb").read())
+    genuine = _schema_io.load_unischema(_fixture_bytes("unischema.pickle"))
     genuine.fields["image_png"].codec._quality = _CommandWriter  # the command, as a codec parameter
     w = _CommandWriter(command)
     w.write(pickle.PROTO + bytes([2]))
@@ -1371,3 +1376,27 @@ def test_make_batch_reader_hands_a_user_predicate_base_subclass_a_dataframe():
     with make_batch_reader(PLAIN, predicate=Mine(), **NATURAL) as reader:
         got = sorted(np.concatenate([b.id for b in reader]).tolist())
     assert got == [1, 5, 9] and seen and all(t is pd.DataFrame for t in seen), (got, seen)
+
+
+def test_the_pytorch_loader_wraps_read_only_columns_without_a_warning(tmp_path):
+    # torch.as_tensor of a read-only column warned "The given NumPy array is not writable"
+    # from pqloader's code (once per process: checked in a fresh one).
+    pytest.importorskip("torch")
+    pq.write_table(pa.table({"id": np.arange(40, dtype=np.int64), "y": np.arange(40, dtype=np.float32)}),
+                   tmp_path / "a.parquet", row_group_size=10)
+    script = f"""
+import warnings
+warnings.simplefilter("error")
+import numpy as np
+from pqloader.petastorm import TransformSpec, make_batch_reader
+from pqloader.petastorm import pytorch as pt
+spec = TransformSpec(lambda df: df[df.id % 3 != 0])  # (its columns come back read-only)
+with make_batch_reader({"file://" + str(tmp_path)!r}, num_epochs=1, shuffle_row_groups=False,
+                       transform_spec=spec) as reader:
+    ids = [int(i) for b in pt.DataLoader(reader, batch_size=4) for i in b["id"]]
+assert ids == [i for i in range(40) if i % 3], ids
+"""
+    from conftest import subprocess_env
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env=subprocess_env())
+    assert r.returncode == 0, r.stderr

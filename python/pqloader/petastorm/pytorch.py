@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data.dataloader import default_collate
 
+from pqloader._torch import _as_tensor
 from pqloader.petastorm.reader import Reader
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ def _sanitize(name: str, value: Any) -> Any:
 def _to_tensor(name: str, column: Any) -> Any:
     if isinstance(column, np.ndarray) and column.dtype.kind in "biufc":
         column = _sanitize(name, column)
-        return torch.from_numpy(column) if column.flags.writeable else torch.as_tensor(column)
+        # (torch.as_tensor of a read-only column warned "The given NumPy array is not
+        # writable" from here; the Loader's own output takes it through DLPack)
+        return _as_tensor(name, column)
     if isinstance(column, np.ndarray):
         return list(column)
     return column

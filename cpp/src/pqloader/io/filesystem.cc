@@ -265,9 +265,16 @@ arrow::Status ParseIfSet(const StorageOptions& storage, const char* key, Parse p
 arrow::Status SetEndpoint(const StorageOptions& storage, arrow::fs::S3Options* o) {
   std::string endpoint = Get(storage, "endpoint_override");
   std::string scheme;
+  // Where the endpoint came from, for messages (a scheme of the environment's endpoint
+  // was refused as storage_options['scheme'], an option never given).
+  std::string from = "storage_options['endpoint_override']";
   if (endpoint.empty()) {
     endpoint = Env("AWS_ENDPOINT_URL_S3");
-    if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+    from = "environment variable AWS_ENDPOINT_URL_S3";
+    if (endpoint.empty()) {
+      endpoint = Env("AWS_ENDPOINT_URL");
+      from = "environment variable AWS_ENDPOINT_URL";
+    }
   }
   if (const size_t sep = endpoint.find("://"); sep != std::string::npos) {
     scheme = endpoint.substr(0, sep);
@@ -275,10 +282,14 @@ arrow::Status SetEndpoint(const StorageOptions& storage, arrow::fs::S3Options* o
   }
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   o->endpoint_override = endpoint;
-  if (storage.values.count("scheme")) scheme = Get(storage, "scheme");
+  const bool given = storage.values.count("scheme") > 0;
+  if (given) scheme = Get(storage, "scheme");
   if (!scheme.empty()) {
     if (scheme != "http" && scheme != "https") {
-      return BadValue("scheme", scheme, "'http' or 'https'");
+      if (given) return BadValue("scheme", scheme, "'http' or 'https'");
+      return arrow::Status::Invalid(from, " gives the scheme '", scheme,
+                                    "', which is not 'http' or 'https' (an S3 endpoint is "
+                                    "http://host:port or https://host:port)");
     }
     o->scheme = scheme;
   }

@@ -66,6 +66,25 @@ TEST(MakeS3Options, EndpointComesFromTheEnvironmentUnlessGiven) {
   EXPECT_EQ(MakeS3Options(Opts({{"endpoint_override", "h:1"}}))->endpoint_override, "h:1");
 }
 
+// A scheme that came with the endpoint is refused naming where it came from, not as
+// storage_options['scheme'] (an option never given).
+TEST(MakeS3Options, ASchemeFromTheEndpointIsRefusedNamingWhereItCameFrom) {
+  ScopedEnv e1("AWS_ENDPOINT_URL", "ftp://127.0.0.1:1"), e2("AWS_ENDPOINT_URL_S3", nullptr);
+  auto o = MakeS3Options(Opts({}));
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("environment variable AWS_ENDPOINT_URL"), std::string::npos)
+      << o.status();
+  EXPECT_EQ(o.status().message().find("storage_options['scheme']"), std::string::npos);
+  auto p = MakeS3Options(Opts({{"endpoint_override", "ftp://h:1"}}));
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("storage_options['endpoint_override']"), std::string::npos)
+      << p.status();
+  auto q = MakeS3Options(Opts({{"scheme", "ftp"}}));
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("storage_options['scheme'] = 'ftp'"), std::string::npos)
+      << q.status();
+}
+
 TEST(MakeS3Options, RefusesUnknownKeysAndBadValuesNamingThem) {
   auto unknown = MakeS3Options(Opts({{"endpoint", "x"}}));
   ASSERT_TRUE(unknown.status().IsInvalid());
