@@ -13,7 +13,7 @@ APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbo
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake examples/cpp -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 
-.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel wheel-venvs demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick mutants mutants-cpp mutants-py clean
+.PHONY: all deps build wheel sdist test test-cpp test-python test-wheel wheel-venvs demo sanitize sanitize-cpp sanitize-python fuzz fuzz-regress fuzz-build lint bench bench-quick mutants mutants-cpp mutants-py crossbuild-check clean
 BENCH_SCALE ?= small
 
 all: build
@@ -171,6 +171,15 @@ mutants-cpp: deps
 
 mutants-py: deps
 	JOBS=$(JOBS) $(PY) tools/mutants/py_mutants.py $(MUTANTS_PY_ARGS)
+
+# --- cross-build check (docs/testing.md; not part of `make test`: CI has no old build) ---
+# An old build's caches and state_dict()s read by this one, and the reverse, on data the
+# tool generates (build/crossbuild): a DIFF is a cache key part or state version that
+# should have changed. OLD (and NEW, default: the installed build) name directories
+# holding a staged `pqloader` package; CASES=a,b picks cases.
+crossbuild-check: build
+	@[ -n "$(OLD)" ] || { echo "usage: make crossbuild-check OLD=<dir holding an old build's pqloader> [NEW=<dir>] [CASES=a,b]"; exit 2; }
+	$(PY) tools/crossbuild/check.py --old $(OLD) $(if $(NEW),--new $(NEW)) $(if $(CASES),--cases $(CASES))
 
 # --- fuzzing (libFuzzer + ASan + UBSan; see docs/reliability.md) -----------------------
 # `make fuzz` builds the drivers of cpp/fuzz with clang, writes seed corpora from the test

@@ -86,6 +86,33 @@ int64_t MetaStart(const std::string& bytes) {
   return kCacheEntryHeaderBytes + 8 + (source_bytes + 7) / 8 * 8;
 }
 
+
+// The index (in words from MetaStart) of the first run of metadata words equal to
+// `pattern` (-1 for any word), or -1.
+int64_t FindWords(const std::string& bytes, const std::vector<int64_t>& pattern) {
+  const int64_t start = MetaStart(bytes);
+  const int64_t words = (static_cast<int64_t>(bytes.size()) - start) / 8;
+  for (int64_t i = 0; i + static_cast<int64_t>(pattern.size()) <= words; ++i) {
+    bool match = true;
+    for (size_t k = 0; k < pattern.size() && match; ++k) {
+      int64_t w;
+      std::memcpy(&w, bytes.data() + start + (i + k) * 8, 8);
+      match = pattern[k] == -1 || w == pattern[k];
+    }
+    if (match) return i;
+  }
+  return -1;
+}
+
+void SetWord(std::string* bytes, int64_t index, int64_t value) {
+  std::memcpy(&(*bytes)[MetaStart(*bytes) + index * 8], &value, 8);
+}
+
+// The message of reading `bytes` (checksum taken as verified), or "ok".
+std::string ReadError(const std::string& bytes) {
+  auto back = ReadCacheEntry(Bytes(bytes), kKey, /*checksum_verified=*/true);
+  return back.ok() ? "ok" : back.status().message();
+}
 }  // namespace
 
 TEST(CacheEntry, HeaderNamesTheEntrysSource) {
@@ -257,6 +284,14 @@ TEST(CacheEntry, OffsetsOutsideTheDataAreRejectedEvenWithAValidChecksum) {
   u->columns[1].offsets =
       Bytes(std::string(reinterpret_cast<const char*>(decreasing), sizeof(decreasing)));
   EXPECT_FALSE(ReadCacheEntry(Bytes(ReadFile(WriteToFile(*u))), kKey).ok());
+  // Non-decreasing, but the last row ends one byte past the 12 bytes of data.
+  const int64_t past_end[] = {2, 7, 7, 13};
+  u->columns[1].offsets =
+      Bytes(std::string(reinterpret_cast<const char*>(past_end), sizeof(past_end)));
+  auto past = ReadCacheEntry(Bytes(ReadFile(WriteToFile(*u))), kKey);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("offsets outside the data"), std::string::npos)
+      << past.status().ToString();
 }
 
 TEST(CacheEntry, MisalignedBuffersAreRejectedEvenWithAValidChecksum) {
@@ -386,6 +421,49 @@ TEST(Ndarray, MutatedNpyBytesNeverCrash) {
     in.shape = {static_cast<int64_t>(m.size())};
     (void)op->Apply(in, SampleContext{}, 0);  // must not crash; errors are fine
   }
+}
+
+TEST(CacheEntry, BufferSizesThatDisagreeWithTheLayoutAreRejectedEvenWithAValidChecksum) {
+  // A hostile writer can compute checksums: each ref and size is checked against the
+  // file and the layout, not only that the metadata words parse.
+  const std::string bytes = ReadFile(WriteToFile(*SampleUnit()));
+  ASSERT_EQ(ReadError(bytes), "ok");
+  // The var column: data ref (offset, 12 bytes), offsets ref (offset, 4 x 8 bytes).
+  const int64_t var = FindWords(bytes, {-1, 12, -1, 32});
+  ASSERT_GE(var, 0);
+  std::string bad = bytes;
+  SetWord(&bad, var + 1, static_cast<int64_t>(bytes.size()));  // data past the file's end
+  EXPECT_NE(ReadError(bad).find("outside the file"), std::string::npos) << ReadError(bad);
+  bad = bytes;
+  SetWord(&bad, var + 3, 8);  // one offset for three rows
+  EXPECT_NE(ReadError(bad).find("bad offsets size"), std::string::npos) << ReadError(bad);
+  // Sample 0: shape (2 dims: 2, 2), then its data ref (offset, 16 bytes of float32).
+  const int64_t shape = FindWords(bytes, {2, 2, 2, -1, 16});
+  ASSERT_GE(shape, 0);
+  bad = bytes;
+  SetWord(&bad, shape + 1, 4);  // 4 x 2 floats in 16 bytes
+  EXPECT_NE(ReadError(bad).find("bad sample size"), std::string::npos) << ReadError(bad);
+}
+
+TEST(CacheEntry, ARowMajorColumnPastItsRowIsRejectedEvenWithAValidChecksum) {
+  auto u = std::make_shared<DecodedUnit>();
+  u->num_rows = 3;
+  for (int c = 0; c < 3; ++c) {
+    ColumnData d;
+    d.row_bytes = c == 0 ? 8 : 4;
+    d.data = Bytes(std::string(3 * d.row_bytes, static_cast<char>('a' + c)));
+    u->columns.push_back(d);
+  }
+  auto rm = WithRowMajor(u, 64, arrow::default_memory_pool()).ValueOrDie();
+  ASSERT_NE(rm->row_major, nullptr);
+  const std::string bytes = ReadFile(WriteToFile(*rm));
+  ASSERT_EQ(ReadError(bytes), "ok");
+  // The block's stride (16), then each column's offset in a row: 0, 8, 12.
+  const int64_t at = FindWords(bytes, {16, 0, 8, 12});
+  ASSERT_GE(at, 0);
+  std::string bad = bytes;
+  SetWord(&bad, at + 3, 13);  // column 2's 4 bytes at 13..17 of a 16-byte row
+  EXPECT_NE(ReadError(bad).find("bad row-major layout"), std::string::npos) << ReadError(bad);
 }
 
 }  // namespace pqloader

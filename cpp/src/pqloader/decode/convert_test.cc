@@ -322,4 +322,53 @@ TEST(Convert, AFilesNarrowerValuesConvertIntoTheUnifiedColumn) {
   EXPECT_EQ(v[1], 2147483647);
 }
 
+TEST(Convert, IntegersAFloatDoesNotHoldAreRefusedOnBothSides) {
+  auto spec = SpecForField(*arrow::field("x", arrow::float64())).ValueOrDie();
+  auto convert = [&](std::vector<int64_t> values) {
+    arrow::Int64Builder b;
+    EXPECT_TRUE(b.AppendValues(values).ok());
+    return ConvertColumn(spec, arrow::ChunkedArray(b.Finish().ValueOrDie()), NullFill{},
+                         arrow::default_memory_pool());
+  };
+  const int64_t two53 = int64_t{1} << 53;
+  EXPECT_TRUE(convert({-two53, two53, -two53 - 2}).ok());  // float64 holds these exactly
+  for (int64_t v : {two53 + 1, -two53 - 1}) {
+    auto r = convert({0, v});
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_NE(r.status().message().find("value " + std::to_string(v) + " (int64) does not convert"),
+              std::string::npos)
+        << r.status().message();
+  }
+}
+
+TEST(Convert, AStringEndingInsideACharacterIsRefusedWhateverFollowsIt) {
+  // "\xc3" then "\xa9": each row invalid, their bytes together a valid "é".
+  arrow::StringBuilder b;
+  ASSERT_TRUE(b.Append(std::string("\xc3", 1)).ok() && b.Append(std::string("\xa9", 1)).ok());
+  auto spec = SpecForField(*arrow::field("s", arrow::utf8())).ValueOrDie();
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(b.Finish().ValueOrDie()), NullFill{},
+                         arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("column 's', row 0: a string value is not valid UTF-8"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(Convert, AFilledNullSlotsBytesAreNotCheckedAgainstTheFloat) {
+  // A null slot's value is undefined (any bytes): 2^53 + 1 under a null is not refused as
+  // a value float64 does not hold; the slot is filled.
+  const int64_t values[] = {(int64_t{1} << 53) + 1, 1};
+  const uint8_t validity = 0b10;  // slot 0 null
+  auto arr = arrow::MakeArray(arrow::ArrayData::Make(
+      arrow::int64(), 2, {arrow::Buffer::Wrap(&validity, 1), arrow::Buffer::Wrap(values, 2)}, 1));
+  auto spec = SpecForField(*arrow::field("x", arrow::float64())).ValueOrDie();
+  NullFill fill;
+  fill.enabled = true;
+  fill.is_float = true;
+  fill.float_value = -1;
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(arr), fill, arrow::default_memory_pool());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Values<double>(*r), (std::vector<double>{-1, 1}));
+}
+
 }  // namespace pqloader

@@ -1,6 +1,8 @@
 #include "pqloader/filter/row_filter.h"
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -320,6 +322,81 @@ TEST(RowFilter, NothingKeptGivesAnEmptyEpoch) {
   EXPECT_TRUE(Ids(loader.get(), 0).empty());
   EXPECT_EQ(loader->filter_stats().row_groups_pruned_statistics, 6);
   EXPECT_EQ(loader->filter_stats().mask_bytes_read, 0);
+}
+
+// The rows `sel` keeps of its one row group (empty when it keeps none), all of them as
+// [0, n) when it keeps it whole.
+std::vector<int32_t> KeptRows(const RowSelection& sel, int32_t n) {
+  EXPECT_EQ(sel.stage.size(), 1u);
+  switch (sel.stage[0]) {
+    case RowSelection::Stage::kMasked: return *sel.rows[0];
+    case RowSelection::Stage::kAll: {
+      std::vector<int32_t> all(n);
+      for (int32_t i = 0; i < n; ++i) all[i] = i;
+      return all;
+    }
+    default: return {};
+  }
+}
+
+TEST(RowFilter, NullsNaNsAndAPredicateAloneAreDecidedRowByRow) {
+  // x: null 2 0 (statistics [0, 2], one null); f: 1 NaN 2 (statistics [1, 2], NaN left out).
+  const std::string dir = testing::MakeTempDir();
+  arrow::Int64Builder x;
+  ASSERT_TRUE(x.AppendNull().ok() && x.Append(2).ok() && x.Append(0).ok());
+  arrow::DoubleBuilder f;
+  ASSERT_TRUE(f.AppendValues({1.0, std::nan(""), 2.0}).ok());
+  WriteColumns(dir + "/a.parquet", {{"x", x.Finish().ValueOrDie()}, {"f", f.Finish().ValueOrDie()}});
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  auto kept = [&](const FilterOptions& options) {
+    auto sel = EvaluateFilter(*ds, options);
+    EXPECT_TRUE(sel.ok()) << sel.status().ToString();
+    return sel.ok() ? KeptRows(*sel, 3) : std::vector<int32_t>{-1};
+  };
+  FilterOptions options;
+  // A null comparison drops its row.
+  options.serialized_expression = Serialized(cp::greater(cp::field_ref("x"), cp::literal(int64_t{1})));
+  EXPECT_EQ(kept(options), std::vector<int32_t>{1});
+  // The statistics' range holds the non-null values only: is_null keeps the null row.
+  options.serialized_expression = Serialized(cp::is_null(cp::field_ref("x")));
+  EXPECT_EQ(kept(options), std::vector<int32_t>{0});
+  // Floating-point statistics leave NaN out: "not (f > 0)" holds for the NaN row.
+  options.serialized_expression =
+      Serialized(cp::not_(cp::greater(cp::field_ref("f"), cp::literal(0.0))));
+  EXPECT_EQ(kept(options), std::vector<int32_t>{1});
+  // A predicate without an expression still runs on every row group.
+  options.serialized_expression.clear();
+  options.predicate_columns = {"x"};
+  options.predicate = [](const std::shared_ptr<arrow::RecordBatch>& batch)
+      -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    return cp::CallFunction("is_valid", {batch->column(0)}).ValueOrDie().make_array();
+  };
+  EXPECT_EQ(kept(options), (std::vector<int32_t>{1, 2}));
+}
+
+TEST(RowFilter, TheLowestFailingRowGroupIsNamedWhateverTheThreadsTiming) {
+  // A predicate failing on every row group: the error names row group 0 of the first
+  // file, on any number of threads, every time (the first to fail was named before).
+  const std::string dir = testing::MakeTempDir();
+  for (int f = 0; f < 4; ++f) {
+    testing::WriteIdFile(dir + "/f" + std::to_string(f) + ".parquet", {10, 10, 10, 10}, f * 40);
+  }
+  auto ds = Dataset::Open({dir}, DatasetOptions{}).ValueOrDie();
+  FilterOptions options;
+  options.threads = 8;
+  options.predicate_columns = {"id"};
+  options.predicate = [](const std::shared_ptr<arrow::RecordBatch>& batch)
+      -> arrow::Result<std::shared_ptr<arrow::Array>> {
+    // Later row groups fail later: the last to fail is not the lowest.
+    std::this_thread::sleep_for(std::chrono::microseconds(
+        200 * (1 + std::static_pointer_cast<arrow::Int64Array>(batch->column(0))->Value(0) / 10)));
+    return arrow::Status::Invalid("no");
+  };
+  for (int i = 0; i < 10; ++i) {
+    auto st = EvaluateFilter(*ds, options).status();
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("f0.parquet', row group 0"), std::string::npos) << st.message();
+  }
 }
 
 }  // namespace

@@ -319,5 +319,30 @@ TEST(MixDraws, InterleaveOfEveryWidthEqualsTheRowByRowCopy) {
   }
 }
 
+TEST(MixDraws, ALastSourceEndingOnABlocksLastDrawOfItEndsTheEpochThere) {
+  // Every source's rows are exactly its draws among the first `end` positions, `end` a
+  // multiple of the 1024-draw blocks: the epoch ends inside the last of those blocks,
+  // whose draws bring every count to its rows exactly, at the draw-by-draw position.
+  const auto cum = CumulativeWeights({1, 2, 3});
+  for (const int64_t end : {1024, 2048, 5 * 1024}) {
+    const std::vector<int64_t> rows = CountDraws(7, 1, end, cum);
+    const int64_t expect = LengthDrawByDraw(7, 1, cum, rows, true, 1 << 20);
+    ASSERT_LE(expect, end);
+    EXPECT_EQ(EpochLengthUntilExhausted(7, 1, cum, rows, true, 1 << 20), expect) << end;
+  }
+}
+
+TEST(MixDraws, ASourceOfWeightZeroIsNotWaitedForNorEndsAnEpoch) {
+  const auto cum = CumulativeWeights({1, 0, 1});
+  // "last": the epoch ends once sources 0 and 2 ran out, not at the limit.
+  const int64_t last = EpochLengthUntilExhausted(5, 0, cum, {50, 50, 50}, true, 1 << 20);
+  EXPECT_EQ(last, LengthDrawByDraw(5, 0, cum, {50, 0, 50}, true, 1 << 20));
+  EXPECT_LT(last, 1 << 20);
+  // "first": a weight-0 source without rows does not make the epoch empty.
+  const int64_t first = EpochLengthUntilExhausted(5, 0, cum, {50, 0, 50}, false, 1 << 20);
+  EXPECT_EQ(first, LengthDrawByDraw(5, 0, cum, {50, 1 << 30, 50}, false, 1 << 20));
+  EXPECT_GT(first, 0);
+}
+
 }  // namespace
 }  // namespace pqloader

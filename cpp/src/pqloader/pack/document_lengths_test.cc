@@ -9,6 +9,11 @@
 
 #include <arrow/api.h>
 
+#include <arrow/io/file.h>
+#include <parquet/arrow/writer.h>
+
+#include "pqloader/pack/pack_plan.h"
+#include "pqloader/plan/epoch_plan.h"
 #include "pqloader/test_util.h"
 
 namespace pqloader {
@@ -94,6 +99,129 @@ TEST(DocumentLengths, RefusesAColumnThatIsNotAList) {
   EXPECT_NE(lengths.status().message().find("not a list column"), std::string::npos)
       << lengths.status().ToString();
   EXPECT_NE(lengths.status().message().find("a.parquet"), std::string::npos);
+}
+
+// a.parquet: one row group of token lists [0 1], null, [0 1 2], null (and ids);
+// b.parquet: three rows of ids only (it lacks the token column: its rows are null).
+std::string NullDocuments() {
+  const std::string dir = testing::MakeTempDir();
+  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
+  EXPECT_TRUE(tokens.Append().ok() && values->AppendValues({0, 1}).ok());
+  EXPECT_TRUE(tokens.AppendNull().ok());
+  EXPECT_TRUE(tokens.Append().ok() && values->AppendValues({0, 1, 2}).ok());
+  EXPECT_TRUE(tokens.AppendNull().ok());
+  arrow::Int64Builder ids;
+  EXPECT_TRUE(ids.AppendValues({0, 1, 2, 3}).ok());
+  auto a = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64()),
+                                             arrow::field("tokens", arrow::list(arrow::int32()))}),
+                              {ids.Finish().ValueOrDie(), tokens.Finish().ValueOrDie()});
+  arrow::Int64Builder b_ids;
+  EXPECT_TRUE(b_ids.AppendValues({0, 1, 2}).ok());
+  auto b = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}),
+                              {b_ids.Finish().ValueOrDie()});
+  for (const auto& [name, table] : {std::pair{"a", a}, std::pair{"b", b}}) {
+    auto out = arrow::io::FileOutputStream::Open(dir + "/" + name + ".parquet").ValueOrDie();
+    EXPECT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 100).ok());
+    EXPECT_TRUE(out->Close().ok());
+  }
+  return dir;
+}
+
+TEST(DocumentLengths, NullDocumentsAreEmptyOrRefusedAndOnlyTheKeptRowsCount) {
+  const std::string dir = NullDocuments();
+  DatasetOptions options;
+  options.columns.columns = {"tokens"};
+  auto dataset = Dataset::Open({dir}, options).ValueOrDie();
+  ASSERT_EQ(dataset->splits().size(), 2u);
+  auto all = DocumentLengths::Read(*dataset, 0, true, "", 1, arrow::default_memory_pool());
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ((*all)->lengths(), (std::vector<int32_t>{2, 0, 3, 0, 0, 0, 0}));
+  EXPECT_EQ((*all)->null_rows(), 5);
+  auto refused = DocumentLengths::Read(*dataset, 0, false, "use fill_null", 1, arrow::default_memory_pool());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("row 1 is a null list; use fill_null"), std::string::npos)
+      << refused.status().ToString();
+  // A filter kept a's rows 0 and 2 (no null among them) and b's row 1 (a null one).
+  std::vector<Split> splits = dataset->splits();
+  splits[0].rows = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{0, 2});
+  splits[0].num_rows = 2;
+  splits[1].rows = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{1});
+  splits[1].num_rows = 1;
+  dataset->RestrictSplits(splits);
+  auto kept = DocumentLengths::Read(*dataset, 0, true, "", 2, arrow::default_memory_pool());
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ((*kept)->lengths(), (std::vector<int32_t>{2, 3, 0}));
+  EXPECT_EQ((*kept)->null_rows(), 1);  // b's kept row; a's dropped nulls are not counted
+  // Without a fill, a null the filter drops is not refused (b's kept null row is).
+  dataset->RestrictSplits({splits[0]});
+  auto a_only = DocumentLengths::Read(*dataset, 0, false, "", 1, arrow::default_memory_pool());
+  ASSERT_TRUE(a_only.ok()) << a_only.status().ToString();
+  EXPECT_EQ((*a_only)->lengths(), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ((*a_only)->null_rows(), 0);
+}
+
+TEST(PackPlan, BlocksTruncationAndSpansFollowTheStreamOfTokens) {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteTokensFile(dir + "/a.parquet", {3, 0, 5, 1, 1, 8, 2}, 3);
+  DatasetOptions options;
+  options.columns.columns = {"tokens"};
+  auto dataset = Dataset::Open({dir}, options).ValueOrDie();
+  auto lengths = DocumentLengths::Read(*dataset, 0, false, "", 1, arrow::default_memory_pool()).ValueOrDie();
+  PlanOptions plan_options;
+  plan_options.batch_size = 2;
+  const EpochPlan plan = EpochPlan::Make(dataset->SplitRows(), plan_options, 0);
+  PackOptions pack;
+  pack.seq_len = 4;
+  pack.has_eos = true;
+  pack.truncate = true;  // each document keeps seq_len - 1 = 3 tokens, then eos
+  PackPlan p = PackPlan::Make(plan, *lengths, pack, /*drop_last=*/false);
+  // Stream: 4 1 4 2 2 4 3 tokens = 20, exactly 5 blocks (none padded, none partly).
+  EXPECT_EQ(p.num_tokens(), 20);
+  EXPECT_EQ(p.num_blocks(), 5);
+  EXPECT_EQ(p.TokensAt(2), 4);
+  EXPECT_EQ(p.DocumentTokensAt(2), 3);
+  EXPECT_EQ(PackPlan::Make(plan, *lengths, pack, /*drop_last=*/true).num_blocks(), 5);
+  // Block 1 is tokens [4, 8): it starts at position 1 (prefix 4), offset 0, and needs
+  // positions up to the one holding token 7 (position 2, prefix 5..9).
+  PackPlan::Span s = p.BlocksSpan(1, 2);
+  EXPECT_EQ(s.first, 1);
+  EXPECT_EQ(s.offset, 0);
+  EXPECT_EQ(s.last, 3);
+  s = p.BlocksSpan(2, 3);  // tokens [8, 12): position 2 from its 4th token to position 4
+  EXPECT_EQ(s.first, 2);
+  EXPECT_EQ(s.offset, 3);
+  EXPECT_EQ(s.last, 5);  // position 4 (prefix 11..13) holds token 11
+  pack.truncate = false;  // 4 1 6 2 2 9 3 = 27 tokens: 6 full blocks and a padded one
+  EXPECT_EQ(PackPlan::Make(plan, *lengths, pack, false).num_blocks(), 7);
+  EXPECT_EQ(PackPlan::Make(plan, *lengths, pack, true).num_blocks(), 6);
+}
+
+TEST(PackPlan, EqualBlocksAreTheFewestOrTheMostAnyRankFills) {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteTokensFile(dir + "/a.parquet", {9, 1, 1, 1, 9, 9, 1, 1}, 2);
+  DatasetOptions options;
+  options.columns.columns = {"tokens"};
+  auto dataset = Dataset::Open({dir}, options).ValueOrDie();
+  auto lengths = DocumentLengths::Read(*dataset, 0, false, "", 1, arrow::default_memory_pool()).ValueOrDie();
+  PlanOptions o;
+  o.batch_size = 1;
+  o.world_size = 2;
+  o.shard_policy = ShardPolicy::kNone;
+  PackOptions pack;
+  pack.seq_len = 2;
+  int64_t fewest = -1, most = 0;
+  const auto order = EpochOrder::Make(dataset->SplitRows(), o, 0);
+  for (int64_t r = 0; r < 2; ++r) {
+    PlanOptions ro = o;
+    ro.rank = r;
+    const int64_t blocks = PackPlan::Make(EpochPlan::Make(ro, 0, order), *lengths, pack, false).num_blocks();
+    fewest = fewest < 0 ? blocks : std::min(fewest, blocks);
+    most = std::max(most, blocks);
+  }
+  ASSERT_LT(fewest, most);  // the ranks' documents differ in tokens
+  EXPECT_EQ(PackPlan::EqualBlocks(dataset->SplitRows(), o, 0, *lengths, pack, ShardPolicy::kDrop), fewest);
+  EXPECT_EQ(PackPlan::EqualBlocks(dataset->SplitRows(), o, 0, *lengths, pack, ShardPolicy::kPad), most);
 }
 
 }  // namespace

@@ -342,6 +342,10 @@ TEST(EpochPlan, DropLastDropsOnlyTheIncompleteBatch) {
   auto plan = EpochPlan::Make(kUneven, o, 0);
   EXPECT_EQ(plan.num_batches(), 3);
   EXPECT_EQ(plan.drop_last_rows(), 7);
+  o.drop_last = false;  // the incomplete batch is kept: nothing dropped
+  plan = EpochPlan::Make(kUneven, o, 0);
+  EXPECT_EQ(plan.num_batches(), 4);
+  EXPECT_EQ(plan.drop_last_rows(), 0);
 }
 
 TEST(EpochPlan, EmptyDatasetHasNoBatches) {

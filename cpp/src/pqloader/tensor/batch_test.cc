@@ -197,6 +197,33 @@ TEST(AssembleBatch, PaddingToAMultipleRoundsTheLongestRowUp) {
                                             "1\x09\x09\x09\x09\x09\x09\x09", 24));
 }
 
+TEST(AssembleBatch, SamplesOfOneBlockOutOfItsOrderAreCopiedInTheBatchsOrder) {
+  // Transforms wrote rows 0, 1, 2 at bytes 0, 4 and 2 of one block: not the block's
+  // slots i * 2, so the column is gathered, not the block's first 6 bytes taken as it.
+  auto block = std::shared_ptr<arrow::Buffer>(arrow::Buffer::FromString("aaccbbxxxxxx"));
+  std::vector<SampleTensor> samples;
+  for (int64_t at : {0, 4, 2}) {
+    SampleTensor t;
+    t.dtype = DType::kUInt8;
+    t.shape = {2};
+    t.data = arrow::SliceBuffer(block, at, 2);
+    samples.push_back(t);
+  }
+  ColumnSpec spec;
+  spec.dtype = DType::kUInt8;
+  spec.row_shape = {2};
+  auto b = AssembleBatch({spec}, {MakeUnit(0, 3, {2})}, 0, {{0, 0}, {0, 1}, {0, 2}}, {samples},
+                         arrow::default_memory_pool());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->columns[0].data->ToString(), "aabbcc");
+  // In the block's order they are the block's bytes, as they are.
+  std::swap(samples[1], samples[2]);
+  b = AssembleBatch({spec}, {MakeUnit(0, 3, {2})}, 0, {{0, 0}, {0, 1}, {0, 2}}, {samples},
+                    arrow::default_memory_pool());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->columns[0].data->ToString(), "aaccbb");
+}
+
 TEST(AssembleInto, WritesTheBytesAssembleBatchWouldIntoTheCallersMemory) {
   // Shuffled rows, a run of one unit (a slice for AssembleBatch, copied here) and
   // row-major units; then a padded column and its lengths. The target's bytes around
