@@ -6,6 +6,8 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from pqloader import _core, _env
 from pqloader._env import Source
 from pqloader._errors import utf8_paths
@@ -206,7 +208,7 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
                 inner = f", {m.group(2)}" if m.group(2) else ""
                 info["loads_as"][name] = (f"{m.group(1)}(batch, {stats['max']}{inner}) (every row "
                                           f"has length {stats['max']})") + sep + notes
-    elif lengths is not False:
+    elif not isinstance(lengths, (bool, np.bool_)) or lengths:
         info["lengths"] = {}
     if filter is not None:
         info["filter"] = _filter_stages(sources, options, filter, info, coerce_int96_timestamp_unit)
@@ -270,7 +272,7 @@ def write_index(source: str | os.PathLike[str],
 
 def _check_lengths(lengths: Any) -> None:
     """Check the type of ``inspect(lengths=...)`` before any I/O."""
-    if isinstance(lengths, bool):
+    if isinstance(lengths, (bool, np.bool_)):  # (np.bool_ as the Loader's flags take it)
         return
     if isinstance(lengths, str) or not isinstance(lengths, Sequence):
         raise TypeError(f"lengths must be a bool or a list of column names, got {lengths!r}")
@@ -281,7 +283,7 @@ def _check_lengths(lengths: Any) -> None:
 
 def _length_columns(lengths: bool | Sequence[str], ragged: list[str]) -> list[str]:
     """The columns ``inspect(lengths=...)`` reads the lengths of."""
-    if isinstance(lengths, bool):
+    if isinstance(lengths, (bool, np.bool_)):
         return list(ragged) if lengths else []
     out = []
     for name in lengths:

@@ -23,6 +23,25 @@ from typing import Any, Mapping
 
 _SIDES = ("left", "right")
 
+# The longest list the engine makes (kMaxListLength in cpp/src/pqloader/tensor/batch.h):
+# Pad(length=2**70) had been a bare std::bad_cast when the Loader was made.
+_MAX_LIST_LENGTH = 2**40
+
+
+def _int(value: Any) -> int | None:
+    """`value` as a plain int when it is an int or a NumPy integer (not a bool), else None."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    """Normalise a field of a frozen dataclass (a NumPy scalar as its Python value, so that
+    equality, repr and the state's fingerprint do not depend on how it was given)."""
+    object.__setattr__(obj, name, value)
+
 
 @dataclasses.dataclass(frozen=True)
 class Ragged:
@@ -59,14 +78,27 @@ class Pad:
     truncation: str = "right"
 
     def __post_init__(self) -> None:
-        for name in ("length", "max_length"):
+        import numbers
+
+        # (NumPy integers too, as the Loader's options take them: np.int64(8) had been
+        # "must be a positive int")
+        for name in ("length", "max_length", "multiple_of"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"Pad({name}=...) must be a positive int or None, got {v!r}")
-        if isinstance(self.multiple_of, bool) or not isinstance(self.multiple_of, int) or self.multiple_of < 1:
-            raise ValueError(f"Pad(multiple_of=...) must be a positive int, got {self.multiple_of!r}")
-        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)):
+            if v is None and name != "multiple_of":
+                continue
+            n = _int(v)
+            if n is None or n < 1:
+                none = "" if name == "multiple_of" else " or None"
+                raise ValueError(f"Pad({name}=...) must be a positive int{none}, got {v!r}")
+            if n > _MAX_LIST_LENGTH:
+                raise ValueError(f"Pad({name}=...) must be at most 2**40 (the longest list the "
+                                 f"engine makes), got {v!r}")
+            _set(self, name, n)
+        # (np.bool_ is no numbers.Real: refused as bool is)
+        if isinstance(self.value, (bool, str, bytes)) or not isinstance(self.value, numbers.Real):
             raise TypeError(f"Pad(value=...) must be a number, got {self.value!r}")
+        if hasattr(self.value, "item"):
+            _set(self, "value", self.value.item())
         try:
             float(self.value)  # (the engine takes it as a double)
         except OverflowError:
@@ -164,16 +196,26 @@ class Pack:
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
             raise TypeError(f"Pack(column=...) must be a column name, got {self.column!r}")
-        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 0 < self.seq_len < 2**31:
+        import numpy as np
+
+        # (NumPy integers and bools too, as the Loader's options take them)
+        seq_len = _int(self.seq_len)
+        if seq_len is None or not 0 < seq_len < 2**31:
             raise ValueError(f"Pack(seq_len=...) must be a positive int below 2**31, got {self.seq_len!r}")
+        _set(self, "seq_len", seq_len)
         for name in ("eos", "pad"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            if v is None:
+                continue
+            n = _int(v)
+            if n is None:
                 raise TypeError(f"Pack({name}=...) must be an int, got {v!r}")
-            if v is not None and not -2**63 <= v < 2**63:
-                raise ValueError(f"Pack({name}={v}) does not fit int64")
-        if not isinstance(self.truncate, bool):
+            if not -2**63 <= n < 2**63:
+                raise ValueError(f"Pack({name}={n}) does not fit int64")
+            _set(self, name, n)
+        if not isinstance(self.truncate, (bool, np.bool_)):
             raise TypeError(f"Pack(truncate=...) must be a bool, got {self.truncate!r}")
+        _set(self, "truncate", bool(self.truncate))
         if self.truncate and self.eos is not None and self.seq_len < 2:
             # A block's worth is the separator alone: every document would lose all its
             # tokens and the blocks hold only eos.

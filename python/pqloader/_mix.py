@@ -97,9 +97,14 @@ class Mixture:
             # (NumPy numbers too, as check_int and the Loader's options take them: weights
             # computed with NumPy, np.array([3, 1]) or np.float32 shares)
             if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) \
-                    or not math.isfinite(x) or x < 0:
+                    or not _finite_float(x) or x < 0:
                 raise ValueError(f"the weight of source {n!r} must be a finite number >= 0, got {x!r}")
-        if sum(w) <= 0:
+        total = sum(float(x) for x in w)
+        if not math.isfinite(total):
+            # The draws divide by the sum: [1e308, 1e308] drew source 1 alone, silently.
+            raise ValueError(f"the weights sum beyond a double ({w!r}): scale them down (only their "
+                             "ratios count)")
+        if total <= 0:
             raise ValueError("at least one weight must be positive")
         if stop not in _STOPS:
             raise ValueError(f"stop must be one of {_STOPS}, got {stop!r}")
@@ -625,6 +630,14 @@ class Mixture:
     def __repr__(self) -> str:
         return (f"pqloader.Mixture({dict(zip(self._names, self._weights))}, batch_size={self._batch_size}, "
                 f"seed={self._seed}, stop={self._stop!r}, samples_per_epoch={self._samples})")
+
+
+def _finite_float(value: Any) -> bool:
+    """Whether `value` is a finite double (10**400 raised OverflowError, naming no source)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _is_int(value: Any) -> bool:

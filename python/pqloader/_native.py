@@ -34,6 +34,27 @@ REQUIRED_X86_FLAGS = ("ssse3", "sse4_1", "sse4_2", "popcnt")
 # Set to 1 to load the extension whatever /proc/cpuinfo says (a kernel or emulator
 # whose cpuinfo does not tell the CPU's real features).
 SKIP_CPU_CHECK_ENV = "PQLOADER_SKIP_CPU_CHECK"
+# Its spellings (case and surrounding spaces aside): "true" or "yes" had been silently
+# taken as "check"; another value warns, naming it, and the check runs.
+_TRUTHY = ("1", "true", "yes", "on")
+_FALSY = ("", "0", "false", "no", "off")
+
+
+def skip_cpu_check() -> bool:
+    """Whether PQLOADER_SKIP_CPU_CHECK asks to skip the CPU check (a warning for a value
+    that is neither a usual yes nor a usual no)."""
+    value = os.environ.get(SKIP_CPU_CHECK_ENV)
+    if value is None:
+        return False
+    word = value.strip().lower()
+    if word in _TRUTHY:
+        return True
+    if word not in _FALSY:
+        import warnings
+
+        warnings.warn(f"{SKIP_CPU_CHECK_ENV}={value!r} is neither 1/true/yes/on nor 0/false/no/off: "
+                      "the CPU check runs", RuntimeWarning, stacklevel=2)
+    return False
 
 
 def missing_cpu_features(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
@@ -56,7 +77,7 @@ def missing_cpu_features(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
 
 def check_cpu(cpuinfo: str = "/proc/cpuinfo") -> None:
     """Raise ImportError if the CPU lacks an instruction set the bundled Arrow C++ uses."""
-    if os.environ.get(SKIP_CPU_CHECK_ENV) == "1":
+    if skip_cpu_check():
         return
     missing = missing_cpu_features(cpuinfo)
     if missing:

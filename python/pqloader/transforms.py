@@ -20,10 +20,11 @@ torchvision's functional ops on HWC uint8 images.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Sequence
 
-from pqloader._options import MAX_COUNT, check_int
+from pqloader._options import check_bool, check_int
 
 
 class Op:
@@ -58,20 +59,40 @@ def _real(name: str, value: Any) -> float:
     return float(value)
 
 
+def _finite(name: str, value: Any) -> float:
+    """A finite real number: NaN and infinities are refused when the op is made (they
+    were refused only when the Loader was made, without naming the column or value)."""
+    v = _real(name, value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return v
+
+
 def _reals(name: str, values: Any, length: int | None = None) -> list[float]:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+    # (A set has no order: (lo, hi) or a per-channel mean read in its hash order.)
+    if isinstance(values, (str, bytes, set, frozenset, dict)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of numbers, got {values!r}")
-    out = [_real(name, v) for v in values]
+    out = [_finite(name, v) for v in values]
     if length is not None and len(out) != length:
         raise ValueError(f"{name} must hold {length} numbers, got {values!r}")
     return out
 
 
-def _size(size: int | Sequence[int]) -> list[int]:
+def _range(name: str, values: Any) -> list[float]:
+    """A (lo, hi) of finite numbers with 0 < lo <= hi (RandomResizedCrop's scale, ratio)."""
+    lo, hi = _reals(name, values, 2)
+    if not 0 < lo <= hi:
+        raise ValueError(f"{name} must be (lo, hi) with 0 < lo <= hi, got {values!r}")
+    return [lo, hi]
+
+
+def _size(size: int | Sequence[int], op: str = "size") -> list[int]:
     if isinstance(size, numbers.Integral) or isinstance(size, (str, bytes)) \
             or not hasattr(size, "__iter__"):
-        return [check_int("size", size, 1, _MAX_SIDE)] * 2
-    size = [check_int("size", s, 1, _MAX_SIDE) for s in size]
+        return [check_int(op, size, 1, _MAX_SIDE)] * 2
+    if isinstance(size, (set, frozenset, dict)):  # no (height, width) order
+        raise TypeError(f"{op} must be an int or (height, width), got {size!r}")
+    size = [check_int(op, s, 1, _MAX_SIDE) for s in size]
     if len(size) == 1:
         return size * 2
     if len(size) != 2:
@@ -103,11 +124,11 @@ class DecodeImage(Op):
     name = "DecodeImage"
 
     def __init__(self, mode: str = "rgb", keepdims: bool = True, exif_transpose: bool = False) -> None:
-        if mode not in ("rgb", "gray"):
+        if not isinstance(mode, str) or mode not in ("rgb", "gray"):
             raise ValueError(f"mode must be 'rgb' or 'gray', got {mode!r}")
-        for name, value in (("keepdims", keepdims), ("exif_transpose", exif_transpose)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
+        # (np.bool_ too, as the Loader's flags take it)
+        keepdims = check_bool("DecodeImage(keepdims=...)", keepdims)
+        exif_transpose = check_bool("DecodeImage(exif_transpose=...)", exif_transpose)
         params: dict = {"mode": mode}
         if not keepdims:
             params["keepdims"] = 0
@@ -131,19 +152,25 @@ class CenterCrop(Op):
     name = "CenterCrop"
 
     def __init__(self, size: int | Sequence[int]) -> None:
-        super().__init__(size=_size(size))
+        super().__init__(size=_size(size, "CenterCrop(size=...)"))
 
 
 class RandomResizedCrop(Op):
-    """Crop a random area and aspect ratio, then resize to `size` (torchvision semantics)."""
+    """Crop a random area and aspect ratio, then resize to `size` (torchvision semantics).
+
+    ``scale`` (the area's share of the image) and ``ratio`` (width / height) are
+    ``(lo, hi)`` ranges of finite numbers with ``0 < lo <= hi`` (a reversed range is
+    refused, where torchvision warns). As in torchvision, ``scale`` may exceed 1: the
+    crops that do not fit are drawn again, then the center is taken."""
 
     name = "RandomResizedCrop"
     random = True
 
     def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
                  ratio: Sequence[float] = (3 / 4, 4 / 3)) -> None:
-        super().__init__(size=_size(size), scale=_reals("scale", scale, 2),
-                         ratio=_reals("ratio", ratio, 2))
+        super().__init__(size=_size(size, "RandomResizedCrop(size=...)"),
+                         scale=_range("RandomResizedCrop(scale=...)", scale),
+                         ratio=_range("RandomResizedCrop(ratio=...)", ratio))
 
 
 class RandomHorizontalFlip(Op):
@@ -153,7 +180,10 @@ class RandomHorizontalFlip(Op):
     random = True
 
     def __init__(self, p: float = 0.5) -> None:
-        super().__init__(p=_real("p", p))
+        prob = _finite("RandomHorizontalFlip(p=...)", p)
+        if not 0 <= prob <= 1:  # (p=2 had been refused only when the Loader was made)
+            raise ValueError(f"RandomHorizontalFlip(p=...) must be a probability in [0, 1], got {p!r}")
+        super().__init__(p=prob)
 
 
 class Normalize(Op):
@@ -162,13 +192,35 @@ class Normalize(Op):
     name = "Normalize"
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        super().__init__(mean=_reals("mean", mean), std=_reals("std", std))
+        import numpy as np
+
+        mean, std = _reals("Normalize(mean=...)", mean), _reals("Normalize(std=...)", std)
+        if not mean or len(mean) != len(std):
+            raise ValueError(f"Normalize needs mean and std of one length (one per channel, or one "
+                             f"for all), got {len(mean)} means and {len(std)} stds")
+        for m, s in zip(mean, std):
+            if s == 0:
+                raise ValueError(f"Normalize(std=...) must not hold 0, got {std!r}")
+            # The engine multiplies by 1/std and adds -mean/std in float32.
+            with np.errstate(over="ignore"):
+                if not (np.isfinite(np.float32(1 / s)) and np.isfinite(np.float32(-m / s))):
+                    raise ValueError(f"Normalize mean {m!r} and std {s!r} do not fit float32 "
+                                     "(1/std and mean/std must)")
+        super().__init__(mean=mean, std=std)
 
 
 class ToCHW(Op):
     """Move channels first: HWC → CHW (HW → 1HW)."""
 
     name = "ToCHW"
+
+
+# The dtypes the engine's Cast makes (cpp/src/pqloader/transform/image_ops.cc, ParseDType).
+_CAST_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float16", "float32", "float64")
+
+# The longest list the engine makes (kMaxListLength in cpp/src/pqloader/tensor/batch.h).
+_MAX_LIST_LENGTH = 2**40
 
 
 class Cast(Op):
@@ -185,8 +237,17 @@ class Cast(Op):
         import numpy as np
 
         if dtype is None:  # np.dtype(None) is float64
-            raise TypeError("dtype must be a NumPy dtype or its name, got None")
-        super().__init__(dtype=np.dtype(dtype).name)
+            raise TypeError("Cast(dtype=...) must be a NumPy dtype or its name, got None")
+        try:
+            name = np.dtype(dtype).name
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"Cast(dtype=...) must be a NumPy dtype or its name, got {dtype!r} ({e})") from None
+        # Refused here, naming the value, rather than as "unknown dtype" when the Loader
+        # is made, without the column.
+        if name not in _CAST_DTYPES:
+            raise ValueError(f"Cast(dtype={dtype!r}): the engine casts to {', '.join(_CAST_DTYPES)}, "
+                             f"not {name}")
+        super().__init__(dtype=name)
 
 
 class DecodeNdarray(Op):
@@ -218,13 +279,20 @@ class PadOrTruncate(Op):
     name = "PadOrTruncate"
 
     def __init__(self, length: int, pad: float = 0, side: str = "right", truncation: str = "right") -> None:
-        length = check_int("length", length, 1, MAX_COUNT)  # the engine bounds it (2^40)
+        import numpy as np
+
+        # (the engine's bound: 2**41 had been refused only when the Loader was made)
+        length = check_int("PadOrTruncate(length=...)", length, 1, _MAX_LIST_LENGTH)
         # A NumPy scalar pad as a Python number, so the Loader's check that it fits the
         # column's dtype sees it (np.int64(300) in uint8 had been written as 44); a str
-        # had been taken as 0.
-        if isinstance(pad, (str, bytes)) or not isinstance(pad, numbers.Real):
-            raise TypeError(f"pad must be a number, got {pad!r} ({type(pad).__name__})")
+        # had been taken as 0, True as 1 (Pad(value=) and Pack(pad=) refuse bools).
+        if isinstance(pad, (str, bytes, bool, np.bool_)) or not isinstance(pad, numbers.Real):
+            raise TypeError(f"PadOrTruncate(pad=...) must be a number, got {pad!r} ({type(pad).__name__})")
         pad = pad.item() if hasattr(pad, "item") else pad
+        try:
+            float(pad)  # (the engine takes it as a double: 10**400 was a bare std::bad_cast)
+        except OverflowError:
+            raise ValueError(f"PadOrTruncate(pad=...) is beyond any column's range, got {pad!r}") from None
         for arg, v in (("side", side), ("truncation", truncation)):
             if v not in ("left", "right"):
                 raise ValueError(f"{arg} must be 'left' or 'right', got {v!r}")

@@ -199,16 +199,27 @@ def test_a_list_column_of_empty_lists_is_shuffled_as_rows_of_shape_0(tmp_path, c
         assert (ids[:n].tolist() == list(range(n))) != shuffle
 
 
-@pytest.mark.parametrize("pad", [pqloader.Pad(length=2**62), pqloader.Pad(multiple_of=2**62),
-                                 pqloader.Pad(max_length=2**62, multiple_of=2**41)])
+@pytest.mark.parametrize("pad", [dict(length=2**62), dict(multiple_of=2**62),
+                                 dict(max_length=2**62, multiple_of=2**41)])
 def test_a_padded_length_beyond_2_40_is_refused_not_written_past_the_batch(tmp_path, pad):
     # n * length * element overflowed: the batch's buffer came out empty and every row was
-    # written past it, over the next column (l_length[0] read 274877907007).
+    # written past it, over the next column (l_length[0] read 274877907007). Refused when
+    # the Pad or PadOrTruncate is made (2**70 was a bare std::bad_cast when the Loader was).
+    with pytest.raises(ValueError, match=r"must be at most 2\*\*40"):
+        pqloader.Pad(**pad)
+    with pytest.raises(ValueError, match=r"PadOrTruncate\(length=...\) must be in \[1, 1099511627776\]"):
+        T.PadOrTruncate(2**41)
+    # The engine's own checks stay (past the Python ones).
     pq.write_table(pa.table({"l": pa.array([[1, 2, 3]] * 64, pa.list_(pa.int32()))}), tmp_path / "l.parquet")
+    made = pqloader.Pad()
+    for name, value in pad.items():
+        object.__setattr__(made, name, value)
     with pytest.raises(ValueError, match=r"must be in \[.*2\^40\]"):
-        list(pqloader.Loader(str(tmp_path), batch_size=64, lists={"l": pad}))
+        list(pqloader.Loader(str(tmp_path), batch_size=64, lists={"l": made}))
+    op = T.PadOrTruncate(4)
+    op.params["length"] = 2**41
     with pytest.raises(ValueError, match=r"whole length in \[1, 2\^40\]"):
-        list(pqloader.Loader(str(tmp_path), batch_size=64, transforms={"l": [T.PadOrTruncate(2**41)]}))
+        list(pqloader.Loader(str(tmp_path), batch_size=64, transforms={"l": [op]}))
 
 
 @pytest.mark.parametrize("mode, extra", [("ragged", "x_offsets"), (pqloader.Pad(), "x_length")])

@@ -475,17 +475,23 @@ def test_normalize_then_to_chw_of_a_two_dimensional_image_is_1hw():
     np.testing.assert_array_equal(got[0], plain)
 
 
-@pytest.mark.parametrize("op", [lambda: T.RandomHorizontalFlip(p=float("nan")),
-                                lambda: T.RandomResizedCrop(8, scale=(float("nan"), 1.0)),
-                                lambda: T.RandomResizedCrop(8, ratio=(0.5, float("inf"))),
-                                lambda: T.Normalize([0.5, 0.5, 0.5], [1.0, float("nan"), 1.0]),
-                                lambda: T.Normalize([float("nan")] * 3, [1.0] * 3)])
-def test_nan_parameters_are_refused_when_the_loader_is_made(tmp_path, op):
+@pytest.mark.parametrize("op, param, bad", [
+    (lambda: T.RandomHorizontalFlip(), "p", float("nan")),
+    (lambda: T.RandomResizedCrop(8), "scale", [float("nan"), 1.0]),
+    (lambda: T.RandomResizedCrop(8), "ratio", [0.5, float("inf")]),
+    (lambda: T.Normalize([0.5] * 3, [1.0] * 3), "std", [1.0, float("nan"), 1.0]),
+    (lambda: T.Normalize([0.5] * 3, [1.0] * 3), "mean", [float("nan")] * 3)])
+def test_nan_parameters_are_refused_when_the_op_and_the_loader_are_made(tmp_path, op, param, bad):
     # NaN failed every comparison, so `p < 0 || p > 1` let it through: a flip that never
-    # flipped, a crop that always fell back to the center, NaN pixels.
+    # flipped, a crop that always fell back to the center, NaN pixels. The op refuses it
+    # (naming the argument); the engine too, where the op's parameters are set past it.
+    with pytest.raises(ValueError, match=rf"{param}=...\) must be a finite number"):
+        type(op())(**{**op().params, param: bad})
+    made = op()
+    made.params[param] = bad
     pq.write_table(pa.table({"image": [encode(photos()["camera"], "PNG")]}), tmp_path / "p.parquet")
     with pytest.raises(ValueError, match="needs|must be finite"):
-        pqloader.Loader(str(tmp_path), transforms={"image": [T.DecodeImage(), op()]})
+        pqloader.Loader(str(tmp_path), transforms={"image": [T.DecodeImage(), made]})
 
 
 def test_random_resized_crop_equals_crop_then_resize_with_its_parameters():

@@ -654,16 +654,27 @@ def _loader_kwargs(function: str, *, workers_count: int, reader_pool_type: str, 
                    cache_size_limit: int | None, loader_options: Mapping[str, Any] | None) -> dict[str, Any]:
     if reader_pool_type not in ("thread", "process", "dummy"):
         raise ValueError(f"Unknown reader_pool_type: {reader_pool_type}")
+    from pqloader._options import MAX_COUNT, check_bool, check_int
+
+    # Checked as the Loader checks its own (NumPy ints and bools taken, a bool or float
+    # refused): int(2.7) had been 2 workers, bool("False") a shuffle, np.int64 shards
+    # "must be ints".
+    workers_count = check_int(f"{function}(workers_count=...)", workers_count, 1, MAX_COUNT)
+    results_queue_size = check_int(f"{function}(results_queue_size=...)", results_queue_size, 0, MAX_COUNT)
+    shuffle_rows = check_bool(f"{function}(shuffle_rows=...)", shuffle_rows)
+    shuffle_row_groups = check_bool(f"{function}(shuffle_row_groups=...)", shuffle_row_groups)
     kw: dict[str, Any] = {}
-    kw["num_workers"] = 1 if reader_pool_type == "dummy" else max(1, min(int(workers_count), os.cpu_count() or 1))
+    kw["num_workers"] = 1 if reader_pool_type == "dummy" else max(1, min(workers_count, os.cpu_count() or 1))
     if results_queue_size:
-        kw["prefetch_batches"] = max(1, int(results_queue_size))
-    kw["shuffle"] = bool(shuffle_row_groups or shuffle_rows)
+        kw["prefetch_batches"] = results_queue_size
+    kw["shuffle"] = shuffle_row_groups or shuffle_rows
     kw["shuffle_window"] = 1  # rows permuted within each row group, row groups in a new order
     kw["seed"] = seed
     if cur_shard is not None or shard_count is not None:
-        if not isinstance(cur_shard, int) or not isinstance(shard_count, int) or not shard_count:
+        if cur_shard is None or shard_count is None:
             raise ValueError("partition and num_partitions must be ints and both specified to use partitioning")
+        shard_count = check_int(f"{function}(shard_count=...)", shard_count, 1, MAX_COUNT)
+        cur_shard = check_int(f"{function}(cur_shard=...)", cur_shard, 0, shard_count - 1)
         kw["rank"], kw["world_size"] = cur_shard, shard_count
         if seed is None and kw["shuffle"] and shard_count > 1:
             # Petastorm deals row groups to shards by index, so its shards are disjoint
