@@ -37,5 +37,37 @@ TEST(Hive, ParquetIsToldByExtensionOrMagic) {
   EXPECT_FALSE(HasParquetMagic("PAR"));
 }
 
+TEST(Hive, EscapesAtTheEndAndInLowerCaseAreDecoded) {
+  EXPECT_EQ(UriUnescape("a%2f"), "a/");
+  EXPECT_EQ(UriUnescape("x%20"), "x ");
+  EXPECT_EQ(UriUnescape("%41"), "A");
+  EXPECT_EQ(UriUnescape("%4"), "%4");
+}
+
+TEST(Hive, ASegmentSplitsAtItsFirstEquals) {
+  auto s = ParseHiveSegment("expr=a=b");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->key, "expr");
+  EXPECT_EQ(s->value, "a=b");
+  auto n = ParseHiveSegment("city=");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->value, "");
+  EXPECT_FALSE(n->is_null);
+}
+
+TEST(Hive, EveryParquetExtensionAndOnlyWholeIntegers) {
+  EXPECT_TRUE(HasParquetExtension("a.parq"));
+  EXPECT_TRUE(HasParquetExtension("a.Parquet"));
+  EXPECT_TRUE(HasParquetExtension("a.pq"));
+  EXPECT_FALSE(HasParquetExtension("a.parquet.tmp"));
+  EXPECT_FALSE(HasParquetExtension("q"));
+  EXPECT_TRUE(ParsesAsInt64("12"));
+  EXPECT_TRUE(ParsesAsInt64("-5"));
+  EXPECT_FALSE(ParsesAsInt64("12abc"));
+  EXPECT_FALSE(ParsesAsInt64(""));
+  EXPECT_FALSE(ParsesAsInt64("1.5"));
+  EXPECT_FALSE(ParsesAsInt64("99999999999999999999"));
+}
+
 }  // namespace
 }  // namespace pqloader

@@ -64,5 +64,22 @@ TEST(Int96, CivilDates) {
   EXPECT_EQ(CivilDate(376200), "3000-01-01");
 }
 
+TEST(Int96, CivilDatesBeforeTheYearZero) {
+  EXPECT_EQ(CivilDate(-719468), "0000-03-01");
+  EXPECT_EQ(CivilDate(-719469), "0000-02-29");
+  EXPECT_EQ(CivilDate(-719528), "0000-01-01");
+}
+
+TEST(Int96, CoarserUnitsDivideTheNanosecondsAsUnsigned) {
+  // Nanoseconds of the day past 2^63 (corrupt, but Arrow divides them unsigned): on this
+  // day the unsigned reading (+9223372036854775 us) overflows int64 microseconds, the
+  // signed one (-9223372036854775 us) would fit.
+  uint32_t v[3];
+  int64_t day = 0;
+  const uint64_t nanos = (uint64_t{1} << 63) + 5;
+  Int96Of(106751991 - 106751, nanos, v);
+  EXPECT_FALSE(Int96Fits(v, arrow::TimeUnit::MICRO, &day));
+}
+
 }  // namespace
 }  // namespace pqloader
