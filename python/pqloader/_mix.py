@@ -583,6 +583,14 @@ class Mixture:
         if diffs:
             raise InvalidDataError("cannot load a mixture state taken with different " + "; ".join(diffs))
         epoch, batch = state.get("epoch"), state.get("batch")
+        for key, value in (("epoch", epoch), ("batch", batch), ("end", state.get("end"))):
+            # (a float or a str was "position (0, 3.0) is not one of this mixture", naming
+            # no type; NumPy ints were refused so, and end np.int64(1) "not an epoch after 0")
+            if not _is_int(value) and not (key == "end" and value is None):
+                raise InvalidDataError(f"mixture state[{key!r}] must be an int"
+                                       f"{' or None' if key == 'end' else ''}, got "
+                                       f"{type(value).__name__} {value!r:.100}")
+        epoch, batch = int(epoch), int(batch)
         # (bools are not positions; epochs past MAX_EPOCH are refused here, as a Loader's
         # state and set_epoch refuse them, not at the first batch or as the binding's TypeError)
         if not _is_int(epoch) or not _is_int(batch) or not 0 <= epoch <= MAX_EPOCH or \
@@ -596,6 +604,7 @@ class Mixture:
                 _state.check_window_streams(state.get("version"), bool(fp.get("shuffle")),
                                             int(fp.get("world_size") or 1), epoch)
         end = state.get("end")
+        end = None if end is None else int(end)
         if end is not None and (not _is_int(end) or end < epoch):
             raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")
         with self._lock:
@@ -616,16 +625,16 @@ class Mixture:
         """The mixture's seed and the sources' that loading `theirs` would set: a drawn
         seed (``seed=None``) takes the state's, the others stay."""
         def valid(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+            return _is_int(v) and 0 <= v < 2**64
 
         fps = theirs.get("source_fingerprints")
-        fps = fps if isinstance(fps, list) and len(fps) == len(self._loaders) else [None] * len(self._loaders)
+        fps = fps if isinstance(fps, (list, tuple)) and len(fps) == len(self._loaders) else [None] * len(self._loaders)
         seeds = []
         for loader, fp in zip(self._loaders, fps):
             s = fp.get("seed") if isinstance(fp, Mapping) else None
-            seeds.append(s if loader._seed_drawn and valid(s) else loader.seed)
+            seeds.append(int(s) if loader._seed_drawn and valid(s) else loader.seed)
         seed = theirs.get("seed")
-        return (seed if self._seed_drawn and valid(seed) else self._seed), seeds
+        return (int(seed) if self._seed_drawn and valid(seed) else self._seed), seeds
 
     def __repr__(self) -> str:
         return (f"pqloader.Mixture({dict(zip(self._names, self._weights))}, batch_size={self._batch_size}, "
@@ -641,7 +650,7 @@ def _finite_float(value: Any) -> bool:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return _state.is_state_int(value)
 
 
 def _without_rank(fingerprint: Any) -> Any:
@@ -657,11 +666,11 @@ def _config_diffs(names: Sequence[str], mine: Mapping[str, Any], theirs: Mapping
     diffs = []
     for k in mine:
         if k != "source_fingerprints":
-            if mine[k] != theirs.get(k):
+            if _jsonish(mine[k]) != _jsonish(theirs.get(k)):  # (a tuple for a list: the same)
                 diffs.append(f"{k}: state has {theirs.get(k)!r:.200}, mixture has {mine[k]!r:.200}")
             continue
         a, b = mine[k], theirs.get(k)
-        if not isinstance(b, list) or len(b) != len(a):
+        if not isinstance(b, (list, tuple)) or len(b) != len(a):
             diffs.append(f"{k}: state has {b!r:.200}")
             continue
         for name, fa, fb in zip(names, a, b):

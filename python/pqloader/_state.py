@@ -35,6 +35,8 @@ import ast
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from pqloader._errors import Error, InvalidDataError
 from pqloader._options import MAX_COUNT, MAX_EPOCH, SEED_LIMIT, LoaderOptions
 
@@ -333,12 +335,20 @@ def _field_int(state: Mapping[str, Any], key: str, minimum: int, maximum: int,
     value = state[key]
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_state_int(value):
         raise InvalidDataError(f"{where}[{key!r}] must be an int in [{minimum}, {maximum}], "
                                f"got {type(value).__name__} {value!r:.100}")
+    value = int(value)
     if not minimum <= value <= maximum:
         raise InvalidDataError(f"{where}[{key!r}] must be in [{minimum}, {maximum}], got {value}")
     return value
+
+
+def is_state_int(value: Any) -> bool:
+    """Whether a state's field is a count: an int, or a NumPy int (a state rebuilt with
+    NumPy holds the same count; they were refused, "must be an int ... got int64 0",
+    where the options' NumPy ints are taken), not a bool or a float."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _jsonish(value: Any) -> Any:
@@ -352,10 +362,9 @@ def _jsonish(value: Any) -> Any:
 
 def _check_counts(value: Any, what: str, size: int) -> list[int]:
     if (not isinstance(value, (list, tuple)) or len(value) != size
-            or any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_COUNT
-                   for k in value)):
+            or any(not is_state_int(k) or not 0 <= k <= MAX_COUNT for k in value)):
         raise InvalidDataError(f"{what} must be a list of {size} ints >= 0, got {value!r:.200}")
-    return list(value)
+    return [int(k) for k in value]
 
 
 def _check_elastic(value: Any, depth: int = 0) -> dict[str, Any] | None:

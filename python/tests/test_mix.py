@@ -1619,3 +1619,48 @@ def test_a_source_column_that_is_no_name_is_refused_when_mixing(sources, column,
     root, _ = sources
     with pytest.raises(exc, match="source_column"):
         pqloader.mix(_two(root), [1, 1], source_column=column)
+
+
+def test_states_take_numpy_counts_and_tuples_and_name_a_float_position(tmp_path):
+    # A state rebuilt with NumPy (np.int64 counts) or holding tuples for lists resumes as
+    # the state itself; a Loader's was refused ("must be an int ... got int64 0"), a
+    # mixture's "position (np.int64(0), np.int64(3)) is not one of this mixture".
+    import copy
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"x": np.arange(200, dtype=np.int64)}), tmp_path / "a.parquet", row_group_size=50)
+
+    def loader(seed):
+        return pqloader.Loader(str(tmp_path), batch_size=8, shuffle=True, seed=seed, num_epochs=2)
+
+    def rest(make, state):
+        it = make()
+        it.load_state_dict(state)
+        out = np.concatenate([b["x"] for b in it])
+        it.close()
+        return out
+
+    def mixture():
+        return pqloader.mix({"a": loader(1), "b": loader(2)}, [1, 3], seed=3)
+
+    for make in (lambda: loader(1), mixture):
+        first = make()
+        it = iter(first)
+        for _ in range(3):
+            next(it)
+        state = first.state_dict()
+        first.close()
+        expected = rest(make, state)
+        again = copy.deepcopy(state)
+        for key in ("epoch", "batch", "iteration_end", "end", "seed"):
+            if state.get(key) is not None:
+                again[key] = np.int64(state[key])
+        if "options" in state:
+            again["options"]["batch_size"] = np.int64(state["options"]["batch_size"])
+        else:
+            again["config"]["weights"] = tuple(state["config"]["weights"])
+            again["config"]["source_fingerprints"] = tuple(state["config"]["source_fingerprints"])
+        np.testing.assert_array_equal(rest(make, again), expected)
+        with pytest.raises(pqloader.InvalidDataError, match=r"\['batch'\] must be an int.*got float 3.0"):
+            rest(make, dict(state, batch=3.0))

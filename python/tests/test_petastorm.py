@@ -1400,3 +1400,82 @@ assert ids == [i for i in range(40) if i % 3], ids
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                        env=subprocess_env())
     assert r.returncode == 0, r.stderr
+
+
+def test_petastorm_loader_refuses_a_string_of_columns_and_takes_unischema_fields(tmp_path):
+    # list("image") was the columns ['i', 'm', ...]: "unknown columns", or where one-letter
+    # fields exist, those fields silently (columns="ab" loaded fields a and b).
+    with pytest.raises(TypeError, match=r"columns must be a list of names, not a str \('id'\)"):
+        Loader(CODECS, columns="id", batch_size=4)
+    with make_reader(CODECS, workers_count=1) as reader:
+        field = reader.schema.fields["id"]
+    loader = Loader(CODECS, columns=[field, "label"], batch_size=4)
+    assert list(next(iter(loader))) == ["id", "label"]
+    loader.close()
+
+
+def test_pytorch_loaders_check_their_arguments_when_made():
+    from pqloader.petastorm import pytorch as pt
+
+    with make_reader(CODECS, workers_count=1) as reader:
+        for bad, error in ((None, TypeError), ("1000", TypeError), (2.5, TypeError), (True, TypeError),
+                           (-1, ValueError)):
+            # (None and "1000" were a bare "'>' not supported between ... 'int'")
+            with pytest.raises(error, match=r"DataLoader\(shuffling_queue_capacity=\.\.\.\)"):
+                pt.DataLoader(reader, batch_size=4, shuffling_queue_capacity=bad)
+            with pytest.raises(error, match=r"BatchedDataLoader\(shuffling_queue_capacity=\.\.\.\)"):
+                pt.BatchedDataLoader(reader, batch_size=4, shuffling_queue_capacity=bad)
+        # (collate_fn=None was "'NoneType' object is not callable" at the first batch)
+        with pytest.raises(TypeError, match=r"DataLoader\(collate_fn=\.\.\.\) must be callable"):
+            pt.DataLoader(reader, batch_size=4, collate_fn=None)
+        with pytest.raises(TypeError, match=r"BatchedDataLoader\(transform_fn=\.\.\.\) must be callable"):
+            pt.BatchedDataLoader(reader, batch_size=4, transform_fn="as_tensor")
+        dl = pt.DataLoader(reader, batch_size=np.int64(4), shuffling_queue_capacity=np.int64(0))
+        assert [len(b["id"]) for b in dl] == [4] * (N_ROWS // 4)
+
+
+def test_a_pytorch_loaders_state_takes_numpy_counts_and_refuses_a_malformed_rank(tmp_path):
+    import copy
+
+    from pqloader.petastorm import pytorch as pt
+    pq.write_table(pa.table({"x": np.arange(100, dtype=np.int64)}), tmp_path / "a.parquet", row_group_size=30)
+
+    def make():
+        return pt.DataLoader(make_batch_reader(str(tmp_path), num_epochs=2, shuffle_row_groups=False),
+                             batch_size=7)
+
+    def rest(state):
+        with make() as dl:
+            dl.load_state_dict(state)
+            return np.concatenate([b["x"].numpy() for b in dl])
+
+    with make() as dl:
+        it = iter(dl)
+        for _ in range(15):  # the 15th: epoch 0's last 2 rows and 5 of epoch 1's first batch
+            next(it)
+        state = dl.state_dict()
+    assert state["skip_rows"] > 0 and state["rank"] == [0, 1]
+    expected = rest(state)
+    numpy_state = copy.deepcopy(state)
+    numpy_state["skip_rows"] = np.int64(state["skip_rows"])
+    numpy_state["rank"] = (np.int64(0), np.int64(1))
+    for key in ("epoch", "batch", "iteration_end", "seed"):
+        numpy_state["loader"][key] = np.int64(state["loader"][key])
+    np.testing.assert_array_equal(rest(numpy_state), expected)  # (was "malformed ... skip_rows 5")
+    # (an int was "'int' object is not iterable", [0] an IndexError, "01" "taken by rank 0
+    # of 1 ... this loader (rank 0 of 1) cannot resume"; version True was taken as 1)
+    for key, bad in (("rank", 0), ("rank", [0]), ("rank", "01"), ("rank", [1, 1]), ("version", True),
+                     ("skip_rows", float(state["skip_rows"]))):
+        with make() as dl, pytest.raises(ValueError, match=f"malformed .*{key}"):
+            dl.load_state_dict(dict(state, **{key: bad}))
+
+
+def test_filters_take_pyarrows_spellings_and_refuse_others_clearly():
+    # pyarrow reads [["id", "<", 3]] as one conjunction (its first item's first item is a
+    # column name): it was taken as a group of three terms ("'int' object is not iterable").
+    ids = _ids(schema_fields=["id"], filters=[["id", "<", 3]], **NATURAL)
+    assert ids == [0, 1, 2]
+    assert _ids(schema_fields=["id"], filters=[[("id", "<", 2)], [["id", ">", 37]]], **NATURAL) == [0, 1, 38, 39]
+    for bad in (("id", "<", 3), "id < 3", [("id", "<", 3), 5], [[]]):
+        with pytest.raises(ValueError, match="filters must be"):
+            make_reader(CODECS, filters=bad)

@@ -53,7 +53,15 @@ def Loader(dataset_url: str | Sequence[str], columns: Sequence[str] | None = Non
 
         raise PetastormMetadataError(f"'{ds.sources[0]}' has no Petastorm Unischema in _common_metadata; "
                                      "read it with pqloader.Loader directly")
-    names = list(columns) if columns is not None else list(schema.fields)
+    if isinstance(columns, (str, bytes)):
+        # (list("image") was the columns ['i', 'm', ...]: "unknown columns", or, where such
+        # one-letter fields exist, those fields, silently)
+        raise TypeError(f"columns must be a list of names, not a {type(columns).__name__} ({columns!r}); "
+                        f"give [{columns!r}]")
+    # A UnischemaField (this package's or Petastorm's namedtuple) stands for its name, as
+    # in make_reader's schema_fields.
+    names = ([c.name if isinstance(c, tuple) and hasattr(c, "_fields") and isinstance(getattr(c, "name", None), str)
+              else c for c in columns] if columns is not None else list(schema.fields))
     unknown = [n for n in names if n not in schema.fields]
     if unknown:
         raise pqloader.ColumnNotFoundError(f"columns {unknown} are not fields of the Unischema "

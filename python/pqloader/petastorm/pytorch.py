@@ -184,15 +184,24 @@ class _Rebatcher:
             raise ValueError(f"not a state of a pqloader.petastorm.pytorch loader (its state_dict()): "
                              f"{type(state).__name__}" + (f" of kind {state.get('kind')!r}"
                                                           if isinstance(state, collections.abc.Mapping) else ""))
-        skip = state.get("skip_rows")
-        if state.get("version") != 1 or not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
-            raise ValueError(f"malformed pqloader.petastorm.pytorch loader state (version "
-                             f"{state.get('version')!r}, skip_rows {skip!r})")
+        skip, version = state.get("skip_rows"), state.get("version")
+        # NumPy ints (a state rebuilt with NumPy, np.load) are the counts they hold; a bool
+        # is no version (True == 1 was taken) and a float no count of rows.
+        if not _is_count(version) or version != 1 or not _is_count(skip):
+            raise ValueError(f"malformed pqloader.petastorm.pytorch loader state: version must be 1 and "
+                             f"skip_rows an int >= 0, got version {version!r}, skip_rows {skip!r}")
+        skip = int(skip)
         if "loader" not in state:
             raise ValueError("malformed pqloader.petastorm.pytorch loader state: no 'loader' entry")
         rank = state.get("rank")
+        if rank is not None and (isinstance(rank, (str, bytes)) or not isinstance(rank, collections.abc.Sequence)
+                                 or len(rank) != 2 or not all(map(_is_count, rank)) or not rank[0] < rank[1]):
+            # (an int was "'int' object is not iterable", [0] an IndexError, "01" "taken by rank
+            # 0 of 1 ... this loader (rank 0 of 1) cannot resume")
+            raise ValueError(f"malformed pqloader.petastorm.pytorch loader state: rank must be "
+                             f"[cur_shard, shard_count] (ints, 0 <= cur_shard < shard_count), got {rank!r:.100}")
         o = self.loader._options
-        if rank is not None and list(rank) != [o.rank, o.world_size]:
+        if rank is not None and [int(r) for r in rank] != [o.rank, o.world_size]:
             raise ValueError(
                 f"this state was taken by rank {rank[0]} of {rank[1]} (cur_shard/shard_count) while it held "
                 f"rows of a Loader batch re-cut into batch_size rows: a position in that rank's own rows, "
@@ -292,6 +301,23 @@ class LoaderBase:
         self.reader.join()
 
 
+def _check_queue_capacity(cls: str, capacity: Any) -> int:
+    # (None or "1000" was a bare "'>' not supported between 'NoneType' and 'int'")
+    from pqloader._options import MAX_COUNT, check_int
+
+    return check_int(f"{cls}(shuffling_queue_capacity=...)", capacity, 0, MAX_COUNT)
+
+
+def _check_function(cls: str, name: str, fn: Any) -> None:
+    # (collate_fn=None was "'NoneType' object is not callable" at the first batch)
+    if not callable(fn):
+        raise TypeError(f"{cls}({name}=...) must be callable, got {type(fn).__name__} {fn!r:.100}")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
+
+
 def _check_reader(reader: Any) -> Reader:
     if not isinstance(reader, Reader):
         raise TypeError("pqloader.petastorm.pytorch loaders take a reader from pqloader.petastorm.make_reader "
@@ -315,6 +341,8 @@ class DataLoader(LoaderBase):
                  shuffling_queue_capacity: int = 0) -> None:
         super().__init__()
         self.reader = _check_reader(reader)
+        _check_function("DataLoader", "collate_fn", collate_fn)
+        shuffling_queue_capacity = _check_queue_capacity("DataLoader", shuffling_queue_capacity)
         self.batch_size = batch_size
         self.collate_fn = collate_fn
         self.shuffling_queue_capacity = shuffling_queue_capacity
@@ -341,6 +369,9 @@ class BatchedDataLoader(LoaderBase):
                  shuffling_queue_capacity: int = 0) -> None:
         super().__init__()
         self.reader = _check_reader(reader)
+        if transform_fn is not None:
+            _check_function("BatchedDataLoader", "transform_fn", transform_fn)
+        shuffling_queue_capacity = _check_queue_capacity("BatchedDataLoader", shuffling_queue_capacity)
         self.batch_size = batch_size
         self.transform_fn = transform_fn
         self.shuffling_queue_capacity = shuffling_queue_capacity

@@ -88,9 +88,21 @@ class _FiltersPredicate:
             "<=": np.less_equal, ">=": np.greater_equal}
 
     def __init__(self, filters: Sequence[Any]) -> None:
-        if not filters:
-            raise ValueError("filters must be a non-empty list of (column, op, value) tuples")
-        groups = [filters] if isinstance(filters[0], tuple) else list(filters)
+        def term(t: Any) -> bool:
+            return isinstance(t, Sequence) and not isinstance(t, (str, bytes))
+
+        if not term(filters) or not filters:
+            raise ValueError(f"filters must be a non-empty list of (column, op, value) tuples, got {filters!r:.100}")
+        # One conjunction where its first item is a term, as pyarrow reads filters (its
+        # filters_to_expression: filters[0][0] a column name): [["id", "<", 3]] is
+        # [("id", "<", 3)], not a group of three terms ("'int' object is not iterable").
+        first = filters[0]
+        groups = [filters] if isinstance(first, tuple) or (term(first) and first and isinstance(first[0], str)) \
+            else list(filters)
+        for g in groups:
+            if not term(g) or not g or not all(term(t) for t in g):
+                raise ValueError(f"filters must be a list of (column, op, value) tuples, or a list of such "
+                                 f"lists (OR of ANDs), got {filters!r:.200}")
         self._groups = [[tuple(t) for t in g] for g in groups]
         # Columns the files store in a type other than a date (set by the Reader): a date
         # value compared with one is refused, not taken as a count of days.
