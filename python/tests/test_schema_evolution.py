@@ -223,6 +223,19 @@ def test_integers_declared_as_floats_must_convert_exactly(tmp_path):
             load(col, t)
 
 
+def test_decimals_int64_scale_error_names_each_files_own_type(tmp_path):
+    # Two scales (1 and 9) unify to decimal256(46, 9), which no file holds: the message
+    # named it "elsewhere" and only a.parquet; now each file and its own type.
+    from decimal import Decimal as D
+    write_parquet(tmp_path / "a.parquet", pa.table({"d": pa.array([D("1.5")], pa.decimal128(38, 1))}))
+    write_parquet(tmp_path / "b.parquet", pa.table({"d": pa.array([D("1.5")], pa.decimal128(38, 9))}))
+    with pytest.raises(pqloader.SchemaMismatchError) as e:
+        pqloader.Loader(str(tmp_path), decimals="int64")
+    msg = str(e.value)
+    assert "decimal256" not in msg and "decimal128(38, 1)" in msg and "decimal128(38, 9)" in msg
+    assert "a.parquet" in msg and "b.parquet" in msg
+
+
 @pytest.mark.parametrize("list_type", [pa.list_, lambda t: pa.list_(t, 2), pa.large_list])
 def test_decimals_of_two_scales_in_lists_are_refused_as_int64(tmp_path, list_type):
     # decimals="int64" gives unscaled integers: a list of decimal(10, 2) beside one of
@@ -235,7 +248,7 @@ def test_decimals_of_two_scales_in_lists_are_refused_as_int64(tmp_path, list_typ
     write_parquet(tmp_path / "b.parquet", pa.table(
         {"x": pa.array([[D("1.2500"), D("7.0001")]], list_type(pa.decimal128(12, 4)))}))
     with pytest.raises(pqloader.SchemaMismatchError,
-                       match=r"decimal128\(10, 2\).*a\.parquet' but .*decimal128\(12, 4\).* elsewhere: "
+                       match=r"decimal128\(12, 4\).*b\.parquet' but .*decimal128\(10, 2\).* in '.*a\.parquet': "
                              r"decimals='int64' needs one scale"):
         pqloader.Loader(str(tmp_path), decimals="int64")
     with pytest.raises(pqloader.SchemaMismatchError, match="in the declared schema: decimals='int64'"):

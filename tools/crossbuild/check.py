@@ -22,11 +22,14 @@ import sys
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA_VERSION = "2"
+DATA_VERSION = "3"
 
 
 # --- cases (evaluated in the worker, where pqloader is importable) -----------------------
-def cases(D, T, pa, fillimg):
+# A case is (source, options), or (source, [options, ...]): Loaders run one after another on
+# one cache_dir (ranks sharing a cache, several filters or string modes over one cache). A
+# case that sets cache_dir itself (":memory:") keeps it.
+def cases(D, T, pa, fillimg, P):
     num = f"{D}/num"
     C = {
         "num": (num, dict(fill_null={"nul": -1.5, "nuli": 7})),
@@ -79,12 +82,110 @@ def cases(D, T, pa, fillimg):
     }
     for dt in ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16"]:
         C["cast_" + dt] = (f"{D}/ext", dict(columns=["f", "g"], transforms={"f": [T.Cast(dt)], "g": [T.Cast(dt)]}))
+    C.update(more_cases(D, T, P))
     return C
 
 
-# state cases: (the case whose Loader saves and loads, its extra options); mix and petastorm
+def more_cases(D, T, P):
+    """Options that change the decoded values or the stream, grouped by what they touch."""
+    num, big, rag, tok, hive = f"{D}/num", f"{D}/big", f"{D}/rag", f"{D}/tok", f"{D}/hive"
+    C = {}
+    # lists: pack (eos, pad, truncate, companion columns), Pad and ragged with fills
+    for name, pk in {"pack": P.Pack("tok", 16, eos=-2, pad=-1),
+                     "pack_trunc": P.Pack("tok", 12, eos=-2, pad=-9, truncate=True),
+                     "pack_noeos": P.Pack("tok", 8, pad=0)}.items():
+        C[name] = (tok, dict(columns=["tok", "doc", "w"], pack=pk, fill_null={"tok": 3}))
+    C["pack_shuf"] = (tok, dict(columns=["tok", "doc"], pack=P.Pack("tok", 16, eos=-2, pad=-1), fill_null={"tok": 3},
+                                shuffle=True, seed=5))
+    C["lists_pad"] = (rag, dict(fill_null={"tok": 4}, lists={
+        "tok": P.Pad(None, max_length=10, multiple_of=4, value=-7, side="left", truncation="left"),
+        "fl": P.Pad(3, value=0.25, side="right", truncation="right")}))
+    C["lists_pad_fixed"] = (rag, dict(columns=["tok"], fill_null={"tok": 4}, lists={"tok": P.Pad(5, value=-1)}))
+    C["lists_ragged_fill"] = (rag, dict(fill_null={"tok": 6}, lists={"tok": P.Ragged(), "fl": "ragged"}))
+    C["lists_fill_elems"] = (f"{D}/lnull", dict(columns=["l", "lf"], fill_null={"l": -5, "lf": 2.5}, lists={"l": "ragged", "lf": P.Pad(4)}))
+    # stack (after Cast to one dtype)
+    C["stack"] = (num, dict(columns=["f32", "f64", "i8", "nul"], fill_null={"nul": 0.5},
+                            transforms={"f64": [T.Cast("float32")], "i8": [T.Cast("float32")],
+                                        "nul": [T.Cast("float32")]}, stack={"feat": ["f32", "f64", "i8", "nul"]}))
+    C["stack_two"] = (num, dict(columns=["f64", "nul"], fill_null={"nul": -3.0}, stack={"p": ["nul", "f64"]}))
+    # strings, bytes and their fills on one cache dir
+    C["str_then_bytes"] = (f"{D}/strn", [dict(fill_null={"s": "NA", "b": b"\0"}),
+                                         dict(fill_null={"s": b"NA", "b": b"\0"}, strings="bytes"),
+                                         dict(fill_null={"s": "", "b": b""})])
+    C["fill_str_bytes"] = (f"{D}/strn", dict(fill_null={"s": "é?", "b": b"\xff\x00"}))
+    # checksums: entries written without verification, read with it (one cache dir)
+    C["cks_then_verify"] = (f"{D}/cks", [dict(), dict(verify_checksums=True)])
+    C["verify_then_plain"] = (f"{D}/cks", [dict(verify_checksums=True), dict()])
+    # filters on one cache dir: partition keys, values, nulls
+    C["filters_one_cache"] = (hive, [dict(filter="k == 1"), dict(filter="x > 50"), dict(filter="k == 2 and s == 'b'"),
+                                     dict(), dict(filter=["s == 'a'", "x < 30"])])
+    C["filter_null"] = (num, [dict(columns=["nul", "i64"], filter="nul is None", fill_null={"nul": -1.0}),
+                              dict(columns=["nul", "i64"], filter="nul is not None"),
+                              dict(columns=["nul", "i64"], filter="nul is not None and i64 > 0")])
+    C["filter_shuf"] = (big, dict(filter="x > 0", shuffle=True, seed=4, columns=["x", "i"]))
+    # row groups, summaries
+    C["row_groups"] = (f"{big}/a.parquet", dict(row_groups={f"{big}/a.parquet": [1, 3, 6]}, columns=["x", "i"]))
+    C["row_groups_shuf"] = (f"{big}/a.parquet", dict(row_groups={f"{big}/a.parquet": [6, 0, 2]}, shuffle=True,
+                                                     seed=8, columns=["i", "l"],
+                                                     transforms={"l": [T.PadOrTruncate(3, pad=-1)]}))
+    C["summary_index"] = (f"{D}/sumidx", dict(use_summary="only", columns=["x", "i"]))
+    C["summary_pyarrow"] = (f"{D}/sumpa", dict(use_summary=True, columns=["x", "i"]))
+    C["summary_off"] = (f"{D}/sumidx", [dict(use_summary=False, columns=["x", "i"]), dict(columns=["x", "i"])])
+    # shuffling and ranks
+    for wdw in (1, 2, 16):
+        C[f"shuf_window{wdw}"] = (big, dict(shuffle=True, seed=6, shuffle_window=wdw, columns=["x", "i"]))
+    C["ranks_one_cache"] = (big, [dict(world_size=2, rank=0, shuffle=True, seed=9, columns=["i"]),
+                                  dict(world_size=2, rank=1, shuffle=True, seed=9, columns=["i"])])
+    C["ranks_rowgroup"] = (big, [dict(world_size=2, rank=r, shard_policy="pad", columns=["i"]) for r in (0, 1)])
+    # cache policies and shards
+    for pol in ("lru", "plan"):
+        C[f"cache_{pol}"] = (big, dict(cache_policy=pol, cache_size_limit=40_000, shuffle=True, seed=2,
+                                       columns=["x", "i"]))
+    C["cache_shards1"] = (big, dict(cache_shards=1, columns=["x", "i"]))
+    C["cache_shards3"] = (big, [dict(cache_shards=3, columns=["x", "i"]), dict(cache_shards=3, columns=["i"])])
+    C["cache_memory"] = (big, dict(cache_dir=":memory:", shuffle=True, seed=1, columns=["x", "i"]))
+    # nulls
+    C["mask_several"] = (f"{D}/lnull", dict(columns=["x", "y", "s"], null_mask=True,
+                                            fill_null={"x": 0, "y": float("nan"), "s": ""}))
+    C["mask_list"] = (f"{D}/lnull", dict(columns=["x", "y", "l"], null_mask=["x", "l"],
+                                         fill_null={"x": 1, "y": 2.0, "l": 0}, lists={"l": "ragged"}))
+    # types
+    C["i96_ns"] = (f"{D}/i96", dict(coerce_int96_timestamp_unit="ns"))
+    C["i96_s"] = (f"{D}/i96", dict(coerce_int96_timestamp_unit="s"))
+    C["i96far_us"] = (f"{D}/i96far", dict(coerce_int96_timestamp_unit="us"))
+    C["dec38_i64"] = (f"{D}/dec38/b.parquet", dict(decimals="int64"))
+    C["dec_f64_i64_one_cache"] = (f"{D}/dec/b.parquet", [dict(), dict(decimals="int64")])
+    # images: corrupt JPEGs, float16 outputs, gray without a channel axis, EXIF orientation
+    C["jpg_corrupt_skip"] = (f"{D}/jpgbad", dict(on_decode_error="skip", transforms={"img": [T.DecodeImage()]}))
+    C["jpg_corrupt_raise"] = (f"{D}/jpgbad", dict(transforms={"img": [T.DecodeImage()]}))
+    C["img_f16"] = (f"{D}/jpg", dict(transforms={"img": [T.DecodeImage(), T.Resize(10), T.CenterCrop(8),
+                                                        T.Normalize([0.4, 0.5, 0.6], [0.2, 0.25, 0.3]),
+                                                        T.Cast("float16"), T.ToCHW()]}))
+    C["img_f16_first"] = (f"{D}/jpg", dict(transforms={"img": [T.DecodeImage(), T.CenterCrop(8), T.Cast("float16"),
+                                                              T.Normalize([0.4, 0.5, 0.6], [0.2, 0.25, 0.3])]}))
+    C["gray_nokeep"] = (f"{D}/jpg", dict(transforms={"img": [T.DecodeImage(mode="gray", keepdims=False),
+                                                            T.Resize(10), T.CenterCrop(8)]}))
+    C["exif"] = (f"{D}/exif", dict(transforms={"img": [T.DecodeImage(exif_transpose=True)]}, batch_size=1))
+    C["exif_then_not"] = (f"{D}/exif", [dict(transforms={"img": [T.DecodeImage()]}, batch_size=1),
+                                        dict(transforms={"img": [T.DecodeImage(exif_transpose=True)]}, batch_size=1)])
+    return C
+
+
+# cases whose cache does not outlive the Loader (no hit across builds expected)
+NO_PERSISTENCE = {"cache_memory"}
+
+# state cases: (the case whose Loader saves and loads, its extra options[, the epoch saved in]);
+# None: built by _build (mix, petastorm)
 STATE_CASES = {"state_loader": ("num_shuf", {}), "state_loader_img": ("img_rand", {"batch_size": 8}),
-               "state_mix": None, "state_petastorm": None}
+               "state_mix": None, "state_petastorm": None,
+               "state_loader_epoch1": ("num_shuf", {}, 1),
+               "state_loader_torch": ("num_shuf", {"output": "torch"}),
+               "state_loader_pack": ("pack_shuf", {"batch_size": 4}),
+               "state_loader_window": ("shuf_window2", {"batch_size": 64}),
+               "state_loader_rank1": ("ranks_one_cache", {"batch_size": 64}),
+               "state_loader_filter": ("filter_shuf", {"batch_size": 64}),
+               "state_loader_rowgroups": ("row_groups_shuf", {"batch_size": 64}),
+               "state_mix_last": None, "state_mix_torch": None}
 
 
 # --- data --------------------------------------------------------------------------------
@@ -190,6 +291,60 @@ def make_data(D):
     f = [odd[i % len(odd)] for i in range(64)]
     w("ext/a.parquet", {"f": pa.array(f, pa.float64()), "g": pa.array(f, pa.float32()),
                         "ls": pa.array([f[i:i + i % 4] for i in range(64)], pa.list_(pa.float64()))}, rg=16)
+    more_data(D, w, enc, rng, Image)
+
+
+def more_data(D, w, enc, rng, Image):
+    """The data of more_cases()."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    n = 300
+    w("tok/a.parquet", {"tok": pa.array([None if i % 13 == 4 else list(range(100 * i, 100 * i + i % 41))
+                                         for i in range(n)], pa.list_(pa.int32())),
+                        "doc": pa.array(range(n), pa.int64()), "w": pa.array([i / 7 for i in range(n)], pa.float32())},
+      rg=60)
+    w("lnull/a.parquet", {
+        "x": pa.array([None if i % 6 == 1 else i for i in range(n)], pa.int32()),
+        "y": pa.array([None if i % 4 == 3 else i * 0.5 for i in range(n)], pa.float64()),
+        "s": pa.array([None if i % 5 == 2 else f"s{i}" for i in range(n)]),
+        "l": pa.array([None if i % 8 == 5 else [None if j == 1 else j for j in range(i % 4)] for i in range(n)],
+                      pa.list_(pa.int64())),
+        "lf": pa.array([[None if (i + j) % 3 == 0 else float(j) for j in range(i % 6)] for i in range(n)],
+                       pa.list_(pa.float32()))})
+    w("strn/a.parquet", {"s": pa.array([None if i % 4 == 1 else "ab" * (i % 6) + "ü" for i in range(n)]),
+                         "b": pa.array([None if i % 3 == 2 else bytes([i % 256, 0]) * (i % 4) for i in range(n)],
+                                       pa.binary())})
+    w("cks/a.parquet", {"x": pa.array(rng.standard_normal(n)), "i": pa.array(range(n), pa.int64())},
+      write_page_checksum=True)
+    m = 1200
+    for d in ("sumidx", "sumpa"):
+        coll = []
+        for k in range(3):
+            f = f"{d}/p{k}.parquet"
+            w(f, {"x": pa.array(rng.standard_normal(m // 3)), "i": pa.array(range(k * m, k * m + m // 3))},
+              rg=70 + 30 * k, metadata_collector=coll)
+            coll[-1].set_file_path(f"p{k}.parquet")
+        if d == "sumpa":
+            pq.write_metadata(pq.read_schema(f"{D}/{d}/p0.parquet"), f"{D}/{d}/_metadata", metadata_collector=coll)
+    if Image is None:
+        return
+    yy, xx = np.mgrid[0:20, 0:28]
+    jp = [enc(np.stack([(xx * 5 + i) % 256, (yy * 11) % 256, (xx * yy + i) % 256], -1).astype(np.uint8), "JPEG",
+              quality=85) for i in range(24)]
+    for i in (3, 10, 17):
+        jp[i] = jp[i][:len(jp[i]) // 2]  # truncated: real bytes, cut
+    jp[20] = jp[20][:200] + bytes(range(256)) * 2 + jp[20][712:]  # scan data overwritten
+    w("jpgbad/a.parquet", {"img": pa.array(jp, pa.binary()), "i": pa.array(range(24))}, rg=8)
+    ex = []
+    for i in range(16):
+        e = Image.Exif()
+        e[0x0112] = i % 8 + 1
+        im = Image.fromarray(np.stack([(xx * 9 + i) % 256, (yy * 13) % 256, (xx + 2 * yy) % 256], -1).astype(np.uint8))
+        b = io.BytesIO()
+        im.save(b, format="JPEG", quality=90, exif=e.tobytes())
+        ex.append(b.getvalue())
+    w("exif/a.parquet", {"img": pa.array(ex, pa.binary())}, rg=4)
 
 
 # --- worker: runs jobs in one build ------------------------------------------------------
@@ -207,24 +362,38 @@ def _digest(v):
     return repr(v)
 
 
-def _epochs(L, it=None, epochs=2):
+def _epochs(L, it=None, epochs=2, start=0):
     out = [_digest(b) for b in (it if it is not None else L)]
-    for ep in range(1, epochs):
+    for ep in range(start + 1, epochs):
         L.set_epoch(ep)
         out += [_digest(b) for b in L]
     return out
 
 
-def _build(name, D, cache=None):
+def _hits(L):
+    try:
+        return int(L.stats().get("cache_hits") or 0)
+    except Exception:  # noqa: BLE001 - a build without stats()
+        return -1
+
+
+def _build(name, D, cache=None, state=False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     import pqloader
     import pqloader.transforms as T
-    if name == "state_mix":
+    if name.startswith("state_mix"):
         a = pqloader.Loader(f"{D}/big", columns=["x", "i"], batch_size=64, shuffle=True, seed=1)
         b = pqloader.Loader(f"{D}/big", columns=["x", "i"], batch_size=64, shuffle=False)
-        return pqloader.mix({"a": a, "b": b}, {"a": 0.7, "b": 0.3}, seed=0)
+        if name == "state_mix":
+            return pqloader.mix({"a": a, "b": b}, {"a": 0.7, "b": 0.3}, seed=0)
+        if name == "state_mix_last":
+            c = pqloader.Loader(f"{D}/big", columns=["x", "i"], batch_size=16, shuffle=True, seed=2,
+                                filter="x > 0.5")
+            return pqloader.mix({"a": a, "b": b, "c": c}, {"a": 0.5, "b": 0.2, "c": 0.3}, seed=4,
+                                samples_per_epoch=1500, stop="last", batch_size=48)
+        return pqloader.mix([a, b], [0.4, 0.6], seed=3, output="torch", batch_size=32)
     if name == "state_petastorm":
         from pqloader.petastorm import make_batch_reader
         from pqloader.petastorm.pytorch import DataLoader
@@ -232,36 +401,49 @@ def _build(name, D, cache=None):
                               shuffle_rows=True, seed=7)
         return DataLoader(r, batch_size=24, shuffling_queue_capacity=50)
     fillimg = pq.read_table(f"{D}/img/a.parquet").column("img")[0].as_py()
-    name, extra = STATE_CASES.get(name) or (name, {})
-    src, kw = cases(D, T, pa, fillimg)[name]
-    kw = dict(kw, **extra)
-    kw.setdefault("batch_size", 32)
-    kw.setdefault("num_workers", 2)
-    if cache:
-        kw["cache_dir"] = cache
-    return pqloader.Loader(src, **kw)
+    name, extra = (STATE_CASES.get(name) or (name, {}))[:2]
+    src, kws = cases(D, T, pa, fillimg, pqloader)[name]
+    loaders = []
+    for kw in (kws if isinstance(kws, list) else [kws]):
+        kw = dict(kw, **extra)
+        kw.setdefault("batch_size", 32)
+        kw.setdefault("num_workers", 2)
+        if cache and "cache_dir" not in kw:
+            kw["cache_dir"] = cache
+        loaders.append(pqloader.Loader(src, **kw))
+    # a state case of several Loaders (ranks) saves the last one
+    return loaders if not state and len(loaders) > 1 else loaders[-1]
 
 
 def _job(job, D, at):
     import pickle
     name, mode = job["case"], job["mode"]
-    obj = _build(name, D, job.get("cache"))
+    obj = _build(name, D, job.get("cache"), state=mode != "run")
     if mode != "run" and not hasattr(obj, "state_dict"):
         raise TypeError(f"{type(obj).__name__} has no state_dict()")
     at[0] = "iter"  # errors before this point: the build refuses the options (n/a for an old one)
-    epochs = 1 if name in ("state_mix", "state_petastorm") else 2
-    if mode == "run":
-        return {"ok": _epochs(obj)}
+    if mode == "run":  # and the cache hits of each Loader's first epoch (entries the other build wrote)
+        out, hits = [], 0
+        for L in (obj if isinstance(obj, list) else [obj]):
+            out += [_digest(b) for b in L]
+            hits += _hits(L)
+            out += _epochs(L, iter(()))
+        return {"ok": out, "hits": hits}
+    spec = STATE_CASES.get(name)
+    start = spec[2] if spec and len(spec) > 2 else 0  # the epoch saved in
+    epochs = 1 if name.startswith(("state_mix", "state_petastorm")) else start + 2
     if mode == "save":
+        if start:
+            obj.set_epoch(start)
         it = iter(obj)
         for _ in range(job["k"]):
             next(it)
         with open(job["path"], "wb") as f:
             pickle.dump(obj.state_dict(), f)
-        return {"ok": _epochs(obj, it, epochs)}
+        return {"ok": _epochs(obj, it, epochs, start)}
     with open(job["path"], "rb") as f:
         obj.load_state_dict(pickle.load(f))
-    return {"ok": _epochs(obj, None, epochs)}
+    return {"ok": _epochs(obj, None, epochs, start)}
 
 
 def worker(jobs_file, out_file, D):
@@ -345,11 +527,17 @@ def main(argv=None):
         make_data(D)
         with open(stamp, "w") as f:
             f.write(DATA_VERSION)
+    if not os.path.exists(os.path.join(D, "sumidx", "_pqloader_index")):  # `pqloader index`, by the new build
+        env = dict(os.environ, **({"PYTHONPATH": os.path.abspath(a.new)} if a.new else {}))
+        r = subprocess.run([sys.executable, "-m", "pqloader", "index", "-q", os.path.join(D, "sumidx")], env=env,
+                           capture_output=True, text=True)
+        if r.returncode:
+            print(f"pqloader index failed ({r.stderr.strip()[-200:]}): summary_index reads footers")
     shutil.rmtree(os.path.join(scratch, "run"), ignore_errors=True)
     run = os.path.join(scratch, "run")
     os.makedirs(run)
     import pyarrow as pa
-    all_cases = list(cases(D, _Stub(), pa, b"")) + list(STATE_CASES)
+    all_cases = list(cases(D, _Stub(), pa, b"", _Stub())) + list(STATE_CASES)
     names = a.cases.split(",") if a.cases else all_cases
     bad = [c for c in names if c not in all_cases]
     if bad:
@@ -442,6 +630,10 @@ def classify(c, R, state):
         note = f"new from old cache: {_short(ron, pn)}; new uncached: {_short(pn)}"
     elif rev != "SAME":
         note = f"old from new cache: {_short(rno, po)}; old uncached: {_short(po)}"
+    elif c not in NO_PERSISTENCE and 0 in (ron.get("hits"), rno.get("hits")):
+        # SAME, but one build served nothing the other wrote (a key that changed, or no entry):
+        # the row checks nothing across builds
+        note = f"no cache hit in old>new ({ron.get('hits')}) or new>old ({rno.get('hits')}): key changed?"
     elif "err" in pn:
         note = f"({'both raise' if 'err' in po else 'new raises'}: {pn['err']})"
     return [fwd, rev, "same" if _eq(po, pn) else "changed"], note

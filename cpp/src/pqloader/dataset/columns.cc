@@ -891,15 +891,25 @@ class Resolver {
     // scale, so every file must have the one the column has.
     const int32_t scale = unified != nullptr ? DecimalScale(*unified) : -1;
     if (options_.spec.decimals_as_int64 && scale >= 0) {
+      // Undeclared, each file against the first holding a decimal (the unified type,
+      // decimal256(46, 9) for scales 1 and 9, is no file's: "elsewhere" named neither).
+      int first = -1;
       for (size_t f = 0; f < files_.size(); ++f) {
         const auto& t = sources[f].type;
-        if (t != nullptr && DecimalScale(*t) >= 0 && DecimalScale(*t) != scale) {
+        if (t == nullptr || DecimalScale(*t) < 0) continue;
+        const bool differs =
+            declared ? DecimalScale(*t) != scale
+                     : first >= 0 && DecimalScale(*t) != DecimalScale(*sources[first].type);
+        if (differs) {
+          const std::string other =
+              declared ? unified->ToString() + " in the declared schema"
+                       : sources[first].type->ToString() + " in '" + files_[first].display + "'";
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
-                           t->ToString(), " in '", files_[f].display, "' but ",
-                           unified->ToString(), declared ? " in the declared schema" : " elsewhere",
+                           t->ToString(), " in '", files_[f].display, "' but ", other,
                            ": decimals='int64' needs one scale (unscaled integers of two "
                            "scales are different numbers)");
         }
+        if (first < 0) first = static_cast<int>(f);
       }
     }
     if (unified == nullptr) {  // (no file has it: Locate and Expand find only leaves some file has)
