@@ -33,7 +33,15 @@ def _column_kind(info: Mapping[str, Any]) -> tuple[str, str | None]:
         return "str", None
     if arrow_type.startswith(_BYTES_TYPES):
         return "bytes", None
-    return "number", None
+    # The stored numbers' dtype (a list's elements): the fill is cast to it before the
+    # transform, so it must fit (2**31 in an int32 column cast to float32 was -2**31,
+    # 1.5 was 1, 300 in a bool column True).
+    return "number", _STORED_DTYPES.get(_element_arrow_type(arrow_type))
+
+
+_STORED_DTYPES = {**{t: t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                     "uint64", "bool")},
+                  "halffloat": "float16", "float": "float32", "double": "float64"}
 
 
 def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -> None:
