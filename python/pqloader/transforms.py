@@ -24,6 +24,7 @@ import math
 import numbers
 from typing import Any, Sequence
 
+from pqloader._lists import _MAX_LIST_LENGTH  # (the engine's kMaxListLength, one place)
 from pqloader._options import check_bool, check_int
 
 
@@ -218,9 +219,6 @@ class ToCHW(Op):
 # The dtypes the engine's Cast makes (cpp/src/pqloader/transform/image_ops.cc, ParseDType).
 _CAST_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64")
-
-# The longest list the engine makes (kMaxListLength in cpp/src/pqloader/tensor/batch.h).
-_MAX_LIST_LENGTH = 2**40
 
 
 class Cast(Op):

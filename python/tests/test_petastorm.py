@@ -1476,6 +1476,10 @@ def test_filters_take_pyarrows_spellings_and_refuse_others_clearly():
     ids = _ids(schema_fields=["id"], filters=[["id", "<", 3]], **NATURAL)
     assert ids == [0, 1, 2]
     assert _ids(schema_fields=["id"], filters=[[("id", "<", 2)], [["id", ">", 37]]], **NATURAL) == [0, 1, 38, 39]
+    # Groups given as tuples of terms are groups too, as pyarrow reads them (they were
+    # taken as one conjunction whose "term" (("id", "<", 2),) was refused).
+    assert _ids(schema_fields=["id"], filters=[(("id", "<", 2),), (("id", ">", 37),)], **NATURAL) == [0, 1, 38, 39]
+    assert _ids(schema_fields=["id"], filters=((("id", ">", 1), ("id", "<", 4)),), **NATURAL) == [2, 3]
     for bad in (("id", "<", 3), "id < 3", [("id", "<", 3), 5], [[]]):
         with pytest.raises(ValueError, match="filters must be"):
             make_reader(CODECS, filters=bad)

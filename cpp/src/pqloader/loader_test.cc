@@ -55,6 +55,38 @@ LoaderOptions ShuffledOptions(int workers) {
 
 }  // namespace
 
+// A fill the column's decoded dtype cannot hold is refused when the Loader is made (it
+// was cast: 1.5 in int64 written as 1, 1e39 in float32 as inf); the Python Loader checks
+// first, in its words, so only a C++ caller met the cast.
+TEST(Loader, AFillTheColumnCannotHoldIsRefusedWhenMade) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  auto with_fill = [&](const std::string& column, NullFill fill) {
+    fill.enabled = true;
+    LoaderOptions o;
+    o.fills[column] = fill;
+    return Loader::Make({dir}, o).status();
+  };
+  NullFill half;
+  half.is_float = true;
+  half.float_value = 1.5;
+  auto st = with_fill("id", half);
+  ASSERT_TRUE(st.IsInvalid()) << st;
+  EXPECT_NE(st.message().find("fill_null['id']=1.5 does not fit column 'id' (int64)"),
+            std::string::npos) << st;
+  NullFill huge;
+  huge.is_float = true;
+  huge.float_value = 1e39;
+  st = with_fill("x", huge);
+  ASSERT_TRUE(st.IsInvalid()) << st;
+  EXPECT_NE(st.message().find("column 'x' (float32)"), std::string::npos) << st;
+  NullFill seven;
+  seven.int_value = 7;
+  EXPECT_TRUE(with_fill("id", seven).ok());
+  EXPECT_TRUE(with_fill("x", seven).ok());
+  EXPECT_TRUE(with_fill("x", half).ok());
+}
+
 TEST(Loader, TheNextEpochStartedAheadDeliversTheSameBatches) {
   int64_t total;
   const auto dir = MakeDataset(&total);

@@ -315,7 +315,9 @@ def _check_function(cls: str, name: str, fn: Any) -> None:
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
+    from pqloader._state import is_state_int  # (the Loader's states take counts so)
+
+    return is_state_int(value) and value >= 0
 
 
 def _check_reader(reader: Any) -> Reader:

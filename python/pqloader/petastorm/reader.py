@@ -95,10 +95,10 @@ class _FiltersPredicate:
             raise ValueError(f"filters must be a non-empty list of (column, op, value) tuples, got {filters!r:.100}")
         # One conjunction where its first item is a term, as pyarrow reads filters (its
         # filters_to_expression: filters[0][0] a column name): [["id", "<", 3]] is
-        # [("id", "<", 3)], not a group of three terms ("'int' object is not iterable").
+        # [("id", "<", 3)], not a group of three terms ("'int' object is not iterable"),
+        # and [(("a", "<", 1),), (("b", ">", 2),)] two groups (OR), not one term.
         first = filters[0]
-        groups = [filters] if isinstance(first, tuple) or (term(first) and first and isinstance(first[0], str)) \
-            else list(filters)
+        groups = [filters] if term(first) and first and isinstance(first[0], str) else list(filters)
         for g in groups:
             if not term(g) or not g or not all(term(t) for t in g):
                 raise ValueError(f"filters must be a list of (column, op, value) tuples, or a list of such "

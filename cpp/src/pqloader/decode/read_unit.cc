@@ -28,6 +28,7 @@
 #include "pqloader/dataset/int96.h"
 #include "pqloader/decode/nested.h"
 #include "pqloader/error.h"
+#include "pqloader/tensor/batch.h"
 #include "pqloader/util/exact_text.h"
 #include "pqloader/util/fork_gate.h"
 #include "pqloader/util/start_threads.h"
@@ -218,6 +219,25 @@ arrow::Status CheckFills(const Dataset& dataset, const std::map<std::string, Nul
     if (!fill.enabled || specs[c].mask_of >= 0) continue;
     const bool named = fills.count(specs[c].name) > 0;
     const bool text = specs[c].kind != ColumnKind::kTensor;
+    if (!text && !fill.is_bytes && !fill.rows_only) {
+      // The fill is written in the decoded dtype (before any transform): one it cannot
+      // hold was cast (2^31 in int32 became -2^31, 1.5 became 1, 300 in bool true). The
+      // Python Loader checks first, in its words; this is a C++ caller's check.
+      const DType d = specs[c].dtype;
+      const bool fits =
+          fill.is_float ? PadValueFits(d, fill.float_value)
+          : d == DType::kInt64 ? true
+          : d == DType::kUInt64 ? fill.int_value >= 0
+                                : PadValueFits(d, static_cast<double>(fill.int_value));
+      if (!fits) {
+        return arrow::Status::Invalid(
+            named ? "fill_null['" + specs[c].name + "']" : std::string("fill_null"), "=",
+            fill.is_float ? ExactText(fill.float_value) : std::to_string(fill.int_value),
+            " does not fit column '", specs[c].name, "' (", DTypeName(d),
+            "): it would be cast (a fill is written in the column's decoded dtype, before "
+            "its transforms)");
+      }
+    }
     if (text == fill.is_bytes) continue;
     const std::string value =
         fill.is_bytes ? "'" + fill.bytes_value + "'"
