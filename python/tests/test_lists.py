@@ -345,3 +345,19 @@ def test_pack_refuses_eos_or_pad_not_an_int64(name):
             pqloader.Pack("tokens", seq_len=8, **{name: bad})
     for ok in (2**63 - 1, -2**63, 0):
         assert getattr(pqloader.Pack("tokens", seq_len=8, **{name: ok}), name) == ok
+
+
+def test_a_field_of_a_fixed_size_list_of_structs_is_a_tensor(tmp_path):
+    # f.x of fixed_size_list<struct<x, y>>[2] loaded as (batch, 2) but was declared a list
+    # per row of unknown length (shape (-1,)): stack= refused it, inspect called it ragged.
+    fs = pa.FixedSizeListArray.from_arrays(
+        pa.array([{"x": 1, "y": 5}, {"x": 2, "y": 6}, {"x": 3, "y": 7}, {"x": 4, "y": 8}]), 2)
+    pq.write_table(pa.table({"f": fs}), tmp_path / "a.parquet")
+    loader = pqloader.Loader(str(tmp_path), columns=["f.x", "f.y"], batch_size=2,
+                             stack={"xy": ["f.x", "f.y"]})
+    assert loader.column_info["xy"]["shape"] == (2, 2)
+    (batch,) = list(loader)
+    assert batch["xy"].tolist() == [[[1, 2], [5, 6]], [[3, 4], [7, 8]]]
+    plain = pqloader.Loader(str(tmp_path), columns=["f.x"], batch_size=2)
+    assert plain.column_info["f.x"]["shape"] == (2,)
+    assert [b["f.x"].tolist() for b in plain] == [[[1, 2], [3, 4]]]

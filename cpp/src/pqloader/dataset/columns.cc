@@ -40,8 +40,19 @@ std::shared_ptr<arrow::DataType> TypeAt(std::shared_ptr<arrow::DataType> type,
     if (i < 0) return nullptr;
     *nullable = *nullable || st->field(i)->nullable();
     auto child = st->field(i)->type();
-    if (through_list) {
-      type = type->id() == arrow::Type::LARGE_LIST ? arrow::large_list(child) : arrow::list(child);
+    if (through_list) {  // the list kept (a fixed size too: its field's rows are tensors)
+      switch (type->id()) {
+        case arrow::Type::LARGE_LIST:
+          type = arrow::large_list(child);
+          break;
+        case arrow::Type::FIXED_SIZE_LIST:
+          type = arrow::fixed_size_list(
+              child, static_cast<const arrow::FixedSizeListType&>(*type).list_size());
+          break;
+        default:  // a list, or a map's entries
+          type = arrow::list(child);
+          break;
+      }
     } else {
       type = child;
     }
