@@ -609,3 +609,37 @@ def test_a_world_size_from_the_environment_beyond_the_limit_names_the_variable(d
     monkeypatch.setenv("WORLD_SIZE", str(10**23))
     with pytest.raises(ValueError, match="environment variable WORLD_SIZE=1"):
         pqloader.Loader(ds)
+
+
+def test_a_rank_found_before_the_process_group_is_checked_against_it_when_iterating(tmp_path, monkeypatch):
+    # (test_distributed.py runs this with gloo ranks; here a stand-in group, in-process.)
+    import sys
+    import types
+
+    write_dataset(tmp_path / "d", [[4]])
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    found = pqloader.Loader(str(tmp_path / "d"), batch_size=2)  # no group yet: rank 0 of 1
+    given = pqloader.Loader(str(tmp_path / "d"), batch_size=2, rank=0, world_size=1)
+    group = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                  get_rank=lambda: 1, get_world_size=lambda: 2)
+    monkeypatch.setitem(sys.modules, "torch.distributed", group)
+    with pytest.raises(ValueError, match="rank 0 of 1, found when it was built, but the initialised "
+                                         "torch.distributed process group says rank 1 of 2"):
+        next(iter(found))
+    assert [b["id"].tolist() for b in given] == [[0, 1], [2, 3]]  # given: the caller's choice
+
+
+def test_the_next_iteration_starts_in_the_epoch_after_an_ended_one(tmp_path):
+    # (what len() of pqloader.torch.IterableDataset without workers counts from)
+    write_dataset(tmp_path / "d", [[4]])
+    loader = pqloader.Loader(str(tmp_path / "d"), batch_size=2, num_epochs=1)
+    assert loader._next_iteration_epoch() == 0
+    it = iter(loader)
+    next(it)
+    assert loader._next_iteration_epoch() == 0  # mid-epoch: the rest of epoch 0
+    next(it)  # every batch taken, the end not reached (len(loader) batches, then no next)
+    assert loader._next_iteration_epoch() == 1
+    list(it)
+    assert loader._next_iteration_epoch() == 1
+    assert [b["id"].tolist() for b in loader] == [[0, 1], [2, 3]]  # epoch 1: the same rows

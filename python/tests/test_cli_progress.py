@@ -136,3 +136,33 @@ def test_the_engine_counts_footers_read_for_inspect_and_index(ds, tmp_path):
     counter = _core.Progress()
     pqloader.write_index(str(tmp_path / "copy"), _progress=counter)
     assert counter.done == counter.total == 2
+
+
+def test_without_a_total_the_count_shows_once_nonzero():
+    out = _Tty()
+    p = Progress("scan", unit="rows", stream=out, interval=0)
+    assert out.getvalue().startswith("\rscan  0.")  # no count yet: label, then the time
+    p.update(5)
+    assert "\rscan  5 rows  " in out.getvalue()
+    assert "/" not in out.getvalue().split("\r")[-1].split("  ")[1]  # no total shown
+    p.close()
+
+
+def test_the_ticker_redraws_from_the_counter_without_updates():
+    import threading
+    import time
+
+    class _Counter:
+        done, total = 0, -1
+
+    out, counter = _Tty(), _Counter()
+    p = Progress("read", unit="files", stream=out, interval=0.01, ticker=True, counter=counter)
+    try:
+        counter.done, counter.total = 3, 7
+        deadline = time.monotonic() + 10
+        while "3/7 files" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "\rread  3/7 files" in out.getvalue()  # drawn by the thread: no update() call
+    finally:
+        p.close()
+    assert not any(t.name == "pqloader-progress" for t in threading.enumerate())

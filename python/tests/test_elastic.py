@@ -1272,3 +1272,37 @@ def test_dataloader_workers_state_resumes_with_another_batch_size_in_turns_from_
     assert [b["id"].tolist() for b in tail] == want
     # (the rows 2 workers read: shards of 2 with the default shard_policy="drop")
     assert sorted(dl_ids(head) + dl_ids(tail)) == sorted(dl_ids(run_dataloader(ds, 2)[0]))
+
+
+def test_worker_states_gathered_in_any_rank_order_merge_each_ranks_own_workers():
+    # What gather_state_dict does with every rank's DataLoader (2 workers each) state; the
+    # gloo run (test_distributed) gathers them in rank order, all_gather_object need not.
+    pytest.importorskip("torch")
+    from pqloader._torch_checkpoint import _merge_worker_states
+
+    def state(counts):
+        return {"epoch": 0, "iteration_end": 1, "seed": 5, "options": {"world_size": 4},
+                "elastic": None, "batch": counts[0], "rank_batches": counts}
+
+    merged = _merge_worker_states([(1, state([0, 0, 7, 8])), (0, state([3, 4, 0, 0]))])
+    assert merged["rank_batches"] == [3, 4, 7, 8] and merged["batch"] == 3
+    with pytest.raises(pqloader.InvalidDataError, match=r"one DataLoader state per rank 0..1, got ranks \[0, 0\]"):
+        _merge_worker_states([(0, state([3, 4, 0, 0])), (0, state([3, 4, 0, 0]))])
+    other = dict(state([0, 0, 7, 8]), seed=6)
+    with pytest.raises(pqloader.InvalidDataError, match="rank 1's DataLoader state differs"):
+        _merge_worker_states([(0, state([3, 4, 0, 0])), (1, other)])
+
+
+def test_a_resumed_rest_is_not_taken_for_the_whole_epochs_length(tmp_path):
+    # len() of a DataLoader with workers counts the rest of a resumed epoch (an elastic
+    # base) and whole epochs from worker 0's loader; only whole epochs' counts are kept.
+    pytest.importorskip("torch")
+    import pqloader.torch
+
+    write_dataset(tmp_path / "d", [[40, 40], [40]])
+    ds = pqloader.torch.IterableDataset(pqloader.Loader(str(tmp_path / "d"), batch_size=4, num_epochs=1))
+    base = {"world_size": 2, "batch_size": 4, "batches": [3, 2], "base": None}
+    rest = ds._workers_batches(2, 0, base)
+    full = ds._workers_batches(2, 0)
+    assert rest < full == 30
+    assert ds._workers_batches(2, 0, base) == rest and ds._workers_batches(2, 0) == full

@@ -1483,3 +1483,153 @@ def test_filters_take_pyarrows_spellings_and_refuse_others_clearly():
     for bad in (("id", "<", 3), "id < 3", [("id", "<", 3), 5], [[]]):
         with pytest.raises(ValueError, match="filters must be"):
             make_reader(CODECS, filters=bad)
+
+
+def test_predicate_masks_of_numpy_columns_match_petastorms_row_by_row_answer():
+    # The vectorized paths of in_set and in_intersection keep exactly the rows that
+    # do_include keeps row by row (Petastorm's semantics), column kinds the fixture lacks.
+    flags = np.array([True, False, True, False])
+    assert in_set([0], "f").mask({"f": flags}).tolist() == [False, True, False, True]  # 0 == False
+    assert in_set([1, 5], "f").mask({"f": flags}).tolist() == [True, False, True, False]
+    names = np.array(["a", "1", "b", "a"])
+    keep = in_set(["a", 1], "s")  # the int 1 is not the str "1"
+    assert keep.mask({"s": names}).tolist() == [True, False, False, True]
+    assert [keep.do_include({"s": v}) for v in names] == [True, False, False, True]
+    tags = np.array([[1, 2], [3, 4], [5, 3], [6, 7]])
+    hit = in_intersection([3], "t")
+    assert hit.mask({"t": tags}).tolist() == [False, True, True, False]
+    assert [hit.do_include({"t": row}) for row in tags] == [False, True, True, False]
+    cube = np.arange(16).reshape(2, 2, 4)  # a tensor column: any element of each row
+    assert in_intersection([9], "t").mask({"t": cube}).tolist() == [False, True]
+
+
+def test_pseudorandom_split_row_by_row_equals_its_mask_and_needs_its_field():
+    ids = np.arange(200)
+    parts = [in_pseudorandom_split([0.3, 0.7], k, "id") for k in (0, 1)]
+    for p in parts:
+        assert [p.do_include({"id": v}) for v in ids] == p.mask({"id": ids}).tolist()
+    assert (parts[0].mask({"id": ids}) ^ parts[1].mask({"id": ids})).all()  # a partition
+    with pytest.raises(ValueError, match="split key: id"):
+        parts[0].do_include({"other": 1})
+
+
+def test_unischema_fields_are_not_nullable_by_default():
+    from pqloader.petastorm.unischema import Unischema, UnischemaField, insert_explicit_nulls
+    field = UnischemaField("x", np.int32, ())
+    assert field.nullable is False  # Petastorm's default
+    schema = Unischema("S", [field, UnischemaField("y", np.int32, (), None, True)])
+    row = {"x": 1}
+    insert_explicit_nulls(schema, row)
+    assert row == {"x": 1, "y": None}
+    with pytest.raises(ValueError, match="Field x is not found"):
+        insert_explicit_nulls(schema, {"y": 2})
+
+
+def test_spark_types_of_fields_without_a_codec():
+    pytest.importorskip("pyspark")
+    import pyspark.sql.types as sql_types
+    from pqloader.petastorm.unischema import Unischema, UnischemaField
+
+    schema = Unischema("S", [UnischemaField("id", np.int64, ()), UnischemaField("f", np.float32, (), None, True)])
+    spark = schema.as_spark_schema()
+    assert [(f.name, type(f.dataType), f.nullable) for f in spark.fields] == [
+        ("id", sql_types.LongType, False), ("f", sql_types.FloatType, True)]
+    with pytest.raises(ValueError, match="non-scalar UnischemaField 'v' has codec set to None"):
+        Unischema("S", [UnischemaField("v", np.float32, (3,))]).as_spark_schema()
+
+
+def test_encode_row_refuses_fields_the_schema_lacks_and_none_where_not_nullable():
+    from pqloader.petastorm.unischema import Unischema, UnischemaField, encode_row
+    schema = Unischema("S", [UnischemaField("x", np.int32, ()), UnischemaField("y", np.int32, (), None, True)])
+    assert encode_row(schema, {"x": np.int32(3)}) == {"x": 3, "y": None}
+    assert type(encode_row(schema, {"x": np.int32(3)})["x"]) is int
+    with pytest.raises(ValueError, match="do not match schema fields"):
+        encode_row(schema, {"x": 1, "z": 2})
+    with pytest.raises(ValueError, match='Field x is not "nullable"'):
+        encode_row(schema, {"x": None})
+
+
+def test_spark_type_stand_ins_compare_by_name_and_params():
+    from pqloader.petastorm.codecs import SparkType
+    dec = SparkType("DecimalType", {"precision": 10, "scale": 2})
+    assert dec == SparkType("DecimalType", {"precision": 10, "scale": 2})
+    assert dec != SparkType("DecimalType", {"precision": 10, "scale": 3})
+    assert SparkType("IntegerType") == SparkType("IntegerType") != SparkType("LongType")
+    assert dec.typeName() == "decimal"
+    pyspark_types = pytest.importorskip("pyspark.sql.types")
+    assert SparkType("IntegerType") == pyspark_types.IntegerType()  # by name: pyspark has no params attr
+    assert SparkType("IntegerType") != pyspark_types.LongType()
+
+
+@pytest.mark.parametrize("codec", ["NdarrayCodec", "CompressedNdarrayCodec"])
+def test_array_codecs_refuse_to_write_another_type_or_shape_naming_the_field(codec):
+    from pqloader.petastorm import codecs
+    from pqloader.petastorm.unischema import UnischemaField
+    field = UnischemaField("emb", np.float32, (None, 2))
+    make = getattr(codecs, codec)()
+    assert make.encode(field, np.zeros((3, 2), np.float32))  # accepted: bytes
+    with pytest.raises(ValueError, match="emb feature. Expected ndarray"):
+        make.encode(field, [[0.0, 0.0]])
+    with pytest.raises(ValueError, match="emb feature. Expected .*float32.*Got float64"):
+        make.encode(field, np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="dimensions of emb feature"):
+        make.encode(field, np.zeros((3, 3), np.float32))
+
+
+def test_image_codec_writes_rgb_and_gray_and_refuses_other_channel_counts():
+    pytest.importorskip("PIL")
+    from pqloader.petastorm.codecs import CompressedImageCodec
+    from pqloader.petastorm.unischema import UnischemaField
+    rgb = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    field = UnischemaField("img", np.uint8, (None, None, 3), CompressedImageCodec("png"))
+    codec = CompressedImageCodec("png")
+    np.testing.assert_array_equal(codec.decode(field, codec.encode(field, rgb)), rgb)  # lossless
+    gray_field = UnischemaField("g", np.uint8, (None, None), codec)
+    np.testing.assert_array_equal(codec.decode(gray_field, codec.encode(gray_field, rgb[..., 0])), rgb[..., 0])
+    with pytest.raises(ValueError, match=r"\(H, W\) or \(H, W, 3\). Got \(4, 5, 4\)"):
+        codec.encode(UnischemaField("img", np.uint8, (None, None, 4)), np.zeros((4, 5, 4), np.uint8))
+
+
+def test_scalar_codec_writes_the_python_value_of_its_spark_type():
+    from pqloader.petastorm.codecs import ScalarCodec, SparkType
+    from pqloader.petastorm.unischema import UnischemaField
+    f = UnischemaField("v", np.float64, ())
+
+    def enc(spark, value):
+        return ScalarCodec(SparkType(spark)).encode(f, value)
+
+    for spark, value, want in [("IntegerType", np.int64(3), 3), ("LongType", np.uint8(7), 7),
+                               ("DoubleType", np.float32(1.5), 1.5), ("FloatType", 2, 2.0),
+                               ("BooleanType", np.bool_(True), True), ("StringType", "ab", "ab")]:
+        got = enc(spark, value)
+        assert got == want and type(got) is type(want), (spark, got)
+    with pytest.raises(ValueError, match="Expected a string value for field v"):
+        enc("StringType", 3)
+    with pytest.raises(TypeError, match="Expected a scalar as a value for field 'v'"):
+        enc("IntegerType", [1])
+
+
+def test_loader_hands_the_datasets_storage_options_to_the_engine(monkeypatch):
+    seen = {}
+
+    def capture(sources, **kw):
+        seen.update(kw, sources=sources)
+
+    monkeypatch.setattr(pqloader, "Loader", capture)
+    Loader(CODECS, columns=["id"], storage_options={"client_kwargs": {"region_name": "eu-west-1"}})
+    assert seen["storage_options"] == {"region": "eu-west-1"}
+    Loader(CODECS, columns=["id"])
+    assert seen["storage_options"] is None
+
+
+def test_make_batch_reader_keeps_a_column_whose_description_carries_notes(tmp_path):
+    # inspect describes a column with nulls as "float64(batch); 2 null(s): ..."; the
+    # notes after "; " must not make the inferred schema skip it (with only a warning).
+    pq.write_table(pa.table({"id": pa.array([0, 1, 2], pa.int64()), "v": pa.array([None, 1.5, None])}),
+                   tmp_path / "a.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with make_batch_reader(str(tmp_path), **NATURAL, loader_options={"fill_null": {"v": -1.0}}) as reader:
+            assert set(reader.schema.fields) == {"id", "v"}
+            batches = list(reader)
+    assert [float(x) for b in batches for x in b.v] == [-1.0, 1.5, -1.0]

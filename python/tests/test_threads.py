@@ -710,3 +710,30 @@ def test_leaving_a_batch_transform_loop_does_not_wait_out_the_queue_timeout(ds):
     assert got == ref
     stalls.sort()
     assert stalls[len(stalls) // 2] < 0.05, stalls
+
+
+_ITERATE_AT_EXIT = r'''
+import atexit, sys
+def at_exit():
+    try:
+        print("batches", sum(1 for _ in loader), flush=True)
+    except RuntimeError as e:
+        print("refused:", e, flush=True)
+atexit.register(at_exit)  # before pqloader's handlers: runs after they released the engine
+import pqloader
+loader = pqloader.Loader(sys.argv[1], batch_size=64)
+'''
+
+
+def test_an_atexit_handler_iterating_a_released_loader_is_refused_not_handed_nothing(ds, tmp_path):
+    # The exiting thread is never parked: its iteration of a released engine must raise,
+    # not find an empty epoch (its rows silently dropped).
+    import subprocess
+    import sys
+
+    script = tmp_path / "iterate.py"
+    script.write_text(_ITERATE_AT_EXIT)
+    r = subprocess.run([sys.executable, str(script), ds], capture_output=True, text=True,
+                       timeout=DEADLINE_S)
+    assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
+    assert "refused: the Python interpreter is shutting down" in r.stdout, r.stdout + r.stderr

@@ -161,3 +161,15 @@ def test_mix_weights_whose_sum_a_double_cannot_hold_are_refused(tmp_path):
         pqloader.mix([loader(), loader()], [10**400, 1])
     m = pqloader.mix([loader(), loader()], [1e307, 1e307], samples_per_epoch=20)
     assert set(np.concatenate([b["source"] for b in m]).tolist()) == {0, 1}
+
+
+def test_image_sizes_are_bounded_at_int32s_largest():
+    big = 2**31 - 1  # the largest side the engine takes (sizes pass through a double to int64)
+    assert T.Resize(big).params["size"] == big
+    assert T.CenterCrop(big).params["size"] == [big, big]
+    assert T.CenterCrop((big, 1)).params["size"] == [big, 1]
+    assert T.RandomResizedCrop([big]).params["size"] == [big, big]
+    for make in (lambda: T.Resize(2**31), lambda: T.CenterCrop((1, 2**31)),
+                 lambda: T.RandomResizedCrop(2**31)):
+        with pytest.raises(ValueError, match="size"):
+            make()

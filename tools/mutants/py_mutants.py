@@ -36,7 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "python" / "pqloader"
 MODULES = ("_options.py", "_column_checks.py", "_state.py", "_iteration.py", "_env.py", "_mix.py",
-           "_filter.py", "_lists.py", "_cli_args.py")
+           "_filter.py", "_lists.py", "_cli_args.py", "_loader.py", "cli.py", "_cli_progress.py",
+           "_inspect.py", "transforms.py", "petastorm/reader.py", "petastorm/predicates.py",
+           "petastorm/codecs.py", "petastorm/unischema.py", "petastorm/_schema_io.py",
+           "petastorm/_dataset.py", "petastorm/_loader.py", "_torch_checkpoint.py",
+           "_torch_dataset.py", "_process.py")
+# (_torch.py is not mutated: test_torch.py takes 40 s, and its device checks skip without
+# CUDA, so most of its sites survive on a machine without a GPU.)
 # Tests run per mutated module: fast files that exercise it (each run stops at the
 # first failure; at most about 12 s when none fails). Slow tests are left out:
 # test_distributed.py (gloo ranks, 14 s), test_elastic's distributed checkpoint (19 s),
@@ -60,6 +66,20 @@ TESTS = {
     "_filter.py": ["python/tests/test_filter.py", "python/tests/test_colnames.py"],
     "_lists.py": ["python/tests/test_lists.py", "python/tests/test_pack.py"],
     "_cli_args.py": ["python/tests/test_cli.py", "python/tests/test_colnames.py"],
+    "_loader.py": ["python/tests/test_arguments.py", "python/tests/test_uncovered_paths.py",
+                   "python/tests/test_determinism.py", "python/tests/test_transforms.py"],
+    "cli.py": ["python/tests/test_cli.py", "python/tests/test_uncovered_paths.py",
+               "python/tests/test_cache_safety.py", "python/tests/test_cache_stale.py"],
+    "_cli_progress.py": ["python/tests/test_cli_progress.py"],
+    "_inspect.py": ["python/tests/test_inspect_lengths.py", "python/tests/test_summary.py",
+                    "python/tests/test_cli.py"],
+    "transforms.py": ["python/tests/test_transform_args.py", "python/tests/test_transforms.py"],
+    **{f"petastorm/{m}": ["python/tests/test_petastorm.py", "python/tests/test_transform_args.py"]
+       for m in ("reader.py", "predicates.py", "codecs.py", "unischema.py", "_schema_io.py",
+                 "_dataset.py", "_loader.py")},
+    "_torch_checkpoint.py": [*_ELASTIC],
+    "_torch_dataset.py": [*_ELASTIC, "python/tests/test_torch.py"],
+    "_process.py": ["python/tests/test_threads.py", "python/tests/test_torch.py"],
 }
 
 _NEGATE = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
