@@ -177,3 +177,16 @@ def test_a_schema_from_arrow_schema_has_the_state_options_of_the_plain_one(tmp_p
         second = pqloader.Loader(str(tmp_path), batch_size=1, schema=b)
         second.load_state_dict(first.state_dict())
         assert [x["s.x"].tolist() for x in second] == [[3]]
+
+
+def test_a_partition_key_in_the_schema_or_the_files_is_listed_once_among_the_available_columns(tmp_path):
+    # 'k' 'k': the key was listed as a declared (or stored) column and again as a key.
+    for k in ("1", "2"):
+        (tmp_path / f"k={k}").mkdir()
+        pq.write_table(pa.table({"x": [1, 2], "k": [int(k)] * 2}), tmp_path / f"k={k}" / "a.parquet")
+    with pytest.raises(pqloader.ColumnNotFoundError) as e:
+        pqloader.Loader(str(tmp_path), columns=["nope"])
+    assert str(e.value).endswith("available columns: 'x' 'k'")
+    with pytest.raises(pqloader.ColumnNotFoundError) as e:
+        pqloader.Loader(str(tmp_path), columns=["nope"], schema=pa.schema([("k", pa.string())]))
+    assert str(e.value).endswith("the declared columns and partition keys: 'k'")

@@ -342,3 +342,36 @@ def test_eos_and_pad_a_float_column_would_round_are_refused(tmp_path, dtype, kw,
         pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, **kw))
     loader = pqloader.Loader(str(tmp_path), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, eos=2048, pad=-1))
     assert next(iter(loader))["tokens"].tolist() == [[1, 2, 2048, 3]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_fixed_size_list_token_column_packs_every_token_once_beside_its_companions(tmp_path, shuffle):
+    # (C++ coverage: the packer's fixed-size-list reads, column-major and from the row-major
+    # block of shuffled gathers, no test executed.) Document i holds 3i+1..3i+3.
+    n = 40
+    table = pa.table({"tokens": pa.array([[3 * i + 1, 3 * i + 2, 3 * i + 3] for i in range(n)],
+                                         pa.list_(pa.int32(), 3)),
+                      "id": np.arange(n), "x": np.arange(n, dtype=np.float32)})
+    pq.write_table(table, tmp_path / "f.parquet", row_group_size=8)
+    loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=shuffle, seed=3, num_workers=2,
+                             pack=pqloader.Pack("tokens", seq_len=8))
+    tokens = []
+    for b in loader:
+        mask = np.asarray(b["loss_mask"])
+        t, i, x = (np.asarray(b[k])[mask] for k in ("tokens", "id", "x"))
+        assert ((t - 1) // 3 == i).all() and (i == x).all()
+        tokens += t.tolist()
+    assert sorted(tokens) == list(range(1, 3 * n + 1))
+    if not shuffle:
+        assert tokens == list(range(1, 3 * n + 1))
+
+
+def test_a_column_named_as_a_packed_output_and_a_float_pad_that_overflows_are_refused(tmp_path):
+    # (C++ coverage: both refusals of Loader::MakePack no test executed.)
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.float32())),
+                             "position_ids": [1, 2]}), tmp_path / "a.parquet")
+    with pytest.raises(ValueError, match="column 'position_ids' has the name of one of packing's outputs"):
+        pqloader.Loader(str(tmp_path / "a.parquet"), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4))
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.float16()))}), tmp_path / "b.parquet")
+    with pytest.raises(ValueError, match=r"Pack\(pad=.*\) overflows column 'tokens' \(float16\)"):
+        pqloader.Loader(str(tmp_path / "b.parquet"), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, pad=10**6))

@@ -56,8 +56,23 @@ arrow::Status Loader::SetUpPacking() {
     return arrow::Status::Invalid(what, " does not fit column '", tokens.name, "' (", dtype, ")");
   };
   if (pack.has_eos) {
-    ARROW_RETURN_NOT_OK(unfit("Pack(eos=" + std::to_string(pack.eos) + ")",
-                              static_cast<double>(pack.eos)));
+    const std::string what = "Pack(eos=" + std::to_string(pack.eos) + ")";
+    ARROW_RETURN_NOT_OK(unfit(what, static_cast<double>(pack.eos)));
+    // unfit sees the eos as a double: 2^53 + 1 was 2^53 there, passed, and was written as
+    // 2^53; 2049 in float16 tokens passed and was written as 2048 (the packer stores it
+    // through a double in the column's dtype). The token written must be the one given.
+    constexpr int64_t kExact = int64_t{1} << 53;
+    if (pack.eos > kExact || pack.eos < -kExact) {
+      return arrow::Status::Invalid(what, ": values beyond 2**53 are not exact in column '",
+                                    tokens.name, "'");
+    }
+    uint8_t stored[8] = {};
+    StoreScalar(tokens.dtype, static_cast<double>(pack.eos), stored);
+    if (LoadScalar(tokens.dtype, stored) != static_cast<double>(pack.eos)) {
+      return arrow::Status::Invalid(what, " is not exact in column '", tokens.name, "' (",
+                                    DTypeName(tokens.dtype), ": it would be ",
+                                    ExactText(LoadScalar(tokens.dtype, stored)), ")");
+    }
   }
   if (tokens.dtype != DType::kFloat16 && tokens.dtype != DType::kFloat32 &&
       tokens.dtype != DType::kFloat64) {

@@ -1,6 +1,9 @@
 #include "pqloader/loader.h"
 
+#include <arrow/api.h>
+#include <arrow/io/file.h>
 #include <gtest/gtest.h>
+#include <parquet/arrow/writer.h>
 
 #include <algorithm>
 #include <atomic>
@@ -619,6 +622,42 @@ TEST(LoaderApi, APredicateThatThrowsOrGivesNoArrayIsAnError) {
         << made.status().ToString();
     EXPECT_NE(made.status().message().find("predicate failed on"), std::string::npos);
   }
+}
+
+TEST(LoaderApi, PackEosBeyond2To53IsRefusedWhereItsDoubleRoundsTo2To53) {
+  // The check compared the eos as a double: 2^53 + 1 became 2^53, passed, and the packer
+  // wrote 9007199254740992 as every separator (a token the caller did not give).
+  const std::string path = testing::MakeTempDir() + "/tokens64.parquet";
+  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int64Builder>());
+  auto* values = static_cast<arrow::Int64Builder*>(tokens.value_builder());
+  ASSERT_TRUE(tokens.Append().ok() && values->Append(1).ok() && values->Append(2).ok());
+  std::shared_ptr<arrow::Array> array;
+  ASSERT_TRUE(tokens.Finish(&array).ok());
+  auto table = arrow::Table::Make(arrow::schema({arrow::field("tokens", array->type())}), {array});
+  auto out = arrow::io::FileOutputStream::Open(path).ValueOrDie();
+  ASSERT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 16).ok());
+  ASSERT_TRUE(out->Close().ok());
+  LoaderOptions o;
+  o.pack_column = "tokens";
+  o.pack.seq_len = 4;
+  o.pack.has_eos = true;
+  for (const int64_t eos : {(int64_t{1} << 53) + 1, -(int64_t{1} << 53) - 1}) {
+    o.pack.eos = eos;
+    auto made = Loader::Make({path}, o);
+    ASSERT_FALSE(made.ok()) << eos;
+    EXPECT_NE(made.status().message().find("values beyond 2**53 are not exact in column 'tokens'"),
+              std::string::npos) << made.status().ToString();
+  }
+  o.pack.eos = int64_t{1} << 53;  // exact: taken, and written as given
+  o.plan.batch_size = 1;
+  auto loader = Loader::Make({path}, o).ValueOrDie();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  auto batch = loader->Next().ValueOrDie();
+  ASSERT_NE(batch, nullptr);
+  const auto* t = reinterpret_cast<const int64_t*>(batch->columns[0].data->data());
+  EXPECT_EQ(t[0], 1);
+  EXPECT_EQ(t[1], 2);
+  EXPECT_EQ(t[2], int64_t{1} << 53);
 }
 
 }  // namespace pqloader

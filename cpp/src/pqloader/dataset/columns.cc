@@ -608,7 +608,10 @@ class Resolver {
                ? " (a struct: '" + Quoted(field->name()) + ".<field>')"
                : ""));
     }
-    for (const auto& k : keys_) add(" '" + Quoted(k.name) + "'");
+    // (a key the schema or the first file has too is listed once: 'k' 'k' read as two)
+    for (const auto& k : keys_) {
+      if (schema->GetFieldIndex(k.name) < 0) add(" '" + Quoted(k.name) + "'");
+    }
     if (more > 0) {
       available += " ... and " + std::to_string(more) + " more (loader.column_info and `pqloader "
                    "inspect` list them)";
