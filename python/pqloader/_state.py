@@ -228,6 +228,30 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
     return None if same else f"state has {theirs!r:.200}, {who} has {mine!r:.200}"
 
 
+# Where packing and the filter ride in the "transforms" fingerprint (bindings.cc,
+# transform_fingerprint): after the transforms' own text.
+_FINGERPRINT_PARTS = (("pack", "|pack("), ("filter", "|filter="), ("filter", "|predicate:"))
+
+
+def _option_label(key: str, theirs: Any, mine: Any) -> str:
+    """The option a difference of data option `key` is about: the "transforms"
+    fingerprint holds packing and the filter too (a changed filter was reported as
+    "transforms: state has '...|filter=...'")."""
+    if key != "transforms" or not isinstance(theirs, str) or not isinstance(mine, str):
+        return key
+
+    def parts(text: str) -> dict[str, str]:
+        cuts = sorted((i, name) for name, marker in _FINGERPRINT_PARTS if (i := text.find(marker)) >= 0)
+        out = {"transforms": text[:cuts[0][0]] if cuts else text}
+        for (i, name), nxt in zip(cuts, [c[0] for c in cuts[1:]] + [len(text)]):
+            out[name] = out.get(name, "") + text[i:nxt]
+        return out
+
+    a, b = parts(theirs), parts(mine)
+    changed = [n for n in ("transforms", "pack", "filter") if a.get(n, "") != b.get(n, "")]
+    return " and ".join(changed) or key
+
+
 def _files_diff(theirs: list[Any], mine: list[Any], who: str) -> str | None:
     """Which files differ between a state's file list and the loader's, by name: added,
     gone, rewritten (another size, rows or row-group selection) or reordered (None: the
@@ -525,7 +549,7 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
         raise InvalidDataError(f"state['options'] lacks {', '.join(map(repr, missing))}")
     new_seed = state_seed if adopt_seed else seed
     mine = fingerprint_for(new_seed)
-    diffs = [f"{k}: {d}" for k in DATA_OPTIONS
+    diffs = [f"{_option_label(k, theirs[k], mine[k])}: {d}" for k in DATA_OPTIONS
              if k not in RESIZABLE and (d := option_diff(k, theirs[k], mine[k])) is not None]
     if state_seed != new_seed and _jsonish(theirs["seed"]) == _jsonish(mine["seed"]):
         diffs.append(f"seed: state has {state_seed}, loader has {new_seed}")
