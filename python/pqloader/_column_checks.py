@@ -36,12 +36,18 @@ def _column_kind(info: Mapping[str, Any]) -> tuple[str, str | None]:
     # The stored numbers' dtype (a list's elements): the fill is cast to it before the
     # transform, so it must fit (2**31 in an int32 column cast to float32 was -2**31,
     # 1.5 was 1, 300 in a bool column True).
-    return "number", _STORED_DTYPES.get(_element_arrow_type(arrow_type))
+    # (A list's non-nullable elements print as "int16 not null"; times load as integers in
+    # their unit. Decimals depend on `decimals`: the engine checks those.)
+    element = _element_arrow_type(arrow_type).removesuffix(" not null")
+    return "number", _STORED_DTYPES.get(element) or next(
+        (dtype for prefix, dtype in _TIME_DTYPES if element.startswith(prefix)), None)
 
 
 _STORED_DTYPES = {**{t: t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                      "uint64", "bool")},
                   "halffloat": "float16", "float": "float32", "double": "float64"}
+_TIME_DTYPES = (("date32", "int32"), ("time32", "int32"), ("date64", "int64"), ("time64", "int64"),
+                ("timestamp", "int64"), ("duration", "int64"))
 
 
 def check_fill_types(fill_null: Any, columns: Mapping[str, Mapping[str, Any]]) -> None:

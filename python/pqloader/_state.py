@@ -229,8 +229,9 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
 
 
 # Where packing and the filter ride in the "transforms" fingerprint (bindings.cc,
-# transform_fingerprint): after the transforms' own text.
-_FINGERPRINT_PARTS = (("pack", "|pack("), ("filter", "|filter="), ("filter", "|predicate:"))
+# transform_fingerprint): after the transforms' own text, packing before the filter.
+_FILTER_MARKERS = ("|filter=", "|predicate:")
+_PACK_MARKER = "|pack("
 
 
 def _option_label(key: str, theirs: Any, mine: Any) -> str:
@@ -241,14 +242,15 @@ def _option_label(key: str, theirs: Any, mine: Any) -> str:
         return key
 
     def parts(text: str) -> dict[str, str]:
-        cuts = sorted((i, name) for name, marker in _FINGERPRINT_PARTS if (i := text.find(marker)) >= 0)
-        out = {"transforms": text[:cuts[0][0]] if cuts else text}
-        for (i, name), nxt in zip(cuts, [c[0] for c in cuts[1:]] + [len(text)]):
-            out[name] = out.get(name, "") + text[i:nxt]
-        return out
+        # The filter's text comes last and may hold anything (a literal 'a|pack(x' is not
+        # packing): packing is looked for only before it.
+        end = min((i for m in _FILTER_MARKERS if (i := text.find(m)) >= 0), default=len(text))
+        pack = text.find(_PACK_MARKER, 0, end)
+        pack = end if pack < 0 else pack
+        return {"transforms": text[:pack], "pack": text[pack:end], "filter": text[end:]}
 
     a, b = parts(theirs), parts(mine)
-    changed = [n for n in ("transforms", "pack", "filter") if a.get(n, "") != b.get(n, "")]
+    changed = [n for n in ("transforms", "pack", "filter") if a[n] != b[n]]
     return " and ".join(changed) or key
 
 

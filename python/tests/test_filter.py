@@ -1180,3 +1180,27 @@ def test_every_expression_of_a_list_holds(data):
         np.testing.assert_array_equal(got, expected_ids(data, expr))
     got, _ = loaded_ids(data, parts)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_state_of_another_filter_is_labelled_filter_whatever_its_literals_hold(tmp_path):
+    # The label split the fingerprint at the first "|pack(" anywhere: a filter literal
+    # holding it was reported as "pack: state has ..." (or "pack and filter"), no Pack given.
+    pq.write_table(pa.table({"id": np.arange(4), "s": ["a|pack(x", "a|pack(y", "b", "c"]}),
+                   tmp_path / "a.parquet")
+    a = pqloader.Loader(str(tmp_path), batch_size=1, filter=pc.field("s") == "a|pack(x")
+    for other in ("a|pack(y", "b"):
+        b = pqloader.Loader(str(tmp_path), batch_size=1, filter=pc.field("s") == other)
+        with pytest.raises(pqloader.InvalidDataError, match="different options: filter: state has"):
+            b.load_state_dict(a.state_dict())
+    # A real Pack's difference is labelled pack, beside the filter's.
+    pq.write_table(pa.table({"id": np.arange(4), "s": ["a|pack(x"] * 4,
+                             "tokens": [[1, 2], [3], [4, 5, 6], [7]]}), tmp_path / "a.parquet")
+    kw = dict(batch_size=1, columns=["tokens"], filter=pc.field("s") == "a|pack(x")
+    c = pqloader.Loader(str(tmp_path), pack=pqloader.Pack("tokens", seq_len=4), **kw)
+    d = pqloader.Loader(str(tmp_path), pack=pqloader.Pack("tokens", seq_len=5), **kw)
+    with pytest.raises(pqloader.InvalidDataError, match="different options: pack: state has"):
+        d.load_state_dict(c.state_dict())
+    e = pqloader.Loader(str(tmp_path), pack=pqloader.Pack("tokens", seq_len=5),
+                        **{**kw, "filter": pc.field("s") == "b"})
+    with pytest.raises(pqloader.InvalidDataError, match="different options: pack and filter: state"):
+        e.load_state_dict(c.state_dict())
