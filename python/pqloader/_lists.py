@@ -56,12 +56,13 @@ class Pad:
     """Pad or truncate every row to one length, with ``<column>_length``.
 
     Args:
-        length: Every row's length; None for the longest row of each batch (dynamic
+        length: Every row's length (1 to 2**40, as ``max_length`` and ``multiple_of``;
+            NumPy ints too); None for the longest row of each batch (dynamic
             padding: batches of short rows stay small).
         max_length: With ``length=None``, rows longer than this are truncated.
         multiple_of: With ``length=None``, the batch's length is rounded up to a
             multiple of this (e.g. 8 or 64 for tensor cores).
-        value: The padding value.
+        value: The padding value: a number (not a bool) that the column's dtype holds.
         side: Where padding goes: ``"right"`` (after the values) or ``"left"``.
         truncation: Which end of a too-long row is cut: ``"right"`` keeps its first
             values, ``"left"`` its last ones.
@@ -177,7 +178,9 @@ class Pack:
     Args:
         column: The list column of tokens.
         seq_len: Tokens per block.
-        eos: A separator token appended after every document (None: none).
+        eos: A separator token appended after every document (None: none). It, and
+            ``pad``, must be an int the token column's dtype holds exactly (refused when
+            the Loader is made, also from C++).
         truncate: Documents longer than a block keep only its first tokens (with ``eos``,
             ``seq_len - 1`` of them and the separator; ``seq_len`` must then be at least 2).
         pad: The token of padding.

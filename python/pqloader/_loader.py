@@ -46,8 +46,9 @@ class Loader:
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path (a directory a glob
             matches is read recursively); list order is kept (a set, which has none, is
-            a ``TypeError``). A file listed twice, or also under a listed directory, is
-            read twice, as ``pyarrow.dataset.dataset`` reads a list.
+            a ``TypeError``; a path holding a NUL character, a ``ValueError``). A file
+            listed twice, or also under a listed directory, is read twice, as
+            ``pyarrow.dataset.dataset`` reads a list.
         {arguments}
     Raises:
         TypeError: An argument has the wrong type (e.g. ``shuffle="no"``), or a
@@ -411,6 +412,7 @@ class Loader:
         A loader built with ``seed=None`` adopts the state's seed. Every other
         data-affecting option must match. The state is checked completely first: a
         refused state leaves the loader (seed, position, running iterators) unchanged.
+        Its counts may be NumPy ints (a state rebuilt with NumPy), not bools or floats.
 
         Raises:
             pqloader.InvalidDataError: The state is malformed (the message names the bad

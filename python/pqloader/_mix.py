@@ -562,7 +562,8 @@ class Mixture:
         may be another rank's (or :func:`pqloader.merge_states`' of all ranks). Sources
         built with ``seed=None`` adopt the state's seeds (and the mixture its own, where it
         took the first source's), as a Loader does. Running iterators stop (their next
-        ``next()`` raises), and so does their stream.
+        ``next()`` raises), and so does their stream. As a Loader's, its counts may be
+        NumPy ints and its lists tuples.
 
         Raises:
             pqloader.InvalidDataError: not a mixture state, or one of other sources,
@@ -753,7 +754,8 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     next epoch starts while one ends (its batches are the same).
 
     Args:
-        sources: ``{name: Loader}`` or a list of Loaders, each with its own columns,
+        sources: ``{name: Loader}`` (names that differ as text: ``{1: a, "1": b}`` is
+            refused) or a list of Loaders, each with its own columns,
             transforms and filter; their output columns (names, dtypes, shapes) must
             agree. They must share rank and world size (each is sharded by its own
             options); output='numpy' (convert with this ``output``). List columns
@@ -763,7 +765,8 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
             block by block when they all pack blocks of one ``seq_len`` (each block
             keeps its own documents; each mixed batch's ``cu_seqlens`` is made again
             over its blocks); packing and unpacked sources do not mix.
-        weights: One weight >= 0 per source (a dict by name, or a list); normalised.
+        weights: One finite weight >= 0 per source (a dict by name, or a list; NumPy
+            numbers too), whose sum a double holds; normalised.
         batch_size: Rows per batch (default: the first source's).
         seed: Keys the draws (default: the first source's seed).
         samples_per_epoch: Samples per epoch over all ranks. Default: until a source
@@ -771,10 +774,11 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
         stop: Without samples_per_epoch: ``"first"`` (default) ends the epoch when the
             first source runs out of its epoch's rows, ``"last"`` when every source has
             been read whole at least once (the others restart, reshuffled).
-        drop_last: Drop the epoch's last partial batch.
+        drop_last: Drop the epoch's last partial batch (a bool: ``"False"`` is refused).
         num_epochs: Epochs per iteration (None: forever). Default 1.
-        source_column: Name of the int64 column giving each row's source index (None:
-            no such column). Default ``"source"``.
+        source_column: Name (a non-empty str, not a column of the sources) of the int64
+            column giving each row's source index (None: no such column). Default
+            ``"source"``.
         output: ``"numpy"`` or ``"torch"`` (zero-copy ``torch.from_numpy``).
         batch_transform: A Python callable applied to each mixed batch (a dict of
             NumPy arrays and lists) before ``output``'s conversion. Sources may not

@@ -31,8 +31,8 @@ _ARROW_SYMBOL = "_ZNK5arrow6Status8ToStringB5cxx11Ev"
 
 # The x86-64 instruction sets the bundled Arrow C++ needs, as /proc/cpuinfo names them.
 REQUIRED_X86_FLAGS = ("ssse3", "sse4_1", "sse4_2", "popcnt")
-# Set to 1 to load the extension whatever /proc/cpuinfo says (a kernel or emulator
-# whose cpuinfo does not tell the CPU's real features).
+# Set to 1 (or true, yes, on) to load the extension whatever /proc/cpuinfo says (a
+# kernel or emulator whose cpuinfo does not tell the CPU's real features).
 SKIP_CPU_CHECK_ENV = "PQLOADER_SKIP_CPU_CHECK"
 # Its spellings (case and surrounding spaces aside): "true" or "yes" had been silently
 # taken as "check"; another value warns, naming it, and the check runs.

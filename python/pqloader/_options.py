@@ -355,7 +355,9 @@ ARGUMENT_DOCS = """\
             bytes for string and binary ones; an integer within int64, also for a uint64
             column; a number the column's type holds exactly: ``2**24 + 1`` in a float32
             column is refused); a dict maps column names to their replacement. In a list column it fills null elements too, and a null row is a list of fills
-            as long as the other rows (an empty list when ragged).
+            as long as the other rows (an empty list when ragged). A column with
+            ``transforms`` is filled before them, so its fill must suit the stored type
+            (``2**31`` in an int32 column is refused, even before ``Cast("float32")``).
         filter: Which rows to load: a pyarrow compute expression
             (``pc.field("lang") == "en"``, ``pc.field("ts") >= t``, ``.isin([...])``), a
             string in Python syntax (``"lang == 'en' and year >= 2020"``), a
@@ -422,7 +424,8 @@ ARGUMENT_DOCS = """\
         batch_transform: A Python callable applied to every batch, in order, in one
             background thread. It holds the GIL while it runs Python code.
         cache_dir: Keep decoded, deterministically transformed row groups in this
-            local directory (a URL other than ``file://`` is refused; shared by processes,
+            local directory (a URL other than ``file://``, or a path holding a NUL
+            character, is refused; shared by processes,
             kept across runs; see docs/cache_format.md),
             or ``":memory:"`` for this loader only (its later epochs; another loader has
             its own). Hits skip reading, decoding and
@@ -468,6 +471,7 @@ ARGUMENT_DOCS = """\
             waits a random time in [d/2, d], d = min(max, base * 2**n)). Each attempt
             fails after ``request_timeout`` seconds without data (default 3). Unset ones
             come from the standard AWS sources (environment, ``AWS_ENDPOINT_URL``, profile).
+            A text value holding a NUL character is refused.
         io_threads: Concurrent reads from storage (requests in flight), apart from the
             CPU workers.
         readahead: Row groups fetched ahead of decoding, in plan order (default:

@@ -16,6 +16,11 @@ while a batch is assembled. Random ops draw from a counter-based generator keyed
 (seed, epoch, global sample index, op position), so a sample gets the same augmentation
 whatever the thread count or resume point, and a new one every epoch. Semantics follow
 torchvision's functional ops on HWC uint8 images.
+
+Each op checks its arguments when it is made (a ``TypeError`` or ``ValueError`` naming
+the op and argument, e.g. ``RandomHorizontalFlip(p=...)``); NumPy scalars are taken as
+numbers. What depends on the column (its dtype and shape) is checked when the Loader is
+made, naming the column.
 """
 
 from __future__ import annotations
@@ -175,7 +180,7 @@ class RandomResizedCrop(Op):
 
 
 class RandomHorizontalFlip(Op):
-    """Flip left-right with probability `p`."""
+    """Flip left-right with probability `p` (a finite number in [0, 1])."""
 
     name = "RandomHorizontalFlip"
     random = True
@@ -188,7 +193,10 @@ class RandomHorizontalFlip(Op):
 
 
 class Normalize(Op):
-    """(x - mean) / std per channel, as float32; uint8 input is first scaled to [0, 1]."""
+    """(x - mean) / std per channel, as float32; uint8 input is first scaled to [0, 1].
+
+    ``mean`` and ``std`` are sequences of finite numbers of one length (one per channel,
+    or one for all); ``std`` holds no 0, and ``1/std`` and ``mean/std`` must fit float32."""
 
     name = "Normalize"
 
@@ -222,7 +230,8 @@ _CAST_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "u
 
 
 class Cast(Op):
-    """Convert values to `dtype` (a NumPy dtype name such as "float32").
+    """Convert values to `dtype` (a NumPy dtype or its name such as "float32"): bool,
+    int8 to int64, uint8 to uint64, float16, float32 or float64 (others are refused).
 
     Floats to integers truncate toward zero; NaN, infinities and values out of the
     type's range give what x86-64 gives (NumPy's element-wise ``astype`` and torch agree
@@ -256,7 +265,8 @@ class DecodeNdarray(Op):
 
 
 class DecodeCompressedNdarray(Op):
-    """Decode `.npz` bytes holding one array (Petastorm's CompressedNdarrayCodec)."""
+    """Decode `.npz` bytes holding one array (Petastorm's CompressedNdarrayCodec); an
+    `.npz` of several arrays is refused."""
 
     name = "DecodeCompressedNdarray"
 
@@ -268,8 +278,9 @@ class PadOrTruncate(Op):
     ``Loader(lists={column: pqloader.Pad(...)})``).
 
     Args:
-        length: The length of every row.
-        pad: The value of padding elements.
+        length: The length of every row (1 to 2**40).
+        pad: The value of padding elements: a number (not a bool) that the column's
+            dtype holds.
         side: ``"right"`` puts padding after the values, ``"left"`` before them.
         truncation: ``"right"`` keeps a long row's first values, ``"left"`` its last.
     """

@@ -38,7 +38,8 @@ def Loader(dataset_url: str | Sequence[str], columns: Sequence[str] | None = Non
     :func:`codec_transforms`); ops you give in ``transforms`` for a field run after them
     (e.g. ``{"image": [T.Resize(256), T.CenterCrop(224)]}`` works on decoded pixels).
     Gray image fields come out as (B, H, W), like Petastorm's, unless ops follow; scalar
-    fields take their Unischema NumPy type. Other arguments are the Loader's.
+    fields take their Unischema NumPy type. ``columns`` is a list of field names or
+    UnischemaFields (a single str is a ``TypeError``). Other arguments are the Loader's.
 
     Example:
         >>> loader = pqloader.petastorm.Loader("file:///data/ds", columns=["image", "label"],

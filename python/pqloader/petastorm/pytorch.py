@@ -333,10 +333,11 @@ class DataLoader(LoaderBase):
     Args:
         reader: From :func:`pqloader.petastorm.make_reader` or ``make_batch_reader``.
         batch_size: Rows per batch; the last batch may be smaller.
-        collate_fn: Turns a list of row dicts into a batch. The default takes whole
-            batches from the engine (no per-row Python).
-        shuffling_queue_capacity: > 0 shuffles rows across row groups holding about that
-            many rows (see the module docstring).
+        collate_fn: Turns a list of row dicts into a batch (a callable: refused when
+            the DataLoader is made otherwise). The default takes whole batches from the
+            engine (no per-row Python).
+        shuffling_queue_capacity: An int; > 0 shuffles rows across row groups holding
+            about that many rows (see the module docstring).
     """
 
     def __init__(self, reader: Reader, batch_size: int = 1, collate_fn: Callable = decimal_friendly_collate,
@@ -365,7 +366,8 @@ class DataLoader(LoaderBase):
 
 class BatchedDataLoader(LoaderBase):
     """Batches of `batch_size` rows, each column through `transform_fn` (default
-    ``torch.as_tensor``), as Petastorm's BatchedDataLoader."""
+    ``torch.as_tensor``), as Petastorm's BatchedDataLoader. `transform_fn` must be
+    callable or None and `shuffling_queue_capacity` an int >= 0 (checked when made)."""
 
     def __init__(self, reader: Reader, batch_size: int = 1, transform_fn: Callable | None = None,
                  shuffling_queue_capacity: int = 0) -> None:

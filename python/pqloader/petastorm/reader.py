@@ -758,9 +758,19 @@ def make_reader(dataset_url: str | Sequence[str], schema_fields: Any = None, rea
     Raises:
         UntrustedSchemaError: The dataset's pickled Unischema was refused.
         PetastormMetadataError: The dataset has no Unischema (use make_batch_reader).
+        TypeError, ValueError: An argument is checked as the Loader checks its own
+            (``workers_count`` an int >= 1, ``results_queue_size`` an int >= 0,
+            ``shuffle_rows``/``shuffle_row_groups`` bools, ``0 <= cur_shard <
+            shard_count``); the message names it.
     """
     given = dict(locals())
     _check_unmapped("make_reader", given)
+    # (before the dataset is opened: a bad argument is refused without listing it)
+    kw = _loader_kwargs("make_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
+                        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+                        shuffle_row_groups=shuffle_row_groups, cur_shard=cur_shard, shard_count=shard_count,
+                        cache_type=cache_type, cache_location=cache_location, cache_size_limit=cache_size_limit,
+                        loader_options=loader_options)
     storage = _dataset.storage_options_from(storage_options, filesystem)
     ds = _dataset.open_dataset(dataset_url, storage)
     if ds.unischema is None:
@@ -772,11 +782,6 @@ def make_reader(dataset_url: str | Sequence[str], schema_fields: Any = None, rea
             "materialize_dataset, use make_batch_reader to read it.")
     view = _storage_view(ds.unischema, schema_fields, ds)
     predicate = _combine(predicate, filters)
-    kw = _loader_kwargs("make_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
-                        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
-                        shuffle_row_groups=shuffle_row_groups, cur_shard=cur_shard, shard_count=shard_count,
-                        cache_type=cache_type, cache_location=cache_location, cache_size_limit=cache_size_limit,
-                        loader_options=loader_options)
     return Reader(ds, view, batched=False, decode_codecs=True, predicate=predicate,
                   rowgroup_selector=rowgroup_selector, transform_spec=transform_spec, loader_kwargs=kw,
                   num_epochs=num_epochs)
@@ -796,7 +801,7 @@ def make_batch_reader(dataset_url_or_urls: str | Sequence[str], schema_fields: A
                       loader_options: Mapping[str, Any] | None = None) -> Reader:
     """Read batches of a plain Parquet store (columns as they are stored), like Petastorm's.
 
-    Parameters map as for :func:`make_reader`. ``schema_fields`` are regex patterns (or
+    Parameters map, and are checked, as for :func:`make_reader`. ``schema_fields`` are regex patterns (or
     field names) matched against whole column names. Each item is a namedtuple of arrays
     (strings as ``np.str_`` arrays) of up to 1,024 rows, batches crossing row-group
     boundaries (Petastorm yields one batch per row group). The predicate gets each batch
@@ -805,6 +810,12 @@ def make_batch_reader(dataset_url_or_urls: str | Sequence[str], schema_fields: A
     """
     given = dict(locals())
     _check_unmapped("make_batch_reader", given)
+    # (before the dataset is opened: a bad argument is refused without listing it)
+    kw = _loader_kwargs("make_batch_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
+                        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
+                        shuffle_row_groups=shuffle_row_groups, cur_shard=cur_shard, shard_count=shard_count,
+                        cache_type=cache_type, cache_location=cache_location, cache_size_limit=cache_size_limit,
+                        loader_options=loader_options)
     from pqloader import inspect
 
     storage = _dataset.storage_options_from(storage_options, filesystem)
@@ -820,11 +831,6 @@ def make_batch_reader(dataset_url_or_urls: str | Sequence[str], schema_fields: A
     if predicate is not None and _takes_a_dataframe(predicate):
         predicate = _DataFramePredicate(predicate)
     predicate = _combine(predicate, filters)
-    kw = _loader_kwargs("make_batch_reader", workers_count=workers_count, reader_pool_type=reader_pool_type,
-                        results_queue_size=results_queue_size, seed=seed, shuffle_rows=shuffle_rows,
-                        shuffle_row_groups=shuffle_row_groups, cur_shard=cur_shard, shard_count=shard_count,
-                        cache_type=cache_type, cache_location=cache_location, cache_size_limit=cache_size_limit,
-                        loader_options=loader_options)
     return Reader(ds, view, batched=True, decode_codecs=False, predicate=predicate,
                   rowgroup_selector=rowgroup_selector, transform_spec=transform_spec, loader_kwargs=kw,
                   num_epochs=num_epochs)
