@@ -550,7 +550,7 @@ def test_a_mixtures_state_after_the_last_epoch_loads(ds):
 
 
 # ---------------------------------------------------------------------------
-# NUL characters, bytes and NumPy flags (helper envwarn)
+# NUL characters, bytes and NumPy flags
 # ---------------------------------------------------------------------------
 
 

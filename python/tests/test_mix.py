@@ -1579,7 +1579,7 @@ def test_the_draw_limit_warning_points_at_the_callers_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# arguments of mix() (helper envwarn)
+# arguments of mix()
 # ---------------------------------------------------------------------------
 
 
