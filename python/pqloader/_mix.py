@@ -30,7 +30,7 @@ from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._lists import check_packed_batch
 from pqloader._column_checks import integer_unit
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, check_bool, check_int, iteration_epochs
-from pqloader._state import _jsonish, option_diff
+from pqloader._state import _jsonish, is_state_int, option_diff
 
 STATE_VERSION = 2  # 1: before each rank shuffled its windows alone (_state.STATE_VERSIONS)
 STATE_VERSIONS = (1, 2)
@@ -698,12 +698,14 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if len({s["version"] for s in states}) > 1:
         raise InvalidDataError("merge_states: the ranks' mixture states were saved by pqloaders of "
                                "other state versions")
-    by_rank = sorted(states, key=rank)
-    ranks = [rank(s) for s in by_rank]
-    world = by_rank[0]["config"]["source_fingerprints"][0].get("world_size")
-    if not isinstance(world, int) or ranks != list(range(world)):
-        raise InvalidDataError(f"merge_states needs one mixture state per rank 0..{world - 1 if isinstance(world, int) else '?'}, "
-                               f"got ranks {ranks}")
+    ranks = [rank(s) for s in states]
+    world = states[0]["config"]["source_fingerprints"][0].get("world_size")
+    # (NumPy ints as the states take them; a rank that is no int was a bare TypeError)
+    if not is_state_int(world) or not all(is_state_int(r) for r in ranks) \
+            or sorted(int(r) for r in ranks) != list(range(int(world))):
+        last = int(world) - 1 if is_state_int(world) else "?"
+        raise InvalidDataError(f"merge_states needs one mixture state per rank 0..{last}, got ranks {ranks}")
+    by_rank = sorted(states, key=lambda s: int(rank(s)))
     first = by_rank[0]
 
     def same(s: Mapping[str, Any]) -> Any:

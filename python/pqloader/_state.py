@@ -444,11 +444,14 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise InvalidDataError("merge_states: the ranks' states were saved by pqloaders of other "
                                "state versions")
     world = states[0]["options"].get("world_size")
-    ranks = sorted(s["options"].get("rank") for s in states)
-    if ranks != list(range(world if isinstance(world, int) else -1)):
-        last = world - 1 if isinstance(world, int) else "?"
+    ranks = [s["options"].get("rank") for s in states]
+    # (NumPy ints as the states take them; a rank that is no int was a bare TypeError of
+    # sorted(), a NumPy world size "needs one state per rank 0..?")
+    if not is_state_int(world) or not all(is_state_int(r) for r in ranks) \
+            or sorted(int(r) for r in ranks) != list(range(int(world))):
+        last = int(world) - 1 if is_state_int(world) else "?"
         raise InvalidDataError(f"merge_states needs one state per rank 0..{last}, got ranks {ranks}")
-    by_rank = sorted(states, key=lambda s: s["options"]["rank"])
+    by_rank = sorted(states, key=lambda s: int(s["options"]["rank"]))
     first = by_rank[0]
 
     def raw(s: Mapping[str, Any]) -> Any:

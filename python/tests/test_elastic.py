@@ -1306,3 +1306,20 @@ def test_a_resumed_rest_is_not_taken_for_the_whole_epochs_length(tmp_path):
     full = ds._workers_batches(2, 0)
     assert rest < full == 30
     assert ds._workers_batches(2, 0, base) == rest and ds._workers_batches(2, 0) == full
+
+
+def test_merge_states_takes_numpy_ranks_and_refuses_a_rank_that_is_no_int(ds):
+    # States rebuilt with NumPy (np.int64 rank and world size) merge as the plain ones; a
+    # rank that is no int was a bare TypeError of sorted() (None beside ints), a NumPy
+    # world size "needs one state per rank 0..?".
+    states = [take(make(ds, 2, r), 3)[1] for r in range(2)]
+    plain = pqloader.merge_states(copy.deepcopy(states))
+    numpy_states = copy.deepcopy(states)
+    for s in numpy_states:
+        s["options"]["rank"] = np.int64(s["options"]["rank"])
+        s["options"]["world_size"] = np.int64(2)
+    assert json.dumps(pqloader.merge_states(numpy_states), default=int) == json.dumps(plain)
+    broken = copy.deepcopy(states)
+    broken[1]["options"]["rank"] = None
+    with pytest.raises(pqloader.InvalidDataError, match=r"one state per rank 0\.\.1, got ranks \[0, None\]"):
+        pqloader.merge_states(broken)
