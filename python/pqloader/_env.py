@@ -25,6 +25,17 @@ _FILE_SCHEME = "file://"
 _SUMMARIES = ("_metadata", "_common_metadata")  # pyarrow's, Dask's, Spark's, pqloader's
 
 
+def refuse_nul(what: str, text: str) -> None:
+    """Refuse a NUL character in a path or option value: the engine's and the S3 client's
+    C strings end there, so the rest was silently dropped (another path, another host).
+
+    Raises:
+        ValueError: Naming `what`.
+    """
+    if "\0" in text:
+        raise ValueError(f"{what} holds a NUL character ('\\0'), which no path or option value may hold")
+
+
 def normalize_sources(source: Source) -> list[str]:
     """Turn a source argument into the list of absolute paths and URIs the engine opens.
 
@@ -64,9 +75,7 @@ def normalize_sources(source: Source) -> list[str]:
         if s == "":
             raise ValueError("source '' is empty: give a path, a directory, a glob or a URI "
                              "(use '.' for the current directory)")
-        if "\0" in s:  # the engine's C strings end there: 'data/*\0x' read all of data/
-            raise ValueError(f"source {s!r} holds a NUL character ('\\0'), which no path or URI "
-                             "may hold")
+        refuse_nul(f"source {s!r}", s)  # ('data/*\0x' read all of data/)
         try:
             s.encode("utf-8")
         except UnicodeEncodeError:  # os.fsdecode of bytes that are not UTF-8 (surrogates)
@@ -112,8 +121,7 @@ def local_dir(path: str, what: str = "cache_dir") -> str:
     if not isinstance(path, str):  # (the engine's bare "incompatible function arguments")
         raise TypeError(f"{what} must be a text path, got {type(path).__name__} {path!r}"
                         + (": decode it (os.fsdecode)" if isinstance(path, bytes) else ""))
-    if "\0" in path:  # the engine's C strings end there: 'cache\0x' made and used 'cache'
-        raise ValueError(f"{what} {path!r} holds a NUL character ('\\0'), which no path may hold")
+    refuse_nul(f"{what} {path!r}", path)  # ('cache\0x' made and used 'cache')
     path = _local_file_uri(path, what)
     if path.startswith(_FILE_SCHEME):
         path = urllib.parse.unquote(path[len(_FILE_SCHEME):])
@@ -262,10 +270,8 @@ def normalize_storage_options(options: Mapping[str, Any] | None) -> dict[str, st
         if value is None:
             continue
         _check_storage_value_type(key, value)
-        if isinstance(value, str) and "\0" in value:  # (not shown: it may be a secret)
-            # The S3 client's C strings end there: an endpoint 'host:1\0x' reached host:1.
-            raise ValueError(f"storage_options[{key!r}] holds a NUL character ('\\0'), which "
-                             "no option value may hold")
+        if isinstance(value, str):  # (the value not shown: it may be a secret)
+            refuse_nul(f"storage_options[{key!r}]", value)  # (an endpoint 'h:1\0x' reached h:1)
         if isinstance(value, bool) or _is_numpy_bool(value):
             out[key] = "true" if value else "false"
         elif isinstance(value, numbers.Integral):
