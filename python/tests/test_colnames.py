@@ -190,3 +190,18 @@ def test_a_partition_key_in_the_schema_or_the_files_is_listed_once_among_the_ava
     with pytest.raises(pqloader.ColumnNotFoundError) as e:
         pqloader.Loader(str(tmp_path), columns=["nope"], schema=pa.schema([("k", pa.string())]))
     assert str(e.value).endswith("the declared columns and partition keys: 'k'")
+
+
+def test_available_columns_say_where_dotted_fields_are(tmp_path):
+    # A list of structs' and a map's fields are selected by dotted path, as a struct's:
+    # the listing said so only for structs ('o' alone read as a column without fields).
+    pq.write_table(pa.table({
+        "o": pa.array([[{"x": 1}]]),
+        "m": pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())),
+        "s": pa.array([{"a": 1}]),
+        "v": [1]}), tmp_path / "a.parquet")
+    with pytest.raises(pqloader.ColumnNotFoundError) as e:
+        pqloader.Loader(str(tmp_path), columns=["nope"])
+    assert str(e.value).endswith(
+        "available columns: 'o' (a list of structs: 'o.<field>') 'm' (a map: 'm.key', 'm.value') "
+        "'s' (a struct: 's.<field>') 'v'"), str(e.value)

@@ -603,10 +603,16 @@ class Resolver {
       }
     };
     for (const auto& field : schema->fields()) {
-      add(" '" + Quoted(field->name()) + "'" +
-          (field->type()->id() == arrow::Type::STRUCT
-               ? " (a struct: '" + Quoted(field->name()) + ".<field>')"
-               : ""));
+      // Where dotted fields are below it: a struct's, a list of structs' or a map's.
+      bool through_list = false;
+      const std::string quoted = Quoted(field->name());
+      const bool has_fields = StructBelow(*field->type(), &through_list) != nullptr;
+      add(" '" + quoted + "'" +
+          (!has_fields ? std::string()
+           : field->type()->id() == arrow::Type::MAP
+               ? " (a map: '" + quoted + ".key', '" + quoted + ".value')"
+           : through_list ? " (a list of structs: '" + quoted + ".<field>')"
+                          : " (a struct: '" + quoted + ".<field>')"));
     }
     // (a key the schema or the first file has too is listed once: 'k' 'k' read as two)
     for (const auto& k : keys_) {
