@@ -30,11 +30,9 @@ _MAX_LIST_LENGTH = 2**40
 
 def _int(value: Any) -> int | None:
     """`value` as a plain int when it is an int or a NumPy integer (not a bool), else None."""
-    import numpy as np
+    from pqloader._state import is_state_int  # (here: _state imports _options, which imports this)
 
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        return None
-    return int(value)
+    return int(value) if is_state_int(value) else None
 
 
 def _set(obj: Any, name: str, value: Any) -> None:
