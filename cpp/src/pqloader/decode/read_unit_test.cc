@@ -294,17 +294,23 @@ TEST(ReadUnit, MasksFlagNullRowsAndNullPartitions) {
 
 TEST(ReadUnit, FilteredRowsAreTheOnesKept) {
   const auto dir = PartitionedDataset();
-  for (int mode = 0; mode < 2; ++mode) {
+  // mode 0: every other id (a take); mode 1: ids 9..30 (slices not starting at 0);
+  // mode 2: ids not divisible by 3 (a take of a unit starting inside its row group).
+  const auto kept = [](int mode, int64_t x) {
+    if (mode == 0) return x % 2 == 0;
+    if (mode == 1) return x >= 9 && x <= 30;
+    return x % 3 != 0;
+  };
+  for (int mode = 0; mode < 3; ++mode) {
     LoaderOptions o = FilledOptions();
-    // mode 0: every other id (a take); mode 1: ids 9..30 (slices not starting at 0).
     o.filter.predicate_columns = {"id"};
-    o.filter.predicate = [mode](const std::shared_ptr<arrow::RecordBatch>& batch)
+    o.filter.predicate = [mode, kept](const std::shared_ptr<arrow::RecordBatch>& batch)
         -> arrow::Result<std::shared_ptr<arrow::Array>> {
       auto ids = std::static_pointer_cast<arrow::Int64Array>(batch->GetColumnByName("id"));
       arrow::BooleanBuilder keep;
       for (int64_t i = 0; i < ids->length(); ++i) {
         const int64_t x = ids->Value(i);
-        ARROW_RETURN_NOT_OK(keep.Append(mode == 0 ? x % 2 == 0 : (x >= 9 && x <= 30)));
+        ARROW_RETURN_NOT_OK(keep.Append(kept(mode, x)));
       }
       return keep.Finish();
     };
@@ -314,7 +320,7 @@ TEST(ReadUnit, FilteredRowsAreTheOnesKept) {
     std::sort(seen.begin(), seen.end());
     std::vector<int64_t> expect;
     for (int64_t x = 0; x < 33; ++x) {
-      if (mode == 0 ? x % 2 == 0 : (x >= 9 && x <= 30)) expect.push_back(x);
+      if (kept(mode, x)) expect.push_back(x);
     }
     EXPECT_EQ(seen, expect) << mode;
     // Two ranks: units start inside row groups; together they hold kept rows once each.
