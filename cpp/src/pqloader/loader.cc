@@ -290,6 +290,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   {
     MutexLock lock(mu_);
     ReopenLocked();
+    started_ = true;
     if (start_ns_ < 0) start_ns_ = NowNs();
     if (current_.pipeline != nullptr && !current_.delivered && !current_.elastic &&
         current_.epoch == epoch && current_.first_batch == 0 && first_batch == 0 &&
@@ -510,6 +511,10 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
   std::shared_ptr<Pipeline> pipeline;
   {
     MutexLock lock(mu_);
+    if (!started_) {
+      // Without this, a caller that forgot StartEpoch would read an empty epoch.
+      return arrow::Status::Invalid("Next() before StartEpoch(): start an epoch first");
+    }
     if (run >= 0 && current_.id != run) {
       // Stopped (Stop(), close(), the interpreter's exit), no run since: the epoch ends
       // here, as for a caller without a run id. Another run current: nothing of it.

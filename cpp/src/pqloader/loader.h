@@ -255,6 +255,7 @@ class Loader {
                            std::shared_ptr<const ElasticBase> elastic = nullptr,
                            int64_t* run_id = nullptr);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
+  /// Invalid before the first StartEpoch (an epoch never started is not an empty one).
   /// After an error, iteration of this epoch is over: the same error is returned again.
   /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
   /// a caller can check for signals and call again). Cancelled if Stop() ran meanwhile.
@@ -470,6 +471,7 @@ class Loader {
   // Whether the last run that produced all its units read every one from the cache.
   std::atomic<bool> last_run_all_hits_{false};
   std::atomic<int64_t> run_calls_{0};
+  bool started_ PQ_GUARDED_BY(mu_) = false;  ///< StartEpoch was called (Next checks it).
   int64_t run_ids_ PQ_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> bytes_fetched_{0};
   std::shared_ptr<SplitCache> cache_;

@@ -158,6 +158,34 @@ TEST(Loader, NextOfAStoppedRunEndsAndOfAReplacedRunIsCancelled) {
   EXPECT_EQ(*ended, nullptr);
 }
 
+// Before any StartEpoch there is no epoch: Next says so, where an empty epoch would
+// let a caller that forgot to start one train on nothing. After an epoch, or a Stop,
+// the end stays an end.
+TEST(Loader, NextBeforeAnyEpochIsRefusedAndAfterOneEnds) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  auto loader = Loader::Make({dir}, ShuffledOptions(2)).ValueOrDie();
+  auto early = loader->Next();
+  ASSERT_FALSE(early.ok());
+  EXPECT_TRUE(early.status().IsInvalid());
+  EXPECT_NE(early.status().message().find("before StartEpoch"), std::string::npos)
+      << early.status().ToString();
+  loader->Stop();
+  EXPECT_FALSE(loader->Next().ok());
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  int64_t rows = 0;
+  while (true) {
+    auto b = loader->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    if (*b == nullptr) break;
+    rows += (*b)->num_rows;
+  }
+  EXPECT_EQ(rows, total);
+  auto after = loader->Next();
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(*after, nullptr);
+}
+
 TEST(Loader, ReadsEveryRowInNaturalOrder) {
   int64_t total;
   const auto dir = MakeDataset(&total);
