@@ -205,3 +205,27 @@ def test_available_columns_say_where_dotted_fields_are(tmp_path):
     assert str(e.value).endswith(
         "available columns: 'o' (a list of structs: 'o.<field>') 'm' (a map: 'm.key', 'm.value') "
         "'s' (a struct: 's.<field>') 'v'"), str(e.value)
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_field_below_two_lists_is_refused_as_such_not_as_missing(tmp_path, declared):
+    # 'o.i.x' of list<struct<i: list<struct<x>>>> (and a map's value below a list) was
+    # "does not exist", listing 'o' as a list of structs whose fields may be selected.
+    inner = pa.list_(pa.struct([("x", pa.int64())]))
+    t = pa.table({
+        "o": pa.array([[{"i": [{"x": 1}, {"x": 2}]}], []], pa.list_(pa.struct([("i", inner)]))),
+        "m": pa.array([[("a", [{"x": 3}])], []], pa.map_(pa.string(), inner)),
+        "v": [1, 2]})
+    pq.write_table(t, tmp_path / "a.parquet")
+    kw = {"schema": t.schema} if declared else {}
+    where = "the declared schema" if declared else f"'{tmp_path / 'a.parquet'}'"
+    for name, second in (("o.i.x", "o.i"), ("m.value.x", "m.value")):
+        with pytest.raises(pqloader.UnsupportedTypeError) as e:
+            pqloader.Loader(str(tmp_path), columns=[name], **kw)
+        assert str(e.value).startswith(
+            f"column '{name}' is a field below two lists (of '{name.split('.')[0]}' and of "
+            f"'{second}', in {where}), which is not supported"), str(e.value)
+    # A name below them that no field has is still one that does not exist.
+    with pytest.raises(pqloader.ColumnNotFoundError, match="'o.i.y'"):
+        pqloader.Loader(str(tmp_path), columns=["o.i.y"], **kw)
+    assert pqloader.Loader(str(tmp_path), columns=["v"], batch_size=2, **kw).num_rows == 2

@@ -272,6 +272,61 @@ class Resolver {
     }
   }
 
+  // Whether `rest` spells a field below `type` when lists of lists are followed too:
+  // `lists` counts the lists entered above; `*second` gets the dotted name of the field
+  // whose list was the second on the way (what PathsSpelled does not go below).
+  static bool SpelledBelowTwoLists(const arrow::DataType& type, const std::string& rest,
+                                   const std::string& at, int lists, std::string* second) {
+    const arrow::DataType* t = &type;
+    while (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
+           t->id() == arrow::Type::FIXED_SIZE_LIST || t->id() == arrow::Type::MAP) {
+      if (++lists == 2) *second = at;
+      t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
+    }
+    if (t->id() != arrow::Type::STRUCT) return false;
+    for (const auto& child : t->fields()) {
+      const std::string& n = child->name();
+      if (rest.compare(0, n.size(), n) != 0) continue;
+      if (rest.size() == n.size() && lists >= 2) return true;
+      if (rest.size() > n.size() && rest[n.size()] == '.') {
+        std::string inner = *second;
+        if (SpelledBelowTwoLists(*child->type(), rest.substr(n.size() + 1), at + "." + n, lists,
+                                 &inner)) {
+          *second = inner;
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // A name no spelling resolves that names a field below two lists: refused as such,
+  // not as a column that does not exist.
+  arrow::Status CheckBelowTwoLists(const std::string& name) const {
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+      const std::string top = name.substr(0, dot);
+      for (int f = options_.schema != nullptr ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
+        const auto& schema = f < 0 ? options_.schema : files_[f].schema;
+        for (int i : schema->GetAllFieldIndices(top)) {
+          std::string second;
+          if (SpelledBelowTwoLists(*schema->field(i)->type(), name.substr(dot + 1), top, 0,
+                                   &second)) {
+            return MakeError(ErrorKind::kUnsupportedType, "column '", Quoted(name),
+                             "' is a field below two lists (of '", Quoted(top), "' and of '",
+                             Quoted(second), "', in ",
+                             f < 0 ? std::string("the declared schema")
+                                   : "'" + Quoted(files_[f].display) + "'",
+                             "), which is not supported: a dotted path may go below one list "
+                             "of structs only (a list of lists needs one length per inner list); "
+                             "select other columns with columns=[...]");
+          }
+        }
+        if (f < 0) break;  // declared: the schema decides
+      }
+    }
+    return arrow::Status::OK();
+  }
+
   // Every (top-level field, path below it) that the dotted `name` spells in the declared
   // schema (or, where `files_only` or none is declared, in the files), with where the
   // first of each is.
@@ -589,6 +644,7 @@ class Resolver {
       }
       return leaf;
     }
+    ARROW_RETURN_NOT_OK(CheckBelowTwoLists(name));
     // The first 50 names (a wide file's every name made a message of 63 KB at 8,000).
     constexpr size_t kListed = 50;
     std::string available;
