@@ -1,7 +1,8 @@
 """Row filters: ``Loader(filter=...)``.
 
 A filter is a pyarrow compute expression (``pc.field("lang") == "en"``), a string in a
-small Python-like syntax (``"lang == 'en' and ts >= 5"``, the CLI's ``--filter``), a
+small Python-like syntax (``"lang == 'en' and ts >= timestamp('2024-01-01')"``, the
+CLI's ``--filter``), a
 :class:`Predicate` (a Python function on whole Arrow record batches), or a list of these
 (all must hold). The engine pushes it down in C++ (``cpp/src/pqloader/filter/``): hive
 partition keys prune files, row-group statistics prune row groups, the remaining row
@@ -13,6 +14,8 @@ from __future__ import annotations
 import ast
 import re
 from typing import Any, Callable, Sequence
+
+from . import _temporal
 
 
 class Predicate:
@@ -76,9 +79,26 @@ def parse_filter(text: str) -> Any:
     The syntax is Python's for comparisons (``==``, ``!=``, ``<``, ``<=``, ``>``,
     ``>=``, chained too), ``in`` / ``not in`` a list, ``and``, ``or``, ``not``,
     ``is None`` / ``is not None``; names are columns, literals are numbers, strings,
-    True/False. A column whose name is no Python name (``my-col``, a keyword) is
+    True/False, and typed literals for temporal columns (pyarrow scalars, compared as
+    pyarrow compares the same ``datetime``, ``date``, ``time`` and ``timedelta``):
+
+    - ``timestamp('2024-01-01 12:00[:00[.fraction]]')``: naive, for a column without a
+      time zone (``T`` may stand for the space, the time may be left out);
+      ``timestamp('2024-01-01T12:00+02:00')`` or ``...Z``: that instant, a
+      ``timestamp[us, tz=UTC]``; ``timestamp('2024-01-01 12:00', 'Europe/Paris')``: that
+      wall-clock time in that zone (a named zone or ``+HH:MM``; the literal has that zone,
+      so it compares with a column of that zone at any unit; its rules are Python's
+      ``zoneinfo``, the system's tz database: every rank's must agree). Microseconds,
+      or nanoseconds where the fraction has 7 to 9 digits. As in pyarrow, a naive one
+      with a column that has a time zone (or the reverse) is refused, and an aware one
+      with a column of another zone is compared only where their units agree.
+    - ``date('2024-01-01')`` (date32), ``time('12:00[:00[.fraction]]')`` (time64 us or
+      ns), ``duration(90, 's')`` (a count and a unit: s, ms, us or ns).
+
+    A column whose name is no Python name (``my-col``, a keyword) is
     written in backticks: ``"`my-col` > 3"``. E.g.
-    ``"lang == 'en' and 2020 <= year < 2024"``.
+    ``"lang == 'en' and 2020 <= year < 2024"``,
+    ``"ts >= timestamp('2024-01-01') and day in [date('2024-01-01'), date('2024-02-01')]"``.
 
     Raises:
         TypeError: ``text`` is not a str.
@@ -158,6 +178,7 @@ def _quoted_names(source: str, shown: str) -> tuple[str, dict[str, str]]:
 
 def _parse_filter(text: str) -> Any:
     pc = _compute()
+    import pyarrow as pa  # imported with pyarrow.compute
     shown = shorten(text, 200)  # in messages (a 1 MB filter made a 1 MB message)
     source, quoted = _quoted_names(text.strip(), shown)
     try:
@@ -176,8 +197,54 @@ def _parse_filter(text: str) -> Any:
         try:
             return ast.literal_eval(node)
         except ValueError:
+            hint = ("; the typed literals are " + ", ".join(form for _, _, form in _temporal.TYPED.values())
+                    if isinstance(node, ast.Call) else "")
             raise ValueError(f"filter {shown!r}: {written(node)!r} is neither a column nor a literal "
-                             "(a column whose name is no Python name is written in backticks: `my-col`)") from None
+                             f"(a column whose name is no Python name is written in backticks: `my-col`{hint})"
+                             ) from None
+
+    def typed(node: ast.AST) -> _temporal.Typed | None:
+        """A typed literal (``timestamp('...')``), or None where ``node`` is no such call."""
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _temporal.TYPED):
+            return None
+        make, (least, most), form = _temporal.TYPED[node.func.id]
+        if node.keywords or not least <= len(node.args) <= most:
+            raise ValueError(f"filter {shown!r}: {written(node)!r}: write {form}")
+        args = []
+        for a in node.args:
+            try:
+                args.append(ast.literal_eval(a))
+            except ValueError:
+                raise ValueError(f"filter {shown!r}: {written(node)!r}: its arguments are literals, "
+                                 f"not {written(a)!r} (write {form})") from None
+        if node.func.id != "duration" and not all(isinstance(a, str) for a in args):
+            raise ValueError(f"filter {shown!r}: {written(node)!r}: its arguments are text (write {form})")
+        try:
+            return make(*args)
+        except ValueError as e:  # (datetime's: "month must be in 1..12")
+            raise ValueError(f"filter {shown!r}: {written(node)!r}: {e}") from None
+
+    def values_of(node: ast.AST) -> Any:
+        """The values of an 'in' list: Python values, or an array of typed literals."""
+        items = node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else None
+        if items is None or not any(isinstance(e, ast.Call) for e in items):
+            return literal(node)
+        out: list[_temporal.Typed | None] = []
+        for e in items:
+            t = typed(e)
+            if t is None:
+                v = literal(e)
+                if v is not None:
+                    raise ValueError(f"filter {shown!r}: {written(node)!r} mixes {written(e)!r} with "
+                                     "typed literals")
+            out.append(t)
+        present = [t for t in out if t is not None]
+        try:
+            present = _temporal.same_type(present)
+        except ValueError as e:
+            raise ValueError(f"filter {shown!r}: {written(node)!r}: {e}") from None
+        kept = iter(present)
+        return pa.array([None if t is None else next(kept).value for t in out], present[0].arrow_type())
 
     lines: list[bytes] = []
 
@@ -196,11 +263,13 @@ def _parse_filter(text: str) -> Any:
     def term(node: ast.AST) -> Any:
         if isinstance(node, ast.Name):
             return column(node)
+        t = typed(node)
+        if t is not None:
+            return pc.scalar(t.scalar())
         value = literal(node)
         if value is None:  # "x == None" kept no row (a comparison with null is null)
             raise ValueError(f"filter {shown!r}: compare with None by 'is None' or 'is not None'")
         if isinstance(value, int) and not isinstance(value, bool) and 2**63 <= value < 2**64:
-            import pyarrow as pa  # imported with pyarrow.compute
             return pc.scalar(pa.scalar(value, pa.uint64()))  # pc.scalar takes int64 only
         return pc.scalar(value)
 
@@ -220,13 +289,13 @@ def _parse_filter(text: str) -> Any:
                     if isinstance(right, ast.Name):  # `1 in i`: a column, not values
                         raise ValueError(f"filter {shown!r}: 'in' needs a list of values, "
                                          f"not the column {quoted.get(right.id, right.id)!r}")
-                    values = literal(right)
-                    if not isinstance(values, (list, tuple, set)):
+                    values = values_of(right)
+                    if isinstance(values, (list, tuple, set)):
+                        values = list(values)
+                        if any(isinstance(v, int) and not isinstance(v, bool) and v >= 2**63 for v in values):
+                            values = pa.array(values, pa.uint64())  # pyarrow infers int64 only
+                    elif not isinstance(values, pa.Array):  # (an array: of typed literals)
                         raise ValueError(f"filter {shown!r}: 'in' needs a list of values")
-                    values = list(values)
-                    if any(isinstance(v, int) and not isinstance(v, bool) and v >= 2**63 for v in values):
-                        import pyarrow as pa  # imported with pyarrow.compute
-                        values = pa.array(values, pa.uint64())  # pyarrow infers int64 only
                     e = term(left).isin(values)
                     e = ~e if isinstance(op, ast.NotIn) else e
                 elif isinstance(op, (ast.Is, ast.IsNot)):
@@ -246,7 +315,6 @@ def _parse_filter(text: str) -> Any:
         raise ValueError(f"filter {shown!r}: {written(node)!r} is not a comparison, "
                          "'in', 'is None', and/or/not")
 
-    import pyarrow as pa  # imported with pyarrow.compute
     try:
         return convert(tree.body)
     except (OverflowError, TypeError, pa.ArrowInvalid) as e:  # a literal pyarrow cannot hold

@@ -289,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", metavar="EXPR",
                    help="show what this row filter prunes at each stage (partition keys, "
                         "row-group statistics, row masks), e.g. \"lang == 'en' and year >= 2020\" "
-                        "(a column whose name is no Python name in backticks: \"`my-col` > 3\")")
+                        "(a column whose name is no Python name in backticks: \"`my-col` > 3\"; "
+                        "temporal literals: \"ts >= timestamp('2024-01-01 12:00')\", date('2024-01-01'), "
+                        "time('12:00'), duration(90, 's'))")
     p.set_defaults(func=_inspect)
     x = sub.add_parser("index", parents=[common],
                        help="write a summary (_metadata) of a directory's files, so loaders "
@@ -315,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "'image=DecodeImage(), Resize(256), CenterCrop(224)'; repeat for more "
                         "columns")
     b.add_argument("--filter", metavar="EXPR",
-                   help="Loader's filter, e.g. \"lang == 'en' and year >= 2020\" (the mask pass "
+                   help="Loader's filter, e.g. \"lang == 'en' and year >= 2020\" or "
+                        "\"ts >= timestamp('2024-01-01')\" (the syntax of inspect --filter; the mask pass "
                         "runs when the Loader is made, counted in the time)")
     b.add_argument("--io-threads", type=_at_least_one, help="Loader's io_threads (default 16)")
     b.add_argument("--readahead", type=_at_least_one, help="Loader's readahead (row groups)")

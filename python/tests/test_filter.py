@@ -1204,3 +1204,176 @@ def test_a_state_of_another_filter_is_labelled_filter_whatever_its_literals_hold
                         **{**kw, "filter": pc.field("s") == "b"})
     with pytest.raises(pqloader.InvalidDataError, match="different options: pack and filter: state"):
         e.load_state_dict(c.state_dict())
+
+
+# Typed literals of the string syntax: timestamp('...'), date('...'), time('...'),
+# duration(n, 'unit') (before them, "ts > '2024-01-01'" had no kernel and a temporal
+# column could not be filtered from a string, nor from the CLI at all).
+
+def _temporal_table():
+    """40 rows an hour apart from 2024-01-01 00:00, in row groups of 10 (hours 0-9, ...,
+    30-39: statistics prune by time) and each temporal type."""
+    import datetime as dt
+    hours = [dt.datetime(2024, 1, 1) + dt.timedelta(hours=i) for i in range(40)]
+    utc = [h.replace(tzinfo=dt.timezone.utc) for h in hours]
+    return pa.table({
+        "id": np.arange(40),
+        **{f"ts_{u}": pa.array(hours, pa.timestamp(u)) for u in ("s", "ms", "us", "ns")},
+        **{f"tz_{u}": pa.array(utc, pa.timestamp(u, "UTC")) for u in ("ms", "us", "ns")},
+        "paris": pa.array(utc, pa.timestamp("us", "Europe/Paris")),
+        "d32": pa.array([h.date() for h in hours], pa.date32()),
+        "d64": pa.array([h.date() for h in hours], pa.date64()),
+        "t32": pa.array([h.time() for h in hours], pa.time32("ms")),
+        "t64": pa.array([h.time() for h in hours], pa.time64("ns")),
+        "dur": pa.array([dt.timedelta(hours=i) for i in range(40)], pa.duration("ms")),
+    })
+
+
+def _temporal_cases():
+    import datetime as dt
+    utc = dt.timezone.utc
+    at = dt.datetime(2024, 1, 2, 1)  # hour 25: row group 2
+    cases = []
+    for u in ("s", "ms", "us", "ns"):
+        cases += [(f"ts_{u} < timestamp('2024-01-02 01:00')", pc.field(f"ts_{u}") < at, 1),
+                  (f"ts_{u} >= timestamp('2024-01-02T00:59:59.999')", pc.field(f"ts_{u}") >= at, 2),
+                  (f"ts_{u} <= timestamp('2024-01-02 01:00:00.000000001')", pc.field(f"ts_{u}") <= at, None)]
+    for u in ("ms", "us", "ns"):  # an instant (UTC), written with an offset or Z
+        cases += [(f"tz_{u} < timestamp('2024-01-02T03:00+02:00')", pc.field(f"tz_{u}") < at.replace(tzinfo=utc), 1),
+                  (f"tz_{u} > timestamp('2024-01-02 01:00Z')", pc.field(f"tz_{u}") > at.replace(tzinfo=utc), 2)]
+    cases += [
+        # a wall-clock time in a zone: the column's zone compares at any unit
+        ("paris < timestamp('2024-01-02 02:00', 'Europe/Paris')", pc.field("paris") < at.replace(tzinfo=utc), 1),
+        ("paris < timestamp('2024-01-02 01:00Z')", pc.field("paris") < at.replace(tzinfo=utc), 1),
+        ("tz_us >= timestamp('2024-01-02 02:00', 'Europe/Paris')", pc.field("tz_us") >= at.replace(tzinfo=utc), 2),
+        ("d32 >= date('2024-01-02')", pc.field("d32") >= dt.date(2024, 1, 2), 2),
+        ("d64 < date('2024-01-02')", pc.field("d64") < dt.date(2024, 1, 2), 1),
+        ("t32 < time('03:00')", pc.field("t32") < dt.time(3), None),
+        ("t64 > time('03:00:00.000000001')",
+         pc.field("t64") > pa.scalar(1 + 3 * 3600 * 10**9, pa.time64("ns")), None),
+        ("dur >= duration(90000, 's')", pc.field("dur") >= dt.timedelta(hours=25), 2),
+        ("dur in [duration(3600000, 'ms'), duration(7200000000, 'us')]",
+         pc.field("dur").isin([dt.timedelta(hours=1), dt.timedelta(hours=2)]), 3),
+        ("timestamp('2024-01-01 12:00') <= ts_us < timestamp('2024-01-01 14:00')",
+         (pc.field("ts_us") >= dt.datetime(2024, 1, 1, 12)) & (pc.field("ts_us") < dt.datetime(2024, 1, 1, 14)), 3),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("index", range(len(_temporal_cases())))
+def test_typed_literals_filter_temporal_columns_as_pyarrow_filters_datetimes(tmp_path, index):
+    text, expression, pruned = _temporal_cases()[index]
+    pq.write_table(_temporal_table(), tmp_path / "a.parquet", row_group_size=10)
+    got, loader = loaded_ids(tmp_path, text)
+    want = expected_ids(tmp_path, expression)
+    assert 0 < len(want) < 40
+    np.testing.assert_array_equal(got, want, err_msg=text)
+    if pruned is not None:  # row groups of other hours pruned by their statistics
+        assert loader.stats()["filter_row_groups_pruned_statistics"] == pruned, text
+
+
+def test_typed_literals_are_the_pyarrow_scalars_of_the_same_values():
+    import datetime as dt
+    paris = pa.timestamp("us", "Europe/Paris")
+    for text, expression in [
+        ("ts > timestamp('2024-01-01 12:00')", pc.field("ts") > dt.datetime(2024, 1, 1, 12)),  # us, as a datetime
+        ("ts > timestamp('2024-01-01')", pc.field("ts") > dt.datetime(2024, 1, 1)),
+        ("ts > timestamp('2024-01-01T12:00:00.5Z')",
+         pc.field("ts") > dt.datetime(2024, 1, 1, 12, 0, 0, 500000, tzinfo=dt.timezone.utc)),
+        ("ts > timestamp('2024-07-01 12:00', 'Europe/Paris')",  # summer time: 10:00 UTC
+         pc.field("ts") > pa.scalar(dt.datetime(2024, 7, 1, 10, tzinfo=dt.timezone.utc), paris)),
+        ("ts > timestamp('2024-01-01 00:00:00.123456789')",
+         pc.field("ts") > pa.scalar(1704067200123456789, pa.timestamp("ns"))),
+        ("d == date('2024-02-29')", pc.field("d") == dt.date(2024, 2, 29)),
+        ("t < time('23:59:59.999999')", pc.field("t") < dt.time(23, 59, 59, 999999)),
+        ("x >= duration(-5, 'ns')", pc.field("x") >= pa.scalar(-5, pa.duration("ns"))),
+        ("d in [date('2024-01-01'), None]", pc.field("d").isin(pa.array([dt.date(2024, 1, 1), None], pa.date32()))),
+        # a list of several units: in the finest
+        ("ts not in (timestamp('1970-01-01 00:00:01'), timestamp('1970-01-01 00:00:00.000000001'))",
+         ~pc.field("ts").isin(pa.array([10**9, 1], pa.timestamp("ns")))),
+    ]:
+        assert pqloader.parse_filter(text).equals(expression), text
+    # `date` is a column's name, as any name in backticks
+    assert pqloader.parse_filter("`date` == date('2024-01-01')").equals(pc.field("date") == dt.date(2024, 1, 1))
+    with pytest.raises(ValueError, match="neither a column nor a literal"):
+        pqloader.parse_filter("d == `date`('2024-01-01')")
+
+
+@pytest.mark.parametrize("text, says", [
+    ("ts > timestamp('2024-13-01')", "\"timestamp('2024-13-01')\": month must be in 1..12"),
+    ("ts > timestamp('2024-02-30 12:00')", "\"timestamp('2024-02-30 12:00')\": day is out of range"),
+    ("ts > timestamp('yesterday')", "\"timestamp('yesterday')\": not a timestamp: write 'YYYY-MM-DD"),
+    ("ts > timestamp('2024-01-01 12:00:00.1234567891')", "not a timestamp"),  # past nanoseconds
+    ("ts > timestamp('2300-01-01 00:00:00.000000001')", "past the range of a timestamp in nanoseconds"),
+    ("ts > timestamp('2024-01-01', 'Mars/Olympus')", "no time zone 'Mars/Olympus'"),
+    ("ts > timestamp('2024-03-31 02:30', 'Europe/Paris')", "does not exist in Europe/Paris"),
+    ("ts > timestamp('2024-10-27 02:30', 'Europe/Paris')", "is ambiguous in Europe/Paris"),
+    ("ts > timestamp('2024-01-01T00:00+24:00')", "+24:00 is no offset (hours below 24, minutes below 60)"),
+    ("ts > timestamp(20240101)", "its arguments are text"),
+    ("ts > timestamp(x)", "its arguments are literals, not 'x'"),
+    ("ts > timestamp('2024-01-01', tz='UTC')", "write timestamp("),
+    ("d > date('2024-1-1')", "\"date('2024-1-1')\": not a date: write 'YYYY-MM-DD'"),
+    ("t > time('24:00')", "\"time('24:00')\": hour must be in 0..23"),
+    ("x > duration(1.5, 's')", "the count is float 1.5, not an integer"),
+    ("x > duration(1, 'h')", "the unit is 'h', not one of 's', 'ms', 'us', 'ns'"),
+    ("ts in [timestamp('2024-01-01'), date('2024-01-01')]", "the list mixes date and timestamp values"),
+    ("ts in [timestamp('2024-01-01'), timestamp('2024-01-01Z')]", "the list mixes timestamps of UTC and no time zone"),
+    ("ts in [timestamp('2024-01-01'), '2024-01-02']", "mixes \"'2024-01-02'\" with typed literals"),
+    ("ts > now()", "the typed literals are timestamp("),
+])
+def test_a_typed_literal_that_does_not_parse_is_refused_naming_its_text(text, says):
+    with pytest.raises(ValueError) as e:
+        pqloader.parse_filter(text)
+    assert says in str(e.value) and str(e.value).startswith("filter ")
+
+
+def test_naive_and_aware_timestamps_are_refused_as_pyarrow_refuses_them(tmp_path):
+    pq.write_table(_temporal_table(), tmp_path / "a.parquet", row_group_size=10)
+    for text in ("tz_us < timestamp('2024-01-02 01:00')", "ts_us < timestamp('2024-01-02 01:00Z')",
+                 "ts_us < timestamp('1990-01-01 00:00', 'UTC')"):  # (all row groups after it, too)
+        with pytest.raises(pqloader.InvalidDataError, match="a.parquet.*Cannot compare timestamp with timezone "
+                           "to timestamp without timezone"):
+            pqloader.Loader(str(tmp_path), filter=text)
+
+
+def test_typed_literals_filter_int96_timestamps(tmp_path):
+    import datetime as dt
+    hours = [dt.datetime(2024, 1, 1) + dt.timedelta(hours=i) for i in range(40)]
+    table = pa.table({"id": np.arange(40), "ts": pa.array(hours, pa.timestamp("ns"))})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=10, use_deprecated_int96_timestamps=True)
+    for unit in (None, "ms"):
+        kwargs = {} if unit is None else {"coerce_int96_timestamp_unit": unit}
+        got, _ = loaded_ids(tmp_path, "ts >= timestamp('2024-01-02 01:00') or ts in [timestamp('2024-01-01 03:00')]",
+                            **kwargs)
+        assert got.tolist() == [3] + list(range(25, 40))
+
+
+def test_selections_of_two_typed_literals_are_kept_apart_in_the_cache(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(_temporal_table(), data / "a.parquet", row_group_size=10)
+    cache = str(tmp_path / "cache")
+    seen = []
+    for text in ("tz_ns < timestamp('2024-01-02 01:00Z')",  # hour 25 UTC: 25 rows
+                 "tz_ns < timestamp('2024-01-02 01:00+01:00')",  # hour 24 UTC: 24 rows
+                 "tz_ns < timestamp('2024-01-02 01:00:00.000000001Z')",  # and hour 25 itself
+                 "tz_ns < timestamp('2024-01-02 01:00Z')"):
+        got, loader = loaded_ids(data, text, cache_dir=cache)
+        seen.append((len(got), loader.stats()["filter_from_store"]))
+    assert seen == [(25, False), (24, False), (26, False), (25, True)]
+
+
+def test_inspect_and_bench_take_typed_literals_in_filter(tmp_path):
+    import json
+    import subprocess
+    pq.write_table(_temporal_table(), tmp_path / "a.parquet", row_group_size=10)
+    flt = "ts_us >= timestamp('2024-01-02 01:00') and d32 in [date('2024-01-02')]"
+    out = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(tmp_path), "--filter", flt],
+                         capture_output=True, text=True, check=True).stdout
+    assert "statistics:     2 row group(s) pruned" in out and "kept: 15 of 40 rows" in out
+    out = subprocess.run([sys.executable, "-m", "pqloader", "bench", str(tmp_path), "--filter", flt, "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["rows"] == 15
+    bad = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(tmp_path), "--filter",
+                          "d32 > date('2024-02-30')"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "date('2024-02-30')" in bad.stderr and "Traceback" not in bad.stderr

@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "python" / "pqloader"
 MODULES = ("_options.py", "_column_checks.py", "_state.py", "_iteration.py", "_env.py", "_mix.py",
-           "_filter.py", "_lists.py", "_cli_args.py", "_loader.py", "cli.py", "_cli_progress.py",
+           "_filter.py", "_temporal.py", "_lists.py", "_cli_args.py", "_loader.py", "cli.py", "_cli_progress.py",
            "_inspect.py", "transforms.py", "petastorm/reader.py", "petastorm/predicates.py",
            "petastorm/codecs.py", "petastorm/unischema.py", "petastorm/_schema_io.py",
            "petastorm/_dataset.py", "petastorm/_loader.py", "_torch_checkpoint.py",
@@ -64,6 +64,7 @@ TESTS = {
     "_env.py": ["python/tests/test_arguments.py", "python/tests/test_determinism.py"],
     "_mix.py": ["python/tests/test_mix.py", "python/tests/test_stats_epochs.py"],
     "_filter.py": ["python/tests/test_filter.py", "python/tests/test_colnames.py"],
+    "_temporal.py": ["python/tests/test_filter.py"],
     "_lists.py": ["python/tests/test_lists.py", "python/tests/test_pack.py"],
     "_cli_args.py": ["python/tests/test_cli.py", "python/tests/test_colnames.py"],
     "_loader.py": ["python/tests/test_arguments.py", "python/tests/test_uncovered_paths.py",
