@@ -29,6 +29,11 @@ namespace {
 struct Levels {
   int16_t max_def = 0, max_rep = 0;
   int16_t row = 0;  // optional nodes above the first repeated node
+  // Whether a statistics null count of 0 rules out null rows and empty lists. pyarrow's
+  // count leaves them out where a struct lies between the list and the leaf (the 'a' of
+  // list<struct<a>> counts 0 for null rows and empty lists, 1 for a null struct), and
+  // counts them where the leaf is the list's element (or a map's key or value).
+  bool zero_count_covers_rows = true;
 };
 
 Levels LevelsOf(const parquet::ColumnDescriptor& descr) {
@@ -43,6 +48,11 @@ Levels LevelsOf(const parquet::ColumnDescriptor& descr) {
   for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it) {
     if ((*it)->is_repeated()) break;
     if ((*it)->is_optional()) ++l.row;
+  }
+  if (l.max_rep > 0) {
+    const parquet::schema::Node* leaf = descr.schema_node().get();
+    l.zero_count_covers_rows =
+        leaf->is_repeated() || (leaf->parent() != nullptr && leaf->parent()->is_repeated());
   }
   return l;
 }
@@ -76,7 +86,10 @@ int64_t ChunkNulls(const parquet::ColumnChunkMetaData& chunk, const Levels& leve
   const bool has_null_count = stats != nullptr && stats->has_null_count && stats->null_count >= 0 &&
                               stats->null_count <= chunk.num_values();
   if (levels.max_rep == 0 && has_null_count) return stats->null_count;
-  if (levels.max_rep != 0 && has_null_count && stats->null_count == 0) return 0;
+  if (levels.max_rep != 0 && has_null_count && stats->null_count == 0 &&
+      levels.zero_count_covers_rows) {
+    return 0;
+  }
   auto size_stats = chunk.size_statistics();
   const std::vector<int64_t>* hist = DefHistogram(chunk, size_stats.get(), levels);
   if (levels.max_rep == 0) {
@@ -162,7 +175,8 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
           else if (d == levels.row) empty += (*hist)[d];
           else values += (*hist)[d];
         }
-      } else if (stats != nullptr && stats->HasNullCount() && stats->null_count() == 0) {
+      } else if (levels.zero_count_covers_rows && stats != nullptr && stats->HasNullCount() &&
+                 stats->null_count() == 0) {
         values = chunk->num_values();  // no null and no empty list: one level per value
       }
     } catch (const std::exception&) {
