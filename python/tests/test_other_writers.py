@@ -138,3 +138,156 @@ def test_a_polars_int128_column_is_refused_as_unsupported(tmp_path):
         pq.read_table(p)
     with pytest.raises(pqloader.UnsupportedTypeError, match=r"i128\.parquet' has an integer column wider than 64 bits"):
         pqloader.Loader(str(p))
+
+
+# ---------------------------------------------------------------------------
+# One directory appended by several writers (same logical rows, disjoint ids)
+# ---------------------------------------------------------------------------
+
+
+def _mixed_rows(base: int, n: int = 120):
+    import decimal
+
+    import pyarrow as pa
+
+    rows = [dict(
+        id=base + i,
+        i32=None if i % 11 == 0 else (i * 7919) % 100000 - 50000,
+        f32=float(np.float32(i) / np.float32(3)),
+        f64=None if i % 13 == 0 else i / 7,
+        s=None if i % 5 == 0 else f"s{i}é" * (1 + i % 3),
+        b=bytes([i % 256, (i * 3) % 256]) * (i % 4),
+        d10=decimal.Decimal(i * 101 - 5000) / 100,
+        dt=datetime.date(2020, 1, 1) + datetime.timedelta(days=3 * i),
+        ts_us=datetime.datetime(2021, 3, 1) + datetime.timedelta(microseconds=i * 123456789),
+        ts_utc=datetime.datetime(2022, 6, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(seconds=61 * i),
+        tokens=None if i % 17 == 0 else list(range(i, i + i % 7)),
+        emb=[float(np.float32(i + k / 8)) for k in range(4)],
+        st=None if i % 19 == 0 else {"a": i % 50, "b": f"b{i}"},
+    ) for i in range(n)]
+    schema = pa.schema([
+        ("id", pa.int64()), ("i32", pa.int32()), ("f32", pa.float32()), ("f64", pa.float64()), ("s", pa.string()),
+        ("b", pa.binary()), ("d10", pa.decimal128(10, 2)), ("dt", pa.date32()), ("ts_us", pa.timestamp("us")),
+        ("ts_utc", pa.timestamp("us", tz="UTC")), ("tokens", pa.list_(pa.int64())), ("emb", pa.list_(pa.float32())),
+        ("st", pa.struct([("a", pa.int32()), ("b", pa.string())])),
+    ])
+    return rows, pa.Table.from_pylist(rows, schema=schema)
+
+
+def _write_mixed_directory(d):
+    import pandas as pd
+    import pyarrow as pa
+
+    def cast(t, kinds):
+        return t.cast(pa.schema([pa.field(f.name, kinds.get(f.name, f.type)) for f in t.schema]))
+
+    writers = {
+        "pa_default": lambda p, t: pq.write_table(t, p, row_group_size=50),
+        "pa_v1": lambda p, t: pq.write_table(t, p, version="1.0", row_group_size=64),
+        "pa_v2_nodict": lambda p, t: pq.write_table(t, p, data_page_version="2.0", use_dictionary=False,
+                                                    row_group_size=37),
+        "pa_large": lambda p, t: pq.write_table(cast(t, {"s": pa.large_string(), "b": pa.large_binary(),
+                                                         "tokens": pa.large_list(pa.int64())}), p),
+        "pa_view": lambda p, t: pq.write_table(cast(t, {"s": pa.string_view(), "b": pa.binary_view()}), p),
+        # pandas: nullable Int32, inferred decimal(4, 2), large_string, struct a: int64
+        "pandas": lambda p, t: t.to_pandas(types_mapper={pa.int32(): pd.Int32Dtype()}.get).to_parquet(p),
+        "polars": lambda p, t: pl.from_arrow(t).write_parquet(str(p), row_group_size=45),
+        "duckdb": None,
+    }
+    for k, (name, write) in enumerate(writers.items()):
+        p = d / f"{name}.parquet"
+        _, t = _mixed_rows(1000 * (k + 1))
+        if write is None:
+            con = duckdb.connect()
+            con.register("t", t)
+            con.execute(f"COPY (SELECT * FROM t) TO '{p}' (FORMAT PARQUET, ROW_GROUP_SIZE 40)")
+            con.close()
+        else:
+            write(p, t)
+    return sorted(d.glob("*.parquet"))
+
+
+def _rows_by_id(batches) -> dict:
+    """id -> {column: value or None (masked)}; ragged tokens as lists."""
+    out = {}
+    for b in batches:
+        ids = b["id"].tolist()
+        for name, v in b.items():
+            if name == "id" or name.endswith(("_valid", "_offsets")):
+                continue
+            valid = b.get(name + "_valid")
+            if name + "_offsets" in b:
+                off = b[name + "_offsets"]
+                v = [v[off[k]:off[k + 1]].tolist() for k in range(len(ids))]
+            for k, i in enumerate(ids):
+                x = v[k].tolist() if isinstance(v[k], np.ndarray) else v[k]
+                row = out.setdefault(i, {})
+                assert name not in row, f"id {i} twice"
+                row[name] = None if valid is not None and not valid[k] else x
+    return out
+
+
+def test_a_directory_appended_by_pyarrow_pandas_polars_and_duckdb_loads_each_row_as_its_file_reads(tmp_path):
+    import pyarrow as pa
+
+    files = _write_mixed_directory(tmp_path)
+    cache = tmp_path / "cache"
+    options = dict(null_mask=True, lists={"tokens": "ragged"}, batch_size=64, shuffle=True, seed=3, num_workers=2,
+                   cache_dir=str(cache))
+    loader = pqloader.Loader(str(tmp_path), **options)
+    first, second = list(loader), list(loader)
+    loader.close()
+    again = pqloader.Loader(str(tmp_path), **options)  # every row group from the cache now
+    replay = list(again), list(again)
+    assert again.stats()["cache_hits"] > 0 and again.stats()["cache_misses"] == 0
+    for a, b in zip(first + second, replay[0] + replay[1]):
+        for name in a:
+            assert (a[name] == b[name]) if isinstance(a[name], list) else a[name].tobytes() == b[name].tobytes()
+    assert len(first) == len(replay[0])
+    # dtypes: the unified ones (pandas' struct field a is int64: it widens st.a)
+    assert {n: str(first[0][n].dtype) for n in ("i32", "f32", "d10", "dt", "ts_us", "ts_utc", "emb", "st.a")} == {
+        "i32": "int32", "f32": "float32", "d10": "float64", "dt": "int32", "ts_us": "int64", "ts_utc": "int64",
+        "emb": "float32", "st.a": "int64"}
+    for epoch in (first, second):
+        got = _rows_by_id(epoch)
+        seen = 0
+        for f in files:
+            table = pq.read_table(f)
+            table = table.cast(pa.schema([pa.field(x.name, pa.large_string() if x.type == pa.string_view() else
+                                                   pa.large_binary() if x.type == pa.binary_view() else x.type)
+                                          for x in table.schema]))
+            for row in table.to_pylist():
+                g = got[row["id"]]
+                seen += 1
+                st = row["st"] or {"a": None, "b": None}
+                want = dict(row, ts_us=row["ts_us"] and pa.scalar(row["ts_us"], pa.timestamp("us")).value,
+                            ts_utc=pa.scalar(row["ts_utc"], pa.timestamp("us", "UTC")).value,
+                            dt=(row["dt"] - datetime.date(1970, 1, 1)).days,
+                            d10=float(pa.array([row["d10"]], table["d10"].type).cast(pa.float64())[0].as_py()),
+                            **{"st.a": st["a"], "st.b": st["b"]})
+                del want["id"], want["st"]
+                assert g == want, f.name
+        assert seen == len(got)
+
+
+def test_a_pandas_index_of_one_file_stays_where_other_files_store_it_as_data(tmp_path):
+    # The index columns of every file's pandas metadata were left out of every file, and
+    # out of a declared schema= too: a directory appended by pandas (set_index("id")) and
+    # another tool lost 'id' silently, in every file.
+    import pandas as pd
+    import pyarrow as pa
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "x": [1.0, 2.0]}), tmp_path / "a.parquet")
+    # (not evenly spaced: pandas stores a RangeIndex in the metadata only)
+    pd.DataFrame({"id": [3, 7, 8], "x": [3.0, 4.0, 4.5]}).set_index("id").to_parquet(tmp_path / "b.parquet")
+    assert pq.read_schema(tmp_path / "b.parquet").pandas_metadata["index_columns"] == ["id"]
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=10))
+    assert list(got) == ["id", "x"] and got["id"].tolist() == [1, 2, 3, 7, 8]
+    assert "pandas index" not in pqloader.inspect(str(tmp_path))["loads_as"]["id"]
+    # Alone, the pandas file's index is still left out unless selected ...
+    assert list(collect(pqloader.Loader(str(tmp_path / "b.parquet")))) == ["x"]
+    assert collect(pqloader.Loader(str(tmp_path / "b.parquet"), columns=["id"]))["id"].tolist() == [3, 7, 8]
+    # ... or declared (another loader's arrow_schema too).
+    declared = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    assert collect(pqloader.Loader(str(tmp_path / "b.parquet"), schema=declared))["id"].tolist() == [3, 7, 8]
+    a = pqloader.Loader(str(tmp_path), columns=["id", "x"])
+    assert list(collect(pqloader.Loader(str(tmp_path), schema=a.arrow_schema))) == ["id", "x"]

@@ -535,8 +535,9 @@ def test_timestamps_of_one_unit_and_other_zones_name_the_zone(tmp_path):
     with pytest.raises(pqloader.SchemaMismatchError, match="different time zones") as e:
         pqloader.Loader(str(tmp_path), coerce_int96_timestamp_unit="us")
     assert "coerce_int96_timestamp_unit" not in str(e.value) and "one unit" not in str(e.value)
-    with pytest.raises(pqloader.SchemaMismatchError, match="coerce_int96_timestamp_unit='us'"):
-        pqloader.Loader(str(tmp_path))  # ns against us: the option is the remedy for the unit
+    with pytest.raises(pqloader.SchemaMismatchError, match="INT96, which has no time zone") as e:
+        pqloader.Loader(str(tmp_path))  # ns against us, UTC: no unit of the option helps
+    assert "coerce_int96_timestamp_unit='" not in str(e.value)
 
 
 def test_a_declared_schema_of_no_field_is_refused_as_columns_of_none(tmp_path):
@@ -591,3 +592,25 @@ def test_a_struct_leaf_over_a_file_field_that_is_no_struct_is_refused_not_filled
     got = [v for b in pqloader.Loader(str(tmp_path), batch_size=4, fill_null=0, columns=["x.a"])
            for v in b["x.a"].tolist()]
     assert sorted(got) == [0, 1]
+
+
+def test_int96_beside_zoned_timestamps_suggests_no_unit_and_a_coarser_unit_says_it_truncates(tmp_path):
+    # The hint named coerce_int96_timestamp_unit='us' beside timestamp[us, tz=UTC] (Spark's
+    # files from before and after TIMESTAMP_MICROS), which then failed on the zones; and
+    # 'ms' beside an ms file without saying that it drops the microseconds.
+    import datetime
+    ts = [datetime.datetime(2020, 1, 1, 12, 0, 0, 123456)]
+    pq.write_table(pa.table({"ts": pa.array(ts, pa.timestamp("ns"))}), tmp_path / "a.parquet",
+                   use_deprecated_int96_timestamps=True)
+    pq.write_table(pa.table({"ts": pa.array(ts, pa.timestamp("us", "UTC"))}), tmp_path / "b.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError) as e:
+        pqloader.Loader(str(tmp_path))
+    assert "coerce_int96_timestamp_unit='" not in str(e.value), str(e.value)
+    assert "stores them as INT96, which has no time zone" in str(e.value), str(e.value)
+    (tmp_path / "b.parquet").unlink()
+    pq.write_table(pa.table({"ts": pa.array(ts, pa.timestamp("ms"))}), tmp_path / "b.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError,
+                       match="'ms' reads in that unit, dropping the digits below a millisecond"):
+        pqloader.Loader(str(tmp_path))
+    got = collect(pqloader.Loader(str(tmp_path / "a.parquet"), coerce_int96_timestamp_unit="ms"))
+    assert got["ts"].tolist() == [pa.scalar(ts[0], pa.timestamp("ms")).value]

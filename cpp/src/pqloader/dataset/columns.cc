@@ -512,20 +512,30 @@ class Resolver {
   std::vector<std::string> DefaultNames() const {
     std::vector<std::string> names;
     std::set<std::string> seen;
-    std::set<std::string> index;
+    // A pandas index column is left out only where no file stores it as data: one file's
+    // df.set_index("id") beside files whose "id" is a plain column dropped it from them
+    // all. A declared field is selected, never left out.
+    std::set<std::string> index, data;
     for (const auto& f : files_) {
-      for (auto& n : PandasIndexColumns(f.metadata.get())) index.insert(std::move(n));
+      const auto own = PandasIndexColumns(f.metadata.get());
+      for (const auto& field : f.schema->fields()) {
+        if (std::find(own.begin(), own.end(), field->name()) == own.end()) {
+          data.insert(field->name());
+        }
+      }
+      index.insert(own.begin(), own.end());
     }
-    auto add = [&](const std::string& n) {
-      if (index.count(n) == 0 && seen.insert(n).second) names.push_back(n);
+    auto add = [&](const std::string& n, bool declared) {
+      const bool left_out = !declared && index.count(n) != 0 && data.count(n) == 0;
+      if (!left_out && seen.insert(n).second) names.push_back(n);
     };
     if (options_.schema != nullptr) {
       for (const auto& field : options_.schema->fields()) {
-        if (!IsMaskNullMaskAdds(field->name())) add(field->name());
+        if (!IsMaskNullMaskAdds(field->name())) add(field->name(), /*declared=*/true);
       }
     } else {
       for (const auto& f : files_) {
-        for (const auto& field : f.schema->fields()) add(field->name());
+        for (const auto& field : f.schema->fields()) add(field->name(), /*declared=*/false);
       }
     }
     for (const auto& k : keys_) {
@@ -772,7 +782,8 @@ class Resolver {
 
   // Where file f stores a column of times as INT96 (`leaves`, loaded as `own`), whose unit
   // is an option, and `other` holds timestamps of another unit: how to read them in that
-  // unit. None where the units agree (the zones differ, which the option cannot change).
+  // unit (and that ms or s drops digits). None where the units agree (the zones differ,
+  // which the option cannot change); where `other` has a zone, that no unit helps.
   std::string Int96Remedy(int f, const std::vector<int>& leaves, const arrow::DataType& own,
                           const arrow::DataType& other) const {
     auto element = [](const arrow::DataType& type) {
@@ -788,8 +799,14 @@ class Resolver {
             static_cast<const arrow::TimestampType&>(*t).unit()) {
       return "";
     }
+    const bool zoned = !static_cast<const arrow::TimestampType&>(*t).timezone().empty();
     for (int l : leaves) {
       if (files_[f].manifest->descr->Column(l)->physical_type() != parquet::Type::INT96) continue;
+      if (zoned) {  // INT96 loads without a zone in any unit: no unit makes them agree
+        return std::string(" ('") + files_[f].display + "' stores them as INT96, which has no "
+               "time zone in any coerce_int96_timestamp_unit: such files do not load beside "
+               "timestamps with a time zone; rewrite one of them, or select other columns)";
+      }
       const auto unit = static_cast<const arrow::TimestampType&>(*t).unit();
       return std::string(" ('") + files_[f].display + "' stores them as INT96, which "
              "coerce_int96_timestamp_unit='" +
@@ -797,7 +814,13 @@ class Resolver {
               : unit == arrow::TimeUnit::MILLI  ? "ms"
               : unit == arrow::TimeUnit::MICRO  ? "us"
                                                 : "ns") +
-             "' reads in that unit)";
+             "' reads in that unit" +
+             (unit == arrow::TimeUnit::MILLI || unit == arrow::TimeUnit::SECOND
+                  ? std::string(", dropping the digits below a ") +
+                        (unit == arrow::TimeUnit::MILLI ? "millisecond" : "second") +
+                        " as pyarrow does"
+                  : std::string()) +
+             ")";
     }
     return "";
   }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <set>
 #include <cstring>
 #include <atomic>
 #include <chrono>
@@ -1194,14 +1195,20 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
   // Each column as the Loader would resolve it when selected alone.
   ARROW_ASSIGN_OR_RAISE(auto keys, PartitionKeysOf(opened.found));
   const auto file_columns = FileColumnsOf(opened);
-  std::vector<std::string> names, index;
+  // (A pandas index as the Loader leaves it out: only where no file stores it as data.)
+  std::vector<std::string> names;
+  std::set<std::string> index, data;
   for (size_t i = 0; i < opened.files.size(); ++i) {
+    const auto own = PandasIndexColumns(opened.schemas[i]->metadata().get());
     for (const auto& field : opened.schemas[i]->fields()) {
       if (std::find(names.begin(), names.end(), field->name()) == names.end()) {
         names.push_back(field->name());
       }
+      if (std::find(own.begin(), own.end(), field->name()) == own.end()) {
+        data.insert(field->name());
+      }
     }
-    for (auto& n : PandasIndexColumns(opened.schemas[i]->metadata().get())) index.push_back(n);
+    index.insert(own.begin(), own.end());
   }
   for (const auto& k : keys) {
     if (std::find(names.begin(), names.end(), k.name) == names.end()) names.push_back(k.name);
@@ -1223,7 +1230,7 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
                              "unsupported: " + resolved.status().message()});
       continue;
     }
-    const bool is_index = std::find(index.begin(), index.end(), name) != index.end();
+    const bool is_index = index.count(name) != 0 && data.count(name) == 0;
     std::vector<DataFile> files(opened.files.size());
     for (size_t i = 0; i < files.size(); ++i) {
       files[i].display = opened.files[i].display;
