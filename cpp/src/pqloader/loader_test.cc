@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <thread>
 
@@ -686,6 +687,86 @@ TEST(LoaderApi, PackEosBeyond2To53IsRefusedWhereItsDoubleRoundsTo2To53) {
   EXPECT_EQ(t[0], 1);
   EXPECT_EQ(t[1], 2);
   EXPECT_EQ(t[2], int64_t{1} << 53);
+}
+
+// Packed blocks, read through a Loader: each document's tokens (row i of WriteTokensFile
+// holds 0, 1, ...) at positions equal to them, then its eos; document_ids from 0 at every
+// block's start, one more at each document's start; padding (-1, position 0, segment -1)
+// outside the loss mask; cu_seqlens at every block's start and segment change.
+TEST(LoaderApi, PackedBlocksKeepEveryDocumentsTokensPositionsAndSegments) {
+  const std::string path = testing::MakeTempDir() + "/tokens.parquet";
+  const std::vector<int32_t> lengths = {3, 5, 2, 6, 1};
+  testing::WriteTokensFile(path, lengths, 2);
+  LoaderOptions o;
+  o.pack_column = "tokens";
+  o.pack.seq_len = 4;
+  o.pack.has_eos = true;
+  o.pack.eos = 99;
+  o.pack.pad_value = -1;
+  o.plan.batch_size = 2;
+  o.plan.shuffle = false;
+  auto loader = Loader::Make({path}, o).ValueOrDie();
+  std::map<std::string, int> at;
+  for (size_t c = 0; c < loader->specs().size(); ++c) at[loader->specs()[c].name] = static_cast<int>(c);
+  for (const char* name : {"tokens", "position_ids", "document_ids", "loss_mask", "cu_seqlens"}) {
+    ASSERT_EQ(at.count(name), 1u) << name;
+  }
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  const int64_t L = 4;
+  std::vector<int32_t> masked;  // every token in the loss mask, in order
+  int64_t pads = 0;
+  while (true) {
+    auto r = loader->Next();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (*r == nullptr) break;
+    const Batch& b = **r;
+    const int64_t total = b.num_rows * L;
+    const auto* tok = b.columns[at["tokens"]].data->data_as<int32_t>();
+    const auto* pos = b.columns[at["position_ids"]].data->data_as<int64_t>();
+    const auto* seg = b.columns[at["document_ids"]].data->data_as<int64_t>();
+    const auto* msk = b.columns[at["loss_mask"]].data->data_as<uint8_t>();
+    const BatchColumn& cu_col = b.columns[at["cu_seqlens"]];
+    const auto* cu = cu_col.data->data_as<int32_t>();
+    std::vector<int32_t> want_cu = {0};
+    for (int64_t t = 0; t < total; ++t) {
+      if (t > 0 && (t % L == 0 || seg[t] != seg[t - 1])) want_cu.push_back(static_cast<int32_t>(t));
+      if (msk[t] == 0) {
+        EXPECT_EQ(seg[t], -1) << t;
+        EXPECT_EQ(tok[t], -1) << t;
+        EXPECT_EQ(pos[t], 0) << t;
+        ++pads;
+        continue;
+      }
+      ASSERT_EQ(msk[t], 1) << t;
+      masked.push_back(tok[t]);
+      EXPECT_TRUE(tok[t] == 99 || tok[t] == pos[t]) << t << ": token " << tok[t] << " at position " << pos[t];
+      if (t % L == 0) {
+        EXPECT_EQ(seg[t], 0) << t;
+      } else {
+        EXPECT_EQ(seg[t], seg[t - 1] + (pos[t] == 0 ? 1 : 0)) << t;
+      }
+    }
+    want_cu.push_back(static_cast<int32_t>(total));
+    EXPECT_EQ(std::vector<int32_t>(cu, cu + cu_col.shape[0]), want_cu);
+  }
+  // The documents, split at their eos: each 0 .. length - 1, every one once.
+  std::vector<int32_t> got_lengths;
+  int32_t next = 0;
+  for (int32_t v : masked) {
+    if (v == 99) {
+      got_lengths.push_back(next);
+      next = 0;
+    } else {
+      EXPECT_EQ(v, next);
+      ++next;
+    }
+  }
+  EXPECT_EQ(next, 0) << "tokens after the last eos";
+  std::vector<int32_t> want = lengths;
+  std::sort(want.begin(), want.end());
+  std::sort(got_lengths.begin(), got_lengths.end());
+  EXPECT_EQ(got_lengths, want);
+  EXPECT_EQ(static_cast<int64_t>(masked.size()) + pads, 24);  // 22 tokens in 6 blocks of 4
 }
 
 }  // namespace pqloader

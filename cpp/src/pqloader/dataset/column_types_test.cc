@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <arrow/api.h>
+#include <arrow/extension/fixed_shape_tensor.h>
+#include <arrow/json/from_string.h>
 
 #include "pqloader/error.h"
 
@@ -69,6 +71,77 @@ TEST(ColumnTypes, SpecsFollowTheArrowType) {
   EXPECT_EQ(d, DType::kInt64);
   EXPECT_FALSE(ElementType(*arrow::utf8(), &d));
   EXPECT_TRUE(ValueType(*arrow::dictionary(arrow::int8(), arrow::utf8())).Equals(*arrow::utf8()));
+}
+
+// Conversions that would lose values (a narrower float, fewer decimal places or integer
+// digits, another list or binary size, a decimal to float64 undeclared) are refused.
+TEST(ColumnTypes, ConversionsThatLoseValuesAreRefused) {
+  EXPECT_FALSE(ConvertsTo(*arrow::float64(), *arrow::float32()));
+  EXPECT_FALSE(ConvertsTo(*arrow::float32(), *arrow::float16()));
+  EXPECT_TRUE(ConvertsTo(*arrow::float16(), *arrow::float32()));
+  EXPECT_TRUE(ConvertsTo(*arrow::decimal128(10, 2), *arrow::decimal128(12, 4)));
+  EXPECT_FALSE(ConvertsTo(*arrow::decimal128(10, 4), *arrow::decimal128(12, 2)));  // places
+  EXPECT_FALSE(ConvertsTo(*arrow::decimal128(10, 2), *arrow::decimal128(10, 4)));  // digits
+  EXPECT_FALSE(ConvertsTo(*arrow::decimal128(10, 2), *arrow::float64()));
+  EXPECT_TRUE(ConvertsTo(*arrow::decimal128(10, 2), *arrow::float64(), /*declared=*/true));
+  EXPECT_FALSE(ConvertsTo(*arrow::fixed_size_list(arrow::int8(), 3),
+                          *arrow::fixed_size_list(arrow::int8(), 4)));
+  EXPECT_FALSE(ConvertsTo(*arrow::fixed_size_list(arrow::int8(), 4),
+                          *arrow::fixed_size_list(arrow::int8(), 3)));
+  EXPECT_TRUE(ConvertsTo(*arrow::fixed_size_list(arrow::int8(), 3),
+                         *arrow::fixed_size_list(arrow::int16(), 3)));
+  EXPECT_FALSE(ConvertsTo(*arrow::list(arrow::int8()), *arrow::fixed_size_list(arrow::int8(), 3)));
+  EXPECT_FALSE(ConvertsTo(*arrow::binary(), *arrow::fixed_size_binary(4)));
+  EXPECT_FALSE(ConvertsTo(*arrow::fixed_size_binary(2), *arrow::fixed_size_binary(3)));
+  EXPECT_TRUE(ConvertsTo(*arrow::fixed_size_binary(2), *arrow::binary()));
+}
+
+// Two types neither converts to: a type that holds both, or none.
+TEST(ColumnTypes, CommonTypesHoldBothTypesValues) {
+  // decimal(10, 2) and decimal(5, 4): 8 integer digits and 4 places.
+  auto d = CommonType(arrow::decimal128(10, 2), arrow::decimal128(5, 4));
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(d->Equals(*arrow::decimal128(12, 4))) << d->ToString();
+  auto wide = CommonType(arrow::decimal128(38, 0), arrow::decimal128(20, 10));
+  ASSERT_NE(wide, nullptr);
+  EXPECT_TRUE(wide->Equals(*arrow::decimal256(48, 10))) << wide->ToString();
+  // A list and a large list of values neither converts to: a large list.
+  auto ll = CommonType(arrow::list(arrow::uint32()), arrow::large_list(arrow::int8()));
+  ASSERT_NE(ll, nullptr);
+  EXPECT_TRUE(ll->Equals(*arrow::large_list(arrow::int64()))) << ll->ToString();
+  auto ll2 = CommonType(arrow::large_list(arrow::uint32()), arrow::list(arrow::int8()));
+  ASSERT_NE(ll2, nullptr);
+  EXPECT_TRUE(ll2->Equals(*arrow::large_list(arrow::int64()))) << ll2->ToString();
+  auto fl = CommonType(arrow::fixed_size_list(arrow::uint8(), 2), arrow::fixed_size_list(arrow::int8(), 2));
+  ASSERT_NE(fl, nullptr);
+  EXPECT_TRUE(fl->Equals(*arrow::fixed_size_list(arrow::int16(), 2))) << fl->ToString();
+  EXPECT_EQ(CommonType(arrow::fixed_size_list(arrow::uint8(), 2), arrow::fixed_size_list(arrow::int8(), 3)),
+            nullptr);
+  EXPECT_EQ(CommonType(arrow::uint64(), arrow::int8()), nullptr);  // no signed type holds both
+}
+
+// A fixed_shape_tensor extension column is its shape's fixed-size lists, row-major,
+// outermost dim first; a sliced array keeps its rows.
+TEST(ColumnTypes, ATensorExtensionIsItsShapesFixedSizeLists) {
+  auto ext = arrow::extension::fixed_shape_tensor(arrow::int32(), {2, 3});
+  auto plain = arrow::fixed_size_list(arrow::fixed_size_list(arrow::int32(), 3), 2);
+  ASSERT_TRUE(TypeWithoutExtension(ext)->Equals(*plain)) << TypeWithoutExtension(ext)->ToString();
+  EXPECT_TRUE(TypeWithoutExtension(arrow::int32())->Equals(*arrow::int32()));
+  auto storage = arrow::json::ArrayFromJSONString(
+                     arrow::fixed_size_list(arrow::int32(), 6),
+                     "[[0,1,2,3,4,5], [6,7,8,9,10,11], [12,13,14,15,16,17]]")
+                     .ValueOrDie();
+  auto array = arrow::ExtensionType::WrapArray(ext, storage);
+  auto column = std::make_shared<arrow::ChunkedArray>(array->Slice(1, 2));
+  auto made = WithoutExtension(column, arrow::default_memory_pool());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto out = *made;
+  ASSERT_TRUE(out->type()->Equals(*plain)) << out->type()->ToString();
+  auto want = arrow::json::ArrayFromJSONString(
+                  plain, "[[[6,7,8],[9,10,11]], [[12,13,14],[15,16,17]]]")
+                  .ValueOrDie();
+  ASSERT_EQ(out->num_chunks(), 1);
+  EXPECT_TRUE(out->chunk(0)->Equals(*want)) << out->chunk(0)->ToString();
 }
 
 }  // namespace pqloader

@@ -371,4 +371,116 @@ TEST(Convert, AFilledNullSlotsBytesAreNotCheckedAgainstTheFloat) {
   EXPECT_EQ(Values<double>(*r), (std::vector<double>{-1, 1}));
 }
 
+namespace {
+
+NullFill IntFill(int64_t v) {
+  NullFill fill;
+  fill.enabled = true;
+  fill.int_value = v;
+  return fill;
+}
+
+ColumnData ConvertChunks(const std::shared_ptr<arrow::DataType>& type, arrow::ArrayVector chunks,
+                         NullFill fill = {}) {
+  auto spec = SpecForField(*arrow::field("c", type)).ValueOrDie();
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(std::move(chunks), type), fill,
+                         arrow::default_memory_pool());
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) {  // (an empty column: the test fails, the others still run)
+    ColumnData none;
+    none.data = std::make_shared<arrow::Buffer>(nullptr, 0);
+    return none;
+  }
+  return r.ValueOrDie();
+}
+
+std::shared_ptr<arrow::Array> ArrayOf(const std::shared_ptr<arrow::DataType>& type, const std::string& json) {
+  return arrow::json::ArrayFromJSONString(type, json).ValueOrDie();
+}
+
+}  // namespace
+
+// Arrays that start inside their buffers (a unit starting mid row group), copied or used
+// as they are, give their own rows.
+TEST(Convert, SlicedArraysGiveTheirOwnRows) {
+  auto bools = ArrayOf(arrow::boolean(), "[true, false, false, true, true]")->Slice(1, 3);
+  EXPECT_EQ(Values<uint8_t>(ConvertChunks(arrow::boolean(), {bools})), (std::vector<uint8_t>{0, 0, 1}));
+  auto ints = ArrayOf(arrow::int32(), "[1, 2, 3, 4]")->Slice(1, 2);
+  EXPECT_EQ(Values<int32_t>(ConvertChunks(arrow::int32(), {ints, ArrayOf(arrow::int32(), "[5]")})),
+            (std::vector<int32_t>{2, 3, 5}));
+  auto fsl_type = arrow::fixed_size_list(arrow::int16(), 2);
+  auto fsl = ArrayOf(fsl_type, "[[1,2],[3,4],[5,6]]")->Slice(1, 2);
+  EXPECT_EQ(Values<int16_t>(ConvertChunks(fsl_type, {fsl})), (std::vector<int16_t>{3, 4, 5, 6}));
+}
+
+// A null row of a fixed-size list, or of a list of fixed-size lists, is a whole row of the
+// fill; a null inside a fixed-size list is an error without a fill.
+TEST(Convert, NullRowsOfListsAreWholeRowsOfTheFill) {
+  auto fsl_type = arrow::fixed_size_list(arrow::int32(), 2);
+  auto c = ConvertChunks(fsl_type, {ArrayOf(fsl_type, "[[1,2], null, [5,6], null]")}, IntFill(9));
+  EXPECT_EQ(Values<int32_t>(c), (std::vector<int32_t>{1, 2, 9, 9, 5, 6, 9, 9}));
+  auto nested = arrow::list(arrow::fixed_size_list(arrow::int32(), 2));
+  auto n = ConvertChunks(nested, {ArrayOf(nested, "[[[1,2],[3,4]], null, [[5,6],[7,8]]]")}, IntFill(0));
+  EXPECT_EQ(n.row_shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(Values<int32_t>(n), (std::vector<int32_t>{1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8}));
+  // A unit of null lists only: rows of the footers' length.
+  NullFill fill = IntFill(7);
+  fill.list_length = 2;
+  auto list = arrow::list(arrow::int32());
+  auto l = ConvertChunks(list, {ArrayOf(list, "[null, null]")}, fill);
+  EXPECT_EQ(l.row_shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(Values<int32_t>(l), (std::vector<int32_t>{7, 7, 7, 7}));
+  auto spec = SpecForField(*arrow::field("c", fsl_type)).ValueOrDie();
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(ArrayOf(fsl_type, "[[1,null],[3,4]]")), {},
+                         arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("null"), std::string::npos) << r.status().message();
+}
+
+// Nulls of a string column (one chunk, kept as it is otherwise) are an error or the fill.
+TEST(Convert, NullStringsAreAnErrorUnlessFilled) {
+  auto spec = SpecForField(*arrow::field("s", arrow::utf8())).ValueOrDie();
+  auto arr = ArrayOf(arrow::utf8(), R"(["ab", null, "c"])");
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(arr), {}, arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("null"), std::string::npos);
+  NullFill fill;
+  fill.enabled = true;
+  fill.is_bytes = true;
+  fill.bytes_value = "?";
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(arr), fill, arrow::default_memory_pool()).ValueOrDie();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(c.data->data()), c.data->size()), "ab?c");
+}
+
+// Dictionary-encoded numbers: decoded; an index past the dictionary or a null without a
+// fill is an error, not a read past it or a fill.
+TEST(Convert, DictionaryIndicesPastTheDictionaryAreRefused) {
+  auto type = arrow::dictionary(arrow::int8(), arrow::int32());
+  auto dict = ArrayOf(arrow::int32(), "[10, 20]");
+  auto spec = SpecForField(*arrow::field("d", type)).ValueOrDie();
+  auto ok = arrow::DictionaryArray::FromArrays(type, ArrayOf(arrow::int8(), "[1, 0, 1]"), dict).ValueOrDie();
+  auto c = ConvertColumn(spec, arrow::ChunkedArray(ok), {}, arrow::default_memory_pool()).ValueOrDie();
+  EXPECT_EQ(Values<int32_t>(c), (std::vector<int32_t>{20, 10, 20}));
+  auto bad = std::make_shared<arrow::DictionaryArray>(type, ArrayOf(arrow::int8(), "[0, 2]"), dict);
+  auto r = ConvertColumn(spec, arrow::ChunkedArray(bad), {}, arrow::default_memory_pool());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dictionary index 2 out of range"), std::string::npos)
+      << r.status().message();
+  auto with_null =
+      arrow::DictionaryArray::FromArrays(type, ArrayOf(arrow::int8(), "[0, null]"), dict).ValueOrDie();
+  EXPECT_FALSE(ConvertColumn(spec, arrow::ChunkedArray(with_null), {}, arrow::default_memory_pool()).ok());
+  auto filled =
+      ConvertColumn(spec, arrow::ChunkedArray(with_null), IntFill(-1), arrow::default_memory_pool());
+  ASSERT_TRUE(filled.ok()) << filled.status().ToString();
+  EXPECT_EQ(Values<int32_t>(*filled), (std::vector<int32_t>{10, -1}));
+  auto stype = arrow::dictionary(arrow::int8(), arrow::utf8());
+  auto sspec = SpecForField(*arrow::field("s", stype)).ValueOrDie();
+  auto sbad = std::make_shared<arrow::DictionaryArray>(stype, ArrayOf(arrow::int8(), "[0, 2]"),
+                                                       ArrayOf(arrow::utf8(), R"(["a", "b"])"));
+  auto sr = ConvertColumn(sspec, arrow::ChunkedArray(sbad), {}, arrow::default_memory_pool());
+  ASSERT_FALSE(sr.ok());
+  EXPECT_NE(sr.status().message().find("dictionary index 2 out of range"), std::string::npos)
+      << sr.status().message();
+}
+
 }  // namespace pqloader

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
@@ -407,6 +408,121 @@ TEST(MixStream, SourcesWithAnotherDtypeOfOneWidthAreNotWrittenInPlace) {
   auto batch = stream->Next();
   ASSERT_FALSE(batch.ok());
   EXPECT_NE(batch.status().message().find("'x'"), std::string::npos) << batch.status();
+}
+
+// Packed sources mixed: the mixture's cu_seqlens are made again over its own batch, a
+// boundary at every block's start (a block whose document began in the block before,
+// segment 0 after a segment 0 too) and wherever document_ids change inside a block.
+TEST(MixStream, PackedSourcesMixedHaveABoundaryAtEveryBlocksStart) {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteTokensFile(dir + "/a.parquet", {9, 3, 7, 2}, 2);  // documents over several blocks
+  testing::WriteTokensFile(dir + "/b.parquet", {6, 10, 1}, 2);
+  std::vector<std::unique_ptr<Loader>> loaders;
+  std::vector<MixSource> mix;
+  uint64_t seed = 1;
+  for (const char* f : {"/a.parquet", "/b.parquet"}) {
+    LoaderOptions o;
+    o.dataset.columns.columns = {"tokens"};
+    o.pack_column = "tokens";
+    o.pack.seq_len = 4;
+    o.pack.has_eos = true;
+    o.pack.eos = 99;
+    o.plan.batch_size = 2;
+    o.plan.seed = seed;
+    loaders.push_back(Loader::Make({dir + f}, o).ValueOrDie());
+    mix.push_back(MixSource{loaders.back().get(), seed++, ""});
+  }
+  MixStreamOptions o = Options(0, 0);
+  o.batch_size = 3;
+  o.num_batches = 4;
+  o.samples = 12;
+  auto stream = MixStream::Make(mix, o, RecyclingPool::Global()).ValueOrDie();
+  std::map<std::string, int> at;
+  const auto& specs = loaders[0]->specs();  // the mixture's columns
+  for (size_t c = 0; c < specs.size(); ++c) at[specs[c].name] = static_cast<int>(c);
+  ASSERT_EQ(at.count("document_ids"), 1u);
+  ASSERT_EQ(at.count("cu_seqlens"), 1u);
+  int64_t batches = 0, continued = 0;
+  while (true) {
+    auto next = stream->Next(std::chrono::nanoseconds::max(), nullptr, nullptr);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (*next == nullptr) break;
+    const Batch& b = **next;
+    ++batches;
+    const int64_t L = 4, total = b.num_rows * L;
+    const auto* seg = b.columns[at["document_ids"]].data->data_as<int64_t>();
+    std::vector<int32_t> want = {0};
+    for (int64_t t = 1; t < total; ++t) {
+      if (t % L == 0 && seg[t] == seg[t - 1]) ++continued;
+      if (t % L == 0 || seg[t] != seg[t - 1]) want.push_back(static_cast<int32_t>(t));
+    }
+    want.push_back(static_cast<int32_t>(total));
+    const BatchColumn& cu = b.columns[at["cu_seqlens"]];
+    ASSERT_EQ(cu.shape.size(), 1u);
+    const auto* c = cu.data->data_as<int32_t>();
+    EXPECT_EQ(std::vector<int32_t>(c, c + cu.shape[0]), want) << "batch " << b.index;
+  }
+  EXPECT_EQ(batches, 4);
+  EXPECT_GT(continued, 0) << "no block whose first segment index equals the last one's";
+}
+
+// Token lists padded per batch (lists= Pad) in each source: the mixture pads its own
+// batches again as one Loader pads a batch of those rows: to the longest row, rounded up
+// to multiple_of, each row's values on the collate's side (left here), with its value.
+TEST(MixStream, ListsPaddedPerBatchArePaddedAgainOverTheMixedRows) {
+  const std::string dir = testing::MakeTempDir();
+  testing::WriteTokensFile(dir + "/a.parquet", {5, 3, 7, 2}, 2);
+  testing::WriteTokensFile(dir + "/b.parquet", {6, 1, 9}, 2);
+  std::vector<std::unique_ptr<Loader>> loaders;
+  std::vector<MixSource> mix;
+  uint64_t seed = 1;
+  int64_t batch = 2;
+  for (const char* f : {"/a.parquet", "/b.parquet"}) {
+    LoaderOptions o;
+    o.dataset.columns.columns = {"tokens"};
+    ColumnCollate pad;
+    pad.mode = ColumnCollate::Mode::kPad;
+    pad.multiple_of = 4;
+    pad.pad_value = -1;
+    pad.pad_left = true;
+    o.lists["tokens"] = pad;
+    o.plan.batch_size = batch++;
+    o.plan.seed = seed;
+    loaders.push_back(Loader::Make({dir + f}, o).ValueOrDie());
+    mix.push_back(MixSource{loaders.back().get(), seed++, ""});
+  }
+  MixStreamOptions o = Options(0, 0);
+  o.batch_size = 3;
+  o.num_batches = 3;
+  o.samples = 9;
+  auto stream = MixStream::Make(mix, o, RecyclingPool::Global()).ValueOrDie();
+  std::map<std::string, int> at;
+  const auto& specs = loaders[0]->specs();  // the mixture's columns
+  for (size_t c = 0; c < specs.size(); ++c) at[specs[c].name] = static_cast<int>(c);
+  ASSERT_EQ(at.count("tokens"), 1u);
+  ASSERT_EQ(at.count("tokens_length"), 1u);
+  int64_t batches = 0;
+  while (true) {
+    auto next = stream->Next(std::chrono::nanoseconds::max(), nullptr, nullptr);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (*next == nullptr) break;
+    const Batch& b = **next;
+    ++batches;
+    const BatchColumn& tok = b.columns[at["tokens"]];
+    const auto* len = b.columns[at["tokens_length"]].data->data_as<int64_t>();
+    int64_t longest = 0;
+    for (int64_t r = 0; r < b.num_rows; ++r) longest = std::max(longest, len[r]);
+    const int64_t L = (longest + 3) / 4 * 4;
+    ASSERT_EQ(tok.shape, (std::vector<int64_t>{b.num_rows, L})) << "batch " << b.index;
+    const auto* v = tok.data->data_as<int32_t>();
+    for (int64_t r = 0; r < b.num_rows; ++r) {
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t k = j - (L - len[r]);  // the value's index in its row, < 0 in the padding
+        EXPECT_EQ(v[r * L + j], k < 0 ? -1 : k) << "batch " << b.index << " row " << r << " at " << j;
+      }
+    }
+  }
+  EXPECT_EQ(batches, 3);
 }
 
 }  // namespace

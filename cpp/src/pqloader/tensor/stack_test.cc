@@ -171,5 +171,43 @@ TEST(StackPlan, ApplyStacksTheBatchAndChecksItsColumns) {
       << refused.status().message();
 }
 
+// The stack takes the place of its earliest member in the selection, whatever the order
+// its columns are listed in.
+TEST(StackPlan, TheStackIsInItsEarliestMembersPlaceWhateverTheListsOrder) {
+  std::vector<ColumnSpec> specs = {Tensor("id", DType::kInt64), Tensor("b", DType::kFloat32),
+                                   Tensor("label", DType::kInt64), Tensor("a", DType::kFloat32)};
+  auto plan = Plan(specs, {{"x", {"a", "b"}}});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  std::vector<std::string> names;
+  for (const ColumnSpec& s : plan->specs()) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"id", "x", "label"}));
+  EXPECT_EQ(plan->sources(), (std::vector<int>{0, -1, 2}));
+}
+
+// A member whose buffer holds fewer rows than the batch is refused (not read past), and
+// the stacked block is added to the bytes the batch already owns.
+TEST(StackPlan, ApplyRefusesAShortMemberAndCountsTheBlock) {
+  std::vector<ColumnSpec> specs = {Tensor("a", DType::kFloat32), Tensor("b", DType::kFloat32)};
+  auto plan = Plan(specs, {{"x", {"a", "b"}}});
+  ASSERT_TRUE(plan.ok());
+  auto batch = std::make_shared<Batch>();
+  batch->num_rows = 3;
+  batch->owned_bytes = 100;
+  batch->columns = {Column(DType::kFloat32, {3}, Floats({1, 2, 3})),
+                    Column(DType::kFloat32, {3}, Floats({4, 5, 6}))};
+  auto out = plan->Apply(batch, arrow::default_memory_pool());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)->owned_bytes, 100 + 24);
+
+  auto shortb = std::make_shared<Batch>();
+  shortb->num_rows = 3;
+  shortb->columns = {Column(DType::kFloat32, {3}, Floats({1, 2, 3})),
+                     Column(DType::kFloat32, {3}, Floats({4, 5}))};
+  auto refused = plan->Apply(shortb, arrow::default_memory_pool());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("stack 'x': column 1 of the batch"), std::string::npos)
+      << refused.status().message();
+}
+
 }  // namespace
 }  // namespace pqloader
