@@ -1377,3 +1377,59 @@ def test_inspect_and_bench_take_typed_literals_in_filter(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(tmp_path), "--filter",
                           "d32 > date('2024-02-30')"], capture_output=True, text=True)
     assert bad.returncode != 0 and "date('2024-02-30')" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _without_column_orders(src, dst, swap=None) -> None:
+    """Copy `src` (pyarrow's, 2 columns) as a writer before column orders wrote it: its
+    column_orders (the footer's last field) made an unknown field, so Arrow reads the
+    deprecated min/max; `swap` (old, new) replaces the first `old` bytes (a deprecated min:
+    written before min_value) by `new`."""
+    import struct
+
+    data = src.read_bytes()
+    (length,) = struct.unpack("<i", data[-8:-4])
+    start = len(data) - 8 - length
+    footer = bytearray(data[start:-8])
+    # field 7, a list of 2 TypeDefinedOrder unions, then the stop: made field 15, skipped
+    tail = 3 * 2 + 3
+    assert footer[-tail] == 0x19 and footer[-tail + 1] == 0x2C and footer[-1] == 0
+    footer[-tail] = 0x99
+    if swap is not None:
+        assert footer.count(swap[0]) == 2
+        footer = footer.replace(swap[0], swap[1], 1)
+    dst.parent.mkdir(exist_ok=True)
+    dst.write_bytes(data[:start] + bytes(footer) + struct.pack("<i", len(footer)) + b"PAR1")
+
+
+def test_deprecated_min_max_of_decimals_stored_as_bytes_prune_nothing(tmp_path):
+    """Files without column orders (parquet-mr before 1.10: Spark 2.x; parquet-testing's
+    fixed_length_decimal.parquet) hold min/max only in the deprecated fields, which the
+    format orders by signed comparison, byte by byte for byte arrays: not a decimal's
+    order (2.00, 0x..c8, sorts below 1.00, 0x..64). Read as decimals, parquet-mr 1.8's
+    min 2.00 and max 24.00 over 1.00, 2.00, 24.00 pruned the row group for `v == 1.00`
+    (pyarrow's dataset too): such bounds prune only where min == max."""
+    from decimal import Decimal
+
+    dtype = pa.decimal128(25, 2)  # FIXED_LEN_BYTE_ARRAY of 11 bytes
+    values = [Decimal("1.00"), Decimal("2.00"), Decimal("24.00")]
+    table = pa.table({"id": np.arange(3, dtype=np.int64), "v": pa.array(values, dtype)})
+    src = tmp_path / "src.parquet"
+    pq.write_table(table, src, use_dictionary=False, store_decimal_as_integer=False)
+    one, two = (int(x * 100).to_bytes(11, "big", signed=True) for x in (1, 2))
+    _without_column_orders(src, tmp_path / "old" / "a.parquet", swap=(one, two))
+    meta = pq.ParquetFile(tmp_path / "old" / "a.parquet").metadata
+    assert meta.row_group(0).column(1).statistics.min == Decimal("2.00")  # what Arrow reads
+    v = pc.field("v")
+    for flt in (v == pa.scalar(Decimal("1.00"), dtype), v < pa.scalar(Decimal("2.00"), dtype),
+                v <= pa.scalar(Decimal("1.50"), dtype), v.isin(pa.array([Decimal("1.00")], dtype))):
+        want = np.sort(table.filter(flt)["id"].to_numpy())
+        got, _ = loaded_ids(tmp_path / "old", flt)
+        np.testing.assert_array_equal(got, want, err_msg=str(flt))
+        assert len(want) == 1
+    # Bounds that are equal hold in any order: they still prune.
+    pq.write_table(table.slice(0, 1), src, use_dictionary=False, store_decimal_as_integer=False)
+    _without_column_orders(src, tmp_path / "one" / "a.parquet")
+    got, loader = loaded_ids(tmp_path / "one", v == pa.scalar(Decimal("2.00"), dtype))
+    assert len(got) == 0 and loader.stats()["filter_row_groups_pruned_statistics"] == 1
+    got, _ = loaded_ids(tmp_path / "one", v == pa.scalar(Decimal("1.00"), dtype))
+    assert got.tolist() == [0]

@@ -745,6 +745,22 @@ class Evaluator {
       return cp::is_null(ref);
     }
     if (!stats.HasMinMax()) return std::nullopt;
+    // A byte-array column without the file's column orders (writers before parquet-format
+    // 2.4: parquet-mr before 1.10, Spark 2.x, old Impala) has its min and max from the
+    // deprecated fields, ordered by signed comparison byte by byte; Parquet C++ takes them
+    // in the column's order where that is "signed", a decimal's, which byte by byte it is
+    // not (2.00, 0x..c8, sorts below 1.00, 0x..64: parquet-mr 1.8's min 2.00, max 24.00
+    // over 1.00..24.00 pruned "value == 1.00" in parquet-testing's
+    // fixed_length_decimal.parquet). Such bounds are used only where equal (every order
+    // agrees then).
+    if (const parquet::ColumnDescriptor* descr = stats.descr();
+        descr != nullptr &&
+        (descr->physical_type() == parquet::Type::BYTE_ARRAY ||
+         descr->physical_type() == parquet::Type::FIXED_LEN_BYTE_ARRAY) &&
+        descr->column_order().get_order() != parquet::ColumnOrder::TYPE_DEFINED_ORDER &&
+        stats.EncodeMin() != stats.EncodeMax()) {
+      return std::nullopt;
+    }
     // Parquet's min and max of floating-point columns leave NaN out, so they bound no
     // row that is NaN: "x > 0" over [1, 2] and NaN rows would be taken as true for the
     // whole row group (its NaN rows kept), and its negation as false (pruned with them).
@@ -1050,8 +1066,11 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // kernels take (dictionary, fixed-size binary, view and float16 files were refused).
   // v10: lists of numbers in the loaded list type (v9 used each file's). v11: at any
   // list depth, float16 elements as float32. v12: an integer bound a float column does not
-  // hold exactly prunes nothing (its row group is read, and refused).
-  std::string id = "filter-v13|" + options.serialized_expression;
+  // hold exactly prunes nothing (its row group is read, and refused). v13: a decimal
+  // looked up in a set of floats prunes nothing. v14: the deprecated min and max of a
+  // byte-array column (files without column orders: a decimal's, byte by byte, is not its
+  // order) prune only where equal (v13 pruned row groups holding rows that pass).
+  std::string id = "filter-v14|" + options.serialized_expression;
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
