@@ -49,6 +49,7 @@ _NUMPY_TYPES = {
     "bool_": np.bool_, "bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32,
     "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32,
     "uint64": np.uint64, "float16": np.float16, "float32": np.float32, "float64": np.float64,
+    "complex64": np.complex64, "complex128": np.complex128,
     "str_": np.str_, "unicode_": np.str_, "bytes_": np.bytes_, "string_": np.bytes_,
     "datetime64": np.datetime64, "timedelta64": np.timedelta64,
 }

@@ -163,6 +163,23 @@ class CompressedImageCodec(DataframeColumnCodec):
         return f"{type(self).__name__}('{self.image_codec}', {self._quality})"
 
 
+def _check_engine_array_dtype(field: Any, codec: str) -> None:
+    """Refuse, when the reader is made, an array field the engine's decoders cannot return
+    (they decode numeric and bool ``.npy`` arrays only): Petastorm's writer takes complex,
+    string and datetime arrays, which had failed only at the first row, in a worker."""
+    try:
+        kind = np.dtype(field.numpy_dtype).kind
+    except TypeError:
+        kind = "O"
+    if kind not in "biuf":
+        from pqloader._errors import UnsupportedTypeError
+
+        raise UnsupportedTypeError(
+            f"field {field.name!r} holds {getattr(field.numpy_dtype, '__name__', field.numpy_dtype)} arrays "
+            f"({codec}); pqloader decodes numeric and bool arrays only: leave it out of schema_fields, or read "
+            "the column raw (make_batch_reader) and decode it with the codec in a TransformSpec")
+
+
 class NdarrayCodec(DataframeColumnCodec):
     """``np.save`` bytes of an array (read with ``DecodeNdarray``)."""
 
@@ -176,6 +193,7 @@ class NdarrayCodec(DataframeColumnCodec):
         return np.load(io.BytesIO(bytes(value)), allow_pickle=False)
 
     def engine_ops(self, unischema_field: Any) -> list[T.Op]:
+        _check_engine_array_dtype(unischema_field, type(self).__name__)
         return [T.DecodeNdarray()]
 
     def __str__(self) -> str:
@@ -195,6 +213,7 @@ class CompressedNdarrayCodec(DataframeColumnCodec):
         return np.load(io.BytesIO(bytes(value)), allow_pickle=False)["arr"]
 
     def engine_ops(self, unischema_field: Any) -> list[T.Op]:
+        _check_engine_array_dtype(unischema_field, type(self).__name__)
         return [T.DecodeCompressedNdarray()]
 
     def __str__(self) -> str:

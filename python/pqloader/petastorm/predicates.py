@@ -49,7 +49,16 @@ def isin_exact(column: np.ndarray, values: Sequence[Any]) -> np.ndarray:
     dtype."""
     values = list(values)
     if column.dtype.kind not in "iub":
-        return np.isin(column, np.array(values)) if values else np.zeros(len(column), dtype=bool)
+        if not values:
+            return np.zeros(len(column), dtype=bool)
+        array = np.array(values)
+        if column.dtype.kind == "f" and array.dtype.kind in "iuf":
+            # Compared in the wider type, as Python's `in` compares (Petastorm's do_include):
+            # NumPy 1 cast a short value list to a float32 column's type value by value
+            # (float32(1/3) matched 1/3), a long one not, NumPy 2 never.
+            common = np.promote_types(column.dtype, array.dtype)
+            return np.isin(column.astype(common, copy=False), array.astype(common, copy=False))
+        return np.isin(column, array)
     low, high = (0, 1) if column.dtype.kind == "b" else (np.iinfo(column.dtype).min, np.iinfo(column.dtype).max)
     held = []
     for v in values:

@@ -281,7 +281,10 @@ class Reader:
                     "double); leave it out of schema_fields and predicates, or read it as float64 with "
                     "make_batch_reader")
             if decode_codecs and field.codec is not None:
-                ops = field.codec.engine_ops(field)
+                try:
+                    ops = field.codec.engine_ops(field)
+                except _errors.UnsupportedTypeError as e:  # (named the field, not the dataset)
+                    raise _errors.UnsupportedTypeError(f"'{ds.sources[0]}': {e}") from None
                 if ops:
                     self._transforms[name] = ops
                 if isinstance(field.codec, CompressedImageCodec) and len(field.shape) == 2:
@@ -310,16 +313,37 @@ class Reader:
         self._row_groups = self._select_row_groups(rowgroup_selector)
         options = dict(loader_kwargs)
         options.setdefault("batch_size", BATCH_READER_ROWS if batched else ROWS_PER_READ)
-        self._loader = Loader(self.dataset.sources, columns=self._columns,
-                              transforms=self._transforms or None, row_groups=self._row_groups,
-                              storage_options=ds.storage or None, num_epochs=num_epochs,
-                              batch_transform=self._process, **options)
+        try:
+            self._loader = Loader(self.dataset.sources, columns=self._columns,
+                                  transforms=self._transforms or None, row_groups=self._row_groups,
+                                  storage_options=ds.storage or None, num_epochs=num_epochs,
+                                  batch_transform=self._process, **options)
+        except _errors.InvalidDataError as e:
+            # The engine's hint names Loader arguments; here they go in loader_options.
+            import re
+
+            text = re.sub(r"pass fill_null=(\{.*?\}) to replace them, null_mask=(\[.*?\]) to add",
+                          r"pass loader_options={'fill_null': \1} to replace them, "
+                          r"loader_options={'null_mask': \2} to add", str(e))
+            if text == str(e):
+                raise
+            raise type(e)(text) from None
         o, plan = self._loader.options, self._loader._plan
+        self._add_null_masks(transform_spec)
         if o.world_size > 1 and plan["num_rows"] == 0 and plan["dataset_rows"] > 0:
             # Petastorm raises when a shard gets nothing (more shards than row groups).
             raise NoDataAvailableError(
                 f"shard {o.rank} of {o.world_size} has no rows: the dataset's "
                 f"{plan['dataset_rows']} rows in equal shares leave none for it; use fewer shards")
+        if o.world_size > 1 and plan.get("dropped"):
+            # Petastorm's shards read every row; equal shares leave some out of each epoch
+            # (the same ones every epoch when nothing is shuffled): said, not silent.
+            warnings.warn(
+                f"cur_shard/shard_count: equal shards of the {plan['dataset_rows']} rows leave {plan['dropped']} "
+                f"row(s) out of each epoch (shard_policy='drop'; "
+                f"{'other rows each epoch' if o.shuffle else 'the same rows every epoch, as nothing is shuffled'}); "
+                "Petastorm's shards read every row, in shares of unequal sizes. "
+                "Pass loader_options={'shard_policy': 'pad'} to repeat rows instead", stacklevel=3)
         # The DataLoaders' Loaders (loader_for), for stop(); weakly: one of a DataLoader
         # that is gone is freed with it (held for good, each kept its threads, footers
         # and read-ahead until the reader stopped: a DataLoader per epoch grew without bound).
@@ -338,6 +362,25 @@ class Reader:
         self.stopped = False
 
     # -- set-up ------------------------------------------------------------------------
+    def _add_null_masks(self, transform_spec: TransformSpec | None) -> None:
+        """The ``<name>_valid`` columns that ``loader_options={"null_mask": ...}`` adds, as
+        fields after theirs (bool, true where the row is not null): left out, the nulls
+        had come out as 0 / "" with nothing to tell them from real values."""
+        info = self._loader.column_info
+        masked = {name for name in self._storage_schema.fields
+                  if info.get(f"{name}_valid", {}).get("mask") and f"{name}_valid" not in self._storage_schema.fields}
+        if not masked:
+            return
+        fields = []
+        for name, field in self._storage_schema.fields.items():
+            fields.append(field)
+            if name in masked:
+                fields.append(UnischemaField(f"{name}_valid", np.bool_, (), None, False))
+        self._storage_schema = Unischema(self._storage_schema._name, fields)
+        self.schema = transform_schema(self._storage_schema, transform_spec) if transform_spec else \
+            self._storage_schema
+        self._columns = list(self._storage_schema.fields) + self._predicate_only
+
     def _all_fields(self) -> dict[str, UnischemaField]:
         fields = dict(self._storage_schema.fields)
         if self.dataset.unischema is not None:
@@ -469,10 +512,23 @@ class Reader:
             row = {k: (v[i].copy() if isinstance(v, np.ndarray) and v.ndim > 1 else v[i]) for k, v in columns.items()}
             if spec.func is not None:
                 row = spec.func(row)
+                if not isinstance(row, Mapping):
+                    raise TypeError(f"TransformSpec func {_func_name(spec.func)} returned "
+                                    f"{type(row).__name__}, not the row (a dict of field values)")
             for name in spec.removed_fields:
                 row.pop(name, None)
             rows.append(row)
         fields = self.schema.fields
+        for row in rows:
+            missing = [name for name in fields if name not in row]
+            if missing and spec.func is None:
+                raise TypeError(f"TransformSpec without a func: its edit_fields declare field(s) {missing} "
+                                "that no func adds")
+            if missing:
+                # (a bare KeyError naming the field had said neither what nor where)
+                raise TypeError(f"TransformSpec func {_func_name(spec.func)} returned a row without "
+                                f"field(s) {missing} of the transformed schema {list(fields)}: return them, "
+                                "or list them in removed_fields")
         return {name: _stack([r[name] for r in rows], fields[name]) for name in fields}
 
     def _transform_batch(self, columns: dict[str, Any]) -> dict[str, Any]:
@@ -498,9 +554,11 @@ class Reader:
             if isinstance(values, np.ndarray) and values.dtype.kind in "biuf" and \
                     is_numpy_scalar_type(field.numpy_dtype) and field.numpy_dtype is not Decimal and \
                     np.dtype(field.numpy_dtype).kind in "biuf" and values.dtype != field.numpy_dtype:
-                # Petastorm converts the result with the transformed schema (pyarrow's
-                # from_pandas(schema=...)): a column comes out in its declared type.
-                values = values.astype(field.numpy_dtype)
+                # A column comes out in its declared type, when that type holds its values
+                # (Petastorm's from_pandas keeps the func's type: an int64 for an int32 field,
+                # a float64 for an int32 one). A cast that would change values (10.5 → 10,
+                # 300 → 44 in a uint8, 1e300 → inf in a float32) had done so silently.
+                values = _cast_exactly(values, np.dtype(field.numpy_dtype), name, spec.func)
             out[name] = values
         return out
 
@@ -965,6 +1023,30 @@ def describe_transform_spec(spec: TransformSpec | None) -> str | None:
     if spec.selected_fields is not None:
         parts.append(f"selected_fields={list(spec.selected_fields)}")
     return f"TransformSpec({', '.join(parts)}) ({_digest(text)})"
+
+
+def _func_name(func: Any) -> str:
+    return getattr(func, "__qualname__", None) or repr(func)
+
+
+def _cast_exactly(values: np.ndarray, dtype: np.dtype, name: str, func: Any) -> np.ndarray:
+    """`values` (a TransformSpec result column) in the field's declared `dtype`, or a
+    TypeError naming the field when that type cannot hold them."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        cast = values.astype(dtype)
+        if dtype.kind == "f":
+            changed = np.isinf(cast) & ~np.isinf(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
+        else:
+            back = cast.astype(values.dtype)
+            changed = back != values
+            if values.dtype.kind == "f":
+                changed |= np.isnan(values)
+    if changed.any():
+        bad = values[np.argmax(changed.reshape(len(values), -1).any(axis=1))]
+        raise TypeError(f"TransformSpec func {_func_name(func)} returned {values.dtype} values for field "
+                        f"{name!r}, declared {dtype}, which cannot hold them (e.g. {bad.tolist()!r}): declare "
+                        "the field's new type in edit_fields")
+    return cast
 
 
 def _combine(predicate: Any, filters: Any) -> Any:
