@@ -221,7 +221,7 @@ def _parse_filter(text: str) -> Any:
             raise ValueError(f"filter {shown!r}: {written(node)!r}: its arguments are text (write {form})")
         try:
             return make(*args)
-        except ValueError as e:  # (datetime's: "month must be in 1..12")
+        except (ValueError, OverflowError) as e:  # (datetime's: "month must be in 1..12")
             raise ValueError(f"filter {shown!r}: {written(node)!r}: {e}") from None
 
     def values_of(node: ast.AST) -> Any:

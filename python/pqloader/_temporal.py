@@ -91,7 +91,11 @@ def _timestamp(text: str, zone: str | None) -> Typed:
     elif zone is not None:  # a wall-clock time in that zone
         info, tz = _zone(zone)
         at = wall.replace(tzinfo=info)
-        back = at.astimezone(dt.timezone.utc).astimezone(info).replace(tzinfo=None)
+        try:
+            back = at.astimezone(dt.timezone.utc).astimezone(info).replace(tzinfo=None)
+        except OverflowError:  # (0001-01-01 00:00 in Europe/Paris is in year 0 in UTC)
+            raise ValueError(f"{wall} in {tz} is past the years 1 to 9999 in UTC (write it with an "
+                             "offset instead: 'YYYY-MM-DDTHH:MM+HH:MM')") from None
         if back != wall:
             raise ValueError(f"{wall} does not exist in {tz} (its clocks skip it)")
         if at.utcoffset() != wall.replace(tzinfo=info, fold=1).utcoffset():

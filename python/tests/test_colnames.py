@@ -229,3 +229,19 @@ def test_a_field_below_two_lists_is_refused_as_such_not_as_missing(tmp_path, dec
     with pytest.raises(pqloader.ColumnNotFoundError, match="'o.i.y'"):
         pqloader.Loader(str(tmp_path), columns=["o.i.y"], **kw)
     assert pqloader.Loader(str(tmp_path), columns=["v"], batch_size=2, **kw).num_rows == 2
+
+
+def test_a_field_below_two_lists_names_the_lists_not_a_struct_above_them(tmp_path):
+    # "below two lists (of 's' and of 's.l.i')" named the struct 's' as a list, and
+    # "(of 'o' and of 'o')" one list of lists twice.
+    inner = pa.list_(pa.struct([("x", pa.int64())]))
+    t = pa.table({
+        "s": pa.array([{"l": [{"i": [{"x": 1}]}]}], pa.struct([("l", pa.list_(pa.struct([("i", inner)])))])),
+        "o": pa.array([[[{"i": 1}]]], pa.list_(pa.list_(pa.struct([("i", pa.int64())]))))})
+    pq.write_table(t, tmp_path / "a.parquet")
+    with pytest.raises(pqloader.UnsupportedTypeError) as e:
+        pqloader.Loader(str(tmp_path), columns=["s.l.i.x"])
+    assert "is a field below two lists (of 's.l' and of 's.l.i', in" in str(e.value), str(e.value)
+    with pytest.raises(pqloader.UnsupportedTypeError) as e:
+        pqloader.Loader(str(tmp_path), columns=["o.i"])
+    assert "is a field below two lists (a list of lists at 'o', in" in str(e.value), str(e.value)

@@ -1308,6 +1308,9 @@ def test_typed_literals_are_the_pyarrow_scalars_of_the_same_values():
     ("ts > timestamp('2024-01-01', 'Mars/Olympus')", "no time zone 'Mars/Olympus'"),
     ("ts > timestamp('2024-03-31 02:30', 'Europe/Paris')", "does not exist in Europe/Paris"),
     ("ts > timestamp('2024-10-27 02:30', 'Europe/Paris')", "is ambiguous in Europe/Paris"),
+    ("ts > timestamp('0001-01-01 00:00', 'Europe/Paris')",  # year 0 in UTC: was "date value out of range"
+     "\"timestamp('0001-01-01 00:00', 'Europe/Paris')\": 0001-01-01 00:00:00 in Europe/Paris is past the years"),
+    ("ts > timestamp('9999-12-31 23:00', 'America/New_York')", "is past the years 1 to 9999 in UTC"),
     ("ts > timestamp('2024-01-01T00:00+24:00')", "+24:00 is no offset (hours below 24, minutes below 60)"),
     ("ts > timestamp(20240101)", "its arguments are text"),
     ("ts > timestamp(x)", "its arguments are literals, not 'x'"),

@@ -291,3 +291,14 @@ def test_a_pandas_index_of_one_file_stays_where_other_files_store_it_as_data(tmp
     assert collect(pqloader.Loader(str(tmp_path / "b.parquet"), schema=declared))["id"].tolist() == [3, 7, 8]
     a = pqloader.Loader(str(tmp_path), columns=["id", "x"])
     assert list(collect(pqloader.Loader(str(tmp_path), schema=a.arrow_schema))) == ["id", "x"]
+
+
+def test_a_pandas_index_that_is_also_a_partition_key_is_not_called_left_out_by_inspect(tmp_path):
+    # The Loader loads a partition key whatever the files' pandas metadata say; inspect
+    # said "pandas index: left out unless selected" for it.
+    import pandas as pd
+    (tmp_path / "id=1").mkdir()
+    pd.DataFrame({"x": [1.0, 2.0, 5.0], "id": [1, 1, 1]}).set_index("id").to_parquet(tmp_path / "id=1" / "a.parquet")
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=10))
+    assert sorted(got) == ["id", "x"] and got["id"].tolist() == [1, 1, 1]
+    assert "pandas index" not in pqloader.inspect(str(tmp_path))["loads_as"]["id"]

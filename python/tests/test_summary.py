@@ -320,6 +320,24 @@ def test_write_index_refuses_files_loaders_refuse_together(tmp_path):
     assert not (tmp_path / "_metadata").exists()
 
 
+def test_write_index_refuses_files_whose_pandas_index_columns_differ(tmp_path):
+    # One file's df.set_index("id") beside a file whose "id" is a plain column: the same
+    # Arrow schema, other pandas metadata. Without an index the loader keeps "id" (a file
+    # stores it as data); the summary held the first file's metadata only, so every file's
+    # "id" was left out as a pandas index, silently.
+    import pandas as pd
+    a = pd.DataFrame({"x": [1, 2, 5], "id": [10, 17, 3]}).set_index("id")
+    b = pd.DataFrame({"x": [3, 4], "id": [30, 40]})
+    pq.write_table(pa.Table.from_pandas(a), tmp_path / "a.parquet")
+    pq.write_table(pa.Table.from_pandas(b, preserve_index=False), tmp_path / "b.parquet")
+    assert pq.read_schema(tmp_path / "a.parquet").names == pq.read_schema(tmp_path / "b.parquet").names
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=10, shuffle=False))
+    assert sorted(got["id"].tolist()) == [3, 10, 17, 30, 40]
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"b\.parquet.*pandas index"):
+        pqloader.write_index(str(tmp_path))
+    assert not (tmp_path / "_metadata").exists()
+
+
 def test_a_file_rewritten_under_pyarrows_summary_fails_pointing_at_the_summary(tmp_path):
     # pyarrow's _metadata records no size or time: a file rewritten since is read with
     # the summary's layout (documented), and failed as "corrupt or truncated data" with

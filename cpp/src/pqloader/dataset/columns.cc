@@ -273,14 +273,18 @@ class Resolver {
   }
 
   // Whether `rest` spells a field below `type` when lists of lists are followed too:
-  // `lists` counts the lists entered above; `*second` gets the dotted name of the field
-  // whose list was the second on the way (what PathsSpelled does not go below).
+  // `lists` counts the lists entered above; `*first` and `*second` get the dotted names of
+  // the fields whose lists were the first and the second on the way (the second is what
+  // PathsSpelled does not go below; a list of lists is both at one field).
   static bool SpelledBelowTwoLists(const arrow::DataType& type, const std::string& rest,
-                                   const std::string& at, int lists, std::string* second) {
+                                   const std::string& at, int lists, std::string* first,
+                                   std::string* second) {
     const arrow::DataType* t = &type;
     while (t->id() == arrow::Type::LIST || t->id() == arrow::Type::LARGE_LIST ||
            t->id() == arrow::Type::FIXED_SIZE_LIST || t->id() == arrow::Type::MAP) {
-      if (++lists == 2) *second = at;
+      ++lists;
+      if (lists == 1) *first = at;
+      if (lists == 2) *second = at;
       t = static_cast<const arrow::BaseListType*>(t)->value_type().get();
     }
     if (t->id() != arrow::Type::STRUCT) return false;
@@ -289,10 +293,11 @@ class Resolver {
       if (rest.compare(0, n.size(), n) != 0) continue;
       if (rest.size() == n.size() && lists >= 2) return true;
       if (rest.size() > n.size() && rest[n.size()] == '.') {
-        std::string inner = *second;
+        std::string inner_first = *first, inner_second = *second;
         if (SpelledBelowTwoLists(*child->type(), rest.substr(n.size() + 1), at + "." + n, lists,
-                                 &inner)) {
-          *second = inner;
+                                 &inner_first, &inner_second)) {
+          *first = inner_first;
+          *second = inner_second;
           return true;
         }
       }
@@ -308,12 +313,15 @@ class Resolver {
       for (int f = options_.schema != nullptr ? -1 : 0; f < static_cast<int>(files_.size()); ++f) {
         const auto& schema = f < 0 ? options_.schema : files_[f].schema;
         for (int i : schema->GetAllFieldIndices(top)) {
-          std::string second;
+          std::string first, second;
           if (SpelledBelowTwoLists(*schema->field(i)->type(), name.substr(dot + 1), top, 0,
-                                   &second)) {
+                                   &first, &second)) {
             return MakeError(ErrorKind::kUnsupportedType, "column '", Quoted(name),
-                             "' is a field below two lists (of '", Quoted(top), "' and of '",
-                             Quoted(second), "', in ",
+                             "' is a field below two lists (",
+                             first == second ? "a list of lists at '" + Quoted(first) + "'"
+                                             : "of '" + Quoted(first) + "' and of '" +
+                                                   Quoted(second) + "'",
+                             ", in ",
                              f < 0 ? std::string("the declared schema")
                                    : "'" + Quoted(files_[f].display) + "'",
                              "), which is not supported: a dotted path may go below one list "

@@ -1230,7 +1230,9 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
                              "unsupported: " + resolved.status().message()});
       continue;
     }
-    const bool is_index = index.count(name) != 0 && data.count(name) == 0;
+    const bool is_key = std::any_of(keys.begin(), keys.end(),
+                                    [&](const auto& k) { return k.name == name; });
+    const bool is_index = !is_key && index.count(name) != 0 && data.count(name) == 0;
     std::vector<DataFile> files(opened.files.size());
     for (size_t i = 0; i < files.size(); ++i) {
       files[i].display = opened.files[i].display;

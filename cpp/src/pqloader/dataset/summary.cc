@@ -16,6 +16,7 @@
 #include <parquet/file_writer.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/error.h"
 
@@ -319,6 +320,7 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   IndexResult result;
   std::shared_ptr<parquet::FileMetaData> combined;
   std::shared_ptr<arrow::Schema> first_arrow;
+  std::vector<std::string> first_index;  // the first file's pandas index columns
   std::string index;
   try {
     for (const auto& f : files) {
@@ -355,6 +357,23 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
         return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
                          f.display, "' has other Arrow types than '", files[0].display, "'",
                          column, " (a summary holds one schema)");
+      }
+      // The summary holds the first file's key-value metadata for all: a pandas index
+      // column of one file that another stores as data would be left out of every file.
+      auto own_index = PandasIndexColumns(f.metadata->key_value_metadata().get());
+      if (combined == nullptr) {
+        first_index = std::move(own_index);
+      } else if (own_index != first_index) {
+        auto shown = [](const std::vector<std::string>& v) {
+          std::string text;
+          for (const auto& n : v) text += (text.empty() ? "'" : ", '") + n + "'";
+          return text.empty() ? std::string("none") : text;
+        };
+        return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
+                         f.display, "' has other pandas index columns (", shown(own_index),
+                         ") than '", files[0].display, "' (", shown(first_index),
+                         "): a summary holds one file's pandas metadata, so loaders would "
+                         "leave a column out of every file or of none; rewrite one of them");
       }
       std::vector<int> all(f.num_row_groups());
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
