@@ -681,3 +681,32 @@ def test_s3_cache_dir_does_not_serve_an_object_replaced_within_its_second_by_the
     again = pqloader.Loader(f"s3://data/{key}", storage_options=store.options, batch_size=1000,
                             cache_dir=cache_dir)
     assert collect(again)["id"].tolist() == fresh.tolist() and again.stats()["cache_hits"] == 2
+
+
+@pytest.mark.parametrize("rows", [1, 1000])
+def test_s3_an_object_deleted_after_listing_is_not_found_naming_it(store, rows):
+    # A row-group read of a deleted object: a range shorter than the 404's XML body made
+    # the SDK fail to write that body ("INTERNAL_FAILURE ... Failed to flush response
+    # stream"), an IOError that did not say the object is gone; a longer one said so, but
+    # as an IOError. A local file deleted so is a DataNotFoundError.
+    s3 = store.server.client()
+    prefix = f"deleted-{rows}"
+    for i in range(2):
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"id": pa.array(range(rows), pa.int64())}), buf, compression="none")
+        s3.put_object(Bucket="data", Key=f"{prefix}/p{i}.parquet", Body=buf.getvalue())
+    loader = pqloader.Loader(f"s3://data/{prefix}", storage_options=store.options, batch_size=rows)
+    s3.delete_object(Bucket="data", Key=f"{prefix}/p1.parquet")
+    with pytest.raises(pqloader.DataNotFoundError,
+                       match=rf"s3://data/{prefix}/p1\.parquet' is gone since the loader listed it"):
+        collect(loader)
+
+
+def test_s3_a_folder_marker_holding_bytes_is_named(store):
+    # Arrow lists key 'marker/sub/' (600 bytes) as the file 'marker/sub', which no GET
+    # finds: the whole prefix failed with the SDK's INTERNAL_FAILURE, naming nothing.
+    s3 = store.server.client()
+    s3.put_object(Bucket="data", Key="marker/a.parquet", Body=store.paths[0].read_bytes())
+    s3.put_object(Bucket="data", Key="marker/sub/", Body=b"x" * 600)
+    with pytest.raises(pqloader.Error, match=r"folder marker 's3://data/marker/sub/' holding 600 bytes"):
+        pqloader.Loader("s3://data/marker", storage_options=store.options)

@@ -329,7 +329,12 @@ arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit
   }
   auto st = buffered.status();
   if (!st.ok()) {
-    return MakeIOError(st, "cannot read '", file.display, "', row group ", split.row_group);
+    const std::string where =
+        "cannot read '" + file.display + "', row group " + std::to_string(split.row_group);
+    // One of ours (the object gone or changed since the listing: ListedObject's CheckSize)
+    // keeps its kind: a deleted object is a DataNotFoundError, as a local file deleted so.
+    if (GetErrorDetail(st) != nullptr) return WithContext(st, where);
+    return MakeIOError(st, where);
   }
   return arrow::Status::OK();
 }

@@ -471,9 +471,14 @@ class ListedObject final : public arrow::io::RandomAccessFile {
     if (!got.ok()) {
       // A 404 (Arrow's message names AWS's error): deleted since it was listed, which
       // CheckSize says as a local read would (not found); a failing store stays an IOError.
+      // A read of fewer bytes than the 404's XML body (a small column chunk, the 4 magic
+      // bytes) fails in the SDK first, writing that body into the read's buffer:
+      // "INTERNAL_FAILURE ... Failed to flush response stream" (CheckSize then finds the
+      // object as listed, or not, and says which).
       const std::string& message = got.status().message();
       if (message.find("NO_SUCH_KEY") != std::string::npos ||
-          message.find("RESOURCE_NOT_FOUND") != std::string::npos) {
+          message.find("RESOURCE_NOT_FOUND") != std::string::npos ||
+          message.find("Failed to flush response stream") != std::string::npos) {
         ARROW_RETURN_NOT_OK(CheckSize());
       }
       return got.status();
@@ -496,6 +501,14 @@ class ListedObject final : public arrow::io::RandomAccessFile {
   // apart (a read never ends past the listed size).
   arrow::Status CheckSize() const {
     ARROW_ASSIGN_OR_RAISE(const auto info, fs_->GetFileInfo(path_));
+    if (info.type() == arrow::fs::FileType::Directory) {
+      // Arrow's S3 listing names a folder marker that holds bytes (key 'p/', not empty)
+      // as a file 'p', which no read finds.
+      return MakeError(ErrorKind::kNotFound, "'", display_,
+                       "' is listed as an object but none has that key: it is gone since the "
+                       "loader listed it, or it is a folder marker '", display_, "/' holding ",
+                       size_, " bytes (delete or empty that key)");
+    }
     if (info.type() != arrow::fs::FileType::File) {
       return MakeError(ErrorKind::kNotFound, "'", display_,
                        "' is gone since the loader listed it");
