@@ -472,8 +472,14 @@ def test_s3_stale_entries_are_told_by_stats_and_deleted_by_prune(store, tmp_path
     kw = dict(storage_options=store.options, batch_size=16, cache_dir=cache_dir)
     assert sum(len(b["id"]) for b in pqloader.Loader("s3://data/stale", **kw)) == 70
     scoped = dict(dataset="s3://data/stale", storage_options=store.options)
+    footers = Path(cache_dir) / "footers"
+    for f in footers.iterdir():
+        f.unlink()
     s = pqloader.cache_stats(cache_dir, **scoped)
     assert s["entries"] == 3 and s["stale_entries"] == 0 and s["unverified_entries"] == 0
+    # The check stores the remote files' footers as it goes: counted after it (the count
+    # took them in or not by the directory's order).
+    assert s["footers"] == len(list(footers.iterdir())) > 0
     # Without a dataset, remote sources are not looked up: kept, unverified.
     assert pqloader.cache_prune(cache_dir)["unverified_entries"] == 3
     time.sleep(1.1)  # S3 modification times have one-second resolution

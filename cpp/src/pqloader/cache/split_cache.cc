@@ -1365,25 +1365,32 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
                                   kCacheMarkerName, " marker file (or it cannot be read)");
   }
   CacheDirStats s;
+  // The footers and selections are counted after the shards: checking entries against a
+  // dataset (the checker) stores its remote files' footers as it goes, which a count
+  // before or after it, by the directory's order, took in or not.
+  std::vector<fs::path> later;
+  auto count_kept = [&s](const fs::path& path, bool filters) {
+    std::error_code ec2;
+    for (const auto& f : fs::directory_iterator(path, ec2)) {
+      bool temp = false;
+      const std::string name = f.path().filename().string();
+      std::error_code ec3;
+      if (!(filters ? IsSelectionName(name, &temp) : IsFooterName(name, &temp)) || temp ||
+          !f.is_regular_file(ec3)) {
+        continue;
+      }
+      const auto size = f.file_size(ec3);
+      if (ec3) continue;  // deleted meanwhile
+      ++(filters ? s.selections : s.footers);
+      (filters ? s.selection_bytes : s.footer_bytes) += static_cast<int64_t>(size);
+    }
+  };
   for (const auto& e : top) {
     std::error_code ec2;
     const std::string top_name = e.path().filename().string();
     if ((top_name == "filters" || top_name == "footers") && e.is_directory(ec2) &&
         !e.is_symlink(ec2)) {
-      const bool filters = top_name == "filters";
-      for (const auto& f : fs::directory_iterator(e.path(), ec2)) {
-        bool temp = false;
-        const std::string name = f.path().filename().string();
-        std::error_code ec3;
-        if (!(filters ? IsSelectionName(name, &temp) : IsFooterName(name, &temp)) || temp ||
-            !f.is_regular_file(ec3)) {
-          continue;
-        }
-        const auto size = f.file_size(ec3);
-        if (ec3) continue;  // deleted meanwhile
-        ++(filters ? s.selections : s.footers);
-        (filters ? s.selection_bytes : s.footer_bytes) += static_cast<int64_t>(size);
-      }
+      later.push_back(e.path());
       continue;
     }
     if (!IsShardName(top_name) || !e.is_directory(ec2) || e.is_symlink(ec2)) {
@@ -1417,6 +1424,7 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
       }
     }
   }
+  for (const auto& path : later) count_kept(path, path.filename() == "filters");
   std::ifstream in(dir + "/records");
   std::string name;
   int64_t value;
