@@ -163,6 +163,51 @@ def check_decoded_fills(fill_null: Any, transforms: Any,
             continue
 
 
+def explain_decoded_nulls(message: str, transforms: Any) -> str | None:
+    """The engine's refusal of a column's nulls (from the footers), its remedy made right
+    for a column whose first op decodes: the engine's hint gave the column's own fill
+    (``fill_null={'image.bytes': ''}``), which ``check_decoded_fills`` then refuses, as
+    every null row is decoded from its fill. For a ``<name>.bytes`` column it adds where
+    Hugging Face ``datasets`` leaves such nulls: ``Dataset.to_parquet`` keeps an ``Image``
+    or ``Audio`` made from a local file as its path alone (null bytes).
+
+    Args:
+        message: The text of the engine's ``InvalidDataError``.
+        transforms: The checked ``LoaderOptions.transforms``.
+
+    Returns:
+        The message with the decode op's remedies, or None where it is not a null
+        refusal of a decoded column (the message stands).
+    """
+    if not isinstance(transforms, Mapping):
+        return None
+    for name, ops in transforms.items():
+        if not ops or getattr(ops[0], "name", None) not in _DECODE_INPUTS:
+            continue
+        head = f"column '{name}' ("
+        if not message.startswith(head) or " null value(s): " not in message:
+            continue
+        fill = re.compile(r"pass fill_null=\{'" + re.escape(name) + r"': [^}]*\} to replace them")
+        if not fill.search(message):
+            continue
+        what = _DECODE_INPUTS[ops[0].name][1]
+        text = fill.sub(lambda _: f"pass fill_null={{'{name}': <{what}>}} to replace them", message, count=1)
+        text = re.sub(r"\(nulls become [^)]*\)",
+                      lambda _: f"(a null row is decoded from the fill, which {ops[0]!r} must "
+                                f"take: {what}; without one a null row raises when read)", text, count=1)
+        text = text.replace("or select other columns",
+                            f"drop the null rows with filter=pc.field({name!r}).is_valid(), "
+                            "or select other columns")
+        if name.endswith(".bytes"):
+            stem = name[: -len(".bytes")]
+            text += (f" (a Hugging Face Image or Audio column that Dataset.to_parquet wrote from "
+                     f"local files holds null bytes and the files' paths in '{stem}.path': "
+                     f"embed the files before writing, ds.with_format('arrow').map("
+                     f"datasets.table.embed_table_storage, batched=True), as push_to_hub does)")
+        return text
+    return None
+
+
 def _fixed_width(info: Mapping[str, Any]) -> int | None:
     """The width of an untransformed fixed_size_binary column, else None."""
     arrow_type = str(info.get("arrow_type", "")).removeprefix("dictionary<values=")

@@ -66,6 +66,65 @@ def utf8_paths() -> Iterator[None]:
         raise _not_utf8_path(e) from None
 
 
+def _arrow_file_under(sources: list[str], limit: int = 10000) -> bool:
+    """Whether a local source is, or a local directory source holds, an ``.arrow`` file
+    (its hidden entries left out, as the engine's listing leaves them; at most `limit`
+    entries looked at)."""
+    seen = 0
+    for source in sources:
+        if "://" in source:
+            continue
+        if source.endswith(".arrow") and os.path.isfile(source):
+            return True
+        if not os.path.isdir(source):
+            continue
+        for root, dirs, files in os.walk(source):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+            if any(f.endswith(".arrow") for f in files):
+                return True
+            seen += len(files) + len(dirs)
+            if seen > limit:
+                break
+    return False
+
+
+def explain_arrow_files(message: str, sources: list[str]) -> str | None:
+    """The engine's "not Parquet" refusal, with where ``.arrow`` files come from: Hugging
+    Face ``datasets`` keeps a dataset as Arrow IPC streams (``save_to_disk``, its cache
+    under ``~/.cache/huggingface/datasets``), which are not Parquet: the engine said only
+    that no file was Parquet, or that one was "truncated, corrupt, or another format".
+
+    Args:
+        message: The text of the engine's ``DataNotFoundError`` or ``InvalidDataError``.
+        sources: The normalised sources (see ``_env.normalize_sources``).
+
+    Returns:
+        The message with the hint, or None where no ``.arrow`` file is named or found.
+    """
+    if "is not a readable Parquet file" in message:  # names the file
+        if ".arrow' is not a readable Parquet file" not in message:
+            return None
+    elif "no Parquet files found" not in message:
+        return None
+    elif ".arrow'" not in message and not _arrow_file_under(sources):  # 5 files named
+        return None
+    return (message + " ('.arrow' files are Arrow IPC, as Hugging Face datasets' save_to_disk and "
+            "its cache write them, not Parquet: write Parquet with "
+            "datasets.load_from_disk(dir).to_parquet(path), or ds.to_parquet(path) per shard)")
+
+
+@contextlib.contextmanager
+def arrow_files_hint(sources: list[str]) -> Iterator[None]:
+    """Add :func:`explain_arrow_files`'s hint to an engine call's "not Parquet" error."""
+    try:
+        yield
+    except (DataNotFoundError, InvalidDataError) as e:
+        text = explain_arrow_files(str(e), sources)
+        if text is None:
+            raise
+        raise type(e)(text) from None
+
+
 __all__ = [
     "Error",
     "IOError",

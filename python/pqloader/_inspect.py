@@ -10,7 +10,7 @@ import numpy as np
 
 from pqloader import _core, _env
 from pqloader._env import Source
-from pqloader._errors import utf8_paths
+from pqloader._errors import arrow_files_hint, utf8_paths
 from pqloader._options import INT96_UNITS, check_choice
 
 
@@ -192,7 +192,8 @@ def inspect(source: Source, storage_options: Mapping[str, Any] | None = None,
     _check_lengths(lengths)
     if coerce_int96_timestamp_unit is not None:
         check_choice("coerce_int96_timestamp_unit", coerce_int96_timestamp_unit, INT96_UNITS)
-    with utf8_paths():  # a file name that is not UTF-8: InvalidDataError naming it
+    # A file name that is not UTF-8: InvalidDataError naming it; .arrow files: a hint.
+    with utf8_paths(), arrow_files_hint(sources):
         info = _core.inspect(sources, options, _progress,  # _progress: the CLI's _core.Progress
                              coerce_int96_timestamp_unit or "ns")
     _check_row_counts(info)

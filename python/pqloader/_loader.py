@@ -18,7 +18,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
-from pqloader._column_checks import check_decoded_fills, check_fill_types, check_stack_units
+from pqloader._errors import InvalidDataError
+from pqloader._column_checks import (check_decoded_fills, check_fill_types, check_stack_units,
+                                     explain_decoded_nulls)
 from pqloader._options import ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_int
 
 _D = LoaderOptions  # the defaults of every argument are LoaderOptions' field defaults
@@ -144,7 +146,13 @@ class Loader:
         check_decoded_fills(options.fill_null, options.transforms, unstacked)
         check_stack_units(options.stack, options.decimals, unstacked)
         _lists.check_values_fit(options.lists, options.pack, options.transforms, self._columns)
-        self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
+        try:
+            self._engine.check_before_first_batch()  # nulls, ragged lists: from the footers
+        except InvalidDataError as e:
+            text = explain_decoded_nulls(str(e), options.transforms)
+            if text is None:
+                raise
+            raise type(e)(text) from None
         self._sources = sources
         self._options = options
         self._plan = self._engine.plan_info()

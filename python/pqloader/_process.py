@@ -29,7 +29,7 @@ import weakref
 from typing import Any, Callable
 
 from pqloader import _core
-from pqloader._errors import utf8_paths
+from pqloader._errors import arrow_files_hint, utf8_paths
 
 _live: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 _per_worker: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -143,7 +143,8 @@ class Engine:
             slot = _Forward(call)
             options = {**options, "predicate": (columns, slot)}
         try:
-            return _core._Loader(self._sources, options)
+            with arrow_files_hint(self._sources):  # a Hugging Face save_to_disk directory
+                return _core._Loader(self._sources, options)
         finally:
             if slot is not None:
                 slot.fn = None

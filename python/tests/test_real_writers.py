@@ -1,6 +1,6 @@
 """Files as real writers make them (issue 15): pyarrow, DuckDB, Polars, pandas, Hugging Face
-``datasets`` (Image feature) and Spark (pyspark local mode), each read value by value
-against pyarrow's view of the same files.
+``datasets`` (every Feature type, also against datasets' own values) and Spark (pyspark
+local mode), each read value by value against pyarrow's view of the same files.
 
 Every writer's data has what real datasets hold: structs (read by dotted path), lists of
 strings, decimals, nulls, hive partitions; the expected values are pyarrow's, converted
@@ -454,3 +454,222 @@ def test_hf_gray_images_without_channel_axis_on_request(hf_image_file):
     kept = next(iter(pqloader.Loader(str(hf_image_file), columns=["image.bytes"], batch_size=1,
                                      transforms={"image.bytes": [T.DecodeImage(mode="gray")]})))
     assert kept["image.bytes"].shape[-1] == 1  # (H, W, 1) by default, as before
+
+
+# ---------------------------------------------------------------------------
+# Hugging Face datasets: every Feature type against datasets' own values
+# ---------------------------------------------------------------------------
+
+
+def _hf_features_dataset():
+    """A datasets.Dataset of the Feature types HF writes, with its Python values."""
+    datasets = pytest.importorskip("datasets")
+    from datasets import ClassLabel, Features, List, Translation, TranslationVariableLanguages, Value
+
+    n = 40
+    rng = np.random.default_rng(11)
+    ints = {}
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        info = np.iinfo(name)
+        ints[name] = [int(info.min), int(info.max)] + [int(v) for v in rng.integers(info.min, info.max, n - 2,
+                                                                                      dtype=name, endpoint=True)]
+    base = datetime.datetime(2021, 3, 4, 5, 6, 7, 891011)
+    data = {f"v_{k}": pa.array(v, pa.uint64()) if k == "uint64" else v for k, v in ints.items()}
+    data.update({
+        "v_float16": [float(v) for v in rng.standard_normal(n).astype(np.float16)],
+        "v_float32": [float(v) for v in rng.standard_normal(n).astype(np.float32)],
+        "v_float64": [float(v) for v in rng.standard_normal(n)],
+        "v_bool": [bool(i % 3) for i in range(n)],
+        "v_string": [f"s{i}é" * (i % 3) for i in range(n)],
+        "v_large_string": [f"L{i}" for i in range(n)],
+        "v_binary": [bytes([i]) * (i % 4) for i in range(n)],
+        "v_date32": [datetime.date(1960, 1, 1) + datetime.timedelta(days=400 * i) for i in range(n)],
+        "v_ts_us_tz": [base + datetime.timedelta(hours=37 * i, microseconds=i) for i in range(n)],
+        "v_ts_ns": [base - datetime.timedelta(days=91 * i) for i in range(n)],
+        "v_duration_us": [datetime.timedelta(seconds=7 * i - 100, microseconds=i) for i in range(n)],
+        "label": [i % 3 for i in range(n)],
+        "fixed": [[float(i), -float(i)] for i in range(n)],
+        "fixed2d": [[[i, i + 1, i + 2], [-i, 0, i]] for i in range(n)],
+        "tokens": [list(range(i % 4)) for i in range(n)],
+        "words": [[f"w{j}" for j in range(i % 3)] for i in range(n)],
+        "spans": [[{"start": j, "text": f"t{j}"} for j in range(i % 3)] for i in range(n)],
+        "meta": [{"a": i, "b": f"b{i}", "c": {"d": i / 4}} for i in range(n)],
+        "tr": [{"en": f"e{i}", "fr": f"f{i}"} for i in range(n)],
+        "trv": [{"en": f"e{i}", "fr": [f"f{i}", f"g{i}"]} if i % 2 else {"de": f"d{i}"} for i in range(n)],
+    })
+    features = Features({
+        **{f"v_{k}": Value(k) for k in ints},
+        "v_float16": Value("float16"), "v_float32": Value("float32"), "v_float64": Value("float64"),
+        "v_bool": Value("bool"), "v_string": Value("string"), "v_large_string": Value("large_string"),
+        "v_binary": Value("binary"), "v_date32": Value("date32"),
+        "v_ts_us_tz": Value("timestamp[us, tz=Europe/Paris]"), "v_ts_ns": Value("timestamp[ns]"),
+        "v_duration_us": Value("duration[us]"),
+        "label": ClassLabel(names=["a", "b", "c"]),
+        "fixed": List(Value("float32"), length=2),
+        "fixed2d": List(List(Value("int16"), length=3), length=2),
+        "tokens": List(Value("int32")),
+        "words": List(Value("string")),
+        "spans": List({"start": Value("int32"), "text": Value("string")}),
+        "meta": {"a": Value("int16"), "b": Value("string"), "c": {"d": Value("float32")}},
+        "tr": Translation(languages=["en", "fr"]),
+        "trv": TranslationVariableLanguages(languages=["de", "en", "fr"]),
+    })
+    return datasets.Dataset.from_dict(data, features=features)
+
+
+def test_hf_every_feature_type_equals_datasets_own_values(tmp_path):
+    ds = _hf_features_dataset()
+    path = tmp_path / "features.parquet"
+    ds.to_parquet(str(path))
+    # A list of structs loads by its fields' dotted paths (the whole column is refused).
+    columns = [c for c in ds.column_names if c != "spans"] + ["spans.start", "spans.text"]
+    got = collect(pqloader.Loader(str(path), columns=columns, batch_size=len(ds),  # one batch: one offsets
+                                  lists={"tokens": "ragged", "spans.start": "ragged"}))
+    rows = ds[:]  # datasets' Python values, in its order
+    for name in ("v_int8", "v_int16", "v_int32", "v_int64", "v_uint8", "v_uint16", "v_uint32", "v_uint64",
+                 "v_float16", "v_float32", "v_float64", "v_bool", "label"):
+        assert got[name].dtype == np.dtype(name[2:] if name.startswith("v_") else "int64"), name
+        assert got[name].tolist() == rows[name], name
+    for name in ("v_string", "v_large_string", "v_binary", "words"):
+        assert got[name] == rows[name], name
+    epoch = datetime.date(1970, 1, 1)
+    assert got["v_date32"].dtype == np.int32
+    assert got["v_date32"].tolist() == [(d - epoch).days for d in rows["v_date32"]]
+    utc = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    assert got["v_ts_us_tz"].tolist() == [(t - utc) // datetime.timedelta(microseconds=1) for t in rows["v_ts_us_tz"]]
+    assert got["v_ts_ns"].tolist() == [(t - utc.replace(tzinfo=None)) // datetime.timedelta(microseconds=1) * 1000
+                                       for t in rows["v_ts_ns"]]
+    assert got["v_duration_us"].tolist() == [d // datetime.timedelta(microseconds=1) for d in rows["v_duration_us"]]
+    assert got["fixed"].shape == (len(ds), 2) and got["fixed"].tolist() == rows["fixed"]
+    assert got["fixed2d"].shape == (len(ds), 2, 3) and got["fixed2d"].dtype == np.int16
+    assert got["fixed2d"].tolist() == rows["fixed2d"]
+    offsets = np.cumsum([0] + [len(t) for t in rows["tokens"]])
+    assert got["tokens"].tolist() == [v for t in rows["tokens"] for v in t]
+    assert got["tokens_offsets"].tolist() == offsets.tolist()
+    assert got["spans.start"].tolist() == [s["start"] for r in rows["spans"] for s in r]
+    assert got["spans.text"] == [[s["text"] for s in r] for r in rows["spans"]]
+    assert got["meta.a"].tolist() == [m["a"] for m in rows["meta"]]
+    assert got["meta.b"] == [m["b"] for m in rows["meta"]]
+    assert got["meta.c.d"].tolist() == [m["c"]["d"] for m in rows["meta"]]
+    assert got["tr.en"] == [t["en"] for t in rows["tr"]] and got["tr.fr"] == [t["fr"] for t in rows["tr"]]
+    assert got["trv.language"] == [t["language"] for t in rows["trv"]]
+    assert got["trv.translation"] == [t["translation"] for t in rows["trv"]]
+
+
+def test_hf_sharded_files_load_in_file_order_with_empty_shards(tmp_path):
+    # As push_to_hub shards a split (train-00000-of-00100.parquet ...), the small ones empty.
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"id": list(range(60)), "text": [f"t{i}" for i in range(60)]})
+    for i in range(100):
+        shard = ds.shard(num_shards=100, index=i) if i < 60 else ds.select([])
+        shard.to_parquet(str(tmp_path / f"train-{i:05d}-of-00100.parquet"))
+    got = collect(pqloader.Loader(str(tmp_path), batch_size=8))
+    assert got["id"].tolist() == list(range(60)) and got["text"] == ds["text"]
+    shuffled = collect(pqloader.Loader(str(tmp_path), batch_size=8, shuffle=True, seed=4))
+    assert sorted(shuffled["id"].tolist()) == list(range(60))
+
+
+@pytest.fixture(scope="module")
+def hf_null_image_files(tmp_path_factory):
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("hf_null_images")
+    rng = np.random.default_rng(8)
+    images = [Image.fromarray(rng.integers(0, 255, (4, 5, 3), dtype=np.uint8)) for _ in range(6)]
+    for i, im in enumerate(images):
+        im.save(d / f"{i}.png")
+    features = datasets.Features({"image": datasets.Image()})
+    # None beside images; images made from local files (HF keeps their paths, bytes null)
+    datasets.Dataset.from_dict({"image": [None if i % 3 == 1 else im for i, im in enumerate(images)]},
+                               features=features).to_parquet(str(d / "some_none.parquet"))
+    by_path = datasets.Dataset.from_dict({"image": [str(d / f"{i}.png") for i in range(6)]}, features=features)
+    by_path.to_parquet(str(d / "by_path.parquet"))
+    return d, images, by_path
+
+
+def test_hf_null_images_are_refused_naming_a_fill_the_decoder_takes(hf_null_image_files):
+    # The null refusal's hint gave fill_null={'image.bytes': ''}, which the Loader then
+    # refuses (each null row is decoded from its fill): it names an image instead, and
+    # where Hugging Face leaves null bytes (images kept by path) and how to embed them.
+    from PIL import Image
+    from pqloader import transforms as T
+
+    d, images, by_path = hf_null_image_files
+    ops = {"image.bytes": [T.DecodeImage()]}
+    for name, nulls in (("some_none", 2), ("by_path", 6)):
+        with pytest.raises(pqloader.InvalidDataError) as e:
+            pqloader.Loader(str(d / f"{name}.parquet"), columns=["image.bytes"], transforms=ops)
+        text = str(e.value)
+        assert text.startswith(f"column 'image.bytes' (binary) has {nulls} null value(s)"), text
+        assert "fill_null={'image.bytes': <a JPEG or PNG image>}" in text and "''" not in text, text
+        assert "filter=pc.field('image.bytes').is_valid()" in text and "'image.path'" in text, text
+        assert "embed_table_storage" in text, text
+    # Without a decode op '' is a fill that works: the engine's hint stands.
+    with pytest.raises(pqloader.InvalidDataError, match=r"fill_null=\{'image.bytes': ''\}"):
+        pqloader.Loader(str(d / "some_none.parquet"), columns=["image.bytes"])
+    # The fill it names loads; the masked rows are the None ones.
+    fill = (d / "0.png").read_bytes()
+    got = collect(pqloader.Loader(str(d / "some_none.parquet"), columns=["image.bytes"], batch_size=1,
+                                  transforms=ops, fill_null={"image.bytes": fill}, null_mask=True))
+    assert got["image.bytes_valid"].tolist() == [i % 3 != 1 for i in range(6)]
+    for i, im in enumerate(images):
+        want = np.asarray(im if i % 3 != 1 else Image.open(d / "0.png").convert("RGB"))
+        np.testing.assert_array_equal(got["image.bytes"][i], want)
+    # The embedding it names: the files' bytes in the Parquet file, pixel for pixel.
+    from datasets.table import embed_table_storage
+
+    embedded = by_path.with_format("arrow").map(embed_table_storage, batched=True).with_format(None)
+    embedded.to_parquet(str(d / "embedded.parquet"))
+    got = collect(pqloader.Loader(str(d / "embedded.parquet"), columns=["image.bytes"], batch_size=1,
+                                  transforms=ops))
+    for i, im in enumerate(images):
+        np.testing.assert_array_equal(got["image.bytes"][i], np.asarray(im))
+
+
+def test_hf_save_to_disk_arrow_files_are_refused_pointing_to_parquet(tmp_path):
+    # save_to_disk (and datasets' cache) write Arrow IPC streams named .arrow: "not
+    # Parquet", and where they come from and how to write Parquet.
+    datasets = pytest.importorskip("datasets")
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"a": list(range(10))}).save_to_disk(str(saved), num_shards=2)
+    arrow = sorted(saved.glob("*.arrow"))
+    assert len(arrow) == 2
+    hint = r"'\.arrow' files are Arrow IPC, as Hugging Face datasets' save_to_disk .*to_parquet"
+    with pytest.raises(pqloader.DataNotFoundError, match="no Parquet files found.*" + hint):
+        pqloader.Loader(str(saved))
+    with pytest.raises(pqloader.DataNotFoundError, match=hint):
+        pqloader.inspect(str(saved))
+    with pytest.raises(pqloader.InvalidDataError, match="is not a readable Parquet file.*" + hint):
+        pqloader.Loader(str(arrow[0]))
+    # A corrupt .parquet is not blamed on an .arrow file beside it.
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    shutil.copy(arrow[0], tmp_path / "x.arrow")
+    with pytest.raises(pqloader.InvalidDataError) as e:
+        pqloader.Loader(str(tmp_path / "bad.parquet"))
+    assert "Arrow IPC" not in str(e.value)
+    # Listed beyond the five files the message names: found by the directory's listing.
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(6):
+        (many / f"a{i}.json").write_text("{}")
+    shutil.copy(arrow[0], many / "z.arrow")
+    with pytest.raises(pqloader.DataNotFoundError, match=r"\.\.\.\) is not Parquet.*" + hint):
+        pqloader.Loader(str(many))
+
+
+def test_hf_images_written_as_tiff_are_refused_naming_the_format(tmp_path):
+    # HF's Image feature writes a PIL image of mode P (a palette: segmentation masks), I,
+    # F, I;16 or CMYK as TIFF: the refusal said only "not a JPEG or PNG image (N bytes)".
+    datasets = pytest.importorskip("datasets")
+    from PIL import Image
+    from pqloader import transforms as T
+
+    im = Image.fromarray(np.arange(48, dtype=np.uint8).reshape(4, 4, 3)).convert("P")
+    path = tmp_path / "p.parquet"
+    datasets.Dataset.from_dict({"image": [im]}, features=datasets.Features({"image": datasets.Image()})
+                               ).to_parquet(str(path))
+    with pytest.raises(pqloader.InvalidDataError,
+                       match=r"row 0, column 'image.bytes': .*not a JPEG or PNG image \(\d+ bytes; it is a "
+                             r"TIFF image: Hugging Face's Image feature writes .*\): re-encode it as PNG"):
+        collect(pqloader.Loader(str(path), columns=["image.bytes"], transforms={"image.bytes": [T.DecodeImage()]}))

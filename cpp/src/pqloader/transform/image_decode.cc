@@ -35,6 +35,24 @@ bool IsPng(const uint8_t* p, int64_t n) {
   return n >= 8 && std::memcmp(p, kSig, 8) == 0;
 }
 
+// What encoded bytes that are neither JPEG nor PNG are, by their leading bytes ("" if
+// unknown), for the refusal, which otherwise gave only a size.
+std::string OtherImageFormat(const uint8_t* p, int64_t n) {
+  auto starts = [&](const char* magic, int64_t k) {
+    return n >= k && std::memcmp(p, magic, static_cast<size_t>(k)) == 0;
+  };
+  if (starts("II*\0", 4) || starts("MM\0*", 4)) {
+    return "; it is a TIFF image: Hugging Face's Image feature writes a PIL image of a mode "
+           "other than 1, L, LA, RGB and RGBA (P, I, F, I;16, CMYK) as TIFF";
+  }
+  if (n >= 12 && starts("RIFF", 4) && std::memcmp(p + 8, "WEBP", 4) == 0) {
+    return "; it is a WebP image";
+  }
+  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "; it is a GIF image";
+  if (n >= 26 && starts("BM", 2)) return "; it looks like a BMP image";
+  return "";
+}
+
 // PIL's RGB → L conversion (ITU-R 601-2 luma, 16-bit fixed point, rounded).
 void RgbToGray(const uint8_t* rgb, int64_t pixels, uint8_t* gray) {
   for (int64_t i = 0; i < pixels; ++i) {
@@ -517,7 +535,11 @@ class DecodeImageOp : public Op {
       out = DecodePng(p, n, mode_, exif_transpose_ ? &orientation : nullptr);
       if (out.ok()) out = Orient(std::move(out).ValueUnsafe(), orientation);
     } else {
-      return arrow::Status::Invalid("not a JPEG or PNG image (", n, " bytes)");
+      const std::string other = OtherImageFormat(p, n);
+      return arrow::Status::Invalid("not a JPEG or PNG image (", n, " bytes", other,
+                                    other.empty() ? ")"
+                                                  : "): re-encode it as PNG or JPEG when "
+                                                    "writing (PIL's convert('RGB') or 'L')");
     }
     // Gray without its channel axis: (H, W), as Petastorm's codec and PIL's "L" give.
     if (out.ok() && mode_ == ImageMode::kGray && !keepdims_) out->shape.resize(2);
