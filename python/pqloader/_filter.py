@@ -405,6 +405,49 @@ def _call(predicates: list[Predicate]) -> Callable[[Any, Any], tuple[Any, Any]]:
     return call
 
 
+# Options fields the engine's Arrow (25) reads that an older pyarrow does not write, with
+# the value that keeps the older pyarrow's behaviour (Arrow's deserializer refuses an
+# options struct that lacks a field: "Cannot deserialize field lean_left_on_odd_padding of
+# options type PadOptions", for every utf8_center/lpad/rpad filter of pyarrow < 19).
+_ADDED_OPTION_FIELDS = {b"PadOptions": [("lean_left_on_odd_padding", True)]}
+
+
+def _for_engine_arrow(data: bytes) -> bytes:
+    """`data` (arrow::compute::Serialize's bytes, an Arrow IPC file of one row whose
+    struct columns are the calls' options) with the fields of _ADDED_OPTION_FIELDS that
+    an older pyarrow left out added, at the value its own kernels used; else unchanged."""
+    if not any(name in data for name in _ADDED_OPTION_FIELDS):  # (most filters: no parse)
+        return data
+    import pyarrow as pa
+    reader = pa.ipc.open_file(pa.py_buffer(data))
+    if reader.num_record_batches != 1:
+        return data
+    batch = reader.get_batch(0)
+    schema, columns, changed = reader.schema, list(batch.columns), False
+    for i, array in enumerate(columns):
+        t = array.type
+        if not pa.types.is_struct(t) or t.get_field_index("_type_name") < 0:
+            continue
+        name = array.field("_type_name")[0].as_py()
+        added = [(f, v) for f, v in _ADDED_OPTION_FIELDS.get(name, []) if t.get_field_index(f) < 0]
+        if not added:
+            continue
+        fields = [t.field(k) for k in range(t.num_fields)]
+        arrays = [array.field(k) for k in range(t.num_fields)]
+        for f, v in added:
+            fields.append(pa.field(f, pa.bool_()))
+            arrays.append(pa.array([v] * len(array), pa.bool_()))
+        columns[i] = pa.StructArray.from_arrays(arrays, fields=fields)
+        schema = schema.set(i, schema.field(i).with_type(columns[i].type))
+        changed = True
+    if not changed:
+        return data
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema) as writer:  # (the schema's metadata, the calls, kept)
+        writer.write_batch(pa.record_batch(columns, schema=schema))
+    return sink.getvalue().to_pybytes()
+
+
 def to_engine(value: Any) -> dict[str, Any]:
     """The engine's ``filter`` (serialized expression) and ``predicate`` options."""
     if value is None:
@@ -416,7 +459,7 @@ def to_engine(value: Any) -> dict[str, Any]:
         for x in exprs[1:]:
             e = e & x
         # What pyarrow pickles: arrow::compute::Serialize's bytes, read by the engine's Arrow.
-        out["filter"] = e.__reduce__()[1][0].to_pybytes()
+        out["filter"] = _for_engine_arrow(e.__reduce__()[1][0].to_pybytes())
     if preds:
         columns = list(dict.fromkeys(c for p in preds for c in p.columns))
         out["predicate"] = (columns, _call(preds))

@@ -225,7 +225,20 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
         same = _jsonish(_stacks_sorted(theirs)) == _jsonish(_stacks_sorted(mine))
     else:
         same = _jsonish(theirs) == _jsonish(mine)
-    return None if same else f"state has {theirs!r:.200}, {who} has {mine!r:.200}"
+    return None if same else _shown_diff(theirs, mine, who)
+
+
+def _shown_diff(theirs: Any, mine: Any, who: str, limit: int = 200) -> str:
+    """ "state has ..., loader has ...", each cut to `limit` characters; two texts alike
+    in those (a long filter's, whose value sets differ only in the hash after them) are
+    shown from a little before where they first differ, not as the same two beginnings."""
+    a, b = repr(theirs), repr(mine)
+    if isinstance(theirs, str) and isinstance(mine, str) and a[:limit] == b[:limit]:
+        i = next((k for k, (x, y) in enumerate(zip(theirs, mine)) if x != y), min(len(theirs), len(mine)))
+        start = max(0, i - 40)
+        a, b = (f"...{t[start:]!r:.{limit}}" for t in (theirs, mine))
+        return f"state has {a}, {who} has {b} (alike for their first {i} characters)"
+    return f"state has {a:.{limit}}, {who} has {b:.{limit}}"
 
 
 # Where packing and the filter ride in the "transforms" fingerprint (bindings.cc,

@@ -1186,7 +1186,10 @@ NB_MODULE(_core, m) {
                // silently).
                if (described.find("...") != std::string::npos ||
                    pqloader::ValueSetPrintsAmbiguously(filter.serialized_expression)) {
-                 f += "#" + pqloader::FooterHash(filter.serialized_expression);
+                 // (Of the engine's serialization: the user's pyarrow's bytes differ by
+                 // version, and a pyarrow 14 state was refused under 25.)
+                 f += "#" + pqloader::FooterHash(
+                                pqloader::CanonicalExpression(filter.serialized_expression));
                }
                // And literals whose text leaves their type out (float32 0.1 as 0.1, a
                // double 2.0 as 2): their types, only where there are such (other

@@ -1090,6 +1090,20 @@ def test_states_tell_apart_value_sets_whose_strings_print_alike(tmp_path):
     assert "#" not in plain.state_dict()["options"]["transforms"]  # other states keep their form
 
 
+def test_a_refused_state_of_a_long_value_set_shows_where_the_filters_differ(tmp_path):
+    # Arrow abbreviates a long value set ("..."), so two filters print alike for more than
+    # the 200 characters shown and differ only in the hash after them: the message showed
+    # the same two beginnings ("state has '...-22,\n  -', loader has '...-22,\n  -'").
+    pq.write_table(pa.table({"id": np.arange(100)}), tmp_path / "a.parquet")
+    one = pqloader.Loader(str(tmp_path), batch_size=2, filter=pc.field("id").isin(list(range(60))))
+    two = pqloader.Loader(str(tmp_path), batch_size=2, filter=pc.field("id").isin([*range(30), 99, *range(31, 60)]))
+    with pytest.raises(pqloader.InvalidDataError, match="different options: filter: state has") as e:
+        two.load_state_dict(one.state_dict())
+    state, loader = str(e.value).split("state has ", 1)[1].split(", loader has ", 1)
+    assert "#" in state and "#" in loader, str(e.value)  # the hashes, where they differ
+    assert state != loader.split(" (alike for")[0], str(e.value)
+
+
 def test_the_error_of_a_predicate_failing_on_several_row_groups_names_the_first(tmp_path):
     # The first error in time was reported: "row group 7" now and then, "row group 0"
     # mostly (and which exception class, where they differ).
@@ -1436,3 +1450,39 @@ def test_deprecated_min_max_of_decimals_stored_as_bytes_prune_nothing(tmp_path):
     assert len(got) == 0 and loader.stats()["filter_row_groups_pruned_statistics"] == 1
     got, _ = loaded_ids(tmp_path / "one", v == pa.scalar(Decimal("1.00"), dtype))
     assert got.tolist() == [0]
+
+
+def _as_older_pyarrow_writes(expression, left_out):
+    """`expression`'s serialized bytes without the options fields `left_out` (as an older
+    pyarrow, which has no such field, writes them: pyarrow 14's PadOptions)."""
+    reader = pa.ipc.open_file(expression.__reduce__()[1][0])
+    batch = reader.get_batch(0)
+    schema, columns = reader.schema, list(batch.columns)
+    for i, array in enumerate(columns):
+        if pa.types.is_struct(array.type):
+            keep = [k for k in range(array.type.num_fields) if array.type.field(k).name not in left_out]
+            columns[i] = pa.StructArray.from_arrays([array.field(k) for k in keep],
+                                                    fields=[array.type.field(k) for k in keep])
+            schema = schema.set(i, schema.field(i).with_type(columns[i].type))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, schema) as writer:
+        writer.write_batch(pa.record_batch(columns, schema=schema))
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_pad_filter_of_pyarrow_before_lean_left_on_odd_padding_reaches_the_engine(tmp_path):
+    # pyarrow 14's PadOptions has no lean_left_on_odd_padding; the engine's Arrow refused
+    # such an expression ("Cannot deserialize field lean_left_on_odd_padding of options
+    # type PadOptions") for every utf8_center / *_lpad / *_rpad filter made by it. The
+    # field is added at True, which is what pyarrow 14's kernels did.
+    from pqloader import _filter
+    e = (pc.utf8_center(pc.field("s"), 5, "x") == "xabxx") | (pc.ascii_lpad(pc.field("s"), 3) == " ab")
+    old = _as_older_pyarrow_writes(e, {"lean_left_on_odd_padding"})
+    with pytest.raises(pa.ArrowInvalid, match="lean_left_on_odd_padding"):
+        pc.Expression._deserialize(pa.py_buffer(old))
+    fixed = _filter._for_engine_arrow(old)
+    assert pc.Expression._deserialize(pa.py_buffer(fixed)).equals(e)
+    plain = (pc.field("s") == "PadOptions").__reduce__()[1][0].to_pybytes()
+    assert _filter._for_engine_arrow(plain) is plain  # nothing to add: unchanged
+    pq.write_table(pa.table({"id": [0, 1, 2], "s": ["ab", "abc", "b"]}), tmp_path / "a.parquet")
+    assert collect(pqloader.Loader(str(tmp_path), filter=e))["id"].tolist() == [0]

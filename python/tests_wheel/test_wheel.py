@@ -133,6 +133,16 @@ def data(tmp_path_factory) -> Path:
         str(root / "img"), batch_size=4, shuffle=True, seed=3, transforms={
             "jpeg": [T.DecodeImage(), T.Resize(16), T.CenterCrop(16), T.RandomHorizontalFlip(),
                      T.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]), T.ToCHW()]})])
+    # A state of the development build (pyarrow 25) with a long value set, for smoke.py's
+    # check_filters_across_pyarrow to resume with the same filter made by another pyarrow.
+    import pyarrow.compute as pc
+    loader = pqloader.Loader(str(root / "tab"), columns=["id"], batch_size=4, shuffle=True, seed=5,
+                             filter=pc.field("id").isin(list(range(0, 150, 3))))
+    batches = iter(loader)
+    next(batches), next(batches)
+    state = loader.state_dict()
+    rest = [int(i) for b in batches for i in b["id"]]
+    (root / "filter_state.json").write_text(json.dumps({"state": state, "rest": rest}))
     np.savez(root / "expected.npz", tab_ids=ids, order_seed7=order, jpeg_pil=np.stack(jpeg_pil),
              png_pil=np.stack(png_pil), jpeg_pipeline=pipeline)
     return root
@@ -196,7 +206,8 @@ def smoke(env: str, order: str, installed, data, s3, tmp_path_factory) -> dict:
 
 CHECKS = ["check_import_is_lean", "check_load_and_shuffle", "check_jpeg_png_transforms",
           "check_cache", "check_torch_output", "check_s3", "check_arrow_schema", "check_declared_schema",
-          "check_pyarrow_in_same_process", "check_pyarrow_objects_in", "check_petastorm_side_by_side"]
+          "check_pyarrow_in_same_process", "check_pyarrow_objects_in", "check_petastorm_side_by_side",
+          "check_filters_across_pyarrow"]
 # pqloader imported first; pyarrow (and Petastorm) first; pyarrow first and RTLD_GLOBAL.
 RUNS = [(env, "pqloader-first") for env in ENVS] + [
     (env, order) for order in ("pyarrow-first", "pyarrow-global") for env in ENVS if WITH_PYARROW[env]]

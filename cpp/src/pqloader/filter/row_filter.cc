@@ -20,8 +20,10 @@
 #include <arrow/compute/exec.h>
 #include <arrow/compute/expression.h>
 #include <arrow/compute/initialize.h>
+#include <arrow/compute/registry.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/scalar.h>
+#include <arrow/util/config.h>
 #include <arrow/table.h>
 #include <arrow/type.h>
 #include <arrow/type_traits.h>
@@ -57,7 +59,24 @@ arrow::Result<cp::Expression> ReadExpression(const std::string& serialized) {
   auto expr = cp::Deserialize(arrow::Buffer::FromString(serialized));
   if (!expr.ok()) {
     return arrow::Status::Invalid("filter: cannot read the expression: ",
-                                  expr.status().message());
+                                  expr.status().message(),
+                                  " (made by a pyarrow whose function options differ from Arrow ",
+                                  ARROW_VERSION_STRING, "'s, which pqloader evaluates it with?)");
+  }
+  // A function the user's pyarrow has and the engine's Arrow lacks (pyarrow 26's modulo):
+  // named here, not at the first file's bind as if the file were at fault.
+  std::vector<const cp::Expression*> todo{&*expr};
+  while (!todo.empty()) {
+    const cp::Expression::Call* call = todo.back()->call();
+    todo.pop_back();
+    if (call == nullptr) continue;
+    if (!cp::GetFunctionRegistry()->GetFunction(call->function_name).ok()) {
+      return arrow::Status::Invalid("filter: function '", call->function_name,
+                                    "' is not in pqloader's Arrow ", ARROW_VERSION_STRING,
+                                    " (the pyarrow that made the filter is another version): "
+                                    "write it with other functions, or as a pqloader.Predicate");
+    }
+    for (const cp::Expression& argument : call->arguments) todo.push_back(&argument);
   }
   return std::move(expr).ValueUnsafe();
 }
@@ -1070,7 +1089,8 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // looked up in a set of floats prunes nothing. v14: the deprecated min and max of a
   // byte-array column (files without column orders: a decimal's, byte by byte, is not its
   // order) prune only where equal (v13 pruned row groups holding rows that pass).
-  std::string id = "filter-v14|" + options.serialized_expression;
+  // (The engine's serialization: pyarrow 14's bytes of an expression differ from 25's.)
+  std::string id = "filter-v14|" + CanonicalExpression(options.serialized_expression);
   if (options.verify_checksums) id += "|crc=verified";
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
@@ -1347,6 +1367,13 @@ std::string SelectionFingerprint(const Split& split) {
   if (split.rows == nullptr) return "";
   return FooterHash(std::string(reinterpret_cast<const char*>(split.rows->data()),
                                 split.rows->size() * sizeof(int32_t)));
+}
+
+std::string CanonicalExpression(const std::string& serialized_expression) {
+  auto expr = ReadExpression(serialized_expression);
+  if (!expr.ok()) return serialized_expression;
+  auto buffer = cp::Serialize(*expr);
+  return buffer.ok() ? (*buffer)->ToString() : serialized_expression;
 }
 
 std::string DescribeExpression(const std::string& serialized_expression) {

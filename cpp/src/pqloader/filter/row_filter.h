@@ -104,6 +104,11 @@ void ApplySelection(const RowSelection& selection, Dataset* dataset);
 /// A short identity of a split's kept rows for cache keys ("" for all rows).
 std::string SelectionFingerprint(const Split& split);
 
+/// `serialized_expression` as the engine's Arrow serializes it (Serialize of its
+/// Deserialize): one value for an expression whichever pyarrow wrote it (pyarrow 14's
+/// bytes differ from 25's for every expression); the input where it does not read.
+std::string CanonicalExpression(const std::string& serialized_expression);
+
 /// A human-readable form of a serialized expression (for messages), or "".
 std::string DescribeExpression(const std::string& serialized_expression);
 
