@@ -164,7 +164,10 @@ def _check_fill_value(where: str, value: Any) -> Any:
     if isinstance(value, (int, np.integer)):
         value = int(value)
         if not _INT64_MIN <= value < _INT64_LIMIT:
-            raise ValueError(f"{where} must fit in int64, got {value}")
+            hint = (" (a uint64 column's fill above 2**63 - 1 is given as a float that holds it "
+                    f"exactly, e.g. {float(value & ~2047):.17g}: the engine takes integers as int64)"
+                    if _INT64_LIMIT <= value < 2**64 else "")
+            raise ValueError(f"{where} must fit in int64, got {value}{hint}")
         return value
     if isinstance(value, (float, np.floating)):
         return float(value)

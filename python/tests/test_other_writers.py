@@ -302,3 +302,20 @@ def test_a_pandas_index_that_is_also_a_partition_key_is_not_called_left_out_by_i
     got = collect(pqloader.Loader(str(tmp_path), batch_size=10))
     assert sorted(got) == ["id", "x"] and got["id"].tolist() == [1, 1, 1]
     assert "pandas index" not in pqloader.inspect(str(tmp_path))["loads_as"]["id"]
+
+
+def test_a_float_fill_of_a_uint64_column_at_or_above_2_63_loads_exactly(tmp_path):
+    # DuckDB's UBIGINT (pandas' UInt64, Polars' UInt64) with a null: a float fill >= 2**63
+    # went through int64 in C++ (undefined: x86 gave 2**63 for every such fill).
+    p = tmp_path / "u.parquet"
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT CASE WHEN i = 1 THEN NULL ELSE (18446744073709551615 - i)::UBIGINT END AS u "
+                f"FROM range(3) t(i)) TO '{p}' (FORMAT PARQUET)")
+    con.close()
+    for fill in (1.8e19, 9.3e18, 2.0**64 - 2048):
+        for cache in (None, str(tmp_path / "cache")):
+            got = collect(pqloader.Loader(str(p), fill_null={"u": fill}, cache_dir=cache))["u"]
+            assert got.dtype == np.uint64 and got.tolist() == [2**64 - 1, int(fill), 2**64 - 3], fill
+    # An int fill past int64 is refused, saying how to give a uint64 column's large fill.
+    with pytest.raises(ValueError, match=r"must fit in int64, got 18446744073709551615 \(a uint64 column's fill"):
+        pqloader.Loader(str(p), fill_null={"u": 2**64 - 1})

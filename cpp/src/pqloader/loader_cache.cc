@@ -160,7 +160,11 @@ void Loader::SetUpCache() {
           (f.enabled ? std::to_string(f.is_float) + "," + std::to_string(f.int_value) + "," +
                            ExactText(f.float_value) + "," + f.bytes_value +
                            (f.rows_only ? ",rows" : "") +
-                           (f.list_length >= 0 ? ",len" + std::to_string(f.list_length) : "")
+                           (f.list_length >= 0 ? ",len" + std::to_string(f.list_length) : "") +
+                           // (before the forty-second session, such a fill was written 2^63)
+                           (spec.dtype == DType::kUInt64 && f.is_float && f.float_value >= 0x1p63
+                                ? ",u64-exact"
+                                : "")
                      : "none") +
           IntegersAsFloats(*dataset_, c) + Int96Checked(*dataset_, c) +
           DecimalsRescaled(*dataset_, c) +

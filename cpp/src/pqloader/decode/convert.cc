@@ -235,7 +235,13 @@ arrow::Status ConvertElements(const arrow::Array& arr, DType dst, const std::str
 // Write `fill` as one element of `dtype` at `out`.
 void WriteFill(const NullFill& fill, DType dtype, uint8_t* out) {
   const double f = fill.is_float ? fill.float_value : static_cast<double>(fill.int_value);
-  const int64_t i = fill.is_float ? static_cast<int64_t>(fill.float_value) : fill.int_value;
+  // (A double of 2^63 and above is no int64: its cast is undefined, and x86 gave 2^63
+  // for a uint64 column's fill of 1.8e19; the fit checks made it whole and in range.)
+  const bool int64_holds =
+      !fill.is_float || (fill.float_value >= -0x1p63 && fill.float_value < 0x1p63);
+  const int64_t i = !fill.is_float ? fill.int_value
+                    : int64_holds  ? static_cast<int64_t>(fill.float_value)
+                                   : 0;
   auto put = [out](auto v) { std::memcpy(out, &v, sizeof(v)); };
   switch (dtype) {
     case DType::kBool: put(static_cast<uint8_t>(i != 0 || f != 0)); break;
@@ -246,7 +252,10 @@ void WriteFill(const NullFill& fill, DType dtype, uint8_t* out) {
     case DType::kUInt8: put(static_cast<uint8_t>(i)); break;
     case DType::kUInt16: put(static_cast<uint16_t>(i)); break;
     case DType::kUInt32: put(static_cast<uint32_t>(i)); break;
-    case DType::kUInt64: put(static_cast<uint64_t>(i)); break;
+    case DType::kUInt64:
+      put(fill.is_float && !int64_holds ? static_cast<uint64_t>(fill.float_value)
+                                        : static_cast<uint64_t>(i));
+      break;
     case DType::kFloat16: put(arrow::util::Float16::FromDouble(f).bits()); break;
     case DType::kFloat32: put(static_cast<float>(f)); break;
     case DType::kFloat64: put(f); break;
