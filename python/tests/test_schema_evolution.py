@@ -614,3 +614,13 @@ def test_int96_beside_zoned_timestamps_suggests_no_unit_and_a_coarser_unit_says_
         pqloader.Loader(str(tmp_path))
     got = collect(pqloader.Loader(str(tmp_path / "a.parquet"), coerce_int96_timestamp_unit="ms"))
     assert got["ts"].tolist() == [pa.scalar(ts[0], pa.timestamp("ms")).value]
+
+
+def test_a_list_declared_a_fixed_size_list_says_why_and_what_to_declare(tmp_path):
+    # "does not convert ... without loss" read as if values would be lost: a list has no
+    # length to convert by, and rows of one length load as (batch, n) without schema=.
+    pq.write_table(pa.table({"l": pa.array([[1, 2], [3, 4]], pa.list_(pa.int64()))}), tmp_path / "a.parquet")
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"a list has no fixed length to convert by"):
+        pqloader.Loader(str(tmp_path), schema=pa.schema([("l", pa.list_(pa.int64(), 2))]))
+    got = collect(pqloader.Loader(str(tmp_path), schema=pa.schema([("l", pa.list_(pa.int64()))])))
+    assert got["l"].shape == (2, 2)

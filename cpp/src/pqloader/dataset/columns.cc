@@ -963,12 +963,21 @@ class Resolver {
       if (declared) {
         if (!ConvertsTo(*type, *unified, /*declared=*/true)) {
           const std::string why = UnitsDiffer(*type, *unified);
+          // A list declared a fixed-size list: no loss of values, but no length either
+          // (its rows may differ), and rows of one length load as (batch, n) as they are.
+          const bool list_to_fixed =
+              (type->id() == arrow::Type::LIST || type->id() == arrow::Type::LARGE_LIST) &&
+              unified->id() == arrow::Type::FIXED_SIZE_LIST;
           return MakeError(ErrorKind::kSchemaMismatch, "column '", leaf.name(), "' is ",
                            type->ToString(), " in '", files_[f].display,
                            "', which does not convert to the declared ", unified->ToString(),
-                           why.empty() ? " without loss"
-                                       : ": " + why + Int96Remedy(static_cast<int>(f), src.leaves,
-                                                                  *type, *unified));
+                           list_to_fixed
+                               ? ": a list has no fixed length to convert by (its rows may "
+                                 "differ); declare it a list: rows of one length load as "
+                                 "(batch, n) as they are"
+                           : why.empty() ? " without loss"
+                                         : ": " + why + Int96Remedy(static_cast<int>(f),
+                                                                    src.leaves, *type, *unified));
         }
         continue;
       }
