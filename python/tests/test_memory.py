@@ -78,3 +78,52 @@ def test_peak_memory_stays_within_the_documented_bound(big_rows, workers, shuffl
     # 25 % for the allocator's own slack. Before the bound held (issue 12), this loader
     # kept about six row groups plus every row group's decode transients: over 600 MiB.
     assert got["delta"] <= 1.25 * bound, (got["delta"] / MIB, bound / MIB)
+
+
+# Packing holds per-document state outside max_inflight_bytes for the loader's life (every
+# document's length, 12 bytes) and per epoch (the block plan, 8 bytes a document of the
+# rank; the next epoch's is made while one ends). README, "Bounded memory".
+PACK_CHILD = r"""
+import json, sys, pqloader
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+path, budget = sys.argv[1], int(sys.argv[2])
+before = status("VmRSS:")
+loader = pqloader.Loader(path, batch_size=64, num_workers=2, max_inflight_bytes=budget,
+                         shuffle=True, seed=1, shuffle_window=1,
+                         pack=pqloader.Pack("tokens", seq_len=4096, eos=2))
+tokens = sum(int(b["loss_mask"].sum()) for b in loader)
+print(json.dumps({"tokens": tokens, "delta": status("VmHWM:") - before}))
+"""
+
+DOCS, DOC_GROUP = 10_000_000, 1_000_000  # documents of 1-3 tokens: the plan outweighs the data
+
+
+@pytest.fixture(scope="module")
+def short_documents(tmp_path_factory):
+    path = tmp_path_factory.mktemp("memory") / "docs.parquet"
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 4, DOCS)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = pa.array(rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32))
+    pq.write_table(pa.table({"tokens": pa.ListArray.from_arrays(pa.array(offsets), values)}),
+                   path, row_group_size=DOC_GROUP, compression="none")
+    return str(path), int(lengths.sum())
+
+
+def test_packing_memory_is_the_bound_plus_its_per_document_plan(short_documents):
+    path, total = short_documents
+    budget = 16 * MIB
+    out = subprocess.run([sys.executable, "-c", PACK_CHILD, path, str(budget)],
+                         capture_output=True, text=True, timeout=240, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["tokens"] == total + DOCS  # every document and its eos, once
+    group = DOC_GROUP * (2 * 4 + 4)       # ~2 tokens a document, int32, and its offset
+    batch = 64 * 4096 * (4 + 8 + 8 + 1)  # tokens, position_ids, document_ids, loss_mask
+    bound = (budget + group + 4 * batch + group + 2 * 3 * group + (2 * budget + 32 * MIB)
+             + group)                     # window: one row group
+    per_document = 12 + 2 * 8  # lengths and prefix sums; two epochs' block plans
+    # Without its per-document term the bound is exceeded ~2.5x here (10^7 documents).
+    assert got["delta"] <= 1.25 * (bound + per_document * DOCS), (got["delta"] / MIB, bound / MIB)
