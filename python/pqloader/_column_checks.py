@@ -117,6 +117,19 @@ _DECODE_INPUTS = {
 }
 
 
+def valid_filter(name: str) -> str:
+    """The filter, as text, that keeps the rows where column `name` is not null: a dotted
+    name is a struct's field, which ``pc.field(name)`` does not find (filters name
+    top-level columns: ``pc.field('image.bytes')`` is a ColumnNotFoundError), so its
+    struct is read with ``struct_field``."""
+    top, _, rest = name.partition(".")
+    if not rest:
+        return f"pc.field({name!r}).is_valid()"
+    path = rest.split(".")
+    field = repr(path[0]) if len(path) == 1 else repr(path)
+    return f"pc.struct_field(pc.field({top!r}), {field}).is_valid()"
+
+
 def check_decoded_fills(fill_null: Any, transforms: Any,
                         columns: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse a null row's replacement that a column's decode op cannot decode.
@@ -147,7 +160,7 @@ def check_decoded_fills(fill_null: Any, transforms: Any,
         starts, what = _DECODE_INPUTS[ops[0].name]
         remedy = (f"give fill_null={{{name!r}: <{what}>}} to decode in a null's place (its "
                   f"'{name}_valid' is False where null_mask= adds one), or drop the null rows "
-                  f"with filter=pc.field({name!r}).is_valid()")
+                  f"with filter={valid_filter(name)}")
         if isinstance(fill_null, Mapping):
             fill, where = fill_null.get(name), f"fill_null[{name!r}]"
         else:
@@ -196,7 +209,7 @@ def explain_decoded_nulls(message: str, transforms: Any) -> str | None:
                       lambda _: f"(a null row is decoded from the fill, which {ops[0]!r} must "
                                 f"take: {what}; without one a null row raises when read)", text, count=1)
         text = text.replace("or select other columns",
-                            f"drop the null rows with filter=pc.field({name!r}).is_valid(), "
+                            f"drop the null rows with filter={valid_filter(name)}, "
                             "or select other columns")
         if name.endswith(".bytes"):
             stem = name[: -len(".bytes")]

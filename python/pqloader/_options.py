@@ -164,9 +164,15 @@ def _check_fill_value(where: str, value: Any) -> Any:
     if isinstance(value, (int, np.integer)):
         value = int(value)
         if not _INT64_MIN <= value < _INT64_LIMIT:
-            hint = (" (a uint64 column's fill above 2**63 - 1 is given as a float that holds it "
-                    f"exactly, e.g. {float(value & ~2047):.17g}: the engine takes integers as int64)"
-                    if _INT64_LIMIT <= value < 2**64 else "")
+            hint = ""
+            if _INT64_LIMIT <= value < 2**64:
+                # (Floats from 2**63 on are 2048 apart: only such multiples can be given.)
+                hint = (" (a uint64 column's fill above 2**63 - 1 is given as a float that holds it "
+                        "exactly, a multiple of 2048: the engine takes integers as int64; "
+                        + (f"{float(value):.17g}" if value % 2048 == 0 else
+                           f"no float is {value}: the nearest below is {value & ~2047} = "
+                           f"{float(value & ~2047):.17g}")
+                        + ")")
             raise ValueError(f"{where} must fit in int64, got {value}{hint}")
         return value
     if isinstance(value, (float, np.floating)):

@@ -319,3 +319,10 @@ def test_a_float_fill_of_a_uint64_column_at_or_above_2_63_loads_exactly(tmp_path
     # An int fill past int64 is refused, saying how to give a uint64 column's large fill.
     with pytest.raises(ValueError, match=r"must fit in int64, got 18446744073709551615 \(a uint64 column's fill"):
         pqloader.Loader(str(p), fill_null={"u": 2**64 - 1})
+    # 2**64 - 1 has no float: the float the hint shows is named as another value, not as it.
+    with pytest.raises(ValueError, match=r"no float is 18446744073709551615: the nearest below is "
+                                         r"18446744073709549568 = 1\.844674407370955e\+19\)"):
+        pqloader.Loader(str(p), fill_null={"u": 2**64 - 1})
+    with pytest.raises(ValueError, match=r"a multiple of 2048: the engine takes integers as int64; "
+                                         r"9\.2233720368547758e\+18\)"):
+        pqloader.Loader(str(p), fill_null={"u": 2**63})

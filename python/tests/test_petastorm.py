@@ -1750,6 +1750,18 @@ def test_a_batch_transform_that_changes_a_columns_type_is_never_cast_lossily(tmp
         with pytest.raises(TypeError, match=r"field 'u8', declared uint8"):
             next(reader)
 
+    # Integers past a float field's range became inf silently (only floats were checked).
+    pq.write_table(pa.table({"h": np.arange(4, dtype=np.float16)}), tmp_path / "h.parquet")
+
+    def past_float16(df):
+        df["h"] = df["h"].astype(np.int64) + 70000
+        return df
+
+    with make_batch_reader(str(tmp_path / "h.parquet"), transform_spec=TransformSpec(past_float16),
+                           **NATURAL) as reader:
+        with pytest.raises(TypeError, match=r"int64 values for field 'h', declared float16, .*e\.g\. 70000"):
+            next(reader)
+
     # Values the declared type holds are still given in it; declared, the new type is kept.
     def whole(df):
         df["i32"] = df["i32"] * 2.0

@@ -1327,3 +1327,22 @@ def test_decode_image_min_short_side_is_checked_before_its_cast(bad):
     data = encode(photos()["astronaut"][:64, :64], "PNG")
     with pytest.raises(pqloader.InvalidDataError, match="min_short_side must be a whole number"):
         _core._apply_ops([("DecodeImage", {"mode": "rgb", "min_short_side": bad})], data, 0, 0, 0)
+
+
+def test_a_masked_null_struct_field_that_cannot_decode_names_a_filter_that_loads(tmp_path):
+    # The remedy named filter=pc.field('s.b').is_valid(), which the Loader refuses (filters
+    # name top-level columns): a struct's field is read with struct_field.
+    vals = [_npy_bytes(np.arange(3, dtype=np.float32) + i) if i != 2 else None for i in range(6)]
+    path = str(tmp_path / "s.parquet")
+    pq.write_table(pa.table({"a": np.arange(6), "s": pa.StructArray.from_arrays(
+        [pa.array(vals, pa.binary())], names=["b"])}), path)
+    with pytest.raises(pqloader.InvalidDataError, match=r"column 's.b': the row is null") as e:
+        list(pqloader.Loader(path, batch_size=6, null_mask=["s.b"], columns=["a", "s.b"],
+                             transforms={"s.b": [T.DecodeNdarray()]}))
+    import pyarrow.compute as pc
+
+    remedy = str(e.value).rsplit("filter=", 1)[1]
+    assert remedy == "pc.struct_field(pc.field('s'), 'b').is_valid()", remedy
+    kept = list(pqloader.Loader(path, batch_size=6, columns=["a", "s.b"], filter=eval(remedy, {"pc": pc}),
+                                transforms={"s.b": [T.DecodeNdarray()]}))
+    assert kept[0]["a"].tolist() == [0, 1, 3, 4, 5]

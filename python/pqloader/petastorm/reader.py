@@ -1035,7 +1035,8 @@ def _cast_exactly(values: np.ndarray, dtype: np.dtype, name: str, func: Any) -> 
     with np.errstate(invalid="ignore", over="ignore"):
         cast = values.astype(dtype)
         if dtype.kind == "f":
-            changed = np.isinf(cast) & ~np.isinf(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
+            # (an integer past the float's range, 70000 in a float16, becomes inf as a float does)
+            changed = np.isinf(cast) & ~np.isinf(values) if values.dtype.kind == "f" else np.isinf(cast)
         else:
             back = cast.astype(values.dtype)
             changed = back != values

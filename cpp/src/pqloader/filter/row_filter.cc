@@ -73,8 +73,10 @@ arrow::Result<cp::Expression> ReadExpression(const std::string& serialized) {
     if (!cp::GetFunctionRegistry()->GetFunction(call->function_name).ok()) {
       return arrow::Status::Invalid("filter: function '", call->function_name,
                                     "' is not in pqloader's Arrow ", ARROW_VERSION_STRING,
-                                    " (the pyarrow that made the filter is another version): "
-                                    "write it with other functions, or as a pqloader.Predicate");
+                                    " (a function of another pyarrow version, or one registered "
+                                    "in Python with pc.register_scalar_function, which the "
+                                    "engine cannot call): write it with other functions, or as "
+                                    "a pqloader.Predicate");
     }
     for (const cp::Expression& argument : call->arguments) todo.push_back(&argument);
   }

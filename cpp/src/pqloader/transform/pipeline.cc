@@ -92,14 +92,36 @@ bool MaskedNull(const std::vector<ColumnSpec>& specs, const DecodedUnit& unit, i
   return v.data != nullptr && v.data->size() > 0 && v.data->data()[0] == 0;
 }
 
+namespace {
+
+// The filter that keeps a column's non-null rows, as Python writes it: a dotted name is a
+// struct's field, which filters read with struct_field (they name top-level columns:
+// pc.field('image.bytes') is a ColumnNotFoundError).
+std::string ValidFilter(const std::string& name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos) return "pc.field('" + name + "').is_valid()";
+  std::string path;
+  size_t parts = 0;
+  for (size_t b = dot + 1;; ++parts) {
+    const size_t e = name.find('.', b);
+    path += (path.empty() ? "'" : ", '") + name.substr(b, e - b) + "'";
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return "pc.struct_field(pc.field('" + name.substr(0, dot) + "'), " +
+         (parts == 0 ? path : "[" + path + "]") + ").is_valid()";
+}
+
+}  // namespace
+
 arrow::Status NullFillError(const std::string& where, const ColumnSpec& spec,
                             const arrow::Status& failed) {
   return MakeError(ErrorKind::kInvalidData, where, ", column '", spec.name,
                    "': the row is null ('", spec.name, "_valid' False), and its fill (fill_null's "
                    "value for the column, else b'') is not what its ops take: ", failed.message(),
                    "; give fill_null={'", spec.name, "': <a value its first op decodes>} to "
-                   "stand in for a null, or drop the null rows with filter=pc.field('",
-                   spec.name, "').is_valid()");
+                   "stand in for a null, or drop the null rows with filter=",
+                   ValidFilter(spec.name));
 }
 
 SampleTensor RowSample(const ColumnSpec& spec, const DecodedUnit& unit, int col, int64_t row) {
