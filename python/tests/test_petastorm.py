@@ -1762,6 +1762,16 @@ def test_a_batch_transform_that_changes_a_columns_type_is_never_cast_lossily(tmp
         with pytest.raises(TypeError, match=r"int64 values for field 'h', declared float16, .*e\.g\. 70000"):
             next(reader)
 
+    # ... and integers the float rounds (2049 is no float16: it became 2048).
+    def rounded_in_float16(df):
+        df["h"] = df["h"].astype(np.int64) + 2049
+        return df
+
+    with make_batch_reader(str(tmp_path / "h.parquet"), transform_spec=TransformSpec(rounded_in_float16),
+                           **NATURAL) as reader:
+        with pytest.raises(TypeError, match=r"int64 values for field 'h', declared float16, .*e\.g\. 2049"):
+            next(reader)
+
     # Values the declared type holds are still given in it; declared, the new type is kept.
     def whole(df):
         df["i32"] = df["i32"] * 2.0

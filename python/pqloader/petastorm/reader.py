@@ -1034,9 +1034,14 @@ def _cast_exactly(values: np.ndarray, dtype: np.dtype, name: str, func: Any) -> 
     TypeError naming the field when that type cannot hold them."""
     with np.errstate(invalid="ignore", over="ignore"):
         cast = values.astype(dtype)
-        if dtype.kind == "f":
-            # (an integer past the float's range, 70000 in a float16, becomes inf as a float does)
-            changed = np.isinf(cast) & ~np.isinf(values) if values.dtype.kind == "f" else np.isinf(cast)
+        if dtype.kind == "f" and values.dtype.kind == "f":
+            # (a narrower float rounds, as NumPy's astype does; past its range is inf)
+            changed = np.isinf(cast) & ~np.isinf(values)
+        elif dtype.kind == "f":
+            # An integer the float holds exactly, or none: 70000 in a float16 became inf,
+            # 16777217 in a float32 16777216.
+            finite = np.isfinite(cast)
+            changed = ~finite | (np.where(finite, cast, 0).astype(values.dtype) != values)
         else:
             back = cast.astype(values.dtype)
             changed = back != values
