@@ -1486,3 +1486,18 @@ def test_a_pad_filter_of_pyarrow_before_lean_left_on_odd_padding_reaches_the_eng
     assert _filter._for_engine_arrow(plain) is plain  # nothing to add: unchanged
     pq.write_table(pa.table({"id": [0, 1, 2], "s": ["ab", "abc", "b"]}), tmp_path / "a.parquet")
     assert collect(pqloader.Loader(str(tmp_path), filter=e))["id"].tolist() == [0]
+
+
+def test_an_int_literal_against_a_wide_decimal_says_how_to_write_it(tmp_path):
+    # Spark infers decimal(38, 18) for Python Decimals; "amount < 0" got only Arrow's
+    # "Precision is not great enough for the result".
+    import decimal
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": [0, 1], "amount": pa.array([decimal.Decimal("-1.5"), decimal.Decimal(2)],
+                                                             pa.decimal128(38, 18))}), path)
+    with pytest.raises(pqloader.InvalidDataError, match=r"amount.*Precision.*decimal scalar of a small precision"):
+        pqloader.Loader(str(path), columns=["id"], filter="amount < 0")
+    small = pa.scalar(decimal.Decimal(0), pa.decimal128(1, 0))
+    for f in ("amount < 0.0", pc.field("amount") < small):
+        got = collect(pqloader.Loader(str(path), columns=["id"], filter=f))
+        assert got["id"].tolist() == [0]

@@ -674,10 +674,19 @@ class Evaluator {
     if (it == bound_.end()) {
       auto bound = expr_.Bind(*view->schema);
       if (!bound.ok()) {
-        return arrow::Status::Invalid("filter ", expr_.ToString(), " does not apply to the "
-                                      "columns of '", dataset_.files()[f].display, "' (",
-                                      view->schema->ToString(/*show_metadata=*/false),
-                                      "): ", bound.status().message());
+        // Spark infers decimal(38, 18) for Python Decimals: "amount < 0" is common there.
+        const bool wide_decimal =
+            bound.status().message().find("Precision is not great enough") != std::string::npos;
+        return arrow::Status::Invalid(
+            "filter ", expr_.ToString(), " does not apply to the columns of '",
+            dataset_.files()[f].display, "' (", view->schema->ToString(/*show_metadata=*/false),
+            "): ", bound.status().message(),
+            wide_decimal ? " (an integer literal is an int64, compared as a decimal(19, 0), "
+                           "which a decimal column of over 38 - 19 + its scale digits has no "
+                           "common type with: write the literal as a decimal scalar of a small "
+                           "precision, pa.scalar(Decimal(0), pa.decimal128(1, 0)), or as a "
+                           "float, 0.0, compared as float64)"
+                         : "");
       }
       if (bound->type()->id() != arrow::Type::BOOL) {
         return arrow::Status::TypeError("filter ", expr_.ToString(),
