@@ -233,7 +233,13 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch for this rank (of the current epoch: with ``pack`` and several
-        ranks, the equalised number of blocks can differ between epochs)."""
+        ranks, the equalised number of blocks can differ between epochs).
+
+        Raises:
+            ValueError: The rank and world size were found before the process group was
+                initialised and it says otherwise (as iterating raises).
+        """
+        self._check_rank_world()  # (a count of rank 0 of 1: a scheduler sized world-size times too long)
         c = self._cursor
         with c.lock:  # (one position: a load_state_dict from another thread moves it)
             epoch, elastic = c.epoch, c.elastic_for(c.epoch)

@@ -282,6 +282,8 @@ class Mixture:
 
     def __len__(self) -> int:
         """Batches of the current epoch for this rank."""
+        for loader in self._loaders:  # sources built before the process group: as __iter__
+            loader._check_rank_world()
         return self.num_batches(self._epoch)
 
     @property

@@ -231,6 +231,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         own partial batches: ``len()`` of :class:`pqloader.torch.DataLoader` counts them
         (a plain torch DataLoader with workers takes this length and warns when more
         batches come)."""
+        self._check_rank_world()
         return self._batches_per_iteration(0)
 
     def _first_epoch(self, workers: int, persistent: bool) -> int:
@@ -585,7 +586,10 @@ class DataLoader(torch.utils.data.DataLoader):
 
         Raises:
             TypeError: The loader has ``num_epochs=None`` (it runs forever).
+            ValueError: The loader's rank and world size were found before the process
+                group was initialised and it says otherwise.
         """
+        self.dataset._check_rank_world()  # type: ignore[attr-defined]
         return self.dataset._batches_per_iteration(  # type: ignore[attr-defined]
             self.num_workers, self.persistent_workers and self._iterated)
 

@@ -162,10 +162,10 @@ GROUP_OF_ONE = textwrap.dedent("""
 """)
 
 
-def _gloo_script(tmp_path, text: str):
-    """A 16-row dataset, `text` as a script beside it, and the environment to run it."""
+def _gloo_script(tmp_path, text: str, layout=((10, 6),)):
+    """A 16-row dataset (or `layout`), `text` as a script beside it, and the environment to run it."""
     data = tmp_path / "data"
-    write_dataset(data, [[10, 6]])
+    write_dataset(data, layout)
     script = tmp_path / "script.py"
     script.write_text(text)
     env = subprocess_env()
@@ -208,6 +208,11 @@ BUILT_BEFORE_THE_GROUP = textwrap.dedent("""
         print("mixture read")
     except ValueError as e:
         print("mixture refused:", e)
+    for name, obj in (("len", early), ("mixture len", mixture)):
+        try:
+            print(name, len(obj))  # rank 0 of 1's count: a schedule sized for every row
+        except ValueError as e:
+            print(name, "refused:", "this Loader is rank 0 of 1" in str(e), f"rank {rank} of 2" in str(e))
     print("explicit", sum(len(b["id"]) for b in explicit))
     late = pqloader.Loader(data, batch_size=8)
     print("late", late.shard_info["rank"], late.shard_info["world_size"], sum(len(b["id"]) for b in late))
@@ -216,9 +221,9 @@ BUILT_BEFORE_THE_GROUP = textwrap.dedent("""
 """)
 
 
-def _run_gloo_ranks(tmp_path, body: str, timeout: float, world: int = 2):
+def _run_gloo_ranks(tmp_path, body: str, timeout: float, world: int = 2, layout=((10, 6),)):
     """Run `body` (see _gloo_script) as `world` ranks; return their processes and outputs."""
-    data, script, env = _gloo_script(tmp_path, body)
+    data, script, env = _gloo_script(tmp_path, body, layout)
     port = free_port()
     procs = [subprocess.Popen([sys.executable, str(script), str(data), str(port), str(r)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -246,7 +251,8 @@ def test_a_loader_built_before_the_process_group_refuses_to_iterate(tmp_path):
         assert lines[0].startswith("refused: this Loader is rank 0 of 1"), out
         assert f"rank {rank} of 2" in lines[0], out
         assert lines[1].startswith("mixture refused: this Loader is rank 0 of 1"), out
-        assert lines[2:] == ["explicit 16", f"late {rank} 2 8"], out
+        assert lines[2:4] == ["len refused: True True", "mixture len refused: True True"], out
+        assert lines[4:] == ["explicit 16", f"late {rank} 2 8"], out
 
 
 BUILT_BEFORE_THE_GROUP_WITH_WORKERS = textwrap.dedent("""
@@ -270,6 +276,11 @@ BUILT_BEFORE_THE_GROUP_WITH_WORKERS = textwrap.dedent("""
                 print(name, "read", sum(len(b["id"]) for b in make(early)))
             except ValueError as e:
                 print(name, "refused:", "this Loader is rank 0 of 1" in str(e), f"rank {rank} of 2" in str(e))
+        for name, obj in (("len", early), ("dl-len", loaders["pqloader"](early))):
+            try:
+                print(name, len(obj))
+            except ValueError as e:
+                print(name, "refused:", "this Loader is rank 0 of 1" in str(e), f"rank {rank} of 2" in str(e))
         print("explicit", sum(len(b["id"]) for b in loaders["pqloader"](explicit)))
         dist.barrier()
         dist.destroy_process_group()
@@ -286,6 +297,61 @@ def test_dataloader_workers_of_a_loader_built_before_the_process_group_refuse(tm
     procs, outs = _run_gloo_ranks(tmp_path, BUILT_BEFORE_THE_GROUP_WITH_WORKERS, timeout=180)
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out
-        lines = [line for line in out.splitlines() if line.split(" ")[0] in ("pqloader", "fork", "spawn", "explicit")]
+        lines = [line for line in out.splitlines()
+                 if line.split(" ")[0] in ("pqloader", "fork", "spawn", "len", "dl-len", "explicit")]
         assert lines == ["pqloader refused: True True", "fork refused: True True", "spawn refused: True True",
-                         "explicit 16"], out
+                         "len refused: True True", "dl-len refused: True True", "explicit 16"], out
+
+
+GATHER_POSITIONS_ONLY = textwrap.dedent("""
+    import datetime, pickle, sys
+    import torch.distributed as dist
+    import pqloader, pqloader.torch
+    from pqloader._state import merge_states
+
+    data, port, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    sent = []
+    gather = dist.all_gather_object
+
+    def spy(out, obj, group=None):
+        sent.append(len(pickle.dumps(obj)))
+        return gather(out, obj, group=group)
+
+    dist.all_gather_object = spy
+    loader = pqloader.Loader(data, batch_size=4, shuffle=True, seed=3)
+    it = iter(loader)
+    for _ in range(2 + rank):  # out of step: each rank's own count is merged
+        next(it)
+    merged = pqloader.torch.gather_state_dict(loader)
+    sent_merged = list(sent)
+    everyone = [None] * 2
+    gather(everyone, loader.state_dict())
+    mix = pqloader.mix([pqloader.Loader(data, batch_size=4, shuffle=True, seed=3),
+                        pqloader.Loader(data, batch_size=4, shuffle=True, seed=4)], [1, 1], seed=0)
+    mit = iter(mix)
+    next(mit)
+    sent.clear()
+    mixed = pqloader.torch.gather_state_dict(mix)
+    sent_mixed = list(sent)
+    everyone_mix = [None] * 2
+    gather(everyone_mix, mix.state_dict())
+    print("state", len(pickle.dumps(loader.state_dict())), "sent", max(sent_merged + sent_mixed),
+          "same", merged == merge_states(everyone), mixed == merge_states(everyone_mix),
+          "batches", merged["rank_batches"])
+    dist.destroy_process_group()
+""")
+
+
+def test_gather_state_dict_sends_positions_not_whole_states(tmp_path):
+    # Every rank sent its whole state (the options list every file of the dataset) to every
+    # other: world x state bytes on each rank per checkpoint (with NCCL, on its GPU):
+    # 10^5 files make a ~9 MB state, 1,024 ranks 9 GB each. Only the positions travel now.
+    procs, outs = _run_gloo_ranks(tmp_path, GATHER_POSITIONS_ONLY, timeout=120, layout=[[3]] * 200)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+        line = [x for x in out.splitlines() if x.startswith("state ")][0].split()
+        assert int(line[1]) > 10_000, line  # 200 files in the state's options
+        assert int(line[3]) < 1_000, line  # what one rank sent in a gather
+        assert line[4:] == ["same", "True", "True", "batches", "[2,", "3]"], line
