@@ -523,19 +523,10 @@ class Resolver {
     // A pandas index column is left out only where no file stores it as data: one file's
     // df.set_index("id") beside files whose "id" is a plain column dropped it from them
     // all. A declared field is selected, never left out.
-    std::set<std::string> index, data;
-    for (const auto& f : files_) {
-      const auto own = PandasIndexColumns(f.metadata.get());
-      for (const auto& field : f.schema->fields()) {
-        if (std::find(own.begin(), own.end(), field->name()) == own.end()) {
-          data.insert(field->name());
-        }
-      }
-      index.insert(own.begin(), own.end());
-    }
+    PandasIndexes indexes;
+    for (const auto& f : files_) indexes.Add(*f.schema, f.metadata.get());
     auto add = [&](const std::string& n, bool declared) {
-      const bool left_out = !declared && index.count(n) != 0 && data.count(n) == 0;
-      if (!left_out && seen.insert(n).second) names.push_back(n);
+      if ((declared || !indexes.LeftOut(n)) && seen.insert(n).second) names.push_back(n);
     };
     if (options_.schema != nullptr) {
       for (const auto& field : options_.schema->fields()) {
@@ -1178,6 +1169,16 @@ bool DecodeLeafPath(const std::shared_ptr<const arrow::KeyValueMetadata>& metada
   *top = parts[0];
   path->assign(parts.begin() + 1, parts.end());
   return true;
+}
+
+void PandasIndexes::Add(const arrow::Schema& schema, const arrow::KeyValueMetadata* metadata) {
+  const auto own = PandasIndexColumns(metadata);
+  for (const auto& field : schema.fields()) {
+    if (std::find(own.begin(), own.end(), field->name()) == own.end()) {
+      data_.insert(field->name());
+    }
+  }
+  index_.insert(own.begin(), own.end());
 }
 
 std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,21 @@ arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& fi
 /// Names of the pandas index columns a file's pandas metadata lists (stored columns
 /// only, not RangeIndexes).
 std::vector<std::string> PandasIndexColumns(const arrow::KeyValueMetadata* metadata);
+
+/// Which pandas index columns a default selection leaves out: those some file's pandas
+/// metadata lists as its index and no file stores as data (one file's set_index("id")
+/// beside files whose "id" is a plain column keeps "id"). Add every file, then ask.
+class PandasIndexes {
+ public:
+  /// A file's fields and the key-value metadata holding its pandas metadata.
+  void Add(const arrow::Schema& schema, const arrow::KeyValueMetadata* metadata);
+  bool LeftOut(const std::string& name) const {
+    return index_.count(name) != 0 && data_.count(name) == 0;
+  }
+
+ private:
+  std::set<std::string> index_, data_;
+};
 
 /// Field metadata key of a loader's arrow_schema that says which struct leaf a dotted
 /// column is (its top-level field and path): a declared schema taken from it reads that

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <set>
 #include <cstring>
 #include <atomic>
 #include <chrono>
@@ -1197,18 +1196,14 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
   const auto file_columns = FileColumnsOf(opened);
   // (A pandas index as the Loader leaves it out: only where no file stores it as data.)
   std::vector<std::string> names;
-  std::set<std::string> index, data;
+  PandasIndexes indexes;
   for (size_t i = 0; i < opened.files.size(); ++i) {
-    const auto own = PandasIndexColumns(opened.schemas[i]->metadata().get());
     for (const auto& field : opened.schemas[i]->fields()) {
       if (std::find(names.begin(), names.end(), field->name()) == names.end()) {
         names.push_back(field->name());
       }
-      if (std::find(own.begin(), own.end(), field->name()) == own.end()) {
-        data.insert(field->name());
-      }
     }
-    index.insert(own.begin(), own.end());
+    indexes.Add(*opened.schemas[i], opened.schemas[i]->metadata().get());
   }
   for (const auto& k : keys) {
     if (std::find(names.begin(), names.end(), k.name) == names.end()) names.push_back(k.name);
@@ -1232,7 +1227,7 @@ arrow::Result<DatasetSummary> InspectDataset(const std::vector<std::string>& sou
     }
     const bool is_key = std::any_of(keys.begin(), keys.end(),
                                     [&](const auto& k) { return k.name == name; });
-    const bool is_index = !is_key && index.count(name) != 0 && data.count(name) == 0;
+    const bool is_index = !is_key && indexes.LeftOut(name);
     std::vector<DataFile> files(opened.files.size());
     for (size_t i = 0; i < files.size(); ++i) {
       files[i].display = opened.files[i].display;
