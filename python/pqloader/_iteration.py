@@ -53,6 +53,8 @@ class Cursor:
     next iteration. ``elastic`` (with ``elastic_epoch``) is what an earlier world had
     consumed of that epoch when this one resumed it with another world size or batch
     size (see ``_state``): that epoch is then the rest, and ``batch`` counts its batches.
+    ``loaded``: the position was restored by ``load_state_dict`` and no iteration has
+    started from it since (``set_epoch`` of its epoch then keeps it).
     """
 
     def __init__(self) -> None:
@@ -63,6 +65,7 @@ class Cursor:
         self.resume_end: int | None = None
         self.elastic: dict[str, Any] | None = None
         self.elastic_epoch = -1
+        self.loaded = False
         self.running = 0  # iterations between their first and last engine call
         self.before = (0, 0)  # the position before the last advance (see take_back)
         # [batches, rows] the engine counted as handed out that no consumer got (read
@@ -118,7 +121,8 @@ class Cursor:
                 self.epoch, self.batch = self.before
 
     def seek(self, epoch: int, batch: int, iteration_end: int | None = None,
-             elastic: dict[str, Any] | None = None, stop: Callable[[], None] | None = None) -> None:
+             elastic: dict[str, Any] | None = None, stop: Callable[[], None] | None = None,
+             loaded: bool = False) -> None:
         """Make batch `batch` of `epoch` the next one, stopping running iterators.
 
         Args:
@@ -128,9 +132,11 @@ class Cursor:
                 ``num_epochs`` from `epoch`.
             elastic: `epoch` is the rest after what this earlier world consumed.
             stop: Run in the same step, as in :meth:`invalidate`.
+            loaded: The position is a state's (see ``loaded`` above).
         """
         with self.lock:
             self.generation += 1
+            self.loaded = loaded
             self.epoch, self.batch = epoch, batch
             self.resume_end = iteration_end
             self.active_end = None
@@ -190,6 +196,20 @@ def position_ended(engine: Any, epoch: int, index: int, elastic: Mapping[str, An
     return index >= engine.num_batches(epoch, elastic)
 
 
+def position_within(engine: Any, epoch: int, index: int, elastic: Mapping[str, Any] | None) -> bool:
+    """Whether the position (epoch, index) is inside its epoch: some of it handed out
+    (by this world or an earlier one, see :func:`position_ended`), some still to come."""
+    return (index > 0 or _consumed(elastic)) and not position_ended(engine, epoch, index, elastic)
+
+
+def loaded_position_dropped(epoch: int, loaded_epoch: int) -> str:
+    """The warning of a ``set_epoch(epoch)`` that drops a loaded position inside
+    `loaded_epoch`."""
+    return (f"set_epoch({epoch}) drops the position load_state_dict restored in the middle of epoch "
+            f"{loaded_epoch}: the rest of epoch {loaded_epoch} is not run (set_epoch({loaded_epoch}) "
+            "runs it)")
+
+
 def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: int | None,
                  warn_cache: bool, end: list[int],
                  left: threading.Event | None = None,
@@ -240,6 +260,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
         endless = stop is None
         stop = iteration_epochs(epoch, stop)
         cursor.resume_end = None
+        cursor.loaded = False  # (an iteration started from it)
         cursor.active_end = None if endless else stop
         cursor.running += 1
     completed = False

@@ -13,12 +13,13 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from pqloader import _core, _env, _iteration, _lists, _process, _state, _stats_table
 from pqloader._arrow import ArrowSchema
 from pqloader._env import Source
-from pqloader._errors import InvalidDataError
+from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._column_checks import (check_decoded_fills, check_fill_types, check_stack_units,
                                      explain_decoded_nulls)
 from pqloader._options import ARGUMENT_DOCS, EPOCH_HINT, MAX_EPOCH, LoaderOptions, check_int
@@ -291,19 +292,46 @@ class Loader:
         Running iterators stop. Like ``DistributedSampler.set_epoch``; not needed when
         one loader runs all epochs (each iteration continues the epoch count).
 
+        After ``load_state_dict`` (before iterating), ``set_epoch`` of the state's own
+        epoch keeps the loaded position: the next iteration runs the rest of that epoch
+        (nothing of it when the state was taken at its end), as the usual resume loop
+        ``for e in range(start, n): loader.set_epoch(e); for batch in loader: ...``
+        expects (it started the epoch over, handing out again what the state had
+        consumed). Another epoch drops the loaded position, with a ``UserWarning`` when the
+        state was inside its epoch (the rest of it is not run). To start a loaded state's
+        epoch over, build the loader anew (with the state's ``seed``) without loading it.
+
         Args:
             epoch: The epoch, at least 0.
 
         Raises:
             TypeError, ValueError: `epoch` is not an int >= 0.
         """
+        self._set_epoch(check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT))
+
+    def _set_epoch(self, epoch: int, warn: bool = True, keep: bool = True) -> None:
+        """:meth:`set_epoch` of a checked `epoch`; `warn`: say when it drops a loaded
+        position inside its epoch; `keep`: keep a loaded position of `epoch`
+        (``IterableDataset`` decided both when its own set_epoch ran)."""
         def stop() -> None:
             if self._cursor.running:  # wake an iterator blocked in another thread
                 self._engine.stop()
 
+        c = self._cursor
+        dropped = None
         # The engine stops in the same step as the iterators: a newer iteration that
         # another thread starts meanwhile keeps its run.
-        self._cursor.seek(check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT), 0, stop=stop)
+        with c.lock:
+            elastic = c.elastic_for(c.epoch)
+            if keep and c.loaded and epoch == c.epoch:  # the rest of the loaded epoch, as set_epoch's iteration
+                n = self._options.num_epochs
+                c.seek(epoch, c.batch, None if n is None else epoch + n, elastic, stop=stop, loaded=True)
+                return
+            if c.loaded and _iteration.position_within(self._engine, c.epoch, c.batch, elastic):
+                dropped = c.epoch
+            c.seek(epoch, 0, stop=stop)
+        if dropped is not None and warn:
+            warnings.warn(_iteration.loaded_position_dropped(epoch, dropped), UserWarning, stacklevel=user_stacklevel())
 
     def close(self) -> None:
         """Stop the worker threads and wait for them.
@@ -434,7 +462,7 @@ class Loader:
         """
         restored = self._check_state(state)
         self._cursor.seek(restored.epoch, restored.batch, restored.iteration_end,
-                          restored.elastic, stop=self._engine.stop)  # iterators stop
+                          restored.elastic, stop=self._engine.stop, loaded=True)  # iterators stop
 
     def _check_state(self, state: Mapping[str, Any], as_world: int | None = None) -> Any:
         """Check `state` against this loader's options and adopt its seed (a loader built

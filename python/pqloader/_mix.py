@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from pqloader import _core, _process, _state, _stats_table
-from pqloader._iteration import ConsumerClock, clock
+from pqloader._iteration import ConsumerClock, clock, loaded_position_dropped
 from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._lists import check_packed_batch
 from pqloader._column_checks import integer_unit
@@ -187,6 +187,7 @@ class Mixture:
         self._batches_out = 0
         self._epoch, self._batch = 0, 0
         self._resume_end: int | None = None
+        self._loaded = False  # the position is a loaded state's, no iteration started from it
         self._active_end: int | None = None  # where the running iteration stops
         self._generation = 0
         # The stream of the newest iteration. A newer iteration or close() stops it, so
@@ -298,14 +299,28 @@ class Mixture:
         """Start the next iteration at the first batch of `epoch`.
 
         Running iterators stop (their next ``next()`` raises), and so does their stream:
-        the sources read nothing more for it. As ``Loader.set_epoch``.
+        the sources read nothing more for it. As ``Loader.set_epoch``, also after
+        ``load_state_dict``: the state's own epoch keeps the loaded position (the next
+        iteration runs the rest of that epoch); another drops it, with a ``UserWarning``
+        when the state was inside its epoch.
         """
         epoch = check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT)
+        dropped = None
         with self._lock:  # one step: an iteration another thread starts meanwhile keeps its stream
-            self._epoch, self._batch = epoch, 0
-            self._resume_end = self._active_end = None
+            if self._loaded and epoch == self._epoch:
+                # the rest of the loaded epoch, as this set_epoch's iteration would run on
+                self._resume_end = None if self._num_epochs is None else epoch + self._num_epochs
+            else:
+                if self._loaded and 0 < self._batch < self.num_batches(self._epoch):
+                    dropped = self._epoch
+                self._loaded = False
+                self._epoch, self._batch = epoch, 0
+                self._resume_end = None
+            self._active_end = None
             self._generation += 1
             self._stop_stream()
+        if dropped is not None:
+            warnings.warn(loaded_position_dropped(epoch, dropped), UserWarning, stacklevel=user_stacklevel())
 
     # -- iteration ---------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -318,6 +333,7 @@ class Mixture:
             generation = self._generation
             epoch, batch = self._epoch, self._batch
             resume_end, self._resume_end = self._resume_end, None
+            loaded, self._loaded = self._loaded, False  # (an iteration starts from it)
         if batch > 0 and batch >= self.num_batches(epoch):  # after an epoch's end
             epoch, batch = epoch + 1, 0
         if resume_end is not None:
@@ -332,7 +348,7 @@ class Mixture:
         except BaseException:
             with self._lock:  # a restored end stays for the next try
                 if generation == self._generation and self._resume_end is None:
-                    self._resume_end = resume_end
+                    self._resume_end, self._loaded = resume_end, loaded
             raise
         with self._lock:
             if generation == self._generation:
@@ -621,6 +637,7 @@ class Mixture:
             self._epoch, self._batch = epoch, batch
             # The rest of the interrupted iteration: up to where it would have stopped.
             self._resume_end, self._active_end = end, None
+            self._loaded = True  # (set_epoch of its epoch keeps it)
             self._generation += 1
             self._stop_stream()  # running iterators stop, and their stream with them
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any, Iterator
 
 import torch.utils.data
 
-from pqloader import _env, _process, _state
-from pqloader._errors import InvalidDataError
+from pqloader import _env, _iteration, _process, _state
+from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._loader import Loader
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, MAX_THREADS, LoaderOptions, check_int, iteration_epochs
 
@@ -100,7 +101,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
     A loader wrapped mid-epoch (a state loaded, or batches taken from it first) continues
     from its position, with or without workers, as iterating it would: batches already
     taken are not handed out again in that epoch (``loader.set_epoch(loader.epoch)``
-    first starts the epoch over). A packed loader continues so only with the ranks and
+    first starts the epoch over, except after ``load_state_dict``, whose position it
+    keeps: build the loader anew to start that epoch over). A packed loader continues so only with the ranks and
     workers its position was taken in (else ``InvalidDataError``).
 
     ``len(dataset)`` is the batches of an iteration without workers (``len(loader)``);
@@ -151,11 +153,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # loaders continue from there too, as the loader itself does without workers
             # (they restarted the epoch, repeating the batches already handed out).
             self._pending = state
+        self._pending_loaded = loader._cursor.loaded  # the pending state is a loaded one
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at `epoch` (call it in the main process).
 
-        A state loaded for this same epoch stays; one for another epoch is dropped.
+        A state loaded for this same epoch stays; one for another epoch is dropped (with
+        a ``UserWarning`` when the state was inside its epoch, as ``Loader.set_epoch``).
         """
         # (checked here, as Loader.set_epoch checks it: 2**32, -1 or 2.5 failed only in
         # the workers, or were truncated by int())
@@ -163,8 +167,24 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch_set = True
         self._set_since_begin = True
         if self._pending is not None and self._pending["epoch"] != self._epoch:
+            if self._pending_loaded and self._pending_within_epoch():
+                warnings.warn(_iteration.loaded_position_dropped(self._epoch, self._pending["epoch"]),
+                              UserWarning, stacklevel=user_stacklevel())
             self._pending = None
         self._restart = self._pending is None
+
+    def _pending_within_epoch(self) -> bool:
+        """The pending state had handed out some of its epoch, not all (a state of
+        another world: some of it, as far as this process can tell)."""
+        p = self._pending
+        assert p is not None
+        if _consumed_nothing(p):
+            return False
+        theirs, o = p["options"], self._recipe.options
+        if (theirs["world_size"], theirs["batch_size"]) != (o.world_size, o.batch_size):
+            return True
+        engine = self._main_loader()._engine
+        return not _iteration.position_ended(engine, p["epoch"], p["batch"], p.get("elastic"))
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out.
@@ -208,6 +228,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch_set = True
         self._restart = False
         self._pending = dict(state)
+        self._pending_loaded = True
         self._position = None
 
     def _load_unloaded(self) -> None:
@@ -384,9 +405,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 f"cannot resume this state of a packed loader (pack=...) with {workers} DataLoader "
                 f"workers on {o.world_size} rank(s) (a world of {world}, batch_size {o.batch_size}): "
                 f"it was taken on a world of {theirs['world_size']} (batch_size {theirs['batch_size']}); "
-                "packed loaders resume with the same ranks, workers and batch size (a loader "
-                "wrapped mid-epoch: call loader.set_epoch(loader.epoch) first to start the "
-                "epoch over)")
+                "packed loaders resume with the same ranks, workers and batch size (to start "
+                "the epoch over instead: a loader iterated into it, loader.set_epoch(loader.epoch) "
+                "before wrapping it; one that loaded this state, build it anew, with its seed)")
         base = {"world_size": theirs["world_size"], "batch_size": theirs["batch_size"],
                 "batches": list(counts), "base": state.get("elastic")}
         if theirs["world_size"] == world and theirs["batch_size"] == o.batch_size:
@@ -442,8 +463,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
             loader = self._main_loader()
             self._load_unloaded()
             if self._epoch_set and self._pending is None and (loader.epoch != self._epoch or self._restart):
-                # (also the epoch the loader is in: a loop of it left early continued its rest)
-                loader.set_epoch(self._epoch)
+                # (also the epoch the loader is in: a loop of it left early continued its
+                # rest; a loaded position its set_epoch dropped is dropped, as it warned)
+                loader._set_epoch(self._epoch, warn=False, keep=False)
             self._epoch_set = self._restart = False
             self._pending = None
             return iter(loader)

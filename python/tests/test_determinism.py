@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -501,6 +502,75 @@ def test_state_after_a_completed_iteration_starts_the_next_epoch(resume_ds):
     fresh.load_state_dict(state)
     assert fresh.epoch == 1
     assert_batch_streams_equal(list(fresh), ref[PER_EPOCH:])
+
+
+def _set_epoch_loop(loader, first, last):
+    """The usual training loop: set_epoch before each epoch's for loop."""
+    out = []
+    for e in range(first, last):
+        loader.set_epoch(e)
+        out += list(loader)
+    return out
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, PER_EPOCH - 1, PER_EPOCH, PER_EPOCH + 3, 3 * PER_EPOCH])
+def test_set_epoch_of_the_loaded_epoch_continues_the_state(resume_ds, k):
+    """``for e in range(start, n): loader.set_epoch(e)`` after load_state_dict: the loaded
+    epoch's rest, not the epoch again (it handed out the state's batches twice). A state
+    taken after an epoch's last batch, inside its loop, runs nothing more of it."""
+    kw = _resume_kw(num_epochs=1)
+    loader = pqloader.Loader(resume_ds, **kw)
+    full, state = [], loader.state_dict() if k == 0 else None
+    for e in range(3):
+        loader.set_epoch(e)
+        for batch in loader:
+            full.append(batch)
+            if len(full) == k:  # a checkpoint inside the loop
+                state = json.loads(json.dumps(loader.state_dict()))
+    assert state is not None and state["epoch"] == max(k - 1, 0) // PER_EPOCH
+    fresh = pqloader.Loader(resume_ds, **kw)
+    fresh.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (nothing dropped: no warning)
+        rest = _set_epoch_loop(fresh, state["epoch"], 3)
+    assert len(rest) == len(full) - k
+    assert_batch_streams_equal(full[:k] + rest, full)
+
+
+def test_set_epoch_of_another_epoch_drops_a_loaded_position_with_a_warning(resume_ds):
+    kw = _resume_kw(num_epochs=1)
+    loader = pqloader.Loader(resume_ds, **kw)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    state = loader.state_dict()
+    fresh = pqloader.Loader(resume_ds, **kw)
+    fresh.load_state_dict(state)
+    with pytest.warns(UserWarning, match=r"set_epoch\(1\) drops the position load_state_dict restored "
+                      r"in the middle of epoch 0: the rest of epoch 0 is not run"):
+        fresh.set_epoch(1)
+    again = pqloader.Loader(resume_ds, **kw)
+    again.set_epoch(1)
+    assert_batch_streams_equal(list(fresh), list(again))
+    # After an iteration from the loaded position, set_epoch starts the epoch over (as
+    # DistributedSampler's): no position is kept, and none is dropped silently.
+    fresh.load_state_dict(state)
+    next(iter(fresh))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh.set_epoch(0)
+    whole = pqloader.Loader(resume_ds, **kw)
+    assert_batch_streams_equal(list(fresh), list(whole))
+    # A state at an epoch's start or end drops nothing: no warning.
+    at_end = pqloader.Loader(resume_ds, **kw)
+    it = iter(at_end)
+    for _ in range(PER_EPOCH):
+        next(it)
+    for taken in (pqloader.Loader(resume_ds, **kw).state_dict(), at_end.state_dict()):
+        fresh.load_state_dict(taken)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fresh.set_epoch(taken["epoch"] + 1)
 
 
 @pytest.mark.parametrize(

@@ -603,6 +603,32 @@ def test_persistent_workers_without_set_epoch_rerun_the_epoch_they_had_reached(d
 
 
 @pytestmark_workers
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataset_set_epoch_of_another_epoch_warns_when_it_drops_a_loaded_state(ds, workers):
+    """The wrapper's set_epoch keeps a loaded state of its epoch and drops one of
+    another; dropping one inside its epoch (the rest of it not run) warns, as a
+    Loader's set_epoch does, once (the wrapped loader's set_epoch, run when iterating
+    without workers, does not warn again)."""
+    loader = make(ds, 1, 0, num_epochs=1)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    dl = pqloader.torch.DataLoader(dataset, num_workers=workers)
+    dl.load_state_dict(state)
+    with pytest.warns(UserWarning, match=r"set_epoch\(1\) drops the position load_state_dict "
+                      r"restored in the middle of epoch 0") as caught:
+        dataset.set_epoch(1)
+        got = run_with_timeout(lambda: dl_ids(dl), timeout=120)
+    assert sum("drops the position" in str(w.message) for w in caught) == 1
+    plain = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+    plain.set_epoch(1)
+    assert got == run_with_timeout(lambda: dl_ids(pqloader.torch.DataLoader(plain, num_workers=workers)),
+                                   timeout=120)
+
+
+@pytestmark_workers
 def test_persistent_workers_run_the_epoch_set_epoch_names(ds):
     """set_epoch(e) names the epoch the next loop runs, also to run an epoch again or to
     skip ahead: persistent workers went on to the next epoch whatever was set (their

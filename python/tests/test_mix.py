@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -298,6 +299,42 @@ def test_moving_the_mixture_inside_its_own_loop_wins_over_the_loops_end(sources)
                     other.set_epoch(5)
                     m.load_state_dict(other.state_dict())
         assert (m.epoch, m.state_dict()["batch"]) == (5, 0)
+
+
+@pytest.mark.parametrize("k", [0, 3, "end"])
+def test_set_epoch_of_the_loaded_epoch_continues_a_mixture_state(sources, k):
+    """The resume loop ``for e in range(start, n): m.set_epoch(e)`` after load_state_dict
+    runs the rest of the loaded epoch (it ran the epoch again, handing out the state's
+    batches twice); another epoch drops a position inside its epoch with a warning."""
+    root, _ = sources
+    make = lambda: pqloader.mix(loaders(root), [0.5, 0.3, 0.2], seed=5, batch_size=40)
+    m = make()
+    n = len(m)
+    k = n if k == "end" else k
+    full, state = [], m.state_dict() if k == 0 else None
+    for e in range(2):
+        m.set_epoch(e)
+        for batch in m:
+            full.append(batch["id"])
+            if len(full) == k:
+                state = json.loads(json.dumps(m.state_dict()))
+    fresh = make()
+    fresh.load_state_dict(state)
+    rest = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for e in range(state["epoch"], 2):
+            fresh.set_epoch(e)
+            rest += [b["id"] for b in fresh]
+    assert len(full[:k] + rest) == len(full)
+    for x, y in zip(full[:k] + rest, full):
+        np.testing.assert_array_equal(x, y)
+    if 0 < k < n:
+        fresh.load_state_dict(state)
+        with pytest.warns(UserWarning, match=r"set_epoch\(1\) drops the position load_state_dict "
+                          r"restored in the middle of epoch 0"):
+            fresh.set_epoch(1)
+        assert [b["id"].tolist() for b in fresh] == [x.tolist() for x in full[n:]]
 
 
 def test_a_forked_child_neither_crashes_nor_hangs_on_an_inherited_mixture(sources):
