@@ -139,6 +139,18 @@ def test_a_png_cut_after_its_image_data_decodes_as_pil_decodes_it(cut):
     np.testing.assert_array_equal(apply([T.DecodeImage()], data), ref)
 
 
+@pytest.mark.parametrize("cut", [13, 14, 16])
+def test_a_png_cut_in_its_last_idat_crc_decodes_as_pil_decodes_it(cut):
+    # A download short by 13-16 bytes ends inside the last IDAT chunk's CRC, after every
+    # pixel: libpng fails while finishing the last row (it reads that CRC), before
+    # png_read_image returns, so it was refused; PIL decodes the whole image.
+    full = encode(skdata.chelsea(), "PNG")
+    data = full[:-cut]
+    ref = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    np.testing.assert_array_equal(ref, np.asarray(Image.open(io.BytesIO(full)).convert("RGB")))
+    np.testing.assert_array_equal(apply([T.DecodeImage()], data), ref)
+
+
 @pytest.mark.parametrize("name", ["astronaut", "chelsea", "coffee", "camera"])
 @pytest.mark.parametrize("quality", [75, 90])
 def test_jpeg_decode_matches_pil_within_tolerance(name, quality):
@@ -172,6 +184,23 @@ def test_a_jpeg_with_stray_bytes_between_header_markers_decodes_as_pil():
     junk = data[:app0_end] + b"\x00\x01\x02\x03" + data[app0_end:]
     ref = np.asarray(Image.open(io.BytesIO(junk)).convert("RGB")).astype(int)
     assert np.abs(apply([T.DecodeImage()], junk).astype(int) - ref).max() <= JPEG_MAX_DIFF
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_a_truncated_jpeg_is_refused_also_after_a_harmless_warning(progressive):
+    # TurboJPEG keeps libjpeg's first warning only: stray bytes between header markers
+    # warn first, and the premature end that follows went unseen: the missing part was
+    # decoded as gray 128 (PIL: "image file is truncated").
+    data = encode(photos()["chelsea"], "JPEG", quality=90, progressive=progressive)
+    app0_end = 4 + ((data[4] << 8) | data[5])
+    bad = data[:app0_end] + b"\x00\x01\x02\x03" + data[app0_end:]
+    ref = np.asarray(Image.open(io.BytesIO(bad)).convert("RGB")).astype(int)
+    assert np.abs(apply([T.DecodeImage()], bad).astype(int) - ref).max() <= JPEG_MAX_DIFF
+    for cut in (bad[:len(bad) * 2 // 3], bad[:-2]):  # (a missing EOI alone is refused too)
+        with pytest.raises(OSError, match="truncated"):
+            Image.open(io.BytesIO(cut)).convert("RGB")
+        with pytest.raises(pqloader.InvalidDataError, match="Premature end"):
+            apply([T.DecodeImage()], cut)
 
 
 def test_a_progressive_jpeg_of_thousands_of_scans_is_refused():
@@ -304,6 +333,22 @@ def test_exif_transpose_turns_jpegs_upright_as_pil(orientation):
         diff = np.abs(scaled.astype(int) - full.astype(int)).mean()
         scaled_decode = image.size == (896, 592) or orientation == 1
         assert (diff > 0) == scaled_decode and diff < DCT_MEAN_DIFF, (image.size, diff)
+
+
+def test_exif_orientation_after_stray_bytes_between_markers_is_read_as_pil():
+    # Stray bytes before the APP1 segment: libjpeg and PIL skip them (the image decodes,
+    # with a warning); the EXIF reader stopped at them, so the image stayed as stored.
+    from PIL import ImageOps
+
+    photo = Image.fromarray(photos()["chelsea"]).convert("RGB")
+    data = exif_jpeg(photo, 6)
+    app0_end = 4 + ((data[4] << 8) | data[5])
+    assert data[2:4] == b"\xff\xe0" and data[app0_end:app0_end + 2] == b"\xff\xe1"
+    junk = data[:app0_end] + b"\x00\x01\x02\x03" + data[app0_end:]
+    ref = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(junk))).convert("RGB")).astype(int)
+    got = apply([T.DecodeImage(exif_transpose=True)], junk).astype(int)
+    assert got.shape == ref.shape == (451, 300, 3)
+    assert np.abs(got - ref).max() <= JPEG_MAX_DIFF
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))
@@ -1346,3 +1391,47 @@ def test_a_masked_null_struct_field_that_cannot_decode_names_a_filter_that_loads
     kept = list(pqloader.Loader(path, batch_size=6, columns=["a", "s.b"], filter=eval(remedy, {"pc": pc}),
                                 transforms={"s.b": [T.DecodeNdarray()]}))
     assert kept[0]["a"].tolist() == [0, 1, 3, 4, 5]
+
+
+@pytest.mark.parametrize("shape", [(1, 1_000_001), (1_000_001, 1)])
+def test_a_png_of_a_side_past_a_million_pixels_decodes_as_pil(shape):
+    # libpng refuses a side over 10^6 unless told otherwise (its default user limit), as
+    # "Invalid IHDR data": a valid 1 MB image, far inside the 2 GiB bound, was "corrupt".
+    import zlib
+    h, w = shape
+    a = (np.arange(h * w) % 251).astype(np.uint8).reshape(h, w)
+    raw = b"".join(b"\x00" + a[y].tobytes() for y in range(h))
+    data = (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", w.to_bytes(4, "big") + h.to_bytes(4, "big")
+                                               + bytes([8, 0, 0, 0, 0]))
+            + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))
+    np.testing.assert_array_equal(apply([T.DecodeImage("gray", keepdims=False)], data), a)
+    pil = Image.open(io.BytesIO(data))
+    np.testing.assert_array_equal(np.asarray(pil.convert("L")), a)
+
+
+def test_a_png_whose_last_idat_checksum_fails_is_refused_not_taken_as_cut():
+    # A file cut in its last IDAT chunk's CRC decodes (every pixel was written): one whose
+    # CRC is there but wrong fails at the same place, after the last row, and stays
+    # refused (damaged; PIL skips IDAT CRCs). A damaged zlib checksum fails earlier.
+    full = encode(skdata.chelsea(), "PNG")
+    iend = full.rfind(b"IEND") - 4  # the IEND chunk's length field
+    for at, why in ((iend - 2, "IDAT: CRC error"), (iend - 6, "IDAT: incorrect data check")):
+        data = bytearray(full)
+        data[at] ^= 0x01
+        with pytest.raises(pqloader.InvalidDataError, match=f"corrupt PNG data: {why}"):
+            apply([T.DecodeImage()], bytes(data))
+
+
+def test_a_center_crop_past_the_image_limit_is_refused_naming_the_column(tmp_path):
+    # CenterCrop pads to any size: a typo'd one allocated up to 16 GiB a sample (Resize
+    # refuses past 2 GiB). Refused when the loader is made, where the decoded image's
+    # channels are known, and on the data otherwise.
+    with pytest.raises(pqloader.InvalidDataError, match="CenterCrop to 70000x70000 .3 channels. would "
+                       "exceed the 2 GiB limit of an image"):
+        apply([T.DecodeImage(), T.CenterCrop(70000)], encode(photos()["chelsea"], "PNG"))
+    with pytest.raises(pqloader.InvalidDataError, match="CenterCrop to 50000x50000 .1 channel. would"):
+        apply([T.DecodeImage(mode="gray"), T.CenterCrop(50000)], encode(photos()["chelsea"], "PNG"))
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": [encode(photos()["chelsea"], "PNG")]}), path)
+    with pytest.raises(pqloader.UnsupportedTypeError, match="'image'.*CenterCrop to 70000x70000"):
+        pqloader.Loader(str(path), transforms={"image": [T.DecodeImage(), T.CenterCrop(70000)]})

@@ -109,7 +109,10 @@ int TiffOrientation(const uint8_t* t, int64_t tn) {
 int JpegExifOrientation(const uint8_t* p, int64_t n) {
   int64_t i = 2;  // after SOI
   while (i + 4 <= n) {
-    if (p[i] != 0xFF) return 1;
+    if (p[i] != 0xFF) {  // stray bytes between markers: libjpeg and PIL skip them
+      ++i;
+      continue;
+    }
     const uint8_t marker = p[i + 1];
     if (marker == 0xFF) {  // fill byte
       ++i;
@@ -208,12 +211,14 @@ arrow::Result<SampleTensor> DecodeJpeg(const uint8_t* data, int64_t size, ImageM
   return DecodeJpegWith(handle.get(), data, size, mode, min_short_side, exact_scale);
 }
 
-// Whether TurboJPEG's last message is one of libjpeg's warnings (JWRN_* of jerror.h)
-// that PIL decodes through. TurboJPEG reports TJERR_WARNING once any warning was
-// emitted, also when a fatal error followed it (a truncated progressive file warns of
-// its premature end, then fails on the bogus scan after it, leaving the output
-// unwritten): the message, the last one, tells them apart. A premature end of the file
-// is not taken: the data is truncated.
+// Whether TurboJPEG's message is one of libjpeg's warnings (JWRN_* of jerror.h) that
+// PIL decodes through. TurboJPEG reports TJERR_WARNING once any warning was emitted,
+// also when a fatal error followed it (a truncated progressive file warns of its
+// premature end, then fails on the bogus scan after it, leaving the output unwritten):
+// the message, a fatal error's where one came, tells them apart. A premature end of the
+// file is not taken: the data is truncated. The message is the first warning otherwise
+// (libjpeg shows only that one), so a premature end after a harmless warning is not in
+// it: see JpegReachesEoi.
 bool HarmlessJpegWarning(tjhandle h) {
   if (tjGetErrorCode(h) != TJERR_WARNING) return false;
   const std::string msg = tjGetErrorStr2(h);
@@ -226,6 +231,38 @@ bool HarmlessJpegWarning(tjhandle h) {
   };
   for (const char* w : kWarnings) {
     if (msg.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Whether the JPEG stream reaches its EOI marker within `n` bytes, as libjpeg reads it:
+// marker segments skipped by their length (an EXIF thumbnail's EOI inside APP1 does not
+// count), entropy-coded data and stray bytes scanned for the next marker (FF00 stuffing,
+// RSTn, TEM and fill bytes are no markers). A file whose first warning is harmless
+// (stray bytes between header markers) and which is then cut short warns of its
+// "Premature end" unseen, and libjpeg fills its missing rows with gray: this tells it.
+bool JpegReachesEoi(const uint8_t* p, int64_t n) {
+  int64_t i = 2;  // after SOI
+  while (i < n) {
+    if (p[i] != 0xFF) {
+      ++i;
+      continue;
+    }
+    if (i + 1 >= n) return false;
+    const uint8_t m = p[i + 1];
+    if (m == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // stuffing, TEM, RSTn
+      i += 2;
+      continue;
+    }
+    if (m == 0xD9) return true;
+    if (i + 4 > n) return false;
+    const int64_t len = (int64_t{p[i + 2]} << 8) | p[i + 3];
+    if (len < 2) return false;
+    i += 2 + len;
   }
   return false;
 }
@@ -320,6 +357,10 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     if (!HarmlessJpegWarning(h)) {
       return arrow::Status::Invalid("corrupt JPEG data: ", tjGetErrorStr2(h));
     }
+    if (!JpegReachesEoi(data, size)) {  // (the first warning hides a premature end)
+      return arrow::Status::Invalid("corrupt JPEG data: Premature end of JPEG file (after: ",
+                                    tjGetErrorStr2(h), ")");
+    }
   }
   uint8_t* dst = out.data->mutable_data();
   if (cmyk) {
@@ -352,11 +393,15 @@ struct PngSource {
   const uint8_t* data;
   int64_t size;
   int64_t pos;
+  bool ran_out = false;  // a read past the end (the file is cut)
 };
 
 void PngRead(png_structp png, png_bytep out, png_size_t n) {
   auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
-  if (src->pos + static_cast<int64_t>(n) > src->size) png_error(png, "unexpected end of PNG data");
+  if (src->pos + static_cast<int64_t>(n) > src->size) {
+    src->ran_out = true;
+    png_error(png, "unexpected end of PNG data");
+  }
   std::memcpy(out, src->data + src->pos, n);
   src->pos += static_cast<int64_t>(n);
 }
@@ -423,7 +468,20 @@ bool RunPngHeader(PngDecode* d, ImageMode mode) {
 // Decode the image data into `into` (height x width x channels bytes, rows filled in
 // d->rows), then read the file's end; false after a libpng error (RunPngHeader's rules).
 bool RunPngRows(PngDecode* d, uint8_t* into) {
-  if (setjmp(d->error.jump)) return false;
+  if (setjmp(d->error.jump)) {
+    // libpng writes each row into `into` before finishing it; finishing the last one reads
+    // the rest of the last IDAT chunk and its CRC. A file cut there (the data ran out, not
+    // a checksum that failed: corrupt data) comes with every pixel written, as a file cut
+    // in its IEND: PIL decodes it. After the last row libpng's row number is the height
+    // (non-interlaced) or its pass 7 (interlaced, with its deinterlacing).
+    const bool interlaced = png_get_interlace_type(d->png, d->info) != PNG_INTERLACE_NONE;
+    if (d->source.ran_out &&
+        (interlaced ? png_get_current_pass_number(d->png) >= 7
+                    : png_get_current_row_number(d->png) >= static_cast<png_uint_32>(d->height))) {
+      d->pixels_read = true;
+    }
+    return false;
+  }
   for (int64_t y = 0; y < d->height; ++y) d->rows[y] = into + y * d->width * d->channels;
   png_read_image(d->png, d->rows.data());
   d->pixels_read = true;
@@ -451,6 +509,10 @@ arrow::Result<SampleTensor> DecodePng(const uint8_t* data, int64_t size, ImageMo
   if (d.png == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
   d.info = png_create_info_struct(d.png);
   if (d.info == nullptr) return arrow::Status::OutOfMemory("cannot create a PNG decoder");
+  // libpng refuses a side over 10^6 by default ("Invalid IHDR data": a 1 x 1000001 strip
+  // PIL decodes); the bound here is the image's bytes (kMaxImageBytes, RunPngHeader), as
+  // for JPEG. PNG's own limit is 2^31 - 1.
+  png_set_user_limits(d.png, 0x7fffffff, 0x7fffffff);
   // A file that ends after its image data (no IEND, or a cut one: a download short by a
   // few bytes) fails in png_read_end with every pixel read; PIL decodes it, and so do we
   // (an eXIf chunk after the image data is then not seen, as PIL does not see it). libpng
@@ -507,7 +569,10 @@ class DecodeImageOp : public Op {
   // fails is refused (it was taken, unwritten), no DCT scaling for a Resize under 128.
   // v5: every JPEG decoded by a fresh decompressor (one without DHT/DQT tables took the
   // previous image's), a PNG whose IEND is missing or cut decoded (it was refused).
-  std::string Fingerprint() const override { return ToString() + "@v5"; }
+  // v6: a JPEG cut short after a harmless warning refused (its missing rows were gray), a
+  // JPEG's EXIF read past stray bytes, PNGs of a side over 10^6 and PNGs cut in their
+  // last IDAT chunk's checksum decoded (they were refused).
+  std::string Fingerprint() const override { return ToString() + "@v6"; }
   SampleSignature OutputSignature(const SampleSignature&) const override {
     SampleSignature out;
     out.dtype = DType::kUInt8;

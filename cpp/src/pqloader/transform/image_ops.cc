@@ -505,10 +505,30 @@ CropBox CenterBox(int64_t crop_h, int64_t crop_w, int64_t h, int64_t w) {
   return box;
 }
 
+// Refuses a crop of `h` x `w` (padded where larger than the image) whose pixels exceed
+// kMaxImageBytes, as ResizeImage refuses its output: a typo'd size allocated up to
+// kMaxSampleBytes (16 GiB) a sample. `c`, `item`: the channels and bytes per value.
+arrow::Status CheckCropBytes(int64_t h, int64_t w, int64_t c, int64_t item) {
+  if (static_cast<double>(h) * static_cast<double>(w) * static_cast<double>(c) *
+          static_cast<double>(item) > static_cast<double>(kMaxImageBytes)) {
+    return arrow::Status::Invalid("CenterCrop to ", h, "x", w, " (", c, " channel",
+                                  c == 1 ? "" : "s", ") would exceed the 2 GiB limit of an image");
+  }
+  return arrow::Status::OK();
+}
+
 class CenterCropOp : public Op {
  public:
   arrow::Status CheckInput(const SampleSignature& in) const override {
-    return CheckImageInput(in, "CenterCrop", false);
+    ARROW_RETURN_NOT_OK(CheckImageInput(in, "CenterCrop", false));
+    const int at = HeightAxis(in);
+    if (at < 0 || !in.dtype.has_value()) return arrow::Status::OK();
+    // Where the channels and the dtype are known before any data (a decoded image's), too
+    // large a crop is refused when the loader is made.
+    const auto& shape = *in.shape;
+    const int64_t c = shape.size() == 2 ? 1 : shape[in.channels_first ? 0 : 2];
+    if (c < 0) return arrow::Status::OK();
+    return CheckCropBytes(h_, w_, c, DTypeSize(*in.dtype));
   }
   CenterCropOp(int64_t h, int64_t w) : h_(h), w_(w) {}
   std::string ToString() const override {
@@ -517,6 +537,7 @@ class CenterCropOp : public Op {
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "CenterCrop"));
+    ARROW_RETURN_NOT_OK(CheckCropBytes(h_, w_, d.c, DTypeSize(in.dtype)));
     return Crop(in, d, CenterBox(h_, w_, d.h, d.w));
   }
   SampleSignature OutputSignature(const SampleSignature& in) const override {
