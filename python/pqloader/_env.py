@@ -116,12 +116,16 @@ def local_dir(path: str, what: str = "cache_dir") -> str:
         ValueError: `path` is another URL (``s3://bucket/cache``): made absolute, it named
             a local directory ``./s3:/bucket/cache``, which a Loader created and used
             silently; or it holds a NUL character (the engine cut the path there and
-            used another directory).
+            used another directory); or it is empty (made absolute, the current directory:
+            ``cache clear ""``, an unset variable, cleared the cache one stood in).
     """
     if not isinstance(path, str):  # (the engine's bare "incompatible function arguments")
         raise TypeError(f"{what} must be a text path, got {type(path).__name__} {path!r}"
                         + (": decode it (os.fsdecode)" if isinstance(path, bytes) else ""))
     refuse_nul(f"{what} {path!r}", path)  # ('cache\0x' made and used 'cache')
+    if path == "":  # (`pqloader cache clear "$UNSET"` cleared the current directory's cache)
+        raise ValueError(f"{what} must be a directory path, got '' (write '.' for the "
+                         "current directory)")
     path = _local_file_uri(path, what)
     if path.startswith(_FILE_SCHEME):
         path = urllib.parse.unquote(path[len(_FILE_SCHEME):])

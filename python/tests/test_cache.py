@@ -311,6 +311,102 @@ def test_a_fifo_or_a_link_named_like_an_entry_is_not_opened_as_one(data, tmp_pat
     assert s["cache_misses"] == 2 and s["cache_hits"] == 7
 
 
+FIFO_RUN = textwrap.dedent("""
+    import sys, pqloader
+    data, cache_dir = sys.argv[1], sys.argv[2]
+    loader = pqloader.Loader(data, batch_size=32, cache_dir=cache_dir, filter="id >= 100",
+                             columns=["id", "s"])
+    print(sum(len(b["id"]) for b in loader))
+    loader.close()
+""")
+
+
+@pytest.mark.parametrize("name", ["PQLOADER_CACHE", "records", "shard-*/.usage", "filters/*.sel"])
+def test_a_fifo_in_place_of_a_cache_file_that_is_not_an_entry_is_not_opened(data, tmp_path, name):
+    # Entries are opened non-blocking and not through links (test above), but the marker,
+    # `records`, the shards' `.usage` and the filters' selections were read with a
+    # blocking std::ifstream: a FIFO in place of one hung the loader (and `pqloader cache
+    # stats` / `clear` at the marker or `records`) for good. Read as missing, it is not.
+    cache_dir = tmp_path / "cache"
+    run = [sys.executable, "-c", FIFO_RUN, data, str(cache_dir)]
+    first = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    for f in sorted(cache_dir.glob(name)):
+        f.unlink()
+        os.mkfifo(f)
+    if name == "shard-*/.usage":  # inserts read .usage: make every split an insert again
+        for e in cache_dir.glob("shard-*/*.pqc"):
+            e.unlink()
+    assert list(cache_dir.glob(name))
+    try:
+        again = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a FIFO at {name} in the cache directory hung the loader")
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    for command in ("stats", "clear"):
+        try:
+            subprocess.run([sys.executable, "-m", "pqloader", "cache", command, str(cache_dir)],
+                           capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"a FIFO at {name} in the cache directory hung `pqloader cache {command}`")
+
+
+HUGE_ENTRY_RUN = textwrap.dedent("""
+    import resource, sys, pqloader
+    loader = pqloader.Loader(sys.argv[1], batch_size=32, cache_dir=sys.argv[2], columns=["id", "s"])
+    rows = sum(len(b["id"]) for b in loader)
+    s = loader.stats()
+    print(rows, s["cache_corrupt"], s["cache_hits"],
+          resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+""")
+
+
+def test_an_entry_file_grown_far_past_its_size_is_refused_without_reading_it(data, tmp_path):
+    # An entry was read whole into memory before its frame (end magic, stored size) was
+    # looked at: a file named like an entry and grown to 1 GB (a sparse tail, a damaged
+    # inode, someone's file) took 1 GB of memory and seconds to be found corrupt; larger
+    # ones could not be allocated, or killed the process. Its trailer tells at once.
+    cache_dir = tmp_path / "cache"
+    run = [sys.executable, "-c", HUGE_ENTRY_RUN, data, str(cache_dir)]
+    first = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    entry = sorted(cache_dir.glob("shard-*/*.pqc"))[0]
+    os.truncate(entry, 1 << 30)  # sparse: no disk space taken
+    again = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    rows, corrupt, hits, rss_mb = map(int, again.stdout.split())
+    assert rows == 300 and corrupt == 1 and hits == 8
+    assert rss_mb < 512, f"{rss_mb} MB peak: the 1 GB file was read"
+    assert not entry.exists() or entry.stat().st_size < 1 << 20  # dropped (and refetched)
+
+
+def test_entries_of_one_row_group_are_the_same_bytes_whoever_writes_them(tmp_path):
+    # A shuffling loader with lists stores its small fixed-size columns row-major, each
+    # row padded to 8 bytes (int64 + float32: 12 bytes of a 16-byte row). The padding was
+    # never written: the allocator's leftovers (other data of the process) went to disk,
+    # and two caches of the same data differed byte for byte.
+    data = tmp_path / "d.parquet"
+    n = 2000
+    pq.write_table(pa.table({
+        "id": np.arange(n, dtype=np.int64),
+        "x": np.arange(n, dtype=np.float32),
+        "tok": pa.array([list(range(i % 5)) for i in range(n)], pa.list_(pa.int32())),
+    }), data, row_group_size=500)
+    caches = []
+    for i in range(3):
+        noise = [np.full(1 << 16, 0xA5 + i, np.uint8) for _ in range(8)]  # dirty the heap
+        del noise
+        cache_dir = tmp_path / f"cache{i}"
+        loader = pqloader.Loader(str(data), batch_size=64, shuffle=True, seed=i,
+                                 lists={"tok": "ragged"}, cache_dir=str(cache_dir))
+        for _ in loader:
+            pass
+        loader.close()
+        caches.append({p.name: p.read_bytes() for p in cache_dir.glob("shard-*/*.pqc")})
+    assert len(caches[0]) == 4
+    assert caches[0] == caches[1] == caches[2]
+
+
 def test_keep_policy_stops_inserting_and_lru_evicts_within_the_limit(data, tmp_path):
     probe = tmp_path / "probe"
     epochs(data, str(probe), n=1)

@@ -242,3 +242,35 @@ def test_a_loader_never_waits_for_a_paused_loader_of_its_own_process(tmp_path):
     assert s["cache_waits"] == 0 and s["cache_wait_timeouts"] == 0
     assert next(it)["x0"][0] == 1000  # the paused one goes on
     paused.close()
+
+
+def test_a_marker_dated_in_the_future_is_abandoned_as_an_old_one_is(tmp_path):
+    # A marker is abandoned when its process is dead on this host or it is older than
+    # cache_wait_timeout. One whose modification time lies in the future (another host's
+    # clock ahead on a shared directory, this host's clock set back) was never old: every
+    # read of its split waited the whole timeout, every epoch while the cache refused the
+    # insert, and the marker was never deleted.
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": np.arange(200, dtype=np.int64)}), data, row_group_size=50)
+    cache_dir = tmp_path / "cache"
+    for _ in pqloader.Loader(str(data), batch_size=50, cache_dir=str(cache_dir)):
+        pass
+    entries = sorted(cache_dir.glob("shard-*/*.pqc"))
+    assert len(entries) == 4
+    future = time.time() + 3600
+    for e in entries:
+        e.unlink()
+    for e in entries[:2]:
+        marker = e.with_suffix(".fetch")
+        marker.write_text("pqloader fetch\npid 999999\nhost another-host\ntoken 1-1-1\n")
+        os.utime(marker, (future, future))
+    loader = pqloader.Loader(str(data), batch_size=50, cache_dir=str(cache_dir),
+                             cache_wait_timeout=2.0, cache_size_limit=8)  # refuses inserts
+    ids = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        ids += [int(i) for b in loader for i in b["id"]]
+    assert sorted(ids) == sorted(list(range(200)) * 3)
+    s = loader.stats()
+    assert s["cache_wait_seconds"] < 1.0, s  # 6 s: 2 splits x 3 epochs x the timeout
+    assert not list(cache_dir.glob("shard-*/*.fetch"))

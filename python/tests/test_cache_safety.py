@@ -210,3 +210,22 @@ def test_a_loader_keeps_caching_after_cache_clear_runs_beside_it(tmp_path):
     s = loader.stats()
     assert (s["cache_inserts"], s["cache_write_errors"], s["cache_hits"]) == (40, 0, 40)
     assert pqloader.cache_stats(cache)["entries"] == 40
+
+
+def test_an_empty_cache_dir_is_refused_not_taken_as_the_current_directory(tmp_path, monkeypatch):
+    # The Loader refuses cache_dir='', but cache_stats/prune/clear (and `pqloader cache
+    # clear ""`, a variable left unset) made '' absolute: the current directory. Run in a
+    # cache directory, clear deleted its entries.
+    cache = tmp_path / "cache"
+    ids = fill(write(tmp_path / "d" / "a.parquet"), cache)
+    assert len(ids) == 120
+    entries = sorted(cache.glob("shard-*/*.pqc"))
+    assert entries
+    monkeypatch.chdir(cache)
+    for fn in (pqloader.cache_stats, pqloader.cache_prune, pqloader.cache_clear):
+        with pytest.raises(ValueError, match="must be a directory path, got ''"):
+            fn("")
+    r = subprocess.run([sys.executable, "-m", "pqloader", "cache", "clear", ""], cwd=cache,
+                       capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert r.returncode != 0 and "got ''" in r.stderr, r.stderr
+    assert sorted(cache.glob("shard-*/*.pqc")) == entries

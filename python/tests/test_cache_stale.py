@@ -193,3 +193,25 @@ def test_prune_refuses_a_directory_that_is_not_a_cache(tmp_path):
     assert (tmp_path / "notes.txt").exists()
     out = cli("cache", "prune", str(tmp_path))
     assert out.returncode == 1 and "not a pqloader cache" in out.stderr
+
+
+@pytest.mark.parametrize("with_dataset", [False, True])
+def test_entries_of_a_file_now_a_directory_of_that_name_are_stale(tmp_path, with_dataset):
+    # A file replaced by a directory of its name (`x.parquet/part-*.parquet`, as Spark
+    # writes one) is gone: its entries were counted unverified, looked up by listing the
+    # directory (more than one file, none of them the entry's), and never pruned; with
+    # --dataset also, though the file lay below the dataset and is no longer listed.
+    data = tmp_path / "d"
+    f = write(data / "x.parquet")
+    cache_dir = str(tmp_path / "cache")
+    for _ in pqloader.Loader(f, batch_size=50, cache_dir=cache_dir):
+        pass
+    os.unlink(f)
+    for k in range(2):
+        write(Path(f) / f"part-{k}.parquet")
+    kw = {"dataset": str(data)} if with_dataset else {}
+    stats = pqloader.cache_stats(cache_dir, **kw)
+    assert stats["entries"] == 8
+    assert (stats["stale_entries"], stats["unverified_entries"]) == (8, 0)
+    report = pqloader.cache_prune(cache_dir, **kw)
+    assert report["entries"] == 8 and report["kept"] == 0

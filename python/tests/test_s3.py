@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import boto3
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -716,3 +717,34 @@ def test_s3_a_folder_marker_holding_bytes_is_named(store):
     s3.put_object(Bucket="data", Key="marker/sub/", Body=b"x" * 600)
     with pytest.raises(pqloader.Error, match=r"folder marker 's3://data/marker/sub/' holding 600 bytes"):
         pqloader.Loader("s3://data/marker", storage_options=store.options)
+
+
+def test_s3_footer_kept_for_another_object_is_not_used(store, tmp_path):
+    # footers/<key>.thrift held the footer's bytes and their checksum, nothing naming the
+    # object: one object's footer file in another's place (two files swapped, copied
+    # over) verified, and was used as the other object's footer. With one row-group layout
+    # its statistics decided the filter's pruning: `id < 100` pruned every row group of
+    # the file that holds ids 0-199 (its footer said 1000-1199), 100 rows dropped silently.
+    local = tmp_path / "same"
+    local.mkdir()
+    for name, start in (("a", 0), ("b", 1000)):
+        pq.write_table(pa.table({"id": np.arange(start, start + 200, dtype=np.int64)}),
+                       local / f"{name}.parquet", row_group_size=50, use_dictionary=False,
+                       compression="none")
+    store.server.upload("same", "ds", sorted(local.iterdir()), settled=True)
+    cache_dir = tmp_path / "cache"
+    kw = dict(storage_options=store.options, batch_size=64, cache_dir=str(cache_dir))
+    want = collect(pqloader.Loader("s3://same/ds/", filter="id < 100", **kw))
+    assert len(want["id"]) == 100
+    second = pqloader.Loader("s3://same/ds/", **kw)
+    assert second.stats()["footers_from_cache"] == 2
+    a, b = sorted((cache_dir / "footers").glob("*.thrift"))
+    a_bytes, b_bytes = a.read_bytes(), b.read_bytes()
+    a.write_bytes(b_bytes)
+    b.write_bytes(a_bytes)
+    for f in [*cache_dir.glob("shard-*/*.pqc"), *cache_dir.glob("filters/*.sel")]:
+        f.unlink()  # only the footers decide
+    got = collect(pqloader.Loader("s3://same/ds/", filter="id < 100", **kw))
+    assert_columns_equal(got, want)
+    plain = pqloader.Loader("s3://same/ds/", **kw)
+    assert plain.stats()["footers_from_cache"] == 2  # the swapped ones were replaced

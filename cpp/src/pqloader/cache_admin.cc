@@ -96,10 +96,17 @@ class Checker {
       if (d != nullptr && d->kind() == ErrorKind::kNotFound) now.state = SourceState::kStale;
       return now;
     }
-    if (found->size() == 1 && (*found)[0].display == path) {
-      now.state = SourceState::kCurrent;
-      now.file = (*found)[0];
+    for (const FoundFile& f : *found) {
+      if (f.display == path) {
+        now.state = SourceState::kCurrent;
+        now.file = f;
+        return now;
+      }
     }
+    // Files, none of them this one: the path names a directory now (`x.parquet/part-*`,
+    // as Spark writes one, in place of the file x.parquet) or a pattern. The file is
+    // gone: its entries are stale (they were counted unverified and never pruned).
+    if (!found->empty()) now.state = SourceState::kStale;
     return now;
   }
 

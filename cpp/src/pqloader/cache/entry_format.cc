@@ -470,6 +470,12 @@ arrow::Result<CacheEntryHeader> ParseCacheEntryHeader(const uint8_t* head, int64
   return h;
 }
 
+bool CacheEntryTrailerMatches(const uint8_t* trailer, int64_t size) {
+  int64_t length;
+  std::memcpy(&length, trailer + 8, 8);
+  return std::memcmp(trailer + kTrailerBytes - 8, kEndMagic, 8) == 0 && length == size;
+}
+
 bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash) {
   if (size < kTrailerBytes) return false;
   uint64_t stored;

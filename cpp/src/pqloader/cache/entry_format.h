@@ -118,4 +118,9 @@ constexpr int64_t kCacheEntryTrailerBytes = 24;
 /// value: true when they match.
 bool EntryChecksumMatches(const uint8_t* entry, int64_t size, uint64_t hash);
 
+/// Whether `trailer`, the last kCacheEntryTrailerBytes bytes of a file of `size` bytes,
+/// ends an entry of that size (its end magic, its stored length equal to `size`): what
+/// tells a damaged file before it is read whole.
+bool CacheEntryTrailerMatches(const uint8_t* trailer, int64_t size);
+
 }  // namespace pqloader

@@ -1,8 +1,9 @@
 // Parquet footers kept on local disk next to the split cache, so a remote dataset's
 // footers are fetched once, not once per run (local files' footers are read from the
 // file: as cheap, and never stale). One file per footer under CACHE_DIR/footers/: the
-// footer's bytes as the file holds them (Thrift FileMetaData) followed by their XXH64
-// (8 bytes); published by rename.
+// footer's bytes as the file holds them (Thrift FileMetaData), the file's key (32 hex
+// digits: a file in another key's place is not used) and the XXH64 of both (8 bytes);
+// published by rename.
 // Keyed by (file, size, modification time); see docs/cache_format.md for what that
 // cannot see. Thread-safety: functions may be called concurrently.
 #pragma once

@@ -36,6 +36,9 @@ namespace pqloader {
 
 namespace fs = std::filesystem;
 
+// The most bytes of `records` read: a few dozen "name value" lines (larger: damaged).
+constexpr int64_t kMaxRecordsBytes = int64_t{1} << 20;
+
 namespace {
 
 constexpr char kEntrySuffix[] = ".pqc";
@@ -51,7 +54,10 @@ constexpr int64_t kReadPieceBytes = 512 << 10;
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 int64_t ReadUsage(const std::string& path) {
-  std::ifstream in(path);
+  std::string text;
+  if (!ReadCacheFile(path, 64, &text)) return -1;  // (a FIFO named .usage hung inserts)
+  std::istringstream in(text);
+  in.imbue(std::locale::classic());
   int64_t v = 0;
   if (in >> v && v >= 0) return v;
   return -1;
@@ -278,6 +284,16 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
                                                             bool verify) {
   const int64_t size = st.st_size;
   if (size < kCacheEntryTrailerBytes) return arrow::Status::Invalid("cache entry too short");
+  // Its trailer first (end magic, stored size): a file named like an entry but grown far
+  // past one (a sparse tail, a damaged inode, another program's file) was allocated and
+  // read whole before anything was checked: 1 GB of memory for a 1 GB file, a process
+  // killed for a larger one.
+  uint8_t trailer[kCacheEntryTrailerBytes];
+  if (PreadUpTo(fd, trailer, kCacheEntryTrailerBytes, size - kCacheEntryTrailerBytes) !=
+          kCacheEntryTrailerBytes ||
+      !CacheEntryTrailerMatches(trailer, size)) {
+    return arrow::Status::Invalid("not a complete cache entry (bad end magic or size)");
+  }
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer,
                         arrow::AllocateBuffer(size, RecyclingPool::Global()));
   uint8_t* out = buffer->mutable_data();
@@ -969,8 +985,13 @@ class DiskCache : public SplitCache {
         errno == ESRCH) {
       return true;
     }
-    *too_old = std::chrono::system_clock::now() - m.written >
-               std::chrono::milliseconds(options_.wait_timeout_ms);
+    // Dated further in the future than the timeout: a clock set back, or another host's
+    // clock ahead on a shared directory. Such a marker was never old: every read of its
+    // split waited the whole timeout (every epoch while inserts were refused) and the
+    // marker stayed. Judged by how far its date is from now, either way.
+    const auto age = std::chrono::system_clock::now() - m.written;
+    const auto timeout = std::chrono::milliseconds(options_.wait_timeout_ms);
+    *too_old = age > timeout || age < -timeout;
     return *too_old;
   }
   // Delete the marker at `path` if it is abandoned (true), or if it is gone already.
@@ -1283,10 +1304,27 @@ std::string CacheKey(const std::string& identity) {
   return out;
 }
 
+bool ReadCacheFile(const std::string& path, int64_t max_bytes, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= max_bytes;
+  if (ok) {
+    out->resize(static_cast<size_t>(st.st_size));
+    ok = PreadUpTo(fd, reinterpret_cast<uint8_t*>(out->data()), st.st_size, 0) == st.st_size;
+  }
+  ::close(fd);
+  return ok;
+}
+
 bool IsMarkedCacheDir(const std::string& dir) {
-  std::ifstream in(dir + "/" + kCacheMarkerName);
+  // Not a blocking std::ifstream: a FIFO named PQLOADER_CACHE hung every loader and
+  // `pqloader cache` command on the directory.
+  std::string text;
+  if (!ReadCacheFile(dir + "/" + kCacheMarkerName, 4096, &text)) return false;
+  std::istringstream in(text);
   std::string first;
-  return in && std::getline(in, first) && first == kCacheMarkerFirstLine;
+  return std::getline(in, first) && first == kCacheMarkerFirstLine;
 }
 
 bool MarkCacheDir(const std::string& dir) {
@@ -1425,7 +1463,10 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
     }
   }
   for (const auto& path : later) count_kept(path, path.filename() == "filters");
-  std::ifstream in(dir + "/records");
+  std::string text;
+  if (!ReadCacheFile(dir + "/records", kMaxRecordsBytes, &text)) text.clear();
+  std::istringstream in(text);
+  in.imbue(std::locale::classic());
   std::string name;
   int64_t value;
   while (in >> name >> value) s.recorded[name] = value;
@@ -1510,9 +1551,11 @@ bool IsEntryFile(const std::string& path, const std::string& key) {
 
 // Whether the regular file `path` is an in-progress marker (by its first line).
 bool IsMarkerFile(const std::string& path) {
-  std::ifstream in(path);
+  std::string text;
+  if (!ReadCacheFile(path, 4096, &text)) return false;
+  std::istringstream in(text);
   std::string first;
-  return in && std::getline(in, first) && first == kMarkerFirstLine;
+  return std::getline(in, first) && first == kMarkerFirstLine;
 }
 
 class Clearer {
@@ -1691,7 +1734,11 @@ bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (lock == nullptr) return false;
   std::map<std::string, int64_t> r;
   {
-    std::ifstream in(dir + "/records");
+    // (A FIFO named records hung every loader at its end.)
+    std::string text;
+    if (!ReadCacheFile(dir + "/records", kMaxRecordsBytes, &text)) text.clear();
+    std::istringstream in(text);
+    in.imbue(std::locale::classic());
     std::string name;
     int64_t value;
     while (in >> name >> value) r[name] = std::max<int64_t>(value, 0);  // damaged: not < 0

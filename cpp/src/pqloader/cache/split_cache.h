@@ -286,6 +286,12 @@ bool MarkCacheDir(const std::string& dir);
 /// Return whether `dir` has a cache marker file.
 bool IsMarkedCacheDir(const std::string& dir);
 
+/// Read the regular file at `path` whole into `*out` if it holds at most `max_bytes`.
+/// Opened without following a symbolic link and without blocking, as entries are: a
+/// FIFO (or a link to one, or to /dev/zero) in place of a cache file is not waited on
+/// or read without end. False when missing, not a regular file, too large or unreadable.
+bool ReadCacheFile(const std::string& path, int64_t max_bytes, std::string* out);
+
 /// Whether an entry's source file is still the one it was decoded from.
 enum class SourceState {
   kCurrent,  ///< The file is unchanged: the entry can be read.

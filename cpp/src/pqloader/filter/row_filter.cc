@@ -33,6 +33,7 @@
 #include <parquet/statistics.h>
 
 #include "pqloader/cache/footer_cache.h"
+#include "pqloader/cache/split_cache.h"
 #include "pqloader/dataset/bounded_read.h"
 #include "pqloader/dataset/column_types.h"
 #include "pqloader/dataset/columns.h"
@@ -1210,12 +1211,10 @@ std::string StorePath(const std::string& dir, const std::string& key) {
 
 std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& dataset,
                                        const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss.imbue(std::locale::classic());
-  ss << in.rdbuf();
-  return Deserialize(ss.str(), dataset, key);
+  // Not a blocking std::ifstream: a FIFO in place of a selection hung the loader.
+  std::string bytes;
+  if (!ReadCacheFile(path, std::numeric_limits<int64_t>::max(), &bytes)) return std::nullopt;
+  return Deserialize(bytes, dataset, key);
 }
 
 void Store(const std::string& path, const RowSelection& sel, const std::string& key) {

@@ -182,10 +182,12 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
     block->offset[c] = block->stride;
     block->stride += unit->columns[c].row_bytes;
   }
+  const int64_t used = block->stride;
   block->stride = (block->stride + 7) / 8 * 8;
   const int64_t rows = unit->num_rows;
   ARROW_ASSIGN_OR_RAISE(block->data, arrow::AllocateBuffer(rows * block->stride, pool));
   uint8_t* dst = block->data->mutable_data();
+  const size_t pad = static_cast<size_t>(block->stride - used);
   // Tiles of rows, so that the rows being written stay in L1 while each column's
   // values stream in.
   const int64_t tile = std::clamp<int64_t>(kTransposeTileBytes / block->stride, 8, 4096);
@@ -196,6 +198,10 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> WithRowMajor(
       CopyStridedAny(d.row_bytes, d.data->data() + r0 * d.row_bytes, d.row_bytes, n,
                      dst + r0 * block->stride + block->offset[c], block->stride);
     }
+    // Each row's padding: zeros, not what the allocator's memory held (the block is
+    // written to cache entries as it is: heap bytes of the process went to disk, and two
+    // entries of one row group differed byte for byte).
+    for (int64_t r = r0; pad > 0 && r < r0 + n; ++r) std::memset(dst + r * block->stride + used, 0, pad);
   }
   auto out = std::make_shared<DecodedUnit>(*unit);
   for (int c : cols) out->columns[c].data.reset();
