@@ -1435,3 +1435,14 @@ def test_a_center_crop_past_the_image_limit_is_refused_naming_the_column(tmp_pat
     pq.write_table(pa.table({"image": [encode(photos()["chelsea"], "PNG")]}), path)
     with pytest.raises(pqloader.UnsupportedTypeError, match="'image'.*CenterCrop to 70000x70000"):
         pqloader.Loader(str(path), transforms={"image": [T.DecodeImage(), T.CenterCrop(70000)]})
+
+
+@pytest.mark.parametrize("cut", [3, 4, 20, 100])
+def test_a_jpeg_cut_inside_its_header_says_so(cut):
+    # libjpeg reports no error for it, only a size of 0x0 ("image of 0x0").
+    data = encode(photos()["chelsea"], "JPEG", quality=90)
+    with pytest.raises(pqloader.InvalidDataError, match=f"the file ends inside its header .{cut} bytes"):
+        apply([T.DecodeImage()], data[:cut])
+    bad_length = data[:4] + b"\xff\xff" + data[6:60]  # APP0's length past the end
+    with pytest.raises(pqloader.InvalidDataError, match="a segment length past its end"):
+        apply([T.DecodeImage()], bad_length)

@@ -267,6 +267,36 @@ bool JpegReachesEoi(const uint8_t* p, int64_t n) {
   return false;
 }
 
+// Whether the JPEG's marker segments run past its `n` bytes before its image data (SOS):
+// a file cut inside its header, or a segment length past the end. (libjpeg then reports
+// no error, only a size of 0x0.)
+bool JpegHeaderRunsPastEnd(const uint8_t* p, int64_t n) {
+  int64_t i = 2;  // after SOI
+  while (i < n) {
+    if (p[i] != 0xFF) {  // stray bytes: skipped, as libjpeg does
+      ++i;
+      continue;
+    }
+    if (i + 1 >= n) return true;
+    const uint8_t m = p[i + 1];
+    if (m == 0xFF) {
+      ++i;
+      continue;
+    }
+    if (m == 0xDA || m == 0xD9) return false;  // the image data, or the end, is there
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+      i += 2;
+      continue;
+    }
+    if (i + 4 > n) return true;
+    const int64_t len = (int64_t{p[i + 2]} << 8) | p[i + 3];
+    if (len < 2) return false;
+    if (i + 2 + len > n) return true;
+    i += 2 + len;
+  }
+  return true;
+}
+
 arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int64_t size,
                                            ImageMode mode, int64_t min_short_side,
                                            bool exact_scale) {
@@ -292,6 +322,10 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
     }
   }
   if (width <= 0 || height <= 0) {
+    if (JpegHeaderRunsPastEnd(data, size)) {
+      return arrow::Status::Invalid("corrupt JPEG header: the file ends inside its header (",
+                                    size, " bytes: cut short, or a segment length past its end)");
+    }
     return arrow::Status::Invalid("corrupt JPEG header: image of ", width, "x", height);
   }
   // CMYK and YCCK files (prepress photographs, ~20 of ImageNet's) are decoded to CMYK
