@@ -1446,3 +1446,16 @@ def test_a_jpeg_cut_inside_its_header_says_so(cut):
     bad_length = data[:4] + b"\xff\xff" + data[6:60]  # APP0's length past the end
     with pytest.raises(pqloader.InvalidDataError, match="a segment length past its end"):
         apply([T.DecodeImage()], bad_length)
+
+
+def test_a_png_header_libpng_refuses_names_its_reason():
+    # libpng's error is "Invalid IHDR data"; why is in the warning before it.
+    import struct
+    import zlib
+
+    data = bytearray(encode(photos()["chelsea"][:4, :4], "PNG"))
+    data[16:20] = struct.pack(">I", 0)  # width 0
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))  # IHDR's CRC, mended
+    with pytest.raises(pqloader.InvalidDataError, match="Invalid IHDR data .libpng's last warning: "
+                       "Image width is zero in IHDR"):
+        apply([T.DecodeImage()], bytes(data))

@@ -413,15 +413,26 @@ arrow::Result<SampleTensor> DecodeJpegWith(tjhandle h, const uint8_t* data, int6
 
 struct PngErrorState {
   std::jmp_buf jump;
-  char message[256] = {0};
+  char message[512] = {0};
+  char warning[200] = {0};  // libpng's last warning: the reason some errors leave out
 };
 
 void PngError(png_structp png, png_const_charp msg) {
   auto* state = static_cast<PngErrorState*>(png_get_error_ptr(png));
-  std::snprintf(state->message, sizeof(state->message), "%s", msg);
+  // ("Invalid IHDR data" says why only in the warning before it: "Image width is zero
+  // in IHDR", ...)
+  if (state->warning[0] != '\0') {
+    std::snprintf(state->message, sizeof(state->message), "%s (libpng's last warning: %s)", msg,
+                  state->warning);
+  } else {
+    std::snprintf(state->message, sizeof(state->message), "%s", msg);
+  }
   std::longjmp(state->jump, 1);
 }
-void PngWarning(png_structp, png_const_charp) {}
+void PngWarning(png_structp png, png_const_charp msg) {
+  auto* state = static_cast<PngErrorState*>(png_get_error_ptr(png));
+  std::snprintf(state->warning, sizeof(state->warning), "%s", msg);
+}
 
 struct PngSource {
   const uint8_t* data;
