@@ -177,8 +177,9 @@ class Pack:
         column: The list column of tokens.
         seq_len: Tokens per block.
         eos: A separator token appended after every document (None: none). It, and
-            ``pad``, must be an int the token column's dtype holds exactly (refused when
-            the Loader is made, also from C++).
+            ``pad``, must be an int the token column's dtype holds exactly, and within
+            ``±2**53`` (the packer writes them through a double: ``2**63 - 1`` in int64
+            tokens is refused) (refused when the Loader is made, also from C++).
         truncate: Documents longer than a block keep only its first tokens (with ``eos``,
             ``seq_len - 1`` of them and the separator; ``seq_len`` must then be at least 2).
         pad: The token of padding.

@@ -375,3 +375,30 @@ def test_a_column_named_as_a_packed_output_and_a_float_pad_that_overflows_are_re
     pq.write_table(pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.float16()))}), tmp_path / "b.parquet")
     with pytest.raises(ValueError, match=r"Pack\(pad=.*\) overflows column 'tokens' \(float16\)"):
         pqloader.Loader(str(tmp_path / "b.parquet"), batch_size=1, pack=pqloader.Pack("tokens", seq_len=4, pad=10**6))
+
+
+def test_drop_last_with_pad_policy_drops_the_partial_block_for_every_rank(tmp_path):
+    # Rank 0 (documents 0, 1: 10 tokens) fills 2 blocks of 4 and 2 tokens of a third;
+    # rank 1 (documents 2, 3: 16 tokens) fills 4. drop_last drops rank 0's partial block
+    # and "pad" then adds blocks of padding: no block is part documents, part padding.
+    # The partial block came back as rank 0's first "padding" block.
+    rows = [[1] * 5, [2] * 5, [3] * 8, [4] * 8]
+    pq.write_table(pa.table({"tokens": pa.array(rows, pa.list_(pa.int32()))}), tmp_path / "d.parquet")
+    per_rank = []
+    for rank in range(2):
+        loader = pqloader.Loader(str(tmp_path), batch_size=1, rank=rank, world_size=2,
+                                 shard_policy="pad", drop_last=True,
+                                 pack=pqloader.Pack("tokens", seq_len=4, pad=-1))
+        blocks = [b for b in loader]
+        per_rank.append([(b["tokens"][0].tolist(), b["loss_mask"][0].tolist()) for b in blocks])
+    assert [len(p) for p in per_rank] == [4, 4]
+    assert per_rank[0] == [([1, 1, 1, 1], [True] * 4), ([1, 2, 2, 2], [True] * 4),
+                           ([-1] * 4, [False] * 4), ([-1] * 4, [False] * 4)], per_rank[0]
+    assert per_rank[1] == [([3] * 4, [True] * 4)] * 2 + [([4] * 4, [True] * 4)] * 2
+
+
+def test_eos_or_pad_past_2_53_in_int64_tokens_says_so(tmp_path):
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2]], pa.list_(pa.int64()))}), tmp_path / "a.parquet")
+    for kw in ({"eos": 2**63 - 1}, {"pad": 2**63 - 1}, {"pad": -2**63}, {"eos": 2**53 + 1}):
+        with pytest.raises(ValueError, match=r"beyond 2\*\*53"):
+            pqloader.Loader(str(tmp_path), pack=pqloader.Pack("tokens", seq_len=4, **kw))

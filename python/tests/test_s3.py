@@ -709,6 +709,28 @@ def test_s3_an_object_deleted_after_listing_is_not_found_naming_it(store, rows):
         collect(loader)
 
 
+@pytest.mark.parametrize("replacement", [b"", b"PAR1" * 25], ids=["empty", "100-bytes"])
+def test_s3_a_read_past_the_end_of_an_object_replaced_by_a_shorter_one_says_it_changed(
+        store, replacement):
+    # A row group whose range starts past the end of the new, shorter object: the store
+    # answers 416 InvalidRange, which reached the user as "AWS Error UNKNOWN (HTTP status
+    # 416) ... InvalidRange" (an IOError of a failing store), not that the object changed
+    # (a row group starting before the new end said so).
+    s3 = store.server.client()
+    prefix = f"shrunk-{len(replacement)}"
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": pa.array(range(4000), pa.int64())}), buf,
+                   compression="none", row_group_size=1000)
+    s3.put_object(Bucket="data", Key=f"{prefix}/p.parquet", Body=buf.getvalue())
+    loader = pqloader.Loader(f"s3://data/{prefix}", storage_options=store.options,
+                             batch_size=1000, row_groups={f"s3://data/{prefix}/p.parquet": [3]})
+    s3.put_object(Bucket="data", Key=f"{prefix}/p.parquet", Body=replacement)
+    with pytest.raises(pqloader.Error,
+                       match=rf"s3://data/{prefix}/p\.parquet' changed since the loader listed "
+                             rf"it \({len(buf.getvalue())} bytes, now {len(replacement)}\)"):
+        collect(loader)
+
+
 def test_s3_a_folder_marker_holding_bytes_is_named(store):
     # Arrow lists key 'marker/sub/' (600 bytes) as the file 'marker/sub', which no GET
     # finds: the whole prefix failed with the SDK's INTERNAL_FAILURE, naming nothing.

@@ -99,6 +99,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   ARROW_RETURN_NOT_OK(SetUpFills(*loader->dataset_, options.default_fill, options.fills,
                                  &loader->read_options_));
   loader->read_options_.verify_checksums = options.verify_checksums;
+  loader->read_options_.filtered = options.filter.enabled();
   ARROW_ASSIGN_OR_RAISE(loader->transforms_,
                         TransformPlan::Make(loader->dataset_->specs(), options.transforms,
                                             options.on_decode_error,
@@ -254,6 +255,7 @@ void Loader::Stop() {
   std::vector<EpochRun> runs;
   {
     MutexLock lock(mu_);
+    start_error_ = arrow::Status::OK();  // after a Stop, the end
     DetachLocked(&runs);
   }
   ShutDown(std::move(runs));
@@ -298,6 +300,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
       // This very epoch, started early and not read from yet (a mixture's source): it
       // goes on, with the budget of now.
       then_next_epoch_ = then_next_epoch;
+      start_error_ = arrow::Status::OK();
       current_.StartPipeline(current_.PipelineShare(options_.max_inflight_bytes));
       current_.id = ++run_ids_;
       if (run_id != nullptr) *run_id = current_.id;
@@ -324,6 +327,9 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
         st = run.status();
       }
     }
+    // A run that could not be made ends nothing quietly: Next() returns its error (an
+    // empty epoch in its place let a caller that went on train on nothing).
+    start_error_ = st;
     current_.id = ++run_ids_;
     if (run_id != nullptr) *run_id = current_.id;
   }
@@ -508,6 +514,12 @@ arrow::Result<Loader::EpochRun> Loader::MakeRun(int64_t epoch, int64_t first_bat
 arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds timeout,
                                                    bool* timed_out, int64_t run) {
   if (timed_out != nullptr) *timed_out = false;
+  if (timed_out == nullptr && timeout != std::chrono::nanoseconds::max()) {
+    // A timeout returns nullptr, as the epoch's end does: without timed_out, the rest of
+    // the epoch after a slow batch would be dropped quietly.
+    return arrow::Status::Invalid("Next() with a timeout needs timed_out (a timeout and the "
+                                  "epoch's end both return nullptr)");
+  }
   std::shared_ptr<Pipeline> pipeline;
   {
     MutexLock lock(mu_);
@@ -521,6 +533,7 @@ arrow::Result<std::shared_ptr<Batch>> Loader::Next(std::chrono::nanoseconds time
       if (current_.id == 0) return std::shared_ptr<Batch>();
       return arrow::Status::Cancelled("the run was replaced by a newer one");
     }
+    if (!start_error_.ok()) return start_error_;  // the last StartEpoch failed
     pipeline = current_.pipeline;
   }
   if (pipeline == nullptr) return std::shared_ptr<Batch>();

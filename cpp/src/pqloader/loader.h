@@ -255,10 +255,12 @@ class Loader {
                            std::shared_ptr<const ElasticBase> elastic = nullptr,
                            int64_t* run_id = nullptr);
   /// Return the next batch of the current epoch, or nullptr after its last batch.
-  /// Invalid before the first StartEpoch (an epoch never started is not an empty one).
+  /// Invalid before the first StartEpoch (an epoch never started is not an empty one);
+  /// after a StartEpoch that failed, its error (until the next StartEpoch or Stop).
   /// After an error, iteration of this epoch is over: the same error is returned again.
   /// With a `timeout`, return nullptr and set *timed_out if no batch came in time (so
-  /// a caller can check for signals and call again). Cancelled if Stop() ran meanwhile.
+  /// a caller can check for signals and call again); a timeout without timed_out is
+  /// Invalid. Cancelled if Stop() ran meanwhile.
   /// With a `run` (a StartEpoch's run_id), Cancelled, taking nothing, if another run is
   /// current: an iterator that another thread's newer iteration replaced never takes a
   /// batch of the newer one's run; nullptr (the end) if none is (stopped, e.g. at the
@@ -481,6 +483,9 @@ class Loader {
   mutable Mutex stats_mu_;
   LoaderStats stats_ PQ_GUARDED_BY(stats_mu_);  // adopted runs' counters folded in at their end
   int64_t start_ns_ = -1;
+  /// The last StartEpoch's error (its run could not be made), until the next one or Stop:
+  /// Next() returns it.
+  arrow::Status start_error_ PQ_GUARDED_BY(mu_);
 };
 
 }  // namespace pqloader

@@ -286,11 +286,17 @@ arrow::Result<std::shared_ptr<Batch>> Loader::WindowedBatch(
         // what the pipeline counts of it (its batches not yet taken), not all of it.
         const int64_t bs = options_.plan.batch_size;
         const int64_t row_bytes = FixedRowBytes(dataset_->specs());  // > 0: gathered whole
-        const int64_t step = bs * std::max<int64_t>(1, kWindowChunkBytes / std::max<int64_t>(1, bs * row_bytes));
+        // Whole batches per chunk, at least one: kWindowChunkBytes / (bs * row_bytes),
+        // without that product (and step, and the positions below) overflowing for batch
+        // sizes up to 2^62 (batch_size 2^60 of 12-byte rows made step 0: an endless loop).
+        const int64_t step =
+            bs * std::max<int64_t>(1, kWindowChunkBytes / std::max<int64_t>(1, row_bytes) / bs);
         // Counted from the window's first batch boundary, so that windows of one size
         // have chunks of the same sizes (the pool recycles blocks by size).
         std::vector<int64_t> chunk_ends;
-        for (int64_t p = (w_first + bs - 1) / bs * bs + step; p < w_last; p += step) {
+        int64_t p = w_first % bs == 0 ? w_first : w_first + (bs - w_first % bs);
+        while (p < w_last && w_last - p > step) {
+          p += step;
           chunk_ends.push_back(p - w_first);
         }
         chunk_ends.push_back(w_last - w_first);

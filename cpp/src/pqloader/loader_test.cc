@@ -187,6 +187,69 @@ TEST(Loader, NextBeforeAnyEpochIsRefusedAndAfterOneEnds) {
   EXPECT_EQ(*after, nullptr);
 }
 
+// A StartEpoch that fails (a first batch past the epoch, an elastic base that does not
+// fit) leaves no epoch: Next returns its error until the next StartEpoch or a Stop, where
+// it read as an empty epoch (a caller that went on trained on nothing).
+TEST(Loader, NextAfterAFailedStartEpochReturnsItsError) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  auto loader = Loader::Make({dir}, ShuffledOptions(2)).ValueOrDie();
+  const arrow::Status st = loader->StartEpoch(0, 999);
+  ASSERT_TRUE(st.IsInvalid()) << st;
+  for (int i = 0; i < 2; ++i) {
+    auto r = loader->Next();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().ToString(), st.ToString());
+  }
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  EXPECT_EQ(Drain(loader.get()).size(), static_cast<size_t>(total));
+  EXPECT_FALSE(loader->StartEpoch(0, 999).ok());
+  loader->Stop();  // after a Stop, the end
+  auto ended = loader->Next();
+  ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+  EXPECT_EQ(*ended, nullptr);
+}
+
+// A timeout returns nullptr, as the epoch's end does: without timed_out to tell them
+// apart, Next refuses it (a slow batch ended the epoch quietly). A timeout past the
+// clock's end waits as none does (t0 + timeout overflowed: it timed out at once).
+TEST(Loader, NextWithATimeoutNeedsTimedOut) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  auto loader = Loader::Make({dir}, ShuffledOptions(2)).ValueOrDie();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  auto refused = loader->Next(std::chrono::seconds(30));
+  ASSERT_TRUE(refused.status().IsInvalid()) << refused.status().ToString();
+  bool timed_out = true;
+  auto batch = loader->Next(std::chrono::nanoseconds::max() - std::chrono::nanoseconds(1),
+                            &timed_out);
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  EXPECT_NE(*batch, nullptr);
+  EXPECT_FALSE(timed_out);
+}
+
+// A shuffled epoch gathered by whole windows with a batch size near 2^62 (accepted: one
+// batch of every row) is that one batch, in the order any batch size past the rows
+// gives: the window's chunk step (batch size x row bytes) overflowed to 0 and the list
+// of chunk ends grew until memory ran out (2^60), or held wrapped positions ("window
+// chunks must end at increasing positions": 768614336404564651).
+TEST(Loader, AShuffledEpochOfAHugeBatchSizeIsOneBatch) {
+  int64_t total;
+  const auto dir = MakeDataset(&total);
+  LoaderOptions o = ShuffledOptions(2);
+  o.plan.batch_size = 64;
+  const auto expected = Epoch(Loader::Make({dir}, o).ValueOrDie().get(), 1);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(total));
+  for (int64_t bs : {int64_t{1} << 60, int64_t{1} << 62, int64_t{768614336404564651}}) {
+    o.plan.batch_size = bs;
+    auto loader = Loader::Make({dir}, o).ValueOrDie();
+    ASSERT_TRUE(loader->gathers_windows());
+    std::vector<int64_t> sizes;
+    EXPECT_EQ(Epoch(loader.get(), 1, &sizes), expected) << bs;
+    EXPECT_EQ(sizes, std::vector<int64_t>{total}) << bs;
+  }
+}
+
 TEST(Loader, ReadsEveryRowInNaturalOrder) {
   int64_t total;
   const auto dir = MakeDataset(&total);

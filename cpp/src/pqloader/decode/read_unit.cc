@@ -1,5 +1,7 @@
 #include "pqloader/decode/read_unit.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string_view>
@@ -14,6 +16,7 @@
 #include <arrow/record_batch.h>
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/io/caching.h>
+#include <arrow/io/file.h>
 #include <arrow/util/future.h>
 #include <arrow/io/interfaces.h>
 #include <parquet/arrow/reader.h>
@@ -273,6 +276,12 @@ arrow::io::CacheOptions ReadRanges() {
 
 }  // namespace
 
+namespace {
+int64_t StatMtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+}  // namespace
+
 arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, const Unit& unit,
                                                       const ReadOptions& options,
                                                       arrow::MemoryPool* pool,
@@ -291,6 +300,22 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   auto input = file.Open(pool);  // the listed size: no request for it
   if (!input.ok()) {
     return MakeIOError(input.status(), "cannot open ", where);
+  }
+  if (auto local = std::dynamic_pointer_cast<arrow::io::ReadableFile>(*input)) {
+    struct stat st;
+    if (::fstat(local->file_descriptor(), &st) == 0) {
+      fetched->opened_size = st.st_size;
+      fetched->opened_mtime_ns = StatMtimeNs(st);
+      fetched->local = std::move(local);
+      // A file changed since the listing is read as it now is, but not with a filter's
+      // selection, made from the listed version: the rows handed out failed the filter
+      // (the same layout with other values, silently).
+      if (options.filtered && (st.st_size != file.size ||
+                               (file.mtime_ns != 0 && fetched->opened_mtime_ns != file.mtime_ns))) {
+        return MakeError(ErrorKind::kInvalidData, "cannot read ", where,
+                         ": the filter selected its rows from the version the loader listed");
+      }
+    }
   }
   parquet::ReaderProperties props(pool);
   props.set_page_checksum_verification(options.verify_checksums);
@@ -335,6 +360,18 @@ arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit
     // keeps its kind: a deleted object is a DataNotFoundError, as a local file deleted so.
     if (GetErrorDetail(st) != nullptr) return WithContext(st, where);
     return MakeIOError(st, where);
+  }
+  if (fetched->local != nullptr) {
+    // A local file written in place while its row group was read gave rows of two
+    // versions (one column of each, silently). Seen where the write moved the size or
+    // the modification time (whose clock ticks every few ms: this narrows the window).
+    struct stat now;
+    if (::fstat(fetched->local->file_descriptor(), &now) == 0 &&
+        (now.st_size != fetched->opened_size || StatMtimeNs(now) != fetched->opened_mtime_ns)) {
+      return MakeError(ErrorKind::kInvalidData, "cannot read '", file.display, "', row group ",
+                       split.row_group, ": it was modified while the row group was read "
+                       "(make a new Loader once it is written)");
+    }
   }
   return arrow::Status::OK();
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <arrow/io/file.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/memory_pool.h>
 #include <arrow/result.h>
@@ -31,6 +32,10 @@ struct ReadOptions {
   bool verify_checksums = false;
   /// Per output column: whether list rows may differ in length (transforms follow).
   std::vector<bool> allow_ragged;
+  /// A filter selected the splits' rows from the listed version of each file: a local
+  /// file changed since it was listed is refused rather than read with that selection
+  /// (its rows would not be the ones the filter kept).
+  bool filtered = false;
 };
 
 /// Set `out->fills` for the columns of `dataset`: the per-column fill or the default
@@ -52,6 +57,12 @@ struct FetchedUnit {
   std::unique_ptr<parquet::arrow::FileReader> reader;
   /// Kept alive as long as the fetched unit (the loader keeps its cache claim here).
   std::shared_ptr<void> hold;
+  /// A local file's size and modification time (ns) when it was opened, -1 otherwise:
+  /// WaitForBytes refuses the unit if they moved while its bytes were read.
+  int64_t opened_size = -1;
+  int64_t opened_mtime_ns = 0;
+  /// The opened local file (its descriptor is stat'ed again then).
+  std::shared_ptr<arrow::io::ReadableFile> local;
 };
 
 /// Start fetching the selected column chunks of `unit`'s row group on `io`'s executor,

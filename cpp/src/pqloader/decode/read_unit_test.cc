@@ -2,7 +2,9 @@
 // priming, and a Loader reading partitions, fills, masks and filtered rows.
 #include <arrow/api.h>
 #include <arrow/io/file.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <parquet/arrow/writer.h>
 
 #include <algorithm>
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "pqloader/decode/nested.h"
+#include "pqloader/decode/read_unit.h"
+#include "pqloader/error.h"
 #include "pqloader/exec/readahead.h"
 #include "pqloader/loader.h"
 #include "pqloader/test_util.h"
@@ -381,6 +385,57 @@ TEST(ReadUnit, FillsThatDoNotSuitTheirColumnsAreRefusedWhenMade) {
   o = FilledOptions();
   o.fills["v"].is_float = false;  // an int fill for a float64 column is fine
   EXPECT_TRUE(Loader::Make({dir}, o).ok());
+}
+
+// Sets `path`'s modification time to `sec` (as a write in place moves it).
+void Touch(const std::string& path, int64_t sec) {
+  const struct timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(sec), 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+TEST(WaitForBytes, ALocalFileWrittenInPlaceWhileItsRowGroupIsReadIsRefused) {
+  // Its rows would mix two versions (one column of each): refused, naming it.
+  const std::string dir = testing::MakeTempDir();
+  const std::string file = dir + "/a.parquet";
+  testing::WriteIdFile(file, {50, 50}, 0);
+  auto ds = Dataset::Open({file}, DatasetOptions{}).ValueOrDie();
+  const Unit unit{1, 0, 50};
+  const ReadOptions ro;
+  auto io = arrow::io::default_io_context();
+  auto untouched = FetchUnit(*ds, unit, ro, arrow::default_memory_pool(), io).ValueOrDie();
+  EXPECT_TRUE(WaitForBytes(*ds, unit, untouched.get()).ok());
+  auto fetched = FetchUnit(*ds, unit, ro, arrow::default_memory_pool(), io).ValueOrDie();
+  Touch(file, 1234567);  // written between the open and the end of the reads
+  const arrow::Status st = WaitForBytes(*ds, unit, fetched.get());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'" + file + "', row group 1: it was modified while the row group "
+                              "was read"), std::string::npos) << st.message();
+  ASSERT_NE(GetErrorDetail(st), nullptr);
+  EXPECT_EQ(GetErrorDetail(st)->kind(), ErrorKind::kInvalidData);
+  // Changed before it was opened, and left alone while read: read as it now is.
+  auto later = FetchUnit(*ds, unit, ro, arrow::default_memory_pool(), io).ValueOrDie();
+  EXPECT_TRUE(WaitForBytes(*ds, unit, later.get()).ok());
+}
+
+TEST(FetchUnit, AFilteredLocalFileChangedSinceItWasListedIsRefused) {
+  // A filter's selection of rows was made from the listed version: with another version
+  // the rows handed out were not the ones it kept.
+  const std::string dir = testing::MakeTempDir();
+  const std::string file = dir + "/a.parquet";
+  testing::WriteIdFile(file, {50}, 0);
+  auto ds = Dataset::Open({file}, DatasetOptions{}).ValueOrDie();
+  const Unit unit{0, 0, 50};
+  ReadOptions ro;
+  ro.filtered = true;
+  auto io = arrow::io::default_io_context();
+  EXPECT_TRUE(FetchUnit(*ds, unit, ro, arrow::default_memory_pool(), io).ok());
+  Touch(file, 1234567);
+  auto refused = FetchUnit(*ds, unit, ro, arrow::default_memory_pool(), io);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("the filter selected its rows from the version the "
+                                            "loader listed"), std::string::npos);
+  ro.filtered = false;  // without a filter: read as it now is
+  EXPECT_TRUE(FetchUnit(*ds, unit, ro, arrow::default_memory_pool(), io).ok());
 }
 
 }  // namespace

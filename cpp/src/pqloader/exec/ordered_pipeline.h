@@ -173,7 +173,9 @@ class OrderedPipeline {
     if (!sticky_error_.ok()) return sticky_error_;
     if (consumed_ >= work_.num_batches) return BatchPtr{};
     const auto t0 = std::chrono::steady_clock::now();
-    const bool bounded = timeout != std::chrono::nanoseconds::max();
+    // A timeout past the clock's end is none (t0 + timeout overflowed to a deadline in
+    // the past: every call timed out at once).
+    const bool bounded = timeout < std::chrono::steady_clock::time_point::max() - t0;
     const auto deadline = bounded ? t0 + timeout : std::chrono::steady_clock::time_point::max();
     int64_t helped_ns = 0;
     while (batches_.count(consumed_) == 0) {

@@ -474,10 +474,14 @@ class ListedObject final : public arrow::io::RandomAccessFile {
       // A read of fewer bytes than the 404's XML body (a small column chunk, the 4 magic
       // bytes) fails in the SDK first, writing that body into the read's buffer:
       // "INTERNAL_FAILURE ... Failed to flush response stream" (CheckSize then finds the
-      // object as listed, or not, and says which).
+      // object as listed, or not, and says which). A range that starts at or past the end
+      // of an object replaced by a shorter one is refused by the store (416 InvalidRange:
+      // it read as a failing store).
       const std::string& message = got.status().message();
       if (message.find("NO_SUCH_KEY") != std::string::npos ||
           message.find("RESOURCE_NOT_FOUND") != std::string::npos ||
+          message.find("InvalidRange") != std::string::npos ||
+          message.find("HTTP status 416") != std::string::npos ||
           message.find("Failed to flush response stream") != std::string::npos) {
         ARROW_RETURN_NOT_OK(CheckSize());
       }

@@ -378,17 +378,19 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
     // own bound, or copied (a source of small weight would make far more than it holds).
     const double share = o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0);
     if (!(share > 0)) continue;
-    int64_t window = loader->gathers_windows()
-                         ? 0
-                         : loader->options().plan.batch_size * loader->options().prefetch_batches;
+    // (In double: batch_size x prefetch_batches, each up to 2^62, overflowed.)
+    double window = loader->gathers_windows()
+                        ? 0
+                        : static_cast<double>(loader->options().plan.batch_size) *
+                              static_cast<double>(loader->options().prefetch_batches);
     if (loader->gathers_windows()) {
       const EpochPlan& plan = loader->first_plan();
       for (int64_t w = 0; w < plan.num_windows(); ++w) {
         const auto [a, z] = plan.WindowRowRange(w);
-        window = std::max(window, z - a);
+        window = std::max(window, static_cast<double>(z - a));
       }
     }
-    if (static_cast<double>(window) / share * static_cast<double>(all_row_bytes) >
+    if (window / share * static_cast<double>(all_row_bytes) >
         static_cast<double>(loader->options().max_inflight_bytes)) {
       return none;
     }
@@ -502,6 +504,11 @@ arrow::Result<std::shared_ptr<Batch>> MixStream::Next(std::chrono::nanoseconds t
                                                       bool* timed_out,
                                                       std::shared_ptr<arrow::Buffer>* sources) {
   if (timed_out != nullptr) *timed_out = false;
+  if (timed_out == nullptr && timeout != std::chrono::nanoseconds::max()) {
+    // A timeout returns nullptr, as the epoch's end does (see Loader::Next).
+    return arrow::Status::Invalid("Next() with a timeout needs timed_out (a timeout and the "
+                                  "epoch's end both return nullptr)");
+  }
   if (stopped_) return arrow::Status::Invalid("this mixture stream was stopped");
   const MixStreamOptions& o = options_;
   if (next_batch_ >= o.num_batches) return nullptr;

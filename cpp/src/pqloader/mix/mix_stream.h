@@ -106,7 +106,7 @@ class MixStream {
   /// The next batch of the epoch, or nullptr after its last one. `sources`, if given,
   /// receives each row's source index (int64, one per row, from the pool). With a
   /// `timeout`, returns nullptr and sets *timed_out if a source gave no batch in time;
-  /// calling again goes on where it stopped.
+  /// calling again goes on where it stopped (a timeout without timed_out is Invalid).
   arrow::Result<std::shared_ptr<Batch>> Next(
       std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max(),
       bool* timed_out = nullptr, std::shared_ptr<arrow::Buffer>* sources = nullptr);

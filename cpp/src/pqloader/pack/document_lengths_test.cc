@@ -194,7 +194,15 @@ TEST(PackPlan, BlocksTruncationAndSpansFollowTheStreamOfTokens) {
   EXPECT_EQ(s.last, 5);  // position 4 (prefix 11..13) holds token 11
   pack.truncate = false;  // 4 1 6 2 2 9 3 = 27 tokens: 6 full blocks and a padded one
   EXPECT_EQ(PackPlan::Make(plan, *lengths, pack, false).num_blocks(), 7);
-  EXPECT_EQ(PackPlan::Make(plan, *lengths, pack, true).num_blocks(), 6);
+  const PackPlan dropped = PackPlan::Make(plan, *lengths, pack, true);
+  EXPECT_EQ(dropped.num_blocks(), 6);
+  // With drop_last the partial block is dropped: a block past the rank's (a "pad" rank's
+  // padding) spans no document, and blocks up to it end at token 24, not 27 (the dropped
+  // block's documents came back as the first padding block).
+  s = dropped.BlocksSpan(6, 7);
+  EXPECT_EQ(s.first, s.last);
+  EXPECT_EQ(dropped.BlocksSpan(5, 7).last, dropped.BlocksSpan(5, 6).last);
+  EXPECT_LT(dropped.BlocksSpan(5, 6).last, PackPlan::Make(plan, *lengths, pack, false).BlocksSpan(5, 7).last);
 }
 
 TEST(PackPlan, EqualBlocksAreTheFewestOrTheMostAnyRankFills) {

@@ -100,8 +100,12 @@ int64_t PackPlan::EqualBlocks(const std::vector<int64_t>& split_rows, const Plan
 int64_t PackPlan::DocumentTokensAt(int64_t p) const { return TokensAt(p) - (has_eos_ ? 1 : 0); }
 
 PackPlan::Span PackPlan::BlocksSpan(int64_t b0, int64_t b1) const {
-  const int64_t begin = std::min(b0 * seq_len_, prefix_.back());
-  const int64_t end = std::min(b1 * seq_len_, prefix_.back());
+  // Only the blocks this rank fills: with drop_last its partial last block is not one of
+  // them, and blocks past them (a "pad" rank's) are padding, not that block's documents
+  // (they came back as its first padding block).
+  const int64_t filled = std::min(prefix_.back(), num_blocks_ * seq_len_);
+  const int64_t begin = std::min(b0 * seq_len_, filled);
+  const int64_t end = std::min(b1 * seq_len_, filled);
   Span s;
   if (begin >= end) {
     s.first = s.last = static_cast<int64_t>(prefix_.size()) - 1;

@@ -51,6 +51,10 @@ arrow::Result<std::shared_ptr<Batch>> PackBatch(
     int64_t unit_base, const std::vector<RowRef>& docs, const std::vector<int>& companions,
     arrow::MemoryPool* pool) {
   const int64_t L = o.seq_len, blocks = b1 - b0, total = blocks * L;
+  // Documents' tokens up to the end of the blocks the rank fills (one running into a
+  // dropped partial block stops there, as BlocksSpan does); padding after.
+  const int64_t filled = std::min(
+      total, std::max<int64_t>(0, std::min(pack.num_tokens(), pack.num_blocks() * L) - b0 * L));
   const ColumnSpec& spec = specs[o.column];
   const int64_t elem = DTypeSize(spec.dtype);
   const PackPlan::Span span = pack.BlocksSpan(b0, b1);
@@ -84,7 +88,7 @@ arrow::Result<std::shared_ptr<Batch>> PackBatch(
     ++in_block;
     if (t > 0 && cu.back() != t) cu.push_back(static_cast<int32_t>(t));
   };
-  for (size_t i = 0; i < docs.size() && t < total; ++i) {
+  for (size_t i = 0; i < docs.size() && t < filled; ++i) {
     const RowRef& r = docs[i];
     const DecodedUnit& unit = *units[r.unit - unit_base];
     ARROW_ASSIGN_OR_RAISE(Tokens doc, TokensOf(unit, o.column, r.row, elem));
@@ -92,7 +96,7 @@ arrow::Result<std::shared_ptr<Batch>> PackBatch(
     if (own > doc.length) return arrow::Status::Invalid("packing: a document shorter than planned");
     const int64_t n = pack.TokensAt(span.first + static_cast<int64_t>(i));
     int64_t k = i == 0 ? span.offset : 0;  // the first document may have begun in an earlier block
-    while (k < n && t < total) {
+    while (k < n && t < filled) {
       start_segment();
       const int64_t m = std::min(n - k, (t / L + 1) * L - t);  // up to the block's end
       const int64_t copy = std::max<int64_t>(0, std::min(m, own - k));

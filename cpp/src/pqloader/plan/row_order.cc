@@ -166,6 +166,13 @@ std::string ValidateLevel(const ElasticBase& base, const std::shared_ptr<const E
   if (base.world_size <= 0 || base.batch_size <= 0) {
     return "world_size and batch_size must be positive";
   }
+  // At most 2^62, as PlanOptions' (ValidatePlanOptions): (n + batch_size - 1) below
+  // overflowed, and a batch size of 2^63 - 1 "had 0 batches" for 1,000 rows.
+  constexpr int64_t kMax = int64_t{1} << 62;
+  if (base.world_size > kMax || base.batch_size > kMax) {
+    return "world_size and batch_size must be at most 2^62, got " + std::to_string(base.world_size) +
+           " and " + std::to_string(base.batch_size);
+  }
   if (static_cast<int64_t>(base.batches.size()) != base.world_size) {
     return "one consumed batch count per old rank is needed (" + std::to_string(base.world_size) +
            "), got " + std::to_string(base.batches.size());

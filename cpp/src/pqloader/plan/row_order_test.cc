@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -243,6 +244,20 @@ TEST(RemainderOrder, BadBasesAreRefused) {
   EXPECT_NE(ValidateElasticBase(ElasticBase{1, 4, {7}, nullptr}, rows, o, 0), "");
   auto inner = std::make_shared<ElasticBase>(ElasticBase{2, 4, {1, 9}, nullptr});
   EXPECT_NE(ValidateElasticBase(ElasticBase{1, 4, {0}, inner}, rows, o, 0), "");
+}
+
+// A base's batch size past 2^62 is refused by name (ceil(rows / batch_size) overflowed: a
+// batch size of 2^63 - 1 "had 0 batches" for 21 rows, so 1 consumed was refused falsely
+// and 0 passed); 2^62 itself is one batch of every row.
+TEST(RemainderOrder, BaseSizesPast2To62AreRefused) {
+  const std::vector<int64_t> rows = {10, 11};
+  const PlanOptions o = Options(4, 0, 1, false, false, ShardPolicy::kDrop);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_NE(ValidateElasticBase(ElasticBase{1, max, {0}, nullptr}, rows, o, 0).find("at most 2^62"),
+            std::string::npos);
+  EXPECT_EQ(ValidateElasticBase(ElasticBase{1, int64_t{1} << 62, {1}, nullptr}, rows, o, 0), "");
+  EXPECT_EQ(MakeRemainderOrder(rows, o, 0, ElasticBase{1, int64_t{1} << 62, {1}, nullptr})->num_rows(), 0);
+  EXPECT_EQ(MakeRemainderOrder(rows, o, 0, ElasticBase{1, int64_t{1} << 62, {0}, nullptr})->num_rows(), 21);
 }
 
 }  // namespace
