@@ -67,6 +67,9 @@ class Cursor:
         self.elastic_epoch = -1
         self.loaded = False
         self.running = 0  # iterations between their first and last engine call
+        # The generation of the iterator handing out batches (between its first next()
+        # and its end): a loop in progress when it is the current generation's.
+        self.live = -1
         self.before = (0, 0)  # the position before the last advance (see take_back)
         # [batches, rows] the engine counted as handed out that no consumer got (read
         # ahead, then dropped: see hand_out); stats() subtracts them. A new list in a
@@ -352,6 +355,9 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
         RuntimeError: This iterator became stale.
     """
     timer.start()
+    with cursor.lock:
+        if generation == cursor.generation:
+            cursor.live = generation
     try:
         t0 = clock()
         for epoch, index, batch in items:
@@ -386,6 +392,7 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
                 # Complete, or left (break, closed, collected): the next iteration runs
                 # num_epochs from the position, so a state taken now records no end.
                 cursor.active_end = None
+                cursor.live = -1
 
 
 _END = object()

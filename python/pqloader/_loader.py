@@ -234,7 +234,10 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch for this rank (of the current epoch: with ``pack`` and several
-        ranks, the equalised number of blocks can differ between epochs).
+        ranks, the equalised number of blocks can differ between epochs). Inside a loop,
+        of the epoch it is in; between loops, of the epoch the next loop starts in (after
+        a loop left at its epoch's last batch, without reaching the end, the next epoch,
+        as for ``pqloader.torch.DataLoader``).
 
         Raises:
             ValueError: The rank and world size were found before the process group was
@@ -243,7 +246,14 @@ class Loader:
         self._check_rank_world()  # (a count of rank 0 of 1: a scheduler sized world-size times too long)
         c = self._cursor
         with c.lock:  # (one position: a load_state_dict from another thread moves it)
-            epoch, elastic = c.epoch, c.elastic_for(c.epoch)
+            epoch, batch, elastic = c.epoch, c.batch, c.elastic_for(c.epoch)
+            # No loop in progress, and none restored to end with this epoch: the next
+            # loop starts in the next epoch once this one ended (a loop that took
+            # len() batches and stopped without reaching the end). Counting the ended
+            # epoch sized the next loop with another epoch's count (pack, an elastic rest).
+            between = c.live != c.generation and c.resume_end is None
+        if between and epoch < MAX_EPOCH and _iteration.position_ended(self._engine, epoch, batch, elastic):
+            epoch, elastic = epoch + 1, None
         return self._engine.num_batches(epoch, elastic)
 
     def _batches_in_epoch(self, epoch: int) -> int:

@@ -190,6 +190,7 @@ class Mixture:
         self._loaded = False  # the position is a loaded state's, no iteration started from it
         self._active_end: int | None = None  # where the running iteration stops
         self._generation = 0
+        self._live = -1  # the generation of the iteration handing out batches, if any
         # The stream of the newest iteration. A newer iteration or close() stops it, so
         # an older iterator, finalised later (its stream stopped in `finally`), cannot
         # stop the sources under a newer one.
@@ -282,10 +283,19 @@ class Mixture:
         return self._batches_of(n)
 
     def __len__(self) -> int:
-        """Batches of the current epoch for this rank."""
+        """Batches of the current epoch for this rank: inside a loop, of the epoch it is
+        in; between loops, of the epoch the next loop starts in (after a loop left at its
+        epoch's last batch, without reaching the end, the next epoch: epochs differ in
+        length, and the ended one's count sized the next loop wrongly)."""
         for loader in self._loaders:  # sources built before the process group: as __iter__
             loader._check_rank_world()
-        return self.num_batches(self._epoch)
+        with self._lock:
+            epoch, batch = self._epoch, self._batch
+            between = self._live != self._generation and self._resume_end is None
+        # (the test __iter__ makes to move past an ended epoch)
+        if between and epoch < MAX_EPOCH and batch > 0 and batch >= self.num_batches(epoch):
+            epoch += 1
+        return self.num_batches(epoch)
 
     @property
     def epoch(self) -> int:
@@ -353,6 +363,7 @@ class Mixture:
         with self._lock:
             if generation == self._generation:
                 self._active_end = None if endless else stop
+                self._live = generation
         to_torch = None
         if self._output == "torch":
             import torch
@@ -395,6 +406,7 @@ class Mixture:
                             self._epoch, self._batch = epoch - 1, self.num_batches(epoch - 1)
                     # Complete, or left (break, closed): the next iteration runs num_epochs.
                     self._active_end = None
+                    self._live = -1
 
     def _epoch_batches(self, epoch: int, batch: int, generation: int, to_torch: Any,
                        then_next: bool) -> Iterator[dict[str, Any]]:

@@ -50,6 +50,7 @@ class _Position:
     before: int = 0
     yielded: int = 0
     complete: bool = False
+    left: bool = False  # its loop ended without reaching the end (break, an exception)
 
     def counts(self) -> list[int]:
         n = self.before + self.yielded
@@ -190,8 +191,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         """The position after the last batch handed out.
 
         With worker processes, only :class:`pqloader.torch.DataLoader` knows it (it
-        counts the batches); without, it is the wrapped loader's state.
+        counts the batches); without, it is the wrapped loader's state. After
+        ``set_epoch(e)`` (no state loaded since), the first batch of ``e``, as
+        ``Loader.set_epoch`` moves a loader's state.
         """
+        if self._set_since_begin and self._pending is None:
+            # The next iteration starts at epoch e's first batch (_begin, __iter__). The
+            # loader's position, or the last iteration's, named another epoch: a checkpoint
+            # taken at an epoch's start resumed into it (the epoch before, or the next).
+            template = self._main_loader().state_dict()
+            return _state.make_state(self._epoch, 0, None, template["seed"], template["options"])
         if self._position is None:
             if self._pending is not None:
                 return dict(self._pending)
@@ -432,7 +441,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 f"epoch per iteration: give the loader num_epochs=1 (it has {o.num_epochs}) "
                 "and call set_epoch(e) before each epoch")
         end = None
-        if p.complete:
+        if p.complete or (p.left and self._ran_whole(p)):
+            # (also a loop left after its last batch, without reaching the end: the next
+            # iteration runs the next epoch, see _begin; recorded as the rest of this one,
+            # with its end, the resumed first loop was empty, an epoch of the loop lost)
             p = _Position(p.epoch + 1, p.workers)
         else:
             end = p.epoch + 1
@@ -451,6 +463,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
             position.yielded += 1
             self._position = position
 
+    def _left(self, position: _Position | None) -> None:
+        """The loop of the iteration at `position` ended before its end (break, an error)."""
+        if position is not None:
+            position.left = True
+
     def _completed(self, position: _Position | None) -> None:
         if position is not None and self._position is not None:
             position.complete = True
@@ -466,7 +483,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 # (also the epoch the loader is in: a loop of it left early continued its
                 # rest; a loaded position its set_epoch dropped is dropped, as it warned)
                 loader._set_epoch(self._epoch, warn=False, keep=False)
-            self._epoch_set = self._restart = False
+            self._epoch_set = self._restart = self._set_since_begin = False
             self._pending = None
             return iter(loader)
         if self._worker_loader is not None and self._worker_shift:
@@ -585,19 +602,25 @@ class DataLoader(torch.utils.data.DataLoader):
             # next batch is asked for, as the iterator may still hold some it had fetched
             # (handed out, they hid the stop now and then); without the check the loop
             # ended silently, as if its epoch had.
-            while not stopped():
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    break
-                ds._yielded(position)
-                yield batch
-            if stopped():
-                raise RuntimeError(
-                    "pqloader.torch.DataLoader was iterated again while this loop ran: its persistent "
-                    "workers serve one iteration at a time, so this loop's stopped before the end of "
-                    "its epoch (take a batch to look at before the loop, or from another DataLoader)")
-            ds._completed(position)
+            completed = False
+            try:
+                while not stopped():
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
+                    ds._yielded(position)
+                    yield batch
+                if stopped():
+                    raise RuntimeError(
+                        "pqloader.torch.DataLoader was iterated again while this loop ran: its persistent "
+                        "workers serve one iteration at a time, so this loop's stopped before the end of "
+                        "its epoch (take a batch to look at before the loop, or from another DataLoader)")
+                ds._completed(position)
+                completed = True
+            finally:
+                if not completed:
+                    ds._left(position)
 
         return count()
 

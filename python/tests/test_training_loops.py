@@ -1,0 +1,161 @@
+"""Training-loop patterns as scripts write them: len() sizing a loop, loops left early."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import run_with_timeout
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    """Documents of 1..29 tokens: packed on several ranks, the blocks per epoch differ."""
+    d = tmp_path_factory.mktemp("docs")
+    rng = np.random.default_rng(0)
+    for f in range(3):
+        n = 40
+        tokens = [list(range(int(rng.integers(1, 30)))) for _ in range(n)]
+        pq.write_table(pa.table({"id": np.arange(f * n, f * n + n),
+                                 "tok": pa.array(tokens, pa.list_(pa.int32()))}),
+                       d / f"p{f}.parquet", row_group_size=7)
+    return d
+
+
+def _packed(docs, rank=0):
+    return pqloader.Loader(docs, columns=["tok"], batch_size=2, shuffle=True, seed=3, rank=rank,
+                           world_size=2, pack=pqloader.Pack("tok", seq_len=16, eos=0))
+
+
+def _mixture(docs):
+    a = pqloader.Loader(docs, columns=["id"], batch_size=4, shuffle=True, seed=1)
+    b = pqloader.Loader(docs, columns=["id"], batch_size=4, shuffle=True, seed=2)
+    return pqloader.mix([a, b], [0.5, 0.5], batch_size=4, seed=9, stop="first")
+
+
+def _counts(make, epochs):
+    loader = make()
+    return [sum(1 for _ in loader) for _ in range(epochs)]
+
+
+@pytest.mark.parametrize("kind", ["packed", "mixture"])
+def test_len_between_loops_is_the_next_loops_after_a_loop_left_at_its_last_batch(docs, kind):
+    """A loop that takes len() batches and stops without reaching the end (a step-limited
+    loop) leaves the position at its epoch's end: the next loop runs the next epoch, and
+    len() must count that one. It counted the ended epoch, so with epochs of different
+    lengths (packed blocks on several ranks, a mixture's draws) the next loop stopped
+    before its epoch's end (its rest then ran as the following 'epoch') or ran past len()."""
+    make = (lambda: _packed(docs)) if kind == "packed" else (lambda: _mixture(docs))
+    want = _counts(make, 6)
+    assert len(set(want)) > 1  # epochs of different lengths, else the test shows nothing
+    loader = make()
+    got = []
+    for _ in range(6):
+        n = len(loader)
+        taken = 0
+        for i, _batch in enumerate(loader):
+            taken += 1
+            assert len(loader) == n  # inside the loop: its own epoch's, up to its last batch
+            if i + 1 == n:
+                break
+        got.append((n, taken))
+    assert got == [(w, w) for w in want]
+
+
+def test_len_after_a_state_taken_after_the_last_batch_outside_the_loop(docs):
+    """A state taken after a loop left at its epoch's last batch (no iteration end
+    recorded) resumes into the next epoch: len() of the resumed loader counts it."""
+    want = _counts(lambda: _packed(docs), 4)
+    loader = _packed(docs)
+    list(loader)  # epoch 0
+    for i, _ in enumerate(loader):  # epoch 1, left at its last batch
+        if i + 1 == want[1]:
+            break
+    state = loader.state_dict()
+    resumed = _packed(docs)
+    resumed.load_state_dict(state)
+    assert len(resumed) == want[2] == sum(1 for _ in resumed)
+
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rows")
+    for f, n in enumerate((37, 50, 23)):
+        start = sum((37, 50, 23)[:f])
+        pq.write_table(pa.table({"id": np.arange(start, start + n)}), d / f"p{f}.parquet", row_group_size=10)
+    return d
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_dataloader_state_after_a_loop_left_at_its_last_batch_resumes_the_next_epoch(rows, workers, persistent):
+    """A loop that takes len(dl) batches and stops without reaching the end: the next loop
+    runs the next epoch, and so must a resume from the state taken between the loops.
+    With workers the state recorded the rest of the epoch with its end: the resumed
+    first loop was empty (an epoch of the training loop lost), the next one epoch 1."""
+    import json
+
+    import pqloader.torch as pt
+
+    def dataloader():
+        loader = pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
+        return pt.DataLoader(pt.IterableDataset(loader), num_workers=workers,
+                             persistent_workers=persistent)
+
+    def ids(batches):
+        return [int(i) for b in batches for i in b["id"]]
+
+    def go():
+        dl = dataloader()
+        n = len(dl)
+        for i, _ in enumerate(dl):
+            if i + 1 == n:
+                break
+        state = json.loads(json.dumps(dl.state_dict()))
+        uninterrupted = ids(list(dl))
+        resumed = dataloader()
+        resumed.load_state_dict(state)
+        assert ids(list(resumed)) == uninterrupted and len(uninterrupted) == 110  # epoch 1, whole
+    run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [0, 2, "plain"])
+def test_dataset_state_taken_after_set_epoch_names_that_epochs_start(rows, workers):
+    """A checkpoint at an epoch's start: set_epoch(e), then state_dict() before its first
+    batch. As Loader.set_epoch moves the loader's state, the state names (e, 0), and a
+    resume from it runs epoch e as the uninterrupted run does. It named the wrapped
+    loader's position (epoch 0), or the last iteration's (epoch 1 after epoch 0): the
+    resumed run read another epoch."""
+    import json
+
+    import torch.utils.data
+    import pqloader.torch as pt
+
+    def dataloader():
+        dataset = pt.IterableDataset(pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4))
+        if workers == "plain":
+            return dataset, torch.utils.data.DataLoader(dataset, batch_size=None)
+        return dataset, pt.DataLoader(dataset, num_workers=workers)
+
+    def ids(batches):
+        return [int(i) for b in batches for i in b["id"]]
+
+    def go():
+        for before in (0, 1):  # epochs run before the checkpoint
+            dataset, dl = dataloader()
+            for _ in range(before):
+                list(dl)
+            dataset.set_epoch(3)
+            state = json.loads(json.dumps(dataset.state_dict()))
+            assert (state["epoch"], state["batch"]) == (3, 0)
+            uninterrupted = ids(list(dl))
+            resumed_ds, resumed = dataloader()
+            resumed_ds.load_state_dict(state)
+            assert ids(list(resumed)) == uninterrupted
+            assert dataset.state_dict()["epoch"] == 4  # after the epoch: as before
+    run_with_timeout(go, timeout=300)
