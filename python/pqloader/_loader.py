@@ -237,7 +237,9 @@ class Loader:
         ranks, the equalised number of blocks can differ between epochs). Inside a loop,
         of the epoch it is in; between loops, of the epoch the next loop starts in (after
         a loop left at its epoch's last batch, without reaching the end, the next epoch,
-        as for ``pqloader.torch.DataLoader``).
+        as for ``pqloader.torch.DataLoader``). A resumed epoch counts whole, as its batches
+        are numbered, but for an elastic resume (another world size or batch size), whose
+        rest of the epoch is dealt anew: its batches, counted from 0.
 
         Raises:
             ValueError: The rank and world size were found before the process group was
