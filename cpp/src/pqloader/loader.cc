@@ -158,12 +158,13 @@ arrow::Status Loader::CheckBeforeFirstBatch() const {
   ARROW_RETURN_NOT_OK(CheckFills(*dataset_, options_.fills, read_options_));
   // Nulls without a fill or mask, ragged lists without a way to batch them: refused now
   // where the footers tell, not when the row group is reached.
-  std::vector<bool> null_policy, ragged_ok;
+  std::vector<bool> null_policy, ragged_ok, rows_only;
   for (size_t c = 0; c < dataset_->specs().size(); ++c) {
     null_policy.push_back(read_options_.fills[c].enabled);
+    rows_only.push_back(read_options_.fills[c].enabled && read_options_.fills[c].rows_only);
     ragged_ok.push_back(read_options_.allow_ragged[c]);
   }
-  return CheckColumnsFromFooters(*dataset_, null_policy, ragged_ok);
+  return CheckColumnsFromFooters(*dataset_, null_policy, ragged_ok, rows_only);
 }
 
 Loader::~Loader() {

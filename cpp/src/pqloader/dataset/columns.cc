@@ -92,7 +92,11 @@ std::string UnitsDiffer(const arrow::DataType& a, const arrow::DataType& b) {
       b.num_fields() == 1) {  // lists of times: their values
     return UnitsDiffer(*a.field(0)->type(), *b.field(0)->type());
   }
-  const bool times = a.id() == b.id() && (a.id() == arrow::Type::TIMESTAMP ||
+  // (time32 and time64 are one kind of time in other units)
+  const auto kind = [](arrow::Type::type id) {
+    return id == arrow::Type::TIME64 ? arrow::Type::TIME32 : id;
+  };
+  const bool times = kind(a.id()) == kind(b.id()) && (a.id() == arrow::Type::TIMESTAMP ||
                                           a.id() == arrow::Type::DURATION ||
                                           a.id() == arrow::Type::TIME32 ||
                                           a.id() == arrow::Type::TIME64);

@@ -109,6 +109,40 @@ int64_t ChunkNulls(const parquet::ColumnChunkMetaData& chunk, const Levels& leve
   return n;
 }
 
+// The first row group (index into `splits`) whose chunk of list column `column` holds a
+// null inside a list (an element, not a row), as its definition-level histogram tells:
+// levels above an empty list's and below a value's (a null element; below a list of
+// structs, a null struct too, as the read counts it); its count in *count. -1 where none
+// is known (no histogram: the read tells; a filter restricted the row group).
+int64_t FirstElementNullsFromFooters(const std::vector<DataFile>& files,
+                                     const std::vector<Split>& splits, int column,
+                                     int64_t* count) {
+  for (size_t i = 0; i < splits.size(); ++i) {
+    const Split& s = splits[i];
+    const DataFile& f = files[s.file];
+    if (s.file_rows == 0 || s.rows != nullptr || f.columns.empty()) continue;
+    const ColumnSource& src = f.columns[column];
+    if (src.field < 0 || src.type == nullptr || src.leaves.size() != 1) continue;
+    try {
+      auto chunk = f.RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
+      const Levels levels = LevelsOf(*f.schema()->Column(src.leaves[0]));
+      if (levels.max_rep != 1) continue;
+      auto size_stats = chunk->size_statistics();
+      const auto* hist = DefHistogram(*chunk, size_stats.get(), levels);
+      if (hist == nullptr) continue;
+      int64_t n = 0;
+      for (int d = levels.row + 1; d < levels.max_def; ++d) n += (*hist)[d];
+      if (n > 0) {
+        *count = n;
+        return static_cast<int64_t>(i);
+      }
+    } catch (const std::exception&) {
+      // a corrupt footer is reported when the row group is read
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::vector<int64_t> NullsFromFooters(const std::vector<DataFile>& files,
@@ -482,7 +516,8 @@ arrow::Status CheckIntegersAsFloats(const Dataset& ds, size_t c) {
 }  // namespace
 
 arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>& null_policy,
-                                      const std::vector<bool>& ragged_ok) {
+                                      const std::vector<bool>& ragged_ok,
+                                      const std::vector<bool>& rows_only) {
   const auto& specs = ds.specs();
   for (size_t c = 0; c < specs.size(); ++c) {
     const ColumnSpec& spec = specs[c];
@@ -534,6 +569,23 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
                          list ? "; it flags null rows, and nulls inside lists need fill_null too"
                               : "",
                          "), or select other columns");
+      }
+    }
+    if (null_policy[c] && c < rows_only.size() && rows_only[c] && key < 0) {
+      // A mask alone flags null rows: a null inside a list (its row valid) is refused when
+      // read; refused now where the footers tell (it came after batches were handed out).
+      int64_t count = 0;
+      const int64_t at = FirstElementNullsFromFooters(ds.files(), ds.splits(), static_cast<int>(c), &count);
+      if (at >= 0) {
+        const Split& s = ds.splits()[at];
+        return MakeError(ErrorKind::kInvalidData, "in '", ds.files()[s.file].display,
+                         "', row group ", s.row_group, ": column '", spec.name, "' (",
+                         spec.arrow_type, ") has ", count,
+                         " null(s) inside a list: null_mask flags null rows only; pass "
+                         "fill_null={'", spec.name, "': ",
+                         spec.kind == ColumnKind::kTensor ? "0" : "''",
+                         "} to replace the nulls inside lists too (the mask still flags null "
+                         "rows), or select other columns");
       }
     }
     if (spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() && spec.row_shape[0] < 0 &&

@@ -43,10 +43,13 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
 /// Refuse, naming the files, columns and counts and what to do: a column with nulls
 /// where `null_policy[c]` is false (no fill_null, no null_mask); a list column whose
 /// rows differ in length where `ragged_ok[c]` is false (no lists=, transforms or pack);
-/// a partition key stored in the files whose statistics disagree with the path.
+/// a partition key stored in the files whose statistics disagree with the path; a null
+/// inside a list of a column whose policy only flags null rows (`rows_only[c]`: a
+/// null_mask without fill_null).
 arrow::Status CheckColumnsFromFooters(const Dataset& dataset,
                                       const std::vector<bool>& null_policy,
-                                      const std::vector<bool>& ragged_ok);
+                                      const std::vector<bool>& ragged_ok,
+                                      const std::vector<bool>& rows_only = {});
 
 /// For a list column of one length per row: that length where the footers show it,
 /// from the row groups of `all_splits` (every one, before a filter restricted them: a null

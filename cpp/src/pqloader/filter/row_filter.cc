@@ -536,18 +536,42 @@ class Evaluator {
         target = dataset_.column_types()[i];
       }
       std::vector<std::shared_ptr<arrow::DataType>> stored;
+      std::vector<size_t> stored_file;  // the first file of each entry of `stored`
       std::set<const parquet::arrow::SchemaManifest*> seen;  // (files mostly share a few)
       for (size_t f = 0; f < dataset_.files().size(); ++f) {
         ARROW_ASSIGN_OR_RAISE(auto manifest, ManifestOf(f));
         if (!seen.insert(manifest.get()).second) continue;
         for (const auto& sf : manifest->schema_fields) {
-          if (sf.field->name() == name) stored.push_back(TypeWithoutExtension(sf.field->type()));
+          if (sf.field->name() == name) {
+            stored.push_back(TypeWithoutExtension(sf.field->type()));
+            stored_file.push_back(f);
+          }
         }
       }
       if (target == nullptr) {  // read by the filter only
-        for (const auto& t : stored) {
-          target = target == nullptr ? t : CommonType(target, t);
-          if (target == nullptr) break;
+        for (size_t k = 0; k < stored.size(); ++k) {
+          auto common = target == nullptr ? stored[k] : CommonType(target, stored[k]);
+          if (common == nullptr) {
+            // No common type: each file is compared in its own. Of one kind (timestamps
+            // of other units or zones) that is what a common type would give; of two
+            // (int64 and double, a number and a string) it is not: y / 2 divided one
+            // file's integers as integers (rows other than pyarrow's), and a literal
+            // failed in one file's type, naming that file only. Refused as loading the
+            // column is.
+            if (stored[0]->id() != stored[k]->id()) {
+              return MakeError(ErrorKind::kSchemaMismatch, "filter column '", name,
+                               "' has type ", stored[0]->ToString(), " in '",
+                               dataset_.files()[stored_file[0]].display, "' but type ",
+                               stored[k]->ToString(), " in '",
+                               dataset_.files()[stored_file[k]].display,
+                               "', and neither converts to the other without loss: declare "
+                               "the type to compare it as with schema=, or filter on other "
+                               "columns");
+            }
+            target = nullptr;
+            break;
+          }
+          target = common;
         }
       }
       if (target == nullptr) continue;
