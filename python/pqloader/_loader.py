@@ -321,10 +321,11 @@ class Loader:
         """
         self._set_epoch(check_int("epoch", epoch, 0, MAX_EPOCH, EPOCH_HINT))
 
-    def _set_epoch(self, epoch: int, warn: bool = True, keep: bool = True) -> None:
+    def _set_epoch(self, epoch: int, warn: bool = True, keep: bool = True, kept: bool = False) -> None:
         """:meth:`set_epoch` of a checked `epoch`; `warn`: say when it drops a loaded
         position inside its epoch; `keep`: keep a loaded position of `epoch`
-        (``IterableDataset`` decided both when its own set_epoch ran)."""
+        (``IterableDataset`` decided both when its own set_epoch ran); `kept`: keep the
+        position of `epoch`, loaded or not (``IterableDataset`` kept it as its state)."""
         def stop() -> None:
             if self._cursor.running:  # wake an iterator blocked in another thread
                 self._engine.stop()
@@ -335,9 +336,9 @@ class Loader:
         # another thread starts meanwhile keeps its run.
         with c.lock:
             elastic = c.elastic_for(c.epoch)
-            if keep and c.loaded and epoch == c.epoch:  # the rest of the loaded epoch, as set_epoch's iteration
+            if (kept or (keep and c.loaded)) and epoch == c.epoch:  # the rest of the loaded epoch, as set_epoch's iteration
                 n = self._options.num_epochs
-                c.seek(epoch, c.batch, None if n is None else epoch + n, elastic, stop=stop, loaded=True)
+                c.seek(epoch, c.batch, None if n is None else epoch + n, elastic, stop=stop, loaded=c.loaded)
                 return
             if c.loaded and _iteration.position_within(self._engine, c.epoch, c.batch, elastic):
                 dropped = c.epoch

@@ -133,6 +133,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch_set = False
         self._set_since_begin = False  # set_epoch called since the last iteration began
         self._restart = False  # set_epoch kept no loaded state: the loader starts its epoch over
+        # set_epoch(e) kept a pending state of e: the next iteration runs the rest of e only
+        # (num_epochs from e), as Loader.set_epoch of a loaded state's epoch does.
+        self._keep_rest = False
         self._worker_loader: Loader | None = None
         # Main process: a state loaded for the next iteration, and the position of the
         # current one (with workers). Sent to the workers: the state and the shift.
@@ -159,8 +162,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at `epoch` (call it in the main process).
 
-        A state loaded for this same epoch stays; one for another epoch is dropped (with
-        a ``UserWarning`` when the state was inside its epoch, as ``Loader.set_epoch``).
+        A state loaded for this same epoch stays, and the next iteration runs the rest of
+        that epoch only (nothing of it for a state at its end, as ``Loader.set_epoch``);
+        one for another epoch is dropped (with a ``UserWarning`` when the state was inside
+        its epoch, as ``Loader.set_epoch``).
         """
         # (checked here, as Loader.set_epoch checks it: 2**32, -1 or 2.5 failed only in
         # the workers, or were truncated by int())
@@ -173,6 +178,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                               UserWarning, stacklevel=user_stacklevel())
             self._pending = None
         self._restart = self._pending is None
+        self._keep_rest = self._pending is not None
 
     def _pending_within_epoch(self) -> bool:
         """The pending state had handed out some of its epoch, not all (a state of
@@ -235,7 +241,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._probes, self._lengths = {}, {}  # (len()'s, of the old seed's order)
         self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
-        self._restart = False
+        self._restart = self._keep_rest = False
         self._pending = dict(state)
         self._pending_loaded = True
         self._position = None
@@ -349,9 +355,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         """Fix the epoch, resume state and worker shift before DataLoader starts workers."""
         self._check_rank_world()
         set_since, self._set_since_begin = self._set_since_begin, False
+        keep_rest, self._keep_rest = self._keep_rest and self._pending is not None, False
         if workers == 0:
             self._position = None
             self._load_unloaded()
+            if keep_rest:
+                self._run_rest_only(self._main_loader())
             self._pending = None  # loaded into the main loader already
             return
         if persistent_again and self._position is not None:
@@ -377,7 +386,22 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if state is not None and state["epoch"] == epoch and not _consumed_nothing(state):
             position, self._worker_state = self._resumed_position(state, workers)
             self._worker_shift = position.before % workers
+            if keep_rest and self._worker_state.get("iteration_end") is None \
+                    and self._recipe.options.num_epochs is not None:
+                # (as _run_rest_only: a state at its epoch's end ran the next epoch here,
+                # and set_epoch of that epoch then ran it again)
+                self._worker_state = dict(self._worker_state,
+                                          iteration_end=epoch + self._epochs_per_iteration())
         self._position = position
+
+    def _run_rest_only(self, loader: Loader) -> None:
+        """set_epoch(e) kept the pending state of e, which `loader` holds: its next
+        iteration runs the rest of e (num_epochs from e), as ``Loader.set_epoch(e)`` after
+        ``load_state_dict`` does. Without it a state at e's end (no iteration end recorded:
+        taken after a loop left at its last batch) ran epoch e + 1 in the loop of e, and
+        the resume loop's set_epoch(e + 1) then ran e + 1 again."""
+        if loader.epoch == self._epoch:
+            loader._set_epoch(self._epoch, warn=False, kept=True)
 
     def _epochs_per_iteration(self) -> int:
         n = self._recipe.options.num_epochs
@@ -479,11 +503,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if info is None:
             loader = self._main_loader()
             self._load_unloaded()
+            if self._keep_rest and self._pending is not None:
+                self._run_rest_only(loader)
             if self._epoch_set and self._pending is None and (loader.epoch != self._epoch or self._restart):
                 # (also the epoch the loader is in: a loop of it left early continued its
                 # rest; a loaded position its set_epoch dropped is dropped, as it warned)
                 loader._set_epoch(self._epoch, warn=False, keep=False)
-            self._epoch_set = self._restart = self._set_since_begin = False
+            self._epoch_set = self._restart = self._set_since_begin = self._keep_rest = False
             self._pending = None
             return iter(loader)
         if self._worker_loader is not None and self._worker_shift:
@@ -509,6 +535,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # the state had consumed).
             position, self._worker_state = self._resumed_position(self._pending, workers)
             self._worker_shift = position.before % workers
+            if self._keep_rest and self._worker_state.get("iteration_end") is None and o.num_epochs is not None:
+                # (kept by set_epoch: the rest of its epoch only, as _begin gives it)
+                self._worker_state = dict(self._worker_state, iteration_end=self._epoch + o.num_epochs)
         threads = min(o.num_workers or os.cpu_count() or 1, MAX_THREADS)
         slot = (info.id + self._worker_shift) % workers
         loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,

@@ -380,6 +380,33 @@ def test_an_entry_file_grown_far_past_its_size_is_refused_without_reading_it(dat
     assert not entry.exists() or entry.stat().st_size < 1 << 20  # dropped (and refetched)
 
 
+SELECTION_RUN = textwrap.dedent("""
+    import resource, sys, pqloader
+    loader = pqloader.Loader(sys.argv[1], batch_size=32, cache_dir=sys.argv[2], columns=["id"],
+                             filter="id >= 100")
+    print(sum(len(b["id"]) for b in loader), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+""")
+
+
+def test_a_selection_file_grown_far_past_its_size_is_not_read_whole(data, tmp_path):
+    # A filter's stored selection (filters/<key>.sel) was read whole, whatever its size,
+    # and copied twice more: 1.3 GB of memory for a 600 MB file. Now at most the size a
+    # selection of this dataset can have: a larger one is evaluated again and replaced.
+    cache_dir = tmp_path / "cache"
+    run = [sys.executable, "-c", SELECTION_RUN, data, str(cache_dir)]
+    first = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    rows = int(first.stdout.split()[0])
+    (sel,) = cache_dir.glob("filters/*.sel")
+    os.truncate(sel, 1 << 30)  # sparse: no disk space taken
+    again = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    got, rss_mb = map(int, again.stdout.split())
+    assert got == rows
+    assert rss_mb < 512, f"{rss_mb} MB peak: the 1 GB selection file was read"
+    assert sel.stat().st_size < 1 << 20  # replaced
+
+
 def test_entries_of_one_row_group_are_the_same_bytes_whoever_writes_them(tmp_path):
     # A shuffling loader with lists stores its small fixed-size columns row-major, each
     # row padded to 8 bytes (int64 + float32: 12 bytes of a 16-byte row). The padding was

@@ -159,3 +159,46 @@ def test_dataset_state_taken_after_set_epoch_names_that_epochs_start(rows, worke
             assert ids(list(resumed)) == uninterrupted
             assert dataset.state_dict()["epoch"] == 4  # after the epoch: as before
     run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [None, 0, 2])
+def test_dataset_resume_loop_from_a_state_at_its_epochs_end_runs_no_epoch_twice(rows, workers):
+    """The resume loop ``for e in range(state_epoch, n): ds.set_epoch(e)`` from a state at
+    its epoch's end with no iteration end (taken after a loop left at its last batch):
+    the first loop is the rest of that epoch (nothing), as for a Loader. It ran the next
+    epoch, which the loop's next set_epoch ran again (a whole epoch handed out twice).
+    `workers` None: the dataset iterated directly."""
+    import itertools
+    import json
+
+    import pqloader.torch as pt
+
+    def loader():
+        return pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
+
+    def iterable(ds):
+        return ds if workers is None else pt.DataLoader(ds, num_workers=workers)
+
+    def ids(batches):
+        return [int(i) for b in batches for i in b["id"]]
+
+    def go():
+        first = loader()
+        first.set_epoch(1)
+        for _ in itertools.islice(first, len(first)):
+            pass
+        state = json.loads(json.dumps(first.state_dict()))
+        assert (state["epoch"], state["iteration_end"]) == (1, None)
+        reference = pt.IterableDataset(loader())
+        reference.set_epoch(2)
+        epoch2 = ids(iterable(reference))
+        ds = pt.IterableDataset(loader())
+        it = iterable(ds)
+        it.load_state_dict(state)
+        got = {}
+        for e in (1, 2):
+            ds.set_epoch(e)
+            got[e] = ids(it)
+        assert got[1] == [] and got[2] == epoch2 and len(epoch2) == 110, {e: len(v) for e, v in got.items()}
+    run_with_timeout(go, timeout=300)

@@ -281,11 +281,24 @@ void Loader::ReopenLocked() {
 
 arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_next_epoch,
                                  std::shared_ptr<const ElasticBase> elastic, int64_t* run_id) {
-  if (epoch < 0) return arrow::Status::Invalid("epoch must be >= 0, got ", epoch);
   // The shuffle's random streams are keyed by 32 bits of the epoch: epoch 2^32 would
   // repeat epoch 0's order.
   constexpr int64_t kEpochs = int64_t{1} << 32;
-  if (epoch >= kEpochs) return arrow::Status::Invalid("epoch must be below 2^32, got ", epoch);
+  if (epoch < 0 || epoch >= kEpochs) {
+    const arrow::Status refused =
+        epoch < 0 ? arrow::Status::Invalid("epoch must be >= 0, got ", epoch)
+                  : arrow::Status::Invalid("epoch must be below 2^32, got ", epoch);
+    // As any failed StartEpoch: the current run ends, and Next() returns the error (the
+    // old epoch's batches went on coming).
+    std::vector<EpochRun> old;
+    {
+      MutexLock lock(mu_);
+      start_error_ = refused;
+      DetachLocked(&old);
+    }
+    ShutDown(std::move(old));
+    return refused;
+  }
   then_next_epoch = then_next_epoch && epoch + 1 < kEpochs;  // the last epoch has no next
   ++run_calls_;
   std::vector<EpochRun> old;

@@ -51,8 +51,9 @@ arrow::Status Loader::SetUpPacking() {
     }
     // An integer dtype: within it, past 2^53. (int64's largest, 2^63 - 1, is 2^63 as a
     // double: "does not fit column (int64)" was said of it.)
-    const bool wide = tokens.dtype == DType::kInt64 || (tokens.dtype == DType::kUInt64 && v >= 0);
-    if (PadValueFits(tokens.dtype, v) || (wide && std::abs(v) <= 18446744073709551616.0)) {
+    const bool wide = (tokens.dtype == DType::kInt64 && std::abs(v) <= 9223372036854775808.0) ||
+                      (tokens.dtype == DType::kUInt64 && v >= 0 && v <= 18446744073709551616.0);
+    if (PadValueFits(tokens.dtype, v) || wide) {
       return arrow::Status::Invalid(what, ": values beyond 2**53 are not exact in column '",
                                     tokens.name, "'");
     }

@@ -208,6 +208,14 @@ TEST(Loader, NextAfterAFailedStartEpochReturnsItsError) {
   auto ended = loader->Next();
   ASSERT_TRUE(ended.ok()) << ended.status().ToString();
   EXPECT_EQ(*ended, nullptr);
+  // A refused epoch number ends the running epoch too (its batches went on coming).
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  ASSERT_TRUE(loader->Next().ok());
+  const arrow::Status past = loader->StartEpoch(int64_t{1} << 32);
+  ASSERT_TRUE(past.IsInvalid()) << past;
+  auto after = loader->Next();
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().ToString(), past.ToString());
 }
 
 // A timeout returns nullptr, as the epoch's end does: without timed_out to tell them

@@ -1235,9 +1235,16 @@ std::string StorePath(const std::string& dir, const std::string& key) {
 
 std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& dataset,
                                        const std::string& key) {
-  // Not a blocking std::ifstream: a FIFO in place of a selection hung the loader.
+  // Not a blocking std::ifstream: a FIFO in place of a selection hung the loader. At most
+  // the size of a selection of this dataset (Serialize's layout): one grown past it (a
+  // sparse tail, another program's file) was read whole, and copied twice by Deserialize.
+  FilterStats unused;
+  int64_t max_bytes = static_cast<int64_t>(sizeof kStoreMagic) + 8 +
+                      static_cast<int64_t>(key.size()) + 8 +
+                      static_cast<int64_t>(StatFields(&unused).size()) * 8 + 32;
+  for (const Split& s : dataset.splits()) max_bytes += 1 + 8 + 4 * s.file_rows;
   std::string bytes;
-  if (!ReadCacheFile(path, std::numeric_limits<int64_t>::max(), &bytes)) return std::nullopt;
+  if (!ReadCacheFile(path, max_bytes, &bytes)) return std::nullopt;
   return Deserialize(bytes, dataset, key);
 }
 
