@@ -113,6 +113,34 @@ def test_writing_into_batches_leaves_the_memory_cache_and_later_epochs_unchanged
     assert loader.stats()["cache_hits"] > 0
 
 
+@pytest.mark.parametrize("shuffle,batch_size,ops", [
+    (False, 4, [T.RandomHorizontalFlip(p=0.0)]),
+    (False, 2, [T.RandomHorizontalFlip(p=0.5)]),
+    (False, 4, [T.RandomHorizontalFlip(p=0.0), T.Cast("uint8")]),
+    (True, 1, [T.RandomHorizontalFlip(p=0.0)]),
+])
+def test_writing_into_batches_of_rows_a_random_op_left_unchanged_leaves_the_memory_cache_alone(
+        tmp_path, shuffle, batch_size, ops):
+    # A random op that passed a row through (RandomHorizontalFlip not drawn, a Cast to its
+    # own dtype after it) handed out the cache entry's own bytes: consecutive rows were
+    # taken as samples the transforms had written into one block, and the batch was a
+    # slice of the entry; writing into it changed the rows of every later epoch.
+    n = 40
+    img = np.random.default_rng(0).integers(0, 255, (n, 4, 4, 3), dtype=np.uint8)
+    path = tmp_path / "img.parquet"
+    pq.write_table(pa.table({"img": pa.FixedShapeTensorArray.from_numpy_ndarray(img),
+                             "id": np.arange(n)}), path, row_group_size=20)
+    kw = dict(batch_size=batch_size, shuffle=shuffle, seed=3, transforms={"img": ops})
+    plain = list(pqloader.Loader(str(path), num_epochs=3, **kw))
+    loader = pqloader.Loader(str(path), num_epochs=3, cache_dir=":memory:", **kw)
+    got = []
+    for batch in loader:
+        got.append({k: v.copy() for k, v in batch.items()})
+        batch["img"][...] = 7  # in place, as an augmentation would
+    assert_same(plain, got)
+    assert loader.stats()["cache_hits"] > 0
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_shuffled_hits_read_straight_from_entry_files_equal_the_uncached_epochs(data, tmp_path,
                                                                                 world_size):

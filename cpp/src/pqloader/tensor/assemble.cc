@@ -509,11 +509,22 @@ class Assembler {
   }
 
   // Samples that the transforms wrote into one block, row i at i * row bytes
-  // (SampleSlotScope), are the column as they are: no copy.
+  // (SampleSlotScope), are the column as they are: no copy. Not samples an op passed
+  // through unchanged (RandomHorizontalFlip not drawn, then a Cast to their own dtype)
+  // where they are slices of a shared unit's buffer, which an in-memory cache entry
+  // keeps for every later epoch (DecodedUnit::shared: a caller's write into the batch
+  // changed them), or rows of a row-major block beside other columns: copied.
   void PlaceSamples(size_t col) {
     const int64_t bytes = row_bytes_[col];
     const std::shared_ptr<arrow::Buffer>& block = samples_[col][0].data->parent();
     if (bytes <= 0 || block == nullptr) return;
+    for (uint32_t u : src_.used_units) {
+      const DecodedUnit& unit = *units_[u];
+      if ((unit.shared && unit.columns[col].data == block) ||
+          (unit.row_major != nullptr && unit.row_major->data == block)) {
+        return;
+      }
+    }
     const uint8_t* base = samples_[col][0].data->data();
     const int64_t offset = base - block->data();
     if (offset < 0 || offset + n_ * bytes > block->size()) return;
