@@ -36,7 +36,9 @@ def batch_to_torch(batch: dict[str, Any]) -> dict[str, Any]:
         batch: A batch as the NumPy loader yields it.
 
     Returns:
-        The same keys; numeric columns as CPU tensors (no copy), lists unchanged.
+        The same keys; numeric columns as CPU tensors (no copy; a read-only array, which
+        the loader never yields, is copied: a tensor over it would be writable), lists
+        unchanged.
     """
     return {k: _as_tensor(k, v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
@@ -53,8 +55,10 @@ def _check_dtype(name: str, array: np.ndarray) -> None:
 def _as_tensor(name: str, array: np.ndarray) -> torch.Tensor:
     try:
         # torch.from_numpy costs a third of torch.from_dlpack per column (docs/design.md,
-        # "Tensors from NumPy"); it warns on read-only arrays, which DLPack takes silently.
-        return torch.from_numpy(array) if array.flags.writeable else torch.from_dlpack(array)
+        # "Tensors from NumPy"). A read-only array (a batch_transform's np.broadcast_to,
+        # np.frombuffer of bytes, pyarrow's zero-copy view) is copied: DLPack took it as a
+        # writable tensor, and an in-place op wrote into memory that was not to change.
+        return torch.from_numpy(array if array.flags.writeable else np.array(array))
     except (TypeError, ValueError, BufferError, RuntimeError):
         # Only when torch refuses (no check per column on the way every batch takes): a
         # dtype it cannot hold is named; reversed views (x[::-1], a flip in

@@ -282,13 +282,16 @@ def test_a_packing_is_made_per_kind_of_batch():
                 assert got[k] is v
 
 
-def test_read_only_arrays_become_tensors_without_a_warning():
+def test_read_only_arrays_become_tensors_of_their_own_without_a_warning():
+    # (a tensor is writable: over a read-only array, an in-place op wrote into it)
     array = np.arange(5, dtype=np.int32)
     array.flags.writeable = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tensor = pqloader.torch.batch_to_torch({"a": array})["a"]
-    assert tensor.data_ptr() == array.__array_interface__["data"][0]
+    assert tensor.data_ptr() != array.__array_interface__["data"][0]
+    tensor += 1
+    assert array.tolist() == [0, 1, 2, 3, 4] and tensor.tolist() == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -846,3 +849,27 @@ def test_dataset_set_epoch_refuses_a_bad_epoch_in_the_main_process(ds, epoch, ex
     want.set_epoch(1)
     assert_batch_streams_equal([{k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in b.items()}
                                 for b in pqloader.torch.DataLoader(dataset, num_workers=0)], list(want))
+
+
+def test_read_only_arrays_of_a_batch_transform_become_tensors_of_their_own(tmp_path):
+    # np.frombuffer of bytes, np.broadcast_to: read-only. DLPack made writable tensors
+    # over them, so an in-place op wrote into a bytes object (immutable in Python) or
+    # into every row of a broadcast.
+    import warnings
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"x": np.arange(4, dtype=np.float32)}), tmp_path / "a.parquet")
+    raw = np.arange(4, dtype=np.float32).tobytes()
+    row = np.arange(3, dtype=np.float32)
+
+    def transform(b):
+        return {"x": b["x"], "raw": np.frombuffer(raw, dtype=np.float32), "rows": np.broadcast_to(row, (4, 3))}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (from_numpy warns on read-only arrays)
+        batch = next(iter(pqloader.Loader(tmp_path, batch_size=4, output="torch", batch_transform=transform)))
+    batch["raw"] += 1
+    batch["rows"][0] += 10
+    assert np.frombuffer(raw, dtype=np.float32).tolist() == [0, 1, 2, 3]
+    assert row.tolist() == [0, 1, 2] and batch["rows"][1].tolist() == [0, 1, 2]
