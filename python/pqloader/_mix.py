@@ -560,6 +560,13 @@ class Mixture:
     def __enter__(self) -> "Mixture":
         return self
 
+    def __getitem__(self, index: Any) -> Any:
+        # torch.utils.data.DataLoader takes an object that is not an IterableDataset for a
+        # map-style dataset and indexes it ("'Mixture' object is not subscriptable").
+        raise TypeError(
+            "a pqloader mixture is iterable, not indexable: it yields whole batches and needs no "
+            "torch.utils.data.DataLoader (nor its worker processes): iterate it directly")
+
     def __reduce__(self) -> Any:
         # A copy would share the sources (Loaders), whose streams one iteration at a time may read.
         raise TypeError(

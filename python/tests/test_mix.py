@@ -1409,6 +1409,19 @@ def test_a_mixture_is_neither_pickled_nor_copied(sources):
             make_copy(m)
 
 
+def test_a_mixture_given_to_a_dataloader_says_to_iterate_it(sources):
+    # README: a mixture needs no DataLoader worker processes. DataLoader took it for a
+    # map-style dataset and indexed it: "'Mixture' object is not subscriptable" (a Loader
+    # says what to do instead).
+    torch = pytest.importorskip("torch")
+    root, _ = sources
+    m = pqloader.mix(loaders(root, ("web", "code")), [1, 1], seed=0)
+    with pytest.raises(TypeError, match="mixture is iterable, not indexable.*iterate it directly"):
+        m[0]
+    with pytest.raises(TypeError, match="mixture is iterable, not indexable"):
+        next(iter(torch.utils.data.DataLoader(m, batch_size=None)))
+
+
 @pytest.mark.parametrize("num_epochs", [1, 2, None])
 def test_a_source_error_comes_after_the_good_batches_before_it_with_any_num_epochs(tmp_path, num_epochs):
     # docs/reliability.md: the batches before a failing one are delivered. With several

@@ -1,6 +1,8 @@
 #include "pqloader/decode/read_unit.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -276,6 +278,10 @@ arrow::io::CacheOptions ReadRanges() {
 
 }  // namespace
 
+FetchedUnit::~FetchedUnit() {
+  if (stat_fd >= 0) ::close(stat_fd);
+}
+
 namespace {
 int64_t StatMtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
@@ -303,10 +309,10 @@ arrow::Result<std::shared_ptr<FetchedUnit>> FetchUnit(const Dataset& dataset, co
   }
   if (auto local = std::dynamic_pointer_cast<arrow::io::ReadableFile>(*input)) {
     struct stat st;
-    if (::fstat(local->file_descriptor(), &st) == 0) {
+    fetched->stat_fd = ::fcntl(local->file_descriptor(), F_DUPFD_CLOEXEC, 0);
+    if (fetched->stat_fd >= 0 && ::fstat(fetched->stat_fd, &st) == 0) {
       fetched->opened_size = st.st_size;
       fetched->opened_mtime_ns = StatMtimeNs(st);
-      fetched->local = std::move(local);
       // A file changed since the listing is read as it now is, but not with a filter's
       // selection, made from the listed version: the rows handed out failed the filter
       // (the same layout with other values, silently).
@@ -361,12 +367,12 @@ arrow::Status WaitForBytes(const Dataset& dataset, const Unit& unit, FetchedUnit
     if (GetErrorDetail(st) != nullptr) return WithContext(st, where);
     return MakeIOError(st, where);
   }
-  if (fetched->local != nullptr) {
+  if (fetched->opened_size >= 0) {
     // A local file written in place while its row group was read gave rows of two
     // versions (one column of each, silently). Seen where the write moved the size or
     // the modification time (whose clock ticks every few ms: this narrows the window).
     struct stat now;
-    if (::fstat(fetched->local->file_descriptor(), &now) == 0 &&
+    if (::fstat(fetched->stat_fd, &now) == 0 &&
         (now.st_size != fetched->opened_size || StatMtimeNs(now) != fetched->opened_mtime_ns)) {
       return MakeError(ErrorKind::kInvalidData, "cannot read '", file.display, "', row group ",
                        split.row_group, ": it was modified while the row group was read "

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <arrow/io/file.h>
 #include <arrow/io/interfaces.h>
 #include <arrow/memory_pool.h>
 #include <arrow/result.h>
@@ -61,8 +60,15 @@ struct FetchedUnit {
   /// WaitForBytes refuses the unit if they moved while its bytes were read.
   int64_t opened_size = -1;
   int64_t opened_mtime_ns = 0;
-  /// The opened local file (its descriptor is stat'ed again then).
-  std::shared_ptr<arrow::io::ReadableFile> local;
+  /// A descriptor of the opened local file of our own (a dup: the reader closes its own
+  /// when it ends, unseen by ThreadSanitizer, which then took a reused number for a race),
+  /// stat'ed again then; -1 otherwise. Closed with the fetched unit.
+  int stat_fd = -1;
+
+  FetchedUnit() = default;
+  FetchedUnit(const FetchedUnit&) = delete;
+  FetchedUnit& operator=(const FetchedUnit&) = delete;
+  ~FetchedUnit();
 };
 
 /// Start fetching the selected column chunks of `unit`'s row group on `io`'s executor,
