@@ -440,8 +440,11 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
             put((False, e))
 
     thread = threading.Thread(target=run, name="pqloader-batch-transform", daemon=True)
-    thread.start()
     try:
+        # Started inside the try: a Ctrl-C raised in start() (its wait for the thread to
+        # run) left the thread running without the finally below, taking batches from
+        # the engine that the next iteration then lacked, and putting forever.
+        thread.start()
         while True:
             try:
                 ok, value = out.get(timeout=0.1)

@@ -673,3 +673,32 @@ def test_ctrl_c_while_a_mixtures_batch_is_handed_out_loses_nothing(tmp_path, mon
         interrupted, continued, resumed = _interrupted_run(make, k)
         assert interrupted, k
         assert continued == expected and resumed == expected, k
+
+
+def test_ctrl_c_as_the_batch_transform_thread_starts_leaves_no_thread_running(tmp_path, monkeypatch):
+    # Ctrl-C inside Thread.start() (its wait for the new thread to run): the thread was
+    # started outside threaded_map's try, so nothing stopped or joined it; it went on
+    # taking batches from the engine and putting them into a queue nobody read, for good.
+    import threading
+    import time
+    from pqloader import _iteration
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": np.arange(100)}), path, row_group_size=10)
+
+    class Interrupted(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            raise KeyboardInterrupt
+
+    loader = pqloader.Loader(str(path), batch_size=10, num_workers=2, batch_transform=lambda b: b)
+    expected = [b["x"].tolist() for b in loader]
+    loader.set_epoch(0)
+    monkeypatch.setattr(_iteration, "threading", type("T", (), {"Thread": Interrupted, "Event": threading.Event}))
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    monkeypatch.undo()
+    time.sleep(0.3)
+    assert not [t for t in threading.enumerate() if t.name == "pqloader-batch-transform"]
+    assert loader.state_dict()["batch"] == 0
+    assert [b["x"].tolist() for b in loader] == expected
