@@ -20,6 +20,20 @@ import time
 from typing import IO, Any
 
 
+# The line being drawn (one command draws one at a time): a warning printed meanwhile
+# erases it first (clear_current), else it went on after the line's text
+# ("bench  0/1000 batches  0.0 spqloader: warning: ...").
+_current: "Progress | None" = None
+
+
+def clear_current(stream: IO[str] | None) -> None:
+    """Erase the progress line drawn on `stream`, if any, so that a message printed there
+    starts at the line's start; the line is drawn again at its next redraw."""
+    progress = _current
+    if progress is not None and progress.stream is stream:
+        progress.clear()
+
+
 def enabled_for(stream: IO[str] | None, quiet: bool = False) -> bool:
     """Whether progress should be drawn on `stream`: a TTY, not ``--quiet``, not TERM=dumb."""
     if quiet or stream is None or os.environ.get("TERM") == "dumb":
@@ -62,6 +76,8 @@ class Progress:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self.enabled:
+            global _current
+            _current = self
             self._draw()
             if ticker:
                 self._thread = threading.Thread(target=self._tick, name="pqloader-progress",
@@ -118,8 +134,24 @@ class Progress:
             self.extra = extra
         self._draw()
 
+    def clear(self) -> None:
+        """Erase the line now (it is drawn again at the next redraw)."""
+        with self._lock:
+            if not self.enabled or not self._width:
+                return
+            try:
+                self.stream.write("\r" + " " * self._width + "\r")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+            self._width = 0
+            self._last_draw = float("-inf")
+
     def close(self) -> None:
         """Stop redrawing and erase the line."""
+        global _current
+        if _current is self:
+            _current = None
         if not self.enabled:
             return
         self._stop.set()

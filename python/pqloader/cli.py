@@ -17,7 +17,7 @@ from typing import Sequence
 import pqloader
 from pqloader import _core
 from pqloader._cli_args import column_list, parse_storage_options, parse_transforms
-from pqloader._cli_progress import Progress, enabled_for
+from pqloader._cli_progress import Progress, clear_current, enabled_for
 from pqloader._stats_table import stage_seconds
 
 
@@ -63,7 +63,7 @@ def _shown(text: str, keep: str = "") -> str:
 def _inspect(args: argparse.Namespace) -> int:
     what = "footers and row lengths" if args.lengths else "footers"
     counter = _core.Progress()
-    with _progress(args, f"inspect {args.path}: reading {what}", unit="files", ticker=True,
+    with _progress(args, f"inspect {_shown(args.path)}: reading {what}", unit="files", ticker=True,
                    counter=counter):
         info = pqloader.inspect(args.path, lengths=args.lengths,
                                 storage_options=parse_storage_options(args.storage_option),
@@ -121,14 +121,14 @@ def _print_filter(f: dict) -> None:
 
 def _index(args: argparse.Namespace) -> int:
     counter = _core.Progress()
-    with _progress(args, f"index {args.path}: reading footers", unit="files", ticker=True,
+    with _progress(args, f"index {_shown(args.path)}: reading footers", unit="files", ticker=True,
                    counter=counter):
         r = pqloader.write_index(args.path, storage_options=parse_storage_options(args.storage_option),
                                  _progress=counter)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    print(f"wrote {r['metadata_path']} ({_human(r['bytes'])}): {r['files']} file(s), "
+    print(f"wrote {_shown(str(r['metadata_path']))} ({_human(r['bytes'])}): {r['files']} file(s), "
           f"{r['row_groups']} row group(s), {r['rows']} rows; and _pqloader_index beside it")
     return 0
 
@@ -196,7 +196,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    with _progress(args, f"cache {args.action} {args.dir}", ticker=True):
+    with _progress(args, f"cache {args.action} {_shown(args.dir)}", ticker=True):
         return _cache_run(args)
 
 
@@ -209,7 +209,7 @@ def _cache_run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(r))
             return 0
-        print(f"cleared {args.dir}: {r['entries']} entries ({_human(r['bytes'])}), "
+        print(f"cleared {_shown(args.dir)}: {r['entries']} entries ({_human(r['bytes'])}), "
               f"{r['other_files']} other pqloader files")
         if r["foreign_count"]:
             print(f"left alone, not pqloader's: {r['foreign_count']} path(s)")
@@ -224,7 +224,7 @@ def _cache_run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(r))
             return 0
-        print(f"pruned {args.dir}: {r['entries']} stale entries deleted, {_human(r['bytes'])} "
+        print(f"pruned {_shown(args.dir)}: {r['entries']} stale entries deleted, {_human(r['bytes'])} "
               f"freed; {r['kept']} kept")
         if r["unverified_entries"]:
             print(f"kept unverified (source not checked: unreachable, or not in --dataset): "
@@ -397,16 +397,26 @@ def _run_command(args: argparse.Namespace) -> int:
     except BrokenPipeError as e:
         if _stdout_reader_gone():
             raise
-        print(f"pqloader: error: {_shown(str(e), keep=chr(10))}", file=sys.stderr)
+        _print_error(e)
         return 1
     except (pqloader.Error, ValueError, TypeError, OSError, ImportError, MemoryError) as e:
         # ImportError: an optional dependency (pyarrow for --filter) is missing.
         # MemoryError: the engine could not allocate a batch (its message names the batch,
         # its row groups and the bytes asked for), e.g. --transform 'x=PadOrTruncate(1000000000000)'.
-        print(f"pqloader: error: {_shown(str(e), keep=chr(10))}", file=sys.stderr)
+        _print_error(e)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _print_error(e: BaseException) -> None:
+    """``pqloader: error: <message>`` on stderr. Started with stderr closed (``2>&-``),
+    Python sets ``sys.stderr`` to None and ``print(file=None)`` writes to stdout: the
+    message went into the command's output (``inspect X --json 2>&- > out.json``); it is
+    dropped, as Python's own, and the status still says 1."""
+    if sys.stderr is None:
+        return
+    print(f"pqloader: error: {_shown(str(e), keep=chr(10))}", file=sys.stderr)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -422,6 +432,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     if stream is None:  # stderr closed (print would take stdout): dropped, as Python's own
         return
     try:
+        clear_current(stream)  # a progress line being drawn there: the warning on its own line
         print(f"pqloader: warning: {_shown(text, keep=chr(10))}", file=stream)
     except (OSError, ValueError):  # a broken or closed stderr: as Python's own
         pass

@@ -526,3 +526,33 @@ def test_inspect_escapes_names_inside_types_and_loads_as(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stdout, r.stdout
     assert "map<string, int32 ('m\\x1b[5m')>" in r.stdout and "unsupported: column 'm\\x1b[5m'" in r.stdout
+
+
+def test_an_error_with_stderr_closed_does_not_go_into_stdout(tmp_path):
+    # `pqloader inspect X --json 2>&- > out.json`: Python sets sys.stderr to None and
+    # print(file=None) writes to stdout, so the error message became the command's output.
+    r = subprocess.run([sys.executable, "-m", "pqloader", "inspect", str(tmp_path / "nope"), "--json"],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, timeout=120,
+                       cwd=str(tmp_path), env=subprocess_env(), preexec_fn=lambda: os.close(2))
+    assert r.returncode == 1
+    assert r.stdout == ""
+
+
+def test_index_and_cache_commands_escape_control_characters_of_paths(cli_ds, tmp_path):
+    # inspect escaped a path's escape sequences and newlines; index, cache prune and cache
+    # clear printed theirs raw (a newline split the one-line result, an escape sequence
+    # reached the terminal as one).
+    import shutil
+
+    d, _ = cli_ds
+    odd = tmp_path / "a\nb\x1b[31m"
+    shutil.copytree(d, odd)
+    cache = tmp_path / "c\nd\x1b]0;t\x07"
+    r = cli("bench", odd, "--cache-dir", cache, "--columns", "id", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for args in (("index", odd), ("cache", "prune", cache), ("cache", "clear", cache)):
+        r = cli(*args, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout, (args, r.stdout)
+        assert r.stdout.count("\n") == 1, (args, r.stdout)
+        assert "\\n" in r.stdout and "\\x1b" in r.stdout, (args, r.stdout)

@@ -166,3 +166,26 @@ def test_the_ticker_redraws_from_the_counter_without_updates():
     finally:
         p.close()
     assert not any(t.name == "pqloader-progress" for t in threading.enumerate())
+
+
+def test_a_warning_erases_the_progress_line_first():
+    # A warning printed while the line was drawn went on after its text:
+    # "bench  0/1000 batches  0.0 spqloader: warning: cache: ...".
+    from pqloader import cli as cli_module
+
+    out = _Tty()
+    with Progress("work", total=3, unit="batches", stream=out, interval=0) as p:
+        p.update(1)
+        cli_module._show_warning(RuntimeWarning("pqloader: cache: not usable"), RuntimeWarning,
+                                 "f.py", 1, file=out)
+        before, _, after = out.getvalue().partition("pqloader: warning: cache: not usable\n")
+        assert after == ""
+        assert before.endswith(" \r"), repr(before)  # erased: the warning starts its own line
+        p.update(1)  # and drawn again at the next update
+        assert out.getvalue().rpartition("\n")[2].startswith("\rwork  2/3 batches")
+    other = _Tty()  # a warning on another stream leaves the line alone
+    with Progress("work", total=3, unit="batches", stream=out, interval=0) as p:
+        p.update(1)
+        drawn = out.getvalue()
+        cli_module._show_warning(RuntimeWarning("x"), RuntimeWarning, "f.py", 1, file=other)
+        assert out.getvalue() == drawn
