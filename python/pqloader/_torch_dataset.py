@@ -381,6 +381,14 @@ class IterableDataset(torch.utils.data.IterableDataset):
         # After the last epoch (2**32 - 1) none follows: said here, not in each worker.
         iteration_epochs(epoch, epoch + self._epochs_per_iteration())
         state, self._pending = self._pending, None
+        if state is not None and not keep_rest and state["epoch"] == epoch and self._ended_state(state):
+            # A state at its epoch's end (a loop left at its last batch): resumed, the
+            # loader runs the next epoch, as Loader does. The workers ran it while the
+            # position counted the state's epoch: the next iteration ran it again, and
+            # state_dict() named a batch of the state's epoch.
+            epoch = self._epoch = epoch + 1
+            iteration_epochs(epoch, epoch + self._epochs_per_iteration())
+            state = None
         position = _Position(epoch, workers)
         self._worker_state, self._worker_shift = None, 0
         if state is not None and state["epoch"] == epoch and not _consumed_nothing(state):
@@ -393,6 +401,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 self._worker_state = dict(self._worker_state,
                                           iteration_end=epoch + self._epochs_per_iteration())
         self._position = position
+
+    def _ended_state(self, state: dict[str, Any]) -> bool:
+        """`state`, of this world and batch size and with no iteration end recorded, is at
+        its epoch's end (a loop left at its last batch, without reaching the end)."""
+        theirs, o = state["options"], self._recipe.options
+        if state.get("iteration_end") is not None or state.get("rank_batches") is not None \
+                or (theirs["world_size"], theirs["batch_size"]) != (o.world_size, o.batch_size):
+            return False
+        engine = self._main_loader()._engine
+        return _iteration.position_ended(engine, state["epoch"], state["batch"], state.get("elastic"))
 
     def _run_rest_only(self, loader: Loader) -> None:
         """set_epoch(e) kept the pending state of e, which `loader` holds: its next

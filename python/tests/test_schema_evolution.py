@@ -665,3 +665,38 @@ def test_times_of_time32_and_time64_say_a_schema_cannot_convert_them(tmp_path):
     with pytest.raises(pqloader.SchemaMismatchError) as ei:
         pqloader.Loader(str(d), schema=pa.schema([("x", pa.time64("us"))]))
     assert "different units" in str(ei.value) and "without loss" not in str(ei.value)
+
+
+def test_a_filter_only_column_without_a_common_type_is_refused_in_any_file_order(tmp_path):
+    # The refusal stopped at the first pair without a common type: [timestamp, timestamp,
+    # int64] compared the int64 file in its own type, [int64, timestamp, ...] was refused.
+    # Lists of int64 beside lists of double were compared per file too (one outer type).
+    import datetime
+
+    ts = [pa.table({"id": [0, 1], "t": pa.array([1000, 2000], pa.timestamp("ms"))}),
+          pa.table({"id": [2, 3], "t": pa.array([1000, 2000], pa.timestamp("us"))}),
+          pa.table({"id": [4, 5], "t": pa.array([1000, 2000], pa.int64())})]
+    for order in ([0, 1, 2], [2, 0, 1]):
+        d = tmp_path / f"o{order[0]}"
+        for i, k in enumerate(order):
+            write_parquet(d / f"{i}.parquet", ts[k])
+        with pytest.raises(pqloader.SchemaMismatchError, match="filter column 't' has type .*int64"):
+            pqloader.Loader(str(d), columns=["id"], filter=pc.field("t").cast(pa.int64()) > 1500)
+    d = tmp_path / "lists"
+    write_parquet(d / "a.parquet", pa.table({"id": [0, 1], "l": pa.array([[1], [3]], pa.list_(pa.int64()))}))
+    write_parquet(d / "b.parquet", pa.table({"id": [2, 3], "l": pa.array([[0.5], [1.5]], pa.list_(pa.float64()))}))
+    with pytest.raises(pqloader.SchemaMismatchError, match="filter column 'l'.*int64.*double"):
+        pqloader.Loader(str(d), columns=["id"], filter=pc.divide(pc.list_element(pc.field("l"), 0), 2) == 0.5)
+    # Times of one kind in other units are compared in the finest unit, each file's column
+    # cast to it exactly (a unit-dependent expression gave each file's own unit's rows).
+    d = tmp_path / "units"
+    write_parquet(d / "a.parquet", ts[0])
+    write_parquet(d / "b.parquet", ts[1])
+    ids = lambda f: sorted(int(i) for b in pqloader.Loader(str(d), columns=["id"], filter=f) for i in b["id"])
+    assert ids(pc.field("t").cast(pa.int64()) > 1500) == [0, 1, 3]  # as microseconds
+    assert ids(pc.field("t") > pa.scalar(datetime.datetime(1970, 1, 1, 0, 0, 1, 500), pa.timestamp("us"))) == [1]
+    d = tmp_path / "times"
+    write_parquet(d / "a.parquet", pa.table({"id": [0, 1], "y": pa.array([1000, 3000], pa.time32("ms"))}))
+    write_parquet(d / "b.parquet", pa.table({"id": [2, 3], "y": pa.array([1000000, 3000000], pa.time64("us"))}))
+    assert sorted(int(i) for b in pqloader.Loader(str(d), columns=["id"], filter=pc.field("y") > pa.scalar(
+        datetime.time(0, 0, 2))) for i in b["id"]) == [1, 3]

@@ -202,3 +202,52 @@ def test_dataset_resume_loop_from_a_state_at_its_epochs_end_runs_no_epoch_twice(
             got[e] = ids(it)
         assert got[1] == [] and got[2] == epoch2 and len(epoch2) == 110, {e: len(v) for e, v in got.items()}
     run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_resumed_from_a_state_at_its_epochs_end_runs_the_next_epochs_once(rows, workers):
+    """A state at its epoch's end with no iteration end (taken after a loop left at its
+    last batch), loaded without set_epoch: the loader runs the next epoch, then the one
+    after (as a Loader does). With workers the position counted the state's epoch while
+    the workers ran the next: the second loop ran that epoch again, and state_dict()
+    inside the first loop named a batch of the state's epoch."""
+    import itertools
+    import json
+
+    import pqloader.torch as pt
+
+    def loader():
+        return pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
+
+    def ids(batches):
+        return [int(i) for b in batches for i in b["id"]]
+
+    def go():
+        first = loader()
+        first.set_epoch(1)
+        for _ in itertools.islice(first, len(first)):
+            pass
+        state = json.loads(json.dumps(first.state_dict()))
+        assert (state["epoch"], state["iteration_end"]) == (1, None)
+        want = {}
+        for e in (2, 3):
+            reference = pt.IterableDataset(loader())
+            reference.set_epoch(e)
+            want[e] = ids(pt.DataLoader(reference, num_workers=workers))
+        reference = pt.IterableDataset(loader())
+        reference.set_epoch(2)
+        ref_dl = pt.DataLoader(reference, num_workers=workers)
+        ref_it = iter(ref_dl)
+        for _ in range(3):
+            next(ref_it)
+        ds = pt.IterableDataset(loader())
+        dl = pt.DataLoader(ds, num_workers=workers)
+        dl.load_state_dict(state)
+        it = iter(dl)
+        got2 = ids(itertools.islice(it, 3))
+        assert dl.state_dict() == ref_dl.state_dict()
+        got2 += ids(it)
+        got3 = ids(dl)
+        assert got2 == want[2] and got3 == want[3]
+    run_with_timeout(go, timeout=300)

@@ -284,6 +284,7 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
   // The shuffle's random streams are keyed by 32 bits of the epoch: epoch 2^32 would
   // repeat epoch 0's order.
   constexpr int64_t kEpochs = int64_t{1} << 32;
+  ++run_calls_;  // (a refused one too: it stops the run, which its owner must tell)
   if (epoch < 0 || epoch >= kEpochs) {
     const arrow::Status refused =
         epoch < 0 ? arrow::Status::Invalid("epoch must be >= 0, got ", epoch)
@@ -300,7 +301,6 @@ arrow::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch, bool then_n
     return refused;
   }
   then_next_epoch = then_next_epoch && epoch + 1 < kEpochs;  // the last epoch has no next
-  ++run_calls_;
   std::vector<EpochRun> old;
   arrow::Status st;
   {

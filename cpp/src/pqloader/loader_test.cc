@@ -211,8 +211,10 @@ TEST(Loader, NextAfterAFailedStartEpochReturnsItsError) {
   // A refused epoch number ends the running epoch too (its batches went on coming).
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   ASSERT_TRUE(loader->Next().ok());
+  const int64_t calls = loader->run_calls();
   const arrow::Status past = loader->StartEpoch(int64_t{1} << 32);
   ASSERT_TRUE(past.IsInvalid()) << past;
+  EXPECT_EQ(loader->run_calls(), calls + 1);  // (it stopped the run: its owner must tell)
   auto after = loader->Next();
   ASSERT_FALSE(after.ok());
   EXPECT_EQ(after.status().ToString(), past.ToString());

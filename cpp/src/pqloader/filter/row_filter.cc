@@ -203,6 +203,34 @@ bool HasFloatSetOfDecimals(const cp::Expression& e) {
 // A file that remembers whether a read of it failed: Parquet C++ gives storage failures
 // and data it cannot decode ("Corrupt snappy compressed data", a page header's thrift)
 // alike, as IOErrors, in the middle of decoding (the filter reads without pre-buffering).
+// Whether `t` is a time with a unit: a timestamp, a duration, a time32 or a time64.
+bool IsTimeOfUnit(const arrow::DataType& t) {
+  using T = arrow::Type;
+  return t.id() == T::TIMESTAMP || t.id() == T::DURATION || t.id() == T::TIME32 || t.id() == T::TIME64;
+}
+
+// The finer of two times of one kind in other units (timestamps of one time zone,
+// durations, time32 and time64), to which the other converts exactly; null otherwise.
+std::shared_ptr<arrow::DataType> FinerTime(const std::shared_ptr<arrow::DataType>& a,
+                                           const std::shared_ptr<arrow::DataType>& b) {
+  using T = arrow::Type;
+  if (a == nullptr || b == nullptr) return nullptr;
+  const auto is_time = [](T::type id) { return id == T::TIME32 || id == T::TIME64; };
+  const bool one_kind = (a->id() == b->id() && (a->id() == T::TIMESTAMP || a->id() == T::DURATION)) ||
+                        (is_time(a->id()) && is_time(b->id()));
+  if (!one_kind) return nullptr;
+  if (a->id() == T::TIMESTAMP && static_cast<const arrow::TimestampType&>(*a).timezone() !=
+                                     static_cast<const arrow::TimestampType&>(*b).timezone()) {
+    return nullptr;  // other zones: refused, as loading them is
+  }
+  const auto unit = [](const arrow::DataType& t) -> int {  // SECOND < MILLI < MICRO < NANO
+    if (t.id() == T::TIMESTAMP) return static_cast<int>(static_cast<const arrow::TimestampType&>(t).unit());
+    if (t.id() == T::DURATION) return static_cast<int>(static_cast<const arrow::DurationType&>(t).unit());
+    return static_cast<int>(static_cast<const arrow::TimeType&>(t).unit());
+  };
+  return unit(*a) >= unit(*b) ? a : b;
+}
+
 class ReadFailureRecorder final : public arrow::io::RandomAccessFile {
  public:
   explicit ReadFailureRecorder(std::shared_ptr<arrow::io::RandomAccessFile> inner)
@@ -551,25 +579,22 @@ class Evaluator {
       if (target == nullptr) {  // read by the filter only
         for (size_t k = 0; k < stored.size(); ++k) {
           auto common = target == nullptr ? stored[k] : CommonType(target, stored[k]);
+          // Times of one kind in other units: the finer one, which the other converts to
+          // exactly (each file's column is cast to it below).
+          if (common == nullptr) common = FinerTime(target, stored[k]);
           if (common == nullptr) {
-            // No common type: each file is compared in its own. Of one kind (timestamps
-            // of other units or zones) that is what a common type would give; of two
-            // (int64 and double, a number and a string) it is not: y / 2 divided one
-            // file's integers as integers (rows other than pyarrow's), and a literal
-            // failed in one file's type, naming that file only. Refused as loading the
-            // column is.
-            if (stored[0]->id() != stored[k]->id()) {
-              return MakeError(ErrorKind::kSchemaMismatch, "filter column '", name,
-                               "' has type ", stored[0]->ToString(), " in '",
-                               dataset_.files()[stored_file[0]].display, "' but type ",
-                               stored[k]->ToString(), " in '",
-                               dataset_.files()[stored_file[k]].display,
-                               "', and neither converts to the other without loss: declare "
-                               "the type to compare it as with schema=, or filter on other "
-                               "columns");
-            }
-            target = nullptr;
-            break;
+            // No common type: each file was compared in its own, which gave rows other
+            // than one type's (y / 2 divided an int64 file's values as integers, and
+            // list<int64> beside list<double> the same), and a literal failed in one
+            // file's type, naming that file only. Refused as loading the column is,
+            // whatever the order of the files.
+            return MakeError(ErrorKind::kSchemaMismatch, "filter column '", name, "' has type ",
+                             stored[0]->ToString(), " in '", dataset_.files()[stored_file[0]].display,
+                             "' but type ", stored[k]->ToString(), " in '",
+                             dataset_.files()[stored_file[k]].display,
+                             "', and neither converts to the other without loss: declare the "
+                             "type to compare it as with schema= where one does, or filter on "
+                             "other columns");
           }
           target = common;
         }
@@ -598,6 +623,15 @@ class Evaluator {
           return IsVarBinary(ValueType(*t).id(), &k) || t->id() == arrow::Type::NA;
         });
         if (needs && all_text) target_[name] = plain;
+        continue;
+      }
+      if (IsTimeOfUnit(*target)) {
+        // Times in other units, compared in the finest (a unit-dependent expression,
+        // t.cast(int64) > 1500, gave each file's own unit's rows).
+        const bool differs = std::any_of(stored.begin(), stored.end(), [&](const auto& t) {
+          return !t->Equals(*target);
+        });
+        if (differs) target_[name] = target;
         continue;
       }
       // float16: no kernel compares it; as float32, which holds each value exactly.
