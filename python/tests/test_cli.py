@@ -556,3 +556,20 @@ def test_index_and_cache_commands_escape_control_characters_of_paths(cli_ds, tmp
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout, (args, r.stdout)
         assert r.stdout.count("\n") == 1, (args, r.stdout)
         assert "\\n" in r.stdout and "\\x1b" in r.stdout, (args, r.stdout)
+
+
+def test_a_gs_source_without_credentials_fails_within_the_retry_budget(tmp_path):
+    # google-cloud-cpp retries for 15 minutes by default: a gs:// source without
+    # credentials (no metadata server) hung that long, and Ctrl-C did not stop it.
+    import time
+
+    pytest.importorskip("pyarrow._gcsfs")  # an Arrow built with GCS
+    env = subprocess_env()
+    env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+    env.update(GCE_METADATA_HOST="127.0.0.1:9", HOME=str(tmp_path))  # refused at once
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "pqloader", "inspect", "gs://x/y", "--storage-option",
+                        "retry_budget=2"], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 1 and "'gs://x/y'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert time.monotonic() - start < 60

@@ -92,7 +92,9 @@ std::string RelativeTo(const std::string& root, const std::string& path) {
 // Whether a request to `fs` is waited for on its own I/O thread, polling `cancel` (S3:
 // each request a round trip); otherwise it is made in one call.
 bool PollsCancel(const arrow::fs::FileSystem& fs, const CancelFlag& cancel) {
-  return cancel != nullptr && fs.type_name() == "s3";
+  // Every filesystem but the local one: a gcs request (retried by google-cloud-cpp) kept
+  // Ctrl-C waiting on the thread RunInterruptible joins.
+  return cancel != nullptr && fs.type_name() != "local";
 }
 
 // Everything under `selector`. On S3, page by page as the store lists them (1,000 keys a

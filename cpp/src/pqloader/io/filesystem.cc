@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <locale>
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -406,7 +408,19 @@ arrow::Result<ResolvedSource> FileSystemResolver::Resolve(const std::string& sou
     return ResolvedSource{s3_, path, kS3Prefix};
   }
   ResolvedSource out;
-  auto fs = arrow::fs::FileSystemFromUriOrPath(AbsoluteLocalSource(source), IoContext(), &out.path);
+  std::string uri = AbsoluteLocalSource(source);
+  if (uri.rfind("gs://", 0) == 0 && uri.find("retry_limit_seconds=") == std::string::npos) {
+    // google-cloud-cpp retries for 15 minutes by default (no credentials, an unreachable
+    // endpoint): a gs:// source hung that long. Bounded by the storage options' retry
+    // budget, as S3 requests are.
+    ARROW_ASSIGN_OR_RAISE(const RetryPolicy retry, ParseRetryPolicy(storage_));
+    std::ostringstream limit;
+    limit.imbue(std::locale::classic());
+    limit << std::max(retry.budget_s, 0.001);
+    uri += (uri.find('?') == std::string::npos ? "?" : "&");
+    uri += "retry_limit_seconds=" + limit.str();
+  }
+  auto fs = arrow::fs::FileSystemFromUriOrPath(uri, IoContext(), &out.path);
   if (!fs.ok()) {
     return MakeError(ErrorKind::kNotFound, "cannot resolve '", source,
                      "': ", fs.status().message());
