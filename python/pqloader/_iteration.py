@@ -362,17 +362,20 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
         t0 = clock()
         for epoch, index, batch in items:
             timer.next_seconds += clock() - t0
+            rows = None
             try:
+                if taken:  # (before the move: a call after it, a Ctrl-C there lost the batch)
+                    rows = taken.popleft()
                 cursor.advance(generation, epoch, index + 1)
             except BaseException:
                 # A signal handler's exception (Ctrl-C) raised as the move ended (the lock
                 # released): the batch is not handed out, so it stays the next one.
                 cursor.take_back(generation, epoch, index + 1)
+                if rows is not None:
+                    taken.appendleft(rows)  # type: ignore[union-attr]
                 raise
             # Nothing between the move and the yield may raise: a Ctrl-C there lost the
             # batch (the position counted it as handed out).
-            if taken:
-                taken.popleft()
             yield batch
             t0 = clock()
         timer.next_seconds += clock() - t0

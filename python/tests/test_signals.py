@@ -702,3 +702,35 @@ def test_ctrl_c_as_the_batch_transform_thread_starts_leaves_no_thread_running(tm
     assert not [t for t in threading.enumerate() if t.name == "pqloader-batch-transform"]
     assert loader.state_dict()["batch"] == 0
     assert [b["x"].tolist() for b in loader] == expected
+
+
+def test_ctrl_c_as_a_read_ahead_batch_is_counted_out_loses_nothing(tmp_path, monkeypatch):
+    # With a batch_transform (or torch output), hand_out took the batch's row count off
+    # its deque after moving the position: a Ctrl-C raised at that call lost the batch
+    # (the position counted it as handed out, the consumer never got it).
+    import collections
+
+    from pqloader import _loader
+
+    pq.write_table(pa.table({"id": np.arange(40)}), tmp_path / "a.parquet")
+
+    class Interrupting(collections.deque):
+        calls = 0
+
+        def popleft(self):
+            Interrupting.calls += 1
+            if Interrupting.calls == 2:  # the second batch's
+                raise KeyboardInterrupt
+            return super().popleft()
+
+    fake = type("collections", (), {"deque": Interrupting})
+    monkeypatch.setattr(_loader, "collections", fake)
+    loader = pqloader.Loader(str(tmp_path), batch_size=10, batch_transform=lambda b: b)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for b in loader:
+            got += b["id"].tolist()
+    assert loader.state_dict()["batch"] == 1 and got == list(range(10))
+    monkeypatch.undo()
+    got += [i for b in loader for i in b["id"].tolist()]
+    assert got == list(range(40))
