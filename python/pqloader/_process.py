@@ -129,6 +129,7 @@ class Engine:
         self._transform_fingerprint: str | None = None
         self._core: Any = self._open()
         _live.add(self)
+        _defer_pyarrow_s3_finalize()
 
     def _open(self) -> Any:
         # A filter's predicate runs only while the engine is made. The engine keeps what
@@ -271,9 +272,39 @@ def _release_at_exit() -> None:
     """
     for engine in list(_live):
         engine._release()
+    if _deferred_exit_hooks:
+        # pqloader's S3 shutdown first (its own hook, next in line, then does nothing): it
+        # stops the retries of reads still running, which Arrow's shutdown waits for.
+        try:
+            _core._finalize_s3()
+        finally:
+            while _deferred_exit_hooks:
+                _deferred_exit_hooks.pop()()
 
 
 atexit.register(_release_at_exit)
+
+# pyarrow.fs registers ensure_s3_finalized with atexit when it is imported. Imported after
+# pqloader, it ran before _release_at_exit (atexit is last in, first out); where pqloader
+# uses pyarrow's Arrow (a build against it), Arrow's S3 shutdown then waited for a read of
+# a loader still alive that was retrying, for its whole retry_budget (an exit took ~60 s
+# against a throttling server instead of at most one attempt). So when an engine is made
+# that hook is taken out and run by _release_at_exit, after the engines stopped and
+# pqloader's S3 shutdown stopped the retries (hooks registered in between now run while
+# pyarrow's S3 is still up, as they could expect).
+_PYARROW_FS_FIRST = "pyarrow.fs" in sys.modules
+_deferred_exit_hooks: list[Callable[[], Any]] = []
+
+
+def _defer_pyarrow_s3_finalize() -> None:
+    if _PYARROW_FS_FIRST or _deferred_exit_hooks:
+        return
+    hook = getattr(sys.modules.get("pyarrow.fs"), "ensure_s3_finalized", None)
+    if callable(hook):
+        atexit.unregister(hook)
+        _deferred_exit_hooks.append(hook)
+
+
 # Runs before _release_at_exit (atexit is last in, first out): Loaders being built are
 # cancelled and calls into the engine waited for; from then on, a thread other than the
 # exiting one that would call into the engine or take the GIL back in a pqloader call

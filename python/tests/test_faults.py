@@ -427,3 +427,42 @@ def test_damaged_and_swapped_entries_are_detected_dropped_and_rewritten(tmp_path
     again, stats = read(data, str(cache))  # rewritten: all hits now
     assert_batch_streams_equal(again, reference)
     assert stats["cache_corrupt"] == 0 and stats["cache_hits"] == 12
+
+
+def test_exit_with_a_read_retrying_does_not_wait_out_the_budget_when_pyarrow_fs_came_after(served):
+    """`import pyarrow.fs` after pqloader registers pyarrow's S3 shutdown after pqloader's
+    exit hooks, so atexit ran it first: where pqloader shares pyarrow's Arrow, it waited
+    for the live loader's retrying read for the whole retry_budget (~60 s). The exit now
+    ends after the attempt in progress (one 503 answer and a retry delay)."""
+    server, _ = served
+    front = SlowDownFront(server.port)
+    script = textwrap.dedent(f"""
+        import sys, threading, time
+        import pqloader
+        import pyarrow.fs  # noqa: F401 (after pqloader: its atexit hook comes later)
+        loader = pqloader.Loader("s3://data/big/", storage_options={server.options(front.port)!r},
+                                 batch_size=50, num_workers=1, io_threads=1, readahead=1)
+        print("made", flush=True)
+        sys.stdin.readline()
+        it = iter(loader)
+        threading.Thread(target=lambda: next(it, None), daemon=True).start()
+        time.sleep(2)
+        print("exiting", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        assert proc.stdout.readline().strip() == "made"
+        front.throttle(600)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "exiting"
+        assert front.throttled > 0
+        start = time.monotonic()
+        proc.wait(40)
+        assert proc.returncode == 0
+        assert time.monotonic() - start < 20
+    finally:
+        proc.kill()
+        proc.wait()
+        front.close()
