@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,7 +100,6 @@ def test_dataloader_state_after_a_loop_left_at_its_last_batch_resumes_the_next_e
     runs the next epoch, and so must a resume from the state taken between the loops.
     With workers the state recorded the rest of the epoch with its end: the resumed
     first loop was empty (an epoch of the training loop lost), the next one epoch 1."""
-    import json
 
     import pqloader.torch as pt
 
@@ -131,7 +133,6 @@ def test_dataset_state_taken_after_set_epoch_names_that_epochs_start(rows, worke
     resume from it runs epoch e as the uninterrupted run does. It named the wrapped
     loader's position (epoch 0), or the last iteration's (epoch 1 after epoch 0): the
     resumed run read another epoch."""
-    import json
 
     import torch.utils.data
     import pqloader.torch as pt
@@ -161,6 +162,25 @@ def test_dataset_state_taken_after_set_epoch_names_that_epochs_start(rows, worke
     run_with_timeout(go, timeout=300)
 
 
+def _rows_loader(rows):
+    return pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
+
+
+def _ids(batches):
+    return [int(i) for b in batches for i in b["id"]]
+
+
+def _state_at_epoch_1s_end(rows):
+    """A state after epoch 1's last batch, taken inside its loop (no iteration end)."""
+    first = _rows_loader(rows)
+    first.set_epoch(1)
+    for _ in itertools.islice(first, len(first)):
+        pass
+    state = json.loads(json.dumps(first.state_dict()))
+    assert (state["epoch"], state["iteration_end"]) == (1, None)
+    return state
+
+
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 @pytest.mark.parametrize("workers", [None, 0, 2])
 def test_dataset_resume_loop_from_a_state_at_its_epochs_end_runs_no_epoch_twice(rows, workers):
@@ -169,27 +189,15 @@ def test_dataset_resume_loop_from_a_state_at_its_epochs_end_runs_no_epoch_twice(
     the first loop is the rest of that epoch (nothing), as for a Loader. It ran the next
     epoch, which the loop's next set_epoch ran again (a whole epoch handed out twice).
     `workers` None: the dataset iterated directly."""
-    import itertools
-    import json
-
     import pqloader.torch as pt
 
-    def loader():
-        return pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
+    loader, ids = (lambda: _rows_loader(rows)), _ids
 
     def iterable(ds):
         return ds if workers is None else pt.DataLoader(ds, num_workers=workers)
 
-    def ids(batches):
-        return [int(i) for b in batches for i in b["id"]]
-
     def go():
-        first = loader()
-        first.set_epoch(1)
-        for _ in itertools.islice(first, len(first)):
-            pass
-        state = json.loads(json.dumps(first.state_dict()))
-        assert (state["epoch"], state["iteration_end"]) == (1, None)
+        state = _state_at_epoch_1s_end(rows)
         reference = pt.IterableDataset(loader())
         reference.set_epoch(2)
         epoch2 = ids(iterable(reference))
@@ -212,24 +220,12 @@ def test_dataloader_resumed_from_a_state_at_its_epochs_end_runs_the_next_epochs_
     after (as a Loader does). With workers the position counted the state's epoch while
     the workers ran the next: the second loop ran that epoch again, and state_dict()
     inside the first loop named a batch of the state's epoch."""
-    import itertools
-    import json
-
     import pqloader.torch as pt
 
-    def loader():
-        return pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
-
-    def ids(batches):
-        return [int(i) for b in batches for i in b["id"]]
+    loader, ids = (lambda: _rows_loader(rows)), _ids
 
     def go():
-        first = loader()
-        first.set_epoch(1)
-        for _ in itertools.islice(first, len(first)):
-            pass
-        state = json.loads(json.dumps(first.state_dict()))
-        assert (state["epoch"], state["iteration_end"]) == (1, None)
+        state = _state_at_epoch_1s_end(rows)
         want = {}
         for e in (2, 3):
             reference = pt.IterableDataset(loader())
