@@ -357,8 +357,7 @@ class Loader:
         cache of freed blocks (2 x ``max_inflight_bytes``) are let go. The loader stays
         usable: iterating again starts reading anew from the current position. Also
         called on leaving ``with Loader(...) as loader:``. (An object-store request in
-        flight that fails is still retried, unread, within ``retry_budget``; dropping the
-        loader ends such a request after its current attempt.)
+        flight ends after its current attempt: no retry, its bytes unread.)
         """
         self._cursor.invalidate(stop=self._engine.close)  # one step: see set_epoch
 

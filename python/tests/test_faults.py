@@ -466,3 +466,32 @@ def test_exit_with_a_read_retrying_does_not_wait_out_the_budget_when_pyarrow_fs_
         proc.kill()
         proc.wait()
         front.close()
+
+
+def test_close_stops_the_retries_of_reads_in_flight(served):
+    """close() says nothing more is read after it returns: a read in flight against a
+    throttling store was retried, unread, for its whole retry_budget (60 s). Now it ends
+    after its current attempt; the loader still reads anew afterwards."""
+    server, local = served
+    front = SlowDownFront(server.port)
+    try:
+        loader = run_with_timeout(lambda: pqloader.Loader(
+            "s3://data/big", storage_options=server.options(port=front.port), batch_size=50,
+            num_workers=1, io_threads=1, readahead=1), 60)
+        front.throttle(120)
+        it = iter(loader)
+        threading.Thread(target=lambda: next(it, None), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while front.throttled < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert front.throttled >= 2  # a read is retrying
+        run_with_timeout(loader.close, 30)
+        time.sleep(6)  # past the attempt in flight and the retry delay it may be sleeping (max 5 s)
+        after = front.throttled
+        time.sleep(6)
+        assert front.throttled == after, (after, front.throttled)  # no request since
+        front.throttle(0)
+        assert_batch_streams_equal(run_with_timeout(lambda: list(loader), 120),
+                                   list(pqloader.Loader(str(local), batch_size=50)))
+    finally:
+        front.close()

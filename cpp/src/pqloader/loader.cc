@@ -268,6 +268,9 @@ void Loader::Close() {
   // An epoch another thread started since Stop() keeps them: the loader is in use again.
   if (closed_ || current_.pipeline != nullptr || next_.active()) return;
   closed_ = true;
+  // Requests still in flight (unread now) end after their current attempt: a failing
+  // object store's were retried for up to the retry budget after close() returned.
+  io_pool_->AbandonSpawned();
   io_pool_->Park();
   pool_reservation_.reset();  // the pool trims its cache to the other loaders' shares
 }

@@ -214,10 +214,15 @@ arrow::Status StorageExecutor::SpawnReal(arrow::internal::TaskHints hints,
   if (broken_.load()) {
     return arrow::Status::IOError("cannot start a storage thread", kThreadLimitHint);
   }
+  std::shared_ptr<std::atomic<bool>> abandoned;
+  {
+    MutexLock lock(flag_mu_);
+    abandoned = abandoned_;
+  }
   try {
     return pool_->Spawn(
         hints,
-        [flag = abandoned_, task = std::move(task)]() mutable {
+        [flag = std::move(abandoned), task = std::move(task)]() mutable {
           // A fork waits for this task's requests (see fork_gate.h).
           const fork_gate::Inside inside;
           const RetryStopScope abandoned(flag.get());

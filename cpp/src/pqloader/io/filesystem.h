@@ -23,6 +23,7 @@
 #include <arrow/util/thread_pool.h>
 
 #include "pqloader/util/cancel.h"
+#include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
 
@@ -118,7 +119,19 @@ class StorageExecutor : public arrow::internal::Executor {
 
   /// Requests of this executor's tasks, running or to come, are not retried any more
   /// (each task runs in a RetryStopScope of this flag).
-  void Abandon() { abandoned_->store(true); }
+  void Abandon() {
+    MutexLock lock(flag_mu_);
+    abandoned_->store(true);
+  }
+
+  /// Requests of the tasks spawned so far are not retried any more; later tasks' are
+  /// (a closed loader: close() returns with nothing more read, and the loader stays
+  /// usable).
+  void AbandonSpawned() {
+    MutexLock lock(flag_mu_);
+    abandoned_->store(true);
+    abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  }
 
   /// Let the idle threads go, all but one (a closed loader: Loader::Close); new ones
   /// start on demand once Resume() raised the capacity again.
@@ -143,7 +156,9 @@ class StorageExecutor : public arrow::internal::Executor {
   void Broke();
 
   std::shared_ptr<arrow::internal::ThreadPool> pool_;
-  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  Mutex flag_mu_;
+  std::shared_ptr<std::atomic<bool>> abandoned_ PQ_GUARDED_BY(flag_mu_) =
+      std::make_shared<std::atomic<bool>>(false);
   std::atomic<bool> broken_{false};
 };
 
