@@ -182,8 +182,8 @@ def test_a_file_changed_while_it_is_read_is_not_cached(tmp_path):
         got = list(loader)
     assert ids(got) == list(range(200))
     s = loader.stats()
-    assert s["cache_refused_stale"] >= 4
-    assert s["cache_inserts"] + s["cache_refused_stale"] == 8
+    # every row group refused (9 where the next epoch's first one was read ahead in time)
+    assert s["cache_inserts"] == 0 and s["cache_refused_stale"] >= 8
 
 
 def test_prune_refuses_a_directory_that_is_not_a_cache(tmp_path):
