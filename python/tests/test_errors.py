@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -362,7 +363,6 @@ def test_corrupt_compressed_page_of_a_filter_column_raises_invalid_data_naming_i
     _corrupt_column_chunk(src, bad, column=1, row_group=1)
     with pytest.raises(Exception):  # precondition: the corruption is detectable at all
         pq.read_table(str(bad))
-    import pyarrow.compute as pc
     filt = "payload > 0" if how == "expression" else \
         pqloader.Predicate(["payload"], lambda b: pc.greater(b["payload"], 0))
     with pytest.raises(pqloader.InvalidDataError) as ei:
@@ -553,6 +553,72 @@ def test_column_missing_from_one_file_is_null_there_and_refused_without_a_fill(t
     assert "extra_col" in msg and "second.parquet" in msg and "lacks the column" in msg
     got = read_all(str(d), fill_null={"extra_col": -1})
     assert got["extra_col"].tolist() == [1, 2, -1, -1] and got["extra_col"].dtype == np.int16
+
+
+def _two_files_of_four_row_groups(d, second):
+    """first.parquet: k 0-7, x without nulls; second.parquet: `second` (k 0-7); row groups of 4."""
+    d.mkdir(parents=True)
+    k = pa.array(range(8), pa.int64())
+    pq.write_table(pa.table({"k": k, "x": pa.array(range(8), pa.int64())}), d / "first.parquet", row_group_size=4)
+    pq.write_table(second, d / "second.parquet", row_group_size=4)
+
+
+def test_nulls_that_a_filter_keeps_are_refused_at_construction_naming_file_and_row_group(tmp_path):
+    # The filter kept part of second.parquet's row group 0, so its footers' counts were
+    # not trusted for the whole file: the null of row group 1, which the filter keeps
+    # whole, failed mid-epoch, after batches were handed out.
+    d = tmp_path / "d"
+    k = pa.array(range(8), pa.int64())
+    _two_files_of_four_row_groups(d, pa.table({"k": k, "x": pa.array([0, 1, 2, 3, 4, 5, None, 7], pa.int64())}))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        pqloader.Loader(str(d), batch_size=4, filter=pc.field("k") > 1)
+    msg = str(ei.value)
+    assert "column 'x'" in msg and "second.parquet' (row group 1)" in msg and "fill_null" in msg, msg
+    # Nothing proven (the filter may drop the null, and does): no refusal, none is read.
+    got = read_all(str(d), batch_size=4, filter=pc.field("k") != 6)
+    assert sorted(got["k"].tolist()) == sorted([0, 1, 2, 3, 4, 5, 7] * 2)
+    # One value per row: a filter keeping 3 of a row group's 4 rows, 2 of them null, keeps one.
+    d2 = tmp_path / "d2"
+    _two_files_of_four_row_groups(d2, pa.table({"k": k, "x": pa.array([0, 1, 2, 3, 4, None, None, 7], pa.int64())}))
+    with pytest.raises(pqloader.InvalidDataError, match=r"has at least 1 null value\(s\): 1 in "):
+        pqloader.Loader(str(d2), batch_size=4, filter=pc.field("k") != 6)
+
+
+def test_a_column_missing_from_a_file_under_a_filter_is_refused_at_construction(tmp_path):
+    d = tmp_path / "d"
+    _two_files_of_four_row_groups(d, pa.table({"k": pa.array(range(8), pa.int64())}))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        pqloader.Loader(str(d), batch_size=4, filter=pc.field("k") > 1)  # failed after a batch
+    msg = str(ei.value)
+    assert "column 'x'" in msg and "second.parquet" in msg and "lacks the column" in msg, msg
+    assert "has 6 null value(s)" in msg, msg  # the rows the filter keeps, exactly
+    got = read_all(str(d), batch_size=4, filter=pc.field("k") > 1, fill_null={"x": -1})
+    assert sorted(got["x"].tolist()) == [-1] * 6 + [2, 3, 4, 5, 6, 7]
+
+
+def test_a_null_partition_key_under_a_filter_is_refused_at_construction_naming_the_file(tmp_path):
+    d = tmp_path / "d"
+    t = pa.table({"k": pa.array(range(8), pa.int64())})
+    (d / "g=1").mkdir(parents=True)
+    (d / "g=__HIVE_DEFAULT_PARTITION__").mkdir()
+    pq.write_table(t, d / "g=1" / "a.parquet", row_group_size=4)
+    pq.write_table(t, d / "g=__HIVE_DEFAULT_PARTITION__" / "b.parquet", row_group_size=4)
+    # It failed after a batch, without naming the file: "partition key 'g' is null ...".
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        pqloader.Loader(str(d), batch_size=4, filter=pc.field("k") > 1)
+    msg = str(ei.value)
+    assert "column 'g'" in msg and "b.parquet" in msg and "has 6 null value(s)" in msg, msg
+    got = read_all(str(d), batch_size=4, filter=pc.field("k") > 1, fill_null={"g": -1})
+    assert sorted(got["g"].tolist()) == [-1] * 6 + [1] * 6
+
+
+def test_the_null_count_from_the_footers_names_the_first_row_group_with_nulls(tmp_path):
+    d = tmp_path / "d"
+    _two_files_of_four_row_groups(d, pa.table({"k": pa.array(range(8), pa.int64()),
+                                               "x": pa.array([0, 1, 2, 3, 4, 5, None, 7], pa.int64())}))
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        pqloader.Loader(str(d))
+    assert "has 1 null value(s): 1 in '" in str(ei.value) and "second.parquet' (row group 1)" in str(ei.value)
 
 
 def test_fixed_size_list_size_mismatch_is_a_schema_mismatch(tmp_path):

@@ -1,5 +1,6 @@
 #include "pqloader/dataset/footer_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -141,6 +142,61 @@ int64_t FirstElementNullsFromFooters(const std::vector<DataFile>& files,
     }
   }
   return -1;
+}
+
+// Null values of output column `column` that the footers prove the loader reads, in
+// one file: how many (at least), the first row group holding them, and whether the
+// count is exact. Unlike NullsFromFooters, a row group the footers cannot tell about (or
+// a filter's selection within one) does not hide the nulls proven in the file's others.
+struct ProvenNulls {
+  int64_t count = 0;
+  int32_t first_row_group = -1;
+  int64_t row_groups = 0;  // holding proven nulls
+  bool exact = true;
+};
+
+std::vector<ProvenNulls> ProvenNullsFromFooters(const std::vector<DataFile>& files,
+                                                const std::vector<Split>& splits, int column,
+                                                int partition_key) {
+  std::vector<ProvenNulls> out(files.size());
+  for (const Split& s : splits) {
+    const DataFile& f = files[s.file];
+    ProvenNulls& p = out[s.file];
+    if (s.file_rows == 0 || s.num_rows == 0) continue;  // no rows read, no nulls
+    int64_t n = -1;  // proven in this row group's rows read; -1: unknown
+    bool exact = true;
+    if (partition_key >= 0) {
+      n = f.partition_null[partition_key] ? s.num_rows : 0;
+    } else if (!f.columns.empty()) {
+      const ColumnSource& src = f.columns[column];
+      if (src.field < 0 || src.type == nullptr || src.type->id() == arrow::Type::NA) {
+        n = s.num_rows;  // the file lacks the column: every row read is null
+      } else if (src.leaves.size() == 1) {
+        try {
+          auto chunk = f.RowGroup(s.row_group)->ColumnChunk(src.leaves[0]);
+          const Levels levels = LevelsOf(*f.schema()->Column(src.leaves[0]));
+          const int64_t c = ChunkNulls(*chunk, levels);
+          if (c == 0 || (c > 0 && s.rows == nullptr)) {
+            n = c;
+          } else if (c > 0 && levels.max_rep == 0 && s.file_rows >= s.num_rows) {
+            // One value per row: a filter that kept num_rows of file_rows rows dropped at
+            // most file_rows - num_rows of the chunk's nulls (a list's null elements share
+            // rows: unknown).
+            n = std::max<int64_t>(0, c - (s.file_rows - s.num_rows));
+            exact = false;
+          }
+        } catch (const std::exception&) {
+          // a corrupt footer is reported when the row group is read
+        }
+      }
+    }
+    if (n < 0 || !exact) p.exact = false;
+    if (n <= 0) continue;
+    if (p.first_row_group < 0) p.first_row_group = s.row_group;
+    ++p.row_groups;
+    p.count += n;
+  }
+  return out;
 }
 
 }  // namespace
@@ -534,19 +590,27 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
     if (key < 0) ARROW_RETURN_NOT_OK(CheckFixedSizeListRows(ds, c));
     if (key < 0) ARROW_RETURN_NOT_OK(CheckIntegersAsFloats(ds, c));
     if (!null_policy[c]) {
-      const auto nulls = NullsFromFooters(ds.files(), ds.splits(), static_cast<int>(c), key);
+      // (Proven counts: with a filter, the rows it kept; a row group whose footer does not
+      // tell no longer hides its file's others, which failed mid-epoch, after batches.)
+      const auto nulls = ProvenNullsFromFooters(ds.files(), ds.splits(), static_cast<int>(c), key);
       std::string where;
       int64_t total = 0, files = 0;
+      bool exact = true;
       for (size_t f = 0; f < nulls.size(); ++f) {
-        if (nulls[f] <= 0) continue;
-        total += nulls[f];
+        if (nulls[f].count <= 0) continue;
+        total += nulls[f].count;
+        exact = exact && nulls[f].exact;
         if (++files <= 3) {
-          where += (files > 1 ? ", " : "") + std::to_string(nulls[f]) + " in '" +
-                   ds.files()[f].display + "'" +
-                   (ds.files()[f].columns.empty() || key >= 0 ||
-                            ds.files()[f].columns[c].field >= 0
-                        ? ""
-                        : " (which lacks the column)");
+          const bool lacks = !ds.files()[f].columns.empty() && key < 0 &&
+                             ds.files()[f].columns[c].field < 0;
+          where += (files > 1 ? ", " : "") + std::to_string(nulls[f].count) + " in '" +
+                   ds.files()[f].display + "'";
+          if (lacks) {
+            where += " (which lacks the column)";
+          } else if (key < 0) {
+            where += " (row group " + std::to_string(nulls[f].first_row_group) +
+                     (nulls[f].row_groups > 1 ? " first)" : ")");
+          }
         }
       }
       if (files > 3) where += ", and " + std::to_string(files - 3) + " more file(s)";
@@ -561,7 +625,7 @@ arrow::Status CheckColumnsFromFooters(const Dataset& ds, const std::vector<bool>
           fill = "b'\\x00' * " + type.substr(18, type.find(']') - 18);
         }
         return MakeError(ErrorKind::kInvalidData, "column '", spec.name, "' (", spec.arrow_type,
-                         ") has ", total, " null value(s): ", where,
+                         ") has ", exact ? "" : "at least ", total, " null value(s): ", where,
                          "; pass fill_null={'", spec.name, "': ", fill,
                          "} to replace them, null_mask=['", spec.name, "'] to add a '",
                          spec.name, "_valid' column beside it (nulls become ",

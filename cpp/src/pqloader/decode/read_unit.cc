@@ -405,10 +405,11 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     const int key = dataset.partition_index()[c];
     if (key >= 0) {
       const bool is_null = file.partition_null[key] != 0;
-      ARROW_ASSIGN_OR_RAISE(auto col, PartitionColumn(specs[c], file.partition_values[key],
-                                                      is_null, options.fills[c],
-                                                      unit.num_rows(), pool));
-      decoded->columns.push_back(std::move(col));
+      // (named: "partition key 'g' is null" alone did not say which file)
+      auto col = PartitionColumn(specs[c], file.partition_values[key], is_null, options.fills[c],
+                                 unit.num_rows(), pool);
+      if (!col.ok()) return WithContext(col.status(), "in " + where);
+      decoded->columns.push_back(std::move(col).ValueUnsafe());
       if (masked) {
         ARROW_ASSIGN_OR_RAISE(auto valid, ConstantValidity(unit.num_rows(), !is_null, pool));
         decoded->columns.push_back(std::move(valid));
