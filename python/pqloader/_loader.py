@@ -465,7 +465,8 @@ class Loader:
         The next ``iter(loader)`` yields the rest of the interrupted iteration (up to the
         epoch where it would have stopped); later iterations run ``num_epochs`` each.
 
-        A loader built with ``seed=None`` adopts the state's seed. Every other
+        A loader whose seed was drawn (``seed=None`` with ``shuffle=True``) adopts the
+        state's seed (an unshuffled one's ``seed=None`` is 0). Every other
         data-affecting option must match. The state is checked completely first: a
         refused state leaves the loader (seed, position, running iterators) unchanged.
         Its counts may be NumPy ints (a state rebuilt with NumPy), not bools or floats.

@@ -596,7 +596,7 @@ class Mixture:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the last batch of the run that produced `state`, which
-        may be another rank's (or :func:`pqloader.merge_states`' of all ranks). Sources
+        may be another rank's (or :func:`pqloader.merge_states`' of all ranks). Shuffled sources
         built with ``seed=None`` adopt the state's seeds (and the mixture its own, where it
         took the first source's), as a Loader does. Running iterators stop (their next
         ``next()`` raises), and so does their stream. As a Loader's, its counts may be

@@ -102,7 +102,7 @@ def _size(size: int | Sequence[int], op: str = "size") -> list[int]:
     if len(size) == 1:
         return size * 2
     if len(size) != 2:
-        raise ValueError(f"size must be an int or (height, width), got {size!r}")
+        raise ValueError(f"{op} must be an int or (height, width), got {size!r}")
     return size
 
 
@@ -131,7 +131,7 @@ class DecodeImage(Op):
 
     def __init__(self, mode: str = "rgb", keepdims: bool = True, exif_transpose: bool = False) -> None:
         if not isinstance(mode, str) or mode not in ("rgb", "gray"):
-            raise ValueError(f"mode must be 'rgb' or 'gray', got {mode!r}")
+            raise ValueError(f"DecodeImage(mode=...) must be 'rgb' or 'gray', got {mode!r}")
         # (np.bool_ too, as the Loader's flags take it)
         keepdims = check_bool("DecodeImage(keepdims=...)", keepdims)
         exif_transpose = check_bool("DecodeImage(exif_transpose=...)", exif_transpose)
@@ -149,7 +149,7 @@ class Resize(Op):
     name = "Resize"
 
     def __init__(self, size: int) -> None:
-        super().__init__(size=check_int("size (the shorter side)", size, 1, _MAX_SIDE))
+        super().__init__(size=check_int("Resize(size=...) (the shorter side)", size, 1, _MAX_SIDE))
 
 
 class CenterCrop(Op):
@@ -304,7 +304,7 @@ class PadOrTruncate(Op):
             raise ValueError(f"PadOrTruncate(pad=...) is beyond any column's range, got {pad!r}") from None
         for arg, v in (("side", side), ("truncation", truncation)):
             if v not in ("left", "right"):
-                raise ValueError(f"{arg} must be 'left' or 'right', got {v!r}")
+                raise ValueError(f"PadOrTruncate({arg}=...) must be 'left' or 'right', got {v!r}")
         params: dict = {"length": length, "pad": pad}
         if side != "right":  # defaults left out, so fingerprints of existing pipelines stay
             params["side"] = side

@@ -50,6 +50,14 @@ from pqloader import transforms as T
     (lambda: pqloader.Pad(max_length=2**70), ValueError, r"Pad\(max_length=...\) must be at most"),
     (lambda: pqloader.Pad(multiple_of=2**41), ValueError, r"Pad\(multiple_of=...\) must be at most"),
     (lambda: pqloader.Pad(value=np.bool_(True)), TypeError, r"Pad\(value=...\)"),
+    # These named the argument alone ("mode must be ...", "size must be ..."), not the op:
+    (lambda: T.DecodeImage(mode="rgba"), ValueError, r"DecodeImage\(mode=...\) must be 'rgb' or 'gray'"),
+    (lambda: T.Resize(0), ValueError, r"Resize\(size=...\)"),
+    (lambda: T.Resize("224"), TypeError, r"Resize\(size=...\)"),
+    (lambda: T.CenterCrop((1, 2, 3)), ValueError, r"CenterCrop\(size=...\) must be an int or \(height, width\)"),
+    (lambda: T.RandomResizedCrop((1, 2, 3)), ValueError, r"RandomResizedCrop\(size=...\) must be an int or"),
+    (lambda: T.PadOrTruncate(4, side="up"), ValueError, r"PadOrTruncate\(side=...\) must be 'left' or 'right'"),
+    (lambda: T.PadOrTruncate(4, truncation="up"), ValueError, r"PadOrTruncate\(truncation=...\) must be"),
 ])
 def test_bad_arguments_are_refused_when_made_naming_them(make, error, match):
     with pytest.raises(error, match=match):
@@ -173,3 +181,30 @@ def test_image_sizes_are_bounded_at_int32s_largest():
                  lambda: T.RandomResizedCrop(2**31)):
         with pytest.raises(ValueError, match="size"):
             make()
+
+
+def _tokens_and_weights(tmp_path):
+    pq.write_table(pa.table({"tokens": pa.array([[1, 2], [3], [4, 5, 6]], pa.list_(pa.int32())),
+                             "w": pa.array([1.0, 2.0, 3.0], pa.float32())}), tmp_path / "a.parquet")
+    return str(tmp_path)
+
+
+def test_column_info_of_ops_then_pad_or_truncate_has_the_padded_length(tmp_path):
+    # column_info gave (-1,) for [Cast, PadOrTruncate(4)] (the ops' shape before the
+    # padding), where every batch is (B, 4) and PadOrTruncate alone gave (4,).
+    src = _tokens_and_weights(tmp_path)
+    for ops in ([T.PadOrTruncate(4)], [T.Cast("float32"), T.PadOrTruncate(4)]):
+        loader = pqloader.Loader(src, batch_size=3, columns=["tokens"], transforms={"tokens": ops})
+        batch = next(iter(loader))
+        assert batch["tokens"].shape == (3, 4)
+        assert loader.column_info["tokens"]["shape"] == (4,), ops
+        assert loader.column_info["tokens"]["dtype"] == batch["tokens"].dtype.name
+
+
+def test_pad_or_truncate_after_ops_that_give_a_number_per_row_is_refused_when_made(tmp_path):
+    # [Cast, PadOrTruncate] on a float column was accepted and failed at the first batch
+    # ("padding or ragged output needs a list"); PadOrTruncate alone was refused when made.
+    src = _tokens_and_weights(tmp_path)
+    for ops in ([T.PadOrTruncate(3)], [T.Cast("float64"), T.PadOrTruncate(3)]):
+        with pytest.raises(pqloader.UnsupportedTypeError, match="column 'w'.*cannot pad it"):
+            pqloader.Loader(src, batch_size=3, columns=["w"], transforms={"w": ops})

@@ -98,7 +98,7 @@ REFUSALS = [
     (lambda p: _loader(p, storage_options={"zzz": 1}), ValueError, "unknown storage option 'zzz'"),
     (lambda p: pqloader.Loader([5]), TypeError, "source entries must be str or os.PathLike"),
     (lambda p: T.DecodeImage(keepdims=1), TypeError, "DecodeImage(keepdims=...) must be True or False"),
-    (lambda p: T.PadOrTruncate(4, side="mid"), ValueError, "side must be 'left' or 'right'"),
+    (lambda p: T.PadOrTruncate(4, side="mid"), ValueError, "PadOrTruncate(side=...) must be 'left' or 'right'"),
     (lambda p: pqloader.Predicate([], lambda b: b), ValueError, "Predicate needs the columns"),
     (lambda p: pickle.dumps(_loader(p)), TypeError, "cannot be pickled"),
 ]

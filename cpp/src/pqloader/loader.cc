@@ -698,7 +698,16 @@ std::optional<SampleSignature> Loader::unstacked_signature(size_t c) const {
   if (lengths_ != nullptr || c >= unstacked_specs().size()) return std::nullopt;
   const auto& [input, part] = transforms_.output_sources()[c];
   if (part != TransformPlan::Part::kValues) return std::nullopt;
-  return transforms_.signatures()[input];
+  std::optional<SampleSignature> sig = transforms_.signatures()[input];
+  // The signature is the ops' before the column's collate step: a final PadOrTruncate
+  // (or lists=Pad) fixes the first dimension, as the batches have it (column_info gave
+  // -1 for [Cast, PadOrTruncate(n)] where the batches are (B, n)).
+  const ColumnCollate& collate = transforms_.collate()[static_cast<size_t>(input)];
+  if (sig.has_value() && sig->shape.has_value() && !sig->shape->empty() &&
+      collate.mode == ColumnCollate::Mode::kPad) {
+    (*sig->shape)[0] = collate.length > 0 ? collate.length : -1;
+  }
+  return sig;
 }
 
 std::string Loader::TakeWarning() { return cache_ ? cache_->TakeWarning() : std::string(); }

@@ -257,6 +257,18 @@ arrow::Result<TransformPlan> TransformPlan::Make(
                              : "",
                          "; only list columns (or transformed columns) can be padded");
       }
+      if (!c.ops.empty()) {
+        // Ops whose output is declared a scalar per row (Cast of a number column): the
+        // first batch failed ("padding or ragged output needs a list"), where the ops
+        // alone tell it when the Loader is made.
+        const auto sig = SignatureOf(specs[col], &c.ops);
+        if (sig.ok() && sig->has_value() && (*sig)->shape.has_value() && (*sig)->shape->empty()) {
+          return MakeError(ErrorKind::kUnsupportedType, "transforms: column '", name, "' (",
+                           specs[col].arrow_type, "): its ops give one number per row, so the "
+                           "PadOrTruncate after them cannot pad it; only list columns (or ops "
+                           "that give a list or an array per row) can be padded");
+        }
+      }
     }
     c.first_random = cache_point ? c.ops.size() : 0;
     for (size_t i = 0; i < c.first_random; ++i) {
