@@ -264,8 +264,19 @@ def _version() -> str:
     return pqloader.__version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that text it cannot write is an error: argparse drops an
+    ``OSError`` of its output, so ``pqloader --help > /dev/full`` printed nothing and said
+    status 0 (``cat --help > /dev/full`` fails, status 1)."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        stream = file if file is not None else sys.stderr
+        if message and stream is not None:  # None: the stream was closed at start (dropped)
+            stream.write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pqloader", description=__doc__)
+    parser = _Parser(prog="pqloader", description=__doc__)
     parser.add_argument("--version", action="version", version=f"pqloader {_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-q", "--quiet", action="store_true",
@@ -480,6 +491,10 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:  # stdout's reader closed early: a quiet exit, as `cat` does
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except OSError as e:  # argparse's text (--help, --version) not written: a full disk
+        _silence_stdout()
+        _print_error(e)
+        return 1
 
 
 if __name__ == "__main__":

@@ -426,6 +426,20 @@ def test_version_with_stdout_closed_is_not_a_traceback(tmp_path):
     assert "pqloader" in r.stderr  # argparse writes to stderr when sys.stdout is None
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("bench", "--help")])
+def test_help_that_cannot_be_written_fails(tmp_path, args):
+    # argparse drops an OSError of its own output: `pqloader --help > /dev/full` printed
+    # nothing and said status 0, where `cat --help > /dev/full` fails.
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "pqloader", *args], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120, cwd=str(tmp_path),
+                           env=subprocess_env())
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("pqloader: error: ") and "No space left" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_warnings_are_one_line_without_python_file_and_line(cli_ds, tmp_path):
     # An unusable --cache-dir: the Loader warns and goes on without the cache. The CLI
     # printed Python's "<internal path>:<line>: RuntimeWarning: ..." and the source line.
