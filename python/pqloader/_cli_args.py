@@ -155,5 +155,8 @@ def parse_storage_options(items: Iterable[str] | None) -> dict[str, str] | None:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--storage-option takes KEY=VALUE, got {item!r}")
+        if key.strip() in out:  # (the last one won, silently: a typo'd second region)
+            raise ValueError(f"--storage-option: {key.strip()!r} given twice "
+                             f"({out[key.strip()]!r} and {value!r})")
         out[key.strip()] = value
     return out or None

@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress line on stderr (drawn only when stderr is a terminal)")
     common.add_argument("--storage-option", action="append", metavar="KEY=VALUE",
                         help="a storage option of s3:// sources (as Loader's storage_options: "
-                             "region, endpoint_override, anonymous, ...); repeat for more")
+                             "region, endpoint_override, anonymous, ...); repeat for more (each key once)")
     # Where the data's types come in (inspect, bench): INT96's unit (Spark's 9999-12-31).
     types = argparse.ArgumentParser(add_help=False)
     types.add_argument("--coerce-int96-timestamp-unit", choices=["ns", "us", "ms", "s"], default=None,

@@ -269,6 +269,9 @@ def test_transform_spec_parses_ops_as_written_in_python():
     assert parse_transforms(None) is None
     assert parse_storage_options(["region=us-east-1", "endpoint_override=h:9000=x"]) == {
         "region": "us-east-1", "endpoint_override": "h:9000=x"}
+    # A key given twice was the last one's, silently.
+    with pytest.raises(ValueError, match="'region' given twice"):
+        parse_storage_options(["region=us-east-1", " region=eu-west-1"])
 
 
 @pytest.mark.parametrize("spec, message", [
