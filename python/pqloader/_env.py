@@ -93,7 +93,7 @@ def normalize_sources(source: Source) -> list[str]:
             raise InvalidDataError(f"source {s!r} is a summary (the row groups of the files beside it), "
                                    "not data: summaries are never read as data; give its directory")
         if "://" in s and not s.startswith(_FILE_SCHEME):
-            out.append(s)
+            out.append(_lower_scheme(s))
             continue
         _check_local_kind(local if s.startswith(_FILE_SCHEME) else os.path.expanduser(s))
         if s.startswith(_FILE_SCHEME):
@@ -136,6 +136,16 @@ def local_dir(path: str, what: str = "cache_dir") -> str:
 
 
 _FILE_URI = re.compile(r"(?i)file:(//([^/]*))?(?=/|$)")
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(?=://)")
+
+
+def _lower_scheme(uri: str) -> str:
+    """`uri` with its scheme in lower case (RFC 3986: schemes are case-insensitive;
+    ``S3://bucket/x`` was "Unrecognized filesystem type"). Bucket and key keep their case."""
+    m = _SCHEME.match(uri)
+    return uri if m is None else m.group(0).lower() + uri[m.end():]
 
 
 def _local_file_uri(s: str, what: str = "source") -> str:

@@ -191,6 +191,12 @@ def test_s3_directory_reads_the_same_values_as_the_local_copy(store):
     assert_columns_equal(remote, local)
 
 
+def test_an_upper_case_scheme_reads_the_same(store):
+    # RFC 3986: schemes are case-insensitive; "S3://" was "Unrecognized filesystem type".
+    remote, local = s3_and_local(store, "S3://data/ds/", str(store.local), batch_size=16)
+    assert_columns_equal(remote, local)
+
+
 def test_s3_glob_and_explicit_list_keep_their_orders(store):
     remote, local = s3_and_local(store, "s3://data/ds/part-00[02].parquet",
                                  [str(store.paths[0]), str(store.paths[2])], batch_size=7)
