@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from pqloader._errors import InvalidDataError, user_stacklevel
@@ -401,6 +402,15 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
 _END = object()
 
 
+class _Held:
+    """The callable of a :func:`threaded_map`, for its thread to reach weakly."""
+
+    __slots__ = ("fn", "__weakref__")
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+
 def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
                  wake: Callable[[], None] | None = None) -> Iterator[Item]:
     """Apply `fn` to the batch of each item in one background thread, keeping order.
@@ -420,6 +430,14 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
     """
     out: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
+    # The thread reaches `fn` only through a weak reference to `held`, which this
+    # generator holds: a running thread is a root of the garbage collector, and holding
+    # `fn` there kept alive whatever `fn` reaches. A bound method of an object that also
+    # holds this iterator (``self.it = iter(self.loader)`` in a trainer whose
+    # ``batch_transform=self.augment``), dropped mid-epoch, was never collected: its
+    # thread put forever into a queue nobody read, with the engine's threads and memory.
+    held = _Held(fn)
+    fn_ref = weakref.ref(held)
 
     def put(item: tuple[bool, Any]) -> bool:
         # Every put gives up once the consumer left (stop): the queue may be full of
@@ -436,7 +454,12 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
     def run() -> None:
         try:
             for epoch, index, batch in items:
-                if not put((True, (epoch, index, fn(batch)))):
+                now = fn_ref()
+                if now is None:  # the consumer's generator was collected
+                    return
+                value = now.fn(batch)
+                now = None  # (not held while waiting to put: see `held`)
+                if not put((True, (epoch, index, value))):
                     return
             put((True, _END))
         except BaseException as e:  # surfaces at the consumer
@@ -464,7 +487,9 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
             yield value
     finally:
         stop.set()
-        if thread.is_alive():
+        # (not on the thread itself: the collector may finalise this generator there,
+        # once `held` is garbage; it sees `stop` and ends on its own)
+        if thread.is_alive() and thread is not threading.current_thread():
             if wake is not None:
                 wake()
             # A put blocked on the full queue waits out its timeout (0.1 s) before it sees
