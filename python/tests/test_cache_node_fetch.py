@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -271,3 +272,48 @@ def test_a_marker_dated_in_the_future_is_abandoned_as_an_old_one_is(tmp_path):
     assert s["cache_wait_seconds"] < 1.0, s  # 2 s or more: each split waited the timeout
     assert not list(cache_dir.glob("shard-*/*.fetch"))  # broken, and the splits cached
     assert sorted(cache_dir.glob("shard-*/*.pqc")) == entries
+
+
+@pytest.mark.parametrize("limit", [20_000, 200_000], ids=["too_large", "full"])
+def test_a_process_claims_no_row_group_whose_entry_its_cache_refuses(tmp_path, limit):
+    # A claim tells the other processes sharing the cache directory to wait for the entry.
+    # A loader whose cache refuses its entries (each larger than the shard's budget, or the
+    # shard full under policy 'keep') still claimed every row group it read ahead, held each
+    # claim until its consumer reached the row group, then dropped it unwritten: the others
+    # waited for nothing, up to cache_wait_timeout (wait_timeouts counted) while it was
+    # slow or paused. It now claims none of those; the others read them at once.
+    table = pa.table({"id": np.arange(40_000, dtype=np.int64),
+                      "x": np.ones((40_000, 8), np.float32).tolist()})
+    source = tmp_path / "p.parquet"
+    pq.write_table(table, source, row_group_size=1000)
+    cache = tmp_path / "cache"
+    options = dict(batch_size=100, cache_dir=str(cache), cache_shards=1, cache_size_limit=limit,
+                   num_workers=1, prefetch_batches=1, max_inflight_bytes=1 << 20)
+    slow = pqloader.Loader(str(source), num_epochs=2, **options)
+    it = iter(slow)
+    with pytest.warns(RuntimeWarning):
+        for _ in range(401):  # its first epoch (which learns that its inserts are refused) and a batch
+            next(it)
+    fetched = slow.stats()["bytes_fetched"]
+    deadline = time.monotonic() + 30
+    while slow.stats()["bytes_fetched"] < fetched + 3 * row_group_bytes([source]) // 40:
+        assert time.monotonic() < deadline, "the paused loader's read-ahead fetched nothing"
+        time.sleep(0.01)
+    # Its read-ahead has fetched row groups it has not decoded; none is claimed.
+    assert not list(cache.glob("shard-*/*.fetch"))
+    other = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", r"""
+import json, sys, pqloader
+ld = pqloader.Loader(sys.argv[1], cache_wait_timeout=5, **json.loads(sys.argv[2]))
+n = sum(len(b["id"]) for b in ld)
+print(json.dumps({"rows": n, **ld.stats()}))
+""", str(source), json.dumps(options)], capture_output=True, text=True, timeout=120,
+        env=subprocess_env())
+    assert other.returncode == 0, other.stderr
+    s = json.loads(other.stdout.strip().splitlines()[-1])
+    assert s["rows"] == 40_000
+    assert s["cache_waits"] == 0 and s["cache_wait_timeouts"] == 0, s
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert 100 * 401 + sum(len(b["id"]) for b in it) == 80_000
+    slow.close()

@@ -22,6 +22,7 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "pqloader/cache/entry_format.h"
@@ -549,6 +550,7 @@ class DiskCache : public SplitCache {
   explicit DiskCache(const CacheOptions& options) : options_(options) {
     options_.shards = std::clamp(options_.shards, 1, kMaxCacheShards);
     full_scan_usage_.assign(options_.shards, -1);
+    shard_refuses_.assign(options_.shards, false);
     std::error_code ec;
     fs::create_directories(options_.dir, ec);
     if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
@@ -683,6 +685,10 @@ class DiskCache : public SplitCache {
 
   std::shared_ptr<FetchClaim> TryClaim(const std::string& key, CancelFlag cancel) override {
     if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
+    // An entry this cache would refuse: claimed, its split made the other processes wait
+    // for an entry that never comes (up to the wait timeout, while this process's consumer
+    // had not reached it). Fetched without a claim, as they then fetch it.
+    if (WillRefuse(key)) return std::make_shared<NoClaim>();
     const std::string marker = MarkerPath(key);
     const std::string lock = ShardDir(Shard(key)) + "/.lock";
     MutexLock guard(book_->mu);
@@ -866,6 +872,7 @@ class DiskCache : public SplitCache {
         WriteUsage(usage_path, usage + size);
       }
     }
+    NoteAdmission(key, shard, refusal);
     if (refusal != CacheRefusal::kNone) {
       CountRefusal(refusal, source, size);
       return refusal;
@@ -887,6 +894,31 @@ class DiskCache : public SplitCache {
 
  private:
   int64_t budget() const { return options_.size_limit / options_.shards; }
+
+  // The most keys remembered as refused for their size (see WillRefuse): 64 K keys,
+  // about 6 MB at most; past it, further ones are claimed as before.
+  static constexpr size_t kMaxRefusedKeys = 1 << 16;
+
+  // Remember what an insert of `key` into `shard` told of the next ones (see WillRefuse).
+  void NoteAdmission(const std::string& key, int shard, CacheRefusal refusal) {
+    MutexLock lock(memo_mu_);
+    if (refusal == CacheRefusal::kTooLarge) {
+      if (refused_keys_.size() < kMaxRefusedKeys) refused_keys_.insert(key);
+    } else if (refusal == CacheRefusal::kFull && options_.policy == CachePolicy::kKeep) {
+      shard_refuses_[shard] = true;
+    } else if (refusal == CacheRefusal::kNone) {
+      shard_refuses_[shard] = false;
+    }
+  }
+  // Whether an insert of `key` is known to be refused: it was refused as larger than a
+  // shard's budget (an entry's key fixes its content, so its size), or its shard refused
+  // an insert for want of room under kKeep (which evicts nothing) and none went in since
+  // (the next insert there is tried all the same: one that goes in clears it).
+  bool WillRefuse(const std::string& key) {
+    if (options_.size_limit <= 0) return false;
+    MutexLock lock(memo_mu_);
+    return shard_refuses_[Shard(key)] || refused_keys_.count(key) > 0;
+  }
 
   // Requires the shard's lock, with *usage + size over the shard's budget: delete what
   // the policy evicts (stale entries first) and return whether the entry may go in.
@@ -1034,6 +1066,10 @@ class DiskCache : public SplitCache {
     // not rewritten: a read-modify-write beside a writer could lose its addition. It then
     // overstates the shard by this entry until a writer finds the shard full and recounts.
     if (::unlink(path.c_str()) == 0 && lock != nullptr) {
+      {
+        MutexLock memo(memo_mu_);
+        shard_refuses_[shard] = false;  // room made: its next claims may be kept
+      }
       const std::string usage_path = ShardDir(shard) + "/.usage";
       const int64_t usage = ReadUsage(usage_path);
       if (usage >= 0) WriteUsage(usage_path, std::max<int64_t>(0, usage - st.st_size));
@@ -1059,6 +1095,10 @@ class DiskCache : public SplitCache {
   std::unordered_map<std::string, FileVersion> verified_ PQ_GUARDED_BY(memo_mu_);
   // Per shard: its usage when a kKeep listing last found it full with nothing to delete.
   std::vector<int64_t> full_scan_usage_ PQ_GUARDED_BY(memo_mu_);
+  // Keys whose inserts were refused as too large, and per shard whether its last insert
+  // was refused for want of room under kKeep: their splits are not claimed (WillRefuse).
+  std::unordered_set<std::string> refused_keys_ PQ_GUARDED_BY(memo_mu_);
+  std::vector<bool> shard_refuses_ PQ_GUARDED_BY(memo_mu_);
 };
 
 class MemoryCache : public SplitCache {

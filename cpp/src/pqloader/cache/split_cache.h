@@ -136,7 +136,9 @@ struct CacheCounters {
   int64_t corrupt = 0;        ///< Entries that failed verification and were dropped.
   int64_t write_errors = 0;   ///< Inserts that failed (disk full, permissions ...).
   int64_t waits = 0;          ///< Reads that waited for another process's fetch.
-  int64_t wait_timeouts = 0;  ///< Of waits: ended by a claim older than the wait timeout.
+  /// Of waits: ended by the wait timeout (a claim older than it, broken; the wait
+  /// outliving it; or an abandoned claim not broken for want of the shard's lock).
+  int64_t wait_timeouts = 0;
   int64_t wait_ns = 0;        ///< Time spent in those waits.
   /// Inserts refused for want of room (all reasons but kStale).
   int64_t refused_room() const { return refused_full + refused_too_large + refused_later; }
@@ -200,7 +202,9 @@ class SplitCache {
   /// are shared (CacheOptions::share_claims_in_process): claiming a key this process holds
   /// returns the same claim. Without
   /// coordination (memory cache, wait_timeout_ms 0, unusable directory) every claim
-  /// succeeds and holds nothing. Once `cancel` is set, a wait for the shard's lock (to
+  /// succeeds and holds nothing; so does a claim of a key whose insert this object
+  /// knows it refuses (refused as too large before, or its shard refused an insert for
+  /// want of room under kKeep and none went in since): others would wait for nothing. Once `cancel` is set, a wait for the shard's lock (to
   /// break an abandoned claim) gives up: nullptr. The claim keeps `cancel`: its release
   /// (which deletes its marker under the shard's lock) gives up the lock's wait once it
   /// is set, and leaves the marker to age out (see CacheOptions::wait_timeout_ms).

@@ -914,6 +914,47 @@ TEST(FetchClaims, AShardLockHeldTooLongBreaksNoMarkerAndRewritesNoUsage) {
   EXPECT_NE(read_marker(), owners);  // the marker is `other`'s now
 }
 
+// A claim makes the other processes wait for its entry. A cache that refuses the entry
+// (larger than a shard's budget; its shard full under kKeep) claimed it all the same,
+// and the others waited for nothing until its consumer reached the split (or the wait
+// timeout). It claims no such split now; one that goes in again is claimed again.
+TEST(FetchClaims, AnEntryTheCacheRefusesIsNotClaimed) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  CacheOptions small = OneShard(dir);
+  small.size_limit = 1500;  // one entry of 1000 bytes fits
+  auto a = SplitCache::Open(small);
+  auto other_process = SplitCache::Open(OneShard(dir));
+  const std::string big = CacheKey("big"), first = CacheKey("first"), second = CacheKey("second");
+  // Too large: never claimed again, whatever the shard holds.
+  auto held = a->TryClaim(big);  // not known yet
+  ASSERT_NE(held, nullptr);
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, big)));
+  EXPECT_EQ(a->Put(big, UnitOfBytes(2000), SourceOf("/f", 1, 0)), CacheRefusal::kTooLarge);
+  EXPECT_NE(a->TakeWarning().find("never cached"), std::string::npos);
+  held.reset();  // dropped unwritten: its marker goes
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, big)));
+  auto none = a->TryClaim(big);
+  ASSERT_NE(none, nullptr);  // fetched ...
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, big)));  // ... without a claim
+  // Full under kKeep: the shard's next splits are not claimed until an insert goes in.
+  EXPECT_EQ(a->Put(first, UnitOfBytes(1000), SourceOf("/f", 1, 1)), CacheRefusal::kNone);
+  EXPECT_EQ(a->Put(second, UnitOfBytes(1000), SourceOf("/f", 1, 2)), CacheRefusal::kFull);
+  auto unclaimed = a->TryClaim(second);
+  ASSERT_NE(unclaimed, nullptr);
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, second)));
+  EXPECT_NE(other_process->TryClaim(second), nullptr);  // free for a process that may insert it
+  fs::remove(dir + "/shard-00/" + first + ".pqc");
+  fs::remove(dir + "/shard-00/.usage");
+  EXPECT_EQ(a->Put(second, UnitOfBytes(1000), SourceOf("/f", 1, 2)), CacheRefusal::kNone);
+  const std::string third = CacheKey("third");
+  auto claim = a->TryClaim(third);
+  ASSERT_NE(claim, nullptr);
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, third)));  // claimed again
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, big)));  // (too large whatever the shard holds)
+  EXPECT_NE(a->TryClaim(big), nullptr);
+  EXPECT_FALSE(fs::exists(MarkerOf(dir, big)));
+}
+
 TEST(FetchClaims, AWaiterSeesTheEntryPublishedTheClaimDroppedATimeoutOrACancel) {
   const std::string dir = testing::MakeTempDir() + "/cache";
   auto a = SplitCache::Open(OneShard(dir));
