@@ -8,8 +8,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= 2
+# strace: kills a process at an exact system call (python/tests/test_cache_kill_points.py)
 # locales: the sources localedef builds a decimal-comma locale from (python/tests/test_locale.py)
-APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbojpeg0-dev libpng-dev zlib1g-dev libxxhash-dev openjdk-17-jre-headless locales
+APT_PACKAGES := g++ make libgtest-dev libbenchmark-dev librandom123-dev libturbojpeg0-dev libpng-dev zlib1g-dev libxxhash-dev openjdk-17-jre-headless locales strace
 BUILD_DIR := build/py
 SOURCES := $(shell find cpp python/src python/pqloader cmake examples/cpp -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' -o -name '*.txt' -o -name '*.cmake' \) 2>/dev/null) CMakeLists.txt pyproject.toml
 

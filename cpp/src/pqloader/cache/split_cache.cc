@@ -859,17 +859,26 @@ class DiskCache : public SplitCache {
       if (options_.size_limit > 0 && usage + size > budget()) {
         refusal = MakeRoom(shard, key, size, now, &usage);
       }
-      if (refusal == CacheRefusal::kNone && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
-        ::unlink(tmp.c_str());
-        WriteUsage(usage_path, usage);
-        Failed(Errno("cannot publish cache entry '" + final_path + "'"));
-        return CacheRefusal::kNone;
-      }
       if (refusal != CacheRefusal::kNone) {
         ::unlink(tmp.c_str());
         WriteUsage(usage_path, usage);
       } else {
+        // Counted before it is published: a process killed between the two leaves .usage
+        // over the entries (the next insert that does not fit recounts the listing), never
+        // under them (published first, a kill there left the entry uncounted: the shard then
+        // held more than its budget, by one entry per such kill, until it filled up).
         WriteUsage(usage_path, usage + size);
+        if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+          const int rename_errno = errno;
+          const std::string why = Errno("cannot publish cache entry '" + final_path + "'");
+          ::unlink(tmp.c_str());
+          WriteUsage(usage_path, usage);
+          // The temp file is gone: a `pqloader cache clear` beside this loader deleted it
+          // (it deletes temp files, as it deletes entries; the clear came just after the
+          // insert, as it were). Not a write failure: this loader's cache works.
+          if (rename_errno != ENOENT) Failed(why);
+          return CacheRefusal::kNone;
+        }
       }
     }
     NoteAdmission(key, shard, refusal);
@@ -1453,8 +1462,12 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
       bool temp = false;
       const std::string name = f.path().filename().string();
       std::error_code ec3;
-      if (!(filters ? IsSelectionName(name, &temp) : IsFooterName(name, &temp)) || temp ||
+      if (!(filters ? IsSelectionName(name, &temp) : IsFooterName(name, &temp)) ||
           !f.is_regular_file(ec3)) {
+        continue;
+      }
+      if (temp) {  // of a writer killed mid-write, or writing now (as a shard's)
+        ++s.temp_files;
         continue;
       }
       const auto size = f.file_size(ec3);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -1282,9 +1283,26 @@ std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& d
   return Deserialize(bytes, dataset, key);
 }
 
+// Deletes the selections' temp files left by writers killed mid-write ("<key>.sel.tmp-
+// <pid>-<thread>" not written to for ten minutes, as a shard's temp files are swept):
+// never read, they stayed until a `pqloader cache clear` (one of 4 bytes per kept row
+// each), outside cache_size_limit.
+void SweepStaleTemps(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.find(".sel.tmp-");
+    std::error_code ec2;
+    if (at != 32 || e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
+    const auto age = std::filesystem::file_time_type::clock::now() - e.last_write_time(ec2);
+    if (!ec2 && age > std::chrono::minutes(10)) std::filesystem::remove(e.path(), ec2);
+  }
+}
+
 void Store(const std::string& path, const RowSelection& sel, const std::string& key) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  SweepStaleTemps(std::filesystem::path(path).parent_path());
   // "<key>.sel.tmp-<pid>-<thread>", a name the cache directory knows as its own.
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
