@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include <arrow/util/thread_pool.h>
+
 namespace pqloader::fork_gate {
 
 namespace {
@@ -36,9 +38,25 @@ void Prepare();
 void AfterInParent();
 void AfterInChild();
 
+// Makes Arrow register its own fork handlers now, before ours. Arrow's prepare handler
+// locks the mutex of every live Arrow thread pool until the fork is done, and a task
+// inside the gate spawns work on such a pool (FetchUnit's PreBuffer on the loader's I/O
+// pool). Prepare handlers run in the reverse order of their registration, and Arrow
+// registers its handlers when its first pool is made, which came after the library
+// loaded (and called Install): Arrow's ran first, so such a task waited for the pool's
+// mutex and Prepare for the task, until kForkWait, and an os.fork() while a loader read
+// took 10 s. Registered after Arrow's, Prepare runs first: the tasks leave, then Arrow
+// locks its pools. A pool of one thread, made and dropped at once (Arrow's registration
+// stays).
+void RegisterArrowForkHandlersFirst() {
+  auto pool = arrow::internal::ThreadPool::Make(1);
+  (void)pool;
+}
+
 Gate& TheGate() {
   static Gate* gate = [] {
     auto* g = new Gate();
+    RegisterArrowForkHandlersFirst();
     pthread_atfork(&Prepare, &AfterInParent, &AfterInChild);
     return g;
   }();

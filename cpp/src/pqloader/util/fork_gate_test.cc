@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include <arrow/util/thread_pool.h>
+
 namespace pqloader {
 namespace {
 
@@ -46,6 +48,50 @@ TEST(ForkGate, AForkWaitsForTheTasksInsideAndTheChildStartsWithNone) {
   task.join();
   EXPECT_EQ(lock_calls.load(), 1);
   EXPECT_EQ(unlock_calls.load(), 1);  // in this process (the child's call is its own)
+  EXPECT_EQ(fork_gate::TasksInside(), 0);
+}
+
+// A task inside the gate that spawns work on an Arrow thread pool (FetchUnit's PreBuffer
+// on the loader's I/O pool) while the process forks. Arrow's own prepare handler locks
+// every pool's mutex until the fork is done; it ran before the gate's (registered when
+// Arrow made its first pool, after the gate's), so the task waited for that mutex and
+// the fork for the task, until kForkWait: an os.fork() while a loader read took 10 s,
+// and then forked with the task inside. The gate's prepare handler must run first.
+std::atomic<bool> fork_started{false};
+void NoteForkStarted() { fork_started = true; }
+
+TEST(ForkGate, AForkWaitsForATaskThatSpawnsOnAnArrowPool) {
+  fork_gate::Install();
+  // A pool made after the gate's handlers, as a Loader's I/O pool is.
+  auto pool = arrow::internal::ThreadPool::Make(2);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  // Registered last, so run first of the prepare handlers: the task spawns only once
+  // the fork has begun (before the gate's handler, and before Arrow's with the fix).
+  fork_started = false;
+  ASSERT_EQ(pthread_atfork(&NoteForkStarted, nullptr, nullptr), 0);
+  std::atomic<bool> entered{false}, spawned{false};
+  std::thread task([&] {
+    const fork_gate::Inside inside;
+    entered = true;
+    for (int i = 0; i < 60000 && !fork_started; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    auto done = (*pool)->Submit([] {});
+    if (done.ok()) done->Wait();
+    spawned = true;
+  });
+  while (!entered) std::this_thread::yield();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(0);
+  // The fork waited for the task to leave the gate, which it could: its spawn was not
+  // blocked by a pool mutex the forking thread held.
+  EXPECT_TRUE(spawned.load()) << "the fork went on after kForkWait with the task inside the gate";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  task.join();
+  fork_started = false;
   EXPECT_EQ(fork_gate::TasksInside(), 0);
 }
 
