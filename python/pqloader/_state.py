@@ -206,6 +206,11 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
     if key == "fill_null":
         same = _same_fill_null(theirs, mine)
     elif key == "files" and isinstance(theirs, list) and isinstance(mine, list):
+        # The usual case, the same files as the state's, compared at C speed: the checks
+        # below copy every file's entry twice over (~50 us a file: seconds for 10^5 files).
+        # Equal lists pass every one of them (tuples, never equal to lists, go on).
+        if theirs == mine:
+            return None
         same = _jsonish(_without_rows(theirs)) == _jsonish(_without_rows(mine))
         if same:
             for a, b in zip(theirs, mine):
