@@ -451,7 +451,8 @@ ARGUMENT_DOCS = """\
             Entries of source files that changed since are deleted first under every
             policy.
         cache_shards: Fan-out directories, each with its own lock and
-            ``cache_size_limit / cache_shards`` bytes.
+            ``cache_size_limit / cache_shards`` bytes. A cache directory keeps the count
+            it was made with: another count is replaced by it, with a RuntimeWarning.
         cache_wait_timeout: Processes sharing a cache directory (the ranks of a node)
             fetch each row group once: one claims it before fetching, and the others wait
             for its entry instead of fetching it too, at most this many seconds (then

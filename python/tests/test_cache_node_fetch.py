@@ -214,7 +214,8 @@ def test_stats_and_clear_know_in_progress_markers(tmp_path):
     keys = entry_keys(source, tmp_path)
     cache = tmp_path / "cache"
     list(loader(source, cache))
-    claim_all(cache, keys[:1], 1)
+    (cache / "shard-00" / f"{keys[0]}.pqc").unlink()  # being fetched again
+    claim_all(cache, keys[:2], 1)  # keys[1]'s entry is published: not in progress
     assert pqloader.cache_stats(cache)["fetch_markers"] == 1
     report = pqloader.cache_clear(cache)
     assert report["foreign_count"] == 0 and not list(cache.glob("shard-*/*.fetch"))

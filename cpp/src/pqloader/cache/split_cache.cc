@@ -231,8 +231,11 @@ const char* PolicyName(CachePolicy policy) {
   return "?";
 }
 
+bool MarkerPending(const std::string& shard, const std::string& key);
+
 // Entries of one shard. With `remove_stale`, temp files of writers killed mid-write
-// (older than kStaleTempAge) are removed.
+// (older than kStaleTempAge) are removed. `markers` counts the claim markers of splits
+// still being fetched (MarkerPending).
 std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files = nullptr,
                                  bool remove_stale = true, int64_t* markers = nullptr,
                                  std::error_code* error = nullptr) {
@@ -252,7 +255,7 @@ std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files =
       continue;
     }
     if (IsMarkerName(name, &key)) {
-      if (markers) ++*markers;
+      if (markers && MarkerPending(shard, key)) ++*markers;
       continue;
     }
     if (!IsEntryName(name, &key)) continue;
@@ -438,6 +441,49 @@ bool ReadMarker(const std::string& path, Marker* m) {
   return true;
 }
 
+// Whether the claim marker of `key` in the shard directory `shard` is a fetch still in
+// progress: its entry is not published, and its process is not known to be dead (a
+// process on this host that is gone). A process killed after publishing its entry, before
+// deleting its marker, left one that `cache stats` reported as being fetched for good.
+bool MarkerPending(const std::string& shard, const std::string& key) {
+  struct stat st;
+  if (::stat((shard + "/" + key + kEntrySuffix).c_str(), &st) == 0) return false;
+  Marker m;
+  if (!ReadMarker(shard + "/" + key + kMarkerSuffix, &m)) return false;
+  static const std::string host = HostName();
+  return !(m.pid > 0 && m.host == host && ::kill(static_cast<pid_t>(m.pid), 0) != 0 &&
+           errno == ESRCH);
+}
+
+// Delete the marker temp files (PQLOADER_CACHE.tmp-<pid>-<thread>) of processes killed
+// while marking `dir`, once older than kStaleTempAge: nothing else ever deleted them.
+void SweepMarkerTemps(const std::string& dir) {
+  const std::string prefix = std::string(kCacheMarkerName) + ".tmp-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code ec2;
+    if (name.rfind(prefix, 0) != 0 || e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
+    const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
+    if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
+  }
+}
+
+// The highest shard-NN directory of `dir` plus one (0 when there is none).
+int ShardDirsSeen(const std::string& dir) {
+  int seen = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code ec2;
+    if (!IsShardName(name) || e.is_symlink(ec2) || !e.is_directory(ec2)) continue;
+    seen = std::max(seen, static_cast<int>(std::stoul(name.substr(6), nullptr, 16)) + 1);
+  }
+  return seen;
+}
+
+bool WriteCacheMarker(const std::string& dir, int shards, bool replace);
+
 // A claim that holds nothing (no coordination).
 class NoClaim : public FetchClaim {};
 
@@ -549,11 +595,17 @@ class DiskCache : public SplitCache {
  public:
   explicit DiskCache(const CacheOptions& options) : options_(options) {
     options_.shards = std::clamp(options_.shards, 1, kMaxCacheShards);
-    full_scan_usage_.assign(options_.shards, -1);
-    shard_refuses_.assign(options_.shards, false);
     std::error_code ec;
     fs::create_directories(options_.dir, ec);
-    if (!ec) MarkCacheDir(options_.dir);  // before the shards: it looks for foreign files
+    if (!ec) {
+      // Before the shards: it looks for foreign files.
+      MarkCacheDir(options_.dir, options_.shards);
+      AdoptDirectoryShards();
+      if (IsMarkedCacheDir(options_.dir)) SweepMarkerTemps(options_.dir);
+    }
+    full_scan_usage_.assign(options_.shards, -1);
+    shard_refuses_.assign(options_.shards, false);
+    swept_.assign(options_.shards, false);
     if (options_.share_claims_in_process) book_ = ProcessBooks::Of(options_.dir, options_.shards);
     for (int i = 0; i < options_.shards && !ec; ++i) fs::create_directories(ShardDir(i), ec);
     if (ec) {
@@ -881,6 +933,7 @@ class DiskCache : public SplitCache {
         }
       }
     }
+    SweepShardOnce(shard);
     NoteAdmission(key, shard, refusal);
     if (refusal != CacheRefusal::kNone) {
       CountRefusal(refusal, source, size);
@@ -903,6 +956,62 @@ class DiskCache : public SplitCache {
 
  private:
   int64_t budget() const { return options_.size_limit / options_.shards; }
+
+  // A directory keeps one shard count, recorded in its marker: a key maps to one shard
+  // directory whichever loader asks. Objects of two counts on one directory stored each
+  // entry twice (the total past cache_size_limit), and entries in the shards past the
+  // smaller count were never found nor evicted by its loaders. A marker recording none (of
+  // before 2026-12, or of a footer or filter store) gets the count its shard directories
+  // show (this object's when there are none), under the records lock: one count wins.
+  void AdoptDirectoryShards() {
+    if (!IsMarkedCacheDir(options_.dir)) return;  // the user's files: nothing is shared
+    int recorded = CacheDirShards(options_.dir);
+    if (recorded == 0) {
+      const auto lock = NodeLock::Acquire(options_.dir + "/.records.lock", LockTimeout());
+      recorded = CacheDirShards(options_.dir);
+      if (recorded == 0) {
+        const int seen = ShardDirsSeen(options_.dir);
+        recorded = seen > 0 ? seen : options_.shards;
+        if (lock != nullptr) WriteCacheMarker(options_.dir, recorded, /*replace=*/true);
+      }
+    }
+    if (recorded == options_.shards) return;
+    Warn(WarningKind::kShards,
+         "cache directory '" + options_.dir + "' was made with cache_shards=" +
+             std::to_string(recorded) + "; using " + std::to_string(recorded) +
+             ", not cache_shards=" + std::to_string(options_.shards) +
+             ": its entries are found and its size limit kept only with its own count (to "
+             "change the count, delete the directory or use another cache_dir)");
+    options_.shards = recorded;
+  }
+
+  // Once per shard and object, after its first insert there (outside the shard's lock):
+  // delete the temp files of writers killed mid-write (older than kStaleTempAge) and the
+  // claim markers no one waits on (abandoned: their process is dead, or they are older
+  // than the wait timeout). Only a writer that listed a shard (a recount, a full shard)
+  // deleted such temp files: a cache that never filled kept them, outside its budget; and
+  // a marker of a process killed after publishing its entry stayed for good.
+  void SweepShardOnce(int shard) {
+    {
+      MutexLock lock(memo_mu_);
+      if (swept_[shard]) return;
+      swept_[shard] = true;
+    }
+    const std::string dir = ShardDir(shard);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      std::string key;
+      std::error_code ec2;
+      if (IsTempName(name)) {
+        if (e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
+        const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
+        if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
+      } else if (IsMarkerName(name, &key) && options_.wait_timeout_ms > 0) {
+        BreakIfAbandoned(e.path().string(), dir + "/.lock");
+      }
+    }
+  }
 
   // The most keys remembered as refused for their size (see WillRefuse): 64 K keys,
   // about 6 MB at most; past it, further ones are claimed as before.
@@ -1108,6 +1217,8 @@ class DiskCache : public SplitCache {
   // was refused for want of room under kKeep: their splits are not claimed (WillRefuse).
   std::unordered_set<std::string> refused_keys_ PQ_GUARDED_BY(memo_mu_);
   std::vector<bool> shard_refuses_ PQ_GUARDED_BY(memo_mu_);
+  // Per shard: whether this object swept it (SweepShardOnce).
+  std::vector<bool> swept_ PQ_GUARDED_BY(memo_mu_);
 };
 
 class MemoryCache : public SplitCache {
@@ -1376,10 +1487,12 @@ bool IsMarkedCacheDir(const std::string& dir) {
   return std::getline(in, first) && first == kCacheMarkerFirstLine;
 }
 
-bool MarkCacheDir(const std::string& dir) {
-  if (IsMarkedCacheDir(dir)) return true;
-  // Only a directory holding nothing but what a cache holds is marked: never a
-  // directory of the user's files given as cache_dir by mistake.
+namespace {
+
+// Whether `dir` holds nothing but what a cache holds (see MarkCacheDir): the names of
+// docs/cache_format.md, shard directories holding only entry, marker, temp, lock and
+// usage files. An empty directory does.
+bool HoldsOnlyCacheFiles(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -1400,15 +1513,28 @@ bool MarkCacheDir(const std::string& dir) {
     }
     if (ec2) return false;
   }
-  if (ec) return false;
+  return !ec;
+}
+
+// A directory pqloader may treat as its cache: marked, or holding only what a cache holds
+// (a process killed after it wrote footers/ or filters/ but before it marked the
+// directory left one that `cache stats`, `clear` and `prune` refused).
+bool IsCacheDir(const std::string& dir) { return IsMarkedCacheDir(dir) || HoldsOnlyCacheFiles(dir); }
+
+// Write the marker of `dir` (recording `shards` when it is not 0): over the one there
+// with `replace`, else only where there is none (linked to its name, as a claim marker
+// is: a marker another process wrote meanwhile stays, with its shard count).
+bool WriteCacheMarker(const std::string& dir, int shards, bool replace) {
   std::ostringstream tmp;
   tmp.imbue(std::locale::classic());
   tmp << dir << "/" << kCacheMarkerName << ".tmp-" << ::getpid() << "-"
       << std::hash<std::thread::id>{}(std::this_thread::get_id());
   {
     std::ofstream out(tmp.str(), std::ios::trunc);
-    out << kCacheMarkerFirstLine << "\nformat " << kCacheFormatVersion
-        << "\nThis directory is a pqloader cache (docs/cache_format.md); "
+    out.imbue(std::locale::classic());
+    out << kCacheMarkerFirstLine << "\nformat " << kCacheFormatVersion << "\n";
+    if (shards > 0) out << "shards " << shards << "\n";
+    out << "This directory is a pqloader cache (docs/cache_format.md); "
            "`pqloader cache clear DIR` deletes its entries.\n";
     if (!out) {
       out.close();
@@ -1416,11 +1542,43 @@ bool MarkCacheDir(const std::string& dir) {
       return false;
     }
   }
-  if (std::rename(tmp.str().c_str(), (dir + "/" + kCacheMarkerName).c_str()) != 0) {
-    std::remove(tmp.str().c_str());
-    return false;
+  const std::string marker = dir + "/" + kCacheMarkerName;
+  bool done = false;
+  if (!replace) {
+    done = ::link(tmp.str().c_str(), marker.c_str()) == 0 || errno == EEXIST;
+    // A filesystem without hard links: renamed, as before 2026-12.
+    replace = !done && (errno == EPERM || errno == ENOTSUP || errno == EXDEV || errno == EMLINK);
   }
-  return true;
+  if (replace) done = std::rename(tmp.str().c_str(), marker.c_str()) == 0;
+  std::remove(tmp.str().c_str());  // (after a rename: gone already)
+  return done;
+}
+
+}  // namespace
+
+int CacheDirShards(const std::string& dir) {
+  std::string text;
+  if (!ReadCacheFile(dir + "/" + kCacheMarkerName, 4096, &text)) return 0;
+  std::istringstream in(text);
+  in.imbue(std::locale::classic());
+  std::string line;
+  if (!std::getline(in, line) || line != kCacheMarkerFirstLine) return 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("shards ", 0) != 0 || !IsDigits(line, 7, line.size()) || line.size() > 10) {
+      continue;
+    }
+    const int n = std::stoi(line.substr(7));
+    return n >= 1 && n <= kMaxCacheShards ? n : 0;
+  }
+  return 0;
+}
+
+bool MarkCacheDir(const std::string& dir, int shards) {
+  if (IsMarkedCacheDir(dir)) return true;
+  // Only a directory holding nothing but what a cache holds is marked: never a
+  // directory of the user's files given as cache_dir by mistake.
+  if (!HoldsOnlyCacheFiles(dir)) return false;
+  return WriteCacheMarker(dir, shards, /*replace=*/false) && IsMarkedCacheDir(dir);
 }
 
 namespace {
@@ -1447,7 +1605,7 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
   // report of an empty cache.
   fs::directory_iterator top(dir, ec);
   if (ec) return MakeOsError(ec.value(), "cannot list cache directory '", dir, "'");
-  if (!IsMarkedCacheDir(dir) && top != fs::directory_iterator()) {
+  if (!IsCacheDir(dir)) {
     return arrow::Status::Invalid("'", dir, "' is not a pqloader cache directory: it has no ",
                                   kCacheMarkerName, " marker file (or it cannot be read)");
   }
@@ -1535,7 +1693,7 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
     return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
   }
   CachePruneReport report;
-  if (!IsMarkedCacheDir(dir)) {
+  if (!IsCacheDir(dir)) {
     if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to prune
     return arrow::Status::Invalid(
         "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,
@@ -1719,7 +1877,7 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const Canc
     return arrow::Status::IOError("'", dir, "' is not a cache directory (not a directory)");
   }
   CacheClearReport report;
-  if (!IsMarkedCacheDir(dir)) {
+  if (!IsCacheDir(dir)) {
     if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to clear
     return arrow::Status::Invalid(
         "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,

@@ -83,7 +83,8 @@ struct CacheOptions {
   /// What happens when full. Default: kKeep.
   CachePolicy policy = CachePolicy::kKeep;
   /// Fan-out directories (disk only), 1 to kMaxCacheShards; each gets size_limit /
-  /// shards. Default: 8.
+  /// shards. A directory keeps the count it was made with (recorded in its marker): a
+  /// cache opened on it with another count uses the directory's, with a warning. Default: 8.
   int shards = 8;
   /// fsync entries before publishing them (durable across power loss). Default: false.
   bool fsync = false;
@@ -227,7 +228,7 @@ class SplitCache {
   std::string TakeWarning();
 
  protected:
-  enum class WarningKind { kWriteFailure, kFull, kTooLarge, kLater, kStale, kCount };
+  enum class WarningKind { kWriteFailure, kFull, kTooLarge, kLater, kStale, kShards, kCount };
   /// Queue `message` unless a warning of `kind` was issued before.
   void Warn(WarningKind kind, const std::string& message);
   /// Count a refusal (not kNone) and warn about it once per reason; `source` is the
@@ -285,10 +286,16 @@ constexpr char kCacheMarkerFirstLine[] = "pqloader cache";
 
 /// Mark `dir` as a cache directory (write its marker file) unless it is marked already
 /// or holds something pqloader did not write (then it stays unmarked, and `cache clear`
-/// refuses it). Best effort; returns whether `dir` is marked afterwards.
-bool MarkCacheDir(const std::string& dir);
+/// refuses it). With `shards` (1 to kMaxCacheShards) the marker records that shard count
+/// (a disk cache's; 0: none recorded, as a footer or filter store marks it). Never
+/// replaces another process's marker. Best effort; returns whether `dir` is marked
+/// afterwards.
+bool MarkCacheDir(const std::string& dir, int shards = 0);
 /// Return whether `dir` has a cache marker file.
 bool IsMarkedCacheDir(const std::string& dir);
+/// Return the shard count the marker of `dir` records ("shards N"), or 0 if it records
+/// none (a marker written before 2026-12, or by a footer or filter store) or is missing.
+int CacheDirShards(const std::string& dir);
 
 /// Read the regular file at `path` whole into `*out` if it holds at most `max_bytes`.
 /// Opened without following a symbolic link and without blocking, as entries are: a
@@ -311,7 +318,9 @@ struct CacheDirStats {
   int64_t entries = 0;
   int64_t bytes = 0;
   int64_t temp_files = 0;
-  int64_t fetch_markers = 0;  ///< Splits being fetched now (or claims left by a crash).
+  /// Splits being fetched now: claim markers whose entry is not published and whose
+  /// process is not known to be dead (same host); others wait to be swept.
+  int64_t fetch_markers = 0;
   /// With a checker: entries (and their bytes) whose source is stale, and entries whose
   /// source could not be checked; entries of an older format count as stale.
   int64_t stale_entries = 0;

@@ -700,8 +700,9 @@ TEST(FetchClaims, OneProcessAtATimeClaimsASplit) {
 // Two loaders of one process on one directory (a paused iterator holding a claimed split
 // in its read-ahead, and a new one) share claims: the second never waits for the first
 // (a wait it would have sat out whole, the first not draining its read-ahead), while
-// another process still sees the claim. Not with another shard count: its markers lie
-// elsewhere, where its other processes look.
+// another process still sees the claim. An object opened with another shard count uses
+// the directory's (recorded in its marker), so its markers lie where the others look: it
+// shares them too.
 TEST(FetchClaims, ObjectsOfOneProcessOnOneDirectoryShareTheirClaims) {
   const std::string dir = testing::MakeTempDir() + "/cache";
   CacheOptions shared = OneShard(dir);
@@ -717,7 +718,7 @@ TEST(FetchClaims, ObjectsOfOneProcessOnOneDirectoryShareTheirClaims) {
   ASSERT_NE(claim, nullptr);
   auto from_b = b->TryClaim(key);
   EXPECT_EQ(from_b, claim);
-  EXPECT_NE(c->TryClaim(key), claim);  // its own claim (or, same marker path, none)
+  EXPECT_EQ(c->TryClaim(key), claim);  // the directory's count (1), not 4: the same marker
   EXPECT_EQ(other_process->TryClaim(key), nullptr);
   // Released by the last holder, whichever object it came from, which may outlive them.
   claim.reset();

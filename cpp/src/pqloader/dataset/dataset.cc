@@ -753,7 +753,14 @@ arrow::Result<OpenedFiles> ReadFooters(
   if (!footer_cache.empty()) {
     bool remote = false;
     for (const auto& f : found) remote = remote || f.fs->type_name() != "local";
-    if (remote) node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout, cancel);
+    if (remote) {
+      // Marked before footers/ is made: a process killed in between left a directory that
+      // `pqloader cache stats`, `clear` and `prune` refused as no cache.
+      std::error_code mark_ec;
+      std::filesystem::create_directories(footer_cache, mark_ec);
+      if (!mark_ec) MarkCacheDir(footer_cache);
+      node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout, cancel);
+    }
   }
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0}, from_summary{0};

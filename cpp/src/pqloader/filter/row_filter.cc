@@ -1344,6 +1344,11 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
         return std::move(*stored);
       }
       if (attempt == 0) {
+        // Marked before filters/ is made (as the cache's shards are): a process killed in
+        // between left a directory `pqloader cache stats`, `clear` and `prune` refused.
+        std::error_code mark_ec;
+        std::filesystem::create_directories(options.store_dir, mark_ec);
+        if (!mark_ec) MarkCacheDir(options.store_dir);
         node_lock = NodeLock::Acquire(
             (std::filesystem::path(options.store_dir) / "filters" / ".lock").string(),
             std::chrono::minutes(30), options.cancel);
