@@ -318,3 +318,21 @@ print(json.dumps({"rows": n, **ld.stats()}))
         warnings.simplefilter("ignore")
         assert 100 * 401 + sum(len(b["id"]) for b in it) == 80_000
     slow.close()
+
+
+def test_each_claim_the_worker_takes_over_after_the_wait_timeout_counts(tmp_path):
+    """Claims a live process's read-ahead holds while its consumer is slow (or paused):
+    fresh when this loader's read-ahead meets them (it does not fetch them ahead), older
+    than the wait timeout when its worker needs them. Each one the worker takes over
+    counts as a wait that timed out: before, only the first (waited on) did; the others,
+    found already too old, were taken over (fetched a second time) unrecorded."""
+    source = str(write(tmp_path / "data", files=1, groups=4)[0])
+    keys = entry_keys(source, tmp_path)
+    cache = tmp_path / "cache"
+    ld = loader(source, cache, cache_wait_timeout=2, readahead=64)
+    claim_all(cache, keys, os.getpid())  # a live process that never inserts
+    ids = np.concatenate([b["id"] for b in ld])
+    assert np.array_equal(np.sort(ids), np.arange(pq.ParquetFile(source).metadata.num_rows))
+    s = ld.stats()
+    assert s["cache_inserts"] == len(keys)
+    assert s["cache_waits"] == s["cache_wait_timeouts"] == len(keys), s

@@ -191,13 +191,18 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     std::shared_ptr<void> claim;
     if (full == nullptr && fetched.ok() && *fetched != nullptr) {
       claim = (*fetched)->hold;  // taken when its fetch started
+      // Held in the read-ahead since (for as long as the consumer took to come here,
+      // which may be longer than the wait timeout): dated now, so that the processes
+      // waiting for it do not take it over while this worker decodes and inserts it.
+      if (claim != nullptr) std::static_pointer_cast<FetchClaim>(claim)->Touch();
     } else if (full == nullptr && fetched.ok() && dataset_->files()[split.file].settled) {
       // Not fetched ahead: the cache held it then (and evicted it since), or another
       // process was fetching it. Wait for that process, or claim it and fetch it now.
       // (Not for an unsettled object: never cached, so never claimed; fetched below.)
       constexpr int kMaxRounds = 4;  // each round waits at most the wait timeout
       for (int round = 0; round < kMaxRounds && full == nullptr && claim == nullptr; ++round) {
-        claim = cache_->TryClaim(key, CancelFlag(run_work, &work->stopping));
+        claim = cache_->TryClaim(key, CancelFlag(run_work, &work->stopping),
+                                 /*needed_now=*/true);
         if (claim != nullptr) break;
         const int64_t t0 = NowNs();
         const FetchWait waited = cache_->WaitForFetch(key, &work->stopping);

@@ -583,6 +583,17 @@ class DiskClaim : public FetchClaim {
     auto it = book_->claims.find(key_);
     if (it != book_->claims.end() && it->second.expired()) book_->claims.erase(it);
   }
+  void Touch() override {
+    // Only our own marker: one broken meanwhile (and perhaps claimed anew by another
+    // process) is not ours to date. Without the shard's lock (a worker must not wait for
+    // it here): a marker broken and claimed anew between the read and the touch was
+    // written just now, so the touch does not change its age; a breaker that read ours
+    // as too old and deletes it after the touch makes a second fetch, as before.
+    Marker m;
+    if (ReadMarker(marker_, &m) && m.token == token_) {
+      (void)::utimensat(AT_FDCWD, marker_.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+    }
+  }
 
  private:
   std::shared_ptr<ClaimBook> book_;
@@ -735,7 +746,8 @@ class DiskCache : public SplitCache {
     return !broken_ && ::stat(EntryPath(key).c_str(), &st) == 0;
   }
 
-  std::shared_ptr<FetchClaim> TryClaim(const std::string& key, CancelFlag cancel) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string& key, CancelFlag cancel,
+                                       bool needed_now) override {
     if (broken_ || options_.wait_timeout_ms <= 0) return std::make_shared<NoClaim>();
     // An entry this cache would refuse: claimed, its split made the other processes wait
     // for an entry that never comes (up to the wait timeout, while this process's consumer
@@ -776,12 +788,18 @@ class DiskCache : public SplitCache {
       }
       // A full disk, a filesystem without hard links ...: fetch without coordinating.
       if (!written || link_errno != EEXIST) return std::make_shared<NoClaim>();
-      bool no_lock = false;
+      bool no_lock = false, too_old = false;
       // Without the book's mutex: the wait for the shard's lock may be long, and other
       // threads' claims and releases need the mutex.
       guard.Unlock();
-      const bool broken = BreakIfAbandoned(marker, lock, nullptr, &no_lock, cancel);
+      const bool broken = BreakIfAbandoned(marker, lock, &too_old, &no_lock, cancel);
       guard.Lock();
+      if (broken && too_old && needed_now) {
+        // Another process's claim, taken over: its split is fetched a second time, as
+        // after a wait that timed out. Counted so (before, in neither counter).
+        ++waits_;
+        ++wait_timeouts_;
+      }
       // Another thread may have broken it meanwhile, and claimed it: shared.
       if (auto held = book_->claims[key].lock()) return held;
       if (!broken) {
@@ -987,8 +1005,8 @@ class DiskCache : public SplitCache {
 
   // Once per shard and object, after its first insert there (outside the shard's lock):
   // delete the temp files of writers killed mid-write (older than kStaleTempAge) and the
-  // claim markers no one waits on (abandoned: their process is dead, or they are older
-  // than the wait timeout). Only a writer that listed a shard (a recount, a full shard)
+  // claim markers no one waits on (their entry is published or their process is dead,
+  // and they are abandoned: that process dead, or older than the wait timeout). Only a writer that listed a shard (a recount, a full shard)
   // deleted such temp files: a cache that never filled kept them, outside its budget; and
   // a marker of a process killed after publishing its entry stayed for good.
   void SweepShardOnce(int shard) {
@@ -1007,7 +1025,11 @@ class DiskCache : public SplitCache {
         if (e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
         const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
         if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
-      } else if (IsMarkerName(name, &key) && options_.wait_timeout_ms > 0) {
+      } else if (IsMarkerName(name, &key) && options_.wait_timeout_ms > 0 &&
+                 !MarkerPending(dir, key)) {
+        // (Only a marker whose entry is published or whose process is gone: a live
+        // process's claim of a split still being fetched is taken over, and counted,
+        // by the worker that needs it, not here.)
         BreakIfAbandoned(e.path().string(), dir + "/.lock");
       }
     }
@@ -1244,7 +1266,7 @@ class MemoryCache : public SplitCache {
   }
 
   // One process: nothing to coordinate.
-  std::shared_ptr<FetchClaim> TryClaim(const std::string&, CancelFlag) override {
+  std::shared_ptr<FetchClaim> TryClaim(const std::string&, CancelFlag, bool) override {
     return std::make_shared<NoClaim>();
   }
   FetchWait WaitForFetch(const std::string&, const std::atomic<bool>*) override {

@@ -112,6 +112,12 @@ struct CacheOptions {
 class FetchClaim {
  public:
   virtual ~FetchClaim() = default;
+  /// Refresh the claim's time (its marker's modification time) if the marker is still
+  /// this claim's: its holder works on the split now. A claim's age is the time since its
+  /// holder last gave that sign (its creation, when the fetch started, or the last Touch),
+  /// so a claim held in a read-ahead, whose consumer reaches it after the wait timeout,
+  /// is not broken while that consumer decodes and inserts it.
+  virtual void Touch() {}
 };
 
 /// How a wait for another process's fetch ended.
@@ -137,8 +143,9 @@ struct CacheCounters {
   int64_t corrupt = 0;        ///< Entries that failed verification and were dropped.
   int64_t write_errors = 0;   ///< Inserts that failed (disk full, permissions ...).
   int64_t waits = 0;          ///< Reads that waited for another process's fetch.
-  /// Of waits: ended by the wait timeout (a claim older than it, broken; the wait
-  /// outliving it; or an abandoned claim not broken for want of the shard's lock).
+  /// Of waits: ended by the wait timeout (a claim older than it, broken, whether found so
+  /// by a worker's claim or during its wait; the wait outliving it; or an abandoned claim
+  /// not broken for want of the shard's lock).
   int64_t wait_timeouts = 0;
   int64_t wait_ns = 0;        ///< Time spent in those waits.
   /// Inserts refused for want of room (all reasons but kStale).
@@ -210,8 +217,12 @@ class SplitCache {
   /// (which deletes its marker under the shard's lock) gives up the lock's wait once it
   /// is set, and leaves the marker to age out (see CacheOptions::wait_timeout_ms).
   /// Other threads' claims do not wait while one waits for a shard's lock.
+  /// `needed_now`: the caller needs the split now (a worker, not the read-ahead): a claim
+  /// it takes over from a marker older than the wait timeout (its holder gave no sign for
+  /// that long) counts as a wait that timed out (of 0 s) in waits and wait_timeouts.
   virtual std::shared_ptr<FetchClaim> TryClaim(const std::string& key,
-                                               CancelFlag cancel = nullptr) = 0;
+                                               CancelFlag cancel = nullptr,
+                                               bool needed_now = false) = 0;
   /// Wait, polling, until `key` is cached or no other process claims it, at most the
   /// wait timeout; give up at once when `*cancel` becomes true.
   virtual FetchWait WaitForFetch(const std::string& key, const std::atomic<bool>* cancel) = 0;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -692,6 +693,47 @@ TEST(FetchClaims, OneProcessAtATimeClaimsASplit) {
   same.reset();
   EXPECT_FALSE(fs::exists(MarkerOf(dir, key)));
   EXPECT_NE(b->TryClaim(key), nullptr);
+}
+
+// A claim held in a read-ahead longer than the wait timeout (a slow or paused consumer)
+// is dated again when its worker starts on it (Touch): the other processes then wait for
+// its entry rather than take it over and fetch the split a second time. A claim found
+// already too old by a worker that needs it now is taken over, counted as a wait that
+// timed out (before, in neither counter); by the read-ahead, in neither.
+TEST(FetchClaims, ATouchedClaimIsNotTakenOverAndATakeOverCounts) {
+  const std::string dir = testing::MakeTempDir() + "/cache";
+  auto a = SplitCache::Open(OneShard(dir, /*wait_timeout_ms=*/1000));
+  auto b = SplitCache::Open(OneShard(dir, /*wait_timeout_ms=*/1000));
+  const std::string key = CacheKey("split 1");
+  auto age = [&](const std::string& k) {  // as if claimed 5 s ago
+    struct timespec times[2];
+    ::clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= 5;
+    times[1] = times[0];
+    ASSERT_EQ(::utimensat(AT_FDCWD, MarkerOf(dir, k).c_str(), times, 0), 0);
+  };
+  auto claim = a->TryClaim(key);
+  ASSERT_NE(claim, nullptr);
+  age(key);
+  claim->Touch();  // its worker starts on it
+  EXPECT_EQ(b->TryClaim(key, nullptr, /*needed_now=*/true), nullptr);  // fresh: waited on
+  EXPECT_EQ(b->counters().waits, 0);
+  // Not touched: taken over. By a worker: a wait that timed out.
+  age(key);
+  auto taken = b->TryClaim(key, nullptr, /*needed_now=*/true);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(b->counters().waits, 1);
+  EXPECT_EQ(b->counters().wait_timeouts, 1);
+  // The old claim's touch and release leave the new one alone.
+  claim->Touch();
+  age(key);
+  claim.reset();
+  EXPECT_TRUE(fs::exists(MarkerOf(dir, key)));
+  // By the read-ahead: counted in neither.
+  auto c = SplitCache::Open(OneShard(dir, /*wait_timeout_ms=*/1000));
+  EXPECT_NE(c->TryClaim(key), nullptr);
+  EXPECT_EQ(c->counters().waits, 0);
+  EXPECT_EQ(c->counters().wait_timeouts, 0);
 }
 
 // A shard's lock held by a process that stopped (suspended, or paused in a debugger)

@@ -54,7 +54,8 @@ struct FetchedUnit {
   /// Reader with the row group's selected column chunks pre-buffered; null when only
   /// partition columns are selected.
   std::unique_ptr<parquet::arrow::FileReader> reader;
-  /// Kept alive as long as the fetched unit (the loader keeps its cache claim here).
+  /// Kept alive as long as the fetched unit (the loader keeps its cache claim here: a
+  /// FetchClaim, nothing else, which ProduceUnit casts back to refresh it).
   std::shared_ptr<void> hold;
   /// A local file's size and modification time (ns) when it was opened, -1 otherwise:
   /// WaitForBytes refuses the unit if they moved while its bytes were read.
