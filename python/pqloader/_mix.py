@@ -606,8 +606,8 @@ class Mixture:
             pqloader.InvalidDataError: not a mixture state, or one of other sources,
                 weights or options (named; another world size among them).
         """
-        if not isinstance(state, Mapping) or state.get("kind") != "pqloader.mix" \
-                or state.get("version") not in STATE_VERSIONS or isinstance(state.get("version"), bool):
+        if not isinstance(state, Mapping) or not _state.is_mix_state(state) \
+                or not _state.is_version(state.get("version")):
             if isinstance(state, Mapping) and "kind" not in state and "options" in state:
                 raise InvalidDataError("not a pqloader.mix state: this is a Loader's; a mixture "
                                        "loads the state_dict() of a mixture")
@@ -643,8 +643,10 @@ class Mixture:
                                             int(fp.get("world_size") or 1), epoch)
         end = state.get("end")
         end = None if end is None else int(end)
-        if end is not None and (not _is_int(end) or end < epoch):
-            raise InvalidDataError(f"mixture state end {end!r} is not an epoch after {epoch}")
+        # (an end past the last epoch's was taken, and the next iteration refused instead)
+        if end is not None and (not _is_int(end) or not epoch <= end <= MAX_EPOCH + 1):
+            raise InvalidDataError(f"mixture state['end'] {end!r} is not an epoch after {epoch} "
+                                   f"(at most {MAX_EPOCH + 1}, the end of the last one)")
         with self._lock:
             for loader, s in zip(self._loaders, seeds):
                 if s != loader.seed:
@@ -705,7 +707,8 @@ def _config_diffs(names: Sequence[str], mine: Mapping[str, Any], theirs: Mapping
     diffs = []
     for k in mine:
         if k != "source_fingerprints":
-            if _jsonish(mine[k]) != _jsonish(theirs.get(k)):  # (a tuple for a list: the same)
+            # (a tuple for a list: the same; a NumPy value against a list is no bool)
+            if not _state._same(mine[k], theirs.get(k)):
                 diffs.append(f"{k}: state has {theirs.get(k)!r:.200}, mixture has {mine[k]!r:.200}")
             continue
         a, b = mine[k], theirs.get(k)
@@ -731,9 +734,9 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return fps[0].get("rank") if isinstance(fps, list) and fps and isinstance(fps[0], Mapping) else None
 
     for s in states:
-        if s.get("kind") != "pqloader.mix" or s.get("version") not in STATE_VERSIONS or rank(s) is None:
+        if not _state.is_mix_state(s) or not _state.is_version(s.get("version")) or rank(s) is None:
             raise InvalidDataError(f"not a pqloader.mix state: {s!r:.200}")
-    if len({s["version"] for s in states}) > 1:
+    if len({int(s["version"]) for s in states}) > 1:
         raise InvalidDataError("merge_states: the ranks' mixture states were saved by pqloaders of "
                                "other state versions")
     ranks = [rank(s) for s in states]
@@ -752,7 +755,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return _jsonish([s.get("epoch"), s.get("batch"), s.get("end"), config])
 
     for s in by_rank[1:]:
-        if same(s) != same(first):
+        if not _state._equal(same(s), same(first)):  # (NumPy values compare element-wise)
             raise InvalidDataError(
                 f"rank {rank(s)}'s mixture state differs from rank 0's (epoch {s.get('epoch')}, batch "
                 f"{s.get('batch')} against {first.get('epoch')}, {first.get('batch')}, or options): a "

@@ -56,6 +56,10 @@ DATA_OPTIONS = (
 )
 # Data options a state may differ in: the rest of the epoch is then dealt anew.
 RESIZABLE = ("rank", "world_size", "batch_size")
+# The most old ranks a state of ranks in lockstep (one count for all) is resumed from on
+# another world size or batch size: the rest is dealt per old rank (a list of 2**31 of
+# them, and hours, for a state whose world_size was damaged or huge).
+MAX_ELASTIC_WORLD = 2**22
 
 
 def fingerprint(sources: list[str], files: list[Any], columns: list[str], options: LoaderOptions,
@@ -159,8 +163,8 @@ def _fill_null_text(fill_null: Any) -> str:
 def _same_fill_null(theirs: Any, mine: Any) -> bool:
     """Whether two fingerprints' fill_null agree; a state of an older pqloader wrote a
     mapping's keys in the order given (its text is read back to compare)."""
-    if theirs == mine or not isinstance(theirs, str):
-        return theirs == mine
+    if _same(theirs, mine) or not isinstance(theirs, str):
+        return _same(theirs, mine)
     try:
         value = _literal_with_floats(theirs)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -209,13 +213,13 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
         # The usual case, the same files as the state's, compared at C speed: the checks
         # below copy every file's entry twice over (~50 us a file: seconds for 10^5 files).
         # Equal lists pass every one of them (tuples, never equal to lists, go on).
-        if theirs == mine:
+        if _equal(theirs, mine):
             return None
-        same = _jsonish(_without_rows(theirs)) == _jsonish(_without_rows(mine))
+        same = _same(_without_rows(theirs), _without_rows(mine))
         if same:
             for a, b in zip(theirs, mine):
                 rows = a[2] if isinstance(a, (list, tuple)) and len(a) > 2 and not isinstance(a[2], list) else None
-                if rows is not None and _jsonish(rows) != _jsonish(b[2]):
+                if rows is not None and not _same(rows, b[2]):
                     return f"file {b[0]!r} has {b[2]} rows, the state's had {rows!r:.50} (rewritten since)"
             for a, b in zip(theirs, mine):
                 old, new = _footer_of(a), _footer_of(b)
@@ -227,9 +231,9 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
             if changed is not None:
                 return changed
     elif key == "columns":  # a state of an older pqloader has its stacks in the dict's order
-        same = _jsonish(_stacks_sorted(theirs)) == _jsonish(_stacks_sorted(mine))
+        same = _same(_stacks_sorted(theirs), _stacks_sorted(mine))
     else:
-        same = _jsonish(theirs) == _jsonish(mine)
+        same = _same(theirs, mine)
     return None if same else _shown_diff(theirs, mine, who)
 
 
@@ -303,7 +307,7 @@ def _files_diff(theirs: list[Any], mine: list[Any], who: str) -> str | None:
         parts.append(f"{who} has {len(added)} file(s) the state has not: {named(added)}")
     if gone := [p for p in a if p not in b]:
         parts.append(f"the state has {len(gone)} file(s) the {who} has not: {named(gone)}")
-    rewritten = [p for p in b if p in a and _jsonish(_without_rows([a[p]])) != _jsonish(_without_rows([b[p]]))]
+    rewritten = [p for p in b if p in a and not _same(_without_rows([a[p]]), _without_rows([b[p]]))]
     def groups(f: Any) -> str:
         return next((f"row groups {e!r:.60}" for e in f[2:] if isinstance(e, list)), "every row group")
 
@@ -311,7 +315,7 @@ def _files_diff(theirs: list[Any], mine: list[Any], who: str) -> str | None:
         return _jsonish([e for e in f if not isinstance(e, list)])
 
     for p in rewritten[:3]:
-        if unselected(a[p]) == unselected(b[p]):  # the same file, read in another selection
+        if _same(unselected(a[p]), unselected(b[p])):  # the same file, read in another selection
             parts.append(f"file {p!r} is read with {groups(b[p])}, the state's with {groups(a[p])} "
                          "(another row_groups=)")
         else:
@@ -388,6 +392,20 @@ def _field_int(state: Mapping[str, Any], key: str, minimum: int, maximum: int,
     return value
 
 
+def is_version(value: Any) -> bool:
+    """Whether a state's ``version`` is one this pqloader loads: an int (NumPy's too) of
+    :data:`STATE_VERSIONS`, not a bool, float or array (``np.array([1, 2]) in (1, 2)`` was
+    a bare ValueError, "truth value of an array", and ``np.True_`` or ``1.0`` version 1)."""
+    return is_state_int(value) and int(value) in STATE_VERSIONS
+
+
+def is_mix_state(state: Mapping[str, Any]) -> bool:
+    """Whether `state` says it is a mixture's (its ``kind``; an array there compared
+    element-wise, a bare ValueError)."""
+    kind = state.get("kind")
+    return isinstance(kind, str) and kind == "pqloader.mix"
+
+
 def is_state_int(value: Any) -> bool:
     """Whether a state's field is a count: an int, or a NumPy int (a state rebuilt with
     NumPy holds the same count; they were refused, "must be an int ... got int64 0",
@@ -402,6 +420,24 @@ def _jsonish(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _jsonish(v) for k, v in value.items()}
     return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two state values agree (tuples as lists): False, not an exception, for
+    values whose ``==`` is no bool (a NumPy array or scalar against a list compares
+    element-wise: "The truth value of an array ... is ambiguous", a ValueError, where a
+    state's option held one)."""
+    return _equal(_jsonish(a), _jsonish(b))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """``a == b`` as :func:`_same` takes it, without normalising tuples."""
+    try:
+        same = a == b
+        return bool(same) if isinstance(same, (bool, np.bool_)) else False
+    except (ValueError, TypeError, RuntimeError, OverflowError):  # (an element compared so
+        # inside a list; np.True_ == 2**63 cannot convert the int)
+        return False
 
 
 def _check_counts(value: Any, what: str, size: int) -> list[int]:
@@ -450,15 +486,14 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     states = list(states)
     if not states or not all(isinstance(s, Mapping) for s in states):
         raise InvalidDataError("merge_states needs a non-empty list of pqloader states")
-    if any(s.get("kind") == "pqloader.mix" for s in states):
+    if any(is_mix_state(s) for s in states):
         from pqloader import _mix  # a mixture's ranks: one state (the module imports this one)
 
         return _mix.merge_states(states)
     for s in states:
-        if s.get("version") not in STATE_VERSIONS or isinstance(s.get("version"), bool) \
-                or not isinstance(s.get("options"), Mapping):
+        if not is_version(s.get("version")) or not isinstance(s.get("options"), Mapping):
             raise InvalidDataError(f"not a pqloader state: {s!r:.200}")
-    if len({s["version"] for s in states}) > 1:
+    if len({int(s["version"]) for s in states}) > 1:
         raise InvalidDataError("merge_states: the ranks' states were saved by pqloaders of other "
                                "state versions")
     world = states[0]["options"].get("world_size")
@@ -478,7 +513,9 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     # A rank whose iterator has not taken a batch yet has no iteration end (an iterator
     # starts lazily): the others' end is its too.
-    ends = {_jsonish(s.get("iteration_end")) for s in by_rank} - {None}
+    # (checked: a list or an array there was a bare TypeError, "unhashable type")
+    ends = {_field_int(s, "iteration_end", 0, MAX_COUNT, optional=True,
+                       where=f"rank {s['options']['rank']}'s state") for s in by_rank} - {None}
     # Rank 0's once, and the others' normalised only when they differ as given: an
     # elastic base holds a count per old rank, so normalising every rank's was
     # world x old world (18 s for 4,096 ranks resumed from 4,096).
@@ -486,7 +523,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     first_same = _jsonish(first_raw)
     for s in by_rank[1:]:
         mine = raw(s)
-        if (mine != first_raw and _jsonish(mine) != first_same) or len(ends) > 1:
+        if (not _equal(mine, first_raw) and not _equal(_jsonish(mine), first_same)) or len(ends) > 1:
             raise InvalidDataError(f"rank {s['options']['rank']}'s state differs from rank 0's in "
                                    "more than its position (epoch, iteration end, seed, options or "
                                    "elastic base)")
@@ -551,16 +588,17 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     if not isinstance(state, Mapping):
         raise InvalidDataError(f"not a pqloader state (a dict with version {STATE_VERSION}): "
                                f"got {type(state).__name__} {state!r:.200}")
-    if state.get("kind") == "pqloader.mix":
+    if is_mix_state(state):
         raise InvalidDataError("not a Loader's state: this is a mixture's (pqloader.mix); load it "
                                "with the Mixture's load_state_dict")
-    if state.get("version") not in STATE_VERSIONS or isinstance(state.get("version"), bool):
+    if not is_version(state.get("version")):
         raise InvalidDataError(f"not a pqloader state: state['version'] must be 1 or {STATE_VERSION}, "
                                f"got {state.get('version')!r:.100}")
     check_optional_keys(state)
     epoch = _field_int(state, "epoch", 0, MAX_EPOCH)
     assert epoch is not None
-    end = _field_int(state, "iteration_end", epoch, MAX_COUNT, optional=True)
+    # (at most the last epoch's end: one past it was taken, and the next iteration refused)
+    end = _field_int(state, "iteration_end", epoch, MAX_EPOCH + 1, optional=True)
     state_seed = _field_int(state, "seed", 0, SEED_LIMIT - 1)
     assert state_seed is not None
     theirs = state.get("options")
@@ -574,7 +612,7 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     mine = fingerprint_for(new_seed)
     diffs = [f"{_option_label(k, theirs[k], mine[k])}: {d}" for k in DATA_OPTIONS
              if k not in RESIZABLE and (d := option_diff(k, theirs[k], mine[k])) is not None]
-    if state_seed != new_seed and _jsonish(theirs["seed"]) == _jsonish(mine["seed"]):
+    if state_seed != new_seed and _same(theirs["seed"], mine["seed"]):
         diffs.append(f"seed: state has {state_seed}, loader has {new_seed}")
     if diffs:
         raise InvalidDataError("cannot load a state taken with different options: " + "; ".join(diffs))
@@ -586,15 +624,17 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
     if "rank_batches" in state:
         counts = _check_counts(state["rank_batches"], "state['rank_batches']", old_world)
         _field_int(state, "batch", 0, MAX_COUNT)
-    else:  # ranks train in lockstep
+        low, high = min(counts), max(counts)
+    else:  # ranks train in lockstep: every old rank at `batch` (a list of them, one per
+        # rank, is made only for a resize: a loader of world_size=2**31 hung loading its
+        # own state, making 2**31 of them)
         batch = _field_int(state, "batch", 0, MAX_COUNT)
         assert batch is not None
-        counts = [batch] * old_world
+        counts, low, high = None, batch, batch
     # A state that consumed no row of its epoch, or (its world unchanged) every batch of
     # it, leaves no rest of the epoch to resume: any order resumes it.
-    whole = (base is None and not resized and all(counts)
-             and all(k >= num_batches(epoch, None) for k in counts))
-    if (base is not None or any(counts)) and not whole:
+    whole = base is None and not resized and low > 0 and low >= num_batches(epoch, None)
+    if (base is not None or high > 0) and not whole:
         worlds = [old_world]
         level = base
         while level is not None:
@@ -602,7 +642,7 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
             level = level["base"]
         check_window_streams(state.get("version"), bool(theirs.get("shuffle")), max(worlds), epoch)
     if not resized:  # each rank continues its own stream
-        batch = counts[mine["rank"]]
+        batch = counts[mine["rank"]] if counts is not None else low
         count = num_batches(epoch, base)
         if batch > count:
             where = f"state['rank_batches'][{mine['rank']}]" if "rank_batches" in state else "state['batch']"
@@ -612,6 +652,14 @@ def parse_state(state: Any, *, num_batches: Callable[[int, Any], int], seed: int
                 f"{epoch}: the state was taken over other rows (a filter's Predicate, whose code a "
                 "state does not record, or files whose footers did not change, select others now)")
         return Restored(epoch=epoch, batch=batch, iteration_end=end, seed=new_seed, elastic=base)
+    if counts is None:
+        if old_world > MAX_ELASTIC_WORLD:  # (the rest is dealt per old rank: ~1 us each)
+            raise InvalidDataError(
+                f"cannot resume this state with world_size={mine['world_size']}, batch_size="
+                f"{mine['batch_size']}: state['options']['world_size'] is {old_world}, past the "
+                f"{MAX_ELASTIC_WORLD} old ranks an elastic resume deals the rest of an epoch from "
+                "(resume it on its own world size and batch size)")
+        counts = [low] * old_world
     # The engine checks the counts against what each old rank had (recursively).
     elastic = {"world_size": old_world, "batch_size": old_batch_size, "batches": counts, "base": base}
     try:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from pqloader._errors import InvalidDataError
 from pqloader._loader import Loader
 from pqloader._mix import Mixture
-from pqloader._state import merge_states, stamp
+from pqloader._state import is_mix_state, merge_states, stamp
 from pqloader._torch_dataset import IterableDataset
 
 
@@ -88,7 +88,7 @@ def _positions(state: Mapping[str, Any], rank: int | None, world: int) -> tuple[
         workers = len(counts) // world
         rest.pop("batch", None)
         return (rank, state.get("batch"), counts[rank * workers:(rank + 1) * workers]), rest
-    if state.get("kind") == "pqloader.mix" and isinstance(state.get("config"), Mapping):
+    if is_mix_state(state) and isinstance(state.get("config"), Mapping):
         config = dict(state["config"])
         fps = config.get("source_fingerprints")
         if isinstance(fps, list) and all(isinstance(f, Mapping) for f in fps):
@@ -220,14 +220,14 @@ class Checkpoint:
         """
         text = state.get("pqloader_state") if isinstance(state, Mapping) else None
         if not isinstance(text, str):
-            own = isinstance(state, Mapping) and ("options" in state or state.get("kind") == "pqloader.mix")
+            own = isinstance(state, Mapping) and ("options" in state or is_mix_state(state))
             raise InvalidDataError(
                 "not a pqloader.torch.Checkpoint entry (a dict of one JSON string, 'pqloader_state'): "
                 + ("this is a loader's own state_dict(): load it with loader.load_state_dict"
                    if own else f"got {type(state).__name__} {state!r:.200}"))
         try:
             loaded = json.loads(text)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # (nested too deep: a bare RecursionError)
             raise InvalidDataError(f"pqloader.torch.Checkpoint entry: 'pqloader_state' is not JSON "
                                    f"({e}): {text!r:.100}") from None
         self.loader.load_state_dict(loaded)

@@ -191,7 +191,7 @@ def test_a_mixture_state_whose_end_is_before_its_epoch_is_refused(ds):
     state = m.state_dict()
     assert (state["epoch"], state["end"]) == (2, 3)
     fresh = _mixture(ds, 3)
-    with pytest.raises(pqloader.InvalidDataError, match="end 1 is not an epoch after 2"):
+    with pytest.raises(pqloader.InvalidDataError, match=r"\['end'\] 1 is not an epoch after 2"):
         fresh.load_state_dict(dict(state, end=1))
     fresh.load_state_dict(dict(state, end=2))  # (an end at its own epoch: nothing more to run)
 
