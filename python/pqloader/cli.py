@@ -390,16 +390,55 @@ class _ClosedStdout(io.TextIOBase):
         raise OSError(errno.EBADF, "cannot write the output: stdout is closed")
 
 
+def _output_error(e: OSError) -> OSError:
+    """The error of a failed write of the command's output: it names stdout, where a full
+    disk (``bench --json > out.json``) said only "[Errno 28] No space left on device"."""
+    return OSError(e.errno, f"cannot write the output (stdout): {e.strerror or e}")
+
+
+class _Output:
+    """``sys.stdout`` while a command runs: the real one, whose write errors (other than a
+    broken pipe, which keeps its own handling) name the output (see _output_error)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        try:
+            return self._stream.write(s)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            if e.errno is None:
+                raise
+            raise _output_error(e) from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            if e.errno is None:
+                raise
+            raise _output_error(e) from e
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding, errors, ...
+        return getattr(self._stream, name)
+
+
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)  # --help, --version: argparse copes with None
-    closed = sys.stdout is None
-    if closed:
-        sys.stdout = _ClosedStdout()
+    stdout = sys.stdout
+    if stdout is not None:
+        sys.stdout = _Output(stdout)
     try:
+        args = build_parser().parse_args(argv)  # --help, --version: argparse copes with None
+        if stdout is None:
+            sys.stdout = _ClosedStdout()
         return _run_command(args)
     finally:
-        if closed:
-            sys.stdout = None
+        if sys.stdout is not stdout and isinstance(sys.stdout, (_ClosedStdout, _Output)):
+            sys.stdout = stdout
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -472,6 +511,11 @@ def _escaping_stdout() -> str | None:
     return errors
 
 
+def _flush_output() -> None:
+    """Flush stdout: a command's buffered output is written here (see _output_error)."""
+    _Output(sys.stdout).flush()
+
+
 def _main(argv: Sequence[str] | None) -> int:
     stdout, restore = sys.stdout, _escaping_stdout()
     try:
@@ -480,7 +524,7 @@ def _main(argv: Sequence[str] | None) -> int:
         finally:  # also for argparse's exits (--help, --version): their text is buffered
             try:
                 if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
-                    sys.stdout.flush()
+                    _flush_output()
             finally:
                 if restore is not None:  # a caller's stdout (main() called in-process)
                     try:

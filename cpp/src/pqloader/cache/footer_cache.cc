@@ -99,8 +99,11 @@ void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t 
     std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
     out.write(keyed.data(), static_cast<std::streamsize>(keyed.size()));
     out.write(reinterpret_cast<const char*>(&checksum), 8);
+    // Closed before the check: a footer smaller than the stream's buffer (1 KiB and less:
+    // a file of a few columns) is written only here, so a full disk showed no error and
+    // an empty file was published, never read (its checksum) and left by `cache clear`.
+    out.close();
     if (!out) {
-      out.close();
       std::remove(tmp.str().c_str());
       return;
     }

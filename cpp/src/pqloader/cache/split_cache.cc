@@ -64,13 +64,22 @@ int64_t ReadUsage(const std::string& path) {
   return -1;
 }
 
+// A .usage that cannot be written (a full disk: the stream's bytes go out at close; no
+// descriptor or inode for .usage.new) is removed, so that the next insert recounts the
+// shard: an empty file was published (read as missing), and where .usage.new could not
+// be made the old count stayed, under the entry about to be published.
 void WriteUsage(const std::string& path, int64_t v) {
   const std::string tmp = path + ".new";
+  bool ok;
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << v << "\n";
+    out.close();
+    ok = static_cast<bool>(out);
   }
-  std::rename(tmp.c_str(), path.c_str());
+  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+  std::remove(tmp.c_str());
+  std::remove(path.c_str());
 }
 
 bool IsHex(const std::string& s, size_t begin, size_t count) {
@@ -1558,8 +1567,8 @@ bool WriteCacheMarker(const std::string& dir, int shards, bool replace) {
     if (shards > 0) out << "shards " << shards << "\n";
     out << "This directory is a pqloader cache (docs/cache_format.md); "
            "`pqloader cache clear DIR` deletes its entries.\n";
+    out.close();  // (its bytes are written here: a full disk published an empty marker)
     if (!out) {
-      out.close();
       std::remove(tmp.str().c_str());
       return false;
     }
@@ -1743,18 +1752,21 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
       const auto lock =
           NodeLock::AcquireExisting(shard + "/.lock", lock_timeout, cancel, &timed_out);
       if (lock == nullptr) {
+        const int lock_errno = timed_out ? 0 : errno;
         if (IsCancelled(cancel)) return CancelledStatus();  // while it waited
         const std::string what = "cannot lock cache shard '" + shard + "'";
-        return arrow::Status::IOError(
+        // (With the OS's error number, as every storage error: the exception's errno.)
+        return arrow::Status::FromDetailAndArgs(
+            arrow::StatusCode::IOError, std::make_shared<ErrorDetail>(ErrorKind::kIO, lock_errno),
             timed_out ? what + ": another process held its lock for more than " +
                             std::to_string(lock_timeout.count()) + " ms"
-                      : Errno(what),
+                      : what + ": " + std::strerror(lock_errno),
             "; ", report.entries, " stale entries were deleted before it");
       }
       struct stat sb;
       if (::lstat(entry.path.c_str(), &sb) != 0) continue;
       if (::unlink(entry.path.c_str()) != 0) {
-        return arrow::Status::IOError(Errno("cannot remove '" + entry.path + "'"));
+        return MakeOsError(errno, "cannot remove '", entry.path, "'");
       }
       ++report.entries;
       report.bytes += sb.st_size;
@@ -1763,7 +1775,7 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
       if (usage >= 0) WriteUsage(usage_path, std::max<int64_t>(0, usage - sb.st_size));
     }
   }
-  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  if (ec) return MakeOsError(ec.value(), "cannot list '", dir, "'");
   return report;
 }
 
@@ -1802,7 +1814,7 @@ class Clearer {
   arrow::Status Remove(const fs::path& p) {
     std::error_code ec;
     fs::remove(p, ec);
-    if (ec) return arrow::Status::IOError("cannot remove '", p.string(), "': ", ec.message());
+    if (ec) return MakeOsError(ec.value(), "cannot remove '", p.string(), "'");
     return arrow::Status::OK();
   }
 
@@ -1845,7 +1857,7 @@ class Clearer {
         Foreign(e.path());
       }
     }
-    if (ec) return arrow::Status::IOError("cannot list '", shard.string(), "': ", ec.message());
+    if (ec) return MakeOsError(ec.value(), "cannot list '", shard.string(), "'");
     return arrow::Status::OK();
   }
 
@@ -1882,7 +1894,7 @@ class Clearer {
         Foreign(e.path());
       }
     }
-    if (ec) return arrow::Status::IOError("cannot list '", dir.string(), "': ", ec.message());
+    if (ec) return MakeOsError(ec.value(), "cannot list '", dir.string(), "'");
     return arrow::Status::OK();
   }
 
@@ -1931,7 +1943,7 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const Canc
       clearer.Foreign(e.path());
     }
   }
-  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  if (ec) return MakeOsError(ec.value(), "cannot list '", dir, "'");
   return report;
 }
 

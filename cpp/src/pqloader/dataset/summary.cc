@@ -411,28 +411,47 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   // KeyboardInterrupt).
   if (IsCancelled(cancel)) return CancelledStatus();
   const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
-  auto write = [&](const std::string& name, auto&& fill) -> arrow::Status {
-    const std::string final_path = Join(root, name), tmp = final_path + tmp_suffix;
-    auto out = fs->OpenOutputStream(tmp);
+  // Both written before either is moved: a disk that had room for _metadata and not for
+  // _pqloader_index left the new _metadata alone in place (the old index beside it no
+  // longer its own), and loaders took every layout from it without the index's check of
+  // each file's size, time and footer hash, after an error said the index was not written.
+  const std::string names[2] = {"_metadata", "_pqloader_index"};
+  std::string tmps[2];
+  auto drop_temps = [&](int count) {
+    for (int i = 0; i < count; ++i) (void)fs->DeleteFile(tmps[i]);
+  };
+  auto write = [&](int i, auto&& fill) -> arrow::Status {
+    tmps[i] = Join(root, names[i]) + tmp_suffix;
+    auto out = fs->OpenOutputStream(tmps[i]);
     if (!out.ok()) {
-      return MakeIOError(out.status(), "cannot write '", Join(display_root, name), "'");
+      drop_temps(i);
+      return MakeIOError(out.status(), "cannot write '", Join(display_root, names[i]), "'");
     }
     arrow::Status st = fill(out->get());
     if (st.ok()) st = (*out)->Close();
-    if (st.ok()) st = fs->Move(tmp, final_path);
     if (!st.ok()) {
-      (void)fs->DeleteFile(tmp);
-      return MakeIOError(st, "cannot write '", Join(display_root, name), "'");
+      (void)(*out)->Abort();  // (an S3 stream's destructor would complete the upload)
+      drop_temps(i + 1);
+      return MakeIOError(st, "cannot write '", Join(display_root, names[i]), "'");
     }
     return arrow::Status::OK();
   };
-  ARROW_RETURN_NOT_OK(write("_metadata", [&](arrow::io::OutputStream* out) {
+  ARROW_RETURN_NOT_OK(write(0, [&](arrow::io::OutputStream* out) {
     result.bytes = summary_bytes->size();
     return out->Write(summary_bytes);
   }));
-  ARROW_RETURN_NOT_OK(write("_pqloader_index", [&](arrow::io::OutputStream* out) {
+  ARROW_RETURN_NOT_OK(write(1, [&](arrow::io::OutputStream* out) {
     return out->Write(index.data(), static_cast<int64_t>(index.size()));
   }));
+  // _metadata first: an index beside a _metadata other than its own is not used
+  // (ReadSummary), so a failure between the two moves leaves the old index unused.
+  for (int i = 0; i < 2; ++i) {
+    arrow::Status st = fs->Move(tmps[i], Join(root, names[i]));
+    if (!st.ok()) {
+      for (int j = i; j < 2; ++j) (void)fs->DeleteFile(tmps[j]);
+      return MakeIOError(st, "cannot write '", Join(display_root, names[i]), "'");
+    }
+  }
   result.metadata_path = Join(display_root, "_metadata");
   return result;
 }
