@@ -694,7 +694,8 @@ def test_ctrl_c_as_the_batch_transform_thread_starts_leaves_no_thread_running(tm
     loader = pqloader.Loader(str(path), batch_size=10, num_workers=2, batch_transform=lambda b: b)
     expected = [b["x"].tolist() for b in loader]
     loader.set_epoch(0)
-    monkeypatch.setattr(_iteration, "threading", type("T", (), {"Thread": Interrupted, "Event": threading.Event}))
+    monkeypatch.setattr(_iteration, "threading", type("T", (), {"Thread": Interrupted, "Event": threading.Event,
+                                                          "current_thread": threading.current_thread}))
     with pytest.raises(KeyboardInterrupt):
         next(iter(loader))
     monkeypatch.undo()
