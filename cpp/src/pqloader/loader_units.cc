@@ -19,6 +19,7 @@
 #include "pqloader/error.h"
 #include "pqloader/loader_internal.h"
 #include "pqloader/plan/split_uses.h"
+#include "pqloader/util/fork_gate.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -73,7 +74,10 @@ std::string Loader::HowChanged(int64_t split_index, bool ask_remote) const {
   const DataFile& file = dataset_->files()[dataset_->splits()[split_index].file];
   // A local file costs a stat; asking an object store costs a request.
   if (file.fs == nullptr || (!ask_remote && file.fs->type_name() != "local")) return "";
-  auto info = file.fs->GetFileInfo(file.path);
+  auto info = [&] {
+    const fork_gate::Inside inside;  // a request: a fork waits for it (see fork_gate.h)
+    return file.fs->GetFileInfo(file.path);
+  }();
   if (!info.ok()) return "";  // its next read will say what is wrong
   if (info->type() == arrow::fs::FileType::NotFound) return kGone;
   if (info->type() == arrow::fs::FileType::Directory) return kNowDirectory;

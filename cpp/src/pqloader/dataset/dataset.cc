@@ -104,10 +104,17 @@ bool PollsCancel(const arrow::fs::FileSystem& fs, const CancelFlag& cancel) {
 // and drops it: requests wasted, no thread of ours waiting. Other filesystems list in
 // one call (a local directory is quick; Arrow's local lister, left running, would use
 // a filesystem we drop), after one check of `cancel`.
+//
+// This thread stays inside the fork gate until the listing ended: Arrow's lister makes
+// its requests on Arrow's I/O pool, outside the gate, each holding Arrow's S3 client
+// lock, and a child forked meanwhile inherited that lock held: its first S3 client (a
+// Loader built in the child) waited for it for good. A fork now waits for the listing
+// (up to kForkWait); one left running on Ctrl-C is not waited for.
 arrow::Result<std::vector<arrow::fs::FileInfo>> ListPages(
     const std::shared_ptr<arrow::fs::FileSystem>& fs, const arrow::fs::FileSelector& selector,
     const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();  // before the store is asked for a page
+  const fork_gate::Inside inside;
   if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(selector);
   std::vector<arrow::fs::FileInfo> out;
   arrow::fs::FileInfoGenerator pages = fs->GetFileInfoGenerator(selector);
@@ -270,7 +277,10 @@ arrow::Status ListFromIndex(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                             const std::string& root, const std::string& prefix,
                             std::vector<FoundFile>* out, std::vector<SummaryRef>* summaries) {
   const std::string metadata = JoinPath(root, "_metadata");
-  auto info = fs->GetFileInfo(metadata);
+  auto info = [&] {
+    const fork_gate::Inside inside;  // a request: a fork waits for it (see fork_gate.h)
+    return fs->GetFileInfo(metadata);
+  }();
   if (!info.ok()) {
     return MakeIOError(info.status(), "cannot access '", prefix + metadata, "'");
   }
@@ -388,6 +398,10 @@ arrow::Status DeriveSchema(const DataFile& file, arrow::TimeUnit::type int96_uni
 // `*footer` (what FooterHash hashes), parsed into file->metadata. Like Parquet's own
 // reader, one read of the file's last 64 KiB, and a second one only for a larger footer.
 arrow::Status ReadFooterFromSource(DataFile* file, std::string* footer) {
+  // A fork waits for these reads (they run on the build's threads, outside FetchUnit):
+  // Arrow's S3 client holds a reader lock for each request, and a child forked meanwhile
+  // inherited it held; its first S3 client (a Loader built in the child) waited for good.
+  const fork_gate::Inside inside;
   auto input = file->Open();
   if (!input.ok()) {
     return MakeIOError(input.status(), "cannot open '", file->display, "'");
@@ -530,7 +544,10 @@ arrow::Result<std::vector<Split>> ValidatedSplits(const DataFile& file, int32_t 
 arrow::Result<arrow::fs::FileInfo> FileInfoOf(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                                               const std::string& path, const CancelFlag& cancel) {
   if (IsCancelled(cancel)) return CancelledStatus();
-  if (!PollsCancel(*fs, cancel)) return fs->GetFileInfo(path);
+  if (!PollsCancel(*fs, cancel)) {
+    const fork_gate::Inside inside;  // a request: see below
+    return fs->GetFileInfo(path);
+  }
   // Left running on Ctrl-C, the request stops retrying (else it would hold Arrow's S3
   // client lock for the retry budget: no new client in this process meanwhile, and a
   // child forked meanwhile would inherit the lock held), and a fork waits for it.
@@ -691,6 +708,7 @@ arrow::Result<bool> HasMagic(const DataFile& file) {
     auto now = file.fs->GetFileInfo(file.path);
     return now.ok() && now->type() == arrow::fs::FileType::NotFound;
   };
+  const fork_gate::Inside inside;  // requests: see ReadFooterFromSource
   auto input = file.Open();
   if (!input.ok()) {
     if (gone()) return false;

@@ -182,7 +182,13 @@ void AfterInChild() {
 
 }  // namespace
 
+// This thread's depth inside the gate: a scope inside another (a listed object's read
+// inside FetchUnit's) counts once. Entering again waited while the process forked, and
+// the fork waited kForkWait for this thread, which was already inside.
+thread_local int depth = 0;
+
 void Enter() {
+  if (depth++ > 0) return;
   Gate& g = TheGate();
   std::unique_lock<std::mutex> lock(g.mu);
   g.forked.wait(lock, [&] { return !g.forking; });
@@ -190,6 +196,7 @@ void Enter() {
 }
 
 void Leave() {
+  if (--depth > 0) return;
   Gate& g = TheGate();
   {
     std::lock_guard<std::mutex> lock(g.mu);

@@ -17,7 +17,8 @@ namespace pqloader::fork_gate {
 /// How long a fork waits for the tasks inside the gate; past it, it forks anyway.
 inline constexpr std::chrono::seconds kForkWait{10};
 
-/// Enter the gate (waits while the process forks) / leave it.
+/// Enter the gate (waits while the process forks) / leave it. A thread already inside
+/// enters again at once (only its outermost Leave leaves).
 void Enter();
 void Leave();
 
