@@ -343,6 +343,18 @@ def _ray_train_rank_world() -> tuple[int, int] | None:
 _ENV_SOURCE = "the environment (RANK/WORLD_SIZE)"
 
 
+def _initialised_dist() -> Any:
+    """``torch.distributed`` if it is imported and its process group initialised, else
+    None. A module another thread is still importing has no group yet: asked for
+    ``is_available`` it raised AttributeError ("partially initialized module
+    'torch.distributed'") into a Loader built meanwhile."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+    except AttributeError:
+        return None
+
+
 def discover_rank_world() -> tuple[int | None, int | None, str]:
     """Rank and world size as this process's surroundings give them, and where from.
 
@@ -357,8 +369,8 @@ def discover_rank_world() -> tuple[int | None, int | None, str]:
     Raises:
         ValueError: ``RANK`` or ``WORLD_SIZE`` is set but not an integer.
     """
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    dist = _initialised_dist()
+    if dist is not None:
         return dist.get_rank(), dist.get_world_size(), "the initialised torch.distributed process group"
     ray_train = _ray_train_rank_world()
     if ray_train is not None:
@@ -449,8 +461,8 @@ def check_process_group_agrees(rank: int, world: int) -> None:
         ValueError: An initialised process group, else a Ray Train worker's context,
             gives another rank or world size.
     """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    dist = _initialised_dist()
+    if dist is None:
         ray_train = _ray_train_rank_world()
         if ray_train is not None and ray_train != (rank, world):
             raise ValueError(f"this Loader is rank {rank} of {world}, found when it was built, but "

@@ -630,6 +630,21 @@ def test_a_rank_found_before_the_process_group_is_checked_against_it_when_iterat
     assert [b["id"].tolist() for b in given] == [[0, 1], [2, 3]]  # given: the caller's choice
 
 
+def test_a_torch_distributed_another_thread_is_still_importing_is_no_group(tmp_path, monkeypatch):
+    # A Loader built while another thread imported torch met the module half-made (no
+    # is_available yet): "partially initialized module 'torch.distributed'", an
+    # AttributeError out of Loader(). Such a module has no initialised group.
+    import sys
+    import types
+
+    write_dataset(tmp_path / "d", [[4]])
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setitem(sys.modules, "torch.distributed", types.ModuleType("torch.distributed"))
+    loader = pqloader.Loader(str(tmp_path / "d"), batch_size=2)
+    assert [b["id"].tolist() for b in loader] == [[0, 1], [2, 3]]
+
+
 def test_the_next_iteration_starts_in_the_epoch_after_an_ended_one(tmp_path):
     # (what len() of pqloader.torch.IterableDataset without workers counts from)
     write_dataset(tmp_path / "d", [[4]])
