@@ -12,7 +12,7 @@ import select
 import sys
 import time
 import warnings
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import pqloader
 from pqloader import _core
@@ -404,18 +404,15 @@ class _Output:
         self._stream = stream
 
     def write(self, s: str) -> int:
-        try:
-            return self._stream.write(s)
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            if e.errno is None:
-                raise
-            raise _output_error(e) from e
+        return self._named(self._stream.write, s)
 
     def flush(self) -> None:
+        self._named(self._stream.flush)
+
+    @staticmethod
+    def _named(call: Callable[..., Any], *args: Any) -> Any:
         try:
-            self._stream.flush()
+            return call(*args)
         except BrokenPipeError:
             raise
         except OSError as e:

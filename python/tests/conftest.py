@@ -433,3 +433,14 @@ def subprocess_env(tmp: Path | str | None = None) -> dict:
     if tmp is not None:
         env["TMPDIR"] = str(tmp)
     return env
+
+
+def wrap_seed(seed, wrap):
+    """WrapSeed of mix/mix_stream.h: the seed of a source's wrap-th reread of an epoch."""
+    if wrap == 0:
+        return seed
+    m = (1 << 64) - 1
+    z = (seed + wrap * 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)

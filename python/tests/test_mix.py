@@ -24,6 +24,7 @@ import pytest
 
 import pqloader
 from pqloader import _core
+from conftest import wrap_seed
 
 
 @pytest.fixture(scope="module")
@@ -1009,16 +1010,6 @@ def test_packed_sources_on_two_ranks_resume_exactly_after_wraps(token_sources):
     for cut in (5, len(full) // 2, len(full) - 3):
         resume_after(mixture, cut, full)
 
-
-def wrap_seed(seed, wrap):
-    """WrapSeed of mix/mix_stream.h: the seed of a source's wrap-th reread of an epoch."""
-    if wrap == 0:
-        return seed
-    m = (1 << 64) - 1
-    z = (seed + wrap * 0x9E3779B97F4A7C15) & m
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
-    return z ^ (z >> 31)
 
 
 def test_a_packed_sources_wrap_without_a_whole_batch_is_passed_over(tmp_path):

@@ -28,19 +28,12 @@ import pytest
 import pqloader
 from pqloader import _core
 from pqloader import transforms as T
+from conftest import wrap_seed
 
 
 class Skip(Exception):
     pass
 
-def wrap_seed(seed, wrap):
-    if wrap == 0:
-        return seed
-    m = (1 << 64) - 1
-    z = (seed + wrap * 0x9E3779B97F4A7C15) & m
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
-    return z ^ (z >> 31)
 
 def write_source(rng, root, s, packed):
     d = os.path.join(root, f"s{s}"); os.makedirs(d)
