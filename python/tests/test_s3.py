@@ -778,27 +778,34 @@ def test_s3_footer_kept_for_another_object_is_not_used(store, tmp_path):
     assert plain.stats()["footers_from_cache"] == 2  # the swapped ones were replaced
 
 
-def test_a_child_forked_while_another_thread_builds_an_s3_loader_builds_its_own(store):
+@pytest.mark.parametrize("summary", [False, True])
+def test_a_child_forked_while_another_thread_builds_an_s3_loader_builds_its_own(store, summary):
     # A Loader's build lists the bucket (Arrow's lister, on Arrow's I/O pool) and reads
     # the footers (on the build's threads) outside the fork gate; each request holds
     # Arrow's S3 client lock (a reader lock), so a child forked meanwhile inherited it
     # held, and its first S3 client (a Loader it builds) waited for it for good: about
-    # half of such children hung (gdb: BuildClient in pthread_rwlock_wrlock).
+    # half of such children hung (gdb: BuildClient in pthread_rwlock_wrlock). With an
+    # index the build reads the summary and the index instead (summary.cc).
+    source = "s3://data/ds"
+    if summary:
+        store.server.upload("data", "fork-indexed", store.paths)
+        source = "s3://data/fork-indexed"
+        pqloader.write_index(source, storage_options=store.options)
     script = textwrap.dedent("""
         import os, sys, threading, time
         import pqloader
-        options = eval(sys.argv[1])
+        options, source = eval(sys.argv[1]), sys.argv[2]
         stop = threading.Event()
         def build():
             while not stop.is_set():
-                pqloader.Loader("s3://data/ds", columns=["id"], batch_size=20,
+                pqloader.Loader(source, columns=["id"], batch_size=20,
                                 storage_options=options)
         threading.Thread(target=build, daemon=True).start()
         time.sleep(0.5)
         for _ in range(12):
             pid = os.fork()
             if pid == 0:
-                loader = pqloader.Loader("s3://data/ds", columns=["id"], batch_size=20,
+                loader = pqloader.Loader(source, columns=["id"], batch_size=20,
                                          storage_options=options)
                 os._exit(0 if len(next(iter(loader))["id"]) == 20 else 3)
             deadline = time.monotonic() + 60
@@ -813,6 +820,6 @@ def test_a_child_forked_while_another_thread_builds_an_s3_loader_builds_its_own(
         print("ok")
         os._exit(0)
     """)
-    done = subprocess.run([sys.executable, "-c", script, repr(store.options)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script, repr(store.options), source], capture_output=True,
                           text=True, timeout=900, env=subprocess_env())
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-2000:]

@@ -19,6 +19,7 @@
 #include "pqloader/dataset/columns.h"
 #include "pqloader/dataset/dataset.h"
 #include "pqloader/error.h"
+#include "pqloader/util/fork_gate.h"
 
 namespace pqloader {
 
@@ -33,6 +34,9 @@ constexpr const char* kIndexHeaderV1 = "pqloader-index 1";
 arrow::Result<std::string> ReadWhole(const std::shared_ptr<arrow::fs::FileSystem>& fs,
                                      const std::string& path, int64_t size,
                                      const std::string& display) {
+  // Requests: a fork waits for them (Arrow's S3 client holds a lock for each, which a
+  // child forked meanwhile inherited held: its first S3 client waited for good).
+  const fork_gate::Inside inside;
   auto input = OpenListedFile(fs, path, size, display);
   if (!input.ok()) {
     return MakeIOError(input.status(), "cannot open '", display, "'");
@@ -161,7 +165,10 @@ arrow::Result<DatasetIndex> ReadIndexFile(
     const std::string& display) {
   const std::string path = Join(root, "_pqloader_index");
   if (size < 0) {
-    auto info = fs->GetFileInfo(path);
+    auto info = [&] {
+      const fork_gate::Inside inside;  // a request (see ReadWhole)
+      return fs->GetFileInfo(path);
+    }();
     if (!info.ok()) {
       return MakeIOError(info.status(), "cannot access '", display, "'");
     }
@@ -410,6 +417,7 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
   // once the summary is written the index follows (the caller still raises
   // KeyboardInterrupt).
   if (IsCancelled(cancel)) return CancelledStatus();
+  const fork_gate::Inside inside;  // the writes, moves and deletes below (see ReadWhole)
   const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
   // Both written before either is moved: a disk that had room for _metadata and not for
   // _pqloader_index left the new _metadata alone in place (the old index beside it no
