@@ -772,5 +772,10 @@ def test_a_dropped_trainer_whose_batch_transform_holds_its_iterator_is_collected
     refs = [within_deadline(drop_one) for _ in range(10)]
     within_deadline(gc.collect)
     assert [r() for r in refs] == [None] * 10, "a dropped trainer's loader was never collected"
+    # (A generator the collector finalised on its own transform thread is not joined:
+    # that thread ends on its own, seeing `stop`; waited for, bounded. Without the fix
+    # they never end.)
+    for t in [t for t in threading.enumerate() if t.name == "pqloader-batch-transform"]:
+        t.join(timeout=60)
     assert [t.name for t in threading.enumerate() if t.name == "pqloader-batch-transform"] == []
     assert _tasks() < tasks + 10  # (without the fix: +110; a storage thread may linger)
