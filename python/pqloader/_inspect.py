@@ -80,7 +80,8 @@ def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None
         ``unverified_entries``.
 
     Raises:
-        pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
+        pqloader.InvalidDataError: `cache_dir` is not empty and has no valid marker file
+            (none, or one empty or damaged: the message says which; it is
             not a pqloader cache); nothing was deleted.
         pqloader.IOError: `cache_dir` is not a directory, `dataset` cannot be listed, or
             an entry could not be deleted.
@@ -113,7 +114,8 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
         files, markers, usage files, records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``.
 
     Raises:
-        pqloader.InvalidDataError: `cache_dir` is not empty and has no marker file (it is
+        pqloader.InvalidDataError: `cache_dir` is not empty and has no valid marker file
+            (none, or one empty or damaged: the message says which; it is
             not a pqloader cache); nothing was deleted.
         pqloader.IOError: `cache_dir` is not a directory, a file could not be deleted, or
             another process or thread held a shard's lock for over 60 s.

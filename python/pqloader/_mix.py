@@ -181,6 +181,7 @@ class Mixture:
         self._kept: tuple[int, Any] | None = None  # (epoch, its draws) for its stream
         self._seeds_version = 0  # bumped when load_state_dict adopts seeds (see epoch_samples)
         self._epochs_in_place = 0  # epochs begun whose batches the sources wrote in place
+        self._empty_warned: set[int] = set()  # sources warned of: no rows, so stop="first" epochs are empty
         # The consumer's time in next() (and of it, in the stream's next()), batches out.
         self._clock = ConsumerClock()
         self._engine_wait = 0.0
@@ -418,6 +419,8 @@ class Mixture:
         drawn = min(samples, self.num_batches(epoch) * self._batch_size)
         if drawn > 0:
             self._check_sources_have_rows(epoch, drawn)
+        elif samples == 0:
+            self._warn_sources_without_rows(epoch)
         with self._lock:
             # A stale iterator (resumed after a newer one began) touches nothing.
             if generation != self._generation:
@@ -508,6 +511,24 @@ class Mixture:
                 f"of {o.world_size} (its filter, shard or drop_last leave it none), but its weight "
                 f"{self._weights[i]:g} draws it at sample {first} of the epoch's {samples}; "
                 "give it weight 0")
+
+    def _warn_sources_without_rows(self, epoch: int) -> None:
+        """Warn, once per source, that a source of weight > 0 without rows in `epoch` (its
+        filter, shard or drop_last leave it none on this rank) ends a stop="first" epoch
+        before its first draw: the epoch is empty (its loop ran no batch, with no word)."""
+        if self._stop != "first" or self._samples is not None:
+            return
+        rows = self._rows_of(epoch)
+        for i, (w, n) in enumerate(zip(self._weights, rows)):
+            if w > 0 and n == 0 and i not in self._empty_warned:
+                self._empty_warned.add(i)
+                o = self._loaders[i].options
+                warnings.warn(
+                    f"mixture source {self._names[i]!r} has no rows in epoch {epoch} on rank {o.rank} "
+                    f"of {o.world_size} (its filter, shard or drop_last leave it none): with its "
+                    f"weight {w:g}, a stop='first' epoch ends at once, with no batch. Give it "
+                    "weight 0, stop='last' or samples_per_epoch (warned once per source)",
+                    RuntimeWarning, stacklevel=user_stacklevel())
 
     def _stop_stream(self) -> None:
         if self._stream is not None:
@@ -816,7 +837,10 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
             runs out (``stop``).
         stop: Without samples_per_epoch: ``"first"`` (default) ends the epoch when the
             first source runs out of its epoch's rows, ``"last"`` when every source has
-            been read whole at least once (the others restart, reshuffled).
+            been read whole at least once (the others restart, reshuffled). Under
+            ``"first"``, a source of weight > 0 without rows on this rank (its filter,
+            shard or drop_last leave it none) makes the epoch empty: a ``RuntimeWarning``
+            names it, once per source.
         drop_last: Drop the epoch's last partial batch (a bool: ``"False"`` is refused).
         num_epochs: Epochs per iteration (None: forever). Default 1.
         source_column: Name (a non-empty str, not a column of the sources) of the int64

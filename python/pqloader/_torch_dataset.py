@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch.utils.data
 
@@ -228,7 +228,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             # A packed loader refuses another world size, so the main loader (one rank)
             # cannot load its workers' state: its options and position are checked as
             # the worker loaders' (rank 0 of the state's world), which load it.
-            loader._check_state(state, as_world=state["options"]["world_size"])
+            loader._check_state(state, as_world=int(state["options"]["world_size"]))
             self._unloaded = True
         else:
             loader.load_state_dict(state)  # checks it; the worker loaders load it again
@@ -255,10 +255,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def _worker_level_packed(self, state: Any) -> bool:
         """`state` is of a packed loader's DataLoader workers (a world of world_size * W)."""
-        theirs = state.get("options") if isinstance(state, dict) else None
-        world = theirs.get("world_size") if isinstance(theirs, dict) else None
+        # (any Mapping, and a NumPy int world_size, as the loader's own checks take them: a
+        # state rebuilt so fell through to the main loader, which refused the resize)
+        theirs = state.get("options") if isinstance(state, Mapping) else None
+        world = theirs.get("world_size") if isinstance(theirs, Mapping) else None
         o = self._recipe.options
-        return (o.pack is not None and isinstance(world, int) and not isinstance(world, bool)
+        return (o.pack is not None and _state.is_state_int(world)
                 and world != o.world_size and world % o.world_size == 0)
 
     def __len__(self) -> int:

@@ -229,3 +229,34 @@ def test_an_empty_cache_dir_is_refused_not_taken_as_the_current_directory(tmp_pa
                        capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert r.returncode != 0 and "got ''" in r.stderr, r.stderr
     assert sorted(cache.glob("shard-*/*.pqc")) == entries
+
+
+@pytest.mark.parametrize("marker,why", [
+    (b"", "marker file is empty (damaged)"),
+    (b"pqlo\0\0garbage", "marker file is damaged (its first line is not 'pqloader cache')"),
+    (None, "marker is not a regular file (damaged)"),
+])
+def test_stats_prune_and_clear_name_a_damaged_marker_not_a_missing_one(tmp_path, marker, why):
+    # A cache holding a file of the user's (so only its marker proves it pqloader's) whose
+    # PQLOADER_CACHE was empty or damaged was refused as having "no PQLOADER_CACHE marker
+    # file": the user looked for a missing file that was there.
+    cache = tmp_path / "cache"
+    ids = fill(write(tmp_path / "d.parquet"), cache)
+    assert ids == list(range(120))
+    (cache / "notes.txt").write_text("mine\n")
+    (cache / MARKER).unlink()
+    if marker is None:
+        (cache / MARKER).mkdir()
+    else:
+        (cache / MARKER).write_bytes(marker)
+    for call in (pqloader.cache_stats, pqloader.cache_prune, pqloader.cache_clear):
+        with pytest.raises(pqloader.InvalidDataError) as caught:
+            call(cache)
+        assert why in str(caught.value) and "has no" not in str(caught.value), str(caught.value)
+    for command in ("stats", "prune", "clear"):
+        done = cli("cache", command, str(cache))
+        assert done.returncode == 1 and why in done.stderr, done.stderr
+    assert (cache / "notes.txt").read_text() == "mine\n"
+    (cache / MARKER).rmdir() if marker is None else (cache / MARKER).unlink()
+    with pytest.raises(pqloader.InvalidDataError, match="it has no PQLOADER_CACHE marker file"):
+        pqloader.cache_stats(cache)

@@ -488,6 +488,53 @@ def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(t
 
 
 @pytestmark_workers
+def test_dataloader_workers_of_a_packed_loader_resume_a_state_rebuilt_with_numpy_or_a_mapping(tmp_path):
+    # Only a plain dict with a Python int world_size was taken as the workers' state: one
+    # rebuilt with NumPy ints, or held in another Mapping, went to the main loader (one
+    # rank), which refused it as a resize of a packed loader.
+    import types
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    docs = [[i] * (i % 7 + 1) for i in range(60)]
+    pq.write_table(pa.table({"tokens": pa.array(docs, pa.list_(pa.int32()))}), tmp_path / "t.parquet",
+                   row_group_size=15)
+
+    def run(take_n=None, state=None):
+        loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1,
+                                 pack=pqloader.Pack("tokens", seq_len=8, eos=0))
+        dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=2)
+        if state is not None:
+            dl.load_state_dict(state)
+        out = []
+
+        def go():
+            for batch in dl:
+                out.append(batch["tokens"].numpy().copy())
+                if take_n is not None and len(out) == take_n:
+                    break
+            return dl.state_dict()
+
+        return out, run_with_timeout(go, timeout=120)
+
+    def numpy_ints(value):
+        if isinstance(value, dict):
+            return {k: numpy_ints(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [numpy_ints(v) for v in value]
+        return np.int64(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    whole, _ = run()
+    head, state = run(take_n=3)
+    state = json.loads(json.dumps(state))
+    assert state["options"]["world_size"] == 2
+    for rebuilt in (numpy_ints(state),
+                    types.MappingProxyType(dict(state, options=types.MappingProxyType(state["options"])))):
+        tail, _ = run(state=rebuilt)
+        np.testing.assert_array_equal(np.concatenate(head + tail), np.concatenate(whole))
+
+
+@pytestmark_workers
 def test_dataloader_workers_of_a_packed_loader_refuse_another_split_of_their_world(tmp_path):
     # 1 rank x 4 workers after 5 batches ([2, 1, 1, 1]) resumed as 2 ranks x 2 workers: a
     # packed state cannot be dealt anew, and continuing each worker's stream gave the

@@ -509,6 +509,31 @@ def test_selection_is_kept_in_the_cache_dir(data, tmp_path):
     assert pqloader.cache_stats(str(tmp_path))["selections"] == 0
 
 
+def test_a_selection_that_cannot_be_saved_is_a_counted_cache_write_error_warned_once(tmp_path):
+    # A selection that could not be saved into cache_dir/filters (a full or read-only disk;
+    # here a file in the place of filters/) was dropped silently, where a failed insert of
+    # an entry is counted (cache_write_errors) and warned of once.
+    import warnings
+    pq.write_table(pa.table({"x": pa.array(range(1000), pa.int64())}), tmp_path / "d.parquet",
+                   row_group_size=250)
+    cache = tmp_path / "cache"
+    first = pqloader.Loader(str(tmp_path / "d.parquet"), batch_size=100, cache_dir=str(cache))
+    assert sum(len(b["x"]) for b in first) == 1000  # a marked cache
+    (cache / "filters").write_text("not a directory\n")
+    loader = pqloader.Loader(str(tmp_path / "d.parquet"), batch_size=100, cache_dir=str(cache),
+                             filter="x < 555", num_epochs=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ids = [int(i) for b in loader for i in b["x"]]
+    assert ids == list(range(555)) * 2
+    saved = [str(w.message) for w in caught if "selection" in str(w.message)]
+    assert len(saved) == 1 and "cannot save the filter's selection" in saved[0], [str(w.message) for w in caught]
+    assert str(cache / "filters") in saved[0]
+    assert loader.stats()["cache_write_errors"] == 1
+    assert loader.stats()["filter_from_store"] is False
+    assert (cache / "filters").read_text() == "not a directory\n"
+
+
 def test_a_selection_kept_for_one_root_never_serves_another_root_of_the_same_files(tmp_path):
     # The partition keys come from the directories below the root, so the same files
     # loaded from another root have other keys; the stored selection's key named only

@@ -1185,6 +1185,31 @@ def test_an_empty_source_of_weight_0_does_not_end_a_stop_first_epoch(tmp_path):
     assert sorted(np.concatenate([b["x"] for b in m]).tolist()) == list(range(100))
 
 
+@pytest.mark.parametrize("kw", [dict(filter="x < 0"), dict(rank=1, world_size=2, filter="x < 1001")])
+def test_a_weighted_source_without_rows_that_empties_stop_first_epochs_is_warned_once(tmp_path, kw):
+    # Under stop="first", a source of weight > 0 without rows on a rank ends every epoch
+    # before its first draw: the loop ran no batch, with no error nor warning.
+    for name, rows in (("a", range(100)), ("b", range(1000, 1100))):
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"x": pa.array(list(rows), pa.int64())}), tmp_path / name / "p.parquet")
+    shard = {k: v for k, v in kw.items() if k != "filter"}
+
+    def mixture(weights, **options):
+        return pqloader.mix({"a": pqloader.Loader(str(tmp_path / "a"), batch_size=10, **shard),
+                             "b": pqloader.Loader(str(tmp_path / "b"), batch_size=10, **kw)},
+                            weights, seed=0, **options)
+
+    m = mixture([1.0, 1.0], num_epochs=3)
+    rank = kw.get("rank", 0)
+    with pytest.warns(RuntimeWarning, match=rf"mixture source 'b' has no rows in epoch 0 on rank {rank} "
+                                            rf"of {kw.get('world_size', 1)} .*stop='first'") as caught:
+        assert run(m) == []
+    assert len([w for w in caught if "mixture source" in str(w.message)]) == 1  # once
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(run(mixture([1.0, 0.0]))) > 0  # never drawn: no warning
+
+
 @pytest.mark.parametrize("kw", [dict(stop="last"), dict(samples_per_epoch=50)])
 def test_a_drawn_source_that_its_filter_leaves_empty_is_named_before_the_first_batch(tmp_path, kw):
     # The stream raised "mixture source 0 has no rows" (its index, no cause) at the batch
@@ -1569,6 +1594,7 @@ def test_a_batch_size_below_1_is_refused(sources):
             pqloader.mix(loaders(root), [1, 1, 1], batch_size=bad)
 
 
+@pytest.mark.filterwarnings("ignore:mixture source:RuntimeWarning")  # (its source, once)
 def test_endless_empty_epochs_raise_at_the_limit_naming_the_count(tmp_path):
     # The check against endless empty epochs raises at the 1000th in a row, counting
     # the ones before it (off-by-one mutants of its counter and its message survived).

@@ -189,6 +189,9 @@ void Loader::SetUpCache() {
   cache_identity_ = id;
   cache_view_ = std::make_shared<CacheView>(this);
   cache_->set_schedule(cache_view_);
+  // A filter's selection that could not be saved into cache_dir/filters (a full or
+  // read-only disk) is a cache write failure too: counted and warned once (it was silent).
+  if (!filter_stats_.store_error.empty()) cache_->CountWriteFailure(filter_stats_.store_error);
 }
 
 void Loader::CacheFollowsPlan() {

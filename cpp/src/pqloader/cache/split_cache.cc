@@ -1385,6 +1385,11 @@ void SplitCache::Warn(WarningKind kind, const std::string& message) {
   warnings_.push_back(message);
 }
 
+void SplitCache::CountWriteFailure(const std::string& message) {
+  ++write_errors_;
+  Warn(WarningKind::kWriteFailure, message);
+}
+
 void SplitCache::Refuse(CacheRefusal reason, const SourceIdentity& source) {
   CountRefusal(reason, source, 0);
 }
@@ -1552,6 +1557,28 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
 // directory left one that `cache stats`, `clear` and `prune` refused).
 bool IsCacheDir(const std::string& dir) { return IsMarkedCacheDir(dir) || HoldsOnlyCacheFiles(dir); }
 
+// Why `dir`, not IsCacheDir, is refused: its marker is missing, or there but unreadable or
+// damaged (an empty or damaged marker was reported as none: "it has no PQLOADER_CACHE
+// marker file").
+std::string MarkerProblem(const std::string& dir) {
+  const std::string marker = dir + "/" + kCacheMarkerName;
+  const std::string name = kCacheMarkerName;
+  struct stat st;
+  if (::lstat(marker.c_str(), &st) != 0) {
+    if (errno == ENOENT) return "it has no " + name + " marker file";
+    return Errno("its " + name + " marker cannot be read");
+  }
+  if (!S_ISREG(st.st_mode)) return "its " + name + " marker is not a regular file (damaged)";
+  if (st.st_size == 0) return "its " + name + " marker file is empty (damaged)";
+  std::string text;
+  if (!ReadCacheFile(marker, 4096, &text)) {
+    return st.st_size > 4096 ? "its " + name + " marker file is damaged (over 4096 bytes)"
+                             : Errno("its " + name + " marker file cannot be read");
+  }
+  return "its " + name + " marker file is damaged (its first line is not '" +
+         kCacheMarkerFirstLine + "')";
+}
+
 // Write the marker of `dir` (recording `shards` when it is not 0): over the one there
 // with `replace`, else only where there is none (linked to its name, as a claim marker
 // is: a marker another process wrote meanwhile stays, with its shard count).
@@ -1637,8 +1664,8 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
   fs::directory_iterator top(dir, ec);
   if (ec) return MakeOsError(ec.value(), "cannot list cache directory '", dir, "'");
   if (!IsCacheDir(dir)) {
-    return arrow::Status::Invalid("'", dir, "' is not a pqloader cache directory: it has no ",
-                                  kCacheMarkerName, " marker file (or it cannot be read)");
+    return arrow::Status::Invalid("'", dir, "' is not a pqloader cache directory: ",
+                                  MarkerProblem(dir));
   }
   CacheDirStats s;
   // The footers and selections are counted after the shards: checking entries against a
@@ -1727,8 +1754,8 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
   if (!IsCacheDir(dir)) {
     if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to prune
     return arrow::Status::Invalid(
-        "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,
-        " marker file, so nothing in it can be proven to be pqloader's; nothing was deleted");
+        "'", dir, "' is not a pqloader cache directory: ", MarkerProblem(dir),
+        ", so nothing in it can be proven to be pqloader's; nothing was deleted");
   }
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::error_code ec2;
@@ -1914,8 +1941,8 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const Canc
   if (!IsCacheDir(dir)) {
     if (fs::is_empty(dir, ec) && !ec) return report;  // nothing to clear
     return arrow::Status::Invalid(
-        "'", dir, "' is not a pqloader cache directory: it has no ", kCacheMarkerName,
-        " marker file, so nothing in it can be proven to be pqloader's; nothing was deleted "
+        "'", dir, "' is not a pqloader cache directory: ", MarkerProblem(dir),
+        ", so nothing in it can be proven to be pqloader's; nothing was deleted "
         "(pqloader marks a cache directory when it creates it or finds it empty)");
   }
   Clearer clearer(&report, cancel);

@@ -233,6 +233,11 @@ class SplitCache {
     schedule_ = std::move(schedule);
   }
 
+  /// Count a write of its owner's into the cache directory beside the entries that failed
+  /// (a filter's selection not saved: FilterStats::store_error) in write_errors, and warn
+  /// once, as a failed insert is (the same warning kind).
+  void CountWriteFailure(const std::string& message);
+
   CacheCounters counters() const;
   /// Return (and forget) the oldest warning not yet reported, or an empty string. Each
   /// kind of warning (write failure; each refusal reason) is issued once per cache object.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -1299,25 +1300,37 @@ void SweepStaleTemps(const std::filesystem::path& dir) {
   }
 }
 
-void Store(const std::string& path, const RowSelection& sel, const std::string& key) {
+// Save `sel` at `path`; return why it could not be (empty if it was): not kept, the next
+// run evaluates again.
+std::string Store(const std::string& path, const RowSelection& sel, const std::string& key) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string failed = "cannot save the filter's selection as '" + path + "' (";
+  const std::string unsaved = "): the next run evaluates the filter again";
+  if (ec) return failed + ec.message() + unsaved;
   SweepStaleTemps(std::filesystem::path(path).parent_path());
   // "<key>.sel.tmp-<pid>-<thread>", a name the cache directory knows as its own.
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     const std::string bytes = Serialize(sel, key);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.close();  // its last bytes are written here: a full disk shows now, not never
     if (!out) {
+      const int err = errno;
       std::filesystem::remove(tmp, ec);
-      return;  // not kept: the next run evaluates again
+      return failed + (err != 0 ? std::strerror(err) : "write failed") + unsaved;
     }
   }
   std::filesystem::rename(tmp, path, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    return failed + why + unsaved;
+  }
+  return "";
 }
 
 }  // namespace
@@ -1436,7 +1449,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   for (const auto& [s, e] : to_mask) {
     if (sel.stage[s] == RowSelection::Stage::kAll) st.row_groups_all_rows -= 1;
   }
-  if (storable) Store(store_path, sel, store_key);
+  if (storable) sel.stats.store_error = Store(store_path, sel, store_key);
   return sel;
 }
 

@@ -79,6 +79,10 @@ struct FilterStats {
   int64_t bytes_pruned = 0;     ///< Of those, in row groups pruned (never read for the batches).
   int64_t mask_bytes_read = 0;  ///< Compressed bytes of the filter columns read by the mask pass.
   bool from_store = false;      ///< The selection came from FilterOptions::store_dir.
+  /// Why the selection could not be saved into FilterOptions::store_dir (a full or
+  /// read-only disk), empty if it was (or there is no store): the Loader counts it as a
+  /// cache write error and warns (it was dropped silently). Not stored.
+  std::string store_error;
 };
 
 /// Per split of the dataset (in split order): kept or not, and which rows.
