@@ -442,6 +442,26 @@ def test_dataloader_state_resumes_in_a_loader_whose_seed_was_drawn(ds, cut):
     assert head or rest
 
 
+def _run_packed_dataloader(path, workers, take_n=None, state=None):
+    """Batches (tokens) of a DataLoader of `workers` over a shuffled packed loader of
+    `path`, resumed from `state`, stopped after `take_n`; and its state then."""
+    loader = pqloader.Loader(str(path), batch_size=2, shuffle=True, seed=1,
+                             pack=pqloader.Pack("tokens", seq_len=8, eos=0))
+    dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=workers)
+    if state is not None:
+        dl.load_state_dict(state)
+    out = []
+
+    def go():
+        for batch in dl:
+            out.append(batch["tokens"].numpy().copy())
+            if take_n is not None and len(out) == take_n:
+                break
+        return dl.state_dict()
+
+    return out, run_with_timeout(go, timeout=120)
+
+
 @pytestmark_workers
 def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(tmp_path):
     # The state of a packed loader's workers (a world of W) was checked against the main
@@ -453,21 +473,7 @@ def test_dataloader_workers_of_a_packed_loader_resume_and_refuse_other_workers(t
                    row_group_size=30)
 
     def run(workers, take_n=None, state=None):
-        loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1,
-                                 pack=pqloader.Pack("tokens", seq_len=8, eos=0))
-        dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=workers)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-
-        def go():
-            for batch in dl:
-                out.append(batch["tokens"].numpy().copy())
-                if take_n is not None and len(out) == take_n:
-                    break
-            return dl.state_dict()
-
-        return out, run_with_timeout(go, timeout=120)
+        return _run_packed_dataloader(tmp_path, workers, take_n, state)
 
     whole, _ = run(2)
     head, state = run(2, take_n=3)
@@ -501,21 +507,7 @@ def test_dataloader_workers_of_a_packed_loader_resume_a_state_rebuilt_with_numpy
                    row_group_size=15)
 
     def run(take_n=None, state=None):
-        loader = pqloader.Loader(str(tmp_path), batch_size=2, shuffle=True, seed=1,
-                                 pack=pqloader.Pack("tokens", seq_len=8, eos=0))
-        dl = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(loader), num_workers=2)
-        if state is not None:
-            dl.load_state_dict(state)
-        out = []
-
-        def go():
-            for batch in dl:
-                out.append(batch["tokens"].numpy().copy())
-                if take_n is not None and len(out) == take_n:
-                    break
-            return dl.state_dict()
-
-        return out, run_with_timeout(go, timeout=120)
+        return _run_packed_dataloader(tmp_path, 2, take_n, state)
 
     def numpy_ints(value):
         if isinstance(value, dict):
