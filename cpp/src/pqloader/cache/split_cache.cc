@@ -49,6 +49,14 @@ constexpr char kMarkerFirstLine[] = "pqloader fetch";
 // Polling of a split another process is fetching: from 1 ms, doubling, to this.
 constexpr auto kMaxWaitPoll = std::chrono::milliseconds(20);
 constexpr auto kStaleTempAge = std::chrono::minutes(10);
+
+// Delete `e` if it is a regular file (not a link) not written to for kStaleTempAge.
+void RemoveIfStale(const fs::directory_entry& e) {
+  std::error_code ec;
+  if (e.is_symlink(ec) || !e.is_regular_file(ec)) return;
+  const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec);
+  if (!ec && age > kStaleTempAge) fs::remove(e.path(), ec);
+}
 // Entries are read and hashed in pieces of this size (each stays in L2 between the two).
 constexpr int64_t kReadPieceBytes = 512 << 10;
 
@@ -259,8 +267,7 @@ std::vector<EntryFile> ListShard(const std::string& shard, int64_t* temp_files =
     std::string key;
     if (IsTempName(name)) {
       if (temp_files) ++*temp_files;
-      const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
-      if (remove_stale && !ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
+      if (remove_stale) RemoveIfStale(e);
       continue;
     }
     if (IsMarkerName(name, &key)) {
@@ -468,14 +475,7 @@ bool MarkerPending(const std::string& shard, const std::string& key) {
 // while marking `dir`, once older than kStaleTempAge: nothing else ever deleted them.
 void SweepMarkerTemps(const std::string& dir) {
   const std::string prefix = std::string(kCacheMarkerName) + ".tmp-";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    std::error_code ec2;
-    if (name.rfind(prefix, 0) != 0 || e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
-    const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
-    if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
-  }
+  SweepStaleTemps(dir, [&](const std::string& name) { return name.rfind(prefix, 0) == 0; });
 }
 
 // The highest shard-NN directory of `dir` plus one (0 when there is none).
@@ -1029,11 +1029,8 @@ class DiskCache : public SplitCache {
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
       std::string key;
-      std::error_code ec2;
       if (IsTempName(name)) {
-        if (e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
-        const auto age = fs::file_time_type::clock::now() - e.last_write_time(ec2);
-        if (!ec2 && age > kStaleTempAge) fs::remove(e.path(), ec2);
+        RemoveIfStale(e);
       } else if (IsMarkerName(name, &key) && options_.wait_timeout_ms > 0 &&
                  !MarkerPending(dir, key)) {
         // (Only a marker whose entry is published or whose process is gone: a live
@@ -1498,6 +1495,13 @@ std::string CacheKey(const std::string& identity) {
   std::snprintf(out, sizeof(out), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
                 static_cast<unsigned long long>(h.low64));
   return out;
+}
+
+void SweepStaleTemps(const std::string& dir, const std::function<bool(const std::string&)>& is_temp) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (is_temp(e.path().filename().string())) RemoveIfStale(e);
+  }
 }
 
 bool ReadCacheFile(const std::string& path, int64_t max_bytes, std::string* out) {

@@ -313,6 +313,11 @@ bool IsMarkedCacheDir(const std::string& dir);
 /// none (a marker written before 2026-12, or by a footer or filter store) or is missing.
 int CacheDirShards(const std::string& dir);
 
+/// Delete the files of `dir` whose names `is_temp` accepts that are regular files (not
+/// links) not written to for 10 minutes: temp files of writers killed mid-write, never
+/// read (a shard's, the marker's, a filter store's). Best effort.
+void SweepStaleTemps(const std::string& dir, const std::function<bool(const std::string&)>& is_temp);
+
 /// Read the regular file at `path` whole into `*out` if it holds at most `max_bytes`.
 /// Opened without following a symbolic link and without blocking, as entries are: a
 /// FIFO (or a link to one, or to /dev/zero) in place of a cache file is not waited on

@@ -1288,16 +1288,8 @@ std::optional<RowSelection> LoadStored(const std::string& path, const Dataset& d
 // <pid>-<thread>" not written to for ten minutes, as a shard's temp files are swept):
 // never read, they stayed until a `pqloader cache clear` (one of 4 bytes per kept row
 // each), outside cache_size_limit.
-void SweepStaleTemps(const std::filesystem::path& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const size_t at = name.find(".sel.tmp-");
-    std::error_code ec2;
-    if (at != 32 || e.is_symlink(ec2) || !e.is_regular_file(ec2)) continue;
-    const auto age = std::filesystem::file_time_type::clock::now() - e.last_write_time(ec2);
-    if (!ec2 && age > std::chrono::minutes(10)) std::filesystem::remove(e.path(), ec2);
-  }
+void SweepSelectionTemps(const std::string& dir) {
+  SweepStaleTemps(dir, [](const std::string& name) { return name.find(".sel.tmp-") == 32; });
 }
 
 // Save `sel` at `path`; return why it could not be (empty if it was): not kept, the next
@@ -1308,7 +1300,7 @@ std::string Store(const std::string& path, const RowSelection& sel, const std::s
   const std::string failed = "cannot save the filter's selection as '" + path + "' (";
   const std::string unsaved = "): the next run evaluates the filter again";
   if (ec) return failed + ec.message() + unsaved;
-  SweepStaleTemps(std::filesystem::path(path).parent_path());
+  SweepSelectionTemps(std::filesystem::path(path).parent_path().string());
   // "<key>.sel.tmp-<pid>-<thread>", a name the cache directory knows as its own.
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
