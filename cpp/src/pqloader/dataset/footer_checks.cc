@@ -146,8 +146,9 @@ int64_t FirstElementNullsFromFooters(const std::vector<DataFile>& files,
 
 // Null values of output column `column` that the footers prove the loader reads, in
 // one file: how many (at least), the first row group holding them, and whether the
-// count is exact. Unlike NullsFromFooters, a row group the footers cannot tell about (or
-// a filter's selection within one) does not hide the nulls proven in the file's others.
+// count is exact. A row group the footers cannot tell about (or a filter's selection
+// within one) does not hide the nulls proven in the file's others (NullsFromFooters,
+// which counts a file only where exact, is made of it).
 struct ProvenNulls {
   int64_t count = 0;
   int32_t first_row_group = -1;
@@ -204,38 +205,9 @@ std::vector<ProvenNulls> ProvenNullsFromFooters(const std::vector<DataFile>& fil
 std::vector<int64_t> NullsFromFooters(const std::vector<DataFile>& files,
                                       const std::vector<Split>& splits, int column,
                                       int partition_key) {
-  std::vector<int64_t> out(files.size(), 0);
-  for (const Split& s : splits) {
-    const DataFile& f = files[s.file];
-    int64_t& n = out[s.file];
-    if (n < 0) continue;
-    if (s.file_rows == 0) continue;  // no rows, no nulls (writers give it no statistics)
-    if (s.rows != nullptr) {
-      n = -1;  // a filter kept some rows: their nulls are known once read
-      continue;
-    }
-    if (partition_key >= 0) {
-      if (f.partition_null[partition_key]) n += s.file_rows;
-      continue;
-    }
-    const ColumnSource& src = f.columns[column];
-    if (src.field < 0 || src.type == nullptr || src.type->id() == arrow::Type::NA) {
-      n += s.file_rows;  // the file lacks the column: every row is null
-      continue;
-    }
-    if (src.leaves.size() != 1) {
-      n = -1;
-      continue;
-    }
-    try {
-      auto rg = f.RowGroup(s.row_group);
-      auto chunk = rg->ColumnChunk(src.leaves[0]);
-      const int64_t c = ChunkNulls(*chunk, LevelsOf(*f.schema()->Column(src.leaves[0])));
-      n = c < 0 ? -1 : n + c;
-    } catch (const std::exception&) {
-      n = -1;  // a corrupt footer is reported when the row group is read
-    }
-  }
+  const auto proven = ProvenNullsFromFooters(files, splits, column, partition_key);
+  std::vector<int64_t> out(files.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = proven[i].exact ? proven[i].count : -1;
   return out;
 }
 
