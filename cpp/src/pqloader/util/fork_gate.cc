@@ -149,11 +149,22 @@ void ClearInheritedThreadData(int threads_at_fork) {
   for (auto& t : threads) t.join();
 }
 
+// This thread's depth inside the gate: a scope inside another (a listed object's read
+// inside FetchUnit's) counts once. Entering again waited while the process forked, and
+// the fork waited kForkWait for this thread, which was already inside.
+thread_local int depth = 0;
+
+// The tasks inside the gate that a fork by this thread waits for: all but itself. A
+// thread that forks from inside (a storage request calling back into code that forks)
+// waited kForkWait for itself, and its child, which kept its depth but counted nobody
+// inside, went to -1 when it left.
+int OthersInside(const Gate& g) { return g.inside - (depth > 0 ? 1 : 0); }
+
 void Prepare() {
   Gate& g = TheGate();
   std::unique_lock<std::mutex> lock(g.mu);
   g.forking = true;
-  g.left.wait_for(lock, kForkWait, [&] { return g.inside == 0; });
+  g.left.wait_for(lock, kForkWait, [&] { return OthersInside(g) == 0; });
   g.threads_at_fork = ThreadsInProcess();
   for (const auto& l : g.locks) l.first();
   lock.release();  // held through the fork
@@ -171,7 +182,7 @@ void AfterInChild() {
   Gate& g = TheGate();
   for (auto it = g.locks.rbegin(); it != g.locks.rend(); ++it) it->second();
   g.forking = false;
-  g.inside = 0;  // their threads are not in this process
+  g.inside = depth > 0 ? 1 : 0;  // the other threads are not in this process
   // Threads of the parent may have been waiting on them: new ones.
   new (&g.left) std::condition_variable();
   new (&g.forked) std::condition_variable();
@@ -181,11 +192,6 @@ void AfterInChild() {
 }
 
 }  // namespace
-
-// This thread's depth inside the gate: a scope inside another (a listed object's read
-// inside FetchUnit's) counts once. Entering again waited while the process forked, and
-// the fork waited kForkWait for this thread, which was already inside.
-thread_local int depth = 0;
 
 void Enter() {
   if (depth++ > 0) return;

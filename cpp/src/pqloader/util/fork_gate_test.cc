@@ -95,6 +95,37 @@ TEST(ForkGate, AForkWaitsForATaskThatSpawnsOnAnArrowPool) {
   EXPECT_EQ(fork_gate::TasksInside(), 0);
 }
 
+// A thread that forks from inside the gate (a storage request calling back into code
+// that forks) does not wait for itself: the fork waited kForkWait for it, and the child,
+// which kept the thread's depth but counted nobody inside, went to -1 when it left.
+TEST(ForkGate, AThreadInsideTheGateForksWithoutWaitingForItself) {
+  fork_gate::Install();
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = -1;
+  {
+    const fork_gate::Inside inside;
+    pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // The child: this thread, inside; nobody once it left; entering works.
+      const bool inside_counted = fork_gate::TasksInside() == 1;
+      fork_gate::Leave();
+      const bool left = fork_gate::TasksInside() == 0;
+      fork_gate::Enter();
+      fork_gate::Leave();
+      _exit(inside_counted && left && fork_gate::TasksInside() == 0 ? 0 : 1);
+    }
+    EXPECT_EQ(fork_gate::TasksInside(), 1);
+  }
+  // (A stall guard, not a speed claim: the wait it checks for is kForkWait, 10 s.)
+  EXPECT_LT(std::chrono::steady_clock::now() - start, fork_gate::kForkWait / 2)
+      << "the fork waited for the thread that forked";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(fork_gate::TasksInside(), 0);
+}
+
 // The stale thread-specific data of a thread that was exiting when the process forked:
 // glibc's child moves the thread's stack into its cache without clearing the values its
 // destructors had not reached yet, and a thread made on that stack in the child started
