@@ -206,6 +206,8 @@ class Loader:
         float32 ``(3, 224, 224)``; a dimension that depends on the data is -1 (an image's
         height and width without a crop or resize to a fixed size), and dtype or shape is
         None where even that depends on the data (``DecodeNdarray()`` without ``Cast``).
+        A final ``PadOrTruncate`` lays the batch out as ``lists=`` does: alone, it leaves
+        the column untransformed (the stored dtype, its length in the shape).
         ``arrow_type`` stays the stored column's.
         """
         return {name: dict(info) for name, info in self._columns.items()}

@@ -90,7 +90,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
     anew for each DataLoader iteration unless ``persistent_workers=True``; like
     ``DistributedSampler``, call ``set_epoch(e)`` before each epoch so they start at
     epoch ``e`` (without it, an iteration after a whole epoch runs the next epoch under
-    :class:`pqloader.torch.DataLoader`, with or without persistent workers).
+    :class:`pqloader.torch.DataLoader`, with or without persistent workers). After a
+    loop left early (``break``), the next iteration runs the rest of that epoch without
+    workers (as the loader itself does), and the epoch from its start with workers (what
+    they had fetched ahead is gone with the old iterator); ``state_dict()`` taken after
+    the ``break`` resumes the rest.
 
     Checkpoints: iterate it with :class:`pqloader.torch.DataLoader` (a
     ``torch.utils.data.DataLoader`` that counts the batches it hands out) and use that
@@ -537,6 +541,14 @@ class IterableDataset(torch.utils.data.IterableDataset):
             epoch = self._worker_loader.epoch
             self._worker_loader, self._worker_state, self._worker_shift = None, None, 0
             self._epoch = epoch
+        elif self._worker_loader is not None:
+            # A persistent worker's next iteration (a plain torch DataLoader's) after one
+            # left early: the batches it had fetched ahead went with the old iterator, so
+            # its rest lost them (2 of 8 batches came). The epoch starts over, as without
+            # persistent workers and under pqloader.torch.DataLoader.
+            loader = self._worker_loader
+            if loader._next_iteration_epoch() == loader.epoch:
+                loader._set_epoch(loader.epoch, warn=False, keep=False)
         if self._worker_loader is None:
             if self._refusal is not None:  # found when a plain DataLoader spawned this worker
                 raise ValueError(self._refusal)

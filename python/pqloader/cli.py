@@ -51,13 +51,13 @@ def _progress(args: argparse.Namespace, label: str, **kw) -> Progress:
     return Progress(label, enabled=enabled_for(sys.stderr, args.quiet), **kw)
 
 
-def _shown(text: str, keep: str = "") -> str:
-    """`text` with control characters escaped (``\\x1b``, ``\\n``) but those in `keep`: a
-    file or column name holding an escape sequence reached the terminal as one."""
+def _shown(text: str) -> str:
+    """`text` with control characters escaped (``\\x1b``, ``\\n``): a file or column name
+    holding an escape sequence reached the terminal as one, and one holding a newline
+    split an error or warning line (a log took its rest for another record)."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -463,7 +463,7 @@ def _print_error(e: BaseException) -> None:
     dropped, as Python's own, and the status still says 1."""
     if sys.stderr is None:
         return
-    print(f"pqloader: error: {_shown(str(e), keep=chr(10))}", file=sys.stderr)
+    print(f"pqloader: error: {_shown(str(e))}", file=sys.stderr)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -480,7 +480,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         return
     try:
         clear_current(stream)  # a progress line being drawn there: the warning on its own line
-        print(f"pqloader: warning: {_shown(text, keep=chr(10))}", file=stream)
+        print(f"pqloader: warning: {_shown(text)}", file=stream)
     except (OSError, ValueError):  # a broken or closed stderr: as Python's own
         pass
 

@@ -458,6 +458,20 @@ def test_warnings_are_one_line_without_python_file_and_line(cli_ds, tmp_path):
     assert ".py:" not in r.stderr and "RuntimeWarning" not in r.stderr
 
 
+def test_a_warning_naming_a_path_with_a_newline_stays_one_line(cli_ds, tmp_path):
+    # Errors and warnings kept a newline raw: a --cache-dir under 'blk\nx' split the
+    # warning in two, its second line without the "pqloader: warning:" prefix (a log took
+    # it for another record); each message is one line, the newline shown as \n.
+    d, _ = cli_ds
+    blocker = tmp_path / "blk\nx"
+    blocker.write_text("x")
+    r = cli("bench", d, "--columns", "x", "--cache-dir", blocker / "cache", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines and all(line.startswith("pqloader: warning: ") for line in lines), r.stderr
+    assert "blk\\nx" in r.stderr and "not usable" in r.stderr, r.stderr
+
+
 def test_a_warning_with_stderr_closed_does_not_go_to_stdout(monkeypatch, capsys):
     from pqloader import cli as cli_module
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -409,6 +411,24 @@ def test_s3_footers_are_kept_in_the_cache_dir_across_runs(store, tmp_path):
     report = pqloader.cache_clear(cache_dir)
     assert report["entries"] == 6 and report["foreign_count"] == 0
     assert not list((tmp_path / "cache" / "footers").glob("*.thrift"))  # (its .lock stays)
+
+
+def test_s3_footers_that_cannot_be_saved_are_counted_and_warned(store, tmp_path):
+    # A footer not saved into cache_dir/footers (a full or read-only disk; here footers is
+    # a file) was dropped silently, where the cache's other failed writes (entries, a
+    # filter's selection) are counted in cache_write_errors and warned once.
+    cache = tmp_path / "cache"
+    kw = dict(storage_options=store.options, batch_size=16, cache_dir=str(cache), columns=["id"])
+    expected = [b["id"].tolist() for b in pqloader.Loader("s3://data/ds", **kw)]
+    shutil.rmtree(cache / "footers")
+    (cache / "footers").write_bytes(b"")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = pqloader.Loader("s3://data/ds", **kw)
+        assert [b["id"].tolist() for b in loader] == expected
+    assert loader.stats()["cache_write_errors"] == len(store.paths)
+    messages = [str(w.message) for w in caught if "pqloader cache" in str(w.message)]
+    assert len(messages) == 1 and "cannot save the footer of 's3://data/ds/" in messages[0], messages
 
 
 RANK_OPENS = textwrap.dedent("""

@@ -709,6 +709,24 @@ def test_iterable_dataset_set_epoch_of_a_loop_left_early_starts_it_over_without_
     assert ids_of(head) + ids_of(list(dl)) == whole
 
 
+@pytest.mark.parametrize("plain", [True, False])
+def test_persistent_workers_after_a_loop_left_early_run_the_epoch_from_its_start(ds, plain):
+    # A plain DataLoader's persistent workers went on from where their loaders were: the
+    # batches they had fetched ahead for the loop left early were lost (the next loop was
+    # its epoch's rest without them), where workers made anew run the epoch again.
+    make = lambda: pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))  # noqa: E731
+    dl = (torch.utils.data.DataLoader(make(), batch_size=None, num_workers=2, persistent_workers=True)
+          if plain else pqloader.torch.DataLoader(make(), num_workers=2, persistent_workers=True))
+    reference = pqloader.torch.DataLoader(make(), num_workers=2)
+    epoch0, epoch1 = ids_of(list(reference)), ids_of(list(reference))
+    it = iter(dl)
+    head = [next(it) for _ in range(3)]
+    assert ids_of(head) == epoch0[:3 * BS]
+    del it
+    assert ids_of(list(dl)) == epoch0
+    assert ids_of(list(dl)) == epoch1  # and the next loop, the next epoch
+
+
 # ---------------------------------------------------------------------------
 # fork
 # ---------------------------------------------------------------------------

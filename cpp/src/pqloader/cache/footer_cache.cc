@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -80,14 +81,17 @@ std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
   }
 }
 
-void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
-                 int64_t mtime_ns, const std::string& footer) {
+std::string StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
+                        int64_t mtime_ns, const std::string& footer) {
+  const std::string failed = "cannot save the footer of '" + file + "' in '" + cache_dir +
+                             "/footers' (";
+  const std::string unsaved = "): the next run reads it from the source again";
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
-  if (ec) return;
+  if (ec) return failed + ec.message() + unsaved;
   MarkCacheDir(cache_dir);
   std::filesystem::create_directories(cache_dir + "/footers", ec);
-  if (ec) return;
+  if (ec) return failed + ec.message() + unsaved;
   const std::string key = FooterKey(file, size, mtime_ns);
   const std::string keyed = footer + key;
   const uint64_t checksum = XXH64(keyed.data(), keyed.size(), 0);
@@ -96,6 +100,7 @@ void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t 
   tmp.imbue(std::locale::classic());
   tmp << path << ".tmp-" << ::getpid() << "-" << std::hash<std::thread::id>{}(std::this_thread::get_id());
   {
+    errno = 0;
     std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
     out.write(keyed.data(), static_cast<std::streamsize>(keyed.size()));
     out.write(reinterpret_cast<const char*>(&checksum), 8);
@@ -104,11 +109,17 @@ void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t 
     // an empty file was published, never read (its checksum) and left by `cache clear`.
     out.close();
     if (!out) {
+      const int err = errno;
       std::remove(tmp.str().c_str());
-      return;
+      return failed + (err != 0 ? std::strerror(err) : "write failed") + unsaved;
     }
   }
-  if (std::rename(tmp.str().c_str(), path.c_str()) != 0) std::remove(tmp.str().c_str());
+  if (std::rename(tmp.str().c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.str().c_str());
+    return failed + std::strerror(err) + unsaved;
+  }
+  return "";
 }
 
 }  // namespace pqloader

@@ -22,9 +22,10 @@ std::shared_ptr<parquet::FileMetaData> LoadFooter(const std::string& cache_dir,
                                                   const std::string& file, int64_t size,
                                                   int64_t mtime_ns, std::string* footer);
 
-/// Store the footer bytes `footer` of (file, size, mtime_ns) in `cache_dir`, best effort.
-void StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
-                 int64_t mtime_ns, const std::string& footer);
+/// Store the footer bytes `footer` of (file, size, mtime_ns) in `cache_dir`, best effort:
+/// why it could not (a full or read-only disk), naming the file, or "" once it is stored.
+std::string StoreFooter(const std::string& cache_dir, const std::string& file, int64_t size,
+                        int64_t mtime_ns, const std::string& footer);
 
 /// Return whether the file at `path` is a footer file whose checksum verifies.
 bool IsFooterFile(const std::string& path);

@@ -340,7 +340,8 @@ bool IsSettled(const DataFile& file) {
 arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
                          parquet::arrow::SchemaManifest* manifest,
                          const std::string& footer_cache = "", bool* from_cache = nullptr,
-                         arrow::TimeUnit::type int96_unit = arrow::TimeUnit::NANO) {
+                         arrow::TimeUnit::type int96_unit = arrow::TimeUnit::NANO,
+                         std::string* store_error = nullptr) {
   if (file->size == 0) {
     return MakeError(ErrorKind::kInvalidData, "'", file->display,
                      "' is not a Parquet file: it is empty");
@@ -356,7 +357,9 @@ arrow::Status ReadFooter(DataFile* file, std::shared_ptr<arrow::Schema>* schema,
   if (file->metadata == nullptr) {
     ARROW_RETURN_NOT_OK(ReadFooterFromSource(file, &footer));
     if (use_cache && file->settled) {
-      StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
+      std::string why =
+          StoreFooter(footer_cache, file->display, file->size, file->mtime_ns, footer);
+      if (store_error != nullptr) *store_error = std::move(why);
     }
   }
   file->footer_hash = FooterHash(footer);
@@ -733,6 +736,9 @@ struct OpenedFiles {
   std::vector<SkippedFile> skipped;
   int64_t from_cache = 0;
   int64_t from_summary = 0;
+  // Remote footers that could not be saved into the footer cache, and why the first did.
+  int64_t unsaved = 0;
+  std::string store_error;
 };
 
 // Read the footers of `found`, or take them from the summaries of their directories
@@ -752,6 +758,7 @@ arrow::Result<OpenedFiles> ReadFooters(
   std::vector<std::shared_ptr<arrow::Schema>> schemas(n);
   std::vector<std::shared_ptr<const parquet::arrow::SchemaManifest>> manifests(n);
   std::vector<arrow::Status> statuses(n);
+  std::vector<std::string> store_errors(n);  // (each file's own: no lock)
   std::vector<uint8_t> skip(n, 0);
   for (int64_t i = 0; i < n; ++i) {
     DataFile& f = files[i];
@@ -829,7 +836,7 @@ arrow::Result<OpenedFiles> ReadFooters(
       bool cached = false;
       auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
       statuses[i] = ReadFooter(&files[i], &schemas[i], manifest.get(), footer_cache, &cached,
-                               int96_unit);
+                               int96_unit, &store_errors[i]);
       manifests[i] = std::move(manifest);
       if (cached) ++footers_cached;
     }
@@ -843,6 +850,10 @@ arrow::Result<OpenedFiles> ReadFooters(
   OpenedFiles out;
   out.from_cache = footers_cached.load();
   out.from_summary = from_summary.load();
+  for (auto& why : store_errors) {
+    if (why.empty()) continue;
+    if (out.unsaved++ == 0) out.store_error = std::move(why);
+  }
   for (int64_t i = 0; i < n; ++i) {
     if (skip[i]) {
       out.skipped.push_back({files[i].display, files[i].size < 4
@@ -988,6 +999,8 @@ arrow::Result<std::shared_ptr<Dataset>> Dataset::Open(const std::vector<std::str
                                                  options.cancel, options.int96_unit));
   ds->footers_from_cache_ = opened.from_cache;
   ds->footers_from_summary_ = opened.from_summary;
+  ds->footers_unsaved_ = opened.unsaved;
+  ds->footer_store_error_ = opened.store_error;
   ds->skipped_ = opened.skipped;
   ARROW_ASSIGN_OR_RAISE(auto keys, PartitionKeysOf(opened.found));
   ARROW_ASSIGN_OR_RAISE(auto resolved,

@@ -216,6 +216,10 @@ class Dataset {
   /// Files whose row-group layout came from a summary (`_metadata`) instead of their
   /// footers.
   int64_t footers_from_summary() const { return footers_from_summary_; }
+  /// Remote footers that could not be saved into the footer cache (a full or read-only
+  /// disk), and why the first could not; the Loader counts them as cache write errors.
+  int64_t footers_unsaved() const { return footers_unsaved_; }
+  const std::string& footer_store_error() const { return footer_store_error_; }
   /// Global index of the first row of split i (rows numbered across files in order).
   int64_t split_first_row(int64_t i) const { return split_first_row_[i]; }
   /// Rows of each split, in split order.
@@ -236,6 +240,8 @@ class Dataset {
   std::vector<int64_t> split_first_row_;
   int64_t footers_from_cache_ = 0;
   int64_t footers_from_summary_ = 0;
+  int64_t footers_unsaved_ = 0;
+  std::string footer_store_error_;
   std::vector<ColumnSpec> specs_;
   std::shared_ptr<arrow::Schema> schema_;
   std::vector<int> partition_index_;
