@@ -97,7 +97,7 @@ def normalize_sources(source: Source) -> list[str]:
             continue
         _check_local_kind(local if s.startswith(_FILE_SCHEME) else os.path.expanduser(s))
         if s.startswith(_FILE_SCHEME):
-            out.append(s)
+            out.append(_file_uri_as_named(s))
             continue
         path = _absolute(os.path.expanduser(s))
         # A glob ending in '/' names directories only (`runs/run*/`, as fnmatch and a shell
@@ -168,6 +168,28 @@ def _local_file_uri(s: str, what: str = "source") -> str:
                          "only (file:///path or file://localhost/path); mount the share and "
                          "give its local path")
     return _FILE_SCHEME + s[m.end():]
+
+
+def _file_uri_as_named(uri: str) -> str:
+    """``file://`` + the path `uri` names, escaped so that Arrow opens that path.
+
+    The text after ``file://`` is the path, percent-decoded, as :func:`local_dir` takes a
+    ``cache_dir`` and the checks above take a source: Arrow parsed it as a URI, so that
+    ``#`` and ``?`` ended the path (``file:///d/run#3`` read ``/d/run``, another dataset,
+    without a word; ``file:///d/q?x`` was missing) and a space, a bracket or a non-ASCII
+    letter (``file:///d/my ds``, Hadoop's unescaped ``file:/d/my ds``) could not be parsed.
+    Only what a URI's path cannot hold is escaped (a ``%`` too where no two hex digits
+    follow it): a URI Arrow parsed before keeps its spelling, in states and messages
+    (``pathlib.Path.as_uri``'s ``k%3D1`` and a hand-written ``k=1`` alike).
+    """
+    return _FILE_SCHEME + _URI_PATH_UNSAFE.sub(
+        lambda m: "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogateescape")),
+        uri[len(_FILE_SCHEME):])
+
+
+# What a URI's path cannot hold as it is (RFC 3986: unreserved, sub-delims, ':', '@', '/'
+# and %-escapes of two hex digits may stand).
+_URI_PATH_UNSAFE = re.compile(r"%(?![0-9A-Fa-f]{2})|[^A-Za-z0-9\-._~!$&'()*+,;=:@/%]")
 
 
 def _absolute(path: str) -> str:

@@ -45,7 +45,8 @@ class Loader:
 
     Args:
         source: A file, a directory (read recursively; names starting with ``.`` or
-            ``_`` are skipped), a glob pattern, a ``file://`` or ``s3://bucket/prefix``
+            ``_`` are skipped), a glob pattern, a ``file://`` (the path after it,
+            percent-decoded: ``#`` and ``?`` are part of it) or ``s3://bucket/prefix``
             URI (``gs://``, ``hdfs://`` where the Arrow build supports them), or a list
             of these. Directory and glob matches are sorted by path (a directory a glob
             matches is read recursively); list order is kept (a set, which has none, is

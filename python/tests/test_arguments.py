@@ -283,6 +283,31 @@ def test_every_rfc8089_spelling_of_a_local_file_uri_reads_the_file(tmp_path):
         pqloader.Loader(str(f), cache_dir=f"file://server{tmp_path}/c")
 
 
+def test_a_file_uri_source_names_the_path_after_its_scheme_as_cache_dir_does(tmp_path):
+    # Arrow parsed a source's file: URI: '#' and '?' ended the path (file:///d/run#3 read
+    # /d/run, another dataset, without a word; file:///d/q?x was missing), and a space, a
+    # bracket, a '%' or a non-ASCII letter (also Hadoop's unescaped file:/d/my ds) could
+    # not be parsed; a cache_dir of the same spelling named the path itself.
+    names = ["run", "run#3", "q?x", "my ds", "br[1]", "100%", "São 東京"]
+    for i, name in enumerate(names):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"x": [i]}), tmp_path / name / "a.parquet")
+    for i, name in enumerate(names):
+        for source in (f"file://{tmp_path}/{name}", f"file:{tmp_path}/{name}",
+                       f"file://localhost{tmp_path}/{name}/", (tmp_path / name).as_uri()):
+            assert [b["x"].tolist() for b in pqloader.Loader(source)] == [[i]], source
+        files = pqloader.inspect(f"file://{tmp_path}/{name}")["files"]
+        assert [f["path"] for f in files] == [f"{tmp_path}/{name}/a.parquet"]
+        cache = pqloader.Loader(f"file://{tmp_path}/{name}", cache_dir=f"file://{tmp_path}/c/{name}").options
+        assert cache.cache_dir == f"{tmp_path}/c/{name}"
+    # A URI already escaped keeps its spelling (a state saved before loads), and one of
+    # its glob's wildcards may be escaped or not.
+    uri = (tmp_path / "my ds").as_uri()
+    assert pqloader.Loader(uri).state_dict()["options"]["sources"] == [uri]
+    for glob in (f"file://{tmp_path}/run[#]*", f"file://{tmp_path}/run%5B%23%5D*/*.parquet"):
+        assert [b["x"].tolist() for b in pqloader.Loader(glob)] == [[1]], glob
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/null") or not stat.S_ISCHR(os.stat("/dev/null").st_mode),
                     reason="needs /dev/null as a character device")
 def test_character_device_source_is_refused():
