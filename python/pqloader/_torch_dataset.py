@@ -16,7 +16,7 @@ from typing import Any, Iterator, Mapping
 import torch.utils.data
 
 from pqloader import _env, _iteration, _process, _state
-from pqloader._errors import InvalidDataError, user_stacklevel
+from pqloader._errors import DataNotFoundError, InvalidDataError, user_stacklevel
 from pqloader._loader import Loader
 from pqloader._options import EPOCH_HINT, MAX_EPOCH, MAX_THREADS, LoaderOptions, check_int, iteration_epochs
 
@@ -27,10 +27,38 @@ class _LoaderRecipe:
 
     sources: list[str]
     options: LoaderOptions
+    files: list[Any]  # the wrapped loader's plan_info()["files"]: (path, size, rows, footer hash)
     cls: type = Loader  # a subclass of Loader is rebuilt as itself (with Loader's arguments)
 
     def build(self, **changes: Any) -> Loader:
-        return self.cls(self.sources, **self.options.replace(**changes).to_kwargs())
+        """The loader again, from its sources: the data must be the wrapped loader's (a
+        DataLoader worker that listed a directory anew read what it now held, silently:
+        without the rows of a file deleted since, or with those of a file added)."""
+        loader = self.cls(self.sources, **self.options.replace(**changes).to_kwargs())
+        _check_same_files(self.files, loader._plan["files"])
+        return loader
+
+
+def _check_same_files(before: list[Any], now: list[Any]) -> None:
+    """Raise naming the first file that is gone, changed or new between two plans."""
+    if before == now:
+        return
+    old, new = {f[0]: tuple(f) for f in before}, {f[0]: tuple(f) for f in now}
+    gone = [p for p in old if p not in new]
+    changed = [p for p in new if old.get(p) != new[p]]
+    if gone:
+        what = f"{gone[0]!r} is gone"
+    elif changed and changed[0] not in old:
+        what = f"{changed[0]!r} is new"
+    elif changed:
+        p = changed[0]
+        what = f"{p!r} changed (size {old[p][1]} -> {new[p][1]} bytes, rows {old[p][2]} -> {new[p][2]})"
+    else:
+        what = "its files are listed in another order"
+    raise (DataNotFoundError if gone else InvalidDataError)(
+        f"the data changed since the loader was wrapped: {what}; a DataLoader worker rebuilds the "
+        "loader from its sources and would read other rows than the loader's: make a new Loader "
+        "and IterableDataset to read the data as it is now")
 
 
 @dataclasses.dataclass
@@ -132,7 +160,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if not isinstance(loader, Loader):
             raise TypeError(f"IterableDataset wraps a pqloader.Loader, got {type(loader).__name__}")
         self._loader: Loader | None = loader
-        self._recipe = _LoaderRecipe(loader.sources, loader.options, type(loader))
+        self._recipe = _LoaderRecipe(loader.sources, loader.options, loader._plan["files"], type(loader))
         self._epoch = loader.epoch
         self._epoch_set = False
         self._set_since_begin = False  # set_epoch called since the last iteration began
@@ -246,7 +274,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._epoch = state["epoch"]  # the state's (even at its epoch's end: _begin resumes it)
         self._epoch_set = True
         self._restart = self._keep_rest = False
-        self._pending = dict(state)
+        # A plain copy: the dataset is pickled for spawned workers, and a state's options
+        # as a MappingProxy (or another Mapping pickle refuses) failed there.
+        self._pending = _state._jsonish(state)
         self._pending_loaded = True
         self._position = None
 

@@ -286,6 +286,16 @@ def test_make_batch_reader_returns_petastorms_columns(plain_expected):
         np.testing.assert_array_equal(got, want, err_msg=name)
 
 
+def test_a_reader_refuses_to_be_pickled_naming_the_reader():
+    # (to a process pool, Ray, copy.deepcopy): the error named pqloader.Loader and advised
+    # pqloader.torch.IterableDataset(loader), for a loader the reader's user never made.
+    import copy
+    with make_batch_reader(PLAIN, **NATURAL) as reader:
+        for copier in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError, match="petastorm Reader cannot be pickled or copied"):
+                copier(reader)
+
+
 def test_make_batch_reader_schema_fields_patterns_and_dataframe_transform(plain_expected):
     def scale(df):
         df["score"] = df["score"] * 10

@@ -675,6 +675,41 @@ def test_iterable_dataset_workers_build_the_wrapped_loaders_class(ds, context):
         assert batches and all(b["tag"] == 1 for b in batches), workers
 
 
+def test_iterable_dataset_resumes_a_state_with_mapping_proxy_options_under_forkserver(ds):
+    # load_state_dict kept the state's options as given: a read-only MappingProxy (a
+    # frozen config) did not pickle, and spawn/forkserver workers never started ("cannot
+    # pickle 'mappingproxy' object"). The resumed stream is fork's, and the rest of the epoch.
+    import types
+    whole = pqloader.torch.DataLoader(pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1))),
+                                      num_workers=2, multiprocessing_context="fork")
+    it = iter(whole)
+    head = [next(it) for _ in range(5)]
+    state = whole.state_dict()
+    rest = ids_of(list(it))
+    frozen = dict(state, options=types.MappingProxyType(state["options"]))
+    for context in ("fork", "forkserver"):
+        dataset = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
+        dl = pqloader.torch.DataLoader(dataset, num_workers=2, multiprocessing_context=context)
+        dl.load_state_dict(frozen)
+        assert ids_of(run_with_timeout(lambda: list(dl), timeout=120)) == rest, context
+    assert sorted(ids_of(head) + rest) == list(range(N))
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_iterable_dataset_workers_refuse_data_changed_since_the_loader_was_wrapped(tmp_path, context):
+    # Each worker rebuilds the loader from its sources: one that listed the directory anew
+    # after a file was deleted silently read the others only (the loader itself says the
+    # file is gone). The error reaches the parent from the worker, naming the file.
+    write_dataset(tmp_path, LAYOUT)
+    dataset = pqloader.torch.IterableDataset(pqloader.Loader(str(tmp_path), **kw(num_epochs=1)))
+    os.remove(tmp_path / "part-002.parquet")
+    dl = pqloader.torch.DataLoader(dataset, num_workers=2, multiprocessing_context=context)
+    with pytest.raises(pqloader.DataNotFoundError, match=r"part-002\.parquet' is gone"):
+        run_with_timeout(lambda: list(dl), timeout=120)
+    with pytest.raises(pqloader.DataNotFoundError, match=r"part-002\.parquet' is gone"):
+        len(dl)  # (counted in this process, by a loader of worker 0's shard)
+
+
 def test_iterable_dataset_without_workers_iterates_the_loader_itself(ds):
     loader = pqloader.Loader(ds, **kw(num_epochs=1, output="torch"))
     dataset = pqloader.torch.IterableDataset(loader)

@@ -716,6 +716,14 @@ class Reader:
         self.stop()
         self.join()
 
+    def __reduce__(self) -> Any:
+        # (the Loader's own refusal pointed to pqloader.torch.IterableDataset(loader): a
+        # Loader the reader's user never made)
+        raise TypeError(
+            "a pqloader.petastorm Reader cannot be pickled or copied (its Loader owns C++ threads): "
+            "make the reader in the process that reads it (make_reader/make_batch_reader), and "
+            "iterate it there, or with pqloader.petastorm.pytorch.DataLoader, which needs no workers")
+
 
 # -- construction -----------------------------------------------------------------------
 def _loader_kwargs(function: str, *, workers_count: int, reader_pool_type: str, results_queue_size: int,
