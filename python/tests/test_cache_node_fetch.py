@@ -199,8 +199,8 @@ def test_a_wait_for_another_process_ends_when_the_loader_stops(tmp_path):
     assert not done.is_set()  # waiting for the (never finishing) claim holder
     t0 = time.monotonic()
     ld.load_state_dict(ld.state_dict())  # stops the epoch in progress (joins its workers)
-    assert time.monotonic() - t0 < 10, "the waiting worker did not notice the stop"
-    assert done.wait(10)
+    assert time.monotonic() - t0 < 60, "the waiting worker did not notice the stop"  # (600 s)
+    assert done.wait(60)
     thread.join()
     assert errors and isinstance(errors[0], RuntimeError)  # that iterator is stale now
     assert list(cache.glob("shard-*/*.fetch"))  # the other process's claims are untouched

@@ -159,7 +159,7 @@ def test_the_ticker_redraws_from_the_counter_without_updates():
     p = Progress("read", unit="files", stream=out, interval=0.01, ticker=True, counter=counter)
     try:
         counter.done, counter.total = 3, 7
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while "3/7 files" not in out.getvalue() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert "\rread  3/7 files" in out.getvalue()  # drawn by the thread: no update() call

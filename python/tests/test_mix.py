@@ -769,22 +769,34 @@ def test_stats_sum_the_sources(sources):
     assert s["rows"] >= rows and s["bytes_read"] == sum(x["bytes_read"] for x in s["sources"].values()) > 0
 
 
-def test_stats_time_the_mixture_and_its_sources(sources):
+def test_stats_time_the_mixture_and_its_sources(sources, monkeypatch):
     """A mixture's stats() has a consumer side of its own (batches it handed out, its
     wait and wall time) and the sources' worker stages summed, so that its stats table
     diagnoses it (it said "no batches yet" once)."""
+    from pqloader import _iteration, _mix
+
     root, sizes = sources
     ls = loaders(root)
+    # The batch_transform advances the consumer's clock by an hour instead of sleeping:
+    # with 30 ms sleeps the engine had to answer faster than them (loaded machines).
+    hour, offset = 3600.0, [0.0]
+    monkeypatch.setattr(_iteration, "clock", lambda: time.perf_counter() + offset[0])
+    monkeypatch.setattr(_mix, "clock", _iteration.clock)
+
+    def transform(b):
+        offset[0] += hour
+        return b
+
     m = pqloader.mix(ls, [1, 1, 1], seed=1, samples_per_epoch=900, batch_size=100,
-                     batch_transform=lambda b: (time.sleep(0.03), b)[1])
+                     batch_transform=transform)
     n = sum(1 for _ in m)
     s = m.stats()
     assert s["batches"] == n == 9
     for k in ("read_seconds", "decode_seconds", "assemble_seconds"):
         assert s[k] == pytest.approx(sum(x[k] for x in s["sources"].values()))
     assert s["decode_seconds"] > 0
-    # The sleeps are the consumer's time in next(), not the engine's.
-    assert s["wait_seconds"] >= 9 * 0.03 > s["engine_wait_seconds"] >= 0
+    # The transform's hours are the consumer's time in next(), not the engine's.
+    assert s["wait_seconds"] >= 9 * hour > s["engine_wait_seconds"] >= 0
     assert s["wall_seconds"] >= s["wait_seconds"]
     assert s["wait_fraction"] == pytest.approx(s["wait_seconds"] / s["wall_seconds"], rel=0.05)
     table = m.stats_table()
