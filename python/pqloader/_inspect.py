@@ -62,7 +62,7 @@ def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None
 
 
 def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None,
-                storage_options: Mapping[str, Any] | None = None) -> dict[str, int]:
+                storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Delete the stale entries of a cache directory (see :func:`cache_stats`).
 
     Only files proven to be entries (as :func:`cache_clear` proves them) whose source is
@@ -77,14 +77,17 @@ def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None
 
     Returns:
         ``entries`` and ``bytes`` deleted, ``kept`` (entries left) and, of those,
-        ``unverified_entries``.
+        ``unverified_entries``; ``not_removed`` (up to 10 "PATH: reason" lines) and
+        ``not_removed_count``: stale entries that could not be deleted (another user's, in
+        a directory this one may not write), which the prune went on past.
 
     Raises:
         pqloader.InvalidDataError: `cache_dir` is not empty and has no valid marker file
             (none, or one empty or damaged: the message says which; it is
             not a pqloader cache); nothing was deleted.
         pqloader.IOError: `cache_dir` is not a directory, `dataset` cannot be listed, or
-            an entry could not be deleted.
+            a shard's lock could not be taken, or an entry could not be deleted for another
+            reason than permissions (a read-only filesystem, an I/O error).
 
     Example:
         >>> pqloader.cache_prune("/tmp/pqcache", dataset="data/train")["entries"]
@@ -111,13 +114,17 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
     Returns:
         ``entries`` and ``bytes`` deleted, ``other_files`` (footers, selections, temp
-        files, markers, usage files, records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``.
+        files, markers, usage files, records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``;
+        ``not_removed`` (up to 10 "PATH: reason" lines) and ``not_removed_count``: files of
+        pqloader's that could not be deleted (another user's, in a directory this one may
+        not write), which the clear went on past.
 
     Raises:
         pqloader.InvalidDataError: `cache_dir` is not empty and has no valid marker file
             (none, or one empty or damaged: the message says which; it is
             not a pqloader cache); nothing was deleted.
-        pqloader.IOError: `cache_dir` is not a directory, a file could not be deleted, or
+        pqloader.IOError: `cache_dir` is not a directory, a file could not be deleted for
+            another reason than permissions (a read-only filesystem, an I/O error), or
             another process or thread held a shard's lock for over 60 s.
 
     Example:

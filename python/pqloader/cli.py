@@ -195,6 +195,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_removed(report: dict, action: str) -> int:
+    """Status 1, with one error line, when `clear`/`prune` could not delete some files
+    (another user's, in a directory this one may not write): the rest was done."""
+    count = report.get("not_removed_count", 0)
+    if not count:
+        return 0
+    first = report["not_removed"][0] if report["not_removed"] else "?"
+    print(f"pqloader: error: cache {action}: {count} file(s) could not be deleted and were left "
+          f"in place (first: {_shown(first)}); the rest was done", file=sys.stderr)
+    return 1
+
+
 def _cache(args: argparse.Namespace) -> int:
     with _progress(args, f"cache {args.action} {_shown(args.dir)}", ticker=True):
         return _cache_run(args)
@@ -208,7 +220,7 @@ def _cache_run(args: argparse.Namespace) -> int:
         r = pqloader.cache_clear(args.dir)
         if args.json:
             print(json.dumps(r))
-            return 0
+            return _not_removed(r, "clear")
         print(f"cleared {_shown(args.dir)}: {r['entries']} entries ({_human(r['bytes'])}), "
               f"{r['other_files']} other pqloader files")
         if r["foreign_count"]:
@@ -217,19 +229,19 @@ def _cache_run(args: argparse.Namespace) -> int:
                 print(f"  {_shown(str(path))}")
             if r["foreign_count"] > len(r["foreign"]):
                 print(f"  ... {r['foreign_count'] - len(r['foreign'])} more")
-        return 0
+        return _not_removed(r, "clear")
     if args.action == "prune":
         r = pqloader.cache_prune(args.dir, dataset=args.dataset,
                                  storage_options=parse_storage_options(args.storage_option))
         if args.json:
             print(json.dumps(r))
-            return 0
+            return _not_removed(r, "prune")
         print(f"pruned {_shown(args.dir)}: {r['entries']} stale entries deleted, {_human(r['bytes'])} "
               f"freed; {r['kept']} kept")
         if r["unverified_entries"]:
             print(f"kept unverified (source not checked: unreachable, or not in --dataset): "
                   f"{r['unverified_entries']}")
-        return 0
+        return _not_removed(r, "prune")
     s = pqloader.cache_stats(args.dir, dataset=args.dataset,
                              storage_options=parse_storage_options(args.storage_option))
     if args.json:

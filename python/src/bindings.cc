@@ -1006,6 +1006,19 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
   return out;
 }
 
+// Paths (and "PATH: reason" lines) as os.fsdecode makes them: a file whose name is not
+// UTF-8 must not turn the report of a clear that happened into a UnicodeDecodeError.
+nb::list FsDecodedList(const std::vector<std::string>& names) {
+  nb::list out;
+  for (const std::string& name : names) {
+    PyObject* text =
+        PyUnicode_DecodeFSDefaultAndSize(name.data(), static_cast<Py_ssize_t>(name.size()));
+    if (text == nullptr) throw nb::python_error();
+    out.append(nb::steal(text));
+  }
+  return out;
+}
+
 }  // namespace
 
 // pqloader.mix: the draws of a mixture (mix/mix_draws.h) and the row interleave, with
@@ -1363,6 +1376,8 @@ NB_MODULE(_core, m) {
     d["bytes"] = r.bytes;
     d["kept"] = r.kept;
     d["unverified_entries"] = r.unverified_entries;
+    d["not_removed"] = pqloader::FsDecodedList(r.not_removed);
+    d["not_removed_count"] = r.not_removed_count;
     return d;
   }, "dir"_a, "dataset"_a, "storage_options"_a);
   m.def("cache_clear", [](const std::string& dir) {
@@ -1372,17 +1387,10 @@ NB_MODULE(_core, m) {
     d["entries"] = r.entries;
     d["bytes"] = r.bytes;
     d["other_files"] = r.other_files;
-    // Names as os.fsdecode makes them: a file whose name is not UTF-8 must not turn the
-    // report of a clear that happened into a UnicodeDecodeError.
-    nb::list foreign;
-    for (const std::string& name : r.foreign) {
-      PyObject* text = PyUnicode_DecodeFSDefaultAndSize(name.data(),
-                                                        static_cast<Py_ssize_t>(name.size()));
-      if (text == nullptr) throw nb::python_error();
-      foreign.append(nb::steal(text));
-    }
-    d["foreign"] = foreign;
+    d["foreign"] = pqloader::FsDecodedList(r.foreign);
     d["foreign_count"] = r.foreign_count;
+    d["not_removed"] = pqloader::FsDecodedList(r.not_removed);
+    d["not_removed_count"] = r.not_removed_count;
     return d;
   });
   // Test helper: the crop a RandomResizedCrop at `op_index` draws for one sample.

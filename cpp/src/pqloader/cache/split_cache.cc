@@ -797,12 +797,17 @@ class DiskCache : public SplitCache {
       }
       // A full disk, a filesystem without hard links ...: fetch without coordinating.
       if (!written || link_errno != EEXIST) return std::make_shared<NoClaim>();
-      bool no_lock = false, too_old = false;
+      bool no_lock = false, too_old = false, undeletable = false;
       // Without the book's mutex: the wait for the shard's lock may be long, and other
       // threads' claims and releases need the mutex.
       guard.Unlock();
-      const bool broken = BreakIfAbandoned(marker, lock, &too_old, &no_lock, cancel);
+      const bool broken =
+          BreakIfAbandoned(marker, lock, &too_old, &no_lock, cancel, &undeletable);
       guard.Lock();
+      if (undeletable) {  // abandoned, but stays (another user's): fetched without a claim
+        if (auto held = book_->claims[key].lock()) return held;
+        return std::make_shared<NoClaim>();
+      }
       if (broken && too_old && needed_now) {
         // Another process's claim, taken over: its split is fetched a second time, as
         // after a wait that timed out. Counted so (before, in neither counter).
@@ -1137,13 +1142,15 @@ class DiskCache : public SplitCache {
   // (removed by hand, or by a `pqloader cache clear` before the thirty-fourth session,
   // while this loader ran: it cached nothing more). Only the shard's: a cache directory
   // deleted whole stays deleted (made again, it would lack its marker).
+  // Created 0666 less the umask (docs/cache_format.md, "Permissions"; before 2026-12
+  // 0644 whatever the umask).
   int OpenInShard(int shard, const std::string& path, int flags) const {
-    int fd = ::open(path.c_str(), flags, 0644);
+    int fd = ::open(path.c_str(), flags, 0666);
     if (fd < 0 && errno == ENOENT) {
       std::error_code ec;
       fs::create_directory(ShardDir(shard), ec);
       if (!ec) {
-        fd = ::open(path.c_str(), flags, 0644);
+        fd = ::open(path.c_str(), flags, 0666);
       } else {
         errno = ENOENT;  // what the caller reports: the cache directory is gone
       }
@@ -1178,7 +1185,7 @@ class DiskCache : public SplitCache {
   // that cannot be broken now would cost every later try the lock timeout again).
   bool BreakIfAbandoned(const std::string& path, const std::string& lock_path,
                         bool* too_old = nullptr, bool* no_lock = nullptr,
-                        const CancelFlag& cancel = nullptr) {
+                        const CancelFlag& cancel = nullptr, bool* undeletable = nullptr) {
     bool old = false;
     Marker m;
     if (!ReadMarker(path, &m)) return true;
@@ -1196,7 +1203,13 @@ class DiskCache : public SplitCache {
       return false;
     }
     if (too_old != nullptr) *too_old = old;
-    return ::unlink(path.c_str()) == 0 || errno == ENOENT;
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT) return true;
+    // Abandoned, but another user's in a shard directory this one may not delete it from
+    // (the sticky bit): the split is free, fetched without a claim (*undeletable). (Before
+    // 2026-12 the worker that needed it waited the whole wait timeout, split after split.)
+    const bool denied = errno == EPERM || errno == EACCES;
+    if (denied && undeletable != nullptr) *undeletable = true;
+    return denied;
   }
   void Remove(const std::string& key, const std::string& path) {
     {
@@ -1797,7 +1810,16 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
       struct stat sb;
       if (::lstat(entry.path.c_str(), &sb) != 0) continue;
       if (::unlink(entry.path.c_str()) != 0) {
-        return MakeOsError(errno, "cannot remove '", entry.path, "'");
+        // (Another user's entry in a directory this one may not write: reported, and the
+        // prune goes on; it stopped here before 2026-12.)
+        const int unlink_errno = errno;
+        if (unlink_errno != ENOENT && unlink_errno != EPERM && unlink_errno != EACCES) {
+          return MakeOsError(unlink_errno, "cannot remove '", entry.path, "'");
+        }
+        if (unlink_errno != ENOENT && report.not_removed_count++ < kMaxReportedForeign) {
+          report.not_removed.push_back(entry.path + ": " + std::strerror(unlink_errno));
+        }
+        continue;
       }
       ++report.entries;
       report.bytes += sb.st_size;
@@ -1842,11 +1864,20 @@ class Clearer {
   void Foreign(const fs::path& p) {
     if (report_->foreign_count++ < kMaxReportedForeign) report_->foreign.push_back(p.string());
   }
-  arrow::Status Remove(const fs::path& p) {
-    std::error_code ec;
-    fs::remove(p, ec);
-    if (ec) return MakeOsError(ec.value(), "cannot remove '", p.string(), "'");
-    return arrow::Status::OK();
+  // Whether `p` was removed (or was gone already). One this user may not remove (another
+  // user's file in a shard directory with the sticky bit: EPERM, EACCES) is reported, and
+  // the clear goes on (it stopped at the first before 2026-12); any other failure (a
+  // read-only filesystem, an I/O error) ends the clear, naming the path.
+  arrow::Result<bool> Remove(const fs::path& p) {
+    if (::unlink(p.c_str()) == 0 || errno == ENOENT) return true;
+    const int unlink_errno = errno;
+    if (unlink_errno != EPERM && unlink_errno != EACCES) {
+      return MakeOsError(unlink_errno, "cannot remove '", p.string(), "'");
+    }
+    if (report_->not_removed_count++ < kMaxReportedForeign) {
+      report_->not_removed.push_back(p.string() + ": " + std::strerror(unlink_errno));
+    }
+    return false;
   }
 
   // A shard's files, under its lock (as writers and prune change them), which stays with
@@ -1877,13 +1908,14 @@ class Clearer {
         Foreign(e.path());
       } else if (IsEntryName(name, &key) && IsEntryFile(e.path().string(), key)) {
         const auto size = e.file_size(ec2);
-        ARROW_RETURN_NOT_OK(Remove(e.path()));
+        ARROW_ASSIGN_OR_RAISE(const bool removed, Remove(e.path()));
+        if (!removed) continue;
         ++report_->entries;
         report_->bytes += ec2 ? 0 : static_cast<int64_t>(size);
       } else if (IsTempName(name) || IsShardFileName(name) ||
                  (IsMarkerName(name, &key) && IsMarkerFile(e.path().string()))) {
-        ARROW_RETURN_NOT_OK(Remove(e.path()));
-        ++report_->other_files;
+        ARROW_ASSIGN_OR_RAISE(const bool removed, Remove(e.path()));
+        if (removed) ++report_->other_files;
       } else {
         Foreign(e.path());
       }
@@ -1919,8 +1951,8 @@ class Clearer {
       const auto st = e.symlink_status(ec2);
       if (!ec2 && fs::is_regular_file(st) && e.path().filename() == ".lock") continue;
       if (!ec2 && fs::is_regular_file(st) && ours(e.path())) {
-        ARROW_RETURN_NOT_OK(Remove(e.path()));
-        ++report_->other_files;
+        ARROW_ASSIGN_OR_RAISE(const bool removed, Remove(e.path()));
+        if (removed) ++report_->other_files;
       } else {
         Foreign(e.path());
       }
@@ -1968,8 +2000,8 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const Canc
     } else if (name == ".records.lock" && fs::is_regular_file(st)) {
       continue;  // a lock stays (see Clearer::ClearShard)
     } else if (IsTopFileName(name) && fs::is_regular_file(st)) {
-      ARROW_RETURN_NOT_OK(clearer.Remove(e.path()));
-      ++report.other_files;
+      ARROW_ASSIGN_OR_RAISE(const bool removed, clearer.Remove(e.path()));
+      if (removed) ++report.other_files;
     } else {
       clearer.Foreign(e.path());
     }

@@ -368,6 +368,11 @@ struct CachePruneReport {
   int64_t bytes = 0;               ///< Their bytes.
   int64_t kept = 0;                ///< Entries left: current or unverified.
   int64_t unverified_entries = 0;  ///< Of kept: sources that could not be checked.
+  /// Stale entries that could not be deleted ("PATH: reason", e.g. another user's file in
+  /// a directory with the sticky bit; at most kMaxReportedForeign listed, the count counts
+  /// all): the prune goes on past them.
+  std::vector<std::string> not_removed;
+  int64_t not_removed_count = 0;
 };
 /// Delete the stale entries of the cache directory `dir` (`checker` says which), each
 /// under its shard's lock, and only files proven to be entries (as ClearCacheDir).
@@ -386,6 +391,11 @@ struct CacheClearReport {
   /// wrote them (at most kMaxReportedForeign are listed; foreign_count counts all).
   std::vector<std::string> foreign;
   int64_t foreign_count = 0;
+  /// Files of pqloader's that could not be deleted ("PATH: reason", e.g. another user's
+  /// file in a directory this one may not write; at most kMaxReportedForeign listed, the
+  /// count counts all): the clear goes on past them.
+  std::vector<std::string> not_removed;
+  int64_t not_removed_count = 0;
 };
 constexpr int64_t kMaxReportedForeign = 10;
 /// Delete what pqloader provably wrote in the cache directory `dir`: entry files whose

@@ -44,7 +44,17 @@ std::unique_ptr<NodeLock> NodeLock::AcquireExisting(const std::string& path,
                                                     std::chrono::milliseconds timeout,
                                                     const CancelFlag& cancel, bool* timed_out) {
   if (timed_out != nullptr) *timed_out = false;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // 0666 less the umask, as every file of the cache (docs/cache_format.md, "Permissions").
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0 && (errno == EACCES || errno == EROFS)) {
+    // A lock file another user made that this one may read but not write (made 0644 by a
+    // loader before 2026-12, or under umask 022 in a group-shared directory): flock(2)
+    // takes a read-only descriptor too (over NFS, which emulates it with fcntl locks, an
+    // exclusive lock needs write access: there it fails, as the open did before).
+    const int open_errno = errno;
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) errno = open_errno;
+  }
   if (fd < 0) return nullptr;
   if (!Wait(fd, timeout, cancel, timed_out)) {
     ::close(fd);
