@@ -8,6 +8,7 @@ inside a DataLoader worker process.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import warnings
@@ -136,7 +137,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
     taken are not handed out again in that epoch (``loader.set_epoch(loader.epoch)``
     first starts the epoch over, except after ``load_state_dict``, whose position it
     keeps: build the loader anew to start that epoch over). A packed loader continues so only with the ranks and
-    workers its position was taken in (else ``InvalidDataError``).
+    workers its position was taken in (else ``InvalidDataError``). A copy of the dataset
+    (``copy.copy``, ``copy.deepcopy``, pickle, as frameworks make them) holds the position
+    at the time it was made: its ``state_dict()`` is the one taken then, whatever the
+    original does next (a checkpoint from it resumes exactly there).
 
     ``len(dataset)`` is the batches of an iteration without workers (``len(loader)``);
     ``len()`` of :class:`pqloader.torch.DataLoader` counts those of its workers.
@@ -160,6 +164,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if not isinstance(loader, Loader):
             raise TypeError(f"IterableDataset wraps a pqloader.Loader, got {type(loader).__name__}")
         self._loader: Loader | None = loader
+        # A copy's (see __getstate__): the copied loader's state and whether it was a loaded
+        # one, for the loader rebuilt from the recipe.
+        self._loader_state: tuple[dict[str, Any], bool] | None = None
         self._recipe = _LoaderRecipe(loader.sources, loader.options, loader._plan["files"], type(loader))
         self._epoch = loader.epoch
         self._epoch_set = False
@@ -231,7 +238,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         With worker processes, only :class:`pqloader.torch.DataLoader` knows it (it
         counts the batches); without, it is the wrapped loader's state. After
         ``set_epoch(e)`` (no state loaded since), the first batch of ``e``, as
-        ``Loader.set_epoch`` moves a loader's state.
+        ``Loader.set_epoch`` moves a loader's state. A copy of the dataset returns the
+        state of the time it was copied; the dict returned is the caller's own.
         """
         if self._set_since_begin and self._pending is None:
             # The next iteration starts at epoch e's first batch (_begin, __iter__). The
@@ -241,7 +249,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
             return _state.make_state(self._epoch, 0, None, template["seed"], template["options"])
         if self._position is None:
             if self._pending is not None:
-                return dict(self._pending)
+                # (a copy: its options, counts and elastic base were the pending state's own,
+                # and a caller changing them changed what the next iteration resumes)
+                return _state._jsonish(self._pending)
             return self._main_loader().state_dict()
         return self._worker_level_state(self._position)
 
@@ -375,8 +385,14 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return p.before + p.yielded >= total
 
     def _main_loader(self) -> Loader:
-        if self._loader is None:  # unpickled (spawned worker context) and then used directly
-            self._loader = self._recipe.build()
+        if self._loader is None:  # a copy, or unpickled in a spawned worker and used directly
+            loader = self._recipe.build()
+            if self._loader_state is not None:  # the copied loader's position (__getstate__)
+                state, loaded = self._loader_state
+                loader.load_state_dict(state)
+                loader._cursor.loaded = loaded  # (set_epoch keeps a loaded position only)
+                self._loader_state = None
+            self._loader = loader
         return self._loader
 
     def _check_rank_world(self) -> None:
@@ -612,11 +628,17 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return loader
 
     def __getstate__(self) -> dict[str, Any]:
+        # A copy (copy.copy, copy.deepcopy, pickle) is the dataset at the time it was made,
+        # position included: its state_dict() is the one taken then. (It named the rebuilt loader's start, or the position of no iteration: a
+        # checkpoint taken from a copy mid-epoch silently resumed at the epoch's start.)
         state = dict(self.__dict__)
-        state["_loader"] = None  # the engine cannot be pickled; spawned workers rebuild it
+        state["_loader"] = None  # the engine cannot be pickled; it is rebuilt from the recipe
+        if self._loader is not None:  # ... at the wrapped loader's position
+            state["_loader_state"] = (self._loader.state_dict(), self._loader._cursor.loaded)
+        # The iteration's count, copied: the original's DataLoader goes on counting its own.
+        state["_position"] = copy.deepcopy(self._position)
         state["_worker_loader"] = None
         state["_probes"] = {}
-        state["_position"] = None
         try:  # a spawned worker does not see the process group: the check is made here
             self._check_rank_world()
         except ValueError as e:
@@ -633,6 +655,8 @@ class DataLoader(torch.utils.data.DataLoader):
     turns; another number of workers, ranks or another batch size gets the rest of the
     epoch dealt anew (elastic resume), also where ranks x workers is the same world. ``batch_size`` must stay None (items are whole
     batches) and ``in_order`` True (the turns); every other argument is DataLoader's.
+    The count lives in the dataset: a DataLoader made anew over it with the same arguments
+    (as Lightning re-creates loaders) goes on from the same position.
 
     Args:
         dataset: A :class:`pqloader.torch.IterableDataset`.

@@ -247,3 +247,93 @@ def test_dataloader_resumed_from_a_state_at_its_epochs_end_runs_the_next_epochs_
         got3 = ids(dl)
         assert got2 == want[2] and got3 == want[3]
     run_with_timeout(go, timeout=300)
+
+
+def _copies():
+    import copy
+    import pickle
+    return {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda o: pickle.loads(pickle.dumps(o))}
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_copy_of_the_dataset_checkpoints_where_it_was_made(rows, workers, how):
+    """Frameworks copy datasets (deepcopy, pickle; Lightning and Accelerate): a checkpoint
+    from a copy made inside a loop, after an epoch's loop or after a break is the position
+    then, and a resume from it gives exactly the rest of the uninterrupted run. A copy's
+    state_dict() named the rebuilt loader's start (epoch 0, batch 0): such a checkpoint
+    resumed at the start of the run, silently."""
+    import pqloader.torch as pt
+
+    copy_of = _copies()[how]
+
+    def dataloader():
+        dataset = pt.IterableDataset(_rows_loader(rows))
+        return dataset, pt.DataLoader(dataset, num_workers=workers)
+
+    def batches(dl):
+        return [[int(i) for i in b["id"]] for b in dl]
+
+    def go():
+        dataset, dl = dataloader()
+        full = []
+        for e in range(2):
+            dataset.set_epoch(e)
+            full.append(batches(dl))
+        per_epoch = len(full[0])
+        full = full[0] + full[1]
+
+        dataset, dl = dataloader()
+        snaps = []  # (copy, its original's state then, batches consumed then)
+        dataset.set_epoch(0)
+        for i, _ in enumerate(dl):
+            if i == 2:  # inside the loop
+                snaps.append((copy_of(dataset), json.dumps(dataset.state_dict()), 3))
+        snaps.append((copy_of(dataset), json.dumps(dataset.state_dict()), per_epoch))  # after it
+        dataset.set_epoch(1)
+        for i, _ in enumerate(dl):
+            if i == 4:
+                break
+        snaps.append((copy_of(dataset), json.dumps(dataset.state_dict()), per_epoch + 5))  # after a break
+        for snap, then, consumed in snaps:
+            state = snap.state_dict()
+            assert json.dumps(state) == then, consumed  # (also after the original went on)
+            resumed_ds, resumed = dataloader()
+            resumed.load_state_dict(json.loads(json.dumps(state)))
+            rest = []
+            for e in range(state["epoch"], 2):
+                resumed_ds.set_epoch(e)
+                rest += batches(resumed)
+            assert full[:consumed] + rest == full, (consumed, state["epoch"], state["batch"])
+    run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_from_state_dict_before_the_resume_is_the_callers_own(rows, workers):
+    """state_dict() between load_state_dict() and the next loop returns the loaded state:
+    a caller changing what it got (a checkpoint tool rewriting its options) changed what
+    the dataset resumes. It shared the options dict: batch_size changed there dealt the
+    rest of the epoch anew, as an elastic resume of another batch size."""
+    import pqloader.torch as pt
+
+    def dataloader():
+        dataset = pt.IterableDataset(_rows_loader(rows))
+        return dataset, pt.DataLoader(dataset, num_workers=workers)
+
+    def go():
+        _, dl = dataloader()
+        it = iter(dl)
+        for _ in range(4):
+            next(it)
+        state = json.loads(json.dumps(dl.state_dict()))
+        want = [int(i) for b in it for i in b["id"]]
+        dataset, resumed = dataloader()
+        resumed.load_state_dict(state)
+        mine = dataset.state_dict()
+        mine["options"]["batch_size"] = 5
+        mine.setdefault("rank_batches", []).append(1)
+        assert dataset.state_dict() == state
+        assert [int(i) for b in resumed for i in b["id"]] == want
+    run_with_timeout(go, timeout=300)
