@@ -706,6 +706,7 @@ class Resolver {
   // first appearance); anything else is one leaf.
   arrow::Status Expand(const Leaf& leaf, std::vector<Leaf>* out) const {
     std::vector<std::string> children;
+    std::set<std::string> child_names;  // (a scan of children per child: O(fields^2))
     int struct_file = -2, other_file = -2;
     std::shared_ptr<arrow::DataType> struct_type, other_type;
     const int first = options_.schema != nullptr ? -1 : 0;
@@ -718,9 +719,7 @@ class Resolver {
       if (type->id() == arrow::Type::STRUCT) {
         if (struct_file == -2) struct_file = f, struct_type = type;
         for (const auto& child : type->fields()) {
-          if (std::find(children.begin(), children.end(), child->name()) == children.end()) {
-            children.push_back(child->name());
-          }
+          if (child_names.insert(child->name()).second) children.push_back(child->name());
         }
       } else if (other_file == -2) {
         other_file = f, other_type = type;

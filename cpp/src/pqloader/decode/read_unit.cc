@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <arrow/array/util.h>
@@ -83,29 +85,41 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
 // per value (8192 rows x 4096 uint8 values: 134 MB of levels for 32 MB of data).
 constexpr int64_t kNestedSliceValues = int64_t{1} << 20;
 
-// Read column `src` (a top-level field, or a path below one) of `split`'s row group in
-// slices of rows, so that the levels of list columns stay small; the result has one
-// chunk per slice.
-arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
-                                 const Split& split, const ColumnSource& src,
-                                 arrow::MemoryPool* pool,
-                                 std::shared_ptr<arrow::ChunkedArray>* out) {
-  const int field = src.field;
-  std::vector<int> leaves = src.leaves;
+// Read the Parquet leaf columns `leaves` of top-level field `field` of `split`'s row
+// group in slices of rows, so that the levels of list columns stay small: the field as
+// Arrow builds it from those leaves (a struct holding only the fields they are in), one
+// chunk per slice. The leaves' levels of a slice are in memory together, so the slice's
+// rows are bounded by their values summed.
+arrow::Status ReadFieldInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
+                                const Split& split, int field, std::vector<int> leaves,
+                                arrow::ArrayVector* out) {
   if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[field], &leaves);
   int64_t values = 0;
   auto rg = file.RowGroup(split.row_group);
-  for (int leaf : leaves) values = std::max(values, rg->ColumnChunk(leaf)->num_values());
+  for (int leaf : leaves) {  // (saturated: hostile footers' counts)
+    const int64_t n = std::max<int64_t>(0, rg->ColumnChunk(leaf)->num_values());
+    if (__builtin_add_overflow(values, n, &values)) values = std::numeric_limits<int64_t>::max();
+  }
   const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.file_rows));
   reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
-  arrow::ArrayVector chunks;
   while (true) {
     std::shared_ptr<arrow::RecordBatch> batch;
     ARROW_RETURN_NOT_OK(batches->ReadNext(&batch));
     if (batch == nullptr) break;
     if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
-    ARROW_ASSIGN_OR_RAISE(auto values, ExtractPath(batch->column(0), src.path, pool));
+    out->push_back(batch->column(0));
+  }
+  return arrow::Status::OK();
+}
+
+// Column `src` (a path below a top-level field, or the field itself) of the chunks
+// ReadFieldInSlices read of its field.
+arrow::Status ExtractColumn(const arrow::ArrayVector& field_chunks, const ColumnSource& src,
+                            arrow::MemoryPool* pool, std::shared_ptr<arrow::ChunkedArray>* out) {
+  arrow::ArrayVector chunks;
+  for (const auto& chunk : field_chunks) {
+    ARROW_ASSIGN_OR_RAISE(auto values, ExtractPath(chunk, src.path, pool));
     chunks.push_back(std::move(values));
   }
   if (chunks.empty()) {
@@ -117,6 +131,89 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
   const std::shared_ptr<arrow::DataType> type = chunks[0]->type();
   ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(std::move(chunks), type));
   return arrow::Status::OK();
+}
+
+// Read column `src` (a top-level field, or a path below one) of `split`'s row group in
+// slices of rows (ReadFieldInSlices); the result has one chunk per slice.
+arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
+                                 const Split& split, const ColumnSource& src,
+                                 arrow::MemoryPool* pool,
+                                 std::shared_ptr<arrow::ChunkedArray>* out) {
+  arrow::ArrayVector field_chunks;
+  ARROW_RETURN_NOT_OK(ReadFieldInSlices(reader, file, split, src.field, src.leaves, &field_chunks));
+  return ExtractColumn(field_chunks, src, pool, out);
+}
+
+// The columns below one top-level field (struct leaves "s.a", "s.b", ...) that a unit
+// selects are read together, up to kSharedReadLeaves leaves a read: Arrow builds a
+// reader of the whole field for each read (GetReader visits every child, selected or
+// not), so reading a struct's K leaves one at a time cost O(K^2) per row group (5,000
+// leaves: 5x the time of as many top-level columns, half of it in GetReader). The bound
+// keeps a read's slices (levels of kNestedSliceValues values) from shrinking to a few
+// rows, and its memory from holding the whole field at once.
+constexpr size_t kSharedReadLeaves = 256;
+
+struct SharedRead {
+  int field = -1;
+  std::vector<int> leaves;  // of its columns
+  size_t users = 0;         // its columns still to take theirs from `chunks`
+  bool read = false, ok = false;
+  arrow::ArrayVector chunks;  // ReadFieldInSlices's
+};
+
+struct SharedReads {
+  std::vector<SharedRead> reads;
+  std::vector<int> of;  // per output column: its read, or -1 (read alone)
+};
+
+SharedReads PlanSharedReads(const Dataset& dataset, const DataFile& file) {
+  SharedReads out;
+  const auto& specs = dataset.specs();
+  out.of.assign(specs.size(), -1);
+  std::unordered_map<int, size_t> open;  // field -> its read still taking leaves
+  for (size_t c = 0; c < specs.size(); ++c) {
+    if (specs[c].mask_of >= 0 || dataset.partition_index()[c] >= 0) continue;
+    const ColumnSource& src = file.columns[c];
+    if (src.field < 0 || src.path.empty() || src.leaves.empty() || src.type == nullptr ||
+        src.type->id() == arrow::Type::NA) {
+      continue;
+    }
+    auto it = open.find(src.field);
+    if (it == open.end() || out.reads[it->second].leaves.size() >= kSharedReadLeaves) {
+      out.reads.emplace_back();
+      out.reads.back().field = src.field;
+      it = open.insert_or_assign(src.field, out.reads.size() - 1).first;
+    }
+    SharedRead& r = out.reads[it->second];
+    r.leaves.insert(r.leaves.end(), src.leaves.begin(), src.leaves.end());
+    ++r.users;
+    out.of[c] = static_cast<int>(it->second);
+  }
+  for (int& s : out.of) {
+    if (s >= 0 && out.reads[s].users < 2) s = -1;  // a read of one column: as before
+  }
+  for (SharedRead& r : out.reads) {
+    std::sort(r.leaves.begin(), r.leaves.end());
+    r.leaves.erase(std::unique(r.leaves.begin(), r.leaves.end()), r.leaves.end());
+  }
+  return out;
+}
+
+// Read `r` once, at its first column. A failure (corrupt data, out of memory) leaves it
+// unread: its columns are then read one by one, as alone, so that the error names the
+// column it is in.
+bool ReadShared(parquet::arrow::FileReader* reader, const DataFile& file, const Split& split,
+                SharedRead* r) {
+  if (!r->read) {
+    r->read = true;
+    try {
+      r->ok = ReadFieldInSlices(reader, file, split, r->field, r->leaves, &r->chunks).ok();
+    } catch (const std::exception&) {
+      r->ok = false;
+    }
+    if (!r->ok) r->chunks.clear();
+  }
+  return r->ok;
 }
 
 // A row group claiming more rows than this many per byte of its selected (uncompressed)
@@ -399,6 +496,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
 
   auto row_group = reader ? reader->RowGroup(split.row_group) : nullptr;
   const auto& types = dataset.column_types();
+  SharedReads shared = PlanSharedReads(dataset, file);
   for (size_t c = 0; c < specs.size(); ++c) {
     if (specs[c].mask_of >= 0) continue;  // made with its column, below
     const bool masked = c + 1 < specs.size() && specs[c + 1].mask_of == static_cast<int>(c);
@@ -427,7 +525,12 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       std::shared_ptr<arrow::ChunkedArray> chunked;
       arrow::Status st;
       try {
-        if (!src.path.empty() ||
+        const int s = shared.of[c];
+        if (s >= 0 && ReadShared(reader, file, split, &shared.reads[s])) {
+          SharedRead& r = shared.reads[s];
+          st = ExtractColumn(r.chunks, src, pool, &chunked);
+          if (--r.users == 0) r.chunks.clear();  // (its memory: released)
+        } else if (!src.path.empty() ||
             (specs[c].kind == ColumnKind::kTensor && !specs[c].row_shape.empty()) ||
             IsStringList(specs[c].kind)) {
           st = ReadNestedInSlices(reader, file, split, src, pool, &chunked);
