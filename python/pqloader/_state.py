@@ -415,6 +415,8 @@ def is_state_int(value: Any) -> bool:
 
 def _jsonish(value: Any) -> Any:
     """Normalise tuples to lists so values compare equal after a JSON round trip."""
+    if isinstance(value, (str, int, float)) or value is None:
+        return value  # (first: Mapping's isinstance is an ABC check, per column name of a wide table)
     if isinstance(value, (list, tuple)):
         return [_jsonish(v) for v in value]
     if isinstance(value, Mapping):
