@@ -109,3 +109,34 @@ def test_a_corrupt_leaf_read_with_others_of_its_struct_is_named(tmp_path):
     with pytest.raises(pqloader.InvalidDataError,
                        match=r"s\.parquet', row group 0, column 's\.b' \(corrupt or truncated data\)"):
         list(pqloader.Loader(str(path), batch_size=50, columns=["id", "s.a", "s.b", "s.c"]))
+
+
+def test_long_list_leaves_of_a_struct_among_flat_ones_equal_pyarrows(tmp_path):
+    """Leaves of long lists (1,500 values a row: over a shared read's values a row) are
+    read alone, and the flat leaves between them together: every column still equals
+    pyarrow's, in order, whichever read it fell into."""
+    rows, width = 40, 1500
+    kids, names = [], []
+    for i in range(9):
+        if i % 3 == 1:
+            values = pa.array(np.arange(rows * width, dtype=np.float32) + i)
+            kids.append(pa.FixedSizeListArray.from_arrays(values, width).cast(pa.list_(pa.float32())))
+        else:
+            kids.append(pa.array(np.arange(rows, dtype=np.int64) * (i + 1)))
+        names.append(f"f{i}")
+    table = pa.table({"s": pa.StructArray.from_arrays(kids, names)})
+    path = tmp_path / "s.parquet"
+    pq.write_table(table, path, row_group_size=rows)
+    columns = [f"s.f{i}" for i in range(9)]
+    lists = {c: "ragged" for c in columns[1::3]}
+    got: dict[str, list] = {}
+    for b in pqloader.Loader(str(path), batch_size=16, columns=columns, lists=lists):
+        for c in columns:
+            got.setdefault(c, []).append(b[c])
+    flat = table.flatten()
+    for c in columns:
+        expected = flat.column(c).combine_chunks()
+        if c in lists:
+            assert np.array_equal(np.concatenate(got[c]), np.asarray(expected.flatten())), c
+        else:
+            assert np.array_equal(np.concatenate(got[c]), np.asarray(expected)), c

@@ -85,6 +85,17 @@ arrow::Result<ColumnData> PartitionColumn(const ColumnSpec& spec, const std::str
 // per value (8192 rows x 4096 uint8 values: 134 MB of levels for 32 MB of data).
 constexpr int64_t kNestedSliceValues = int64_t{1} << 20;
 
+// The values (levels) of Parquet leaf columns `leaves` in row group `rg`, summed;
+// saturated (hostile footers' counts).
+int64_t ValuesOf(const parquet::RowGroupMetaData& rg, const std::vector<int>& leaves) {
+  int64_t values = 0;
+  for (int leaf : leaves) {
+    const int64_t n = std::max<int64_t>(0, rg.ColumnChunk(leaf)->num_values());
+    if (__builtin_add_overflow(values, n, &values)) return std::numeric_limits<int64_t>::max();
+  }
+  return values;
+}
+
 // Read the Parquet leaf columns `leaves` of top-level field `field` of `split`'s row
 // group in slices of rows, so that the levels of list columns stay small: the field as
 // Arrow builds it from those leaves (a struct holding only the fields they are in), one
@@ -94,12 +105,7 @@ arrow::Status ReadFieldInSlices(parquet::arrow::FileReader* reader, const DataFi
                                 const Split& split, int field, std::vector<int> leaves,
                                 arrow::ArrayVector* out) {
   if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[field], &leaves);
-  int64_t values = 0;
-  auto rg = file.RowGroup(split.row_group);
-  for (int leaf : leaves) {  // (saturated: hostile footers' counts)
-    const int64_t n = std::max<int64_t>(0, rg->ColumnChunk(leaf)->num_values());
-    if (__builtin_add_overflow(values, n, &values)) values = std::numeric_limits<int64_t>::max();
-  }
+  const int64_t values = ValuesOf(*file.RowGroup(split.row_group), leaves);
   const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.file_rows));
   reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
@@ -148,14 +154,21 @@ arrow::Status ReadNestedInSlices(parquet::arrow::FileReader* reader, const DataF
 // selects are read together, up to kSharedReadLeaves leaves a read: Arrow builds a
 // reader of the whole field for each read (GetReader visits every child, selected or
 // not), so reading a struct's K leaves one at a time cost O(K^2) per row group (5,000
-// leaves: 5x the time of as many top-level columns, half of it in GetReader). The bound
-// keeps a read's slices (levels of kNestedSliceValues values) from shrinking to a few
-// rows, and its memory from holding the whole field at once.
+// leaves: 5x the time of as many top-level columns, half of it in GetReader). The bounds
+// keep a read's slices (levels of kNestedSliceValues values) from shrinking to a few
+// rows, and its memory (all its columns' values are held until the last one is taken)
+// from holding the whole field at once: a read takes a column only while its values
+// summed stay within kSharedReadValues and kSharedReadValuesPerRow a row (leaves of long
+// lists, 4,096 values a row each, 256 to a read, were read in slices of one row where
+// each alone had slices of 256 rows; such a column is read alone, as before).
 constexpr size_t kSharedReadLeaves = 256;
+constexpr int64_t kSharedReadValues = int64_t{1} << 24;
+constexpr int64_t kSharedReadValuesPerRow = kNestedSliceValues / 1024;  // slices >= 1,024 rows
 
 struct SharedRead {
   int field = -1;
   std::vector<int> leaves;  // of its columns
+  int64_t values = 0;       // theirs in the row group, summed (saturated)
   size_t users = 0;         // its columns still to take theirs from `chunks`
   bool read = false, ok = false;
   arrow::ArrayVector chunks;  // ReadFieldInSlices's
@@ -166,10 +179,16 @@ struct SharedReads {
   std::vector<int> of;  // per output column: its read, or -1 (read alone)
 };
 
-SharedReads PlanSharedReads(const Dataset& dataset, const DataFile& file) {
+SharedReads PlanSharedReads(const Dataset& dataset, const DataFile& file, const Split& split) {
   SharedReads out;
   const auto& specs = dataset.specs();
   out.of.assign(specs.size(), -1);
+  std::unique_ptr<parquet::RowGroupMetaData> rg;  // (made at the first column below a field)
+  // A read's values summed: at most kSharedReadValuesPerRow a row, and kSharedReadValues.
+  const int64_t max_values =
+      split.file_rows >= kSharedReadValues / kSharedReadValuesPerRow
+          ? kSharedReadValues
+          : std::max<int64_t>(1, split.file_rows) * kSharedReadValuesPerRow;
   std::unordered_map<int, size_t> open;  // field -> its read still taking leaves
   for (size_t c = 0; c < specs.size(); ++c) {
     if (specs[c].mask_of >= 0 || dataset.partition_index()[c] >= 0) continue;
@@ -178,14 +197,25 @@ SharedReads PlanSharedReads(const Dataset& dataset, const DataFile& file) {
         src.type->id() == arrow::Type::NA) {
       continue;
     }
+    int64_t values = 0;
+    try {
+      if (rg == nullptr) rg = file.RowGroup(split.row_group);
+      values = ValuesOf(*rg, src.leaves);
+    } catch (const std::exception&) {
+      continue;  // a corrupt footer: read alone, where the error names the column
+    }
     auto it = open.find(src.field);
-    if (it == open.end() || out.reads[it->second].leaves.size() >= kSharedReadLeaves) {
+    if (it == open.end() || out.reads[it->second].leaves.size() >= kSharedReadLeaves ||
+        out.reads[it->second].values > max_values - std::min(values, max_values)) {
       out.reads.emplace_back();
       out.reads.back().field = src.field;
       it = open.insert_or_assign(src.field, out.reads.size() - 1).first;
     }
     SharedRead& r = out.reads[it->second];
     r.leaves.insert(r.leaves.end(), src.leaves.begin(), src.leaves.end());
+    r.values = values > std::numeric_limits<int64_t>::max() - r.values
+                   ? std::numeric_limits<int64_t>::max()
+                   : r.values + values;
     ++r.users;
     out.of[c] = static_cast<int>(it->second);
   }
@@ -496,7 +526,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
 
   auto row_group = reader ? reader->RowGroup(split.row_group) : nullptr;
   const auto& types = dataset.column_types();
-  SharedReads shared = PlanSharedReads(dataset, file);
+  SharedReads shared = PlanSharedReads(dataset, file, split);
   for (size_t c = 0; c < specs.size(); ++c) {
     if (specs[c].mask_of >= 0) continue;  // made with its column, below
     const bool masked = c + 1 < specs.size() && specs[c + 1].mask_of == static_cast<int>(c);
