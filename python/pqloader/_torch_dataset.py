@@ -123,7 +123,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
     loop left early (``break``), the next iteration runs the rest of that epoch without
     workers (as the loader itself does), and the epoch from its start with workers (what
     they had fetched ahead is gone with the old iterator); ``state_dict()`` taken after
-    the ``break`` resumes the rest.
+    the ``break`` resumes the rest. (A plain torch DataLoader's persistent workers left
+    near an epoch's end may mix two epochs: a worker that had already read its whole
+    share goes on with the next epoch while the others start theirs over;
+    :class:`pqloader.torch.DataLoader` restarts them.)
 
     Checkpoints: iterate it with :class:`pqloader.torch.DataLoader` (a
     ``torch.utils.data.DataLoader`` that counts the batches it hands out) and use that
