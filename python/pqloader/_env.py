@@ -1,4 +1,5 @@
-"""What a Loader takes from its surroundings: sources, storage options, rank and world size.
+"""What a Loader takes from its surroundings: sources, storage options, rank and world size,
+the CPUs it may use.
 
 Everything here turns user input or the process environment into the plain values the
 engine takes (absolute paths, text options, integers) and refuses what the engine would
@@ -9,6 +10,7 @@ up in ``sys.modules`` only.
 from __future__ import annotations
 
 import errno
+import math
 import numbers
 import os
 import re
@@ -338,6 +340,84 @@ def env_int(name: str) -> int | None:
     if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
         raise ValueError(f"environment variable {name}={value!r} is not an integer")
     return int(value)
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use, the default ``num_workers``: those of its affinity
+    mask (``taskset``, a cpuset), at most its cgroup's CPU quota rounded up (a container's
+    CPU limit: v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``, its ancestors' too), at least 1.
+    (``os.cpu_count()`` and the engine's ``hardware_concurrency`` count the node's CPUs:
+    a pod limited to 2 CPUs of a 64-core node started 64 workers.)
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, math.ceil(quota))
+    return max(1, cpus)
+
+
+def _unescape_mount_field(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)  # "\040" is a space
+
+
+def _cgroup_cpu_quota(proc: str = "/proc/self") -> float | None:
+    """The smallest CPU quota (in CPUs) of the process's cgroups, v2 and v1 ``cpu``, and
+    their ancestors up to the root each mount shows; None when there is none or it cannot
+    be read. `proc`: the process's ``/proc`` directory (its ``cgroup`` and ``mountinfo``)."""
+    try:
+        with open(os.path.join(proc, "cgroup")) as f:
+            cgroups = f.read().splitlines()
+        with open(os.path.join(proc, "mountinfo")) as f:
+            mounts = f.read().splitlines()
+    except OSError:
+        return None
+    paths = {}  # file system type -> this process's cgroup in that hierarchy
+    for line in cgroups:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":
+            paths["cgroup2"] = path
+        elif "cpu" in controllers.split(","):
+            paths["cgroup"] = path
+    quotas = []
+    for line in mounts:
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        tail = fields[fields.index("-", 6) + 1:]
+        if len(tail) < 3 or tail[0] not in paths or (tail[0] == "cgroup" and "cpu" not in tail[2].split(",")):
+            continue
+        root, mount = _unescape_mount_field(fields[3]), _unescape_mount_field(fields[4])
+        relative = os.path.relpath(paths[tail[0]], root)
+        if relative == ".." or relative.startswith("../"):  # outside the mount's root: its root
+            relative = "."
+        directory = os.path.normpath(os.path.join(mount, relative))
+        while True:
+            quota = _read_cpu_quota(directory, v2=tail[0] == "cgroup2")
+            if quota is not None:
+                quotas.append(quota)
+            if len(directory) <= len(mount):
+                break
+            directory = os.path.dirname(directory)
+    return min(quotas, default=None)
+
+
+def _read_cpu_quota(directory: str, v2: bool) -> float | None:
+    try:
+        if v2:
+            with open(os.path.join(directory, "cpu.max")) as f:
+                quota, period = (f.read().split() + [""])[:2]
+        else:
+            with open(os.path.join(directory, "cpu.cfs_quota_us")) as f:
+                quota = f.read().strip()
+            with open(os.path.join(directory, "cpu.cfs_period_us")) as f:
+                period = f.read().strip()
+        q, p = int(quota), int(period)  # "max" (v2) or -1 (v1): no quota
+    except (OSError, ValueError):
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def _ray_train_rank_world() -> tuple[int, int] | None:

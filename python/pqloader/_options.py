@@ -339,7 +339,10 @@ ARGUMENT_DOCS = """\
             struct is its fields (``"image.bytes"``, ``"image.path"``). ``None`` reads
             every column of every file (pandas index columns left out).
         batch_size: Rows per batch; batches span row-group and file boundaries.
-        num_workers: C++ worker threads (at most 1024). ``None`` uses one per CPU.
+        num_workers: C++ worker threads (at most 1024). ``None`` uses one per CPU this
+            process may use: those of its affinity mask (``taskset``, a cpuset), at most
+            its cgroup's CPU quota rounded up (a container's CPU limit: v2 ``cpu.max``,
+            v1 ``cpu.cfs_quota_us``), as ``torch.get_num_threads()`` counts the first.
         shuffle: Shuffle the order of row groups each epoch and rows within windows of
             ``shuffle_window`` consecutive row groups.
         seed: Seed of the shuffle. ``None`` with ``shuffle=True`` draws a fresh seed,
@@ -733,7 +736,7 @@ class LoaderOptions:
             "rank": self.rank,
             "world_size": self.world_size,
             "shard_policy": self.shard_policy,
-            "num_workers": self.num_workers,
+            "num_workers": self.num_workers or _env.available_cpus(),
             "max_inflight_bytes": self.max_inflight_bytes,
             "prefetch_batches": self.prefetch_batches,
             "verify_checksums": self.verify_checksums,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import warnings
 from typing import Any, Iterator, Mapping
 
@@ -619,7 +618,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             if self._keep_rest and self._worker_state.get("iteration_end") is None and o.num_epochs is not None:
                 # (kept by set_epoch: the rest of its epoch only, as _begin gives it)
                 self._worker_state = dict(self._worker_state, iteration_end=self._epoch + o.num_epochs)
-        threads = min(o.num_workers or os.cpu_count() or 1, MAX_THREADS)
+        threads = min(o.num_workers or _env.available_cpus(), MAX_THREADS)
         slot = (info.id + self._worker_shift) % workers
         loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,
                                     num_workers=max(1, threads // workers), device=None, pin_memory=False)

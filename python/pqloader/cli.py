@@ -15,7 +15,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import pqloader
-from pqloader import _core
+from pqloader import _core, _env
 from pqloader._cli_args import column_list, parse_storage_options, parse_transforms
 from pqloader._cli_progress import Progress, clear_current, enabled_for
 from pqloader._stats_table import stage_seconds
@@ -175,8 +175,8 @@ def _bench(args: argparse.Namespace) -> int:
         "time_to_first_batch_seconds": first_batch,
         "peak_rss_bytes": peak_rss,
         "wait_fraction": s["wait_fraction"],
-        # The count the Loader ran with (its default is one worker per CPU), not None.
-        "num_workers": args.num_workers if args.num_workers is not None else (os.cpu_count() or 1),
+        # The count the Loader ran with (its default is one worker per CPU it may use), not None.
+        "num_workers": args.num_workers if args.num_workers is not None else _env.available_cpus(),
         "stages_seconds": stage_seconds(s),
         "diagnosis": pqloader.diagnose(s),
     }
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "spaces at an end or a backtick in backticks: '`a,b`,c'")
     b.add_argument("--batch-size", type=_at_least_one, default=1024, help="default 1024")
     b.add_argument("--num-workers", type=_at_least_one, default=None,
-                   help="Loader's num_workers (default: the cores)")
+                   help="Loader's num_workers (default: the CPUs it may use)")
     b.add_argument("--epochs", type=_at_least_one, default=1, help="default 1")
     b.add_argument("--shuffle", action="store_true")
     b.add_argument("--seed", type=int, default=None)

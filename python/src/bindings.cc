@@ -49,6 +49,7 @@
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
 #include "pqloader/util/fork_gate.h"
+#include "pqloader/util/start_threads.h"
 
 #include "gil.h"
 
@@ -977,7 +978,7 @@ nb::dict ListLengths(const std::vector<std::string>& sources,
     options.storage = StorageOptions{storage_options};
     options.cancel = cancel;
     ARROW_ASSIGN_OR_RAISE(auto dataset, Dataset::Open(sources, options));
-    const int threads = std::max(1u, std::thread::hardware_concurrency());
+    const int threads = AvailableCpus();
     Stats out;
     for (size_t c = 0; c < columns.size(); ++c) {
       // A null row (or a file without the column) counts as an empty list, as fill_null

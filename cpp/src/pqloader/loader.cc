@@ -11,7 +11,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include <arrow/util/thread_pool.h>
@@ -21,6 +20,7 @@
 #include "pqloader/error.h"
 #include "pqloader/loader_internal.h"
 #include "pqloader/plan/split_uses.h"
+#include "pqloader/util/start_threads.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -56,8 +56,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
                                                      : options.filter.cancel;
   loader->options_.cancel = cancel;
   if (loader->options_.num_workers <= 0) {
-    loader->options_.num_workers =
-        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    loader->options_.num_workers = AvailableCpus();
   }
   if (loader->options_.prefetch_batches <= 0) {
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);

@@ -65,8 +65,8 @@ struct LoaderOptions {
   std::map<std::string, NullFill> fills;
   /// Verify Parquet page checksums where present. Default: false.
   bool verify_checksums = false;
-  /// Worker threads, at most 1024 (as io_threads). Default: 0, meaning one per hardware
-  /// thread.
+  /// Worker threads, at most 1024 (as io_threads). Default: 0, meaning one per CPU of
+  /// the process's affinity mask (AvailableCpus, util/start_threads.h).
   int num_workers = 0;
   /// Bound on the bytes held ahead of the consumer: a quarter for fetched column chunks
   /// not yet decoded (read-ahead), the rest for decoded row groups and assembled

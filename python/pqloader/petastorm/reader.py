@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 import functools
 import math
-import os
 import warnings
 import weakref
 from decimal import Decimal
@@ -27,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _errors
+from pqloader import _env, _errors
 from pqloader.petastorm import _dataset
 from pqloader.petastorm.codecs import CompressedImageCodec
 from pqloader.petastorm.errors import NoDataAvailableError
@@ -742,7 +741,7 @@ def _loader_kwargs(function: str, *, workers_count: int, reader_pool_type: str, 
     shuffle_rows = check_bool(f"{function}(shuffle_rows=...)", shuffle_rows)
     shuffle_row_groups = check_bool(f"{function}(shuffle_row_groups=...)", shuffle_row_groups)
     kw: dict[str, Any] = {}
-    kw["num_workers"] = 1 if reader_pool_type == "dummy" else max(1, min(workers_count, os.cpu_count() or 1))
+    kw["num_workers"] = 1 if reader_pool_type == "dummy" else min(workers_count, _env.available_cpus())
     if results_queue_size:
         kw["prefetch_batches"] = results_queue_size
     kw["shuffle"] = shuffle_row_groups or shuffle_rows

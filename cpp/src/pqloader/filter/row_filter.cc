@@ -1367,9 +1367,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   sel.rows.resize(splits.size());
   std::vector<std::vector<int64_t>> by_file(dataset.files().size());
   for (size_t s = 0; s < splits.size(); ++s) by_file[splits[s].file].push_back(s);
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? options.threads : AvailableCpus();
   // Stages 1 and 2 (footers only), in parallel over files.
   std::vector<std::vector<std::pair<int64_t, cp::Expression>>> masks(by_file.size());
   ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(by_file.size()), threads, [&](int64_t f) {

@@ -69,9 +69,9 @@ class SparkDatasetConverter:
         if workers_count is not None:
             kw["workers_count"] = workers_count
         else:
-            import os
+            from pqloader import _env
 
-            kw["workers_count"] = os.cpu_count() or 1
+            kw["workers_count"] = _env.available_cpus()
         reader = make_batch_reader(self.cache_dir_url, num_epochs=num_epochs, **kw)
         loader_fn = data_loader_fn or BatchedDataLoader
         return TorchDatasetContextManager(reader, loader_fn(reader, batch_size=batch_size,
