@@ -360,7 +360,10 @@ class OpenEntry {
   // Bytes [offset, offset + n) of the file into `out`, all of them.
   arrow::Status ReadAt(int64_t offset, int64_t n, uint8_t* out) const {
     const int64_t got = PreadUpTo(fd_, out, n, offset);
-    if (got < 0) return arrow::Status::IOError(Errno("cannot read cache entry '" + path_ + "'"));
+    if (got < 0) {
+      const int err = errno;  // the exception's errno, as every storage error's
+      return MakeOsError(err, "cannot read cache entry '", path_, "'");
+    }
     if (got < n) {
       return arrow::Status::IOError("cache entry '", path_, "' ended at byte ", offset + got,
                                     " (", offset + n,

@@ -159,7 +159,8 @@ arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
   if (IsCancelled(cancel)) return CancelledStatus();
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
-    return arrow::Status::IOError("cannot open directory '", dir, "': ", std::strerror(errno));
+    const int err = errno;  // the exception's errno (EIO, ESTALE, EACCES ...)
+    return MakeOsError(err, "cannot open directory '", dir, "'");
   }
   const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
   if (std::find(inside->begin(), inside->end(), id) != inside->end()) return arrow::Status::OK();
@@ -168,7 +169,7 @@ arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
-  if (ec) return arrow::Status::IOError("cannot list '", dir, "': ", ec.message());
+  if (ec) return MakeOsError(ec.value(), "cannot read directory '", dir, "'");
   inside->push_back(id);
   for (const std::string& name : names) {
     ARROW_ASSIGN_OR_RAISE(arrow::fs::FileInfo info, fs.GetFileInfo(dir + "/" + name));

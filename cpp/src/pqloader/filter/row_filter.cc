@@ -986,11 +986,7 @@ class Evaluator {
           return MakeError(ErrorKind::kInvalidData, "cannot read column '", name, "' of ", where);
         }
         ARROW_ASSIGN_OR_RAISE(chunked, WithoutExtension(chunked, arrow::default_memory_pool()));
-        if (chunked->num_chunks() == 0) {  // a row group of no rows: no batch was read
-          ARROW_ASSIGN_OR_RAISE(array, arrow::MakeEmptyArray(chunked->type()));
-        } else {
-          ARROW_ASSIGN_OR_RAISE(array, arrow::Concatenate(chunked->chunks()));
-        }
+        ARROW_ASSIGN_OR_RAISE(array, ConcatenateFilterColumn(*chunked, name, where));
         if (target_.count(name) && !array->type()->Equals(*type)) {
           // The values the loader loads (FindTargets): cast exactly, as the batches are.
           // Integers to floats: every one the float holds exactly, as loading takes them
@@ -1326,6 +1322,38 @@ std::string Store(const std::string& path, const RowSelection& sel, const std::s
 }
 
 }  // namespace
+
+arrow::Result<std::shared_ptr<arrow::Array>> ConcatenateFilterColumn(
+    const arrow::ChunkedArray& chunked, const std::string& column, const std::string& where,
+    int64_t max_offset) {
+  // A row group of no rows: no batch was read.
+  if (chunked.num_chunks() == 0) return arrow::MakeEmptyArray(chunked.type());
+  const arrow::Type::type id = chunked.type()->id();
+  const bool bytes = id == arrow::Type::STRING || id == arrow::Type::BINARY;
+  if (bytes || id == arrow::Type::LIST || id == arrow::Type::MAP) {
+    int64_t total = 0;  // what the chunks' offsets index, together
+    for (const auto& chunk : chunked.chunks()) {
+      const int64_t n = chunk->length();
+      if (n == 0) continue;
+      const auto* off = chunk->data()->GetValues<int32_t>(1);  // (from the chunk's offset)
+      total += int64_t{off[n]} - off[0];
+    }
+    if (total > max_offset) {
+      return MakeError(ErrorKind::kInvalidData, "cannot filter ", where, ": column '", column,
+                       "' holds ", total, bytes ? " bytes" : " values",
+                       " in this row group, more than the 32-bit offsets of its type (",
+                       chunked.type()->ToString(), ") index (", max_offset,
+                       "), and a filter reads a row group's values as one array; write the "
+                       "column as ", bytes ? "large_string or large_binary" : "large_list",
+                       ", or the file in smaller row groups");
+    }
+  }
+  auto joined = arrow::Concatenate(chunked.chunks());
+  if (joined.ok()) return joined;
+  const std::string context = "cannot filter " + where + ": column '" + column + "'";
+  if (joined.status().IsOutOfMemory()) return WithContext(joined.status(), context);
+  return MakeError(ErrorKind::kInvalidData, context, ": ", joined.status().message());
+}
 
 arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterOptions& options) {
   // Not of a dataset with an object modified just before it was listed (DataFile::

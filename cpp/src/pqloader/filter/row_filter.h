@@ -20,10 +20,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <arrow/chunked_array.h>
 #include <arrow/compute/expression.h>
 #include <arrow/record_batch.h>
 #include <arrow/result.h>
@@ -104,6 +106,16 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
 /// Restrict `dataset` to the rows `selection` keeps (splits pruned, masked splits given
 /// their rows). For a dataset not yet shared (the Loader does it before planning).
 void ApplySelection(const RowSelection& selection, Dataset* dataset);
+
+/// The chunks of filter column `column` of one row group as one array (the filter and
+/// the predicate see a row group's rows at once). Where its type's 32-bit offsets cannot
+/// index them (a string or binary column of more than `max_offset` bytes in the row
+/// group, a list or map of more than `max_offset` values; 2^31 - 1), an InvalidData error
+/// naming the column, `where` and the limit (Arrow's "offset overflow while concatenating
+/// arrays" named neither); other failures name the column and `where` too.
+arrow::Result<std::shared_ptr<arrow::Array>> ConcatenateFilterColumn(
+    const arrow::ChunkedArray& chunked, const std::string& column, const std::string& where,
+    int64_t max_offset = std::numeric_limits<int32_t>::max());
 
 /// A short identity of a split's kept rows for cache keys ("" for all rows).
 std::string SelectionFingerprint(const Split& split);

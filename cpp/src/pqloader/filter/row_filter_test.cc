@@ -10,6 +10,7 @@
 #include <arrow/compute/api.h>
 #include <arrow/compute/expression.h>
 #include <arrow/io/file.h>
+#include <arrow/json/from_string.h>
 #include <gtest/gtest.h>
 #include <parquet/arrow/writer.h>
 
@@ -397,6 +398,50 @@ TEST(RowFilter, TheLowestFailingRowGroupIsNamedWhateverTheThreadsTiming) {
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("f0.parquet', row group 0"), std::string::npos) << st.message();
   }
+}
+
+// A row group's string, binary or list column is one array for the filter: past its
+// 32-bit offsets (2^31 - 1 bytes or values; a smaller limit stands in for it here) the
+// error names the column, the row group and the limit (Arrow's concatenation said
+// "offset overflow" and named neither); below it, the values are the chunks' own.
+TEST(RowFilter, AColumnPastItsOffsetsIsNamedWithTheLimit) {
+  const std::string where = "'a.parquet', row group 3";
+  auto strings = [](const std::vector<std::string>& values) {
+    arrow::StringBuilder b;
+    EXPECT_TRUE(b.AppendValues(values).ok());
+    return b.Finish().ValueOrDie();
+  };
+  // 6 + 6 bytes, the second chunk a slice (its offsets do not start at 0).
+  auto sliced = strings({"xxxx", "ghi", "jkl"})->Slice(1);
+  arrow::ChunkedArray text(arrow::ArrayVector{strings({"abc", "def"}), sliced});
+  auto st = ConcatenateFilterColumn(text, "name", where, /*max_offset=*/11).status();
+  ASSERT_FALSE(st.ok());
+  ASSERT_NE(GetErrorDetail(st), nullptr);
+  EXPECT_EQ(GetErrorDetail(st)->kind(), ErrorKind::kInvalidData);
+  for (const char* part : {"column 'name'", "'a.parquet', row group 3", "12 bytes", "(11)",
+                           "large_string"}) {
+    EXPECT_NE(st.message().find(part), std::string::npos) << part << ": " << st.message();
+  }
+  auto joined = ConcatenateFilterColumn(text, "name", where, /*max_offset=*/12);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_TRUE((*joined)->Equals(*strings({"abc", "def", "ghi", "jkl"})));
+
+  // A list counts its values (2 + 3), not its rows or bytes.
+  auto lists = arrow::json::ArrayFromJSONString(arrow::list(arrow::int8()), "[[1, 2], [3, 4, 5]]")
+                   .ValueOrDie();
+  arrow::ChunkedArray tokens(arrow::ArrayVector{lists->Slice(0, 1), lists->Slice(1, 1)});
+  st = ConcatenateFilterColumn(tokens, "tokens", where, /*max_offset=*/4).status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("column 'tokens' holds 5 values"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("large_list"), std::string::npos) << st.message();
+  ASSERT_TRUE(ConcatenateFilterColumn(tokens, "tokens", where, /*max_offset=*/5).ok());
+
+  // No chunks (a row group of no rows): an empty array of the column's type.
+  arrow::ChunkedArray none(arrow::ArrayVector{}, arrow::utf8());
+  auto empty = ConcatenateFilterColumn(none, "name", where);
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ((*empty)->length(), 0);
+  EXPECT_TRUE((*empty)->type()->Equals(*arrow::utf8()));
 }
 
 }  // namespace
