@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -77,7 +76,7 @@ def main() -> int:
 
     loader = pqloader.Loader(args.data, batch_size=args.batch_size, shuffle=True, seed=2026,
                              num_epochs=1, shuffle_window=4)
-    print(f"loader: {loader!r}, {os.cpu_count()} CPUs, {len(loader)} batches/epoch")
+    print(f"loader: {loader!r}, {pqloader.available_cpus()} CPUs, {len(loader)} batches/epoch")
     print(f"{'epoch':>5} {'rows/s':>12} {'MB/s (parquet)':>15} {'MB/s (tensors)':>15} {'first batch':>12} {'stall':>6}")
     hashes = []
     for epoch in range(args.epochs):

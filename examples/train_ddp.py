@@ -63,7 +63,7 @@ def main() -> None:
     dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     if not cuda:  # the ranks share this machine's cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // (2 * world)))
+        torch.set_num_threads(max(1, pqloader.available_cpus() // (2 * world)))
 
     if rank == 0:
         make_dataset(args.data, args.rows, args.features)
@@ -71,7 +71,7 @@ def main() -> None:
     columns = [f"f{i:03d}" for i in range(args.features)]
     loader = pqloader.Loader(
         args.data, columns=columns + ["label"], batch_size=args.batch_size, shuffle=True, seed=7,
-        num_workers=max(1, (os.cpu_count() or 1) // (2 * world)), output="torch",
+        num_workers=max(1, pqloader.available_cpus() // (2 * world)), output="torch",
         device=device if cuda else None)  # rank and world size: from the process group
     model = DistributedDataParallel(make_model(args.features).to(device),
                                     device_ids=[local_rank] if cuda else None)

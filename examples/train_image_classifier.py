@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import time
 from pathlib import Path
 
@@ -114,7 +113,7 @@ def main() -> None:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     workers = None
     if device.type == "cpu":  # split the cores: torch computes, pqloader reads
-        cores = os.cpu_count() or 1
+        cores = pqloader.available_cpus()
         torch.set_num_threads(max(1, cores // 2))
         workers = max(1, cores - cores // 2)
     make_dataset(args.data, args.images)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from pathlib import Path
 
@@ -168,7 +167,7 @@ def main() -> None:
     device = pick_device(args.device)
     if device.type == "cpu" and args.num_workers is None:
         # Split the cores between torch's compute threads and the loader's.
-        cores = os.cpu_count() or 1
+        cores = pqloader.available_cpus()
         torch.set_num_threads(max(1, cores // 2))
         args.num_workers = max(1, cores - cores // 2)
     make_dataset(args.data, args.docs, args.vocab, args.mean_len)

@@ -15,7 +15,6 @@ stall: the fraction of the epoch the training loop spent waiting inside next().
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -62,7 +61,7 @@ def make_model(features: int) -> nn.Module:
 
 def split_cpu_threads() -> int:
     """Give torch half the cores for compute; return the other half for pqloader."""
-    cores = os.cpu_count() or 1
+    cores = pqloader.available_cpus()  # (a container's CPU limit, not the node's cores)
     torch.set_num_threads(max(1, cores // 2))
     return max(1, cores - cores // 2)
 

@@ -21,6 +21,7 @@ from pqloader._errors import (
 )
 from pqloader import transforms
 from pqloader._arrow import ArrowSchema
+from pqloader._env import available_cpus
 from pqloader._inspect import cache_clear, cache_prune, cache_stats, inspect, write_index
 from pqloader._lists import Pack, Pad, Ragged
 from pqloader._loader import Loader
@@ -47,6 +48,7 @@ __all__ = [
     "merge_states",
     "format_stats",
     "diagnose",
+    "available_cpus",
     "transforms",
     "cache_stats",
     "cache_clear",

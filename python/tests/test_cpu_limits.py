@@ -25,6 +25,7 @@ RUN = textwrap.dedent("""
     import json, sys, pqloader
     loader = pqloader.Loader(sys.argv[1], columns=["id"], batch_size=4)
     print(json.dumps({"engine": loader.options.to_engine()["num_workers"],
+                      "public": pqloader.available_cpus(),
                       "ids": [int(i) for b in loader for i in b["id"]]}))
 """)
 
@@ -42,6 +43,7 @@ def run(data, prefix=()):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["ids"] == list(range(20))
+    assert out["public"] == out["engine"]  # (pqloader.available_cpus(): the examples split it)
     return out["engine"]
 
 
