@@ -443,33 +443,23 @@ def test_help_that_cannot_be_written_fails(tmp_path, args):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_warnings_are_one_line_without_python_file_and_line(cli_ds, tmp_path):
+@pytest.mark.parametrize("name, shown", [("not-a-dir", "not-a-dir"), ("blk\nx", "blk\\nx")])
+def test_warnings_are_one_line_without_python_file_and_line(cli_ds, tmp_path, name, shown):
     # An unusable --cache-dir: the Loader warns and goes on without the cache. The CLI
     # printed Python's "<internal path>:<line>: RuntimeWarning: ..." and the source line.
+    # A newline in a name was kept raw: under 'blk\nx' the warning split in two, its
+    # second line without the "pqloader: warning:" prefix (a log took it for another
+    # record); each message is one line, the newline shown as \n.
     d, _ = cli_ds
-    blocker = tmp_path / "not-a-dir"
+    blocker = tmp_path / name
     blocker.write_text("x")
     r = cli("bench", d, "--columns", "x", "--cache-dir", blocker / "cache", "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines and all(line.startswith("pqloader: warning: ") for line in lines), r.stderr
     assert "warning: pqloader" not in r.stderr  # the message's own "pqloader cache:" prefix once
-    assert "not usable" in r.stderr
+    assert "not usable" in r.stderr and shown in r.stderr, r.stderr
     assert ".py:" not in r.stderr and "RuntimeWarning" not in r.stderr
-
-
-def test_a_warning_naming_a_path_with_a_newline_stays_one_line(cli_ds, tmp_path):
-    # Errors and warnings kept a newline raw: a --cache-dir under 'blk\nx' split the
-    # warning in two, its second line without the "pqloader: warning:" prefix (a log took
-    # it for another record); each message is one line, the newline shown as \n.
-    d, _ = cli_ds
-    blocker = tmp_path / "blk\nx"
-    blocker.write_text("x")
-    r = cli("bench", d, "--columns", "x", "--cache-dir", blocker / "cache", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert lines and all(line.startswith("pqloader: warning: ") for line in lines), r.stderr
-    assert "blk\\nx" in r.stderr and "not usable" in r.stderr, r.stderr
 
 
 def test_a_warning_with_stderr_closed_does_not_go_to_stdout(monkeypatch, capsys):
