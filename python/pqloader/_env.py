@@ -1,5 +1,5 @@
 """What a Loader takes from its surroundings: sources, storage options, rank and world size,
-the CPUs it may use.
+the CPUs and memory it may use.
 
 Everything here turns user input or the process environment into the plain values the
 engine takes (absolute paths, text options, integers) and refuses what the engine would
@@ -10,7 +10,6 @@ up in ``sys.modules`` only.
 from __future__ import annotations
 
 import errno
-import math
 import numbers
 import os
 import re
@@ -18,6 +17,8 @@ import stat
 import sys
 import urllib.parse
 from typing import Any, Mapping, Sequence, Union
+
+from pqloader import _core
 
 Source = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
@@ -346,78 +347,58 @@ def available_cpus() -> int:
     """The CPUs this process may use, the default ``num_workers``: those of its affinity
     mask (``taskset``, a cpuset), at most its cgroup's CPU quota rounded up (a container's
     CPU limit: v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``, its ancestors' too), at least 1.
-    (``os.cpu_count()`` and the engine's ``hardware_concurrency`` count the node's CPUs:
-    a pod limited to 2 CPUs of a 64-core node started 64 workers.)
+    (``os.cpu_count()`` and ``std::thread::hardware_concurrency`` count the node's CPUs:
+    a pod limited to 2 CPUs of a 64-core node started 64 workers.) The engine counts them
+    (``util/container_limits.h``), for its own default too.
     """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    if quota is not None:
-        cpus = min(cpus, math.ceil(quota))
-    return max(1, cpus)
+    return _core.available_cpus()
 
 
-def _unescape_mount_field(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)  # "\040" is a space
+def cgroup_memory_limit(proc: str = "/proc/self") -> int | None:
+    """The smallest memory limit in bytes of the process's cgroups (a container's memory
+    limit: v2 ``memory.max``, v1 ``memory.limit_in_bytes``) and their ancestors; None when
+    there is none or it cannot be read. The engine reads it (``util/container_limits.h``,
+    as it finds the CPU quota)."""
+    return _core._cgroup_memory_limit(proc)
 
 
-def _cgroup_cpu_quota(proc: str = "/proc/self") -> float | None:
-    """The smallest CPU quota (in CPUs) of the process's cgroups, v2 and v1 ``cpu``, and
-    their ancestors up to the root each mount shows; None when there is none or it cannot
-    be read. `proc`: the process's ``/proc`` directory (its ``cgroup`` and ``mountinfo``)."""
-    try:
-        with open(os.path.join(proc, "cgroup")) as f:
-            cgroups = f.read().splitlines()
-        with open(os.path.join(proc, "mountinfo")) as f:
-            mounts = f.read().splitlines()
-    except OSError:
-        return None
-    paths = {}  # file system type -> this process's cgroup in that hierarchy
-    for line in cgroups:
-        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if hierarchy == "0" and controllers == "":
-            paths["cgroup2"] = path
-        elif "cpu" in controllers.split(","):
-            paths["cgroup"] = path
-    quotas = []
-    for line in mounts:
-        fields = line.split()
-        if "-" not in fields[6:]:
-            continue
-        tail = fields[fields.index("-", 6) + 1:]
-        if len(tail) < 3 or tail[0] not in paths or (tail[0] == "cgroup" and "cpu" not in tail[2].split(",")):
-            continue
-        root, mount = _unescape_mount_field(fields[3]), _unescape_mount_field(fields[4])
-        relative = os.path.relpath(paths[tail[0]], root)
-        if relative == ".." or relative.startswith("../"):  # outside the mount's root: its root
-            relative = "."
-        directory = os.path.normpath(os.path.join(mount, relative))
-        while True:
-            quota = _read_cpu_quota(directory, v2=tail[0] == "cgroup2")
-            if quota is not None:
-                quotas.append(quota)
-            if len(directory) <= len(mount):
-                break
-            directory = os.path.dirname(directory)
-    return min(quotas, default=None)
+# max_inflight_bytes when none is given: 256 MiB, at most an eighth of the cgroup's memory
+# limit (its budget and the freed blocks kept for reuse, up to twice it, take at most 3/8;
+# the rest is for the process, the shuffle window and the rows being decoded, which the
+# budget does not bound: docs/design.md, "Memory limit"), at least 16 MiB (any budget runs:
+# one row group is always allowed).
+DEFAULT_INFLIGHT_BYTES = 256 << 20
+MIN_DEFAULT_INFLIGHT_BYTES = 16 << 20
+INFLIGHT_LIMIT_SHARE = 8
 
 
-def _read_cpu_quota(directory: str, v2: bool) -> float | None:
-    try:
-        if v2:
-            with open(os.path.join(directory, "cpu.max")) as f:
-                quota, period = (f.read().split() + [""])[:2]
-        else:
-            with open(os.path.join(directory, "cpu.cfs_quota_us")) as f:
-                quota = f.read().strip()
-            with open(os.path.join(directory, "cpu.cfs_period_us")) as f:
-                period = f.read().strip()
-        q, p = int(quota), int(period)  # "max" (v2) or -1 (v1): no quota
-    except (OSError, ValueError):
-        return None
-    return q / p if q > 0 and p > 0 else None
+def inflight_bytes(given: int | None, proc: str = "/proc/self") -> int:
+    """The ``max_inflight_bytes`` the engine gets: `given`, or the default sized to the
+    cgroup's memory limit. A given one over half the limit is kept, with a warning.
+
+    Warns:
+        RuntimeWarning: `given` is over half the cgroup's memory limit (the measured peak
+            is about the budget above the process's own memory, and up to twice it more
+            in freed buffers kept for reuse: over the limit the kernel kills the process).
+    """
+    limit = cgroup_memory_limit(proc)
+    if given is None:
+        if limit is None:
+            return DEFAULT_INFLIGHT_BYTES
+        return max(MIN_DEFAULT_INFLIGHT_BYTES, min(DEFAULT_INFLIGHT_BYTES, limit // INFLIGHT_LIMIT_SHARE))
+    if limit is not None and given > limit // 2:
+        import warnings
+
+        from pqloader._errors import user_stacklevel
+        mib = 1 << 20
+        warnings.warn(f"max_inflight_bytes={given} ({given / mib:.0f} MiB) is over half this process's "
+                      f"cgroup memory limit of {limit} bytes ({limit / mib:.0f} MiB; a container's memory "
+                      f"limit): the loader's peak memory is about max_inflight_bytes above the process's "
+                      f"own, plus the row groups being decoded and up to twice it in freed buffers kept "
+                      f"for reuse, and over the limit the kernel kills the process without an error; "
+                      f"lower max_inflight_bytes, or leave it unset (its default is at most an eighth of "
+                      f"the limit)", RuntimeWarning, stacklevel=user_stacklevel())
+    return given
 
 
 def _ray_train_rank_world() -> tuple[int, int] | None:

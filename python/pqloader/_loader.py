@@ -92,7 +92,7 @@ class Loader:
         world_size: int | None = _D.world_size,
         shard_policy: str = _D.shard_policy,
         fill_null: Any = _D.fill_null,
-        max_inflight_bytes: int = _D.max_inflight_bytes,
+        max_inflight_bytes: int | None = _D.max_inflight_bytes,
         prefetch_batches: int | None = _D.prefetch_batches,
         verify_checksums: bool = _D.verify_checksums,
         transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = _D.transforms,
@@ -401,7 +401,9 @@ class Loader:
             and cache_hits / cache_misses / cache_bytes_saved and the other cache_*
             counters: inserts refused by reason (cache_refused_full, _later,
             _too_large, _stale; cache_skipped_full is their sum but _stale),
-            cache_evictions (of which cache_evicted_stale), cache_waits /
+            cache_evictions (of which cache_evicted_stale), cache_corrupt (entries
+            damaged, dropped), cache_read_errors (entries the OS could not read, kept;
+            their row groups read from the source), cache_waits /
             cache_wait_seconds / cache_wait_timeouts (waits for another process's
             fetch). bytes_fetched: compressed bytes of the row groups requested from
             storage since the loader was made, decoded or not (what it cost the

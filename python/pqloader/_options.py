@@ -407,7 +407,10 @@ ARGUMENT_DOCS = """\
             process's baseline is about this + the row groups of the batch the consumer
             waits for (one shuffle window) + one row group read ahead + ~3x a row group
             per worker decoding one + up to twice this + 32 MiB of freed buffers kept for reuse
-            (tested in ``python/tests/test_memory.py``).
+            (tested in ``python/tests/test_memory.py``). Default: 256 MiB, at most an
+            eighth of the process's cgroup memory limit (a container's, v2 ``memory.max``
+            or v1 ``memory.limit_in_bytes``), at least 16 MiB; one given over half that
+            limit is kept, with a ``RuntimeWarning``. It never changes the batches.
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
             Shuffled loaders that gather whole windows also gather the next window ahead
             as soon as its copy fits ``max_inflight_bytes`` (about three windows' decoded
@@ -551,7 +554,7 @@ class LoaderOptions:
     world_size: int | None = None
     shard_policy: str = "drop"
     fill_null: Any = None
-    max_inflight_bytes: int = 256 << 20
+    max_inflight_bytes: int | None = None
     prefetch_batches: int | None = None
     verify_checksums: bool = False
     transforms: Mapping[str, Sequence[Any]] | Callable[[dict], dict] | None = None
@@ -611,7 +614,7 @@ class LoaderOptions:
             world_size=_optional_int("world_size", self.world_size, 1),
             shard_policy=check_choice("shard_policy", self.shard_policy, _SHARD_POLICIES),
             fill_null=_check_fill_null(self.fill_null),
-            max_inflight_bytes=check_int("max_inflight_bytes", self.max_inflight_bytes, 1, 2**61),
+            max_inflight_bytes=_optional_int("max_inflight_bytes", self.max_inflight_bytes, 1, 2**61),
             prefetch_batches=_optional_int("prefetch_batches", self.prefetch_batches, 1),
             verify_checksums=check_bool("verify_checksums", self.verify_checksums),
             transforms=_check_transforms(transforms),
@@ -737,7 +740,7 @@ class LoaderOptions:
             "world_size": self.world_size,
             "shard_policy": self.shard_policy,
             "num_workers": self.num_workers or _env.available_cpus(),
-            "max_inflight_bytes": self.max_inflight_bytes,
+            "max_inflight_bytes": _env.inflight_bytes(self.max_inflight_bytes),
             "prefetch_batches": self.prefetch_batches,
             "verify_checksums": self.verify_checksums,
             "debug_max_delay_us": self._debug_max_delay_us,

@@ -264,7 +264,7 @@ def _cache_run(args: argparse.Namespace) -> int:
         print(f"remote footers (outside the size limit): {s['footers']} ({_human(s['footer_bytes'])})")
     for key in ("hits", "misses", "inserts", "evictions", "evicted_stale", "refused_full",
                 "refused_later", "refused_too_large", "refused_stale", "waits", "wait_timeouts",
-                "corrupt", "write_errors"):
+                "corrupt", "read_errors", "write_errors"):
         if key in s:
             print(f"{key}: {s[key]}")
     return 0

@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -48,8 +49,8 @@
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/transform/op.h"
 #include "pqloader/transform/pipeline.h"
+#include "pqloader/util/container_limits.h"
 #include "pqloader/util/fork_gate.h"
-#include "pqloader/util/start_threads.h"
 
 #include "gil.h"
 
@@ -805,6 +806,7 @@ class PyLoader {
     d["cache_evicted_stale"] = s.cache.evicted_stale;
     d["cache_evictions"] = s.cache.evictions;
     d["cache_corrupt"] = s.cache.corrupt;
+    d["cache_read_errors"] = s.cache.read_errors;
     d["cache_write_errors"] = s.cache.write_errors;
     d["cache_waits"] = s.cache.waits;
     d["cache_wait_timeouts"] = s.cache.wait_timeouts;
@@ -1285,6 +1287,12 @@ NB_MODULE(_core, m) {
   // A forked child: objects that the parent's other threads held are never freed there.
   m.def("_quiet_leak_warnings", [] { nb::set_leak_warnings(false); });
   m.def("draw_seed", &pqloader::DrawFreshSeed);
+  // pqloader.available_cpus(), the engine's default thread count; the quota part alone, of
+  // a /proc directory given, for tests (fake trees).
+  m.def("available_cpus", &pqloader::AvailableCpus);
+  m.def("_cgroup_cpu_quota", &pqloader::CgroupCpuQuota, "proc"_a);
+  // The cgroup memory limit the default max_inflight_bytes is sized by (_env.py).
+  m.def("_cgroup_memory_limit", &pqloader::CgroupMemoryLimit, "proc"_a);
   // A schema handed in through the Arrow PyCapsule protocol (`__arrow_c_schema__` of any
   // Arrow implementation, any version) as Arrow IPC bytes, which the option dict carries
   // (bytes survive a fork and a reopen; a capsule imports once).

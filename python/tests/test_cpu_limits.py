@@ -3,6 +3,7 @@ mask, at most its cgroup's CPU quota), not the node's. Each limited run is a
 subprocess, so the limits never reach the test process."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import subprocess_env
-from pqloader import _env
+from pqloader import _core
 
 # What the engine is handed (LoaderOptions.to_engine) for a Loader without num_workers
 # (None: the engine counted std::thread::hardware_concurrency, the node's CPUs).
@@ -61,19 +62,20 @@ def test_the_default_workers_are_the_cpus_of_the_affinity_mask(data):
     assert run(data, prefix=["taskset", "-c", one]) == 1
 
 
-def _cpu_cgroup() -> tuple[str, bool] | None:
-    """This process's cgroup directory with the cpu controller, and whether it is v2."""
+def cgroup_with(controller: str) -> tuple[str, bool] | None:
+    """This process's cgroup directory with `controller` (v2, or v1's hierarchy of it),
+    and whether it is v2."""
     mounts = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
             kind, _, options = fields[fields.index("-", 6) + 1:][:3]
-            if kind == "cgroup2" or (kind == "cgroup" and "cpu" in options.split(",")):
+            if kind == "cgroup2" or (kind == "cgroup" and controller in options.split(",")):
                 mounts.setdefault(kind, (fields[3], fields[4]))
     with open("/proc/self/cgroup") as f:
         for line in f:
             hierarchy, controllers, path = line.rstrip("\n").split(":", 2)
-            kind = "cgroup2" if hierarchy == "0" else "cgroup" if "cpu" in controllers.split(",") else ""
+            kind = "cgroup2" if hierarchy == "0" else "cgroup" if controller in controllers.split(",") else ""
             if kind not in mounts:
                 continue
             root, mount = mounts[kind]
@@ -82,47 +84,57 @@ def _cpu_cgroup() -> tuple[str, bool] | None:
                 return directory, False
             try:
                 with open(os.path.join(directory, "cgroup.controllers")) as c:
-                    if "cpu" in c.read().split():
+                    if controller in c.read().split():
                         return directory, True
             except OSError:
                 pass
     return None
 
 
-@pytest.fixture
-def half_a_cpu():
-    """A child of this process's cgroup limited to half a CPU (v2 cpu.max 50000 100000,
-    v1 cpu.cfs_quota_us 50000), removed after the test."""
-    found = _cpu_cgroup() if os.geteuid() == 0 else None
+@contextlib.contextmanager
+def child_cgroup(controller: str, v2_settings: dict[str, str], v1_settings: dict[str, str]):
+    """A child of this process's cgroup with `controller` and these settings (files to
+    write), removed afterwards (once the processes put in it have exited); skips the test
+    where it cannot be made."""
+    found = cgroup_with(controller) if os.geteuid() == 0 else None
     if found is None:
-        pytest.skip("needs root and a cgroup with the cpu controller (v2, or v1's cpu)")
+        pytest.skip(f"needs root and a cgroup with the {controller} controller (v2, or v1's {controller})")
     parent, v2 = found
     child = os.path.join(parent, f"pqloader-test-{uuid.uuid4().hex[:8]}")
     try:
         if v2:  # a process in the parent may refuse this (EBUSY: no internal processes)
             with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
-                f.write("+cpu")
+                f.write(f"+{controller}")
         os.mkdir(child)
     except OSError as e:
         pytest.skip(f"cannot make a child cgroup of {parent}: {e}")
     try:
-        if v2:
-            with open(os.path.join(child, "cpu.max"), "w") as f:
-                f.write("50000 100000")
-        else:
-            with open(os.path.join(child, "cpu.cfs_quota_us"), "w") as f:
-                f.write("50000")
+        for name, value in (v2_settings if v2 else v1_settings).items():
+            with open(os.path.join(child, name), "w") as f:
+                f.write(value)
         yield child
     finally:
-        os.rmdir(child)  # the subprocess has exited: the cgroup is empty
+        os.rmdir(child)
+
+
+def in_cgroup(child: str) -> list[str]:
+    """A command prefix that runs the command in the cgroup `child`."""
+    return ["sh", "-c", f'echo $$ > "{child}/cgroup.procs" && exec "$@"', "sh"]
+
+
+@pytest.fixture
+def half_a_cpu():
+    """A child of this process's cgroup limited to half a CPU (v2 cpu.max 50000 100000,
+    v1 cpu.cfs_quota_us 50000), removed after the test."""
+    with child_cgroup("cpu", {"cpu.max": "50000 100000"}, {"cpu.cfs_quota_us": "50000"}) as child:
+        yield child
 
 
 @needs_two_cpus
 def test_the_default_workers_stay_within_the_cgroup_cpu_quota(data, half_a_cpu):
     """In a cgroup of half a CPU (a pod's `limits: cpu: 500m`) the engine started one
     worker per CPU of the node, throttled by the quota."""
-    enter = f'echo $$ > "{half_a_cpu}/cgroup.procs" && exec "$@"'
-    assert run(data, prefix=["sh", "-c", enter, "sh"]) == 1
+    assert run(data, prefix=in_cgroup(half_a_cpu)) == 1
 
 
 def _fake_proc(tmp_path, cgroup_lines, mounts):
@@ -148,19 +160,21 @@ def test_the_cpu_quota_is_the_smallest_of_the_cgroup_and_its_ancestors_v2(tmp_pa
     _write(mount / "pod", {"cpu.max": "250000 100000"})
     _write(mount / "pod" / "c1", {"cpu.max": "max 100000"})
     proc = _fake_proc(tmp_path, ["0::/kubepods/pod/c1"], [("/kubepods", str(mount), "cgroup2", "rw")])
-    assert _env._cgroup_cpu_quota(proc) == 2.5
+    assert _core._cgroup_cpu_quota(proc) == 2.5
     _write(mount / "pod" / "c1", {"cpu.max": "50000 100000"})
-    assert _env._cgroup_cpu_quota(proc) == 0.5
+    assert _core._cgroup_cpu_quota(proc) == 0.5
 
 
 def test_the_cpu_quota_of_cgroup_v1_and_none_without_one(tmp_path):
     mount = tmp_path / "fs" / "cpu,cpuacct"
     _write(mount, {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000"})
     _write(mount / "job", {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000"})
+    # (a hierarchy without the cpu controller: its files are not the process's quota)
+    _write(tmp_path / "fs" / "memory" / "job", {"cpu.cfs_quota_us": "10000", "cpu.cfs_period_us": "100000"})
     cgroups = ["12:memory:/job", "4:cpu,cpuacct:/job", "0::/"]
     mounts = [("/", str(mount), "cgroup", "rw,cpu,cpuacct"),
               ("/", str(tmp_path / "fs" / "memory"), "cgroup", "rw,memory")]
     proc = _fake_proc(tmp_path, cgroups, mounts)
-    assert _env._cgroup_cpu_quota(proc) is None
+    assert _core._cgroup_cpu_quota(proc) is None
     _write(mount / "job", {"cpu.cfs_quota_us": "300000", "cpu.cfs_period_us": "200000"})
-    assert _env._cgroup_cpu_quota(proc) == 1.5
+    assert _core._cgroup_cpu_quota(proc) == 1.5

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,12 +50,14 @@ def data(tmp_path) -> str:
 
 
 RUN = textwrap.dedent("""
-    import json, sys, pqloader
+    import json, os, sys, pqloader
     source, kwargs, epochs = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     out = {"x": []}
     try:
         loader = pqloader.Loader(source, batch_size=500, num_epochs=epochs, **kwargs)
         out["built"] = True
+        if len(sys.argv) > 4:
+            os.remove(sys.argv[4])  # listed, never read: its row groups come from the cache
         for b in loader:
             out["x"].extend(int(v) for v in b["x"])
         out["stats"] = {k: v for k, v in loader.stats().items() if k.startswith("cache_")}
@@ -65,9 +68,10 @@ RUN = textwrap.dedent("""
 """)
 
 
-def run(source, shim=None, epochs=1, timeout=120, **kwargs) -> dict:
+def run(source, shim=None, epochs=1, timeout=120, remove=None, **kwargs) -> dict:
     """One loader in a subprocess under the shim (IOFAULT_* settings from `shim`, a dict
-    whose "lib" is the library); its rows, stats or error. The timeout guards hangs."""
+    whose "lib" is the library); its rows, stats or error. `remove`: a file deleted once
+    the loader is made. The timeout guards hangs."""
     env = subprocess_env()
     if shim is not None:
         settings = dict(shim)
@@ -75,8 +79,9 @@ def run(source, shim=None, epochs=1, timeout=120, **kwargs) -> dict:
         # After any preload already there (ASan's runtime must come first).
         env["LD_PRELOAD"] = " ".join(p for p in (env.get("LD_PRELOAD", ""), lib) if p)
         env.update({f"IOFAULT_{k.upper()}": str(v) for k, v in settings.items()})
-    done = subprocess.run([sys.executable, "-c", RUN, source, json.dumps(kwargs), str(epochs)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    argv = [sys.executable, "-c", RUN, source, json.dumps(kwargs), str(epochs)]
+    done = subprocess.run(argv + ([remove] if remove else []), capture_output=True, text=True,
+                          timeout=timeout, env=env)
     assert done.returncode == 0, f"rc {done.returncode}: {done.stderr[-3000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -138,31 +143,71 @@ def test_short_reads_of_local_files_and_cache_entries_give_identical_batches(shi
         assert short["stats"]["cache_hits"] == 18 and short["stats"]["cache_corrupt"] == 0, short["stats"]
 
 
+def entries(cache) -> int:
+    return len(list(Path(cache).rglob("*.pqc")))
+
+
 @pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE, errno.ENOMEM])
-def test_cache_entries_that_cannot_be_read_are_read_from_the_source(shim, data, tmp_path, code):
-    """An entry whose read fails is treated as a damaged one: counted (cache_corrupt),
-    deleted, its row group read from the source; the batches are the same."""
+def test_cache_entries_that_cannot_be_read_are_kept_and_read_from_the_source(shim, data, tmp_path,
+                                                                           code):
+    """An entry whose read fails is not a damaged one: nothing says its bytes are bad. It
+    was counted cache_corrupt and deleted (rewritten by the next insert); now it is counted
+    in cache_read_errors and kept, and its row group is read from the source. The batches
+    are the same, and a later run hits every entry."""
     cache = str(tmp_path / "cache")
     warm = run(data, cache_dir=cache)
     assert warm["stats"]["cache_inserts"] == 9
     got = run(data, {"lib": shim, "path": cache + "/shard", "errno": code}, cache_dir=cache)
     assert got["x"] == warm["x"]
-    assert got["stats"]["cache_hits"] == 0 and got["stats"]["cache_corrupt"] >= 9, got["stats"]
+    s = got["stats"]
+    assert s["cache_hits"] == 0 and s["cache_read_errors"] >= 9, s
+    assert s["cache_corrupt"] == 0 and s["cache_inserts"] == 0, s
+    assert entries(cache) == 9
+    again = run(data, cache_dir=cache)
+    assert again["x"] == warm["x"]
+    assert again["stats"]["cache_hits"] == 9 and again["stats"]["cache_read_errors"] == 0
 
 
-def test_a_deferred_cache_column_that_cannot_be_read_is_an_ioerror_with_its_errno(shim, data, tmp_path):
+SHUFFLED = {"columns": ["x"], "shuffle": True, "seed": 1}
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ESTALE, errno.ENOMEM])
+def test_a_deferred_cache_column_that_cannot_be_read_is_read_from_the_source(shim, data, tmp_path,
+                                                                           code):
     """A shuffled loader's second epoch of hits leaves plain columns in their entry files
-    until the window gather reads them (GetDeferred). A read that fails there fails the
-    batch naming the entry; its IOError carried no errno (None) before."""
+    until the window gather reads them (GetDeferred). A read that fails there failed the
+    batch, naming only the entry; now the gather takes the row group from its source: the
+    epochs are those of an uncached run, each failed hit is counted once, the entries kept."""
     cache = str(tmp_path / "cache")
-    kwargs = {"cache_dir": cache, "columns": ["x"], "shuffle": True, "seed": 1}
-    run(data, **kwargs)  # fills the cache
+    uncached = run(data, epochs=2, **SHUFFLED)
+    assert sorted(uncached["x"]) == sorted(list(range(3 * ROWS_PER_FILE)) * 2)
+    run(data, cache_dir=cache, **SHUFFLED)  # fills the cache
     # Only reads of one column of one row group (8000 bytes) fail: the first epoch's whole
     # entry reads (which verify them) and the second's heads and trailers pass.
-    got = run(data, {"lib": shim, "path": cache + "/shard", "errno": errno.EIO, "len": 8 * ROW_GROUP},
-              epochs=2, **kwargs)
+    got = run(data, {"lib": shim, "path": cache + "/shard", "errno": code, "len": 8 * ROW_GROUP},
+              epochs=2, cache_dir=cache, **SHUFFLED)
+    assert "error" not in got, got["error"]
+    assert got["x"] == uncached["x"]
+    s = got["stats"]
+    assert s["cache_hits"] == 18 and s["cache_read_errors"] == 9, s
+    assert s["cache_corrupt"] == 0 and s["cache_inserts"] == 0, s
+    assert entries(cache) == 9
+
+
+def test_a_deferred_cache_column_unreadable_at_both_ends_names_column_file_row_group_and_entry(
+        shim, data, tmp_path):
+    """When the source cannot be read either (here: deleted once listed), the batch fails,
+    and the error says where: the column, the file and row group, and the entry that could
+    not be read and why. The IOError named only the entry before."""
+    cache = str(tmp_path / "cache")
+    run(data, cache_dir=cache, **SHUFFLED)  # fills the cache
+    part1 = str(Path(data) / "part1.parquet")
+    got = run(data, {"lib": shim, "path": cache + "/shard", "errno": errno.EIO,
+                     "len": 8 * ROW_GROUP}, epochs=2, remove=part1, cache_dir=cache, **SHUFFLED)
     error = got["error"]
-    assert error["type"] == "IOError" and error["errno"] == errno.EIO, error
-    assert "cannot read cache entry '" + cache in error["message"], error
-    assert "epoch 1" in error["message"] and os.strerror(errno.EIO) in error["message"], error
-    assert sorted(got["x"]) == list(range(3 * ROWS_PER_FILE)), "the first epoch is whole"
+    message = error["message"]
+    assert re.search(r"column 'x' of '[^']*part1\.parquet', row group \d", message), error
+    assert "cannot read cache entry '" + cache in message, error
+    assert os.strerror(errno.EIO) in message and "epoch 1" in message, error
+    # The first epoch (whole entry reads) needed no source.
+    assert sorted(got["x"][:3 * ROWS_PER_FILE]) == list(range(3 * ROWS_PER_FILE))

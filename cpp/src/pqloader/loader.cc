@@ -20,7 +20,7 @@
 #include "pqloader/error.h"
 #include "pqloader/loader_internal.h"
 #include "pqloader/plan/split_uses.h"
-#include "pqloader/util/start_threads.h"
+#include "pqloader/util/container_limits.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {

@@ -65,8 +65,9 @@ struct LoaderOptions {
   std::map<std::string, NullFill> fills;
   /// Verify Parquet page checksums where present. Default: false.
   bool verify_checksums = false;
-  /// Worker threads, at most 1024 (as io_threads). Default: 0, meaning one per CPU of
-  /// the process's affinity mask (AvailableCpus, util/start_threads.h).
+  /// Worker threads, at most 1024 (as io_threads). Default: 0, meaning one per CPU the
+  /// process may use: its affinity mask, at most its cgroup's CPU quota
+  /// (AvailableCpus, util/container_limits.h).
   int num_workers = 0;
   /// Bound on the bytes held ahead of the consumer: a quarter for fetched column chunks
   /// not yet decoded (read-ahead), the rest for decoded row groups and assembled
@@ -385,6 +386,12 @@ class Loader {
   arrow::Result<std::shared_ptr<const DecodedUnit>> ProduceUnit(
       const Unit& unit, arrow::Result<std::shared_ptr<FetchedUnit>> fetched, int64_t* bytes,
       const std::shared_ptr<Work>& work, double now, bool deferred);
+  // `hit`, rows `unit` of a cache hit that the window gather reads, with its columns left
+  // in the entry file (GetDeferred) read from the source when the entry cannot be read
+  // (see SourceFallback in loader_units.cc); `hit` itself if it has no such column.
+  std::shared_ptr<const DecodedUnit> WithSourceFallback(std::shared_ptr<const DecodedUnit> hit,
+                                                        const Unit& unit,
+                                                        const std::shared_ptr<Work>& work);
   // Read `unit`'s rows from `fetched` (fetching now if null) and run the deterministic
   // transforms.
   arrow::Result<std::shared_ptr<DecodedUnit>> DecodeRows(

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -161,6 +162,91 @@ std::shared_ptr<const DecodedUnit> SliceRows(const std::shared_ptr<const Decoded
   return out;
 }
 
+// The source of a cache hit whose columns were left in its entry file (GetDeferred), for
+// when the window gather cannot read them there (EIO on a bad sector, ESTALE on NFS,
+// ENOMEM, a file changed in place): the cache costs speed then, not the batch. The split
+// is decoded from its source once, for all its columns, when the first read fails; the
+// rows are those the entry held (it holds what the source decodes to), so the batches
+// do not change. Thread-safety: the gather's threads call ReadInto concurrently.
+class SourceFallback {
+ public:
+  using Decode = std::function<arrow::Result<std::shared_ptr<DecodedUnit>>()>;
+  SourceFallback(Decode decode, std::shared_ptr<const Dataset> dataset, int64_t split)
+      : decode_(std::move(decode)), dataset_(std::move(dataset)), split_(split) {}
+
+  // Copy bytes [offset, offset + n) of column c (rows of `row_bytes`) of the split, as
+  // decoded from its source, to `out`; `why`: the entry's read error. An error names
+  // the entry (in `why`), the file, the row group and the column.
+  arrow::Status ReadInto(size_t c, int64_t row_bytes, int64_t offset, int64_t n, uint8_t* out,
+                         const arrow::Status& why) {
+    const Split& split = dataset_->splits()[split_];
+    const std::string context = "column '" + dataset_->specs()[c].name + "' of '" +
+                                dataset_->files()[split.file].display + "', row group " +
+                                std::to_string(split.row_group) + ": " + why.message() +
+                                "; read from the source instead";
+    const arrow::Result<std::shared_ptr<DecodedUnit>> decoded = Decoded();
+    if (!decoded.ok()) {
+      if (decoded.status().IsCancelled()) return decoded.status();
+      return WithContext(decoded.status(), context);
+    }
+    const DecodedUnit& unit = **decoded;
+    const ColumnData* d = c < unit.columns.size() ? &unit.columns[c] : nullptr;
+    if (d == nullptr || unit.num_rows != split.num_rows || !unit.row_ok.empty() ||
+        unit.row_major != nullptr || d->data == nullptr || d->offsets != nullptr ||
+        !d->samples.empty() || d->row_bytes != row_bytes || offset < 0 || n < 0 ||
+        offset + n > d->data->size()) {
+      return MakeError(ErrorKind::kInvalidData, context,
+                       ": its rows are not laid out as the cache entry's were (has the file "
+                       "changed since it was listed?)");
+    }
+    std::memcpy(out, d->data->data() + offset, static_cast<size_t>(n));
+    return arrow::Status::OK();
+  }
+
+ private:
+  arrow::Result<std::shared_ptr<DecodedUnit>> Decoded() {
+    MutexLock lock(mu_);  // the split's other columns wait for this decode
+    if (decode_ != nullptr) {
+      decoded_ = decode_();
+      decode_ = nullptr;
+    }
+    return decoded_;
+  }
+
+  Mutex mu_;
+  Decode decode_ PQ_GUARDED_BY(mu_);
+  arrow::Result<std::shared_ptr<DecodedUnit>> decoded_ PQ_GUARDED_BY(mu_) =
+      arrow::Status::UnknownError("not decoded");
+  const std::shared_ptr<const Dataset> dataset_;
+  const int64_t split_;
+};
+
+// A deferred column of a cache hit: read from its entry file, or else from the source.
+class EntryOrSource : public DeferredBytes {
+ public:
+  // Bytes [offset, offset + entry->size()) of column c of the split.
+  EntryOrSource(std::shared_ptr<const DeferredBytes> entry, std::shared_ptr<SourceFallback> source,
+                size_t c, int64_t row_bytes, int64_t offset)
+      : entry_(std::move(entry)), source_(std::move(source)), c_(c), row_bytes_(row_bytes),
+        offset_(offset) {}
+  int64_t size() const override { return entry_->size(); }
+  arrow::Status ReadInto(uint8_t* out) const override {
+    const arrow::Status st = entry_->ReadInto(out);
+    if (st.ok()) return st;
+    return source_->ReadInto(c_, row_bytes_, offset_, entry_->size(), out, st);
+  }
+  std::shared_ptr<const DeferredBytes> Slice(int64_t offset, int64_t length) const override {
+    return std::make_shared<EntryOrSource>(entry_->Slice(offset, length), source_, c_, row_bytes_,
+                                           offset_ + offset);
+  }
+
+ private:
+  std::shared_ptr<const DeferredBytes> entry_;
+  std::shared_ptr<SourceFallback> source_;
+  size_t c_;
+  int64_t row_bytes_, offset_;
+};
+
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
@@ -190,6 +276,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       return nullptr;
     };
     std::shared_ptr<const DecodedUnit> full = lookup();
+    bool was_hit = false;
     // The claim to fetch this split (see SplitCache::TryClaim), held until its entry is
     // published, so that other processes wait for it rather than fetch it too.
     std::shared_ptr<void> claim;
@@ -223,6 +310,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       work->cache_bytes_saved += split.compressed_bytes;
       ++work->cache_hits;
       kept = true;
+      was_hit = true;
     } else {
       ++work->cache_misses;
       ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
@@ -245,6 +333,7 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
     }
     claim.reset();  // after the entry is published: waiters find it
     decoded = SliceRows(full, unit.row_begin, unit.row_end);
+    if (was_hit && deferred) decoded = WithSourceFallback(std::move(decoded), unit, run_work);
   }
   if (options_.plan.shuffle && !window_gather_) {
     ARROW_ASSIGN_OR_RAISE(decoded, RowMajor(std::move(decoded), work));
@@ -267,6 +356,32 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
   for (const ColumnData& c : decoded->columns) produced += c.deferred ? c.deferred->size() : 0;
   work->bytes_decoded += produced;
   return decoded;
+}
+
+std::shared_ptr<const DecodedUnit> Loader::WithSourceFallback(
+    std::shared_ptr<const DecodedUnit> hit, const Unit& unit, const std::shared_ptr<Work>& work) {
+  std::shared_ptr<SourceFallback> source;
+  std::shared_ptr<DecodedUnit> out;
+  for (size_t c = 0; c < hit->columns.size(); ++c) {
+    const ColumnData& d = hit->columns[c];
+    if (d.deferred == nullptr) continue;
+    if (source == nullptr) {
+      const int64_t split = unit.split;
+      source = std::make_shared<SourceFallback>(
+          [this, split, work]() -> arrow::Result<std::shared_ptr<DecodedUnit>> {
+            const Unit whole{split, 0, dataset_->splits()[split].num_rows};
+            auto decoded = DecodeRows(whole, std::shared_ptr<FetchedUnit>(), work.get());
+            if (!decoded.ok()) return NoteIfChanged(decoded.status(), split);
+            return decoded;
+          },
+          dataset_, split);
+      out = std::make_shared<DecodedUnit>(*hit);
+    }
+    out->columns[c].deferred = std::make_shared<EntryOrSource>(
+        d.deferred, source, c, d.row_bytes, unit.row_begin * d.row_bytes);
+  }
+  if (out == nullptr) return hit;  // read whole: nothing left to read
+  return out;
 }
 
 arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::RowMajor(

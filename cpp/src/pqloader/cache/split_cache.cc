@@ -299,7 +299,8 @@ struct FileVersion {
 };
 
 // Read a whole entry file (`st`: its fstat) into a pooled buffer, checking its checksum
-// on the way when `verify`.
+// on the way when `verify`. Invalid: the bytes are not an entry's (damaged, truncated);
+// any other error (the OS's, out of memory) says nothing of them.
 arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct stat& st,
                                                             bool verify) {
   const int64_t size = st.st_size;
@@ -309,9 +310,10 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
   // read whole before anything was checked: 1 GB of memory for a 1 GB file, a process
   // killed for a larger one.
   uint8_t trailer[kCacheEntryTrailerBytes];
-  if (PreadUpTo(fd, trailer, kCacheEntryTrailerBytes, size - kCacheEntryTrailerBytes) !=
-          kCacheEntryTrailerBytes ||
-      !CacheEntryTrailerMatches(trailer, size)) {
+  const int64_t got =
+      PreadUpTo(fd, trailer, kCacheEntryTrailerBytes, size - kCacheEntryTrailerBytes);
+  if (got < 0) return MakeOsError(errno, "cannot read cache entry");
+  if (got != kCacheEntryTrailerBytes || !CacheEntryTrailerMatches(trailer, size)) {
     return arrow::Status::Invalid("not a complete cache entry (bad end magic or size)");
   }
   ARROW_ASSIGN_OR_RAISE(std::shared_ptr<arrow::Buffer> buffer,
@@ -326,7 +328,9 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
   }
   for (int64_t done = 0; done < size;) {
     const int64_t want = std::min<int64_t>(kReadPieceBytes, size - done);
-    if (PreadUpTo(fd, out + done, want, done) != want) {
+    const int64_t piece = PreadUpTo(fd, out + done, want, done);
+    if (piece < 0) return MakeOsError(errno, "cannot read cache entry");
+    if (piece != want) {
       return arrow::Status::Invalid("cache entry shorter than its size (truncated?)");
     }
     const int64_t hashed_end = std::min<int64_t>(done + want, covered);
@@ -342,11 +346,14 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
 }
 
 // An entry file kept open for the columns of a unit not read yet (see GetDeferred);
-// `open` counts the cache object's open ones.
+// `open` counts the cache object's open ones, `read_errors` its entries that could not
+// be read (both outlive the object: a unit may).
 class OpenEntry {
  public:
-  OpenEntry(int fd, std::string path, std::shared_ptr<std::atomic<int64_t>> open)
-      : fd_(fd), path_(std::move(path)), open_(std::move(open)) {
+  OpenEntry(int fd, std::string path, std::shared_ptr<std::atomic<int64_t>> open,
+            std::shared_ptr<std::atomic<int64_t>> read_errors)
+      : fd_(fd), path_(std::move(path)), open_(std::move(open)),
+        read_errors_(std::move(read_errors)) {
     ++*open_;
   }
   ~OpenEntry() {
@@ -372,10 +379,16 @@ class OpenEntry {
     return arrow::Status::OK();
   }
 
+  // A column of this hit could not be read: counted once per hit, however many fail.
+  void CountReadError() const {
+    if (!read_failed_.exchange(true)) ++*read_errors_;
+  }
+
  private:
   const int fd_;
   const std::string path_;
-  const std::shared_ptr<std::atomic<int64_t>> open_;
+  const std::shared_ptr<std::atomic<int64_t>> open_, read_errors_;
+  mutable std::atomic<bool> read_failed_{false};
 };
 
 // A column of an open entry file.
@@ -385,7 +398,9 @@ class EntryColumnBytes : public DeferredBytes {
       : file_(std::move(file)), offset_(offset), size_(size) {}
   int64_t size() const override { return size_; }
   arrow::Status ReadInto(uint8_t* out) const override {
-    return file_->ReadAt(offset_, size_, out);
+    arrow::Status st = file_->ReadAt(offset_, size_, out);
+    if (!st.ok()) file_->CountReadError();  // its reader falls back to the source
+    return st;
   }
   std::shared_ptr<const DeferredBytes> Slice(int64_t offset, int64_t length) const override {
     return std::make_shared<EntryColumnBytes>(file_, offset_ + offset, length);
@@ -648,6 +663,8 @@ class DiskCache : public SplitCache {
     // (and its reads) for good, a link to a large file was read whole.
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
+      // An entry there that cannot be opened (EIO, ESTALE, EMFILE ...) is not read either.
+      if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) ++*read_errors_;
       ++misses_;
       return nullptr;
     }
@@ -658,28 +675,41 @@ class DiskCache : public SplitCache {
     // read (ReadCacheEntry), so that no version of the bytes reads outside its buffers.
     std::shared_ptr<DecodedUnit> unit;
     struct stat st;
-    arrow::Result<std::shared_ptr<arrow::Buffer>> buffer = arrow::Status::IOError("fstat failed");
+    arrow::Status failed;  // why there is no unit: Invalid when the bytes are bad
     bool verify = true;
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
+      failed = MakeOsError(errno, "fstat");
+    } else if (!S_ISREG(st.st_mode)) {
+      failed = arrow::Status::Invalid("not a regular file");
+    } else {
       {
         MutexLock lock(memo_mu_);
         auto it = verified_.find(path);
         verify = it == verified_.end() || !(it->second == FileVersion(st));
       }
-      buffer = ReadEntryFile(fd, st, verify);
-    }
-    if (buffer.ok()) {
-      auto parsed = ReadCacheEntry(*buffer, key, /*checksum_verified=*/true);
-      if (parsed.ok()) unit = *parsed;
+      auto buffer = ReadEntryFile(fd, st, verify);
+      auto parsed = buffer.ok() ? ReadCacheEntry(*buffer, key, /*checksum_verified=*/true)
+                                : arrow::Result<std::shared_ptr<DecodedUnit>>(buffer.status());
+      if (parsed.ok()) {
+        unit = *parsed;
+      } else {
+        failed = parsed.status();
+      }
     }
     const bool touched = unit != nullptr && TouchIfLru(fd, &st);
     ::close(fd);
     if (unit != nullptr && (verify || touched)) RememberVerified(path, st);
     if (unit == nullptr) {
-      // Corrupt or truncated (e.g. bytes damaged on disk): drop it; it will be refetched.
-      ++corrupt_;
       ++misses_;
-      Remove(key, path);
+      if (failed.IsInvalid()) {
+        // Corrupt or truncated (e.g. bytes damaged on disk): drop it; it will be refetched.
+        ++corrupt_;
+        Remove(key, path);
+      } else {
+        // Not read (EIO, ESTALE on NFS, ENOMEM ...): nothing says its bytes are bad. Kept
+        // (a later read may pass); its row group is read from the source this time.
+        ++*read_errors_;
+      }
       return nullptr;
     }
     ++hits_;
@@ -711,7 +741,7 @@ class DiskCache : public SplitCache {
     const std::string path = EntryPath(key);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return Get(key);
-    auto file = std::make_shared<const OpenEntry>(fd, path, open_deferred_);
+    auto file = std::make_shared<const OpenEntry>(fd, path, open_deferred_, read_errors_);
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return Get(key);
     bool verified = false;
@@ -1375,6 +1405,7 @@ CacheCounters SplitCache::counters() const {
   c.evictions = evictions_;
   c.evicted_stale = evicted_stale_;
   c.corrupt = corrupt_;
+  c.read_errors = *read_errors_;
   c.write_errors = write_errors_;
   c.waits = waits_;
   c.wait_timeouts = wait_timeouts_;
@@ -1671,6 +1702,29 @@ SourceState EntryState(const std::string& path, const std::string& key,
   return checker(*head->source);
 }
 
+// What RemoveOrReport did with a file.
+enum class Removal { kRemoved, kGone, kDenied };
+
+// Remove the file `path` (kGone: it was gone already). One this user may not remove
+// (another user's file in a shard directory with the sticky bit: EPERM, EACCES) is kDenied,
+// listed in `report`'s not_removed (at most kMaxReportedForeign; not_removed_count counts
+// all), and the caller goes on past it (prune and clear stopped at the first before
+// 2026-12); any other failure (a read-only filesystem, an I/O error) is returned, naming
+// the path. `Report`: CachePruneReport or CacheClearReport.
+template <typename Report>
+arrow::Result<Removal> RemoveOrReport(const std::string& path, Report* report) {
+  if (::unlink(path.c_str()) == 0) return Removal::kRemoved;
+  const int unlink_errno = errno;
+  if (unlink_errno == ENOENT) return Removal::kGone;
+  if (unlink_errno != EPERM && unlink_errno != EACCES) {
+    return MakeOsError(unlink_errno, "cannot remove '", path, "'");
+  }
+  if (report->not_removed_count++ < kMaxReportedForeign) {
+    report->not_removed.push_back(path + ": " + std::strerror(unlink_errno));
+  }
+  return Removal::kDenied;
+}
+
 }  // namespace
 
 arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const SourceChecker& checker,
@@ -1812,18 +1866,8 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
       }
       struct stat sb;
       if (::lstat(entry.path.c_str(), &sb) != 0) continue;
-      if (::unlink(entry.path.c_str()) != 0) {
-        // (Another user's entry in a directory this one may not write: reported, and the
-        // prune goes on; it stopped here before 2026-12.)
-        const int unlink_errno = errno;
-        if (unlink_errno != ENOENT && unlink_errno != EPERM && unlink_errno != EACCES) {
-          return MakeOsError(unlink_errno, "cannot remove '", entry.path, "'");
-        }
-        if (unlink_errno != ENOENT && report.not_removed_count++ < kMaxReportedForeign) {
-          report.not_removed.push_back(entry.path + ": " + std::strerror(unlink_errno));
-        }
-        continue;
-      }
+      ARROW_ASSIGN_OR_RAISE(const Removal removal, RemoveOrReport(entry.path, &report));
+      if (removal != Removal::kRemoved) continue;
       ++report.entries;
       report.bytes += sb.st_size;
       const std::string usage_path = shard + "/.usage";
@@ -1867,20 +1911,10 @@ class Clearer {
   void Foreign(const fs::path& p) {
     if (report_->foreign_count++ < kMaxReportedForeign) report_->foreign.push_back(p.string());
   }
-  // Whether `p` was removed (or was gone already). One this user may not remove (another
-  // user's file in a shard directory with the sticky bit: EPERM, EACCES) is reported, and
-  // the clear goes on (it stopped at the first before 2026-12); any other failure (a
-  // read-only filesystem, an I/O error) ends the clear, naming the path.
+  // Whether `p` was removed (or was gone already); see RemoveOrReport.
   arrow::Result<bool> Remove(const fs::path& p) {
-    if (::unlink(p.c_str()) == 0 || errno == ENOENT) return true;
-    const int unlink_errno = errno;
-    if (unlink_errno != EPERM && unlink_errno != EACCES) {
-      return MakeOsError(unlink_errno, "cannot remove '", p.string(), "'");
-    }
-    if (report_->not_removed_count++ < kMaxReportedForeign) {
-      report_->not_removed.push_back(p.string() + ": " + std::strerror(unlink_errno));
-    }
-    return false;
+    ARROW_ASSIGN_OR_RAISE(const Removal removal, RemoveOrReport(p.string(), report_));
+    return removal != Removal::kDenied;
   }
 
   // A shard's files, under its lock (as writers and prune change them), which stays with
@@ -2026,6 +2060,7 @@ CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then)
   d.evictions = now.evictions - then.evictions;
   d.evicted_stale = now.evicted_stale - then.evicted_stale;
   d.corrupt = now.corrupt - then.corrupt;
+  d.read_errors = now.read_errors - then.read_errors;
   d.write_errors = now.write_errors - then.write_errors;
   d.waits = now.waits - then.waits;
   d.wait_timeouts = now.wait_timeouts - then.wait_timeouts;
@@ -2036,7 +2071,7 @@ CacheCounters CountersSince(const CacheCounters& now, const CacheCounters& then)
 bool CacheCounters::any() const {
   return hits || misses || inserts || refused_full || refused_too_large || refused_later ||
          refused_stale || waits ||
-         evictions || corrupt || write_errors;
+         evictions || corrupt || read_errors || write_errors;
 }
 
 bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
@@ -2075,7 +2110,8 @@ bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
       {"waits", c.waits},
       {"wait_timeouts", c.wait_timeouts},
       {"refused_stale", c.refused_stale},
-      {"evicted_stale", c.evicted_stale}};
+      {"evicted_stale", c.evicted_stale},
+      {"read_errors", c.read_errors}};
   for (const auto& [name, value] : optional) {
     if (value != 0 || r.count(name)) add(name, value);
   }

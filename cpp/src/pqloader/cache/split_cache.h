@@ -141,6 +141,11 @@ struct CacheCounters {
   int64_t evictions = 0;          ///< Entries deleted to make room (stale ones included).
   int64_t evicted_stale = 0;      ///< Of evictions: stale entries.
   int64_t corrupt = 0;        ///< Entries that failed verification and were dropped.
+  /// Entries found that could not be read (EIO, ESTALE, ENOMEM ..., or a file changed in
+  /// place): nothing says their bytes are bad, so they are kept; the row group is read
+  /// from its source instead. A deferred hit (GetDeferred) whose columns then fail counts
+  /// once here, and as a hit.
+  int64_t read_errors = 0;
   int64_t write_errors = 0;   ///< Inserts that failed (disk full, permissions ...).
   int64_t waits = 0;          ///< Reads that waited for another process's fetch.
   /// Of waits: ended by the wait timeout (a claim older than it, broken, whether found so
@@ -180,11 +185,13 @@ class SplitCache {
   static std::shared_ptr<SplitCache> Open(const CacheOptions& options);
 
   /// Return the entry for `key`, or nullptr on a miss (including a corrupt entry,
-  /// which is dropped).
+  /// which is dropped, and an entry that could not be read, which is kept: read_errors).
   virtual std::shared_ptr<const DecodedUnit> Get(const std::string& key) = 0;
   /// As Get, but a disk cache may leave the columns of a plain entry unread
   /// (ColumnData::deferred, read on demand from the open entry file) where this process
   /// verified that version of the file before. Such a unit is only for a WindowGather.
+  /// A deferred column whose read fails returns the error (naming the entry file) and
+  /// counts in read_errors; its reader takes the rows from the source instead.
   virtual std::shared_ptr<const DecodedUnit> GetDeferred(const std::string& key) {
     return Get(key);
   }
@@ -257,6 +264,9 @@ class SplitCache {
   std::atomic<int64_t> hits_{0}, misses_{0}, inserts_{0}, bytes_written_{0}, refused_full_{0},
       refused_too_large_{0}, refused_later_{0}, refused_stale_{0}, evictions_{0}, evicted_stale_{0}, corrupt_{0},
       write_errors_{0}, waits_{0}, wait_timeouts_{0}, wait_ns_{0};
+  /// Shared with the units of deferred hits, which may outlive this object.
+  const std::shared_ptr<std::atomic<int64_t>> read_errors_ =
+      std::make_shared<std::atomic<int64_t>>(0);
 
  private:
   Mutex warn_mu_;

@@ -381,9 +381,17 @@ TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
   EXPECT_TRUE(st.IsIOError()) << st.ToString();
   EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("changed while in use"), std::string::npos) << st.ToString();
+  // A read error (its reader takes the rows from the source), counted once per hit however
+  // many of its reads fail; not a drop: the file is kept.
+  EXPECT_FALSE(hit->columns[1].deferred->ReadInto(reinterpret_cast<uint8_t*>(out.data())).ok());
+  EXPECT_EQ(cache->counters().read_errors, 1);
+  EXPECT_EQ(cache->counters().corrupt, 0);
+  EXPECT_TRUE(fs::exists(path));
   // The next lookup sees a changed file: read whole, found corrupt, dropped.
   EXPECT_EQ(cache->GetDeferred(key), nullptr);
   EXPECT_EQ(cache->counters().corrupt, 1);
+  EXPECT_EQ(cache->counters().read_errors, 1);
+  EXPECT_FALSE(fs::exists(path));
 }
 
 TEST(SplitCache, EntriesNotPlainOrPastTheOpenFileBoundAreReadWhole) {

@@ -183,6 +183,12 @@ SharedReads PlanSharedReads(const Dataset& dataset, const DataFile& file, const 
   SharedReads out;
   const auto& specs = dataset.specs();
   out.of.assign(specs.size(), -1);
+  // Only columns below a field (a struct's) share reads: none, nothing to plan (most
+  // datasets; this runs for every unit).
+  if (std::none_of(file.columns.begin(), file.columns.end(),
+                   [](const ColumnSource& src) { return !src.path.empty(); })) {
+    return out;
+  }
   std::unique_ptr<parquet::RowGroupMetaData> rg;  // (made at the first column below a field)
   // A read's values summed: at most kSharedReadValuesPerRow a row, and kSharedReadValues.
   const int64_t max_values =

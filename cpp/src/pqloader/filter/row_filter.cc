@@ -42,6 +42,7 @@
 #include "pqloader/dataset/footer_checks.h"
 #include "pqloader/dataset/int96.h"
 #include "pqloader/error.h"
+#include "pqloader/util/container_limits.h"
 #include "pqloader/util/node_lock.h"
 #include "pqloader/util/start_threads.h"
 #include "pqloader/util/thread_annotations.h"

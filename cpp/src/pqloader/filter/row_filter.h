@@ -49,7 +49,7 @@ struct FilterOptions {
   /// Default: none.
   BatchPredicate predicate;
   std::vector<std::string> predicate_columns;
-  /// Threads of the mask pass. Default: 0, one per CPU of the affinity mask (AvailableCpus).
+  /// Threads of the mask pass. Default: 0, one per CPU the process may use (AvailableCpus).
   int threads = 0;
   /// Directory where the selection of an expression (not of a predicate, whose code has
   /// no identity) is kept, keyed by the expression and the files' identities, so that

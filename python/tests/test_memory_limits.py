@@ -1,0 +1,141 @@
+"""Containers: the default max_inflight_bytes is sized to the cgroup's memory limit (v2
+memory.max, v1 memory.limit_in_bytes, the smallest of the cgroup and its ancestors), and a
+max_inflight_bytes given over half that limit warns. The limited run is a subprocess, so the
+limit never reaches the test process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pqloader
+from conftest import subprocess_env
+from pqloader import _env
+from test_cpu_limits import _fake_proc, _write, child_cgroup, in_cgroup
+
+MIB = 1 << 20
+V1_NO_LIMIT = str(0x7FFFFFFFFFFFF000)  # what cgroup v1 shows for "no limit"
+
+
+def test_the_memory_limit_is_the_smallest_of_the_cgroup_and_its_ancestors_v2(tmp_path):
+    """cgroup v2 (a Kubernetes pod): the pod's cgroup holds the limit, its container's
+    says max; the default budget is an eighth of it, at most 256 MiB, at least 16 MiB."""
+    mount = tmp_path / "fs" / "cgroup"
+    _write(mount / "pod", {"memory.max": str(600 * MIB)})
+    _write(mount / "pod" / "c1", {"memory.max": "max"})
+    proc = _fake_proc(tmp_path, ["0::/kubepods/pod/c1"], [("/kubepods", str(mount), "cgroup2", "rw")])
+    assert _env.cgroup_memory_limit(proc) == 600 * MIB
+    assert _env.inflight_bytes(None, proc) == 75 * MIB
+    _write(mount / "pod" / "c1", {"memory.max": str(100 * MIB)})
+    assert _env.cgroup_memory_limit(proc) == 100 * MIB
+    assert _env.inflight_bytes(None, proc) == 16 * MIB  # the floor (an eighth is 12.5 MiB)
+    _write(mount / "pod", {"memory.max": "max"})
+    _write(mount / "pod" / "c1", {"memory.max": str(64 << 30)})
+    assert _env.inflight_bytes(None, proc) == 256 * MIB  # the default, whatever the limit above
+
+
+def test_the_memory_limit_of_cgroup_v1_and_none_without_one(tmp_path):
+    """v1's "no limit" is the largest page count in bytes; the cpu hierarchy's files (the
+    wrong controller) are not read."""
+    memory, cpu = tmp_path / "fs" / "memory", tmp_path / "fs" / "cpu"
+    _write(memory, {"memory.limit_in_bytes": V1_NO_LIMIT})
+    _write(memory / "job", {"memory.limit_in_bytes": V1_NO_LIMIT})
+    _write(cpu / "job", {"memory.limit_in_bytes": str(100 * MIB)})
+    cgroups = ["12:memory:/job", "4:cpu,cpuacct:/job", "0::/"]
+    mounts = [("/", str(cpu), "cgroup", "rw,cpu,cpuacct"), ("/", str(memory), "cgroup", "rw,memory")]
+    proc = _fake_proc(tmp_path, cgroups, mounts)
+    assert _env.cgroup_memory_limit(proc) is None
+    assert _env.inflight_bytes(None, proc) == 256 * MIB
+    _write(memory / "job", {"memory.limit_in_bytes": str(1 << 30)})
+    assert _env.cgroup_memory_limit(proc) == 1 << 30
+    assert _env.inflight_bytes(None, proc) == 128 * MIB
+    assert _env.cgroup_memory_limit(str(tmp_path / "no-proc")) is None
+
+
+def test_a_budget_given_over_half_the_limit_is_kept_and_warns_once(tmp_path):
+    mount = tmp_path / "fs" / "cgroup"
+    _write(mount, {"memory.max": str(600 * MIB)})
+    proc = _fake_proc(tmp_path, ["0::/"], [("/", str(mount), "cgroup2", "rw")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _env.inflight_bytes(300 * MIB, proc) == 300 * MIB  # half: no warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # (as Python's: once per message and line)
+        for _ in range(3):
+            assert _env.inflight_bytes(301 * MIB, proc) == 301 * MIB
+    assert [w.category for w in caught] == [RuntimeWarning], caught
+    message = str(caught[0].message)
+    assert "max_inflight_bytes=" in message and f"{600 * MIB} bytes (600 MiB" in message, message
+    assert caught[0].filename == __file__  # the user's line
+
+
+def test_the_budget_sized_to_a_limit_reaches_the_engine_and_keeps_the_batches(tmp_path, monkeypatch):
+    """max_inflight_bytes never changes batch content or order (docs/determinism.md)."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": np.arange(4000, dtype=np.int64)}), path, row_group_size=250)
+
+    def batches(**kw):
+        loader = pqloader.Loader(str(path), batch_size=64, shuffle=True, seed=3, shuffle_window=2, **kw)
+        return loader.options.to_engine()["max_inflight_bytes"], [b["id"].tolist() for b in loader]
+
+    budget, unlimited = batches()
+    assert budget == 256 * MIB
+    monkeypatch.setattr(_env, "cgroup_memory_limit", lambda proc="/proc/self": 128 * MIB)
+    budget, limited = batches()
+    assert budget == 16 * MIB
+    assert limited == unlimited
+    assert batches(max_inflight_bytes=4096) == (4096, unlimited)  # given: kept
+
+
+# A shuffled epoch with default options, its consumer slower than the workers (a training
+# step), so that they fill the budget: the batches' digest and the budget the engine got.
+RUN = textwrap.dedent("""
+    import hashlib, json, sys, time, pqloader
+    loader = pqloader.Loader(sys.argv[1], batch_size=1024, shuffle=True, seed=5, **json.loads(sys.argv[2]))
+    digest, delay = hashlib.sha256(), float(sys.argv[3])
+    for batch in loader:
+        digest.update(batch["f0"].tobytes()); digest.update(batch["f39"].tobytes())
+        time.sleep(delay)
+    print(json.dumps({"budget": loader.options.to_engine()["max_inflight_bytes"], "digest": digest.hexdigest()}))
+""")
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """160 MB of float32 in 2.5 MiB row groups: more than a 256 MiB budget fills in a 256 MB
+    cgroup (decoded rows, their shuffled copies and the freed blocks kept for reuse)."""
+    path = tmp_path_factory.mktemp("memlimit") / "wide.parquet"
+    rng = np.random.default_rng(0)
+    rows = 1 << 20
+    table = pa.table({f"f{i}": rng.random(rows, dtype=np.float32) for i in range(40)})
+    pq.write_table(table, path, row_group_size=16384, compression="none", use_dictionary=False)
+    return str(path)
+
+
+def run(path, options, delay, prefix=()):
+    done = subprocess.run([*prefix, sys.executable, "-c", RUN, path, json.dumps(options), str(delay)],
+                          capture_output=True, text=True, timeout=120, env=subprocess_env())
+    return done
+
+
+def test_a_shuffled_loader_with_default_options_completes_in_a_256_mb_cgroup(wide):
+    """With the 256 MiB default budget this loader was OOM-killed (status -9, no error) in
+    a 256 MB cgroup; sized to the limit (32 MiB) it completes, with the same batches."""
+    limit = 256 * MIB
+    with child_cgroup("memory", {"memory.max": str(limit)},
+                      {"memory.limit_in_bytes": str(limit)}) as child:
+        done = run(wide, {}, 0.002, prefix=in_cgroup(child))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "max_inflight_bytes" not in done.stderr, done.stderr  # none given: no warning
+    got = json.loads(done.stdout)
+    assert got["budget"] == limit // 8
+    reference = run(wide, {"max_inflight_bytes": 256 * MIB}, 0)  # (no limit)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    assert json.loads(reference.stdout) == {"budget": 256 * MIB, "digest": got["digest"]}
