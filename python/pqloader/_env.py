@@ -365,16 +365,24 @@ def cgroup_memory_limit(proc: str = "/proc/self") -> int | None:
 # max_inflight_bytes when none is given: 256 MiB, at most an eighth of the cgroup's memory
 # limit (its budget and the freed blocks kept for reuse, up to twice it, take at most 3/8;
 # the rest is for the process, the shuffle window and the rows being decoded, which the
-# budget does not bound: docs/design.md, "Memory limit"), at least 16 MiB (any budget runs:
-# one row group is always allowed).
+# budget does not bound: docs/design.md, "The memory limit"), at least 16 MiB (any budget
+# runs: one row group is always allowed). Loaders that share the limit share the eighth.
 DEFAULT_INFLIGHT_BYTES = 256 << 20
 MIN_DEFAULT_INFLIGHT_BYTES = 16 << 20
 INFLIGHT_LIMIT_SHARE = 8
+_MIB = 1 << 20
 
 
-def inflight_bytes(given: int | None, proc: str = "/proc/self") -> int:
+def _limit_text(limit: int) -> str:
+    return (f"this process's cgroup memory limit of {limit} bytes ({limit / _MIB:.0f} MiB; a container's "
+            f"memory limit)")
+
+
+def inflight_bytes(given: int | None, proc: str = "/proc/self", share: int = 1) -> int:
     """The ``max_inflight_bytes`` the engine gets: `given`, or the default sized to the
-    cgroup's memory limit. A given one over half the limit is kept, with a warning.
+    cgroup's memory limit, its eighth of the limit divided among the `share` loaders that
+    hold it at once (a torch ``DataLoader``'s workers, each its own process in the same
+    container). A given one over half the limit is kept, with a warning.
 
     Warns:
         RuntimeWarning: `given` is over half the cgroup's memory limit (the measured peak
@@ -385,20 +393,91 @@ def inflight_bytes(given: int | None, proc: str = "/proc/self") -> int:
     if given is None:
         if limit is None:
             return DEFAULT_INFLIGHT_BYTES
-        return max(MIN_DEFAULT_INFLIGHT_BYTES, min(DEFAULT_INFLIGHT_BYTES, limit // INFLIGHT_LIMIT_SHARE))
+        return max(MIN_DEFAULT_INFLIGHT_BYTES,
+                   min(DEFAULT_INFLIGHT_BYTES, limit // INFLIGHT_LIMIT_SHARE // share))
     if limit is not None and given > limit // 2:
         import warnings
 
         from pqloader._errors import user_stacklevel
-        mib = 1 << 20
-        warnings.warn(f"max_inflight_bytes={given} ({given / mib:.0f} MiB) is over half this process's "
-                      f"cgroup memory limit of {limit} bytes ({limit / mib:.0f} MiB; a container's memory "
-                      f"limit): the loader's peak memory is about max_inflight_bytes above the process's "
+        warnings.warn(f"max_inflight_bytes={given} ({given / _MIB:.0f} MiB) is over half {_limit_text(limit)}: "
+                      f"the loader's peak memory is about max_inflight_bytes above the process's "
                       f"own, plus the row groups being decoded and up to twice it in freed buffers kept "
                       f"for reuse, and over the limit the kernel kills the process without an error; "
                       f"lower max_inflight_bytes, or leave it unset (its default is at most an eighth of "
                       f"the limit)", RuntimeWarning, stacklevel=user_stacklevel())
     return given
+
+
+# The measured peak of a shuffled loader (docs/design.md, "The memory limit"): the process
+# (Python, NumPy, pqloader), 1.3x max_inflight_bytes, and its largest shuffle window about
+# 4 times where windows are gathered whole (the window read and the next one, each decoded
+# and its shuffled copy), 3 times else (decoded, and the rows batched from them).
+PROCESS_BYTES = 58 * 10**6
+WINDOW_COPIES = {True: 4, False: 3}
+
+
+def check_shuffle_window(window_bytes: int, gathers: bool, shuffle_window: int, budget: int,
+                         proc: str = "/proc/self") -> None:
+    """Warn when a shuffled loader's shuffle window, which ``max_inflight_bytes`` does not
+    bound, would take its peak memory over the cgroup's memory limit.
+
+    Args:
+        window_bytes: The largest window's decoded bytes (the engine's estimate, from the
+            footers: ``plan_info()["max_window_bytes"]``; 0 when not shuffled).
+        gathers: Whether the loader gathers whole windows (``plan_info()["gathers_windows"]``).
+        shuffle_window: The option, to name it.
+        budget: The ``max_inflight_bytes`` the engine got.
+
+    Warns:
+        RuntimeWarning: The estimated peak is over the limit, naming shuffle_window, the
+            window's bytes, the estimate and the limit.
+    """
+    limit = None if window_bytes <= 0 else cgroup_memory_limit(proc)
+    if limit is None:
+        return
+    copies = WINDOW_COPIES[bool(gathers)]
+    peak = PROCESS_BYTES + budget * 13 // 10 + copies * window_bytes
+    if peak <= limit:
+        return
+    import warnings
+
+    from pqloader._errors import user_stacklevel
+    warnings.warn(f"shuffle_window={shuffle_window}: the largest shuffle window holds about {window_bytes} "
+                  f"bytes ({window_bytes / _MIB:.0f} MiB) decoded, and a shuffled loader holds about {copies} "
+                  f"times that whatever max_inflight_bytes is (max_inflight_bytes does not bound it): "
+                  f"its peak memory is estimated at {peak} bytes ({peak / _MIB:.0f} MiB) with the process "
+                  f"and max_inflight_bytes={budget}, over {_limit_text(limit)}, where the kernel kills the "
+                  f"process without an error; lower shuffle_window, or write smaller row groups "
+                  f"(pyarrow.parquet.write_table(..., row_group_size=...))",
+                  RuntimeWarning, stacklevel=user_stacklevel())
+
+
+def check_mixture_budgets(budgets: Sequence[int], proc: str = "/proc/self") -> None:
+    """Warn when a mixture's sources, built each with its own ``max_inflight_bytes``,
+    together hold more than one loader's default share of the cgroup's memory limit (an
+    eighth of it). `budgets`: the engine budgets of the sources the mixture reads (weight > 0).
+
+    Warns:
+        RuntimeWarning: Naming the sum, the limit, the option and a value for each source.
+    """
+    limit = cgroup_memory_limit(proc) if len(budgets) > 1 else None
+    if limit is None:
+        return
+    share = max(MIN_DEFAULT_INFLIGHT_BYTES, limit // INFLIGHT_LIMIT_SHARE)
+    total = sum(budgets)
+    if total <= share:
+        return
+    import warnings
+
+    from pqloader._errors import user_stacklevel
+    n = len(budgets)
+    warnings.warn(f"mix: its {n} sources' max_inflight_bytes add up to {total} bytes ({total / _MIB:.0f} MiB), "
+                  f"over an eighth of {_limit_text(limit)} (one loader's default): a mixture holds "
+                  f"the sum of its sources' budgets, each fixed when its Loader was built, and its peak "
+                  f"memory is up to about 3 times that; over the limit the kernel kills the process "
+                  f"without an error; build the sources with max_inflight_bytes="
+                  f"{max(1, share // n)} (the eighth shared among the {n})",
+                  RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def _ray_train_rank_world() -> tuple[int, int] | None:

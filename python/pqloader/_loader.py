@@ -132,7 +132,9 @@ class Loader:
         options = options.resolve(_core.draw_seed)
         self._output = _iteration.make_output(options)
         self._cursor = _iteration.Cursor()
-        self._engine = _process.Engine(sources, options.to_engine(), on_fork=self._cursor.invalidate_after_fork)
+        engine_options = options.to_engine()
+        self._engine = _process.Engine(sources, engine_options, on_fork=self._cursor.invalidate_after_fork)
+        self._max_inflight_bytes = engine_options["max_inflight_bytes"]  # what the engine got
         self._columns = _column_infos(self._engine.column_info())
         if not self._columns:
             # (schema=pa.schema([]) without partition keys: len() counted the rows' batches
@@ -158,6 +160,8 @@ class Loader:
         self._sources = sources
         self._options = options
         self._plan = self._engine.plan_info()
+        _env.check_shuffle_window(self._plan["max_window_bytes"], self._plan["gathers_windows"],
+                                  options.shuffle_window, self._max_inflight_bytes)
         self._clock = _iteration.ConsumerClock()
 
     # -- properties ------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pqloader import _core, _process, _state, _stats_table
+from pqloader import _core, _env, _process, _state, _stats_table
 from pqloader._iteration import ConsumerClock, clock, loaded_position_dropped
 from pqloader._errors import InvalidDataError, user_stacklevel
 from pqloader._lists import check_packed_batch
@@ -142,6 +142,8 @@ class Mixture:
                                      f"{n0!r} of seq_len={p0.seq_len}: packed sources must agree "
                                      "(they are mixed block by block)")
         self._check_columns(names, loaders)
+        # (sources of weight 0 are never started)
+        _env.check_mixture_budgets([l._max_inflight_bytes for l, x in zip(loaders, w) if float(x) > 0])
         self._names = names
         self._loaders = loaders
         self._weights = [float(x) for x in w]
@@ -812,7 +814,8 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     source runs its own ``num_workers`` (a source ahead of the mixture waits, leaving
     the cores to those behind) and keeps its own ``max_inflight_bytes``: a mixture runs
     up to the sum of its sources' workers and holds up to the sum of their bounds
-    (lower them for mixtures of many sources), plus, with ``stop``, the draws that found an
+    (lower them for mixtures of many sources: in a container, when they add up to more
+    than an eighth of its memory limit, a ``RuntimeWarning`` names the value), plus, with ``stop``, the draws that found an
     epoch's length (a byte per position, up to 16 MiB), which its batches then read
     instead of drawing them again. In an iteration of several epochs, the sources'
     next epoch starts while one ends (its batches are the same).

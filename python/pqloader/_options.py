@@ -354,7 +354,10 @@ ARGUMENT_DOCS = """\
             shuffle better and hold more decoded data in memory. A batch draws its rows
             from about ``shuffle_window`` row groups: if row groups (or files) are each
             sorted or of one class, raise it so that a batch sees many of them (see
-            docs/determinism.md, "Shuffle quality").
+            docs/determinism.md, "Shuffle quality"). ``max_inflight_bytes`` does not
+            bound it: a shuffled loader holds about 4x its largest window's decoded bytes
+            (3x with transforms, strings or lists); where that would take it over the
+            cgroup's memory limit, a ``RuntimeWarning`` says so when it is made.
         rank: This process's rank. Default: from an initialised ``torch.distributed``
             group, else a Ray Train worker's context, else the ``RANK`` environment
             variable, else 0.
@@ -409,8 +412,10 @@ ARGUMENT_DOCS = """\
             per worker decoding one + up to twice this + 32 MiB of freed buffers kept for reuse
             (tested in ``python/tests/test_memory.py``). Default: 256 MiB, at most an
             eighth of the process's cgroup memory limit (a container's, v2 ``memory.max``
-            or v1 ``memory.limit_in_bytes``), at least 16 MiB; one given over half that
-            limit is kept, with a ``RuntimeWarning``. It never changes the batches.
+            or v1 ``memory.limit_in_bytes``; shared by a ``pqloader.torch.IterableDataset``'s
+            DataLoader workers: 1/W each), at least 16 MiB; one given over half that
+            limit is kept, with a ``RuntimeWarning``. It never changes the batches. It
+            does not bound the shuffle window (see ``shuffle_window``).
         prefetch_batches: Batches assembled ahead of the consumer (default 2 per worker).
             Shuffled loaders that gather whole windows also gather the next window ahead
             as soon as its copy fits ``max_inflight_bytes`` (about three windows' decoded

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import multiprocessing.context
+import pickle
 import warnings
 from typing import Any, Iterator, Mapping
 
@@ -37,6 +39,26 @@ class _LoaderRecipe:
         loader = self.cls(self.sources, **self.options.replace(**changes).to_kwargs())
         _check_same_files(self.files, loader._plan["files"])
         return loader
+
+
+def _check_sendable(recipe: _LoaderRecipe) -> None:
+    """Raise naming the option (or the loader's class) that a worker being spawned cannot
+    get: pickle's own error named no option ("Can't pickle <function <lambda> ...>:
+    attribute lookup <lambda> on __main__ failed")."""
+    from multiprocessing.reduction import ForkingPickler
+
+    o = recipe.options
+    for what, value in [(f"{f.name}=", getattr(o, f.name)) for f in dataclasses.fields(o)] + [
+            ("the loader's class ", recipe.cls)]:
+        try:
+            ForkingPickler.dumps(value)
+        except Exception as e:  # (PicklingError, AttributeError, TypeError: as pickle has it)
+            shown = getattr(value, "__qualname__", None) or type(value).__name__
+            raise pickle.PicklingError(
+                f"{what}{shown} cannot be sent to the DataLoader's worker processes, which "
+                f"start by spawn or forkserver and get it pickled ({type(e).__name__}: {e}): "
+                "define it at module level (not a lambda, nor inside a function), or use "
+                "multiprocessing_context='fork'") from e
 
 
 def _check_same_files(before: list[Any], now: list[Any]) -> None:
@@ -620,8 +642,13 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 self._worker_state = dict(self._worker_state, iteration_end=self._epoch + o.num_epochs)
         threads = min(o.num_workers or _env.available_cpus(), MAX_THREADS)
         slot = (info.id + self._worker_shift) % workers
+        # The workers share the container's memory limit as they share the threads: the
+        # default budget's eighth of the limit is divided among them (batches unchanged).
+        budget = o.max_inflight_bytes if o.max_inflight_bytes is not None else \
+            _env.inflight_bytes(None, share=workers)
         loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,
-                                    num_workers=max(1, threads // workers), device=None, pin_memory=False)
+                                    num_workers=max(1, threads // workers), max_inflight_bytes=budget,
+                                    device=None, pin_memory=False)
         _process.mark_sharded_per_worker(loader)
         if self._worker_state is not None:
             loader.load_state_dict(self._worker_state)
@@ -645,6 +672,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._check_rank_world()
         except ValueError as e:
             state["_refusal"] = str(e)
+        if multiprocessing.context.get_spawning_popen() is not None:  # (not for a copy)
+            _check_sendable(self._recipe)
         return state
 
 

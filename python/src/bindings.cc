@@ -876,6 +876,8 @@ class PyLoader {
     d["drop_last_rows"] = p.drop_last_rows();
     d["num_files"] = loader_->dataset().files().size();
     d["num_row_groups"] = loader_->dataset().splits().size();
+    d["max_window_bytes"] = loader_->MaxWindowBytes();
+    d["gathers_windows"] = loader_->gathers_windows();
     d["footers_from_cache"] = loader_->dataset().footers_from_cache();
     d["footers_from_summary"] = loader_->dataset().footers_from_summary();
     const FilterStats& f = loader_->filter_stats();

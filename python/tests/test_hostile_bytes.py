@@ -24,6 +24,7 @@ import pqloader
 from conftest import subprocess_env
 from pqloader import _core
 from pqloader import transforms as T
+from pqloader.cli import _shown
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -554,6 +555,18 @@ def test_a_corrupt_page_header_is_one_line_naming_file_row_group_and_column(tmp_
     msg = str(ei.value)
     assert "\n" not in msg and "Deserializing page header failed" in msg, repr(msg)
     assert f"'{path}', row group 0, column 'x'" in msg
+
+
+def test_an_error_names_a_file_with_a_line_break_in_its_name_as_the_cli_shows_it(tmp_path):
+    # The engine's messages are one line: a line break made a space ('a b.parquet', another
+    # file's name); it is escaped, as the CLI's error line shows a name (\n, \x1b).
+    path = tmp_path / "a\nb\x1b[31m.parquet"
+    path.write_bytes(b"PAR1" + bytes(100) + b"PAR1")
+    with pytest.raises(pqloader.InvalidDataError) as ei:
+        list(pqloader.Loader(str(path)))
+    msg = str(ei.value)
+    assert msg.isprintable(), repr(msg)
+    assert f"'{_shown(str(path))}' is not a readable Parquet file" in msg, repr(msg)
 
 
 # -- statistics that contradict themselves or do not decode ---------------------------

@@ -17,7 +17,7 @@ import pytest
 
 import pqloader
 from conftest import subprocess_env
-from pqloader import _env
+from pqloader import _core, _env
 from test_cpu_limits import _fake_proc, _write, child_cgroup, in_cgroup
 
 MIB = 1 << 20
@@ -139,3 +139,132 @@ def test_a_shuffled_loader_with_default_options_completes_in_a_256_mb_cgroup(wid
     reference = run(wide, {"max_inflight_bytes": 256 * MIB}, 0)  # (no limit)
     assert reference.returncode == 0, reference.stderr[-2000:]
     assert json.loads(reference.stdout) == {"budget": 256 * MIB, "digest": got["digest"]}
+
+
+def _limited(tmp_path, monkeypatch, limit):
+    """Loaders made in this test see a cgroup v2 memory limit of `limit` bytes (a fake
+    /proc tree, read by the engine's parser); None: no limit."""
+    root = tmp_path / f"limit-{limit}"
+    mount = root / "fs" / "cgroup"
+    _write(mount, {"memory.max": "max" if limit is None else str(limit)})
+    proc = _fake_proc(root, ["0::/"], [("/", str(mount), "cgroup2", "rw")])
+    monkeypatch.setattr(_env, "cgroup_memory_limit", lambda _=None: _core._cgroup_memory_limit(proc))
+
+
+def test_dataloader_workers_share_the_limit_default_and_keep_their_batches(tmp_path, monkeypatch):
+    """W DataLoader workers each rebuild the loader: the default's eighth of the limit is
+    divided among them (not below 16 MiB), a given budget is kept, and every worker's
+    batches are those it reads without a limit."""
+    torch_dataset = pytest.importorskip("pqloader.torch")
+    from types import SimpleNamespace
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": np.arange(3000, dtype=np.int64)}), path, row_group_size=200)
+
+    def workers(w, **kw):
+        ds = torch_dataset.IterableDataset(pqloader.Loader(str(path), batch_size=50, shuffle=True, seed=4,
+                                                           shuffle_window=2, **kw))
+        out = []
+        for i in range(w):
+            loader = ds._make_worker_loader(SimpleNamespace(id=i, num_workers=w))
+            out.append((loader.options.to_engine()["max_inflight_bytes"], [b["id"].tolist() for b in loader]))
+            ds._worker_loader = None
+        return out
+
+    _limited(tmp_path, monkeypatch, None)
+    free = workers(4)
+    assert [b for b, _ in free] == [256 * MIB] * 4
+    _limited(tmp_path, monkeypatch, 1 << 30)  # one loader's default: 128 MiB
+    limited = workers(4)
+    assert [b for b, _ in limited] == [32 * MIB] * 4  # 128 MiB shared by 4
+    assert [x for _, x in limited] == [x for _, x in free]
+    assert [b for b, _ in workers(16)][:1] == [16 * MIB]  # (8 MiB each: the floor)
+    assert [b for b, _ in workers(2, max_inflight_bytes=4096)] == [4096, 4096]  # given: kept
+    _limited(tmp_path, monkeypatch, 64 << 30)
+    assert [b for b, _ in workers(2)] == [256 * MIB] * 2  # a large limit: the default each
+
+
+def test_a_mixture_whose_sources_hold_more_than_the_limit_default_warns_once(tmp_path, monkeypatch):
+    """A mixture's sources are built Loaders (their engines' budgets fixed): when theirs
+    add up to more than one loader's default (an eighth of the limit), one warning names
+    the option and a value for each; sources of weight 0 (never read) do not count; the
+    batches are the same whatever the budgets."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": np.arange(600, dtype=np.int64)}), path, row_group_size=100)
+    _limited(tmp_path, monkeypatch, 400 * MIB)  # a default of 50 MiB each
+
+    def mixed(weights, **kw):
+        sources = [pqloader.Loader(str(path), batch_size=32, shuffle=True, seed=s, **kw) for s in (1, 2)]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = pqloader.mix(sources, weights, seed=9)
+        return [str(w.message) for w in caught if w.category is RuntimeWarning], \
+            [b["id"].tolist() + b["source"].tolist() for b in m]
+
+    caught, defaults = mixed([1, 1])
+    assert len(caught) == 1, caught
+    assert "max_inflight_bytes add up to 104857600 bytes" in caught[0], caught[0]
+    assert f"{400 * MIB} bytes (400 MiB" in caught[0] and "max_inflight_bytes=26214400" in caught[0], caught[0]
+    assert mixed([1, 1], max_inflight_bytes=25 * MIB) == ([], defaults)
+    assert mixed([1, 0])[0] == []
+
+
+def test_a_shuffle_window_over_the_limit_warns_naming_it(tmp_path):
+    """The measured model: the process, 1.3x the budget, and the window 4 times where it
+    is gathered whole (3 times else). The 20 MiB row groups of docs/design.md, 4 to a
+    window, in the 400 MB cgroup that killed them at a 50 MiB budget."""
+    mount = tmp_path / "fs" / "cgroup"
+    _write(mount, {"memory.max": str(400 * 10**6)})
+    proc = _fake_proc(tmp_path, ["0::/"], [("/", str(mount), "cgroup2", "rw")])
+    window = 4 * 65536 * 80 * 4
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _env.check_shuffle_window(window, True, 4, 50 * MIB, proc)
+        _env.check_shuffle_window(window // 4, True, 1, 50 * MIB, proc)  # fits
+        _env.check_shuffle_window(window // 2, False, 2, 50 * MIB, proc)  # fits, not gathered
+        _env.check_shuffle_window(0, True, 4, 50 * MIB, proc)  # not shuffled
+        _env.check_shuffle_window(window, True, 4, 50 * MIB, str(tmp_path / "no-proc"))  # no limit
+    assert len(caught) == 1 and caught[0].category is RuntimeWarning, caught
+    message = str(caught[0].message)
+    for part in ("shuffle_window=4", f"about {window} bytes", "estimated at 461701760 bytes",
+                 f"{400 * 10**6} bytes", "lower shuffle_window", "smaller row groups"):
+        assert part in message, (part, message)
+
+
+def test_the_engine_estimates_the_largest_window_and_a_loader_warns_at_construction(tmp_path, monkeypatch):
+    """max_window_bytes, from the footers before any read: the shuffle_window largest row
+    groups' rows x the row bytes (fixed-width columns, gathered whole), else the footers'
+    uncompressed sizes of the selected columns; 0 unshuffled. A loader over the limit warns
+    once when it is made; its batches are those of one that fits."""
+    path = tmp_path / "d.parquet"
+    rows = [100_000, 100_000, 60_000, 100_000, 40_000]
+    table = pa.table({f"f{i}": np.arange(sum(rows), dtype=np.float64) for i in range(3)})
+    with pq.ParquetWriter(path, table.schema) as writer:
+        start = 0
+        for n in rows:  # row groups of unequal sizes: the largest count
+            writer.write_table(table.slice(start, n))
+            start += n
+    texts = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"s": [f"row {i}" * 3 for i in range(5000)], "x": np.arange(5000.0)}), texts,
+                   row_group_size=1000)
+    meta = pq.read_metadata(texts)
+    uncompressed = [sum(meta.row_group(g).column(c).total_uncompressed_size for c in range(2))
+                    for g in range(meta.num_row_groups)]
+    _limited(tmp_path, monkeypatch, 100 * MIB)  # the 16 MiB floor: a window of ~6 MB fits
+
+    def made(source, **kw):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = pqloader.Loader(str(source), batch_size=4096, seed=2, **kw)
+        return loader, [str(w.message) for w in caught if w.category is RuntimeWarning]
+
+    loader, caught = made(path, shuffle=True, shuffle_window=4)
+    assert loader._plan["max_window_bytes"] == 3 * 24 * 100_000 + 24 * 60_000
+    assert loader._plan["gathers_windows"] is True
+    assert len(caught) == 1 and "shuffle_window=4" in caught[0] and f"{100 * MIB} bytes" in caught[0], caught
+    fits, none = made(path, shuffle=True, shuffle_window=1)
+    assert none == [] and fits._plan["max_window_bytes"] == 24 * 100_000
+    assert [b["f0"].tolist() for b in loader] == [b["f0"].tolist() for b in made(path, shuffle=True)[0]]
+    assert made(path, shuffle=False)[0]._plan["max_window_bytes"] == 0
+    strings, _ = made(texts, shuffle=True, shuffle_window=2)
+    assert strings._plan["gathers_windows"] is False
+    assert strings._plan["max_window_bytes"] == sum(sorted(uncompressed)[-2:])

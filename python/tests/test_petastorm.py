@@ -562,6 +562,20 @@ def test_every_local_file_url_spelling_reads_the_dataset_and_another_host_is_ref
         make_reader("file://server" + CODECS, schema_fields=["id"])
 
 
+def test_a_file_url_names_the_path_after_the_scheme_percent_decoded_as_the_loader_takes_it(tmp_path):
+    # Petastorm's urlparse ended the path at '#' or '?': file:///d/run#3 read /d/run, another
+    # dataset, without a word; and file:///d/my%20ds was missing (pqloader.Loader reads both).
+    value = {"run": 0, "run#3": 1, "q?x": 2, "my ds": 3}
+    for name, x in value.items():
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"x": [x]}), tmp_path / name / "p.parquet")
+    for name, url in (("run#3", f"file://{tmp_path}/run#3"), ("q?x", f"file://{tmp_path}/q?x"),
+                      ("my ds", f"file://{tmp_path}/my%20ds"), ("run#3", (tmp_path / "run#3").as_uri())):
+        assert [b["x"].tolist() for b in pqloader.Loader(url)] == [[value[name]]], url
+        with make_batch_reader(url, reader_pool_type="dummy") as reader:
+            assert [b.x.tolist() for b in reader] == [[value[name]]], url
+
+
 def test_storage_options_map_from_s3fs_names():
     opts = _dataset.storage_options_from({"key": "AK", "secret": "SK", "client_kwargs": {
         "endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}}, None)

@@ -231,6 +231,18 @@ def test_polars_float_and_zoned_time_keys_stored_in_files_load(tmp_path):
     assert got == sorted(zip(table["x"].to_pylist(), table["t"].cast(pa.int64()).to_pylist()))
 
 
+def test_a_polars_time_key_written_to_the_second_is_refused_saying_why_and_what_to_do(tmp_path):
+    # Polars writes t=12:30:00/ for 12:30:00.25 (and for 12:30:00.75, whose row it lost):
+    # the path cannot name the value. The refusal named the disagreement only.
+    pl = pytest.importorskip("polars")
+    import datetime as dt
+    pl.DataFrame({"t": [dt.time(12, 30, 0, 250000), dt.time(1, 2, 3)], "x": [0, 1]}).write_parquet(
+        str(tmp_path), partition_by="t")
+    with pytest.raises(pqloader.SchemaMismatchError, match=r"partition key 't' is '12:30:00' in the path of "
+                       r".*without its fraction of a second.*partition by the time as an integer"):
+        pqloader.Loader(str(tmp_path), batch_size=10)
+
+
 def test_a_decimal_key_stored_in_files_compares_the_path_at_the_columns_scale(tmp_path):
     # d=1.5/ over a file storing decimal(10, 2) 1.50 (and d=2/ over 2.00) was refused as
     # text ("is '1.5' ... stores values from 1.50 to 1.50"); pyarrow casts the path's

@@ -654,6 +654,20 @@ def test_iterable_dataset_works_with_spawned_workers_and_they_exit_cleanly(ds):
     assert "nanobind: leaked" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("plain", [False, True])
+def test_a_lambda_batch_transform_under_spawn_workers_is_refused_naming_the_option(ds, plain):
+    # Pickle's error named no option ("Can't pickle <function <lambda>>: attribute lookup
+    # <lambda> on __main__ failed"). Raised in this process, as the first worker starts.
+    import copy
+    dataset = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(batch_transform=lambda b: b)))
+    make = torch.utils.data.DataLoader if plain else pqloader.torch.DataLoader
+    dl = make(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    with pytest.raises(pickle.PicklingError, match=r"batch_transform=\S*<lambda> cannot be sent to the "
+                       r"DataLoader's worker processes.*define it at module level"):
+        run_with_timeout(lambda: next(iter(dl)), timeout=120)
+    copy.deepcopy(dataset)  # a copy made in this process needs no pickling: not refused
+
+
 class _Tagged(pqloader.Loader):
     """A Loader subclass that adds a column (module level: spawned workers import it)."""
 

@@ -41,20 +41,24 @@ std::string Reason(const arrow::Status& status) {
 }
 
 std::string OneLine(std::string_view message) {
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(message.size());
-  for (size_t i = 0; i < message.size(); ++i) {
-    const char c = message[i];
-    if (c != '\n' && c != '\r') {
-      out += c;
-      continue;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;  // printable ASCII, or a byte of a UTF-8 sequence
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
     }
-    while (!out.empty() && (out.back() == ' ' || out.back() == '\t')) out.pop_back();
-    while (i + 1 < message.size() && (message[i + 1] == ' ' || message[i + 1] == '\t' ||
-                                      message[i + 1] == '\n' || message[i + 1] == '\r')) {
-      ++i;
-    }
-    if (!out.empty() && i + 1 < message.size()) out += ' ';
   }
   return out;
 }

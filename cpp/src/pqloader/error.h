@@ -70,9 +70,11 @@ arrow::Status MakeIOError(const arrow::Status& cause, Args&&... args) {
       std::forward<Args>(args)..., ": ", Reason(cause));
 }
 
-/// `message` on one line: each line break, with the blanks around it, becomes one space
-/// (Arrow's and Thrift's messages may break lines: "don't know what type: \nDeserializing
-/// page header failed.").
+/// `message` on one line, its control characters escaped as Python's str.isprintable()
+/// and the CLI's error line show them (\n, \r, \t, \x1b; other bytes as they are). Arrow's
+/// and Thrift's messages may break lines ("don't know what type: \nDeserializing page header
+/// failed."), and so may a path the message quotes: a line break made a space named another
+/// file ('a\nb.parquet' as 'a b.parquet').
 std::string OneLine(std::string_view message);
 
 /// A storage error (kIO) whose message is the concatenation of `args`, ": " and the OS's

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <unordered_map>
@@ -636,6 +637,30 @@ int64_t Loader::EqualBlocks(int64_t epoch, uint64_t seed) const {
   if (blocks_by_epoch_.size() > 16) blocks_by_epoch_.clear();
   blocks_by_epoch_[{seed, epoch}] = blocks;
   return blocks;
+}
+
+int64_t Loader::MaxWindowBytes() const {
+  if (!options_.plan.shuffle) return 0;
+  double row_bytes = 0;  // of every output column, where the loader gathers windows
+  bool exact = window_gather_;
+  for (const auto& f : transforms_.fixed_outputs()) {
+    exact = exact && f.has_value();
+    if (f.has_value()) row_bytes += static_cast<double>(f->bytes());
+  }
+  std::vector<double> bytes;
+  bytes.reserve(dataset_->splits().size());
+  for (const Split& split : dataset_->splits()) {
+    bytes.push_back(exact ? static_cast<double>(split.num_rows) * row_bytes
+                          : static_cast<double>(split.uncompressed_bytes));
+  }
+  const auto k = static_cast<std::ptrdiff_t>(
+      std::min<int64_t>(options_.plan.shuffle_window, static_cast<int64_t>(bytes.size())));
+  std::partial_sort(bytes.begin(), bytes.begin() + k, bytes.end(), std::greater<double>());
+  double window = 0;
+  for (auto it = bytes.begin(); it != bytes.begin() + k; ++it) window += *it;
+  // (in double: a hostile footer's counts; 2^63 itself is not an int64)
+  constexpr double kMax = 9.2e18;
+  return window >= kMax ? static_cast<int64_t>(kMax) : static_cast<int64_t>(window);
 }
 
 int64_t Loader::batch_rows(int64_t epoch, uint64_t seed) const {

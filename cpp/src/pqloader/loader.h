@@ -212,6 +212,14 @@ class Loader {
   /// windows, or every output column has fixed rows (fixed_outputs) and no row is ever
   /// dropped from its batch (no packing, no transforms that skip rows).
   bool writes_in_place() const { return window_gather_ || batches_in_place_; }
+  /// The most decoded bytes one shuffle window holds, in any epoch and on any rank: the
+  /// shuffle_window largest row groups (as selected and filtered), each its rows x the
+  /// output columns' row bytes where the loader gathers windows (fixed-width columns, no
+  /// transforms: exact), else the footer's uncompressed size of its selected column
+  /// chunks (an estimate: strings, lists; a deterministic transform such as an image's
+  /// decoding makes more). 0 when not shuffled. Known from the footers before any read;
+  /// max_inflight_bytes does not bound it (the window the consumer reads is held whole).
+  int64_t MaxWindowBytes() const;
   /// Each output column's fixed dtype and row shape, where known before any data
   /// (TransformPlan::fixed_outputs). Not for a packing loader.
   const std::vector<std::optional<TransformPlan::FixedRows>>& fixed_outputs() const {

@@ -16,7 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pqloader import _errors
+from pqloader import _env, _errors
 from pqloader.petastorm import _schema_io
 from pqloader.petastorm.errors import PetastormMetadataError, UntrustedSchemaError
 from pqloader.petastorm.unischema import Unischema, UnischemaField
@@ -79,12 +79,13 @@ def _pyarrow_fs(url: str, storage: Mapping[str, Any]) -> tuple[Any, str, str]:
 
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file"):
-        if parsed.scheme and parsed.netloc.lower() not in ("", "localhost"):
-            # file://server/ds was read as the local /ds: another dataset, or none.
-            raise ValueError(f"dataset_url {url!r} names the host {parsed.netloc!r}: file: URLs "
-                             "name local files only (file:///path or file://localhost/path)")
-        path = parsed.path if parsed.scheme else url
-        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path)), ""
+        # As the Loader takes a source: a file: URL's text after the scheme is its path,
+        # percent-decoded (Petastorm's urlparse ended it at '#' or '?': file:///d/run#3 read
+        # /d/run, another dataset); file://server/ds (read as the local /ds) is refused.
+        path = _env._local_file_uri(url, "dataset_url")
+        if path.startswith(_env._FILE_SCHEME):
+            path = urllib.parse.unquote(path[len(_env._FILE_SCHEME):])
+        return pafs.LocalFileSystem(), _env._absolute(os.path.expanduser(path)), ""
     if parsed.scheme in ("s3", "s3a", "s3n"):
         kw = {k: v for k, v in storage.items() if not k.startswith("retry_")}
         return pafs.S3FileSystem(**kw), parsed.netloc + parsed.path, "s3://"

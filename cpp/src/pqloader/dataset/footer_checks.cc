@@ -301,6 +301,12 @@ arrow::Result<std::shared_ptr<arrow::Scalar>> ParseKey(const std::shared_ptr<arr
   return arrow::Scalar::Parse(type, text);
 }
 
+constexpr const char* kTimeToTheSecond =
+    ": the path holds the time without its fraction of a second, as Polars' partition_by "
+    "writes a time of day, so that times within one second share one directory (where one's "
+    "file may have replaced another's); partition by the time as an integer (Polars: "
+    "t.cast(pl.Int64)) or as a string with its fraction (t.dt.strftime('%H:%M:%S%.f'))";
+
 // A partition key that the files store too: their statistics must agree with the path.
 // `leaf_of(file)`: the key's Parquet leaf in that file, or -1 where it stores none.
 arrow::Status CheckStoredKey(const Dataset& ds, const std::string& name, int key,
@@ -327,10 +333,17 @@ arrow::Status CheckStoredKey(const Dataset& ds, const std::string& name, int key
     const bool agrees = parsed.ok() ? (*parsed)->Equals(*min, equal) && (*parsed)->Equals(*max, equal)
                                     : min->ToString() == path_value && max->ToString() == path_value;
     if (!agrees) {
+      // Polars' partition_by writes a time of day to the second ("12:30:00" of 12:30:00.25):
+      // the path cannot name the value, and values of one second share one directory, where
+      // one's file replaced another's (Polars 2.1: a row of two was lost as it wrote them).
+      const arrow::Type::type id = min->type->id();
+      const bool whole_seconds = parsed.ok() && (id == arrow::Type::TIME32 || id == arrow::Type::TIME64) &&
+                                 path_value.find('.') == std::string::npos;
       return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name,
                        "' is '", path_value, "' in the path of '", f.display,
                        "', but the file stores values from ", min->ToString(), " to ",
-                       max->ToString(), " in that column (row group ", s.row_group, ")");
+                       max->ToString(), " in that column (row group ", s.row_group, ")",
+                       whole_seconds ? kTimeToTheSecond : "");
     }
   }
   return arrow::Status::OK();
