@@ -408,6 +408,12 @@ def inflight_bytes(given: int | None, proc: str = "/proc/self", share: int = 1) 
     return given
 
 
+# The messages of the memory warnings above and below (warnings.filterwarnings' `message`):
+# a loader rebuilt from one made already (a DataLoader worker's, a length probe) warned
+# of its memory when it was made, and is not to warn once more in every worker.
+MEMORY_WARNINGS = r"max_inflight_bytes=\d+ \(\d+ MiB\) is over half |shuffle_window=\d+: the largest "
+
+
 # The measured peak of a shuffled loader (docs/design.md, "The memory limit"): the process
 # (Python, NumPy, pqloader), 1.3x max_inflight_bytes, and its largest shuffle window about
 # 4 times where windows are gathered whole (the window read and the next one, each decoded

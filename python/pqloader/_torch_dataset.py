@@ -36,7 +36,11 @@ class _LoaderRecipe:
         """The loader again, from its sources: the data must be the wrapped loader's (a
         DataLoader worker that listed a directory anew read what it now held, silently:
         without the rows of a file deleted since, or with those of a file added)."""
-        loader = self.cls(self.sources, **self.options.replace(**changes).to_kwargs())
+        with warnings.catch_warnings():
+            # (the wrapped loader warned of its memory when it was made: W workers, each
+            # its own process, repeated it every epoch)
+            warnings.filterwarnings("ignore", _env.MEMORY_WARNINGS, RuntimeWarning)
+            loader = self.cls(self.sources, **self.options.replace(**changes).to_kwargs())
         _check_same_files(self.files, loader._plan["files"])
         return loader
 

@@ -268,3 +268,29 @@ def test_the_engine_estimates_the_largest_window_and_a_loader_warns_at_construct
     strings, _ = made(texts, shuffle=True, shuffle_window=2)
     assert strings._plan["gathers_windows"] is False
     assert strings._plan["max_window_bytes"] == sum(sorted(uncompressed)[-2:])
+
+
+def test_dataloader_workers_do_not_repeat_the_wrapped_loaders_memory_warnings(tmp_path, monkeypatch):
+    """The wrapped loader warns when it is made (a budget over half the limit, a shuffle
+    window over it); each DataLoader worker, its own process, rebuilt it and warned again,
+    every epoch (and so did the length probe): W more copies of the same warning."""
+    torch_dataset = pytest.importorskip("pqloader.torch")
+    from types import SimpleNamespace
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({f"f{i}": np.arange(40_000, dtype=np.float64) for i in range(4)}), path,
+                   row_group_size=20_000)
+    _limited(tmp_path, monkeypatch, 32 * MIB)  # 4 copies of a 1.2 MiB window and 20 MiB: over it
+    with warnings.catch_warnings(record=True) as made:
+        warnings.simplefilter("always")
+        ds = torch_dataset.IterableDataset(pqloader.Loader(str(path), batch_size=1000, shuffle=True, seed=1,
+                                                           shuffle_window=2, max_inflight_bytes=20 * MIB))
+    made = [str(w.message) for w in made if w.category is RuntimeWarning]
+    assert len(made) == 2 and made[0].startswith("max_inflight_bytes=") and \
+        made[1].startswith("shuffle_window=2"), made
+    with warnings.catch_warnings(record=True) as workers:
+        warnings.simplefilter("always")
+        for i in range(3):
+            ds._make_worker_loader(SimpleNamespace(id=i, num_workers=3))
+            ds._worker_loader = None
+        assert ds._workers_batches(3, 0) > 0  # (a length probe rebuilds it too)
+    assert [str(w.message) for w in workers if w.category is RuntimeWarning] == []
