@@ -362,14 +362,6 @@ def cgroup_memory_limit(proc: str = "/proc/self") -> int | None:
     return _core._cgroup_memory_limit(proc)
 
 
-# max_inflight_bytes when none is given: 256 MiB, at most an eighth of the cgroup's memory
-# limit (its budget and the freed blocks kept for reuse, up to twice it, take at most 3/8;
-# the rest is for the process, the shuffle window and the rows being decoded, which the
-# budget does not bound: docs/design.md, "The memory limit"), at least 16 MiB (any budget
-# runs: one row group is always allowed). Loaders that share the limit share the eighth.
-DEFAULT_INFLIGHT_BYTES = 256 << 20
-MIN_DEFAULT_INFLIGHT_BYTES = 16 << 20
-INFLIGHT_LIMIT_SHARE = 8
 _MIB = 1 << 20
 
 
@@ -380,9 +372,11 @@ def _limit_text(limit: int) -> str:
 
 def inflight_bytes(given: int | None, proc: str = "/proc/self", share: int = 1) -> int:
     """The ``max_inflight_bytes`` the engine gets: `given`, or the default sized to the
-    cgroup's memory limit, its eighth of the limit divided among the `share` loaders that
-    hold it at once (a torch ``DataLoader``'s workers, each its own process in the same
-    container). A given one over half the limit is kept, with a warning.
+    cgroup's memory limit (the engine's rule, ``DefaultInflightBytes`` in
+    ``util/container_limits.h``: 256 MiB, at most an eighth of the limit, at least 16 MiB),
+    its eighth divided among the `share` loaders that hold it at once (a torch
+    ``DataLoader``'s workers, each its own process in the same container). A given one
+    over half the limit is kept, with a warning.
 
     Warns:
         RuntimeWarning: `given` is over half the cgroup's memory limit (the measured peak
@@ -391,10 +385,7 @@ def inflight_bytes(given: int | None, proc: str = "/proc/self", share: int = 1) 
     """
     limit = cgroup_memory_limit(proc)
     if given is None:
-        if limit is None:
-            return DEFAULT_INFLIGHT_BYTES
-        return max(MIN_DEFAULT_INFLIGHT_BYTES,
-                   min(DEFAULT_INFLIGHT_BYTES, limit // INFLIGHT_LIMIT_SHARE // share))
+        return _core._default_inflight_bytes(limit, share)
     if limit is not None and given > limit // 2:
         import warnings
 
@@ -423,7 +414,7 @@ WINDOW_COPIES = {True: 4, False: 3}
 
 
 def check_shuffle_window(window_bytes: int, gathers: bool, shuffle_window: int, budget: int,
-                         proc: str = "/proc/self") -> None:
+                         proc: str = "/proc/self", workers: int = 0) -> None:
     """Warn when a shuffled loader's shuffle window, which ``max_inflight_bytes`` does not
     bound, would take its peak memory over the cgroup's memory limit.
 
@@ -432,57 +423,78 @@ def check_shuffle_window(window_bytes: int, gathers: bool, shuffle_window: int, 
             footers: ``plan_info()["max_window_bytes"]``; 0 when not shuffled).
         gathers: Whether the loader gathers whole windows (``plan_info()["gathers_windows"]``).
         shuffle_window: The option, to name it.
-        budget: The ``max_inflight_bytes`` the engine got.
+        budget: The ``max_inflight_bytes`` the engine got (each worker's, with `workers`).
+        workers: 0: the loader in this process; W > 0: W DataLoader worker processes in
+            the same container, each with its own loader, budget and window. The process's
+            own memory is counted once: forked workers share its pages (the cgroup charges
+            them once); spawned ones import anew, which this under-counts.
 
     Warns:
-        RuntimeWarning: The estimated peak is over the limit, naming shuffle_window, the
-            window's bytes, the estimate and the limit.
+        RuntimeWarning: The estimated peak is over the limit, naming shuffle_window (and
+            num_workers, with workers), the window's bytes, the estimate and the limit.
     """
     limit = None if window_bytes <= 0 else cgroup_memory_limit(proc)
     if limit is None:
         return
     copies = WINDOW_COPIES[bool(gathers)]
-    peak = PROCESS_BYTES + budget * 13 // 10 + copies * window_bytes
+    loaders = max(1, workers)
+    peak = PROCESS_BYTES + loaders * (budget * 13 // 10 + copies * window_bytes)
     if peak <= limit:
         return
     import warnings
 
     from pqloader._errors import user_stacklevel
+    held = ("a shuffled loader holds" if workers == 0 else
+            f"each of num_workers={workers} DataLoader worker processes holds its own loader's window,")
+    what = ("with the process and max_inflight_bytes" if workers == 0 else
+            "with the process and the workers' max_inflight_bytes")
+    lower = "lower shuffle_window" if workers == 0 else "lower shuffle_window or num_workers"
     warnings.warn(f"shuffle_window={shuffle_window}: the largest shuffle window holds about {window_bytes} "
-                  f"bytes ({window_bytes / _MIB:.0f} MiB) decoded, and a shuffled loader holds about {copies} "
+                  f"bytes ({window_bytes / _MIB:.0f} MiB) decoded, and {held} about {copies} "
                   f"times that whatever max_inflight_bytes is (max_inflight_bytes does not bound it): "
-                  f"its peak memory is estimated at {peak} bytes ({peak / _MIB:.0f} MiB) with the process "
-                  f"and max_inflight_bytes={budget}, over {_limit_text(limit)}, where the kernel kills the "
-                  f"process without an error; lower shuffle_window, or write smaller row groups "
+                  f"its peak memory is estimated at {peak} bytes ({peak / _MIB:.0f} MiB) {what}"
+                  f"={budget}{'' if workers == 0 else ' each'}, over {_limit_text(limit)}, where the kernel "
+                  f"kills the process without an error; {lower}, or write smaller row groups "
                   f"(pyarrow.parquet.write_table(..., row_group_size=...))",
                   RuntimeWarning, stacklevel=user_stacklevel())
 
 
-def check_mixture_budgets(budgets: Sequence[int], proc: str = "/proc/self") -> None:
+def check_mixture_budgets(budgets: Sequence[int], defaults: int = 0, proc: str = "/proc/self") -> None:
     """Warn when a mixture's sources, built each with its own ``max_inflight_bytes``,
-    together hold more than one loader's default share of the cgroup's memory limit (an
-    eighth of it). `budgets`: the engine budgets of the sources the mixture reads (weight > 0).
+    together hold more than half the cgroup's memory limit: what one loader's given
+    budget is held to (:func:`inflight_bytes`). Each source left without one took an
+    eighth of the limit when it was built, not knowing it would be mixed: two to four of
+    them stay within half (a warning there was one in every small container, for nothing
+    the user did), five or more do not.
+
+    Args:
+        budgets: The engine budgets of the sources the mixture reads (weight > 0).
+        defaults: How many of them are the default (no ``max_inflight_bytes`` given).
 
     Warns:
-        RuntimeWarning: Naming the sum, the limit, the option and a value for each source.
+        RuntimeWarning: Naming the sum, the limit, how many are defaults, the option and
+            a value for each source.
     """
     limit = cgroup_memory_limit(proc) if len(budgets) > 1 else None
     if limit is None:
         return
-    share = max(MIN_DEFAULT_INFLIGHT_BYTES, limit // INFLIGHT_LIMIT_SHARE)
     total = sum(budgets)
-    if total <= share:
+    if total <= limit // 2:
         return
     import warnings
 
     from pqloader._errors import user_stacklevel
     n = len(budgets)
-    warnings.warn(f"mix: its {n} sources' max_inflight_bytes add up to {total} bytes ({total / _MIB:.0f} MiB), "
-                  f"over an eighth of {_limit_text(limit)} (one loader's default): a mixture holds "
-                  f"the sum of its sources' budgets, each fixed when its Loader was built, and its peak "
-                  f"memory is up to about 3 times that; over the limit the kernel kills the process "
-                  f"without an error; build the sources with max_inflight_bytes="
-                  f"{max(1, share // n)} (the eighth shared among the {n})",
+    whose = ("each the default (an eighth of the limit per Loader, which cannot know it will be mixed)"
+             if defaults == n else "" if defaults == 0 else
+             f"{defaults} of them the default (an eighth of the limit per Loader, which cannot know it will "
+             f"be mixed)")
+    warnings.warn(f"mix: its {n} sources' max_inflight_bytes add up to {total} bytes ({total / _MIB:.0f} MiB)"
+                  f"{', ' + whose if whose else ''}, over half {_limit_text(limit)}: a mixture holds the "
+                  f"sum of its sources' budgets, each fixed when its Loader was built, and its peak memory "
+                  f"is up to about 3 times that; over the limit the kernel kills the process without an "
+                  f"error; build the sources with max_inflight_bytes={_core._default_inflight_bytes(limit, n)} "
+                  f"(one loader's default shared among the {n}, as DataLoader workers share it)",
                   RuntimeWarning, stacklevel=user_stacklevel())
 
 

@@ -143,7 +143,9 @@ class Mixture:
                                      "(they are mixed block by block)")
         self._check_columns(names, loaders)
         # (sources of weight 0 are never started)
-        _env.check_mixture_budgets([l._max_inflight_bytes for l, x in zip(loaders, w) if float(x) > 0])
+        read = [l for l, x in zip(loaders, w) if float(x) > 0]
+        _env.check_mixture_budgets([l._max_inflight_bytes for l in read],
+                                   sum(l.options.max_inflight_bytes is None for l in read))
         self._names = names
         self._loaders = loaders
         self._weights = [float(x) for x in w]
@@ -815,7 +817,8 @@ def mix(sources: Mapping[str, Any] | Sequence[Any], weights: Mapping[str, float]
     the cores to those behind) and keeps its own ``max_inflight_bytes``: a mixture runs
     up to the sum of its sources' workers and holds up to the sum of their bounds
     (lower them for mixtures of many sources: in a container, when they add up to more
-    than an eighth of its memory limit, a ``RuntimeWarning`` names the value), plus, with ``stop``, the draws that found an
+    than half its memory limit, a ``RuntimeWarning`` names the value; each source left
+    without one holds an eighth of it, so from five such sources on), plus, with ``stop``, the draws that found an
     epoch's length (a byte per position, up to 16 MiB), which its batches then read
     instead of drawing them again. In an iteration of several epochs, the sources'
     next epoch starts while one ends (its batches are the same).

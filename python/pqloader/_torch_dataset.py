@@ -170,6 +170,11 @@ class IterableDataset(torch.utils.data.IterableDataset):
     at the time it was made: its ``state_dict()`` is the one taken then, whatever the
     original does next (a checkpoint from it resumes exactly there).
 
+    Memory: each worker holds its own loader, with its share of the default
+    ``max_inflight_bytes`` and its own shuffle window; :class:`pqloader.torch.DataLoader`
+    warns once (``RuntimeWarning``) when its workers' windows would take the container
+    over its memory limit, naming ``shuffle_window`` and ``num_workers``.
+
     ``len(dataset)`` is the batches of an iteration without workers (``len(loader)``);
     ``len()`` of :class:`pqloader.torch.DataLoader` counts those of its workers.
 
@@ -218,6 +223,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._refusal: str | None = None  # that check's error, for spawned workers
         self._lengths: dict[tuple[int, int | None], int] = {}  # (workers, epoch): batches
         self._probes: dict[int, Loader] = {}  # workers: worker 0's loader, for len()
+        # The wrapped loader's largest shuffle window (decoded bytes, gathered whole), and
+        # the numbers of workers whose memory was checked (warned once each).
+        self._window = (loader._plan["max_window_bytes"], loader._plan["gathers_windows"])
+        self._memory_checked: frozenset[int] = frozenset()
         state = loader.state_dict()
         if state.get("batch") or state.get("elastic") is not None:
             # The loader is mid-epoch (a state was loaded, or it was partly iterated): worker
@@ -430,7 +439,26 @@ class IterableDataset(torch.utils.data.IterableDataset):
             o = self._recipe.options
             _env.check_process_group_agrees(o.rank, o.world_size)
 
+    def _worker_budget(self, workers: int) -> int:
+        """Each of `workers` workers' max_inflight_bytes: the given one, else the default's
+        eighth of the memory limit divided among them (they share the container's limit as
+        they share the threads; batches unchanged)."""
+        o = self._recipe.options
+        return o.max_inflight_bytes if o.max_inflight_bytes is not None else \
+            _env.inflight_bytes(None, share=workers)
+
     # -- main process, driven by pqloader.torch.DataLoader ----------------------------
+    def _check_workers_memory(self, workers: int) -> None:
+        """Warn (once per number of workers) when `workers` worker processes, each with its
+        own loader and shuffle window, would take the container over its memory limit: the
+        wrapped loader's own check counted one loader, and the workers' are silenced."""
+        if workers <= 0 or workers in self._memory_checked:
+            return
+        self._memory_checked = self._memory_checked | {workers}
+        window, gathers = self._window
+        _env.check_shuffle_window(window, gathers, self._recipe.options.shuffle_window,
+                                  self._worker_budget(workers), workers=workers)
+
     def _begin(self, workers: int, persistent_again: bool) -> None:
         """Fix the epoch, resume state and worker shift before DataLoader starts workers."""
         self._check_rank_world()
@@ -646,12 +674,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 self._worker_state = dict(self._worker_state, iteration_end=self._epoch + o.num_epochs)
         threads = min(o.num_workers or _env.available_cpus(), MAX_THREADS)
         slot = (info.id + self._worker_shift) % workers
-        # The workers share the container's memory limit as they share the threads: the
-        # default budget's eighth of the limit is divided among them (batches unchanged).
-        budget = o.max_inflight_bytes if o.max_inflight_bytes is not None else \
-            _env.inflight_bytes(None, share=workers)
         loader = self._recipe.build(rank=o.rank * workers + slot, world_size=o.world_size * workers,
-                                    num_workers=max(1, threads // workers), max_inflight_bytes=budget,
+                                    num_workers=max(1, threads // workers),
+                                    max_inflight_bytes=self._worker_budget(workers),
                                     device=None, pin_memory=False)
         _process.mark_sharded_per_worker(loader)
         if self._worker_state is not None:
@@ -716,6 +741,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 "not tell how many batches each worker had handed out (a resume would repeat some "
                 "rows and skip others); leave in_order=True")
         self._iterated = False
+        dataset._check_workers_memory(self.num_workers)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         ds = self.dataset
@@ -739,6 +765,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 # the one to run again from its start (as a non-persistent loader reruns
                 # its epoch), not the one set before they went on.
                 ds._epoch = ds._position.epoch
+        ds._check_workers_memory(self.num_workers)  # (num_workers changed since it was made)
         ds._begin(self.num_workers, again)
         self._iterated = True
         batches = super().__iter__()

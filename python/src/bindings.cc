@@ -1295,6 +1295,9 @@ NB_MODULE(_core, m) {
   m.def("_cgroup_cpu_quota", &pqloader::CgroupCpuQuota, "proc"_a);
   // The cgroup memory limit the default max_inflight_bytes is sized by (_env.py).
   m.def("_cgroup_memory_limit", &pqloader::CgroupMemoryLimit, "proc"_a);
+  // The default max_inflight_bytes for that limit, shared by `share` loaders (_env.py).
+  m.def("_default_inflight_bytes", &pqloader::DefaultInflightBytes, "memory_limit"_a.none(),
+        "share"_a = 1);
   // A schema handed in through the Arrow PyCapsule protocol (`__arrow_c_schema__` of any
   // Arrow implementation, any version) as Arrow IPC bytes, which the option dict carries
   // (bytes survive a fork and a reopen; a capsule imports once).

@@ -183,17 +183,20 @@ def test_dataloader_workers_share_the_limit_default_and_keep_their_batches(tmp_p
     assert [b for b, _ in workers(2)] == [256 * MIB] * 2  # a large limit: the default each
 
 
-def test_a_mixture_whose_sources_hold_more_than_the_limit_default_warns_once(tmp_path, monkeypatch):
+def test_a_mixture_warns_once_when_its_sources_hold_over_half_the_limit(tmp_path, monkeypatch):
     """A mixture's sources are built Loaders (their engines' budgets fixed): when theirs
-    add up to more than one loader's default (an eighth of the limit), one warning names
-    the option and a value for each; sources of weight 0 (never read) do not count; the
-    batches are the same whatever the budgets."""
+    add up to more than half the limit (one loader's given budget's line), one warning
+    names the option, how many are defaults and a value for each; sources of weight 0
+    (never read) do not count; the batches are the same whatever the budgets. Two sources
+    left at their defaults (an eighth each) do not warn in a small container: they warned
+    in every container of 4 GiB or less, for nothing the user set."""
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table({"id": np.arange(600, dtype=np.int64)}), path, row_group_size=100)
     _limited(tmp_path, monkeypatch, 400 * MIB)  # a default of 50 MiB each
 
     def mixed(weights, **kw):
-        sources = [pqloader.Loader(str(path), batch_size=32, shuffle=True, seed=s, **kw) for s in (1, 2)]
+        sources = [pqloader.Loader(str(path), batch_size=32, shuffle=True, seed=s + 1, **kw)
+                   for s in range(len(weights))]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             m = pqloader.mix(sources, weights, seed=9)
@@ -201,11 +204,17 @@ def test_a_mixture_whose_sources_hold_more_than_the_limit_default_warns_once(tmp
             [b["id"].tolist() + b["source"].tolist() for b in m]
 
     caught, defaults = mixed([1, 1])
+    assert caught == []  # 100 MiB of 400: within half
+    assert mixed([1] * 4)[0] == []  # 200 MiB: half
+    caught, _ = mixed([1] * 5)
     assert len(caught) == 1, caught
-    assert "max_inflight_bytes add up to 104857600 bytes" in caught[0], caught[0]
-    assert f"{400 * MIB} bytes (400 MiB" in caught[0] and "max_inflight_bytes=26214400" in caught[0], caught[0]
-    assert mixed([1, 1], max_inflight_bytes=25 * MIB) == ([], defaults)
-    assert mixed([1, 0])[0] == []
+    for part in ("max_inflight_bytes add up to 262144000 bytes", "each the default", f"{400 * MIB} bytes (400 MiB",
+                 "max_inflight_bytes=16777216"):
+        assert part in caught[0], (part, caught[0])
+    caught, given = mixed([1, 1], max_inflight_bytes=101 * MIB)
+    assert len(caught) == 1 and "the default (" not in caught[0] and "max_inflight_bytes=26214400" in caught[0], caught
+    assert given == defaults
+    assert mixed([1, 0], max_inflight_bytes=101 * MIB)[0] == []
 
 
 def test_a_shuffle_window_over_the_limit_warns_naming_it(tmp_path):
@@ -294,3 +303,35 @@ def test_dataloader_workers_do_not_repeat_the_wrapped_loaders_memory_warnings(tm
             ds._worker_loader = None
         assert ds._workers_batches(3, 0) > 0  # (a length probe rebuilds it too)
     assert [str(w.message) for w in workers if w.category is RuntimeWarning] == []
+
+
+def test_a_dataloader_counts_its_workers_shuffle_windows_and_warns_once(tmp_path, monkeypatch):
+    """W DataLoader workers hold W loaders, each its own window and budget (whose own
+    checks are silenced): pqloader.torch.DataLoader counts them, warning once per number
+    of workers (a DataLoader made again over the dataset, its iterations: no repeat),
+    naming shuffle_window and num_workers; a loader that fits alone and with one worker
+    does not warn."""
+    torch_dataset = pytest.importorskip("pqloader.torch")
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({f"f{i}": np.arange(80_000, dtype=np.float64) for i in range(8)}), path,
+                   row_group_size=20_000)  # 1.28 MB row groups: a window of 4, 5.12 MB, 4 copies
+    _limited(tmp_path, monkeypatch, 128 * MIB)  # the 16 MiB floor: 100 MB alone, 143 MB with 2 workers
+
+    def caught(make):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            out = make()
+        return out, [str(w.message) for w in got if w.category is RuntimeWarning]
+
+    ds, made = caught(lambda: torch_dataset.IterableDataset(pqloader.Loader(
+        str(path), batch_size=10_000, shuffle=True, seed=3, shuffle_window=4)))
+    assert made == []
+    assert caught(lambda: torch_dataset.DataLoader(ds, num_workers=1))[1] == []
+    dl, two = caught(lambda: torch_dataset.DataLoader(ds, num_workers=2))
+    assert len(two) == 1, two
+    for part in ("shuffle_window=4", "num_workers=2", "estimated at 142580760 bytes", f"{128 * MIB} bytes",
+                 "lower shuffle_window or num_workers"):
+        assert part in two[0], (part, two[0])
+    again, repeated = caught(lambda: (torch_dataset.DataLoader(ds, num_workers=2),
+                                      sum(1 for _ in torch_dataset.DataLoader(ds, num_workers=2))))
+    assert repeated == [] and again[1] == 8

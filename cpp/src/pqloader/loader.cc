@@ -59,6 +59,9 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   if (loader->options_.num_workers <= 0) {
     loader->options_.num_workers = AvailableCpus();
   }
+  if (loader->options_.max_inflight_bytes <= 0) {
+    loader->options_.max_inflight_bytes = DefaultInflightBytes(CgroupMemoryLimit());
+  }
   if (loader->options_.prefetch_batches <= 0) {
     loader->options_.prefetch_batches = std::max(2, 2 * loader->options_.num_workers);
   }
@@ -73,7 +76,7 @@ arrow::Result<std::unique_ptr<Loader>> Loader::Make(const std::vector<std::strin
   {
     MutexLock lock(loader->mu_);  // (not shared yet: for the analysis)
     loader->pool_reservation_ =
-        std::make_unique<PoolCacheReservation>(2 * options.max_inflight_bytes);
+        std::make_unique<PoolCacheReservation>(2 * loader->options_.max_inflight_bytes);
   }
   DatasetOptions dataset_options = options.dataset;
   dataset_options.cancel = cancel;

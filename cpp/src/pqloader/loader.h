@@ -73,8 +73,10 @@ struct LoaderOptions {
   /// not yet decoded (read-ahead), the rest for decoded row groups and assembled
   /// batches, which are decoded ahead while their estimated size fits. The floor (held
   /// whatever the bound) is the row groups of the batch the consumer waits for plus one
-  /// batch per worker; see exec/ordered_pipeline.h. Default: 256 MiB.
-  int64_t max_inflight_bytes = int64_t{256} << 20;
+  /// batch per worker; see exec/ordered_pipeline.h. Default: 0, meaning 256 MiB, at
+  /// most an eighth of the process's cgroup memory limit (a container's), at least
+  /// 16 MiB (DefaultInflightBytes, util/container_limits.h; options() gives the value).
+  int64_t max_inflight_bytes = 0;
   /// Batches assembled ahead of the consumer. Default: 0, meaning 2 per worker. (A
   /// shuffled loader that gathers whole windows gathers the next one further ahead
   /// while its copy fits max_inflight_bytes.)

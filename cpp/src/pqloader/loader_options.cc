@@ -14,9 +14,6 @@ namespace pqloader {
 arrow::Status ValidateLoaderOptions(const LoaderOptions& options) {
   const std::string invalid = ValidatePlanOptions(options.plan);
   if (!invalid.empty()) return arrow::Status::Invalid(invalid);
-  if (options.max_inflight_bytes <= 0) {
-    return arrow::Status::Invalid("max_inflight_bytes must be positive");
-  }
   if (options.io_threads <= 0) return arrow::Status::Invalid("io_threads must be positive");
   if (options.plan.shard_policy != ShardPolicy::kDrop &&
       options.plan.shard_policy != ShardPolicy::kPad) {
@@ -28,6 +25,7 @@ arrow::Status ValidateLoaderOptions(const LoaderOptions& options) {
   // for a default, or clamped).
   for (const auto& [name, value] : std::initializer_list<std::pair<const char*, int64_t>>{
            {"num_workers", options.num_workers},
+           {"max_inflight_bytes", options.max_inflight_bytes},
            {"prefetch_batches", options.prefetch_batches},
            {"readahead", options.readahead},
            {"debug_max_delay_us", options.debug_max_delay_us},

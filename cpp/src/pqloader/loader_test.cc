@@ -20,6 +20,7 @@
 
 #include "pqloader/error.h"
 #include "pqloader/test_util.h"
+#include "pqloader/util/container_limits.h"
 #include "pqloader/util/node_lock.h"
 
 namespace pqloader {
@@ -601,6 +602,23 @@ TEST(LoaderApi, TimeoutsDelaysAndBudgetsBeyondTheirBoundsAreRefused) {
     ASSERT_FALSE(r.ok()) << which;
     EXPECT_NE(r.status().message().find("must be at most"), std::string::npos) << r.status().ToString();
   }
+}
+
+TEST(LoaderApi, AnUnsetBudgetIsTheContainersDefaultAndANegativeOneIsRefused) {
+  // LoaderOptions' default was a fixed 256 MiB: a C++ loader in a container of 512 MiB
+  // took half of it, where Python's took an eighth (DefaultInflightBytes).
+  int64_t total;
+  const std::string dir = MakeDataset(&total);
+  LoaderOptions o;
+  auto loader = Loader::Make({dir}, o).ValueOrDie();
+  EXPECT_EQ(loader->options().max_inflight_bytes, DefaultInflightBytes(CgroupMemoryLimit()));
+  o.max_inflight_bytes = 12345;
+  EXPECT_EQ(Loader::Make({dir}, o).ValueOrDie()->options().max_inflight_bytes, 12345);
+  o.max_inflight_bytes = -1;
+  auto r = Loader::Make({dir}, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("max_inflight_bytes must be >= 0"), std::string::npos)
+      << r.status().ToString();
 }
 
 TEST(LoaderApi, PackEosOrPadThatDoesNotFitTheTokensIsRefused) {

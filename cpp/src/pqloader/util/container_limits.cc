@@ -207,6 +207,15 @@ std::optional<int64_t> CgroupMemoryLimit(const std::string& proc) {
   return smallest;
 }
 
+int64_t DefaultInflightBytes(std::optional<int64_t> memory_limit, int64_t share) {
+  constexpr int64_t kDefault = int64_t{256} << 20;
+  constexpr int64_t kFloor = int64_t{16} << 20;
+  constexpr int64_t kLimitShare = 8;
+  if (!memory_limit) return kDefault;
+  const int64_t eighth = *memory_limit / kLimitShare / std::max<int64_t>(1, share);
+  return std::max(kFloor, std::min(kDefault, eighth));
+}
+
 int AvailableCpus() {
   int cpus = 0;
   cpu_set_t set;

@@ -1,6 +1,6 @@
 // The CPUs and memory this process may use: the engine's default number of threads (and
-// pqloader.available_cpus() in Python), and the memory limit Python sizes the default
-// max_inflight_bytes by. A process in a container may run on fewer CPUs
+// pqloader.available_cpus() in Python), and the memory limit the default
+// max_inflight_bytes is sized by (DefaultInflightBytes, for C++ and Python alike). A process in a container may run on fewer CPUs
 // than its node has: its affinity mask (taskset, a cpuset) says which, its cgroup's CPU
 // quota (a Kubernetes `limits: cpu`) how much of their time. std::thread's
 // hardware_concurrency counts the node's (glibc's get_nprocs): a process pinned to 1 CPU
@@ -33,6 +33,15 @@ std::optional<double> CgroupCpuQuota(const std::string& proc = "/proc/self");
 /// ancestors, found as CgroupCpuQuota finds them (a container's memory limit); none when
 /// there is none (`max`, v1's page-count maximum) or it cannot be read.
 std::optional<int64_t> CgroupMemoryLimit(const std::string& proc = "/proc/self");
+
+/// Return the default max_inflight_bytes (LoaderOptions, and Python's Loader): 256 MiB,
+/// at most an eighth of `memory_limit` (CgroupMemoryLimit(); none: no limit) divided
+/// among the `share` loaders that hold it at once (a torch DataLoader's worker
+/// processes), at least 16 MiB (any budget runs: one row group is always allowed). The
+/// budget and the freed blocks kept for reuse, up to twice it, take at most 3/8 of the
+/// limit; the rest is for the process, the shuffle window and the row groups being
+/// decoded, which the budget does not bound (docs/design.md, "The memory limit").
+int64_t DefaultInflightBytes(std::optional<int64_t> memory_limit, int64_t share = 1);
 
 /// A cgroup directory of the process (or an ancestor), and whether it is v2's.
 struct CgroupDir {

@@ -135,6 +135,20 @@ TEST(CgroupMemoryLimit, IsTheSmallestOfTheMemoryCgroupsAndTheirAncestors) {
   EXPECT_FALSE(CgroupCpuQuota(proc).has_value());  // no cpu files anywhere
 }
 
+// The default max_inflight_bytes: 256 MiB, at most an eighth of the limit shared among
+// `share` loaders, at least 16 MiB (the rule Python's Loader and LoaderOptions both use).
+TEST(DefaultInflightBytes, IsAnEighthOfTheLimitSharedWithin16And256MiB) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(DefaultInflightBytes(std::nullopt), 256 * kMiB);
+  EXPECT_EQ(DefaultInflightBytes(std::nullopt, 4), 256 * kMiB);
+  EXPECT_EQ(DefaultInflightBytes(int64_t{64} << 30), 256 * kMiB);
+  EXPECT_EQ(DefaultInflightBytes(int64_t{1} << 30), 128 * kMiB);
+  EXPECT_EQ(DefaultInflightBytes(int64_t{1} << 30, 4), 32 * kMiB);
+  EXPECT_EQ(DefaultInflightBytes(int64_t{1} << 30, 16), 16 * kMiB);  // (8 MiB: the floor)
+  EXPECT_EQ(DefaultInflightBytes(100 * kMiB), 16 * kMiB);
+  EXPECT_EQ(DefaultInflightBytes(400 * kMiB, 0), 50 * kMiB);  // (a share below 1 is 1)
+}
+
 TEST(AvailableCpus, IsAtLeastOneAndAtMostTheAffinityMask) {
   cpu_set_t set;
   CPU_ZERO(&set);
