@@ -29,9 +29,11 @@ $(VENV)/.apt-stamp:
 	fi
 	@mkdir -p $(VENV) && touch $@
 
+# --no-compile: pip byte-compiles none of the packages' modules (119 -> 55 s on 2 cores);
+# Python compiles a module, once, when something first imports it.
 $(VENV)/.deps-stamp: requirements-dev.txt $(VENV)/.apt-stamp
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements-dev.txt
 	@touch $@
 
 deps: $(VENV)/.deps-stamp
@@ -98,7 +100,7 @@ WHEEL_VENVS := build/wheel-venvs
 WHEEL_ENVS := petastorm arrow-newest no-arrow
 define wheel_venv
 	rm -rf $(WHEEL_VENVS)/$(1) && $(PYTHON) -m venv $(WHEEL_VENVS)/$(1)
-	$(WHEEL_VENVS)/$(1)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r $(2)
+	$(WHEEL_VENVS)/$(1)/bin/python -m pip install -q --disable-pip-version-check --no-compile --no-deps -r $(2)
 	@touch $(WHEEL_VENVS)/$(1)/.stamp
 endef
 $(WHEEL_VENVS)/petastorm/.stamp: bench/requirements-petastorm.txt
