@@ -106,14 +106,17 @@ class SlowDownFront:
         threading.Thread(target=pipe, args=(upstream, conn), daemon=True).start()
 
 
-@pytest.fixture()
-def served(tmp_path):
-    """A moto server holding `big/` (40 row groups of 50 rows) and the local reference."""
-    paths = big_dataset(tmp_path)
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A moto server holding `big/` (40 row groups of 50 rows) and the local reference,
+    started once for the module: no test writes to it or stops it (faults are injected
+    by a proxy or a front of each test's own; a test that kills the server starts its own)."""
+    root = tmp_path_factory.mktemp("served")
+    paths = big_dataset(root)
     server = Moto()
-    server.upload("data", "big", paths)
     try:
-        yield server, tmp_path / "big"
+        server.upload("data", "big", paths)
+        yield server, root / "big"
     finally:
         server.stop()
 
@@ -476,13 +479,14 @@ def test_exit_with_a_read_retrying_does_not_wait_out_the_budget_when_pyarrow_fs_
 def test_close_stops_the_retries_of_reads_in_flight(served):
     """close() says nothing more is read after it returns: a read in flight against a
     throttling store was retried, unread, for its whole retry_budget (60 s). Now it ends
-    after its current attempt; the loader still reads anew afterwards."""
+    after its current attempt; the loader still reads anew afterwards. Retries wait at
+    most retry_max_delay=1 s here, so a read still retrying shows in the 3 s watched."""
     server, local = served
     front = SlowDownFront(server.port)
     try:
         loader = run_with_timeout(lambda: pqloader.Loader(
-            "s3://data/big", storage_options=server.options(port=front.port), batch_size=50,
-            num_workers=1, io_threads=1, readahead=1), 60)
+            "s3://data/big", storage_options=server.options(port=front.port, retry_max_delay=1),
+            batch_size=50, num_workers=1, io_threads=1, readahead=1), 60)
         front.throttle(120)
         it = iter(loader)
         threading.Thread(target=lambda: next(it, None), daemon=True).start()
@@ -491,9 +495,9 @@ def test_close_stops_the_retries_of_reads_in_flight(served):
             time.sleep(0.05)
         assert front.throttled >= 2  # a read is retrying
         run_with_timeout(loader.close, 30)
-        time.sleep(6)  # past the attempt in flight and the retry delay it may be sleeping (max 5 s)
+        time.sleep(3)  # past the attempt in flight and the retry delay it may be sleeping (max 1 s)
         after = front.throttled
-        time.sleep(6)
+        time.sleep(3)  # three retry delays or more
         assert front.throttled == after, (after, front.throttled)  # no request since
         front.throttle(0)
         assert_batch_streams_equal(run_with_timeout(lambda: list(loader), 120),

@@ -447,7 +447,7 @@ def _requests(count_file: Path) -> int:
     return json.loads(count_file.read_text())["requests"]
 
 
-def test_ranks_of_a_node_fetch_each_footer_once(tmp_path):
+def test_ranks_of_a_node_fetch_each_footer_once(store, tmp_path):
     """Without a summary, the ranks sharing a cache_dir fetch each footer once between
     them (one rank reads them into footers/, the others wait and read them there)."""
     import json
@@ -456,7 +456,7 @@ def test_ranks_of_a_node_fetch_each_footer_once(tmp_path):
     paths = []
     for i in range(files):
         paths += write_dataset(tmp_path / "src" / f"f{i}", [[5, 5]])
-    server = Moto()
+    server = store.server  # its own bucket; only requests through this test's proxy are counted
     count_file = tmp_path / "count.json"
     proxy = Proxy(server.port, tmp=tmp_path, count_file=count_file)
     try:
@@ -488,7 +488,6 @@ def test_ranks_of_a_node_fetch_each_footer_once(tmp_path):
         assert sorted(from_cache) == [0, files, files, files]
     finally:
         proxy.stop()
-        server.stop()
 
 
 def test_s3_stale_entries_are_told_by_stats_and_deleted_by_prune(store, tmp_path):
