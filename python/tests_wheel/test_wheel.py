@@ -344,6 +344,10 @@ def sdist(tmp_path_factory) -> Path:
     return next(out.glob("pqloader-*.tar.gz"))
 
 
+# The build alone took 143 s on an idle 2-core machine, over 300 s beside other work:
+# pytest-timeout's 300 s backstop (pyproject.toml) would cut it; its subprocesses have
+# their own limits.
+@pytest.mark.timeout(1500)
 def test_sdist_builds_from_source_and_passes_the_smoke_suite_without_pyarrow(
         sdist, installed, data, s3, tmp_path_factory, tmp_path):
     """pip builds the sdist as a user's pip would (build isolation: it fetches the build
