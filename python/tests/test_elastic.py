@@ -877,9 +877,9 @@ def test_dataloader_workers_continue_a_loader_wrapped_mid_epoch(ds, workers, how
         assert [b.tolist() for b in tail] == rest
 
 
-def _run_spawn_script(script, tmp_path, base_port: int):
-    """Run a gloo spawn script with (out prefix, port); a reader of the JSON files it
-    wrote as f"{out}.{name}"."""
+def _run_ranks_script(script, tmp_path, base_port: int):
+    """Run a script that starts gloo ranks (torch.multiprocessing), with (out prefix, port);
+    a reader of the JSON files it wrote as f"{out}.{name}"."""
     out = tmp_path / "ckpt"
     port = base_port + (hash(str(tmp_path)) % 1000) * 2
     proc = subprocess.run([sys.executable, str(script), str(out), str(port)], capture_output=True,
@@ -929,10 +929,12 @@ def test_gather_state_dict_and_distributed_checkpoint(ds, tmp_path):
 
         if __name__ == "__main__":
             out = sys.argv[1]
-            mp.spawn(save, args=(2, out), nprocs=2)
-            mp.spawn(load, args=(3, out), nprocs=3)
+            # fork: the ranks do not import torch again (what is checked is the gather and
+            # the checkpoint, not how the ranks start)
+            mp.start_processes(save, args=(2, out), nprocs=2, start_method="fork")
+            mp.start_processes(load, args=(3, out), nprocs=3, start_method="fork")
     """))
-    read = _run_spawn_script(script, tmp_path, 29500)
+    read = _run_ranks_script(script, tmp_path, 29500)
 
     consumed = sum((read(f"ids{r}") for r in range(2)), [])
     rests = [read(f"rest{r}") for r in range(3)]
@@ -1146,10 +1148,11 @@ def test_gather_state_dict_of_dataloaders_whose_ranks_stopped_at_different_batch
 
         if __name__ == "__main__":
             out, port = sys.argv[1], int(sys.argv[2])
-            mp.spawn(run, args=(2, out, str(port), "save"), nprocs=2)
-            mp.spawn(run, args=(2, out, str(port + 1), "load"), nprocs=2)
+            # fork: the ranks do not import torch again (see test_gather_state_dict_and_distributed_checkpoint)
+            mp.start_processes(run, args=(2, out, str(port), "save"), nprocs=2, start_method="fork")
+            mp.start_processes(run, args=(2, out, str(port + 1), "load"), nprocs=2, start_method="fork")
     """))
-    read = _run_spawn_script(script, tmp_path, 31500)
+    read = _run_ranks_script(script, tmp_path, 31500)
 
     assert read("state")["rank_batches"] == [2, 1, 2, 2]
     consumed = read("save0") + read("save1")

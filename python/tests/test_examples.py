@@ -35,22 +35,34 @@ def test_tabular_example_trains_and_reports_samples_per_second_and_stall(tmp_pat
     assert "overall:" in out and "data stall" in out
 
 
-def test_ddp_example_runs_under_torchrun_with_two_gloo_ranks(tmp_path):
-    out = run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
-               "--data", tmp_path / "data", "--checkpoint-dir", tmp_path / "ckpt", "--rows", 2000,
-               "--features", 16, "--epochs", 1, "--batch-size", 128])
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone"]
+DDP_COMMON = ["--rows", 2000, "--features", 8, "--batch-size", 50, "--epochs", 2, "--checkpoint-every", 4]
+
+
+@pytest.fixture(scope="module")
+def ddp_first_run(tmp_path_factory):
+    """One fresh 2-rank run that stops after step 9 (20 steps an epoch): its output, the
+    names in its checkpoint directory then, and the directory (tests read its data, which
+    the checkpoint names, and copy its checkpoint; they change neither)."""
+    root = tmp_path_factory.mktemp("ddp")
+    out = run([*TORCHRUN, "--nproc_per_node=2", EXAMPLES / "train_ddp.py", "--data", root / "data",
+               "--checkpoint-dir", root / "ckpt", *DDP_COMMON, "--stop-after-steps", 9])
+    return out, sorted(p.name for p in (root / "ckpt").iterdir()), root
+
+
+def test_ddp_example_runs_under_torchrun_with_two_gloo_ranks(ddp_first_run):
+    out, names, _ = ddp_first_run
     assert "2 ranks, backend gloo" in out and re.search(r"epoch 0: .* samples/s .* data stall", out), out
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["checkpoint.pt"]
+    assert names == ["checkpoint.pt"]
 
 
-def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_ranks(tmp_path):
-    common = ["--data", tmp_path / "data", "--checkpoint-dir", tmp_path / "ckpt", "--rows", 2000,
-              "--features", 8, "--batch-size", 50, "--epochs", 2, "--checkpoint-every", 4]
-    torchrun = ["-m", "torch.distributed.run", "--standalone"]
-    out = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py", *common, "--stop-after-steps", 9])
+def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_ranks(tmp_path, ddp_first_run):
+    out, _, first_root = ddp_first_run
+    shutil.copytree(first_root / "ckpt", tmp_path / "ckpt")
+    common = ["--data", first_root / "data", "--checkpoint-dir", tmp_path / "ckpt", *DDP_COMMON]
     assert "stopped after step 9 (last checkpoint: step 8)" in out, out
     # Also the checkpoint at an epoch's end (step 20 of 20 here) counts (it said step 18).
-    out_end = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
+    out_end = run([*TORCHRUN, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
                    *[tmp_path / "ckpt_end" if a == tmp_path / "ckpt" else a for a in common],
                    "--checkpoint-every", 6, "--stop-after-steps", 21])
     assert "stopped after step 21 (last checkpoint: step 20)" in out_end, out_end
@@ -59,20 +71,20 @@ def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_rank
     # The same 2 ranks resume exactly: 20 batches an epoch per rank, 8 done, 12 left.
     exact = tmp_path / "exact"
     shutil.copytree(tmp_path / "ckpt", exact)
-    out = run([*torchrun, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
+    out = run([*TORCHRUN, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
                *[exact if a == tmp_path / "ckpt" else a for a in common], "--resume",
                "--stop-after-steps", 9])
     assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); exact" in out, out
     assert "12 batches left in epoch 0 per rank" in out, out
     # 3 ranks resume epoch 0 after step 8: 2000 - 2 * 8 * 50 = 1200 samples left, 400 per rank.
-    out = run([*torchrun, "--nproc_per_node=3", EXAMPLES / "train_ddp.py", *common, "--resume"])
+    out = run([*TORCHRUN, "--nproc_per_node=3", EXAMPLES / "train_ddp.py", *common, "--resume"])
     assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); elastic" in out, out
     assert "8 batches left in epoch 0 per rank" in out, out
     assert int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1)) == 1200
     assert re.search(r"epoch 1: .*\[(\d+) samples\]", out), out  # then an ordinary 3-rank epoch
     # The run is finished: resuming again says so instead of silently doing nothing.
     env = subprocess_env(tmp_path)
-    proc = subprocess.run([sys.executable, *map(str, [*torchrun, "--nproc_per_node=1",
+    proc = subprocess.run([sys.executable, *map(str, [*TORCHRUN, "--nproc_per_node=1",
                                                        EXAMPLES / "train_ddp.py", *common, "--resume"])],
                           capture_output=True, text=True, timeout=240, env=env, cwd=str(REPO_ROOT))
     assert proc.returncode != 0 and "nothing to do" in proc.stdout + proc.stderr

@@ -1,14 +1,17 @@
 """pqloader inside Ray Train workers on a local Ray cluster of 2 workers (Ray schedules,
 pqloader loads; no Ray Data in the path).
 
-Each test is one subprocess (its own Ray cluster, ~20 s to start on 2 cores). Each worker
-builds a Loader without rank/world_size; what it read is compared with Loaders built here
-with the rank and world size given explicitly.
+One local Ray cluster of 2 CPUs serves the module (started once by a process that holds
+it, as `ray start --head` would); each test's driver is a subprocess that connects to it by
+address and runs its own trainer, data and storage. Each worker builds a Loader without
+rank/world_size; what it read is compared with Loaders built here with the rank and world
+size given explicitly.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -18,24 +21,62 @@ import numpy as np
 import pytest
 
 import pqloader
-from conftest import REPO_ROOT, subprocess_env
+from conftest import REPO_ROOT, run_with_timeout, subprocess_env
 
 pytest.importorskip("ray.train")
 pytest.importorskip("torch")
 
 WORKERS = 2
 
+HOLD_CLUSTER = textwrap.dedent(f"""
+    import sys
+    import ray
+    ray.init(num_cpus={WORKERS}, include_dashboard=False, log_to_driver=False)
+    print(ray.get_runtime_context().gcs_address, flush=True)
+    sys.stdin.read()  # until the tests are done (stdin closed)
+    ray.shutdown()
+""")
 
-def run(args, tmp_path, timeout=300):
+
+def ray_env(ray_tmp):
     env = subprocess_env()
     env["OMP_NUM_THREADS"] = "1"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Ray's session files (logs, sockets) in a directory of the test's own, not /tmp/ray;
+    env["RAY_TMPDIR"] = ray_tmp
+    # Ray Train's controller polls its workers every 2 s by default; polled more often, it
+    # sees a trainer's workers finish sooner
+    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"
+    return env
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The address of a local Ray cluster of WORKERS CPUs, started once for the module."""
+    # Ray's session files (logs, sockets) in a directory of the module's own, not /tmp/ray;
     # a short path, since its sockets' paths must fit in 107 bytes.
-    with tempfile.TemporaryDirectory(prefix="ray-", ignore_cleanup_errors=True) as ray_tmp:
-        env["RAY_TMPDIR"] = ray_tmp
-        proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
-                              timeout=timeout, env=env, cwd=str(tmp_path))
+    with tempfile.TemporaryDirectory(prefix="ray-", ignore_cleanup_errors=True) as ray_tmp, \
+            open(os.path.join(ray_tmp, "holder.log"), "w+") as log:
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_CLUSTER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=log, text=True,
+                                  env=ray_env(ray_tmp), cwd=ray_tmp)
+        try:
+            address = run_with_timeout(holder.stdout.readline, timeout=180).strip()
+            if not address:
+                holder.wait(timeout=60)
+                log.seek(0)
+                pytest.fail("the Ray cluster did not start: " + log.read()[-4000:])
+            yield address, ray_tmp
+        finally:
+            try:
+                holder.communicate(timeout=120)  # closes stdin: ray.shutdown()
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.communicate()
+
+
+def run(args, tmp_path, cluster, timeout=300):
+    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=ray_env(cluster[1]), cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc.stdout
 
@@ -46,12 +87,13 @@ def expected_ids(data, epoch, rank, **kw):
     return np.concatenate([b["id"] for b in loader]).tolist()
 
 
-def test_torch_trainer_example_gives_each_worker_its_shard_each_epoch(tmp_path):
+def test_torch_trainer_example_gives_each_worker_its_shard_each_epoch(tmp_path, cluster):
     data, ids = tmp_path / "data", tmp_path / "ids"
     ids.mkdir()
     out = run([REPO_ROOT / "examples" / "train_ray.py", "--data", data, "--rows", 6000,
                "--features", 8, "--epochs", 2, "--batch-size", 128, "--workers", WORKERS,
-               "--ids-dir", ids, "--storage", tmp_path / "results"], tmp_path)
+               "--ids-dir", ids, "--storage", tmp_path / "results", "--address", cluster[0]],
+              tmp_path, cluster)
     assert f"ray train: {WORKERS} workers x 2 epochs finished" in out, out
     for epoch in range(2):
         got = [json.loads((ids / f"epoch{epoch}-rank{r}.json").read_text()) for r in range(WORKERS)]
@@ -64,7 +106,7 @@ def test_torch_trainer_example_gives_each_worker_its_shard_each_epoch(tmp_path):
         assert sorted(got[0]["ids"] + got[1]["ids"]) == list(range(6000))
 
 
-def test_any_ray_train_trainer_gives_rank_and_world_from_its_context(tmp_path):
+def test_any_ray_train_trainer_gives_rank_and_world_from_its_context(tmp_path, cluster):
     # DataParallelTrainer initialises no torch process group: the rank and world size
     # come from ray.train.get_context().
     data = tmp_path / "data"
@@ -89,13 +131,13 @@ def test_any_ray_train_trainer_gives_rank_and_world_from_its_context(tmp_path):
                 json.dump({{"rank": loader.options.rank, "world_size": loader.options.world_size,
                            "torch_group": dist.is_available() and dist.is_initialized(), "ids": ids}}, f)
 
-        ray.init(num_cpus={WORKERS}, include_dashboard=False, log_to_driver=False)
+        ray.init(address={cluster[0]!r}, log_to_driver=False)
         DataParallelTrainer(loop, scaling_config=ScalingConfig(num_workers={WORKERS}),
                             run_config=RunConfig(storage_path={str(tmp_path / "results")!r})).fit()
         ray.shutdown()
         print("done")
     """))
-    assert "done" in run([script], tmp_path)
+    assert "done" in run([script], tmp_path, cluster)
     got = [json.loads((tmp_path / f"plain-rank{r}.json").read_text()) for r in range(WORKERS)]
     assert [(g["rank"], g["world_size"], g["torch_group"]) for g in got] == [
         (r, WORKERS, False) for r in range(WORKERS)]
