@@ -152,7 +152,11 @@ result = {"hits": load(args['src'], args['cache']),
     assert got["hits"]["warnings"] == []
     misses = got["misses"]
     assert misses["ids"] == want
-    assert misses["stats"]["cache_write_errors"] == 12 and misses["stats"]["cache_inserts"] == 0
+    # Every miss's insert failed: the epoch's 12, and those of the next epoch's units the
+    # loader decoded ahead before stats() (0-12 of them, as the threads ran: a cache's
+    # writes are counted as they happen, see Loader::DetachLocked).
+    assert 12 <= misses["stats"]["cache_write_errors"] <= 24, misses["stats"]
+    assert misses["stats"]["cache_inserts"] == 0 and misses["stats"]["cache_misses"] == 12
     assert len(misses["warnings"]) == 1, misses["warnings"]
     assert str(cache) in misses["warnings"][0] and "Permission denied" in misses["warnings"][0]
     # Nothing of the user's was left in the directory (it could write nothing).
