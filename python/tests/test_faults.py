@@ -450,7 +450,16 @@ def test_exit_with_a_read_retrying_does_not_wait_out_the_budget_when_pyarrow_fs_
         print("made", flush=True)
         sys.stdin.readline()
         it = iter(loader)
-        threading.Thread(target=lambda: next(it, None), daemon=True).start()
+        ended = []  # how the pending next() ended: the iterator is stale once closed
+
+        def pending():
+            try:
+                ended.append(next(it, None))
+            except RuntimeError as e:
+                ended.append(e)
+
+        waiter = threading.Thread(target=pending, daemon=True)
+        waiter.start()
         sys.stdin.readline()  # once a read was refused: it is retrying
         print("exiting", flush=True)
     """)
@@ -489,12 +498,24 @@ def test_close_stops_the_retries_of_reads_in_flight(served):
             batch_size=50, num_workers=1, io_threads=1, readahead=1), 60)
         front.throttle(120)
         it = iter(loader)
-        threading.Thread(target=lambda: next(it, None), daemon=True).start()
+        ended = []  # how the pending next() ended: the iterator is stale once closed
+
+        def pending():
+            try:
+                ended.append(next(it, None))
+            except RuntimeError as e:
+                ended.append(e)
+
+        waiter = threading.Thread(target=pending, daemon=True)
+        waiter.start()
         deadline = time.monotonic() + 30
         while front.throttled < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert front.throttled >= 2  # a read is retrying
         run_with_timeout(loader.close, 30)
+        waiter.join(30)
+        assert not waiter.is_alive() and ended
+        assert ended[0] is None or "closed" in str(ended[0]), ended
         time.sleep(3)  # past the attempt in flight and the retry delay it may be sleeping (max 1 s)
         after = front.throttled
         time.sleep(3)  # three retry delays or more
