@@ -61,21 +61,19 @@ def test_ddp_example_checkpoints_mid_epoch_and_resumes_on_another_number_of_rank
     shutil.copytree(first_root / "ckpt", tmp_path / "ckpt")
     common = ["--data", first_root / "data", "--checkpoint-dir", tmp_path / "ckpt", *DDP_COMMON]
     assert "stopped after step 9 (last checkpoint: step 8)" in out, out
-    # Also the checkpoint at an epoch's end (step 20 of 20 here) counts (it said step 18).
-    out_end = run([*TORCHRUN, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
-                   *[tmp_path / "ckpt_end" if a == tmp_path / "ckpt" else a for a in common],
-                   "--checkpoint-every", 6, "--stop-after-steps", 21])
-    assert "stopped after step 21 (last checkpoint: step 20)" in out_end, out_end
     first = int(re.search(r"epoch 0: .*\[(\d+) samples\]", out).group(1))
     assert first == 9 * 2 * 50
     # The same 2 ranks resume exactly: 20 batches an epoch per rank, 8 done, 12 left.
     exact = tmp_path / "exact"
     shutil.copytree(tmp_path / "ckpt", exact)
+    # It runs on into epoch 1, checkpointing every 6 steps: at steps 12 and 18 and at the
+    # end of epoch 0 (step 20, no multiple of 6), which must count too (it said step 18).
     out = run([*TORCHRUN, "--nproc_per_node=2", EXAMPLES / "train_ddp.py",
                *[exact if a == tmp_path / "ckpt" else a for a in common], "--resume",
-               "--stop-after-steps", 9])
+               "--checkpoint-every", 6, "--stop-after-steps", 21])
     assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); exact" in out, out
     assert "12 batches left in epoch 0 per rank" in out, out
+    assert "stopped after step 21 (last checkpoint: step 20)" in out, out
     # 3 ranks resume epoch 0 after step 8: 2000 - 2 * 8 * 50 = 1200 samples left, 400 per rank.
     out = run([*TORCHRUN, "--nproc_per_node=3", EXAMPLES / "train_ddp.py", *common, "--resume"])
     assert "resumed from step 8: epoch 0, batch 8 of a 2-rank run (batch size 50); elastic" in out, out
