@@ -58,6 +58,14 @@ def load(tmp_path: Path, source: Path, cache: Path, limit: int = 0,
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=subprocess_env())
 
 
+def load_here(source: Path, cache: Path, limit: int = 0) -> tuple[int, int]:
+    """LOAD's load in this process (only a killed one needs a process of its own): its
+    (rows, cache inserts)."""
+    loader = pqloader.Loader(str(source), batch_size=100, cache_dir=str(cache), cache_shards=1,
+                             num_workers=1, cache_size_limit=limit or None)
+    return sum(len(b["x"]) for b in loader), loader.stats()["cache_inserts"]
+
+
 def entries(cache: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in (cache / "shard-00").glob("*.pqc")}
 
@@ -75,7 +83,7 @@ def test_a_writer_killed_while_publishing_never_leaves_the_usage_under_its_entri
         pq.write_table(pa.table({"x": np.arange(i * 1000, i * 1000 + 1000)}), files[-1])
     cache = tmp_path / "cache"
     shard = cache / "shard-00"
-    assert load(tmp_path, files[0], cache).returncode == 0
+    load_here(files[0], cache)
     (size,) = entries(cache).values()
     assert int((shard / ".usage").read_text()) == size
     kill_at = (("openat", 1, shard / ".usage.new") if point == "opening .usage.new"
@@ -89,9 +97,7 @@ def test_a_writer_killed_while_publishing_never_leaves_the_usage_under_its_entri
     # So a budget of two entries holds: a third loader inserting finds the shard full,
     # recounts it and inserts only within the budget.
     limit = 2 * size + size // 2
-    out = load(tmp_path, files[2], cache, limit=limit)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[0] == "1000"
+    assert load_here(files[2], cache, limit=limit)[0] == 1000
     assert sum(entries(cache).values()) <= limit
     assert pqloader.cache_stats(str(cache))["bytes"] <= limit
     assert int((shard / ".usage").read_text()) == sum(entries(cache).values())
@@ -113,26 +119,30 @@ def test_a_selection_writer_killed_mid_write_leaves_a_temp_file_stats_count_and_
     script = tmp_path / "filtered.py"
     script.write_text(FILTERED)
 
-    def run(expr: str, kill: bool = False) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, str(script), str(source), str(cache), expr]
-        if kill:  # as it renames its selection's temp file into place (its first rename)
-            cmd = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
-                   "-e", "inject=rename,renameat,renameat2:signal=KILL:when=1"] + cmd
+    def killed_run(expr: str) -> subprocess.CompletedProcess:
+        # killed as it renames its selection's temp file into place (its first rename)
+        cmd = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+               "-e", "inject=rename,renameat,renameat2:signal=KILL:when=1",
+               sys.executable, str(script), str(source), str(cache), expr]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=subprocess_env())
 
-    assert run("").stdout.split() == ["1000"]  # a marked cache
-    killed = run("x >= 150", kill=True)
+    def run(expr: str) -> int:  # FILTERED's load, in this process
+        return sum(len(b["x"]) for b in pqloader.Loader(str(source), batch_size=100, cache_dir=str(cache),
+                                                         num_workers=1, filter=expr or None))
+
+    assert run("") == 1000  # a marked cache
+    killed = killed_run("x >= 150")
     assert killed.returncode in (-9, 137), killed.stderr
     (temp,) = (cache / "filters").glob("*.sel.tmp-*")
     assert not list((cache / "filters").glob("*.sel"))
     # What the directory holds is counted (a selection may be 4 bytes a kept row).
     assert pqloader.cache_stats(str(cache))["temp_files"] == 1
     # Never read: the selection is computed again.
-    assert run("x >= 150").stdout.split() == ["850"]
+    assert run("x >= 150") == 850
     # Once its writer is gone for ten minutes, the next selection's writer deletes it.
     then = temp.stat().st_mtime - 11 * 60
     os.utime(temp, (then, then))
-    assert run("x >= 400").stdout.split() == ["600"]
+    assert run("x >= 400") == 600
     assert not temp.exists()
     assert pqloader.cache_stats(str(cache))["temp_files"] == 0
 
@@ -161,10 +171,11 @@ def test_a_cache_clear_between_an_entry_write_and_its_publication_is_no_write_er
     pqloader.Loader(str(source), cache_dir=str(cache), cache_shards=1)  # a marked cache
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    # Held for 5 s as it opens the shard's lock to publish its entry, written by then: the
-    # clear runs meanwhile (the report below tells that it did).
+    # Held for 3 s as it opens the shard's lock to publish its entry, written by then: the
+    # clear runs meanwhile, once the entry's temp file is seen (the report below tells that
+    # it did; a clear too late finds the entry published and fails the test).
     p = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=openat",
-                          "-e", "inject=openat:delay_enter=5000000:when=1", "-P",
+                          "-e", "inject=openat:delay_enter=3000000:when=1", "-P",
                           str(cache / "shard-00" / ".lock"), sys.executable, str(script),
                           str(source), str(cache)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -4,6 +4,7 @@ hello_world run with only the import changed, and make_spark_converter."""
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -37,16 +38,18 @@ def spark():
     session.stop()
 
 
-def test_petastorms_hello_world_runs_with_only_the_import_changed(tmp_path):
-    _require_java()
+def test_petastorms_hello_world_runs_with_only_the_import_changed(spark, tmp_path, monkeypatch, capsys):
+    # The example script runs as `python examples/petastorm_hello_world.py URL` would run it
+    # (as __main__, its own argv), in this process: its getOrCreate() gets the module's
+    # session instead of starting a second JVM in a second interpreter.
     url = "file://" + str(tmp_path / "hello_world_dataset")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "petastorm_hello_world.py"), url],
-                          capture_output=True, text=True, env=env, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.split()
+    example = os.path.join(ROOT, "examples", "petastorm_hello_world.py")
+    monkeypatch.setattr(sys, "argv", [example, url])
+    runpy.run_path(example, run_name="__main__")
+    stdout = capsys.readouterr().out
+    lines = stdout.split()
     assert sorted(int(x) for x in lines[:10]) == list(range(10))  # python_hello_world: every id once
-    assert "tensor([" in done.stdout and "dtype=torch.int32" in done.stdout  # pytorch_hello_world
+    assert "tensor([" in stdout and "dtype=torch.int32" in stdout  # pytorch_hello_world
     from pqloader.petastorm import make_reader
 
     with make_reader(url, shuffle_row_groups=False) as reader:

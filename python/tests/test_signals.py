@@ -16,6 +16,28 @@ import pqloader
 
 from test_s3 import _aws_env  # noqa: F401 (autouse: no AWS_* of the machine)
 
+
+@pytest.fixture(scope="module")
+def moto():
+    """One moto S3 server for the module (a start per test cost ~1 s each); every test
+    keeps to buckets of its own, so none reads what another wrote."""
+    from test_s3 import Moto
+
+    server = Moto()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _put(s3, bucket: str, body: bytes, keys) -> None:
+    """Bucket `bucket` holding `body` under each of `keys`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s3.create_bucket(Bucket=bucket)
+    with ThreadPoolExecutor(8) as pool:  # boto3 clients are thread-safe
+        list(pool.map(lambda key: s3.put_object(Bucket=bucket, Key=key, Body=body), keys))
+
 # The engine's workers sleep 60 s before each task (a test hook), so no batch comes for a
 # minute; SIGINT arrives after 0.5 s. next() must raise KeyboardInterrupt then, stop the
 # workers (their sleep wakes on stop), and leave the loader at its position.
@@ -153,7 +175,7 @@ def test_ctrl_c_interrupts_a_predicates_mask_pass(tmp_path):
 
 # inspect and write_index read every file's footer (minutes for 10^5 files, or over a slow
 # link) with the GIL released: Ctrl-C used to wait for all of them. 300 objects on a moto
-# S3 server on loopback (about 2 s of footers); SIGINT is sent once the first footer is
+# S3 server on loopback (about 2 s of footers; the files are alike); SIGINT is sent once the first footer is
 # read. Each call must raise KeyboardInterrupt before reading the rest (the engine polls
 # signals every 0.1 s and stops at its next file), and write_index must leave no summary
 # behind; then both run to the end.
@@ -166,7 +188,7 @@ def exists(name):
     import boto3
     s3 = boto3.client("s3", endpoint_url=sys.argv[3], region_name="us-east-1",
                       aws_access_key_id="testing", aws_secret_access_key="testing")
-    return s3.list_objects_v2(Bucket="data", Prefix=f"ds/{name}")["KeyCount"] > 0
+    return s3.list_objects_v2(Bucket="footers", Prefix=f"ds/{name}")["KeyCount"] > 0
 for name, call in (("inspect", lambda p: pqloader.inspect(source, storage_options=options, _progress=p)),
                    ("index", lambda p: pqloader.write_index(source, storage_options=options, _progress=p))):
     progress = _core.Progress()
@@ -186,25 +208,18 @@ print("indexed", pqloader.write_index(source, storage_options=options)["files"],
 """
 
 
-def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path):
+def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path, moto):
     import json
 
-    from test_s3 import Moto, aws_env
+    from test_s3 import aws_env
 
     n = 300
-    table = pa.table({"x": np.arange(3)})
-    paths = []
-    for i in range(n):
-        paths.append(tmp_path / f"f{i:04d}.parquet")
-        pq.write_table(table, paths[-1])
-    server = Moto()
-    try:
-        server.upload("data", "ds", paths)
-        out = subprocess.run([sys.executable, "-c", CHILD_FOOTERS, "s3://data/ds",
-                              json.dumps(server.options()), server.url],
-                             capture_output=True, text=True, timeout=120, env=aws_env())
-    finally:
-        server.stop()
+    body = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    _put(moto.client(), "footers", body.read_bytes(), [f"ds/f{i:04d}.parquet" for i in range(n)])
+    out = subprocess.run([sys.executable, "-c", CHILD_FOOTERS, "s3://footers/ds",
+                          json.dumps(moto.options()), moto.url],
+                         capture_output=True, text=True, timeout=120, env=aws_env())
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     for name in ("inspect", "index"):
@@ -281,37 +296,39 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_interrupts_a_listing_and_the_check_before_it(tmp_path):
+def test_ctrl_c_interrupts_a_listing_and_the_check_before_it(tmp_path, moto):
     import json
-    from concurrent.futures import ThreadPoolExecutor
 
-    from test_s3 import Moto, Proxy, aws_env
+    from test_s3 import Proxy, aws_env
 
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    data = body.read_bytes()
-    server = Moto()
+    _put(moto.client(), "listing", body.read_bytes(), [f"ds/f{i:05d}.parquet" for i in range(1200)])
+    # The two runs side by side (they mostly wait out round trips), each through a proxy of
+    # its own, which counts only its run's requests.
+    runs, proxies, outs = {}, [], {}
     try:
-        s3 = server.client()
-        s3.create_bucket(Bucket="data")
-        with ThreadPoolExecutor(8) as pool:  # boto3 clients are thread-safe
-            list(pool.map(lambda i: s3.put_object(Bucket="data", Key=f"ds/f{i:05d}.parquet",
-                                                  Body=data), range(1200)))
         for key, at in (("requests", 1), ("lists", 2)):
             count = tmp_path / f"count-{key}.json"
-            proxy = Proxy(server.port, tmp=tmp_path, count_file=count, rtt_ms=2000)
-            try:
-                out = subprocess.run([sys.executable, "-c", CHILD_LISTING, "s3://data/ds",
-                                      json.dumps(server.options(port=proxy.port)), str(count),
-                                      key, str(at)],
-                                     capture_output=True, text=True, timeout=120, env=aws_env())
-            finally:
-                proxy.stop()
-            assert out.returncode == 0, out.stderr
-            assert "built" not in out.stdout
-            assert f"interrupted at {key} {at}\n" in out.stdout, out.stdout + out.stderr
+            proxies.append(Proxy(moto.port, tmp=tmp_path, count_file=count, rtt_ms=2000))
+            runs[key, at] = subprocess.Popen([sys.executable, "-c", CHILD_LISTING, "s3://listing/ds",
+                                              json.dumps(moto.options(port=proxies[-1].port)), str(count),
+                                              key, str(at)],
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                             env=aws_env())
+        for run, p in runs.items():
+            outs[run] = p.communicate(timeout=120)
     finally:
-        server.stop()
+        for p in runs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for proxy in proxies:
+            proxy.stop()
+    for (key, at), (stdout, stderr) in outs.items():
+        assert runs[key, at].returncode == 0, stderr
+        assert "built" not in stdout
+        assert f"interrupted at {key} {at}\n" in stdout, stdout + stderr
 
 
 # A mixture with stop="last" finds its epoch's length by drawing until every source ran
@@ -404,7 +421,7 @@ def test_ctrl_c_against_a_stalled_endpoint_then_exit_does_not_wait_out_the_retri
 CHILD_STALLED_READS = r"""
 import json, os, signal, sys, threading, time
 import pqloader
-options, count_file, what, cache_dir = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+options, (count_file, what, cache_dir, source) = json.loads(sys.argv[1]), sys.argv[2:6]
 kw = {"footers": {}, "filter": {"filter": "x > 0"},
       "lengths": {"pack": pqloader.Pack("tokens", seq_len=4)}}[what]
 fired = []
@@ -421,7 +438,7 @@ def fire():
     os.kill(os.getpid(), signal.SIGINT)
 threading.Thread(target=fire, daemon=True).start()
 try:
-    pqloader.Loader("s3://data/ds/", storage_options=options, batch_size=10,
+    pqloader.Loader(source, storage_options=options, batch_size=10,
                     cache_dir=cache_dir or None, **kw)
     print("built", flush=True)
 except KeyboardInterrupt:
@@ -429,39 +446,47 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.fixture(scope="module")
+def stalling(moto, tmp_path_factory):
+    """On the module's server, settled once (2 s) for the tests below, which only read them:
+    bucket `stall` (4 files of 3 rows, columns x and tokens) and bucket `admin` (3 files of
+    3 rows, column x)."""
+    from test_s3 import settle
+
+    tmp = tmp_path_factory.mktemp("stalling")
+    s3 = moto.client()
+    for bucket, count, table in (("stall", 4, pa.table({"x": np.arange(3), "tokens": [[1, 2], [3], [4, 5, 6]]})),
+                                 ("admin", 3, pa.table({"x": np.arange(3)}))):
+        pq.write_table(table, tmp / f"{bucket}.parquet")
+        _put(s3, bucket, (tmp / f"{bucket}.parquet").read_bytes(), [f"ds/f{i}.parquet" for i in range(count)])
+    for bucket in ("stall", "admin"):
+        settle(s3, bucket)
+    return moto
+
+
 @pytest.mark.parametrize("what", ["footers", "filter", "lengths"])
-def test_ctrl_c_while_reads_stall_does_not_wait_out_their_retries(tmp_path, what):
+def test_ctrl_c_while_reads_stall_does_not_wait_out_their_retries(tmp_path, what, stalling):
     import json
 
-    from test_s3 import Moto, Proxy, aws_env, settle
+    from test_s3 import Proxy, aws_env
 
-    body = tmp_path / "one.parquet"
-    pq.write_table(pa.table({"x": np.arange(3), "tokens": [[1, 2], [3], [4, 5, 6]]}), body)
-    server = Moto()
+    server = stalling
+    cache_dir = ""
+    if what != "footers":
+        cache_dir = str(tmp_path / "cache")
+        warm = pqloader.Loader("s3://stall/ds/", storage_options=server.options(),
+                               batch_size=10, cache_dir=cache_dir)
+        assert warm.num_rows == 12  # its footers are kept
+    count = tmp_path / "count.json"
+    proxy = Proxy(server.port, tmp=tmp_path, count_file=count, hold_reads=True)
     try:
-        s3 = server.client()
-        s3.create_bucket(Bucket="data")
-        for i in range(4):
-            s3.put_object(Bucket="data", Key=f"ds/f{i}.parquet", Body=body.read_bytes())
-        cache_dir = ""
-        if what != "footers":
-            settle(s3, "data")
-            cache_dir = str(tmp_path / "cache")
-            warm = pqloader.Loader("s3://data/ds/", storage_options=server.options(),
-                                   batch_size=10, cache_dir=cache_dir)
-            assert warm.num_rows == 12  # its footers are kept
-        count = tmp_path / "count.json"
-        proxy = Proxy(server.port, tmp=tmp_path, count_file=count, hold_reads=True)
-        try:
-            options = dict(server.options(port=proxy.port), request_timeout="1",
-                           retry_max_delay="1", retry_budget="60")
-            out = subprocess.run([sys.executable, "-c", CHILD_STALLED_READS, json.dumps(options),
-                                  str(count), what, cache_dir], capture_output=True, text=True,
-                                 timeout=150, env=aws_env())
-        finally:
-            proxy.stop()
+        options = dict(server.options(port=proxy.port), request_timeout="1",
+                       retry_max_delay="1", retry_budget="60")
+        out = subprocess.run([sys.executable, "-c", CHILD_STALLED_READS, json.dumps(options),
+                              str(count), what, cache_dir, "s3://stall/ds/"], capture_output=True,
+                             text=True, timeout=150, env=aws_env())
     finally:
-        server.stop()
+        proxy.stop()
     assert out.returncode == 0, out.stderr
     assert "built" not in out.stdout
     assert _interrupted_after(out.stdout) < 30, out.stdout  # ~1 s; ~60 s: the retry budget
@@ -474,61 +499,39 @@ def test_ctrl_c_while_reads_stall_does_not_wait_out_their_retries(tmp_path, what
 CHILD_CACHE_ADMIN = r"""
 import json, os, signal, sys, threading, time
 import pqloader
-options, cache, which = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+options, cache, which, dataset = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 call = pqloader.cache_stats if which == "stats" else pqloader.cache_prune
 threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 start = time.monotonic()
 try:
-    call(cache, dataset="s3://data/ds", storage_options=options)
+    call(cache, dataset=dataset, storage_options=options)
     print("finished", flush=True)
 except KeyboardInterrupt:
     print("interrupted after", round(time.monotonic() - start, 1), "s", flush=True)
 """
 
 
-def _moto_with_files(tmp_path, count: int):
-    """A Moto server whose bucket 'data' holds `count` 3-row files under ds/ (stop it)."""
-    from test_s3 import Moto
-
-    body = tmp_path / "one.parquet"
-    pq.write_table(pa.table({"x": np.arange(3)}), body)
-    server = Moto()
-    try:
-        s3 = server.client()
-        s3.create_bucket(Bucket="data")
-        for i in range(count):
-            s3.put_object(Bucket="data", Key=f"ds/f{i}.parquet", Body=body.read_bytes())
-    except BaseException:
-        server.stop()
-        raise
-    return server, s3
-
-
 @pytest.mark.parametrize("which", ["stats", "prune"])
-def test_ctrl_c_stops_cache_stats_and_prune_of_an_s3_dataset_whose_reads_stall(tmp_path, which):
+def test_ctrl_c_stops_cache_stats_and_prune_of_an_s3_dataset_whose_reads_stall(tmp_path, which, stalling):
     import json
 
-    from test_s3 import Proxy, aws_env, settle
+    from test_s3 import Proxy, aws_env
 
-    server, s3 = _moto_with_files(tmp_path, 3)
+    server = stalling
+    cache = tmp_path / "cache"
+    assert sum(len(b["x"]) for b in pqloader.Loader(
+        "s3://admin/ds/", storage_options=server.options(), batch_size=10, cache_dir=str(cache))) == 9
+    for f in (cache / "footers").glob("*.thrift"):  # so the footers are read from the store
+        f.unlink()
+    proxy = Proxy(server.port, tmp=tmp_path, count_file=tmp_path / "count.json", hold_reads=True)
     try:
-        settle(s3, "data")
-        cache = tmp_path / "cache"
-        assert sum(len(b["x"]) for b in pqloader.Loader(
-            "s3://data/ds/", storage_options=server.options(), batch_size=10, cache_dir=str(cache))) == 9
-        for f in (cache / "footers").glob("*.thrift"):  # so the footers are read from the store
-            f.unlink()
-        proxy = Proxy(server.port, tmp=tmp_path, count_file=tmp_path / "count.json", hold_reads=True)
-        try:
-            options = dict(server.options(port=proxy.port), request_timeout="1",
-                           retry_max_delay="1", retry_budget="60")
-            out = subprocess.run([sys.executable, "-c", CHILD_CACHE_ADMIN, json.dumps(options),
-                                  str(cache), which], capture_output=True, text=True, timeout=150,
-                                 env=aws_env())
-        finally:
-            proxy.stop()
+        options = dict(server.options(port=proxy.port), request_timeout="1",
+                       retry_max_delay="1", retry_budget="60")
+        out = subprocess.run([sys.executable, "-c", CHILD_CACHE_ADMIN, json.dumps(options),
+                              str(cache), which, "s3://admin/ds"], capture_output=True, text=True,
+                             timeout=150, env=aws_env())
     finally:
-        server.stop()
+        proxy.stop()
     assert out.returncode == 0, out.stderr
     assert _interrupted_after(out.stdout) < 30, out.stdout + out.stderr  # ~1 s; ~60 s: the retry budget
 
@@ -550,7 +553,7 @@ time.sleep(2)
 pid = os.fork()
 if pid == 0:
     signal.alarm(30)
-    rows = sum(len(b["x"]) for b in pqloader.Loader("s3://data/ds", storage_options=good, batch_size=10))
+    rows = sum(len(b["x"]) for b in pqloader.Loader(sys.argv[2], storage_options=good, batch_size=10))
     print("child rows", rows, flush=True)
     os._exit(0)
 _, status = os.waitpid(pid, 0)
@@ -558,17 +561,16 @@ print("child status", status, flush=True)
 """
 
 
-def test_a_child_forked_after_a_ctrl_c_d_s3_call_reads_s3(tmp_path):
+def test_a_child_forked_after_a_ctrl_c_d_s3_call_reads_s3(tmp_path, moto):
     import json
 
     from test_s3 import aws_env
 
-    server, _ = _moto_with_files(tmp_path, 1)
-    try:
-        out = subprocess.run([sys.executable, "-c", CHILD_FORK_AFTER_CTRL_C, json.dumps(server.options())],
-                             capture_output=True, text=True, timeout=150, env=aws_env())
-    finally:
-        server.stop()
+    body = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), body)
+    _put(moto.client(), "fork", body.read_bytes(), ["ds/f0.parquet"])
+    out = subprocess.run([sys.executable, "-c", CHILD_FORK_AFTER_CTRL_C, json.dumps(moto.options()),
+                          "s3://fork/ds"], capture_output=True, text=True, timeout=150, env=aws_env())
     assert "interrupted" in out.stdout, out.stdout + out.stderr
     assert "child rows 3" in out.stdout and "child status 0" in out.stdout, out.stdout + out.stderr
 
