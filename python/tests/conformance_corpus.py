@@ -27,12 +27,12 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 N_ROWS = 1000  # rows per generated file: small, but many pages and row groups below
@@ -63,20 +63,15 @@ def _ints(rng: np.random.Generator, n: int, dtype) -> np.ndarray:
     return a
 
 
-def _strings(rng: np.random.Generator, n: int) -> list[str]:
+def _strings(rng: np.random.Generator, n: int) -> pa.Array:
     """Shared prefixes (for DELTA_BYTE_ARRAY), empty strings, non-ASCII, a few long ones."""
-    out = []
-    for i in range(n):
-        r = int(rng.integers(0, 20))
-        if r == 0:
-            out.append("")
-        elif r == 1:
-            out.append("é€😀" * int(rng.integers(1, 5)))
-        elif r == 2:
-            out.append("x" * int(rng.integers(200, 600)))
-        else:
-            out.append(f"user/{i // 7:05d}/item-{rng.integers(0, 10**6)}")
-    return out
+    kind, reps, long = rng.integers(0, 20, n), rng.integers(1, 5, n), rng.integers(200, 600, n)
+    prefix = pc.utf8_lpad(pa.array(np.arange(n) // 7).cast(pa.string()), 5, "0")
+    item = pa.array(rng.integers(0, 10**6, n)).cast(pa.string())
+    return pc.case_when(
+        pc.make_struct(pa.array(kind == 0), pa.array(kind == 1), pa.array(kind == 2)),
+        "", pc.binary_repeat("é€😀", reps), pc.binary_repeat("x", long),
+        pc.binary_join_element_wise("user/", prefix, "/item-", item, ""))
 
 
 def _masked(rng: np.random.Generator, n: int, nulls: bool, rate: float = 0.15) -> np.ndarray | None:
@@ -88,8 +83,22 @@ def _arrow_mask(rng: np.random.Generator, n: int, nulls: bool) -> pa.Array | Non
     return None if mask is None else pa.array(mask, type=pa.bool_())
 
 
-def _with_nones(values: list, mask: np.ndarray | None) -> list:
-    return values if mask is None else [None if m else v for v, m in zip(values, mask)]
+def _offsets(lengths: np.ndarray, dtype=np.int32) -> pa.Array:
+    return pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(dtype))
+
+
+def _binaries(rng: np.random.Generator, lengths: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """Random bytes of the given lengths, one value each."""
+    offsets = _offsets(lengths, np.int64 if typ == pa.large_binary() else np.int32)
+    data = pa.py_buffer(rng.bytes(int(lengths.sum())))
+    return pa.Array.from_buffers(typ, len(lengths), [None, offsets.buffers()[1], data])
+
+
+def _decimals(unscaled: pa.Array, typ: pa.DataType) -> pa.Array:
+    """Decimals of type ``typ`` whose unscaled integers are ``unscaled`` (integers, or
+    decimals of scale 0)."""
+    wide = unscaled.cast(pa.decimal256(76, 0))
+    return pa.Array.from_buffers(pa.decimal256(76, typ.scale), len(wide), wide.buffers()).cast(typ)
 
 
 def table_all_types(n: int = N_ROWS, seed: int = 0, nulls: bool = False) -> pa.Table:
@@ -97,14 +106,15 @@ def table_all_types(n: int = N_ROWS, seed: int = 0, nulls: bool = False) -> pa.T
     plus the ones it refuses. ``nulls``: about 15% nulls in every column but ``id``, inside
     lists and structs too, and one column that is null in every row."""
     rng = np.random.default_rng(seed)
-    cols: dict[str, pa.Array] = {"id": pa.array(np.arange(n, dtype=np.int64))}
+    i = np.arange(n)
+    cols: dict[str, pa.Array] = {"id": pa.array(i.astype(np.int64))}
 
     def add(name, values, typ=None):
         mask = _masked(rng, n, nulls)
         if isinstance(values, np.ndarray):
             cols[name] = pa.array(values, type=typ, mask=mask)
         else:
-            cols[name] = pa.array(_with_nones(values, mask), type=typ)
+            cols[name] = values if mask is None else pc.if_else(mask, pa.scalar(None, values.type), values)
 
     for dt in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
         add(np.dtype(dt).name, _ints(rng, n, dt))
@@ -113,23 +123,22 @@ def table_all_types(n: int = N_ROWS, seed: int = 0, nulls: bool = False) -> pa.T
     add("f64", _floats(rng, n, np.float64))
     add("bool", rng.random(n) < 0.3)
     strings = _strings(rng, n)
-    add("str", strings, pa.string())
-    add("large_str", strings[::-1], pa.large_string())
-    add("bin", [rng.bytes(int(rng.integers(0, 24))) for _ in range(n)], pa.binary())
-    add("large_bin", [rng.bytes(int(rng.integers(0, 9))) for _ in range(n)], pa.large_binary())
-    add("fsb", [rng.bytes(6) for _ in range(n)], pa.binary(6))
+    add("str", strings)
+    add("large_str", strings[::-1].cast(pa.large_string()))
+    add("bin", _binaries(rng, rng.integers(0, 24, n), pa.binary()))
+    add("large_bin", _binaries(rng, rng.integers(0, 9, n), pa.large_binary()))
+    add("fsb", pa.Array.from_buffers(pa.binary(6), n, [None, pa.py_buffer(rng.bytes(6 * n))]))
     cats = pa.array(["alpha", "beta", "", "δέλτα", "epsilon" * 20])
     idx = rng.integers(0, len(cats), n).astype(np.int32)
     cols["dict_str"] = pa.DictionaryArray.from_arrays(pa.array(idx, mask=_masked(rng, n, nulls)), cats)
     unscaled = rng.integers(-(10**9) + 1, 10**9, n)
-    add("dec9", [Decimal(int(u)).scaleb(-2) for u in unscaled],
-        pa.decimal128(9, 2))
-    add("dec18", [Decimal(int(u) * 10**8 + int(u) % 97).scaleb(-6) for u in unscaled],
-        pa.decimal128(18, 6))
-    add("dec38", [Decimal(int(u) * 10**28 - 17).scaleb(-10) for u in unscaled],
-        pa.decimal128(38, 10))
-    add("dec256", [Decimal(int(u) * 10**30 + 3).scaleb(-6) for u in unscaled],
-        pa.decimal256(40, 6))
+    add("dec9", _decimals(pa.array(unscaled), pa.decimal128(9, 2)))
+    add("dec18", _decimals(pa.array(unscaled * 10**8 + unscaled % 97), pa.decimal128(18, 6)))
+    wide = pa.array(unscaled).cast(pa.decimal256(19, 0))
+    add("dec38", _decimals(pc.subtract(pc.multiply(wide, pa.scalar(10**28, pa.decimal256(29, 0))), 17),
+                           pa.decimal128(38, 10)))
+    add("dec256", _decimals(pc.add(pc.multiply(wide, pa.scalar(10**30, pa.decimal256(31, 0))), 3),
+                            pa.decimal256(40, 6)))
     add("date32", rng.integers(-20000, 40000, n).astype(np.int32), pa.date32())
     add("ts_ms", rng.integers(-(2**41), 2**41, n), pa.timestamp("ms"))
     add("ts_us", rng.integers(-(2**50), 2**50, n), pa.timestamp("us"))
@@ -139,26 +148,36 @@ def table_all_types(n: int = N_ROWS, seed: int = 0, nulls: bool = False) -> pa.T
     add("time64", rng.integers(0, 86_400_000_000_000, n), pa.time64("ns"))
     add("dur", rng.integers(-(2**40), 2**40, n), pa.duration("us"))
     # lists: one length in every row (a 2-D array), ragged (refused), of strings
-    add("lst", [[int(x) for x in rng.integers(-(2**31), 2**31, 3)] for _ in range(n)], pa.list_(pa.int32()))
-    add("large_lst", [[float(x) for x in rng.standard_normal(2)] for _ in range(n)], pa.large_list(pa.float64()))
-    add("ragged", [[float(x) for x in rng.standard_normal(int(rng.integers(0, 5)))] for _ in range(n)],
-        pa.list_(pa.float64()))
-    add("lst_str", [[s for s in rng.choice(["a", "bb", "", "çç"], int(rng.integers(0, 4)))] for _ in range(n)],
-        pa.list_(pa.string()))
+    add("lst", pa.ListArray.from_arrays(_offsets(np.full(n, 3)),
+                                        rng.integers(-(2**31), 2**31, 3 * n).astype(np.int32)))
+    add("large_lst", pa.LargeListArray.from_arrays(_offsets(np.full(n, 2), np.int64), rng.standard_normal(2 * n)))
+    lengths = rng.integers(0, 5, n)
+    add("ragged", pa.ListArray.from_arrays(_offsets(lengths), rng.standard_normal(int(lengths.sum()))))
+    lengths = rng.integers(0, 4, n)
+    words = pa.array(["a", "bb", "", "çç"]).take(rng.integers(0, 4, int(lengths.sum())))
+    add("lst_str", pa.ListArray.from_arrays(_offsets(lengths), words))
     fsl_vals = rng.standard_normal(n * 4).astype(np.float32)
     cols["fsl"] = pa.FixedSizeListArray.from_arrays(pa.array(fsl_vals), 4, mask=_arrow_mask(rng, n, nulls))
     inner = pa.FixedSizeListArray.from_arrays(pa.array(rng.integers(-999, 999, n * 6).astype(np.int16)), 2)
     cols["fsl2"] = pa.FixedSizeListArray.from_arrays(inner, 3)
     # struct (read leaf by leaf), with a nested struct
     d = pa.StructArray.from_arrays([pa.array(rng.standard_normal(n), mask=_masked(rng, n, nulls))], ["d"])
+    b = pc.binary_join_element_wise("s", pa.array(i).cast(pa.string()), "")
+    b_mask = _masked(rng, n, nulls)
     cols["st"] = pa.StructArray.from_arrays(
         [pa.array(_ints(rng, n, np.int32), mask=_masked(rng, n, nulls)),
-         pa.array(_with_nones([f"s{i}" for i in range(n)], _masked(rng, n, nulls)), pa.string()), d],
+         b if b_mask is None else pc.if_else(b_mask, pa.scalar(None, pa.string()), b), d],
         ["a", "b", "c"], mask=_arrow_mask(rng, n, nulls))
     # refused types: map, list of lists, list of structs, null
-    add("mp", [[(f"k{j}", int(j * i)) for j in range(i % 3)] for i in range(n)], pa.map_(pa.string(), pa.int32()))
-    add("lst_lst", [[[i, i + 1], [i]] for i in range(n)], pa.list_(pa.list_(pa.int32())))
-    add("lst_st", [[{"x": i}] for i in range(n)], pa.list_(pa.struct([("x", pa.int32())])))
+    lengths = i % 3
+    j = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # 0, 1, .. in a row
+    add("mp", pa.MapArray.from_arrays(_offsets(lengths), pc.binary_join_element_wise(
+        "k", pa.array(j).cast(pa.string()), ""), pa.array((j * np.repeat(i, lengths)).astype(np.int32))))
+    pairs = pa.ListArray.from_arrays(_offsets(np.tile([2, 1], n)),
+                                     np.stack([i, i + 1, i], axis=1).ravel().astype(np.int32))
+    add("lst_lst", pa.ListArray.from_arrays(_offsets(np.full(n, 2)), pairs))
+    add("lst_st", pa.ListArray.from_arrays(_offsets(np.ones(n, np.int64)),
+                                           pa.StructArray.from_arrays([pa.array(i.astype(np.int32))], ["x"])))
     cols["nul"] = pa.nulls(n)
     if nulls:
         cols["all_null_i64"] = pa.array([None] * n, type=pa.int64())
@@ -337,7 +356,7 @@ def _polars_frame(n: int, seed: int):
         "f32": _floats(rng, n, np.float32),
         "f64": _floats(rng, n, np.float64),
         "b": rng.random(n) < 0.5,
-        "s": _strings(rng, n),
+        "s": pl.Series(_strings(rng, n)),
         "cat": pl.Series([f"c{x % 4}" for x in i], dtype=pl.Categorical),
         "enum": pl.Series([f"e{x % 3}" for x in i], dtype=pl.Enum(["e0", "e1", "e2"])),
         "bin": [rng.bytes(int(rng.integers(0, 12))) for _ in range(n)],
