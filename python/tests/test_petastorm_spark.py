@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -30,12 +31,16 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    # A SparkContext sets its own SIGINT handler, left after stop(): it called the stopped
+    # context, so a later test's Ctrl-C in this process raised AttributeError, not KeyboardInterrupt.
+    sigint = signal.getsignal(signal.SIGINT)
     session = (SparkSession.builder.master("local[1]").appName("pqloader-petastorm-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
                .config("spark.driver.memory", "1g").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    signal.signal(signal.SIGINT, sigint)
 
 
 def test_petastorms_hello_world_runs_with_only_the_import_changed(spark, tmp_path, monkeypatch, capsys):
