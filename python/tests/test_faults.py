@@ -489,13 +489,18 @@ def test_close_stops_the_retries_of_reads_in_flight(served):
             batch_size=50, num_workers=1, io_threads=1, readahead=1), 60)
         front.throttle(120)
         it = iter(loader)
-        ended = []  # how the pending next() ended: the iterator is stale once closed
+        # How the pending next() ended: the iterator is stale once closed. (The error's
+        # type and message only: the exception itself, through its traceback's frames,
+        # would keep the iterator and so the loader alive after the test, its next
+        # epoch's reads retrying against the closed front, and a fork in a later test of
+        # this process would wait for them, 10 s.)
+        ended = []
 
         def pending():
             try:
                 ended.append(next(it, None))
             except RuntimeError as e:
-                ended.append(e)
+                ended.append((type(e), str(e)))
 
         waiter = threading.Thread(target=pending, daemon=True)
         waiter.start()
@@ -507,7 +512,7 @@ def test_close_stops_the_retries_of_reads_in_flight(served):
         waiter.join(30)
         assert not waiter.is_alive() and ended
         # stale, never an epoch's end (a training loop would go on as if it had read it all)
-        assert isinstance(ended[0], RuntimeError) and "closed" in str(ended[0]), ended
+        assert isinstance(ended[0], tuple) and ended[0][0] is RuntimeError and "closed" in ended[0][1], ended
         time.sleep(3)  # past the attempt in flight and the retry delay it may be sleeping (max 1 s)
         after = front.throttled
         time.sleep(3)  # three retry delays or more
