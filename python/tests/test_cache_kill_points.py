@@ -34,36 +34,34 @@ def _strace_works() -> bool:
 
 pytestmark = pytest.mark.skipif(not _strace_works(), reason="needs a working strace")
 
+# The loads of this file: a loader over `source` inserting into `cache` (one shard).
 LOAD = textwrap.dedent("""
     import sys, pqloader
-    source, cache, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    loader = pqloader.Loader(source, batch_size=100, cache_dir=cache, cache_shards=1,
-                             num_workers=1, cache_size_limit=limit or None)
-    print(sum(len(b["x"]) for b in loader), loader.stats()["cache_inserts"])
+    loader = pqloader.Loader(sys.argv[1], batch_size=100, cache_dir=sys.argv[2], cache_shards=1,
+                             num_workers=1)
+    print(sum(len(b["x"]) for b in loader))
 """)
 
 
-def load(tmp_path: Path, source: Path, cache: Path, limit: int = 0,
-         kill_at: tuple[str, int, Path | None] | None = None) -> subprocess.CompletedProcess:
-    """Load `source` in a process; with `kill_at` (system calls, n, a path or None), SIGKILL
-    it as it enters the n-th of those calls (on that path: its first path argument)."""
+def load_killed(tmp_path: Path, source: Path, cache: Path,
+                kill_at: tuple[str, int, Path | None]) -> subprocess.CompletedProcess:
+    """LOAD in a process, SIGKILLed as it enters the n-th of `kill_at`'s (system calls, n,
+    a path or None) calls (on that path: its first path argument)."""
     script = tmp_path / "load.py"
     script.write_text(LOAD)
-    cmd = [sys.executable, str(script), str(source), str(cache), str(limit)]
-    if kill_at is not None:
-        calls, n, path = kill_at
-        cmd = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={calls}",
-               "-e", f"inject={calls}:signal=KILL:when={n}"] + (
-                   ["-P", str(path)] if path is not None else []) + cmd
+    calls, n, path = kill_at
+    cmd = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={calls}",
+           "-e", f"inject={calls}:signal=KILL:when={n}"] + (["-P", str(path)] if path is not None else []) + [
+               sys.executable, str(script), str(source), str(cache)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=subprocess_env())
 
 
-def load_here(source: Path, cache: Path, limit: int = 0) -> tuple[int, int]:
-    """LOAD's load in this process (only a killed one needs a process of its own): its
-    (rows, cache inserts)."""
+def load_here(source: Path, cache: Path, limit: int = 0) -> int:
+    """LOAD in this process (only a killed load needs a process of its own), with a
+    cache_size_limit: its rows."""
     loader = pqloader.Loader(str(source), batch_size=100, cache_dir=str(cache), cache_shards=1,
                              num_workers=1, cache_size_limit=limit or None)
-    return sum(len(b["x"]) for b in loader), loader.stats()["cache_inserts"]
+    return sum(len(b["x"]) for b in loader)
 
 
 def entries(cache: Path) -> dict[str, int]:
@@ -83,12 +81,12 @@ def test_a_writer_killed_while_publishing_never_leaves_the_usage_under_its_entri
         pq.write_table(pa.table({"x": np.arange(i * 1000, i * 1000 + 1000)}), files[-1])
     cache = tmp_path / "cache"
     shard = cache / "shard-00"
-    load_here(files[0], cache)
+    assert load_here(files[0], cache) == 1000
     (size,) = entries(cache).values()
     assert int((shard / ".usage").read_text()) == size
     kill_at = (("openat", 1, shard / ".usage.new") if point == "opening .usage.new"
                else ("rename,renameat,renameat2", 2, None))
-    killed = load(tmp_path, files[1], cache, kill_at=kill_at)
+    killed = load_killed(tmp_path, files[1], cache, kill_at)
     assert killed.returncode in (-9, 137), killed.stderr  # killed at the point
     # Whatever the order of its steps, the usage never counts less than the entries hold
     # (more is recounted by the next insert that does not fit).
@@ -97,7 +95,7 @@ def test_a_writer_killed_while_publishing_never_leaves_the_usage_under_its_entri
     # So a budget of two entries holds: a third loader inserting finds the shard full,
     # recounts it and inserts only within the budget.
     limit = 2 * size + size // 2
-    assert load_here(files[2], cache, limit=limit)[0] == 1000
+    assert load_here(files[2], cache, limit=limit) == 1000
     assert sum(entries(cache).values()) <= limit
     assert pqloader.cache_stats(str(cache))["bytes"] <= limit
     assert int((shard / ".usage").read_text()) == sum(entries(cache).values())

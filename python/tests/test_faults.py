@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pqloader
-from conftest import assert_batch_streams_equal, run_with_timeout, subprocess_env, write_dataset
+from conftest import assert_batch_streams_equal, run_with_timeout, subprocess_env
 from test_s3 import HOST, SLOW, Moto, Proxy, _aws_env, big_dataset  # noqa: F401 (_aws_env: autouse)
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -10,13 +10,13 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -128,6 +128,15 @@ class Moto:
         if settled:
             settle(s3, bucket)
 
+    def put_copies(self, bucket: str, body: bytes, keys, settled: bool = False) -> None:
+        """Bucket `bucket` holding `body` under each of `keys` (many alike objects: 8 puts
+        at a time, boto3 clients being thread-safe)."""
+        s3 = self.client()
+        s3.create_bucket(Bucket=bucket)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda key: s3.put_object(Bucket=bucket, Key=key, Body=body), keys))
+        if settled:
+            settle(s3, bucket)
 
     def options(self, port: int | None = None, **extra) -> dict:
         return {"endpoint_override": f"{HOST}:{port or self.port}", "scheme": "http",

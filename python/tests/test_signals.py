@@ -30,14 +30,6 @@ def moto():
         server.stop()
 
 
-def _put(s3, bucket: str, body: bytes, keys) -> None:
-    """Bucket `bucket` holding `body` under each of `keys`."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    s3.create_bucket(Bucket=bucket)
-    with ThreadPoolExecutor(8) as pool:  # boto3 clients are thread-safe
-        list(pool.map(lambda key: s3.put_object(Bucket=bucket, Key=key, Body=body), keys))
-
 # The engine's workers sleep 60 s before each task (a test hook), so no batch comes for a
 # minute; SIGINT arrives after 0.5 s. next() must raise KeyboardInterrupt then, stop the
 # workers (their sleep wakes on stop), and leave the loader at its position.
@@ -216,7 +208,7 @@ def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path, moto):
     n = 300
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    _put(moto.client(), "footers", body.read_bytes(), [f"ds/f{i:04d}.parquet" for i in range(n)])
+    moto.put_copies("footers", body.read_bytes(), [f"ds/f{i:04d}.parquet" for i in range(n)])
     out = subprocess.run([sys.executable, "-c", CHILD_FOOTERS, "s3://footers/ds",
                           json.dumps(moto.options()), moto.url],
                          capture_output=True, text=True, timeout=120, env=aws_env())
@@ -303,7 +295,7 @@ def test_ctrl_c_interrupts_a_listing_and_the_check_before_it(tmp_path, moto):
 
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    _put(moto.client(), "listing", body.read_bytes(), [f"ds/f{i:05d}.parquet" for i in range(1200)])
+    moto.put_copies("listing", body.read_bytes(), [f"ds/f{i:05d}.parquet" for i in range(1200)])
     # The two runs side by side (they mostly wait out round trips), each through a proxy of
     # its own, which counts only its run's requests.
     runs, proxies, outs = {}, [], {}
@@ -454,11 +446,11 @@ def stalling(moto, tmp_path_factory):
     from test_s3 import settle
 
     tmp = tmp_path_factory.mktemp("stalling")
-    s3 = moto.client()
     for bucket, count, table in (("stall", 4, pa.table({"x": np.arange(3), "tokens": [[1, 2], [3], [4, 5, 6]]})),
                                  ("admin", 3, pa.table({"x": np.arange(3)}))):
         pq.write_table(table, tmp / f"{bucket}.parquet")
-        _put(s3, bucket, (tmp / f"{bucket}.parquet").read_bytes(), [f"ds/f{i}.parquet" for i in range(count)])
+        moto.put_copies(bucket, (tmp / f"{bucket}.parquet").read_bytes(), [f"ds/f{i}.parquet" for i in range(count)])
+    s3 = moto.client()
     for bucket in ("stall", "admin"):
         settle(s3, bucket)
     return moto
@@ -568,7 +560,7 @@ def test_a_child_forked_after_a_ctrl_c_d_s3_call_reads_s3(tmp_path, moto):
 
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    _put(moto.client(), "fork", body.read_bytes(), ["ds/f0.parquet"])
+    moto.put_copies("fork", body.read_bytes(), ["ds/f0.parquet"])
     out = subprocess.run([sys.executable, "-c", CHILD_FORK_AFTER_CTRL_C, json.dumps(moto.options()),
                           "s3://fork/ds"], capture_output=True, text=True, timeout=150, env=aws_env())
     assert "interrupted" in out.stdout, out.stdout + out.stderr
