@@ -225,9 +225,11 @@ FUZZ_SOURCES := $(SOURCES) $(wildcard cpp/fuzz/*.cc cpp/fuzz/CMakeLists.txt)
 
 # The same compile is `make lint`'s thread-safety analysis (-DPQLOADER_THREAD_SAFETY=ON).
 # -O1 with line tables (what OSS-Fuzz builds with): ASan's reports name files and lines.
+# The library as a unity build (its files compiled eight to a unit: 286 -> 211 CPU-s,
+# 148 -> 117 s on 2 cores).
 $(FUZZ_DIR)/.build-stamp: $(VENV)/.apt-fuzz-stamp $(VENV)/.deps-stamp $(FUZZ_SOURCES)
 	$(VENV)/bin/cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-	  "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -gline-tables-only -DNDEBUG" \
+	  "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -gline-tables-only -DNDEBUG" -DPQLOADER_UNITY_BUILD=ON \
 	  -DCMAKE_CXX_COMPILER=clang++-14 -DPython_EXECUTABLE=$(CURDIR)/$(PY) -DPQLOADER_FUZZ=ON \
 	  -DPQLOADER_THREAD_SAFETY=ON \
 	  -DPQLOADER_BUILD_TESTS=OFF -DPQLOADER_WERROR=OFF -DCMAKE_MAKE_PROGRAM=$(CURDIR)/$(VENV)/bin/ninja

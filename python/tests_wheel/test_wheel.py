@@ -354,12 +354,14 @@ def test_sdist_builds_from_source_and_passes_the_smoke_suite_without_pyarrow(
     requirements, pyarrow 25.0.1 among them, for Arrow's headers); the result carries
     libarrow/libparquet beside the extension and runs where no pyarrow is installed.
     Built unoptimised (-O0, no debug info: what is tested is that the sdist holds what a
-    build needs, not the compiler's optimiser), which halves the compile of make test."""
+    build needs, not the compiler's optimiser), which halves the compile of make test, and
+    the library as a unity build (PQLOADER_UNITY_BUILD, as the fuzz build's)."""
     wheels = tmp_path / "wheels"
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = "2"
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
                            "-C", "cmake.build-type=Debug", "-C", "cmake.define.CMAKE_CXX_FLAGS_DEBUG=-O0",
+                           "-C", "cmake.define.PQLOADER_UNITY_BUILD=ON",
                            str(sdist)], env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     wheel = next(wheels.glob("pqloader-*.whl"))
