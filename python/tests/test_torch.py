@@ -888,9 +888,13 @@ def test_pqloader_torch_without_torch_says_how_to_install_it():
 
 
 @pytest.mark.parametrize("persistent", [False, True])
-def test_dataloader_refuses_the_epoch_after_the_last_in_the_main_process(ds, persistent):
+def test_dataloader_refuses_the_epoch_after_the_last_in_the_main_process(ds, persistent, fast_worker_shutdown):
     # Persistent workers going on past epoch 2**32 - 1 skipped the check made for workers
     # made anew: the refusal came late, from worker 0, as its traceback at the first batch.
+    # Persistent workers are shut down when `dl` goes, at the test's end: `e`'s traceback
+    # is dropped (it held this frame, so `dl` and its workers, until a later garbage
+    # collection: their shutdown's 10 s then fell on another test), and they check for it
+    # often (fast_worker_shutdown).
     dataset = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
     dataset.set_epoch(2**32 - 1)
     dl = pqloader.torch.DataLoader(dataset, num_workers=2, persistent_workers=persistent)
@@ -898,6 +902,7 @@ def test_dataloader_refuses_the_epoch_after_the_last_in_the_main_process(ds, per
     with pytest.raises(pqloader.InvalidDataError, match="end of epoch 4294967295 .*the last one") as e:
         iter(dl)
     assert "worker process" not in str(e.value)
+    del e
     dataset.set_epoch(0)  # then epoch 0, as fresh workers give it
     fresh = pqloader.torch.IterableDataset(pqloader.Loader(ds, **kw(num_epochs=1)))
     want = [as_numpy(b) for b in pqloader.torch.DataLoader(fresh, num_workers=2)]
