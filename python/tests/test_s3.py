@@ -121,20 +121,16 @@ class Moto:
         return boto3.client("s3", endpoint_url=self.url, region_name=REGION, **self.keys)
 
     def upload(self, bucket: str, prefix: str, paths, settled: bool = False) -> None:
-        s3 = self.client()
-        s3.create_bucket(Bucket=bucket)
-        for p in paths:
-            s3.put_object(Bucket=bucket, Key=f"{prefix}/{Path(p).name}", Body=Path(p).read_bytes())
-        if settled:
-            settle(s3, bucket)
+        """Bucket `bucket` holding each file of `paths` under `prefix`/its name."""
+        self.put(bucket, {f"{prefix}/{Path(p).name}": Path(p).read_bytes() for p in paths}, settled)
 
-    def put_copies(self, bucket: str, body: bytes, keys, settled: bool = False) -> None:
-        """Bucket `bucket` holding `body` under each of `keys` (many alike objects: 8 puts
-        at a time, boto3 clients being thread-safe)."""
+    def put(self, bucket: str, objects: dict[str, bytes], settled: bool = False) -> None:
+        """Bucket `bucket` holding `objects` (key: body), put 8 at a time (boto3 clients
+        are thread-safe)."""
         s3 = self.client()
         s3.create_bucket(Bucket=bucket)
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda key: s3.put_object(Bucket=bucket, Key=key, Body=body), keys))
+            list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects.items()))
         if settled:
             settle(s3, bucket)
 

@@ -208,7 +208,7 @@ def test_ctrl_c_interrupts_inspect_and_write_index(tmp_path, moto):
     n = 300
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    moto.put_copies("footers", body.read_bytes(), [f"ds/f{i:04d}.parquet" for i in range(n)])
+    moto.put("footers", dict.fromkeys([f"ds/f{i:04d}.parquet" for i in range(n)], body.read_bytes()))
     out = subprocess.run([sys.executable, "-c", CHILD_FOOTERS, "s3://footers/ds",
                           json.dumps(moto.options()), moto.url],
                          capture_output=True, text=True, timeout=120, env=aws_env())
@@ -295,7 +295,7 @@ def test_ctrl_c_interrupts_a_listing_and_the_check_before_it(tmp_path, moto):
 
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    moto.put_copies("listing", body.read_bytes(), [f"ds/f{i:05d}.parquet" for i in range(1200)])
+    moto.put("listing", dict.fromkeys([f"ds/f{i:05d}.parquet" for i in range(1200)], body.read_bytes()))
     # The two runs side by side (they mostly wait out round trips), each through a proxy of
     # its own, which counts only its run's requests.
     runs, proxies, outs = {}, [], {}
@@ -449,7 +449,8 @@ def stalling(moto, tmp_path_factory):
     for bucket, count, table in (("stall", 4, pa.table({"x": np.arange(3), "tokens": [[1, 2], [3], [4, 5, 6]]})),
                                  ("admin", 3, pa.table({"x": np.arange(3)}))):
         pq.write_table(table, tmp / f"{bucket}.parquet")
-        moto.put_copies(bucket, (tmp / f"{bucket}.parquet").read_bytes(), [f"ds/f{i}.parquet" for i in range(count)])
+        body = (tmp / f"{bucket}.parquet").read_bytes()
+        moto.put(bucket, dict.fromkeys([f"ds/f{i}.parquet" for i in range(count)], body))
     s3 = moto.client()
     for bucket in ("stall", "admin"):
         settle(s3, bucket)
@@ -560,7 +561,7 @@ def test_a_child_forked_after_a_ctrl_c_d_s3_call_reads_s3(tmp_path, moto):
 
     body = tmp_path / "one.parquet"
     pq.write_table(pa.table({"x": np.arange(3)}), body)
-    moto.put_copies("fork", body.read_bytes(), ["ds/f0.parquet"])
+    moto.put("fork", {"ds/f0.parquet": body.read_bytes()})
     out = subprocess.run([sys.executable, "-c", CHILD_FORK_AFTER_CTRL_C, json.dumps(moto.options()),
                           "s3://fork/ds"], capture_output=True, text=True, timeout=150, env=aws_env())
     assert "interrupted" in out.stdout, out.stdout + out.stderr
