@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -20,24 +21,36 @@ void GatherScalar(const T* src, const int32_t* index, int64_t n, T* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = src[index[i]];
 }
 
+// 32 bytes of gathered values to `out`: streamed (non-temporal) where `out` is 32-byte
+// aligned, as every chunk's column is (the batch is not read back here, and a streamed
+// store does not first read the line it fills); the caller fences (StreamFence).
+__attribute__((target("avx2"))) inline void Store32(bool stream, void* out, __m256i v) {
+  if (stream) {
+    _mm256_stream_si256(static_cast<__m256i*>(out), v);
+  } else {
+    _mm256_storeu_si256(static_cast<__m256i*>(out), v);
+  }
+}
+
 __attribute__((target("avx2"))) void Gather32Avx2(const uint32_t* src, const int32_t* index,
                                                   int64_t n, uint32_t* out) {
+  const bool stream = reinterpret_cast<uintptr_t>(out) % 32 == 0;
   int64_t i = 0;
   for (const int64_t end = n - n % 8; i < end; i += 8) {
     const __m256i ix = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + i));
-    const __m256i v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(src), ix, 4);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+    Store32(stream, out + i, _mm256_i32gather_epi32(reinterpret_cast<const int*>(src), ix, 4));
   }
   for (; i < n; ++i) out[i] = src[index[i]];
 }
 
 __attribute__((target("avx2"))) void Gather64Avx2(const uint64_t* src, const int32_t* index,
                                                   int64_t n, uint64_t* out) {
+  const bool stream = reinterpret_cast<uintptr_t>(out) % 32 == 0;
   int64_t i = 0;
   for (const int64_t end = n - n % 4; i < end; i += 4) {
     const __m128i ix = _mm_loadu_si128(reinterpret_cast<const __m128i*>(index + i));
-    const __m256i v = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(src), ix, 8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+    Store32(stream, out + i,
+            _mm256_i32gather_epi64(reinterpret_cast<const long long*>(src), ix, 8));
   }
   for (; i < n; ++i) out[i] = src[index[i]];
 }
@@ -307,6 +320,7 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
       GatherRows(width, scratch->data(), index + chunk.first, chunk.last - chunk.first,
                  dst_of(chunk));
     }
+    StreamFence();  // the AVX2 gathers' streamed stores, before Run() counts the task done
   } else {
     // Wide rows (each a memcpy of its own) or a huge window: straight from the units
     // (a column not read yet is read into a buffer of its own first).
