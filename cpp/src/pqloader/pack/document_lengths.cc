@@ -101,7 +101,17 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
                                   "' is a partition key, not a list column");
   }
   const auto num_splits = static_cast<int64_t>(dataset.splits().size());
-  std::vector<std::vector<int32_t>> per_split(num_splits);
+  // Each split's lengths are written in place by the thread that reads it (no second
+  // copy of every length while they are put together).
+  auto out = std::make_shared<DocumentLengths>();
+  out->first_.reserve(num_splits + 1);
+  int64_t rows = 0;
+  for (const Split& split : dataset.splits()) {
+    out->first_.push_back(rows);
+    rows += split.num_rows;
+  }
+  out->first_.push_back(rows);
+  std::vector<int32_t> lengths(static_cast<size_t>(rows));  // zeros: a split of empty documents
   std::vector<int64_t> nulls(num_splits, 0);
   std::vector<arrow::Status> status(num_splits);
   std::atomic<int64_t> next{0};
@@ -118,15 +128,20 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       try {
         const ColumnSource& src = file.columns[column];
         if (src.field < 0 && null_is_empty) {
-          // Empty documents: one per row the split keeps (a filter's, or all).
-          per_split[s].assign(static_cast<size_t>(split.num_rows), 0);
+          // Empty documents: one per row the split keeps (a filter's, or all): the zeros
+          // already there.
           nulls[s] = split.num_rows;
         } else if (src.field < 0) {
           st = arrow::Status::Invalid("the file lacks the column (its rows are null)",
                                       null_remedy.empty() ? "" : "; ", null_remedy);
         } else {
-          st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &per_split[s],
-                         &nulls[s]);
+          std::vector<int32_t> mine;
+          st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &mine, &nulls[s]);
+          if (st.ok() && static_cast<int64_t>(mine.size()) != split.num_rows) {
+            st = arrow::Status::Invalid("read ", mine.size(), " rows, the split keeps ",
+                                        split.num_rows);
+          }
+          if (st.ok()) std::copy(mine.begin(), mine.end(), lengths.begin() + out->first_[s]);
         }
       } catch (const std::bad_alloc&) {
         st = arrow::Status::OutOfMemory("out of memory");
@@ -149,25 +164,9 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   if (StartThreads(n, work, &pool_threads) == 0) work();  // none started: this thread reads
   for (auto& t : pool_threads) t.join();
   for (const auto& st : status) ARROW_RETURN_NOT_OK(st);
-  auto out = std::make_shared<DocumentLengths>();
   for (int64_t n : nulls) out->null_rows_ += n;
-  out->first_.reserve(num_splits + 1);
-  for (auto& v : per_split) {
-    out->first_.push_back(static_cast<int64_t>(out->lengths_.size()));
-    out->lengths_.insert(out->lengths_.end(), v.begin(), v.end());
-    std::vector<int32_t>().swap(v);
-  }
-  out->first_.push_back(static_cast<int64_t>(out->lengths_.size()));
-  out->prefix_.resize(out->lengths_.size() + 1);
-  out->prefix_[0] = 0;
-  for (size_t i = 0; i < out->lengths_.size(); ++i) {
-    out->prefix_[i + 1] = out->prefix_[i] + out->lengths_[i];
-  }
+  out->lengths_.Assign(std::move(lengths));
   return std::shared_ptr<const DocumentLengths>(std::move(out));
-}
-
-int64_t DocumentLengths::Sum(int64_t split, int64_t begin, int64_t end) const {
-  return prefix_[first_[split] + end] - prefix_[first_[split] + begin];
 }
 
 namespace {

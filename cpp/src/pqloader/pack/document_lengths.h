@@ -17,6 +17,7 @@
 #include <arrow/result.h>
 
 #include "pqloader/dataset/dataset.h"
+#include "pqloader/pack/checkpointed_sums.h"
 
 namespace pqloader {
 
@@ -32,20 +33,24 @@ class DocumentLengths {
       int threads, arrow::MemoryPool* pool, const CancelFlag& cancel = nullptr);
 
   /// Tokens of rows [begin, end) of split `split`, summed.
-  int64_t Sum(int64_t split, int64_t begin, int64_t end) const;
+  int64_t Sum(int64_t split, int64_t begin, int64_t end) const {
+    return lengths_.Sum(first_[split] + begin, first_[split] + end);
+  }
   /// Tokens of row `row` of split `split`.
   int64_t Length(int64_t split, int64_t row) const { return lengths_[first_[split] + row]; }
   /// Every row's length, split after split.
-  const std::vector<int32_t>& lengths() const { return lengths_; }
+  const std::vector<int32_t>& lengths() const { return lengths_.values(); }
   /// Null rows (with `null_is_empty`: each an empty document, length 0), and the rows of
   /// files that lack the column.
   int64_t null_rows() const { return null_rows_; }
 
  private:
   int64_t null_rows_ = 0;
-  std::vector<int32_t> lengths_;  // all rows, split after split
-  std::vector<int64_t> first_;    // index in lengths_ of each split's first row
-  std::vector<int64_t> prefix_;   // prefix sums of lengths_, size + 1
+  // All rows, split after split. Every rank holds every row's length (a pack plan sums
+  // any rank's rows): 4.125 bytes a document with checkpointed sums, 12 with a prefix sum
+  // per row (10^9 documents: 4.1 GB, not 12 GB).
+  CheckpointedSums<int32_t> lengths_;
+  std::vector<int64_t> first_;  // index in lengths_ of each split's first row
 };
 
 /// What `pqloader inspect --lengths` shows of a list column: its rows' lengths.

@@ -88,6 +88,44 @@ TEST(DocumentLengths, ReadsEveryRowOfEveryRowGroupInOrder) {
   EXPECT_EQ(s.max, 8);
 }
 
+// Sum keeps prefix sums every 64 rows only: checked against a plain sum for every range
+// of every split, with splits that start and end off and on those checkpoints, and a
+// dataset whose row count is a multiple of 64.
+TEST(DocumentLengths, SumMatchesAPlainSumOverEveryRange) {
+  for (int64_t rows_b : {77, 64}) {
+    const std::string dir = testing::MakeTempDir();
+    std::mt19937 rng(static_cast<uint32_t>(rows_b));
+    std::uniform_int_distribution<int32_t> len(0, 40);
+    std::vector<int32_t> a(640), b(static_cast<size_t>(rows_b));
+    for (auto& x : a) x = len(rng);
+    for (auto& x : b) x = len(rng);
+    testing::WriteTokensFile(dir + "/a.parquet", a, 100);  // splits of 100 rows, the last 40
+    testing::WriteTokensFile(dir + "/b.parquet", b, 50);
+    DatasetOptions options;
+    options.columns.columns = {"tokens"};
+    auto dataset = Dataset::Open({dir}, options).ValueOrDie();
+    auto lengths = DocumentLengths::Read(*dataset, 0, false, "", 2, arrow::default_memory_pool());
+    ASSERT_TRUE(lengths.ok()) << lengths.status().ToString();
+    std::vector<int32_t> all = a;
+    all.insert(all.end(), b.begin(), b.end());
+    ASSERT_EQ((*lengths)->lengths(), all);
+    int64_t first = 0;
+    for (size_t s = 0; s < dataset->splits().size(); ++s) {
+      const int64_t n = dataset->splits()[s].file_rows;
+      for (int64_t begin = 0; begin <= n; ++begin) {
+        int64_t want = 0;
+        for (int64_t end = begin; end <= n; ++end) {
+          ASSERT_EQ((*lengths)->Sum(static_cast<int64_t>(s), begin, end), want)
+              << "split " << s << " rows [" << begin << ", " << end << ")";
+          if (end < n) want += all[static_cast<size_t>(first + end)];
+        }
+      }
+      first += n;
+    }
+    EXPECT_EQ(first, static_cast<int64_t>(all.size()));
+  }
+}
+
 TEST(DocumentLengths, RefusesAColumnThatIsNotAList) {
   const std::string dir = testing::MakeTempDir();
   testing::WriteTokensFile(dir + "/a.parquet", {1, 2}, 2);

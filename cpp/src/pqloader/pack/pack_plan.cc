@@ -61,8 +61,7 @@ PackPlan PackPlan::Make(const EpochPlan& plan, const DocumentLengths& lengths,
   PackPlan p;
   p.seq_len_ = options.seq_len;
   p.has_eos_ = options.has_eos;
-  p.prefix_.assign(1, 0);
-  p.prefix_.reserve(plan.num_rows() + 1);
+  p.tokens_.Reserve(plan.num_rows());
   std::vector<RowRef> rows;
   // Window by window, so only one window's permutation and rows are held.
   for (int64_t w = 0; w < plan.num_windows(); ++w) {
@@ -73,11 +72,11 @@ PackPlan PackPlan::Make(const EpochPlan& plan, const DocumentLengths& lengths,
                      &rows);
     for (const RowRef& r : rows) {
       const Unit& u = plan.units()[r.unit];
-      p.prefix_.push_back(p.prefix_.back() +
-                          StreamTokens(lengths.Length(u.split, u.row_begin + r.row), options));
+      p.tokens_.Append(static_cast<uint32_t>(
+          StreamTokens(lengths.Length(u.split, u.row_begin + r.row), options)));
     }
   }
-  p.num_blocks_ = BlocksOf(p.prefix_.back(), options.seq_len, drop_last);
+  p.num_blocks_ = BlocksOf(p.tokens_.total(), options.seq_len, drop_last);
   return p;
 }
 
@@ -103,18 +102,18 @@ PackPlan::Span PackPlan::BlocksSpan(int64_t b0, int64_t b1) const {
   // Only the blocks this rank fills: with drop_last its partial last block is not one of
   // them, and blocks past them (a "pad" rank's) are padding, not that block's documents
   // (they came back as its first padding block).
-  const int64_t filled = std::min(prefix_.back(), num_blocks_ * seq_len_);
+  const int64_t filled = std::min(tokens_.total(), num_blocks_ * seq_len_);
   const int64_t begin = std::min(b0 * seq_len_, filled);
   const int64_t end = std::min(b1 * seq_len_, filled);
   Span s;
   if (begin >= end) {
-    s.first = s.last = static_cast<int64_t>(prefix_.size()) - 1;
+    s.first = s.last = tokens_.size();
     return s;
   }
   // The position whose tokens contain token `begin`, and the one after the last needed.
-  s.first = static_cast<int64_t>(std::upper_bound(prefix_.begin(), prefix_.end(), begin) - prefix_.begin()) - 1;
-  s.last = static_cast<int64_t>(std::lower_bound(prefix_.begin(), prefix_.end(), end) - prefix_.begin());
-  s.offset = begin - prefix_[s.first];
+  s.first = tokens_.LastAtOrBelow(begin);
+  s.last = tokens_.FirstAtOrAbove(end);
+  s.offset = begin - tokens_.Before(s.first);
   return s;
 }
 

@@ -17,6 +17,7 @@
 
 #include <arrow/status.h>
 
+#include "pqloader/pack/checkpointed_sums.h"
 #include "pqloader/pack/document_lengths.h"
 #include "pqloader/plan/epoch_plan.h"
 
@@ -64,9 +65,9 @@ class PackPlan {
   /// Blocks this rank fills (the last may be partly padding).
   int64_t num_blocks() const { return num_blocks_; }
   /// Tokens of the rank's stream (documents and separators).
-  int64_t num_tokens() const { return prefix_.back(); }
+  int64_t num_tokens() const { return tokens_.total(); }
   /// The tokens stream position `p` adds (its document's, capped, plus the separator).
-  int64_t TokensAt(int64_t p) const { return prefix_[p + 1] - prefix_[p]; }
+  int64_t TokensAt(int64_t p) const { return tokens_[p]; }
   /// The document's own tokens at position `p` (capped, without the separator).
   int64_t DocumentTokensAt(int64_t p) const;
 
@@ -81,7 +82,9 @@ class PackPlan {
   int64_t seq_len_ = 0;
   bool has_eos_ = false;
   int64_t num_blocks_ = 0;
-  std::vector<int64_t> prefix_;  // tokens of stream positions [0, p), size rows + 1
+  // The tokens of each stream position (<= 2^31: a document's, capped, and its separator),
+  // with checkpointed sums: 4.125 bytes a document of the rank, not 8.
+  CheckpointedSums<uint32_t> tokens_;
 };
 
 }  // namespace pqloader
