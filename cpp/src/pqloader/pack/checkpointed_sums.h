@@ -6,7 +6,7 @@
 //
 // Before(i) adds at most kStride - 1 values to a checkpoint; the searches binary-search
 // the checkpoints, then scan at most kStride values.
-// Thread-safety: const methods are safe to call concurrently; Append is not.
+// Thread-safety: const methods are safe to call concurrently; Assign is not.
 #pragma once
 
 #include <algorithm>
@@ -22,17 +22,6 @@ class CheckpointedSums {
 
   CheckpointedSums() { checkpoints_.push_back(0); }
 
-  /// Reserve room for `n` values.
-  void Reserve(int64_t n) {
-    values_.reserve(static_cast<size_t>(n));
-    checkpoints_.reserve(static_cast<size_t>(n / kStride + 1));
-  }
-  /// Add `v` (>= 0) at the end.
-  void Append(T v) {
-    values_.push_back(v);
-    total_ += static_cast<int64_t>(v);
-    if (size() % kStride == 0) checkpoints_.push_back(total_);
-  }
   /// Take `values` (each >= 0) as the sequence.
   void Assign(std::vector<T> values) {
     values_ = std::move(values);

@@ -22,14 +22,14 @@ TEST(CheckpointedSums, MatchesAFullPrefixSum) {
         v = zero ? 0 : 1 + rng() % 9;
       }
       if (n > 5 && zeros == 0) values[5] = uint32_t{1} << 31;
-      CheckpointedSums<uint32_t> appended;
-      appended.Reserve(n);
-      for (uint32_t v : values) appended.Append(v);
       CheckpointedSums<uint32_t> assigned;
       assigned.Assign(values);
+      CheckpointedSums<uint32_t> reassigned;  // a second Assign starts afresh
+      reassigned.Assign(std::vector<uint32_t>(3, 7));
+      reassigned.Assign(values);
       std::vector<int64_t> prefix(1, 0);
       for (uint32_t v : values) prefix.push_back(prefix.back() + v);
-      for (const auto* sums : {&appended, &assigned}) {
+      for (const auto* sums : {&assigned, &reassigned}) {
         SCOPED_TRACE(testing::Message() << "n " << n << " zeros " << zeros);
         ASSERT_EQ(sums->size(), n);
         ASSERT_EQ(sums->total(), prefix.back());

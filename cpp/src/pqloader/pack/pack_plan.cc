@@ -61,7 +61,8 @@ PackPlan PackPlan::Make(const EpochPlan& plan, const DocumentLengths& lengths,
   PackPlan p;
   p.seq_len_ = options.seq_len;
   p.has_eos_ = options.has_eos;
-  p.tokens_.Reserve(plan.num_rows());
+  std::vector<uint32_t> tokens;  // of each stream position (<= 2^31)
+  tokens.reserve(static_cast<size_t>(plan.num_rows()));
   std::vector<RowRef> rows;
   // Window by window, so only one window's permutation and rows are held.
   for (int64_t w = 0; w < plan.num_windows(); ++w) {
@@ -72,10 +73,11 @@ PackPlan PackPlan::Make(const EpochPlan& plan, const DocumentLengths& lengths,
                      &rows);
     for (const RowRef& r : rows) {
       const Unit& u = plan.units()[r.unit];
-      p.tokens_.Append(static_cast<uint32_t>(
+      tokens.push_back(static_cast<uint32_t>(
           StreamTokens(lengths.Length(u.split, u.row_begin + r.row), options)));
     }
   }
+  p.tokens_.Assign(std::move(tokens));
   p.num_blocks_ = BlocksOf(p.tokens_.total(), options.seq_len, drop_last);
   return p;
 }
