@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "dataset": {"cache", "io", "tensor", "util"},  # cache/: remote footers kept on disk
     "decode": {"dataset", "plan", "tensor", "util"},  # converts to the specs dataset/ chose
     "filter": {"cache", "dataset", "util"},
-    "pack": {"dataset", "decode", "plan", "tensor", "util"},
+    "pack": {"cache", "dataset", "decode", "plan", "tensor", "util"},  # cache/: lengths kept on disk
     "mix": {"pack", "plan", "random", "tensor", "util"},  # and loader.h: it drives Loaders (pack/: packed sources)
 }
 # Top-level headers a folder may include besides error.h.

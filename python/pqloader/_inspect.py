@@ -41,8 +41,9 @@ def cache_stats(cache_dir: str | os.PathLike[str], dataset: Source | None = None
     Returns:
         ``entries``, ``bytes``, ``temp_files``; ``stale_entries`` and ``stale_bytes``;
         ``unverified_entries`` (sources that could not be checked); ``selections`` and
-        ``selection_bytes`` (filter selections), ``footers`` and ``footer_bytes`` (remote
-        footers): kept beside the entries, outside ``cache_size_limit``, deleted only by
+        ``selection_bytes`` (filter selections), ``lengths`` and ``lengths_bytes``
+        (documents' lengths that ``pack=`` read, one file per data file), ``footers`` and
+        ``footer_bytes`` (remote footers): kept beside the entries, outside ``cache_size_limit``, deleted only by
         :func:`cache_clear`; plus the counts
         recorded by loaders that used it (``hits``, ``misses``, ``inserts``,
         ``evictions``, ``refused_full``, ``refused_later``, ... where they happened).
@@ -102,8 +103,8 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
     A cache directory carries a ``PQLOADER_CACHE`` marker file, written when a loader
     creates it (or finds it empty). Deleted: entry files whose header is an entry's
-    (magic and own key), footers whose checksum verifies, stored filter selections, temp
-    files, claim markers, usage files and records. Anything else (files of other
+    (magic and own key), footers whose checksum verifies, stored filter selections and
+    row lengths, temp files, claim markers, usage files and records. Anything else (files of other
     programs, directories pqloader did not make, symbolic links) is left alone and listed
     in ``foreign``. The directory, its marker, its shard directories and their lock files
     stay, so loaders running meanwhile go on using the cache; each shard is cleared under
@@ -113,7 +114,7 @@ def cache_clear(cache_dir: str | os.PathLike[str]) -> dict[str, Any]:
         cache_dir: A directory given as ``cache_dir`` to loaders.
 
     Returns:
-        ``entries`` and ``bytes`` deleted, ``other_files`` (footers, selections, temp
+        ``entries`` and ``bytes`` deleted, ``other_files`` (footers, selections, lengths, temp
         files, markers, usage files, records) deleted, ``foreign`` (up to 10 paths left alone) and ``foreign_count``;
         ``not_removed`` (up to 10 "PATH: reason" lines) and ``not_removed_count``: files of
         pqloader's that could not be deleted (another user's, in a directory this one may

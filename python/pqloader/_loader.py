@@ -421,7 +421,9 @@ class Loader:
             iteration reads them again. rows and batches count those handed out.
             footers_from_cache / footers_from_summary: files whose footers came from
             the footer cache / whose row-group layout came from a summary (``_metadata``)
-            instead of their own footers. With a ``filter``: filter_files,
+            instead of their own footers. With ``pack``: pack_lengths_from_cache /
+            pack_lengths_stored: files whose documents' lengths came from ``cache_dir``
+            / were read and kept there by this loader. With a ``filter``: filter_files,
             filter_files_pruned (by partition keys), filter_row_groups,
             filter_row_groups_pruned_partition / _pruned_statistics / _pruned_mask,
             filter_row_groups_all_rows (kept whole by partition keys), filter_row_groups_masked
@@ -441,6 +443,9 @@ class Loader:
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],
                   "footers_from_cache": self._plan["footers_from_cache"],
                   "footers_from_summary": self._plan["footers_from_summary"]})
+        if self._options.pack is not None:
+            s.update({"pack_lengths_from_cache": self._plan["pack_lengths_from_cache"],
+                      "pack_lengths_stored": self._plan["pack_lengths_stored"]})
         return s
 
     def stats_table(self) -> str:

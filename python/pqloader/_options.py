@@ -451,7 +451,9 @@ ARGUMENT_DOCS = """\
             its own). Hits skip reading, decoding and
             those transforms; batches are bit-identical either way. If the directory is
             unusable or the disk fills up, a warning is issued and loading goes on uncached;
-            the first insert the size limit refuses gives one warning too.
+            the first insert the size limit refuses gives one warning too. Also kept
+            there: a filter's selection, remote footers and, with ``pack``, every
+            document's length (read once per node, not at every start).
         cache_size_limit: Bytes the cache may hold (default: no limit).
         cache_policy: What happens when the cache is full. ``"keep"`` (default): fill,
             then stop inserting (never thrashes on reshuffled scans larger than the cache).

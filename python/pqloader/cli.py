@@ -260,6 +260,9 @@ def _cache_run(args: argparse.Namespace) -> int:
     if s.get("selections"):  # outside the entries' size limit; `cache clear` deletes them
         print(f"filter selections (outside the size limit): {s['selections']} "
               f"({_human(s['selection_bytes'])})")
+    if s.get("lengths"):
+        print(f"packing's row lengths (outside the size limit): {s['lengths']} "
+              f"({_human(s['lengths_bytes'])})")
     if s.get("footers"):
         print(f"remote footers (outside the size limit): {s['footers']} ({_human(s['footer_bytes'])})")
     for key in ("hits", "misses", "inserts", "evictions", "evicted_stale", "refused_full",

@@ -880,6 +880,9 @@ class PyLoader {
     d["gathers_windows"] = loader_->gathers_windows();
     d["footers_from_cache"] = loader_->dataset().footers_from_cache();
     d["footers_from_summary"] = loader_->dataset().footers_from_summary();
+    const DocumentLengths* lengths = loader_->document_lengths();
+    d["pack_lengths_from_cache"] = lengths != nullptr ? lengths->files_from_store() : 0;
+    d["pack_lengths_stored"] = lengths != nullptr ? lengths->files_stored() : 0;
     const FilterStats& f = loader_->filter_stats();
     nb::dict filter;
     filter["files"] = f.files;
@@ -1372,6 +1375,8 @@ NB_MODULE(_core, m) {
     d["unverified_entries"] = s.unverified_entries;
     d["selections"] = s.selections;
     d["selection_bytes"] = s.selection_bytes;
+    d["lengths"] = s.lengths;
+    d["lengths_bytes"] = s.lengths_bytes;
     d["footers"] = s.footers;
     d["footer_bytes"] = s.footer_bytes;
     for (const auto& [k, v] : s.recorded) d[k.c_str()] = v;

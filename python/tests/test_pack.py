@@ -8,6 +8,7 @@ and natural order, separators, truncation, 1/2 workers, every rank of world size
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -402,3 +403,88 @@ def test_eos_or_pad_past_2_53_in_int64_tokens_says_so(tmp_path):
     for kw in ({"eos": 2**63 - 1}, {"pad": 2**63 - 1}, {"pad": -2**63}, {"eos": 2**53 + 1}):
         with pytest.raises(ValueError, match=r"beyond 2\*\*53"):
             pqloader.Loader(str(tmp_path), pack=pqloader.Pack("tokens", seq_len=4, **kw))
+
+
+def _token_files(root, files=2, docs=90, seed=5):
+    rng = np.random.default_rng(seed)
+    root.mkdir()
+    rows_of = []
+    for i in range(files):
+        rows = [rng.integers(0, 1000, int(n)).astype(np.int32) for n in rng.integers(0, 30, docs)]
+        pq.write_table(pa.table({"tokens": pa.array(rows, pa.list_(pa.int32()))}),
+                       root / f"part-{i}.parquet", row_group_size=25)
+        rows_of.append(rows)
+    return rows_of
+
+
+def _damage_pages(path):
+    """Overwrite a Parquet file's column chunks, keeping its size, footer and mtime."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(-8, os.SEEK_END)
+        footer = int.from_bytes(f.read(4), "little")
+        f.seek(4)
+        f.write(b"\xa5" * (st.st_size - 8 - footer - 4))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_documents_lengths_are_kept_in_cache_dir_and_a_restart_reads_no_token_page(tmp_path, capsys):
+    # pack= read every document's length at every start (a pass over the whole token
+    # column). With cache_dir they are kept there (lengths/): a second loader takes them,
+    # and its blocks from the split cache, from files none of whose pages read any more.
+    _token_files(tmp_path / "data")
+    cache = str(tmp_path / "cache")
+    kw = dict(columns=["tokens"], pack=pqloader.Pack("tokens", seq_len=16), batch_size=4,
+              shuffle=True, seed=3, cache_dir=cache)
+    first = pqloader.Loader(str(tmp_path / "data"), **kw)
+    blocks = [b["tokens"].copy() for b in first]
+    s = first.stats()
+    assert (s["pack_lengths_stored"], s["pack_lengths_from_cache"]) == (2, 0)
+    stats = pqloader.cache_stats(cache)
+    assert stats["lengths"] == 2 and stats["lengths_bytes"] > 0
+    from pqloader import cli
+    assert cli.main(["cache", "stats", cache]) == 0
+    assert "packing's row lengths (outside the size limit): 2" in capsys.readouterr().out
+    for part in (tmp_path / "data").iterdir():
+        _damage_pages(part)
+    with pytest.raises(pqloader.InvalidDataError, match="part-0.parquet"):
+        pqloader.Loader(str(tmp_path / "data"), **{**kw, "cache_dir": None})
+    again = pqloader.Loader(str(tmp_path / "data"), **kw)
+    s = again.stats()
+    assert (s["pack_lengths_stored"], s["pack_lengths_from_cache"]) == (0, 2)
+    got = [b["tokens"] for b in again]
+    assert len(got) == len(blocks) and all(np.array_equal(a, b) for a, b in zip(got, blocks))
+    assert again.stats()["cache_misses"] == 0
+    cleared = pqloader.cache_clear(cache)
+    assert cleared["foreign_count"] == 0
+    assert pqloader.cache_stats(cache)["lengths"] == 0
+
+
+LENGTHS_RUN = """
+import json, sys, pqloader
+loader = pqloader.Loader(sys.argv[1], columns=["tokens"], pack=pqloader.Pack("tokens", seq_len=16),
+                         batch_size=4, rank=int(sys.argv[3]), world_size=2, cache_dir=sys.argv[2])
+s = loader.stats()
+print(json.dumps([s["pack_lengths_stored"], s["pack_lengths_from_cache"], len(loader)]))
+"""
+
+
+def test_the_ranks_of_a_node_read_the_lengths_once(tmp_path):
+    # Started together: one reads every file's lengths and keeps them; the other waits for
+    # it (the lengths' lock) or comes after, and takes them from cache_dir.
+    import json
+    import subprocess
+    import sys
+    from conftest import subprocess_env
+    _token_files(tmp_path / "data", files=3)
+    cache = str(tmp_path / "cache")
+    procs = [subprocess.Popen([sys.executable, "-c", LENGTHS_RUN, str(tmp_path / "data"), cache,
+                               str(rank)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=subprocess_env()) for rank in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out))
+    assert sorted((stored, taken) for stored, taken, _ in outs) == [(0, 3), (3, 0)]
+    assert outs[0][2] == outs[1][2] > 0  # the ranks' blocks, equalised

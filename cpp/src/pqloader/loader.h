@@ -188,6 +188,8 @@ class Loader {
   const TransformPlan& transforms() const { return transforms_; }
   /// What the filter pruned and read (zeros without a filter).
   const FilterStats& filter_stats() const { return filter_stats_; }
+  /// The documents' lengths packing read (null without pack).
+  const DocumentLengths* document_lengths() const { return lengths_.get(); }
   const LoaderOptions& options() const { return options_; }
   /// Plan of epoch 0 (the counts are the same in every epoch).
   const EpochPlan& first_plan() const { return first_plan_; }

@@ -192,6 +192,10 @@ void Loader::SetUpCache() {
   // A filter's selection that could not be saved into cache_dir/filters (a full or
   // read-only disk) is a cache write failure too: counted and warned once (it was silent).
   if (!filter_stats_.store_error.empty()) cache_->CountWriteFailure(filter_stats_.store_error);
+  // So are documents' lengths not saved into cache_dir/lengths (pack=).
+  if (lengths_ != nullptr && !lengths_->store_error().empty()) {
+    cache_->CountWriteFailure(lengths_->store_error());
+  }
   // So is a remote footer not saved into cache_dir/footers (it was dropped silently).
   for (int64_t i = 0; i < dataset_->footers_unsaved(); ++i) {
     cache_->CountWriteFailure(dataset_->footer_store_error());

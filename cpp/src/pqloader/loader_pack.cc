@@ -124,10 +124,11 @@ arrow::Status Loader::SetUpPacking() {
   const std::string remedy = "a null document: pass fill_null={'" + name +
                              "': 0} to pack null documents as empty ones (they add no "
                              "tokens), or filter them out (filter=\"" + name + " is not None\")";
+  // Kept in cache_dir (lengths/): read once per file and node, not at every start.
   ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
                                                         fill.enabled && !fill.rows_only, remedy,
                                                         options_.num_workers, pool_,
-                                                        options_.cancel));
+                                                        options_.cancel, options_.cache.dir));
   return arrow::Status::OK();
 }
 

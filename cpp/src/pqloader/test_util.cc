@@ -80,6 +80,31 @@ void WriteTokensFile(const std::string& path, const std::vector<int32_t>& length
   }
 }
 
+std::string MakeNullDocumentsDir() {
+  const std::string dir = MakeTempDir();
+  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
+  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
+  arrow::Int64Builder ids, b_ids;
+  if (!tokens.Append().ok() || !values->AppendValues({0, 1}).ok() || !tokens.AppendNull().ok() ||
+      !tokens.Append().ok() || !values->AppendValues({0, 1, 2}).ok() || !tokens.AppendNull().ok() ||
+      !ids.AppendValues({0, 1, 2, 3}).ok() || !b_ids.AppendValues({0, 1, 2}).ok()) {
+    throw std::runtime_error("cannot build the null documents");
+  }
+  auto a = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64()),
+                                             arrow::field("tokens", arrow::list(arrow::int32()))}),
+                              {ids.Finish().ValueOrDie(), tokens.Finish().ValueOrDie()});
+  auto b = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}),
+                              {b_ids.Finish().ValueOrDie()});
+  for (const auto& [name, table] : {std::pair{"a", a}, std::pair{"b", b}}) {
+    auto out = arrow::io::FileOutputStream::Open(dir + "/" + name + ".parquet").ValueOrDie();
+    if (!parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 100).ok() ||
+        !out->Close().ok()) {
+      throw std::runtime_error("cannot write " + dir + "/" + name + ".parquet");
+    }
+  }
+  return dir;
+}
+
 std::vector<int64_t> DrainIds(Loader* loader, bool check_x, std::vector<int64_t>* sizes) {
   std::vector<int64_t> ids;
   while (true) {

@@ -24,6 +24,11 @@ void WriteIdFile(const std::string& path, const std::vector<int64_t>& row_groups
 void WriteTokensFile(const std::string& path, const std::vector<int32_t>& lengths,
                      int64_t row_group_rows);
 
+/// Return a fresh directory of two files: a.parquet, one row group of ids 0-3 and token
+/// lists (list<int32>) [0 1], null, [0 1 2], null; b.parquet, three rows of ids only (it
+/// lacks the token column: its rows are null).
+std::string MakeNullDocumentsDir();
+
 /// The ids (column 0) of every batch left in the epoch `loader` has started, in order;
 /// with `check_x`, also that column 1 holds id / 2 in every row (WriteIdFile's x); the
 /// batch sizes in `sizes` if given.

@@ -1,15 +1,10 @@
 #include "pqloader/cache/footer_cache.h"
 
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
 
 #include <arrow/io/memory.h>
 
@@ -93,33 +88,11 @@ std::string StoreFooter(const std::string& cache_dir, const std::string& file, i
   std::filesystem::create_directories(cache_dir + "/footers", ec);
   if (ec) return failed + ec.message() + unsaved;
   const std::string key = FooterKey(file, size, mtime_ns);
-  const std::string keyed = footer + key;
+  std::string keyed = footer + key;
   const uint64_t checksum = XXH64(keyed.data(), keyed.size(), 0);
-  const std::string path = FooterPath(cache_dir, key);
-  std::ostringstream tmp;
-  tmp.imbue(std::locale::classic());
-  tmp << path << ".tmp-" << ::getpid() << "-" << std::hash<std::thread::id>{}(std::this_thread::get_id());
-  {
-    errno = 0;
-    std::ofstream out(tmp.str(), std::ios::binary | std::ios::trunc);
-    out.write(keyed.data(), static_cast<std::streamsize>(keyed.size()));
-    out.write(reinterpret_cast<const char*>(&checksum), 8);
-    // Closed before the check: a footer smaller than the stream's buffer (1 KiB and less:
-    // a file of a few columns) is written only here, so a full disk showed no error and
-    // an empty file was published, never read (its checksum) and left by `cache clear`.
-    out.close();
-    if (!out) {
-      const int err = errno;
-      std::remove(tmp.str().c_str());
-      return failed + (err != 0 ? std::strerror(err) : "write failed") + unsaved;
-    }
-  }
-  if (std::rename(tmp.str().c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.str().c_str());
-    return failed + std::strerror(err) + unsaved;
-  }
-  return "";
+  keyed.append(reinterpret_cast<const char*>(&checksum), 8);
+  const std::string why = WriteCacheFile(FooterPath(cache_dir, key), keyed);
+  return why.empty() ? "" : failed + why + unsaved;
 }
 
 }  // namespace pqloader

@@ -186,6 +186,9 @@ bool IsFooterName(const std::string& name, bool* temp) { return IsKeyedName(name
 // A filter's selection (filter/row_filter.cc) or its temp file.
 bool IsSelectionName(const std::string& name, bool* temp) { return IsKeyedName(name, ".sel", temp); }
 
+// A file's row lengths (pack/length_store.cc) or its temp file.
+bool IsLengthsName(const std::string& name, bool* temp) { return IsKeyedName(name, ".len", temp); }
+
 struct EntryFile {
   std::string path;
   std::string key;
@@ -1564,6 +1567,32 @@ bool ReadCacheFile(const std::string& path, int64_t max_bytes, std::string* out)
   return ok;
 }
 
+std::string WriteCacheFile(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
+                          std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  std::error_code ec;
+  {
+    errno = 0;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    // Closed before the check: a file smaller than the stream's buffer is written only
+    // here, so a full disk showed no error and an empty file was published.
+    out.close();
+    if (!out) {
+      const int err = errno;
+      fs::remove(tmp, ec);
+      return err != 0 ? std::strerror(err) : "write failed";
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    return why;
+  }
+  return "";
+}
+
 bool IsMarkedCacheDir(const std::string& dir) {
   // Not a blocking std::ifstream: a FIFO named PQLOADER_CACHE hung every loader and
   // `pqloader cache` command on the directory.
@@ -1586,13 +1615,17 @@ bool HoldsOnlyCacheFiles(const std::string& dir) {
     std::error_code ec2;
     const bool is_dir = e.is_directory(ec2) && !e.is_symlink(ec2);
     if (IsTopFileName(name) && e.is_regular_file(ec2) && !e.is_symlink(ec2)) continue;
-    if (!is_dir || (!IsShardName(name) && name != "footers" && name != "filters")) return false;
+    if (!is_dir || (!IsShardName(name) && name != "footers" && name != "filters" &&
+                    name != "lengths")) {
+      return false;
+    }
     for (const auto& f : fs::directory_iterator(e.path(), ec2)) {
       const std::string fname = f.path().filename().string();
       std::string key;
       bool temp = false;
       const bool ours = name == "footers"   ? fname == ".lock" || IsFooterName(fname, &temp)
                         : name == "filters" ? fname == ".lock" || IsSelectionName(fname, &temp)
+                        : name == "lengths" ? fname == ".lock" || IsLengthsName(fname, &temp)
                                             : IsEntryName(fname, &key) || IsTempName(fname) ||
                                                   IsShardFileName(fname) ||
                                                   IsMarkerName(fname, &key);
@@ -1746,30 +1779,38 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
   // dataset (the checker) stores its remote files' footers as it goes, which a count
   // before or after it, by the directory's order, took in or not.
   std::vector<fs::path> later;
-  auto count_kept = [&s](const fs::path& path, bool filters) {
+  auto count_kept = [&s](const fs::path& path) {
+    const std::string dir_name = path.filename().string();
+    const auto is_ours = dir_name == "filters"   ? IsSelectionName
+                         : dir_name == "lengths" ? IsLengthsName
+                                                 : IsFooterName;
+    int64_t* count = dir_name == "filters"   ? &s.selections
+                     : dir_name == "lengths" ? &s.lengths
+                                             : &s.footers;
+    int64_t* bytes = dir_name == "filters"   ? &s.selection_bytes
+                     : dir_name == "lengths" ? &s.lengths_bytes
+                                             : &s.footer_bytes;
     std::error_code ec2;
     for (const auto& f : fs::directory_iterator(path, ec2)) {
       bool temp = false;
       const std::string name = f.path().filename().string();
       std::error_code ec3;
-      if (!(filters ? IsSelectionName(name, &temp) : IsFooterName(name, &temp)) ||
-          !f.is_regular_file(ec3)) {
-        continue;
-      }
+      if (!is_ours(name, &temp) || !f.is_regular_file(ec3)) continue;
       if (temp) {  // of a writer killed mid-write, or writing now (as a shard's)
         ++s.temp_files;
         continue;
       }
       const auto size = f.file_size(ec3);
       if (ec3) continue;  // deleted meanwhile
-      ++(filters ? s.selections : s.footers);
-      (filters ? s.selection_bytes : s.footer_bytes) += static_cast<int64_t>(size);
+      ++*count;
+      *bytes += static_cast<int64_t>(size);
     }
   };
   for (const auto& e : top) {
     std::error_code ec2;
     const std::string top_name = e.path().filename().string();
-    if ((top_name == "filters" || top_name == "footers") && e.is_directory(ec2) &&
+    if ((top_name == "filters" || top_name == "footers" || top_name == "lengths") &&
+        e.is_directory(ec2) &&
         !e.is_symlink(ec2)) {
       later.push_back(e.path());
       continue;
@@ -1805,7 +1846,7 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
       }
     }
   }
-  for (const auto& path : later) count_kept(path, path.filename() == "filters");
+  for (const auto& path : later) count_kept(path);
   std::string text;
   if (!ReadCacheFile(dir + "/records", kMaxRecordsBytes, &text)) text.clear();
   std::istringstream in(text);
@@ -1978,6 +2019,14 @@ class Clearer {
     });
   }
 
+  // lengths/: stored row lengths, their temp files, the lock of their reading.
+  arrow::Status ClearLengths(const fs::path& dir) {
+    return ClearOwnFiles(dir, [](const fs::path& p) {
+      bool temp = false;
+      return IsLengthsName(p.filename().string(), &temp);
+    });
+  }
+
   // Remove the regular files of `dir` that `ours` claims; report the others as foreign.
   // Its `.lock` stays, and so does the directory (see ClearShard).
   template <typename Ours>
@@ -2034,6 +2083,8 @@ arrow::Result<CacheClearReport> ClearCacheDir(const std::string& dir, const Canc
       ARROW_RETURN_NOT_OK(clearer.ClearFooters(e.path()));
     } else if (name == "filters" && fs::is_directory(st)) {
       ARROW_RETURN_NOT_OK(clearer.ClearSelections(e.path()));
+    } else if (name == "lengths" && fs::is_directory(st)) {
+      ARROW_RETURN_NOT_OK(clearer.ClearLengths(e.path()));
     } else if (name == ".records.lock" && fs::is_regular_file(st)) {
       continue;  // a lock stays (see Clearer::ClearShard)
     } else if (IsTopFileName(name) && fs::is_regular_file(st)) {

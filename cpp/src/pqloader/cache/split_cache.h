@@ -334,6 +334,12 @@ void SweepStaleTemps(const std::string& dir, const std::function<bool(const std:
 /// or read without end. False when missing, not a regular file, too large or unreadable.
 bool ReadCacheFile(const std::string& path, int64_t max_bytes, std::string* out);
 
+/// Write `bytes` to `path` by a temp file beside it ("<path>.tmp-<pid>-<thread>", which the
+/// cache directory's sweeps and `cache clear` know) renamed into place: a reader never
+/// sees part of it. Returns why it failed (the OS's words: a full or read-only disk), or
+/// "" once it is in place; a failed write leaves no temp file.
+std::string WriteCacheFile(const std::string& path, const std::string& bytes);
+
 /// Whether an entry's source file is still the one it was decoded from.
 enum class SourceState {
   kCurrent,  ///< The file is unchanged: the entry can be read.
@@ -358,10 +364,13 @@ struct CacheDirStats {
   int64_t stale_bytes = 0;
   int64_t unverified_entries = 0;
   /// Outside the entries and the size limit: filter selections (`filters/`, one per
-  /// filter and state of the dataset's files) and remote footers (`footers/`), with
-  /// their bytes. Only `cache clear` deletes them.
+  /// filter and state of the dataset's files), the row lengths packing read (`lengths/`,
+  /// one per file and column) and remote footers (`footers/`), with their bytes. Only
+  /// `cache clear` deletes them.
   int64_t selections = 0;
   int64_t selection_bytes = 0;
+  int64_t lengths = 0;
+  int64_t lengths_bytes = 0;
   int64_t footers = 0;
   int64_t footer_bytes = 0;
   std::map<std::string, int64_t> recorded;  ///< hits/misses... recorded by loaders

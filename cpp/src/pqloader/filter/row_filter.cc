@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -1298,28 +1297,8 @@ std::string Store(const std::string& path, const RowSelection& sel, const std::s
   const std::string unsaved = "): the next run evaluates the filter again";
   if (ec) return failed + ec.message() + unsaved;
   SweepSelectionTemps(std::filesystem::path(path).parent_path().string());
-  // "<key>.sel.tmp-<pid>-<thread>", a name the cache directory knows as its own.
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
-                          std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const std::string bytes = Serialize(sel, key);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();  // its last bytes are written here: a full disk shows now, not never
-    if (!out) {
-      const int err = errno;
-      std::filesystem::remove(tmp, ec);
-      return failed + (err != 0 ? std::strerror(err) : "write failed") + unsaved;
-    }
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(tmp, ec);
-    return failed + why + unsaved;
-  }
-  return "";
+  const std::string why = WriteCacheFile(path, Serialize(sel, key));  // "<key>.sel.tmp-..." first
+  return why.empty() ? "" : failed + why + unsaved;
 }
 
 }  // namespace

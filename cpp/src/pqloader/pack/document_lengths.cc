@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <limits>
+#include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <arrow/array.h>
 #include <arrow/record_batch.h>
@@ -14,7 +18,10 @@
 
 #include "pqloader/decode/nested.h"
 #include "pqloader/dataset/columns.h"
+#include "pqloader/cache/split_cache.h"
 #include "pqloader/error.h"
+#include "pqloader/pack/length_store.h"
+#include "pqloader/util/node_lock.h"
 #include "pqloader/util/start_threads.h"
 
 namespace pqloader {
@@ -24,11 +31,10 @@ namespace {
 // Rows decoded at once: their values and levels are the only memory the pass holds.
 constexpr int64_t kRowsPerSlice = 8192;
 
-// Append the row lengths of column `src` (a top-level field, or a path below one) in
-// `split`'s row group to `out`.
-arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
-                        bool null_is_empty, const std::string& null_remedy,
-                        arrow::MemoryPool* pool, std::vector<int32_t>* out, int64_t* nulls) {
+// Every row's length of column `spec` in `split`'s row group (all its rows, whatever a
+// filter keeps), -1 for a null row, into `out`.
+arrow::Status ReadRowGroupLengths(const Dataset& dataset, int64_t split_index, int spec,
+                           arrow::MemoryPool* pool, std::vector<int32_t>* out) {
   const ColumnSource& src = dataset.files()[dataset.splits()[split_index].file].columns[spec];
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
@@ -52,20 +58,10 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
     if (batch->num_columns() != 1) return arrow::Status::Invalid("expected one column");
     ARROW_ASSIGN_OR_RAISE(auto column, ExtractPath(batch->column(0), src.path, pool));
     const arrow::Array& a = *column;
-    const int64_t first_row = static_cast<int64_t>(out->size());
     for (int64_t r = 0; r < a.length(); ++r) {
-      int64_t n = 0;
+      int64_t n = -1;
       if (a.IsNull(r)) {
-        // An empty document (no tokens) with a fill; a row the filter drops is never
-        // packed, so its length does not matter.
-        const auto row = static_cast<int32_t>(first_row + r);
-        const bool dropped = split.rows != nullptr &&
-                             !std::binary_search(split.rows->begin(), split.rows->end(), row);
-        if (!null_is_empty && !dropped) {
-          return arrow::Status::Invalid("row ", row, " is a null list",
-                                        null_remedy.empty() ? "" : "; ", null_remedy);
-        }
-        if (!dropped) ++*nulls;
+        // (Kept, dropped or filled: the split's use decides; KeepLengths.)
       } else if (a.type_id() == arrow::Type::LIST) {
         n = static_cast<const arrow::ListArray&>(a).value_length(r);
       } else if (a.type_id() == arrow::Type::LARGE_LIST) {
@@ -82,31 +78,72 @@ arrow::Status ReadSplit(const Dataset& dataset, int64_t split_index, int spec,
   if (static_cast<int64_t>(out->size()) != split.file_rows) {
     return arrow::Status::Invalid("read ", out->size(), " rows, the footer says ", split.file_rows);
   }
-  if (split.rows != nullptr) {  // a filter kept these rows only
-    std::vector<int32_t> kept;
-    kept.reserve(split.rows->size());
-    for (int32_t r : *split.rows) kept.push_back((*out)[r]);
-    *out = std::move(kept);
+  return arrow::Status::OK();
+}
+
+// The lengths of the rows `split` keeps (a filter's, or all) from `raw`, its row group's
+// (ReadRowGroupLengths), into `out` (split.num_rows of them). A null row is an empty document
+// with `null_is_empty` (counted in `*nulls`), an error naming it otherwise; a null row
+// the filter drops is never packed, so it is neither.
+arrow::Status KeepLengths(const int32_t* raw, const Split& split, bool null_is_empty,
+                          const std::string& null_remedy, int32_t* out, int64_t* nulls) {
+  const int64_t kept = split.rows != nullptr ? static_cast<int64_t>(split.rows->size())
+                                             : split.file_rows;
+  if (kept != split.num_rows) {
+    return arrow::Status::Invalid("read ", kept, " rows, the split keeps ", split.num_rows);
+  }
+  for (int64_t i = 0; i < kept; ++i) {
+    const int64_t row = split.rows != nullptr ? (*split.rows)[i] : i;
+    int32_t n = raw[row];
+    if (n < 0) {
+      if (!null_is_empty) {
+        return arrow::Status::Invalid("row ", row, " is a null list",
+                                      null_remedy.empty() ? "" : "; ", null_remedy);
+      }
+      ++*nulls;
+      n = 0;
+    }
+    out[i] = n;
   }
   return arrow::Status::OK();
 }
+
+// Run fn(i) for i in [0, n) on up to `threads` threads (this one if none starts).
+template <typename Fn>
+void ForEachOnThreads(int64_t n, int threads, const Fn& fn) {
+  if (n == 0) return;
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t i = next++; i < n; i = next++) fn(i);
+  };
+  std::vector<std::thread> pool_threads;
+  const int count = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
+  if (StartThreads(count, work, &pool_threads) == 0) work();  // none started: this thread
+  for (auto& t : pool_threads) t.join();
+}
+
+// The ranks of a node wait this long for the one reading lengths the store lacks, then
+// read them too.
+constexpr auto kLengthsLockTimeout = std::chrono::minutes(30);
 
 }  // namespace
 
 arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
     const Dataset& dataset, int column, bool null_is_empty, const std::string& null_remedy,
-    int threads, arrow::MemoryPool* pool, const CancelFlag& cancel) {
+    int threads, arrow::MemoryPool* pool, const CancelFlag& cancel, const std::string& store_dir) {
   if (dataset.partition_index()[column] >= 0) {
     return arrow::Status::Invalid("column '", dataset.specs()[column].name,
                                   "' is a partition key, not a list column");
   }
-  const auto num_splits = static_cast<int64_t>(dataset.splits().size());
+  const auto& splits = dataset.splits();
+  const auto& files = dataset.files();
+  const auto num_splits = static_cast<int64_t>(splits.size());
   // Each split's lengths are written in place by the thread that reads it (no second
   // copy of every length while they are put together).
   auto out = std::make_shared<DocumentLengths>();
   out->first_.reserve(num_splits + 1);
   int64_t rows = 0;
-  for (const Split& split : dataset.splits()) {
+  for (const Split& split : splits) {
     out->first_.push_back(rows);
     rows += split.num_rows;
   }
@@ -114,57 +151,186 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   std::vector<int32_t> lengths(static_cast<size_t>(rows));  // zeros: a split of empty documents
   std::vector<int64_t> nulls(num_splits, 0);
   std::vector<arrow::Status> status(num_splits);
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    const RetryStopScope no_retry_once_cancelled(cancel);
-    for (int64_t s = next++; s < num_splits; s = next++) {
-      if (IsCancelled(cancel)) {
-        status[s] = CancelledStatus();
-        continue;
-      }
-      const Split& split = dataset.splits()[s];
-      const DataFile& file = dataset.files()[split.file];
-      arrow::Status st;
-      try {
-        const ColumnSource& src = file.columns[column];
-        if (src.field < 0 && null_is_empty) {
-          // Empty documents: one per row the split keeps (a filter's, or all): the zeros
-          // already there.
-          nulls[s] = split.num_rows;
-        } else if (src.field < 0) {
-          st = arrow::Status::Invalid("the file lacks the column (its rows are null)",
-                                      null_remedy.empty() ? "" : "; ", null_remedy);
-        } else {
-          std::vector<int32_t> mine;
-          st = ReadSplit(dataset, s, column, null_is_empty, null_remedy, pool, &mine, &nulls[s]);
-          if (st.ok() && static_cast<int64_t>(mine.size()) != split.num_rows) {
-            st = arrow::Status::Invalid("read ", mine.size(), " rows, the split keeps ",
-                                        split.num_rows);
-          }
-          if (st.ok()) std::copy(mine.begin(), mine.end(), lengths.begin() + out->first_[s]);
+  auto fail = [&](int64_t s, const arrow::Status& st) {
+    const DataFile& file = files[splits[s].file];
+    if (st.IsOutOfMemory()) {  // (a malloc that failed, not the data: MemoryError)
+      status[s] = WithContext(st, "cannot read the lengths of column '" +
+                                      dataset.specs()[column].name + "' in '" + file.display +
+                                      "', row group " + std::to_string(splits[s].row_group));
+    } else if (st.IsCancelled()) {
+      status[s] = st;
+    } else {
+      status[s] = MakeError(ErrorKind::kInvalidData, "cannot read the lengths of column '",
+                            dataset.specs()[column].name, "' in '", file.display,
+                            "', row group ", splits[s].row_group, ": ", st.message());
+    }
+  };
+  auto keep = [&](int64_t s, const int32_t* raw) {
+    const arrow::Status st = KeepLengths(raw, splits[s], null_is_empty, null_remedy,
+                                         lengths.data() + out->first_[s], &nulls[s]);
+    if (!st.ok()) fail(s, st);
+  };
+  // The splits of each file that read the column; files lacking it decided here.
+  std::vector<std::vector<int64_t>> by_file(files.size());
+  for (int64_t s = 0; s < num_splits; ++s) {
+    const ColumnSource& src = files[splits[s].file].columns[column];
+    if (src.field >= 0) {
+      by_file[splits[s].file].push_back(s);
+    } else if (null_is_empty) {
+      // Empty documents: one per row the split keeps (a filter's, or all): the zeros
+      // already there.
+      nulls[s] = splits[s].num_rows;
+    } else {
+      fail(s, arrow::Status::Invalid("the file lacks the column (its rows are null)",
+                                     null_remedy.empty() ? "" : "; ", null_remedy));
+    }
+  }
+
+  // Kept in store_dir: each file's lengths once, not at every start of every rank. Not
+  // those of an object modified just before it was listed (DataFile::settled).
+  const bool storing = !store_dir.empty() && store_dir != ":memory:";
+  auto stored = [&](size_t f) { return storing && files[f].settled && !by_file[f].empty(); };
+  std::vector<uint8_t> done(num_splits, 0);  // lengths taken from the store
+  // What a file's stored lengths held that this dataset does not read (another filter's
+  // row groups): kept when its lengths are stored again.
+  std::vector<FileLengths> held(files.size());
+  std::vector<std::string> keys(files.size());
+  std::atomic<int64_t> from_store{0};
+  auto load = [&](int64_t f) {
+    if (!stored(f) || IsCancelled(cancel)) return;
+    bool all = true;
+    try {
+      if (keys[f].empty()) keys[f] = LengthsKey(files[f], files[f].columns[column]);
+      auto entry = LoadLengths(store_dir, keys[f], files[f].num_row_groups(), files[f].num_rows());
+      for (int64_t s : by_file[f]) {
+        if (done[s] != 0) continue;
+        const int64_t at = entry ? entry->Find(splits[s].row_group, splits[s].file_rows) : -1;
+        if (at < 0) {
+          all = false;
+          continue;
         }
+        keep(s, entry->lengths.data() + at);
+        done[s] = 1;
+      }
+      if (!all && entry) held[f] = std::move(*entry);
+    } catch (const std::exception&) {
+      return;  // (out of memory, or a footer that will not parse: read from the source)
+    }
+    if (all) ++from_store;
+  };
+  auto missing = [&] {
+    std::vector<int64_t> todo;
+    for (size_t f = 0; f < files.size(); ++f) {
+      for (int64_t s : by_file[f]) {
+        if (done[s] == 0) todo.push_back(s);
+      }
+    }
+    return todo;
+  };
+  std::unique_ptr<NodeLock> node_lock;
+  if (storing) {
+    ForEachOnThreads(static_cast<int64_t>(files.size()), threads, load);
+    if (!missing().empty()) {
+      // One rank of a node reads what the store lacks; the others wait, then load it.
+      std::error_code ec;
+      std::filesystem::create_directories(store_dir, ec);
+      if (!ec) MarkCacheDir(store_dir);  // (before lengths/ is made, as the shards are)
+      node_lock = NodeLock::Acquire(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
+      if (IsCancelled(cancel)) return CancelledStatus();
+      ForEachOnThreads(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
+        for (int64_t s : by_file[f]) {
+          if (done[s] == 0) return load(f);
+        }
+      });
+    }
+  }
+
+  // The rest read from the source, in parallel over row groups; a file's lengths are
+  // stored once its last row group is read (so only files in flight hold them twice).
+  struct Pending {
+    std::mutex mu;
+    int64_t left = 0;
+    bool failed = false;
+    std::vector<std::pair<int64_t, std::vector<int32_t>>> read;  // row group, raw lengths
+  };
+  const std::vector<int64_t> todo = missing();
+  std::vector<Pending> pending(files.size());
+  for (int64_t s : todo) ++pending[splits[s].file].left;
+  std::mutex store_mu;
+  std::string store_error;
+  std::atomic<int64_t> stored_files{0};
+  auto store = [&](size_t f, Pending* p) {
+    // The row groups read now and those the stored file held besides, ascending.
+    std::vector<std::tuple<int64_t, const int32_t*, int64_t>> parts;  // row group, lengths, rows
+    for (const auto& [rg, raw] : p->read) {
+      parts.emplace_back(rg, raw.data(), static_cast<int64_t>(raw.size()));
+    }
+    const FileLengths& old = held[f];
+    int64_t offset = 0;
+    for (size_t i = 0; i < old.row_groups.size(); ++i) {
+      const bool read_now = std::any_of(p->read.begin(), p->read.end(),
+                                        [&](const auto& r) { return r.first == old.row_groups[i]; });
+      if (!read_now) parts.emplace_back(old.row_groups[i], old.lengths.data() + offset, old.rows[i]);
+      offset += old.rows[i];
+    }
+    std::sort(parts.begin(), parts.end());
+    FileLengths merged;
+    for (const auto& [rg, data, n] : parts) {
+      merged.row_groups.push_back(rg);
+      merged.rows.push_back(n);
+      merged.lengths.insert(merged.lengths.end(), data, data + n);
+    }
+    if (keys[f].empty()) keys[f] = LengthsKey(files[f], files[f].columns[column]);
+    std::string error = StoreLengths(store_dir, keys[f], merged);
+    if (error.empty()) {
+      ++stored_files;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(store_mu);
+    if (store_error.empty()) store_error = std::move(error);
+  };
+  ForEachOnThreads(static_cast<int64_t>(todo.size()), threads, [&](int64_t i) {
+    const RetryStopScope no_retry_once_cancelled(cancel);
+    const int64_t s = todo[i];
+    const auto f = static_cast<size_t>(splits[s].file);
+    std::vector<int32_t> raw;
+    arrow::Status st;
+    if (IsCancelled(cancel)) {
+      st = CancelledStatus();
+    } else {
+      try {
+        st = ReadRowGroupLengths(dataset, s, column, pool, &raw);
+        if (st.ok()) keep(s, raw.data());
       } catch (const std::bad_alloc&) {
         st = arrow::Status::OutOfMemory("out of memory");
       } catch (const std::exception& e) {
         st = arrow::Status::IOError(e.what());
       }
-      if (st.IsOutOfMemory()) {  // (a malloc that failed, not the data: MemoryError)
-        status[s] = WithContext(st, "cannot read the lengths of column '" +
-                                        dataset.specs()[column].name + "' in '" + file.display +
-                                        "', row group " + std::to_string(split.row_group));
-      } else if (!st.ok()) {
-        status[s] = MakeError(ErrorKind::kInvalidData, "cannot read the lengths of column '",
-                              dataset.specs()[column].name, "' in '", file.display,
-                              "', row group ", split.row_group, ": ", st.message());
-      }
+      if (!st.ok()) fail(s, st);
     }
-  };
-  std::vector<std::thread> pool_threads;
-  const int n = std::max(1, std::min<int>(threads, static_cast<int>(num_splits)));
-  if (StartThreads(n, work, &pool_threads) == 0) work();  // none started: this thread reads
-  for (auto& t : pool_threads) t.join();
+    if (!stored(f)) return;
+    Pending& p = pending[f];
+    std::unique_lock<std::mutex> lock(p.mu);
+    p.failed = p.failed || !st.ok();
+    if (st.ok()) p.read.emplace_back(splits[s].row_group, std::move(raw));
+    if (--p.left > 0 || p.failed) return;
+    lock.unlock();
+    try {
+      store(f, &p);
+    } catch (const std::exception& e) {  // (out of memory: not kept, as a failed write)
+      std::lock_guard<std::mutex> guard(store_mu);
+      if (store_error.empty()) store_error = std::string("cannot save row lengths: ") + e.what();
+    }
+    p.read.clear();
+    p.read.shrink_to_fit();
+    held[f] = FileLengths();
+  });
+  node_lock.reset();
   for (const auto& st : status) ARROW_RETURN_NOT_OK(st);
   for (int64_t n : nulls) out->null_rows_ += n;
+  out->files_from_store_ = from_store;
+  out->files_stored_ = stored_files;
+  out->store_error_ = std::move(store_error);
   out->lengths_.Assign(std::move(lengths));
   return std::shared_ptr<const DocumentLengths>(std::move(out));
 }

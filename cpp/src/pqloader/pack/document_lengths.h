@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <arrow/memory_pool.h>
@@ -27,10 +28,13 @@ class DocumentLengths {
   /// every split, with `threads` threads. A null row is an error naming it (and
   /// `null_remedy`, if not empty), unless the split's filter drops it or `null_is_empty`
   /// (a fill: an empty document, length 0). Errors name the file and row group;
-  /// Cancelled once `cancel` is set.
+  /// Cancelled once `cancel` is set. With `store_dir` (a cache directory), each file's
+  /// lengths are taken from it where it has them (pack/length_store.h) and kept there
+  /// once read; one process of a node reads what it lacks while the others wait.
   static arrow::Result<std::shared_ptr<const DocumentLengths>> Read(
       const Dataset& dataset, int column, bool null_is_empty, const std::string& null_remedy,
-      int threads, arrow::MemoryPool* pool, const CancelFlag& cancel = nullptr);
+      int threads, arrow::MemoryPool* pool, const CancelFlag& cancel = nullptr,
+      const std::string& store_dir = "");
 
   /// Tokens of rows [begin, end) of split `split`, summed.
   int64_t Sum(int64_t split, int64_t begin, int64_t end) const {
@@ -43,9 +47,19 @@ class DocumentLengths {
   /// Null rows (with `null_is_empty`: each an empty document, length 0), and the rows of
   /// files that lack the column.
   int64_t null_rows() const { return null_rows_; }
+  /// Files whose lengths all came from `store_dir`, and files whose lengths were stored
+  /// there by this read.
+  int64_t files_from_store() const { return files_from_store_; }
+  int64_t files_stored() const { return files_stored_; }
+  /// Why lengths could not be stored (the first failure: a full or read-only disk),
+  /// or "": they are read from the source again next time.
+  const std::string& store_error() const { return store_error_; }
 
  private:
   int64_t null_rows_ = 0;
+  int64_t files_from_store_ = 0;
+  int64_t files_stored_ = 0;
+  std::string store_error_;
   // All rows, split after split. Every rank holds every row's length (a pack plan sums
   // any rank's rows): 4.125 bytes a document with checkpointed sums, 12 with a prefix sum
   // per row (10^9 documents: 4.1 GB, not 12 GB).

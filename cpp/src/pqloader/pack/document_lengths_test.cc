@@ -9,8 +9,6 @@
 
 #include <arrow/api.h>
 
-#include <arrow/io/file.h>
-#include <parquet/arrow/writer.h>
 
 #include "pqloader/pack/pack_plan.h"
 #include "pqloader/plan/epoch_plan.h"
@@ -139,35 +137,8 @@ TEST(DocumentLengths, RefusesAColumnThatIsNotAList) {
   EXPECT_NE(lengths.status().message().find("a.parquet"), std::string::npos);
 }
 
-// a.parquet: one row group of token lists [0 1], null, [0 1 2], null (and ids);
-// b.parquet: three rows of ids only (it lacks the token column: its rows are null).
-std::string NullDocuments() {
-  const std::string dir = testing::MakeTempDir();
-  arrow::ListBuilder tokens(arrow::default_memory_pool(), std::make_shared<arrow::Int32Builder>());
-  auto* values = static_cast<arrow::Int32Builder*>(tokens.value_builder());
-  EXPECT_TRUE(tokens.Append().ok() && values->AppendValues({0, 1}).ok());
-  EXPECT_TRUE(tokens.AppendNull().ok());
-  EXPECT_TRUE(tokens.Append().ok() && values->AppendValues({0, 1, 2}).ok());
-  EXPECT_TRUE(tokens.AppendNull().ok());
-  arrow::Int64Builder ids;
-  EXPECT_TRUE(ids.AppendValues({0, 1, 2, 3}).ok());
-  auto a = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64()),
-                                             arrow::field("tokens", arrow::list(arrow::int32()))}),
-                              {ids.Finish().ValueOrDie(), tokens.Finish().ValueOrDie()});
-  arrow::Int64Builder b_ids;
-  EXPECT_TRUE(b_ids.AppendValues({0, 1, 2}).ok());
-  auto b = arrow::Table::Make(arrow::schema({arrow::field("id", arrow::int64())}),
-                              {b_ids.Finish().ValueOrDie()});
-  for (const auto& [name, table] : {std::pair{"a", a}, std::pair{"b", b}}) {
-    auto out = arrow::io::FileOutputStream::Open(dir + "/" + name + ".parquet").ValueOrDie();
-    EXPECT_TRUE(parquet::arrow::WriteTable(*table, arrow::default_memory_pool(), out, 100).ok());
-    EXPECT_TRUE(out->Close().ok());
-  }
-  return dir;
-}
-
 TEST(DocumentLengths, NullDocumentsAreEmptyOrRefusedAndOnlyTheKeptRowsCount) {
-  const std::string dir = NullDocuments();
+  const std::string dir = testing::MakeNullDocumentsDir();
   DatasetOptions options;
   options.columns.columns = {"tokens"};
   auto dataset = Dataset::Open({dir}, options).ValueOrDie();
