@@ -104,9 +104,10 @@ test-cpp: build
 	cd $(BUILD_DIR) && $(CURDIR)/$(VENV)/bin/ctest -j$(JOBS) --output-on-failure
 
 # JOBS pytest processes (pytest-xdist), each taking whole files: a file's session
-# fixtures (servers, generated corpora, Spark) are made by one process, once.
+# fixtures (servers, generated corpora, Spark) are made by one process, once. Files are
+# handed out longest first (python/tests/conftest.py: FILE_SECONDS).
 test-python: build
-	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --durations=15 python/tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=15 python/tests
 
 # The wheel as users get it: installed into three fresh virtualenvs (created once per
 # requirements file, stamped), smoke suite with LD_LIBRARY_PATH empty, ldd, import time,
@@ -130,13 +131,25 @@ $(WHEEL_VENVS)/%/.stamp: python/tests_wheel/requirements-%.txt | $(UV)
 wheel-venvs:
 	@$(MAKE) --no-print-directory -j$(JOBS) $(foreach e,$(WHEEL_ENVS),$(WHEEL_VENVS)/$(e)/.stamp)
 
+# Two processes: the sdist's build from source in one, the smoke runs in the other
+# (python/tests_wheel/test_wheel.py's xdist groups).
 test-wheel: build wheel-venvs
-	$(PY) -m pytest -q -p no:cacheprovider python/tests_wheel
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadgroup python/tests_wheel
 
 # Every C++ and Python test, the installed wheel's tests, the thread-safety analysis
 # (lint: the fuzz build's clang compile, ~2 min), then the fuzz drivers over their seeds, the inputs of every crash found
 # so far (cpp/fuzz/regressions/) and a fixed-seed run (under 2 min).
-test: test-cpp test-python test-wheel
+# The fuzz build compiles beside the Python tests at the lowest priority (nice 19): it
+# takes the CPU they leave idle while their subprocesses start, servers answer and
+# trainers wait (a quarter of 2 cores over the suite). Its output is shown once both end.
+test: test-cpp
+	@mkdir -p build; \
+	  nice -n 19 $(MAKE) --no-print-directory fuzz-build > build/fuzz-build.log 2>&1 & fuzz=$$!; \
+	  $(MAKE) --no-print-directory test-python; tests=$$?; \
+	  wait $$fuzz; built=$$?; echo "fuzz build (beside the Python tests):"; tail -5 build/fuzz-build.log; \
+	  [ $$tests = 0 ] || exit $$tests; \
+	  [ $$built = 0 ] || { cat build/fuzz-build.log; echo "the fuzz build failed"; exit $$built; }
+	$(MAKE) --no-print-directory test-wheel
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory fuzz-regress
 

@@ -36,6 +36,11 @@ from PIL import Image
 import pqloader
 from pqloader import transforms as T
 
+# `make test-wheel` runs this file in two pytest-xdist workers (--dist loadgroup): the
+# sdist's build from source (two compiler processes, ~2 minutes) in one, everything else
+# (the smoke runs: one process each, mostly waiting on imports) in the other.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 REPO = Path(__file__).resolve().parents[2]
 VENVS = Path(os.environ.get("PQLOADER_WHEEL_VENVS", REPO / "build" / "wheel-venvs"))
 WHEEL_DIR = Path(os.environ.get("PQLOADER_WHEEL_DIR", REPO / "build" / "wheel"))
@@ -80,12 +85,24 @@ def site_packages(env: str) -> Path:
 # -- fixtures ---------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def installed() -> dict[str, Path]:
-    """The wheel, installed (no dependencies: the environment pins them) into each env."""
+    """The wheel, installed (no dependencies: the environment pins them) into each env:
+    once per wheel, whichever pytest-xdist worker comes first (the others wait on the
+    lock, then find the environment's stamp naming this wheel)."""
+    import fcntl
     wheel = the_wheel()
+    st = wheel.stat()
+    this = f"{wheel.name} {st.st_size} {st.st_mtime_ns}\n"
     for env in ENVS:
         py = venv_python(env)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
-                        str(wheel)], check=True, stdout=subprocess.DEVNULL)
+        stamp = VENVS / env / ".pqloader-installed"  # gone when `make` remakes the env
+        with open(VENVS / env / ".pqloader-install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not stamp.exists() or stamp.read_text() != this:
+                stamp.unlink(missing_ok=True)
+                subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps",
+                                "--force-reinstall", str(wheel)], check=True,
+                               stdout=subprocess.DEVNULL)
+                stamp.write_text(this)
     return {env: venv_python(env) for env in ENVS}
 
 
@@ -348,6 +365,7 @@ def sdist(tmp_path_factory) -> Path:
 # pytest-timeout's 300 s backstop (pyproject.toml) would cut it; its subprocesses have
 # their own limits.
 @pytest.mark.timeout(1500)
+@pytest.mark.xdist_group("sdist")
 def test_sdist_builds_from_source_and_passes_the_smoke_suite_without_pyarrow(
         sdist, installed, data, s3, tmp_path_factory, tmp_path):
     """pip builds the sdist as a user's pip would (build isolation: it fetches the build
@@ -387,6 +405,7 @@ def test_sdist_builds_from_source_and_passes_the_smoke_suite_without_pyarrow(
     assert origin.startswith(str(site)), origin  # the from-source build ran, not the wheel
 
 
+@pytest.mark.xdist_group("sdist")
 def test_sdist_configure_lists_every_missing_library(sdist, tmp_path):
     """The sdist holds what a build needs, and a machine without the -dev packages gets one
     message naming all of them (CMake is told to ignore the system prefixes)."""
