@@ -14,6 +14,7 @@
 
 #include "pqloader/tensor/batch.h"
 #include "pqloader/tensor/buffer_pool.h"
+#include "pqloader/tensor/group_rows.h"
 #include "pqloader/tensor/window_gather.h"
 
 namespace pqloader {
@@ -167,29 +168,8 @@ void BM_WindowGather(benchmark::State& state) {
 }
 BENCHMARK(BM_WindowGather)->Unit(benchmark::kMillisecond);
 
-__attribute__((target("avx2"))) void Gather32Avx2(const uint32_t* src, const int32_t* idx, int64_t n,
-                                                  uint32_t* out) {
-  int64_t i = 0;
-  for (const int64_t end = n - n % 8; i < end; i += 8) {
-    const __m256i ix = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + i));
-    const __m256i v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(src), ix, 4);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
-  }
-  for (; i < n; ++i) out[i] = src[idx[i]];
-}
-__attribute__((target("avx2"))) void Gather64Avx2(const uint64_t* src, const int32_t* idx, int64_t n,
-                                                  uint64_t* out) {
-  int64_t i = 0;
-  for (const int64_t end = n - n % 4; i < end; i += 4) {
-    const __m128i ix = _mm_loadu_si128(reinterpret_cast<const __m128i*>(idx + i));
-    const __m256i v = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(src), ix, 8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
-  }
-  for (; i < n; ++i) out[i] = src[idx[i]];
-}
-
 // The window's column made contiguous first (sequential copies), then gathered with
-// 32-bit indices, scalar or AVX2.
+// 32-bit indices: scalar, or the loader's own gather (AVX2 where the CPU has it).
 void WindowConcatGather(benchmark::State& state, bool avx2) {
   const Window w(false);
   const int64_t n = kRows * kUnits;
@@ -204,16 +184,17 @@ void WindowConcatGather(benchmark::State& state, bool avx2) {
       for (int u = 0; u < kUnits; ++u) {
         std::memcpy(concat.data() + u * kRows * width, w.units[u]->columns[c].data->data(), kRows * width);
       }
-      if (width == 4) {
+      if (avx2) {  // the production gather (window_gather.h), streamed stores included
+        GatherRows(width, concat.data(), idx.data(), n, out[c].data());
+        StreamFence();
+      } else if (width == 4) {
         const auto* src = reinterpret_cast<const uint32_t*>(concat.data());
         auto* dst = reinterpret_cast<uint32_t*>(out[c].data());
-        if (avx2) Gather32Avx2(src, idx.data(), n, dst);
-        else for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
+        for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
       } else {
         const auto* src = reinterpret_cast<const uint64_t*>(concat.data());
         auto* dst = reinterpret_cast<uint64_t*>(out[c].data());
-        if (avx2) Gather64Avx2(src, idx.data(), n, dst);
-        else for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
+        for (int64_t i = 0; i < n; ++i) dst[i] = src[idx[i]];
       }
     }
     benchmark::DoNotOptimize(out);

@@ -62,8 +62,8 @@ int64_t AlignUp(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 constexpr int64_t kNarrowBytes = 16;
 constexpr int64_t kMaxScratchBytes = int64_t{16} << 20;
 
+}  // namespace
 
-// out row i = src row index[i], rows of `width` bytes.
 void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t n, uint8_t* out) {
   switch (width) {
     case 1: return GatherScalar(src, index, n, out);
@@ -91,6 +91,8 @@ void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t
       }
   }
 }
+
+namespace {
 
 // The window's values of column c, next to each other (unit after unit), in `scratch`;
 // a unit whose column is in its row-major block is copied out of it, one not read yet

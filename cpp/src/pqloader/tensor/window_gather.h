@@ -50,6 +50,11 @@
 
 namespace pqloader {
 
+/// out row i = src row index[i], for rows of `width` bytes: AVX2 gathers for 4- and 8-byte
+/// rows where the CPU has them, their stores streamed where `out` is 32-byte aligned
+/// (StreamFence, tensor/group_rows.h, before another thread reads `out`).
+void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t n, uint8_t* out);
+
 class WindowGather {
  public:
   /// `units`: the window's units, in order; `index[i]`: the row, counted across the
