@@ -34,7 +34,7 @@ constexpr int64_t kRowsPerSlice = 8192;
 // Every row's length of column `spec` in `split`'s row group (all its rows, whatever a
 // filter keeps), -1 for a null row, into `out`.
 arrow::Status ReadRowGroupLengths(const Dataset& dataset, int64_t split_index, int spec,
-                           arrow::MemoryPool* pool, std::vector<int32_t>* out) {
+                                  arrow::MemoryPool* pool, std::vector<int32_t>* out) {
   const ColumnSource& src = dataset.files()[dataset.splits()[split_index].file].columns[spec];
   const Split& split = dataset.splits()[split_index];
   const DataFile& file = dataset.files()[split.file];
@@ -81,10 +81,10 @@ arrow::Status ReadRowGroupLengths(const Dataset& dataset, int64_t split_index, i
   return arrow::Status::OK();
 }
 
-// The lengths of the rows `split` keeps (a filter's, or all) from `raw`, its row group's
-// (ReadRowGroupLengths), into `out` (split.num_rows of them). A null row is an empty document
-// with `null_is_empty` (counted in `*nulls`), an error naming it otherwise; a null row
-// the filter drops is never packed, so it is neither.
+// The lengths of the rows `split` keeps (a filter's, or all) from `raw`, its row
+// group's (ReadRowGroupLengths), into `out` (split.num_rows of them). A null row is an
+// empty document with `null_is_empty` (counted in `*nulls`), an error naming it
+// otherwise; a null row the filter drops is never packed, so it is neither.
 arrow::Status KeepLengths(const int32_t* raw, const Split& split, bool null_is_empty,
                           const std::string& null_remedy, int32_t* out, int64_t* nulls) {
   const int64_t kept = split.rows != nullptr ? static_cast<int64_t>(split.rows->size())

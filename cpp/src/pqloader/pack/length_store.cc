@@ -67,7 +67,8 @@ std::optional<FileLengths> LoadLengths(const std::string& dir, const std::string
                             4 * max_rows + 8;
   std::string in;
   if (!ReadCacheFile(LengthsPath(dir, key), max_bytes, &in)) return std::nullopt;
-  if (in.size() < kLengthsHeaderBytes + 8 || std::memcmp(in.data(), kLengthsMagic, sizeof kLengthsMagic) != 0 ||
+  if (in.size() < kLengthsHeaderBytes + 8 ||
+      std::memcmp(in.data(), kLengthsMagic, sizeof kLengthsMagic) != 0 ||
       in.compare(sizeof kLengthsMagic, kLengthsKeyBytes, key) != 0) {
     return std::nullopt;  // not a lengths file, or another key's copied in its place
   }
