@@ -104,10 +104,9 @@ test-cpp: build
 	cd $(BUILD_DIR) && $(CURDIR)/$(VENV)/bin/ctest -j$(JOBS) --output-on-failure
 
 # JOBS pytest processes (pytest-xdist), each taking whole files: a file's session
-# fixtures (servers, generated corpora, Spark) are made by one process, once. Files are
-# handed out longest first (python/tests/conftest.py: FILE_SECONDS).
+# fixtures (servers, generated corpora, Spark) are made by one process, once.
 test-python: build
-	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=15 python/tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile --durations=15 python/tests
 
 # The wheel as users get it: installed into three fresh virtualenvs (created once per
 # requirements file, stamped), smoke suite with LD_LIBRARY_PATH empty, ldd, import time,

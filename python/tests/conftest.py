@@ -49,31 +49,6 @@ def pytest_configure(config):
             raise pytest.UsageError(f"expected the ASan build of pqloader._core, got {_core.__file__}")
 
 
-# Seconds each of the longest files took on the 2-core CI machine (`make test-python`
-# with --durations=0, setup + call + teardown summed per file; 2026-12-07). `make
-# test-python` runs files in two processes (--dist loadfile --no-loadscope-reorder),
-# handed out in collection order: longest first, so that the run does not end on one
-# long file while the other process has nothing left (pytest-xdist's own order, by test
-# count, started the five Ray Train tests, 83 s, last). A stale figure costs balance only.
-FILE_SECONDS = {
-    "test_ray_train.py": 83, "test_conformance_generated.py": 75, "test_examples.py": 63,
-    "test_faults.py": 51, "test_torch.py": 51, "test_elastic.py": 48, "test_signals.py": 47,
-    "test_threads.py": 43, "test_distributed.py": 33, "test_cli.py": 32, "test_s3.py": 30,
-    "test_fuzz.py": 27, "test_multinode.py": 25, "test_memory.py": 23,
-    "test_petastorm_spark.py": 23, "test_cache.py": 22, "test_transforms.py": 22,
-    "test_real_writers.py": 18, "test_mix.py": 17, "test_conformance.py": 16,
-    "test_petastorm.py": 15, "test_local_io_faults.py": 11, "test_cache_node_fetch.py": 11,
-    "test_os_limits.py": 11,
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    """Files with the longest first (see FILE_SECONDS); each file's tests in their order."""
-    def seconds(item):
-        return FILE_SECONDS.get(Path(str(item.fspath)).name, 0)
-    items.sort(key=lambda item: -seconds(item))  # stable: files and tests keep their order
-
-
 @pytest.fixture(autouse=True)
 def _no_distributed_env(monkeypatch):
     """RANK / WORLD_SIZE from the outer environment must not leak into tests."""

@@ -17,6 +17,18 @@ import pqloader
 from test_s3 import _aws_env  # noqa: F401 (autouse: no AWS_* of the machine)
 
 
+@pytest.fixture(autouse=True)
+def _python_ctrl_c():
+    """Python's own Ctrl-C handler in this process (and so the default disposition in the
+    processes it starts), whatever pytest was started with: bash starts a background job
+    of a non-interactive shell (`(make test &)`) with SIGINT ignored, Python then installs
+    no handler, and the tests that raise SIGINT here failed for want of a KeyboardInterrupt."""
+    import signal
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.fixture(scope="module")
 def moto():
     """One moto S3 server for the module (a start per test cost ~1 s each); every test
