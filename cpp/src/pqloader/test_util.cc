@@ -105,6 +105,16 @@ std::string MakeNullDocumentsDir() {
   return dir;
 }
 
+std::vector<Split> KeepRows(Dataset* dataset, const std::vector<std::vector<int32_t>>& rows) {
+  std::vector<Split> splits = dataset->splits();
+  for (size_t s = 0; s < rows.size() && s < splits.size(); ++s) {
+    splits[s].rows = std::make_shared<const std::vector<int32_t>>(rows[s]);
+    splits[s].num_rows = static_cast<int64_t>(rows[s].size());
+  }
+  dataset->RestrictSplits(splits);
+  return splits;
+}
+
 std::vector<int64_t> DrainIds(Loader* loader, bool check_x, std::vector<int64_t>* sizes) {
   std::vector<int64_t> ids;
   while (true) {

@@ -6,7 +6,9 @@
 #include <vector>
 
 namespace pqloader {
+class Dataset;
 class Loader;
+struct Split;
 }
 
 namespace pqloader::testing {
@@ -28,6 +30,10 @@ void WriteTokensFile(const std::string& path, const std::vector<int32_t>& length
 /// lists (list<int32>) [0 1], null, [0 1 2], null; b.parquet, three rows of ids only (it
 /// lacks the token column: its rows are null).
 std::string MakeNullDocumentsDir();
+
+/// Restrict each split of `dataset` to the rows `rows` gives it (ascending, as a filter
+/// keeps them) and return the splits, as a filter's selection would leave them.
+std::vector<Split> KeepRows(Dataset* dataset, const std::vector<std::vector<int32_t>>& rows);
 
 /// The ids (column 0) of every batch left in the epoch `loader` has started, in order;
 /// with `check_x`, also that column 1 holds id / 2 in every row (WriteIdFile's x); the

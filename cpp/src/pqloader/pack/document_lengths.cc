@@ -227,14 +227,15 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
     }
     return todo;
   };
+  std::string store_error;  // the first failure to keep lengths
+  bool prepared = false;    // lengths/ made and swept: files are stored as they are read
   std::unique_ptr<NodeLock> node_lock;
   if (storing) {
     ForEachOnThreads(static_cast<int64_t>(files.size()), threads, load);
     if (!missing().empty()) {
       // One rank of a node reads what the store lacks; the others wait, then load it.
-      std::error_code ec;
-      std::filesystem::create_directories(store_dir, ec);
-      if (!ec) MarkCacheDir(store_dir);  // (before lengths/ is made, as the shards are)
+      store_error = PrepareLengthsStore(store_dir);
+      prepared = store_error.empty();
       node_lock = NodeLock::Acquire(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
       if (IsCancelled(cancel)) return CancelledStatus();
       ForEachOnThreads(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
@@ -257,7 +258,6 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   std::vector<Pending> pending(files.size());
   for (int64_t s : todo) ++pending[splits[s].file].left;
   std::mutex store_mu;
-  std::string store_error;
   std::atomic<int64_t> stored_files{0};
   auto store = [&](size_t f, Pending* p) {
     // The row groups read now and those the stored file held besides, ascending.
@@ -308,7 +308,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       }
       if (!st.ok()) fail(s, st);
     }
-    if (!stored(f)) return;
+    if (!stored(f) || !prepared) return;
     Pending& p = pending[f];
     std::unique_lock<std::mutex> lock(p.mu);
     p.failed = p.failed || !st.ok();

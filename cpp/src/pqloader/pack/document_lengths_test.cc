@@ -152,12 +152,7 @@ TEST(DocumentLengths, NullDocumentsAreEmptyOrRefusedAndOnlyTheKeptRowsCount) {
   EXPECT_NE(refused.status().message().find("row 1 is a null list; use fill_null"), std::string::npos)
       << refused.status().ToString();
   // A filter kept a's rows 0 and 2 (no null among them) and b's row 1 (a null one).
-  std::vector<Split> splits = dataset->splits();
-  splits[0].rows = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{0, 2});
-  splits[0].num_rows = 2;
-  splits[1].rows = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{1});
-  splits[1].num_rows = 1;
-  dataset->RestrictSplits(splits);
+  const std::vector<Split> splits = testing::KeepRows(dataset.get(), {{0, 2}, {1}});
   auto kept = DocumentLengths::Read(*dataset, 0, true, "", 2, arrow::default_memory_pool());
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
   EXPECT_EQ((*kept)->lengths(), (std::vector<int32_t>{2, 3, 0}));

@@ -106,10 +106,8 @@ std::optional<FileLengths> LoadLengths(const std::string& dir, const std::string
   return out;
 }
 
-std::string StoreLengths(const std::string& dir, const std::string& key,
-                         const FileLengths& lengths) {
-  const std::string path = LengthsPath(dir, key);
-  const std::string failed = "cannot save row lengths as '" + path + "' (";
+std::string PrepareLengthsStore(const std::string& dir) {
+  const std::string failed = "cannot save row lengths in '" + LengthsDir(dir) + "' (";
   const std::string unsaved = "): the next run reads them from the source again";
   std::error_code ec;
   // The directory is marked before lengths/ is made (as the cache's shards are).
@@ -122,6 +120,12 @@ std::string StoreLengths(const std::string& dir, const std::string& key,
   SweepStaleTemps(LengthsDir(dir), [](const std::string& name) {
     return name.find(".len.tmp-") == kLengthsKeyBytes;
   });
+  return "";
+}
+
+std::string StoreLengths(const std::string& dir, const std::string& key,
+                         const FileLengths& lengths) {
+  const std::string path = LengthsPath(dir, key);
   const size_t n = lengths.row_groups.size();
   std::string bytes(kLengthsMagic, sizeof kLengthsMagic);
   bytes.reserve(kLengthsHeaderBytes + 16 * n + 4 * lengths.lengths.size() + 8);
@@ -134,7 +138,9 @@ std::string StoreLengths(const std::string& dir, const std::string& key,
   const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
   AppendRaw(&bytes, &checksum, 1);
   const std::string why = WriteCacheFile(path, bytes);  // "<key>.len.tmp-..." first
-  return why.empty() ? "" : failed + why + unsaved;
+  return why.empty() ? ""
+                     : "cannot save row lengths as '" + path + "' (" + why +
+                           "): the next run reads them from the source again";
 }
 
 }  // namespace pqloader

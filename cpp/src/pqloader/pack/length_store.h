@@ -44,8 +44,14 @@ std::string LengthsKey(const DataFile& file, const ColumnSource& src);
 std::optional<FileLengths> LoadLengths(const std::string& dir, const std::string& key,
                                        int64_t max_row_groups, int64_t max_rows);
 
-/// Store `lengths` under `key` in cache directory `dir` (written under a temp name, then
-/// renamed), best effort: why it could not be (a full or read-only disk), or "".
+/// Make `dir` a cache directory with its lengths/ (marked first, as the cache's shards
+/// are) and delete the temp files killed writers left there: once before storing. Why
+/// it could not be (a read-only disk), or "".
+std::string PrepareLengthsStore(const std::string& dir);
+
+/// Store `lengths` under `key` in cache directory `dir`, prepared by PrepareLengthsStore
+/// (written under a temp name, then renamed), best effort: why it could not be (a full
+/// or read-only disk), or "".
 std::string StoreLengths(const std::string& dir, const std::string& key,
                          const FileLengths& lengths);
 

@@ -107,12 +107,7 @@ TEST(LengthStore, StoredRowsServeAFilterAndTheNullRulesAsTheSourceDoes) {
   EXPECT_NE(stored_error.message().find("a.parquet', row group 0"), std::string::npos)
       << stored_error.ToString();
   // A filter kept a's rows 0 and 2 (no null among them) and b's row 1 (a null one).
-  std::vector<Split> splits = dataset->splits();
-  splits[0].rows = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{0, 2});
-  splits[0].num_rows = 2;
-  splits[1].rows = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{1});
-  splits[1].num_rows = 1;
-  dataset->RestrictSplits(splits);
+  const std::vector<Split> splits = testing::KeepRows(dataset.get(), {{0, 2}, {1}});
   auto kept = ReadLengths(*dataset, store, true);
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
   EXPECT_EQ((*kept)->lengths(), (std::vector<int32_t>{2, 3, 0}));
