@@ -62,9 +62,9 @@ int64_t AlignUp(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 constexpr int64_t kNarrowBytes = 16;
 constexpr int64_t kMaxScratchBytes = int64_t{16} << 20;
 
-}  // namespace
-
-void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t n, uint8_t* out) {
+// out row i = src row index[i], rows of `width` bytes.
+void GatherRowsOf(int64_t width, const uint8_t* src, const int32_t* index, int64_t n,
+                  uint8_t* out) {
   switch (width) {
     case 1: return GatherScalar(src, index, n, out);
     case 2:
@@ -90,6 +90,12 @@ void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t
                     static_cast<size_t>(width));
       }
   }
+}
+
+}  // namespace
+
+void GatherRows(int64_t width, const uint8_t* src, const int32_t* index, int64_t n, uint8_t* out) {
+  GatherRowsOf(width, src, index, n, out);  // (the window gathers call it in this file)
 }
 
 namespace {
@@ -319,8 +325,8 @@ arrow::Status WindowGather::GatherColumn(size_t c) {
                           arrow::AllocateBuffer(rows * width, pool_));
     ARROW_RETURN_NOT_OK(ConcatColumn(units_, c, width, scratch->mutable_data()));
     for (const Chunk& chunk : chunks_) {
-      GatherRows(width, scratch->data(), index + chunk.first, chunk.last - chunk.first,
-                 dst_of(chunk));
+      GatherRowsOf(width, scratch->data(), index + chunk.first, chunk.last - chunk.first,
+                   dst_of(chunk));
     }
     StreamFence();  // the AVX2 gathers' streamed stores, before Run() counts the task done
   } else {
