@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <iterator>
 #include <limits>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -32,7 +31,7 @@
 #include "pqloader/util/cancel.h"
 #include "pqloader/util/fork_gate.h"
 #include "pqloader/util/node_lock.h"
-#include "pqloader/util/start_threads.h"
+#include "pqloader/util/parallel_for.h"
 
 namespace pqloader {
 
@@ -790,65 +789,57 @@ arrow::Result<OpenedFiles> ReadFooters(
       node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout, cancel);
     }
   }
-  std::atomic<int64_t> next{0};
   std::atomic<int64_t> footers_cached{0}, from_summary{0};
-  auto work = [&] {
+  ParallelFor(n, max_threads, [&](int64_t i) {
     const RetryStopScope no_retry_once_cancelled(cancel);
-    for (int64_t i = next++; i < n; i = next++) {
-      struct Done {  // counts this file when its turn ends, whichever way
-        Progress* p;
-        ~Done() {
-          if (p != nullptr) ++p->done;
-        }
-      } done{progress};
-      if (IsCancelled(cancel)) {
-        statuses[i] = CancelledStatus();
-        done.p = nullptr;  // not read
-        continue;
+    struct Done {  // counts this file when its turn ends, whichever way
+      Progress* p;
+      ~Done() {
+        if (p != nullptr) ++p->done;
       }
-      const int s = found[i].summary;
-      if (s >= 0 && static_cast<size_t>(s) < summaries.size() && summaries[s] != nullptr) {
-        const auto* entry = summaries[s]->Find(found[i].path, found[i].size, found[i].mtime_ns);
-        if (entry != nullptr) {
-          auto rgs = std::make_shared<SummaryRowGroups>();
-          rgs->summary = summaries[s]->metadata;
-          rgs->row_groups = entry->row_groups;
-          rgs->display = summaries[s]->display;
-          files[i].summary = std::move(rgs);
-          files[i].footer_hash = entry->footer_hash;
-          files[i].footer_hash_is_own = entry->has_identity;
-          files[i].settled = IsSettled(files[i]);
-          if (found[i].from_index) files[i].footer_check = std::make_shared<FooterCheck>();
-          schemas[i] = summaries[s]->arrow_schema;
-          manifests[i] = summaries[s]->manifest;
-          ++from_summary;
-          continue;
-        }
-      }
-      if (found[i].listed && !HasParquetExtension(found[i].path)) {
-        auto magic = HasMagic(files[i]);
-        if (!magic.ok()) {
-          statuses[i] = magic.status();
-          continue;
-        }
-        if (!*magic) {
-          skip[i] = 1;
-          continue;
-        }
-      }
-      bool cached = false;
-      auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
-      statuses[i] = ReadFooter(&files[i], &schemas[i], manifest.get(), footer_cache, &cached,
-                               int96_unit, &store_errors[i]);
-      manifests[i] = std::move(manifest);
-      if (cached) ++footers_cached;
+    } done{progress};
+    if (IsCancelled(cancel)) {
+      statuses[i] = CancelledStatus();
+      done.p = nullptr;  // not read
+      return;
     }
-  };
-  const int threads = static_cast<int>(std::clamp<int64_t>(n, 1, std::max(1, max_threads)));
-  std::vector<std::thread> pool;
-  StartThreads(threads - 1, work, &pool);  // (fewer if refused: this thread works too)
-  work();
-  for (auto& t : pool) t.join();
+    const int s = found[i].summary;
+    if (s >= 0 && static_cast<size_t>(s) < summaries.size() && summaries[s] != nullptr) {
+      const auto* entry = summaries[s]->Find(found[i].path, found[i].size, found[i].mtime_ns);
+      if (entry != nullptr) {
+        auto rgs = std::make_shared<SummaryRowGroups>();
+        rgs->summary = summaries[s]->metadata;
+        rgs->row_groups = entry->row_groups;
+        rgs->display = summaries[s]->display;
+        files[i].summary = std::move(rgs);
+        files[i].footer_hash = entry->footer_hash;
+        files[i].footer_hash_is_own = entry->has_identity;
+        files[i].settled = IsSettled(files[i]);
+        if (found[i].from_index) files[i].footer_check = std::make_shared<FooterCheck>();
+        schemas[i] = summaries[s]->arrow_schema;
+        manifests[i] = summaries[s]->manifest;
+        ++from_summary;
+        return;
+      }
+    }
+    if (found[i].listed && !HasParquetExtension(found[i].path)) {
+      auto magic = HasMagic(files[i]);
+      if (!magic.ok()) {
+        statuses[i] = magic.status();
+        return;
+      }
+      if (!*magic) {
+        skip[i] = 1;
+        return;
+      }
+    }
+    bool cached = false;
+    auto manifest = std::make_shared<parquet::arrow::SchemaManifest>();
+    statuses[i] = ReadFooter(&files[i], &schemas[i], manifest.get(), footer_cache, &cached,
+                             int96_unit, &store_errors[i]);
+    manifests[i] = std::move(manifest);
+    if (cached) ++footers_cached;
+  });
   for (const auto& st : statuses) ARROW_RETURN_NOT_OK(st);
   OpenedFiles out;
   out.from_cache = footers_cached.load();

@@ -7,11 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include <arrow/array.h>
 #include <arrow/array/concatenate.h>
@@ -43,7 +41,7 @@
 #include "pqloader/error.h"
 #include "pqloader/util/container_limits.h"
 #include "pqloader/util/node_lock.h"
-#include "pqloader/util/start_threads.h"
+#include "pqloader/util/parallel_for.h"
 #include "pqloader/util/thread_annotations.h"
 
 namespace pqloader {
@@ -1098,37 +1096,6 @@ class Evaluator {
   std::map<std::string, cp::Expression> bound_ PQ_GUARDED_BY(mu_);
 };
 
-// Run fn(i) for i in [0, n) on `threads` threads; the first error wins.
-arrow::Status ParallelFor(int64_t n, int threads, const std::function<arrow::Status(int64_t)>& fn) {
-  std::atomic<int64_t> next{0};
-  // The lowest failing index's error is reported, whatever the threads' timing (the first
-  // to fail was: a predicate failing on row groups 0 and 7 named either). Indices are
-  // claimed in increasing order, so every index below a failed one was claimed already
-  // and runs to its end; none above it starts.
-  std::atomic<int64_t> failed_at{std::numeric_limits<int64_t>::max()};
-  Mutex mu;
-  arrow::Status first;
-  auto work = [&] {
-    for (int64_t i = next++; i < n && i < failed_at.load(); i = next++) {
-      auto st = fn(i);
-      if (!st.ok()) {
-        MutexLock lock(mu);
-        if (i < failed_at.load()) {
-          failed_at = i;
-          first = st;
-        }
-      }
-    }
-  };
-  const int t = static_cast<int>(std::clamp<int64_t>(n, 1, std::max(1, threads)));
-  std::vector<std::thread> pool;
-  StartThreads(t - 1, work, &pool);  // (fewer if refused: this thread works too)
-  work();
-  for (auto& th : pool) th.join();
-  MutexLock lock(mu);
-  return first;
-}
-
 // --- the stored selection --------------------------------------------------------------
 
 // 002: the store key follows the magic (a 001 selection copied over another key's file
@@ -1378,7 +1345,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   const int threads = options.threads > 0 ? options.threads : AvailableCpus();
   // Stages 1 and 2 (footers only), in parallel over files.
   std::vector<std::vector<std::pair<int64_t, cp::Expression>>> masks(by_file.size());
-  ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(by_file.size()), threads, [&](int64_t f) {
+  ARROW_RETURN_NOT_OK(ParallelForStatus(static_cast<int64_t>(by_file.size()), threads, [&](int64_t f) {
     const RetryStopScope no_retry_once_cancelled(options.cancel);
     if (IsCancelled(options.cancel)) return CancelledStatus();
     if (by_file[f].empty()) return arrow::Status::OK();
@@ -1390,7 +1357,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
   }
   // Stage 3: row masks, in parallel over row groups.
   std::atomic<int64_t> mask_bytes{0};
-  ARROW_RETURN_NOT_OK(ParallelFor(static_cast<int64_t>(to_mask.size()), threads, [&](int64_t i) {
+  ARROW_RETURN_NOT_OK(ParallelForStatus(static_cast<int64_t>(to_mask.size()), threads, [&](int64_t i) {
     const RetryStopScope no_retry_once_cancelled(options.cancel);
     if (IsCancelled(options.cancel)) return CancelledStatus();
     int64_t bytes = 0;

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
-#include <thread>
 #include <tuple>
 
 #include <arrow/array.h>
@@ -22,7 +21,7 @@
 #include "pqloader/error.h"
 #include "pqloader/pack/length_store.h"
 #include "pqloader/util/node_lock.h"
-#include "pqloader/util/start_threads.h"
+#include "pqloader/util/parallel_for.h"
 
 namespace pqloader {
 
@@ -106,20 +105,6 @@ arrow::Status KeepLengths(const int32_t* raw, const Split& split, bool null_is_e
     out[i] = n;
   }
   return arrow::Status::OK();
-}
-
-// Run fn(i) for i in [0, n) on up to `threads` threads (this one if none starts).
-template <typename Fn>
-void ForEachOnThreads(int64_t n, int threads, const Fn& fn) {
-  if (n == 0) return;
-  std::atomic<int64_t> next{0};
-  auto work = [&] {
-    for (int64_t i = next++; i < n; i = next++) fn(i);
-  };
-  std::vector<std::thread> pool_threads;
-  const int count = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n)));
-  if (StartThreads(count, work, &pool_threads) == 0) work();  // none started: this thread
-  for (auto& t : pool_threads) t.join();
 }
 
 // The ranks of a node wait this long for the one reading lengths the store lacks, then
@@ -231,14 +216,14 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
   bool prepared = false;    // lengths/ made and swept: files are stored as they are read
   std::unique_ptr<NodeLock> node_lock;
   if (storing) {
-    ForEachOnThreads(static_cast<int64_t>(files.size()), threads, load);
+    ParallelFor(static_cast<int64_t>(files.size()), threads, load);
     if (!missing().empty()) {
       // One rank of a node reads what the store lacks; the others wait, then load it.
       store_error = PrepareLengthsStore(store_dir);
       prepared = store_error.empty();
       node_lock = NodeLock::Acquire(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
       if (IsCancelled(cancel)) return CancelledStatus();
-      ForEachOnThreads(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
+      ParallelFor(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
         for (int64_t s : by_file[f]) {
           if (done[s] == 0) return load(f);
         }
@@ -289,7 +274,7 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
     std::lock_guard<std::mutex> lock(store_mu);
     if (store_error.empty()) store_error = std::move(error);
   };
-  ForEachOnThreads(static_cast<int64_t>(todo.size()), threads, [&](int64_t i) {
+  ParallelFor(static_cast<int64_t>(todo.size()), threads, [&](int64_t i) {
     const RetryStopScope no_retry_once_cancelled(cancel);
     const int64_t s = todo[i];
     const auto f = static_cast<size_t>(splits[s].file);
