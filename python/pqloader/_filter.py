@@ -227,6 +227,10 @@ def _parse_filter(text: str) -> Any:
     def values_of(node: ast.AST) -> Any:
         """The values of an 'in' list: Python values, or an array of typed literals."""
         items = node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else None
+        if isinstance(node, ast.Set) and not any(isinstance(e, ast.Call) for e in items):
+            # As written: a set's order follows its strings' hashes, another per process
+            # (PYTHONHASHSEED), so a state saved in one was refused in the next as "another filter".
+            return list(dict.fromkeys(literal(ast.List(elts=node.elts, ctx=ast.Load()))))
         if items is None or not any(isinstance(e, ast.Call) for e in items):
             return literal(node)
         out: list[_temporal.Typed | None] = []

@@ -662,6 +662,26 @@ def test_comparisons_with_a_nan_literal_are_false_for_every_row(tmp_path, nan):
         assert got.tolist() == _row_by_row(table, expression), str(expression)
 
 
+def test_a_nan_that_partition_keys_or_constant_row_groups_make_leaves_the_statistics_unused(tmp_path):
+    # "x < sqrt(y)" holds no NaN literal, but where a partition key's value, or a row group's
+    # statistics (min == max), fix y at -1 it makes one, which Arrow's simplification with
+    # the other columns' min/max orders above every bound: statistics pruned the row groups
+    # of k=0/ and of y = -1 for "not (x < ...)", whose rows all pass.
+    tables = []
+    for k in (0, 1):
+        table = pa.table({"id": np.arange(6 * k, 6 * k + 6), "x": pa.array([1, 2, 3, 4, None, 6], pa.int64()),
+                          "y": pa.array([-1, -1, -1, 4, 4, 4], pa.int64())})
+        (tmp_path / f"k={k}").mkdir()
+        pq.write_table(table, tmp_path / f"k={k}" / "a.parquet", row_group_size=3)
+        tables.append(table.append_column("k", pa.array([k] * 6, pa.int64())))
+    whole = pa.concat_tables(tables)
+    x, k, y = pc.field("x"), pc.field("k").cast(pa.float64()), pc.field("y").cast(pa.float64())
+    for made in (pc.sqrt(k - 1.0), pc.divide(k, 0.0), pc.sqrt(y), pc.divide(y + 1.0, 0.0)):  # NaN: k=0, y=-1
+        for expression in (~(x < made), ~(x >= made), x < made):
+            got, _ = loaded_ids(tmp_path, expression)
+            assert got.tolist() == _row_by_row(whole, expression), str(expression)
+
+
 def test_the_string_syntax_takes_uint64_literals_and_refuses_comparisons_with_none(tmp_path):
     table = pa.table({"id": np.arange(4), "u": pa.array([1, 2**63 + 1, 3, 2**63 + 1], pa.uint64()),
                       "x": pa.array([None, 1, None, 2], pa.int64())})
@@ -671,6 +691,24 @@ def test_the_string_syntax_takes_uint64_literals_and_refuses_comparisons_with_no
     with pytest.raises(ValueError, match="compare with None by 'is None'"):  # kept no row, silently
         pqloader.Loader(str(tmp_path), filter="x == None")
     assert loaded_ids(tmp_path, "x is None")[0].tolist() == [0, 2]
+
+
+def test_a_set_of_values_parses_in_the_order_written_whatever_the_hash_seed():
+    # A set literal's order follows its strings' hashes, another per process
+    # (PYTHONHASHSEED): a state saved with "s in {...}" was refused by the next process
+    # as taken with another filter, and ranks kept their selections under other keys.
+    import subprocess
+
+    from conftest import subprocess_env
+    text = "s in {'alpha', 'beta', 'gamma', 'delta', 'eps', 'beta'}"
+    written = str(pc.field("s").isin(["alpha", "beta", "gamma", "delta", "eps"]))
+    assert str(pqloader.parse_filter(text)) == written
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", f"import pqloader; print(pqloader.parse_filter({text!r}))"],
+                             capture_output=True, text=True, timeout=600,
+                             env={**subprocess_env(), "PYTHONHASHSEED": seed})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == written, seed
 
 
 def test_the_string_syntax_names_columns_as_written_not_as_python_folds_identifiers(tmp_path):
@@ -1388,6 +1426,28 @@ def test_typed_literals_filter_int96_timestamps(tmp_path):
         got, _ = loaded_ids(tmp_path, "ts >= timestamp('2024-01-02 01:00') or ts in [timestamp('2024-01-01 03:00')]",
                             **kwargs)
         assert got.tolist() == [3] + list(range(25, 40))
+
+
+def test_a_selection_kept_for_one_int96_unit_never_serves_another(tmp_path):
+    # INT96 timestamps read in microseconds (coerce_int96_timestamp_unit) are truncated:
+    # 250 ns past the hour is the hour itself. The stored selection's key left the unit out,
+    # so the selection made in nanoseconds (the row of 250 ns) was served in microseconds
+    # (where that row is the hour, and fails), and the reverse dropped it.
+    base = np.datetime64("2024-01-01T00:00:00", "ns").astype(np.int64)
+    ts = pa.array([base + 250 * i for i in range(8)], pa.int64()).cast(pa.timestamp("ns"))
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.table({"id": np.arange(8), "ts": ts}), data / "a.parquet", row_group_size=4,
+                   use_deprecated_int96_timestamps=True)
+    text = "ts == timestamp('2024-01-01 00:00:00.000000250')"
+    cache = str(tmp_path / "cache")
+    seen = []
+    for unit in ("ns", "us", "ns", "us"):
+        got, loader = loaded_ids(data, text, coerce_int96_timestamp_unit=unit, cache_dir=cache)
+        want = pq.read_table(data, coerce_int96_timestamp_unit=unit).filter(pqloader.parse_filter(text))["id"]
+        assert got.tolist() == want.to_pylist(), unit
+        seen.append((got.tolist(), loader.stats()["filter_from_store"]))
+    assert seen == [([1], False), ([], False), ([1], True), ([], True)]
 
 
 def test_selections_of_two_typed_literals_are_kept_apart_in_the_cache(tmp_path):

@@ -112,11 +112,11 @@ bool IsLiteralTrue(const cp::Expression& e) {
   return b != nullptr && b->value;
 }
 
-// Whether `e` holds a floating-point NaN literal (a scalar, or in an is_in/index_in value
-// set). Arrow's SimplifyWithGuarantee orders NaN above every bound, so with statistics it
-// folds "x < NaN" over [1, 4] to true and "not (x < NaN)" to false, where comparisons
-// with NaN are false for every row: such a filter gets no statistics.
-bool HasNanLiteral(const cp::Expression& e) {
+// Whether `e` holds a floating-point NaN literal (a scalar, or, with `value_sets`, in an
+// is_in/index_in value set). Arrow's SimplifyWithGuarantee orders NaN above every bound, so
+// with statistics it folds "x < NaN" over [1, 4] to true and "not (x < NaN)" to false, where
+// comparisons with NaN are false for every row: such a filter gets no statistics.
+bool HasNanLiteral(const cp::Expression& e, bool value_sets = true) {
   auto is_nan = [](const arrow::Scalar& scalar) {
     if (!scalar.is_valid) return false;
     if (const auto* d = dynamic_cast<const arrow::DoubleScalar*>(&scalar)) return std::isnan(d->value);
@@ -167,10 +167,10 @@ bool HasNanLiteral(const cp::Expression& e) {
   const cp::Expression::Call* call = e.call();
   if (call == nullptr) return false;
   if (const auto* set = dynamic_cast<const cp::SetLookupOptions*>(call->options.get())) {
-    if (datum_has_nan(set->value_set)) return true;
+    if (value_sets && datum_has_nan(set->value_set)) return true;
   }
   for (const cp::Expression& arg : call->arguments) {
-    if (HasNanLiteral(arg)) return true;
+    if (HasNanLiteral(arg, value_sets)) return true;
   }
   return false;
 }
@@ -417,6 +417,14 @@ class Evaluator {
       }
       by_keys = std::move(simplified).ValueUnsafe();
     }
+    // A NaN the keys' values make ("not (x < sqrt(k - 1))" in a file under k=0/) is a NaN
+    // literal now, which the statistics must not see (HasNanLiteral): they pruned every
+    // row group of such a file, whose rows all pass. (Value sets: the view's check.)
+    bool no_statistics = view->no_statistics;
+    if (!known.empty() && !no_statistics) {
+      auto folded = cp::FoldConstants(by_keys);
+      no_statistics = HasNanLiteral(folded.ok() ? *folded : by_keys, /*value_sets=*/false);
+    }
     if (!by_keys.IsSatisfiable()) {
       for (int64_t s : splits) out->stage[s] = RowSelection::Stage::kPartition;
       return arrow::Status::OK();
@@ -427,7 +435,10 @@ class Evaluator {
       // is still read for its mask, with the whole expression. Kept unread (or masked by
       // the expression they simplified), statistics that lied (min == max == 5 over
       // 0..99) kept every row for `x == 5`, and `x == 5 and y > 3` checked only `y > 3`.
-      ARROW_ASSIGN_OR_RAISE(auto simplified, WithStatistics(file, split, *view, by_keys));
+      cp::Expression simplified = by_keys;
+      if (!no_statistics) {
+        ARROW_ASSIGN_OR_RAISE(simplified, WithStatistics(file, split, *view, by_keys));
+      }
       if (!simplified.IsSatisfiable()) {
         out->stage[s] = RowSelection::Stage::kStatistics;
       } else if (IsLiteralTrue(by_keys) && options_.predicate == nullptr) {
@@ -808,6 +819,21 @@ class Evaluator {
     if (known.empty()) return expr;
     auto guarantee = cp::and_(known).Bind(*view.schema);
     if (!guarantee.ok()) return expr;  // statistics of a type the filter cannot use
+    // The values the statistics fix (min == max, no null: an "equal") are put in first, as
+    // Arrow's simplification puts them: where they make a NaN of the filter, "not (x <
+    // sqrt(y))" over y = -1 throughout, it then orders that NaN above the other columns'
+    // bounds ("x < NaN" over [1, 3] true) and pruned row groups whose rows pass. Such a
+    // row group gets no statistics (HasNanLiteral; value sets: the view's check).
+    std::vector<cp::Expression> fixed;
+    for (const cp::Expression& k : known) {
+      if (k.call() != nullptr && k.call()->function_name == "equal") fixed.push_back(k);
+    }
+    if (!fixed.empty()) {
+      auto by_fixed = cp::and_(fixed).Bind(*view.schema);
+      if (!by_fixed.ok()) return expr;
+      auto replaced = cp::SimplifyWithGuarantee(expr, *by_fixed);
+      if (!replaced.ok() || HasNanLiteral(*replaced, /*value_sets=*/false)) return expr;
+    }
     auto simplified = cp::SimplifyWithGuarantee(expr, *guarantee);
     if (!simplified.ok()) return expr;
     return std::move(simplified).ValueUnsafe();
@@ -1123,10 +1149,15 @@ std::string StoreKey(const Dataset& dataset, const FilterOptions& options, const
   // hold exactly prunes nothing (its row group is read, and refused). v13: a decimal
   // looked up in a set of floats prunes nothing. v14: the deprecated min and max of a
   // byte-array column (files without column orders: a decimal's, byte by byte, is not its
-  // order) prune only where equal (v13 pruned row groups holding rows that pass).
+  // order) prune only where equal (v13 pruned row groups holding rows that pass). v15:
+  // no statistics where the values partition keys or constant row groups (min == max)
+  // give a column make a NaN (v14 pruned row groups whose rows pass), and the key holds
+  // the unit INT96 timestamps are read in (v14 served a selection made in nanoseconds to
+  // a read in microseconds, which truncates).
   // (The engine's serialization: pyarrow 14's bytes of an expression differ from 25's.)
-  std::string id = "filter-v14|" + CanonicalExpression(options.serialized_expression);
+  std::string id = "filter-v15|" + CanonicalExpression(options.serialized_expression);
   if (options.verify_checksums) id += "|crc=verified";
+  id += "|int96=" + std::to_string(static_cast<int>(dataset.int96_unit()));
   id += targets;
   // The partition keys, and so each file's values, depend on the root the dataset was
   // opened at, not on its files: the same files under another root are another dataset.
