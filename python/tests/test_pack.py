@@ -488,3 +488,63 @@ def test_the_ranks_of_a_node_read_the_lengths_once(tmp_path):
         outs.append(json.loads(out))
     assert sorted((stored, taken) for stored, taken, _ in outs) == [(0, 3), (3, 0)]
     assert outs[0][2] == outs[1][2] > 0  # the ranks' blocks, equalised
+
+
+LENGTHS_READ_ONLY = """
+import json, sys, pqloader
+loader = pqloader.Loader(sys.argv[1], columns=["tokens"], pack=pqloader.Pack("tokens", seq_len=16),
+                         batch_size=4, cache_dir=sys.argv[2])
+s = loader.stats()
+print(json.dumps([s["pack_lengths_stored"], s["pack_lengths_from_cache"],
+                  sum(len(b["tokens"]) for b in loader)]))
+"""
+
+
+def test_a_read_only_cache_dir_keeps_no_loader_waiting_on_the_lengths_lock(tmp_path):
+    # A loader that could store no lengths (a read-only cache_dir with its lengths/) took
+    # lengths/.lock all the same to read them: the ranks of a node read one after another,
+    # each waiting (up to 30 minutes) for one that stored nothing. It reads at once now.
+    import fcntl
+    import subprocess
+    import sys
+    from conftest import subprocess_env
+    rows = _token_files(tmp_path / "data")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        lock_path = mount / "cache" / "lengths" / ".lock"
+        lock_path.parent.mkdir(parents=True)
+        lock_path.touch()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        with open(lock_path, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another rank of the node, reading its lengths
+            out = subprocess.run([sys.executable, "-c", LENGTHS_READ_ONLY, str(tmp_path / "data"),
+                                  str(mount / "cache")], capture_output=True, text=True,
+                                 env=subprocess_env(), timeout=120)  # (a hang guard)
+        assert out.returncode == 0, out.stderr
+        tokens = sum(len(r) for f in rows for r in f)
+        assert json.loads(out.stdout) == [0, 0, -(-tokens // 16)]
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_null_documents_remedy_offers_only_a_filter_that_parses(tmp_path):
+    # It offered filter="my-tokens is not None", which does not parse (a name that is no
+    # Python name is written in backticks), and filter="s.tokens is not None" for a
+    # struct's field, which no filter names.
+    tokens = pa.array([[1, 2], None, [3]], pa.list_(pa.int32()))
+    pq.write_table(pa.table({"my-tokens": tokens, "s": pa.StructArray.from_arrays([tokens], ["tokens"])}),
+                   tmp_path / "p.parquet")
+    with pytest.raises(pqloader.InvalidDataError, match=r'or filter them out \(filter="`my-tokens` is not None"\)'):
+        pqloader.Loader(str(tmp_path), columns=["my-tokens"], pack=pqloader.Pack("my-tokens", seq_len=4))
+    loader = pqloader.Loader(str(tmp_path), columns=["my-tokens"], pack=pqloader.Pack("my-tokens", seq_len=4, pad=-1),
+                             filter="`my-tokens` is not None")
+    assert [b["my-tokens"].tolist() for b in loader] == [[[1, 2, 3, -1]]]
+    with pytest.raises(pqloader.InvalidDataError, match=r"row 1 is a null list; .*fill_null=\{'s\.tokens': 0\}") as e:
+        pqloader.Loader(str(tmp_path), columns=["s.tokens"], pack=pqloader.Pack("s.tokens", seq_len=4))
+    assert "filter=" not in str(e.value)

@@ -1,5 +1,6 @@
 // Loader: packing set up (see pack/): its options checked, the documents' lengths read,
 // the packed batch's specs made.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -11,6 +12,31 @@
 #include "pqloader/util/exact_text.h"
 
 namespace pqloader {
+
+namespace {
+
+// Column `name` as a filter's text names it: as it is where it is a Python name (ASCII
+// here), else in backticks, a backtick in it doubled (python/pqloader/_filter.py).
+std::string FilterName(const std::string& name) {
+  static const std::vector<std::string> kKeywords = {
+      "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
+      "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global",
+      "if", "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise",
+      "return", "try", "while", "with", "yield"};
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  auto word = [&](char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || digit(c);
+  };
+  if (!name.empty() && !digit(name[0]) && std::all_of(name.begin(), name.end(), word) &&
+      std::find(kKeywords.begin(), kKeywords.end(), name) == kKeywords.end()) {
+    return name;
+  }
+  std::string quoted = "`";
+  for (char c : name) quoted += c == '`' ? std::string("``") : std::string(1, c);
+  return quoted + "`";
+}
+
+}  // namespace
 
 arrow::Status Loader::SetUpPacking() {
   const auto& specs = dataset_->specs();
@@ -121,9 +147,15 @@ arrow::Status Loader::SetUpPacking() {
   read_options_.allow_ragged[pack.column] = true;
   const NullFill& fill = read_options_.fills[pack.column];
   const std::string& name = specs[pack.column].name;
-  const std::string remedy = "a null document: pass fill_null={'" + name +
-                             "': 0} to pack null documents as empty ones (they add no "
-                             "tokens), or filter them out (filter=\"" + name + " is not None\")";
+  std::string remedy = "a null document: pass fill_null={'" + name +
+                       "': 0} to pack null documents as empty ones (they add no tokens)";
+  // A filter that drops them, written as a filter names the column ("my-tokens is not
+  // None" did not parse); none for a struct's field, which no filter names.
+  const auto& files = dataset_->files();
+  const bool field = std::any_of(files.begin(), files.end(), [&](const DataFile& f) {
+    return !f.columns[pack.column].path.empty();
+  });
+  if (!field) remedy += ", or filter them out (filter=\"" + FilterName(name) + " is not None\")";
   // Kept in cache_dir (lengths/): read once per file and node, not at every start.
   ARROW_ASSIGN_OR_RAISE(lengths_, DocumentLengths::Read(*dataset_, pack.column,
                                                         fill.enabled && !fill.rows_only, remedy,

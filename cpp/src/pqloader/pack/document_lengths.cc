@@ -219,15 +219,19 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
     ParallelFor(static_cast<int64_t>(files.size()), threads, load);
     if (!missing().empty()) {
       // One rank of a node reads what the store lacks; the others wait, then load it.
+      // Not one that cannot store (a read-only cache_dir): holding the lock, each rank
+      // of the node read in turn, waiting up to kLengthsLockTimeout for nothing.
       store_error = PrepareLengthsStore(store_dir);
       prepared = store_error.empty();
-      node_lock = NodeLock::Acquire(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
-      if (IsCancelled(cancel)) return CancelledStatus();
-      ParallelFor(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
-        for (int64_t s : by_file[f]) {
-          if (done[s] == 0) return load(f);
-        }
-      });
+      if (prepared) {
+        node_lock = NodeLock::Acquire(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
+        if (IsCancelled(cancel)) return CancelledStatus();
+        ParallelFor(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
+          for (int64_t s : by_file[f]) {
+            if (done[s] == 0) return load(f);
+          }
+        });
+      }
     }
   }
 

@@ -1,8 +1,10 @@
 #include "pqloader/pack/length_store.h"
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -116,6 +118,9 @@ std::string PrepareLengthsStore(const std::string& dir) {
   MarkCacheDir(dir);
   std::filesystem::create_directories(LengthsDir(dir), ec);
   if (ec) return failed + ec.message() + unsaved;
+  // A lengths/ there already, on a read-only disk or another user's: nothing can be
+  // stored, so this process must not take the lock (the node's others would wait for it).
+  if (::access(LengthsDir(dir).c_str(), W_OK) != 0) return failed + std::strerror(errno) + unsaved;
   // Temp files of writers killed mid-write ("<key>.len.tmp-<pid>-<thread>"), never read.
   SweepStaleTemps(LengthsDir(dir), [](const std::string& name) {
     return name.find(".len.tmp-") == kLengthsKeyBytes;

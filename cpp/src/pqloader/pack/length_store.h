@@ -46,7 +46,7 @@ std::optional<FileLengths> LoadLengths(const std::string& dir, const std::string
 
 /// Make `dir` a cache directory with its lengths/ (marked first, as the cache's shards
 /// are) and delete the temp files killed writers left there: once before storing. Why
-/// it could not be (a read-only disk), or "".
+/// it could not be (a read-only disk, a lengths/ this process may not write in), or "".
 std::string PrepareLengthsStore(const std::string& dir);
 
 /// Store `lengths` under `key` in cache directory `dir`, prepared by PrepareLengthsStore
