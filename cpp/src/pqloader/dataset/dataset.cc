@@ -786,7 +786,7 @@ arrow::Result<OpenedFiles> ReadFooters(
       std::error_code mark_ec;
       std::filesystem::create_directories(footer_cache, mark_ec);
       if (!mark_ec) MarkCacheDir(footer_cache);
-      node_lock = NodeLock::Acquire(footer_cache + "/footers/.lock", kFooterLockTimeout, cancel);
+      node_lock = NodeLock::AcquireToStore(footer_cache + "/footers/.lock", kFooterLockTimeout, cancel);
     }
   }
   std::atomic<int64_t> footers_cached{0}, from_summary{0};

@@ -1360,7 +1360,7 @@ arrow::Result<RowSelection> EvaluateFilter(const Dataset& dataset, const FilterO
         std::error_code mark_ec;
         std::filesystem::create_directories(options.store_dir, mark_ec);
         if (!mark_ec) MarkCacheDir(options.store_dir);
-        node_lock = NodeLock::Acquire(
+        node_lock = NodeLock::AcquireToStore(
             (std::filesystem::path(options.store_dir) / "filters" / ".lock").string(),
             std::chrono::minutes(30), options.cancel);
         if (IsCancelled(options.cancel)) return CancelledStatus();

@@ -40,6 +40,16 @@ std::unique_ptr<NodeLock> NodeLock::Acquire(const std::string& path,
   return AcquireExisting(path, timeout, cancel);
 }
 
+std::unique_ptr<NodeLock> NodeLock::AcquireToStore(const std::string& path,
+                                                   std::chrono::milliseconds timeout,
+                                                   const CancelFlag& cancel) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0) return nullptr;
+  return AcquireExisting(path, timeout, cancel);
+}
+
 std::unique_ptr<NodeLock> NodeLock::AcquireExisting(const std::string& path,
                                                     std::chrono::milliseconds timeout,
                                                     const CancelFlag& cancel, bool* timed_out) {

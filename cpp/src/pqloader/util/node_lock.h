@@ -24,6 +24,14 @@ class NodeLock {
   static std::unique_ptr<NodeLock> Acquire(const std::string& path,
                                            std::chrono::milliseconds timeout,
                                            const CancelFlag& cancel = nullptr);
+  /// As Acquire, for the one rank of a node that does a piece of work and stores its
+  /// result in the lock's directory: null at once, without waiting, when this process
+  /// cannot create files there (a read-only disk, another user's directory). Such a
+  /// process does the work for itself: holding the lock, it kept the node's others
+  /// waiting (up to `timeout`, 30 minutes) for a result it never stored.
+  static std::unique_ptr<NodeLock> AcquireToStore(const std::string& path,
+                                                  std::chrono::milliseconds timeout,
+                                                  const CancelFlag& cancel = nullptr);
   /// As Acquire, without creating directories (null when the file cannot be opened), for
   /// locks held for a few file operations (a cache shard's): so that a holder that stops
   /// (a process suspended or stuck in a debugger) costs a waiter `timeout`, not its run.
