@@ -12,7 +12,9 @@ so every sum is exact in any order).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +106,37 @@ def test_the_cpp_program_selects_columns_and_reports_errors(program, data, tmp_p
     done = subprocess.run([program, str(tmp_path / "missing.parquet")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "missing.parquet" in done.stderr and "does not exist" in done.stderr
+
+
+def test_an_installed_pqloader_is_found_by_cmake_and_reads_what_python_reads(program, data, tmp_path):
+    """`cmake --install` of the build's component "cpp" (libpqloader, its headers, the
+    CMake package), then the example built as an outside project with find_package: its
+    lines equal pqloader.Loader's. (The build tree's program is `make build`'s; this one
+    links only what the prefix holds, and the Arrow of this Python's pyarrow.)"""
+    build = Path(program).parents[2]  # build/py/examples/cpp/read_batches -> build/py
+    bin_dir = Path(sys.executable).parent
+    cmake = shutil.which("cmake", path=str(bin_dir)) or shutil.which("cmake")
+    ninja = shutil.which("ninja", path=str(bin_dir)) or shutil.which("ninja")
+    assert cmake and ninja, "cmake and ninja come with requirements-dev.txt"
+    prefix, example = tmp_path / "prefix", tmp_path / "example"
+
+    def step(*args):
+        done = subprocess.run([cmake, *map(str, args)], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    step("--install", build, "--component", "cpp", "--prefix", prefix)
+    installed = {p.relative_to(prefix).as_posix() for p in prefix.rglob("*") if p.is_file()}
+    assert "lib/libpqloader.a" in installed and "include/pqloader/api.h" in installed
+    assert "lib/cmake/pqloader/pqloaderConfig.cmake" in installed
+    assert not any("_core" in p or p.endswith("test_util.h") for p in installed), installed
+    step("-S", ROOT / "examples/cpp", "-B", example, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
+         "-DPQLOADER_FIND_PACKAGE=ON", f"-DCMAKE_PREFIX_PATH={prefix}",
+         f"-DPython_EXECUTABLE={sys.executable}")
+    cache = (example / "CMakeCache.txt").read_text()
+    assert f"pqloader_DIR:PATH={prefix}/lib/cmake/pqloader" in cache  # not the source tree
+    assert "pqloader_SOURCE_DIR" not in cache
+    step("--build", example)
+    lines = run(str(example / "read_batches"), data, "--batch-size", "300", "--seed", "5",
+                "--epochs", "2", "--shuffle")
+    assert lines == python_lines(data, epochs=2, batch_size=300, seed=5, shuffle=True)
