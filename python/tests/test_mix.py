@@ -1256,6 +1256,24 @@ def test_an_empty_source_is_found_at_its_first_draw_in_a_huge_epoch(tmp_path):
         next(iter(m))
 
 
+def test_an_epoch_of_more_samples_than_the_sources_hold_starts_at_once(sources):
+    # Whether the sources could write an epoch in place was found by counting each
+    # batch's draws, into a count per batch and source: samples_per_epoch=2**62 raised
+    # MemoryError (std::bad_alloc) before the first batch (10**9 drew every sample first,
+    # seconds). Sources that run out are copied, which needs no such count; the first
+    # batches are a short epoch's (a draw is a function of its position).
+    root, _ = sources
+
+    def first_batches(samples):
+        m = pqloader.mix(loaders(root), [2, 1, 1], seed=3, batch_size=50, samples_per_epoch=samples)
+        it = iter(m)
+        return [{k: np.array(v, copy=True) for k, v in next(it).items()} for _ in range(6)]
+
+    for x, y in zip(first_batches(2**62), first_batches(300), strict=True):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
 def test_an_empty_source_drawn_only_in_the_partial_batch_drop_last_drops_is_not_refused(tmp_path):
     # The check counted the draws of all samples_per_epoch samples; with drop_last the
     # stream never draws the last partial batch's, and handed out every batch before it.

@@ -395,6 +395,18 @@ arrow::Result<std::shared_ptr<MixStream::InPlace>> MixStream::MakeInPlace(
       return none;
     }
   }
+  // More positions than the sources drawn hold rows make one of them run out, whatever
+  // the draws: not written in place, known before counting each batch's draws (an
+  // epoch of samples_per_epoch=2**62 allocated a count per batch and source and raised
+  // std::bad_alloc before its first batch; 10**9 samples drew every one first, ~10 s).
+  const int64_t drawn = num_batches > samples / o.batch_size ? samples : num_batches * o.batch_size;
+  int64_t held = 0;  // (below 2 * drawn: no overflow)
+  for (size_t i = 0; i < sources_.size() && held < drawn; ++i) {
+    if (!(o.cumulative[i] - (i > 0 ? o.cumulative[i - 1] : 0.0) > 0)) continue;  // never read
+    const MixSource& source = sources_[i].source;
+    held += std::min(source.loader->batch_rows(epoch, source.seed), drawn);
+  }
+  if (drawn > held) return none;
   // Each source's rows before each batch; a source that would run out (and so read its
   // epoch again) is not written in place.
   const auto n = static_cast<size_t>(num_batches);

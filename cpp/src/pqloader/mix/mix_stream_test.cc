@@ -374,6 +374,33 @@ TEST(MixStream, SourcesWriteTheBatchesInPlaceAsACopyWouldBe) {
   }
 }
 
+// An epoch of more samples than its sources hold runs out of a source: it is copied,
+// found without counting each batch's draws (2^62 samples allocated a count per batch
+// and source, std::bad_alloc, before the first batch). Its first batches are those of a
+// short epoch (the draws are a function of the position).
+TEST(MixStream, AnEpochLongerThanItsSourcesIsCopiedWithoutPlanningEachBatch) {
+  auto s = MakeSources(1);
+  std::vector<std::vector<int64_t>> short_ids, long_ids;
+  std::vector<int64_t> short_from;
+  {
+    auto short_stream = MixStream::Make(s.mix, Options(0, 0), RecyclingPool::Global()).ValueOrDie();
+    Drain(short_stream.get(), &short_ids, &short_from);
+  }
+  ASSERT_EQ(short_ids.size(), 10u);
+  MixStreamOptions o = Options(0, 0);
+  o.samples = int64_t{1} << 62;
+  o.num_batches = o.samples / o.batch_size;
+  auto stream = MixStream::Make(s.mix, o, RecyclingPool::Global()).ValueOrDie();
+  EXPECT_FALSE(stream->in_place());
+  for (size_t b = 0; b < short_ids.size(); ++b) {
+    auto batch = stream->Next().ValueOrDie();
+    ASSERT_NE(batch, nullptr);
+    const auto* id = reinterpret_cast<const int64_t*>(batch->columns[0].data->data());
+    long_ids.emplace_back(id, id + batch->num_rows);
+  }
+  EXPECT_EQ(long_ids, short_ids);
+}
+
 // A column of one name and width but another dtype in a source (float32 "x" against
 // int32 "x") is not written in place, where its bytes would be taken as they are: the
 // copy refuses it at the first batch, naming the column.
