@@ -1139,18 +1139,23 @@ def test_numpy_scalar_parameters_are_taken_and_a_numpy_pad_is_checked(tmp_path):
 @pytest.mark.parametrize("policy", ["raise", "skip"])
 def test_ops_that_cannot_take_a_column_are_refused_when_the_loader_is_made(tmp_path, policy):
     """Resize of uint16 pixels, an image op on a 1-D column, three means for a gray
-    image: refused by Loader(...), naming the column; they failed at the first row, and
-    with on_decode_error='skip' every row was skipped (batches of 0 rows all epoch)."""
+    image, a decoder on rows that are not encoded bytes (numbers, a decoded image):
+    refused by Loader(...), naming the column; they failed at the first row, and with
+    on_decode_error='skip' every row was skipped (batches of 0 rows all epoch)."""
     path = tmp_path / "t.parquet"
     u16 = np.arange(2 * 4 * 6 * 3, dtype=np.uint16).reshape(2, 4, 6, 3)
     gray = np.zeros((2, 4, 6), np.uint8)
+    png = encode(photos()["camera"][:5, :7], "PNG")
     table = pa.table({"u16img": pa.FixedShapeTensorArray.from_numpy_ndarray(u16),
                       "gray": pa.FixedShapeTensorArray.from_numpy_ndarray(gray),
-                      "vec": pa.array([[1.0, 2.0], [3.0]])})
+                      "vec": pa.array([[1.0, 2.0], [3.0]]), "n": np.arange(2), "png": [png, png],
+                      "png_list": pa.array([list(png)] * 2, pa.list_(pa.uint8()))})
     pq.write_table(table, path)
-    cases = {"u16img": [T.Resize(2)], "vec": [T.RandomHorizontalFlip(1.0)],
-             "gray": [T.Normalize([0.5, 0.5, 0.5], [0.2, 0.2, 0.2])]}
-    for column, ops in cases.items():
+    cases = [("u16img", [T.Resize(2)]), ("vec", [T.RandomHorizontalFlip(1.0)]),
+             ("gray", [T.Normalize([0.5, 0.5, 0.5], [0.2, 0.2, 0.2])]),
+             ("n", [T.DecodeImage()]), ("vec", [T.DecodeNdarray()]),
+             ("gray", [T.DecodeCompressedNdarray()]), ("png", [T.DecodeImage(), T.DecodeImage()])]
+    for column, ops in cases:
         with pytest.raises(pqloader.UnsupportedTypeError, match=f"column '{column}'"):
             pqloader.Loader(str(path), columns=[column], transforms={column: ops},
                             on_decode_error=policy, batch_size=2)
@@ -1158,6 +1163,10 @@ def test_ops_that_cannot_take_a_column_are_refused_when_the_loader_is_made(tmp_p
     ok = pqloader.Loader(str(path), columns=["gray"], transforms={"gray": [T.Normalize([0.5], [0.2])]},
                          on_decode_error=policy, batch_size=2)
     assert next(iter(ok))["gray"].shape == (2, 4, 6)
+    # A list of uint8 holds encoded bytes as a binary column does.
+    ok = pqloader.Loader(str(path), columns=["png_list"], transforms={"png_list": [T.DecodeImage()]},
+                         on_decode_error=policy, batch_size=2)
+    assert next(iter(ok))["png_list"].shape == (2, 5, 7, 3)
 
 
 def _npy(a: np.ndarray) -> bytes:
@@ -1435,6 +1444,21 @@ def test_a_center_crop_past_the_image_limit_is_refused_naming_the_column(tmp_pat
     pq.write_table(pa.table({"image": [encode(photos()["chelsea"], "PNG")]}), path)
     with pytest.raises(pqloader.UnsupportedTypeError, match="'image'.*CenterCrop to 70000x70000"):
         pqloader.Loader(str(path), transforms={"image": [T.DecodeImage(), T.CenterCrop(70000)]})
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+@pytest.mark.parametrize("ops, op", [([T.Resize(8), T.CenterCrop((1, 2**31 - 1))], "CenterCrop"),
+                                     ([T.RandomResizedCrop((1, 2**31 - 1))], "RandomResizedCrop")])
+def test_a_crop_past_the_image_limit_after_a_resize_or_at_random_is_refused_when_made(
+        tmp_path, policy, ops, op):
+    # A CenterCrop after a Resize (the two run as one op, which checked the Resize's input
+    # only) and a RandomResizedCrop were refused at each row: under "skip" every row was
+    # skipped (batches of 0 rows all epoch).
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": [encode(photos()["chelsea"][:6, :8], "PNG")] * 2}), path)
+    with pytest.raises(pqloader.UnsupportedTypeError, match=f"'image'.*{op} to 1x2147483647 .3 channels. "
+                       "would exceed the 2 GiB limit"):
+        pqloader.Loader(str(path), on_decode_error=policy, transforms={"image": [T.DecodeImage(), *ops]})
 
 
 @pytest.mark.parametrize("cut", [3, 4, 20, 100])

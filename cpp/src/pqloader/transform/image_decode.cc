@@ -618,6 +618,10 @@ class DecodeImageOp : public Op {
   // JPEG's EXIF read past stray bytes, PNGs of a side over 10^6 and PNGs cut in their
   // last IDAT chunk's checksum decoded (they were refused).
   std::string Fingerprint() const override { return ToString() + "@v6"; }
+  // (Of a number column every row failed: under on_decode_error="skip", all skipped.)
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckEncodedInput(in, "DecodeImage");
+  }
   SampleSignature OutputSignature(const SampleSignature&) const override {
     SampleSignature out;
     out.dtype = DType::kUInt8;

@@ -505,30 +505,34 @@ CropBox CenterBox(int64_t crop_h, int64_t crop_w, int64_t h, int64_t w) {
   return box;
 }
 
-// Refuses a crop of `h` x `w` (padded where larger than the image) whose pixels exceed
-// kMaxImageBytes, as ResizeImage refuses its output: a typo'd size allocated up to
+// Refuses an output of `h` x `w` (a crop, padded where larger than the image) whose pixels
+// exceed kMaxImageBytes, as ResizeImage refuses its output: a typo'd size allocated up to
 // kMaxSampleBytes (16 GiB) a sample. `c`, `item`: the channels and bytes per value.
-arrow::Status CheckCropBytes(int64_t h, int64_t w, int64_t c, int64_t item) {
+arrow::Status CheckCropBytes(const char* op, int64_t h, int64_t w, int64_t c, int64_t item) {
   if (static_cast<double>(h) * static_cast<double>(w) * static_cast<double>(c) *
           static_cast<double>(item) > static_cast<double>(kMaxImageBytes)) {
-    return arrow::Status::Invalid("CenterCrop to ", h, "x", w, " (", c, " channel",
-                                  c == 1 ? "" : "s", ") would exceed the 2 GiB limit of an image");
+    return arrow::Status::Invalid(op, " to ", h, "x", w, " (", c, " channel", c == 1 ? "" : "s",
+                                  ") would exceed the 2 GiB limit of an image");
   }
   return arrow::Status::OK();
+}
+
+// CheckCropBytes for an op whose output is `h` x `w` of input `in`, when the loader is
+// made: where the channels and the dtype are known before any data (a decoded image's).
+// (Else every row failed, and under on_decode_error="skip" every row was skipped.)
+arrow::Status CheckCropBytes(const char* op, const SampleSignature& in, int64_t h, int64_t w) {
+  if (HeightAxis(in) < 0 || !in.dtype.has_value()) return arrow::Status::OK();
+  const auto& shape = *in.shape;
+  const int64_t c = shape.size() == 2 ? 1 : shape[in.channels_first ? 0 : 2];
+  if (c < 0) return arrow::Status::OK();
+  return CheckCropBytes(op, h, w, c, DTypeSize(*in.dtype));
 }
 
 class CenterCropOp : public Op {
  public:
   arrow::Status CheckInput(const SampleSignature& in) const override {
     ARROW_RETURN_NOT_OK(CheckImageInput(in, "CenterCrop", false));
-    const int at = HeightAxis(in);
-    if (at < 0 || !in.dtype.has_value()) return arrow::Status::OK();
-    // Where the channels and the dtype are known before any data (a decoded image's), too
-    // large a crop is refused when the loader is made.
-    const auto& shape = *in.shape;
-    const int64_t c = shape.size() == 2 ? 1 : shape[in.channels_first ? 0 : 2];
-    if (c < 0) return arrow::Status::OK();
-    return CheckCropBytes(h_, w_, c, DTypeSize(*in.dtype));
+    return CheckCropBytes("CenterCrop", in, h_, w_);
   }
   CenterCropOp(int64_t h, int64_t w) : h_(h), w_(w) {}
   std::string ToString() const override {
@@ -537,7 +541,7 @@ class CenterCropOp : public Op {
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "CenterCrop"));
-    ARROW_RETURN_NOT_OK(CheckCropBytes(h_, w_, d.c, DTypeSize(in.dtype)));
+    ARROW_RETURN_NOT_OK(CheckCropBytes("CenterCrop", h_, w_, d.c, DTypeSize(in.dtype)));
     return Crop(in, d, CenterBox(h_, w_, d.h, d.w));
   }
   SampleSignature OutputSignature(const SampleSignature& in) const override {
@@ -554,8 +558,12 @@ class CenterCropOp : public Op {
 // (the same values; each output pixel of a resize depends only on its position).
 class ResizeCenterCropOp : public Op {
  public:
+  // The crop's own check too (a size past the image limit): with the Resize's alone, such
+  // a crop after a Resize failed every row (all skipped under on_decode_error="skip"),
+  // and the batch's rows of the crop's size were allocated first.
   arrow::Status CheckInput(const SampleSignature& in) const override {
-    return CheckImageInput(in, "Resize", true);
+    ARROW_RETURN_NOT_OK(resize_->CheckInput(in));
+    return crop_->CheckInput(resize_->OutputSignature(in));
   }
   ResizeCenterCropOp(std::shared_ptr<const ResizeOp> resize, std::shared_ptr<const CenterCropOp> crop)
       : resize_(std::move(resize)), crop_(std::move(crop)) {}
@@ -587,7 +595,8 @@ class ResizeCenterCropOp : public Op {
 class RandomResizedCropOp : public Op {
  public:
   arrow::Status CheckInput(const SampleSignature& in) const override {
-    return CheckImageInput(in, "RandomResizedCrop", true);
+    ARROW_RETURN_NOT_OK(CheckImageInput(in, "RandomResizedCrop", true));
+    return CheckCropBytes("RandomResizedCrop", in, h_, w_);
   }
   RandomResizedCropOp(int64_t h, int64_t w, std::vector<double> scale, std::vector<double> ratio)
       : h_(h), w_(w), scale_(std::move(scale)), ratio_(std::move(ratio)) {}

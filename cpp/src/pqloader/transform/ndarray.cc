@@ -332,6 +332,9 @@ class DecodeNdarrayOp : public Op {
   std::string Fingerprint() const override {
     return compressed_ ? ToString() + "@v2" : ToString();
   }
+  arrow::Status CheckInput(const SampleSignature& in) const override {
+    return CheckEncodedInput(in, ToString());
+  }
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     if (in.dtype != DType::kUInt8 || in.shape.size() != 1) {

@@ -45,6 +45,17 @@ std::string OpParams::String(const std::string& key, const std::string& fallback
   return it == strings.end() ? fallback : it->second;
 }
 
+arrow::Status CheckEncodedInput(const SampleSignature& in, const std::string& op) {
+  const bool bytes = !in.dtype.has_value() || *in.dtype == DType::kUInt8;
+  const bool flat = !in.shape.has_value() || in.shape->size() == 1;
+  if (bytes && flat) return arrow::Status::OK();
+  std::string rows = in.dtype.has_value() ? DTypeName(*in.dtype) : "";
+  if (in.shape.has_value()) {
+    rows += (rows.empty() ? "shape " : ", shape ") + ShapeToString(*in.shape);
+  }
+  return arrow::Status::Invalid(op, " needs encoded bytes (a binary column), got rows of ", rows);
+}
+
 arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> shape,
                                            bool channels_first) {
   SampleTensor s;

@@ -73,6 +73,10 @@ struct OpParams {
 /// DecodeCompressedNdarray, PadOrTruncate). Fails on an unknown name or bad parameters.
 arrow::Result<std::shared_ptr<const Op>> MakeOp(const std::string& name, const OpParams& params);
 
+/// For a decoding op's CheckInput: refuses rows `in` describes that are not encoded bytes
+/// (a binary column's, or a 1-D list of uint8), which `op`'s Apply refuses at every row.
+arrow::Status CheckEncodedInput(const SampleSignature& in, const std::string& op);
+
 /// Allocate an uninitialised sample of `dtype` and `shape`: in the slot of this thread's
 /// SampleSlotScope when one is open, unused, and exactly the sample's size.
 arrow::Result<SampleTensor> AllocateSample(DType dtype, std::vector<int64_t> shape,
