@@ -227,6 +227,19 @@ def test_a_key_declared_a_narrow_integer_refuses_a_value_out_of_its_range(tmp_pa
         pqloader.Loader(str(tmp_path), batch_size=4, schema=pa.schema([("x", pa.int64()), ("k", pa.int8())]))
 
 
+def test_a_key_declared_uint64_refuses_a_value_int64_does_not_hold(tmp_path):
+    # A key from the paths declared an integer type loads as int64: k=18446744073709551615
+    # made the column str ('1', '18446744073709551615'), silently, and the filter compared
+    # it as text.
+    for k in ("1", str(2**64 - 1)):
+        (tmp_path / f"k={k}").mkdir()
+        pq.write_table(pa.table({"x": [len(k)]}), tmp_path / f"k={k}" / "f.parquet")
+    schema = pa.schema([("x", pa.int64()), ("k", pa.uint64())])
+    for kwargs in ({}, {"columns": ["x"], "filter": "k == 1"}):
+        with pytest.raises(pqloader.SchemaMismatchError, match=r"'k' is declared uint64.*'18446744073709551615'.*int64"):
+            pqloader.Loader(str(tmp_path), batch_size=4, schema=schema, **kwargs)
+
+
 def test_a_loader_declared_with_another_loaders_arrow_schema_checkpoints_and_pickles(tmp_path):
     # schema= takes any __arrow_c_schema__ object; state_dict() called pyarrow's
     # Schema.to_string on it (AttributeError), and its options did not pickle for spawned

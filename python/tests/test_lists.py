@@ -319,6 +319,48 @@ def test_a_null_list_is_as_long_as_the_others_where_the_filter_keeps_only_row_gr
     assert got == {2: [7, 7], 3: [7, 7]}
 
 
+def _filled_rows(path, **kwargs):
+    return [r for b in pqloader.Loader(str(path), fill_null={"l": 7}, batch_size=2, **kwargs)
+            for r in b["l"].tolist()]
+
+
+def test_a_null_list_is_as_long_as_the_others_where_the_footers_tell_no_length(tmp_path):
+    # Polars writes no definition-level histograms: a row group with nulls tells no length,
+    # and a unit of null lists only (a rank's share of a row group, a row group of nulls)
+    # loaded as rows of 0, silently, where pyarrow's file of the same rows gave [7, 7].
+    pl = pytest.importorskip("polars")
+    one = tmp_path / "one.parquet"  # one row group
+    pl.DataFrame({"l": [[1, 2], [3, 4], None, None]}, schema={"l": pl.List(pl.Int32)}).write_parquet(str(one))
+    assert [_filled_rows(one, rank=r, world_size=2) for r in (0, 1)] == [[[1, 2], [3, 4]], [[7, 7], [7, 7]]]
+    two = tmp_path / "two" / "a.parquet"  # row groups [None, None] and [[1, 2], [3, 4]]
+    two.parent.mkdir()
+    pl.DataFrame({"l": [None, None, [1, 2], [3, 4]]}, schema={"l": pl.List(pl.Int32)}).write_parquet(
+        str(two), row_group_size=2)
+    assert pq.ParquetFile(two).metadata.row_group(1).column(0).statistics.null_count == 0  # (it tells)
+    assert _filled_rows(two.parent) == [[7, 7], [7, 7], [1, 2], [3, 4]]
+    # Where nothing tells (no statistics either), a row group of null lists is refused
+    # rather than made rows of 0.
+    bare = tmp_path / "bare" / "a.parquet"
+    bare.parent.mkdir()
+    pl.DataFrame({"l": [None, None, [1, 2], [3, 4]]}, schema={"l": pl.List(pl.Int32)}).write_parquet(
+        str(bare), row_group_size=2, statistics=False)
+    with pytest.raises(pqloader.InvalidDataError, match=r"a\.parquet', row group 0.*'l'.*all null lists.*lists="):
+        _filled_rows(bare.parent)
+    assert _filled_rows(bare.parent, filter="l is not None") == [[1, 2], [3, 4]]
+
+
+def test_a_null_list_of_fixed_size_lists_is_as_long_as_the_others(tmp_path):
+    # list<fixed_size_list<int32, 2>>: the footers' values per row count the inner values,
+    # so no length was taken from them, and a null row was a row of 0 pairs: (2, 0, 2).
+    t = pa.table({"l": pa.array([[[1, 2], [3, 4]], [[5, 6], [7, 8]], None, None],
+                                pa.list_(pa.list_(pa.int32(), 2)))})
+    pq.write_table(t, tmp_path / "a.parquet", row_group_size=2)
+    filled = [[[1, 2], [3, 4]], [[5, 6], [7, 8]], [[7, 7], [7, 7]], [[7, 7], [7, 7]]]
+    assert _filled_rows(tmp_path) == filled
+    pq.write_table(t, tmp_path / "a.parquet")  # one row group: rank 1's rows are its nulls
+    assert [r for rank in (0, 1) for r in _filled_rows(tmp_path, rank=rank, world_size=2)] == filled
+
+
 # -- mutation gaps (tools/mutants by hand: _lists.py) ---------------------------------------
 @pytest.mark.parametrize("kwargs", [{"length": 0}, {"max_length": 0}, {"length": -1}, {"max_length": True},
                                     {"length": 2.0}])

@@ -176,9 +176,9 @@ class Resolver {
       out_.key_loads.push_back(KeyIndex(keys_[k].name) == static_cast<int>(k) ? LoadOfKey(k)
                                                                                 : KeyLoad::kFiles);
       out_.key_errors.push_back(
-          KeyIndex(keys_[k].name) == static_cast<int>(k) && out_.key_loads[k] == KeyLoad::kFiles
-              ? CheckKeyInEveryFile(k)
-              : arrow::Status::OK());
+          KeyIndex(keys_[k].name) != static_cast<int>(k) ? arrow::Status::OK()
+          : out_.key_loads[k] == KeyLoad::kFiles         ? CheckKeyInEveryFile(k)
+                                                         : CheckDeclaredIntegerKey(k));
     }
     std::set<std::string> key_columns;  // partition keys loaded from the paths
     for (const std::string& name : names) {
@@ -850,6 +850,27 @@ class Resolver {
       type = through_list ? arrow::list(st->field(i)->type()) : st->field(i)->type();
     }
     return false;
+  }
+
+  // A key from the paths declared an integer type loads as int64: a value of the declared
+  // type that int64 does not hold (a uint64 above 2^63 - 1) made the key a str column
+  // instead, silently (the filter compared it as text).
+  arrow::Status CheckDeclaredIntegerKey(size_t k) const {
+    const PartitionKey& key = keys_[k];
+    auto type = DeclaredKeyType(key.name);
+    if (type == nullptr || !arrow::is_integer(type->id())) return arrow::Status::OK();
+    for (size_t f = 0; f < key.values.size(); ++f) {
+      if (key.null[f] || ParsesAsInt64(key.values[f]) ||
+          !arrow::Scalar::Parse(type, key.values[f]).ok()) {
+        continue;  // (a value that is no such integer: refused by AddPartition, naming it)
+      }
+      return MakeError(ErrorKind::kSchemaMismatch, "partition key '", key.name, "' is declared ",
+                       type->ToString(), " in schema=, but the path of '", files_[f].display,
+                       "' gives it '", key.values[f], "', which int64 does not hold (a key "
+                       "from the paths declared an integer type loads as int64); declare "
+                       "pa.string() to load it as text");
+    }
+    return arrow::Status::OK();
   }
 
   // How key k loads, selected or not (the filter types it so too): from the files when

@@ -216,7 +216,7 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
   ListLayout out;
   int64_t per_row = -1;
   std::string first_where;
-  bool unknown = false;
+  bool unknown = false, told = false;
   for (const Split& s : splits) {
     const DataFile& f = files[s.file];
     const ColumnSource& src = f.columns[column];
@@ -248,6 +248,7 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
       unknown = true;
       continue;
     }
+    told = true;
     const int64_t filled = rows - empty;  // rows with at least one value
     if (empty > 0 && filled > 0) {
       out.lengths = ListLayout::Lengths::kRagged;
@@ -279,6 +280,8 @@ ListLayout ListLayoutFromFooters(const std::vector<DataFile>& files,
     out.lengths = ListLayout::Lengths::kUniform;
     out.values_per_row = per_row;
   }
+  // (Every row group's rows null: no length but 0, the rows of 0 such a column had.)
+  out.known_values_per_row = per_row >= 0 ? per_row : unknown || !told ? -1 : 0;
   return out;
 }
 
@@ -363,16 +366,31 @@ arrow::Status CheckSelectedStoredKey(const Dataset& ds, int column, int key) {
 
 int64_t ListLengthFromFooters(const Dataset& ds, const std::vector<Split>& all_splits, int column) {
   const ColumnSpec& spec = ds.specs()[column];
-  // (values_per_row counts leaf values: the row length only of a list of scalars)
-  if (spec.kind != ColumnKind::kTensor || spec.row_shape.size() != 1 || spec.row_shape[0] >= 0 ||
+  if (spec.kind != ColumnKind::kTensor || spec.row_shape.empty() || spec.row_shape[0] >= 0 ||
       ds.partition_index()[column] >= 0) {
     return -1;
   }
-  ListLayout layout = ListLayoutFromFooters(ds.files(), all_splits, column);
-  if (layout.lengths != ListLayout::Lengths::kUniform) {  // (rows a filter dropped may differ)
-    layout = ListLayoutFromFooters(ds.files(), ds.splits(), column);
+  // values_per_row counts leaf values: a list of fixed-size lists holds `inner` of them
+  // per element (a null row of list<fixed_size_list<_, 2>> was a row of 0 such elements).
+  int64_t inner = 1;
+  for (size_t d = 1; d < spec.row_shape.size(); ++d) {
+    if (spec.row_shape[d] < 0 || __builtin_mul_overflow(inner, spec.row_shape[d], &inner)) return -1;
   }
-  return layout.lengths == ListLayout::Lengths::kUniform ? layout.values_per_row : -1;
+  const auto length = [inner](int64_t values) {
+    return values >= 0 && inner > 0 && values % inner == 0 ? values / inner : -1;
+  };
+  const ListLayout all = ListLayoutFromFooters(ds.files(), all_splits, column);
+  if (all.lengths == ListLayout::Lengths::kUniform) return length(all.values_per_row);
+  // (rows a filter dropped may differ)
+  const ListLayout kept = ListLayoutFromFooters(ds.files(), ds.splits(), column);
+  if (kept.lengths == ListLayout::Lengths::kUniform) return length(kept.values_per_row);
+  // Footers that tell of some row groups only (Polars writes no level histograms, and a
+  // row group with nulls then tells nothing): the length those agree on. A row group of
+  // null lists only, where none told, gave rows of length 0 beside rows of 2.
+  if (all.lengths == ListLayout::Lengths::kUnknown && all.known_values_per_row >= 0) {
+    return length(all.known_values_per_row);
+  }
+  return kept.lengths == ListLayout::Lengths::kUnknown ? length(kept.known_values_per_row) : -1;
 }
 
 arrow::Status CheckStoredKeys(const Dataset& ds, const std::vector<std::string>& named) {

@@ -32,6 +32,10 @@ struct ListLayout {
   int64_t values_per_row = -1;
   /// kRagged: why, naming the file(s) and row group(s).
   std::string evidence;
+  /// kUnknown: the values per row that the row groups whose footers tell agree on (0
+  /// where every row group tells and none holds a row that is not null), -1 where none
+  /// tells. Where the data has one length, it is that length.
+  int64_t known_values_per_row = -1;
 };
 
 /// Return whether the rows of list column `column` have one length, as far as the
@@ -54,7 +58,9 @@ arrow::Status CheckColumnsFromFooters(const Dataset& dataset,
 /// For a list column of one length per row: that length where the footers show it,
 /// from the row groups of `all_splits` (every one, before a filter restricted them: a null
 /// list's length must not depend on which rows a filter keeps), else of the dataset's own
-/// splits; -1 where the footers do not tell or the column is not a list of scalars.
+/// splits, else the length of the row groups whose footers tell (ListLayout::
+/// known_values_per_row); -1 where none tells or the column is not a list (of scalars or
+/// of fixed-size lists: the length counts their elements).
 int64_t ListLengthFromFooters(const Dataset& dataset, const std::vector<Split>& all_splits, int column);
 
 /// Refuse a partition key stored in the files whose statistics disagree with the path

@@ -578,8 +578,20 @@ class TensorWriter {
         if (!list.IsNull(r)) ARROW_RETURN_NOT_OK(CheckLength(level, list.value_length(r)));
       }
       // No row of this unit tells the length: the footers' one (rows of 0 beside rows of
-      // 2 came out of a unit of null lists only, or one a filter left so).
-      if (shape_[level] < 0) shape_[level] = level == 0 && fill_.list_length >= 0 ? fill_.list_length : 0;
+      // 2 came out of a unit of null lists only, or one a filter left so), or the row
+      // group's (ReadUnit). Where none tells, a length of 0 would be a guess (it was,
+      // silently, for files without level histograms): refused.
+      if (shape_[level] < 0 && level == 0 && fill_.list_length < 0) {
+        return MakeError(ErrorKind::kInvalidData, "column '", spec_.name, "' (", spec_.arrow_type,
+                         "): its rows here are all null lists, and neither another row of "
+                         "the row group nor the footers tell how long a null list's fill "
+                         "must be (a file without definition-level histograms, as Polars "
+                         "writes it, tells only where a row group has no null); pass lists={'",
+                         spec_.name, "': 'ragged'} (a null list is empty) or lists={'",
+                         spec_.name, "': pqloader.Pad(...)}, or drop the null rows with a filter "
+                         "(is_valid)");
+      }
+      if (shape_[level] < 0) shape_[level] = level == 0 ? fill_.list_length : 0;
     }
     int64_t inner = 1;  // elements below this level per list element
     for (size_t i = level + 1; i < shape_.size(); ++i) inner *= std::max<int64_t>(shape_[i], 0);

@@ -430,6 +430,13 @@ TEST(Convert, NullRowsOfListsAreWholeRowsOfTheFill) {
   auto l = ConvertChunks(list, {ArrayOf(list, "[null, null]")}, fill);
   EXPECT_EQ(l.row_shape, (std::vector<int64_t>{2}));
   EXPECT_EQ(Values<int32_t>(l), (std::vector<int32_t>{7, 7, 7, 7}));
+  // Where neither a row nor the footers tell it (list_length -1): refused, not rows of 0.
+  auto unknown = ConvertColumn(SpecForField(*arrow::field("c", list)).ValueOrDie(),
+                               arrow::ChunkedArray(ArrayOf(list, "[null, null]")), IntFill(7),
+                               arrow::default_memory_pool());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("all null lists"), std::string::npos)
+      << unknown.status().message();
   auto spec = SpecForField(*arrow::field("c", fsl_type)).ValueOrDie();
   auto r = ConvertColumn(spec, arrow::ChunkedArray(ArrayOf(fsl_type, "[[1,null],[3,4]]")), {},
                          arrow::default_memory_pool());

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <arrow/array.h>
 #include <arrow/array/util.h>
 #include <arrow/chunked_array.h>
 #include <arrow/compute/api_vector.h>
@@ -274,6 +275,28 @@ arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_grou
   ARROW_ASSIGN_OR_RAISE(*out, arrow::ChunkedArray::Make(table->column(0)->chunks(),
                                                         schema_field.field->type()));
   return arrow::Status::OK();
+}
+
+// The length of the first list of `column` that is not null, or -1 where every row is
+// null (or the column holds no lists).
+int64_t FirstListLength(const arrow::ChunkedArray& column) {
+  for (const auto& chunk : column.chunks()) {
+    if (chunk->null_count() == chunk->length()) continue;
+    for (int64_t r = 0; r < chunk->length(); ++r) {
+      if (chunk->IsNull(r)) continue;
+      switch (chunk->type_id()) {
+        case arrow::Type::LIST:
+          return static_cast<const arrow::ListArray&>(*chunk).value_length(r);
+        case arrow::Type::LARGE_LIST:
+          return static_cast<const arrow::LargeListArray&>(*chunk).value_length(r);
+        case arrow::Type::FIXED_SIZE_LIST:
+          return static_cast<const arrow::FixedSizeListArray&>(*chunk).value_length(r);
+        default:
+          return -1;
+      }
+    }
+  }
+  return -1;
 }
 
 }  // namespace
@@ -552,6 +575,16 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     }
     const std::string col_where = where + ", column '" + specs[c].name + "'";
     const ColumnSource& src = file.columns[c];
+    const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
+    // A filled null list is as long as the others: where the footers do not say how long
+    // (NullFill::list_length; Polars writes no level histograms), the row group's first
+    // list does, for a unit of null lists only (a rank's share of a row group, or what a
+    // filter kept of it: rows of length 0 came out beside rows of 2, silently).
+    const NullFill* fill = &options.fills[c];
+    NullFill row_group_fill;
+    const bool length_unknown = fill->enabled && fill->list_length < 0 && !ragged &&
+                                specs[c].kind == ColumnKind::kTensor &&
+                                !specs[c].row_shape.empty() && specs[c].row_shape[0] < 0;
     std::shared_ptr<arrow::ChunkedArray> slice;
     if (src.field < 0 || src.type->id() == arrow::Type::NA) {
       // The file lacks the column (or holds only nulls of type null): null rows.
@@ -621,6 +654,14 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       auto plain = WithoutExtension(chunked, pool);  // as the dataset's schema has it
       if (!plain.ok()) return WithContext(plain.status(), "cannot decode " + col_where);
       chunked = std::move(plain).ValueUnsafe();
+      if (length_unknown) {
+        const int64_t length = FirstListLength(*chunked);
+        if (length >= 0) {
+          row_group_fill = *fill;
+          row_group_fill.list_length = length;
+          fill = &row_group_fill;
+        }
+      }
       for (int leaf : src.leaves) {  // Arrow wraps INT96 dates outside int64 of their unit
         if (file.schema()->Column(leaf)->physical_type() != parquet::Type::INT96) continue;
         ARROW_RETURN_NOT_OK(CheckInt96Rows(reader->parquet_reader(), split.row_group, leaf,
@@ -629,8 +670,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
       }
       ARROW_ASSIGN_OR_RAISE(slice, SelectRows(chunked, split, unit, pool));
     }
-    const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
-    auto converted = ConvertColumn(specs[c], *slice, options.fills[c], pool, ragged,
+    auto converted = ConvertColumn(specs[c], *slice, *fill, pool, ragged,
                                    RowNumbering(unit.row_begin, split.rows.get()));
     if (!converted.ok()) return WithContext(converted.status(), "in " + where);
     decoded->columns.push_back(std::move(converted).ValueUnsafe());
