@@ -435,6 +435,35 @@ def subprocess_env(tmp: Path | str | None = None) -> dict:
     return env
 
 
+def run_beside_a_held_lock_on_a_read_only_cache(tmp_path: Path, lock: str, script: str, *args: str):
+    """Run `script` (python -c, argv: *args, then the cache directory) while this process
+    holds the flock of `lock` (a path inside the cache directory, made first) on a tmpfs
+    remounted read-only: a node's other rank doing the work the lock is for, in a cache
+    directory this process cannot write to. Returns the finished subprocess (a 120 s
+    hang guard). Skips where no tmpfs can be mounted (not root)."""
+    import fcntl
+    import subprocess
+    import sys
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        lock_path = mount / "cache" / lock
+        lock_path.parent.mkdir(parents=True)
+        lock_path.touch()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        with open(lock_path, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            return subprocess.run([sys.executable, "-c", script, *args, str(mount / "cache")],
+                                  capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    finally:
+        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
 def wrap_seed(seed, wrap):
     """WrapSeed of mix/mix_stream.h: the seed of a source's wrap-th reread of an epoch."""
     if wrap == 0:

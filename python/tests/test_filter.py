@@ -1626,30 +1626,11 @@ def test_a_read_only_cache_dir_keeps_no_loader_waiting_on_the_filters_lock(tmp_p
     # the same to compute it: the ranks of a node computed one after another, each waiting
     # (up to 30 minutes) for one that stored nothing. It computes at once now (the
     # footers' lock of remote datasets is taken the same way: NodeLock::AcquireToStore).
-    import fcntl
     import json
-    import subprocess
-    from conftest import subprocess_env
+    from conftest import run_beside_a_held_lock_on_a_read_only_cache
     (tmp_path / "data").mkdir()
     pq.write_table(pa.table({"x": np.arange(1000)}), tmp_path / "data" / "a.parquet", row_group_size=100)
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        lock_path = mount / "cache" / "filters" / ".lock"
-        lock_path.parent.mkdir(parents=True)
-        lock_path.touch()
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-        with open(lock_path, "rb") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another rank of the node, computing its selection
-            out = subprocess.run([sys.executable, "-c", FILTER_READ_ONLY, str(tmp_path / "data"),
-                                  str(mount / "cache")], capture_output=True, text=True,
-                                 env=subprocess_env(), timeout=120)  # (a hang guard)
-        assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout) == [False, list(range(451, 1000))]
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    out = run_beside_a_held_lock_on_a_read_only_cache(tmp_path, "filters/.lock", FILTER_READ_ONLY,
+                                                       str(tmp_path / "data"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [False, list(range(451, 1000))]

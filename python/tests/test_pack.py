@@ -504,33 +504,14 @@ def test_a_read_only_cache_dir_keeps_no_loader_waiting_on_the_lengths_lock(tmp_p
     # A loader that could store no lengths (a read-only cache_dir with its lengths/) took
     # lengths/.lock all the same to read them: the ranks of a node read one after another,
     # each waiting (up to 30 minutes) for one that stored nothing. It reads at once now.
-    import fcntl
-    import subprocess
-    import sys
-    from conftest import subprocess_env
+    from conftest import run_beside_a_held_lock_on_a_read_only_cache
     rows = _token_files(tmp_path / "data")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        lock_path = mount / "cache" / "lengths" / ".lock"
-        lock_path.parent.mkdir(parents=True)
-        lock_path.touch()
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-        with open(lock_path, "rb") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another rank of the node, reading its lengths
-            out = subprocess.run([sys.executable, "-c", LENGTHS_READ_ONLY, str(tmp_path / "data"),
-                                  str(mount / "cache")], capture_output=True, text=True,
-                                 env=subprocess_env(), timeout=120)  # (a hang guard)
-        assert out.returncode == 0, out.stderr
-        tokens = sum(len(r) for f in rows for r in f)
-        assert json.loads(out.stdout) == [0, 0, -(-tokens // 16)]
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    # (another rank of the node holds the lock, reading its lengths)
+    out = run_beside_a_held_lock_on_a_read_only_cache(tmp_path, "lengths/.lock", LENGTHS_READ_ONLY,
+                                                       str(tmp_path / "data"))
+    assert out.returncode == 0, out.stderr
+    tokens = sum(len(r) for f in rows for r in f)
+    assert json.loads(out.stdout) == [0, 0, -(-tokens // 16)]
 
 
 def test_a_null_documents_remedy_offers_only_a_filter_that_parses(tmp_path):
