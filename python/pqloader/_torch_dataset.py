@@ -489,7 +489,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         # After the last epoch (2**32 - 1) none follows: said here, not in each worker.
         iteration_epochs(epoch, epoch + self._epochs_per_iteration())
         state, self._pending = self._pending, None
-        if state is not None and not keep_rest and state["epoch"] == epoch and self._ended_state(state):
+        if state is not None and not keep_rest and state["epoch"] == epoch and self._ended_state(state, workers):
             # A state at its epoch's end (a loop left at its last batch): resumed, the
             # loader runs the next epoch, as Loader does. The workers ran it while the
             # position counted the state's epoch: the next iteration ran it again, and
@@ -502,23 +502,32 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if state is not None and state["epoch"] == epoch and not _consumed_nothing(state):
             position, self._worker_state = self._resumed_position(state, workers)
             self._worker_shift = position.before % workers
-            if keep_rest and self._worker_state.get("iteration_end") is None \
-                    and self._recipe.options.num_epochs is not None:
-                # (as _run_rest_only: a state at its epoch's end ran the next epoch here,
-                # and set_epoch of that epoch then ran it again)
+            if self._worker_state.get("iteration_end") is None and self._recipe.options.num_epochs is not None:
+                # The workers end with the epoch the position counts (as _run_rest_only). A
+                # state at its epoch's end kept by set_epoch ran the next epoch here, which
+                # set_epoch of it then ran again; a worker whose rank had handed out all of
+                # its epoch (ranks of a merged state that stopped at other batches) ran the
+                # next one in this loop, counted as the state's, and the next loop again.
                 self._worker_state = dict(self._worker_state,
                                           iteration_end=epoch + self._epochs_per_iteration())
         self._position = position
 
-    def _ended_state(self, state: dict[str, Any]) -> bool:
-        """`state`, of this world and batch size and with no iteration end recorded, is at
-        its epoch's end (a loop left at its last batch, without reaching the end)."""
-        theirs, o = state["options"], self._recipe.options
-        if state.get("iteration_end") is not None or state.get("rank_batches") is not None \
-                or (theirs["world_size"], theirs["batch_size"]) != (o.world_size, o.batch_size):
+    def _ended_state(self, state: dict[str, Any], workers: int) -> bool:
+        """`state`, with no iteration end recorded, is at its epoch's end for the `workers`
+        worker loaders that would load it (a loop left at its last batch, without reaching
+        the end; or a rest dealt anew that gives them no batch): they would run the next
+        epoch. (Only a state of the ranks' own world was told: from one of another world,
+        the workers' or merged, they ran it counted as the state's epoch.)"""
+        if state.get("iteration_end") is not None or _consumed_nothing(state):
             return False
-        engine = self._main_loader()._engine
-        return _iteration.position_ended(engine, state["epoch"], state["batch"], state.get("elastic"))
+        theirs, o = state["options"], self._recipe.options
+        if state.get("rank_batches") is None and (theirs["world_size"], theirs["batch_size"]) == \
+                (o.world_size, o.batch_size) and _iteration.position_ended(
+                    self._main_loader()._engine, state["epoch"], state["batch"], state.get("elastic")):
+            return True  # (a packed loader's too, whose workers could not deal its rest anew)
+        position, _ = self._resumed_position(state, workers)
+        consumed = position.before > 0 or _iteration._consumed(position.base)
+        return consumed and position.before >= self._workers_batches(workers, position.epoch, position.base)
 
     def _run_rest_only(self, loader: Loader) -> None:
         """set_epoch(e) kept the pending state of e, which `loader` holds: its next

@@ -170,13 +170,18 @@ def _ids(batches):
     return [int(i) for b in batches for i in b["id"]]
 
 
-def _state_at_epoch_1s_end(rows):
-    """A state after epoch 1's last batch, taken inside its loop (no iteration end)."""
-    first = _rows_loader(rows)
-    first.set_epoch(1)
-    for _ in itertools.islice(first, len(first)):
-        pass
-    state = json.loads(json.dumps(first.state_dict()))
+def _state_at_epoch_1s_end(rows, world=1, merged=False):
+    """A state after epoch 1's last batch, taken inside its loop (no iteration end): rank
+    0's of `world` ranks in lockstep, or every rank's merged."""
+    states = []
+    for rank in range(world if merged else 1):
+        first = pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4, rank=rank,
+                                world_size=world)
+        first.set_epoch(1)
+        for _ in itertools.islice(first, len(first)):
+            pass
+        states.append(first.state_dict())
+    state = json.loads(json.dumps(pqloader.merge_states(states) if merged else states[0]))
     assert (state["epoch"], state["iteration_end"]) == (1, None)
     return state
 
@@ -246,6 +251,77 @@ def test_dataloader_resumed_from_a_state_at_its_epochs_end_runs_the_next_epochs_
         got2 += ids(it)
         got3 = ids(dl)
         assert got2 == want[2] and got3 == want[3]
+    run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("world,merged", [(2, False), (2, True), (3, False)])
+def test_dataloader_workers_resumed_from_another_worlds_state_at_its_epochs_end_run_the_next_epochs_once(
+        rows, world, merged):
+    """As above, from a state of `world` ranks (rank 0's, or all merged) loaded into one
+    rank's 2 DataLoader workers: the same world of worker loaders, or another. Only a
+    state of the ranks' own world was seen to be at its end: the workers ran epoch 2
+    while the position counted epoch 1, so the next loop ran epoch 2 again, and a
+    state_dict() inside the first named batches of epoch 1 that its resume refused."""
+    import pqloader.torch as pt
+
+    loader, ids = (lambda: _rows_loader(rows)), _ids
+
+    def go():
+        state = _state_at_epoch_1s_end(rows, world, merged)
+        want = {}
+        for e in (2, 3):
+            reference = pt.IterableDataset(loader())
+            reference.set_epoch(e)
+            want[e] = ids(pt.DataLoader(reference, num_workers=2))
+        dl = pt.DataLoader(pt.IterableDataset(loader()), num_workers=2)
+        dl.load_state_dict(state)
+        it = iter(dl)
+        got2 = ids(itertools.islice(it, 3))
+        inside = json.loads(json.dumps(dl.state_dict()))
+        assert (inside["epoch"], inside["rank_batches"]) == (2, [2, 1])
+        got2 += ids(it)
+        got3 = ids(dl)
+        assert got2 == want[2] and got3 == want[3]
+        resumed = pt.DataLoader(pt.IterableDataset(loader()), num_workers=2)
+        resumed.load_state_dict(inside)
+        assert ids(resumed) == want[2][3 * 7:]
+    run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_dataloader_workers_resumed_from_ranks_stopped_at_other_batches_end_with_the_epoch(rows):
+    """A merged state of 2 ranks, rank 0 left after epoch 1's last batch and rank 1 one
+    batch before it (no iteration end), loaded into one rank's 2 DataLoader workers: the
+    first loop is the rest of epoch 1 (rank 1's last batch), the next one epoch 2. Worker
+    0 ran epoch 2 in the first loop, counted as epoch 1's, and the next loop ran it again."""
+    import pqloader.torch as pt
+
+    def rank(r):
+        loader = pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4, rank=r,
+                                 world_size=2)
+        loader.set_epoch(1)
+        return loader
+
+    def go():
+        states = []
+        for r, left in enumerate((0, 1)):
+            loader = rank(r)
+            n = len(loader)
+            for _ in itertools.islice(loader, n - left):
+                pass
+            states.append(loader.state_dict())
+            last = _ids(list(rank(r))[n - left:])
+        state = json.loads(json.dumps(pqloader.merge_states(states)))
+        reference = pt.IterableDataset(_rows_loader(rows))
+        reference.set_epoch(2)
+        epoch2 = _ids(pt.DataLoader(reference, num_workers=2))
+        dl = pt.DataLoader(pt.IterableDataset(_rows_loader(rows)), num_workers=2)
+        dl.load_state_dict(state)
+        first = _ids(dl)
+        assert first == last and len(last) == 6
+        assert (dl.state_dict()["epoch"], dl.state_dict()["batch"]) == (2, 0)
+        assert _ids(dl) == epoch2
     run_with_timeout(go, timeout=300)
 
 
