@@ -1830,3 +1830,71 @@ def test_null_mask_through_loader_options_returns_the_valid_fields(tmp_path):
                            **NATURAL) as reader:
         (batch,) = list(reader)
     assert batch._fields == ("id", "ni") and batch.ni[7] == -1
+
+
+def test_spark_converters_loader_shuffles_row_groups_by_default_as_petastorms(tmp_path):
+    # Petastorm's make_torch_dataloader opens make_batch_reader with its defaults
+    # (shuffle_row_groups=True); the converter here set it to False, so a training loop
+    # moved over read every epoch in storage order, silently.
+    from pqloader.petastorm.spark import SparkDatasetConverter
+
+    pq.write_table(pa.table({"id": pa.array(range(100), pa.int64())}), tmp_path / "part-0.parquet",
+                   row_group_size=10)
+    converter = SparkDatasetConverter("file://" + str(tmp_path), [str(tmp_path / "part-0.parquet")], 100)
+
+    def ids(**kw):
+        with converter.make_torch_dataloader(batch_size=10, num_epochs=1, **kw) as loader:
+            return [int(i) for b in loader for i in b["id"]]
+
+    shuffled = ids(seed=3)
+    assert sorted(shuffled) == list(range(100)) and shuffled != list(range(100))
+    assert shuffled == ids(seed=3)
+    assert ids(shuffle_row_groups=False) == list(range(100))
+
+
+def test_make_batch_reader_puts_hive_partition_keys_first_as_petastorm(tmp_path):
+    # Petastorm's inferred schema lists the partition keys (in path order) before the
+    # files' columns; here they came last, so a batch unpacked or indexed by position
+    # (id, x, part, cat = batch) took other columns than under Petastorm.
+    d = tmp_path / "ds"
+    pq.write_to_dataset(pa.table({"id": pa.array(range(12), pa.int64()), "x": [i / 2 for i in range(12)],
+                                  "part": pa.array([i % 3 for i in range(12)], pa.int64()),
+                                  "cat": [f"c{i % 2}" for i in range(12)]}), str(d), partition_cols=["part", "cat"])
+    with make_batch_reader("file://" + str(d), **NATURAL) as reader:
+        assert list(reader.schema.fields) == ["part", "cat", "id", "x"]
+        batches = list(reader)
+    assert batches[0]._fields == ("part", "cat", "id", "x")
+    part, cat, ids, x = (np.concatenate(c) for c in zip(*batches))
+    assert sorted(ids.tolist()) == list(range(12))
+    assert part.tolist() == [i % 3 for i in ids] and cat.tolist() == [f"c{i % 2}" for i in ids]
+    assert x.tolist() == [i / 2 for i in ids]
+
+
+def test_make_reader_strings_are_one_np_str_per_row_not_a_batch_wide_array(tmp_path):
+    # Petastorm's decode gives each row np.str_(value). Here a batch's strings became one
+    # np.str_ array, as wide as its longest string for every row (a 2 MB text among 127
+    # short ones: a 1 GB array per batch, 8 MB of text took 4 GB), which also drops
+    # trailing NULs ('ab\0' came out as 'ab').
+    from pqloader.petastorm.codecs import ScalarCodec
+    from pqloader.petastorm.etl.dataset_metadata import write_metadata
+    from pqloader.petastorm.unischema import Unischema, UnischemaField
+
+    pyspark_types = pytest.importorskip("pyspark.sql.types")
+    d = tmp_path / "text"
+    d.mkdir()
+    docs = ["ab\0", "x" * 100_000] + [f"doc {i}" for i in range(62)]
+    pq.write_table(pa.table({"id": pa.array(range(64), pa.int32()), "doc": docs}), str(d / "part-0.parquet"))
+    write_metadata("file://" + str(d), Unischema("TextSchema", [
+        UnischemaField("id", np.int32, (), ScalarCodec(pyspark_types.IntegerType()), False),
+        UnischemaField("doc", np.str_, (), ScalarCodec(pyspark_types.StringType()), False)]))
+    with make_reader(str(d), **NATURAL) as reader:
+        rows = list(reader)
+        batch = next(iter(reader.loader))
+    assert [r.doc for r in rows] == docs and len(rows[0].doc) == 3
+    assert all(type(r.doc) is np.str_ for r in rows)
+    assert getattr(batch["doc"], "nbytes", 0) < 64 * 100_000  # not 64 rows as wide as the longest
+    with make_reader(str(d), predicate=in_lambda(["doc"], lambda s: s.endswith("\0")), **NATURAL) as reader:
+        assert [int(r.id) for r in reader] == [0]
+    spec = TransformSpec(lambda row: dict(row, doc=row["doc"] + "\0"))
+    with make_reader(str(d), transform_spec=spec, **NATURAL) as reader:
+        assert [r.doc for r in reader] == [s + "\0" for s in docs]

@@ -9,9 +9,10 @@ yields rows as namedtuples (``make_reader``) or batches as namedtuples of arrays
 batches of the size it wants instead, with no per-row Python.
 
 Per batch, in order, in the Loader's batch_transform thread: gray images lose their
-channel axis, scalars take their field's NumPy type, strings become ``np.str_`` arrays,
-the predicate filters rows, ``TransformSpec.func`` runs (per row for ``make_reader``, on a
-pandas DataFrame for ``make_batch_reader``), removed and selected fields apply.
+channel axis, scalars take their field's NumPy type, strings become ``np.str_`` arrays
+(``make_batch_reader``) or lists of ``np.str_`` (``make_reader``), the predicate filters
+rows, ``TransformSpec.func`` runs (per row for ``make_reader``, on a pandas DataFrame for
+``make_batch_reader``), removed and selected fields apply.
 """
 
 from __future__ import annotations
@@ -212,15 +213,16 @@ def _take(column: Any, mask: np.ndarray) -> Any:
     return [v for v, keep in zip(column, mask) if keep]
 
 
-def _stack(values: list, field: UnischemaField | None) -> Any:
-    """Rows' values of one field back into a column: an array when they stack, else a list."""
+def _stack(values: list, field: UnischemaField | None, text_array: bool = True) -> Any:
+    """Rows' values of one field back into a column: an array when they stack, else a list
+    (strings: a ``np.str_`` array, or with `text_array` False the list itself)."""
     if not values:
         dtype = None
         if field is not None and isinstance(field.numpy_dtype, type) and issubclass(field.numpy_dtype, np.generic):
             dtype = field.numpy_dtype
         shape = tuple(d or 0 for d in (field.shape if field is not None else ()))
         return np.empty((0,) + shape, dtype=dtype)
-    if all(isinstance(v, str) for v in values):
+    if text_array and all(isinstance(v, str) for v in values):
         return np.array(values, dtype=np.str_)
     first = values[0]
     if isinstance(first, (np.ndarray, np.generic, int, float, bool)) and not isinstance(first, Decimal):
@@ -458,7 +460,7 @@ class Reader:
                 values = [None if v is None else field.codec.decode(field, v) for v in values]
                 columns[name] = _stack(values, field)
             else:
-                columns[name] = self._fix(name, _stack(values, field) if values else np.empty(0))
+                columns[name] = self._fix(name, _stack(values, field, False) if values else np.empty(0))
         return bool(batch_mask(self._predicate, columns, table.num_rows).any())
 
     # -- per batch ----------------------------------------------------------------------
@@ -468,7 +470,10 @@ class Reader:
         elif name in self._casts and isinstance(column, np.ndarray) and column.dtype != self._casts[name]:
             column = column.astype(self._casts[name])
         elif isinstance(column, list) and column and isinstance(column[0], str):
-            column = np.array(column, dtype=np.str_)
+            # make_reader: one np.str_ per row, as Petastorm's decode gives: an array is as
+            # wide as the batch's longest string (one 2 MB text made each batch of 128 rows
+            # a 1 GB array) and drops trailing NULs.
+            column = np.array(column, dtype=np.str_) if self.is_batched_reader else [np.str_(v) for v in column]
         return column
 
     def _rows_of(self, batch: Mapping[str, Any], name: str) -> Any:
@@ -528,7 +533,7 @@ class Reader:
                 raise TypeError(f"TransformSpec func {_func_name(spec.func)} returned a row without "
                                 f"field(s) {missing} of the transformed schema {list(fields)}: return them, "
                                 "or list them in removed_fields")
-        return {name: _stack([r[name] for r in rows], fields[name]) for name in fields}
+        return {name: _stack([r[name] for r in rows], fields[name], False) for name in fields}
 
     def _transform_batch(self, columns: dict[str, Any]) -> dict[str, Any]:
         import pandas as pd
@@ -1098,7 +1103,11 @@ def _infer_schema(ds: _dataset.PetastormDataset, info: Mapping[str, Any]) -> Uni
                           f"({described}). Ignoring...")
     if not fields:
         raise _errors.UnsupportedTypeError(f"no column of '{ds.sources[0]}' can be loaded")
-    return Unischema("inferred_schema", fields)
+    # Hive partition keys first, as Petastorm infers them (a batch unpacked by position
+    # had its columns under other names).
+    keys = {name for name, described in info["loads_as"].items()
+            if described.split("; ", 1)[0].endswith(" (partition key)")}
+    return Unischema("inferred_schema", sorted(fields, key=lambda f: f.name not in keys))
 
 
 __all__ = ["make_reader", "make_batch_reader", "Reader"]

@@ -59,13 +59,13 @@ class SparkDatasetConverter:
             shuffling_queue_capacity: > 0 shuffles rows (see pqloader.petastorm.pytorch).
             data_loader_fn: Petastorm's loader class to use (default ``BatchedDataLoader``).
             **petastorm_reader_kwargs: ``make_batch_reader`` parameters (seed,
-                cur_shard/shard_count, shuffle_row_groups, ...).
+                cur_shard/shard_count, shuffle_row_groups, ...), with its defaults, as in
+                Petastorm: row groups are shuffled unless ``shuffle_row_groups=False``.
         """
         from pqloader.petastorm.pytorch import BatchedDataLoader
         from pqloader.petastorm.reader import make_batch_reader
 
         kw = dict(petastorm_reader_kwargs)
-        kw.setdefault("shuffle_row_groups", False)
         if workers_count is not None:
             kw["workers_count"] = workers_count
         else:
