@@ -979,7 +979,7 @@ MUTANTS: list[Mutant] = [
       'for (size_t i = level; i < shape_.size(); ++i) inner *=',
       "a null list's fill counts its own dim twice"),
     M('cv-null-list-footer-length', 'decode/convert.cc',
-      'if (shape_[level] < 0) shape_[level] = level == 0 && fill_.list_length >= 0 ? fill_.list_length : 0;',
+      'if (shape_[level] < 0) shape_[level] = level == 0 ? fill_.list_length : 0;',
       'if (shape_[level] < 0) shape_[level] = 0;',
       "a unit of null lists only ignores the footers' list length"),
     M('cv-string-fast-path-nulls', 'decode/convert.cc',
