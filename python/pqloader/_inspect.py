@@ -86,9 +86,9 @@ def cache_prune(cache_dir: str | os.PathLike[str], dataset: Source | None = None
         pqloader.InvalidDataError: `cache_dir` is not empty and has no valid marker file
             (none, or one empty or damaged: the message says which; it is
             not a pqloader cache); nothing was deleted.
-        pqloader.IOError: `cache_dir` is not a directory, `dataset` cannot be listed, or
-            a shard's lock could not be taken, or an entry could not be deleted for another
-            reason than permissions (a read-only filesystem, an I/O error).
+        pqloader.IOError: `cache_dir` is not a directory, `dataset` or a shard cannot be
+            listed, or a shard's lock could not be taken, or an entry could not be deleted
+            for another reason than permissions (a read-only filesystem, an I/O error).
 
     Example:
         >>> pqloader.cache_prune("/tmp/pqcache", dataset="data/train")["entries"]

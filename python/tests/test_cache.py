@@ -187,6 +187,36 @@ def test_sharded_ranks_share_whole_split_entries(data, tmp_path):
     assert pqloader.cache_stats(cache_dir)["entries"] == 9
 
 
+@pytest.mark.parametrize("bad", ["array", "utf8"])
+def test_a_bad_row_no_rank_reads_fails_no_rank_with_a_cache_either(tmp_path, bad):
+    # Entries hold whole row groups, so a cached loader decoded the rows of its row groups
+    # outside its rank's share too: a bad row that shard_policy="drop" leaves out (row 100
+    # of 201 on 2 ranks, inside the middle row group) failed both ranks, where without a
+    # cache neither reads it.
+    n = 201
+    arrays = []
+    for i in range(n):
+        b = io.BytesIO()
+        np.save(b, np.full(2, i, np.float32))
+        arrays.append(b"not an array" if bad == "array" and i == 100 else b.getvalue())
+    text = pa.array([b"\xff" if bad == "utf8" and i == 100 else b"row %d" % i for i in range(n)])
+    text = pa.Array.from_buffers(pa.string(), n, text.buffers())  # (unchecked UTF-8)
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"id": np.arange(n), "arr": arrays, "s": text}), path,
+                   row_group_size=67)
+    cache_dir = str(tmp_path / "cache")
+    for rank in (0, 1):
+        kw = dict(n=1, shuffle=False, rank=rank, world_size=2,
+                  transforms={"arr": [T.DecodeNdarray()]})
+        plain, _ = epochs(str(path), None, **kw)
+        assert sum(len(b["id"]) for b in plain) == 100
+        for _ in range(2):
+            cached, _ = epochs(str(path), cache_dir, **kw)
+            assert_same(plain, cached)
+    # The middle row group is not cached (decoded whole, it fails): the first and last are.
+    assert pqloader.cache_stats(cache_dir)["entries"] == 2
+
+
 def test_changed_columns_or_transforms_never_return_old_entries(data, tmp_path):
     cache_dir = str(tmp_path / "cache")
     epochs(data, cache_dir, n=1)
@@ -319,6 +349,41 @@ def test_corrupt_entries_are_detected_dropped_and_refetched(data, tmp_path):
     assert s["cache_corrupt"] == 3 and s["cache_misses"] == 3
     _, s = epochs(data, str(cache_dir), n=1)
     assert s["cache_corrupt"] == 0 and s["cache_hits"] == 9  # rewritten
+
+
+def test_entries_copied_over_each_other_while_a_loader_is_paused_are_not_served(tmp_path):
+    # A window gather reads a hit's columns from its entry file after the hit (a verified
+    # file: its checksum is not checked again). Entries of other keys copied over the
+    # files in place meanwhile (`cp` keeps the inode) were served as these entries' rows.
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"i": np.arange(400), "x": np.arange(400) * 2.0}), path,
+                   row_group_size=20)
+    cache_dir = tmp_path / "cache"
+    # A budget that leaves most windows' gathers for when the consumer takes their batches.
+    kw = dict(shuffle=True, seed=3, shuffle_window=2, batch_size=10, num_workers=2,
+              max_inflight_bytes=3000)
+    plain = pqloader.Loader(str(path), **kw)
+    expected = list(plain) + list(plain)
+    plain.close()
+    filling = pqloader.Loader(str(path), cache_dir=str(cache_dir), **kw)
+    list(filling)
+    filling.close()
+    loader = pqloader.Loader(str(path), cache_dir=str(cache_dir), **kw)
+    got = list(loader)  # verifies every entry (its cache remembers their versions)
+    it = iter(loader)
+    got.append(next(it))
+    deadline = time.monotonic() + 10  # (the next units' hits, read ahead: not a condition)
+    while loader.stats()["cache_hits"] < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    entries = sorted(cache_dir.glob("shard-*/*.pqc"))
+    assert len(entries) == 20 and len({e.stat().st_size for e in entries}) == 1
+    contents = [e.read_bytes() for e in entries]
+    for e, other in zip(entries, contents[1:] + contents[:1]):
+        with open(e, "r+b") as f:
+            f.write(other)
+    got += list(it)
+    loader.close()
+    assert_same(expected, got)  # the rows of the files changed under the hits: from the source
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

@@ -138,11 +138,35 @@ def test_a_directory_of_user_files_given_as_cache_dir_is_used_but_never_marked(t
     assert (user / "thesis.tex").read_text() == "keep"
 
 
+@pytest.mark.parametrize("name", ["records", "records.new"])
+@pytest.mark.parametrize("beside", [[], ["thesis.tex"]])
+def test_a_users_file_named_records_is_neither_cleared_nor_written_over(tmp_path, name, beside):
+    # A directory holding only a file of the user's named `records` was taken for a cache:
+    # `cache clear` deleted the file, and a loader given the directory as cache_dir marked
+    # it and wrote its counts over the file (also beside other files, unmarked).
+    user = tmp_path / "exports"
+    user.mkdir()
+    mine = user / name
+    mine.write_text("my records: 3 of them\n")
+    for other in beside:
+        (user / other).write_text("keep")
+    for call in (pqloader.cache_stats, pqloader.cache_prune, pqloader.cache_clear):
+        with pytest.raises(pqloader.InvalidDataError, match="not a pqloader cache"):
+            call(user)
+    done = cli("cache", "clear", str(user))
+    assert done.returncode == 1 and "not a pqloader cache" in done.stderr, done.stdout
+    assert mine.read_text() == "my records: 3 of them\n"
+    assert fill(write(tmp_path / "d.parquet"), user) == list(range(120))
+    assert mine.read_text() == "my records: 3 of them\n"
+    assert not (user / MARKER).exists()
+
+
 def test_cache_made_before_markers_existed_is_marked_when_it_holds_only_cache_files(tmp_path):
     data = write(tmp_path / "d.parquet")
     cache = tmp_path / "cache"
     fill(data, cache)
     (cache / MARKER).unlink()  # as left by a version without markers
+    assert (cache / "records").read_text().startswith("corrupt 0\n")  # loaders' own: a cache's
     fill(data, cache)
     assert (cache / MARKER).exists()
     assert pqloader.cache_clear(cache)["entries"] == 3

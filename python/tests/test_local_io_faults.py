@@ -211,3 +211,26 @@ def test_a_deferred_cache_column_unreadable_at_both_ends_names_column_file_row_g
     assert os.strerror(errno.EIO) in message and "epoch 1" in message, error
     # The first epoch (whole entry reads) needed no source.
     assert sorted(got["x"][:3 * ROWS_PER_FILE]) == list(range(3 * ROWS_PER_FILE))
+
+
+@pytest.mark.parametrize("command", ["stats", "prune", "clear"])
+def test_a_cache_shard_that_cannot_be_listed_fails_every_cache_command_naming_it(
+        shim, data, tmp_path, command):
+    """`cache prune` passed over a shard it could not list (another user's, made 0700):
+    status 0, "0 stale entries deleted", its stale entries left unseen; stats and clear
+    failed naming it. Now all three do."""
+    cache = str(tmp_path / "cache")
+    run(data, cache_dir=cache)  # fills the cache
+    part1 = Path(data) / "part1.parquet"
+    pq.write_table(pa.table({"x": np.arange(5)}), part1)  # its 3 entries are stale now
+    shard = str(sorted(Path(cache).glob("shard-*/*.pqc"))[0].parent)
+    env = subprocess_env()
+    env.update(LD_PRELOAD=" ".join(p for p in (env.get("LD_PRELOAD", ""), shim) if p),
+               IOFAULT_PATH=shard, IOFAULT_CALLS="opendir", IOFAULT_ERRNO=str(errno.EACCES))
+    done = subprocess.run([sys.executable, "-m", "pqloader", "cache", command, cache],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"cannot list cache shard '{shard}'" in done.stderr or \
+        f"cannot list '{shard}'" in done.stderr, done.stderr
+    assert os.strerror(errno.EACCES) in done.stderr, done.stderr
+    assert len(list(Path(shard).glob("*.pqc"))) >= 1  # what it could not list is still there

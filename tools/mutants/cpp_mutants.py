@@ -472,6 +472,9 @@ MUTANTS: list[Mutant] = [
       '    if (got < n) {\n      return arrow::Status::IOError("cache entry \'", path_',
       '    if (false) {\n      return arrow::Status::IOError("cache entry \'", path_',
       'deferred ReadAt short read accepted'),
+    M('deferred-changed-file-accepted', 'cache/split_cache.cc',
+      '    if (st.ok()) st = file_->CheckRead(offset_, size_, out);\n', '',
+      'a deferred column of a file written in place since its hit is served unchecked'),
     # --- added 2026-12-06, third round: transform/image_ops.cc, transform/ndarray.cc, dataset/hive.cc,
     # dataset/int96.cc, io/filesystem.cc ------------------------------------------------
     M("img-center-box-floor", "transform/image_ops.cc",

@@ -306,6 +306,8 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
         if (waited == FetchWait::kTimedOut) break;  // fetch it without a claim
       }
     }
+    // The unit decoded alone, uncached, where its whole split fails (below).
+    std::shared_ptr<const DecodedUnit> alone;
     if (full != nullptr) {
       work->cache_bytes_saved += split.compressed_bytes;
       ++work->cache_hits;
@@ -313,26 +315,35 @@ arrow::Result<std::shared_ptr<const DecodedUnit>> Loader::ProduceUnit(
       was_hit = true;
     } else {
       ++work->cache_misses;
-      ARROW_ASSIGN_OR_RAISE(full, DecodeRows(Unit{unit.split, 0, split.num_rows},
-                                             std::move(fetched), work));
-      // Shuffled loaders keep entries row-major: hits are then gathered as they are
-      // (unless windows are gathered whole, which reads columns).
-      if (options_.plan.shuffle && !window_gather_) {
-        ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
-      }
-      // An entry of a file that changed while it was read would serve no current key.
-      if (SourceChanged(unit.split)) {
-        cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
-      } else if (!dataset_->files()[split.file].settled) {
-        // An object modified just before it was listed: a replacement within its second
-        // would share this key (size, time, footer). Not kept; the next Loader keeps it.
+      auto whole = DecodeRows(Unit{unit.split, 0, split.num_rows}, std::move(fetched), work);
+      if (!whole.ok() && whole.status().IsInvalid() && unit.num_rows() < split.num_rows) {
+        // A row the unit does not hold may be what failed (a transform's error, text that
+        // is not UTF-8 ...): another rank's to report, or no one's (a row that
+        // shard_policy="drop" leaves out), which a loader without a cache never decodes.
+        // The unit alone then, as that loader reads it (a bad row of its own fails as
+        // there), not cached.
+        ARROW_ASSIGN_OR_RAISE(alone, DecodeRows(unit, std::shared_ptr<FetchedUnit>(), work));
       } else {
-        kept = cache_->Put(key, full, SourceOf(unit.split), now, &work->stopping) ==
-               CacheRefusal::kNone;
+        ARROW_ASSIGN_OR_RAISE(full, std::move(whole));
+        // Shuffled loaders keep entries row-major: hits are then gathered as they are
+        // (unless windows are gathered whole, which reads columns).
+        if (options_.plan.shuffle && !window_gather_) {
+          ARROW_ASSIGN_OR_RAISE(full, RowMajor(std::move(full), work));
+        }
+        // An entry of a file that changed while it was read would serve no current key.
+        if (SourceChanged(unit.split)) {
+          cache_->Refuse(CacheRefusal::kStale, SourceOf(unit.split));
+        } else if (!dataset_->files()[split.file].settled) {
+          // An object modified just before it was listed: a replacement within its second
+          // would share this key (size, time, footer). Not kept; the next Loader keeps it.
+        } else {
+          kept = cache_->Put(key, full, SourceOf(unit.split), now, &work->stopping) ==
+                 CacheRefusal::kNone;
+        }
       }
     }
     claim.reset();  // after the entry is published: waiters find it
-    decoded = SliceRows(full, unit.row_begin, unit.row_end);
+    decoded = alone != nullptr ? alone : SliceRows(full, unit.row_begin, unit.row_end);
     if (was_hit && deferred) decoded = WithSourceFallback(std::move(decoded), unit, run_work);
   }
   if (options_.plan.shuffle && !window_gather_) {

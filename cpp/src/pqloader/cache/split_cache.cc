@@ -291,6 +291,7 @@ struct FileVersion {
   dev_t dev = 0;
   ino_t ino = 0;
   int64_t size = 0, mtime_ns = 0, ctime_ns = 0;
+  FileVersion() = default;
   explicit FileVersion(const struct stat& st)
       : dev(st.st_dev), ino(st.st_ino), size(st.st_size),
         mtime_ns(st.st_mtim.tv_sec * int64_t{1000000000} + st.st_mtim.tv_nsec),
@@ -348,14 +349,14 @@ arrow::Result<std::shared_ptr<arrow::Buffer>> ReadEntryFile(int fd, const struct
   return buffer;
 }
 
-// An entry file kept open for the columns of a unit not read yet (see GetDeferred);
-// `open` counts the cache object's open ones, `read_errors` its entries that could not
-// be read (both outlive the object: a unit may).
+// An entry file kept open for the columns of a unit not read yet (see GetDeferred), the
+// entry of `key`; `open` counts the cache object's open ones, `read_errors` its entries
+// that could not be read (both outlive the object: a unit may).
 class OpenEntry {
  public:
-  OpenEntry(int fd, std::string path, std::shared_ptr<std::atomic<int64_t>> open,
+  OpenEntry(int fd, std::string path, std::string key, std::shared_ptr<std::atomic<int64_t>> open,
             std::shared_ptr<std::atomic<int64_t>> read_errors)
-      : fd_(fd), path_(std::move(path)), open_(std::move(open)),
+      : fd_(fd), path_(std::move(path)), key_(std::move(key)), open_(std::move(open)),
         read_errors_(std::move(read_errors)) {
     ++*open_;
   }
@@ -382,6 +383,45 @@ class OpenEntry {
     return arrow::Status::OK();
   }
 
+  // The version of the file (verified before) whose head gave the columns' places: set
+  // once, before any column is read.
+  void set_version(const struct stat& st) {
+    MutexLock lock(version_mu_);
+    version_ = FileVersion(st);
+  }
+
+  // Whether bytes [offset, offset + n) read into `got` are the entry's. The file is still
+  // the version whose head was read (one fstat; a write in place moves the ctime before
+  // its bytes land, so bytes read before an fstat that shows the old version are the
+  // old ones); or else it changed since, written in place (another key's entry copied
+  // over it, a byte flipped: served as this entry's rows, unchecked) or only touched or
+  // unlinked (another process's LRU hit or eviction: the same new ctime): it is read
+  // again whole, and passes if it is still an entry of `key` holding those bytes there.
+  arrow::Status CheckRead(int64_t offset, int64_t n, const uint8_t* got) const {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) {
+      const int err = errno;
+      return MakeOsError(err, "cannot stat cache entry '", path_, "'");
+    }
+    {
+      MutexLock lock(version_mu_);
+      if (FileVersion(st) == version_) return arrow::Status::OK();
+    }
+    auto whole = ReadEntryFile(fd_, st, /*verify=*/true);
+    if (whole.ok() && ReadCacheEntry(*whole, key_, /*checksum_verified=*/true).ok() &&
+        offset + n <= (*whole)->size() &&
+        std::memcmp((*whole)->data() + offset, got, static_cast<size_t>(n)) == 0) {
+      // The new version is this key's entry: the next columns' reads are checked against
+      // it (one whole read per change, not per column: ranks sharing an LRU cache touch
+      // the entries they hit, which moves their ctime).
+      MutexLock lock(version_mu_);
+      version_ = FileVersion(st);
+      return arrow::Status::OK();
+    }
+    return arrow::Status::IOError("cache entry '", path_,
+                                  "' was changed while in use: its bytes are not the entry's");
+  }
+
   // A column of this hit could not be read: counted once per hit, however many fail.
   void CountReadError() const {
     if (!read_failed_.exchange(true)) ++*read_errors_;
@@ -389,8 +429,10 @@ class OpenEntry {
 
  private:
   const int fd_;
-  const std::string path_;
+  const std::string path_, key_;
   const std::shared_ptr<std::atomic<int64_t>> open_, read_errors_;
+  mutable Mutex version_mu_;  // (a unit's columns are read by the gather's threads)
+  mutable FileVersion version_ PQ_GUARDED_BY(version_mu_);
   mutable std::atomic<bool> read_failed_{false};
 };
 
@@ -402,6 +444,7 @@ class EntryColumnBytes : public DeferredBytes {
   int64_t size() const override { return size_; }
   arrow::Status ReadInto(uint8_t* out) const override {
     arrow::Status st = file_->ReadAt(offset_, size_, out);
+    if (st.ok()) st = file_->CheckRead(offset_, size_, out);
     if (!st.ok()) file_->CountReadError();  // its reader falls back to the source
     return st;
   }
@@ -744,7 +787,7 @@ class DiskCache : public SplitCache {
     const std::string path = EntryPath(key);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return Get(key);
-    auto file = std::make_shared<const OpenEntry>(fd, path, open_deferred_, read_errors_);
+    auto file = std::make_shared<OpenEntry>(fd, path, key, open_deferred_, read_errors_);
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return Get(key);
     bool verified = false;
@@ -772,6 +815,8 @@ class DiskCache : public SplitCache {
     const auto columns = ReadCacheEntryColumns(head.data(), static_cast<int64_t>(head.size()),
                                                trailer, size, key);
     if (!columns.ok() || !columns->has_value()) return Get(key);
+    if (TouchIfLru(file->fd(), &st)) RememberVerified(path, st);
+    file->set_version(st);  // what its columns' reads are checked against
     auto unit = std::make_shared<DecodedUnit>();
     unit->num_rows = (*columns)->num_rows;
     for (const auto& c : (*columns)->columns) {
@@ -781,7 +826,6 @@ class DiskCache : public SplitCache {
       d.deferred = std::make_shared<EntryColumnBytes>(file, c.offset, c.bytes);
       unit->columns.push_back(std::move(d));
     }
-    if (TouchIfLru(file->fd(), &st)) RememberVerified(path, st);
     ++hits_;
     return unit;
   }
@@ -1605,16 +1649,41 @@ bool IsMarkedCacheDir(const std::string& dir) {
 
 namespace {
 
+// Whether the file `path` reads as loaders' records (RecordCacheCounters): lines
+// "<name> <count>", the name of lowercase letters and '_'. A file of the user's named
+// `records` is not: a directory holding only one was taken for a cache, which `cache
+// clear` deleted it from and a loader given it as cache_dir marked and wrote over it.
+bool IsRecordsFile(const std::string& path) {
+  std::string text;
+  if (!ReadCacheFile(path, kMaxRecordsBytes, &text) || text.empty() || text.back() != '\n') {
+    return false;
+  }
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = text.find('\n', start);
+    const size_t space = text.find(' ', start);
+    if (space == start || space >= end) return false;
+    for (size_t i = start; i < space; ++i) {
+      if ((text[i] < 'a' || text[i] > 'z') && text[i] != '_') return false;  // (any locale)
+    }
+    if (!IsDigits(text, space + (text[space + 1] == '-' ? 2 : 1), end)) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
 // Whether `dir` holds nothing but what a cache holds (see MarkCacheDir): the names of
 // docs/cache_format.md, shard directories holding only entry, marker, temp, lock and
-// usage files. An empty directory does.
+// usage files, and records that read as records. An empty directory does.
 bool HoldsOnlyCacheFiles(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     std::error_code ec2;
     const bool is_dir = e.is_directory(ec2) && !e.is_symlink(ec2);
-    if (IsTopFileName(name) && e.is_regular_file(ec2) && !e.is_symlink(ec2)) continue;
+    if (IsTopFileName(name) && e.is_regular_file(ec2) && !e.is_symlink(ec2) &&
+        ((name != "records" && name != "records.new") || IsRecordsFile(e.path().string()))) {
+      continue;
+    }
     if (!is_dir || (!IsShardName(name) && name != "footers" && name != "filters" &&
                     name != "lengths")) {
       return false;
@@ -1877,7 +1946,19 @@ arrow::Result<CachePruneReport> PruneCacheDir(const std::string& dir,
     const auto st = e.symlink_status(ec2);
     if (ec2 || !IsShardName(e.path().filename().string()) || !fs::is_directory(st)) continue;
     const std::string shard = e.path().string();
-    for (const auto& entry : ListShard(shard, nullptr, /*remove_stale=*/false)) {
+    std::error_code unlisted;
+    const auto entries = ListShard(shard, nullptr, /*remove_stale=*/false, nullptr, &unlisted);
+    // A shard it cannot list (another user's, made 0700): an error, as for stats and clear
+    // (its stale entries were not looked at, and the prune said status 0, "0 deleted").
+    // One deleted meanwhile, by a `cache clear` beside this, holds nothing.
+    if (unlisted && unlisted != std::errc::no_such_file_or_directory) {
+      return arrow::Status::FromDetailAndArgs(
+          arrow::StatusCode::IOError,
+          std::make_shared<ErrorDetail>(ErrorKind::kIO, unlisted.value()),
+          "cannot list cache shard '", shard, "': ", std::strerror(unlisted.value()), "; ",
+          report.entries, " stale entries were deleted before it");
+    }
+    for (const auto& entry : entries) {
       if (IsCancelled(cancel)) return CancelledStatus();
       std::error_code ec3;
       if (!fs::is_regular_file(fs::symlink_status(entry.path, ec3)) || ec3) continue;
@@ -2127,6 +2208,9 @@ bool CacheCounters::any() const {
 
 bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (dir == ":memory:") return true;
+  // Only in a marked directory: one of the user's files, used but never marked, lost its
+  // own `records` (or `records.new`) to the counts, which no `cache stats` shows there.
+  if (!IsMarkedCacheDir(dir)) return true;
   const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kCacheLockTimeout);
   if (lock == nullptr) return false;
   std::map<std::string, int64_t> r;

@@ -394,6 +394,71 @@ TEST(SplitCache, ADeferredColumnOfAFileCutShortSaysSoByName) {
   EXPECT_FALSE(fs::exists(path));
 }
 
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(SplitCache, ADeferredColumnOfAFileWrittenInPlaceSinceItsLookupIsNotServed) {
+  // A window gather reads a deferred hit's columns after its lookup (a paused consumer:
+  // as long as it likes). Another key's entry of the same size copied over the file
+  // meanwhile (`cp` writes in place) was served as this entry's rows, unchecked.
+  CacheOptions o = OneShardCache();
+  auto cache = SplitCache::Open(o);
+  const std::string key = CacheKey("in place"), other = CacheKey("copied over it");
+  const auto unit = TwoColumnUnit(1000, 0);
+  ASSERT_EQ(cache->Put(key, unit, SourceOf("/f", 1)), CacheRefusal::kNone);
+  ASSERT_EQ(cache->Put(other, TwoColumnUnit(1000, 5000), SourceOf("/f", 1, 1)),
+            CacheRefusal::kNone);
+  const std::string path = o.dir + "/shard-00/" + key + ".pqc";
+  const std::string copied = FileBytes(o.dir + "/shard-00/" + other + ".pqc");
+  ASSERT_EQ(copied.size(), FileBytes(path).size());
+  ASSERT_NE(cache->Get(key), nullptr);  // verified
+  auto hit = cache->GetDeferred(key);
+  ASSERT_NE(hit, nullptr);
+  ASSERT_NE(hit->columns[0].deferred, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // (coarse file times)
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(copied.data(), static_cast<std::streamsize>(copied.size()));
+  }
+  const DeferredBytes& column = *hit->columns[0].deferred;
+  std::string out(static_cast<size_t>(column.size()), '\0');
+  const arrow::Status st = column.ReadInto(reinterpret_cast<uint8_t*>(out.data()));
+  EXPECT_TRUE(st.IsIOError()) << st.ToString();  // its reader takes the rows from the source
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
+  EXPECT_EQ(cache->counters().read_errors, 1);
+  // The next lookup reads the changed file whole: another key's, dropped.
+  EXPECT_EQ(cache->GetDeferred(key), nullptr);
+  EXPECT_EQ(cache->counters().corrupt, 1);
+}
+
+TEST(SplitCache, ADeferredColumnOfAnEntryOnlyTouchedOrDeletedSinceItsLookupIsServed) {
+  // Another process's LRU hit (a new mtime) or eviction (a new link count) changes the
+  // ctime as a write does: the file is then checked again, not given up.
+  CacheOptions o = OneShardCache();
+  o.policy = CachePolicy::kLru;
+  o.size_limit = 1 << 20;
+  auto cache = SplitCache::Open(o);
+  CacheOptions other_process = o;
+  other_process.share_claims_in_process = false;
+  auto other = SplitCache::Open(other_process);
+  const std::string key = CacheKey("touched");
+  const auto unit = TwoColumnUnit(1000, 0);
+  ASSERT_EQ(cache->Put(key, unit, SourceOf("/f", 1)), CacheRefusal::kNone);
+  ASSERT_NE(cache->Get(key), nullptr);  // verified
+  auto hit = cache->GetDeferred(key);
+  ASSERT_NE(hit, nullptr);
+  ASSERT_NE(hit->columns[0].deferred, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // (coarse file times)
+  ASSERT_NE(other->Get(key), nullptr);  // touched
+  EXPECT_EQ(ReadAll(*hit->columns[0].deferred), unit->columns[0].data->ToString());
+  fs::remove(o.dir + "/shard-00/" + key + ".pqc");  // evicted
+  EXPECT_EQ(ReadAll(*hit->columns[1].deferred), unit->columns[1].data->ToString());
+  EXPECT_EQ(cache->counters().read_errors, 0);
+  EXPECT_EQ(cache->counters().corrupt, 0);
+}
+
 TEST(SplitCache, EntriesNotPlainOrPastTheOpenFileBoundAreReadWhole) {
   CacheOptions o = OneShardCache();
   auto cache = SplitCache::Open(o);
