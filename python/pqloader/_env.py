@@ -53,8 +53,9 @@ def normalize_sources(source: Source) -> list[str]:
         One entry per item of `source`, in its order.
 
     Raises:
-        TypeError: An item is neither ``str`` nor ``os.PathLike``; `source` is ``bytes``
-            (decode it: ``os.fsdecode``) or a set (it has no order: sort it).
+        TypeError: `source` or an item is neither ``str`` nor ``os.PathLike`` (nor, for
+            `source`, an iterable of them); `source` is ``bytes`` (decode it:
+            ``os.fsdecode``) or a set (it has no order: sort it).
         ValueError: `source` is empty, an item is the empty string, holds a NUL character
             or is not UTF-8 (a name ``os.fsdecode`` made of other bytes), or an existing
             local path is neither a regular file nor a directory.
@@ -65,7 +66,22 @@ def normalize_sources(source: Source) -> list[str]:
     if isinstance(source, (set, frozenset)):  # read in hash order: another per run
         raise TypeError("source must be a path or an ordered list of them, got a set: its "
                         "order changes from run to run; give sorted(...)")
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if isinstance(source, (str, os.PathLike)):
+        items = [source]
+    elif callable(getattr(source, "state_dict", None)):
+        # A Loader or a mixture (anything that keeps a position): listing it iterated it,
+        # a whole epoch read (forever with num_epochs=None) and its position moved, to fail
+        # on its first batch ("got dict").
+        raise TypeError("source must be a path, a URI, a glob or a list of them, got a "
+                        f"{type(source).__module__.split('.')[0]}.{type(source).__name__}, which "
+                        "keeps a position: listing it would read it")
+    else:
+        try:
+            entries = iter(source)
+        except TypeError:  # (a bare "'int' object is not iterable" named no argument)
+            raise TypeError("source must be a path, a URI, a glob or a list of them, got "
+                            f"{type(source).__name__} {source!r:.100}") from None
+        items = list(entries)
     if not items:
         raise ValueError("source is empty: give a path, a directory, a glob or a list of them")
     out = []

@@ -62,10 +62,19 @@ class Mixture:
                  output: str = "numpy", batch_transform: Any = None) -> None:
         from pqloader._loader import Loader
 
+        if isinstance(sources, (Loader, Mixture)):
+            # Listing it iterated it: a whole epoch read (forever with num_epochs=None) and
+            # its position moved, to fail on its first batch ("got dict").
+            fix = ": wrap it in a list, mix([loader], [1])" if isinstance(sources, Loader) else ""
+            raise TypeError("mix sources must be a list or dict of Loaders, got a "
+                            f"pqloader.{type(sources).__name__}{fix}")
         for what, value in (("sources", sources), ("weights", weights)):
             if isinstance(value, (set, frozenset)):  # unordered: weights met other sources
                 raise TypeError(f"mix {what} must be a list or a dict by name, got a set: its "
                                 "order is not the one written")
+            if not isinstance(value, Mapping) and not hasattr(value, "__iter__"):
+                raise TypeError(f"mix {what} must be a list or a dict by name, got "
+                                f"{type(value).__name__} {value!r:.100}")
         if isinstance(sources, Mapping):
             names = [str(k) for k in sources]
             loaders = list(sources.values())

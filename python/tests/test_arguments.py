@@ -247,6 +247,24 @@ def test_a_set_or_bytes_source_is_a_type_error_naming_the_fix(tmp_path):
     assert [b["x"].tolist() for b in pqloader.Loader(sorted(set(files)), shuffle=False)] == [[0, 1, 2]]
 
 
+def test_a_source_that_is_not_paths_is_a_type_error_naming_source(tmp_path):
+    # A non-iterable was a bare "'int' object is not iterable"; a Loader (or Mixture) given
+    # as the source was listed, i.e. iterated: a whole epoch read (forever with
+    # num_epochs=None), its position moved, then "source entries ... got dict".
+    pq.write_table(pa.table({"x": [0, 1, 2]}), tmp_path / "f.parquet")
+    for source in (5, None, 1.5):
+        for make in (pqloader.Loader, pqloader.inspect):
+            with pytest.raises(TypeError, match=r"^source must be a path.*got"):
+                make(source)
+    endless = pqloader.Loader(str(tmp_path), batch_size=1, num_epochs=None)
+    mixture = pqloader.mix([pqloader.Loader(str(tmp_path))], [1])
+    for source in (endless, mixture):
+        with pytest.raises(TypeError, match=r"^source must be a path.*got a pqloader\.(Loader|Mixture)"):
+            run_with_timeout(lambda: pqloader.Loader(source), timeout=60)
+    assert (endless.state_dict()["epoch"], endless.state_dict()["batch"]) == (0, 0)
+    assert endless.stats()["batches"] == 0
+
+
 def test_a_summary_spelled_with_percent_escapes_in_a_file_uri_is_refused_as_a_summary(tmp_path):
     pq.write_table(pa.table({"id": [1]}), tmp_path / "p.parquet")
     pq.write_metadata(pa.schema([("id", pa.int64())]), tmp_path / "_common_metadata")

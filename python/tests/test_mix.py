@@ -71,6 +71,29 @@ def resume_after(make, cut, full):
     return resumed
 
 
+def test_a_single_loader_or_a_number_of_weights_is_a_type_error_naming_the_argument(sources):
+    # mix(loader, [1]) listed the Loader, i.e. iterated it: a whole epoch read (forever
+    # with num_epochs=None), its position moved, then "mix source '0' ... got dict";
+    # weights=1 was a bare "'int' object is not iterable".
+    from conftest import run_with_timeout
+
+    root, _ = sources
+    web = pqloader.Loader(str(root / "web"), batch_size=64, num_epochs=None)
+    with pytest.raises(TypeError, match=r"^mix sources must be a list or dict of Loaders, got a "
+                                        r"pqloader\.Loader: wrap it in a list"):
+        run_with_timeout(lambda: pqloader.mix(web, [1]), timeout=60)
+    assert (web.state_dict()["epoch"], web.state_dict()["batch"]) == (0, 0)
+    assert web.stats()["batches"] == 0
+    mixture = pqloader.mix([web], [1])
+    with pytest.raises(TypeError, match=r"^mix sources .*got a pqloader\.Mixture"):
+        run_with_timeout(lambda: pqloader.mix(mixture, [1]), timeout=60)
+    assert mixture.stats()["batches"] == 0
+    with pytest.raises(TypeError, match=r"^mix weights must be a list or a dict by name, got int 1"):
+        pqloader.mix([web], 1)
+    with pytest.raises(TypeError, match=r"^mix sources must be a list or a dict by name, got NoneType"):
+        pqloader.mix(None, [1])
+
+
 def test_draws_follow_the_weights_within_binomial_bounds():
     weights = [0.5, 0.3, 0.2]
     cum = _core.mix_cumulative(weights)

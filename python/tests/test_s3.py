@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -320,6 +321,40 @@ def test_missing_key_and_bucket_raise_data_not_found_naming_the_url(store):
     with pytest.raises(pqloader.DataNotFoundError, match="matches no files"):
         pqloader.Loader("s3://data/ds/*.csv", storage_options=store.options)
 
+
+def test_a_prefix_with_a_slash_is_listed_without_asking_for_its_key(store):
+    # A policy granting reads below a prefix only (`data/scoped/*`, as AWS policies are
+    # commonly scoped) refuses a HEAD of the key `scoped` itself, existing or not (403),
+    # and Arrow asked for it first: `s3://data/scoped/` and its globs failed with
+    # ACCESS_DENIED, while every object below was readable.
+    import json
+
+    store.server.upload("data", "scoped", store.paths)
+    iam = boto3.client("iam", endpoint_url=store.server.url, region_name=REGION, **store.server.keys)
+    iam.create_user(UserName="scoped")
+    key = iam.create_access_key(UserName="scoped")["AccessKey"]
+    iam.put_user_policy(UserName="scoped", PolicyName="below", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::data"},
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::data/scoped/*"}]}))
+    options = {**store.options, "access_key": key["AccessKeyId"], "secret_key": key["SecretAccessKey"]}
+    local = collect(pqloader.Loader(str(store.local), batch_size=16))
+    for source in ("s3://data/scoped/", "s3://data/scoped/*.parquet"):
+        assert_columns_equal(collect(pqloader.Loader(source, storage_options=options, batch_size=16)), local)
+
+
+def test_a_prefix_with_nothing_below_is_not_found_naming_it(store):
+    # `s3://b/k/` where `k` is an object and no key lies below `k/`: the listing's
+    # "Path does not exist 'data/.../a.parquet/'" reached the user as a plain IOError,
+    # where a missing prefix is a DataNotFoundError.
+    s3 = store.server.client()
+    s3.put_object(Bucket="data", Key="lone/a.parquet", Body=store.paths[0].read_bytes())
+    for source, said in (("s3://data/lone/a.parquet/", "does not exist"),
+                         ("s3://data/lone/a.parquet/*", "matches no files"),
+                         ("s3://data/no-such-prefix/", "does not exist"),
+                         ("s3://no-such-bucket/ds/", "does not exist")):
+        with pytest.raises(pqloader.DataNotFoundError, match=rf"'{re.escape(source)}' {said}"):
+            pqloader.Loader(source, storage_options=store.options)
 
 def test_unreachable_endpoint_raises_io_error_without_hanging(store):
     options = {**store.options, "endpoint_override": f"{HOST}:{free_port()}",

@@ -219,7 +219,18 @@ arrow::Status ListTree(const std::shared_ptr<arrow::fs::FileSystem>& fs, const s
                     : ListPages(fs, selector, cancel);
   if (!listed.ok()) {
     if (listed.status().IsCancelled()) return listed.status();
-    return MakeIOError(listed.status(), "cannot list '", source, "'");
+    // An object store's prefix with no key below it (Arrow: "Path does not exist", ENOENT)
+    // or a bucket that does not exist: missing, as a HEAD would have said (DiscoverFiles
+    // lists some prefixes without one). Not locally: there a subdirectory that vanished
+    // mid-walk is ENOENT too, and the source still exists.
+    const arrow::Status& st = listed.status();
+    if (fs->type_name() != "local" &&
+        (OsErrorOf(st) == ENOENT || st.message().find("NO_SUCH_BUCKET") != std::string::npos)) {
+      if (pattern.empty()) return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
+      return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
+                       prefix + root, "' does not exist");
+    }
+    return MakeIOError(st, "cannot list '", source, "'");
   }
   std::vector<arrow::fs::FileInfo> infos = std::move(listed).ValueUnsafe();
   std::sort(infos.begin(), infos.end(),
@@ -595,18 +606,22 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       const size_t glob = path.find_first_of("*?[");
       const size_t slash = path.rfind('/', glob);
       const std::string root = slash == std::string::npos ? "." : path.substr(0, slash);
-      auto info = FileInfoOf(fs, root.empty() ? "/" : root, cancel);
-      if (info.status().IsCancelled()) return info.status();
-      if (!info.ok()) {
-        return MakeIOError(info.status(), "cannot access '", source, "'");
-      }
       // The root is followed by '/': on an object store it names the keys below it, also
-      // where an object of that name exists (as `s3://b/p/` does).
-      const bool keys_below =
-          info->type() == arrow::fs::FileType::File && fs->type_name() != "local";
-      if (info->type() != arrow::fs::FileType::Directory && !keys_below) {
-        return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
-                         prefix + root, "' does not exist");
+      // where an object of that name exists (as `s3://b/p/` does), so a prefix within a
+      // bucket is listed without a HEAD of its key first (see prefix_only below; a
+      // missing one is told by the listing, ListTree).
+      if (fs->type_name() == "local" || root.find('/') == std::string::npos) {
+        auto info = FileInfoOf(fs, root.empty() ? "/" : root, cancel);
+        if (info.status().IsCancelled()) return info.status();
+        if (!info.ok()) {
+          return MakeIOError(info.status(), "cannot access '", source, "'");
+        }
+        const bool keys_below =
+            info->type() == arrow::fs::FileType::File && fs->type_name() != "local";
+        if (info->type() != arrow::fs::FileType::Directory && !keys_below) {
+          return MakeError(ErrorKind::kNotFound, "'", source, "' matches no files: directory '",
+                           prefix + root, "' does not exist");
+        }
       }
       // (A trailing '/' of the source, which resolving drops, keeps its meaning: directories.)
       const std::string pattern =
@@ -618,17 +633,23 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
       }
       continue;
     }
-    auto info = FileInfoOf(fs, path, cancel);
-    if (info.status().IsCancelled()) return info.status();
-    if (!info.ok()) {
-      return MakeIOError(info.status(), "cannot access '", source, "'");
-    }
     // On an object store `s3://b/p/` names the keys below `p/`, also where an object `p`
-    // exists (the resolved path has lost the slash; Arrow then finds the object).
-    const bool prefix_only = info->type() == arrow::fs::FileType::File &&
-                             fs->type_name() != "local" && !source.empty() &&
-                             source.back() == '/';
-    switch (prefix_only ? arrow::fs::FileType::Directory : info->type()) {
+    // exists (the resolved path has lost the slash; Arrow then finds the object): listed
+    // without a HEAD of `p` first, which AWS refuses (403) where a policy lets the caller
+    // read only the keys below `p/` (`arn:aws:s3:::b/p/*`), existing or not. A missing
+    // prefix or bucket is told by the listing (ListTree).
+    const bool prefix_only =
+        fs->type_name() != "local" && !source.empty() && source.back() == '/';
+    arrow::fs::FileInfo info(path, arrow::fs::FileType::Directory);
+    if (!prefix_only) {
+      auto got = FileInfoOf(fs, path, cancel);
+      if (got.status().IsCancelled()) return got.status();
+      if (!got.ok()) {
+        return MakeIOError(got.status(), "cannot access '", source, "'");
+      }
+      info = std::move(got).ValueUnsafe();
+    }
+    switch (info.type()) {
       case arrow::fs::FileType::NotFound:
         return MakeError(ErrorKind::kNotFound, "'", source, "' does not exist");
       case arrow::fs::FileType::Directory:
@@ -644,11 +665,11 @@ arrow::Result<std::vector<FoundFile>> DiscoverFiles(const std::vector<std::strin
         break;
       default:
         // A FIFO or a device would block or never end in its footer's read.
-        if (info->type() != arrow::fs::FileType::File) {
+        if (info.type() != arrow::fs::FileType::File) {
           return MakeError(ErrorKind::kInvalidData, "'", source, "' is not a regular file "
                            "(a FIFO, socket or device): give Parquet files or directories");
         }
-        out.push_back(FoundFile{fs, path, source, info->size(), MtimeNs(*info), {}, false});
+        out.push_back(FoundFile{fs, path, source, info.size(), MtimeNs(info), {}, false});
     }
   }
   return out;
