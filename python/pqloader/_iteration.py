@@ -180,7 +180,7 @@ class ConsumerClock:
         return s
 
 
-def _consumed(elastic: Mapping[str, Any] | None) -> bool:
+def elastic_consumed(elastic: Mapping[str, Any] | None) -> bool:
     """Whether an elastic rest's old worlds (nested too) had handed out any batch of it."""
     while elastic is not None:
         if any(elastic.get("batches") or ()):
@@ -195,7 +195,7 @@ def position_ended(engine: Any, epoch: int, index: int, elastic: Mapping[str, An
     the old ranks had consumed some of it: one whose old ranks had handed out nothing (an
     epoch of no batch on the old world, taken before its loop) is that epoch still to run,
     as the old world's next iteration would run it (moving on skipped an epoch of the loop)."""
-    if index == 0 and not _consumed(elastic):
+    if index == 0 and not elastic_consumed(elastic):
         return False
     return index >= engine.num_batches(epoch, elastic)
 
@@ -203,7 +203,7 @@ def position_ended(engine: Any, epoch: int, index: int, elastic: Mapping[str, An
 def position_within(engine: Any, epoch: int, index: int, elastic: Mapping[str, Any] | None) -> bool:
     """Whether the position (epoch, index) is inside its epoch: some of it handed out
     (by this world or an earlier one, see :func:`position_ended`), some still to come."""
-    return (index > 0 or _consumed(elastic)) and not position_ended(engine, epoch, index, elastic)
+    return (index > 0 or elastic_consumed(elastic)) and not position_ended(engine, epoch, index, elastic)
 
 
 def loaded_position_dropped(epoch: int, loaded_epoch: int) -> str:

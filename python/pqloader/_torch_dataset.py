@@ -526,7 +526,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                     self._main_loader()._engine, state["epoch"], state["batch"], state.get("elastic")):
             return True  # (a packed loader's too, whose workers could not deal its rest anew)
         position, _ = self._resumed_position(state, workers)
-        consumed = position.before > 0 or _iteration._consumed(position.base)
+        consumed = position.before > 0 or _iteration.elastic_consumed(position.base)
         return consumed and position.before >= self._workers_batches(workers, position.epoch, position.base)
 
     def _run_rest_only(self, loader: Loader) -> None:

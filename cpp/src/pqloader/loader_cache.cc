@@ -163,10 +163,8 @@ void Loader::SetUpCache() {
                            (f.list_length >= 0 ? ",len" + std::to_string(f.list_length)
                             // (before the fifty-second session, where the footers told no
                             // length, a row group of null lists only was kept as rows of 0)
-                            : spec.kind == ColumnKind::kTensor && !spec.row_shape.empty() &&
-                                      spec.row_shape[0] < 0 && !read_options_.allow_ragged[c]
-                                ? ",len=rowgroup"
-                                : "") +
+                            : FillLengthFromRowGroup(spec, read_options_, c) ? ",len=rowgroup"
+                                                                              : "") +
                            // (before the forty-second session, such a fill was written 2^63)
                            (spec.dtype == DType::kUInt64 && f.is_float && f.float_value >= 0x1p63
                                 ? ",u64-exact"

@@ -277,6 +277,17 @@ arrow::Status ReadColumnBounded(parquet::arrow::FileReader* reader, int row_grou
   return arrow::Status::OK();
 }
 
+}  // namespace
+
+bool FillLengthFromRowGroup(const ColumnSpec& spec, const ReadOptions& options, size_t c) {
+  const NullFill& fill = options.fills[c];
+  const bool ragged = c < options.allow_ragged.size() && options.allow_ragged[c];
+  return fill.enabled && fill.list_length < 0 && !ragged && spec.kind == ColumnKind::kTensor &&
+         !spec.row_shape.empty() && spec.row_shape[0] < 0;
+}
+
+namespace {
+
 // The length of the first list of `column` that is not null, or -1 where every row is
 // null (or the column holds no lists).
 int64_t FirstListLength(const arrow::ChunkedArray& column) {
@@ -582,9 +593,7 @@ arrow::Result<std::shared_ptr<DecodedUnit>> ReadUnit(const Dataset& dataset,
     // filter kept of it: rows of length 0 came out beside rows of 2, silently).
     const NullFill* fill = &options.fills[c];
     NullFill row_group_fill;
-    const bool length_unknown = fill->enabled && fill->list_length < 0 && !ragged &&
-                                specs[c].kind == ColumnKind::kTensor &&
-                                !specs[c].row_shape.empty() && specs[c].row_shape[0] < 0;
+    const bool length_unknown = FillLengthFromRowGroup(specs[c], options, c);
     std::shared_ptr<arrow::ChunkedArray> slice;
     if (src.field < 0 || src.type->id() == arrow::Type::NA) {
       // The file lacks the column (or holds only nulls of type null): null rows.

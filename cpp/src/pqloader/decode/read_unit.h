@@ -37,6 +37,12 @@ struct ReadOptions {
   bool filtered = false;
 };
 
+/// Whether column `c`'s filled null lists take their length from their row group's first
+/// list that is not null (ReadUnit): a filled list column of one length per row whose
+/// length the footers do not tell (NullFill::list_length; Polars writes no level
+/// histograms). Part of a cache entry's key (such entries were rows of 0 before).
+bool FillLengthFromRowGroup(const ColumnSpec& spec, const ReadOptions& options, size_t c);
+
 /// Set `out->fills` for the columns of `dataset`: the per-column fill or the default
 /// one; a column with a null mask gets zeros (or "") where it has no fill. `fills` must
 /// name selected columns (kColumnNotFound).

@@ -224,7 +224,8 @@ arrow::Result<std::shared_ptr<const DocumentLengths>> DocumentLengths::Read(
       store_error = PrepareLengthsStore(store_dir);
       prepared = store_error.empty();
       if (prepared) {
-        node_lock = NodeLock::Acquire(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
+        node_lock =
+            NodeLock::AcquireToStore(LengthsLockPath(store_dir), kLengthsLockTimeout, cancel);
         if (IsCancelled(cancel)) return CancelledStatus();
         ParallelFor(static_cast<int64_t>(files.size()), threads, [&](int64_t f) {
           for (int64_t s : by_file[f]) {

@@ -119,7 +119,7 @@ std::string PrepareLengthsStore(const std::string& dir) {
   std::filesystem::create_directories(LengthsDir(dir), ec);
   if (ec) return failed + ec.message() + unsaved;
   // A lengths/ there already, on a read-only disk or another user's: nothing can be
-  // stored, so this process must not take the lock (the node's others would wait for it).
+  // stored (no store is tried; the lock, NodeLock::AcquireToStore, is not taken either).
   if (::access(LengthsDir(dir).c_str(), W_OK) != 0) return failed + std::strerror(errno) + unsaved;
   // Temp files of writers killed mid-write ("<key>.len.tmp-<pid>-<thread>"), never read.
   SweepStaleTemps(LengthsDir(dir), [](const std::string& name) {
