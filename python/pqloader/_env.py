@@ -55,7 +55,8 @@ def normalize_sources(source: Source) -> list[str]:
     Raises:
         TypeError: `source` or an item is neither ``str`` nor ``os.PathLike`` (nor, for
             `source`, an iterable of them); `source` is ``bytes`` (decode it:
-            ``os.fsdecode``) or a set (it has no order: sort it).
+            ``os.fsdecode``), a set (it has no order: sort it) or a mapping (read as its
+            keys: give its values or keys explicitly).
         ValueError: `source` is empty, an item is the empty string, holds a NUL character
             or is not UTF-8 (a name ``os.fsdecode`` made of other bytes), or an existing
             local path is neither a regular file nor a directory.
@@ -66,6 +67,10 @@ def normalize_sources(source: Source) -> list[str]:
     if isinstance(source, (set, frozenset)):  # read in hash order: another per run
         raise TypeError("source must be a path or an ordered list of them, got a set: its "
                         "order changes from run to run; give sorted(...)")
+    if isinstance(source, Mapping):  # iterated as its keys: {"train": path} read "train"
+        raise TypeError("source must be a path, a URI, a glob or a list of them, got a "
+                        f"{type(source).__name__}: give its values (list(d.values())) or its "
+                        "keys (list(d)) explicitly")
     if isinstance(source, (str, os.PathLike)):
         items = [source]
     elif callable(getattr(source, "state_dict", None)):

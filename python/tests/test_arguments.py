@@ -247,6 +247,18 @@ def test_a_set_or_bytes_source_is_a_type_error_naming_the_fix(tmp_path):
     assert [b["x"].tolist() for b in pqloader.Loader(sorted(set(files)), shuffle=False)] == [[0, 1, 2]]
 
 
+def test_a_mapping_source_is_a_type_error_not_its_keys(tmp_path, monkeypatch):
+    # A dict was iterated as its keys: {"train": path} read a file named "train" (here one
+    # that exists, so the keys' rows came back as the dataset's).
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"x": [1]}), "train")
+    pq.write_table(pa.table({"x": [2]}), "data.parquet")
+    for make in (pqloader.Loader, pqloader.inspect):
+        with pytest.raises(TypeError, match=r"got a dict: give its values \(list\(d.values\(\)\)\)"):
+            make({"train": "data.parquet"})
+    assert [b["x"].tolist() for b in pqloader.Loader(["data.parquet"])] == [[2]]
+
+
 def test_a_source_that_is_not_paths_is_a_type_error_naming_source(tmp_path):
     # A non-iterable was a bare "'int' object is not iterable"; a Loader (or Mixture) given
     # as the source was listed, i.e. iterated: a whole epoch read (forever with
