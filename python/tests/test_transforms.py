@@ -1090,6 +1090,18 @@ def test_random_resized_crop_of_an_empty_fallback_box_is_an_error_not_a_black_im
         apply([T.DecodeImage(), T.RandomResizedCrop(16, ratio=ratio)], encode(img, "PNG"))
 
 
+@pytest.mark.parametrize("shape", [(0, 6, 3), (5, 0, 3), (0, 0)])
+@pytest.mark.parametrize("crop", [False, True])
+def test_resize_of_an_empty_array_is_an_error_naming_its_size(shape, crop):
+    # An empty side made the output's other side size * h / 0: infinite, cast to an
+    # integer (undefined behaviour; here INT64_MIN, "cannot resize to an empty image").
+    b = io.BytesIO()
+    np.save(b, np.zeros(shape, np.uint8))
+    ops = [T.DecodeNdarray(), T.Resize(8)] + ([T.CenterCrop(8)] if crop else [])
+    with pytest.raises(ValueError, match=rf"cannot resize an empty image \({shape[0]}x{shape[1]}\)"):
+        apply(ops, b.getvalue())
+
+
 @pytest.mark.parametrize("name,size,target", [("astronaut", (640, 480), 48), ("astronaut", (500, 375), 32),
                                               ("immunohistochemistry", (640, 480), 96)])
 def test_small_resize_targets_stay_within_the_dct_tolerance(name, size, target):

@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include <arrow/util/float16.h>
 
@@ -451,47 +453,39 @@ class ResizeOp : public Op {
   arrow::Result<SampleTensor> Apply(const SampleTensor& in, const SampleContext&,
                                     int) const override {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
-    // torchvision: the shorter side becomes `size`, the longer keeps the aspect (truncated),
-    // of the full-size image when the decoder scaled it down.
-    const int64_t h = in.full_height > 0 ? in.full_height : d.h;
-    const int64_t w = in.full_width > 0 ? in.full_width : d.w;
-    int64_t oh, ow;
-    if (w <= h) {
-      ow = size_;
-      oh = static_cast<int64_t>(static_cast<double>(size_) * h / w);
-    } else {
-      oh = size_;
-      ow = static_cast<int64_t>(static_cast<double>(size_) * w / h);
-    }
-    return ResizeImage(in, CropBox{0, 0, d.h, d.w}, oh, ow);
+    ARROW_ASSIGN_OR_RAISE(auto out, OutputSize(in));
+    return ResizeImage(in, CropBox{0, 0, d.h, d.w}, out.first, out.second);
   }
 
   SampleSignature OutputSignature(const SampleSignature& in) const override {
     const int at = HeightAxis(in);
     int64_t oh = -1, ow = -1;
     if (at >= 0 && (*in.shape)[at] > 0 && (*in.shape)[at + 1] > 0) {
-      const int64_t h = (*in.shape)[at], w = (*in.shape)[at + 1];  // as Apply does
-      if (w <= h) {
-        ow = size_;
-        oh = static_cast<int64_t>(static_cast<double>(size_) * h / w);
-      } else {
-        oh = size_;
-        ow = static_cast<int64_t>(static_cast<double>(size_) * w / h);
-      }
+      std::tie(oh, ow) = Target((*in.shape)[at], (*in.shape)[at + 1]);  // as Apply does
     }
     return ImageSignature(in, oh, ow);
   }
 
   /// The output size of Apply for `in`: (height, width).
+  /// torchvision's: the shorter side becomes `size`, the longer keeps the aspect
+  /// (truncated), of the full-size image when the decoder scaled it down.
   arrow::Result<std::pair<int64_t, int64_t>> OutputSize(const SampleTensor& in) const {
     ARROW_ASSIGN_OR_RAISE(auto d, Dims(in, "Resize"));
     const int64_t h = in.full_height > 0 ? in.full_height : d.h;
     const int64_t w = in.full_width > 0 ? in.full_width : d.w;
-    if (w <= h) return std::make_pair(static_cast<int64_t>(static_cast<double>(size_) * h / w), size_);
-    return std::make_pair(size_, static_cast<int64_t>(static_cast<double>(size_) * w / h));
+    if (h <= 0 || w <= 0) {  // (size * h / 0 is infinite: its cast to an integer undefined)
+      return arrow::Status::Invalid("cannot resize an empty image (", h, "x", w, ")");
+    }
+    return Target(h, w);
   }
 
  private:
+  // The output (height, width) of an h x w image, both > 0.
+  std::pair<int64_t, int64_t> Target(int64_t h, int64_t w) const {
+    if (w <= h) return {static_cast<int64_t>(static_cast<double>(size_) * h / w), size_};
+    return {size_, static_cast<int64_t>(static_cast<double>(size_) * w / h)};
+  }
+
   int64_t size_;
 };
 
