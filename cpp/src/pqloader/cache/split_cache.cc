@@ -12,7 +12,9 @@
 #include <limits>
 #include <cctype>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -1637,6 +1639,39 @@ std::string WriteCacheFile(const std::string& path, const std::string& bytes) {
   return "";
 }
 
+namespace {
+
+// The counts of a loaders' records file (RecordCacheCounters writes it): lines "<name>
+// <count>", the name of lowercase letters and '_', the count an int64. nullopt where
+// `path` is missing, unreadable, empty or anything else (a user's file, or a damaged one:
+// its counts start again). One parser for `cache stats`, the loaders' writes and
+// HoldsOnlyCacheFiles. (Not a blocking std::ifstream: a FIFO named records hung every
+// loader at its end.)
+std::optional<std::map<std::string, int64_t>> ReadRecords(const std::string& path) {
+  std::string text;
+  if (!ReadCacheFile(path, kMaxRecordsBytes, &text) || text.empty() || text.back() != '\n') {
+    return std::nullopt;
+  }
+  std::map<std::string, int64_t> out;
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = text.find('\n', start);
+    const size_t space = text.find(' ', start);
+    if (space == start || space >= end) return std::nullopt;
+    for (size_t i = start; i < space; ++i) {
+      if ((text[i] < 'a' || text[i] > 'z') && text[i] != '_') return std::nullopt;  // (any locale)
+    }
+    int64_t value = 0;
+    const char* last = text.data() + end;
+    const auto [ptr, ec] = std::from_chars(text.data() + space + 1, last, value);
+    if (ec != std::errc() || ptr != last) return std::nullopt;
+    out[text.substr(start, space - start)] = value;
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 bool IsMarkedCacheDir(const std::string& dir) {
   // Not a blocking std::ifstream: a FIFO named PQLOADER_CACHE hung every loader and
   // `pqloader cache` command on the directory.
@@ -1649,27 +1684,10 @@ bool IsMarkedCacheDir(const std::string& dir) {
 
 namespace {
 
-// Whether the file `path` reads as loaders' records (RecordCacheCounters): lines
-// "<name> <count>", the name of lowercase letters and '_'. A file of the user's named
-// `records` is not: a directory holding only one was taken for a cache, which `cache
+// Whether the file `path` reads as loaders' records (ReadRecords). A file of the user's
+// named `records` is not: a directory holding only one was taken for a cache, which `cache
 // clear` deleted it from and a loader given it as cache_dir marked and wrote over it.
-bool IsRecordsFile(const std::string& path) {
-  std::string text;
-  if (!ReadCacheFile(path, kMaxRecordsBytes, &text) || text.empty() || text.back() != '\n') {
-    return false;
-  }
-  for (size_t start = 0; start < text.size();) {
-    const size_t end = text.find('\n', start);
-    const size_t space = text.find(' ', start);
-    if (space == start || space >= end) return false;
-    for (size_t i = start; i < space; ++i) {
-      if ((text[i] < 'a' || text[i] > 'z') && text[i] != '_') return false;  // (any locale)
-    }
-    if (!IsDigits(text, space + (text[space + 1] == '-' ? 2 : 1), end)) return false;
-    start = end + 1;
-  }
-  return true;
-}
+bool IsRecordsFile(const std::string& path) { return ReadRecords(path).has_value(); }
 
 // Whether `dir` holds nothing but what a cache holds (see MarkCacheDir): the names of
 // docs/cache_format.md, shard directories holding only entry, marker, temp, lock and
@@ -1916,13 +1934,7 @@ arrow::Result<CacheDirStats> InspectCacheDir(const std::string& dir, const Sourc
     }
   }
   for (const auto& path : later) count_kept(path);
-  std::string text;
-  if (!ReadCacheFile(dir + "/records", kMaxRecordsBytes, &text)) text.clear();
-  std::istringstream in(text);
-  in.imbue(std::locale::classic());
-  std::string name;
-  int64_t value;
-  while (in >> name >> value) s.recorded[name] = value;
+  s.recorded = ReadRecords(dir + "/records").value_or(std::map<std::string, int64_t>{});
   return s;
 }
 
@@ -2213,17 +2225,9 @@ bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
   if (!IsMarkedCacheDir(dir)) return true;
   const auto lock = NodeLock::AcquireExisting(dir + "/.records.lock", kCacheLockTimeout);
   if (lock == nullptr) return false;
-  std::map<std::string, int64_t> r;
-  {
-    // (A FIFO named records hung every loader at its end.)
-    std::string text;
-    if (!ReadCacheFile(dir + "/records", kMaxRecordsBytes, &text)) text.clear();
-    std::istringstream in(text);
-    in.imbue(std::locale::classic());
-    std::string name;
-    int64_t value;
-    while (in >> name >> value) r[name] = std::max<int64_t>(value, 0);  // damaged: not < 0
-  }
+  std::map<std::string, int64_t> r =
+      ReadRecords(dir + "/records").value_or(std::map<std::string, int64_t>{});
+  for (auto& [name, value] : r) value = std::max<int64_t>(value, 0);  // damaged: not < 0
   // Saturating: a damaged file's huge count must not overflow (undefined behaviour).
   auto add = [&r](const char* name, int64_t value) {
     int64_t& total = r[name];
