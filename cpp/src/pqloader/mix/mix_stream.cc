@@ -601,7 +601,7 @@ arrow::Status MixStream::MaybeStartNextEpoch(int64_t start, std::chrono::nanosec
                                              bool* timed_out) {
   const MixStreamOptions& o = options_;
   if (!o.then_next_epoch || next_started_ || next_start_failed_ || row_bytes_seen_ == 0 ||
-      (o.samples - start) * row_bytes_seen_ > hold_bytes_) {
+      (o.samples - start) > hold_bytes_ / row_bytes_seen_) {  // (a product overflowed at 2^62 samples)
     return arrow::Status::OK();
   }
   // Whether the next epoch can be written in place is known once the caller has given
