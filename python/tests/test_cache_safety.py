@@ -284,3 +284,24 @@ def test_stats_prune_and_clear_name_a_damaged_marker_not_a_missing_one(tmp_path,
     (cache / MARKER).rmdir() if marker is None else (cache / MARKER).unlink()
     with pytest.raises(pqloader.InvalidDataError, match="it has no PQLOADER_CACHE marker file"):
         pqloader.cache_stats(cache)
+
+
+def test_symlinks_planted_at_the_caches_lock_and_temp_names_are_not_followed(tmp_path):
+    # In a group-shared cache any member can make a name inside it. A dangling symlink at
+    # .records.lock, records.new or a shard's .usage.new was followed: the loader created
+    # (or truncated and wrote) its target, any file the loader's user may write.
+    data = write(tmp_path / "data" / "a.parquet")
+    cache = tmp_path / "cache"
+    expected = fill(data, cache)
+    victims = []
+    for name in [".records.lock", "records.new"] + [f"{s.name}/.usage.new" for s in sorted(cache.glob("shard-*"))]:
+        (cache / name).unlink(missing_ok=True)
+        victims.append(tmp_path / ("victim-" + name.replace("/", "-")))
+        (cache / name).symlink_to(victims[-1])
+    pqloader.cache_clear(cache)  # every entry inserted again: each shard's usage rewritten
+    for name in ["shard-00/.usage.new"]:  # (the clear removes temp names: planted again)
+        (cache / name).unlink(missing_ok=True)
+        (cache / name).symlink_to(victims[2])
+    assert fill(data, cache) == expected
+    assert fill(data, cache) == expected
+    assert [v.name for v in victims if v.exists() or v.is_symlink()] == []

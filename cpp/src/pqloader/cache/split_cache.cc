@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -74,20 +73,40 @@ int64_t ReadUsage(const std::string& path) {
   return -1;
 }
 
+// Writes `bytes` to a new file `path`, one there first removed (a temp name: this
+// process's own, or one under the lock that writes it). O_EXCL: a symlink planted at the
+// name (a group-shared cache's member, a dangling one) is not followed; an ofstream
+// truncated and wrote its target, any file the process may write. Returns 0 or the errno
+// (the file then removed: nothing half written is left to be published).
+int WriteNewFile(const std::string& path, const std::string& bytes) {
+  ::unlink(path.c_str());
+  // 0666 less the umask, as every file of the cache (docs/cache_format.md, "Permissions").
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd < 0) return errno;
+  int err = 0;
+  for (size_t done = 0; done < bytes.size() && err == 0;) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      err = n == 0 ? EIO : errno;
+    }
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) ::unlink(path.c_str());
+  return err;
+}
+
 // A .usage that cannot be written (a full disk: the stream's bytes go out at close; no
 // descriptor or inode for .usage.new) is removed, so that the next insert recounts the
 // shard: an empty file was published (read as missing), and where .usage.new could not
 // be made the old count stayed, under the entry about to be published.
 void WriteUsage(const std::string& path, int64_t v) {
   const std::string tmp = path + ".new";
-  bool ok;
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << v << "\n";
-    out.close();
-    ok = static_cast<bool>(out);
+  if (WriteNewFile(tmp, std::to_string(v) + "\n") == 0 &&
+      std::rename(tmp.c_str(), path.c_str()) == 0) {
+    return;
   }
-  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
   std::remove(tmp.c_str());
   std::remove(path.c_str());
 }
@@ -1617,19 +1636,8 @@ std::string WriteCacheFile(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
   std::error_code ec;
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    // Closed before the check: a file smaller than the stream's buffer is written only
-    // here, so a full disk showed no error and an empty file was published.
-    out.close();
-    if (!out) {
-      const int err = errno;
-      fs::remove(tmp, ec);
-      return err != 0 ? std::strerror(err) : "write failed";
-    }
-  }
+  // (Checked to its close: a full disk showed no error and an empty file was published.)
+  if (const int err = WriteNewFile(tmp, bytes); err != 0) return std::strerror(err);
   fs::rename(tmp, path, ec);
   if (ec) {
     const std::string why = ec.message();
@@ -1759,17 +1767,14 @@ bool WriteCacheMarker(const std::string& dir, int shards, bool replace) {
   tmp << dir << "/" << kCacheMarkerName << ".tmp-" << ::getpid() << "-"
       << std::hash<std::thread::id>{}(std::this_thread::get_id());
   {
-    std::ofstream out(tmp.str(), std::ios::trunc);
+    std::ostringstream out;
     out.imbue(std::locale::classic());
     out << kCacheMarkerFirstLine << "\nformat " << kCacheFormatVersion << "\n";
     if (shards > 0) out << "shards " << shards << "\n";
     out << "This directory is a pqloader cache (docs/cache_format.md); "
            "`pqloader cache clear DIR` deletes its entries.\n";
-    out.close();  // (its bytes are written here: a full disk published an empty marker)
-    if (!out) {
-      std::remove(tmp.str().c_str());
-      return false;
-    }
+    // (Checked to its close: a full disk published an empty marker.)
+    if (WriteNewFile(tmp.str(), out.str()) != 0) return false;
   }
   const std::string marker = dir + "/" + kCacheMarkerName;
   bool done = false;
@@ -2255,15 +2260,9 @@ bool RecordCacheCounters(const std::string& dir, const CacheCounters& c) {
     if (value != 0 || r.count(name)) add(name, value);
   }
   const std::string tmp = dir + "/records.new";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [k, v] : r) out << k << " " << v << "\n";
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
+  std::string text;
+  for (const auto& [k, v] : r) text += k + " " + std::to_string(v) + "\n";
+  if (WriteNewFile(tmp, text) != 0) return false;
   return std::rename(tmp.c_str(), (dir + "/records").c_str()) == 0;
 }
 

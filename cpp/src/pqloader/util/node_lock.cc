@@ -55,14 +55,16 @@ std::unique_ptr<NodeLock> NodeLock::AcquireExisting(const std::string& path,
                                                     const CancelFlag& cancel, bool* timed_out) {
   if (timed_out != nullptr) *timed_out = false;
   // 0666 less the umask, as every file of the cache (docs/cache_format.md, "Permissions").
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  // O_NOFOLLOW: a lock that is a symlink (dangling, into another user's files) is not
+  // followed: O_CREAT made its target, a file anywhere the process may write.
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (fd < 0 && (errno == EACCES || errno == EROFS)) {
     // A lock file another user made that this one may read but not write (made 0644 by a
     // loader before 2026-12, or under umask 022 in a group-shared directory): flock(2)
     // takes a read-only descriptor too (over NFS, which emulates it with fcntl locks, an
     // exclusive lock needs write access: there it fails, as the open did before).
     const int open_errno = errno;
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) errno = open_errno;
   }
   if (fd < 0) return nullptr;
