@@ -989,7 +989,8 @@ class DiskCache : public SplitCache {
     tmp_name << ShardDir(shard) << "/" << kTempPrefix << ::getpid() << "-"
              << std::hash<std::thread::id>{}(std::this_thread::get_id()) << "-" << key;
     const std::string tmp = tmp_name.str();
-    const int fd = OpenInShard(shard, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC);
+    ::unlink(tmp.c_str());  // (this thread's own name; O_EXCL: a planted symlink not followed)
+    const int fd = OpenInShard(shard, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       Failed(Errno("cannot create a cache file in '" + ShardDir(shard) + "'"));
       return CacheRefusal::kNone;
