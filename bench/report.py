@@ -175,7 +175,8 @@ def main():
       "only in the pad_sequence-collator row): only pqloader moves rows between batches); "
       "epoch 2 is a second shuffled pass with whatever the system caches; *unshuffled* is one epoch in file "
       "order, and *cold* (tabular) a shuffled epoch after the files were dropped from the page cache "
-      "(posix_fadvise DONTNEED). Time to first batch "
+      "(posix_fadvise DONTNEED), with what a system reads instead of them (HF datasets' Arrow cache, a "
+      "local-disk cache), by a new reader (pqloader's Loader, HF's table mapped anew). Time to first batch "
       "(TTFB) starts before the loader is constructed (it includes `ray.init`, the HF Arrow conversion, "
       "worker start-up). The page cache is warmed before every measurement, so no run but *cold* reads from disk.")
     P("")

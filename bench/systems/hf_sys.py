@@ -13,6 +13,7 @@ a torch DataLoader(batch_size, shuffle) over the rows and a collator that pads t
 """
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -119,6 +120,17 @@ class Adapter:
             yield from it
         finally:
             del it
+
+    def restart(self):
+        """Drop the memory-mapped Arrow table: the next epoch maps the cache files anew, as a
+        fresh process would (pages a process maps are not dropped from the page cache)."""
+        self.ds = None
+        gc.collect()
+
+    def cold_dirs(self):
+        """What the epochs read instead of the Parquet files (its Arrow cache): a cold
+        epoch must not find it in the page cache either."""
+        return [self.cache_dir]
 
     def close(self):
         self.ds = None

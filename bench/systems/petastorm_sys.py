@@ -126,6 +126,11 @@ class Adapter:
             reader.stop()
             reader.join()
 
+    def cold_dirs(self):
+        """Its local-disk cache, where epochs after the first read (a cold epoch must not
+        find it in the page cache either)."""
+        return [self.cache_dir] if self.cache_dir else []
+
     def close(self):
         if self.cache_dir:
             shutil.rmtree(self.cache_dir, ignore_errors=True)

@@ -113,6 +113,11 @@ class Adapter:
         self._loaders.clear()
         gc.collect()
 
+    def cold_dirs(self):
+        """Its cache_dir, where the epochs after the first read (evicted with the data
+        before a cold epoch)."""
+        return [self.cache_dir] if self.cache_dir else []
+
     def _decode_images(self, blobs):
         n = len(blobs)
         out = np.empty((n, C.IMAGE_SIZE, C.IMAGE_SIZE, 3), dtype=np.uint8)
