@@ -501,7 +501,7 @@ ARGUMENT_DOCS = """\
             ``io_threads``); their compressed bytes stay within a quarter of
             ``max_inflight_bytes`` (one row group is always allowed).
         output: ``"numpy"`` or ``"torch"``: numeric columns as ``torch.Tensor`` sharing
-            the engine's memory (DLPack, no copy). torch is imported only then.
+            the engine's memory (``torch.from_numpy``, no copy). torch is imported only then.
         pin_memory: Stage torch batches in pinned host memory. Default (``None``): when
             ``device`` is a CUDA device. Ignored, with a warning, without CUDA.
         device: Hand torch batches out on this device (e.g. ``"cuda:0"``), copied on a
