@@ -80,6 +80,20 @@ std::vector<std::string> SpelledBelow(const std::vector<std::string>& spelled, s
   return {spelled[depth]};
 }
 
+// Whether directory `name`, `depth` below the root (entries of the root: 0), can hold a
+// file a glob spelled `spelled` (its components below the root) matches: each of the
+// glob's components matches one name of a path (FNM_PATHNAME), so only a directory its
+// component at that depth matches can; below a directory the whole glob matches (depth
+// past the last component: read whole), every one. A directory source (nothing spelled):
+// every one. Not entered, a directory the glob cannot reach is neither read (a glob
+// `d/*.parquet` listed every file of the tree below `d`, a stat each) nor can it fail the
+// listing (`lost+found`, another user's directory: "Permission denied").
+bool MayHoldMatches(const std::vector<std::string>& spelled, size_t depth,
+                    const std::string& name) {
+  if (depth >= spelled.size()) return true;
+  return fnmatch(spelled[depth].c_str(), name.c_str(), 0) == 0;
+}
+
 std::string RelativeTo(const std::string& root, const std::string& path) {
   if (root.empty()) return path;
   if (path.compare(0, root.size(), root) == 0) {
@@ -176,8 +190,10 @@ arrow::Status WalkLocalInto(arrow::fs::FileSystem& fs, const std::string& dir,
     // A hidden directory (`_temporary/`, `.snapshot/`) holds nothing a source reads
     // (IsHidden skips its files) unless a glob spells its prefix at its depth: not
     // entered, so one the user cannot read does not fail the listing.
+    const size_t depth = inside->size() - 1;  // of `name` below the root
     const bool is_dir = info.type() == arrow::fs::FileType::Directory &&
-                        !IsHidden({name}, SpelledBelow(spelled, inside->size() - 1));
+                        !IsHidden({name}, SpelledBelow(spelled, depth)) &&
+                        MayHoldMatches(spelled, depth, name);
     const std::string path = info.path();
     out->push_back(std::move(info));
     if (is_dir) ARROW_RETURN_NOT_OK(WalkLocalInto(fs, path, inside, spelled, out, cancel));
