@@ -264,9 +264,19 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if _consumed_nothing(p):
             return False
         theirs, o = p["options"], self._recipe.options
-        if (theirs["world_size"], theirs["batch_size"]) != (o.world_size, o.batch_size):
-            return True
         engine = self._main_loader()._engine
+        if (theirs["world_size"], theirs["batch_size"]) != (o.world_size, o.batch_size):
+            # Its rest, dealt to this loader's world (as load_state_dict deals it), has a
+            # batch. (Every such state was taken for one inside its epoch: a DataLoader's
+            # workers' state taken after the epoch's last batch, inside the loop, warned that
+            # set_epoch(e + 1) dropped a position "in the middle of epoch e".)
+            counts = p.get("rank_batches") or [p["batch"]] * int(theirs["world_size"])
+            base = {"world_size": int(theirs["world_size"]), "batch_size": int(theirs["batch_size"]),
+                    "batches": [int(k) for k in counts], "base": p.get("elastic")}
+            try:
+                return engine.num_batches(p["epoch"], base) > 0
+            except Exception:  # (a packed loader's workers' state: the main loader cannot deal it)
+                return True
         return not _iteration.position_ended(engine, p["epoch"], p["batch"], p.get("elastic"))
 
     def state_dict(self) -> dict[str, Any]:
@@ -600,13 +610,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 f"epoch per iteration: give the loader num_epochs=1 (it has {o.num_epochs}) "
                 "and call set_epoch(e) before each epoch")
         end = None
-        if p.complete or (p.left and self._ran_whole(p)):
-            # (also a loop left after its last batch, without reaching the end: the next
-            # iteration runs the next epoch, see _begin; recorded as the rest of this one,
-            # with its end, the resumed first loop was empty, an epoch of the loop lost)
+        if p.complete:
             p = _Position(p.epoch + 1, p.workers)
-        else:
+        elif not (p.left and self._ran_whole(p)):
             end = p.epoch + 1
+        # A loop left after its last batch, without reaching the end, is at the end of its
+        # epoch with no iteration end, as the loader's own state is then (num_workers=0): the
+        # next iteration runs the next epoch (_begin, _ended_state), and set_epoch of this
+        # epoch keeps the position, whose rest is empty. (It named the next epoch's start:
+        # the resume loop's set_epoch(e), e the loop's epoch, dropped it and ran epoch e
+        # again whole, where the loader without workers ran nothing of it.)
         template = self._main_loader().state_dict()
         state = _state.make_state(p.epoch, p.counts()[0], end, template["seed"],
                                   dict(template["options"], rank=0,

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -668,6 +669,35 @@ def test_dataset_set_epoch_of_another_epoch_warns_when_it_drops_a_loaded_state(d
     plain.set_epoch(1)
     assert got == run_with_timeout(lambda: dl_ids(pqloader.torch.DataLoader(plain, num_workers=workers)),
                                    timeout=120)
+
+
+@pytestmark_workers
+def test_dataset_set_epoch_of_the_next_epoch_after_a_workers_state_at_its_epochs_end_does_not_warn(ds):
+    """A state of DataLoader workers (a world of world_size x W) taken after the epoch's
+    last batch, inside the loop: set_epoch(e + 1) drops no rest of e, so it does not warn
+    (it said "drops the position ... in the middle of epoch 0"); one taken before the last
+    batch still warns."""
+    def dataloader():
+        dataset = pqloader.torch.IterableDataset(make(ds, 1, 0, num_epochs=1))
+        return dataset, pqloader.torch.DataLoader(dataset, num_workers=2)
+
+    dataset, dl = dataloader()
+    n = len(dl)
+
+    def states():
+        out = {}
+        for i, _ in enumerate(dl):
+            if i + 1 in (n - 1, n):
+                out[i + 1] = json.loads(json.dumps(dl.state_dict()))
+        return out
+    taken = run_with_timeout(states, timeout=120)
+    for cut, warns in ((n, False), (n - 1, True)):
+        dataset, dl = dataloader()
+        dl.load_state_dict(taken[cut])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dataset.set_epoch(1)
+        assert any("drops the position" in str(w.message) for w in caught) == warns, cut
 
 
 @pytestmark_workers

@@ -126,6 +126,43 @@ def test_dataloader_state_after_a_loop_left_at_its_last_batch_resumes_the_next_e
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_state_after_a_loop_left_at_its_last_batch_resumes_with_set_epoch_of_that_epoch(rows, workers):
+    """The same state, resumed by the documented loop ``for e in range(saved, n):
+    set_epoch(e)`` with the loop's epoch saved beside it: epoch 0's rest is empty and
+    epoch 1 follows, with workers as without. With workers the state named epoch 1's
+    start, so set_epoch(0) dropped it and ran epoch 0 again whole (110 rows twice)."""
+
+    import pqloader.torch as pt
+
+    def dataloader():
+        loader = pqloader.Loader(rows, columns=["id"], batch_size=7, shuffle=True, seed=4)
+        return pt.DataLoader(pt.IterableDataset(loader), num_workers=workers)
+
+    def ids(batches):
+        return [int(i) for b in batches for i in b["id"]]
+
+    def go():
+        dl = dataloader()
+        dl.dataset.set_epoch(0)
+        n = len(dl)
+        for i, _ in enumerate(dl):
+            if i + 1 == n:  # a step budget met at the epoch's last batch
+                break
+        state = json.loads(json.dumps(dl.state_dict()))
+        dl.dataset.set_epoch(1)
+        epoch1 = ids(list(dl))
+        resumed = dataloader()
+        resumed.load_state_dict(state)
+        loops = []
+        for e in (0, 1):  # the epoch counter saved beside the state is 0
+            resumed.dataset.set_epoch(e)
+            loops.append(ids(list(resumed)))
+        assert loops == [[], epoch1] and len(epoch1) == 110
+    run_with_timeout(go, timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 @pytest.mark.parametrize("workers", [0, 2, "plain"])
 def test_dataset_state_taken_after_set_epoch_names_that_epochs_start(rows, workers):
     """A checkpoint at an epoch's start: set_epoch(e), then state_dict() before its first
