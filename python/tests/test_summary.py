@@ -412,3 +412,14 @@ def test_summary_only_names_the_index_for_a_file_deleted_since(tmp_path):
     with pytest.raises(pqloader.DataNotFoundError, match=r"f1\.parquet.*pqloader index") as info:
         collect(pqloader.Loader(str(tmp_path), batch_size=8, use_summary="only"))
     assert "make a new Loader" not in str(info.value)
+
+
+def test_write_index_refuses_a_file_name_that_is_not_utf8(tmp_path):
+    # The index was written with the name, and every Loader of the directory then refused
+    # it (its paths cross into Python as str): refused where it is made, naming the bytes.
+    pq.write_table(pa.table({"id": [1, 2, 3]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [4]}), tmp_path / "b.parquet")
+    os.rename(tmp_path / "b.parquet", os.path.join(os.fsencode(tmp_path), b"bad\xff.parquet"))
+    with pytest.raises(pqloader.InvalidDataError, match=r"not UTF-8 \(b'bad\\xff.parquet'\).*rename"):
+        pqloader.write_index(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet", os.fsdecode(b"bad\xff.parquet")]  # no index

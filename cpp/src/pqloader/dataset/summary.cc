@@ -337,6 +337,11 @@ arrow::Result<IndexResult> WriteDatasetIndex(const std::string& source,
         return arrow::Status::Invalid("cannot index '", f.display,
                                       "': its path has a tab, a newline or an empty part");
       }
+      if (!IsValidUtf8(rel)) {  // (indexed, every Loader of the directory refused it)
+        return MakeError(ErrorKind::kInvalidData, "cannot index '", display_root,
+                         "': it holds a file whose name is not UTF-8 (b'", Printable(rel, 200),
+                         "'); pqloader reads UTF-8 names only: rename or move it");
+      }
       if (combined != nullptr && !f.schema()->Equals(*combined->schema())) {
         return MakeError(ErrorKind::kSchemaMismatch, "cannot index '", source, "': '",
                          f.display, "' has another Parquet schema than '", files[0].display,
