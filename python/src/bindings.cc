@@ -762,7 +762,12 @@ class PyLoader {
   // Forget the engine without destroying it; called in a forked child only. The
   // engine's worker threads do not exist there and its mutexes may be held by them, so
   // neither Stop() nor the destructor may run. The child's copy of its memory leaks.
-  void AbandonAfterFork() { (void)loader_.release(); }
+  // Its share of the buffer pool's cache is given back (its destructor never runs: the
+  // child kept the parent's reservation, 2 x max_inflight_bytes, for its whole life).
+  void AbandonAfterFork() {
+    Loader* abandoned = loader_.release();
+    if (abandoned != nullptr) abandoned->GiveBackPoolShareAfterFork();
+  }
 
   void Stop() {
     pqloader::ScopedRelease release;

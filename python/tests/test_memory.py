@@ -128,3 +128,66 @@ def test_packing_memory_is_the_bound_plus_its_per_document_plan(short_documents)
     per_document = 3 * (4 + 8 / 64)  # lengths and two epochs' block plans, with their sums
     # Without its per-document term the bound is exceeded ~1.7x here (10^7 documents).
     assert got["delta"] <= 1.25 * (bound + per_document * DOCS), (got["delta"] / MIB, bound / MIB)
+
+
+# A forked child (a DataLoader worker) abandons the parent's loaders, never destroying
+# them; each one's share of the buffer pool's cache (2 x max_inflight_bytes) stayed
+# reserved for the child's life, so its freed blocks were kept whatever its own loaders'
+# bounds (README, "Bounded memory": close() gives back the loader's share).
+FORK_POOL_CHILD = r"""
+import gc, json, os, sys, pqloader
+path = sys.argv[1]
+parent = pqloader.Loader(path, batch_size=256, max_inflight_bytes=512 << 20)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    loader = pqloader.Loader(path, batch_size=256, shuffle=True, seed=1, num_workers=2,
+                             max_inflight_bytes=16 << 20)
+    for b in loader:
+        pass
+    del b
+    loader.close()
+    gc.collect()
+    os.write(w, json.dumps({"cached": loader.stats()["pool_cached_bytes"]}).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+print(os.read(r, 1000).decode())
+"""
+
+
+@pytest.fixture(scope="module")
+def floats(tmp_path_factory):
+    path = tmp_path_factory.mktemp("memory") / "floats.parquet"
+    rows, width = 40_000, 256  # 40 MiB in row groups of 5 MiB
+    values = pa.array(np.random.default_rng(0).standard_normal(rows * width).astype(np.float32))
+    pq.write_table(pa.table({"f": pa.FixedSizeListArray.from_arrays(values, width)}), path,
+                   row_group_size=5_000, compression="none")
+    return str(path)
+
+
+def test_a_forked_child_gives_back_the_abandoned_parent_loaders_share_of_the_pool(floats):
+    out = subprocess.run([sys.executable, "-c", FORK_POOL_CHILD, floats], capture_output=True,
+                         text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    # Every loader of the child closed: only the pool's own 32 MiB may stay cached (it
+    # kept ~120 MiB, under the parent's 1 GiB share).
+    assert got["cached"] <= 32 * MIB, got["cached"] / MIB
+
+
+def test_the_pool_keeps_its_own_cache_after_loaders_of_the_largest_budget(floats):
+    import gc
+
+    import pqloader
+
+    # Two loaders of the largest max_inflight_bytes (2**61) reserve 2**62 each: the sum
+    # overflowed int64 and was clamped to 0, and the pool's own 32 MiB was lost for the
+    # process (nothing freed kept for reuse: every block fresh pages).
+    big = [pqloader.Loader(floats, batch_size=256, max_inflight_bytes=2**61) for _ in range(2)]
+    del big
+    gc.collect()
+    loader = pqloader.Loader(floats, batch_size=256, shuffle=True, seed=1, max_inflight_bytes=16 << 20)
+    for _ in loader:
+        pass
+    loader.close()
+    assert loader.stats()["pool_cached_bytes"] > 0

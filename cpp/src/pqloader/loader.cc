@@ -278,6 +278,13 @@ void Loader::Close() {
   pool_reservation_.reset();  // the pool trims its cache to the other loaders' shares
 }
 
+// mu_ is not taken: a thread of the parent may have held it at the fork. (A Close() or
+// a reopen running in the parent at that instant is the one case read half-done, as
+// everything else of the abandoned loader.)
+void Loader::GiveBackPoolShareAfterFork() PQ_NO_THREAD_SAFETY_ANALYSIS {
+  if (pool_reservation_ != nullptr) pool_reservation_->GiveBack();
+}
+
 void Loader::ReopenLocked() {
   if (!closed_) return;
   closed_ = false;

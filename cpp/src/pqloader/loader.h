@@ -288,6 +288,11 @@ class Loader {
   /// loader of a large file kept ~0.5 GB resident, and ~10 threads). The loader stays
   /// usable: the next StartEpoch takes them again.
   void Close();
+  /// In a forked child only, where this loader is abandoned (never destroyed: its
+  /// threads do not exist there and its mutexes may be held): give back its share of
+  /// the buffer pool's cache, which the destructor would have. Takes no lock of the
+  /// loader's.
+  void GiveBackPoolShareAfterFork();
   /// How many times StartEpoch or Stop was called: whoever started a run can tell
   /// whether someone else has started or stopped one since (a mixture's source used
   /// by itself meanwhile: mix/mix_stream.h).

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "pqloader/util/fork_gate.h"
 #include "pqloader/util/thread_annotations.h"
@@ -32,7 +33,7 @@ constexpr int64_t kMinMappedBytes = int64_t{1} << 20;
 }  // namespace
 
 RecyclingPool::RecyclingPool(arrow::MemoryPool* base, int64_t cache_limit)
-    : base_(base), cache_limit_(cache_limit) {}
+    : base_(base), base_limit_(cache_limit), cache_limit_(cache_limit) {}
 
 RecyclingPool::~RecyclingPool() { ReleaseUnused(); }
 
@@ -235,7 +236,10 @@ void RecyclingPool::AdjustCacheLimit(int64_t bytes) {
   std::vector<Evicted> evicted;
   {
     MutexLock lock(mu_);
-    cache_limit_ = std::max<int64_t>(0, cache_limit_ + bytes);
+    reserved_ += bytes;
+    const __int128 limit = static_cast<__int128>(base_limit_) + reserved_;
+    cache_limit_ = static_cast<int64_t>(std::clamp<__int128>(
+        limit, 0, static_cast<__int128>(std::numeric_limits<int64_t>::max())));
     evicted = TrimLocked();
   }
   FreeBlocks(evicted);

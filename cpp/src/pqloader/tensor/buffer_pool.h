@@ -29,6 +29,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -117,6 +118,11 @@ class RecyclingPool : public arrow::MemoryPool {
 
   arrow::MemoryPool* base_;
   mutable Mutex mu_;
+  // The constructor's limit, and the sum of every AdjustCacheLimit since, exactly (two
+  // loaders of the largest max_inflight_bytes reserve 2 x 2^62: their sum overflowed
+  // int64). cache_limit_ is their sum, clamped to [0, INT64_MAX].
+  const int64_t base_limit_;
+  __int128 reserved_ PQ_GUARDED_BY(mu_) = 0;
   int64_t cache_limit_ PQ_GUARDED_BY(mu_);
   int64_t cached_bytes_ PQ_GUARDED_BY(mu_) = 0;
   int64_t bytes_allocated_ PQ_GUARDED_BY(mu_) = 0;
@@ -141,12 +147,18 @@ class PoolCacheReservation {
   explicit PoolCacheReservation(int64_t bytes) : bytes_(bytes) {
     RecyclingPool::Global()->AdjustCacheLimit(bytes_);
   }
-  ~PoolCacheReservation() { RecyclingPool::Global()->AdjustCacheLimit(-bytes_); }
+  ~PoolCacheReservation() { GiveBack(); }
+  /// Give the share back now, once (the destructor then gives nothing back): for a
+  /// loader abandoned in a forked child, which is never destroyed.
+  void GiveBack() {
+    if (!given_back_.exchange(true)) RecyclingPool::Global()->AdjustCacheLimit(-bytes_);
+  }
   PoolCacheReservation(const PoolCacheReservation&) = delete;
   PoolCacheReservation& operator=(const PoolCacheReservation&) = delete;
 
  private:
   int64_t bytes_;
+  std::atomic<bool> given_back_{false};
 };
 
 }  // namespace pqloader

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include <arrow/buffer.h>
 
@@ -185,6 +186,20 @@ TEST(RecyclingPool, ALargeBlockBeyondTheLimitIsReturnedAtOnce) {
   ASSERT_TRUE(keeping.Allocate(kSize - 4096, 64, &block).ok());
   EXPECT_EQ(block, first);
   keeping.Free(block, kSize - 4096, 64);
+}
+
+TEST(RecyclingPool, ReservationsSummingPastInt64KeepTheBaseLimit) {
+  // Two loaders of the largest max_inflight_bytes (2^61) reserve 2^62 each: the sum
+  // overflowed int64, was clamped to 0, and the base limit was lost for the process.
+  const int64_t base = int64_t{32} << 20;
+  RecyclingPool pool(arrow::default_memory_pool(), base);
+  const int64_t share = int64_t{1} << 62;
+  pool.AdjustCacheLimit(share);
+  pool.AdjustCacheLimit(share);
+  EXPECT_EQ(pool.cache_limit(), std::numeric_limits<int64_t>::max());
+  pool.AdjustCacheLimit(-share);
+  pool.AdjustCacheLimit(-share);
+  EXPECT_EQ(pool.cache_limit(), base);
 }
 
 }  // namespace
