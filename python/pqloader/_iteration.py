@@ -72,11 +72,13 @@ class Cursor:
         # and its end): a loop in progress when it is the current generation's.
         self.live = -1
         self.before = (0, 0)  # the position before the last advance (see take_back)
-        # [batches, rows] the engine counted as handed out that no consumer got (read
-        # ahead, then dropped: see hand_out); stats() subtracts them. A new list in a
-        # forked child, whose engine counts from 0 (an iterator of the parent adds to the
-        # old one).
-        self.dropped = [0, 0]
+        # [batches, rows] handed out by iterations that read ahead of the consumer (a
+        # batch_transform's thread, the output's staging), counted as the position moves:
+        # stats() gives these, as the engine counts those read ahead too (mid-iteration,
+        # and those a stale check dropped before the hand-out knew of them). A new list
+        # in a forked child, whose engine counts from 0 (an iterator of the parent adds
+        # to the old one).
+        self.handed = [0, 0]
         # Makes "still current? then move" one step for an iterator in another thread,
         # so a new iteration never starts from a position the old one then moves past.
         # Reentrant: an abandoned iterator's finally takes it, also when the collector
@@ -103,10 +105,11 @@ class Cursor:
         the parent may have held it at the fork, and would never release it here)."""
         self.lock = threading.RLock()
         self.generation += 1
-        self.dropped = [0, 0]  # (the child's engine is a new one: its counts start at 0)
+        self.handed = [0, 0]  # (the child's engine is a new one: its counts start at 0)
 
-    def advance(self, generation: int, epoch: int, batch: int) -> None:
-        """Move to (epoch, batch) for the iterator of `generation`, if it is current.
+    def advance(self, generation: int, epoch: int, batch: int, rows: int | None = None) -> None:
+        """Move to (epoch, batch) for the iterator of `generation`, if it is current;
+        `rows`: the batch's rows, counted in :attr:`handed` (an iteration reading ahead).
 
         Raises:
             RuntimeError: The iterator became stale.
@@ -116,13 +119,19 @@ class Cursor:
                 raise RuntimeError(STALE)
             self.before = self.epoch, self.batch
             self.epoch, self.batch = epoch, batch
+            if rows is not None:
+                self.handed[0] += 1
+                self.handed[1] += rows
 
-    def take_back(self, generation: int, epoch: int, batch: int) -> None:
+    def take_back(self, generation: int, epoch: int, batch: int, rows: int | None = None) -> None:
         """Undo the :meth:`advance` to (epoch, batch) of the iterator of `generation`, if it
         is still current and nothing moved the cursor since (its batch was not handed out)."""
         with self.lock:
             if generation == self.generation and (self.epoch, self.batch) == (epoch, batch):
                 self.epoch, self.batch = self.before
+                if rows is not None:
+                    self.handed[0] -= 1
+                    self.handed[1] -= rows
 
     def seek(self, epoch: int, batch: int, iteration_end: int | None = None,
              elastic: dict[str, Any] | None = None, stop: Callable[[], None] | None = None,
@@ -159,6 +168,9 @@ class ConsumerClock:
     def __init__(self) -> None:
         self.first_iteration: float | None = None
         self.next_seconds = 0.0
+        # Of next_seconds, the time spent waiting for a batch_transform's thread (which
+        # waits for the engine in the background): see stats().
+        self.thread_wait_seconds = 0.0
 
     def start(self) -> None:
         """Note the start of the first iteration (later calls do nothing)."""
@@ -169,12 +181,21 @@ class ConsumerClock:
         """Seconds since the first iteration started (0 before it)."""
         return 0.0 if self.first_iteration is None else clock() - self.first_iteration
 
-    def stats(self, engine_stats: Mapping[str, Any]) -> dict[str, Any]:
-        """The engine's counters plus the consumer's wait, wall time and stall fraction."""
+    def stats(self, engine_stats: Mapping[str, Any], threaded: bool = False) -> dict[str, Any]:
+        """The engine's counters plus the consumer's wait, wall time and stall fraction.
+
+        `threaded`: the engine is read on a batch_transform's thread, whose waits for it
+        overlap the consumer's work: they are the consumer's only where it waited for
+        that thread meanwhile (at most the lesser of the two; a slow batch_transform keeps
+        the consumer waiting for the thread, not for the engine). Counting the thread's
+        waits as the consumer's gave a stall of 87 % where the consumer waited 11 %."""
         s = dict(engine_stats)
         wall = self.wall_seconds()
-        s["engine_wait_seconds"] = s["wait_seconds"]
-        s["wait_seconds"] = max(self.next_seconds, s["wait_seconds"])
+        if threaded:
+            s["engine_wait_seconds"] = min(s["wait_seconds"], self.thread_wait_seconds)
+        else:
+            s["engine_wait_seconds"] = s["wait_seconds"]
+        s["wait_seconds"] = max(self.next_seconds, s["engine_wait_seconds"])
         s["wall_seconds"] = wall
         s["wait_fraction"] = s["wait_seconds"] / wall if wall > 0 else 0.0
         return s
@@ -311,8 +332,8 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
                 if batch is None:
                     break
                 if taken is not None:
-                    # (the engine counted it as handed out: the stats take back those a
-                    # batch_transform's thread or the output read ahead and were dropped)
+                    # (its rows as the engine counts them: hand_out counts the batch once
+                    # it is handed out, see Cursor.handed)
                     taken.append(engine.stats()["rows"] - rows_before)
                 yield epoch, index, batch
                 index += 1
@@ -337,8 +358,7 @@ def read_batches(engine: Any, cursor: Cursor, generation: int, *, num_epochs: in
 
 
 def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[int],
-             timer: ConsumerClock, taken: "collections.deque[int] | None" = None,
-             dropped: list[int] | None = None) -> Iterator[Any]:
+             timer: ConsumerClock, taken: "collections.deque[int] | None" = None) -> Iterator[Any]:
     """Yield the batches of `items`; the cursor moves only here.
 
     Args:
@@ -348,9 +368,7 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
         end: As filled by :func:`read_batches` when the iteration completes.
         timer: Counts the time the consumer spends waiting inside ``next()``.
         taken: As filled by :func:`read_batches`: the batches taken from the engine and
-            not handed out yet.
-        dropped: Receives [batches, rows] taken from the engine and never handed out
-            (read ahead when the iteration ended early): ``stats()`` subtracts them.
+            not handed out yet; each one handed out is counted in ``cursor.handed``.
 
     Raises:
         RuntimeError: This iterator became stale.
@@ -367,11 +385,11 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
             try:
                 if taken:  # (before the move: a call after it, a Ctrl-C there lost the batch)
                     rows = taken.popleft()
-                cursor.advance(generation, epoch, index + 1)
+                cursor.advance(generation, epoch, index + 1, rows)
             except BaseException:
                 # A signal handler's exception (Ctrl-C) raised as the move ended (the lock
                 # released): the batch is not handed out, so it stays the next one.
-                cursor.take_back(generation, epoch, index + 1)
+                cursor.take_back(generation, epoch, index + 1, rows)
                 if rows is not None:
                     taken.appendleft(rows)  # type: ignore[union-attr]
                 raise
@@ -386,11 +404,6 @@ def hand_out(cursor: Cursor, generation: int, items: Iterator[Item], end: list[i
                     cursor.epoch, cursor.batch = end
     finally:
         items.close()  # type: ignore[attr-defined]
-        # (read_batches has ended: its thread, if any, was joined)
-        if taken is not None and dropped is not None:
-            while taken:
-                dropped[0] += 1
-                dropped[1] += taken.popleft()
         with cursor.lock:
             if generation == cursor.generation:
                 # Complete, or left (break, closed, collected): the next iteration runs
@@ -412,7 +425,8 @@ class _Held:
 
 
 def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
-                 wake: Callable[[], None] | None = None) -> Iterator[Item]:
+                 wake: Callable[[], None] | None = None,
+                 timer: ConsumerClock | None = None) -> Iterator[Item]:
     """Apply `fn` to the batch of each item in one background thread, keeping order.
 
     Errors raised by `fn` or by `items` re-raise in the consumer. The engine releases
@@ -427,6 +441,7 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
         wake: Called when the consumer leaves while the thread still runs: it must end
             the thread's wait for its next item (the engine's stop), or leaving (Ctrl-C,
             break) would wait for that item, up to a storage retry budget.
+        timer: Its ``thread_wait_seconds`` counts the consumer's waits for the thread.
     """
     out: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -471,6 +486,7 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
         # run) left the thread running without the finally below, taking batches from
         # the engine that the next iteration then lacked, and putting forever.
         thread.start()
+        t0 = clock()
         while True:
             try:
                 ok, value = out.get(timeout=0.1)
@@ -480,11 +496,17 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
                 if not thread.is_alive() and out.empty():
                     raise RuntimeError(STALE) from None
                 continue
+            finally:
+                if timer is not None:
+                    now = clock()
+                    timer.thread_wait_seconds += now - t0
+                    t0 = now
             if not ok:
                 raise value
             if value is _END:
                 return
             yield value
+            t0 = clock()  # (the consumer asks for the next one)
     finally:
         stop.set()
         # (not on the thread itself: the collector may finalise this generator there,

@@ -299,11 +299,11 @@ class Loader:
                     if generation == cursor.generation:  # (else a newer run is not ours to stop)
                         self._engine.stop()
 
-            items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2, wake)
+            items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2, wake,
+                                            self._clock)
         if self._output is not None:
             items = self._output.wrap(items)
-        return _iteration.hand_out(self._cursor, generation, items, end, self._clock, taken,
-                                   self._cursor.dropped)
+        return _iteration.hand_out(self._cursor, generation, items, end, self._clock, taken)
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the first batch of `epoch`.
@@ -395,7 +395,8 @@ class Loader:
             transform_seconds and assemble_seconds (worker time, all threads; unit_seconds:
             producing units, reading, decoding, caching and transforms), wait_seconds (time the
             consumer spent inside next(): waiting for the engine, converting, staging
-            to the device), of which engine_wait_seconds blocked on the engine,
+            to the device), of which engine_wait_seconds blocked on the engine (with a
+            ``batch_transform``: waiting for its thread, which reads the engine ahead),
             wall_seconds (since the first iteration), wait_fraction (wait_seconds /
             wall_seconds: the data stall), time_to_first_batch_seconds, skipped_rows,
             batches_by_consumer (assembled on the consumer's thread, all workers busy),
@@ -432,12 +433,13 @@ class Loader:
             pruned row groups), filter_mask_bytes_read (read by the mask pass),
             filter_from_store (the selection came from ``cache_dir``).
         """
-        s = self._clock.stats(self._engine.stats())
-        # Handed out: not those a batch_transform's thread or the output read ahead and an
-        # iteration left early dropped (the engine counted them, and again when re-read).
-        # (the cursor's: a forked child's engine counts from 0, and so do they)
-        s["batches"] -= self._cursor.dropped[0]
-        s["rows"] -= self._cursor.dropped[1]
+        s = self._clock.stats(self._engine.stats(), threaded=self._options.batch_transform is not None)
+        if self._options.batch_transform is not None or self._output is not None:
+            # Handed out: the engine counts also those a batch_transform's thread or the
+            # output holds ahead of the consumer, those an iteration left early dropped
+            # (and again when re-read), and one a stale check dropped as it was taken.
+            # (the cursor's: a forked child's engine counts from 0, and so do they)
+            s["batches"], s["rows"] = self._cursor.handed
         if self._options.filter is not None:
             s.update({f"filter_{k}": v for k, v in self._plan["filter"].items()})
         s.update({"dropped": self._plan["dropped"], "padded": self._plan["padded"],

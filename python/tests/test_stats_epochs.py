@@ -1,6 +1,7 @@
 """stats() counts batches handed out; iterations that would pass the last epoch (2**32 - 1)."""
 
 import itertools
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +35,43 @@ def test_batches_and_rows_count_those_handed_out_with_a_batch_transform(data):
     n = 6 + sum(1 for _ in loader)
     s = loader.stats()
     assert (s["batches"], s["rows"]) == (n, 400) == (50, 400)
+
+
+def test_batches_and_rows_count_only_those_handed_out_while_a_batch_transform_reads_ahead(data):
+    # stats() mid-loop counted the batches the transform thread held ahead of the consumer
+    # (3 handed out, 6 to 8 counted): a throughput log every N steps was off by them.
+    loader = pqloader.Loader(data, batch_size=8, num_epochs=1, batch_transform=lambda b: b,
+                             prefetch_batches=4)
+    it = iter(loader)
+    assert len(list(itertools.islice(it, 3))) == 3
+    deadline = time.monotonic() + 5
+    while loader._engine.stats()["batches"] <= 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # (the thread reads ahead of the consumer)
+    assert loader._engine.stats()["batches"] > 3
+    s = loader.stats()
+    assert (s["batches"], s["rows"]) == (3, 24)
+    it.close()
+    s = loader.stats()
+    assert (s["batches"], s["rows"]) == (3, 24)
+
+
+def test_a_batch_taken_as_set_epoch_stops_the_transform_thread_is_not_counted(data):
+    # The thread took a batch from the engine, then found the iterator stale and dropped
+    # it before recording it as read ahead: stats() counted it for good (8 batches for 7
+    # handed out in about half the runs).
+    for _ in range(20):
+        loader = pqloader.Loader(data, batch_size=8, num_epochs=3, batch_transform=lambda b: b)
+        it = iter(loader)
+        assert len(list(itertools.islice(it, 7))) == 7
+        loader.set_epoch(2)
+        with pytest.raises(RuntimeError, match="older iterator stopped"):
+            next(it)
+        del it
+        s = loader.stats()
+        assert (s["batches"], s["rows"]) == (7, 56)
+        rest = [len(b["x"]) for b in loader]  # epochs 2, 3 and 4
+        s = loader.stats()
+        assert (s["batches"], s["rows"]) == (7 + len(rest), 56 + sum(rest)) == (82, 656)
 
 
 @pytest.mark.parametrize("num_epochs", [None, 2])

@@ -174,7 +174,8 @@ def test_device_staging_runs_exactly_device_prefetch_batches_ahead(ds, depth):
     for k in range(1, 6):
         next(it)
         assert loader.state_dict()["batch"] == k  # the position counts handed-out batches only
-        assert loader.stats()["batches"] == k + depth  # ... while the engine is `depth` ahead
+        assert loader.stats()["batches"] == k  # and so does stats() ...
+        assert loader._engine.stats()["batches"] == k + depth  # ... while the engine is `depth` ahead
     rest = list(it)
     assert 5 + len(rest) == PER_EPOCH
     assert loader.stats()["batches"] == PER_EPOCH
