@@ -43,7 +43,7 @@ def normalize_sources(source: Source) -> list[str]:
     """Turn a source argument into the list of absolute paths and URIs the engine opens.
 
     Local paths are made absolute (``~`` expanded); URIs (``s3://...``) are kept as
-    given. A local path that exists must be a regular file or a directory: the engine
+    given, their scheme in lower case (``s3a://`` and ``s3n://`` as ``s3://``). A local path that exists must be a regular file or a directory: the engine
     would block forever opening a FIFO and cannot read a device.
 
     Args:
@@ -165,11 +165,20 @@ _FILE_URI = re.compile(r"(?i)file:(//([^/]*))?(?=/|$)")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(?=://)")
 
 
+# Hadoop's names of S3 (Spark and Hive write them into tables and configs): the same
+# buckets and keys as s3://, which Arrow alone knows ("Unrecognized filesystem type").
+_S3_ALIASES = ("s3a", "s3n")
+
+
 def _lower_scheme(uri: str) -> str:
     """`uri` with its scheme in lower case (RFC 3986: schemes are case-insensitive;
-    ``S3://bucket/x`` was "Unrecognized filesystem type"). Bucket and key keep their case."""
+    ``S3://bucket/x`` was "Unrecognized filesystem type"), ``s3a://`` and ``s3n://`` as
+    ``s3://``. Bucket and key keep their case."""
     m = _SCHEME.match(uri)
-    return uri if m is None else m.group(0).lower() + uri[m.end():]
+    if m is None:
+        return uri
+    scheme = m.group(0).lower()
+    return ("s3" if scheme in _S3_ALIASES else scheme) + uri[m.end():]
 
 
 def _local_file_uri(s: str, what: str = "source") -> str:

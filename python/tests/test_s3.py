@@ -199,10 +199,14 @@ def test_s3_directory_reads_the_same_values_as_the_local_copy(store):
     assert_columns_equal(remote, local)
 
 
-def test_an_upper_case_scheme_reads_the_same(store):
-    # RFC 3986: schemes are case-insensitive; "S3://" was "Unrecognized filesystem type".
-    remote, local = s3_and_local(store, "S3://data/ds/", str(store.local), batch_size=16)
+@pytest.mark.parametrize("scheme", ["S3", "s3a", "S3N"])
+def test_an_upper_case_scheme_or_hadoops_names_read_the_same(store, scheme):
+    # RFC 3986: schemes are case-insensitive; "S3://" was "Unrecognized filesystem type",
+    # and so were s3a:// and s3n://, Hadoop's names of the same buckets (Spark's tables).
+    remote, local = s3_and_local(store, f"{scheme}://data/ds/", str(store.local), batch_size=16)
     assert_columns_equal(remote, local)
+    assert pqloader.inspect(f"{scheme}://data/ds/", storage_options=store.options)["files"] == \
+        pqloader.inspect("s3://data/ds/", storage_options=store.options)["files"]
 
 
 def test_s3_glob_and_explicit_list_keep_their_orders(store):
