@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -105,9 +106,40 @@ def fingerprint(sources: list[str], files: list[Any], columns: list[str], option
         "world_size": options.world_size,
         "shard_policy": options.shard_policy,
         "fill_null": _fill_null_text(options.fill_null),
-        "transforms": transforms,
+        "transforms": transforms,  # (its filter's is_in sets sorted by the engine)
         "on_decode_error": options.on_decode_error,
     }
+
+
+# An is_in of a plain column name over a value set as Arrow prints it in the transform
+# fingerprint's filter: one value a line (strings quoted, unescaped: the fingerprint
+# carries a hash of the expression where that is ambiguous, or where Arrow abbreviates
+# the set with "...").
+_IS_IN_VALUE_SET = re.compile(r'(?<![\w.])(is_in\([^(){}\[\]"\n,]*, \{value_set=[^:\[\n]*:\[\n)'
+                              r'((?:  [^\n]*\n)+?)(\], null_matching_behavior=)')
+
+
+def sorted_value_sets(transforms: Any) -> Any:
+    """The transform fingerprint with the values of each ``is_in`` value set of its filter
+    in sorted order, for states of pqloader before 2026-12-08, whose sets were in the
+    order the caller's set iterated (``pc.field("lang").isin({"en", "de"})``: a Python
+    set's, another per process for strings; the engine now sorts them, SortedValueSets).
+    An ``is_in`` keeps the same rows in any order of its values (``index_in``, whose
+    result depends on it, is left as it is)."""
+    if not isinstance(transforms, str):
+        return transforms
+    at = min((i for m in _FILTER_MARKERS if (i := transforms.find(m)) >= 0), default=-1)
+    if at < 0 or "value_set=" not in transforms:
+        return transforms
+
+    def sort(m: re.Match) -> str:
+        lines = m.group(2)[:-1].split("\n")
+        if any(line.strip() == "..." for line in lines):
+            return m.group(0)
+        values = sorted(line[:-1] if i < len(lines) - 1 else line for i, line in enumerate(lines))
+        return m.group(1) + ",\n".join(values) + "\n" + m.group(3)
+
+    return transforms[:at] + _IS_IN_VALUE_SET.sub(sort, transforms[at:])
 
 
 def _stack_member_text(column: str) -> str:
@@ -232,6 +264,8 @@ def option_diff(key: str, theirs: Any, mine: Any, who: str = "loader") -> str | 
                 return changed
     elif key == "columns":  # a state of an older pqloader has its stacks in the dict's order
         same = _same(_stacks_sorted(theirs), _stacks_sorted(mine))
+    elif key == "transforms":  # a state of an older pqloader has its value sets unsorted
+        same = _same(theirs, mine) or _same(sorted_value_sets(theirs), sorted_value_sets(mine))
     else:
         same = _same(theirs, mine)
     return None if same else _shown_diff(theirs, mine, who)
@@ -510,7 +544,10 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     first = by_rank[0]
 
     def raw(s: Mapping[str, Any]) -> Any:
-        options = {k: v for k, v in s["options"].items() if k != "rank"}
+        # (value sets sorted: a state of an older pqloader took a Python set's order,
+        # another in each rank's process)
+        options = {k: sorted_value_sets(v) if k == "transforms" else v
+                   for k, v in s["options"].items() if k != "rank"}
         return [s.get("epoch"), s.get("seed"), options, s.get("elastic")]
 
     # A rank whose iterator has not taken a batch yet has no iteration end (an iterator

@@ -310,7 +310,9 @@ LoaderOptions ToOptions(const nb::dict& d) {
   // filter: an expression as arrow::compute::Serialize bytes; predicate: (columns, call).
   if (d.contains("filter") && !d["filter"].is_none()) {
     nb::bytes b = nb::cast<nb::bytes>(d["filter"]);
-    o.filter.serialized_expression.assign(b.c_str(), b.size());
+    // (is_in sets sorted: the fingerprint, the state and the kept selection are then the
+    // same in every process whatever order a Python set of strings gave them)
+    o.filter.serialized_expression = pqloader::SortedValueSets(std::string(b.c_str(), b.size()));
   }
   if (d.contains("predicate") && !d["predicate"].is_none()) {
     nb::tuple p = nb::cast<nb::tuple>(d["predicate"]);

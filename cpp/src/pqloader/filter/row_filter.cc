@@ -15,6 +15,7 @@
 #include <arrow/array/concatenate.h>
 #include <arrow/buffer.h>
 #include <arrow/compute/api_scalar.h>
+#include <arrow/compute/api_vector.h>
 #include <arrow/compute/cast.h>
 #include <arrow/compute/exec.h>
 #include <arrow/compute/expression.h>
@@ -1480,6 +1481,42 @@ std::string CanonicalExpression(const std::string& serialized_expression) {
   auto expr = ReadExpression(serialized_expression);
   if (!expr.ok()) return serialized_expression;
   auto buffer = cp::Serialize(*expr);
+  return buffer.ok() ? (*buffer)->ToString() : serialized_expression;
+}
+
+namespace {
+
+// `e` with the value set of every is_in (at any depth) sorted and without duplicates.
+arrow::Result<cp::Expression> SortIsInSets(const cp::Expression& e) {
+  const cp::Expression::Call* call = e.call();
+  if (call == nullptr) return e;
+  std::vector<cp::Expression> args;
+  args.reserve(call->arguments.size());
+  for (const auto& a : call->arguments) {
+    ARROW_ASSIGN_OR_RAISE(auto sorted, SortIsInSets(a));
+    args.push_back(std::move(sorted));
+  }
+  std::shared_ptr<cp::FunctionOptions> options = call->options;
+  const auto* lookup = dynamic_cast<const cp::SetLookupOptions*>(options.get());
+  if (call->function_name == "is_in" && lookup != nullptr && lookup->value_set.is_array()) {
+    ARROW_ASSIGN_OR_RAISE(auto unique, cp::Unique(lookup->value_set));
+    ARROW_ASSIGN_OR_RAISE(auto order, cp::SortIndices(*unique));
+    ARROW_ASSIGN_OR_RAISE(auto sorted, cp::Take(unique, order));
+    auto copy = std::make_shared<cp::SetLookupOptions>(*lookup);
+    copy->value_set = std::move(sorted);
+    options = std::move(copy);
+  }
+  return cp::call(call->function_name, std::move(args), std::move(options));
+}
+
+}  // namespace
+
+std::string SortedValueSets(const std::string& serialized_expression) {
+  auto expr = ReadExpression(serialized_expression);
+  if (!expr.ok()) return serialized_expression;  // (refused, naming why, where it is read)
+  auto sorted = SortIsInSets(*expr);
+  if (!sorted.ok()) return serialized_expression;  // (a type SortIndices lacks: as given)
+  auto buffer = cp::Serialize(*sorted);
   return buffer.ok() ? (*buffer)->ToString() : serialized_expression;
 }
 

@@ -125,6 +125,14 @@ std::string SelectionFingerprint(const Split& split);
 /// bytes differ from 25's for every expression); the input where it does not read.
 std::string CanonicalExpression(const std::string& serialized_expression);
 
+/// `serialized_expression` with the value set of every `is_in` sorted and without
+/// duplicates (as the engine's Arrow serializes it): the same rows, whatever order the
+/// caller's set was iterated in (`pc.field("lang").isin({"en", "de"})` takes a Python
+/// set's order, another per process for strings: a state saved in one process was refused
+/// in the next, and a kept selection recomputed). `index_in` keeps its order (its result
+/// is the position). The input where it does not read.
+std::string SortedValueSets(const std::string& serialized_expression);
+
 /// A human-readable form of a serialized expression (for messages), or "".
 std::string DescribeExpression(const std::string& serialized_expression);
 
