@@ -258,15 +258,17 @@ class Cast(Op):
 
 
 class DecodeNdarray(Op):
-    """Decode `.npy` bytes (Petastorm's NdarrayCodec layout): any numeric dtype, C or
-    Fortran order, either byte order, 0-d included."""
+    """Decode `.npy` bytes (Petastorm's NdarrayCodec layout): bool, int8 to int64, uint8
+    to uint64, float16, float32 or float64 (complex, float128, datetime, string, object and
+    structured dtypes are refused), C or Fortran order, either byte order, 0-d included."""
 
     name = "DecodeNdarray"
 
 
 class DecodeCompressedNdarray(Op):
-    """Decode `.npz` bytes holding one array (Petastorm's CompressedNdarrayCodec); an
-    `.npz` of several arrays is refused."""
+    """Decode `.npz` bytes holding one array (Petastorm's CompressedNdarrayCodec), the
+    dtypes of `DecodeNdarray`; an `.npz` of several arrays is refused, and so are, as
+    ``np.load`` refuses them, an array that fails its CRC-32 and an archive cut short."""
 
     name = "DecodeCompressedNdarray"
 

@@ -394,7 +394,9 @@ def npz_bomb(header_shape: tuple, dtype: str, payload_bytes: int) -> bytes:
     name = b"arr_0.npy"
     local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(body), 0xFFFFFFFF,
                         len(name), 0)
-    return local + name + body
+    # (an end record of one entry: an archive without one is refused as cut short)
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, 0, 0, 0)
+    return local + name + body + end
 
 
 BOMB_PROBE = """
@@ -447,6 +449,7 @@ def test_npz_with_a_header_longer_than_the_limit_is_refused():
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
     deflated = comp.compress(body) + comp.flush()
     blob = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, 0, len(deflated), 0, 0, 0) + deflated
+    blob += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, 0, 0, 0)  # (its end record)
     with pytest.raises(pqloader.InvalidDataError, match=r"\.npy header of 1073741824 bytes"):
         _core._apply_ops([T.DecodeCompressedNdarray()._spec()], blob, 0, 0, 0)
 

@@ -1296,6 +1296,76 @@ def test_an_npz_of_several_arrays_is_refused_not_its_first_taken():
     assert apply([T.DecodeCompressedNdarray()], one.getvalue()).tolist() == [1.0, 1.0, 1.0]
 
 
+def test_an_npz_whose_array_fails_its_crc_is_refused_not_decoded_altered(tmp_path):
+    """np.load (zipfile) checks each member's CRC-32; the member was decoded unchecked: a
+    flipped bit in a stored array was a silently altered value, and in a deflated one (raw
+    deflate has no checksum) 43 of 342 single-bit flips inflated to other values."""
+    a = np.arange(16, dtype=np.float32)
+    stored = io.BytesIO()
+    np.savez(stored, arr=a)
+    flipped = bytearray(stored.getvalue())
+    at = flipped.index(a.tobytes()) + 4 * 5  # a bit of a[5]
+    flipped[at] ^= 1
+    compressed = io.BytesIO()
+    np.savez_compressed(compressed, arr=a)
+    wrong_crc = bytearray(compressed.getvalue())
+    wrong_crc[14] ^= 1  # the local header's CRC-32 (np.load reads the central directory's)
+    wrong_crc[wrong_crc.index(b"PK\x01\x02") + 16] ^= 1
+    for blob in (bytes(flipped), bytes(wrong_crc)):
+        with pytest.raises(Exception, match="CRC-32"):
+            np.load(io.BytesIO(blob))["arr"]
+        with pytest.raises(pqloader.InvalidDataError, match="CRC-32"):
+            apply([T.DecodeCompressedNdarray()], blob)
+    # under on_decode_error="skip" such a row is skipped and counted, not taken
+    path = tmp_path / "npz.parquet"
+    pq.write_table(pa.table({"id": np.arange(3), "z": [stored.getvalue(), bytes(flipped),
+                                                        compressed.getvalue()]}), path)
+    with pqloader.Loader(str(path), batch_size=3, on_decode_error="skip",
+                         transforms={"z": [T.DecodeCompressedNdarray()]}) as loader:
+        (batch,) = list(loader)
+        assert batch["id"].tolist() == [0, 2] and loader.stats()["skipped_rows"] == 1
+    np.testing.assert_array_equal(batch["z"], np.stack([a, a]))
+
+
+def test_an_npz_cut_before_its_end_record_is_refused_not_its_first_array_taken():
+    """An archive without its end-of-central-directory record is cut short (np.load:
+    "File is not a zip file"); the count of its arrays is then unknown: the first of two
+    was decoded silently, past the check that refuses several."""
+    b = io.BytesIO()
+    np.savez_compressed(b, x=np.zeros(3), arr=np.ones(3))
+    cut = b.getvalue()[:b.getvalue().index(b"PK\x01\x02")]
+    with pytest.raises(Exception):
+        np.load(io.BytesIO(cut))
+    with pytest.raises(pqloader.InvalidDataError, match="truncated .npz"):
+        apply([T.DecodeCompressedNdarray()], cut)
+
+
+def test_a_stored_npz_written_to_a_stream_decodes():
+    """A stored member written to an unseekable stream keeps its sizes and CRC-32 in a data
+    descriptor (general purpose bit 3) and the central directory; it was refused as "not a
+    .npy array (bad magic)", where np.load reads it."""
+    import zipfile
+
+    class Stream(io.RawIOBase):
+        def __init__(self):
+            self.data = bytearray()
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            self.data += b
+            return len(b)
+
+    a = np.arange(6, dtype=np.int16).reshape(2, 3)
+    for method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        out = Stream()
+        with zipfile.ZipFile(out, "w", compression=method) as z, z.open("arr.npy", "w") as f:
+            np.lib.format.write_array(f, a)
+        np.testing.assert_array_equal(np.load(io.BytesIO(bytes(out.data)))["arr"], a)
+        np.testing.assert_array_equal(apply([T.DecodeCompressedNdarray()], bytes(out.data)), a)
+
+
 def _nullable_npy_column(tmp_path) -> str:
     # Row 2 of "b" is null; the others are .npy arrays of 3 float32.
     vals = [_npy_bytes(np.arange(3, dtype=np.float32) + i) if i != 2 else None for i in range(6)]

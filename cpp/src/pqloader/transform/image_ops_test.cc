@@ -386,6 +386,16 @@ TEST(Ndarray, TruncatedDataAndBadHeadersAreRefused) {
   EXPECT_FALSE(DecodeBytes("DecodeNdarray", Npy("<i3", false, "(1,)", std::vector<uint8_t>(8))).ok());
 }
 
+// The CRC-32 of `data` (zip's, bit by bit).
+uint32_t ZipCrc32(const std::vector<uint8_t>& data) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (uint8_t b : data) {
+    crc ^= b;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
 // A zip of `members` stored .npy members (method 0), with its end record.
 std::vector<uint8_t> StoredNpz(const std::vector<uint8_t>& npy, uint16_t entries) {
   std::vector<uint8_t> z;
@@ -397,7 +407,7 @@ std::vector<uint8_t> StoredNpz(const std::vector<uint8_t>& npy, uint16_t entries
   le(0, 2);
   le(0, 2);  // stored
   le(0, 4);
-  le(0, 4);  // crc (not checked)
+  le(ZipCrc32(npy), 4);  // checked since the member's CRC-32 is
   le(npy.size(), 4);
   le(npy.size(), 4);
   le(5, 2);
@@ -423,6 +433,16 @@ TEST(Ndarray, AnNpzOfOneArrayDecodesAndOfSeveralIsRefused) {
   auto two = DecodeBytes("DecodeCompressedNdarray", StoredNpz(npy, 2));
   ASSERT_FALSE(two.ok());
   EXPECT_NE(two.status().message().find("holds 2 arrays"), std::string::npos) << two.status().ToString();
+  // A flipped bit in the array fails its CRC-32 (it was decoded, altered).
+  auto flipped = StoredNpz(npy, 1);
+  flipped[30 + 5 + npy.size() - 1] ^= 1;
+  auto bad = DecodeBytes("DecodeCompressedNdarray", flipped);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("CRC-32"), std::string::npos) << bad.status().ToString();
+  // Without its end record the archive is cut short: refused (the first of two was taken).
+  auto cut = StoredNpz(npy, 1);
+  cut.resize(cut.size() - 22);
+  EXPECT_FALSE(DecodeBytes("DecodeCompressedNdarray", cut).ok());
 }
 
 }  // namespace

@@ -66,7 +66,8 @@ arrow::Status ParseNpyDtype(const std::string& header, NpyHeader* h) {
   const std::string code = descr.substr(1, close == std::string::npos ? 0 : close - 1);
   auto unsupported = [&code] {
     return arrow::Status::Invalid("unsupported .npy dtype '", Printable(code),
-                                  "' (numeric and bool only)");
+                                  "' (bool, int8 to int64, uint8 to uint64, float16, float32 "
+                                  "and float64 only)");
   };
   if (code.size() < 3 || std::string("<>|=").find(code[0]) == std::string::npos) {
     return unsupported();
@@ -246,12 +247,89 @@ class Inflater {
   bool ended_ = false;
 };
 
+// The CRC-32 of `n` bytes (zlib's crc32 takes at most 4 GiB at a time).
+uint32_t Crc32(const uint8_t* p, int64_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const uInt k = static_cast<uInt>(std::min<int64_t>(n, int64_t{1} << 30));
+    crc = crc32(crc, p, k);
+    p += k;
+    n -= k;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// The first member's CRC-32 and sizes (-1: unknown): from its local header, where a
+// size of 0xFFFFFFFF is in the zip64 extra field 0x0001 (uncompressed first, where both
+// are), or from its central directory entry where the local header defers them to a data
+// descriptor (general purpose bit 3: a zip written to a stream).
+struct ZipMemberInfo {
+  bool has_crc = false;
+  uint32_t crc = 0;
+  int64_t compressed = -1, uncompressed = -1;
+};
+
+ZipMemberInfo FirstMemberInfo(const uint8_t* p, int64_t n, int64_t end_record) {
+  ZipMemberInfo m;
+  auto size = [](uint32_t v) -> int64_t { return v == 0xFFFFFFFFu ? -1 : int64_t{v}; };
+  if ((Le16(p + 6) & 0x08) != 0) {
+    if (end_record < 0) return m;
+    const int64_t cd = Le32(p + end_record + 16);
+    if (cd + 46 > n || Le32(p + cd) != 0x02014b50) return m;
+    m.has_crc = true;
+    m.crc = Le32(p + cd + 16);
+    m.compressed = size(Le32(p + cd + 20));
+    m.uncompressed = size(Le32(p + cd + 24));
+    return m;
+  }
+  m.has_crc = true;
+  m.crc = Le32(p + 14);
+  const uint32_t compressed = Le32(p + 18), uncompressed = Le32(p + 22);
+  m.compressed = size(compressed);
+  m.uncompressed = size(uncompressed);
+  if (compressed != 0xFFFFFFFFu && uncompressed != 0xFFFFFFFFu) return m;
+  const int64_t extra_begin = 30 + Le16(p + 26), extra_end = 30 + Le16(p + 26) + Le16(p + 28);
+  for (int64_t at = extra_begin; at + 4 <= extra_end;) {
+    const int64_t id = Le16(p + at), len = Le16(p + at + 2);
+    if (at + 4 + len > extra_end) break;
+    if (id == 0x0001) {
+      int64_t field = at + 4;
+      auto le64 = [&](int64_t f) -> int64_t {
+        const uint64_t v = uint64_t{Le32(p + f)} | (uint64_t{Le32(p + f + 4)} << 32);
+        return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? -1
+                                                                              : static_cast<int64_t>(v);
+      };
+      if (uncompressed == 0xFFFFFFFFu && field + 8 <= at + 4 + len) {
+        m.uncompressed = le64(field);
+        field += 8;
+      }
+      if (compressed == 0xFFFFFFFFu && field + 8 <= at + 4 + len) m.compressed = le64(field);
+      break;
+    }
+    at += 4 + len;
+  }
+  return m;
+}
+
+// zipfile's check, which np.load makes: a member that fails its CRC-32 is corrupt (a
+// flipped bit in a stored member changed a value silently; raw deflate has no checksum
+// of its own, so one in a deflated member could too).
+arrow::Status CheckMemberCrc(const std::vector<uint8_t>& member, uint32_t want) {
+  const uint32_t got = Crc32(member.data(), static_cast<int64_t>(member.size()));
+  if (got != want) {
+    return arrow::Status::Invalid("corrupt .npz archive: its array fails its CRC-32 check (",
+                                  got, " for ", want, ")");
+  }
+  return arrow::Status::OK();
+}
+
 // Return the .npy bytes of the first member of a zip archive (local header; deflate or
 // stored), inflating only the header and the data it declares.
 arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) {
   if (n < 30 || Le32(p) != 0x04034b50) return arrow::Status::Invalid("not a .npz (zip) archive");
   // One array only: numpy writes the count in the end record (a zip64 one says 0xFFFF);
   // the first of several was decoded silently (Petastorm's codec reads the one named arr).
+  int64_t end_record = -1;
   for (int64_t at = n - 22; at >= 0 && at >= n - 22 - 65535; --at) {
     // The record's comment reaches the end exactly (a signature inside the comment is
     // not the record: zip readers check this too).
@@ -261,39 +339,28 @@ arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) 
         return arrow::Status::Invalid(".npz archive holds ", entries,
                                       " arrays; DecodeCompressedNdarray decodes archives of one");
       }
+      end_record = at;
       break;
     }
   }
+  // Without its end record the archive is cut short (np.load refuses it: "File is not a
+  // zip file"), and the count of its arrays is unknown: the first of two was taken.
+  if (end_record < 0) {
+    return arrow::Status::Invalid("truncated .npz archive (", n,
+                                  " bytes): its end of central directory record is missing");
+  }
   const uint16_t method = Le16(p + 8);
-  const uint32_t compressed = Le32(p + 18);
   const int64_t offset = 30 + Le16(p + 26) + Le16(p + 28);
   if (offset > n) return arrow::Status::Invalid("truncated .npz archive");
+  const ZipMemberInfo info = FirstMemberInfo(p, n, end_record);
   std::vector<uint8_t> out;
   if (method == 0) {
-    int64_t size = compressed;
-    if (compressed == 0xFFFFFFFFu) {
-      // Zip64, as numpy's savez writes every member (force_zip64): the sizes are in the
-      // extra field 0x0001, the uncompressed one first where the header's is 0xFFFFFFFF
-      // too. (Refused before: every np.savez archive was "unsupported".)
-      size = -1;
-      const bool has_uncompressed = Le32(p + 22) == 0xFFFFFFFFu;
-      const int64_t extra_begin = 30 + Le16(p + 26), extra_end = offset;
-      for (int64_t at = extra_begin; at + 4 <= extra_end;) {
-        const int64_t id = Le16(p + at), len = Le16(p + at + 2);
-        if (at + 4 + len > extra_end) break;
-        const int64_t field = at + 4 + (has_uncompressed ? 8 : 0);
-        if (id == 0x0001 && field + 8 <= at + 4 + len) {
-          size = static_cast<int64_t>(Le32(p + field)) |
-                 (static_cast<int64_t>(Le32(p + field + 4)) << 32);
-          break;
-        }
-        at += 4 + len;
-      }
-    }
+    const int64_t size = info.compressed;
     if (size < 0 || size > n - offset) {
       return arrow::Status::Invalid("unsupported or truncated stored .npz member");
     }
     out.assign(p + offset, p + offset + size);
+    if (info.has_crc) ARROW_RETURN_NOT_OK(CheckMemberCrc(out, info.crc));
     return out;
   }
   if (method != 8) return arrow::Status::Invalid("unsupported .npz compression method ", method);
@@ -317,7 +384,20 @@ arrow::Result<std::vector<uint8_t>> FirstZipMember(const uint8_t* p, int64_t n) 
   ARROW_ASSIGN_OR_RAISE(
       const int64_t count,
       NpyCount(h, kMaxNdarrayBytes, ".npy array in .npz archive is too large"));
-  ARROW_RETURN_NOT_OK(z.InflateTo(&out, h.data_offset + count * DTypeSize(h.dtype)));
+  const int64_t npy_size = h.data_offset + count * DTypeSize(h.dtype);
+  ARROW_RETURN_NOT_OK(z.InflateTo(&out, npy_size));
+  // A member that is exactly the array (as numpy writes every one) is inflated to its end,
+  // at most one byte more, and its CRC-32 checked. One whose header declares more (or no
+  // size) is read only as far as its array, as np.load reads it: a zip bomb stays bounded.
+  if (info.has_crc && info.uncompressed == npy_size &&
+      static_cast<int64_t>(out.size()) == npy_size) {
+    ARROW_RETURN_NOT_OK(z.InflateTo(&out, npy_size + 1));
+    if (!z.ended() || static_cast<int64_t>(out.size()) != npy_size) {
+      return arrow::Status::Invalid("corrupt .npz archive: its array inflates past the ", npy_size,
+                                    " bytes its header declares");
+    }
+    ARROW_RETURN_NOT_OK(CheckMemberCrc(out, info.crc));
+  }
   return out;  // if the stream ended early, DecodeNpy reports the truncation
 }
 
@@ -329,8 +409,10 @@ class DecodeNdarrayOp : public Op {
   }
   // "@v2": an .npz of several arrays is refused since the fortieth session (its first
   // array was decoded silently): entries written before may hold such rows' first array.
+  // "@v3": a member failing its CRC-32, or an archive without its end record, is refused
+  // (entries written before may hold such rows' altered or first array).
   std::string Fingerprint() const override {
-    return compressed_ ? ToString() + "@v2" : ToString();
+    return compressed_ ? ToString() + "@v3" : ToString();
   }
   arrow::Status CheckInput(const SampleSignature& in) const override {
     return CheckEncodedInput(in, ToString());

@@ -42,8 +42,9 @@ TEST(TransformPlan, CompressedNdarrayCacheKeyIsVersioned) {
   auto plan = TransformPlan::Make({s}, {{"z", {Make("DecodeCompressedNdarray")}}},
                                   DecodeErrorPolicy::kSkip)
                   .ValueOrDie();
-  EXPECT_NE(plan.PrefixFingerprint().find("DecodeCompressedNdarray()@v2;"), std::string::npos);
-  EXPECT_EQ(plan.Fingerprint().find("@v2"), std::string::npos);  // states' text unchanged
+  // (@v3: members failing their CRC-32 and archives without an end record are refused)
+  EXPECT_NE(plan.PrefixFingerprint().find("DecodeCompressedNdarray()@v3;"), std::string::npos);
+  EXPECT_EQ(plan.Fingerprint().find("@v3"), std::string::npos);  // states' text unchanged
 }
 
 TEST(TransformPlan, SplitsAtTheFirstRandomOp) {
