@@ -700,3 +700,33 @@ def test_a_filter_only_column_without_a_common_type_is_refused_in_any_file_order
     write_parquet(d / "b.parquet", pa.table({"id": [2, 3], "y": pa.array([1000000, 3000000], pa.time64("us"))}))
     assert sorted(int(i) for b in pqloader.Loader(str(d), columns=["id"], filter=pc.field("y") > pa.scalar(
         datetime.time(0, 0, 2))) for i in b["id"]) == [1, 3]
+
+
+@pytest.mark.parametrize("path_key, stored", [("k=__HIVE_DEFAULT_PARTITION__", [7, 7]), ("k=1", [1, None])])
+def test_a_stored_key_whose_nulls_disagree_with_the_path_is_refused(tmp_path, path_key, stored):
+    # Polars (and DuckDB) write a null key's rows under __HIVE_DEFAULT_PARTITION__ and
+    # read the path's value back: 7, 7 under a null path loaded as 7, 7 (Polars: null),
+    # a null under k=1/ as null (Polars: 1), silently; values that disagree otherwise
+    # were refused from the statistics.
+    write_parquet(tmp_path / path_key / "a.parquet", pa.table({"id": [0, 1], "k": pa.array(stored, pa.int64())}))
+    write_parquet(tmp_path / "k=3" / "b.parquet", pa.table({"id": [2], "k": pa.array([3], pa.int64())}))
+    for kwargs in ({"null_mask": True}, {"columns": ["id"], "filter": pc.field("k").is_null()}):
+        with pytest.raises(pqloader.SchemaMismatchError,
+                           match=r"partition key 'k' is .* in the path of '.*a\.parquet', but the file stores "):
+            pqloader.Loader(str(tmp_path), **kwargs)
+    # A null key over stored nulls (as Polars writes it) loads.
+    (tmp_path / path_key / "a.parquet").unlink()
+    write_parquet(tmp_path / "k=__HIVE_DEFAULT_PARTITION__" / "a.parquet",
+                  pa.table({"id": [0, 1], "k": pa.array([None, None], pa.int64())}))
+    got = collect(pqloader.Loader(str(tmp_path), null_mask=True, batch_size=8))
+    assert sorted(zip(got["id"].tolist(), got["k"].tolist(), got["k_valid"].tolist())) == [
+        (0, 0, False), (1, 0, False), (2, 3, True)]
+
+
+def test_a_missing_column_lists_the_columns_that_later_files_added(tmp_path):
+    # "does not exist in '1.parquet' or any other file; available columns: 'id'" left out
+    # 'new', which 2.parquet has (the list was the first file's).
+    write_parquet(tmp_path / "1.parquet", pa.table({"id": pa.array([0, 1])}))
+    write_parquet(tmp_path / "2.parquet", pa.table({"id": pa.array([2]), "new": pa.array([7.5])}))
+    with pytest.raises(pqloader.ColumnNotFoundError, match=r"available columns: 'id' 'new'$"):
+        pqloader.Loader(str(tmp_path), columns=["id", "nwe"])

@@ -662,7 +662,16 @@ class Resolver {
     constexpr size_t kListed = 50;
     std::string available;
     size_t more = 0;
-    const auto& schema = options_.schema != nullptr ? options_.schema : files_[0].schema;
+    // The declared schema's, else every file's columns (the first file's alone left out a
+    // column that later files added, beside "does not exist in ... or any other file").
+    arrow::FieldVector fields;
+    std::set<std::string> names;
+    for (size_t f = 0; f < (options_.schema != nullptr ? 1 : files_.size()); ++f) {
+      const auto& schema = options_.schema != nullptr ? options_.schema : files_[f].schema;
+      for (const auto& field : schema->fields()) {
+        if (names.insert(field->name()).second) fields.push_back(field);
+      }
+    }
     size_t listed = 0;
     auto add = [&](const std::string& text) {
       if (listed++ < kListed) {
@@ -671,7 +680,7 @@ class Resolver {
         ++more;
       }
     };
-    for (const auto& field : schema->fields()) {
+    for (const auto& field : fields) {
       // Where dotted fields are below it: a struct's, a list of structs' or a map's.
       bool through_list = false;
       const std::string quoted = Quoted(field->name());
@@ -685,7 +694,7 @@ class Resolver {
     }
     // (a key the schema or the first file has too is listed once: 'k' 'k' read as two)
     for (const auto& k : keys_) {
-      if (schema->GetFieldIndex(k.name) < 0) add(" '" + Quoted(k.name) + "'");
+      if (names.count(k.name) == 0) add(" '" + Quoted(k.name) + "'");
     }
     if (more > 0) {
       available += " ... and " + std::to_string(more) + " more (loader.column_info and `pqloader "

@@ -17,6 +17,7 @@
 #include <parquet/size_statistics.h>
 #include <parquet/statistics.h>
 
+#include "pqloader/dataset/hive.h"
 #include "pqloader/error.h"
 #include "pqloader/tensor/batch.h"
 
@@ -317,20 +318,41 @@ arrow::Status CheckStoredKey(const Dataset& ds, const std::string& name, int key
   for (const Split& s : ds.splits()) {
     const DataFile& f = ds.files()[s.file];
     const int leaf = leaf_of(f);
-    if (leaf < 0 || f.partition_null[key]) continue;
+    if (leaf < 0) continue;
     std::shared_ptr<arrow::Scalar> min, max;
+    bool has_min_max = false;
+    int64_t nulls = 0;
     try {
       auto chunk = f.RowGroup(s.row_group)->ColumnChunk(leaf);
       auto stats = chunk->is_stats_set() ? chunk->statistics() : nullptr;
-      if (stats == nullptr || !stats->HasMinMax()) continue;
-      if (!parquet::arrow::StatisticsAsScalars(*stats, &min, &max).ok()) continue;
+      if (stats == nullptr) continue;
+      if (stats->HasNullCount()) nulls = stats->null_count();
+      has_min_max = stats->HasMinMax() && parquet::arrow::StatisticsAsScalars(*stats, &min, &max).ok();
     } catch (const std::exception&) {
       continue;
     }
+    const std::string& path_value = f.partition_values[key];
+    // A null key (__HIVE_DEFAULT_PARTITION__, where Polars and DuckDB write a null key's
+    // rows, storing the nulls) over values, or a key's value over nulls: Polars and
+    // DuckDB read the path's value, pyarrow refuses to merge the types; the file's values
+    // loaded silently (7 under k=__HIVE_DEFAULT_PARTITION__/, null under k=1/).
+    if (f.partition_null[key]) {
+      if (!has_min_max) continue;
+      return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is null (",
+                       kHiveNullValue, ") in the path of '", f.display,
+                       "', but the file stores values from ", min->ToString(), " to ",
+                       max->ToString(), " in that column (row group ", s.row_group, ")");
+    }
+    if (nulls > 0) {
+      return MakeError(ErrorKind::kSchemaMismatch, "partition key '", name, "' is '", path_value,
+                       "' in the path of '", f.display, "', but the file stores ", nulls,
+                       " null value(s) in that column (row group ", s.row_group,
+                       "; a null key's rows lie under ", kHiveNullValue, ")");
+    }
+    if (!has_min_max) continue;
     // Compared as values where the path's text parses as the column's type (Polars
     // writes a float key as "1.0", a zoned time as "...+00:00": the statistics print
     // "1", "...Z"), else as text.
-    const std::string& path_value = f.partition_values[key];
     const auto equal = arrow::EqualOptions::Defaults().signed_zeros_equal(true);
     auto parsed = ParseKey(min->type, path_value);
     const bool agrees = parsed.ok() ? (*parsed)->Equals(*min, equal) && (*parsed)->Equals(*max, equal)
