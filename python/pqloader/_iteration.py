@@ -426,7 +426,8 @@ class _Held:
 
 def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
                  wake: Callable[[], None] | None = None,
-                 timer: ConsumerClock | None = None) -> Iterator[Item]:
+                 timer: ConsumerClock | None = None,
+                 stale: Callable[[], bool] | None = None) -> Iterator[Item]:
     """Apply `fn` to the batch of each item in one background thread, keeping order.
 
     Errors raised by `fn` or by `items` re-raise in the consumer. The engine releases
@@ -442,8 +443,20 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
             the thread's wait for its next item (the engine's stop), or leaving (Ctrl-C,
             break) would wait for that item, up to a storage retry budget.
         timer: Its ``thread_wait_seconds`` counts the consumer's waits for the thread.
+        stale: Whether the iterator became stale (``close()``, a newer iterator, a
+            ``load_state_dict``): the thread then puts nothing more and ends, though the
+            consumer's generator is still referenced (its next ``next()`` raises).
     """
-    out: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    # C queues (each get and put one C call), not queue.Queue: its Condition is Python
+    # code, and a Ctrl-C handled just after its __enter__ took the queue's mutex (before
+    # the `with` block began) left that mutex held for good: leaving then blocked on it in
+    # the finally below (the process hung in next()), and so did the thread's next put.
+    # `out` holds the thread's items; `room` one token per free slot (`depth` of them),
+    # which bounds how far the thread runs ahead.
+    out: queue.SimpleQueue = queue.SimpleQueue()
+    room: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(max(1, depth)):
+        room.put(None)
     stop = threading.Event()
     # The thread reaches `fn` only through a weak reference to `held`, which this
     # generator holds: a running thread is a root of the garbage collector, and holding
@@ -459,11 +472,19 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
         # batches nobody takes (a loop broken off near the epoch's end, an iterator
         # dropped or made stale), and the consumer's join would wait for good.
         while not stop.is_set():
+            if stale is not None and stale():
+                # Whatever it puts would be refused (hand_out's advance): a suspended
+                # iterator of a closed loader kept this thread polling, with its batches,
+                # until it was dropped.
+                return False
             try:
-                out.put(item, timeout=0.1)
-                return True
-            except queue.Full:
+                room.get(timeout=0.1)
+            except queue.Empty:
                 continue
+            if stop.is_set():
+                break
+            out.put(item)
+            return True
         return False
 
     def run() -> None:
@@ -501,6 +522,7 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
                     now = clock()
                     timer.thread_wait_seconds += now - t0
                     t0 = now
+            room.put(None)  # (its slot is free again)
             if not ok:
                 raise value
             if value is _END:
@@ -514,14 +536,10 @@ def threaded_map(fn: Callable[[Any], Any], items: Iterable[Item], depth: int,
         if thread.is_alive() and thread is not threading.current_thread():
             if wake is not None:
                 wake()
-            # A put blocked on the full queue waits out its timeout (0.1 s) before it sees
-            # `stop`: free a slot so it returns now (every later put sees `stop` first), or
-            # each loop left early (break, a restarted iter()) stalled ~0.1 s.
-            while True:
-                try:
-                    out.get_nowait()
-                except queue.Empty:
-                    break
+            # A put waiting for room waits out its timeout (0.1 s) before it sees `stop`:
+            # give it room so it returns now (every later put sees `stop` first), or each
+            # loop left early (break, a restarted iter()) stalled ~0.1 s.
+            room.put(None)
             thread.join()
 
 

@@ -299,8 +299,9 @@ class Loader:
                     if generation == cursor.generation:  # (else a newer run is not ours to stop)
                         self._engine.stop()
 
+            cursor = self._cursor  # (the thread holds the cursor, not the loader)
             items = _iteration.threaded_map(o.batch_transform, items, o.prefetch_batches or 2, wake,
-                                            self._clock)
+                                            self._clock, stale=lambda: cursor.generation != generation)
         if self._output is not None:
             items = self._output.wrap(items)
         return _iteration.hand_out(self._cursor, generation, items, end, self._clock, taken)

@@ -748,3 +748,67 @@ def test_ctrl_c_as_a_read_ahead_batch_is_counted_out_loses_nothing(tmp_path, mon
     monkeypatch.undo()
     got += [i for b in loader for i in b["id"].tolist()]
     assert got == list(range(40))
+
+
+def test_ctrl_c_inside_the_batch_transform_queues_lock_code_never_hangs(tmp_path):
+    # A Ctrl-C is handled between two bytecodes: also just after a Python-level lock's
+    # __enter__ took its lock, before the `with` block began, which then never releases it.
+    # threaded_map's queue.Queue (a Python Condition) was so left with its mutex held, and
+    # leaving next() blocked on it for good (its finally's get_nowait), as did the thread's
+    # next put. Here a KeyboardInterrupt is raised at the return of each call, in turn, that
+    # the consumer's side makes into threading or queue (and those make there).
+    import threading
+    import time
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": np.arange(200)}), path, row_group_size=50)
+    expected = [list(range(i, i + 20)) for i in range(0, 200, 20)]
+
+    def run(k: int) -> tuple[bool, list[list[int]]]:
+        loader = pqloader.Loader(str(path), batch_size=20, num_workers=2, batch_transform=lambda b: b)
+        calls = [0]
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            code, caller = frame.f_code, frame.f_back
+            if event != "call" or caller is None or not code.co_filename.endswith(("threading.py", "queue.py")):
+                return None
+            if not caller.f_code.co_filename.endswith(("_iteration.py", "queue.py")):
+                return None
+
+            def on_return(f: Any, ev: str, a: Any) -> Any:
+                if ev == "return":
+                    calls[0] += 1
+                    if calls[0] == k:
+                        sys.settrace(None)
+                        raise KeyboardInterrupt
+                return on_return
+            return on_return
+
+        got, interrupted = [], False
+        sys.settrace(tracer)
+        try:
+            for b in loader:
+                got.append(b["x"].tolist())
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        if interrupted and len(got) < len(expected):
+            got += [b["x"].tolist() for b in loader]  # the rest of the epoch
+        return interrupted, got
+
+    for k in range(1, 40):
+        box: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: box.update(out=run(k)), daemon=True)
+        t.start()
+        t.join(20)
+        assert not t.is_alive(), f"hang: Ctrl-C at call {k}"
+        interrupted, got = box["out"]
+        assert got == expected, k
+        deadline = time.monotonic() + 5
+        while any(x.name == "pqloader-batch-transform" for x in threading.enumerate()):
+            assert time.monotonic() < deadline, f"a batch_transform thread left running: Ctrl-C at call {k}"
+            time.sleep(0.01)
+        if not interrupted:  # every call of the iteration was tried
+            break
+    assert k > 1

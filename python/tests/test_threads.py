@@ -715,6 +715,38 @@ def test_leaving_a_batch_transform_loop_does_not_wait_out_the_queue_timeout(ds):
     assert stalls[len(stalls) // 2] < 0.05, stalls
 
 
+
+@pytest.mark.parametrize("how", ["close", "iter", "load_state_dict"])
+def test_a_suspended_batch_transform_iterator_made_stale_ends_its_thread(ds, how):
+    # The transform thread stopped only when its consumer left (the generator closed or
+    # collected): after close() (or a newer iterator, a load_state_dict) an old iterator
+    # still referenced, not iterated again (`self.it = iter(loader)` in a trainer), kept
+    # its thread polling a queue nobody read, holding the batches it had transformed.
+    def threads():
+        return {t for t in threading.enumerate() if t.name == "pqloader-batch-transform"}
+
+    before = threads()
+    loader = pqloader.Loader(ds, batch_size=250, batch_transform=lambda b: b, prefetch_batches=2)
+    state = loader.state_dict()
+    it = iter(loader)
+    next(it)
+    time.sleep(0.2)  # the queue fills behind the consumer, the thread waits to put
+    [old] = threads() - before
+    newer = None
+    if how == "close":
+        loader.close()
+    elif how == "iter":
+        newer = iter(loader)
+    else:
+        loader.load_state_dict(state)
+    old.join(5)
+    assert not old.is_alive(), f"the stale iterator's thread still runs after {how}"
+    with pytest.raises(RuntimeError, match="the older iterator stopped"):
+        next(it)
+    rest = [b["id"][0] for b in (newer if newer is not None else loader)]
+    assert rest == list(range(0 if how == "load_state_dict" else 250, 4000, 250))
+
+
 _ITERATE_AT_EXIT = r'''
 import atexit, sys
 def at_exit():
