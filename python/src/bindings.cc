@@ -776,6 +776,19 @@ class PyLoader {
     loader_->Stop();
   }
 
+  // Dropped without close(): its threads are joined here with the GIL released, as
+  // close() joins them (the destructor runs with it held, and a thread freeing a reader
+  // whose schema holds an extension type defined in Python, pandas' period or interval,
+  // takes it: a Loader dropped after an epoch, its next one read ahead, hung the
+  // process). What it holds is then freed with the GIL, as its Python objects need.
+  // (Not in a forked child: AbandonAfterFork left nothing.)
+  ~PyLoader() {
+    if (loader_ != nullptr) {
+      pqloader::ScopedRelease release;
+      loader_->Close();
+    }
+  }
+
   void Close() {
     pqloader::ScopedRelease release;
     loader_->Close();

@@ -308,6 +308,64 @@ def test_pandas_nulls_with_masks_equal_pyarrow(pandas_file):
     assert list(got) == ["a", "a_valid", "b", "b_valid", "c"]
 
 
+@pytest.mark.parametrize("columns", [None, ["x", "iv.left"], ["iv"], ["iv.right", "x"]])
+def test_a_pandas_interval_column_loads_as_its_storage_structs_leaves(tmp_path, columns):
+    # pandas registers its interval type (storage struct<left, right>) with pyarrow when it
+    # writes one: in such a process the column was refused ("column 'iv.left' has no
+    # Parquet leaves"), and every column of the file with it; Arrow builds the extension
+    # type only from all of its storage's leaves.
+    pd = pytest.importorskip("pandas")
+    n = 300
+    path = tmp_path / "interval.parquet"
+    pd.DataFrame({"x": np.arange(n), "iv": pd.arrays.IntervalArray.from_breaks(np.arange(n + 1) * 0.5)}).to_parquet(
+        path, row_group_size=70)
+    assert isinstance(pq.read_schema(path).field("iv").type, pa.ExtensionType), "precondition"
+    storage = pq.read_table(path)["iv"].combine_chunks().storage
+    want = {"x": np.arange(n), "iv.left": storage.field("left").to_numpy(),
+            "iv.right": storage.field("right").to_numpy()}
+    names = {None: ["x", "iv.left", "iv.right"], ("iv",): ["iv.left", "iv.right"]}.get(
+        tuple(columns) if columns else None, columns)
+    for shuffle in (False, True):
+        with pqloader.Loader(str(path), batch_size=32, columns=columns, shuffle=shuffle, seed=1) as loader:
+            got = collect(loader)
+        assert list(got) == names
+        order = np.argsort(got["x"] if "x" in got else got["iv.left"])  # (unique, ascending)
+        for name in names:
+            np.testing.assert_array_equal(got[name][order], want[name], err_msg=name)
+
+
+def test_pandas_period_columns_load_and_a_dropped_loader_does_not_hang(tmp_path):
+    # pandas registers its period (and interval) types with pyarrow (Python extension types):
+    # a reader of such a file, freed on a worker thread, takes the GIL; a Loader dropped
+    # without close() after an epoch (its next epoch read ahead) joined its workers with
+    # the GIL held, and the process hung. In a child process, so a hang fails the test.
+    pytest.importorskip("pandas")
+    script = tmp_path / "period.py"
+    script.write_text(
+        "import sys, numpy as np, pandas as pd, pyarrow as pa, pyarrow.parquet as pq, pqloader\n"
+        "path = sys.argv[1]\n"
+        "n = 600\n"
+        "pd.DataFrame({'x': np.arange(n), 'p': pd.period_range('2000-01', periods=n, freq='M')}).to_parquet(path, row_group_size=60)\n"
+        "assert isinstance(pq.read_schema(path).field('p').type, pa.ExtensionType)  # precondition\n"
+        "want = pq.read_table(path)['p'].combine_chunks().storage.to_numpy()\n"
+        "for i in range(8):\n"
+        "    loader = pqloader.Loader(path, batch_size=64, shuffle=bool(i % 2), seed=i, columns=['x', 'p'])\n"
+        "    got = {}\n"
+        "    for b in loader:\n"
+        "        for k, v in b.items():\n"
+        "            got.setdefault(k, []).append(v)\n"
+        "    x, p = (np.concatenate(got[k]) for k in ('x', 'p'))\n"
+        "    assert sorted(x.tolist()) == list(range(n)) and (p == want[x]).all()\n"
+        "    del loader  # no close(): the next epoch's read-ahead is joined here\n"
+        "print('ok')\n")
+    try:
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / "period.parquet")],
+                              capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a Loader of a pandas period file hung when dropped")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 # ---------------------------------------------------------------------------
 # Hugging Face datasets: the Image feature (struct<bytes, path>)
 # ---------------------------------------------------------------------------

@@ -74,7 +74,8 @@ bool LeavesAt(const parquet::arrow::SchemaField& field, const std::vector<std::s
     return true;
   }
   const parquet::arrow::SchemaField* node = &field;
-  if (node->field->type()->id() != arrow::Type::STRUCT) {  // a list or map of structs
+  // (an extension type's field by its storage: pandas' interval, struct<left, right>)
+  if (TypeWithoutExtension(node->field->type())->id() != arrow::Type::STRUCT) {  // a list or map of structs
     if (node->children.size() != 1) return false;
     node = &node->children[0];
   }
@@ -1261,6 +1262,14 @@ arrow::Result<ResolvedColumns> ResolveColumns(const std::vector<FileColumns>& fi
 void LeavesOf(const parquet::arrow::SchemaField& f, std::vector<int>* out) {
   if (f.column_index >= 0) out->push_back(f.column_index);
   for (const auto& child : f.children) LeavesOf(child, out);
+}
+
+std::vector<int> LeavesToRead(const parquet::arrow::SchemaField& field, std::vector<int> leaves) {
+  if (leaves.empty() || field.field->type()->id() == arrow::Type::EXTENSION) {
+    leaves.clear();
+    LeavesOf(field, &leaves);
+  }
+  return leaves;
 }
 
 }  // namespace pqloader

@@ -135,4 +135,12 @@ bool DecodeLeafPath(const std::shared_ptr<const arrow::KeyValueMetadata>& metada
 /// Append the Parquet leaf column indices below `field` (itself if a leaf) to `out`.
 void LeavesOf(const parquet::arrow::SchemaField& field, std::vector<int>* out);
 
+/// The leaves to read for a column of top-level `field` whose own leaves are `leaves`:
+/// those, else (none given: the whole field) every leaf below it. Every one also where
+/// the field is an extension type (its ARROW:schema's, registered in the process: pandas'
+/// interval, storage struct<left, right>): Arrow builds one only from all of its storage's
+/// leaves ("Due to column pruning only part of an extension's storage type was loaded");
+/// ExtractPath then takes the column's from the storage.
+std::vector<int> LeavesToRead(const parquet::arrow::SchemaField& field, std::vector<int> leaves);
+
 }  // namespace pqloader

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <arrow/extension_type.h>
+
 #include "pqloader/error.h"
 
 namespace pqloader {
@@ -42,6 +44,9 @@ arrow::Result<std::shared_ptr<arrow::Array>> ExtractPath(std::shared_ptr<arrow::
                                                          const std::vector<std::string>& path,
                                                          arrow::MemoryPool* pool) {
   for (const std::string& name : path) {
+    if (array->type_id() == arrow::Type::EXTENSION) {  // a field read whole as its extension type
+      array = static_cast<const arrow::ExtensionArray&>(*array).storage();
+    }
     switch (array->type_id()) {
       case arrow::Type::STRUCT: {
         ARROW_ASSIGN_OR_RAISE(array,

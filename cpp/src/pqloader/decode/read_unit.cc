@@ -105,7 +105,7 @@ int64_t ValuesOf(const parquet::RowGroupMetaData& rg, const std::vector<int>& le
 arrow::Status ReadFieldInSlices(parquet::arrow::FileReader* reader, const DataFile& file,
                                 const Split& split, int field, std::vector<int> leaves,
                                 arrow::ArrayVector* out) {
-  if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[field], &leaves);
+  leaves = LeavesToRead(reader->manifest().schema_fields[field], std::move(leaves));
   const int64_t values = ValuesOf(*file.RowGroup(split.row_group), leaves);
   const int64_t per_row = std::max<int64_t>(1, values / std::max<int64_t>(1, split.file_rows));
   reader->set_batch_size(std::clamp<int64_t>(kNestedSliceValues / per_row, 1, 1 << 16));

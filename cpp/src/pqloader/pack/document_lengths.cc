@@ -46,8 +46,7 @@ arrow::Status ReadRowGroupLengths(const Dataset& dataset, int64_t split_index, i
   props.set_pre_buffer(false);
   auto pq = parquet::ParquetFileReader::Open(input, parquet::ReaderProperties(pool), file.Metadata());
   ARROW_ASSIGN_OR_RAISE(auto reader, parquet::arrow::FileReader::Make(pool, std::move(pq), props));
-  std::vector<int> leaves = src.leaves;
-  if (leaves.empty()) LeavesOf(reader->manifest().schema_fields[src.field], &leaves);
+  const std::vector<int> leaves = LeavesToRead(reader->manifest().schema_fields[src.field], src.leaves);
   ARROW_ASSIGN_OR_RAISE(auto batches, reader->GetRecordBatchReader({split.row_group}, leaves));
   out->reserve(static_cast<size_t>(split.file_rows));
   while (true) {
