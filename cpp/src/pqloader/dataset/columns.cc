@@ -693,7 +693,7 @@ class Resolver {
            : through_list ? " (a list of structs: '" + quoted + ".<field>')"
                           : " (a struct: '" + quoted + ".<field>')"));
     }
-    // (a key the schema or the first file has too is listed once: 'k' 'k' read as two)
+    // (a key the schema or a file has too is listed once: 'k' 'k' read as two)
     for (const auto& k : keys_) {
       if (names.count(k.name) == 0) add(" '" + Quoted(k.name) + "'");
     }
