@@ -278,6 +278,11 @@ class Loader:
         return epoch + 1 if _iteration.position_ended(self._engine, epoch, batch, elastic) else epoch
 
     # -- iteration -------------------------------------------------------------------
+    def _reads_ahead(self) -> bool:
+        """Whether iterations read batches ahead of the consumer (a batch_transform's
+        thread, the output's staging): their batches are then counted as handed out."""
+        return self._options.batch_transform is not None or self._output is not None
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _process.check_not_in_dataloader_worker(self)
         self._check_rank_world()
@@ -286,8 +291,7 @@ class Loader:
         o = self._options
         left = threading.Event()  # (set by wake: see read_batches)
         # (only where batches are read ahead of the consumer: a stats() call per batch)
-        ahead = o.batch_transform is not None or self._output is not None
-        taken: collections.deque[int] | None = collections.deque() if ahead else None
+        taken: collections.deque[int] | None = collections.deque() if self._reads_ahead() else None
         items = _iteration.read_batches(self._engine, self._cursor, generation,
                                         num_epochs=o.num_epochs, warn_cache=o.cache_dir is not None,
                                         end=end, left=left, taken=taken)
@@ -435,7 +439,7 @@ class Loader:
             filter_from_store (the selection came from ``cache_dir``).
         """
         s = self._clock.stats(self._engine.stats(), threaded=self._options.batch_transform is not None)
-        if self._options.batch_transform is not None or self._output is not None:
+        if self._reads_ahead():
             # Handed out: the engine counts also those a batch_transform's thread or the
             # output holds ahead of the consumer, those an iteration left early dropped
             # (and again when re-read), and one a stale check dropped as it was taken.
